@@ -1,0 +1,164 @@
+"""Load an ONNX model weight-free, make its input dims concrete and re-infer every shape.
+
+One export serves every workload: the data inputs' batch size, image size and sequence length
+are set here from arguments, all stale intermediate shapes are stripped and ONNX shape
+inference runs again (strict, with data propagation so Reshape targets computed from `Shape`
+resolve).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence, Union
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto, helper
+
+from converters.errors import ConversionError
+from converters.sequence import (DATA_INPUTS_KEY, OperatorSequence, data_input_names,
+                                 to_sequence)
+
+ModelSource = Union[str, Path, bytes, onnx.ModelProto]
+KEEP_INITIALIZER_MAX = 64  # keep values of small initializers (shape constants for Reshape)
+
+
+def read_model(source: ModelSource) -> onnx.ModelProto:
+    """Parses an ONNX file (external data is never loaded) or passes a ModelProto through."""
+    if isinstance(source, onnx.ModelProto):
+        return source
+    label = "<bytes>" if isinstance(source, bytes) else str(source)
+    if isinstance(source, bytes):
+        data = source
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConversionError(f"{path}: no such file")
+        data = path.read_bytes()
+    if not data:
+        raise ConversionError(f"{label}: empty file, not an ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ConversionError(f"{label}: not an ONNX model or truncated file "
+                              f"(protobuf parse failed: {e})") from None
+    if model.ir_version <= 0 or not model.HasField("graph"):
+        raise ConversionError(f"{label}: not an ONNX model (no IR version or no graph)")
+    return model
+
+
+def _strip_weights(model: onnx.ModelProto) -> None:
+    """Large initializers become shaped graph inputs: the graph keeps shapes, not values."""
+    graph = model.graph
+    existing = {i.name for i in graph.input}
+    keep = []
+    for init in graph.initializer:
+        n = 1
+        for d in init.dims:
+            n *= d
+        if n <= KEEP_INITIALIZER_MAX and init.data_location != TensorProto.EXTERNAL:
+            keep.append(init)
+            continue
+        if init.name not in existing:
+            graph.input.append(helper.make_tensor_value_info(init.name, init.data_type,
+                                                             list(init.dims)))
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+
+
+def _set_meta(model: onnx.ModelProto, key: str, value: str) -> None:
+    for p in model.metadata_props:
+        if p.key == key:
+            p.value = value
+            return
+    model.metadata_props.add(key=key, value=value)
+
+
+def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+                batch_size: int | None, image_size: int | None, seq_len: int | None,
+                label: str) -> None:
+    data = data_input_names(model)
+    unknown = set(input_shapes) - set(data)
+    if unknown:
+        raise ConversionError(f"{label}: --input-shape names unknown input(s) "
+                              f"{sorted(unknown)}; the model's inputs are {data}")
+    for vi in model.graph.input:
+        t = vi.type.tensor_type
+        dims = t.shape.dim
+        if vi.name in input_shapes:
+            shape = [int(d) for d in input_shapes[vi.name]]
+            if len(shape) != len(dims):
+                raise ConversionError(f"{label}: input '{vi.name}' has rank {len(dims)} but "
+                                      f"--input-shape gives {len(shape)} dims {shape}")
+        else:
+            shape = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
+            names = [d.dim_param or "?" for d in dims]
+            if vi.name in data:
+                if batch_size is not None and shape:
+                    shape[0] = batch_size
+                if image_size is not None and len(shape) == 4:
+                    nhwc = shape[3] in (1, 3) and shape[1] not in (1, 3)
+                    for k in ((1, 2) if nhwc else (2, 3)):
+                        shape[k] = image_size
+                if seq_len is not None and len(shape) == 2 and t.elem_type in (6, 7):
+                    shape[1] = seq_len
+            missing = [k for k, d in enumerate(shape) if d < 0]
+            if missing:
+                k = missing[0]
+                example = ",".join(str(d if d >= 0 else 1) for d in shape)
+                raise ConversionError(
+                    f"{label}: input '{vi.name}' dim {k} ('{names[k]}') is symbolic; pass "
+                    f"--input-shape {vi.name}={example} (or --batch-size N for dim 0)")
+        if any(d <= 0 for d in shape):
+            raise ConversionError(f"{label}: input '{vi.name}' shape {shape} has a "
+                                  "non-positive dim")
+        del dims[:]
+        for d in shape:
+            t.shape.dim.add().dim_value = d
+
+
+def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               batch_size: int | None = None, image_size: int | None = None,
+               seq_len: int | None = None) -> onnx.ModelProto:
+    """Reads `source`, strips weights, sets concrete input dims and re-infers all shapes.
+
+    Args:
+      source: `.onnx` path, serialized bytes or a ModelProto (not modified).
+      input_shapes: data input name -> full concrete shape; wins over the other arguments.
+      batch_size: dim 0 of every data input.
+      image_size: the two spatial dims of rank-4 data inputs (NCHW or NHWC).
+      seq_len: dim 1 of rank-2 integer data inputs (token ids).
+    Returns:
+      A new ModelProto with every tensor shape concrete (`value_info` filled).
+    Raises:
+      ConversionError: unreadable file, symbolic dims left, or shape inference failure.
+    """
+    label = "<model>" if isinstance(source, (bytes, onnx.ModelProto)) else str(source)
+    original = read_model(source)
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    if len(model.graph.node) == 0:
+        raise ConversionError(f"{label}: the graph is empty (no nodes)")
+    _set_meta(model, DATA_INPUTS_KEY, ",".join(data_input_names(model)))
+    _strip_weights(model)
+    _concretise(model, input_shapes or {}, batch_size, image_size, seq_len, label)
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                 data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConversionError(f"{label}: shape inference failed: {first}") from None
+
+
+def convert(source: ModelSource, *, name: str = "", **dims) -> OperatorSequence:
+    """`load_model` + `to_sequence`: any ONNX model to its operator sequence.
+
+    `dims` are `load_model`'s keyword arguments (input_shapes, batch_size, image_size, seq_len).
+    """
+    if not name and not isinstance(source, (bytes, onnx.ModelProto)):
+        name = Path(source).stem
+    return to_sequence(load_model(source, **dims), name=name)

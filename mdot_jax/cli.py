@@ -1,0 +1,104 @@
+"""`mdot` command line: parses arguments and calls the library; nothing else lives here.
+
+Every expected failure (bad file, bad shape, ...) is printed as one line `mdot: error: ...`
+with exit code 2; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from converters.errors import ConversionError
+
+
+class UsageError(ValueError):
+    """Bad command-line input, printed as one line."""
+
+
+def _input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
+    """Parses repeated `NAME=D1,D2,...` into {name: [dims]}."""
+    shapes = {}
+    for spec in specs or []:
+        name, sep, dims = spec.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise UsageError(f"--input-shape {spec!r}: expected NAME=D1,D2,... "
+                             "(e.g. x=1,3,224,224)") from None
+    return shapes
+
+
+def _add_shape_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
+                   help="concrete shape of a data input (repeatable)")
+    p.add_argument("--batch-size", type=int, help="dim 0 of every data input")
+    p.add_argument("--image-size", type=int, help="spatial size of rank-4 image inputs")
+    p.add_argument("--seq-len", type=int, help="dim 1 of rank-2 token-id inputs")
+
+
+def _shape_kwargs(args: argparse.Namespace) -> dict:
+    return dict(input_shapes=_input_shapes(args.input_shape), batch_size=args.batch_size,
+                image_size=args.image_size, seq_len=args.seq_len)
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from converters import convert
+
+    seq = convert(args.model, **_shape_kwargs(args))
+    if args.output:
+        seq.save(args.output)
+    summary = dict(model=seq.name, num_ops=seq.num_ops, flops=seq.flops,
+                   flops_bwd=float(seq.load[:, 1].astype("float64").sum()),
+                   params=seq.params, inputs=seq.meta["inputs"],
+                   op_types=seq.op_type_counts(), unknown_ops=seq.unknown_ops,
+                   dropped_nodes=seq.meta["dropped_nodes"], output=args.output)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"{seq.name}: {seq.num_ops} operators, {seq.flops / 1e9:.3f} GFLOPs forward, "
+          f"{summary['flops_bwd'] / 1e9:.3f} GFLOPs backward (est.), "
+          f"{seq.params / 1e6:.2f} M params")
+    print(f"inputs: {', '.join(f'{k}={v}' for k, v in seq.meta['inputs'].items())}; "
+          f"{seq.meta['dropped_nodes']} shape/constant nodes dropped")
+    width = max(len(k) for k in summary["op_types"])
+    for op, count in summary["op_types"].items():
+        print(f"  {op:<{width}}  {count:6d}")
+    if seq.unknown_ops:
+        print(f"unknown op types (as <unk>): {seq.unknown_ops}")
+    if args.output:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mdot", description="Predict deep-learning training time before it runs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("convert", help="ONNX model -> operator sequence (.npz) and summary")
+    p.add_argument("model", help="path to an .onnx file")
+    _add_shape_args(p)
+    p.add_argument("-o", "--output", help="write the operator sequence to this .npz")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_convert)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConversionError, UsageError) as e:
+        print(f"mdot: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mdot: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

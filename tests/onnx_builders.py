@@ -1,0 +1,31 @@
+"""Small hand-built ONNX graphs for tests (float32, opset 17)."""
+
+import onnx
+from onnx import TensorProto, helper
+
+F = TensorProto.FLOAT
+
+
+def value(name, shape, dtype=F):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def model(nodes, inputs, outputs, initializers=(), name="g"):
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def conv_bn_relu(batch="N"):
+    """x[batch,3,8,8] -> Conv(4, 3x3, pad 1) -> BN (training) -> Relu -> y."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], name="bn",
+                         training_mode=0),
+        helper.make_node("Relu", ["n"], ["y"], name="relu"),
+    ]
+    inputs = [value("x", [batch, 3, 8, 8]), value("w", [4, 3, 3, 3])] + \
+        [value(k, [4]) for k in "sbmv"]
+    m = model(nodes, inputs, [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    return m

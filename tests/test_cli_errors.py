@@ -1,0 +1,78 @@
+"""Bad input: one line on stderr naming the problem, exit code 2, never a traceback."""
+
+import json
+
+import onnx
+import pytest
+from onnx import helper
+
+from mdot_jax.cli import main
+from onnx_builders import conv_bn_relu, model, value
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _cycle():
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+             helper.make_node("Relu", ["a"], ["b"], name="second")]
+    return model(nodes, [value("x", [2])], [value("b", None)])
+
+
+def _empty():
+    return model([], [value("x", [2])], [value("x", None)])
+
+
+@pytest.fixture
+def files(tmp_path):
+    good = conv_bn_relu().SerializeToString()
+    paths = {
+        "text": b"this is not an onnx model\n",
+        "truncated": good[: len(good) // 2],
+        "empty_file": b"",
+        "symbolic": good,
+        "cycle": _cycle().SerializeToString(),
+        "empty_graph": _empty().SerializeToString(),
+    }
+    for name, data in paths.items():
+        (tmp_path / f"{name}.onnx").write_bytes(data)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name,args,needle", [
+    ("text", [], "not an ONNX model"),
+    ("truncated", [], "not an ONNX model or truncated"),
+    ("empty_file", [], "empty file"),
+    ("symbolic", [], "input 'x' dim 0 ('N') is symbolic; pass --input-shape x=1,3,8,8"),
+    ("symbolic", ["--input-shape", "x=1,3"], "input 'x' has rank 4"),
+    ("symbolic", ["--input-shape", "nope=1"], "unknown input(s) ['nope']"),
+    ("symbolic", ["--input-shape", "x"], "expected NAME=D1,D2"),
+    ("cycle", [], "cycle through node"),
+    ("empty_graph", [], "the graph is empty"),
+    ("missing", [], "no such file"),
+])
+def test_bad_input_is_one_line(capsys, files, name, args, needle):
+    code, out, err = run(capsys, "convert", str(files / f"{name}.onnx"), *args)
+    assert code == 2, err
+    assert err.startswith("mdot: error: ") and err.count("\n") == 1, err
+    assert needle in err
+    if name != "missing":
+        assert f"{name}.onnx" in err or "input" in err or "graph" in err
+
+
+def test_convert_json_and_table(capsys, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), path)
+    code, out, _ = run(capsys, "convert", str(path), "--batch-size", "2", "--json",
+                       "-o", str(tmp_path / "m.npz"))
+    summary = json.loads(out)
+    assert code == 0 and summary["num_ops"] == 3
+    assert summary["flops"] == 2 * 512 * 27 + 4 * 512 + 512
+    assert summary["params"] == 116 and summary["unknown_ops"] == {}
+    assert summary["op_types"] == {"BatchNormalization": 1, "Conv": 1, "Relu": 1}
+    assert (tmp_path / "m.npz").exists()
+    code, out, _ = run(capsys, "convert", str(path), "--batch-size", "2")
+    assert code == 0 and "3 operators" in out and "Conv" in out

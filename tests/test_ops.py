@@ -1,0 +1,50 @@
+"""Golden FLOPs of every op handler (the test cases live beside the handlers) and bytes."""
+
+import numpy as np
+import pytest
+
+from converters import CONFIG_FIELDS, LOAD_FIELDS, convert
+from converters.ops import HANDLERS, TESTCASES, NodeView
+from converters.vocab import UNK_ID, VOCAB, op_id
+from onnx_builders import conv_bn_relu
+
+CASES = [(fn, i, kw, flops) for fn, cases in TESTCASES.items()
+         for i, (kw, flops) in enumerate(cases)]
+
+
+@pytest.mark.parametrize("handler,index,kwargs,expected", CASES,
+                         ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_handler_golden_flops(handler, index, kwargs, expected):
+    view = NodeView(**kwargs)
+    view.in_is_param = view.in_is_param or [False] * len(view.in_shapes)
+    assert HANDLERS[view.op_type](view).flops == expected
+
+
+def test_every_handler_has_a_case_and_every_op_a_handler_or_unk():
+    assert all(TESTCASES[name] for name in TESTCASES), "a handler without test cases"
+    assert len(VOCAB) >= 62  # >= 60 op types + <pad> + <unk>
+    missing = [op for op in VOCAB[2:] if op not in HANDLERS]
+    assert missing == [], f"vocabulary ops without a cost handler: {missing}"
+    assert op_id("NoSuchOp") == UNK_ID
+
+
+def test_conv_bn_relu_load_and_config_golden():
+    seq = convert(conv_bn_relu(), batch_size=2)
+    load = dict(zip(LOAD_FIELDS, seq.load[0]))  # the Conv
+    cfg = dict(zip(CONFIG_FIELDS, seq.config[0]))
+    # y[2,4,8,8]; per output 3*3*3 MACs -> 2 * 512 * 27 FLOPs, backward 2x
+    assert load["fwd_flops"] == 2 * 512 * 27
+    assert load["bwd_flops"] == 2 * load["fwd_flops"]
+    # reads x (2*3*8*8) + w (4*3*3*3) floats, writes y (2*4*8*8) floats
+    assert load["bytes_read"] == 4 * (384 + 108)
+    assert load["bytes_written"] == 4 * 512
+    assert load["params"] == 108
+    assert load["intensity"] == pytest.approx(load["fwd_flops"] / (4 * (384 + 108 + 512)))
+    assert (cfg["kernel_h"], cfg["kernel_w"], cfg["pad_h"], cfg["pad_w"]) == (3, 3, 2, 2)
+    assert (cfg["in_channels"], cfg["out_channels"], cfg["groups"]) == (3, 4, 1)
+    assert (cfg["out_d0"], cfg["out_d1"], cfg["out_d2"], cfg["out_d3"]) == (2, 4, 8, 8)
+    bn = dict(zip(LOAD_FIELDS, seq.load[1]))
+    assert bn["fwd_flops"] == 4 * 512  # inference-mode BN: normalise 2 + affine 2
+    assert bn["params"] == 8  # scale and bias; running mean and variance are state
+    assert seq.params == 108 + 8
+    assert np.isfinite(seq.config).all() and np.isfinite(seq.load).all()

@@ -1,0 +1,90 @@
+"""ONNX -> OperatorSequence: dropping shape work, aliases, unknown ops, concrete dims, npz."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from converters import ConversionError, OperatorSequence, VOCAB, convert, load_model
+from converters.vocab import UNK_ID
+from onnx_builders import conv_bn_relu, model, value
+
+
+def reshape_through_shape_arithmetic():
+    """x[N,4,6] -> Shape -> Gather(0) -> Unsqueeze -> Concat(-1) -> Reshape -> Identity -> Relu."""
+    I64 = TensorProto.INT64
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Constant", [], ["zero"], name="c0",
+                         value=helper.make_tensor("z", I64, [], [0])),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="gather"),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsq"),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+        helper.make_node("Identity", ["r"], ["r2"], name="alias"),
+        helper.make_node("Relu", ["r2"], ["y"], name="relu"),
+        helper.make_node("Mul", ["y", "y"], ["z"], name="square"),
+    ]
+    inits = [helper.make_tensor("axes", I64, [1], [0]),
+             helper.make_tensor("minus1", I64, [1], [-1])]
+    return model(nodes, [value("x", ["N", 4, 6])], [value("z", None)], inits)
+
+
+def test_shape_arithmetic_and_identity_are_dropped_and_rewired():
+    seq = convert(reshape_through_shape_arithmetic(), batch_size=3)
+    assert [VOCAB[i] for i in seq.op_type] == ["Reshape", "Relu", "Mul"]
+    assert seq.node_names.tolist() == ["reshape", "relu", "square"]
+    assert seq.meta["dropped_nodes"] == 5  # Shape, Constant, Gather, Unsqueeze, Concat
+    assert seq.edges.tolist() == [[0, 1], [1, 2]]  # Identity rewired, Mul(y, y) one edge
+    assert seq.load[2, 0] == 3 * 24  # data propagation resolved Reshape -> [3, 24]
+
+
+def test_one_export_serves_every_batch_size():
+    flops = [convert(conv_bn_relu(), batch_size=b).flops for b in (1, 2, 8)]
+    assert flops[1] == 2 * flops[0] and flops[2] == 8 * flops[0]
+    seq = convert(conv_bn_relu(), input_shapes={"x": [4, 3, 16, 16]})
+    assert seq.meta["inputs"] == {"x": [4, 3, 16, 16]}
+    assert convert(conv_bn_relu(), batch_size=1, image_size=16).flops == flops[2] / 2
+
+
+def test_unknown_op_is_kept_as_unk_and_counted():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"),
+             helper.make_node("Det", ["a"], ["b"], name="det"),
+             helper.make_node("Relu", ["b"], ["y"], name="r2")]
+    seq = convert(model(nodes, [value("x", [3, 3])], [value("y", None)]))
+    assert seq.num_ops == 3 and seq.op_type[1] == UNK_ID
+    assert seq.unknown_ops == {"Det": 1}
+    assert seq.op_type_counts() == {"Relu": 2, "Det": 1}
+
+
+def test_initializers_become_shaped_params_without_values():
+    w = helper.make_tensor("w", TensorProto.FLOAT, [64, 32], np.ones(64 * 32).tolist())
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+              [value("x", ["B", 64])], [value("y", None)], [w])
+    loaded = load_model(m, batch_size=5)
+    assert [i.name for i in loaded.graph.initializer] == []
+    assert {i.name for i in loaded.graph.input} == {"x", "w"}
+    seq = convert(m, batch_size=5)
+    assert seq.params == 64 * 32 and seq.flops == 2 * 5 * 64 * 32
+    assert seq.meta["inputs"] == {"x": [5, 64]}
+
+
+def test_npz_round_trip(tmp_path):
+    seq = convert(reshape_through_shape_arithmetic(), batch_size=2, name="toy")
+    seq.save(tmp_path / "toy.npz")
+    back = OperatorSequence.load_npz(tmp_path / "toy.npz")
+    assert back.name == "toy" and back.meta == seq.meta
+    for f in ("op_type", "config", "load", "edges", "node_names"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(seq, f))
+    (tmp_path / "bad.npz").write_bytes(b"nope")
+    with pytest.raises(ConversionError, match="bad.npz"):
+        OperatorSequence.load_npz(tmp_path / "bad.npz")
+
+
+def test_positional_encodings_have_sequence_shape():
+    seq = convert(conv_bn_relu(), batch_size=1)
+    assert seq.positional_encoding("laplacian", 4).shape == (3, 4)
+    assert seq.positional_encoding("random_walk", 5).shape == (3, 5)
+    assert [d.tolist() for d in seq.depths()] == [[0, 1, 2], [2, 1, 0]]
+    with pytest.raises(ValueError, match="unknown positional encoding"):
+        seq.positional_encoding("nope", 2)
