@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence, Union
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
@@ -146,12 +147,91 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     del model.graph.value_info[:]
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
+    model = _infer(model, label)
+    for _ in range(MAX_FOLD_ROUNDS):  # fold what data propagation could not resolve
+        if not _unknown_shapes(model) or not _fold_shape_computations(model):
+            break
+        model = _infer(model, label)
+    return model
+
+
+MAX_FOLD_ROUNDS = 8
+_NEVER_FOLD = {"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike",
+               "Bernoulli", "Multinomial", "If", "Loop", "Scan"}
+
+
+def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                  data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConversionError(f"{label}: shape inference failed: {first}") from None
+
+
+def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    out = {}
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            out[vi.name] = [d.dim_value for d in t.shape.dim]
+    return out
+
+
+def _unknown_shapes(model: onnx.ModelProto) -> bool:
+    shapes = _concrete_shapes(model.graph)
+    return any(t and t not in shapes for n in model.graph.node for t in n.output)
+
+
+def _fold_shape_computations(model: onnx.ModelProto) -> bool:
+    """Evaluates, with the ONNX reference evaluator, every node that only computes values from
+    constants and concrete shapes (Shape -> Gather -> Div -> Concat -> ...), and replaces those
+    nodes by initializers holding their results. Returns whether anything was folded."""
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = model.graph
+    shapes = _concrete_shapes(graph)
+    known = {i.name for i in graph.initializer}
+    foldable, outputs = [], []
+    for node in graph.node:
+        if node.op_type in _NEVER_FOLD or node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Shape":
+            ok = node.input[0] in shapes
+        else:
+            ok = all(not t or t in known for t in node.input)
+        if ok:
+            foldable.append(node)
+            known.update(t for t in node.output if t)
+            outputs.extend(t for t in node.output if t)
+    if not foldable:
+        return False
+    sub_nodes = []
+    for node in foldable:
+        if node.op_type == "Shape":  # the input's shape is concrete: a constant
+            dims = shapes[node.input[0]]
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            dims = dims[attrs.get("start", 0):attrs.get("end", len(dims))]
+            node = helper.make_node("Constant", [], [node.output[0]],
+                                    value=numpy_helper.from_array(np.asarray(dims, np.int64)))
+        sub_nodes.append(node)
+    sub = helper.make_model(
+        helper.make_graph(sub_nodes, "fold", [], [helper.make_tensor_value_info(t, 0, None)
+                                                   for t in outputs],
+                          initializer=list(graph.initializer)),
+        opset_imports=list(model.opset_import))
+    try:
+        values = ReferenceEvaluator(sub).run(None, {})
+    except Exception:  # noqa: BLE001 - folding is best effort; inference then reports
+        return False
+    folded = {id(n) for n in foldable}
+    keep = [n for n in graph.node if id(n) not in folded]
+    del graph.node[:]
+    graph.node.extend(keep)
+    graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name=t)
+                             for t, v in zip(outputs, values))
+    return True
 
 
 def convert(source: ModelSource, *, name: str = "", **dims) -> OperatorSequence:

@@ -22,22 +22,40 @@ in `tests/test_ops.py`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
+
+from onnx import helper
 
 Shape = tuple[int, ...]
 
 
-@dataclass
 class NodeView:
-    """What a handler may look at: one node with concrete shapes (None where unknown)."""
+    """What a handler may look at: one node with concrete shapes (None where unknown).
 
-    op_type: str
-    attrs: dict = field(default_factory=dict)
-    in_shapes: list = field(default_factory=list)  # [n_in] Shape | None
-    out_shapes: list = field(default_factory=list)  # [n_out] Shape | None
-    in_is_param: list = field(default_factory=list)  # [n_in] bool
-    name: str = ""
+    `attrs` is parsed from `proto` on first access (most handlers never look at it).
+    """
+
+    __slots__ = ("op_type", "name", "in_shapes", "out_shapes", "in_is_param", "proto",
+                 "_attrs")
+
+    def __init__(self, op_type: str, attrs: dict | None = None, in_shapes=(), out_shapes=(),
+                 in_is_param=None, name: str = "", proto=None):
+        self.op_type, self.name, self.proto, self._attrs = op_type, name, proto, attrs
+        self.in_shapes: list = list(in_shapes)  # [n_in] Shape | None
+        self.out_shapes: list = list(out_shapes)  # [n_out] Shape | None
+        self.in_is_param: list = list(in_is_param or [False] * len(self.in_shapes))
+
+    @property
+    def attrs(self) -> dict:
+        if self._attrs is None:
+            self._attrs = {a.name: _attr_value(a) for a in self.proto.attribute} \
+                if self.proto is not None else {}
+        return self._attrs
+
+
+def _attr_value(a):
+    value = helper.get_attribute_value(a)
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class Cost(NamedTuple):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
@@ -142,39 +143,63 @@ class OperatorSequence:
             raise ConversionError(f"{path}: not a readable operator sequence ({e})") from None
 
 
-def _tensor_types(graph: onnx.GraphProto) -> dict[str, tuple[tuple[int, ...] | None, int]]:
-    """Tensor name -> (concrete shape or None, ONNX element type)."""
-    out: dict[str, tuple] = {}
+class _Tensor(NamedTuple):
+    shape: tuple[int, ...] | None  # None when not concrete
+    elem_type: int
+    numel: int
+    nbytes: int
+
+
+def _tensor(shape, elem_type) -> _Tensor:
+    if shape is None:
+        return _Tensor(None, elem_type, 0, 0)
+    n = math.prod(shape)
+    return _Tensor(shape, elem_type, n, n * _ELEM_BYTES.get(elem_type, 4))
+
+
+def _tensor_types(graph: onnx.GraphProto) -> dict[str, _Tensor]:
+    """Tensor name -> shape (None unless concrete), element type, numel and bytes."""
+    out: dict[str, _Tensor] = {}
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
         t = vi.type.tensor_type
         shape = None
         if t.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
-            shape = tuple(dims) if all(d >= 0 for d in dims) else None
-        out[vi.name] = (shape, t.elem_type)
+            shape = tuple(d.dim_value for d in t.shape.dim)
+            # a 0 is either a symbolic / unknown dim or a real empty dim: check (rare path)
+            if not all(shape) and not all(d.HasField("dim_value") for d in t.shape.dim):
+                shape = None
+        out[vi.name] = _tensor(shape, t.elem_type)
     for init in graph.initializer:
-        out[init.name] = (tuple(init.dims), init.data_type)
+        out[init.name] = _tensor(tuple(init.dims), init.data_type)
     return out
 
 
-def _node_order(graph: onnx.GraphProto, sources: set[str]) -> tuple[list[int], dict[str, int]]:
+class _Node(NamedTuple):
+    op_type: str
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    proto: onnx.NodeProto
+
+
+def _node_order(nodes: list[_Node], sources: set[str]) -> tuple[list[int], dict[str, int]]:
     """Topological order of all nodes and the producer of every tensor."""
-    nodes = graph.node
     producer: dict[str, int] = {}
     for i, node in enumerate(nodes):
-        for t in node.output:
+        for t in node.outputs:
             if t:
                 producer[t] = i
     deps = []
     for i, node in enumerate(nodes):
-        for t in node.input:
+        for t in node.inputs:
             if not t or t in sources:
                 continue
-            if t not in producer:
+            p = producer.get(t)
+            if p is None:
                 raise ConversionError(
                     f"node '{node.name or i}' ({node.op_type}) reads tensor '{t}' that no node "
                     "produces and that is not a graph input or initializer")
-            deps.append((producer[t], i))
+            deps.append((p, i))
     try:
         order = topological_order(len(nodes), np.asarray(deps, np.int64).reshape(-1, 2))
     except CycleError as e:
@@ -192,17 +217,20 @@ def data_input_names(model: onnx.ModelProto) -> list[str]:
     return [i.name for i in model.graph.input if i.name not in inits]
 
 
-def _shape_fields(row: np.ndarray, prefix: str, shape: tuple[int, ...] | None) -> None:
+_IN_SHAPE = _CFG["in_rank"]  # in_rank, in_d0..in_d3 are consecutive, and so are the out_*
+_OUT_SHAPE = _CFG["out_rank"]
+assert CONFIG_FIELDS[_IN_SHAPE:_IN_SHAPE + 5] == ("in_rank", "in_d0", "in_d1", "in_d2", "in_d3")
+assert CONFIG_FIELDS[_OUT_SHAPE:_OUT_SHAPE + 5] == ("out_rank", "out_d0", "out_d1", "out_d2",
+                                                    "out_d3")
+_DEFAULT_ROW = _DEFAULTS.tolist()
+
+
+def _shape_fields(shape: tuple[int, ...]) -> list[int]:
     """Rank and the last 4 dims, right-aligned; leading dims fold into the first slot."""
-    if shape is None:
-        return
-    row[_CFG[prefix + "_rank"]] = len(shape)
     dims = list(shape)
     if len(dims) > 4:
         dims = [math.prod(dims[:-3])] + dims[-3:]
-    dims = [1] * (4 - len(dims)) + dims
-    for j, d in enumerate(dims):
-        row[_CFG[f"{prefix}_d{j}"]] = d
+    return [len(shape)] + [1] * (4 - len(dims)) + dims
 
 
 def to_sequence(model: onnx.ModelProto, name: str = "") -> OperatorSequence:
@@ -216,13 +244,14 @@ def to_sequence(model: onnx.ModelProto, name: str = "") -> OperatorSequence:
     if len(graph.node) == 0:
         raise ConversionError(f"model '{name or graph.name}': the graph is empty (no nodes)")
     types = _tensor_types(graph)
+    nodes = [_Node(n.op_type, n.name, list(n.input), list(n.output), n) for n in graph.node]
     data_inputs = set(data_input_names(model))
     graph_inputs = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    params = {t for t in graph_inputs - data_inputs if types.get(t, (None, 0))[1] in
+    params = {t for t in graph_inputs - data_inputs if t in types and types[t].elem_type in
               (1, 10, 11, 16)}  # float, float16, double, bfloat16
-    order, producer = _node_order(graph, graph_inputs)
+    order, producer = _node_order(nodes, graph_inputs)
 
-    is_data = {t: True for t in data_inputs | params}
+    is_data = dict.fromkeys(data_inputs | params, True)
     alias: dict[str, str] = {}
     seq_index: dict[int, int] = {}
     rows, loads, ids, names, edges = [], [], [], [], []
@@ -230,57 +259,58 @@ def to_sequence(model: onnx.ModelProto, name: str = "") -> OperatorSequence:
     used_params: set[str] = set()
     dropped = 0
     for i in order:
-        node = graph.node[i]
-        inputs = [alias.get(t, t) for t in node.input]
+        node = nodes[i]
+        inputs = [alias.get(t, t) for t in node.inputs] if alias else node.inputs
         data = node.op_type not in _SHAPE_OPS and any(is_data.get(t, False) for t in inputs)
-        for t in node.output:
+        for t in node.outputs:
             is_data[t] = data
         if not data:
             dropped += 1
             continue
         if node.op_type == "Identity":
-            alias[node.output[0]] = inputs[0]
+            alias[node.outputs[0]] = inputs[0]
             continue
         j = len(ids)
         seq_index[i] = j
-        row, load = _operator_features(node, inputs, types, params, unknown)
+        row, load, node_params = _operator_features(node, inputs, types, params, unknown)
         rows.append(row)
         loads.append(load)
         ids.append(op_id(node.op_type))
         names.append(node.name or f"{node.op_type}_{i}")
-        state = STATE_INPUTS.get(node.op_type, ())
-        used_params.update(t for k, t in enumerate(inputs) if t in params and k not in state)
-        for t in set(inputs):
+        used_params.update(node_params)
+        for t in inputs:
             p = producer.get(t)
-            if p is not None and p in seq_index:
-                edges.append((seq_index[p], j))
+            if p is not None:
+                p = seq_index.get(p)
+                if p is not None:
+                    edges.append((p, j))
     if not ids:
         raise ConversionError(f"model '{name or graph.name}': no operator depends on the "
                               "inputs (only constants and shape computations)")
     meta = dict(
         format_version=FORMAT_VERSION, vocab_version=VOCAB_VERSION,
-        inputs={t: list(types[t][0] or []) for t in sorted(data_inputs) if t in types},
-        params=int(sum(numel(types[t][0]) for t in used_params)),
+        inputs={t: list(types[t].shape or []) for t in sorted(data_inputs) if t in types},
+        params=int(sum(types[t].numel for t in used_params)),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
     )
+    edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(
         name=name or graph.name, op_type=np.asarray(ids, np.int32),
-        config=np.stack(rows).astype(np.float32), load=np.stack(loads).astype(np.float32),
-        edges=np.asarray(sorted(set(edges)), np.int32).reshape(-1, 2),
-        node_names=np.asarray(names), meta=meta)
+        config=np.asarray(rows, np.float32), load=np.asarray(loads, np.float32),
+        edges=edge_array.reshape(-1, 2), node_names=np.asarray(names), meta=meta)
 
 
-def _operator_features(node, inputs, types, params, unknown) -> tuple[np.ndarray, list]:
-    """Configuration row `[C]` and load `[L]` of one compute node."""
-    in_types = [types.get(t) if t else None for t in inputs]
-    out_types = [types.get(t) if t else None for t in node.output]
-    in_shapes = [ty[0] if ty else None for ty in in_types]
-    out_shapes = [ty[0] if ty else None for ty in out_types]
+def _operator_features(node: _Node, inputs: list[str], types: dict[str, _Tensor],
+                       params: set[str], unknown: dict[str, int]) -> tuple[list, list, list]:
+    """Configuration row `[C]`, load `[L]` and parameter tensors of one compute node."""
+    missing = _Tensor(None, 0, 0, 0)
+    ins = [types.get(t, missing) if t else missing for t in inputs]
+    outs = [types.get(t, missing) if t else missing for t in node.outputs]
     state = STATE_INPUTS.get(node.op_type, ())
-    view = NodeView(op_type=node.op_type, name=node.name,
-                    attrs={a.name: helper.get_attribute_value(a) for a in node.attribute},
-                    in_shapes=in_shapes, out_shapes=out_shapes,
-                    in_is_param=[t in params and k not in state for k, t in enumerate(inputs)])
+    is_param = [t in params and k not in state for k, t in enumerate(inputs)]
+    view = NodeView(op_type=node.op_type, name=node.name, proto=node.proto,
+                    in_shapes=[x.shape for x in ins], out_shapes=[x.shape for x in outs],
+                    in_is_param=is_param)
     handler = HANDLERS.get(node.op_type)
     if handler is None:
         unknown[node.op_type] = unknown.get(node.op_type, 0) + 1
@@ -291,28 +321,28 @@ def _operator_features(node, inputs, types, params, unknown) -> tuple[np.ndarray
         except (TypeError, IndexError, ValueError, KeyError, ZeroDivisionError) as e:
             raise ConversionError(
                 f"node '{node.name}' ({node.op_type}): cannot compute its cost from input "
-                f"shapes {in_shapes} and output shapes {out_shapes} ({type(e).__name__}: {e})"
-            ) from None
+                f"shapes {view.in_shapes} and output shapes {view.out_shapes} "
+                f"({type(e).__name__}: {e})") from None
 
-    row = _DEFAULTS.copy()
-    row[_CFG["n_inputs"]] = sum(1 for s in in_shapes if s is not None)
-    row[_CFG["n_outputs"]] = sum(1 for s in out_shapes if s is not None)
-    first_in = next((s for s in in_shapes if s is not None), None)
-    _shape_fields(row, "in", first_in)
-    _shape_fields(row, "out", out_shapes[0] if out_shapes else None)
-    row[_CFG["in_numel"]] = numel(first_in)
-    row[_CFG["out_numel"]] = numel(out_shapes[0]) if out_shapes else 0
-    elem = out_types[0][1] if out_types and out_types[0] else 1
-    row[_CFG["elem_bytes"]] = _ELEM_BYTES.get(elem, 4)
-    row[_CFG["n_param_inputs"]] = sum(view.in_is_param)
-    for key, value in (extra or {}).items():
-        row[_CFG[key]] = value
-
-    def nbytes(ty):
-        return numel(ty[0]) * _ELEM_BYTES.get(ty[1], 4) if ty and ty[0] is not None else 0
-
-    read = float(sum(nbytes(ty) for ty in in_types))
-    written = float(sum(nbytes(ty) for ty in out_types))
-    n_params = float(sum(numel(s) for s, p in zip(in_shapes, view.in_is_param) if p))
+    row = _DEFAULT_ROW.copy()
+    known_in = [x for x in ins if x.shape is not None]
+    row[0] = len(known_in)  # n_inputs
+    row[1] = sum(x.shape is not None for x in outs)  # n_outputs
+    if known_in:
+        row[_IN_SHAPE:_IN_SHAPE + 5] = _shape_fields(known_in[0].shape)
+        row[_CFG["in_numel"]] = known_in[0].numel
+    out0 = outs[0] if outs else missing
+    if out0.shape is not None:
+        row[_OUT_SHAPE:_OUT_SHAPE + 5] = _shape_fields(out0.shape)
+        row[_CFG["out_numel"]] = out0.numel
+    row[_CFG["elem_bytes"]] = _ELEM_BYTES.get(out0.elem_type, 4)
+    node_params = [t for t, p in zip(inputs, is_param) if p]
+    row[_CFG["n_param_inputs"]] = len(node_params)
+    if extra:
+        for key, value in extra.items():
+            row[_CFG[key]] = value
+    read = float(sum(x.nbytes for x in ins))
+    written = float(sum(x.nbytes for x in outs))
+    n_params = float(sum(x.numel for x, p in zip(ins, is_param) if p))
     intensity = flops / max(read + written, 1.0)
-    return row, [flops, bwd_factor * flops, read, written, n_params, intensity]
+    return row, [flops, bwd_factor * flops, read, written, n_params, intensity], node_params

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from converters.errors import ConversionError
@@ -74,6 +75,52 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_data_dir(name: str) -> str:
+    """Built datasets live outside git, under the user's cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mdot", "datasets", name)
+
+
+def cmd_dataset_timm(args: argparse.Namespace) -> int:
+    from mdot_jax.build_timm import build_timm
+
+    out = args.out or default_data_dir("timm-rtx3090")
+    try:
+        report = build_timm(args.csv, out, limit=args.limit, retry_skipped=args.retry_skipped)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    for layout, entry in report["by_layout"].items():
+        print(f"{layout}: {entry['built']}/{entry['rows']} rows built "
+              f"({entry['built_percent']:.1f}%)")
+    if report["skipped_by_reason"]:
+        print(f"skipped by reason: {report['skipped_by_reason']} (details in {out}/report.json)")
+    print(f"dataset: {out}")
+    return 0
+
+
+def cmd_dataset_info(args: argparse.Namespace) -> int:
+    from mdot_jax.data import load_dataset
+
+    try:
+        summary = load_dataset(args.dir).summary()
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    lab = summary["label_ms"]
+    print(f"{summary['path']}: {summary['num_samples']} samples, "
+          f"{summary['num_architectures']} architectures, {summary['num_families']} families")
+    print(f"devices: {', '.join(summary['devices'])}; label {lab['min']:.3g} .. "
+          f"{lab['median']:.3g} (median) .. {lab['max']:.3g} ms; batch sizes "
+          f"{summary['batch_sizes']}; input sizes {summary['input_sizes']}")
+    if summary["median_cv"] is not None:
+        print(f"noise: median CV of repeats {summary['median_cv']:.2f}%")
+    top = list(summary["families"].items())[:12]
+    print("largest families: " + ", ".join(f"{f} ({n})" for f, n in top))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mdot", description="Predict deep-learning training time before it runs.")
@@ -85,6 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the operator sequence to this .npz")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("dataset", help="build or inspect training-time datasets")
+    dsub = p.add_subparsers(dest="dataset_command", required=True)
+    q = dsub.add_parser("timm", help="build the dataset of timm's GPU training benchmarks")
+    q.add_argument("--csv", action="append", required=True,
+                   help="benchmark-train-*.csv (repeatable: nchw and nhwc)")
+    q.add_argument("--out", help="dataset directory (default: under ~/.cache/mdot/datasets)")
+    q.add_argument("--limit", type=int, help="only the first N architectures")
+    q.add_argument("--retry-skipped", action="store_true", help="retry rows skipped before")
+    q.set_defaults(func=cmd_dataset_timm)
+    q = dsub.add_parser("info", help="summary of a dataset directory")
+    q.add_argument("dir")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_dataset_info)
     return parser
 
 

@@ -1,0 +1,206 @@
+"""Builds the `timm-rtx3090` dataset from the timm project's published training benchmarks.
+
+For every CSV row: rebuild the architecture with `timm.create_model(name, pretrained=False)`
+(random weights, nothing from a hub), check its parameter count against the row (within 5%),
+export the training graph once per (architecture, image size) with a dynamic batch, convert it
+at the row's batch size, and store the sample with its label (`train_step_time`, ms per step).
+Rows that cannot be rebuilt are listed with their reason in `report.json`.
+
+Resumable: samples already in the dataset and rows already recorded as skipped are not redone
+(`retry_skipped=True` retries the latter). Incremental: each sample is appended as soon as it
+is built (see `mdot_jax.data`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import onnx
+
+from converters import ConversionError, convert, from_torch
+from mdot_jax.data import DatasetWriter, Sample, Workload
+
+PARAM_TOLERANCE = 0.05
+REPORT = "report.json"
+
+
+def read_rows(csv_path: str | Path) -> list[dict]:
+    """Rows of one benchmark CSV, with the workload fields its file name implies."""
+    path = Path(csv_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such CSV file")
+    name = path.name.lower()
+    device = (re.search(r"(rtx\d+|a100|v100|h100|t4)", name) or [None, "gpu"])[0]
+    layout = "nhwc" if "nhwc" in name else "nchw"
+    precision = "amp-fp16" if "amp" in name else "fp32"
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if rows and "train_step_time" not in rows[0]:
+        raise ValueError(f"{path}: not a timm training benchmark (no train_step_time column)")
+    for r in rows:
+        r.update(_layout=layout, _device=device, _precision=precision, _csv=path.name)
+    return rows
+
+
+def _float(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+class _Report:
+    """Skipped rows by key with their reason; written atomically after every architecture."""
+
+    def __init__(self, root: Path):
+        self.path = root / REPORT
+        old = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.skipped: dict[str, dict] = old.get("skipped", {})
+
+    def skip(self, key: str, reason: str, detail: str = "") -> None:
+        self.skipped[key] = dict(reason=reason, detail=detail[:300])
+
+    def write(self, rows: list[dict], done: set[str]) -> dict:
+        by_layout: dict[str, dict] = defaultdict(lambda: dict(rows=0, built=0))
+        for r in rows:
+            entry = by_layout[r["_layout"]]
+            entry["rows"] += 1
+            entry["built"] += _key(r) in done
+        for entry in by_layout.values():
+            entry["built_percent"] = round(100.0 * entry["built"] / max(entry["rows"], 1), 2)
+        reasons: dict[str, int] = defaultdict(int)
+        for v in self.skipped.values():
+            reasons[v["reason"]] += 1
+        report = dict(rows=len(rows), built=sum(_key(r) in done for r in rows),
+                      by_layout=dict(by_layout), skipped_by_reason=dict(reasons),
+                      skipped=dict(sorted(self.skipped.items())))
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=1))
+        tmp.replace(self.path)
+        return report
+
+
+def _key(row: dict) -> str:
+    return f"{row['_layout']}/{row['model']}"
+
+
+def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | None = None,
+               models: list[str] | None = None, retry_skipped: bool = False,
+               progress: bool = True) -> dict:
+    """Builds (or resumes) the dataset in `out`; returns the report (also in report.json).
+
+    Args:
+      csv_paths: timm `benchmark-train-*.csv` files (e.g. nchw and nhwc).
+      limit: only the first `limit` architectures (for tests and trials).
+      models: only these architectures.
+    """
+    import timm
+    import torch
+    from tqdm import tqdm
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    root = Path(out)
+    writer = DatasetWriter(root)
+    report = _Report(root)
+    rows = [r for p in csv_paths for r in read_rows(p)]
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        if models is None or r["model"] in models:
+            groups[r["model"]].append(r)
+    archs = list(groups)[:limit] if limit else list(groups)
+    rows = [r for a in archs for r in groups[a]]
+    known = set(timm.list_models())
+    onnx_dir = root / "onnx"
+    onnx_dir.mkdir(parents=True, exist_ok=True)
+
+    def todo(r):
+        return _key(r) not in writer.done and (retry_skipped or _key(r) not in report.skipped)
+
+    bar = tqdm(total=sum(map(todo, rows)), unit="row", disable=not progress,
+               desc="timm dataset", smoothing=0.05)
+    for arch in archs:
+        pending = [r for r in groups[arch] if todo(r)]
+        if not pending:
+            continue
+        for r in pending:
+            report.skipped.pop(_key(r), None)
+        _build_arch(arch, pending, known, writer, report, onnx_dir, timm, torch)
+        bar.update(len(pending))
+        report.write(rows, writer.done)
+    bar.close()
+    return report.write(rows, writer.done)
+
+
+def _build_arch(arch, rows, known, writer, report, onnx_dir, timm, torch) -> None:
+    good = []
+    for r in rows:
+        ms, bs, img = _float(r["train_step_time"]), _float(r["train_batch_size"]), \
+            _float(r["train_img_size"])
+        if not (ms > 0) or not (bs >= 1) or not (img >= 1):
+            report.skip(_key(r), "bad_row", f"time={r['train_step_time']} batch="
+                        f"{r['train_batch_size']} img={r['train_img_size']}")
+        else:
+            good.append(r)
+    if not good:
+        return
+    if arch not in known:
+        for r in good:
+            report.skip(_key(r), "unknown_model", f"{arch} is not in timm {timm.__version__}")
+        return
+    try:
+        model = timm.create_model(arch, pretrained=False)
+    except Exception as e:  # noqa: BLE001 - any build failure is a reason, not a crash
+        for r in good:
+            report.skip(_key(r), "build_failed", f"{type(e).__name__}: {e}")
+        return
+    n_params = sum(p.numel() for p in model.parameters())
+    exports: dict[int, onnx.ModelProto | ConversionError] = {}
+    for r in good:
+        expected = _float(r["param_count"]) * 1e6
+        if not abs(n_params - expected) <= PARAM_TOLERANCE * expected:
+            report.skip(_key(r), "param_mismatch",
+                        f"built {n_params / 1e6:.2f}M, row {r['param_count']}M")
+            continue
+        img, bs = int(_float(r["train_img_size"])), int(_float(r["train_batch_size"]))
+        t0 = time.perf_counter()
+        try:
+            if img not in exports:
+                exports[img] = _export(arch, model, img, onnx_dir, torch)
+            seq_key = f"{arch}-{img}-b{bs}"
+            if not writer.has_seq(seq_key):
+                seq = convert(exports[img], name=arch, batch_size=bs)
+                if seq.unknown_ops:
+                    report.skip(_key(r), "unknown_ops", json.dumps(seq.unknown_ops))
+                    continue
+                writer.save_seq(seq_key, seq)
+        except ConversionError as e:
+            report.skip(_key(r), "export_or_convert_failed", str(e))
+            continue
+        writer.append(Sample(
+            key=_key(r), arch=arch, seq_path=f"seqs/{seq_key}.npz",
+            workload=Workload(batch_size=bs, input_size=img, precision=r["_precision"],
+                              layout=r["_layout"], device=r["_device"], optimizer="sgd"),
+            label_ms=_float(r["train_step_time"]),
+            meta=dict(source=r["_csv"], param_count_m=_float(r["param_count"]),
+                      built_params=n_params, samples_per_sec=_float(
+                          r.get("train_samples_per_sec")),
+                      build_s=round(time.perf_counter() - t0, 2))))
+
+
+def _export(arch, model, img, onnx_dir, torch) -> onnx.ModelProto:
+    """The architecture's training graph at `img` px (cached on disk, batch dynamic)."""
+    path = onnx_dir / f"{arch}-{img}.onnx"
+    if path.exists():
+        return onnx.load(str(path))
+    in_chans = getattr(model, "pretrained_cfg", {}).get("input_size", (3,))[0] or 3
+    proto = from_torch(model, torch.randn(2, in_chans, img, img), input_names=["x"])
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(proto.SerializeToString())
+    tmp.replace(path)
+    return proto

@@ -1,0 +1,270 @@
+"""Training-time datasets: one on-disk format for measured labels, one loading API, splits.
+
+A dataset is a directory:
+  samples.jsonl   one JSON object per measured sample (append-only; see `Sample`)
+  seqs/KEY.npz    operator sequences (`converters.OperatorSequence`), shared by samples
+  report.json     what a builder skipped and why (builders only)
+
+Crash safety: a sequence file is written atomically (temp + rename) *before* its sample line;
+each line is appended with flush + fsync; a torn last line (crash mid-write) is dropped when
+the dataset is opened for appending, and ignored when it is read. So a kill -9 loses at most
+the sample in flight, and re-running a builder skips every key already present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from converters import OperatorSequence
+
+SAMPLES = "samples.jsonl"
+SEQS = "seqs"
+_WEIGHT_PREFIXES = ("tv", "tf", "gluon", "legacy", "ig", "ssl", "swsl", "timm", "hf")
+
+
+def family_of(arch: str) -> str:
+    """Architecture family from the name (the rule used by the leave-family-out split).
+
+    Lower-case; drop weight-source prefixes (`tv_`, `tf_`, `gluon_`, `legacy_`, ...); take the
+    first `_`/`-`/`.`-separated token; keep its letters up to the first digit; drop a trailing
+    version `v` (`mobilenetv3` -> `mobilenet`, `resnetv2` -> `resnet`).
+    Examples: resnet50d -> resnet, tf_efficientnet_b0 -> efficientnet, vit_base_patch16_224 ->
+    vit, regnety_040 -> regnety, bert-base -> bert, gpt2 -> gpt.
+    """
+    tokens = [t for t in re.split(r"[_\-./]", arch.lower()) if t]
+    while len(tokens) > 1 and tokens[0] in _WEIGHT_PREFIXES:
+        tokens = tokens[1:]
+    head = re.match(r"[a-z]*", tokens[0] if tokens else "").group(0)
+    if len(head) > 2 and head.endswith("v"):
+        head = head[:-1]
+    return head or (tokens[0] if tokens else arch)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is run besides the graph: batch size, input size, precision, device, ..."""
+
+    batch_size: int
+    input_size: int  # image side (px) or sequence length (tokens)
+    precision: str = "fp32"  # fp32 | amp-fp16 | bf16
+    layout: str = "nchw"  # nchw | nhwc
+    device: str = "cpu"
+    optimizer: str = "sgd"
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Sample:
+    """One measured training step.
+
+    Attributes:
+      key: unique id within the dataset (what resuming builders skip on).
+      arch: architecture name; `family` derives from it (`family_of`).
+      seq_path: operator sequence file, relative to the dataset directory.
+      workload: `Workload`.
+      label_ms: measured milliseconds per training iteration (median of repeats).
+      stats: repeats, times_ms, median_ms, iqr_ms, cv (percent) where measured by us.
+      meta: fingerprint of the device and software, source row, parameter count, ...
+    """
+
+    key: str
+    arch: str
+    seq_path: str
+    workload: Workload
+    label_ms: float
+    stats: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    root: Path | None = None
+
+    @property
+    def family(self) -> str:
+        return family_of(self.arch)
+
+    @cached_property
+    def seq(self) -> OperatorSequence:
+        return _load_seq(str(self.root / self.seq_path))
+
+    def to_json(self) -> dict:
+        return dict(key=self.key, arch=self.arch, seq=self.seq_path,
+                    workload=self.workload.to_json(), label_ms=self.label_ms,
+                    stats=self.stats, meta=self.meta)
+
+    @classmethod
+    def from_json(cls, d: dict, root: Path) -> "Sample":
+        return cls(key=d["key"], arch=d["arch"], seq_path=d["seq"],
+                   workload=Workload(**d["workload"]), label_ms=float(d["label_ms"]),
+                   stats=d.get("stats", {}), meta=d.get("meta", {}), root=root)
+
+
+_SEQ_CACHE: dict[str, OperatorSequence] = {}
+
+
+def _load_seq(path: str) -> OperatorSequence:
+    """Operator sequences are shared by many samples: load each file once."""
+    if path not in _SEQ_CACHE:
+        _SEQ_CACHE[path] = OperatorSequence.load_npz(path)
+    return _SEQ_CACHE[path]
+
+
+def _read_lines(path: Path) -> Iterator[dict]:
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                return  # torn last line: the sample in flight when a writer died
+            line = raw.strip()
+            if line:
+                yield json.loads(line)
+
+
+@dataclass
+class Dataset:
+    root: Path
+    samples: list[Sample]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @property
+    def archs(self) -> list[str]:
+        return sorted({s.arch for s in self.samples})
+
+    @property
+    def families(self) -> list[str]:
+        return sorted({s.family for s in self.samples})
+
+    def fingerprint(self) -> str:
+        """Hash of the sample keys and labels: identifies the data a model was trained on."""
+        h = hashlib.sha256()
+        for s in sorted(self.samples, key=lambda s: s.key):
+            h.update(f"{s.key}:{s.label_ms:.6g}\n".encode())
+        return h.hexdigest()[:16]
+
+    def summary(self) -> dict:
+        labels = np.array([s.label_ms for s in self.samples]) if self.samples else np.zeros(1)
+        cvs = [s.stats["cv"] for s in self.samples if "cv" in s.stats]
+        devices = sorted({s.workload.device for s in self.samples})
+        return dict(
+            path=str(self.root), num_samples=len(self.samples),
+            num_architectures=len(self.archs), num_families=len(self.families),
+            devices=devices,
+            label_ms=dict(min=float(labels.min()), median=float(np.median(labels)),
+                          max=float(labels.max())),
+            batch_sizes=sorted({s.workload.batch_size for s in self.samples}),
+            input_sizes=sorted({s.workload.input_size for s in self.samples}),
+            median_cv=float(np.median(cvs)) if cvs else None,
+            fingerprint=self.fingerprint(),
+            families={f: n for f, n in sorted(_count(s.family for s in self.samples).items(),
+                                              key=lambda kv: -kv[1])},
+        )
+
+
+def _count(items) -> dict:
+    out: dict = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def load_dataset(root: str | Path) -> Dataset:
+    """Reads a dataset directory (sequences are loaded lazily, once per file)."""
+    root = Path(root)
+    if not (root / SAMPLES).exists():
+        raise FileNotFoundError(f"{root}: not a dataset (no {SAMPLES})")
+    samples = [Sample.from_json(d, root) for d in _read_lines(root / SAMPLES)]
+    return Dataset(root=root, samples=samples)
+
+
+class DatasetWriter:
+    """Append-only, crash-safe writer (see the module docstring)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        (self.root / SEQS).mkdir(parents=True, exist_ok=True)
+        path = self.root / SAMPLES
+        if path.exists():  # drop a torn last line left by a crash
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                path.write_bytes(data[: data.rfind(b"\n") + 1])
+        self.done = {d["key"] for d in _read_lines(path)}
+
+    def has_seq(self, seq_key: str) -> bool:
+        return (self.root / SEQS / f"{seq_key}.npz").exists()
+
+    def save_seq(self, seq_key: str, seq: OperatorSequence) -> str:
+        rel = f"{SEQS}/{seq_key}.npz"
+        if not (self.root / rel).exists():
+            seq.save(self.root / rel)
+        return rel
+
+    def append(self, sample: Sample) -> None:
+        if sample.key in self.done:
+            raise ValueError(f"sample {sample.key!r} is already in {self.root}")
+        line = json.dumps(sample.to_json(), sort_keys=True) + "\n"
+        with open(self.root / SAMPLES, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        self.done.add(sample.key)
+
+
+# ---------------------------------------------------------------------------- splits
+Split = tuple[np.ndarray, np.ndarray]  # (train indices, test indices)
+
+
+def random_folds(ds: Dataset, k: int = 5, seed: int = 0) -> list[Split]:
+    """k-fold over samples, shuffled with `seed`."""
+    idx = np.random.default_rng(seed).permutation(len(ds))
+    return [(np.sort(np.concatenate([f for j, f in enumerate(np.array_split(idx, k)) if j != i])),
+             np.sort(part)) for i, part in enumerate(np.array_split(idx, k))]
+
+
+def family_folds(ds: Dataset, k: int = 5, seed: int = 0) -> list[Split]:
+    """Leave-family-out: families are dealt to k folds (largest first, to the emptiest fold),
+    so no family is in both the training and the test side of a fold."""
+    fams = np.array([s.family for s in ds.samples])
+    names, counts = np.unique(fams, return_counts=True)
+    rng = np.random.default_rng(seed)
+    order = sorted(range(len(names)), key=lambda i: (-counts[i], rng.random()))
+    load, assign = np.zeros(k), {}
+    for i in order:
+        j = int(np.argmin(load))
+        assign[names[i]] = j
+        load[j] += counts[i]
+    fold_of = np.array([assign[f] for f in fams])
+    return [(np.flatnonzero(fold_of != j), np.flatnonzero(fold_of == j)) for j in range(k)]
+
+
+def batch_split(ds: Dataset, test_fraction: float = 0.25) -> list[Split]:
+    """Extrapolation in batch size: samples in the top `test_fraction` of batch sizes are
+    tested, the rest train."""
+    bs = np.array([s.workload.batch_size for s in ds.samples])
+    threshold = np.quantile(bs, 1 - test_fraction)
+    test = np.flatnonzero(bs > threshold) if (bs > threshold).any() else \
+        np.flatnonzero(bs >= threshold)
+    train = np.setdiff1d(np.arange(len(ds)), test)
+    return [(train, test)]
+
+
+SPLITS = {"random": random_folds, "family": family_folds}
+
+
+def make_splits(ds: Dataset, kind: str, k: int = 5, seed: int = 0) -> list[Split]:
+    """`kind` in {random, family, batch}; `batch` gives one split (largest batch sizes test)."""
+    if kind == "batch":
+        return batch_split(ds)
+    if kind not in SPLITS:
+        raise ValueError(f"unknown split {kind!r}: choose random, family or batch")
+    return SPLITS[kind](ds, k, seed)
