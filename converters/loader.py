@@ -193,14 +193,14 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
     graph = model.graph
     shapes = _concrete_shapes(graph)
     known = {i.name for i in graph.initializer}
-    foldable, outputs = [], []
+    foldable, outputs, from_shape = [], [], set()
     for node in graph.node:
         if node.op_type in _NEVER_FOLD or node.domain not in ("", "ai.onnx"):
             continue
-        if node.op_type == "Shape":
-            ok = node.input[0] in shapes
-        else:
-            ok = all(not t or t in known for t in node.input)
+        ok = all(not t or t in known for t in node.input)
+        if not ok and node.op_type == "Shape" and node.input[0] in shapes:
+            ok = True
+            from_shape.add(id(node))
         if ok:
             foldable.append(node)
             known.update(t for t in node.output if t)
@@ -209,29 +209,67 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
         return False
     sub_nodes = []
     for node in foldable:
-        if node.op_type == "Shape":  # the input's shape is concrete: a constant
+        if id(node) in from_shape:  # the input's shape is concrete: a constant
             dims = shapes[node.input[0]]
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             dims = dims[attrs.get("start", 0):attrs.get("end", len(dims))]
             node = helper.make_node("Constant", [], [node.output[0]],
                                     value=numpy_helper.from_array(np.asarray(dims, np.int64)))
         sub_nodes.append(node)
-    sub = helper.make_model(
-        helper.make_graph(sub_nodes, "fold", [], [helper.make_tensor_value_info(t, 0, None)
-                                                   for t in outputs],
-                          initializer=list(graph.initializer)),
-        opset_imports=list(model.opset_import))
-    try:
-        values = ReferenceEvaluator(sub).run(None, {})
-    except Exception:  # noqa: BLE001 - folding is best effort; inference then reports
+    values = _evaluate(sub_nodes, graph.initializer, model.opset_import)
+    if not values:
         return False
-    folded = {id(n) for n in foldable}
+    folded = {id(n) for n, node in zip(foldable, sub_nodes) if node.output[0] in values}
     keep = [n for n in graph.node if id(n) not in folded]
     del graph.node[:]
     graph.node.extend(keep)
     graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name=t)
-                             for t, v in zip(outputs, values))
+                             for t, v in values.items())
+    del graph.value_info[:]  # stale partial shapes would override the folded values' shapes
     return True
+
+
+# Ops whose reference implementation fails on ordinary inputs (GatherElements: np.choose
+# accepts at most 64 choices).
+_NUMPY_OPS = {
+    "GatherElements": lambda data, indices, axis=0: np.take_along_axis(data, indices, axis),
+}
+
+
+def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
+    """Runs `nodes` (topologically ordered) with the ONNX reference evaluator: all at once,
+    or, if one fails, node by node, leaving out the failing nodes and what depends on them."""
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    outputs = [t for n in nodes for t in n.output if t]
+    sub = helper.make_model(
+        helper.make_graph(nodes, "fold", [], [helper.make_tensor_value_info(t, 0, None)
+                                              for t in outputs],
+                          initializer=list(initializers)), opset_imports=list(opsets))
+    try:
+        return dict(zip(outputs, ReferenceEvaluator(sub).run(None, {})))
+    except Exception:  # noqa: BLE001 - fall back to node by node below
+        pass
+    env = {i.name: numpy_helper.to_array(i) for i in initializers}
+    values = {}
+    for node in nodes:
+        if not all(not t or t in env for t in node.input):
+            continue
+        try:
+            args = [env[t] if t else None for t in node.input]
+            if node.op_type in _NUMPY_OPS:
+                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+                result = [_NUMPY_OPS[node.op_type](*args, **attrs)]
+            else:
+                result = ReferenceEvaluator(node).run(None, {t: env[t] for t in node.input
+                                                             if t})
+        except Exception:  # noqa: BLE001 - this node stays; inference reports if it matters
+            continue
+        for t, v in zip(node.output, result):
+            if t:
+                env[t] = values[t] = v
+    return values
 
 
 def convert(source: ModelSource, *, name: str = "", **dims) -> OperatorSequence:

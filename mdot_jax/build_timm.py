@@ -24,10 +24,9 @@ from pathlib import Path
 import onnx
 
 from converters import ConversionError, convert, from_torch
-from mdot_jax.data import DatasetWriter, Sample, Workload
+from mdot_jax.data import DatasetWriter, Sample, SkipLog, Workload
 
 PARAM_TOLERANCE = 0.05
-REPORT = "report.json"
 
 
 def read_rows(csv_path: str | Path) -> list[dict]:
@@ -55,35 +54,16 @@ def _float(x) -> float:
         return math.nan
 
 
-class _Report:
-    """Skipped rows by key with their reason; written atomically after every architecture."""
-
-    def __init__(self, root: Path):
-        self.path = root / REPORT
-        old = json.loads(self.path.read_text()) if self.path.exists() else {}
-        self.skipped: dict[str, dict] = old.get("skipped", {})
-
-    def skip(self, key: str, reason: str, detail: str = "") -> None:
-        self.skipped[key] = dict(reason=reason, detail=detail[:300])
-
-    def write(self, rows: list[dict], done: set[str]) -> dict:
-        by_layout: dict[str, dict] = defaultdict(lambda: dict(rows=0, built=0))
-        for r in rows:
-            entry = by_layout[r["_layout"]]
-            entry["rows"] += 1
-            entry["built"] += _key(r) in done
-        for entry in by_layout.values():
-            entry["built_percent"] = round(100.0 * entry["built"] / max(entry["rows"], 1), 2)
-        reasons: dict[str, int] = defaultdict(int)
-        for v in self.skipped.values():
-            reasons[v["reason"]] += 1
-        report = dict(rows=len(rows), built=sum(_key(r) in done for r in rows),
-                      by_layout=dict(by_layout), skipped_by_reason=dict(reasons),
-                      skipped=dict(sorted(self.skipped.items())))
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        tmp.replace(self.path)
-        return report
+def _layout_report(rows: list[dict], done: set[str]) -> dict:
+    by_layout: dict[str, dict] = defaultdict(lambda: dict(rows=0, built=0))
+    for r in rows:
+        entry = by_layout[r["_layout"]]
+        entry["rows"] += 1
+        entry["built"] += _key(r) in done
+    for entry in by_layout.values():
+        entry["built_percent"] = round(100.0 * entry["built"] / max(entry["rows"], 1), 2)
+    return dict(rows=len(rows), built=sum(_key(r) in done for r in rows),
+                by_layout=dict(by_layout))
 
 
 def _key(row: dict) -> str:
@@ -107,7 +87,7 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
     torch.set_num_threads(max(1, torch.get_num_threads()))
     root = Path(out)
     writer = DatasetWriter(root)
-    report = _Report(root)
+    report = SkipLog(root)
     rows = [r for p in csv_paths for r in read_rows(p)]
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -132,9 +112,9 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
             report.skipped.pop(_key(r), None)
         _build_arch(arch, pending, known, writer, report, onnx_dir, timm, torch)
         bar.update(len(pending))
-        report.write(rows, writer.done)
+        report.write(**_layout_report(rows, writer.done))
     bar.close()
-    return report.write(rows, writer.done)
+    return report.write(**_layout_report(rows, writer.done))
 
 
 def _build_arch(arch, rows, known, writer, report, onnx_dir, timm, torch) -> None:

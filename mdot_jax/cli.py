@@ -121,6 +121,31 @@ def cmd_dataset_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from mdot_jax.profile import Protocol, device_slug, fingerprint, profile
+
+    out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)))
+    protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
+                        budget_s=args.budget_s)
+    try:
+        report = profile(args.zoo.split(","), args.batch_sizes, args.image_sizes, out,
+                         seq_lens=args.seq_lens, threads=args.threads,
+                         models=args.models.split(",") if args.models else None,
+                         protocol=protocol)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(f"{report['samples']} samples in {out}; skipped by reason: "
+          f"{report['skipped_by_reason']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mdot", description="Predict deep-learning training time before it runs.")
@@ -146,6 +171,22 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("dir")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_dataset_info)
+
+    p = sub.add_parser("profile", help="measure training iterations of zoo models here")
+    p.add_argument("--zoo", required=True, help="comma-separated: torchvision,timm,hf")
+    p.add_argument("--models", help="only these model names (comma-separated)")
+    p.add_argument("--batch-sizes", type=_int_list, default=[2, 4, 8, 16, 32, 64])
+    p.add_argument("--image-sizes", type=_int_list, default=[64, 128, 224])
+    p.add_argument("--seq-lens", type=_int_list, default=[32, 64, 128, 256])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--max-iter-s", type=float, default=4.0,
+                   help="skip a sample whose warm-up iteration is slower")
+    p.add_argument("--budget-s", type=float, default=25.0,
+                   help="time budget of the timed repeats of one sample")
+    p.add_argument("--out", help="dataset directory (default: data/<device>-<threads>t)")
+    p.set_defaults(func=cmd_profile)
     return parser
 
 

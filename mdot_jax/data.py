@@ -27,6 +27,7 @@ import numpy as np
 from converters import OperatorSequence
 
 SAMPLES = "samples.jsonl"
+REPORT = "report.json"
 SEQS = "seqs"
 _WEIGHT_PREFIXES = ("tv", "tf", "gluon", "legacy", "ig", "ssl", "swsl", "timm", "hf")
 
@@ -218,6 +219,27 @@ class DatasetWriter:
             f.flush()
             os.fsync(f.fileno())
         self.done.add(sample.key)
+
+
+class SkipLog:
+    """What a builder skipped (key -> reason, detail), kept in `report.json` (atomic writes)."""
+
+    def __init__(self, root: str | Path):
+        self.path = Path(root) / REPORT
+        old = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.skipped: dict[str, dict] = old.get("skipped", {})
+
+    def skip(self, key: str, reason: str, detail: str = "") -> None:
+        self.skipped[key] = dict(reason=reason, detail=" ".join(str(detail).split())[:300])
+
+    def write(self, **summary) -> dict:
+        reasons = _count(v["reason"] for v in self.skipped.values())
+        report = dict(summary, skipped_by_reason=reasons, skipped=dict(sorted(
+            self.skipped.items())))
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=1))
+        tmp.replace(self.path)
+        return report
 
 
 # ---------------------------------------------------------------------------- splits

@@ -1,0 +1,357 @@
+"""`mdot profile`: measure real training iterations of zoo models on the machine at hand.
+
+Measurement protocol (also in the README):
+- one training iteration = forward (train mode) + cross-entropy loss + backward + SGD step
+  (momentum 0.9, nesterov, like timm's benchmark), fp32, synthetic inputs already in place;
+- `torch.set_num_threads(threads)` fixed and recorded; CUDA synchronised around each step;
+- `warmup` untimed iterations, then `repeats` timed ones; the label is the median, the
+  spread is stored as IQR and CV (std / mean, percent) with every raw time;
+- time budget: if one warm-up iteration takes longer than `max_iter_s` the sample is skipped
+  as `too_slow` (and so are the larger batch sizes of that architecture and size); if the
+  repeats would exceed `budget_s`, fewer are taken (never fewer than 3);
+- configurations that cannot train (BatchNorm at batch 1, an input too small for the
+  architecture, out of memory) are recorded in `report.json` with the reason, not raised;
+- every sample carries the device fingerprint (CPU/GPU model, cores, threads, torch version,
+  precision, optimizer). A dataset folder holds one device: appending from a machine with a
+  different CPU/GPU model is refused (start a new folder).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from converters import convert, from_torch
+from mdot_jax.data import DatasetWriter, Sample, SkipLog, Workload, load_dataset
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """A model the profiler can build: `build(size)` returns an nn.Module for that input size."""
+
+    name: str
+    kind: str  # "image" (size = image side) or "text" (size = sequence length)
+    build: Callable[[int], object]
+    vocab_size: int = 0  # text models: token ids are drawn below this
+
+
+# ---------------------------------------------------------------------------- zoos
+TIMM_SELECTION = (
+    "resnet18", "resnet50d", "resnext26ts", "seresnext26d_32x4d", "res2net50_26w_4s",
+    "resnest14d", "efficientnet_b0", "efficientnet_lite0", "mobilenetv3_large_100",
+    "mobilenetv2_100", "mnasnet_100", "ghostnet_100", "lcnet_050", "tinynet_a", "mixnet_s",
+    "fbnetc_100", "rexnet_100", "regnetx_004", "regnety_008", "densenet121", "dla34", "dpn68",
+    "cspresnet50", "darknet53", "repvgg_a2", "vovnet39a", "gernet_s", "selecsls42b",
+    "hrnet_w18_small", "convnext_atto", "convnextv2_atto", "edgenext_xx_small",
+    "poolformer_s12", "vit_tiny_patch16_224", "deit_tiny_patch16_224", "mixer_s16_224",
+    "resmlp_12_224", "levit_128s", "mobilevit_xs", "efficientformer_l1", "pvt_v2_b0",
+    "xcit_nano_12_p16_224", "cait_xxs24_224", "mobileone_s0", "fastvit_t8", "efficientvit_b0",
+)
+HF_CONFIGS = {  # name -> (config class, kwargs); random weights, nothing from a hub
+    "bert-tiny": ("BertConfig", dict(num_hidden_layers=2, hidden_size=128,
+                                     num_attention_heads=2, intermediate_size=512)),
+    "bert-mini": ("BertConfig", dict(num_hidden_layers=4, hidden_size=256,
+                                     num_attention_heads=4, intermediate_size=1024)),
+    "bert-small": ("BertConfig", dict(num_hidden_layers=4, hidden_size=512,
+                                      num_attention_heads=8, intermediate_size=2048)),
+    "bert-base": ("BertConfig", dict()),
+    "distilbert-base": ("DistilBertConfig", dict()),
+    "roberta-small": ("RobertaConfig", dict(num_hidden_layers=6, hidden_size=512,
+                                            num_attention_heads=8, intermediate_size=2048)),
+    "albert-base": ("AlbertConfig", dict()),
+    "electra-small": ("ElectraConfig", dict(embedding_size=128, hidden_size=256,
+                                            num_attention_heads=4, intermediate_size=1024)),
+    "gpt2-tiny": ("GPT2Config", dict(n_layer=2, n_embd=128, n_head=2)),
+    "gpt2-mini": ("GPT2Config", dict(n_layer=6, n_embd=384, n_head=6)),
+    "gpt2-small": ("GPT2Config", dict()),
+}
+
+
+def _torchvision_zoo() -> list[ZooModel]:
+    import torchvision
+
+    def make(name):
+        def build(size):
+            kwargs = dict(aux_logits=False, init_weights=False) \
+                if name in ("googlenet", "inception_v3") else {}
+            if name.startswith(("vit_", "swin", "maxvit")):
+                kwargs["image_size"] = size
+            return torchvision.models.get_model(name, **kwargs)
+        return build
+
+    return [ZooModel(n, "image", make(n))
+            for n in torchvision.models.list_models(module=torchvision.models)]
+
+
+def _timm_zoo() -> list[ZooModel]:
+    import timm
+
+    def make(name):
+        def build(size):
+            try:  # transformers fix their image size at construction
+                return timm.create_model(name, pretrained=False, img_size=size)
+            except TypeError:
+                return timm.create_model(name, pretrained=False)
+        return build
+
+    return [ZooModel(n, "image", make(n)) for n in TIMM_SELECTION]
+
+
+def _hf_zoo() -> list[ZooModel]:
+    import torch
+    import transformers
+
+    class Wrapped(torch.nn.Module):  # forward(ids) -> logits [B, 2]
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).logits
+
+    def make(name):
+        cls_name, kwargs = HF_CONFIGS[name]
+
+        def build(size):
+            config = getattr(transformers, cls_name)(**kwargs, num_labels=2)
+            config.max_position_embeddings = max(getattr(config, "max_position_embeddings",
+                                                         512), size)
+            if hasattr(config, "n_positions"):
+                config.n_positions = max(config.n_positions, size)
+            return Wrapped(transformers.AutoModelForSequenceClassification.from_config(config))
+        return build
+
+    return [ZooModel(n, "text", make(n), vocab_size=1000) for n in HF_CONFIGS]
+
+
+ZOOS = {"torchvision": _torchvision_zoo, "timm": _timm_zoo, "hf": _hf_zoo}
+
+
+def zoo_models(names: list[str]) -> list[ZooModel]:
+    out = []
+    for name in names:
+        if name not in ZOOS:
+            raise ValueError(f"unknown zoo {name!r}: choose from {sorted(ZOOS)}")
+        out += ZOOS[name]()
+    return out
+
+
+# ---------------------------------------------------------------------------- measurement
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(threads: int) -> dict:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return dict(device_model=torch.cuda.get_device_name(0) if cuda else cpu_model(),
+                device_kind="cuda" if cuda else "cpu", cores=os.cpu_count(), threads=threads,
+                torch=torch.__version__.split("+")[0], precision="fp32", optimizer="sgd",
+                affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else None, python=platform.python_version())
+
+
+def device_slug(fp: dict) -> str:
+    """Folder name for a device, e.g. `cpu-amd-epyc-2t`."""
+    model = re.sub(r"[^a-z0-9]+", "-", fp["device_model"].lower()).strip("-")
+    model = re.sub(r"-(processor|cpu|with-radeon.*)$", "", model)
+    return f"{fp['device_kind']}-{model}-{fp['threads']}t"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    warmup: int = 2
+    repeats: int = 5
+    min_repeats: int = 3
+    max_iter_s: float = 4.0  # one iteration slower than this: skip as too slow
+    budget_s: float = 25.0  # timed repeats of one sample stay within this
+
+
+def measure_step(model, x, target, protocol: Protocol, device: str) -> list[float]:
+    """Times training iterations; returns the per-iteration milliseconds of the repeats.
+
+    Raises `TooSlow` when a warm-up iteration exceeds `protocol.max_iter_s`.
+    """
+    import torch
+
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, nesterov=True)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        loss_fn(out.reshape(out.shape[0], -1), target).backward()
+        opt.step()
+
+    slowest = 0.0
+    for _ in range(protocol.warmup):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        sync()
+        slowest = time.perf_counter() - t0
+        if slowest > protocol.max_iter_s:
+            raise TooSlow(f"{slowest:.1f}s per iteration > {protocol.max_iter_s}s")
+    repeats = int(min(protocol.repeats, max(protocol.min_repeats,
+                                            protocol.budget_s // max(slowest, 1e-9))))
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+class TooSlow(RuntimeError):
+    pass
+
+
+def stats_of(times_ms: list[float]) -> dict:
+    arr = np.asarray(times_ms)
+    q75, q25 = np.percentile(arr, [75, 25])
+    return dict(repeats=len(arr), times_ms=[round(t, 3) for t in times_ms],
+                median_ms=float(np.median(arr)), iqr_ms=float(q75 - q25),
+                cv=float(100.0 * arr.std() / arr.mean()))
+
+
+def _reason(e: BaseException) -> str:
+    msg = str(e)
+    if "Expected more than 1 value per channel" in msg:
+        return "batchnorm_batch1"
+    if "out of memory" in msg.lower():
+        return "out_of_memory"
+    if re.search(r"(too small|smaller than|Output size is too small|kernel size can't be "
+                 r"greater)", msg, re.I):
+        return "input_too_small"
+    return "cannot_train"
+
+
+def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str | Path, *,
+            seq_lens: list[int] | None = None, threads: int = 2, models: list[str] | None
+            = None, protocol: Protocol = Protocol(), progress: bool = True) -> dict:
+    """Measures every (model, size, batch size) not already in `out`; returns the report.
+
+    `sizes` are image sides for image models; `seq_lens` (default `sizes`) sequence lengths
+    for text models.
+    """
+    import torch
+    from tqdm import tqdm
+
+    torch.set_num_threads(threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    fp = fingerprint(threads)
+    root = Path(out)
+    _check_same_device(root, fp)
+    writer = DatasetWriter(root)
+    report = SkipLog(root)
+    entries = [m for m in zoo_models(zoos) if models is None or m.name in models]
+    jobs = [(m, s, b) for m in entries
+            for s in (sizes if m.kind == "image" else (seq_lens or sizes))
+            for b in sorted(batch_sizes)]
+
+    def key(m, s, b):
+        return f"{m.name}/{m.kind[0]}{s}/b{b}"
+
+    todo = [j for j in jobs if key(*j) not in writer.done and key(*j) not in report.skipped]
+    bar = tqdm(total=len(todo), unit="sample", disable=not progress, desc=f"profile {device}")
+    by_model_size: dict[tuple, list[int]] = {}
+    for m, s, b in todo:
+        by_model_size.setdefault((m, s), []).append(b)
+    for (m, s), batches in by_model_size.items():
+        _profile_model_size(m, s, batches, key, writer, report, fp, device, protocol, torch, bar)
+        report.write(samples=len(writer.done), fingerprint=fp)
+    bar.close()
+    return report.write(samples=len(writer.done), fingerprint=fp)
+
+
+def _check_same_device(root: Path, fp: dict) -> None:
+    if not (root / "samples.jsonl").exists():
+        return
+    ds = load_dataset(root)
+    other = {s.meta.get("fingerprint", {}).get("device_model") for s in ds.samples}
+    other.discard(None)
+    if other and other != {fp["device_model"]}:
+        raise ValueError(f"{root} holds samples measured on {sorted(other)}, this machine is "
+                         f"{fp['device_model']!r}: profile into a new dataset folder")
+    threads = {s.meta.get("fingerprint", {}).get("threads") for s in ds.samples} - {None}
+    if threads and threads != {fp["threads"]}:
+        raise ValueError(f"{root} was measured with {sorted(threads)} threads, not "
+                         f"{fp['threads']}: use a new dataset folder")
+
+
+def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, device, protocol,
+                        torch, bar) -> None:
+    try:
+        model = m.build(size).to(device)
+        proto = _export(m, model, size, torch, device)
+    except Exception as e:  # noqa: BLE001 - recorded in report.json, not raised
+        for b in batches:
+            report.skip(key(m, size, b), "build_or_export_failed", f"{type(e).__name__}: {e}")
+        bar.update(len(batches))
+        return
+    too_slow = None
+    for b in batches:
+        k = key(m, size, b)
+        bar.set_postfix_str(k)
+        if too_slow:
+            report.skip(k, "too_slow", f"a smaller batch was already too slow ({too_slow})")
+            bar.update()
+            continue
+        try:
+            seq_key = f"{m.name}-{m.kind[0]}{size}-b{b}"
+            if not writer.has_seq(seq_key):
+                writer.save_seq(seq_key, convert(proto, name=m.name, batch_size=b))
+            x, target = _inputs(m, size, b, device, torch)
+            times = measure_step(model, x, target, protocol, device)
+        except TooSlow as e:
+            too_slow = str(e)
+            report.skip(k, "too_slow", too_slow)
+        except Exception as e:  # noqa: BLE001 - recorded in report.json, not raised
+            report.skip(k, _reason(e), f"{type(e).__name__}: {e}")
+        else:
+            st = stats_of(times)
+            writer.append(Sample(
+                key=k, arch=m.name, seq_path=f"seqs/{seq_key}.npz",
+                workload=Workload(batch_size=b, input_size=size, precision="fp32",
+                                  layout="nchw", device=device_slug(fp), optimizer="sgd"),
+                label_ms=st["median_ms"], stats=st,
+                meta=dict(fingerprint=fp, kind=m.kind,
+                          measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))))
+        finally:
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        bar.update()
+
+
+def _inputs(m: ZooModel, size: int, b: int, device: str, torch):
+    g = torch.Generator().manual_seed(0)
+    if m.kind == "text":
+        x = torch.randint(0, m.vocab_size, (b, size), generator=g)
+        target = torch.randint(0, 2, (b,), generator=g)
+    else:
+        x = torch.randn(b, 3, size, size, generator=g)
+        target = torch.randint(0, 1000, (b,), generator=g)
+    return x.to(device), target.to(device)
+
+
+def _export(m: ZooModel, model, size: int, torch, device: str):
+    x, _ = _inputs(m, size, 2, device, torch)
+    return from_torch(model, x, input_names=["input_ids" if m.kind == "text" else "x"])
