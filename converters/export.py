@@ -35,6 +35,28 @@ def _mark_data_inputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.Mode
     return model
 
 
+_SYMBOLICS_REGISTERED = False
+
+
+def _register_symbolics(torch) -> None:
+    """Decompositions for ops the TorchScript exporter lacks at our opset (aten::rms_norm)."""
+    global _SYMBOLICS_REGISTERED
+    if _SYMBOLICS_REGISTERED:
+        return
+    from torch.onnx import symbolic_helper as sh
+
+    def rms_norm(g, x, normalized_shape, weight, eps):
+        axes = list(range(-len(sh._get_const(normalized_shape, "is", "normalized_shape")), 0))
+        eps = 1e-6 if sh._is_none(eps) else sh._get_const(eps, "f", "eps")
+        mean_sq = g.op("ReduceMean", g.op("Mul", x, x), axes_i=axes, keepdims_i=1)
+        eps_t = g.op("Constant", value_t=torch.tensor(eps, dtype=torch.float32))
+        y = g.op("Div", x, g.op("Sqrt", g.op("Add", mean_sq, g.op("CastLike", eps_t, x))))
+        return y if sh._is_none(weight) else g.op("Mul", y, weight)
+
+    torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, OPSET)
+    _SYMBOLICS_REGISTERED = True
+
+
 def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] | None = None,
                dynamic_batch: bool = True, opset: int = OPSET) -> onnx.ModelProto:
     """Exports a `torch.nn.Module`'s training graph (forward in train mode) to ONNX.
@@ -47,6 +69,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     """
     import torch
 
+    _register_symbolics(torch)
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     names = list(input_names or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()

@@ -84,7 +84,9 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
     import torch
     from tqdm import tqdm
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    # Explicit attention instead of F.scaled_dot_product_attention: the TorchScript exporter
+    # cannot trace timm's fused path, and PyTorch 1.12 (the benchmark's) had no fused kernel.
+    timm.layers.set_fused_attn(False)
     root = Path(out)
     writer = DatasetWriter(root)
     report = SkipLog(root)

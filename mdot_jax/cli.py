@@ -12,10 +12,7 @@ import os
 import sys
 
 from converters.errors import ConversionError
-
-
-class UsageError(ValueError):
-    """Bad command-line input, printed as one line."""
+from mdot_jax.errors import CheckpointError, UsageError
 
 
 def _input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
@@ -146,6 +143,72 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from mdot_jax.data import load_dataset, make_splits
+    from mdot_jax.model import ModelConfig
+    from mdot_jax.train import TrainConfig
+    from mdot_jax.workflow import train_and_save
+
+    try:
+        ds = load_dataset(args.dataset)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    model_cfg = ModelConfig(**_json_arg(args.model_config))
+    train_cfg = TrainConfig(**_json_arg(args.train_config))
+    result = train_and_save(ds, args.out, split=args.split, fold=args.fold,
+                            model_cfg=model_cfg, train_cfg=train_cfg)
+    m = result["test_metrics"]
+    if m:
+        print(f"test ({args.split} split, fold {args.fold}): MAE {m['mae_ms']:.3g} ms, "
+              f"RMSE {m['rmse_ms']:.3g} ms, MAPE {m['mape']:.2f}% on {m['n']} samples")
+    print(f"checkpoint: {args.out}")
+    return 0
+
+
+def _json_arg(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"expected a JSON object, got {text!r} ({e})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"expected a JSON object, got {text!r}")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from mdot_jax.predict import Predictor
+
+    predictor = Predictor.load(args.checkpoint)
+    kw = _shape_kwargs(args)
+    if args.batch_size is None:
+        raise UsageError("--batch-size is required")
+    try:
+        p = predictor.predict(args.model, precision=args.precision, device=args.device,
+                              layout=args.layout, **kw)
+    except ValueError as e:
+        if isinstance(e, ConversionError):
+            raise
+        raise UsageError(str(e)) from None
+    out = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
+               batch_size=args.batch_size, checkpoint=str(predictor.path), num_ops=p.num_ops)
+    if args.epochs is not None or args.dataset_size is not None:
+        if args.epochs is None or args.dataset_size is None:
+            raise UsageError("--epochs and --dataset-size go together")
+        out["job_s"] = p.job_seconds(args.epochs, args.dataset_size, args.batch_size)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{args.model}: {p.iteration_ms:.4g} ms per training iteration at batch size "
+          f"{args.batch_size} on {p.device} ({p.num_ops} operators; checkpoint "
+          f"{predictor.path.name})")
+    if "job_s" in out:
+        print(f"job: {args.epochs:g} epochs x {args.dataset_size} samples = "
+              f"{out['job_s']:.4g} s ({out['job_s'] / 3600:.3g} h)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mdot", description="Predict deep-learning training time before it runs.")
@@ -187,6 +250,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time budget of the timed repeats of one sample")
     p.add_argument("--out", help="dataset directory (default: data/<device>-<threads>t)")
     p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("train", help="train MDOT on a dataset and write a checkpoint")
+    p.add_argument("--dataset", required=True, help="dataset directory")
+    p.add_argument("--split", choices=["family", "random", "batch", "none"], default="family",
+                   help="hold out one fold as the test set (none: train on everything)")
+    p.add_argument("--fold", type=int, default=0, help="which fold is the test set")
+    p.add_argument("--model-config", help='JSON overrides, e.g. \'{"d_model": 32}\'')
+    p.add_argument("--train-config", help='JSON overrides, e.g. \'{"epochs": 20}\'')
+    p.add_argument("--out", required=True, help="checkpoint directory")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("predict", help="predict the training iteration time of a model")
+    p.add_argument("model", help="path to an .onnx file (export it with converters.from_*)")
+    _add_shape_args(p)
+    p.add_argument("--checkpoint", help="shipped checkpoint name or directory "
+                                        "(default: timm-rtx3090)")
+    p.add_argument("--device", help="device to predict for (default: the checkpoint's)")
+    p.add_argument("--precision", help="fp32 | amp-fp16 | bf16 (default: the device's usual)")
+    p.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
+    p.add_argument("--epochs", type=float, help="with --dataset-size: whole-job time")
+    p.add_argument("--dataset-size", type=int, help="samples per epoch")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_predict)
     return parser
 
 
@@ -194,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConversionError, UsageError) as e:
+    except (ConversionError, UsageError, CheckpointError) as e:
         print(f"mdot: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

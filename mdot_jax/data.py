@@ -102,6 +102,15 @@ class Sample:
                     stats=self.stats, meta=self.meta)
 
     @classmethod
+    def in_memory(cls, seq: OperatorSequence, workload: Workload, label_ms: float = 1.0,
+                  key: str = "") -> "Sample":
+        """A sample whose sequence is already loaded (no file behind it), e.g. to predict."""
+        sample = cls(key=key or seq.name, arch=seq.name, seq_path="", workload=workload,
+                     label_ms=label_ms)
+        sample.__dict__["seq"] = seq  # fills the cached property
+        return sample
+
+    @classmethod
     def from_json(cls, d: dict, root: Path) -> "Sample":
         return cls(key=d["key"], arch=d["arch"], seq_path=d["seq"],
                    workload=Workload(**d["workload"]), label_ms=float(d["label_ms"]),

@@ -65,7 +65,8 @@ HF_CONFIGS = {  # name -> (config class, kwargs); random weights, nothing from a
     "distilbert-base": ("DistilBertConfig", dict()),
     "roberta-small": ("RobertaConfig", dict(num_hidden_layers=6, hidden_size=512,
                                             num_attention_heads=8, intermediate_size=2048)),
-    "albert-base": ("AlbertConfig", dict()),
+    "albert-base": ("AlbertConfig", dict(hidden_size=768, num_attention_heads=12,
+                                         intermediate_size=3072)),
     "electra-small": ("ElectraConfig", dict(embedding_size=128, hidden_size=256,
                                             num_attention_heads=4, intermediate_size=1024)),
     "gpt2-tiny": ("GPT2Config", dict(n_layer=2, n_embd=128, n_head=2)),
@@ -92,6 +93,8 @@ def _torchvision_zoo() -> list[ZooModel]:
 
 def _timm_zoo() -> list[ZooModel]:
     import timm
+
+    timm.layers.set_fused_attn(False)  # explicit attention: what runs is what is exported
 
     def make(name):
         def build(size):
@@ -120,12 +123,14 @@ def _hf_zoo() -> list[ZooModel]:
         cls_name, kwargs = HF_CONFIGS[name]
 
         def build(size):
-            config = getattr(transformers, cls_name)(**kwargs, num_labels=2)
+            config = getattr(transformers, cls_name)(**kwargs, num_labels=2, pad_token_id=0)
             config.max_position_embeddings = max(getattr(config, "max_position_embeddings",
                                                          512), size)
             if hasattr(config, "n_positions"):
                 config.n_positions = max(config.n_positions, size)
-            return Wrapped(transformers.AutoModelForSequenceClassification.from_config(config))
+            # eager attention: the measured model is the exported one (no fused SDPA kernel)
+            return Wrapped(transformers.AutoModelForSequenceClassification.from_config(
+                config, attn_implementation="eager"))
         return build
 
     return [ZooModel(n, "text", make(n), vocab_size=1000) for n in HF_CONFIGS]

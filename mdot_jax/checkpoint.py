@@ -1,0 +1,108 @@
+"""Self-describing checkpoints: Orbax weights + one JSON with everything else.
+
+A checkpoint directory holds
+  params/         the parameters (orbax StandardCheckpointer; works with 0.11.36 and 0.12.x)
+  metadata.json   format version, model config, feature config, normalisation statistics,
+                  operator vocabulary (+ version), dataset fingerprint, metrics, training info
+so `load(path)` needs nothing else. Saves are atomic: everything is written to a temporary
+sibling directory which then replaces the target in one rename.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import nnx
+
+from converters.vocab import VOCAB, VOCAB_VERSION
+from mdot_jax.errors import CheckpointError
+from mdot_jax.features import FeatureConfig, FeatureStats
+from mdot_jax.model import MDOT, ModelConfig
+from mdot_jax.train import Trained
+
+FORMAT_VERSION = 1
+METADATA = "metadata.json"
+
+
+def _checkpointer():
+    import orbax.checkpoint as ocp
+
+    return ocp.StandardCheckpointer()
+
+
+def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
+         metrics: dict | None = None, description: str = "") -> Path:
+    """Writes `trained` to `path` atomically; returns the path."""
+    path = Path(path).absolute()
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    pure = jax.tree.map(np.asarray, nnx.to_pure_dict(trained.params))
+    ckptr = _checkpointer()
+    ckptr.save(tmp / "params", pure)
+    ckptr.wait_until_finished()
+    meta = dict(
+        format_version=FORMAT_VERSION, description=description,
+        model_config=dataclasses.asdict(trained.model_cfg),
+        feature_config=dataclasses.asdict(trained.feature_cfg),
+        stats=trained.stats.to_json(), vocab=list(VOCAB), vocab_version=VOCAB_VERSION,
+        dataset=dataset or {}, metrics=metrics or {}, train=trained.info,
+        history=trained.history,
+    )
+    (tmp / METADATA).write_text(json.dumps(meta, indent=1, default=float))
+    if path.exists():
+        old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+        path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(path)
+    return path
+
+
+def read_metadata(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such checkpoint directory")
+    try:
+        meta = json.loads((path / METADATA).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: missing or corrupt {METADATA} ({e})") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format {meta.get('format_version')} is not "
+                              f"supported (this mdot-jax reads format {FORMAT_VERSION})")
+    if meta.get("vocab") != list(VOCAB)[: len(meta.get("vocab", []))] or \
+            meta.get("vocab_version", 0) > VOCAB_VERSION:
+        raise CheckpointError(f"{path}: operator vocabulary v{meta.get('vocab_version')} is "
+                              f"incompatible with this mdot-jax (v{VOCAB_VERSION})")
+    return meta
+
+
+def load(path: str | Path) -> Trained:
+    """Restores a checkpoint written by `save`."""
+    path = Path(path).absolute()
+    meta = read_metadata(path)
+    try:
+        model_cfg = ModelConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                   for k, v in meta["model_config"].items()})
+        feature_cfg = FeatureConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                       for k, v in meta["feature_config"].items()})
+        stats = FeatureStats(**meta["stats"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: incompatible checkpoint metadata ({e})") from None
+    abstract = nnx.eval_shape(lambda: MDOT(model_cfg, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract, nnx.Param)
+    try:
+        pure = _checkpointer().restore(path / "params")
+        nnx.replace_by_pure_dict(state, pure)
+    except Exception as e:  # noqa: BLE001 - orbax raises many types; report one line
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path}: cannot restore the weights ({type(e).__name__}: "
+                              f"{msg})") from None
+    state = jax.tree.map(lambda x: np.asarray(x), state)
+    return Trained(graphdef, state, model_cfg, feature_cfg, stats,
+                   meta.get("history", []), dict(meta.get("train", {}), metadata=meta))

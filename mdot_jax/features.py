@@ -1,0 +1,232 @@
+"""Host-side features: operator sequence + workload -> normalised arrays, and padded batches.
+
+Everything here is numpy with data-dependent shapes; only the padded `Batch` (bounded set of
+shapes: fixed batch size, sequence length from `buckets`) goes to the device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import shortest_path
+
+from converters import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
+from mdot_jax.data import Sample, Workload
+
+PRECISIONS = ("fp32", "amp-fp16", "bf16")
+LAYOUTS = ("nchw", "nhwc")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+GRAPH_TOTALS = ("fwd_flops", "bwd_flops", "bytes", "params", "num_ops")
+MAX_DEPTH = 511  # depth embeddings clip here
+FAR = 9  # graph-distance buckets: 0 (self) .. 8 hops, 9 = farther or unreachable
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """Which positional features to compute (host side) and how to pad."""
+
+    lap_dim: int = 8  # Laplacian eigenvectors
+    rw_dim: int = 8  # random-walk landing probabilities
+    distances: bool = False  # [T, T] graph-distance buckets for the attention bias
+    buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
+
+
+@dataclass
+class FeatureStats:
+    """Normalisation statistics, computed on the training split only (saved in checkpoints)."""
+
+    config_mean: list
+    config_std: list
+    load_mean: list
+    load_std: list
+    workload_mean: list
+    workload_std: list
+    target_mean: float
+    target_std: float
+    devices: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _slog(x: np.ndarray) -> np.ndarray:
+    """Signed log1p: keeps -1 (axis) and 0 distinct and compresses 1e12 FLOPs to ~28."""
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def graph_totals(seq: OperatorSequence) -> np.ndarray:
+    load = seq.load.astype(np.float64)
+    return np.array([load[:, 0].sum(), load[:, 1].sum(), load[:, 2].sum() + load[:, 3].sum(),
+                     seq.params, seq.num_ops])
+
+
+def workload_raw(w: Workload, seq: OperatorSequence, devices: Sequence[str]) -> np.ndarray:
+    """`[W]`: log2 batch, log2 size, log graph totals, then one-hots (precision, layout,
+    optimizer, device)."""
+    numeric = [math.log2(w.batch_size), math.log2(max(w.input_size, 1))]
+    numeric += _slog(graph_totals(seq)).tolist()
+    onehots = [float(w.precision == p) for p in PRECISIONS]
+    onehots += [float(w.layout == x) for x in LAYOUTS]
+    onehots += [float(w.optimizer == o) for o in OPTIMIZERS]
+    onehots += [float(w.device == d) for d in devices]
+    return np.asarray(numeric + onehots, np.float32)
+
+
+NUM_NUMERIC_WORKLOAD = 2 + len(GRAPH_TOTALS)
+
+
+def fit_stats(samples: Sequence[Sample]) -> FeatureStats:
+    """Mean/std of the transformed features over the (training) samples."""
+    devices = sorted({s.workload.device for s in samples})
+    seqs = {id(s.seq): s.seq for s in samples}.values()
+    cfg = np.concatenate([_slog(q.config) for q in seqs])
+    load = np.concatenate([_slog(q.load) for q in seqs])
+    wl = np.stack([workload_raw(s.workload, s.seq, devices) for s in samples])
+    y = np.log(np.array([s.label_ms for s in samples]))
+
+    def ms(a):
+        std = a.std(axis=0)
+        return a.mean(axis=0).tolist(), np.where(std > 1e-6, std, 1.0).tolist()
+
+    wl_mean, wl_std = ms(wl)
+    k = NUM_NUMERIC_WORKLOAD  # one-hots stay 0/1
+    wl_mean = wl_mean[:k] + [0.0] * (len(wl_mean) - k)
+    wl_std = wl_std[:k] + [1.0] * (len(wl_std) - k)
+    return FeatureStats(*ms(cfg), *ms(load), wl_mean, wl_std, float(y.mean()),
+                        float(y.std() or 1.0), devices)
+
+
+class SeqFeatures(NamedTuple):
+    """One sequence's device-ready features (unpadded, host numpy). N operators."""
+
+    op_type: np.ndarray  # [N] int32
+    config: np.ndarray  # [N, C] float32, normalised
+    load: np.ndarray  # [N, L] float32, normalised
+    pe: np.ndarray  # [N, P] float32: Laplacian (lap_dim) then random walk (rw_dim)
+    depth: np.ndarray  # [N, 2] int32: depth, reverse depth (clipped to MAX_DEPTH)
+    dist: np.ndarray | None  # [N, N] uint8 graph-distance buckets, or None
+
+
+def seq_features(seq: OperatorSequence, stats: FeatureStats, fc: FeatureConfig) -> SeqFeatures:
+    cfg = (_slog(seq.config) - np.asarray(stats.config_mean)) / np.asarray(stats.config_std)
+    load = (_slog(seq.load) - np.asarray(stats.load_mean)) / np.asarray(stats.load_std)
+    pe = np.concatenate([seq.positional_encoding("laplacian", fc.lap_dim),
+                         seq.positional_encoding("random_walk", fc.rw_dim)], axis=1)
+    depth = np.minimum(np.stack(seq.depths(), axis=1), MAX_DEPTH).astype(np.int32)
+    dist = distance_buckets(seq.num_ops, seq.edges) if fc.distances else None
+    return SeqFeatures(seq.op_type.astype(np.int32), cfg.astype(np.float32),
+                       load.astype(np.float32), pe, depth, dist)
+
+
+def distance_buckets(n: int, edges: np.ndarray) -> np.ndarray:
+    """`[n, n] uint8`: undirected hop distance, clipped to FAR (unreachable -> FAR)."""
+    a = sp.csr_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(n, n))
+    d = shortest_path(a, method="D", directed=False, unweighted=True, limit=FAR - 1)
+    return np.where(np.isfinite(d), d, FAR).astype(np.uint8)
+
+
+class Batch(NamedTuple):
+    """A padded device batch. B = batch size (fixed), T = bucket length.
+
+    op_type [B,T] int32 (0 = padding), config [B,T,C], load [B,T,L], pe [B,T,P] float32,
+    depth [B,T,2] int32, dist [B,T,T] uint8 (or [B,1,1] zeros when unused),
+    mask [B,T] bool (real operators), workload [B,W] float32, target [B] float32
+    (normalised log ms), weight [B] float32 (0 for padding rows).
+    """
+
+    op_type: np.ndarray
+    config: np.ndarray
+    load: np.ndarray
+    pe: np.ndarray
+    depth: np.ndarray
+    dist: np.ndarray
+    mask: np.ndarray
+    workload: np.ndarray
+    target: np.ndarray
+    weight: np.ndarray
+
+
+def bucket_length(n: int, buckets: Sequence[int]) -> int:
+    for b in buckets:
+        if n <= b:
+            return b
+    raise ValueError(f"sequence of {n} operators is longer than the largest bucket "
+                     f"{buckets[-1]}; add a bucket")
+
+
+def make_batch(feats: Sequence[SeqFeatures], workloads: np.ndarray, targets: np.ndarray,
+               batch_size: int, length: int, use_dist: bool) -> Batch:
+    """Pads `len(feats) <= batch_size` sequences to `[batch_size, length]`."""
+    k = len(feats)
+    assert k <= batch_size and workloads.shape[0] == k
+    C, L, P = feats[0].config.shape[1], feats[0].load.shape[1], feats[0].pe.shape[1]
+    T = length
+    op = np.zeros((batch_size, T), np.int32)
+    cfg = np.zeros((batch_size, T, C), np.float32)
+    load = np.zeros((batch_size, T, L), np.float32)
+    pe = np.zeros((batch_size, T, P), np.float32)
+    depth = np.zeros((batch_size, T, 2), np.int32)
+    dist = np.full((batch_size, T, T) if use_dist else (batch_size, 1, 1), FAR, np.uint8)
+    mask = np.zeros((batch_size, T), bool)
+    for i, f in enumerate(feats):
+        n = f.op_type.shape[0]
+        op[i, :n], cfg[i, :n], load[i, :n], pe[i, :n], depth[i, :n] = \
+            f.op_type, f.config, f.load, f.pe, f.depth
+        mask[i, :n] = True
+        if use_dist:
+            dist[i, :n, :n] = f.dist
+    wl = np.zeros((batch_size, workloads.shape[1]), np.float32)
+    wl[:k] = workloads
+    tgt = np.zeros(batch_size, np.float32)
+    tgt[:k] = targets
+    weight = np.zeros(batch_size, np.float32)
+    weight[:k] = 1.0
+    return Batch(op, cfg, load, pe, depth, dist, mask, wl, tgt, weight)
+
+
+class FeatureCache:
+    """Features of every sample: one `SeqFeatures` per distinct sequence, computed once."""
+
+    def __init__(self, stats: FeatureStats, fc: FeatureConfig):
+        self.stats, self.fc = stats, fc
+        self._seqs: dict[int, SeqFeatures] = {}
+
+    def seq(self, seq: OperatorSequence) -> SeqFeatures:
+        key = id(seq)
+        if key not in self._seqs:
+            self._seqs[key] = seq_features(seq, self.stats, self.fc)
+        return self._seqs[key]
+
+    def workload(self, w: Workload, seq: OperatorSequence) -> np.ndarray:
+        raw = workload_raw(w, seq, self.stats.devices)
+        return (raw - np.asarray(self.stats.workload_mean, np.float32)) / \
+            np.asarray(self.stats.workload_std, np.float32)
+
+    def target(self, label_ms: float) -> float:
+        return (math.log(label_ms) - self.stats.target_mean) / self.stats.target_std
+
+    def batches(self, samples: Sequence[Sample], batch_size: int, *, shuffle: bool = False,
+                rng: np.random.Generator | None = None):
+        """Yields `(Batch, sample indices)`: samples grouped by bucket, fixed batch size."""
+        by_bucket: dict[int, list[int]] = {}
+        for i, s in enumerate(samples):
+            by_bucket.setdefault(bucket_length(s.seq.num_ops, self.fc.buckets), []).append(i)
+        chunks = []
+        for length, idx in sorted(by_bucket.items()):
+            if shuffle:
+                idx = list(rng.permutation(idx))
+            chunks += [(length, idx[j:j + batch_size]) for j in range(0, len(idx), batch_size)]
+        if shuffle:
+            chunks = [chunks[j] for j in rng.permutation(len(chunks))]
+        for length, idx in chunks:
+            feats = [self.seq(samples[i].seq) for i in idx]
+            wl = np.stack([self.workload(samples[i].workload, samples[i].seq) for i in idx])
+            tgt = np.array([self.target(samples[i].label_ms) for i in idx], np.float32)
+            yield make_batch(feats, wl, tgt, batch_size, length, self.fc.distances), idx
+
+
+CONFIG_DIM, LOAD_DIM = len(CONFIG_FIELDS), len(LOAD_FIELDS)

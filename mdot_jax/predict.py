@@ -1,0 +1,143 @@
+"""Prediction API: `Predictor.load(checkpoint).predict(model, batch_size=...)` -> ms/iteration.
+
+Compiled once per sequence-length bucket (fixed prediction batch size), then fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence, Union
+
+import jax
+import numpy as np
+import onnx
+from flax import nnx
+
+from converters import OperatorSequence, convert
+from mdot_jax.checkpoint import CheckpointError, load
+from mdot_jax.data import Sample, Workload
+from mdot_jax.features import FeatureCache, bucket_length
+from mdot_jax.train import Trained
+
+CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
+DEFAULT_CHECKPOINT = "timm-rtx3090"
+PREDICT_BATCH = 8
+
+ModelLike = Union[str, Path, bytes, onnx.ModelProto, OperatorSequence]
+
+
+def resolve_checkpoint(name_or_dir: str | Path | None) -> Path:
+    """A shipped checkpoint name (`checkpoints/NAME`) or a directory."""
+    name_or_dir = name_or_dir or DEFAULT_CHECKPOINT
+    path = Path(name_or_dir)
+    if path.is_dir():
+        return path
+    shipped = CHECKPOINT_DIR / str(name_or_dir)
+    if shipped.is_dir():
+        return shipped
+    names = sorted(p.name for p in CHECKPOINT_DIR.iterdir() if (p / "metadata.json").exists()) \
+        if CHECKPOINT_DIR.is_dir() else []
+    raise CheckpointError(f"no checkpoint {str(name_or_dir)!r}: give a directory or one of "
+                          f"the shipped ones {names}")
+
+
+@dataclass
+class Prediction:
+    iteration_ms: float
+    device: str
+    num_ops: int
+
+    def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
+        """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
+        return self.iteration_ms * math.ceil(dataset_size / batch_size) * epochs / 1e3
+
+
+class Predictor:
+    """A trained MDOT with its feature pipeline; thread-compatible, not thread-safe."""
+
+    def __init__(self, trained: Trained, path: Path | None = None):
+        self.trained, self.path = trained, path
+        self.cache = FeatureCache(trained.stats, trained.feature_cfg)
+        graphdef, params = trained.graphdef, trained.params
+
+        @jax.jit
+        def forward(params, batch):
+            return nnx.merge(graphdef, params)(batch, train=False)[0]
+
+        self._params = params
+        self._forward = forward
+
+    @classmethod
+    def load(cls, name_or_dir: str | Path | None = None) -> "Predictor":
+        path = resolve_checkpoint(name_or_dir)
+        return cls(load(path), path)
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices this predictor was trained on (what it can predict for)."""
+        return list(self.trained.stats.devices)
+
+    @property
+    def metadata(self) -> dict:
+        return self.trained.info.get("metadata", {})
+
+    def _workload(self, batch_size: int, input_size: int, precision: str | None, layout: str,
+                  device: str | None, optimizer: str) -> Workload:
+        devices = self.devices
+        device = device or (devices[0] if len(devices) == 1 else None)
+        if device not in devices:
+            raise ValueError(f"this checkpoint predicts for {devices}, not {device!r}")
+        if precision is None:
+            precision = "amp-fp16" if device.startswith(("rtx", "a100", "v100", "h100")) \
+                else "fp32"
+        return Workload(batch_size=batch_size, input_size=input_size, precision=precision,
+                        layout=layout, device=device, optimizer=optimizer)
+
+    def sequence(self, model: ModelLike, *, batch_size: int, image_size: int | None = None,
+                 seq_len: int | None = None, input_shapes: dict | None = None
+                 ) -> OperatorSequence:
+        if isinstance(model, OperatorSequence):
+            return model
+        return convert(model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
+                       input_shapes=input_shapes)
+
+    def predict(self, model: ModelLike, *, batch_size: int, image_size: int | None = None,
+                seq_len: int | None = None, input_shapes: dict | None = None,
+                precision: str | None = None, layout: str = "nchw", device: str | None = None,
+                optimizer: str = "sgd") -> Prediction:
+        """Milliseconds per training iteration of `model` (an `.onnx` path, ModelProto or
+        OperatorSequence already at `batch_size`)."""
+        seq = self.sequence(model, batch_size=batch_size, image_size=image_size,
+                            seq_len=seq_len, input_shapes=input_shapes)
+        size = image_size or seq_len or _input_size(seq)
+        w = self._workload(batch_size, size, precision, layout, device, optimizer)
+        return self.predict_many([(seq, w)])[0]
+
+    def predict_many(self, items: Sequence[tuple[OperatorSequence, Workload]]
+                     ) -> list[Prediction]:
+        """Batch prediction for many (sequence, workload) pairs at once."""
+        samples = [Sample.in_memory(seq, w, key=str(i)) for i, (seq, w) in enumerate(items)]
+        for seq, _ in items:
+            bucket_length(seq.num_ops, self.cache.fc.buckets)  # clear error if too long
+        out = np.zeros(len(samples))
+        for batch, idx in self.cache.batches(samples, PREDICT_BATCH):
+            pred = np.asarray(self._forward(self._params, batch))[: len(idx)]
+            out[idx] = np.exp(pred * self.cache.stats.target_std + self.cache.stats.target_mean)
+        return [Prediction(float(ms), w.device, seq.num_ops)
+                for ms, (seq, w) in zip(out, items)]
+
+    def predict_job(self, model: ModelLike, *, batch_size: int, epochs: float,
+                    dataset_size: int, **kw) -> float:
+        """Seconds for `epochs` over `dataset_size` samples (iterations = ceil(size/batch))."""
+        p = self.predict(model, batch_size=batch_size, **kw)
+        return p.job_seconds(epochs, dataset_size, batch_size)
+
+
+def _input_size(seq: OperatorSequence) -> int:
+    """Image side or sequence length from the sequence's first data input."""
+    shape = next(iter(seq.meta.get("inputs", {}).values()), [1, 1])
+    if len(shape) == 4:  # NCHW, or NHWC when the channels are last
+        return int(shape[1] if shape[3] in (1, 3) and shape[1] not in (1, 3) else shape[3])
+    return int(shape[1]) if len(shape) >= 2 else 1

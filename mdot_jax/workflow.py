@@ -1,0 +1,50 @@
+"""Train on one split of a dataset, test on the held-out fold, save a checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mdot_jax import checkpoint
+from mdot_jax.data import Dataset, make_splits
+from mdot_jax.features import FeatureCache
+from mdot_jax.metrics import regression_metrics
+from mdot_jax.model import ModelConfig
+from mdot_jax.train import Trained, TrainConfig, make_mesh, make_steps, predict_samples, train
+
+
+def evaluate(trained: Trained, samples) -> tuple[np.ndarray, dict]:
+    """Predicted ms and metrics of a trained model on `samples`."""
+    import optax
+
+    cache = FeatureCache(trained.stats, trained.feature_cfg)
+    _, predict_step, _ = make_steps(trained.graphdef, optax.identity(),
+                                    trained.stats.target_std, "mse", make_mesh())
+    pred = predict_samples(predict_step, trained.params, cache, samples,
+                           trained.info.get("batch_size", 16))
+    return pred, regression_metrics(pred, [s.label_ms for s in samples])
+
+
+def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold: int = 0,
+                   folds: int = 5, model_cfg: ModelConfig = ModelConfig(),
+                   train_cfg: TrainConfig = TrainConfig(), progress: bool = True) -> dict:
+    """Trains on every fold but `fold` of `split` (or on everything with split="none"),
+    reports test metrics on `fold` and writes a self-describing checkpoint to `out`."""
+    if split == "none":
+        train_idx, test_idx = np.arange(len(ds)), np.array([], int)
+    else:
+        splits = make_splits(ds, split, folds, seed=train_cfg.seed)
+        if not 0 <= fold < len(splits):
+            raise ValueError(f"--fold {fold}: the {split} split has {len(splits)} folds")
+        train_idx, test_idx = splits[fold]
+    train_samples = [ds.samples[i] for i in train_idx]
+    test_samples = [ds.samples[i] for i in test_idx]
+    trained = train(train_samples, model_cfg, train_cfg, progress=progress)
+    metrics = evaluate(trained, test_samples)[1] if test_samples else {}
+    dataset = dict(path=str(ds.root), fingerprint=ds.fingerprint(), split=split, fold=fold,
+                   folds=folds, num_train=len(train_samples), num_test=len(test_samples),
+                   devices=sorted({s.workload.device for s in ds.samples}))
+    checkpoint.save(trained, out, dataset=dataset, metrics=metrics,
+                    description=f"MDOT trained on {ds.root.name} ({split} split, fold {fold})")
+    return dict(test_metrics=metrics, info=trained.info, dataset=dataset)

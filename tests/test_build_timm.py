@@ -1,0 +1,72 @@
+"""timm benchmark builder: real rows end to end, bad rows reported, resume after a crash."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("timm")
+from mdot_jax import build_timm as bt  # noqa: E402
+from mdot_jax.data import load_dataset  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "timm-rtx3090"
+HEADER = "model,train_samples_per_sec,train_step_time,train_batch_size,train_img_size," \
+         "param_count\n"
+
+
+def _real_rows(names):
+    csv = SHARED / "benchmark-train-amp-nchw-pt112-cu113-rtx3090.csv"
+    if not csv.exists():
+        pytest.skip("shared/datasets/timm-rtx3090 not present")
+    lines = [line for line in csv.read_text().splitlines()[1:] if line.split(",")[0] in names]
+    assert len(lines) == len(names)
+    return lines
+
+
+@pytest.fixture
+def csv_path(tmp_path):
+    rows = _real_rows(["tinynet_e", "lcnet_035"]) + [
+        "no_such_net_v9,100.0,10.0,64,224,1.0",  # unknown architecture
+        "mobilenetv3_small_050,1.0,nan,512,224,1.59",  # NaN time
+        "resnet18,1.0,10.0,512,224,99.0",  # parameter count does not match
+    ]
+    path = tmp_path / "benchmark-train-amp-nchw-pt112-cu113-rtx3090.csv"
+    path.write_text(HEADER + "\n".join(rows) + "\n")
+    return path
+
+
+def test_builder_end_to_end_with_bad_rows(csv_path, tmp_path):
+    report = bt.build_timm([csv_path], tmp_path / "ds", progress=False)
+    assert report["built"] == 2 and report["rows"] == 5
+    assert report["skipped_by_reason"] == {"unknown_model": 1, "bad_row": 1,
+                                           "param_mismatch": 1}
+    ds = load_dataset(tmp_path / "ds")
+    by_arch = {s.arch: s for s in ds.samples}
+    assert set(by_arch) == {"tinynet_e", "lcnet_035"}
+    s = by_arch["tinynet_e"]
+    assert s.label_ms == pytest.approx(50.423)
+    assert (s.workload.batch_size, s.workload.input_size, s.workload.device,
+            s.workload.precision, s.workload.layout) == (512, 106, "rtx3090", "amp-fp16", "nchw")
+    assert s.seq.meta["inputs"] == {"x": [512, 3, 106, 106]}
+    assert abs(s.seq.params - 2.04e6) / 2.04e6 < 0.05
+    on_disk = json.loads((tmp_path / "ds" / "report.json").read_text())
+    assert on_disk["skipped"]["nchw/no_such_net_v9"]["reason"] == "unknown_model"
+
+
+def test_resume_after_crash_keeps_each_sample_once(csv_path, tmp_path, monkeypatch):
+    real_convert, calls = bt.convert, []
+
+    def crash_on_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the process dies while building the second sample
+        return real_convert(*args, **kwargs)
+
+    monkeypatch.setattr(bt, "convert", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        bt.build_timm([csv_path], tmp_path / "ds", progress=False)
+    assert len(load_dataset(tmp_path / "ds")) == 1
+    monkeypatch.setattr(bt, "convert", real_convert)
+    report = bt.build_timm([csv_path], tmp_path / "ds", progress=False)
+    keys = [s.key for s in load_dataset(tmp_path / "ds").samples]
+    assert sorted(keys) == ["nchw/lcnet_035", "nchw/tinynet_e"] and report["built"] == 2

@@ -1,0 +1,128 @@
+"""MDOT model, training and checkpoints on a tiny real dataset."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from mdot_jax import checkpoint
+from mdot_jax.errors import CheckpointError
+from mdot_jax.features import FeatureCache
+from mdot_jax.model import MDOT, tiny_config
+from mdot_jax.predict import Predictor
+from mdot_jax.train import TrainConfig, train
+from flax import nnx
+
+FAST = TrainConfig(epochs=2, batch_size=8, val_fraction=0.2)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_real_dataset):
+    return train(tiny_real_dataset.samples, tiny_config(0), FAST, progress=False)
+
+
+def _first_batch(trained, samples):
+    cache = FeatureCache(trained.stats, trained.feature_cfg)
+    return next(cache.batches(samples, 8))[0]
+
+
+def test_jit_equals_eager(trained, tiny_real_dataset):
+    model = trained.model()
+    batch = _first_batch(trained, tiny_real_dataset.samples)
+    eager = model(batch)[0]
+    graphdef, params = nnx.split(model)
+    jitted = jax.jit(lambda p, b: nnx.merge(graphdef, p)(b)[0])(params, batch)
+    np.testing.assert_allclose(np.asarray(eager), np.asarray(jitted), rtol=1e-5, atol=1e-5)
+
+
+def test_train_step_compiles_once_per_bucket(trained, tiny_real_dataset):
+    cache = FeatureCache(trained.stats, trained.feature_cfg)
+    buckets = {b.op_type.shape[1] for b, _ in cache.batches(trained_samples(trained,
+                                                                            tiny_real_dataset), 8)}
+    assert trained.info["compiled_train_shapes"] == len(buckets) >= 1
+    assert trained.info["steps"] > len(buckets)  # several steps per shape, no recompiles
+
+
+def trained_samples(trained, ds):
+    return ds.samples[: trained.info["train_samples"]]
+
+
+def test_padding_does_not_change_predictions(trained, tiny_real_dataset):
+    """A sample predicts the same alone (batch padded with empty rows) or with others."""
+    cache = FeatureCache(trained.stats, trained.feature_cfg)
+    model = trained.model()
+    batch, idx = next(cache.batches(tiny_real_dataset.samples, 8))
+    assert len(idx) >= 2
+    together = np.asarray(model(batch)[0])
+    alone_batch, _ = next(cache.batches([tiny_real_dataset.samples[idx[1]]], 8))
+    assert alone_batch.op_type.shape == batch.op_type.shape and alone_batch.weight.sum() == 1
+    alone = np.asarray(model(alone_batch)[0])
+    np.testing.assert_allclose(alone[0], together[1], rtol=1e-5, atol=1e-6)
+
+
+def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
+    path = checkpoint.save(trained, tmp_path / "ckpt", dataset={"fingerprint": "x"})
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["format_version"] == 1 and meta["vocab_version"] >= 1
+    assert meta["model_config"]["d_model"] == 16 and meta["stats"]["devices"] == ["rtx3090"]
+    before = Predictor(trained)
+    after = Predictor.load(path)
+    items = [(s.seq, s.workload) for s in tiny_real_dataset.samples[:5]]
+    a = [p.iteration_ms for p in before.predict_many(items)]
+    b = [p.iteration_ms for p in after.predict_many(items)]
+    assert a == b and all(x > 0 for x in a)
+    seq, w = items[0]
+    p = after.predict(seq, batch_size=w.batch_size, layout=w.layout)
+    assert p.iteration_ms == pytest.approx(a[0]) and p.device == "rtx3090"
+    job = after.predict_job(seq, batch_size=w.batch_size, epochs=2, dataset_size=1000)
+    iterations = -(-1000 // w.batch_size)  # ceil: a last partial batch is an iteration too
+    assert job == pytest.approx(p.iteration_ms * iterations * 2 / 1000)
+
+
+def test_bad_checkpoints_are_clear(tmp_path, trained):
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        checkpoint.load(tmp_path / "missing")
+    path = checkpoint.save(trained, tmp_path / "c")
+    (path / "metadata.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        checkpoint.load(path)
+    path = checkpoint.save(trained, tmp_path / "d")
+    meta = json.loads((path / "metadata.json").read_text())
+    (path / "metadata.json").write_text(json.dumps(dict(meta, format_version=99)))
+    with pytest.raises(CheckpointError, match="format 99"):
+        checkpoint.load(path)
+    path = checkpoint.save(trained, tmp_path / "e")
+    for f in (path / "params").rglob("*"):
+        if f.is_file():
+            f.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="cannot restore"):
+        checkpoint.load(path)
+
+
+DATA_PARALLEL = r"""
+import json, sys
+import jax
+from mdot_jax.data import load_dataset
+from mdot_jax.model import tiny_config
+from mdot_jax.train import TrainConfig, train
+ds = load_dataset(sys.argv[1])
+t = train(ds.samples, tiny_config(0), TrainConfig(epochs=1, batch_size=6), progress=False)
+print(json.dumps(dict(devices=jax.device_count(), info_devices=t.info["devices"],
+                      batch=t.info["batch_size"], mape=t.info["best_val_mape"])))
+"""
+
+
+def test_data_parallel_on_several_host_devices(tiny_real_dataset):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", DATA_PARALLEL, str(tiny_real_dataset.root)],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["devices"] == result["info_devices"] == 4
+    assert result["batch"] == 8  # rounded up to a multiple of the devices
+    assert np.isfinite(result["mape"])

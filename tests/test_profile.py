@@ -1,0 +1,49 @@
+"""Profiler: a tiny model measured end to end on the CPU, failures recorded, device guard."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torchvision")
+from mdot_jax.data import load_dataset  # noqa: E402
+from mdot_jax.profile import Protocol, device_slug, fingerprint, profile, stats_of  # noqa: E402
+
+FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0)
+
+
+def test_profile_tiny_model_end_to_end(tmp_path):
+    out = tmp_path / "cpu"
+    report = profile(["torchvision"], [1, 2], [32], out, threads=1, progress=False,
+                     models=["mobilenet_v3_small"], protocol=FAST)
+    # batch 1 cannot train (BatchNorm over a 1x1 map of one sample): recorded, not raised
+    assert report["skipped_by_reason"] == {"batchnorm_batch1": 1}
+    [s] = load_dataset(out).samples
+    assert s.key == "mobilenet_v3_small/i32/b2" and s.label_ms > 0
+    assert s.stats["repeats"] == 3 and len(s.stats["times_ms"]) == 3
+    assert s.stats["iqr_ms"] >= 0 and s.stats["cv"] >= 0
+    fp = s.meta["fingerprint"]
+    assert fp["threads"] == 1 and fp["device_model"] and fp["torch"] and fp["optimizer"] == "sgd"
+    assert s.workload.device == device_slug(fp)
+    assert s.seq.meta["inputs"] == {"x": [2, 3, 32, 32]}
+    # a re-run measures nothing again
+    again = profile(["torchvision"], [1, 2], [32], out, threads=1, progress=False,
+                    models=["mobilenet_v3_small"], protocol=FAST)
+    assert again["samples"] == 1 and len(load_dataset(out)) == 1
+
+
+def test_profile_refuses_to_mix_devices(tmp_path):
+    out = tmp_path / "cpu"
+    out.mkdir()
+    fp = dict(fingerprint(1), device_model="Some Other CPU")
+    sample = dict(key="k", arch="a", seq="seqs/x.npz", label_ms=1.0,
+                  workload=dict(batch_size=1, input_size=1), meta=dict(fingerprint=fp))
+    (out / "samples.jsonl").write_text(json.dumps(sample) + "\n")
+    with pytest.raises(ValueError, match="new dataset folder"):
+        profile(["torchvision"], [2], [32], out, threads=1, progress=False,
+                models=["mobilenet_v3_small"], protocol=FAST)
+
+
+def test_stats_golden():
+    st = stats_of([10.0, 12.0, 14.0])
+    assert st["median_ms"] == 12.0 and st["iqr_ms"] == 2.0
+    assert st["cv"] == pytest.approx(100 * (8 / 3) ** 0.5 / 12)

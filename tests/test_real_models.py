@@ -1,0 +1,97 @@
+"""Real architectures (random weights) through export -> load -> operator sequence.
+
+These take seconds each; together about ten minutes on two CPU cores.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+timm = pytest.importorskip("timm")
+
+from converters import VOCAB, convert, from_torch  # noqa: E402
+from converters.vocab import UNK_ID  # noqa: E402
+
+# Every torchvision classification model converts (googlenet and inception_v3 are built
+# without their auxiliary heads, as a training job that uses them would still be measured
+# on the main graph; swin/vit/maxvit at their native 224 px).
+TORCHVISION_MODELS = sorted(torchvision.models.list_models(module=torchvision.models))
+# A fixed sample of 100 timm architectures (every 1/100th of timm.list_models()) and how many
+# of them converted cleanly (no exception, no <unk>) when this was written; the test fails if
+# fewer do now.
+TIMM_SAMPLE_CLEAN = 97
+
+
+def _torchvision(name):
+    kwargs = dict(aux_logits=False, init_weights=False) \
+        if name in ("googlenet", "inception_v3") else {}
+    return torchvision.models.get_model(name, **kwargs)
+
+
+def _convert_torch(model, size, batch=2):
+    proto = from_torch(model, torch.randn(2, 3, size, size), input_names=["x"])
+    return convert(proto, batch_size=batch)
+
+
+def test_resnet50_flops_params_and_batchnorm():
+    seq = _convert_torch(torchvision.models.resnet50(), 224, batch=1)
+    counts = seq.op_type_counts()
+    assert counts["BatchNormalization"] == 53 and counts["Conv"] == 53
+    # published: 4.1 GMACs = 8.2 GFLOPs per 224x224 image
+    assert abs(seq.flops - 8.2e9) / 8.2e9 < 0.03, seq.flops
+    assert seq.params == 25_557_032
+    # the training graph keeps batch statistics
+    bn = np.flatnonzero(seq.op_type == VOCAB.index("BatchNormalization"))
+    from converters import CONFIG_FIELDS
+    assert (seq.config[bn, CONFIG_FIELDS.index("training_mode")] == 1).all()
+    # one export, any batch size: FLOPs scale linearly
+    assert _convert_torch(torchvision.models.resnet50(), 224, batch=8).flops == \
+        pytest.approx(8 * seq.flops, rel=1e-6)
+
+
+def test_weight_free_export_is_small():
+    proto = from_torch(timm.create_model("vit_base_patch16_224"), torch.randn(2, 3, 224, 224))
+    assert len(proto.SerializeToString()) < 2_000_000  # weights would be 330 MB
+
+
+@pytest.mark.parametrize("name", ["vit_base_patch16_224", "efficientnet_b0",
+                                  "deit_tiny_patch16_224", "tf_efficientnet_b0"])
+def test_timm_vit_and_efficientnet_have_no_unknown_ops(name):
+    timm.layers.set_fused_attn(False)
+    model = timm.create_model(name)
+    seq = _convert_torch(model, model.pretrained_cfg["input_size"][-1])
+    assert seq.unknown_ops == {} and UNK_ID not in seq.op_type
+    assert abs(seq.params - sum(p.numel() for p in model.parameters())) < 1e-3 * seq.params
+
+
+@pytest.mark.parametrize("name", TORCHVISION_MODELS)
+def test_every_torchvision_classifier_converts(name):
+    model = _torchvision(name)
+    size = 299 if name == "inception_v3" else 224
+    seq = _convert_torch(model, size)
+    assert seq.unknown_ops == {} and seq.flops > 0
+    assert seq.params == sum(p.numel() for p in model.parameters())
+
+
+def test_timm_sample_of_100():
+    timm.layers.set_fused_attn(False)
+    names = timm.list_models()
+    sample = [names[int(i * len(names) / 100)] for i in range(100)]
+    clean, failures = 0, {}
+    for name in sample:
+        try:
+            model = timm.create_model(name)
+            size = model.pretrained_cfg.get("input_size", (3, 224, 224))
+            proto = from_torch(model, torch.randn(2, *size), input_names=["x"])
+            seq = convert(proto, batch_size=2)
+            if seq.unknown_ops:
+                failures[name] = f"unknown ops {seq.unknown_ops}"
+            else:
+                clean += 1
+        except Exception as e:  # noqa: BLE001 - counted and shown
+            failures[name] = str(e)[:120]
+        finally:
+            model = None
+    print(f"timm sample: {clean}/100 clean; failures: {failures}")
+    assert clean >= TIMM_SAMPLE_CLEAN, failures
