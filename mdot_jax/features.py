@@ -158,6 +158,12 @@ def bucket_length(n: int, buckets: Sequence[int]) -> int:
                      f"{buckets[-1]}; add a bucket")
 
 
+def bucket_batch_size(length: int, tokens: int, multiple: int = 1) -> int:
+    """Batch size of a bucket: about `tokens` operators per batch (so long sequences come in
+    small batches), a multiple of `multiple` (the device count), at least `multiple`."""
+    return max(multiple, (tokens // length) // multiple * multiple)
+
+
 def make_batch(feats: Sequence[SeqFeatures], workloads: np.ndarray, targets: np.ndarray,
                batch_size: int, length: int, use_dist: bool) -> Batch:
     """Pads `len(feats) <= batch_size` sequences to `[batch_size, length]`."""
@@ -209,9 +215,10 @@ class FeatureCache:
     def target(self, label_ms: float) -> float:
         return (math.log(label_ms) - self.stats.target_mean) / self.stats.target_std
 
-    def batches(self, samples: Sequence[Sample], batch_size: int, *, shuffle: bool = False,
-                rng: np.random.Generator | None = None):
-        """Yields `(Batch, sample indices)`: samples grouped by bucket, fixed batch size."""
+    def batches(self, samples: Sequence[Sample], tokens: int, *, multiple: int = 1,
+                shuffle: bool = False, rng: np.random.Generator | None = None):
+        """Yields `(Batch, sample indices)`: samples grouped by bucket length T, each bucket
+        with its fixed batch size `bucket_batch_size(T, tokens, multiple)`."""
         by_bucket: dict[int, list[int]] = {}
         for i, s in enumerate(samples):
             by_bucket.setdefault(bucket_length(s.seq.num_ops, self.fc.buckets), []).append(i)
@@ -219,14 +226,16 @@ class FeatureCache:
         for length, idx in sorted(by_bucket.items()):
             if shuffle:
                 idx = list(rng.permutation(idx))
-            chunks += [(length, idx[j:j + batch_size]) for j in range(0, len(idx), batch_size)]
+            bs = bucket_batch_size(length, tokens, multiple)
+            chunks += [(length, idx[j:j + bs]) for j in range(0, len(idx), bs)]
         if shuffle:
             chunks = [chunks[j] for j in rng.permutation(len(chunks))]
         for length, idx in chunks:
             feats = [self.seq(samples[i].seq) for i in idx]
             wl = np.stack([self.workload(samples[i].workload, samples[i].seq) for i in idx])
             tgt = np.array([self.target(samples[i].label_ms) for i in idx], np.float32)
-            yield make_batch(feats, wl, tgt, batch_size, length, self.fc.distances), idx
+            bs = bucket_batch_size(length, tokens, multiple)
+            yield make_batch(feats, wl, tgt, bs, length, self.fc.distances), idx
 
 
 CONFIG_DIM, LOAD_DIM = len(CONFIG_FIELDS), len(LOAD_FIELDS)

@@ -27,7 +27,7 @@ class ModelConfig:
     lap_dim: int = 8
     rw_dim: int = 8
     workload_dim: int = 0  # set from the data
-    d_model: int = 64
+    d_model: int = 32
     n_heads: int = 4
     n_layers: int = 2
     mlp_ratio: int = 2

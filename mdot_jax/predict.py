@@ -23,7 +23,7 @@ from mdot_jax.train import Trained
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_CHECKPOINT = "timm-rtx3090"
-PREDICT_BATCH = 8
+PREDICT_TOKENS = 4096
 
 ModelLike = Union[str, Path, bytes, onnx.ModelProto, OperatorSequence]
 
@@ -122,7 +122,7 @@ class Predictor:
         for seq, _ in items:
             bucket_length(seq.num_ops, self.cache.fc.buckets)  # clear error if too long
         out = np.zeros(len(samples))
-        for batch, idx in self.cache.batches(samples, PREDICT_BATCH):
+        for batch, idx in self.cache.batches(samples, PREDICT_TOKENS):
             pred = np.asarray(self._forward(self._params, batch))[: len(idx)]
             out[idx] = np.exp(pred * self.cache.stats.target_std + self.cache.stats.target_mean)
         return [Prediction(float(ms), w.device, seq.num_ops)

@@ -28,13 +28,13 @@ from mdot_jax.model import MDOT, ModelConfig
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = 16
-    epochs: int = 60
+    tokens_per_batch: int = 4096  # operators per batch; batch size = tokens // bucket length
+    epochs: int = 30
     lr: float = 1e-3
     weight_decay: float = 1e-4
     warmup_frac: float = 0.05
     clip_norm: float = 1.0
-    patience: int = 12  # epochs without validation improvement before stopping
+    patience: int = 6  # epochs without validation improvement before stopping
     val_fraction: float = 0.1  # of the training samples, held out for early stopping
     loss: str = "mse"  # mse (on log time) | relative (|pred/true - 1|)
     seed: int = 0
@@ -97,10 +97,10 @@ def make_steps(graphdef, tx, target_std: float, loss_kind: str, mesh: Mesh):
 
 
 def predict_samples(predict_step, params, cache: FeatureCache, samples: Sequence[Sample],
-                    batch_size: int) -> np.ndarray:
+                    tokens: int = 4096) -> np.ndarray:
     """Predicted milliseconds for `samples` (in their order)."""
     out = np.zeros(len(samples))
-    for batch, idx in cache.batches(samples, batch_size):
+    for batch, idx in cache.batches(samples, tokens, multiple=jax.device_count()):
         pred = np.asarray(predict_step(params, batch))[: len(idx)]
         out[idx] = np.exp(pred * cache.stats.target_std + cache.stats.target_mean)
     return out
@@ -131,13 +131,15 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     stats = fit_stats(samples)
     cache = FeatureCache(stats, feature_cfg)
     n_dev = jax.device_count()
-    bs = int(math.ceil(train_cfg.batch_size / n_dev) * n_dev)  # divisible by the devices
-    probe = next(cache.batches(samples[:1], bs))[0]
+    tokens = train_cfg.tokens_per_batch
+    probe = next(cache.batches(samples[:1], tokens, multiple=n_dev))[0]
     model_cfg = model_cfg.replace(workload_dim=probe.workload.shape[1])
     model = MDOT(model_cfg, rngs=nnx.Rngs(train_cfg.seed))
     graphdef, params = nnx.split(model, nnx.Param)
 
-    steps_per_epoch = sum(1 for _ in cache.batches(samples, bs))
+    batch_sizes = {b.op_type.shape[1]: b.op_type.shape[0]
+                   for b, _ in cache.batches(samples, tokens, multiple=n_dev)}
+    steps_per_epoch = sum(1 for _ in cache.batches(samples, tokens, multiple=n_dev))
     total = max(1, steps_per_epoch * train_cfg.epochs)
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, train_cfg.lr, max(1, int(train_cfg.warmup_frac * total)), total, train_cfg.lr * 0.01)
@@ -158,7 +160,7 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     bar = tqdm(range(train_cfg.epochs), desc="train", unit="epoch", disable=not progress)
     for epoch in bar:
         losses = []
-        for batch, _ in cache.batches(samples, bs, shuffle=True, rng=rng):
+        for batch, _ in cache.batches(samples, tokens, multiple=n_dev, shuffle=True, rng=rng):
             params, opt_state, loss = train_step(params, opt_state, batch,
                                                  jax.random.fold_in(key, step))
             losses.append(loss)
@@ -167,7 +169,7 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
         row = dict(epoch=epoch, step=step, train_loss=train_loss,
                    seconds=round(time.perf_counter() - t0, 1))
         if val_samples:
-            pred = predict_samples(predict_step, params, cache, val_samples, bs)
+            pred = predict_samples(predict_step, params, cache, val_samples, tokens)
             row.update({f"val_{k}": v for k, v in regression_metrics(pred, val_true).items()})
             score = row["val_mape"]
         else:
@@ -189,6 +191,7 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     info = dict(train_samples=len(samples), val_samples=len(val_samples), steps=step,
                 seconds=round(elapsed, 1), steps_per_s=round(step / max(elapsed, 1e-9), 2),
                 best_val_mape=best if val_samples else None, devices=n_dev,
-                compiled_train_shapes=traces["train"], batch_size=bs,
+                compiled_train_shapes=traces["train"], tokens_per_batch=tokens,
+                batch_size_by_length={str(k): v for k, v in sorted(batch_sizes.items())},
                 train_config=dataclasses.asdict(train_cfg))
     return Trained(graphdef, best_params, model_cfg, feature_cfg, stats, history, info)

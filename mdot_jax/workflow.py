@@ -21,8 +21,7 @@ def evaluate(trained: Trained, samples) -> tuple[np.ndarray, dict]:
     cache = FeatureCache(trained.stats, trained.feature_cfg)
     _, predict_step, _ = make_steps(trained.graphdef, optax.identity(),
                                     trained.stats.target_std, "mse", make_mesh())
-    pred = predict_samples(predict_step, trained.params, cache, samples,
-                           trained.info.get("batch_size", 16))
+    pred = predict_samples(predict_step, trained.params, cache, samples)
     return pred, regression_metrics(pred, [s.label_ms for s in samples])
 
 

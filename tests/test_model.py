@@ -17,7 +17,7 @@ from mdot_jax.predict import Predictor
 from mdot_jax.train import TrainConfig, train
 from flax import nnx
 
-FAST = TrainConfig(epochs=2, batch_size=8, val_fraction=0.2)
+FAST = TrainConfig(epochs=2, tokens_per_batch=2048, val_fraction=0.2)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def trained(tiny_real_dataset):
 
 def _first_batch(trained, samples):
     cache = FeatureCache(trained.stats, trained.feature_cfg)
-    return next(cache.batches(samples, 8))[0]
+    return next(cache.batches(samples, 2048))[0]
 
 
 def test_jit_equals_eager(trained, tiny_real_dataset):
@@ -41,8 +41,8 @@ def test_jit_equals_eager(trained, tiny_real_dataset):
 
 def test_train_step_compiles_once_per_bucket(trained, tiny_real_dataset):
     cache = FeatureCache(trained.stats, trained.feature_cfg)
-    buckets = {b.op_type.shape[1] for b, _ in cache.batches(trained_samples(trained,
-                                                                            tiny_real_dataset), 8)}
+    buckets = {b.op_type.shape[1] for b, _ in cache.batches(
+        trained_samples(trained, tiny_real_dataset), 2048)}
     assert trained.info["compiled_train_shapes"] == len(buckets) >= 1
     assert trained.info["steps"] > len(buckets)  # several steps per shape, no recompiles
 
@@ -55,10 +55,10 @@ def test_padding_does_not_change_predictions(trained, tiny_real_dataset):
     """A sample predicts the same alone (batch padded with empty rows) or with others."""
     cache = FeatureCache(trained.stats, trained.feature_cfg)
     model = trained.model()
-    batch, idx = next(cache.batches(tiny_real_dataset.samples, 8))
+    batch, idx = next(cache.batches(tiny_real_dataset.samples, 2048))
     assert len(idx) >= 2
     together = np.asarray(model(batch)[0])
-    alone_batch, _ = next(cache.batches([tiny_real_dataset.samples[idx[1]]], 8))
+    alone_batch, _ = next(cache.batches([tiny_real_dataset.samples[idx[1]]], 2048))
     assert alone_batch.op_type.shape == batch.op_type.shape and alone_batch.weight.sum() == 1
     alone = np.asarray(model(alone_batch)[0])
     np.testing.assert_allclose(alone[0], together[1], rtol=1e-5, atol=1e-6)
@@ -110,9 +110,9 @@ from mdot_jax.data import load_dataset
 from mdot_jax.model import tiny_config
 from mdot_jax.train import TrainConfig, train
 ds = load_dataset(sys.argv[1])
-t = train(ds.samples, tiny_config(0), TrainConfig(epochs=1, batch_size=6), progress=False)
+t = train(ds.samples, tiny_config(0), TrainConfig(epochs=1, tokens_per_batch=1536), progress=False)
 print(json.dumps(dict(devices=jax.device_count(), info_devices=t.info["devices"],
-                      batch=t.info["batch_size"], mape=t.info["best_val_mape"])))
+                      batch_sizes=t.info["batch_size_by_length"], mape=t.info["best_val_mape"])))
 """
 
 
@@ -124,5 +124,6 @@ def test_data_parallel_on_several_host_devices(tiny_real_dataset):
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["devices"] == result["info_devices"] == 4
-    assert result["batch"] == 8  # rounded up to a multiple of the devices
+    sizes = list(result["batch_sizes"].values())
+    assert sizes and all(b % 4 == 0 for b in sizes)  # batches split evenly over the devices
     assert np.isfinite(result["mape"])
