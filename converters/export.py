@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import onnx
 
 from converters.errors import ConversionError
-from converters.sequence import DATA_INPUTS_KEY
+from converters.sequence import DATA_INPUTS_KEY, PARAMS_KEY
 
 OPSET = 17
 
@@ -89,7 +89,10 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                               f"{type(e).__name__}: {msg}") from None
     finally:
         module.train(was_training)
-    return _mark_data_inputs(onnx.load_from_string(buf.getvalue()), names)
+    model = _mark_data_inputs(onnx.load_from_string(buf.getvalue()), names)
+    params = [name for name, _ in module.named_parameters()]
+    model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
+    return model
 
 
 def from_flax(fn: Any, example_inputs: Sequence[Any], *, input_names: Sequence[str] | None

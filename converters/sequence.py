@@ -47,6 +47,7 @@ _SHAPE_OPS = {"Shape", "Size", "Constant"}  # outputs are never data, whatever t
 _ELEM_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
                14: 8, 15: 16, 16: 2}
 DATA_INPUTS_KEY = "mdot.data_inputs"  # model metadata: comma-separated data (non-param) inputs
+PARAMS_KEY = "mdot.params"  # model metadata: the trainable parameters, when the exporter knows
 FORMAT_VERSION = 1
 
 
@@ -209,8 +210,12 @@ def _node_order(nodes: list[_Node], sources: set[str]) -> tuple[list[int], dict[
     return order.tolist(), producer
 
 
+def _metadata(model: onnx.ModelProto) -> dict[str, str]:
+    return {p.key: p.value for p in model.metadata_props}
+
+
 def data_input_names(model: onnx.ModelProto) -> list[str]:
-    meta = {p.key: p.value for p in model.metadata_props}
+    meta = _metadata(model)
     if DATA_INPUTS_KEY in meta:
         return [n for n in meta[DATA_INPUTS_KEY].split(",") if n]
     inits = {i.name for i in model.graph.initializer}
@@ -247,11 +252,13 @@ def to_sequence(model: onnx.ModelProto, name: str = "") -> OperatorSequence:
     nodes = [_Node(n.op_type, n.name, list(n.input), list(n.output), n) for n in graph.node]
     data_inputs = set(data_input_names(model))
     graph_inputs = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    params = {t for t in graph_inputs - data_inputs if t in types and types[t].elem_type in
+    floats = {t for t in graph_inputs - data_inputs if t in types and types[t].elem_type in
               (1, 10, 11, 16)}  # float, float16, double, bfloat16
+    meta_params = _metadata(model).get(PARAMS_KEY)
+    params = floats & set(meta_params.split(",")) if meta_params is not None else floats
     order, producer = _node_order(nodes, graph_inputs)
 
-    is_data = dict.fromkeys(data_inputs | params, True)
+    is_data = dict.fromkeys(data_inputs | floats, True)
     alias: dict[str, str] = {}
     seq_index: dict[int, int] = {}
     rows, loads, ids, names, edges = [], [], [], [], []

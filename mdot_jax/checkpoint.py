@@ -21,9 +21,10 @@ import numpy as np
 from flax import nnx
 
 from converters.vocab import VOCAB, VOCAB_VERSION
+from mdot_jax.baselines import build_model
 from mdot_jax.errors import CheckpointError
 from mdot_jax.features import FeatureConfig, FeatureStats
-from mdot_jax.model import MDOT, ModelConfig
+from mdot_jax.model import ModelConfig
 from mdot_jax.train import Trained
 
 FORMAT_VERSION = 1
@@ -94,7 +95,7 @@ def load(path: str | Path) -> Trained:
         stats = FeatureStats(**meta["stats"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: incompatible checkpoint metadata ({e})") from None
-    abstract = nnx.eval_shape(lambda: MDOT(model_cfg, rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(lambda: build_model(model_cfg, nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract, nnx.Param)
     try:
         pure = _checkpointer().restore(path / "params")

@@ -23,6 +23,7 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 GRAPH_TOTALS = ("fwd_flops", "bwd_flops", "bytes", "params", "num_ops")
 MAX_DEPTH = 511  # depth embeddings clip here
 FAR = 9  # graph-distance buckets: 0 (self) .. 8 hops, 9 = farther or unreachable
+EDGES_PER_OP = 4  # padded edge slots per operator (DenseNet-201 has 3.5)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class SeqFeatures(NamedTuple):
     pe: np.ndarray  # [N, P] float32: Laplacian (lap_dim) then random walk (rw_dim)
     depth: np.ndarray  # [N, 2] int32: depth, reverse depth (clipped to MAX_DEPTH)
     dist: np.ndarray | None  # [N, N] uint8 graph-distance buckets, or None
+    edges: np.ndarray  # [E, 2] int32 (src, dst)
 
 
 def seq_features(seq: OperatorSequence, stats: FeatureStats, fc: FeatureConfig) -> SeqFeatures:
@@ -119,7 +121,7 @@ def seq_features(seq: OperatorSequence, stats: FeatureStats, fc: FeatureConfig) 
     depth = np.minimum(np.stack(seq.depths(), axis=1), MAX_DEPTH).astype(np.int32)
     dist = distance_buckets(seq.num_ops, seq.edges) if fc.distances else None
     return SeqFeatures(seq.op_type.astype(np.int32), cfg.astype(np.float32),
-                       load.astype(np.float32), pe, depth, dist)
+                       load.astype(np.float32), pe, depth, dist, seq.edges.astype(np.int32))
 
 
 def distance_buckets(n: int, edges: np.ndarray) -> np.ndarray:
@@ -134,8 +136,9 @@ class Batch(NamedTuple):
 
     op_type [B,T] int32 (0 = padding), config [B,T,C], load [B,T,L], pe [B,T,P] float32,
     depth [B,T,2] int32, dist [B,T,T] uint8 (or [B,1,1] zeros when unused),
-    mask [B,T] bool (real operators), workload [B,W] float32, target [B] float32
-    (normalised log ms), weight [B] float32 (0 for padding rows).
+    mask [B,T] bool (real operators), senders/receivers [B,E] int32 with E = EDGES_PER_OP*T
+    and edge_mask [B,E] bool (the DAG's edges, for graph baselines), workload [B,W] float32,
+    target [B] float32 (normalised log ms), weight [B] float32 (0 for padding rows).
     """
 
     op_type: np.ndarray
@@ -145,6 +148,9 @@ class Batch(NamedTuple):
     depth: np.ndarray
     dist: np.ndarray
     mask: np.ndarray
+    senders: np.ndarray
+    receivers: np.ndarray
+    edge_mask: np.ndarray
     workload: np.ndarray
     target: np.ndarray
     weight: np.ndarray
@@ -178,6 +184,10 @@ def make_batch(feats: Sequence[SeqFeatures], workloads: np.ndarray, targets: np.
     depth = np.zeros((batch_size, T, 2), np.int32)
     dist = np.full((batch_size, T, T) if use_dist else (batch_size, 1, 1), FAR, np.uint8)
     mask = np.zeros((batch_size, T), bool)
+    E = EDGES_PER_OP * T
+    senders = np.zeros((batch_size, E), np.int32)
+    receivers = np.zeros((batch_size, E), np.int32)
+    edge_mask = np.zeros((batch_size, E), bool)
     for i, f in enumerate(feats):
         n = f.op_type.shape[0]
         op[i, :n], cfg[i, :n], load[i, :n], pe[i, :n], depth[i, :n] = \
@@ -185,13 +195,19 @@ def make_batch(feats: Sequence[SeqFeatures], workloads: np.ndarray, targets: np.
         mask[i, :n] = True
         if use_dist:
             dist[i, :n, :n] = f.dist
+        m = f.edges.shape[0]
+        if m > E:
+            raise ValueError(f"a graph with {m} edges for {n} operators exceeds the "
+                             f"{EDGES_PER_OP} edges per operator a batch holds")
+        senders[i, :m], receivers[i, :m], edge_mask[i, :m] = f.edges[:, 0], f.edges[:, 1], True
     wl = np.zeros((batch_size, workloads.shape[1]), np.float32)
     wl[:k] = workloads
     tgt = np.zeros(batch_size, np.float32)
     tgt[:k] = targets
     weight = np.zeros(batch_size, np.float32)
     weight[:k] = 1.0
-    return Batch(op, cfg, load, pe, depth, dist, mask, wl, tgt, weight)
+    return Batch(op, cfg, load, pe, depth, dist, mask, senders, receivers, edge_mask, wl, tgt,
+                 weight)
 
 
 class FeatureCache:

@@ -21,6 +21,7 @@ PE_KINDS = ("none", "sinusoidal", "depth", "laplacian", "random_walk", "distance
 
 @dataclass(frozen=True)
 class ModelConfig:
+    arch: str = "mdot"  # mdot | lstm | gnn | per_op (baselines in mdot_jax.baselines)
     vocab_size: int = len(VOCAB)
     config_dim: int = CONFIG_DIM
     load_dim: int = LOAD_DIM

@@ -20,10 +20,11 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from mdot_jax.baselines import build_model
 from mdot_jax.data import Sample
 from mdot_jax.features import Batch, FeatureCache, FeatureConfig, FeatureStats, fit_stats
 from mdot_jax.metrics import regression_metrics
-from mdot_jax.model import MDOT, ModelConfig
+from mdot_jax.model import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Trained:
     history: list = field(default_factory=list)
     info: dict = field(default_factory=dict)
 
-    def model(self) -> MDOT:
+    def model(self):
         return nnx.merge(self.graphdef, self.params)
 
 
@@ -134,7 +135,7 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     tokens = train_cfg.tokens_per_batch
     probe = next(cache.batches(samples[:1], tokens, multiple=n_dev))[0]
     model_cfg = model_cfg.replace(workload_dim=probe.workload.shape[1])
-    model = MDOT(model_cfg, rngs=nnx.Rngs(train_cfg.seed))
+    model = build_model(model_cfg, nnx.Rngs(train_cfg.seed))
     graphdef, params = nnx.split(model, nnx.Param)
 
     batch_sizes = {b.op_type.shape[1]: b.op_type.shape[0]
