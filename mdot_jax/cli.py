@@ -209,6 +209,32 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from mdot_jax.data import load_dataset
+    from mdot_jax.evaluate import ALL_METHODS, run, summarize
+    from mdot_jax.train import TrainConfig
+
+    try:
+        ds = load_dataset(args.dataset)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
+    budget = TrainConfig(**_json_arg(args.train_config))
+    try:
+        rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
+                   methods=methods, budget=budget)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    summarize(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]), commit=commit)
+    print(open(os.path.join(args.out, "table.md")).read())
+    print(f"plots: {args.out}/pred_vs_measured.png, {args.out}/error_by_family.png")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mdot", description="Predict deep-learning training time before it runs.")
@@ -273,6 +299,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset-size", type=int, help="samples per epoch")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("evaluate", help="MDOT and every baseline on identical folds")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--split", choices=["family", "random", "batch"], default="family")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--methods", default="all", help="all, or comma-separated method names")
+    p.add_argument("--train-config", help="JSON overrides of the neural methods' budget")
+    p.add_argument("--out", required=True, help="results directory (resumable)")
+    p.set_defaults(func=cmd_evaluate)
     return parser
 
 

@@ -12,7 +12,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import dijkstra
 
 from converters import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from mdot_jax.data import Sample, Workload
@@ -127,7 +127,7 @@ def seq_features(seq: OperatorSequence, stats: FeatureStats, fc: FeatureConfig) 
 def distance_buckets(n: int, edges: np.ndarray) -> np.ndarray:
     """`[n, n] uint8`: undirected hop distance, clipped to FAR (unreachable -> FAR)."""
     a = sp.csr_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(n, n))
-    d = shortest_path(a, method="D", directed=False, unweighted=True, limit=FAR - 1)
+    d = dijkstra(a, directed=False, unweighted=True, limit=FAR - 1)
     return np.where(np.isfinite(d), d, FAR).astype(np.uint8)
 
 

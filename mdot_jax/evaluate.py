@@ -1,0 +1,366 @@
+"""Evaluation harness: every method on identical folds, one table, plots.
+
+Methods (all see the same training samples, validation carve-out and seeds):
+- MDOT and its ablations: `mdot`, `mdot-pe-<kind>` (one positional encoding, or none),
+  `mdot-concat` (concat fusion), `mdot-per_op` (per-operator readout);
+- neural baselines trained by the same trainer and budget: `lstm`, `gnn`, `per_op`;
+- configuration-based on model-level aggregates: `lightgbm`, `mlp`;
+- `analytic`: t = a + b * FLOPs + c * bytes + d * ops, constants fitted by
+  `scipy.optimize.differential_evolution` on a regularised log-error cost;
+- `roofline`: t = FLOPs / peak + bytes / bandwidth, peak and bandwidth fitted the same way.
+Results go to `OUT/results.jsonl` one line per (method, fold, seed) as soon as it finishes,
+so a re-run resumes; `summarize` turns them into `OUT/table.md`, `OUT/results.json` and plots.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from converters.vocab import VOCAB
+from mdot_jax.data import Dataset, Sample, make_splits
+from mdot_jax.features import workload_raw
+from mdot_jax.metrics import regression_metrics
+from mdot_jax.model import PE_KINDS, ModelConfig
+from mdot_jax.train import TrainConfig, split_validation
+
+RESULTS = "results.jsonl"
+
+
+# ---------------------------------------------------------------------------- aggregates
+def aggregates(s: Sample, devices: Sequence[str]) -> np.ndarray:
+    """Model-level features: workload and graph totals, log op counts by type, max depth."""
+    counts = np.bincount(s.seq.op_type, minlength=len(VOCAB))[: len(VOCAB)]
+    depth = s.seq.depths()[0].max() if s.seq.num_ops else 0
+    return np.concatenate([workload_raw(s.workload, s.seq, devices), np.log1p(counts),
+                           [np.log1p(depth)]]).astype(np.float32)
+
+
+def _totals(samples: Sequence[Sample]) -> np.ndarray:
+    """`[N, 3]`: forward + backward FLOPs, bytes read + written, operator count."""
+    out = []
+    for s in samples:
+        load = s.seq.load.astype(np.float64)
+        out.append([load[:, 0].sum() + load[:, 1].sum(), load[:, 2].sum() + load[:, 3].sum(),
+                    s.seq.num_ops])
+    return np.asarray(out)
+
+
+# ---------------------------------------------------------------------------- methods
+@dataclass
+class Method:
+    name: str
+    seed: int = 0
+    budget: TrainConfig = field(default_factory=TrainConfig)
+
+    def fit(self, train: Sequence[Sample]) -> None:
+        raise NotImplementedError
+
+    def predict(self, samples: Sequence[Sample]) -> np.ndarray:
+        raise NotImplementedError
+
+
+@dataclass
+class NeuralMethod(Method):
+    model_cfg: ModelConfig = field(default_factory=ModelConfig)
+
+    def fit(self, train):
+        from mdot_jax.train import train as train_model
+
+        self.trained = train_model(train, self.model_cfg, self.budget.replace(seed=self.seed),
+                                   progress=False)
+
+    def predict(self, samples):
+        from mdot_jax.workflow import evaluate
+
+        return evaluate(self.trained, samples)[0]
+
+
+@dataclass
+class LightGBMMethod(Method):
+    """Gradient-boosted trees on aggregates; the grid point is chosen on the validation part."""
+
+    grid: tuple = ((15, 0.03), (31, 0.03), (15, 0.1), (31, 0.1))
+
+    def fit(self, train):
+        import lightgbm as lgb
+
+        tr, val = split_validation(train, self.budget.val_fraction, self.seed)
+        self.devices = sorted({s.workload.device for s in train})
+        x, y = self._xy(tr)
+        xv, yv = self._xy(val)
+        best = None
+        for leaves, lr in self.grid:
+            params = dict(objective="regression", learning_rate=lr, num_leaves=leaves,
+                          min_data_in_leaf=5, bagging_fraction=0.8, bagging_freq=1,
+                          feature_fraction=0.8, seed=self.seed, verbose=-1, num_threads=2)
+            model = lgb.train(params, lgb.Dataset(x, y), num_boost_round=2000,
+                              valid_sets=[lgb.Dataset(xv, yv)],
+                              callbacks=[lgb.early_stopping(100, verbose=False)])
+            err = np.mean(np.abs(np.expm1(model.predict(xv) - yv)))
+            if best is None or err < best[0]:
+                best = (err, model)
+        self.model = best[1]
+
+    def _xy(self, samples):
+        return (np.stack([aggregates(s, self.devices) for s in samples]),
+                np.log([s.label_ms for s in samples]))
+
+    def predict(self, samples):
+        return np.exp(self.model.predict(self._xy(samples)[0]))
+
+
+@dataclass
+class AggregateMLPMethod(Method):
+    """An MLP on standardised aggregates (Adam, early stopping on the validation part)."""
+
+    hidden: int = 128
+    steps: int = 3000
+
+    def fit(self, train):
+        import jax
+        import jax.numpy as jnp
+        import optax
+
+        tr, val = split_validation(train, self.budget.val_fraction, self.seed)
+        self.devices = sorted({s.workload.device for s in train})
+        x = np.stack([aggregates(s, self.devices) for s in tr])
+        self.mean, self.std = x.mean(0), np.where(x.std(0) > 1e-6, x.std(0), 1.0)
+        self.ymean = float(np.log([s.label_ms for s in tr]).mean())
+        xs, ys = self._x(tr), np.log([s.label_ms for s in tr]) - self.ymean
+        xv, yv = self._x(val), np.log([s.label_ms for s in val]) - self.ymean
+        k1, k2 = jax.random.split(jax.random.key(self.seed))
+        d = xs.shape[1]
+        params = dict(w1=jax.random.normal(k1, (d, self.hidden)) / np.sqrt(d),
+                      b1=jnp.zeros(self.hidden),
+                      w2=jax.random.normal(k2, (self.hidden, 1)) / np.sqrt(self.hidden),
+                      b2=jnp.zeros(1))
+        tx = optax.adamw(1e-3, weight_decay=1e-4)
+        opt = tx.init(params)
+
+        def f(p, x):
+            return (jax.nn.gelu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"])[:, 0]
+
+        @jax.jit
+        def step(p, o):
+            loss, g = jax.value_and_grad(lambda p: jnp.mean((f(p, xs) - ys) ** 2))(p)
+            u, o = tx.update(g, o, p)
+            return optax.apply_updates(p, u), o, loss
+
+        best = (np.inf, params)
+        for i in range(self.steps):
+            params, opt, _ = step(params, opt)
+            if i % 50 == 0:
+                err = float(np.mean(np.abs(np.expm1(np.asarray(f(params, xv)) - yv))))
+                if err < best[0]:
+                    best = (err, params)
+        self.params, self.f = best[1], f
+
+    def _x(self, samples):
+        return (np.stack([aggregates(s, self.devices) for s in samples]) - self.mean) / self.std
+
+    def predict(self, samples):
+        return np.exp(np.asarray(self.f(self.params, self._x(samples))) + self.ymean)
+
+
+@dataclass
+class FittedFormulaMethod(Method):
+    """`analytic` or `roofline`: a formula in a few constants fitted with
+    differential evolution on mean squared log error + a small L2 penalty on the constants."""
+
+    kind: str = "analytic"
+    l2: float = 1e-4
+
+    def _predict(self, c, t):
+        flops, nbytes, ops = t[:, 0], t[:, 1], t[:, 2]
+        if self.kind == "roofline":  # c = log(1/peak), log(1/bandwidth)
+            return np.exp(c[0]) * flops + np.exp(c[1]) * nbytes
+        return np.exp(c[0]) + np.exp(c[1]) * flops + np.exp(c[2]) * nbytes + np.exp(c[3]) * ops
+
+    def fit(self, train):
+        from scipy.optimize import differential_evolution
+
+        t, y = _totals(train), np.log([s.label_ms for s in train])
+        n = 2 if self.kind == "roofline" else 4
+        center = -20.0 if self.kind == "roofline" else -10.0
+
+        def cost(c):
+            pred = np.log(np.maximum(self._predict(c, t), 1e-12))
+            return np.mean((pred - y) ** 2) + self.l2 * np.sum((c - center) ** 2) / n
+
+        res = differential_evolution(cost, [(-50.0, 10.0)] * n, seed=self.seed, tol=1e-8,
+                                     maxiter=300, polish=True)
+        self.c = res.x
+
+    def predict(self, samples):
+        return self._predict(self.c, _totals(samples))
+
+
+def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
+    base = ModelConfig()
+    neural = {"mdot": base, "mdot-concat": base.replace(fusion="concat"),
+              "mdot-per_op": base.replace(readout="per_op"),
+              "lstm": base.replace(arch="lstm"), "gnn": base.replace(arch="gnn"),
+              "per_op": base.replace(arch="per_op")}
+    neural.update({f"mdot-pe-{k}": base.replace(pe=() if k == "none" else (k,))
+                   for k in PE_KINDS})
+    if name in neural:
+        return NeuralMethod(name, seed, budget, neural[name])
+    other = {"lightgbm": lambda: LightGBMMethod(name, seed, budget),
+             "mlp": lambda: AggregateMLPMethod(name, seed, budget),
+             "analytic": lambda: FittedFormulaMethod(name, seed, budget, kind="analytic"),
+             "roofline": lambda: FittedFormulaMethod(name, seed, budget, kind="roofline")}
+    if name not in other:
+        raise ValueError(f"unknown method {name!r}: choose from {sorted(neural) + sorted(other)}")
+    return other[name]()
+
+
+ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "roofline",
+               "mdot-pe-none", "mdot-pe-sinusoidal", "mdot-pe-depth", "mdot-pe-laplacian",
+               "mdot-pe-random_walk", "mdot-pe-distance_bias", "mdot-concat")
+
+
+# ---------------------------------------------------------------------------- harness
+def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
+        seeds: int = 1, methods: Sequence[str] = ALL_METHODS,
+        budget: TrainConfig = TrainConfig(), progress: bool = True) -> list[dict]:
+    """Runs every (method, fold, seed) not yet in `out/results.jsonl`; returns all rows."""
+    from tqdm import tqdm
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RESULTS
+    done = {(r["method"], r["fold"], r["seed"]) for r in _read(path)}
+    splits = make_splits(ds, split, folds, seed=0)  # identical folds for every method
+    jobs = [(m, f, s) for s in range(seeds) for f in range(len(splits)) for m in methods
+            if (m, f, s) not in done]
+    for m in methods:
+        make_method(m, 0, budget)  # unknown names fail before any work
+    for method_name, fold, seed in tqdm(jobs, desc="evaluate", disable=not progress):
+        train_idx, test_idx = splits[fold]
+        train = [ds.samples[i] for i in train_idx]
+        test = [ds.samples[i] for i in test_idx]
+        method = make_method(method_name, seed, budget)
+        t0 = time.perf_counter()
+        method.fit(train)
+        t1 = time.perf_counter()
+        pred = np.asarray(method.predict(test), np.float64)
+        t2 = time.perf_counter()
+        row = dict(method=method_name, fold=fold, seed=seed, split=split,
+                   metrics=regression_metrics(pred, [s.label_ms for s in test]),
+                   fit_s=round(t1 - t0, 2), predict_ms_per_sample=1e3 * (t2 - t1) / len(test),
+                   test_keys=[s.key for s in test], pred_ms=pred.tolist(),
+                   dataset=ds.fingerprint())
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return list(_read(path))
+
+
+def _read(path: Path):
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # torn last line of a killed run
+    return rows
+
+
+def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
+              commit: str = "") -> dict:
+    """Mean +- std over folds and seeds per method -> table.md, results.json, plots."""
+    out = Path(out)
+    by_method: dict[str, list[dict]] = {}
+    for r in rows:
+        by_method.setdefault(r["method"], []).append(r)
+    summary = {}
+    for m, rs in by_method.items():
+        keys = ["mae_ms", "rmse_ms", "mape", "median_ape", "p90_ape"]
+        summary[m] = {k: float(np.mean([r["metrics"][k] for r in rs])) for k in keys}
+        summary[m].update({f"{k}_std": float(np.std([r["metrics"][k] for r in rs]))
+                           for k in keys})
+        summary[m].update(runs=len(rs), seeds=len({r["seed"] for r in rs}),
+                          folds=len({r["fold"] for r in rs}),
+                          fit_s=float(np.mean([r["fit_s"] for r in rs])),
+                          predict_ms_per_sample=float(np.mean([r["predict_ms_per_sample"]
+                                                               for r in rs])))
+    order = sorted(summary, key=lambda m: summary[m]["mape"])
+    lines = [f"Dataset `{ds.root.name}` ({len(ds)} samples, {len(ds.families)} families, "
+             f"fingerprint `{ds.fingerprint()}`), split `{rows[0]['split'] if rows else ''}`.",
+             f"Command: `{command}`; commit `{commit}`.", "",
+             "| method | MAE ms | RMSE ms | MAPE % | median APE % | p90 APE % | folds x seeds "
+             "| fit s | predict ms/sample |", "|---|---|---|---|---|---|---|---|---|"]
+    for m in order:
+        s = summary[m]
+        lines.append(f"| {m} | {s['mae_ms']:.2f} ± {s['mae_ms_std']:.2f} | "
+                     f"{s['rmse_ms']:.2f} ± {s['rmse_ms_std']:.2f} | "
+                     f"{s['mape']:.2f} ± {s['mape_std']:.2f} | {s['median_ape']:.2f} | "
+                     f"{s['p90_ape']:.2f} | {s['folds']} x {s['seeds']} | {s['fit_s']:.1f} | "
+                     f"{s['predict_ms_per_sample']:.2f} |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
+                               samples=len(ds)), command=command, commit=commit,
+                  methods=summary)
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    _plots(rows, ds, out, order)
+    return result
+
+
+def _plots(rows, ds: Dataset, out: Path, order: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    label = {s.key: s.label_ms for s in ds.samples}
+    family = {s.key: s.family for s in ds.samples}
+    n = len(order)
+    cols = min(4, n)
+    fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(4 * cols, 4 * ((n + cols - 1)
+                                                                                   // cols)),
+                             squeeze=False)
+    for ax, m in zip(axes.flat, order):
+        xs, ys = [], []
+        for r in rows:
+            if r["method"] == m:
+                xs += [label[k] for k in r["test_keys"]]
+                ys += r["pred_ms"]
+        ax.loglog(xs, ys, ".", ms=3, alpha=0.5)
+        lo, hi = min(xs + ys), max(xs + ys)
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set_title(m)
+        ax.set_xlabel("measured ms")
+        ax.set_ylabel("predicted ms")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(out / "pred_vs_measured.png", dpi=90)
+    plt.close(fig)
+
+    best = order[:3]
+    fams = sorted({family[k] for r in rows for k in r["test_keys"]})
+    fig, ax = plt.subplots(figsize=(max(8, 0.25 * len(fams)), 4))
+    width = 0.8 / max(len(best), 1)
+    for j, m in enumerate(best):
+        err: dict[str, list] = {f: [] for f in fams}
+        for r in rows:
+            if r["method"] == m:
+                for k, p in zip(r["test_keys"], r["pred_ms"]):
+                    err[family[k]].append(100 * abs(p - label[k]) / label[k])
+        ax.bar(np.arange(len(fams)) + j * width, [np.mean(err[f]) if err[f] else 0
+                                                  for f in fams], width, label=m)
+    ax.set_xticks(np.arange(len(fams)) + 0.4)
+    ax.set_xticklabels(fams, rotation=90, fontsize=6)
+    ax.set_ylabel("MAPE %")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "error_by_family.png", dpi=90)
+    plt.close(fig)
