@@ -155,7 +155,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     return model
 
 
-MAX_FOLD_ROUNDS = 8
+MAX_FOLD_ROUNDS = 256  # each round resolves at least one more level of shape arithmetic
 _NEVER_FOLD = {"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike",
                "Bernoulli", "Multinomial", "If", "Loop", "Scan"}
 

@@ -232,9 +232,12 @@ class FeatureCache:
         return (math.log(label_ms) - self.stats.target_mean) / self.stats.target_std
 
     def batches(self, samples: Sequence[Sample], tokens: int, *, multiple: int = 1,
-                shuffle: bool = False, rng: np.random.Generator | None = None):
+                shuffle: bool = False, rng: np.random.Generator | None = None,
+                shrink: bool = False):
         """Yields `(Batch, sample indices)`: samples grouped by bucket length T, each bucket
-        with its fixed batch size `bucket_batch_size(T, tokens, multiple)`."""
+        with its fixed batch size `bucket_batch_size(T, tokens, multiple)`; with `shrink`
+        (prediction), a bucket with fewer samples uses the next power of two instead, so a
+        single prediction is not padded to a full training batch."""
         by_bucket: dict[int, list[int]] = {}
         for i, s in enumerate(samples):
             by_bucket.setdefault(bucket_length(s.seq.num_ops, self.fc.buckets), []).append(i)
@@ -243,14 +246,15 @@ class FeatureCache:
             if shuffle:
                 idx = list(rng.permutation(idx))
             bs = bucket_batch_size(length, tokens, multiple)
-            chunks += [(length, idx[j:j + bs]) for j in range(0, len(idx), bs)]
+            if shrink:
+                bs = min(bs, max(multiple, 1 << (len(idx) - 1).bit_length()))
+            chunks += [(length, bs, idx[j:j + bs]) for j in range(0, len(idx), bs)]
         if shuffle:
             chunks = [chunks[j] for j in rng.permutation(len(chunks))]
-        for length, idx in chunks:
+        for length, bs, idx in chunks:
             feats = [self.seq(samples[i].seq) for i in idx]
             wl = np.stack([self.workload(samples[i].workload, samples[i].seq) for i in idx])
             tgt = np.array([self.target(samples[i].label_ms) for i in idx], np.float32)
-            bs = bucket_batch_size(length, tokens, multiple)
             yield make_batch(feats, wl, tgt, bs, length, self.fc.distances), idx
 
 

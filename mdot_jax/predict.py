@@ -66,7 +66,7 @@ class Predictor:
         def forward(params, batch):
             return nnx.merge(graphdef, params)(batch, train=False)[0]
 
-        self._params = params
+        self._params = jax.device_put(params)
         self._forward = forward
 
     @classmethod
@@ -122,7 +122,7 @@ class Predictor:
         for seq, _ in items:
             bucket_length(seq.num_ops, self.cache.fc.buckets)  # clear error if too long
         out = np.zeros(len(samples))
-        for batch, idx in self.cache.batches(samples, PREDICT_TOKENS):
+        for batch, idx in self.cache.batches(samples, PREDICT_TOKENS, shrink=True):
             pred = np.asarray(self._forward(self._params, batch))[: len(idx)]
             out[idx] = np.exp(pred * self.cache.stats.target_std + self.cache.stats.target_mean)
         return [Prediction(float(ms), w.device, seq.num_ops)
