@@ -96,12 +96,7 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_info(args: argparse.Namespace) -> int:
-    from mdot_jax.data import load_dataset
-
-    try:
-        summary = load_dataset(args.dir).summary()
-    except FileNotFoundError as e:
-        raise UsageError(str(e)) from None
+    summary = _dataset(args.dir).summary()
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -143,18 +138,31 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dataset(path: str):
+    from mdot_jax.data import load_dataset
+
+    try:
+        return load_dataset(path)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+
+
+def _config(cls, text: str | None):
+    """A frozen config dataclass with JSON overrides; unknown fields are a usage error."""
+    try:
+        return cls(**_json_arg(text))
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{cls.__name__}: {e}") from None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    from mdot_jax.data import load_dataset, make_splits
     from mdot_jax.model import ModelConfig
     from mdot_jax.train import TrainConfig
     from mdot_jax.workflow import train_and_save
 
-    try:
-        ds = load_dataset(args.dataset)
-    except FileNotFoundError as e:
-        raise UsageError(str(e)) from None
-    model_cfg = ModelConfig(**_json_arg(args.model_config))
-    train_cfg = TrainConfig(**_json_arg(args.train_config))
+    ds = _dataset(args.dataset)
+    model_cfg = _config(ModelConfig, args.model_config)
+    train_cfg = _config(TrainConfig, args.train_config)
     result = train_and_save(ds, args.out, split=args.split, fold=args.fold,
                             model_cfg=model_cfg, train_cfg=train_cfg)
     m = result["test_metrics"]
@@ -212,16 +220,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import subprocess
 
-    from mdot_jax.data import load_dataset
     from mdot_jax.evaluate import ALL_METHODS, run, summarize
     from mdot_jax.train import TrainConfig
 
-    try:
-        ds = load_dataset(args.dataset)
-    except FileNotFoundError as e:
-        raise UsageError(str(e)) from None
+    ds = _dataset(args.dataset)
     methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
-    budget = TrainConfig(**_json_arg(args.train_config))
+    budget = _config(TrainConfig, args.train_config)
     try:
         rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
                    methods=methods, budget=budget)

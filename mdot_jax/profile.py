@@ -82,8 +82,10 @@ def _torchvision_zoo() -> list[ZooModel]:
         def build(size):
             kwargs = dict(aux_logits=False, init_weights=False) \
                 if name in ("googlenet", "inception_v3") else {}
-            if name.startswith(("vit_", "swin", "maxvit")):
+            if name.startswith("vit_"):
                 kwargs["image_size"] = size
+            elif name.startswith("maxvit"):
+                kwargs["input_size"] = (size, size)
             return torchvision.models.get_model(name, **kwargs)
         return build
 
