@@ -39,7 +39,8 @@ _SYMBOLICS_REGISTERED = False
 
 
 def _register_symbolics(torch) -> None:
-    """Decompositions for ops the TorchScript exporter lacks at our opset (aten::rms_norm)."""
+    """Symbolics the TorchScript exporter lacks at our opset (rms_norm, training-mode
+    feature_dropout)."""
     global _SYMBOLICS_REGISTERED
     if _SYMBOLICS_REGISTERED:
         return
@@ -53,7 +54,13 @@ def _register_symbolics(torch) -> None:
         y = g.op("Div", x, g.op("Sqrt", g.op("Add", mean_sq, g.op("CastLike", eps_t, x))))
         return y if sh._is_none(weight) else g.op("Mul", y, weight)
 
+    def feature_dropout(g, x, p, train):  # Dropout2d/3d: costed like Dropout
+        ratio = g.op("Constant", value_t=torch.tensor(sh._get_const(p, "f", "p"),
+                                                      dtype=torch.float32))
+        return g.op("Dropout", x, ratio, g.op("Constant", value_t=torch.tensor(True)))
+
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::feature_dropout", feature_dropout, OPSET)
     _SYMBOLICS_REGISTERED = True
 
 

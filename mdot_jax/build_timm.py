@@ -97,7 +97,6 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
             groups[r["model"]].append(r)
     archs = list(groups)[:limit] if limit else list(groups)
     rows = [r for a in archs for r in groups[a]]
-    known = set(timm.list_models())
     onnx_dir = root / "onnx"
     onnx_dir.mkdir(parents=True, exist_ok=True)
 
@@ -112,14 +111,14 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
             continue
         for r in pending:
             report.skipped.pop(_key(r), None)
-        _build_arch(arch, pending, known, writer, report, onnx_dir, timm, torch)
+        _build_arch(arch, pending, writer, report, onnx_dir, timm, torch)
         bar.update(len(pending))
         report.write(**_layout_report(rows, writer.done))
     bar.close()
     return report.write(**_layout_report(rows, writer.done))
 
 
-def _build_arch(arch, rows, known, writer, report, onnx_dir, timm, torch) -> None:
+def _build_arch(arch, rows, writer, report, onnx_dir, timm, torch) -> None:
     good = []
     for r in rows:
         ms, bs, img = _float(r["train_step_time"]), _float(r["train_batch_size"]), \
@@ -131,15 +130,12 @@ def _build_arch(arch, rows, known, writer, report, onnx_dir, timm, torch) -> Non
             good.append(r)
     if not good:
         return
-    if arch not in known:
-        for r in good:
-            report.skip(_key(r), "unknown_model", f"{arch} is not in timm {timm.__version__}")
-        return
-    try:
+    try:  # deprecated names (e.g. convnext_base_in22ft1k) still build under their new tags
         model = timm.create_model(arch, pretrained=False)
     except Exception as e:  # noqa: BLE001 - any build failure is a reason, not a crash
+        reason = "unknown_model" if "Unknown model" in str(e) else "build_failed"
         for r in good:
-            report.skip(_key(r), "build_failed", f"{type(e).__name__}: {e}")
+            report.skip(_key(r), reason, f"timm {timm.__version__}: {type(e).__name__}: {e}")
         return
     n_params = sum(p.numel() for p in model.parameters())
     exports: dict[int, onnx.ModelProto | ConversionError] = {}

@@ -164,7 +164,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     model_cfg = _config(ModelConfig, args.model_config)
     train_cfg = _config(TrainConfig, args.train_config)
     result = train_and_save(ds, args.out, split=args.split, fold=args.fold,
-                            model_cfg=model_cfg, train_cfg=train_cfg)
+                            model_cfg=model_cfg, train_cfg=train_cfg,
+                            log=lambda line: print(line, file=sys.stderr, flush=True))
     m = result["test_metrics"]
     if m:
         print(f"test ({args.split} split, fold {args.fold}): MAE {m['mae_ms']:.3g} ms, "

@@ -24,7 +24,7 @@ import numpy as np
 
 from converters.vocab import VOCAB
 from mdot_jax.data import Dataset, Sample, make_splits
-from mdot_jax.features import workload_raw
+from mdot_jax.features import FeatureConfig, workload_raw
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.model import PE_KINDS, ModelConfig
 from mdot_jax.train import TrainConfig, split_validation
@@ -241,10 +241,12 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
             if (m, f, s) not in done]
     for m in methods:
         make_method(m, 0, budget)  # unknown names fail before any work
+    longest = FeatureConfig().buckets[-1]  # what the sequence models can hold
     for method_name, fold, seed in tqdm(jobs, desc="evaluate", disable=not progress):
         train_idx, test_idx = splits[fold]
-        train = [ds.samples[i] for i in train_idx]
-        test = [ds.samples[i] for i in test_idx]
+        # every method sees the same samples: those the sequence models can hold
+        train = [ds.samples[i] for i in train_idx if ds.samples[i].seq.num_ops <= longest]
+        test = [ds.samples[i] for i in test_idx if ds.samples[i].seq.num_ops <= longest]
         method = make_method(method_name, seed, budget)
         t0 = time.perf_counter()
         method.fit(train)
@@ -255,6 +257,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
                    metrics=regression_metrics(pred, [s.label_ms for s in test]),
                    fit_s=round(t1 - t0, 2), predict_ms_per_sample=1e3 * (t2 - t1) / len(test),
                    test_keys=[s.key for s in test], pred_ms=pred.tolist(),
+                   excluded_too_long=len(test_idx) - len(test),
                    dataset=ds.fingerprint())
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")

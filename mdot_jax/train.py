@@ -127,6 +127,15 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
         distances="distance_bias" in model_cfg.pe)
     if val_samples is None:
         samples, val_samples = split_validation(samples, train_cfg.val_fraction, train_cfg.seed)
+    longest = feature_cfg.buckets[-1]
+    too_long = sorted({s.arch for s in list(samples) + list(val_samples)
+                       if s.seq.num_ops > longest})
+    if too_long:  # said, not silent: kept out of training, listed in the checkpoint
+        if log:
+            log(f"excluded {len(too_long)} architectures longer than {longest} operators: "
+                f"{too_long}")
+        samples = [s for s in samples if s.seq.num_ops <= longest]
+        val_samples = [s for s in val_samples if s.seq.num_ops <= longest]
     if not samples:
         raise ValueError("no training samples")
     stats = fit_stats(samples)
@@ -190,6 +199,7 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     bar.close()
     elapsed = time.perf_counter() - t0
     info = dict(train_samples=len(samples), val_samples=len(val_samples), steps=step,
+                excluded_too_long=too_long,
                 seconds=round(elapsed, 1), steps_per_s=round(step / max(elapsed, 1e-9), 2),
                 best_val_mape=best if val_samples else None, devices=n_dev,
                 compiled_train_shapes=traces["train"], tokens_per_batch=tokens,

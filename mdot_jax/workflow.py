@@ -27,7 +27,8 @@ def evaluate(trained: Trained, samples) -> tuple[np.ndarray, dict]:
 
 def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold: int = 0,
                    folds: int = 5, model_cfg: ModelConfig = ModelConfig(),
-                   train_cfg: TrainConfig = TrainConfig(), progress: bool = True) -> dict:
+                   train_cfg: TrainConfig = TrainConfig(), progress: bool = True,
+                   log=None) -> dict:
     """Trains on every fold but `fold` of `split` (or on everything with split="none"),
     reports test metrics on `fold` and writes a self-describing checkpoint to `out`."""
     if split == "none":
@@ -39,10 +40,13 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
         train_idx, test_idx = splits[fold]
     train_samples = [ds.samples[i] for i in train_idx]
     test_samples = [ds.samples[i] for i in test_idx]
-    trained = train(train_samples, model_cfg, train_cfg, progress=progress)
-    metrics = evaluate(trained, test_samples)[1] if test_samples else {}
+    trained = train(train_samples, model_cfg, train_cfg, progress=progress, log=log)
+    longest = trained.feature_cfg.buckets[-1]
+    held = [s for s in test_samples if s.seq.num_ops <= longest]
+    metrics = evaluate(trained, held)[1] if held else {}
     dataset = dict(path=str(ds.root), fingerprint=ds.fingerprint(), split=split, fold=fold,
-                   folds=folds, num_train=len(train_samples), num_test=len(test_samples),
+                   folds=folds, num_train=len(train_samples), num_test=len(held),
+                   test_excluded_too_long=len(test_samples) - len(held),
                    devices=sorted({s.workload.device for s in ds.samples}))
     checkpoint.save(trained, out, dataset=dataset, metrics=metrics,
                     description=f"MDOT trained on {ds.root.name} ({split} split, fold {fold})")
