@@ -16,6 +16,7 @@ from flax import nnx
 from converters.vocab import VOCAB
 from mdot_jax.features import CONFIG_DIM, FAR, LOAD_DIM, MAX_DEPTH, Batch
 
+SMALL_T = 4  # attention over at most this many tokens uses broadcasting, not matmuls
 PE_KINDS = ("none", "sinusoidal", "depth", "laplacian", "random_walk", "distance_bias")
 
 
@@ -79,13 +80,20 @@ class Attention(nnx.Module):
         H = self.heads
         q, k, v = jnp.split(self.qkv(x).reshape(B, T, 3, H, D // H), 3, axis=2)
         q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]  # [B, T, H, Dh]
-        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(D // H)  # [B, H, T, T]
+        if T <= SMALL_T:  # a few tokens (operator fusion): broadcasting beats tiny matmuls
+            logits = (q[:, :, None] * k[:, None, :]).sum(-1).transpose(0, 3, 1, 2)
+        else:
+            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k)  # [B, H, T, T]
+        logits = logits / jnp.sqrt(D // H)
         if bias is not None:
             logits = logits + bias
         logits = jnp.where(key_mask[:, None, None, :], logits, -1e9)
         attn = jax.nn.softmax(logits, axis=-1)
-        y = jnp.einsum("bhqk,bkhd->bqhd", attn, v).reshape(B, T, D)
-        return self.out(y)
+        if T <= SMALL_T:
+            y = (attn.transpose(0, 2, 3, 1)[..., None] * v[:, None]).sum(2)  # [B, T, H, Dh]
+        else:
+            y = jnp.einsum("bhqk,bkhd->bqhd", attn, v)
+        return self.out(y.reshape(B, T, D))
 
 
 class Block(nnx.Module):
