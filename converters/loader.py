@@ -188,7 +188,6 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
     constants and concrete shapes (Shape -> Gather -> Div -> Concat -> ...), and replaces those
     nodes by initializers holding their results. Returns whether anything was folded."""
     from onnx import numpy_helper
-    from onnx.reference import ReferenceEvaluator
 
     graph = model.graph
     shapes = _concrete_shapes(graph)

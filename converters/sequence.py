@@ -19,11 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from converters.errors import ConversionError
 from converters.graph import PE_FUNCTIONS, depths, topological_order, CycleError
-from converters.ops import HANDLERS, STATE_INPUTS, NodeView, numel
+from converters.ops import HANDLERS, STATE_INPUTS, NodeView
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
 
 CONFIG_FIELDS = (

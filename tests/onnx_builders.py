@@ -1,6 +1,5 @@
 """Small hand-built ONNX graphs for tests (float32, opset 17)."""
 
-import onnx
 from onnx import TensorProto, helper
 
 F = TensorProto.FLOAT

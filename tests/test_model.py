@@ -12,7 +12,7 @@ import pytest
 from mdot_jax import checkpoint
 from mdot_jax.errors import CheckpointError
 from mdot_jax.features import FeatureCache
-from mdot_jax.model import MDOT, tiny_config
+from mdot_jax.model import tiny_config
 from mdot_jax.predict import Predictor
 from mdot_jax.train import TrainConfig, train
 from flax import nnx

@@ -1,7 +1,6 @@
 """ONNX -> OperatorSequence: dropping shape work, aliases, unknown ops, concrete dims, npz."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
