@@ -189,10 +189,12 @@ def _json_arg(text: str | None) -> dict:
 def cmd_predict(args: argparse.Namespace) -> int:
     from mdot_jax.predict import Predictor
 
-    predictor = Predictor.load(args.checkpoint)
     kw = _shape_kwargs(args)
     if args.batch_size is None:
         raise UsageError("--batch-size is required")
+    if (args.epochs is None) != (args.dataset_size is None):
+        raise UsageError("--epochs and --dataset-size go together")
+    predictor = Predictor.load(args.checkpoint)
     try:
         p = predictor.predict(args.model, precision=args.precision, device=args.device,
                               layout=args.layout, **kw)
@@ -202,9 +204,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     out = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
                batch_size=args.batch_size, checkpoint=str(predictor.path), num_ops=p.num_ops)
-    if args.epochs is not None or args.dataset_size is not None:
-        if args.epochs is None or args.dataset_size is None:
-            raise UsageError("--epochs and --dataset-size go together")
+    if args.epochs is not None:
         out["job_s"] = p.job_seconds(args.epochs, args.dataset_size, args.batch_size)
     if args.json:
         print(json.dumps(out))

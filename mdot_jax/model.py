@@ -157,7 +157,7 @@ class GraphPE(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         d = cfg.d_model
-        self.kinds, self.d, self.lap_dim = cfg.pe, d, cfg.lap_dim
+        self.kinds, self.lap_dim = cfg.pe, cfg.lap_dim
         if "depth" in cfg.pe:
             self.depth_emb = nnx.Embed(MAX_DEPTH + 1, d, rngs=rngs)
             self.rdepth_emb = nnx.Embed(MAX_DEPTH + 1, d, rngs=rngs)
