@@ -147,9 +147,9 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     model = build_model(model_cfg, nnx.Rngs(train_cfg.seed))
     graphdef, params = nnx.split(model, nnx.Param)
 
-    batch_sizes = {b.op_type.shape[1]: b.op_type.shape[0]
-                   for b, _ in cache.batches(samples, tokens, multiple=n_dev)}
-    steps_per_epoch = sum(1 for _ in cache.batches(samples, tokens, multiple=n_dev))
+    shapes = [b.op_type.shape for b, _ in cache.batches(samples, tokens, multiple=n_dev)]
+    batch_sizes = {length: size for size, length in shapes}  # [B, T] per bucket
+    steps_per_epoch = len(shapes)
     total = max(1, steps_per_epoch * train_cfg.epochs)
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, train_cfg.lr, max(1, int(train_cfg.warmup_frac * total)), total, train_cfg.lr * 0.01)
