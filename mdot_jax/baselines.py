@@ -1,4 +1,4 @@
-"""Neural baselines with MDOT's interface (`Batch -> (log time [B], scores [B, T])`), trained
+"""Neural baselines with MDOT's interface (`Batch -> (log time [B, K], scores [B, K, T])`), trained
 by the same `train.train` with the same budget, features and splits.
 
 - `lstm`: an LSTM over the topological sequence (the sequence model MDOT improves on);
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mdot_jax.features import Batch
-from mdot_jax.model import MDOT, Mlp, ModelConfig, OperatorEncoder
+from mdot_jax.model import MDOT, Mlp, ModelConfig, OperatorEncoder, with_workloads
 
 
 def _pool(x, mask):
@@ -24,6 +24,10 @@ def _pool(x, mask):
     mean = (x * mask[..., None]).sum(axis=1) / count
     mx = jnp.where(mask[..., None], x, -1e9).max(axis=1)
     return jnp.concatenate([mean, jnp.where(mask.any(axis=1, keepdims=True), mx, 0.0)], -1)
+
+
+def _no_scores(w, mask):
+    return jnp.zeros(w.shape[:2] + mask.shape[1:])  # [B, K, T]
 
 
 class LSTMBaseline(nnx.Module):
@@ -51,9 +55,9 @@ class LSTMBaseline(nnx.Module):
             x = ys.transpose(1, 0, 2)  # [B, T, D]
         last = jnp.maximum(mask.sum(axis=1) - 1, 0)  # final state of each sequence
         h_last = jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]  # [B, D]
-        pooled = jnp.concatenate([h_last, _pool(x, mask)[:, : x.shape[-1]],
-                                  self.workload(batch.workload)], -1)
-        return self.head(pooled)[..., 0], jnp.zeros(mask.shape)
+        w = self.workload(batch.workload)  # [B, K, D]
+        pooled = with_workloads(jnp.concatenate([h_last, _pool(x, mask)[:, : x.shape[-1]]], -1), w)
+        return self.head(pooled)[..., 0], _no_scores(w, mask)
 
 
 class GNNBaseline(nnx.Module):
@@ -81,8 +85,9 @@ class GNNBaseline(nnx.Module):
             m_out = jax.ops.segment_sum(w_out(flat)[rcv] * emask, snd, B * T)  # from users
             h = ln(h + upd(jnp.concatenate([flat, m_in, m_out], -1)).reshape(B, T, D))
             h = h * batch.mask[..., None]
-        pooled = jnp.concatenate([_pool(h, batch.mask), self.workload(batch.workload)], -1)
-        return self.head(pooled)[..., 0], jnp.zeros(batch.mask.shape)
+        w = self.workload(batch.workload)  # [B, K, D]
+        pooled = with_workloads(_pool(h, batch.mask), w)  # [B, K, 3D]
+        return self.head(pooled)[..., 0], _no_scores(w, batch.mask)
 
 
 class PerOpBaseline(nnx.Module):
@@ -96,10 +101,12 @@ class PerOpBaseline(nnx.Module):
 
     def __call__(self, batch: Batch, *, train: bool = False, rng=None):
         x = self.encoder(batch)  # [B, T, D]
-        w = jnp.broadcast_to(self.workload(batch.workload)[:, None], x.shape)
-        per_op = self.op_head(jnp.concatenate([x, w], -1))[..., 0]  # [B, T] log-scale time
-        per_op = jnp.where(batch.mask, per_op, -1e9)
-        return jax.nn.logsumexp(per_op, axis=1) + self.offset[...], per_op  # log of the sum
+        w = self.workload(batch.workload)  # [B, K, D]
+        xb = jnp.broadcast_to(x[:, None], w.shape[:2] + x.shape[1:])  # [B, K, T, D]
+        wb = jnp.broadcast_to(w[:, :, None], xb.shape)
+        per_op = self.op_head(jnp.concatenate([xb, wb], -1))[..., 0]  # [B, K, T] log-scale
+        per_op = jnp.where(batch.mask[:, None], per_op, -1e9)
+        return jax.nn.logsumexp(per_op, axis=-1) + self.offset[...], per_op  # log of the sum
 
 
 ARCHS = {"mdot": MDOT, "lstm": LSTMBaseline, "gnn": GNNBaseline, "per_op": PerOpBaseline}

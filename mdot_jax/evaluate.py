@@ -14,6 +14,8 @@ so a re-run resumes; `summarize` turns them into `OUT/table.md`, `OUT/results.js
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import time
 from dataclasses import dataclass, field
@@ -237,8 +239,12 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     path = out / RESULTS
     done = {(r["method"], r["fold"], r["seed"]) for r in _read(path)}
     splits = make_splits(ds, split, folds, seed=0)  # identical folds for every method
-    jobs = [(m, f, s) for s in range(seeds) for f in range(len(splits)) for m in methods
-            if (m, f, s) not in done]
+    # the comparison first (every fold), the MDOT ablations after it: a stopped run has
+    # complete folds of the main table
+    ablation = [m for m in methods if m.startswith("mdot-")]
+    main = [m for m in methods if m not in ablation]
+    jobs = [(m, f, s) for group in (main, ablation) for s in range(seeds)
+            for f in range(len(splits)) for m in group if (m, f, s) not in done]
     for m in methods:
         make_method(m, 0, budget)  # unknown names fail before any work
     longest = FeatureConfig().buckets[-1]  # what the sequence models can hold
@@ -258,6 +264,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
                    fit_s=round(t1 - t0, 2), predict_ms_per_sample=1e3 * (t2 - t1) / len(test),
                    test_keys=[s.key for s in test], pred_ms=pred.tolist(),
                    excluded_too_long=len(test_idx) - len(test),
+                   budget=dataclasses.asdict(budget),
                    dataset=ds.fingerprint())
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -310,7 +317,7 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     (out / "table.md").write_text("\n".join(lines) + "\n")
     result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
                                samples=len(ds)), command=command, commit=commit,
-                  methods=summary)
+                  neural_budget=rows[0].get("budget") if rows else None, methods=summary)
     (out / "results.json").write_text(json.dumps(result, indent=1))
     _plots(rows, ds, out, order)
     return result

@@ -34,6 +34,7 @@ class FeatureConfig:
     rw_dim: int = 8  # random-walk landing probabilities
     distances: bool = False  # [T, T] graph-distance buckets for the attention bias
     buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
+    group: int = 2  # K: workloads of one sequence per batch row (encoded once, read out K times)
 
 
 @dataclass
@@ -137,8 +138,10 @@ class Batch(NamedTuple):
     op_type [B,T] int32 (0 = padding), config [B,T,C], load [B,T,L], pe [B,T,P] float32,
     depth [B,T,2] int32, dist [B,T,T] uint8 (or [B,1,1] zeros when unused),
     mask [B,T] bool (real operators), senders/receivers [B,E] int32 with E = EDGES_PER_OP*T
-    and edge_mask [B,E] bool (the DAG's edges, for graph baselines), workload [B,W] float32,
-    target [B] float32 (normalised log ms), weight [B] float32 (0 for padding rows).
+    and edge_mask [B,E] bool (the DAG's edges, for graph baselines). K = `FeatureConfig.group`
+    samples that share one sequence (e.g. the same model measured in two memory layouts) share
+    a row: workload [B,K,W] float32, target [B,K] float32 (normalised log ms), weight [B,K]
+    float32 (0 for padding).
     """
 
     op_type: np.ndarray
@@ -170,11 +173,13 @@ def bucket_batch_size(length: int, tokens: int, multiple: int = 1) -> int:
     return max(multiple, (tokens // length) // multiple * multiple)
 
 
-def make_batch(feats: Sequence[SeqFeatures], workloads: np.ndarray, targets: np.ndarray,
-               batch_size: int, length: int, use_dist: bool) -> Batch:
-    """Pads `len(feats) <= batch_size` sequences to `[batch_size, length]`."""
+def make_batch(feats: Sequence[SeqFeatures], workloads: Sequence[np.ndarray],
+               targets: Sequence[np.ndarray], batch_size: int, length: int, group: int,
+               use_dist: bool) -> Batch:
+    """Pads `len(feats) <= batch_size` sequences to `[batch_size, length]`; row i's
+    workloads `[k_i, W]` and targets `[k_i]` (k_i <= group) to `[group, ...]`."""
     k = len(feats)
-    assert k <= batch_size and workloads.shape[0] == k
+    assert k <= batch_size and len(workloads) == len(targets) == k
     C, L, P = feats[0].config.shape[1], feats[0].load.shape[1], feats[0].pe.shape[1]
     T = length
     op = np.zeros((batch_size, T), np.int32)
@@ -200,12 +205,11 @@ def make_batch(feats: Sequence[SeqFeatures], workloads: np.ndarray, targets: np.
             raise ValueError(f"a graph with {m} edges for {n} operators exceeds the "
                              f"{EDGES_PER_OP} edges per operator a batch holds")
         senders[i, :m], receivers[i, :m], edge_mask[i, :m] = f.edges[:, 0], f.edges[:, 1], True
-    wl = np.zeros((batch_size, workloads.shape[1]), np.float32)
-    wl[:k] = workloads
-    tgt = np.zeros(batch_size, np.float32)
-    tgt[:k] = targets
-    weight = np.zeros(batch_size, np.float32)
-    weight[:k] = 1.0
+    wl = np.zeros((batch_size, group, workloads[0].shape[1]), np.float32)
+    tgt = np.zeros((batch_size, group), np.float32)
+    weight = np.zeros((batch_size, group), np.float32)
+    for i, (w, t) in enumerate(zip(workloads, targets)):
+        wl[i, :len(w)], tgt[i, :len(t)], weight[i, :len(t)] = w, t, 1.0
     return Batch(op, cfg, load, pe, depth, dist, mask, senders, receivers, edge_mask, wl, tgt,
                  weight)
 
@@ -234,28 +238,43 @@ class FeatureCache:
     def batches(self, samples: Sequence[Sample], tokens: int, *, multiple: int = 1,
                 shuffle: bool = False, rng: np.random.Generator | None = None,
                 shrink: bool = False):
-        """Yields `(Batch, sample indices)`: samples grouped by bucket length T, each bucket
-        with its fixed batch size `bucket_batch_size(T, tokens, multiple)`; with `shrink`
-        (prediction), a bucket with fewer samples uses the next power of two instead, so a
-        single prediction is not padded to a full training batch."""
-        by_bucket: dict[int, list[int]] = {}
+        """Yields `(Batch, idx)`, `idx [B, K]` the sample index of each prediction (-1 for
+        padding): samples sharing a sequence form a row (at most K), rows are grouped by
+        bucket length T, each bucket with its fixed batch size `bucket_batch_size(T, tokens,
+        multiple)`; with `shrink` (prediction), a bucket with fewer rows uses the next power
+        of two instead, so a single prediction is not padded to a full training batch."""
+        K = self.fc.group
+        rows: dict[int, list[list[int]]] = {}  # id(seq) -> rows of at most K samples
         for i, s in enumerate(samples):
-            by_bucket.setdefault(bucket_length(s.seq.num_ops, self.fc.buckets), []).append(i)
+            seq_rows = rows.setdefault(id(s.seq), [[]])
+            if len(seq_rows[-1]) == K:
+                seq_rows.append([])
+            seq_rows[-1].append(i)
+        by_bucket: dict[int, list[list[int]]] = {}
+        for seq_rows in rows.values():
+            n = samples[seq_rows[0][0]].seq.num_ops
+            by_bucket.setdefault(bucket_length(n, self.fc.buckets), []).extend(seq_rows)
         chunks = []
-        for length, idx in sorted(by_bucket.items()):
+        for length, bucket_rows in sorted(by_bucket.items()):
             if shuffle:
-                idx = list(rng.permutation(idx))
+                bucket_rows = [bucket_rows[j] for j in rng.permutation(len(bucket_rows))]
             bs = bucket_batch_size(length, tokens, multiple)
             if shrink:
-                bs = min(bs, max(multiple, 1 << (len(idx) - 1).bit_length()))
-            chunks += [(length, bs, idx[j:j + bs]) for j in range(0, len(idx), bs)]
+                bs = min(bs, max(multiple, 1 << (len(bucket_rows) - 1).bit_length()))
+            chunks += [(length, bs, bucket_rows[j:j + bs])
+                       for j in range(0, len(bucket_rows), bs)]
         if shuffle:
             chunks = [chunks[j] for j in rng.permutation(len(chunks))]
-        for length, bs, idx in chunks:
-            feats = [self.seq(samples[i].seq) for i in idx]
-            wl = np.stack([self.workload(samples[i].workload, samples[i].seq) for i in idx])
-            tgt = np.array([self.target(samples[i].label_ms) for i in idx], np.float32)
-            yield make_batch(feats, wl, tgt, bs, length, self.fc.distances), idx
+        for length, bs, chunk in chunks:
+            feats = [self.seq(samples[r[0]].seq) for r in chunk]
+            wl = [np.stack([self.workload(samples[i].workload, samples[i].seq) for i in r])
+                  for r in chunk]
+            tgt = [np.array([self.target(samples[i].label_ms) for i in r], np.float32)
+                   for r in chunk]
+            idx = np.full((bs, K), -1)
+            for j, r in enumerate(chunk):
+                idx[j, :len(r)] = r
+            yield make_batch(feats, wl, tgt, bs, length, K, self.fc.distances), idx
 
 
 CONFIG_DIM, LOAD_DIM = len(CONFIG_FIELDS), len(LOAD_FIELDS)

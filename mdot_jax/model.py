@@ -32,6 +32,7 @@ class ModelConfig:
     d_model: int = 32
     n_heads: int = 4
     n_layers: int = 2
+    attn_block: int = 128  # longer sequences use block-local attention + block summaries
     mlp_ratio: int = 2
     fusion: str = "transformer"  # transformer (the paper's) | concat (ablation)
     pe: tuple[str, ...] = ("depth", "laplacian")  # subset of PE_KINDS
@@ -54,7 +55,8 @@ class ModelConfig:
 
 def tiny_config(workload_dim: int) -> ModelConfig:
     """A small config for tests, derived from the default."""
-    return ModelConfig(workload_dim=workload_dim, d_model=16, n_heads=2, n_layers=1)
+    return ModelConfig(workload_dim=workload_dim, d_model=16, n_heads=2, n_layers=1,
+                       attn_block=64)  # longer test sequences go through block attention
 
 
 class Mlp(nnx.Module):
@@ -67,11 +69,17 @@ class Mlp(nnx.Module):
 
 
 class Attention(nnx.Module):
-    """Multi-head self-attention with a key mask and an optional additive bias."""
+    """Multi-head self-attention with a key mask and an optional additive bias.
 
-    def __init__(self, d: int, heads: int, *, rngs: nnx.Rngs):
+    Sequences longer than `block` attend within blocks of `block` operators plus one summary
+    key/value per block (the masked mean of the block's keys and values), so the cost grows
+    as T * (block + T / block) instead of T^2; shorter ones use full attention. `bias` is
+    `[B, H, T, T]` for full attention and `[B, T/block, H, block, block]` for blocks.
+    """
+
+    def __init__(self, d: int, heads: int, *, block: int = 0, rngs: nnx.Rngs):
         assert d % heads == 0
-        self.heads = heads
+        self.heads, self.block = heads, block
         self.qkv = nnx.Linear(d, 3 * d, rngs=rngs)
         self.out = nnx.Linear(d, d, rngs=rngs)
 
@@ -79,12 +87,14 @@ class Attention(nnx.Module):
         B, T, D = x.shape  # [B, T, D]
         H = self.heads
         q, k, v = jnp.split(self.qkv(x).reshape(B, T, 3, H, D // H), 3, axis=2)
-        q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]  # [B, T, H, Dh]
+        q, k, v = q[:, :, 0] / jnp.sqrt(D // H), k[:, :, 0], v[:, :, 0]  # [B, T, H, Dh]
         if T <= SMALL_T:  # a few tokens (operator fusion): broadcasting beats tiny matmuls
             logits = (q[:, :, None] * k[:, None, :]).sum(-1).transpose(0, 3, 1, 2)
-        else:
+        elif not self.block or T <= self.block:
             logits = jnp.einsum("bqhd,bkhd->bhqk", q, k)  # [B, H, T, T]
-        logits = logits / jnp.sqrt(D // H)
+        else:
+            y = self._blocked(q, k, v, key_mask, bias)
+            return self.out(y.reshape(B, T, D))
         if bias is not None:
             logits = logits + bias
         logits = jnp.where(key_mask[:, None, None, :], logits, -1e9)
@@ -95,13 +105,34 @@ class Attention(nnx.Module):
             y = jnp.einsum("bhqk,bkhd->bqhd", attn, v)
         return self.out(y.reshape(B, T, D))
 
+    def _blocked(self, q, k, v, key_mask, bias):
+        B, T, H, Dh = q.shape
+        S = self.block
+        N = T // S  # bucket lengths are powers of two, so S divides T
+        q, k, v = (a.reshape(B, N, S, H, Dh) for a in (q, k, v))  # [B, N, S, H, Dh]
+        m = key_mask.reshape(B, N, S)
+        count = jnp.maximum(m.sum(-1), 1)[..., None, None]  # [B, N, 1, 1]
+        k_sum = (k * m[..., None, None]).sum(2) / count  # [B, N, H, Dh]
+        v_sum = (v * m[..., None, None]).sum(2) / count
+        local = jnp.einsum("bnqhd,bnkhd->bnhqk", q, k)  # [B, N, H, S, S]
+        if bias is not None:
+            local = local + bias
+        local = jnp.where(m[:, :, None, None, :], local, -1e9)
+        glob = jnp.einsum("bnqhd,bmhd->bnhqm", q, k_sum)  # [B, N, H, S, N]
+        glob = jnp.where(m.any(-1)[:, None, None, None, :], glob, -1e9)
+        attn = jax.nn.softmax(jnp.concatenate([local, glob], -1), axis=-1)
+        y = (jnp.einsum("bnhqk,bnkhd->bnqhd", attn[..., :S], v)
+             + jnp.einsum("bnhqm,bmhd->bnqhd", attn[..., S:], v_sum))  # [B, N, S, H, Dh]
+        return y.reshape(B, T, H * Dh)
+
 
 class Block(nnx.Module):
     """Pre-LN Transformer block."""
 
-    def __init__(self, d: int, heads: int, mlp_ratio: int, dropout: float, *, rngs: nnx.Rngs):
+    def __init__(self, d: int, heads: int, mlp_ratio: int, dropout: float, *, block: int = 0,
+                 rngs: nnx.Rngs):
         self.ln1 = nnx.LayerNorm(d, rngs=rngs)
-        self.attn = Attention(d, heads, rngs=rngs)
+        self.attn = Attention(d, heads, block=block, rngs=rngs)
         self.ln2 = nnx.LayerNorm(d, rngs=rngs)
         self.mlp = Mlp(d, mlp_ratio * d, d, rngs=rngs)
         self.drop = nnx.Dropout(dropout)
@@ -157,7 +188,7 @@ class GraphPE(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         d = cfg.d_model
-        self.kinds, self.lap_dim = cfg.pe, cfg.lap_dim
+        self.kinds, self.lap_dim, self.attn_block = cfg.pe, cfg.lap_dim, cfg.attn_block
         if "depth" in cfg.pe:
             self.depth_emb = nnx.Embed(MAX_DEPTH + 1, d, rngs=rngs)
             self.rdepth_emb = nnx.Embed(MAX_DEPTH + 1, d, rngs=rngs)
@@ -184,19 +215,34 @@ class GraphPE(nnx.Module):
             x = x + self.rw(batch.pe[..., self.lap_dim:])
         bias = None
         if "distance_bias" in self.kinds:
-            bias = self.dist_bias(batch.dist.astype(jnp.int32)).transpose(0, 3, 1, 2)
+            dist = batch.dist.astype(jnp.int32)  # [B, T, T]
+            S = self.attn_block
+            if S and T > S:  # only the diagonal blocks: [B, N, S, S]
+                N = T // S
+                dist = dist.reshape(B, N, S, N, S)[:, jnp.arange(N), :, jnp.arange(N)]
+                dist = dist.transpose(1, 0, 2, 3)
+                bias = self.dist_bias(dist).transpose(0, 1, 4, 2, 3)  # [B, N, H, S, S]
+            else:
+                bias = self.dist_bias(dist).transpose(0, 3, 1, 2)  # [B, H, T, T]
         return x, bias
 
 
+def with_workloads(seq_vec, w):
+    """`[B, F]` sequence summary + `[B, K, E]` workload embeddings -> `[B, K, F + E]`."""
+    return jnp.concatenate([jnp.broadcast_to(seq_vec[:, None], w.shape[:2] + seq_vec.shape[1:]),
+                            w], -1)
+
+
 class MDOT(nnx.Module):
-    """Batch -> normalised log iteration time `[B]` (and per-operator scores `[B, T]`)."""
+    """Batch -> normalised log iteration time `[B, K]` (and per-operator scores `[B, K, T]`)."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         d = cfg.d_model
         self.cfg = cfg
         self.encoder = OperatorEncoder(cfg, rngs=rngs)
         self.pe = GraphPE(cfg, rngs=rngs)
-        self.blocks = nnx.List([Block(d, cfg.n_heads, cfg.mlp_ratio, cfg.dropout, rngs=rngs)
+        self.blocks = nnx.List([Block(d, cfg.n_heads, cfg.mlp_ratio, cfg.dropout,
+                                      block=cfg.attn_block, rngs=rngs)
                                 for _ in range(cfg.n_layers)])
         self.ln = nnx.LayerNorm(d, rngs=rngs)
         self.workload = Mlp(cfg.workload_dim, 2 * d, d, rngs=rngs)
@@ -205,7 +251,7 @@ class MDOT(nnx.Module):
             self.op_head = Mlp(2 * d, d, 1, rngs=rngs)
 
     def __call__(self, batch: Batch, *, train: bool = False, rng=None):
-        """Returns `(prediction [B], per-operator scores [B, T])`."""
+        """Returns `(prediction [B, K], per-operator log-time scores [B, K, T])`."""
         rng = jax.random.key(0) if rng is None else rng
         r_pe, r_blocks = jax.random.split(rng)
         mask = batch.mask  # [B, T]
@@ -218,13 +264,14 @@ class MDOT(nnx.Module):
         mean = x.sum(axis=1) / count  # [B, D]
         mx = jnp.where(mask[..., None], x, -1e9).max(axis=1)  # [B, D]
         mx = jnp.where(count > 0, mx, 0.0)
-        w = self.workload(batch.workload)  # [B, D]
-        pooled = jnp.concatenate([mean, mx, w], axis=-1)  # [B, 3D]
+        w = self.workload(batch.workload)  # [B, K, D]
+        pooled = with_workloads(jnp.concatenate([mean, mx], axis=-1), w)  # [B, K, 3D]
+        B, K, T = w.shape[0], w.shape[1], x.shape[1]
         if self.cfg.readout == "per_op":
-            wb = jnp.broadcast_to(w[:, None], x.shape)
-            per_op = self.op_head(jnp.concatenate([x, wb], -1))[..., 0]  # [B, T] log-scale
-            per_op = jnp.where(mask, per_op, -1e9)
-            total = jax.nn.logsumexp(per_op, axis=1)  # log of the sum of per-op times
+            xb = jnp.broadcast_to(x[:, None], (B, K) + x.shape[1:])  # [B, K, T, D]
+            wb = jnp.broadcast_to(w[:, :, None], xb.shape)
+            per_op = self.op_head(jnp.concatenate([xb, wb], -1))[..., 0]  # [B, K, T] log-scale
+            per_op = jnp.where(mask[:, None], per_op, -1e9)
+            total = jax.nn.logsumexp(per_op, axis=-1)  # log of the sum of per-op times
             return total + self.head(pooled)[..., 0], per_op
-        scores = jnp.zeros(mask.shape, x.dtype)
-        return self.head(pooled)[..., 0], scores
+        return self.head(pooled)[..., 0], jnp.zeros((B, K, T), x.dtype)

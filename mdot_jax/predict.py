@@ -19,7 +19,7 @@ from converters import OperatorSequence, convert
 from mdot_jax.checkpoint import CheckpointError, load
 from mdot_jax.data import Sample, Workload
 from mdot_jax.features import FeatureCache, bucket_length
-from mdot_jax.train import Trained
+from mdot_jax.train import Trained, predict_samples
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_CHECKPOINT = "timm-rtx3090"
@@ -121,10 +121,8 @@ class Predictor:
         samples = [Sample.in_memory(seq, w, key=str(i)) for i, (seq, w) in enumerate(items)]
         for seq, _ in items:
             bucket_length(seq.num_ops, self.cache.fc.buckets)  # clear error if too long
-        out = np.zeros(len(samples))
-        for batch, idx in self.cache.batches(samples, PREDICT_TOKENS, shrink=True):
-            pred = np.asarray(self._forward(self._params, batch))[: len(idx)]
-            out[idx] = np.exp(pred * self.cache.stats.target_std + self.cache.stats.target_mean)
+        out = predict_samples(self._forward, self._params, self.cache, samples, PREDICT_TOKENS,
+                              shrink=True)
         return [Prediction(float(ms), w.device, seq.num_ops)
                 for ms, (seq, w) in zip(out, items)]
 

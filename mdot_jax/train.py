@@ -65,7 +65,7 @@ def make_mesh() -> Mesh:
 
 
 def _loss(pred, batch: Batch, target_std: float, kind: str):
-    d = (pred - batch.target) * target_std  # log(pred_ms) - log(true_ms)  [B]
+    d = (pred - batch.target) * target_std  # log(pred_ms) - log(true_ms)  [B, K]
     per = d ** 2 if kind == "mse" else jnp.abs(jnp.expm1(d))
     return (per * batch.weight).sum() / jnp.maximum(batch.weight.sum(), 1.0)
 
@@ -98,12 +98,14 @@ def make_steps(graphdef, tx, target_std: float, loss_kind: str, mesh: Mesh):
 
 
 def predict_samples(predict_step, params, cache: FeatureCache, samples: Sequence[Sample],
-                    tokens: int = 4096) -> np.ndarray:
+                    tokens: int = 4096, *, shrink: bool = False) -> np.ndarray:
     """Predicted milliseconds for `samples` (in their order)."""
     out = np.zeros(len(samples))
-    for batch, idx in cache.batches(samples, tokens, multiple=jax.device_count()):
-        pred = np.asarray(predict_step(params, batch))[: len(idx)]
-        out[idx] = np.exp(pred * cache.stats.target_std + cache.stats.target_mean)
+    for batch, idx in cache.batches(samples, tokens, multiple=jax.device_count(),
+                                    shrink=shrink):
+        pred = np.asarray(predict_step(params, batch))  # [B, K]
+        out[idx[idx >= 0]] = np.exp(pred[idx >= 0] * cache.stats.target_std
+                                    + cache.stats.target_mean)
     return out
 
 
@@ -143,7 +145,7 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     n_dev = jax.device_count()
     tokens = train_cfg.tokens_per_batch
     probe = next(cache.batches(samples[:1], tokens, multiple=n_dev))[0]
-    model_cfg = model_cfg.replace(workload_dim=probe.workload.shape[1])
+    model_cfg = model_cfg.replace(workload_dim=probe.workload.shape[-1])
     model = build_model(model_cfg, nnx.Rngs(train_cfg.seed))
     graphdef, params = nnx.split(model, nnx.Param)
 
