@@ -55,6 +55,7 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
         history=trained.history,
     )
     (tmp / METADATA).write_text(json.dumps(meta, indent=1, default=float))
+    (tmp / "README.md").write_text(model_card(meta))
     if path.exists():
         old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
         path.rename(old)
@@ -63,6 +64,33 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
     else:
         tmp.rename(path)
     return path
+
+
+def model_card(meta: dict) -> str:
+    """A human-readable summary of a checkpoint's metadata (written beside it as README.md)."""
+    ds, info, m, mc = meta["dataset"], meta["train"], meta["metrics"], meta["model_config"]
+    lines = [f"# {meta['description'] or 'MDOT checkpoint'}", "",
+             f"- predicts for device(s): {', '.join(meta['stats']['devices'])}",
+             f"- data: `{Path(ds.get('path', '?')).name}` (fingerprint `{ds.get('fingerprint')}`), "
+             f"split `{ds.get('split')}`"
+             + (f" fold {ds.get('fold')} of {ds.get('folds')}" if ds.get("split") != "none"
+                else " (trained on every sample)")
+             + f"; {info.get('train_samples')} training + {info.get('val_samples')} "
+               f"early-stopping samples",
+             f"- excluded (longer than the largest bucket): {info.get('excluded_too_long') or 'none'}",
+             f"- model: d_model {mc['d_model']}, {mc['n_layers']} layers x {mc['n_heads']} heads, "
+             f"fusion {mc['fusion']}, positional encodings {', '.join(mc['pe']) or 'none'}, "
+             f"readout {mc['readout']}, attention block {mc.get('attn_block')}",
+             f"- training: {info.get('steps')} steps in {info.get('seconds')} s "
+             f"({info.get('steps_per_s')} steps/s on {info.get('devices')} device(s)), "
+             f"best validation MAPE {info.get('best_val_mape') or float('nan'):.2f}% "
+             "(the early-stopping samples, same distribution as training)",
+             f"- operator vocabulary v{meta['vocab_version']}, checkpoint format "
+             f"{meta['format_version']}"]
+    if m:
+        lines.append(f"- held-out test ({m.get('n')} samples): MAE {m['mae_ms']:.3g} ms, "
+                     f"RMSE {m['rmse_ms']:.3g} ms, MAPE {m['mape']:.2f}%")
+    return "\n".join(lines) + "\n"
 
 
 def read_metadata(path: str | Path) -> dict:

@@ -221,17 +221,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import subprocess
 
-    from mdot_jax.evaluate import ALL_METHODS, run, summarize
+    from mdot_jax.evaluate import ALL_METHODS, read_results, run, summarize
     from mdot_jax.train import TrainConfig
 
     ds = _dataset(args.dataset)
     methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
     budget = _config(TrainConfig, args.train_config)
-    try:
-        rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
-                   methods=methods, budget=budget)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    if args.summary_only:
+        rows = read_results(args.out)
+        if not rows:
+            raise UsageError(f"{args.out}: no results to summarise")
+    else:
+        try:
+            rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
+                       methods=methods, budget=budget)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     summarize(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]), commit=commit)
@@ -313,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default="all", help="all, or comma-separated method names")
     p.add_argument("--train-config", help="JSON overrides of the neural methods' budget")
     p.add_argument("--out", required=True, help="results directory (resumable)")
+    p.add_argument("--summary-only", action="store_true",
+                   help="only redo the table and plots from the results so far")
     p.set_defaults(func=cmd_evaluate)
     return parser
 

@@ -271,6 +271,11 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     return list(_read(path))
 
 
+def read_results(out: str | Path) -> list[dict]:
+    """The rows `run` has written to `out` so far."""
+    return _read(Path(out) / RESULTS)
+
+
 def _read(path: Path):
     if not path.exists():
         return []
@@ -314,13 +319,58 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
                      f"{s['mape']:.2f} ± {s['mape_std']:.2f} | {s['median_ape']:.2f} | "
                      f"{s['p90_ape']:.2f} | {s['folds']} x {s['seeds']} | {s['fit_s']:.1f} | "
                      f"{s['predict_ms_per_sample']:.2f} |")
+    analyses = [error_analysis(rows, ds, m) for m in dict.fromkeys(["mdot"] + order[:1])
+                if m in summary]
+    for a in analyses:
+        lines += _analysis_md(a)
     (out / "table.md").write_text("\n".join(lines) + "\n")
     result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
                                samples=len(ds)), command=command, commit=commit,
-                  neural_budget=rows[0].get("budget") if rows else None, methods=summary)
+                  neural_budget=rows[0].get("budget") if rows else None, methods=summary,
+                  error_analysis=analyses)
     (out / "results.json").write_text(json.dumps(result, indent=1))
     _plots(rows, ds, out, order)
     return result
+
+
+def error_analysis(rows: list[dict], ds: Dataset, method: str, top: int = 8) -> dict:
+    """Where `method` errs: MAPE by architecture family, and by operator type (MAPE of the
+    test samples whose graph holds the type vs of those that do not, for types present in
+    10-90% of the samples, largest difference first)."""
+    by_key = {s.key: s for s in ds.samples}
+    ape: dict[str, list[float]] = {}
+    for r in rows:
+        if r["method"] == method:
+            for k, p in zip(r["test_keys"], r["pred_ms"]):
+                ape.setdefault(k, []).append(100 * abs(p - by_key[k].label_ms) / by_key[k].label_ms)
+    keys = sorted(ape)
+    err = np.array([np.mean(ape[k]) for k in keys])
+    families: dict[str, list[float]] = {}
+    for k, e in zip(keys, err):
+        families.setdefault(by_key[k].family, []).append(e)
+    fam = sorted(({"family": f, "mape": float(np.mean(v)), "n": len(v)}
+                  for f, v in families.items()), key=lambda r: -r["mape"])
+    present = np.stack([np.bincount(by_key[k].seq.op_type, minlength=len(VOCAB))[:len(VOCAB)] > 0
+                        for k in keys]) if keys else np.zeros((0, len(VOCAB)), bool)
+    ops = []
+    for t in range(2, len(VOCAB)):
+        frac = present[:, t].mean() if keys else 0.0
+        if 0.1 <= frac <= 0.9:
+            ops.append({"op": VOCAB[t], "with": float(err[present[:, t]].mean()),
+                        "without": float(err[~present[:, t]].mean()), "share": float(frac)})
+    ops.sort(key=lambda r: r["without"] - r["with"])
+    return dict(method=method, samples=len(keys), worst_families=fam[:top],
+                op_types=ops[:top])
+
+
+def _analysis_md(a: dict) -> list[str]:
+    lines = ["", f"Error analysis of `{a['method']}` ({a['samples']} test samples): worst "
+             "families " + ", ".join(f"{r['family']} {r['mape']:.1f}% (n={r['n']})"
+                                     for r in a["worst_families"]) + ".",
+             "Operator types whose presence goes with the largest error: "
+             + ", ".join(f"{r['op']} {r['with']:.1f}% vs {r['without']:.1f}% without "
+                         f"({100 * r['share']:.0f}% of samples)" for r in a["op_types"]) + "."]
+    return lines
 
 
 def _plots(rows, ds: Dataset, out: Path, order: list[str]) -> None:

@@ -33,7 +33,7 @@ class FeatureConfig:
     lap_dim: int = 8  # Laplacian eigenvectors
     rw_dim: int = 8  # random-walk landing probabilities
     distances: bool = False  # [T, T] graph-distance buckets for the attention bias
-    buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
+    buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
     group: int = 2  # K: workloads of one sequence per batch row (encoded once, read out K times)
 
 

@@ -49,5 +49,6 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
                    test_excluded_too_long=len(test_samples) - len(held),
                    devices=sorted({s.workload.device for s in ds.samples}))
     checkpoint.save(trained, out, dataset=dataset, metrics=metrics,
-                    description=f"MDOT trained on {ds.root.name} ({split} split, fold {fold})")
+                    description=f"MDOT trained on {ds.root.name} " + (
+                        "(every sample)" if split == "none" else f"({split} split, fold {fold})"))
     return dict(test_metrics=metrics, info=trained.info, dataset=dataset)

@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 
+from converters.vocab import VOCAB
+
 from mdot_jax.evaluate import _read, run, summarize
 from mdot_jax.train import TrainConfig
 
@@ -36,3 +38,23 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
     assert (tmp_path / "pred_vs_measured.png").stat().st_size > 0
     assert (tmp_path / "error_by_family.png").stat().st_size > 0
     assert "| lightgbm |" in (tmp_path / "table.md").read_text()
+
+
+def test_error_analysis_by_family_and_op_type(tiny_real_dataset):
+    """Predictions 10% off on one family and exact elsewhere: that family is the worst at
+    10%, and an op type's with/without MAPEs are the means over the samples that hold it."""
+    from mdot_jax.evaluate import error_analysis
+
+    samples = tiny_real_dataset.samples
+    bad = samples[0].family
+    pred = [s.label_ms * (1.1 if s.family == bad else 1.0) for s in samples]
+    rows = [dict(method="m", test_keys=[s.key for s in samples], pred_ms=pred)]
+    a = error_analysis(rows, tiny_real_dataset, "m")
+    assert a["samples"] == len(samples)
+    assert a["worst_families"][0]["family"] == bad
+    assert np.isclose(a["worst_families"][0]["mape"], 10.0)
+    assert all(r["mape"] == 0 for r in a["worst_families"][1:])
+    err = np.array([10.0 if s.family == bad else 0.0 for s in samples])
+    for r in a["op_types"]:
+        has = np.array([(s.seq.op_type == VOCAB.index(r["op"])).any() for s in samples])
+        assert np.isclose(r["with"], err[has].mean()) and np.isclose(r["without"], err[~has].mean())

@@ -1,0 +1,57 @@
+"""The checkpoints shipped in `checkpoints/`: loadable, small, described, and accurate on
+measurements they were trained on (an in-sample sanity check; held-out accuracy is in
+benchmarks/results/)."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from mdot_jax.data import load_dataset
+from mdot_jax.metrics import regression_metrics
+from mdot_jax.predict import CHECKPOINT_DIR, DEFAULT_CHECKPOINT, Predictor
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHIPPED = sorted(p.name for p in CHECKPOINT_DIR.glob("*") if (p / "metadata.json").exists())
+
+
+def test_the_default_checkpoint_is_shipped():
+    assert DEFAULT_CHECKPOINT in SHIPPED
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_checkpoint_is_small_and_described(name):
+    path = CHECKPOINT_DIR / name
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    assert size < 5e6, f"{name} is {size / 1e6:.1f} MB"
+    meta = json.loads((path / "metadata.json").read_text())
+    card = (path / "README.md").read_text()
+    assert meta["stats"]["devices"] and all(d in card for d in meta["stats"]["devices"])
+    assert Predictor.load(name).trained.model_cfg.arch == "mdot"
+
+
+@pytest.mark.parametrize("name", [n for n in SHIPPED if (REPO / "data" / n).is_dir()])
+def test_local_checkpoint_fits_its_committed_measurements(name):
+    ds = load_dataset(REPO / "data" / name)
+    samples = ds.samples[::10]
+    pred = Predictor.load(name).predict_many([(s.seq, s.workload) for s in samples])
+    m = regression_metrics([p.iteration_ms for p in pred], [s.label_ms for s in samples])
+    assert m["mape"] < 25, m
+
+
+def test_default_checkpoint_predicts_a_measured_resnet18(tmp_path):
+    """timm's benchmark measured resnet18 (batch 512, 224 px, fp16 autocast) at 184.9 ms per
+    step on an RTX 3090; our export of torchvision's resnet18 (the same network) should land
+    near it."""
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    import onnx
+
+    from converters import from_torch
+
+    path = tmp_path / "resnet18.onnx"
+    onnx.save(from_torch(torchvision.models.resnet18(), torch.randn(2, 3, 224, 224)), path)
+    p = Predictor.load().predict(path, batch_size=512)
+    assert p.device == "rtx3090"
+    assert np.isclose(p.iteration_ms, 184.877, rtol=0.25), p.iteration_ms
