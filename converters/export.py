@@ -28,6 +28,7 @@ from converters.errors import ConversionError
 from converters.sequence import DATA_INPUTS_KEY, PARAMS_KEY
 
 OPSET = 17
+FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
 
 
 def _mark_data_inputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
@@ -40,7 +41,7 @@ _SYMBOLICS_REGISTERED = False
 
 def _register_symbolics(torch) -> None:
     """Symbolics the TorchScript exporter lacks at our opset (rms_norm, training-mode
-    feature_dropout)."""
+    feature_dropout) or gets wrong with a dynamic batch (col2im, opset 18)."""
     global _SYMBOLICS_REGISTERED
     if _SYMBOLICS_REGISTERED:
         return
@@ -49,7 +50,10 @@ def _register_symbolics(torch) -> None:
     def rms_norm(g, x, normalized_shape, weight, eps):
         axes = list(range(-len(sh._get_const(normalized_shape, "is", "normalized_shape")), 0))
         eps = 1e-6 if sh._is_none(eps) else sh._get_const(eps, "f", "eps")
-        mean_sq = g.op("ReduceMean", g.op("Mul", x, x), axes_i=axes, keepdims_i=1)
+        sq = g.op("Mul", x, x)
+        mean_sq = (g.op("ReduceMean", sq, axes_i=axes, keepdims_i=1) if g.opset < 18 else
+                   g.op("ReduceMean", sq, g.op("Constant", value_t=torch.tensor(axes)),
+                        keepdims_i=1))
         eps_t = g.op("Constant", value_t=torch.tensor(eps, dtype=torch.float32))
         y = g.op("Div", x, g.op("Sqrt", g.op("Add", mean_sq, g.op("CastLike", eps_t, x))))
         return y if sh._is_none(weight) else g.op("Mul", y, weight)
@@ -59,6 +63,15 @@ def _register_symbolics(torch) -> None:
                                                       dtype=torch.float32))
         return g.op("Dropout", x, ratio, g.op("Constant", value_t=torch.tensor(True)))
 
+    @sh.parse_args("v", "v", "v", "is", "is", "is")
+    def col2im(g, x, output_size, kernel_size, dilation, padding, stride):
+        # torch's own opset-18 symbolic needs the static size of `output_size`, which the
+        # dynamic batch hides; a fold is always 2-D, so it is not needed
+        return g.op("Col2Im", x, output_size, kernel_size, dilations_i=dilation or [1, 1],
+                    pads_i=list(padding) * 2 if padding else [0] * 4,
+                    strides_i=stride or [1, 1])
+
+    torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, FALLBACK_OPSET)
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::feature_dropout", feature_dropout, OPSET)
     _SYMBOLICS_REGISTERED = True
@@ -80,10 +93,11 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     names = list(input_names or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()
-    was_training = module.training
+    was_training, retry = module.training, False
     try:
         module.train()
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 module, args, buf, dynamo=False, export_params=False,
@@ -91,11 +105,17 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 input_names=names, opset_version=opset,
                 dynamic_axes={n: {0: "batch"} for n in names} if dynamic_batch else None)
     except Exception as e:  # exporter errors are many and untyped; keep the first line
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConversionError(f"torch export of {type(module).__name__} failed: "
-                              f"{type(e).__name__}: {msg}") from None
+        # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
+        retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)
+        if not retry:
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConversionError(f"torch export of {type(module).__name__} failed: "
+                                  f"{type(e).__name__}: {msg}") from None
     finally:
         module.train(was_training)
+    if retry:
+        return from_torch(module, example_inputs, input_names=input_names,
+                          dynamic_batch=dynamic_batch, opset=FALLBACK_OPSET)
     model = _mark_data_inputs(onnx.load_from_string(buf.getvalue()), names)
     params = [name for name, _ in module.named_parameters()]
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))

@@ -393,6 +393,15 @@ def resize(node: NodeView) -> Cost:
     return Cost(float(per_out * _out(node)), 1.0)
 
 
+@register("Col2Im", testcases=(
+    # [N, C*kh*kw, L] = [1, 2*2*2, 9] columns scattered back into [1, 2, 4, 4]: an add each
+    (dict(op_type="Col2Im", in_shapes=[(1, 8, 9), (2,), (2,)], out_shapes=[(1, 2, 4, 4)]), 72),
+))
+def col2im(node: NodeView) -> Cost:
+    """Col2Im (opset 18; VOLO's fold): every column element is added into the image."""
+    return Cost(float(_in(node)), 1.0)
+
+
 # ---------------------------------------------------------------------------- recurrent, control
 @register("LSTM", "GRU", "RNN", testcases=(
     # LSTM: seq 5, batch 2, input 8, hidden 16: 4 gates * 2*(8+16)*16 per step and sample

@@ -5,7 +5,7 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 1
+VOCAB_VERSION = 2  # 2: Col2Im
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -39,6 +39,8 @@ _OP_TYPES = (
     # recurrent and control flow
     "LSTM", "GRU", "RNN", "If", "Loop", "Scan",
     "MatMulInteger",
+    # appended in version 2
+    "Col2Im",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES

@@ -90,9 +90,9 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
     root = Path(out)
     writer = DatasetWriter(root)
     report = SkipLog(root)
-    rows = [r for p in csv_paths for r in read_rows(p)]
+    all_rows = [r for p in csv_paths for r in read_rows(p)]  # the report covers all of them
     groups: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
+    for r in all_rows:
         if models is None or r["model"] in models:
             groups[r["model"]].append(r)
     archs = list(groups)[:limit] if limit else list(groups)
@@ -113,9 +113,9 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
             report.skipped.pop(_key(r), None)
         _build_arch(arch, pending, writer, report, onnx_dir, timm, torch)
         bar.update(len(pending))
-        report.write(**_layout_report(rows, writer.done))
+        report.write(**_layout_report(all_rows, writer.done))
     bar.close()
-    return report.write(**_layout_report(rows, writer.done))
+    return report.write(**_layout_report(all_rows, writer.done))
 
 
 def _build_arch(arch, rows, writer, report, onnx_dir, timm, torch) -> None:

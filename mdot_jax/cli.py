@@ -83,7 +83,8 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
 
     out = args.out or default_data_dir("timm-rtx3090")
     try:
-        report = build_timm(args.csv, out, limit=args.limit, retry_skipped=args.retry_skipped)
+        report = build_timm(args.csv, out, limit=args.limit, retry_skipped=args.retry_skipped,
+                            models=args.models.split(",") if args.models else None)
     except (FileNotFoundError, ValueError) as e:
         raise UsageError(str(e)) from None
     for layout, entry in report["by_layout"].items():
@@ -265,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", help="dataset directory (default: under ~/.cache/mdot/datasets)")
     q.add_argument("--limit", type=int, help="only the first N architectures")
     q.add_argument("--retry-skipped", action="store_true", help="retry rows skipped before")
+    q.add_argument("--models", help="only these architectures (comma-separated)")
     q.set_defaults(func=cmd_dataset_timm)
     q = dsub.add_parser("info", help="summary of a dataset directory")
     q.add_argument("dir")

@@ -237,7 +237,12 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / RESULTS
-    done = {(r["method"], r["fold"], r["seed"]) for r in _read(path)}
+    rows = _read(path)
+    stale = {r["dataset"] for r in rows} - {ds.fingerprint()}
+    if stale:  # the folds would differ: never mix results of two versions of a dataset
+        raise ValueError(f"{out}: results of dataset version(s) {sorted(stale)}, but "
+                         f"{ds.root} is version {ds.fingerprint()}; use a new --out")
+    done = {(r["method"], r["fold"], r["seed"]) for r in rows}
     splits = make_splits(ds, split, folds, seed=0)  # identical folds for every method
     # the comparison first (every fold), the MDOT ablations after it: a stopped run has
     # complete folds of the main table

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
 from converters import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
+from converters.vocab import UNK_ID, VOCAB
 from mdot_jax.data import Sample, Workload
 
 PRECISIONS = ("fp32", "amp-fp16", "bf16")
@@ -217,14 +218,17 @@ def make_batch(feats: Sequence[SeqFeatures], workloads: Sequence[np.ndarray],
 class FeatureCache:
     """Features of every sample: one `SeqFeatures` per distinct sequence, computed once."""
 
-    def __init__(self, stats: FeatureStats, fc: FeatureConfig):
-        self.stats, self.fc = stats, fc
+    def __init__(self, stats: FeatureStats, fc: FeatureConfig, vocab_size: int = len(VOCAB)):
+        self.stats, self.fc, self.vocab_size = stats, fc, vocab_size
         self._seqs: dict[int, SeqFeatures] = {}
 
     def seq(self, seq: OperatorSequence) -> SeqFeatures:
         key = id(seq)
         if key not in self._seqs:
-            self._seqs[key] = seq_features(seq, self.stats, self.fc)
+            f = seq_features(seq, self.stats, self.fc)
+            # op types newer than the model's vocabulary (an older checkpoint) are <unk>
+            self._seqs[key] = f._replace(op_type=np.where(f.op_type < self.vocab_size,
+                                                          f.op_type, UNK_ID).astype(np.int32))
         return self._seqs[key]
 
     def workload(self, w: Workload, seq: OperatorSequence) -> np.ndarray:

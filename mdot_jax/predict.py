@@ -59,7 +59,8 @@ class Predictor:
 
     def __init__(self, trained: Trained, path: Path | None = None):
         self.trained, self.path = trained, path
-        self.cache = FeatureCache(trained.stats, trained.feature_cfg)
+        self.cache = FeatureCache(trained.stats, trained.feature_cfg,
+                                  trained.model_cfg.vocab_size)
         graphdef, params = trained.graphdef, trained.params
 
         @jax.jit

@@ -18,7 +18,7 @@ def evaluate(trained: Trained, samples) -> tuple[np.ndarray, dict]:
     """Predicted ms and metrics of a trained model on `samples`."""
     import optax
 
-    cache = FeatureCache(trained.stats, trained.feature_cfg)
+    cache = FeatureCache(trained.stats, trained.feature_cfg, trained.model_cfg.vocab_size)
     _, predict_step, _ = make_steps(trained.graphdef, optax.identity(),
                                     trained.stats.target_std, "mse", make_mesh())
     pred = predict_samples(predict_step, trained.params, cache, samples)

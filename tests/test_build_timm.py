@@ -53,6 +53,11 @@ def test_builder_end_to_end_with_bad_rows(csv_path, tmp_path):
     assert on_disk["skipped"]["nchw/no_such_net_v9"]["reason"] == "unknown_model"
 
 
+def test_building_some_models_reports_on_every_row(csv_path, tmp_path):
+    report = bt.build_timm([csv_path], tmp_path / "ds", models=["tinynet_e"], progress=False)
+    assert report["built"] == 1 and report["rows"] == 5  # the others are simply not done
+
+
 def test_resume_after_crash_keeps_each_sample_once(csv_path, tmp_path, monkeypatch):
     real_convert, calls = bt.convert, []
 

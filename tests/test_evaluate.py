@@ -4,6 +4,7 @@ folds; results resume; summary files are written."""
 import json
 
 import numpy as np
+import pytest
 
 from converters.vocab import VOCAB
 
@@ -31,6 +32,13 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
     run(tiny_real_dataset, tmp_path, split="family", folds=2, methods=METHODS, budget=budget,
         progress=False)
     assert (tmp_path / "results.jsonl").read_text() == before
+    # results of another version of the dataset are never mixed in
+    stale = before.replace(tiny_real_dataset.fingerprint(), "0123456789abcdef", 1)
+    (tmp_path / "stale").mkdir()
+    (tmp_path / "stale" / "results.jsonl").write_text(stale)
+    with pytest.raises(ValueError, match="0123456789abcdef"):
+        run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=METHODS,
+            budget=budget, progress=False)
     result = summarize(_read(tmp_path / "results.jsonl"), tiny_real_dataset, tmp_path, "cmd")
     assert set(result["methods"]) == set(METHODS)
     assert {"mae_ms", "rmse_ms", "mape"} <= set(result["methods"]["gnn"])

@@ -69,6 +69,19 @@ def test_timm_vit_and_efficientnet_have_no_unknown_ops(name):
     assert abs(seq.params - sum(p.numel() for p in model.parameters())) < 1e-3 * seq.params
 
 
+def test_fold_exports_at_opset_18_as_col2im():
+    """aten::col2im (nn.Fold, used by VOLO) has no opset-17 export: the exporter falls back to
+    opset 18 with a dynamic batch, and the sequence costs it (one add per column element)."""
+    fold = torch.nn.Sequential(torch.nn.Conv1d(8, 8, 1),
+                               torch.nn.Fold(output_size=(4, 4), kernel_size=2, stride=2))
+    proto = from_torch(fold, torch.randn(2, 8, 4), input_names=["x"])
+    assert [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")] == [18]
+    seq = convert(proto, batch_size=3)
+    i = list(seq.op_type).index(VOCAB.index("Col2Im"))
+    assert seq.load[i, 0] == 3 * 8 * 4 and seq.unknown_ops == {}
+    assert seq.meta["inputs"]["x"] == [3, 8, 4]
+
+
 @pytest.mark.parametrize("name", TORCHVISION_MODELS)
 def test_every_torchvision_classifier_converts(name):
     model = _torchvision(name)

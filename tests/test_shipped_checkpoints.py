@@ -55,3 +55,22 @@ def test_default_checkpoint_predicts_a_measured_resnet18(tmp_path):
     p = Predictor.load().predict(path, batch_size=512)
     assert p.device == "rtx3090"
     assert np.isclose(p.iteration_ms, 184.877, rtol=0.25), p.iteration_ms
+
+
+def test_op_types_newer_than_a_checkpoint_count_as_unknown():
+    """A checkpoint trained on an older vocabulary reads newer op types as <unk> (not as an
+    out-of-range embedding, which would give NaN)."""
+    import dataclasses
+
+    from converters.vocab import UNK_ID, VOCAB
+
+    predictor = Predictor.load(DEFAULT_CHECKPOINT)
+    vocab_size = predictor.trained.model_cfg.vocab_size
+    sample = load_dataset(REPO / "data" / "cpu-amd-epyc-2t").samples[0]
+    newer = np.array(sample.seq.op_type)
+    newer[0] = len(VOCAB) - 1 if len(VOCAB) > vocab_size else vocab_size  # out of its range
+    unk = newer.copy()
+    unk[0] = UNK_ID
+    a, b = (predictor.predict_many([(dataclasses.replace(sample.seq, op_type=t),
+                                     sample.workload)])[0].iteration_ms for t in (newer, unk))
+    assert np.isfinite(a) and a == b
