@@ -27,6 +27,9 @@ from mdot_jax.metrics import regression_metrics
 from mdot_jax.model import ModelConfig
 
 
+MAX_Z = 8.0  # predictions are clipped to this many standard deviations of the log-time
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     tokens_per_batch: int = 4096  # operators per batch; batch size = tokens // bucket length
@@ -103,9 +106,11 @@ def predict_samples(predict_step, params, cache: FeatureCache, samples: Sequence
     out = np.zeros(len(samples))
     for batch, idx in cache.batches(samples, tokens, multiple=jax.device_count(),
                                     shrink=shrink):
-        pred = np.asarray(predict_step(params, batch))  # [B, K]
-        out[idx[idx >= 0]] = np.exp(pred[idx >= 0] * cache.stats.target_std
-                                    + cache.stats.target_mean)
+        pred = np.asarray(predict_step(params, batch), np.float64)  # [B, K]
+        # a diverged model must not give inf: at most MAX_Z standard deviations of the
+        # training log-times from their mean (a factor of e^(MAX_Z * std))
+        z = np.clip(pred[idx >= 0], -MAX_Z, MAX_Z)
+        out[idx[idx >= 0]] = np.exp(z * cache.stats.target_std + cache.stats.target_mean)
     return out
 
 

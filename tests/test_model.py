@@ -169,3 +169,17 @@ def test_data_parallel_on_several_host_devices(tiny_real_dataset):
     sizes = list(result["batch_sizes"].values())
     assert sizes and all(b % 4 == 0 for b in sizes)  # batches split evenly over the devices
     assert np.isfinite(result["mape"])
+
+
+def test_diverged_predictions_stay_finite(trained, tiny_real_dataset):
+    """A diverged model (log-time 1e4 standard deviations off) predicts a large finite time,
+    never inf; sound predictions are untouched."""
+    from mdot_jax.train import MAX_Z, predict_samples
+
+    cache = FeatureCache(trained.stats, trained.feature_cfg)
+    samples = tiny_real_dataset.samples[:3]
+    huge = predict_samples(lambda p, b: np.full(b.target.shape, 1e4), None, cache, samples)
+    st = trained.stats
+    assert np.allclose(huge, np.exp(MAX_Z * st.target_std + st.target_mean))
+    zero = predict_samples(lambda p, b: np.zeros(b.target.shape), None, cache, samples)
+    assert np.allclose(zero, np.exp(st.target_mean))
