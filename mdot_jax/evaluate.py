@@ -26,10 +26,10 @@ import numpy as np
 
 from converters.vocab import VOCAB
 from mdot_jax.data import Dataset, Sample, make_splits
-from mdot_jax.features import FeatureConfig, workload_raw
+from mdot_jax.features import MIN_STD, FeatureConfig, workload_raw
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.model import PE_KINDS, ModelConfig
-from mdot_jax.train import TrainConfig, split_validation
+from mdot_jax.train import MAX_Z, TrainConfig, split_validation
 
 RESULTS = "results.jsonl"
 
@@ -132,8 +132,9 @@ class AggregateMLPMethod(Method):
         tr, val = split_validation(train, self.budget.val_fraction, self.seed)
         self.devices = sorted({s.workload.device for s in train})
         x = np.stack([aggregates(s, self.devices) for s in tr])
-        self.mean, self.std = x.mean(0), np.where(x.std(0) > 1e-6, x.std(0), 1.0)
+        self.mean, self.std = x.mean(0), np.where(x.std(0) > MIN_STD, x.std(0), 1.0)
         self.ymean = float(np.log([s.label_ms for s in tr]).mean())
+        self.ystd = float(np.log([s.label_ms for s in tr]).std() or 1.0)
         xs, ys = self._x(tr), np.log([s.label_ms for s in tr]) - self.ymean
         xv, yv = self._x(val), np.log([s.label_ms for s in val]) - self.ymean
         k1, k2 = jax.random.split(jax.random.key(self.seed))
@@ -167,7 +168,9 @@ class AggregateMLPMethod(Method):
         return (np.stack([aggregates(s, self.devices) for s in samples]) - self.mean) / self.std
 
     def predict(self, samples):
-        return np.exp(np.asarray(self.f(self.params, self._x(samples))) + self.ymean)
+        y = np.asarray(self.f(self.params, self._x(samples)), np.float64)
+        # as for the neural methods (train.predict_samples): never inf from extrapolation
+        return np.exp(np.clip(y, -MAX_Z * self.ystd, MAX_Z * self.ystd) + self.ymean)
 
 
 @dataclass

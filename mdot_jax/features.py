@@ -24,6 +24,9 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 GRAPH_TOTALS = ("fwd_flops", "bwd_flops", "bytes", "params", "num_ops")
 MAX_DEPTH = 511  # depth embeddings clip here
 FAR = 9  # graph-distance buckets: 0 (self) .. 8 hops, 9 = farther or unreachable
+# a (log-scaled) feature that varies less than this over the training set is constant, not
+# divided by float noise (which turned an unseen value into 1e5 standard deviations)
+MIN_STD = 1e-3
 EDGES_PER_OP = 4  # padded edge slots per operator (DenseNet-201 has 3.5)
 
 
@@ -93,7 +96,7 @@ def fit_stats(samples: Sequence[Sample]) -> FeatureStats:
 
     def ms(a):
         std = a.std(axis=0)
-        return a.mean(axis=0).tolist(), np.where(std > 1e-6, std, 1.0).tolist()
+        return a.mean(axis=0).tolist(), np.where(std > MIN_STD, std, 1.0).tolist()
 
     wl_mean, wl_std = ms(wl)
     k = NUM_NUMERIC_WORKLOAD  # one-hots stay 0/1

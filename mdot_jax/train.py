@@ -206,6 +206,8 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     bar.close()
     elapsed = time.perf_counter() - t0
     info = dict(train_samples=len(samples), val_samples=len(val_samples), steps=step,
+                batch_sizes=sorted({s.workload.batch_size for s in samples}),
+                input_sizes=sorted({s.workload.input_size for s in samples}),
                 excluded_too_long=too_long,
                 seconds=round(elapsed, 1), steps_per_s=round(step / max(elapsed, 1e-9), 2),
                 best_val_mape=best if val_samples else None, devices=n_dev,
