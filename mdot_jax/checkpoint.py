@@ -77,7 +77,8 @@ def model_card(meta: dict) -> str:
                 else " (trained on every sample)")
              + f"; {info.get('train_samples')} training + {info.get('val_samples')} "
                f"early-stopping samples",
-             f"- excluded (longer than the largest bucket): {info.get('excluded_too_long') or 'none'}",
+             "- excluded (longer than the largest bucket): "
+             f"{info.get('excluded_too_long') or 'none'}",
              f"- seen batch sizes {info.get('batch_sizes', '?')}, input sizes "
              f"{info.get('input_sizes', '?')}: other workloads are extrapolation",
              f"- model: d_model {mc['d_model']}, {mc['n_layers']} layers x {mc['n_heads']} heads, "

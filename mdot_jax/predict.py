@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Sequence, Union
 
 import jax
-import numpy as np
 import onnx
 from flax import nnx
 
