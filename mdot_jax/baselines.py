@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mdot_jax.features import Batch
-from mdot_jax.model import MDOT, Mlp, ModelConfig, OperatorEncoder, with_workloads
+from mdot_jax.model import (MDOT, Mlp, ModelConfig, OperatorEncoder, per_op_log_times,
+                            with_workloads)
 
 
 def _pool(x, mask):
@@ -101,12 +102,9 @@ class PerOpBaseline(nnx.Module):
 
     def __call__(self, batch: Batch, *, train: bool = False, rng=None):
         x = self.encoder(batch)  # [B, T, D]
-        w = self.workload(batch.workload)  # [B, K, D]
-        xb = jnp.broadcast_to(x[:, None], w.shape[:2] + x.shape[1:])  # [B, K, T, D]
-        wb = jnp.broadcast_to(w[:, :, None], xb.shape)
-        per_op = self.op_head(jnp.concatenate([xb, wb], -1))[..., 0]  # [B, K, T] log-scale
-        per_op = jnp.where(batch.mask[:, None], per_op, -1e9)
-        return jax.nn.logsumexp(per_op, axis=-1) + self.offset[...], per_op  # log of the sum
+        per_op, total = per_op_log_times(self.op_head, x, self.workload(batch.workload),
+                                         batch.mask)
+        return total + self.offset[...], per_op
 
 
 ARCHS = {"mdot": MDOT, "lstm": LSTMBaseline, "gnn": GNNBaseline, "per_op": PerOpBaseline}

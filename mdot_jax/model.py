@@ -233,6 +233,16 @@ def with_workloads(seq_vec, w):
                             w], -1)
 
 
+def per_op_log_times(op_head, x, w, mask):
+    """Per-operator log times `[B, K, T]` from operator states `[B, T, D]` and workload
+    embeddings `[B, K, E]`, and the log of their sum `[B, K]` (padding excluded)."""
+    xb = jnp.broadcast_to(x[:, None], w.shape[:2] + x.shape[1:])  # [B, K, T, D]
+    wb = jnp.broadcast_to(w[:, :, None], xb.shape[:3] + w.shape[-1:])
+    per_op = op_head(jnp.concatenate([xb, wb], -1))[..., 0]
+    per_op = jnp.where(mask[:, None], per_op, -1e9)
+    return per_op, jax.nn.logsumexp(per_op, axis=-1)
+
+
 class MDOT(nnx.Module):
     """Batch -> normalised log iteration time `[B, K]` (and per-operator scores `[B, K, T]`)."""
 
@@ -268,10 +278,6 @@ class MDOT(nnx.Module):
         pooled = with_workloads(jnp.concatenate([mean, mx], axis=-1), w)  # [B, K, 3D]
         B, K, T = w.shape[0], w.shape[1], x.shape[1]
         if self.cfg.readout == "per_op":
-            xb = jnp.broadcast_to(x[:, None], (B, K) + x.shape[1:])  # [B, K, T, D]
-            wb = jnp.broadcast_to(w[:, :, None], xb.shape)
-            per_op = self.op_head(jnp.concatenate([xb, wb], -1))[..., 0]  # [B, K, T] log-scale
-            per_op = jnp.where(mask[:, None], per_op, -1e9)
-            total = jax.nn.logsumexp(per_op, axis=-1)  # log of the sum of per-op times
+            per_op, total = per_op_log_times(self.op_head, x, w, mask)
             return total + self.head(pooled)[..., 0], per_op
         return self.head(pooled)[..., 0], jnp.zeros((B, K, T), x.dtype)
