@@ -79,8 +79,9 @@ def model_card(meta: dict) -> str:
                f"early-stopping samples",
              "- excluded (longer than the largest bucket): "
              f"{info.get('excluded_too_long') or 'none'}",
-             f"- seen batch sizes {info.get('batch_sizes', '?')}, input sizes "
-             f"{info.get('input_sizes', '?')}: other workloads are extrapolation",
+             f"- seen {len(info.get('architectures', [])) or '?'} architectures, batch sizes "
+             f"{info.get('batch_sizes', '?')}, input sizes {info.get('input_sizes', '?')}: "
+             "other workloads are extrapolation",
              f"- model: d_model {mc['d_model']}, {mc['n_layers']} layers x {mc['n_heads']} heads, "
              f"fusion {mc['fusion']}, positional encodings {', '.join(mc['pe']) or 'none'}, "
              f"readout {mc['readout']}, attention block {mc.get('attn_block')}",

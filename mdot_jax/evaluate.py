@@ -2,7 +2,8 @@
 
 Methods (all see the same training samples, validation carve-out and seeds):
 - MDOT and its ablations: `mdot`, `mdot-pe-<kind>` (one positional encoding, or none),
-  `mdot-concat` (concat fusion), `mdot-per_op` (per-operator readout);
+  `mdot-concat` (concat fusion), `mdot-per_op` (per-operator readout), `mdot-relative`
+  (relative-error loss instead of squared log error);
 - neural baselines trained by the same trainer and budget: `lstm`, `gnn`, `per_op`;
 - configuration-based on model-level aggregates: `lightgbm`, `mlp`;
 - `analytic`: t = a + b * FLOPs + c * bytes + d * ops, constants fitted by
@@ -15,8 +16,8 @@ so a re-run resumes; `summarize` turns them into `OUT/table.md`, `OUT/results.js
 from __future__ import annotations
 
 import dataclasses
-
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,7 @@ class Method:
     name: str
     seed: int = 0
     budget: TrainConfig = field(default_factory=TrainConfig)
+    resume_dir: Path | None = None  # where a long fit keeps its per-epoch state
 
     def fit(self, train: Sequence[Sample]) -> None:
         raise NotImplementedError
@@ -75,7 +77,7 @@ class NeuralMethod(Method):
         from mdot_jax.train import train as train_model
 
         self.trained = train_model(train, self.model_cfg, self.budget.replace(seed=self.seed),
-                                   progress=False)
+                                   progress=False, resume_dir=self.resume_dir)
 
     def predict(self, samples):
         from mdot_jax.workflow import evaluate
@@ -219,15 +221,18 @@ def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
     other = {"lightgbm": lambda: LightGBMMethod(name, seed, budget),
              "mlp": lambda: AggregateMLPMethod(name, seed, budget),
              "analytic": lambda: FittedFormulaMethod(name, seed, budget, kind="analytic"),
-             "roofline": lambda: FittedFormulaMethod(name, seed, budget, kind="roofline")}
+             "roofline": lambda: FittedFormulaMethod(name, seed, budget, kind="roofline"),
+             "mdot-relative": lambda: NeuralMethod(name, seed, budget.replace(loss="relative"),
+                                                   base)}
     if name not in other:
-        raise ValueError(f"unknown method {name!r}: choose from {sorted(neural) + sorted(other)}")
+        raise ValueError(f"unknown method {name!r}: choose from {sorted([*neural, *other])}")
     return other[name]()
 
 
 ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "roofline",
                "mdot-pe-none", "mdot-pe-sinusoidal", "mdot-pe-depth", "mdot-pe-laplacian",
-               "mdot-pe-random_walk", "mdot-pe-distance_bias", "mdot-concat")
+               "mdot-pe-random_walk", "mdot-pe-distance_bias", "mdot-concat", "mdot-per_op",
+               "mdot-relative")
 
 
 # ---------------------------------------------------------------------------- harness
@@ -262,6 +267,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         train = [ds.samples[i] for i in train_idx if ds.samples[i].seq.num_ops <= longest]
         test = [ds.samples[i] for i in test_idx if ds.samples[i].seq.num_ops <= longest]
         method = make_method(method_name, seed, budget)
+        method.resume_dir = out / ".resume" / f"{method_name}-fold{fold}-seed{seed}"
         t0 = time.perf_counter()
         method.fit(train)
         t1 = time.perf_counter()
@@ -276,6 +282,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
                    dataset=ds.fingerprint())
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
+        shutil.rmtree(method.resume_dir, ignore_errors=True)
     return list(_read(path))
 
 

@@ -8,9 +8,12 @@ runs on 1 CPU, N GPUs or a TPU slice.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence
 
 import jax
@@ -121,11 +124,62 @@ def split_validation(samples: Sequence[Sample], fraction: float, seed: int):
     return [samples[i] for i in sorted(idx[n_val:])], val
 
 
+class Resume:
+    """Crash-safe training: the state at the end of every epoch, in `root` (atomic writes).
+
+      state.npz   the leaves of (params, optimizer state, best params so far)
+      state.json  run key, epoch, step, best score, epochs without improvement, elapsed
+                  seconds, history and the host RNG state (batch shuffling)
+    A run resumes only from a state with the same run key (same samples, configs and
+    seeds); the resumed run takes exactly the steps the uninterrupted one would have.
+    """
+
+    def __init__(self, root: str | Path, run_key: str):
+        self.root, self.run_key = Path(root), run_key
+
+    def load(self, template) -> tuple[list, dict] | None:
+        """`(leaves shaped like template, counters)`, or None if there is no matching state."""
+        try:
+            counters = json.loads((self.root / "state.json").read_text())
+            if counters.get("run_key") != self.run_key:
+                return None
+            with np.load(self.root / "state.npz") as z:
+                leaves = [z[f"a{i}"] for i in range(len(z.files))]
+        except (OSError, ValueError, KeyError):
+            return None
+        if len(leaves) != len(jax.tree.leaves(template)):
+            return None
+        return jax.tree.unflatten(jax.tree.structure(template), leaves), counters
+
+    def save(self, tree, counters: dict) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        leaves = {f"a{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(tree))}
+        np.savez(self.root / "state.tmp.npz", **leaves)
+        (self.root / "state.tmp.json").write_text(json.dumps(dict(counters, run_key=self.run_key),
+                                                             default=float))
+        # never a json beside an npz of another epoch: a crash in between loses the state
+        (self.root / "state.json").unlink(missing_ok=True)
+        (self.root / "state.tmp.npz").replace(self.root / "state.npz")
+        (self.root / "state.tmp.json").replace(self.root / "state.json")
+
+
+def run_key(samples, val_samples, *configs) -> str:
+    """Identifies a training run: its samples (in order) and configs."""
+    h = hashlib.sha256()
+    for s in [*samples, None, *val_samples]:
+        h.update(f"{s.key}:{s.label_ms:.6g}\n".encode() if s else b"|")
+    h.update(json.dumps([dataclasses.asdict(c) for c in configs], default=str).encode())
+    return h.hexdigest()[:16]
+
+
 def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainConfig = TrainConfig(),
           feature_cfg: FeatureConfig | None = None, *, val_samples: Sequence[Sample] | None = None,
-          progress: bool = True, log: Callable[[str], None] | None = None) -> Trained:
+          progress: bool = True, log: Callable[[str], None] | None = None,
+          resume_dir: str | Path | None = None) -> Trained:
     """Fits MDOT on `samples`; early stopping on `val_samples` (default: a random
     `val_fraction` of `samples`). Normalisation statistics come from the training part only.
+    With `resume_dir`, the state after every epoch is kept there and a re-run of the same
+    training continues from it (see `Resume`).
     """
     from tqdm import tqdm
 
@@ -172,9 +226,23 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     rng = np.random.default_rng(train_cfg.seed)
     key = jax.random.key(train_cfg.seed)
     best, best_params, bad_epochs, history, step = math.inf, None, 0, [], 0
+    start, done, spent = 0, False, 0.0
+    resume = Resume(resume_dir, run_key(samples, val_samples, model_cfg, train_cfg,
+                                        feature_cfg)) if resume_dir else None
+    state = resume.load((params, opt_state, params)) if resume else None
+    if state:
+        (params, opt_state, best_params), c = state
+        params, opt_state = jax.device_put((params, opt_state), repl)
+        best_params = jax.tree.map(np.asarray, best_params) if c["has_best"] else None
+        best, bad_epochs, history, step = c["best"], c["bad_epochs"], c["history"], c["step"]
+        start, done, spent = c["epoch"] + 1, c["done"], c["seconds"]
+        rng.bit_generator.state = c["rng"]
+        if log:
+            log(f"resumed from {resume_dir} after epoch {c['epoch']} (step {step})")
     val_true = np.array([s.label_ms for s in val_samples])
-    t0 = time.perf_counter()
-    bar = tqdm(range(train_cfg.epochs), desc="train", unit="epoch", disable=not progress)
+    t0 = time.perf_counter() - spent
+    bar = tqdm(range(start, train_cfg.epochs if not done else start), desc="train",
+               unit="epoch", initial=start, total=train_cfg.epochs, disable=not progress)
     for epoch in bar:
         losses = []
         for batch, _ in cache.batches(samples, tokens, multiple=n_dev, shuffle=True, rng=rng):
@@ -201,13 +269,20 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
             best_params = jax.tree.map(np.asarray, params)
         else:
             bad_epochs += 1
-            if bad_epochs >= train_cfg.patience:
-                break
+        done = bad_epochs >= train_cfg.patience
+        if resume:
+            resume.save((params, opt_state, params if best_params is None else best_params),
+                        dict(epoch=epoch, step=step, best=best, bad_epochs=bad_epochs,
+                             has_best=best_params is not None, done=done, history=history,
+                             seconds=time.perf_counter() - t0, rng=rng.bit_generator.state))
+        if done:
+            break
     bar.close()
     elapsed = time.perf_counter() - t0
     info = dict(train_samples=len(samples), val_samples=len(val_samples), steps=step,
                 batch_sizes=sorted({s.workload.batch_size for s in samples}),
                 input_sizes=sorted({s.workload.input_size for s in samples}),
+                architectures=sorted({s.arch for s in [*samples, *val_samples]}),
                 excluded_too_long=too_long,
                 seconds=round(elapsed, 1), steps_per_s=round(step / max(elapsed, 1e-9), 2),
                 best_val_mape=best if val_samples else None, devices=n_dev,

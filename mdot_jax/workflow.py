@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,9 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
                    train_cfg: TrainConfig = TrainConfig(), progress: bool = True,
                    log=None) -> dict:
     """Trains on every fold but `fold` of `split` (or on everything with split="none"),
-    reports test metrics on `fold` and writes a self-describing checkpoint to `out`."""
+    reports test metrics on `fold` and writes a self-describing checkpoint to `out`.
+    A killed run continues from its last epoch when re-run with the same arguments (the
+    state lives in `.<out>.resume/` beside `out` until the checkpoint is written)."""
     if split == "none":
         train_idx, test_idx = np.arange(len(ds)), np.array([], int)
     else:
@@ -40,7 +43,9 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
         train_idx, test_idx = splits[fold]
     train_samples = [ds.samples[i] for i in train_idx]
     test_samples = [ds.samples[i] for i in test_idx]
-    trained = train(train_samples, model_cfg, train_cfg, progress=progress, log=log)
+    resume_dir = Path(out).absolute().with_name(f".{Path(out).name}.resume")
+    trained = train(train_samples, model_cfg, train_cfg, progress=progress, log=log,
+                    resume_dir=resume_dir)
     longest = trained.feature_cfg.buckets[-1]
     held = [s for s in test_samples if s.seq.num_ops <= longest]
     metrics = evaluate(trained, held)[1] if held else {}
@@ -51,4 +56,5 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     checkpoint.save(trained, out, dataset=dataset, metrics=metrics,
                     description=f"MDOT trained on {ds.root.name} " + (
                         "(every sample)" if split == "none" else f"({split} split, fold {fold})"))
+    shutil.rmtree(resume_dir, ignore_errors=True)
     return dict(test_metrics=metrics, info=trained.info, dataset=dataset)

@@ -125,6 +125,36 @@ def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
     assert job == pytest.approx(p.iteration_ms * iterations * 2 / 1000)
 
 
+def test_killed_training_resumes_where_it_stopped(tiny_real_dataset, tmp_path):
+    """A run killed after epoch 0 continues from its saved state and ends with exactly the
+    parameters of an uninterrupted run; a different run does not pick the state up."""
+    cfg, samples = FAST.replace(epochs=3, patience=9), tiny_real_dataset.samples
+
+    class Killed(Exception):
+        pass
+
+    def kill_in_epoch_1(line):
+        if line.startswith("epoch=1"):
+            raise Killed
+
+    whole = train(samples, tiny_config(0), cfg, progress=False)
+    with pytest.raises(Killed):
+        train(samples, tiny_config(0), cfg, progress=False, log=kill_in_epoch_1,
+              resume_dir=tmp_path)
+    lines = []
+    resumed = train(samples, tiny_config(0), cfg, progress=False, log=lines.append,
+                    resume_dir=tmp_path)
+    assert lines[0].startswith(f"resumed from {tmp_path} after epoch 0")
+    assert resumed.info["steps"] == whole.info["steps"]
+    assert [r["epoch"] for r in resumed.history] == [0, 1, 2]
+    for a, b in zip(jax.tree.leaves(whole.params), jax.tree.leaves(resumed.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    lines = []
+    train(samples, tiny_config(0), cfg.replace(seed=1), progress=False, log=lines.append,
+          resume_dir=tmp_path)
+    assert not any(line.startswith("resumed") for line in lines)
+
+
 def test_bad_checkpoints_are_clear(tmp_path, trained):
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         checkpoint.load(tmp_path / "missing")

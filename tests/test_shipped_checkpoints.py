@@ -33,9 +33,15 @@ def test_shipped_checkpoint_is_small_and_described(name):
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if (REPO / "data" / n).is_dir()])
 def test_local_checkpoint_fits_its_committed_measurements(name):
-    ds = load_dataset(REPO / "data" / name)
-    samples = ds.samples[::10]
-    pred = Predictor.load(name).predict_many([(s.seq, s.workload) for s in samples])
+    """In-sample: the committed data may have grown since the checkpoint was trained, so only
+    architectures and input sizes the checkpoint has seen are checked."""
+    predictor = Predictor.load(name)
+    info = predictor.trained.info
+    samples = [s for s in load_dataset(REPO / "data" / name).samples
+               if s.arch in info["architectures"] and s.workload.input_size in info["input_sizes"]]
+    samples = samples[::10]
+    assert len(samples) >= 20
+    pred = predictor.predict_many([(s.seq, s.workload) for s in samples])
     m = regression_metrics([p.iteration_ms for p in pred], [s.label_ms for s in samples])
     assert m["mape"] < 25, m
 
