@@ -207,6 +207,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
                batch_size=args.batch_size, checkpoint=str(predictor.path), num_ops=p.num_ops)
     if args.epochs is not None:
         out["job_s"] = p.job_seconds(args.epochs, args.dataset_size, args.batch_size)
+    out["warnings"] = p.warnings
+    for warning in p.warnings:
+        print(f"mdot: warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(out))
         return 0

@@ -6,7 +6,7 @@ Compiled once per sequence-length bucket (fixed prediction batch size), then fas
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence, Union
 
@@ -47,6 +47,7 @@ class Prediction:
     iteration_ms: float
     device: str
     num_ops: int
+    warnings: list[str] = field(default_factory=list)  # extrapolation, unknown operators
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
@@ -123,8 +124,22 @@ class Predictor:
             bucket_length(seq.num_ops, self.cache.fc.buckets)  # clear error if too long
         out = predict_samples(self._forward, self._params, self.cache, samples, PREDICT_TOKENS,
                               shrink=True)
-        return [Prediction(float(ms), w.device, seq.num_ops)
+        return [Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w))
                 for ms, (seq, w) in zip(out, items)]
+
+    def warnings(self, seq: OperatorSequence, w: Workload) -> list[str]:
+        """What makes a prediction less trustworthy: a batch or input size outside the
+        range the checkpoint was trained on, operators the converter does not know."""
+        info, out = self.trained.info, []
+        for what, value in (("batch size", w.batch_size), ("input size", w.input_size)):
+            seen = info.get(what.replace(" ", "_") + "s")
+            if seen and not min(seen) <= value <= max(seen):
+                out.append(f"{what} {value} is outside the trained range "
+                           f"{min(seen)}-{max(seen)}: extrapolation")
+        if seq.unknown_ops:
+            out.append(f"operators unknown to the converter count as <unk>: "
+                       f"{seq.unknown_ops}")
+        return out
 
     def predict_job(self, model: ModelLike, *, batch_size: int, epochs: float,
                     dataset_size: int, **kw) -> float:

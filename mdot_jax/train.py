@@ -137,8 +137,8 @@ class Resume:
     def __init__(self, root: str | Path, run_key: str):
         self.root, self.run_key = Path(root), run_key
 
-    def load(self, template) -> tuple[list, dict] | None:
-        """`(leaves shaped like template, counters)`, or None if there is no matching state."""
+    def load(self, template) -> tuple[object, dict] | None:
+        """`(tree shaped like template, counters)`, or None if there is no matching state."""
         try:
             counters = json.loads((self.root / "state.json").read_text())
             if counters.get("run_key") != self.run_key:

@@ -76,3 +76,18 @@ def test_convert_json_and_table(capsys, tmp_path):
     assert (tmp_path / "m.npz").exists()
     code, out, _ = run(capsys, "convert", str(path), "--batch-size", "2")
     assert code == 0 and "3 operators" in out and "Conv" in out
+
+
+def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
+    """`mdot predict --json` on the shipped CPU checkpoint: iteration and job time; an 8 px
+    input (the checkpoint saw larger ones) is flagged as extrapolation on stderr and in JSON."""
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), path)
+    code, out, err = run(capsys, "predict", str(path), "--batch-size", "4", "--checkpoint",
+                         "cpu-amd-epyc-2t", "--epochs", "2", "--dataset-size", "10", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["device"] == "cpu-amd-epyc-2t" and result["num_ops"] == 3
+    assert result["iteration_ms"] > 0
+    assert result["job_s"] == pytest.approx(result["iteration_ms"] * 3 * 2 / 1e3)  # ceil(10/4)
+    assert any("input size 8 is outside" in w for w in result["warnings"])
+    assert "mdot: warning: input size 8" in err

@@ -125,6 +125,20 @@ def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
     assert job == pytest.approx(p.iteration_ms * iterations * 2 / 1000)
 
 
+def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
+    import dataclasses
+
+    predictor = Predictor(trained)
+    s = tiny_real_dataset.samples[0]
+    inside = predictor.predict_many([(s.seq, s.workload)])[0]
+    assert inside.warnings == []
+    far = dataclasses.replace(s.workload, batch_size=4 * max(trained.info["batch_sizes"]),
+                              input_size=1)
+    (warned,) = predictor.predict_many([(s.seq, far)])
+    assert len(warned.warnings) == 2 and "extrapolation" in warned.warnings[0]
+    assert "batch size" in warned.warnings[0] and "input size 1 " in warned.warnings[1]
+
+
 def test_killed_training_resumes_where_it_stopped(tiny_real_dataset, tmp_path):
     """A run killed after epoch 0 continues from its saved state and ends with exactly the
     parameters of an uninterrupted run; a different run does not pick the state up."""
