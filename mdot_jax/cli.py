@@ -191,34 +191,42 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from mdot_jax.predict import Predictor
 
     kw = _shape_kwargs(args)
-    if args.batch_size is None:
-        raise UsageError("--batch-size is required")
+    sizes = args.batch_sizes or ([args.batch_size] if args.batch_size else [])
+    if not sizes:
+        raise UsageError("--batch-size (or --batch-sizes) is required")
     if (args.epochs is None) != (args.dataset_size is None):
         raise UsageError("--epochs and --dataset-size go together")
     predictor = Predictor.load(args.checkpoint)
-    try:
-        p = predictor.predict(args.model, precision=args.precision, device=args.device,
-                              layout=args.layout, **kw)
-    except ValueError as e:
-        if isinstance(e, ConversionError):
-            raise
-        raise UsageError(str(e)) from None
-    out = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
-               batch_size=args.batch_size, checkpoint=str(predictor.path), num_ops=p.num_ops)
-    if args.epochs is not None:
-        out["job_s"] = p.job_seconds(args.epochs, args.dataset_size, args.batch_size)
-    out["warnings"] = p.warnings
-    for warning in p.warnings:
-        print(f"mdot: warning: {warning}", file=sys.stderr)
+    rows = []
+    for b in sizes:
+        try:
+            p = predictor.predict(args.model, precision=args.precision, device=args.device,
+                                  layout=args.layout, **dict(kw, batch_size=b))
+        except ValueError as e:
+            if isinstance(e, ConversionError):
+                raise
+            raise UsageError(str(e)) from None
+        row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
+                   batch_size=b, samples_per_s=1e3 * b / p.iteration_ms,
+                   checkpoint=str(predictor.path), num_ops=p.num_ops, warnings=p.warnings)
+        if args.epochs is not None:
+            row["job_s"] = p.job_seconds(args.epochs, args.dataset_size, b)
+        rows.append(row)
+        for warning in p.warnings:
+            print(f"mdot: warning: batch size {b}: {warning}" if len(sizes) > 1
+                  else f"mdot: warning: {warning}", file=sys.stderr)
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps(rows[0] if args.batch_sizes is None else rows))
         return 0
-    print(f"{args.model}: {p.iteration_ms:.4g} ms per training iteration at batch size "
-          f"{args.batch_size} on {p.device} ({p.num_ops} operators; checkpoint "
-          f"{predictor.path.name})")
-    if "job_s" in out:
-        print(f"job: {args.epochs:g} epochs x {args.dataset_size} samples = "
-              f"{out['job_s']:.4g} s ({out['job_s'] / 3600:.3g} h)")
+    r = rows[0]
+    print(f"{args.model} on {r['device']} ({r['num_ops']} operators; checkpoint "
+          f"{predictor.path.name})" + (f", {args.epochs:g} epochs x {args.dataset_size} "
+                                       "samples" if "job_s" in r else ""))
+    print(f"{'batch':>7} {'ms/iteration':>13} {'samples/s':>10}"
+          + (f" {'job s':>10} {'job h':>7}" if "job_s" in r else ""))
+    for r in rows:
+        print(f"{r['batch_size']:>7} {r['iteration_ms']:>13.4g} {r['samples_per_s']:>10.4g}"
+              + (f" {r['job_s']:>10.4g} {r['job_s'] / 3600:>7.3g}" if "job_s" in r else ""))
     return 0
 
 
@@ -310,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="device to predict for (default: the checkpoint's)")
     p.add_argument("--precision", help="fp32 | amp-fp16 | bf16 (default: the device's usual)")
     p.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
+    p.add_argument("--batch-sizes", type=_int_list,
+                   help="several batch sizes at once (a table; JSON: a list), e.g. 16,32,64")
     p.add_argument("--epochs", type=float, help="with --dataset-size: whole-job time")
     p.add_argument("--dataset-size", type=int, help="samples per epoch")
     p.add_argument("--json", action="store_true")

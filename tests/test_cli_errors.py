@@ -91,3 +91,19 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
     assert result["job_s"] == pytest.approx(result["iteration_ms"] * 3 * 2 / 1e3)  # ceil(10/4)
     assert any("input size 8 is outside" in w for w in result["warnings"])
     assert "mdot: warning: input size 8" in err
+
+
+def test_predict_several_batch_sizes(capsys, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), path)
+    args = ["predict", str(path), "--batch-sizes", "2,8,32", "--checkpoint", "cpu-amd-epyc-2t",
+            "--image-size", "64"]
+    code, out, _ = run(capsys, *args, "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["batch_size"] for r in rows] == [2, 8, 32]
+    assert all(r["samples_per_s"] == pytest.approx(1e3 * r["batch_size"] / r["iteration_ms"])
+               for r in rows)
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and len(out.splitlines()) == 5 and "samples/s" in out
+    code, _, err = run(capsys, "predict", str(path), "--checkpoint", "cpu-amd-epyc-2t")
+    assert code == 2 and "--batch-size (or --batch-sizes) is required" in err
