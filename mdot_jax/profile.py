@@ -142,12 +142,15 @@ ZOOS = {"torchvision": _torchvision_zoo, "timm": _timm_zoo, "hf": _hf_zoo}
 
 
 def zoo_models(names: list[str]) -> list[ZooModel]:
-    out = []
+    """The models of the named zoos; a name in two zoos (timm's resnet18 is torchvision's)
+    is taken from the first, since a sample's key is the model name."""
+    out: dict[str, ZooModel] = {}
     for name in names:
         if name not in ZOOS:
             raise ValueError(f"unknown zoo {name!r}: choose from {sorted(ZOOS)}")
-        out += ZOOS[name]()
-    return out
+        for m in ZOOS[name]():
+            out.setdefault(m.name, m)
+    return list(out.values())
 
 
 # ---------------------------------------------------------------------------- measurement

@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("torchvision")
 from mdot_jax.data import load_dataset  # noqa: E402
-from mdot_jax.profile import Protocol, device_slug, fingerprint, profile, stats_of  # noqa: E402
+from mdot_jax.profile import (Protocol, device_slug, fingerprint, profile, stats_of,  # noqa: E402
+                              zoo_models)
 
 FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0)
 
@@ -29,6 +30,15 @@ def test_profile_tiny_model_end_to_end(tmp_path):
     again = profile(["torchvision"], [1, 2], [32], out, threads=1, progress=False,
                     models=["mobilenet_v3_small"], protocol=FAST)
     assert again["samples"] == 1 and len(load_dataset(out)) == 1
+
+
+def test_zoo_names_are_unique():
+    """A sample's key is the model name: timm's resnet18 (also in torchvision) once made the
+    profiler stop with "sample ... is already in" at every new image size."""
+    pytest.importorskip("timm")
+    names = [m.name for m in zoo_models(["torchvision", "timm"])]
+    assert len(names) == len(set(names)) and "resnet18" in names
+    assert [m.name for m in zoo_models(["timm"])][0] == "resnet18"
 
 
 def test_profile_refuses_to_mix_devices(tmp_path):
