@@ -233,7 +233,8 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     if state:
         (params, opt_state, best_params), c = state
         params, opt_state = jax.device_put((params, opt_state), repl)
-        best_params = jax.tree.map(np.asarray, best_params) if c["has_best"] else None
+        # best params exist once a score improved on inf (saved as params until then)
+        best_params = jax.tree.map(np.asarray, best_params) if c["best"] < math.inf else None
         best, bad_epochs, history, step = c["best"], c["bad_epochs"], c["history"], c["step"]
         start, done, spent = c["epoch"] + 1, c["done"], c["seconds"]
         rng.bit_generator.state = c["rng"]
@@ -273,7 +274,7 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
         if resume:
             resume.save((params, opt_state, params if best_params is None else best_params),
                         dict(epoch=epoch, step=step, best=best, bad_epochs=bad_epochs,
-                             has_best=best_params is not None, done=done, history=history,
+                             done=done, history=history,
                              seconds=time.perf_counter() - t0, rng=rng.bit_generator.state))
         if done:
             break
