@@ -246,7 +246,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         try:
             rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
-                       methods=methods, budget=budget)
+                       methods=methods, budget=budget, only_folds=args.only_folds)
         except ValueError as e:
             raise UsageError(str(e)) from None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -330,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["family", "random", "batch"], default="family")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--only-folds", type=_int_list, default=None,
+                   help="run only these folds of the split, e.g. 0,1")
     p.add_argument("--methods", default="all", help="all, or comma-separated method names")
     p.add_argument("--train-config", help="JSON overrides of the neural methods' budget")
     p.add_argument("--out", required=True, help="results directory (resumable)")

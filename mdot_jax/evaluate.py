@@ -238,8 +238,13 @@ ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "
 # ---------------------------------------------------------------------------- harness
 def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         seeds: int = 1, methods: Sequence[str] = ALL_METHODS,
-        budget: TrainConfig = TrainConfig(), progress: bool = True) -> list[dict]:
-    """Runs every (method, fold, seed) not yet in `out/results.jsonl`; returns all rows."""
+        budget: TrainConfig = TrainConfig(), only_folds: Sequence[int] | None = None,
+        progress: bool = True) -> list[dict]:
+    """Runs every (method, fold, seed) not yet in `out/results.jsonl`; returns all rows.
+
+    `only_folds` restricts the run to some of the `folds` folds (the split is unchanged): the
+    ablations, for instance, when all folds would cost too much.
+    """
     from tqdm import tqdm
 
     out = Path(out)
@@ -256,8 +261,11 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     # complete folds of the main table
     ablation = [m for m in methods if m.startswith("mdot-")]
     main = [m for m in methods if m not in ablation]
+    fold_ids = range(len(splits)) if only_folds is None else sorted(set(only_folds))
+    if any(not 0 <= f < len(splits) for f in fold_ids):
+        raise ValueError(f"folds {list(fold_ids)}: the split has folds 0-{len(splits) - 1}")
     jobs = [(m, f, s) for group in (main, ablation) for s in range(seeds)
-            for f in range(len(splits)) for m in group if (m, f, s) not in done]
+            for f in fold_ids for m in group if (m, f, s) not in done]
     for m in methods:
         make_method(m, 0, budget)  # unknown names fail before any work
     longest = FeatureConfig().buckets[-1]  # what the sequence models can hold
@@ -334,6 +342,7 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
                      f"{s['mape']:.2f} ± {s['mape_std']:.2f} | {s['median_ape']:.2f} | "
                      f"{s['p90_ape']:.2f} | {s['folds']} x {s['seeds']} | {s['fit_s']:.1f} | "
                      f"{s['predict_ms_per_sample']:.2f} |")
+    lines += _ablation_md(paired_ablations(rows))
     analyses = [error_analysis(rows, ds, m) for m in dict.fromkeys(["mdot"] + order[:1])
                 if m in summary]
     for a in analyses:
@@ -342,10 +351,42 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
                                samples=len(ds)), command=command, commit=commit,
                   neural_budget=rows[0].get("budget") if rows else None, methods=summary,
-                  error_analysis=analyses)
+                  ablations=paired_ablations(rows), error_analysis=analyses)
     (out / "results.json").write_text(json.dumps(result, indent=1))
     _plots(rows, ds, out, order)
     return result
+
+
+def paired_ablations(rows: list[dict], reference: str = "mdot") -> list[dict]:
+    """Each MDOT variant against `reference` on the (fold, seed) runs both have: MAPE, MAE
+    and RMSE means over those runs (variants may cover fewer folds than the main table)."""
+    runs = {(r["method"], r["fold"], r["seed"]): r["metrics"] for r in rows}
+    ref = {(f, s): m for (name, f, s), m in runs.items() if name == reference}
+    out = []
+    for variant in sorted({r["method"] for r in rows if r["method"].startswith("mdot-")}):
+        shared = sorted(k for (name, *k) in runs if name == variant and tuple(k) in ref)
+        if not shared:
+            continue
+        row = dict(method=variant, runs=len(shared))
+        for key in ("mape", "mae_ms", "rmse_ms"):
+            row[key] = float(np.mean([runs[(variant, *k)][key] for k in shared]))
+            row[f"{reference}_{key}"] = float(np.mean([ref[tuple(k)][key] for k in shared]))
+        out.append(row)
+    return sorted(out, key=lambda r: r["mape"] - r["mdot_mape"])
+
+
+def _ablation_md(ablations: list[dict]) -> list[str]:
+    if not ablations:
+        return []
+    lines = ["", "Ablations, each against `mdot` on the same folds and seeds (negative delta: "
+             "the variant is better):", "",
+             "| variant | runs | MAPE % | mdot MAPE % | delta MAPE | MAE ms | mdot MAE ms |",
+             "|---|---|---|---|---|---|---|"]
+    for a in ablations:
+        lines.append(f"| {a['method']} | {a['runs']} | {a['mape']:.2f} | {a['mdot_mape']:.2f} "
+                     f"| {a['mape'] - a['mdot_mape']:+.2f} | {a['mae_ms']:.2f} | "
+                     f"{a['mdot_mae_ms']:.2f} |")
+    return lines
 
 
 def error_analysis(rows: list[dict], ds: Dataset, method: str, top: int = 8) -> dict:

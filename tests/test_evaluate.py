@@ -66,3 +66,34 @@ def test_error_analysis_by_family_and_op_type(tiny_real_dataset):
     for r in a["op_types"]:
         has = np.array([(s.seq.op_type == VOCAB.index(r["op"])).any() for s in samples])
         assert np.isclose(r["with"], err[has].mean()) and np.isclose(r["without"], err[~has].mean())
+
+
+def test_ablations_are_compared_on_the_folds_they_share():
+    """A variant run on fold 0 only is compared with mdot's fold 0, not its mean over all."""
+    from mdot_jax.evaluate import paired_ablations
+
+    def row(method, fold, mape):
+        return dict(method=method, fold=fold, seed=0,
+                    metrics=dict(mape=mape, mae_ms=mape / 10, rmse_ms=mape / 5))
+
+    rows = [row("mdot", 0, 10.0), row("mdot", 1, 30.0), row("mdot-concat", 0, 12.0),
+            row("mdot-pe-none", 0, 9.0), row("mdot-pe-none", 1, 33.0), row("lstm", 0, 5.0)]
+    by = {a["method"]: a for a in paired_ablations(rows)}
+    assert set(by) == {"mdot-concat", "mdot-pe-none"}
+    assert by["mdot-concat"]["runs"] == 1 and by["mdot-concat"]["mdot_mape"] == 10.0
+    assert by["mdot-pe-none"]["runs"] == 2
+    assert by["mdot-pe-none"]["mape"] == 21.0 and by["mdot-pe-none"]["mdot_mape"] == 20.0
+    assert by["mdot-concat"]["mdot_rmse_ms"] == 2.0
+
+
+def test_only_folds_runs_a_subset_of_the_same_split(tiny_real_dataset, tmp_path):
+    budget = TrainConfig(epochs=1)
+    full = run(tiny_real_dataset, tmp_path / "all", folds=3, methods=["roofline"],
+               budget=budget, progress=False)
+    some = run(tiny_real_dataset, tmp_path / "some", folds=3, methods=["roofline"],
+               budget=budget, only_folds=[2], progress=False)
+    assert [r["fold"] for r in some] == [2]
+    assert some[0]["test_keys"] == next(r for r in full if r["fold"] == 2)["test_keys"]
+    with pytest.raises(ValueError, match="folds 0-2"):
+        run(tiny_real_dataset, tmp_path / "bad", folds=3, methods=["roofline"],
+            budget=budget, only_folds=[3], progress=False)
