@@ -149,17 +149,43 @@ def from_flax(fn: Any, example_inputs: Sequence[Any], *, input_names: Sequence[s
 
 def from_keras(model: Any, input_signature: Sequence[Any], *, opset: int = OPSET
                ) -> onnx.ModelProto:
-    """Exports a Keras model with tf2onnx (extra `tf`); the batch dim stays dynamic."""
+    """Exports a Keras model's training-mode call with tf2onnx (extra `tf`).
+
+    The model is traced as `tf.function(model(x, training=True))` and converted with
+    `tf2onnx.convert.from_function`: `from_keras` fails on Keras 3 models (onnx/tensorflow-onnx
+    #2448, a KeyError on Keras-tensor output names), and training mode keeps Dropout and the
+    batch statistics of BatchNormalization in the graph. `None` dims of the signature (the
+    batch) stay symbolic.
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
+        import tensorflow as tf
         import tf2onnx
     except ImportError:
-        raise ConversionError("from_keras needs tf2onnx: pip install -e .[tf]") from None
+        raise ConversionError("from_keras needs tensorflow and tf2onnx: pip install -e .[tf]"
+                              ) from None
+    fn = tf.function(lambda *xs: model(xs[0] if len(xs) == 1 else list(xs), training=True))
     try:
-        proto, _ = tf2onnx.convert.from_keras(model, input_signature=input_signature,
-                                              opset=opset)
+        proto, _ = tf2onnx.convert.from_function(
+            fn, input_signature=list(input_signature), opset=opset,
+            custom_op_handlers={"StatelessRandomUniformV2": (_random_uniform_like, ())})
     except Exception as e:  # noqa: BLE001 - reported as one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConversionError(f"tf2onnx export failed: {type(e).__name__}: {msg}") from None
     inits = {i.name for i in proto.graph.initializer}
+    # the trainable weights are the variables the function reads; tf2onnx folds the reads
+    # of some (biases, BatchNorm scale and shift) into constants, which are then not counted
+    variables = [i.name for i in proto.graph.initializer if "ReadVariableOp" in i.name]
+    proto.metadata_props.add(key=PARAMS_KEY, value=",".join(variables))
     return _mark_data_inputs(proto, [i.name for i in proto.graph.input if i.name not in inits])
+
+
+def _random_uniform_like(ctx, node, name, args):
+    """tf2onnx handler: Keras 3 Dropout's StatelessRandomUniformV2(shape, key, counter, alg),
+    which tf2onnx does not convert, as RandomUniformLike(ConstantOfShape(shape))."""
+    shape = ctx.make_node("Cast", [node.input[0]], attr={"to": onnx.TensorProto.INT64})
+    zeros = ctx.make_node("ConstantOfShape", shape.output)
+    ctx.replace_inputs(node, zeros.output.copy())
+    node.type = "RandomUniformLike"
+    for attr in list(node.attr):
+        del node.attr[attr]

@@ -37,8 +37,13 @@ def test_from_flax_exports_an_nnx_model():
 def test_from_keras_exports_a_keras_model():
     tf = pytest.importorskip("tensorflow")
     pytest.importorskip("tf2onnx")
-    model = tf.keras.Sequential([
+    model = tf.keras.Sequential([  # Dropout: a random op tf2onnx cannot convert by itself
         tf.keras.Input((8, 8, 3)), tf.keras.layers.Conv2D(8, 3, padding="same"),
-        tf.keras.layers.ReLU(), tf.keras.layers.GlobalAveragePooling2D(),
+        tf.keras.layers.BatchNormalization(), tf.keras.layers.ReLU(),
+        tf.keras.layers.Dropout(0.1), tf.keras.layers.GlobalAveragePooling2D(),
         tf.keras.layers.Dense(10)])
-    _check(from_keras(model, [tf.TensorSpec((None, 8, 8, 3), tf.float32)]))
+    seq = _check(from_keras(model, [tf.TensorSpec((None, 8, 8, 3), tf.float32)]))
+    counts = seq.op_type_counts()
+    assert counts.get("ReduceMean", 0) >= 2  # training-mode batch statistics are computed
+    assert counts.get("GreaterOrEqual") == 1  # the dropout mask
+    assert seq.params == 8 * 3 * 3 * 3 + 8 * 10  # the kernels (folded biases not counted)
