@@ -60,7 +60,8 @@ class Method:
     name: str
     seed: int = 0
     budget: TrainConfig = field(default_factory=TrainConfig)
-    resume_dir: Path | None = None  # where a long fit keeps its per-epoch state
+    # where a long fit keeps its per-epoch state (keyword-only: set by the harness)
+    resume_dir: Path | None = field(default=None, kw_only=True)
 
     def fit(self, train: Sequence[Sample]) -> None:
         raise NotImplementedError
@@ -217,13 +218,13 @@ def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
     neural.update({f"mdot-pe-{k}": base.replace(pe=() if k == "none" else (k,))
                    for k in PE_KINDS})
     if name in neural:
-        return NeuralMethod(name, seed, budget, neural[name])
+        return NeuralMethod(name, seed, budget, model_cfg=neural[name])
     other = {"lightgbm": lambda: LightGBMMethod(name, seed, budget),
              "mlp": lambda: AggregateMLPMethod(name, seed, budget),
              "analytic": lambda: FittedFormulaMethod(name, seed, budget, kind="analytic"),
              "roofline": lambda: FittedFormulaMethod(name, seed, budget, kind="roofline"),
              "mdot-relative": lambda: NeuralMethod(name, seed, budget.replace(loss="relative"),
-                                                   base)}
+                                                   model_cfg=base)}
     if name not in other:
         raise ValueError(f"unknown method {name!r}: choose from {sorted([*neural, *other])}")
     return other[name]()

@@ -97,3 +97,22 @@ def test_only_folds_runs_a_subset_of_the_same_split(tiny_real_dataset, tmp_path)
     with pytest.raises(ValueError, match="folds 0-2"):
         run(tiny_real_dataset, tmp_path / "bad", folds=3, methods=["roofline"],
             budget=budget, only_folds=[3], progress=False)
+
+
+def test_every_method_name_builds_that_method():
+    """Each neural method trains the architecture / variant its name says (a config passed
+    to the wrong field once made every neural baseline a copy of MDOT)."""
+    from mdot_jax.evaluate import ALL_METHODS, NeuralMethod, make_method
+
+    cfgs = {m: make_method(m, 0, TrainConfig()) for m in ALL_METHODS}
+    neural = {m: c for m, c in cfgs.items() if isinstance(c, NeuralMethod)}
+    assert {m: neural[m].model_cfg.arch for m in ("per_op", "gnn", "lstm", "mdot")} == \
+        {"per_op": "per_op", "gnn": "gnn", "lstm": "lstm", "mdot": "mdot"}
+    assert neural["mdot-concat"].model_cfg.fusion == "concat"
+    assert neural["mdot-per_op"].model_cfg.readout == "per_op"
+    assert neural["mdot-pe-none"].model_cfg.pe == ()
+    assert neural["mdot-pe-random_walk"].model_cfg.pe == ("random_walk",)
+    assert neural["mdot-relative"].budget.loss == "relative"
+    # no two neural methods train the same thing
+    keys = {(repr(c.model_cfg), c.budget.loss) for c in neural.values()}
+    assert len(keys) == len(neural)
