@@ -27,7 +27,9 @@ from mdot_jax.features import FeatureConfig, FeatureStats
 from mdot_jax.model import ModelConfig
 from mdot_jax.train import Trained
 
-FORMAT_VERSION = 1
+# 2: derived convolution-kind features (features.CONV_KINDS, GRAPH_TOTALS); format-1 weights
+# expect other input widths
+FORMAT_VERSION = 2
 METADATA = "metadata.json"
 
 
@@ -107,7 +109,8 @@ def read_metadata(path: str | Path) -> dict:
         raise CheckpointError(f"{path}: missing or corrupt {METADATA} ({e})") from None
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: checkpoint format {meta.get('format_version')} is not "
-                              f"supported (this mdot-jax reads format {FORMAT_VERSION})")
+                              f"supported (this mdot-jax reads format {FORMAT_VERSION}; "
+                              "retrain it with mdot train)")
     if meta.get("vocab") != list(VOCAB)[: len(meta.get("vocab", []))] or \
             meta.get("vocab_version", 0) > VOCAB_VERSION:
         raise CheckpointError(f"{path}: operator vocabulary v{meta.get('vocab_version')} is "

@@ -107,7 +107,7 @@ def test_block_attention():
 def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
     path = checkpoint.save(trained, tmp_path / "ckpt", dataset={"fingerprint": "x"})
     meta = json.loads((path / "metadata.json").read_text())
-    assert meta["format_version"] == 1 and meta["vocab_version"] >= 1
+    assert meta["format_version"] == checkpoint.FORMAT_VERSION and meta["vocab_version"] >= 1
     assert meta["model_config"]["d_model"] == 16 and meta["stats"]["devices"] == ["rtx3090"]
     card = (path / "README.md").read_text()
     assert "rtx3090" in card and "d_model 16" in card and "fingerprint `x`" in card
