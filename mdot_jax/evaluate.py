@@ -416,8 +416,13 @@ def error_analysis(rows: list[dict], ds: Dataset, method: str, top: int = 8) -> 
             ops.append({"op": VOCAB[t], "with": float(err[present[:, t]].mean()),
                         "without": float(err[~present[:, t]].mean()), "share": float(frac)})
     ops.sort(key=lambda r: r["without"] - r["with"])
+    layouts: dict[str, list[float]] = {}
+    for k, e in zip(keys, err):
+        layouts.setdefault(by_key[k].workload.layout, []).append(e)
     return dict(method=method, samples=len(keys), worst_families=fam[:top],
-                op_types=ops[:top])
+                op_types=ops[:top],
+                by_layout={x: dict(mape=float(np.mean(v)), n=len(v))
+                           for x, v in sorted(layouts.items())})
 
 
 def _analysis_md(a: dict) -> list[str]:
@@ -426,7 +431,9 @@ def _analysis_md(a: dict) -> list[str]:
                                      for r in a["worst_families"]) + ".",
              "Operator types whose presence goes with the largest error: "
              + ", ".join(f"{r['op']} {r['with']:.1f}% vs {r['without']:.1f}% without "
-                         f"({100 * r['share']:.0f}% of samples)" for r in a["op_types"]) + "."]
+                         f"({100 * r['share']:.0f}% of samples)" for r in a["op_types"]) + ".",
+             "By memory layout: " + ", ".join(f"{x} {r['mape']:.1f}% (n={r['n']})"
+                                              for x, r in a["by_layout"].items()) + "."]
     return lines
 
 
