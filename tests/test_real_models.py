@@ -22,13 +22,14 @@ from converters.vocab import UNK_ID  # noqa: E402
 # without their auxiliary heads, as a training job that uses them would still be measured
 # on the main graph; swin/vit/maxvit at their native 224 px).
 TORCHVISION_MODELS = sorted(torchvision.models.list_models(module=torchvision.models))
-# A fixed sample of 100 timm architectures (every 1/100th of timm.list_models()). The count
-# of clean conversions (no exception, no <unk>) is NOT measured yet: runs alone on a 24 GB
-# machine were still OOM-killed (24 GB resident) after skipping models above 400M parameters
-# sized on the meta device, so some model in the sample needs more memory to build/export
-# than its parameter count suggests (or cannot be sized on meta). The test is opt-in
-# (MDOT_TIMM_SAMPLE=1) and asserts a provisional floor until it is measured.
-TIMM_SAMPLE_CLEAN = 90
+# A fixed sample of 100 timm architectures (every 1/100th of timm.list_models(), timm 1.0.31),
+# each exported at its native input size in its own subprocess capped at 16 GiB of address
+# space. Measured 2026-11-22 (MDOT_TIMM_SAMPLE=1, ~2 h at low priority beside other work): 92 clean; 7 too
+# large for the cap (gemma4_vit_167m, maxvit_xlarge_tf_512, qwen3_vit_416m,
+# swinv2_cr_giant_224, vit_5b_patch16_sapiens2, vit_base_patch16_sapiens2,
+# vit_giant_patch16_radio_v3: the export runs out of memory); 1 failure (sam2_hiera_base_plus:
+# shape inference leaves a LayerNormalization input unknown, reported as a ConversionError).
+TIMM_SAMPLE_CLEAN = 92
 
 
 def _torchvision(name):
@@ -129,7 +130,7 @@ def _convert_timm_isolated(name: str) -> str:
 
 
 @pytest.mark.skipif(os.environ.get("MDOT_TIMM_SAMPLE") != "1",
-                    reason="opt-in (MDOT_TIMM_SAMPLE=1): 100 timm models, ~30 min")
+                    reason="opt-in (MDOT_TIMM_SAMPLE=1): 100 timm models, 1-2 h")
 def test_timm_sample_of_100():
     names = timm.list_models()
     sample = [names[int(i * len(names) / 100)] for i in range(100)]
