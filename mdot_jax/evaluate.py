@@ -343,7 +343,8 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
                      f"{s['mape']:.2f} ± {s['mape_std']:.2f} | {s['median_ape']:.2f} | "
                      f"{s['p90_ape']:.2f} | {s['folds']} x {s['seeds']} | {s['fit_s']:.1f} | "
                      f"{s['predict_ms_per_sample']:.2f} |")
-    lines += _ablation_md(paired_ablations(rows))
+    ablations = paired_ablations(rows)
+    lines += _ablation_md(ablations)
     analyses = [error_analysis(rows, ds, m) for m in dict.fromkeys(["mdot"] + order[:1])
                 if m in summary]
     for a in analyses:
@@ -352,7 +353,7 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
                                samples=len(ds)), command=command, commit=commit,
                   neural_budget=rows[0].get("budget") if rows else None, methods=summary,
-                  ablations=paired_ablations(rows), error_analysis=analyses)
+                  ablations=ablations, error_analysis=analyses)
     (out / "results.json").write_text(json.dumps(result, indent=1))
     _plots(rows, ds, out, order)
     return result
