@@ -155,6 +155,10 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     return model
 
 
+# Shape arithmetic yields small tensors; a constant subgraph with a larger output (convit's
+# attention-position tensors grow with the batch, past protobuf's 2 GB at batch 512) stays
+# in the graph as operators.
+FOLD_MAX_ELEMENTS = 1 << 20
 MAX_FOLD_ROUNDS = 256  # each round resolves at least one more level of shape arithmetic
 _NEVER_FOLD = {"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike",
                "Bernoulli", "Multinomial", "If", "Loop", "Scan"}
@@ -200,6 +204,8 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
         if not ok and node.op_type == "Shape" and node.input[0] in shapes:
             ok = True
             from_shape.add(id(node))
+        if ok and any(np.prod(shapes.get(t, [])) > FOLD_MAX_ELEMENTS for t in node.output):
+            ok = False  # a large tensor computed at run time is work, not shape arithmetic
         if ok:
             foldable.append(node)
             known.update(t for t in node.output if t)
@@ -215,7 +221,8 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
             node = helper.make_node("Constant", [], [node.output[0]],
                                     value=numpy_helper.from_array(np.asarray(dims, np.int64)))
         sub_nodes.append(node)
-    values = _evaluate(sub_nodes, graph.initializer, model.opset_import)
+    values = {t: v for t, v in _evaluate(sub_nodes, graph.initializer, model.opset_import).items()
+              if np.size(v) <= FOLD_MAX_ELEMENTS}
     if not values:
         return False
     folded = {id(n) for n, node in zip(foldable, sub_nodes) if node.output[0] in values}

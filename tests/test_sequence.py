@@ -38,6 +38,30 @@ def test_shape_arithmetic_and_identity_are_dropped_and_rewired():
     assert seq.load[2, 0] == 3 * 24  # data propagation resolved Reshape -> [3, 24]
 
 
+def test_shape_folding_leaves_large_constant_tensors_as_operators():
+    """Shape(x) -> ConstantOfShape -> Add(x, .): folded while small, an operator once the
+    tensor is large (convit's batch-sized position tensors passed protobuf's 2 GB)."""
+    from onnx import shape_inference
+
+    from converters.loader import FOLD_MAX_ELEMENTS, _fold_shape_computations
+
+    def folded(rows):
+        nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+                 helper.make_node("ConstantOfShape", ["s"], ["ones"], name="ones",
+                                  value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+                 helper.make_node("Add", ["x", "ones"], ["y"], name="add")]
+        m = shape_inference.infer_shapes(model(nodes, [value("x", [rows, 1024])],
+                                               [value("y", None)]))
+        _fold_shape_computations(m)
+        return m
+
+    small = folded(4)
+    assert [n.op_type for n in small.graph.node] == ["Add"]
+    large = folded(2 * FOLD_MAX_ELEMENTS // 1024)
+    assert [n.op_type for n in large.graph.node] == ["ConstantOfShape", "Add"]
+    assert all(np.prod(i.dims) <= 2 for i in large.graph.initializer)  # only the shape
+
+
 def test_one_export_serves_every_batch_size():
     flops = [convert(conv_bn_relu(), batch_size=b).flops for b in (1, 2, 8)]
     assert flops[1] == 2 * flops[0] and flops[2] == 8 * flops[0]
