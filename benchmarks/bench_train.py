@@ -48,12 +48,13 @@ def main():
     per_bucket: dict[int, list] = {}
     for batch, _ in cache.batches(samples, args.tokens):
         per_bucket.setdefault(batch.op_type.shape[1], []).append(batch)
+    workload_dim = per_bucket[min(per_bucket)][0].workload.shape[-1]
     print(f"{len(samples)} samples, devices {jax.devices()}")
     print(f"{'arch':<8} {'T':>5} {'B':>4} {'batches':>7} {'compile s':>9} {'step s':>7} "
           f"{'IQR':>6} {'ops/s':>8}")
     for arch in args.archs.split(","):
         cfg = ModelConfig(arch=arch, d_model=args.d_model, fusion=args.fusion, pe=pe,
-                          attn_block=args.attn_block, workload_dim=per_bucket[min(per_bucket)][0].workload.shape[-1])
+                          attn_block=args.attn_block, workload_dim=workload_dim)
         graphdef, params = nnx.split(build_model(cfg, nnx.Rngs(0)), nnx.Param)
         tx = optax.adamw(1e-3)
         step, _, _ = make_steps(graphdef, tx, stats.target_std, "mse", make_mesh())
