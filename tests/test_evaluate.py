@@ -45,7 +45,9 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["command"] == "cmd"
     assert (tmp_path / "pred_vs_measured.png").stat().st_size > 0
     assert (tmp_path / "error_by_family.png").stat().st_size > 0
-    assert "| lightgbm |" in (tmp_path / "table.md").read_text()
+    table = (tmp_path / "table.md").read_text()
+    assert "| lightgbm |" in table
+    assert "| mdot-pe-distance_bias |" not in table  # ablations: only paired with mdot
 
 
 def test_error_analysis_by_family_and_op_type(tiny_real_dataset):
