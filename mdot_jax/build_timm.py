@@ -7,8 +7,10 @@ at the row's batch size, and store the sample with its label (`train_step_time`,
 Rows that cannot be rebuilt are listed with their reason in `report.json`.
 
 Resumable: samples already in the dataset and rows already recorded as skipped are not redone
-(`retry_skipped=True` retries the latter). Incremental: each sample is appended as soon as it
-is built (see `mdot_jax.data`).
+(`retry_skipped=True` retries the latter). A process killed while building an architecture
+(the kernel's out-of-memory killer, on the largest models) leaves its rows recorded as
+`killed_while_building`, so resuming moves past them instead of dying on them again.
+Incremental: each sample is appended as soon as it is built (see `mdot_jax.data`).
 """
 
 from __future__ import annotations
@@ -109,11 +111,20 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
         pending = [r for r in groups[arch] if todo(r)]
         if not pending:
             continue
+        # Recorded before the attempt: a process killed while building (out of memory on
+        # the largest models) leaves the reason behind, so a resumed build moves past it.
         for r in pending:
-            report.skipped.pop(_key(r), None)
-        _build_arch(arch, pending, writer, report, onnx_dir, timm, torch)
-        bar.update(len(pending))
+            report.skip(_key(r), "killed_while_building", "the build process died on this "
+                        "architecture (out of memory?); --retry-skipped tries again")
         report.write(**_layout_report(all_rows, writer.done))
+        try:
+            _build_arch(arch, pending, writer, report, onnx_dir, timm, torch)
+        finally:  # built rows, and rows an exception interrupted, lose the mark
+            for r in pending:
+                if report.skipped[_key(r)]["reason"] == "killed_while_building":
+                    del report.skipped[_key(r)]
+            report.write(**_layout_report(all_rows, writer.done))
+        bar.update(len(pending))
     bar.close()
     return report.write(**_layout_report(all_rows, writer.done))
 

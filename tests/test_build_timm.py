@@ -1,6 +1,7 @@
 """timm benchmark builder: real rows end to end, bad rows reported, resume after a crash."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,24 @@ def test_resume_after_crash_keeps_each_sample_once(csv_path, tmp_path, monkeypat
     report = bt.build_timm([csv_path], tmp_path / "ds", progress=False)
     keys = [s.key for s in load_dataset(tmp_path / "ds").samples]
     assert sorted(keys) == ["nchw/lcnet_035", "nchw/tinynet_e"] and report["built"] == 2
+
+
+def test_an_architecture_that_kills_the_build_is_passed_over_on_resume(
+        csv_path, tmp_path, monkeypatch):
+    root, at_death = tmp_path / "ds", tmp_path / "report-at-death.json"
+
+    def killed(*args):  # what the out-of-memory killer leaves: report.json as it is now
+        shutil.copy(root / "report.json", at_death)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(bt, "_build_arch", killed)
+        with pytest.raises(KeyboardInterrupt):
+            bt.build_timm([csv_path], root, models=["tinynet_e"], progress=False)
+    shutil.copy(at_death, root / "report.json")  # a SIGKILL runs no clean-up
+    report = bt.build_timm([csv_path], root, models=["tinynet_e"], progress=False)
+    assert report["built"] == 0
+    assert report["skipped"]["nchw/tinynet_e"]["reason"] == "killed_while_building"
+    report = bt.build_timm([csv_path], root, models=["tinynet_e"], retry_skipped=True,
+                           progress=False)
+    assert report["built"] == 1 and "nchw/tinynet_e" not in report["skipped"]
