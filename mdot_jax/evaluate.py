@@ -363,7 +363,8 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
 
 def paired_ablations(rows: list[dict], reference: str = "mdot") -> list[dict]:
     """Each MDOT variant against `reference` on the (fold, seed) runs both have: MAPE, MAE
-    and RMSE means over those runs (variants may cover fewer folds than the main table)."""
+    and RMSE means over those runs (variants may cover fewer folds than the main table), and
+    `wins`, on how many of them the variant's MAPE is lower."""
     runs = {(r["method"], r["fold"], r["seed"]): r["metrics"] for r in rows}
     ref = {(f, s): m for (name, f, s), m in runs.items() if name == reference}
     out = []
@@ -371,7 +372,8 @@ def paired_ablations(rows: list[dict], reference: str = "mdot") -> list[dict]:
         shared = sorted(k for (name, *k) in runs if name == variant and tuple(k) in ref)
         if not shared:
             continue
-        row = dict(method=variant, runs=len(shared))
+        row = dict(method=variant, runs=len(shared),
+                   wins=sum(runs[(variant, *k)]["mape"] < ref[tuple(k)]["mape"] for k in shared))
         for key in ("mape", "mae_ms", "rmse_ms"):
             row[key] = float(np.mean([runs[(variant, *k)][key] for k in shared]))
             row[f"{reference}_{key}"] = float(np.mean([ref[tuple(k)][key] for k in shared]))
@@ -384,12 +386,12 @@ def _ablation_md(ablations: list[dict]) -> list[str]:
         return []
     lines = ["", "Ablations, each against `mdot` on the same folds and seeds (negative delta: "
              "the variant is better):", "",
-             "| variant | runs | MAPE % | mdot MAPE % | delta MAPE | MAE ms | mdot MAE ms |",
-             "|---|---|---|---|---|---|---|"]
+             "| variant | runs | better on | MAPE % | mdot MAPE % | delta MAPE | MAE ms "
+             "| mdot MAE ms |", "|---|---|---|---|---|---|---|---|"]
     for a in ablations:
-        lines.append(f"| {a['method']} | {a['runs']} | {a['mape']:.2f} | {a['mdot_mape']:.2f} "
-                     f"| {a['mape'] - a['mdot_mape']:+.2f} | {a['mae_ms']:.2f} | "
-                     f"{a['mdot_mae_ms']:.2f} |")
+        lines.append(f"| {a['method']} | {a['runs']} | {a['wins']} | {a['mape']:.2f} | "
+                     f"{a['mdot_mape']:.2f} | {a['mape'] - a['mdot_mape']:+.2f} | "
+                     f"{a['mae_ms']:.2f} | {a['mdot_mae_ms']:.2f} |")
     return lines
 
 

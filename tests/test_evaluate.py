@@ -87,7 +87,7 @@ def test_ablations_are_compared_on_the_folds_they_share():
     by = {a["method"]: a for a in paired_ablations(rows)}
     assert set(by) == {"mdot-concat", "mdot-pe-none"}
     assert by["mdot-concat"]["runs"] == 1 and by["mdot-concat"]["mdot_mape"] == 10.0
-    assert by["mdot-pe-none"]["runs"] == 2
+    assert by["mdot-pe-none"]["runs"] == 2 and by["mdot-pe-none"]["wins"] == 1
     assert by["mdot-pe-none"]["mape"] == 21.0 and by["mdot-pe-none"]["mdot_mape"] == 20.0
     assert by["mdot-concat"]["mdot_rmse_ms"] == 2.0
 
