@@ -1,9 +1,10 @@
 """Evaluation harness: every method on identical folds, one table, plots.
 
 Methods (all see the same training samples, validation carve-out and seeds):
-- MDOT and its ablations: `mdot`, `mdot-pe-<kind>` (one positional encoding, or none),
-  `mdot-concat` (concat fusion), `mdot-per_op` (per-operator readout), `mdot-relative`
-  (relative-error loss instead of squared log error);
+- MDOT and its ablations: `mdot` (the paper's model: positional encodings PAPER_PE),
+  `mdot-pe-<kind>` (one positional encoding, or none: `mdot-pe-none` is the library's
+  default model), `mdot-concat` (concat fusion), `mdot-per_op` (per-operator readout),
+  `mdot-relative` (relative-error loss instead of squared log error);
 - neural baselines trained by the same trainer and budget: `lstm`, `gnn`, `per_op`;
 - configuration-based on model-level aggregates: `lightgbm`, `mlp`;
 - `analytic`: t = a + b * FLOPs + c * bytes + d * ops, constants fitted by
@@ -29,7 +30,7 @@ from converters.vocab import VOCAB
 from mdot_jax.data import Dataset, Sample, make_splits
 from mdot_jax.features import MIN_STD, FeatureConfig, workload_raw
 from mdot_jax.metrics import regression_metrics
-from mdot_jax.model import PE_KINDS, ModelConfig
+from mdot_jax.model import PAPER_PE, PE_KINDS, ModelConfig
 from mdot_jax.train import MAX_Z, TrainConfig, split_validation
 
 RESULTS = "results.jsonl"
@@ -210,7 +211,7 @@ class FittedFormulaMethod(Method):
 
 
 def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
-    base = ModelConfig()
+    base = ModelConfig(pe=PAPER_PE)  # `mdot` is the paper's model; `mdot-pe-none` the default
     neural = {"mdot": base, "mdot-concat": base.replace(fusion="concat"),
               "mdot-per_op": base.replace(readout="per_op"),
               "lstm": base.replace(arch="lstm"), "gnn": base.replace(arch="gnn"),

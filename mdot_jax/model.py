@@ -18,6 +18,10 @@ from mdot_jax.features import CONFIG_DIM, FAR, LOAD_DIM, MAX_DEPTH, Batch
 
 SMALL_T = 4  # attention over at most this many tokens uses broadcasting, not matmuls
 PE_KINDS = ("none", "sinusoidal", "depth", "laplacian", "random_walk", "distance_bias")
+# The paper's graph positional encoding, and the `mdot` row of the evaluation tables. The
+# default is no positional encoding: it had the lower leave-family-out MAPE on both datasets
+# (timm-rtx3090 13.2% vs 14.1%, better on 4 of 5 folds; local CPU 15.1% vs 15.5%, 2 of 5).
+PAPER_PE = ("depth", "laplacian")
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class ModelConfig:
     attn_block: int = 128  # longer sequences use block-local attention + block summaries
     mlp_ratio: int = 2
     fusion: str = "transformer"  # transformer (the paper's) | concat (ablation)
-    pe: tuple[str, ...] = ("depth", "laplacian")  # subset of PE_KINDS
+    pe: tuple[str, ...] = ()  # subset of PE_KINDS; see PAPER_PE
     readout: str = "pool"  # pool | per_op (sum of per-operator times)
     dropout: float = 0.1
 
@@ -56,7 +60,8 @@ class ModelConfig:
 def tiny_config(workload_dim: int) -> ModelConfig:
     """A small config for tests, derived from the default."""
     return ModelConfig(workload_dim=workload_dim, d_model=16, n_heads=2, n_layers=1,
-                       attn_block=64)  # longer test sequences go through block attention
+                       attn_block=64,  # longer test sequences go through block attention
+                       pe=PAPER_PE)  # so that tests go through the positional encodings
 
 
 class Mlp(nnx.Module):

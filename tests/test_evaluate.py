@@ -109,6 +109,7 @@ def test_every_method_name_builds_that_method():
     """Each neural method trains the architecture / variant its name says (a config passed
     to the wrong field once made every neural baseline a copy of MDOT)."""
     from mdot_jax.evaluate import ALL_METHODS, NeuralMethod, make_method
+    from mdot_jax.model import PAPER_PE, ModelConfig
 
     cfgs = {m: make_method(m, 0, TrainConfig()) for m in ALL_METHODS}
     neural = {m: c for m, c in cfgs.items() if isinstance(c, NeuralMethod)}
@@ -116,7 +117,8 @@ def test_every_method_name_builds_that_method():
         {"per_op": "per_op", "gnn": "gnn", "lstm": "lstm", "mdot": "mdot"}
     assert neural["mdot-concat"].model_cfg.fusion == "concat"
     assert neural["mdot-per_op"].model_cfg.readout == "per_op"
-    assert neural["mdot-pe-none"].model_cfg.pe == ()
+    assert neural["mdot-pe-none"].model_cfg.pe == () == ModelConfig().pe  # the default
+    assert neural["mdot"].model_cfg.pe == PAPER_PE  # the tables' mdot row: the paper's model
     assert neural["mdot-pe-random_walk"].model_cfg.pe == ("random_walk",)
     assert neural["mdot-relative"].budget.loss == "relative"
     # no two neural methods train the same thing
