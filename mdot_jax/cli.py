@@ -251,7 +251,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    summarize(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]), commit=commit)
+    try:
+        summarize(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]), commit=commit,
+                  ensembles=args.ensembles.split(",") if args.ensembles else ())
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     print(open(os.path.join(args.out, "table.md")).read())
     print(f"plots: {args.out}/pred_vs_measured.png, {args.out}/error_by_family.png")
     return 0
@@ -335,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default="all", help="all, or comma-separated method names")
     p.add_argument("--train-config", help="JSON overrides of the neural methods' budget")
     p.add_argument("--out", required=True, help="results directory (resumable)")
+    p.add_argument("--ensembles", help="also score these ensembles of finished runs "
+                   "(geometric mean of predictions), e.g. mdot-pe-none+lightgbm")
     p.add_argument("--summary-only", action="store_true",
                    help="only redo the table and plots from the results so far")
     p.set_defaults(func=cmd_evaluate)

@@ -313,10 +313,50 @@ def _read(path: Path):
     return rows
 
 
+def ensemble_rows(rows: list[dict], labels: dict[str, float],
+                  combos: Sequence[str] = ()) -> list[dict]:
+    """Derived runs, nothing fitted: the geometric mean of several runs' predictions on one
+    fold (the models regress log time, so members are averaged in log space, equal weights).
+
+    - a method run with n >= 2 seeds on a fold: `ensemble(<method> x<n>)`, over its seeds;
+    - each combo `"a+b"`: `ensemble(a+b)`, over methods a and b run with the same seed.
+    """
+    runs = {(r["method"], r["fold"], r["seed"]): r for r in rows}
+    seeds: dict[tuple[str, int], list[int]] = {}
+    for m, f, s in runs:
+        seeds.setdefault((m, f), []).append(s)
+    groups = [(f"ensemble({m} x{len(ss)})", f, 0, [runs[(m, f, s)] for s in sorted(ss)])
+              for (m, f), ss in seeds.items() if len(ss) > 1]
+    for combo in combos:
+        names = combo.split("+")
+        missing = [n for n in names if n not in {m for m, _, _ in runs}]
+        if missing:
+            raise ValueError(f"ensemble {combo!r}: no runs of {', '.join(missing)}")
+        groups += [(f"ensemble({combo})", f, s, [runs[(n, f, s)] for n in names])
+                   for (m, f, s) in sorted(runs) if m == names[0]
+                   and all((n, f, s) in runs for n in names)]
+    out = []
+    for name, fold, seed, members in groups:
+        keys = sorted(members[0]["test_keys"])
+        preds = [dict(zip(r["test_keys"], r["pred_ms"])) for r in members]
+        if any(sorted(p) != keys for p in preds):
+            raise ValueError(f"{name}, fold {fold}: the members were tested on different samples")
+        pred = np.exp(np.mean([np.log([p[k] for k in keys]) for p in preds], axis=0))
+        out.append(dict(method=name, fold=fold, seed=seed, split=members[0]["split"],
+                        metrics=regression_metrics(pred, [labels[k] for k in keys]),
+                        fit_s=sum(r["fit_s"] for r in members),
+                        predict_ms_per_sample=sum(r["predict_ms_per_sample"] for r in members),
+                        test_keys=keys, pred_ms=pred.tolist(),
+                        members=[[r["method"], r["seed"]] for r in members]))
+    return out
+
+
 def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
-              commit: str = "") -> dict:
-    """Mean +- std over folds and seeds per method -> table.md, results.json, plots."""
+              commit: str = "", ensembles: Sequence[str] = ()) -> dict:
+    """Mean +- std over folds and seeds per method -> table.md, results.json, plots.
+    Seed ensembles and the method `ensembles` ("a+b") are added as derived rows."""
     out = Path(out)
+    rows = rows + ensemble_rows(rows, {s.key: s.label_ms for s in ds.samples}, ensembles)
     by_method: dict[str, list[dict]] = {}
     for r in rows:
         by_method.setdefault(r["method"], []).append(r)

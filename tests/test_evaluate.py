@@ -124,3 +124,33 @@ def test_every_method_name_builds_that_method():
     # no two neural methods train the same thing
     keys = {(repr(c.model_cfg), c.budget.loss) for c in neural.values()}
     assert len(keys) == len(neural)
+
+
+def test_ensembles_average_finished_runs_in_log_space():
+    """Seed and method ensembles are the geometric mean of the members' predictions,
+    matched by sample key (members list their test samples in different orders)."""
+    from mdot_jax.evaluate import ensemble_rows
+
+    labels = {"a": 100.0, "b": 10.0}
+
+    def row(method, seed, preds):
+        keys = sorted(preds, reverse=seed == 1)
+        return dict(method=method, fold=0, seed=seed, split="family", fit_s=1.0,
+                    predict_ms_per_sample=0.5, test_keys=keys, pred_ms=[preds[k] for k in keys])
+
+    rows = [row("mdot", 0, {"a": 50.0, "b": 10.0}), row("mdot", 1, {"a": 200.0, "b": 40.0}),
+            row("lightgbm", 0, {"a": 200.0, "b": 2.5})]
+    by = {r["method"]: r for r in ensemble_rows(rows, labels, ["mdot+lightgbm"])}
+    assert set(by) == {"ensemble(mdot x2)", "ensemble(mdot+lightgbm)"}
+    seeds = by["ensemble(mdot x2)"]
+    assert seeds["test_keys"] == ["a", "b"] and np.allclose(seeds["pred_ms"], [100.0, 20.0])
+    assert seeds["metrics"]["mape"] == pytest.approx(50.0)  # (0% + 100%) / 2
+    assert seeds["fit_s"] == 2.0 and seeds["members"] == [["mdot", 0], ["mdot", 1]]
+    both = by["ensemble(mdot+lightgbm)"]
+    assert np.allclose(both["pred_ms"], [100.0, 5.0])
+    assert both["metrics"]["mae_ms"] == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="no runs of gnn"):
+        ensemble_rows(rows, labels, ["mdot+gnn"])
+    rows[1]["test_keys"] = ["a", "c"]
+    with pytest.raises(ValueError, match="different samples"):
+        ensemble_rows(rows, labels)
