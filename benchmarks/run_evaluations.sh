@@ -3,7 +3,7 @@
 # Resumable per (method, fold, seed): re-run after a stop and it continues.
 #   nohup bash benchmarks/run_evaluations.sh [DATASET_DIR ...] > /tmp/evaluate.log 2>&1 &
 # Default: the local CPU dataset and timm-rtx3090. The comparison (MDOT and the seven
-# baselines, all 5 folds) runs on every dataset before any MDOT ablation, so a stopped run
+# baselines, and the default MDOT without positional encoding, all 5 folds) runs on every dataset before any MDOT ablation, so a stopped run
 # leaves complete main tables. The ablations run on folds ABLATION_FOLDS only (default 0,1:
 # nine variants x 5 folds of timm would be ~15 h of this machine) and are compared with MDOT
 # on the same folds. The neural methods (MDOT, its ablations, LSTM, GNN, per-operator) share
@@ -11,12 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET='{"epochs": 20, "patience": 5}'
-MAIN=mdot,lightgbm,mlp,per_op,gnn,lstm,analytic,roofline
+MAIN=mdot,lightgbm,mlp,per_op,gnn,lstm,analytic,roofline,mdot-pe-none
 DATASETS=("$@")
 [ ${#DATASETS[@]} -gt 0 ] || DATASETS=(data/cpu-amd-epyc-2t "$HOME/.cache/mdot/datasets/timm-rtx3090")
 evaluate() {  # DATASET METHODS [EXTRA ARGS]
   mdot evaluate --dataset "$1" --split family --folds 5 --methods "$2" \
-    --train-config "$BUDGET" --out "benchmarks/results/$(basename "$1")-family" "${@:3}"
+    --train-config "$BUDGET" --out "benchmarks/results/$(basename "$1")-family" \
+    --ensembles mdot-pe-none+lightgbm "${@:3}"
 }
 for ds in "${DATASETS[@]}"; do evaluate "$ds" "$MAIN"; done
 for ds in "${DATASETS[@]}"; do evaluate "$ds" all --only-folds "${ABLATION_FOLDS:-0,1}"; done
