@@ -2,9 +2,10 @@
 # The committed accuracy tables: every method on identical leave-family-out folds.
 # Resumable per (method, fold, seed): re-run after a stop and it continues.
 #   nohup bash benchmarks/run_evaluations.sh [DATASET_DIR ...] > /tmp/evaluate.log 2>&1 &
-# Default: the local CPU dataset and timm-rtx3090. The comparison (MDOT and the seven
-# baselines, and the default MDOT without positional encoding, all 5 folds) runs on every dataset before any MDOT ablation, so a stopped run
-# leaves complete main tables. The ablations run on folds ABLATION_FOLDS only (default 0,1:
+# Default: the local CPU dataset and timm-rtx3090. The comparison (the paper's MDOT, the
+# seven baselines and the default MDOT without positional encoding, all 5 folds) runs on
+# every dataset before the other MDOT ablations, so a stopped run leaves complete main tables;
+# the summary also scores the ensemble of the default MDOT and LightGBM. The ablations run on folds ABLATION_FOLDS only (default 0,1:
 # nine variants x 5 folds of timm would be ~15 h of this machine) and are compared with MDOT
 # on the same folds. The neural methods (MDOT, its ablations, LSTM, GNN, per-operator) share
 # one budget.
