@@ -4,8 +4,9 @@ A checkpoint directory holds
   params/         the parameters (orbax StandardCheckpointer; works with 0.11.36 and 0.12.x)
   metadata.json   format version, model config, feature config, normalisation statistics,
                   operator vocabulary (+ version), dataset fingerprint, metrics, training info
-so `load(path)` needs nothing else. Saves are atomic: everything is written to a temporary
-sibling directory which then replaces the target in one rename.
+  companion.txt   optional: the LightGBM companion (`companion.TreeModel`, LightGBM's format)
+so `load(path)` and `load_companion(path)` need nothing else. Saves are atomic: everything
+is written to a temporary sibling directory which then replaces the target in one rename.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from flax import nnx
 
 from converters.vocab import VOCAB, VOCAB_VERSION
 from mdot_jax.baselines import build_model
+from mdot_jax.companion import TreeModel
 from mdot_jax.errors import CheckpointError
 from mdot_jax.features import FeatureConfig, FeatureStats
 from mdot_jax.model import ModelConfig
@@ -31,6 +33,7 @@ from mdot_jax.train import Trained
 # expect other input widths
 FORMAT_VERSION = 2
 METADATA = "metadata.json"
+COMPANION = "companion.txt"
 
 
 def _checkpointer():
@@ -40,8 +43,9 @@ def _checkpointer():
 
 
 def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
-         metrics: dict | None = None, description: str = "") -> Path:
-    """Writes `trained` to `path` atomically; returns the path."""
+         metrics: dict | None = None, description: str = "",
+         companion: TreeModel | None = None, companion_info: dict | None = None) -> Path:
+    """Writes `trained` (and its `companion`, if any) to `path` atomically; returns the path."""
     path = Path(path).absolute()
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     pure = jax.tree.map(np.asarray, nnx.to_pure_dict(trained.params))
@@ -56,8 +60,9 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
         dataset=dataset or {}, metrics=metrics or {}, train=trained.info,
         history=trained.history,
     )
-    (tmp / METADATA).write_text(json.dumps(meta, indent=1, default=float))
-    (tmp / "README.md").write_text(model_card(meta))
+    _write_metadata(tmp, meta)
+    if companion:
+        attach_companion(tmp, companion, companion_info)
     if path.exists():
         old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
         path.rename(old)
@@ -66,6 +71,27 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
     else:
         tmp.rename(path)
     return path
+
+
+def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = None) -> None:
+    """Adds (or replaces) the LightGBM companion of the checkpoint at `path`; `info` (e.g.
+    validation metrics) goes into its metadata entry. Each file is replaced by a rename."""
+    path = Path(path)
+    meta = read_metadata(path)
+    tmp = path / f".{COMPANION}.tmp"
+    tmp.write_text(trees.text)
+    tmp.rename(path / COMPANION)
+    meta["companion"] = dict(info or {}, kind="lightgbm", file=COMPANION,
+                             devices=list(trees.devices))
+    _write_metadata(path, meta)
+
+
+def _write_metadata(path: Path, meta: dict) -> None:
+    for name, text in ((METADATA, json.dumps(meta, indent=1, default=float)),
+                       ("README.md", model_card(meta))):
+        tmp = path / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.rename(path / name)
 
 
 def model_card(meta: dict) -> str:
@@ -86,7 +112,14 @@ def model_card(meta: dict) -> str:
              "other workloads are extrapolation",
              f"- model: d_model {mc['d_model']}, {mc['n_layers']} layers x {mc['n_heads']} heads, "
              f"fusion {mc['fusion']}, positional encodings {', '.join(mc['pe']) or 'none'}, "
-             f"readout {mc['readout']}, attention block {mc.get('attn_block')}",
+             f"readout {mc['readout']}, attention block {mc.get('attn_block')}"
+             + ("; its prediction is the geometric mean with a LightGBM companion on "
+                "model-level aggregates" if meta.get("companion") else ""),
+             *([f"- validation MAPE of the combined prediction "
+                f"{meta['companion']['val_mape']:.2f}% (MDOT alone "
+                f"{meta['companion']['val_mape_mdot']:.2f}%, LightGBM alone "
+                f"{meta['companion']['val_mape_lightgbm']:.2f}%; same samples)"]
+               if "val_mape" in (meta.get("companion") or {}) else []),
              f"- training: {info.get('steps')} steps in {info.get('seconds')} s "
              f"({info.get('steps_per_s')} steps/s on {info.get('devices')} device(s)), "
              f"best validation MAPE {info.get('best_val_mape') or float('nan'):.2f}% "
@@ -142,3 +175,16 @@ def load(path: str | Path) -> Trained:
     state = jax.tree.map(lambda x: np.asarray(x), state)
     return Trained(graphdef, state, model_cfg, feature_cfg, stats,
                    meta.get("history", []), dict(meta.get("train", {}), metadata=meta))
+
+
+def load_companion(path: str | Path) -> TreeModel | None:
+    """The checkpoint's LightGBM companion, or None when it was saved without one."""
+    path = Path(path).absolute()
+    info = read_metadata(path).get("companion")
+    if not info:
+        return None
+    try:
+        return TreeModel.from_text((path / info["file"]).read_text(), info["devices"])
+    except Exception as e:  # noqa: BLE001 - OSError, KeyError, LightGBMError: one line
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path}: missing or corrupt companion ({msg})") from None

@@ -166,11 +166,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     train_cfg = _config(TrainConfig, args.train_config)
     result = train_and_save(ds, args.out, split=args.split, fold=args.fold,
                             model_cfg=model_cfg, train_cfg=train_cfg,
+                            companion=not args.no_companion,
                             log=lambda line: print(line, file=sys.stderr, flush=True))
     m = result["test_metrics"]
     if m:
         print(f"test ({args.split} split, fold {args.fold}): MAE {m['mae_ms']:.3g} ms, "
               f"RMSE {m['rmse_ms']:.3g} ms, MAPE {m['mape']:.2f}% on {m['n']} samples")
+    if m.get("mdot_only"):
+        print(f"  of which MDOT alone: MAPE {m['mdot_only']['mape']:.2f}%")
     print(f"checkpoint: {args.out}")
     return 0
 
@@ -208,7 +211,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
                    batch_size=b, samples_per_s=1e3 * b / p.iteration_ms,
-                   checkpoint=str(predictor.path), num_ops=p.num_ops, warnings=p.warnings)
+                   checkpoint=str(predictor.path), num_ops=p.num_ops, warnings=p.warnings,
+                   parts=p.parts)
         if args.epochs is not None:
             row["job_s"] = p.job_seconds(args.epochs, args.dataset_size, b)
         rows.append(row)
@@ -220,8 +224,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 0
     r = rows[0]
     print(f"{args.model} on {r['device']} ({r['num_ops']} operators; checkpoint "
-          f"{predictor.path.name})" + (f", {args.epochs:g} epochs x {args.dataset_size} "
-                                       "samples" if "job_s" in r else ""))
+          f"{predictor.path.name}" + (", MDOT x LightGBM geometric mean" if r["parts"] else "")
+          + ")" + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r
+                   else ""))
     print(f"{'batch':>7} {'ms/iteration':>13} {'samples/s':>10}"
           + (f" {'job s':>10} {'job h':>7}" if "job_s" in r else ""))
     for r in rows:
@@ -312,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-config", help='JSON overrides, e.g. \'{"d_model": 32}\'')
     p.add_argument("--train-config", help='JSON overrides, e.g. \'{"epochs": 20}\'')
     p.add_argument("--out", required=True, help="checkpoint directory")
+    p.add_argument("--no-companion", action="store_true",
+                   help="save MDOT alone, without the LightGBM companion it averages with")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("predict", help="predict the training iteration time of a model")

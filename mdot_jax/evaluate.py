@@ -27,8 +27,9 @@ from typing import Sequence
 import numpy as np
 
 from converters.vocab import VOCAB
+from mdot_jax.companion import TreeModel, aggregates
 from mdot_jax.data import Dataset, Sample, make_splits
-from mdot_jax.features import MIN_STD, FeatureConfig, workload_raw
+from mdot_jax.features import MIN_STD, FeatureConfig
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.model import PAPER_PE, PE_KINDS, ModelConfig
 from mdot_jax.train import MAX_Z, TrainConfig, split_validation
@@ -37,14 +38,6 @@ RESULTS = "results.jsonl"
 
 
 # ---------------------------------------------------------------------------- aggregates
-def aggregates(s: Sample, devices: Sequence[str]) -> np.ndarray:
-    """Model-level features: workload and graph totals, log op counts by type, max depth."""
-    counts = np.bincount(s.seq.op_type, minlength=len(VOCAB))[: len(VOCAB)]
-    depth = s.seq.depths()[0].max() if s.seq.num_ops else 0
-    return np.concatenate([workload_raw(s.workload, s.seq, devices), np.log1p(counts),
-                           [np.log1p(depth)]]).astype(np.float32)
-
-
 def _totals(samples: Sequence[Sample]) -> np.ndarray:
     """`[N, 3]`: forward + backward FLOPs, bytes read + written, operator count."""
     out = []
@@ -89,36 +82,13 @@ class NeuralMethod(Method):
 
 @dataclass
 class LightGBMMethod(Method):
-    """Gradient-boosted trees on aggregates; the grid point is chosen on the validation part."""
-
-    grid: tuple = ((15, 0.03), (31, 0.03), (15, 0.1), (31, 0.1))
+    """Gradient-boosted trees on aggregates (`companion.TreeModel`, grid on validation)."""
 
     def fit(self, train):
-        import lightgbm as lgb
-
-        tr, val = split_validation(train, self.budget.val_fraction, self.seed)
-        self.devices = sorted({s.workload.device for s in train})
-        x, y = self._xy(tr)
-        xv, yv = self._xy(val)
-        best = None
-        for leaves, lr in self.grid:
-            params = dict(objective="regression", learning_rate=lr, num_leaves=leaves,
-                          min_data_in_leaf=5, bagging_fraction=0.8, bagging_freq=1,
-                          feature_fraction=0.8, seed=self.seed, verbose=-1, num_threads=2)
-            model = lgb.train(params, lgb.Dataset(x, y), num_boost_round=2000,
-                              valid_sets=[lgb.Dataset(xv, yv)],
-                              callbacks=[lgb.early_stopping(100, verbose=False)])
-            err = np.mean(np.abs(np.expm1(model.predict(xv) - yv)))
-            if best is None or err < best[0]:
-                best = (err, model)
-        self.model = best[1]
-
-    def _xy(self, samples):
-        return (np.stack([aggregates(s, self.devices) for s in samples]),
-                np.log([s.label_ms for s in samples]))
+        self.model = TreeModel.fit(train, seed=self.seed, val_fraction=self.budget.val_fraction)
 
     def predict(self, samples):
-        return np.exp(self.model.predict(self._xy(samples)[0]))
+        return self.model.predict(samples)
 
 
 @dataclass

@@ -15,7 +15,8 @@ import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
-from mdot_jax.checkpoint import CheckpointError, load
+from mdot_jax.checkpoint import CheckpointError, load, load_companion
+from mdot_jax.companion import TreeModel, combine
 from mdot_jax.data import Sample, Workload
 from mdot_jax.features import FeatureCache, bucket_length
 from mdot_jax.train import Trained, predict_samples
@@ -48,6 +49,8 @@ class Prediction:
     device: str
     num_ops: int
     warnings: list[str] = field(default_factory=list)  # extrapolation, unknown operators
+    # with a companion: each model's own prediction ({"mdot": ms, "lightgbm": ms})
+    parts: dict[str, float] = field(default_factory=dict)
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
@@ -55,10 +58,13 @@ class Prediction:
 
 
 class Predictor:
-    """A trained MDOT with its feature pipeline; thread-compatible, not thread-safe."""
+    """A trained MDOT with its feature pipeline, and the checkpoint's LightGBM companion if it
+    has one (the prediction is then the geometric mean of both); thread-compatible, not
+    thread-safe."""
 
-    def __init__(self, trained: Trained, path: Path | None = None):
-        self.trained, self.path = trained, path
+    def __init__(self, trained: Trained, path: Path | None = None,
+                 companion: TreeModel | None = None):
+        self.trained, self.path, self.companion = trained, path, companion
         self.cache = FeatureCache(trained.stats, trained.feature_cfg,
                                   trained.model_cfg.vocab_size)
         graphdef, params = trained.graphdef, trained.params
@@ -71,9 +77,11 @@ class Predictor:
         self._forward = forward
 
     @classmethod
-    def load(cls, name_or_dir: str | Path | None = None) -> "Predictor":
+    def load(cls, name_or_dir: str | Path | None = None, *, companion: bool = True
+             ) -> "Predictor":
+        """`companion=False` predicts with MDOT alone even if the checkpoint has one."""
         path = resolve_checkpoint(name_or_dir)
-        return cls(load(path), path)
+        return cls(load(path), path, load_companion(path) if companion else None)
 
     @property
     def devices(self) -> list[str]:
@@ -124,8 +132,13 @@ class Predictor:
             bucket_length(seq.num_ops, self.cache.fc.buckets)  # clear error if too long
         out = predict_samples(self._forward, self._params, self.cache, samples, PREDICT_TOKENS,
                               shrink=True)
-        return [Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w))
-                for ms, (seq, w) in zip(out, items)]
+        if self.companion is None:
+            return [Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w))
+                    for ms, (seq, w) in zip(out, items)]
+        trees = self.companion.predict(samples)
+        return [Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w),
+                           dict(mdot=float(a), lightgbm=float(b)))
+                for ms, a, b, (seq, w) in zip(combine(out, trees), out, trees, items)]
 
     def warnings(self, seq: OperatorSequence, w: Workload) -> list[str]:
         """What makes a prediction less trustworthy: a batch or input size outside the

@@ -8,11 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from mdot_jax import checkpoint
+from mdot_jax.companion import TreeModel, combine
 from mdot_jax.data import Dataset, make_splits
 from mdot_jax.features import FeatureCache
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.model import ModelConfig
-from mdot_jax.train import Trained, TrainConfig, make_mesh, make_steps, predict_samples, train
+from mdot_jax.train import (Trained, TrainConfig, make_mesh, make_steps, predict_samples,
+                            split_validation, train)
 
 
 def evaluate(trained: Trained, samples) -> tuple[np.ndarray, dict]:
@@ -26,12 +28,30 @@ def evaluate(trained: Trained, samples) -> tuple[np.ndarray, dict]:
     return pred, regression_metrics(pred, [s.label_ms for s in samples])
 
 
+def fit_companion(trained: Trained, train_samples, train_cfg: TrainConfig
+                  ) -> tuple[TreeModel, dict]:
+    """The LightGBM companion, fitted on MDOT's training samples with MDOT's validation
+    carve-out, and the validation MAPE of MDOT, the trees and their combination."""
+    trees = TreeModel.fit(train_samples, seed=train_cfg.seed, val_fraction=train_cfg.val_fraction)
+    _, val = split_validation(train_samples, train_cfg.val_fraction, train_cfg.seed)
+    val = [s for s in val if s.seq.num_ops <= trained.feature_cfg.buckets[-1]]
+    if not val:
+        return trees, {}
+    mdot, lgb = evaluate(trained, val)[0], trees.predict(val)
+    true = [s.label_ms for s in val]
+    return trees, dict(val_mape=regression_metrics(combine(mdot, lgb), true)["mape"],
+                       val_mape_mdot=regression_metrics(mdot, true)["mape"],
+                       val_mape_lightgbm=regression_metrics(lgb, true)["mape"])
+
+
 def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold: int = 0,
                    folds: int = 5, model_cfg: ModelConfig = ModelConfig(),
-                   train_cfg: TrainConfig = TrainConfig(), progress: bool = True,
-                   log=None) -> dict:
+                   train_cfg: TrainConfig = TrainConfig(), companion: bool = True,
+                   progress: bool = True, log=None) -> dict:
     """Trains on every fold but `fold` of `split` (or on everything with split="none"),
-    reports test metrics on `fold` and writes a self-describing checkpoint to `out`.
+    reports test metrics on `fold` and writes a self-describing checkpoint to `out`; with
+    `companion`, a LightGBM companion is fitted on the same samples and saved with it (the
+    test metrics are then those of the combined prediction; `mdot_only` those of MDOT).
     A killed run continues from its last epoch when re-run with the same arguments (the
     state lives in `.<out>.resume/` beside `out` until the checkpoint is written)."""
     if split == "none":
@@ -46,14 +66,22 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     resume_dir = Path(out).absolute().with_name(f".{Path(out).name}.resume")
     trained = train(train_samples, model_cfg, train_cfg, progress=progress, log=log,
                     resume_dir=resume_dir)
+    trees, trees_info = (fit_companion(trained, train_samples, train_cfg) if companion
+                         else (None, None))
     longest = trained.feature_cfg.buckets[-1]
     held = [s for s in test_samples if s.seq.num_ops <= longest]
-    metrics = evaluate(trained, held)[1] if held else {}
+    metrics = {}
+    if held:
+        pred, metrics = evaluate(trained, held)
+        if trees:
+            metrics = dict(regression_metrics(combine(pred, trees.predict(held)),
+                                              [s.label_ms for s in held]), mdot_only=metrics)
     dataset = dict(path=str(ds.root), fingerprint=ds.fingerprint(), split=split, fold=fold,
                    folds=folds, num_train=len(train_samples), num_test=len(held),
                    test_excluded_too_long=len(test_samples) - len(held),
                    devices=sorted({s.workload.device for s in ds.samples}))
-    checkpoint.save(trained, out, dataset=dataset, metrics=metrics,
+    checkpoint.save(trained, out, dataset=dataset, metrics=metrics, companion=trees,
+                    companion_info=trees_info,
                     description=f"MDOT trained on {ds.root.name} " + (
                         "(every sample)" if split == "none" else f"({split} split, fold {fold})"))
     shutil.rmtree(resume_dir, ignore_errors=True)

@@ -125,6 +125,30 @@ def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
     assert job == pytest.approx(p.iteration_ms * iterations * 2 / 1000)
 
 
+def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp_path):
+    """A checkpoint with a LightGBM companion predicts the geometric mean of MDOT's and the
+    trees' predictions, identically after save and load; without it, MDOT's alone."""
+    from mdot_jax.companion import TreeModel
+
+    samples = tiny_real_dataset.samples
+    trees = TreeModel.fit(samples, seed=0)
+    path = checkpoint.save(trained, tmp_path / "ckpt", companion=trees)
+    assert "LightGBM companion" in (path / "README.md").read_text()
+    items = [(s.seq, s.workload) for s in samples[:5]]
+    before = Predictor(trained, companion=trees).predict_many(items)
+    after = Predictor.load(path).predict_many(items)
+    alone = Predictor.load(path, companion=False).predict_many(items)
+    assert [p.iteration_ms for p in before] == [p.iteration_ms for p in after]
+    mdot, lgb = [p.parts["mdot"] for p in after], [p.parts["lightgbm"] for p in after]
+    np.testing.assert_allclose([p.iteration_ms for p in after], np.sqrt(np.multiply(mdot, lgb)))
+    np.testing.assert_allclose(lgb, trees.predict(samples[:5]))
+    assert [p.iteration_ms for p in alone] == pytest.approx(mdot) and not alone[0].parts
+    assert not np.allclose(mdot, lgb)  # the two parts are different models
+    (path / "companion.txt").write_text("not a model")
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt companion"):
+        Predictor.load(path)
+
+
 def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
     import dataclasses
 

@@ -1,0 +1,85 @@
+"""A gradient-boosted-tree companion to MDOT: LightGBM on model-level aggregates.
+
+On both datasets' leave-family-out folds the geometric mean of MDOT's and this model's
+predictions was more accurate than either alone (README, Evaluation): the two err on
+different models. A checkpoint may carry one (`companion.txt`); the Predictor then predicts
+`exp((log t_mdot + log t_trees) / 2)` and reports both parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from converters.vocab import VOCAB
+from mdot_jax.data import Sample
+from mdot_jax.features import workload_raw
+from mdot_jax.train import split_validation
+
+# (num_leaves, learning_rate) tried; the one with the lowest validation error is kept
+GRID = ((15, 0.03), (31, 0.03), (15, 0.1), (31, 0.1))
+
+
+def aggregates(s: Sample, devices: Sequence[str]) -> np.ndarray:
+    """`[F]` model-level features: workload and graph totals, log op counts by type, max depth."""
+    counts = np.bincount(s.seq.op_type, minlength=len(VOCAB))[: len(VOCAB)]
+    depth = s.seq.depths()[0].max() if s.seq.num_ops else 0
+    return np.concatenate([workload_raw(s.workload, s.seq, devices), np.log1p(counts),
+                           [np.log1p(depth)]]).astype(np.float32)
+
+
+@dataclass
+class TreeModel:
+    """A LightGBM regressor of log iteration time; `text` is the booster's own format."""
+
+    text: str
+    devices: tuple[str, ...]
+    _booster: object = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def fit(cls, train: Sequence[Sample], *, seed: int = 0, val_fraction: float = 0.1,
+            grid: Sequence[tuple[int, float]] = GRID) -> "TreeModel":
+        """Early stopping and the grid point on the same validation carve-out as MDOT's."""
+        import lightgbm as lgb
+
+        tr, val = split_validation(train, val_fraction, seed)
+        devices = tuple(sorted({s.workload.device for s in train}))
+        (x, y), (xv, yv) = _xy(tr, devices), _xy(val, devices)
+        best = None
+        for leaves, lr in grid:
+            params = dict(objective="regression", learning_rate=lr, num_leaves=leaves,
+                          min_data_in_leaf=5, bagging_fraction=0.8, bagging_freq=1,
+                          feature_fraction=0.8, seed=seed, verbose=-1, num_threads=2)
+            booster = lgb.train(params, lgb.Dataset(x, y), num_boost_round=2000,
+                                valid_sets=[lgb.Dataset(xv, yv)],
+                                callbacks=[lgb.early_stopping(100, verbose=False)])
+            err = np.mean(np.abs(np.expm1(booster.predict(xv) - yv)))
+            if best is None or err < best[0]:
+                best = (err, booster)
+        return cls(best[1].model_to_string(), devices, best[1])
+
+    @classmethod
+    def from_text(cls, text: str, devices: Sequence[str]) -> "TreeModel":
+        """Parses `text` now (LightGBM raises on a corrupt model)."""
+        import lightgbm as lgb
+
+        return cls(text, tuple(devices), lgb.Booster(model_str=text))
+
+    def predict(self, samples: Sequence[Sample]) -> np.ndarray:
+        """`[N]` predicted ms per iteration."""
+        if self._booster is None:
+            self._booster = self.from_text(self.text, self.devices)._booster
+        x = np.stack([aggregates(s, self.devices) for s in samples])
+        return np.exp(self._booster.predict(x))
+
+
+def _xy(samples: Sequence[Sample], devices: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.stack([aggregates(s, devices) for s in samples]),
+            np.log([s.label_ms for s in samples]))
+
+
+def combine(mdot_ms: np.ndarray, tree_ms: np.ndarray) -> np.ndarray:
+    """The geometric mean of the two predictions (both models regress log time)."""
+    return np.sqrt(np.asarray(mdot_ms, np.float64) * np.asarray(tree_ms, np.float64))
