@@ -278,11 +278,13 @@ def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
     return values
 
 
-def convert(source: ModelSource, *, name: str = "", **dims) -> OperatorSequence:
+def convert(source: ModelSource, *, name: str = "", fuse: bool = False,
+            **dims) -> OperatorSequence:
     """`load_model` + `to_sequence`: any ONNX model to its operator sequence.
 
-    `dims` are `load_model`'s keyword arguments (input_shapes, batch_size, image_size, seq_len).
+    `dims` are `load_model`'s keyword arguments (input_shapes, batch_size, image_size, seq_len);
+    `fuse`: see `converters.fusion`.
     """
     if not name and not isinstance(source, (bytes, onnx.ModelProto)):
         name = Path(source).stem
-    return to_sequence(load_model(source, **dims), name=name)
+    return to_sequence(load_model(source, **dims), name=name, fuse=fuse)

@@ -308,7 +308,7 @@ def reduction(node: NodeView) -> Cost:
 # ---------------------------------------------------------------------------- elementwise
 _UNARY_COST = {
     "Relu": 1, "LeakyRelu": 2, "Elu": 3, "Selu": 4, "Celu": 3, "Sigmoid": 4,
-    "HardSigmoid": 3, "HardSwish": 4, "Tanh": 1, "Gelu": 8, "Erf": 1, "Softplus": 3,
+    "HardSigmoid": 3, "HardSwish": 4, "Silu": 5, "Tanh": 1, "Gelu": 8, "Erf": 1, "Softplus": 3,
     "Softsign": 3, "Mish": 5, "Exp": 1, "Log": 1, "Sqrt": 1, "Reciprocal": 1, "Neg": 1,
     "Abs": 1, "Floor": 1, "Ceil": 1, "Round": 1, "Sign": 1, "Clip": 2, "Sin": 1, "Cos": 1,
     "Not": 1, "IsNaN": 1, "IsInf": 1,

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 
 from converters.errors import ConversionError
+from converters.fusion import Node as _Node, constants, fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, depths, topological_order, CycleError
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
@@ -174,14 +175,6 @@ def _tensor_types(graph: onnx.GraphProto) -> dict[str, _Tensor]:
     return out
 
 
-class _Node(NamedTuple):
-    op_type: str
-    name: str
-    inputs: list[str]
-    outputs: list[str]
-    proto: onnx.NodeProto
-
-
 def _node_order(nodes: list[_Node], sources: set[str]) -> tuple[list[int], dict[str, int]]:
     """Topological order of all nodes and the producer of every tensor."""
     producer: dict[str, int] = {}
@@ -237,8 +230,10 @@ def _shape_fields(shape: tuple[int, ...]) -> list[int]:
     return [len(shape)] + [1] * (4 - len(dims)) + dims
 
 
-def to_sequence(model: onnx.ModelProto, name: str = "") -> OperatorSequence:
-    """Builds the operator sequence of a model whose shapes are concrete (see `loader`).
+def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
+                ) -> OperatorSequence:
+    """Builds the operator sequence of a model whose shapes are concrete (see `loader`);
+    `fuse` rewrites decomposed GELU / SiLU and no-op Dropout first (`converters.fusion`).
 
     Raises:
       ConversionError: empty graph, cycle, dangling tensor, or an operator whose cost cannot
@@ -249,6 +244,9 @@ def to_sequence(model: onnx.ModelProto, name: str = "") -> OperatorSequence:
         raise ConversionError(f"model '{name or graph.name}': the graph is empty (no nodes)")
     types = _tensor_types(graph)
     nodes = [_Node(n.op_type, n.name, list(n.input), list(n.output), n) for n in graph.node]
+    fused = None
+    if fuse:
+        nodes, fused = fuse_kernels(nodes, constants(graph), {o.name for o in graph.output})
     data_inputs = set(data_input_names(model))
     graph_inputs = {i.name for i in graph.input} | {i.name for i in graph.initializer}
     floats = {t for t in graph_inputs - data_inputs if t in types and types[t].elem_type in
@@ -298,6 +296,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "") -> OperatorSequence:
         inputs={t: list(types[t].shape or []) for t in sorted(data_inputs) if t in types},
         params=int(sum(types[t].numel for t in used_params)),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
+        **({} if fused is None else {"fused": fused}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(

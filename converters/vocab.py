@@ -5,7 +5,7 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 2  # 2: Col2Im
+VOCAB_VERSION = 3  # 2: Col2Im; 3: Silu (converters.fusion)
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -41,6 +41,8 @@ _OP_TYPES = (
     "MatMulInteger",
     # appended in version 2
     "Col2Im",
+    # appended in version 3: not an ONNX op; fused Sigmoid(x) * x
+    "Silu",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES

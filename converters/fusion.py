@@ -1,0 +1,139 @@
+"""Eager-kernel fusion: rewrite what the exporter decomposes but eager PyTorch runs as one
+kernel (or not at all), so an operator sequence counts the kernels that actually run.
+
+- exact GELU  `Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)`  => `Gelu(x)`
+- SiLU/Swish  `Sigmoid(x) -> Mul(x, .)`                                          => `Silu(x)`
+- `Dropout` with ratio 0 (e.g. `nn.Dropout(0.)`, which eager PyTorch returns untouched, or
+  training_mode 0)                                                               => `Identity`
+
+The intermediate tensors of a pattern must have this one consumer and not be graph outputs.
+Opt-in (`to_sequence(..., fuse=True)`): sequences with and without fusion differ, so a
+predictor must be trained on the kind it is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Callable, NamedTuple
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+class Node(NamedTuple):
+    op_type: str
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    proto: onnx.NodeProto
+
+
+def constants(graph: onnx.GraphProto, max_size: int = 16) -> dict[str, np.ndarray]:
+    """Small constant tensors by name: Constant nodes' values and initializers with data."""
+    out = {}
+    for init in graph.initializer:
+        if int(np.prod(init.dims)) <= max_size and (init.raw_data or init.float_data
+                                                   or init.int64_data or init.double_data):
+            out[init.name] = numpy_helper.to_array(init)
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value":
+                    out[node.output[0]] = numpy_helper.to_array(a.t)
+                elif a.name in ("value_float", "value_int"):
+                    out[node.output[0]] = np.asarray(onnx.helper.get_attribute_value(a))
+    return out
+
+
+def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str]
+         ) -> tuple[list[Node], dict[str, int]]:
+    """The rewritten node list (same order) and how many of each pattern were fused."""
+    consumers: dict[str, list[int]] = defaultdict(list)
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for t in n.inputs:
+            if t:
+                consumers[t].append(i)
+        for t in n.outputs:
+            if t:
+                producer[t] = i
+
+    def sole(t: str, op_type: str) -> int | None:
+        """The only consumer of `t` if it is an `op_type` node and `t` is internal."""
+        c = consumers.get(t, [])
+        ok = len(c) == 1 and t not in outputs and nodes[c[0]].op_type == op_type
+        return c[0] if ok else None
+
+    def value(t: str) -> float | None:
+        v = consts.get(t)
+        return float(v.reshape(-1)[0]) if v is not None and v.size == 1 else None
+
+    def near(t: str, target: float) -> bool:
+        v = value(t)
+        return v is not None and abs(v - target) <= 1e-3 * abs(target)
+
+    def other(n: Node, t: str) -> str | None:
+        """The second input of binary node `n`, the first being `t`."""
+        if len(n.inputs) != 2 or t not in n.inputs:
+            return None
+        return n.inputs[1] if n.inputs[0] == t else n.inputs[0]
+
+    removed: set[int] = set()
+    replaced: dict[int, Node] = {}
+    counts = {"gelu": 0, "silu": 0, "dropout": 0}
+
+    def make(op_type: str, at: int, inputs: list[str], outs: list[str]) -> Node:
+        name = nodes[at].name or f"{op_type}_{at}"
+        return Node(op_type, name, inputs, outs, onnx.helper.make_node(
+            op_type, inputs, outs, name=name))
+
+    def gelu(i: int) -> bool:
+        div = producer.get(nodes[i].inputs[0])
+        if div is None or nodes[div].op_type != "Div" or len(nodes[div].inputs) != 2 \
+                or not near(nodes[div].inputs[1], math.sqrt(2)) \
+                or sole(nodes[div].outputs[0], "Erf") != i:
+            return False
+        x = nodes[div].inputs[0]
+        add = sole(nodes[i].outputs[0], "Add")
+        if add is None or not near(other(nodes[add], nodes[i].outputs[0]) or "", 1.0):
+            return False
+        mul = sole(nodes[add].outputs[0], "Mul")
+        if mul is None or other(nodes[mul], nodes[add].outputs[0]) != x:
+            return False
+        half = sole(nodes[mul].outputs[0], "Mul")
+        if half is None or not near(other(nodes[half], nodes[mul].outputs[0]) or "", 0.5):
+            return False
+        removed.update((div, i, add, mul))
+        replaced[half] = make("Gelu", half, [x], [nodes[half].outputs[0]])
+        return True
+
+    def silu(i: int) -> bool:
+        x, s = nodes[i].inputs[0], nodes[i].outputs[0]
+        mul = sole(s, "Mul")
+        if mul is None or other(nodes[mul], s) != x or mul in replaced:
+            return False
+        removed.add(i)
+        replaced[mul] = make("Silu", mul, [x], [nodes[mul].outputs[0]])
+        return True
+
+    def dropout(i: int) -> bool:
+        n = nodes[i]
+        ratio = value(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else 0.5
+        training = value(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else 0.0
+        mask_used = len(n.outputs) > 1 and n.outputs[1] and (consumers.get(n.outputs[1])
+                                                             or n.outputs[1] in outputs)
+        if mask_used or not (ratio == 0.0 or training == 0.0):
+            return False
+        replaced[i] = make("Identity", i, [n.inputs[0]], [n.outputs[0]])
+        return True
+
+    patterns: dict[str, tuple[str, Callable[[int], bool]]] = {
+        "Erf": ("gelu", gelu), "Sigmoid": ("silu", silu), "Dropout": ("dropout", dropout)}
+    for i, n in enumerate(nodes):
+        if n.op_type in patterns and i not in removed and i not in replaced:
+            key, match = patterns[n.op_type]
+            counts[key] += match(i)
+    fused = [replaced.get(i, n) for i, n in enumerate(nodes) if i not in removed]
+    return fused, {k: v for k, v in counts.items() if v}
