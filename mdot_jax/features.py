@@ -49,6 +49,17 @@ class FeatureConfig:
     distances: bool = False  # [T, T] graph-distance buckets for the attention bias
     buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
     group: int = 2  # K: workloads of one sequence per batch row (encoded once, read out K times)
+    fused: bool = False  # sequences converted with eager-kernel fusion (converters.fusion)
+
+
+def sequences_fused(seqs) -> bool:
+    """Whether the operator sequences were converted with `fuse=True`; a mix is an error
+    (a model trained on one kind mispredicts the other)."""
+    kinds = {"fused" in seq.meta for seq in seqs}
+    if len(kinds) > 1:
+        raise ValueError("the operator sequences mix fused and unfused conversions "
+                         "(converters.fusion): rebuild them one way")
+    return kinds == {True}
 
 
 @dataclass

@@ -110,7 +110,7 @@ class Predictor:
         if isinstance(model, OperatorSequence):
             return model
         return convert(model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
-                       input_shapes=input_shapes)
+                       input_shapes=input_shapes, fuse=self.trained.feature_cfg.fused)
 
     def predict(self, model: ModelLike, *, batch_size: int, image_size: int | None = None,
                 seq_len: int | None = None, input_shapes: dict | None = None,
@@ -128,8 +128,12 @@ class Predictor:
                      ) -> list[Prediction]:
         """Batch prediction for many (sequence, workload) pairs at once."""
         samples = [Sample.in_memory(seq, w, key=str(i)) for i, (seq, w) in enumerate(items)]
+        fused = self.trained.feature_cfg.fused
         for seq, _ in items:
             bucket_length(seq.num_ops, self.cache.fc.buckets)  # clear error if too long
+            if ("fused" in seq.meta) != fused:
+                raise ValueError(f"operator sequence {seq.name!r} was converted with fuse="
+                                 f"{not fused}, this checkpoint expects fuse={fused}")
         out = predict_samples(self._forward, self._params, self.cache, samples, PREDICT_TOKENS,
                               shrink=True)
         if self.companion is None:

@@ -25,7 +25,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from mdot_jax.baselines import build_model
 from mdot_jax.data import Sample
-from mdot_jax.features import Batch, FeatureCache, FeatureConfig, FeatureStats, fit_stats
+from mdot_jax.features import (Batch, FeatureCache, FeatureConfig, FeatureStats, fit_stats,
+                               sequences_fused)
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.model import ModelConfig
 
@@ -183,9 +184,13 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     """
     from tqdm import tqdm
 
+    fused = sequences_fused(s.seq for s in [*samples, *(val_samples or [])])
     feature_cfg = feature_cfg or FeatureConfig(
         lap_dim=model_cfg.lap_dim, rw_dim=model_cfg.rw_dim,
-        distances="distance_bias" in model_cfg.pe)
+        distances="distance_bias" in model_cfg.pe, fused=fused)
+    if feature_cfg.fused != fused:
+        raise ValueError(f"feature config fused={feature_cfg.fused}, but the sequences are "
+                         f"{'fused' if fused else 'unfused'}")
     if val_samples is None:
         samples, val_samples = split_validation(samples, train_cfg.val_fraction, train_cfg.seed)
     longest = feature_cfg.buckets[-1]

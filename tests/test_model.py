@@ -251,3 +251,26 @@ def test_diverged_predictions_stay_finite(trained, tiny_real_dataset):
     assert np.allclose(huge, np.exp(MAX_Z * st.target_std + st.target_mean))
     zero = predict_samples(lambda p, b: np.zeros(b.target.shape), None, cache, samples)
     assert np.allclose(zero, np.exp(st.target_mean))
+
+
+def test_fused_and_unfused_sequences_are_never_mixed(trained, tiny_real_dataset):
+    """A checkpoint converts the way its training sequences were converted (fuse or not);
+    a sequence of the other kind, or a training set mixing both, is a clear error."""
+    import dataclasses
+
+    from converters import convert
+    from mdot_jax.data import Sample
+
+    s = tiny_real_dataset.samples[0]
+    onnx_path = next((tiny_real_dataset.root / "onnx").glob(f"{s.arch}-*.onnx"))
+    fused_seq = convert(onnx_path, batch_size=s.workload.batch_size, fuse=True)
+    assert "fused" in fused_seq.meta and "fused" not in s.seq.meta
+    with pytest.raises(ValueError, match="fuse=True, this checkpoint expects fuse=False"):
+        Predictor(trained).predict_many([(fused_seq, s.workload)])
+    fused = dataclasses.replace(trained, feature_cfg=dataclasses.replace(
+        trained.feature_cfg, fused=True))
+    seq = Predictor(fused).sequence(onnx_path, batch_size=s.workload.batch_size)
+    assert seq.meta["fused"] == fused_seq.meta["fused"]
+    mixed = [s, Sample.in_memory(fused_seq, s.workload, s.label_ms, key="fused")]
+    with pytest.raises(ValueError, match="mix fused and unfused"):
+        train(mixed, tiny_config(0), FAST, progress=False)
