@@ -84,7 +84,8 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
     out = args.out or default_data_dir("timm-rtx3090")
     try:
         report = build_timm(args.csv, out, limit=args.limit, retry_skipped=args.retry_skipped,
-                            models=args.models.split(",") if args.models else None)
+                            models=args.models.split(",") if args.models else None,
+                            fuse=args.fuse)
     except (FileNotFoundError, ValueError) as e:
         raise UsageError(str(e)) from None
     for layout, entry in report["by_layout"].items():
@@ -93,6 +94,18 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
     if report["skipped_by_reason"]:
         print(f"skipped by reason: {report['skipped_by_reason']} (details in {out}/report.json)")
     print(f"dataset: {out}")
+    return 0
+
+
+def cmd_dataset_resequence(args: argparse.Namespace) -> int:
+    from mdot_jax.build_timm import resequence
+
+    try:
+        ds = resequence(args.src, args.out, fuse=not args.no_fuse)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    print(f"{len(ds)} samples, sequences {'with' if not args.no_fuse else 'without'} "
+          f"eager-kernel fusion: {args.out}")
     return 0
 
 
@@ -287,7 +300,15 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--limit", type=int, help="only the first N architectures")
     q.add_argument("--retry-skipped", action="store_true", help="retry rows skipped before")
     q.add_argument("--models", help="only these architectures (comma-separated)")
+    q.add_argument("--fuse", action="store_true",
+                   help="convert with eager-kernel fusion (GELU, SiLU, no-op Dropout)")
     q.set_defaults(func=cmd_dataset_timm)
+    q = dsub.add_parser("resequence", help="copy a timm dataset, converting its stored "
+                                           "exports again (with eager-kernel fusion)")
+    q.add_argument("src", help="dataset directory with an onnx/ folder")
+    q.add_argument("--out", required=True, help="new dataset directory")
+    q.add_argument("--no-fuse", action="store_true", help="convert without fusion")
+    q.set_defaults(func=cmd_dataset_resequence)
     q = dsub.add_parser("info", help="summary of a dataset directory")
     q.add_argument("dir")
     q.add_argument("--json", action="store_true")

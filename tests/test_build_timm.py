@@ -97,3 +97,23 @@ def test_an_architecture_that_kills_the_build_is_passed_over_on_resume(
     report = bt.build_timm([csv_path], root, models=["tinynet_e"], retry_skipped=True,
                            progress=False)
     assert report["built"] == 1 and "nchw/tinynet_e" not in report["skipped"]
+
+
+def test_resequence_copies_the_samples_with_fused_sequences(tiny_real_dataset, tmp_path):
+    """Same samples, labels and fingerprint (so the same folds); every sequence converted
+    again from the stored exports with fusion; a second run adds nothing."""
+    from mdot_jax.build_timm import resequence
+
+    out = resequence(tiny_real_dataset.root, tmp_path / "fused", progress=False)
+    assert out.fingerprint() == tiny_real_dataset.fingerprint()
+    by_key = {s.key: s for s in tiny_real_dataset.samples}
+    for s in out.samples:
+        assert "fused" in s.seq.meta and "fused" not in by_key[s.key].seq.meta
+        assert s.workload == by_key[s.key].workload and s.label_ms == by_key[s.key].label_ms
+        assert s.seq.num_ops <= by_key[s.key].seq.num_ops
+    assert any(s.seq.num_ops < by_key[s.key].seq.num_ops for s in out.samples)
+    lines = (tmp_path / "fused" / "samples.jsonl").read_text()
+    resequence(tiny_real_dataset.root, tmp_path / "fused", progress=False)
+    assert (tmp_path / "fused" / "samples.jsonl").read_text() == lines
+    with pytest.raises(FileNotFoundError, match="no onnx/"):
+        resequence(tmp_path / "fused" / "seqs", tmp_path / "x", progress=False)
