@@ -16,11 +16,9 @@ Incremental: each sample is appended as soon as it is built (see `mdot_jax.data`
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import re
-import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,8 +26,8 @@ from pathlib import Path
 import onnx
 
 from converters import ConversionError, convert, from_torch
-from mdot_jax.data import (REPORT, Dataset, DatasetWriter, Sample, SkipLog, Workload,
-                           load_dataset)
+from mdot_jax import data
+from mdot_jax.data import Dataset, DatasetWriter, Sample, SkipLog, Workload
 
 PARAM_TOLERANCE = 0.05
 
@@ -188,28 +186,19 @@ def _build_arch(arch, rows, writer, report, onnx_dir, timm, torch, fuse) -> None
 
 def resequence(src: str | Path, out: str | Path, *, fuse: bool = True,
                progress: bool = True) -> Dataset:
-    """A copy of the dataset `src` (same samples and labels) whose operator sequences are
-    converted again from `src`'s stored exports (`onnx/`, shared by a link), e.g. with
-    `fuse`. Minutes instead of the hour a rebuild takes; resumable."""
-    from tqdm import tqdm
-
-    src, out = Path(src).absolute(), Path(out)
+    """`data.resequence` from `src`'s stored exports (`onnx/`, shared by a link): minutes
+    instead of the hour a rebuild takes."""
+    src = Path(src).absolute()
     if not (src / "onnx").is_dir():
         raise FileNotFoundError(f"{src}: no onnx/ directory of exports to convert again")
-    writer = DatasetWriter(out)
-    if not (out / "onnx").exists():
-        (out / "onnx").symlink_to(src / "onnx", target_is_directory=True)
-    for sample in tqdm([s for s in load_dataset(src).samples if s.key not in writer.done],
-                       unit="sample", disable=not progress, desc="resequence"):
-        seq_key = Path(sample.seq_path).stem  # <arch>-<img>-b<batch>
-        if not writer.has_seq(seq_key):
-            export = src / "onnx" / f"{seq_key.rsplit('-b', 1)[0]}.onnx"
-            writer.save_seq(seq_key, convert(export, name=sample.arch,
-                                             batch_size=sample.workload.batch_size, fuse=fuse))
-        writer.append(dataclasses.replace(sample, root=None))
-    if (src / REPORT).exists() and not (out / REPORT).exists():
-        shutil.copy(src / REPORT, out / REPORT)
-    return load_dataset(out)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    if not (Path(out) / "onnx").exists():
+        (Path(out) / "onnx").symlink_to(src / "onnx", target_is_directory=True)
+
+    def export_of(sample: Sample) -> Path:  # seqs/<arch>-<img>-b<batch>.npz
+        return src / "onnx" / f"{Path(sample.seq_path).stem.rsplit('-b', 1)[0]}.onnx"
+
+    return data.resequence(src, out, export_of, fuse=fuse, progress=progress)
 
 
 def _export(arch, model, img, onnx_dir, torch) -> onnx.ModelProto:

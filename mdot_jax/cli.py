@@ -98,10 +98,12 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_resequence(args: argparse.Namespace) -> int:
-    from mdot_jax.build_timm import resequence
+    from mdot_jax import build_timm, profile
 
+    # a timm dataset keeps its exports; a profiled one is exported again from its zoo
+    module = build_timm if os.path.isdir(os.path.join(args.src, "onnx")) else profile
     try:
-        ds = resequence(args.src, args.out, fuse=not args.no_fuse)
+        ds = module.resequence(args.src, args.out, fuse=not args.no_fuse)
     except (FileNotFoundError, ValueError) as e:
         raise UsageError(str(e)) from None
     print(f"{len(ds)} samples, sequences {'with' if not args.no_fuse else 'without'} "
@@ -303,9 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--fuse", action="store_true",
                    help="convert with eager-kernel fusion (GELU, SiLU, no-op Dropout)")
     q.set_defaults(func=cmd_dataset_timm)
-    q = dsub.add_parser("resequence", help="copy a timm dataset, converting its stored "
-                                           "exports again (with eager-kernel fusion)")
-    q.add_argument("src", help="dataset directory with an onnx/ folder")
+    q = dsub.add_parser("resequence", help="copy a dataset with its operator sequences "
+                                           "converted again (with eager-kernel fusion)")
+    q.add_argument("src", help="a timm dataset (its onnx/ exports) or a profiled one "
+                               "(models rebuilt from the zoo)")
     q.add_argument("--out", required=True, help="new dataset directory")
     q.add_argument("--no-fuse", action="store_true", help="convert without fusion")
     q.set_defaults(func=cmd_dataset_resequence)

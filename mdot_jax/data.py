@@ -13,18 +13,20 @@ the sample in flight, and re-running a builder skips every key already present.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from converters import OperatorSequence
+from converters import OperatorSequence, convert
 
 SAMPLES = "samples.jsonl"
 REPORT = "report.json"
@@ -299,3 +301,29 @@ def make_splits(ds: Dataset, kind: str, k: int = 5, seed: int = 0) -> list[Split
     if kind not in SPLITS:
         raise ValueError(f"unknown split {kind!r}: choose random, family or batch")
     return SPLITS[kind](ds, k, seed)
+
+
+def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], Any], *,
+               fuse: bool = True, progress: bool = True) -> Dataset:
+    """A copy of the dataset `src` (same samples, labels, folds) whose operator sequences are
+    converted again, e.g. with `fuse`, from `export_of(sample)` (an ONNX path or ModelProto
+    of the sample's model at its input size); nothing is measured. Resumable."""
+    from tqdm import tqdm
+
+    writer = DatasetWriter(out)
+    pending = [s for s in load_dataset(src).samples if s.key not in writer.done]
+    for sample in tqdm(pending, unit="sample", disable=not progress, desc="resequence"):
+        seq_key = Path(sample.seq_path).stem
+        if not writer.has_seq(seq_key):
+            try:
+                seq = convert(export_of(sample), name=sample.arch,
+                              batch_size=sample.workload.batch_size, fuse=fuse)
+            except Exception as e:  # noqa: BLE001 - one line naming the sample
+                raise ValueError(f"{sample.key}: cannot convert again ({type(e).__name__}: "
+                                 f"{str(e).splitlines()[0] if str(e) else ''})") from None
+            writer.save_seq(seq_key, seq)
+        writer.append(dataclasses.replace(sample, root=None))
+    report = Path(src) / REPORT
+    if report.exists() and not (Path(out) / REPORT).exists():
+        shutil.copy(report, Path(out) / REPORT)
+    return load_dataset(out)

@@ -29,7 +29,8 @@ from typing import Callable
 import numpy as np
 
 from converters import convert, from_torch
-from mdot_jax.data import DatasetWriter, Sample, SkipLog, Workload, load_dataset
+from mdot_jax import data
+from mdot_jax.data import Dataset, DatasetWriter, Sample, SkipLog, Workload, load_dataset
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,26 @@ def zoo_models(names: list[str]) -> list[ZooModel]:
         for m in ZOOS[name]():
             out.setdefault(m.name, m)
     return list(out.values())
+
+
+def resequence(src: str | Path, out: str | Path, *, fuse: bool = True,
+               progress: bool = True) -> Dataset:
+    """`data.resequence` of a profiled dataset: each (model, size) rebuilt from its zoo and
+    exported again (random weights: the graph is what matters), nothing measured."""
+    import torch
+
+    models = {m.name: m for m in zoo_models(list(ZOOS))}
+    exports: dict[tuple[str, int], object] = {}
+
+    def export_of(sample: Sample):
+        key = (sample.arch, sample.workload.input_size)
+        if key not in exports:
+            exports.clear()  # samples come grouped by model and size: keep one
+            m = models[sample.arch]
+            exports[key] = _export(m, m.build(key[1]), key[1], torch, "cpu")
+        return exports[key]
+
+    return data.resequence(src, out, export_of, fuse=fuse, progress=progress)
 
 
 # ---------------------------------------------------------------------------- measurement

@@ -30,6 +30,12 @@ def test_profile_tiny_model_end_to_end(tmp_path):
     again = profile(["torchvision"], [1, 2], [32], out, threads=1, progress=False,
                     models=["mobilenet_v3_small"], protocol=FAST)
     assert again["samples"] == 1 and len(load_dataset(out)) == 1
+    # converted again from the zoo (with fusion), nothing measured: same sample and label
+    from mdot_jax.profile import resequence
+
+    [c] = resequence(out, tmp_path / "fused", progress=False).samples
+    assert (c.key, c.label_ms, c.workload) == (s.key, s.label_ms, s.workload)
+    assert c.seq.meta["fused"] == {} and c.seq.num_ops == s.seq.num_ops  # nothing to fuse here
 
 
 def test_zoo_names_are_unique():
