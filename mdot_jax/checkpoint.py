@@ -82,7 +82,7 @@ def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = Non
     tmp.write_text(trees.text)
     tmp.rename(path / COMPANION)
     meta["companion"] = dict(info or {}, kind="lightgbm", file=COMPANION,
-                             devices=list(trees.devices))
+                             devices=list(trees.devices), vocab_size=trees.vocab_size)
     _write_metadata(path, meta)
 
 
@@ -180,11 +180,13 @@ def load(path: str | Path) -> Trained:
 def load_companion(path: str | Path) -> TreeModel | None:
     """The checkpoint's LightGBM companion, or None when it was saved without one."""
     path = Path(path).absolute()
-    info = read_metadata(path).get("companion")
+    meta = read_metadata(path)
+    info = meta.get("companion")
     if not info:
         return None
-    try:
-        return TreeModel.from_text((path / info["file"]).read_text(), info["devices"])
+    try:  # saved before vocab_size was recorded: fitted with the checkpoint's vocabulary
+        return TreeModel.from_text((path / info["file"]).read_text(), info["devices"],
+                                   info.get("vocab_size", len(meta["vocab"])))
     except Exception as e:  # noqa: BLE001 - OSError, KeyError, LightGBMError: one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: missing or corrupt companion ({msg})") from None

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from converters.vocab import VOCAB
+from converters.vocab import UNK_ID, VOCAB
 from mdot_jax.data import Sample
 from mdot_jax.features import workload_raw
 from mdot_jax.train import split_validation
@@ -22,9 +22,11 @@ from mdot_jax.train import split_validation
 GRID = ((15, 0.03), (31, 0.03), (15, 0.1), (31, 0.1))
 
 
-def aggregates(s: Sample, devices: Sequence[str]) -> np.ndarray:
-    """`[F]` model-level features: workload and graph totals, log op counts by type, max depth."""
-    counts = np.bincount(s.seq.op_type, minlength=len(VOCAB))[: len(VOCAB)]
+def aggregates(s: Sample, devices: Sequence[str], vocab_size: int = len(VOCAB)) -> np.ndarray:
+    """`[F]` model-level features: workload and graph totals, log op counts by type, max depth.
+    Op types newer than a model's `vocab_size` count as `<unk>` (F stays what it was fitted on)."""
+    ids = np.where(s.seq.op_type < vocab_size, s.seq.op_type, UNK_ID)
+    counts = np.bincount(ids, minlength=vocab_size)[:vocab_size]
     depth = s.seq.depths()[0].max() if s.seq.num_ops else 0
     return np.concatenate([workload_raw(s.workload, s.seq, devices), np.log1p(counts),
                            [np.log1p(depth)]]).astype(np.float32)
@@ -36,6 +38,7 @@ class TreeModel:
 
     text: str
     devices: tuple[str, ...]
+    vocab_size: int = len(VOCAB)  # the operator vocabulary it was fitted with
     _booster: object = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -58,20 +61,20 @@ class TreeModel:
             err = np.mean(np.abs(np.expm1(booster.predict(xv) - yv)))
             if best is None or err < best[0]:
                 best = (err, booster)
-        return cls(best[1].model_to_string(), devices, best[1])
+        return cls(best[1].model_to_string(), devices, len(VOCAB), best[1])
 
     @classmethod
-    def from_text(cls, text: str, devices: Sequence[str]) -> "TreeModel":
+    def from_text(cls, text: str, devices: Sequence[str], vocab_size: int) -> "TreeModel":
         """Parses `text` now (LightGBM raises on a corrupt model)."""
         import lightgbm as lgb
 
-        return cls(text, tuple(devices), lgb.Booster(model_str=text))
+        return cls(text, tuple(devices), vocab_size, lgb.Booster(model_str=text))
 
     def predict(self, samples: Sequence[Sample]) -> np.ndarray:
         """`[N]` predicted ms per iteration."""
         if self._booster is None:
-            self._booster = self.from_text(self.text, self.devices)._booster
-        x = np.stack([aggregates(s, self.devices) for s in samples])
+            self._booster = self.from_text(self.text, self.devices, self.vocab_size)._booster
+        x = np.stack([aggregates(s, self.devices, self.vocab_size) for s in samples])
         return np.exp(self._booster.predict(x))
 
 

@@ -149,6 +149,28 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
         Predictor.load(path)
 
 
+def test_companion_features_keep_their_width_when_the_vocabulary_grows(tiny_real_dataset):
+    """A companion fitted on an older, shorter vocabulary reads newer op types as <unk>
+    (a longer feature vector made LightGBM refuse to predict)."""
+    import dataclasses
+
+    from converters.vocab import UNK_ID, VOCAB
+    from mdot_jax.companion import aggregates
+    from mdot_jax.data import Sample
+
+    s = tiny_real_dataset.samples[0]
+
+    def with_first_op(t):
+        op_type = np.array(s.seq.op_type)
+        op_type[0] = t
+        return Sample.in_memory(dataclasses.replace(s.seq, op_type=op_type), s.workload)
+
+    old = len(VOCAB) - 1
+    newer, unk = (aggregates(with_first_op(t), ["rtx3090"], old) for t in (old, UNK_ID))
+    np.testing.assert_array_equal(newer, unk)
+    assert len(aggregates(s, ["rtx3090"])) == len(newer) + 1
+
+
 def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
     import dataclasses
 
