@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from converters.errors import ConversionError
-from converters.fusion import Node as _Node, constants, fuse as fuse_kernels
+from converters.fusion import VIEWS, Node as _Node, constants, fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, depths, topological_order, CycleError
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
@@ -233,7 +233,8 @@ def _shape_fields(shape: tuple[int, ...]) -> list[int]:
 def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
                 ) -> OperatorSequence:
     """Builds the operator sequence of a model whose shapes are concrete (see `loader`);
-    `fuse` rewrites decomposed GELU / SiLU and no-op Dropout first (`converters.fusion`).
+    `fuse` rewrites decomposed GELU / SiLU and no-op Dropout first and counts views as moving
+    no bytes (`converters.fusion`).
 
     Raises:
       ConversionError: empty graph, cycle, dangling tensor, or an operator whose cost cannot
@@ -277,6 +278,9 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
         j = len(ids)
         seq_index[i] = j
         row, load, node_params = _operator_features(node, inputs, types, params, unknown)
+        if fuse and node.op_type in VIEWS:  # a view in eager PyTorch: no bytes move
+            load[2] = load[3] = load[5] = 0.0
+            fused["views"] = fused.get("views", 0) + 1
         rows.append(row)
         loads.append(load)
         ids.append(op_id(node.op_type))

@@ -78,3 +78,17 @@ def test_torch_modules_fuse_to_their_kernels():
     assert seq.meta["fused"] == {"gelu": 1, "silu": 1, "dropout": 1}
     assert [op for op in _ops(seq) if op not in ("Gemm", "MatMul", "Add")] == \
         ["Gelu", "Silu", "Dropout"]
+
+
+def test_views_stay_in_the_sequence_but_move_no_bytes():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0]),
+             helper.make_node("Relu", ["t"], ["y"])]
+    m = model(nodes, [value("x", [2, 8])], [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    plain, fused = convert(m), convert(m, fuse=True)
+    assert _ops(fused) == _ops(plain) == ["Relu", "Transpose", "Relu"]
+    np.testing.assert_allclose(plain.load[1, 2:4], 64.0)  # 16 floats read and written
+    np.testing.assert_allclose(fused.load[1, 2:4], 0.0)
+    np.testing.assert_allclose(fused.load[[0, 2]], plain.load[[0, 2]])  # the kernels unchanged
+    assert fused.meta["fused"] == {"views": 1}
