@@ -68,15 +68,19 @@ def test_op_types_newer_than_a_checkpoint_count_as_unknown():
     out-of-range embedding, which would give NaN)."""
     import dataclasses
 
+    from converters import convert
     from converters.vocab import UNK_ID, VOCAB
+    from mdot_jax.data import Workload
+    from tests.onnx_builders import conv_bn_relu
 
     predictor = Predictor.load(DEFAULT_CHECKPOINT)
     vocab_size = predictor.trained.model_cfg.vocab_size
-    sample = load_dataset(REPO / "data" / "cpu-amd-epyc-2t").samples[0]
-    newer = np.array(sample.seq.op_type)
+    seq = convert(conv_bn_relu(), batch_size=32, fuse=predictor.trained.feature_cfg.fused)
+    workload = Workload(32, 8, device=predictor.trained.stats.devices[0])
+    newer = np.array(seq.op_type)
     newer[0] = len(VOCAB) - 1 if len(VOCAB) > vocab_size else vocab_size  # out of its range
     unk = newer.copy()
     unk[0] = UNK_ID
-    a, b = (predictor.predict_many([(dataclasses.replace(sample.seq, op_type=t),
-                                     sample.workload)])[0].iteration_ms for t in (newer, unk))
+    a, b = (predictor.predict_many([(dataclasses.replace(seq, op_type=t), workload)]
+                                   )[0].iteration_ms for t in (newer, unk))
     assert np.isfinite(a) and a == b
