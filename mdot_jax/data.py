@@ -164,6 +164,24 @@ class Dataset:
             h.update(f"{s.key}:{s.label_ms:.6g}\n".encode())
         return h.hexdigest()[:16]
 
+    def sequences_fingerprint(self) -> str:
+        """Hash of every sample's operator sequence (types, loads, fusion): tells apart two
+        conversions of the same measurements, which `fingerprint` does not."""
+        digests: dict[int, str] = {}  # sequences are shared by samples: hash each once
+
+        def digest(q: OperatorSequence) -> str:
+            if id(q) not in digests:
+                d = hashlib.sha256(str(sorted(q.meta.get("fused", {"-": 0}).items())).encode())
+                d.update(np.ascontiguousarray(q.op_type).tobytes())
+                d.update(np.ascontiguousarray(q.load, np.float32).tobytes())
+                digests[id(q)] = d.hexdigest()
+            return digests[id(q)]
+
+        h = hashlib.sha256()
+        for s in sorted(self.samples, key=lambda s: s.key):
+            h.update(f"{s.key}:{digest(s.seq)}\n".encode())
+        return h.hexdigest()[:16]
+
     def summary(self) -> dict:
         labels = np.array([s.label_ms for s in self.samples]) if self.samples else np.zeros(1)
         cvs = [s.stats["cv"] for s in self.samples if "cv" in s.stats]

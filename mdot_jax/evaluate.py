@@ -227,6 +227,11 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     if stale:  # the folds would differ: never mix results of two versions of a dataset
         raise ValueError(f"{out}: results of dataset version(s) {sorted(stale)}, but "
                          f"{ds.root} is version {ds.fingerprint()}; use a new --out")
+    seqs = ds.sequences_fingerprint()
+    stale = {r["sequences"] for r in rows if "sequences" in r} - {seqs}
+    if stale:  # same measurements, converted differently (e.g. a resequenced copy)
+        raise ValueError(f"{out}: results of operator sequences {sorted(stale)}, but "
+                         f"{ds.root} has sequences {seqs}; use a new --out")
     done = {(r["method"], r["fold"], r["seed"]) for r in rows}
     splits = make_splits(ds, split, folds, seed=0)  # identical folds for every method
     # the comparison first (every fold), the MDOT ablations after it: a stopped run has
@@ -259,7 +264,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
                    test_keys=[s.key for s in test], pred_ms=pred.tolist(),
                    excluded_too_long=len(test_idx) - len(test),
                    budget=dataclasses.asdict(budget),
-                   dataset=ds.fingerprint())
+                   dataset=ds.fingerprint(), sequences=seqs)
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
         shutil.rmtree(method.resume_dir, ignore_errors=True)

@@ -39,6 +39,12 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
     with pytest.raises(ValueError, match="0123456789abcdef"):
         run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=METHODS,
             budget=budget, progress=False)
+    # nor results of the same measurements converted differently (a resequenced copy)
+    resequenced = before.replace(tiny_real_dataset.sequences_fingerprint(), "fedcba9876543210")
+    (tmp_path / "stale" / "results.jsonl").write_text(resequenced)
+    with pytest.raises(ValueError, match="fedcba9876543210"):
+        run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=METHODS,
+            budget=budget, progress=False)
     result = summarize(_read(tmp_path / "results.jsonl"), tiny_real_dataset, tmp_path, "cmd")
     assert set(result["methods"]) == set(METHODS)
     assert {"mae_ms", "rmse_ms", "mape"} <= set(result["methods"]["gnn"])
