@@ -2,7 +2,9 @@
 # The committed accuracy tables: every method on identical leave-family-out folds.
 # Resumable per (method, fold, seed): re-run after a stop and it continues.
 #   nohup bash benchmarks/run_evaluations.sh [DATASET_DIR ...] > /tmp/evaluate.log 2>&1 &
-# Default: the local CPU dataset and timm-rtx3090. The comparison (the paper's MDOT, the
+# Default: the local CPU dataset and timm-rtx3090; the shipped default predictor's sequences
+# are fused: pass ~/.cache/mdot/datasets/timm-rtx3090-fused (`mdot dataset resequence`) for
+# its tables. The comparison (the paper's MDOT, the
 # seven baselines and the default MDOT without positional encoding, all 5 folds) runs on
 # every dataset before the other MDOT ablations, so a stopped run leaves complete main tables;
 # the summary also scores the ensemble of the default MDOT and LightGBM. The ablations run on folds ABLATION_FOLDS only (default 0,1:
