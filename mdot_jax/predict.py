@@ -136,13 +136,13 @@ class Predictor:
                                  f"{not fused}, this checkpoint expects fuse={fused}")
         out = predict_samples(self._forward, self._params, self.cache, samples, PREDICT_TOKENS,
                               shrink=True)
-        if self.companion is None:
-            return [Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w))
-                    for ms, (seq, w) in zip(out, items)]
-        trees = self.companion.predict(samples)
-        return [Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w),
-                           dict(mdot=float(a), lightgbm=float(b)))
-                for ms, a, b, (seq, w) in zip(combine(out, trees), out, trees, items)]
+        parts = [{} for _ in items]
+        if self.companion is not None:
+            trees = self.companion.predict(samples)
+            parts = [dict(mdot=float(a), lightgbm=float(b)) for a, b in zip(out, trees)]
+            out = combine(out, trees)
+        return [Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w), part)
+                for ms, part, (seq, w) in zip(out, parts, items)]
 
     def warnings(self, seq: OperatorSequence, w: Workload) -> list[str]:
         """What makes a prediction less trustworthy: a batch or input size outside the
