@@ -154,24 +154,30 @@ def zoo_models(names: list[str]) -> list[ZooModel]:
     return list(out.values())
 
 
-def resequence(src: str | Path, out: str | Path, *, fuse: bool = True,
-               progress: bool = True) -> Dataset:
-    """`data.resequence` of a profiled dataset: each (model, size) rebuilt from its zoo and
-    exported again (random weights: the graph is what matters), nothing measured."""
+def sample_exporter() -> Callable[[Sample], object]:
+    """`export(sample)`: the ONNX ModelProto of a profiled sample's model at its input size,
+    rebuilt from its zoo with random weights (the graph is what matters). Keeps the last
+    export, since samples come grouped by model and size."""
     import torch
 
     models = {m.name: m for m in zoo_models(list(ZOOS))}
-    exports: dict[tuple[str, int], object] = {}
+    last: dict[tuple[str, int], object] = {}
 
-    def export_of(sample: Sample):
+    def export(sample: Sample):
         key = (sample.arch, sample.workload.input_size)
-        if key not in exports:
-            exports.clear()  # samples come grouped by model and size: keep one
+        if key not in last:
+            last.clear()
             m = models[sample.arch]
-            exports[key] = _export(m, m.build(key[1]), key[1], torch, "cpu")
-        return exports[key]
+            last[key] = _export(m, m.build(key[1]), key[1], torch, "cpu")
+        return last[key]
 
-    return data.resequence(src, out, export_of, fuse=fuse, progress=progress)
+    return export
+
+
+def resequence(src: str | Path, out: str | Path, *, fuse: bool = True,
+               progress: bool = True) -> Dataset:
+    """`data.resequence` of a profiled dataset with `sample_exporter`; nothing measured."""
+    return data.resequence(src, out, sample_exporter(), fuse=fuse, progress=progress)
 
 
 # ---------------------------------------------------------------------------- measurement
