@@ -82,7 +82,8 @@ def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = Non
     tmp.write_text(trees.text)
     tmp.rename(path / COMPANION)
     meta["companion"] = dict(info or {}, kind="lightgbm", file=COMPANION,
-                             devices=list(trees.devices), vocab_size=trees.vocab_size)
+                             devices=list(trees.devices), vocab_size=trees.vocab_size,
+                             aggregates_version=trees.version)
     _write_metadata(path, meta)
 
 
@@ -184,9 +185,11 @@ def load_companion(path: str | Path) -> TreeModel | None:
     info = meta.get("companion")
     if not info:
         return None
-    try:  # saved before vocab_size was recorded: fitted with the checkpoint's vocabulary
+    try:  # saved before vocab_size / aggregates_version were recorded: the checkpoint's
+        # vocabulary, version 1
         return TreeModel.from_text((path / info["file"]).read_text(), info["devices"],
-                                   info.get("vocab_size", len(meta["vocab"])))
+                                   info.get("vocab_size", len(meta["vocab"])),
+                                   info.get("aggregates_version", 1))
     except Exception as e:  # noqa: BLE001 - OSError, KeyError, LightGBMError: one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: missing or corrupt companion ({msg})") from None

@@ -171,6 +171,33 @@ def test_companion_features_keep_their_width_when_the_vocabulary_grows(tiny_real
     assert len(aggregates(s, ["rtx3090"])) == len(newer) + 1
 
 
+def test_companion_conv_breakdown_puts_each_convolution_in_its_classes():
+    """A dense 3x3 convolution, then a depthwise 7x7 one with stride 2: the 3x3 class holds
+    the first, the larger / strided / depthwise classes the second, the 1x1 class nothing.
+    Version 1 of the aggregates is version 2 without the breakdown."""
+    from onnx import helper
+
+    from converters import convert
+    from mdot_jax.companion import aggregates, conv_breakdown
+    from mdot_jax.data import Sample, Workload
+    from tests.onnx_builders import model, value
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Conv", ["c", "w2"], ["y"], kernel_shape=[7, 7], pads=[3] * 4,
+                              strides=[2, 2], group=4)]
+    m = model(nodes, [value("x", [2, 4, 8, 8]), value("w1", [4, 4, 3, 3]),
+                      value("w2", [4, 1, 7, 7])], [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    seq = convert(m, batch_size=2)
+    load = seq.load.astype(np.float64)
+    dense, depthwise = (np.log1p([load[i, 0:2].sum(), load[i, 2:4].sum(), 1]) for i in (0, 1))
+    want = np.concatenate([np.zeros(3), dense, depthwise, depthwise, depthwise])
+    np.testing.assert_allclose(conv_breakdown(seq), want, rtol=1e-6)
+    s = Sample.in_memory(seq, Workload(batch_size=2, input_size=8, device="rtx3090"))
+    v1, v2 = aggregates(s, ["rtx3090"], version=1), aggregates(s, ["rtx3090"])
+    np.testing.assert_allclose(v2, np.concatenate([v1, conv_breakdown(seq)]), rtol=1e-6)
+
+
 def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
     import dataclasses
 
