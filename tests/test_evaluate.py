@@ -12,7 +12,7 @@ from mdot_jax.evaluate import _read, run, summarize
 from mdot_jax.train import TrainConfig
 
 METHODS = ["lightgbm", "mlp", "analytic", "roofline", "per_op", "gnn", "lstm",
-           "mdot-pe-distance_bias"]
+           "mdot-pe-none", "mdot-pe-distance_bias"]
 
 
 def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
@@ -52,7 +52,7 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
     assert (tmp_path / "pred_vs_measured.png").stat().st_size > 0
     assert (tmp_path / "error_by_family.png").stat().st_size > 0
     table = (tmp_path / "table.md").read_text()
-    assert "| lightgbm |" in table
+    assert "| lightgbm |" in table and "| mdot-pe-none |" in table  # the library's default
     assert "| mdot-pe-distance_bias |" not in table  # ablations: only paired with mdot
 
 
