@@ -127,11 +127,16 @@ def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
 
 def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp_path):
     """A checkpoint with a LightGBM companion predicts the geometric mean of MDOT's and the
-    trees' predictions, identically after save and load; without it, MDOT's alone."""
-    from mdot_jax.companion import TreeModel
+    trees' predictions, identically after save and load; without it, MDOT's alone. The
+    companion averages SEEDS boosters; one saved alone (as before bagging) still loads."""
+    from mdot_jax.companion import _SEPARATOR, SEEDS, TreeModel
 
     samples = tiny_real_dataset.samples
     trees = TreeModel.fit(samples, seed=0)
+    texts = trees.text.split(_SEPARATOR)
+    assert len(texts) == SEEDS and len(set(texts)) == SEEDS
+    first = TreeModel.from_text(texts[0], trees.devices, trees.vocab_size, trees.version)
+    assert not np.allclose(first.predict(samples), trees.predict(samples))
     path = checkpoint.save(trained, tmp_path / "ckpt", companion=trees)
     assert "LightGBM companion" in (path / "README.md").read_text()
     items = [(s.seq, s.workload) for s in samples[:5]]
