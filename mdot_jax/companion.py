@@ -105,19 +105,21 @@ class TreeModel:
     def from_text(cls, text: str, devices: Sequence[str], vocab_size: int,
                   version: int) -> "TreeModel":
         """Parses `text` now (LightGBM raises on a corrupt model)."""
-        import lightgbm as lgb
-
-        boosters = [lgb.Booster(model_str=t) for t in text.split(_SEPARATOR)]
-        return cls(text, tuple(devices), vocab_size, version, boosters)
+        return cls(text, tuple(devices), vocab_size, version, _parse(text))
 
     def predict(self, samples: Sequence[Sample]) -> np.ndarray:
         """`[N]` predicted ms per iteration."""
         if self._boosters is None:
-            self._boosters = self.from_text(self.text, self.devices, self.vocab_size,
-                                            self.version)._boosters
+            self._boosters = _parse(self.text)
         x = np.stack([aggregates(s, self.devices, self.vocab_size, self.version)
                       for s in samples])
         return np.exp(np.mean([b.predict(x) for b in self._boosters], axis=0))
+
+
+def _parse(text: str) -> list:
+    import lightgbm as lgb
+
+    return [lgb.Booster(model_str=t) for t in text.split(_SEPARATOR)]
 
 
 def _xy(samples: Sequence[Sample], devices: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
