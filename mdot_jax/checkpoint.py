@@ -5,6 +5,8 @@ A checkpoint directory holds
   metadata.json   format version, model config, feature config, normalisation statistics,
                   operator vocabulary (+ version), dataset fingerprint, metrics, training info
   companion.txt   optional: the LightGBM companion (`companion.TreeModel`, LightGBM's format)
+and, optionally, in metadata.json the error bands measured on held-out families
+(`calibration.Calibration`, added by `attach_calibration`),
 so `load(path)` and `load_companion(path)` need nothing else. Saves are atomic: everything
 is written to a temporary sibling directory which then replaces the target in one rename.
 """
@@ -23,6 +25,7 @@ from flax import nnx
 
 from converters.vocab import VOCAB, VOCAB_VERSION
 from mdot_jax.baselines import build_model
+from mdot_jax.calibration import Calibration
 from mdot_jax.companion import TreeModel
 from mdot_jax.errors import CheckpointError
 from mdot_jax.features import FeatureConfig, FeatureStats
@@ -87,6 +90,13 @@ def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = Non
     _write_metadata(path, meta)
 
 
+def attach_calibration(path: str | Path, calibration: Calibration) -> None:
+    """Adds (or replaces) the error bands of the checkpoint at `path`."""
+    meta = read_metadata(path)
+    meta["calibration"] = calibration.to_json()
+    _write_metadata(Path(path), meta)
+
+
 def _write_metadata(path: Path, meta: dict) -> None:
     for name, text in ((METADATA, json.dumps(meta, indent=1, default=float)),
                        ("README.md", model_card(meta))):
@@ -127,10 +137,21 @@ def model_card(meta: dict) -> str:
              "(the early-stopping samples, same distribution as training)",
              f"- operator vocabulary v{meta['vocab_version']}, checkpoint format "
              f"{meta['format_version']}"]
+    if meta.get("calibration"):
+        lines.append(_calibration_line(Calibration.from_json(meta["calibration"])))
     if m:
         lines.append(f"- held-out test ({m.get('n')} samples): MAE {m['mae_ms']:.3g} ms, "
                      f"RMSE {m['rmse_ms']:.3g} ms, MAPE {m['mape']:.2f}%")
     return "\n".join(lines) + "\n"
+
+
+def _calibration_line(cal: Calibration) -> str:
+    bands = "; ".join(f"members disagree by {label}: median error {b.median_ape:.1f}%, 80% "
+                      f"measured within {np.expm1(b.lo) * 100:+.0f}% .. "
+                      f"{np.expm1(b.hi) * 100:+.0f}% of the prediction (n={b.n})"
+                      for label, b in zip(cal.labels(), cal.bands))
+    return (f"- error on held-out model families ({' x '.join(cal.methods)}, {cal.source}): "
+            f"{bands}")
 
 
 def read_metadata(path: str | Path) -> dict:

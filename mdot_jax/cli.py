@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -227,9 +228,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
                    batch_size=b, samples_per_s=1e3 * b / p.iteration_ms,
                    checkpoint=str(predictor.path), num_ops=p.num_ops, warnings=p.warnings,
-                   parts=p.parts)
+                   parts=p.parts, interval_ms=p.interval_ms)
         if args.epochs is not None:
             row["job_s"] = p.job_seconds(args.epochs, args.dataset_size, b)
+            if p.interval_ms:
+                row["job_interval_s"] = [row["job_s"] * ms / p.iteration_ms
+                                         for ms in p.interval_ms]
         rows.append(row)
         for warning in p.warnings:
             print(f"mdot: warning: batch size {b}: {warning}" if len(sizes) > 1
@@ -242,11 +246,42 @@ def cmd_predict(args: argparse.Namespace) -> int:
           f"{predictor.path.name}" + (", MDOT x LightGBM geometric mean" if r["parts"] else "")
           + ")" + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r
                    else ""))
-    print(f"{'batch':>7} {'ms/iteration':>13} {'samples/s':>10}"
-          + (f" {'job s':>10} {'job h':>7}" if "job_s" in r else ""))
+    band = r["interval_ms"] is not None
+    print(f"{'batch':>7} {'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10}"
+          + (f" {'job h':>7} {'80% band h':>13}" if "job_s" in r else ""))
     for r in rows:
-        print(f"{r['batch_size']:>7} {r['iteration_ms']:>13.4g} {r['samples_per_s']:>10.4g}"
-              + (f" {r['job_s']:>10.4g} {r['job_s'] / 3600:>7.3g}" if "job_s" in r else ""))
+        print(f"{r['batch_size']:>7} {r['iteration_ms']:>13.4g} {_range(r['interval_ms']):>15}"
+              f" {r['samples_per_s']:>10.4g}"
+              + (f" {r['job_s'] / 3600:>7.3g} "
+                 f"{_range(r.get('job_interval_s'), 1 / 3600):>13}" if "job_s" in r else ""))
+    if band:
+        print("80% band: where 80% of the measured times fell, for predictions like these, on "
+              "model families the predictor had not seen")
+    return 0
+
+
+def _range(pair, scale: float = 1.0) -> str:
+    def num(x):
+        return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+    return f"{num(pair[0] * scale)}-{num(pair[1] * scale)}" if pair else "-"
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from mdot_jax.predict import resolve_checkpoint
+    from mdot_jax.workflow import calibrate
+
+    path = resolve_checkpoint(args.checkpoint)
+    ds = _dataset(args.dataset)
+    try:
+        cal = calibrate(path, args.results, ds,
+                        tuple(args.methods.split(",")) if args.methods else None)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(f"{path}: error bands of {' x '.join(cal.methods)} from {cal.source}")
+    for label, b in zip(cal.labels(), cal.bands):
+        print(f"  disagreement {label:>8}: n={b.n:>5}, median error {b.median_ape:.1f}%, "
+              f"80% band x{math.exp(b.lo):.3f} .. x{math.exp(b.hi):.3f}")
     return 0
 
 
@@ -359,6 +394,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset-size", type=int, help="samples per epoch")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("calibrate", help="give a checkpoint the error bands measured on held-"
+                                         "out families by an evaluation of its recipe")
+    p.add_argument("checkpoint", help="shipped checkpoint name or directory")
+    p.add_argument("--results", required=True, help="an `mdot evaluate --split family` "
+                                                    "results directory on the same dataset")
+    p.add_argument("--dataset", required=True, help="the dataset (for the measured times)")
+    p.add_argument("--methods", help="the evaluated methods matching the checkpoint "
+                   "(default: mdot-pe-none, with lightgbm if it has a companion)")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("evaluate", help="MDOT and every baseline on identical folds")
     p.add_argument("--dataset", required=True)

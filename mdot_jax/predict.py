@@ -15,6 +15,7 @@ import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
+from mdot_jax.calibration import Calibration
 from mdot_jax.checkpoint import CheckpointError, load, load_companion
 from mdot_jax.companion import TreeModel, combine
 from mdot_jax.data import Sample, Workload
@@ -51,6 +52,9 @@ class Prediction:
     warnings: list[str] = field(default_factory=list)  # extrapolation, unknown operators
     # with a companion: each model's own prediction ({"mdot": ms, "lightgbm": ms})
     parts: dict[str, float] = field(default_factory=dict)
+    # where 80% of the measured times fell, on held-out families, for predictions like this
+    # one (the checkpoint's `calibration`); None without one
+    interval_ms: tuple[float, float] | None = None
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
@@ -75,6 +79,11 @@ class Predictor:
 
         self._params = jax.device_put(params)
         self._forward = forward
+        cal = self.metadata.get("calibration")
+        cal = Calibration.from_json(cal) if cal else None
+        # bands of the prediction this predictor makes: of MDOT alone, or with its companion
+        self.calibration = cal if cal and len(cal.methods) == 1 + (companion is not None) \
+            else None
 
     @classmethod
     def load(cls, name_or_dir: str | Path | None = None, *, companion: bool = True
@@ -136,13 +145,25 @@ class Predictor:
                                  f"{not fused}, this checkpoint expects fuse={fused}")
         out = predict_samples(self._forward, self._params, self.cache, samples, PREDICT_TOKENS,
                               shrink=True)
-        parts = [{} for _ in items]
+        parts: list[dict] = [{} for _ in items]
+        disagreement = [None] * len(items)
         if self.companion is not None:
             trees = self.companion.predict(samples)
             parts = [dict(mdot=float(a), lightgbm=float(b)) for a, b in zip(out, trees)]
+            disagreement = [abs(math.log(a / b)) for a, b in zip(out, trees)]
             out = combine(out, trees)
-        return [Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w), part)
-                for ms, part, (seq, w) in zip(out, parts, items)]
+        preds = []
+        for ms, part, d, (seq, w) in zip(out, parts, disagreement, items):
+            p = Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w), part)
+            if self.calibration:
+                p.interval_ms = self.calibration.interval(p.iteration_ms, d)
+                band = self.calibration.band(d)
+                if d is not None and band is self.calibration.bands[-1]:
+                    p.warnings.append(
+                        f"MDOT and LightGBM disagree by {math.expm1(d):.0%}: on held-out "
+                        f"families, such predictions erred by {band.median_ape:.0f}% (median)")
+            preds.append(p)
+        return preds
 
     def warnings(self, seq: OperatorSequence, w: Workload) -> list[str]:
         """What makes a prediction less trustworthy: a batch or input size outside the

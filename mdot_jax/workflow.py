@@ -1,4 +1,5 @@
-"""Train on one split of a dataset, test on the held-out fold, save a checkpoint."""
+"""Train on one split of a dataset, test on the held-out fold, save a checkpoint; give a
+checkpoint the error bands of its recipe's leave-family-out evaluation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax import checkpoint
+from mdot_jax import calibration, checkpoint
+from mdot_jax.calibration import Calibration
 from mdot_jax.companion import TreeModel, combine
 from mdot_jax.data import Dataset, make_splits
 from mdot_jax.features import FeatureCache
@@ -86,3 +88,32 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
                         "(every sample)" if split == "none" else f"({split} split, fold {fold})"))
     shutil.rmtree(resume_dir, ignore_errors=True)
     return dict(test_metrics=metrics, info=trained.info, dataset=dataset)
+
+
+def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
+              methods: tuple[str, ...] | None = None) -> Calibration:
+    """Error bands for the checkpoint at `path` from a leave-family-out evaluation of the same
+    recipe on the same dataset (`mdot evaluate --split family`, results in `results_dir`);
+    `methods` default to the default MDOT (`mdot-pe-none`), with LightGBM if the checkpoint
+    has a companion. Written into the checkpoint's metadata and model card."""
+    from mdot_jax.evaluate import read_results
+
+    meta = checkpoint.read_metadata(path)
+    rows = read_results(results_dir)
+    if not rows:
+        raise ValueError(f"{results_dir}: no evaluation results")
+    fingerprints = {ds.fingerprint(), meta["dataset"].get("fingerprint")}
+    fingerprints |= {r["dataset"] for r in rows}
+    if len(fingerprints) > 1:
+        raise ValueError(f"the checkpoint, the dataset {ds.root} and the results in "
+                         f"{results_dir} are not of one dataset (fingerprints "
+                         f"{sorted(map(str, fingerprints))})")
+    splits = {r["split"] for r in rows}
+    if splits != {"family"}:
+        raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
+                         "bands are for unseen model families (evaluate with --split family)")
+    methods = methods or ("mdot-pe-none", "lightgbm")[: 1 + bool(meta.get("companion"))]
+    cal = calibration.from_results(rows, {s.key: s.label_ms for s in ds.samples}, methods,
+                                   source=f"{Path(results_dir).name}, leave-family-out")
+    checkpoint.attach_calibration(path, cal)
+    return cal

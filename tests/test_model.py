@@ -154,6 +154,49 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
         Predictor.load(path)
 
 
+def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_real_dataset,
+                                                                  tmp_path):
+    """`workflow.calibrate` turns an evaluation's rows into the checkpoint's error bands: the
+    Predictor's 80% band is the one of its disagreement bin, the most disagreeing bin adds a
+    warning, MDOT alone has no band from a two-member calibration, and results of another
+    dataset or of a non-family split are refused by name."""
+    from mdot_jax.companion import TreeModel
+    from mdot_jax.workflow import calibrate
+
+    ds, samples = tiny_real_dataset, tiny_real_dataset.samples
+    trees = TreeModel.fit(samples, seed=0)
+    path = checkpoint.save(trained, tmp_path / "ckpt", companion=trees,
+                           dataset=dict(fingerprint=ds.fingerprint()))
+    parts = [p.parts for p in Predictor.load(path).predict_many(
+        [(s.seq, s.workload) for s in samples])]
+    keys = [s.key for s in samples]
+    rows = [dict(method=m, fold=0, seed=0, split="family", dataset=ds.fingerprint(),
+                 test_keys=keys, pred_ms=[p[part] for p in parts])
+            for m, part in (("mdot-pe-none", "mdot"), ("lightgbm", "lightgbm"))]
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    cal = calibrate(path, results, ds)
+    assert cal.methods == ("mdot-pe-none", "lightgbm") and len(cal.bands) == 3
+    assert "error on held-out model families" in (path / "README.md").read_text()
+    preds = Predictor.load(path).predict_many([(s.seq, s.workload) for s in samples])
+    for p in preds:
+        d = abs(np.log(p.parts["mdot"] / p.parts["lightgbm"]))
+        assert p.interval_ms == pytest.approx(cal.interval(p.iteration_ms, d))
+        flagged = any("disagree" in w for w in p.warnings)
+        assert flagged == (cal.band(d) is cal.bands[-1])
+    assert any(any("disagree" in w for w in p.warnings) for p in preds)
+    alone = Predictor.load(path, companion=False).predict_many([(samples[0].seq,
+                                                                 samples[0].workload)])
+    assert alone[0].interval_ms is None
+    for field, value, needle in (("dataset", "0" * 16, "not of one dataset"),
+                                 ("split", "random", "random split")):
+        (results / "results.jsonl").write_text(
+            "\n".join(json.dumps(dict(r, **{field: value})) for r in rows))
+        with pytest.raises(ValueError, match=needle):
+            calibrate(path, results, ds)
+
+
 def test_companion_features_keep_their_width_when_the_vocabulary_grows(tiny_real_dataset):
     """A companion fitted on an older, shorter vocabulary reads newer op types as <unk>
     (a longer feature vector made LightGBM refuse to predict)."""

@@ -1,0 +1,106 @@
+"""Error bands for predictions, measured on held-out model families.
+
+A leave-family-out evaluation (`mdot evaluate --split family`) predicts every sample of a
+dataset with a model that never saw its family. `Calibration` keeps the spread of
+log(measured / predicted) of those predictions, in bins of the disagreement between MDOT and
+its LightGBM companion, |log(t_mdot / t_trees)|: where the two disagreed, the error was larger
+(timm fused: median error 5.8% in the lowest quarter of disagreement, 23% in the highest
+tenth). A new prediction `p` falls in a bin by its own disagreement and gets that bin's band
+`[p * exp(lo), p * exp(hi)]`, which held `COVER` of the bin's held-out predictions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+EDGES = (0.5, 0.9)  # quantiles of the disagreement at which the bins split
+COVER = 0.8  # share of held-out predictions inside a band (10th to 90th percentile)
+
+
+@dataclass(frozen=True)
+class Band:
+    upto: float | None  # the bin's largest disagreement |log(mdot / trees)|; None: no limit
+    lo: float  # 10th percentile of log(measured / predicted) in the bin
+    hi: float  # 90th percentile
+    median_ape: float  # median absolute percentage error in the bin
+    n: int  # held-out predictions in the bin
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Bands in increasing disagreement (one band when the prediction has one member)."""
+
+    bands: tuple[Band, ...]
+    methods: tuple[str, ...]  # the evaluated methods whose (geometric-mean) prediction it is
+    source: str = ""  # where the held-out predictions came from
+
+    def band(self, disagreement: float | None) -> Band:
+        d = disagreement or 0.0
+        return next(b for b in self.bands if b.upto is None or d <= b.upto)
+
+    def interval(self, ms: float, disagreement: float | None = None) -> tuple[float, float]:
+        b = self.band(disagreement)
+        return ms * float(np.exp(b.lo)), ms * float(np.exp(b.hi))
+
+    def labels(self) -> list[str]:
+        """Each band's range of disagreement, in percent: "<= 7%", "7-24%", "> 24%"."""
+        pct = [f"{np.expm1(b.upto) * 100:.0f}" for b in self.bands[:-1]]
+        if not pct:
+            return ["any"]
+        return [f"<= {pct[0]}%", *(f"{a}-{b}%" for a, b in zip(pct, pct[1:])), f"> {pct[-1]}%"]
+
+    def to_json(self) -> dict:
+        return dict(bands=[dataclasses.asdict(b) for b in self.bands],
+                    methods=list(self.methods), source=self.source, cover=COVER)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Calibration":
+        return cls(tuple(Band(**b) for b in d["bands"]), tuple(d["methods"]), d["source"])
+
+
+def fit(pred_ms: np.ndarray, measured_ms: np.ndarray, disagreement: np.ndarray | None,
+        methods: Sequence[str], source: str = "") -> Calibration:
+    """Bands from held-out predictions `[N]`, their measurements `[N]` and (two members)
+    their members' disagreement `[N]`."""
+    r = np.log(np.asarray(measured_ms, np.float64) / np.asarray(pred_ms, np.float64))
+    ape = np.abs(np.expm1(-r)) * 100  # |pred / measured - 1|
+    d = np.zeros_like(r) if disagreement is None else np.asarray(disagreement, np.float64)
+    # edges are observed values (no empty bin between two), below the largest
+    edges = [] if disagreement is None else \
+        [float(e) for e in np.unique(np.quantile(d, EDGES, method="inverted_cdf")) if e < d.max()]
+    bands, below = [], -np.inf
+    for upto in [*edges, None]:
+        m = (d > below) & (d <= (np.inf if upto is None else upto))
+        lo, hi = np.quantile(r[m], [(1 - COVER) / 2, (1 + COVER) / 2])
+        bands.append(Band(upto, float(lo), float(hi), float(np.median(ape[m])), int(m.sum())))
+        below = upto
+    return Calibration(tuple(bands), tuple(methods), source)
+
+
+def from_results(rows: list[dict], measured: dict[str, float], methods: Sequence[str],
+                 source: str = "") -> Calibration:
+    """Bands from an evaluation's result rows (`evaluate.read_results`): the geometric mean
+    of `methods` (one or two), each on its lowest seed, over every held-out sample."""
+    if not 1 <= len(methods) <= 2:
+        raise ValueError(f"a calibration is of one method or two, not {len(methods)}")
+    preds: dict[str, dict[str, float]] = {m: {} for m in methods}
+    for m in methods:
+        rs = [r for r in rows if r["method"] == m]
+        if not rs:
+            raise ValueError(f"no results of {m!r} (have: "
+                             f"{', '.join(sorted({r['method'] for r in rows})) or 'none'})")
+        seed = min(r["seed"] for r in rs)
+        for r in rs:
+            if r["seed"] == seed:
+                preds[m].update(zip(r["test_keys"], r["pred_ms"]))
+    keys = sorted(set.intersection(*(set(p) for p in preds.values())) & set(measured))
+    if not keys:
+        raise ValueError(f"the results of {', '.join(methods)} share no measured sample")
+    logs = np.log([[preds[m][k] for k in keys] for m in methods])  # [M, N]
+    disagreement = np.abs(logs[0] - logs[1]) if len(methods) == 2 else None
+    return fit(np.exp(logs.mean(axis=0)), np.array([measured[k] for k in keys]),
+               disagreement, methods, source)
