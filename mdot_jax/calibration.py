@@ -82,9 +82,10 @@ def fit(pred_ms: np.ndarray, measured_ms: np.ndarray, disagreement: np.ndarray |
 
 
 def from_results(rows: list[dict], measured: dict[str, float], methods: Sequence[str],
-                 source: str = "") -> Calibration:
+                 source: str = "", binned: bool = True) -> Calibration:
     """Bands from an evaluation's result rows (`evaluate.read_results`): the geometric mean
-    of `methods` (one or two), each on its lowest seed, over every held-out sample."""
+    of `methods` (one or two), each on its lowest seed, over every held-out sample; one band
+    for all unless two methods are `binned` by their disagreement."""
     if not 1 <= len(methods) <= 2:
         raise ValueError(f"a calibration is of one method or two, not {len(methods)}")
     preds: dict[str, dict[str, float]] = {m: {} for m in methods}
@@ -101,6 +102,6 @@ def from_results(rows: list[dict], measured: dict[str, float], methods: Sequence
     if not keys:
         raise ValueError(f"the results of {', '.join(methods)} share no measured sample")
     logs = np.log([[preds[m][k] for k in keys] for m in methods])  # [M, N]
-    disagreement = np.abs(logs[0] - logs[1]) if len(methods) == 2 else None
+    disagreement = np.abs(logs[0] - logs[1]) if len(methods) == 2 and binned else None
     return fit(np.exp(logs.mean(axis=0)), np.array([measured[k] for k in keys]),
                disagreement, methods, source)

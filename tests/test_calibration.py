@@ -55,6 +55,7 @@ def test_from_results_takes_the_geometric_mean_and_the_lowest_seed():
     assert sum(b.n for b in cal.bands) == 40
     # half the samples: members 50 and 200 (geometric mean 100, disagreement log 4)
     assert cal.bands[-1].upto is None and cal.band(np.log(4)).n == 20
+    assert len(calibration.from_results(rows, measured, ("a", "b"), binned=False).bands) == 1
     with pytest.raises(ValueError, match="no results of 'c'"):
         calibration.from_results(rows, measured, ("a", "c"))
     with pytest.raises(ValueError, match="one method or two"):
