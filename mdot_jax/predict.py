@@ -53,7 +53,8 @@ class Prediction:
     # with a companion: each model's own prediction ({"mdot": ms, "lightgbm": ms})
     parts: dict[str, float] = field(default_factory=dict)
     # where 80% of the measured times fell, on held-out families, for predictions like this
-    # one (the checkpoint's `calibration`); None without one
+    # one (the checkpoint's `calibration`); None without one, or when a warning says this
+    # prediction is unlike those (extrapolation, unknown operators)
     interval_ms: tuple[float, float] | None = None
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
@@ -155,7 +156,7 @@ class Predictor:
         preds = []
         for ms, part, d, (seq, w) in zip(out, parts, disagreement, items):
             p = Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w), part)
-            if self.calibration:
+            if self.calibration and not p.warnings:
                 p.interval_ms = self.calibration.interval(p.iteration_ms, d)
                 band = self.calibration.band(d)
                 if d is not None and band is self.calibration.bands[-1]:

@@ -91,6 +91,7 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
     assert result["job_s"] == pytest.approx(result["iteration_ms"] * 3 * 2 / 1e3)  # ceil(10/4)
     assert any("input size 8 is outside" in w for w in result["warnings"])
     assert "mdot: warning: input size 8" in err
+    assert result["interval_ms"] is None  # no band for an extrapolation
 
 
 def test_predict_several_batch_sizes(capsys, tmp_path):
