@@ -1,7 +1,8 @@
 """Are the error bands honest on families they were not fitted on? For each fold of a
 leave-family-out evaluation, bands are fitted on the other folds' held-out predictions and
-scored on this fold's: share of measured times inside the 80% band, and the band's median
-width (upper / lower end); binned by the MDOT/LightGBM disagreement (shipped) or one band.
+scored on this fold's, per memory layout: share of measured times inside the 80% band, and
+the band's median width (upper / lower end); binned by the MDOT/LightGBM disagreement
+(shipped) or one band per layout.
 
     python benchmarks/bench_bands.py --results benchmarks/results/timm-rtx3090-fused-family \\
         --dataset ~/.cache/mdot/datasets/timm-rtx3090-fused
@@ -19,17 +20,21 @@ from mdot_jax.data import load_dataset
 from mdot_jax.evaluate import read_results
 
 
-def score(cal, rows: list[dict], measured: dict[str, float], methods) -> tuple[float, float]:
-    """(share inside the band, median band width as upper / lower) on `rows`' predictions."""
+def score(cal, rows: list[dict], samples: dict, methods) -> dict[str, tuple[float, float]]:
+    """Per layout: (share inside the band, median band width as upper / lower end) of
+    `rows`' predictions."""
     preds = {m: {} for m in methods}
     for r in rows:
         preds[r["method"]].update(zip(r["test_keys"], r["pred_ms"]))
-    keys = sorted(preds[methods[0]])
-    a, b = (np.array([preds[m][k] for k in keys]) for m in methods)
-    y = np.array([measured[k] for k in keys])
-    d = np.abs(np.log(a / b)) if len(cal.bands) > 1 else [None] * len(keys)
-    lo, hi = np.transpose([cal.interval(p, x) for p, x in zip(np.sqrt(a * b), d)])
-    return float(np.mean((lo <= y) & (y <= hi))), float(np.median(hi / lo))
+    out = {}
+    for layout in cal.bands:
+        keys = sorted(k for k in preds[methods[0]] if samples[k].workload.layout == layout)
+        a, b = (np.array([preds[m][k] for k in keys]) for m in methods)
+        y = np.array([samples[k].label_ms for k in keys])
+        lo, hi = np.transpose([cal.interval(p, layout, d)
+                               for p, d in zip(np.sqrt(a * b), np.abs(np.log(a / b)))])
+        out[layout] = float(np.mean((lo <= y) & (y <= hi))), float(np.median(hi / lo))
+    return out
 
 
 def main() -> None:
@@ -39,24 +44,27 @@ def main() -> None:
     ap.add_argument("--methods", default="mdot-pe-none,lightgbm")
     args = ap.parse_args()
     methods = tuple(args.methods.split(","))
-    measured = {s.key: s.label_ms for s in load_dataset(args.dataset).samples}
+    samples = load_dataset(args.dataset).samples
+    by_key = {s.key: s for s in samples}
     rows = [r for r in read_results(args.results) if r["method"] in methods]
     seed = min(r["seed"] for r in rows)
     rows = [r for r in rows if r["seed"] == seed]
     folds = sorted({r["fold"] for r in rows})
     print(f"{args.results}: {' x '.join(methods)}, seed {seed}, {len(folds)} folds; "
           f"target coverage {calibration.COVER:.0%}")
-    print(f"{'bands':>10} {'coverage per fold':>32} {'mean':>6} {'median width':>13}")
+    print(f"{'layout':>7} {'bands':>7} {'coverage per fold':>28} {'mean':>6} {'median width':>13}")
     for binned in (True, False):
-        cover, width = [], []
+        scores = []  # per fold: {layout: (coverage, width)}
         for f in folds:
-            cal = calibration.from_results([r for r in rows if r["fold"] != f], measured,
+            cal = calibration.from_results([r for r in rows if r["fold"] != f], samples,
                                            methods, binned=binned)
-            c, w = score(cal, [r for r in rows if r["fold"] == f], measured, methods)
-            cover.append(c)
-            width.append(math.log(w))
-        print(f"{'binned' if binned else 'one':>10} {' '.join(f'{c:.0%}' for c in cover):>32} "
-              f"{np.mean(cover):>6.1%} {'x' + format(math.exp(np.mean(width)), '.2f'):>13}")
+            scores.append(score(cal, [r for r in rows if r["fold"] == f], by_key, methods))
+        for layout in scores[0]:
+            cover = [s[layout][0] for s in scores]
+            width = math.exp(np.mean([math.log(s[layout][1]) for s in scores]))
+            print(f"{layout:>7} {'binned' if binned else 'one':>7} "
+                  f"{' '.join(f'{c:.0%}' for c in cover):>28} {np.mean(cover):>6.1%} "
+                  f"{'x' + format(width, '.2f'):>13}")
 
 
 if __name__ == "__main__":

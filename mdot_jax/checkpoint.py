@@ -146,12 +146,14 @@ def model_card(meta: dict) -> str:
 
 
 def _calibration_line(cal: Calibration) -> str:
-    bands = "; ".join(f"members disagree by {label}: median error {b.median_ape:.1f}%, 80% "
-                      f"measured within {np.expm1(b.lo) * 100:+.0f}% .. "
-                      f"{np.expm1(b.hi) * 100:+.0f}% of the prediction (n={b.n})"
-                      for label, b in zip(cal.labels(), cal.bands))
-    return (f"- error on held-out model families ({' x '.join(cal.methods)}, {cal.source}): "
-            f"{bands}")
+    layouts = "; ".join(
+        f"{layout}: " + ", ".join(
+            f"members disagree by {label}: median error {b.median_ape:.1f}%, 80% measured "
+            f"within {np.expm1(b.lo) * 100:+.0f}% .. {np.expm1(b.hi) * 100:+.0f}% of the "
+            f"prediction (n={b.n})" for label, b in zip(cal.labels(layout), bands))
+        for layout, bands in cal.bands.items())
+    return (f"- error on held-out model families ({' x '.join(cal.methods)}, {cal.source}), "
+            f"{layouts}")
 
 
 def read_metadata(path: str | Path) -> dict:

@@ -246,7 +246,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
           f"{predictor.path.name}" + (", MDOT x LightGBM geometric mean" if r["parts"] else "")
           + ")" + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r
                    else ""))
-    band = r["interval_ms"] is not None
+    band = any(r["interval_ms"] for r in rows)
     print(f"{'batch':>7} {'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10}"
           + (f" {'job h':>7} {'80% band h':>13}" if "job_s" in r else ""))
     for r in rows:
@@ -279,9 +279,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     print(f"{path}: error bands of {' x '.join(cal.methods)} from {cal.source}")
-    for label, b in zip(cal.labels(), cal.bands):
-        print(f"  disagreement {label:>8}: n={b.n:>5}, median error {b.median_ape:.1f}%, "
-              f"80% band x{math.exp(b.lo):.3f} .. x{math.exp(b.hi):.3f}")
+    for layout, bands in cal.bands.items():
+        for label, b in zip(cal.labels(layout), bands):
+            print(f"  {layout}, disagreement {label:>8}: n={b.n:>5}, median error {b.median_ape:.1f}%, "
+                  f"80% band x{math.exp(b.lo):.3f} .. x{math.exp(b.hi):.3f}")
     return 0
 
 

@@ -156,10 +156,10 @@ class Predictor:
         preds = []
         for ms, part, d, (seq, w) in zip(out, parts, disagreement, items):
             p = Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w), part)
-            if self.calibration and not p.warnings:
-                p.interval_ms = self.calibration.interval(p.iteration_ms, d)
-                band = self.calibration.band(d)
-                if d is not None and band is self.calibration.bands[-1]:
+            band = self.calibration.band(w.layout, d) if self.calibration else None
+            if band and not p.warnings:
+                p.interval_ms = self.calibration.interval(p.iteration_ms, w.layout, d)
+                if d is not None and band is self.calibration.bands[w.layout][-1]:
                     p.warnings.append(
                         f"MDOT and LightGBM disagree by {math.expm1(d):.0%}: on held-out "
                         f"families, such predictions erred by {band.median_ape:.0f}% (median)")
@@ -168,13 +168,20 @@ class Predictor:
 
     def warnings(self, seq: OperatorSequence, w: Workload) -> list[str]:
         """What makes a prediction less trustworthy: a batch or input size outside the
-        range the checkpoint was trained on, operators the converter does not know."""
+        range the checkpoint was trained on, a layout, precision or optimizer it never saw,
+        operators the converter does not know."""
         info, out = self.trained.info, []
         for what, value in (("batch size", w.batch_size), ("input size", w.input_size)):
             seen = info.get(what.replace(" ", "_") + "s")
             if seen and not min(seen) <= value <= max(seen):
                 out.append(f"{what} {value} is outside the trained range "
                            f"{min(seen)}-{max(seen)}: extrapolation")
+        for what, value in (("layout", w.layout), ("precision", w.precision),
+                            ("optimizer", w.optimizer)):
+            seen = info.get(what + "s")  # recorded since checkpoints of 2026-11-23
+            if seen and value not in seen:
+                out.append(f"{what} {value} was never trained on (only {', '.join(seen)}): "
+                           "extrapolation")
         if seq.unknown_ops:
             out.append(f"operators unknown to the converter count as <unk>: "
                        f"{seq.unknown_ops}")

@@ -113,7 +113,7 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
         raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
                          "bands are for unseen model families (evaluate with --split family)")
     methods = methods or ("mdot-pe-none", "lightgbm")[: 1 + bool(meta.get("companion"))]
-    cal = calibration.from_results(rows, {s.key: s.label_ms for s in ds.samples}, methods,
+    cal = calibration.from_results(rows, ds.samples, methods,
                                    source=f"{Path(results_dir).name}, leave-family-out")
     checkpoint.attach_calibration(path, cal)
     return cal

@@ -5,6 +5,7 @@ import pytest
 
 from mdot_jax import calibration
 from mdot_jax.calibration import Calibration
+from mdot_jax.data import Sample, Workload
 
 
 def _held_out(n=1000, seed=0):
@@ -18,45 +19,51 @@ def _held_out(n=1000, seed=0):
 
 def test_bands_hold_their_share_and_widen_with_disagreement():
     pred, measured, d, log_err = _held_out()
-    cal = calibration.fit(pred, measured, d, ("a", "b"))
-    assert [b.n for b in cal.bands] == [500, 400, 100]
-    assert cal.bands[0].upto == np.sort(d)[499]  # an observed value
-    assert cal.bands[-1].upto is None
-    widths = [b.hi - b.lo for b in cal.bands]
+    bands = calibration.fit_bands(pred, measured, d)
+    cal = Calibration({"nchw": bands}, ("a", "b"))
+    assert [b.n for b in bands] == [500, 400, 100]
+    assert bands[0].upto == np.sort(d)[499] and bands[-1].upto is None  # observed values
+    widths = [b.hi - b.lo for b in bands]
     assert widths[0] < widths[1] < widths[2]
-    assert cal.bands[0].median_ape < cal.bands[2].median_ape
-    lo, hi = np.transpose([cal.interval(p, x) for p, x in zip(pred, d)])
+    assert bands[0].median_ape < bands[2].median_ape
+    lo, hi = np.transpose([cal.interval(p, "nchw", x) for p, x in zip(pred, d)])
     inside = (lo <= measured) & (measured <= hi)
     assert inside.mean() == pytest.approx(calibration.COVER, abs=0.01)
-    top = d > cal.bands[1].upto
+    top = d > bands[1].upto
     assert inside[top].mean() == pytest.approx(calibration.COVER, abs=0.02)
-    assert cal.band(0.0) is cal.bands[0] and cal.band(10.0) is cal.bands[-1]
-    assert cal.labels()[0].startswith("<= ") and cal.labels()[-1].startswith("> ")
+    assert cal.band("nchw", 0.0) is bands[0] and cal.band("nchw", 10.0) is bands[-1]
+    assert cal.band("nhwc", 0.0) is None and cal.interval(1.0, "nhwc") is None
+    assert cal.labels("nchw")[0].startswith("<= ") and cal.labels("nchw")[-1].startswith("> ")
     assert Calibration.from_json(cal.to_json()) == cal
 
 
 def test_one_member_has_one_band():
     pred, measured, _, log_err = _held_out()
-    cal = calibration.fit(pred, measured, None, ("a",))
-    assert len(cal.bands) == 1 and cal.labels() == ["any"]
-    assert cal.bands[0].lo == pytest.approx(np.quantile(log_err, 0.1))
-    assert cal.interval(100.0) == pytest.approx((100 * np.exp(cal.bands[0].lo),
-                                                 100 * np.exp(cal.bands[0].hi)))
+    cal = Calibration({"nchw": calibration.fit_bands(pred, measured, None)}, ("a",))
+    (band,) = cal.bands["nchw"]
+    assert cal.labels("nchw") == ["any"]
+    assert band.lo == pytest.approx(np.quantile(log_err, 0.1))
+    assert cal.interval(100.0, "nchw") == pytest.approx((100 * np.exp(band.lo),
+                                                         100 * np.exp(band.hi)))
 
 
-def test_from_results_takes_the_geometric_mean_and_the_lowest_seed():
-    keys = [f"k{i}" for i in range(40)]
-    measured = {k: 100.0 + i for i, k in enumerate(keys)}
-    rows = [dict(method="a", seed=0, test_keys=keys[:20], pred_ms=[50.0] * 20),
-            dict(method="a", seed=0, test_keys=keys[20:], pred_ms=[200.0] * 20),
-            dict(method="a", seed=1, test_keys=keys, pred_ms=[1.0] * 40),
-            dict(method="b", seed=0, test_keys=keys, pred_ms=[200.0] * 40)]
-    cal = calibration.from_results(rows, measured, ("a", "b"))
-    assert sum(b.n for b in cal.bands) == 40
-    # half the samples: members 50 and 200 (geometric mean 100, disagreement log 4)
-    assert cal.bands[-1].upto is None and cal.band(np.log(4)).n == 20
-    assert len(calibration.from_results(rows, measured, ("a", "b"), binned=False).bands) == 1
+def test_from_results_per_layout_geometric_mean_lowest_seed():
+    samples = [Sample(f"k{i}", "m", "", Workload(8, 64, layout=("nchw", "nhwc")[i % 2]),
+                      label_ms=100.0 + i) for i in range(80)]
+    keys = [s.key for s in samples]
+    rows = [dict(method="a", seed=0, test_keys=keys[:40], pred_ms=[50.0] * 40),
+            dict(method="a", seed=0, test_keys=keys[40:], pred_ms=[200.0] * 40),
+            dict(method="a", seed=1, test_keys=keys, pred_ms=[1.0] * 80),
+            dict(method="b", seed=0, test_keys=keys, pred_ms=[200.0] * 80)]
+    cal = calibration.from_results(rows, samples, ("a", "b"))
+    assert sorted(cal.bands) == ["nchw", "nhwc"]
+    for layout, bands in cal.bands.items():
+        assert sum(b.n for b in bands) == 40
+        # half the samples: members 50 and 200 (geometric mean 100, disagreement log 4)
+        assert bands[-1].upto is None and cal.band(layout, np.log(4)).n == 20
+    one = calibration.from_results(rows, samples, ("a", "b"), binned=False)
+    assert [len(b) for b in one.bands.values()] == [1, 1]
     with pytest.raises(ValueError, match="no results of 'c'"):
-        calibration.from_results(rows, measured, ("a", "c"))
+        calibration.from_results(rows, samples, ("a", "c"))
     with pytest.raises(ValueError, match="one method or two"):
-        calibration.from_results(rows, measured, ("a", "b", "a"))
+        calibration.from_results(rows, samples, ("a", "b", "a"))

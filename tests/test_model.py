@@ -177,14 +177,15 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
     results.mkdir()
     (results / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     cal = calibrate(path, results, ds)
-    assert cal.methods == ("mdot-pe-none", "lightgbm") and len(cal.bands) == 3
+    assert cal.methods == ("mdot-pe-none", "lightgbm")
+    assert sorted(cal.bands) == ["nchw", "nhwc"] and len(cal.bands["nhwc"]) == 3
     assert "error on held-out model families" in (path / "README.md").read_text()
     preds = Predictor.load(path).predict_many([(s.seq, s.workload) for s in samples])
-    for p in preds:
-        d = abs(np.log(p.parts["mdot"] / p.parts["lightgbm"]))
-        assert p.interval_ms == pytest.approx(cal.interval(p.iteration_ms, d))
+    for p, s in zip(preds, samples):
+        d, layout = abs(np.log(p.parts["mdot"] / p.parts["lightgbm"])), s.workload.layout
+        assert p.interval_ms == pytest.approx(cal.interval(p.iteration_ms, layout, d))
         flagged = any("disagree" in w for w in p.warnings)
-        assert flagged == (cal.band(d) is cal.bands[-1])
+        assert flagged == (cal.band(layout, d) is cal.bands[layout][-1])
     assert any(any("disagree" in w for w in p.warnings) for p in preds)
     alone = Predictor.load(path, companion=False).predict_many([(samples[0].seq,
                                                                  samples[0].workload)])
@@ -258,6 +259,11 @@ def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
     (warned,) = predictor.predict_many([(s.seq, far)])
     assert len(warned.warnings) == 2 and "extrapolation" in warned.warnings[0]
     assert "batch size" in warned.warnings[0] and "input size 1 " in warned.warnings[1]
+    assert trained.info["precisions"] == ["amp-fp16"]  # the timm tables' only precision
+    (bf16,) = predictor.predict_many([(s.seq, dataclasses.replace(s.workload,
+                                                                  precision="bf16"))])
+    assert bf16.warnings == ["precision bf16 was never trained on (only amp-fp16): "
+                             "extrapolation"]
 
 
 def test_killed_training_resumes_where_it_stopped(tiny_real_dataset, tmp_path):
