@@ -281,8 +281,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"{path}: error bands of {' x '.join(cal.methods)} from {cal.source}")
     for layout, bands in cal.bands.items():
         for label, b in zip(cal.labels(layout), bands):
-            print(f"  {layout}, disagreement {label:>8}: n={b.n:>5}, median error {b.median_ape:.1f}%, "
-                  f"80% band x{math.exp(b.lo):.3f} .. x{math.exp(b.hi):.3f}")
+            print(f"  {layout}, disagreement {label:>8}: n={b.n:>5}, median error "
+                  f"{b.median_ape:.1f}%, 80% band x{math.exp(b.lo):.3f} .. "
+                  f"x{math.exp(b.hi):.3f}")
     return 0
 
 
