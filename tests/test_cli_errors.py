@@ -7,6 +7,7 @@ import pytest
 from onnx import helper
 
 from mdot_jax.cli import main
+from mdot_jax.predict import CHECKPOINT_DIR as CHECKPOINTS
 from onnx_builders import conv_bn_relu, model, value
 
 
@@ -109,3 +110,19 @@ def test_predict_several_batch_sizes(capsys, tmp_path):
     assert "80% band" in out  # the shipped checkpoints carry their held-out error bands
     code, _, err = run(capsys, "predict", str(path), "--checkpoint", "cpu-amd-epyc-2t")
     assert code == 2 and "--batch-size (or --batch-sizes) is required" in err
+
+
+def test_calibrate_refuses_what_it_cannot_use(capsys, tmp_path):
+    """`mdot calibrate` names the problem in one line and leaves the checkpoint as it was."""
+    data = CHECKPOINTS.parent / "data" / "cpu-amd-epyc-2t"
+    code, _, err = run(capsys, "calibrate", "cpu-amd-epyc-2t", "--results", str(tmp_path),
+                       "--dataset", str(data))
+    assert code == 2 and err == f"mdot: error: {tmp_path}: no evaluation results\n"
+    before = (CHECKPOINTS / "cpu-amd-epyc-2t" / "metadata.json").read_text()
+    (tmp_path / "results.jsonl").write_text(json.dumps(dict(
+        method="mdot-pe-none", seed=0, fold=0, split="family", dataset="0" * 16,
+        test_keys=[], pred_ms=[])))
+    code, _, err = run(capsys, "calibrate", "cpu-amd-epyc-2t", "--results", str(tmp_path),
+                       "--dataset", str(data))
+    assert code == 2 and "not of one dataset" in err and err.count("\n") == 1
+    assert (CHECKPOINTS / "cpu-amd-epyc-2t" / "metadata.json").read_text() == before
