@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax import calibration, checkpoint
-from mdot_jax.calibration import Calibration
+from mdot_jax import checkpoint
+from mdot_jax.calibration import Calibration, from_results
 from mdot_jax.companion import TreeModel, combine
 from mdot_jax.data import Dataset, make_splits
 from mdot_jax.features import FeatureCache
@@ -113,7 +113,7 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
         raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
                          "bands are for unseen model families (evaluate with --split family)")
     methods = methods or ("mdot-pe-none", "lightgbm")[: 1 + bool(meta.get("companion"))]
-    cal = calibration.from_results(rows, ds.samples, methods,
-                                   source=f"{Path(results_dir).name}, leave-family-out")
+    cal = from_results(rows, ds.samples, methods,
+                       source=f"{Path(results_dir).name}, leave-family-out")
     checkpoint.attach_calibration(path, cal)
     return cal
