@@ -231,9 +231,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                    parts=p.parts, interval_ms=p.interval_ms)
         if args.epochs is not None:
             row["job_s"] = p.job_seconds(args.epochs, args.dataset_size, b)
-            if p.interval_ms:
-                row["job_interval_s"] = [row["job_s"] * ms / p.iteration_ms
-                                         for ms in p.interval_ms]
+            row["job_interval_s"] = p.job_interval_seconds(args.epochs, args.dataset_size, b)
         rows.append(row)
         for warning in p.warnings:
             print(f"mdot: warning: batch size {b}: {warning}" if len(sizes) > 1

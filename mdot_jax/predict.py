@@ -61,6 +61,14 @@ class Prediction:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
         return self.iteration_ms * math.ceil(dataset_size / batch_size) * epochs / 1e3
 
+    def job_interval_seconds(self, epochs: float, dataset_size: int, batch_size: int
+                             ) -> tuple[float, float] | None:
+        """The whole job's 80% band (`interval_ms` scaled like `job_seconds`), if any."""
+        if self.interval_ms is None:
+            return None
+        iterations = math.ceil(dataset_size / batch_size) * epochs
+        return self.interval_ms[0] * iterations / 1e3, self.interval_ms[1] * iterations / 1e3
+
 
 class Predictor:
     """A trained MDOT with its feature pipeline, and the checkpoint's LightGBM companion if it

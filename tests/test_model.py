@@ -184,6 +184,9 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
     for p, s in zip(preds, samples):
         d, layout = abs(np.log(p.parts["mdot"] / p.parts["lightgbm"])), s.workload.layout
         assert p.interval_ms == pytest.approx(cal.interval(p.iteration_ms, layout, d))
+        # 3 epochs of 10 samples at batch 4: 3 x ceil(10 / 4) = 9 iterations
+        assert p.job_interval_seconds(3, 10, 4) == pytest.approx(
+            tuple(9 * ms / 1e3 for ms in p.interval_ms))
         flagged = any("disagree" in w for w in p.warnings)
         assert flagged == (cal.band(layout, d) is cal.bands[layout][-1])
     assert any(any("disagree" in w for w in p.warnings) for p in preds)
