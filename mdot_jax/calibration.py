@@ -33,6 +33,9 @@ class Band:
     median_ape: float  # median absolute percentage error in the bin
     n: int  # held-out predictions in the bin
 
+    def interval(self, ms: float) -> tuple[float, float]:
+        return ms * float(np.exp(self.lo)), ms * float(np.exp(self.hi))
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -52,7 +55,7 @@ class Calibration:
     def interval(self, ms: float, layout: str, disagreement: float | None = None
                  ) -> tuple[float, float] | None:
         b = self.band(layout, disagreement)
-        return (ms * float(np.exp(b.lo)), ms * float(np.exp(b.hi))) if b else None
+        return b.interval(ms) if b else None
 
     def labels(self, layout: str) -> list[str]:
         """Each band's range of disagreement, in percent: "<= 7%", "7-24%", "> 24%"."""

@@ -166,7 +166,7 @@ class Predictor:
             p = Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w), part)
             band = self.calibration.band(w.layout, d) if self.calibration else None
             if band and not p.warnings:
-                p.interval_ms = self.calibration.interval(p.iteration_ms, w.layout, d)
+                p.interval_ms = band.interval(p.iteration_ms)
                 if d is not None and band is self.calibration.bands[w.layout][-1]:
                     p.warnings.append(
                         f"MDOT and LightGBM disagree by {math.expm1(d):.0%}: on held-out "
