@@ -23,9 +23,7 @@ from mdot_jax.evaluate import read_results
 def score(cal, rows: list[dict], samples: dict, methods) -> dict[str, tuple[float, float]]:
     """Per layout: (share inside the band, median band width as upper / lower end) of
     `rows`' predictions."""
-    preds = {m: {} for m in methods}
-    for r in rows:
-        preds[r["method"]].update(zip(r["test_keys"], r["pred_ms"]))
+    preds = calibration.held_out(rows, methods)
     out = {}
     for layout in cal.bands:
         keys = sorted(k for k in preds[methods[0]] if samples[k].workload.layout == layout)

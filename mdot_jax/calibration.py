@@ -93,14 +93,8 @@ def fit_bands(pred_ms: np.ndarray, measured_ms: np.ndarray,
     return tuple(bands)
 
 
-def from_results(rows: list[dict], samples: Sequence[Sample], methods: Sequence[str],
-                 source: str = "", binned: bool = True) -> Calibration:
-    """Bands from an evaluation's result rows (`evaluate.read_results`) on `samples` (their
-    measured times and layouts): the geometric mean of `methods` (one or two), each on its
-    lowest seed, over every held-out sample; one band per layout unless two methods are
-    `binned` by their disagreement."""
-    if not 1 <= len(methods) <= 2:
-        raise ValueError(f"a calibration is of one method or two, not {len(methods)}")
+def held_out(rows: list[dict], methods: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Per method, sample key -> predicted ms, from its result rows on its lowest seed."""
     preds: dict[str, dict[str, float]] = {m: {} for m in methods}
     for m in methods:
         rs = [r for r in rows if r["method"] == m]
@@ -111,6 +105,18 @@ def from_results(rows: list[dict], samples: Sequence[Sample], methods: Sequence[
         for r in rs:
             if r["seed"] == seed:
                 preds[m].update(zip(r["test_keys"], r["pred_ms"]))
+    return preds
+
+
+def from_results(rows: list[dict], samples: Sequence[Sample], methods: Sequence[str],
+                 source: str = "", binned: bool = True) -> Calibration:
+    """Bands from an evaluation's result rows (`evaluate.read_results`) on `samples` (their
+    measured times and layouts): the geometric mean of `methods` (one or two), each on its
+    lowest seed, over every held-out sample; one band per layout unless two methods are
+    `binned` by their disagreement."""
+    if not 1 <= len(methods) <= 2:
+        raise ValueError(f"a calibration is of one method or two, not {len(methods)}")
+    preds = held_out(rows, methods)
     shared = set.intersection(*(set(p) for p in preds.values()))
     held = [s for s in samples if s.key in shared]
     if not held:
