@@ -31,17 +31,20 @@ from converters import OperatorSequence, convert
 SAMPLES = "samples.jsonl"
 REPORT = "report.json"
 SEQS = "seqs"
-_WEIGHT_PREFIXES = ("tv", "tf", "gluon", "legacy", "ig", "ssl", "swsl", "timm", "hf")
+# weight sources and training recipes that timm and torchvision put before the architecture
+_WEIGHT_PREFIXES = ("tv", "tf", "gluon", "legacy", "ig", "ssl", "swsl", "timm", "hf", "adv",
+                    "ens")
 
 
 def family_of(arch: str) -> str:
     """Architecture family from the name (the rule used by the leave-family-out split).
 
-    Lower-case; drop weight-source prefixes (`tv_`, `tf_`, `gluon_`, `legacy_`, ...); take the
+    Lower-case; drop weight-source prefixes (`tv_`, `tf_`, `gluon_`, `adv_`, ...); take the
     first `_`/`-`/`.`-separated token; keep its letters up to the first digit; drop a trailing
     version `v` (`mobilenetv3` -> `mobilenet`, `resnetv2` -> `resnet`).
     Examples: resnet50d -> resnet, tf_efficientnet_b0 -> efficientnet, vit_base_patch16_224 ->
-    vit, regnety_040 -> regnety, bert-base -> bert, gpt2 -> gpt.
+    vit, regnety_040 -> regnety, bert-base -> bert, gpt2 -> gpt,
+    ens_adv_inception_resnet_v2 -> inception.
     """
     tokens = [t for t in re.split(r"[_\-./]", arch.lower()) if t]
     while len(tokens) > 1 and tokens[0] in _WEIGHT_PREFIXES:
@@ -282,11 +285,40 @@ def random_folds(ds: Dataset, k: int = 5, seed: int = 0) -> list[Split]:
              np.sort(part)) for i, part in enumerate(np.array_split(idx, k))]
 
 
+def split_groups(ds: Dataset) -> list[str]:
+    """Per sample, the group the leave-family-out split keeps together: its family, merged
+    with every family that has an identical operator graph (DeiT and ViT, MnasNet-A1 and
+    SemNASNet-100 are one network under two names); otherwise a test model could have its
+    exact twin among the training samples."""
+    parent: dict[str, str] = {}
+
+    def root(f: str) -> str:
+        while parent.setdefault(f, f) != f:
+            f = parent[f]
+        return f
+
+    first_family: dict[str, str] = {}  # graph digest -> a family having it
+    for s in ds.samples:
+        d = _graph_digest(s.seq)
+        a, b = root(first_family.setdefault(d, s.family)), root(s.family)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    return [root(s.family) for s in ds.samples]
+
+
+def _graph_digest(q: OperatorSequence) -> str:
+    h = hashlib.sha256()
+    for a in (q.op_type, q.config, q.load, q.edges):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
 def family_folds(ds: Dataset, k: int = 5, seed: int = 0) -> list[Split]:
-    """Leave-family-out: families are dealt to k folds (largest first, to the emptiest fold),
-    so no family is in both the training and the test side of a fold."""
-    fams = np.array([s.family for s in ds.samples])
-    names, counts = np.unique(fams, return_counts=True)
+    """Leave-family-out: families (merged by `split_groups`) are dealt to k folds (largest
+    first, to the emptiest fold), so no family and no operator graph is in both the training
+    and the test side of a fold."""
+    groups = np.array(split_groups(ds))
+    names, counts = np.unique(groups, return_counts=True)
     rng = np.random.default_rng(seed)
     order = sorted(range(len(names)), key=lambda i: (-counts[i], rng.random()))
     load, assign = np.zeros(k), {}
@@ -294,7 +326,7 @@ def family_folds(ds: Dataset, k: int = 5, seed: int = 0) -> list[Split]:
         j = int(np.argmin(load))
         assign[names[i]] = j
         load[j] += counts[i]
-    fold_of = np.array([assign[f] for f in fams])
+    fold_of = np.array([assign[g] for g in groups])
     return [(np.flatnonzero(fold_of != j), np.flatnonzero(fold_of == j)) for j in range(k)]
 
 

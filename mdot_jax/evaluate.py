@@ -235,6 +235,13 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
                          f"{ds.root} has sequences {seqs}; use a new --out")
     done = {(r["method"], r["fold"], r["seed"]) for r in rows}
     splits = make_splits(ds, split, folds, seed=0)  # identical folds for every method
+    for r in rows:  # never one table over two sets of folds (another split, or a changed rule)
+        test = {ds.samples[i].key for i in splits[r["fold"]][1]} if r["fold"] < len(splits) \
+            else set()
+        if r["split"] != split or not set(r["test_keys"]) <= test:
+            raise ValueError(f"{out}: {r['method']} fold {r['fold']} was tested on other "
+                             f"samples than fold {r['fold']} of this {split} split (another "
+                             "split, or a changed split rule); use a new --out")
     # the comparison first (every fold), the MDOT ablations after it: a stopped run has
     # complete folds of the main table
     ablation = [m for m in methods if m.startswith("mdot-")]

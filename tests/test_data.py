@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from converters import convert
-from mdot_jax.data import (DatasetWriter, Sample, Workload, family_folds, family_of,
+from mdot_jax.data import (SEQS, DatasetWriter, Sample, Workload, family_folds, family_of,
                            load_dataset, make_splits, random_folds)
 from onnx_builders import conv_bn_relu
 
@@ -16,16 +16,20 @@ from onnx_builders import conv_bn_relu
     ("vit_base_patch16_224", "vit"), ("mobilenetv3_large_100", "mobilenet"),
     ("mobilenet_v3_small", "mobilenet"), ("regnety_040", "regnety"), ("bert-base", "bert"),
     ("gpt2-tiny", "gpt"), ("tv_resnet50", "resnet"), ("resnetv2_50", "resnet"),
+    ("adv_inception_v3", "inception"), ("ens_adv_inception_resnet_v2", "inception"),
 ])
 def test_family_rule(arch, family):
     assert family_of(arch) == family
 
 
 def make_dataset(root, archs=("resnet18", "resnet50", "vit_b", "vgg11", "alexnet",
-                              "densenet121", "convnext_t"), batches=(2, 8, 32)):
+                              "densenet121", "convnext_t"), batches=(2, 8, 32), twins=()):
+    """Each arch gets its own operator graph (a toy conv block exported at another batch
+    size), except the `twins`, which share the first arch's."""
     writer = DatasetWriter(root)
-    seq = writer.save_seq("toy", convert(conv_bn_relu(), batch_size=2))
-    for a in archs:
+    for n, a in enumerate(archs):
+        seq = writer.save_seq(a, convert(conv_bn_relu(), batch_size=2 + n)) if a not in twins \
+            else f"{SEQS}/{archs[0]}.npz"
         for b in batches:
             writer.append(Sample(key=f"{a}/b{b}", arch=a, seq_path=seq,
                                  workload=Workload(batch_size=b, input_size=32),
@@ -67,6 +71,19 @@ def test_family_folds_never_share_a_family_and_cover_everything(tmp_path):
     # deterministic: same folds every call (every method sees identical folds)
     again = make_splits(ds, "family", 3, seed=0)
     assert all((a[1] == b[1]).all() for a, b in zip(folds, again))
+
+
+def test_family_folds_keep_identical_graphs_together(tmp_path):
+    """DeiT and ViT are one network under two names: a fold never tests one while it trains
+    on the other, whatever the fold count."""
+    make_dataset(tmp_path, archs=("vit_t", "resnet18", "vgg11", "deit_t", "alexnet"),
+                 twins=("deit_t",))
+    ds = load_dataset(tmp_path)
+    assert [s.family for s in ds.samples].count("deit") == 3  # families stay as named
+    for k in (2, 3, 4):
+        for _, test in family_folds(ds, k=k, seed=0):
+            tested = {ds.samples[i].family for i in test}
+            assert ("vit" in tested) == ("deit" in tested)
 
 
 def test_random_and_batch_splits(tmp_path):

@@ -45,6 +45,13 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
     with pytest.raises(ValueError, match="fedcba9876543210"):
         run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=METHODS,
             budget=budget, progress=False)
+    # nor results tested on other folds (a changed split rule)
+    moved = json.loads(before.splitlines()[0])
+    moved["fold"] = 1 - moved["fold"]
+    (tmp_path / "stale" / "results.jsonl").write_text(json.dumps(moved) + "\n")
+    with pytest.raises(ValueError, match="split rule"):
+        run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=METHODS,
+            budget=budget, progress=False)
     result = summarize(_read(tmp_path / "results.jsonl"), tiny_real_dataset, tmp_path, "cmd")
     assert set(result["methods"]) == set(METHODS)
     assert {"mae_ms", "rmse_ms", "mape"} <= set(result["methods"]["gnn"])
