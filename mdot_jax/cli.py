@@ -125,6 +125,11 @@ def cmd_dataset_info(args: argparse.Namespace) -> int:
           f"{summary['batch_sizes']}; input sizes {summary['input_sizes']}")
     if summary["median_cv"] is not None:
         print(f"noise: median CV of repeats {summary['median_cv']:.2f}%")
+    if summary["twins"] is not None:
+        t = summary["twins"]
+        print(f"noise: {t['samples']} samples have a twin (same operator graph and workload "
+              f"under another name); predicting each by its twins errs {t['mape']:.2f}% "
+              f"(median {t['median_ape']:.2f}%): the labels' own noise")
     top = list(summary["families"].items())[:12]
     print("largest families: " + ", ".join(f"{f} ({n})" for f, n in top))
     return 0

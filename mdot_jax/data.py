@@ -198,10 +198,36 @@ class Dataset:
             batch_sizes=sorted({s.workload.batch_size for s in self.samples}),
             input_sizes=sorted({s.workload.input_size for s in self.samples}),
             median_cv=float(np.median(cvs)) if cvs else None,
+            twins=self.twin_agreement(),
             fingerprint=self.fingerprint(),
             families={f: n for f, n in sorted(_count(s.family for s in self.samples).items(),
                                               key=lambda kv: -kv[1])},
         )
+
+
+    def twin_agreement(self) -> dict | None:
+        """Label noise seen where no repeats were kept: samples whose operator graph and
+        workload were also measured under another name (timm's DeiT and ViT, its `tf_`/`_ap`/
+        `_ns` weight variants). Each is predicted by the geometric mean of its twins' labels;
+        `mape`, `median_ape`: the error of that prediction, a floor no predictor gets below.
+        None without twins."""
+        twins: dict[tuple, list[Sample]] = {}
+        for s in self.samples:
+            w = s.workload
+            key = (_graph_digest(s.seq), w.batch_size, w.input_size, w.precision, w.layout,
+                   w.device, w.optimizer)
+            twins.setdefault(key, []).append(s)
+        ape = []
+        for group in twins.values():
+            if len({s.arch for s in group}) < 2:
+                continue
+            logs = np.log([s.label_ms for s in group])
+            others = (logs.sum() - logs) / (len(logs) - 1)  # [n] mean of the other labels
+            ape.extend(100 * np.abs(np.expm1(others - logs)))
+        if not ape:
+            return None
+        return dict(samples=len(ape), mape=float(np.mean(ape)),
+                    median_ape=float(np.median(ape)))
 
 
 def _count(items) -> dict:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from converters import convert
+from mdot_jax.cli import main
 from mdot_jax.data import (SEQS, DatasetWriter, Sample, Workload, family_folds, family_of,
                            load_dataset, make_splits, random_folds)
 from onnx_builders import conv_bn_relu
@@ -23,7 +24,8 @@ def test_family_rule(arch, family):
 
 
 def make_dataset(root, archs=("resnet18", "resnet50", "vit_b", "vgg11", "alexnet",
-                              "densenet121", "convnext_t"), batches=(2, 8, 32), twins=()):
+                              "densenet121", "convnext_t"), batches=(2, 8, 32), twins=(),
+                 label=lambda arch, b: float(b)):
     """Each arch gets its own operator graph (a toy conv block exported at another batch
     size), except the `twins`, which share the first arch's."""
     writer = DatasetWriter(root)
@@ -33,7 +35,7 @@ def make_dataset(root, archs=("resnet18", "resnet50", "vit_b", "vgg11", "alexnet
         for b in batches:
             writer.append(Sample(key=f"{a}/b{b}", arch=a, seq_path=seq,
                                  workload=Workload(batch_size=b, input_size=32),
-                                 label_ms=float(b), stats=dict(cv=1.0, repeats=3)))
+                                 label_ms=label(a, b), stats=dict(cv=1.0, repeats=3)))
     return writer
 
 
@@ -84,6 +86,20 @@ def test_family_folds_keep_identical_graphs_together(tmp_path):
         for _, test in family_folds(ds, k=k, seed=0):
             tested = {ds.samples[i].family for i in test}
             assert ("vit" in tested) == ("deit" in tested)
+
+
+def test_twins_measure_label_noise(tmp_path, capsys):
+    """ViT measured 10% slower than its twin DeiT: predicting each by the other errs 10% and
+    1/1.1 - 1 = 9.1%; ResNet has no twin; a dataset without twins says so (None)."""
+    make_dataset(tmp_path, archs=("deit_t", "resnet18", "vit_t"), twins=("vit_t",),
+                 label=lambda arch, b: b * (1.1 if arch == "vit_t" else 1.0))
+    twins = load_dataset(tmp_path).summary()["twins"]
+    assert twins["samples"] == 6
+    assert twins["mape"] == pytest.approx((10 + 100 * (1 - 1 / 1.1)) / 2)
+    assert main(["dataset", "info", str(tmp_path)]) == 0
+    assert "6 samples have a twin" in capsys.readouterr().out
+    make_dataset(tmp_path / "none")
+    assert load_dataset(tmp_path / "none").twin_agreement() is None
 
 
 def test_random_and_batch_splits(tmp_path):
