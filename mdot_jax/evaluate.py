@@ -370,6 +370,9 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
                      f"{s['mape']:.2f} ± {s['mape_std']:.2f} | {s['median_ape']:.2f} | "
                      f"{s['p90_ape']:.2f} | {s['folds']} x {s['seeds']} | {s['fit_s']:.1f} | "
                      f"{s['predict_ms_per_sample']:.2f} |")
+    shipped = f"ensemble({ensembles[0]})" if ensembles else DEFAULT_METHOD
+    folds = per_fold(rows, ds, shipped)
+    lines += _per_fold_md(shipped, folds)
     ablations = paired_ablations(rows)
     lines += _ablation_md(ablations)
     analyses = [error_analysis(rows, ds, m) for m in dict.fromkeys(["mdot"] + order[:1])
@@ -380,10 +383,36 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
                                samples=len(ds)), command=command, commit=commit,
                   neural_budget=rows[0].get("budget") if rows else None, methods=summary,
-                  ablations=ablations, error_analysis=analyses)
+                  per_fold={shipped: folds}, ablations=ablations, error_analysis=analyses)
     (out / "results.json").write_text(json.dumps(result, indent=1))
     _plots(rows, ds, out, order)
     return result
+
+
+def per_fold(rows: list[dict], ds: Dataset, method: str) -> list[dict]:
+    """`method`'s MAE, RMSE and MAPE fold by fold (means over its seeds), with the number of
+    test samples and of held-out families."""
+    family = {s.key: s.family for s in ds.samples}
+    out = []
+    for f in sorted({r["fold"] for r in rows if r["method"] == method}):
+        rs = [r for r in rows if r["method"] == method and r["fold"] == f]
+        out.append(dict(fold=f, seeds=len(rs), samples=len(rs[0]["test_keys"]),
+                        families=len({family[k] for k in rs[0]["test_keys"]}),
+                        **{k: float(np.mean([r["metrics"][k] for r in rs]))
+                           for k in ("mae_ms", "rmse_ms", "mape")}))
+    return out
+
+
+def _per_fold_md(method: str, folds: list[dict]) -> list[str]:
+    if not folds:
+        return []
+    lines = ["", f"Per fold, `{method}` (mean over seeds):", "",
+             "| fold | test samples | held-out families | seeds | MAE ms | RMSE ms | MAPE % |",
+             "|---|---|---|---|---|---|---|"]
+    for f in folds:
+        lines.append(f"| {f['fold']} | {f['samples']} | {f['families']} | {f['seeds']} | "
+                     f"{f['mae_ms']:.1f} | {f['rmse_ms']:.1f} | {f['mape']:.2f} |")
+    return lines
 
 
 def paired_ablations(rows: list[dict], reference: str = "mdot") -> list[dict]:

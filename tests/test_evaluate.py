@@ -61,6 +61,13 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
     table = (tmp_path / "table.md").read_text()
     assert "| lightgbm |" in table and "| mdot-pe-none |" in table  # the library's default
     assert "| mdot-pe-distance_bias |" not in table  # ablations: only paired with mdot
+    # the shipped method (here the library's default, no ensemble asked) fold by fold
+    folds = result["per_fold"]["mdot-pe-none"]
+    assert [f["fold"] for f in folds] == [0, 1] and "Per fold, `mdot-pe-none`" in table
+    for f in folds:
+        [r] = [r for r in rows if r["method"] == "mdot-pe-none" and r["fold"] == f["fold"]]
+        assert f["mape"] == pytest.approx(r["metrics"]["mape"])
+        assert f["samples"] == len(r["test_keys"]) and f["families"] >= 1
 
 
 def test_error_analysis_by_family_and_op_type(tiny_real_dataset):
