@@ -4,7 +4,8 @@ scored on this fold's, per memory layout: share of measured times inside the 80%
 the band's median width (upper / lower end); binned by the MDOT/LightGBM disagreement
 (shipped) or one band per layout.
 
-    python benchmarks/bench_bands.py --results benchmarks/results/split-v1/timm-rtx3090-fused-family \\
+    python benchmarks/bench_bands.py \\
+        --results benchmarks/results/timm-rtx3090-fused-family \\
         --dataset ~/.cache/mdot/datasets/timm-rtx3090-fused
 """
 
