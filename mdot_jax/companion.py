@@ -21,6 +21,12 @@ from mdot_jax.train import split_validation
 
 # (num_leaves, learning_rate) tried; the one with the lowest validation error is kept
 GRID = ((15, 0.03), (31, 0.03), (15, 0.1), (31, 0.1))
+# Absolute error of log time (a median regression): a family unlike the others (TResNet runs
+# 4x slower in channels-last, RegNets 3x) pulls a squared loss towards itself and away from
+# the new family to predict. On the first split's 5 family folds x 2 seeds (3-booster bags,
+# fused sequences) it lowered MAPE from 11.72 to 10.93% on timm (both seeds) and 13.40 to
+# 13.02% on the CPU data (both seeds); Huber (alpha 0.15) 10.90 / 13.18%, chosen against.
+OBJECTIVE = "regression_l1"
 
 
 # 1: workload, graph totals, op counts, depth; 2: + the convolution breakdown (one LightGBM
@@ -87,7 +93,7 @@ class TreeModel:
         for booster_seed in range(seed, seed + seeds):
             best = None
             for leaves, lr in grid:
-                params = dict(objective="regression", learning_rate=lr, num_leaves=leaves,
+                params = dict(objective=OBJECTIVE, learning_rate=lr, num_leaves=leaves,
                               min_data_in_leaf=5, bagging_fraction=0.8, bagging_freq=1,
                               feature_fraction=0.8, seed=booster_seed, verbose=-1,
                               num_threads=2)

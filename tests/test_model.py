@@ -135,6 +135,7 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
     trees = TreeModel.fit(samples, seed=0)
     texts = trees.text.split(_SEPARATOR)
     assert len(texts) == SEEDS and len(set(texts)) == SEEDS
+    assert all("objective=regression_l1" in t for t in texts)  # median regression of log time
     first = TreeModel.from_text(texts[0], trees.devices, trees.vocab_size, trees.version)
     assert not np.allclose(first.predict(samples), trees.predict(samples))
     path = checkpoint.save(trained, tmp_path / "ckpt", companion=trees)
