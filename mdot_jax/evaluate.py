@@ -4,7 +4,8 @@ Methods (all see the same training samples, validation carve-out and seeds):
 - MDOT and its ablations: `mdot` (the paper's model: positional encodings PAPER_PE),
   `mdot-pe-<kind>` (one positional encoding, or none: `mdot-pe-none` is the library's
   default model), `mdot-concat` (concat fusion), `mdot-per_op` (per-operator readout),
-  `mdot-relative` (relative-error loss instead of squared log error);
+  `mdot-relative` (relative-error loss instead of squared log error), `mdot-pe-none-l1` (the
+  default model with the absolute log error, the LightGBM companion's loss);
 - neural baselines trained by the same trainer and budget: `lstm`, `gnn`, `per_op`;
 - configuration-based on model-level aggregates: `lightgbm`, `mlp`;
 - `analytic`: t = a + b * FLOPs + c * bytes + d * ops, constants fitted by
@@ -195,7 +196,9 @@ def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
              "analytic": lambda: FittedFormulaMethod(name, seed, budget, kind="analytic"),
              "roofline": lambda: FittedFormulaMethod(name, seed, budget, kind="roofline"),
              "mdot-relative": lambda: NeuralMethod(name, seed, budget.replace(loss="relative"),
-                                                   model_cfg=base)}
+                                                   model_cfg=base),
+             "mdot-pe-none-l1": lambda: NeuralMethod(name, seed, budget.replace(loss="l1"),
+                                                     model_cfg=ModelConfig())}
     if name not in other:
         raise ValueError(f"unknown method {name!r}: choose from {sorted([*neural, *other])}")
     return other[name]()
@@ -205,7 +208,7 @@ DEFAULT_METHOD = "mdot-pe-none"  # the model `mdot train` trains by default (Mod
 ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "roofline",
                "mdot-pe-none", "mdot-pe-sinusoidal", "mdot-pe-depth", "mdot-pe-laplacian",
                "mdot-pe-random_walk", "mdot-pe-distance_bias", "mdot-concat", "mdot-per_op",
-               "mdot-relative")
+               "mdot-relative", "mdot-pe-none-l1")
 
 
 # ---------------------------------------------------------------------------- harness

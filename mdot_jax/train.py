@@ -34,6 +34,11 @@ from mdot_jax.model import ModelConfig
 MAX_Z = 8.0  # predictions are clipped to this many standard deviations of the log-time
 
 
+# per-sample loss of d = log(pred_ms) - log(true_ms)
+LOSSES = {"mse": lambda d: d ** 2, "l1": jnp.abs,  # squared / absolute log error
+          "relative": lambda d: jnp.abs(jnp.expm1(d))}  # |pred / true - 1|
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     tokens_per_batch: int = 4096  # operators per batch; batch size = tokens // bucket length
@@ -44,8 +49,12 @@ class TrainConfig:
     clip_norm: float = 1.0
     patience: int = 6  # epochs without validation improvement before stopping
     val_fraction: float = 0.1  # of the training samples, held out for early stopping
-    loss: str = "mse"  # mse (on log time) | relative (|pred/true - 1|)
+    loss: str = "mse"  # one of LOSSES
     seed: int = 0
+
+    def __post_init__(self):
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss {self.loss!r}: choose from {', '.join(LOSSES)}")
 
     def replace(self, **kw) -> "TrainConfig":
         return dataclasses.replace(self, **kw)
@@ -73,7 +82,7 @@ def make_mesh() -> Mesh:
 
 def _loss(pred, batch: Batch, target_std: float, kind: str):
     d = (pred - batch.target) * target_std  # log(pred_ms) - log(true_ms)  [B, K]
-    per = d ** 2 if kind == "mse" else jnp.abs(jnp.expm1(d))
+    per = LOSSES[kind](d)
     return (per * batch.weight).sum() / jnp.maximum(batch.weight.sum(), 1.0)
 
 

@@ -141,6 +141,8 @@ def test_every_method_name_builds_that_method():
     assert neural["mdot"].model_cfg.pe == PAPER_PE  # the tables' mdot row: the paper's model
     assert neural["mdot-pe-random_walk"].model_cfg.pe == ("random_walk",)
     assert neural["mdot-relative"].budget.loss == "relative"
+    assert neural["mdot-pe-none-l1"].budget.loss == "l1"
+    assert neural["mdot-pe-none-l1"].model_cfg == ModelConfig()
     # no two neural methods train the same thing
     keys = {(repr(c.model_cfg), c.budget.loss) for c in neural.values()}
     assert len(keys) == len(neural)

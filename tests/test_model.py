@@ -381,3 +381,21 @@ def test_fused_and_unfused_sequences_are_never_mixed(trained, tiny_real_dataset)
     mixed = [s, Sample.in_memory(fused_seq, s.workload, s.label_ms, key="fused")]
     with pytest.raises(ValueError, match="mix fused and unfused"):
         train(mixed, tiny_config(0), FAST, progress=False)
+
+
+def test_losses_weigh_log_errors_as_named():
+    """One sample predicted e^0.5 too slow, one e^0.1 too fast, a padded row (weight 0) far
+    off: squared, absolute and relative error of the log time, padding ignored."""
+    from types import SimpleNamespace
+
+    from mdot_jax.train import _loss
+
+    batch = SimpleNamespace(target=jax.numpy.zeros((1, 3)),
+                            weight=jax.numpy.array([[1.0, 1.0, 0.0]]))
+    pred = jax.numpy.array([[0.25, -0.05, 9.0]])  # normalised: x target_std 2 = 0.5, -0.1
+    assert float(_loss(pred, batch, 2.0, "mse")) == pytest.approx((0.25 + 0.01) / 2)
+    assert float(_loss(pred, batch, 2.0, "l1")) == pytest.approx(0.3)
+    assert float(_loss(pred, batch, 2.0, "relative")) == pytest.approx(
+        (np.expm1(0.5) - np.expm1(-0.1)) / 2, rel=1e-5)
+    with pytest.raises(ValueError, match="loss 'huber'"):
+        TrainConfig(loss="huber")
