@@ -86,14 +86,16 @@ def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = Non
     tmp.rename(path / COMPANION)
     meta["companion"] = dict(info or {}, kind="lightgbm", file=COMPANION,
                              devices=list(trees.devices), vocab_size=trees.vocab_size,
-                             aggregates_version=trees.version)
+                             aggregates_version=trees.version, objective=trees.objective)
     _write_metadata(path, meta)
 
 
-def attach_calibration(path: str | Path, calibration: Calibration) -> None:
-    """Adds (or replaces) the error bands of the checkpoint at `path`."""
+def attach_calibration(path: str | Path, calibration: Calibration | None) -> None:
+    """Adds (or replaces, or with None removes) the error bands of the checkpoint at `path`."""
     meta = read_metadata(path)
-    meta["calibration"] = calibration.to_json()
+    meta.pop("calibration", None)
+    if calibration is not None:
+        meta["calibration"] = calibration.to_json()
     _write_metadata(Path(path), meta)
 
 
@@ -125,7 +127,9 @@ def model_card(meta: dict) -> str:
              f"fusion {mc['fusion']}, positional encodings {', '.join(mc['pe']) or 'none'}, "
              f"readout {mc['readout']}, attention block {mc.get('attn_block')}"
              + ("; its prediction is the geometric mean with a LightGBM companion on "
-                "model-level aggregates" if meta.get("companion") else ""),
+                "model-level aggregates (objective "
+                f"{meta['companion'].get('objective', 'regression')})"
+                if meta.get("companion") else ""),
              *([f"- validation MAPE of the combined prediction "
                 f"{meta['companion']['val_mape']:.2f}% (MDOT alone "
                 f"{meta['companion']['val_mape_mdot']:.2f}%, LightGBM alone "

@@ -8,6 +8,7 @@ different models. A checkpoint may carry one (`companion.txt`); the Predictor th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -106,6 +107,12 @@ class TreeModel:
             boosters.append(best[1])
         text = _SEPARATOR.join(b.model_to_string() for b in boosters)
         return cls(text, devices, _boosters=boosters)
+
+    @property
+    def objective(self) -> str:
+        """LightGBM's name of the loss the boosters were fitted with."""
+        found = re.search(r"^objective=(\S+)", self.text, re.M)
+        return found.group(1) if found else "?"
 
     @classmethod
     def from_text(cls, text: str, devices: Sequence[str], vocab_size: int,

@@ -90,6 +90,28 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     return dict(test_metrics=metrics, info=trained.info, dataset=dataset)
 
 
+def refit_companion(path: str | Path, ds: Dataset) -> dict:
+    """Fits the LightGBM companion of the checkpoint at `path` again with this version's
+    recipe (`companion.py`), on the samples and validation carve-out its MDOT was trained on
+    (its recorded split, fold and seed), and replaces it; returns the validation metrics.
+    The checkpoint's error bands described the old companion, so they are dropped: run
+    `calibrate` again on results of the new recipe."""
+    meta = checkpoint.read_metadata(path)
+    recorded = meta["dataset"]
+    if recorded.get("fingerprint") != ds.fingerprint():
+        raise ValueError(f"{path} was trained on dataset version {recorded.get('fingerprint')}, "
+                         f"{ds.root} is version {ds.fingerprint()}")
+    train_cfg = TrainConfig(**meta["train"]["train_config"])
+    samples = ds.samples
+    if recorded.get("split", "none") != "none":
+        splits = make_splits(ds, recorded["split"], recorded["folds"], seed=train_cfg.seed)
+        samples = [ds.samples[i] for i in splits[recorded["fold"]][0]]
+    trees, info = fit_companion(checkpoint.load(path), samples, train_cfg)
+    checkpoint.attach_companion(path, trees, info)
+    checkpoint.attach_calibration(path, None)
+    return info
+
+
 def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
               methods: tuple[str, ...] | None = None) -> Calibration:
     """Error bands for the checkpoint at `path` from a leave-family-out evaluation of the same

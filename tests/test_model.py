@@ -202,6 +202,35 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
             calibrate(path, results, ds)
 
 
+def test_refit_companion_replaces_it_and_drops_stale_bands(trained, tiny_real_dataset,
+                                                           tmp_path, monkeypatch):
+    """A checkpoint whose companion was fitted with an older recipe (squared loss) gets one of
+    today's (absolute loss) on MDOT's own training samples; its bands, which described the
+    old pair, are gone until calibrated again; another dataset version is refused."""
+    from mdot_jax import companion
+    from mdot_jax.calibration import Band, Calibration
+    from mdot_jax.workflow import refit_companion
+
+    ds = tiny_real_dataset
+    monkeypatch.setattr(companion, "OBJECTIVE", "regression")
+    old = companion.TreeModel.fit(ds.samples, seed=0)
+    monkeypatch.undo()
+    path = checkpoint.save(trained, tmp_path / "ckpt", companion=old,
+                           dataset=dict(fingerprint=ds.fingerprint(), split="none"))
+    checkpoint.attach_calibration(path, Calibration(
+        {"nchw": (Band(None, -0.1, 0.1, 5.0, 10),)}, ("mdot-pe-none", "lightgbm")))
+    assert old.objective == "regression" and "calibration" in checkpoint.read_metadata(path)
+    info = refit_companion(path, ds)
+    meta = checkpoint.read_metadata(path)
+    assert meta["companion"]["objective"] == "regression_l1" and "calibration" not in meta
+    assert checkpoint.load_companion(path).objective == "regression_l1"
+    assert "objective regression_l1" in (path / "README.md").read_text()
+    assert info["val_mape"] > 0
+    (tmp_path / "other").mkdir()
+    with pytest.raises(ValueError, match="dataset version"):
+        refit_companion(path, type(ds)(tmp_path / "other", ds.samples[:3]))
+
+
 def test_companion_features_keep_their_width_when_the_vocabulary_grows(tiny_real_dataset):
     """A companion fitted on an older, shorter vocabulary reads newer op types as <unk>
     (a longer feature vector made LightGBM refuse to predict)."""
