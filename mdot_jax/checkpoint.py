@@ -4,7 +4,8 @@ A checkpoint directory holds
   params/         the parameters (orbax StandardCheckpointer; works with 0.11.36 and 0.12.x)
   metadata.json   format version, model config, feature config, normalisation statistics,
                   operator vocabulary (+ version), dataset fingerprint, metrics, training info
-  companion.txt   optional: the LightGBM companion (`companion.TreeModel`, LightGBM's format)
+  companion.txt.gz  optional: the LightGBM companion (`companion.TreeModel`, LightGBM's text
+                  format, gzipped: 3x smaller; `companion.txt` before)
 and, optionally, in metadata.json the error bands measured on held-out families
 (`calibration.Calibration`, added by `attach_calibration`),
 so `load(path)` and `load_companion(path)` need nothing else. Saves are atomic: everything
@@ -14,6 +15,7 @@ is written to a temporary sibling directory which then replaces the target in on
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import shutil
 import uuid
@@ -36,7 +38,7 @@ from mdot_jax.train import Trained
 # expect other input widths
 FORMAT_VERSION = 2
 METADATA = "metadata.json"
-COMPANION = "companion.txt"
+COMPANION = "companion.txt.gz"
 
 
 def _checkpointer():
@@ -82,12 +84,15 @@ def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = Non
     path = Path(path)
     meta = read_metadata(path)
     tmp = path / f".{COMPANION}.tmp"
-    tmp.write_text(trees.text)
+    tmp.write_bytes(gzip.compress(trees.text.encode(), mtime=0))
     tmp.rename(path / COMPANION)
+    old = (meta.get("companion") or {}).get("file", COMPANION)
     meta["companion"] = dict(info or {}, kind="lightgbm", file=COMPANION,
                              devices=list(trees.devices), vocab_size=trees.vocab_size,
                              aggregates_version=trees.version, objective=trees.objective)
     _write_metadata(path, meta)
+    if old != COMPANION:  # an ungzipped companion of an older version
+        (path / old).unlink(missing_ok=True)
 
 
 def attach_calibration(path: str | Path, calibration: Calibration | None) -> None:
@@ -214,7 +219,9 @@ def load_companion(path: str | Path) -> TreeModel | None:
         return None
     try:  # saved before vocab_size / aggregates_version were recorded: the checkpoint's
         # vocabulary, version 1
-        return TreeModel.from_text((path / info["file"]).read_text(), info["devices"],
+        data = (path / info["file"]).read_bytes()
+        text = (gzip.decompress(data) if info["file"].endswith(".gz") else data).decode()
+        return TreeModel.from_text(text, info["devices"],
                                    info.get("vocab_size", len(meta["vocab"])),
                                    info.get("aggregates_version", 1))
     except Exception as e:  # noqa: BLE001 - OSError, KeyError, LightGBMError: one line

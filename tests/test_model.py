@@ -128,7 +128,8 @@ def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
 def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp_path):
     """A checkpoint with a LightGBM companion predicts the geometric mean of MDOT's and the
     trees' predictions, identically after save and load; without it, MDOT's alone. The
-    companion averages SEEDS boosters; one saved alone (as before bagging) still loads."""
+    companion averages SEEDS boosters; one saved alone (as before bagging) or ungzipped (as
+    checkpoints before 2026-11-23 stored it) still loads."""
     from mdot_jax.companion import _SEPARATOR, SEEDS, TreeModel
 
     samples = tiny_real_dataset.samples
@@ -150,7 +151,18 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
     np.testing.assert_allclose(lgb, trees.predict(samples[:5]))
     assert [p.iteration_ms for p in alone] == pytest.approx(mdot) and not alone[0].parts
     assert not np.allclose(mdot, lgb)  # the two parts are different models
+    meta = json.loads((path / "metadata.json").read_text())
+    (path / "companion.txt").write_text(trees.text)  # the older, ungzipped file
+    meta["companion"]["file"] = "companion.txt"
+    (path / "metadata.json").write_text(json.dumps(meta))
+    old = Predictor.load(path).predict_many(items)
+    assert [p.iteration_ms for p in old] == [p.iteration_ms for p in after]
     (path / "companion.txt").write_text("not a model")
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt companion"):
+        Predictor.load(path)
+    checkpoint.attach_companion(path, trees)  # replaced: gzipped, the old file removed
+    assert not (path / "companion.txt").exists() and Predictor.load(path).companion is not None
+    (path / checkpoint.COMPANION).write_bytes(b"not gzip")
     with pytest.raises(checkpoint.CheckpointError, match="corrupt companion"):
         Predictor.load(path)
 
