@@ -209,8 +209,8 @@ class Dataset:
         """Label noise seen where no repeats were kept: samples whose operator graph and
         workload were also measured under another name (timm's DeiT and ViT, its `tf_`/`_ap`/
         `_ns` weight variants). Each is predicted by the geometric mean of its twins' labels;
-        `mape`, `median_ape`: the error of that prediction, a floor no predictor gets below.
-        None without twins."""
+        `mape`, `median_ape`: the error of that prediction, a measure of the labels' own noise
+        (for a pair, about sqrt(2) times one label's). None without twins."""
         twins: dict[tuple, list[Sample]] = {}
         for s in self.samples:
             w = s.workload

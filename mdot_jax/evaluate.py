@@ -238,10 +238,10 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
                          f"{ds.root} has sequences {seqs}; use a new --out")
     done = {(r["method"], r["fold"], r["seed"]) for r in rows}
     splits = make_splits(ds, split, folds, seed=0)  # identical folds for every method
+    fold_keys = [{ds.samples[i].key for i in test} for _, test in splits]
     for r in rows:  # never one table over two sets of folds (another split, or a changed rule)
-        test = {ds.samples[i].key for i in splits[r["fold"]][1]} if r["fold"] < len(splits) \
-            else set()
-        if r["split"] != split or not set(r["test_keys"]) <= test:
+        if (r["split"] != split or r["fold"] >= len(fold_keys)
+                or not set(r["test_keys"]) <= fold_keys[r["fold"]]):
             raise ValueError(f"{out}: {r['method']} fold {r['fold']} was tested on other "
                              f"samples than fold {r['fold']} of this {split} split (another "
                              "split, or a changed split rule); use a new --out")
