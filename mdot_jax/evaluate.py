@@ -305,7 +305,8 @@ def ensemble_rows(rows: list[dict], labels: dict[str, float],
     fold (the models regress log time, so members are averaged in log space, equal weights).
 
     - a method run with n >= 2 seeds on a fold: `ensemble(<method> x<n>)`, over its seeds;
-    - each combo `"a+b"`: `ensemble(a+b)`, over methods a and b run with the same seed.
+    - each combo `"a+b"`: `ensemble(a+b)`, over methods a and b run with the same seed, on
+      the folds where both have run (none yet: no row).
     """
     runs = {(r["method"], r["fold"], r["seed"]): r for r in rows}
     seeds: dict[tuple[str, int], list[int]] = {}
@@ -315,9 +316,9 @@ def ensemble_rows(rows: list[dict], labels: dict[str, float],
               for (m, f), ss in seeds.items() if len(ss) > 1]
     for combo in combos:
         names = combo.split("+")
-        missing = [n for n in names if n not in {m for m, _, _ in runs}]
-        if missing:
-            raise ValueError(f"ensemble {combo!r}: no runs of {', '.join(missing)}")
+        unknown = [n for n in names if n not in ALL_METHODS]
+        if unknown:  # a member without runs yet is no error: a resumed run will add it
+            raise ValueError(f"ensemble {combo!r}: unknown method {', '.join(unknown)}")
         groups += [(f"ensemble({combo})", f, s, [runs[(n, f, s)] for n in names])
                    for (m, f, s) in sorted(runs) if m == names[0]
                    and all((n, f, s) in runs for n in names)]
