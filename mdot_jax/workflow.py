@@ -46,6 +46,16 @@ def fit_companion(trained: Trained, train_samples, train_cfg: TrainConfig
                        val_mape_lightgbm=regression_metrics(lgb, true)["mape"])
 
 
+def _fold(ds: Dataset, split: str, folds: int, fold: int, seed: int):
+    """(train, test) sample indices of `fold` of `split` ("none": every sample trains)."""
+    if split == "none":
+        return np.arange(len(ds)), np.array([], int)
+    splits = make_splits(ds, split, folds, seed=seed)
+    if not 0 <= fold < len(splits):
+        raise ValueError(f"--fold {fold}: the {split} split has {len(splits)} folds")
+    return splits[fold]
+
+
 def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold: int = 0,
                    folds: int = 5, model_cfg: ModelConfig = ModelConfig(),
                    train_cfg: TrainConfig = TrainConfig(), companion: bool = True,
@@ -56,13 +66,7 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     test metrics are then those of the combined prediction; `mdot_only` those of MDOT).
     A killed run continues from its last epoch when re-run with the same arguments (the
     state lives in `.<out>.resume/` beside `out` until the checkpoint is written)."""
-    if split == "none":
-        train_idx, test_idx = np.arange(len(ds)), np.array([], int)
-    else:
-        splits = make_splits(ds, split, folds, seed=train_cfg.seed)
-        if not 0 <= fold < len(splits):
-            raise ValueError(f"--fold {fold}: the {split} split has {len(splits)} folds")
-        train_idx, test_idx = splits[fold]
+    train_idx, test_idx = _fold(ds, split, folds, fold, train_cfg.seed)
     train_samples = [ds.samples[i] for i in train_idx]
     test_samples = [ds.samples[i] for i in test_idx]
     resume_dir = Path(out).absolute().with_name(f".{Path(out).name}.resume")
@@ -102,10 +106,9 @@ def refit_companion(path: str | Path, ds: Dataset) -> dict:
         raise ValueError(f"{path} was trained on dataset version {recorded.get('fingerprint')}, "
                          f"{ds.root} is version {ds.fingerprint()}")
     train_cfg = TrainConfig(**meta["train"]["train_config"])
-    samples = ds.samples
-    if recorded.get("split", "none") != "none":
-        splits = make_splits(ds, recorded["split"], recorded["folds"], seed=train_cfg.seed)
-        samples = [ds.samples[i] for i in splits[recorded["fold"]][0]]
+    train_idx, _ = _fold(ds, recorded.get("split", "none"), recorded.get("folds", 5),
+                         recorded.get("fold", 0), train_cfg.seed)
+    samples = [ds.samples[i] for i in train_idx]
     trees, info = fit_companion(checkpoint.load(path), samples, train_cfg)
     checkpoint.attach_companion(path, trees, info)
     checkpoint.attach_calibration(path, None)
