@@ -440,3 +440,33 @@ def test_losses_weigh_log_errors_as_named():
         (np.expm1(0.5) - np.expm1(-0.1)) / 2, rel=1e-5)
     with pytest.raises(ValueError, match="loss 'huber'"):
         TrainConfig(loss="huber")
+
+
+def test_mdot_train_then_predict_from_the_command_line(tiny_real_dataset, tmp_path, capsys):
+    """`mdot train` on a dataset directory holds out one family fold, prints its test metrics,
+    writes them with the split into a checkpoint that `mdot predict --checkpoint DIR` uses."""
+    import onnx
+    from onnx_builders import conv_bn_relu
+
+    from mdot_jax.cli import main
+    from mdot_jax.data import make_splits
+
+    ds, out = tiny_real_dataset, tmp_path / "ckpt"
+    assert main(["train", "--dataset", str(ds.root), "--split", "family", "--fold", "1",
+                 "--model-config", '{"d_model": 16, "n_heads": 2, "n_layers": 1}',
+                 "--train-config", '{"epochs": 2, "tokens_per_batch": 2048}',
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    meta = checkpoint.read_metadata(out)
+    test_idx = make_splits(ds, "family", 5, seed=0)[1][1]
+    assert meta["dataset"]["split"] == "family" and meta["dataset"]["fold"] == 1
+    assert meta["dataset"]["num_test"] + meta["dataset"]["test_excluded_too_long"] == len(
+        test_idx) and meta["dataset"]["num_train"] == len(ds) - len(test_idx)
+    m = meta["metrics"]
+    assert f"MAPE {m['mape']:.2f}% on {m['n']} samples" in printed and m["mdot_only"]
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    assert main(["predict", str(model), "--batch-size", "4", "--checkpoint", str(out),
+                 "--json"]) == 0
+    cli_ms = json.loads(capsys.readouterr().out)["iteration_ms"]
+    assert cli_ms == pytest.approx(Predictor.load(out).predict(model, batch_size=4).iteration_ms)
