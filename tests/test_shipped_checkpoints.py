@@ -101,3 +101,17 @@ def test_op_types_newer_than_a_checkpoint_count_as_unknown():
     a, b = (predictor.predict_many([(dataclasses.replace(seq, op_type=t), workload)]
                                    )[0].iteration_ms for t in (newer, unk))
     assert np.isfinite(a) and a == b
+
+
+def test_default_checkpoint_fits_the_committed_public_copy_of_its_data():
+    """`data/public/timm-rtx3090-fused` is the very data the default checkpoint was trained on
+    (same fingerprint, fused sequences), and the checkpoint fits it in-sample."""
+    predictor = Predictor.load(DEFAULT_CHECKPOINT)
+    ds = load_dataset(REPO / "data" / "public" / f"{DEFAULT_CHECKPOINT}-fused")
+    meta = json.loads((CHECKPOINT_DIR / DEFAULT_CHECKPOINT / "metadata.json").read_text())
+    assert ds.fingerprint() == meta["dataset"]["fingerprint"] and len(ds) == 1605
+    samples = ds.samples[::20]
+    assert predictor.trained.feature_cfg.fused and all(s.seq.meta.get("fused") for s in samples)
+    pred = predictor.predict_many([(s.seq, s.workload) for s in samples])
+    m = regression_metrics([p.iteration_ms for p in pred], [s.label_ms for s in samples])
+    assert m["mape"] < 15, m
