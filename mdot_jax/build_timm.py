@@ -9,7 +9,8 @@ Rows that cannot be rebuilt are listed with their reason in `report.json`.
 Resumable: samples already in the dataset and rows already recorded as skipped are not redone
 (`retry_skipped=True` retries the latter). A process killed while building an architecture
 (the kernel's out-of-memory killer, on the largest models) leaves its rows recorded as
-`killed_while_building`, so resuming moves past them instead of dying on them again.
+`killed_while_building`, so resuming moves past them instead of dying on them again;
+`build_timm_supervised` does that resuming itself (see there).
 Incremental: each sample is appended as soon as it is built (see `mdot_jax.data`).
 """
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import multiprocessing
 import re
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -129,6 +132,50 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
         bar.update(len(pending))
     bar.close()
     return report.write(**_layout_report(all_rows, writer.done))
+
+
+def build_timm_supervised(csv_paths: list[str | Path], out: str | Path, *,
+                          max_restarts: int = 20, target=build_timm, **kwargs) -> dict:
+    """`build_timm` in a child process that is restarted when the kernel kills it.
+
+    One process building ~800 architectures grows until the out-of-memory killer stops it
+    (cait_m48_448 after ~800 models, at 24 GiB); the same model builds in a fresh process.
+    So: run the build in a child; when a signal kills it, start a new child, which resumes
+    past the architecture it died on (`killed_while_building`); at the end retry each such
+    architecture once more, alone in a fresh child. Restarts cost one import of torch.
+
+    Args:
+      kwargs: as for `build_timm`.
+      target: the build function (tests substitute one that dies).
+    """
+    for p in csv_paths:  # bad input fails here, in one line, not as a child's traceback
+        read_rows(p)
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited memory
+
+    def run(**kw) -> int:
+        child = ctx.Process(target=target, args=(csv_paths, out), kwargs={**kwargs, **kw})
+        child.start()
+        child.join()
+        if child.exitcode and child.exitcode > 0:
+            raise RuntimeError(f"{out}: the timm build failed (exit {child.exitcode}, its "
+                               "error is printed above)")
+        return child.exitcode
+
+    for attempt in range(max_restarts + 1):
+        code = run()
+        if code == 0:
+            break
+        print(f"timm build: the build process was killed (signal {-code}); resuming in a new "
+              f"process ({attempt + 1}/{max_restarts})", file=sys.stderr)
+    else:
+        raise RuntimeError(f"{out}: the timm build was killed {max_restarts + 1} times; "
+                           "the same command resumes it")
+    killed = json.loads((Path(out) / "report.json").read_text())["skipped"]
+    for arch in sorted({k.split("/", 1)[1] for k, v in killed.items()
+                        if v["reason"] == "killed_while_building"}):
+        print(f"timm build: retrying {arch} alone in a fresh process", file=sys.stderr)
+        run(models=[arch], retry_skipped=True, limit=None)
+    return json.loads((Path(out) / "report.json").read_text())
 
 
 def _build_arch(arch, rows, writer, report, onnx_dir, timm, torch, fuse) -> None:

@@ -80,14 +80,14 @@ def default_data_dir(name: str) -> str:
 
 
 def cmd_dataset_timm(args: argparse.Namespace) -> int:
-    from mdot_jax.build_timm import build_timm
+    from mdot_jax.build_timm import build_timm_supervised
 
     out = args.out or default_data_dir("timm-rtx3090")
     try:
-        report = build_timm(args.csv, out, limit=args.limit, retry_skipped=args.retry_skipped,
+        report = build_timm_supervised(args.csv, out, limit=args.limit, retry_skipped=args.retry_skipped,
                             models=args.models.split(",") if args.models else None,
                             fuse=args.fuse)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
         raise UsageError(str(e)) from None
     for layout, entry in report["by_layout"].items():
         print(f"{layout}: {entry['built']}/{entry['rows']} rows built "

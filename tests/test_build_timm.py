@@ -1,7 +1,9 @@
 """timm benchmark builder: real rows end to end, bad rows reported, resume after a crash."""
 
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,35 @@ def test_an_architecture_that_kills_the_build_is_passed_over_on_resume(
     report = bt.build_timm([csv_path], root, models=["tinynet_e"], retry_skipped=True,
                            progress=False)
     assert report["built"] == 1 and "nchw/tinynet_e" not in report["skipped"]
+
+
+def _killed_once_on_tinynet(csv_paths, out, **kwargs):
+    """`build_timm` in a process that the kernel kills the first time it builds tinynet_e."""
+    build_arch, marker = bt._build_arch, Path(out) / "killed-once"
+
+    def dies_once(arch, *args):
+        if arch == "tinynet_e" and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)  # like the out-of-memory killer: no clean-up
+        return build_arch(arch, *args)
+
+    bt._build_arch = dies_once  # this process only (a spawned child)
+    return bt.build_timm(csv_paths, out, **kwargs)
+
+
+def test_the_supervised_build_survives_a_killed_process(csv_path, tmp_path, capfd):
+    report = bt.build_timm_supervised([csv_path], tmp_path / "ds", progress=False,
+                                      target=_killed_once_on_tinynet)
+    err = capfd.readouterr().err
+    assert "killed (signal 9); resuming" in err and "retrying tinynet_e alone" in err
+    assert report["built"] == 2 and "nchw/tinynet_e" not in report["skipped"]
+    assert sorted(s.arch for s in load_dataset(tmp_path / "ds").samples) == \
+        ["lcnet_035", "tinynet_e"]
+
+
+def test_the_supervised_build_checks_its_csvs_before_starting(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.csv: no such CSV file"):
+        bt.build_timm_supervised([tmp_path / "missing.csv"], tmp_path / "ds")
 
 
 def test_resequence_copies_the_samples_with_fused_sequences(tiny_real_dataset, tmp_path):
