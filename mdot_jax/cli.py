@@ -84,9 +84,9 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
 
     out = args.out or default_data_dir("timm-rtx3090")
     try:
-        report = build_timm_supervised(args.csv, out, limit=args.limit, retry_skipped=args.retry_skipped,
-                            models=args.models.split(",") if args.models else None,
-                            fuse=args.fuse)
+        report = build_timm_supervised(
+            args.csv, out, limit=args.limit, retry_skipped=args.retry_skipped,
+            models=args.models.split(",") if args.models else None, fuse=args.fuse)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         raise UsageError(str(e)) from None
     for layout, entry in report["by_layout"].items():

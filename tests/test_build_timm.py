@@ -125,11 +125,6 @@ def test_the_supervised_build_survives_a_killed_process(csv_path, tmp_path, capf
         ["lcnet_035", "tinynet_e"]
 
 
-def test_the_supervised_build_checks_its_csvs_before_starting(tmp_path):
-    with pytest.raises(FileNotFoundError, match="missing.csv: no such CSV file"):
-        bt.build_timm_supervised([tmp_path / "missing.csv"], tmp_path / "ds")
-
-
 def test_resequence_copies_the_samples_with_fused_sequences(tiny_real_dataset, tmp_path):
     """Same samples, labels and fingerprint (so the same folds); every sequence converted
     again from the stored exports with fusion; a second run adds nothing."""

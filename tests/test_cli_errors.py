@@ -126,3 +126,14 @@ def test_calibrate_refuses_what_it_cannot_use(capsys, tmp_path):
                        "--dataset", str(data))
     assert code == 2 and "not of one dataset" in err and err.count("\n") == 1
     assert (CHECKPOINTS / "cpu-amd-epyc-2t" / "metadata.json").read_text() == before
+
+
+def test_dataset_timm_checks_its_csvs_before_building(capsys, tmp_path):
+    (tmp_path / "other.csv").write_text("model,infer_step_time\nresnet18,1.0\n")
+    for csv, needle in [("missing.csv", "missing.csv: no such CSV file"),
+                        ("other.csv", "other.csv: not a timm training benchmark")]:
+        code, _, err = run(capsys, "dataset", "timm", "--csv", str(tmp_path / csv),
+                           "--out", str(tmp_path / "ds"))
+        assert code == 2 and err.startswith("mdot: error: ") and err.count("\n") == 1, err
+        assert needle in err
+    assert not (tmp_path / "ds").exists()  # nothing started
