@@ -6,7 +6,7 @@ the band's median width (upper / lower end); binned by the MDOT/LightGBM disagre
 
     python benchmarks/bench_bands.py \\
         --results benchmarks/results/timm-rtx3090-fused-family \\
-        --dataset data/public/timm-rtx3090-fused
+        --dataset data/derived/timm-rtx3090-fused
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 # Resumable per (method, fold, seed): re-run after a stop and it continues.
 #   nohup bash benchmarks/run_evaluations.sh [DATASET_DIR ...] > /tmp/evaluate.log 2>&1 &
 # Default: the fused copies of the local CPU dataset and of timm-rtx3090 (the shipped
-# predictors' kind of sequences): the committed copy (`data/public/timm-rtx3090-fused`), else
+# predictors' kind of sequences): the committed copy (`data/derived/timm-rtx3090-fused`), else
 # made or completed first (`mdot dataset resequence`: timm 4 min from its stored exports, CPU
 # ~40 min re-exporting from the zoo, nothing re-measured).
 # First the shipped pair's members and the GNN over 2 seeds (the test set in advance: the
@@ -27,7 +27,7 @@ DATASETS=("$@")
 if [ ${#DATASETS[@]} -eq 0 ]; then
   CACHE="$HOME/.cache/mdot/datasets"
   for src in data/cpu-amd-epyc-2t "$CACHE/timm-rtx3090"; do
-    committed="data/public/$(basename "$src")-fused"  # a committed copy needs no rebuild
+    committed="data/derived/$(basename "$src")-fused"  # a committed copy needs no rebuild
     if [ -d "$committed" ]; then DATASETS+=("$committed"); continue; fi
     dst="$CACHE/$(basename "$src")-fused"
     mdot dataset resequence "$src" --out "$dst"  # resumes; nothing to do when complete

@@ -31,7 +31,7 @@ from mdot_jax.calibration import Calibration
 from mdot_jax.companion import TreeModel
 from mdot_jax.errors import CheckpointError
 from mdot_jax.features import FeatureConfig, FeatureStats
-from mdot_jax.model import ModelConfig
+from mdot_jax.model import ARCH_LABELS, ModelConfig
 from mdot_jax.train import Trained
 
 # 2: derived convolution-kind features (features.CONV_KINDS, GRAPH_TOTALS); format-1 weights
@@ -115,7 +115,9 @@ def _write_metadata(path: Path, meta: dict) -> None:
 def model_card(meta: dict) -> str:
     """A human-readable summary of a checkpoint's metadata (written beside it as README.md)."""
     ds, info, m, mc = meta["dataset"], meta["train"], meta["metrics"], meta["model_config"]
-    lines = [f"# {meta['description'] or 'MDOT checkpoint'}", "",
+    label = ARCH_LABELS.get(mc.get("arch", "mdot"), mc.get("arch"))
+    comp = meta.get("companion") or {}
+    lines = [f"# {meta['description'] or f'{label} checkpoint'}", "",
              f"- predicts for device(s): {', '.join(meta['stats']['devices'])}",
              f"- data: `{Path(ds.get('path', '?')).name}` (fingerprint `{ds.get('fingerprint')}`), "
              f"split `{ds.get('split')}`"
@@ -128,18 +130,19 @@ def model_card(meta: dict) -> str:
              f"- seen {len(info.get('architectures', [])) or '?'} architectures, batch sizes "
              f"{info.get('batch_sizes', '?')}, input sizes {info.get('input_sizes', '?')}: "
              "other workloads are extrapolation",
-             f"- model: d_model {mc['d_model']}, {mc['n_layers']} layers x {mc['n_heads']} heads, "
-             f"fusion {mc['fusion']}, positional encodings {', '.join(mc['pe']) or 'none'}, "
-             f"readout {mc['readout']}, attention block {mc.get('attn_block')}"
+             f"- model: {label}, d_model {mc['d_model']}, "
+             + (f"{mc['n_layers'] + 1} message-passing rounds (from inputs and from users)"
+                if mc.get("arch") == "gnn" else f"{mc['n_layers']} layers")
+             + (f" x {mc['n_heads']} heads, fusion {mc['fusion']}, positional encodings "
+                f"{', '.join(mc['pe']) or 'none'}, readout {mc['readout']}, attention block "
+                f"{mc.get('attn_block')}" if mc.get("arch", "mdot") == "mdot" else "")
              + ("; its prediction is the geometric mean with a LightGBM companion on "
-                "model-level aggregates (objective "
-                f"{meta['companion'].get('objective', 'regression')})"
-                if meta.get("companion") else ""),
-             *([f"- validation MAPE of the combined prediction "
-                f"{meta['companion']['val_mape']:.2f}% (MDOT alone "
-                f"{meta['companion']['val_mape_mdot']:.2f}%, LightGBM alone "
-                f"{meta['companion']['val_mape_lightgbm']:.2f}%; same samples)"]
-               if "val_mape" in (meta.get("companion") or {}) else []),
+                f"model-level aggregates (objective {comp.get('objective', 'regression')})"
+                if comp else ""),
+             *([f"- validation MAPE of the combined prediction {comp['val_mape']:.2f}% "
+                f"({label} alone {comp.get('val_mape_model', comp.get('val_mape_mdot')):.2f}%, "
+                f"LightGBM alone {comp['val_mape_lightgbm']:.2f}%; same samples)"]
+               if "val_mape" in comp else []),
              f"- training: {info.get('steps')} steps in {info.get('seconds')} s "
              f"({info.get('steps_per_s')} steps/s on {info.get('devices')} device(s)), "
              f"best validation MAPE {info.get('best_val_mape') or float('nan'):.2f}% "
@@ -184,13 +187,18 @@ def read_metadata(path: str | Path) -> dict:
     return meta
 
 
+def model_config(meta: dict) -> ModelConfig:
+    """The network's config recorded in a checkpoint's metadata."""
+    return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v
+                          for k, v in meta["model_config"].items()})
+
+
 def load(path: str | Path) -> Trained:
     """Restores a checkpoint written by `save`."""
     path = Path(path).absolute()
     meta = read_metadata(path)
     try:
-        model_cfg = ModelConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                   for k, v in meta["model_config"].items()})
+        model_cfg = model_config(meta)
         feature_cfg = FeatureConfig(**{k: tuple(v) if isinstance(v, list) else v
                                        for k, v in meta["feature_config"].items()})
         stats = FeatureStats(**meta["stats"])

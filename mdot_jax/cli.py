@@ -193,8 +193,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if m:
         print(f"test ({args.split} split, fold {args.fold}): MAE {m['mae_ms']:.3g} ms, "
               f"RMSE {m['rmse_ms']:.3g} ms, MAPE {m['mape']:.2f}% on {m['n']} samples")
-    if m.get("mdot_only"):
-        print(f"  of which MDOT alone: MAPE {m['mdot_only']['mape']:.2f}%")
+    if m.get("model_only"):
+        print(f"  of which {model_cfg.label} alone: MAPE {m['model_only']['mape']:.2f}%")
     print(f"checkpoint: {args.out}")
     return 0
 
@@ -246,7 +246,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 0
     r = rows[0]
     print(f"{args.model} on {r['device']} ({r['num_ops']} operators; checkpoint "
-          f"{predictor.path.name}" + (", MDOT x LightGBM geometric mean" if r["parts"] else "")
+          f"{predictor.path.name}" + (f", {predictor.trained.model_cfg.label} x LightGBM "
+                                      "geometric mean" if r["parts"] else "")
           + ")" + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r
                    else ""))
     band = any(r["interval_ms"] for r in rows)
@@ -373,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="dataset directory (default: data/<device>-<threads>t)")
     p.set_defaults(func=cmd_profile)
 
-    p = sub.add_parser("train", help="train MDOT on a dataset and write a checkpoint")
+    p = sub.add_parser("train", help="train MDOT (or a baseline network: --model-config "
+                                     "'{\"arch\": \"gnn\"}') on a dataset, write a checkpoint")
     p.add_argument("--dataset", required=True, help="dataset directory")
     p.add_argument("--split", choices=["family", "random", "batch", "none"], default="family",
                    help="hold out one fold as the test set (none: train on everything)")
@@ -382,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-config", help='JSON overrides, e.g. \'{"epochs": 20}\'')
     p.add_argument("--out", required=True, help="checkpoint directory")
     p.add_argument("--no-companion", action="store_true",
-                   help="save MDOT alone, without the LightGBM companion it averages with")
+                   help="save the network alone, without the LightGBM companion it "
+                        "averages with")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("predict", help="predict the training iteration time of a model")
@@ -407,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "results directory on the same dataset")
     p.add_argument("--dataset", required=True, help="the dataset (for the measured times)")
     p.add_argument("--methods", help="the evaluated methods matching the checkpoint "
-                   "(default: mdot-pe-none, with lightgbm if it has a companion)")
+                   "(default: its network's, e.g. gnn or mdot-pe-none, with lightgbm if it "
+                   "has a companion)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("evaluate", help="MDOT and every baseline on identical folds")

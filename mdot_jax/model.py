@@ -22,6 +22,7 @@ PE_KINDS = ("none", "sinusoidal", "depth", "laplacian", "random_walk", "distance
 # default is no positional encoding: it had the lower leave-family-out MAPE on both datasets
 # (timm-rtx3090 13.2% vs 14.1%, better on 4 of 5 folds; local CPU 15.1% vs 15.5%, 2 of 5).
 PAPER_PE = ("depth", "laplacian")
+ARCH_LABELS = {"mdot": "MDOT", "gnn": "GNN", "lstm": "LSTM", "per_op": "per-operator"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,18 @@ class ModelConfig:
 
     def replace(self, **kw) -> "ModelConfig":
         return dataclasses.replace(self, **kw)
+
+    @property
+    def label(self) -> str:
+        """The model's name in messages and model cards (MDOT, GNN, ...)."""
+        return ARCH_LABELS.get(self.arch, self.arch)
+
+    @property
+    def method(self) -> str:
+        """The `mdot evaluate` method that trains this model: whose results are its recipe's."""
+        if self.arch != "mdot":
+            return self.arch
+        return {(): "mdot-pe-none", PAPER_PE: "mdot"}.get(self.pe, f"mdot-pe-{'+'.join(self.pe)}")
 
 
 def tiny_config(workload_dim: int) -> ModelConfig:

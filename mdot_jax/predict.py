@@ -50,7 +50,8 @@ class Prediction:
     device: str
     num_ops: int
     warnings: list[str] = field(default_factory=list)  # extrapolation, unknown operators
-    # with a companion: each model's own prediction ({"mdot": ms, "lightgbm": ms})
+    # with a companion: each model's own prediction, keyed by the network's architecture
+    # ({"gnn": ms, "lightgbm": ms}; "mdot" for an MDOT checkpoint)
     parts: dict[str, float] = field(default_factory=dict)
     # where 80% of the measured times fell, on held-out families, for predictions like this
     # one (the checkpoint's `calibration`); None without one, or when a warning says this
@@ -71,9 +72,9 @@ class Prediction:
 
 
 class Predictor:
-    """A trained MDOT with its feature pipeline, and the checkpoint's LightGBM companion if it
-    has one (the prediction is then the geometric mean of both); thread-compatible, not
-    thread-safe."""
+    """A trained network (MDOT, GNN, ...: `ModelConfig.arch`) with its feature pipeline, and
+    the checkpoint's LightGBM companion if it has one (the prediction is then the geometric
+    mean of both); thread-compatible, not thread-safe."""
 
     def __init__(self, trained: Trained, path: Path | None = None,
                  companion: TreeModel | None = None):
@@ -90,14 +91,16 @@ class Predictor:
         self._forward = forward
         cal = self.metadata.get("calibration")
         cal = Calibration.from_json(cal) if cal else None
-        # bands of the prediction this predictor makes: of MDOT alone, or with its companion
+        # bands of the prediction this predictor makes: of the network alone, or with its
+        # companion
         self.calibration = cal if cal and len(cal.methods) == 1 + (companion is not None) \
             else None
 
     @classmethod
     def load(cls, name_or_dir: str | Path | None = None, *, companion: bool = True
              ) -> "Predictor":
-        """`companion=False` predicts with MDOT alone even if the checkpoint has one."""
+        """`companion=False` predicts with the network alone even if the checkpoint has a
+        companion."""
         path = resolve_checkpoint(name_or_dir)
         return cls(load(path), path, load_companion(path) if companion else None)
 
@@ -158,7 +161,8 @@ class Predictor:
         disagreement = [None] * len(items)
         if self.companion is not None:
             trees = self.companion.predict(samples)
-            parts = [dict(mdot=float(a), lightgbm=float(b)) for a, b in zip(out, trees)]
+            net = self.trained.model_cfg.arch
+            parts = [{net: float(a), "lightgbm": float(b)} for a, b in zip(out, trees)]
             disagreement = [abs(math.log(a / b)) for a, b in zip(out, trees)]
             out = combine(out, trees)
         preds = []
@@ -169,7 +173,8 @@ class Predictor:
                 p.interval_ms = band.interval(p.iteration_ms)
                 if d is not None and band is self.calibration.bands[w.layout][-1]:
                     p.warnings.append(
-                        f"MDOT and LightGBM disagree by {math.expm1(d):.0%}: on held-out "
+                        f"{self.trained.model_cfg.label} and LightGBM disagree by "
+                        f"{math.expm1(d):.0%}: on held-out "
                         f"families, such predictions erred by {band.median_ape:.0f}% (median)")
             preds.append(p)
         return preds

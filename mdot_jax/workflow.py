@@ -32,17 +32,17 @@ def evaluate(trained: Trained, samples) -> tuple[np.ndarray, dict]:
 
 def fit_companion(trained: Trained, train_samples, train_cfg: TrainConfig
                   ) -> tuple[TreeModel, dict]:
-    """The LightGBM companion, fitted on MDOT's training samples with MDOT's validation
-    carve-out, and the validation MAPE of MDOT, the trees and their combination."""
+    """The LightGBM companion, fitted on the network's training samples with its validation
+    carve-out, and the validation MAPE of the network, the trees and their combination."""
     trees = TreeModel.fit(train_samples, seed=train_cfg.seed, val_fraction=train_cfg.val_fraction)
     _, val = split_validation(train_samples, train_cfg.val_fraction, train_cfg.seed)
     val = [s for s in val if s.seq.num_ops <= trained.feature_cfg.buckets[-1]]
     if not val:
         return trees, {}
-    mdot, lgb = evaluate(trained, val)[0], trees.predict(val)
+    net, lgb = evaluate(trained, val)[0], trees.predict(val)
     true = [s.label_ms for s in val]
-    return trees, dict(val_mape=regression_metrics(combine(mdot, lgb), true)["mape"],
-                       val_mape_mdot=regression_metrics(mdot, true)["mape"],
+    return trees, dict(val_mape=regression_metrics(combine(net, lgb), true)["mape"],
+                       val_mape_model=regression_metrics(net, true)["mape"],
                        val_mape_lightgbm=regression_metrics(lgb, true)["mape"])
 
 
@@ -63,7 +63,7 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     """Trains on every fold but `fold` of `split` (or on everything with split="none"),
     reports test metrics on `fold` and writes a self-describing checkpoint to `out`; with
     `companion`, a LightGBM companion is fitted on the same samples and saved with it (the
-    test metrics are then those of the combined prediction; `mdot_only` those of MDOT).
+    test metrics are then those of the combined prediction; `model_only` the network's).
     A killed run continues from its last epoch when re-run with the same arguments (the
     state lives in `.<out>.resume/` beside `out` until the checkpoint is written)."""
     train_idx, test_idx = _fold(ds, split, folds, fold, train_cfg.seed)
@@ -81,14 +81,14 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
         pred, metrics = evaluate(trained, held)
         if trees:
             metrics = dict(regression_metrics(combine(pred, trees.predict(held)),
-                                              [s.label_ms for s in held]), mdot_only=metrics)
+                                              [s.label_ms for s in held]), model_only=metrics)
     dataset = dict(path=str(ds.root), fingerprint=ds.fingerprint(), split=split, fold=fold,
                    folds=folds, num_train=len(train_samples), num_test=len(held),
                    test_excluded_too_long=len(test_samples) - len(held),
                    devices=sorted({s.workload.device for s in ds.samples}))
     checkpoint.save(trained, out, dataset=dataset, metrics=metrics, companion=trees,
                     companion_info=trees_info,
-                    description=f"MDOT trained on {ds.root.name} " + (
+                    description=f"{model_cfg.label} trained on {ds.root.name} " + (
                         "(every sample)" if split == "none" else f"({split} split, fold {fold})"))
     shutil.rmtree(resume_dir, ignore_errors=True)
     return dict(test_metrics=metrics, info=trained.info, dataset=dataset)
@@ -119,8 +119,8 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
               methods: tuple[str, ...] | None = None) -> Calibration:
     """Error bands for the checkpoint at `path` from a leave-family-out evaluation of the same
     recipe on the same dataset (`mdot evaluate --split family`, results in `results_dir`);
-    `methods` default to the default MDOT (`mdot-pe-none`), with LightGBM if the checkpoint
-    has a companion. Written into the checkpoint's metadata and model card."""
+    `methods` default to the checkpoint's network (`ModelConfig.method`: `gnn`, `mdot-pe-none`,
+    ...), with LightGBM if the checkpoint has a companion. Written into the checkpoint's metadata and model card."""
     from mdot_jax.evaluate import read_results
 
     meta = checkpoint.read_metadata(path)
@@ -137,7 +137,8 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
     if splits != {"family"}:
         raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
                          "bands are for unseen model families (evaluate with --split family)")
-    methods = methods or ("mdot-pe-none", "lightgbm")[: 1 + bool(meta.get("companion"))]
+    network = checkpoint.model_config(meta).method
+    methods = methods or (network, "lightgbm")[: 1 + bool(meta.get("companion"))]
     cal = from_results(rows, ds.samples, methods,
                        source=f"{Path(results_dir).name}, leave-family-out")
     checkpoint.attach_calibration(path, cal)

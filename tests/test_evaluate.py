@@ -146,6 +146,10 @@ def test_every_method_name_builds_that_method():
     # no two neural methods train the same thing
     keys = {(repr(c.model_cfg), c.budget.loss) for c in neural.values()}
     assert len(keys) == len(neural)
+    # a checkpoint's network names the method whose results calibrate it (`mdot calibrate`)
+    for m in ("gnn", "lstm", "per_op", "mdot", "mdot-pe-none", "mdot-pe-depth"):
+        assert neural[m].model_cfg.method == m
+    assert ModelConfig(arch="gnn").label == "GNN" and ModelConfig().label == "MDOT"
 
 
 def test_ensembles_average_finished_runs_in_log_space():

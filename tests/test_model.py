@@ -463,7 +463,7 @@ def test_mdot_train_then_predict_from_the_command_line(tiny_real_dataset, tmp_pa
     assert meta["dataset"]["num_test"] + meta["dataset"]["test_excluded_too_long"] == len(
         test_idx) and meta["dataset"]["num_train"] == len(ds) - len(test_idx)
     m = meta["metrics"]
-    assert f"MAPE {m['mape']:.2f}% on {m['n']} samples" in printed and m["mdot_only"]
+    assert f"MAPE {m['mape']:.2f}% on {m['n']} samples" in printed and m["model_only"]
     model = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(), model)
     assert main(["predict", str(model), "--batch-size", "4", "--checkpoint", str(out),

@@ -28,8 +28,12 @@ def test_shipped_checkpoint_is_small_and_described(name):
     meta = json.loads((path / "metadata.json").read_text())
     card = (path / "README.md").read_text()
     assert meta["stats"]["devices"] and all(d in card for d in meta["stats"]["devices"])
-    assert Predictor.load(name).trained.model_cfg.arch == "mdot"
-    assert Predictor.load(name).calibration and "held-out model families" in card
+    predictor = Predictor.load(name)
+    # the pair the leave-family-out evaluation chose (README, Evaluation), calibrated on
+    # the evaluation rows of these very two methods
+    assert predictor.trained.model_cfg.arch == "gnn" and predictor.companion is not None
+    assert tuple(predictor.calibration.methods) == ("gnn", "lightgbm")
+    assert "held-out model families" in card and "GNN alone" in card
 
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if (REPO / "data" / n).is_dir()])
@@ -103,11 +107,11 @@ def test_op_types_newer_than_a_checkpoint_count_as_unknown():
     assert np.isfinite(a) and a == b
 
 
-def test_default_checkpoint_fits_the_committed_public_copy_of_its_data():
-    """`data/public/timm-rtx3090-fused` is the very data the default checkpoint was trained on
+def test_default_checkpoint_fits_the_committed_copy_of_its_data():
+    """`data/derived/timm-rtx3090-fused` is the very data the default checkpoint was trained on
     (same fingerprint, fused sequences), and the checkpoint fits it in-sample."""
     predictor = Predictor.load(DEFAULT_CHECKPOINT)
-    ds = load_dataset(REPO / "data" / "public" / f"{DEFAULT_CHECKPOINT}-fused")
+    ds = load_dataset(REPO / "data" / "derived" / f"{DEFAULT_CHECKPOINT}-fused")
     meta = json.loads((CHECKPOINT_DIR / DEFAULT_CHECKPOINT / "metadata.json").read_text())
     assert ds.fingerprint() == meta["dataset"]["fingerprint"] and len(ds) == 1605
     samples = ds.samples[::20]
