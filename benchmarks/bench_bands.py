@@ -1,7 +1,7 @@
 """Are the error bands honest on families they were not fitted on? For each fold of a
 leave-family-out evaluation, bands are fitted on the other folds' held-out predictions and
 scored on this fold's, per memory layout: share of measured times inside the 80% band, and
-the band's median width (upper / lower end); binned by the MDOT/LightGBM disagreement
+the band's median width (upper / lower end); binned by the GNN/LightGBM disagreement
 (shipped) or one band per layout.
 
     python benchmarks/bench_bands.py \\
@@ -40,7 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", required=True)
     ap.add_argument("--dataset", required=True)
-    ap.add_argument("--methods", default="mdot-pe-none,lightgbm")
+    ap.add_argument("--methods", default="gnn,lightgbm")  # the shipped pair
     args = ap.parse_args()
     methods = tuple(args.methods.split(","))
     samples = load_dataset(args.dataset).samples
