@@ -1,9 +1,10 @@
-"""A gradient-boosted-tree companion to MDOT: LightGBM on model-level aggregates.
+"""A gradient-boosted-tree companion to the network (GNN or MDOT): LightGBM on model-level
+aggregates.
 
-On both datasets' leave-family-out folds the geometric mean of MDOT's and this model's
-predictions was more accurate than either alone (README, Evaluation): the two err on
-different models. A checkpoint may carry one (`companion.txt`); the Predictor then predicts
-`exp((log t_mdot + log t_trees) / 2)` and reports both parts.
+On both datasets' leave-family-out folds the geometric mean of the network's and this
+model's predictions was more accurate than either alone (README, Evaluation): they err on
+different models. A checkpoint may carry one (`companion.txt.gz`); the Predictor then
+predicts `exp((log t_net + log t_trees) / 2)` and reports both parts.
 """
 
 from __future__ import annotations

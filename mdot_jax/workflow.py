@@ -120,7 +120,8 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
     """Error bands for the checkpoint at `path` from a leave-family-out evaluation of the same
     recipe on the same dataset (`mdot evaluate --split family`, results in `results_dir`);
     `methods` default to the checkpoint's network (`ModelConfig.method`: `gnn`, `mdot-pe-none`,
-    ...), with LightGBM if the checkpoint has a companion. Written into the checkpoint's metadata and model card."""
+    ...), with LightGBM if the checkpoint has a companion. Written into the checkpoint's
+    metadata and model card."""
     from mdot_jax.evaluate import read_results
 
     meta = checkpoint.read_metadata(path)

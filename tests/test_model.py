@@ -171,8 +171,10 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
                                                                   tmp_path):
     """`workflow.calibrate` turns an evaluation's rows into the checkpoint's error bands: the
     Predictor's 80% band is the one of its disagreement bin, the most disagreeing bin adds a
-    warning, MDOT alone has no band from a two-member calibration, and results of another
-    dataset or of a non-family split are refused by name."""
+    warning naming both members, the network alone has no band from a two-member
+    calibration, and results of another dataset or of a non-family split are refused by
+    name. By default the rows are those of the checkpoint's own network (here the paper's
+    MDOT: method `mdot`, part `mdot`)."""
     from mdot_jax.companion import TreeModel
     from mdot_jax.workflow import calibrate
 
@@ -185,12 +187,12 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
     keys = [s.key for s in samples]
     rows = [dict(method=m, fold=0, seed=0, split="family", dataset=ds.fingerprint(),
                  test_keys=keys, pred_ms=[p[part] for p in parts])
-            for m, part in (("mdot-pe-none", "mdot"), ("lightgbm", "lightgbm"))]
+            for m, part in (("mdot", "mdot"), ("lightgbm", "lightgbm"))]
     results = tmp_path / "results"
     results.mkdir()
     (results / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     cal = calibrate(path, results, ds)
-    assert cal.methods == ("mdot-pe-none", "lightgbm")
+    assert trained.model_cfg.method == "mdot" and cal.methods == ("mdot", "lightgbm")
     assert sorted(cal.bands) == ["nchw", "nhwc"] and len(cal.bands["nhwc"]) == 3
     assert "error on held-out model families" in (path / "README.md").read_text()
     preds = Predictor.load(path).predict_many([(s.seq, s.workload) for s in samples])
@@ -200,7 +202,7 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
         # 3 epochs of 10 samples at batch 4: 3 x ceil(10 / 4) = 9 iterations
         assert p.job_interval_seconds(3, 10, 4) == pytest.approx(
             tuple(9 * ms / 1e3 for ms in p.interval_ms))
-        flagged = any("disagree" in w for w in p.warnings)
+        flagged = any("MDOT and LightGBM disagree" in w for w in p.warnings)
         assert flagged == (cal.band(layout, d) is cal.bands[layout][-1])
     assert any(any("disagree" in w for w in p.warnings) for p in preds)
     alone = Predictor.load(path, companion=False).predict_many([(samples[0].seq,
