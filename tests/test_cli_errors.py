@@ -108,6 +108,9 @@ def test_predict_several_batch_sizes(capsys, tmp_path):
     code, out, _ = run(capsys, *args)
     assert code == 0 and len(out.splitlines()) == 6 and "samples/s" in out
     assert "80% band" in out  # the shipped checkpoints carry their held-out error bands
+    # the parts and the header name the shipped pair's members
+    assert all(set(r["parts"]) == {"gnn", "lightgbm"} for r in rows)
+    assert "GNN x LightGBM geometric mean" in out.splitlines()[0]
     code, _, err = run(capsys, "predict", str(path), "--checkpoint", "cpu-amd-epyc-2t")
     assert code == 2 and "--batch-size (or --batch-sizes) is required" in err
 
