@@ -31,7 +31,7 @@ from mdot_jax.calibration import Calibration
 from mdot_jax.companion import TreeModel
 from mdot_jax.errors import CheckpointError
 from mdot_jax.features import FeatureConfig, FeatureStats
-from mdot_jax.model import ARCH_LABELS, ModelConfig
+from mdot_jax.model import ModelConfig
 from mdot_jax.train import Trained
 
 # 2: derived convolution-kind features (features.CONV_KINDS, GRAPH_TOTALS); format-1 weights
@@ -115,7 +115,7 @@ def _write_metadata(path: Path, meta: dict) -> None:
 def model_card(meta: dict) -> str:
     """A human-readable summary of a checkpoint's metadata (written beside it as README.md)."""
     ds, info, m, mc = meta["dataset"], meta["train"], meta["metrics"], meta["model_config"]
-    label = ARCH_LABELS.get(mc.get("arch", "mdot"), mc.get("arch"))
+    label = model_config(meta).label
     comp = meta.get("companion") or {}
     lines = [f"# {meta['description'] or f'{label} checkpoint'}", "",
              f"- predicts for device(s): {', '.join(meta['stats']['devices'])}",
