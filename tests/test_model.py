@@ -444,9 +444,12 @@ def test_losses_weigh_log_errors_as_named():
         TrainConfig(loss="huber")
 
 
-def test_mdot_train_then_predict_from_the_command_line(tiny_real_dataset, tmp_path, capsys):
+@pytest.mark.parametrize("arch", ["mdot", "gnn"])  # the paper's model, the shipped network
+def test_mdot_train_then_predict_from_the_command_line(tiny_real_dataset, tmp_path, capsys,
+                                                       arch):
     """`mdot train` on a dataset directory holds out one family fold, prints its test metrics,
-    writes them with the split into a checkpoint that `mdot predict --checkpoint DIR` uses."""
+    writes them with the split into a checkpoint that `mdot predict --checkpoint DIR` uses;
+    the checkpoint, its card and the prediction's parts name the network it trained."""
     import onnx
     from onnx_builders import conv_bn_relu
 
@@ -455,7 +458,8 @@ def test_mdot_train_then_predict_from_the_command_line(tiny_real_dataset, tmp_pa
 
     ds, out = tiny_real_dataset, tmp_path / "ckpt"
     assert main(["train", "--dataset", str(ds.root), "--split", "family", "--fold", "1",
-                 "--model-config", '{"d_model": 16, "n_heads": 2, "n_layers": 1}',
+                 "--model-config", json.dumps(dict(d_model=16, n_heads=2, n_layers=1,
+                                                   arch=arch)),
                  "--train-config", '{"epochs": 2, "tokens_per_batch": 2048}',
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -470,5 +474,10 @@ def test_mdot_train_then_predict_from_the_command_line(tiny_real_dataset, tmp_pa
     onnx.save(conv_bn_relu(), model)
     assert main(["predict", str(model), "--batch-size", "4", "--checkpoint", str(out),
                  "--json"]) == 0
-    cli_ms = json.loads(capsys.readouterr().out)["iteration_ms"]
-    assert cli_ms == pytest.approx(Predictor.load(out).predict(model, batch_size=4).iteration_ms)
+    row = json.loads(capsys.readouterr().out)
+    assert row["iteration_ms"] == pytest.approx(
+        Predictor.load(out).predict(model, batch_size=4).iteration_ms)
+    assert set(row["parts"]) == {arch, "lightgbm"}
+    label = {"mdot": "MDOT", "gnn": "GNN"}[arch]
+    assert f"of which {label} alone" in printed
+    assert (out / "README.md").read_text().startswith(f"# {label} trained on")
