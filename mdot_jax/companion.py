@@ -86,26 +86,10 @@ class TreeModel:
             grid: Sequence[tuple[int, float]] = GRID, seeds: int = SEEDS) -> "TreeModel":
         """Per booster seed, early stopping and the grid point on the same validation
         carve-out as MDOT's (split with `seed`)."""
-        import lightgbm as lgb
-
         tr, val = split_validation(train, val_fraction, seed)
         devices = tuple(sorted({s.workload.device for s in train}))
-        (x, y), (xv, yv) = _xy(tr, devices), _xy(val, devices)
-        boosters = []
-        for booster_seed in range(seed, seed + seeds):
-            best = None
-            for leaves, lr in grid:
-                params = dict(objective=OBJECTIVE, learning_rate=lr, num_leaves=leaves,
-                              min_data_in_leaf=5, bagging_fraction=0.8, bagging_freq=1,
-                              feature_fraction=0.8, seed=booster_seed, verbose=-1,
-                              num_threads=2)
-                booster = lgb.train(params, lgb.Dataset(x, y), num_boost_round=2000,
-                                    valid_sets=[lgb.Dataset(xv, yv)],
-                                    callbacks=[lgb.early_stopping(100, verbose=False)])
-                err = np.mean(np.abs(np.expm1(booster.predict(xv) - yv)))
-                if best is None or err < best[0]:
-                    best = (err, booster)
-            boosters.append(best[1])
+        boosters = fit_boosters(*_xy(tr, devices), *_xy(val, devices), seed=seed,
+                                grid=grid, seeds=seeds)
         text = _SEPARATOR.join(b.model_to_string() for b in boosters)
         return cls(text, devices, _boosters=boosters)
 
@@ -128,6 +112,31 @@ class TreeModel:
         x = np.stack([aggregates(s, self.devices, self.vocab_size, self.version)
                       for s in samples])
         return np.exp(np.mean([b.predict(x) for b in self._boosters], axis=0))
+
+
+def fit_boosters(x: np.ndarray, y: np.ndarray, xv: np.ndarray, yv: np.ndarray, *,
+                 seed: int = 0, grid: Sequence[tuple[int, float]] = GRID, seeds: int = SEEDS,
+                 **params) -> list:
+    """`seeds` LightGBM boosters of `y` (log ms) on `x` `[N, F]`, seeds seed..seed+seeds-1,
+    each the grid point with the lowest validation MAPE on (`xv`, `yv`) after early stopping
+    there. `params` override LightGBM's (e.g. `objective`)."""
+    import lightgbm as lgb
+
+    boosters = []
+    for booster_seed in range(seed, seed + seeds):
+        best = None
+        for leaves, lr in grid:
+            p = dict(objective=OBJECTIVE, learning_rate=lr, num_leaves=leaves,
+                     min_data_in_leaf=5, bagging_fraction=0.8, bagging_freq=1,
+                     feature_fraction=0.8, seed=booster_seed, verbose=-1, num_threads=2)
+            booster = lgb.train(p | params, lgb.Dataset(x, y), num_boost_round=2000,
+                                valid_sets=[lgb.Dataset(xv, yv)],
+                                callbacks=[lgb.early_stopping(100, verbose=False)])
+            err = np.mean(np.abs(np.expm1(booster.predict(xv) - yv)))
+            if best is None or err < best[0]:
+                best = (err, booster)
+        boosters.append(best[1])
+    return boosters
 
 
 def _parse(text: str) -> list:
