@@ -5,8 +5,10 @@ layout. The README's "Tried on the companion and not kept" comes from these runs
     python benchmarks/bench_companion.py --dataset data/derived/timm-rtx3090-fused \\
         --variants l1,residual --seeds 0,1
 
-Variants: `l1` (shipped: absolute error of log time), `huber`, `huber-monotone` (time rising
-with log batch, log input size and the graph totals; LightGBM has no monotone L1),
+Variants: `l1` (shipped: absolute error of log time), `family-val` (`l1`, early stopping
+and the grid point chosen on held-back whole families instead of random samples), `huber`,
+`huber-monotone` (time rising with log batch, log input size and the graph totals; LightGBM
+has no monotone L1),
 `residual` (trees fitted to what a ridge line of log time on log FLOPs, bytes, operator count
 and the one-hots leaves), `residual-conv` (the line also on each kind of convolution's FLOPs
 and log batch), `per-flop` (log time per FLOP as the target).
@@ -24,7 +26,7 @@ from mdot_jax.data import load_dataset, make_splits
 from mdot_jax.features import LAYOUTS, PRECISIONS, graph_totals
 from mdot_jax.train import split_validation
 
-VARIANTS = ("l1", "huber", "huber-monotone", "residual", "residual-conv", "per-flop")
+VARIANTS = ("l1", "family-val", "huber", "huber-monotone", "residual", "residual-conv", "per-flop")
 MONOTONE = 10  # leading aggregates: log2 batch, log2 input size, the 8 graph totals
 
 
@@ -58,7 +60,7 @@ def offsets(variant: str, tr, parts, devices) -> list[np.ndarray]:
 
 def fit_predict(variant: str, train, test, seed: int) -> np.ndarray:
     """Predicted ms for `test`."""
-    tr, val = split_validation(train, 0.1, seed)
+    tr, val = split_validation(train, 0.1, seed, "family" if variant == "family-val" else "sample")
     devices = tuple(sorted({s.workload.device for s in train}))
     x, xv, xt = (np.stack([aggregates(s, devices) for s in p]) for p in (tr, val, test))
     b, bv, bt = offsets(variant, tr, (tr, val, test), devices)

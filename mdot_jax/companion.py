@@ -83,10 +83,11 @@ class TreeModel:
 
     @classmethod
     def fit(cls, train: Sequence[Sample], *, seed: int = 0, val_fraction: float = 0.1,
-            grid: Sequence[tuple[int, float]] = GRID, seeds: int = SEEDS) -> "TreeModel":
+            val_by: str = "sample", grid: Sequence[tuple[int, float]] = GRID,
+            seeds: int = SEEDS) -> "TreeModel":
         """Per booster seed, early stopping and the grid point on the same validation
         carve-out as MDOT's (split with `seed`)."""
-        tr, val = split_validation(train, val_fraction, seed)
+        tr, val = split_validation(train, val_fraction, seed, val_by)
         devices = tuple(sorted({s.workload.device for s in train}))
         boosters = fit_boosters(*_xy(tr, devices), *_xy(val, devices), seed=seed,
                                 grid=grid, seeds=seeds)

@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -311,7 +311,7 @@ def random_folds(ds: Dataset, k: int = 5, seed: int = 0) -> list[Split]:
              np.sort(part)) for i, part in enumerate(np.array_split(idx, k))]
 
 
-def split_groups(ds: Dataset) -> list[str]:
+def split_groups(samples: Sequence[Sample]) -> list[str]:
     """Per sample, the group the leave-family-out split keeps together: its family, merged
     with every family that has an identical operator graph (DeiT and ViT, MnasNet-A1 and
     SemNASNet-100 are one network under two names); otherwise a test model could have its
@@ -324,12 +324,12 @@ def split_groups(ds: Dataset) -> list[str]:
         return f
 
     first_family: dict[str, str] = {}  # graph digest -> a family having it
-    for s in ds.samples:
+    for s in samples:
         d = _graph_digest(s.seq)
         a, b = root(first_family.setdefault(d, s.family)), root(s.family)
         if a != b:
             parent[max(a, b)] = min(a, b)
-    return [root(s.family) for s in ds.samples]
+    return [root(s.family) for s in samples]
 
 
 def _graph_digest(q: OperatorSequence) -> str:
@@ -343,7 +343,7 @@ def family_folds(ds: Dataset, k: int = 5, seed: int = 0) -> list[Split]:
     """Leave-family-out: families (merged by `split_groups`) are dealt to k folds (largest
     first, to the emptiest fold), so no family and no operator graph is in both the training
     and the test side of a fold."""
-    groups = np.array(split_groups(ds))
+    groups = np.array(split_groups(ds.samples))
     names, counts = np.unique(groups, return_counts=True)
     rng = np.random.default_rng(seed)
     order = sorted(range(len(names)), key=lambda i: (-counts[i], rng.random()))

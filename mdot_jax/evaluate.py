@@ -86,7 +86,8 @@ class LightGBMMethod(Method):
     """Gradient-boosted trees on aggregates (`companion.TreeModel`, grid on validation)."""
 
     def fit(self, train):
-        self.model = TreeModel.fit(train, seed=self.seed, val_fraction=self.budget.val_fraction)
+        self.model = TreeModel.fit(train, seed=self.seed, val_fraction=self.budget.val_fraction,
+                                   val_by=self.budget.val_by)
 
     def predict(self, samples):
         return self.model.predict(samples)
@@ -104,7 +105,8 @@ class AggregateMLPMethod(Method):
         import jax.numpy as jnp
         import optax
 
-        tr, val = split_validation(train, self.budget.val_fraction, self.seed)
+        tr, val = split_validation(train, self.budget.val_fraction, self.seed,
+                                   self.budget.val_by)
         self.devices = sorted({s.workload.device for s in train})
         x = np.stack([aggregates(s, self.devices) for s in tr])
         self.mean, self.std = x.mean(0), np.where(x.std(0) > MIN_STD, x.std(0), 1.0)

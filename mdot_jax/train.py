@@ -24,7 +24,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from mdot_jax.baselines import build_model
-from mdot_jax.data import Sample
+from mdot_jax.data import Sample, split_groups
 from mdot_jax.features import (Batch, FeatureCache, FeatureConfig, FeatureStats, fit_stats,
                                sequences_fused)
 from mdot_jax.metrics import regression_metrics
@@ -34,6 +34,7 @@ from mdot_jax.model import ModelConfig
 MAX_Z = 8.0  # predictions are clipped to this many standard deviations of the log-time
 
 
+VAL_BY = ("sample", "family")  # the validation carve-out (`split_validation`)
 # per-sample loss of d = log(pred_ms) - log(true_ms)
 LOSSES = {"mse": lambda d: d ** 2, "l1": jnp.abs,  # squared / absolute log error
           "relative": lambda d: jnp.abs(jnp.expm1(d))}  # |pred / true - 1|
@@ -49,12 +50,15 @@ class TrainConfig:
     clip_norm: float = 1.0
     patience: int = 6  # epochs without validation improvement before stopping
     val_fraction: float = 0.1  # of the training samples, held out for early stopping
+    val_by: str = "sample"  # the carve-out: random samples or whole families (VAL_BY)
     loss: str = "mse"  # one of LOSSES
     seed: int = 0
 
     def __post_init__(self):
         if self.loss not in LOSSES:
             raise ValueError(f"loss {self.loss!r}: choose from {', '.join(LOSSES)}")
+        if self.val_by not in VAL_BY:
+            raise ValueError(f"val_by {self.val_by!r}: choose from {', '.join(VAL_BY)}")
 
     def replace(self, **kw) -> "TrainConfig":
         return dataclasses.replace(self, **kw)
@@ -127,11 +131,29 @@ def predict_samples(predict_step, params, cache: FeatureCache, samples: Sequence
     return out
 
 
-def split_validation(samples: Sequence[Sample], fraction: float, seed: int):
-    idx = np.random.default_rng(seed).permutation(len(samples))
+def split_validation(samples: Sequence[Sample], fraction: float, seed: int,
+                     by: str = "sample") -> tuple[list[Sample], list[Sample]]:
+    """(train, validation): a random `fraction` of the samples, or with `by="family"` whole
+    families (merged as the leave-family-out split merges them) drawn at random until they
+    hold `fraction` of the samples, so that early stopping scores unseen families, as the
+    held-out test does."""
     n_val = max(1, int(round(fraction * len(samples)))) if fraction > 0 else 0
-    val = [samples[i] for i in sorted(idx[:n_val])]
-    return [samples[i] for i in sorted(idx[n_val:])], val
+    rng = np.random.default_rng(seed)
+    if by == "sample":
+        is_val = np.zeros(len(samples), bool)
+        is_val[rng.permutation(len(samples))[:n_val]] = True
+    else:
+        groups = np.array(split_groups(samples))
+        names = rng.permutation(np.unique(groups))
+        sizes = np.array([(groups == g).sum() for g in names])
+        is_val = np.isin(groups, names[:int(np.searchsorted(np.cumsum(sizes), n_val)) + 1])
+        if is_val.all():
+            raise ValueError(f"a family validation carve-out needs samples of 2 families; "
+                             f"these have 1 ({groups[0]})")
+        if n_val == 0:
+            is_val[:] = False
+    return ([s for s, v in zip(samples, is_val) if not v],
+            [s for s, v in zip(samples, is_val) if v])
 
 
 class Resume:
@@ -201,7 +223,8 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
         raise ValueError(f"feature config fused={feature_cfg.fused}, but the sequences are "
                          f"{'fused' if fused else 'unfused'}")
     if val_samples is None:
-        samples, val_samples = split_validation(samples, train_cfg.val_fraction, train_cfg.seed)
+        samples, val_samples = split_validation(samples, train_cfg.val_fraction,
+                                                train_cfg.seed, train_cfg.val_by)
     longest = feature_cfg.buckets[-1]
     too_long = sorted({s.arch for s in list(samples) + list(val_samples)
                        if s.seq.num_ops > longest})

@@ -34,8 +34,10 @@ def fit_companion(trained: Trained, train_samples, train_cfg: TrainConfig
                   ) -> tuple[TreeModel, dict]:
     """The LightGBM companion, fitted on the network's training samples with its validation
     carve-out, and the validation MAPE of the network, the trees and their combination."""
-    trees = TreeModel.fit(train_samples, seed=train_cfg.seed, val_fraction=train_cfg.val_fraction)
-    _, val = split_validation(train_samples, train_cfg.val_fraction, train_cfg.seed)
+    trees = TreeModel.fit(train_samples, seed=train_cfg.seed, val_fraction=train_cfg.val_fraction,
+                          val_by=train_cfg.val_by)
+    _, val = split_validation(train_samples, train_cfg.val_fraction, train_cfg.seed,
+                              train_cfg.val_by)
     val = [s for s in val if s.seq.num_ops <= trained.feature_cfg.buckets[-1]]
     if not val:
         return trees, {}

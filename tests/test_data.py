@@ -9,6 +9,7 @@ from converters import convert
 from mdot_jax.cli import main
 from mdot_jax.data import (SEQS, DatasetWriter, Sample, Workload, family_folds, family_of,
                            load_dataset, make_splits, random_folds)
+from mdot_jax.train import split_validation
 from onnx_builders import conv_bn_relu
 
 
@@ -86,6 +87,26 @@ def test_family_folds_keep_identical_graphs_together(tmp_path):
         for _, test in family_folds(ds, k=k, seed=0):
             tested = {ds.samples[i].family for i in test}
             assert ("vit" in tested) == ("deit" in tested)
+
+
+def test_family_validation_carve_out_holds_back_whole_families(tmp_path):
+    """`val_by="family"`: validation families (twins merged) never train; the random-sample
+    carve-out is unchanged (a random 10%, seeded)."""
+    make_dataset(tmp_path, archs=("vit_t", "resnet18", "vgg11", "deit_t", "alexnet",
+                                  "densenet121", "convnext_t", "regnety_002"),
+                 twins=("deit_t",))
+    samples = load_dataset(tmp_path).samples  # 7 families (resnet, vgg, ...), 24 samples
+    for seed in range(6):
+        train, val = split_validation(samples, 0.25, seed, by="family")
+        fam_val = {s.family for s in val}
+        assert fam_val.isdisjoint(s.family for s in train)
+        assert ("vit" in fam_val) == ("deit" in fam_val)
+        assert len(val) >= 6 and len(train) + len(val) == len(samples)
+    train, val = split_validation(samples, 0.25, 0)
+    assert len(val) == 6 and {s.family for s in val} & {s.family for s in train}
+    assert split_validation(samples, 0.25, 0)[1] == val
+    with pytest.raises(ValueError, match="2 families"):
+        split_validation(samples[:3], 0.5, 0, by="family")
 
 
 def test_twins_measure_label_noise(tmp_path, capsys):
