@@ -52,6 +52,11 @@ def main() -> None:
         if row and int(row["infer_img_size"]) == w.input_size:
             x = features(row, w.batch_size, w.input_size, True, w.layout == "nhwc", 0)
             train.append((i, x, np.log(s.label_ms), group[s.family]))
+    ratio = [s.label_ms / s.workload.batch_size * float(r["infer_batch_size"])
+             / float(r["infer_step_time"]) for s in ds.samples if s.workload.layout == "nchw"
+             and (r := tables[0].get(s.arch)) and int(r["infer_img_size"]) == s.workload.input_size]
+    print("per-sample time, training / inference on the 3090 (NCHW), p10 / p50 / p90: "
+          + " / ".join(f"{q:.2f}" for q in np.quantile(ratio, [0.1, 0.5, 0.9])))
     infer = []
     for gpu, table in enumerate(tables):
         for arch, row in table.items():
