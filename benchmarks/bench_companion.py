@@ -9,9 +9,6 @@ Variants: `l1` (shipped: absolute error of log time), `family-val` (`l1`, early 
 and the grid point chosen on held-back whole families instead of random samples), `huber`,
 `huber-monotone` (time rising with log batch, log input size and the graph totals; LightGBM
 has no monotone L1),
-`conv-groups` (`l1` plus the FLOPs and count of grouped convolutions by channels per group,
-of depthwise ones by channel count and kernel, and the FLOPs of convolutions whose channels
-are not a multiple of 8: where the RTX 3090's channels-last slowdowns are),
 `residual` (trees fitted to what a ridge line of log time on log FLOPs, bytes, operator count
 and the one-hots leaves), `residual-conv` (the line also on each kind of convolution's FLOPs
 and log batch), `per-flop` (log time per FLOP as the target).
@@ -24,14 +21,12 @@ import argparse
 import numpy as np
 from tqdm import tqdm
 
-from converters.sequence import CONFIG_FIELDS
 from mdot_jax.companion import aggregates, fit_boosters
 from mdot_jax.data import load_dataset, make_splits
-from mdot_jax.features import LAYOUTS, PRECISIONS, conv_kinds, graph_totals
+from mdot_jax.features import LAYOUTS, PRECISIONS, graph_totals
 from mdot_jax.train import split_validation
 
-VARIANTS = ("l1", "family-val", "conv-groups", "huber", "huber-monotone", "residual",
-            "residual-conv", "per-flop")
+VARIANTS = ("l1", "family-val", "huber", "huber-monotone", "residual", "residual-conv", "per-flop")
 MONOTONE = 10  # leading aggregates: log2 batch, log2 input size, the 8 graph totals
 
 
@@ -51,29 +46,6 @@ def line_features(samples, devices, conv: bool) -> np.ndarray:
     return np.array(rows)
 
 
-def group_breakdown(seq) -> np.ndarray:
-    """`[14]` log FLOPs (forward + backward) and log count of grouped convolutions by channels
-    per group (< 8, 8-31, 32-127, >= 128), log FLOPs of depthwise ones by channels (< 256,
-    >= 256) x kernel (3, larger), log FLOPs and count of convolutions with channels not a
-    multiple of 8."""
-    kinds, cfg = conv_kinds(seq), seq.config
-    c_in, c_out, groups, kernel = (cfg[:, CONFIG_FIELDS.index(f)] for f in (
-        "in_channels", "out_channels", "groups", "kernel_h"))
-    flops = seq.load[:, 0:2].astype(np.float64).sum(axis=1)
-    per_group = c_in / np.maximum(groups, 1)
-    grouped, depthwise = kinds[:, 2] > 0, kinds[:, 1] > 0
-    big_kernel = kernel > 3
-    masks = [grouped & (per_group >= lo) & (per_group < hi)
-             for lo, hi in ((0, 8), (8, 32), (32, 128), (128, np.inf))]
-    out = [[flops[m].sum(), m.sum()] for m in masks]
-    wide = c_in >= 256
-    out += [[flops[depthwise & (wide == w) & (big_kernel == k)].sum()]
-            for w in (False, True) for k in (False, True)]
-    unaligned = (kinds.sum(axis=1) > 0) & ~depthwise & ((c_in % 8 > 0) | (c_out % 8 > 0))
-    out.append([flops[unaligned].sum(), unaligned.sum()])
-    return np.log1p(np.concatenate(out))
-
-
 def offsets(variant: str, tr, parts, devices) -> list[np.ndarray]:
     """Per part of `parts`, the log-time offset the trees' target is taken relative to."""
     if variant.startswith("residual"):
@@ -91,9 +63,6 @@ def fit_predict(variant: str, train, test, seed: int) -> np.ndarray:
     tr, val = split_validation(train, 0.1, seed, "family" if variant == "family-val" else "sample")
     devices = tuple(sorted({s.workload.device for s in train}))
     x, xv, xt = (np.stack([aggregates(s, devices) for s in p]) for p in (tr, val, test))
-    if variant == "conv-groups":
-        x, xv, xt = (np.concatenate([a, [group_breakdown(s.seq) for s in p]], axis=1)
-                     for a, p in ((x, tr), (xv, val), (xt, test)))
     b, bv, bt = offsets(variant, tr, (tr, val, test), devices)
     y, yv = (np.log([s.label_ms for s in p]) for p in (tr, val))
     params = {}

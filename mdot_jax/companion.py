@@ -33,9 +33,12 @@ OBJECTIVE = "regression_l1"
 
 # 1: workload, graph totals, op counts, depth; 2: + the convolution breakdown (one LightGBM
 # booster, fused sequences, 5 family folds, seeds 0 / 1: timm 12.95 -> 12.29 / 13.41 -> 11.36%
-# MAPE, local CPU 14.10 -> 13.77 / 14.29 -> 13.44%)
-AGGREGATES_VERSION = 2
-_KERNEL_H, _STRIDE_H = CONFIG_FIELDS.index("kernel_h"), CONFIG_FIELDS.index("stride_h")
+# MAPE, local CPU 14.10 -> 13.77 / 14.29 -> 13.44%); 3: + the grouped-convolution breakdown
+# (3-booster bags, corrected split, 5 family folds, seeds 0 / 1: timm 11.52 -> 11.08 /
+# 11.58 -> 11.00%, better on 9 of 10 folds; local CPU 13.58 -> 13.54 / 13.36 -> 13.43%)
+AGGREGATES_VERSION = 3
+_KERNEL_H, _STRIDE_H, _GROUPS, _C_IN, _C_OUT = (CONFIG_FIELDS.index(f) for f in (
+    "kernel_h", "stride_h", "groups", "in_channels", "out_channels"))
 
 
 def conv_breakdown(seq: OperatorSequence) -> np.ndarray:
@@ -48,17 +51,41 @@ def conv_breakdown(seq: OperatorSequence) -> np.ndarray:
                      for m in (is_conv & c for c in classes)]).ravel()
 
 
+def group_breakdown(seq: OperatorSequence) -> np.ndarray:
+    """`[14]`, where the RTX 3090's channels-last slowdowns are (RegNet, ResNeSt, NFNet run
+    2-3x slower than in NCHW, ConvMixer and TResNet more): log FLOPs (forward + backward)
+    and log count of the grouped convolutions by channels per group (< 8, 8-31, 32-127,
+    >= 128); log FLOPs of the depthwise ones by width (< 256, >= 256 channels) x kernel (3x3
+    or smaller, larger); log FLOPs and count of the other convolutions whose channels are
+    not a multiple of 8."""
+    kinds, cfg = conv_kinds(seq), seq.config
+    flops = seq.load[:, 0:2].astype(np.float64).sum(axis=1)
+    c_in, c_out = cfg[:, _C_IN], cfg[:, _C_OUT]
+    per_group = c_in / np.maximum(cfg[:, _GROUPS], 1)
+    depthwise, wide, big = kinds[:, 1] > 0, c_in >= 256, cfg[:, _KERNEL_H] > 3
+    grouped = [(kinds[:, 2] > 0) & (per_group >= lo) & (per_group < hi)
+               for lo, hi in ((0, 8), (8, 32), (32, 128), (128, np.inf))]
+    unaligned = (kinds.sum(axis=1) > 0) & ~depthwise & ((c_in % 8 > 0) | (c_out % 8 > 0))
+    out = [[flops[m].sum(), m.sum()] for m in grouped]
+    out += [[flops[depthwise & (wide == w) & (big == k)].sum()]
+            for w in (False, True) for k in (False, True)]
+    out.append([flops[unaligned].sum(), unaligned.sum()])
+    return np.log1p(np.concatenate(out))
+
+
 def aggregates(s: Sample, devices: Sequence[str], vocab_size: int = len(VOCAB),
                version: int = AGGREGATES_VERSION) -> np.ndarray:
     """`[F]` model-level features: workload and graph totals, log op counts by type, max depth
-    (and from version 2 the convolution breakdown). Op types newer than a model's
-    `vocab_size` count as `<unk>` (F stays what it was fitted on)."""
+    (from version 2 the convolution breakdown, from 3 the grouped one). Op types newer than
+    a model's `vocab_size` count as `<unk>` (F stays what it was fitted on)."""
     ids = np.where(s.seq.op_type < vocab_size, s.seq.op_type, UNK_ID)
     counts = np.bincount(ids, minlength=vocab_size)[:vocab_size]
     depth = s.seq.depths()[0].max() if s.seq.num_ops else 0
     parts = [workload_raw(s.workload, s.seq, devices), np.log1p(counts), [np.log1p(depth)]]
     if version >= 2:
         parts.append(conv_breakdown(s.seq))
+    if version >= 3:
+        parts.append(group_breakdown(s.seq))
     return np.concatenate(parts).astype(np.float32)
 
 

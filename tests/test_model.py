@@ -290,8 +290,40 @@ def test_companion_conv_breakdown_puts_each_convolution_in_its_classes():
     want = np.concatenate([np.zeros(3), dense, depthwise, depthwise, depthwise])
     np.testing.assert_allclose(conv_breakdown(seq), want, rtol=1e-6)
     s = Sample.in_memory(seq, Workload(batch_size=2, input_size=8, device="rtx3090"))
-    v1, v2 = aggregates(s, ["rtx3090"], version=1), aggregates(s, ["rtx3090"])
+    v1, v2 = (aggregates(s, ["rtx3090"], version=v) for v in (1, 2))
     np.testing.assert_allclose(v2, np.concatenate([v1, conv_breakdown(seq)]), rtol=1e-6)
+
+
+def test_companion_group_breakdown_buckets_grouped_depthwise_and_unaligned_convolutions():
+    """A grouped 1x1 convolution (64 channels in 4 groups: 16 per group), a depthwise 5x5
+    one over 256 channels and a dense 3x3 one to 12 channels each land in their own bucket
+    and nowhere else. Version 2 of the aggregates is version 3 without the breakdown."""
+    from onnx import helper
+
+    from converters import convert
+    from mdot_jax.companion import aggregates, group_breakdown
+    from mdot_jax.data import Sample, Workload
+    from tests.onnx_builders import model, value
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[1, 1], group=4),
+             helper.make_node("Conv", ["a", "w2"], ["b"], kernel_shape=[1, 1]),
+             helper.make_node("Conv", ["b", "w3"], ["c"], kernel_shape=[5, 5], pads=[2] * 4,
+                              group=256),
+             helper.make_node("Conv", ["c", "w4"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)]
+    m = model(nodes, [value("x", [2, 64, 8, 8]), value("w1", [64, 16, 1, 1]),
+                      value("w2", [256, 64, 1, 1]), value("w3", [256, 1, 5, 5]),
+                      value("w4", [12, 256, 3, 3])], [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    seq = convert(m, batch_size=2)
+    flops = seq.load[:, 0:2].astype(np.float64).sum(axis=1)
+    want = np.zeros(14)
+    want[2:4] = flops[0], 1  # grouped, 8-31 channels per group
+    want[11] = flops[2]  # depthwise, >= 256 channels, kernel larger than 3
+    want[12:14] = flops[3], 1  # 12 output channels: not a multiple of 8
+    np.testing.assert_allclose(group_breakdown(seq), np.log1p(want), rtol=1e-6)
+    s = Sample.in_memory(seq, Workload(batch_size=2, input_size=8, device="rtx3090"))
+    v2, v3 = aggregates(s, ["rtx3090"], version=2), aggregates(s, ["rtx3090"])
+    np.testing.assert_allclose(v3, np.concatenate([v2, group_breakdown(seq)]), rtol=1e-6)
 
 
 def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
