@@ -4,8 +4,9 @@ A checkpoint directory holds
   params/         the parameters (orbax StandardCheckpointer; works with 0.11.36 and 0.12.x)
   metadata.json   format version, model config, feature config, normalisation statistics,
                   operator vocabulary (+ version), dataset fingerprint, metrics, training info
-  companion.txt.gz  optional: the LightGBM companion (`companion.TreeModel`, LightGBM's text
-                  format, gzipped: 3x smaller; `companion.txt` before)
+  companion.txt.xz  optional: the LightGBM companion (`companion.TreeModel`, LightGBM's text
+                  format, xz-compressed: 4x smaller; `companion.txt.gz` and `companion.txt`
+                  before, both still read)
 and, optionally, in metadata.json the error bands measured on held-out families
 (`calibration.Calibration`, added by `attach_calibration`),
 so `load(path)` and `load_companion(path)` need nothing else. Saves are atomic: everything
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import lzma
 import json
 import shutil
 import uuid
@@ -38,7 +40,7 @@ from mdot_jax.train import Trained
 # expect other input widths
 FORMAT_VERSION = 2
 METADATA = "metadata.json"
-COMPANION = "companion.txt.gz"
+COMPANION = "companion.txt.xz"
 
 
 def _checkpointer():
@@ -84,14 +86,14 @@ def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = Non
     path = Path(path)
     meta = read_metadata(path)
     tmp = path / f".{COMPANION}.tmp"
-    tmp.write_bytes(gzip.compress(trees.text.encode(), mtime=0))
+    tmp.write_bytes(lzma.compress(trees.text.encode(), preset=9))
     tmp.rename(path / COMPANION)
     old = (meta.get("companion") or {}).get("file", COMPANION)
     meta["companion"] = dict(info or {}, kind="lightgbm", file=COMPANION,
                              devices=list(trees.devices), vocab_size=trees.vocab_size,
                              aggregates_version=trees.version, objective=trees.objective)
     _write_metadata(path, meta)
-    if old != COMPANION:  # an ungzipped companion of an older version
+    if old != COMPANION:  # the companion file of an older version
         (path / old).unlink(missing_ok=True)
 
 
@@ -228,7 +230,8 @@ def load_companion(path: str | Path) -> TreeModel | None:
     try:  # saved before vocab_size / aggregates_version were recorded: the checkpoint's
         # vocabulary, version 1
         data = (path / info["file"]).read_bytes()
-        text = (gzip.decompress(data) if info["file"].endswith(".gz") else data).decode()
+        unpack = {".gz": gzip.decompress, ".xz": lzma.decompress}.get(Path(info["file"]).suffix)
+        text = (unpack(data) if unpack else data).decode()
         return TreeModel.from_text(text, info["devices"],
                                    info.get("vocab_size", len(meta["vocab"])),
                                    info.get("aggregates_version", 1))

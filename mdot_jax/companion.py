@@ -3,7 +3,7 @@ aggregates.
 
 On both datasets' leave-family-out folds the geometric mean of the network's and this
 model's predictions was more accurate than either alone (README, Evaluation): they err on
-different models. A checkpoint may carry one (`companion.txt.gz`); the Predictor then
+different models. A checkpoint may carry one (`companion.txt.xz`); the Predictor then
 predicts `exp((log t_net + log t_trees) / 2)` and reports both parts.
 """
 
