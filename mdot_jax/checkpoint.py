@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import lzma
 import json
+import lzma
 import shutil
 import uuid
 from pathlib import Path
