@@ -28,7 +28,8 @@ from mdot_jax.data import load_dataset, make_splits, split_groups
 from mdot_jax.features import LAYOUTS, PRECISIONS, graph_totals
 from mdot_jax.train import split_validation
 
-VARIANTS = ("l1", "family-val", "family-weight", "huber", "huber-monotone", "residual", "residual-conv", "per-flop")
+VARIANTS = ("l1", "family-val", "family-weight", "huber", "huber-monotone", "residual",
+            "residual-conv", "per-flop")
 MONOTONE = 10  # leading aggregates: log2 batch, log2 input size, the 8 graph totals
 
 

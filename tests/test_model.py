@@ -326,7 +326,6 @@ def test_companion_group_breakdown_buckets_grouped_depthwise_and_unaligned_convo
     np.testing.assert_allclose(v3, np.concatenate([v2, group_breakdown(seq)]), rtol=1e-6)
 
 
-
 def test_fit_boosters_ignores_rows_of_zero_weight():
     """Half the rows carry a target 3 too high; weighted 0 they leave the fit alone, weighted
     equally they pull it up."""
@@ -340,6 +339,7 @@ def test_fit_boosters_ignores_rows_of_zero_weight():
     (plain,) = fit_boosters(x, y, x[::2], y[::2], **kw)
     assert np.abs(weighted.predict(x[::2]) - y[::2]).mean() < 0.1
     assert plain.predict(x[::2]).mean() - y[::2].mean() > 1.0
+
 
 def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
     import dataclasses
