@@ -12,7 +12,9 @@ large families do not dominate), `huber`, `huber-monotone` (time rising with log
 input size and the graph totals; LightGBM has no monotone L1), `residual` (trees fitted to
 what a ridge line of log time on log FLOPs, bytes, operator count and the one-hots leaves),
 `residual-conv` (the line also on each kind of convolution's FLOPs and log batch),
-`per-flop` (log time per FLOP as the target).
+`per-flop` (log time per FLOP as the target), `intensity` (`l1` with, per band of arithmetic
+intensity, < 1, 1-10, 10-100, >= 100 FLOPs per byte: the log FLOPs, bytes and count of the
+operators in it; where a roofline splits memory- from compute-bound work).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from mdot_jax.features import LAYOUTS, PRECISIONS, graph_totals
 from mdot_jax.train import split_validation
 
 VARIANTS = ("l1", "family-val", "family-weight", "huber", "huber-monotone", "residual",
-            "residual-conv", "per-flop")
+            "residual-conv", "per-flop", "intensity")
+BANDS = (0, 1, 10, 100, np.inf)  # arithmetic intensity, FLOPs per byte (`intensity` variant)
 MONOTONE = 10  # leading aggregates: log2 batch, log2 input size, the 8 graph totals
 
 
@@ -61,11 +64,24 @@ def offsets(variant: str, tr, parts, devices) -> list[np.ndarray]:
     return [np.zeros(len(p)) for p in parts]
 
 
+def intensity_bands(seq) -> np.ndarray:
+    """`[12]` log FLOPs (forward + backward), log bytes and log count of the operators in
+    each band of `BANDS`."""
+    load = seq.load.astype(np.float64)
+    flops, moved, intensity = load[:, 0] + load[:, 1], load[:, 2] + load[:, 3], load[:, 5]
+    return np.log1p([[flops[m].sum(), moved[m].sum(), m.sum()]
+                     for m in ((intensity >= lo) & (intensity < hi)
+                               for lo, hi in zip(BANDS[:-1], BANDS[1:]))]).ravel()
+
+
 def fit_predict(variant: str, train, test, seed: int) -> np.ndarray:
     """Predicted ms for `test`."""
     tr, val = split_validation(train, 0.1, seed, "family" if variant == "family-val" else "sample")
     devices = tuple(sorted({s.workload.device for s in train}))
     x, xv, xt = (np.stack([aggregates(s, devices) for s in p]) for p in (tr, val, test))
+    if variant == "intensity":
+        x, xv, xt = (np.hstack([a, [intensity_bands(s.seq) for s in p]])
+                     for a, p in ((x, tr), (xv, val), (xt, test)))
     b, bv, bt = offsets(variant, tr, (tr, val, test), devices)
     y, yv = (np.log([s.label_ms for s in p]) for p in (tr, val))
     params = {}

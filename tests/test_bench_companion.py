@@ -35,3 +35,14 @@ def test_residual_offsets_follow_a_power_law_in_flops(tiny_real_dataset):
     np.testing.assert_allclose(b, np.log(ms), atol=0.05)
     (zero,) = bench.offsets("l1", fake, [fake], devices)
     assert not zero.any()
+
+
+def test_intensity_bands_partition_the_operators(tiny_real_dataset):
+    """Every operator is in exactly one band: the bands' counts, FLOPs and bytes add up to
+    the graph's."""
+    seq = tiny_real_dataset.samples[0].seq
+    bands = np.expm1(bench.intensity_bands(seq)).reshape(-1, 3)  # [band, (FLOPs, bytes, n)]
+    load = seq.load.astype(np.float64)
+    np.testing.assert_allclose(bands.sum(axis=0), [load[:, :2].sum(), load[:, 2:4].sum(),
+                                                   seq.num_ops], rtol=1e-5)
+    assert (bands[:, 2] > 0).sum() >= 2  # a real model spans several bands
