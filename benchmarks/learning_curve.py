@@ -93,7 +93,7 @@ def report(rows: list[dict], out: Path, name: str) -> None:
         line, = ax.loglog(fam, mape, "o-", label=f"{method} (mean over folds)")
         upper = int(np.searchsorted(fractions, 0.5))
         for label, first in (("all fractions", 0), ("fractions >= 0.5", upper)):
-            if len(fam) - first < 2 or (first and not upper):
+            if len(fam) - first < 2 or (label != "all fractions" and not upper):
                 continue
             b, log_a = np.polyfit(np.log(fam[first:]), np.log(mape[first:]), 1)
             print(f"power law over {label}: MAPE = {np.exp(log_a):.1f} * families^{b:.3f}",
