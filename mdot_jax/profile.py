@@ -54,6 +54,25 @@ TIMM_SELECTION = (
     "poolformer_s12", "vit_tiny_patch16_224", "deit_tiny_patch16_224", "mixer_s16_224",
     "resmlp_12_224", "levit_128s", "mobilevit_xs", "efficientformer_l1", "pvt_v2_b0",
     "xcit_nano_12_p16_224", "cait_xxs24_224", "mobileone_s0", "fastvit_t8", "efficientvit_b0",
+    # second tranche (2026-11-25): a small model of each timm family the first lacked, since
+    # held-out error falls with the number of training families (README: learning curve)
+    "bat_resnext26ts", "beit_base_patch16_224", "caformer_s18", "coat_lite_tiny",
+    "coatnet_nano_rw_224", "convformer_s18", "convit_tiny", "convmixer_768_32",
+    "crossvit_tiny_240", "cs3darknet_s", "cspdarknet53", "cspresnext50", "darknetaa53",
+    "davit_tiny", "densenetblur121d", "dm_nfnet_f0", "eca_resnext26ts", "ecaresnet26t",
+    "ecaresnext26t_32x4d", "ecaresnetlight", "efficientformerv2_s0", "efficientvim_m1",
+    "ese_vovnet19b_dw", "eva02_tiny_patch14_224", "fasternet_t0", "fbnetv3_b", "flexivit_small",
+    "focalnet_tiny_srf", "gc_efficientnetv2_rw_t", "gcresnet33ts", "gcresnext26ts",
+    "gcvit_xxtiny", "gmixer_12_224", "gmlp_ti16_224", "hardcorenas_a", "hgnet_tiny",
+    "hgnetv2_b0", "hiera_tiny_224", "iformer_t", "lambda_resnet26t", "lowformer_b0",
+    "mambaout_femto", "maxvit_nano_rw_256", "maxxvit_rmlp_nano_rw_256", "mvitv2_tiny",
+    "nest_tiny", "nextvit_small", "nf_resnet26", "nfnet_l0", "pit_ti_224", "rdnet_tiny",
+    "regnetz_005", "repghostnet_050", "repvit_m0_9", "resnetaa34d", "resnetblur18",
+    "resnetrs50", "rexnetr_100", "sedarknet21", "semnasnet_050", "sequencer2d_s", "seresnet18",
+    "seresnetaa50d", "shvit_s1", "skresnet18", "skresnext50_32x4d", "spnasnet_100",
+    "starnet_s1", "swiftformer_xs", "tiny_vit_5m_224", "tnt_s_patch16_224", "tresnet_m",
+    "twins_svt_small", "visformer_tiny", "volo_d1_224", "xception41", "csatv2",
+    "cpubone_b0_bfrobust", "cspnext_s",
 )
 HF_CONFIGS = {  # name -> (config class, kwargs); random weights, nothing from a hub
     "bert-tiny": ("BertConfig", dict(num_hidden_layers=2, hidden_size=128,
