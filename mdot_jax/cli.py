@@ -152,7 +152,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         report = profile(args.zoo.split(","), args.batch_sizes, args.image_sizes, out,
                          seq_lens=args.seq_lens, threads=args.threads,
                          models=args.models.split(",") if args.models else None,
-                         protocol=protocol)
+                         protocol=protocol, retry_skipped=args.retry_skipped)
     except ValueError as e:
         raise UsageError(str(e)) from None
     print(f"{report['samples']} samples in {out}; skipped by reason: "
@@ -372,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, default=25.0,
                    help="time budget of the timed repeats of one sample")
     p.add_argument("--out", help="dataset directory (default: data/<device>-<threads>t)")
+    p.add_argument("--retry-skipped", action="store_true",
+                   help="measure again what report.json says was skipped")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("train", help="train MDOT (or a baseline network: --model-config "

@@ -120,10 +120,12 @@ def _timm_zoo() -> list[ZooModel]:
 
     def make(name):
         def build(size):
+            # a 1000-class head even where the default has none (eva02_tiny: features only)
+            kw = dict(pretrained=False, num_classes=1000)
             try:  # transformers fix their image size at construction
-                return timm.create_model(name, pretrained=False, img_size=size)
+                return timm.create_model(name, img_size=size, **kw)
             except TypeError:
-                return timm.create_model(name, pretrained=False)
+                return timm.create_model(name, **kw)
         return build
 
     return [ZooModel(n, "image", make(n)) for n in TIMM_SELECTION]
@@ -302,8 +304,10 @@ def _reason(e: BaseException) -> str:
 
 def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str | Path, *,
             seq_lens: list[int] | None = None, threads: int = 2, models: list[str] | None
-            = None, protocol: Protocol = Protocol(), progress: bool = True) -> dict:
-    """Measures every (model, size, batch size) not already in `out`; returns the report.
+            = None, protocol: Protocol = Protocol(), retry_skipped: bool = False,
+            progress: bool = True) -> dict:
+    """Measures every (model, size, batch size) not already in `out` (nor skipped before,
+    unless `retry_skipped`); returns the report.
 
     `sizes` are image sides for image models; `seq_lens` (default `sizes`) sequence lengths
     for text models.
@@ -326,7 +330,8 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
     def key(m, s, b):
         return f"{m.name}/{m.kind[0]}{s}/b{b}"
 
-    todo = [j for j in jobs if key(*j) not in writer.done and key(*j) not in report.skipped]
+    todo = [j for j in jobs if key(*j) not in writer.done
+            and (retry_skipped or key(*j) not in report.skipped)]
     bar = tqdm(total=len(todo), unit="sample", disable=not progress, desc=f"profile {device}")
     by_model_size: dict[tuple, list[int]] = {}
     for m, s, b in todo:
@@ -384,6 +389,7 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             report.skip(k, _reason(e), f"{type(e).__name__}: {e}")
         else:
             st = stats_of(times)
+            report.skipped.pop(k, None)  # measured on a retry
             writer.append(Sample(
                 key=k, arch=m.name, seq_path=f"seqs/{seq_key}.npz",
                 workload=Workload(batch_size=b, input_size=size, precision="fp32",

@@ -37,6 +37,16 @@ def test_profile_tiny_model_end_to_end(tmp_path):
     assert (c.key, c.label_ms, c.workload) == (s.key, s.label_ms, s.workload)
     # no pattern to fuse here, only the classifier's Flatten to count as a view
     assert c.seq.meta["fused"] == {"views": 1} and c.seq.num_ops == s.seq.num_ops
+    # a skip on record is kept, unless retried: then a success clears it
+    report = json.loads((out / "report.json").read_text())
+    report["skipped"]["mobilenet_v3_small/i32/b4"] = dict(reason="cannot_train", detail="")
+    (out / "report.json").write_text(json.dumps(report))
+    kept = profile(["torchvision"], [4], [32], out, threads=1, progress=False,
+                   models=["mobilenet_v3_small"], protocol=FAST)
+    assert kept["samples"] == 1 and kept["skipped_by_reason"]["cannot_train"] == 1
+    retried = profile(["torchvision"], [4], [32], out, threads=1, progress=False,
+                      models=["mobilenet_v3_small"], protocol=FAST, retry_skipped=True)
+    assert retried["samples"] == 2 and "cannot_train" not in retried["skipped_by_reason"]
 
 
 def test_zoo_names_are_unique():
