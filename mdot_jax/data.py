@@ -400,6 +400,6 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
             writer.save_seq(seq_key, seq)
         writer.append(dataclasses.replace(sample, root=None))
     report = Path(src) / REPORT
-    if report.exists() and not (Path(out) / REPORT).exists():
+    if report.exists():  # what the source skipped, as of now (it may have grown)
         shutil.copy(report, Path(out) / REPORT)
     return load_dataset(out)
