@@ -18,6 +18,7 @@ Measurement protocol (also in the README):
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -202,32 +203,51 @@ def resequence(src: str | Path, out: str | Path, *, fuse: bool = True,
 
 
 # ---------------------------------------------------------------------------- measurement
-def cpu_model() -> str:
+def cpu_info() -> dict:
+    """The CPU as /proc/cpuinfo tells it: model name, and where the name is generic (a cloud
+    VM's "AMD EPYC" covers several generations: labels measured on one ran 1.3-2.5x slower
+    than on another) the family, model number, stepping and vector extensions that tell the
+    generations apart."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip().lower(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    info = dict(device_model=fields.get("model name") or platform.processor()
+                or platform.machine())
+    if "cpu family" in fields:
+        info.update(cpu_family=int(fields["cpu family"]), cpu_model_id=int(fields["model"]),
+                    cpu_stepping=int(fields.get("stepping", 0) or 0),
+                    cpu_isa=sorted(f for f in fields.get("flags", "").split()
+                                   if re.match(r"(avx|amx|fma|f16c|sse4)", f)))
+    return info
 
 
 def fingerprint(threads: int) -> dict:
     import torch
 
     cuda = torch.cuda.is_available()
-    return dict(device_model=torch.cuda.get_device_name(0) if cuda else cpu_model(),
-                device_kind="cuda" if cuda else "cpu", cores=os.cpu_count(), threads=threads,
-                torch=torch.__version__.split("+")[0], precision="fp32", optimizer="sgd",
-                affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                else None, python=platform.python_version())
+    chip = dict(device_model=torch.cuda.get_device_name(0)) if cuda else cpu_info()
+    return dict(chip, device_kind="cuda" if cuda else "cpu", cores=os.cpu_count(),
+                threads=threads, torch=torch.__version__.split("+")[0], precision="fp32",
+                optimizer="sgd", affinity=sorted(os.sched_getaffinity(0))
+                if hasattr(os, "sched_getaffinity") else None, python=platform.python_version())
 
 
 def device_slug(fp: dict) -> str:
-    """Folder name for a device, e.g. `cpu-amd-epyc-2t`."""
+    """Folder name for a device, e.g. `cpu-amd-epyc-f26m2-2t` (CPU family 26, model 2; where
+    the fingerprint has them), `cuda-nvidia-geforce-rtx-3090-2t`."""
     model = re.sub(r"[^a-z0-9]+", "-", fp["device_model"].lower()).strip("-")
     model = re.sub(r"-(processor|cpu|with-radeon.*)$", "", model)
-    return f"{fp['device_kind']}-{model}-{fp['threads']}t"
+    chip = f"-f{fp['cpu_family']}m{fp['cpu_model_id']}" if "cpu_family" in fp else ""
+    return f"{fp['device_kind']}-{model}{chip}-{fp['threads']}t"
+
+
+# what must agree for two samples to be of one device
+DEVICE_KEYS = ("device_model", "cpu_family", "cpu_model_id", "cpu_stepping", "cpu_isa",
+               "threads")
 
 
 @dataclass(frozen=True)
@@ -344,18 +364,20 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
 
 
 def _check_same_device(root: Path, fp: dict) -> None:
+    """Refuses to append to a folder measured on another device: another CPU/GPU model,
+    family, model number, stepping, vector extensions or thread count; or a CPU folder
+    whose samples do not record the family (measured before it was recorded), since
+    then nobody can tell."""
     if not (root / "samples.jsonl").exists():
         return
-    ds = load_dataset(root)
-    other = {s.meta.get("fingerprint", {}).get("device_model") for s in ds.samples}
-    other.discard(None)
-    if other and other != {fp["device_model"]}:
-        raise ValueError(f"{root} holds samples measured on {sorted(other)}, this machine is "
-                         f"{fp['device_model']!r}: profile into a new dataset folder")
-    threads = {s.meta.get("fingerprint", {}).get("threads") for s in ds.samples} - {None}
-    if threads and threads != {fp["threads"]}:
-        raise ValueError(f"{root} was measured with {sorted(threads)} threads, not "
-                         f"{fp['threads']}: use a new dataset folder")
+    theirs = [s.meta.get("fingerprint", {}) for s in load_dataset(root).samples]
+    for k in DEVICE_KEYS:
+        other = {json.dumps(t.get(k)) for t in theirs} - {json.dumps(fp.get(k))}
+        if other:
+            raise ValueError(
+                f"{root} holds samples measured with {k} {', '.join(sorted(other))}, this "
+                f"machine has {json.dumps(fp.get(k))}: profile into a new dataset folder "
+                f"(default: data/{device_slug(fp)})")
 
 
 def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, device, protocol,
