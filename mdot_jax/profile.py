@@ -205,7 +205,7 @@ def resequence(src: str | Path, out: str | Path, *, fuse: bool = True,
 # ---------------------------------------------------------------------------- measurement
 def cpu_info() -> dict:
     """The CPU as /proc/cpuinfo tells it: model name, and where the name is generic (a cloud
-    VM's "AMD EPYC" covers several generations: labels measured on one ran 1.3-2.5x slower
+    VM's "AMD EPYC" covers several generations: labels measured on one ran 1.2-2.5x slower
     than on another) the family, model number, stepping and vector extensions that tell the
     generations apart."""
     fields: dict[str, str] = {}

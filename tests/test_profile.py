@@ -70,6 +70,28 @@ def test_profile_refuses_to_mix_devices(tmp_path):
                 models=["mobilenet_v3_small"], protocol=FAST)
 
 
+@pytest.mark.parametrize("theirs", [
+    dict(cpu_family=None, cpu_model_id=None),  # measured before the family was recorded
+    dict(cpu_family=23, cpu_model_id=49),  # the same model name, another generation
+], ids=["unrecorded", "other-family"])
+def test_profile_refuses_a_generic_cpu_name_of_another_generation(tmp_path, theirs):
+    """Cloud VMs call several CPU generations "AMD EPYC": the family and model number tell
+    them apart, and a folder that does not record them cannot be appended to."""
+    fp = fingerprint(1)
+    if "cpu_family" not in fp:
+        pytest.skip("no /proc/cpuinfo family on this machine")
+    other = {k: v for k, v in dict(fp, **theirs).items() if v is not None}
+    assert device_slug(other) != device_slug(fp)
+    out = tmp_path / "cpu"
+    out.mkdir()
+    sample = dict(key="k", arch="a", seq="seqs/x.npz", label_ms=1.0,
+                  workload=dict(batch_size=1, input_size=1), meta=dict(fingerprint=other))
+    (out / "samples.jsonl").write_text(json.dumps(sample) + "\n")
+    with pytest.raises(ValueError, match=r"cpu_family .*new dataset folder \(default: data/"):
+        profile(["torchvision"], [2], [32], out, threads=1, progress=False,
+                models=["mobilenet_v3_small"], protocol=FAST)
+
+
 def test_stats_golden():
     st = stats_of([10.0, 12.0, 14.0])
     assert st["median_ms"] == 12.0 and st["iqr_ms"] == 2.0
