@@ -16,9 +16,9 @@ import math
 
 import numpy as np
 
-from mdot_jax import calibration
-from mdot_jax.data import load_dataset
-from mdot_jax.evaluate import read_results
+from mdot_jax.data.dataset import load_dataset
+from mdot_jax.evaluation.evaluate import read_results
+from mdot_jax.serving import calibration
 
 
 def score(cal, rows: list[dict], samples: dict, methods) -> dict[str, tuple[float, float]]:

@@ -26,9 +26,8 @@ import numpy as np
 from tqdm import tqdm
 
 from mdot_jax.companion import aggregates, fit_boosters
-from mdot_jax.data import load_dataset, make_splits, split_groups
-from mdot_jax.features import LAYOUTS, PRECISIONS, graph_totals
-from mdot_jax.train import split_validation
+from mdot_jax.data.dataset import load_dataset, make_splits, split_groups, split_validation
+from mdot_jax.data.features import LAYOUTS, PRECISIONS, graph_totals
 
 VARIANTS = ("l1", "family-val", "family-weight", "huber", "huber-monotone", "residual",
             "residual-conv", "per-flop", "intensity")

@@ -40,8 +40,8 @@ def main():
     import torchvision
 
     from converters import convert, from_torch
-    from mdot_jax.data import Sample
-    from mdot_jax.predict import Predictor
+    from mdot_jax.data.dataset import Sample
+    from mdot_jax.serving.predict import Predictor
 
     predictor = Predictor.load(args.checkpoint)
     path = Path(tempfile.mkdtemp()) / "resnet50.onnx"

@@ -33,11 +33,10 @@ def main():
     parser.add_argument("--max-length", type=int, default=4096)
     args = parser.parse_args()
 
-    from mdot_jax.baselines import build_model
-    from mdot_jax.data import load_dataset
-    from mdot_jax.features import FeatureCache, FeatureConfig, fit_stats
-    from mdot_jax.model import ModelConfig
-    from mdot_jax.train import make_mesh, make_steps
+    from mdot_jax.data.dataset import load_dataset
+    from mdot_jax.data.features import FeatureCache, FeatureConfig, fit_stats
+    from mdot_jax.models import ModelConfig, build_model
+    from mdot_jax.training.train import make_mesh, make_steps
 
     samples = [s for s in load_dataset(args.dataset).samples
                if s.seq.num_ops <= args.max_length]

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from mdot_jax.data import load_dataset, make_splits, split_groups
-from mdot_jax.evaluate import make_method
-from mdot_jax.train import TrainConfig
+from mdot_jax.data.dataset import load_dataset, make_splits, split_groups
+from mdot_jax.evaluation.evaluate import make_method
+from mdot_jax.training.train import TrainConfig
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 BUDGET = TrainConfig(epochs=20, patience=5)  # as in benchmarks/run_evaluations.sh

@@ -20,7 +20,7 @@ from pathlib import Path
 import lightgbm as lgb
 import numpy as np
 
-from mdot_jax.data import family_of, load_dataset, make_splits, split_groups
+from mdot_jax.data.dataset import family_of, load_dataset, make_splits, split_groups
 
 PARAMS = dict(objective="l1", learning_rate=0.05, num_leaves=15, min_data_in_leaf=5,
               verbose=-1, seed=0)

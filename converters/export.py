@@ -20,7 +20,8 @@ import contextlib
 import io
 import os
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import onnx
 
@@ -99,8 +100,9 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
                 contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
-            torch.onnx.export(
-                module, args, buf, dynamo=False, export_params=False,
+            torch.onnx.export(  # a BytesIO works as the file
+                module, args, buf,  # type: ignore[arg-type]
+                dynamo=False, export_params=False,
                 training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                 input_names=names, opset_version=opset,
                 dynamic_axes={n: {0: "batch"} for n in names} if dynamic_batch else None)

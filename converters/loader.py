@@ -8,8 +8,9 @@ resolve).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence, Union
+from typing import Any, Union
 
 import numpy as np
 import onnx
@@ -17,8 +18,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
 from converters.errors import ConversionError
-from converters.sequence import (DATA_INPUTS_KEY, OperatorSequence, data_input_names,
-                                 to_sequence)
+from converters.sequence import DATA_INPUTS_KEY, OperatorSequence, data_input_names, to_sequence
 
 ModelSource = Union[str, Path, bytes, onnx.ModelProto]
 KEEP_INITIALIZER_MAX = 64  # keep values of small initializers (shape constants for Reshape)
@@ -196,7 +196,9 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
     graph = model.graph
     shapes = _concrete_shapes(graph)
     known = {i.name for i in graph.initializer}
-    foldable, outputs, from_shape = [], [], set()
+    foldable: list[onnx.NodeProto] = []
+    outputs: list[str] = []
+    from_shape: set[int] = set()  # ids of Shape nodes read from concrete shapes
     for node in graph.node:
         if node.op_type in _NEVER_FOLD or node.domain not in ("", "ai.onnx"):
             continue
@@ -259,6 +261,7 @@ def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
         pass
     env = {i.name: numpy_helper.to_array(i) for i in initializers}
     values = {}
+    result: Any
     for node in nodes:
         if not all(not t or t in env for t in node.input):
             continue

@@ -22,7 +22,8 @@ in `tests/test_ops.py`.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from onnx import helper
 

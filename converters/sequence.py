@@ -14,15 +14,17 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
 
 from converters.errors import ConversionError
-from converters.fusion import VIEWS, Node as _Node, constants, fuse as fuse_kernels
-from converters.graph import PE_FUNCTIONS, depths, topological_order, CycleError
+from converters.fusion import VIEWS, constants
+from converters.fusion import Node as _Node
+from converters.fusion import fuse as fuse_kernels
+from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
 
@@ -128,7 +130,7 @@ class OperatorSequence:
         tmp.replace(path)
 
     @classmethod
-    def load_npz(cls, path: str | Path) -> "OperatorSequence":
+    def load_npz(cls, path: str | Path) -> OperatorSequence:
         try:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta_json"]))
@@ -245,7 +247,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
         raise ConversionError(f"model '{name or graph.name}': the graph is empty (no nodes)")
     types = _tensor_types(graph)
     nodes = [_Node(n.op_type, n.name, list(n.input), list(n.output), n) for n in graph.node]
-    fused = None
+    fused: dict[str, int] | None = None
     if fuse:
         nodes, fused = fuse_kernels(nodes, constants(graph), {o.name for o in graph.output})
     data_inputs = set(data_input_names(model))
@@ -259,7 +261,11 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
     is_data = dict.fromkeys(data_inputs | floats, True)
     alias: dict[str, str] = {}
     seq_index: dict[int, int] = {}
-    rows, loads, ids, names, edges = [], [], [], [], []
+    rows: list[list[float]] = []  # [T][C]
+    loads: list[list[float]] = []  # [T][L]
+    ids: list[int] = []
+    names: list[str] = []
+    edges: list[tuple[int, int]] = []
     unknown: dict[str, int] = {}
     used_params: set[str] = set()
     dropped = 0
@@ -278,7 +284,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
         j = len(ids)
         seq_index[i] = j
         row, load, node_params = _operator_features(node, inputs, types, params, unknown)
-        if fuse and node.op_type in VIEWS:  # a view in eager PyTorch: no bytes move
+        if fused is not None and node.op_type in VIEWS:  # a view in eager PyTorch: no bytes move
             load[2] = load[3] = load[5] = 0.0
             fused["views"] = fused.get("views", 0) + 1
         rows.append(row)
@@ -338,7 +344,7 @@ def _operator_features(node: _Node, inputs: list[str], types: dict[str, _Tensor]
     row[0] = len(known_in)  # n_inputs
     row[1] = sum(x.shape is not None for x in outs)  # n_outputs
     if known_in:
-        row[_IN_SHAPE:_IN_SHAPE + 5] = _shape_fields(known_in[0].shape)
+        row[_IN_SHAPE:_IN_SHAPE + 5] = _shape_fields(known_in[0].shape or ())
         row[_CFG["in_numel"]] = known_in[0].numel
     out0 = outs[0] if outs else missing
     if out0.shape is not None:

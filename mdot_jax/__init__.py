@@ -2,18 +2,25 @@
 
 The public API (imported lazily, so `mdot convert` does not pay for JAX start-up):
   convert, OperatorSequence, ConversionError   (from converters)
-  Predictor                                    (mdot_jax.predict)
-  load_dataset                                 (mdot_jax.data)
-  train, TrainConfig, ModelConfig              (mdot_jax.train, mdot_jax.model)
+  Predictor                                    (mdot_jax.serving.predict)
+  load_dataset                                 (mdot_jax.data.dataset)
+  train, TrainConfig                           (mdot_jax.training.train)
+  ModelConfig                                  (mdot_jax.models)
+  RECIPES                                      (mdot_jax.recipes: shipped, paper, mdot, tiny)
+
+Subpackages: `data` (datasets, features, measurement), `models` (the networks), `training`,
+`serving` (checkpoints, error bands, the Predictor), `evaluation`; `companion` is the LightGBM
+model on aggregates; `recipes` names what `mdot train` trains.
 """
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one version source (pyproject reads it)
 _EXPORTS = {
     "convert": "converters", "OperatorSequence": "converters", "ConversionError": "converters",
-    "Predictor": "mdot_jax.predict", "load_dataset": "mdot_jax.data",
-    "train": "mdot_jax.train", "TrainConfig": "mdot_jax.train", "ModelConfig": "mdot_jax.model",
+    "Predictor": "mdot_jax.serving.predict", "load_dataset": "mdot_jax.data.dataset",
+    "train": "mdot_jax.training.train", "TrainConfig": "mdot_jax.training.train",
+    "ModelConfig": "mdot_jax.models", "RECIPES": "mdot_jax.recipes",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -80,7 +80,7 @@ def default_data_dir(name: str) -> str:
 
 
 def cmd_dataset_timm(args: argparse.Namespace) -> int:
-    from mdot_jax.build_timm import build_timm_supervised
+    from mdot_jax.data.build_timm import build_timm_supervised
 
     out = args.out or default_data_dir("timm-rtx3090")
     try:
@@ -99,7 +99,7 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_resequence(args: argparse.Namespace) -> int:
-    from mdot_jax import build_timm, profile
+    from mdot_jax.data import build_timm, profile
 
     # a timm dataset keeps its exports; a profiled one is exported again from its zoo
     module = build_timm if os.path.isdir(os.path.join(args.src, "onnx")) else profile
@@ -139,11 +139,12 @@ def _int_list(text: str) -> list[int]:
     try:
         return [int(v) for v in text.split(",") if v]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from mdot_jax.profile import Protocol, device_slug, fingerprint, profile
+    from mdot_jax.data.profile import Protocol, device_slug, fingerprint, profile
 
     out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)))
     protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
@@ -161,7 +162,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _dataset(path: str):
-    from mdot_jax.data import load_dataset
+    from mdot_jax.data.dataset import load_dataset
 
     try:
         return load_dataset(path)
@@ -169,25 +170,28 @@ def _dataset(path: str):
         raise UsageError(str(e)) from None
 
 
-def _config(cls, text: str | None):
+def _config(base, text: str | None):
     """A frozen config dataclass with JSON overrides; unknown fields are a usage error."""
     try:
-        return cls(**_json_arg(text))
+        return base.replace(**_json_arg(text))
     except (TypeError, ValueError) as e:
-        raise UsageError(f"{cls.__name__}: {e}") from None
+        raise UsageError(f"{type(base).__name__}: {e}") from None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mdot_jax.model import ModelConfig
-    from mdot_jax.train import TrainConfig
-    from mdot_jax.workflow import train_and_save
+    from mdot_jax import recipes
+    from mdot_jax.training.workflow import train_and_save
 
+    try:
+        recipe = recipes.get(args.recipe)
+    except ValueError as e:
+        raise UsageError(f"--recipe: {e}") from None
     ds = _dataset(args.dataset)
-    model_cfg = _config(ModelConfig, args.model_config)
-    train_cfg = _config(TrainConfig, args.train_config)
+    model_cfg = _config(recipe.model, args.model_config)
+    train_cfg = _config(recipe.train, args.train_config)
     result = train_and_save(ds, args.out, split=args.split, fold=args.fold,
                             model_cfg=model_cfg, train_cfg=train_cfg,
-                            companion=not args.no_companion,
+                            companion=recipe.companion and not args.no_companion,
                             log=lambda line: print(line, file=sys.stderr, flush=True))
     m = result["test_metrics"]
     if m:
@@ -212,7 +216,7 @@ def _json_arg(text: str | None) -> dict:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from mdot_jax.predict import Predictor
+    from mdot_jax.serving.predict import Predictor
 
     kw = _shape_kwargs(args)
     sizes = args.batch_sizes or ([args.batch_size] if args.batch_size else [])
@@ -272,8 +276,8 @@ def _range(pair, scale: float = 1.0) -> str:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from mdot_jax.predict import resolve_checkpoint
-    from mdot_jax.workflow import calibrate
+    from mdot_jax.evaluation.calibrate import calibrate
+    from mdot_jax.serving.predict import resolve_checkpoint
 
     path = resolve_checkpoint(args.checkpoint)
     ds = _dataset(args.dataset)
@@ -294,12 +298,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import subprocess
 
-    from mdot_jax.evaluate import ALL_METHODS, read_results, run, summarize
-    from mdot_jax.train import TrainConfig
+    from mdot_jax.evaluation.evaluate import ALL_METHODS, read_results, run, summarize
+    from mdot_jax.training.train import TrainConfig
 
     ds = _dataset(args.dataset)
     methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
-    budget = _config(TrainConfig, args.train_config)
+    budget = _config(TrainConfig(), args.train_config)
     if args.summary_only:
         rows = read_results(args.out)
         if not rows:
@@ -376,14 +380,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure again what report.json says was skipped")
     p.set_defaults(func=cmd_profile)
 
-    p = sub.add_parser("train", help="train MDOT (or a baseline network: --model-config "
-                                     "'{\"arch\": \"gnn\"}') on a dataset, write a checkpoint")
+    p = sub.add_parser("train", help="train a predictor on a dataset (default: the shipped "
+                                     "recipe), write a checkpoint")
     p.add_argument("--dataset", required=True, help="dataset directory")
     p.add_argument("--split", choices=["family", "random", "batch", "none"], default="family",
                    help="hold out one fold as the test set (none: train on everything)")
     p.add_argument("--fold", type=int, default=0, help="which fold is the test set")
-    p.add_argument("--model-config", help='JSON overrides, e.g. \'{"d_model": 32}\'')
-    p.add_argument("--train-config", help='JSON overrides, e.g. \'{"epochs": 20}\'')
+    p.add_argument("--recipe", default="shipped",
+                   help="shipped (GNN + LightGBM, default), paper (the paper's MDOT), mdot "
+                        "(MDOT + LightGBM), tiny (seconds; for tests); see mdot_jax/recipes.py")
+    p.add_argument("--model-config", help='JSON overrides of the recipe\'s, e.g. '
+                                          '\'{"d_model": 32}\'')
+    p.add_argument("--train-config", help='JSON overrides of the recipe\'s, e.g. '
+                                          '\'{"epochs": 20}\'')
     p.add_argument("--out", required=True, help="checkpoint directory")
     p.add_argument("--no-companion", action="store_true",
                    help="save the network alone, without the LightGBM companion it "

@@ -10,32 +10,27 @@ predicts `exp((log t_net + log t_trees) / 2)` and reports both parts.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from converters.sequence import CONFIG_FIELDS, OperatorSequence
 from converters.vocab import UNK_ID, VOCAB
-from mdot_jax.data import Sample
-from mdot_jax.features import conv_kinds, workload_raw
-from mdot_jax.train import split_validation
+from mdot_jax.data.dataset import Sample, split_validation
+from mdot_jax.data.features import conv_kinds, workload_raw
 
 # (num_leaves, learning_rate) tried; the one with the lowest validation error is kept
 GRID = ((15, 0.03), (31, 0.03), (15, 0.1), (31, 0.1))
-# Absolute error of log time (a median regression): a family unlike the others (TResNet runs
-# 4x slower in channels-last, RegNets 3x) pulls a squared loss towards itself and away from
-# the new family to predict. On the first split's 5 family folds x 2 seeds (3-booster bags,
-# fused sequences) it lowered MAPE from 11.72 to 10.93% on timm (both seeds) and 13.40 to
-# 13.02% on the CPU data (both seeds); Huber (alpha 0.15) 10.90 / 13.18%, chosen against.
+# Absolute error of log time (a median regression), so that a family unlike the others does
+# not pull the fit towards itself and away from the new family to predict (measured against
+# squared and Huber losses: docs/architecture.md, Companion).
 OBJECTIVE = "regression_l1"
 
 
-# 1: workload, graph totals, op counts, depth; 2: + the convolution breakdown (one LightGBM
-# booster, fused sequences, 5 family folds, seeds 0 / 1: timm 12.95 -> 12.29 / 13.41 -> 11.36%
-# MAPE, local CPU 14.10 -> 13.77 / 14.29 -> 13.44%); 3: + the grouped-convolution breakdown
-# (3-booster bags, corrected split, 5 family folds, seeds 0 / 1: timm 11.52 -> 11.08 /
-# 11.58 -> 11.00%, better on 9 of 10 folds; local CPU 13.58 -> 13.54 / 13.36 -> 13.43%)
+# 1: workload, graph totals, op counts, depth; 2: + the convolution breakdown by kernel class;
+# 3: + the grouped-convolution breakdown (CHANGELOG.md; each version was kept by a rule set
+# before its confirming runs: benchmarks/results/timm-rtx3090-fused-family-aggv3/README.md)
 AGGREGATES_VERSION = 3
 _KERNEL_H, _STRIDE_H, _GROUPS, _C_IN, _C_OUT = (CONFIG_FIELDS.index(f) for f in (
     "kernel_h", "stride_h", "groups", "in_channels", "out_channels"))
@@ -89,10 +84,8 @@ def aggregates(s: Sample, devices: Sequence[str], vocab_size: int = len(VOCAB),
     return np.concatenate(parts).astype(np.float32)
 
 
-# Boosters fitted with seeds seed..seed+SEEDS-1, their log predictions averaged. LightGBM's
-# row and feature bagging make one booster's held-out error vary by up to 2 points with its
-# seed; the mean of 3 was below the single seeds' mean error on all 10 fused-dataset family
-# folds (timm 11.86 -> 11.47% MAPE, CPU 13.68 -> 13.35).
+# Boosters fitted with seeds seed..seed+SEEDS-1, their log predictions averaged: LightGBM's
+# row and feature bagging make one booster's held-out error depend on its seed.
 SEEDS = 3
 _SEPARATOR = "\n# mdot: next booster\n"  # between boosters in `text` (one: none)
 
@@ -111,7 +104,7 @@ class TreeModel:
     @classmethod
     def fit(cls, train: Sequence[Sample], *, seed: int = 0, val_fraction: float = 0.1,
             val_by: str = "sample", grid: Sequence[tuple[int, float]] = GRID,
-            seeds: int = SEEDS) -> "TreeModel":
+            seeds: int = SEEDS) -> TreeModel:
         """Per booster seed, early stopping and the grid point on the same validation
         carve-out as MDOT's (split with `seed`)."""
         tr, val = split_validation(train, val_fraction, seed, val_by)
@@ -129,7 +122,7 @@ class TreeModel:
 
     @classmethod
     def from_text(cls, text: str, devices: Sequence[str], vocab_size: int,
-                  version: int) -> "TreeModel":
+                  version: int) -> TreeModel:
         """Parses `text` now (LightGBM raises on a corrupt model)."""
         return cls(text, tuple(devices), vocab_size, version, _parse(text))
 

@@ -24,7 +24,7 @@ def test_its_l1_variant_is_the_shipped_companion(tiny_real_dataset):
 def test_residual_offsets_follow_a_power_law_in_flops(tiny_real_dataset):
     """The ridge line fits log time; on labels that are exactly a power law of the FLOPs it
     leaves (almost) nothing to the trees."""
-    from mdot_jax.features import graph_totals
+    from mdot_jax.data.features import graph_totals
 
     samples = tiny_real_dataset.samples
     flops = np.array([graph_totals(s.seq)[:2].sum() for s in samples])

@@ -9,26 +9,24 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("timm")
-from mdot_jax import build_timm as bt  # noqa: E402
-from mdot_jax.data import load_dataset  # noqa: E402
+from timm_rows import TIMM_HEADER, timm_csvs  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "timm-rtx3090"
-HEADER = "model,train_samples_per_sec,train_step_time,train_batch_size,train_img_size," \
-         "param_count\n"
+from mdot_jax.data import build_timm as bt  # noqa: E402
+from mdot_jax.data.dataset import load_dataset  # noqa: E402
+
+HEADER = TIMM_HEADER + "\n"
 
 
-def _real_rows(names):
-    csv = SHARED / "benchmark-train-amp-nchw-pt112-cu113-rtx3090.csv"
-    if not csv.exists():
-        pytest.skip("shared/datasets/timm-rtx3090 not present")
-    lines = [line for line in csv.read_text().splitlines()[1:] if line.split(",")[0] in names]
+def _real_rows(names, tmp_path):
+    csv, = timm_csvs(tmp_path / "published", names, layouts=("nchw",))
+    lines = csv.read_text().splitlines()[1:]
     assert len(lines) == len(names)
     return lines
 
 
 @pytest.fixture
 def csv_path(tmp_path):
-    rows = _real_rows(["tinynet_e", "lcnet_035"]) + [
+    rows = _real_rows(["tinynet_e", "lcnet_035"], tmp_path) + [
         "no_such_net_v9,100.0,10.0,64,224,1.0",  # unknown architecture
         "mobilenetv3_small_050,1.0,nan,512,224,1.59",  # NaN time
         "resnet18,1.0,10.0,512,224,99.0",  # parameter count does not match
@@ -128,7 +126,7 @@ def test_the_supervised_build_survives_a_killed_process(csv_path, tmp_path, capf
 def test_resequence_copies_the_samples_with_fused_sequences(tiny_real_dataset, tmp_path):
     """Same samples, labels and fingerprint (so the same folds); every sequence converted
     again from the stored exports with fusion; a second run adds nothing."""
-    from mdot_jax.build_timm import resequence
+    from mdot_jax.data.build_timm import resequence
 
     out = resequence(tiny_real_dataset.root, tmp_path / "fused", progress=False)
     assert out.fingerprint() == tiny_real_dataset.fingerprint()

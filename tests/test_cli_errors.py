@@ -5,10 +5,10 @@ import json
 import onnx
 import pytest
 from onnx import helper
+from onnx_builders import conv_bn_relu, model, value
 
 from mdot_jax.cli import main
-from mdot_jax.predict import CHECKPOINT_DIR as CHECKPOINTS
-from onnx_builders import conv_bn_relu, model, value
+from mdot_jax.serving.predict import CHECKPOINT_DIR as CHECKPOINTS
 
 
 def run(capsys, *argv):

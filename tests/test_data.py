@@ -4,13 +4,22 @@ import json
 
 import numpy as np
 import pytest
+from onnx_builders import conv_bn_relu
 
 from converters import convert
 from mdot_jax.cli import main
-from mdot_jax.data import (SEQS, DatasetWriter, Sample, Workload, family_folds, family_of,
-                           load_dataset, make_splits, random_folds)
-from mdot_jax.train import split_validation
-from onnx_builders import conv_bn_relu
+from mdot_jax.data.dataset import (
+    SEQS,
+    DatasetWriter,
+    Sample,
+    Workload,
+    family_folds,
+    family_of,
+    load_dataset,
+    make_splits,
+    random_folds,
+    split_validation,
+)
 
 
 @pytest.mark.parametrize("arch,family", [

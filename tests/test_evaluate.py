@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from converters.vocab import VOCAB
-
-from mdot_jax.evaluate import _read, run, summarize
-from mdot_jax.train import TrainConfig
+from mdot_jax.evaluation.evaluate import _read, run, summarize
+from mdot_jax.training.train import TrainConfig
 
 METHODS = ["lightgbm", "mlp", "analytic", "roofline", "per_op", "gnn", "lstm",
            "mdot-pe-none", "mdot-pe-distance_bias"]
@@ -73,7 +72,7 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
 def test_error_analysis_by_family_and_op_type(tiny_real_dataset):
     """Predictions 10% off on one family and exact elsewhere: that family is the worst at
     10%, and an op type's with/without MAPEs are the means over the samples that hold it."""
-    from mdot_jax.evaluate import error_analysis
+    from mdot_jax.evaluation.evaluate import error_analysis
 
     samples = tiny_real_dataset.samples
     bad = samples[0].family
@@ -96,7 +95,7 @@ def test_error_analysis_by_family_and_op_type(tiny_real_dataset):
 
 def test_ablations_are_compared_on_the_folds_they_share():
     """A variant run on fold 0 only is compared with mdot's fold 0, not its mean over all."""
-    from mdot_jax.evaluate import paired_ablations
+    from mdot_jax.evaluation.evaluate import paired_ablations
 
     def row(method, fold, mape):
         return dict(method=method, fold=fold, seed=0,
@@ -128,8 +127,8 @@ def test_only_folds_runs_a_subset_of_the_same_split(tiny_real_dataset, tmp_path)
 def test_every_method_name_builds_that_method():
     """Each neural method trains the architecture / variant its name says (a config passed
     to the wrong field once made every neural baseline a copy of MDOT)."""
-    from mdot_jax.evaluate import ALL_METHODS, NeuralMethod, make_method
-    from mdot_jax.model import PAPER_PE, ModelConfig
+    from mdot_jax.evaluation.evaluate import ALL_METHODS, NeuralMethod, make_method
+    from mdot_jax.models import PAPER_PE, ModelConfig
 
     cfgs = {m: make_method(m, 0, TrainConfig()) for m in ALL_METHODS}
     neural = {m: c for m, c in cfgs.items() if isinstance(c, NeuralMethod)}
@@ -155,7 +154,7 @@ def test_every_method_name_builds_that_method():
 def test_ensembles_average_finished_runs_in_log_space():
     """Seed and method ensembles are the geometric mean of the members' predictions,
     matched by sample key (members list their test samples in different orders)."""
-    from mdot_jax.evaluate import ensemble_rows
+    from mdot_jax.evaluation.evaluate import ensemble_rows
 
     labels = {"a": 100.0, "b": 10.0}
 

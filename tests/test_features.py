@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from mdot_jax.features import MIN_STD, fit_stats
+from mdot_jax.data.features import MIN_STD, fit_stats
 
 
 def test_near_constant_features_are_not_divided_by_float_noise(tiny_real_dataset):
@@ -17,10 +17,10 @@ def test_conv_kinds_and_their_flops():
     """Dense (groups 1), grouped (1 < groups < C_in) and depthwise (groups = C_in) Conv are
     told apart per operator, and their forward FLOPs are summed per kind in the totals."""
     from onnx import helper
+    from onnx_builders import model, value
 
     from converters import convert
-    from mdot_jax.features import CONFIG_DIM, GRAPH_TOTALS, conv_kinds, graph_totals, op_config
-    from onnx_builders import model, value
+    from mdot_jax.data.features import CONFIG_DIM, GRAPH_TOTALS, conv_kinds, graph_totals, op_config
 
     def conv(i, o, w, group):
         return helper.make_node("Conv", [i, w], [o], name=o, kernel_shape=[3, 3],

@@ -9,7 +9,6 @@ from onnx import helper
 
 from converters import convert
 from converters.vocab import VOCAB
-
 from tests.onnx_builders import model, value
 
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from converters.graph import (CycleError, depths, laplacian_pe, random_walk_pe,
-                              topological_order)
+from converters.graph import CycleError, depths, laplacian_pe, random_walk_pe, topological_order
 
 # 0 -> 1 -> 3 -> 4, 0 -> 2 -> 3, 2 -> 4  (a diamond with a skip edge)
 DIAMOND = np.array([[0, 1], [0, 2], [1, 3], [2, 3], [3, 4], [2, 4]])

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from mdot_jax.data import load_dataset
+from mdot_jax.data.dataset import load_dataset
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FOLDERS = sorted(p.parent for p in DATA.glob("*/samples.jsonl"))

@@ -8,14 +8,14 @@ import sys
 import jax
 import numpy as np
 import pytest
-
-from mdot_jax import checkpoint
-from mdot_jax.errors import CheckpointError
-from mdot_jax.features import FeatureCache
-from mdot_jax.model import tiny_config
-from mdot_jax.predict import Predictor
-from mdot_jax.train import TrainConfig, train
 from flax import nnx
+
+from mdot_jax.data.features import FeatureCache
+from mdot_jax.errors import CheckpointError
+from mdot_jax.models import tiny_config
+from mdot_jax.serving import checkpoint
+from mdot_jax.serving.predict import Predictor
+from mdot_jax.training.train import TrainConfig, train
 
 FAST = TrainConfig(epochs=2, tokens_per_batch=2048, val_fraction=0.2)
 
@@ -70,7 +70,7 @@ def test_samples_sharing_a_sequence_share_a_row(trained, tiny_real_dataset):
     import copy
     import dataclasses
 
-    from mdot_jax.data import Sample
+    from mdot_jax.data.dataset import Sample
 
     s = tiny_real_dataset.samples[0]
     other = dataclasses.replace(s.workload, layout="nhwc")
@@ -90,7 +90,7 @@ def test_samples_sharing_a_sequence_share_a_row(trained, tiny_real_dataset):
 def test_block_attention():
     """Block-local attention ignores padded keys and equals full attention when one block
     holds the whole sequence."""
-    from mdot_jax.model import Attention
+    from mdot_jax.models.layers import Attention
 
     attn = Attention(16, 4, block=8, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(1), (2, 32, 16))  # [B, T, D], 4 blocks of 8
@@ -169,14 +169,14 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
 
 def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_real_dataset,
                                                                   tmp_path):
-    """`workflow.calibrate` turns an evaluation's rows into the checkpoint's error bands: the
+    """`evaluation.calibrate` turns an evaluation's rows into the checkpoint's error bands: the
     Predictor's 80% band is the one of its disagreement bin, the most disagreeing bin adds a
     warning naming both members, the network alone has no band from a two-member
     calibration, and results of another dataset or of a non-family split are refused by
     name. By default the rows are those of the checkpoint's own network (here the paper's
     MDOT: method `mdot`, part `mdot`)."""
     from mdot_jax.companion import TreeModel
-    from mdot_jax.workflow import calibrate
+    from mdot_jax.evaluation.calibrate import calibrate
 
     ds, samples = tiny_real_dataset, tiny_real_dataset.samples
     trees = TreeModel.fit(samples, seed=0)
@@ -222,8 +222,8 @@ def test_refit_companion_replaces_it_and_drops_stale_bands(trained, tiny_real_da
     today's (absolute loss) on MDOT's own training samples; its bands, which described the
     old pair, are gone until calibrated again; another dataset version is refused."""
     from mdot_jax import companion
-    from mdot_jax.calibration import Band, Calibration
-    from mdot_jax.workflow import refit_companion
+    from mdot_jax.serving.calibration import Band, Calibration
+    from mdot_jax.training.workflow import refit_companion
 
     ds = tiny_real_dataset
     monkeypatch.setattr(companion, "OBJECTIVE", "regression")
@@ -252,7 +252,7 @@ def test_companion_features_keep_their_width_when_the_vocabulary_grows(tiny_real
 
     from converters.vocab import UNK_ID, VOCAB
     from mdot_jax.companion import aggregates
-    from mdot_jax.data import Sample
+    from mdot_jax.data.dataset import Sample
 
     s = tiny_real_dataset.samples[0]
 
@@ -275,7 +275,7 @@ def test_companion_conv_breakdown_puts_each_convolution_in_its_classes():
 
     from converters import convert
     from mdot_jax.companion import aggregates, conv_breakdown
-    from mdot_jax.data import Sample, Workload
+    from mdot_jax.data.dataset import Sample, Workload
     from tests.onnx_builders import model, value
 
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
@@ -302,7 +302,7 @@ def test_companion_group_breakdown_buckets_grouped_depthwise_and_unaligned_convo
 
     from converters import convert
     from mdot_jax.companion import aggregates, group_breakdown
-    from mdot_jax.data import Sample, Workload
+    from mdot_jax.data.dataset import Sample, Workload
     from tests.onnx_builders import model, value
 
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[1, 1], group=4),
@@ -413,9 +413,9 @@ def test_bad_checkpoints_are_clear(tmp_path, trained):
 DATA_PARALLEL = r"""
 import json, sys
 import jax
-from mdot_jax.data import load_dataset
-from mdot_jax.model import tiny_config
-from mdot_jax.train import TrainConfig, train
+from mdot_jax.data.dataset import load_dataset
+from mdot_jax.models import tiny_config
+from mdot_jax.training.train import TrainConfig, train
 ds = load_dataset(sys.argv[1])
 t = train(ds.samples, tiny_config(0), TrainConfig(epochs=1, tokens_per_batch=1536), progress=False)
 print(json.dumps(dict(devices=jax.device_count(), info_devices=t.info["devices"],
@@ -439,7 +439,7 @@ def test_data_parallel_on_several_host_devices(tiny_real_dataset):
 def test_diverged_predictions_stay_finite(trained, tiny_real_dataset):
     """A diverged model (log-time 1e4 standard deviations off) predicts a large finite time,
     never inf; sound predictions are untouched."""
-    from mdot_jax.train import MAX_Z, predict_samples
+    from mdot_jax.training.train import MAX_Z, predict_samples
 
     cache = FeatureCache(trained.stats, trained.feature_cfg)
     samples = tiny_real_dataset.samples[:3]
@@ -456,7 +456,7 @@ def test_fused_and_unfused_sequences_are_never_mixed(trained, tiny_real_dataset)
     import dataclasses
 
     from converters import convert
-    from mdot_jax.data import Sample
+    from mdot_jax.data.dataset import Sample
 
     s = tiny_real_dataset.samples[0]
     onnx_path = next((tiny_real_dataset.root / "onnx").glob(f"{s.arch}-*.onnx"))
@@ -478,7 +478,7 @@ def test_losses_weigh_log_errors_as_named():
     off: squared, absolute and relative error of the log time, padding ignored."""
     from types import SimpleNamespace
 
-    from mdot_jax.train import _loss
+    from mdot_jax.training.train import _loss
 
     batch = SimpleNamespace(target=jax.numpy.zeros((1, 3)),
                             weight=jax.numpy.array([[1.0, 1.0, 0.0]]))
@@ -501,7 +501,7 @@ def test_mdot_train_then_predict_from_the_command_line(tiny_real_dataset, tmp_pa
     from onnx_builders import conv_bn_relu
 
     from mdot_jax.cli import main
-    from mdot_jax.data import make_splits
+    from mdot_jax.data.dataset import make_splits
 
     ds, out = tiny_real_dataset, tmp_path / "ckpt"
     assert main(["train", "--dataset", str(ds.root), "--split", "family", "--fold", "1",

@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from onnx_builders import conv_bn_relu
 
 from converters import CONFIG_FIELDS, LOAD_FIELDS, convert
 from converters.ops import HANDLERS, TESTCASES, NodeView
 from converters.vocab import UNK_ID, VOCAB, op_id
-from onnx_builders import conv_bn_relu
 
 CASES = [(fn, i, kw, flops) for fn, cases in TESTCASES.items()
          for i, (kw, flops) in enumerate(cases)]

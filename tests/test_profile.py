@@ -5,9 +5,8 @@ import json
 import pytest
 
 pytest.importorskip("torchvision")
-from mdot_jax.data import load_dataset  # noqa: E402
-from mdot_jax.profile import (Protocol, device_slug, fingerprint, profile, stats_of,  # noqa: E402
-                              zoo_models)
+from mdot_jax.data.dataset import load_dataset  # noqa: E402
+from mdot_jax.data.profile import Protocol, device_slug, fingerprint, profile, stats_of, zoo_models  # noqa: E402
 
 FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0)
 
@@ -31,7 +30,7 @@ def test_profile_tiny_model_end_to_end(tmp_path):
                     models=["mobilenet_v3_small"], protocol=FAST)
     assert again["samples"] == 1 and len(load_dataset(out)) == 1
     # converted again from the zoo (with fusion), nothing measured: same sample and label
-    from mdot_jax.profile import resequence
+    from mdot_jax.data.profile import resequence
 
     [c] = resequence(out, tmp_path / "fused", progress=False).samples
     assert (c.key, c.label_ms, c.workload) == (s.key, s.label_ms, s.workload)

@@ -87,6 +87,7 @@ def test_fold_exports_at_opset_18_as_col2im():
     assert seq.meta["inputs"]["x"] == [3, 8, 4]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TORCHVISION_MODELS)
 def test_every_torchvision_classifier_converts(name):
     model = _torchvision(name)
@@ -129,6 +130,7 @@ def _convert_timm_isolated(name: str) -> str:
     return err[:160]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("MDOT_TIMM_SAMPLE") != "1",
                     reason="opt-in (MDOT_TIMM_SAMPLE=1): 100 timm models, 1-2 h")
 def test_timm_sample_of_100():

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
-
-from converters import ConversionError, OperatorSequence, VOCAB, convert, load_model
-from converters.vocab import UNK_ID
 from onnx_builders import conv_bn_relu, model, value
+
+from converters import VOCAB, ConversionError, OperatorSequence, convert, load_model
+from converters.vocab import UNK_ID
 
 
 def reshape_through_shape_arithmetic():

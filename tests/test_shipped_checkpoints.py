@@ -8,9 +8,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from mdot_jax.data import load_dataset
+from mdot_jax.data.dataset import load_dataset
 from mdot_jax.metrics import regression_metrics
-from mdot_jax.predict import CHECKPOINT_DIR, DEFAULT_CHECKPOINT, Predictor
+from mdot_jax.serving.predict import CHECKPOINT_DIR, DEFAULT_CHECKPOINT, Predictor
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.name for p in CHECKPOINT_DIR.glob("*") if (p / "metadata.json").exists())
@@ -49,7 +49,7 @@ def test_local_checkpoint_fits_its_committed_measurements(name):
     if predictor.trained.feature_cfg.fused:
         pytest.importorskip("torch")
         from converters import convert
-        from mdot_jax.profile import sample_exporter
+        from mdot_jax.data.profile import sample_exporter
 
         samples.sort(key=lambda s: (s.seq.num_ops, s.arch, s.workload.input_size))
         smallest = list(dict.fromkeys((s.arch, s.workload.input_size) for s in samples))[:6]
@@ -91,7 +91,7 @@ def test_op_types_newer_than_a_checkpoint_count_as_unknown():
 
     from converters import convert
     from converters.vocab import UNK_ID, VOCAB
-    from mdot_jax.data import Workload
+    from mdot_jax.data.dataset import Workload
     from tests.onnx_builders import conv_bn_relu
 
     predictor = Predictor.load(DEFAULT_CHECKPOINT)

@@ -1,5 +1,5 @@
-"""Train on one split of a dataset, test on the held-out fold, save a checkpoint; give a
-checkpoint the error bands of its recipe's leave-family-out evaluation."""
+"""Train on one split of a dataset, test on the held-out fold, save a checkpoint; refit a
+checkpoint's companion."""
 
 from __future__ import annotations
 
@@ -8,18 +8,23 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax import checkpoint
-from mdot_jax.calibration import Calibration, from_results
 from mdot_jax.companion import TreeModel, combine
-from mdot_jax.data import Dataset, make_splits
-from mdot_jax.features import FeatureCache
+from mdot_jax.data.dataset import Dataset, make_splits, split_validation
+from mdot_jax.data.features import FeatureCache
 from mdot_jax.metrics import regression_metrics
-from mdot_jax.model import ModelConfig
-from mdot_jax.train import (Trained, TrainConfig, make_mesh, make_steps, predict_samples,
-                            split_validation, train)
+from mdot_jax.models import ModelConfig
+from mdot_jax.serving import checkpoint
+from mdot_jax.training.train import (
+    TrainConfig,
+    Trained,
+    make_mesh,
+    make_steps,
+    predict_samples,
+    train,
+)
 
 
-def evaluate(trained: Trained, samples) -> tuple[np.ndarray, dict]:
+def score(trained: Trained, samples) -> tuple[np.ndarray, dict]:
     """Predicted ms and metrics of a trained model on `samples`."""
     import optax
 
@@ -41,7 +46,7 @@ def fit_companion(trained: Trained, train_samples, train_cfg: TrainConfig
     val = [s for s in val if s.seq.num_ops <= trained.feature_cfg.buckets[-1]]
     if not val:
         return trees, {}
-    net, lgb = evaluate(trained, val)[0], trees.predict(val)
+    net, lgb = score(trained, val)[0], trees.predict(val)
     true = [s.label_ms for s in val]
     return trees, dict(val_mape=regression_metrics(combine(net, lgb), true)["mape"],
                        val_mape_model=regression_metrics(net, true)["mape"],
@@ -80,7 +85,7 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     held = [s for s in test_samples if s.seq.num_ops <= longest]
     metrics = {}
     if held:
-        pred, metrics = evaluate(trained, held)
+        pred, metrics = score(trained, held)
         if trees:
             metrics = dict(regression_metrics(combine(pred, trees.predict(held)),
                                               [s.label_ms for s in held]), model_only=metrics)
@@ -115,34 +120,3 @@ def refit_companion(path: str | Path, ds: Dataset) -> dict:
     checkpoint.attach_companion(path, trees, info)
     checkpoint.attach_calibration(path, None)
     return info
-
-
-def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
-              methods: tuple[str, ...] | None = None) -> Calibration:
-    """Error bands for the checkpoint at `path` from a leave-family-out evaluation of the same
-    recipe on the same dataset (`mdot evaluate --split family`, results in `results_dir`);
-    `methods` default to the checkpoint's network (`ModelConfig.method`: `gnn`, `mdot-pe-none`,
-    ...), with LightGBM if the checkpoint has a companion. Written into the checkpoint's
-    metadata and model card."""
-    from mdot_jax.evaluate import read_results
-
-    meta = checkpoint.read_metadata(path)
-    rows = read_results(results_dir)
-    if not rows:
-        raise ValueError(f"{results_dir}: no evaluation results")
-    fingerprints = {ds.fingerprint(), meta["dataset"].get("fingerprint")}
-    fingerprints |= {r["dataset"] for r in rows}
-    if len(fingerprints) > 1:
-        raise ValueError(f"the checkpoint, the dataset {ds.root} and the results in "
-                         f"{results_dir} are not of one dataset (fingerprints "
-                         f"{sorted(map(str, fingerprints))})")
-    splits = {r["split"] for r in rows}
-    if splits != {"family"}:
-        raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
-                         "bands are for unseen model families (evaluate with --split family)")
-    network = checkpoint.model_config(meta).method
-    methods = methods or (network, "lightgbm")[: 1 + bool(meta.get("companion"))]
-    cal = from_results(rows, ds.samples, methods,
-                       source=f"{Path(results_dir).name}, leave-family-out")
-    checkpoint.attach_calibration(path, cal)
-    return cal

@@ -12,29 +12,33 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from mdot_jax.baselines import build_model
-from mdot_jax.data import Sample, split_groups
-from mdot_jax.features import (Batch, FeatureCache, FeatureConfig, FeatureStats, fit_stats,
-                               sequences_fused)
+from mdot_jax.data.dataset import VAL_BY, Sample, split_validation
+from mdot_jax.data.features import (
+    Batch,
+    FeatureCache,
+    FeatureConfig,
+    FeatureStats,
+    fit_stats,
+    sequences_fused,
+)
 from mdot_jax.metrics import regression_metrics
-from mdot_jax.model import ModelConfig
-
+from mdot_jax.models import ModelConfig, build_model
 
 MAX_Z = 8.0  # predictions are clipped to this many standard deviations of the log-time
 
 
-VAL_BY = ("sample", "family")  # the validation carve-out (`split_validation`)
 # per-sample loss of d = log(pred_ms) - log(true_ms)
 LOSSES = {"mse": lambda d: d ** 2, "l1": jnp.abs,  # squared / absolute log error
           "relative": lambda d: jnp.abs(jnp.expm1(d))}  # |pred / true - 1|
@@ -60,7 +64,7 @@ class TrainConfig:
         if self.val_by not in VAL_BY:
             raise ValueError(f"val_by {self.val_by!r}: choose from {', '.join(VAL_BY)}")
 
-    def replace(self, **kw) -> "TrainConfig":
+    def replace(self, **kw) -> TrainConfig:
         return dataclasses.replace(self, **kw)
 
 
@@ -68,8 +72,8 @@ class TrainConfig:
 class Trained:
     """A trained predictor: everything `checkpoint.save` writes."""
 
-    graphdef: object
-    params: object  # nnx.State of the parameters
+    graphdef: nnx.GraphDef
+    params: nnx.State  # the parameters
     model_cfg: ModelConfig
     feature_cfg: FeatureConfig
     stats: FeatureStats
@@ -129,31 +133,6 @@ def predict_samples(predict_step, params, cache: FeatureCache, samples: Sequence
         z = np.clip(pred[idx >= 0], -MAX_Z, MAX_Z)
         out[idx[idx >= 0]] = np.exp(z * cache.stats.target_std + cache.stats.target_mean)
     return out
-
-
-def split_validation(samples: Sequence[Sample], fraction: float, seed: int,
-                     by: str = "sample") -> tuple[list[Sample], list[Sample]]:
-    """(train, validation): a random `fraction` of the samples, or with `by="family"` whole
-    families (merged as the leave-family-out split merges them) drawn at random until they
-    hold `fraction` of the samples, so that early stopping scores unseen families, as the
-    held-out test does."""
-    n_val = max(1, int(round(fraction * len(samples)))) if fraction > 0 else 0
-    rng = np.random.default_rng(seed)
-    if by == "sample":
-        is_val = np.zeros(len(samples), bool)
-        is_val[rng.permutation(len(samples))[:n_val]] = True
-    else:
-        groups = np.array(split_groups(samples))
-        names = rng.permutation(np.unique(groups))
-        sizes = np.array([(groups == g).sum() for g in names])
-        is_val = np.isin(groups, names[:int(np.searchsorted(np.cumsum(sizes), n_val)) + 1])
-        if is_val.all():
-            raise ValueError(f"a family validation carve-out needs samples of 2 families; "
-                             f"these have 1 ({groups[0]})")
-        if n_val == 0:
-            is_val[:] = False
-    return ([s for s, v in zip(samples, is_val) if not v],
-            [s for s, v in zip(samples, is_val) if v])
 
 
 class Resume:

@@ -21,19 +21,22 @@ import dataclasses
 import json
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from converters.vocab import VOCAB
+from mdot_jax import recipes
 from mdot_jax.companion import TreeModel, aggregates
-from mdot_jax.data import Dataset, Sample, make_splits
-from mdot_jax.features import MIN_STD, FeatureConfig
+from mdot_jax.data.dataset import Dataset, Sample, make_splits, split_validation
+from mdot_jax.data.features import MIN_STD, FeatureConfig
 from mdot_jax.metrics import regression_metrics
-from mdot_jax.model import PAPER_PE, PE_KINDS, ModelConfig
-from mdot_jax.train import MAX_Z, TrainConfig, split_validation
+from mdot_jax.models import ModelConfig
+from mdot_jax.training.train import MAX_Z, TrainConfig
+from mdot_jax.training.train import train as train_model
+from mdot_jax.training.workflow import score
 
 RESULTS = "results.jsonl"
 
@@ -70,15 +73,11 @@ class NeuralMethod(Method):
     model_cfg: ModelConfig = field(default_factory=ModelConfig)
 
     def fit(self, train):
-        from mdot_jax.train import train as train_model
-
         self.trained = train_model(train, self.model_cfg, self.budget.replace(seed=self.seed),
                                    progress=False, resume_dir=self.resume_dir)
 
     def predict(self, samples):
-        from mdot_jax.workflow import evaluate
-
-        return evaluate(self.trained, samples)[0]
+        return score(self.trained, samples)[0]
 
 
 @dataclass
@@ -184,13 +183,8 @@ class FittedFormulaMethod(Method):
 
 
 def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
-    base = ModelConfig(pe=PAPER_PE)  # `mdot` is the paper's model; `mdot-pe-none` the default
-    neural = {"mdot": base, "mdot-concat": base.replace(fusion="concat"),
-              "mdot-per_op": base.replace(readout="per_op"),
-              "lstm": base.replace(arch="lstm"), "gnn": base.replace(arch="gnn"),
-              "per_op": base.replace(arch="per_op")}
-    neural.update({f"mdot-pe-{k}": base.replace(pe=() if k == "none" else (k,))
-                   for k in PE_KINDS})
+    neural = recipes.method_models()
+    base = neural["mdot"]
     if name in neural:
         return NeuralMethod(name, seed, budget, model_cfg=neural[name])
     other = {"lightgbm": lambda: LightGBMMethod(name, seed, budget),
@@ -206,7 +200,7 @@ def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
     return other[name]()
 
 
-DEFAULT_METHOD = "mdot-pe-none"  # the model `mdot train` trains by default (ModelConfig())
+DEFAULT_METHOD = "mdot-pe-none"  # the MDOT row of the main table besides the paper's (`mdot`)
 ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "roofline",
                "mdot-pe-none", "mdot-pe-sinusoidal", "mdot-pe-depth", "mdot-pe-laplacian",
                "mdot-pe-random_walk", "mdot-pe-distance_bias", "mdot-concat", "mdot-per_op",

@@ -6,42 +6,52 @@ Compiled once per sequence-length bucket (fixed prediction batch size), then fas
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Union
 
 import jax
 import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
-from mdot_jax.calibration import Calibration
-from mdot_jax.checkpoint import CheckpointError, load, load_companion
 from mdot_jax.companion import TreeModel, combine
-from mdot_jax.data import Sample, Workload
-from mdot_jax.features import FeatureCache, bucket_length
-from mdot_jax.train import Trained, predict_samples
+from mdot_jax.data.dataset import Sample, Workload
+from mdot_jax.data.features import FeatureCache, bucket_length
+from mdot_jax.serving.calibration import Calibration
+from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion
+from mdot_jax.training.train import Trained, predict_samples
 
-CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
+_PACKAGE = Path(__file__).resolve().parent.parent
+# An installed wheel carries the shipped checkpoints as package data (`mdot_jax/checkpoints`);
+# a source checkout (editable install) has them at the top of the repository.
+CHECKPOINT_DIR = next((d for d in (_PACKAGE / "checkpoints", _PACKAGE.parent / "checkpoints")
+                       if d.is_dir()), _PACKAGE / "checkpoints")
 DEFAULT_CHECKPOINT = "timm-rtx3090"
 PREDICT_TOKENS = 4096
 
 ModelLike = Union[str, Path, bytes, onnx.ModelProto, OperatorSequence]
 
 
+def shipped_checkpoints() -> list[str]:
+    """Names of the checkpoints that come with the package."""
+    if not CHECKPOINT_DIR.is_dir():
+        return []
+    return sorted(p.name for p in CHECKPOINT_DIR.iterdir() if (p / "metadata.json").exists())
+
+
 def resolve_checkpoint(name_or_dir: str | Path | None) -> Path:
-    """A shipped checkpoint name (`checkpoints/NAME`) or a directory."""
+    """A shipped checkpoint's name, or a directory. A bare shipped name always means the
+    shipped checkpoint, whatever the working directory holds (`./NAME` for a local one)."""
     name_or_dir = name_or_dir or DEFAULT_CHECKPOINT
+    if str(name_or_dir) in shipped_checkpoints():
+        return CHECKPOINT_DIR / str(name_or_dir)
     path = Path(name_or_dir)
     if path.is_dir():
         return path
-    shipped = CHECKPOINT_DIR / str(name_or_dir)
-    if shipped.is_dir():
-        return shipped
-    names = sorted(p.name for p in CHECKPOINT_DIR.iterdir() if (p / "metadata.json").exists()) \
-        if CHECKPOINT_DIR.is_dir() else []
     raise CheckpointError(f"no checkpoint {str(name_or_dir)!r}: give a directory or one of "
-                          f"the shipped ones {names}")
+                          f"the shipped ones {shipped_checkpoints()}")
 
 
 @dataclass
@@ -98,7 +108,7 @@ class Predictor:
 
     @classmethod
     def load(cls, name_or_dir: str | Path | None = None, *, companion: bool = True
-             ) -> "Predictor":
+             ) -> Predictor:
         """`companion=False` predicts with the network alone even if the checkpoint has a
         companion."""
         path = resolve_checkpoint(name_or_dir)
@@ -158,7 +168,7 @@ class Predictor:
         out = predict_samples(self._forward, self._params, self.cache, samples, PREDICT_TOKENS,
                               shrink=True)
         parts: list[dict] = [{} for _ in items]
-        disagreement = [None] * len(items)
+        disagreement: list[float | None] = [None] * len(items)
         if self.companion is not None:
             trees = self.companion.predict(samples)
             net = self.trained.model_cfg.arch
@@ -168,10 +178,11 @@ class Predictor:
         preds = []
         for ms, part, d, (seq, w) in zip(out, parts, disagreement, items):
             p = Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w), part)
-            band = self.calibration.band(w.layout, d) if self.calibration else None
-            if band and not p.warnings:
+            cal = self.calibration
+            band = cal.band(w.layout, d) if cal else None
+            if cal and band and not p.warnings:
                 p.interval_ms = band.interval(p.iteration_ms)
-                if d is not None and band is self.calibration.bands[w.layout][-1]:
+                if d is not None and band is cal.bands[w.layout][-1]:
                     p.warnings.append(
                         f"{self.trained.model_cfg.label} and LightGBM disagree by "
                         f"{math.expm1(d):.0%}: on held-out "
@@ -189,11 +200,11 @@ class Predictor:
             if seen and not min(seen) <= value <= max(seen):
                 out.append(f"{what} {value} is outside the trained range "
                            f"{min(seen)}-{max(seen)}: extrapolation")
-        for what, value in (("layout", w.layout), ("precision", w.precision),
-                            ("optimizer", w.optimizer)):
+        for what, name in (("layout", w.layout), ("precision", w.precision),
+                           ("optimizer", w.optimizer)):
             seen = info.get(what + "s")  # recorded since checkpoints of 2026-11-23
-            if seen and value not in seen:
-                out.append(f"{what} {value} was never trained on (only {', '.join(seen)}): "
+            if seen and name not in seen:
+                out.append(f"{what} {name} was never trained on (only {', '.join(seen)}): "
                            "extrapolation")
         if seq.unknown_ops:
             out.append(f"operators unknown to the converter count as <unk>: "

@@ -7,8 +7,9 @@ shapes: fixed batch size, sequence length from `buckets`) goes to the device.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -16,7 +17,7 @@ from scipy.sparse.csgraph import dijkstra
 
 from converters import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.vocab import UNK_ID, VOCAB
-from mdot_jax.data import Sample, Workload
+from mdot_jax.data.dataset import Sample, Workload
 
 PRECISIONS = ("fp32", "amp-fp16", "bf16")
 LAYOUTS = ("nchw", "nhwc")
@@ -24,11 +25,10 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 GRAPH_TOTALS = ("fwd_flops", "bwd_flops", "bytes", "params", "num_ops",
                 "dense_conv_flops", "depthwise_conv_flops", "grouped_conv_flops")
 # Derived per-operator columns appended to the configuration: the kind of convolution. The
-# raw groups / in_channels are in the configuration too, but a grouped (1 < groups < C_in)
-# convolution behaves unlike both others (on the RTX 3090 tables, 2-3.5x slower in
-# channels-last than in NCHW: RegNetX, ResNeXt-style SENet-154, RepVGG-g4), and leaving it
-# to be inferred from a ratio of two normalised logs cost every method dearly: with these
-# columns LightGBM's leave-family-out MAPE went from 16.9% to 13.4% (timm, 5 folds).
+# Raw groups / in_channels are in the configuration too, but a grouped (1 < groups < C_in)
+# convolution behaves unlike both others (it can run slower in channels-last than in NCHW,
+# where everything else runs faster), so each operator carries its kind explicitly rather
+# than leaving it to a ratio of two normalised logs (docs/evaluation.md).
 CONV_KINDS = ("conv_dense", "conv_depthwise", "conv_grouped")
 MAX_DEPTH = 511  # depth embeddings clip here
 FAR = 9  # graph-distance buckets: 0 (self) .. 8 hops, 9 = farther or unreachable

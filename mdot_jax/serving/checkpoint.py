@@ -22,19 +22,19 @@ import lzma
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
 
 from converters.vocab import VOCAB, VOCAB_VERSION
-from mdot_jax.baselines import build_model
-from mdot_jax.calibration import Calibration
 from mdot_jax.companion import TreeModel
+from mdot_jax.data.features import FeatureConfig, FeatureStats
 from mdot_jax.errors import CheckpointError
-from mdot_jax.features import FeatureConfig, FeatureStats
-from mdot_jax.model import ModelConfig
-from mdot_jax.train import Trained
+from mdot_jax.models import ModelConfig, build_model
+from mdot_jax.serving.calibration import Calibration
+from mdot_jax.training.train import Trained
 
 # 2: derived convolution-kind features (features.CONV_KINDS, GRAPH_TOTALS); format-1 weights
 # expect other input widths
@@ -191,8 +191,12 @@ def read_metadata(path: str | Path) -> dict:
 
 def model_config(meta: dict) -> ModelConfig:
     """The network's config recorded in a checkpoint's metadata."""
-    return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v
-                          for k, v in meta["model_config"].items()})
+    return ModelConfig(**_fields(meta["model_config"]))
+
+
+def _fields(d: dict) -> dict[str, Any]:
+    """A config dataclass's fields from JSON (lists back to tuples)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
 
 
 def load(path: str | Path) -> Trained:
@@ -201,8 +205,7 @@ def load(path: str | Path) -> Trained:
     meta = read_metadata(path)
     try:
         model_cfg = model_config(meta)
-        feature_cfg = FeatureConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                       for k, v in meta["feature_config"].items()})
+        feature_cfg = FeatureConfig(**_fields(meta["feature_config"]))
         stats = FeatureStats(**meta["stats"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: incompatible checkpoint metadata ({e})") from None

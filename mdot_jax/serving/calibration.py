@@ -2,11 +2,10 @@
 
 A leave-family-out evaluation (`mdot evaluate --split family`) predicts every sample of a
 dataset with a model that never saw its family. `Calibration` keeps the spread of
-log(measured / predicted) of those predictions, per memory layout (channels-last was harder:
-on timm the shipped pair's median error is 9.3% vs 6.1% in NCHW) and, within a layout, in
-bins of the disagreement between the network (GNN, MDOT, ...) and its LightGBM companion,
-|log(t_net / t_trees)|: where the two disagreed, the error was larger (timm channels-last:
-median error 8.5% in the lower half of disagreement, 15% in the highest tenth). A new
+log(measured / predicted) of those predictions, per memory layout (one layout can be harder
+to predict than another) and, within a layout, in bins of the disagreement between the
+network (GNN, MDOT, ...) and its LightGBM companion, |log(t_net / t_trees)|, since the error
+is larger where the two disagree (docs/architecture.md, Error bands). A new
 prediction `p` falls in a bin by its layout and its own disagreement and gets that bin's band
 `[p * exp(lo), p * exp(hi)]`, which held `COVER` of the bin's held-out predictions; a layout
 the evaluation did not have gets no band.
@@ -15,12 +14,12 @@ the evaluation did not have gets no band.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from mdot_jax.data import Sample
+from mdot_jax.data.dataset import Sample
 
 EDGES = (0.5, 0.9)  # quantiles of the disagreement at which the bins split
 COVER = 0.8  # share of held-out predictions inside a band (10th to 90th percentile)
@@ -60,7 +59,7 @@ class Calibration:
 
     def labels(self, layout: str) -> list[str]:
         """Each band's range of disagreement, in percent: "<= 7%", "7-24%", "> 24%"."""
-        pct = [f"{np.expm1(b.upto) * 100:.0f}" for b in self.bands[layout][:-1]]
+        pct = [f"{np.expm1(b.upto or 0.0) * 100:.0f}" for b in self.bands[layout][:-1]]
         if not pct:
             return ["any"]
         return [f"<= {pct[0]}%", *(f"{a}-{b}%" for a, b in zip(pct, pct[1:])), f"> {pct[-1]}%"]
@@ -70,7 +69,7 @@ class Calibration:
                     methods=list(self.methods), source=self.source, cover=COVER)
 
     @classmethod
-    def from_json(cls, d: dict) -> "Calibration":
+    def from_json(cls, d: dict) -> Calibration:
         return cls({k: tuple(Band(**b) for b in v) for k, v in d["bands"].items()},
                    tuple(d["methods"]), d["source"])
 
@@ -85,12 +84,13 @@ def fit_bands(pred_ms: np.ndarray, measured_ms: np.ndarray,
     # edges are observed values (no empty bin between two), below the largest
     edges = [] if disagreement is None else \
         [float(e) for e in np.unique(np.quantile(d, EDGES, method="inverted_cdf")) if e < d.max()]
-    bands, below = [], -np.inf
+    bands: list[Band] = []
+    below = -np.inf
     for upto in [*edges, None]:
         m = (d > below) & (d <= (np.inf if upto is None else upto))
         lo, hi = np.quantile(r[m], [(1 - COVER) / 2, (1 + COVER) / 2])
         bands.append(Band(upto, float(lo), float(hi), float(np.median(ape[m])), int(m.sum())))
-        below = upto
+        below = np.inf if upto is None else upto
     return tuple(bands)
 
 

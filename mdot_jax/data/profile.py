@@ -23,15 +23,15 @@ import os
 import platform
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from converters import convert, from_torch
-from mdot_jax import data
-from mdot_jax.data import Dataset, DatasetWriter, Sample, SkipLog, Workload, load_dataset
+from mdot_jax.data import dataset as data
+from mdot_jax.data.dataset import Dataset, DatasetWriter, Sample, SkipLog, Workload, load_dataset
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -108,7 +109,7 @@ class Sample:
 
     @classmethod
     def in_memory(cls, seq: OperatorSequence, workload: Workload, label_ms: float = 1.0,
-                  key: str = "") -> "Sample":
+                  key: str = "") -> Sample:
         """A sample whose sequence is already loaded (no file behind it), e.g. to predict."""
         sample = cls(key=key or seq.name, arch=seq.name, seq_path="", workload=workload,
                      label_ms=label_ms)
@@ -116,7 +117,7 @@ class Sample:
         return sample
 
     @classmethod
-    def from_json(cls, d: dict, root: Path) -> "Sample":
+    def from_json(cls, d: dict, root: Path) -> Sample:
         return cls(key=d["key"], arch=d["arch"], seq_path=d["seq"],
                    workload=Workload(**d["workload"]), label_ms=float(d["label_ms"]),
                    stats=d.get("stats", {}), meta=d.get("meta", {}), root=root)
@@ -337,6 +338,34 @@ def _graph_digest(q: OperatorSequence) -> str:
     for a in (q.op_type, q.config, q.load, q.edges):
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
+
+
+VAL_BY = ("sample", "family")  # the validation carve-out of `split_validation`
+
+
+def split_validation(samples: Sequence[Sample], fraction: float, seed: int,
+                     by: str = "sample") -> tuple[list[Sample], list[Sample]]:
+    """(train, validation): a random `fraction` of the samples, or with `by="family"` whole
+    families (merged as the leave-family-out split merges them) drawn at random until they
+    hold `fraction` of the samples, so that early stopping scores unseen families, as the
+    held-out test does."""
+    n_val = max(1, int(round(fraction * len(samples)))) if fraction > 0 else 0
+    rng = np.random.default_rng(seed)
+    if by == "sample":
+        is_val = np.zeros(len(samples), bool)
+        is_val[rng.permutation(len(samples))[:n_val]] = True
+    else:
+        groups = np.array(split_groups(samples))
+        names = rng.permutation(np.unique(groups))
+        sizes = np.array([(groups == g).sum() for g in names])
+        is_val = np.isin(groups, names[:int(np.searchsorted(np.cumsum(sizes), n_val)) + 1])
+        if is_val.all():
+            raise ValueError(f"a family validation carve-out needs samples of 2 families; "
+                             f"these have 1 ({groups[0]})")
+        if n_val == 0:
+            is_val[:] = False
+    return ([s for s, v in zip(samples, is_val) if not v],
+            [s for s, v in zip(samples, is_val) if v])
 
 
 def family_folds(ds: Dataset, k: int = 5, seed: int = 0) -> list[Split]:

@@ -11,7 +11,7 @@ Resumable: samples already in the dataset and rows already recorded as skipped a
 (the kernel's out-of-memory killer, on the largest models) leaves its rows recorded as
 `killed_while_building`, so resuming moves past them instead of dying on them again;
 `build_timm_supervised` does that resuming itself (see there).
-Incremental: each sample is appended as soon as it is built (see `mdot_jax.data`).
+Incremental: each sample is appended as soon as it is built (see `mdot_jax.data.dataset`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 import onnx
 
 from converters import ConversionError, convert, from_torch
-from mdot_jax import data
-from mdot_jax.data import Dataset, DatasetWriter, Sample, SkipLog, Workload
+from mdot_jax.data import dataset as data
+from mdot_jax.data.dataset import Dataset, DatasetWriter, Sample, SkipLog, Workload
 
 PARAM_TOLERANCE = 0.05
 

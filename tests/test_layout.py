@@ -1,0 +1,116 @@
+"""The package's shape: imports go one way, and the shipped checkpoints install with the wheel."""
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, at any depth of the file (lazy imports included)."""
+    package = _module(path).rsplit(".", 1)[0] if path.name != "__init__.py" else _module(path)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Our modules -> the modules of ours they import."""
+    files = [*REPO.glob("converters/*.py"), *REPO.glob("mdot_jax/**/*.py")]
+    modules = {_module(f): f for f in files}
+    return {m: {i for i in _imports(f) if i in modules} for m, f in modules.items()}
+
+
+def _reachable(graph, start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_converters_never_import_mdot_jax():
+    graph = import_graph()
+    for m in (m for m in graph if m.startswith("converters")):
+        assert not any(i.startswith("mdot_jax") for i in graph[m]), m
+
+
+def test_serving_never_reaches_evaluation_or_the_cli():
+    graph = import_graph()
+    for m in (m for m in graph if m.startswith("mdot_jax.serving")):
+        bad = {i for i in _reachable(graph, m)
+               if i.startswith(("mdot_jax.evaluation", "mdot_jax.cli"))}
+        assert not bad, f"{m} reaches {sorted(bad)}"
+
+
+def test_no_import_cycles_and_only_the_cli_imports_the_cli():
+    graph = import_graph()
+    for m in graph:
+        if m in ("mdot_jax", "mdot_jax.cli"):  # the lazy public API re-exports everything
+            continue
+        assert m not in _reachable(graph, m) - {"mdot_jax"}, f"{m} imports itself back"
+        assert "mdot_jax.cli" not in graph[m], m
+
+
+def test_the_graph_sees_lazy_imports():
+    """The check above is only as good as the graph: a function-level import counts."""
+    graph = import_graph()
+    assert "mdot_jax.data.profile" in graph["mdot_jax.cli"]
+    assert "mdot_jax.evaluation.evaluate" in graph["mdot_jax.evaluation.calibrate"]
+
+
+@pytest.mark.slow
+def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
+    """`pip install .` (not editable) in a fresh venv ships the checkpoints as package data,
+    and `mdot predict` finds them from any working directory."""
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(dist), str(REPO)], check=True, cwd=tmp_path)
+    wheel, = dist.glob("mdot_jax-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True)
+    py = venv / "bin" / "python"
+    subprocess.run([py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True)
+    script = textwrap.dedent("""
+        import sys, onnx, mdot_jax
+        from mdot_jax.serving.predict import resolve_checkpoint, shipped_checkpoints
+        sys.path.insert(0, sys.argv[1])
+        from onnx_builders import conv_bn_relu
+        onnx.save(conv_bn_relu(), "m.onnx")
+        print(mdot_jax.__file__)
+        print(resolve_checkpoint(None))
+        print(",".join(shipped_checkpoints()))
+    """)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([py, "-c", script, str(REPO / "tests")], cwd=work, env=env,
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0].startswith(str(venv)) and out[1].startswith(str(venv))
+    assert {"timm-rtx3090", "cpu-amd-epyc-f26m2-2t"} <= set(out[2].split(","))
+    pred = subprocess.run([venv / "bin" / "mdot", "predict", "m.onnx", "--batch-size", "8",
+                           "--json"], cwd=work, env=env, capture_output=True, text=True)
+    assert pred.returncode == 0, pred.stderr
+    assert '"iteration_ms"' in pred.stdout
