@@ -13,7 +13,7 @@ import os
 import sys
 
 from converters.errors import ConversionError
-from mdot_jax.errors import CheckpointError, UsageError
+from mdot_jax.errors import MdotError, UsageError
 
 
 def _input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
@@ -34,9 +34,9 @@ def _input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
 def _add_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
                    help="concrete shape of a data input (repeatable)")
-    p.add_argument("--batch-size", type=int, help="dim 0 of every data input")
-    p.add_argument("--image-size", type=int, help="spatial size of rank-4 image inputs")
-    p.add_argument("--seq-len", type=int, help="dim 1 of rank-2 token-id inputs")
+    p.add_argument("--batch-size", type=POSITIVE_INT, help="dim 0 of every data input")
+    p.add_argument("--image-size", type=POSITIVE_INT, help="spatial size of rank-4 image inputs")
+    p.add_argument("--seq-len", type=POSITIVE_INT, help="dim 1 of rank-2 token-id inputs")
 
 
 def _shape_kwargs(args: argparse.Namespace) -> dict:
@@ -47,6 +47,10 @@ def _shape_kwargs(args: argparse.Namespace) -> dict:
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters import convert
 
+    if args.output and (os.path.isdir(args.output)
+                        or not os.path.isdir(os.path.dirname(os.path.abspath(args.output)))):
+        raise UsageError(f"-o {args.output}: " + ("is a directory; name a file (.npz)"
+                         if os.path.isdir(args.output) else "its folder does not exist"))
     seq = convert(args.model, **_shape_kwargs(args))
     if args.output:
         seq.save(args.output)
@@ -135,12 +139,32 @@ def cmd_dataset_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dataset_check(args: argparse.Namespace) -> int:
+    from mdot_jax.data.dataset import REJECTED, check_dataset
+
+    report = check_dataset(args.dir, fix=args.fix)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for q in report["problems"]:
+            where = f"line {q['line']}" if q["line"] else "sequence"
+            print(f"{report['path']}: {where}: {q['reason']}")
+        n = len(report["problems"])
+        print(f"{report['samples']} usable samples, {n} problem{'s' * (n != 1)}"
+              + (f"; moved to {os.path.join(args.dir, REJECTED)}" if report["fixed"] else
+                 "; `--fix` moves them aside" if n else ""))
+    return 1 if report["problems"] and not report["fixed"] else 0
+
+
 def _int_list(text: str) -> list[int]:
     try:
-        return [int(v) for v in text.split(",") if v]
+        values = [int(v) for v in text.split(",") if v]
     except ValueError:
+        values = []
+    if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}") from None
+            f"expected comma-separated positive integers, got {text!r}")
+    return values
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -153,10 +177,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
         report = profile(args.zoo.split(","), args.batch_sizes, args.image_sizes, out,
                          seq_lens=args.seq_lens, threads=args.threads,
                          models=args.models.split(",") if args.models else None,
-                         protocol=protocol, retry_skipped=args.retry_skipped)
+                         protocol=protocol, retry_skipped=args.retry_skipped,
+                         retry_noisy=args.retry_noisy)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    print(f"{report['samples']} samples in {out}; skipped by reason: "
+    noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report.get("noisy") else ""
+    print(f"{report['samples']} samples in {out}{noisy}; skipped by reason: "
           f"{report['skipped_by_reason']}")
     return 0
 
@@ -164,10 +190,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def _dataset(path: str):
     from mdot_jax.data.dataset import load_dataset
 
-    try:
-        return load_dataset(path)
-    except FileNotFoundError as e:
-        raise UsageError(str(e)) from None
+    return load_dataset(path)  # a DatasetError names the file and line
 
 
 def _config(base, text: str | None):
@@ -192,6 +215,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     result = train_and_save(ds, args.out, split=args.split, fold=args.fold,
                             model_cfg=model_cfg, train_cfg=train_cfg,
                             companion=recipe.companion and not args.no_companion,
+                            force=args.force,
                             log=lambda line: print(line, file=sys.stderr, flush=True))
     m = result["test_metrics"]
     if m:
@@ -326,8 +350,33 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line (`mdot: error: argument --x: ...`), exit 2."""
+
+    def error(self, message: str):
+        print(f"mdot: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(
+                f"expected a positive {'integer' if kind is int else 'number'}, got {text!r}")
+        return value
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+POSITIVE_INT, POSITIVE_FLOAT = _positive(int), _positive(float)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mdot", description="Predict deep-learning training time before it runs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -344,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--csv", action="append", required=True,
                    help="benchmark-train-*.csv (repeatable: nchw and nhwc)")
     q.add_argument("--out", help="dataset directory (default: under ~/.cache/mdot/datasets)")
-    q.add_argument("--limit", type=int, help="only the first N architectures")
+    q.add_argument("--limit", type=POSITIVE_INT, help="only the first N architectures")
     q.add_argument("--retry-skipped", action="store_true", help="retry rows skipped before")
     q.add_argument("--models", help="only these architectures (comma-separated)")
     q.add_argument("--fuse", action="store_true",
@@ -362,22 +411,33 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_dataset_info)
 
+    q = dsub.add_parser("check", help="every unusable line of a dataset, with its number and "
+                                      "reason (exit 1 if any)")
+    q.add_argument("dir")
+    q.add_argument("--fix", action="store_true",
+                   help="move those lines to rejected.jsonl (nothing is deleted)")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_dataset_check)
+
     p = sub.add_parser("profile", help="measure training iterations of zoo models here")
     p.add_argument("--zoo", required=True, help="comma-separated: torchvision,timm,hf")
     p.add_argument("--models", help="only these model names (comma-separated)")
     p.add_argument("--batch-sizes", type=_int_list, default=[2, 4, 8, 16, 32, 64])
     p.add_argument("--image-sizes", type=_int_list, default=[64, 128, 224])
     p.add_argument("--seq-lens", type=_int_list, default=[32, 64, 128, 256])
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--max-iter-s", type=float, default=4.0,
+    p.add_argument("--threads", type=POSITIVE_INT, default=2)
+    p.add_argument("--warmup", type=POSITIVE_INT, default=2)
+    p.add_argument("--repeats", type=POSITIVE_INT, default=5)
+    p.add_argument("--max-iter-s", type=POSITIVE_FLOAT, default=4.0,
                    help="skip a sample whose warm-up iteration is slower")
-    p.add_argument("--budget-s", type=float, default=25.0,
+    p.add_argument("--budget-s", type=POSITIVE_FLOAT, default=25.0,
                    help="time budget of the timed repeats of one sample")
     p.add_argument("--out", help="dataset directory (default: data/<device>-<threads>t)")
     p.add_argument("--retry-skipped", action="store_true",
                    help="measure again what report.json says was skipped")
+    p.add_argument("--retry-noisy", action="store_true",
+                   help="measure again the samples kept apart in noisy.jsonl (CV above "
+                        "15%% or another job running)")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("train", help="train a predictor on a dataset (default: the shipped "
@@ -393,7 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
                                           '\'{"d_model": 32}\'')
     p.add_argument("--train-config", help='JSON overrides of the recipe\'s, e.g. '
                                           '\'{"epochs": 20}\'')
-    p.add_argument("--out", required=True, help="checkpoint directory")
+    p.add_argument("--out", required=True, help="checkpoint directory (new or empty)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the checkpoint already in --out (never anything else)")
     p.add_argument("--no-companion", action="store_true",
                    help="save the network alone, without the LightGBM companion it "
                         "averages with")
@@ -409,8 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
     p.add_argument("--batch-sizes", type=_int_list,
                    help="several batch sizes at once (a table; JSON: a list), e.g. 16,32,64")
-    p.add_argument("--epochs", type=float, help="with --dataset-size: whole-job time")
-    p.add_argument("--dataset-size", type=int, help="samples per epoch")
+    p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
+    p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
 
@@ -428,8 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="MDOT and every baseline on identical folds")
     p.add_argument("--dataset", required=True)
     p.add_argument("--split", choices=["family", "random", "batch"], default="family")
-    p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--folds", type=POSITIVE_INT, default=5)
+    p.add_argument("--seeds", type=POSITIVE_INT, default=1)
     p.add_argument("--only-folds", type=_int_list, default=None,
                    help="run only these folds of the split, e.g. 0,1")
     p.add_argument("--methods", default="all", help="all, or comma-separated method names")
@@ -444,10 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, or a bad argument (already printed in one line)
+        return int(e.code or 0)
     try:
         return args.func(args)
-    except (ConversionError, UsageError, CheckpointError) as e:
+    except (ConversionError, MdotError) as e:
         print(f"mdot: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

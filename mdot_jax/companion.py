@@ -163,9 +163,15 @@ def fit_boosters(x: np.ndarray, y: np.ndarray, xv: np.ndarray, yv: np.ndarray, *
 
 
 def _parse(text: str) -> list:
+    """The boosters of `text`; a truncated one is refused before LightGBM sees it (its parser
+    aborts the process on some truncations, and prints to stdout)."""
     import lightgbm as lgb
 
-    return [lgb.Booster(model_str=t) for t in text.split(_SEPARATOR)]
+    parts = text.split(_SEPARATOR)
+    for i, part in enumerate(parts):
+        if not part.startswith("tree\n") or "\nend of trees\n" not in part:
+            raise ValueError(f"booster {i + 1} of {len(parts)} is truncated or not LightGBM text")
+    return [lgb.Booster(model_str=part) for part in parts]
 
 
 def _xy(samples: Sequence[Sample], devices: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,9 +1,22 @@
-"""Errors the CLI prints as one line (kept free of JAX so `mdot convert` starts fast)."""
+"""Errors the CLI prints as one line (kept free of JAX so `mdot convert` starts fast).
+
+Every expected failure raises an `MdotError` (or the converters' `ConversionError`) with a
+one-line message naming the file, line, flag or node; anything else is a bug and may show a
+traceback.
+"""
 
 
-class CheckpointError(ValueError):
+class MdotError(ValueError):
+    """An expected failure: bad input, named in one line."""
+
+
+class CheckpointError(MdotError):
     """A missing, corrupt or incompatible checkpoint."""
 
 
-class UsageError(ValueError):
+class UsageError(MdotError):
     """Bad command-line input."""
+
+
+class DatasetError(MdotError):
+    """A dataset directory that cannot be used as it is (`mdot dataset check` lists why)."""

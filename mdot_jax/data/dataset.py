@@ -7,19 +7,22 @@ A dataset is a directory:
 
 Crash safety: a sequence file is written atomically (temp + rename) *before* its sample line;
 each line is appended with flush + fsync; a torn last line (crash mid-write) is dropped when
-the dataset is opened for appending, and ignored when it is read. So a kill -9 loses at most
-the sample in flight, and re-running a builder skips every key already present.
+the dataset is opened for appending (moved to `rejected.jsonl`, never deleted; a complete
+last line that only lacks its newline is kept). So a kill -9 loses at most the sample in
+flight, and re-running a builder skips every key already present. Reading validates every
+line (`read_samples`): a dataset with an unusable line is refused, naming the line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -28,10 +31,14 @@ from typing import Any
 import numpy as np
 
 from converters import OperatorSequence, convert
+from mdot_jax.errors import DatasetError
 
 SAMPLES = "samples.jsonl"
 REPORT = "report.json"
 SEQS = "seqs"
+LOCK = ".lock"  # held by the writing process (`writer_lock`)
+NOISY = "noisy.jsonl"  # measured, but too noisy to train on (`mdot profile --retry-noisy`)
+REJECTED = "rejected.jsonl"  # lines moved aside by `mdot dataset check --fix`
 # weight sources and training recipes that timm and torchvision put before the architecture
 _WEIGHT_PREFIXES = ("tv", "tf", "gluon", "legacy", "ig", "ssl", "swsl", "timm", "hf", "adv",
                     "ens")
@@ -133,16 +140,83 @@ def _load_seq(path: str) -> OperatorSequence:
     return _SEQ_CACHE[path]
 
 
-def _read_lines(path: Path) -> Iterator[dict]:
+_WORKLOAD_FIELDS = {f.name: f.type for f in dataclasses.fields(Workload)}
+
+
+@dataclass(frozen=True)
+class LineProblem:
+    """Why line `line` (1-based) of `samples.jsonl` cannot be used."""
+
+    line: int
+    reason: str
+    text: str  # the raw line, kept so that nothing is lost when it is moved aside
+
+
+def _problem(d: Any, seen: dict[str, tuple[int, float]], lineno: int) -> str | None:
+    """The first reason a parsed sample line is unusable, or None (and its key is recorded)."""
+    if not isinstance(d, dict):
+        return f"not a JSON object but {type(d).__name__}"
+    for name, kind in (("key", str), ("arch", str), ("seq", str), ("workload", dict)):
+        if not isinstance(d.get(name), kind) or (kind is str and not d[name]):
+            what = "a non-empty string" if kind is str else "a JSON object"
+            return f"'{name}' is missing or not {what}"
+    label = d.get("label_ms")
+    if isinstance(label, bool) or not isinstance(label, (int, float)):
+        return f"'label_ms' is missing or not a number ({label!r})"
+    if not np.isfinite(label) or label <= 0:
+        return f"'label_ms' is {label}: a measured time is finite and > 0"
+    w = d["workload"]
+    unknown = sorted(set(w) - set(_WORKLOAD_FIELDS))
+    if unknown:
+        return f"unknown workload field(s) {unknown}; known: {sorted(_WORKLOAD_FIELDS)}"
+    for name in ("batch_size", "input_size"):
+        v = w.get(name)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            return f"workload '{name}' is {v!r}: a positive integer is required"
+    bad = [k for k in ("precision", "layout", "device", "optimizer")
+           if k in w and not isinstance(w[k], str)]
+    if bad:
+        return f"workload '{bad[0]}' is {w[bad[0]]!r}: a string is required"
+    for name in ("stats", "meta"):
+        if not isinstance(d.get(name, {}), dict):
+            return f"'{name}' is not a JSON object"
+    if d["key"] in seen:
+        first, first_label = seen[d["key"]]
+        same = "the same label" if first_label == label else f"label {first_label} there"
+        return f"duplicate key {d['key']!r} (first on line {first}, {same})"
+    seen[d["key"]] = (lineno, float(label))
+    return None
+
+
+def read_samples(path: Path) -> tuple[list[dict], list[LineProblem]]:
+    """Every line of a `samples.jsonl`, validated: (usable sample dicts, problems).
+
+    A last line without a final newline is read like any other when it is complete JSON; one
+    that is not (a writer killed mid-line) is reported as torn. Nothing is changed on disk."""
+    good: list[dict] = []
+    problems: list[LineProblem] = []
+    seen: dict[str, tuple[int, float]] = {}
     if not path.exists():
-        return
-    with open(path, "rb") as f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                return  # torn last line: the sample in flight when a writer died
-            line = raw.strip()
-            if line:
-                yield json.loads(line)
+        return good, problems
+    raw_lines = path.read_bytes().split(b"\n")
+    last = len(raw_lines)  # split leaves b"" after a final newline
+    for lineno, raw in enumerate(raw_lines, 1):
+        text = raw.decode("utf-8", errors="replace")
+        if not raw.strip():
+            continue
+        try:
+            d = json.loads(raw)
+        except json.JSONDecodeError as e:
+            torn = " (torn: a writer died mid-line)" if lineno == last else ""
+            problems.append(LineProblem(lineno, f"not JSON{torn}: {e.msg} at column {e.colno}",
+                                        text))
+            continue
+        reason = _problem(d, seen, lineno)
+        if reason:
+            problems.append(LineProblem(lineno, reason, text))
+        else:
+            good.append(d)
+    return good, problems
 
 
 @dataclass
@@ -239,12 +313,79 @@ def _count(items) -> dict:
 
 
 def load_dataset(root: str | Path) -> Dataset:
-    """Reads a dataset directory (sequences are loaded lazily, once per file)."""
+    """Reads a dataset directory (sequences are loaded lazily, once per file). A dataset with
+    an unusable line is refused with a `DatasetError` naming it (`mdot dataset check` lists
+    them all, `--fix` moves them aside)."""
     root = Path(root)
-    if not (root / SAMPLES).exists():
-        raise FileNotFoundError(f"{root}: not a dataset (no {SAMPLES})")
-    samples = [Sample.from_json(d, root) for d in _read_lines(root / SAMPLES)]
+    if not (root / SAMPLES).is_file():
+        raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
+    rows, problems = read_samples(root / SAMPLES)
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise DatasetError(f"{root / SAMPLES} line {first.line}: {first.reason}{more}; "
+                           f"`mdot dataset check {root}` lists them, `--fix` moves them to "
+                           f"{REJECTED}")
+    samples = [Sample.from_json(d, root) for d in rows]
     return Dataset(root=root, samples=samples)
+
+
+def check_dataset(root: str | Path, *, fix: bool = False) -> dict:
+    """Every unusable line of a dataset, and every sample whose sequence file is missing.
+    With `fix`, those lines move to `rejected.jsonl` (appended, each with its line number and
+    reason) and `samples.jsonl` is rewritten without them, atomically; nothing is deleted."""
+    root = Path(root)
+    path = root / SAMPLES
+    if not path.is_file():
+        raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
+    rows, problems = read_samples(path)
+    for d in rows:
+        if not (root / d["seq"]).is_file():
+            problems.append(LineProblem(0, f"sample {d['key']!r}: sequence file {d['seq']} is "
+                                           "missing", json.dumps(d, sort_keys=True)))
+    problems.sort(key=lambda q: q.line)
+    if fix and problems:
+        bad_text = {q.text for q in problems}
+        lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+        keep = [ln for ln in lines if ln.strip() and ln not in bad_text]
+        with open(root / REJECTED, "a", encoding="utf-8") as f:
+            for q in problems:
+                f.write(json.dumps(dict(line=q.line, reason=q.reason, text=q.text)) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+        tmp.replace(path)
+    return dict(path=str(path), samples=len(rows) - sum(q.line == 0 for q in problems),
+                problems=[dict(line=q.line, reason=q.reason) for q in problems],
+                fixed=bool(fix and problems))
+
+
+@contextlib.contextmanager
+def writer_lock(root: str | Path):
+    """Holds `root/.lock` while a process writes the dataset: a second writer is refused with
+    the holder's pid. The kernel releases the lock when its holder exits, even on kill -9."""
+    import fcntl
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    f = open(root / LOCK, "a+")  # noqa: SIM115 - held open for the lifetime of the lock
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise DatasetError(f"{root} is being written by another process (pid {holder}); wait "
+                           "for it to finish, or stop it, before writing here") from None
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
+    finally:
+        f.close()
 
 
 class DatasetWriter:
@@ -254,11 +395,20 @@ class DatasetWriter:
         self.root = Path(root)
         (self.root / SEQS).mkdir(parents=True, exist_ok=True)
         path = self.root / SAMPLES
-        if path.exists():  # drop a torn last line left by a crash
-            data = path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                path.write_bytes(data[: data.rfind(b"\n") + 1])
-        self.done = {d["key"] for d in _read_lines(path)}
+        data = path.read_bytes() if path.exists() else b""
+        if data and not data.endswith(b"\n"):  # a last line without its newline
+            cut = data.rfind(b"\n") + 1
+            try:  # complete: keep it, and end it
+                json.loads(data[cut:])
+                with open(path, "ab") as f:
+                    f.write(b"\n")
+            except json.JSONDecodeError:  # torn by a crash: moved aside, never deleted
+                with open(self.root / REJECTED, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(dict(line=data.count(b"\n") + 1, reason="torn line",
+                                            text=data[cut:].decode("utf-8", "replace"))) + "\n")
+                path.write_bytes(data[:cut])
+        self.done = {d["key"] for d in read_samples(path)[0]}
+        self.noisy = {d["key"] for d in read_samples(self.root / NOISY)[0]} - self.done
 
     def has_seq(self, seq_key: str) -> bool:
         return (self.root / SEQS / f"{seq_key}.npz").exists()
@@ -270,14 +420,21 @@ class DatasetWriter:
         return rel
 
     def append(self, sample: Sample) -> None:
+        """Appends `sample` to `samples.jsonl`, or to `noisy.jsonl` when its stats say it is
+        noisy (kept apart from training; a later clean measurement supersedes it)."""
         if sample.key in self.done:
             raise ValueError(f"sample {sample.key!r} is already in {self.root}")
+        noisy = bool(sample.stats.get("noisy"))
         line = json.dumps(sample.to_json(), sort_keys=True) + "\n"
-        with open(self.root / SAMPLES, "a", encoding="utf-8") as f:
+        with open(self.root / (NOISY if noisy else SAMPLES), "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
-        self.done.add(sample.key)
+        if noisy:
+            self.noisy.add(sample.key)
+        else:
+            self.done.add(sample.key)
+            self.noisy.discard(sample.key)
 
 
 class SkipLog:

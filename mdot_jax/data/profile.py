@@ -18,6 +18,7 @@ Measurement protocol (also in the README):
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import platform
@@ -25,13 +26,22 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from converters import convert, from_torch
 from mdot_jax.data import dataset as data
-from mdot_jax.data.dataset import Dataset, DatasetWriter, Sample, SkipLog, Workload, load_dataset
+from mdot_jax.data.dataset import (
+    Dataset,
+    DatasetWriter,
+    Sample,
+    SkipLog,
+    Workload,
+    load_dataset,
+    writer_lock,
+)
 
 
 @dataclass(frozen=True)
@@ -255,14 +265,37 @@ class Protocol:
     warmup: int = 2
     repeats: int = 5
     min_repeats: int = 3
-    max_iter_s: float = 4.0  # one iteration slower than this: skip as too slow
+    max_iter_s: float = 4.0  # a steady-state iteration slower than this: skip as too slow
     budget_s: float = 25.0  # timed repeats of one sample stay within this
+    first_iter_slack: float = 4.0  # the first warm-up (allocation, kernel set-up) may take this
+    # many times max_iter_s before the sample is skipped; later ones decide
+    max_cv: float = 15.0  # repeats that vary more (percent): the sample is noisy
+    max_others: float = 0.5  # other runnable threads on average during the repeats: noisy
 
 
-def measure_step(model, x, target, protocol: Protocol, device: str) -> list[float]:
-    """Times training iterations; returns the per-iteration milliseconds of the repeats.
+def others_running(threads: int) -> float | None:
+    """Runnable threads on this machine besides our `threads` (Linux `procs_running`), or
+    None where the kernel does not say."""
+    try:
+        with open("/proc/stat") as f:
+            running = next(int(ln.split()[1]) for ln in f if ln.startswith("procs_running"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return float(max(0, running - threads))
 
-    Raises `TooSlow` when a warm-up iteration exceeds `protocol.max_iter_s`.
+
+def _sample_load(into: list[float], threads: int) -> None:
+    into.append(others_running(threads) or 0.0)
+
+
+def measure_step(model, x, target, protocol: Protocol, device: str,
+                 after_step: Callable[[], None] | None = None) -> list[float]:
+    """Times training iterations; returns the per-iteration milliseconds of the repeats, and
+    calls `after_step` after each timed one (e.g. to sample the machine's load).
+
+    Raises `TooSlow` when a warm-up iteration past the first exceeds `protocol.max_iter_s`
+    (the first, which pays for allocation and kernel set-up, only beyond `first_iter_slack`
+    times that, or when it is the only warm-up).
     """
     import torch
 
@@ -277,17 +310,18 @@ def measure_step(model, x, target, protocol: Protocol, device: str) -> list[floa
         loss_fn(out.reshape(out.shape[0], -1), target).backward()
         opt.step()
 
-    slowest = 0.0
-    for _ in range(protocol.warmup):
+    last = 0.0
+    for i in range(protocol.warmup):
         sync()
         t0 = time.perf_counter()
         step()
         sync()
-        slowest = time.perf_counter() - t0
-        if slowest > protocol.max_iter_s:
-            raise TooSlow(f"{slowest:.1f}s per iteration > {protocol.max_iter_s}s")
+        last = time.perf_counter() - t0
+        first = i == 0 and protocol.warmup > 1
+        if last > protocol.max_iter_s * (protocol.first_iter_slack if first else 1.0):
+            raise TooSlow(f"{last:.1f}s per iteration > {protocol.max_iter_s}s")
     repeats = int(min(protocol.repeats, max(protocol.min_repeats,
-                                            protocol.budget_s // max(slowest, 1e-9))))
+                                            protocol.budget_s // max(last, 1e-9))))
     times = []
     for _ in range(repeats):
         sync()
@@ -295,6 +329,8 @@ def measure_step(model, x, target, protocol: Protocol, device: str) -> list[floa
         step()
         sync()
         times.append((time.perf_counter() - t0) * 1e3)
+        if after_step:
+            after_step()
     return times
 
 
@@ -325,9 +361,11 @@ def _reason(e: BaseException) -> str:
 def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str | Path, *,
             seq_lens: list[int] | None = None, threads: int = 2, models: list[str] | None
             = None, protocol: Protocol = Protocol(), retry_skipped: bool = False,
-            progress: bool = True) -> dict:
+            retry_noisy: bool = False, speed_check: bool = True, progress: bool = True) -> dict:
     """Measures every (model, size, batch size) not already in `out` (nor skipped before,
-    unless `retry_skipped`); returns the report.
+    unless `retry_skipped`, nor measured noisy before, unless `retry_noisy`); returns the
+    report. One writer at a time: a second one is refused (`writer_lock`). Before appending
+    to a folder, `speed_check` measures a few of its samples again (`_check_same_speed`).
 
     `sizes` are image sides for image models; `seq_lens` (default `sizes`) sequence lengths
     for text models.
@@ -339,28 +377,69 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     fp = fingerprint(threads)
     root = Path(out)
-    _check_same_device(root, fp)
-    writer = DatasetWriter(root)
-    report = SkipLog(root)
-    entries = [m for m in zoo_models(zoos) if models is None or m.name in models]
-    jobs = [(m, s, b) for m in entries
-            for s in (sizes if m.kind == "image" else (seq_lens or sizes))
-            for b in sorted(batch_sizes)]
+    zoo = zoo_models(zoos)
+    unknown = sorted(set(models or ()) - {m.name for m in zoo})
+    if unknown:
+        names = [m.name for m in zoo]
+        hints = {u: difflib.get_close_matches(u, names, n=3) for u in unknown}
+        raise ValueError("unknown model(s) in the " + ",".join(zoos) + " zoo: " + "; ".join(
+            f"{u}" + (f" (did you mean {', '.join(h)}?)" if h else "") for u, h in hints.items()))
+    with writer_lock(root):
+        _check_same_device(root, fp)
+        if speed_check:
+            _check_same_speed(root, {m.name: m for m in zoo}, protocol, device, torch)
+        writer = DatasetWriter(root)
+        report = SkipLog(root)
+        entries = [m for m in zoo if models is None or m.name in models]
+        jobs = [(m, s, b) for m in entries
+                for s in (sizes if m.kind == "image" else (seq_lens or sizes))
+                for b in sorted(batch_sizes)]
 
-    def key(m, s, b):
-        return f"{m.name}/{m.kind[0]}{s}/b{b}"
+        def key(m, s, b):
+            return f"{m.name}/{m.kind[0]}{s}/b{b}"
 
-    todo = [j for j in jobs if key(*j) not in writer.done
-            and (retry_skipped or key(*j) not in report.skipped)]
-    bar = tqdm(total=len(todo), unit="sample", disable=not progress, desc=f"profile {device}")
-    by_model_size: dict[tuple, list[int]] = {}
-    for m, s, b in todo:
-        by_model_size.setdefault((m, s), []).append(b)
-    for (m, s), batches in by_model_size.items():
-        _profile_model_size(m, s, batches, key, writer, report, fp, device, protocol, torch, bar)
-        report.write(samples=len(writer.done), fingerprint=fp)
-    bar.close()
-    return report.write(samples=len(writer.done), fingerprint=fp)
+        todo = [j for j in jobs if key(*j) not in writer.done
+                and (retry_skipped or key(*j) not in report.skipped)
+                and (retry_noisy or key(*j) not in writer.noisy)]
+        bar = tqdm(total=len(todo), unit="sample", disable=not progress, desc=f"profile {device}")
+        by_model_size: dict[tuple, list[int]] = {}
+        for m, s, b in todo:
+            by_model_size.setdefault((m, s), []).append(b)
+        for (m, s), batches in by_model_size.items():
+            _profile_model_size(m, s, batches, key, writer, report, fp, device, protocol, torch,
+                                bar)
+            report.write(samples=len(writer.done), noisy=len(writer.noisy), fingerprint=fp)
+        bar.close()
+        return report.write(samples=len(writer.done), noisy=len(writer.noisy), fingerprint=fp)
+
+
+SPEED_TOLERANCE = 0.15  # a folder's samples measured again must stay within this (median)
+
+
+def _check_same_speed(root: Path, zoo: dict[str, ZooModel], protocol: Protocol, device: str,
+                      torch, n: int = 3) -> None:
+    """Measures `n` of the folder's samples again (spread over its keys, labels of 20 ms to
+    1 s, so that the check costs seconds and is not lost in timer noise) and refuses to append
+    when their median ratio to the labels moved by more than SPEED_TOLERANCE: a CPU of the
+    same family at another clock, throttled, or shared with another job. Folders without
+    such samples are not checked."""
+    if not (root / "samples.jsonl").exists():
+        return
+    pool = sorted((s for s in load_dataset(root).samples
+                   if s.arch in zoo and 20 <= s.label_ms <= 1000), key=lambda s: s.key)
+    picked = pool[:: max(1, len(pool) // n)][:n]
+    ratios = []
+    for s in picked:
+        m, w = zoo[s.arch], s.workload
+        model = m.build(w.input_size).to(device)
+        x, target = _inputs(m, w.input_size, w.batch_size, device, torch)
+        ratios.append(float(np.median(measure_step(model, x, target, protocol, device)))
+                      / s.label_ms)
+    if ratios and abs(float(np.median(ratios)) - 1) > SPEED_TOLERANCE:
+        shown = ", ".join(f"{s.key} x{r:.2f}" for s, r in zip(picked, ratios))
+        raise ValueError(f"{root}: this machine runs its samples at {shown} of their labels "
+                         f"(more than {SPEED_TOLERANCE:.0%} off): another device, or a busy "
+                         "one; profile into a new folder, or wait until the machine is idle")
 
 
 def _check_same_device(root: Path, fp: dict) -> None:
@@ -403,7 +482,9 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             if not writer.has_seq(seq_key):
                 writer.save_seq(seq_key, convert(proto, name=m.name, batch_size=b))
             x, target = _inputs(m, size, b, device, torch)
-            times = measure_step(model, x, target, protocol, device)
+            load: list[float] = []  # other runnable threads, after each timed iteration
+            times = measure_step(model, x, target, protocol, device,
+                                 after_step=partial(_sample_load, load, fp["threads"]))
         except TooSlow as e:
             too_slow = str(e)
             report.skip(k, "too_slow", too_slow)
@@ -411,6 +492,8 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             report.skip(k, _reason(e), f"{type(e).__name__}: {e}")
         else:
             st = stats_of(times)
+            st["others_running"] = float(np.mean(load)) if load else 0.0
+            st["noisy"] = st["cv"] > protocol.max_cv or st["others_running"] > protocol.max_others
             report.skipped.pop(k, None)  # measured on a retry
             writer.append(Sample(
                 key=k, arch=m.name, seq_path=f"seqs/{seq_key}.npz",

@@ -39,6 +39,8 @@ class ModelConfig:
     dropout: float = 0.1
 
     def __post_init__(self):
+        if self.arch not in ARCH_LABELS:
+            raise ValueError(f"unknown arch {self.arch!r}; choose from {', '.join(ARCH_LABELS)}")
         unknown = set(self.pe) - set(PE_KINDS)
         if unknown:
             raise ValueError(f"unknown positional encodings {sorted(unknown)}; "

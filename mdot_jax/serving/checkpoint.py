@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import json
 import lzma
 import shutil
@@ -49,11 +50,45 @@ def _checkpointer():
     return ocp.StandardCheckpointer()
 
 
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether `path` holds a checkpoint written by `save` (of any format version)."""
+    try:
+        return "format_version" in json.loads((Path(path) / METADATA).read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def prepare_out(path: str | Path, *, force: bool = False) -> Path:
+    """Checks, before any work, that a checkpoint can be written to `path`: a new or empty
+    directory, or (with `force`) a checkpoint of ours to replace; never anything else, and
+    only where this process can write. Returns the absolute path."""
+    path = Path(path).absolute()
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f"--out {path}: is a file, not a checkpoint directory")
+    if path.is_dir() and any(path.iterdir()):
+        if not is_checkpoint(path):
+            raise CheckpointError(f"--out {path}: not empty and not a checkpoint; refusing to "
+                                  "replace it (choose a new directory)")
+        if not force:
+            raise CheckpointError(f"--out {path}: holds a checkpoint; --force replaces it")
+    probe = path.parent / f".{path.name}.probe-{uuid.uuid4().hex[:8]}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise CheckpointError(f"--out {path}: cannot write there ({e.strerror or e})") from None
+    return path
+
+
 def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
          metrics: dict | None = None, description: str = "",
          companion: TreeModel | None = None, companion_info: dict | None = None) -> Path:
-    """Writes `trained` (and its `companion`, if any) to `path` atomically; returns the path."""
+    """Writes `trained` (and its `companion`, if any) to `path` atomically, replacing only an
+    empty directory or a checkpoint (`prepare_out` says so before training); returns the path."""
     path = Path(path).absolute()
+    if path.exists() and not (path.is_dir() and (is_checkpoint(path) or not any(path.iterdir()))):
+        raise CheckpointError(f"{path}: not a checkpoint; refusing to replace it")
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     pure = jax.tree.map(np.asarray, nnx.to_pure_dict(trained.params))
     ckptr = _checkpointer()
@@ -106,7 +141,28 @@ def attach_calibration(path: str | Path, calibration: Calibration | None) -> Non
     _write_metadata(Path(path), meta)
 
 
+def _checksums(path: Path, meta: dict) -> dict[str, str]:
+    """sha256 of the weights' files and of the companion named in `meta`."""
+    files = [f for f in sorted((path / "params").rglob("*")) if f.is_file()]
+    companion = (meta.get("companion") or {}).get("file")
+    if companion:
+        files.append(path / companion)
+    return {f.relative_to(path).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in files}
+
+
+def _verify(path: Path, files: dict) -> None:
+    for rel, digest in files.items():
+        f = path / rel
+        if not f.is_file():
+            raise CheckpointError(f"{path}: {rel} is missing")
+        if hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+            raise CheckpointError(f"{path}: {rel} does not match its checksum in {METADATA} "
+                                  "(corrupt or edited)")
+
+
 def _write_metadata(path: Path, meta: dict) -> None:
+    meta["files"] = _checksums(path, meta)
     for name, text in ((METADATA, json.dumps(meta, indent=1, default=float)),
                        ("README.md", model_card(meta))):
         tmp = path / f".{name}.tmp"
@@ -176,8 +232,11 @@ def read_metadata(path: str | Path) -> dict:
         raise CheckpointError(f"{path}: no such checkpoint directory")
     try:
         meta = json.loads((path / METADATA).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: missing or corrupt {METADATA} ({e})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: {METADATA} holds a {type(meta).__name__}, not the "
+                              "object mdot train writes")
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path}: checkpoint format {meta.get('format_version')} is not "
                               f"supported (this mdot-jax reads format {FORMAT_VERSION}; "
@@ -186,6 +245,7 @@ def read_metadata(path: str | Path) -> dict:
             meta.get("vocab_version", 0) > VOCAB_VERSION:
         raise CheckpointError(f"{path}: operator vocabulary v{meta.get('vocab_version')} is "
                               f"incompatible with this mdot-jax (v{VOCAB_VERSION})")
+    _verify(path, meta.get("files", {}))  # recorded since 2026-11-25
     return meta
 
 

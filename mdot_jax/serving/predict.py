@@ -198,8 +198,10 @@ class Predictor:
         for what, value in (("batch size", w.batch_size), ("input size", w.input_size)):
             seen = info.get(what.replace(" ", "_") + "s")
             if seen and not min(seen) <= value <= max(seen):
-                out.append(f"{what} {value} is outside the trained range "
-                           f"{min(seen)}-{max(seen)}: extrapolation")
+                far = value > 10 * max(seen) or value < min(seen) / 10
+                out.append(f"{what} {value} is {'far (over 10x) ' if far else ''}outside the "
+                           f"trained range {min(seen)}-{max(seen)}: "
+                           + ("a guess, not a prediction" if far else "extrapolation"))
         for what, name in (("layout", w.layout), ("precision", w.precision),
                            ("optimizer", w.optimizer)):
             seen = info.get(what + "s")  # recorded since checkpoints of 2026-11-23

@@ -11,6 +11,7 @@ import numpy as np
 from mdot_jax.companion import TreeModel, combine
 from mdot_jax.data.dataset import Dataset, make_splits, split_validation
 from mdot_jax.data.features import FeatureCache
+from mdot_jax.errors import UsageError
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
 from mdot_jax.serving import checkpoint
@@ -59,20 +60,22 @@ def _fold(ds: Dataset, split: str, folds: int, fold: int, seed: int):
         return np.arange(len(ds)), np.array([], int)
     splits = make_splits(ds, split, folds, seed=seed)
     if not 0 <= fold < len(splits):
-        raise ValueError(f"--fold {fold}: the {split} split has {len(splits)} folds")
+        raise UsageError(f"--fold {fold}: the {split} split has folds 0-{len(splits) - 1}")
     return splits[fold]
 
 
 def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold: int = 0,
                    folds: int = 5, model_cfg: ModelConfig = ModelConfig(),
                    train_cfg: TrainConfig = TrainConfig(), companion: bool = True,
-                   progress: bool = True, log=None) -> dict:
+                   force: bool = False, progress: bool = True, log=None) -> dict:
     """Trains on every fold but `fold` of `split` (or on everything with split="none"),
     reports test metrics on `fold` and writes a self-describing checkpoint to `out`; with
     `companion`, a LightGBM companion is fitted on the same samples and saved with it (the
     test metrics are then those of the combined prediction; `model_only` the network's).
     A killed run continues from its last epoch when re-run with the same arguments (the
-    state lives in `.<out>.resume/` beside `out` until the checkpoint is written)."""
+    state lives in `.<out>.resume/` beside `out` until the checkpoint is written). `out` must
+    be new, empty, or (with `force`) a checkpoint to replace: checked before training."""
+    checkpoint.prepare_out(out, force=force)
     train_idx, test_idx = _fold(ds, split, folds, fold, train_cfg.seed)
     train_samples = [ds.samples[i] for i in train_idx]
     test_samples = [ds.samples[i] for i in test_idx]
