@@ -10,15 +10,20 @@ from converters.vocab import VOCAB
 from mdot_jax.evaluation.evaluate import _read, run, summarize
 from mdot_jax.training.train import TrainConfig
 
-METHODS = ["lightgbm", "mlp", "analytic", "roofline", "per_op", "gnn", "lstm",
-           "mdot-pe-none", "mdot-pe-distance_bias"]
+ALL = ["lightgbm", "mlp", "analytic", "roofline", "per_op", "gnn", "lstm", "mdot-pe-none",
+       "mdot-pe-distance_bias"]
+# the fast tier: one of each kind (trees, fitted formula, message passing, Transformer and an
+# ablation of it); the slow tier runs them all
+FAST = ["lightgbm", "analytic", "gnn", "mdot-pe-none", "mdot-pe-distance_bias"]
 
 
-def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
+@pytest.mark.parametrize("methods", [FAST, pytest.param(ALL, marks=pytest.mark.slow)],
+                         ids=["fast", "all"])
+def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path, methods):
     budget = TrainConfig(epochs=1, tokens_per_batch=2048)
-    rows = run(tiny_real_dataset, tmp_path, split="family", folds=2, methods=METHODS,
+    rows = run(tiny_real_dataset, tmp_path, split="family", folds=2, methods=methods,
                budget=budget, progress=False)
-    assert len(rows) == 2 * len(METHODS)
+    assert len(rows) == 2 * len(methods)
     for fold in (0, 1):
         keys = {tuple(r["test_keys"]) for r in rows if r["fold"] == fold}
         assert len(keys) == 1  # every method was tested on the same samples
@@ -28,7 +33,7 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
         assert r["metrics"]["mape"] >= 0
     # resuming runs nothing again
     before = (tmp_path / "results.jsonl").read_text()
-    run(tiny_real_dataset, tmp_path, split="family", folds=2, methods=METHODS, budget=budget,
+    run(tiny_real_dataset, tmp_path, split="family", folds=2, methods=methods, budget=budget,
         progress=False)
     assert (tmp_path / "results.jsonl").read_text() == before
     # results of another version of the dataset are never mixed in
@@ -36,23 +41,23 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path):
     (tmp_path / "stale").mkdir()
     (tmp_path / "stale" / "results.jsonl").write_text(stale)
     with pytest.raises(ValueError, match="0123456789abcdef"):
-        run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=METHODS,
+        run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=methods,
             budget=budget, progress=False)
     # nor results of the same measurements converted differently (a resequenced copy)
     resequenced = before.replace(tiny_real_dataset.sequences_fingerprint(), "fedcba9876543210")
     (tmp_path / "stale" / "results.jsonl").write_text(resequenced)
     with pytest.raises(ValueError, match="fedcba9876543210"):
-        run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=METHODS,
+        run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=methods,
             budget=budget, progress=False)
     # nor results tested on other folds (a changed split rule)
     moved = json.loads(before.splitlines()[0])
     moved["fold"] = 1 - moved["fold"]
     (tmp_path / "stale" / "results.jsonl").write_text(json.dumps(moved) + "\n")
     with pytest.raises(ValueError, match="split rule"):
-        run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=METHODS,
+        run(tiny_real_dataset, tmp_path / "stale", split="family", folds=2, methods=methods,
             budget=budget, progress=False)
     result = summarize(_read(tmp_path / "results.jsonl"), tiny_real_dataset, tmp_path, "cmd")
-    assert set(result["methods"]) == set(METHODS)
+    assert set(result["methods"]) == set(methods)
     assert {"mae_ms", "rmse_ms", "mape"} <= set(result["methods"]["gnn"])
     assert json.loads((tmp_path / "results.json").read_text())["command"] == "cmd"
     assert (tmp_path / "pred_vs_measured.png").stat().st_size > 0

@@ -8,7 +8,9 @@ pytest.importorskip("torchvision")
 from mdot_jax.data.dataset import load_dataset  # noqa: E402
 from mdot_jax.data.profile import Protocol, device_slug, fingerprint, profile, stats_of, zoo_models  # noqa: E402
 
-FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0)
+# timing noise of tiny models must not send the test's samples to noisy.jsonl
+FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
+                max_others=float("inf"))
 
 
 def test_profile_tiny_model_end_to_end(tmp_path):

@@ -150,6 +150,7 @@ class LineProblem:
     line: int
     reason: str
     text: str  # the raw line, kept so that nothing is lost when it is moved aside
+    torn: bool = False  # the last line, cut short: the sample in flight when a writer died
 
 
 def _problem(d: Any, seen: dict[str, tuple[int, float]], lineno: int) -> str | None:
@@ -192,7 +193,8 @@ def read_samples(path: Path) -> tuple[list[dict], list[LineProblem]]:
     """Every line of a `samples.jsonl`, validated: (usable sample dicts, problems).
 
     A last line without a final newline is read like any other when it is complete JSON; one
-    that is not (a writer killed mid-line) is reported as torn. Nothing is changed on disk."""
+    that is not (a writer killed mid-line, or one still writing) is reported as `torn`, which
+    readers ignore. Nothing is changed on disk."""
     good: list[dict] = []
     problems: list[LineProblem] = []
     seen: dict[str, tuple[int, float]] = {}
@@ -207,9 +209,10 @@ def read_samples(path: Path) -> tuple[list[dict], list[LineProblem]]:
         try:
             d = json.loads(raw)
         except json.JSONDecodeError as e:
-            torn = " (torn: a writer died mid-line)" if lineno == last else ""
-            problems.append(LineProblem(lineno, f"not JSON{torn}: {e.msg} at column {e.colno}",
-                                        text))
+            torn = lineno == last
+            problems.append(LineProblem(
+                lineno, f"not JSON{' (torn: a writer died mid-line)' if torn else ''}: "
+                        f"{e.msg} at column {e.colno}", text, torn))
             continue
         reason = _problem(d, seen, lineno)
         if reason:
@@ -320,6 +323,7 @@ def load_dataset(root: str | Path) -> Dataset:
     if not (root / SAMPLES).is_file():
         raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
     rows, problems = read_samples(root / SAMPLES)
+    problems = [q for q in problems if not q.torn]  # the sample in flight: not there yet
     if problems:
         first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

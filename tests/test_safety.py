@@ -1,0 +1,319 @@
+"""Nothing lost, nothing silently wrong: each case a careless user hit, turned into a test of
+the clean one-line message or of the data that survives it."""
+
+import json
+import lzma
+import shutil
+import time
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx_builders import conv_bn_relu
+from test_data import make_dataset
+
+from mdot_jax.cli import main
+from mdot_jax.data.dataset import (
+    NOISY,
+    REJECTED,
+    DatasetWriter,
+    check_dataset,
+    load_dataset,
+    writer_lock,
+)
+from mdot_jax.errors import CheckpointError, DatasetError
+from mdot_jax.serving import checkpoint
+from mdot_jax.serving.predict import CHECKPOINT_DIR, resolve_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "Traceback" not in out
+    return code, out, err
+
+
+def one_line_error(code, err, *needles):
+    assert code == 2 and err.startswith("mdot: error: ") and err.count("\n") == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+# ---------------------------------------------------------------------------- datasets
+BAD_LINES = {  # what goes wrong in a samples.jsonl -> what `check` says
+    "nan": ('{"key": "n/b2", "arch": "n", "seq": "seqs/a1.npz", "label_ms": NaN, '
+            '"workload": {"batch_size": 2, "input_size": 32}}', "'label_ms' is nan"),
+    "zero": ('{"key": "z/b2", "arch": "z", "seq": "seqs/a1.npz", "label_ms": 0, '
+             '"workload": {"batch_size": 2, "input_size": 32}}', "'label_ms' is 0"),
+    "negative": ('{"key": "m/b2", "arch": "m", "seq": "seqs/a1.npz", "label_ms": -5, '
+                 '"workload": {"batch_size": 2, "input_size": 32}}', "'label_ms' is -5"),
+    "inf": ('{"key": "i/b2", "arch": "i", "seq": "seqs/a1.npz", "label_ms": Infinity, '
+            '"workload": {"batch_size": 2, "input_size": 32}}', "'label_ms' is inf"),
+    "missing_label": ('{"key": "l/b2", "arch": "l", "seq": "seqs/a1.npz", '
+                      '"workload": {"batch_size": 2, "input_size": 32}}',
+                      "'label_ms' is missing"),
+    "unknown_workload_key": ('{"key": "u/b2", "arch": "u", "seq": "seqs/a1.npz", '
+                             '"label_ms": 3, "workload": {"batch_size": 2, "input_size": 32, '
+                             '"gpus": 8}}', "unknown workload field(s) ['gpus']"),
+    "not_an_object": ('[1, 2, 3]', "not a JSON object but list"),
+    "torn_middle": ('{"key": "t/b2", "arch": "t", "se', "not JSON"),
+    "duplicate": ('{"key": "a1/b2", "arch": "a1", "seq": "seqs/a1.npz", "label_ms": 999, '
+                  '"workload": {"batch_size": 2, "input_size": 32}}',
+                  "duplicate key 'a1/b2' (first on line 1, label 2.0 there)"),
+}
+
+
+def _with_bad_line(root: Path, name: str) -> int:
+    make_dataset(root, archs=("a1", "a2"), batches=(2, 4))
+    path = root / "samples.jsonl"
+    lines = path.read_text().splitlines()
+    lines.insert(2, BAD_LINES[name][0])
+    path.write_text("\n".join(lines) + "\n")
+    return 3  # its line number
+
+
+@pytest.mark.parametrize("name", sorted(BAD_LINES))
+def test_dataset_check_names_every_bad_line_and_training_refuses_it(capsys, tmp_path, name):
+    lineno = _with_bad_line(tmp_path, name)
+    before = (tmp_path / "samples.jsonl").read_bytes()
+    code, out, _ = run(capsys, "dataset", "check", tmp_path)
+    assert code == 1 and f"line {lineno}: {BAD_LINES[name][1]}" in out
+    with pytest.raises(DatasetError, match=f"line {lineno}: "):
+        load_dataset(tmp_path)
+    t0 = time.perf_counter()
+    code, _, err = run(capsys, "train", "--dataset", tmp_path, "--out", tmp_path / "ckpt",
+                       "--recipe", "tiny")
+    one_line_error(code, err, f"line {lineno}", "mdot dataset check")
+    assert time.perf_counter() - t0 < 5 and not (tmp_path / "ckpt").exists()
+    code, _, err = run(capsys, "dataset", "info", tmp_path)
+    one_line_error(code, err, f"line {lineno}")
+    assert (tmp_path / "samples.jsonl").read_bytes() == before  # reading changes nothing
+
+
+def test_dataset_check_fix_moves_bad_lines_aside_and_deletes_nothing(capsys, tmp_path):
+    _with_bad_line(tmp_path, "nan")
+    with open(tmp_path / "samples.jsonl", "a") as f:
+        f.write(BAD_LINES["duplicate"][0] + "\n")
+    (tmp_path / "seqs" / "a2.npz").unlink()  # two samples lose their sequence
+    code, out, _ = run(capsys, "dataset", "check", tmp_path, "--fix")
+    assert code == 0 and "4 problems; moved to" in out
+    rejected = [json.loads(x) for x in (tmp_path / REJECTED).read_text().splitlines()]
+    assert [r["line"] for r in rejected] == [0, 0, 3, 6]
+    assert "NaN" in rejected[2]["text"] and "sequence file seqs/a2.npz" in rejected[0]["reason"]
+    ds = load_dataset(tmp_path)
+    assert sorted(s.key for s in ds.samples) == ["a1/b2", "a1/b4"]
+    assert check_dataset(tmp_path)["problems"] == []
+
+
+def test_a_last_line_without_newline_is_read_and_kept(tmp_path):
+    make_dataset(tmp_path, archs=("a1",), batches=(2, 4))
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))  # complete, only the newline missing
+    assert len(load_dataset(tmp_path)) == 2
+    writer = DatasetWriter(tmp_path)  # what `mdot profile` opens before measuring
+    assert writer.done == {"a1/b2", "a1/b4"} and path.read_bytes().endswith(b"}\n")
+    assert len(load_dataset(tmp_path)) == 2 and not (tmp_path / REJECTED).exists()
+
+
+def test_a_torn_last_line_is_moved_aside_not_deleted(tmp_path):
+    make_dataset(tmp_path, archs=("a1",), batches=(2,))
+    path = tmp_path / "samples.jsonl"
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"key": "a1/b8", "arch": "a1", "se')
+    assert len(load_dataset(tmp_path)) == 1  # the sample in flight is not there yet
+    DatasetWriter(tmp_path)
+    assert path.read_bytes() == good
+    [moved] = [json.loads(x) for x in (tmp_path / REJECTED).read_text().splitlines()]
+    assert moved["reason"] == "torn line" and moved["text"].startswith('{"key": "a1/b8"')
+
+
+def test_a_second_writer_is_refused_with_the_holders_pid(capsys, tmp_path):
+    import os
+
+    with writer_lock(tmp_path):
+        with pytest.raises(DatasetError, match=f"pid {os.getpid()}"):
+            with writer_lock(tmp_path):
+                pass
+        code, _, err = run(capsys, "profile", "--zoo", "torchvision", "--models", "resnet18",
+                           "--batch-sizes", "2", "--image-sizes", "32", "--out", tmp_path)
+        one_line_error(code, err, "being written by another process", f"pid {os.getpid()}")
+    with writer_lock(tmp_path):  # released when its holder is done
+        pass
+
+
+def test_noisy_samples_are_kept_apart_and_measured_again_on_request(tmp_path):
+    pytest.importorskip("torchvision")
+    from mdot_jax.data.profile import Protocol, profile
+
+    fast = dict(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_others=float("inf"))
+    args = (["torchvision"], [2], [32], tmp_path)
+    kw = dict(threads=1, progress=False, models=["mobilenet_v3_small"], speed_check=False)
+    report = profile(*args, protocol=Protocol(**fast, max_cv=-1.0), **kw)  # all noisy
+    assert report["samples"] == 0 and report["noisy"] == 1
+    assert not (tmp_path / "samples.jsonl").exists()
+    [noisy] = [json.loads(x) for x in (tmp_path / NOISY).read_text().splitlines()]
+    assert noisy["stats"]["noisy"] and "others_running" in noisy["stats"]
+    quiet = Protocol(**fast, max_cv=float("inf"))
+    assert profile(*args, protocol=quiet, **kw)["samples"] == 0  # not measured again ...
+    report = profile(*args, protocol=quiet, retry_noisy=True, **kw)  # ... unless asked
+    assert report["samples"] == 1 and report["noisy"] == 0
+    assert [s.key for s in load_dataset(tmp_path).samples] == ["mobilenet_v3_small/i32/b2"]
+
+
+def test_unknown_zoo_models_are_named_with_close_matches(capsys, tmp_path):
+    pytest.importorskip("torchvision")
+    code, _, err = run(capsys, "profile", "--zoo", "torchvision", "--models", "resnet999",
+                       "--batch-sizes", "2", "--image-sizes", "32", "--out", tmp_path / "d")
+    one_line_error(code, err, "unknown model(s)", "resnet999", "did you mean")
+    assert not (tmp_path / "d").exists()
+
+
+# ---------------------------------------------------------------------------- --out
+@pytest.fixture
+def dataset(tmp_path):
+    make_dataset(tmp_path / "ds")
+    return tmp_path / "ds"
+
+
+def test_train_out_never_replaces_what_is_not_a_checkpoint(capsys, tmp_path, dataset):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    snapshot = {p: p.read_bytes() for p in dataset.rglob("*") if p.is_file()}
+    for out, needle in [(mine, "not empty and not a checkpoint"),
+                        (dataset, "not empty and not a checkpoint"),
+                        (mine / "notes.txt", "is a file"),
+                        (mine / "notes.txt" / "ckpt", "cannot write there")]:
+        code, _, err = run(capsys, "train", "--dataset", dataset, "--out", out,
+                           "--recipe", "tiny")
+        one_line_error(code, err, needle)
+    assert (mine / "notes.txt").read_text() == "keep me" and list(mine.iterdir())
+    assert {p: p.read_bytes() for p in dataset.rglob("*") if p.is_file()} == snapshot
+
+
+def test_train_out_replaces_a_checkpoint_only_with_force(capsys, tmp_path, dataset):
+    out = tmp_path / "ckpt"
+    shutil.copytree(CHECKPOINT_DIR / "cpu-amd-epyc-2t", out)
+    code, _, err = run(capsys, "train", "--dataset", dataset, "--out", out, "--recipe", "tiny")
+    one_line_error(code, err, "holds a checkpoint; --force replaces it")
+    assert checkpoint.read_metadata(out)["dataset"]["path"].endswith("cpu-amd-epyc-2t-fused")
+    code, _, _ = run(capsys, "train", "--dataset", dataset, "--out", out, "--recipe", "tiny",
+                     "--split", "none", "--force")
+    assert code == 0 and checkpoint.read_metadata(out)["dataset"]["path"] == str(dataset)
+
+
+def test_convert_output_that_is_a_directory_is_refused(capsys, tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    (tmp_path / "onnx").mkdir()
+    code, _, err = run(capsys, "convert", model, "--batch-size", "2", "-o", tmp_path / "onnx")
+    one_line_error(code, err, "is a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "onnx"]
+
+
+# ---------------------------------------------------------------------------- checkpoints
+@pytest.fixture
+def ckpt(tmp_path):
+    out = tmp_path / "ckpt"
+    shutil.copytree(CHECKPOINT_DIR / "cpu-amd-epyc-2t", out)
+    return out
+
+
+def test_a_flipped_byte_in_the_weights_is_an_error(capsys, tmp_path, ckpt):
+    weights = max((p for p in (ckpt / "params").rglob("*") if p.is_file()),
+                  key=lambda p: p.stat().st_size)
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="does not match its checksum"):
+        checkpoint.load(ckpt)
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    code, out, err = run(capsys, "predict", model, "--batch-size", "4", "--checkpoint", ckpt,
+                         "--json")
+    one_line_error(code, err, "does not match its checksum")
+    assert out == ""
+
+
+def test_a_truncated_companion_is_one_line_and_never_reaches_stdout(capsys, tmp_path, ckpt):
+    meta = json.loads((ckpt / "metadata.json").read_text())
+    text = lzma.decompress((ckpt / "companion.txt.xz").read_bytes()).decode()
+    (ckpt / "companion.txt.xz").write_bytes(lzma.compress(text[: len(text) // 3].encode()))
+    del meta["files"]  # a checkpoint from before checksums: the parser's own guard
+    (ckpt / "metadata.json").write_text(json.dumps(meta))
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    code, out, err = run(capsys, "predict", model, "--batch-size", "4", "--checkpoint", ckpt,
+                         "--json")
+    one_line_error(code, err, "corrupt companion", "truncated")
+    assert out == ""
+
+
+@pytest.mark.parametrize("text", ["[]", "{", "\"a string\""])
+def test_metadata_of_the_wrong_shape_is_one_line(capsys, tmp_path, ckpt, text):
+    (ckpt / "metadata.json").write_text(text)
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    code, _, err = run(capsys, "predict", model, "--batch-size", "4", "--checkpoint", ckpt)
+    one_line_error(code, err, "metadata.json")
+
+
+def test_shipped_names_are_found_by_package_location_not_the_working_dir(tmp_path,
+                                                                         monkeypatch):
+    (tmp_path / "timm-rtx3090").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert resolve_checkpoint("timm-rtx3090") == CHECKPOINT_DIR / "timm-rtx3090"
+    assert resolve_checkpoint(None) == CHECKPOINT_DIR / "timm-rtx3090"
+
+
+# ---------------------------------------------------------------------------- arguments
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), path)
+    return path
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--batch-size", "0"], "argument --batch-size: expected a positive integer, got '0'"),
+    (["--batch-size", "-4"], "argument --batch-size: expected a positive integer, got '-4'"),
+    (["--batch-sizes", "8,0"], "argument --batch-sizes: expected comma-separated positive"),
+    (["--batch-size", "4", "--epochs", "-5", "--dataset-size", "10"],
+     "argument --epochs: expected a positive number, got '-5'"),
+    (["--batch-size", "4", "--epochs", "nan", "--dataset-size", "10"],
+     "argument --epochs: expected a positive number"),
+    (["--batch-size", "4", "--checkpoint", "nope"], "no checkpoint 'nope'"),
+])
+def test_predict_arguments_are_checked_up_front(capsys, model, args, needle):
+    code, out, err = run(capsys, "predict", model, *args)
+    one_line_error(code, err, needle)
+    assert out == ""
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--fold", "99"], "--fold 99: the family split has folds 0-4"),
+    (["--model-config", '{"arch": "xgboost"}'], "unknown arch 'xgboost'"),
+    (["--model-config", '{"d_modle": 8}'], "d_modle"),
+    (["--recipe", "fastest"], "unknown recipe 'fastest'"),
+])
+def test_train_arguments_are_checked_before_training(capsys, tmp_path, dataset, args, needle):
+    code, _, err = run(capsys, "train", "--dataset", dataset, "--out", tmp_path / "c",
+                       "--recipe", "tiny", *args)
+    one_line_error(code, err, needle)
+    assert not (tmp_path / "c").exists()
+
+
+def test_profile_threads_must_be_positive(capsys, tmp_path):
+    code, _, err = run(capsys, "profile", "--zoo", "torchvision", "--threads", "0",
+                       "--out", tmp_path)
+    one_line_error(code, err, "argument --threads: expected a positive integer")
+
+
+def test_a_batch_far_beyond_training_says_so(capsys, model):
+    code, out, err = run(capsys, "predict", model, "--batch-size", "1000000000",
+                         "--checkpoint", "cpu-amd-epyc-2t", "--image-size", "64", "--json")
+    assert code == 0
+    [warning] = [w for w in json.loads(out)["warnings"] if "batch size" in w]
+    assert "far (over 10x) outside the trained range 2-64" in warning and "a guess" in warning
