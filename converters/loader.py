@@ -76,6 +76,19 @@ def _set_meta(model: onnx.ModelProto, key: str, value: str) -> None:
     model.metadata_props.add(key=key, value=value)
 
 
+def _dim_hint(name: str, shape: list[int], k: int, t) -> str:
+    """The flag that sets symbolic dim `k` of data input `name` (-1 marks symbolic dims)."""
+    if k == 0:
+        example = ",".join(str(d if d >= 0 else 1) for d in shape)
+        return f"--input-shape {name}={example} (or --batch-size N for dim 0)"
+    if len(shape) == 4:
+        return "--image-size N (the image side in pixels)"
+    if len(shape) == 2 and t.elem_type in (6, 7):
+        return "--seq-len N (tokens per sequence)"
+    example = ",".join(str(d) if d >= 0 else f"D{i}" for i, d in enumerate(shape))
+    return f"--input-shape {name}={example} with every dim given"
+
+
 def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
                 batch_size: int | None, image_size: int | None, seq_len: int | None,
                 label: str) -> None:
@@ -92,6 +105,9 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
             if len(shape) != len(dims):
                 raise ConversionError(f"{label}: input '{vi.name}' has rank {len(dims)} but "
                                       f"--input-shape gives {len(shape)} dims {shape}")
+            if batch_size is not None and shape and shape[0] != batch_size:
+                raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives batch "
+                                      f"{shape[0]} but --batch-size is {batch_size}; give one")
         else:
             shape = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
             names = [d.dim_param or "?" for d in dims]
@@ -107,10 +123,8 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
             missing = [k for k, d in enumerate(shape) if d < 0]
             if missing:
                 k = missing[0]
-                example = ",".join(str(d if d >= 0 else 1) for d in shape)
-                raise ConversionError(
-                    f"{label}: input '{vi.name}' dim {k} ('{names[k]}') is symbolic; pass "
-                    f"--input-shape {vi.name}={example} (or --batch-size N for dim 0)")
+                raise ConversionError(f"{label}: input '{vi.name}' dim {k} ('{names[k]}') is "
+                                      f"symbolic; pass {_dim_hint(vi.name, shape, k, t)}")
         if any(d <= 0 for d in shape):
             raise ConversionError(f"{label}: input '{vi.name}' shape {shape} has a "
                                   "non-positive dim")

@@ -27,6 +27,8 @@ from typing import NamedTuple
 
 from onnx import helper
 
+from converters.errors import ConversionError
+
 Shape = tuple[int, ...]
 
 
@@ -155,6 +157,10 @@ def conv(node: NodeView) -> Cost:
     else:  # w: [Cout, Cin/g, *k]
         c_in, c_out = w[1] * groups, w[0]
         macs = _out(node) * (c_in // groups) * k
+    if len(x) > 1 and x[1] != c_in:  # shape inference lets this pass
+        raise ConversionError(f"node '{node.name}' ({node.op_type}): its input has {x[1]} "
+                              f"channels, its weight {list(w)} (group {groups}) expects "
+                              f"{c_in}; check --input-shape")
     out_spatial = _out(node) // max(c_out, 1) // max(x[0], 1)
     cfg.update(groups=groups, in_channels=c_in, out_channels=c_out, mm_batch=groups,
                mm_m=x[0] * out_spatial, mm_k=(c_in // groups) * k, mm_n=c_out // groups)

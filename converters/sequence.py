@@ -333,6 +333,8 @@ def _operator_features(node: _Node, inputs: list[str], types: dict[str, _Tensor]
     else:
         try:
             flops, bwd_factor, extra = handler(view)
+        except ConversionError:  # the handler named the problem itself
+            raise
         except (TypeError, IndexError, ValueError, KeyError, ZeroDivisionError) as e:
             raise ConversionError(
                 f"node '{node.name}' ({node.op_type}): cannot compute its cost from input "

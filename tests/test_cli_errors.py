@@ -140,3 +140,44 @@ def test_dataset_timm_checks_its_csvs_before_building(capsys, tmp_path):
         assert code == 2 and err.startswith("mdot: error: ") and err.count("\n") == 1, err
         assert needle in err
     assert not (tmp_path / "ds").exists()  # nothing started
+
+
+def _image_plus_side_input():
+    """x [N,3,H,W] convolved and pooled, concatenated with a side input a_meta [N,16] (named
+    to sort first, as alphabetical order once picked it for the input size)."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3]),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("Concat", ["f", "a_meta"], ["y"], name="cat", axis=1)]
+    m = model(nodes, [value("x", ["N", 3, "H", "W"]), value("w", [4, 3, 3, 3]),
+                      value("a_meta", ["N", 16])], [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x,a_meta")
+    return m
+
+
+def test_the_input_size_comes_from_the_image_not_a_side_input(capsys, tmp_path):
+    path = tmp_path / "two.onnx"
+    onnx.save(_image_plus_side_input(), path)
+    code, _, err = run(capsys, "convert", str(path), "--batch-size", "2")
+    assert code == 2 and "input 'x' dim 2 ('H') is symbolic; pass --image-size N" in err
+    code, out, err = run(capsys, "predict", str(path), "--batch-size", "2", "--image-size", "64",
+                         "--checkpoint", "cpu-amd-epyc-2t", "--json")
+    assert code == 0, err
+    assert not any("input size" in w for w in json.loads(out)["warnings"])  # 64 px, not 16
+
+
+def test_input_shape_and_batch_size_that_disagree_are_an_error(capsys, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), path)
+    code, _, err = run(capsys, "predict", str(path), "--input-shape", "x=8,3,8,8",
+                       "--batch-size", "64", "--checkpoint", "cpu-amd-epyc-2t")
+    assert code == 2 and err.count("\n") == 1
+    assert "--input-shape gives batch 8 but --batch-size is 64" in err
+
+
+def test_an_input_shape_whose_channels_the_graph_cannot_take_is_named(capsys, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), path)
+    code, _, err = run(capsys, "convert", str(path), "--input-shape", "x=2,5,8,8")
+    assert code == 2 and err.count("\n") == 1
+    assert "node 'conv' (Conv): its input has 5 channels, its weight [4, 3, 3, 3]" in err

@@ -2,6 +2,7 @@
 measurements they were trained on (an in-sample sanity check; held-out accuracy is in
 benchmarks/results/)."""
 
+import dataclasses
 import json
 import pathlib
 
@@ -121,3 +122,26 @@ def test_shipped_checkpoint_fits_the_committed_copy_of_its_data(name):
     pred = predictor.predict_many([(s.seq, s.workload) for s in samples])
     m = regression_metrics([p.iteration_ms for p in pred], [s.label_ms for s in samples])
     assert m["mape"] < 15, m
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_mdot_train_defaults_to_the_recipe_the_checkpoints_were_trained_with(name):
+    """`mdot train` without --recipe trains what ships: the same network config (but for the
+    workload width, set from the data), budget and companion as each shipped checkpoint."""
+    from mdot_jax import recipes
+    from mdot_jax.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--dataset", "d", "--out", "o"])
+    recipe = recipes.get(args.recipe)
+    assert args.recipe == recipes.DEFAULT_RECIPE == "shipped" and recipe.companion
+    meta = json.loads((CHECKPOINT_DIR / name / "metadata.json").read_text())
+    shipped = {k: tuple(v) if isinstance(v, list) else v
+               for k, v in meta["model_config"].items() if k != "workload_dim"}
+    ours = dataclasses.asdict(recipe.model)
+    ours.pop("workload_dim")
+    assert ours == shipped and meta.get("companion")
+    trained = meta["train"]["train_config"]
+    assert (trained["epochs"], trained["patience"]) == (recipe.train.epochs,
+                                                        recipe.train.patience)
+    assert recipes.get("paper").model.pe == ("depth", "laplacian")
+    assert recipes.get("paper").model.arch == "mdot" and not recipes.get("paper").companion

@@ -221,8 +221,15 @@ class Predictor:
 
 
 def _input_size(seq: OperatorSequence) -> int:
-    """Image side or sequence length from the sequence's first data input."""
-    shape = next(iter(seq.meta.get("inputs", {}).values()), [1, 1])
-    if len(shape) == 4:  # NCHW, or NHWC when the channels are last
-        return int(shape[1] if shape[3] in (1, 3) and shape[1] not in (1, 3) else shape[3])
-    return int(shape[1]) if len(shape) >= 2 else 1
+    """Image side or sequence length, from the data input that carries it: an image (rank 4,
+    NCHW or NHWC) before a signal (rank 3, [B, C, T]) before tokens (rank 2, [B, T]), so that
+    a side input such as metadata [B, 16] does not pass for the input size."""
+    shapes = list(seq.meta.get("inputs", {}).values())
+    for rank in (4, 3, 2):
+        shape = next((s for s in shapes if len(s) == rank), None)
+        if shape is None:
+            continue
+        if rank == 4:  # NCHW, or NHWC when the channels are last
+            return int(shape[1] if shape[3] in (1, 3) and shape[1] not in (1, 3) else shape[3])
+        return int(shape[rank - 1])
+    return 1
