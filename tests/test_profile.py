@@ -1,6 +1,7 @@
 """Profiler: a tiny model measured end to end on the CPU, failures recorded, device guard."""
 
 import json
+import time
 
 import pytest
 
@@ -16,7 +17,7 @@ FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=floa
 def test_profile_tiny_model_end_to_end(tmp_path):
     out = tmp_path / "cpu"
     report = profile(["torchvision"], [1, 2], [32], out, threads=1, progress=False,
-                     models=["mobilenet_v3_small"], protocol=FAST)
+                     models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
     # batch 1 cannot train (BatchNorm over a 1x1 map of one sample): recorded, not raised
     assert report["skipped_by_reason"] == {"batchnorm_batch1": 1}
     [s] = load_dataset(out).samples
@@ -29,7 +30,7 @@ def test_profile_tiny_model_end_to_end(tmp_path):
     assert s.seq.meta["inputs"] == {"x": [2, 3, 32, 32]}
     # a re-run measures nothing again
     again = profile(["torchvision"], [1, 2], [32], out, threads=1, progress=False,
-                    models=["mobilenet_v3_small"], protocol=FAST)
+                    models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
     assert again["samples"] == 1 and len(load_dataset(out)) == 1
     # converted again from the zoo (with fusion), nothing measured: same sample and label
     from mdot_jax.data.profile import resequence
@@ -43,10 +44,11 @@ def test_profile_tiny_model_end_to_end(tmp_path):
     report["skipped"]["mobilenet_v3_small/i32/b4"] = dict(reason="cannot_train", detail="")
     (out / "report.json").write_text(json.dumps(report))
     kept = profile(["torchvision"], [4], [32], out, threads=1, progress=False,
-                   models=["mobilenet_v3_small"], protocol=FAST)
+                   models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
     assert kept["samples"] == 1 and kept["skipped_by_reason"]["cannot_train"] == 1
     retried = profile(["torchvision"], [4], [32], out, threads=1, progress=False,
-                      models=["mobilenet_v3_small"], protocol=FAST, retry_skipped=True)
+                      models=["mobilenet_v3_small"], protocol=FAST, retry_skipped=True,
+                      speed_check=False)
     assert retried["samples"] == 2 and "cannot_train" not in retried["skipped_by_reason"]
 
 
@@ -68,7 +70,7 @@ def test_profile_refuses_to_mix_devices(tmp_path):
     (out / "samples.jsonl").write_text(json.dumps(sample) + "\n")
     with pytest.raises(ValueError, match="new dataset folder"):
         profile(["torchvision"], [2], [32], out, threads=1, progress=False,
-                models=["mobilenet_v3_small"], protocol=FAST)
+                models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
 
 
 @pytest.mark.parametrize("theirs", [
@@ -90,10 +92,61 @@ def test_profile_refuses_a_generic_cpu_name_of_another_generation(tmp_path, thei
     (out / "samples.jsonl").write_text(json.dumps(sample) + "\n")
     with pytest.raises(ValueError, match=r"cpu_family .*new dataset folder \(default: data/"):
         profile(["torchvision"], [2], [32], out, threads=1, progress=False,
-                models=["mobilenet_v3_small"], protocol=FAST)
+                models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
 
 
 def test_stats_golden():
     st = stats_of([10.0, 12.0, 14.0])
     assert st["median_ms"] == 12.0 and st["iqr_ms"] == 2.0
     assert st["cv"] == pytest.approx(100 * (8 / 3) ** 0.5 / 12)
+
+
+def test_a_last_line_without_newline_survives_a_profile_run(tmp_path):
+    kw = dict(threads=1, progress=False, models=["mobilenet_v3_small"], protocol=FAST,
+              speed_check=False)
+    profile(["torchvision"], [2], [32], tmp_path, **kw)
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))  # an editor saved it without one
+    report = profile(["torchvision"], [2, 4], [32], tmp_path, **kw)
+    assert report["samples"] == 2
+    keys = [json.loads(line)["key"] for line in path.read_text().splitlines()]
+    assert keys == ["mobilenet_v3_small/i32/b2", "mobilenet_v3_small/i32/b4"]
+
+
+def test_too_slow_is_decided_on_a_steady_state_iteration():
+    """The first warm-up pays for allocation and kernel set-up: up to `first_iter_slack`
+    times the limit it does not decide; a slow steady-state iteration does."""
+    import torch
+
+    from mdot_jax.data.profile import TooSlow, measure_step
+
+    class SlowAtFirst(torch.nn.Module):
+        def __init__(self, first_s, then_s):
+            super().__init__()
+            self.lin, self.delays = torch.nn.Linear(4, 3), [first_s]
+            self.then_s = then_s
+
+        def forward(self, x):
+            time.sleep(self.delays.pop() if self.delays else self.then_s)
+            return self.lin(x)
+
+    x, target = torch.randn(2, 4), torch.tensor([0, 1])
+    proto = Protocol(warmup=2, repeats=3, max_iter_s=0.1, budget_s=10.0)
+    times = measure_step(SlowAtFirst(0.25, 0.0), x, target, proto, "cpu")  # 2.5x: measured
+    assert len(times) == 3 and max(times) < 100
+    with pytest.raises(TooSlow):  # 5x the limit on the first iteration
+        measure_step(SlowAtFirst(0.5, 0.0), x, target, proto, "cpu")
+    with pytest.raises(TooSlow):  # slow once warm
+        measure_step(SlowAtFirst(0.0, 0.15), x, target, proto, "cpu")
+
+
+def test_appending_is_refused_when_the_machine_no_longer_matches_the_labels(tmp_path):
+    kw = dict(threads=1, progress=False, models=["mobilenet_v3_small"], protocol=FAST)
+    profile(["torchvision"], [2], [32], tmp_path, **kw)
+    path = tmp_path / "samples.jsonl"
+    row = json.loads(path.read_text())
+    row["label_ms"] = 500.0  # as if measured on a much slower machine
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=r"more than 15% off"):
+        profile(["torchvision"], [4], [32], tmp_path, **kw)
+    assert len(load_dataset(tmp_path)) == 1
