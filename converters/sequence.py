@@ -25,6 +25,7 @@ from converters.fusion import VIEWS, constants
 from converters.fusion import Node as _Node
 from converters.fusion import fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
+from converters.kind import graph_kind
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
 
@@ -302,7 +303,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
         raise ConversionError(f"model '{name or graph.name}': no operator depends on the "
                               "inputs (only constants and shape computations)")
     meta = dict(
-        format_version=FORMAT_VERSION, vocab_version=VOCAB_VERSION,
+        format_version=FORMAT_VERSION, vocab_version=VOCAB_VERSION, graph=graph_kind(model),
         inputs={t: list(types[t].shape or []) for t in sorted(data_inputs) if t in types},
         params=int(sum(types[t].numel for t in used_params)),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,

@@ -58,7 +58,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
                    flops_bwd=float(seq.load[:, 1].astype("float64").sum()),
                    params=seq.params, inputs=seq.meta["inputs"],
                    op_types=seq.op_type_counts(), unknown_ops=seq.unknown_ops,
-                   dropped_nodes=seq.meta["dropped_nodes"], output=args.output)
+                   dropped_nodes=seq.meta["dropped_nodes"], graph=seq.meta["graph"],
+                   output=args.output)
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -364,7 +365,7 @@ def _positive(kind):
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or not value > 0 or value != value or value == float("inf"):
+        if value is None or not (math.isfinite(value) and value > 0):
             raise argparse.ArgumentTypeError(
                 f"expected a positive {'integer' if kind is int else 'number'}, got {text!r}")
         return value

@@ -14,13 +14,15 @@ def model(nodes, inputs, outputs, initializers=(), name="g"):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def conv_bn_relu(batch="N"):
-    """x[batch,3,8,8] -> Conv(4, 3x3, pad 1) -> BN (training) -> Relu -> y."""
+def conv_bn_relu(batch="N", training=False):
+    """x[batch,3,8,8] -> Conv(4, 3x3, pad 1) -> BN -> Relu -> y; BN in training mode (batch
+    statistics, running statistics as outputs: a training export) or inference mode."""
+    bn_out = ["n", "rm", "rv"] if training else ["n"]
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
                          pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], name="bn",
-                         training_mode=0),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], bn_out, name="bn",
+                         training_mode=int(training)),
         helper.make_node("Relu", ["n"], ["y"], name="relu"),
     ]
     inputs = [value("x", [batch, 3, 8, 8]), value("w", [4, 3, 3, 3])] + \

@@ -83,7 +83,7 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
     """`mdot predict --json` on the shipped CPU checkpoint: iteration and job time; an 8 px
     input (the checkpoint saw larger ones) is flagged as extrapolation on stderr and in JSON."""
     path = tmp_path / "m.onnx"
-    onnx.save(conv_bn_relu(), path)
+    onnx.save(conv_bn_relu(training=True), path)
     code, out, err = run(capsys, "predict", str(path), "--batch-size", "4", "--checkpoint",
                          "cpu-amd-epyc-2t", "--epochs", "2", "--dataset-size", "10", "--json")
     result = json.loads(out)
@@ -97,7 +97,7 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
 
 def test_predict_several_batch_sizes(capsys, tmp_path):
     path = tmp_path / "m.onnx"
-    onnx.save(conv_bn_relu(), path)
+    onnx.save(conv_bn_relu(training=True), path)
     args = ["predict", str(path), "--batch-sizes", "2,8,32", "--checkpoint", "cpu-amd-epyc-2t",
             "--image-size", "64"]
     code, out, _ = run(capsys, *args, "--json")

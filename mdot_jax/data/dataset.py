@@ -6,9 +6,9 @@ A dataset is a directory:
   report.json     what a builder skipped and why (builders only)
 
 Crash safety: a sequence file is written atomically (temp + rename) *before* its sample line;
-each line is appended with flush + fsync; a torn last line (crash mid-write) is dropped when
-the dataset is opened for appending (moved to `rejected.jsonl`, never deleted; a complete
-last line that only lacks its newline is kept). So a kill -9 loses at most the sample in
+each line is appended with flush + fsync; a torn last line (crash mid-write) is moved to
+`rejected.jsonl` when the dataset is opened for appending (never deleted; a complete last
+line that only lacks its newline is kept). So a kill -9 loses at most the sample in
 flight, and re-running a builder skips every key already present. Reading validates every
 line (`read_samples`): a dataset with an unusable line is refused, naming the line.
 """
@@ -140,7 +140,7 @@ def _load_seq(path: str) -> OperatorSequence:
     return _SEQ_CACHE[path]
 
 
-_WORKLOAD_FIELDS = {f.name: f.type for f in dataclasses.fields(Workload)}
+_WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(Workload))
 
 
 @dataclass(frozen=True)

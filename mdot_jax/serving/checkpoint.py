@@ -58,6 +58,10 @@ def is_checkpoint(path: str | Path) -> bool:
         return False
 
 
+def _empty_dir(path: Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
+
+
 def prepare_out(path: str | Path, *, force: bool = False) -> Path:
     """Checks, before any work, that a checkpoint can be written to `path`: a new or empty
     directory, or (with `force`) a checkpoint of ours to replace; never anything else, and
@@ -65,7 +69,7 @@ def prepare_out(path: str | Path, *, force: bool = False) -> Path:
     path = Path(path).absolute()
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"--out {path}: is a file, not a checkpoint directory")
-    if path.is_dir() and any(path.iterdir()):
+    if path.exists() and not _empty_dir(path):
         if not is_checkpoint(path):
             raise CheckpointError(f"--out {path}: not empty and not a checkpoint; refusing to "
                                   "replace it (choose a new directory)")
@@ -87,7 +91,7 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
     """Writes `trained` (and its `companion`, if any) to `path` atomically, replacing only an
     empty directory or a checkpoint (`prepare_out` says so before training); returns the path."""
     path = Path(path).absolute()
-    if path.exists() and not (path.is_dir() and (is_checkpoint(path) or not any(path.iterdir()))):
+    if path.exists() and not (_empty_dir(path) or is_checkpoint(path)):
         raise CheckpointError(f"{path}: not a checkpoint; refusing to replace it")
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     pure = jax.tree.map(np.asarray, nnx.to_pure_dict(trained.params))

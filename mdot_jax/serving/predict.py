@@ -211,13 +211,32 @@ class Predictor:
         if seq.unknown_ops:
             out.append(f"operators unknown to the converter count as <unk>: "
                        f"{seq.unknown_ops}")
-        return out
+        return out + graph_warnings(seq.meta.get("graph") or {}, w.precision)
 
     def predict_job(self, model: ModelLike, *, batch_size: int, epochs: float,
                     dataset_size: int, **kw) -> float:
         """Seconds for `epochs` over `dataset_size` samples (iterations = ceil(size/batch))."""
         p = self.predict(model, batch_size=batch_size, **kw)
         return p.job_seconds(epochs, dataset_size, batch_size)
+
+
+def graph_warnings(g: dict, precision: str) -> list[str]:
+    """What the kind of graph (`converters.kind.graph_kind`) says about a prediction of its
+    training step: an inference export, uncosted control flow, weights in another precision."""
+    out = []
+    if g.get("kind") == "inference":
+        out.append(f"an inference graph ({g['batchnorm_inference']} BatchNormalization in "
+                   "inference mode): a training step also computes batch statistics and "
+                   "Dropout, so this is likely too fast; export the training graph "
+                   "(converters.from_torch, or torch.onnx.export(..., training="
+                   "TrainingMode.TRAINING))")
+    if g.get("control_flow"):
+        out.append(f"control flow {g['control_flow']}: the bodies of these operators are not "
+                   "costed")
+    if g.get("precision", "fp32") != "fp32":
+        out.append(f"the graph's weights are {g['precision']}; the prediction is for "
+                   f"{precision} training as the checkpoint's device was measured")
+    return out
 
 
 def _input_size(seq: OperatorSequence) -> int:

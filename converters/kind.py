@@ -1,0 +1,61 @@
+"""What kind of graph came in: a training or an inference export, its producer and opset, the
+precision of its weights, and control flow that the cost handlers do not look into.
+
+A training step runs more than inference: BatchNormalization computes batch statistics and
+updates its running ones, Dropout draws masks. Exporters drop or fold both in inference graphs
+(`model.eval()` exports, torch's dynamo exporter folds BatchNormalization into Conv, tf2onnx
+exports inference), so such a graph priced as a training graph comes out too fast. The
+evidence, by rule:
+- `training`: a BatchNormalization in training mode (`training_mode=1`, or running statistics
+  as extra outputs, as before opset 14), or a Dropout whose `training_mode` input is set;
+- `inference`: BatchNormalization nodes, none of them in training mode;
+- `unknown`: neither (e.g. a Transformer without Dropout looks the same both ways).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import onnx
+
+KINDS = ("training", "inference", "unknown")
+CONTROL_FLOW = ("Loop", "If", "Scan")
+QUANTIZED = ("QLinearConv", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear",
+             "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear")
+_FLOAT_TYPES = {onnx.TensorProto.FLOAT: "fp32", onnx.TensorProto.FLOAT16: "fp16",
+                onnx.TensorProto.BFLOAT16: "bf16", onnx.TensorProto.DOUBLE: "fp64"}
+
+
+def _bn_training(node: onnx.NodeProto) -> bool:
+    mode = next((a.i for a in node.attribute if a.name == "training_mode"), 0)
+    return bool(mode) or sum(bool(o) for o in node.output) > 1
+
+
+def graph_kind(model: onnx.ModelProto) -> dict:
+    """`kind` (KINDS) with its evidence, `producer`, `opset`, `precision` of the float weights
+    (fp32 / fp16 / bf16 / mixed, or int8 when quantized operators are present) and the
+    `control_flow` operators present (their bodies are not costed)."""
+    graph = model.graph
+    ops = Counter(n.op_type for n in graph.node)
+    bn = [n for n in graph.node if n.op_type == "BatchNormalization"]
+    bn_train = sum(_bn_training(n) for n in bn)
+    dropout_train = sum(n.op_type == "Dropout" and len(n.input) > 2 and bool(n.input[2])
+                        for n in graph.node)
+    if bn_train or dropout_train:
+        kind = "training"
+    elif bn:
+        kind = "inference"
+    else:
+        kind = "unknown"
+    floats = Counter(_FLOAT_TYPES[t.data_type] for t in graph.initializer
+                     if t.data_type in _FLOAT_TYPES)
+    floats.update(_FLOAT_TYPES[i.type.tensor_type.elem_type] for i in graph.input
+                  if i.type.tensor_type.elem_type in _FLOAT_TYPES)
+    precision = "int8" if any(ops[q] for q in QUANTIZED) else (
+        "mixed" if len(floats) > 1 else next(iter(floats), "fp32"))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return dict(kind=kind, batchnorm_training=bn_train, batchnorm_inference=len(bn) - bn_train,
+                dropout_training=dropout_train, producer=" ".join(
+                    p for p in (model.producer_name, model.producer_version) if p),
+                opset=int(opset), precision=precision,
+                control_flow={op: ops[op] for op in CONTROL_FLOW if ops[op]})

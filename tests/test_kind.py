@@ -1,0 +1,75 @@
+"""What kind of graph came in: training or inference export, precision, control flow."""
+
+import io
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import conv_bn_relu, model, value
+
+from converters import convert
+from converters.kind import graph_kind
+from mdot_jax.serving.predict import graph_warnings
+
+
+def test_batchnorm_mode_tells_training_from_inference_exports():
+    train, infer = graph_kind(conv_bn_relu(training=True)), graph_kind(conv_bn_relu())
+    assert train["kind"] == "training" and train["batchnorm_training"] == 1
+    assert infer["kind"] == "inference" and infer["batchnorm_inference"] == 1
+    assert train["opset"] == 17 and train["precision"] == "fp32" and not train["control_flow"]
+    # recorded in the operator sequence, and warned about when predicting
+    assert convert(conv_bn_relu(), batch_size=2).meta["graph"]["kind"] == "inference"
+    [warning] = graph_warnings(infer, "fp32")
+    assert warning.startswith("an inference graph (1 BatchNormalization in inference mode)")
+    assert graph_warnings(train, "fp32") == []
+
+
+def test_opset_11_training_batchnorm_is_recognised_by_its_extra_outputs():
+    m = conv_bn_relu()
+    bn = next(n for n in m.graph.node if n.op_type == "BatchNormalization")
+    del bn.attribute[:]
+    bn.output.extend(["rm", "rv", "sm", "sv"])
+    assert graph_kind(m)["kind"] == "training"
+
+
+def test_no_batchnorm_no_dropout_is_unknown_and_control_flow_is_named():
+    relu = model([helper.make_node("Relu", ["x"], ["y"], name="r")], [value("x", [2, 3])],
+                 [value("y", None)])
+    assert graph_kind(relu)["kind"] == "unknown"
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"])], "body",
+                             [value("i", [], TensorProto.INT64),
+                              value("cond", [], TensorProto.BOOL),
+                              value("c", [2, 3])],
+                             [value("cond_out", [], TensorProto.BOOL), value("c_out", [2, 3])])
+    loop = model([helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)],
+                 [value("x", [2, 3]), value("n", [], TensorProto.INT64)], [value("y", None)])
+    g = graph_kind(loop)
+    assert g["control_flow"] == {"Loop": 1}
+    assert any("control flow {'Loop': 1}" in w for w in graph_warnings(g, "fp32"))
+
+
+def test_weight_precision_is_reported():
+    m = conv_bn_relu(training=True)
+    w = numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float16), "w")
+    m.graph.initializer.append(w)
+    assert graph_kind(m)["precision"] == "mixed"
+    q = model([helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q")],
+              [value("x", [2, 3]), value("s", [])], [value("y", None)])
+    assert graph_kind(q)["precision"] == "int8"
+    assert any("weights are int8" in w for w in graph_warnings(graph_kind(q), "fp32"))
+
+
+def test_real_exports_of_one_model_in_both_modes():
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    from converters import from_torch
+
+    net = torchvision.models.resnet18()
+    x = torch.randn(2, 3, 32, 32)
+    assert graph_kind(from_torch(net, x))["kind"] == "training"
+    buf = io.BytesIO()
+    torch.onnx.export(net.eval(), (x,), buf, dynamo=False, input_names=["x"])
+    kind = graph_kind(onnx.load_from_string(buf.getvalue()))
+    # the legacy exporter in eval() folds BatchNormalization into Conv: nothing to tell by
+    assert kind["kind"] in ("inference", "unknown") and kind["batchnorm_training"] == 0
