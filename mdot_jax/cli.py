@@ -300,6 +300,20 @@ def _range(pair, scale: float = 1.0) -> str:
     return f"{num(pair[0] * scale)}-{num(pair[1] * scale)}" if pair else "-"
 
 
+def cmd_adapt(args: argparse.Namespace) -> int:
+    from mdot_jax.training.adapt import adapt_from_measurements
+
+    a = adapt_from_measurements(args.from_measurements, args.base, args.out,
+                                device=args.device_name, force=args.force)
+    print(f"adapted {args.base or 'the default checkpoint'} to {a.device} from {a.n_rows} "
+          f"measured rows ({a.fit} fit: log t' = {a.a:.3f} + {a.b:.3f} log t)")
+    print(f"expected error: {a.loo_mape:.1f}% MAPE (each row predicted by a fit on the others); "
+          f"80% band x{math.exp(a.lo):.2f}-x{math.exp(a.hi):.2f}"
+          + ("; with so few rows, a rough estimate" if a.n_rows < 20 else ""))
+    print(f"checkpoint: {args.out} (mdot predict MODEL --checkpoint {args.out})")
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from mdot_jax.evaluation.calibrate import calibrate
     from mdot_jax.serving.predict import resolve_checkpoint
@@ -487,6 +501,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: its network's, e.g. gnn or mdot-pe-none, with lightgbm if it "
                    "has a companion)")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("adapt", help="a checkpoint for another device, from step times "
+                                     "measured there (a CSV; nothing is run)")
+    p.add_argument("--from-measurements", required=True, metavar="CSV",
+                   help="columns model (.onnx or .npz, relative to the CSV), batch_size, "
+                        "image_size or seq_len, precision, ms")
+    p.add_argument("--base", help="shipped checkpoint name or directory to adapt (default: "
+                                  "the default checkpoint)")
+    p.add_argument("--out", required=True, help="the adapted checkpoint's directory")
+    p.add_argument("--device-name", help="what to call the device (default: derived)")
+    p.add_argument("--force", action="store_true", help="replace the checkpoint in --out")
+    p.set_defaults(func=cmd_adapt)
 
     p = sub.add_parser("evaluate", help="MDOT and every baseline on identical folds")
     p.add_argument("--dataset", required=True)

@@ -20,6 +20,7 @@ import gzip
 import hashlib
 import json
 import lzma
+import math
 import shutil
 import uuid
 from pathlib import Path
@@ -109,6 +110,13 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
     _write_metadata(tmp, meta)
     if companion:
         attach_companion(tmp, companion, companion_info)
+    move_into_place(tmp, path)
+    return path
+
+
+def move_into_place(tmp: Path, path: Path) -> None:
+    """Renames the finished checkpoint `tmp` to `path`, replacing the checkpoint there (if
+    any) only once the new one is complete."""
     if path.exists():
         old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
         path.rename(old)
@@ -116,7 +124,6 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(path)
-    return path
 
 
 def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = None) -> None:
@@ -136,13 +143,23 @@ def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = Non
         (path / old).unlink(missing_ok=True)
 
 
+def attach_adaptation(path: str | Path, adaptation: dict | None) -> None:
+    """Adds (or replaces, or with None removes) the device adaptation (`adaptation.Adaptation`
+    as JSON) of the checkpoint at `path`."""
+    _set_entry(Path(path), "adaptation", adaptation)
+
+
 def attach_calibration(path: str | Path, calibration: Calibration | None) -> None:
     """Adds (or replaces, or with None removes) the error bands of the checkpoint at `path`."""
+    _set_entry(Path(path), "calibration", calibration.to_json() if calibration else None)
+
+
+def _set_entry(path: Path, key: str, value: dict | None) -> None:
     meta = read_metadata(path)
-    meta.pop("calibration", None)
-    if calibration is not None:
-        meta["calibration"] = calibration.to_json()
-    _write_metadata(Path(path), meta)
+    meta.pop(key, None)
+    if value is not None:
+        meta[key] = value
+    _write_metadata(path, meta)
 
 
 def _checksums(path: Path, meta: dict) -> dict[str, str]:
@@ -213,6 +230,13 @@ def model_card(meta: dict) -> str:
              f"{meta['format_version']}"]
     if meta.get("calibration"):
         lines.append(_calibration_line(Calibration.from_json(meta["calibration"])))
+    if meta.get("adaptation"):
+        ad = meta["adaptation"]
+        lines.append(f"- **adapted to `{ad['device']}`** from {ad['n_rows']} measured step "
+                     f"times ({ad['source']}): {ad['fit']} fit, log t' = {ad['a']:.3f} + "
+                     f"{ad['b']:.3f} log t; leave-one-out MAPE {ad['loo_mape']:.1f}%, 80% band "
+                     f"x{math.exp(ad['lo']):.2f}-x{math.exp(ad['hi']):.2f}; the lines above "
+                     "describe the base checkpoint")
     if m:
         lines.append(f"- held-out test ({m.get('n')} samples): MAE {m['mae_ms']:.3g} ms, "
                      f"RMSE {m['rmse_ms']:.3g} ms, MAPE {m['mape']:.2f}%")

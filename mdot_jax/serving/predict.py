@@ -19,6 +19,7 @@ from converters import OperatorSequence, convert
 from mdot_jax.companion import TreeModel, combine
 from mdot_jax.data.dataset import Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
+from mdot_jax.serving.adaptation import Adaptation
 from mdot_jax.serving.calibration import Calibration
 from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion
 from mdot_jax.training.train import Trained, predict_samples
@@ -105,6 +106,10 @@ class Predictor:
         # companion
         self.calibration = cal if cal and len(cal.methods) == 1 + (companion is not None) \
             else None
+        adapted = self.metadata.get("adaptation")
+        # fitted to another device's measurements: predictions are for that device, with the
+        # band of the fit's leave-one-out errors (`mdot adapt`)
+        self.adaptation = Adaptation.from_json(adapted) if adapted else None
 
     @classmethod
     def load(cls, name_or_dir: str | Path | None = None, *, companion: bool = True
@@ -175,13 +180,19 @@ class Predictor:
             parts = [{net: float(a), "lightgbm": float(b)} for a, b in zip(out, trees)]
             disagreement = [abs(math.log(a / b)) for a, b in zip(out, trees)]
             out = combine(out, trees)
+        adapted = self.adaptation
+        if adapted:
+            out = adapted.apply(out)
         preds = []
         for ms, part, d, (seq, w) in zip(out, parts, disagreement, items):
-            p = Prediction(float(ms), w.device, seq.num_ops, self.warnings(seq, w), part)
+            p = Prediction(float(ms), adapted.device if adapted else w.device, seq.num_ops,
+                           self.warnings(seq, w), part)
             cal = self.calibration
             band = cal.band(w.layout, d) if cal else None
+            if adapted and not p.warnings:
+                p.interval_ms = adapted.interval(p.iteration_ms)
             if cal and band and not p.warnings:
-                p.interval_ms = band.interval(p.iteration_ms)
+                p.interval_ms = p.interval_ms or band.interval(p.iteration_ms)
                 if d is not None and band is cal.bands[w.layout][-1]:
                     p.warnings.append(
                         f"{self.trained.model_cfg.label} and LightGBM disagree by "

@@ -1,0 +1,106 @@
+"""`mdot adapt --from-measurements`: a checkpoint for another device from step times the user
+already has (a few jobs from their logs, on a machine we cannot run on), measuring nothing.
+
+The CSV has one row per measured job: `model` (an `.onnx` file, or an operator sequence
+`.npz` written by `mdot convert -o`, relative to the CSV), `batch_size`, `image_size` or
+`seq_len` (optional where the file fixes them), `precision` (recorded, not used: the fit
+absorbs it) and `ms` (milliseconds per training iteration). The base checkpoint predicts each
+row, `serving.adaptation.fit` maps its predictions onto the measurements, and the adapted
+checkpoint is the base one with that fit in its metadata.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from converters import OperatorSequence
+from mdot_jax.errors import UsageError
+from mdot_jax.serving import checkpoint
+from mdot_jax.serving.adaptation import Adaptation, fit
+from mdot_jax.serving.predict import Predictor, resolve_checkpoint
+
+REQUIRED = ("model", "batch_size", "ms")
+
+
+@dataclass(frozen=True)
+class Row:
+    model: Path
+    batch_size: int
+    image_size: int | None
+    seq_len: int | None
+    precision: str
+    ms: float
+
+
+def _positive(text: str, kind, where: str, column: str):
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not np.isfinite(value) or value <= 0:
+        raise UsageError(f"{where}: column '{column}' is {text!r}, not a positive number")
+    return value
+
+
+def read_measurements(path: str | Path) -> list[Row]:
+    """The rows of a measurements CSV, each checked (a bad one is named by its line)."""
+    path = Path(path)
+    try:
+        with open(path, newline="") as f:
+            lines = list(csv.DictReader(f))
+            header = lines[0].keys() if lines else []
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read ({e.strerror})") from None
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise UsageError(f"{path}: missing column(s) {missing}; needs {list(REQUIRED)} and "
+                         "image_size or seq_len, precision (optional)")
+    rows = []
+    for n, d in enumerate(lines, 2):
+        where = f"{path} line {n}"
+        model = path.parent / (d.get("model") or "")
+        if not model.is_file():
+            raise UsageError(f"{where}: model file {d.get('model')!r} not found")
+        sizes = {c: _positive(d[c], int, where, c) if d.get(c) else None
+                 for c in ("image_size", "seq_len")}
+        rows.append(Row(model, _positive(d["batch_size"], int, where, "batch_size"),
+                        sizes["image_size"], sizes["seq_len"], d.get("precision") or "",
+                        _positive(d["ms"], float, where, "ms")))
+    return rows
+
+
+def _sequence(row: Row) -> OperatorSequence | Path:
+    if row.model.suffix != ".npz":
+        return row.model
+    seq = OperatorSequence.load_npz(row.model)
+    batch = next(iter(seq.meta.get("inputs", {}).values()), [None])[0]
+    if batch != row.batch_size:
+        raise UsageError(f"{row.model}: a sequence converted at batch {batch}, but the row "
+                         f"says batch_size {row.batch_size}")
+    return seq
+
+
+def adapt_from_measurements(measurements: str | Path, base: str | Path | None, out: str | Path,
+                            *, device: str | None = None, force: bool = False) -> Adaptation:
+    """Writes to `out` the checkpoint `base` adapted to the rows of `measurements`; returns
+    the fit (its leave-one-out error is the error to expect)."""
+    rows = read_measurements(measurements)
+    base_path = resolve_checkpoint(base)
+    out = checkpoint.prepare_out(out, force=force)
+    predictor = Predictor.load(base_path)
+    pred = [predictor.predict(_sequence(r), batch_size=r.batch_size, image_size=r.image_size,
+                              seq_len=r.seq_len).iteration_ms for r in rows]
+    device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
+    adaptation = fit(pred, [r.ms for r in rows], device,
+                     source=f"{Path(measurements).name}, base {base_path.name}")
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    shutil.copytree(base_path, tmp)
+    checkpoint.attach_adaptation(tmp, adaptation.to_json())
+    checkpoint.move_into_place(tmp, out)
+    return adaptation

@@ -1,0 +1,105 @@
+"""`mdot adapt --from-measurements`: a checkpoint of one CPU adapted to another CPU's measured
+step times (both committed datasets are our own measurements)."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdot_jax.cli import main
+from mdot_jax.data.dataset import load_dataset
+from mdot_jax.serving import checkpoint
+from mdot_jax.serving.adaptation import fit
+from mdot_jax.serving.predict import Predictor
+from mdot_jax.training.adapt import adapt_from_measurements
+
+REPO = Path(__file__).resolve().parents[1]
+OTHER_CPU = REPO / "data" / "derived" / "cpu-amd-epyc-f26m2-2t-fused"  # Zen 5
+BASE = "cpu-amd-epyc-2t"  # trained on the first, slower CPU
+
+
+def _image_samples():
+    """Image samples of the other CPU, one per family in a fixed order, split into the 10 a
+    user measured and the held-out rest (other families)."""
+    by_family = {}
+    for s in sorted(load_dataset(OTHER_CPU).samples, key=lambda s: s.key):
+        if "/i" in s.key and 20 <= s.label_ms <= 1500:
+            by_family.setdefault(s.family, s)
+    picked = list(by_family.values())
+    return picked[:10], picked[10:60]
+
+
+def _write_csv(path: Path, samples):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["model", "batch_size", "image_size", "precision", "ms"])
+        for s in samples:
+            w.writerow([s.root / s.seq_path, s.workload.batch_size, s.workload.input_size,
+                        "fp32", s.label_ms])
+
+
+def _mape(predictor, samples):
+    pred = [predictor.predict(s.seq, batch_size=s.workload.batch_size,
+                              image_size=s.workload.input_size).iteration_ms for s in samples]
+    return float(np.mean([abs(p / s.label_ms - 1) for p, s in zip(pred, samples)]) * 100)
+
+
+def test_ten_measured_rows_adapt_a_checkpoint_to_another_cpu(tmp_path, capsys):
+    rows, held_out = _image_samples()
+    _write_csv(tmp_path / "mine.csv", rows)
+    adapted = adapt_from_measurements(tmp_path / "mine.csv", BASE, tmp_path / "zen5")
+    assert adapted.n_rows == 10 and adapted.fit in ("scale", "affine")
+    base, mine = Predictor.load(BASE), Predictor.load(tmp_path / "zen5")
+    before, after = _mape(base, held_out), _mape(mine, held_out)
+    # the other CPU runs these models faster; 10 rows of other families fix most of it
+    assert after < before / 1.5, (before, after)
+    p = mine.predict(held_out[0].seq, batch_size=held_out[0].workload.batch_size,
+                     image_size=held_out[0].workload.input_size)
+    assert p.device == adapted.device and p.interval_ms[0] < p.interval_ms[1]
+    assert "adapted to" in (tmp_path / "zen5" / "README.md").read_text()
+    # the same rows through the command line give the same checkpoint
+    code = main(["adapt", "--from-measurements", str(tmp_path / "mine.csv"), "--base", BASE,
+                 "--out", str(tmp_path / "cli"), "--device-name", adapted.device])
+    out = capsys.readouterr().out
+    assert code == 0 and f"expected error: {adapted.loo_mape:.1f}% MAPE" in out
+    assert checkpoint.read_metadata(tmp_path / "cli")["adaptation"] == adapted.to_json()
+
+
+def test_the_fit_is_the_better_of_one_factor_and_a_line_by_leave_one_out():
+    pred = np.array([10, 20, 40, 80, 160, 320, 640.0])
+    assert fit(pred, 2 * pred, "d").fit == "scale"  # one factor explains it
+    assert fit(pred, 2 * pred, "d").a == pytest.approx(math.log(2))
+    steeper = fit(pred, 3 * pred ** 1.2, "d")  # a device that favours small workloads
+    assert steeper.fit == "affine" and steeper.b == pytest.approx(1.2)
+    assert fit(pred[:3], 3 * pred[:3] ** 1.2, "d").fit == "scale"  # too few rows for a line
+    with pytest.raises(ValueError, match="at least 2"):
+        fit(pred[:1], pred[:1], "d")
+
+
+@pytest.mark.parametrize("header,row,needle", [
+    (["model", "batch_size"], ["m.npz", "8"], "missing column(s) ['ms']"),
+    (["model", "batch_size", "ms"], ["nope.onnx", "8", "10"], "line 2: model file 'nope.onnx'"),
+    (["model", "batch_size", "ms"], ["m.npz", "8", "-3"], "line 2: column 'ms' is '-3'"),
+    (["model", "batch_size", "ms"], ["m.npz", "0", "3"], "column 'batch_size' is '0'"),
+])
+def test_a_bad_measurements_file_is_one_line(tmp_path, capsys, header, row, needle):
+    (tmp_path / "m.npz").write_bytes(b"")
+    with open(tmp_path / "bad.csv", "w", newline="") as f:
+        csv.writer(f).writerows([header, row])
+    code = main(["adapt", "--from-measurements", str(tmp_path / "bad.csv"), "--base", BASE,
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_adapted_checkpoint_records_its_fit_in_json(tmp_path):
+    rows, _ = _image_samples()
+    _write_csv(tmp_path / "mine.csv", rows[:4])
+    adapted = adapt_from_measurements(tmp_path / "mine.csv", BASE, tmp_path / "a")
+    meta = json.loads((tmp_path / "a" / "metadata.json").read_text())
+    assert meta["adaptation"]["n_rows"] == 4 and meta["adaptation"]["fit"] == "scale"
+    assert adapted.source == f"mine.csv, base {BASE}"
