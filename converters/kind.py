@@ -14,12 +14,14 @@ evidence, by rule:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import onnx
 
 KINDS = ("training", "inference", "unknown")
 CONTROL_FLOW = ("Loop", "If", "Scan")
+WEIGHT_MIN = 64  # elements: smaller float tensors are constants, not weights
 QUANTIZED = ("QLinearConv", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear",
              "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear")
 _FLOAT_TYPES = {onnx.TensorProto.FLOAT: "fp32", onnx.TensorProto.FLOAT16: "fp16",
@@ -47,10 +49,15 @@ def graph_kind(model: onnx.ModelProto) -> dict:
         kind = "inference"
     else:
         kind = "unknown"
+    # weights: initializers and graph inputs of at least WEIGHT_MIN elements (not the scalar
+    # constants that exporters store in whatever type, nor symbolic-shaped data inputs)
     floats = Counter(_FLOAT_TYPES[t.data_type] for t in graph.initializer
-                     if t.data_type in _FLOAT_TYPES)
-    floats.update(_FLOAT_TYPES[i.type.tensor_type.elem_type] for i in graph.input
-                  if i.type.tensor_type.elem_type in _FLOAT_TYPES)
+                     if t.data_type in _FLOAT_TYPES and math.prod(t.dims) >= WEIGHT_MIN)
+    for i in graph.input:
+        t = i.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim]
+        if t.elem_type in _FLOAT_TYPES and math.prod(dims) >= WEIGHT_MIN:
+            floats[_FLOAT_TYPES[t.elem_type]] += 1
     precision = "int8" if any(ops[q] for q in QUANTIZED) else (
         "mixed" if len(floats) > 1 else next(iter(floats), "fp32"))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
