@@ -171,6 +171,10 @@ def _int_list(text: str) -> list[int]:
 def cmd_profile(args: argparse.Namespace) -> int:
     from mdot_jax.data.profile import Protocol, device_slug, fingerprint, profile
 
+    if args.ops:
+        return _profile_ops(args)
+    if not args.zoo:
+        raise UsageError("profile: --zoo is required (or --ops to measure single operators)")
     out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)))
     protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
                         budget_s=args.budget_s)
@@ -185,6 +189,21 @@ def cmd_profile(args: argparse.Namespace) -> int:
     noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report.get("noisy") else ""
     print(f"{report['samples']} samples in {out}{noisy}; skipped by reason: "
           f"{report['skipped_by_reason']}")
+    return 0
+
+
+def _profile_ops(args: argparse.Namespace) -> int:
+    from mdot_jax.data.profile import device_slug, fingerprint
+    from mdot_jax.ops.profile import OpProtocol, profile_ops
+
+    out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)), "ops")
+    report = profile_ops(out, n=args.ops_n, threads=args.threads,
+                         sources=args.ops_from.split(",") if args.ops_from else None,
+                         protocol=OpProtocol(warmup=args.warmup, repeats=args.repeats),
+                         max_minutes=args.max_minutes)
+    noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report["noisy"] else ""
+    print(f"{report['samples']} of {report['planned']} planned operators measured in {out}"
+          f"{noisy}; skipped by reason: {report['skipped_by_reason']}")
     return 0
 
 
@@ -435,7 +454,16 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_dataset_check)
 
     p = sub.add_parser("profile", help="measure training iterations of zoo models here")
-    p.add_argument("--zoo", required=True, help="comma-separated: torchvision,timm,hf")
+    p.add_argument("--zoo", help="comma-separated: torchvision,timm,hf")
+    p.add_argument("--ops", action="store_true",
+                   help="measure single operators (forward, backward, update) drawn from the "
+                        "graphs of model datasets, into data/<device>/ops")
+    p.add_argument("--ops-n", type=POSITIVE_INT, default=20000,
+                   help="--ops: operators in the plan (fixed on the first run)")
+    p.add_argument("--ops-from", help="--ops: comma-separated model datasets to draw the "
+                                      "operators from (default: data/derived/cpu-*)")
+    p.add_argument("--max-minutes", type=POSITIVE_FLOAT,
+                   help="--ops: stop after this long (resume by running it again)")
     p.add_argument("--models", help="only these model names (comma-separated)")
     p.add_argument("--batch-sizes", type=_int_list, default=[2, 4, 8, 16, 32, 64])
     p.add_argument("--image-sizes", type=_int_list, default=[64, 128, 224])

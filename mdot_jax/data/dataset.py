@@ -189,8 +189,10 @@ def _problem(d: Any, seen: dict[str, tuple[int, float]], lineno: int) -> str | N
     return None
 
 
-def read_samples(path: Path) -> tuple[list[dict], list[LineProblem]]:
-    """Every line of a `samples.jsonl`, validated: (usable sample dicts, problems).
+def read_samples(path: Path, problem: Callable[[Any, dict, int], str | None] | None = None
+                 ) -> tuple[list[dict], list[LineProblem]]:
+    """Every line of a `samples.jsonl`, validated by `problem` (default: a model sample's
+    rules): (usable sample dicts, problems).
 
     A last line without a final newline is read like any other when it is complete JSON; one
     that is not (a writer killed mid-line, or one still writing) is reported as `torn`, which
@@ -214,7 +216,7 @@ def read_samples(path: Path) -> tuple[list[dict], list[LineProblem]]:
                 lineno, f"not JSON{' (torn: a writer died mid-line)' if torn else ''}: "
                         f"{e.msg} at column {e.colno}", text, torn))
             continue
-        reason = _problem(d, seen, lineno)
+        reason = (problem or _problem)(d, seen, lineno)
         if reason:
             problems.append(LineProblem(lineno, reason, text))
         else:
@@ -392,6 +394,32 @@ def writer_lock(root: str | Path):
         f.close()
 
 
+def end_last_line(path: Path, rejected: Path) -> None:
+    """Before appending to a JSON-lines file: a complete last line without its newline gets
+    one; a torn one (a writer killed mid-line) is moved to `rejected`, never deleted."""
+    data = path.read_bytes() if path.exists() else b""
+    if not data or data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[cut:])
+        with open(path, "ab") as f:
+            f.write(b"\n")
+    except json.JSONDecodeError:
+        with open(rejected, "a", encoding="utf-8") as f:
+            f.write(json.dumps(dict(line=data.count(b"\n") + 1, reason="torn line",
+                                    text=data[cut:].decode("utf-8", "replace"))) + "\n")
+        path.write_bytes(data[:cut])
+
+
+def append_line(path: Path, record: dict) -> None:
+    """Appends one JSON line, flushed and fsynced: a crash loses at most this line."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class DatasetWriter:
     """Append-only, crash-safe writer (see the module docstring)."""
 
@@ -399,18 +427,7 @@ class DatasetWriter:
         self.root = Path(root)
         (self.root / SEQS).mkdir(parents=True, exist_ok=True)
         path = self.root / SAMPLES
-        data = path.read_bytes() if path.exists() else b""
-        if data and not data.endswith(b"\n"):  # a last line without its newline
-            cut = data.rfind(b"\n") + 1
-            try:  # complete: keep it, and end it
-                json.loads(data[cut:])
-                with open(path, "ab") as f:
-                    f.write(b"\n")
-            except json.JSONDecodeError:  # torn by a crash: moved aside, never deleted
-                with open(self.root / REJECTED, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(dict(line=data.count(b"\n") + 1, reason="torn line",
-                                            text=data[cut:].decode("utf-8", "replace"))) + "\n")
-                path.write_bytes(data[:cut])
+        end_last_line(path, self.root / REJECTED)
         self.done = {d["key"] for d in read_samples(path)[0]}
         self.noisy = {d["key"] for d in read_samples(self.root / NOISY)[0]} - self.done
 
@@ -429,11 +446,7 @@ class DatasetWriter:
         if sample.key in self.done:
             raise ValueError(f"sample {sample.key!r} is already in {self.root}")
         noisy = bool(sample.stats.get("noisy"))
-        line = json.dumps(sample.to_json(), sort_keys=True) + "\n"
-        with open(self.root / (NOISY if noisy else SAMPLES), "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(self.root / (NOISY if noisy else SAMPLES), sample.to_json())
         if noisy:
             self.noisy.add(sample.key)
         else:
