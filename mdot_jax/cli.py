@@ -207,6 +207,23 @@ def _profile_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kernels(args: argparse.Namespace) -> int:
+    from mdot_jax.ops.cost import CostModel
+    from mdot_jax.ops.profile import read_op_samples
+
+    records = read_op_samples(args.ops)
+    if len(records) < 20:
+        raise UsageError(f"{args.ops}: {len(records)} operator samples; measure more first "
+                         "(`mdot profile --ops`)")
+    if os.path.exists(args.out) and not args.force:
+        raise UsageError(f"{args.out} exists; pass --force to replace it")
+    model = CostModel.fit(records, seed=args.seed)
+    model.save(args.out)
+    print(f"kernel cost model of {model.device} from {len(records)} operator samples: "
+          f"{args.out} (held-out accuracy: benchmarks/bench_kernels.py)")
+    return 0
+
+
 def _dataset(path: str):
     from mdot_jax.data.dataset import load_dataset
 
@@ -235,7 +252,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     result = train_and_save(ds, args.out, split=args.split, fold=args.fold,
                             model_cfg=model_cfg, train_cfg=train_cfg,
                             companion=recipe.companion and not args.no_companion,
-                            force=args.force,
+                            cost_model=_cost_model(args.op_costs), force=args.force,
                             log=lambda line: print(line, file=sys.stderr, flush=True))
     m = result["test_metrics"]
     if m:
@@ -245,6 +262,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"  of which {model_cfg.label} alone: MAPE {m['model_only']['mape']:.2f}%")
     print(f"checkpoint: {args.out}")
     return 0
+
+
+def _cost_model(path: str | None):
+    """`--op-costs`: a kernel cost model (`benchmarks/bench_kernels.py` writes one), or None."""
+    if not path:
+        return None
+    from mdot_jax.ops.cost import CostModel
+
+    try:
+        return CostModel.load(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f"--op-costs {path}: not a kernel cost model ({e})") from None
 
 
 def _json_arg(text: str | None) -> dict:
@@ -272,7 +301,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     rows = []
     for b in sizes:
         try:
-            p = predictor.predict(args.model, precision=args.precision, device=args.device,
+            seq = predictor.sequence(args.model, **dict(kw, batch_size=b))
+            p = predictor.predict(seq, precision=args.precision, device=args.device,
                                   layout=args.layout, **dict(kw, batch_size=b))
         except ValueError as e:
             if isinstance(e, ConversionError):
@@ -282,6 +312,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                    batch_size=b, samples_per_s=1e3 * b / p.iteration_ms,
                    checkpoint=str(predictor.path), num_ops=p.num_ops, warnings=p.warnings,
                    parts=p.parts, interval_ms=p.interval_ms)
+        if args.top:
+            row["operators"], row["operators_from"] = predictor.operators(seq, p, b)
         if args.epochs is not None:
             row["job_s"] = p.job_seconds(args.epochs, args.dataset_size, b)
             row["job_interval_s"] = p.job_interval_seconds(args.epochs, args.dataset_size, b)
@@ -309,7 +341,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if band:
         print("80% band: where 80% of the measured times fell, for predictions like these, on "
               "model families the predictor had not seen")
+    if args.top:
+        _print_top(rows[-1], args.top)
     return 0
+
+
+def _print_top(row: dict, n: int) -> None:
+    ops = row["operators"]
+    if not ops:
+        print(f"operators: {row['operators_from']}")
+        return
+    total = row["iteration_ms"]
+    print(f"\nthe {min(n, len(ops))} most expensive operators at batch {row['batch_size']} "
+          f"({row['operators_from']}):")
+    print(f"{'ms':>9} {'share':>6}  {'type':<20} name")
+    for o in sorted(ops, key=lambda o: -o["ms"])[:n]:
+        print(f"{o['ms']:>9.3g} {o['ms'] / total:>6.1%}  {o['type']:<20} {o['name']}")
 
 
 def _range(pair, scale: float = 1.0) -> str:
@@ -360,6 +407,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from mdot_jax.training.train import TrainConfig
 
     ds = _dataset(args.dataset)
+    if args.op_costs:  # op-grounded: every operator gets its predicted time
+        from mdot_jax.ops.cost import attach
+
+        attach([s.seq for s in ds.samples], _cost_model(args.op_costs), progress=True)
     methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
     budget = _config(TrainConfig(), args.train_config)
     if args.summary_only:
@@ -499,6 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="checkpoint directory (new or empty)")
     p.add_argument("--force", action="store_true",
                    help="replace the checkpoint already in --out (never anything else)")
+    p.add_argument("--op-costs", help="a kernel cost model (cost_model.json) of the "
+                   "dataset's device: op-grounded features; the checkpoint carries it")
     p.add_argument("--no-companion", action="store_true",
                    help="save the network alone, without the LightGBM companion it "
                         "averages with")
@@ -516,6 +569,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="several batch sizes at once (a table; JSON: a list), e.g. 16,32,64")
     p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
     p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
+    p.add_argument("--top", type=POSITIVE_INT, metavar="N",
+                   help="also show the N most expensive operators (with --json: every "
+                        "operator's share of the time, in graph order)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
 
@@ -542,6 +598,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace the checkpoint in --out")
     p.set_defaults(func=cmd_adapt)
 
+    p = sub.add_parser("kernels", help="fit a kernel cost model (operator -> ms) on operators "
+                                       "measured with `mdot profile --ops`")
+    p.add_argument("ops", help="operator dataset, e.g. data/<device>/ops")
+    p.add_argument("--out", required=True, help="cost model file (.json)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="replace --out")
+    p.set_defaults(func=cmd_kernels)
+
     p = sub.add_parser("evaluate", help="MDOT and every baseline on identical folds")
     p.add_argument("--dataset", required=True)
     p.add_argument("--split", choices=["family", "random", "batch"], default="family")
@@ -552,6 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default="all", help="all, or comma-separated method names")
     p.add_argument("--train-config", help="JSON overrides of the neural methods' budget")
     p.add_argument("--out", required=True, help="results directory (resumable)")
+    p.add_argument("--op-costs", help="a kernel cost model (cost_model.json) of the "
+                   "dataset's device: every operator gets its predicted time as a fourth "
+                   "dimension, graphs their sum (op-grounded)")
     p.add_argument("--ensembles", help="also score these ensembles of finished runs "
                    "(geometric mean of predictions), e.g. mdot-pe-none+lightgbm")
     p.add_argument("--summary-only", action="store_true",

@@ -17,7 +17,7 @@ import numpy as np
 
 from converters.sequence import CONFIG_FIELDS, OperatorSequence
 from converters.vocab import UNK_ID, VOCAB
-from mdot_jax.data.dataset import Sample, split_validation
+from mdot_jax.data.dataset import OP_MS, Sample, split_validation
 from mdot_jax.data.features import conv_kinds, workload_raw
 
 # (num_leaves, learning_rate) tried; the one with the lowest validation error is kept
@@ -68,10 +68,30 @@ def group_breakdown(seq: OperatorSequence) -> np.ndarray:
     return np.log1p(np.concatenate(out))
 
 
+_OP_GROUPS = {  # the predicted operator time of a graph, summed by kind of work
+    "conv": ("Conv", "ConvTranspose"), "matmul": ("MatMul", "Gemm", "Einsum"),
+    "norm": ("BatchNormalization", "LayerNormalization", "GroupNormalization",
+             "InstanceNormalization"),
+    "movement": ("Concat", "Split", "Slice", "Gather", "Pad", "Resize", "Transpose", "Reshape",
+                 "Expand", "Tile"),
+}
+
+
+def op_time_breakdown(seq: OperatorSequence) -> np.ndarray:
+    """`[len(_OP_GROUPS) + 1]`: log microseconds of predicted operator time by kind of work
+    (the last: everything else, the elementwise operators)."""
+    ms = np.asarray(seq.meta[OP_MS], np.float64)
+    names = np.asarray(VOCAB)[seq.op_type]
+    masks = [np.isin(names, ops) for ops in _OP_GROUPS.values()]
+    rest = ~np.any(masks, axis=0)
+    return np.log1p(1e3 * np.asarray([ms[m].sum() for m in [*masks, rest]]))
+
+
 def aggregates(s: Sample, devices: Sequence[str], vocab_size: int = len(VOCAB),
                version: int = AGGREGATES_VERSION) -> np.ndarray:
     """`[F]` model-level features: workload and graph totals, log op counts by type, max depth
-    (from version 2 the convolution breakdown, from 3 the grouped one). Op types newer than
+    (from version 2 the convolution breakdown, from 3 the grouped one), and where the
+    sequence carries predicted operator times, their breakdown by kind of work. Op types newer than
     a model's `vocab_size` count as `<unk>` (F stays what it was fitted on)."""
     ids = np.where(s.seq.op_type < vocab_size, s.seq.op_type, UNK_ID)
     counts = np.bincount(ids, minlength=vocab_size)[:vocab_size]
@@ -81,6 +101,8 @@ def aggregates(s: Sample, devices: Sequence[str], vocab_size: int = len(VOCAB),
         parts.append(conv_breakdown(s.seq))
     if version >= 3:
         parts.append(group_breakdown(s.seq))
+    if OP_MS in s.seq.meta:  # op-grounded: predicted operator times (workload_raw: the total)
+        parts.append(op_time_breakdown(s.seq))
     return np.concatenate(parts).astype(np.float32)
 
 

@@ -31,7 +31,7 @@ from mdot_jax.ops.specs import LOSS, MEASURED, OpSpec, build, grad_flow, loss_sp
 FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
                 max_others=float("inf"))
 FAST_OPS = OpProtocol(warmup=1, repeats=3, side_repeats=1, min_repeat_ms=0.2,
-                      max_cv=float("inf"), max_others=float("inf"))
+                      max_spread=float("inf"), max_others=float("inf"))
 # ops whose output the row fixes exactly (a Conv with asymmetric padding would not; these
 # graphs have none)
 _EXACT = {"Conv", "Gemm", "MatMul", "BatchNormalization", "LayerNormalization", "Softmax",
@@ -122,7 +122,7 @@ import sys
 from mdot_jax.ops.profile import OpProtocol, profile_ops
 profile_ops(sys.argv[1], n=int(sys.argv[3]), sources=[sys.argv[2]], threads=1, progress=False,
             protocol=OpProtocol(warmup=1, repeats=3, side_repeats=1, min_repeat_ms=20.0,
-                                max_cv=float("inf"), max_others=float("inf")))
+                                max_spread=float("inf"), max_others=float("inf")))
 """
 
 

@@ -38,6 +38,7 @@ REPORT = "report.json"
 SEQS = "seqs"
 LOCK = ".lock"  # held by the writing process (`writer_lock`)
 NOISY = "noisy.jsonl"  # measured, but too noisy to train on (`mdot profile --retry-noisy`)
+OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`mdot_jax.ops.cost.attach`)
 REJECTED = "rejected.jsonl"  # lines moved aside by `mdot dataset check --fix`
 # weight sources and training recipes that timm and torchvision put before the architecture
 _WEIGHT_PREFIXES = ("tv", "tf", "gluon", "legacy", "ig", "ssl", "swsl", "timm", "hf", "adv",
@@ -248,7 +249,8 @@ class Dataset:
         return h.hexdigest()[:16]
 
     def sequences_fingerprint(self) -> str:
-        """Hash of every sample's operator sequence (types, loads, fusion): tells apart two
+        """Hash of every sample's operator sequence (types, loads, fusion, predicted operator
+        times): tells apart two
         conversions of the same measurements, which `fingerprint` does not."""
         digests: dict[int, str] = {}  # sequences are shared by samples: hash each once
 
@@ -257,6 +259,8 @@ class Dataset:
                 d = hashlib.sha256(str(sorted(q.meta.get("fused", {"-": 0}).items())).encode())
                 d.update(np.ascontiguousarray(q.op_type).tobytes())
                 d.update(np.ascontiguousarray(q.load, np.float32).tobytes())
+                if OP_MS in q.meta:  # predicted operator times: another set of inputs
+                    d.update(np.asarray(q.meta[OP_MS], np.float32).tobytes())
                 digests[id(q)] = d.hexdigest()
             return digests[id(q)]
 

@@ -17,7 +17,7 @@ from scipy.sparse.csgraph import dijkstra
 
 from converters import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.vocab import UNK_ID, VOCAB
-from mdot_jax.data.dataset import Sample, Workload
+from mdot_jax.data.dataset import OP_MS, Sample, Workload
 
 PRECISIONS = ("fp32", "amp-fp16", "bf16")
 LAYOUTS = ("nchw", "nhwc")
@@ -50,6 +50,7 @@ class FeatureConfig:
     buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
     group: int = 2  # K: workloads of one sequence per batch row (encoded once, read out K times)
     fused: bool = False  # sequences converted with eager-kernel fusion (converters.fusion)
+    op_costs: bool = False  # sequences carry per-operator predicted ms (`mdot_jax.ops.cost`)
 
 
 def sequences_fused(seqs) -> bool:
@@ -60,6 +61,24 @@ def sequences_fused(seqs) -> bool:
         raise ValueError("the operator sequences mix fused and unfused conversions "
                          "(converters.fusion): rebuild them one way")
     return kinds == {True}
+
+
+def sequences_op_costs(seqs) -> bool:
+    """Whether the sequences carry per-operator predicted times; a mix is an error."""
+    kinds = {OP_MS in seq.meta for seq in seqs}
+    if len(kinds) > 1:
+        raise ValueError("some operator sequences carry predicted operator times (op_ms) and "
+                         "some do not: attach them to all or none")
+    return kinds == {True}
+
+
+def op_load(seq: OperatorSequence) -> np.ndarray:
+    """`[N, L]` signed-log load, then (where the sequence carries them) the operator's
+    predicted microseconds as a fourth per-operator dimension: `[N, L + 1]`."""
+    load = _slog(seq.load)
+    if OP_MS not in seq.meta:
+        return load
+    return np.concatenate([load, _slog(1e3 * np.asarray(seq.meta[OP_MS]))[:, None]], axis=1)
 
 
 @dataclass
@@ -101,11 +120,13 @@ def op_config(seq: OperatorSequence) -> np.ndarray:
 
 
 def graph_totals(seq: OperatorSequence) -> np.ndarray:
-    """`[len(GRAPH_TOTALS)]` float64."""
+    """`[len(GRAPH_TOTALS)]` float64, then the summed predicted operator microseconds where
+    the sequence carries them."""
     load = seq.load.astype(np.float64)
     conv_flops = conv_kinds(seq).T.astype(np.float64) @ load[:, 0]  # [3]
+    op_ms = [1e3 * float(np.sum(seq.meta[OP_MS]))] if OP_MS in seq.meta else []
     return np.array([load[:, 0].sum(), load[:, 1].sum(), load[:, 2].sum() + load[:, 3].sum(),
-                     seq.params, seq.num_ops, *conv_flops])
+                     seq.params, seq.num_ops, *conv_flops, *op_ms])
 
 
 def workload_raw(w: Workload, seq: OperatorSequence, devices: Sequence[str]) -> np.ndarray:
@@ -128,7 +149,7 @@ def fit_stats(samples: Sequence[Sample]) -> FeatureStats:
     devices = sorted({s.workload.device for s in samples})
     seqs = {id(s.seq): s.seq for s in samples}.values()
     cfg = np.concatenate([_slog(op_config(q)) for q in seqs])
-    load = np.concatenate([_slog(q.load) for q in seqs])
+    load = np.concatenate([op_load(q) for q in seqs])
     wl = np.stack([workload_raw(s.workload, s.seq, devices) for s in samples])
     y = np.log(np.array([s.label_ms for s in samples]))
 
@@ -137,7 +158,7 @@ def fit_stats(samples: Sequence[Sample]) -> FeatureStats:
         return a.mean(axis=0).tolist(), np.where(std > MIN_STD, std, 1.0).tolist()
 
     wl_mean, wl_std = ms(wl)
-    k = NUM_NUMERIC_WORKLOAD  # one-hots stay 0/1
+    k = NUM_NUMERIC_WORKLOAD + sequences_op_costs(seqs)  # one-hots stay 0/1
     wl_mean = wl_mean[:k] + [0.0] * (len(wl_mean) - k)
     wl_std = wl_std[:k] + [1.0] * (len(wl_std) - k)
     return FeatureStats(*ms(cfg), *ms(load), wl_mean, wl_std, float(y.mean()),
@@ -149,7 +170,7 @@ class SeqFeatures(NamedTuple):
 
     op_type: np.ndarray  # [N] int32
     config: np.ndarray  # [N, CONFIG_DIM] float32, normalised: configuration + CONV_KINDS
-    load: np.ndarray  # [N, L] float32, normalised
+    load: np.ndarray  # [N, L] float32, normalised; [N, L + 1] with predicted operator times
     pe: np.ndarray  # [N, P] float32: Laplacian (lap_dim) then random walk (rw_dim)
     depth: np.ndarray  # [N, 2] int32: depth, reverse depth (clipped to MAX_DEPTH)
     dist: np.ndarray | None  # [N, N] uint8 graph-distance buckets, or None
@@ -158,7 +179,11 @@ class SeqFeatures(NamedTuple):
 
 def seq_features(seq: OperatorSequence, stats: FeatureStats, fc: FeatureConfig) -> SeqFeatures:
     cfg = (_slog(op_config(seq)) - np.asarray(stats.config_mean)) / np.asarray(stats.config_std)
-    load = (_slog(seq.load) - np.asarray(stats.load_mean)) / np.asarray(stats.load_std)
+    if fc.op_costs != (OP_MS in seq.meta):
+        raise ValueError(f"{seq.name}: the features expect op_costs={fc.op_costs}, the "
+                         "sequence " + ("carries" if OP_MS in seq.meta else "lacks") +
+                         " predicted operator times")
+    load = (op_load(seq) - np.asarray(stats.load_mean)) / np.asarray(stats.load_std)
     pe = np.concatenate([seq.positional_encoding("laplacian", fc.lap_dim),
                          seq.positional_encoding("random_walk", fc.rw_dim)], axis=1)
     depth = np.minimum(np.stack(seq.depths(), axis=1), MAX_DEPTH).astype(np.int32)

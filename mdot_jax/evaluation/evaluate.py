@@ -30,7 +30,7 @@ import numpy as np
 from converters.vocab import VOCAB
 from mdot_jax import recipes
 from mdot_jax.companion import TreeModel, aggregates
-from mdot_jax.data.dataset import Dataset, Sample, make_splits, split_validation
+from mdot_jax.data.dataset import OP_MS, Dataset, Sample, make_splits, split_validation
 from mdot_jax.data.features import MIN_STD, FeatureConfig
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
@@ -182,6 +182,26 @@ class FittedFormulaMethod(Method):
         return self._predict(self.c, _totals(samples))
 
 
+@dataclass
+class OpSumMethod(Method):
+    """`op-sum`: the summed predicted operator times of the graph (the kernel cost model,
+    `--op-costs`) in a line `a * sum + c` fitted on the training samples (relative least
+    squares): composition alone, with one scale and one per-iteration overhead."""
+
+    def _sums(self, samples):
+        if any(OP_MS not in s.seq.meta for s in samples):
+            raise ValueError("op-sum needs predicted operator times: evaluate with --op-costs")
+        return np.asarray([float(np.sum(s.seq.meta[OP_MS])) for s in samples])
+
+    def fit(self, train):
+        y, t = np.asarray([s.label_ms for s in train]), self._sums(train)
+        self.a, self.c = np.linalg.lstsq(np.stack([t / y, 1 / y], 1), np.ones_like(y),
+                                         rcond=None)[0]
+
+    def predict(self, samples):
+        return np.maximum(self.a * self._sums(samples) + self.c, 1e-3)
+
+
 def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
     neural = recipes.method_models()
     base = neural["mdot"]
@@ -191,6 +211,7 @@ def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
              "mlp": lambda: AggregateMLPMethod(name, seed, budget),
              "analytic": lambda: FittedFormulaMethod(name, seed, budget, kind="analytic"),
              "roofline": lambda: FittedFormulaMethod(name, seed, budget, kind="roofline"),
+             "op-sum": lambda: OpSumMethod(name, seed, budget),
              "mdot-relative": lambda: NeuralMethod(name, seed, budget.replace(loss="relative"),
                                                    model_cfg=base),
              "mdot-pe-none-l1": lambda: NeuralMethod(name, seed, budget.replace(loss="l1"),

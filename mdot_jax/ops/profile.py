@@ -11,11 +11,13 @@ Design (docs/operators.md has the reasoning):
   training), forward + backward (input gradients where `input_grad`, weight gradients), and for
   operators with parameters one SGD step (momentum 0.9, nesterov, as `mdot profile`). Each is
   run `inner` times per timed repeat so that a repeat lasts >= `min_repeat_ms` (timer noise),
-  after `warmup` untimed calls; the per-call median over `repeats` is kept, with the spread.
+  after `warmup` untimed calls and one untimed repeat; the per-call median over `repeats` is
+  kept, with the spread. Noisy samples are measured once more at the end of a run.
   The label is forward + backward + update (ms per training iteration of that operator).
 - Same safety as model profiling: append-only JSON lines with fsync (kill -9 loses at most the
   sample in flight), `writer_lock`, the device fingerprint on every sample and a foreign
-  device refused, noisy samples (CV or other runnable threads) kept apart in `noisy.jsonl`.
+  device refused, noisy samples (IQR over median, or other runnable threads) kept apart in
+  `noisy.jsonl`.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ class OpProtocol:
     min_repeat_ms: float = 5.0  # a timed repeat runs the operator this long at least
     max_inner: int = 2000
     max_call_s: float = 1.5  # one forward + backward slower than this: skipped as too slow
-    max_cv: float = 15.0  # percent, forward + backward repeats: noisy above
+    max_spread: float = 10.0  # IQR / median of the forward + backward repeats, percent: noisy
+    # above (robust: one disturbed repeat of five moves neither the median nor the IQR)
     max_others: float = 0.5  # other runnable threads on average: noisy above
 
 
@@ -194,12 +197,14 @@ class OpWriter:
         end_last_line(root / SAMPLES, root / REJECTED)
         end_last_line(root / NOISY, root / REJECTED)
         self.done = {d["key"] for d in read_op_samples(root)}
-        self.noisy = {d["key"] for d in read_samples(root / NOISY, _op_problem)[0]}
+        self.noisy = {d["key"] for d in read_samples(root / NOISY, _op_problem)[0]} - self.done
 
     def append(self, record: dict) -> None:
         noisy = bool(record["stats"].get("noisy"))
         append_line(self.root / (NOISY if noisy else SAMPLES), record)
         (self.noisy if noisy else self.done).add(record["key"])
+        if not noisy:  # a clean measurement supersedes a noisy one
+            self.noisy.discard(record["key"])
 
 
 def _check_device(root: Path, fp: dict) -> None:
@@ -261,6 +266,7 @@ def measure_op(spec: OpSpec, protocol: OpProtocol, torch, device: str, threads: 
     def repeat(fn, repeats: int) -> tuple[list[float], int]:
         n = int(min(protocol.max_inner, max(1, math.ceil(protocol.min_repeat_ms /
                                                          max(timed(fn, 1), 1e-4)))))
+        timed(fn, n)  # untimed: first touches of the loop's memory
         return [timed(fn, n) for _ in range(repeats)], n
 
     load: list[float] = []
@@ -274,7 +280,8 @@ def measure_op(spec: OpSpec, protocol: OpProtocol, torch, device: str, threads: 
     st.update(fwd_ms=fwd_ms, bwd_ms=max(0.0, both_ms - fwd_ms), update_ms=upd_ms,
               fwd_times_ms=[round(x, 5) for x in fwd_times], inner=inner,
               times_ms=[round(x, 5) for x in both_times], others_running=float(np.mean(load)))
-    st["noisy"] = st["cv"] > protocol.max_cv or st["others_running"] > protocol.max_others
+    st["spread"] = 100.0 * st["iqr_ms"] / max(st["median_ms"], 1e-9)
+    st["noisy"] = st["spread"] > protocol.max_spread or st["others_running"] > protocol.max_others
     return st
 
 
@@ -308,6 +315,7 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
         report = SkipLog(root)
         skip = writer.done | writer.noisy | set(report.skipped)
         todo = [d for d in items if OpSpec.from_json(d["spec"]).key not in skip]
+        todo += [d for d in items if OpSpec.from_json(d["spec"]).key in writer.noisy]
         deadline = time.monotonic() + 60 * max_minutes if max_minutes else math.inf
         bar = tqdm(total=len(todo), unit="op", disable=not progress, desc=f"profile ops {device}")
         for i, d in enumerate(todo):

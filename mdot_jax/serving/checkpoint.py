@@ -35,6 +35,7 @@ from mdot_jax.companion import TreeModel
 from mdot_jax.data.features import FeatureConfig, FeatureStats
 from mdot_jax.errors import CheckpointError
 from mdot_jax.models import ModelConfig, build_model
+from mdot_jax.ops.cost import COST_MODEL, CostModel
 from mdot_jax.serving.calibration import Calibration
 from mdot_jax.training.train import Trained
 
@@ -88,9 +89,11 @@ def prepare_out(path: str | Path, *, force: bool = False) -> Path:
 
 def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
          metrics: dict | None = None, description: str = "",
-         companion: TreeModel | None = None, companion_info: dict | None = None) -> Path:
-    """Writes `trained` (and its `companion`, if any) to `path` atomically, replacing only an
-    empty directory or a checkpoint (`prepare_out` says so before training); returns the path."""
+         companion: TreeModel | None = None, companion_info: dict | None = None,
+         cost_model: CostModel | None = None) -> Path:
+    """Writes `trained` (and its `companion`, and the kernel `cost_model` of op-grounded
+    features, if any) to `path` atomically, replacing only an empty directory or a
+    checkpoint (`prepare_out` says so before training); returns the path."""
     path = Path(path).absolute()
     if path.exists() and not (_empty_dir(path) or is_checkpoint(path)):
         raise CheckpointError(f"{path}: not a checkpoint; refusing to replace it")
@@ -107,6 +110,10 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
         dataset=dataset or {}, metrics=metrics or {}, train=trained.info,
         history=trained.history,
     )
+    if cost_model is not None:
+        cost_model.save(tmp / COST_MODEL)
+        meta["cost_model"] = dict(file=COST_MODEL, device=cost_model.device,
+                                  samples=cost_model.samples)
     _write_metadata(tmp, meta)
     if companion:
         attach_companion(tmp, companion, companion_info)
@@ -163,11 +170,12 @@ def _set_entry(path: Path, key: str, value: dict | None) -> None:
 
 
 def _checksums(path: Path, meta: dict) -> dict[str, str]:
-    """sha256 of the weights' files and of the companion named in `meta`."""
+    """sha256 of the weights' files and of the companion and cost model named in `meta`."""
     files = [f for f in sorted((path / "params").rglob("*")) if f.is_file()]
-    companion = (meta.get("companion") or {}).get("file")
-    if companion:
-        files.append(path / companion)
+    for entry in ("companion", "cost_model"):
+        name = (meta.get(entry) or {}).get("file")
+        if name:
+            files.append(path / name)
     return {f.relative_to(path).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
             for f in files}
 

@@ -16,9 +16,11 @@ import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
+from converters.vocab import VOCAB
 from mdot_jax.companion import TreeModel, combine
 from mdot_jax.data.dataset import Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
+from mdot_jax.ops.cost import COST_MODEL, CostModel, attach, load_cost_model
 from mdot_jax.serving.adaptation import Adaptation
 from mdot_jax.serving.calibration import Calibration
 from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion
@@ -68,6 +70,8 @@ class Prediction:
     # one (the checkpoint's `calibration`); None without one, or when a warning says this
     # prediction is unlike those (extrapolation, unknown operators)
     interval_ms: tuple[float, float] | None = None
+    # where the time goes (`Predictor.operators`): [{"type", "name", "ms"}] in graph order
+    operators: list[dict] | None = None
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
@@ -110,6 +114,11 @@ class Predictor:
         # fitted to another device's measurements: predictions are for that device, with the
         # band of the fit's leave-one-out errors (`mdot adapt`)
         self.adaptation = Adaptation.from_json(adapted) if adapted else None
+        # op-grounded checkpoints carry the kernel cost model their features come from
+        self.cost_model = load_cost_model(path) if path else None
+        if trained.feature_cfg.op_costs and self.cost_model is None:
+            raise CheckpointError(f"{path}: trained on predicted operator times, but its "
+                                  f"kernel cost model ({COST_MODEL}) is missing")
 
     @classmethod
     def load(cls, name_or_dir: str | Path | None = None, *, companion: bool = True
@@ -163,6 +172,8 @@ class Predictor:
     def predict_many(self, items: Sequence[tuple[OperatorSequence, Workload]]
                      ) -> list[Prediction]:
         """Batch prediction for many (sequence, workload) pairs at once."""
+        if self.trained.feature_cfg.op_costs:
+            attach([seq for seq, _ in items], self.cost_model)
         samples = [Sample.in_memory(seq, w, key=str(i)) for i, (seq, w) in enumerate(items)]
         fused = self.trained.feature_cfg.fused
         for seq, _ in items:
@@ -201,6 +212,22 @@ class Predictor:
             preds.append(p)
         return preds
 
+    def operators(self, seq: OperatorSequence, p: Prediction, batch_size: int
+                  ) -> tuple[list[dict], str]:
+        """Where the time of prediction `p` goes: every operator of `seq` with its share of
+        `p.iteration_ms` (the kernel cost model's times, scaled so that they and the loss add
+        up to the prediction), and which kernel model priced them."""
+        kernel, source = self.cost_model, "this checkpoint's kernel cost model"
+        if kernel is None:
+            kernel, source = nearest_kernel_model(p.device)
+        if kernel is None:
+            return [], "no kernel cost model is shipped"
+        ms = kernel.sequence_ms(seq)
+        total = float(ms.sum()) + kernel.loss_ms(batch_size, 1000)
+        scale = p.iteration_ms / max(total, 1e-12)
+        return [dict(type=VOCAB[t], name=str(n), ms=float(m * scale))
+                for t, n, m in zip(seq.op_type, seq.node_names, ms)], source
+
     def warnings(self, seq: OperatorSequence, w: Workload) -> list[str]:
         """What makes a prediction less trustworthy: a batch or input size outside the
         range the checkpoint was trained on, a layout, precision or optimizer it never saw,
@@ -229,6 +256,21 @@ class Predictor:
         """Seconds for `epochs` over `dataset_size` samples (iterations = ceil(size/batch))."""
         p = self.predict(model, batch_size=batch_size, **kw)
         return p.job_seconds(epochs, dataset_size, batch_size)
+
+
+KERNEL_DIR = CHECKPOINT_DIR / "kernels"  # shipped kernel cost models: <device slug>.json
+
+
+def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
+    """The shipped kernel cost model of `device`, else of another device (said so), else
+    None; and a phrase naming which."""
+    shipped = sorted(KERNEL_DIR.glob("*.json")) if KERNEL_DIR.is_dir() else []
+    if not shipped:
+        return None, ""
+    own = [f for f in shipped if f.stem == device]
+    path = (own or shipped)[0]
+    what = "" if own else f" (no kernel model of {device}: shares as on that device)"
+    return CostModel.load(path), f"the kernel cost model of {path.stem}{what}"
 
 
 def graph_warnings(g: dict, precision: str) -> list[str]:

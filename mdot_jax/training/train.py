@@ -32,6 +32,7 @@ from mdot_jax.data.features import (
     FeatureStats,
     fit_stats,
     sequences_fused,
+    sequences_op_costs,
 )
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig, build_model
@@ -197,7 +198,8 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     fused = sequences_fused(s.seq for s in [*samples, *(val_samples or [])])
     feature_cfg = feature_cfg or FeatureConfig(
         lap_dim=model_cfg.lap_dim, rw_dim=model_cfg.rw_dim,
-        distances="distance_bias" in model_cfg.pe, fused=fused)
+        distances="distance_bias" in model_cfg.pe, fused=fused,
+        op_costs=sequences_op_costs(s.seq for s in [*samples, *(val_samples or [])]))
     if feature_cfg.fused != fused:
         raise ValueError(f"feature config fused={feature_cfg.fused}, but the sequences are "
                          f"{'fused' if fused else 'unfused'}")
@@ -220,7 +222,8 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     n_dev = jax.device_count()
     tokens = train_cfg.tokens_per_batch
     probe = next(cache.batches(samples[:1], tokens, multiple=n_dev))[0]
-    model_cfg = model_cfg.replace(workload_dim=probe.workload.shape[-1])
+    model_cfg = model_cfg.replace(workload_dim=probe.workload.shape[-1],
+                                  load_dim=probe.load.shape[-1])
     model = build_model(model_cfg, nnx.Rngs(train_cfg.seed))
     graphdef, params = nnx.split(model, nnx.Param)
 

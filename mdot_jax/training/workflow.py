@@ -14,6 +14,7 @@ from mdot_jax.data.features import FeatureCache
 from mdot_jax.errors import UsageError
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
+from mdot_jax.ops.cost import attach
 from mdot_jax.serving import checkpoint
 from mdot_jax.training.train import (
     TrainConfig,
@@ -67,15 +68,20 @@ def _fold(ds: Dataset, split: str, folds: int, fold: int, seed: int):
 def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold: int = 0,
                    folds: int = 5, model_cfg: ModelConfig = ModelConfig(),
                    train_cfg: TrainConfig = TrainConfig(), companion: bool = True,
-                   force: bool = False, progress: bool = True, log=None) -> dict:
+                   cost_model=None, force: bool = False, progress: bool = True, log=None
+                   ) -> dict:
     """Trains on every fold but `fold` of `split` (or on everything with split="none"),
     reports test metrics on `fold` and writes a self-describing checkpoint to `out`; with
     `companion`, a LightGBM companion is fitted on the same samples and saved with it (the
     test metrics are then those of the combined prediction; `model_only` the network's).
+    With a kernel `cost_model` (`ops.cost.CostModel`), every operator gets its predicted time
+    as a feature (op-grounded) and the checkpoint carries the cost model.
     A killed run continues from its last epoch when re-run with the same arguments (the
     state lives in `.<out>.resume/` beside `out` until the checkpoint is written). `out` must
     be new, empty, or (with `force`) a checkpoint to replace: checked before training."""
     checkpoint.prepare_out(out, force=force)
+    if cost_model is not None:
+        attach([s.seq for s in ds.samples], cost_model)
     train_idx, test_idx = _fold(ds, split, folds, fold, train_cfg.seed)
     train_samples = [ds.samples[i] for i in train_idx]
     test_samples = [ds.samples[i] for i in test_idx]
@@ -97,7 +103,7 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
                    test_excluded_too_long=len(test_samples) - len(held),
                    devices=sorted({s.workload.device for s in ds.samples}))
     checkpoint.save(trained, out, dataset=dataset, metrics=metrics, companion=trees,
-                    companion_info=trees_info,
+                    companion_info=trees_info, cost_model=cost_model,
                     description=f"{model_cfg.label} trained on {ds.root.name} " + (
                         "(every sample)" if split == "none" else f"({split} split, fold {fold})"))
     shutil.rmtree(resume_dir, ignore_errors=True)

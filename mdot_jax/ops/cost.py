@@ -1,0 +1,125 @@
+"""Kernel cost model: one operator row -> milliseconds per training iteration on one device.
+
+One LightGBM regressor of log time over every measured type (the type is a categorical
+feature, so a type seen rarely borrows from the others through the load features), fitted on
+an operator dataset (`mdot profile --ops`). The time is forward + backward (+ the SGD update
+of the operator's parameters), as measured. `sequence_ms` gives it for every operator of a
+sequence: the fourth per-operator dimension and, summed, a graph total.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
+from converters.vocab import VOCAB
+from mdot_jax.companion import _parse, fit_boosters
+from mdot_jax.data.dataset import OP_MS
+from mdot_jax.ops.specs import LOSS, OpSpec, grad_flow, loss_spec
+
+FEATURES_VERSION = 1
+COST_MODEL = "cost_model.json"  # inside a checkpoint trained on predicted operator times
+LOSS_ID = len(VOCAB)  # the loss's type id: after the vocabulary
+_LOG = [CONFIG_FIELDS.index(f) for f in ("in_numel", "out_numel", "mm_m", "mm_k", "mm_n",
+                                         "in_channels", "out_channels")]
+GRID = ((63, 0.05), (255, 0.05))
+
+
+def type_id(op_type: str) -> int:
+    return LOSS_ID if op_type == LOSS else (VOCAB.index(op_type) if op_type in VOCAB else 1)
+
+
+def features(op_ids: np.ndarray, config: np.ndarray, load: np.ndarray,
+             input_grad: np.ndarray) -> np.ndarray:
+    """`[N, F]` float32: type id (categorical), raw configuration `[C]`, log10 of the load
+    `[L]` and of the sizes, whether backward reaches the inputs."""
+    config = np.asarray(config, np.float64)
+    load = np.asarray(load, np.float64)
+    logs = np.log10(1.0 + np.abs(np.concatenate([load, config[:, _LOG]], axis=1)))
+    return np.concatenate([np.asarray(op_ids, np.float64)[:, None], config, logs,
+                           np.asarray(input_grad, np.float64)[:, None]], axis=1
+                          ).astype(np.float32)
+
+
+def spec_features(specs: Sequence[OpSpec]) -> np.ndarray:
+    return features(np.asarray([type_id(s.op_type) for s in specs]),
+                    np.asarray([s.config for s in specs]).reshape(-1, len(CONFIG_FIELDS)),
+                    np.asarray([s.load for s in specs]).reshape(-1, len(LOAD_FIELDS)),
+                    np.asarray([s.input_grad for s in specs]))
+
+
+@dataclass
+class CostModel:
+    """Boosters (LightGBM text) and what they were fitted on."""
+
+    text: str
+    device: str
+    samples: int
+    version: int = FEATURES_VERSION
+    _boosters: list = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def fit(cls, records: Sequence[dict], *, seed: int = 0, val_fraction: float = 0.1,
+            grid=GRID) -> CostModel:
+        """Fitted on operator samples (`read_op_samples` dicts), early-stopped on a seeded
+        random carve-out of `val_fraction` of them."""
+        specs = [OpSpec.from_json(d["spec"]) for d in records]
+        x = spec_features(specs)
+        y = np.log([d["label_ms"] for d in records])
+        val = np.random.default_rng(seed).random(len(specs)) < val_fraction
+        boosters = fit_boosters(x[~val], y[~val], x[val], y[val], seed=seed, grid=grid,
+                                seeds=1, categorical_feature=[0], min_data_in_leaf=10)
+        devices = sorted({d.get("meta", {}).get("device", "?") for d in records})
+        return cls(boosters[0].model_to_string(), ",".join(devices), len(records),
+                   _boosters=boosters)
+
+    def _predict(self, x: np.ndarray) -> np.ndarray:
+        if self._boosters is None:
+            self._boosters = _parse(self.text)
+        return np.exp(self._boosters[0].predict(x))
+
+    def predict(self, specs: Sequence[OpSpec]) -> np.ndarray:
+        """`[N]` predicted ms per iteration."""
+        return self._predict(spec_features(specs))
+
+    def sequence_ms(self, seq: OperatorSequence) -> np.ndarray:
+        """`[N]` predicted ms of every operator of `seq` (types never measured get what their
+        load predicts)."""
+        return self._predict(features(seq.op_type, seq.config, seq.load, grad_flow(seq)))
+
+    def loss_ms(self, batch: int, classes: int) -> float:
+        return float(self.predict([loss_spec(batch, classes)])[0])
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(dict(device=self.device, samples=self.samples,
+                                              version=self.version, text=self.text)))
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostModel:
+        d = json.loads(Path(path).read_text())
+        if d.get("version") != FEATURES_VERSION:
+            raise ValueError(f"{path}: cost model features version {d.get('version')} != "
+                             f"{FEATURES_VERSION}")
+        return cls(d["text"], d["device"], d["samples"], d["version"])
+
+
+def attach(seqs, model: CostModel, progress: bool = False) -> int:
+    """Gives every sequence its operators' predicted ms (`meta["op_ms"]`, the features'
+    fourth per-operator dimension); each distinct sequence once. Returns how many."""
+    from tqdm import tqdm
+
+    todo = {id(q): q for q in seqs}.values()
+    for q in tqdm(todo, desc="operator times", disable=not progress):
+        q.meta[OP_MS] = [round(float(v), 6) for v in model.sequence_ms(q)]
+    return len(todo)
+
+
+def load_cost_model(checkpoint: str | Path) -> CostModel | None:
+    """The kernel cost model a checkpoint carries (`COST_MODEL`), or None."""
+    path = Path(checkpoint) / COST_MODEL
+    return CostModel.load(path) if path.exists() else None

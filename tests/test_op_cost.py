@@ -1,0 +1,141 @@
+"""Kernel cost model and op-grounded prediction: fitted on operators measured here, it prices
+every operator of a graph; predictors trained with those times carry the cost model, and
+`mdot predict --top` says where the time goes."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+from converters.sequence import LOAD_FIELDS  # noqa: E402
+from mdot_jax.cli import main  # noqa: E402
+from mdot_jax.data.dataset import OP_MS, load_dataset  # noqa: E402
+from mdot_jax.data.features import (  # noqa: E402
+    FeatureConfig,
+    fit_stats,
+    op_load,
+    seq_features,
+    sequences_op_costs,
+)
+from mdot_jax.errors import CheckpointError  # noqa: E402
+from mdot_jax.ops.cost import COST_MODEL, CostModel, attach  # noqa: E402
+from mdot_jax.ops.profile import OpProtocol, profile_ops, read_op_samples  # noqa: E402
+from mdot_jax.ops.specs import OpSpec  # noqa: E402
+
+FAST_OPS = OpProtocol(warmup=1, repeats=3, side_repeats=1, min_repeat_ms=0.5,
+                      max_spread=float("inf"), max_others=float("inf"))
+
+
+@pytest.fixture(scope="module")
+def ops(tiny_real_dataset, tmp_path_factory):
+    """Operators of the tiny dataset's graphs, measured on this machine, and a cost model."""
+    out = tmp_path_factory.mktemp("ops")
+    profile_ops(out, n=150, sources=[tiny_real_dataset.root], threads=1, progress=False,
+                protocol=FAST_OPS)
+    records = read_op_samples(out)
+    return out, records, CostModel.fit(records, seed=0)
+
+
+def _fresh(ds_root):
+    """The dataset loaded anew, with sequences of its own (attach writes into them)."""
+    from mdot_jax.data import dataset
+
+    dataset._SEQ_CACHE.clear()
+    return load_dataset(ds_root)
+
+
+def test_the_cost_model_learns_the_measured_operators_and_round_trips(ops, tmp_path):
+    _, records, model = ops
+    assert len(records) >= 100
+    specs = [OpSpec.from_json(d["spec"]) for d in records]
+    pred = model.predict(specs)
+    y = np.asarray([d["label_ms"] for d in records])
+    assert np.all(np.isfinite(pred)) and np.all(pred > 0)
+    # in-sample: it fits its own measurements far better than their spread
+    ape = np.abs(pred / y - 1)
+    assert np.median(ape) < 0.5 and np.median(np.abs(np.median(y) / y - 1)) > np.median(ape)
+    model.save(tmp_path / "c.json")
+    again = CostModel.load(tmp_path / "c.json")
+    assert np.allclose(again.predict(specs), pred)
+    bad = json.loads((tmp_path / "c.json").read_text()) | {"version": 99}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="features version 99"):
+        CostModel.load(tmp_path / "bad.json")
+
+
+def test_operator_times_are_a_fourth_dimension_and_a_graph_total(ops, tiny_real_dataset):
+    model = ops[2]
+    ds = _fresh(tiny_real_dataset.root)
+    seqs = [s.seq for s in ds.samples]
+    assert not sequences_op_costs(seqs)
+    attach(seqs[:1], model)
+    with pytest.raises(ValueError, match="attach them to all or none"):
+        sequences_op_costs(seqs)
+    attach(seqs, model)
+    q = seqs[0]
+    assert len(q.meta[OP_MS]) == q.num_ops and op_load(q).shape == (q.num_ops,
+                                                                     len(LOAD_FIELDS) + 1)
+    stats = fit_stats(ds.samples)
+    assert len(stats.load_mean) == len(LOAD_FIELDS) + 1
+    assert seq_features(q, stats, FeatureConfig(op_costs=True)).load.shape[1] == 7
+    with pytest.raises(ValueError, match="op_costs=False"):
+        seq_features(q, stats, FeatureConfig(op_costs=False))
+
+
+def test_an_op_grounded_checkpoint_carries_its_cost_model(ops, tiny_real_dataset, tmp_path,
+                                                          capsys):
+    model = ops[2]
+    model.save(tmp_path / "cost.json")
+    ckpt = tmp_path / "ckpt"
+    assert main(["train", "--dataset", str(tiny_real_dataset.root), "--out", str(ckpt),
+                 "--recipe", "tiny", "--split", "none",
+                 "--op-costs", str(tmp_path / "cost.json")]) == 0
+    meta = json.loads((ckpt / "metadata.json").read_text())
+    assert meta["feature_config"]["op_costs"] and COST_MODEL in meta["files"]
+    assert meta["model_config"]["load_dim"] == len(LOAD_FIELDS) + 1
+    from mdot_jax.serving.predict import Predictor
+
+    sample = _fresh(tiny_real_dataset.root).samples[0]
+    p = Predictor.load(ckpt).predict(sample.seq, batch_size=sample.workload.batch_size,
+                                     layout=sample.workload.layout)
+    assert np.isfinite(p.iteration_ms) and p.iteration_ms > 0
+    capsys.readouterr()
+    # where the time goes: every operator, shares adding up to the prediction less the loss
+    import onnx
+    from onnx_builders import conv_bn_relu
+
+    onnx_path = str(tmp_path / "m.onnx")
+    onnx.save(conv_bn_relu(training=True), onnx_path)
+    assert main(["predict", onnx_path, "--checkpoint", str(ckpt), "--batch-size",
+                 str(sample.workload.batch_size), "--layout", sample.workload.layout,
+                 "--top", "3", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert len(row["operators"]) == row["num_ops"]
+    assert 0.5 * row["iteration_ms"] < sum(o["ms"] for o in row["operators"]) <= \
+        row["iteration_ms"] + 1e-6
+    assert "this checkpoint's kernel cost model" in row["operators_from"]
+    assert main(["predict", onnx_path, "--checkpoint", str(ckpt), "--batch-size",
+                 str(sample.workload.batch_size), "--layout", sample.workload.layout,
+                 "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "the 3 most expensive operators" in text
+    # a checkpoint that lost its cost model, or whose cost model changed, is refused
+    (ckpt / COST_MODEL).write_text((ckpt / COST_MODEL).read_text().replace('"samples": ',
+                                                                           '"samples": 1'))
+    with pytest.raises(CheckpointError):
+        Predictor.load(ckpt)
+
+
+def test_op_sum_is_composition_alone(ops, tiny_real_dataset):
+    from mdot_jax.evaluation.evaluate import make_method
+    from mdot_jax.training.train import TrainConfig
+
+    ds = _fresh(tiny_real_dataset.root)
+    method = make_method("op-sum", 0, TrainConfig())
+    with pytest.raises(ValueError, match="--op-costs"):
+        method.fit(ds.samples)
+    attach([s.seq for s in ds.samples], ops[2])
+    method.fit(ds.samples)
+    pred = method.predict(ds.samples)
+    assert np.all(pred > 0) and method.a > 0
