@@ -407,10 +407,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from mdot_jax.training.train import TrainConfig
 
     ds = _dataset(args.dataset)
-    if args.op_costs:  # op-grounded: every operator gets its predicted time
-        from mdot_jax.ops.cost import attach
+    op_samples = None
+    if args.op_costs:  # op-grounded: per fold, a cost model of the training families' operators
+        from mdot_jax.ops.profile import read_op_samples
 
-        attach([s.seq for s in ds.samples], _cost_model(args.op_costs), progress=True)
+        op_samples = read_op_samples(args.op_costs)
+        if not op_samples:
+            raise UsageError(f"--op-costs {args.op_costs}: no operator samples there "
+                             "(`mdot profile --ops` writes them)")
     methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
     budget = _config(TrainConfig(), args.train_config)
     if args.summary_only:
@@ -420,7 +424,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         try:
             rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
-                       methods=methods, budget=budget, only_folds=args.only_folds)
+                       methods=methods, budget=budget, only_folds=args.only_folds,
+                       op_samples=op_samples)
         except ValueError as e:
             raise UsageError(str(e)) from None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -616,9 +621,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default="all", help="all, or comma-separated method names")
     p.add_argument("--train-config", help="JSON overrides of the neural methods' budget")
     p.add_argument("--out", required=True, help="results directory (resumable)")
-    p.add_argument("--op-costs", help="a kernel cost model (cost_model.json) of the "
-                   "dataset's device: every operator gets its predicted time as a fourth "
-                   "dimension, graphs their sum (op-grounded)")
+    p.add_argument("--op-costs", metavar="OPS_DIR", help="operator samples of the dataset's "
+                   "device (data/<device>/ops): every operator gets its predicted time as a "
+                   "fourth dimension, graphs their sum (op-grounded; per fold, a kernel cost "
+                   "model of the training families' operators)")
     p.add_argument("--ensembles", help="also score these ensembles of finished runs "
                    "(geometric mean of predictions), e.g. mdot-pe-none+lightgbm")
     p.add_argument("--summary-only", action="store_true",

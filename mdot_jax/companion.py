@@ -159,11 +159,12 @@ class TreeModel:
 
 def fit_boosters(x: np.ndarray, y: np.ndarray, xv: np.ndarray, yv: np.ndarray, *,
                  seed: int = 0, grid: Sequence[tuple[int, float]] = GRID, seeds: int = SEEDS,
-                 weight: np.ndarray | None = None, **params) -> list:
+                 weight: np.ndarray | None = None, categorical: Sequence[int] = (),
+                 **params) -> list:
     """`seeds` LightGBM boosters of `y` (log ms) on `x` `[N, F]`, seeds seed..seed+seeds-1,
     each the grid point with the lowest validation MAPE on (`xv`, `yv`) after early stopping
-    there. `weight` `[N]`: per training row (None: equal). `params` override LightGBM's (e.g.
-    `objective`)."""
+    there. `weight` `[N]`: per training row (None: equal); `categorical`: columns holding
+    category ids. `params` override LightGBM's (e.g. `objective`)."""
     import lightgbm as lgb
 
     boosters = []
@@ -173,9 +174,10 @@ def fit_boosters(x: np.ndarray, y: np.ndarray, xv: np.ndarray, yv: np.ndarray, *
             p = dict(objective=OBJECTIVE, learning_rate=lr, num_leaves=leaves,
                      min_data_in_leaf=5, bagging_fraction=0.8, bagging_freq=1,
                      feature_fraction=0.8, seed=booster_seed, verbose=-1, num_threads=2)
-            booster = lgb.train(p | params, lgb.Dataset(x, y, weight=weight),
-                                num_boost_round=2000,
-                                valid_sets=[lgb.Dataset(xv, yv)],
+            train = lgb.Dataset(x, y, weight=weight,
+                                categorical_feature=list(categorical) or "auto")
+            booster = lgb.train(p | params, train, num_boost_round=2000,
+                                valid_sets=[lgb.Dataset(xv, yv, reference=train)],
                                 callbacks=[lgb.early_stopping(100, verbose=False)])
             err = np.mean(np.abs(np.expm1(booster.predict(xv) - yv)))
             if best is None or err < best[0]:

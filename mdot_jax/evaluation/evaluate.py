@@ -232,11 +232,14 @@ ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "
 def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         seeds: int = 1, methods: Sequence[str] = ALL_METHODS,
         budget: TrainConfig = TrainConfig(), only_folds: Sequence[int] | None = None,
-        progress: bool = True) -> list[dict]:
+        op_samples: Sequence[dict] | None = None, progress: bool = True) -> list[dict]:
     """Runs every (method, fold, seed) not yet in `out/results.jsonl`; returns all rows.
 
     `only_folds` restricts the run to some of the `folds` folds (the split is unchanged): the
-    ablations, for instance, when all folds would cost too much.
+    ablations, for instance, when all folds would cost too much. With `op_samples` (operator
+    samples of the dataset's device), every method is op-grounded: per fold, a kernel cost
+    model fitted on the operators drawn from the fold's training families only (an operator
+    first seen in a held-out family's graph is left out) prices every operator.
     """
     from tqdm import tqdm
 
@@ -274,8 +277,18 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     for m in methods:
         make_method(m, 0, budget)  # unknown names fail before any work
     longest = FeatureConfig().buckets[-1]  # what the sequence models can hold
+    ops_id = _op_samples_id(op_samples) if op_samples else None
+    stale = {r.get("op_costs") for r in rows} - {ops_id}
+    if stale:
+        raise ValueError(f"{out}: results with operator data {sorted(map(str, stale))}, this "
+                         f"run has {ops_id}; use a new --out")
+    attached = None
     for method_name, fold, seed in tqdm(jobs, desc="evaluate", disable=not progress):
         train_idx, test_idx = splits[fold]
+        if op_samples and attached != fold:
+            _attach_fold_costs(ds, op_samples, {ds.samples[i].family for i in test_idx},
+                               out / ".costs" / f"fold{fold}.json")
+            attached = fold
         # every method sees the same samples: those the sequence models can hold
         train = [ds.samples[i] for i in train_idx if ds.samples[i].seq.num_ops <= longest]
         test = [ds.samples[i] for i in test_idx if ds.samples[i].seq.num_ops <= longest]
@@ -292,11 +305,36 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
                    test_keys=[s.key for s in test], pred_ms=pred.tolist(),
                    excluded_too_long=len(test_idx) - len(test),
                    budget=dataclasses.asdict(budget),
-                   dataset=ds.fingerprint(), sequences=seqs)
+                   dataset=ds.fingerprint(), sequences=seqs, op_costs=ops_id)
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
         shutil.rmtree(method.resume_dir, ignore_errors=True)
     return list(_read(path))
+
+
+def _op_samples_id(op_samples: Sequence[dict]) -> str:
+    import hashlib
+
+    keys = "\n".join(sorted(f"{d['key']}:{d['label_ms']:.6g}" for d in op_samples))
+    return hashlib.sha256(keys.encode()).hexdigest()[:16]
+
+
+def _attach_fold_costs(ds: Dataset, op_samples: Sequence[dict], test_families: set[str],
+                       path: Path) -> None:
+    """Prices every operator of `ds` with a cost model fitted without the operators first
+    drawn from `test_families` (kept at `path`, reused on resume)."""
+    from mdot_jax.data.dataset import family_of
+    from mdot_jax.ops.cost import CostModel, attach
+
+    if path.exists():
+        model = CostModel.load(path)
+    else:
+        keep = [d for d in op_samples if d["source"] == "loss"
+                or family_of(d["source"].split("/")[0]) not in test_families]
+        model = CostModel.fit(keep, seed=0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        model.save(path)
+    attach([s.seq for s in ds.samples], model)
 
 
 def read_results(out: str | Path) -> list[dict]:

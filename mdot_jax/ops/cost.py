@@ -73,7 +73,7 @@ class CostModel:
         y = np.log([d["label_ms"] for d in records])
         val = np.random.default_rng(seed).random(len(specs)) < val_fraction
         boosters = fit_boosters(x[~val], y[~val], x[val], y[val], seed=seed, grid=grid,
-                                seeds=1, categorical_feature=[0], min_data_in_leaf=10)
+                                seeds=1, categorical=[0], min_data_in_leaf=10)
         devices = sorted({d.get("meta", {}).get("device", "?") for d in records})
         return cls(boosters[0].model_to_string(), ",".join(devices), len(records),
                    _boosters=boosters)

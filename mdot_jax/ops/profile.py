@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -51,7 +52,16 @@ from mdot_jax.data.profile import (
     stats_of,
 )
 from mdot_jax.errors import DatasetError
-from mdot_jax.ops.specs import LOSS, MEASURED, OpSpec, build, loss_spec, specs_of
+from mdot_jax.ops.specs import (
+    BUILDER_VERSION,
+    LOSS,
+    MEASURED,
+    OpSpec,
+    build,
+    changed_rows,
+    loss_spec,
+    specs_of,
+)
 
 PLAN = "plan.jsonl"
 
@@ -207,6 +217,37 @@ class OpWriter:
             self.noisy.discard(record["key"])
 
 
+SUPERSEDED = "superseded.jsonl"  # samples of rows the builder now makes differently
+
+
+def supersede_changed(root: Path) -> int:
+    """Moves the samples (clean and noisy) whose operator `build` now makes differently
+    (`specs.changed_rows`) to `superseded.jsonl`, kept, so that this run measures them
+    again; returns how many."""
+    moved = 0
+    for name in (SAMPLES, NOISY):
+        path = root / name
+        if not path.exists():
+            continue
+        keep, old = [], []
+        for line in path.read_text().splitlines(keepends=True):
+            d = json.loads(line) if line.strip() else None
+            since = (d or {}).get("meta", {}).get("builder", 1)
+            stale = d and since < BUILDER_VERSION and changed_rows(
+                OpSpec.from_json(d["spec"]), since)
+            (old if stale else keep).append(line)
+        if old:
+            with open(root / SUPERSEDED, "a", encoding="utf-8") as f:
+                f.writelines(old)
+                f.flush()
+                os.fsync(f.fileno())
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("".join(keep))
+            tmp.replace(path)
+            moved += len(old)
+    return moved
+
+
 def _check_device(root: Path, fp: dict) -> None:
     theirs = [json.loads(line).get("meta", {}).get("fingerprint", {})
               for name in (SAMPLES, NOISY) if (root / name).exists()
@@ -311,6 +352,7 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
                 raise DatasetError("no model datasets to draw operators from: pass --ops-from")
             items = plan(harvest(srcs, progress), n, seed=seed)
             write_plan(root, items)
+        supersede_changed(root)
         writer = OpWriter(root)
         report = SkipLog(root)
         skip = writer.done | writer.noisy | set(report.skipped)
@@ -335,6 +377,7 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
                     key=spec.key, op_type=spec.op_type, spec=d["spec"], source=d["source"],
                     count=d["count"], label_ms=max(st["median_ms"] + st["update_ms"], 1e-6),
                     stats=st, meta=dict(fingerprint=fp, device=device_slug(fp),
+                                        builder=BUILDER_VERSION,
                                         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))))
             bar.update()
             if i % 200 == 0:

@@ -26,6 +26,10 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.vocab import VOCAB
 
 LOSS = "SoftmaxCrossEntropyLoss"  # the training loss: not in graphs, measured as an operator
+# Version of the rules in `build`; a change re-measures the rows it changed (`changed_rows`).
+# 2: a MatMul whose second operand is one [K, N] matrix (a weight behind a Transpose) is
+#    built as such, not as `mm_batch` copies; a view of a parameter updates it.
+BUILDER_VERSION = 2
 
 _UNARY = {
     "Relu": "relu", "Sigmoid": "sigmoid", "Silu": "silu", "Gelu": "gelu", "Tanh": "tanh",
@@ -113,6 +117,26 @@ def specs_of(seq: OperatorSequence) -> list[OpSpec]:
     flow = grad_flow(seq)
     return [OpSpec(VOCAB[t], tuple(float(v) for v in c), tuple(float(v) for v in ld), bool(g))
             for t, c, ld, g in zip(seq.op_type, seq.config, seq.load, flow)]
+
+
+def _shared_second_operand(spec: OpSpec) -> bool:
+    """A MatMul of a batch of activations with one `[K, N]` matrix: its bytes read hold the
+    first operand and K * N more elements (`mm_batch` > 1)."""
+    c, ld = spec.c, spec.ld
+    k, n = c["mm_k"], c["mm_n"]
+    second = ld["bytes_read"] / max(c["elem_bytes"], 1.0) - c["in_numel"]
+    return c["mm_batch"] > 1 and abs(second - k * n) < 0.5
+
+
+def changed_rows(spec: OpSpec, since: int) -> bool:
+    """Whether `build` makes another operator of `spec` now than at builder version `since`."""
+    if since < 2:
+        if spec.op_type == "MatMul" and not spec.c["n_param_inputs"] and \
+                _shared_second_operand(spec):
+            return True
+        if spec.op_type in _VIEWS and spec.c["n_param_inputs"]:
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------------- building
@@ -214,6 +238,10 @@ def build(spec: OpSpec, torch, device: str = "cpu", seed: int = 0) -> OpCase:
             w = param(n, k)
             b = param(n) if n_param > 1 else None
             fn = lambda: F.linear(x, w, b)  # noqa: E731
+        elif _shared_second_operand(spec):  # activations @ one matrix (a transposed weight)
+            x = act((batch * m, k))
+            w = act((k, n), grad=True)
+            fn = lambda: torch.matmul(x, w)  # noqa: E731
         else:  # two activations (attention scores, attention @ values)
             a, bb = act((batch, m, k)), act((batch, k, n))
             fn = lambda: torch.matmul(a, bb)  # noqa: E731
@@ -342,7 +370,7 @@ def build(spec: OpSpec, torch, device: str = "cpu", seed: int = 0) -> OpCase:
         x = act(x_shape)
         fn = lambda: F.interpolate(x, size=y_shape[2:], mode="nearest")  # noqa: E731
     elif t in _VIEWS:
-        x = act(x_shape)
+        x = param(*x_shape) if n_param else act(x_shape)
         if t == "Transpose":
             fn = (lambda: x.transpose(-1, -2)) if len(x_shape) > 1 else (lambda: x)  # noqa
         elif t == "Expand":
