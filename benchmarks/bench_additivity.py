@@ -1,7 +1,7 @@
 """The additivity check: is a training iteration the sum of its operators' measured costs?
 
     python benchmarks/bench_additivity.py data/derived/cpu-amd-epyc-f25m17-2t-fused \
-        --cost benchmarks/results/kernels-cpu-amd-epyc-f25m17-2t/cost_model.json \
+        --cost benchmarks/results/kernels-cpu-amd-epyc-f25m17-2t/cost_model.json.xz \
         --out benchmarks/results/cpu-amd-epyc-f25m17-2t-additivity
 
 Every sample's graph is priced operator by operator by the kernel cost model of the same
@@ -36,7 +36,7 @@ def op_sums(model: CostModel, samples) -> np.ndarray:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dataset")
-    p.add_argument("--cost", required=True, help="cost_model.json (bench_kernels.py)")
+    p.add_argument("--cost", required=True, help="cost_model.json.xz (bench_kernels.py)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     samples = load_dataset(args.dataset).samples

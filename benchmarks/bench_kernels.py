@@ -83,7 +83,7 @@ def main() -> None:
     results["time_share"] = time_shares(full, args.models)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    full.save(out / "cost_model.json")
+    full.save(out / "cost_model.json.xz")
     (out / "results.json").write_text(json.dumps(results, indent=1))
     share, cum = results["time_share"], 0.0
     print(f"{len(records)} operator samples; held out: 20% of configurations / "

@@ -555,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="checkpoint directory (new or empty)")
     p.add_argument("--force", action="store_true",
                    help="replace the checkpoint already in --out (never anything else)")
-    p.add_argument("--op-costs", help="a kernel cost model (cost_model.json) of the "
+    p.add_argument("--op-costs", help="a kernel cost model (.json.xz, `mdot kernels`) of the "
                    "dataset's device: op-grounded features; the checkpoint carries it")
     p.add_argument("--no-companion", action="store_true",
                    help="save the network alone, without the LightGBM companion it "

@@ -27,3 +27,22 @@ def tiny_real_dataset(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-timm")
     build_timm(csvs, root, models=TINY_ARCHS, progress=False)
     return load_dataset(root)
+
+
+@pytest.fixture(scope="session")
+def small_models(tmp_path_factory):
+    """A model dataset measured here: a small CNN (MobileNetV3-small, 32 px) and a small
+    transformer (BERT-tiny, 16 tokens) at batch 2; their graphs hold ~60 distinct operator
+    rows of 20 types, small enough to measure in seconds."""
+    pytest.importorskip("torchvision")
+    pytest.importorskip("transformers")
+    from mdot_jax.data.profile import Protocol, profile
+
+    fast = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
+                    max_others=float("inf"))
+    out = tmp_path_factory.mktemp("models")
+    profile(["torchvision"], [2], [32], out, threads=1, progress=False,
+            models=["mobilenet_v3_small"], protocol=fast, speed_check=False)
+    profile(["hf"], [2], [16], out, threads=1, progress=False, models=["bert-tiny"],
+            protocol=fast, speed_check=False)
+    return out

@@ -15,7 +15,7 @@ pytest.importorskip("torchvision")
 import torch  # noqa: E402
 
 from converters.sequence import CONFIG_FIELDS  # noqa: E402
-from mdot_jax.data.profile import Protocol, fingerprint, profile  # noqa: E402
+from mdot_jax.data.profile import fingerprint  # noqa: E402
 from mdot_jax.errors import DatasetError  # noqa: E402
 from mdot_jax.ops.profile import (  # noqa: E402
     OpProtocol,
@@ -28,8 +28,6 @@ from mdot_jax.ops.profile import (  # noqa: E402
 )
 from mdot_jax.ops.specs import LOSS, MEASURED, OpSpec, build, grad_flow, loss_spec  # noqa: E402
 
-FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
-                max_others=float("inf"))
 FAST_OPS = OpProtocol(warmup=1, repeats=3, side_repeats=1, min_repeat_ms=0.2,
                       max_spread=float("inf"), max_others=float("inf"))
 # ops whose output the row fixes exactly (a Conv with asymmetric padding would not; these
@@ -38,20 +36,8 @@ _EXACT = {"Conv", "Gemm", "MatMul", "BatchNormalization", "LayerNormalization", 
           "GlobalAveragePool", "Relu", "HardSwish", "Add", "Mul", "Gelu", "Concat", "Reshape"}
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    """A model dataset with a small CNN and a small transformer (their graphs, measured)."""
-    pytest.importorskip("transformers")
-    out = tmp_path_factory.mktemp("models")
-    profile(["torchvision"], [2], [32], out, threads=1, progress=False,
-            models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
-    profile(["hf"], [2], [16], out, threads=1, progress=False, models=["bert-tiny"],
-            protocol=FAST, speed_check=False)
-    return out
-
-
-def test_rows_of_real_graphs_build_as_operators_of_the_same_size(source):
-    h = harvest([source], progress=False)
+def test_rows_of_real_graphs_build_as_operators_of_the_same_size(small_models):
+    h = harvest([small_models], progress=False)
     types = {s.op_type for s in h.specs}
     assert {"Conv", "BatchNormalization", "MatMul", "LayerNormalization", "Softmax",
             "Gather", "Add"} <= types
@@ -84,8 +70,8 @@ def test_backward_does_not_reach_the_graph_inputs():
     assert len(stem.leaves) == len(stem.params) == 2  # weight and bias, not the input
 
 
-def test_the_plan_covers_every_type_evenly_and_is_seeded(source):
-    h = harvest([source], progress=False)
+def test_the_plan_covers_every_type_evenly_and_is_seeded(small_models):
+    h = harvest([small_models], progress=False)
     a, b = plan(h, 60, seed=1, min_per_type=2), plan(h, 60, seed=1, min_per_type=2)
     assert a == b and a != plan(h, 60, seed=2, min_per_type=2)
     measured = {s.op_type for s in h.specs if s.op_type in MEASURED}
@@ -127,9 +113,9 @@ profile_ops(sys.argv[1], n=int(sys.argv[3]), sources=[sys.argv[2]], threads=1, p
 
 
 @pytest.mark.slow
-def test_a_killed_run_loses_nothing_finished_and_resumes(source, tmp_path):
+def test_a_killed_run_loses_nothing_finished_and_resumes(small_models, tmp_path):
     out = tmp_path / "ops"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(out), str(source), "40"])
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(out), str(small_models), "40"])
     lines: list[bytes] = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(lines) < 5:
@@ -141,7 +127,7 @@ def test_a_killed_run_loses_nothing_finished_and_resumes(source, tmp_path):
     child.wait()
     before = (out / "samples.jsonl").read_bytes()
     finished = [ln for ln in before.split(b"\n")[:-1]]  # complete lines at the kill
-    assert subprocess.run([sys.executable, "-c", _CHILD, str(out), str(source), "40"]
+    assert subprocess.run([sys.executable, "-c", _CHILD, str(out), str(small_models), "40"]
                           ).returncode == 0
     after = (out / "samples.jsonl").read_bytes().split(b"\n")
     assert after[:len(finished)] == finished  # nothing finished was lost or changed
@@ -154,11 +140,11 @@ def test_a_killed_run_loses_nothing_finished_and_resumes(source, tmp_path):
     assert all(math.isfinite(d["label_ms"]) and d["stats"]["inner"] >= 1 for d in samples)
 
 
-def test_a_foreign_device_is_refused(source, tmp_path):
+def test_a_foreign_device_is_refused(small_models, tmp_path):
     out = tmp_path / "ops"
     out.mkdir()
     fp = dict(fingerprint(1), device_model="Some Other CPU")
     line = dict(key="Relu/0", spec={}, label_ms=1.0, stats={}, meta=dict(fingerprint=fp))
     (out / "samples.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(DatasetError, match=r"device_model .*new folder \(default: data/.*/ops"):
-        profile_ops(out, n=5, sources=[source], threads=1, progress=False, protocol=FAST_OPS)
+        profile_ops(out, n=5, sources=[small_models], threads=1, progress=False, protocol=FAST_OPS)

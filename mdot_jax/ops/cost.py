@@ -10,6 +10,7 @@ sequence: the fourth per-operator dimension and, summed, a graph total.
 from __future__ import annotations
 
 import json
+import lzma
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from mdot_jax.data.dataset import OP_MS
 from mdot_jax.ops.specs import LOSS, OpSpec, grad_flow, loss_spec
 
 FEATURES_VERSION = 1
-COST_MODEL = "cost_model.json"  # inside a checkpoint trained on predicted operator times
+COST_MODEL = "cost_model.json.xz"  # inside a checkpoint trained on predicted operator times
 LOSS_ID = len(VOCAB)  # the loss's type id: after the vocabulary
 _LOG = [CONFIG_FIELDS.index(f) for f in ("in_numel", "out_numel", "mm_m", "mm_k", "mm_n",
                                          "in_channels", "out_channels")]
@@ -96,12 +97,15 @@ class CostModel:
         return float(self.predict([loss_spec(batch, classes)])[0])
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(dict(device=self.device, samples=self.samples,
-                                              version=self.version, text=self.text)))
+        """JSON, xz-compressed when `path` ends in `.xz`."""
+        data = json.dumps(dict(device=self.device, samples=self.samples, version=self.version,
+                               text=self.text)).encode()
+        Path(path).write_bytes(lzma.compress(data) if str(path).endswith(".xz") else data)
 
     @classmethod
     def load(cls, path: str | Path) -> CostModel:
-        d = json.loads(Path(path).read_text())
+        data = Path(path).read_bytes()
+        d = json.loads(lzma.decompress(data) if str(path).endswith(".xz") else data)
         if d.get("version") != FEATURES_VERSION:
             raise ValueError(f"{path}: cost model features version {d.get('version')} != "
                              f"{FEATURES_VERSION}")

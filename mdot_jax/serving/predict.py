@@ -258,19 +258,20 @@ class Predictor:
         return p.job_seconds(epochs, dataset_size, batch_size)
 
 
-KERNEL_DIR = CHECKPOINT_DIR / "kernels"  # shipped kernel cost models: <device slug>.json
+KERNEL_DIR = CHECKPOINT_DIR / "kernels"  # shipped kernel cost models: <device>.json.xz
 
 
 def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
     """The shipped kernel cost model of `device`, else of another device (said so), else
     None; and a phrase naming which."""
-    shipped = sorted(KERNEL_DIR.glob("*.json")) if KERNEL_DIR.is_dir() else []
+    shipped = sorted(KERNEL_DIR.glob("*.json.xz")) if KERNEL_DIR.is_dir() else []
     if not shipped:
         return None, ""
-    own = [f for f in shipped if f.stem == device]
+    name = {f: f.name.removesuffix(".json.xz") for f in shipped}
+    own = [f for f in shipped if name[f] == device]
     path = (own or shipped)[0]
     what = "" if own else f" (no kernel model of {device}: shares as on that device)"
-    return CostModel.load(path), f"the kernel cost model of {path.stem}{what}"
+    return CostModel.load(path), f"the kernel cost model of {name[path]}{what}"
 
 
 def graph_warnings(g: dict, precision: str) -> list[str]:
