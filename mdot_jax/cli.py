@@ -352,8 +352,8 @@ def _print_top(row: dict, n: int) -> None:
         print(f"operators: {row['operators_from']}")
         return
     total = row["iteration_ms"]
-    print(f"\nthe {min(n, len(ops))} most expensive operators at batch {row['batch_size']} "
-          f"({row['operators_from']}):")
+    print(f"\nthe {min(n, len(ops))} most expensive operators at batch {row['batch_size']}, "
+          f"priced by {row['operators_from']}:")
     print(f"{'ms':>9} {'share':>6}  {'type':<20} name")
     for o in sorted(ops, key=lambda o: -o["ms"])[:n]:
         print(f"{o['ms']:>9.3g} {o['ms'] / total:>6.1%}  {o['type']:<20} {o['name']}")

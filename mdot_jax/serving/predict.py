@@ -172,7 +172,7 @@ class Predictor:
     def predict_many(self, items: Sequence[tuple[OperatorSequence, Workload]]
                      ) -> list[Prediction]:
         """Batch prediction for many (sequence, workload) pairs at once."""
-        if self.trained.feature_cfg.op_costs:
+        if self.cost_model is not None and self.trained.feature_cfg.op_costs:
             attach([seq for seq, _ in items], self.cost_model)
         samples = [Sample.in_memory(seq, w, key=str(i)) for i, (seq, w) in enumerate(items)]
         fused = self.trained.feature_cfg.fused
@@ -270,7 +270,7 @@ def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
     name = {f: f.name.removesuffix(".json.xz") for f in shipped}
     own = [f for f in shipped if name[f] == device]
     path = (own or shipped)[0]
-    what = "" if own else f" (no kernel model of {device}: shares as on that device)"
+    what = "" if own else f"; none of {device} is shipped, so the shares are {name[path]}'s"
     return CostModel.load(path), f"the kernel cost model of {name[path]}{what}"
 
 
