@@ -289,7 +289,7 @@ def _json_arg(text: str | None) -> dict:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from mdot_jax.serving.predict import Predictor
+    from mdot_jax.serving.predict import Predictor, machine_note
 
     kw = _shape_kwargs(args)
     sizes = args.batch_sizes or ([args.batch_size] if args.batch_size else [])
@@ -298,6 +298,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if (args.epochs is None) != (args.dataset_size is None):
         raise UsageError("--epochs and --dataset-size go together")
     predictor = Predictor.load(args.checkpoint)
+    note = machine_note([predictor.adaptation.device] if predictor.adaptation
+                        else predictor.devices)
+    if note:
+        print(f"mdot: warning: {note}", file=sys.stderr)
     rows = []
     for b in sizes:
         try:

@@ -103,3 +103,19 @@ def test_an_adapted_checkpoint_records_its_fit_in_json(tmp_path):
     meta = json.loads((tmp_path / "a" / "metadata.json").read_text())
     assert meta["adaptation"]["n_rows"] == 4 and meta["adaptation"]["fit"] == "scale"
     assert adapted.source == f"mine.csv, base {BASE}"
+
+
+def test_predict_says_when_this_machine_is_another_cpu(monkeypatch):
+    from mdot_jax.data import profile
+    from mdot_jax.serving.predict import machine_note
+
+    zen5 = dict(device_model="AMD EPYC", cpu_family=26, cpu_model_id=2)
+    monkeypatch.setattr(profile, "cpu_info", lambda: dict(zen5, cpu_model_id=17, cpu_family=25))
+    note = machine_note(["cpu-amd-epyc-f26m2-2t"])
+    assert "this machine is cpu-amd-epyc-f25m17" in note and "mdot adapt" in note
+    assert "cpu-amd-epyc-2t" in machine_note(["cpu-amd-epyc-2t"])  # generation unknown
+    assert machine_note(["rtx3090"]) is None  # predicting for a GPU from here: as intended
+    monkeypatch.setattr(profile, "cpu_info", lambda: zen5)
+    assert machine_note(["cpu-amd-epyc-f26m2-2t"]) is None
+    monkeypatch.setattr(profile, "cpu_info", lambda: dict(device_model="unknown"))
+    assert machine_note(["cpu-amd-epyc-f26m2-2t"]) is None  # nothing to compare

@@ -274,6 +274,24 @@ def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
     return CostModel.load(path), f"the kernel cost model of {name[path]}{what}"
 
 
+def machine_note(devices: Sequence[str]) -> str | None:
+    """When this machine is a CPU and a CPU checkpoint's devices are other CPUs (family, model
+    or vector extensions of another generation: per-model times differ 1.1-3x), what to say:
+    the prediction is for those devices, and `mdot adapt` makes one for this machine."""
+    from mdot_jax.data.profile import cpu_info, device_slug
+
+    cpus = [d for d in devices if d.startswith("cpu-")]
+    info = cpu_info()
+    if not cpus or "cpu_family" not in info:
+        return None
+    here = device_slug(dict(info, device_kind="cpu", threads=0)).removesuffix("-0t")
+    if any(d.rsplit("-", 1)[0] == here for d in cpus):
+        return None
+    return (f"this machine is {here}, the checkpoint predicts for {', '.join(cpus)}: another "
+            "CPU (models run 1.1-3x faster or slower, not by one factor); for this machine, "
+            "run `mdot adapt` (docs: README, Predict for your machine)")
+
+
 def graph_warnings(g: dict, precision: str) -> list[str]:
     """What the kind of graph (`converters.kind.graph_kind`) says about a prediction of its
     training step: an inference export, uncosted control flow, weights in another precision."""
