@@ -33,6 +33,11 @@ def read_model(source: ModelSource) -> onnx.ModelProto:
         data = source
     else:
         path = Path(source)
+        if path.is_dir():
+            onnx_files = sorted(p.name for p in path.glob("*.onnx"))[:3]
+            raise ConversionError(f"{path}: is a directory; give an .onnx file" + (
+                f" (it holds {', '.join(onnx_files)}{', ...' if len(onnx_files) == 3 else ''})"
+                if onnx_files else ""))
         if not path.is_file():
             raise ConversionError(f"{path}: no such file")
         data = path.read_bytes()

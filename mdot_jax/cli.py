@@ -298,10 +298,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if (args.epochs is None) != (args.dataset_size is None):
         raise UsageError("--epochs and --dataset-size go together")
     predictor = Predictor.load(args.checkpoint)
-    note = machine_note([predictor.adaptation.device] if predictor.adaptation
-                        else predictor.devices)
-    if note:
-        print(f"mdot: warning: {note}", file=sys.stderr)
     rows = []
     for b in sizes:
         try:
@@ -325,6 +321,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         for warning in p.warnings:
             print(f"mdot: warning: batch size {b}: {warning}" if len(sizes) > 1
                   else f"mdot: warning: {warning}", file=sys.stderr)
+    note = machine_note([predictor.adaptation.device] if predictor.adaptation
+                        else predictor.devices)
+    if note:  # after the predictions: an error stays one line
+        print(f"mdot: warning: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows[0] if args.batch_sizes is None else rows))
         return 0

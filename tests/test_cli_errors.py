@@ -64,6 +64,12 @@ def test_bad_input_is_one_line(capsys, files, name, args, needle):
         assert f"{name}.onnx" in err or "input" in err or "graph" in err
 
 
+def test_a_directory_is_named_with_the_models_it_holds(capsys, files):
+    code, _, err = run(capsys, "predict", str(files), "--batch-size", "2")
+    assert code == 2 and err.count("\n") == 1
+    assert f"{files}: is a directory; give an .onnx file (it holds cycle.onnx" in err
+
+
 def test_convert_json_and_table(capsys, tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(), path)

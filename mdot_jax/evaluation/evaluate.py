@@ -287,7 +287,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         train_idx, test_idx = splits[fold]
         if op_samples and attached != fold:
             _attach_fold_costs(ds, op_samples, {ds.samples[i].family for i in test_idx},
-                               out / ".costs" / f"fold{fold}.json")
+                               out / ".costs" / f"fold{fold}.json.xz")
             attached = fold
         # every method sees the same samples: those the sequence models can hold
         train = [ds.samples[i] for i in train_idx if ds.samples[i].seq.num_ops <= longest]
