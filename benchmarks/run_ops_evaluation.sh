@@ -2,7 +2,7 @@
 # Leave-family-out with and without operator times on one device (docs/operators.md, rule in
 # section 4): the same folds, seeds and budget. Resumable per (method, fold, seed).
 #   nohup bash benchmarks/run_ops_evaluation.sh > /tmp/ops-eval.log 2>&1 &
-# Order: the fast methods, then the GNN and MDOT seed by seed, so a stopped run leaves
+# Order: the fast methods, then the GNN and then MDOT, seed by seed, so a stopped run leaves
 # comparable pairs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,13 +19,13 @@ ev() {  # OUT METHODS SEEDS [--op-costs OPS]
 }
 ev "$BASE" lightgbm 2
 ev "$WITH" lightgbm,op-sum 2 --op-costs "$OPS"
-for seeds in 1 2; do
-  for m in gnn mdot-pe-none; do
+for m in gnn mdot-pe-none; do
+  for seeds in 1 2; do
     ev "$BASE" $m $seeds
     ev "$WITH" $m $seeds --op-costs "$OPS"
   done
 done
 for out in "$BASE" "$WITH"; do  # the tables, with the pairs
   mdot evaluate --dataset "$DS" --out "$out" --summary-only \
-    --ensembles gnn+lightgbm,mdot-pe-none+lightgbm
+    --ensembles gnn+lightgbm,mdot-pe-none+lightgbm$( [ "$out" = "$WITH" ] && echo ,op-sum+lightgbm)
 done
