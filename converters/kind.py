@@ -8,7 +8,10 @@ exports inference), so such a graph priced as a training graph comes out too fas
 evidence, by rule:
 - `training`: a BatchNormalization in training mode (`training_mode=1`, or running statistics
   as extra outputs, as before opset 14), or a Dropout whose `training_mode` input is set;
-- `inference`: BatchNormalization nodes, none of them in training mode;
+- `inference`: BatchNormalization nodes, none of them in training mode, or BatchNormalization
+  folded into Conv: a node that the exporter's rewriter records as fused from one (torch's
+  dynamo exporter, `FuseBatchNormIntoConv`), or a Conv whose weight is an anonymous folded
+  constant (`onnx::Conv_*`) among named module parameters (TorchScript `eval()` exports);
 - `unknown`: neither (e.g. a Transformer without Dropout looks the same both ways).
 """
 
@@ -33,6 +36,21 @@ def _bn_training(node: onnx.NodeProto) -> bool:
     return bool(mode) or sum(bool(o) for o in node.output) > 1
 
 
+def _folded_batchnorm(graph: onnx.GraphProto) -> int:
+    """Conv nodes with BatchNormalization folded in, by the exporters' traces (module docs)."""
+    names = [t.name for t in graph.initializer] + [i.name for i in graph.input]
+    named_params = any("." in n and not n.startswith("onnx::") for n in names)
+    folded = 0
+    for node in graph.node:
+        if node.op_type != "Conv":
+            continue
+        rules = " ".join(p.value for p in node.metadata_props
+                         if p.key.endswith("rewriter.rule_name"))
+        anonymous = len(node.input) > 1 and node.input[1].startswith("onnx::Conv")
+        folded += "FuseBatchNorm" in rules or (named_params and anonymous)
+    return folded
+
+
 def graph_kind(model: onnx.ModelProto) -> dict:
     """`kind` (KINDS) with its evidence, `producer`, `opset`, `precision` of the float weights
     (fp32 / fp16 / bf16 / mixed, or int8 when quantized operators are present) and the
@@ -43,9 +61,10 @@ def graph_kind(model: onnx.ModelProto) -> dict:
     bn_train = sum(_bn_training(n) for n in bn)
     dropout_train = sum(n.op_type == "Dropout" and len(n.input) > 2 and bool(n.input[2])
                         for n in graph.node)
+    folded = _folded_batchnorm(graph)
     if bn_train or dropout_train:
         kind = "training"
-    elif bn:
+    elif bn or folded:
         kind = "inference"
     else:
         kind = "unknown"
@@ -62,6 +81,7 @@ def graph_kind(model: onnx.ModelProto) -> dict:
         "mixed" if len(floats) > 1 else next(iter(floats), "fp32"))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     return dict(kind=kind, batchnorm_training=bn_train, batchnorm_inference=len(bn) - bn_train,
+                batchnorm_folded=folded,
                 dropout_training=dropout_train, producer=" ".join(
                     p for p in (model.producer_name, model.producer_version) if p),
                 opset=int(opset), precision=precision,

@@ -18,7 +18,14 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
 from converters.errors import ConversionError
-from converters.sequence import DATA_INPUTS_KEY, OperatorSequence, data_input_names, to_sequence
+from converters.sequence import (
+    DATA_INPUTS_KEY,
+    PARAMS_KEY,
+    TIED_KEY,
+    OperatorSequence,
+    data_input_names,
+    to_sequence,
+)
 
 ModelSource = Union[str, Path, bytes, onnx.ModelProto]
 KEEP_INITIALIZER_MAX = 64  # keep values of small initializers (shape constants for Reshape)
@@ -73,6 +80,40 @@ def _strip_weights(model: onnx.ModelProto) -> None:
     graph.initializer.extend(keep)
 
 
+def _weight_names(graph: onnx.GraphProto, data: set[str]) -> list[str]:
+    """Float initializers and non-data graph inputs of rank >= 1 (scalars are constants)."""
+    floats = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
+    names = [t.name for t in graph.initializer if t.data_type in floats and len(t.dims)]
+    names += [i.name for i in graph.input if i.name not in data
+              and i.type.tensor_type.elem_type in floats and len(i.type.tensor_type.shape.dim)]
+    return names
+
+
+def _tied_copies(graph: onnx.GraphProto) -> list[str]:
+    """Initializers holding the same values as an earlier one, up to a transpose (a tied
+    embedding and its output projection after constant folding): the later names."""
+    from onnx import numpy_helper
+
+    seen: dict[tuple, list[tuple[str, np.ndarray]]] = {}
+    copies = []
+    for init in graph.initializer:
+        n = int(np.prod(init.dims))
+        if n <= KEEP_INITIALIZER_MAX or init.data_location == TensorProto.EXTERNAL:
+            continue
+        values = numpy_helper.to_array(init).ravel()
+        low, high = values.min().item(), values.max().item()
+        if low == high:  # a constant fill (norm scales at init) is no evidence of tying
+            continue
+        key = (n, init.data_type, low, high)  # order-free
+        group = seen.setdefault(key, [])
+        ordered = np.sort(values)
+        if any(np.array_equal(ordered, other) for _, other in group):
+            copies.append(init.name)
+        else:
+            group.append((init.name, ordered))
+    return copies
+
+
 def _set_meta(model: onnx.ModelProto, key: str, value: str) -> None:
     for p in model.metadata_props:
         if p.key == key:
@@ -96,8 +137,11 @@ def _dim_hint(name: str, shape: list[int], k: int, t) -> str:
 
 def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
                 batch_size: int | None, image_size: int | None, seq_len: int | None,
-                label: str) -> None:
+                label: str) -> dict[str, int]:
+    """Sets the data inputs' dims; returns the inputs whose exported fixed batch was changed
+    (name -> exported batch)."""
     data = data_input_names(model)
+    rebatched: dict[str, int] = {}
     unknown = set(input_shapes) - set(data)
     if unknown:
         raise ConversionError(f"{label}: --input-shape names unknown input(s) "
@@ -118,6 +162,8 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
             names = [d.dim_param or "?" for d in dims]
             if vi.name in data:
                 if batch_size is not None and shape:
+                    if shape[0] > 0 and shape[0] != batch_size:
+                        rebatched[vi.name] = shape[0]
                     shape[0] = batch_size
                 if image_size is not None and len(shape) == 4:
                     nhwc = shape[3] in (1, 3) and shape[1] not in (1, 3)
@@ -136,6 +182,17 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         del dims[:]
         for d in shape:
             t.shape.dim.add().dim_value = d
+    return rebatched
+
+
+def _infers(model: onnx.ModelProto, input_shapes, image_size, seq_len, label) -> bool:
+    """Whether shape inference succeeds with the batch the model was exported with."""
+    try:
+        _concretise(model, input_shapes or {}, None, image_size, seq_len, label)
+        _infer(model, label)
+    except ConversionError:
+        return False
+    return True
 
 
 def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -160,13 +217,31 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     model.CopyFrom(original)
     if len(model.graph.node) == 0:
         raise ConversionError(f"{label}: the graph is empty (no nodes)")
-    _set_meta(model, DATA_INPUTS_KEY, ",".join(data_input_names(model)))
+    data = data_input_names(model)
+    _set_meta(model, DATA_INPUTS_KEY, ",".join(data))
+    meta = {p.key for p in model.metadata_props}
+    if PARAMS_KEY not in meta:  # the weights as exported, before folding adds constants
+        _set_meta(model, PARAMS_KEY, ",".join(_weight_names(model.graph, set(data))))
+    if TIED_KEY not in meta:
+        _set_meta(model, TIED_KEY, ",".join(_tied_copies(model.graph)))
     _strip_weights(model)
-    _concretise(model, input_shapes or {}, batch_size, image_size, seq_len, label)
+    exported = onnx.ModelProto()
+    exported.CopyFrom(model)
+    rebatched = _concretise(model, input_shapes or {}, batch_size, image_size, seq_len, label)
     del model.graph.value_info[:]
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
-    model = _infer(model, label)
+    try:
+        model = _infer(model, label)
+    except ConversionError:
+        if rebatched and _infers(exported, input_shapes, image_size, seq_len, label):
+            name, batch = next(iter(rebatched.items()))
+            raise ConversionError(
+                f"{label}: the graph was exported with batch {batch} baked in (input '{name}' "
+                f"dim 0 is fixed and a shape in the graph depends on it); predict at "
+                f"--batch-size {batch}, or export again with a dynamic batch dim "
+                "(torch.onnx.export(..., dynamic_axes={'" + name + "': {0: 'N'}}))") from None
+        raise
     for _ in range(MAX_FOLD_ROUNDS):  # fold what data propagation could not resolve
         if not _unknown_shapes(model) or not _fold_shape_computations(model):
             break

@@ -51,7 +51,9 @@ _ELEM_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12:
                14: 8, 15: 16, 16: 2}
 DATA_INPUTS_KEY = "mdot.data_inputs"  # model metadata: comma-separated data (non-param) inputs
 PARAMS_KEY = "mdot.params"  # model metadata: the trainable parameters, when the exporter knows
+TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 FORMAT_VERSION = 1
+INPUT_KINDS = ((4, "image"), (3, "signal"), (2, "tokens"))  # data input rank -> kind, in order
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,14 @@ class OperatorSequence:
         return float(self.load[:, 0].astype(np.float64).sum())
 
     @property
+    def input_kind(self) -> str:
+        """What the workload's input size measures, from the data input that carries it: an
+        `image` (rank 4) before a `signal` (rank 3, [B, C, T]) before `tokens` (rank 2, [B, T]),
+        so that a side input such as metadata [B, 16] does not decide; `other` otherwise."""
+        ranks = {len(s) for s in self.meta.get("inputs", {}).values()}
+        return next((kind for rank, kind in INPUT_KINDS if rank in ranks), "other")
+
+    @property
     def params(self) -> int:
         """Parameters of the model (each parameter tensor counted once)."""
         return int(self.meta.get("params", 0))
@@ -102,6 +112,13 @@ class OperatorSequence:
         names = {VOCAB[i]: int(c) for i, c in zip(ids, counts) if i != UNK_ID}
         names.update(self.unknown_ops)
         return dict(sorted(names.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def flops_by_type(self) -> dict[str, float]:
+        """Forward FLOPs per operator type, largest first (unknown types carry none)."""
+        flops = self.load[:, 0].astype(np.float64)
+        totals = {VOCAB[i]: float(flops[self.op_type == i].sum())
+                  for i in np.unique(self.op_type) if i != UNK_ID}
+        return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
     def depths(self) -> tuple[np.ndarray, np.ndarray]:
         """`([N], [N]) int32`: longest path from the inputs and to the outputs."""
@@ -209,12 +226,57 @@ def _metadata(model: onnx.ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in model.metadata_props}
 
 
+# Where a graph input is read tells a weight from data, whatever the producer: the (op, slot)
+# pairs that hold parameters, reached directly or through the view ops a weight passes on its
+# way (a transposed Linear weight, a cast of fp16 weights). Add / Mul hold a bias or a scale
+# when their other operand is computed by the graph.
+WEIGHT_SLOTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (1, 2), "MatMul": (1,),
+                "BatchNormalization": (1, 2, 3, 4), "LayerNormalization": (1, 2),
+                "GroupNormalization": (1, 2), "InstanceNormalization": (1, 2),
+                "RMSNormalization": (1,), "Gather": (0,), "PRelu": (1,)}
+_AFFINE = {"Add", "Mul"}
+_WEIGHT_PATH = {"Transpose", "Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten"}
+
+
+def _read_as_weight(name: str, consumers: dict[str, list[tuple[onnx.NodeProto, int]]],
+                    computed: set[str]) -> bool:
+    """Every read of tensor `name` is a weight slot, directly or through view ops."""
+    uses = consumers.get(name, [])
+    for node, k in uses:
+        if node.op_type in _WEIGHT_PATH and k == 0:
+            if not _read_as_weight(node.output[0], consumers, computed):
+                return False
+        elif node.op_type in _AFFINE and len(node.input) == 2:
+            if node.input[1 - k] not in computed:
+                return False
+        elif k not in WEIGHT_SLOTS.get(node.op_type, ()):
+            return False
+    return bool(uses)
+
+
 def data_input_names(model: onnx.ModelProto) -> list[str]:
+    """The data (non-parameter) inputs: named by our exporters' metadata; otherwise the graph
+    inputs that are not initializers, less the weights of a weight-free export
+    (`export_params=False`): inputs with every dim fixed that are only read in weight slots.
+    An input with a symbolic dim is data (weights are never batched)."""
     meta = _metadata(model)
     if DATA_INPUTS_KEY in meta:
         return [n for n in meta[DATA_INPUTS_KEY].split(",") if n]
-    inits = {i.name for i in model.graph.initializer}
-    return [i.name for i in model.graph.input if i.name not in inits]
+    graph = model.graph
+    inits = {i.name for i in graph.initializer}
+    candidates = [i for i in graph.input if i.name not in inits]
+    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for k, t in enumerate(node.input):
+            consumers.setdefault(t, []).append((node, k))
+    computed = {t for node in graph.node if node.op_type != "Constant" for t in node.output}
+
+    def fixed(vi) -> bool:
+        return all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+
+    data = [i.name for i in candidates
+            if not (fixed(i) and _read_as_weight(i.name, consumers, computed))]
+    return data or [i.name for i in candidates]
 
 
 _IN_SHAPE = _CFG["in_rank"]  # in_rank, in_d0..in_d3 are consecutive, and so are the out_*
@@ -257,6 +319,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
               (1, 10, 11, 16)}  # float, float16, double, bfloat16
     meta_params = _metadata(model).get(PARAMS_KEY)
     params = floats & set(meta_params.split(",")) if meta_params is not None else floats
+    tied = set(_metadata(model).get(TIED_KEY, "").split(","))
     order, producer = _node_order(nodes, graph_inputs)
 
     is_data = dict.fromkeys(data_inputs | floats, True)
@@ -282,6 +345,11 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
         if node.op_type == "Identity":
             alias[node.outputs[0]] = inputs[0]
             continue
+        for t in inputs:
+            if t and is_data.get(t) and t not in floats and types.get(t, _NO_SHAPE).shape is None:
+                valueless = ({v.name for v in graph.input} - data_inputs
+                             - {v.name for v in graph.initializer})
+                raise _lost_shape(t, nodes, producer, types, valueless)
         j = len(ids)
         seq_index[i] = j
         row, load, node_params = _operator_features(node, inputs, types, params, unknown)
@@ -305,7 +373,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
     meta = dict(
         format_version=FORMAT_VERSION, vocab_version=VOCAB_VERSION, graph=graph_kind(model),
         inputs={t: list(types[t].shape or []) for t in sorted(data_inputs) if t in types},
-        params=int(sum(types[t].numel for t in used_params)),
+        params=int(sum(types[t].numel for t in used_params - tied)),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused}),
     )
@@ -314,6 +382,36 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
         name=name or graph.name, op_type=np.asarray(ids, np.int32),
         config=np.asarray(rows, np.float32), load=np.asarray(loads, np.float32),
         edges=edge_array.reshape(-1, 2), node_names=np.asarray(names), meta=meta)
+
+
+_NO_SHAPE = _Tensor(None, 0, 0, 0)
+
+
+def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],
+                types: dict[str, _Tensor], valueless: set[str]) -> ConversionError:
+    """Names the node where shape inference lost track of `tensor`'s shape, and why: the first
+    producer upstream whose inputs have shapes but whose output has none."""
+    known = lambda t: not t or types.get(t, _NO_SHAPE).shape is not None  # noqa: E731
+    i = producer[tensor]
+    while True:
+        lost = [t for t in nodes[i].inputs if not known(t) and t in producer]
+        if not lost:
+            break
+        i = producer[lost[0]]
+    node = nodes[i]
+    domain = node.proto.domain
+    label = f"node '{node.name or node.outputs[0]}' ({f'{domain} ' if domain else ''}" \
+            f"{node.op_type})"
+    if domain not in ("", "ai.onnx"):
+        cause = ("an operator outside the ONNX standard, which shape inference does not know; "
+                 "export with standard operators (without runtime-specific fusions)")
+    elif bad := [t for t in node.inputs if t in valueless]:
+        cause = (f"its input '{bad[0]}' holds values that are not in the file (external data "
+                 "or a graph input), so the shape they set cannot be read")
+    else:
+        cause = (f"shape inference could not infer its output from input shapes "
+                 f"{[types.get(t, _NO_SHAPE).shape for t in node.inputs]}")
+    return ConversionError(f"{label}: output shape unknown: {cause}")
 
 
 def _operator_features(node: _Node, inputs: list[str], types: dict[str, _Tensor],

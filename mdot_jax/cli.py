@@ -57,7 +57,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     summary = dict(model=seq.name, num_ops=seq.num_ops, flops=seq.flops,
                    flops_bwd=float(seq.load[:, 1].astype("float64").sum()),
                    params=seq.params, inputs=seq.meta["inputs"],
-                   op_types=seq.op_type_counts(), unknown_ops=seq.unknown_ops,
+                   op_types=seq.op_type_counts(), flops_by_type=seq.flops_by_type(),
+                   unknown_ops=seq.unknown_ops,
                    dropped_nodes=seq.meta["dropped_nodes"], graph=seq.meta["graph"],
                    output=args.output)
     if args.json:
@@ -309,7 +310,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 raise
             raise UsageError(str(e)) from None
         row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
-                   batch_size=b, samples_per_s=1e3 * b / p.iteration_ms,
+                   batch_size=b, input_size=p.input_size, samples_per_s=1e3 * b / p.iteration_ms,
                    checkpoint=str(predictor.path), num_ops=p.num_ops, warnings=p.warnings,
                    parts=p.parts, interval_ms=p.interval_ms)
         if args.top:

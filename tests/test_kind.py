@@ -71,5 +71,17 @@ def test_real_exports_of_one_model_in_both_modes():
     buf = io.BytesIO()
     torch.onnx.export(net.eval(), (x,), buf, dynamo=False, input_names=["x"])
     kind = graph_kind(onnx.load_from_string(buf.getvalue()))
-    # the legacy exporter in eval() folds BatchNormalization into Conv: nothing to tell by
-    assert kind["kind"] in ("inference", "unknown") and kind["batchnorm_training"] == 0
+    # the legacy exporter in eval() folds BatchNormalization into Conv: anonymous Conv weights
+    assert kind["kind"] == "inference" and kind["batchnorm_folded"] == 20
+    assert "20 BatchNormalization folded into Conv" in graph_warnings(kind, "fp32")[0]
+    # without constant folding nothing is folded, and a model without BatchNormalization
+    # (named parameters only) is no evidence either
+    buf = io.BytesIO()
+    torch.onnx.export(net.eval(), (x,), buf, dynamo=False, input_names=["x"],
+                      do_constant_folding=False)
+    assert graph_kind(onnx.load_from_string(buf.getvalue()))["kind"] == "inference"
+    buf = io.BytesIO()
+    plain = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 30 * 30, 4))
+    torch.onnx.export(plain.eval(), (x,), buf, dynamo=False, input_names=["x"])
+    assert graph_kind(onnx.load_from_string(buf.getvalue()))["kind"] == "unknown"

@@ -16,6 +16,7 @@ import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
+from converters.sequence import INPUT_KINDS
 from converters.vocab import VOCAB
 from mdot_jax.companion import TreeModel, combine
 from mdot_jax.data.dataset import Sample, Workload
@@ -72,6 +73,7 @@ class Prediction:
     interval_ms: tuple[float, float] | None = None
     # where the time goes (`Predictor.operators`): [{"type", "name", "ms"}] in graph order
     operators: list[dict] | None = None
+    input_size: int = 0  # the workload's image side or sequence length, as predicted for
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
@@ -197,7 +199,7 @@ class Predictor:
         preds = []
         for ms, part, d, (seq, w) in zip(out, parts, disagreement, items):
             p = Prediction(float(ms), adapted.device if adapted else w.device, seq.num_ops,
-                           self.warnings(seq, w), part)
+                           self.warnings(seq, w), part, input_size=w.input_size)
             cal = self.calibration
             band = cal.band(w.layout, d) if cal else None
             if adapted and not p.warnings:
@@ -246,6 +248,10 @@ class Predictor:
             if seen and name not in seen:
                 out.append(f"{what} {name} was never trained on (only {', '.join(seen)}): "
                            "extrapolation")
+        kinds = info.get("input_kinds")  # recorded since checkpoints of 2026-11-25
+        if kinds and seq.input_kind not in kinds:
+            out.append(f"a model with {seq.input_kind} input, but this checkpoint was trained "
+                       f"on {' and '.join(kinds)} models only: extrapolation")
         if seq.unknown_ops:
             out.append(f"operators unknown to the converter count as <unk>: "
                        f"{seq.unknown_ops}")
@@ -297,9 +303,11 @@ def graph_warnings(g: dict, precision: str) -> list[str]:
     training step: an inference export, uncosted control flow, weights in another precision."""
     out = []
     if g.get("kind") == "inference":
-        out.append(f"an inference graph ({g['batchnorm_inference']} BatchNormalization in "
-                   "inference mode): a training step also computes batch statistics and "
-                   "Dropout, so this is likely too fast; export the training graph "
+        evidence = (f"{g['batchnorm_inference']} BatchNormalization in inference mode"
+                    if g["batchnorm_inference"] else
+                    f"{g.get('batchnorm_folded', 0)} BatchNormalization folded into Conv")
+        out.append(f"an inference graph ({evidence}): a training step also computes batch "
+                   "statistics and Dropout, so this is likely too fast; export the training graph "
                    "(converters.from_torch, or torch.onnx.export(..., training="
                    "TrainingMode.TRAINING))")
     if g.get("control_flow"):
@@ -312,15 +320,12 @@ def graph_warnings(g: dict, precision: str) -> list[str]:
 
 
 def _input_size(seq: OperatorSequence) -> int:
-    """Image side or sequence length, from the data input that carries it: an image (rank 4,
-    NCHW or NHWC) before a signal (rank 3, [B, C, T]) before tokens (rank 2, [B, T]), so that
-    a side input such as metadata [B, 16] does not pass for the input size."""
-    shapes = list(seq.meta.get("inputs", {}).values())
-    for rank in (4, 3, 2):
-        shape = next((s for s in shapes if len(s) == rank), None)
-        if shape is None:
-            continue
-        if rank == 4:  # NCHW, or NHWC when the channels are last
-            return int(shape[1] if shape[3] in (1, 3) and shape[1] not in (1, 3) else shape[3])
-        return int(shape[rank - 1])
-    return 1
+    """Image side or sequence length, from the data input of `seq.input_kind`."""
+    kind = seq.input_kind
+    rank = {k: r for r, k in INPUT_KINDS}.get(kind)
+    shape = next((s for s in seq.meta.get("inputs", {}).values() if len(s) == rank), None)
+    if shape is None:
+        return 1
+    if kind == "image":  # NCHW, or NHWC when the channels are last
+        return int(shape[1] if shape[3] in (1, 3) and shape[1] not in (1, 3) else shape[3])
+    return int(shape[-1])

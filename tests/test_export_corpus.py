@@ -1,0 +1,210 @@
+"""ONNX files as users bring them: every common export of a few models, generated here, reads
+with the framework's own parameter count and contraction FLOPs (within 1%), is recognised as a
+training or an inference graph, and predicts (with the warnings it deserves)."""
+
+import io
+import json
+import warnings
+
+import onnx
+import pytest
+
+from mdot_jax.cli import main
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+transformers = pytest.importorskip("transformers")
+from torch.onnx import TrainingMode  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+CONTRACTIONS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum")
+BATCH, SIZE, TOKENS = 2, 32, 16
+
+
+class TwoInputs(torch.nn.Module):  # an image and a side input of metadata
+    def __init__(self):
+        super().__init__()
+        self.image = torchvision.models.resnet18(num_classes=8)
+        self.meta = torch.nn.Linear(16, 8)
+
+    def forward(self, img, meta):
+        return self.image(img) + self.meta(meta)
+
+
+class Logits(torch.nn.Module):  # forward(ids) -> logits of a transformers model
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+
+
+def _models():
+    gpt2 = transformers.GPT2LMHeadModel._from_config(  # tied input and output embeddings
+        transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=500,
+                                n_positions=TOKENS), attn_implementation="eager")
+    bert = transformers.BertForSequenceClassification._from_config(
+        transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
+                                intermediate_size=128, vocab_size=500,
+                                max_position_embeddings=TOKENS), attn_implementation="eager")
+    image, ids = torch.randn(BATCH, 3, SIZE, SIZE), torch.randint(0, 500, (BATCH, TOKENS))
+    models = {"resnet18": (torchvision.models.resnet18(), (image,), ["x"]),
+              "two": (TwoInputs(), (image, torch.randn(BATCH, 16)), ["img", "meta"]),
+              "gpt2": (Logits(gpt2), (ids,), ["ids"]), "bert": (Logits(bert), (ids,), ["ids"])}
+    with torch.no_grad():  # distinct values, as trained weights have: exporters share
+        for net, _, _ in models.values():  # initializers of equal value (zero biases)
+            for p in net.parameters():
+                p.normal_(0, 0.02)
+    return models
+
+
+def _reference(net, args):
+    """The framework's own counts: unique parameters, forward FLOPs of the contractions."""
+    net.eval()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        net(*args)
+    return sum(p.numel() for p in net.parameters()), counter.get_total_flops()
+
+
+def _legacy(net, args, names, train, **kw):
+    net.train(train)
+    dynamic = {n: ({0: "N", 1: "T"} if a.dtype == torch.int64 else {0: "N"})
+               for n, a in zip(names, args)}
+    kw.setdefault("dynamic_axes", dynamic)
+    buf = io.BytesIO()
+    torch.onnx.export(net, args, buf, dynamo=False, input_names=names,
+                      training=TrainingMode.TRAINING if train else TrainingMode.EVAL, **kw)
+    return buf.getvalue()
+
+
+def _dynamo(net, args, names, train):
+    pytest.importorskip("onnxscript")
+    net.train(train)
+    program = torch.onnx.export(net, args, dynamo=True, input_names=names, verbose=False)
+    return program.model_proto.SerializeToString()
+
+
+# (file, model, exporter, expected graph kind)
+CORPUS = [
+    ("legacy-train", "resnet18", lambda *a: _legacy(*a, True), "training"),
+    ("legacy-eval", "resnet18", lambda *a: _legacy(*a, False), "inference"),
+    ("weight-free", "resnet18", lambda *a: _legacy(*a, True, export_params=False,
+                                                   do_constant_folding=False), "training"),
+    ("opset-11", "resnet18", lambda *a: _legacy(*a, True, opset_version=11), "training"),
+    ("opset-20", "resnet18", lambda *a: _legacy(*a, True, opset_version=20), "training"),
+    ("fixed-batch", "resnet18", lambda *a: _legacy(*a, False, dynamic_axes=None), "inference"),
+    ("dynamo-train", "resnet18", lambda *a: _dynamo(*a, True), "inference"),  # BN folded
+    ("dynamo-eval", "resnet18", lambda *a: _dynamo(*a, False), "inference"),
+    ("two-inputs", "two", lambda *a: _legacy(*a, True), "training"),
+    ("legacy-eval", "gpt2", lambda *a: _legacy(*a, False), "unknown"),
+    ("legacy-train", "gpt2", lambda *a: _legacy(*a, True), "training"),
+    ("dynamo-eval", "gpt2", lambda *a: _dynamo(*a, False), "unknown"),
+    ("legacy-eval", "bert", lambda *a: _legacy(*a, False), "unknown"),
+    ("legacy-train", "bert", lambda *a: _legacy(*a, True), "training"),
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root, models, files = tmp_path_factory.mktemp("corpus"), _models(), {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for kind, name, export, _ in CORPUS:
+            net, args, names = models[name]
+            try:
+                data = export(net, args, names)
+            except pytest.skip.Exception:
+                continue
+            path = root / f"{name}-{kind}.onnx"
+            path.write_bytes(data)
+            files[(name, kind)] = path
+        refs = {name: _reference(net, args) for name, (net, args, _) in models.items()}
+    return files, refs
+
+
+def _args(name):
+    return ["--batch-size", str(BATCH)] + (["--seq-len", str(TOKENS)]
+                                           if name in ("gpt2", "bert") else [])
+
+
+@pytest.mark.parametrize("kind,name,expected", [(k, n, e) for k, n, _, e in CORPUS],
+                         ids=[f"{n}-{k}" for k, n, _, _ in CORPUS])
+def test_every_export_reads_as_the_framework_counts_it(capsys, corpus, kind, name, expected):
+    files, refs = corpus
+    if (name, kind) not in files:
+        pytest.skip("exporter not installed")
+    path = files[(name, kind)]
+    assert main(["convert", str(path), "--json", *_args(name)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    params, flops = refs[name]
+    contractions = sum(v for k, v in got["flops_by_type"].items() if k in CONTRACTIONS)
+    assert got["params"] == pytest.approx(params, rel=0.01)  # tied weights once, no constants
+    assert contractions == pytest.approx(flops, rel=0.01)
+    assert got["graph"]["kind"] == expected
+    assert all(shape[0] == BATCH for shape in got["inputs"].values())  # data inputs only
+    code = main(["predict", str(path), *_args(name), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["iteration_ms"] > 0
+    warned = [line for line in err.splitlines() if line]
+    assert all(line.startswith("mdot: warning: ") for line in warned), err
+    assert any("an inference graph" in line for line in warned) == (expected == "inference")
+    if name in ("gpt2", "bert"):  # the default checkpoint never saw a text model
+        assert any("tokens input" in line for line in warned)
+
+
+def test_the_image_sets_the_input_size_not_the_side_input(capsys, corpus):
+    files, _ = corpus
+    assert main(["predict", str(files[("two", "two-inputs")]), "--batch-size", "2",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_size"] == SIZE
+
+
+def test_a_baked_in_batch_is_named(capsys, corpus):
+    files, _ = corpus
+    assert main(["convert", str(files[("resnet18", "fixed-batch")]), "--batch-size", "4"]) == 0
+    capsys.readouterr()  # resnet flattens by its own shape: any batch is fine
+
+    class Baked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = torch.nn.Conv2d(3, 4, 3), torch.nn.Linear(4 * 30 * 30, 2)
+
+        def forward(self, x):
+            return self.fc(self.conv(x).reshape(1, -1))
+
+    path = files[("resnet18", "fixed-batch")].with_name("baked.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path.write_bytes(_legacy(Baked(), (torch.randn(1, 3, SIZE, SIZE),), ["x"], True,
+                                 dynamic_axes=None))
+    assert main(["convert", str(path), "--batch-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exported with batch 1 baked in (input 'x'" in err
+    assert main(["convert", str(path), "--batch-size", "1"]) == 0
+
+
+def test_tied_weights_are_counted_once_even_after_constant_folding(capsys, corpus):
+    files, refs = corpus
+    model = onnx.load(str(files[("gpt2", "legacy-eval")]))
+    # the exporter folds the output projection into a transposed copy of the embedding
+    assert sum("MatMul" in t.name for t in model.graph.initializer) >= 1
+    main(["convert", str(files[("gpt2", "legacy-eval")]), "--json", *_args("gpt2")])
+    assert json.loads(capsys.readouterr().out)["params"] == pytest.approx(refs["gpt2"][0],
+                                                                          rel=0.01)
+
+
+def test_keras_through_tf2onnx(capsys, tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    tf2onnx = pytest.importorskip("tf2onnx")
+    net = tf.keras.applications.MobileNetV2(input_shape=(SIZE, SIZE, 3), weights=None)
+    spec = (tf.TensorSpec((None, SIZE, SIZE, 3), tf.float32, name="x"),)
+    proto, _ = tf2onnx.convert.from_keras(net, input_signature=spec, opset=17)
+    path = tmp_path / "keras.onnx"
+    path.write_bytes(proto.SerializeToString())
+    assert main(["convert", str(path), "--json", "--batch-size", "2"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["params"] == pytest.approx(net.count_params(), rel=0.01)
+    assert got["graph"]["kind"] in ("inference", "unknown")
+    assert main(["predict", str(path), "--batch-size", "2"]) == 0
