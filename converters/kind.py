@@ -17,12 +17,14 @@ evidence, by rule:
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
 import onnx
 
 KINDS = ("training", "inference", "unknown")
+RESTORED_KEY = "mdot.restored"  # model metadata: what `converters.training_view` put back
 CONTROL_FLOW = ("Loop", "If", "Scan")
 WEIGHT_MIN = 64  # elements: smaller float tensors are constants, not weights
 QUANTIZED = ("QLinearConv", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear",
@@ -36,19 +38,21 @@ def _bn_training(node: onnx.NodeProto) -> bool:
     return bool(mode) or sum(bool(o) for o in node.output) > 1
 
 
-def _folded_batchnorm(graph: onnx.GraphProto) -> int:
-    """Conv nodes with BatchNormalization folded in, by the exporters' traces (module docs)."""
+def folded_convs(graph: onnx.GraphProto) -> list[int]:
+    """Indices of the Conv nodes with BatchNormalization folded in, by the exporters' traces
+    (module docs)."""
     names = [t.name for t in graph.initializer] + [i.name for i in graph.input]
     named_params = any("." in n and not n.startswith("onnx::") for n in names)
-    folded = 0
-    for node in graph.node:
+    out = []
+    for i, node in enumerate(graph.node):
         if node.op_type != "Conv":
             continue
         rules = " ".join(p.value for p in node.metadata_props
                          if p.key.endswith("rewriter.rule_name"))
         anonymous = len(node.input) > 1 and node.input[1].startswith("onnx::Conv")
-        folded += "FuseBatchNorm" in rules or (named_params and anonymous)
-    return folded
+        if "FuseBatchNorm" in rules or (named_params and anonymous):
+            out.append(i)
+    return out
 
 
 def graph_kind(model: onnx.ModelProto) -> dict:
@@ -61,7 +65,7 @@ def graph_kind(model: onnx.ModelProto) -> dict:
     bn_train = sum(_bn_training(n) for n in bn)
     dropout_train = sum(n.op_type == "Dropout" and len(n.input) > 2 and bool(n.input[2])
                         for n in graph.node)
-    folded = _folded_batchnorm(graph)
+    folded = len(folded_convs(graph))
     if bn_train or dropout_train:
         kind = "training"
     elif bn or folded:
@@ -80,9 +84,17 @@ def graph_kind(model: onnx.ModelProto) -> dict:
     precision = "int8" if any(ops[q] for q in QUANTIZED) else (
         "mixed" if len(floats) > 1 else next(iter(floats), "fp32"))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    restored = next((json.loads(p.value) for p in model.metadata_props
+                     if p.key == RESTORED_KEY), None)
+    if restored:  # `converters.training_view` read an inference export as a training one
+        kind = restored.pop("exported")
+        bn_train -= restored["batchnorm_to_training"] + restored["batchnorm_unfolded"]
+        bn = bn[:len(bn) - restored["batchnorm_unfolded"]]
+        folded = restored["batchnorm_unfolded"]
     return dict(kind=kind, batchnorm_training=bn_train, batchnorm_inference=len(bn) - bn_train,
                 batchnorm_folded=folded,
                 dropout_training=dropout_train, producer=" ".join(
                     p for p in (model.producer_name, model.producer_version) if p),
                 opset=int(opset), precision=precision,
-                control_flow={op: ops[op] for op in CONTROL_FLOW if ops[op]})
+                control_flow={op: ops[op] for op in CONTROL_FLOW if ops[op]},
+                **({"restored": restored} if restored else {}))

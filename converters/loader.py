@@ -26,6 +26,7 @@ from converters.sequence import (
     data_input_names,
     to_sequence,
 )
+from converters.training_view import as_training
 
 ModelSource = Union[str, Path, bytes, onnx.ModelProto]
 KEEP_INITIALIZER_MAX = 64  # keep values of small initializers (shape constants for Reshape)
@@ -217,6 +218,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     model.CopyFrom(original)
     if len(model.graph.node) == 0:
         raise ConversionError(f"{label}: the graph is empty (no nodes)")
+    model = as_training(model)  # an inference export, read as its training step
     data = data_input_names(model)
     _set_meta(model, DATA_INPUTS_KEY, ",".join(data))
     meta = {p.key for p in model.metadata_props}

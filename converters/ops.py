@@ -230,6 +230,9 @@ _STATS, _NORMALISE, _AFFINE = 4, 2, 2
     (dict(op_type="BatchNormalization", attrs=dict(training_mode=1),
           in_shapes=[(2, 4, 3, 3), (4,), (4,), (4,), (4,)], out_shapes=[(2, 4, 3, 3)]),
      8 * 72),
+    # opset-11 training BN: no attribute, the running and saved statistics as outputs
+    (dict(op_type="BatchNormalization", in_shapes=[(2, 4, 3, 3), (4,), (4,), (4,), (4,)],
+          out_shapes=[(2, 4, 3, 3), (4,), (4,), (4,), (4,)]), 8 * 72),
     # inference-mode BN: normalise + affine only
     (dict(op_type="BatchNormalization", in_shapes=[(2, 4, 3, 3), (4,), (4,), (4,), (4,)],
           out_shapes=[(2, 4, 3, 3)]), 4 * 72),
@@ -243,7 +246,10 @@ _STATS, _NORMALISE, _AFFINE = 4, 2, 2
 def normalization(node: NodeView) -> Cost:
     """Statistics 4/elt (not for inference BN), normalise 2/elt, 1/elt per scale and bias."""
     n = _in(node)
-    training = node.op_type != "BatchNormalization" or node.attrs.get("training_mode", 0)
+    # BatchNormalization trains with `training_mode=1`, or (before opset 14) with the running
+    # statistics as extra outputs
+    training = (node.op_type != "BatchNormalization" or node.attrs.get("training_mode", 0)
+                or len(node.out_shapes) > 1)
     affine = sum(1 for s in node.in_shapes[1:3] if s is not None)
     if node.op_type == "BatchNormalization":
         affine = _AFFINE

@@ -77,7 +77,7 @@ def test_convert_json_and_table(capsys, tmp_path):
                        "-o", str(tmp_path / "m.npz"))
     summary = json.loads(out)
     assert code == 0 and summary["num_ops"] == 3
-    assert summary["flops"] == 2 * 512 * 27 + 4 * 512 + 512
+    assert summary["flops"] == 2 * 512 * 27 + 8 * 512 + 512  # BN read in training mode
     assert summary["params"] == 116 and summary["unknown_ops"] == {}
     assert summary["op_types"] == {"BatchNormalization": 1, "Conv": 1, "Relu": 1}
     assert (tmp_path / "m.npz").exists()

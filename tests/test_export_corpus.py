@@ -154,6 +154,21 @@ def test_every_export_reads_as_the_framework_counts_it(capsys, corpus, kind, nam
         assert any("tokens input" in line for line in warned)
 
 
+def test_an_inference_export_predicts_as_its_training_export(capsys, corpus):
+    """BatchNormalization folded away (TorchScript eval, dynamo) or in inference mode is put
+    back in training mode: the same operator sequence, so the same prediction."""
+    files, _ = corpus
+    ms = {}
+    for kind in ("legacy-train", "legacy-eval", "opset-11", "dynamo-train", "dynamo-eval"):
+        if ("resnet18", kind) in files:
+            main(["predict", str(files[("resnet18", kind)]), "--batch-size", "8", "--json"])
+            ms[kind] = json.loads(capsys.readouterr().out)["iteration_ms"]
+    assert ms["legacy-eval"] == pytest.approx(ms["legacy-train"], rel=1e-6)
+    for kind in ("opset-11", "dynamo-train", "dynamo-eval"):  # other operators, same work
+        if kind in ms:
+            assert ms[kind] == pytest.approx(ms["legacy-train"], rel=0.03), kind
+
+
 def test_the_image_sets_the_input_size_not_the_side_input(capsys, corpus):
     files, _ = corpus
     assert main(["predict", str(files[("two", "two-inputs")]), "--batch-size", "2",

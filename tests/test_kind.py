@@ -10,6 +10,7 @@ from onnx_builders import conv_bn_relu, model, value
 
 from converters import convert
 from converters.kind import graph_kind
+from converters.training_view import as_training
 from mdot_jax.serving.predict import graph_warnings
 
 
@@ -23,6 +24,20 @@ def test_batchnorm_mode_tells_training_from_inference_exports():
     [warning] = graph_warnings(infer, "fp32")
     assert warning.startswith("an inference graph (1 BatchNormalization in inference mode)")
     assert graph_warnings(train, "fp32") == []
+
+
+def test_an_inference_graph_is_read_as_its_training_step():
+    view = as_training(conv_bn_relu())
+    [bn] = [n for n in view.graph.node if n.op_type == "BatchNormalization"]
+    assert [a.i for a in bn.attribute if a.name == "training_mode"] == [1]
+    assert len(bn.output) == 3
+    kind = graph_kind(view)  # reported as exported, with what was put back
+    assert kind["kind"] == "inference" and kind["batchnorm_inference"] == 1
+    assert kind["restored"] == {"batchnorm_to_training": 1, "batchnorm_unfolded": 0}
+    training = conv_bn_relu(training=True)
+    assert as_training(training) is training  # a training graph is left as it is
+    seq, ref = convert(conv_bn_relu(), batch_size=2), convert(training, batch_size=2)
+    np.testing.assert_array_equal(seq.load, ref.load)
 
 
 def test_opset_11_training_batchnorm_is_recognised_by_its_extra_outputs():

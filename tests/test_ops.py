@@ -44,7 +44,9 @@ def test_conv_bn_relu_load_and_config_golden():
     assert (cfg["in_channels"], cfg["out_channels"], cfg["groups"]) == (3, 4, 1)
     assert (cfg["out_d0"], cfg["out_d1"], cfg["out_d2"], cfg["out_d3"]) == (2, 4, 8, 8)
     bn = dict(zip(LOAD_FIELDS, seq.load[1]))
-    assert bn["fwd_flops"] == 4 * 512  # inference-mode BN: normalise 2 + affine 2
+    # the inference-mode BN is read as the training step's (converters.training_view):
+    # statistics 4 + normalise 2 + affine 2
+    assert bn["fwd_flops"] == 8 * 512
     assert bn["params"] == 8  # scale and bias; running mean and variance are state
     assert seq.params == 108 + 8
     assert np.isfinite(seq.config).all() and np.isfinite(seq.load).all()

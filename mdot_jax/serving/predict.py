@@ -306,10 +306,10 @@ def graph_warnings(g: dict, precision: str) -> list[str]:
         evidence = (f"{g['batchnorm_inference']} BatchNormalization in inference mode"
                     if g["batchnorm_inference"] else
                     f"{g.get('batchnorm_folded', 0)} BatchNormalization folded into Conv")
-        out.append(f"an inference graph ({evidence}): a training step also computes batch "
-                   "statistics and Dropout, so this is likely too fast; export the training graph "
-                   "(converters.from_torch, or torch.onnx.export(..., training="
-                   "TrainingMode.TRAINING))")
+        out.append(f"an inference graph ({evidence}): priced with its BatchNormalization in "
+                   "training mode, but Dropout that the exporter removed is not priced; for "
+                   "the exact step export the training graph (converters.from_torch, or "
+                   "torch.onnx.export(..., training=TrainingMode.TRAINING))")
     if g.get("control_flow"):
         out.append(f"control flow {g['control_flow']}: the bodies of these operators are not "
                    "costed")
