@@ -124,6 +124,48 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     return model
 
 
+INFERENCE_EXPORTERS = ("torchscript", "dynamo")
+
+
+def inference_export(module: Any, example_inputs: Any, *, exporter: str = "torchscript",
+                     input_names: Sequence[str] | None = None) -> onnx.ModelProto:
+    """The inference graph a user gets from `torch.onnx.export(model.eval(), x, f)` with the
+    `exporter`'s defaults (weights exported, constant folding on; the dynamo exporter is
+    torch's default since 2.9), with a dynamic batch dim. It folds BatchNormalization into
+    Conv and drops Dropout: what `converters.training_view` reads back as a training step, and
+    what `mdot dataset resequence --view` measures predicting from. No data-input metadata:
+    the loader tells data from weights as it does for any file."""
+    import torch
+
+    if exporter not in INFERENCE_EXPORTERS:
+        raise ConversionError(f"exporter {exporter!r}: one of {INFERENCE_EXPORTERS}")
+    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    names = list(input_names or [f"input{i}" for i in range(len(args))])
+    was_training = module.training
+    try:
+        module.eval()
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            dynamic = {n: {0: "batch"} for n in names}
+            if exporter == "dynamo":
+                program = torch.onnx.export(module, args, dynamo=True, input_names=names,
+                                            dynamic_axes=dynamic, verbose=False)
+                if program is None:
+                    raise RuntimeError("the dynamo exporter returned no program")
+                return program.model_proto
+            buf = io.BytesIO()
+            torch.onnx.export(module, args, buf, dynamo=False,  # type: ignore[arg-type]
+                              input_names=names, dynamic_axes=dynamic)
+            return onnx.load_from_string(buf.getvalue())
+    except Exception as e:  # noqa: BLE001 - exporter errors are many and untyped
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConversionError(f"{exporter} export of {type(module).__name__} failed: "
+                              f"{type(e).__name__}: {msg}") from None
+    finally:
+        module.train(was_training)
+
+
 def from_flax(fn: Any, example_inputs: Sequence[Any], *, input_names: Sequence[str] | None
               = None, opset: int = OPSET) -> onnx.ModelProto:
     """Exports a JAX/Flax callable with jax2onnx (extra `flax-export`).

@@ -95,23 +95,24 @@ def _tied_copies(graph: onnx.GraphProto) -> list[str]:
     embedding and its output projection after constant folding): the later names."""
     from onnx import numpy_helper
 
-    seen: dict[tuple, list[tuple[str, np.ndarray]]] = {}
-    copies = []
+    groups: dict[tuple, list[tuple[str, np.ndarray]]] = {}
     for init in graph.initializer:
         n = int(np.prod(init.dims))
         if n <= KEEP_INITIALIZER_MAX or init.data_location == TensorProto.EXTERNAL:
             continue
         values = numpy_helper.to_array(init).ravel()
         low, high = values.min().item(), values.max().item()
-        if low == high:  # a constant fill (norm scales at init) is no evidence of tying
-            continue
-        key = (n, init.data_type, low, high)  # order-free
-        group = seen.setdefault(key, [])
-        ordered = np.sort(values)
-        if any(np.array_equal(ordered, other) for _, other in group):
-            copies.append(init.name)
-        else:
-            group.append((init.name, ordered))
+        if low != high:  # a constant fill (norm scales at init) is no evidence of tying
+            groups.setdefault((n, init.data_type, low, high), []).append((init.name, values))
+    copies = []
+    for group in groups.values():  # the same size and range: compare the sorted values
+        kept: list[np.ndarray] = []
+        for name, values in group if len(group) > 1 else ():
+            ordered = np.sort(values)
+            if any(np.array_equal(ordered, other) for other in kept):
+                copies.append(name)
+            else:
+                kept.append(ordered)
     return copies
 
 

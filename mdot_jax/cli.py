@@ -107,13 +107,14 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
 def cmd_dataset_resequence(args: argparse.Namespace) -> int:
     from mdot_jax.data import build_timm, profile
 
-    # a timm dataset keeps its exports; a profiled one is exported again from its zoo
-    module = build_timm if os.path.isdir(os.path.join(args.src, "onnx")) else profile
+    # a timm dataset (rows of a benchmark table) keeps its exports or is rebuilt from timm; a
+    # profiled one is exported again from its zoo
+    module = build_timm if build_timm.is_timm_dataset(args.src) else profile
     try:
-        ds = module.resequence(args.src, args.out, fuse=not args.no_fuse)
+        ds = module.resequence(args.src, args.out, fuse=not args.no_fuse, view=args.view)
     except (FileNotFoundError, ValueError) as e:
         raise UsageError(str(e)) from None
-    print(f"{len(ds)} samples, sequences {'with' if not args.no_fuse else 'without'} "
+    print(f"{len(ds)} samples, {args.view} graphs {'with' if not args.no_fuse else 'without'} "
           f"eager-kernel fusion: {args.out}")
     return 0
 
@@ -420,6 +421,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if not op_samples:
             raise UsageError(f"--op-costs {args.op_costs}: no operator samples there "
                              "(`mdot profile --ops` writes them)")
+    views = {}
+    for spec in (args.views.split(",") if args.views else []):
+        name, _, path = spec.partition("=")
+        if not name or not path:
+            raise UsageError(f"--views {spec!r}: expected NAME=DATASET_DIR")
+        views[name] = _dataset(path)
     methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
     budget = _config(TrainConfig(), args.train_config)
     if args.summary_only:
@@ -430,7 +437,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         try:
             rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
                        methods=methods, budget=budget, only_folds=args.only_folds,
-                       op_samples=op_samples)
+                       op_samples=op_samples, views=views)
         except ValueError as e:
             raise UsageError(str(e)) from None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -500,6 +507,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "(models rebuilt from the zoo)")
     q.add_argument("--out", required=True, help="new dataset directory")
     q.add_argument("--no-fuse", action="store_true", help="convert without fusion")
+    q.add_argument("--view", choices=("training", "torchscript", "dynamo"), default="training",
+                   help="the graph to convert: the training export (default), or the "
+                        "inference export users get from torch.onnx.export(model.eval(), ...) "
+                        "with the TorchScript or the dynamo exporter (same labels)")
     q.set_defaults(func=cmd_dataset_resequence)
     q = dsub.add_parser("info", help="summary of a dataset directory")
     q.add_argument("dir")
@@ -630,6 +641,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "device (data/<device>/ops): every operator gets its predicted time as a "
                    "fourth dimension, graphs their sum (op-grounded; per fold, a kernel cost "
                    "model of the training families' operators)")
+    p.add_argument("--views", metavar="NAME=DIR,...",
+                   help="copies of the dataset with other graphs of the same samples "
+                        "(`mdot dataset resequence --view`): each fitted model also predicts "
+                        "from them, as methods <method>@<NAME>")
     p.add_argument("--ensembles", help="also score these ensembles of finished runs "
                    "(geometric mean of predictions), e.g. mdot-pe-none+lightgbm")
     p.add_argument("--summary-only", action="store_true",

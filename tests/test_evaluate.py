@@ -186,3 +186,30 @@ def test_ensembles_average_finished_runs_in_log_space():
     rows[1]["test_keys"] = ["a", "c"]
     with pytest.raises(ValueError, match="different samples"):
         ensemble_rows(rows, labels)
+
+
+def test_views_are_predicted_by_the_models_of_the_training_graphs(tiny_real_dataset, tmp_path):
+    """The TorchScript eval() exports of the same samples (BatchNormalization folded into
+    Conv, read back as training by the converter), predicted by each fold's fitted model."""
+    from mdot_jax.data.build_timm import resequence
+    from mdot_jax.data.dataset import RESEQUENCE_FAILED
+
+    ds = resequence(tiny_real_dataset.root, tmp_path / "fused", progress=False)  # as shipped
+    view = resequence(ds.root, tmp_path / "eval", view="torchscript", progress=False)
+    assert (tmp_path / "eval" / RESEQUENCE_FAILED).exists()  # a partial copy says what failed
+    assert {s.key for s in view.samples} <= {s.key for s in ds.samples}
+    rows = run(ds, tmp_path / "out", split="family", folds=2,
+               methods=["lightgbm", "roofline"], views={"eval": view}, progress=False)
+    names = {(r["method"], r["fold"]) for r in rows}
+    assert names == {(m, f) for m in ("lightgbm", "roofline", "lightgbm@eval", "roofline@eval")
+                     for f in (0, 1)}
+    again = run(ds, tmp_path / "out", split="family", folds=2,
+                methods=["lightgbm", "roofline"], views={"eval": view}, progress=False)
+    assert len(again) == len(rows)  # resumed: nothing run twice
+    result = summarize(rows, ds, tmp_path / "out", ensembles=["lightgbm+roofline"])
+    gaps = {(g["method"], g["view"]): g for g in result["views"]}
+    assert set(gaps) == {("lightgbm", "eval"), ("roofline", "eval"),
+                         ("ensemble(lightgbm+roofline)", "eval")}
+    for g in gaps.values():  # nearly the same graphs once BatchNormalization is put back
+        assert abs(g["gap"]) < 1.0, g
+    assert "from the view" in (tmp_path / "out" / "table.md").read_text()

@@ -24,11 +24,12 @@ import re
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
 
-from converters import ConversionError, convert, from_torch
+from converters import ConversionError, convert, from_torch, inference_export
 from mdot_jax.data import dataset as data
 from mdot_jax.data.dataset import Dataset, DatasetWriter, Sample, SkipLog, Workload
 
@@ -231,11 +232,15 @@ def _build_arch(arch, rows, writer, report, onnx_dir, timm, torch, fuse) -> None
                       build_s=round(time.perf_counter() - t0, 2))))
 
 
-def resequence(src: str | Path, out: str | Path, *, fuse: bool = True,
+def resequence(src: str | Path, out: str | Path, *, fuse: bool = True, view: str = "training",
                progress: bool = True) -> Dataset:
     """`data.resequence` from `src`'s stored exports (`onnx/`, shared by a link): minutes
-    instead of the hour a rebuild takes."""
+    instead of the hour a rebuild takes. Another `view` (an inference export of
+    `converters.INFERENCE_EXPORTERS`) rebuilds each architecture from timm and exports it."""
     src = Path(src).absolute()
+    if view != "training":
+        return data.resequence(src, out, _inference_exporter(view), fuse=fuse, partial=True,
+                               progress=progress)
     if not (src / "onnx").is_dir():
         raise FileNotFoundError(f"{src}: no onnx/ directory of exports to convert again")
     Path(out).mkdir(parents=True, exist_ok=True)
@@ -246,6 +251,47 @@ def resequence(src: str | Path, out: str | Path, *, fuse: bool = True,
         return src / "onnx" / f"{Path(sample.seq_path).stem.rsplit('-b', 1)[0]}.onnx"
 
     return data.resequence(src, out, export_of, fuse=fuse, progress=progress)
+
+
+def is_timm_dataset(root: str | Path) -> bool:
+    """Built from timm benchmark tables (its exports in `onnx/`, or its rows naming a CSV)."""
+    root = Path(root)
+    if (root / "onnx").is_dir():
+        return True
+    try:
+        with open(root / data.SAMPLES) as f:
+            first = json.loads(f.readline() or "{}")
+    except (OSError, json.JSONDecodeError):
+        return False
+    return str(first.get("meta", {}).get("source", "")).endswith(".csv")
+
+
+def _inference_exporter(exporter: str) -> Callable[[Sample], onnx.ModelProto]:
+    """`export(sample)`: the sample's architecture at its image size, exported for inference
+    by `exporter` (the last export kept: samples come grouped by architecture)."""
+    import timm
+    import torch
+
+    timm.layers.set_fused_attn(False)  # as the training exports were made
+    last: dict[tuple[str, int], onnx.ModelProto | Exception] = {}
+
+    def export(sample: Sample) -> onnx.ModelProto:
+        key = (sample.arch, sample.workload.input_size)
+        if key not in last:
+            last.clear()
+            try:
+                model = timm.create_model(sample.arch, pretrained=False)
+                chans = getattr(model, "pretrained_cfg", {}).get("input_size", (3,))[0] or 3
+                last[key] = inference_export(model, torch.randn(2, chans, key[1], key[1]),
+                                             exporter=exporter, input_names=["x"])
+            except Exception as e:  # noqa: BLE001 - the samples of this model fail alike
+                last[key] = e
+        got = last[key]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    return export
 
 
 def _export(arch, model, img, onnx_dir, torch) -> onnx.ModelProto:

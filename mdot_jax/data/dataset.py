@@ -586,15 +586,21 @@ def make_splits(ds: Dataset, kind: str, k: int = 5, seed: int = 0) -> list[Split
     return SPLITS[kind](ds, k, seed)
 
 
+RESEQUENCE_FAILED = "resequence_failed.jsonl"  # samples a partial copy left out, and why
+
+
 def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], Any], *,
-               fuse: bool = True, progress: bool = True) -> Dataset:
+               fuse: bool = True, partial: bool = False, progress: bool = True) -> Dataset:
     """A copy of the dataset `src` (same samples, labels, folds) whose operator sequences are
     converted again, e.g. with `fuse`, from `export_of(sample)` (an ONNX path or ModelProto
-    of the sample's model at its input size); nothing is measured. Resumable."""
+    of the sample's model at its input size); nothing is measured. Resumable. A sample that
+    cannot be exported or converted stops the copy, or with `partial` is left out and named
+    in `RESEQUENCE_FAILED` (tried again on resuming)."""
     from tqdm import tqdm
 
     writer = DatasetWriter(out)
     pending = [s for s in load_dataset(src).samples if s.key not in writer.done]
+    failed: list[dict] = []
     for sample in tqdm(pending, unit="sample", disable=not progress, desc="resequence"):
         seq_key = Path(sample.seq_path).stem
         if not writer.has_seq(seq_key):
@@ -602,10 +608,16 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
                 seq = convert(export_of(sample), name=sample.arch,
                               batch_size=sample.workload.batch_size, fuse=fuse)
             except Exception as e:  # noqa: BLE001 - one line naming the sample
-                raise ValueError(f"{sample.key}: cannot convert again ({type(e).__name__}: "
-                                 f"{str(e).splitlines()[0] if str(e) else ''})") from None
+                why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                if not partial:
+                    raise ValueError(f"{sample.key}: cannot convert again ({why})") from None
+                failed.append(dict(key=sample.key, arch=sample.arch, reason=why))
+                continue
             writer.save_seq(seq_key, seq)
         writer.append(dataclasses.replace(sample, root=None))
+    if partial:
+        with open(Path(out) / RESEQUENCE_FAILED, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in failed)
     report = Path(src) / REPORT
     if report.exists():  # what the source skipped, as of now (it may have grown)
         shutil.copy(report, Path(out) / REPORT)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from converters import convert, from_torch
+from converters import convert, from_torch, inference_export
 from mdot_jax.data import dataset as data
 from mdot_jax.data.dataset import (
     Dataset,
@@ -186,9 +186,10 @@ def zoo_models(names: list[str]) -> list[ZooModel]:
     return list(out.values())
 
 
-def sample_exporter() -> Callable[[Sample], object]:
+def sample_exporter(view: str = "training") -> Callable[[Sample], object]:
     """`export(sample)`: the ONNX ModelProto of a profiled sample's model at its input size,
-    rebuilt from its zoo with random weights (the graph is what matters). Keeps the last
+    rebuilt from its zoo with random weights (the graph is what matters), as a `view`
+    (`training`, or an inference export of `converters.INFERENCE_EXPORTERS`). Keeps the last
     export, since samples come grouped by model and size."""
     import torch
 
@@ -200,16 +201,22 @@ def sample_exporter() -> Callable[[Sample], object]:
         if key not in last:
             last.clear()
             m = models[sample.arch]
-            last[key] = _export(m, m.build(key[1]), key[1], torch, "cpu")
+            try:
+                last[key] = _export(m, m.build(key[1]), key[1], torch, "cpu", view)
+            except Exception as e:  # noqa: BLE001 - the samples of this model fail alike
+                last[key] = e
+        if isinstance(last[key], Exception):
+            raise last[key]
         return last[key]
 
     return export
 
 
-def resequence(src: str | Path, out: str | Path, *, fuse: bool = True,
+def resequence(src: str | Path, out: str | Path, *, fuse: bool = True, view: str = "training",
                progress: bool = True) -> Dataset:
     """`data.resequence` of a profiled dataset with `sample_exporter`; nothing measured."""
-    return data.resequence(src, out, sample_exporter(), fuse=fuse, progress=progress)
+    return data.resequence(src, out, sample_exporter(view), fuse=fuse,
+                           partial=view != "training", progress=progress)
 
 
 # ---------------------------------------------------------------------------- measurement
@@ -519,6 +526,9 @@ def _inputs(m: ZooModel, size: int, b: int, device: str, torch):
     return x.to(device), target.to(device)
 
 
-def _export(m: ZooModel, model, size: int, torch, device: str):
+def _export(m: ZooModel, model, size: int, torch, device: str, view: str = "training"):
     x, _ = _inputs(m, size, 2, device, torch)
-    return from_torch(model, x, input_names=["input_ids" if m.kind == "text" else "x"])
+    names = ["input_ids" if m.kind == "text" else "x"]
+    if view == "training":
+        return from_torch(model, x, input_names=names)
+    return inference_export(model, x, exporter=view, input_names=names)

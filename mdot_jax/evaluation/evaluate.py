@@ -21,7 +21,7 @@ import dataclasses
 import json
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -221,6 +221,7 @@ def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
     return other[name]()
 
 
+VIEW = "@"  # `<method>@<view>`: a method's predictions from another view of the samples
 DEFAULT_METHOD = "mdot-pe-none"  # the MDOT row of the main table besides the paper's (`mdot`)
 ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "roofline",
                "mdot-pe-none", "mdot-pe-sinusoidal", "mdot-pe-depth", "mdot-pe-laplacian",
@@ -232,7 +233,8 @@ ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "
 def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         seeds: int = 1, methods: Sequence[str] = ALL_METHODS,
         budget: TrainConfig = TrainConfig(), only_folds: Sequence[int] | None = None,
-        op_samples: Sequence[dict] | None = None, progress: bool = True) -> list[dict]:
+        op_samples: Sequence[dict] | None = None, views: Mapping[str, Dataset] | None = None,
+        progress: bool = True) -> list[dict]:
     """Runs every (method, fold, seed) not yet in `out/results.jsonl`; returns all rows.
 
     `only_folds` restricts the run to some of the `folds` folds (the split is unchanged): the
@@ -240,6 +242,10 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     samples of the dataset's device), every method is op-grounded: per fold, a kernel cost
     model fitted on the operators drawn from the fold's training families only (an operator
     first seen in a held-out family's graph is left out) prices every operator.
+
+    `views` (name -> a copy of `ds` with other graphs of the same samples, e.g. inference
+    exports, `mdot dataset resequence --view`): each fitted model also predicts its test
+    samples from each view, as rows of method `<method>@<name>` on the samples the view has.
     """
     from tqdm import tqdm
 
@@ -252,7 +258,8 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         raise ValueError(f"{out}: results of dataset version(s) {sorted(stale)}, but "
                          f"{ds.root} is version {ds.fingerprint()}; use a new --out")
     seqs = ds.sequences_fingerprint()
-    stale = {r["sequences"] for r in rows if "sequences" in r} - {seqs}
+    stale = {r["sequences"] for r in rows if "sequences" in r and VIEW not in r["method"]} - {
+        seqs}
     if stale:  # same measurements, converted differently (e.g. a resequenced copy)
         raise ValueError(f"{out}: results of operator sequences {sorted(stale)}, but "
                          f"{ds.root} has sequences {seqs}; use a new --out")
@@ -272,8 +279,13 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     fold_ids = range(len(splits)) if only_folds is None else sorted(set(only_folds))
     if any(not 0 <= f < len(splits) for f in fold_ids):
         raise ValueError(f"folds {list(fold_ids)}: the split has folds 0-{len(splits) - 1}")
+    if views and op_samples:
+        raise ValueError("views are predicted without operator costs: run them apart")
+    views = dict(views or {})
+    view_index = {v: {s.key: s for s in vds.samples} for v, vds in views.items()}
     jobs = [(m, f, s) for group in (main, ablation) for s in range(seeds)
-            for f in fold_ids for m in group if (m, f, s) not in done]
+            for f in fold_ids for m in group
+            if any((name, f, s) not in done for name in [m, *(m + VIEW + v for v in view_index)])]
     for m in methods:
         make_method(m, 0, budget)  # unknown names fail before any work
     longest = FeatureConfig().buckets[-1]  # what the sequence models can hold
@@ -306,8 +318,17 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
                    excluded_too_long=len(test_idx) - len(test),
                    budget=dataclasses.asdict(budget),
                    dataset=ds.fingerprint(), sequences=seqs, op_costs=ops_id)
+        new = [row]
+        for v, index in view_index.items():  # the same model, the samples' other graphs
+            seen = [index[s.key] for s in test if s.key in index]
+            seen = [s for s in seen if s.seq.num_ops <= longest]
+            pred = np.asarray(method.predict(seen), np.float64)
+            new.append(dict(row, method=method_name + VIEW + v, test_keys=[s.key for s in seen],
+                            pred_ms=pred.tolist(), excluded_too_long=len(test) - len(seen),
+                            metrics=regression_metrics(pred, [s.label_ms for s in seen]),
+                            sequences=views[v].sequences_fingerprint()))
         with open(path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.writelines(json.dumps(r) + "\n" for r in new if (r["method"], fold, seed) not in done)
         shutil.rmtree(method.resume_dir, ignore_errors=True)
     return list(_read(path))
 
@@ -371,7 +392,7 @@ def ensemble_rows(rows: list[dict], labels: dict[str, float],
               for (m, f), ss in seeds.items() if len(ss) > 1]
     for combo in combos:
         names = combo.split("+")
-        unknown = [n for n in names if n not in ALL_METHODS]
+        unknown = [n for n in names if n.split(VIEW)[0] not in ALL_METHODS]
         if unknown:  # a member without runs yet is no error: a resumed run will add it
             raise ValueError(f"ensemble {combo!r}: unknown method {', '.join(unknown)}")
         groups += [(f"ensemble({combo})", f, s, [runs[(n, f, s)] for n in names])
@@ -398,6 +419,9 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     """Mean +- std over folds and seeds per method -> table.md, results.json, plots.
     Seed ensembles and the method `ensembles` ("a+b") are added as derived rows."""
     out = Path(out)
+    views = sorted({r["method"].split(VIEW)[1] for r in rows if VIEW in r["method"]})
+    ensembles = [*ensembles, *("+".join(m + VIEW + v for m in combo.split("+"))
+                               for v in views for combo in ensembles)]
     rows = rows + ensemble_rows(rows, {s.key: s.label_ms for s in ds.samples}, ensembles)
     by_method: dict[str, list[dict]] = {}
     for r in rows:
@@ -415,8 +439,8 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
                                                                for r in rs])))
     # the ablations (often on fewer folds) are compared with mdot in their own table; the
     # library's default is an ablation of the paper's model but belongs in the main one
-    order = sorted((m for m in summary if not m.startswith("mdot-") or m == DEFAULT_METHOD),
-                   key=lambda m: summary[m]["mape"])
+    order = sorted((m for m in summary if (not m.startswith("mdot-") or m == DEFAULT_METHOD)
+                    and VIEW not in m), key=lambda m: summary[m]["mape"])
     lines = [f"Dataset `{ds.root.name}` ({len(ds)} samples, {len(ds.families)} families, "
              f"fingerprint `{ds.fingerprint()}`), split `{rows[0]['split'] if rows else ''}`.",
              f"Command: `{command}`; commit `{commit}`.", "",
@@ -434,6 +458,8 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     lines += _per_fold_md(shipped, folds)
     ablations = paired_ablations(rows)
     lines += _ablation_md(ablations)
+    gaps = view_gaps(rows, {s.key: s.label_ms for s in ds.samples})
+    lines += _gaps_md(gaps)
     analyses = [error_analysis(rows, ds, m) for m in dict.fromkeys(["mdot"] + order[:1])
                 if m in summary]
     for a in analyses:
@@ -442,10 +468,51 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
                                samples=len(ds)), command=command, commit=commit,
                   neural_budget=rows[0].get("budget") if rows else None, methods=summary,
-                  per_fold={shipped: folds}, ablations=ablations, error_analysis=analyses)
+                  per_fold={shipped: folds}, ablations=ablations, views=gaps,
+                  error_analysis=analyses)
     (out / "results.json").write_text(json.dumps(result, indent=1))
     _plots(rows, ds, out, order)
     return result
+
+
+def view_gaps(rows: list[dict], labels: dict[str, float]) -> list[dict]:
+    """Per method and view: MAPE predicting from the view, and from the training graphs of
+    the same samples (a view may lack some), over the (fold, seed) runs of both; the gap."""
+    runs = {(r["method"], r["fold"], r["seed"]): r for r in rows}
+    pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for (name, fold, seed), r in runs.items():
+        if VIEW not in name:
+            continue
+        view = name.split(VIEW)[1].split("+")[0].rstrip(")")
+        method = name.replace(VIEW + view, "")
+        base = runs.get((method, fold, seed))
+        if base is None:
+            continue
+        ref = dict(zip(base["test_keys"], base["pred_ms"]))
+        keys = [k for k in r["test_keys"] if k in ref]
+        if not keys:
+            continue
+        truth = [labels[k] for k in keys]
+        on_view = dict(zip(r["test_keys"], r["pred_ms"]))
+        pairs.setdefault((method, view), []).append(
+            (regression_metrics(np.asarray([on_view[k] for k in keys]), truth)["mape"],
+             regression_metrics(np.asarray([ref[k] for k in keys]), truth)["mape"]))
+    return [dict(method=m, view=v, runs=len(p), mape_view=float(np.mean([a for a, _ in p])),
+                 mape_training=float(np.mean([b for _, b in p])),
+                 gap=float(np.mean([a - b for a, b in p])))
+            for (m, v), p in sorted(pairs.items())]
+
+
+def _gaps_md(gaps: list[dict]) -> list[str]:
+    if not gaps:
+        return []
+    lines = ["", "Predicting from other views of the same samples (the model trained on "
+             "training graphs; MAPE on the samples the view has):", "",
+             "| method | view | MAPE % from the view | MAPE % from the training graph | gap "
+             "(points) | runs |", "|---|---|---|---|---|---|"]
+    lines += [f"| {g['method']} | {g['view']} | {g['mape_view']:.2f} | "
+              f"{g['mape_training']:.2f} | {g['gap']:+.2f} | {g['runs']} |" for g in gaps]
+    return lines
 
 
 def per_fold(rows: list[dict], ds: Dataset, method: str) -> list[dict]:
