@@ -171,12 +171,18 @@ def _int_list(text: str) -> list[int]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from mdot_jax.data.profile import Protocol, device_slug, fingerprint, profile
+    from mdot_jax.data.profile import ZOOS, Protocol, device_slug, fingerprint, profile
 
     if args.ops:
         return _profile_ops(args)
+    keys = None
+    if args.core_set:  # the device core set: common ground with every other device
+        from mdot_jax.data import core_set
+
+        keys, args.zoo = core_set.load()["core_set"], args.zoo or ",".join(ZOOS)
     if not args.zoo:
-        raise UsageError("profile: --zoo is required (or --ops to measure single operators)")
+        raise UsageError("profile: --zoo is required (or --core-set, or --ops to measure "
+                         "single operators)")
     out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)))
     protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
                         budget_s=args.budget_s)
@@ -185,13 +191,33 @@ def cmd_profile(args: argparse.Namespace) -> int:
                          seq_lens=args.seq_lens, threads=args.threads,
                          models=args.models.split(",") if args.models else None,
                          protocol=protocol, retry_skipped=args.retry_skipped,
-                         retry_noisy=args.retry_noisy)
+                         retry_noisy=args.retry_noisy, keys=keys)
     except ValueError as e:
         raise UsageError(str(e)) from None
     noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report.get("noisy") else ""
     print(f"{report['samples']} samples in {out}{noisy}; skipped by reason: "
           f"{report['skipped_by_reason']}")
     return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from mdot_jax.data import core_set
+    from mdot_jax.data.profile import device_slug, fingerprint
+
+    out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)))
+    keys = args.keys.split(",") if args.keys else core_set.load()["probe"]
+    try:
+        probe = core_set.run_probe(out, keys, args.threads)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    width = max(map(len, keys))
+    for k, ms in probe["ms"].items():
+        print(f"  {k:<{width}}  {ms:9.2f} ms")
+    missing = [k for k in keys if k not in probe["ms"]]
+    print(f"probe: {len(probe['ms'])} of {len(keys)} samples, in {out}/{core_set.PROBE_FILE}"
+          + (f"; not measured (noisy or skipped: {out}/noisy.jsonl, report.json): "
+             f"{', '.join(missing)}" if missing else ""))
+    return 0 if not missing else 1
 
 
 def _profile_ops(args: argparse.Namespace) -> int:
@@ -536,6 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "operators from (default: data/derived/cpu-*)")
     p.add_argument("--max-minutes", type=POSITIVE_FLOAT,
                    help="--ops: stop after this long (resume by running it again)")
+    p.add_argument("--core-set", action="store_true",
+                   help="measure the device core set (mdot_jax/data/core_set.json: ~150 "
+                        "samples over 54 families, common ground with every other device)")
     p.add_argument("--models", help="only these model names (comma-separated)")
     p.add_argument("--batch-sizes", type=_int_list, default=[2, 4, 8, 16, 32, 64])
     p.add_argument("--image-sizes", type=_int_list, default=[64, 128, 224])
@@ -554,6 +583,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure again the samples kept apart in noisy.jsonl (CV above "
                         "15%% or another job running)")
     p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("probe", help="measure the probe (12 samples, a few minutes) that "
+                                     "describes this device, into its dataset folder")
+    p.add_argument("--out", help="dataset directory (default: data/<device>)")
+    p.add_argument("--threads", type=POSITIVE_INT, default=2)
+    p.add_argument("--keys", help=argparse.SUPPRESS)  # tests: a smaller probe
+    p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("train", help="train a predictor on a dataset (default: the shipped "
                                      "recipe), write a checkpoint")

@@ -24,7 +24,7 @@ import os
 import platform
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -368,14 +368,16 @@ def _reason(e: BaseException) -> str:
 def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str | Path, *,
             seq_lens: list[int] | None = None, threads: int = 2, models: list[str] | None
             = None, protocol: Protocol = Protocol(), retry_skipped: bool = False,
-            retry_noisy: bool = False, speed_check: bool = True, progress: bool = True) -> dict:
+            retry_noisy: bool = False, speed_check: bool = True, keys: Sequence[str] | None
+            = None, progress: bool = True) -> dict:
     """Measures every (model, size, batch size) not already in `out` (nor skipped before,
     unless `retry_skipped`, nor measured noisy before, unless `retry_noisy`); returns the
     report. One writer at a time: a second one is refused (`writer_lock`). Before appending
     to a folder, `speed_check` measures a few of its samples again (`_check_same_speed`).
 
     `sizes` are image sides for image models; `seq_lens` (default `sizes`) sequence lengths
-    for text models.
+    for text models. `keys` (`model/i64/b8`, `model/t32/b8`: the core set, the probe) replace
+    the product of models, sizes and batch sizes.
     """
     import torch
     from tqdm import tqdm
@@ -401,6 +403,8 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
         jobs = [(m, s, b) for m in entries
                 for s in (sizes if m.kind == "image" else (seq_lens or sizes))
                 for b in sorted(batch_sizes)]
+        if keys is not None:
+            jobs = _jobs_of_keys(keys, {m.name: m for m in zoo})
 
         def key(m, s, b):
             return f"{m.name}/{m.kind[0]}{s}/b{b}"
@@ -418,6 +422,20 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
             report.write(samples=len(writer.done), noisy=len(writer.noisy), fingerprint=fp)
         bar.close()
         return report.write(samples=len(writer.done), noisy=len(writer.noisy), fingerprint=fp)
+
+
+def _jobs_of_keys(keys: Sequence[str], zoo: dict[str, ZooModel]) -> list[tuple]:
+    """(model, size, batch) of sample keys `name/<i|t><size>/b<batch>`; unknown models named."""
+    jobs, unknown = [], []
+    for k in keys:
+        match = re.fullmatch(r"(.+)/[it](\d+)/b(\d+)", k)
+        if match is None or match[1] not in zoo:
+            unknown.append(k)
+        else:
+            jobs.append((zoo[match[1]], int(match[2]), int(match[3])))
+    if unknown:
+        raise ValueError(f"sample key(s) of no model in the zoos: {', '.join(unknown[:5])}")
+    return jobs
 
 
 SPEED_TOLERANCE = 0.15  # a folder's samples measured again must stay within this (median)
