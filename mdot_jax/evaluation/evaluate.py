@@ -227,6 +227,7 @@ ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "
                "mdot-pe-none", "mdot-pe-sinusoidal", "mdot-pe-depth", "mdot-pe-laplacian",
                "mdot-pe-random_walk", "mdot-pe-distance_bias", "mdot-concat", "mdot-per_op",
                "mdot-relative", "mdot-pe-none-l1")
+OP_METHODS = ("op-sum",)  # need operator times (`--op-costs`): not in "all"
 
 
 # ---------------------------------------------------------------------------- harness
@@ -392,7 +393,7 @@ def ensemble_rows(rows: list[dict], labels: dict[str, float],
               for (m, f), ss in seeds.items() if len(ss) > 1]
     for combo in combos:
         names = combo.split("+")
-        unknown = [n for n in names if n.split(VIEW)[0] not in ALL_METHODS]
+        unknown = [n for n in names if n.split(VIEW)[0] not in ALL_METHODS + OP_METHODS]
         if unknown:  # a member without runs yet is no error: a resumed run will add it
             raise ValueError(f"ensemble {combo!r}: unknown method {', '.join(unknown)}")
         groups += [(f"ensemble({combo})", f, s, [runs[(n, f, s)] for n in names])

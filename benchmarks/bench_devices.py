@@ -1,0 +1,198 @@
+"""Leave one device out: how well a device nobody trained on is predicted from its probe and
+k measured samples, against the usual remedies (issue 30).
+
+    python benchmarks/bench_devices.py --out benchmarks/results/devices-cpu
+
+For each device d of the CPU datasets: the predictors are fitted on the other devices' samples
+and adapted with d's probe (the 12 samples of `mdot_jax/data/core_set.json`, measured on every
+device) plus k samples of k other random families (seeded draws); the error is measured on d's
+samples of every family outside that adaptation set. LightGBM on the companion's model
+aggregates throughout (minutes on 2 cores), so the strategies differ only in what they know:
+
+- `nearest`: the model of the other device whose probe is nearest d's, unadapted;
+- `scale`: the same with one factor fitted on the adaptation samples;
+- `adapt`: the same with `mdot adapt`'s fit (scale or a line in log time, by leave-one-out);
+- `device-aware`: one model of all other devices, each sample also described by its device's
+  probe (every probe time, centred, and the time of the probe samples nearest in what the
+  graph computes, scaled by FLOPs), then `adapt`'s fit on the adaptation samples;
+- `scratch`: a model fitted on the adaptation samples alone;
+- `ceiling`: d's own full data, leave-family-out (5 family folds of d: each sample predicted
+  by the model fitted on d's other families), what a checkpoint trained on d would err.
+
+Labels are the devices' measurements; nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mdot_jax.companion import aggregates, fit_boosters
+from mdot_jax.data import core_set
+from mdot_jax.data.dataset import load_dataset
+from mdot_jax.serving.adaptation import fit as fit_adaptation
+
+DEVICES = ("cpu-amd-epyc-2t", "cpu-amd-epyc-f26m2-2t", "cpu-amd-epyc-f25m17-2t")
+NEAREST_PROBES = 3
+
+
+def _ape(pred, true):
+    return 100 * np.abs(np.asarray(pred) / np.asarray(true) - 1)
+
+
+class Device:
+    """One device's samples with the features every strategy reads."""
+
+    def __init__(self, slug: str, probe: list[str], profiles: dict[str, np.ndarray]):
+        self.slug = slug
+        self.samples = load_dataset(f"data/derived/{slug}-fused").samples
+        self.by_key = {s.key: s for s in self.samples}
+        self.probe = core_set.probe_vector(self.samples, probe)
+        self.x = np.stack([aggregates(s, ()) for s in self.samples])
+        self.y = np.log([s.label_ms for s in self.samples])
+        self.family = np.array([s.family for s in self.samples])
+        self.profile = np.stack([profiles[s.key] for s in self.samples])
+
+    def device_features(self, probe_profiles: np.ndarray, probe_flops: np.ndarray,
+                        flops: np.ndarray) -> np.ndarray:
+        """`[N, 12 + NEAREST_PROBES]`: the centred probe, and per sample the log time of its
+        nearest probe samples (by what the graph computes) scaled by the FLOPs ratio."""
+        assert self.probe is not None
+        d = ((self.profile[:, None, :-1] - probe_profiles[None, :, :-1]) ** 2).sum(-1)
+        nearest = np.argsort(d, axis=1)[:, :NEAREST_PROBES]
+        phi = self.probe[nearest] + np.log(flops[:, None] / probe_flops[nearest])
+        centred = np.broadcast_to(self.probe - self.probe.mean(), (len(flops), len(self.probe)))
+        return np.concatenate([centred, phi], axis=1)
+
+
+def _fit(x, y, seed):
+    rng = np.random.default_rng(seed)
+    val = rng.random(len(y)) < 0.1
+    if val.sum() < 2 or (~val).sum() < 2:
+        val = np.zeros(len(y), bool)
+        val[:: max(2, len(y) // 3)] = True
+    boosters = fit_boosters(x[~val], y[~val], x[val], y[val], seed=seed, seeds=1)
+    return lambda z: np.mean([b.predict(z) for b in boosters], axis=0)
+
+
+def _family_cv(dev: Device, folds: int = 5) -> np.ndarray:
+    """`[N]` log ms: each sample predicted by a model fitted on the device's other families."""
+    families = np.array(sorted(set(dev.family)))
+    fold_of = dict(zip(families, np.random.default_rng(0).permutation(len(families)) % folds))
+    fold = np.array([fold_of[f] for f in dev.family])
+    out = np.empty(len(dev.y))
+    for f in range(folds):
+        model = _fit(dev.x[fold != f], dev.y[fold != f], 0)
+        out[fold == f] = model(dev.x[fold == f])
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--k", type=int, nargs="+", default=[0, 5, 10, 20, 50])
+    p.add_argument("--draws", type=int, default=3)
+    args = p.parse_args()
+
+    chosen = core_set.load()
+    probe = chosen["probe"]
+    first = {s.key: s for s in load_dataset(f"data/derived/{DEVICES[0]}-fused").samples}
+    profiles: dict[str, np.ndarray] = {}
+    devices = []
+    for slug in DEVICES:
+        ds = load_dataset(f"data/derived/{slug}-fused").samples
+        profiles.update({s.key: core_set.graph_profile(s) for s in ds if s.key not in profiles})
+        devices.append(Device(slug, probe, profiles))
+    probe_profiles = np.stack([profiles[k] for k in probe])
+    probe_flops = np.asarray([first[k].seq.flops for k in probe])
+
+    def flops(dev: Device) -> np.ndarray:
+        return np.asarray([s.seq.flops for s in dev.samples])
+
+    rows = []
+    for target in devices:
+        others = [d for d in devices if d is not target]
+        dist = [np.mean(np.abs(d.probe - target.probe)) for d in others]
+        nearest = others[int(np.argmin(dist))]
+        near_model = _fit(nearest.x, nearest.y, 0)
+        xa = np.concatenate([d.x for d in others])
+        xa = np.concatenate([xa, np.concatenate(
+            [d.device_features(probe_profiles, probe_flops, flops(d)) for d in others])], 1)
+        ya = np.concatenate([d.y for d in others])
+        aware_model = _fit(xa, ya, 0)
+        x_target = np.concatenate([target.x, target.device_features(
+            probe_profiles, probe_flops, flops(target))], 1)
+        pred = dict(nearest=near_model(target.x), aware=aware_model(x_target),
+                    ceiling=_family_cv(target))
+        probe_idx = [target.samples.index(target.by_key[k]) for k in probe]
+        probe_families = set(target.family[probe_idx])
+        pool = sorted(set(target.family) - probe_families)
+        for k in args.k:
+            for draw in range(args.draws):
+                rng = np.random.default_rng(draw)
+                extra = rng.choice(pool, k, replace=False) if k else []
+                idx = probe_idx + [int(rng.choice(np.flatnonzero(target.family == f)))
+                                   for f in extra]
+                held = set(probe_families) | set(extra)
+                test = ~np.isin(target.family, sorted(held))
+                true = np.exp(target.y[test])
+                res = {"nearest": _ape(np.exp(pred["nearest"][test]), true)}
+                base = np.exp(pred["nearest"])
+                factor = np.exp(np.mean(target.y[idx] - pred["nearest"][idx]))
+                res["scale"] = _ape(base[test] * factor, true)
+                for name, key in (("adapt", "nearest"), ("device-aware", "aware")):
+                    a = fit_adaptation(np.exp(pred[key][idx]), np.exp(target.y[idx]), target.slug)
+                    adapted = a.apply(np.exp(pred[key][test]))
+                    res[name] = _ape(adapted, true)
+                    inside = (true >= adapted * np.exp(a.lo)) & (true <= adapted * np.exp(a.hi))
+                    res[name + " band held %"] = np.array([100 * inside.mean()])
+                res["scratch"] = _ape(np.exp(_fit(target.x[idx], target.y[idx], draw)(
+                    target.x[test])), true)
+                res["ceiling"] = _ape(np.exp(pred["ceiling"][test]), true)
+                rows.append(dict(device=target.slug, nearest_device=nearest.slug, k=k,
+                                 draw=draw, test_samples=int(test.sum()),
+                                 **{m: float(v.mean()) for m, v in res.items()}))
+                print(json.dumps(rows[-1]), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(dict(probe=probe, rows=rows), indent=1))
+    methods = ["nearest", "scale", "adapt", "device-aware", "scratch", "ceiling"]
+    lines = ["| device | k | " + " | ".join(f"{m} MAPE %" for m in methods)
+             + " | adapt band held % | device-aware band held % |",
+             "|---|---|" + "---|" * (len(methods) + 2)]
+    for dev in DEVICES:
+        for k in args.k:
+            rs = [r for r in rows if r["device"] == dev and r["k"] == k]
+            mean = {m: np.mean([r[m] for r in rs]) for m in rs[0] if isinstance(rs[0][m], float)}
+            lines.append(f"| {dev} | probe + {k} | " + " | ".join(
+                f"{mean[m]:.1f}" for m in methods) + f" | {mean['adapt band held %']:.0f} | "
+                f"{mean['device-aware band held %']:.0f} |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    _plot(rows, args.k, methods, out)
+
+
+def _plot(rows, ks, methods, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(DEVICES), figsize=(5 * len(DEVICES), 4), sharey=True)
+    for ax, dev in zip(axes, DEVICES):
+        for m in methods:
+            ax.plot(ks, [np.mean([r[m] for r in rows if r["device"] == dev and r["k"] == k])
+                         for k in ks], marker="o", label=m)
+        ax.set_title(f"held out: {dev}")
+        ax.set_xlabel("k measured samples besides the probe")
+    axes[0].set_ylabel("MAPE % on the device's other families")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(out / "mape_vs_k.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
