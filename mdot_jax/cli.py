@@ -399,12 +399,22 @@ def _range(pair, scale: float = 1.0) -> str:
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
-    from mdot_jax.training.adapt import adapt_from_measurements
+    from mdot_jax.training.adapt import adapt_from_measurements, adapt_from_probe
 
-    a = adapt_from_measurements(args.from_measurements, args.base, args.out,
-                                device=args.device_name, force=args.force)
-    print(f"adapted {args.base or 'the default checkpoint'} to {a.device} from {a.n_rows} "
-          f"measured rows ({a.fit} fit: log t' = {a.a:.3f} + {a.b:.3f} log t)")
+    if bool(args.from_measurements) == bool(args.probe):
+        raise UsageError("adapt: give --from-measurements CSV or --probe (one of them)")
+    if args.probe:
+        from mdot_jax.data.profile import device_slug, fingerprint
+
+        root = args.data or os.path.join("data", device_slug(fingerprint(args.threads)))
+        a, base = adapt_from_probe(root, args.base, args.out, threads=args.threads,
+                                   device=args.device_name, force=args.force)
+    else:
+        a = adapt_from_measurements(args.from_measurements, args.base, args.out,
+                                    device=args.device_name, force=args.force)
+        base = args.base or "the default checkpoint"
+    print(f"adapted {base} to {a.device} from {a.n_rows} measured rows ({a.fit} fit: "
+          f"log t' = {a.a:.3f} + {a.b:.3f} log t)")
     print(f"expected error: {a.loo_mape:.1f}% MAPE (each row predicted by a fit on the others); "
           f"80% band x{math.exp(a.lo):.2f}-x{math.exp(a.hi):.2f}"
           + ("; with so few rows, a rough estimate" if a.n_rows < 20 else ""))
@@ -643,13 +653,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "has a companion)")
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("adapt", help="a checkpoint for another device, from step times "
-                                     "measured there (a CSV; nothing is run)")
-    p.add_argument("--from-measurements", required=True, metavar="CSV",
+    p = sub.add_parser("adapt", help="a checkpoint for another device: from this machine's "
+                                     "probe (minutes), or from step times measured there")
+    p.add_argument("--probe", action="store_true",
+                   help="measure this machine's probe (12 reference samples, a few minutes; "
+                        "resumable) and adapt to it")
+    p.add_argument("--from-measurements", metavar="CSV",
                    help="columns model (.onnx or .npz, relative to the CSV), batch_size, "
-                        "image_size or seq_len, precision, ms")
+                        "image_size or seq_len, precision, ms; nothing is run")
     p.add_argument("--base", help="shipped checkpoint name or directory to adapt (default: "
-                                  "the default checkpoint)")
+                                  "with --probe the one whose device ran the probe most alike, "
+                                  "else the default checkpoint)")
+    p.add_argument("--data", help="--probe: the dataset folder the probe is measured into "
+                                  "(default: data/<device>)")
+    p.add_argument("--threads", type=POSITIVE_INT, default=2)
     p.add_argument("--out", required=True, help="the adapted checkpoint's directory")
     p.add_argument("--device-name", help="what to call the device (default: derived)")
     p.add_argument("--force", action="store_true", help="replace the checkpoint in --out")

@@ -13,7 +13,7 @@ from mdot_jax.cli import main
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.serving import checkpoint
 from mdot_jax.serving.adaptation import fit
-from mdot_jax.serving.predict import Predictor
+from mdot_jax.serving.predict import Predictor, resolve_checkpoint
 from mdot_jax.training.adapt import adapt_from_measurements
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,3 +119,42 @@ def test_predict_says_when_this_machine_is_another_cpu(monkeypatch):
     assert machine_note(["cpu-amd-epyc-f26m2-2t"]) is None
     monkeypatch.setattr(profile, "cpu_info", lambda: dict(device_model="unknown"))
     assert machine_note(["cpu-amd-epyc-f26m2-2t"]) is None  # nothing to compare
+
+
+def test_the_nearest_checkpoint_is_the_one_whose_device_ran_the_probe_alike():
+    from mdot_jax.training.adapt import nearest_checkpoint
+
+    theirs = checkpoint.read_metadata(resolve_checkpoint("cpu-amd-epyc-f26m2-2t"))
+    probe = theirs["dataset"]["probe"]
+    assert len(probe) == 12  # the shipped CPU checkpoints carry their device's probe
+    assert nearest_checkpoint(probe) == ("cpu-amd-epyc-f26m2-2t", 0.0)
+    slower = {k: 2.5 * v for k, v in probe.items()}  # the older CPU runs it ~2x slower
+    assert nearest_checkpoint(slower)[0] == "cpu-amd-epyc-2t"
+
+
+def test_adapt_from_this_machines_probe(tmp_path):
+    from mdot_jax.data.profile import Protocol
+    from mdot_jax.training.adapt import adapt_from_probe
+
+    fast = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0,
+                    max_cv=float("inf"), max_others=float("inf"))  # tiny models are noisy
+    keys = [f"mobilenet_v3_small/i32/b{b}" for b in (2, 4, 8)]
+    a, base = adapt_from_probe(tmp_path / "data", "cpu-amd-epyc-f26m2-2t", tmp_path / "ck",
+                               threads=1, protocol=fast, keys=keys)
+    assert base == "cpu-amd-epyc-f26m2-2t" and a.n_rows == 3 and a.fit == "scale"
+    adapted = Predictor.load(tmp_path / "ck")
+    assert adapted.adaptation.device == a.device
+    base_ms = Predictor.load("cpu-amd-epyc-f26m2-2t").predict(
+        _mobilenet(), batch_size=4, image_size=32).iteration_ms
+    ms = adapted.predict(_mobilenet(), batch_size=4, image_size=32).iteration_ms
+    assert ms == pytest.approx(base_ms * math.exp(a.a), rel=1e-6)  # the fitted factor
+
+
+def _mobilenet():
+    import torch
+    import torchvision
+
+    from converters import from_torch
+
+    return from_torch(torchvision.models.mobilenet_v3_small(), torch.randn(2, 3, 32, 32),
+                      input_names=["x"])

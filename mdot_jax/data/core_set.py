@@ -147,6 +147,25 @@ def write_probe(root: str | Path, keys: Sequence[str], fingerprint: dict) -> dic
     return probe
 
 
+def probe_of(samples: Sequence[Sample]) -> dict[str, float] | None:
+    """The probe's measured ms among `samples` of one device (every probe key), or None."""
+    ms = {s.key: s.label_ms for s in samples}
+    try:
+        keys = load()["probe"]
+    except (OSError, ValueError):
+        return None
+    return {k: ms[k] for k in keys} if all(k in ms for k in keys) else None
+
+
+def probe_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """Mean |log ratio| of two probes over their common keys (inf if none): how differently
+    two devices run the same reference samples."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        return float("inf")
+    return float(np.mean([abs(np.log(a[k] / b[k])) for k in common]))
+
+
 def probe_vector(samples: Sequence[Sample], probe: Sequence[str]) -> np.ndarray | None:
     """`[len(probe)]` log ms of the probe samples on one device, or None if any is missing."""
     ms = {s.key: s.label_ms for s in samples}

@@ -1,5 +1,8 @@
-"""`mdot adapt --from-measurements`: a checkpoint for another device from step times the user
-already has (a few jobs from their logs, on a machine we cannot run on), measuring nothing.
+"""`mdot adapt`: a checkpoint for another device, from step times the user already has
+(`--from-measurements`: a few jobs from their logs, on a machine we cannot run on; nothing is
+measured) or from this machine's probe (`--probe`: the 12 reference samples of
+`data.core_set`, measured here in a few minutes, adapting the shipped checkpoint whose device
+ran its probe most alike).
 
 The CSV has one row per measured job: `model` (an `.onnx` file, or an operator sequence
 `.npz` written by `mdot convert -o`, relative to the CSV), `batch_size`, `image_size` or
@@ -99,8 +102,63 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
     device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
     adaptation = fit(pred, [r.ms for r in rows], device,
                      source=f"{Path(measurements).name}, base {base_path.name}")
+    _write(base_path, out, adaptation)
+    return adaptation
+
+
+def _write(base_path: Path, out: Path, adaptation: Adaptation) -> None:
     tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
     shutil.copytree(base_path, tmp)
     checkpoint.attach_adaptation(tmp, adaptation.to_json())
     checkpoint.move_into_place(tmp, out)
-    return adaptation
+
+
+def nearest_checkpoint(probe: dict[str, float]) -> tuple[str, float]:
+    """The shipped checkpoint whose device's probe (`dataset.probe` in its metadata) is
+    nearest `probe` (`core_set.probe_distance`), with that distance."""
+    from mdot_jax.data.core_set import probe_distance
+    from mdot_jax.serving.predict import shipped_checkpoints
+
+    scored = []
+    for name in shipped_checkpoints():
+        theirs = checkpoint.read_metadata(resolve_checkpoint(name)).get("dataset", {}).get(
+            "probe")
+        if theirs:
+            scored.append((probe_distance(probe, theirs), name))
+    if not scored:
+        raise UsageError("no shipped checkpoint carries a probe to compare with: give --base")
+    distance, name = min(scored)
+    return name, distance
+
+
+def adapt_from_probe(root: str | Path, base: str | Path | None, out: str | Path, *,
+                     threads: int = 2, device: str | None = None, force: bool = False,
+                     protocol=None, keys: list[str] | None = None) -> tuple[Adaptation, str]:
+    """Measures this machine's probe into the dataset folder `root` (what it holds is kept),
+    adapts `base` (default: the nearest shipped checkpoint by probe) to it and writes the
+    adapted checkpoint to `out`. Returns the fit and the base's name. `keys`: another probe
+    (tests)."""
+    from mdot_jax.data import core_set
+    from mdot_jax.data.dataset import load_dataset
+    from mdot_jax.data.profile import sample_exporter
+
+    out = checkpoint.prepare_out(out, force=force)
+    keys = keys or core_set.load()["probe"]
+    probe = core_set.run_probe(root, keys, threads, protocol=protocol)
+    missing = [k for k in keys if k not in probe["ms"]]
+    if len(probe["ms"]) < 2:
+        raise UsageError(f"{root}: only {len(probe['ms'])} probe samples measured "
+                         f"(noisy or skipped: {', '.join(missing)}); run again on an idle "
+                         "machine")
+    base_path = resolve_checkpoint(base or nearest_checkpoint(probe["ms"])[0])
+    predictor = Predictor.load(base_path)
+    samples = [s for s in load_dataset(root).samples if s.key in probe["ms"]]
+    export = sample_exporter()  # the stored sequences are unfused: convert as the checkpoint
+    pred = [predictor.predict(export(s), batch_size=s.workload.batch_size,
+                              **{"seq_len" if "/t" in s.key else "image_size":
+                                 s.workload.input_size}).iteration_ms for s in samples]
+    device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
+    adaptation = fit(pred, [s.label_ms for s in samples], device,
+                     source=f"probe of {root} ({len(samples)} samples), base {base_path.name}")
+    _write(base_path, out, adaptation)
+    return adaptation, base_path.name

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from mdot_jax.companion import TreeModel, combine
+from mdot_jax.data import core_set
 from mdot_jax.data.dataset import Dataset, make_splits, split_validation
 from mdot_jax.data.features import FeatureCache
 from mdot_jax.errors import UsageError
@@ -102,6 +103,9 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
                    folds=folds, num_train=len(train_samples), num_test=len(held),
                    test_excluded_too_long=len(test_samples) - len(held),
                    devices=sorted({s.workload.device for s in ds.samples}))
+    probe = core_set.probe_of(ds.samples) if len(dataset["devices"]) == 1 else None
+    if probe:  # what describes the device: `mdot adapt --probe` picks the nearest checkpoint
+        dataset["probe"] = probe
     checkpoint.save(trained, out, dataset=dataset, metrics=metrics, companion=trees,
                     companion_info=trees_info, cost_model=cost_model,
                     description=f"{model_cfg.label} trained on {ds.root.name} " + (
