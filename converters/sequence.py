@@ -392,6 +392,8 @@ def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],
     """Names the node where shape inference lost track of `tensor`'s shape, and why: the first
     producer upstream whose inputs have shapes but whose output has none."""
     known = lambda t: not t or types.get(t, _NO_SHAPE).shape is not None  # noqa: E731
+    if tensor not in producer:
+        return ConversionError(f"input '{tensor}': shape unknown")
     i = producer[tensor]
     while True:
         lost = [t for t in nodes[i].inputs if not known(t) and t in producer]
@@ -417,9 +419,8 @@ def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],
 def _operator_features(node: _Node, inputs: list[str], types: dict[str, _Tensor],
                        params: set[str], unknown: dict[str, int]) -> tuple[list, list, list]:
     """Configuration row `[C]`, load `[L]` and parameter tensors of one compute node."""
-    missing = _Tensor(None, 0, 0, 0)
-    ins = [types.get(t, missing) if t else missing for t in inputs]
-    outs = [types.get(t, missing) if t else missing for t in node.outputs]
+    ins = [types.get(t, _NO_SHAPE) if t else _NO_SHAPE for t in inputs]
+    outs = [types.get(t, _NO_SHAPE) if t else _NO_SHAPE for t in node.outputs]
     state = STATE_INPUTS.get(node.op_type, ())
     is_param = [t in params and k not in state for k, t in enumerate(inputs)]
     view = NodeView(op_type=node.op_type, name=node.name, proto=node.proto,
@@ -447,7 +448,7 @@ def _operator_features(node: _Node, inputs: list[str], types: dict[str, _Tensor]
     if known_in:
         row[_IN_SHAPE:_IN_SHAPE + 5] = _shape_fields(known_in[0].shape or ())
         row[_CFG["in_numel"]] = known_in[0].numel
-    out0 = outs[0] if outs else missing
+    out0 = outs[0] if outs else _NO_SHAPE
     if out0.shape is not None:
         row[_OUT_SHAPE:_OUT_SHAPE + 5] = _shape_fields(out0.shape)
         row[_CFG["out_numel"]] = out0.numel
