@@ -323,6 +323,8 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         for v, index in view_index.items():  # the same model, the samples' other graphs
             seen = [index[s.key] for s in test if s.key in index]
             seen = [s for s in seen if s.seq.num_ops <= longest]
+            if not seen:  # this fold's samples all failed to export that way
+                continue
             pred = np.asarray(method.predict(seen), np.float64)
             new.append(dict(row, method=method_name + VIEW + v, test_keys=[s.key for s in seen],
                             pred_ms=pred.tolist(), excluded_too_long=len(test) - len(seen),
