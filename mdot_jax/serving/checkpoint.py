@@ -226,6 +226,9 @@ def model_card(meta: dict) -> str:
              + ("; its prediction is the geometric mean with a LightGBM companion on "
                 f"model-level aggregates (objective {comp.get('objective', 'regression')})"
                 if comp else ""),
+             *([f"- operator times as features: every operator priced by the kernel cost "
+                f"model it carries ({meta['cost_model'].get('samples')} operators measured on "
+                f"{meta['cost_model'].get('device')})"] if meta.get("cost_model") else []),
              *([f"- validation MAPE of the combined prediction {comp['val_mape']:.2f}% "
                 f"({label} alone {comp.get('val_mape_model', comp.get('val_mape_mdot')):.2f}%, "
                 f"LightGBM alone {comp['val_mape_lightgbm']:.2f}%; same samples)"]
