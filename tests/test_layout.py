@@ -102,6 +102,8 @@ def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
         print(mdot_jax.__file__)
         print(resolve_checkpoint(None))
         print(",".join(shipped_checkpoints()))
+        from mdot_jax.data import core_set
+        print(len(core_set.load()["probe"]))
     """)
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -110,6 +112,7 @@ def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
                          capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0].startswith(str(venv)) and out[1].startswith(str(venv))
     assert {"timm-rtx3090", "cpu-amd-epyc-f26m2-2t"} <= set(out[2].split(","))
+    assert out[3] == "12"  # the probe ships as package data: `mdot probe` works anywhere
     pred = subprocess.run([venv / "bin" / "mdot", "predict", "m.onnx", "--batch-size", "8",
                            "--json"], cwd=work, env=env, capture_output=True, text=True)
     assert pred.returncode == 0, pred.stderr
