@@ -158,3 +158,11 @@ def _mobilenet():
 
     return from_torch(torchvision.models.mobilenet_v3_small(), torch.randn(2, 3, 32, 32),
                       input_names=["x"])
+
+
+def test_adapt_needs_one_source(tmp_path, capsys):
+    assert main(["adapt", "--out", str(tmp_path / "ck")]) == 2
+    assert main(["adapt", "--probe", "--from-measurements", "x.csv",
+                 "--out", str(tmp_path / "ck")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["mdot: error: adapt: give --from-measurements CSV or --probe (one of them)"] * 2
