@@ -46,3 +46,13 @@ def small_models(tmp_path_factory):
     profile(["hf"], [2], [16], out, threads=1, progress=False, models=["bert-tiny"],
             protocol=fast, speed_check=False)
     return out
+
+
+@pytest.fixture
+def quiet_protocol():
+    """A measurement protocol for tiny models in tests: their timing noise (and a busy test
+    machine) must not send the samples to noisy.jsonl."""
+    from mdot_jax.data.profile import Protocol
+
+    return Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
+                    max_others=float("inf"))

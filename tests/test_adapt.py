@@ -132,15 +132,12 @@ def test_the_nearest_checkpoint_is_the_one_whose_device_ran_the_probe_alike():
     assert nearest_checkpoint(slower)[0] == "cpu-amd-epyc-2t"
 
 
-def test_adapt_from_this_machines_probe(tmp_path):
-    from mdot_jax.data.profile import Protocol
+def test_adapt_from_this_machines_probe(tmp_path, quiet_protocol):
     from mdot_jax.training.adapt import adapt_from_probe
 
-    fast = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0,
-                    max_cv=float("inf"), max_others=float("inf"))  # tiny models are noisy
     keys = [f"mobilenet_v3_small/i32/b{b}" for b in (2, 4, 8)]
     a, base = adapt_from_probe(tmp_path / "data", "cpu-amd-epyc-f26m2-2t", tmp_path / "ck",
-                               threads=1, protocol=fast, keys=keys)
+                               threads=1, protocol=quiet_protocol, keys=keys)
     assert base == "cpu-amd-epyc-f26m2-2t" and a.n_rows == 3 and a.fit == "scale"
     adapted = Predictor.load(tmp_path / "ck")
     assert adapted.adaptation.device == a.device

@@ -26,20 +26,17 @@ def test_kmeans_picks_distinct_rows_near_each_centre():
     assert len(set(picked)) == 3 and sorted(i // 10 for i in picked) == [0, 1, 2]
 
 
-def test_probe_measures_its_samples_and_writes_them_down(tmp_path, capsys):
-    from mdot_jax.data.profile import Protocol
+def test_probe_measures_its_samples_and_writes_them_down(tmp_path, capsys, quiet_protocol):
 
     keys = ["mobilenet_v3_small/i32/b2", "mobilenet_v3_small/i32/b4"]
-    fast = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0,
-                    max_cv=float("inf"), max_others=float("inf"))  # tiny models are noisy
-    probe = core_set.run_probe(tmp_path, keys, threads=1, protocol=fast, speed_check=False)
+    kw = dict(threads=1, protocol=quiet_protocol, speed_check=False)
+    probe = core_set.run_probe(tmp_path, keys, **kw)
     assert json.loads((tmp_path / core_set.PROBE_FILE).read_text()) == probe
     assert list(probe["ms"]) == keys and all(v > 0 for v in probe["ms"].values())
     assert probe["fingerprint"]["threads"] == 1
     assert probe["version"] == core_set.CORE_SET_VERSION
     # what the folder holds is not measured again
-    assert core_set.run_probe(tmp_path, keys, threads=1, protocol=fast,
-                              speed_check=False) == probe
+    assert core_set.run_probe(tmp_path, keys, **kw) == probe
     # an unknown model is one line, before anything is measured
     assert main(["probe", "--out", str(tmp_path / "x"), "--keys", "no_such_net/i32/b2"]) == 2
     [line] = [x for x in capsys.readouterr().err.splitlines() if x.startswith("mdot")]

@@ -268,30 +268,19 @@ def is_timm_dataset(root: str | Path) -> bool:
 
 def _inference_exporter(exporter: str) -> Callable[[Sample], onnx.ModelProto]:
     """`export(sample)`: the sample's architecture at its image size, exported for inference
-    by `exporter` (the last export kept: samples come grouped by architecture)."""
+    by `exporter`, once per graph (`data.per_graph`)."""
     import timm
     import torch
 
     timm.layers.set_fused_attn(False)  # as the training exports were made
-    last: dict[tuple[str, int], onnx.ModelProto | Exception] = {}
 
-    def export(sample: Sample) -> onnx.ModelProto:
-        key = (sample.arch, sample.workload.input_size)
-        if key not in last:
-            last.clear()
-            try:
-                model = timm.create_model(sample.arch, pretrained=False)
-                chans = getattr(model, "pretrained_cfg", {}).get("input_size", (3,))[0] or 3
-                last[key] = inference_export(model, torch.randn(2, chans, key[1], key[1]),
-                                             exporter=exporter, input_names=["x"])
-            except Exception as e:  # noqa: BLE001 - the samples of this model fail alike
-                last[key] = e
-        got = last[key]
-        if isinstance(got, Exception):
-            raise got
-        return got
+    def export(arch: str, size: int) -> onnx.ModelProto:
+        model = timm.create_model(arch, pretrained=False)
+        chans = getattr(model, "pretrained_cfg", {}).get("input_size", (3,))[0] or 3
+        return inference_export(model, torch.randn(2, chans, size, size), exporter=exporter,
+                                input_names=["x"])
 
-    return export
+    return data.per_graph(export)
 
 
 def _export(arch, model, img, onnx_dir, torch) -> onnx.ModelProto:

@@ -586,6 +586,27 @@ def make_splits(ds: Dataset, kind: str, k: int = 5, seed: int = 0) -> list[Split
     return SPLITS[kind](ds, k, seed)
 
 
+def per_graph(export: Callable[[str, int], Any]) -> Callable[[Sample], Any]:
+    """`export(arch, input_size)` called once per graph: samples come grouped by model and
+    size, so the last result is kept, a failure too (raised again for that model's other
+    samples)."""
+    last: dict[tuple[str, int], Any] = {}
+
+    def of_sample(sample: Sample) -> Any:
+        key = (sample.arch, sample.workload.input_size)
+        if key not in last:
+            last.clear()
+            try:
+                last[key] = export(*key)
+            except Exception as e:  # noqa: BLE001 - the samples of this model fail alike
+                last[key] = e
+        if isinstance(last[key], Exception):
+            raise last[key]
+        return last[key]
+
+    return of_sample
+
+
 RESEQUENCE_FAILED = "resequence_failed.jsonl"  # samples a partial copy left out, and why
 
 

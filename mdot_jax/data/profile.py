@@ -189,27 +189,17 @@ def zoo_models(names: list[str]) -> list[ZooModel]:
 def sample_exporter(view: str = "training") -> Callable[[Sample], object]:
     """`export(sample)`: the ONNX ModelProto of a profiled sample's model at its input size,
     rebuilt from its zoo with random weights (the graph is what matters), as a `view`
-    (`training`, or an inference export of `converters.INFERENCE_EXPORTERS`). Keeps the last
-    export, since samples come grouped by model and size."""
+    (`training`, or an inference export of `converters.INFERENCE_EXPORTERS`), once per graph
+    (`data.per_graph`)."""
     import torch
 
     models = {m.name: m for m in zoo_models(list(ZOOS))}
-    last: dict[tuple[str, int], object] = {}
 
-    def export(sample: Sample):
-        key = (sample.arch, sample.workload.input_size)
-        if key not in last:
-            last.clear()
-            m = models[sample.arch]
-            try:
-                last[key] = _export(m, m.build(key[1]), key[1], torch, "cpu", view)
-            except Exception as e:  # noqa: BLE001 - the samples of this model fail alike
-                last[key] = e
-        if isinstance(last[key], Exception):
-            raise last[key]
-        return last[key]
+    def export(arch: str, size: int):
+        m = models[arch]
+        return _export(m, m.build(size), size, torch, "cpu", view)
 
-    return export
+    return data.per_graph(export)
 
 
 def resequence(src: str | Path, out: str | Path, *, fuse: bool = True, view: str = "training",

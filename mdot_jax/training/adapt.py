@@ -155,7 +155,7 @@ def adapt_from_probe(root: str | Path, base: str | Path | None, out: str | Path,
     samples = [s for s in load_dataset(root).samples if s.key in probe["ms"]]
     export = sample_exporter()  # the stored sequences are unfused: convert as the checkpoint
     pred = [predictor.predict(export(s), batch_size=s.workload.batch_size,
-                              **{"seq_len" if "/t" in s.key else "image_size":
+                              **{"seq_len" if s.seq.input_kind == "tokens" else "image_size":
                                  s.workload.input_size}).iteration_ms for s in samples]
     device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
     adaptation = fit(pred, [s.label_ms for s in samples], device,
