@@ -408,7 +408,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
         root = args.data or os.path.join("data", device_slug(fingerprint(args.threads)))
         a, base = adapt_from_probe(root, args.base, args.out, threads=args.threads,
-                                   device=args.device_name, force=args.force)
+                                   device=args.device_name, force=args.force,
+                                   budget_s=args.budget_s)
     else:
         a = adapt_from_measurements(args.from_measurements, args.base, args.out,
                                     device=args.device_name, force=args.force)
@@ -496,21 +497,23 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _positive(kind):
+def _positive(kind, zero: bool = False):
+    what = f"{'non-negative' if zero else 'positive'} {'integer' if kind is int else 'number'}"
+
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(
-                f"expected a positive {'integer' if kind is int else 'number'}, got {text!r}")
+        if value is None or not (math.isfinite(value) and (value > 0 or zero and value == 0)):
+            raise argparse.ArgumentTypeError(f"expected a {what}, got {text!r}")
         return value
-    parse.__name__ = f"positive {kind.__name__}"
+    parse.__name__ = what
     return parse
 
 
 POSITIVE_INT, POSITIVE_FLOAT = _positive(int), _positive(float)
+NON_NEGATIVE_FLOAT = _positive(float, zero=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -666,6 +669,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   "else the default checkpoint)")
     p.add_argument("--data", help="--probe: the dataset folder the probe is measured into "
                                   "(default: data/<device>)")
+    p.add_argument("--budget-s", type=NON_NEGATIVE_FLOAT, default=300.0,
+                   help="--probe: seconds of measuring, the probe's included; what is left "
+                        "measures more core-set samples (0: the probe only)")
     p.add_argument("--threads", type=POSITIVE_INT, default=2)
     p.add_argument("--out", required=True, help="the adapted checkpoint's directory")
     p.add_argument("--device-name", help="what to call the device (default: derived)")

@@ -137,7 +137,7 @@ def test_adapt_from_this_machines_probe(tmp_path, quiet_protocol):
 
     keys = [f"mobilenet_v3_small/i32/b{b}" for b in (2, 4, 8)]
     a, base = adapt_from_probe(tmp_path / "data", "cpu-amd-epyc-f26m2-2t", tmp_path / "ck",
-                               threads=1, protocol=quiet_protocol, keys=keys)
+                               threads=1, protocol=quiet_protocol, keys=keys, progress=False)
     assert base == "cpu-amd-epyc-f26m2-2t" and a.n_rows == 3 and a.fit == "scale"
     adapted = Predictor.load(tmp_path / "ck")
     assert adapted.adaptation.device == a.device
@@ -145,6 +145,37 @@ def test_adapt_from_this_machines_probe(tmp_path, quiet_protocol):
         _mobilenet(), batch_size=4, image_size=32).iteration_ms
     ms = adapted.predict(_mobilenet(), batch_size=4, image_size=32).iteration_ms
     assert ms == pytest.approx(base_ms * math.exp(a.a), rel=1e-6)  # the fitted factor
+
+
+def test_a_budget_measures_more_samples_and_a_file_of_them_adapts_alike(tmp_path,
+                                                                       quiet_protocol):
+    from mdot_jax.training.adapt import adapt_from_probe
+
+    keys = [f"mobilenet_v3_small/i32/b{b}" for b in (2, 4, 8)]
+    extra = [f"mobilenet_v3_small/i32/b{b}" for b in (16, 32)]
+    kw = dict(threads=1, protocol=quiet_protocol, keys=keys, extra=extra, progress=False)
+    a, _ = adapt_from_probe(tmp_path / "data", BASE, tmp_path / "probe", budget_s=0, **kw)
+    assert a.n_rows == 3  # no time left after the probe: nothing more measured
+    a, _ = adapt_from_probe(tmp_path / "data", BASE, tmp_path / "more", budget_s=600, **kw)
+    assert a.n_rows == 5 and "+ 2 more core-set samples" in a.source
+    a0, _ = adapt_from_probe(tmp_path / "data", BASE, tmp_path / "held", budget_s=0, **kw)
+    assert a0.n_rows == 5  # what the folder holds costs nothing
+    # the same five samples as a user's file: their model's ONNX file and measured times
+    import onnx
+
+    from mdot_jax.data.profile import sample_exporter
+
+    samples = load_dataset(tmp_path / "data").samples
+    onnx.save(sample_exporter()(samples[0]), tmp_path / "model.onnx")
+    with open(tmp_path / "mine.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["model", "batch_size", "image_size", "precision", "ms"])
+        for s in samples:
+            w.writerow(["model.onnx", s.workload.batch_size, s.workload.input_size, "fp32",
+                        s.label_ms])
+    b = adapt_from_measurements(tmp_path / "mine.csv", BASE, tmp_path / "file")
+    assert (b.fit, b.n_rows) == (a.fit, a.n_rows)
+    assert (b.a, b.b, b.loo_mape) == pytest.approx((a.a, a.b, a.loo_mape), rel=1e-6)
 
 
 def _mobilenet():

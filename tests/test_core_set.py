@@ -41,3 +41,15 @@ def test_probe_measures_its_samples_and_writes_them_down(tmp_path, capsys, quiet
     assert main(["probe", "--out", str(tmp_path / "x"), "--keys", "no_such_net/i32/b2"]) == 2
     [line] = [x for x in capsys.readouterr().err.splitlines() if x.startswith("mdot")]
     assert line.startswith("mdot: error:") and "no_such_net/i32/b2" in line
+
+
+def test_the_adaptation_order_starts_with_one_sample_of_each_family_outside_the_probe():
+    chosen = core_set.load()
+    order = core_set.adaptation_order(chosen)
+    assert order == core_set.adaptation_order(chosen)  # fixed: a resumed run measures alike
+    assert set(order) == set(chosen["core_set"]) - set(chosen["probe"])
+    probed = {k.split("/")[0] for k in chosen["probe"]}
+    archs = {k.split("/")[0] for k in chosen["core_set"]} - probed
+    first = order[:len(archs)]
+    assert {k.split("/")[0] for k in first} == archs  # one per family, each once
+    assert all(k.endswith("/b8") for k in first[:10])  # the batch nearest 8

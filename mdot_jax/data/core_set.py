@@ -147,6 +147,24 @@ def write_probe(root: str | Path, keys: Sequence[str], fingerprint: dict) -> dic
     return probe
 
 
+def adaptation_order(chosen: Mapping) -> list[str]:
+    """The core-set samples `mdot adapt --budget-s` measures after the probe, in order: one
+    per family not in the probe (the batch nearest 8; families in a seeded order), then the
+    rest of the core set. Fixed by the stored selection, so that a resumed adaptation
+    measures the same samples. (The core set holds one architecture per family.)"""
+    probe = set(chosen["probe"])
+    probed = {k.split("/")[0] for k in probe}
+    by_arch: dict[str, list[str]] = {}
+    for k in chosen["core_set"]:
+        if k not in probe:
+            by_arch.setdefault(k.split("/")[0], []).append(k)
+    archs = sorted(a for a in by_arch if a not in probed)
+    first = [min(by_arch[archs[i]], key=lambda k: abs(np.log2(int(k.rsplit("/b", 1)[1]) / 8)))
+             for i in np.random.default_rng(0).permutation(len(archs))]
+    taken = set(first)
+    return first + [k for ks in by_arch.values() for k in ks if k not in taken]
+
+
 def probe_of(samples: Sequence[Sample]) -> dict[str, float] | None:
     """The probe's measured ms among `samples` of one device (every probe key), or None."""
     ms = {s.key: s.label_ms for s in samples}

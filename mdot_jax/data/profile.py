@@ -385,8 +385,6 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
             f"{u}" + (f" (did you mean {', '.join(h)}?)" if h else "") for u, h in hints.items()))
     with writer_lock(root):
         _check_same_device(root, fp)
-        if speed_check:
-            _check_same_speed(root, {m.name: m for m in zoo}, protocol, device, torch)
         writer = DatasetWriter(root)
         report = SkipLog(root)
         entries = [m for m in zoo if models is None or m.name in models]
@@ -402,6 +400,8 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
         todo = [j for j in jobs if key(*j) not in writer.done
                 and (retry_skipped or key(*j) not in report.skipped)
                 and (retry_noisy or key(*j) not in writer.noisy)]
+        if speed_check and todo:
+            _check_same_speed(root, {m.name: m for m in zoo}, protocol, device, torch)
         bar = tqdm(total=len(todo), unit="sample", disable=not progress, desc=f"profile {device}")
         by_model_size: dict[tuple, list[int]] = {}
         for m, s, b in todo:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,32 +134,77 @@ def nearest_checkpoint(probe: dict[str, float]) -> tuple[str, float]:
 
 def adapt_from_probe(root: str | Path, base: str | Path | None, out: str | Path, *,
                      threads: int = 2, device: str | None = None, force: bool = False,
-                     protocol=None, keys: list[str] | None = None) -> tuple[Adaptation, str]:
+                     budget_s: float = 0.0, protocol=None, keys: list[str] | None = None,
+                     extra: list[str] | None = None,
+                     progress: bool = True) -> tuple[Adaptation, str]:
     """Measures this machine's probe into the dataset folder `root` (what it holds is kept),
-    adapts `base` (default: the nearest shipped checkpoint by probe) to it and writes the
-    adapted checkpoint to `out`. Returns the fit and the base's name. `keys`: another probe
-    (tests)."""
+    then, while `budget_s` seconds of measuring (the probe's included) allow, more core-set
+    samples (`core_set.adaptation_order`; those the folder already holds cost nothing), adapts
+    `base` (default: the nearest shipped checkpoint by probe) to them all and writes the
+    adapted checkpoint to `out`. Returns the fit and the base's name. `keys`, `extra`: another
+    probe and other extra samples (tests)."""
     from mdot_jax.data import core_set
     from mdot_jax.data.dataset import load_dataset
     from mdot_jax.data.profile import sample_exporter
 
     out = checkpoint.prepare_out(out, force=force)
-    keys = keys or core_set.load()["probe"]
+    chosen = core_set.load()
+    keys = keys or chosen["probe"]
+    start = time.perf_counter()
     probe = core_set.run_probe(root, keys, threads, protocol=protocol)
     missing = [k for k in keys if k not in probe["ms"]]
     if len(probe["ms"]) < 2:
         raise UsageError(f"{root}: only {len(probe['ms'])} probe samples measured "
                          f"(noisy or skipped: {', '.join(missing)}); run again on an idle "
                          "machine")
+    used = set(probe["ms"]) | _measure_within(
+        root, core_set.adaptation_order(chosen) if extra is None else extra,
+        budget_s - (time.perf_counter() - start), threads, protocol, progress)
     base_path = resolve_checkpoint(base or nearest_checkpoint(probe["ms"])[0])
     predictor = Predictor.load(base_path)
-    samples = [s for s in load_dataset(root).samples if s.key in probe["ms"]]
+    samples = [s for s in load_dataset(root).samples if s.key in used]
     export = sample_exporter()  # the stored sequences are unfused: convert as the checkpoint
     pred = [predictor.predict(export(s), batch_size=s.workload.batch_size,
                               **{"seq_len" if s.seq.input_kind == "tokens" else "image_size":
                                  s.workload.input_size}).iteration_ms for s in samples]
     device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
+    n_extra = len(samples) - len(probe["ms"])
     adaptation = fit(pred, [s.label_ms for s in samples], device,
-                     source=f"probe of {root} ({len(samples)} samples), base {base_path.name}")
+                     source=f"probe of {root} ({len(probe['ms'])} samples) + {n_extra} more "
+                            f"core-set samples, base {base_path.name}")
     _write(base_path, out, adaptation)
     return adaptation, base_path.name
+
+
+FIRST_GUESS_S = 20.0  # the time of one sample, before any was measured in this run
+
+
+def _measure_within(root: str | Path, keys: list[str], budget_s: float, threads: int,
+                    protocol, progress: bool) -> set[str]:
+    """The `keys` the folder `root` holds, measuring those it lacks in order while the next
+    one fits in `budget_s` (at the mean time of those measured so far). Returns the `keys`
+    held after."""
+    from tqdm import tqdm
+
+    from mdot_jax.data.dataset import SAMPLES, load_dataset
+    from mdot_jax.data.profile import ZOOS, Protocol, profile
+
+    held = {s.key for s in load_dataset(root).samples} if (Path(root) / SAMPLES).exists() \
+        else set()
+    times: list[float] = []
+    bar = tqdm(total=max(int(budget_s), 0), unit="s", desc="adapt: more samples",
+               disable=not progress or budget_s <= 0)
+    start = time.perf_counter()
+    for key in keys:
+        if key in held:
+            continue
+        elapsed = time.perf_counter() - start
+        if elapsed + (np.mean(times) if times else FIRST_GUESS_S) > budget_s:
+            break
+        t0 = time.perf_counter()
+        profile(list(ZOOS), [], [], root, threads=threads, keys=[key],
+                protocol=protocol or Protocol(), speed_check=False, progress=False)
+        times.append(time.perf_counter() - t0)
+        bar.update(min(int(time.perf_counter() - start), bar.total) - bar.n)
+    bar.close()
+    return {s.key for s in load_dataset(root).samples} & set(keys)
