@@ -17,7 +17,11 @@ aggregates throughout (minutes on 2 cores), so the strategies differ only in wha
   graph computes, scaled by FLOPs), then `adapt`'s fit on the adaptation samples;
 - `scratch`: a model fitted on the adaptation samples alone;
 - `ceiling`: d's own full data, leave-family-out (5 family folds of d: each sample predicted
-  by the model fitted on d's other families), what a checkpoint trained on d would err.
+  by the model fitted on d's other families), what a checkpoint trained on d would err;
+- `shipped adapt`: what a user gets: the shipped checkpoint of the nearest device (GNN +
+  LightGBM, trained on all of that device's data) with `mdot adapt`'s fit. For k = 10 (first
+  draw) the same samples are also written as a measurements CSV and given to
+  `mdot adapt --from-measurements`: the row records whether that reproduces the fit.
 
 Labels are the devices' measurements; nothing is measured here.
 """
@@ -25,7 +29,10 @@ Labels are the devices' measurements; nothing is measured here.
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +97,39 @@ def _family_cv(dev: Device, folds: int = 5) -> np.ndarray:
     return out
 
 
+def _shipped(nearest: str, target: Device) -> tuple[Path, np.ndarray]:
+    """The nearest device's shipped checkpoint, and its predictions `[N]` ms of `target`."""
+    from mdot_jax.serving.predict import Predictor, resolve_checkpoint
+
+    path = resolve_checkpoint(nearest)
+    predictor = Predictor.load(path)
+    here = predictor.devices[0]  # the checkpoint's own device: what it was trained on
+    preds = predictor.predict_many([(s.seq, dataclasses.replace(s.workload, device=here))
+                                    for s in target.samples])
+    return path, np.asarray([p.iteration_ms for p in preds])
+
+
+def _file_reproduces(path: Path, target: Device, idx: list[int], pred: np.ndarray) -> bool:
+    """Whether `mdot adapt --from-measurements` on a CSV of the samples `idx` fits what the
+    in-process adaptation of the checkpoint's predictions `pred` fits."""
+    from mdot_jax.training.adapt import adapt_from_measurements
+
+    mine = fit_adaptation(pred[idx], np.exp(target.y[idx]), target.slug)
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(Path(tmp) / "mine.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["model", "batch_size", "image_size", "seq_len", "precision", "ms"])
+            for i in idx:
+                s = target.samples[i]
+                size = s.workload.input_size
+                text = s.seq.input_kind == "tokens"
+                w.writerow([(s.root / s.seq_path).absolute(), s.workload.batch_size,
+                            "" if text else size, size if text else "", "fp32", s.label_ms])
+        theirs = adapt_from_measurements(Path(tmp) / "mine.csv", path, Path(tmp) / "ck")
+    return bool(theirs.fit == mine.fit and np.allclose([theirs.a, theirs.b, theirs.loo_mape],
+                                                       [mine.a, mine.b, mine.loo_mape]))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
@@ -127,6 +167,7 @@ def main() -> None:
             probe_profiles, probe_flops, flops(target))], 1)
         pred = dict(nearest=near_model(target.x), aware=aware_model(x_target),
                     ceiling=_family_cv(target))
+        shipped_path, shipped = _shipped(nearest.slug, target)
         probe_idx = [target.samples.index(target.by_key[k]) for k in probe]
         probe_families = set(target.family[probe_idx])
         pool = sorted(set(target.family) - probe_families)
@@ -152,14 +193,20 @@ def main() -> None:
                 res["scratch"] = _ape(np.exp(_fit(target.x[idx], target.y[idx], draw)(
                     target.x[test])), true)
                 res["ceiling"] = _ape(np.exp(pred["ceiling"][test]), true)
+                a = fit_adaptation(shipped[idx], np.exp(target.y[idx]), target.slug)
+                res["shipped adapt"] = _ape(a.apply(shipped[test]), true)
                 rows.append(dict(device=target.slug, nearest_device=nearest.slug, k=k,
                                  draw=draw, test_samples=int(test.sum()),
                                  **{m: float(v.mean()) for m, v in res.items()}))
+                if k == 10 and draw == 0:
+                    rows[-1]["file reproduces"] = _file_reproduces(shipped_path, target, idx,
+                                                                   shipped)
                 print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(dict(probe=probe, rows=rows), indent=1))
-    methods = ["nearest", "scale", "adapt", "device-aware", "scratch", "ceiling"]
+    methods = ["nearest", "scale", "adapt", "device-aware", "scratch", "ceiling",
+               "shipped adapt"]
     lines = ["| device | k | " + " | ".join(f"{m} MAPE %" for m in methods)
              + " | adapt band held % | device-aware band held % |",
              "|---|---|" + "---|" * (len(methods) + 2)]

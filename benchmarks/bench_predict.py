@@ -41,6 +41,7 @@ def main():
 
     from converters import convert, from_torch
     from mdot_jax.data.dataset import Sample
+    from mdot_jax.data.features import FeatureCache
     from mdot_jax.serving.predict import Predictor
 
     predictor = Predictor.load(args.checkpoint)
@@ -52,7 +53,9 @@ def main():
 
     seq = convert(path, batch_size=64)
     w = predictor._workload(64, 224, None, "nchw", None, "sgd")
-    batch, _ = next(predictor.cache.batches([Sample.in_memory(seq, w)], 4096, shrink=True))
+    cache = FeatureCache(predictor.trained.stats, predictor.trained.feature_cfg,
+                         predictor.trained.model_cfg.vocab_size)
+    batch, _ = next(cache.batches([Sample.in_memory(seq, w)], 4096, shrink=True))
 
     def forward():
         return jax.block_until_ready(predictor._forward(predictor._params, batch))

@@ -149,3 +149,31 @@ def test_mdot_train_defaults_to_the_recipe_the_checkpoints_were_trained_with(nam
                                                         recipe.train.patience)
     assert recipes.get("paper").model.pe == ("depth", "laplacian")
     assert recipes.get("paper").model.arch == "mdot" and not recipes.get("paper").companion
+
+
+def test_one_predictor_predicts_sequence_after_sequence_as_a_fresh_one_does():
+    """A Predictor kept across calls (the Python API, `mdot adapt`'s rows) must not reuse
+    what it computed for a sequence that is gone for a new one that got its id."""
+    import copy
+
+    ds = load_dataset(REPO / "data" / "derived" / "cpu-amd-epyc-f26m2-2t-fused")
+    first, second = ds.samples[0], ds.samples[600]
+    assert first.seq.name != second.seq.name
+    kept = Predictor.load("cpu-amd-epyc-f25m17-2t")
+
+    def ms(predictor, seq, s):
+        return predictor.predict(seq, batch_size=s.workload.batch_size,
+                                 image_size=s.workload.input_size).iteration_ms
+
+    for _ in range(20):  # CPython hands a freed object's memory to the next one alike
+        gone = copy.copy(first.seq)
+        ms(kept, gone, first)
+        old = id(gone)
+        del gone
+        new = copy.copy(second.seq)
+        if id(new) == old:
+            break
+    else:
+        pytest.skip("no object reused a freed one's id")
+    assert ms(kept, new, second) == pytest.approx(
+        ms(Predictor.load("cpu-amd-epyc-f25m17-2t"), second.seq, second), rel=1e-5)

@@ -286,16 +286,17 @@ class FeatureCache:
 
     def __init__(self, stats: FeatureStats, fc: FeatureConfig, vocab_size: int = len(VOCAB)):
         self.stats, self.fc, self.vocab_size = stats, fc, vocab_size
-        self._seqs: dict[int, SeqFeatures] = {}
+        # id(seq) -> (seq, features): holding the sequence keeps its id from being reused
+        self._seqs: dict[int, tuple[OperatorSequence, SeqFeatures]] = {}
 
     def seq(self, seq: OperatorSequence) -> SeqFeatures:
         key = id(seq)
         if key not in self._seqs:
             f = seq_features(seq, self.stats, self.fc)
             # op types newer than the model's vocabulary (an older checkpoint) are <unk>
-            self._seqs[key] = f._replace(op_type=np.where(f.op_type < self.vocab_size,
-                                                          f.op_type, UNK_ID).astype(np.int32))
-        return self._seqs[key]
+            self._seqs[key] = seq, f._replace(op_type=np.where(
+                f.op_type < self.vocab_size, f.op_type, UNK_ID).astype(np.int32))
+        return self._seqs[key][1]
 
     def workload(self, w: Workload, seq: OperatorSequence) -> np.ndarray:
         raw = workload_raw(w, seq, self.stats.devices)

@@ -96,8 +96,6 @@ class Predictor:
     def __init__(self, trained: Trained, path: Path | None = None,
                  companion: TreeModel | None = None):
         self.trained, self.path, self.companion = trained, path, companion
-        self.cache = FeatureCache(trained.stats, trained.feature_cfg,
-                                  trained.model_cfg.vocab_size)
         graphdef, params = trained.graphdef, trained.params
 
         @jax.jit
@@ -177,13 +175,15 @@ class Predictor:
         if self.cost_model is not None and self.trained.feature_cfg.op_costs:
             attach([seq for seq, _ in items], self.cost_model)
         samples = [Sample.in_memory(seq, w, key=str(i)) for i, (seq, w) in enumerate(items)]
-        fused = self.trained.feature_cfg.fused
+        fc = self.trained.feature_cfg
         for seq, _ in items:
-            bucket_length(seq.num_ops, self.cache.fc.buckets)  # clear error if too long
-            if ("fused" in seq.meta) != fused:
+            bucket_length(seq.num_ops, fc.buckets)  # a clear error if too long
+            if ("fused" in seq.meta) != fc.fused:
                 raise ValueError(f"operator sequence {seq.name!r} was converted with fuse="
-                                 f"{not fused}, this checkpoint expects fuse={fused}")
-        out = predict_samples(self._forward, self._params, self.cache, samples, PREDICT_TOKENS,
+                                 f"{not fc.fused}, this checkpoint expects fuse={fc.fused}")
+        # features of this call's sequences only: a Predictor outlives the sequences it saw
+        cache = FeatureCache(self.trained.stats, fc, self.trained.model_cfg.vocab_size)
+        out = predict_samples(self._forward, self._params, cache, samples, PREDICT_TOKENS,
                               shrink=True)
         parts: list[dict] = [{} for _ in items]
         disagreement: list[float | None] = [None] * len(items)
