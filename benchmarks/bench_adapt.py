@@ -13,6 +13,7 @@ device), as the shipped checkpoints read fused sequences. Each draw picks k fami
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import numpy as np
 
@@ -33,8 +34,9 @@ def main() -> None:
     labels = {s.key: s for s in load_dataset(args.target).samples}
     samples = [s for s in load_dataset(args.sequences).samples if s.key in labels]
     predictor = Predictor.load(args.base)
-    pred = np.array([p.iteration_ms for p in predictor.predict_many(
-        [(s.seq, s.workload) for s in samples])])
+    pred = np.array([p.iteration_ms for p in predictor.predict_many(  # as for its own device
+        [(s.seq, dataclasses.replace(s.workload, device=predictor.devices[0]))
+         for s in samples])])
     true = np.array([labels[s.key].label_ms for s in samples])
     family = np.array([s.family for s in samples])
     families = sorted(set(family))

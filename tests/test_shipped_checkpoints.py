@@ -177,3 +177,11 @@ def test_one_predictor_predicts_sequence_after_sequence_as_a_fresh_one_does():
         pytest.skip("no object reused a freed one's id")
     assert ms(kept, new, second) == pytest.approx(
         ms(Predictor.load("cpu-amd-epyc-f25m17-2t"), second.seq, second), rel=1e-5)
+
+
+def test_a_workload_for_another_device_is_refused():
+    ds = load_dataset(REPO / "data" / "derived" / "cpu-amd-epyc-f26m2-2t-fused")
+    s = ds.samples[0]
+    with pytest.raises(ValueError, match="predicts for .*cpu-amd-epyc-f25m17-2t.*not "
+                                         "'cpu-amd-epyc-f26m2-2t'"):
+        Predictor.load("cpu-amd-epyc-f25m17-2t").predict_many([(s.seq, s.workload)])

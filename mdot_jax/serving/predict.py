@@ -176,7 +176,10 @@ class Predictor:
             attach([seq for seq, _ in items], self.cost_model)
         samples = [Sample.in_memory(seq, w, key=str(i)) for i, (seq, w) in enumerate(items)]
         fc = self.trained.feature_cfg
-        for seq, _ in items:
+        for seq, w in items:
+            if w.device not in self.devices:  # an unknown device would be no device at all
+                raise ValueError(f"this checkpoint predicts for {self.devices}, not "
+                                 f"{w.device!r}")
             bucket_length(seq.num_ops, fc.buckets)  # a clear error if too long
             if ("fused" in seq.meta) != fc.fused:
                 raise ValueError(f"operator sequence {seq.name!r} was converted with fuse="
