@@ -11,7 +11,10 @@ evidence, by rule:
 - `inference`: BatchNormalization nodes, none of them in training mode, or BatchNormalization
   folded into Conv: a node that the exporter's rewriter records as fused from one (torch's
   dynamo exporter, `FuseBatchNormIntoConv`), or a Conv whose weight is an anonymous folded
-  constant (`onnx::Conv_*`) among named module parameters (TorchScript `eval()` exports);
+  constant (`onnx::Conv_*`) among named module parameters (TorchScript `eval()` exports),
+  or a Conv whose bias is TensorFlow's BatchNormalization shift (`<layer>/batchnorm/sub`,
+  tf2onnx); or a BatchNormalization that TensorFlow lowered to `x * scale + shift`
+  (`<layer>/batchnorm/mul_1` then `<layer>/batchnorm/add_1`, tf2onnx, where it does not fold);
 - `unknown`: neither (e.g. a Transformer without Dropout looks the same both ways).
 """
 
@@ -50,9 +53,29 @@ def folded_convs(graph: onnx.GraphProto) -> list[int]:
         rules = " ".join(p.value for p in node.metadata_props
                          if p.key.endswith("rewriter.rule_name"))
         anonymous = len(node.input) > 1 and node.input[1].startswith("onnx::Conv")
-        if "FuseBatchNorm" in rules or (named_params and anonymous):
+        tf_shift = len(node.input) > 2 and "batchnorm/sub" in node.input[2]
+        if "FuseBatchNorm" in rules or (named_params and anonymous) or tf_shift:
             out.append(i)
     return out
+
+
+def lowered_batchnorms(graph: onnx.GraphProto) -> list[tuple[int, int]]:
+    """(Mul, Add) node indices of each BatchNormalization in inference mode that TensorFlow
+    lowered to `x * scale + shift` (module docs): the Mul feeds only the Add."""
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
+    readers = Counter(x for n in graph.node for x in n.input)
+    pairs = []
+    for j, add in enumerate(graph.node):
+        if add.op_type != "Add" or not add.name.endswith("batchnorm/add_1"):
+            continue
+        for x in add.input:
+            i = producer.get(x)
+            mul = graph.node[i] if i is not None else None
+            if mul is not None and mul.op_type == "Mul" and \
+                    mul.name.endswith("batchnorm/mul_1") and readers[x] == 1:
+                pairs.append((i, j))
+                break
+    return pairs
 
 
 def graph_kind(model: onnx.ModelProto) -> dict:
@@ -66,9 +89,10 @@ def graph_kind(model: onnx.ModelProto) -> dict:
     dropout_train = sum(n.op_type == "Dropout" and len(n.input) > 2 and bool(n.input[2])
                         for n in graph.node)
     folded = len(folded_convs(graph))
+    lowered = len(lowered_batchnorms(graph))
     if bn_train or dropout_train:
         kind = "training"
-    elif bn or folded:
+    elif bn or folded or lowered:
         kind = "inference"
     else:
         kind = "unknown"
@@ -91,7 +115,8 @@ def graph_kind(model: onnx.ModelProto) -> dict:
         bn_train -= restored["batchnorm_to_training"] + restored["batchnorm_unfolded"]
         bn = bn[:len(bn) - restored["batchnorm_unfolded"]]
         folded = restored["batchnorm_unfolded"]
-    return dict(kind=kind, batchnorm_training=bn_train, batchnorm_inference=len(bn) - bn_train,
+    return dict(kind=kind, batchnorm_training=bn_train,
+                batchnorm_inference=len(bn) - bn_train + lowered,
                 batchnorm_folded=folded,
                 dropout_training=dropout_train, producer=" ".join(
                     p for p in (model.producer_name, model.producer_version) if p),

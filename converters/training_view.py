@@ -7,6 +7,10 @@ back from the graph itself is, by rule:
 - a Conv with BatchNormalization folded into it loses the folded bias and is followed by a
   BatchNormalization in training mode over its output channels, whose scale, bias and
   running statistics are weights [C] (what a training export of the same model holds);
+- a BatchNormalization lowered to `x * scale + shift` (TensorFlow) is one again, in training
+  mode, with weights [C] as above;
+- the weights that no operator reads any more (the folded biases, the lowered scales and
+  shifts) leave the graph;
 - Dropout that the exporter removed cannot be put back (where it was is not in the graph),
   and neither can folding that leaves no trace (a model without BatchNormalization).
 What was restored is recorded in the model metadata (`RESTORED_KEY`, JSON) and reported by
@@ -16,11 +20,12 @@ What was restored is recorded in the model metadata (`RESTORED_KEY`, JSON) and r
 from __future__ import annotations
 
 import json
+import math
 
 import onnx
 from onnx import helper
 
-from converters.kind import RESTORED_KEY, folded_convs, graph_kind
+from converters.kind import RESTORED_KEY, folded_convs, graph_kind, lowered_batchnorms
 from converters.sequence import PARAMS_KEY
 
 
@@ -28,16 +33,35 @@ def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
+def _dims(graph: onnx.GraphProto, name: str) -> list[int] | None:
+    """The fixed shape of a weight (an initializer or a graph input), or None."""
+    for t in graph.initializer:
+        if t.name == name:
+            return list(t.dims)
+    for vi in graph.input:
+        if vi.name == name:
+            dims = vi.type.tensor_type.shape.dim
+            return [int(d.dim_value) for d in dims] if all(
+                d.HasField("dim_value") for d in dims) else None
+    return None
+
+
 def _channels(graph: onnx.GraphProto, weight: str) -> int | None:
     """Output channels of a Conv from its weight's shape [C_out, C_in / g, k...]."""
-    for t in graph.initializer:
-        if t.name == weight:
-            return int(t.dims[0]) if t.dims else None
-    for vi in graph.input:
-        if vi.name == weight:
-            dims = vi.type.tensor_type.shape.dim
-            return int(dims[0].dim_value) if dims and dims[0].HasField("dim_value") else None
-    return None
+    dims = _dims(graph, weight)
+    return dims[0] if dims else None
+
+
+def _batchnorm(x: str, y: str, channels: int, name: str, graph: onnx.GraphProto,
+               opset: int) -> tuple[onnx.NodeProto, list[str]]:
+    """A BatchNormalization in training mode from `x` to `y` over `channels`, with its
+    weights [C] added as graph inputs; returns it and their names."""
+    stats = [f"{y}__bn_{w}" for w in ("scale", "bias", "mean", "var")]
+    graph.input.extend(helper.make_tensor_value_info(s, onnx.TensorProto.FLOAT, [channels])
+                       for s in stats)
+    bn = helper.make_node("BatchNormalization", [x, *stats], [y], name=name)
+    _train(bn, opset)
+    return bn, stats
 
 
 def _train(bn: onnx.NodeProto, opset: int) -> None:
@@ -68,29 +92,51 @@ def as_training(model: onnx.ModelProto) -> onnx.ModelProto:
                  if n.op_type == "BatchNormalization" and len([o for o in n.output if o]) == 1]
     for bn in inference:
         _train(bn, opset)
-    nodes, folded, restored = [], set(folded_convs(graph)), []
+    nodes, folded, restored, detached = [], set(folded_convs(graph)), [], set()
+    lowered = dict(lowered_batchnorms(graph))  # Mul index -> Add index
+    dropped, unlowered = set(lowered.values()), 0
     for i, node in enumerate(graph.node):
+        if i in dropped:
+            continue
+        if i in lowered:  # x * scale + shift: the BatchNormalization it was
+            add = graph.node[lowered[i]]
+            scale = next((w for w in node.input if _dims(graph, w)), None)
+            dims = _dims(graph, scale) if scale else None
+            if dims is None or math.prod(dims) <= 1:
+                nodes += [node, add]  # not a per-channel weight: left as it is
+                continue
+            x = next(v for v in node.input if v != scale)
+            detached.update(w for w in (*node.input, *add.input) if w != x and w != node.output[0])
+            bn, stats = _batchnorm(x, add.output[0], math.prod(dims),
+                                   add.name.rsplit("/", 1)[0] or add.output[0], graph, opset)
+            nodes.append(bn)
+            restored += stats
+            unlowered += 1
+            continue
         channels = _channels(graph, node.input[1]) if i in folded else None
         nodes.append(node)
         if channels is None:
             continue
         y = node.output[0]
+        detached.update(node.input[2:])
         del node.input[2:]  # the folded bias: a training export's Conv before BN has none
         node.output[0] = f"{y}__before_batchnorm"
-        stats = [f"{y}__bn_{w}" for w in ("scale", "bias", "mean", "var")]
-        graph.input.extend(helper.make_tensor_value_info(s, onnx.TensorProto.FLOAT, [channels])
-                           for s in stats)
-        bn = helper.make_node("BatchNormalization", [node.output[0], *stats], [y],
-                              name=f"{node.name or y}/restored_batchnorm")
-        _train(bn, opset)
+        bn, stats = _batchnorm(node.output[0], y, channels,
+                               f"{node.name or y}/restored_batchnorm", graph, opset)
         nodes.append(bn)
         restored += stats
     del graph.node[:]
     graph.node.extend(nodes)
+    read = {x for n in graph.node for x in n.input} | {o.name for o in graph.output}
+    for field in (graph.input, graph.initializer):  # weights no operator reads any more
+        kept = [t for t in field if t.name in read or t.name not in detached]
+        del field[:]
+        field.extend(kept)
     params = next((p for p in out.metadata_props if p.key == PARAMS_KEY), None)
-    if params is not None and restored:  # the weights now include the restored ones
-        params.value = ",".join(filter(None, [params.value, *restored]))
+    if params is not None and (restored or detached):  # the weights as they are now
+        params.value = ",".join([n for n in params.value.split(",") if n and n not in detached]
+                                + restored)
     out.metadata_props.add(key=RESTORED_KEY, value=json.dumps(dict(
-        exported=before["kind"], batchnorm_to_training=len(inference),
-        batchnorm_unfolded=len(restored) // 4)))
+        exported=before["kind"], batchnorm_to_training=len(inference) + unlowered,
+        batchnorm_unfolded=len(restored) // 4 - unlowered)))
     return out

@@ -3,6 +3,7 @@ with the framework's own parameter count and contraction FLOPs (within 1%), is r
 training or an inference graph, and predicts (with the warnings it deserves)."""
 
 import io
+import pathlib
 import json
 import warnings
 
@@ -223,3 +224,27 @@ def test_keras_through_tf2onnx(capsys, tmp_path):
     assert got["params"] == pytest.approx(net.count_params(), rel=0.01)
     assert got["graph"]["kind"] in ("inference", "unknown")
     assert main(["predict", str(path), "--batch-size", "2"]) == 0
+
+
+KERAS = pathlib.Path(__file__).parent / "data" / "keras"  # made by its make.py (tf2onnx)
+
+
+@pytest.mark.parametrize("name", ["keras-cnn", "keras-mobilenetv2"])
+def test_a_keras_export_reads_as_keras_counts_it_and_as_a_training_step(capsys, name):
+    """tf2onnx exports inference: BatchNormalization folded into Conv (its shift as the
+    Conv's bias) or lowered to a multiply and an add; both are put back in training mode."""
+    ref = json.loads((KERAS / "counts.json").read_text())[name]
+    path = KERAS / f"{name}.onnx"
+    assert main(["convert", str(path), "--json", "--batch-size", str(BATCH)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    contractions = sum(v for k, v in got["flops_by_type"].items() if k in CONTRACTIONS)
+    assert got["params"] == pytest.approx(ref["params"], rel=0.01)
+    assert contractions == pytest.approx(ref["flops_per_sample"] * BATCH, rel=0.01)
+    assert got["graph"]["kind"] == "inference" and got["graph"]["producer"].startswith("tf2onnx")
+    restored = got["graph"]["restored"]
+    assert restored["batchnorm_unfolded"] >= 1 and got["flops_by_type"]["BatchNormalization"] > 0
+    assert got["inputs"] == {"image": [BATCH, ref["image_size"], ref["image_size"], 3]}
+    assert main(["predict", str(path), "--batch-size", "8", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["input_size"] == ref["image_size"]  # NHWC: the side, not 3
+    assert "an inference graph" in err
