@@ -306,13 +306,18 @@ def graph_warnings(g: dict, precision: str) -> list[str]:
     training step: an inference export, uncosted control flow, weights in another precision."""
     out = []
     if g.get("kind") == "inference":
-        evidence = (f"{g['batchnorm_inference']} BatchNormalization in inference mode"
-                    if g["batchnorm_inference"] else
-                    f"{g.get('batchnorm_folded', 0)} BatchNormalization folded into Conv")
+        evidence = " and ".join(
+            f"{n} BatchNormalization {how}" for n, how in (
+                (g["batchnorm_inference"], "in inference mode"),
+                (g.get("batchnorm_folded", 0), "folded into Conv")) if n)
+        exact = ("export the training graph (converters.from_torch, or torch.onnx.export(..., "
+                 "training=TrainingMode.TRAINING))"
+                 if not g.get("producer", "").startswith("tf2onnx") else
+                 "export the model from PyTorch in training mode, if there is one: tf2onnx "
+                 "exports inference graphs only")
         out.append(f"an inference graph ({evidence}): priced with its BatchNormalization in "
                    "training mode, but Dropout that the exporter removed is not priced; for "
-                   "the exact step export the training graph (converters.from_torch, or "
-                   "torch.onnx.export(..., training=TrainingMode.TRAINING))")
+                   f"the exact step {exact}")
     if g.get("control_flow"):
         out.append(f"control flow {g['control_flow']}: the bodies of these operators are not "
                    "costed")
