@@ -247,4 +247,4 @@ def test_a_keras_export_reads_as_keras_counts_it_and_as_a_training_step(capsys, 
     assert main(["predict", str(path), "--batch-size", "8", "--json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["input_size"] == ref["image_size"]  # NHWC: the side, not 3
-    assert "an inference graph" in err
+    assert "an inference graph" in err and "tf2onnx exports inference graphs only" in err
