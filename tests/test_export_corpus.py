@@ -3,8 +3,8 @@ with the framework's own parameter count and contraction FLOPs (within 1%), is r
 training or an inference graph, and predicts (with the warnings it deserves)."""
 
 import io
-import pathlib
 import json
+import pathlib
 import warnings
 
 import onnx
@@ -209,21 +209,6 @@ def test_tied_weights_are_counted_once_even_after_constant_folding(capsys, corpu
     main(["convert", str(files[("gpt2", "legacy-eval")]), "--json", *_args("gpt2")])
     assert json.loads(capsys.readouterr().out)["params"] == pytest.approx(refs["gpt2"][0],
                                                                           rel=0.01)
-
-
-def test_keras_through_tf2onnx(capsys, tmp_path):
-    tf = pytest.importorskip("tensorflow")
-    tf2onnx = pytest.importorskip("tf2onnx")
-    net = tf.keras.applications.MobileNetV2(input_shape=(SIZE, SIZE, 3), weights=None)
-    spec = (tf.TensorSpec((None, SIZE, SIZE, 3), tf.float32, name="x"),)
-    proto, _ = tf2onnx.convert.from_keras(net, input_signature=spec, opset=17)
-    path = tmp_path / "keras.onnx"
-    path.write_bytes(proto.SerializeToString())
-    assert main(["convert", str(path), "--json", "--batch-size", "2"]) == 0
-    got = json.loads(capsys.readouterr().out)
-    assert got["params"] == pytest.approx(net.count_params(), rel=0.01)
-    assert got["graph"]["kind"] in ("inference", "unknown")
-    assert main(["predict", str(path), "--batch-size", "2"]) == 0
 
 
 KERAS = pathlib.Path(__file__).parent / "data" / "keras"  # made by its make.py (tf2onnx)
