@@ -18,8 +18,9 @@ aggregates throughout (minutes on 2 cores), so the strategies differ only in wha
 - `scratch`: a model fitted on the adaptation samples alone;
 - `ceiling`: d's own full data, leave-family-out (5 family folds of d: each sample predicted
   by the model fitted on d's other families), what a checkpoint trained on d would err;
-- `shipped adapt`: what a user gets: the shipped checkpoint of the nearest device (GNN +
-  LightGBM, trained on all of that device's data) with `mdot adapt`'s fit. For k = 10 (first
+- `shipped adapt`: what a user gets: the shipped checkpoint of the nearest device by probe,
+  its own left out (GNN + LightGBM, trained on all of that device's data), with
+  `mdot adapt`'s fit. For k = 10 (first
   draw) the same samples are also written as a measurements CSV and given to
   `mdot adapt --from-measurements`: the row records whether that reproduces the fit.
 
@@ -97,11 +98,20 @@ def _family_cv(dev: Device, folds: int = 5) -> np.ndarray:
     return out
 
 
-def _shipped(nearest: str, target: Device) -> tuple[Path, np.ndarray]:
-    """The nearest device's shipped checkpoint, and its predictions `[N]` ms of `target`."""
-    from mdot_jax.serving.predict import Predictor, resolve_checkpoint
+def _shipped(target: Device) -> tuple[Path, np.ndarray]:
+    """The shipped checkpoint whose device's probe is nearest the target's (its own left
+    out): what `mdot adapt --probe` adapts; and its predictions `[N]` ms of `target`."""
+    from mdot_jax.data.core_set import probe_distance
+    from mdot_jax.serving import checkpoint
+    from mdot_jax.serving.predict import Predictor, resolve_checkpoint, shipped_checkpoints
 
-    path = resolve_checkpoint(nearest)
+    mine = {s.key: s.label_ms for s in target.samples}
+    scored = []
+    for name in shipped_checkpoints():
+        probe = checkpoint.read_metadata(resolve_checkpoint(name)).get("dataset", {}).get("probe")
+        if probe and name != target.slug:
+            scored.append((probe_distance(mine, probe), name))
+    path = resolve_checkpoint(min(scored)[1])
     predictor = Predictor.load(path)
     here = predictor.devices[0]  # the checkpoint's own device: what it was trained on
     preds = predictor.predict_many([(s.seq, dataclasses.replace(s.workload, device=here))
@@ -167,7 +177,7 @@ def main() -> None:
             probe_profiles, probe_flops, flops(target))], 1)
         pred = dict(nearest=near_model(target.x), aware=aware_model(x_target),
                     ceiling=_family_cv(target))
-        shipped_path, shipped = _shipped(nearest.slug, target)
+        shipped_path, shipped = _shipped(target)
         probe_idx = [target.samples.index(target.by_key[k]) for k in probe]
         probe_families = set(target.family[probe_idx])
         pool = sorted(set(target.family) - probe_families)
@@ -195,7 +205,8 @@ def main() -> None:
                 res["ceiling"] = _ape(np.exp(pred["ceiling"][test]), true)
                 a = fit_adaptation(shipped[idx], np.exp(target.y[idx]), target.slug)
                 res["shipped adapt"] = _ape(a.apply(shipped[test]), true)
-                rows.append(dict(device=target.slug, nearest_device=nearest.slug, k=k,
+                rows.append(dict(device=target.slug, nearest_device=nearest.slug,
+                                 shipped_base=shipped_path.name, k=k,
                                  draw=draw, test_samples=int(test.sum()),
                                  **{m: float(v.mean()) for m, v in res.items()}))
                 if k == 10 and draw == 0:

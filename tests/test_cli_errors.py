@@ -91,9 +91,9 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(training=True), path)
     code, out, err = run(capsys, "predict", str(path), "--batch-size", "4", "--checkpoint",
-                         "cpu-amd-epyc-2t", "--epochs", "2", "--dataset-size", "10", "--json")
+                         "cpu-amd-epyc-f26m2-2t", "--epochs", "2", "--dataset-size", "10", "--json")
     result = json.loads(out)
-    assert code == 0 and result["device"] == "cpu-amd-epyc-2t" and result["num_ops"] == 3
+    assert code == 0 and result["device"] == "cpu-amd-epyc-f26m2-2t" and result["num_ops"] == 3
     assert result["iteration_ms"] > 0
     assert result["job_s"] == pytest.approx(result["iteration_ms"] * 3 * 2 / 1e3)  # ceil(10/4)
     assert any("input size 8 is outside" in w for w in result["warnings"])
@@ -104,7 +104,7 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
 def test_predict_several_batch_sizes(capsys, tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(training=True), path)
-    args = ["predict", str(path), "--batch-sizes", "2,8,32", "--checkpoint", "cpu-amd-epyc-2t",
+    args = ["predict", str(path), "--batch-sizes", "2,8,32", "--checkpoint", "cpu-amd-epyc-f26m2-2t",
             "--image-size", "64"]
     code, out, _ = run(capsys, *args, "--json")
     rows = json.loads(out)
@@ -117,24 +117,24 @@ def test_predict_several_batch_sizes(capsys, tmp_path):
     # the parts and the header name the shipped pair's members
     assert all(set(r["parts"]) == {"gnn", "lightgbm"} for r in rows)
     assert "GNN x LightGBM geometric mean" in out.splitlines()[0]
-    code, _, err = run(capsys, "predict", str(path), "--checkpoint", "cpu-amd-epyc-2t")
+    code, _, err = run(capsys, "predict", str(path), "--checkpoint", "cpu-amd-epyc-f26m2-2t")
     assert code == 2 and "--batch-size (or --batch-sizes) is required" in err
 
 
 def test_calibrate_refuses_what_it_cannot_use(capsys, tmp_path):
     """`mdot calibrate` names the problem in one line and leaves the checkpoint as it was."""
-    data = CHECKPOINTS.parent / "data" / "cpu-amd-epyc-2t"
-    code, _, err = run(capsys, "calibrate", "cpu-amd-epyc-2t", "--results", str(tmp_path),
+    data = CHECKPOINTS.parent / "data" / "cpu-amd-epyc-f26m2-2t"
+    code, _, err = run(capsys, "calibrate", "cpu-amd-epyc-f26m2-2t", "--results", str(tmp_path),
                        "--dataset", str(data))
     assert code == 2 and err == f"mdot: error: {tmp_path}: no evaluation results\n"
-    before = (CHECKPOINTS / "cpu-amd-epyc-2t" / "metadata.json").read_text()
+    before = (CHECKPOINTS / "cpu-amd-epyc-f26m2-2t" / "metadata.json").read_text()
     (tmp_path / "results.jsonl").write_text(json.dumps(dict(
         method="mdot-pe-none", seed=0, fold=0, split="family", dataset="0" * 16,
         test_keys=[], pred_ms=[])))
-    code, _, err = run(capsys, "calibrate", "cpu-amd-epyc-2t", "--results", str(tmp_path),
+    code, _, err = run(capsys, "calibrate", "cpu-amd-epyc-f26m2-2t", "--results", str(tmp_path),
                        "--dataset", str(data))
     assert code == 2 and "not of one dataset" in err and err.count("\n") == 1
-    assert (CHECKPOINTS / "cpu-amd-epyc-2t" / "metadata.json").read_text() == before
+    assert (CHECKPOINTS / "cpu-amd-epyc-f26m2-2t" / "metadata.json").read_text() == before
 
 
 def test_dataset_timm_checks_its_csvs_before_building(capsys, tmp_path):
@@ -167,7 +167,7 @@ def test_the_input_size_comes_from_the_image_not_a_side_input(capsys, tmp_path):
     code, _, err = run(capsys, "convert", str(path), "--batch-size", "2")
     assert code == 2 and "input 'x' dim 2 ('H') is symbolic; pass --image-size N" in err
     code, out, err = run(capsys, "predict", str(path), "--batch-size", "2", "--image-size", "64",
-                         "--checkpoint", "cpu-amd-epyc-2t", "--json")
+                         "--checkpoint", "cpu-amd-epyc-f26m2-2t", "--json")
     assert code == 0, err
     assert not any("input size" in w for w in json.loads(out)["warnings"])  # 64 px, not 16
 
@@ -176,7 +176,7 @@ def test_input_shape_and_batch_size_that_disagree_are_an_error(capsys, tmp_path)
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(), path)
     code, _, err = run(capsys, "predict", str(path), "--input-shape", "x=8,3,8,8",
-                       "--batch-size", "64", "--checkpoint", "cpu-amd-epyc-2t")
+                       "--batch-size", "64", "--checkpoint", "cpu-amd-epyc-f26m2-2t")
     assert code == 2 and err.count("\n") == 1
     assert "--input-shape gives batch 8 but --batch-size is 64" in err
 

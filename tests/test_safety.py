@@ -195,10 +195,10 @@ def test_train_out_never_replaces_what_is_not_a_checkpoint(capsys, tmp_path, dat
 
 def test_train_out_replaces_a_checkpoint_only_with_force(capsys, tmp_path, dataset):
     out = tmp_path / "ckpt"
-    shutil.copytree(CHECKPOINT_DIR / "cpu-amd-epyc-2t", out)
+    shutil.copytree(CHECKPOINT_DIR / "cpu-amd-epyc-f26m2-2t", out)
     code, _, err = run(capsys, "train", "--dataset", dataset, "--out", out, "--recipe", "tiny")
     one_line_error(code, err, "holds a checkpoint; --force replaces it")
-    assert checkpoint.read_metadata(out)["dataset"]["path"].endswith("cpu-amd-epyc-2t-fused")
+    assert checkpoint.read_metadata(out)["dataset"]["path"].endswith("cpu-amd-epyc-f26m2-2t-fused")
     code, _, _ = run(capsys, "train", "--dataset", dataset, "--out", out, "--recipe", "tiny",
                      "--split", "none", "--force")
     assert code == 0 and checkpoint.read_metadata(out)["dataset"]["path"] == str(dataset)
@@ -217,7 +217,7 @@ def test_convert_output_that_is_a_directory_is_refused(capsys, tmp_path):
 @pytest.fixture
 def ckpt(tmp_path):
     out = tmp_path / "ckpt"
-    shutil.copytree(CHECKPOINT_DIR / "cpu-amd-epyc-2t", out)
+    shutil.copytree(CHECKPOINT_DIR / "cpu-amd-epyc-f26m2-2t", out)
     return out
 
 
@@ -313,7 +313,7 @@ def test_profile_threads_must_be_positive(capsys, tmp_path):
 
 def test_a_batch_far_beyond_training_says_so(capsys, model):
     code, out, err = run(capsys, "predict", model, "--batch-size", "1000000000",
-                         "--checkpoint", "cpu-amd-epyc-2t", "--image-size", "64", "--json")
+                         "--checkpoint", "cpu-amd-epyc-f26m2-2t", "--image-size", "64", "--json")
     assert code == 0
     [warning] = [w for w in json.loads(out)["warnings"] if "batch size" in w]
     assert "far (over 10x) outside the trained range 2-64" in warning and "a guess" in warning

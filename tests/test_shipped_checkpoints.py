@@ -185,3 +185,14 @@ def test_a_workload_for_another_device_is_refused():
     with pytest.raises(ValueError, match="predicts for .*cpu-amd-epyc-f25m17-2t.*not "
                                          "'cpu-amd-epyc-f26m2-2t'"):
         Predictor.load("cpu-amd-epyc-f25m17-2t").predict_many([(s.seq, s.workload)])
+
+
+def test_a_sequence_predicted_by_one_checkpoint_is_as_it_was_for_the_next():
+    """The checkpoint with operator times prices its own copy: the caller's sequence is not
+    changed, so a checkpoint without them still reads it."""
+    s = load_dataset(REPO / "data" / "derived" / "cpu-amd-epyc-f26m2-2t-fused").samples[0]
+    before = dict(s.seq.meta)
+    for name in ("cpu-amd-epyc-f25m17-2t", "cpu-amd-epyc-f26m2-2t"):
+        assert Predictor.load(name).predict(s.seq, batch_size=s.workload.batch_size,
+                                            image_size=s.workload.input_size).iteration_ms > 0
+        assert s.seq.meta == before

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Union
 
@@ -19,7 +19,7 @@ from converters import OperatorSequence, convert
 from converters.sequence import INPUT_KINDS
 from converters.vocab import VOCAB
 from mdot_jax.companion import TreeModel, combine
-from mdot_jax.data.dataset import Sample, Workload
+from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
 from mdot_jax.ops.cost import COST_MODEL, CostModel, attach, load_cost_model
 from mdot_jax.serving.adaptation import Adaptation
@@ -171,11 +171,18 @@ class Predictor:
 
     def predict_many(self, items: Sequence[tuple[OperatorSequence, Workload]]
                      ) -> list[Prediction]:
-        """Batch prediction for many (sequence, workload) pairs at once."""
-        if self.cost_model is not None and self.trained.feature_cfg.op_costs:
-            attach([seq for seq, _ in items], self.cost_model)
-        samples = [Sample.in_memory(seq, w, key=str(i)) for i, (seq, w) in enumerate(items)]
+        """Batch prediction for many (sequence, workload) pairs at once. The caller's
+        sequences are not changed: operator times go on this call's copies."""
         fc = self.trained.feature_cfg
+        own: dict[int, OperatorSequence] = {}  # id -> a copy without another model's times
+        for seq, _ in items:
+            if id(seq) not in own:
+                own[id(seq)] = replace(
+                    seq, meta={k: v for k, v in seq.meta.items() if k != OP_MS})
+        if self.cost_model is not None and fc.op_costs:
+            attach(list(own.values()), self.cost_model)
+        items = [(own[id(seq)], w) for seq, w in items]
+        samples = [Sample.in_memory(seq, w, key=str(i)) for i, (seq, w) in enumerate(items)]
         for seq, w in items:
             if w.device not in self.devices:  # an unknown device would be no device at all
                 raise ValueError(f"this checkpoint predicts for {self.devices}, not "
