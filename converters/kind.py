@@ -69,8 +69,8 @@ def lowered_batchnorms(graph: onnx.GraphProto) -> list[tuple[int, int]]:
         if add.op_type != "Add" or not add.name.endswith("batchnorm/add_1"):
             continue
         for x in add.input:
-            i = producer.get(x)
-            mul = graph.node[i] if i is not None else None
+            i = producer.get(x, -1)
+            mul = graph.node[i] if i >= 0 else None
             if mul is not None and mul.op_type == "Mul" and \
                     mul.name.endswith("batchnorm/mul_1") and readers[x] == 1:
                 pairs.append((i, j))

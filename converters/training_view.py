@@ -92,7 +92,8 @@ def as_training(model: onnx.ModelProto) -> onnx.ModelProto:
                  if n.op_type == "BatchNormalization" and len([o for o in n.output if o]) == 1]
     for bn in inference:
         _train(bn, opset)
-    nodes, folded, restored, detached = [], set(folded_convs(graph)), [], set()
+    nodes, folded, restored = [], set(folded_convs(graph)), []
+    detached: set[str] = set()  # weights that the restored operators no longer read
     lowered = dict(lowered_batchnorms(graph))  # Mul index -> Add index
     dropped, unlowered = set(lowered.values()), 0
     for i, node in enumerate(graph.node):

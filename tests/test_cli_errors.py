@@ -104,8 +104,8 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
 def test_predict_several_batch_sizes(capsys, tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(training=True), path)
-    args = ["predict", str(path), "--batch-sizes", "2,8,32", "--checkpoint", "cpu-amd-epyc-f26m2-2t",
-            "--image-size", "64"]
+    args = ["predict", str(path), "--batch-sizes", "2,8,32", "--checkpoint",
+            "cpu-amd-epyc-f26m2-2t", "--image-size", "64"]
     code, out, _ = run(capsys, *args, "--json")
     rows = json.loads(out)
     assert code == 0 and [r["batch_size"] for r in rows] == [2, 8, 32]
