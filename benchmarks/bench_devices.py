@@ -20,9 +20,9 @@ aggregates throughout (minutes on 2 cores), so the strategies differ only in wha
   by the model fitted on d's other families), what a checkpoint trained on d would err;
 - `shipped adapt`: what a user gets: the shipped checkpoint of the nearest device by probe,
   its own left out (GNN + LightGBM, trained on all of that device's data), with
-  `mdot adapt`'s fit. For k = 10 (first
-  draw) the same samples are also written as a measurements CSV and given to
-  `mdot adapt --from-measurements`: the row records whether that reproduces the fit.
+  `mdot adapt`'s fit. For k = 10 (first draw) the same samples are also written as a
+  measurements CSV and given to `mdot adapt --from-measurements`: the row records whether
+  that reproduces the fit.
 
 Labels are the devices' measurements; nothing is measured here.
 """
@@ -101,17 +101,11 @@ def _family_cv(dev: Device, folds: int = 5) -> np.ndarray:
 def _shipped(target: Device) -> tuple[Path, np.ndarray]:
     """The shipped checkpoint whose device's probe is nearest the target's (its own left
     out): what `mdot adapt --probe` adapts; and its predictions `[N]` ms of `target`."""
-    from mdot_jax.data.core_set import probe_distance
-    from mdot_jax.serving import checkpoint
-    from mdot_jax.serving.predict import Predictor, resolve_checkpoint, shipped_checkpoints
+    from mdot_jax.serving.predict import Predictor, resolve_checkpoint
+    from mdot_jax.training.adapt import nearest_checkpoint
 
     mine = {s.key: s.label_ms for s in target.samples}
-    scored = []
-    for name in shipped_checkpoints():
-        probe = checkpoint.read_metadata(resolve_checkpoint(name)).get("dataset", {}).get("probe")
-        if probe and name != target.slug:
-            scored.append((probe_distance(mine, probe), name))
-    path = resolve_checkpoint(min(scored)[1])
+    path = resolve_checkpoint(nearest_checkpoint(mine, exclude=(target.slug,))[0])
     predictor = Predictor.load(path)
     here = predictor.devices[0]  # the checkpoint's own device: what it was trained on
     preds = predictor.predict_many([(s.seq, dataclasses.replace(s.workload, device=here))

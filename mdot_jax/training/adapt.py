@@ -114,9 +114,11 @@ def _write(base_path: Path, out: Path, adaptation: Adaptation) -> None:
     checkpoint.move_into_place(tmp, out)
 
 
-def nearest_checkpoint(probe: dict[str, float]) -> tuple[str, float]:
-    """The shipped checkpoint whose device's probe (`dataset.probe` in its metadata) is
-    nearest `probe` (`core_set.probe_distance`), with that distance."""
+def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = ()
+                       ) -> tuple[str, float]:
+    """The shipped checkpoint (but those named in `exclude`) whose device's probe
+    (`dataset.probe` in its metadata) is nearest `probe` (`core_set.probe_distance`), with
+    that distance."""
     from mdot_jax.data.core_set import probe_distance
     from mdot_jax.serving.predict import shipped_checkpoints
 
@@ -124,7 +126,7 @@ def nearest_checkpoint(probe: dict[str, float]) -> tuple[str, float]:
     for name in shipped_checkpoints():
         theirs = checkpoint.read_metadata(resolve_checkpoint(name)).get("dataset", {}).get(
             "probe")
-        if theirs:
+        if theirs and name not in exclude:
             scored.append((probe_distance(probe, theirs), name))
     if not scored:
         raise UsageError("no shipped checkpoint carries a probe to compare with: give --base")
