@@ -28,7 +28,9 @@ def _timed(args: list[str]) -> tuple[float, list[str]]:
     done = subprocess.run([sys.executable, "-m", "mdot_jax.cli", *args], capture_output=True,
                           text=True)
     if done.returncode:
-        raise SystemExit(f"mdot {' '.join(args)} failed: {done.stderr.strip().splitlines()[-1]}")
+        said = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        raise SystemExit(f"mdot {' '.join(args)} failed (exit code {done.returncode}): "
+                         + " / ".join(said))
     return time.perf_counter() - t0, done.stdout.strip().splitlines()[-3:]
 
 

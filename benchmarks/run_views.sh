@@ -4,15 +4,21 @@
 # by models trained on the training exports (docs/ingestion.md, section 6). Resumable (each
 # copy per sample, each evaluation per method, fold and seed):
 #   nohup bash benchmarks/run_views.sh > /tmp/views.log 2>&1 &
+# Each dataset is evaluated as soon as its views exist. A copy restarts every 20 minutes
+# (it resumes where it stopped): building hundreds of timm models in one process grows it
+# past 10 GB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATASETS="cpu-amd-epyc-f25m17-2t-fused timm-rtx3090-fused"
-for ds in $DATASETS; do
+for ds in cpu-amd-epyc-f25m17-2t-fused timm-rtx3090-fused; do
   for view in torchscript dynamo; do
-    mdot dataset resequence "data/derived/$ds" --out "data/derived/$ds-$view" --view "$view"
+    code=124
+    while [ "$code" -eq 124 ]; do
+      code=0
+      timeout 1200 mdot dataset resequence "data/derived/$ds" --out "data/derived/$ds-$view" \
+        --view "$view" || code=$?
+    done
+    [ "$code" -eq 0 ] || exit "$code"
   done
-done
-for ds in $DATASETS; do
   mdot evaluate --dataset "data/derived/$ds" --split family --folds 5 --seeds 2 \
     --methods lightgbm,gnn --train-config '{"epochs": 20, "patience": 5}' \
     --views "torchscript=data/derived/$ds-torchscript,dynamo=data/derived/$ds-dynamo" \
