@@ -168,7 +168,7 @@ def inference_export(module: Any, example_inputs: Any, *, exporter: str = "torch
 
 def from_flax(fn: Any, example_inputs: Sequence[Any], *, input_names: Sequence[str] | None
               = None, opset: int = OPSET) -> onnx.ModelProto:
-    """Exports a JAX/Flax callable with jax2onnx (extra `flax-export`).
+    """Exports a JAX/Flax callable with jax2onnx (`pip install jax2onnx`).
 
     jax2onnx's `value_info` can be wrong, so it is cleared here; the loader re-infers shapes.
     `example_inputs` are `jax.ShapeDtypeStruct`s or arrays; the first dim can be a symbol
@@ -177,7 +177,7 @@ def from_flax(fn: Any, example_inputs: Sequence[Any], *, input_names: Sequence[s
     try:
         from jax2onnx import to_onnx
     except ImportError:
-        raise ConversionError("from_flax needs jax2onnx: pip install -e .[flax-export]") from None
+        raise ConversionError("from_flax needs jax2onnx: pip install jax2onnx") from None
     try:
         model = to_onnx(fn, list(example_inputs), opset=opset)
     except Exception as e:  # noqa: BLE001 - reported as one line
@@ -193,7 +193,8 @@ def from_flax(fn: Any, example_inputs: Sequence[Any], *, input_names: Sequence[s
 
 def from_keras(model: Any, input_signature: Sequence[Any], *, opset: int = OPSET
                ) -> onnx.ModelProto:
-    """Exports a Keras model's training-mode call with tf2onnx (extra `tf`).
+    """Exports a Keras model's training-mode call with tf2onnx (`pip install tensorflow-cpu
+    tf2onnx`, best in an environment of their own: TensorFlow pins other numpy and protobuf).
 
     The model is traced as `tf.function(model(x, training=True))` and converted with
     `tf2onnx.convert.from_function`: `from_keras` fails on Keras 3 models (onnx/tensorflow-onnx
@@ -206,8 +207,8 @@ def from_keras(model: Any, input_signature: Sequence[Any], *, opset: int = OPSET
         import tensorflow as tf
         import tf2onnx
     except ImportError:
-        raise ConversionError("from_keras needs tensorflow and tf2onnx: pip install -e .[tf]"
-                              ) from None
+        raise ConversionError("from_keras needs tensorflow and tf2onnx: "
+                              "pip install tensorflow-cpu tf2onnx") from None
     fn = tf.function(lambda *xs: model(xs[0] if len(xs) == 1 else list(xs), training=True))
     try:
         proto, _ = tf2onnx.convert.from_function(

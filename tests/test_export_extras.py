@@ -1,5 +1,6 @@
-"""The optional exporters: each test runs when its extra is installed and is skipped otherwise
-(`pip install -e .[flax-export]` for jax2onnx, `pip install -e .[tf]` for tf2onnx)."""
+"""The optional exporters: each test runs when its exporter is installed and is skipped otherwise
+(`pip install jax2onnx`; `pip install tensorflow-cpu tf2onnx`). Neither is an extra of
+this package: jax2onnx pins an older orbax-checkpoint, TensorFlow other numpy and protobuf."""
 
 import pytest
 
