@@ -11,6 +11,7 @@ import pytest
 
 from mdot_jax.cli import main
 from mdot_jax.data.dataset import load_dataset
+from mdot_jax.errors import UsageError
 from mdot_jax.serving import checkpoint
 from mdot_jax.serving.adaptation import fit
 from mdot_jax.serving.predict import Predictor, resolve_checkpoint
@@ -130,6 +131,10 @@ def test_the_nearest_checkpoint_is_the_one_whose_device_ran_the_probe_alike():
     assert nearest_checkpoint(probe) == ("cpu-amd-epyc-f26m2-2t", 0.0)
     slower = {k: 2.0 * v for k, v in probe.items()}  # Zen 4 runs it about 2x slower
     assert nearest_checkpoint(slower)[0] == "cpu-amd-epyc-f25m17-2t"
+    # a GPU is adapted from the GPU checkpoint, which carries no probe: never from a CPU's
+    assert nearest_checkpoint(probe, cpu=False) == ("timm-rtx3090", float("inf"))
+    with pytest.raises(UsageError, match="no shipped checkpoint of a GPU"):
+        nearest_checkpoint(probe, exclude=("timm-rtx3090",), cpu=False)
 
 
 def test_adapt_from_this_machines_probe(tmp_path, quiet_protocol):

@@ -114,23 +114,27 @@ def _write(base_path: Path, out: Path, adaptation: Adaptation) -> None:
     checkpoint.move_into_place(tmp, out)
 
 
-def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = ()
-                       ) -> tuple[str, float]:
-    """The shipped checkpoint (but those named in `exclude`) whose device's probe
-    (`dataset.probe` in its metadata) is nearest `probe` (`core_set.probe_distance`), with
-    that distance."""
+def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = (),
+                       cpu: bool = True) -> tuple[str, float]:
+    """The shipped checkpoint (but those named in `exclude`) of a CPU (`cpu`) or a GPU whose
+    device's probe (`dataset.probe` in its metadata) is nearest `probe`
+    (`core_set.probe_distance`), with that distance. A CPU's times say little of a GPU's
+    (adapting across the two errs 50-60%), so the kinds never mix: with no probe of the kind
+    shipped, the first shipped checkpoint of the kind, at distance infinity."""
     from mdot_jax.data.core_set import probe_distance
     from mdot_jax.serving.predict import shipped_checkpoints
 
     scored = []
     for name in shipped_checkpoints():
-        theirs = checkpoint.read_metadata(resolve_checkpoint(name)).get("dataset", {}).get(
-            "probe")
-        if theirs and name not in exclude:
-            scored.append((probe_distance(probe, theirs), name))
+        meta = checkpoint.read_metadata(resolve_checkpoint(name)).get("dataset", {})
+        if name in exclude or meta.get("devices", [""])[0].startswith("cpu") != cpu:
+            continue
+        theirs = meta.get("probe")
+        scored.append((probe_distance(probe, theirs) if theirs else float("inf"), name))
     if not scored:
-        raise UsageError("no shipped checkpoint carries a probe to compare with: give --base")
-    distance, name = min(scored)
+        raise UsageError(f"no shipped checkpoint of a {'CPU' if cpu else 'GPU'} to adapt: "
+                         "give --base")
+    distance, name = min(scored, key=lambda s: s[0])  # ties: the first shipped
     return name, distance
 
 
@@ -162,7 +166,8 @@ def adapt_from_probe(root: str | Path, base: str | Path | None, out: str | Path,
     used = set(probe["ms"]) | _measure_within(
         root, core_set.adaptation_order(chosen) if extra is None else extra,
         budget_s - (time.perf_counter() - start), threads, protocol, progress)
-    base_path = resolve_checkpoint(base or nearest_checkpoint(probe["ms"])[0])
+    on_cpu = probe["fingerprint"].get("device_kind", "cpu") == "cpu"
+    base_path = resolve_checkpoint(base or nearest_checkpoint(probe["ms"], cpu=on_cpu)[0])
     predictor = Predictor.load(base_path)
     samples = [s for s in load_dataset(root).samples if s.key in used]
     export = sample_exporter()  # the stored sequences are unfused: convert as the checkpoint
