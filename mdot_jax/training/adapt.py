@@ -127,7 +127,7 @@ def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = (),
     scored = []
     for name in shipped_checkpoints():
         meta = checkpoint.read_metadata(resolve_checkpoint(name)).get("dataset", {})
-        if name in exclude or meta.get("devices", [""])[0].startswith("cpu") != cpu:
+        if name in exclude or (meta.get("devices") or [""])[0].startswith("cpu") != cpu:
             continue
         theirs = meta.get("probe")
         scored.append((probe_distance(probe, theirs) if theirs else float("inf"), name))
