@@ -118,9 +118,9 @@ def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = (),
                        cpu: bool = True) -> tuple[str, float]:
     """The shipped checkpoint (but those named in `exclude`) of a CPU (`cpu`) or a GPU whose
     device's probe (`dataset.probe` in its metadata) is nearest `probe`
-    (`core_set.probe_distance`), with that distance. A CPU's times say little of a GPU's
-    (adapting across the two errs 50-60%), so the kinds never mix: with no probe of the kind
-    shipped, the first shipped checkpoint of the kind, at distance infinity."""
+    (`core_set.probe_distance`), with that distance. A CPU's times say little of a GPU's, so
+    the kinds never mix: with no probe of the kind shipped, the first shipped checkpoint of
+    the kind, at distance infinity."""
     from mdot_jax.data.core_set import probe_distance
     from mdot_jax.serving.predict import shipped_checkpoints
 
