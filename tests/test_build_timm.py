@@ -123,6 +123,40 @@ def test_the_supervised_build_survives_a_killed_process(csv_path, tmp_path, capf
         ["lcnet_035", "tinynet_e"]
 
 
+KILLER = """
+import os, signal, sys
+from pathlib import Path
+from mdot_jax.data import dataset
+src, out, victim = sys.argv[1:]
+def export_of(s):
+    if s.arch == victim:  # as the kernel's OOM killer ends an export that outgrew the machine
+        os.kill(os.getpid(), signal.SIGKILL)
+    return Path(src) / "onnx" / (Path(s.seq_path).stem.rsplit("-b", 1)[0] + ".onnx")
+dataset.resequence(src, out, export_of, partial=True, progress=False)
+"""
+
+
+def test_a_partial_copy_leaves_out_a_graph_it_died_in_twice(tiny_real_dataset, tmp_path):
+    """A copy killed while converting one graph resumes (nothing finished is lost) and, the
+    second time it dies there, leaves that graph out and ends instead of dying forever."""
+    import subprocess
+    import sys
+
+    from mdot_jax.data.dataset import RESEQUENCE_FAILED
+
+    victim = "mobilenetv3_small_050"
+    run = [sys.executable, "-c", KILLER, str(tiny_real_dataset.root), str(tmp_path / "c"), victim]
+    for _ in range(2):
+        assert subprocess.run(run, capture_output=True).returncode == -signal.SIGKILL
+    assert subprocess.run(run, capture_output=True).returncode == 0
+    copied = {s.key for s in load_dataset(tmp_path / "c").samples}
+    theirs = {s.key for s in tiny_real_dataset.samples if s.arch == victim}
+    assert copied == {s.key for s in tiny_real_dataset.samples} - theirs and theirs
+    failed = [json.loads(line) for line in (tmp_path / "c" / RESEQUENCE_FAILED).open()]
+    assert {f["key"] for f in failed} == theirs
+    assert all("died 2 times" in f["reason"] for f in failed)
+
+
 def test_resequence_copies_the_samples_with_fused_sequences(tiny_real_dataset, tmp_path):
     """Same samples, labels and fingerprint (so the same folds); every sequence converted
     again from the stored exports with fusion; a second run adds nothing."""

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -608,6 +609,19 @@ def per_graph(export: Callable[[str, int], Any]) -> Callable[[Sample], Any]:
 
 
 RESEQUENCE_FAILED = "resequence_failed.jsonl"  # samples a partial copy left out, and why
+RESEQUENCE_TRIES = "resequence_tries.jsonl"  # a line as each conversion begins, one as it ends
+KILLED_TRIES = 2  # a partial copy leaves out a graph whose conversion the process died in so often
+
+
+def _killed_tries(path: Path) -> Counter[str]:
+    """Per graph, the conversions in `RESEQUENCE_TRIES` that began and never ended (the
+    process died in them); a torn line counts for nothing."""
+    kills: Counter[str] = Counter()
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+            d = json.loads(line)
+            kills[d["graph"]] += -1 if d.get("ended") else 1
+    return kills
 
 
 def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], Any], *,
@@ -616,24 +630,37 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
     converted again, e.g. with `fuse`, from `export_of(sample)` (an ONNX path or ModelProto
     of the sample's model at its input size); nothing is measured. Resumable. A sample that
     cannot be exported or converted stops the copy, or with `partial` is left out and named
-    in `RESEQUENCE_FAILED` (tried again on resuming)."""
+    in `RESEQUENCE_FAILED` (tried again on resuming), and so is a graph (model and input
+    size) whose conversion the process died in `KILLED_TRIES` times (killed for memory: the
+    biggest models' exports can outgrow the machine), so that a resumed copy ends."""
     from tqdm import tqdm
 
     writer = DatasetWriter(out)
     pending = [s for s in load_dataset(src).samples if s.key not in writer.done]
+    tries = Path(out) / RESEQUENCE_TRIES
+    kills = _killed_tries(tries)
     failed: list[dict] = []
     for sample in tqdm(pending, unit="sample", disable=not progress, desc="resequence"):
         seq_key = Path(sample.seq_path).stem
+        graph = f"{sample.arch}/{sample.workload.input_size}"
+        if not writer.has_seq(seq_key) and partial and kills[graph] >= KILLED_TRIES:
+            failed.append(dict(key=sample.key, arch=sample.arch, reason=(
+                f"the copy died {kills[graph]} times converting it (out of memory?); delete "
+                f"{RESEQUENCE_TRIES} to try again")))
+            continue
         if not writer.has_seq(seq_key):
+            append_line(tries, dict(graph=graph, key=sample.key))
             try:
                 seq = convert(export_of(sample), name=sample.arch,
                               batch_size=sample.workload.batch_size, fuse=fuse)
             except Exception as e:  # noqa: BLE001 - one line naming the sample
                 why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                append_line(tries, dict(graph=graph, key=sample.key, ended=True))
                 if not partial:
                     raise ValueError(f"{sample.key}: cannot convert again ({why})") from None
                 failed.append(dict(key=sample.key, arch=sample.arch, reason=why))
                 continue
+            append_line(tries, dict(graph=graph, key=sample.key, ended=True))
             writer.save_seq(seq_key, seq)
         writer.append(dataclasses.replace(sample, root=None))
     if partial:
