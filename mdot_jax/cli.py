@@ -105,7 +105,10 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_resequence(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from mdot_jax.data import build_timm, profile
+    from mdot_jax.data.dataset import RESEQUENCE_FAILED
 
     # a timm dataset (rows of a benchmark table) keeps its exports or is rebuilt from timm; a
     # profiled one is exported again from its zoo
@@ -116,6 +119,10 @@ def cmd_dataset_resequence(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     print(f"{len(ds)} samples, {args.view} graphs {'with' if not args.no_fuse else 'without'} "
           f"eager-kernel fusion: {args.out}")
+    failed = Path(args.out) / RESEQUENCE_FAILED
+    left_out = failed.read_text().count("\n") if failed.exists() else 0
+    if left_out:
+        print(f"{left_out} samples left out: they could not be exported this way ({failed})")
     return 0
 
 

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from converters.vocab import VOCAB
+from mdot_jax.cli import main
+from mdot_jax.data.dataset import load_dataset
 from mdot_jax.evaluation.evaluate import _read, run, summarize
 from mdot_jax.training.train import TrainConfig
 
@@ -188,15 +190,21 @@ def test_ensembles_average_finished_runs_in_log_space():
         ensemble_rows(rows, labels)
 
 
-def test_views_are_predicted_by_the_models_of_the_training_graphs(tiny_real_dataset, tmp_path):
+def test_views_are_predicted_by_the_models_of_the_training_graphs(tiny_real_dataset, tmp_path,
+                                                                   capsys):
     """The TorchScript eval() exports of the same samples (BatchNormalization folded into
     Conv, read back as training by the converter), predicted by each fold's fitted model."""
     from mdot_jax.data.build_timm import resequence
     from mdot_jax.data.dataset import RESEQUENCE_FAILED
 
     ds = resequence(tiny_real_dataset.root, tmp_path / "fused", progress=False)  # as shipped
-    view = resequence(ds.root, tmp_path / "eval", view="torchscript", progress=False)
-    assert (tmp_path / "eval" / RESEQUENCE_FAILED).exists()  # a partial copy says what failed
+    assert main(["dataset", "resequence", str(ds.root), "--out", str(tmp_path / "eval"),
+                 "--view", "torchscript"]) == 0
+    view = load_dataset(tmp_path / "eval")
+    failed = (tmp_path / "eval" / RESEQUENCE_FAILED).read_text().splitlines()  # says what failed
+    said = capsys.readouterr().out
+    assert f"{len(view)} samples, torchscript graphs" in said
+    assert (f"{len(failed)} samples left out" in said) == bool(failed)
     assert {s.key for s in view.samples} <= {s.key for s in ds.samples}
     rows = run(ds, tmp_path / "out", split="family", folds=2,
                methods=["lightgbm", "roofline"], views={"eval": view}, progress=False)
