@@ -157,6 +157,22 @@ def test_a_partial_copy_leaves_out_a_graph_it_died_in_twice(tiny_real_dataset, t
     assert all("died 2 times" in f["reason"] for f in failed)
 
 
+def test_a_copy_stopped_by_the_user_does_not_count_as_dying(tiny_real_dataset, tmp_path):
+    from mdot_jax.data import dataset
+
+    first = tiny_real_dataset.samples[0]
+
+    def stopped(sample):
+        raise KeyboardInterrupt  # Ctrl-C, or `timeout -s INT`, in the first conversion
+
+    for _ in range(dataset.KILLED_TRIES):
+        with pytest.raises(KeyboardInterrupt):
+            dataset.resequence(tiny_real_dataset.root, tmp_path / "c", stopped, partial=True,
+                               progress=False)
+    tries = dataset._killed_tries(tmp_path / "c" / dataset.RESEQUENCE_TRIES)
+    assert tries[f"{first.arch}/{first.workload.input_size}"] == 0
+
+
 def test_resequence_copies_the_samples_with_fused_sequences(tiny_real_dataset, tmp_path):
     """Same samples, labels and fingerprint (so the same folds); every sequence converted
     again from the stored exports with fusion; a second run adds nothing."""

@@ -653,6 +653,9 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
             try:
                 seq = convert(export_of(sample), name=sample.arch,
                               batch_size=sample.workload.batch_size, fuse=fuse)
+            except KeyboardInterrupt:  # stopped (Ctrl-C, `timeout -s INT`): the graph is fine
+                append_line(tries, dict(graph=graph, key=sample.key, ended=True))
+                raise
             except Exception as e:  # noqa: BLE001 - one line naming the sample
                 why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 append_line(tries, dict(graph=graph, key=sample.key, ended=True))
