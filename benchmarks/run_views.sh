@@ -4,9 +4,9 @@
 # by models trained on the training exports (docs/ingestion.md, section 6). Resumable (each
 # copy per sample, each evaluation per method, fold and seed):
 #   nohup bash benchmarks/run_views.sh > /tmp/views.log 2>&1 &
-# Each dataset is evaluated as soon as its views exist. A copy restarts every 20 minutes
-# (it resumes where it stopped): building hundreds of timm models in one process grows it
-# past 10 GB; and after being killed (the OOM killer ends exports of the largest models,
+# Each dataset is evaluated as soon as its views exist. A copy is stopped (SIGINT, as Ctrl-C)
+# and restarted every 20 minutes (it resumes where it stopped): building hundreds of timm
+# models in one process grows it past 10 GB; and after being killed (the OOM killer ends exports of the largest models,
 # e.g. EfficientNet-L2 at 475 px: 22 GB), up to 20 times: a graph it died in twice is left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ for ds in cpu-amd-epyc-f25m17-2t-fused timm-rtx3090-fused; do
     while [ "$code" -eq 124 ] || { [ "$code" -eq 137 ] && [ "$restarts" -lt 20 ]; }; do
       [ "$code" -eq 137 ] && restarts=$((restarts + 1))
       code=0
-      timeout 1200 mdot dataset resequence "data/derived/$ds" --out "data/derived/$ds-$view" \
+      timeout -s INT 1200 mdot dataset resequence "data/derived/$ds" --out "data/derived/$ds-$view" \
         --view "$view" || code=$?
     done
     [ "$code" -eq 0 ] || exit "$code"
