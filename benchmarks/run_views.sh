@@ -17,7 +17,7 @@ for ds in cpu-amd-epyc-f25m17-2t-fused timm-rtx3090-fused; do
     while [ "$code" -eq 124 ] || { [ "$code" -eq 137 ] && [ "$restarts" -lt 20 ]; }; do
       [ "$code" -eq 137 ] && restarts=$((restarts + 1))
       code=0
-      timeout -s INT 1200 mdot dataset resequence "data/derived/$ds" --out "data/derived/$ds-$view" \
+      timeout -s INT -k 300 1200 mdot dataset resequence "data/derived/$ds" --out "data/derived/$ds-$view" \
         --view "$view" || code=$?
     done
     [ "$code" -eq 0 ] || exit "$code"
