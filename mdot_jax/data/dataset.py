@@ -653,17 +653,14 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
             try:
                 seq = convert(export_of(sample), name=sample.arch,
                               batch_size=sample.workload.batch_size, fuse=fuse)
-            except KeyboardInterrupt:  # stopped (Ctrl-C, `timeout -s INT`): the graph is fine
-                append_line(tries, dict(graph=graph, key=sample.key, ended=True))
-                raise
             except Exception as e:  # noqa: BLE001 - one line naming the sample
                 why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                append_line(tries, dict(graph=graph, key=sample.key, ended=True))
                 if not partial:
                     raise ValueError(f"{sample.key}: cannot convert again ({why})") from None
                 failed.append(dict(key=sample.key, arch=sample.arch, reason=why))
                 continue
-            append_line(tries, dict(graph=graph, key=sample.key, ended=True))
+            finally:  # however it ended, Ctrl-C included; only a killed process writes nothing
+                append_line(tries, dict(graph=graph, key=sample.key, ended=True))
             writer.save_seq(seq_key, seq)
         writer.append(dataclasses.replace(sample, root=None))
     if partial:
