@@ -643,12 +643,12 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
     for sample in tqdm(pending, unit="sample", disable=not progress, desc="resequence"):
         seq_key = Path(sample.seq_path).stem
         graph = f"{sample.arch}/{sample.workload.input_size}"
-        if not writer.has_seq(seq_key) and partial and kills[graph] >= KILLED_TRIES:
-            failed.append(dict(key=sample.key, arch=sample.arch, reason=(
-                f"the copy died {kills[graph]} times converting it (out of memory?); delete "
-                f"{RESEQUENCE_TRIES} to try again")))
-            continue
         if not writer.has_seq(seq_key):
+            if partial and kills[graph] >= KILLED_TRIES:
+                failed.append(dict(key=sample.key, arch=sample.arch, reason=(
+                    f"the copy died {kills[graph]} times converting it (out of memory?); "
+                    f"delete {RESEQUENCE_TRIES} to try again")))
+                continue
             append_line(tries, dict(graph=graph, key=sample.key))
             try:
                 seq = convert(export_of(sample), name=sample.arch,

@@ -252,6 +252,12 @@ def device_slug(fp: dict) -> str:
     return f"{fp['device_kind']}-{model}{chip}-{fp['threads']}t"
 
 
+def is_cpu(device: str) -> bool:
+    """Whether a device name (a `device_slug`, or a dataset's device such as `rtx3090`) is a
+    CPU's."""
+    return device.startswith("cpu-")
+
+
 # what must agree for two samples to be of one device
 DEVICE_KEYS = ("device_model", "cpu_family", "cpu_model_id", "cpu_stepping", "cpu_isa",
                "threads")

@@ -294,9 +294,9 @@ def machine_note(devices: Sequence[str]) -> str | None:
     """When this machine is a CPU and a CPU checkpoint's devices are other CPUs (family, model
     or vector extensions of another generation: per-model times differ 1.1-3x), what to say:
     the prediction is for those devices, and `mdot adapt` makes one for this machine."""
-    from mdot_jax.data.profile import cpu_info, device_slug
+    from mdot_jax.data.profile import cpu_info, device_slug, is_cpu
 
-    cpus = [d for d in devices if d.startswith("cpu-")]
+    cpus = [d for d in devices if is_cpu(d)]
     info = cpu_info()
     if not cpus or "cpu_family" not in info:
         return None

@@ -122,12 +122,13 @@ def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = (),
     the kinds never mix: with no probe of the kind shipped, the first shipped checkpoint of
     the kind, at distance infinity."""
     from mdot_jax.data.core_set import probe_distance
+    from mdot_jax.data.profile import is_cpu
     from mdot_jax.serving.predict import shipped_checkpoints
 
     scored = []
     for name in shipped_checkpoints():
         meta = checkpoint.read_metadata(resolve_checkpoint(name)).get("dataset", {})
-        if name in exclude or (meta.get("devices") or [""])[0].startswith("cpu") != cpu:
+        if name in exclude or is_cpu((meta.get("devices") or [""])[0]) != cpu:
             continue
         theirs = meta.get("probe")
         scored.append((probe_distance(probe, theirs) if theirs else float("inf"), name))
