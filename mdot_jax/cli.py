@@ -481,7 +481,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         try:
             rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
                        methods=methods, budget=budget, only_folds=args.only_folds,
-                       op_samples=op_samples, views=views)
+                       op_samples=op_samples, views=views, fold_seed=args.fold_seed)
         except ValueError as e:
             raise UsageError(str(e)) from None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -700,6 +700,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=POSITIVE_INT, default=1)
     p.add_argument("--only-folds", type=_int_list, default=None,
                    help="run only these folds of the split, e.g. 0,1")
+    p.add_argument("--fold-seed", type=int, default=0,
+                   help="another partition into folds, to confirm a decision on folds it was "
+                        "not tuned on (default 0: the one every committed table uses)")
     p.add_argument("--methods", default="all", help="all, or comma-separated method names")
     p.add_argument("--train-config", help="JSON overrides of the neural methods' budget")
     p.add_argument("--out", required=True, help="results directory (resumable)")

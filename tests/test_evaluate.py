@@ -221,3 +221,16 @@ def test_views_are_predicted_by_the_models_of_the_training_graphs(tiny_real_data
     for g in gaps.values():  # nearly the same graphs once BatchNormalization is put back
         assert abs(g["gap"]) < 1.0, g
     assert "from the view" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_another_fold_seed_draws_other_folds_and_never_mixes(tiny_real_dataset, tmp_path):
+    budget = TrainConfig(epochs=1)
+    first = run(tiny_real_dataset, tmp_path / "a", folds=3, methods=["roofline"],
+                budget=budget, progress=False)
+    other = run(tiny_real_dataset, tmp_path / "b", folds=3, methods=["roofline"],
+                budget=budget, fold_seed=1, progress=False)
+    assert {r["fold_seed"] for r in other} == {1}
+    assert [set(r["test_keys"]) for r in first] != [set(r["test_keys"]) for r in other]
+    with pytest.raises(ValueError, match="fold seed"):
+        run(tiny_real_dataset, tmp_path / "b", folds=3, methods=["roofline"], budget=budget,
+            fold_seed=0, progress=False)

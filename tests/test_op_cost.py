@@ -163,3 +163,21 @@ def test_op_sum_is_composition_alone(ops, tiny_real_dataset):
     method.fit(ds.samples)
     pred = method.predict(ds.samples)
     assert np.all(pred > 0) and method.a > 0
+
+
+def test_a_method_over_ops_learns_what_the_op_sum_line_misses(ops, tiny_real_dataset):
+    from mdot_jax.evaluation.evaluate import OP_METHODS, make_method
+    from mdot_jax.training.train import TrainConfig
+
+    assert "gnn-over-ops" in OP_METHODS and "lightgbm-over-ops" in OP_METHODS
+    ds = _fresh(tiny_real_dataset.root)
+    attach([s.seq for s in ds.samples], ops[2])
+    labels = [s.label_ms for s in ds.samples]
+    method = make_method("lightgbm-over-ops", 0, TrainConfig())
+    method.fit(ds.samples)
+    assert [s.label_ms for s in ds.samples] == labels  # the samples are not relabelled
+    line, inner = method.line.predict(ds.samples), method.inner.predict(ds.samples)
+    np.testing.assert_allclose(method.predict(ds.samples), line * inner)
+    # the inner model learned the ratio measured / line, not the time
+    ratio = np.asarray(labels) / line
+    assert abs(np.median(np.log(inner / ratio))) < 0.2

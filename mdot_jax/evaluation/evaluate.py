@@ -202,7 +202,42 @@ class OpSumMethod(Method):
         return np.maximum(self.a * self._sums(samples) + self.c, 1e-3)
 
 
+def _relabelled(samples: Sequence[Sample], factor: np.ndarray) -> list[Sample]:
+    """`samples` with `label_ms` divided by `factor` `[N]` (their loaded sequences kept)."""
+    out = []
+    for s, f in zip(samples, factor):
+        r = dataclasses.replace(s, label_ms=s.label_ms / float(f))
+        if "seq" in s.__dict__:
+            r.__dict__["seq"] = s.seq
+        out.append(r)
+    return out
+
+
+@dataclass
+class OverOpSumMethod(Method):
+    """`<method>-over-ops`: the `op-sum` line is the baseline and `<method>` learns what it
+    misses, log(measured / line), so that a family unlike the training ones starts from its
+    operators' times rather than from the nearest trees' or network's guess."""
+
+    inner: Method | None = None
+
+    def fit(self, train):
+        self.line = OpSumMethod("op-sum", self.seed, self.budget)
+        self.line.fit(train)
+        self.inner.resume_dir = self.resume_dir
+        self.inner.fit(_relabelled(train, self.line.predict(train)))
+
+    def predict(self, samples):
+        return self.line.predict(samples) * np.asarray(self.inner.predict(samples), np.float64)
+
+
+OVER_OPS = "-over-ops"
+
+
 def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
+    if name.endswith(OVER_OPS):
+        return OverOpSumMethod(name, seed, budget,
+                               inner=make_method(name.removesuffix(OVER_OPS), seed, budget))
     neural = recipes.method_models()
     base = neural["mdot"]
     if name in neural:
@@ -227,7 +262,8 @@ ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "
                "mdot-pe-none", "mdot-pe-sinusoidal", "mdot-pe-depth", "mdot-pe-laplacian",
                "mdot-pe-random_walk", "mdot-pe-distance_bias", "mdot-concat", "mdot-per_op",
                "mdot-relative", "mdot-pe-none-l1")
-OP_METHODS = ("op-sum",)  # need operator times (`--op-costs`): not in "all"
+# need operator times (`--op-costs`): not in "all"
+OP_METHODS = ("op-sum", *(m + OVER_OPS for m in ("lightgbm", "gnn", DEFAULT_METHOD)))
 
 
 # ---------------------------------------------------------------------------- harness
@@ -235,7 +271,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         seeds: int = 1, methods: Sequence[str] = ALL_METHODS,
         budget: TrainConfig = TrainConfig(), only_folds: Sequence[int] | None = None,
         op_samples: Sequence[dict] | None = None, views: Mapping[str, Dataset] | None = None,
-        progress: bool = True) -> list[dict]:
+        fold_seed: int = 0, progress: bool = True) -> list[dict]:
     """Runs every (method, fold, seed) not yet in `out/results.jsonl`; returns all rows.
 
     `only_folds` restricts the run to some of the `folds` folds (the split is unchanged): the
@@ -247,6 +283,9 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     `views` (name -> a copy of `ds` with other graphs of the same samples, e.g. inference
     exports, `mdot dataset resequence --view`): each fitted model also predicts its test
     samples from each view, as rows of method `<method>@<name>` on the samples the view has.
+
+    `fold_seed` draws another partition into folds (0: the one every table so far uses), to
+    confirm on folds that a decision was not tuned on.
     """
     from tqdm import tqdm
 
@@ -264,8 +303,12 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     if stale:  # same measurements, converted differently (e.g. a resequenced copy)
         raise ValueError(f"{out}: results of operator sequences {sorted(stale)}, but "
                          f"{ds.root} has sequences {seqs}; use a new --out")
+    stale = {r.get("fold_seed", 0) for r in rows} - {fold_seed}
+    if stale:
+        raise ValueError(f"{out}: results on the folds of fold seed {sorted(stale)}, this run "
+                         f"has {fold_seed}; use a new --out")
     done = {(r["method"], r["fold"], r["seed"]) for r in rows}
-    splits = make_splits(ds, split, folds, seed=0)  # identical folds for every method
+    splits = make_splits(ds, split, folds, seed=fold_seed)  # identical folds for every method
     fold_keys = [{ds.samples[i].key for i in test} for _, test in splits]
     for r in rows:  # never one table over two sets of folds (another split, or a changed rule)
         if (r["split"] != split or r["fold"] >= len(fold_keys)
@@ -299,8 +342,9 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     for method_name, fold, seed in tqdm(jobs, desc="evaluate", disable=not progress):
         train_idx, test_idx = splits[fold]
         if op_samples and attached != fold:
+            name = f"fold{fold}" if fold_seed == 0 else f"folds{fold_seed}-fold{fold}"
             _attach_fold_costs(ds, op_samples, {ds.samples[i].family for i in test_idx},
-                               out / ".costs" / f"fold{fold}.json.xz")
+                               out / ".costs" / f"{name}.json.xz")
             attached = fold
         # every method sees the same samples: those the sequence models can hold
         train = [ds.samples[i] for i in train_idx if ds.samples[i].seq.num_ops <= longest]
@@ -318,7 +362,8 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
                    test_keys=[s.key for s in test], pred_ms=pred.tolist(),
                    excluded_too_long=len(test_idx) - len(test),
                    budget=dataclasses.asdict(budget),
-                   dataset=ds.fingerprint(), sequences=seqs, op_costs=ops_id)
+                   dataset=ds.fingerprint(), sequences=seqs, op_costs=ops_id,
+                   fold_seed=fold_seed)
         new = [row]
         for v, index in view_index.items():  # the same model, the samples' other graphs
             seen = [index[s.key] for s in test if s.key in index]
