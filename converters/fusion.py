@@ -7,14 +7,22 @@ kernel (or not at all), so an operator sequence counts the kernels that actually
   training_mode 0)                                                               => `Identity`
 - `Reshape`, `Flatten`, `Squeeze`, `Unsqueeze`, `Transpose` (`VIEWS`): eager PyTorch returns a
   view, no kernel runs; they stay in the sequence but move 0 bytes.
+- (version 2) the running statistics a training-mode `BatchNormalization` is given when the
+  framework had none (`F.batch_norm(x, None, None, training=True)`, as weight standardisation
+  in NF-Nets and BiT calls it): the exporter computes them in the graph (`ReduceMean`, `Sub`,
+  `Mul`, ...) only because ONNX requires the inputs, and eager PyTorch never runs them. Every
+  node whose outputs reach nothing but those two inputs is dropped; the inputs then read the
+  BN's scale and bias, which have their shape `[C]`, so its row is unchanged.
 
 The intermediate tensors of a pattern must have this one consumer and not be graph outputs.
-Opt-in (`to_sequence(..., fuse=True)`): sequences with and without fusion differ, so a
-predictor must be trained on the kind it is given.
+Opt-in (`to_sequence(..., fuse=True)`, or `fuse=N` for the rules of version N): sequences
+with and without fusion, or of two versions, differ, so a predictor must be trained on the
+kind it is given (checkpoints record the version and convert with it).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,6 +33,7 @@ import onnx
 from onnx import numpy_helper
 
 VIEWS = frozenset(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"))
+FUSION_VERSION = 2  # 1: GELU, SiLU, no-op Dropout, views; 2: + in-graph running statistics
 
 
 class Node(NamedTuple):
@@ -52,9 +61,10 @@ def constants(graph: onnx.GraphProto, max_size: int = 16) -> dict[str, np.ndarra
     return out
 
 
-def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str]
-         ) -> tuple[list[Node], dict[str, int]]:
-    """The rewritten node list (same order) and how many of each pattern were fused."""
+def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
+         version: int = FUSION_VERSION) -> tuple[list[Node], dict[str, int]]:
+    """The rewritten node list (same order) and how many of each pattern were fused, with
+    the rules of `version`."""
     consumers: dict[str, list[int]] = defaultdict(list)
     producer: dict[str, int] = {}
     for i, n in enumerate(nodes):
@@ -87,7 +97,7 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str]
 
     removed: set[int] = set()
     replaced: dict[int, Node] = {}
-    counts = {"gelu": 0, "silu": 0, "dropout": 0}
+    counts = {"gelu": 0, "silu": 0, "dropout": 0, "batch_stats": 0}
 
     def make(op_type: str, at: int, inputs: list[str], outs: list[str]) -> Node:
         name = nodes[at].name or f"{op_type}_{at}"
@@ -134,8 +144,43 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str]
         replaced[i] = make("Identity", i, [n.inputs[0]], [n.outputs[0]])
         return True
 
+    def batch_stats(i: int) -> bool:
+        n = nodes[i]
+        # training: the attribute (opset >= 14), or running statistics as outputs (before)
+        training = any(a.name == "training_mode" and a.i for a in n.proto.attribute) \
+            or len([t for t in n.outputs if t]) > 1
+        if not training or len(n.inputs) != 5 or not all(n.inputs[1:3]):
+            return False
+        # nodes all of whose outputs reach only the statistics inputs, from those inputs back
+        # in reverse topological order (ONNX lists nodes sorted), so that every consumer of a
+        # node is decided before it
+        stats, dead = set(n.inputs[3:5]), set()
+        todo = [-producer[t] for t in stats if t in producer]
+        heapq.heapify(todo)
+        seen = set(todo)
+        while todo:
+            j = -heapq.heappop(todo)
+            if j in removed or j in replaced:
+                continue
+            if all(t not in outputs and all(c in dead or (c == i and t in stats)
+                                            for c in consumers.get(t, []))
+                   for t in nodes[j].outputs if t):
+                dead.add(j)
+                for t in nodes[j].inputs:
+                    if t in producer and -producer[t] not in seen:
+                        seen.add(-producer[t])
+                        heapq.heappush(todo, -producer[t])
+        if not any(producer.get(t) in dead for t in stats):
+            return False
+        removed.update(dead)
+        replaced[i] = Node(n.op_type, n.name, [*n.inputs[:3], *n.inputs[1:3]], n.outputs,
+                           n.proto)
+        return True
+
     patterns: dict[str, tuple[str, Callable[[int], bool]]] = {
         "Erf": ("gelu", gelu), "Sigmoid": ("silu", silu), "Dropout": ("dropout", dropout)}
+    if version >= 2:
+        patterns["BatchNormalization"] = ("batch_stats", batch_stats)
     for i, n in enumerate(nodes):
         if n.op_type in patterns and i not in removed and i not in replaced:
             key, match = patterns[n.op_type]

@@ -378,7 +378,7 @@ def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
     return values
 
 
-def convert(source: ModelSource, *, name: str = "", fuse: bool = False,
+def convert(source: ModelSource, *, name: str = "", fuse: bool | int = False,
             **dims) -> OperatorSequence:
     """`load_model` + `to_sequence`: any ONNX model to its operator sequence.
 

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from converters.errors import ConversionError
-from converters.fusion import VIEWS, constants
+from converters.fusion import FUSION_VERSION, VIEWS, constants
 from converters.fusion import Node as _Node
 from converters.fusion import fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
@@ -84,6 +84,12 @@ class OperatorSequence:
     @property
     def num_ops(self) -> int:
         return int(self.op_type.shape[0])
+
+    @property
+    def fusion(self) -> int:
+        """The `converters.fusion` version it was converted with; 0 without fusion (sequences
+        from before versions were recorded are version 1)."""
+        return int(self.meta.get("fusion_version", 1)) if "fused" in self.meta else 0
 
     @property
     def flops(self) -> float:
@@ -295,11 +301,11 @@ def _shape_fields(shape: tuple[int, ...]) -> list[int]:
     return [len(shape)] + [1] * (4 - len(dims)) + dims
 
 
-def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
+def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = False
                 ) -> OperatorSequence:
     """Builds the operator sequence of a model whose shapes are concrete (see `loader`);
-    `fuse` rewrites decomposed GELU / SiLU and no-op Dropout first and counts views as moving
-    no bytes (`converters.fusion`).
+    `fuse` rewrites what the exporter decomposes but eager PyTorch runs as one kernel or not
+    at all (`converters.fusion`; `True` is its latest version, an int that version).
 
     Raises:
       ConversionError: empty graph, cycle, dangling tensor, or an operator whose cost cannot
@@ -311,8 +317,13 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
     types = _tensor_types(graph)
     nodes = [_Node(n.op_type, n.name, list(n.input), list(n.output), n) for n in graph.node]
     fused: dict[str, int] | None = None
-    if fuse:
-        nodes, fused = fuse_kernels(nodes, constants(graph), {o.name for o in graph.output})
+    version = FUSION_VERSION if fuse is True else int(fuse)
+    if not 0 <= version <= FUSION_VERSION:
+        raise ConversionError(f"fusion version {version}: this converter knows versions 1 to "
+                              f"{FUSION_VERSION} (a newer mdot wrote it?)")
+    if version:
+        nodes, fused = fuse_kernels(nodes, constants(graph), {o.name for o in graph.output},
+                                    version)
     data_inputs = set(data_input_names(model))
     graph_inputs = {i.name for i in graph.input} | {i.name for i in graph.initializer}
     floats = {t for t in graph_inputs - data_inputs if t in types and types[t].elem_type in
@@ -375,7 +386,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool = False
         inputs={t: list(types[t].shape or []) for t in sorted(data_inputs) if t in types},
         params=int(sum(types[t].numel for t in used_params - tied)),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
-        **({} if fused is None else {"fused": fused}),
+        **({} if fused is None else {"fused": fused, "fusion_version": version}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(

@@ -91,3 +91,63 @@ def test_views_stay_in_the_sequence_but_move_no_bytes():
     np.testing.assert_allclose(fused.load[1, 2:4], 0.0)
     np.testing.assert_allclose(fused.load[[0, 2]], plain.load[[0, 2]])  # the kernels unchanged
     assert fused.meta["fused"] == {"views": 1}
+
+
+def test_running_statistics_no_framework_computes_are_dropped_from_version_2():
+    """Weight standardisation (timm's StdConv2d, NF-Nets: `F.batch_norm(w, None, None,
+    training=True)`) exports ReduceMean/Sub/Mul that compute running statistics only because
+    ONNX requires them; version 2 drops them, keeps both BatchNormalizations' rows, and
+    version 1 (what older checkpoints convert with) still has them."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from converters import from_torch
+
+    class StdConvBN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(8, 3, 3, 3))
+            self.bn = torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            w = F.batch_norm(self.w.reshape(1, 8, -1), None, None, training=True,
+                             momentum=0.0, eps=1e-5).reshape_as(self.w)
+            return torch.relu(self.bn(F.conv2d(x, w)))
+
+    graph = from_torch(StdConvBN(), torch.randn(2, 3, 8, 8))
+    v1, v2 = convert(graph, batch_size=2, fuse=1), convert(graph, batch_size=2, fuse=True)
+    assert (v1.fusion, v2.fusion) == (1, 2) and v2.meta["fused"]["batch_stats"] == 1
+    assert "batch_stats" not in v1.meta["fused"]
+    assert {"ReduceMean", "Sub", "Mul"} <= set(_ops(v1))
+    assert not {"ReduceMean", "Sub", "Mul"} & set(_ops(v2))
+    kept = [op for op in _ops(v1) if op in ("BatchNormalization", "Conv", "Relu")]
+    assert [op for op in _ops(v2) if op not in ("Reshape",)] == kept
+    rows = [i for i, op in enumerate(_ops(v1)) if op in kept]
+    rows2 = [i for i, op in enumerate(_ops(v2)) if op in kept]
+    np.testing.assert_array_equal(v1.config[rows], v2.config[rows2])
+    np.testing.assert_array_equal(v1.load[rows], v2.load[rows2])
+    assert v1.params == v2.params == 8 * 27 + 16
+
+
+def test_only_what_reaches_nothing_but_the_statistics_is_dropped():
+    """`z` feeds the variance and also an output: Sub stays, the two ReduceMeans go."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], axes=[0, 2, 3], keepdims=0),
+             helper.make_node("Sub", ["x", "x"], ["z"]),
+             helper.make_node("ReduceMean", ["z"], ["var"], axes=[0, 2, 3], keepdims=0),
+             helper.make_node("BatchNormalization", ["x", "s", "b", "mean", "var"],
+                              ["y", "rm", "rv"], training_mode=1),
+             helper.make_node("Relu", ["z"], ["r"])]
+    m = model(nodes, [value("x", [2, 4, 3, 3]), value("s", [4]), value("b", [4])],
+              [value("y", None), value("r", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    assert _ops(convert(m, fuse=1)) == ["ReduceMean", "Sub", "ReduceMean",
+                                        "BatchNormalization", "Relu"]
+    assert _ops(convert(m, fuse=2)) == ["Sub", "BatchNormalization", "Relu"]
+
+
+def test_an_unknown_fusion_version_is_refused():
+    from converters import ConversionError
+
+    m = _graph()
+    with pytest.raises(ConversionError, match="fusion version 9: this converter knows"):
+        convert(m, fuse=9)

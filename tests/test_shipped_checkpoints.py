@@ -58,7 +58,8 @@ def test_local_checkpoint_fits_its_committed_measurements(name):
         smallest = list(dict.fromkeys((s.arch, s.workload.input_size) for s in samples))[:6]
         samples = [s for s in samples if (s.arch, s.workload.input_size) in smallest]
         export = sample_exporter()
-        seqs = [convert(export(s), name=s.arch, batch_size=s.workload.batch_size, fuse=True)
+        seqs = [convert(export(s), name=s.arch, batch_size=s.workload.batch_size,
+                        fuse=predictor.trained.feature_cfg.fused)
                 for s in samples]
     else:
         samples = samples[::10]

@@ -49,18 +49,18 @@ class FeatureConfig:
     distances: bool = False  # [T, T] graph-distance buckets for the attention bias
     buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
     group: int = 2  # K: workloads of one sequence per batch row (encoded once, read out K times)
-    fused: bool = False  # sequences converted with eager-kernel fusion (converters.fusion)
+    fused: int = 0  # eager-kernel fusion version of the sequences (converters.fusion); 0: none
     op_costs: bool = False  # sequences carry per-operator predicted ms (`mdot_jax.ops.cost`)
 
 
-def sequences_fused(seqs) -> bool:
-    """Whether the operator sequences were converted with `fuse=True`; a mix is an error
-    (a model trained on one kind mispredicts the other)."""
-    kinds = {"fused" in seq.meta for seq in seqs}
+def sequences_fused(seqs) -> int:
+    """The fusion version the operator sequences were converted with (0: unfused); a mix is
+    an error (a model trained on one kind mispredicts the other)."""
+    kinds = {seq.fusion for seq in seqs}
     if len(kinds) > 1:
-        raise ValueError("the operator sequences mix fused and unfused conversions "
-                         "(converters.fusion): rebuild them one way")
-    return kinds == {True}
+        raise ValueError(f"the operator sequences mix fusion versions {sorted(kinds)} (0: "
+                         "unfused; converters.fusion): convert them again one way")
+    return kinds.pop() if kinds else 0
 
 
 def sequences_op_costs(seqs) -> bool:

@@ -304,7 +304,9 @@ def load(path: str | Path) -> Trained:
     meta = read_metadata(path)
     try:
         model_cfg = model_config(meta)
-        feature_cfg = FeatureConfig(**_fields(meta["feature_config"]))
+        fields = _fields(meta["feature_config"])
+        # `true` before fusion versions were recorded: version 1
+        feature_cfg = FeatureConfig(**{**fields, "fused": int(fields.get("fused", 0))})
         stats = FeatureStats(**meta["stats"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: incompatible checkpoint metadata ({e})") from None

@@ -155,7 +155,7 @@ class Predictor:
         if isinstance(model, OperatorSequence):
             return model
         return convert(model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
-                       input_shapes=input_shapes, fuse=self.trained.feature_cfg.fused)
+                       input_shapes=input_shapes, fuse=int(self.trained.feature_cfg.fused))
 
     def predict(self, model: ModelLike, *, batch_size: int, image_size: int | None = None,
                 seq_len: int | None = None, input_shapes: dict | None = None,
@@ -188,9 +188,10 @@ class Predictor:
                 raise ValueError(f"this checkpoint predicts for {self.devices}, not "
                                  f"{w.device!r}")
             bucket_length(seq.num_ops, fc.buckets)  # a clear error if too long
-            if ("fused" in seq.meta) != fc.fused:
-                raise ValueError(f"operator sequence {seq.name!r} was converted with fuse="
-                                 f"{not fc.fused}, this checkpoint expects fuse={fc.fused}")
+            if seq.fusion != fc.fused:
+                raise ValueError(f"operator sequence {seq.name!r} was converted with fusion "
+                                 f"version {seq.fusion}, this checkpoint expects {fc.fused} "
+                                 "(0: unfused; convert it with fuse=that version)")
         # features of this call's sequences only: a Predictor outlives the sequences it saw
         cache = FeatureCache(self.trained.stats, fc, self.trained.model_cfg.vocab_size)
         out = predict_samples(self._forward, self._params, cache, samples, PREDICT_TOKENS,
