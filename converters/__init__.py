@@ -3,11 +3,17 @@
 from converters.errors import ConversionError
 from converters.export import from_flax, from_keras, from_torch, inference_export
 from converters.loader import convert, load_model, read_model
-from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence, to_sequence
+from converters.sequence import (
+    CONFIG_FIELDS,
+    LOAD_FIELDS,
+    OperatorSequence,
+    converts_the_same,
+    to_sequence,
+)
 from converters.vocab import VOCAB, VOCAB_VERSION
 
 __all__ = [
     "CONFIG_FIELDS", "LOAD_FIELDS", "VOCAB", "VOCAB_VERSION", "ConversionError",
-    "OperatorSequence", "convert", "from_flax", "from_keras", "from_torch", "inference_export",
-    "load_model", "read_model", "to_sequence",
+    "OperatorSequence", "convert", "converts_the_same", "from_flax", "from_keras", "from_torch",
+    "inference_export", "load_model", "read_model", "to_sequence",
 ]

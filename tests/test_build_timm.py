@@ -6,6 +6,7 @@ import shutil
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("timm")
@@ -191,3 +192,23 @@ def test_resequence_copies_the_samples_with_fused_sequences(tiny_real_dataset, t
     assert (tmp_path / "fused" / "samples.jsonl").read_text() == lines
     with pytest.raises(FileNotFoundError, match="no onnx/"):
         resequence(tmp_path / "fused" / "seqs", tmp_path / "x", progress=False)
+
+
+def test_a_newer_fusion_version_reuses_every_sequence_it_would_not_change(tiny_real_dataset,
+                                                                          tmp_path):
+    """Upgrading a fused copy to a newer fusion version converts again only what the new
+    rules touch (none of the tiny set's models standardise weights): the sequences are the
+    same arrays, now of the new version, and nothing was exported or converted."""
+    from converters.fusion import FUSION_VERSION
+    from mdot_jax.data.build_timm import resequence
+    from mdot_jax.data.dataset import RESEQUENCE_TRIES
+
+    old = resequence(tiny_real_dataset.root, tmp_path / "v1", fuse=1, progress=False)
+    new = resequence(tmp_path / "v1", tmp_path / "v2", progress=False)
+    assert not (tmp_path / "v2" / RESEQUENCE_TRIES).exists()
+    assert old.fingerprint() == new.fingerprint()
+    by_key = {s.key: s.seq for s in old.samples}
+    for s in new.samples:
+        assert (by_key[s.key].fusion, s.seq.fusion) == (1, FUSION_VERSION)
+        np.testing.assert_array_equal(s.seq.config, by_key[s.key].config)
+        np.testing.assert_array_equal(s.seq.edges, by_key[s.key].edges)

@@ -127,6 +127,13 @@ def test_running_statistics_no_framework_computes_are_dropped_from_version_2():
     np.testing.assert_array_equal(v1.config[rows], v2.config[rows2])
     np.testing.assert_array_equal(v1.load[rows], v2.load[rows2])
     assert v1.params == v2.params == 8 * 27 + 16
+    # an upgraded copy of a dataset converts this graph again, and reuses a plain one
+    from converters import converts_the_same
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))
+    plain = convert(from_torch(net, torch.randn(2, 3, 8, 8)), batch_size=2, fuse=1)
+    assert converts_the_same(plain, 2) and not converts_the_same(v1, 2)
+    assert not converts_the_same(v2, 2) and not converts_the_same(plain, 1)  # same version
 
 
 def test_only_what_reaches_nothing_but_the_statistics_is_dropped():

@@ -232,8 +232,8 @@ def _build_arch(arch, rows, writer, report, onnx_dir, timm, torch, fuse) -> None
                       build_s=round(time.perf_counter() - t0, 2))))
 
 
-def resequence(src: str | Path, out: str | Path, *, fuse: bool = True, view: str = "training",
-               progress: bool = True) -> Dataset:
+def resequence(src: str | Path, out: str | Path, *, fuse: bool | int = True,
+               view: str = "training", progress: bool = True) -> Dataset:
     """`data.resequence` from `src`'s stored exports (`onnx/`, shared by a link): minutes
     instead of the hour a rebuild takes. Another `view` (an inference export of
     `converters.INFERENCE_EXPORTERS`) rebuilds each architecture from timm and exports it."""
@@ -250,7 +250,7 @@ def resequence(src: str | Path, out: str | Path, *, fuse: bool = True, view: str
     def export_of(sample: Sample) -> Path:  # seqs/<arch>-<img>-b<batch>.npz
         return src / "onnx" / f"{Path(sample.seq_path).stem.rsplit('-b', 1)[0]}.onnx"
 
-    return data.resequence(src, out, export_of, fuse=fuse, progress=progress)
+    return data.resequence(src, out, export_of, fuse=fuse, reuse=True, progress=progress)
 
 
 def is_timm_dataset(root: str | Path) -> bool:

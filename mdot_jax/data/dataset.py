@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from converters import OperatorSequence, convert
+from converters import OperatorSequence, convert, converts_the_same
+from converters.fusion import FUSION_VERSION
 from mdot_jax.errors import DatasetError
 
 SAMPLES = "samples.jsonl"
@@ -625,10 +626,14 @@ def _killed_tries(path: Path) -> Counter[str]:
 
 
 def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], Any], *,
-               fuse: bool = True, partial: bool = False, progress: bool = True) -> Dataset:
+               fuse: bool | int = True, partial: bool = False, reuse: bool = False,
+               progress: bool = True) -> Dataset:
     """A copy of the dataset `src` (same samples, labels, folds) whose operator sequences are
-    converted again, e.g. with `fuse`, from `export_of(sample)` (an ONNX path or ModelProto
-    of the sample's model at its input size); nothing is measured. Resumable. A sample that
+    converted again, e.g. with `fuse` (True: the latest fusion version), from
+    `export_of(sample)` (an ONNX path or ModelProto of the sample's model at its input size);
+    nothing is measured. With `reuse` (`src` holds the same graphs, e.g. an older fusion
+    version), a sequence that the newer version would convert the same is copied with that
+    version instead (`converters.converts_the_same`). Resumable. A sample that
     cannot be exported or converted stops the copy, or with `partial` is left out and named
     in `RESEQUENCE_FAILED` (tried again on resuming), and so is a graph (model and input
     size) whose conversion the process died in `KILLED_TRIES` times (killed for memory: the
@@ -636,6 +641,7 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
     from tqdm import tqdm
 
     writer = DatasetWriter(out)
+    version = FUSION_VERSION if fuse is True else int(fuse)
     pending = [s for s in load_dataset(src).samples if s.key not in writer.done]
     tries = Path(out) / RESEQUENCE_TRIES
     kills = _killed_tries(tries)
@@ -649,18 +655,22 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
                     f"the copy died {kills[graph]} times converting it (out of memory?); "
                     f"delete {RESEQUENCE_TRIES} to try again")))
                 continue
-            append_line(tries, dict(graph=graph, key=sample.key))
-            try:
-                seq = convert(export_of(sample), name=sample.arch,
-                              batch_size=sample.workload.batch_size, fuse=fuse)
-            except Exception as e:  # noqa: BLE001 - one line naming the sample
-                why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                if not partial:
-                    raise ValueError(f"{sample.key}: cannot convert again ({why})") from None
-                failed.append(dict(key=sample.key, arch=sample.arch, reason=why))
-                continue
-            finally:  # however it ended, Ctrl-C included; only a killed process writes nothing
-                append_line(tries, dict(graph=graph, key=sample.key, ended=True))
+            if reuse and converts_the_same(sample.seq, version):
+                seq = dataclasses.replace(
+                    sample.seq, meta={**sample.seq.meta, "fusion_version": version})
+            else:
+                append_line(tries, dict(graph=graph, key=sample.key))
+                try:
+                    seq = convert(export_of(sample), name=sample.arch,
+                                  batch_size=sample.workload.batch_size, fuse=version)
+                except Exception as e:  # noqa: BLE001 - one line naming the sample
+                    why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    if not partial:
+                        raise ValueError(f"{sample.key}: cannot convert again ({why})") from None
+                    failed.append(dict(key=sample.key, arch=sample.arch, reason=why))
+                    continue
+                finally:  # however it ended, Ctrl-C included; only a killed process writes nothing
+                    append_line(tries, dict(graph=graph, key=sample.key, ended=True))
             writer.save_seq(seq_key, seq)
         writer.append(dataclasses.replace(sample, root=None))
     if partial:

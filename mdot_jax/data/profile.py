@@ -202,11 +202,13 @@ def sample_exporter(view: str = "training") -> Callable[[Sample], object]:
     return data.per_graph(export)
 
 
-def resequence(src: str | Path, out: str | Path, *, fuse: bool = True, view: str = "training",
-               progress: bool = True) -> Dataset:
-    """`data.resequence` of a profiled dataset with `sample_exporter`; nothing measured."""
+def resequence(src: str | Path, out: str | Path, *, fuse: bool | int = True,
+               view: str = "training", progress: bool = True) -> Dataset:
+    """`data.resequence` of a profiled dataset with `sample_exporter`; nothing measured (the
+    training view of an older fusion version reuses what the newer one would not change)."""
     return data.resequence(src, out, sample_exporter(view), fuse=fuse,
-                           partial=view != "training", progress=progress)
+                           partial=view != "training", reuse=view == "training",
+                           progress=progress)
 
 
 # ---------------------------------------------------------------------------- measurement
