@@ -235,14 +235,17 @@ def _build_arch(arch, rows, writer, report, onnx_dir, timm, torch, fuse) -> None
 def resequence(src: str | Path, out: str | Path, *, fuse: bool | int = True,
                view: str = "training", progress: bool = True) -> Dataset:
     """`data.resequence` from `src`'s stored exports (`onnx/`, shared by a link): minutes
-    instead of the hour a rebuild takes. Another `view` (an inference export of
-    `converters.INFERENCE_EXPORTERS`) rebuilds each architecture from timm and exports it."""
+    instead of the hour a rebuild takes. Without them (a committed copy holds none), or for
+    another `view` (an inference export of `converters.INFERENCE_EXPORTERS`), each
+    architecture is rebuilt from timm and exported. The training view of an older fusion
+    version reuses what the newer one would not change."""
     src = Path(src).absolute()
     if view != "training":
-        return data.resequence(src, out, _inference_exporter(view), fuse=fuse, partial=True,
+        return data.resequence(src, out, _rebuilt_exporter(view), fuse=fuse, partial=True,
                                progress=progress)
     if not (src / "onnx").is_dir():
-        raise FileNotFoundError(f"{src}: no onnx/ directory of exports to convert again")
+        return data.resequence(src, out, _rebuilt_exporter(view), fuse=fuse, reuse=True,
+                               progress=progress)
     Path(out).mkdir(parents=True, exist_ok=True)
     if not (Path(out) / "onnx").exists():
         (Path(out) / "onnx").symlink_to(src / "onnx", target_is_directory=True)
@@ -266,9 +269,10 @@ def is_timm_dataset(root: str | Path) -> bool:
     return str(first.get("meta", {}).get("source", "")).endswith(".csv")
 
 
-def _inference_exporter(exporter: str) -> Callable[[Sample], onnx.ModelProto]:
-    """`export(sample)`: the sample's architecture at its image size, exported for inference
-    by `exporter`, once per graph (`data.per_graph`)."""
+def _rebuilt_exporter(view: str) -> Callable[[Sample], onnx.ModelProto]:
+    """`export(sample)`: the sample's architecture rebuilt at its image size and exported,
+    as `view` (`training`: `from_torch`, as the build does; or an inference exporter of
+    `converters.INFERENCE_EXPORTERS`), once per graph (`data.per_graph`)."""
     import timm
     import torch
 
@@ -277,8 +281,10 @@ def _inference_exporter(exporter: str) -> Callable[[Sample], onnx.ModelProto]:
     def export(arch: str, size: int) -> onnx.ModelProto:
         model = timm.create_model(arch, pretrained=False)
         chans = getattr(model, "pretrained_cfg", {}).get("input_size", (3,))[0] or 3
-        return inference_export(model, torch.randn(2, chans, size, size), exporter=exporter,
-                                input_names=["x"])
+        x = torch.randn(2, chans, size, size)
+        if view == "training":
+            return from_torch(model, x, input_names=["x"])
+        return inference_export(model, x, exporter=view, input_names=["x"])
 
     return data.per_graph(export)
 
