@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import tempfile
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -154,10 +155,11 @@ def inference_export(module: Any, example_inputs: Any, *, exporter: str = "torch
                 if program is None:
                     raise RuntimeError("the dynamo exporter returned no program")
                 return program.model_proto
-            buf = io.BytesIO()
-            torch.onnx.export(module, args, buf, dynamo=False,  # type: ignore[arg-type]
-                              input_names=names, dynamic_axes=dynamic)
-            return onnx.load_from_string(buf.getvalue())
+            with tempfile.TemporaryDirectory() as tmp:  # a file: weights over 2 GB go to
+                path = os.path.join(tmp, "model.onnx")  # external data, left unread
+                torch.onnx.export(module, args, path, dynamo=False, input_names=names,
+                                  dynamic_axes=dynamic)
+                return onnx.load(path, load_external_data=False)
     except Exception as e:  # noqa: BLE001 - exporter errors are many and untyped
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConversionError(f"{exporter} export of {type(module).__name__} failed: "
