@@ -463,20 +463,21 @@ def test_fused_and_unfused_sequences_are_never_mixed(trained, tiny_real_dataset)
     import dataclasses
 
     from converters import convert
+    from converters.fusion import FUSION_VERSION as V
     from mdot_jax.data.dataset import Sample
 
     s = tiny_real_dataset.samples[0]
     onnx_path = next((tiny_real_dataset.root / "onnx").glob(f"{s.arch}-*.onnx"))
     fused_seq = convert(onnx_path, batch_size=s.workload.batch_size, fuse=True)
     assert "fused" in fused_seq.meta and "fused" not in s.seq.meta
-    with pytest.raises(ValueError, match="fusion version 2, this checkpoint expects 0"):
+    with pytest.raises(ValueError, match=f"fusion version {V}, this checkpoint expects 0"):
         Predictor(trained).predict_many([(fused_seq, s.workload)])
     fused = dataclasses.replace(trained, feature_cfg=dataclasses.replace(
-        trained.feature_cfg, fused=2))
+        trained.feature_cfg, fused=V))
     seq = Predictor(fused).sequence(onnx_path, batch_size=s.workload.batch_size)
     assert seq.meta["fused"] == fused_seq.meta["fused"]
     mixed = [s, Sample.in_memory(fused_seq, s.workload, s.label_ms, key="fused")]
-    with pytest.raises(ValueError, match=r"mix fusion versions \[0, 2\]"):
+    with pytest.raises(ValueError, match=rf"mix fusion versions \[0, {V}\]"):
         train(mixed, tiny_config(0), FAST, progress=False)
 
 
