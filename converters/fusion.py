@@ -32,8 +32,19 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from converters.errors import ConversionError
+
 VIEWS = frozenset(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"))
 FUSION_VERSION = 2  # 1: GELU, SiLU, no-op Dropout, views; 2: + in-graph running statistics
+
+
+def fusion_version(fuse: bool | int) -> int:
+    """The version a `fuse` argument asks for: `True` the latest, `False` 0 (none)."""
+    version = FUSION_VERSION if fuse is True else int(fuse)
+    if not 0 <= version <= FUSION_VERSION:
+        raise ConversionError(f"fusion version {version}: this converter knows versions 1 to "
+                              f"{FUSION_VERSION} (a newer mdot wrote it?)")
+    return version
 
 
 class Node(NamedTuple):
@@ -155,9 +166,9 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
         # in reverse topological order (ONNX lists nodes sorted), so that every consumer of a
         # node is decided before it
         stats, dead = set(n.inputs[3:5]), set()
-        todo = [-producer[t] for t in stats if t in producer]
+        seen = {producer[t] for t in stats if t in producer}
+        todo = [-j for j in seen]  # a max-heap of node indices
         heapq.heapify(todo)
-        seen = set(todo)
         while todo:
             j = -heapq.heappop(todo)
             if j in removed or j in replaced:
@@ -166,10 +177,9 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
                                             for c in consumers.get(t, []))
                    for t in nodes[j].outputs if t):
                 dead.add(j)
-                for t in nodes[j].inputs:
-                    if t in producer and -producer[t] not in seen:
-                        seen.add(-producer[t])
-                        heapq.heappush(todo, -producer[t])
+                for p in {producer[t] for t in nodes[j].inputs if t in producer} - seen:
+                    seen.add(p)
+                    heapq.heappush(todo, -p)
         if not any(producer.get(t) in dead for t in stats):
             return False
         removed.update(dead)

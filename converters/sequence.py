@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from converters.errors import ConversionError
-from converters.fusion import FUSION_VERSION, VIEWS, constants
+from converters.fusion import VIEWS, constants, fusion_version
 from converters.fusion import Node as _Node
 from converters.fusion import fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
@@ -337,10 +337,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     types = _tensor_types(graph)
     nodes = [_Node(n.op_type, n.name, list(n.input), list(n.output), n) for n in graph.node]
     fused: dict[str, int] | None = None
-    version = FUSION_VERSION if fuse is True else int(fuse)
-    if not 0 <= version <= FUSION_VERSION:
-        raise ConversionError(f"fusion version {version}: this converter knows versions 1 to "
-                              f"{FUSION_VERSION} (a newer mdot wrote it?)")
+    version = fusion_version(fuse)
     if version:
         nodes, fused = fuse_kernels(nodes, constants(graph), {o.name for o in graph.output},
                                     version)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from converters import OperatorSequence, convert, converts_the_same
-from converters.fusion import FUSION_VERSION
+from converters.fusion import fusion_version
 from mdot_jax.errors import DatasetError
 
 SAMPLES = "samples.jsonl"
@@ -641,7 +641,7 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
     from tqdm import tqdm
 
     writer = DatasetWriter(out)
-    version = FUSION_VERSION if fuse is True else int(fuse)
+    version = fusion_version(fuse)
     pending = [s for s in load_dataset(src).samples if s.key not in writer.done]
     tries = Path(out) / RESEQUENCE_TRIES
     kills = _killed_tries(tries)
