@@ -1,0 +1,84 @@
+"""Two results folders of the same samples, compared run for run: the A/B check of the
+shipping rules (docs/operators.md), e.g. fusion version 1 against version 2.
+
+    python benchmarks/compare_runs.py --dataset data/derived/timm-rtx3090-fused \
+        --a benchmarks/results/timm-rtx3090-fused-family \
+        --b benchmarks/results/timm-rtx3090-fused-v2-family --methods lightgbm,gnn,gnn+lightgbm
+
+Only the (method, fold, seed) runs present in both folders count, so a half-finished B is
+read against the same runs of A. A method `a+b` is the geometric mean of a's and b's runs of
+the same fold and seed (as `mdot evaluate --ensembles`). `--families` adds each family's mean
+APE over the matched runs (e.g. the families a change touches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mdot_jax.data.dataset import load_dataset
+from mdot_jax.evaluation.evaluate import ensemble_rows
+
+
+def _runs(results: str, labels: dict[str, float], methods: list[str]) -> dict[tuple, dict]:
+    rows = [json.loads(line) for line in open(Path(results) / "results.jsonl")]
+    rows += ensemble_rows(rows, labels, [m for m in methods if "+" in m])
+    return {(r["method"], r["fold"], r["seed"]): r for r in rows}
+
+
+def compare(dataset: str, a: str, b: str, methods: list[str], families: list[str] = ()
+            ) -> list[dict]:
+    """Per method: matched runs, mean MAPE of A and B, runs where B is better, family means."""
+    ds = load_dataset(dataset)
+    labels = {s.key: s.label_ms for s in ds.samples}
+    family = {s.key: s.family for s in ds.samples}
+    runs_a, runs_b = _runs(a, labels, methods), _runs(b, labels, methods)
+    out = []
+    for m in methods:
+        name = f"ensemble({m})" if "+" in m else m
+        keys = sorted(k for k in runs_a if k[0] == name and k in runs_b)
+        if not keys:
+            out.append(dict(method=m, runs=0))
+            continue
+        if any(runs_a[k]["test_keys"] != runs_b[k]["test_keys"] for k in keys):
+            raise SystemExit(f"{m}: A and B tested different samples on the same fold")
+        mape_a = [runs_a[k]["metrics"]["mape"] for k in keys]
+        mape_b = [runs_b[k]["metrics"]["mape"] for k in keys]
+        row = dict(method=m, runs=len(keys), a=float(np.mean(mape_a)), b=float(np.mean(mape_b)),
+                   b_better=int(sum(y < x for x, y in zip(mape_a, mape_b))))
+        for f in families:
+            for side, runs in (("a", runs_a), ("b", runs_b)):
+                ape = [100 * abs(p / labels[t] - 1) for k in keys
+                       for t, p in zip(runs[k]["test_keys"], runs[k]["pred_ms"])
+                       if family[t] == f]
+                row[f"{f}_{side}"] = float(np.mean(ape)) if ape else float("nan")
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dataset", required=True, help="labels and families (either side's)")
+    p.add_argument("--a", required=True, help="results folder read as the reference")
+    p.add_argument("--b", required=True, help="results folder compared with it")
+    p.add_argument("--methods", required=True, help="comma-separated; a+b for a pair")
+    p.add_argument("--families", default="", help="comma-separated family names")
+    args = p.parse_args()
+    families = [f for f in args.families.split(",") if f]
+    print("| method | runs | A MAPE % | B MAPE % | B - A | B better |"
+          + "".join(f" {f} A -> B |" for f in families))
+    print("|---" * (6 + len(families)) + "|")
+    for r in compare(args.dataset, args.a, args.b, args.methods.split(","), families):
+        if not r["runs"]:
+            print(f"| `{r['method']}` | 0 | | | | |" + " |" * len(families))
+            continue
+        print(f"| `{r['method']}` | {r['runs']} | {r['a']:.2f} | {r['b']:.2f} | "
+              f"{r['b'] - r['a']:+.2f} | {r['b_better']} of {r['runs']} |"
+              + "".join(f" {r[f + '_a']:.1f} -> {r[f + '_b']:.1f} |" for f in families))
+
+
+if __name__ == "__main__":
+    main()
