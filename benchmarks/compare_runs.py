@@ -14,19 +14,11 @@ APE over the matched runs (e.g. the families a change touches).
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import numpy as np
+from family_errors import family_means, load_runs, run_name  # this folder (run as a script)
 
 from mdot_jax.data.dataset import load_dataset
-from mdot_jax.evaluation.evaluate import ensemble_rows
-
-
-def _runs(results: str, labels: dict[str, float], methods: list[str]) -> dict[tuple, dict]:
-    rows = [json.loads(line) for line in open(Path(results) / "results.jsonl")]
-    rows += ensemble_rows(rows, labels, [m for m in methods if "+" in m])
-    return {(r["method"], r["fold"], r["seed"]): r for r in rows}
 
 
 def compare(dataset: str, a: str, b: str, methods: list[str], families: list[str] = ()
@@ -35,11 +27,11 @@ def compare(dataset: str, a: str, b: str, methods: list[str], families: list[str
     ds = load_dataset(dataset)
     labels = {s.key: s.label_ms for s in ds.samples}
     family = {s.key: s.family for s in ds.samples}
-    runs_a, runs_b = _runs(a, labels, methods), _runs(b, labels, methods)
+    runs_a, runs_b = ({(r["method"], r["fold"], r["seed"]): r
+                       for r in load_runs(side, labels, methods)} for side in (a, b))
     out = []
     for m in methods:
-        name = f"ensemble({m})" if "+" in m else m
-        keys = sorted(k for k in runs_a if k[0] == name and k in runs_b)
+        keys = sorted(k for k in runs_a if k[0] == run_name(m) and k in runs_b)
         if not keys:
             out.append(dict(method=m, runs=0))
             continue
@@ -49,12 +41,9 @@ def compare(dataset: str, a: str, b: str, methods: list[str], families: list[str
         mape_b = [runs_b[k]["metrics"]["mape"] for k in keys]
         row = dict(method=m, runs=len(keys), a=float(np.mean(mape_a)), b=float(np.mean(mape_b)),
                    b_better=int(sum(y < x for x, y in zip(mape_a, mape_b))))
-        for f in families:
-            for side, runs in (("a", runs_a), ("b", runs_b)):
-                ape = [100 * abs(p / labels[t] - 1) for k in keys
-                       for t, p in zip(runs[k]["test_keys"], runs[k]["pred_ms"])
-                       if family[t] == f]
-                row[f"{f}_{side}"] = float(np.mean(ape)) if ape else float("nan")
+        for side, runs in (("a", runs_a), ("b", runs_b)):
+            means = family_means([runs[k] for k in keys], labels, family, families)
+            row.update({f"{f}_{side}": v for f, v in means.items()})
         out.append(row)
     return out
 

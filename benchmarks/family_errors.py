@@ -21,28 +21,42 @@ from mdot_jax.data.dataset import load_dataset
 from mdot_jax.evaluation.evaluate import ensemble_rows
 
 
+def load_runs(results: str | Path, labels: dict[str, float], methods: list[str]) -> list[dict]:
+    """A results folder's runs, plus a derived run per pair `a+b` among `methods`."""
+    rows = [json.loads(line) for line in open(Path(results) / "results.jsonl")]
+    return rows + ensemble_rows(rows, labels, [m for m in methods if "+" in m])
+
+
+def family_means(runs: list[dict], labels: dict[str, float], family: dict[str, str],
+                 families: list[str]) -> dict[str, float]:
+    """family -> mean APE % over the runs' test samples of that family (nan: none)."""
+    ape: dict[str, list[float]] = {f: [] for f in families}
+    for r in runs:
+        for k, p in zip(r["test_keys"], r["pred_ms"]):
+            if family[k] in ape:
+                ape[family[k]].append(100 * abs(p / labels[k] - 1))
+    return {f: float(np.mean(v)) if v else float("nan") for f, v in ape.items()}
+
+
+def run_name(method: str) -> str:
+    """The `method` of a results row: a pair's rows are `ensemble(a+b)`."""
+    return f"ensemble({method})" if "+" in method else method
+
+
 def family_errors(dataset: str, results: str, methods: list[str], families: list[str]
                   ) -> dict[str, dict[str, float]]:
     """method -> family -> mean APE % (and `mean`: the families' mean)."""
     ds = load_dataset(dataset)
     labels = {s.key: s.label_ms for s in ds.samples}
     family = {s.key: s.family for s in ds.samples}
-    rows = [json.loads(line) for line in open(Path(results) / "results.jsonl")]
-    combos = [m for m in methods if "+" in m]
-    rows += ensemble_rows(rows, labels, combos)
+    rows = load_runs(results, labels, methods)
     out = {}
     for m in methods:
-        name = f"ensemble({m})" if "+" in m else m
-        ape: dict[str, list[float]] = {f: [] for f in families}
-        for r in rows:
-            if r["method"] != name:
-                continue
-            for k, p in zip(r["test_keys"], r["pred_ms"]):
-                if family[k] in ape:
-                    ape[family[k]].append(100 * abs(p / labels[k] - 1))
-        if any(not v for v in ape.values()):
-            raise SystemExit(f"{m}: no runs of families {[f for f, v in ape.items() if not v]}")
-        means = {f: float(np.mean(v)) for f, v in ape.items()}
+        means = family_means([r for r in rows if r["method"] == run_name(m)], labels, family,
+                             families)
+        if any(np.isnan(v) for v in means.values()):
+            raise SystemExit(f"{m}: no runs of families "
+                             f"{[f for f, v in means.items() if np.isnan(v)]}")
         out[m] = {**means, "mean": float(np.mean(list(means.values())))}
     return out
 

@@ -35,4 +35,4 @@ for name in "$F25" timm-rtx3090 "$F26"; do  # the tables, with the pairs
 done
 mdot evaluate --dataset "data/derived/$F25-fused" --summary-only \
   --out "benchmarks/results/$F25-fused-v2-ops-family" \
-  --ensembles gnn+lightgbm,mdot-pe-none+lightgbm,op-sum+lightgbm
+  --ensembles gnn+lightgbm,mdot-pe-none+lightgbm,gnn+lightgbm+op-sum,lightgbm+op-sum
