@@ -365,8 +365,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 0
     r = rows[0]
     print(f"{args.model} on {r['device']} ({r['num_ops']} operators; checkpoint "
-          f"{predictor.path.name}" + (f", {predictor.trained.model_cfg.label} x LightGBM "
-                                      "geometric mean" if r["parts"] else "")
+          f"{predictor.path.name}" + (", geometric mean of "
+                                      + " x ".join(predictor.member_labels) if r["parts"]
+                                      else "")
           + ")" + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r
                    else ""))
     band = any(r["interval_ms"] for r in rows)
@@ -660,7 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="the dataset (for the measured times)")
     p.add_argument("--methods", help="the evaluated methods matching the checkpoint "
                    "(default: its network's, e.g. gnn or mdot-pe-none, with lightgbm if it "
-                   "has a companion)")
+                   "has a companion, and op-sum if it has an operator-sum line)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("adapt", help="a checkpoint for another device: from this machine's "

@@ -203,6 +203,14 @@ def _xy(samples: Sequence[Sample], devices: Sequence[str]) -> tuple[np.ndarray, 
             np.log([s.label_ms for s in samples]))
 
 
-def combine(mdot_ms: np.ndarray, tree_ms: np.ndarray) -> np.ndarray:
-    """The geometric mean of the two predictions (both models regress log time)."""
-    return np.sqrt(np.asarray(mdot_ms, np.float64) * np.asarray(tree_ms, np.float64))
+def combine(*members_ms: np.ndarray) -> np.ndarray:
+    """`[N]`: the geometric mean of the members' predictions `[N]` each (all regress log
+    time, so they are averaged in log space, equal weights)."""
+    return np.exp(np.mean(np.log(np.asarray(members_ms, np.float64)), axis=0))
+
+
+def spread(*members_ms: np.ndarray) -> np.ndarray:
+    """`[N]`: how far the members' predictions `[N]` each are apart, max |log(t_i / t_j)|
+    (for two members |log(t_a / t_b)|): where they disagree, the combination errs more."""
+    logs = np.log(np.asarray(members_ms, np.float64))
+    return logs.max(axis=0) - logs.min(axis=0)

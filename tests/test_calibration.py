@@ -65,5 +65,8 @@ def test_from_results_per_layout_geometric_mean_lowest_seed():
     assert [len(b) for b in one.bands.values()] == [1, 1]
     with pytest.raises(ValueError, match="no results of 'c'"):
         calibration.from_results(rows, samples, ("a", "c"))
-    with pytest.raises(ValueError, match="one method or two"):
-        calibration.from_results(rows, samples, ("a", "b", "a"))
+    # three members: binned by their spread, max |log(t_i / t_j)| (here still 50 vs 200)
+    three = calibration.from_results(rows, samples, ("a", "b", "a"))
+    assert three.bands["nchw"][-1].n == 20 and three.band("nchw", np.log(4)).n == 20
+    with pytest.raises(ValueError, match="one to three methods"):
+        calibration.from_results(rows, samples, ("a", "b", "a", "b"))

@@ -221,6 +221,11 @@ def test_views_are_predicted_by_the_models_of_the_training_graphs(tiny_real_data
     for g in gaps.values():  # nearly the same graphs once BatchNormalization is put back
         assert abs(g["gap"]) < 1.0, g
     assert "from the view" in (tmp_path / "out" / "table.md").read_text()
+    # a resumed run naming no ensembles keeps the ones asked for before
+    again = summarize(rows, ds, tmp_path / "out")
+    assert again["ensembles"] == ["lightgbm+roofline"]
+    assert "ensemble(lightgbm+roofline)" in again["methods"]
+    assert "| ensemble(lightgbm+roofline) |" in (tmp_path / "out" / "table.md").read_text()
 
 
 def test_another_fold_seed_draws_other_folds_and_never_mixes(tiny_real_dataset, tmp_path):

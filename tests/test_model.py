@@ -175,7 +175,7 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
     calibration, and results of another dataset or of a non-family split are refused by
     name. By default the rows are those of the checkpoint's own network (here the paper's
     MDOT: method `mdot`, part `mdot`)."""
-    from mdot_jax.companion import TreeModel
+    from mdot_jax.companion import TreeModel, spread
     from mdot_jax.evaluation.calibrate import calibrate
 
     ds, samples = tiny_real_dataset, tiny_real_dataset.samples
@@ -197,7 +197,8 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
     assert "error on held-out model families" in (path / "README.md").read_text()
     preds = Predictor.load(path).predict_many([(s.seq, s.workload) for s in samples])
     for p, s in zip(preds, samples):
-        d, layout = abs(np.log(p.parts["mdot"] / p.parts["lightgbm"])), s.workload.layout
+        # the members' spread as calibration computes it (a bin edge is an observed value)
+        d, layout = spread(p.parts["mdot"], p.parts["lightgbm"]), s.workload.layout
         assert p.interval_ms == pytest.approx(cal.interval(p.iteration_ms, layout, d))
         # 3 epochs of 10 samples at batch 4: 3 x ceil(10 / 4) = 9 iterations
         assert p.job_interval_seconds(3, 10, 4) == pytest.approx(

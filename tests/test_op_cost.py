@@ -162,7 +162,7 @@ def test_op_sum_is_composition_alone(ops, tiny_real_dataset):
     attach([s.seq for s in ds.samples], ops[2])
     method.fit(ds.samples)
     pred = method.predict(ds.samples)
-    assert np.all(pred > 0) and method.a > 0
+    assert np.all(pred > 0) and method.line.a > 0
 
 
 def test_a_method_over_ops_learns_what_the_op_sum_line_misses(ops, tiny_real_dataset):
@@ -181,3 +181,61 @@ def test_a_method_over_ops_learns_what_the_op_sum_line_misses(ops, tiny_real_dat
     # the inner model learned the ratio measured / line, not the time
     ratio = np.asarray(labels) / line
     assert abs(np.median(np.log(inner / ratio))) < 0.2
+
+
+def test_an_op_grounded_checkpoint_predicts_with_the_operator_sum_as_third_member(
+        ops, tiny_real_dataset, tmp_path):
+    """With a companion, an op-grounded checkpoint carries the operator-sum line fitted on its
+    training samples, and predicts the geometric mean of network, trees and line; bands are
+    of the three (`mdot calibrate` defaults to them, binned by their spread); the network
+    alone (`companion=False`) stays the network alone."""
+    from mdot_jax.companion import spread
+    from mdot_jax.evaluation.calibrate import calibrate
+    from mdot_jax.ops.cost import OpSumLine
+    from mdot_jax.recipes import get
+    from mdot_jax.serving import checkpoint
+    from mdot_jax.serving.predict import Predictor
+    from mdot_jax.training.workflow import train_and_save
+
+    ds = _fresh(tiny_real_dataset.root)
+    recipe = get("tiny")
+    ckpt = tmp_path / "ckpt"
+    train_and_save(ds, ckpt, split="none", model_cfg=recipe.model, train_cfg=recipe.train,
+                   cost_model=ops[2], progress=False)
+    meta = checkpoint.read_metadata(ckpt)
+    line = OpSumLine.fit(ds.samples)  # split none: every sample trained
+    assert meta["op_sum"] == pytest.approx(line.to_json())
+    assert line.a > 0 and "third member: the operator sum" in (ckpt / "README.md").read_text()
+    assert "operator sum alone" in (ckpt / "README.md").read_text()
+
+    samples = _fresh(tiny_real_dataset.root).samples  # without operator times
+    items = [(s.seq, s.workload) for s in samples]
+    predictor = Predictor.load(ckpt)
+    assert predictor.members == ["mdot", "lightgbm", "op-sum"]
+    preds = predictor.predict_many(items)
+    parts = np.array([[p.parts[m] for m in predictor.members] for p in preds])  # [N, 3]
+    attach([s.seq for s in samples], ops[2])
+    np.testing.assert_allclose(parts[:, 2], line.predict(samples), rtol=1e-6)
+    np.testing.assert_allclose([p.iteration_ms for p in preds],
+                               np.exp(np.log(parts).mean(axis=1)), rtol=1e-6)
+    alone = Predictor.load(ckpt, companion=False)
+    assert alone.members == ["mdot"] and alone.op_sum is None
+    assert alone.predict_many(items[:1])[0].iteration_ms == pytest.approx(parts[0, 0], rel=1e-5)
+
+    rows = [dict(method=m, fold=0, seed=0, split="family", dataset=ds.fingerprint(),
+                 test_keys=[s.key for s in samples], pred_ms=list(parts[:, i]))
+            for i, m in enumerate(("mdot", "lightgbm", "op-sum"))]
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ValueError, match="mdot x lightgbm x op-sum: give as many methods"):
+        calibrate(ckpt, results, ds, ("mdot", "lightgbm"))
+    cal = calibrate(ckpt, results, ds)
+    assert cal.methods == ("mdot", "lightgbm", "op-sum")
+    preds = Predictor.load(ckpt).predict_many(items)
+    d = spread(*parts.T)
+    for p, s, di in zip(preds, samples, d):
+        band = cal.band(s.workload.layout, di)
+        assert p.interval_ms == pytest.approx(band.interval(p.iteration_ms))
+        flagged = any("MDOT, LightGBM and the operator sum disagree" in w for w in p.warnings)
+        assert flagged == (band is cal.bands[s.workload.layout][-1])

@@ -32,10 +32,13 @@ def test_shipped_checkpoint_is_small_and_described(name):
     card = (path / "README.md").read_text()
     assert meta["stats"]["devices"] and all(d in card for d in meta["stats"]["devices"])
     predictor = Predictor.load(name)
-    # the pair the leave-family-out evaluation chose (README, Evaluation), calibrated on
-    # the evaluation rows of these very two methods
+    # the recipe the leave-family-out evaluation chose (README, Evaluation): the pair, and
+    # the operator sum as third member where the checkpoint is op-grounded
+    # (docs/operators.md, section 8), calibrated on the evaluation rows of these very methods
     assert predictor.trained.model_cfg.arch == "gnn" and predictor.companion is not None
-    assert tuple(predictor.calibration.methods) == ("gnn", "lightgbm")
+    assert (predictor.op_sum is not None) == (predictor.cost_model is not None)
+    assert tuple(predictor.calibration.methods) == tuple(predictor.members)
+    assert predictor.members[:2] == ["gnn", "lightgbm"]
     assert "held-out model families" in card and "GNN alone" in card
 
 

@@ -15,9 +15,10 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
               methods: tuple[str, ...] | None = None) -> Calibration:
     """Error bands for the checkpoint at `path` from a leave-family-out evaluation of the same
     recipe on the same dataset (`mdot evaluate --split family`, results in `results_dir`);
-    `methods` default to the checkpoint's network (`ModelConfig.method`: `gnn`, `mdot-pe-none`,
-    ...), with LightGBM if the checkpoint has a companion. Written into the checkpoint's
-    metadata and model card."""
+    `methods` default to the checkpoint's members: its network (`ModelConfig.method`: `gnn`,
+    `mdot-pe-none`, ...), `lightgbm` with a companion, `op-sum` with an operator-sum line
+    (as many methods as members, or the bands would be another prediction's). Written into
+    the checkpoint's metadata and model card."""
     meta = checkpoint.read_metadata(path)
     rows = read_results(results_dir)
     if not rows:
@@ -33,7 +34,12 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
         raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
                          "bands are for unseen model families (evaluate with --split family)")
     network = checkpoint.model_config(meta).method
-    methods = methods or (network, "lightgbm")[: 1 + bool(meta.get("companion"))]
+    members = [network, *(["lightgbm"] if meta.get("companion") else []),
+               *(["op-sum"] if meta.get("op_sum") else [])]
+    methods = methods or tuple(members)
+    if len(methods) != len(members):  # else the bands would describe another prediction
+        raise ValueError(f"{path} predicts with {' x '.join(members)}: give as many methods, "
+                         f"not {', '.join(methods)}")
     cal = from_results(rows, ds.samples, methods,
                        source=f"{Path(results_dir).name}, leave-family-out")
     checkpoint.attach_calibration(path, cal)

@@ -30,10 +30,11 @@ import numpy as np
 from converters.vocab import VOCAB
 from mdot_jax import recipes
 from mdot_jax.companion import TreeModel, aggregates
-from mdot_jax.data.dataset import OP_MS, Dataset, Sample, make_splits, split_validation
+from mdot_jax.data.dataset import Dataset, Sample, make_splits, split_validation
 from mdot_jax.data.features import MIN_STD, FeatureConfig
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
+from mdot_jax.ops.cost import OpSumLine
 from mdot_jax.training.train import MAX_Z, TrainConfig
 from mdot_jax.training.train import train as train_model
 from mdot_jax.training.workflow import score
@@ -185,21 +186,14 @@ class FittedFormulaMethod(Method):
 @dataclass
 class OpSumMethod(Method):
     """`op-sum`: the summed predicted operator times of the graph (the kernel cost model,
-    `--op-costs`) in a line `a * sum + c` fitted on the training samples (relative least
-    squares): composition alone, with one scale and one per-iteration overhead."""
-
-    def _sums(self, samples):
-        if any(OP_MS not in s.seq.meta for s in samples):
-            raise ValueError("op-sum needs predicted operator times: evaluate with --op-costs")
-        return np.asarray([float(np.sum(s.seq.meta[OP_MS])) for s in samples])
+    `--op-costs`) in the line `ops.cost.OpSumLine` fitted on the training samples: what an
+    op-grounded checkpoint carries as its third member."""
 
     def fit(self, train):
-        y, t = np.asarray([s.label_ms for s in train]), self._sums(train)
-        self.a, self.c = np.linalg.lstsq(np.stack([t / y, 1 / y], 1), np.ones_like(y),
-                                         rcond=None)[0]
+        self.line = OpSumLine.fit(train)
 
     def predict(self, samples):
-        return np.maximum(self.a * self._sums(samples) + self.c, 1e-3)
+        return self.line.predict(samples)
 
 
 def _relabelled(samples: Sequence[Sample], factor: np.ndarray) -> list[Sample]:
@@ -465,8 +459,16 @@ def ensemble_rows(rows: list[dict], labels: dict[str, float],
 def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
               commit: str = "", ensembles: Sequence[str] = ()) -> dict:
     """Mean +- std over folds and seeds per method -> table.md, results.json, plots.
-    Seed ensembles and the method `ensembles` ("a+b") are added as derived rows."""
+    Seed ensembles and the method `ensembles` ("a+b") are added as derived rows; the folder
+    remembers them (`results.json`), so a resumed run that names none, or others, keeps
+    those asked for before (the first named is the per-fold table's)."""
     out = Path(out)
+    try:
+        asked = json.loads((out / "results.json").read_text()).get("ensembles", [])
+    except (OSError, ValueError, AttributeError):
+        asked = []
+    ensembles = list(dict.fromkeys([*ensembles, *asked]))
+    kept = list(ensembles)
     views = sorted({r["method"].split(VIEW)[1] for r in rows if VIEW in r["method"]})
     ensembles = [*ensembles, *("+".join(m + VIEW + v for m in combo.split("+"))
                                for v in views for combo in ensembles)]
@@ -515,7 +517,8 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     (out / "table.md").write_text("\n".join(lines) + "\n")
     result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
                                samples=len(ds)), command=command, commit=commit,
-                  neural_budget=rows[0].get("budget") if rows else None, methods=summary,
+                  neural_budget=rows[0].get("budget") if rows else None, ensembles=kept,
+                  methods=summary,
                   per_fold={shipped: folds}, ablations=ablations, views=gaps,
                   error_analysis=analyses)
     (out / "results.json").write_text(json.dumps(result, indent=1))

@@ -112,6 +112,41 @@ class CostModel:
         return cls(d["text"], d["device"], d["samples"], d["version"])
 
 
+@dataclass(frozen=True)
+class OpSumLine:
+    """A model's time from its operators' predicted times (`meta["op_ms"]`): the line
+    `a * sum + c`, one scale and one per-iteration overhead (framework, optimizer, loss),
+    fitted by relative least squares on measured samples: composition alone."""
+
+    a: float
+    c: float
+    samples: int = 0  # how many it was fitted on
+
+    @staticmethod
+    def sums(samples) -> np.ndarray:
+        """`[N]` each sample's summed predicted operator ms."""
+        if any(OP_MS not in s.seq.meta for s in samples):
+            raise ValueError("the operator sum needs predicted operator times (--op-costs)")
+        return np.asarray([float(np.sum(s.seq.meta[OP_MS])) for s in samples])
+
+    @classmethod
+    def fit(cls, samples) -> OpSumLine:
+        y, t = np.asarray([s.label_ms for s in samples]), cls.sums(samples)
+        a, c = np.linalg.lstsq(np.stack([t / y, 1 / y], 1), np.ones_like(y), rcond=None)[0]
+        return cls(float(a), float(c), len(samples))
+
+    def predict(self, samples) -> np.ndarray:
+        """`[N]` predicted ms (at least 1 us)."""
+        return np.maximum(self.a * self.sums(samples) + self.c, 1e-3)
+
+    def to_json(self) -> dict:
+        return dict(a=self.a, c=self.c, samples=self.samples)
+
+    @classmethod
+    def from_json(cls, d: dict) -> OpSumLine:
+        return cls(float(d["a"]), float(d["c"]), int(d.get("samples", 0)))
+
+
 def attach(seqs, model: CostModel, progress: bool = False) -> int:
     """Gives every sequence its operators' predicted ms (`meta["op_ms"]`, the features'
     fourth per-operator dimension); each distinct sequence once. Returns how many."""

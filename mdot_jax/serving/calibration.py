@@ -4,8 +4,9 @@ A leave-family-out evaluation (`mdot evaluate --split family`) predicts every sa
 dataset with a model that never saw its family. `Calibration` keeps the spread of
 log(measured / predicted) of those predictions, per memory layout (one layout can be harder
 to predict than another) and, within a layout, in bins of the disagreement between the
-network (GNN, MDOT, ...) and its LightGBM companion, |log(t_net / t_trees)|, since the error
-is larger where the two disagree (docs/architecture.md, Error bands). A new
+members of the prediction (the network, its LightGBM companion and, op-grounded, the
+operator sum): `companion.spread`, max |log(t_i / t_j)|, since the error is larger where
+they disagree (docs/architecture.md, Error bands). A new
 prediction `p` falls in a bin by its layout and its own disagreement and gets that bin's band
 `[p * exp(lo), p * exp(hi)]`, which held `COVER` of the bin's held-out predictions; a layout
 the evaluation did not have gets no band.
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mdot_jax.companion import combine, spread
 from mdot_jax.data.dataset import Sample
 
 EDGES = (0.5, 0.9)  # quantiles of the disagreement at which the bins split
@@ -27,7 +29,7 @@ COVER = 0.8  # share of held-out predictions inside a band (10th to 90th percent
 
 @dataclass(frozen=True)
 class Band:
-    upto: float | None  # the bin's largest disagreement |log(net / trees)|; None: no limit
+    upto: float | None  # the bin's largest disagreement (`companion.spread`); None: no limit
     lo: float  # 10th percentile of log(measured / predicted) in the bin
     hi: float  # 90th percentile
     median_ape: float  # median absolute percentage error in the bin
@@ -76,7 +78,7 @@ class Calibration:
 
 def fit_bands(pred_ms: np.ndarray, measured_ms: np.ndarray,
               disagreement: np.ndarray | None) -> tuple[Band, ...]:
-    """Bands from held-out predictions `[N]`, their measurements `[N]` and (two members)
+    """Bands from held-out predictions `[N]`, their measurements `[N]` and (several members)
     their members' disagreement `[N]`."""
     r = np.log(np.asarray(measured_ms, np.float64) / np.asarray(pred_ms, np.float64))
     ape = np.abs(np.expm1(-r)) * 100  # |pred / measured - 1|
@@ -112,11 +114,11 @@ def held_out(rows: list[dict], methods: Sequence[str]) -> dict[str, dict[str, fl
 def from_results(rows: list[dict], samples: Sequence[Sample], methods: Sequence[str],
                  source: str = "", binned: bool = True) -> Calibration:
     """Bands from an evaluation's result rows (`evaluate.read_results`) on `samples` (their
-    measured times and layouts): the geometric mean of `methods` (one or two), each on its
-    lowest seed, over every held-out sample; one band per layout unless two methods are
-    `binned` by their disagreement."""
-    if not 1 <= len(methods) <= 2:
-        raise ValueError(f"a calibration is of one method or two, not {len(methods)}")
+    measured times and layouts): the geometric mean of `methods` (one to three), each on
+    its lowest seed, over every held-out sample; one band per layout unless several methods
+    are `binned` by their disagreement."""
+    if not 1 <= len(methods) <= 3:
+        raise ValueError(f"a calibration is of one to three methods, not {len(methods)}")
     preds = held_out(rows, methods)
     shared = set.intersection(*(set(p) for p in preds.values()))
     held = [s for s in samples if s.key in shared]
@@ -125,8 +127,8 @@ def from_results(rows: list[dict], samples: Sequence[Sample], methods: Sequence[
     bands = {}
     for layout in sorted({s.workload.layout for s in held}):
         group = [s for s in held if s.workload.layout == layout]
-        logs = np.log([[preds[m][s.key] for s in group] for m in methods])  # [M, N]
+        members = [np.array([preds[m][s.key] for s in group]) for m in methods]  # M x [N]
         bands[layout] = fit_bands(
-            np.exp(logs.mean(axis=0)), np.array([s.label_ms for s in group]),
-            np.abs(logs[0] - logs[1]) if len(methods) == 2 and binned else None)
+            combine(*members), np.array([s.label_ms for s in group]),
+            spread(*members) if len(methods) > 1 and binned else None)
     return Calibration(bands, tuple(methods), source)

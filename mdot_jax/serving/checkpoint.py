@@ -8,7 +8,8 @@ A checkpoint directory holds
                   format, xz-compressed: 4x smaller; `companion.txt.gz` and `companion.txt`
                   before, both still read)
 and, optionally, in metadata.json the error bands measured on held-out families
-(`calibration.Calibration`, added by `attach_calibration`),
+(`calibration.Calibration`, added by `attach_calibration`) and, op-grounded with a
+companion, the operator-sum line (`ops.cost.OpSumLine`, the prediction's third member),
 so `load(path)` and `load_companion(path)` need nothing else. Saves are atomic: everything
 is written to a temporary sibling directory which then replaces the target in one rename.
 """
@@ -35,7 +36,7 @@ from mdot_jax.companion import TreeModel
 from mdot_jax.data.features import FeatureConfig, FeatureStats
 from mdot_jax.errors import CheckpointError
 from mdot_jax.models import ModelConfig, build_model
-from mdot_jax.ops.cost import COST_MODEL, CostModel
+from mdot_jax.ops.cost import COST_MODEL, CostModel, OpSumLine
 from mdot_jax.serving.calibration import Calibration
 from mdot_jax.training.train import Trained
 
@@ -90,10 +91,10 @@ def prepare_out(path: str | Path, *, force: bool = False) -> Path:
 def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
          metrics: dict | None = None, description: str = "",
          companion: TreeModel | None = None, companion_info: dict | None = None,
-         cost_model: CostModel | None = None) -> Path:
-    """Writes `trained` (and its `companion`, and the kernel `cost_model` of op-grounded
-    features, if any) to `path` atomically, replacing only an empty directory or a
-    checkpoint (`prepare_out` says so before training); returns the path."""
+         cost_model: CostModel | None = None, op_sum: OpSumLine | None = None) -> Path:
+    """Writes `trained` (and its `companion`, the kernel `cost_model` of op-grounded
+    features and its `op_sum` line, if any) to `path` atomically, replacing only an empty
+    directory or a checkpoint (`prepare_out` says so before training); returns the path."""
     path = Path(path).absolute()
     if path.exists() and not (_empty_dir(path) or is_checkpoint(path)):
         raise CheckpointError(f"{path}: not a checkpoint; refusing to replace it")
@@ -114,6 +115,8 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
         cost_model.save(tmp / COST_MODEL)
         meta["cost_model"] = dict(file=COST_MODEL, device=cost_model.device,
                                   samples=cost_model.samples)
+    if op_sum is not None:
+        meta["op_sum"] = op_sum.to_json()
     _write_metadata(tmp, meta)
     if companion:
         attach_companion(tmp, companion, companion_info)
@@ -229,9 +232,15 @@ def model_card(meta: dict) -> str:
              *([f"- operator times as features: every operator priced by the kernel cost "
                 f"model it carries ({meta['cost_model'].get('samples')} operators measured on "
                 f"{meta['cost_model'].get('device')})"] if meta.get("cost_model") else []),
+             *([f"- third member: the operator sum, {meta['op_sum']['a']:.3f} x (summed "
+                f"operator ms) + {meta['op_sum']['c']:.2f} ms, fitted on "
+                f"{meta['op_sum']['samples']} training samples; the prediction is the geometric "
+                "mean of the three"] if meta.get("op_sum") else []),
              *([f"- validation MAPE of the combined prediction {comp['val_mape']:.2f}% "
                 f"({label} alone {comp.get('val_mape_model', comp.get('val_mape_mdot')):.2f}%, "
-                f"LightGBM alone {comp['val_mape_lightgbm']:.2f}%; same samples)"]
+                f"LightGBM alone {comp['val_mape_lightgbm']:.2f}%"
+                + (f", operator sum alone {comp['val_mape_op_sum']:.2f}%"
+                   if "val_mape_op_sum" in comp else "") + "; same samples)"]
                if "val_mape" in comp else []),
              f"- training: {info.get('steps')} steps in {info.get('seconds')} s "
              f"({info.get('steps_per_s')} steps/s on {info.get('devices')} device(s)), "

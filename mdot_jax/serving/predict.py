@@ -18,10 +18,10 @@ from flax import nnx
 from converters import OperatorSequence, convert
 from converters.sequence import INPUT_KINDS
 from converters.vocab import VOCAB
-from mdot_jax.companion import TreeModel, combine
+from mdot_jax.companion import TreeModel, combine, spread
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
-from mdot_jax.ops.cost import COST_MODEL, CostModel, attach, load_cost_model
+from mdot_jax.ops.cost import COST_MODEL, CostModel, OpSumLine, attach, load_cost_model
 from mdot_jax.serving.adaptation import Adaptation
 from mdot_jax.serving.calibration import Calibration
 from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion
@@ -64,8 +64,9 @@ class Prediction:
     device: str
     num_ops: int
     warnings: list[str] = field(default_factory=list)  # extrapolation, unknown operators
-    # with a companion: each model's own prediction, keyed by the network's architecture
-    # ({"gnn": ms, "lightgbm": ms}; "mdot" for an MDOT checkpoint)
+    # with a companion: each member's own prediction, keyed by the network's architecture
+    # ({"gnn": ms, "lightgbm": ms}; "mdot" for an MDOT checkpoint; "op-sum" too when the
+    # checkpoint is op-grounded)
     parts: dict[str, float] = field(default_factory=dict)
     # where 80% of the measured times fell, on held-out families, for predictions like this
     # one (the checkpoint's `calibration`); None without one, or when a warning says this
@@ -90,8 +91,9 @@ class Prediction:
 
 class Predictor:
     """A trained network (MDOT, GNN, ...: `ModelConfig.arch`) with its feature pipeline, and
-    the checkpoint's LightGBM companion if it has one (the prediction is then the geometric
-    mean of both); thread-compatible, not thread-safe."""
+    the checkpoint's LightGBM companion if it has one and, op-grounded, its operator-sum line
+    (the prediction is then the geometric mean of the members); thread-compatible, not
+    thread-safe."""
 
     def __init__(self, trained: Trained, path: Path | None = None,
                  companion: TreeModel | None = None):
@@ -104,12 +106,14 @@ class Predictor:
 
         self._params = jax.device_put(params)
         self._forward = forward
+        line = self.metadata.get("op_sum")
+        # the third member, with the companion only (`companion=False`: the network alone)
+        self.op_sum = OpSumLine.from_json(line) if line and companion is not None else None
         cal = self.metadata.get("calibration")
         cal = Calibration.from_json(cal) if cal else None
         # bands of the prediction this predictor makes: of the network alone, or with its
-        # companion
-        self.calibration = cal if cal and len(cal.methods) == 1 + (companion is not None) \
-            else None
+        # other members
+        self.calibration = cal if cal and len(cal.methods) == len(self.members) else None
         adapted = self.metadata.get("adaptation")
         # fitted to another device's measurements: predictions are for that device, with the
         # band of the fit's leave-one-out errors (`mdot adapt`)
@@ -124,9 +128,22 @@ class Predictor:
     def load(cls, name_or_dir: str | Path | None = None, *, companion: bool = True
              ) -> Predictor:
         """`companion=False` predicts with the network alone even if the checkpoint has a
-        companion."""
+        companion (and an operator-sum line)."""
         path = resolve_checkpoint(name_or_dir)
         return cls(load(path), path, load_companion(path) if companion else None)
+
+    @property
+    def members(self) -> list[str]:
+        """What the prediction is the geometric mean of: the network's architecture, then
+        "lightgbm" and "op-sum" when present (the keys of `Prediction.parts`)."""
+        return [self.trained.model_cfg.arch, *(["lightgbm"] if self.companion else []),
+                *(["op-sum"] if self.op_sum else [])]
+
+    @property
+    def member_labels(self) -> list[str]:
+        """`members` as people read them: "GNN", "LightGBM", "the operator sum"."""
+        names = {"lightgbm": "LightGBM", "op-sum": "the operator sum"}
+        return [self.trained.model_cfg.label, *(names[m] for m in self.members[1:])]
 
     @property
     def devices(self) -> list[str]:
@@ -199,11 +216,11 @@ class Predictor:
         parts: list[dict] = [{} for _ in items]
         disagreement: list[float | None] = [None] * len(items)
         if self.companion is not None:
-            trees = self.companion.predict(samples)
-            net = self.trained.model_cfg.arch
-            parts = [{net: float(a), "lightgbm": float(b)} for a, b in zip(out, trees)]
-            disagreement = [abs(math.log(a / b)) for a, b in zip(out, trees)]
-            out = combine(out, trees)
+            members = [out, self.companion.predict(samples),
+                       *([self.op_sum.predict(samples)] if self.op_sum else [])]
+            parts = [{m: float(v) for m, v in zip(self.members, vs)} for vs in zip(*members)]
+            disagreement = [float(d) for d in spread(*members)]
+            out = combine(*members)
         adapted = self.adaptation
         if adapted:
             out = adapted.apply(out)
@@ -218,8 +235,9 @@ class Predictor:
             if cal and band and not p.warnings:
                 p.interval_ms = p.interval_ms or band.interval(p.iteration_ms)
                 if d is not None and band is cal.bands[w.layout][-1]:
+                    names = self.member_labels
                     p.warnings.append(
-                        f"{self.trained.model_cfg.label} and LightGBM disagree by "
+                        f"{', '.join(names[:-1])} and {names[-1]} disagree by "
                         f"{math.expm1(d):.0%}: on held-out "
                         f"families, such predictions erred by {band.median_ape:.0f}% (median)")
             preds.append(p)

@@ -15,7 +15,7 @@ from mdot_jax.data.features import FeatureCache
 from mdot_jax.errors import UsageError
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
-from mdot_jax.ops.cost import attach
+from mdot_jax.ops.cost import OpSumLine, attach, load_cost_model
 from mdot_jax.serving import checkpoint
 from mdot_jax.training.train import (
     TrainConfig,
@@ -38,10 +38,11 @@ def score(trained: Trained, samples) -> tuple[np.ndarray, dict]:
     return pred, regression_metrics(pred, [s.label_ms for s in samples])
 
 
-def fit_companion(trained: Trained, train_samples, train_cfg: TrainConfig
-                  ) -> tuple[TreeModel, dict]:
+def fit_companion(trained: Trained, train_samples, train_cfg: TrainConfig,
+                  op_sum: OpSumLine | None = None) -> tuple[TreeModel, dict]:
     """The LightGBM companion, fitted on the network's training samples with its validation
-    carve-out, and the validation MAPE of the network, the trees and their combination."""
+    carve-out, and the validation MAPE of the network, the trees, the `op_sum` line (if
+    any) and their combination."""
     trees = TreeModel.fit(train_samples, seed=train_cfg.seed, val_fraction=train_cfg.val_fraction,
                           val_by=train_cfg.val_by)
     _, val = split_validation(train_samples, train_cfg.val_fraction, train_cfg.seed,
@@ -49,11 +50,13 @@ def fit_companion(trained: Trained, train_samples, train_cfg: TrainConfig
     val = [s for s in val if s.seq.num_ops <= trained.feature_cfg.buckets[-1]]
     if not val:
         return trees, {}
-    net, lgb = score(trained, val)[0], trees.predict(val)
+    members = {"model": score(trained, val)[0], "lightgbm": trees.predict(val)}
+    if op_sum is not None:
+        members["op_sum"] = op_sum.predict(val)
     true = [s.label_ms for s in val]
-    return trees, dict(val_mape=regression_metrics(combine(net, lgb), true)["mape"],
-                       val_mape_model=regression_metrics(net, true)["mape"],
-                       val_mape_lightgbm=regression_metrics(lgb, true)["mape"])
+    return trees, dict(val_mape=regression_metrics(combine(*members.values()), true)["mape"],
+                       **{f"val_mape_{k}": regression_metrics(v, true)["mape"]
+                          for k, v in members.items()})
 
 
 def _fold(ds: Dataset, split: str, folds: int, fold: int, seed: int):
@@ -76,7 +79,9 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     `companion`, a LightGBM companion is fitted on the same samples and saved with it (the
     test metrics are then those of the combined prediction; `model_only` the network's).
     With a kernel `cost_model` (`ops.cost.CostModel`), every operator gets its predicted time
-    as a feature (op-grounded) and the checkpoint carries the cost model.
+    as a feature (op-grounded) and the checkpoint carries the cost model; with a companion
+    too, the operator-sum line (`ops.cost.OpSumLine`, fitted on the same samples) is the
+    prediction's third member.
     A killed run continues from its last epoch when re-run with the same arguments (the
     state lives in `.<out>.resume/` beside `out` until the checkpoint is written). `out` must
     be new, empty, or (with `force`) a checkpoint to replace: checked before training."""
@@ -89,7 +94,8 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     resume_dir = Path(out).absolute().with_name(f".{Path(out).name}.resume")
     trained = train(train_samples, model_cfg, train_cfg, progress=progress, log=log,
                     resume_dir=resume_dir)
-    trees, trees_info = (fit_companion(trained, train_samples, train_cfg) if companion
+    line = OpSumLine.fit(train_samples) if companion and cost_model is not None else None
+    trees, trees_info = (fit_companion(trained, train_samples, train_cfg, line) if companion
                          else (None, None))
     longest = trained.feature_cfg.buckets[-1]
     held = [s for s in test_samples if s.seq.num_ops <= longest]
@@ -97,8 +103,9 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     if held:
         pred, metrics = score(trained, held)
         if trees:
-            metrics = dict(regression_metrics(combine(pred, trees.predict(held)),
-                                              [s.label_ms for s in held]), model_only=metrics)
+            members = [pred, trees.predict(held), *([line.predict(held)] if line else [])]
+            metrics = dict(regression_metrics(combine(*members), [s.label_ms for s in held]),
+                           model_only=metrics)
     dataset = dict(path=str(ds.root), fingerprint=ds.fingerprint(), split=split, fold=fold,
                    folds=folds, num_train=len(train_samples), num_test=len(held),
                    test_excluded_too_long=len(test_samples) - len(held),
@@ -107,7 +114,7 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     if probe:  # what describes the device: `mdot adapt --probe` picks the nearest checkpoint
         dataset["probe"] = probe
     checkpoint.save(trained, out, dataset=dataset, metrics=metrics, companion=trees,
-                    companion_info=trees_info, cost_model=cost_model,
+                    companion_info=trees_info, cost_model=cost_model, op_sum=line,
                     description=f"{model_cfg.label} trained on {ds.root.name} " + (
                         "(every sample)" if split == "none" else f"({split} split, fold {fold})"))
     shutil.rmtree(resume_dir, ignore_errors=True)
@@ -119,8 +126,12 @@ def refit_companion(path: str | Path, ds: Dataset) -> dict:
     recipe (`companion.py`), on the samples and validation carve-out its MDOT was trained on
     (its recorded split, fold and seed), and replaces it; returns the validation metrics.
     The checkpoint's error bands described the old companion, so they are dropped: run
-    `calibrate` again on results of the new recipe."""
+    `calibrate` again on results of the new recipe. An op-grounded checkpoint's operator
+    times come from the kernel cost model it carries; its operator-sum line is kept."""
     meta = checkpoint.read_metadata(path)
+    cost_model = load_cost_model(path)
+    if cost_model is not None:
+        attach([s.seq for s in ds.samples], cost_model)
     recorded = meta["dataset"]
     if recorded.get("fingerprint") != ds.fingerprint():
         raise ValueError(f"{path} was trained on dataset version {recorded.get('fingerprint')}, "
@@ -129,7 +140,8 @@ def refit_companion(path: str | Path, ds: Dataset) -> dict:
     train_idx, _ = _fold(ds, recorded.get("split", "none"), recorded.get("folds", 5),
                          recorded.get("fold", 0), train_cfg.seed)
     samples = [ds.samples[i] for i in train_idx]
-    trees, info = fit_companion(checkpoint.load(path), samples, train_cfg)
+    line = OpSumLine.from_json(meta["op_sum"]) if meta.get("op_sum") else None
+    trees, info = fit_companion(checkpoint.load(path), samples, train_cfg, line)
     checkpoint.attach_companion(path, trees, info)
     checkpoint.attach_calibration(path, None)
     return info
