@@ -1,8 +1,8 @@
 """Are the error bands honest on families they were not fitted on? For each fold of a
 leave-family-out evaluation, bands are fitted on the other folds' held-out predictions and
 scored on this fold's, per memory layout: share of measured times inside the 80% band, and
-the band's median width (upper / lower end); binned by the GNN/LightGBM disagreement
-(shipped) or one band per layout.
+the band's median width (upper / lower end); binned by the members' disagreement
+(`companion.spread`, shipped) or one band per layout.
 
     python benchmarks/bench_bands.py \\
         --results benchmarks/results/timm-rtx3090-fused-family \\
@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from mdot_jax.companion import combine, spread
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.evaluation.evaluate import read_results
 from mdot_jax.serving import calibration
@@ -28,10 +29,10 @@ def score(cal, rows: list[dict], samples: dict, methods) -> dict[str, tuple[floa
     out = {}
     for layout in cal.bands:
         keys = sorted(k for k in preds[methods[0]] if samples[k].workload.layout == layout)
-        a, b = (np.array([preds[m][k] for k in keys]) for m in methods)
+        members = [np.array([preds[m][k] for k in keys]) for m in methods]
         y = np.array([samples[k].label_ms for k in keys])
         lo, hi = np.transpose([cal.interval(p, layout, d)
-                               for p, d in zip(np.sqrt(a * b), np.abs(np.log(a / b)))])
+                               for p, d in zip(combine(*members), spread(*members))])
         out[layout] = float(np.mean((lo <= y) & (y <= hi))), float(np.median(hi / lo))
     return out
 
