@@ -468,11 +468,10 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     except (OSError, ValueError, AttributeError):
         asked = []
     ensembles = list(dict.fromkeys([*ensembles, *asked]))
-    kept = list(ensembles)
     views = sorted({r["method"].split(VIEW)[1] for r in rows if VIEW in r["method"]})
-    ensembles = [*ensembles, *("+".join(m + VIEW + v for m in combo.split("+"))
-                               for v in views for combo in ensembles)]
-    rows = rows + ensemble_rows(rows, {s.key: s.label_ms for s in ds.samples}, ensembles)
+    combos = [*ensembles, *("+".join(m + VIEW + v for m in combo.split("+"))
+                            for v in views for combo in ensembles)]
+    rows = rows + ensemble_rows(rows, {s.key: s.label_ms for s in ds.samples}, combos)
     by_method: dict[str, list[dict]] = {}
     for r in rows:
         by_method.setdefault(r["method"], []).append(r)
@@ -517,7 +516,7 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
     (out / "table.md").write_text("\n".join(lines) + "\n")
     result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
                                samples=len(ds)), command=command, commit=commit,
-                  neural_budget=rows[0].get("budget") if rows else None, ensembles=kept,
+                  neural_budget=rows[0].get("budget") if rows else None, ensembles=ensembles,
                   methods=summary,
                   per_fold={shipped: folds}, ablations=ablations, views=gaps,
                   error_analysis=analyses)
