@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
 
+from converters.sequence import CONFIG_FIELDS
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import family_of, load_dataset
 from mdot_jax.ops.cost import CostModel
@@ -33,14 +34,27 @@ def source_family(d: dict) -> str:
     return "loss" if d["source"] == "loss" else family_of(d["source"].split("/")[0])
 
 
+def conv_kind(spec: OpSpec) -> str:
+    """dense (groups 1), depthwise (groups >= input channels) or grouped, as
+    `features.conv_kinds` splits them."""
+    groups, c_in = (spec.config[CONFIG_FIELDS.index(f)] for f in ("groups", "in_channels"))
+    return "dense" if groups <= 1 else "depthwise" if groups >= c_in else "grouped"
+
+
 def held_out(records: list[dict], test: np.ndarray, seed: int) -> dict[str, dict]:
+    """Per op type, per kind of Conv (`Conv (depthwise)`, ...) and over all: held-out
+    samples, median and p90 APE of a model fitted on the rest."""
     model = CostModel.fit([d for d, t in zip(records, test) if not t], seed=seed)
     recs = [d for d, t in zip(records, test) if t]
-    pred = model.predict([OpSpec.from_json(d["spec"]) for d in recs])
+    specs = [OpSpec.from_json(d["spec"]) for d in recs]
+    pred = model.predict(specs)
     ape = defaultdict(list)
-    for d, p in zip(recs, pred):
-        ape[d["op_type"]].append(abs(p / d["label_ms"] - 1))
-        ape["(all)"].append(abs(p / d["label_ms"] - 1))
+    for d, spec, p in zip(recs, specs, pred):
+        groups = [d["op_type"], "(all)"]
+        if d["op_type"] == "Conv":
+            groups.append(f"Conv ({conv_kind(spec)})")
+        for g in groups:
+            ape[g].append(abs(p / d["label_ms"] - 1))
     return {t: dict(n=len(v), median_ape=100 * float(np.median(v)),
                     p90_ape=100 * float(np.percentile(v, 90))) for t, v in ape.items()}
 
@@ -90,13 +104,19 @@ def main() -> None:
           f"{len(test_fams)} of {len(families)} families")
     print("| type | time share | cum. | samples | median APE (config) | p90 | median APE "
           "(family) | p90 |\n|---|---|---|---|---|---|---|---|")
-    for t in list(share) + ["(all)"]:
+    count = Counter(d["op_type"] for d in records)
+    count.update(f"Conv ({conv_kind(OpSpec.from_json(d['spec']))})" for d in records
+                 if d["op_type"] == "Conv")
+    count["(all)"] = len(records)
+    kinds = sorted(k for k in results["config"] if k.startswith("Conv ("))
+    rows = [k for op in share for k in ([op, *kinds] if op == "Conv" else [op])]
+    for t in rows + ["(all)"]:
         c, f = results["config"].get(t), results["family"].get(t)
-        if c is None and t != "(all)":
+        if c is None:
             continue
         cum += share.get(t, 0.0)
-        row = [t, f"{100 * share.get(t, 0):.1f}%", f"{100 * cum:.1f}%" if t in share else "",
-               str(sum(d["op_type"] == t for d in records) if t != "(all)" else len(records)),
+        row = [t, f"{100 * share.get(t, 0):.1f}%" if t in share else "",
+               f"{100 * cum:.1f}%" if t in share else "", str(count[t]),
                f"{c['median_ape']:.1f}%", f"{c['p90_ape']:.1f}%",
                f"{f['median_ape']:.1f}%" if f else "-", f"{f['p90_ape']:.1f}%" if f else "-"]
         print("| " + " | ".join(row) + " |")
