@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.sequence import CONFIG_FIELDS
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import family_of, load_dataset
 from mdot_jax.ops.cost import CostModel
@@ -34,15 +33,8 @@ def source_family(d: dict) -> str:
     return "loss" if d["source"] == "loss" else family_of(d["source"].split("/")[0])
 
 
-def conv_kind(spec: OpSpec) -> str:
-    """dense (groups 1), depthwise (groups >= input channels) or grouped, as
-    `features.conv_kinds` splits them."""
-    groups, c_in = (spec.config[CONFIG_FIELDS.index(f)] for f in ("groups", "in_channels"))
-    return "dense" if groups <= 1 else "depthwise" if groups >= c_in else "grouped"
-
-
 def held_out(records: list[dict], test: np.ndarray, seed: int) -> dict[str, dict]:
-    """Per op type, per kind of Conv (`Conv (depthwise)`, ...) and over all: held-out
+    """Per op type, per kind of Conv (`Conv:depthwise`, ...) and over all: held-out
     samples, median and p90 APE of a model fitted on the rest."""
     model = CostModel.fit([d for d, t in zip(records, test) if not t], seed=seed)
     recs = [d for d, t in zip(records, test) if t]
@@ -52,7 +44,7 @@ def held_out(records: list[dict], test: np.ndarray, seed: int) -> dict[str, dict
     for d, spec, p in zip(recs, specs, pred):
         groups = [d["op_type"], "(all)"]
         if d["op_type"] == "Conv":
-            groups.append(f"Conv ({conv_kind(spec)})")
+            groups.append(spec.kind)
         for g in groups:
             ape[g].append(abs(p / d["label_ms"] - 1))
     return {t: dict(n=len(v), median_ape=100 * float(np.median(v)),
@@ -105,10 +97,9 @@ def main() -> None:
     print("| type | time share | cum. | samples | median APE (config) | p90 | median APE "
           "(family) | p90 |\n|---|---|---|---|---|---|---|---|")
     count = Counter(d["op_type"] for d in records)
-    count.update(f"Conv ({conv_kind(OpSpec.from_json(d['spec']))})" for d in records
-                 if d["op_type"] == "Conv")
+    count.update(OpSpec.from_json(d["spec"]).kind for d in records if d["op_type"] == "Conv")
     count["(all)"] = len(records)
-    kinds = sorted(k for k in results["config"] if k.startswith("Conv ("))
+    kinds = sorted(k for k in results["config"] if k.startswith("Conv:"))
     rows = [k for op in share for k in ([op, *kinds] if op == "Conv" else [op])]
     for t in rows + ["(all)"]:
         c, f = results["config"].get(t), results["family"].get(t)

@@ -232,10 +232,18 @@ def _profile_ops(args: argparse.Namespace) -> int:
     from mdot_jax.ops.profile import OpProtocol, profile_ops
 
     out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)), "ops")
-    report = profile_ops(out, n=args.ops_n, threads=args.threads,
-                         sources=args.ops_from.split(",") if args.ops_from else None,
-                         protocol=OpProtocol(warmup=args.warmup, repeats=args.repeats),
-                         max_minutes=args.max_minutes)
+    if bool(args.ops_more) != bool(args.ops_kinds):
+        raise UsageError("--ops-more and --ops-kinds go together: how many more operators, "
+                         "of which kinds (e.g. --ops-more 4000 --ops-kinds "
+                         "Conv:depthwise,Conv:grouped)")
+    try:
+        report = profile_ops(out, n=args.ops_n, threads=args.threads,
+                             sources=args.ops_from.split(",") if args.ops_from else None,
+                             protocol=OpProtocol(warmup=args.warmup, repeats=args.repeats),
+                             max_minutes=args.max_minutes, more=args.ops_more or 0,
+                             kinds=args.ops_kinds.split(",") if args.ops_kinds else ())
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report["noisy"] else ""
     print(f"{report['samples']} of {report['planned']} planned operators measured in {out}"
           f"{noisy}; skipped by reason: {report['skipped_by_reason']}")
@@ -581,6 +589,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--ops: operators in the plan (fixed on the first run)")
     p.add_argument("--ops-from", help="--ops: comma-separated model datasets to draw the "
                                       "operators from (default: data/derived/cpu-*)")
+    p.add_argument("--ops-more", type=POSITIVE_INT,
+                   help="--ops: add this many operators of --ops-kinds to the plan (once; "
+                        "run the same command again to resume)")
+    p.add_argument("--ops-kinds", help="--ops-more: comma-separated op types or Conv kinds "
+                                       "(Conv:dense, Conv:depthwise, Conv:grouped)")
     p.add_argument("--max-minutes", type=POSITIVE_FLOAT,
                    help="--ops: stop after this long (resume by running it again)")
     p.add_argument("--core-set", action="store_true",

@@ -64,6 +64,14 @@ def test_bad_input_is_one_line(capsys, files, name, args, needle):
         assert f"{name}.onnx" in err or "input" in err or "graph" in err
 
 
+def test_ops_more_needs_its_kinds(capsys, tmp_path):
+    code, _, err = run(capsys, "profile", "--ops", "--out", str(tmp_path / "ops"),
+                       "--ops-more", "10")
+    assert code == 2 and err.count("\n") == 1
+    assert "--ops-more and --ops-kinds go together" in err
+    assert not (tmp_path / "ops").exists()  # refused before anything was written
+
+
 def test_a_directory_is_named_with_the_models_it_holds(capsys, files):
     code, _, err = run(capsys, "predict", str(files), "--batch-size", "2")
     assert code == 2 and err.count("\n") == 1

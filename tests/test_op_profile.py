@@ -22,6 +22,7 @@ from mdot_jax.ops.profile import (  # noqa: E402
     harvest,
     measure_op,
     plan,
+    plan_more,
     profile_ops,
     read_op_samples,
     read_plan,
@@ -82,6 +83,35 @@ def test_the_plan_covers_every_type_evenly_and_is_seeded(small_models):
     for t in measured:
         rows = sum(s.op_type == t for s in h.specs)
         assert sum(d["spec"]["op_type"] == t for d in a) >= min(2, rows)
+
+
+def test_a_plan_grows_by_the_kinds_asked_for_once(small_models, tmp_path):
+    """`--ops-more N --ops-kinds K`: up to N rows of those kinds that the plan lacks, added
+    once (the same command again resumes it), a kind without rows refused by name."""
+    h = harvest([small_models], progress=False)
+    base = plan(h, 30, seed=0, min_per_type=1)
+    kinds = ["Conv:depthwise", "Add"]
+    more = plan_more(h, base, 10, kinds)
+    have = {OpSpec.from_json(d["spec"]).key for d in base}
+    keys = [OpSpec.from_json(d["spec"]).key for d in more]
+    assert 0 < len(more) <= 10 and len(set(keys)) == len(keys) and not have & set(keys)
+    assert {OpSpec.from_json(d["spec"]).kind for d in more} == set(kinds)
+    with pytest.raises(ValueError, match="no measurable operator rows of Conv:nonsense"):
+        plan_more(h, base, 10, ["Conv:nonsense"])
+
+    out = tmp_path / "ops"
+    out.mkdir()
+    from mdot_jax.ops.profile import write_plan
+
+    write_plan(out, base)
+    run = dict(n=30, sources=[small_models], threads=1, progress=False, protocol=FAST_OPS,
+               max_minutes=1e-9, more=10, kinds=kinds)  # plans, measures nothing
+    profile_ops(out, **run)
+    grown = read_plan(out)
+    assert grown[: len(base)] == base and len(grown) == len(base) + len(more)
+    assert all(d["extension"] == "Conv:depthwise,Add+10" for d in grown[len(base):])
+    profile_ops(out, **run)
+    assert read_plan(out) == grown  # not extended twice
 
 
 def test_an_operator_sample_has_forward_backward_and_update():

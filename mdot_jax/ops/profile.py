@@ -27,6 +27,7 @@ import math
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,21 +142,57 @@ def plan(h: Harvest, n: int, *, seed: int = 0, min_per_type: int = 40, bins: int
             quota[t] = min(rows[t], quota[t] + max(1, int(spare * weight[t] / w)))
     picked: list[dict] = []
     for t, idx in sorted(by_type.items()):
-        costs = np.log10(np.asarray([_cost(h.specs[i]) for i in idx]) + 1.0)
-        edges = np.quantile(costs, np.linspace(0, 1, bins + 1)[1:-1])
-        groups = [list(rng.permutation(np.asarray(idx)[np.digitize(costs, edges) == b]))
-                  for b in range(bins)]
-        take: list[int] = []
-        while len(take) < quota[t]:  # round-robin over the bins: even over the load range
-            for grp in groups:
-                if grp and len(take) < quota[t]:
-                    take.append(int(grp.pop()))
-        picked += [dict(spec=h.specs[i].to_json(), source=h.source[i], count=h.count[i])
-                   for i in take]
+        picked += _items(h, _even_over_load(h, idx, quota[t], rng, bins))
     picked += [dict(spec=loss_spec(b, k).to_json(), source="loss", count=1)
                for b in batch_sizes for k in classes]
     order = rng.permutation(len(picked))
     return [picked[i] for i in order]
+
+
+def plan_more(h: Harvest, planned: list[dict], n: int, kinds: list[str], *, seed: int = 1,
+              bins: int = 10) -> list[dict]:
+    """Up to `n` more rows of the given `kinds` (`OpSpec.kind`: an op type, or `Conv:dense`,
+    `Conv:depthwise`, `Conv:grouped`) that `planned` does not hold, split evenly over the
+    kinds and, within one, over log-load bins (as `plan`): a targeted extension where the
+    kernel cost model errs (`benchmarks/bench_kernels.py` reports by kind)."""
+    unknown = sorted(set(kinds) - {s.kind for s in h.specs if s.op_type in MEASURED})
+    if unknown:
+        raise ValueError(f"--ops-kinds: no measurable operator rows of {', '.join(unknown)} "
+                         "in the model datasets (kinds: an op type, or Conv:dense, "
+                         "Conv:depthwise, Conv:grouped)")
+    rng = np.random.default_rng(seed)
+    have = {OpSpec.from_json(d["spec"]).key for d in planned}
+    by_kind: dict[str, list[int]] = {k: [] for k in kinds}
+    for i, s in enumerate(h.specs):
+        if s.kind in by_kind and s.key not in have:
+            by_kind[s.kind].append(i)
+    picked: list[dict] = []
+    for j, idx in enumerate(by_kind.values()):
+        quota = (n - len(picked)) // (len(by_kind) - j)  # what one kind lacks goes to the rest
+        picked += _items(h, _even_over_load(h, idx, quota, rng, bins))
+    return [picked[i] for i in rng.permutation(len(picked))]
+
+
+def _even_over_load(h: Harvest, idx: list[int], quota: int, rng, bins: int) -> list[int]:
+    """`quota` of the rows `idx` (all if fewer), round-robin over `bins` log-load bins: even
+    over the load range."""
+    if not idx:
+        return []
+    costs = np.log10(np.asarray([_cost(h.specs[i]) for i in idx]) + 1.0)
+    edges = np.quantile(costs, np.linspace(0, 1, bins + 1)[1:-1])
+    groups = [list(rng.permutation(np.asarray(idx)[np.digitize(costs, edges) == b]))
+              for b in range(bins)]
+    take: list[int] = []
+    while len(take) < min(quota, len(idx)):
+        for grp in groups:
+            if grp and len(take) < quota:
+                take.append(int(grp.pop()))
+    return take
+
+
+def _items(h: Harvest, take: list[int]) -> list[dict]:
+    return [dict(spec=h.specs[i].to_json(), source=h.source[i], count=h.count[i])
+            for i in take]
 
 
 def write_plan(root: Path, items: list[dict]) -> None:
@@ -333,9 +370,13 @@ def default_sources() -> list[Path]:
 
 def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | None = None,
                 threads: int = 2, seed: int = 0, protocol: OpProtocol = OpProtocol(),
-                max_minutes: float | None = None, progress: bool = True) -> dict:
+                max_minutes: float | None = None, more: int = 0, kinds: Sequence[str] = (),
+                progress: bool = True) -> dict:
     """Measures the plan of `out` (made from `sources` on the first run), skipping what is
-    done; stops cleanly after `max_minutes`. Returns the report (also `out/report.json`)."""
+    done; stops cleanly after `max_minutes`. With `more` and `kinds`, the plan first gets up
+    to `more` rows of those kinds (`plan_more`), once: the added rows carry the extension's
+    name, so running the same command again resumes it rather than extending twice.
+    Returns the report (also `out/report.json`)."""
     import torch
     from tqdm import tqdm
 
@@ -346,11 +387,19 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
     with writer_lock(root):
         _check_device(root, fp)
         items = read_plan(root)
+        srcs = [Path(s) for s in (sources or default_sources())]
+        tag = f"{','.join(kinds)}+{more}"
+        extend = bool(more and kinds) and not any(d.get("extension") == tag for d in items)
+        if (extend or not items) and not srcs:
+            raise DatasetError("no model datasets to draw operators from: pass --ops-from")
+        h = harvest(srcs, progress) if extend or not items else None
         if not items:
-            srcs = [Path(s) for s in (sources or default_sources())]
-            if not srcs:
-                raise DatasetError("no model datasets to draw operators from: pass --ops-from")
-            items = plan(harvest(srcs, progress), n, seed=seed)
+            items = plan(h, n, seed=seed)
+            write_plan(root, items)
+        if extend:
+            done = {d.get("extension") for d in items} - {None}
+            added = plan_more(h, items, more, list(kinds), seed=seed + 1 + len(done))
+            items += [dict(d, extension=tag) for d in added]
             write_plan(root, items)
         supersede_changed(root)
         writer = OpWriter(root)

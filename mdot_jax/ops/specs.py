@@ -84,6 +84,16 @@ class OpSpec:
     def from_json(cls, d: dict) -> OpSpec:
         return cls(d["op_type"], tuple(d["config"]), tuple(d["load"]), bool(d["input_grad"]))
 
+    @property
+    def kind(self) -> str:
+        """The op type, and for a Conv what kind: `Conv:dense` (groups 1), `Conv:depthwise`
+        (groups >= input channels) or `Conv:grouped`, as `features.conv_kinds` splits them."""
+        if self.op_type != "Conv":
+            return self.op_type
+        groups, c_in = self.c["groups"], self.c["in_channels"]
+        return "Conv:" + ("dense" if groups <= 1 else "depthwise" if groups >= c_in
+                          else "grouped")
+
 
 def loss_spec(batch: int, classes: int) -> OpSpec:
     """The loss as an operator row: logits `[batch, classes]` (in_d2, in_d3)."""
