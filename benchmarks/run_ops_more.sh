@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# docs/operators.md, section 9 (rule written before this script ran): more depthwise and
+# grouped convolutions measured, the kernel cost model's accuracy again, and the confirming
+# runs on the folds of section 7. Resumable: every step skips what is done
+# (`mdot profile --ops` resumes its plan; `mdot evaluate` per (method, fold, seed)).
+# The first two steps are measurements: nothing else may run on the machine meanwhile.
+#   nohup bash benchmarks/run_ops_more.sh > /tmp/ops-more.log 2>&1 &
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SLUG=${SLUG:-cpu-amd-epyc-f25m17-2t}
+if [ "$(python -c 'from mdot_jax.data.profile import fingerprint, device_slug
+print(device_slug(fingerprint(2)))')" != "$SLUG" ]; then
+  echo "this machine is not $SLUG: its operators cannot be measured here" >&2; exit 1
+fi
+mdot profile --ops --ops-more 4000 --ops-kinds Conv:depthwise,Conv:grouped
+mdot profile --ops  # the noisy rows once more
+python benchmarks/bench_kernels.py "data/$SLUG/ops" --models "data/derived/$SLUG-fused" \
+  --out "benchmarks/results/kernels-$SLUG-more"
+OUT=benchmarks/results/$SLUG-fused-v2-ops-more-family
+ev() {  # METHODS SEEDS
+  mdot evaluate --dataset "data/derived/$SLUG-fused" --split family --folds 5 --seeds "$2" \
+    --op-costs "data/$SLUG/ops" --train-config '{"epochs": 20, "patience": 5}' \
+    --methods "$1" --out "$OUT" --ensembles gnn+lightgbm+op-sum,gnn+lightgbm > /dev/null
+}
+ev lightgbm,op-sum 2
+ev gnn 1
+ev gnn 2
+python benchmarks/compare_runs.py --dataset "data/derived/$SLUG-fused" \
+  --a "benchmarks/results/$SLUG-fused-v2-ops-family" --b "$OUT" \
+  --methods gnn+lightgbm+op-sum,gnn+lightgbm,op-sum --families efficientnet,mobilenet
