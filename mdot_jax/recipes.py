@@ -31,7 +31,8 @@ RECIPES = {
     "paper": Recipe(ModelConfig(pe=PAPER_PE), TrainConfig(), False,
                     "the paper's MDOT Transformer (depth + Laplacian positional encodings)"),
     "mdot": Recipe(ModelConfig(), TrainConfig(), True,
-                   "MDOT without positional encoding + LightGBM companion"),
+                   "MDOT without positional encoding + LightGBM companion (with --op-costs: "
+                   "the op-grounded Zen 4 checkpoint's, and the operator sum)"),
     "tiny": Recipe(tiny_config(0), TrainConfig(epochs=2, patience=2, tokens_per_batch=2048), True,
                    "a few seconds of training, for tests and smoke runs"),
 }
