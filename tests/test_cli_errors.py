@@ -124,7 +124,7 @@ def test_predict_several_batch_sizes(capsys, tmp_path):
     assert "80% band" in out  # the shipped checkpoints carry their held-out error bands
     # the parts and the header name the shipped pair's members
     assert all(set(r["parts"]) == {"gnn", "lightgbm"} for r in rows)
-    assert "GNN x LightGBM geometric mean" in out.splitlines()[0]
+    assert "geometric mean of GNN x LightGBM)" in out.splitlines()[0]
     code, _, err = run(capsys, "predict", str(path), "--checkpoint", "cpu-amd-epyc-f26m2-2t")
     assert code == 2 and "--batch-size (or --batch-sizes) is required" in err
 
