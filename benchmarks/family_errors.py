@@ -12,18 +12,17 @@ A method `a+b` is the geometric mean of a's and b's runs of the same fold and se
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from mdot_jax.data.dataset import load_dataset
-from mdot_jax.evaluation.evaluate import ensemble_rows
+from mdot_jax.evaluation.evaluate import ensemble_rows, read_results
 
 
 def load_runs(results: str | Path, labels: dict[str, float], methods: list[str]) -> list[dict]:
     """A results folder's runs, plus a derived run per pair `a+b` among `methods`."""
-    rows = [json.loads(line) for line in open(Path(results) / "results.jsonl")]
+    rows = read_results(results)
     return rows + ensemble_rows(rows, labels, [m for m in methods if "+" in m])
 
 
