@@ -25,7 +25,7 @@ import numpy as np
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import family_of, load_dataset
 from mdot_jax.ops.cost import CostModel
-from mdot_jax.ops.profile import read_op_samples
+from mdot_jax.ops.profile import read_op_samples, read_plan
 from mdot_jax.ops.specs import LOSS, OpSpec
 
 
@@ -33,10 +33,12 @@ def source_family(d: dict) -> str:
     return "loss" if d["source"] == "loss" else family_of(d["source"].split("/")[0])
 
 
-def held_out(records: list[dict], test: np.ndarray, seed: int) -> dict[str, dict]:
+def held_out(records: list[dict], test: np.ndarray, seed: int,
+             fit_on: np.ndarray | None = None) -> dict[str, dict]:
     """Per op type, per kind of Conv (`Conv:depthwise`, ...) and over all: held-out
-    samples, median and p90 APE of a model fitted on the rest."""
-    model = CostModel.fit([d for d, t in zip(records, test) if not t], seed=seed)
+    samples, median and p90 APE of a model fitted on the rest (of `fit_on` if given)."""
+    train = ~test if fit_on is None else fit_on & ~test
+    model = CostModel.fit([d for d, t in zip(records, train) if t], seed=seed)
     recs = [d for d, t in zip(records, test) if t]
     specs = [OpSpec.from_json(d["spec"]) for d in recs]
     pred = model.predict(specs)
@@ -74,6 +76,9 @@ def main() -> None:
     p.add_argument("--models", required=True, help="the model dataset of the same device")
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--extension-gain", action="store_true",
+                   help="also fit without the rows `--ops-more` added, both scored on the same "
+                        "held-out rows of the first plan (what the extension bought)")
     args = p.parse_args()
     records = read_op_samples(args.ops)
     rng = np.random.default_rng(args.seed)
@@ -85,6 +90,14 @@ def main() -> None:
         samples=len(records), seed=args.seed, test_families=sorted(test_fams),
         config=held_out(records, by_config, args.seed),
         family=held_out(records, by_family, args.seed))
+    if args.extension_gain:
+        extension = {OpSpec.from_json(d["spec"]).key for d in read_plan(Path(args.ops))
+                     if d.get("extension")}
+        first = np.asarray([d["key"] not in extension for d in records])
+        results["extension_gain"] = {
+            split: {"without": held_out(records, test & first, args.seed, fit_on=first),
+                    "with": held_out(records, test & first, args.seed)}
+            for split, test in (("config", by_config), ("family", by_family))}
     full = CostModel.fit(records, seed=args.seed)
     results["time_share"] = time_shares(full, args.models)
     out = Path(args.out)
@@ -111,6 +124,18 @@ def main() -> None:
                f"{c['median_ape']:.1f}%", f"{c['p90_ape']:.1f}%",
                f"{f['median_ape']:.1f}%" if f else "-", f"{f['p90_ape']:.1f}%" if f else "-"]
         print("| " + " | ".join(row) + " |")
+    if args.extension_gain:
+        print(f"\nthe same held-out rows of the first plan, median APE without / with the "
+              f"{len(records) - int(first.sum())} extension rows\n| type | config (n) | without "
+              "| with | family (n) | without | with |\n|---|---|---|---|---|---|---|")
+        gain = results["extension_gain"]
+        for t in ["Conv", *kinds, "(all)"]:
+            cells = [t]
+            for split in ("config", "family"):
+                w, o = gain[split]["with"].get(t), gain[split]["without"].get(t)
+                cells += [str(w["n"]), f"{o['median_ape']:.1f}%", f"{w['median_ape']:.1f}%"] \
+                    if w else ["0", "-", "-"]
+            print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
