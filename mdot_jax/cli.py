@@ -232,6 +232,9 @@ def _profile_ops(args: argparse.Namespace) -> int:
     from mdot_jax.ops.profile import OpProtocol, profile_ops
 
     out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)), "ops")
+    if args.ops_again and args.ops_more:
+        raise UsageError("--ops-again measures the rows already measured; grow the plan "
+                         "with --ops-more in a run of its own")
     if bool(args.ops_more) != bool(args.ops_kinds):
         raise UsageError("--ops-more and --ops-kinds go together: how many more operators, "
                          "of which kinds (e.g. --ops-more 4000 --ops-kinds "
@@ -241,9 +244,14 @@ def _profile_ops(args: argparse.Namespace) -> int:
                              sources=args.ops_from.split(",") if args.ops_from else None,
                              protocol=OpProtocol(warmup=args.warmup, repeats=args.repeats),
                              max_minutes=args.max_minutes, more=args.ops_more or 0,
-                             kinds=args.ops_kinds.split(",") if args.ops_kinds else ())
+                             kinds=args.ops_kinds.split(",") if args.ops_kinds else (),
+                             again=args.ops_again)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if args.ops_again:
+        print(f"{report['again']} of {report['samples']} measured operators measured again "
+              f"in {out}/again.jsonl ({report['again_clean']} clean)")
+        return 0
     noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report["noisy"] else ""
     print(f"{report['samples']} of {report['planned']} planned operators measured in {out}"
           f"{noisy}; skipped by reason: {report['skipped_by_reason']}")
@@ -594,6 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "run the same command again to resume)")
     p.add_argument("--ops-kinds", help="--ops-more: comma-separated op types or Conv kinds "
                                        "(Conv:dense, Conv:depthwise, Conv:grouped)")
+    p.add_argument("--ops-again", action="store_true",
+                   help="--ops: measure every measured operator a second time, shuffled, "
+                        "into again.jsonl (resumable)")
     p.add_argument("--max-minutes", type=POSITIVE_FLOAT,
                    help="--ops: stop after this long (resume by running it again)")
     p.add_argument("--core-set", action="store_true",

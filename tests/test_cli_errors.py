@@ -64,11 +64,14 @@ def test_bad_input_is_one_line(capsys, files, name, args, needle):
         assert f"{name}.onnx" in err or "input" in err or "graph" in err
 
 
-def test_ops_more_needs_its_kinds(capsys, tmp_path):
-    code, _, err = run(capsys, "profile", "--ops", "--out", str(tmp_path / "ops"),
-                       "--ops-more", "10")
+@pytest.mark.parametrize("flags,needle", [
+    (["--ops-more", "10"], "--ops-more and --ops-kinds go together"),
+    (["--ops-again", "--ops-more", "10", "--ops-kinds", "Add"], "in a run of its own"),
+])
+def test_ops_flags_that_do_not_go_together(capsys, tmp_path, flags, needle):
+    code, _, err = run(capsys, "profile", "--ops", "--out", str(tmp_path / "ops"), *flags)
     assert code == 2 and err.count("\n") == 1
-    assert "--ops-more and --ops-kinds go together" in err
+    assert needle in err
     assert not (tmp_path / "ops").exists()  # refused before anything was written
 
 
