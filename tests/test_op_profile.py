@@ -27,6 +27,7 @@ from mdot_jax.ops.profile import (  # noqa: E402
     profile_ops,
     read_op_samples,
     read_plan,
+    two_pass_samples,
 )
 from mdot_jax.ops.specs import LOSS, MEASURED, OpSpec, build, grad_flow, loss_spec  # noqa: E402
 
@@ -139,6 +140,12 @@ def test_a_second_pass_measures_every_measured_row_once_shuffled(small_models, t
     assert sorted(d["key"] for d in twice) == sorted(measured) and report["again"] == len(twice)
     assert all(d["label_ms"] > 0 for d in twice)
     assert (out / "samples.jsonl").read_bytes() == first
+    # the two-pass label is the smaller of the two (FAST_OPS flags nothing as noisy)
+    again = {d["key"]: d["label_ms"] for d in twice}
+    once = {d["key"]: d["label_ms"] for d in read_op_samples(out)}
+    for d in two_pass_samples(out):
+        a, b = again[d["key"]], once[d["key"]]
+        assert d["label_ms"] == min(a, b) and ("first_label_ms" in d) == (a < b)
 
 
 def test_an_operator_sample_has_forward_backward_and_update():
