@@ -243,13 +243,13 @@ def read_op_samples(root: str | Path) -> list[dict]:
 
 def two_pass_samples(root: str | Path) -> list[dict]:
     """The operator samples of a folder, each label the smaller of its two passes: a slow
-    spell of the machine only ever adds time (docs/operators.md section 10). A row without a
-    clean second pass (`again.jsonl`) keeps its first; a lowered one keeps the first label
-    as `first_label_ms`."""
+    spell of the machine only ever adds time (docs/operators.md section 10). A row with a
+    clean second pass (`again.jsonl`) records both as `passes_ms`; one without keeps its
+    first."""
     again = {d["key"]: d["label_ms"] for d in read_samples(Path(root) / AGAIN, _op_problem)[0]
              if not d["stats"].get("noisy")}
-    return [dict(d, label_ms=again[d["key"]], first_label_ms=d["label_ms"])
-            if again.get(d["key"], math.inf) < d["label_ms"] else d
+    return [dict(d, label_ms=min(d["label_ms"], again[d["key"]]),
+                 passes_ms=[d["label_ms"], again[d["key"]]]) if d["key"] in again else d
             for d in read_op_samples(root)]
 
 
