@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SLUG=${SLUG:-cpu-amd-epyc-f25m17-2t}
 OPS=data/derived/$SLUG-ops-2pass
-[ -f "$OPS/samples.jsonl" ] || python benchmarks/two_pass_ops.py "data/$SLUG/ops" --out "$OPS"
+[ -f "$OPS/samples.jsonl" ] || python benchmarks/two_pass_ops.py "data/$SLUG/ops" --first-plan \
+  --out "$OPS"
 [ -f "benchmarks/results/kernels-$SLUG-2pass/results.json" ] || \
   python benchmarks/bench_kernels.py "$OPS" --models "data/derived/$SLUG-fused" \
     --out "benchmarks/results/kernels-$SLUG-2pass"

@@ -1,7 +1,7 @@
 """An operator folder whose labels are the smaller of two passes (docs/operators.md section 10),
 written as derived data for `--op-costs`:
 
-    python benchmarks/two_pass_ops.py data/cpu-amd-epyc-f25m17-2t/ops \
+    python benchmarks/two_pass_ops.py data/cpu-amd-epyc-f25m17-2t/ops --first-plan \
         --out data/derived/cpu-amd-epyc-f25m17-2t-ops-2pass
 
 Writes `samples.jsonl` (`ops.profile.two_pass_samples`) and prints how far the second pass
@@ -16,18 +16,25 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.ops.profile import two_pass_samples
+from mdot_jax.ops.profile import read_plan, two_pass_samples
+from mdot_jax.ops.specs import OpSpec
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("ops")
     p.add_argument("--out", required=True)
+    p.add_argument("--first-plan", action="store_true",
+                   help="only the rows of the first plan (none an `--ops-more` extension added)")
     args = p.parse_args()
     out = Path(args.out)
     if (out / "samples.jsonl").exists():
         raise SystemExit(f"{out}/samples.jsonl exists: give a new --out")
     rows = two_pass_samples(args.ops)
+    if args.first_plan:
+        extension = {OpSpec.from_json(d["spec"]).key for d in read_plan(Path(args.ops))
+                     if d.get("extension")}
+        rows = [d for d in rows if d["key"] not in extension]
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "samples.jsonl.tmp"
     tmp.write_text("".join(json.dumps(d, sort_keys=True) + "\n" for d in rows))
