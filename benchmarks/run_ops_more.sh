@@ -17,14 +17,6 @@ mdot profile --ops  # the noisy rows once more
 python benchmarks/bench_kernels.py "data/$SLUG/ops" --models "data/derived/$SLUG-fused" \
   --out "benchmarks/results/kernels-$SLUG-more"
 OUT=benchmarks/results/$SLUG-fused-v2-ops-more-family
-ev() {  # METHODS SEEDS
-  mdot evaluate --dataset "data/derived/$SLUG-fused" --split family --folds 5 --seeds "$2" \
-    --op-costs "data/$SLUG/ops" --train-config '{"epochs": 20, "patience": 5}' \
-    --methods "$1" --out "$OUT" --ensembles gnn+lightgbm+op-sum,gnn+lightgbm > /dev/null
-}
-ev lightgbm,op-sum 2
-ev gnn 1
-ev gnn 2
-python benchmarks/compare_runs.py --dataset "data/derived/$SLUG-fused" \
-  --a "benchmarks/results/$SLUG-fused-v2-ops-family" --b "$OUT" \
-  --methods gnn+lightgbm+op-sum,gnn+lightgbm,op-sum --families efficientnet,mobilenet
+OPS=data/$SLUG/ops
+. benchmarks/ops_runs.sh
+confirm gnn+lightgbm+op-sum,gnn+lightgbm,op-sum

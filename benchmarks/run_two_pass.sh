@@ -15,14 +15,5 @@ OPS=data/derived/$SLUG-ops-2pass
   python benchmarks/bench_kernels.py "$OPS" --models "data/derived/$SLUG-fused" \
     --out "benchmarks/results/kernels-$SLUG-2pass"
 OUT=benchmarks/results/$SLUG-fused-v2-ops-2pass-family
-ev() {  # METHODS SEEDS
-  mdot evaluate --dataset "data/derived/$SLUG-fused" --split family --folds 5 --seeds "$2" \
-    --op-costs "$OPS" --train-config '{"epochs": 20, "patience": 5}' \
-    --methods "$1" --out "$OUT" --ensembles gnn+lightgbm+op-sum,gnn+lightgbm > /dev/null
-}
-ev lightgbm,op-sum 2
-ev gnn 1
-ev gnn 2
-python benchmarks/compare_runs.py --dataset "data/derived/$SLUG-fused" \
-  --a "benchmarks/results/$SLUG-fused-v2-ops-family" --b "$OUT" \
-  --methods gnn+lightgbm+op-sum,gnn+lightgbm,op-sum,lightgbm --families efficientnet,mobilenet
+. benchmarks/ops_runs.sh
+confirm gnn+lightgbm+op-sum,gnn+lightgbm,op-sum,lightgbm
