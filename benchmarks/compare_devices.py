@@ -4,7 +4,8 @@
 
 Prints the ratio's spread over every common (model, size, batch) key and by family, so one
 can see whether one scale factor would carry a checkpoint from one device to the other
-(`mdot adapt` fits one, or a line in log time).
+(`mdot adapt` fits one, or a line in log time). Two passes of one device compare the same
+way (`mdot profile --core-set --out data/<device>/again`): how well its labels repeat.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def main() -> None:
     print(f"{len(v)} common samples: {args.a} / {args.b} = {q[1]:.2f} (median), "
           f"p10-p90 {q[0]:.2f}-{q[2]:.2f}, min {v.min():.2f}, max {v.max():.2f}; "
           f"one scale factor leaves {100 * np.mean(np.abs(v / q[1] - 1)):.1f}% MAPE "
-          f"(log sd {log_sd:.3f})")
+          f"(log sd {log_sd:.3f}); within 10%: {100 * np.mean(np.abs(v - 1) <= 0.1):.0f}% "
+          f"({100 * np.mean(np.abs(v / q[1] - 1) <= 0.1):.0f}% after the factor)")
     by_family = defaultdict(list)
     for s in load_dataset(args.a).samples:
         if s.key in r:
