@@ -84,7 +84,12 @@ TIMM_SELECTION = (
     "starnet_s1", "swiftformer_xs", "tiny_vit_5m_224", "tnt_s_patch16_224", "tresnet_m",
     "twins_svt_small", "visformer_tiny", "volo_d1_224", "xception41", "csatv2",
     "cpubone_b0_bfrobust", "cspnext_s",
+    # third tranche (2026-11-26): timm families still missing (docs/operators.md section 11)
+    "botnet26t_256", "sebotnet33ts_256", "halonet26t", "sehalonet33ts", "lamhalobotnet50ts_256",
+    "haloregnetz_b", "coatnext_nano_rw_224", "vitamin_small_224", "hieradet_small",
 )
+_SMALL_TEXT = dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
+                   intermediate_size=1024)
 HF_CONFIGS = {  # name -> (config class, kwargs); random weights, nothing from a hub
     "bert-tiny": ("BertConfig", dict(num_hidden_layers=2, hidden_size=128,
                                      num_attention_heads=2, intermediate_size=512)),
@@ -103,6 +108,32 @@ HF_CONFIGS = {  # name -> (config class, kwargs); random weights, nothing from a
     "gpt2-tiny": ("GPT2Config", dict(n_layer=2, n_embd=128, n_head=2)),
     "gpt2-mini": ("GPT2Config", dict(n_layer=6, n_embd=384, n_head=6)),
     "gpt2-small": ("GPT2Config", dict()),
+    # third tranche (2026-11-26): text families unlike the four above, each at the size of
+    # bert-mini (docs/operators.md section 11)
+    **{name: (cls, dict(_SMALL_TEXT, **kw)) for name, (cls, kw) in {
+        "deberta-small": ("DebertaConfig", {}),
+        "mpnet-small": ("MPNetConfig", {}),
+        "convbert-small": ("ConvBertConfig", {}),
+        "squeezebert-small": ("SqueezeBertConfig", dict(embedding_size=256)),
+        "phi-small": ("PhiConfig", {}),
+        "gptneox-small": ("GPTNeoXConfig", {}),
+        "biogpt-small": ("BioGptConfig", {}),
+        "llama-small": ("LlamaConfig", dict(intermediate_size=688)),
+        "gemma-small": ("GemmaConfig", dict(num_key_value_heads=1, head_dim=64)),
+        "falcon-small": ("FalconConfig", {}),
+    }.items()},
+    "funnel-small": ("FunnelConfig", dict(block_sizes=[2, 2, 2], d_model=256, n_head=4,
+                                          d_head=64, d_inner=1024)),
+    "mobilebert-small": ("MobileBertConfig", dict(num_hidden_layers=6)),
+    "gptneo-small": ("GPTNeoConfig", dict(num_layers=4, hidden_size=256, num_heads=4,
+                                          attention_types=[[["global", "local"], 2]],
+                                          window_size=16)),
+    "gptj-small": ("GPTJConfig", dict(n_layer=4, n_embd=256, n_head=4, rotary_dim=32)),
+    "opt-small": ("OPTConfig", dict(num_hidden_layers=4, hidden_size=256, ffn_dim=1024,
+                                    num_attention_heads=4, word_embed_proj_dim=256)),
+    "bloom-small": ("BloomConfig", dict(n_layer=4, hidden_size=256, n_head=4)),
+    "ctrl-small": ("CTRLConfig", dict(n_layer=4, n_embd=256, n_head=4, dff=1024)),
+    "xlnet-small": ("XLNetConfig", dict(n_layer=4, d_model=256, n_head=4, d_inner=1024)),
 }
 
 
