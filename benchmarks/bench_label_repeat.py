@@ -108,7 +108,8 @@ def main() -> None:
         passes=[args.dataset, *args.passes], rows=rows,
         heldout=heldout and dict(results=args.results, method=args.method, mape=heldout)),
         indent=1) + "\n")
-    print("| a | b | kind | samples | median a / b | MAPE after the ratio % | within 10 % | log sd |")
+    print("| a | b | kind | samples | median a / b | MAPE after the ratio % | within 10 % "
+          "| log sd |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['a']} | {r['b']} | {r['kind']} | {r['n']} | {r['median_ratio']:.3f} | "

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# docs/operators.md, section 11 (rule written before this script ran): 21 architectures of
+# families the Zen 4 dataset lacks, measured with the first pass's protocol, the core set once
+# more (the day's speed), the fused copy grown, and the confirming runs with the shipped kernel
+# model's operator data. Resumable: every step skips what is done. The first two steps are
+# measurements: nothing else may run on the machine meanwhile; `mdot profile` refuses the
+# folder on a day the machine runs its samples more than 15% off their labels (try another day).
+#   nohup bash benchmarks/run_tranche3.sh > /tmp/tranche3.log 2>&1 &
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SLUG=${SLUG:-cpu-amd-epyc-f25m17-2t}
+if [ "$(python -c 'from mdot_jax.data.profile import fingerprint, device_slug
+print(device_slug(fingerprint(2)))')" != "$SLUG" ]; then
+  echo "this machine is not $SLUG: its models cannot be measured here" >&2; exit 1
+fi
+MODELS=botnet26t_256,sebotnet33ts_256,coatnext_nano_rw_224,vitamin_small_224  # timm, then transformers configs
+MODELS+=,deberta-small,mpnet-small,convbert-small,squeezebert-small,phi-small,gptneox-small
+MODELS+=,biogpt-small,llama-small,gemma-small,falcon-small,funnel-small,mobilebert-small
+MODELS+=,gptneo-small,gptj-small,opt-small,bloom-small,ctrl-small
+mdot profile --zoo torchvision,timm,hf --models "$MODELS" --batch-sizes 2,4,8,16,32,64 \
+  --image-sizes 64 --seq-lens 32 --threads 2 --max-iter-s 2.5 --budget-s 12
+[ -f "data/$SLUG/core-set-passes/6/report.json" ] || \
+  mdot profile --core-set --out "data/$SLUG/core-set-passes/6"
+mdot dataset resequence "data/$SLUG" --out "data/derived/$SLUG-fused"
+OPS=data/derived/$SLUG-ops-first  # the first 20,320 operators: the shipped kernel model's
+if [ ! -f "$OPS/samples.jsonl" ]; then
+  mkdir -p "$OPS"
+  git show "c9516c4c~1:data/$SLUG/ops/samples.jsonl" > "$OPS/samples.jsonl.tmp"
+  mv "$OPS/samples.jsonl.tmp" "$OPS/samples.jsonl"
+fi
+OUT=benchmarks/results/$SLUG-fused-v2-ops-tranche3-family
+. benchmarks/ops_runs.sh
+ev lightgbm,op-sum 2
+ev gnn 1
+ev gnn 2
+python benchmarks/compare_runs.py --dataset "data/derived/$SLUG-fused" \
+  --a "benchmarks/results/$SLUG-fused-v2-ops-family" --b "$OUT" --on-a \
+  --methods gnn+lightgbm+op-sum,gnn+lightgbm,op-sum,lightgbm
