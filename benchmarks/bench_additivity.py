@@ -9,7 +9,10 @@ device (plus the loss), and compared with the measured iteration:
 - `sum`: the plain sum;
 - `sum + c`: plus one per-iteration constant `c` (framework and optimizer overhead), the
   median of measured - sum over all samples;
-- `a * sum + c`: a line fitted in least squares over all samples (relative errors).
+- `a * sum + c`: a line fitted in least squares over all samples (relative errors);
+- `+ d * ops`: that line plus a cost per operator (eager dispatch and autograd bookkeeping);
+- `per kind`: one scale per kind of operator (dense, depthwise and grouped Conv, MatMul and
+  Gemm, BatchNormalization, the rest) and c: operators priced too cheaply in isolation.
 Per family: samples, median measured / sum, and the MAPE of each. No learning from model
 labels beyond those two or three numbers: this is how far composition alone gets.
 """
@@ -25,12 +28,32 @@ import numpy as np
 
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.ops.cost import CostModel
+from mdot_jax.ops.specs import specs_of
+
+KINDS = (("Conv:dense",), ("Conv:depthwise",), ("Conv:grouped",), ("MatMul", "Gemm"),
+         ("BatchNormalization",))  # `per kind`'s scales; everything else shares one
 
 
 def op_sums(model: CostModel, samples) -> np.ndarray:
     """`[S]` predicted ms: every operator of each sample's graph, plus its loss."""
     return np.asarray([float(model.sequence_ms(s.seq).sum()) + model.loss_ms(
         s.workload.batch_size, 2 if s.meta.get("kind") == "text" else 1000) for s in samples])
+
+
+def kind_sums(model: CostModel, samples) -> np.ndarray:
+    """`[S, len(KINDS) + 1]` predicted ms of each sample's operators per kind (the last column:
+    every other operator, and the loss)."""
+    out = np.zeros((len(samples), len(KINDS) + 1))
+    column = {k: i for i, kinds in enumerate(KINDS) for k in kinds}
+    for i, s in enumerate(samples):
+        for spec, ms in zip(specs_of(s.seq), model.sequence_ms(s.seq)):
+            out[i, column.get(spec.kind, len(KINDS))] += ms
+    return out
+
+
+def relative_fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """`[S]` predictions of `x @ w` (`x`: `[S, K]`), `w` minimising relative squared error."""
+    return x @ np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)[0]
 
 
 def main() -> None:
@@ -47,7 +70,12 @@ def main() -> None:
     # a * sum + c minimising relative squared error: weights 1/y
     w = 1.0 / y
     a_fit, c_fit = np.linalg.lstsq(np.stack([s_ * w, w], 1), np.ones_like(y), rcond=None)[0]
-    preds = {"sum": s_, "sum + c": s_ + c, "a * sum + c": a_fit * s_ + c_fit}
+    ones, ops = np.ones_like(y), np.asarray([smp.seq.num_ops for smp in samples], float)
+    kinds = kind_sums(model, samples)
+    kinds[:, -1] += s_ - kinds.sum(1)  # the loss
+    preds = {"sum": s_, "sum + c": s_ + c, "a * sum + c": a_fit * s_ + c_fit,
+             "+ d * ops": relative_fit(np.stack([s_, ones, ops], 1), y),
+             "per kind": relative_fit(np.column_stack([kinds, ones]), y)}
 
     def mape(pred, idx):
         return 100 * float(np.mean(np.abs(pred[idx] / y[idx] - 1)))
@@ -70,11 +98,11 @@ def main() -> None:
     print(f"{len(y)} samples: measured / sum median {results['median_ratio']:.2f}; "
           f"c = {c:.2f} ms; a = {a_fit:.3f}, c = {c_fit:.2f} ms")
     print("MAPE: " + ", ".join(f"{k} {v:.1f}%" for k, v in results["mape"].items()))
-    print("| family | samples | measured / sum | MAPE sum | sum + c | a * sum + c |\n"
-          "|---|---|---|---|---|---|")
+    print("| family | samples | measured / sum | MAPE " + " | ".join(preds) + " |\n"
+          + "|---" * (3 + len(preds)) + "|")
     for f, r in sorted(per_family.items(), key=lambda kv: -kv[1]["sum + c"]):
-        print(f"| {f} | {r['n']} | {r['median_ratio']:.2f} | {r['sum']:.1f}% | "
-              f"{r['sum + c']:.1f}% | {r['a * sum + c']:.1f}% |")
+        print(f"| {f} | {r['n']} | {r['median_ratio']:.2f} | "
+              + " | ".join(f"{r[k]:.1f}%" for k in preds) + " |")
 
 
 if __name__ == "__main__":
