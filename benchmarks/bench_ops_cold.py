@@ -1,13 +1,18 @@
 """Do operators run slower in a network than in isolation because their data is no longer in
 cache? A seeded sample of a device's measured operators, each timed call by call, forward and
-backward, alternately warm (called again at once, as the profiler's inner loop does) and cold
-(a 64 MiB buffer written before the call, evicting the caches), alone on the machine:
+backward, alternately warm (called again at once, as the profiler's inner loop does) and cold,
+alone on the machine. Two ways of cold:
+- `flush`: a 64 MiB buffer written before the call: everything leaves the caches, the
+  operator's data and the framework's own code and bookkeeping alike;
+- `rotate`: the operator built again on other data until the copies hold 64 MiB (at most
+  512 copies), the cold calls taking turns over them: only the data is cold.
 
     python benchmarks/bench_ops_cold.py data/cpu-amd-epyc-f25m17-2t/ops --n 300 \
-        --out benchmarks/results/ops-cold-cpu-amd-epyc-f25m17-2t
+        --out benchmarks/results/ops-cold-cpu-amd-epyc-f25m17-2t [--mode rotate]
 
-Writes `results.jsonl` (one line per operator, appended: resumable) and prints cold / warm by
-kind and by the size of the operator's data. Nothing in the operator folder changes.
+Writes `results.jsonl` (`results-rotate.jsonl`; one line per operator, appended: resumable)
+and prints cold / warm by kind and by the size of the operator's data. Nothing in the
+operator folder changes.
 """
 
 from __future__ import annotations
@@ -24,16 +29,18 @@ from mdot_jax.ops.profile import read_op_samples
 from mdot_jax.ops.specs import OpSpec, Unsupported, build
 
 FLUSH_BYTES = 64 << 20  # more than the last-level cache of the CPUs measured here
+MAX_COPIES = 512
 
 
-def per_call(case, torch, calls: int, flush) -> tuple[list[float], list[float]]:
-    """`calls` forward + backward times (ms) each warm and cold, interleaved."""
-    out = case.forward()
+def per_call(cases, torch, calls: int, flush) -> tuple[list[float], list[float]]:
+    """`calls` forward + backward times (ms) each warm (`cases[0]` again) and cold (after
+    `flush()`, on the next of `cases` in turn), interleaved."""
+    out = cases[0].forward()
     outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
             if getattr(o, "requires_grad", False)]
     grads = [torch.randn_like(o) for o in outs]
 
-    def call() -> float:
+    def call(case) -> float:
         for t in case.leaves:
             t.grad = None
         t0 = time.perf_counter()
@@ -43,13 +50,14 @@ def per_call(case, torch, calls: int, flush) -> tuple[list[float], list[float]]:
                                      if getattr(x, "requires_grad", False)], grads)
         return (time.perf_counter() - t0) * 1e3
 
-    for _ in range(2):
-        call()
+    for c in cases:
+        call(c)
+    call(cases[0])
     warm, cold = [], []
-    for _ in range(calls):
-        warm.append(call())
+    for i in range(calls):
+        warm.append(call(cases[0]))
         flush()
-        cold.append(call())
+        cold.append(call(cases[1 + i % (len(cases) - 1)] if len(cases) > 1 else cases[0]))
     return warm, cold
 
 
@@ -60,6 +68,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=9)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
+    p.add_argument("--mode", choices=("flush", "rotate"), default="flush")
     args = p.parse_args()
     import torch
     from tqdm import tqdm
@@ -70,13 +79,14 @@ def main() -> None:
                                                    replace=False)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.jsonl"
+    path = out / ("results.jsonl" if args.mode == "flush" else "results-rotate.jsonl")
     done = {json.loads(line)["key"] for line in path.read_text().splitlines()} \
         if path.exists() else set()
-    buf = torch.empty(FLUSH_BYTES // 4)
+    buf = torch.empty(FLUSH_BYTES // 4) if args.mode == "flush" else None
 
     def flush():
-        buf.add_(1.0)
+        if args.mode == "flush":
+            buf.add_(1.0)
 
     with open(path, "a", encoding="utf-8") as f:
         for i in tqdm(pick, desc="warm / cold", unit="op"):
@@ -84,8 +94,12 @@ def main() -> None:
             if d["key"] in done:
                 continue
             spec = OpSpec.from_json(d["spec"])
+            size = spec.ld["bytes_read"] + spec.ld["bytes_written"]
+            copies = 1 if args.mode == "flush" else 1 + int(min(
+                MAX_COPIES, max(1, -(-FLUSH_BYTES // max(size, 1)))))
             try:
-                warm, cold = per_call(build(spec, torch), torch, args.calls, flush)
+                cases = [build(spec, torch, seed=i) for i in range(copies)]
+                warm, cold = per_call(cases, torch, args.calls, flush)
             except (Unsupported, RuntimeError):
                 continue
             ld = spec.ld

@@ -232,12 +232,9 @@ def _profile_ops(args: argparse.Namespace) -> int:
     from mdot_jax.ops.profile import OpProtocol, profile_ops
 
     out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)), "ops")
-    if (args.ops_again or args.ops_cold) and args.ops_more:
-        raise UsageError(f"{'--ops-again' if args.ops_again else '--ops-cold'} measures the "
-                         "rows already measured; grow the plan with --ops-more in a run of "
-                         "its own")
-    if args.ops_again and args.ops_cold:
-        raise UsageError("--ops-again and --ops-cold are two passes: run one, then the other")
+    if args.ops_again and args.ops_more:
+        raise UsageError("--ops-again measures the rows already measured; grow the plan "
+                         "with --ops-more in a run of its own")
     if bool(args.ops_more) != bool(args.ops_kinds):
         raise UsageError("--ops-more and --ops-kinds go together: how many more operators, "
                          "of which kinds (e.g. --ops-more 4000 --ops-kinds "
@@ -248,16 +245,12 @@ def _profile_ops(args: argparse.Namespace) -> int:
                              protocol=OpProtocol(warmup=args.warmup, repeats=args.repeats),
                              max_minutes=args.max_minutes, more=args.ops_more or 0,
                              kinds=args.ops_kinds.split(",") if args.ops_kinds else (),
-                             again=args.ops_again, cold=args.ops_cold)
+                             again=args.ops_again)
     except ValueError as e:
         raise UsageError(str(e)) from None
     if args.ops_again:
         print(f"{report['again']} of {report['samples']} measured operators measured again "
               f"in {out}/again.jsonl ({report['again_clean']} clean)")
-        return 0
-    if args.ops_cold:
-        print(f"{report['cold']} of {report['samples']} measured operators measured cold "
-              f"in {out}/cold.jsonl ({report['cold_clean']} clean)")
         return 0
     noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report["noisy"] else ""
     print(f"{report['samples']} of {report['planned']} planned operators measured in {out}"
@@ -612,9 +605,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops-again", action="store_true",
                    help="--ops: measure every measured operator a second time, shuffled, "
                         "into again.jsonl (resumable)")
-    p.add_argument("--ops-cold", action="store_true",
-                   help="--ops: measure every measured operator once more with the caches "
-                        "evicted before each call, shuffled, into cold.jsonl (resumable)")
     p.add_argument("--max-minutes", type=POSITIVE_FLOAT,
                    help="--ops: stop after this long (resume by running it again)")
     p.add_argument("--core-set", action="store_true",

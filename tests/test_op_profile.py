@@ -20,7 +20,6 @@ from mdot_jax.errors import DatasetError  # noqa: E402
 from mdot_jax.ops.profile import (  # noqa: E402
     OpProtocol,
     again_order,
-    cold_samples,
     harvest,
     measure_op,
     plan,
@@ -147,27 +146,6 @@ def test_a_second_pass_measures_every_measured_row_once_shuffled(small_models, t
     for d in two_pass_samples(out):
         assert d["passes_ms"] == [once[d["key"]], again[d["key"]]]
         assert d["label_ms"] == min(d["passes_ms"])
-
-
-def test_a_cold_pass_times_every_measured_row_call_by_call(small_models, tmp_path):
-    """`--ops-cold`: every measured row once more into cold.jsonl, one call per timed repeat
-    (the caches evicted before each); resumed, nothing twice; samples.jsonl unchanged; the
-    reader pairs each cold label with its warm one."""
-    out = tmp_path / "ops"
-    run = dict(n=6, sources=[small_models], threads=1, progress=False, protocol=FAST_OPS)
-    profile_ops(out, **run)
-    first = (out / "samples.jsonl").read_bytes()
-    measured = {d["key"]: d["label_ms"] for d in read_op_samples(out)}
-    report = profile_ops(out, **run, cold=True)
-    profile_ops(out, **run, cold=True)  # resumed: nothing left
-    cold = [json.loads(line) for line in (out / "cold.jsonl").read_text().splitlines()]
-    assert sorted(d["key"] for d in cold) == sorted(measured) and report["cold"] == len(cold)
-    assert all(d["stats"]["inner"] == 1 and d["label_ms"] > 0 for d in cold)
-    assert (out / "samples.jsonl").read_bytes() == first
-    assert not (out / "again.jsonl").exists()
-    assert {d["key"]: d["warm_ms"] for d in cold_samples(out)} == measured
-    with pytest.raises(ValueError, match="two runs"):
-        profile_ops(out, **run, again=True, cold=True)
 
 
 def test_an_operator_sample_has_forward_backward_and_update():

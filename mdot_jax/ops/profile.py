@@ -22,15 +22,10 @@ Design (docs/operators.md has the reasoning):
   `again.jsonl`: on a machine whose slow spells outlast a measurement, a consistent
   measurement can still be slow, and only another pass at another time shows it
   (docs/operators.md section 10).
-- A **cold pass** (`cold`) measures every measured row once more, shuffled, into `cold.jsonl`
-  with each call timed alone after writing a buffer larger than the last-level cache
-  (`OpProtocol.cold_bytes`): in a network an operator's data comes from memory, not from the
-  cache a repeated call leaves it in (docs/operators.md section 12).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -75,8 +70,6 @@ from mdot_jax.ops.specs import (
 
 PLAN = "plan.jsonl"
 AGAIN = "again.jsonl"  # a second pass over the measured rows (docs/operators.md section 10)
-COLD = "cold.jsonl"  # a pass with the caches evicted before every call (section 12)
-COLD_BYTES = 64 << 20  # written before each cold call: more than the CPUs' last-level caches
 
 
 @dataclass(frozen=True)
@@ -90,7 +83,6 @@ class OpProtocol:
     max_spread: float = 10.0  # IQR / median of the forward + backward repeats, percent: noisy
     # above (robust: one disturbed repeat of five moves neither the median nor the IQR)
     max_others: float = 0.5  # other runnable threads on average: noisy above
-    cold_bytes: int = 0  # > 0: write this many bytes before every call, timed one by one
 
 
 @dataclass
@@ -261,15 +253,6 @@ def two_pass_samples(root: str | Path) -> list[dict]:
             for d in read_op_samples(root)]
 
 
-def cold_samples(root: str | Path) -> list[dict]:
-    """The clean samples of a folder's cold pass (`cold.jsonl`), each with its warm label as
-    `warm_ms`: operators priced as a network runs them (docs/operators.md section 12)."""
-    warm = {d["key"]: d["label_ms"] for d in read_op_samples(root)}
-    return [dict(d, warm_ms=warm[d["key"]])
-            for d in read_samples(Path(root) / COLD, _op_problem)[0]
-            if not d["stats"].get("noisy") and d["key"] in warm]
-
-
 class OpWriter:
     """Append-only operator samples (clean to `samples.jsonl`, noisy to `noisy.jsonl`)."""
 
@@ -362,20 +345,7 @@ def measure_op(spec: OpSpec, protocol: OpProtocol, torch, device: str, threads: 
     def update():
         opt.step()
 
-    evict = torch.empty(protocol.cold_bytes // 4, device=device) if protocol.cold_bytes \
-        else None
-
     def timed(fn, n: int) -> float:
-        if evict is not None:  # cold: each call alone, the caches overwritten before it
-            total = 0.0
-            for _ in range(n):
-                evict.add_(1.0)
-                sync()
-                t0 = time.perf_counter()
-                fn()
-                sync()
-                total += time.perf_counter() - t0
-            return total * 1e3 / n
         sync()
         t0 = time.perf_counter()
         for _ in range(n):
@@ -389,8 +359,8 @@ def measure_op(spec: OpSpec, protocol: OpProtocol, torch, device: str, threads: 
             raise TooSlow(f"{one / 1e3:.1f}s per forward + backward > {protocol.max_call_s}s")
 
     def repeat(fn, repeats: int) -> tuple[list[float], int]:
-        n = 1 if evict is not None else int(min(protocol.max_inner, max(1, math.ceil(
-            protocol.min_repeat_ms / max(timed(fn, 1), 1e-4)))))
+        n = int(min(protocol.max_inner, max(1, math.ceil(protocol.min_repeat_ms /
+                                                         max(timed(fn, 1), 1e-4)))))
         timed(fn, n)  # untimed: first touches of the loop's memory
         return [timed(fn, n) for _ in range(repeats)], n
 
@@ -429,17 +399,14 @@ def again_order(items: list[dict], done: set[str], seed: int) -> list[dict]:
 def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | None = None,
                 threads: int = 2, seed: int = 0, protocol: OpProtocol = OpProtocol(),
                 max_minutes: float | None = None, more: int = 0, kinds: Sequence[str] = (),
-                again: bool = False, cold: bool = False, progress: bool = True) -> dict:
+                again: bool = False, progress: bool = True) -> dict:
     """Measures the plan of `out` (made from `sources` on the first run), skipping what is
     done; stops cleanly after `max_minutes`. With `more` and `kinds`, the plan first gets up
     to `more` rows of those kinds (`plan_more`), once: the added rows carry the extension's
     name, so running the same command again resumes it rather than extending twice. With
     `again`, every measured row is measured a second time instead (`again_order`), into
-    `again.jsonl` (clean and noisy alike, once each; resumable); with `cold`, the same into
-    `cold.jsonl`, each call timed alone after `COLD_BYTES` are written.
+    `again.jsonl` (clean and noisy alike, once each; resumable).
     Returns the report (also `out/report.json`)."""
-    if again and cold:
-        raise ValueError("a second pass and a cold pass are two runs: pass one of them")
     import torch
     from tqdm import tqdm
 
@@ -471,17 +438,14 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
         todo = [d for d in items if OpSpec.from_json(d["spec"]).key not in skip]
         todo += [d for d in items if OpSpec.from_json(d["spec"]).key in writer.noisy]
         append = writer.append
-        if again or cold:
-            extra = root / (AGAIN if again else COLD)
-            if cold:
-                protocol = dataclasses.replace(protocol, cold_bytes=COLD_BYTES)
-            end_last_line(extra, root / REJECTED)
-            twice = {d["key"] for d in read_samples(extra, _op_problem)[0]}
+        if again:
+            end_last_line(root / AGAIN, root / REJECTED)
+            twice = {d["key"] for d in read_samples(root / AGAIN, _op_problem)[0]}
             todo = [d for d in again_order(items, writer.done, seed) if
                     OpSpec.from_json(d["spec"]).key not in twice]
 
             def append(record: dict) -> None:
-                append_line(extra, record)
+                append_line(root / AGAIN, record)
         deadline = time.monotonic() + 60 * max_minutes if max_minutes else math.inf
         bar = tqdm(total=len(todo), unit="op", disable=not progress, desc=f"profile ops {device}")
         for i, d in enumerate(todo):
@@ -513,9 +477,7 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
 def _write_report(report: SkipLog, writer: OpWriter, items: list[dict]) -> dict:
     types = Counter(k.split("/")[0] for k in writer.done)
     twice = read_samples(writer.root / AGAIN, _op_problem)[0]
-    cold = read_samples(writer.root / COLD, _op_problem)[0]
     return report.write(planned=len(items), samples=len(writer.done), noisy=len(writer.noisy),
                         by_type=dict(types.most_common()),
                         loss_samples=types.get(LOSS, 0), again=len(twice),
-                        again_clean=sum(not d["stats"].get("noisy") for d in twice),
-                        cold=len(cold), cold_clean=sum(not d["stats"].get("noisy") for d in cold))
+                        again_clean=sum(not d["stats"].get("noisy") for d in twice))
