@@ -1,8 +1,10 @@
 # Sourced by the operator studies' scripts (run_ops_more.sh, run_two_pass.sh): the confirming
 # runs of docs/operators.md sections 9-10 on the folds of section 7, with operator data $OPS,
-# into $OUT, compared run for run with the first operator data's folder. Needs SLUG, OPS, OUT.
+# into $OUT, compared run for run with the first operator data's folder. Needs SLUG, OPS, OUT;
+# DATA (the model dataset) defaults to the device's fused copy.
+DATA=${DATA:-data/derived/$SLUG-fused}
 ev() {  # METHODS SEEDS
-  mdot evaluate --dataset "data/derived/$SLUG-fused" --split family --folds 5 --seeds "$2" \
+  mdot evaluate --dataset "$DATA" --split family --folds 5 --seeds "$2" \
     --op-costs "$OPS" --train-config '{"epochs": 20, "patience": 5}' \
     --methods "$1" --out "$OUT" --ensembles gnn+lightgbm+op-sum,gnn+lightgbm > /dev/null
 }
@@ -10,7 +12,7 @@ confirm() {  # METHODS to compare
   ev lightgbm,op-sum 2
   ev gnn 1
   ev gnn 2
-  python benchmarks/compare_runs.py --dataset "data/derived/$SLUG-fused" \
+  python benchmarks/compare_runs.py --dataset "$DATA" \
     --a "benchmarks/results/$SLUG-fused-v2-ops-family" --b "$OUT" \
     --methods "$1" --families efficientnet,mobilenet
 }

@@ -21,7 +21,9 @@ mdot profile --zoo torchvision,timm,hf --models "$MODELS" --batch-sizes 2,4,8,16
   --image-sizes 64 --seq-lens 32 --threads 2 --max-iter-s 2.5 --budget-s 12
 [ -f "data/$SLUG/core-set-passes/6/report.json" ] || \
   mdot profile --core-set --out "data/$SLUG/core-set-passes/6"
-mdot dataset resequence "data/$SLUG" --out "data/derived/$SLUG-fused"
+DATA=data/derived/$SLUG-fused-tranche3  # the shipped checkpoint's copy stays as it is
+[ -d "$DATA" ] || cp -r "data/derived/$SLUG-fused" "$DATA"
+mdot dataset resequence "data/$SLUG" --out "$DATA"  # resumes: only the new samples
 OPS=data/derived/$SLUG-ops-first  # the first 20,320 operators: the shipped kernel model's
 if [ ! -f "$OPS/samples.jsonl" ]; then
   mkdir -p "$OPS"
@@ -33,6 +35,6 @@ OUT=benchmarks/results/$SLUG-fused-v2-ops-tranche3-family
 ev lightgbm,op-sum 2
 ev gnn 1
 ev gnn 2
-python benchmarks/compare_runs.py --dataset "data/derived/$SLUG-fused" \
+python benchmarks/compare_runs.py --dataset "$DATA" \
   --a "benchmarks/results/$SLUG-fused-v2-ops-family" --b "$OUT" --on-a \
   --methods gnn+lightgbm+op-sum,gnn+lightgbm,op-sum,lightgbm
