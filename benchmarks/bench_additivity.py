@@ -12,7 +12,9 @@ device (plus the loss), and compared with the measured iteration:
 - `a * sum + c`: a line fitted in least squares over all samples (relative errors);
 - `+ d * ops`: that line plus a cost per operator (eager dispatch and autograd bookkeeping);
 - `per kind`: one scale per kind of operator (dense, depthwise and grouped Conv, MatMul and
-  Gemm, BatchNormalization, the rest) and c: operators priced too cheaply in isolation.
+  Gemm, BatchNormalization, the rest) and c: operators priced too cheaply in isolation;
+- `+ e * params`: the line plus a cost per parameter (weights, gradients and momentum
+  streamed from memory when the model outgrows the caches; docs/operators.md section 13).
 Per family: samples, median measured / sum, and the MAPE of each. No learning from model
 labels beyond those two or three numbers: this is how far composition alone gets.
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.sequence import LOAD_FIELDS
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.ops.cost import CostModel
 from mdot_jax.ops.specs import specs_of
@@ -72,10 +75,13 @@ def main() -> None:
     a_fit, c_fit = np.linalg.lstsq(np.stack([s_ * w, w], 1), np.ones_like(y), rcond=None)[0]
     ones, ops = np.ones_like(y), np.asarray([smp.seq.num_ops for smp in samples], float)
     kinds = kind_sums(model, samples)
+    params = np.asarray([float(np.asarray(smp.seq.load)[:, LOAD_FIELDS.index("params")].sum())
+                         for smp in samples])
     kinds[:, -1] += s_ - kinds.sum(1)  # the loss
     preds = {"sum": s_, "sum + c": s_ + c, "a * sum + c": a_fit * s_ + c_fit,
              "+ d * ops": relative_fit(np.stack([s_, ones, ops], 1), y),
-             "per kind": relative_fit(np.column_stack([kinds, ones]), y)}
+             "per kind": relative_fit(np.column_stack([kinds, ones]), y),
+             "+ e * params": relative_fit(np.stack([s_, ones, params], 1), y)}
 
     def mape(pred, idx):
         return 100 * float(np.mean(np.abs(pred[idx] / y[idx] - 1)))
