@@ -24,14 +24,9 @@ mdot profile --zoo torchvision,timm,hf --models "$MODELS" --batch-sizes 2,4,8,16
 DATA=data/derived/$SLUG-fused-tranche3  # the shipped checkpoint's copy stays as it is
 [ -d "$DATA" ] || cp -r "data/derived/$SLUG-fused" "$DATA"
 mdot dataset resequence "data/$SLUG" --out "$DATA"  # resumes: only the new samples
-OPS=data/derived/$SLUG-ops-first  # the first 20,320 operators: the shipped kernel model's
-if [ ! -f "$OPS/samples.jsonl" ]; then
-  mkdir -p "$OPS"
-  git show "c9516c4c~1:data/$SLUG/ops/samples.jsonl" > "$OPS/samples.jsonl.tmp"
-  mv "$OPS/samples.jsonl.tmp" "$OPS/samples.jsonl"
-fi
 OUT=benchmarks/results/$SLUG-fused-v2-ops-tranche3-family
 . benchmarks/ops_runs.sh
+first_ops
 ev lightgbm,op-sum 2
 ev gnn 1
 ev gnn 2

@@ -165,6 +165,31 @@ def test_op_sum_is_composition_alone(ops, tiny_real_dataset):
     assert np.all(pred > 0) and method.line.a > 0
 
 
+def test_op_sum_params_adds_a_term_per_parameter(ops, tiny_real_dataset):
+    """`op-sum-params`: the line plus e * millions of parameters, fitted by the same relative
+    least squares (it fits its training samples no worse than the line without the term);
+    saved and read back with `e`; a line without the term saves as before."""
+    from mdot_jax.evaluation.evaluate import make_method
+    from mdot_jax.ops.cost import OpSumLine
+    from mdot_jax.training.train import TrainConfig
+
+    ds = _fresh(tiny_real_dataset.root)
+    attach([s.seq for s in ds.samples], ops[2])
+    plain, method = OpSumLine.fit(ds.samples), make_method("op-sum-params", 0, TrainConfig())
+    method.fit(ds.samples)
+    line, y = method.line, np.array([s.label_ms for s in ds.samples])
+    params = OpSumLine.params(ds.samples)
+    assert params.min() > 0 and line.e != 0.0 and plain.e == 0.0 and "e" not in plain.to_json()
+    np.testing.assert_allclose(line.predict(ds.samples),
+                               line.a * OpSumLine.sums(ds.samples) + line.c + line.e * params)
+
+    def sq(p):
+        return float(np.sum((p / y - 1) ** 2))
+
+    assert sq(line.predict(ds.samples)) <= sq(plain.predict(ds.samples)) + 1e-9
+    assert OpSumLine.from_json(line.to_json()) == line
+
+
 def test_a_method_over_ops_learns_what_the_op_sum_line_misses(ops, tiny_real_dataset):
     from mdot_jax.evaluation.evaluate import OP_METHODS, make_method
     from mdot_jax.training.train import TrainConfig

@@ -187,10 +187,11 @@ class FittedFormulaMethod(Method):
 class OpSumMethod(Method):
     """`op-sum`: the summed predicted operator times of the graph (the kernel cost model,
     `--op-costs`) in the line `ops.cost.OpSumLine` fitted on the training samples: what an
-    op-grounded checkpoint carries as its third member."""
+    op-grounded checkpoint carries as its third member. `op-sum-params`: the line with a
+    parameter term (docs/operators.md section 13)."""
 
     def fit(self, train):
-        self.line = OpSumLine.fit(train)
+        self.line = OpSumLine.fit(train, params=self.name == "op-sum-params")
 
     def predict(self, samples):
         return self.line.predict(samples)
@@ -241,6 +242,7 @@ def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
              "analytic": lambda: FittedFormulaMethod(name, seed, budget, kind="analytic"),
              "roofline": lambda: FittedFormulaMethod(name, seed, budget, kind="roofline"),
              "op-sum": lambda: OpSumMethod(name, seed, budget),
+             "op-sum-params": lambda: OpSumMethod(name, seed, budget),
              "mdot-relative": lambda: NeuralMethod(name, seed, budget.replace(loss="relative"),
                                                    model_cfg=base),
              "mdot-pe-none-l1": lambda: NeuralMethod(name, seed, budget.replace(loss="l1"),
@@ -257,7 +259,8 @@ ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "
                "mdot-pe-random_walk", "mdot-pe-distance_bias", "mdot-concat", "mdot-per_op",
                "mdot-relative", "mdot-pe-none-l1")
 # need operator times (`--op-costs`): not in "all"
-OP_METHODS = ("op-sum", *(m + OVER_OPS for m in ("lightgbm", "gnn", DEFAULT_METHOD)))
+OP_METHODS = ("op-sum", "op-sum-params",
+              *(m + OVER_OPS for m in ("lightgbm", "gnn", DEFAULT_METHOD)))
 
 
 # ---------------------------------------------------------------------------- harness

@@ -116,11 +116,14 @@ class CostModel:
 class OpSumLine:
     """A model's time from its operators' predicted times (`meta["op_ms"]`): the line
     `a * sum + c`, one scale and one per-iteration overhead (framework, optimizer, loss),
-    fitted by relative least squares on measured samples: composition alone."""
+    fitted by relative least squares on measured samples: composition alone. With
+    `params=True` the fit adds `e * millions of parameters` (weights, gradients and momentum
+    streamed from memory once a model outgrows the caches: docs/operators.md section 13)."""
 
     a: float
     c: float
     samples: int = 0  # how many it was fitted on
+    e: float = 0.0  # ms per million parameters (0: no parameter term)
 
     @staticmethod
     def sums(samples) -> np.ndarray:
@@ -129,22 +132,33 @@ class OpSumLine:
             raise ValueError("the operator sum needs predicted operator times (--op-costs)")
         return np.asarray([float(np.sum(s.seq.meta[OP_MS])) for s in samples])
 
+    @staticmethod
+    def params(samples) -> np.ndarray:
+        """`[N]` each sample's parameters, in millions (its operators' `params` load)."""
+        column = LOAD_FIELDS.index("params")
+        return np.asarray([float(np.asarray(s.seq.load)[:, column].sum()) / 1e6
+                           for s in samples])
+
     @classmethod
-    def fit(cls, samples) -> OpSumLine:
-        y, t = np.asarray([s.label_ms for s in samples]), cls.sums(samples)
-        a, c = np.linalg.lstsq(np.stack([t / y, 1 / y], 1), np.ones_like(y), rcond=None)[0]
-        return cls(float(a), float(c), len(samples))
+    def fit(cls, samples, params: bool = False) -> OpSumLine:
+        y = np.asarray([s.label_ms for s in samples])
+        cols = [cls.sums(samples), np.ones_like(y), *([cls.params(samples)] if params else [])]
+        w = np.linalg.lstsq(np.stack(cols, 1) / y[:, None], np.ones_like(y), rcond=None)[0]
+        return cls(float(w[0]), float(w[1]), len(samples), float(w[2]) if params else 0.0)
 
     def predict(self, samples) -> np.ndarray:
         """`[N]` predicted ms (at least 1 us)."""
-        return np.maximum(self.a * self.sums(samples) + self.c, 1e-3)
+        t = self.a * self.sums(samples) + self.c
+        if self.e:
+            t = t + self.e * self.params(samples)
+        return np.maximum(t, 1e-3)
 
     def to_json(self) -> dict:
-        return dict(a=self.a, c=self.c, samples=self.samples)
+        return dict(a=self.a, c=self.c, samples=self.samples, **({"e": self.e} if self.e else {}))
 
     @classmethod
     def from_json(cls, d: dict) -> OpSumLine:
-        return cls(float(d["a"]), float(d["c"]), int(d.get("samples", 0)))
+        return cls(float(d["a"]), float(d["c"]), int(d.get("samples", 0)), float(d.get("e", 0.0)))
 
 
 def attach(seqs, model: CostModel, progress: bool = False) -> int:
