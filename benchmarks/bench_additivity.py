@@ -28,29 +28,24 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.sequence import LOAD_FIELDS
 from mdot_jax.data.dataset import load_dataset
-from mdot_jax.ops.cost import CostModel
+from mdot_jax.ops.cost import CostModel, OpSumLine
 from mdot_jax.ops.specs import specs_of
 
 KINDS = (("Conv:dense",), ("Conv:depthwise",), ("Conv:grouped",), ("MatMul", "Gemm"),
          ("BatchNormalization",))  # `per kind`'s scales; everything else shares one
 
 
-def op_sums(model: CostModel, samples) -> np.ndarray:
-    """`[S]` predicted ms: every operator of each sample's graph, plus its loss."""
-    return np.asarray([float(model.sequence_ms(s.seq).sum()) + model.loss_ms(
-        s.workload.batch_size, 2 if s.meta.get("kind") == "text" else 1000) for s in samples])
-
-
 def kind_sums(model: CostModel, samples) -> np.ndarray:
     """`[S, len(KINDS) + 1]` predicted ms of each sample's operators per kind (the last column:
-    every other operator, and the loss)."""
+    every other operator, and the loss); summed, the graph's operator sum."""
     out = np.zeros((len(samples), len(KINDS) + 1))
     column = {k: i for i, kinds in enumerate(KINDS) for k in kinds}
     for i, s in enumerate(samples):
         for spec, ms in zip(specs_of(s.seq), model.sequence_ms(s.seq)):
             out[i, column.get(spec.kind, len(KINDS))] += ms
+        out[i, -1] += model.loss_ms(s.workload.batch_size,
+                                    2 if s.meta.get("kind") == "text" else 1000)
     return out
 
 
@@ -68,16 +63,14 @@ def main() -> None:
     samples = load_dataset(args.dataset).samples
     model = CostModel.load(args.cost)
     y = np.asarray([s.label_ms for s in samples])
-    s_ = op_sums(model, samples)
+    kinds = kind_sums(model, samples)
+    s_ = kinds.sum(1)
     c = float(np.median(y - s_))
     # a * sum + c minimising relative squared error: weights 1/y
     w = 1.0 / y
     a_fit, c_fit = np.linalg.lstsq(np.stack([s_ * w, w], 1), np.ones_like(y), rcond=None)[0]
     ones, ops = np.ones_like(y), np.asarray([smp.seq.num_ops for smp in samples], float)
-    kinds = kind_sums(model, samples)
-    params = np.asarray([float(np.asarray(smp.seq.load)[:, LOAD_FIELDS.index("params")].sum())
-                         for smp in samples])
-    kinds[:, -1] += s_ - kinds.sum(1)  # the loss
+    params = OpSumLine.params(samples)
     preds = {"sum": s_, "sum + c": s_ + c, "a * sum + c": a_fit * s_ + c_fit,
              "+ d * ops": relative_fit(np.stack([s_, ones, ops], 1), y),
              "per kind": relative_fit(np.column_stack([kinds, ones]), y),

@@ -1,12 +1,20 @@
-# Sourced by the operator studies' scripts (run_ops_more.sh, run_two_pass.sh): the confirming
-# runs of docs/operators.md sections 9-11 on the folds of section 7, with operator data $OPS,
-# into $OUT, compared run for run with the first operator data's folder. Needs SLUG, OPS, OUT;
-# DATA (the model dataset) defaults to the device's fused copy.
+# Sourced by the operator studies' scripts (run_ops_more.sh, run_two_pass.sh, run_tranche3.sh,
+# run_params_line.sh): the confirming runs of docs/operators.md sections 9-13 (the folds of
+# section 7 unless FOLD_SEED says otherwise), with operator data $OPS, into $OUT, compared run
+# for run with the first operator data's folder. Needs SLUG; OPS and OUT before `ev`; DATA
+# (the model dataset) defaults to the device's fused copy.
 DATA=${DATA:-data/derived/$SLUG-fused}
+on_device() {  # refuse to measure on another machine than $SLUG
+  if [ "$(python -c 'from mdot_jax.data.profile import fingerprint, device_slug
+print(device_slug(fingerprint(2)))')" != "$SLUG" ]; then
+    echo "this machine is not $SLUG: it cannot be measured here" >&2; exit 1
+  fi
+}
 ev() {  # METHODS SEEDS
-  mdot evaluate --dataset "$DATA" --split family --folds 5 --seeds "$2" \
-    --op-costs "$OPS" --train-config '{"epochs": 20, "patience": 5}' \
-    --methods "$1" --out "$OUT" --ensembles gnn+lightgbm+op-sum,gnn+lightgbm > /dev/null
+  mdot evaluate --dataset "$DATA" --split family --folds 5 --fold-seed "${FOLD_SEED:-0}" \
+    --seeds "$2" --op-costs "$OPS" --train-config '{"epochs": 20, "patience": 5}' \
+    --methods "$1" --out "$OUT" \
+    --ensembles "${ENSEMBLES:-gnn+lightgbm+op-sum,gnn+lightgbm}" > /dev/null
 }
 confirm() {  # METHODS to compare
   ev lightgbm,op-sum 2

@@ -8,15 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SLUG=${SLUG:-cpu-amd-epyc-f25m17-2t}
-if [ "$(python -c 'from mdot_jax.data.profile import fingerprint, device_slug
-print(device_slug(fingerprint(2)))')" != "$SLUG" ]; then
-  echo "this machine is not $SLUG: its operators cannot be measured here" >&2; exit 1
-fi
+. benchmarks/ops_runs.sh
+on_device
 mdot profile --ops --ops-more 4000 --ops-kinds Conv:depthwise,Conv:grouped
 mdot profile --ops  # the noisy rows once more
 python benchmarks/bench_kernels.py "data/$SLUG/ops" --models "data/derived/$SLUG-fused" \
   --out "benchmarks/results/kernels-$SLUG-more"
 OUT=benchmarks/results/$SLUG-fused-v2-ops-more-family
 OPS=data/$SLUG/ops
-. benchmarks/ops_runs.sh
 confirm gnn+lightgbm+op-sum,gnn+lightgbm,op-sum

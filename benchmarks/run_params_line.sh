@@ -8,15 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SLUG=${SLUG:-cpu-amd-epyc-f25m17-2t}
 OUT=benchmarks/results/$SLUG-fused-v2-ops-family-folds3
+FOLD_SEED=3
+ENSEMBLES=gnn+lightgbm+op-sum,gnn+lightgbm+op-sum-params
 . benchmarks/ops_runs.sh
 first_ops
-run() {  # METHODS SEEDS
-  mdot evaluate --dataset "$DATA" --split family --folds 5 --fold-seed 3 --seeds "$2" \
-    --op-costs "$OPS" --train-config '{"epochs": 20, "patience": 5}' --methods "$1" \
-    --out "$OUT" --ensembles gnn+lightgbm+op-sum,gnn+lightgbm+op-sum-params > /dev/null
-}
-run lightgbm,op-sum,op-sum-params 2
-run gnn 1
-run gnn 2
+ev lightgbm,op-sum,op-sum-params 2
+ev gnn 1
+ev gnn 2
 python benchmarks/compare_runs.py --dataset "$DATA" --a "$OUT" --b "$OUT" \
   --methods gnn+lightgbm+op-sum,gnn+lightgbm+op-sum-params,op-sum,op-sum-params,lightgbm,gnn

@@ -9,10 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SLUG=${SLUG:-cpu-amd-epyc-f25m17-2t}
-if [ "$(python -c 'from mdot_jax.data.profile import fingerprint, device_slug
-print(device_slug(fingerprint(2)))')" != "$SLUG" ]; then
-  echo "this machine is not $SLUG: its models cannot be measured here" >&2; exit 1
-fi
+. benchmarks/ops_runs.sh
+on_device
 MODELS=botnet26t_256,sebotnet33ts_256,coatnext_nano_rw_224,vitamin_small_224  # timm, then transformers configs
 MODELS+=,deberta-small,mpnet-small,convbert-small,squeezebert-small,phi-small,gptneox-small
 MODELS+=,biogpt-small,llama-small,gemma-small,falcon-small,funnel-small,mobilebert-small
@@ -25,7 +23,6 @@ DATA=data/derived/$SLUG-fused-tranche3  # the shipped checkpoint's copy stays as
 [ -d "$DATA" ] || cp -r "data/derived/$SLUG-fused" "$DATA"
 mdot dataset resequence "data/$SLUG" --out "$DATA"  # resumes: only the new samples
 OUT=benchmarks/results/$SLUG-fused-v2-ops-tranche3-family
-. benchmarks/ops_runs.sh
 first_ops
 ev lightgbm,op-sum 2
 ev gnn 1
