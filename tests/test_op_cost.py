@@ -210,10 +210,11 @@ def test_a_method_over_ops_learns_what_the_op_sum_line_misses(ops, tiny_real_dat
 
 def test_an_op_grounded_checkpoint_predicts_with_the_operator_sum_as_third_member(
         ops, tiny_real_dataset, tmp_path):
-    """With a companion, an op-grounded checkpoint carries the operator-sum line fitted on its
-    training samples, and predicts the geometric mean of network, trees and line; bands are
-    of the three (`mdot calibrate` defaults to them, binned by their spread); the network
-    alone (`companion=False`) stays the network alone."""
+    """With a companion, an op-grounded checkpoint carries the operator-sum line with its
+    parameter term fitted on its training samples, and predicts the geometric mean of
+    network, trees and line; bands are of the three (`mdot calibrate` defaults to them,
+    binned by their spread, `op-sum-params` naming the line's rows); the network alone
+    (`companion=False`) stays the network alone."""
     from mdot_jax.companion import spread
     from mdot_jax.evaluation.calibrate import calibrate
     from mdot_jax.ops.cost import OpSumLine
@@ -228,10 +229,11 @@ def test_an_op_grounded_checkpoint_predicts_with_the_operator_sum_as_third_membe
     train_and_save(ds, ckpt, split="none", model_cfg=recipe.model, train_cfg=recipe.train,
                    cost_model=ops[2], progress=False)
     meta = checkpoint.read_metadata(ckpt)
-    line = OpSumLine.fit(ds.samples)  # split none: every sample trained
-    assert meta["op_sum"] == pytest.approx(line.to_json())
-    assert line.a > 0 and "third member: the operator sum" in (ckpt / "README.md").read_text()
-    assert "operator sum alone" in (ckpt / "README.md").read_text()
+    line = OpSumLine.fit(ds.samples, params=True)  # split none: every sample trained
+    assert meta["op_sum"] == pytest.approx(line.to_json()) and line.e != 0
+    card = (ckpt / "README.md").read_text()
+    assert line.a > 0 and "third member: the operator sum" in card
+    assert "ms per million parameters" in card and "operator sum alone" in card
 
     samples = _fresh(tiny_real_dataset.root).samples  # without operator times
     items = [(s.seq, s.workload) for s in samples]
@@ -249,14 +251,14 @@ def test_an_op_grounded_checkpoint_predicts_with_the_operator_sum_as_third_membe
 
     rows = [dict(method=m, fold=0, seed=0, split="family", dataset=ds.fingerprint(),
                  test_keys=[s.key for s in samples], pred_ms=list(parts[:, i]))
-            for i, m in enumerate(("mdot", "lightgbm", "op-sum"))]
+            for i, m in enumerate(("mdot", "lightgbm", "op-sum-params"))]
     results = tmp_path / "results"
     results.mkdir()
     (results / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    with pytest.raises(ValueError, match="mdot x lightgbm x op-sum: give as many methods"):
+    with pytest.raises(ValueError, match="mdot x lightgbm x op-sum-params: give as many"):
         calibrate(ckpt, results, ds, ("mdot", "lightgbm"))
     cal = calibrate(ckpt, results, ds)
-    assert cal.methods == ("mdot", "lightgbm", "op-sum")
+    assert cal.methods == ("mdot", "lightgbm", "op-sum-params")
     preds = Predictor.load(ckpt).predict_many(items)
     d = spread(*parts.T)
     for p, s, di in zip(preds, samples, d):

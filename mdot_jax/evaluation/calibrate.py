@@ -15,10 +15,9 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
               methods: tuple[str, ...] | None = None) -> Calibration:
     """Error bands for the checkpoint at `path` from a leave-family-out evaluation of the same
     recipe on the same dataset (`mdot evaluate --split family`, results in `results_dir`);
-    `methods` default to the checkpoint's members: its network (`ModelConfig.method`: `gnn`,
-    `mdot-pe-none`, ...), `lightgbm` with a companion, `op-sum` with an operator-sum line
-    (as many methods as members, or the bands would be another prediction's). Written into
-    the checkpoint's metadata and model card."""
+    `methods` default to the checkpoint's members (`member_methods`; as many methods as
+    members, or the bands would be another prediction's). Written into the checkpoint's
+    metadata and model card."""
     meta = checkpoint.read_metadata(path)
     rows = read_results(results_dir)
     if not rows:
@@ -33,10 +32,8 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
     if splits != {"family"}:
         raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
                          "bands are for unseen model families (evaluate with --split family)")
-    network = checkpoint.model_config(meta).method
-    members = [network, *(["lightgbm"] if meta.get("companion") else []),
-               *(["op-sum"] if meta.get("op_sum") else [])]
-    methods = methods or tuple(members)
+    members = member_methods(meta)
+    methods = methods or members
     if len(methods) != len(members):  # else the bands would describe another prediction
         raise ValueError(f"{path} predicts with {' x '.join(members)}: give as many methods, "
                          f"not {', '.join(methods)}")
@@ -44,3 +41,12 @@ def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
                        source=f"{Path(results_dir).name}, leave-family-out")
     checkpoint.attach_calibration(path, cal)
     return cal
+
+
+def member_methods(meta: dict) -> tuple[str, ...]:
+    """The `mdot evaluate` methods whose rows describe a checkpoint's members: its network
+    (`ModelConfig.method`: `gnn`, `mdot-pe-none`, ...), `lightgbm` with a companion, and
+    its operator-sum line (`op-sum`, or `op-sum-params` with a parameter term)."""
+    line = meta.get("op_sum")
+    return (checkpoint.model_config(meta).method, *(["lightgbm"] if meta.get("companion") else []),
+            *([("op-sum-params" if line.get("e") else "op-sum")] if line else []))

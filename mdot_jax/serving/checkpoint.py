@@ -233,7 +233,9 @@ def model_card(meta: dict) -> str:
                 f"model it carries ({meta['cost_model'].get('samples')} operators measured on "
                 f"{meta['cost_model'].get('device')})"] if meta.get("cost_model") else []),
              *([f"- third member: the operator sum, {meta['op_sum']['a']:.3f} x (summed "
-                f"operator ms) + {meta['op_sum']['c']:.2f} ms, fitted on "
+                f"operator ms) + {meta['op_sum']['c']:.2f} ms"
+                + (f" + {meta['op_sum']['e']:.3f} ms per million parameters"
+                   if meta['op_sum'].get('e') else "") + ", fitted on "
                 f"{meta['op_sum']['samples']} training samples; the prediction is the geometric "
                 "mean of the three"] if meta.get("op_sum") else []),
              *([f"- validation MAPE of the combined prediction {comp['val_mape']:.2f}% "

@@ -80,8 +80,8 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     test metrics are then those of the combined prediction; `model_only` the network's).
     With a kernel `cost_model` (`ops.cost.CostModel`), every operator gets its predicted time
     as a feature (op-grounded) and the checkpoint carries the cost model; with a companion
-    too, the operator-sum line (`ops.cost.OpSumLine`, fitted on the same samples) is the
-    prediction's third member.
+    too, the operator-sum line (`ops.cost.OpSumLine` with its parameter term, fitted on the
+    same samples: docs/operators.md section 13) is the prediction's third member.
     A killed run continues from its last epoch when re-run with the same arguments (the
     state lives in `.<out>.resume/` beside `out` until the checkpoint is written). `out` must
     be new, empty, or (with `force`) a checkpoint to replace: checked before training."""
@@ -94,7 +94,8 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     resume_dir = Path(out).absolute().with_name(f".{Path(out).name}.resume")
     trained = train(train_samples, model_cfg, train_cfg, progress=progress, log=log,
                     resume_dir=resume_dir)
-    line = OpSumLine.fit(train_samples) if companion and cost_model is not None else None
+    op_grounded = companion and cost_model is not None
+    line = OpSumLine.fit(train_samples, params=True) if op_grounded else None
     trees, trees_info = (fit_companion(trained, train_samples, train_cfg, line) if companion
                          else (None, None))
     longest = trained.feature_cfg.buckets[-1]
