@@ -16,10 +16,13 @@ ev() {  # METHODS SEEDS
     --methods "$1" --out "$OUT" \
     --ensembles "${ENSEMBLES:-gnn+lightgbm+op-sum,gnn+lightgbm}" > /dev/null
 }
-confirm() {  # METHODS to compare
-  ev lightgbm,op-sum 2
+runs() {  # [METHODS besides gnn]: the confirming runs, 2 seeds each (gnn one seed at a time)
+  ev "${1:-lightgbm,op-sum}" 2
   ev gnn 1
   ev gnn 2
+}
+confirm() {  # METHODS to compare
+  runs
   python benchmarks/compare_runs.py --dataset "$DATA" \
     --a "benchmarks/results/$SLUG-fused-v2-ops-family" --b "$OUT" \
     --methods "$1" --families efficientnet,mobilenet

@@ -12,8 +12,6 @@ FOLD_SEED=3
 ENSEMBLES=gnn+lightgbm+op-sum,gnn+lightgbm+op-sum-params
 . benchmarks/ops_runs.sh
 first_ops
-ev lightgbm,op-sum,op-sum-params 2
-ev gnn 1
-ev gnn 2
+runs lightgbm,op-sum,op-sum-params
 python benchmarks/compare_runs.py --dataset "$DATA" --a "$OUT" --b "$OUT" \
   --methods gnn+lightgbm+op-sum,gnn+lightgbm+op-sum-params,op-sum,op-sum-params,lightgbm,gnn

@@ -24,9 +24,7 @@ DATA=data/derived/$SLUG-fused-tranche3  # the shipped checkpoint's copy stays as
 mdot dataset resequence "data/$SLUG" --out "$DATA"  # resumes: only the new samples
 OUT=benchmarks/results/$SLUG-fused-v2-ops-tranche3-family
 first_ops
-ev lightgbm,op-sum 2
-ev gnn 1
-ev gnn 2
+runs
 python benchmarks/compare_runs.py --dataset "$DATA" \
   --a "benchmarks/results/$SLUG-fused-v2-ops-family" --b "$OUT" --on-a \
   --methods gnn+lightgbm+op-sum,gnn+lightgbm,op-sum,lightgbm
