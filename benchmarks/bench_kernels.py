@@ -35,7 +35,7 @@ def source_family(d: dict) -> str:
 
 def held_out(records: list[dict], test: np.ndarray, seed: int,
              fit_on: np.ndarray | None = None) -> dict[str, dict]:
-    """Per op type, per kind of Conv (`Conv:depthwise`, ...) and over all: held-out
+    """Per op type, per kind (`Conv:depthwise`, `Gather:table`, ...) and over all: held-out
     samples, median and p90 APE of a model fitted on the rest (of `fit_on` if given)."""
     train = ~test if fit_on is None else fit_on & ~test
     model = CostModel.fit([d for d, t in zip(records, train) if t], seed=seed)
@@ -45,7 +45,7 @@ def held_out(records: list[dict], test: np.ndarray, seed: int,
     ape = defaultdict(list)
     for d, spec, p in zip(recs, specs, pred):
         groups = [d["op_type"], "(all)"]
-        if d["op_type"] == "Conv":
+        if spec.kind != d["op_type"]:
             groups.append(spec.kind)
         for g in groups:
             ape[g].append(abs(p / d["label_ms"] - 1))
@@ -110,10 +110,11 @@ def main() -> None:
     print("| type | time share | cum. | samples | median APE (config) | p90 | median APE "
           "(family) | p90 |\n|---|---|---|---|---|---|---|---|")
     count = Counter(d["op_type"] for d in records)
-    count.update(OpSpec.from_json(d["spec"]).kind for d in records if d["op_type"] == "Conv")
+    count.update(k for d in records
+                 if (k := OpSpec.from_json(d["spec"]).kind) != d["op_type"])
     count["(all)"] = len(records)
-    kinds = sorted(k for k in results["config"] if k.startswith("Conv:"))
-    rows = [k for op in share for k in ([op, *kinds] if op == "Conv" else [op])]
+    kinds = sorted(k for k in results["config"] if ":" in k)
+    rows = [k for op in share for k in [op, *(k for k in kinds if k.startswith(op + ":"))]]
     for t in rows + ["(all)"]:
         c, f = results["config"].get(t), results["family"].get(t)
         if c is None:
@@ -129,7 +130,7 @@ def main() -> None:
               f"{len(records) - int(first.sum())} extension rows\n| type | config (n) | without "
               "| with | family (n) | without | with |\n|---|---|---|---|---|---|---|")
         gain = results["extension_gain"]
-        for t in ["Conv", *kinds, "(all)"]:
+        for t in ["Conv", "Gather", *kinds, "(all)"]:
             cells = [t]
             for split in ("config", "family"):
                 w, o = gain[split]["with"].get(t), gain[split]["without"].get(t)

@@ -10,7 +10,8 @@ read against the same runs of A. A method `a+b` is the geometric mean of a's and
 the same fold and seed (as `mdot evaluate --ensembles`). `--families` adds each family's mean
 APE over the matched runs (e.g. the families a change touches). `--on-a` scores B only on the
 samples A tested: for a B whose dataset grew (its folds then differ from A's, so runs are not
-paired: compare the means; `--dataset` is B's).
+paired: compare the means; `--dataset` is B's). `--without` scores both sides on the samples of
+the other families only (still paired): what a change meant for some families did to the rest.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def restricted(run: dict, keys: set[str], labels: dict[str, float]) -> dict:
 
 
 def compare(dataset: str, a: str, b: str, methods: list[str], families: list[str] = (),
-            on_a: bool = False) -> list[dict]:
+            on_a: bool = False, without: list[str] = ()) -> list[dict]:
     """Per method: matched runs, mean MAPE of A and B, runs where B is better (None when
     `on_a` unpairs them), family means."""
     ds = load_dataset(dataset)
@@ -43,6 +44,10 @@ def compare(dataset: str, a: str, b: str, methods: list[str], families: list[str
     if on_a:
         tested = {k for r in runs_a.values() for k in r["test_keys"]}
         runs_b = {k: restricted(r, tested, labels) for k, r in runs_b.items()}
+    if without:
+        rest = {k for k, f in family.items() if f not in without}
+        runs_a, runs_b = ({k: restricted(r, rest, labels) for k, r in runs.items()}
+                          for runs in (runs_a, runs_b))
     out = []
     for m in methods:
         keys = sorted(k for k in runs_a if k[0] == run_name(m) and k in runs_b)
@@ -71,12 +76,15 @@ def main() -> None:
     p.add_argument("--families", default="", help="comma-separated family names")
     p.add_argument("--on-a", action="store_true",
                    help="score B only on the samples A tested (unpaired runs)")
+    p.add_argument("--without", default="", help="comma-separated families: score both sides "
+                                                 "on the other families' samples only")
     args = p.parse_args()
     families = [f for f in args.families.split(",") if f]
     print("| method | runs | A MAPE % | B MAPE % | B - A | B better |"
           + "".join(f" {f} A -> B |" for f in families))
     print("|---" * (6 + len(families)) + "|")
-    for r in compare(args.dataset, args.a, args.b, args.methods.split(","), families, args.on_a):
+    for r in compare(args.dataset, args.a, args.b, args.methods.split(","), families, args.on_a,
+                     [f for f in args.without.split(",") if f]):
         if not r["runs"]:
             print(f"| `{r['method']}` | 0 | | | | |" + " |" * len(families))
             continue

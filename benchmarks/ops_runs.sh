@@ -35,3 +35,24 @@ first_ops() {  # the first 20,320 operators (the shipped kernel model's) as deri
     mv "$OPS/samples.jsonl.tmp" "$OPS/samples.jsonl"
   fi
 }
+tables_ops() {  # the first 20,320 operators and the table rows of section 14: $OPS
+  first_ops
+  local tables=data/derived/$SLUG-ops-tables
+  python - "data/$SLUG/ops" "$OPS/samples.jsonl" "$tables" <<'PY'
+import json, sys
+from pathlib import Path
+
+ops, first, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+from mdot_jax.ops.profile import read_plan
+from mdot_jax.ops.specs import OpSpec
+table_keys = {OpSpec.from_json(d["spec"]).key for d in read_plan(ops)
+              if d.get("extension", "").startswith("Gather:table")}
+rows = [x for x in (ops / "samples.jsonl").read_text().splitlines()
+        if x.strip() and json.loads(x)["key"] in table_keys]
+out.mkdir(parents=True, exist_ok=True)
+(out / "samples.jsonl.tmp").write_text(first.read_text() + "".join(r + "\n" for r in rows))
+(out / "samples.jsonl.tmp").replace(out / "samples.jsonl")
+print(f"{out}: the first operators and {len(rows)} table rows")
+PY
+  OPS=$tables
+}

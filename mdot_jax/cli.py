@@ -600,8 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops-more", type=POSITIVE_INT,
                    help="--ops: add this many operators of --ops-kinds to the plan (once; "
                         "run the same command again to resume)")
-    p.add_argument("--ops-kinds", help="--ops-more: comma-separated op types or Conv kinds "
-                                       "(Conv:dense, Conv:depthwise, Conv:grouped)")
+    p.add_argument("--ops-kinds", help="--ops-more: comma-separated op types or kinds "
+                                       "(Conv:dense, Conv:depthwise, Conv:grouped, "
+                                       "Gather:table)")
     p.add_argument("--ops-again", action="store_true",
                    help="--ops: measure every measured operator a second time, shuffled, "
                         "into again.jsonl (resumable)")

@@ -101,6 +101,10 @@ def test_a_plan_grows_by_the_kinds_asked_for_once(small_models, tmp_path):
     with pytest.raises(ValueError, match="no measurable operator rows of Conv:nonsense"):
         plan_more(h, base, 10, ["Conv:nonsense"])
 
+    tables = plan_more(h, base, 10, ["Gather:table"])  # embeddings: a Gather of a table
+    assert tables and all(d["spec"]["op_type"] == "Gather" and
+                          OpSpec.from_json(d["spec"]).c["n_param_inputs"] > 0 for d in tables)
+
     out = tmp_path / "ops"
     out.mkdir()
     from mdot_jax.ops.profile import write_plan
@@ -212,3 +216,17 @@ def test_a_foreign_device_is_refused(small_models, tmp_path):
     (out / "samples.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(DatasetError, match=r"device_model .*new folder \(default: data/.*/ops"):
         profile_ops(out, n=5, sources=[small_models], threads=1, progress=False, protocol=FAST_OPS)
+
+
+def test_the_default_sources_are_the_model_datasets_only(small_models, tmp_path, monkeypatch):
+    """A derived folder of operator samples (its lines name no `arch`) is not drawn from."""
+    from mdot_jax.ops.profile import default_sources
+
+    derived = tmp_path / "data" / "derived"
+    (derived / "cpu-x-fused").mkdir(parents=True)
+    (derived / "cpu-x-fused" / "samples.jsonl").write_text(
+        (small_models / "samples.jsonl").read_text())
+    (derived / "cpu-x-ops-first").mkdir()
+    (derived / "cpu-x-ops-first" / "samples.jsonl").write_text('{"key": "Conv/0"}\n')
+    monkeypatch.chdir(tmp_path)
+    assert default_sources() == [derived.relative_to(tmp_path) / "cpu-x-fused"]

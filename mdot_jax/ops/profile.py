@@ -156,15 +156,15 @@ def plan(h: Harvest, n: int, *, seed: int = 0, min_per_type: int = 40, bins: int
 
 def plan_more(h: Harvest, planned: list[dict], n: int, kinds: list[str], *, seed: int = 1,
               bins: int = 10) -> list[dict]:
-    """Up to `n` more rows of the given `kinds` (`OpSpec.kind`: an op type, or `Conv:dense`,
-    `Conv:depthwise`, `Conv:grouped`) that `planned` does not hold, split evenly over the
-    kinds and, within one, over log-load bins (as `plan`): a targeted extension where the
-    kernel cost model errs (`benchmarks/bench_kernels.py` reports by kind)."""
+    """Up to `n` more rows of the given `kinds` (`OpSpec.kind`: an op type, `Conv:dense`,
+    `Conv:depthwise`, `Conv:grouped` or `Gather:table`) that `planned` does not hold, split
+    evenly over the kinds and, within one, over log-load bins (as `plan`): a targeted
+    extension where the kernel cost model errs (`benchmarks/bench_kernels.py` reports by kind)."""
     unknown = sorted(set(kinds) - {s.kind for s in h.specs if s.op_type in MEASURED})
     if unknown:
         raise ValueError(f"--ops-kinds: no measurable operator rows of {', '.join(unknown)} "
-                         "in the model datasets (kinds: an op type, or Conv:dense, "
-                         "Conv:depthwise, Conv:grouped)")
+                         "in the model datasets (kinds: an op type, Conv:dense, "
+                         "Conv:depthwise, Conv:grouped or Gather:table)")
     rng = np.random.default_rng(seed)
     have = {OpSpec.from_json(d["spec"]).key for d in planned}
     by_kind: dict[str, list[int]] = {k: [] for k in kinds}
@@ -381,8 +381,13 @@ def measure_op(spec: OpSpec, protocol: OpProtocol, torch, device: str, threads: 
 
 
 def default_sources() -> list[Path]:
-    """The model datasets whose graphs the plan draws from: every derived CPU dataset."""
-    return sorted(p for p in Path("data/derived").glob("cpu-*") if (p / SAMPLES).exists())
+    """The model datasets whose graphs the plan draws from: every derived CPU dataset of
+    models (a derived folder of operator samples, whose lines name no `arch`, is not one)."""
+    def of_models(p: Path) -> bool:
+        with open(p / SAMPLES) as f:
+            return '"arch"' in f.readline()
+    return sorted(p for p in Path("data/derived").glob("cpu-*")
+                  if (p / SAMPLES).exists() and of_models(p))
 
 
 def again_order(items: list[dict], done: set[str], seed: int) -> list[dict]:

@@ -86,8 +86,12 @@ class OpSpec:
 
     @property
     def kind(self) -> str:
-        """The op type, and for a Conv what kind: `Conv:dense` (groups 1), `Conv:depthwise`
-        (groups >= input channels) or `Conv:grouped`, as `features.conv_kinds` splits them."""
+        """The op type, and for some types what kind: a Conv's `Conv:dense` (groups 1),
+        `Conv:depthwise` (groups >= input channels) or `Conv:grouped`, as
+        `features.conv_kinds` splits them; a Gather from a parameter table (an embedding:
+        its training step writes a gradient and updates the whole table) `Gather:table`."""
+        if self.op_type == "Gather":
+            return "Gather:table" if self.c["n_param_inputs"] > 0 else "Gather"
         if self.op_type != "Conv":
             return self.op_type
         groups, c_in = self.c["groups"], self.c["in_channels"]
