@@ -2,7 +2,8 @@
 # run_params_line.sh): the confirming runs of docs/operators.md sections 9-13 (the folds of
 # section 7 unless FOLD_SEED says otherwise), with operator data $OPS, into $OUT, compared run
 # for run with the first operator data's folder. Needs SLUG; OPS and OUT before `ev`; DATA
-# (the model dataset) defaults to the device's fused copy.
+# (the model dataset) defaults to the device's fused copy; OP_TABLES=1 prices embedding
+# tables by their size (section 15).
 DATA=${DATA:-data/derived/$SLUG-fused}
 on_device() {  # refuse to measure on another machine than $SLUG
   if [ "$(python -c 'from mdot_jax.data.profile import fingerprint, device_slug
@@ -12,7 +13,7 @@ print(device_slug(fingerprint(2)))')" != "$SLUG" ]; then
 }
 ev() {  # METHODS SEEDS
   mdot evaluate --dataset "$DATA" --split family --folds 5 --fold-seed "${FOLD_SEED:-0}" \
-    --seeds "$2" --op-costs "$OPS" --train-config '{"epochs": 20, "patience": 5}' \
+    --seeds "$2" --op-costs "$OPS" ${OP_TABLES:+--op-tables} --train-config '{"epochs": 20, "patience": 5}' \
     --methods "$1" --out "$OUT" \
     --ensembles "${ENSEMBLES:-gnn+lightgbm+op-sum,gnn+lightgbm}" > /dev/null
 }

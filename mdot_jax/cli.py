@@ -268,7 +268,10 @@ def cmd_kernels(args: argparse.Namespace) -> int:
                          "(`mdot profile --ops`)")
     if os.path.exists(args.out) and not args.force:
         raise UsageError(f"{args.out} exists; pass --force to replace it")
-    model = CostModel.fit(records, seed=args.seed)
+    try:
+        model = CostModel.fit(records, seed=args.seed, tables=args.tables)
+    except ValueError as e:
+        raise UsageError(f"{args.ops}: {e}") from None
     model.save(args.out)
     print(f"kernel cost model of {model.device} from {len(records)} operator samples: "
           f"{args.out} (held-out accuracy: benchmarks/bench_kernels.py)")
@@ -482,6 +485,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if not op_samples:
             raise UsageError(f"--op-costs {args.op_costs}: no operator samples there "
                              "(`mdot profile --ops` writes them)")
+    if args.op_tables and not args.op_costs:
+        raise UsageError("--op-tables prices the tables of --op-costs: give both")
     views = {}
     for spec in (args.views.split(",") if args.views else []):
         name, _, path = spec.partition("=")
@@ -498,7 +503,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         try:
             rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
                        methods=methods, budget=budget, only_folds=args.only_folds,
-                       op_samples=op_samples, views=views, fold_seed=args.fold_seed)
+                       op_samples=op_samples, views=views, fold_seed=args.fold_seed,
+                       op_tables=args.op_tables)
         except ValueError as e:
             raise UsageError(str(e)) from None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -716,6 +722,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ops", help="operator dataset, e.g. data/<device>/ops")
     p.add_argument("--out", required=True, help="cost model file (.json)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tables", action="store_true", help="price embedding tables by their "
+                   "parameter count (docs/operators.md section 15)")
     p.add_argument("--force", action="store_true", help="replace --out")
     p.set_defaults(func=cmd_kernels)
 
@@ -736,6 +744,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "device (data/<device>/ops): every operator gets its predicted time as a "
                    "fourth dimension, graphs their sum (op-grounded; per fold, a kernel cost "
                    "model of the training families' operators)")
+    p.add_argument("--op-tables", action="store_true", help="--op-costs: that model prices "
+                   "embedding tables by their parameter count (docs/operators.md section 15)")
     p.add_argument("--views", metavar="NAME=DIR,...",
                    help="copies of the dataset with other graphs of the same samples "
                         "(`mdot dataset resequence --view`): each fitted model also predicts "

@@ -268,14 +268,15 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         seeds: int = 1, methods: Sequence[str] = ALL_METHODS,
         budget: TrainConfig = TrainConfig(), only_folds: Sequence[int] | None = None,
         op_samples: Sequence[dict] | None = None, views: Mapping[str, Dataset] | None = None,
-        fold_seed: int = 0, progress: bool = True) -> list[dict]:
+        fold_seed: int = 0, op_tables: bool = False, progress: bool = True) -> list[dict]:
     """Runs every (method, fold, seed) not yet in `out/results.jsonl`; returns all rows.
 
     `only_folds` restricts the run to some of the `folds` folds (the split is unchanged): the
     ablations, for instance, when all folds would cost too much. With `op_samples` (operator
     samples of the dataset's device), every method is op-grounded: per fold, a kernel cost
     model fitted on the operators drawn from the fold's training families only (an operator
-    first seen in a held-out family's graph is left out) prices every operator.
+    first seen in a held-out family's graph is left out) prices every operator; `op_tables`:
+    that model prices embedding tables by their size (`CostModel.fit(tables=True)`).
 
     `views` (name -> a copy of `ds` with other graphs of the same samples, e.g. inference
     exports, `mdot dataset resequence --view`): each fitted model also predicts its test
@@ -330,7 +331,8 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     for m in methods:
         make_method(m, 0, budget)  # unknown names fail before any work
     longest = FeatureConfig().buckets[-1]  # what the sequence models can hold
-    ops_id = _op_samples_id(op_samples) if op_samples else None
+    ops_id = _op_samples_id(op_samples) + ("+tables" if op_tables else "") \
+        if op_samples else None
     stale = {r.get("op_costs") for r in rows} - {ops_id}
     if stale:
         raise ValueError(f"{out}: results with operator data {sorted(map(str, stale))}, this "
@@ -341,7 +343,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         if op_samples and attached != fold:
             name = f"fold{fold}" if fold_seed == 0 else f"folds{fold_seed}-fold{fold}"
             _attach_fold_costs(ds, op_samples, {ds.samples[i].family for i in test_idx},
-                               out / ".costs" / f"{name}.json.xz")
+                               out / ".costs" / f"{name}.json.xz", op_tables)
             attached = fold
         # every method sees the same samples: those the sequence models can hold
         train = [ds.samples[i] for i in train_idx if ds.samples[i].seq.num_ops <= longest]
@@ -386,7 +388,7 @@ def _op_samples_id(op_samples: Sequence[dict]) -> str:
 
 
 def _attach_fold_costs(ds: Dataset, op_samples: Sequence[dict], test_families: set[str],
-                       path: Path) -> None:
+                       path: Path, tables: bool = False) -> None:
     """Prices every operator of `ds` with a cost model fitted without the operators first
     drawn from `test_families` (kept at `path`, reused on resume)."""
     from mdot_jax.data.dataset import family_of
@@ -397,7 +399,7 @@ def _attach_fold_costs(ds: Dataset, op_samples: Sequence[dict], test_families: s
     else:
         keep = [d for d in op_samples if d["source"] == "loss"
                 or family_of(d["source"].split("/")[0]) not in test_families]
-        model = CostModel.fit(keep, seed=0)
+        model = CostModel.fit(keep, seed=0, tables=tables)
         path.parent.mkdir(parents=True, exist_ok=True)
         model.save(path)
     attach([s.seq for s in ds.samples], model)
