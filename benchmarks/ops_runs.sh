@@ -57,3 +57,11 @@ print(f"{out}: the first operators and {len(rows)} table rows")
 PY
   OPS=$tables
 }
+compare_tables() {  # A: results folder read as the reference; $OUT against it, on the four
+  # large-vocabulary families and on the rest (the two halves of sections 14 and 15's rule)
+  local big=falcon,bloom,ctrl,gemma methods=gnn+lightgbm+op-sum-params,op-sum-params,lightgbm,gnn
+  python benchmarks/compare_runs.py --dataset "$DATA" --a "$1" --b "$OUT" --methods "$methods" \
+    --families "$big"
+  python benchmarks/compare_runs.py --dataset "$DATA" --a "$1" --b "$OUT" --methods "$methods" \
+    --without "$big"
+}

@@ -20,9 +20,4 @@ OUT=benchmarks/results/$SLUG-fused-v2-ops-tables-tranche3-family
 tables_ops
 ENSEMBLES=gnn+lightgbm+op-sum-params,gnn+lightgbm+op-sum,gnn+lightgbm
 runs lightgbm,op-sum,op-sum-params
-A=benchmarks/results/$SLUG-fused-v2-ops-tranche3-family
-BIG=falcon,bloom,ctrl,gemma
-python benchmarks/compare_runs.py --dataset "$DATA" --a "$A" --b "$OUT" \
-  --methods gnn+lightgbm+op-sum-params,op-sum-params,lightgbm,gnn --families "$BIG"
-python benchmarks/compare_runs.py --dataset "$DATA" --a "$A" --b "$OUT" --without "$BIG" \
-  --methods gnn+lightgbm+op-sum-params,op-sum-params,lightgbm,gnn
+compare_tables "benchmarks/results/$SLUG-fused-v2-ops-tranche3-family"

@@ -14,11 +14,7 @@ tables_ops
 OP_TABLES=1
 ENSEMBLES=gnn+lightgbm+op-sum-params,gnn+lightgbm+op-sum,gnn+lightgbm
 runs lightgbm,op-sum,op-sum-params
-BIG=falcon,bloom,ctrl,gemma
 for A in "benchmarks/results/$SLUG-fused-v2-ops-tranche3-family" \
          "benchmarks/results/$SLUG-fused-v2-ops-tables-tranche3-family"; do
-  python benchmarks/compare_runs.py --dataset "$DATA" --a "$A" --b "$OUT" \
-    --methods gnn+lightgbm+op-sum-params,op-sum-params,lightgbm,gnn --families "$BIG"
-  python benchmarks/compare_runs.py --dataset "$DATA" --a "$A" --b "$OUT" --without "$BIG" \
-    --methods gnn+lightgbm+op-sum-params,op-sum-params,lightgbm,gnn
+  compare_tables "$A"
 done
