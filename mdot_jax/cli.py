@@ -47,13 +47,14 @@ def _shape_kwargs(args: argparse.Namespace) -> dict:
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters import convert
 
-    if args.output and (os.path.isdir(args.output)
-                        or not os.path.isdir(os.path.dirname(os.path.abspath(args.output)))):
-        raise UsageError(f"-o {args.output}: " + ("is a directory; name a file (.npz)"
-                         if os.path.isdir(args.output) else "its folder does not exist"))
+    if args.output:
+        _check_output(args.output, args.model, args.force)
     seq = convert(args.model, **_shape_kwargs(args))
     if args.output:
-        seq.save(args.output)
+        try:
+            seq.save(args.output)
+        except OSError as e:
+            raise UsageError(f"-o {args.output}: cannot write it: {e.strerror or e}") from None
     summary = dict(model=seq.name, num_ops=seq.num_ops, flops=seq.flops,
                    flops_bwd=float(seq.load[:, 1].astype("float64").sum()),
                    params=seq.params, inputs=seq.meta["inputs"],
@@ -77,6 +78,21 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.output:
         print(f"wrote {args.output}")
     return 0
+
+
+def _check_output(out: str, model: str, force: bool) -> None:
+    """`convert -o`: never the model itself, an existing file only with --force."""
+    problem = None
+    if os.path.isdir(out):
+        problem = "is a directory; name a file (.npz)"
+    elif not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        problem = "its folder does not exist"
+    elif os.path.exists(out) and os.path.exists(model) and os.path.samefile(out, model):
+        problem = "is the model being converted; name another file (.npz)"
+    elif os.path.lexists(out) and not force:
+        problem = "exists; --force replaces it"
+    if problem:
+        raise UsageError(f"-o {out}: {problem}")
 
 
 def default_data_dir(name: str) -> str:
@@ -157,8 +173,7 @@ def cmd_dataset_check(args: argparse.Namespace) -> int:
         print(json.dumps(report))
     else:
         for q in report["problems"]:
-            where = f"line {q['line']}" if q["line"] else "sequence"
-            print(f"{report['path']}: {where}: {q['reason']}")
+            print(f"{report['path']}: line {q['line']}: {q['reason']}")
         n = len(report["problems"])
         print(f"{report['samples']} usable samples, {n} problem{'s' * (n != 1)}"
               + (f"; moved to {os.path.join(args.dir, REJECTED)}" if report["fixed"] else
@@ -555,6 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="path to an .onnx file")
     _add_shape_args(p)
     p.add_argument("-o", "--output", help="write the operator sequence to this .npz")
+    p.add_argument("--force", action="store_true", help="replace an existing -o file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_convert)
 

@@ -100,11 +100,61 @@ def test_dataset_check_fix_moves_bad_lines_aside_and_deletes_nothing(capsys, tmp
     code, out, _ = run(capsys, "dataset", "check", tmp_path, "--fix")
     assert code == 0 and "4 problems; moved to" in out
     rejected = [json.loads(x) for x in (tmp_path / REJECTED).read_text().splitlines()]
-    assert [r["line"] for r in rejected] == [0, 0, 3, 6]
-    assert "NaN" in rejected[2]["text"] and "sequence file seqs/a2.npz" in rejected[0]["reason"]
+    assert [r["line"] for r in rejected] == [3, 4, 5, 6]
+    assert "NaN" in rejected[0]["text"] and "sequence file seqs/a2.npz" in rejected[1]["reason"]
+    assert '"a2/b2"' in rejected[1]["text"]
     ds = load_dataset(tmp_path)
     assert sorted(s.key for s in ds.samples) == ["a1/b2", "a1/b4"]
     assert check_dataset(tmp_path)["problems"] == []
+
+
+def test_dataset_check_fix_keeps_the_first_of_exact_duplicate_lines(capsys, tmp_path):
+    make_dataset(tmp_path, archs=("a1",), batches=(2, 4, 8))
+    path = tmp_path / "samples.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines + [lines[0]]) + "\n")  # line 4 repeats line 1 exactly
+    code, out, _ = run(capsys, "dataset", "check", tmp_path, "--fix")
+    assert code == 0 and "3 usable samples, 1 problem;" in out
+    assert path.read_text().splitlines() == lines  # the original stays, the copy moves
+    [moved] = [json.loads(x) for x in (tmp_path / REJECTED).read_text().splitlines()]
+    assert moved["line"] == 4 and moved["text"] == lines[0]
+    assert len(load_dataset(tmp_path)) == 3
+
+
+def test_dataset_check_fix_is_idempotent_and_removes_lines_of_missing_sequences(capsys,
+                                                                                tmp_path):
+    make_dataset(tmp_path, archs=("a1", "a2"), batches=(2,))
+    (tmp_path / "seqs" / "a2.npz").unlink()
+    code, out, _ = run(capsys, "dataset", "check", tmp_path, "--fix")
+    assert code == 0 and "1 usable samples, 1 problem;" in out
+    rejected = (tmp_path / REJECTED).read_text()
+    assert [json.loads(x)["line"] for x in rejected.splitlines()] == [2]
+    assert [s.key for s in load_dataset(tmp_path).samples] == ["a1/b2"]
+    code, out, _ = run(capsys, "dataset", "check", tmp_path, "--fix")
+    assert code == 0 and "1 usable samples, 0 problems" in out
+    assert (tmp_path / REJECTED).read_text() == rejected  # nothing appended twice
+
+
+def test_dataset_check_fix_takes_the_writer_lock(capsys, tmp_path):
+    _with_bad_line(tmp_path, "nan")
+    before = (tmp_path / "samples.jsonl").read_bytes()
+    with writer_lock(tmp_path):
+        code, _, err = run(capsys, "dataset", "check", tmp_path, "--fix")
+    one_line_error(code, err, "being written by another process")
+    assert (tmp_path / "samples.jsonl").read_bytes() == before
+
+
+def test_dataset_check_fix_on_a_read_only_dataset_is_one_line(capsys, tmp_path, monkeypatch):
+    _with_bad_line(tmp_path, "nan")
+    before = (tmp_path / "samples.jsonl").read_bytes()
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr("mdot_jax.data.dataset.writer_lock", read_only)
+    code, _, err = run(capsys, "dataset", "check", tmp_path, "--fix")
+    one_line_error(code, err, "Read-only file system")
+    assert (tmp_path / "samples.jsonl").read_bytes() == before
 
 
 def test_a_last_line_without_newline_is_read_and_kept(tmp_path):
@@ -211,6 +261,39 @@ def test_convert_output_that_is_a_directory_is_refused(capsys, tmp_path):
     code, _, err = run(capsys, "convert", model, "--batch-size", "2", "-o", tmp_path / "onnx")
     one_line_error(code, err, "is a directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "onnx"]
+
+
+def test_convert_never_writes_its_input(capsys, tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    before = model.read_bytes()
+    for extra in ([], ["--force"]):
+        code, _, err = run(capsys, "convert", model, "--batch-size", "2", "-o", model, *extra)
+        one_line_error(code, err, "is the model being converted")
+        assert model.read_bytes() == before
+
+
+def test_convert_refuses_an_existing_output_without_force(capsys, tmp_path):
+    model, out = tmp_path / "m.onnx", tmp_path / "m.npz"
+    onnx.save(conv_bn_relu(), model)
+    out.write_bytes(b"precious")
+    code, _, err = run(capsys, "convert", model, "--batch-size", "2", "-o", out)
+    one_line_error(code, err, "exists", "--force")
+    assert out.read_bytes() == b"precious"
+    code, _, _ = run(capsys, "convert", model, "--batch-size", "2", "-o", out, "--force")
+    assert code == 0 and out.read_bytes()[:2] == b"PK"  # an .npz (zip) now
+
+
+def test_convert_into_a_read_only_folder_is_one_line(capsys, tmp_path, monkeypatch):
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+
+    def read_only(self, path):
+        raise PermissionError(30, "Read-only file system", str(path))
+
+    monkeypatch.setattr("converters.sequence.OperatorSequence.save", read_only)
+    code, _, err = run(capsys, "convert", model, "--batch-size", "2", "-o", tmp_path / "m.npz")
+    one_line_error(code, err, "Read-only file system")
 
 
 # ---------------------------------------------------------------------------- checkpoints

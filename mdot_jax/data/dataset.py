@@ -200,7 +200,14 @@ def read_samples(path: Path, problem: Callable[[Any, dict, int], str | None] | N
     A last line without a final newline is read like any other when it is complete JSON; one
     that is not (a writer killed mid-line, or one still writing) is reported as `torn`, which
     readers ignore. Nothing is changed on disk."""
-    good: list[dict] = []
+    good, problems = _read_numbered(path, problem)
+    return [d for _, d in good], problems
+
+
+def _read_numbered(path: Path, problem: Callable[[Any, dict, int], str | None] | None = None
+                   ) -> tuple[list[tuple[int, dict]], list[LineProblem]]:
+    """`read_samples` with each usable sample's line number: ([(line, dict)], problems)."""
+    good: list[tuple[int, dict]] = []
     problems: list[LineProblem] = []
     seen: dict[str, tuple[int, float]] = {}
     if not path.exists():
@@ -223,7 +230,7 @@ def read_samples(path: Path, problem: Callable[[Any, dict, int], str | None] | N
         if reason:
             problems.append(LineProblem(lineno, reason, text))
         else:
-            good.append(d)
+            good.append((lineno, d))
     return good, problems
 
 
@@ -344,33 +351,58 @@ def load_dataset(root: str | Path) -> Dataset:
 
 def check_dataset(root: str | Path, *, fix: bool = False) -> dict:
     """Every unusable line of a dataset, and every sample whose sequence file is missing.
-    With `fix`, those lines move to `rejected.jsonl` (appended, each with its line number and
-    reason) and `samples.jsonl` is rewritten without them, atomically; nothing is deleted."""
+    With `fix` (under the writer lock), those lines move to `rejected.jsonl` (appended, each
+    with its line number and reason) and `samples.jsonl` is rewritten without them,
+    atomically. Lines are moved by number, so of exact duplicates the first stays; a second
+    `fix` finds nothing to move. Nothing is deleted."""
     root = Path(root)
     path = root / SAMPLES
     if not path.is_file():
         raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
-    rows, problems = read_samples(path)
-    for d in rows:
-        if not (root / d["seq"]).is_file():
-            problems.append(LineProblem(0, f"sample {d['key']!r}: sequence file {d['seq']} is "
-                                           "missing", json.dumps(d, sort_keys=True)))
+    if not fix:
+        return _check(root)[0]
+    try:
+        with writer_lock(root):
+            report, problems = _check(root)
+            if problems:
+                _move_aside(root, problems)
+    except OSError as e:
+        raise DatasetError(f"{root}: cannot fix the dataset: {e.strerror or e}") from None
+    return dict(report, fixed=bool(problems))
+
+
+def _check(root: Path) -> tuple[dict, list[LineProblem]]:
+    path = root / SAMPLES
+    rows, problems = _read_numbered(path)
+    usable = 0
+    for lineno, d in rows:
+        if (root / d["seq"]).is_file():
+            usable += 1
+        else:
+            problems.append(LineProblem(lineno, f"sample {d['key']!r}: sequence file {d['seq']} "
+                                                "is missing", ""))
     problems.sort(key=lambda q: q.line)
-    if fix and problems:
-        bad_text = {q.text for q in problems}
-        lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
-        keep = [ln for ln in lines if ln.strip() and ln not in bad_text]
-        with open(root / REJECTED, "a", encoding="utf-8") as f:
-            for q in problems:
-                f.write(json.dumps(dict(line=q.line, reason=q.reason, text=q.text)) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
-        tmp.replace(path)
-    return dict(path=str(path), samples=len(rows) - sum(q.line == 0 for q in problems),
+    return dict(path=str(path), samples=usable,
                 problems=[dict(line=q.line, reason=q.reason) for q in problems],
-                fixed=bool(fix and problems))
+                fixed=False), problems
+
+
+def _move_aside(root: Path, problems: list[LineProblem]) -> None:
+    """Appends `problems` to `rejected.jsonl`, then rewrites `samples.jsonl` without their
+    lines (temp + rename); a crash in between leaves the samples file as it was."""
+    path = root / SAMPLES
+    bad = {q.line for q in problems}
+    lines = path.read_bytes().split(b"\n")
+    keep = [ln for n, ln in enumerate(lines, 1) if n not in bad and ln.strip()]
+    with open(root / REJECTED, "a", encoding="utf-8") as f:
+        for q in problems:  # the raw line, byte for byte where it decodes
+            text = lines[q.line - 1].decode("utf-8", errors="replace")
+            f.write(json.dumps(dict(line=q.line, reason=q.reason, text=text)) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_bytes(b"".join(ln + b"\n" for ln in keep))
+    tmp.replace(path)
 
 
 @contextlib.contextmanager
