@@ -1,5 +1,5 @@
 """Leave one device out: how well a device nobody trained on is predicted from its probe and
-k measured samples, against the usual remedies (issue 30).
+k measured samples, against the usual remedies.
 
     python benchmarks/bench_devices.py --out benchmarks/results/devices-cpu
 

@@ -1,4 +1,4 @@
-"""How long `mdot probe` and `mdot adapt --probe` take on this machine from nothing (issue 30:
+"""How long `mdot probe` and `mdot adapt --probe` take on this machine from nothing (goals:
 <= 5 and <= 10 minutes on 2 cores). Measures: run it with nothing else on the machine.
 
     python benchmarks/bench_probe.py --out benchmarks/results/probe-time

@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET='{"epochs": 20, "patience": 5}'
 MAIN=mdot,lightgbm,mlp,per_op,gnn,lstm,analytic,roofline,mdot-pe-none
-# the shipped pair (GNN + LightGBM since 2026-11-24) first; the others are scored post hoc
+# the shipped pair (GNN + LightGBM) first; the others are scored post hoc
 # (README: optimistic)
 ENSEMBLES=gnn+lightgbm,mdot-pe-none+lightgbm,per_op+lightgbm,mdot+lightgbm,\
 mdot-pe-none+gnn+lightgbm,mdot-pe-none+per_op+lightgbm

@@ -247,9 +247,6 @@ def _profile_ops(args: argparse.Namespace) -> int:
     from mdot_jax.ops.profile import OpProtocol, profile_ops
 
     out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)), "ops")
-    if args.ops_again and args.ops_more:
-        raise UsageError("--ops-again measures the rows already measured; grow the plan "
-                         "with --ops-more in a run of its own")
     if bool(args.ops_more) != bool(args.ops_kinds):
         raise UsageError("--ops-more and --ops-kinds go together: how many more operators, "
                          "of which kinds (e.g. --ops-more 4000 --ops-kinds "
@@ -259,14 +256,9 @@ def _profile_ops(args: argparse.Namespace) -> int:
                              sources=args.ops_from.split(",") if args.ops_from else None,
                              protocol=OpProtocol(warmup=args.warmup, repeats=args.repeats),
                              max_minutes=args.max_minutes, more=args.ops_more or 0,
-                             kinds=args.ops_kinds.split(",") if args.ops_kinds else (),
-                             again=args.ops_again)
+                             kinds=args.ops_kinds.split(",") if args.ops_kinds else ())
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if args.ops_again:
-        print(f"{report['again']} of {report['samples']} measured operators measured again "
-              f"in {out}/again.jsonl ({report['again_clean']} clean)")
-        return 0
     noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report["noisy"] else ""
     print(f"{report['samples']} of {report['planned']} planned operators measured in {out}"
           f"{noisy}; skipped by reason: {report['skipped_by_reason']}")
@@ -284,7 +276,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     if os.path.exists(args.out) and not args.force:
         raise UsageError(f"{args.out} exists; pass --force to replace it")
     try:
-        model = CostModel.fit(records, seed=args.seed, tables=args.tables)
+        model = CostModel.fit(records, seed=args.seed)
     except ValueError as e:
         raise UsageError(f"{args.ops}: {e}") from None
     model.save(args.out)
@@ -500,8 +492,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if not op_samples:
             raise UsageError(f"--op-costs {args.op_costs}: no operator samples there "
                              "(`mdot profile --ops` writes them)")
-    if args.op_tables and not args.op_costs:
-        raise UsageError("--op-tables prices the tables of --op-costs: give both")
     views = {}
     for spec in (args.views.split(",") if args.views else []):
         name, _, path = spec.partition("=")
@@ -518,8 +508,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         try:
             rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
                        methods=methods, budget=budget, only_folds=args.only_folds,
-                       op_samples=op_samples, views=views, fold_seed=args.fold_seed,
-                       op_tables=args.op_tables)
+                       op_samples=op_samples, views=views, fold_seed=args.fold_seed)
         except ValueError as e:
             raise UsageError(str(e)) from None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -625,9 +614,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops-kinds", help="--ops-more: comma-separated op types or kinds "
                                        "(Conv:dense, Conv:depthwise, Conv:grouped, "
                                        "Gather:table)")
-    p.add_argument("--ops-again", action="store_true",
-                   help="--ops: measure every measured operator a second time, shuffled, "
-                        "into again.jsonl (resumable)")
     p.add_argument("--max-minutes", type=POSITIVE_FLOAT,
                    help="--ops: stop after this long (resume by running it again)")
     p.add_argument("--core-set", action="store_true",
@@ -738,8 +724,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ops", help="operator dataset, e.g. data/<device>/ops")
     p.add_argument("--out", required=True, help="cost model file (.json)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tables", action="store_true", help="price embedding tables by their "
-                   "parameter count (docs/operators.md section 15)")
     p.add_argument("--force", action="store_true", help="replace --out")
     p.set_defaults(func=cmd_kernels)
 
@@ -760,8 +744,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "device (data/<device>/ops): every operator gets its predicted time as a "
                    "fourth dimension, graphs their sum (op-grounded; per fold, a kernel cost "
                    "model of the training families' operators)")
-    p.add_argument("--op-tables", action="store_true", help="--op-costs: that model prices "
-                   "embedding tables by their parameter count (docs/operators.md section 15)")
     p.add_argument("--views", metavar="NAME=DIR,...",
                    help="copies of the dataset with other graphs of the same samples "
                         "(`mdot dataset resequence --view`): each fitted model also predicts "

@@ -129,7 +129,7 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
     """A checkpoint with a LightGBM companion predicts the geometric mean of MDOT's and the
     trees' predictions, identically after save and load; without it, MDOT's alone. The
     companion averages SEEDS boosters; one saved alone (as before bagging) or ungzipped (as
-    checkpoints before 2026-11-23 stored it) still loads."""
+    the oldest checkpoints stored it) still loads."""
     from mdot_jax.companion import _SEPARATOR, SEEDS, TreeModel
 
     samples = tiny_real_dataset.samples

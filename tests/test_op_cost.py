@@ -67,52 +67,6 @@ def test_the_cost_model_learns_the_measured_operators_and_round_trips(ops, tmp_p
         CostModel.load(tmp_path / "bad.json")
 
 
-def test_tables_priced_by_their_size(ops, small_models, tmp_path):
-    """`tables=True` (docs/operators.md section 15): embedding tables are priced from the
-    measured tables' times by parameter count, in proportion past the largest; every other
-    operator as without it; the curve travels with the saved model."""
-    import torch
-
-    from converters.sequence import CONFIG_FIELDS
-    from mdot_jax.ops.cost import table_ms
-    from mdot_jax.ops.profile import harvest, measure_op
-
-    _, records, plain = ops
-    with pytest.raises(ValueError, match="no Gather:table rows"):
-        CostModel.fit([d for d in records if OpSpec.from_json(d["spec"]).kind != "Gather:table"],
-                      tables=True)
-    tables = [s for s in harvest([small_models], progress=False).specs
-              if s.kind == "Gather:table"][:3]
-    have = {d["key"] for d in records}
-    measured = [dict(key=s.key, spec=s.to_json(), source="bert-tiny/t16/b2", op_type=s.op_type,
-                     label_ms=measure_op(s, FAST_OPS, torch, "cpu", 1)["median_ms"])
-                for s in tables if s.key not in have]
-    recs = records + measured
-    model = CostModel.fit(recs, seed=0, tables=True)
-    specs = [OpSpec.from_json(d["spec"]) for d in recs]
-    is_table = np.asarray([s.kind == "Gather:table" for s in specs])
-    assert is_table.any() and model.tables
-    same = CostModel.fit(recs, seed=0).predict([s for s, t in zip(specs, is_table) if not t])
-    assert np.allclose(model.predict([s for s, t in zip(specs, is_table) if not t]), same)
-    largest = max((s for s in specs if s.kind == "Gather:table"), key=lambda s: s.ld["params"])
-    c, ld = largest.c, largest.ld
-    c["in_d2"] *= 10
-    ld["params"] *= 10
-    bigger = OpSpec("Gather", tuple(c[f] for f in CONFIG_FIELDS),
-                    tuple(ld[f] for f in LOAD_FIELDS), largest.input_grad)
-    ratio = model.predict([bigger])[0] / model.predict([largest])[0]
-    assert 9.0 < ratio < 11.0  # time in proportion to the parameters past the largest
-    assert np.isclose(model.predict([largest])[0],
-                      table_ms(model.tables, np.log10(1 + np.asarray([largest.ld["params"]])))[0],
-                      rtol=1e-4)
-    model.save(tmp_path / "t.json.xz")
-    again = CostModel.load(tmp_path / "t.json.xz")
-    assert again.tables == model.tables
-    assert np.allclose(again.predict(specs), model.predict(specs))
-    plain.save(tmp_path / "p.json")
-    assert not CostModel.load(tmp_path / "p.json").tables
-
-
 def test_operator_times_are_a_fourth_dimension_and_a_graph_total(ops, tiny_real_dataset):
     model = ops[2]
     ds = _fresh(tiny_real_dataset.root)
@@ -234,24 +188,6 @@ def test_op_sum_params_adds_a_term_per_parameter(ops, tiny_real_dataset):
 
     assert sq(line.predict(ds.samples)) <= sq(plain.predict(ds.samples)) + 1e-9
     assert OpSumLine.from_json(line.to_json()) == line
-
-
-def test_a_method_over_ops_learns_what_the_op_sum_line_misses(ops, tiny_real_dataset):
-    from mdot_jax.evaluation.evaluate import OP_METHODS, make_method
-    from mdot_jax.training.train import TrainConfig
-
-    assert "gnn-over-ops" in OP_METHODS and "lightgbm-over-ops" in OP_METHODS
-    ds = _fresh(tiny_real_dataset.root)
-    attach([s.seq for s in ds.samples], ops[2])
-    labels = [s.label_ms for s in ds.samples]
-    method = make_method("lightgbm-over-ops", 0, TrainConfig())
-    method.fit(ds.samples)
-    assert [s.label_ms for s in ds.samples] == labels  # the samples are not relabelled
-    line, inner = method.line.predict(ds.samples), method.inner.predict(ds.samples)
-    np.testing.assert_allclose(method.predict(ds.samples), line * inner)
-    # the inner model learned the ratio measured / line, not the time
-    ratio = np.asarray(labels) / line
-    assert abs(np.median(np.log(inner / ratio))) < 0.2
 
 
 def test_an_op_grounded_checkpoint_predicts_with_the_operator_sum_as_third_member(

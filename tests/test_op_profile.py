@@ -19,7 +19,6 @@ from mdot_jax.data.profile import fingerprint  # noqa: E402
 from mdot_jax.errors import DatasetError  # noqa: E402
 from mdot_jax.ops.profile import (  # noqa: E402
     OpProtocol,
-    again_order,
     harvest,
     measure_op,
     plan,
@@ -27,7 +26,6 @@ from mdot_jax.ops.profile import (  # noqa: E402
     profile_ops,
     read_op_samples,
     read_plan,
-    two_pass_samples,
 )
 from mdot_jax.ops.specs import LOSS, MEASURED, OpSpec, build, grad_flow, loss_spec  # noqa: E402
 
@@ -118,38 +116,6 @@ def test_a_plan_grows_by_the_kinds_asked_for_once(small_models, tmp_path):
     assert all(d["extension"] == "Conv:depthwise,Add+10" for d in grown[len(base):])
     profile_ops(out, **run)
     assert read_plan(out) == grown  # not extended twice
-
-
-def test_a_second_pass_measures_every_measured_row_once_shuffled(small_models, tmp_path):
-    """`--ops-again`: every measured row once more into again.jsonl, the first plan's before an
-    extension's, each shuffled; resumed, nothing is measured twice; samples.jsonl unchanged."""
-    items = [dict(spec=s.to_json(), source="x", count=1, **({"extension": "more"} if i >= 6
-                                                              else {}))
-             for i, s in enumerate(harvest([small_models], progress=False).specs[:9])]
-    keys = [OpSpec.from_json(d["spec"]).key for d in items]
-    order = [OpSpec.from_json(d["spec"]).key for d in again_order(items, set(keys[1:]), 0)]
-    assert sorted(order[:5]) == sorted(keys[1:6]) and sorted(order[5:]) == sorted(keys[6:])
-    assert order[:5] != keys[1:6] or order[5:] != keys[6:]  # shuffled (seed 0)
-
-    out = tmp_path / "ops"
-    run = dict(n=8, sources=[small_models], threads=1, progress=False, protocol=FAST_OPS)
-    profile_ops(out, **run)
-    first = (out / "samples.jsonl").read_bytes()
-    measured = {d["key"] for d in read_op_samples(out)}
-    profile_ops(out, **run, again=True, max_minutes=1e-9)  # stops before the first row
-    assert not (out / "again.jsonl").exists() or not (out / "again.jsonl").read_text()
-    report = profile_ops(out, **run, again=True)
-    profile_ops(out, **run, again=True)  # resumed: nothing left
-    twice = [json.loads(line) for line in (out / "again.jsonl").read_text().splitlines()]
-    assert sorted(d["key"] for d in twice) == sorted(measured) and report["again"] == len(twice)
-    assert all(d["label_ms"] > 0 for d in twice)
-    assert (out / "samples.jsonl").read_bytes() == first
-    # the two-pass label is the smaller of the two (FAST_OPS flags nothing as noisy)
-    again = {d["key"]: d["label_ms"] for d in twice}
-    once = {d["key"]: d["label_ms"] for d in read_op_samples(out)}
-    for d in two_pass_samples(out):
-        assert d["passes_ms"] == [once[d["key"]], again[d["key"]]]
-        assert d["label_ms"] == min(d["passes_ms"])
 
 
 def test_an_operator_sample_has_forward_backward_and_update():

@@ -24,7 +24,7 @@ from converters.vocab import UNK_ID  # noqa: E402
 TORCHVISION_MODELS = sorted(torchvision.models.list_models(module=torchvision.models))
 # A fixed sample of 100 timm architectures (every 1/100th of timm.list_models(), timm 1.0.31),
 # each exported at its native input size in its own subprocess capped at 16 GiB of address
-# space. Measured 2026-11-22 (MDOT_TIMM_SAMPLE=1, ~2 h at low priority beside other work):
+# space. Measured once (MDOT_TIMM_SAMPLE=1, ~2 h at low priority beside other work):
 # 92 clean; 7 too large for the cap (gemma4_vit_167m, maxvit_xlarge_tf_512, qwen3_vit_416m,
 # swinv2_cr_giant_224, vit_5b_patch16_sapiens2, vit_base_patch16_sapiens2,
 # vit_giant_patch16_radio_v3: the export runs out of memory); 1 failure (sam2_hiera_base_plus:

@@ -34,9 +34,9 @@ def test_shipped_checkpoint_is_small_and_described(name):
     assert meta["stats"]["devices"] and all(d in card for d in meta["stats"]["devices"])
     predictor = Predictor.load(name)
     # the recipe the leave-family-out evaluations chose (README, Devices and accuracy): a
-    # network (the GNN; MDOT where rule 2 of docs/operators.md section 4 chose it) with
+    # network (the GNN; MDOT where docs/studies/op-grounded-features.md chose it) with
     # LightGBM, and the operator sum as third member where the checkpoint is op-grounded
-    # (section 8), calibrated on the evaluation rows of these very methods
+    # (docs/studies/op-sum-third-member.md), calibrated on the evaluation rows of these very methods
     net = predictor.trained.model_cfg
     assert net.method in ("gnn", "mdot-pe-none") and predictor.companion is not None
     assert (predictor.op_sum is not None) == (predictor.cost_model is not None)
@@ -135,7 +135,7 @@ def test_shipped_checkpoint_fits_the_committed_copy_of_its_data(name):
 @pytest.mark.parametrize("name", SHIPPED)
 def test_mdot_train_defaults_to_the_recipe_the_checkpoints_were_trained_with(name):
     """`mdot train` without --recipe trains what ships, and `--recipe mdot --op-costs ...`
-    the op-grounded checkpoint (its network chosen by rule 2 of docs/operators.md section 4):
+    the op-grounded checkpoint (its network chosen by docs/studies/op-grounded-features.md):
     the same network config (but for the workload width, set from the data), budget and
     companion as each shipped checkpoint."""
     from mdot_jax import recipes

@@ -9,7 +9,7 @@ Both are chosen once, by the rules below, and stored with a version in
 `mdot_jax/data/core_set.json`; a device's measurements of them are ordinary samples of its
 dataset (`mdot profile --core-set`, `mdot probe`), so a probe value is a label like any other.
 
-Rules (version 1, 2026-11-25), from the keys measured on all three CPUs of that day:
+Rules (version 1), from the keys measured on all three CPUs when it was chosen:
 - core set: per family (sorted), up to three samples at 64 px (or the size with most samples)
   at the batch sizes nearest 2, 8 and 32, leaving out samples whose label exceeds
   CORE_MAX_MS on the slowest device (the whole set must measure in <= 45 min);

@@ -65,8 +65,8 @@ TIMM_SELECTION = (
     "poolformer_s12", "vit_tiny_patch16_224", "deit_tiny_patch16_224", "mixer_s16_224",
     "resmlp_12_224", "levit_128s", "mobilevit_xs", "efficientformer_l1", "pvt_v2_b0",
     "xcit_nano_12_p16_224", "cait_xxs24_224", "mobileone_s0", "fastvit_t8", "efficientvit_b0",
-    # second tranche (2026-11-25): a small model of each timm family the first lacked, since
-    # held-out error falls with the number of training families (README: learning curve)
+    # a small model of each timm family the first list lacked, since held-out error falls
+    # with the number of training families (the learning curve in docs/evaluation.md)
     "bat_resnext26ts", "beit_base_patch16_224", "caformer_s18", "coat_lite_tiny",
     "coatnet_nano_rw_224", "convformer_s18", "convit_tiny", "convmixer_768_32",
     "crossvit_tiny_240", "cs3darknet_s", "cspdarknet53", "cspresnext50", "darknetaa53",
@@ -84,8 +84,8 @@ TIMM_SELECTION = (
     "starnet_s1", "swiftformer_xs", "tiny_vit_5m_224", "tnt_s_patch16_224", "tresnet_m",
     "twins_svt_small", "visformer_tiny", "volo_d1_224", "xception41", "csatv2",
     "cpubone_b0_bfrobust", "cspnext_s",
-    # third tranche (2026-11-26): timm families still missing (docs/operators.md section 11;
-    # the HaloNets and HieraDet do not export at 64 px)
+    # timm families still missing after those (the HaloNets and HieraDet do not export at
+    # 64 px)
     "botnet26t_256", "sebotnet33ts_256", "coatnext_nano_rw_224", "vitamin_small_224",
 )
 _SMALL_TEXT = dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4,
@@ -108,8 +108,7 @@ HF_CONFIGS = {  # name -> (config class, kwargs); random weights, nothing from a
     "gpt2-tiny": ("GPT2Config", dict(n_layer=2, n_embd=128, n_head=2)),
     "gpt2-mini": ("GPT2Config", dict(n_layer=6, n_embd=384, n_head=6)),
     "gpt2-small": ("GPT2Config", dict()),
-    # third tranche (2026-11-26): text families unlike the four above, each at the size of
-    # bert-mini (docs/operators.md section 11)
+    # text families unlike the four above, each at the size of bert-mini
     **{name: (cls, dict(_SMALL_TEXT, **kw)) for name, (cls, kw) in {
         "deberta-small": ("DebertaConfig", {}),
         "mpnet-small": ("MPNetConfig", {}),

@@ -188,7 +188,7 @@ class OpSumMethod(Method):
     """`op-sum`: the summed predicted operator times of the graph (the kernel cost model,
     `--op-costs`) in the line `ops.cost.OpSumLine` fitted on the training samples: what an
     op-grounded checkpoint carries as its third member. `op-sum-params`: the line with a
-    parameter term (docs/operators.md section 13)."""
+    parameter term (docs/studies/op-sum-params.md)."""
 
     def fit(self, train):
         self.line = OpSumLine.fit(train, params=self.name == "op-sum-params")
@@ -197,42 +197,7 @@ class OpSumMethod(Method):
         return self.line.predict(samples)
 
 
-def _relabelled(samples: Sequence[Sample], factor: np.ndarray) -> list[Sample]:
-    """`samples` with `label_ms` divided by `factor` `[N]` (their loaded sequences kept)."""
-    out = []
-    for s, f in zip(samples, factor):
-        r = dataclasses.replace(s, label_ms=s.label_ms / float(f))
-        if "seq" in s.__dict__:
-            r.__dict__["seq"] = s.seq
-        out.append(r)
-    return out
-
-
-@dataclass
-class OverOpSumMethod(Method):
-    """`<method>-over-ops`: the `op-sum` line is the baseline and `<method>` learns what it
-    misses, log(measured / line), so that a family unlike the training ones starts from its
-    operators' times rather than from the nearest trees' or network's guess."""
-
-    inner: Method | None = None
-
-    def fit(self, train):
-        self.line = OpSumMethod("op-sum", self.seed, self.budget)
-        self.line.fit(train)
-        self.inner.resume_dir = self.resume_dir
-        self.inner.fit(_relabelled(train, self.line.predict(train)))
-
-    def predict(self, samples):
-        return self.line.predict(samples) * np.asarray(self.inner.predict(samples), np.float64)
-
-
-OVER_OPS = "-over-ops"
-
-
 def make_method(name: str, seed: int, budget: TrainConfig) -> Method:
-    if name.endswith(OVER_OPS):
-        return OverOpSumMethod(name, seed, budget,
-                               inner=make_method(name.removesuffix(OVER_OPS), seed, budget))
     neural = recipes.method_models()
     base = neural["mdot"]
     if name in neural:
@@ -259,8 +224,7 @@ ALL_METHODS = ("mdot", "lightgbm", "mlp", "per_op", "gnn", "lstm", "analytic", "
                "mdot-pe-random_walk", "mdot-pe-distance_bias", "mdot-concat", "mdot-per_op",
                "mdot-relative", "mdot-pe-none-l1")
 # need operator times (`--op-costs`): not in "all"
-OP_METHODS = ("op-sum", "op-sum-params",
-              *(m + OVER_OPS for m in ("lightgbm", "gnn", DEFAULT_METHOD)))
+OP_METHODS = ("op-sum", "op-sum-params")
 
 
 # ---------------------------------------------------------------------------- harness
@@ -268,15 +232,14 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         seeds: int = 1, methods: Sequence[str] = ALL_METHODS,
         budget: TrainConfig = TrainConfig(), only_folds: Sequence[int] | None = None,
         op_samples: Sequence[dict] | None = None, views: Mapping[str, Dataset] | None = None,
-        fold_seed: int = 0, op_tables: bool = False, progress: bool = True) -> list[dict]:
+        fold_seed: int = 0, progress: bool = True) -> list[dict]:
     """Runs every (method, fold, seed) not yet in `out/results.jsonl`; returns all rows.
 
     `only_folds` restricts the run to some of the `folds` folds (the split is unchanged): the
     ablations, for instance, when all folds would cost too much. With `op_samples` (operator
     samples of the dataset's device), every method is op-grounded: per fold, a kernel cost
     model fitted on the operators drawn from the fold's training families only (an operator
-    first seen in a held-out family's graph is left out) prices every operator; `op_tables`:
-    that model prices embedding tables by their size (`CostModel.fit(tables=True)`).
+    first seen in a held-out family's graph is left out) prices every operator.
 
     `views` (name -> a copy of `ds` with other graphs of the same samples, e.g. inference
     exports, `mdot dataset resequence --view`): each fitted model also predicts its test
@@ -331,8 +294,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     for m in methods:
         make_method(m, 0, budget)  # unknown names fail before any work
     longest = FeatureConfig().buckets[-1]  # what the sequence models can hold
-    ops_id = _op_samples_id(op_samples) + ("+tables" if op_tables else "") \
-        if op_samples else None
+    ops_id = _op_samples_id(op_samples) if op_samples else None
     stale = {r.get("op_costs") for r in rows} - {ops_id}
     if stale:
         raise ValueError(f"{out}: results with operator data {sorted(map(str, stale))}, this "
@@ -343,7 +305,7 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
         if op_samples and attached != fold:
             name = f"fold{fold}" if fold_seed == 0 else f"folds{fold_seed}-fold{fold}"
             _attach_fold_costs(ds, op_samples, {ds.samples[i].family for i in test_idx},
-                               out / ".costs" / f"{name}.json.xz", op_tables)
+                               out / ".costs" / f"{name}.json.xz")
             attached = fold
         # every method sees the same samples: those the sequence models can hold
         train = [ds.samples[i] for i in train_idx if ds.samples[i].seq.num_ops <= longest]
@@ -388,7 +350,7 @@ def _op_samples_id(op_samples: Sequence[dict]) -> str:
 
 
 def _attach_fold_costs(ds: Dataset, op_samples: Sequence[dict], test_families: set[str],
-                       path: Path, tables: bool = False) -> None:
+                       path: Path) -> None:
     """Prices every operator of `ds` with a cost model fitted without the operators first
     drawn from `test_families` (kept at `path`, reused on resume)."""
     from mdot_jax.data.dataset import family_of
@@ -399,7 +361,7 @@ def _attach_fold_costs(ds: Dataset, op_samples: Sequence[dict], test_families: s
     else:
         keep = [d for d in op_samples if d["source"] == "loss"
                 or family_of(d["source"].split("/")[0]) not in test_families]
-        model = CostModel.fit(keep, seed=0, tables=tables)
+        model = CostModel.fit(keep, seed=0)
         path.parent.mkdir(parents=True, exist_ok=True)
         model.save(path)
     attach([s.seq for s in ds.samples], model)

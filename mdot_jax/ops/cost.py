@@ -29,35 +29,6 @@ LOSS_ID = len(VOCAB)  # the loss's type id: after the vocabulary
 _LOG = [CONFIG_FIELDS.index(f) for f in ("in_numel", "out_numel", "mm_m", "mm_k", "mm_n",
                                          "in_channels", "out_channels")]
 GRID = ((63, 0.05), (255, 0.05))
-# embedding tables priced by their size (docs/operators.md section 15): feature columns
-_GATHER_ID = VOCAB.index("Gather")
-_N_PARAM_COL = 1 + CONFIG_FIELDS.index("n_param_inputs")
-_PARAMS_COL = 1 + len(CONFIG_FIELDS) + LOAD_FIELDS.index("params")  # log10(1 + params)
-TABLE_WINDOW = 7  # measured table rows each side in the running median
-
-
-def _table_rows(x: np.ndarray) -> np.ndarray:
-    """`[N] bool`: a Gather from a parameter table (`OpSpec.kind` `Gather:table`)."""
-    return (x[:, 0] == _GATHER_ID) & (x[:, _N_PARAM_COL] > 0)
-
-
-def table_curve(log_params: np.ndarray, log_ms: np.ndarray) -> list[list[float]]:
-    """`[K, 2]` points (log10(1 + params), log ms): the running median of the log time over
-    the `TABLE_WINDOW` measured tables each side in parameter count, one point per count."""
-    order = np.argsort(log_params, kind="stable")
-    x, y = log_params[order], log_ms[order]
-    med = np.asarray([np.median(y[max(0, i - TABLE_WINDOW): i + TABLE_WINDOW + 1])
-                      for i in range(len(x))])
-    xs = np.unique(x)
-    return [[float(v), float(med[x == v].mean())] for v in xs]
-
-
-def table_ms(curve: list[list[float]], log_params: np.ndarray) -> np.ndarray:
-    """`[N]` ms of tables from the curve: interpolated; past the largest measured table in
-    proportion to the parameters, below the smallest its time."""
-    cx, cy = np.asarray(curve, np.float64).T
-    past = np.maximum(np.asarray(log_params, np.float64) - cx[-1], 0.0)
-    return np.exp(np.interp(log_params, cx, cy) + np.log(10.0) * past)
 
 
 def type_id(op_type: str) -> int:
@@ -91,40 +62,27 @@ class CostModel:
     device: str
     samples: int
     version: int = FEATURES_VERSION
-    tables: list | None = None  # `table_curve` points when tables are priced by their size
     _boosters: list = field(default=None, repr=False, compare=False)
 
     @classmethod
     def fit(cls, records: Sequence[dict], *, seed: int = 0, val_fraction: float = 0.1,
-            grid=GRID, tables: bool = False) -> CostModel:
+            grid=GRID) -> CostModel:
         """Fitted on operator samples (`read_op_samples` dicts), early-stopped on a seeded
-        random carve-out of `val_fraction` of them. `tables`: embedding tables are priced by
-        their parameter count (`table_curve` of the measured ones) instead of the booster."""
+        random carve-out of `val_fraction` of them."""
         specs = [OpSpec.from_json(d["spec"]) for d in records]
         x = spec_features(specs)
         y = np.log([d["label_ms"] for d in records])
         val = np.random.default_rng(seed).random(len(specs)) < val_fraction
         boosters = fit_boosters(x[~val], y[~val], x[val], y[val], seed=seed, grid=grid,
                                 seeds=1, categorical=[0], min_data_in_leaf=10)
-        curve = None
-        if tables:
-            rows = _table_rows(x)
-            if not rows.any():
-                raise ValueError("pricing tables by their size needs measured tables: no "
-                                 "Gather:table rows among the operator samples")
-            curve = table_curve(x[rows, _PARAMS_COL].astype(np.float64), y[rows])
         devices = sorted({d.get("meta", {}).get("device", "?") for d in records})
         return cls(boosters[0].model_to_string(), ",".join(devices), len(records),
-                   tables=curve, _boosters=boosters)
+                   _boosters=boosters)
 
     def _predict(self, x: np.ndarray) -> np.ndarray:
         if self._boosters is None:
             self._boosters = _parse(self.text)
-        ms = np.exp(self._boosters[0].predict(x))
-        if self.tables:
-            rows = _table_rows(x)
-            ms[rows] = table_ms(self.tables, x[rows, _PARAMS_COL])
-        return ms
+        return np.exp(self._boosters[0].predict(x))
 
     def predict(self, specs: Sequence[OpSpec]) -> np.ndarray:
         """`[N]` predicted ms per iteration."""
@@ -141,8 +99,7 @@ class CostModel:
     def save(self, path: str | Path) -> None:
         """JSON, xz-compressed when `path` ends in `.xz`."""
         data = json.dumps(dict(device=self.device, samples=self.samples, version=self.version,
-                               text=self.text, **({"tables": self.tables} if self.tables
-                                                  else {}))).encode()
+                               text=self.text)).encode()
         Path(path).write_bytes(lzma.compress(data) if str(path).endswith(".xz") else data)
 
     @classmethod
@@ -152,7 +109,7 @@ class CostModel:
         if d.get("version") != FEATURES_VERSION:
             raise ValueError(f"{path}: cost model features version {d.get('version')} != "
                              f"{FEATURES_VERSION}")
-        return cls(d["text"], d["device"], d["samples"], d["version"], d.get("tables"))
+        return cls(d["text"], d["device"], d["samples"], d["version"])
 
 
 @dataclass(frozen=True)
@@ -161,7 +118,7 @@ class OpSumLine:
     `a * sum + c`, one scale and one per-iteration overhead (framework, optimizer, loss),
     fitted by relative least squares on measured samples: composition alone. With
     `params=True` the fit adds `e * millions of parameters` (weights, gradients and momentum
-    streamed from memory once a model outgrows the caches: docs/operators.md section 13)."""
+    streamed from memory once a model outgrows the caches: docs/studies/op-sum-params.md)."""
 
     a: float
     c: float

@@ -18,10 +18,6 @@ Design (docs/operators.md has the reasoning):
   sample in flight), `writer_lock`, the device fingerprint on every sample and a foreign
   device refused, noisy samples (IQR over median, or other runnable threads) kept apart in
   `noisy.jsonl`.
-- A **second pass** (`again`) measures every measured row once more, shuffled, into
-  `again.jsonl`: on a machine whose slow spells outlast a measurement, a consistent
-  measurement can still be slow, and only another pass at another time shows it
-  (docs/operators.md section 10).
 """
 
 from __future__ import annotations
@@ -69,7 +65,6 @@ from mdot_jax.ops.specs import (
 )
 
 PLAN = "plan.jsonl"
-AGAIN = "again.jsonl"  # a second pass over the measured rows (docs/operators.md section 10)
 
 
 @dataclass(frozen=True)
@@ -241,18 +236,6 @@ def read_op_samples(root: str | Path) -> list[dict]:
     return good
 
 
-def two_pass_samples(root: str | Path) -> list[dict]:
-    """The operator samples of a folder, each label the smaller of its two passes: a slow
-    spell of the machine only ever adds time (docs/operators.md section 10). A row with a
-    clean second pass (`again.jsonl`) records both as `passes_ms`; one without keeps its
-    first."""
-    again = {d["key"]: d["label_ms"] for d in read_samples(Path(root) / AGAIN, _op_problem)[0]
-             if not d["stats"].get("noisy")}
-    return [dict(d, label_ms=min(d["label_ms"], again[d["key"]]),
-                 passes_ms=[d["label_ms"], again[d["key"]]]) if d["key"] in again else d
-            for d in read_op_samples(root)]
-
-
 class OpWriter:
     """Append-only operator samples (clean to `samples.jsonl`, noisy to `noisy.jsonl`)."""
 
@@ -390,27 +373,14 @@ def default_sources() -> list[Path]:
                   if (p / SAMPLES).exists() and of_models(p))
 
 
-def again_order(items: list[dict], done: set[str], seed: int) -> list[dict]:
-    """The measured rows of a plan for a second pass: the first plan's, then each
-    extension's, each group in a seeded shuffled order (so that no stretch of one kind
-    shares one slow spell of the machine)."""
-    rng = np.random.default_rng(seed)
-    rows = [d for d in items if OpSpec.from_json(d["spec"]).key in done]
-    groups = [[d for d in rows if d.get("extension") == tag]
-              for tag in dict.fromkeys([None, *(d.get("extension") for d in rows)])]
-    return [g[i] for g in groups for i in rng.permutation(len(g))]
-
-
 def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | None = None,
                 threads: int = 2, seed: int = 0, protocol: OpProtocol = OpProtocol(),
                 max_minutes: float | None = None, more: int = 0, kinds: Sequence[str] = (),
-                again: bool = False, progress: bool = True) -> dict:
+                progress: bool = True) -> dict:
     """Measures the plan of `out` (made from `sources` on the first run), skipping what is
     done; stops cleanly after `max_minutes`. With `more` and `kinds`, the plan first gets up
     to `more` rows of those kinds (`plan_more`), once: the added rows carry the extension's
-    name, so running the same command again resumes it rather than extending twice. With
-    `again`, every measured row is measured a second time instead (`again_order`), into
-    `again.jsonl` (clean and noisy alike, once each; resumable).
+    name, so running the same command again resumes it rather than extending twice.
     Returns the report (also `out/report.json`)."""
     import torch
     from tqdm import tqdm
@@ -442,15 +412,6 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
         skip = writer.done | writer.noisy | set(report.skipped)
         todo = [d for d in items if OpSpec.from_json(d["spec"]).key not in skip]
         todo += [d for d in items if OpSpec.from_json(d["spec"]).key in writer.noisy]
-        append = writer.append
-        if again:
-            end_last_line(root / AGAIN, root / REJECTED)
-            twice = {d["key"] for d in read_samples(root / AGAIN, _op_problem)[0]}
-            todo = [d for d in again_order(items, writer.done, seed) if
-                    OpSpec.from_json(d["spec"]).key not in twice]
-
-            def append(record: dict) -> None:
-                append_line(root / AGAIN, record)
         deadline = time.monotonic() + 60 * max_minutes if max_minutes else math.inf
         bar = tqdm(total=len(todo), unit="op", disable=not progress, desc=f"profile ops {device}")
         for i, d in enumerate(todo):
@@ -466,7 +427,7 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
                 report.skip(spec.key, "cannot_build" if "Unsupported" in type(e).__name__
                             else "cannot_run", f"{type(e).__name__}: {e}")
             else:
-                append(dict(
+                writer.append(dict(
                     key=spec.key, op_type=spec.op_type, spec=d["spec"], source=d["source"],
                     count=d["count"], label_ms=max(st["median_ms"] + st["update_ms"], 1e-6),
                     stats=st, meta=dict(fingerprint=fp, device=device_slug(fp),
@@ -481,8 +442,5 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
 
 def _write_report(report: SkipLog, writer: OpWriter, items: list[dict]) -> dict:
     types = Counter(k.split("/")[0] for k in writer.done)
-    twice = read_samples(writer.root / AGAIN, _op_problem)[0]
     return report.write(planned=len(items), samples=len(writer.done), noisy=len(writer.noisy),
-                        by_type=dict(types.most_common()),
-                        loss_samples=types.get(LOSS, 0), again=len(twice),
-                        again_clean=sum(not d["stats"].get("noisy") for d in twice))
+                        by_type=dict(types.most_common()), loss_samples=types.get(LOSS, 0))

@@ -295,7 +295,7 @@ def read_metadata(path: str | Path) -> dict:
             meta.get("vocab_version", 0) > VOCAB_VERSION:
         raise CheckpointError(f"{path}: operator vocabulary v{meta.get('vocab_version')} is "
                               f"incompatible with this mdot-jax (v{VOCAB_VERSION})")
-    _verify(path, meta.get("files", {}))  # recorded since 2026-11-25
+    _verify(path, meta.get("files", {}))  # older checkpoints did not record it
     return meta
 
 

@@ -273,11 +273,11 @@ class Predictor:
                            + ("a guess, not a prediction" if far else "extrapolation"))
         for what, name in (("layout", w.layout), ("precision", w.precision),
                            ("optimizer", w.optimizer)):
-            seen = info.get(what + "s")  # recorded since checkpoints of 2026-11-23
+            seen = info.get(what + "s")  # absent from the oldest checkpoints
             if seen and name not in seen:
                 out.append(f"{what} {name} was never trained on (only {', '.join(seen)}): "
                            "extrapolation")
-        kinds = info.get("input_kinds")  # recorded since checkpoints of 2026-11-25
+        kinds = info.get("input_kinds")  # absent from older checkpoints
         if kinds and seq.input_kind not in kinds:
             out.append(f"a model with {seq.input_kind} input, but this checkpoint was trained "
                        f"on {' and '.join(kinds)} models only: extrapolation")

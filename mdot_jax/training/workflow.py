@@ -81,7 +81,7 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     With a kernel `cost_model` (`ops.cost.CostModel`), every operator gets its predicted time
     as a feature (op-grounded) and the checkpoint carries the cost model; with a companion
     too, the operator-sum line (`ops.cost.OpSumLine` with its parameter term, fitted on the
-    same samples: docs/operators.md section 13) is the prediction's third member.
+    same samples: docs/studies/op-sum-params.md) is the prediction's third member.
     A killed run continues from its last epoch when re-run with the same arguments (the
     state lives in `.<out>.resume/` beside `out` until the checkpoint is written). `out` must
     be new, empty, or (with `force`) a checkpoint to replace: checked before training."""
