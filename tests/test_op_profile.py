@@ -174,6 +174,27 @@ def test_a_killed_run_loses_nothing_finished_and_resumes(small_models, tmp_path)
     assert all(math.isfinite(d["label_ms"]) and d["stats"]["inner"] >= 1 for d in samples)
 
 
+def test_a_packed_folder_reads_the_same_and_resumes_unpacked(small_models, tmp_path):
+    """A committed operator folder keeps its JSON lines xz-packed (`samples.jsonl.xz`, ...):
+    read as the plain files; a run there unpacks them first and appends, nothing re-measured,
+    the packed files left as they were."""
+    import lzma
+
+    out = tmp_path / "ops"
+    run = dict(sources=[small_models], threads=1, progress=False, protocol=FAST_OPS)
+    profile_ops(out, n=6, **run)
+    plain = read_op_samples(out), read_plan(out)
+    for name in ("samples.jsonl", "plan.jsonl", "noisy.jsonl"):
+        if (out / name).exists():
+            (out / (name + ".xz")).write_bytes(lzma.compress((out / name).read_bytes()))
+            (out / name).unlink()
+    packed = (out / "samples.jsonl.xz").read_bytes()
+    assert (read_op_samples(out), read_plan(out)) == plain
+    profile_ops(out, n=6, **run)  # resumed: the plan is done
+    assert read_op_samples(out) == plain[0] and (out / "samples.jsonl").exists()
+    assert (out / "samples.jsonl.xz").read_bytes() == packed
+
+
 def test_a_foreign_device_is_refused(small_models, tmp_path):
     out = tmp_path / "ops"
     out.mkdir()

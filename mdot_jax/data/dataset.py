@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import lzma
 import os
 import re
 import shutil
@@ -42,6 +43,7 @@ LOCK = ".lock"  # held by the writing process (`writer_lock`)
 NOISY = "noisy.jsonl"  # measured, but too noisy to train on (`mdot profile --retry-noisy`)
 OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`mdot_jax.ops.cost.attach`)
 REJECTED = "rejected.jsonl"  # lines moved aside by `mdot dataset check --fix`
+PACKED = ".xz"  # a closed JSON-lines file may be committed xz-compressed: `samples.jsonl.xz`
 # weight sources and training recipes that timm and torchvision put before the architecture
 _WEIGHT_PREFIXES = ("tv", "tf", "gluon", "legacy", "ig", "ssl", "swsl", "timm", "hf", "adv",
                     "ens")
@@ -210,9 +212,10 @@ def _read_numbered(path: Path, problem: Callable[[Any, dict, int], str | None] |
     good: list[tuple[int, dict]] = []
     problems: list[LineProblem] = []
     seen: dict[str, tuple[int, float]] = {}
-    if not path.exists():
+    data = read_jsonl_bytes(path)
+    if data is None:
         return good, problems
-    raw_lines = path.read_bytes().split(b"\n")
+    raw_lines = data.split(b"\n")
     last = len(raw_lines)  # split leaves b"" after a final newline
     for lineno, raw in enumerate(raw_lines, 1):
         text = raw.decode("utf-8", errors="replace")
@@ -232,6 +235,25 @@ def _read_numbered(path: Path, problem: Callable[[Any, dict, int], str | None] |
         else:
             good.append((lineno, d))
     return good, problems
+
+
+def read_jsonl_bytes(path: Path) -> bytes | None:
+    """The bytes of a JSON-lines file, or of its packed form (`path` + `PACKED`) where only
+    that exists; None where neither does."""
+    if path.exists():
+        return path.read_bytes()
+    packed = path.with_name(path.name + PACKED)
+    return lzma.decompress(packed.read_bytes()) if packed.exists() else None
+
+
+def unpack_for_writing(path: Path) -> None:
+    """Before a writer appends to `path`: a file kept only packed is unpacked beside its
+    packed form (which is kept; readers prefer the unpacked one from then on)."""
+    packed = path.with_name(path.name + PACKED)
+    if not path.exists() and packed.exists():
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(lzma.decompress(packed.read_bytes()))
+        tmp.replace(path)
 
 
 @dataclass

@@ -42,7 +42,9 @@ from mdot_jax.data.dataset import (
     append_line,
     end_last_line,
     load_dataset,
+    read_jsonl_bytes,
     read_samples,
+    unpack_for_writing,
     writer_lock,
 )
 from mdot_jax.data.profile import (
@@ -202,10 +204,8 @@ def write_plan(root: Path, items: list[dict]) -> None:
 
 
 def read_plan(root: Path) -> list[dict]:
-    path = root / PLAN
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    data = read_jsonl_bytes(root / PLAN)
+    return [json.loads(line) for line in (data or b"").splitlines() if line.strip()]
 
 
 # ---------------------------------------------------------------------------- samples
@@ -287,8 +287,9 @@ def supersede_changed(root: Path) -> int:
 
 def _check_device(root: Path, fp: dict) -> None:
     theirs = [json.loads(line).get("meta", {}).get("fingerprint", {})
-              for name in (SAMPLES, NOISY) if (root / name).exists()
-              for line in (root / name).read_text().splitlines()[:1] if line.strip()]
+              for name in (SAMPLES, NOISY)
+              for line in (read_jsonl_bytes(root / name) or b"").splitlines()[:1]
+              if line.strip()]
     for t in theirs:
         for k in DEVICE_KEYS:
             if json.dumps(t.get(k)) != json.dumps(fp.get(k)):
@@ -390,6 +391,8 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
     fp = fingerprint(threads)
     root = Path(out)
     with writer_lock(root):
+        for name in (SAMPLES, NOISY, PLAN):
+            unpack_for_writing(root / name)
         _check_device(root, fp)
         items = read_plan(root)
         srcs = [Path(s) for s in (sources or default_sources())]
