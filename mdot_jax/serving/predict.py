@@ -293,16 +293,14 @@ class Predictor:
         return p.job_seconds(epochs, dataset_size, batch_size)
 
 
-KERNEL_DIR = CHECKPOINT_DIR / "kernels"  # shipped kernel cost models: <device>.json.xz
-
-
 def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
-    """The shipped kernel cost model of `device`, else of another device (said so), else
-    None; and a phrase naming which."""
-    shipped = sorted(KERNEL_DIR.glob("*.json.xz")) if KERNEL_DIR.is_dir() else []
+    """The kernel cost model that a shipped op-grounded checkpoint of `device` carries (a
+    shipped checkpoint is named by its device), else another device's (said so), else None;
+    and a phrase naming which."""
+    shipped = sorted(CHECKPOINT_DIR.glob(f"*/{COST_MODEL}"))
     if not shipped:
         return None, ""
-    name = {f: f.name.removesuffix(".json.xz") for f in shipped}
+    name = {f: f.parent.name for f in shipped}
     own = [f for f in shipped if name[f] == device]
     path = (own or shipped)[0]
     what = "" if own else f"; none of {device} is shipped, so the shares are {name[path]}'s"
