@@ -205,3 +205,26 @@ def test_a_sequence_predicted_by_one_checkpoint_is_as_it_was_for_the_next():
         assert Predictor.load(name).predict(s.seq, batch_size=s.workload.batch_size,
                                             image_size=s.workload.input_size).iteration_ms > 0
         assert s.seq.meta == before
+
+
+GOLDEN = pathlib.Path(__file__).parent / "data" / "golden"  # made by its make.py
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_checkpoints_predict_as_recorded(name):
+    """What each shipped checkpoint predicts for ten committed sequences, recorded before the
+    code was reorganised: a change that moves a prediction fails here (to change a checkpoint
+    on purpose, run `tests/data/golden/make.py` again and say so)."""
+    from converters import OperatorSequence
+
+    want = json.loads((GOLDEN / "predictions.json").read_text())
+    predictor = Predictor.load(name)
+    rows = {k.split("/")[1]: v for k, v in want.items() if k.startswith(name + "/")}
+    assert len(rows) == 10
+    for arch, row in rows.items():
+        pred = predictor.predict(OperatorSequence.load_npz(GOLDEN / f"{arch}.npz"),
+                                 batch_size=16)
+        np.testing.assert_allclose(pred.iteration_ms, row["iteration_ms"], rtol=1e-5,
+                                   err_msg=arch)
+        np.testing.assert_allclose(pred.interval_ms or (), row["interval_ms"], rtol=1e-5,
+                                   err_msg=arch)
