@@ -20,9 +20,9 @@ import math
 
 import numpy as np
 
-from mdot_jax.companion import combine, spread
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.evaluation.evaluate import read_results
+from mdot_jax.models.ensemble import combine, spread
 from mdot_jax.serving import calibration
 
 

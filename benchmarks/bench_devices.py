@@ -4,7 +4,7 @@ k measured samples, against the usual remedies.
     python benchmarks/bench_devices.py --out benchmarks/results/devices-cpu
 
 For each device d of the CPU datasets: the predictors are fitted on the other devices' samples
-and adapted with d's probe (the 12 samples of `mdot_jax/data/core_set.json`, measured on every
+and adapted with d's probe (the 12 samples of `mdot_jax/measure/core_set.json`, measured on every
 device) plus k samples of k other random families (seeded draws); the error is measured on d's
 samples of every family outside that adaptation set. LightGBM on the companion's model
 aggregates throughout (minutes on 2 cores), so the strategies differ only in what they know:
@@ -38,9 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.companion import aggregates, fit_boosters
-from mdot_jax.data import core_set
+from mdot_jax.data.aggregates import aggregates
 from mdot_jax.data.dataset import load_dataset
+from mdot_jax.measure import core_set
+from mdot_jax.models.trees import fit_boosters
 from mdot_jax.serving.adaptation import fit as fit_adaptation
 
 DEVICES = ("cpu-amd-epyc-2t", "cpu-amd-epyc-f26m2-2t", "cpu-amd-epyc-f25m17-2t")
@@ -101,8 +102,8 @@ def _family_cv(dev: Device, folds: int = 5) -> np.ndarray:
 def _shipped(target: Device) -> tuple[Path, np.ndarray]:
     """The shipped checkpoint whose device's probe is nearest the target's (its own left
     out): what `mdot adapt --probe` adapts; and its predictions `[N]` ms of `target`."""
+    from mdot_jax.serving.adaptation import nearest_checkpoint
     from mdot_jax.serving.predict import Predictor, resolve_checkpoint
-    from mdot_jax.training.adapt import nearest_checkpoint
 
     mine = {s.key: s.label_ms for s in target.samples}
     path = resolve_checkpoint(nearest_checkpoint(mine, exclude=(target.slug,))[0])
@@ -116,7 +117,7 @@ def _shipped(target: Device) -> tuple[Path, np.ndarray]:
 def _file_reproduces(path: Path, target: Device, idx: list[int], pred: np.ndarray) -> bool:
     """Whether `mdot adapt --from-measurements` on a CSV of the samples `idx` fits what the
     in-process adaptation of the checkpoint's predictions `pred` fits."""
-    from mdot_jax.training.adapt import adapt_from_measurements
+    from mdot_jax.serving.adaptation import adapt_from_measurements
 
     mine = fit_adaptation(pred[idx], np.exp(target.y[idx]), target.slug)
     with tempfile.TemporaryDirectory() as tmp:

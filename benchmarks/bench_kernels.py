@@ -24,9 +24,9 @@ import numpy as np
 
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import family_of, load_dataset
-from mdot_jax.ops.cost import CostModel
-from mdot_jax.ops.profile import read_op_samples, read_plan
-from mdot_jax.ops.specs import LOSS, OpSpec
+from mdot_jax.measure.ops import read_op_samples, read_plan
+from mdot_jax.measure.specs import LOSS, OpSpec
+from mdot_jax.models.kernels import CostModel
 
 
 def source_family(d: dict) -> str:

@@ -35,7 +35,7 @@ def _timed(args: list[str]) -> tuple[float, list[str]]:
 
 
 def main() -> None:
-    from mdot_jax.data.profile import device_slug, fingerprint
+    from mdot_jax.measure.device import device_slug, fingerprint
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)

@@ -8,9 +8,10 @@ The public API (imported lazily, so `mdot convert` does not pay for JAX start-up
   ModelConfig                                  (mdot_jax.models)
   RECIPES                                      (mdot_jax.recipes: shipped, paper, mdot, tiny)
 
-Subpackages: `data` (datasets, features, measurement), `models` (the networks), `training`,
-`serving` (checkpoints, error bands, the Predictor), `evaluation`; `companion` is the LightGBM
-model on aggregates; `recipes` names what `mdot train` trains.
+Subpackages: `data` (datasets, features, aggregates), `measure` (profiling here: devices,
+zoo models, operators, the core set), `models` (the networks, the tree model, the kernel cost
+model), `training`, `serving` (checkpoints, error bands, adaptation, the Predictor),
+`evaluation`; `recipes` names what `mdot train` trains.
 """
 
 import importlib

@@ -123,8 +123,9 @@ def cmd_dataset_timm(args: argparse.Namespace) -> int:
 def cmd_dataset_resequence(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from mdot_jax.data import build_timm, profile
+    from mdot_jax.data import build_timm
     from mdot_jax.data.dataset import RESEQUENCE_FAILED
+    from mdot_jax.measure import zoo as profile
 
     # a timm dataset (rows of a benchmark table) keeps its exports or is rebuilt from timm; a
     # profiled one is exported again from its zoo
@@ -193,13 +194,14 @@ def _int_list(text: str) -> list[int]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from mdot_jax.data.profile import ZOOS, Protocol, device_slug, fingerprint, profile
+    from mdot_jax.measure.device import device_slug, fingerprint
+    from mdot_jax.measure.zoo import ZOOS, Protocol, profile
 
     if args.ops:
         return _profile_ops(args)
     keys = None
     if args.core_set:  # the device core set: common ground with every other device
-        from mdot_jax.data import core_set
+        from mdot_jax.measure import core_set
 
         keys, args.zoo = core_set.load()["core_set"], args.zoo or ",".join(ZOOS)
     if not args.zoo:
@@ -223,8 +225,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from mdot_jax.data import core_set
-    from mdot_jax.data.profile import device_slug, fingerprint
+    from mdot_jax.measure import core_set
+    from mdot_jax.measure.device import device_slug, fingerprint
 
     out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)))
     keys = args.keys.split(",") if args.keys else core_set.load()["probe"]
@@ -243,8 +245,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _profile_ops(args: argparse.Namespace) -> int:
-    from mdot_jax.data.profile import device_slug, fingerprint
-    from mdot_jax.ops.profile import OpProtocol, profile_ops
+    from mdot_jax.measure.device import device_slug, fingerprint
+    from mdot_jax.measure.ops import OpProtocol, profile_ops
 
     out = args.out or os.path.join("data", device_slug(fingerprint(args.threads)), "ops")
     if bool(args.ops_more) != bool(args.ops_kinds):
@@ -266,8 +268,8 @@ def _profile_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
-    from mdot_jax.ops.cost import CostModel
-    from mdot_jax.ops.profile import read_op_samples
+    from mdot_jax.measure.ops import read_op_samples
+    from mdot_jax.models.kernels import CostModel
 
     records = read_op_samples(args.ops)
     if len(records) < 20:
@@ -329,7 +331,7 @@ def _cost_model(path: str | None):
     """`--op-costs`: a kernel cost model (`benchmarks/bench_kernels.py` writes one), or None."""
     if not path:
         return None
-    from mdot_jax.ops.cost import CostModel
+    from mdot_jax.models.kernels import CostModel
 
     try:
         return CostModel.load(path)
@@ -433,12 +435,12 @@ def _range(pair, scale: float = 1.0) -> str:
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
-    from mdot_jax.training.adapt import adapt_from_measurements, adapt_from_probe
+    from mdot_jax.serving.adaptation import adapt_from_measurements, adapt_from_probe
 
     if bool(args.from_measurements) == bool(args.probe):
         raise UsageError("adapt: give --from-measurements CSV or --probe (one of them)")
     if args.probe:
-        from mdot_jax.data.profile import device_slug, fingerprint
+        from mdot_jax.measure.device import device_slug, fingerprint
 
         root = args.data or os.path.join("data", device_slug(fingerprint(args.threads)))
         a, base = adapt_from_probe(root, args.base, args.out, threads=args.threads,
@@ -458,7 +460,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from mdot_jax.evaluation.calibrate import calibrate
+    from mdot_jax.evaluation.evaluate import calibrate
     from mdot_jax.serving.predict import resolve_checkpoint
 
     path = resolve_checkpoint(args.checkpoint)
@@ -486,7 +488,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ds = _dataset(args.dataset)
     op_samples = None
     if args.op_costs:  # op-grounded: per fold, a cost model of the training families' operators
-        from mdot_jax.ops.profile import read_op_samples
+        from mdot_jax.measure.ops import read_op_samples
 
         op_samples = read_op_samples(args.op_costs)
         if not op_samples:
@@ -617,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-minutes", type=POSITIVE_FLOAT,
                    help="--ops: stop after this long (resume by running it again)")
     p.add_argument("--core-set", action="store_true",
-                   help="measure the device core set (mdot_jax/data/core_set.json: ~150 "
+                   help="measure the device core set (mdot_jax/measure/core_set.json: ~150 "
                         "samples over 54 families, common ground with every other device)")
     p.add_argument("--models", help="only these model names (comma-separated)")
     p.add_argument("--batch-sizes", type=_int_list, default=[2, 4, 8, 16, 32, 64])

@@ -13,9 +13,8 @@ from mdot_jax.cli import main
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.errors import UsageError
 from mdot_jax.serving import checkpoint
-from mdot_jax.serving.adaptation import fit
+from mdot_jax.serving.adaptation import adapt_from_measurements, fit
 from mdot_jax.serving.predict import Predictor, resolve_checkpoint
-from mdot_jax.training.adapt import adapt_from_measurements
 
 REPO = Path(__file__).resolve().parents[1]
 OTHER_CPU = REPO / "data" / "derived" / "cpu-amd-epyc-f26m2-2t-fused"  # Zen 5
@@ -107,23 +106,23 @@ def test_an_adapted_checkpoint_records_its_fit_in_json(tmp_path):
 
 
 def test_predict_says_when_this_machine_is_another_cpu(monkeypatch):
-    from mdot_jax.data import profile
+    from mdot_jax.measure import device
     from mdot_jax.serving.predict import machine_note
 
     zen5 = dict(device_model="AMD EPYC", cpu_family=26, cpu_model_id=2)
-    monkeypatch.setattr(profile, "cpu_info", lambda: dict(zen5, cpu_model_id=17, cpu_family=25))
+    monkeypatch.setattr(device, "cpu_info", lambda: dict(zen5, cpu_model_id=17, cpu_family=25))
     note = machine_note(["cpu-amd-epyc-f26m2-2t"])
     assert "this machine is cpu-amd-epyc-f25m17" in note and "mdot adapt" in note
     assert "cpu-amd-epyc-2t" in machine_note(["cpu-amd-epyc-2t"])  # generation unknown
     assert machine_note(["rtx3090"]) is None  # predicting for a GPU from here: as intended
-    monkeypatch.setattr(profile, "cpu_info", lambda: zen5)
+    monkeypatch.setattr(device, "cpu_info", lambda: zen5)
     assert machine_note(["cpu-amd-epyc-f26m2-2t"]) is None
-    monkeypatch.setattr(profile, "cpu_info", lambda: dict(device_model="unknown"))
+    monkeypatch.setattr(device, "cpu_info", lambda: dict(device_model="unknown"))
     assert machine_note(["cpu-amd-epyc-f26m2-2t"]) is None  # nothing to compare
 
 
 def test_the_nearest_checkpoint_is_the_one_whose_device_ran_the_probe_alike():
-    from mdot_jax.training.adapt import nearest_checkpoint
+    from mdot_jax.serving.adaptation import nearest_checkpoint
 
     theirs = checkpoint.read_metadata(resolve_checkpoint("cpu-amd-epyc-f26m2-2t"))
     probe = theirs["dataset"]["probe"]
@@ -138,7 +137,7 @@ def test_the_nearest_checkpoint_is_the_one_whose_device_ran_the_probe_alike():
 
 
 def test_adapt_from_this_machines_probe(tmp_path, quiet_protocol):
-    from mdot_jax.training.adapt import adapt_from_probe
+    from mdot_jax.serving.adaptation import adapt_from_probe
 
     keys = [f"mobilenet_v3_small/i32/b{b}" for b in (2, 4, 8)]
     a, base = adapt_from_probe(tmp_path / "data", "cpu-amd-epyc-f26m2-2t", tmp_path / "ck",
@@ -154,7 +153,7 @@ def test_adapt_from_this_machines_probe(tmp_path, quiet_protocol):
 
 def test_a_budget_measures_more_samples_and_a_file_of_them_adapts_alike(tmp_path,
                                                                        quiet_protocol):
-    from mdot_jax.training.adapt import adapt_from_probe
+    from mdot_jax.serving.adaptation import adapt_from_probe
 
     keys = [f"mobilenet_v3_small/i32/b{b}" for b in (2, 4, 8)]
     extra = [f"mobilenet_v3_small/i32/b{b}" for b in (16, 32)]
@@ -168,7 +167,7 @@ def test_a_budget_measures_more_samples_and_a_file_of_them_adapts_alike(tmp_path
     # the same five samples as a user's file: their model's ONNX file and measured times
     import onnx
 
-    from mdot_jax.data.profile import sample_exporter
+    from mdot_jax.measure.zoo import sample_exporter
 
     samples = load_dataset(tmp_path / "data").samples
     onnx.save(sample_exporter()(samples[0]), tmp_path / "model.onnx")

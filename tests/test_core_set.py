@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from mdot_jax.cli import main
-from mdot_jax.data import core_set
+from mdot_jax.measure import core_set
 
 
 def test_the_stored_selection_follows_its_rules():

@@ -56,11 +56,11 @@ def test_converters_never_import_mdot_jax():
         assert not any(i.startswith("mdot_jax") for i in graph[m]), m
 
 
-def test_serving_never_reaches_evaluation_or_the_cli():
+def test_serving_never_reaches_training_evaluation_or_the_cli():
     graph = import_graph()
     for m in (m for m in graph if m.startswith("mdot_jax.serving")):
         bad = {i for i in _reachable(graph, m)
-               if i.startswith(("mdot_jax.evaluation", "mdot_jax.cli"))}
+               if i.startswith(("mdot_jax.training", "mdot_jax.evaluation", "mdot_jax.cli"))}
         assert not bad, f"{m} reaches {sorted(bad)}"
 
 
@@ -76,8 +76,28 @@ def test_no_import_cycles_and_only_the_cli_imports_the_cli():
 def test_the_graph_sees_lazy_imports():
     """The check above is only as good as the graph: a function-level import counts."""
     graph = import_graph()
-    assert "mdot_jax.data.profile" in graph["mdot_jax.cli"]
-    assert "mdot_jax.evaluation.evaluate" in graph["mdot_jax.evaluation.calibrate"]
+    assert "mdot_jax.measure.zoo" in graph["mdot_jax.cli"]
+    assert "mdot_jax.serving.checkpoint" in graph["mdot_jax.evaluation.evaluate"]
+
+
+def test_no_two_modules_share_a_name():
+    names = [p.stem for p in REPO.glob("mdot_jax/**/*.py") if p.stem != "__init__"]
+    names += [p.name for p in REPO.glob("mdot_jax/*/") if (p / "__init__.py").exists()]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+def test_no_code_line_cites_a_study_section_or_a_date():
+    """Studies and their dates live in docs/studies/; code states rules."""
+    import re
+
+    cite = re.compile(r"section \d|sections \d|\b20\d\d-\d\d-\d\d\b|issue \d")
+    files = [*REPO.glob("mdot_jax/**/*.py"), *REPO.glob("converters/*.py"),
+             *REPO.glob("tests/*.py"), *REPO.glob("benchmarks/*.py"),
+             *REPO.glob("benchmarks/*.sh")]
+    bad = [f"{f.relative_to(REPO)}:{n}" for f in files
+           for n, line in enumerate(f.read_text().splitlines(), 1) if cite.search(line)
+           and f.name != "test_layout.py"]
+    assert bad == []
 
 
 @pytest.mark.slow
@@ -102,7 +122,7 @@ def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
         print(mdot_jax.__file__)
         print(resolve_checkpoint(None))
         print(",".join(shipped_checkpoints()))
-        from mdot_jax.data import core_set
+        from mdot_jax.measure import core_set
         print(len(core_set.load()["probe"]))
     """)
     work = tmp_path / "elsewhere"

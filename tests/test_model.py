@@ -130,7 +130,7 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
     trees' predictions, identically after save and load; without it, MDOT's alone. The
     companion averages SEEDS boosters; one saved alone (as before bagging) or ungzipped (as
     the oldest checkpoints stored it) still loads."""
-    from mdot_jax.companion import _SEPARATOR, SEEDS, TreeModel
+    from mdot_jax.models.trees import _SEPARATOR, SEEDS, TreeModel
 
     samples = tiny_real_dataset.samples
     trees = TreeModel.fit(samples, seed=0)
@@ -169,14 +169,15 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
 
 def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_real_dataset,
                                                                   tmp_path):
-    """`evaluation.calibrate` turns an evaluation's rows into the checkpoint's error bands: the
+    """`evaluate.calibrate` turns an evaluation's rows into the checkpoint's error bands: the
     Predictor's 80% band is the one of its disagreement bin, the most disagreeing bin adds a
     warning naming both members, the network alone has no band from a two-member
     calibration, and results of another dataset or of a non-family split are refused by
     name. By default the rows are those of the checkpoint's own network (here the paper's
     MDOT: method `mdot`, part `mdot`)."""
-    from mdot_jax.companion import TreeModel, spread
-    from mdot_jax.evaluation.calibrate import calibrate
+    from mdot_jax.evaluation.evaluate import calibrate
+    from mdot_jax.models.ensemble import spread
+    from mdot_jax.models.trees import TreeModel
 
     ds, samples = tiny_real_dataset, tiny_real_dataset.samples
     trees = TreeModel.fit(samples, seed=0)
@@ -222,13 +223,13 @@ def test_refit_companion_replaces_it_and_drops_stale_bands(trained, tiny_real_da
     """A checkpoint whose companion was fitted with an older recipe (squared loss) gets one of
     today's (absolute loss) on MDOT's own training samples; its bands, which described the
     old pair, are gone until calibrated again; another dataset version is refused."""
-    from mdot_jax import companion
+    from mdot_jax.models import trees
     from mdot_jax.serving.calibration import Band, Calibration
     from mdot_jax.training.workflow import refit_companion
 
     ds = tiny_real_dataset
-    monkeypatch.setattr(companion, "OBJECTIVE", "regression")
-    old = companion.TreeModel.fit(ds.samples, seed=0)
+    monkeypatch.setattr(trees, "OBJECTIVE", "regression")
+    old = trees.TreeModel.fit(ds.samples, seed=0)
     monkeypatch.undo()
     path = checkpoint.save(trained, tmp_path / "ckpt", companion=old,
                            dataset=dict(fingerprint=ds.fingerprint(), split="none"))
@@ -252,7 +253,7 @@ def test_companion_features_keep_their_width_when_the_vocabulary_grows(tiny_real
     import dataclasses
 
     from converters.vocab import UNK_ID, VOCAB
-    from mdot_jax.companion import aggregates
+    from mdot_jax.data.aggregates import aggregates
     from mdot_jax.data.dataset import Sample
 
     s = tiny_real_dataset.samples[0]
@@ -275,7 +276,7 @@ def test_companion_conv_breakdown_puts_each_convolution_in_its_classes():
     from onnx import helper
 
     from converters import convert
-    from mdot_jax.companion import aggregates, conv_breakdown
+    from mdot_jax.data.aggregates import aggregates, conv_breakdown
     from mdot_jax.data.dataset import Sample, Workload
     from tests.onnx_builders import model, value
 
@@ -302,7 +303,7 @@ def test_companion_group_breakdown_buckets_grouped_depthwise_and_unaligned_convo
     from onnx import helper
 
     from converters import convert
-    from mdot_jax.companion import aggregates, group_breakdown
+    from mdot_jax.data.aggregates import aggregates, group_breakdown
     from mdot_jax.data.dataset import Sample, Workload
     from tests.onnx_builders import model, value
 
@@ -330,7 +331,7 @@ def test_companion_group_breakdown_buckets_grouped_depthwise_and_unaligned_convo
 def test_fit_boosters_ignores_rows_of_zero_weight():
     """Half the rows carry a target 3 too high; weighted 0 they leave the fit alone, weighted
     equally they pull it up."""
-    from mdot_jax.companion import fit_boosters
+    from mdot_jax.models.trees import fit_boosters
 
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(400, 1))
@@ -447,7 +448,7 @@ def test_data_parallel_on_several_host_devices(tiny_real_dataset):
 def test_diverged_predictions_stay_finite(trained, tiny_real_dataset):
     """A diverged model (log-time 1e4 standard deviations off) predicts a large finite time,
     never inf; sound predictions are untouched."""
-    from mdot_jax.training.train import MAX_Z, predict_samples
+    from mdot_jax.models.trained import MAX_Z, predict_samples
 
     cache = FeatureCache(trained.stats, trained.feature_cfg)
     samples = tiny_real_dataset.samples[:3]

@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("torchvision")
 from mdot_jax.data.dataset import load_dataset  # noqa: E402
-from mdot_jax.data.profile import Protocol, device_slug, fingerprint, profile, stats_of, zoo_models  # noqa: E402
+from mdot_jax.measure.device import device_slug, fingerprint
+from mdot_jax.measure.zoo import Protocol, profile, stats_of, zoo_models  # noqa: E402
 
 # timing noise of tiny models must not send the test's samples to noisy.jsonl
 FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
@@ -33,7 +34,7 @@ def test_profile_tiny_model_end_to_end(tmp_path):
                     models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
     assert again["samples"] == 1 and len(load_dataset(out)) == 1
     # converted again from the zoo (with fusion), nothing measured: same sample and label
-    from mdot_jax.data.profile import resequence
+    from mdot_jax.measure.zoo import resequence
 
     [c] = resequence(out, tmp_path / "fused", progress=False).samples
     assert (c.key, c.label_ms, c.workload) == (s.key, s.label_ms, s.workload)
@@ -118,7 +119,7 @@ def test_too_slow_is_decided_on_a_steady_state_iteration():
     times the limit it does not decide; a slow steady-state iteration does."""
     import torch
 
-    from mdot_jax.data.profile import TooSlow, measure_step
+    from mdot_jax.measure.zoo import TooSlow, measure_step
 
     class SlowAtFirst(torch.nn.Module):
         def __init__(self, first_s, then_s):

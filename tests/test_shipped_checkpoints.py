@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mdot_jax.data.dataset import load_dataset
-from mdot_jax.evaluation.calibrate import member_methods
 from mdot_jax.metrics import regression_metrics
+from mdot_jax.serving import checkpoint
 from mdot_jax.serving.predict import CHECKPOINT_DIR, DEFAULT_CHECKPOINT, Predictor
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def test_shipped_checkpoint_is_small_and_described(name):
     net = predictor.trained.model_cfg
     assert net.method in ("gnn", "mdot-pe-none") and predictor.companion is not None
     assert (predictor.op_sum is not None) == (predictor.cost_model is not None)
-    assert tuple(predictor.calibration.methods) == member_methods(meta)
+    assert tuple(predictor.calibration.methods) == checkpoint.member_methods(meta)
     assert "held-out model families" in card and f"{net.label} alone" in card
 
 
@@ -57,7 +57,7 @@ def test_local_checkpoint_fits_its_committed_measurements(name):
     if predictor.trained.feature_cfg.fused:
         pytest.importorskip("torch")
         from converters import convert
-        from mdot_jax.data.profile import sample_exporter
+        from mdot_jax.measure.zoo import sample_exporter
 
         samples.sort(key=lambda s: (s.seq.num_ops, s.arch, s.workload.input_size))
         smallest = list(dict.fromkeys((s.arch, s.workload.input_size) for s in samples))[:6]

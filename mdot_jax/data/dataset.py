@@ -41,7 +41,7 @@ REPORT = "report.json"
 SEQS = "seqs"
 LOCK = ".lock"  # held by the writing process (`writer_lock`)
 NOISY = "noisy.jsonl"  # measured, but too noisy to train on (`mdot profile --retry-noisy`)
-OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`mdot_jax.ops.cost.attach`)
+OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`mdot_jax.models.kernels.attach`)
 REJECTED = "rejected.jsonl"  # lines moved aside by `mdot dataset check --fix`
 PACKED = ".xz"  # a closed JSON-lines file may be committed xz-compressed: `samples.jsonl.xz`
 # weight sources and training recipes that timm and torchvision put before the architecture

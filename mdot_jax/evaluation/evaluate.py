@@ -29,13 +29,17 @@ import numpy as np
 
 from converters.vocab import VOCAB
 from mdot_jax import recipes
-from mdot_jax.companion import TreeModel, aggregates
+from mdot_jax.data.aggregates import aggregates
 from mdot_jax.data.dataset import Dataset, Sample, make_splits, split_validation
 from mdot_jax.data.features import MIN_STD, FeatureConfig
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
-from mdot_jax.ops.cost import OpSumLine
-from mdot_jax.training.train import MAX_Z, TrainConfig
+from mdot_jax.models.kernels import OpSumLine
+from mdot_jax.models.trained import MAX_Z
+from mdot_jax.models.trees import TreeModel
+from mdot_jax.serving import checkpoint
+from mdot_jax.serving.calibration import Calibration, from_results
+from mdot_jax.training.train import TrainConfig
 from mdot_jax.training.train import train as train_model
 from mdot_jax.training.workflow import score
 
@@ -146,7 +150,7 @@ class AggregateMLPMethod(Method):
 
     def predict(self, samples):
         y = np.asarray(self.f(self.params, self._x(samples)), np.float64)
-        # as for the neural methods (train.predict_samples): never inf from extrapolation
+        # as for the neural methods (trained.predict_samples): never inf from extrapolation
         return np.exp(np.clip(y, -MAX_Z * self.ystd, MAX_Z * self.ystd) + self.ymean)
 
 
@@ -186,7 +190,7 @@ class FittedFormulaMethod(Method):
 @dataclass
 class OpSumMethod(Method):
     """`op-sum`: the summed predicted operator times of the graph (the kernel cost model,
-    `--op-costs`) in the line `ops.cost.OpSumLine` fitted on the training samples: what an
+    `--op-costs`) in the line `models.kernels.OpSumLine` fitted on the training samples: what an
     op-grounded checkpoint carries as its third member. `op-sum-params`: the line with a
     parameter term (docs/studies/op-sum-params.md)."""
 
@@ -354,7 +358,7 @@ def _attach_fold_costs(ds: Dataset, op_samples: Sequence[dict], test_families: s
     """Prices every operator of `ds` with a cost model fitted without the operators first
     drawn from `test_families` (kept at `path`, reused on resume)."""
     from mdot_jax.data.dataset import family_of
-    from mdot_jax.ops.cost import CostModel, attach
+    from mdot_jax.models.kernels import CostModel, attach
 
     if path.exists():
         model = CostModel.load(path)
@@ -690,3 +694,35 @@ def _plots(rows, ds: Dataset, out: Path, order: list[str]) -> None:
     fig.tight_layout()
     fig.savefig(out / "error_by_family.png", dpi=90)
     plt.close(fig)
+
+
+def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
+              methods: tuple[str, ...] | None = None) -> Calibration:
+    """Error bands for the checkpoint at `path` from a leave-family-out evaluation of the same
+    recipe on the same dataset (`mdot evaluate --split family`, results in `results_dir`);
+    `methods` default to the checkpoint's members (`member_methods`; as many methods as
+    members, or the bands would be another prediction's). Written into the checkpoint's
+    metadata and model card."""
+    meta = checkpoint.read_metadata(path)
+    rows = read_results(results_dir)
+    if not rows:
+        raise ValueError(f"{results_dir}: no evaluation results")
+    fingerprints = {ds.fingerprint(), meta["dataset"].get("fingerprint")}
+    fingerprints |= {r["dataset"] for r in rows}
+    if len(fingerprints) > 1:
+        raise ValueError(f"the checkpoint, the dataset {ds.root} and the results in "
+                         f"{results_dir} are not of one dataset (fingerprints "
+                         f"{sorted(map(str, fingerprints))})")
+    splits = {r["split"] for r in rows}
+    if splits != {"family"}:
+        raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
+                         "bands are for unseen model families (evaluate with --split family)")
+    members = checkpoint.member_methods(meta)
+    methods = methods or members
+    if len(methods) != len(members):  # else the bands would describe another prediction
+        raise ValueError(f"{path} predicts with {' x '.join(members)}: give as many methods, "
+                         f"not {', '.join(methods)}")
+    cal = from_results(rows, ds.samples, methods,
+                       source=f"{Path(results_dir).name}, leave-family-out")
+    checkpoint.attach_calibration(path, cal)
+    return cal

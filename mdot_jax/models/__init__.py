@@ -1,4 +1,6 @@
 """The networks: `Batch -> (normalised log time [B, K], per-operator scores [B, K, T])`.
+Beside them: the tree model (`trees`), the kernel cost model (`kernels`), how members are
+combined (`ensemble`) and a trained network with its statistics (`trained`).
 
 All are trained by the same `mdot_jax.training.train` with the same features, budget and
 splits; `ModelConfig.arch` picks one.

@@ -1,6 +1,17 @@
-"""Adapting a checkpoint to another device from a few measured step times.
+"""`mdot adapt`: a checkpoint for another device, from step times the user already has
+(`--from-measurements`: a few jobs from their logs, on a machine we cannot run on; nothing is
+measured) or from this machine's probe (`--probe`: the 12 reference samples of
+`measure.core_set`, measured here in a few minutes, adapting the shipped checkpoint whose device
+ran its probe most alike).
 
-A base checkpoint predicts `t` for its own device; the adapted one predicts
+The CSV has one row per measured job: `model` (an `.onnx` file, or an operator sequence
+`.npz` written by `mdot convert -o`, relative to the CSV), `batch_size`, `image_size` or
+`seq_len` (optional where the file fixes them), `precision` (recorded, not used: the fit
+absorbs it) and `ms` (milliseconds per training iteration). The base checkpoint predicts each
+row, `serving.adaptation.fit` maps its predictions onto the measurements, and the adapted
+checkpoint is the base one with that fit in its metadata.
+
+The fit: a base checkpoint predicts `t` for its own device; the adapted one predicts
 `exp(a + b * log t)` for the new device, fitted on rows the user measured there (their own
 precision, optimizer and software, which the fit absorbs as well as the device). Two fits are
 scored by leave-one-out on the rows, and the better one is kept:
@@ -13,42 +24,23 @@ rough, and say so (`n_rows`).
 
 from __future__ import annotations
 
-import dataclasses
+import csv
+import shutil
+import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from converters import OperatorSequence
+from mdot_jax.errors import UsageError
+from mdot_jax.serving import checkpoint
 from mdot_jax.serving.calibration import COVER
+from mdot_jax.serving.predict import Adaptation, Predictor, resolve_checkpoint
 
 MIN_AFFINE_ROWS = 6
 MIN_AFFINE_SPREAD = float(np.log(2.0))  # of log predicted times, max - min
-
-
-@dataclass(frozen=True)
-class Adaptation:
-    device: str  # the device the adapted checkpoint predicts for
-    fit: str  # scale | affine
-    a: float
-    b: float
-    n_rows: int
-    loo_mape: float  # percent: each row predicted by a fit on the others
-    lo: float  # 10th / 90th percentile of the leave-one-out log(measured / predicted)
-    hi: float
-    source: str = ""
-
-    def apply(self, ms: np.ndarray) -> np.ndarray:
-        """`[N]` base predictions (ms) -> `[N]` predictions for `device` (ms)."""
-        return np.exp(self.a + self.b * np.log(np.asarray(ms, np.float64)))
-
-    def interval(self, ms: float) -> tuple[float, float]:
-        return ms * float(np.exp(self.lo)), ms * float(np.exp(self.hi))
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict) -> Adaptation:
-        return cls(**d)
 
 
 def _solve(x: np.ndarray, y: np.ndarray, fit: str) -> tuple[float, float]:
@@ -80,3 +72,196 @@ def fit(pred_ms, measured_ms, device: str, source: str = "") -> Adaptation:
     a, b = _solve(x, y, kind)
     lo, hi = np.quantile(loo, [(1 - COVER) / 2, (1 + COVER) / 2])
     return Adaptation(device, kind, a, b, n, score, float(lo), float(hi), source)
+
+
+REQUIRED = ("model", "batch_size", "ms")
+
+
+@dataclass(frozen=True)
+class Row:
+    model: Path
+    batch_size: int
+    image_size: int | None
+    seq_len: int | None
+    precision: str
+    ms: float
+
+
+def _positive(text: str, kind, where: str, column: str):
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not np.isfinite(value) or value <= 0:
+        raise UsageError(f"{where}: column '{column}' is {text!r}, not a positive number")
+    return value
+
+
+def read_measurements(path: str | Path) -> list[Row]:
+    """The rows of a measurements CSV, each checked (a bad one is named by its line)."""
+    path = Path(path)
+    try:
+        with open(path, newline="") as f:
+            lines = list(csv.DictReader(f))
+            header = lines[0].keys() if lines else []
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read ({e.strerror})") from None
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise UsageError(f"{path}: missing column(s) {missing}; needs {list(REQUIRED)} and "
+                         "image_size or seq_len, precision (optional)")
+    rows = []
+    for n, d in enumerate(lines, 2):
+        where = f"{path} line {n}"
+        model = path.parent / (d.get("model") or "")
+        if not model.is_file():
+            raise UsageError(f"{where}: model file {d.get('model')!r} not found")
+        sizes = {c: _positive(d[c], int, where, c) if d.get(c) else None
+                 for c in ("image_size", "seq_len")}
+        rows.append(Row(model, _positive(d["batch_size"], int, where, "batch_size"),
+                        sizes["image_size"], sizes["seq_len"], d.get("precision") or "",
+                        _positive(d["ms"], float, where, "ms")))
+    return rows
+
+
+def _sequence(row: Row) -> OperatorSequence | Path:
+    if row.model.suffix != ".npz":
+        return row.model
+    seq = OperatorSequence.load_npz(row.model)
+    batch = next(iter(seq.meta.get("inputs", {}).values()), [None])[0]
+    if batch != row.batch_size:
+        raise UsageError(f"{row.model}: a sequence converted at batch {batch}, but the row "
+                         f"says batch_size {row.batch_size}")
+    return seq
+
+
+def adapt_from_measurements(measurements: str | Path, base: str | Path | None, out: str | Path,
+                            *, device: str | None = None, force: bool = False) -> Adaptation:
+    """Writes to `out` the checkpoint `base` adapted to the rows of `measurements`; returns
+    the fit (its leave-one-out error is the error to expect)."""
+    rows = read_measurements(measurements)
+    base_path = resolve_checkpoint(base)
+    out = checkpoint.prepare_out(out, force=force)
+    predictor = Predictor.load(base_path)
+    pred = [predictor.predict(_sequence(r), batch_size=r.batch_size, image_size=r.image_size,
+                              seq_len=r.seq_len).iteration_ms for r in rows]
+    device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
+    adaptation = fit(pred, [r.ms for r in rows], device,
+                     source=f"{Path(measurements).name}, base {base_path.name}")
+    _write(base_path, out, adaptation)
+    return adaptation
+
+
+def _write(base_path: Path, out: Path, adaptation: Adaptation) -> None:
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    shutil.copytree(base_path, tmp)
+    checkpoint.attach_adaptation(tmp, adaptation.to_json())
+    checkpoint.move_into_place(tmp, out)
+
+
+def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = (),
+                       cpu: bool = True) -> tuple[str, float]:
+    """The shipped checkpoint (but those named in `exclude`) of a CPU (`cpu`) or a GPU whose
+    device's probe (`dataset.probe` in its metadata) is nearest `probe`
+    (`core_set.probe_distance`), with that distance. A CPU's times say little of a GPU's, so
+    the kinds never mix: with no probe of the kind shipped, the first shipped checkpoint of
+    the kind, at distance infinity."""
+    from mdot_jax.measure.core_set import probe_distance
+    from mdot_jax.measure.device import is_cpu
+    from mdot_jax.serving.predict import shipped_checkpoints
+
+    scored = []
+    for name in shipped_checkpoints():
+        meta = checkpoint.read_metadata(resolve_checkpoint(name)).get("dataset", {})
+        if name in exclude or is_cpu((meta.get("devices") or [""])[0]) != cpu:
+            continue
+        theirs = meta.get("probe")
+        scored.append((probe_distance(probe, theirs) if theirs else float("inf"), name))
+    if not scored:
+        raise UsageError(f"no shipped checkpoint of a {'CPU' if cpu else 'GPU'} to adapt: "
+                         "give --base")
+    distance, name = min(scored, key=lambda s: s[0])  # ties: the first shipped
+    return name, distance
+
+
+def adapt_from_probe(root: str | Path, base: str | Path | None, out: str | Path, *,
+                     threads: int = 2, device: str | None = None, force: bool = False,
+                     budget_s: float = 0.0, protocol=None, keys: list[str] | None = None,
+                     extra: list[str] | None = None,
+                     progress: bool = True) -> tuple[Adaptation, str]:
+    """Measures this machine's probe into the dataset folder `root` (what it holds is kept),
+    then, while `budget_s` seconds of measuring (the probe's included) allow, more core-set
+    samples (`core_set.adaptation_order`; those the folder already holds cost nothing), adapts
+    `base` (default: the nearest shipped checkpoint by probe) to them all and writes the
+    adapted checkpoint to `out`. Returns the fit and the base's name. `keys`, `extra`: another
+    probe and other extra samples (tests)."""
+    from mdot_jax.data.dataset import load_dataset
+    from mdot_jax.measure import core_set
+    from mdot_jax.measure.zoo import sample_exporter
+
+    out = checkpoint.prepare_out(out, force=force)
+    chosen = core_set.load()
+    keys = keys or chosen["probe"]
+    start = time.perf_counter()
+    probe = core_set.run_probe(root, keys, threads, protocol=protocol)
+    missing = [k for k in keys if k not in probe["ms"]]
+    if len(probe["ms"]) < 2:
+        raise UsageError(f"{root}: only {len(probe['ms'])} probe samples measured "
+                         f"(noisy or skipped: {', '.join(missing)}); run again on an idle "
+                         "machine")
+    used = set(probe["ms"]) | _measure_within(
+        root, core_set.adaptation_order(chosen) if extra is None else extra,
+        budget_s - (time.perf_counter() - start), threads, protocol, progress)
+    on_cpu = probe["fingerprint"].get("device_kind", "cpu") == "cpu"
+    base_path = resolve_checkpoint(base or nearest_checkpoint(probe["ms"], cpu=on_cpu)[0])
+    predictor = Predictor.load(base_path)
+    samples = [s for s in load_dataset(root).samples if s.key in used]
+    export = sample_exporter()  # the stored sequences are unfused: convert as the checkpoint
+    pred = []
+    for s in samples:
+        tokens = s.seq.input_kind == "tokens"
+        size = s.workload.input_size
+        pred.append(predictor.predict(export(s), batch_size=s.workload.batch_size,
+                                      seq_len=size if tokens else None,
+                                      image_size=None if tokens else size).iteration_ms)
+    device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
+    n_extra = len(samples) - len(probe["ms"])
+    adaptation = fit(pred, [s.label_ms for s in samples], device,
+                     source=f"probe of {root} ({len(probe['ms'])} samples) + {n_extra} more "
+                            f"core-set samples, base {base_path.name}")
+    _write(base_path, out, adaptation)
+    return adaptation, base_path.name
+
+
+FIRST_GUESS_S = 20.0  # the time of one sample, before any was measured in this run
+
+
+def _measure_within(root: str | Path, keys: list[str], budget_s: float, threads: int,
+                    protocol, progress: bool) -> set[str]:
+    """The `keys` the folder `root` holds, measuring those it lacks in order while the next
+    one fits in `budget_s` (at the mean time of those measured so far). Returns the `keys`
+    held after."""
+    from tqdm import tqdm
+
+    from mdot_jax.data.dataset import SAMPLES, load_dataset
+    from mdot_jax.measure.zoo import ZOOS, Protocol, profile
+
+    held = {s.key for s in load_dataset(root).samples} if (Path(root) / SAMPLES).exists() \
+        else set()
+    times: list[float] = []
+    bar = tqdm(total=max(int(budget_s), 0), unit="s", desc="adapt: more samples",
+               disable=not progress or budget_s <= 0)
+    start = time.perf_counter()
+    for key in keys:
+        if key in held:
+            continue
+        elapsed = time.perf_counter() - start
+        if elapsed + (np.mean(times) if times else FIRST_GUESS_S) > budget_s:
+            break
+        t0 = time.perf_counter()
+        profile(list(ZOOS), [], [], root, threads=threads, keys=[key],
+                protocol=protocol or Protocol(), speed_check=False, progress=False)
+        times.append(time.perf_counter() - t0)
+        bar.update(min(int(time.perf_counter() - start), bar.total) - bar.n)
+    bar.close()
+    return {s.key for s in load_dataset(root).samples} & set(keys)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mdot_jax.companion import combine, spread
 from mdot_jax.data.dataset import Sample
+from mdot_jax.models.ensemble import combine, spread
 
 EDGES = (0.5, 0.9)  # quantiles of the disagreement at which the bins split
 COVER = 0.8  # share of held-out predictions inside a band (10th to 90th percentile)

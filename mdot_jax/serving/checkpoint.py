@@ -9,7 +9,7 @@ A checkpoint directory holds
                   before, both still read)
 and, optionally, in metadata.json the error bands measured on held-out families
 (`calibration.Calibration`, added by `attach_calibration`) and, op-grounded with a
-companion, the operator-sum line (`ops.cost.OpSumLine`, the prediction's third member),
+companion, the operator-sum line (`models.kernels.OpSumLine`, the prediction's third member),
 so `load(path)` and `load_companion(path)` need nothing else. Saves are atomic: everything
 is written to a temporary sibling directory which then replaces the target in one rename.
 """
@@ -32,13 +32,13 @@ import numpy as np
 from flax import nnx
 
 from converters.vocab import VOCAB, VOCAB_VERSION
-from mdot_jax.companion import TreeModel
 from mdot_jax.data.features import FeatureConfig, FeatureStats
 from mdot_jax.errors import CheckpointError
 from mdot_jax.models import ModelConfig, build_model
-from mdot_jax.ops.cost import COST_MODEL, CostModel, OpSumLine
+from mdot_jax.models.kernels import COST_MODEL, CostModel, OpSumLine
+from mdot_jax.models.trained import Trained
+from mdot_jax.models.trees import TreeModel
 from mdot_jax.serving.calibration import Calibration
-from mdot_jax.training.train import Trained
 
 # 2: derived convolution-kind features (features.CONV_KINDS, GRAPH_TOTALS); format-1 weights
 # expect other input widths
@@ -154,7 +154,7 @@ def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = Non
 
 
 def attach_adaptation(path: str | Path, adaptation: dict | None) -> None:
-    """Adds (or replaces, or with None removes) the device adaptation (`adaptation.Adaptation`
+    """Adds (or replaces, or with None removes) the device adaptation (`predict.Adaptation`
     as JSON) of the checkpoint at `path`."""
     _set_entry(Path(path), "adaptation", adaptation)
 
@@ -353,3 +353,12 @@ def load_companion(path: str | Path) -> TreeModel | None:
     except Exception as e:  # noqa: BLE001 - OSError, KeyError, LightGBMError: one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: missing or corrupt companion ({msg})") from None
+
+
+def member_methods(meta: dict) -> tuple[str, ...]:
+    """The `mdot evaluate` methods whose rows describe a checkpoint's members: its network
+    (`ModelConfig.method`: `gnn`, `mdot-pe-none`, ...), `lightgbm` with a companion, and
+    its operator-sum line (`op-sum`, or `op-sum-params` with a parameter term)."""
+    line = meta.get("op_sum")
+    return (model_config(meta).method, *(["lightgbm"] if meta.get("companion") else []),
+            *([("op-sum-params" if line.get("e") else "op-sum")] if line else []))

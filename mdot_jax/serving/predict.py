@@ -5,6 +5,7 @@ Compiled once per sequence-length bucket (fixed prediction batch size), then fas
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -12,20 +13,21 @@ from pathlib import Path
 from typing import Union
 
 import jax
+import numpy as np
 import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
 from converters.sequence import INPUT_KINDS
 from converters.vocab import VOCAB
-from mdot_jax.companion import TreeModel, combine, spread
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
-from mdot_jax.ops.cost import COST_MODEL, CostModel, OpSumLine, attach, load_cost_model
-from mdot_jax.serving.adaptation import Adaptation
+from mdot_jax.models.ensemble import combine, spread
+from mdot_jax.models.kernels import COST_MODEL, CostModel, OpSumLine, attach, load_cost_model
+from mdot_jax.models.trained import Trained, predict_samples
+from mdot_jax.models.trees import TreeModel
 from mdot_jax.serving.calibration import Calibration
 from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion
-from mdot_jax.training.train import Trained, predict_samples
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 # An installed wheel carries the shipped checkpoints as package data (`mdot_jax/checkpoints`);
@@ -56,6 +58,37 @@ def resolve_checkpoint(name_or_dir: str | Path | None) -> Path:
         return path
     raise CheckpointError(f"no checkpoint {str(name_or_dir)!r}: give a directory or one of "
                           f"the shipped ones {shipped_checkpoints()}")
+
+
+@dataclass(frozen=True)
+class Adaptation:
+    """A device adaptation in a checkpoint's metadata (`serving.adaptation.fit` makes one):
+    base predictions t become exp(a + b * log t) for `device`, with the band of its
+    leave-one-out residuals."""
+
+    device: str  # the device the adapted checkpoint predicts for
+    fit: str  # scale | affine
+    a: float
+    b: float
+    n_rows: int
+    loo_mape: float  # percent: each row predicted by a fit on the others
+    lo: float  # 10th / 90th percentile of the leave-one-out log(measured / predicted)
+    hi: float
+    source: str = ""
+
+    def apply(self, ms: np.ndarray) -> np.ndarray:
+        """`[N]` base predictions (ms) -> `[N]` predictions for `device` (ms)."""
+        return np.exp(self.a + self.b * np.log(np.asarray(ms, np.float64)))
+
+    def interval(self, ms: float) -> tuple[float, float]:
+        return ms * float(np.exp(self.lo)), ms * float(np.exp(self.hi))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Adaptation:
+        return cls(**d)
 
 
 @dataclass
@@ -311,7 +344,7 @@ def machine_note(devices: Sequence[str]) -> str | None:
     """When this machine is a CPU and a CPU checkpoint's devices are other CPUs (family, model
     or vector extensions of another generation: per-model times differ 1.1-3x), what to say:
     the prediction is for those devices, and `mdot adapt` makes one for this machine."""
-    from mdot_jax.data.profile import cpu_info, device_slug, is_cpu
+    from mdot_jax.measure.device import cpu_info, device_slug, is_cpu
 
     cpus = [d for d in devices if is_cpu(d)]
     info = cpu_info()

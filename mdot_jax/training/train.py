@@ -13,7 +13,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
@@ -29,16 +29,13 @@ from mdot_jax.data.features import (
     Batch,
     FeatureCache,
     FeatureConfig,
-    FeatureStats,
     fit_stats,
     sequences_fused,
     sequences_op_costs,
 )
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig, build_model
-
-MAX_Z = 8.0  # predictions are clipped to this many standard deviations of the log-time
-
+from mdot_jax.models.trained import Trained, predict_samples
 
 # per-sample loss of d = log(pred_ms) - log(true_ms)
 LOSSES = {"mse": lambda d: d ** 2, "l1": jnp.abs,  # squared / absolute log error
@@ -67,22 +64,6 @@ class TrainConfig:
 
     def replace(self, **kw) -> TrainConfig:
         return dataclasses.replace(self, **kw)
-
-
-@dataclass
-class Trained:
-    """A trained predictor: everything `checkpoint.save` writes."""
-
-    graphdef: nnx.GraphDef
-    params: nnx.State  # the parameters
-    model_cfg: ModelConfig
-    feature_cfg: FeatureConfig
-    stats: FeatureStats
-    history: list = field(default_factory=list)
-    info: dict = field(default_factory=dict)
-
-    def model(self):
-        return nnx.merge(self.graphdef, self.params)
 
 
 def make_mesh() -> Mesh:
@@ -120,20 +101,6 @@ def make_steps(graphdef, tx, target_std: float, loss_kind: str, mesh: Mesh):
                         out_shardings=(repl, repl, repl), donate_argnums=(0, 1))
     predict_jit = jax.jit(predict_step, in_shardings=(repl, data), out_shardings=data)
     return train_jit, predict_jit, traces
-
-
-def predict_samples(predict_step, params, cache: FeatureCache, samples: Sequence[Sample],
-                    tokens: int = 4096, *, shrink: bool = False) -> np.ndarray:
-    """Predicted milliseconds for `samples` (in their order)."""
-    out = np.zeros(len(samples))
-    for batch, idx in cache.batches(samples, tokens, multiple=jax.device_count(),
-                                    shrink=shrink):
-        pred = np.asarray(predict_step(params, batch), np.float64)  # [B, K]
-        # a diverged model must not give inf: at most MAX_Z standard deviations of the
-        # training log-times from their mean (a factor of e^(MAX_Z * std))
-        z = np.clip(pred[idx >= 0], -MAX_Z, MAX_Z)
-        out[idx[idx >= 0]] = np.exp(z * cache.stats.target_std + cache.stats.target_mean)
-    return out
 
 
 class Resume:

@@ -8,23 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.companion import TreeModel, combine
-from mdot_jax.data import core_set
 from mdot_jax.data.dataset import Dataset, make_splits, split_validation
 from mdot_jax.data.features import FeatureCache
 from mdot_jax.errors import UsageError
+from mdot_jax.measure import core_set
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
-from mdot_jax.ops.cost import OpSumLine, attach, load_cost_model
+from mdot_jax.models.ensemble import combine
+from mdot_jax.models.kernels import OpSumLine, attach, load_cost_model
+from mdot_jax.models.trained import Trained, predict_samples
+from mdot_jax.models.trees import TreeModel
 from mdot_jax.serving import checkpoint
-from mdot_jax.training.train import (
-    TrainConfig,
-    Trained,
-    make_mesh,
-    make_steps,
-    predict_samples,
-    train,
-)
+from mdot_jax.training.train import TrainConfig, make_mesh, make_steps, train
 
 
 def score(trained: Trained, samples) -> tuple[np.ndarray, dict]:
@@ -78,9 +73,9 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
     reports test metrics on `fold` and writes a self-describing checkpoint to `out`; with
     `companion`, a LightGBM companion is fitted on the same samples and saved with it (the
     test metrics are then those of the combined prediction; `model_only` the network's).
-    With a kernel `cost_model` (`ops.cost.CostModel`), every operator gets its predicted time
+    With a kernel `cost_model` (`models.kernels.CostModel`), every operator gets its predicted time
     as a feature (op-grounded) and the checkpoint carries the cost model; with a companion
-    too, the operator-sum line (`ops.cost.OpSumLine` with its parameter term, fitted on the
+    too, the operator-sum line (`models.kernels.OpSumLine` with its parameter term, fitted on the
     same samples: docs/studies/op-sum-params.md) is the prediction's third member.
     A killed run continues from its last epoch when re-run with the same arguments (the
     state lives in `.<out>.resume/` beside `out` until the checkpoint is written). `out` must
@@ -124,7 +119,7 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
 
 def refit_companion(path: str | Path, ds: Dataset) -> dict:
     """Fits the LightGBM companion of the checkpoint at `path` again with this version's
-    recipe (`companion.py`), on the samples and validation carve-out its MDOT was trained on
+    recipe (`models.trees`), on the samples and validation carve-out its MDOT was trained on
     (its recorded split, fold and seed), and replaces it; returns the validation metrics.
     The checkpoint's error bands described the old companion, so they are dropped: run
     `calibrate` again on results of the new recipe. An op-grounded checkpoint's operator

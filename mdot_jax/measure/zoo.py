@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-import platform
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +28,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from converters import convert, from_torch, inference_export
 from mdot_jax.data import dataset as data
@@ -42,6 +41,7 @@ from mdot_jax.data.dataset import (
     load_dataset,
     writer_lock,
 )
+from mdot_jax.measure.device import DEVICE_KEYS, _sample_load, device_slug, fingerprint
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ def zoo_models(names: list[str]) -> list[ZooModel]:
     return list(out.values())
 
 
-def sample_exporter(view: str = "training") -> Callable[[Sample], object]:
+def sample_exporter(view: str = "training") -> Callable[[Sample], onnx.ModelProto]:
     """`export(sample)`: the ONNX ModelProto of a profiled sample's model at its input size,
     rebuilt from its zoo with random weights (the graph is what matters), as a `view`
     (`training`, or an inference export of `converters.INFERENCE_EXPORTERS`), once per graph
@@ -241,59 +241,6 @@ def resequence(src: str | Path, out: str | Path, *, fuse: bool | int = True,
 
 
 # ---------------------------------------------------------------------------- measurement
-def cpu_info() -> dict:
-    """The CPU as /proc/cpuinfo tells it: model name, and where the name is generic (a cloud
-    VM's "AMD EPYC" covers several generations: labels measured on one ran 1.2-2.5x slower
-    than on another) the family, model number, stepping and vector extensions that tell the
-    generations apart."""
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip().lower(), value.strip())
-    except OSError:
-        pass
-    info = dict(device_model=fields.get("model name") or platform.processor()
-                or platform.machine())
-    if "cpu family" in fields:
-        info.update(cpu_family=int(fields["cpu family"]), cpu_model_id=int(fields["model"]),
-                    cpu_stepping=int(fields.get("stepping", 0) or 0),
-                    cpu_isa=sorted(f for f in fields.get("flags", "").split()
-                                   if re.match(r"(avx|amx|fma|f16c|sse4)", f)))
-    return info
-
-
-def fingerprint(threads: int) -> dict:
-    import torch
-
-    cuda = torch.cuda.is_available()
-    chip = dict(device_model=torch.cuda.get_device_name(0)) if cuda else cpu_info()
-    return dict(chip, device_kind="cuda" if cuda else "cpu", cores=os.cpu_count(),
-                threads=threads, torch=torch.__version__.split("+")[0], precision="fp32",
-                optimizer="sgd", affinity=sorted(os.sched_getaffinity(0))
-                if hasattr(os, "sched_getaffinity") else None, python=platform.python_version())
-
-
-def device_slug(fp: dict) -> str:
-    """Folder name for a device, e.g. `cpu-amd-epyc-f26m2-2t` (CPU family 26, model 2; where
-    the fingerprint has them), `cuda-nvidia-geforce-rtx-3090-2t`."""
-    model = re.sub(r"[^a-z0-9]+", "-", fp["device_model"].lower()).strip("-")
-    model = re.sub(r"-(processor|cpu|with-radeon.*)$", "", model)
-    chip = f"-f{fp['cpu_family']}m{fp['cpu_model_id']}" if "cpu_family" in fp else ""
-    return f"{fp['device_kind']}-{model}{chip}-{fp['threads']}t"
-
-
-def is_cpu(device: str) -> bool:
-    """Whether a device name (a `device_slug`, or a dataset's device such as `rtx3090`) is a
-    CPU's."""
-    return device.startswith("cpu-")
-
-
-# what must agree for two samples to be of one device
-DEVICE_KEYS = ("device_model", "cpu_family", "cpu_model_id", "cpu_stepping", "cpu_isa",
-               "threads")
-
-
 @dataclass(frozen=True)
 class Protocol:
     warmup: int = 2
@@ -305,21 +252,6 @@ class Protocol:
     # many times max_iter_s before the sample is skipped; later ones decide
     max_cv: float = 15.0  # repeats that vary more (percent): the sample is noisy
     max_others: float = 0.5  # other runnable threads on average during the repeats: noisy
-
-
-def others_running(threads: int) -> float | None:
-    """Runnable threads on this machine besides our `threads` (Linux `procs_running`), or
-    None where the kernel does not say."""
-    try:
-        with open("/proc/stat") as f:
-            running = next(int(ln.split()[1]) for ln in f if ln.startswith("procs_running"))
-    except (OSError, StopIteration, ValueError):
-        return None
-    return float(max(0, running - threads))
-
-
-def _sample_load(into: list[float], threads: int) -> None:
-    into.append(others_running(threads) or 0.0)
 
 
 def measure_step(model, x, target, protocol: Protocol, device: str,

@@ -47,15 +47,9 @@ from mdot_jax.data.dataset import (
     unpack_for_writing,
     writer_lock,
 )
-from mdot_jax.data.profile import (
-    DEVICE_KEYS,
-    device_slug,
-    fingerprint,
-    others_running,
-    stats_of,
-)
 from mdot_jax.errors import DatasetError
-from mdot_jax.ops.specs import (
+from mdot_jax.measure.device import DEVICE_KEYS, device_slug, fingerprint, others_running
+from mdot_jax.measure.specs import (
     BUILDER_VERSION,
     LOSS,
     MEASURED,
@@ -65,6 +59,7 @@ from mdot_jax.ops.specs import (
     loss_spec,
     specs_of,
 )
+from mdot_jax.measure.zoo import stats_of
 
 PLAN = "plan.jsonl"
 

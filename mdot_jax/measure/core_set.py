@@ -6,7 +6,7 @@
   are the device's features in a device-aware predictor and the first rows `mdot adapt` fits.
 
 Both are chosen once, by the rules below, and stored with a version in
-`mdot_jax/data/core_set.json`; a device's measurements of them are ordinary samples of its
+`mdot_jax/measure/core_set.json`; a device's measurements of them are ordinary samples of its
 dataset (`mdot profile --core-set`, `mdot probe`), so a probe value is a label like any other.
 
 Rules (version 1), from the keys measured on all three CPUs when it was chosen:
@@ -125,7 +125,8 @@ def run_probe(root: str | Path, keys: Sequence[str], threads: int = 2, protocol=
     """Measures the probe samples `keys` that the dataset folder `root` lacks (as
     `mdot profile` does, into that folder), then writes `root/PROBE_FILE`: version,
     fingerprint, key -> ms of those it holds. Returns that."""
-    from mdot_jax.data.profile import ZOOS, Protocol, fingerprint, profile
+    from mdot_jax.measure.device import fingerprint
+    from mdot_jax.measure.zoo import ZOOS, Protocol, profile
 
     profile(list(ZOOS), [], [], root, threads=threads, keys=keys,
             protocol=protocol or Protocol(), speed_check=speed_check)
