@@ -71,12 +71,28 @@ def test_no_import_cycles_and_only_the_cli_imports_the_cli():
             continue
         assert m not in _reachable(graph, m) - {"mdot_jax"}, f"{m} imports itself back"
         assert "mdot_jax.cli" not in graph[m], m
+        assert m == "mdot_jax.cli" or "mdot_jax.cli_build" not in graph[m], m
+
+
+def test_the_cli_is_thin():
+    """Parsing and printing: a short entry module, no subprocesses, and `mdot --help` shows
+    the commands for predicting apart from those that build data and models."""
+    from mdot_jax.cli import build_parser
+
+    cli = REPO / "mdot_jax" / "cli.py"
+    assert len(cli.read_text().splitlines()) <= 450
+    for f in (cli, REPO / "mdot_jax" / "cli_build.py"):
+        assert "subprocess" not in _imports(f), f
+    text = build_parser().format_help()
+    user, build = text.index("predicting:"), text.index("building data and models:")
+    assert user < text.index("  predict ") < text.index("  probe ") < build
+    assert build < text.index("  profile ") and build < text.index("  train ")
 
 
 def test_the_graph_sees_lazy_imports():
     """The check above is only as good as the graph: a function-level import counts."""
     graph = import_graph()
-    assert "mdot_jax.measure.zoo" in graph["mdot_jax.cli"]
+    assert "mdot_jax.measure.zoo" in graph["mdot_jax.cli_build"]
     assert "mdot_jax.serving.checkpoint" in graph["mdot_jax.evaluation.evaluate"]
 
 

@@ -371,6 +371,23 @@ def _attach_fold_costs(ds: Dataset, op_samples: Sequence[dict], test_families: s
     attach([s.seq for s in ds.samples], model)
 
 
+def source_commit() -> str:
+    """The git commit of the code that ran, read from the repository the package was
+    installed from (editable installs); "" where there is none."""
+    git = Path(__file__).resolve().parents[2] / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head[:8]
+        ref = head.removeprefix("ref: ")
+        if (git / ref).exists():
+            return (git / ref).read_text().strip()[:8]
+        packed = (git / "packed-refs").read_text().splitlines()
+        return next((line.split()[0][:8] for line in packed if line.endswith(" " + ref)), "")
+    except OSError:
+        return ""
+
+
 def read_results(out: str | Path) -> list[dict]:
     """The rows `run` has written to `out` so far."""
     return _read(Path(out) / RESULTS)

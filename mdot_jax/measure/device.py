@@ -75,3 +75,19 @@ def others_running(threads: int) -> float | None:
 
 def _sample_load(into: list[float], threads: int) -> None:
     into.append(others_running(threads) or 0.0)
+
+
+def data_dir() -> Path:
+    """Where measurements go unless a folder is named: `$MDOT_DATA`, else the per-user data
+    directory (`$XDG_DATA_HOME/mdot`, by default `~/.local/share/mdot`); never the working
+    directory."""
+    if os.environ.get("MDOT_DATA"):
+        return Path(os.environ["MDOT_DATA"])
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                          "share")
+    return Path(base) / "mdot"
+
+
+def device_folder(threads: int) -> Path:
+    """This machine's dataset folder under `data_dir()`: its device slug."""
+    return data_dir() / device_slug(fingerprint(threads))

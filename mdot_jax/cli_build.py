@@ -1,0 +1,493 @@
+"""The `mdot` commands that build data and models (dataset, profile, kernels, train,
+calibrate, evaluate), and the argument types both command modules share. Parsing and
+printing only: the work is the library's. The entry point is `mdot_jax.cli`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+from mdot_jax.errors import UsageError
+
+BUILD_COMMANDS = {  # name -> one line for `mdot --help`
+    "profile": "measure training iterations (or single operators) of zoo models here",
+    "kernels": "fit a kernel cost model (operator -> ms) on measured operators",
+    "train": "train a predictor on a dataset, write a checkpoint",
+    "evaluate": "MDOT and every baseline on identical leave-family-out folds",
+    "calibrate": "give a checkpoint the error bands of an evaluation of its recipe",
+    "dataset": "build, inspect or check a training-time dataset",
+}
+
+
+# ---------------------------------------------------------------------------- argument types
+def _positive(kind, zero: bool = False):
+    what = f"{'non-negative' if zero else 'positive'} {'integer' if kind is int else 'number'}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not (math.isfinite(value) and (value > 0 or zero and value == 0)):
+            raise argparse.ArgumentTypeError(f"expected a {what}, got {text!r}")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+POSITIVE_INT, POSITIVE_FLOAT = _positive(int), _positive(float)
+NON_NEGATIVE_FLOAT = _positive(float, zero=True)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _json_arg(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"expected a JSON object, got {text!r} ({e})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"expected a JSON object, got {text!r}")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+
+
+def _config(base, text: str | None):
+    """A frozen config dataclass with JSON overrides; unknown fields are a usage error."""
+    try:
+        return base.replace(**_json_arg(text))
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{type(base).__name__}: {e}") from None
+
+
+def _dataset(path: str):
+    from mdot_jax.data.dataset import load_dataset
+
+    return load_dataset(path)  # a DatasetError names the file and line
+
+
+# ---------------------------------------------------------------------------- commands
+def default_data_dir(name: str) -> str:
+    """Datasets built from public tables live outside git, under the user's cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mdot", "datasets", name)
+
+
+def cmd_dataset_timm(args: argparse.Namespace) -> int:
+    from mdot_jax.data.build_timm import build_timm_supervised
+
+    out = args.out or default_data_dir("timm-rtx3090")
+    try:
+        report = build_timm_supervised(
+            args.csv, out, limit=args.limit, retry_skipped=args.retry_skipped,
+            models=args.models.split(",") if args.models else None, fuse=args.fuse)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        raise UsageError(str(e)) from None
+    for layout, entry in report["by_layout"].items():
+        print(f"{layout}: {entry['built']}/{entry['rows']} rows built "
+              f"({entry['built_percent']:.1f}%)")
+    if report["skipped_by_reason"]:
+        print(f"skipped by reason: {report['skipped_by_reason']} (details in {out}/report.json)")
+    print(f"dataset: {out}")
+    return 0
+
+
+def cmd_dataset_resequence(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from mdot_jax.data import build_timm
+    from mdot_jax.data.dataset import RESEQUENCE_FAILED
+    from mdot_jax.measure import zoo as profile
+
+    # a timm dataset (rows of a benchmark table) keeps its exports or is rebuilt from timm; a
+    # profiled one is exported again from its zoo
+    module = build_timm if build_timm.is_timm_dataset(args.src) else profile
+    try:
+        ds = module.resequence(args.src, args.out, fuse=not args.no_fuse, view=args.view)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    print(f"{len(ds)} samples, {args.view} graphs {'with' if not args.no_fuse else 'without'} "
+          f"eager-kernel fusion: {args.out}")
+    failed = Path(args.out) / RESEQUENCE_FAILED
+    left_out = failed.read_text().count("\n") if failed.exists() else 0
+    if left_out:
+        print(f"{left_out} samples left out: they could not be exported this way ({failed})")
+    return 0
+
+
+def cmd_dataset_info(args: argparse.Namespace) -> int:
+    summary = _dataset(args.dir).summary()
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    lab = summary["label_ms"]
+    print(f"{summary['path']}: {summary['num_samples']} samples, "
+          f"{summary['num_architectures']} architectures, {summary['num_families']} families")
+    print(f"devices: {', '.join(summary['devices'])}; label {lab['min']:.3g} .. "
+          f"{lab['median']:.3g} (median) .. {lab['max']:.3g} ms; batch sizes "
+          f"{summary['batch_sizes']}; input sizes {summary['input_sizes']}")
+    if summary["median_cv"] is not None:
+        print(f"noise: median CV of repeats {summary['median_cv']:.2f}%")
+    if summary["twins"] is not None:
+        t = summary["twins"]
+        print(f"noise: {t['samples']} samples have a twin (same operator graph and workload "
+              f"under another name); predicting each by its twins errs {t['mape']:.2f}% "
+              f"(median {t['median_ape']:.2f}%): the labels' own noise")
+    top = list(summary["families"].items())[:12]
+    print("largest families: " + ", ".join(f"{f} ({n})" for f, n in top))
+    return 0
+
+
+def cmd_dataset_check(args: argparse.Namespace) -> int:
+    from mdot_jax.data.dataset import REJECTED, check_dataset
+
+    report = check_dataset(args.dir, fix=args.fix)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for q in report["problems"]:
+            print(f"{report['path']}: line {q['line']}: {q['reason']}")
+        n = len(report["problems"])
+        print(f"{report['samples']} usable samples, {n} problem{'s' * (n != 1)}"
+              + (f"; moved to {os.path.join(args.dir, REJECTED)}" if report["fixed"] else
+                 "; `--fix` moves them aside" if n else ""))
+    return 1 if report["problems"] and not report["fixed"] else 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from mdot_jax.measure.device import device_folder
+    from mdot_jax.measure.zoo import ZOOS, Protocol, profile
+
+    if args.ops:
+        return _profile_ops(args)
+    keys = None
+    if args.core_set:  # the device core set: common ground with every other device
+        from mdot_jax.measure import core_set
+
+        keys, args.zoo = core_set.load()["core_set"], args.zoo or ",".join(ZOOS)
+    if not args.zoo:
+        raise UsageError("profile: --zoo is required (or --core-set, or --ops to measure "
+                         "single operators)")
+    out = args.out or str(device_folder(args.threads))
+    protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
+                        budget_s=args.budget_s)
+    try:
+        report = profile(args.zoo.split(","), args.batch_sizes, args.image_sizes, out,
+                         seq_lens=args.seq_lens, threads=args.threads,
+                         models=args.models.split(",") if args.models else None,
+                         protocol=protocol, retry_skipped=args.retry_skipped,
+                         retry_noisy=args.retry_noisy, keys=keys)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report.get("noisy") else ""
+    print(f"{report['samples']} samples in {out}{noisy}; skipped by reason: "
+          f"{report['skipped_by_reason']}")
+    return 0
+
+
+def _profile_ops(args: argparse.Namespace) -> int:
+    from mdot_jax.measure.device import device_folder
+    from mdot_jax.measure.ops import OpProtocol, profile_ops
+
+    out = args.out or str(device_folder(args.threads) / "ops")
+    if bool(args.ops_more) != bool(args.ops_kinds):
+        raise UsageError("--ops-more and --ops-kinds go together: how many more operators, "
+                         "of which kinds (e.g. --ops-more 4000 --ops-kinds "
+                         "Conv:depthwise,Conv:grouped)")
+    try:
+        report = profile_ops(out, n=args.ops_n, threads=args.threads,
+                             sources=args.ops_from.split(",") if args.ops_from else None,
+                             protocol=OpProtocol(warmup=args.warmup, repeats=args.repeats),
+                             max_minutes=args.max_minutes, more=args.ops_more or 0,
+                             kinds=args.ops_kinds.split(",") if args.ops_kinds else ())
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report["noisy"] else ""
+    print(f"{report['samples']} of {report['planned']} planned operators measured in {out}"
+          f"{noisy}; skipped by reason: {report['skipped_by_reason']}")
+    return 0
+
+
+def cmd_kernels(args: argparse.Namespace) -> int:
+    from mdot_jax.measure.ops import read_op_samples
+    from mdot_jax.models.kernels import CostModel
+
+    records = read_op_samples(args.ops)
+    if len(records) < 20:
+        raise UsageError(f"{args.ops}: {len(records)} operator samples; measure more first "
+                         "(`mdot profile --ops`)")
+    if os.path.exists(args.out) and not args.force:
+        raise UsageError(f"{args.out} exists; pass --force to replace it")
+    try:
+        model = CostModel.fit(records, seed=args.seed)
+    except ValueError as e:
+        raise UsageError(f"{args.ops}: {e}") from None
+    model.save(args.out)
+    print(f"kernel cost model of {model.device} from {len(records)} operator samples: "
+          f"{args.out} (held-out accuracy: benchmarks/bench_kernels.py)")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from mdot_jax import recipes
+    from mdot_jax.training.workflow import train_and_save
+
+    try:
+        recipe = recipes.get(args.recipe)
+    except ValueError as e:
+        raise UsageError(f"--recipe: {e}") from None
+    ds = _dataset(args.dataset)
+    model_cfg = _config(recipe.model, args.model_config)
+    train_cfg = _config(recipe.train, args.train_config)
+    result = train_and_save(ds, args.out, split=args.split, fold=args.fold,
+                            model_cfg=model_cfg, train_cfg=train_cfg,
+                            companion=recipe.companion and not args.no_companion,
+                            cost_model=_cost_model(args.op_costs), force=args.force,
+                            log=lambda line: print(line, file=sys.stderr, flush=True))
+    m = result["test_metrics"]
+    if m:
+        print(f"test ({args.split} split, fold {args.fold}): MAE {m['mae_ms']:.3g} ms, "
+              f"RMSE {m['rmse_ms']:.3g} ms, MAPE {m['mape']:.2f}% on {m['n']} samples")
+    if m.get("model_only"):
+        print(f"  of which {model_cfg.label} alone: MAPE {m['model_only']['mape']:.2f}%")
+    print(f"checkpoint: {args.out}")
+    return 0
+
+
+def _cost_model(path: str | None):
+    """`--op-costs`: a kernel cost model (`benchmarks/bench_kernels.py` writes one), or None."""
+    if not path:
+        return None
+    from mdot_jax.models.kernels import CostModel
+
+    try:
+        return CostModel.load(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f"--op-costs {path}: not a kernel cost model ({e})") from None
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from mdot_jax.evaluation.evaluate import calibrate
+    from mdot_jax.serving.predict import resolve_checkpoint
+
+    path = resolve_checkpoint(args.checkpoint)
+    ds = _dataset(args.dataset)
+    try:
+        cal = calibrate(path, args.results, ds,
+                        tuple(args.methods.split(",")) if args.methods else None)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(f"{path}: error bands of {' x '.join(cal.methods)} from {cal.source}")
+    for layout, bands in cal.bands.items():
+        for label, b in zip(cal.labels(layout), bands):
+            print(f"  {layout}, disagreement {label:>8}: n={b.n:>5}, median error "
+                  f"{b.median_ape:.1f}%, 80% band x{math.exp(b.lo):.3f} .. "
+                  f"x{math.exp(b.hi):.3f}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from mdot_jax.evaluation.evaluate import (
+        ALL_METHODS,
+        read_results,
+        run,
+        source_commit,
+        summarize,
+    )
+    from mdot_jax.training.train import TrainConfig
+
+    ds = _dataset(args.dataset)
+    op_samples = None
+    if args.op_costs:  # op-grounded: per fold, a cost model of the training families' operators
+        from mdot_jax.measure.ops import read_op_samples
+
+        op_samples = read_op_samples(args.op_costs)
+        if not op_samples:
+            raise UsageError(f"--op-costs {args.op_costs}: no operator samples there "
+                             "(`mdot profile --ops` writes them)")
+    views = {}
+    for spec in (args.views.split(",") if args.views else []):
+        name, _, path = spec.partition("=")
+        if not name or not path:
+            raise UsageError(f"--views {spec!r}: expected NAME=DATASET_DIR")
+        views[name] = _dataset(path)
+    methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
+    budget = _config(TrainConfig(), args.train_config)
+    if args.summary_only:
+        rows = read_results(args.out)
+        if not rows:
+            raise UsageError(f"{args.out}: no results to summarise")
+    else:
+        try:
+            rows = run(ds, args.out, split=args.split, folds=args.folds, seeds=args.seeds,
+                       methods=methods, budget=budget, only_folds=args.only_folds,
+                       op_samples=op_samples, views=views, fold_seed=args.fold_seed)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    try:
+        summarize(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]),
+                  commit=source_commit(),
+                  ensembles=args.ensembles.split(",") if args.ensembles else ())
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(open(os.path.join(args.out, "table.md")).read())
+    print(f"plots: {args.out}/pred_vs_measured.png, {args.out}/error_by_family.png")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Adds the build commands to the `mdot` subparsers `sub`."""
+    p = sub.add_parser("dataset", description=BUILD_COMMANDS["dataset"])
+    dsub = p.add_subparsers(dest="dataset_command", required=True)
+    q = dsub.add_parser("timm", help="build the dataset of timm's GPU training benchmarks")
+    q.add_argument("--csv", action="append", required=True,
+                   help="benchmark-train-*.csv (repeatable: nchw and nhwc)")
+    q.add_argument("--out", help="dataset directory (default: under ~/.cache/mdot/datasets)")
+    q.add_argument("--limit", type=POSITIVE_INT, help="only the first N architectures")
+    q.add_argument("--retry-skipped", action="store_true", help="retry rows skipped before")
+    q.add_argument("--models", help="only these architectures (comma-separated)")
+    q.add_argument("--fuse", action="store_true",
+                   help="convert with eager-kernel fusion (GELU, SiLU, no-op Dropout)")
+    q.set_defaults(func=cmd_dataset_timm)
+    q = dsub.add_parser("resequence", help="copy a dataset with its operator sequences "
+                                           "converted again (with eager-kernel fusion)")
+    q.add_argument("src", help="a timm dataset (its onnx/ exports) or a profiled one "
+                               "(models rebuilt from the zoo)")
+    q.add_argument("--out", required=True, help="new dataset directory")
+    q.add_argument("--no-fuse", action="store_true", help="convert without fusion")
+    q.add_argument("--view", choices=("training", "torchscript", "dynamo"), default="training",
+                   help="the graph to convert: the training export (default), or the "
+                        "inference export users get from torch.onnx.export(model.eval(), ...) "
+                        "with the TorchScript or the dynamo exporter (same labels)")
+    q.set_defaults(func=cmd_dataset_resequence)
+    q = dsub.add_parser("info", help="summary of a dataset directory")
+    q.add_argument("dir")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_dataset_info)
+
+    q = dsub.add_parser("check", help="every unusable line of a dataset, with its number and "
+                                      "reason (exit 1 if any)")
+    q.add_argument("dir")
+    q.add_argument("--fix", action="store_true",
+                   help="move those lines to rejected.jsonl (nothing is deleted)")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_dataset_check)
+
+    p = sub.add_parser("profile", description=BUILD_COMMANDS["profile"])
+    p.add_argument("--zoo", help="comma-separated: torchvision,timm,hf")
+    p.add_argument("--ops", action="store_true",
+                   help="measure single operators (forward, backward, update) drawn from the "
+                        "graphs of model datasets, into <this machine's folder>/ops")
+    p.add_argument("--ops-n", type=POSITIVE_INT, default=20000,
+                   help="--ops: operators in the plan (fixed on the first run)")
+    p.add_argument("--ops-from", help="--ops: comma-separated model datasets to draw the "
+                                      "operators from (default: data/derived/cpu-*)")
+    p.add_argument("--ops-more", type=POSITIVE_INT,
+                   help="--ops: add this many operators of --ops-kinds to the plan (once; "
+                        "run the same command again to resume)")
+    p.add_argument("--ops-kinds", help="--ops-more: comma-separated op types or kinds "
+                                       "(Conv:dense, Conv:depthwise, Conv:grouped, "
+                                       "Gather:table)")
+    p.add_argument("--max-minutes", type=POSITIVE_FLOAT,
+                   help="--ops: stop after this long (resume by running it again)")
+    p.add_argument("--core-set", action="store_true",
+                   help="measure the device core set (mdot_jax/measure/core_set.json: ~150 "
+                        "samples over 54 families, common ground with every other device)")
+    p.add_argument("--models", help="only these model names (comma-separated)")
+    p.add_argument("--batch-sizes", type=_int_list, default=[2, 4, 8, 16, 32, 64])
+    p.add_argument("--image-sizes", type=_int_list, default=[64, 128, 224])
+    p.add_argument("--seq-lens", type=_int_list, default=[32, 64, 128, 256])
+    p.add_argument("--threads", type=POSITIVE_INT, default=2)
+    p.add_argument("--warmup", type=POSITIVE_INT, default=2)
+    p.add_argument("--repeats", type=POSITIVE_INT, default=5)
+    p.add_argument("--max-iter-s", type=POSITIVE_FLOAT, default=4.0,
+                   help="skip a sample whose warm-up iteration is slower")
+    p.add_argument("--budget-s", type=POSITIVE_FLOAT, default=25.0,
+                   help="time budget of the timed repeats of one sample")
+    p.add_argument("--out", help="dataset directory (default: this machine's folder in $MDOT_DATA, "
+                        "else ~/.local/share/mdot)")
+    p.add_argument("--retry-skipped", action="store_true",
+                   help="measure again what report.json says was skipped")
+    p.add_argument("--retry-noisy", action="store_true",
+                   help="measure again the samples kept apart in noisy.jsonl (CV above "
+                        "15%% or another job running)")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("train", description=BUILD_COMMANDS["train"])
+    p.add_argument("--dataset", required=True, help="dataset directory")
+    p.add_argument("--split", choices=["family", "random", "batch", "none"], default="family",
+                   help="hold out one fold as the test set (none: train on everything)")
+    p.add_argument("--fold", type=int, default=0, help="which fold is the test set")
+    p.add_argument("--recipe", default="shipped",
+                   help="shipped (GNN + LightGBM, default), paper (the paper's MDOT), mdot "
+                        "(MDOT + LightGBM), tiny (seconds; for tests); see mdot_jax/recipes.py")
+    p.add_argument("--model-config", help='JSON overrides of the recipe\'s, e.g. '
+                                          '\'{"d_model": 32}\'')
+    p.add_argument("--train-config", help='JSON overrides of the recipe\'s, e.g. '
+                                          '\'{"epochs": 20}\'')
+    p.add_argument("--out", required=True, help="checkpoint directory (new or empty)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the checkpoint already in --out (never anything else)")
+    p.add_argument("--op-costs", help="a kernel cost model (.json.xz, `mdot kernels`) of the "
+                   "dataset's device: op-grounded features; the checkpoint carries it")
+    p.add_argument("--no-companion", action="store_true",
+                   help="save the network alone, without the LightGBM companion it "
+                        "averages with")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("calibrate", description=BUILD_COMMANDS["calibrate"])
+    p.add_argument("checkpoint", help="shipped checkpoint name or directory")
+    p.add_argument("--results", required=True, help="an `mdot evaluate --split family` "
+                                                    "results directory on the same dataset")
+    p.add_argument("--dataset", required=True, help="the dataset (for the measured times)")
+    p.add_argument("--methods", help="the evaluated methods matching the checkpoint "
+                   "(default: its network's, e.g. gnn or mdot-pe-none, with lightgbm if it "
+                   "has a companion, and op-sum if it has an operator-sum line)")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("kernels", description=BUILD_COMMANDS["kernels"])
+    p.add_argument("ops", help="operator dataset, e.g. data/<device>/ops")
+    p.add_argument("--out", required=True, help="cost model file (.json)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="replace --out")
+    p.set_defaults(func=cmd_kernels)
+
+    p = sub.add_parser("evaluate", description=BUILD_COMMANDS["evaluate"])
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--split", choices=["family", "random", "batch"], default="family")
+    p.add_argument("--folds", type=POSITIVE_INT, default=5)
+    p.add_argument("--seeds", type=POSITIVE_INT, default=1)
+    p.add_argument("--only-folds", type=_int_list, default=None,
+                   help="run only these folds of the split, e.g. 0,1")
+    p.add_argument("--fold-seed", type=int, default=0,
+                   help="another partition into folds, to confirm a decision on folds it was "
+                        "not tuned on (default 0: the one every committed table uses)")
+    p.add_argument("--methods", default="all", help="all, or comma-separated method names")
+    p.add_argument("--train-config", help="JSON overrides of the neural methods' budget")
+    p.add_argument("--out", required=True, help="results directory (resumable)")
+    p.add_argument("--op-costs", metavar="OPS_DIR", help="operator samples of the dataset's "
+                   "device (data/<device>/ops): every operator gets its predicted time as a "
+                   "fourth dimension, graphs their sum (op-grounded; per fold, a kernel cost "
+                   "model of the training families' operators)")
+    p.add_argument("--views", metavar="NAME=DIR,...",
+                   help="copies of the dataset with other graphs of the same samples "
+                        "(`mdot dataset resequence --view`): each fitted model also predicts "
+                        "from them, as methods <method>@<NAME>")
+    p.add_argument("--ensembles", help="also score these ensembles of finished runs "
+                   "(geometric mean of predictions), e.g. mdot-pe-none+lightgbm")
+    p.add_argument("--summary-only", action="store_true",
+                   help="only redo the table and plots from the results so far")
+    p.set_defaults(func=cmd_evaluate)
