@@ -18,11 +18,13 @@ from mdot_jax import cli_build
 from mdot_jax.cli_build import NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, UsageError
 
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16")
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
     "convert": "ONNX model -> operator sequence (.npz) and summary",
     "adapt": "a checkpoint for another device: from this machine's probe, or step times",
     "probe": "measure the probe (12 samples, a few minutes) that describes this device",
+    "devices": "the GPU catalog: spec sheets of the GPUs --device can name",
 }
 
 
@@ -134,6 +136,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError("--batch-size (or --batch-sizes) is required")
     if (args.epochs is None) != (args.dataset_size is None):
         raise UsageError("--epochs and --dataset-size go together")
+    if args.device_spec:
+        _spec_device(args.device_spec)
     predictor = Predictor.load(args.checkpoint)
     rows = []
     for b in sizes:
@@ -188,6 +192,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spec_device(path: str) -> None:
+    """`--device-spec`: the file is read and checked, but no checkpoint predicts a GPU from its
+    spec sheet yet: say so."""
+    from mdot_jax.data import gpus
+
+    try:
+        gpu = gpus.from_spec_file(path)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    raise UsageError(f"--device-spec {path}: {gpu.name} ({gpu.sms} SMs, {gpu.memory_gbs:g} GB/s, "
+                     f"{gpu.tflops['fp32']:g} fp32 TFLOP/s) read, but no checkpoint predicts a "
+                     "GPU from its spec sheet yet; with a few step times measured on it, `mdot "
+                     "adapt --from-measurements` makes one")
+
+
 def _print_top(row: dict, n: int) -> None:
     ops = row["operators"]
     if not ops:
@@ -233,6 +252,28 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_devices(args: argparse.Namespace) -> int:
+    from mdot_jax.data import gpus
+
+    catalog = gpus.catalog()
+    if args.json:
+        print(json.dumps([g.to_json() for g in catalog.values()]))
+        return 0
+    print(f"{'name':<24} {'SMs':>4} {'MHz':>5} {'GB':>4} {'GB/s':>5} {'L2 MB':>5} "
+          f"{'fp32':>6} {'tf32':>6} {'fp16':>6} {'bf16':>6} {'NVLink':>6}  (TFLOP/s dense)")
+
+    def num(x) -> str:
+        return "-" if not x else f"{x:g}"
+
+    for g in catalog.values():
+        t = g.tflops
+        print(f"{g.name:<24} {g.sms:>4} {g.boost_mhz:>5g} {g.memory_gb:>4g} "
+              f"{g.memory_gbs:>5g} {g.l2_mb:>5g} {num(t['fp32']):>6} {num(t['tf32']):>6} "
+              f"{num(t['fp16']):>6} {num(t['bf16']):>6} {num(g.nvlink_gbs):>6}")
+    print(f"{len(catalog)} GPUs; sources: `mdot devices --json` (each row's datasheet)")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one line (`mdot: error: argument --x: ...`), exit 2."""
 
@@ -252,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
                     f"predicting:\n{listing(USER_COMMANDS)}\n\n"
                     f"building data and models:\n{listing(cli_build.BUILD_COMMANDS)}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                help=argparse.SUPPRESS)
+                                help=argparse.SUPPRESS, prog="mdot")
 
     p = sub.add_parser("convert", description=USER_COMMANDS["convert"])
     p.add_argument("model", help="path to an .onnx file")
@@ -269,13 +310,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", help=argparse.SUPPRESS)  # tests: a smaller probe
     p.set_defaults(func=cmd_probe)
 
+    p = sub.add_parser("devices", description=USER_COMMANDS["devices"])
+    p.add_argument("--json", action="store_true", help="every field, with its source")
+    p.set_defaults(func=cmd_devices)
+
     p = sub.add_parser("predict", description=USER_COMMANDS["predict"])
     p.add_argument("model", help="path to an .onnx file (export it with converters.from_*)")
     _add_shape_args(p)
     p.add_argument("--checkpoint", help="shipped checkpoint name or directory "
                                         "(default: timm-rtx3090)")
-    p.add_argument("--device", help="device to predict for (default: the checkpoint's)")
-    p.add_argument("--precision", help="fp32 | amp-fp16 | bf16 (default: the device's usual)")
+    p.add_argument("--device", help="device to predict for: the checkpoint's (default), or a "
+                                    "GPU of `mdot devices`")
+    p.add_argument("--device-spec", metavar="FILE.json",
+                   help="a GPU the catalog lacks, described with its fields")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="default: the device's usual (fp32 on CPUs, amp-fp16 on GPUs)")
     p.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
     p.add_argument("--batch-sizes", type=_int_list,
                    help="several batch sizes at once (a table; JSON: a list), e.g. 16,32,64")
@@ -326,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mdot: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`mdot devices | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""timm's published RTX 3090 training rows for tests, recovered from the committed dataset."""
+"""timm's published RTX 3090 training rows for tests: the rows of a few small architectures,
+committed in `data/timm-rows.jsonl` (from `benchmark-train-amp-{nchw,nhwc}-pt112-cu113-
+rtx3090.csv`, Ross Wightman, PyTorch Image Models, Apache-2.0)."""
 
 import json
 import pathlib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-TIMM_FUSED = REPO / "data" / "derived" / "timm-rtx3090-fused"
+ROWS = pathlib.Path(__file__).parent / "data" / "timm-rows.jsonl"
 TIMM_HEADER = ("model,train_samples_per_sec,train_step_time,train_batch_size,train_img_size,"
                "param_count")
 TINY_ARCHS = ["dla46x_c", "mobilevit_xxs", "dla46_c", "edgenext_xx_small", "mobilevitv2_050",
@@ -14,17 +16,14 @@ TINY_ARCHS = ["dla46x_c", "mobilevit_xxs", "dla46_c", "edgenext_xx_small", "mobi
 
 def timm_csvs(out: pathlib.Path, names, layouts=("nchw", "nhwc")) -> list[pathlib.Path]:
     """timm's published training-table rows of `names`, written as the builder reads them
-    (one CSV per layout, named as published), recovered from the committed dataset
-    `data/derived/timm-rtx3090-fused` (its samples keep each row's columns), so the tests
-    need no `../shared/` beside the checkout."""
+    (one CSV per layout, named as published), so the tests need neither `../shared/` nor the
+    research data."""
     rows: dict[str, list[str]] = {}
-    for line in (TIMM_FUSED / "samples.jsonl").read_text().splitlines():
-        s = json.loads(line)
-        if s["arch"] in names and s["workload"]["layout"] in layouts:
-            m, w = s["meta"], s["workload"]
-            rows.setdefault(m["source"], []).append(
-                f"{s['arch']},{m['samples_per_sec']},{s['label_ms']},{w['batch_size']},"
-                f"{w['input_size']},{m['param_count_m']}")
+    for line in ROWS.read_text().splitlines():
+        r = json.loads(line)
+        if r["model"] in names and r["layout"] in layouts:
+            rows.setdefault(r["source"], []).append(",".join(
+                str(r[k]) for k in TIMM_HEADER.split(",")))
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for source, lines in sorted(rows.items()):

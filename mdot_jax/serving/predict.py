@@ -192,12 +192,36 @@ class Predictor:
         devices = self.devices
         device = device or (devices[0] if len(devices) == 1 else None)
         if device not in devices:
-            raise ValueError(f"this checkpoint predicts for {devices}, not {device!r}")
+            device = self._checkpoint_device(device)
         if precision is None:
             precision = "amp-fp16" if device.startswith(("rtx", "a100", "v100", "h100")) \
                 else "fp32"
         return Workload(batch_size=batch_size, input_size=input_size, precision=precision,
                         layout=layout, device=device, optimizer=optimizer)
+
+    def _checkpoint_device(self, name: str | None) -> str:
+        """`name` as one of this checkpoint's devices: the same catalogued GPU under another
+        name (`nvidia-rtx-3090` for `rtx3090`), else a ValueError saying what is known."""
+        from mdot_jax.data import gpus
+
+        devices = self.devices
+        if name is None:
+            raise ValueError(f"this checkpoint predicts for {devices}: name one")
+        try:
+            gpu = gpus.find(name)
+        except ValueError as e:
+            raise ValueError(f"this checkpoint predicts for {devices}, not {name!r}; {e}"
+                             ) from None
+        for d in devices:
+            try:
+                if gpus.find(d).name == gpu.name:
+                    return d
+            except ValueError:
+                continue
+        raise ValueError(f"{gpu.name} is in the GPU catalog, but this checkpoint predicts for "
+                         f"{devices} only, and no checkpoint predicts a GPU from its spec sheet "
+                         "yet; with a few step times measured on it, `mdot adapt "
+                         "--from-measurements` makes one")
 
     def sequence(self, model: ModelLike, *, batch_size: int, image_size: int | None = None,
                  seq_len: int | None = None, input_shapes: dict | None = None

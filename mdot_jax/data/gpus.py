@@ -1,0 +1,129 @@
+"""The GPU catalog: NVIDIA GPUs described by their spec sheets (`gpus.json`, package data,
+versioned), so that a GPU can be named (`mdot predict --device nvidia-h100-sxm`, `mdot
+devices`) or described (`--device-spec FILE.json`) without having been measured.
+
+Every row names its public source (a datasheet or an architecture whitepaper). Peak FLOP/s
+are dense (no structured sparsity): `fp32` on the CUDA cores; `tf32`, `fp16`, `bf16` on the
+tensor cores, null where the GPU has none for that precision.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+CATALOG_FILE = Path(__file__).with_name("gpus.json")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+# FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
+CORES_PER_SM = {"6.0": 64, "6.1": 128, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128,
+                "9.0": 128}
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str  # e.g. nvidia-h100-sxm
+    architecture: str
+    sms: int
+    boost_mhz: float
+    memory_gb: float
+    memory_gbs: float  # memory bandwidth, GB/s
+    l2_mb: float
+    tflops: dict  # precision -> dense peak TFLOP/s, or None
+    nvlink_gbs: float = 0.0  # per GPU, both directions
+    pcie_gbs: float = 0.0  # x16 link, both directions
+    aliases: tuple[str, ...] = ()
+    compute_capability: str = ""
+    memory_type: str = ""
+    source: str = ""
+    note: str = ""
+    spec_file: str = field(default="", compare=False)  # set when described by --device-spec
+
+    @property
+    def cores_per_sm(self) -> int | None:
+        return CORES_PER_SM.get(self.compute_capability)
+
+    def to_json(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spec_file"}
+        return dict(d, aliases=list(self.aliases))
+
+
+def _key(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", text.lower().removeprefix("nvidia"))
+
+
+def _from_json(d: dict, where: str) -> GPU:
+    """A catalog row or a `--device-spec` file; a missing, unknown or ill-typed field is a
+    one-line ValueError naming it."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected a JSON object describing one GPU")
+    known = {f.name for f in fields(GPU)} - {"spec_file"}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+    required = ("name", "architecture", "sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb",
+                "tflops")
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {missing}")
+    for k in ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_gbs", "pcie_gbs"):
+        v = d.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 \
+                or (k in required and v == 0):
+            raise ValueError(f"{where}: '{k}' is {v!r}; expected a positive number")
+    flops = d["tflops"]
+    if not isinstance(flops, dict) or not isinstance(flops.get("fp32"), (int, float)) \
+            or flops["fp32"] <= 0:
+        raise ValueError(f"{where}: 'tflops' needs at least a positive 'fp32' (TFLOP/s)")
+    bad = sorted(set(flops) - set(PRECISIONS))
+    if bad:
+        raise ValueError(f"{where}: 'tflops' has unknown precision(s) {bad}; known: "
+                         f"{list(PRECISIONS)}")
+    for p, v in flops.items():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
+            raise ValueError(f"{where}: 'tflops.{p}' is {v!r}; expected a positive number or "
+                             "null")
+    return GPU(**dict(d, tflops={p: flops.get(p) for p in PRECISIONS},
+                      aliases=tuple(d.get("aliases", ()))))
+
+
+def catalog() -> dict[str, GPU]:
+    """Every catalogued GPU by name."""
+    doc = json.loads(CATALOG_FILE.read_text())
+    return {d["name"]: _from_json(d, f"{CATALOG_FILE.name} {d.get('name')}")
+            for d in doc["gpus"]}
+
+
+def find(name: str) -> GPU:
+    """The catalogued GPU called `name` (its name or an alias, e.g. the name PyTorch reports;
+    case, spaces and dashes do not matter). A name matching several (`a100`) or none is a
+    ValueError listing the close ones."""
+    gpus = catalog()
+    key = _key(name)
+    exact = [g for g in gpus.values() if key in {_key(g.name), *map(_key, g.aliases)}]
+    if exact:
+        return exact[0]
+    several = [g.name for g in gpus.values() if key and _key(g.name).startswith(key)]
+    if len(several) == 1:
+        return gpus[several[0]]
+    if several:
+        raise ValueError(f"GPU {name!r} is ambiguous: {', '.join(several)}")
+    close = difflib.get_close_matches(name.lower(), list(gpus), n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise ValueError(f"no GPU {name!r} in the catalog{hint} (`mdot devices` lists them; "
+                     "--device-spec FILE.json describes another)")
+
+
+def from_spec_file(path: str | Path) -> GPU:
+    """A GPU the catalog lacks, described in a JSON file with the catalog's fields."""
+    try:
+        d = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"--device-spec {path}: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"--device-spec {path}: not JSON ({e})") from None
+    gpu = _from_json(d, f"--device-spec {path}")
+    return GPU(**{**{f.name: getattr(gpu, f.name) for f in fields(GPU)},
+                  "spec_file": str(path)})

@@ -1,0 +1,107 @@
+"""The GPU catalog: spec sheets that are complete, sourced and self-consistent; names that
+resolve (or say what is close); `mdot devices`; `--device` and `--device-spec` on predict."""
+
+import json
+
+import pytest
+
+from mdot_jax.cli import main
+from mdot_jax.data import gpus
+
+REQUIRED = ("p4", "p100", "v100-pcie", "v100-sxm2", "t4", "a10", "a10g", "l4", "l40s",
+            "a100-pcie-40gb", "a100-sxm-40gb", "a100-pcie-80gb", "a100-sxm-80gb", "h100-pcie",
+            "h100-sxm", "h100-nvl", "h200", "rtx3090", "rtx4090", "a6000", "rtx-6000-ada",
+            "rtx-8000")
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def test_the_catalog_holds_the_gpus_users_choose_among():
+    catalog = gpus.catalog()
+    assert len(catalog) >= 20
+    assert len({gpus.find(name).name for name in REQUIRED}) == len(REQUIRED)
+    owners: dict[str, set[str]] = {}
+    for g in catalog.values():
+        for a in (g.name, *g.aliases):
+            owners.setdefault(gpus._key(a), set()).add(g.name)
+    assert {k: v for k, v in owners.items() if len(v) > 1} == {}  # one GPU per name
+
+
+@pytest.mark.parametrize("gpu", list(gpus.catalog().values()), ids=lambda g: g.name)
+def test_every_row_is_sourced_and_consistent(gpu):
+    assert ("datasheet" in gpu.source or "whitepaper" in gpu.source) and "https://" in gpu.source
+    # peak FP32 = SMs x cores per SM x 2 (a fused multiply-add) x boost clock
+    peak = gpu.sms * gpu.cores_per_sm * 2 * gpu.boost_mhz / 1e6
+    assert abs(gpu.tflops["fp32"] / peak - 1) < 0.05, peak
+    tensor = [gpu.tflops[p] for p in ("tf32", "fp16", "bf16")]
+    if gpu.architecture in ("ampere", "ada", "hopper"):
+        assert all(t and t >= gpu.tflops["fp32"] for t in tensor)
+    else:  # TF32 and bf16 came with Ampere
+        assert gpu.tflops["tf32"] is None and gpu.tflops["bf16"] is None
+
+
+@pytest.mark.parametrize("name,found", [
+    ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"),  # what torch.cuda.get_device_name says
+    ("H100 SXM", "nvidia-h100-sxm"), ("Tesla T4", "nvidia-t4"), ("rtx3090", "nvidia-rtx-3090"),
+    ("nvidia-l4", "nvidia-l4"), ("NVIDIA A100-SXM4-40GB", "nvidia-a100-sxm-40gb"),
+])
+def test_names_resolve(name, found):
+    assert gpus.find(name).name == found
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("h100", "ambiguous: nvidia-h100-pcie, nvidia-h100-sxm, nvidia-h100-nvl"),
+    ("h10O-sxm", "did you mean nvidia-h100-sxm"),
+    ("tpu-v5e", "no GPU 'tpu-v5e' in the catalog"),
+])
+def test_unknown_names_say_what_is_close(name, needle):
+    with pytest.raises(ValueError, match=needle):
+        gpus.find(name)
+
+
+def test_a_spec_file_reads_as_the_catalog_row(tmp_path):
+    row = gpus.find("l4").to_json()
+    (tmp_path / "l4.json").write_text(json.dumps(row))
+    assert gpus.from_spec_file(tmp_path / "l4.json") == gpus.find("l4")
+    for bad, needle in [(dict(row, sms=0), "'sms' is 0"), (dict(row, tflops={}), "'fp32'"),
+                        (dict(row, colour="green"), "unknown field(s) ['colour']"),
+                        (dict(row, tflops=dict(fp32=1.0, fp8=2.0)), "unknown precision")]:
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(ValueError) as e:
+            gpus.from_spec_file(tmp_path / "bad.json")
+        assert needle in str(e.value) and "bad.json" in str(e.value)
+
+
+def test_mdot_devices_lists_the_catalog(capsys):
+    code, out, _ = run(capsys, "devices", "--json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == len(gpus.catalog()) and all(r["source"] for r in rows)
+    code, out, _ = run(capsys, "devices")
+    assert code == 0 and "nvidia-h100-sxm" in out and "989.4" in out
+
+
+def test_predict_names_a_gpu_by_any_of_its_names(capsys, tmp_path):
+    import onnx
+    from onnx_builders import conv_bn_relu
+
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    args = ["predict", model, "--batch-size", "2", "--json"]
+    ms = {json.loads(run(capsys, *args, "--device", d)[1])["iteration_ms"]
+          for d in ("rtx3090", "nvidia-rtx-3090", "NVIDIA GeForce RTX 3090")}
+    assert len(ms) == 1
+    code, _, err = run(capsys, *args, "--device", "nvidia-h100-sxm")
+    assert code == 2 and "in the GPU catalog, but this checkpoint predicts for" in err
+    assert err.count("\n") == 1
+    code, _, err = run(capsys, *args, "--device", "h10O-sxm")
+    assert code == 2 and "did you mean nvidia-h100-sxm" in err
+    (tmp_path / "gpu.json").write_text(json.dumps(dict(gpus.find("l4").to_json(), name="mine")))
+    code, _, err = run(capsys, *args, "--device-spec", tmp_path / "gpu.json")
+    assert code == 2 and "mine (58 SMs" in err and "no checkpoint predicts a GPU" in err
+    code, _, err = run(capsys, *args, "--precision", "fp64")
+    assert code == 2 and "invalid choice: 'fp64'" in err
