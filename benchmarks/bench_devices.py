@@ -2,6 +2,7 @@
 k measured samples, against the usual remedies.
 
     python benchmarks/bench_devices.py --out benchmarks/results/devices-cpu
+    python benchmarks/bench_devices.py --compare data/cpu-amd-epyc-2t data/cpu-amd-epyc-f26m2-2t
 
 For each device d of the CPU datasets: the predictors are fitted on the other devices' samples
 and adapted with d's probe (the 12 samples of `mdot_jax/measure/core_set.json`, measured on every
@@ -34,6 +35,7 @@ import csv
 import dataclasses
 import json
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -135,12 +137,51 @@ def _file_reproduces(path: Path, target: Device, idx: list[int], pred: np.ndarra
                                                        [mine.a, mine.b, mine.loo_mape]))
 
 
+def ratios(a_dir: str, b_dir: str) -> dict[str, float]:
+    """key -> label on `a` / label on `b`, for the keys both measured."""
+    a = {s.key: s.label_ms for s in load_dataset(a_dir).samples}
+    b = {s.key: s.label_ms for s in load_dataset(b_dir).samples}
+    return {k: a[k] / b[k] for k in sorted(a.keys() & b.keys())}
+
+
+def compare(a: str, b: str) -> None:
+    """How two measured devices differ: the ratio of their labels on the samples both measured,
+    overall and by family (whether one scale factor would carry a checkpoint across). Two
+    passes of one device compare the same way: how well its labels repeat."""
+    r = ratios(a, b)
+    if not r:
+        raise SystemExit("no common samples")
+    v = np.array(list(r.values()))
+    q = np.percentile(v, [10, 50, 90])
+    log_sd = float(np.std(np.log(v)))
+    print(f"{len(v)} common samples: {a} / {b} = {q[1]:.2f} (median), "
+          f"p10-p90 {q[0]:.2f}-{q[2]:.2f}, min {v.min():.2f}, max {v.max():.2f}; "
+          f"one scale factor leaves {100 * np.mean(np.abs(v / q[1] - 1)):.1f}% MAPE "
+          f"(log sd {log_sd:.3f}); within 10%: {100 * np.mean(np.abs(v - 1) <= 0.1):.0f}% "
+          f"({100 * np.mean(np.abs(v / q[1] - 1) <= 0.1):.0f}% after the factor)")
+    by_family = defaultdict(list)
+    for s in load_dataset(a).samples:
+        if s.key in r:
+            by_family[s.family].append(r[s.key])
+    rows = sorted(((float(np.median(x)), f, len(x)) for f, x in by_family.items()))
+    print("| family | samples | median ratio |\n|---|---|---|")
+    for med, f, n in rows[:8] + [(None, "...", None)] + rows[-8:]:
+        print(f"| {f} | {n or ''} | {'' if med is None else f'{med:.2f}'} |")
+
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
     p.add_argument("--k", type=int, nargs="+", default=[0, 5, 10, 20, 50])
     p.add_argument("--draws", type=int, default=3)
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                   help="only compare two measured devices' labels on their common samples")
     args = p.parse_args()
+    if args.compare:
+        return compare(*args.compare)
+    if not args.out:
+        p.error("--out is required (or --compare A B)")
 
     chosen = core_set.load()
     probe = chosen["probe"]

@@ -10,6 +10,7 @@ tensor cores, null where the GPU has none for that precision.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from dataclasses import dataclass, field, fields
@@ -91,6 +92,11 @@ def _from_json(d: dict, where: str) -> GPU:
 
 def catalog() -> dict[str, GPU]:
     """Every catalogued GPU by name."""
+    return dict(_catalog())
+
+
+@functools.cache
+def _catalog() -> dict[str, GPU]:
     doc = json.loads(CATALOG_FILE.read_text())
     return {d["name"]: _from_json(d, f"{CATALOG_FILE.name} {d.get('name')}")
             for d in doc["gpus"]}

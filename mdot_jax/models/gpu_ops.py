@@ -1,0 +1,161 @@
+"""A GPU operator model: the forward time of an operator on any NVIDIA GPU from its shapes and
+the GPU's spec sheet (`data.gpus`), fitted across the GPUs that have measurements.
+
+What transfers between GPUs is learned, not looked up: every feature is relative to the
+device (time at the compute and the memory roofline, arithmetic intensity over the GPU's
+ridge point, waves of tiles over its SMs, working set over its L2), and the target is the
+log ratio of the measured time to the roofline time, max(FLOPs / peak, bytes / bandwidth).
+A GPU nobody measured is priced from its spec sheet alone.
+
+Operators (fp32, as measured): GEMMs (`bmm` [B,M,K] x [B,K,N]; `linear` [B,M,K] x [K,N]),
+elementwise (binary, with a scalar: `...u`, activations) and row-wise (`softmax`, `ln`) over
+[B, H]. Dims: GEMMs (B, M, N, K), the others (B, H).
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mdot_jax.data.gpus import GPU
+from mdot_jax.data.neusight import GEMMS, OPS, ROWWISE
+from mdot_jax.models.trees import fit_boosters, parse_boosters
+
+VERSION = 1
+TILE = 128  # the GEMM output tile side the waves are counted in
+BLOCK = 512  # elements per thread block of an elementwise kernel (128 threads x 4)
+FLOPS_PER_ELEMENT = dict(add=1, mul=1, div=1, pow=10, addu=1, mulu=1, divu=1, powu=10, relu=1,
+                         gelu=20, tanh=10, softmax=5, ln=8)
+GRID = ((63, 0.05),)
+# device features as such (not relative to the device): only in the `absolute` feature set
+ABSOLUTE = ("log_peak", "log_bandwidth", "log_sms", "log_l2", "clock_ghz")
+RELATIVE = ("log_roofline_ms", "log_compute_ms", "log_memory_ms", "log_intensity_over_ridge",
+            "log_waves", "wave_efficiency", "tile_efficiency", "log_bytes_over_l2", "log_k")
+
+
+def work(op: str, dims: Sequence[int]) -> tuple[float, float, float, float, float]:
+    """(FLOPs, bytes moved, parallel units of work, tile efficiency, K) of one operator."""
+    if op in GEMMS:
+        b, m, n, k = (float(d) for d in dims)
+        rows = b * m if op == "linear" else m
+        tiles = math.ceil(rows / TILE) * math.ceil(n / TILE) * (1 if op == "linear" else b)
+        weights = k * n if op == "linear" else b * k * n
+        used = rows * n / (math.ceil(rows / TILE) * TILE * math.ceil(n / TILE) * TILE)
+        return 2 * b * m * n * k, 4 * (b * m * k + weights + b * m * n), tiles, used, k
+    if op not in OPS:
+        raise ValueError(f"unknown operator {op!r}; known: {list(OPS)}")
+    b, h = (float(d) for d in dims)
+    n = b * h
+    reads = 2 if op in ("add", "mul", "div", "pow") else 1  # the others: one tensor read
+    units = b if op in ROWWISE else math.ceil(n / BLOCK)
+    return FLOPS_PER_ELEMENT[op] * n, 4 * n * (reads + 1), units, 1.0, 1.0
+
+
+def roofline_ms(op: str, dims: Sequence[int], gpu: GPU) -> float:
+    """The time at the roofline: max(FLOPs / peak fp32, bytes / bandwidth), ms."""
+    flops, moved, *_ = work(op, dims)
+    return 1e3 * max(flops / (gpu.tflops["fp32"] * 1e12), moved / (gpu.memory_gbs * 1e9))
+
+
+def features(ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[GPU],
+             absolute: bool = False) -> np.ndarray:
+    """`[N, F]` float32: the op id (categorical), the relative features `RELATIVE` and, with
+    `absolute`, the device's own (`ABSOLUTE`)."""
+    out = []
+    for op, d, g in zip(ops, dims, gpus):
+        flops, moved, units, used, k = work(op, d)
+        peak, bw = g.tflops["fp32"] * 1e12, g.memory_gbs * 1e9
+        compute, memory = 1e3 * flops / peak, 1e3 * moved / bw
+        waves = units / (g.sms * (1 if op in GEMMS else 8))
+        row = [OPS.index(op), math.log10(max(compute, memory)), math.log10(compute),
+               math.log10(memory), math.log10(flops / moved / (peak / bw)),
+               math.log10(waves), waves / math.ceil(waves), used,
+               math.log10(moved / (g.l2_mb * 2 ** 20)), math.log10(k)]
+        if absolute:
+            row += [math.log10(peak), math.log10(bw), math.log10(g.sms), math.log10(g.l2_mb),
+                    g.boost_mhz / 1e3]
+        out.append(row)
+    return np.asarray(out, np.float32)
+
+
+@dataclass
+class GpuOpModel:
+    """LightGBM of log(measured / roofline) over device-relative features."""
+
+    text: str
+    gpus: tuple[str, ...]  # the GPUs it was fitted on
+    samples: int
+    absolute: bool = False
+    version: int = VERSION
+    _boosters: list = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def fit(cls, ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[GPU],
+            ms: Sequence[float], *, absolute: bool = False, seed: int = 0,
+            val_fraction: float = 0.1) -> GpuOpModel:
+        """Fitted on measured rows, early-stopped on a seeded random carve-out of them."""
+        x = features(ops, dims, gpus, absolute)
+        y = np.log(np.asarray(ms, np.float64)) - np.log(10.0) * x[:, 1].astype(np.float64)
+        val = np.random.default_rng(seed).random(len(y)) < val_fraction
+        boosters = fit_boosters(x[~val], y[~val], x[val], y[val], seed=seed, grid=GRID,
+                                seeds=1, categorical=[0], min_data_in_leaf=20)
+        return cls(boosters[0].model_to_string(), tuple(sorted({g.name for g in gpus})),
+                   len(y), absolute, _boosters=boosters)
+
+    def predict(self, ops: Sequence[str], dims: Sequence[Sequence[int]],
+                gpus: Sequence[GPU]) -> np.ndarray:
+        """`[N]` predicted forward ms."""
+        if self._boosters is None:
+            self._boosters = parse_boosters(self.text)
+        x = features(ops, dims, gpus, self.absolute)
+        return np.exp(self._boosters[0].predict(x) + np.log(10.0) * x[:, 1].astype(np.float64))
+
+    def save(self, path: str | Path) -> None:
+        """xz-compressed JSON."""
+        Path(path).write_bytes(lzma.compress(json.dumps(dict(
+            text=self.text, gpus=list(self.gpus), samples=self.samples, absolute=self.absolute,
+            version=self.version)).encode()))
+
+    @classmethod
+    def load(cls, path: str | Path) -> GpuOpModel:
+        d = json.loads(lzma.decompress(Path(path).read_bytes()))
+        if d.get("version") != VERSION:
+            raise ValueError(f"{path}: GPU operator model version {d.get('version')} != "
+                             f"{VERSION}")
+        return cls(d["text"], tuple(d["gpus"]), d["samples"], d["absolute"], d["version"])
+
+
+@dataclass(frozen=True)
+class CalibratedRoofline:
+    """The baseline: per op class, ms = roofline / efficiency + overhead, both fitted (least
+    squares of the relative error) on the same rows as the model."""
+
+    params: dict  # class -> (1 / efficiency, overhead ms)
+
+    @staticmethod
+    def op_class(op: str) -> str:
+        return "gemm" if op in GEMMS else "rowwise" if op in ROWWISE else "elementwise"
+
+    @classmethod
+    def fit(cls, ops, dims, gpus, ms) -> CalibratedRoofline:
+        params = {}
+        classes = np.asarray([cls.op_class(o) for o in ops])
+        roof = np.asarray([roofline_ms(o, d, g) for o, d, g in zip(ops, dims, gpus)])
+        y = np.asarray(ms, np.float64)
+        for c in sorted(set(classes)):
+            m = classes == c
+            a = np.stack([roof[m] / y[m], 1 / y[m]], axis=1)  # relative least squares
+            params[c] = tuple(float(v) for v in np.linalg.lstsq(a, np.ones(m.sum()),
+                                                                 rcond=None)[0])
+        return cls(params)
+
+    def predict(self, ops, dims, gpus) -> np.ndarray:
+        return np.asarray([self.params[self.op_class(o)][0] * roofline_ms(o, d, g)
+                           + self.params[self.op_class(o)][1]
+                           for o, d, g in zip(ops, dims, gpus)])
