@@ -144,6 +144,7 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
     (name -> exported batch)."""
     data = data_input_names(model)
     rebatched: dict[str, int] = {}
+    sized = {"image": False, "tokens": False}  # whether --image-size / --seq-len applied
     unknown = set(input_shapes) - set(data)
     if unknown:
         raise ConversionError(f"{label}: --input-shape names unknown input(s) "
@@ -159,6 +160,8 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
             if batch_size is not None and shape and shape[0] != batch_size:
                 raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives batch "
                                       f"{shape[0]} but --batch-size is {batch_size}; give one")
+            sized["image"] |= len(shape) == 4  # its size given in full instead
+            sized["tokens"] |= len(shape) == 2 and t.elem_type in (6, 7)
         else:
             shape = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
             names = [d.dim_param or "?" for d in dims]
@@ -171,8 +174,10 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
                     nhwc = shape[3] in (1, 3) and shape[1] not in (1, 3)
                     for k in ((1, 2) if nhwc else (2, 3)):
                         shape[k] = image_size
+                    sized["image"] = True
                 if seq_len is not None and len(shape) == 2 and t.elem_type in (6, 7):
                     shape[1] = seq_len
+                    sized["tokens"] = True
             missing = [k for k, d in enumerate(shape) if d < 0]
             if missing:
                 k = missing[0]
@@ -184,6 +189,13 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         del dims[:]
         for d in shape:
             t.shape.dim.add().dim_value = d
+    for flag, value, kind, what in (("--image-size", image_size, "image", "an image input "
+                                     "(a rank-4 data input)"),
+                                    ("--seq-len", seq_len, "tokens", "a token-id input (a "
+                                     "rank-2 integer data input)")):
+        if value is not None and not sized[kind]:
+            raise ConversionError(f"{label}: {flag} {value} does not apply: the model has no "
+                                  f"{what}; its data inputs are {data}")
     return rebatched
 
 

@@ -30,3 +30,13 @@ def conv_bn_relu(batch="N", training=False):
     m = model(nodes, inputs, [value("y", None)])
     m.metadata_props.add(key="mdot.data_inputs", value="x")
     return m
+
+
+def token_embedding(batch="N", seq="T"):
+    """ids[batch, seq] (int64) -> Gather from a table [100, 8] -> y: a text model's first
+    operator."""
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["y"], name="embed")]
+    inputs = [value("ids", [batch, seq], TensorProto.INT64), value("table", [100, 8])]
+    m = model(nodes, inputs, [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="ids")
+    return m

@@ -296,6 +296,54 @@ def test_convert_into_a_read_only_folder_is_one_line(capsys, tmp_path, monkeypat
     one_line_error(code, err, "Read-only file system")
 
 
+@pytest.mark.parametrize("builder,flag", [("conv_bn_relu", "--seq-len"),
+                                           ("token_embedding", "--image-size")])
+def test_a_size_flag_the_model_has_no_input_for_is_an_error(capsys, tmp_path, builder, flag):
+    import onnx_builders
+
+    model = tmp_path / "m.onnx"
+    onnx.save(getattr(onnx_builders, builder)(), model)
+    rest = ["--seq-len", "16"] if builder == "token_embedding" else ["--image-size", "8"]
+    for command in ("convert", "predict"):
+        code, _, err = run(capsys, command, model, "--batch-size", "2", *rest, flag, "64")
+        one_line_error(code, err, f"{flag} 64 does not apply", "data inputs are")
+    code, out, _ = run(capsys, "convert", model, "--batch-size", "2", *rest, "--json")
+    assert code == 0 and json.loads(out)["num_ops"] >= 1
+
+
+def test_a_sequence_keeps_the_size_it_was_converted_at(tmp_path):
+    from mdot_jax.serving.predict import Predictor
+
+    p = Predictor.load()
+    seq = p.sequence(conv_bn_relu(), batch_size=2, image_size=8)
+    assert p.predict(seq, batch_size=2).input_size == 8
+    assert p.predict(seq, batch_size=2, image_size=8).input_size == 8
+    with pytest.raises(ValueError, match="converted at input size 8, not 64"):
+        p.predict(seq, batch_size=2, image_size=64)
+
+
+@pytest.mark.parametrize("config,needle", [('{"epochs": -1}', "epochs -1: must be > 0"),
+                                           ('{"lr": "abc"}', "lr 'abc': expected a number"),
+                                           ('{"val_fraction": 2}', "between 0 and 1")])
+def test_a_bad_train_config_is_one_line(capsys, tmp_path, config, needle):
+    make_dataset(tmp_path / "ds", archs=("a1", "a2"), batches=(2,))
+    code, _, err = run(capsys, "train", "--dataset", tmp_path / "ds", "--out",
+                       tmp_path / "ckpt", "--train-config", config)
+    one_line_error(code, err, needle)
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_a_job_of_negative_epochs_is_refused():
+    from mdot_jax.serving.predict import Predictor
+
+    p = Predictor.load()
+    seq = p.sequence(conv_bn_relu(), batch_size=2)
+    assert p.predict_job(seq, batch_size=2, epochs=1, dataset_size=10) > 0
+    for bad in (dict(epochs=-1, dataset_size=10), dict(epochs=1, dataset_size=0)):
+        with pytest.raises(ValueError, match="a job needs a positive number"):
+            p.predict_job(seq, batch_size=2, **bad)
+
+
 # ---------------------------------------------------------------------------- checkpoints
 @pytest.fixture
 def ckpt(tmp_path):

@@ -111,15 +111,25 @@ class Prediction:
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
+        _check_job(epochs, dataset_size, batch_size)
         return self.iteration_ms * math.ceil(dataset_size / batch_size) * epochs / 1e3
 
     def job_interval_seconds(self, epochs: float, dataset_size: int, batch_size: int
                              ) -> tuple[float, float] | None:
         """The whole job's 80% band (`interval_ms` scaled like `job_seconds`), if any."""
+        _check_job(epochs, dataset_size, batch_size)
         if self.interval_ms is None:
             return None
         iterations = math.ceil(dataset_size / batch_size) * epochs
         return self.interval_ms[0] * iterations / 1e3, self.interval_ms[1] * iterations / 1e3
+
+
+def _check_job(epochs: float, dataset_size: int, batch_size: int) -> None:
+    for name, v in (("epochs", epochs), ("dataset_size", dataset_size),
+                    ("batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise ValueError(f"{name} {v!r}: a job needs a positive number")
 
 
 class Predictor:
@@ -240,6 +250,11 @@ class Predictor:
         seq = self.sequence(model, batch_size=batch_size, image_size=image_size,
                             seq_len=seq_len, input_shapes=input_shapes)
         size = image_size or seq_len or _input_size(seq)
+        if isinstance(model, OperatorSequence) and (image_size or seq_len) \
+                and size != _input_size(seq):  # a converted graph has its size
+            raise ValueError(f"{seq.name}: the operator sequence was converted at input size "
+                             f"{_input_size(seq)}, not {size}; convert the ONNX model at "
+                             f"{size} instead")
         w = self._workload(batch_size, size, precision, layout, device, optimizer)
         return self.predict_many([(seq, w)])[0]
 

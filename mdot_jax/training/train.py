@@ -57,6 +57,21 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # JSON overrides arrive untyped
+            v, kind = getattr(self, f.name), type(f.default)
+            if kind in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                         or not math.isfinite(v)):
+                raise ValueError(f"{f.name} {v!r}: expected a number")
+            if kind is int and v != int(v):
+                raise ValueError(f"{f.name} {v!r}: expected an integer")
+        for name in ("tokens_per_batch", "epochs", "lr", "patience"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} {getattr(self, name)!r}: must be > 0")
+        for name in ("weight_decay", "warmup_frac", "clip_norm"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} {getattr(self, name)!r}: must be >= 0")
+        if not 0 < self.val_fraction < 1:
+            raise ValueError(f"val_fraction {self.val_fraction!r}: must be between 0 and 1")
         if self.loss not in LOSSES:
             raise ValueError(f"loss {self.loss!r}: choose from {', '.join(LOSSES)}")
         if self.val_by not in VAL_BY:
