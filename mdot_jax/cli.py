@@ -232,17 +232,22 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
     if bool(args.from_measurements) == bool(args.probe):
         raise UsageError("adapt: give --from-measurements CSV or --probe (one of them)")
-    if args.probe:
-        from mdot_jax.measure.device import device_folder
+    try:
+        if args.probe:
+            from mdot_jax.measure.device import device_folder
 
-        root = args.data or str(device_folder(args.threads))
-        a, base = adapt_from_probe(root, args.base, args.out, threads=args.threads,
-                                   device=args.device_name, force=args.force,
-                                   budget_s=args.budget_s)
-    else:
-        a = adapt_from_measurements(args.from_measurements, args.base, args.out,
-                                    device=args.device_name, force=args.force)
-        base = args.base or "the default checkpoint"
+            root = args.data or str(device_folder(args.threads))
+            a, base = adapt_from_probe(root, args.base, args.out, threads=args.threads,
+                                       device=args.device_name, force=args.force,
+                                       budget_s=args.budget_s)
+        else:
+            a = adapt_from_measurements(args.from_measurements, args.base, args.out,
+                                        device=args.device_name, force=args.force)
+            base = args.base or "the default checkpoint"
+    except ValueError as e:
+        if isinstance(e, ConversionError):
+            raise
+        raise UsageError(str(e)) from None
     print(f"adapted {base} to {a.device} from {a.n_rows} measured rows ({a.fit} fit: "
           f"log t' = {a.a:.3f} + {a.b:.3f} log t)")
     print(f"expected error: {a.loo_mape:.1f}% MAPE (each row predicted by a fit on the others); "

@@ -79,6 +79,38 @@ def test_the_fit_is_the_better_of_one_factor_and_a_line_by_leave_one_out():
         fit(pred[:1], pred[:1], "d")
 
 
+def test_the_rows_must_span_two_workloads_and_the_band_covers_the_error_to_expect():
+    pred = np.array([10, 20, 40, 80.0])
+    with pytest.raises(ValueError, match="at least 2 different workloads"):
+        fit([pred[0]] * 10, [2 * pred[0]] * 10, "d")  # ten identical rows
+    a = fit(pred, pred * [2.0, 2.2, 1.8, 2.4], "d")
+    width = math.log1p(a.loo_mape / 100)
+    assert a.loo_mape > 0 and a.lo <= -width and a.hi >= width
+
+
+def test_a_one_row_file_is_one_line(tmp_path, capsys):
+    rows, _ = _image_samples()
+    _write_csv(tmp_path / "one.csv", rows[:1])
+    code = main(["adapt", "--from-measurements", str(tmp_path / "one.csv"), "--base", BASE,
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "at least 2 measured rows" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_adapting_an_adapted_checkpoint_composes_the_fits(tmp_path):
+    rows, held_out = _image_samples()
+    _write_csv(tmp_path / "mine.csv", rows)
+    adapt_from_measurements(tmp_path / "mine.csv", BASE, tmp_path / "once")
+    again = adapt_from_measurements(tmp_path / "mine.csv", tmp_path / "once", tmp_path / "twice")
+    assert again.a == pytest.approx(0, abs=0.05)  # the once-adapted predictions already fit
+    once, twice = Predictor.load(tmp_path / "once"), Predictor.load(tmp_path / "twice")
+    for s in held_out[:5]:
+        kw = dict(batch_size=s.workload.batch_size, image_size=s.workload.input_size)
+        assert twice.predict(s.seq, **kw).iteration_ms == pytest.approx(
+            once.predict(s.seq, **kw).iteration_ms, rel=0.1)
+
+
 @pytest.mark.parametrize("header,row,needle", [
     (["model", "batch_size"], ["m.npz", "8"], "missing column(s) ['ms']"),
     (["model", "batch_size", "ms"], ["nope.onnx", "8", "10"], "line 2: model file 'nope.onnx'"),

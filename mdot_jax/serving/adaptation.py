@@ -25,6 +25,7 @@ rough, and say so (`n_rows`).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import shutil
 import time
 import uuid
@@ -57,6 +58,9 @@ def fit(pred_ms, measured_ms, device: str, source: str = "") -> Adaptation:
     n = len(x)
     if n < 2:
         raise ValueError(f"adapting needs at least 2 measured rows, got {n}")
+    if np.unique(np.round(x, 9)).size < 2:
+        raise ValueError(f"adapting needs rows of at least 2 different workloads (models, batch "
+                         f"or input sizes); these {n} rows are all one")
     fits = ["scale"]
     if n >= MIN_AFFINE_ROWS and np.ptp(x) >= MIN_AFFINE_SPREAD:
         fits.append("affine")
@@ -71,7 +75,19 @@ def fit(pred_ms, measured_ms, device: str, source: str = "") -> Adaptation:
     score, kind, loo = min(scored, key=lambda t: t[0])
     a, b = _solve(x, y, kind)
     lo, hi = np.quantile(loo, [(1 - COVER) / 2, (1 + COVER) / 2])
-    return Adaptation(device, kind, a, b, n, score, float(lo), float(hi), source)
+    width = float(np.log1p(score / 100))  # the band is never narrower than the error to expect
+    return Adaptation(device, kind, a, b, n, score, min(float(lo), -width), max(float(hi), width),
+                      source)
+
+
+def compose(outer: Adaptation, inner: Adaptation | None) -> Adaptation:
+    """`outer`, fitted on predictions already adapted by `inner`, as one adaptation of the
+    unadapted base: log t'' = a2 + b2 (a1 + b1 log t); its error and band are `outer`'s."""
+    if inner is None:
+        return outer
+    return dataclasses.replace(outer, a=outer.a + outer.b * inner.a, b=outer.b * inner.b,
+                               source=f"{outer.source}, on top of the adaptation to "
+                                      f"{inner.device} ({inner.source})")
 
 
 REQUIRED = ("model", "batch_size", "ms")
@@ -148,7 +164,7 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
     device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
     adaptation = fit(pred, [r.ms for r in rows], device,
                      source=f"{Path(measurements).name}, base {base_path.name}")
-    _write(base_path, out, adaptation)
+    _write(base_path, out, compose(adaptation, predictor.adaptation))
     return adaptation
 
 
@@ -229,7 +245,7 @@ def adapt_from_probe(root: str | Path, base: str | Path | None, out: str | Path,
     adaptation = fit(pred, [s.label_ms for s in samples], device,
                      source=f"probe of {root} ({len(probe['ms'])} samples) + {n_extra} more "
                             f"core-set samples, base {base_path.name}")
-    _write(base_path, out, adaptation)
+    _write(base_path, out, compose(adaptation, predictor.adaptation))
     return adaptation, base_path.name
 
 
