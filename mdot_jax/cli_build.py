@@ -73,10 +73,13 @@ def _config(base, text: str | None):
         raise UsageError(f"{type(base).__name__}: {e}") from None
 
 
-def _dataset(path: str):
+def _dataset(path: str, *, empty_ok: bool = False):
     from mdot_jax.data.dataset import load_dataset
 
-    return load_dataset(path)  # a DatasetError names the file and line
+    ds = load_dataset(path)  # a DatasetError names the file and line
+    if not len(ds) and not empty_ok:
+        raise UsageError(f"{path}: the dataset has no samples")
+    return ds
 
 
 # ---------------------------------------------------------------------------- commands
@@ -129,7 +132,12 @@ def cmd_dataset_resequence(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_info(args: argparse.Namespace) -> int:
-    summary = _dataset(args.dir).summary()
+    ds = _dataset(args.dir, empty_ok=True)
+    if not len(ds):
+        print(json.dumps(dict(path=args.dir, num_samples=0)) if args.json
+              else f"{args.dir}: 0 samples")
+        return 0
+    summary = ds.summary()
     if args.json:
         print(json.dumps(summary))
         return 0

@@ -157,6 +157,31 @@ def test_dataset_check_fix_on_a_read_only_dataset_is_one_line(capsys, tmp_path, 
     assert (tmp_path / "samples.jsonl").read_bytes() == before
 
 
+def test_dataset_check_finds_bad_sequences_escapes_and_foreign_devices(capsys, tmp_path):
+    make_dataset(tmp_path, archs=("a1", "a2", "a3"), batches=(2, 4))
+    path = tmp_path / "samples.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    (tmp_path / "seqs" / "a2.npz").write_bytes(b"PK\x03\x04 truncated")  # garbage .npz
+    lines[0]["seq"] = "../../../../etc/hostname"  # outside the dataset
+    lines[1]["workload"]["device"] = "another-gpu"
+    path.write_bytes("".join(json.dumps(d) + "\n" for d in lines).encode()
+                     + b'{"key": "\xff"}\n')  # a line of binary bytes
+    code, out, _ = run(capsys, "dataset", "check", tmp_path)
+    assert code == 1
+    assert "line 1: sample 'a1/b2': sequence file ../../../../etc/hostname is outside" in out
+    assert "line 2: sample 'a1/b4': of device 'another-gpu', but the dataset's is 'cpu'" in out
+    assert "line 3: sample 'a2/b2': sequence file seqs/a2.npz is not a readable" in out
+    assert "line 7: not UTF-8 text" in out and "2 usable samples, 5 problems" in out
+
+
+def test_an_empty_dataset_is_said_so(capsys, tmp_path):
+    (tmp_path / "samples.jsonl").write_text("")
+    code, out, _ = run(capsys, "dataset", "info", tmp_path)
+    assert code == 0 and "0 samples" in out
+    code, _, err = run(capsys, "train", "--dataset", tmp_path, "--out", tmp_path / "ck")
+    one_line_error(code, err, "the dataset has no samples")
+
+
 def test_a_last_line_without_newline_is_read_and_kept(tmp_path):
     make_dataset(tmp_path, archs=("a1",), batches=(2, 4))
     path = tmp_path / "samples.jsonl"

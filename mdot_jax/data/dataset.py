@@ -223,6 +223,10 @@ def _read_numbered(path: Path, problem: Callable[[Any, dict, int], str | None] |
             continue
         try:
             d = json.loads(raw)
+        except UnicodeDecodeError as e:
+            problems.append(LineProblem(lineno, f"not UTF-8 text (byte {e.start + 1} is "
+                                                f"{raw[e.start:e.start + 1]!r})", text))
+            continue
         except json.JSONDecodeError as e:
             torn = lineno == last
             problems.append(LineProblem(
@@ -396,17 +400,38 @@ def check_dataset(root: str | Path, *, fix: bool = False) -> dict:
 def _check(root: Path) -> tuple[dict, list[LineProblem]]:
     path = root / SAMPLES
     rows, problems = _read_numbered(path)
+    devices = Counter(d["workload"].get("device", "cpu") for _, d in rows)
+    device = devices.most_common(1)[0][0] if devices else None
     usable = 0
     for lineno, d in rows:
-        if (root / d["seq"]).is_file():
-            usable += 1
+        reason = _sample_problem(root, d, device)
+        if reason:
+            problems.append(LineProblem(lineno, f"sample {d['key']!r}: {reason}", ""))
         else:
-            problems.append(LineProblem(lineno, f"sample {d['key']!r}: sequence file {d['seq']} "
-                                                "is missing", ""))
+            usable += 1
     problems.sort(key=lambda q: q.line)
     return dict(path=str(path), samples=usable,
                 problems=[dict(line=q.line, reason=q.reason) for q in problems],
                 fixed=False), problems
+
+
+def _sample_problem(root: Path, d: dict, device: str | None) -> str | None:
+    """Why a well-formed sample line is still unusable: its sequence file is missing, outside
+    the dataset folder, or not a readable sequence; or it is of another device than the
+    dataset's (the device of most of its lines)."""
+    seq = (root / d["seq"]).resolve()
+    if not seq.is_relative_to(root.resolve()):
+        return f"sequence file {d['seq']} is outside the dataset folder"
+    if not seq.is_file():
+        return f"sequence file {d['seq']} is missing"
+    try:
+        OperatorSequence.load_npz(seq)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is reported, never raised
+        return f"sequence file {d['seq']} is not a readable operator sequence ({e})"[:300]
+    other = d["workload"].get("device", "cpu")
+    if other != device:
+        return f"of device {other!r}, but the dataset's is {device!r}"
+    return None
 
 
 def _move_aside(root: Path, problems: list[LineProblem]) -> None:
