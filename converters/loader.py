@@ -46,9 +46,14 @@ def read_model(source: ModelSource) -> onnx.ModelProto:
             raise ConversionError(f"{path}: is a directory; give an .onnx file" + (
                 f" (it holds {', '.join(onnx_files)}{', ...' if len(onnx_files) == 3 else ''})"
                 if onnx_files else ""))
-        if not path.is_file():
+        if not path.exists():
             raise ConversionError(f"{path}: no such file")
-        data = path.read_bytes()
+        if not path.is_file():  # /dev/zero, a pipe: endless or not there to read twice
+            raise ConversionError(f"{path}: not a regular file; give an .onnx file")
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ConversionError(f"{path}: cannot read it ({e.strerror or e})") from None
     if not data:
         raise ConversionError(f"{label}: empty file, not an ONNX model")
     model = onnx.ModelProto()

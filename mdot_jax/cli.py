@@ -16,9 +16,9 @@ import sys
 from converters.errors import ConversionError
 from mdot_jax import cli_build
 from mdot_jax.cli_build import NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
+from mdot_jax.data.dataset import PRECISIONS
 from mdot_jax.errors import MdotError, UsageError
 
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16")
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
     "convert": "ONNX model -> operator sequence (.npz) and summary",

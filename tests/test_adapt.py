@@ -116,16 +116,34 @@ def test_adapting_an_adapted_checkpoint_composes_the_fits(tmp_path):
     (["model", "batch_size", "ms"], ["nope.onnx", "8", "10"], "line 2: model file 'nope.onnx'"),
     (["model", "batch_size", "ms"], ["m.npz", "8", "-3"], "line 2: column 'ms' is '-3'"),
     (["model", "batch_size", "ms"], ["m.npz", "0", "3"], "column 'batch_size' is '0'"),
+    (["model", "batch_size", "ms"], None, "a header and no rows"),
+    (["model", "batch_size", "ms", "precision"], ["m.npz", "8", "3", "fp64"],
+     "column 'precision' has ['fp64']"),
 ])
 def test_a_bad_measurements_file_is_one_line(tmp_path, capsys, header, row, needle):
     (tmp_path / "m.npz").write_bytes(b"")
     with open(tmp_path / "bad.csv", "w", newline="") as f:
-        csv.writer(f).writerows([header, row])
+        csv.writer(f).writerows([header, row] if row else [header])
     code = main(["adapt", "--from-measurements", str(tmp_path / "bad.csv"), "--base", BASE,
                  "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and needle in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):
+    """A byte-order mark and semicolons (a European spreadsheet's export) read as commas do;
+    mixed precisions are refused."""
+    from mdot_jax.serving.adaptation import read_measurements
+
+    rows, _ = _image_samples()
+    _write_csv(tmp_path / "plain.csv", rows[:3])
+    plain = (tmp_path / "plain.csv").read_text()
+    (tmp_path / "excel.csv").write_bytes(b"\xef\xbb\xbf" + plain.replace(",", ";").encode())
+    assert read_measurements(tmp_path / "excel.csv") == read_measurements(tmp_path / "plain.csv")
+    (tmp_path / "mixed.csv").write_text(plain.replace("fp32", "amp-fp16", 1))
+    with pytest.raises(UsageError, match="adapt each precision apart"):
+        read_measurements(tmp_path / "mixed.csv")
 
 
 def test_an_adapted_checkpoint_records_its_fit_in_json(tmp_path):

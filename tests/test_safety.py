@@ -174,6 +174,29 @@ def test_dataset_check_finds_bad_sequences_escapes_and_foreign_devices(capsys, t
     assert "line 7: not UTF-8 text" in out and "2 usable samples, 5 problems" in out
 
 
+def test_a_copy_never_merges_into_another_folder(tmp_path):
+    from mdot_jax.data.dataset import resequence
+
+    make_dataset(tmp_path / "src", archs=("a1", "a2"), batches=(2,))
+
+    def export(sample):
+        return conv_bn_relu()
+
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(DatasetError, match="not empty, and not a stopped copy"):
+        resequence(tmp_path / "src", tmp_path / "busy", export, progress=False)
+    assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["notes.txt"]
+    with pytest.raises(DatasetError, match="is the dataset being copied"):
+        resequence(tmp_path / "src", tmp_path / "src", export, progress=False)
+    make_dataset(tmp_path / "other", archs=("b1",), batches=(2,))
+    with pytest.raises(DatasetError, match="b1/b2 is not one of its samples"):
+        resequence(tmp_path / "src", tmp_path / "other", export, progress=False)
+    first = resequence(tmp_path / "src", tmp_path / "copy", export, progress=False)
+    again = resequence(tmp_path / "src", tmp_path / "copy", export, progress=False)  # resumes
+    assert len(first) == len(again) == 2
+
+
 def test_an_empty_dataset_is_said_so(capsys, tmp_path):
     (tmp_path / "samples.jsonl").write_text("")
     code, out, _ = run(capsys, "dataset", "info", tmp_path)

@@ -43,6 +43,7 @@ LOCK = ".lock"  # held by the writing process (`writer_lock`)
 NOISY = "noisy.jsonl"  # measured, but too noisy to train on (`mdot profile --retry-noisy`)
 OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`mdot_jax.models.kernels.attach`)
 REJECTED = "rejected.jsonl"  # lines moved aside by `mdot dataset check --fix`
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16")  # what a workload may name
 PACKED = ".xz"  # a closed JSON-lines file may be committed xz-compressed: `samples.jsonl.xz`
 # weight sources and training recipes that timm and torchvision put before the architecture
 _WEIGHT_PREFIXES = ("tv", "tf", "gluon", "legacy", "ig", "ssl", "swsl", "timm", "hf", "adv",
@@ -74,7 +75,7 @@ class Workload:
 
     batch_size: int
     input_size: int  # image side (px) or sequence length (tokens)
-    precision: str = "fp32"  # fp32 | amp-fp16 | bf16
+    precision: str = "fp32"  # one of PRECISIONS
     layout: str = "nchw"  # nchw | nhwc
     device: str = "cpu"
     optimizer: str = "sgd"
@@ -704,6 +705,23 @@ def _killed_tries(path: Path) -> Counter[str]:
     return kills
 
 
+def _check_copy_target(source: Dataset, out: Path) -> None:
+    """A copy goes into a new or empty folder, or resumes a stopped copy of the same dataset
+    (its samples all the source's, with the same labels); anything else is refused, before
+    anything is written."""
+    if out.resolve() == source.root.resolve():
+        raise DatasetError(f"{out}: is the dataset being copied; name a new folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    labels = {s.key: s.label_ms for s in source.samples}
+    theirs = read_samples(out / SAMPLES)[0] if (out / SAMPLES).exists() else None
+    foreign = ["(no samples.jsonl)"] if theirs is None else [
+        d["key"] for d in theirs if labels.get(d["key"]) != d["label_ms"]]
+    if foreign:
+        raise DatasetError(f"{out}: not empty, and not a stopped copy of {source.root} "
+                           f"({foreign[0]} is not one of its samples); name a new folder")
+
+
 def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], Any], *,
                fuse: bool | int = True, partial: bool = False, reuse: bool = False,
                progress: bool = True) -> Dataset:
@@ -719,9 +737,11 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
     biggest models' exports can outgrow the machine), so that a resumed copy ends."""
     from tqdm import tqdm
 
+    source = load_dataset(src)
+    _check_copy_target(source, Path(out))
     writer = DatasetWriter(out)
     version = fusion_version(fuse)
-    pending = [s for s in load_dataset(src).samples if s.key not in writer.done]
+    pending = [s for s in source.samples if s.key not in writer.done]
     tries = Path(out) / RESEQUENCE_TRIES
     kills = _killed_tries(tries)
     failed: list[dict] = []

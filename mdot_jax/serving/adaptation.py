@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from converters import OperatorSequence
+from mdot_jax.data.dataset import PRECISIONS
 from mdot_jax.errors import UsageError
 from mdot_jax.serving import checkpoint
 from mdot_jax.serving.calibration import COVER
@@ -117,15 +118,28 @@ def read_measurements(path: str | Path) -> list[Row]:
     """The rows of a measurements CSV, each checked (a bad one is named by its line)."""
     path = Path(path)
     try:
-        with open(path, newline="") as f:
-            lines = list(csv.DictReader(f))
-            header = lines[0].keys() if lines else []
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark too
     except OSError as e:
         raise UsageError(f"{path}: cannot read ({e.strerror})") from None
-    missing = [c for c in REQUIRED if c not in header]
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a text (UTF-8) CSV file") from None
+    first = text.split("\n", 1)[0]
+    delimiter = ";" if ";" in first and "," not in first else ","  # a European spreadsheet's
+    reader = csv.DictReader(text.splitlines(), delimiter=delimiter)
+    lines = list(reader)
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
-        raise UsageError(f"{path}: missing column(s) {missing}; needs {list(REQUIRED)} and "
+        raise UsageError(f"{path}: missing column(s) {missing} in the header "
+                         f"{reader.fieldnames or '(none)'}; needs {list(REQUIRED)} and "
                          "image_size or seq_len, precision (optional)")
+    if not lines:
+        raise UsageError(f"{path}: a header and no rows; give one row per measured job")
+    precisions = sorted({d.get("precision") or "" for d in lines} - {""})
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown or len(precisions) > 1:
+        raise UsageError(f"{path}: column 'precision' has {precisions}; one of "
+                         f"{list(PRECISIONS)} for every row (the fit absorbs one precision; "
+                         "adapt each precision apart)")
     rows = []
     for n, d in enumerate(lines, 2):
         where = f"{path} line {n}"
