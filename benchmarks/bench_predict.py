@@ -1,9 +1,14 @@
-"""Prediction latency: warm end-to-end (load ONNX + convert + predict) and forward alone.
+"""Prediction latency: warm end-to-end (load ONNX + convert + predict) and forward alone;
+with `--memory OUT`, the step-memory estimate against measured peak memory.
 
     python benchmarks/bench_predict.py [--checkpoint NAME|DIR] [--repeats 20]
+    python benchmarks/bench_predict.py --memory benchmarks/results/memory-cpu
 
-Uses a torchvision ResNet-50 exported once (weight-free) at 224 px, batch size 64.
+Latency: a torchvision ResNet-50 exported once (weight-free) at 224 px, batch size 64.
 Targets: end-to-end <= 100 ms, predictor forward alone <= 5 ms (medians of warm repeats).
+Memory: the ten models of `tests/data/golden` (their committed sequences, batch 16), each
+trained for two steps in a fresh process (`measure.zoo.peak_memory`: the peak resident set
+on a CPU, `max_memory_allocated` on a GPU); target: every estimate within 20%.
 """
 
 from __future__ import annotations
@@ -29,11 +34,44 @@ def timed(fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), float(q75 - q25)
 
 
+def memory(out: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from converters import OperatorSequence
+    from mdot_jax.serving.memory import step_memory
+
+    golden = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden"
+    rows = []
+    for path in sorted(golden.glob("*.npz")):
+        seq = OperatorSequence.load_npz(path)
+        size = next(iter(seq.meta["inputs"].values()))[-1]
+        code = ("import json; from mdot_jax.measure.zoo import peak_memory; "
+                f"print(json.dumps(peak_memory({path.stem!r}, {size}, 16)))")
+        measured = json.loads(subprocess.run([sys.executable, "-c", code], check=True,
+                                             capture_output=True, text=True).stdout)
+        est = step_memory(seq)
+        rows.append(dict(measured, estimate=est.to_json(),
+                         error=est.total / measured["peak_bytes"] - 1))
+        print(f"{path.stem:<24} measured {measured['peak_bytes'] / 1e6:8.1f} MB, estimate "
+              f"{est.total / 1e6:8.1f} MB ({100 * rows[-1]['error']:+.1f}%)", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+    within = sum(abs(r["error"]) <= 0.2 for r in rows)
+    print(f"{within} of {len(rows)} within 20%; mean |error| "
+          f"{100 * np.mean([abs(r['error']) for r in rows]):.1f}%")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--memory", type=Path, metavar="OUT",
+                        help="score the step-memory estimate instead (results into OUT)")
     args = parser.parse_args()
+    if args.memory:
+        return memory(args.memory)
 
     import jax
     import torch

@@ -152,7 +152,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
                    batch_size=b, input_size=p.input_size, samples_per_s=1e3 * b / p.iteration_ms,
                    checkpoint=str(predictor.path), num_ops=p.num_ops, warnings=p.warnings,
-                   parts=p.parts, interval_ms=p.interval_ms)
+                   parts=p.parts, interval_ms=p.interval_ms, memory_gb=p.memory_gb)
         if args.top:
             row["operators"], row["operators_from"] = predictor.operators(seq, p, b)
         if args.epochs is not None:
@@ -178,10 +178,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
                    else ""))
     band = any(r["interval_ms"] for r in rows)
     print(f"{'batch':>7} {'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10}"
-          + (f" {'job h':>7} {'80% band h':>13}" if "job_s" in r else ""))
+          f" {'memory GB':>9}" + (f" {'job h':>7} {'80% band h':>13}" if "job_s" in r else ""))
     for r in rows:
         print(f"{r['batch_size']:>7} {r['iteration_ms']:>13.4g} {_range(r['interval_ms']):>15}"
-              f" {r['samples_per_s']:>10.4g}"
+              f" {r['samples_per_s']:>10.4g} {r['memory_gb']:>9.3g}"
               + (f" {r['job_s'] / 3600:>7.3g} "
                  f"{_range(r.get('job_interval_s'), 1 / 3600):>13}" if "job_s" in r else ""))
     if band:

@@ -392,6 +392,27 @@ def test_a_job_of_negative_epochs_is_refused():
             p.predict_job(seq, batch_size=2, **bad)
 
 
+def test_every_prediction_reports_its_memory_and_warns_when_it_cannot_fit(capsys, tmp_path):
+    from mdot_jax.serving.memory import step_memory
+
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    code, out, _ = run(capsys, "predict", model, "--batch-size", "2", "--json")
+    small = json.loads(out)
+    assert code == 0 and 0 < small["memory_gb"] < 1
+    assert not any("will not fit" in w for w in small["warnings"])
+    code, out, err = run(capsys, "predict", model, "--batch-size", "100000000", "--json")
+    big = json.loads(out)
+    assert code == 0 and big["memory_gb"] > 24 and big["interval_ms"] is None
+    assert "it will not fit at this batch size" in err and "rtx3090" in err
+    from mdot_jax.serving.predict import Predictor
+
+    seq = Predictor.load().sequence(conv_bn_relu(), batch_size=2)
+    sgd, adam = step_memory(seq, optimizer="sgd"), step_memory(seq, optimizer="adamw")
+    assert adam.optimizer == 2 * sgd.optimizer == 2 * sgd.parameters > 0
+    assert step_memory(seq, "amp-fp16").activations == sgd.activations / 2
+
+
 # ---------------------------------------------------------------------------- checkpoints
 @pytest.fixture
 def ckpt(tmp_path):

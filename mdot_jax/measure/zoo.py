@@ -300,6 +300,55 @@ def measure_step(model, x, target, protocol: Protocol, device: str,
     return times
 
 
+def peak_memory(arch: str, size: int, batch: int, steps: int = 2) -> dict:
+    """The peak memory of training steps of the zoo model `arch` (SGD with momentum, as
+    `measure_step`), in bytes above what the process held before its inputs and model were
+    made: CUDA's `max_memory_allocated` on a GPU; on a CPU the peak resident set (Linux's
+    VmHWM, reset first). Run it in a fresh process: a CPU peak is the process's."""
+    import torch
+
+    models = {m.name: m for m in zoo_models(list(ZOOS))}
+    if arch not in models:
+        raise ValueError(f"no zoo model {arch!r}")
+    m = models[arch]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    # what the process does once, whatever the model: import the model's code (built on the
+    # meta device: no memory), start autograd and the kernel libraries (one tiny step)
+    try:
+        with torch.device("meta"):
+            m.build(size)
+    except Exception:  # noqa: BLE001 - a model the meta device cannot build: counted in full
+        pass
+    tiny = torch.nn.Linear(8, 8).to(device)
+    tiny(torch.ones(2, 8, device=device)).sum().backward()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # resets the peak resident set
+        base = _proc_status("VmRSS")
+    x, target = _inputs(m, size, batch, device, torch)
+    model = m.build(size).to(device).train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, nesterov=True)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        loss_fn(out.reshape(out.shape[0], -1), target).backward()
+        opt.step()
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else _proc_status("VmHWM")
+    return dict(arch=arch, size=size, batch=batch, device=device, peak_bytes=peak - base)
+
+
+def _proc_status(field: str) -> int:
+    """A size from /proc/self/status, bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
 class TooSlow(RuntimeError):
     pass
 

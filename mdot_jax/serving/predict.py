@@ -28,6 +28,7 @@ from mdot_jax.models.trained import Trained, predict_samples
 from mdot_jax.models.trees import TreeModel
 from mdot_jax.serving.calibration import Calibration
 from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion
+from mdot_jax.serving.memory import machine_memory, step_memory
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 # An installed wheel carries the shipped checkpoints as package data (`mdot_jax/checkpoints`);
@@ -108,6 +109,7 @@ class Prediction:
     # where the time goes (`Predictor.operators`): [{"type", "name", "ms"}] in graph order
     operators: list[dict] | None = None
     input_size: int = 0  # the workload's image side or sequence length, as predicted for
+    memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
@@ -312,8 +314,27 @@ class Predictor:
                         f"{', '.join(names[:-1])} and {names[-1]} disagree by "
                         f"{math.expm1(d):.0%}: on held-out "
                         f"families, such predictions erred by {band.median_ape:.0f}% (median)")
+            self._check_memory(p, seq, w)
             preds.append(p)
         return preds
+
+    def _check_memory(self, p: Prediction, seq: OperatorSequence, w: Workload) -> None:
+        """Sets the step's memory estimate, and warns (no band) where it exceeds the device's
+        memory: a catalogued GPU's, or this machine's RAM for a CPU."""
+        from mdot_jax.data import gpus
+
+        p.memory_gb = step_memory(seq, w.precision, w.optimizer).total / 1e9
+        limit: float | None
+        try:
+            limit, what = gpus.find(p.device).memory_gb, f"the {p.device}'s memory"
+        except ValueError:
+            ram = machine_memory()
+            limit, what = (ram / 1e9 if ram else None), "this machine's RAM"
+        if limit and p.memory_gb > limit:
+            p.warnings.append(f"the step needs about {p.memory_gb:.3g} GB (parameters, "
+                              f"gradients, optimizer state, activations), more than {what} "
+                              f"({limit:.3g} GB): it will not fit at this batch size")
+            p.interval_ms = None
 
     def operators(self, seq: OperatorSequence, p: Prediction, batch_size: int
                   ) -> tuple[list[dict], str]:

@@ -1,0 +1,69 @@
+"""The peak memory of a training step, estimated from the operator sequence: whether the step
+fits on the device at all, before its time means anything.
+
+peak = parameters + their gradients + the optimizer's state + the activations kept for the
+backward pass + the input batch, where
+- parameters, gradients and optimizer state are fp32 (also under AMP, which keeps fp32 master
+  weights); the state is `OPTIMIZER_STATE` tensors the size of the parameters;
+- the activations are every operator's output (what autograd keeps for the backward pass, an
+  upper bound where an operator's output is freed at once), at the precision's width: half
+  under AMP, for the operators autocast runs in half precision; views write nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from converters import OperatorSequence
+from converters.sequence import LOAD_FIELDS
+
+# fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
+# and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none
+OPTIMIZER_STATE = {"sgd": 1, "sgd-plain": 0, "momentum": 1, "adam": 2, "adamw": 2}
+HALF = {"amp-fp16", "amp-bf16", "bf16"}
+_WRITTEN = LOAD_FIELDS.index("bytes_written")
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """Bytes of one training step, by what holds them."""
+
+    parameters: float
+    gradients: float
+    optimizer: float
+    activations: float
+    inputs: float
+
+    @property
+    def total(self) -> float:
+        return (self.parameters + self.gradients + self.optimizer + self.activations
+                + self.inputs)
+
+    def to_json(self) -> dict:
+        return dict(parameters=self.parameters, gradients=self.gradients,
+                    optimizer=self.optimizer, activations=self.activations, inputs=self.inputs,
+                    total=self.total)
+
+
+def step_memory(seq: OperatorSequence, precision: str = "fp32",
+                optimizer: str = "sgd") -> StepMemory:
+    """The estimate for `seq` (at its batch size) trained at `precision` with `optimizer`."""
+    if optimizer not in OPTIMIZER_STATE:
+        raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(OPTIMIZER_STATE)}")
+    weights = 4.0 * seq.params
+    scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
+    written = float(np.asarray(seq.load[:, _WRITTEN], np.float64).sum())
+    inputs = float(sum(4.0 * np.prod(s) for s in seq.meta.get("inputs", {}).values()))
+    return StepMemory(weights, weights, OPTIMIZER_STATE[optimizer] * weights, scale * written,
+                      inputs)
+
+
+def machine_memory() -> float | None:
+    """This machine's RAM, bytes (None where the system does not say)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
