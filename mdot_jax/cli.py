@@ -144,7 +144,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         try:
             seq = predictor.sequence(args.model, **dict(kw, batch_size=b))
             p = predictor.predict(seq, precision=args.precision, device=args.device,
-                                  layout=args.layout, **dict(kw, batch_size=b))
+                                  layout=args.layout, optimizer=args.optimizer,
+                                  **dict(kw, batch_size=b))
         except ValueError as e:
             if isinstance(e, ConversionError):
                 raise
@@ -331,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=PRECISIONS,
                    help="default: the device's usual (fp32 on CPUs, amp-fp16 on GPUs)")
     p.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"],
+                   help="the training step's optimizer (memory; time where the checkpoint "
+                        "was trained on it)")
     p.add_argument("--batch-sizes", type=_int_list,
                    help="several batch sizes at once (a table; JSON: a list), e.g. 16,32,64")
     p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")

@@ -189,9 +189,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if not args.zoo:
         raise UsageError("profile: --zoo is required (or --core-set, or --ops to measure "
                          "single operators)")
-    out = args.out or str(device_folder(args.threads))
+    out = args.out or str(device_folder(args.threads, args.optimizer))
     protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
-                        budget_s=args.budget_s)
+                        budget_s=args.budget_s, optimizer=args.optimizer)
     try:
         report = profile(args.zoo.split(","), args.batch_sizes, args.image_sizes, out,
                          seq_lens=args.seq_lens, threads=args.threads,
@@ -419,6 +419,8 @@ def add_commands(sub) -> None:
     p.add_argument("--image-sizes", type=_int_list, default=[64, 128, 224])
     p.add_argument("--seq-lens", type=_int_list, default=[32, 64, 128, 256])
     p.add_argument("--threads", type=POSITIVE_INT, default=2)
+    p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
+                   help="the training step's optimizer: SGD with momentum (default), AdamW")
     p.add_argument("--warmup", type=POSITIVE_INT, default=2)
     p.add_argument("--repeats", type=POSITIVE_INT, default=5)
     p.add_argument("--max-iter-s", type=POSITIVE_FLOAT, default=4.0,

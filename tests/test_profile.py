@@ -151,3 +151,18 @@ def test_appending_is_refused_when_the_machine_no_longer_matches_the_labels(tmp_
     with pytest.raises(ValueError, match=r"more than 15% off"):
         profile(["torchvision"], [4], [32], tmp_path, **kw)
     assert len(load_dataset(tmp_path)) == 1
+
+
+def test_a_step_with_adamw_is_recorded_as_such(tmp_path):
+    import dataclasses
+
+    adamw = dataclasses.replace(FAST, optimizer="adamw")
+    profile(["torchvision"], [2], [32], tmp_path, threads=1, progress=False,
+            models=["mobilenet_v3_small"], protocol=adamw, speed_check=False)
+    [s] = load_dataset(tmp_path).samples
+    assert s.workload.optimizer == "adamw" and s.meta["fingerprint"]["optimizer"] == "adamw"
+    with pytest.raises(ValueError, match="one optimizer per folder"):
+        profile(["torchvision"], [4], [32], tmp_path, threads=1, progress=False,
+                models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
+    with pytest.raises(ValueError, match="optimizer 'lamb'"):
+        Protocol(optimizer="lamb")

@@ -413,6 +413,22 @@ def test_every_prediction_reports_its_memory_and_warns_when_it_cannot_fit(capsys
     assert step_memory(seq, "amp-fp16").activations == sgd.activations / 2
 
 
+def test_the_optimizer_is_named_in_predict_and_profile(capsys, tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    args = ["predict", model, "--batch-size", "2", "--json"]
+    sgd = json.loads(run(capsys, *args)[1])
+    code, out, _ = run(capsys, *args, "--optimizer", "adamw")
+    adamw = json.loads(out)
+    assert code == 0 and adamw["memory_gb"] > sgd["memory_gb"]
+    assert any("optimizer" in w for w in adamw["warnings"])  # a checkpoint of SGD steps
+    make_dataset(tmp_path / "sgd", archs=("a1",), batches=(2,))
+    code, _, err = run(capsys, "profile", "--zoo", "torchvision", "--models", "resnet18",
+                       "--batch-sizes", "2", "--image-sizes", "32", "--optimizer", "adamw",
+                       "--out", tmp_path / "sgd")
+    one_line_error(code, err, "one optimizer per folder")
+
+
 # ---------------------------------------------------------------------------- checkpoints
 @pytest.fixture
 def ckpt(tmp_path):

@@ -31,14 +31,14 @@ def cpu_info() -> dict:
     return info
 
 
-def fingerprint(threads: int) -> dict:
+def fingerprint(threads: int, optimizer: str = "sgd") -> dict:
     import torch
 
     cuda = torch.cuda.is_available()
     chip = dict(device_model=torch.cuda.get_device_name(0)) if cuda else cpu_info()
     return dict(chip, device_kind="cuda" if cuda else "cpu", cores=os.cpu_count(),
                 threads=threads, torch=torch.__version__.split("+")[0], precision="fp32",
-                optimizer="sgd", affinity=sorted(os.sched_getaffinity(0))
+                optimizer=optimizer, affinity=sorted(os.sched_getaffinity(0))
                 if hasattr(os, "sched_getaffinity") else None, python=platform.python_version())
 
 
@@ -88,6 +88,8 @@ def data_dir() -> Path:
     return Path(base) / "mdot"
 
 
-def device_folder(threads: int) -> Path:
-    """This machine's dataset folder under `data_dir()`: its device slug."""
-    return data_dir() / device_slug(fingerprint(threads))
+def device_folder(threads: int, optimizer: str = "sgd") -> Path:
+    """This machine's dataset folder under `data_dir()`: its device slug (and the optimizer,
+    where it is not the default: one optimizer per folder)."""
+    suffix = "" if optimizer == "sgd" else f"-{optimizer}"
+    return data_dir() / (device_slug(fingerprint(threads)) + suffix)

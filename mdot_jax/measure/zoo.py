@@ -252,6 +252,21 @@ class Protocol:
     # many times max_iter_s before the sample is skipped; later ones decide
     max_cv: float = 15.0  # repeats that vary more (percent): the sample is noisy
     max_others: float = 0.5  # other runnable threads on average during the repeats: noisy
+    optimizer: str = "sgd"  # one of OPTIMIZERS: what the training step updates with
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {self.optimizer!r}: choose from {list(OPTIMIZERS)}")
+
+
+# the training step's optimizer: SGD with momentum 0.9, nesterov (timm's benchmark), or AdamW
+OPTIMIZERS = ("sgd", "adamw")
+
+
+def make_optimizer(name: str, params, torch):
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
+    return torch.optim.SGD(params, lr=1e-3, momentum=0.9, nesterov=True)
 
 
 def measure_step(model, x, target, protocol: Protocol, device: str,
@@ -265,7 +280,7 @@ def measure_step(model, x, target, protocol: Protocol, device: str,
     """
     import torch
 
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, nesterov=True)
+    opt = make_optimizer(protocol.optimizer, model.parameters(), torch)
     loss_fn = torch.nn.CrossEntropyLoss()
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
@@ -300,8 +315,9 @@ def measure_step(model, x, target, protocol: Protocol, device: str,
     return times
 
 
-def peak_memory(arch: str, size: int, batch: int, steps: int = 2) -> dict:
-    """The peak memory of training steps of the zoo model `arch` (SGD with momentum, as
+def peak_memory(arch: str, size: int, batch: int, steps: int = 2,
+                optimizer: str = "sgd") -> dict:
+    """The peak memory of training steps of the zoo model `arch` (with `optimizer`, as
     `measure_step`), in bytes above what the process held before its inputs and model were
     made: CUDA's `max_memory_allocated` on a GPU; on a CPU the peak resident set (Linux's
     VmHWM, reset first). Run it in a fresh process: a CPU peak is the process's."""
@@ -329,7 +345,7 @@ def peak_memory(arch: str, size: int, batch: int, steps: int = 2) -> dict:
         base = _proc_status("VmRSS")
     x, target = _inputs(m, size, batch, device, torch)
     model = m.build(size).to(device).train()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, nesterov=True)
+    opt = make_optimizer(optimizer, model.parameters(), torch)
     loss_fn = torch.nn.CrossEntropyLoss()
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
@@ -392,7 +408,7 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
 
     torch.set_num_threads(threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    fp = fingerprint(threads)
+    fp = fingerprint(threads, protocol.optimizer)
     root = Path(out)
     zoo = zoo_models(zoos)
     unknown = sorted(set(models or ()) - {m.name for m in zoo})
@@ -485,6 +501,11 @@ def _check_same_device(root: Path, fp: dict) -> None:
     if not (root / "samples.jsonl").exists():
         return
     theirs = [s.meta.get("fingerprint", {}) for s in load_dataset(root).samples]
+    optimizers = {t.get("optimizer", "sgd") for t in theirs} - {fp.get("optimizer", "sgd")}
+    if optimizers:
+        raise ValueError(f"{root} holds samples trained with {', '.join(sorted(optimizers))}, "
+                         f"this run uses {fp.get('optimizer')}: one optimizer per folder; "
+                         "profile into a new dataset folder")
     for k in DEVICE_KEYS:
         other = {json.dumps(t.get(k)) for t in theirs} - {json.dumps(fp.get(k))}
         if other:
@@ -533,7 +554,8 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             writer.append(Sample(
                 key=k, arch=m.name, seq_path=f"seqs/{seq_key}.npz",
                 workload=Workload(batch_size=b, input_size=size, precision="fp32",
-                                  layout="nchw", device=device_slug(fp), optimizer="sgd"),
+                                  layout="nchw", device=device_slug(fp),
+                                  optimizer=protocol.optimizer),
                 label_ms=st["median_ms"], stats=st,
                 meta=dict(fingerprint=fp, kind=m.kind,
                           measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))))
