@@ -47,6 +47,7 @@ def _mape(predictor, samples):
     return float(np.mean([abs(p / s.label_ms - 1) for p, s in zip(pred, samples)]) * 100)
 
 
+@pytest.mark.slow
 def test_ten_measured_rows_adapt_a_checkpoint_to_another_cpu(tmp_path, capsys):
     rows, held_out = _image_samples()
     _write_csv(tmp_path / "mine.csv", rows)
@@ -98,6 +99,7 @@ def test_a_one_row_file_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_adapting_an_adapted_checkpoint_composes_the_fits(tmp_path):
     rows, held_out = _image_samples()
     _write_csv(tmp_path / "mine.csv", rows)
@@ -201,6 +203,7 @@ def test_adapt_from_this_machines_probe(tmp_path, quiet_protocol):
     assert ms == pytest.approx(base_ms * math.exp(a.a), rel=1e-6)  # the fitted factor
 
 
+@pytest.mark.slow
 def test_a_budget_measures_more_samples_and_a_file_of_them_adapts_alike(tmp_path,
                                                                        quiet_protocol):
     from mdot_jax.serving.adaptation import adapt_from_probe

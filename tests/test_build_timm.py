@@ -114,6 +114,7 @@ def _killed_once_on_tinynet(csv_paths, out, **kwargs):
     return bt.build_timm(csv_paths, out, **kwargs)
 
 
+@pytest.mark.slow
 def test_the_supervised_build_survives_a_killed_process(csv_path, tmp_path, capfd):
     report = bt.build_timm_supervised([csv_path], tmp_path / "ds", progress=False,
                                       target=_killed_once_on_tinynet)

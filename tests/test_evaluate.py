@@ -21,6 +21,7 @@ FAST = ["lightgbm", "analytic", "gnn", "mdot-pe-none"]
 
 @pytest.mark.parametrize("methods", [FAST, pytest.param(ALL, marks=pytest.mark.slow)],
                          ids=["fast", "all"])
+@pytest.mark.slow
 def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path, methods):
     budget = TrainConfig(epochs=1, tokens_per_batch=2048)
     rows = run(tiny_real_dataset, tmp_path, split="family", folds=2, methods=methods,
@@ -190,6 +191,7 @@ def test_ensembles_average_finished_runs_in_log_space():
         ensemble_rows(rows, labels)
 
 
+@pytest.mark.slow
 def test_views_are_predicted_by_the_models_of_the_training_graphs(tiny_real_dataset, tmp_path,
                                                                    capsys):
     """The TorchScript eval() exports of the same samples (BatchNormalization folded into

@@ -125,6 +125,7 @@ def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
     assert job == pytest.approx(p.iteration_ms * iterations * 2 / 1000)
 
 
+@pytest.mark.slow
 def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp_path):
     """A checkpoint with a LightGBM companion predicts the geometric mean of MDOT's and the
     trees' predictions, identically after save and load; without it, MDOT's alone. The
@@ -167,6 +168,7 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
         Predictor.load(path)
 
 
+@pytest.mark.slow
 def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_real_dataset,
                                                                   tmp_path):
     """`evaluate.calibrate` turns an evaluation's rows into the checkpoint's error bands: the
@@ -501,6 +503,7 @@ def test_losses_weigh_log_errors_as_named():
         TrainConfig(loss="huber")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["mdot", "gnn"])  # the paper's model, the shipped network
 def test_mdot_train_then_predict_from_the_command_line(tiny_real_dataset, tmp_path, capsys,
                                                        arch):

@@ -86,6 +86,7 @@ def test_operator_times_are_a_fourth_dimension_and_a_graph_total(ops, tiny_real_
         seq_features(q, stats, FeatureConfig(op_costs=False))
 
 
+@pytest.mark.slow
 def test_an_op_grounded_checkpoint_carries_its_cost_model(ops, tiny_real_dataset, tmp_path,
                                                           capsys):
     ops_dir = ops[0]
@@ -190,6 +191,7 @@ def test_op_sum_params_adds_a_term_per_parameter(ops, tiny_real_dataset):
     assert OpSumLine.from_json(line.to_json()) == line
 
 
+@pytest.mark.slow
 def test_an_op_grounded_checkpoint_predicts_with_the_operator_sum_as_third_member(
         ops, tiny_real_dataset, tmp_path):
     """With a companion, an op-grounded checkpoint carries the operator-sum line with its

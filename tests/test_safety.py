@@ -190,7 +190,7 @@ def test_a_copy_never_merges_into_another_folder(tmp_path):
     with pytest.raises(DatasetError, match="is the dataset being copied"):
         resequence(tmp_path / "src", tmp_path / "src", export, progress=False)
     make_dataset(tmp_path / "other", archs=("b1",), batches=(2,))
-    with pytest.raises(DatasetError, match="b1/b2 is not one of its samples"):
+    with pytest.raises(DatasetError, match="b1/b2 is not one of its files or samples"):
         resequence(tmp_path / "src", tmp_path / "other", export, progress=False)
     first = resequence(tmp_path / "src", tmp_path / "copy", export, progress=False)
     again = resequence(tmp_path / "src", tmp_path / "copy", export, progress=False)  # resumes
@@ -291,6 +291,7 @@ def test_train_out_never_replaces_what_is_not_a_checkpoint(capsys, tmp_path, dat
     assert {p: p.read_bytes() for p in dataset.rglob("*") if p.is_file()} == snapshot
 
 
+@pytest.mark.slow
 def test_train_out_replaces_a_checkpoint_only_with_force(capsys, tmp_path, dataset):
     out = tmp_path / "ckpt"
     shutil.copytree(CHECKPOINT_DIR / "cpu-amd-epyc-f26m2-2t", out)
@@ -531,5 +532,7 @@ def test_a_batch_far_beyond_training_says_so(capsys, model):
     code, out, err = run(capsys, "predict", model, "--batch-size", "1000000000",
                          "--checkpoint", "cpu-amd-epyc-f26m2-2t", "--image-size", "64", "--json")
     assert code == 0
-    [warning] = [w for w in json.loads(out)["warnings"] if "batch size" in w]
+    warnings = json.loads(out)["warnings"]
+    [warning] = [w for w in warnings if "trained range" in w]
     assert "far (over 10x) outside the trained range 2-64" in warning and "a guess" in warning
+    assert any("it will not fit at this batch size" in w for w in warnings)  # nor in RAM

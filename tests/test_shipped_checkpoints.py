@@ -116,6 +116,7 @@ def test_op_types_newer_than_a_checkpoint_count_as_unknown():
     assert np.isfinite(a) and a == b
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_checkpoint_fits_the_committed_copy_of_its_data(name):
     """`data/derived/<name>-fused` is the very data the checkpoint was trained on (same

@@ -711,15 +711,19 @@ def _check_copy_target(source: Dataset, out: Path) -> None:
     anything is written."""
     if out.resolve() == source.root.resolve():
         raise DatasetError(f"{out}: is the dataset being copied; name a new folder")
-    if not out.exists() or not any(out.iterdir()):
+    if not out.exists():
         return
-    labels = {s.key: s.label_ms for s in source.samples}
-    theirs = read_samples(out / SAMPLES)[0] if (out / SAMPLES).exists() else None
-    foreign = ["(no samples.jsonl)"] if theirs is None else [
-        d["key"] for d in theirs if labels.get(d["key"]) != d["label_ms"]]
+    if (out / SAMPLES).exists():  # a copy under way: every sample must be the source's
+        labels = {s.key: s.label_ms for s in source.samples}
+        foreign = [d["key"] for d in read_samples(out / SAMPLES)[0]
+                   if labels.get(d["key"]) != d["label_ms"]]
+    else:  # stopped before its first sample: only what a copy writes first
+        own = {SEQS, "onnx", LOCK, REPORT, REJECTED, RESEQUENCE_TRIES, RESEQUENCE_FAILED}
+        foreign = [p.name for p in out.iterdir() if p.name not in own]
     if foreign:
         raise DatasetError(f"{out}: not empty, and not a stopped copy of {source.root} "
-                           f"({foreign[0]} is not one of its samples); name a new folder")
+                           f"({foreign[0]} is not one of its files or samples); name a new "
+                           "folder")
 
 
 def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], Any], *,
