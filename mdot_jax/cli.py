@@ -110,11 +110,13 @@ def _check_output(out: str, model: str, force: bool) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     from mdot_jax.measure import core_set
     from mdot_jax.measure.device import device_folder
+    from mdot_jax.measure.zoo import Protocol
 
-    out = args.out or str(device_folder(args.threads))
+    out = args.out or str(device_folder(args.threads, precision=args.precision))
     keys = args.keys.split(",") if args.keys else core_set.load()["probe"]
     try:
-        probe = core_set.run_probe(out, keys, args.threads)
+        probe = core_set.run_probe(out, keys, args.threads,
+                                   protocol=Protocol(precision=args.precision))
     except ValueError as e:
         raise UsageError(str(e)) from None
     width = max(map(len, keys))
@@ -314,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "$MDOT_DATA, else ~/.local/share/mdot)")
     p.add_argument("--threads", type=POSITIVE_INT, default=2)
     p.add_argument("--keys", help=argparse.SUPPRESS)  # tests: a smaller probe
+    p.add_argument("--precision", choices=("fp32", "tf32", "amp-fp16", "amp-bf16"),
+                   default="fp32", help="the training step's precision (a GPU's AMP)")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("devices", description=USER_COMMANDS["devices"])

@@ -189,9 +189,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if not args.zoo:
         raise UsageError("profile: --zoo is required (or --core-set, or --ops to measure "
                          "single operators)")
-    out = args.out or str(device_folder(args.threads, args.optimizer))
+    out = args.out or str(device_folder(args.threads, args.optimizer, args.precision))
     protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
-                        budget_s=args.budget_s, optimizer=args.optimizer)
+                        budget_s=args.budget_s, optimizer=args.optimizer,
+                        precision=args.precision)
     try:
         report = profile(args.zoo.split(","), args.batch_sizes, args.image_sizes, out,
                          seq_lens=args.seq_lens, threads=args.threads,
@@ -210,7 +211,7 @@ def _profile_ops(args: argparse.Namespace) -> int:
     from mdot_jax.measure.device import device_folder
     from mdot_jax.measure.ops import OpProtocol, profile_ops
 
-    out = args.out or str(device_folder(args.threads) / "ops")
+    out = args.out or str(device_folder(args.threads, precision=args.precision) / "ops")
     if bool(args.ops_more) != bool(args.ops_kinds):
         raise UsageError("--ops-more and --ops-kinds go together: how many more operators, "
                          "of which kinds (e.g. --ops-more 4000 --ops-kinds "
@@ -218,7 +219,8 @@ def _profile_ops(args: argparse.Namespace) -> int:
     try:
         report = profile_ops(out, n=args.ops_n, threads=args.threads,
                              sources=args.ops_from.split(",") if args.ops_from else None,
-                             protocol=OpProtocol(warmup=args.warmup, repeats=args.repeats),
+                             protocol=OpProtocol(warmup=args.warmup, repeats=args.repeats,
+                                                 precision=args.precision),
                              max_minutes=args.max_minutes, more=args.ops_more or 0,
                              kinds=args.ops_kinds.split(",") if args.ops_kinds else ())
     except ValueError as e:
@@ -421,6 +423,9 @@ def add_commands(sub) -> None:
     p.add_argument("--threads", type=POSITIVE_INT, default=2)
     p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
                    help="the training step's optimizer: SGD with momentum (default), AdamW")
+    p.add_argument("--precision", choices=("fp32", "tf32", "amp-fp16", "amp-bf16"),
+                   default="fp32", help="fp32 (PyTorch's defaults), tf32 (matmuls too), or "
+                                        "autocast to fp16 (with a gradient scaler) or bf16")
     p.add_argument("--warmup", type=POSITIVE_INT, default=2)
     p.add_argument("--repeats", type=POSITIVE_INT, default=5)
     p.add_argument("--max-iter-s", type=POSITIVE_FLOAT, default=4.0,

@@ -166,3 +166,31 @@ def test_a_step_with_adamw_is_recorded_as_such(tmp_path):
                 models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
     with pytest.raises(ValueError, match="optimizer 'lamb'"):
         Protocol(optimizer="lamb")
+
+
+def test_a_step_at_amp_bf16_is_recorded_and_kept_apart(tmp_path):
+    import dataclasses
+
+    import torch
+
+    from mdot_jax.measure.zoo import precision_context
+
+    bf16 = dataclasses.replace(FAST, precision="amp-bf16")
+    profile(["torchvision"], [2], [32], tmp_path, threads=1, progress=False,
+            models=["mobilenet_v3_small"], protocol=bf16, speed_check=False)
+    [s] = load_dataset(tmp_path).samples
+    assert s.workload.precision == "amp-bf16" and s.meta["fingerprint"]["precision"] == "amp-bf16"
+    with pytest.raises(ValueError, match="one precision per folder"):
+        profile(["torchvision"], [4], [32], tmp_path, threads=1, progress=False,
+                models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
+    for precision, matmul in (("tf32", True), ("fp32", False), ("amp-fp16", False)):
+        precision_context(precision, "cpu", torch)
+        assert torch.backends.cuda.matmul.allow_tf32 is matmul  # set, whatever it was
+        assert torch.backends.cudnn.allow_tf32
+    with pytest.raises(ValueError, match="precision 'fp8'"):
+        Protocol(precision="fp8")
+
+
+def test_a_gpu_is_filed_under_its_name():
+    fp = dict(device_kind="cuda", device_model="NVIDIA H100 80GB HBM3", threads=8)
+    assert device_slug(fp) == "gpu-nvidia-h100-80gb-hbm3"

@@ -128,9 +128,10 @@ def run_probe(root: str | Path, keys: Sequence[str], threads: int = 2, protocol=
     from mdot_jax.measure.device import fingerprint
     from mdot_jax.measure.zoo import ZOOS, Protocol, profile
 
-    profile(list(ZOOS), [], [], root, threads=threads, keys=keys,
-            protocol=protocol or Protocol(), speed_check=speed_check)
-    return write_probe(root, keys, fingerprint(threads))
+    protocol = protocol or Protocol()
+    profile(list(ZOOS), [], [], root, threads=threads, keys=keys, protocol=protocol,
+            speed_check=speed_check)
+    return write_probe(root, keys, fingerprint(threads, protocol.optimizer, protocol.precision))
 
 
 def write_probe(root: str | Path, keys: Sequence[str], fingerprint: dict) -> dict:

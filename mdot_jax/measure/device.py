@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import subprocess
 from pathlib import Path
 
 
@@ -31,21 +32,47 @@ def cpu_info() -> dict:
     return info
 
 
-def fingerprint(threads: int, optimizer: str = "sgd") -> dict:
+def fingerprint(threads: int, optimizer: str = "sgd", precision: str = "fp32") -> dict:
+    """What the measurements of this machine are of: the chip (a CPU's family, model and
+    vector extensions; a GPU's name, SMs, memory, L2, compute capability, CUDA, cuDNN and
+    driver), threads, software, and the step's precision and optimizer."""
     import torch
 
     cuda = torch.cuda.is_available()
-    chip = dict(device_model=torch.cuda.get_device_name(0)) if cuda else cpu_info()
+    chip = gpu_info() if cuda else cpu_info()
     return dict(chip, device_kind="cuda" if cuda else "cpu", cores=os.cpu_count(),
-                threads=threads, torch=torch.__version__.split("+")[0], precision="fp32",
+                threads=threads, torch=torch.__version__.split("+")[0], precision=precision,
                 optimizer=optimizer, affinity=sorted(os.sched_getaffinity(0))
                 if hasattr(os, "sched_getaffinity") else None, python=platform.python_version())
 
 
+def gpu_info() -> dict:
+    """The GPU as PyTorch and the driver tell it (clocks where nvidia-smi answers)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    info = dict(device_model=props.name, sms=props.multi_processor_count,
+                memory_gb=round(props.total_memory / 1e9, 2),
+                l2_mb=round(getattr(props, "L2_cache_size", 0) / 2 ** 20, 1),
+                compute_capability=f"{props.major}.{props.minor}", cuda=torch.version.cuda,
+                cudnn=torch.backends.cudnn.version())
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,"
+                              "clocks.max.mem", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout.split(",")
+        info.update(driver=out[0].strip(), max_sm_mhz=float(out[1]),
+                    max_memory_mhz=float(out[2]))
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        pass
+    return info
+
+
 def device_slug(fp: dict) -> str:
-    """Folder name for a device, e.g. `cpu-amd-epyc-f26m2-2t` (CPU family 26, model 2; where
-    the fingerprint has them), `cuda-nvidia-geforce-rtx-3090-2t`."""
+    """Folder name for a device: `cpu-amd-epyc-f26m2-2t` (CPU family 26, model 2, where the
+    fingerprint has them; 2 threads), `gpu-nvidia-h100-80gb-hbm3` (a GPU: its name)."""
     model = re.sub(r"[^a-z0-9]+", "-", fp["device_model"].lower()).strip("-")
+    if fp["device_kind"] == "cuda":
+        return f"gpu-{model}"
     model = re.sub(r"-(processor|cpu|with-radeon.*)$", "", model)
     chip = f"-f{fp['cpu_family']}m{fp['cpu_model_id']}" if "cpu_family" in fp else ""
     return f"{fp['device_kind']}-{model}{chip}-{fp['threads']}t"
@@ -88,8 +115,9 @@ def data_dir() -> Path:
     return Path(base) / "mdot"
 
 
-def device_folder(threads: int, optimizer: str = "sgd") -> Path:
-    """This machine's dataset folder under `data_dir()`: its device slug (and the optimizer,
-    where it is not the default: one optimizer per folder)."""
-    suffix = "" if optimizer == "sgd" else f"-{optimizer}"
+def device_folder(threads: int, optimizer: str = "sgd", precision: str = "fp32") -> Path:
+    """This machine's dataset folder under `data_dir()`: its device slug, and the precision
+    and optimizer where they are not the defaults (one of each per folder)."""
+    suffix = "".join(f"-{v}" for v, default in ((precision, "fp32"), (optimizer, "sgd"))
+                     if v != default)
     return data_dir() / (device_slug(fingerprint(threads)) + suffix)

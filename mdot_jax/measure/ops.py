@@ -41,7 +41,6 @@ from mdot_jax.data.dataset import (
     SkipLog,
     append_line,
     end_last_line,
-    load_dataset,
     read_jsonl_bytes,
     read_samples,
     unpack_for_writing,
@@ -59,7 +58,7 @@ from mdot_jax.measure.specs import (
     loss_spec,
     specs_of,
 )
-from mdot_jax.measure.zoo import stats_of
+from mdot_jax.measure.zoo import precision_context, stats_of
 
 PLAN = "plan.jsonl"
 
@@ -75,6 +74,7 @@ class OpProtocol:
     max_spread: float = 10.0  # IQR / median of the forward + backward repeats, percent: noisy
     # above (robust: one disturbed repeat of five moves neither the median nor the IQR)
     max_others: float = 0.5  # other runnable threads on average: noisy above
+    precision: str = "fp32"  # `zoo.MEASURED_PRECISIONS`: the forward runs autocast at AMP
 
 
 @dataclass
@@ -93,9 +93,12 @@ def harvest(dataset_dirs: list[str | Path], progress: bool = True) -> Harvest:
     index: dict[str, int] = {}
     out = Harvest([], [], [])
     files: dict[Path, str] = {}  # sequence file -> the first sample key using it
-    for d in dataset_dirs:
-        for s in load_dataset(d).samples:
-            files.setdefault(Path(d) / s.seq_path, s.key)
+    for d in dataset_dirs:  # the graphs of noisy samples too: a graph is what is drawn from
+        if not (Path(d) / SAMPLES).exists() and not (Path(d) / NOISY).exists():
+            raise DatasetError(f"{d}: not a dataset (no {SAMPLES})")
+        for name in (SAMPLES, NOISY):
+            for row in read_samples(Path(d) / name)[0]:
+                files.setdefault(Path(d) / row["seq"], row["key"])
     for path, sample_key in tqdm(files.items(), desc="harvest operator rows",
                                  disable=not progress):
         for spec in specs_of(OperatorSequence.load_npz(path)):
@@ -286,12 +289,16 @@ def _check_device(root: Path, fp: dict) -> None:
               for line in (read_jsonl_bytes(root / name) or b"").splitlines()[:1]
               if line.strip()]
     for t in theirs:
+        if t.get("precision", "fp32") != fp.get("precision", "fp32"):
+            raise DatasetError(f"{root} holds operators measured at {t.get('precision', 'fp32')}"
+                               f", this run's precision is {fp.get('precision')}: one "
+                               "precision per folder; measure into a new folder")
         for k in DEVICE_KEYS:
             if json.dumps(t.get(k)) != json.dumps(fp.get(k)):
                 raise DatasetError(
                     f"{root} holds operators measured with {k} {json.dumps(t.get(k))}, this "
                     f"machine has {json.dumps(fp.get(k))}: measure into a new folder "
-                    f"(default: data/{device_slug(fp)}/ops)")
+                    f"(default: {device_slug(fp)}/ops in the data folder)")
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -305,18 +312,24 @@ def measure_op(spec: OpSpec, protocol: OpProtocol, torch, device: str, threads: 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     opt = torch.optim.SGD(case.params, lr=1e-3, momentum=0.9, nesterov=True) \
         if case.params else None
-    out = case.forward()
+    autocast = precision_context(protocol.precision, device, torch)
+
+    def forward():
+        with autocast():
+            return case.forward()
+
+    out = forward()
     outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
             if getattr(o, "requires_grad", False)]
     grads = [torch.randn_like(o) for o in outs]
 
     def fwd():
-        case.forward()
+        forward()
 
     def fwd_bwd():
         for t in case.leaves:
             t.grad = None
-        o = case.forward()
+        o = forward()
         if grads:
             torch.autograd.backward([x for x in (o if isinstance(o, (tuple, list)) else [o])
                                      if getattr(x, "requires_grad", False)], grads)
@@ -383,7 +396,7 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
 
     torch.set_num_threads(threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    fp = fingerprint(threads)
+    fp = fingerprint(threads, precision=protocol.precision)
     root = Path(out)
     with writer_lock(root):
         for name in (SAMPLES, NOISY, PLAN):

@@ -253,20 +253,61 @@ class Protocol:
     max_cv: float = 15.0  # repeats that vary more (percent): the sample is noisy
     max_others: float = 0.5  # other runnable threads on average during the repeats: noisy
     optimizer: str = "sgd"  # one of OPTIMIZERS: what the training step updates with
+    precision: str = "fp32"  # one of MEASURED_PRECISIONS
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer {self.optimizer!r}: choose from {list(OPTIMIZERS)}")
+        if self.precision not in MEASURED_PRECISIONS:
+            raise ValueError(f"precision {self.precision!r}: choose from "
+                             f"{list(MEASURED_PRECISIONS)}")
 
 
 # the training step's optimizer: SGD with momentum 0.9, nesterov (timm's benchmark), or AdamW
 OPTIMIZERS = ("sgd", "adamw")
+# fp32: PyTorch's defaults (cuDNN convolutions may use TF32, matmuls do not); tf32: both do;
+# amp-*: autocast to that half type (a gradient scaler for fp16), the rest as fp32
+MEASURED_PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 
 
-def make_optimizer(name: str, params, torch):
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
-    return torch.optim.SGD(params, lr=1e-3, momentum=0.9, nesterov=True)
+def precision_context(precision: str, device: str, torch) -> Callable:
+    """Sets TF32 as `precision` says, explicitly (matmuls only at `tf32`; convolutions as
+    PyTorch's default lets them), and returns the context that runs a forward pass at it:
+    `torch.autocast` to the half type at an AMP precision."""
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = True
+    half = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(precision)
+    return partial(torch.autocast, device_type=device, dtype=half or torch.float32,
+                   enabled=half is not None)
+
+
+def training_step(model, x, target, optimizer: str, precision: str, device: str, torch
+                  ) -> Callable[[], None]:
+    """One training iteration of `model` as a callable: forward (autocast at an AMP
+    precision), cross-entropy loss, backward (scaled for fp16), the optimizer's step. Sets
+    TF32 as `precision` says, explicitly."""
+    autocast = precision_context(precision, device, torch)
+    if optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, nesterov=True)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    scaler = torch.amp.GradScaler(device) if precision == "amp-fp16" else None
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with autocast():
+            out = model(x)
+            out = out[0] if isinstance(out, (tuple, list)) else out
+            loss = loss_fn(out.reshape(out.shape[0], -1).float(), target)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    return step
 
 
 def measure_step(model, x, target, protocol: Protocol, device: str,
@@ -280,16 +321,9 @@ def measure_step(model, x, target, protocol: Protocol, device: str,
     """
     import torch
 
-    opt = make_optimizer(protocol.optimizer, model.parameters(), torch)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    step = training_step(model, x, target, protocol.optimizer, protocol.precision, device,
+                         torch)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        out = model(x)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        loss_fn(out.reshape(out.shape[0], -1), target).backward()
-        opt.step()
 
     last = 0.0
     for i in range(protocol.warmup):
@@ -316,7 +350,7 @@ def measure_step(model, x, target, protocol: Protocol, device: str,
 
 
 def peak_memory(arch: str, size: int, batch: int, steps: int = 2,
-                optimizer: str = "sgd") -> dict:
+                optimizer: str = "sgd", precision: str = "fp32") -> dict:
     """The peak memory of training steps of the zoo model `arch` (with `optimizer`, as
     `measure_step`), in bytes above what the process held before its inputs and model were
     made: CUDA's `max_memory_allocated` on a GPU; on a CPU the peak resident set (Linux's
@@ -345,14 +379,9 @@ def peak_memory(arch: str, size: int, batch: int, steps: int = 2,
         base = _proc_status("VmRSS")
     x, target = _inputs(m, size, batch, device, torch)
     model = m.build(size).to(device).train()
-    opt = make_optimizer(optimizer, model.parameters(), torch)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    step = training_step(model, x, target, optimizer, precision, device, torch)
     for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        out = model(x)
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        loss_fn(out.reshape(out.shape[0], -1), target).backward()
-        opt.step()
+        step()
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else _proc_status("VmHWM")
     return dict(arch=arch, size=size, batch=batch, device=device, peak_bytes=peak - base)
 
@@ -408,7 +437,7 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
 
     torch.set_num_threads(threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    fp = fingerprint(threads, protocol.optimizer)
+    fp = fingerprint(threads, protocol.optimizer, protocol.precision)
     root = Path(out)
     zoo = zoo_models(zoos)
     unknown = sorted(set(models or ()) - {m.name for m in zoo})
@@ -501,11 +530,12 @@ def _check_same_device(root: Path, fp: dict) -> None:
     if not (root / "samples.jsonl").exists():
         return
     theirs = [s.meta.get("fingerprint", {}) for s in load_dataset(root).samples]
-    optimizers = {t.get("optimizer", "sgd") for t in theirs} - {fp.get("optimizer", "sgd")}
-    if optimizers:
-        raise ValueError(f"{root} holds samples trained with {', '.join(sorted(optimizers))}, "
-                         f"this run uses {fp.get('optimizer')}: one optimizer per folder; "
-                         "profile into a new dataset folder")
+    for what, default in (("optimizer", "sgd"), ("precision", "fp32")):
+        other = {t.get(what, default) for t in theirs} - {fp.get(what, default)}
+        if other:
+            raise ValueError(f"{root} holds samples of {what} {', '.join(sorted(other))}, "
+                             f"this run's is {fp.get(what)}: one {what} per folder; profile "
+                             "into a new dataset folder")
     for k in DEVICE_KEYS:
         other = {json.dumps(t.get(k)) for t in theirs} - {json.dumps(fp.get(k))}
         if other:
@@ -553,9 +583,9 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             report.skipped.pop(k, None)  # measured on a retry
             writer.append(Sample(
                 key=k, arch=m.name, seq_path=f"seqs/{seq_key}.npz",
-                workload=Workload(batch_size=b, input_size=size, precision="fp32",
-                                  layout="nchw", device=device_slug(fp),
-                                  optimizer=protocol.optimizer),
+                workload=Workload(batch_size=b, input_size=size,
+                                  precision=protocol.precision, layout="nchw",
+                                  device=device_slug(fp), optimizer=protocol.optimizer),
                 label_ms=st["median_ms"], stats=st,
                 meta=dict(fingerprint=fp, kind=m.kind,
                           measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))))

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPU kit: what one short lease of a GPU machine (no network, its own PyTorch) measures,
+# in at most KIT_SECONDS (default 510) of wall time, into at most 8 files directly under OUT:
+#   env.json                     the GPU's fingerprint (name, SMs, memory, L2, CUDA, cuDNN,
+#                                driver, clocks), PyTorch, Python, and what is installed
+#   amp-bf16-samples.jsonl       the probe and the device core set, autocast to bf16
+#   amp-bf16-noisy.jsonl         samples measured, but too noisy to train on
+#   amp-bf16-report.json         what was skipped and why
+#   fp32-samples.jsonl           as much of the core set at fp32 as the time left allows
+#   ops-amp-bf16-samples.jsonl   a few hundred single operators, autocast to bf16
+#   kit.log                      every step's output
+# Each step is bounded by what time is left and appends as it measures, so a step cut off
+# keeps what it measured; run again on the same machine, it resumes (KIT_WORK keeps the
+# working folders). Operator sequences are not brought back: `mdot dataset resequence`
+# rebuilds them from the zoo here.
+#   bash benchmarks/gpu_kit.sh OUT            # on the GPU machine
+#   bash benchmarks/gpu_kit.sh --dry-run OUT  # a tiny version on a CPU (under 3 minutes)
+set -uo pipefail
+DRY=0
+if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
+OUT=${1:?usage: gpu_kit.sh [--dry-run] OUT}
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORK=${KIT_WORK:-/tmp/mdot-kit}
+BUDGET=${KIT_SECONDS:-510}
+PY=${PYTHON:-python3}
+START=$(date +%s)
+LOG="$OUT/kit.log"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" MDOT_DATA="$WORK" TQDM_DISABLE=1
+mdot() { "$PY" -c 'import sys; from mdot_jax.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+# a step: at most $1 seconds, or what is left less $2 kept for the steps after it
+step() {
+  local most=$1 keep=$2; shift 2
+  local t=$(( $(left) - keep ))
+  [ "$t" -gt "$most" ] && t=$most
+  if [ "$t" -lt 5 ]; then echo "== skipped (no time left): $*" >> "$LOG"; return; fi
+  echo "== $(date +%T) ${t}s: $*" >> "$LOG"
+  timeout -s INT -k 10 "$t" "$@" >> "$LOG" 2>&1
+  echo "== exit $?" >> "$LOG"
+}
+collect() {  # what comes back: at most 8 files, directly under OUT
+  for p in amp-bf16 fp32; do
+    for f in samples.jsonl noisy.jsonl report.json; do
+      [ -f "$WORK/$p/$f" ] && cp "$WORK/$p/$f" "$OUT/$p-$f"
+    done
+  done
+  rm -f "$OUT/fp32-noisy.jsonl" "$OUT/fp32-report.json"  # the eight: the fp32 samples only
+  [ -f "$WORK/ops-amp-bf16/samples.jsonl" ] && cp "$WORK/ops-amp-bf16/samples.jsonl" \
+    "$OUT/ops-amp-bf16-samples.jsonl"
+  true
+}
+trap collect EXIT
+
+step 60 0 "$PY" - "$OUT/env.json" <<'EOF'
+import importlib.metadata as md, json, sys
+from mdot_jax.measure.device import device_slug, fingerprint
+fp = fingerprint(1, precision="amp-bf16")
+names = ("torch", "torchvision", "timm", "transformers", "onnx", "onnxscript", "jax", "flax",
+         "optax", "orbax-checkpoint", "lightgbm", "numpy", "scipy", "tqdm")
+have = {}
+for n in names:
+    try:
+        have[n] = md.version(n)
+    except md.PackageNotFoundError:
+        have[n] = None
+json.dump(dict(fingerprint=fp, slug=device_slug(fp), packages=have), open(sys.argv[1], "w"),
+          indent=1)
+EOF
+
+if [ "$DRY" = 1 ]; then
+  KEYS=resnet18/i32/b2,mobilenet_v3_small/i32/b2
+  step 60 20 mdot probe --precision amp-bf16 --threads 2 --out "$WORK/amp-bf16" --keys "$KEYS"
+  step 40 15 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
+    --batch-sizes 2 --image-sizes 32 --threads 2 --out "$WORK/fp32"
+  step 40 0 mdot profile --ops --precision amp-bf16 --ops-n 8 --max-minutes 0.5 --threads 2 \
+    --ops-from "$WORK/amp-bf16" --out "$WORK/ops-amp-bf16"
+else
+  step 120 360 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
+  step 260 120 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
+  step 120 70 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
+  step 70 0 mdot profile --ops --precision amp-bf16 --ops-n 300 --max-minutes 1 --threads 8 \
+    --ops-from data/derived/cpu-amd-epyc-f25m17-2t-fused --out "$WORK/ops-amp-bf16"
+fi
+echo "== done in $(( $(date +%s) - START ))s" >> "$LOG"

@@ -1,0 +1,36 @@
+"""The GPU kit (`benchmarks/gpu_kit.sh`): its dry run on this CPU makes what the GPU machine
+sends back: at most 8 files directly under OUT, none over 16 MiB, the fingerprint and the
+samples at the precisions asked for; run again, it resumes (nothing measured twice)."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_kits_dry_run_makes_what_comes_back(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = dict(os.environ, KIT_WORK=str(work), KIT_SECONDS="170")
+    for _ in range(2):  # the second run resumes
+        subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_kit.sh"), "--dry-run",
+                        str(out)], check=True, env=env, timeout=300)
+    files = sorted(p for p in out.rglob("*") if p.is_file())
+    assert 4 <= len(files) <= 8 and all(p.parent == out for p in files)
+    assert all(p.stat().st_size <= 16 * 2 ** 20 for p in files)
+    env_json = json.loads((out / "env.json").read_text())
+    assert env_json["fingerprint"]["precision"] == "amp-bf16"
+    assert env_json["packages"]["torch"] and env_json["slug"].startswith("cpu-")
+    bf16 = [json.loads(x) for x in (out / "amp-bf16-samples.jsonl").read_text().splitlines()]
+    noisy = out / "amp-bf16-noisy.jsonl"
+    bf16 += [json.loads(x) for x in noisy.read_text().splitlines()] if noisy.exists() else []
+    assert len(bf16) == 2 and {d["workload"]["precision"] for d in bf16} == {"amp-bf16"}
+    assert len({d["key"] for d in bf16}) == 2  # the second run measured nothing again
+    ops = (out / "ops-amp-bf16-samples.jsonl").read_text().splitlines()
+    assert ops and json.loads(ops[0])["meta"]["fingerprint"]["precision"] == "amp-bf16"
+    log = (out / "kit.log").read_text()
+    assert log.count("== done in") == 2 and "Traceback" not in log
