@@ -201,7 +201,7 @@ def test_a_foreign_device_is_refused(small_models, tmp_path):
     fp = dict(fingerprint(1), device_model="Some Other CPU")
     line = dict(key="Relu/0", spec={}, label_ms=1.0, stats={}, meta=dict(fingerprint=fp))
     (out / "samples.jsonl").write_text(json.dumps(line) + "\n")
-    with pytest.raises(DatasetError, match=r"device_model .*new folder \(default: data/.*/ops"):
+    with pytest.raises(DatasetError, match=r"device_model .*new folder \(default: .*/ops in "):
         profile_ops(out, n=5, sources=[small_models], threads=1, progress=False, protocol=FAST_OPS)
 
 

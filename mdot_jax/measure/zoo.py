@@ -542,7 +542,7 @@ def _check_same_device(root: Path, fp: dict) -> None:
             raise ValueError(
                 f"{root} holds samples measured with {k} {', '.join(sorted(other))}, this "
                 f"machine has {json.dumps(fp.get(k))}: profile into a new dataset folder "
-                f"(default: data/{device_slug(fp)})")
+                f"(default: {device_slug(fp)} in the data folder)")
 
 
 def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, device, protocol,
