@@ -91,7 +91,7 @@ def test_profile_refuses_a_generic_cpu_name_of_another_generation(tmp_path, thei
     sample = dict(key="k", arch="a", seq="seqs/x.npz", label_ms=1.0,
                   workload=dict(batch_size=1, input_size=1), meta=dict(fingerprint=other))
     (out / "samples.jsonl").write_text(json.dumps(sample) + "\n")
-    with pytest.raises(ValueError, match=r"cpu_family .*new dataset folder \(default: data/"):
+    with pytest.raises(ValueError, match=r"cpu_family .*new dataset folder \(default: .* in the"):
         profile(["torchvision"], [2], [32], out, threads=1, progress=False,
                 models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
 
