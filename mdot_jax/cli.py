@@ -238,11 +238,13 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     try:
         if args.probe:
             from mdot_jax.measure.device import device_folder
+            from mdot_jax.measure.zoo import Protocol
 
-            root = args.data or str(device_folder(args.threads))
+            root = args.data or str(device_folder(args.threads, precision=args.precision))
             a, base = adapt_from_probe(root, args.base, args.out, threads=args.threads,
                                        device=args.device_name, force=args.force,
-                                       budget_s=args.budget_s)
+                                       budget_s=args.budget_s,
+                                       protocol=Protocol(precision=args.precision))
         else:
             a = adapt_from_measurements(args.from_measurements, args.base, args.out,
                                         device=args.device_name, force=args.force)
@@ -366,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--probe: seconds of measuring, the probe's included; what is left "
                         "measures more core-set samples (0: the probe only)")
     p.add_argument("--threads", type=POSITIVE_INT, default=2)
+    p.add_argument("--precision", choices=("fp32", "tf32", "amp-fp16", "amp-bf16"),
+                   default="fp32", help="--probe: the precision the probe is measured at "
+                                        "(a GPU's AMP: that of the kit's folder)")
     p.add_argument("--out", required=True, help="the adapted checkpoint's directory")
     p.add_argument("--device-name", help="what to call the device (default: derived)")
     p.add_argument("--force", action="store_true", help="replace the checkpoint in --out")

@@ -189,10 +189,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if not args.zoo:
         raise UsageError("profile: --zoo is required (or --core-set, or --ops to measure "
                          "single operators)")
-    out = args.out or str(device_folder(args.threads, args.optimizer, args.precision))
+    out = args.out or str(device_folder(args.threads, args.optimizer, args.precision,
+                                        args.layout))
     protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
                         budget_s=args.budget_s, optimizer=args.optimizer,
-                        precision=args.precision)
+                        precision=args.precision, layout=args.layout)
     try:
         report = profile(args.zoo.split(","), args.batch_sizes, args.image_sizes, out,
                          seq_lens=args.seq_lens, threads=args.threads,
@@ -426,6 +427,8 @@ def add_commands(sub) -> None:
     p.add_argument("--precision", choices=("fp32", "tf32", "amp-fp16", "amp-bf16"),
                    default="fp32", help="fp32 (PyTorch's defaults), tf32 (matmuls too), or "
                                         "autocast to fp16 (with a gradient scaler) or bf16")
+    p.add_argument("--layout", choices=("nchw", "nhwc"), default="nchw",
+                   help="nhwc: image models in channels-last memory format")
     p.add_argument("--warmup", type=POSITIVE_INT, default=2)
     p.add_argument("--repeats", type=POSITIVE_INT, default=5)
     p.add_argument("--max-iter-s", type=POSITIVE_FLOAT, default=4.0,

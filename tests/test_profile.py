@@ -194,3 +194,23 @@ def test_a_step_at_amp_bf16_is_recorded_and_kept_apart(tmp_path):
 def test_a_gpu_is_filed_under_its_name():
     fp = dict(device_kind="cuda", device_model="NVIDIA H100 80GB HBM3", threads=8)
     assert device_slug(fp) == "gpu-nvidia-h100-80gb-hbm3"
+
+
+@pytest.mark.parametrize("precision,scaled", [("amp-fp16", True), ("amp-bf16", False),
+                                              ("fp32", False)])
+def test_a_training_step_scales_fp16_and_runs_channels_last(monkeypatch, precision, scaled):
+    import torch
+
+    from mdot_jax.measure.zoo import training_step
+
+    made = []
+    real = torch.amp.GradScaler
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda *a, **k: made.append(1) or real(*a, **k))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 6 * 6, 10))
+    before = [p.detach().clone() for p in model.parameters()]
+    x, target = torch.randn(2, 3, 8, 8), torch.tensor([1, 2])
+    training_step(model, x, target, "sgd", precision, "cpu", torch, layout="nhwc")()
+    assert bool(made) is scaled
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))

@@ -115,9 +115,10 @@ def data_dir() -> Path:
     return Path(base) / "mdot"
 
 
-def device_folder(threads: int, optimizer: str = "sgd", precision: str = "fp32") -> Path:
-    """This machine's dataset folder under `data_dir()`: its device slug, and the precision
-    and optimizer where they are not the defaults (one of each per folder)."""
-    suffix = "".join(f"-{v}" for v, default in ((precision, "fp32"), (optimizer, "sgd"))
-                     if v != default)
+def device_folder(threads: int, optimizer: str = "sgd", precision: str = "fp32",
+                  layout: str = "nchw") -> Path:
+    """This machine's dataset folder under `data_dir()`: its device slug, and the precision,
+    layout and optimizer where they are not the defaults (one of each per folder)."""
+    suffix = "".join(f"-{v}" for v, default in ((precision, "fp32"), (layout, "nchw"),
+                                                (optimizer, "sgd")) if v != default)
     return data_dir() / (device_slug(fingerprint(threads)) + suffix)

@@ -254,8 +254,11 @@ class Protocol:
     max_others: float = 0.5  # other runnable threads on average during the repeats: noisy
     optimizer: str = "sgd"  # one of OPTIMIZERS: what the training step updates with
     precision: str = "fp32"  # one of MEASURED_PRECISIONS
+    layout: str = "nchw"  # nhwc: image models and inputs in channels-last memory format
 
     def __post_init__(self):
+        if self.layout not in ("nchw", "nhwc"):
+            raise ValueError(f"layout {self.layout!r}: choose from nchw, nhwc")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer {self.optimizer!r}: choose from {list(OPTIMIZERS)}")
         if self.precision not in MEASURED_PRECISIONS:
@@ -281,12 +284,15 @@ def precision_context(precision: str, device: str, torch) -> Callable:
                    enabled=half is not None)
 
 
-def training_step(model, x, target, optimizer: str, precision: str, device: str, torch
-                  ) -> Callable[[], None]:
+def training_step(model, x, target, optimizer: str, precision: str, device: str, torch,
+                  layout: str = "nchw") -> Callable[[], None]:
     """One training iteration of `model` as a callable: forward (autocast at an AMP
     precision), cross-entropy loss, backward (scaled for fp16), the optimizer's step. Sets
-    TF32 as `precision` says, explicitly."""
+    TF32 as `precision` says, explicitly; `nhwc`: the model and an image batch channels-last."""
     autocast = precision_context(precision, device, torch)
+    if layout == "nhwc" and x.dim() == 4:
+        model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     if optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     else:
@@ -322,7 +328,7 @@ def measure_step(model, x, target, protocol: Protocol, device: str,
     import torch
 
     step = training_step(model, x, target, protocol.optimizer, protocol.precision, device,
-                         torch)
+                         torch, protocol.layout)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     last = 0.0
@@ -437,7 +443,8 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
 
     torch.set_num_threads(threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    fp = fingerprint(threads, protocol.optimizer, protocol.precision)
+    fp = dict(fingerprint(threads, protocol.optimizer, protocol.precision),
+              layout=protocol.layout)
     root = Path(out)
     zoo = zoo_models(zoos)
     unknown = sorted(set(models or ()) - {m.name for m in zoo})
@@ -530,7 +537,7 @@ def _check_same_device(root: Path, fp: dict) -> None:
     if not (root / "samples.jsonl").exists():
         return
     theirs = [s.meta.get("fingerprint", {}) for s in load_dataset(root).samples]
-    for what, default in (("optimizer", "sgd"), ("precision", "fp32")):
+    for what, default in (("optimizer", "sgd"), ("precision", "fp32"), ("layout", "nchw")):
         other = {t.get(what, default) for t in theirs} - {fp.get(what, default)}
         if other:
             raise ValueError(f"{root} holds samples of {what} {', '.join(sorted(other))}, "
@@ -584,7 +591,7 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             writer.append(Sample(
                 key=k, arch=m.name, seq_path=f"seqs/{seq_key}.npz",
                 workload=Workload(batch_size=b, input_size=size,
-                                  precision=protocol.precision, layout="nchw",
+                                  precision=protocol.precision, layout=protocol.layout,
                                   device=device_slug(fp), optimizer=protocol.optimizer),
                 label_ms=st["median_ms"], stats=st,
                 meta=dict(fingerprint=fp, kind=m.kind,
