@@ -214,3 +214,28 @@ def test_a_training_step_scales_fp16_and_runs_channels_last(monkeypatch, precisi
     assert bool(made) is scaled
     assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_a_gpu_fingerprint_has_what_tells_gpus_apart(monkeypatch):
+    """Without a GPU here: PyTorch's device properties stubbed as an H100 reports them."""
+    import subprocess
+    import types
+
+    import torch
+
+    from mdot_jax.measure import device
+
+    props = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", multi_processor_count=132,
+                                  total_memory=85_000_000_000, L2_cache_size=50 * 2 ** 20,
+                                  major=9, minor=0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91000)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(
+        stdout="580.159.04, 1980, 2619\n"))
+    fp = device.fingerprint(8, precision="amp-bf16")
+    assert fp["device_kind"] == "cuda" and fp["sms"] == 132 and fp["l2_mb"] == 50.0
+    assert fp["compute_capability"] == "9.0" and fp["memory_gb"] == 85.0
+    assert fp["driver"] == "580.159.04" and fp["max_sm_mhz"] == 1980.0
+    assert fp["precision"] == "amp-bf16" and fp["cudnn"] == 91000 and "cuda" in fp
+    assert device.device_slug(fp) == "gpu-nvidia-h100-80gb-hbm3"
