@@ -61,6 +61,17 @@ def memory(out: Path) -> None:
     within = sum(abs(r["error"]) <= 0.2 for r in rows)
     print(f"{within} of {len(rows)} within 20%; mean |error| "
           f"{100 * np.mean([abs(r['error']) for r in rows]):.1f}%")
+    # every row of timm's RTX 3090 table ran, so fitted its 24 GB: how far over the estimate is
+    timm = Path(__file__).resolve().parents[1] / "data" / "derived" / "timm-rtx3090-fused"
+    if timm.is_dir():
+        from mdot_jax.data.dataset import load_dataset
+
+        gb = np.asarray([step_memory(s.seq, s.workload.precision).total / 1e9
+                         for s in load_dataset(timm).samples])
+        fits = dict(rows=len(gb), over_24gb=int((gb > 24).sum()), max_ratio=float(gb.max() / 24))
+        (out / "timm-rtx3090-fits.json").write_text(json.dumps(fits))
+        print(f"timm RTX 3090 runs (all fitted 24 GB): {fits['over_24gb']} of {len(gb)} "
+              f"estimated over 24 GB, at most {fits['max_ratio']:.2f}x")
 
 
 def main():

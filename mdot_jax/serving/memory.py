@@ -5,9 +5,11 @@ peak = parameters + their gradients + the optimizer's state + the activations ke
 backward pass + the input batch, where
 - parameters, gradients and optimizer state are fp32 (also under AMP, which keeps fp32 master
   weights); the state is `OPTIMIZER_STATE` tensors the size of the parameters;
-- the activations are every operator's output (what autograd keeps for the backward pass, an
-  upper bound where an operator's output is freed at once), at the precision's width: half
-  under AMP, for the operators autocast runs in half precision; views write nothing.
+- the activations are the tensors autograd keeps for the backward pass: an operator's output
+  where its own backward needs it (Relu, Sigmoid, Softmax, ...) or where a consumer's backward
+  needs its input (Conv, MatMul, normalisations, Mul, GELU, pooling, ...), each once, at the
+  precision's width (half under AMP); an output only added, reshaped or concatenated onward is
+  freed, and views write nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ from converters.sequence import LOAD_FIELDS
 OPTIMIZER_STATE = {"sgd": 1, "sgd-plain": 0, "momentum": 1, "adam": 2, "adamw": 2}
 HALF = {"amp-fp16", "amp-bf16", "bf16"}
 _WRITTEN = LOAD_FIELDS.index("bytes_written")
+# whose backward needs the operator's input, or its output (PyTorch's derivatives)
+NEEDS_INPUT = frozenset({
+    "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "BatchNormalization",
+    "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Mul", "Div", "Pow",
+    "Gelu", "Silu", "Erf", "MaxPool", "HardSwish", "HardSigmoid", "LeakyRelu", "Clip", "Mish",
+    "Softplus", "Elu", "Selu", "PRelu", "ReduceMax", "ReduceMin", "Where", "Max", "Min",
+    "Abs", "Log", "Sin", "Cos"})
+NEEDS_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp", "Sqrt",
+                          "Reciprocal"})
 
 
 @dataclass(frozen=True)
@@ -55,10 +66,21 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32",
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(OPTIMIZER_STATE)}")
     weights = 4.0 * seq.params
     scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
-    written = float(np.asarray(seq.load[:, _WRITTEN], np.float64).sum())
     inputs = float(sum(4.0 * np.prod(s) for s in seq.meta.get("inputs", {}).values()))
-    return StepMemory(weights, weights, OPTIMIZER_STATE[optimizer] * weights, scale * written,
-                      inputs)
+    return StepMemory(weights, weights, OPTIMIZER_STATE[optimizer] * weights,
+                      scale * saved_bytes(seq), inputs)
+
+
+def saved_bytes(seq: OperatorSequence) -> float:
+    """Bytes of the operators' outputs that autograd keeps for the backward pass (fp32)."""
+    from converters.vocab import VOCAB
+
+    names = np.asarray([*VOCAB, "?"])[np.minimum(seq.op_type, len(VOCAB))]
+    kept = np.isin(names, list(NEEDS_OUTPUT))
+    if len(seq.edges):
+        src, dst = seq.edges[:, 0], seq.edges[:, 1]
+        kept[src[np.isin(names[dst], list(NEEDS_INPUT))]] = True
+    return float(np.asarray(seq.load[kept, _WRITTEN], np.float64).sum())
 
 
 def machine_memory() -> float | None:
