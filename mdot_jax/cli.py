@@ -15,7 +15,7 @@ import sys
 
 from converters.errors import ConversionError
 from mdot_jax import cli_build
-from mdot_jax.cli_build import NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
+from mdot_jax.cli_build import MAX_INT, NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.data.dataset import PRECISIONS
 from mdot_jax.errors import MdotError, UsageError
 
@@ -40,6 +40,8 @@ def _input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
         except ValueError:
             raise UsageError(f"--input-shape {spec!r}: expected NAME=D1,D2,... "
                              "(e.g. x=1,3,224,224)") from None
+        if max(shapes[name], default=0) > MAX_INT:
+            raise UsageError(f"--input-shape {spec!r}: a dim is too large (at most {MAX_INT})")
     return shapes
 
 

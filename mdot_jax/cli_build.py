@@ -23,6 +23,9 @@ BUILD_COMMANDS = {  # name -> one line for `mdot --help`
 
 
 # ---------------------------------------------------------------------------- argument types
+MAX_INT = 2 ** 31 - 1
+
+
 def _positive(kind, zero: bool = False):
     what = f"{'non-negative' if zero else 'positive'} {'integer' if kind is int else 'number'}"
 
@@ -33,6 +36,8 @@ def _positive(kind, zero: bool = False):
             value = None
         if value is None or not (math.isfinite(value) and (value > 0 or zero and value == 0)):
             raise argparse.ArgumentTypeError(f"expected a {what}, got {text!r}")
+        if kind is int and value > MAX_INT:  # a shape dim, a count: ONNX and numpy use int32
+            raise argparse.ArgumentTypeError(f"{text} is too large (at most {MAX_INT})")
         return value
     parse.__name__ = what
     return parse

@@ -430,6 +430,16 @@ def test_the_optimizer_is_named_in_predict_and_profile(capsys, tmp_path):
     one_line_error(code, err, "one optimizer per folder")
 
 
+@pytest.mark.parametrize("command", ["convert", "predict"])
+def test_an_integer_too_large_names_its_flag(capsys, tmp_path, command):
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    code, _, err = run(capsys, command, model, "--batch-size", "1" + "0" * 20)
+    one_line_error(code, err, "argument --batch-size", "is too large")
+    code, _, err = run(capsys, command, model, "--input-shape", "x=1" + "0" * 20 + ",3,8,8")
+    one_line_error(code, err, "--input-shape", "a dim is too large")
+
+
 # ---------------------------------------------------------------------------- checkpoints
 @pytest.fixture
 def ckpt(tmp_path):
