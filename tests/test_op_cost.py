@@ -150,6 +150,10 @@ def test_top_operators_of_a_shipped_checkpoint(tmp_path, capsys):
     assert ("priced by the kernel cost model of cpu-amd-epyc-f25m17-2t; none of "
             "cpu-amd-epyc-f26m2-2t is shipped") in out
     assert "Conv" in out.split("most expensive")[1]
+    # a GPU's prediction is not split by a CPU's kernels: it says none of a GPU is shipped
+    assert main(["predict", path, "--batch-size", "8", "--top", "2", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["operators"] == [] and "no kernel cost model of a GPU" in row["operators_from"]
 
 
 def test_op_sum_is_composition_alone(ops, tiny_real_dataset):

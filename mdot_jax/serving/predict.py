@@ -353,7 +353,7 @@ class Predictor:
         if kernel is None:
             kernel, source = nearest_kernel_model(p.device)
         if kernel is None:
-            return [], "no kernel cost model is shipped"
+            return [], source
         ms = kernel.sequence_ms(seq)
         total = float(ms.sum()) + kernel.loss_ms(batch_size, 1000)
         scale = p.iteration_ms / max(total, 1e-12)
@@ -398,9 +398,14 @@ def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
     """The kernel cost model that a shipped op-grounded checkpoint of `device` carries (a
     shipped checkpoint is named by its device), else another device's (said so), else None;
     and a phrase naming which."""
-    shipped = sorted(CHECKPOINT_DIR.glob(f"*/{COST_MODEL}"))
+    from mdot_jax.measure.device import is_cpu
+
+    # another CPU's kernels say little of a GPU's: only a device of the same kind stands in
+    shipped = [f for f in sorted(CHECKPOINT_DIR.glob(f"*/{COST_MODEL}"))
+               if f.parent.name == device or is_cpu(f.parent.name) == is_cpu(device)]
     if not shipped:
-        return None, ""
+        return None, f"no kernel cost model of {'a CPU' if is_cpu(device) else 'a GPU'} " \
+                     "is shipped yet"
     name = {f: f.parent.name for f in shipped}
     own = [f for f in shipped if name[f] == device]
     path = (own or shipped)[0]
