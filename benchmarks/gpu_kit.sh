@@ -8,6 +8,7 @@
 #   amp-bf16-report.json         what was skipped and why
 #   fp32-samples.jsonl           as much of the core set at fp32 as the time left allows
 #   ops-amp-bf16-samples.jsonl   a few hundred single operators, autocast to bf16
+#   ops-amp-bf16-noisy.jsonl     those too noisy to train on
 #   kit.log                      every step's output
 # Each step is bounded by what time is left and appends as it measures, so a step cut off
 # keeps what it measured; run again on the same machine, it resumes (KIT_WORK keeps the
@@ -47,8 +48,9 @@ collect() {  # what comes back: at most 8 files, directly under OUT
     done
   done
   rm -f "$OUT/fp32-noisy.jsonl" "$OUT/fp32-report.json"  # the eight: the fp32 samples only
-  [ -f "$WORK/ops-amp-bf16/samples.jsonl" ] && cp "$WORK/ops-amp-bf16/samples.jsonl" \
-    "$OUT/ops-amp-bf16-samples.jsonl"
+  for f in samples.jsonl noisy.jsonl; do
+    [ -f "$WORK/ops-amp-bf16/$f" ] && cp "$WORK/ops-amp-bf16/$f" "$OUT/ops-amp-bf16-$f"
+  done
   true
 }
 trap collect EXIT
