@@ -16,7 +16,7 @@ import sys
 from converters.errors import ConversionError
 from mdot_jax import cli_build
 from mdot_jax.cli_build import MAX_INT, NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
-from mdot_jax.data.dataset import PRECISIONS
+from mdot_jax.data.dataset import MEASURED_PRECISIONS, PRECISIONS
 from mdot_jax.errors import MdotError, UsageError
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "$MDOT_DATA, else ~/.local/share/mdot)")
     p.add_argument("--threads", type=POSITIVE_INT, default=2)
     p.add_argument("--keys", help=argparse.SUPPRESS)  # tests: a smaller probe
-    p.add_argument("--precision", choices=("fp32", "tf32", "amp-fp16", "amp-bf16"),
+    p.add_argument("--precision", choices=MEASURED_PRECISIONS,
                    default="fp32", help="the training step's precision (a GPU's AMP)")
     p.set_defaults(func=cmd_probe)
 
@@ -370,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--probe: seconds of measuring, the probe's included; what is left "
                         "measures more core-set samples (0: the probe only)")
     p.add_argument("--threads", type=POSITIVE_INT, default=2)
-    p.add_argument("--precision", choices=("fp32", "tf32", "amp-fp16", "amp-bf16"),
+    p.add_argument("--precision", choices=MEASURED_PRECISIONS,
                    default="fp32", help="--probe: the precision the probe is measured at "
                                         "(a GPU's AMP: that of the kit's folder)")
     p.add_argument("--out", required=True, help="the adapted checkpoint's directory")

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 
+from mdot_jax.data.dataset import MEASURED_PRECISIONS
 from mdot_jax.errors import UsageError
 
 BUILD_COMMANDS = {  # name -> one line for `mdot --help`
@@ -429,7 +430,7 @@ def add_commands(sub) -> None:
     p.add_argument("--threads", type=POSITIVE_INT, default=2)
     p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
                    help="the training step's optimizer: SGD with momentum (default), AdamW")
-    p.add_argument("--precision", choices=("fp32", "tf32", "amp-fp16", "amp-bf16"),
+    p.add_argument("--precision", choices=MEASURED_PRECISIONS,
                    default="fp32", help="fp32 (PyTorch's defaults), tf32 (matmuls too), or "
                                         "autocast to fp16 (with a gradient scaler) or bf16")
     p.add_argument("--layout", choices=("nchw", "nhwc"), default="nchw",

@@ -153,42 +153,32 @@ def test_appending_is_refused_when_the_machine_no_longer_matches_the_labels(tmp_
     assert len(load_dataset(tmp_path)) == 1
 
 
-def test_a_step_with_adamw_is_recorded_as_such(tmp_path):
+@pytest.mark.parametrize("field,value,bad", [("optimizer", "adamw", "lamb"),
+                                             ("precision", "amp-bf16", "fp8")])
+def test_another_optimizer_or_precision_is_recorded_and_kept_apart(tmp_path, field, value,
+                                                                    bad):
     import dataclasses
 
-    adamw = dataclasses.replace(FAST, optimizer="adamw")
-    profile(["torchvision"], [2], [32], tmp_path, threads=1, progress=False,
-            models=["mobilenet_v3_small"], protocol=adamw, speed_check=False)
+    kw = dict(threads=1, progress=False, models=["mobilenet_v3_small"], speed_check=False)
+    profile(["torchvision"], [2], [32], tmp_path, protocol=dataclasses.replace(
+        FAST, **{field: value}), **kw)
     [s] = load_dataset(tmp_path).samples
-    assert s.workload.optimizer == "adamw" and s.meta["fingerprint"]["optimizer"] == "adamw"
-    with pytest.raises(ValueError, match="one optimizer per folder"):
-        profile(["torchvision"], [4], [32], tmp_path, threads=1, progress=False,
-                models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
-    with pytest.raises(ValueError, match="optimizer 'lamb'"):
-        Protocol(optimizer="lamb")
+    assert getattr(s.workload, field) == value and s.meta["fingerprint"][field] == value
+    with pytest.raises(ValueError, match=f"one {field} per folder"):
+        profile(["torchvision"], [4], [32], tmp_path, protocol=FAST, **kw)
+    with pytest.raises(ValueError, match=f"{field} '{bad}'"):
+        Protocol(**{field: bad})
 
 
-def test_a_step_at_amp_bf16_is_recorded_and_kept_apart(tmp_path):
-    import dataclasses
-
+def test_each_precision_sets_tf32_explicitly():
     import torch
 
     from mdot_jax.measure.zoo import precision_context
 
-    bf16 = dataclasses.replace(FAST, precision="amp-bf16")
-    profile(["torchvision"], [2], [32], tmp_path, threads=1, progress=False,
-            models=["mobilenet_v3_small"], protocol=bf16, speed_check=False)
-    [s] = load_dataset(tmp_path).samples
-    assert s.workload.precision == "amp-bf16" and s.meta["fingerprint"]["precision"] == "amp-bf16"
-    with pytest.raises(ValueError, match="one precision per folder"):
-        profile(["torchvision"], [4], [32], tmp_path, threads=1, progress=False,
-                models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
     for precision, matmul in (("tf32", True), ("fp32", False), ("amp-fp16", False)):
         precision_context(precision, "cpu", torch)
         assert torch.backends.cuda.matmul.allow_tf32 is matmul  # set, whatever it was
         assert torch.backends.cudnn.allow_tf32
-    with pytest.raises(ValueError, match="precision 'fp8'"):
-        Protocol(precision="fp8")
 
 
 def test_a_gpu_is_filed_under_its_name():

@@ -9,6 +9,7 @@ tensor cores, null where the GPU has none for that precision.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import json
@@ -130,6 +131,4 @@ def from_spec_file(path: str | Path) -> GPU:
         raise ValueError(f"--device-spec {path}: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"--device-spec {path}: not JSON ({e})") from None
-    gpu = _from_json(d, f"--device-spec {path}")
-    return GPU(**{**{f.name: getattr(gpu, f.name) for f in fields(GPU)},
-                  "spec_file": str(path)})
+    return dataclasses.replace(_from_json(d, f"--device-spec {path}"), spec_file=str(path))

@@ -33,6 +33,7 @@ import onnx
 from converters import convert, from_torch, inference_export
 from mdot_jax.data import dataset as data
 from mdot_jax.data.dataset import (
+    MEASURED_PRECISIONS,
     Dataset,
     DatasetWriter,
     Sample,
@@ -268,9 +269,6 @@ class Protocol:
 
 # the training step's optimizer: SGD with momentum 0.9, nesterov (timm's benchmark), or AdamW
 OPTIMIZERS = ("sgd", "adamw")
-# fp32: PyTorch's defaults (cuDNN convolutions may use TF32, matmuls do not); tf32: both do;
-# amp-*: autocast to that half type (a gradient scaler for fp16), the rest as fp32
-MEASURED_PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 
 
 def precision_context(precision: str, device: str, torch) -> Callable:

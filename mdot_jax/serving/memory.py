@@ -21,6 +21,7 @@ import numpy as np
 
 from converters import OperatorSequence
 from converters.sequence import LOAD_FIELDS
+from converters.vocab import VOCAB
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
 # and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none
@@ -73,8 +74,6 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32",
 
 def saved_bytes(seq: OperatorSequence) -> float:
     """Bytes of the operators' outputs that autograd keeps for the backward pass (fp32)."""
-    from converters.vocab import VOCAB
-
     names = np.asarray([*VOCAB, "?"])[np.minimum(seq.op_type, len(VOCAB))]
     kept = np.isin(names, list(NEEDS_OUTPUT))
     if len(seq.edges):

@@ -20,6 +20,7 @@ from flax import nnx
 from converters import OperatorSequence, convert
 from converters.sequence import INPUT_KINDS
 from converters.vocab import VOCAB
+from mdot_jax.data import gpus
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
 from mdot_jax.models.ensemble import combine, spread
@@ -217,8 +218,6 @@ class Predictor:
     def _checkpoint_device(self, name: str | None) -> str:
         """`name` as one of this checkpoint's devices: the same catalogued GPU under another
         name (`nvidia-rtx-3090` for `rtx3090`), else a ValueError saying what is known."""
-        from mdot_jax.data import gpus
-
         devices = self.devices
         if name is None:
             raise ValueError(f"this checkpoint predicts for {devices}: name one")
@@ -326,8 +325,6 @@ class Predictor:
         catalogued GPU's, or this machine's RAM for a CPU): that it may not fit; beyond
         `NO_FIT` times that memory, that it will not (no band then). Every timm RTX 3090 run
         (each of which fitted its 24 GB) is estimated below 1.7 times it."""
-        from mdot_jax.data import gpus
-
         p.memory_gb = step_memory(seq, w.precision, w.optimizer).total / 1e9
         limit: float | None
         try:
