@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -164,7 +165,7 @@ class OperatorSequence:
                 return cls(name=meta.pop("name", ""), op_type=z["op_type"],
                            config=z["config"], load=z["load"], edges=z["edges"],
                            node_names=z["node_names"], meta=meta)
-        except (OSError, KeyError, ValueError) as e:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
             if isinstance(e, ConversionError):
                 raise
             raise ConversionError(f"{path}: not a readable operator sequence ({e})") from None

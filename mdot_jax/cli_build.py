@@ -137,6 +137,15 @@ def cmd_dataset_resequence(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dataset_pack(args: argparse.Namespace) -> int:
+    from mdot_jax.data.dataset import pack_sequences
+
+    r = pack_sequences(args.dir)  # a DatasetError names the file
+    print(f"{r['sequences']} sequences ({r['packed_now']} packed now) in {r['path']}, "
+          f"{r['bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
 def cmd_dataset_info(args: argparse.Namespace) -> int:
     ds = _dataset(args.dir, empty_ok=True)
     if not len(ds):
@@ -390,6 +399,10 @@ def add_commands(sub) -> None:
                         "inference export users get from torch.onnx.export(model.eval(), ...) "
                         "with the TorchScript or the dynamo exporter (same labels)")
     q.set_defaults(func=cmd_dataset_resequence)
+    q = dsub.add_parser("pack", help="pack a dataset's sequence files into one archive "
+                                     "(seqs.tar.xz), as committed datasets are kept")
+    q.add_argument("dir")
+    q.set_defaults(func=cmd_dataset_pack)
     q = dsub.add_parser("info", help="summary of a dataset directory")
     q.add_argument("dir")
     q.add_argument("--json", action="store_true")

@@ -1,6 +1,8 @@
 """Test set-up: every cache goes to a temporary folder, so tests leave nothing behind."""
 
 import os
+import pathlib
+import shutil
 import tempfile
 
 _TMP = tempfile.mkdtemp(prefix="mdot-tests-")
@@ -15,10 +17,24 @@ import pytest  # noqa: E402
 from timm_rows import TINY_ARCHS, timm_csvs  # noqa: E402
 
 
+TINY = pathlib.Path(__file__).parent / "data" / "tiny-timm"  # made by its make.py
+
+
 @pytest.fixture(scope="session")
 def tiny_real_dataset(tmp_path_factory):
-    """A real dataset: 12 small timm architectures x 2 layouts with their measured RTX 3090
-    step times (timm's published rows), built by the timm builder."""
+    """A real dataset, committed (`data/tiny-timm`): 12 small timm architectures x 2 layouts
+    with their measured RTX 3090 step times (timm's published rows), sequences packed, no
+    exports; a copy, so a test cannot change the committed one. Needs no torch or timm."""
+    from mdot_jax.data.dataset import load_dataset
+
+    root = tmp_path_factory.mktemp("tiny") / "tiny-timm"
+    shutil.copytree(TINY, root, ignore=shutil.ignore_patterns("make.py"))
+    return load_dataset(root)
+
+
+@pytest.fixture(scope="session")
+def tiny_timm_build(tmp_path_factory):
+    """The same dataset built here by the timm builder, with its ONNX exports (`onnx/`)."""
     pytest.importorskip("timm")
     from mdot_jax.data.build_timm import build_timm
     from mdot_jax.data.dataset import load_dataset

@@ -138,7 +138,7 @@ dataset.resequence(src, out, export_of, partial=True, progress=False)
 """
 
 
-def test_a_partial_copy_leaves_out_a_graph_it_died_in_twice(tiny_real_dataset, tmp_path):
+def test_a_partial_copy_leaves_out_a_graph_it_died_in_twice(tiny_timm_build, tmp_path):
     """A copy killed while converting one graph resumes (nothing finished is lost) and, the
     second time it dies there, leaves that graph out and ends instead of dying forever."""
     import subprocess
@@ -147,60 +147,60 @@ def test_a_partial_copy_leaves_out_a_graph_it_died_in_twice(tiny_real_dataset, t
     from mdot_jax.data.dataset import RESEQUENCE_FAILED
 
     victim = "mobilenetv3_small_050"
-    run = [sys.executable, "-c", KILLER, str(tiny_real_dataset.root), str(tmp_path / "c"), victim]
+    run = [sys.executable, "-c", KILLER, str(tiny_timm_build.root), str(tmp_path / "c"), victim]
     for _ in range(2):
         assert subprocess.run(run, capture_output=True).returncode == -signal.SIGKILL
     assert subprocess.run(run, capture_output=True).returncode == 0
     copied = {s.key for s in load_dataset(tmp_path / "c").samples}
-    theirs = {s.key for s in tiny_real_dataset.samples if s.arch == victim}
-    assert copied == {s.key for s in tiny_real_dataset.samples} - theirs and theirs
+    theirs = {s.key for s in tiny_timm_build.samples if s.arch == victim}
+    assert copied == {s.key for s in tiny_timm_build.samples} - theirs and theirs
     failed = [json.loads(line) for line in (tmp_path / "c" / RESEQUENCE_FAILED).open()]
     assert {f["key"] for f in failed} == theirs
     assert all("died 2 times" in f["reason"] for f in failed)
 
 
-def test_a_copy_stopped_by_the_user_does_not_count_as_dying(tiny_real_dataset, tmp_path):
+def test_a_copy_stopped_by_the_user_does_not_count_as_dying(tiny_timm_build, tmp_path):
     from mdot_jax.data import dataset
 
-    first = tiny_real_dataset.samples[0]
+    first = tiny_timm_build.samples[0]
 
     def stopped(sample):
         raise KeyboardInterrupt  # Ctrl-C, or `timeout -s INT`, in the first conversion
 
     for _ in range(dataset.KILLED_TRIES):
         with pytest.raises(KeyboardInterrupt):
-            dataset.resequence(tiny_real_dataset.root, tmp_path / "c", stopped, partial=True,
+            dataset.resequence(tiny_timm_build.root, tmp_path / "c", stopped, partial=True,
                                progress=False)
     tries = dataset._killed_tries(tmp_path / "c" / dataset.RESEQUENCE_TRIES)
     assert tries[f"{first.arch}/{first.workload.input_size}"] == 0
 
 
-def test_resequence_copies_the_samples_with_fused_sequences(tiny_real_dataset, tmp_path):
+def test_resequence_copies_the_samples_with_fused_sequences(tiny_timm_build, tmp_path):
     """Same samples, labels and fingerprint (so the same folds); every sequence converted
     again from the stored exports with fusion; a second run adds nothing."""
     from mdot_jax.data.build_timm import resequence
 
-    out = resequence(tiny_real_dataset.root, tmp_path / "fused", progress=False)
-    assert out.fingerprint() == tiny_real_dataset.fingerprint()
-    by_key = {s.key: s for s in tiny_real_dataset.samples}
+    out = resequence(tiny_timm_build.root, tmp_path / "fused", progress=False)
+    assert out.fingerprint() == tiny_timm_build.fingerprint()
+    by_key = {s.key: s for s in tiny_timm_build.samples}
     for s in out.samples:
         assert "fused" in s.seq.meta and "fused" not in by_key[s.key].seq.meta
         assert s.workload == by_key[s.key].workload and s.label_ms == by_key[s.key].label_ms
         assert s.seq.num_ops <= by_key[s.key].seq.num_ops
     assert any(s.seq.num_ops < by_key[s.key].seq.num_ops for s in out.samples)
     lines = (tmp_path / "fused" / "samples.jsonl").read_text()
-    resequence(tiny_real_dataset.root, tmp_path / "fused", progress=False)
+    resequence(tiny_timm_build.root, tmp_path / "fused", progress=False)
     assert (tmp_path / "fused" / "samples.jsonl").read_text() == lines
     # a copy without the exports (committed datasets hold none) rebuilds them from timm
     bare = tmp_path / "bare"
-    shutil.copytree(tiny_real_dataset.root, bare, ignore=shutil.ignore_patterns("onnx"))
+    shutil.copytree(tiny_timm_build.root, bare, ignore=shutil.ignore_patterns("onnx"))
     rebuilt = {s.key: s.seq for s in resequence(bare, tmp_path / "r", progress=False).samples}
     for s in out.samples:
         np.testing.assert_array_equal(rebuilt[s.key].op_type, s.seq.op_type)
         np.testing.assert_array_equal(rebuilt[s.key].config, s.seq.config)
 
 
-def test_a_newer_fusion_version_reuses_every_sequence_it_would_not_change(tiny_real_dataset,
+def test_a_newer_fusion_version_reuses_every_sequence_it_would_not_change(tiny_timm_build,
                                                                           tmp_path):
     """Upgrading a fused copy to a newer fusion version converts again only what the new
     rules touch (none of the tiny set's models standardise weights): the sequences are the
@@ -209,7 +209,7 @@ def test_a_newer_fusion_version_reuses_every_sequence_it_would_not_change(tiny_r
     from mdot_jax.data.build_timm import resequence
     from mdot_jax.data.dataset import RESEQUENCE_TRIES
 
-    old = resequence(tiny_real_dataset.root, tmp_path / "v1", fuse=1, progress=False)
+    old = resequence(tiny_timm_build.root, tmp_path / "v1", fuse=1, progress=False)
     new = resequence(tmp_path / "v1", tmp_path / "v2", progress=False)
     assert not (tmp_path / "v2" / RESEQUENCE_TRIES).exists()
     assert old.fingerprint() == new.fingerprint()

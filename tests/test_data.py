@@ -8,18 +8,23 @@ from onnx_builders import conv_bn_relu
 
 from converters import convert
 from mdot_jax.cli import main
+from mdot_jax.data import dataset
 from mdot_jax.data.dataset import (
+    PACKED_SEQS,
     SEQS,
     DatasetWriter,
     Sample,
     Workload,
+    check_dataset,
     family_folds,
     family_of,
     load_dataset,
     make_splits,
+    pack_sequences,
     random_folds,
     split_validation,
 )
+from mdot_jax.errors import DatasetError
 
 
 @pytest.mark.parametrize("arch,family", [
@@ -143,3 +148,51 @@ def test_random_and_batch_splits(tmp_path):
     assert {ds.samples[i].workload.batch_size for i in train} == {2, 8}
     with pytest.raises(ValueError, match="unknown split"):
         make_splits(ds, "nope")
+
+
+def _arrays(seq):
+    return [seq.op_type, seq.config, seq.load, seq.edges, seq.node_names]
+
+
+def test_packed_sequences_read_as_before_and_new_ones_join_on_the_next_pack(tmp_path, capsys):
+    make_dataset(tmp_path, archs=("a1", "a2", "a3"))
+    before = {s.key: _arrays(s.seq) for s in load_dataset(tmp_path).samples}
+    assert main(["dataset", "pack", str(tmp_path)]) == 0
+    assert "3 sequences (3 packed now)" in capsys.readouterr().out
+    assert not list((tmp_path / SEQS).glob("*.npz")) and (tmp_path / PACKED_SEQS).is_file()
+    first = (tmp_path / PACKED_SEQS).read_bytes()
+    dataset._SEQ_CACHE.clear()
+    ds = load_dataset(tmp_path)
+    for s in ds.samples:
+        for a, b in zip(_arrays(s.seq), before[s.key], strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert check_dataset(tmp_path)["problems"] == []
+    writer = DatasetWriter(tmp_path)  # a packed dataset takes new samples as files
+    assert writer.has_seq("a1") and not writer.has_seq("a4")
+    make_dataset(tmp_path, archs=("a4",))
+    assert [p.name for p in (tmp_path / SEQS).iterdir()] == ["a4.npz"]
+    assert len(load_dataset(tmp_path)) == 12
+    pack_sequences(tmp_path, progress=False)
+    assert not list((tmp_path / SEQS).glob("*.npz")) and len(load_dataset(tmp_path)) == 12
+    (tmp_path / SEQS / "a4.npz").unlink(missing_ok=True)
+    make_dataset(tmp_path, archs=("a5",))  # packing the same sequences again: the same bytes
+    (tmp_path / SEQS / "a5.npz").unlink()
+    (tmp_path / "samples.jsonl").write_text(
+        "".join(ln + "\n" for ln in (tmp_path / "samples.jsonl").read_text().splitlines()
+                if '"a5' not in ln))
+    pack_sequences(tmp_path, progress=False)
+    assert len((tmp_path / PACKED_SEQS).read_bytes()) > len(first)
+
+
+def test_a_bad_sequence_file_or_archive_is_named_and_nothing_is_removed(tmp_path, capsys):
+    make_dataset(tmp_path, archs=("a1", "a2"))
+    (tmp_path / SEQS / "a2.npz").write_bytes(b"PK\x03\x04 truncated")
+    assert main(["dataset", "pack", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
+    assert err.startswith("mdot: error: ") and "seqs/a2.npz: not a readable" in err
+    assert sorted(p.name for p in (tmp_path / SEQS).iterdir()) == ["a1.npz", "a2.npz"]
+    assert not (tmp_path / PACKED_SEQS).exists()
+    (tmp_path / SEQS / "a2.npz").unlink()
+    (tmp_path / PACKED_SEQS).write_bytes(b"\xfd7zXZ\x00 not really")
+    with pytest.raises(DatasetError, match="not a readable sequence archive"):
+        _arrays(load_dataset(tmp_path).samples[-1].seq)

@@ -192,14 +192,14 @@ def test_ensembles_average_finished_runs_in_log_space():
 
 
 @pytest.mark.slow
-def test_views_are_predicted_by_the_models_of_the_training_graphs(tiny_real_dataset, tmp_path,
+def test_views_are_predicted_by_the_models_of_the_training_graphs(tiny_timm_build, tmp_path,
                                                                    capsys):
     """The TorchScript eval() exports of the same samples (BatchNormalization folded into
     Conv, read back as training by the converter), predicted by each fold's fitted model."""
     from mdot_jax.data.build_timm import resequence
     from mdot_jax.data.dataset import RESEQUENCE_FAILED
 
-    ds = resequence(tiny_real_dataset.root, tmp_path / "fused", progress=False)  # as shipped
+    ds = resequence(tiny_timm_build.root, tmp_path / "fused", progress=False)  # as shipped
     assert main(["dataset", "resequence", str(ds.root), "--out", str(tmp_path / "eval"),
                  "--view", "torchscript"]) == 0
     view = load_dataset(tmp_path / "eval")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from mdot_jax.data.dataset import load_dataset
+from mdot_jax.data.dataset import has_sequence, load_dataset
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FOLDERS = sorted(p.parent for p in DATA.glob("*/samples.jsonl"))
@@ -21,7 +21,7 @@ def test_committed_local_dataset(folder):
         fp = s.meta["fingerprint"]
         assert fp["device_model"] and fp["threads"] >= 1 and fp["torch"], s.key
         assert s.workload.device == folder.name  # one device per folder
-        assert (folder / s.seq_path).exists(), s.seq_path
+        assert has_sequence(folder, s.seq_path), s.seq_path
     # every sample's sequence loads and matches its batch size
     s = ds.samples[0]
     assert next(iter(s.seq.meta["inputs"].values()))[0] == s.workload.batch_size

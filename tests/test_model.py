@@ -461,17 +461,21 @@ def test_diverged_predictions_stay_finite(trained, tiny_real_dataset):
     assert np.allclose(zero, np.exp(st.target_mean))
 
 
-def test_fused_and_unfused_sequences_are_never_mixed(trained, tiny_real_dataset):
+def test_fused_and_unfused_sequences_are_never_mixed(trained, tiny_real_dataset, tmp_path):
     """A checkpoint converts the way its training sequences were converted (fuse or not);
     a sequence of the other kind, or a training set mixing both, is a clear error."""
     import dataclasses
+
+    import onnx
+    from onnx_builders import conv_bn_relu
 
     from converters import convert
     from converters.fusion import FUSION_VERSION as V
     from mdot_jax.data.dataset import Sample
 
     s = tiny_real_dataset.samples[0]
-    onnx_path = next((tiny_real_dataset.root / "onnx").glob(f"{s.arch}-*.onnx"))
+    onnx_path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(training=True), onnx_path)
     fused_seq = convert(onnx_path, batch_size=s.workload.batch_size, fuse=True)
     assert "fused" in fused_seq.meta and "fused" not in s.seq.meta
     with pytest.raises(ValueError, match=f"fusion version {V}, this checkpoint expects 0"):

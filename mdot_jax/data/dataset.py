@@ -3,6 +3,8 @@
 A dataset is a directory:
   samples.jsonl   one JSON object per measured sample (append-only; see `Sample`)
   seqs/KEY.npz    operator sequences (`converters.OperatorSequence`), shared by samples
+  seqs.tar.xz     the same, packed into one archive (`pack_sequences`); a file in seqs/
+                  is read before the archive's copy, and new ones are written there
   report.json     what a builder skipped and why (builders only)
 
 Crash safety: a sequence file is written atomically (temp + rename) *before* its sample line;
@@ -18,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import io
 import json
 import lzma
 import os
 import re
 import shutil
+import tarfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,13 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from converters import OperatorSequence, convert, converts_the_same
+from converters import ConversionError, OperatorSequence, convert, converts_the_same
 from converters.fusion import fusion_version
 from mdot_jax.errors import DatasetError
 
 SAMPLES = "samples.jsonl"
 REPORT = "report.json"
 SEQS = "seqs"
+PACKED_SEQS = "seqs.tar.xz"  # the sequences as one solid xz archive of uncompressed .npz
 LOCK = ".lock"  # held by the writing process (`writer_lock`)
 NOISY = "noisy.jsonl"  # measured, but too noisy to train on (`mdot profile --retry-noisy`)
 OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`mdot_jax.models.kernels.attach`)
@@ -116,7 +121,7 @@ class Sample:
 
     @cached_property
     def seq(self) -> OperatorSequence:
-        return _load_seq(str(self.root / self.seq_path))
+        return load_sequence(self.root, self.seq_path)
 
     def to_json(self) -> dict:
         return dict(key=self.key, arch=self.arch, seq=self.seq_path,
@@ -140,13 +145,106 @@ class Sample:
 
 
 _SEQ_CACHE: dict[str, OperatorSequence] = {}
+_PACKS: dict[tuple, frozenset[str]] = {}  # (archive, mtime, size) -> its member names
+_MEMBER = re.compile(rf"{SEQS}/[^/]+\.npz")
 
 
-def _load_seq(path: str) -> OperatorSequence:
-    """Operator sequences are shared by many samples: load each file once."""
+def load_sequence(root: Path, rel: str) -> OperatorSequence:
+    """The operator sequence `rel` (`seqs/KEY.npz`) of the dataset at `root`: its file, else
+    its copy in the dataset's archive. Each is loaded once per process (samples share them)."""
+    path = str(root / rel)
     if path not in _SEQ_CACHE:
-        _SEQ_CACHE[path] = OperatorSequence.load_npz(path)
+        if (root / rel).is_file() or rel not in _packed_names(root):
+            _SEQ_CACHE[path] = OperatorSequence.load_npz(root / rel)
     return _SEQ_CACHE[path]
+
+
+def has_sequence(root: Path, rel: str) -> bool:
+    return (root / rel).is_file() or rel in _packed_names(root)
+
+
+def _packed_names(root: Path) -> frozenset[str]:
+    """The members of `root`'s sequence archive (none without one); the first call loads
+    every sequence in it into the cache, as an xz archive is read from its start."""
+    archive = root / PACKED_SEQS
+    if not archive.is_file():
+        return frozenset()
+    stat = archive.stat()
+    key = (str(archive), stat.st_mtime_ns, stat.st_size)
+    if key not in _PACKS:
+        names = set()
+        for name, data in _read_archive(archive):
+            _SEQ_CACHE[str(root / name)] = _sequence(data, f"{archive}: {name}")
+            names.add(name)
+        _PACKS[key] = frozenset(names)
+    return _PACKS[key]
+
+
+def _read_archive(archive: Path):
+    """(member name, bytes) of each sequence in `archive`; anything else in it, or an archive
+    that does not read, is a `DatasetError` naming it."""
+    try:
+        with tarfile.open(archive, "r:xz") as tar:
+            for m in tar:
+                f = tar.extractfile(m) if m.isfile() and _MEMBER.fullmatch(m.name) else None
+                if f is None:
+                    raise DatasetError(f"{archive}: {m.name!r} is not an operator sequence")
+                yield m.name, f.read()
+    except (OSError, EOFError, tarfile.TarError, lzma.LZMAError) as e:
+        raise DatasetError(f"{archive}: not a readable sequence archive ({e})") from None
+
+
+def _sequence(data: bytes, where: str) -> OperatorSequence:
+    try:
+        return OperatorSequence.load_npz(io.BytesIO(data))
+    except ConversionError as e:
+        raise DatasetError(f"{where}: {str(e).split(': ', 1)[-1]}") from None
+
+
+def _uncompressed(data: bytes) -> bytes:
+    """The same `.npz` with its arrays stored, not deflated (for a solid archive)."""
+    buf = io.BytesIO()
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        np.savez(buf, **{k: z[k] for k in z.files})
+    return buf.getvalue()
+
+
+def pack_sequences(root: str | Path, *, progress: bool = True) -> dict:
+    """Packs the dataset's sequence files (`seqs/*.npz`) with its archive's into one new
+    `seqs.tar.xz`: uncompressed members in one solid xz stream (the sequences of one model at
+    several batch sizes differ only in their loads, so they pack tightly), sorted, with fixed
+    metadata (the same sequences give the same bytes). Under the writer lock; the new archive
+    is written beside the old one and read back before it replaces it; only then do the files
+    it now holds leave `seqs/`. A file that is not a readable sequence stops it, naming the
+    file. Returns the counts and the archive's size."""
+    from tqdm import tqdm
+
+    root = Path(root)
+    if not (root / SAMPLES).is_file():
+        raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
+    archive, tmp = root / PACKED_SEQS, root / (PACKED_SEQS + ".tmp")
+    with writer_lock(root):
+        members = dict(_read_archive(archive)) if archive.is_file() else {}
+        loose = sorted((root / SEQS).glob("*.npz")) if (root / SEQS).is_dir() else []
+        for f in tqdm(loose, unit="seq", disable=not progress, desc="read"):
+            data = f.read_bytes()
+            _sequence(data, str(f))  # a file that is no sequence stops it
+            members[f"{SEQS}/{f.name}"] = _uncompressed(data)  # the file before the archive's
+        with tarfile.open(tmp, "w:xz", preset=9) as tar:
+            for name in tqdm(sorted(members), unit="seq", disable=not progress, desc="pack"):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(members[name]), 0o644
+                tar.addfile(info, io.BytesIO(members[name]))
+        if {n: d for n, d in _read_archive(tmp)} != members:
+            tmp.unlink()
+            raise DatasetError(f"{tmp}: the new archive did not read back; nothing changed")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        tmp.replace(archive)
+        for f in loose:
+            f.unlink()
+    return dict(path=str(archive), sequences=len(members), packed_now=len(loose),
+                bytes=archive.stat().st_size)
 
 
 _WORKLOAD_FIELDS = tuple(f.name for f in dataclasses.fields(Workload))
@@ -426,10 +524,10 @@ def _sample_problem(root: Path, d: dict, device: str | None) -> str | None:
     seq = (root / d["seq"]).resolve()
     if not seq.is_relative_to(root.resolve()):
         return f"sequence file {d['seq']} is outside the dataset folder"
-    if not seq.is_file():
+    if not has_sequence(root, d["seq"]):
         return f"sequence file {d['seq']} is missing"
     try:
-        OperatorSequence.load_npz(seq)
+        load_sequence(root, d["seq"])
     except Exception as e:  # noqa: BLE001 - any unreadable file is reported, never raised
         return f"sequence file {d['seq']} is not a readable operator sequence ({e})"[:300]
     other = d["workload"].get("device", "cpu")
@@ -521,11 +619,11 @@ class DatasetWriter:
         self.noisy = {d["key"] for d in read_samples(self.root / NOISY)[0]} - self.done
 
     def has_seq(self, seq_key: str) -> bool:
-        return (self.root / SEQS / f"{seq_key}.npz").exists()
+        return has_sequence(self.root, f"{SEQS}/{seq_key}.npz")
 
     def save_seq(self, seq_key: str, seq: OperatorSequence) -> str:
         rel = f"{SEQS}/{seq_key}.npz"
-        if not (self.root / rel).exists():
+        if not has_sequence(self.root, rel):
             seq.save(self.root / rel)
         return rel
 
@@ -721,7 +819,8 @@ def _check_copy_target(source: Dataset, out: Path) -> None:
         foreign = [d["key"] for d in read_samples(out / SAMPLES)[0]
                    if labels.get(d["key"]) != d["label_ms"]]
     else:  # stopped before its first sample: only what a copy writes first
-        own = {SEQS, "onnx", LOCK, REPORT, REJECTED, RESEQUENCE_TRIES, RESEQUENCE_FAILED}
+        own = {SEQS, PACKED_SEQS, "onnx", LOCK, REPORT, REJECTED, RESEQUENCE_TRIES,
+               RESEQUENCE_FAILED}
         foreign = [p.name for p in out.iterdir() if p.name not in own]
     if foreign:
         raise DatasetError(f"{out}: not empty, and not a stopped copy of {source.root} "

@@ -6,7 +6,6 @@ a refactoring can be checked to predict exactly as before (`test_shipped_checkpo
 Run it only when a prediction is meant to change (a retrained checkpoint), and say so."""
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ BATCH = 16
 
 def main() -> None:
     from converters import OperatorSequence
+    from mdot_jax.data.dataset import load_sequence
     from mdot_jax.serving.predict import CHECKPOINT_DIR, Predictor
 
     if len(sys.argv) > 1:  # copy the batch-16 sequences of a fused dataset
@@ -27,7 +27,7 @@ def main() -> None:
         for arch in ARCHS:
             row = next(r for r in rows if r["arch"] == arch
                        and r["workload"]["batch_size"] == BATCH)
-            shutil.copy(src / row["seq"], HERE / f"{arch}.npz")
+            load_sequence(src, row["seq"]).save(HERE / f"{arch}.npz")
     out = {}
     shipped = sorted(p.name for p in CHECKPOINT_DIR.glob("*") if (p / "metadata.json").exists())
     for name in shipped:
