@@ -130,7 +130,9 @@ def _file_reproduces(path: Path, target: Device, idx: list[int], pred: np.ndarra
                 s = target.samples[i]
                 size = s.workload.input_size
                 text = s.seq.input_kind == "tokens"
-                w.writerow([(s.root / s.seq_path).absolute(), s.workload.batch_size,
+                seq = Path(tmp) / f"{i}.npz"  # the dataset's sequences are packed
+                s.seq.save(seq)
+                w.writerow([seq, s.workload.batch_size,
                             "" if text else size, size if text else "", "fp32", s.label_ms])
         theirs = adapt_from_measurements(Path(tmp) / "mine.csv", path, Path(tmp) / "ck")
     return bool(theirs.fit == mine.fit and np.allclose([theirs.a, theirs.b, theirs.loo_mape],

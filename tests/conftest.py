@@ -16,7 +16,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import pytest  # noqa: E402
 from timm_rows import TINY_ARCHS, timm_csvs  # noqa: E402
 
-
 TINY = pathlib.Path(__file__).parent / "data" / "tiny-timm"  # made by its make.py
 
 

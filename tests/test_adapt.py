@@ -33,12 +33,15 @@ def _image_samples():
 
 
 def _write_csv(path: Path, samples):
+    """A user's CSV of `samples`, each sequence saved beside it (the dataset's are packed)."""
+    (path.parent / "seqs").mkdir(exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["model", "batch_size", "image_size", "precision", "ms"])
         for s in samples:
-            w.writerow([s.root / s.seq_path, s.workload.batch_size, s.workload.input_size,
-                        "fp32", s.label_ms])
+            seq = path.parent / s.seq_path
+            s.seq.save(seq)
+            w.writerow([seq, s.workload.batch_size, s.workload.input_size, "fp32", s.label_ms])
 
 
 def _mape(predictor, samples):

@@ -161,7 +161,7 @@ def test_packed_sequences_read_as_before_and_new_ones_join_on_the_next_pack(tmp_
     assert "3 sequences (3 packed now)" in capsys.readouterr().out
     assert not list((tmp_path / SEQS).glob("*.npz")) and (tmp_path / PACKED_SEQS).is_file()
     first = (tmp_path / PACKED_SEQS).read_bytes()
-    dataset._SEQ_CACHE.clear()
+    dataset.clear_sequence_cache()
     ds = load_dataset(tmp_path)
     for s in ds.samples:
         for a, b in zip(_arrays(s.seq), before[s.key], strict=True):

@@ -42,7 +42,7 @@ def _fresh(ds_root):
     """The dataset loaded anew, with sequences of its own (attach writes into them)."""
     from mdot_jax.data import dataset
 
-    dataset._SEQ_CACHE.clear()
+    dataset.clear_sequence_cache()
     return load_dataset(ds_root)
 
 

@@ -159,6 +159,12 @@ def load_sequence(root: Path, rel: str) -> OperatorSequence:
     return _SEQ_CACHE[path]
 
 
+def clear_sequence_cache() -> None:
+    """Forgets every loaded sequence: the next load reads them anew (from files or archives)."""
+    _SEQ_CACHE.clear()
+    _PACKS.clear()
+
+
 def has_sequence(root: Path, rel: str) -> bool:
     return (root / rel).is_file() or rel in _packed_names(root)
 
