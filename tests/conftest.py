@@ -32,6 +32,17 @@ def tiny_real_dataset(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def trained(tiny_real_dataset):
+    """A tiny MDOT network trained for two epochs on `tiny_real_dataset`: what the model,
+    training, checkpoint and prediction tests share (trained once per session)."""
+    from mdot_jax.models import tiny_config
+    from mdot_jax.training.train import TrainConfig, train
+
+    cfg = TrainConfig(epochs=2, tokens_per_batch=2048, val_fraction=0.2)
+    return train(tiny_real_dataset.samples, tiny_config(0), cfg, progress=False)
+
+
+@pytest.fixture(scope="session")
 def tiny_timm_build(tmp_path_factory):
     """The same dataset built here by the timm builder, with its ONNX exports (`onnx/`)."""
     pytest.importorskip("timm")

@@ -1,0 +1,79 @@
+"""Predictions (`mdot_jax.serving.predict`): bands from calibration, extrapolation warnings."""
+
+import json
+
+import pytest
+
+from mdot_jax.serving import checkpoint
+from mdot_jax.serving.predict import Predictor
+
+
+@pytest.mark.slow
+def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_real_dataset,
+                                                                  tmp_path):
+    """`evaluate.calibrate` turns an evaluation's rows into the checkpoint's error bands: the
+    Predictor's 80% band is the one of its disagreement bin, the most disagreeing bin adds a
+    warning naming both members, the network alone has no band from a two-member
+    calibration, and results of another dataset or of a non-family split are refused by
+    name. By default the rows are those of the checkpoint's own network (here the paper's
+    MDOT: method `mdot`, part `mdot`)."""
+    from mdot_jax.evaluation.evaluate import calibrate
+    from mdot_jax.models.ensemble import spread
+    from mdot_jax.models.trees import TreeModel
+
+    ds, samples = tiny_real_dataset, tiny_real_dataset.samples
+    trees = TreeModel.fit(samples, seed=0)
+    path = checkpoint.save(trained, tmp_path / "ckpt", companion=trees,
+                           dataset=dict(fingerprint=ds.fingerprint()))
+    parts = [p.parts for p in Predictor.load(path).predict_many(
+        [(s.seq, s.workload) for s in samples])]
+    keys = [s.key for s in samples]
+    rows = [dict(method=m, fold=0, seed=0, split="family", dataset=ds.fingerprint(),
+                 test_keys=keys, pred_ms=[p[part] for p in parts])
+            for m, part in (("mdot", "mdot"), ("lightgbm", "lightgbm"))]
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    cal = calibrate(path, results, ds)
+    assert trained.model_cfg.method == "mdot" and cal.methods == ("mdot", "lightgbm")
+    assert sorted(cal.bands) == ["nchw", "nhwc"] and len(cal.bands["nhwc"]) == 3
+    assert "error on held-out model families" in (path / "README.md").read_text()
+    preds = Predictor.load(path).predict_many([(s.seq, s.workload) for s in samples])
+    for p, s in zip(preds, samples):
+        # the members' spread as calibration computes it (a bin edge is an observed value)
+        d, layout = spread(p.parts["mdot"], p.parts["lightgbm"]), s.workload.layout
+        assert p.interval_ms == pytest.approx(cal.interval(p.iteration_ms, layout, d))
+        # 3 epochs of 10 samples at batch 4: 3 x ceil(10 / 4) = 9 iterations
+        assert p.job_interval_seconds(3, 10, 4) == pytest.approx(
+            tuple(9 * ms / 1e3 for ms in p.interval_ms))
+        flagged = any("MDOT and LightGBM disagree" in w for w in p.warnings)
+        assert flagged == (cal.band(layout, d) is cal.bands[layout][-1])
+    assert any(any("disagree" in w for w in p.warnings) for p in preds)
+    alone = Predictor.load(path, companion=False).predict_many([(samples[0].seq,
+                                                                 samples[0].workload)])
+    assert alone[0].interval_ms is None
+    for field, value, needle in (("dataset", "0" * 16, "not of one dataset"),
+                                 ("split", "random", "random split")):
+        (results / "results.jsonl").write_text(
+            "\n".join(json.dumps(dict(r, **{field: value})) for r in rows))
+        with pytest.raises(ValueError, match=needle):
+            calibrate(path, results, ds)
+
+
+def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
+    import dataclasses
+
+    predictor = Predictor(trained)
+    s = tiny_real_dataset.samples[0]
+    inside = predictor.predict_many([(s.seq, s.workload)])[0]
+    assert inside.warnings == []
+    far = dataclasses.replace(s.workload, batch_size=4 * max(trained.info["batch_sizes"]),
+                              input_size=1)
+    (warned,) = predictor.predict_many([(s.seq, far)])
+    assert len(warned.warnings) == 2 and "extrapolation" in warned.warnings[0]
+    assert "batch size" in warned.warnings[0] and "input size 1 " in warned.warnings[1]
+    assert trained.info["precisions"] == ["amp-fp16"]  # the timm tables' only precision
+    (bf16,) = predictor.predict_many([(s.seq, dataclasses.replace(s.workload,
+                                                                  precision="bf16"))])
+    assert bf16.warnings == ["precision bf16 was never trained on (only amp-fp16): "
+                             "extrapolation"]
