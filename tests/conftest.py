@@ -11,6 +11,9 @@ for var in ("HOME", "XDG_CACHE_HOME", "TORCH_HOME", "HF_HOME", "MPLCONFIGDIR"):
     os.makedirs(os.environ[var], exist_ok=True)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# a step compiled once is not compiled again by the next test that trains the same shapes
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(_TMP, "jax-cache")
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
 
 
 import pytest  # noqa: E402

@@ -138,6 +138,7 @@ dataset.resequence(src, out, export_of, partial=True, progress=False)
 """
 
 
+@pytest.mark.slow
 def test_a_partial_copy_leaves_out_a_graph_it_died_in_twice(tiny_timm_build, tmp_path):
     """A copy killed while converting one graph resumes (nothing finished is lost) and, the
     second time it dies there, leaves that graph out and ends instead of dying forever."""
@@ -159,6 +160,7 @@ def test_a_partial_copy_leaves_out_a_graph_it_died_in_twice(tiny_timm_build, tmp
     assert all("died 2 times" in f["reason"] for f in failed)
 
 
+@pytest.mark.slow
 def test_a_copy_stopped_by_the_user_does_not_count_as_dying(tiny_timm_build, tmp_path):
     from mdot_jax.data import dataset
 
@@ -175,6 +177,7 @@ def test_a_copy_stopped_by_the_user_does_not_count_as_dying(tiny_timm_build, tmp
     assert tries[f"{first.arch}/{first.workload.input_size}"] == 0
 
 
+@pytest.mark.slow
 def test_resequence_copies_the_samples_with_fused_sequences(tiny_timm_build, tmp_path):
     """Same samples, labels and fingerprint (so the same folds); every sequence converted
     again from the stored exports with fusion; a second run adds nothing."""
@@ -200,6 +203,7 @@ def test_resequence_copies_the_samples_with_fused_sequences(tiny_timm_build, tmp
         np.testing.assert_array_equal(rebuilt[s.key].config, s.seq.config)
 
 
+@pytest.mark.slow
 def test_a_newer_fusion_version_reuses_every_sequence_it_would_not_change(tiny_timm_build,
                                                                           tmp_path):
     """Upgrading a fused copy to a newer fusion version converts again only what the new

@@ -44,6 +44,7 @@ def test_shipped_checkpoint_is_small_and_described(name):
     assert "held-out model families" in card and f"{net.label} alone" in card
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in SHIPPED if (REPO / "data" / n).is_dir()])
 def test_local_checkpoint_fits_its_committed_measurements(name):
     """In-sample: the committed data may have grown since the checkpoint was trained, so only
@@ -161,6 +162,7 @@ def test_mdot_train_defaults_to_the_recipe_the_checkpoints_were_trained_with(nam
     assert recipes.get("paper").model.arch == "mdot" and not recipes.get("paper").companion
 
 
+@pytest.mark.slow
 def test_one_predictor_predicts_sequence_after_sequence_as_a_fresh_one_does():
     """A Predictor kept across calls (the Python API, `mdot adapt`'s rows) must not reuse
     what it computed for a sequence that is gone for a new one that got its id."""
