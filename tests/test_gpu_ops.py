@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from mdot_jax.data import gpus, neusight
-from mdot_jax.models.gpu_ops import GpuOpModel, features, roofline_ms, work
+from mdot_jax.models.gpu_ops import (
+    BinnedRoofline,
+    GpuOpModel,
+    StepPricer,
+    backward_gemms,
+    features,
+    roofline_ms,
+    work,
+)
 
 NEUSIGHT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "neusight"
 UNSEEN = {"nvidia-h100-sxm", "nvidia-l4", "nvidia-a100-pcie-80gb"}
@@ -69,3 +77,67 @@ def test_a_fit_on_two_gpus_prices_a_third_and_round_trips(tmp_path):
     assert np.median(np.abs(pred / np.asarray(ms) - 1)) < 0.5  # within 2x for most rows
     model.save(tmp_path / "m.json.xz")
     np.testing.assert_allclose(GpuOpModel.load(tmp_path / "m.json.xz").predict(o, d, g), pred)
+
+
+def _node(name, kind, op, dims, params=0, fw=0.0, bw=0.0):
+    return neusight.TraceNode(name, kind, op, dims, params, fw, bw, 0.0)
+
+
+def _label(mode):
+    """Embedding, then a layer of a linear, a dropout and a softmax run 3 times, then a view."""
+    nodes = (_node("emb", "embedding", "addu", (8, 64), params=1000),
+             _node("fc", "linear", "linear", (1, 8, 32, 64), params=64 * 32 + 32),
+             _node("drop", "dropout", "mul", (8, 32)),
+             _node("sm", "softmax", "softmax", (8, 32)),
+             _node("view", "free", "", ()))
+    return neusight.Label("nvidia-h100-sxm", "m", mode, 8, 1, 3, 1.0, 1.0, 0.0, nodes, (1, 4))
+
+
+def test_a_step_is_priced_node_by_node_and_composed_layer_by_layer():
+    """With a pricer of 1 ms per FLOP-free op and FLOPs/1e3 ms per GEMM: inference prices no
+    dropout, no backward; training adds a GEMM's two backward GEMMs (each its forward's
+    FLOPs), the other nodes' measured ratios, and the accumulation of each weight."""
+    def pricer(ops, dims, gs):
+        return np.asarray([work(o, d)[0] / 1e3 if o in neusight.GEMMS else 1.0
+                           for o, d in zip(ops, dims)])
+
+    h100 = gpus.find("h100-sxm")
+    step = StepPricer(pricer, {"softmax": 2.0, "dropout": 3.0, "embedding": 4.0})
+    gemm = 2 * 8 * 32 * 64 / 1e3
+    inf = step.predict(_label("inf"), h100)
+    assert inf == dict(fw=1 + 3 * (gemm + 1), bwall=0.0, e2e=1 + 3 * (gemm + 1))
+    for op, dims in backward_gemms("linear", (1, 8, 32, 64)):
+        assert work(op, dims)[0] == work("linear", (1, 8, 32, 64))[0]
+    train = step.predict(_label("train"), h100)
+    assert train["fw"] == pytest.approx(1 + 3 * (gemm + 1 + 1))
+    backward = 4 + 3 * (2 * gemm + 3 + 2)  # embedding; the layer's GEMMs, dropout, softmax
+    accumulation = 1 + 3 * 1  # the embedding's and the linear's weights
+    assert train["bwall"] == pytest.approx(backward + accumulation)
+
+
+def test_the_binned_roofline_is_held_flat_beyond_what_it_fitted():
+    h100, t4 = gpus.find("h100-sxm"), gpus.find("t4")
+    dims = [(1, n, n, n) for n in (64, 128, 256, 512, 1024, 2048)]
+    ms = [3 * roofline_ms("bmm", d, t4) for d in dims]  # T4 runs them at a third of peak
+    model = BinnedRoofline.fit(["bmm"] * 6, dims, [t4] * 6, ms, bins=3)
+    np.testing.assert_allclose(model.predict(["bmm"] * 6, dims, [t4] * 6), ms)
+    huge = (1, 8192, 8192, 8192)
+    assert model.predict(["bmm"], [huge], [h100])[0] == pytest.approx(
+        3 * roofline_ms("bmm", huge, h100))
+
+
+@needs_neusight
+def test_every_traced_label_is_read_and_its_compute_is_priced():
+    """Every single-GPU NVIDIA label with a trace; the unseen GPUs' labels are there to be
+    predicted and are not the training GPUs'; the nodes left unpriced (views, metadata) hold
+    a small part of the measured forward time of every model."""
+    labels = neusight.labels(NEUSIGHT)
+    assert UNSEEN <= {x.gpu for x in labels}
+    assert {(x.gpu, x.mode) for x in labels if x.gpu in UNSEEN} >= {
+        (g, "train") for g in UNSEEN}
+    for x in labels:
+        a, b = x.layer
+        assert 0 < a < b <= len(x.nodes) and x.e2e_ms > 0, (x.gpu, x.model)
+        free = x.compose([n.fw_ms if n.kind == "free" else 0 for n in x.nodes])
+        assert free < 0.25 * x.compose([n.fw_ms for n in x.nodes]), (x.gpu, x.model, x.batch)
+        assert any(n.kind == "linear" for n in x.nodes[a:b])

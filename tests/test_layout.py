@@ -124,6 +124,7 @@ def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(dist), str(REPO)], check=True, cwd=tmp_path)
     wheel, = dist.glob("mdot_jax-*.whl")
+    assert wheel.stat().st_size <= 20 * 2**20  # the package and its checkpoints, no data
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True)

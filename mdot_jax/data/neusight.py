@@ -9,10 +9,13 @@ norm on eight GPUs (PyTorch 2.1, CUDA 12.1). The folder is read in place (`ops/t
 from __future__ import annotations
 
 import csv
+import json
 import lzma
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from mdot_jax.data import gpus
 
@@ -70,3 +73,187 @@ def read(root: str | Path) -> list[OpRow]:
 def training_gpus(rows: list[OpRow]) -> list[str]:
     """The GPUs with training collections: the ones NeuSight fits on."""
     return sorted({r.gpu for r in rows if r.split == "train"})
+
+
+# ---------------------------------------------------------------------------- whole models
+# The repeated layer of each traced model: the nodes from its first to its last (the trace
+# holds one; a model runs it `num_layer` times), as NeuSight composes its labels
+LAYERS = {"bert": ("bert_encoder_layer_0_attention_self_query",
+                   "bert_encoder_layer_0_output_layer_norm"),
+          "gpt": ("transformer_h_0_ln_1", "add_15"),
+          "opt": ("model_decoder_layers_0_self_attn_layer_norm", "view_11")}
+KINDS = ("linear", "bmm", "softmax", "ln", "elementwise", "dropout", "embedding", "free")
+_BINARY = {"add": "add", "sub": "add", "mul": "mul", "truediv": "div", "div": "div",
+           "pow": "pow", "where": "add", "max": "add", "masked_fill": "add",
+           "masked_fill_": "add", "eq": "add", "ne": "add", "lt": "add", "gt": "add"}
+_UNARY = {"tanh": "tanh", "gelu": "gelu", "relu": "relu", "contiguous": "addu",
+          "cumsum": "addu", "full": "addu", "ones": "addu"}  # `to`: no kernel at one dtype
+
+
+@dataclass(frozen=True)
+class TraceNode:
+    """One node of a traced transformer layer (a torch.fx node), as NeuSight measured it.
+
+    kind: one of `KINDS` (`free`: views and metadata, no kernel of their own; `dropout`: none
+      at inference either).
+    op: the operator of NeuSight's operator tables that prices it (`OPS`), "" when free.
+    dims: GEMMs (B, M, N, K); the others (rows, last dim) of the output.
+    params: weights it reads and accumulates gradients into (elements).
+    fw_ms, bw_ms, acc_ms: measured forward, backward and gradient-accumulation times.
+    """
+
+    name: str
+    kind: str
+    op: str
+    dims: tuple[int, ...]
+    params: int
+    fw_ms: float
+    bw_ms: float
+    acc_ms: float
+
+
+@dataclass(frozen=True)
+class Label:
+    """One end-to-end measurement: `e2e_ms` = `fw_ms` + `bwall_ms` (train: forward and
+    `loss.backward()`, no optimizer step; inf: forward), of `nodes` with nodes[layer[0]:
+    layer[1]] run `num_layer` times."""
+
+    gpu: str
+    model: str
+    mode: str  # "train" | "inf"
+    seq_len: int
+    batch: int
+    num_layer: int
+    e2e_ms: float
+    fw_ms: float
+    bwall_ms: float
+    nodes: tuple[TraceNode, ...]
+    layer: tuple[int, int]
+
+    def compose(self, per_node) -> float:
+        """The model's total of a per-node quantity `[N]` (the layer counted num_layer times)."""
+        v = np.asarray(per_node, np.float64)
+        a, b = self.layer
+        return float(v[:a].sum() + self.num_layer * v[a:b].sum() + v[b:].sum())
+
+
+def _dims(shape) -> tuple[int, int]:
+    rows = 1
+    for d in shape[:-1]:
+        rows *= int(d)
+    return rows, int(shape[-1]) if shape else 1
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _node(r: dict, config: dict) -> TraceNode:
+    """Classifies one trace row by its function or module and its shapes."""
+    import ast
+
+    shapes = [s for s in ast.literal_eval(r["input_shapes"] or "[]") if isinstance(s, list)]
+    out = list(ast.literal_eval(r["output_shape"])) if r["output_shape"].startswith("(") else []
+    target, name = r["target"], r["Name"].lower()
+    fn = (target.split(" of ")[0].replace("<built-in method ", "").replace(
+        "<built-in function ", "").replace("<function ", "").split(" at ")[0].strip("<>"))
+    if r["op"] == "call_method":
+        fn = target
+    kind, op, dims, params = "free", "", (), 0
+    if r["op"] == "call_module":
+        if "norm" in name or name.endswith(("ln_1", "ln_2", "ln_f")):
+            kind, op, dims, params = "ln", "ln", _dims(out), 2 * int(out[-1])
+        elif "drop" in name:  # a mask multiplied in; nothing at inference
+            kind, op, dims = "dropout", "mul", _dims(out)
+        elif name.endswith(("wte", "word_embeddings", "embed_tokens")):
+            kind, op, dims = "embedding", "addu", _dims(out)
+            params = int(config.get("vocab_size", 0)) * int(out[-1])
+        elif name.endswith(("wpe", "position_embeddings", "token_type_embeddings",
+                            "embed_positions")):
+            kind, op, dims = "embedding", "addu", _dims(out)
+            rows = config.get("max_position_embeddings", config.get("n_positions", 0))
+            params = int(config.get("type_vocab_size", 2) if "token_type" in name else rows) \
+                * int(out[-1])
+        elif shapes and out and len(shapes[0]) == len(out) and shapes[0][-1] != out[-1]:
+            m, k = _dims(shapes[0])
+            kind, op, dims, params = "linear", "linear", (1, m, int(out[-1]), k), \
+                k * int(out[-1]) + int(out[-1])
+        elif shapes and out:
+            kind, op, dims = "elementwise", "gelu", _dims(out)
+    elif fn in ("addmm",) and len(shapes) == 3:
+        (m, k), n = shapes[1], shapes[2][1]
+        kind, op, dims, params = "linear", "linear", (1, m, n, k), k * n + n
+    elif fn in ("matmul", "bmm", "baddbmm") and len(shapes) >= 2:
+        a, b = shapes[-2], shapes[-1]
+        if len(b) == 2:
+            rows, k = _dims(a)
+            kind, op, dims = "linear", "linear", (1, rows, b[1], k)
+        else:
+            kind, op, dims = "bmm", "bmm", (_numel(a[:-2]), a[-2], b[-1], a[-1])
+    elif fn == "dropout" and out:
+        kind, op, dims = "dropout", "mul", _dims(out)
+    elif fn == "embedding" and out:
+        kind, op, dims = "embedding", "addu", _dims(out)
+        params = int(config.get("vocab_size", 0)) * int(out[-1])
+    elif fn in ("softmax", "layer_norm") and out:
+        kind = op = "softmax" if fn == "softmax" else "ln"
+        dims = _dims(out)
+    elif (fn in _BINARY or fn in _UNARY) and out and _numel(out) > 1:
+        full = [s for s in shapes if _numel(s) == _numel(out)]
+        kind, dims = "elementwise", _dims(out)
+        if fn in _BINARY:
+            op = _BINARY[fn] + ("" if len(full) >= 2 else "u")
+        else:
+            op = _UNARY[fn]
+    return TraceNode(r["Name"], kind, op, tuple(int(d) for d in dims), params,
+                     float(r["fw_latency"] or 0), float(r.get("bw_latency") or 0),
+                     float(r.get("acc_latency") or 0))
+
+
+def labels(root: str | Path) -> list[Label]:
+    """Every single-GPU NVIDIA label of NeuSight's folder whose layer trace is there (the
+    Switch-XL traces are not), with its nodes classified (`TraceNode`)."""
+    root = Path(root)
+    out: list[Label] = []
+    for path in sorted((root / "label").glob("*/*.json")):
+        stem = path.stem
+        parts = stem.split("-")
+        trace = path.with_suffix(".csv")
+        if path.parent.name.startswith("AMD") or len(parts) != 4 or not trace.exists():
+            continue  # AMD, multi-GPU and fused runs, or no trace
+        model, mode, seq_len, batch = parts
+        family = next((f for f in LAYERS if model.startswith(f)), None)
+        if family is None:
+            continue
+        config_path = root / "model_configs" / f"{model}.json"
+        config = json.loads(config_path.read_text()) if config_path.exists() else {}
+        with open(trace) as f:
+            nodes = tuple(_node(r, config) for r in csv.DictReader(f))
+        names = [n.name for n in nodes]
+        first, last = LAYERS[family]
+        d = json.loads(path.read_text())
+        out.append(Label(gpus.find(path.parent.name.replace("_", " ")).name, model, mode,
+                         int(seq_len), int(batch), int(d["num_layer"]),
+                         float(d["e2e_latency"]), float(d["fw_latency"]),
+                         float(d.get("bwall_latency") or 0.0), nodes,
+                         (names.index(first), names.index(last) + 1)))
+    return out
+
+
+def summary(root: str | Path) -> dict[tuple, dict[str, float]]:
+    """NeuSight's own table of single-GPU labels (`summary/summary.csv.xz`): per (gpu,
+    model, mode, seq_len, batch), the measured ms and the ms NeuSight and a roofline
+    predicted (NaN where the table has none)."""
+    out = {}
+    with lzma.open(Path(root) / "summary" / "summary.csv.xz", "rt") as f:
+        for r in csv.DictReader(f):
+            if r["option"] or r["device"].startswith("AMD"):
+                continue
+            key = (gpus.find(r["device"].replace("_", " ")).name, r["model_name"], r["mode"],
+                   int(r["seqlen"]), int(r["batch"]))
+            out[key] = {k: float(r[f"{k}_all_e2e_latency"] or "nan")
+                        for k in ("label", "neusight", "roofline")}
+    return out

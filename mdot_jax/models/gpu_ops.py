@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import lzma
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,6 +132,38 @@ class GpuOpModel:
 
 
 @dataclass(frozen=True)
+class BinnedRoofline:
+    """Per op class, the roofline times a correction that depends on the roofline time alone:
+    the median log ratio measured / roofline in quantile bins of log roofline time,
+    interpolated between bins and held flat beyond the fitted range (a GPU faster than any
+    fitted is corrected as the fastest operators fitted were)."""
+
+    params: dict  # class -> ([bins] log10 roofline ms, [bins] log ratio)
+
+    @classmethod
+    def fit(cls, ops, dims, gpus, ms, bins: int = 32) -> BinnedRoofline:
+        classes = np.asarray([CalibratedRoofline.op_class(o) for o in ops])
+        roof = np.asarray([roofline_ms(o, d, g) for o, d, g in zip(ops, dims, gpus)])
+        x, y = np.log10(roof), np.log(np.asarray(ms, np.float64) / roof)
+        params = {}
+        for c in sorted(set(classes)):
+            m = classes == c
+            edges = np.quantile(x[m], np.linspace(0, 1, bins + 1))
+            at = [(x[m] >= a) & (x[m] <= b) for a, b in zip(edges[:-1], edges[1:])]
+            params[c] = ([float(np.median(x[m][s])) for s in at if s.any()],
+                         [float(np.median(y[m][s])) for s in at if s.any()])
+        return cls(params)
+
+    def predict(self, ops, dims, gpus) -> np.ndarray:
+        out = []
+        for o, d, g in zip(ops, dims, gpus):
+            roof = roofline_ms(o, d, g)
+            cx, cy = self.params[CalibratedRoofline.op_class(o)]
+            out.append(roof * math.exp(float(np.interp(math.log10(roof), cx, cy))))
+        return np.asarray(out)
+
+
+@dataclass(frozen=True)
 class CalibratedRoofline:
     """The baseline: per op class, ms = roofline / efficiency + overhead, both fitted (least
     squares of the relative error) on the same rows as the model."""
@@ -159,3 +191,67 @@ class CalibratedRoofline:
         return np.asarray([self.params[self.op_class(o)][0] * roofline_ms(o, d, g)
                            + self.params[self.op_class(o)][1]
                            for o, d, g in zip(ops, dims, gpus)])
+
+
+# ---------------------------------------------------------------------------- whole models
+def backward_gemms(op: str, dims: Sequence[int]) -> list[tuple[str, tuple[int, ...]]]:
+    """The two GEMMs of a GEMM's backward pass: the data gradient (the output's gradient
+    times the weight, contracting N) and the weight gradient (contracting the rows)."""
+    b, m, n, k = (int(d) for d in dims)
+    if op == "linear":
+        return [("linear", (b, m, k, n)), ("linear", (1, k, n, b * m))]
+    return [("bmm", (b, m, k, n)), ("bmm", (b, k, n, m))]
+
+
+@dataclass(frozen=True)
+class StepPricer:
+    """Prices a traced model's step on a GPU from its nodes: each node's forward by an
+    operator pricer (`pricer(ops, dims, gpus) -> [N] ms`); a GEMM's backward as its two
+    GEMMs, any other node's as `ratios[kind]` times its forward (measured on the training
+    GPUs); the gradient accumulation of weights as an elementwise add over them. Views and
+    metadata (`free`) cost nothing."""
+
+    pricer: Callable[..., np.ndarray]
+    ratios: dict  # kind -> measured backward / forward
+
+    @staticmethod
+    def fit_ratios(labels) -> dict:
+        """Per node kind, the median of measured backward / forward times over the nodes of
+        `labels` (training runs of the training GPUs) that have both."""
+        by: dict[str, list[float]] = {}
+        for label in labels:
+            for n in label.nodes:
+                if n.kind not in ("free", "linear", "bmm") and n.fw_ms > 0 and n.bw_ms > 0:
+                    by.setdefault(n.kind, []).append(n.bw_ms / n.fw_ms)
+        return {k: float(np.median(v)) for k, v in sorted(by.items())}
+
+    def node_ms(self, label, gpu: GPU) -> dict[str, np.ndarray]:
+        """`fw`, `bw`, `acc`: `[N]` predicted ms of each node of `label` on `gpu`."""
+        nodes = label.nodes
+        free = ("free", "dropout") if label.mode == "inf" else ("free",)
+        priced = [i for i, n in enumerate(nodes) if n.kind not in free]
+        fw = np.zeros(len(nodes))
+        fw[priced] = self.pricer([nodes[i].op for i in priced], [nodes[i].dims for i in priced],
+                                 [gpu] * len(priced))
+        bw, acc = np.zeros(len(nodes)), np.zeros(len(nodes))
+        if label.mode == "train":
+            gemms = [(i, o, d) for i in priced if nodes[i].kind in ("linear", "bmm")
+                     for o, d in backward_gemms(nodes[i].op, nodes[i].dims)]
+            if gemms:
+                ms = self.pricer([g[1] for g in gemms], [g[2] for g in gemms], [gpu] * len(gemms))
+                np.add.at(bw, [g[0] for g in gemms], ms)
+            for i in priced:
+                if nodes[i].kind not in ("linear", "bmm"):
+                    bw[i] = self.ratios.get(nodes[i].kind, 1.0) * fw[i]
+            weights = [i for i in priced if nodes[i].params > 0]
+            if weights:
+                acc[weights] = self.pricer(["add"] * len(weights),
+                                           [(1, nodes[i].params) for i in weights],
+                                           [gpu] * len(weights))
+        return dict(fw=fw, bw=bw, acc=acc)
+
+    def predict(self, label, gpu: GPU) -> dict[str, float]:
+        """`fw`, `bwall` (backward and accumulation) and `e2e` ms of the labelled run."""
+        ms = self.node_ms(label, gpu)
+        fw, bwall = label.compose(ms["fw"]), label.compose(ms["bw"] + ms["acc"])
+        return dict(fw=fw, bwall=bwall, e2e=fw + bwall)
