@@ -32,11 +32,11 @@ def test_companion_conv_breakdown_puts_each_convolution_in_its_classes():
     the first, the larger / strided / depthwise classes the second, the 1x1 class nothing.
     Version 1 of the aggregates is version 2 without the breakdown."""
     from onnx import helper
+    from onnx_builders import model, value
 
     from converters import convert
     from mdot_jax.data.aggregates import aggregates, conv_breakdown
     from mdot_jax.data.dataset import Sample, Workload
-    from tests.onnx_builders import model, value
 
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
              helper.make_node("Conv", ["c", "w2"], ["y"], kernel_shape=[7, 7], pads=[3] * 4,
@@ -59,11 +59,11 @@ def test_companion_group_breakdown_buckets_grouped_depthwise_and_unaligned_convo
     one over 256 channels and a dense 3x3 one to 12 channels each land in their own bucket
     and nowhere else. Version 2 of the aggregates is version 3 without the breakdown."""
     from onnx import helper
+    from onnx_builders import model, value
 
     from converters import convert
     from mdot_jax.data.aggregates import aggregates, group_breakdown
     from mdot_jax.data.dataset import Sample, Workload
-    from tests.onnx_builders import model, value
 
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[1, 1], group=4),
              helper.make_node("Conv", ["a", "w2"], ["b"], kernel_shape=[1, 1]),

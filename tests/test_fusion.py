@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 from onnx import helper
+from onnx_builders import model, value
 
 from converters import convert
 from converters.vocab import VOCAB
-from tests.onnx_builders import model, value
 
 
 def _const(name, v):

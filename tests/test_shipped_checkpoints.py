@@ -99,10 +99,11 @@ def test_op_types_newer_than_a_checkpoint_count_as_unknown():
     out-of-range embedding, which would give NaN)."""
     import dataclasses
 
+    from onnx_builders import conv_bn_relu
+
     from converters import convert
     from converters.vocab import UNK_ID, VOCAB
     from mdot_jax.data.dataset import Workload
-    from tests.onnx_builders import conv_bn_relu
 
     predictor = Predictor.load(DEFAULT_CHECKPOINT)
     vocab_size = predictor.trained.model_cfg.vocab_size
