@@ -77,3 +77,55 @@ def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
                                                                   precision="bf16"))])
     assert bf16.warnings == ["precision bf16 was never trained on (only amp-fp16): "
                              "extrapolation"]
+
+
+def _conv_block(extra=()):
+    """x[N,3,224,224] -> Conv(8, 3x3, stride 2) -> BatchNormalization (training) -> Relu, then
+    the unary operators `extra`."""
+    from onnx import helper
+    from onnx_builders import model, value
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"],
+                              ["n", "rm", "rv"], training_mode=1),
+             helper.make_node("Relu", ["n"], ["r0"])]
+    for i, op in enumerate(extra):
+        nodes.append(helper.make_node(op, [f"r{i}"], [f"r{i + 1}"]))
+    m = model(nodes, [value("x", ["N", 3, 224, 224]), value("w", [8, 3, 3, 3]),
+                      *(value(k, [8]) for k in "sbmv")], [value(f"r{len(extra)}", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    return m
+
+
+def test_an_operator_type_never_trained_on_is_named_and_leaves_no_band(tmp_path):
+    """The default checkpoint never saw Tanh: a model with one is predicted with a warning
+    naming it and without a band; the same model without it keeps its band."""
+    import onnx
+
+    predictor = Predictor.load("timm-rtx3090")
+    assert "Tanh" not in predictor.trained.info["op_types"]
+    for extra, known in (((), True), (("Tanh",), False)):
+        onnx.save(_conv_block(extra), tmp_path / "m.onnx")
+        p = predictor.predict(tmp_path / "m.onnx", batch_size=8)
+        named = [w for w in p.warnings if "never trained on: Tanh" in w]
+        assert bool(named) != known and (p.interval_ms is not None) == known, p.warnings
+
+
+def test_a_band_holds_every_members_prediction_however_far_apart(tmp_path, monkeypatch):
+    """Members 10x apart (beyond every calibrated disagreement bin): the band still holds
+    both members' predictions, so it widens with the disagreement without limit."""
+    import math
+
+    import onnx
+
+    predictor = Predictor.load("timm-rtx3090")
+    onnx.save(_conv_block(), tmp_path / "m.onnx")
+    trees = predictor.companion.predict
+    monkeypatch.setattr(predictor.companion, "predict", lambda samples: 10 * trees(samples))
+    far = predictor.predict(tmp_path / "m.onnx", batch_size=8)
+    lo, hi = far.interval_ms
+    parts = sorted(far.parts.values())
+    assert lo <= parts[0] and parts[-1] <= hi and parts[-1] / parts[0] > 10
+    calibrated = predictor.calibration.band("nchw", math.log(parts[-1] / parts[0]))
+    a, b = calibrated.interval(far.iteration_ms)
+    assert not a <= parts[0] <= parts[-1] <= b  # the calibrated band alone would not

@@ -316,6 +316,11 @@ class Predictor:
                         f"{', '.join(names[:-1])} and {names[-1]} disagree by "
                         f"{math.expm1(d):.0%}: on held-out "
                         f"families, such predictions erred by {band.median_ape:.0f}% (median)")
+            if p.interval_ms and len(part) > 1:  # a band always holds every member's
+                span = np.asarray(list(part.values()))  # prediction, however far apart
+                span = adapted.apply(span) if adapted else span
+                p.interval_ms = (min(p.interval_ms[0], float(span.min())),
+                                 max(p.interval_ms[1], float(span.max())))
             self._check_memory(p, seq, w)
             preds.append(p)
         return preds
@@ -358,9 +363,9 @@ class Predictor:
                 for t, n, m in zip(seq.op_type, seq.node_names, ms)], source
 
     def warnings(self, seq: OperatorSequence, w: Workload) -> list[str]:
-        """What makes a prediction less trustworthy: a batch or input size outside the
-        range the checkpoint was trained on, a layout, precision or optimizer it never saw,
-        operators the converter does not know."""
+        """What makes a prediction less trustworthy (and leaves it without a band): a batch or
+        input size outside the range the checkpoint was trained on, a layout, precision,
+        optimizer or operator type it never saw, operators the converter does not know."""
         info, out = self.trained.info, []
         for what, value in (("batch size", w.batch_size), ("input size", w.input_size)):
             seen = info.get(what.replace(" ", "_") + "s")
@@ -382,6 +387,11 @@ class Predictor:
         if seq.unknown_ops:
             out.append(f"operators unknown to the converter count as <unk>: "
                        f"{seq.unknown_ops}")
+        trained_ops = info.get("op_types")  # absent from checkpoints older than the rule
+        unseen = sorted(set(seq.op_type_counts()) - set(trained_ops or ()) - set(seq.unknown_ops))
+        if trained_ops and unseen:
+            out.append(f"operators this checkpoint never trained on: {', '.join(unseen)}: "
+                       "extrapolation")
         return out + graph_warnings(seq.meta.get("graph") or {}, w.precision)
 
     def predict_job(self, model: ModelLike, *, batch_size: int, epochs: float,

@@ -286,6 +286,7 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
                 input_sizes=sorted({s.workload.input_size for s in samples}),
                 layouts=sorted({s.workload.layout for s in samples}),
                 input_kinds=sorted({s.seq.input_kind for s in samples}),
+                op_types=sorted({t for s in samples for t in s.seq.op_type_counts()}),
                 precisions=sorted({s.workload.precision for s in samples}),
                 optimizers=sorted({s.workload.optimizer for s in samples}),
                 architectures=sorted({s.arch for s in [*samples, *val_samples]}),
