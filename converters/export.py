@@ -43,7 +43,8 @@ _SYMBOLICS_REGISTERED = False
 
 def _register_symbolics(torch) -> None:
     """Symbolics the TorchScript exporter lacks at our opset (rms_norm, training-mode
-    feature_dropout) or gets wrong with a dynamic batch (col2im, opset 18)."""
+    feature_dropout, diff, cumsum of a bool tensor) or gets wrong with a dynamic batch (col2im,
+    opset 18)."""
     global _SYMBOLICS_REGISTERED
     if _SYMBOLICS_REGISTERED:
         return
@@ -73,7 +74,29 @@ def _register_symbolics(torch) -> None:
                     pads_i=list(padding) * 2 if padding else [0] * 4,
                     strides_i=stride or [1, 1])
 
+    @sh.parse_args("v", "i", "i", "v", "v")
+    def diff(g, x, n, dim, prepend, append):  # Hugging Face masks take torch.diff
+        if n != 1:
+            return sh._unimplemented("diff", "n > 1")
+        parts = [t for t in (prepend, x, append) if not sh._is_none(t)]
+        x = g.op("Concat", *parts, axis_i=dim) if len(parts) > 1 else x
+
+        def const(v):
+            return g.op("Constant", value_t=torch.tensor([v]))
+
+        return g.op("Sub", g.op("Slice", x, const(1), const(2 ** 62), const(dim)),
+                    g.op("Slice", x, const(0), const(-1), const(dim)))
+
+    def cumsum(g, x, dim, dtype=None):  # of a bool mask, as torch sums it (as int64)
+        from torch.onnx import symbolic_opset11
+
+        if x.type().scalarType() == "Bool":
+            x = g.op("Cast", x, to_i=onnx.TensorProto.INT64)
+        return symbolic_opset11.cumsum(g, x, dim, dtype)
+
     torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, FALLBACK_OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::cumsum", cumsum, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::diff", diff, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::feature_dropout", feature_dropout, OPSET)
     _SYMBOLICS_REGISTERED = True
@@ -96,7 +119,11 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     names = list(input_names or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()
     was_training, retry = module.training, False
+    config = getattr(module, "config", None)  # a Hugging Face model returns its key-value
+    cached = getattr(config, "use_cache", None)  # cache, no tensor: the step keeps none
     try:
+        if cached:
+            config.use_cache = False
         module.train()
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
                 contextlib.redirect_stderr(io.StringIO()):
@@ -116,6 +143,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                                   f"{type(e).__name__}: {msg}") from None
     finally:
         module.train(was_training)
+        if cached:
+            config.use_cache = cached
     if retry:
         return from_torch(module, example_inputs, input_names=input_names,
                           dynamic_batch=dynamic_batch, opset=FALLBACK_OPSET)

@@ -87,6 +87,20 @@ def test_fold_exports_at_opset_18_as_col2im():
     assert seq.meta["inputs"]["x"] == [3, 8, 4]
 
 
+def test_a_hugging_face_language_model_converts_as_it_is_built():
+    """GPT2LMHeadModel as a user builds it (its key-value cache on, no attention mask): the
+    cache is left out of the exported step and put back on the model; the mask helpers'
+    torch.diff and cumsum of a bool tensor export; the tied embedding counts once."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=500,
+                                     n_positions=32, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config)
+    seq = convert(from_torch(model, torch.randint(0, 500, (2, 16))), batch_size=4)
+    assert seq.unknown_ops == {} and model.config.use_cache
+    assert seq.params == sum(p.numel() for p in model.parameters())
+    assert seq.meta["inputs"]["input0"] == [4, 16]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TORCHVISION_MODELS)
 def test_every_torchvision_classifier_converts(name):
