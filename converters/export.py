@@ -119,7 +119,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     names = list(input_names or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()
     was_training, retry = module.training, False
-    config = getattr(module, "config", None)  # a Hugging Face model returns its key-value
+    config: Any = getattr(module, "config", None)  # a Hugging Face model returns its key-value
     cached = getattr(config, "use_cache", None)  # cache, no tensor: the step keeps none
     try:
         if cached:
