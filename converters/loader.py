@@ -64,7 +64,33 @@ def read_model(source: ModelSource) -> onnx.ModelProto:
                               f"(protobuf parse failed: {e})") from None
     if model.ir_version <= 0 or not model.HasField("graph"):
         raise ConversionError(f"{label}: not an ONNX model (no IR version or no graph)")
+    damage = _damaged_field(model)
+    if damage:
+        raise ConversionError(f"{label}: a damaged ONNX file ({damage})")
     return model
+
+
+_TENSOR_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+
+
+def _damaged_field(model: onnx.ModelProto) -> str | None:
+    """What a file damaged in place leaves that parses but cannot be read: a name that is not
+    UTF-8 text (protobuf hands such a string over as bytes), or an unknown tensor type."""
+    g = model.graph
+    named = [("metadata", p.key) for p in model.metadata_props]
+    named += [("metadata", p.value) for p in model.metadata_props]
+    for n in g.node:
+        named += [("node", x) for x in (n.name, n.op_type, n.domain, *n.input, *n.output)]
+    for t in g.initializer:
+        if t.data_type not in _TENSOR_TYPES:
+            return f"initializer {t.name!r} has tensor type {t.data_type}"
+        named.append(("initializer", t.name))
+    for v in (*g.input, *g.output, *g.value_info):
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type not in _TENSOR_TYPES:
+            return f"value {v.name!r} has tensor type {v.type.tensor_type.elem_type}"
+        named.append(("value", v.name))
+    what, text = next(((w, x) for w, x in named if not isinstance(x, str)), ("", ""))
+    return f"a {what} name is not text: {text!r:.40}" if what else None
 
 
 def _strip_weights(model: onnx.ModelProto) -> None:
