@@ -141,3 +141,16 @@ def test_every_traced_label_is_read_and_its_compute_is_priced():
         free = x.compose([n.fw_ms if n.kind == "free" else 0 for n in x.nodes])
         assert free < 0.25 * x.compose([n.fw_ms for n in x.nodes]), (x.gpu, x.model, x.batch)
         assert any(n.kind == "linear" for n in x.nodes[a:b])
+
+
+def test_the_committed_whole_model_evaluation_fitted_no_unseen_gpu():
+    """`benchmarks/results/gpu-neusight`: fitted on the five training GPUs, every row a label
+    of the three unseen ones, each next to NeuSight's own prediction."""
+    import json
+
+    r = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" /
+                    "gpu-neusight" / "results.json").read_text())
+    assert len(r["fitted_gpus"]) == 5 and not UNSEEN & set(r["fitted_gpus"])
+    assert {x["gpu"] for x in r["rows"]} == UNSEEN and len(r["rows"]) >= 30
+    assert all(x["measured_ms"] > 0 and x["predicted_ms"] > 0 and x["neusight_ms"]
+               for x in r["rows"])
