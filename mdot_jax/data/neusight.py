@@ -1,13 +1,16 @@
-"""NeuSight's public single-operator measurements on NVIDIA GPUs, read where they lie.
+"""NeuSight's public measurements on NVIDIA GPUs, read where they lie.
 
 NeuSight (Lee, Phanishayee, Mahajan, ASPLOS 2025; MIT licence) measured fp32 forward kernel
 latencies of batched and plain matrix multiplications, elementwise operators, softmax and layer
-norm on eight GPUs (PyTorch 2.1, CUDA 12.1). The folder is read in place (`ops/train/collect/`,
-`ops/test/`) and never copied into this repository; each row becomes an `OpRow`.
+norm on eight GPUs (PyTorch 2.1, CUDA 12.1), and whole transformer runs with a one-layer trace
+of per-node times. The folder is read in place (`ops/train/collect/`, `ops/test/`, `label/`,
+`summary/`) and never copied into this repository: operator rows become `OpRow`s, whole runs
+`Label`s of `TraceNode`s.
 """
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import lzma
@@ -153,8 +156,6 @@ def _numel(shape) -> int:
 
 def _node(r: dict, config: dict) -> TraceNode:
     """Classifies one trace row by its function or module and its shapes."""
-    import ast
-
     shapes = [s for s in ast.literal_eval(r["input_shapes"] or "[]") if isinstance(s, list)]
     out = list(ast.literal_eval(r["output_shape"])) if r["output_shape"].startswith("(") else []
     target, name = r["target"], r["Name"].lower()
