@@ -3,6 +3,7 @@ every operator of a graph; predictors trained with those times carry the cost mo
 `mdot predict --top` says where the time goes."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,11 +40,14 @@ def ops(small_models, tmp_path_factory):
 
 
 def _fresh(ds_root):
-    """The dataset loaded anew, with sequences of its own (attach writes into them)."""
-    from mdot_jax.data import dataset
+    """A copy of the dataset in a folder of its own, loaded: its sequences are its own (attach
+    writes into them), never the ones other tests load from `ds_root`."""
+    import shutil
+    import tempfile
 
-    dataset.clear_sequence_cache()
-    return load_dataset(ds_root)
+    root = Path(tempfile.mkdtemp(prefix="fresh-")) / "ds"
+    shutil.copytree(ds_root, root)
+    return load_dataset(root)
 
 
 def test_the_cost_model_learns_the_measured_operators_and_round_trips(ops, tmp_path):
@@ -94,7 +98,7 @@ def test_an_op_grounded_checkpoint_carries_its_cost_model(ops, tiny_real_dataset
     assert main(["kernels", str(ops_dir), "--out", str(cost)]) == 0
     assert main(["kernels", str(ops_dir), "--out", str(cost)]) == 2  # exists: not replaced
     ckpt = tmp_path / "ckpt"
-    assert main(["train", "--dataset", str(tiny_real_dataset.root), "--out", str(ckpt),
+    assert main(["train", "--dataset", str(_fresh(tiny_real_dataset.root).root), "--out", str(ckpt),
                  "--recipe", "tiny", "--split", "none", "--op-costs", str(cost)]) == 0
     meta = json.loads((ckpt / "metadata.json").read_text())
     assert meta["feature_config"]["op_costs"] and COST_MODEL in meta["files"]
@@ -251,6 +255,8 @@ def test_an_op_grounded_checkpoint_predicts_with_the_operator_sum_as_third_membe
     d = spread(*parts.T)
     for p, s, di in zip(preds, samples, d):
         band = cal.band(s.workload.layout, di)
-        assert p.interval_ms == pytest.approx(band.interval(p.iteration_ms))
+        lo, hi = band.interval(p.iteration_ms)  # widened to hold every member's prediction
+        members = list(p.parts.values())
+        assert p.interval_ms == pytest.approx((min(lo, *members), max(hi, *members)))
         flagged = any("MDOT, LightGBM and the operator sum disagree" in w for w in p.warnings)
         assert flagged == (band is cal.bands[s.workload.layout][-1])
