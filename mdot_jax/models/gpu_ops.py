@@ -10,6 +10,9 @@ A GPU nobody measured is priced from its spec sheet alone.
 Operators (fp32, as measured): GEMMs (`bmm` [B,M,K] x [B,K,N]; `linear` [B,M,K] x [K,N]),
 elementwise (binary, with a scalar: `...u`, activations) and row-wise (`softmax`, `ln`) over
 [B, H]. Dims: GEMMs (B, M, N, K), the others (B, H).
+
+Whole steps (`StepPricer`): the nodes of a traced model priced one by one and composed, the
+backward of a GEMM as its two GEMMs.
 """
 
 from __future__ import annotations
