@@ -116,7 +116,8 @@ class OperatorSequence:
 
     def op_type_counts(self) -> dict[str, int]:
         ids, counts = np.unique(self.op_type, return_counts=True)
-        names = {VOCAB[i]: int(c) for i, c in zip(ids, counts) if i != UNK_ID}
+        names = {VOCAB[i]: int(c) for i, c in zip(ids, counts)  # ids of a newer vocabulary
+                 if i != UNK_ID and i < len(VOCAB)}  # than this one's: no name here
         names.update(self.unknown_ops)
         return dict(sorted(names.items(), key=lambda kv: (-kv[1], kv[0])))
 
