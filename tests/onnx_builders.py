@@ -14,9 +14,9 @@ def model(nodes, inputs, outputs, initializers=(), name="g"):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def conv_bn_relu(batch="N", training=False):
-    """x[batch,3,8,8] -> Conv(4, 3x3, pad 1) -> BN -> Relu -> y; BN in training mode (batch
-    statistics, running statistics as outputs: a training export) or inference mode."""
+def conv_bn_relu(batch="N", training=False, size=8):
+    """x[batch,3,size,size] -> Conv(4, 3x3, pad 1) -> BN -> Relu -> y; BN in training mode
+    (batch statistics, running statistics as outputs: a training export) or inference mode."""
     bn_out = ["n", "rm", "rv"] if training else ["n"]
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
@@ -25,7 +25,7 @@ def conv_bn_relu(batch="N", training=False):
                          training_mode=int(training)),
         helper.make_node("Relu", ["n"], ["y"], name="relu"),
     ]
-    inputs = [value("x", [batch, 3, 8, 8]), value("w", [4, 3, 3, 3])] + \
+    inputs = [value("x", [batch, 3, size, size]), value("w", [4, 3, 3, 3])] + \
         [value(k, [4]) for k in "sbmv"]
     m = model(nodes, inputs, [value("y", None)])
     m.metadata_props.add(key="mdot.data_inputs", value="x")

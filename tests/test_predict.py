@@ -82,20 +82,14 @@ def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
 
 
 def _conv_block(extra=()):
-    """x[N,3,224,224] -> Conv(8, 3x3, stride 2) -> BatchNormalization (training) -> Relu, then
-    the unary operators `extra`."""
+    """`conv_bn_relu` (training) on 224 px images, then the unary operators `extra`."""
     from onnx import helper
-    from onnx_builders import model, value
+    from onnx_builders import conv_bn_relu
 
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], strides=[2, 2]),
-             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"],
-                              ["n", "rm", "rv"], training_mode=1),
-             helper.make_node("Relu", ["n"], ["r0"])]
+    m = conv_bn_relu(training=True, size=224)
     for i, op in enumerate(extra):
-        nodes.append(helper.make_node(op, [f"r{i}"], [f"r{i + 1}"]))
-    m = model(nodes, [value("x", ["N", 3, 224, 224]), value("w", [8, 3, 3, 3]),
-                      *(value(k, [8]) for k in "sbmv")], [value(f"r{len(extra)}", None)])
-    m.metadata_props.add(key="mdot.data_inputs", value="x")
+        m.graph.node.append(helper.make_node(op, [m.graph.output[0].name], [f"e{i}"]))
+        m.graph.output[0].name = f"e{i}"
     return m
 
 

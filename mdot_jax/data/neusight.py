@@ -14,6 +14,7 @@ import ast
 import csv
 import json
 import lzma
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,17 +142,8 @@ class Label:
 
 
 def _dims(shape) -> tuple[int, int]:
-    rows = 1
-    for d in shape[:-1]:
-        rows *= int(d)
-    return rows, int(shape[-1]) if shape else 1
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+    """(rows, last dim) of a shape."""
+    return math.prod(int(d) for d in shape[:-1]), int(shape[-1]) if shape else 1
 
 
 def _node(r: dict, config: dict) -> TraceNode:
@@ -193,7 +185,7 @@ def _node(r: dict, config: dict) -> TraceNode:
             rows, k = _dims(a)
             kind, op, dims = "linear", "linear", (1, rows, b[1], k)
         else:
-            kind, op, dims = "bmm", "bmm", (_numel(a[:-2]), a[-2], b[-1], a[-1])
+            kind, op, dims = "bmm", "bmm", (math.prod(a[:-2]), a[-2], b[-1], a[-1])
     elif fn == "dropout" and out:
         kind, op, dims = "dropout", "mul", _dims(out)
     elif fn == "embedding" and out:
@@ -202,8 +194,8 @@ def _node(r: dict, config: dict) -> TraceNode:
     elif fn in ("softmax", "layer_norm") and out:
         kind = op = "softmax" if fn == "softmax" else "ln"
         dims = _dims(out)
-    elif (fn in _BINARY or fn in _UNARY) and out and _numel(out) > 1:
-        full = [s for s in shapes if _numel(s) == _numel(out)]
+    elif (fn in _BINARY or fn in _UNARY) and out and math.prod(out) > 1:
+        full = [s for s in shapes if math.prod(s) == math.prod(out)]
         kind, dims = "elementwise", _dims(out)
         if fn in _BINARY:
             op = _BINARY[fn] + ("" if len(full) >= 2 else "u")

@@ -224,7 +224,7 @@ class StepPricer:
         by: dict[str, list[float]] = {}
         for label in labels:
             for n in label.nodes:
-                if n.kind not in ("free", "linear", "bmm") and n.fw_ms > 0 and n.bw_ms > 0:
+                if n.kind != "free" and n.kind not in GEMMS and n.fw_ms > 0 and n.bw_ms > 0:
                     by.setdefault(n.kind, []).append(n.bw_ms / n.fw_ms)
         return {k: float(np.median(v)) for k, v in sorted(by.items())}
 
@@ -238,13 +238,13 @@ class StepPricer:
                                  [gpu] * len(priced))
         bw, acc = np.zeros(len(nodes)), np.zeros(len(nodes))
         if label.mode == "train":
-            gemms = [(i, o, d) for i in priced if nodes[i].kind in ("linear", "bmm")
+            gemms = [(i, o, d) for i in priced if nodes[i].kind in GEMMS
                      for o, d in backward_gemms(nodes[i].op, nodes[i].dims)]
             if gemms:
                 ms = self.pricer([g[1] for g in gemms], [g[2] for g in gemms], [gpu] * len(gemms))
                 np.add.at(bw, [g[0] for g in gemms], ms)
             for i in priced:
-                if nodes[i].kind not in ("linear", "bmm"):
+                if nodes[i].kind not in GEMMS:
                     bw[i] = self.ratios.get(nodes[i].kind, 1.0) * fw[i]
             weights = [i for i in priced if nodes[i].params > 0]
             if weights:
