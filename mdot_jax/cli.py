@@ -132,34 +132,66 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from mdot_jax.serving.predict import Predictor, machine_note
-
     kw = _shape_kwargs(args)
     sizes = args.batch_sizes or ([args.batch_size] if args.batch_size else [])
     if not sizes:
         raise UsageError("--batch-size (or --batch-sizes) is required")
     if (args.epochs is None) != (args.dataset_size is None):
         raise UsageError("--epochs and --dataset-size go together")
-    if args.device_spec:
-        _spec_device(args.device_spec)
-    predictor = Predictor.load(args.checkpoint)
+    gpu = _spec_gpu(args)
+    if gpu is not None:
+        from converters import convert
+        from mdot_jax.serving import gpu as spec
+
+        if args.layout != "nchw":
+            raise UsageError("--layout: a GPU priced from its spec sheet has no layouts (the "
+                             "operator data is NCHW)")
+        try:
+            model = spec.load_step_model()
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        source = f"priced from its spec sheet by {spec.STEP_MODEL_DIR.name}"
+        note = None
+
+        def predict(b):
+            seq = convert(args.model, **dict(kw, batch_size=b), fuse=True)
+            return seq, spec.price(seq, gpu, model, precision=args.precision or "fp32",
+                                   step=args.step or "train", optimizer=args.optimizer)
+    else:
+        from mdot_jax.serving.predict import Predictor, machine_note
+
+        if args.step:
+            raise UsageError("--step: a checkpoint predicts the training step it was trained "
+                             "on (with the optimizer); --step is for a GPU priced from its "
+                             "spec sheet (--device NAME without --checkpoint)")
+        predictor = Predictor.load(args.checkpoint)
+        source = f"checkpoint {predictor.path.name}" + (
+            ", geometric mean of " + " x ".join(predictor.member_labels)
+            if len(predictor.members) > 1 else "")
+        note = machine_note([predictor.adaptation.device] if predictor.adaptation
+                            else predictor.devices)
+
+        def predict(b):
+            seq = predictor.sequence(args.model, **dict(kw, batch_size=b))
+            return seq, predictor.predict(seq, precision=args.precision, device=args.device,
+                                          layout=args.layout, optimizer=args.optimizer,
+                                          **dict(kw, batch_size=b))
     rows = []
     for b in sizes:
         try:
-            seq = predictor.sequence(args.model, **dict(kw, batch_size=b))
-            p = predictor.predict(seq, precision=args.precision, device=args.device,
-                                  layout=args.layout, optimizer=args.optimizer,
-                                  **dict(kw, batch_size=b))
+            seq, p = predict(b)
         except ValueError as e:
             if isinstance(e, ConversionError):
                 raise
             raise UsageError(str(e)) from None
         row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
                    batch_size=b, input_size=p.input_size, samples_per_s=1e3 * b / p.iteration_ms,
-                   checkpoint=str(predictor.path), num_ops=p.num_ops, warnings=p.warnings,
-                   parts=p.parts, interval_ms=p.interval_ms, memory_gb=p.memory_gb)
+                   source=source, num_ops=p.num_ops, warnings=p.warnings, parts=p.parts,
+                   phases=p.phases, interval_ms=p.interval_ms, memory_gb=p.memory_gb)
         if args.top:
-            row["operators"], row["operators_from"] = predictor.operators(seq, p, b)
+            row["operators"], row["operators_from"] = (
+                (p.operators, f"the GPU operator model on the {p.device}") if gpu is not None
+                else predictor.operators(seq, p, b))
         if args.epochs is not None:
             row["job_s"] = p.job_seconds(args.epochs, args.dataset_size, b)
             row["job_interval_s"] = p.job_interval_seconds(args.epochs, args.dataset_size, b)
@@ -167,20 +199,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         for warning in p.warnings:
             print(f"mdot: warning: batch size {b}: {warning}" if len(sizes) > 1
                   else f"mdot: warning: {warning}", file=sys.stderr)
-    note = machine_note([predictor.adaptation.device] if predictor.adaptation
-                        else predictor.devices)
     if note:  # after the predictions: an error stays one line
         print(f"mdot: warning: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows[0] if args.batch_sizes is None else rows))
         return 0
     r = rows[0]
-    print(f"{args.model} on {r['device']} ({r['num_ops']} operators; checkpoint "
-          f"{predictor.path.name}" + (", geometric mean of "
-                                      + " x ".join(predictor.member_labels) if r["parts"]
-                                      else "")
-          + ")" + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r
-                   else ""))
+    print(f"{args.model} on {r['device']} ({r['num_ops']} operators; {source})"
+          + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r else ""))
     band = any(r["interval_ms"] for r in rows)
     print(f"{'batch':>7} {'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10}"
           f" {'memory GB':>9}" + (f" {'job h':>7} {'80% band h':>13}" if "job_s" in r else ""))
@@ -189,27 +215,55 @@ def cmd_predict(args: argparse.Namespace) -> int:
               f" {r['samples_per_s']:>10.4g} {r['memory_gb']:>9.3g}"
               + (f" {r['job_s'] / 3600:>7.3g} "
                  f"{_range(r.get('job_interval_s'), 1 / 3600):>13}" if "job_s" in r else ""))
+    if r["phases"]:
+        print("of which " + ", ".join(f"{k} {v:.4g} ms" for k, v in r["phases"].items()))
     if band:
         print("80% band: where 80% of the measured times fell, for predictions like these, on "
-              "model families the predictor had not seen")
+              + ("model families the predictor had not seen" if gpu is None
+                 else "GPUs the predictor had not seen"))
     if args.top:
         _print_top(rows[-1], args.top)
     return 0
 
 
-def _spec_device(path: str) -> None:
-    """`--device-spec`: the file is read and checked, but no checkpoint predicts a GPU from its
-    spec sheet yet: say so."""
-    from mdot_jax.data import gpus
+STEP_MODEL = "gpu-spec-sheet"  # `--checkpoint` naming the GPU step model (`serving.gpu`)
 
+
+def _spec_gpu(args: argparse.Namespace):
+    """The GPU to price from its spec sheet: `--device-spec`'s, or the catalogued GPU that
+    `--device` names with `--checkpoint gpu-spec-sheet`, or with no `--checkpoint` where the
+    default checkpoint does not predict for it (None: a checkpoint predicts)."""
+    from mdot_jax.data import gpus
+    from mdot_jax.serving.predict import checkpoint_devices
+
+    if args.device_spec:
+        if args.device or args.checkpoint:
+            raise UsageError("--device-spec describes the device itself: drop --device and "
+                             "--checkpoint")
+        try:
+            return gpus.from_spec_file(args.device_spec)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    explicit = args.checkpoint == STEP_MODEL
+    if not args.device or (args.checkpoint and not explicit):
+        if explicit:
+            raise UsageError(f"--checkpoint {STEP_MODEL} prices a GPU named by --device")
+        return None
     try:
-        gpu = gpus.from_spec_file(path)
+        gpu = gpus.find(args.device)
     except ValueError as e:
-        raise UsageError(str(e)) from None
-    raise UsageError(f"--device-spec {path}: {gpu.name} ({gpu.sms} SMs, {gpu.memory_gbs:g} GB/s, "
-                     f"{gpu.tflops['fp32']:g} fp32 TFLOP/s) read, but no checkpoint predicts a "
-                     "GPU from its spec sheet yet; with a few step times measured on it, `mdot "
-                     "adapt --from-measurements` makes one")
+        if explicit:
+            raise UsageError(str(e)) from None
+        return None  # the checkpoint's own name for a device, or its error
+    if explicit:
+        return gpu
+    for d in checkpoint_devices(None):
+        try:
+            if gpus.find(d).name == gpu.name:
+                return None
+        except ValueError:
+            continue
+    return gpu
 
 
 def _print_top(row: dict, n: int) -> None:
@@ -331,18 +385,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", description=USER_COMMANDS["predict"])
     p.add_argument("model", help="path to an .onnx file (export it with converters.from_*)")
     _add_shape_args(p)
-    p.add_argument("--checkpoint", help="shipped checkpoint name or directory "
-                                        "(default: timm-rtx3090)")
+    p.add_argument("--checkpoint", help="shipped checkpoint name or directory (default: "
+                                        "timm-rtx3090; gpu-spec-sheet: price the --device GPU "
+                                        "from its spec sheet)")
     p.add_argument("--device", help="device to predict for: the checkpoint's (default), or a "
-                                    "GPU of `mdot devices`")
+                                    "GPU of `mdot devices` (priced from its spec sheet)")
     p.add_argument("--device-spec", metavar="FILE.json",
                    help="a GPU the catalog lacks, described with its fields")
     p.add_argument("--precision", choices=PRECISIONS,
-                   help="default: the device's usual (fp32 on CPUs, amp-fp16 on GPUs)")
+                   help="default: the device's usual (fp32 on CPUs and GPUs priced from their "
+                        "spec sheet, amp-fp16 on a GPU checkpoint)")
     p.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
-    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"],
-                   help="the training step's optimizer (memory; time where the checkpoint "
-                        "was trained on it)")
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
+                   help="the training step's optimizer; sgd: with momentum (memory; time "
+                        "where the checkpoint was trained on it or the GPU is priced from its "
+                        "spec sheet)")
+    p.add_argument("--step", choices=["train", "fwd-bwd"],
+                   help="a GPU priced from its spec sheet: the whole step (train, default) or "
+                        "forward and backward without the optimizer update")
     p.add_argument("--batch-sizes", type=_int_list,
                    help="several batch sizes at once (a table; JSON: a list), e.g. 16,32,64")
     p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 
 from mdot_jax.data.dataset import MEASURED_PRECISIONS
 from mdot_jax.errors import UsageError
@@ -20,6 +21,7 @@ BUILD_COMMANDS = {  # name -> one line for `mdot --help`
     "evaluate": "MDOT and every baseline on identical leave-family-out folds",
     "calibrate": "give a checkpoint the error bands of an evaluation of its recipe",
     "dataset": "build, inspect or check a training-time dataset",
+    "gpu-fit": "fit the GPU step model (any NVIDIA GPU from its spec sheet) on NeuSight's data",
 }
 
 
@@ -267,6 +269,23 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gpu_fit(args: argparse.Namespace) -> int:
+    from mdot_jax.training import gpu
+
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.force:
+        raise UsageError(f"{out} is not empty; pass --force to replace the step model in it")
+    try:
+        model = gpu.fit(args.neusight, seed=args.seed, progress=print)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    model.info["command"] = f"mdot gpu-fit {args.neusight} --out {args.out}"
+    model.save(out)
+    print(f"GPU step model fitted on {', '.join(model.info['fitted_gpus'])}: {out} (80% band "
+          f"{math.exp(model.band[0]):.2f}x-{math.exp(model.band[1]):.2f}x of a prediction)")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from mdot_jax import recipes
     from mdot_jax.training.workflow import train_and_save
@@ -494,6 +513,13 @@ def add_commands(sub) -> None:
                    "(default: its network's, e.g. gnn or mdot-pe-none, with lightgbm if it "
                    "has a companion, and op-sum if it has an operator-sum line)")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("gpu-fit", description=BUILD_COMMANDS["gpu-fit"])
+    p.add_argument("neusight", help="NeuSight's folder (../shared/datasets/neusight)")
+    p.add_argument("--out", default="checkpoints/gpu-spec-sheet", help="step model folder")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="replace the model in --out")
+    p.set_defaults(func=cmd_gpu_fit)
 
     p = sub.add_parser("kernels", description=BUILD_COMMANDS["kernels"])
     p.add_argument("ops", help="operator dataset, e.g. data/<device>/ops")

@@ -40,3 +40,23 @@ def token_embedding(batch="N", seq="T"):
     m = model(nodes, inputs, [value("y", None)])
     m.metadata_props.add(key="mdot.data_inputs", value="ids")
     return m
+
+
+def attention(batch="N", seq=8, dim=16):
+    """x[batch, seq, dim] -> q = x Wq, k = x Wk (Wk transposed on the way, as exporters do),
+    softmax(q k^T) x, then LayerNorm: one attention head's GEMMs, batched GEMMs and rows."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"], name="q"),
+        helper.make_node("Transpose", ["wk"], ["wkt"], name="wk_t", perm=[1, 0]),
+        helper.make_node("MatMul", ["x", "wkt"], ["k"], name="k"),
+        helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+        helper.make_node("Softmax", ["s"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "x"], ["o"], name="mix"),
+        helper.make_node("LayerNormalization", ["o", "g", "b"], ["y"], name="norm", axis=-1),
+    ]
+    inputs = [value("x", [batch, seq, dim]), value("wq", [dim, dim]), value("wk", [dim, dim]),
+              value("g", [dim]), value("b", [dim])]
+    m = model(nodes, inputs, [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    return m

@@ -30,8 +30,19 @@ def test_the_work_of_an_operator():
     assert moved_linear == 4 * (8 * 256 * 64 + 64 * 128 + 8 * 256 * 128)  # one weight
     assert tiles_linear == 16
     assert work("add", (4, 100))[1] == 4 * 400 * 3 and work("relu", (4, 100))[1] == 4 * 400 * 2
-    with pytest.raises(ValueError, match="unknown operator 'conv'"):
-        work("conv", (1, 2))
+    with pytest.raises(ValueError, match="unknown operator 'erf'"):
+        work("erf", (1, 2))
+
+
+def test_a_convolution_is_an_implicit_gemm():
+    # 3x3, stride 1, padding 1 on [2, 16, 8, 8] -> [2, 32, 8, 8]
+    dims = neusight.conv_dims(2, 16, 32, 3, 8, 1, 1)
+    assert dims == (1, 2 * 64, 32, 16 * 9, 2 * 16 * 64)
+    flops, moved, tiles, _, k = work("conv", dims)
+    assert flops == 2 * 2 * 64 * 32 * 16 * 9 and k == 16 * 9 and tiles == 1
+    assert moved == 4 * (2 * 16 * 64 + 32 * 16 * 9 + 2 * 64 * 32)  # input, weight, output
+    # depthwise: 16 groups of one channel each; stride 2 quarters the output pixels
+    assert neusight.conv_dims(2, 16, 16, 3, 8, 2, 1, groups=16) == (16, 2 * 16, 1, 9, 2048)
 
 
 def test_the_roofline_of_a_large_gemm_is_its_compute_time():
@@ -55,6 +66,7 @@ def test_the_unseen_gpus_are_never_among_the_training_rows():
         "nvidia-a100-pcie-40gb"}
     assert UNSEEN <= {r.gpu for r in rows if r.split == "test"}
     assert not UNSEEN & {r.gpu for r in rows if r.split == "train"}
+    assert {r.gpu for r in rows if r.op == "conv"} <= set(neusight.training_gpus(rows))
 
 
 @needs_neusight

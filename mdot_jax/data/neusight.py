@@ -27,7 +27,8 @@ GEMMS = ("bmm", "linear")
 ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "powu", "relu", "gelu",
                "tanh")
 ROWWISE = ("softmax", "ln")
-OPS = GEMMS + ELEMENTWISE + ROWWISE
+CONV = "conv"  # 2-D convolution as an implicit GEMM: dims (G, M, N, K, X), see `conv_dims`
+OPS = GEMMS + ELEMENTWISE + ROWWISE + (CONV,)
 # the folder's files of each split: train (the five GPUs NeuSight fits on), test (all eight)
 TEST_FILES = ("bmm.csv.xz", "linear.csv.xz", "vec.csv.xz")
 
@@ -36,9 +37,19 @@ TEST_FILES = ("bmm.csv.xz", "linear.csv.xz", "vec.csv.xz")
 class OpRow:
     op: str  # one of OPS
     gpu: str  # catalog name (`gpus.find` of the row's device)
-    dims: tuple[int, ...]  # GEMMs: (B, M, N, K); the others: (B, H)
+    dims: tuple[int, ...]  # GEMMs: (B, M, N, K); conv: `conv_dims`; the others: (B, H)
     ms: float  # forward latency, ms
     split: str  # "train" | "test"
+
+
+def conv_dims(batch: int, c_in: int, c_out: int, kernel: int, size: int, stride: int = 1,
+              padding: int = 0, groups: int = 1) -> tuple[int, ...]:
+    """A square 2-D convolution as the implicit GEMM cuDNN runs: (G groups, M = batch x output
+    pixels, N = output channels per group, K = input channels per group x kernel pixels,
+    X = input elements)."""
+    out = (size + 2 * padding - kernel) // stride + 1
+    return (groups, batch * out * out, c_out // groups, c_in // groups * kernel * kernel,
+            batch * c_in * size * size)
 
 
 def _open(path: Path):
@@ -52,15 +63,24 @@ def _rows(path: Path, split: str) -> Iterator[OpRow]:
             op = r["OPName"]
             if op not in OPS:
                 continue
-            keys = ("B", "M", "N", "K") if op in GEMMS else ("B", "H")
             gpu = names.get(r["Device"]) or names.setdefault(r["Device"],
                                                              gpus.find(r["Device"]).name)
-            yield OpRow(op, gpu, tuple(int(r[k]) for k in keys), float(r["Latency"]), split)
+            if op == CONV:
+                dims = conv_dims(*(int(r[k]) for k in ("B", "Input_Channel", "Output_Channel",
+                                                        "Kernel_Szie", "Input_Size", "Stride",
+                                                        "Padding")))
+            else:
+                keys = ("B", "M", "N", "K") if op in GEMMS else ("B", "H")
+                dims = tuple(int(r[k]) for k in keys)
+            yield OpRow(op, gpu, dims, float(r["Latency"]), split)
 
 
 def read(root: str | Path) -> list[OpRow]:
     """Every operator row of the NeuSight folder `root` (`.../datasets/neusight`): the
-    training GPUs' collections and the test set of every GPU."""
+    training GPUs' collections and the test set of every GPU. NeuSight measured its
+    convolutions (3x3, stride 1, padding 1 only) on the A100 80 GB in place of its fifth
+    training GPU; a GPU with no GEMM collection is one of its test GPUs, and its convolutions
+    are left out so that it stays unseen."""
     root = Path(root)
     train, test = root / "ops" / "train" / "collect", root / "ops" / "test"
     if not train.is_dir() or not test.is_dir():
@@ -69,6 +89,8 @@ def read(root: str | Path) -> list[OpRow]:
     for op in OPS:
         for path in sorted((train / op).glob("*/*.csv*")):
             rows.extend(_rows(path, "train"))
+    fitted = {r.gpu for r in rows if r.op in GEMMS}
+    rows = [r for r in rows if r.gpu in fitted]
     for name in TEST_FILES:
         rows.extend(_rows(test / name, "test"))
     return rows

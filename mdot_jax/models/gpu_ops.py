@@ -8,8 +8,9 @@ log ratio of the measured time to the roofline time, max(FLOPs / peak, bytes / b
 A GPU nobody measured is priced from its spec sheet alone.
 
 Operators (fp32, as measured): GEMMs (`bmm` [B,M,K] x [B,K,N]; `linear` [B,M,K] x [K,N]),
-elementwise (binary, with a scalar: `...u`, activations) and row-wise (`softmax`, `ln`) over
-[B, H]. Dims: GEMMs (B, M, N, K), the others (B, H).
+convolutions as implicit GEMMs (`conv`, `neusight.conv_dims`), elementwise (binary, with a
+scalar: `...u`, activations) and row-wise (`softmax`, `ln`) over [B, H]. Dims: GEMMs
+(B, M, N, K), convolutions (G, M, N, K, X), the others (B, H).
 
 Whole steps (`StepPricer`): the nodes of a traced model priced one by one and composed, the
 backward of a GEMM as its two GEMMs.
@@ -27,10 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from mdot_jax.data.gpus import GPU
-from mdot_jax.data.neusight import GEMMS, OPS, ROWWISE
+from mdot_jax.data.neusight import CONV, GEMMS, OPS, ROWWISE
 from mdot_jax.models.trees import fit_boosters, parse_boosters
 
-VERSION = 1
+VERSION = 2
 TILE = 128  # the GEMM output tile side the waves are counted in
 BLOCK = 512  # elements per thread block of an elementwise kernel (128 threads x 4)
 FLOPS_PER_ELEMENT = dict(add=1, mul=1, div=1, pow=10, addu=1, mulu=1, divu=1, powu=10, relu=1,
@@ -44,6 +45,11 @@ RELATIVE = ("log_roofline_ms", "log_compute_ms", "log_memory_ms", "log_intensity
 
 def work(op: str, dims: Sequence[int]) -> tuple[float, float, float, float, float]:
     """(FLOPs, bytes moved, parallel units of work, tile efficiency, K) of one operator."""
+    if op == CONV:  # G groups of [M, K] x [K, N] over X input elements
+        g, m, n, k, x = (float(d) for d in dims)
+        tiles = math.ceil(m / TILE) * math.ceil(n / TILE) * g
+        used = m * n / (math.ceil(m / TILE) * TILE * math.ceil(n / TILE) * TILE)
+        return 2 * g * m * n * k, 4 * (x + g * n * k + g * m * n), tiles, used, k
     if op in GEMMS:
         b, m, n, k = (float(d) for d in dims)
         rows = b * m if op == "linear" else m
@@ -75,7 +81,7 @@ def features(ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[G
         flops, moved, units, used, k = work(op, d)
         peak, bw = g.tflops["fp32"] * 1e12, g.memory_gbs * 1e9
         compute, memory = 1e3 * flops / peak, 1e3 * moved / bw
-        waves = units / (g.sms * (1 if op in GEMMS else 8))
+        waves = units / (g.sms * (1 if op in GEMMS or op == CONV else 8))
         row = [OPS.index(op), math.log10(max(compute, memory)), math.log10(compute),
                math.log10(memory), math.log10(flops / moved / (peak / bw)),
                math.log10(waves), waves / math.ceil(waves), used,
@@ -120,10 +126,11 @@ class GpuOpModel:
         return np.exp(self._boosters[0].predict(x) + np.log(10.0) * x[:, 1].astype(np.float64))
 
     def save(self, path: str | Path) -> None:
-        """xz-compressed JSON."""
+        """xz-compressed JSON, the booster's text `compact`."""
         Path(path).write_bytes(lzma.compress(json.dumps(dict(
-            text=self.text, gpus=list(self.gpus), samples=self.samples, absolute=self.absolute,
-            version=self.version)).encode()))
+            text=compact(self.text), gpus=list(self.gpus), samples=self.samples,
+            absolute=self.absolute, version=self.version)).encode(),
+            preset=9 | lzma.PRESET_EXTREME))
 
     @classmethod
     def load(cls, path: str | Path) -> GpuOpModel:
@@ -132,6 +139,24 @@ class GpuOpModel:
             raise ValueError(f"{path}: GPU operator model version {d.get('version')} != "
                              f"{VERSION}")
         return cls(d["text"], tuple(d["gpus"]), d["samples"], d["absolute"], d["version"])
+
+
+# what a LightGBM model's text holds only for inspection (and the byte sizes of its trees,
+# which any edit invalidates)
+_INSPECTION = ("split_gain=", "internal_value=", "internal_weight=", "internal_count=",
+               "leaf_weight=", "leaf_count=", "tree_sizes=")
+
+
+def compact(text: str) -> str:
+    """A LightGBM model's text without what prediction never reads, leaf values to 9
+    significant digits: less than half the size, predictions equal to ~1e-8."""
+    lines = []
+    for line in text.split("\n"):
+        if line.startswith("leaf_value="):
+            line = "leaf_value=" + " ".join(f"{float(v):.9g}" for v in line[11:].split())
+        if not line.startswith(_INSPECTION):
+            lines.append(line)
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -175,7 +200,8 @@ class CalibratedRoofline:
 
     @staticmethod
     def op_class(op: str) -> str:
-        return "gemm" if op in GEMMS else "rowwise" if op in ROWWISE else "elementwise"
+        return ("gemm" if op in GEMMS else CONV if op == CONV else "rowwise" if op in ROWWISE
+                else "elementwise")
 
     @classmethod
     def fit(cls, ops, dims, gpus, ms) -> CalibratedRoofline:
@@ -258,3 +284,31 @@ class StepPricer:
         ms = self.node_ms(label, gpu)
         fw, bwall = label.compose(ms["fw"]), label.compose(ms["bw"] + ms["acc"])
         return dict(fw=fw, bwall=bwall, e2e=fw + bwall)
+
+
+@dataclass
+class StepModel:
+    """What prices a training step on a GPU from its spec sheet (`serving.gpu`): the operator
+    model, the backward / forward ratios of non-GEMM node kinds, and the 80% band of the
+    log ratio measured / predicted of whole steps on GPUs left out of the fit."""
+
+    ops: GpuOpModel
+    ratios: dict  # node kind -> backward / forward
+    band: tuple[float, float]  # 10th, 90th percentile of log(measured / predicted)
+    info: dict  # fitted_gpus, band_labels, source, command
+
+    MODEL, META = "gpu_ops.json.xz", "step_model.json"
+
+    def save(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.ops.save(folder / self.MODEL)
+        (folder / self.META).write_text(json.dumps(dict(
+            ratios=self.ratios, band=list(self.band), **self.info), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> StepModel:
+        folder = Path(folder)
+        meta = json.loads((folder / cls.META).read_text())
+        ratios, band = meta.pop("ratios"), tuple(meta.pop("band"))
+        return cls(GpuOpModel.load(folder / cls.MODEL), ratios, band, meta)

@@ -6,6 +6,7 @@ Compiled once per sequence-length bucket (fixed prediction batch size), then fas
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -62,6 +63,17 @@ def resolve_checkpoint(name_or_dir: str | Path | None) -> Path:
                           f"the shipped ones {shipped_checkpoints()}")
 
 
+def checkpoint_devices(name_or_dir: str | Path | None) -> list[str]:
+    """The devices a checkpoint predicts for, from its metadata alone (nothing loaded)."""
+    path = resolve_checkpoint(name_or_dir) / "metadata.json"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    adapted = (meta.get("adaptation") or {}).get("device")
+    return [adapted] if adapted else list(meta.get("stats", {}).get("devices", []))
+
+
 @dataclass(frozen=True)
 class Adaptation:
     """A device adaptation in a checkpoint's metadata (`serving.adaptation.fit` makes one):
@@ -111,6 +123,8 @@ class Prediction:
     operators: list[dict] | None = None
     input_size: int = 0  # the workload's image side or sequence length, as predicted for
     memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
+    # priced from a GPU's spec sheet (`serving.gpu`): ms of forward, backward, update
+    phases: dict[str, float] = field(default_factory=dict)
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
@@ -233,9 +247,8 @@ class Predictor:
             except ValueError:
                 continue
         raise ValueError(f"{gpu.name} is in the GPU catalog, but this checkpoint predicts for "
-                         f"{devices} only, and no checkpoint predicts a GPU from its spec sheet "
-                         "yet; with a few step times measured on it, `mdot adapt "
-                         "--from-measurements` makes one")
+                         f"{devices} only: without --checkpoint, `mdot predict --device "
+                         f"{gpu.name}` prices it from its spec sheet")
 
     def sequence(self, model: ModelLike, *, batch_size: int, image_size: int | None = None,
                  seq_len: int | None = None, input_shapes: dict | None = None

@@ -1,0 +1,274 @@
+"""A training step on a named GPU from its spec sheet alone: the model's operators (converted
+with eager-kernel fusion, `converters.fusion`: the kernels eager PyTorch runs) priced one by
+one by the GPU operator model (`models.gpu_ops`, fitted on public fp32 measurements of other
+GPUs) and summed.
+
+The rules, per operator of the sequence:
+- forward: MatMul and Gemm are GEMMs (`linear` when one [K, N] operand serves the whole
+  batch, `bmm` otherwise), Conv an implicit GEMM (`conv`; a grouped one as the dense
+  convolution of its FLOPs: its groups side by side in the output channels), Softmax and the
+  normalisations row-wise kernels (a batch norm's rows are its channels), elementwise
+  operators the measured kind they are closest to (binary, with a broadcast operand, cheap or
+  transcendental unary); copies (Concat, Slice,
+  Gather, Pad, ...) are a unary kernel over their output; views cost nothing; every other
+  operator (pooling, reductions, resizing, operators unknown to the converter) is priced as a
+  copy of its larger tensor, with a warning that nothing like it was measured.
+- backward: a GEMM's or convolution's data- and weight-gradient GEMMs (no data gradient for
+  an operator that reads only the graph's inputs); any other operator its forward times the
+  ratio measured for its kind on the fitted GPUs' traces (`StepModel.ratios`); each weight an
+  elementwise gradient accumulation.
+- the optimizer update (`step="train"`; NeuSight's labels and `step="fwd-bwd"` have none):
+  `UPDATE_PASSES[optimizer]` elementwise kernels over all parameters, the kernels of
+  torch.optim's default (foreach) implementation; under AMP one cast of the weights per step,
+  and under fp16 the gradient scaler's unscaling pass.
+- precision: `fp32` is PyTorch's default: matmuls on the fp32 CUDA cores, convolutions in TF32
+  where the GPU has TF32 tensor cores (cuDNN's default); `tf32` both in TF32; `amp-fp16` and
+  `amp-bf16` GEMMs and convolutions at that tensor-core peak on 2-byte tensors, elementwise
+  operators on 2-byte tensors, softmax, normalisations and the optimizer in fp32 (autocast's
+  lists). A tensor-core peak is carried into the operator model as the GPU's peak: the public
+  operator data is fp32 only, so every non-fp32 price comes with a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+
+from converters import OperatorSequence
+from converters.fusion import VIEWS
+from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
+from converters.vocab import VOCAB
+from mdot_jax.data.gpus import GPU
+from mdot_jax.models.gpu_ops import StepModel, backward_gemms
+from mdot_jax.serving.memory import step_memory
+from mdot_jax.serving.predict import CHECKPOINT_DIR, Prediction
+
+STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
+STEPS = ("train", "fwd-bwd")
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
+# elementwise kernels over all parameters per update (torch.optim, foreach): `sgd` is SGD with
+# momentum (buffer scale, add, parameter add), as timm's benchmarks and `mdot profile` train
+UPDATE_PASSES = {"sgd": 3, "adam": 7, "adamw": 8}
+_GEMM = {"MatMul": "gemm", "Gemm": "gemm", "MatMulInteger": "gemm", "Einsum": "gemm",
+         "Conv": "conv", "ConvTranspose": "conv"}
+_ROWWISE = {"Softmax": "softmax", "LogSoftmax": "softmax", "LayerNormalization": "ln",
+            "RMSNormalization": "ln", "GroupNormalization": "ln", "InstanceNormalization": "ln",
+            "BatchNormalization": "ln", "LpNormalization": "ln"}
+_BINARY = {"Add": "add", "Sub": "add", "Mul": "mul", "Div": "div", "Pow": "pow", "Max": "add",
+           "Min": "add", "Where": "add", "Equal": "add", "Less": "add", "Greater": "add",
+           "And": "add", "Or": "add", "Mod": "div", "Sum": "add", "Mean": "add", "PRelu": "mul"}
+_UNARY = {"Gelu": "gelu", **{t: "tanh" for t in (
+    "Tanh", "Sigmoid", "Exp", "Log", "Erf", "Softplus", "Silu", "Mish", "Sin", "Cos", "Elu",
+    "Selu", "Celu", "HardSwish", "HardSigmoid", "Sqrt", "Reciprocal")}, **{t: "relu" for t in (
+        "Relu", "LeakyRelu", "Clip", "Neg", "Abs", "Floor", "Ceil", "Round", "Sign", "Not",
+        "IsNaN", "IsInf", "Softsign")}}
+_COPIES = {"Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND", "ScatterND",
+           "ScatterElements", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Cast",
+           "CastLike", "Trilu", "OneHot", "Dropout"}
+_FREE = set(VIEWS) | {"Identity", "Constant", "Shape", "Size"}
+_C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+_L = {name: i for i, name in enumerate(LOAD_FIELDS)}
+
+
+def load_step_model(folder: str | Path | None = None) -> StepModel:
+    """The shipped step model (`mdot gpu-fit` makes it), or the one in `folder`."""
+    folder = Path(folder or STEP_MODEL_DIR)
+    if not (folder / StepModel.META).exists():
+        raise ValueError(f"{folder}: no GPU step model ({StepModel.META}); `mdot gpu-fit "
+                         "../shared/datasets/neusight` makes one")
+    return StepModel.load(folder)
+
+
+def _at(gpu: GPU, peak: float, width: int) -> GPU:
+    """`gpu` as the operator model sees an operator at `peak` TFLOP/s on `width`-byte tensors
+    (the model's bytes are fp32: half the bytes is twice the bandwidth and the L2)."""
+    return dataclasses.replace(gpu, tflops=dict(gpu.tflops, fp32=peak),
+                               memory_gbs=gpu.memory_gbs * 4 / width,
+                               l2_mb=gpu.l2_mb * 4 / width)
+
+
+def _peaks(gpu: GPU, precision: str) -> tuple[dict[str, GPU], dict[str, str]]:
+    """The GPU as seen by each class of operator (`gemm`, `conv`, `memory`, `fp32`) at
+    `precision`, and per class (`gemm`, `conv`) the warning that says what is not measured."""
+    fp32, warnings = gpu.tflops["fp32"], {}
+    half = {"amp-fp16": "fp16", "amp-bf16": "bf16"}.get(precision)
+    tc = half or ("tf32" if precision == "tf32" else None)
+    if tc and not gpu.tflops.get(tc):
+        if half == "bf16":
+            raise ValueError(f"{gpu.name} has no bf16 arithmetic on its spec sheet (no bf16 "
+                             "peak): use --precision amp-fp16")
+        warnings["gemm"] = warnings["conv"] = (
+            f"{gpu.name} has no {tc} tensor cores on its spec sheet: its matmuls and "
+            "convolutions priced at the fp32 peak")
+    gemm_peak = (gpu.tflops.get(tc) or fp32) if tc else fp32
+    conv_peak = gemm_peak if tc else (gpu.tflops.get("tf32") or fp32)
+    if tc and gpu.tflops.get(tc):
+        warnings["gemm"] = warnings["conv"] = (
+            f"{precision} matmuls and convolutions priced from the {gpu.name}'s {tc} peak "
+            f"({gemm_peak:g} TFLOP/s): the public operator measurements are fp32, so this "
+            "is not measured yet")
+    elif not tc and gpu.tflops.get("tf32"):
+        warnings["conv"] = (f"convolutions run in TF32 under PyTorch's defaults on the "
+                            f"{gpu.name}: priced from its TF32 peak ({conv_peak:g} TFLOP/s), "
+                            "not measured yet")
+    width = 2 if half else 4
+    return dict(gemm=_at(gpu, gemm_peak, width), conv=_at(gpu, conv_peak, width),
+                memory=_at(gpu, fp32, width), fp32=gpu), warnings
+
+
+def _rowwise(kind: str, op_type: str, c: np.ndarray) -> tuple[int, int]:
+    """(rows, row length) of a softmax or normalisation kernel."""
+    n, rank = int(c[_C["out_numel"]]), int(c[_C["out_rank"]])
+    if op_type in ("BatchNormalization", "InstanceNormalization") and rank >= 2:
+        d = [int(c[_C[f"out_d{i}"]]) for i in range(4)]
+        rows = d[3] if rank == 2 else d[4 - rank] * d[5 - rank]  # channels (x batch)
+    elif op_type == "GroupNormalization":
+        rows = int(c[_C[f"out_d{4 - rank}"]] * c[_C["groups"]]) if rank >= 2 else 1
+    else:
+        rows = n // max(int(c[_C["out_d3"]]), 1)
+    rows = max(rows, 1)
+    return rows, max(n // rows, 1)
+
+
+def _classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, tuple]:
+    """(node kind, measured operator, dims) of one operator; kind "free" costs nothing,
+    "other" is priced as a copy and warned about."""
+    out_n = max(int(c[_C["out_numel"]]), 1)
+    cls = _GEMM.get(op_type)
+    if cls == "conv":  # groups fold into the output channels: the same FLOPs and bytes
+        g = int(c[_C["groups"]])
+        return "conv", "conv", (1, int(c[_C["mm_m"]]), g * int(c[_C["mm_n"]]),
+                                int(c[_C["mm_k"]]), int(c[_C["in_numel"]]))
+    if cls == "gemm":
+        b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
+        if op_type == "Einsum":  # no GEMM shape recorded: a cube of its FLOPs
+            b, m = 1, max(round((load[_L["fwd_flops"]] / 2) ** (1 / 3)), 1)
+            k = n = m
+        # one [K, N] matrix shared by the whole batch (a weight, however it was transposed
+        # or cast on the way): a linear layer over batch x M rows
+        second = load[_L["bytes_read"]] - c[_C["in_numel"]] * c[_C["elem_bytes"]]
+        if op_type == "Gemm" or c[_C["n_param_inputs"]] > 0 or second <= 1.5 * k * n * \
+                c[_C["elem_bytes"]]:
+            return "linear", "linear", (1, b * m, n, k)
+        return "bmm", "bmm", (b, m, n, k)
+    if op_type in _ROWWISE:
+        return _ROWWISE[op_type], _ROWWISE[op_type], _rowwise(_ROWWISE[op_type], op_type, c)
+    rows = (out_n // max(int(c[_C["out_d3"]]), 1), max(int(c[_C["out_d3"]]), 1))
+    if op_type in _BINARY:  # both operands full size, or one broadcast (a bias, a scalar)
+        full = load[_L["bytes_read"]] >= 1.9 * out_n * c[_C["elem_bytes"]]
+        return "elementwise", _BINARY[op_type] + ("" if full else "u"), rows
+    if op_type in _UNARY:
+        return "elementwise", _UNARY[op_type], rows
+    if op_type in _FREE:
+        return "free", "", ()
+    if op_type == "Dropout":
+        return "dropout", "mul", rows
+    if op_type == "Gather" and c[_C["n_param_inputs"]] > 0:
+        return "embedding", "addu", rows
+    if op_type in _COPIES:
+        return "elementwise", "addu", rows
+    return "other", "addu", (1, max(out_n, int(c[_C["in_numel"]]), 1))
+
+
+def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
+          step: str = "train", optimizer: str = "sgd") -> Prediction:
+    """ms of one training step of `seq` (unfused, at its batch size) on `gpu`, with per-operator
+    times (`operators`), warnings for whatever is extrapolated, and an 80% band when nothing
+    is (the band of whole steps on GPUs left out of the fit)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
+    if step not in STEPS:
+        raise ValueError(f"step {step!r}: choose from {list(STEPS)}")
+    if optimizer not in UPDATE_PASSES:
+        raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(UPDATE_PASSES)}")
+    at, extrapolated = _peaks(gpu, precision)
+    warnings: list[str] = []
+    half = precision.startswith("amp")
+    names = [VOCAB[t] if t < len(VOCAB) else "<unk>" for t in seq.op_type]
+    has_input = np.zeros(len(names), bool)
+    has_input[seq.edges[:, 1]] = True
+    # (node index, phase, operator, dims, the GPU as that operator sees it)
+    work: list[tuple[int, str, str, tuple, GPU]] = []
+    other: dict[str, int] = {}
+    odd_convs, classes = 0, set()
+    for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
+        kind, op, dims = _classify(name, c, load)
+        if kind == "free":
+            continue
+        if kind == "other":
+            other[name] = other.get(name, 0) + 1
+        classes.add("conv" if kind == "conv" else "gemm" if op in ("bmm", "linear") else "")
+        seen = at["conv"] if kind == "conv" else at["gemm"] if op in ("bmm", "linear") \
+            else at["fp32"] if kind in ("softmax", "ln") else at["memory"]
+        work.append((i, "fw", op, dims, seen))
+        if kind == "conv":
+            odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
+                          c[_C["groups"]]) != (3, 3, 1, 1)
+            _, m, n, k, x = dims
+            g, c_in = int(c[_C["groups"]]), max(int(c[_C["in_channels"]]), 1)
+            if has_input[i]:  # the data gradient: a convolution of the output's gradient
+                kk = int(c[_C["kernel_h"]] * c[_C["kernel_w"]])
+                work.append((i, "bw", "conv", (1, x // c_in, c_in, n // g * kk,
+                                               int(c[_C["out_numel"]])), seen))
+            work.append((i, "bw", "bmm", (g, n // g, k, m), seen))  # the weight gradient
+        elif op in ("bmm", "linear"):
+            grads = backward_gemms(op, dims)
+            if op == "linear" and not has_input[i]:
+                grads = grads[1:]
+            work.extend((i, "bw", o, d, seen) for o, d in grads)
+        else:
+            work.append((i, "ratio", op, dims, seen))
+        if load[_L["params"]] > 0:
+            work.append((i, "acc", "add", (1, int(load[_L["params"]])), at["fp32"]))
+    ms = model.ops.predict([w[2] for w in work], [w[3] for w in work], [w[4] for w in work]) \
+        if work else np.zeros(0)
+    per_op = np.zeros(len(names))
+    phases = dict(forward=0.0, backward=0.0, update=0.0)
+    kinds = {i: _classify(names[i], seq.config[i], seq.load[i])[0] for i, *_ in work}
+    for (i, phase, *_), t in zip(work, ms):
+        if phase == "ratio":  # the forward priced again, times its kind's backward ratio
+            t *= model.ratios.get(_ratio_kind(kinds[i]), 1.0)
+        t = float(t)
+        per_op[i] += t
+        phases["forward" if phase == "fw" else "backward"] += t
+    operators = [dict(type=n, name=str(nm), ms=float(t))
+                 for n, nm, t in zip(names, seq.node_names, per_op) if t > 0]
+    params = int(seq.params)
+    if step == "train" and params:
+        passes = UPDATE_PASSES[optimizer] + (1 if half else 0) + (precision == "amp-fp16")
+        t = float(model.ops.predict(["add"], [(1, params)], [at["fp32"]])[0]) * passes
+        phases["update"] = t
+        operators.append(dict(type="optimizer", name=f"{optimizer} update ({passes} passes "
+                              "over the parameters)", ms=t))
+        warnings.append(f"the {optimizer} update priced as {passes} elementwise passes over "
+                        f"the {params:,} parameters (torch.optim's foreach kernels): not "
+                        "measured")
+    warnings += sorted({extrapolated[c] for c in classes if c in extrapolated})
+    if other:
+        warnings.append("no GPU measurements of " + ", ".join(
+            f"{k} ({v})" for k, v in sorted(other.items())) + ": priced as copies")
+    if odd_convs:
+        warnings.append(f"{odd_convs} convolutions are not 3x3 stride-1 dense ones (the only "
+                        "ones measured): extrapolated")
+    if seq.unknown_ops:
+        warnings.append(f"operators unknown to the converter: {seq.unknown_ops}")
+    total = sum(phases.values())
+    band_ok = not (classes & set(extrapolated) or other or odd_convs or seq.unknown_ops)
+    p = Prediction(iteration_ms=total, device=gpu.name, num_ops=seq.num_ops,
+                   warnings=warnings, operators=operators, phases=phases,
+                   interval_ms=(total * math.exp(model.band[0]), total * math.exp(model.band[1]))
+                   if band_ok else None)
+    p.memory_gb = step_memory(seq, precision, optimizer).total / 1e9
+    if p.memory_gb > gpu.memory_gb:
+        p.warnings.append(f"the step needs about {p.memory_gb:.3g} GB (parameters, gradients, "
+                          f"optimizer state, activations), more than the {gpu.name}'s "
+                          f"{gpu.memory_gb:g} GB: it may not fit at this batch size")
+    return p
+
+
+def _ratio_kind(kind: str) -> str:
+    """The traced node kind whose measured backward / forward ratio an operator takes."""
+    return kind if kind in ("softmax", "ln", "dropout", "embedding") else "elementwise"

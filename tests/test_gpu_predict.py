@@ -1,0 +1,136 @@
+"""A training step on any catalogued GPU from its spec sheet (`serving.gpu`, `mdot predict
+--device NAME`): every GPU and precision prices, the rules of the composition hold, whatever
+is extrapolated is said, and bad requests get one-line errors."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx_builders import attention, conv_bn_relu
+
+from converters import convert
+from converters.vocab import VOCAB
+from mdot_jax.cli import main
+from mdot_jax.data import gpus
+from mdot_jax.serving.gpu import PRECISIONS, _classify, load_step_model, price
+
+UNSEEN = {"nvidia-h100-sxm", "nvidia-l4", "nvidia-a100-pcie-80gb"}
+
+
+@pytest.fixture(scope="module")
+def step_model():
+    return load_step_model()
+
+
+def _seq(m, batch=4, **kw):
+    return convert(m, batch_size=batch, fuse=True, **kw)
+
+
+def run(capsys, *args):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_shipped_step_model_never_saw_the_unseen_gpus(step_model):
+    assert not UNSEEN & set(step_model.info["fitted_gpus"])
+    assert set(step_model.info["fitted_gpus"]) == set(step_model.ops.gpus)
+    lo, hi = step_model.band
+    assert lo < 0 < hi
+
+
+def test_every_catalogued_gpu_prices_every_precision(step_model):
+    seqs = [_seq(conv_bn_relu(training=True)), _seq(attention())]
+    for gpu in gpus.catalog().values():
+        for precision in PRECISIONS:
+            for seq in seqs:
+                if precision == "amp-bf16" and not gpu.tflops["bf16"]:
+                    with pytest.raises(ValueError, match="no bf16 arithmetic"):
+                        price(seq, gpu, step_model, precision=precision)
+                    continue
+                p = price(seq, gpu, step_model, precision=precision)
+                assert np.isfinite(p.iteration_ms) and p.iteration_ms > 0, (gpu.name, precision)
+                assert p.iteration_ms == pytest.approx(sum(p.phases.values()))
+                assert p.iteration_ms == pytest.approx(sum(o["ms"] for o in p.operators))
+                if precision != "fp32":
+                    assert any("not measured yet" in w or "tensor cores" in w
+                               for w in p.warnings) and p.interval_ms is None
+
+
+def test_gemms_batched_gemms_and_grouped_convolutions_are_classified():
+    seq = _seq(attention(seq=8, dim=16), batch=2)
+    kinds = {str(n): _classify(VOCAB[t], c, x) for t, n, c, x in
+             zip(seq.op_type, seq.node_names, seq.config, seq.load)}
+    # a weight transposed on its way is still one matrix for the whole batch
+    assert kinds["k"] == ("linear", "linear", (1, 16, 16, 16)) == kinds["q"]
+    assert kinds["scores"] == ("bmm", "bmm", (2, 8, 8, 16))
+    assert kinds["softmax"] == ("softmax", "softmax", (16, 8))
+    assert kinds["k_t"][0] == "free"
+
+
+def test_the_step_composes_as_its_rules_say(step_model):
+    h100, t4, v100 = gpus.find("h100-sxm"), gpus.find("t4"), gpus.find("v100-sxm2-32gb")
+    seq = _seq(attention(seq=256, dim=512), batch=8)
+    train = price(seq, h100, step_model)
+    fwd_bwd = price(seq, h100, step_model, step="fwd-bwd")
+    assert fwd_bwd.phases["update"] == 0 < train.phases["update"]
+    assert train.phases["forward"] == fwd_bwd.phases["forward"]
+    adamw = price(seq, h100, step_model, optimizer="adamw")
+    assert adamw.phases["update"] > train.phases["update"]
+    assert price(seq, t4, step_model).iteration_ms > 2 * train.iteration_ms
+    assert price(seq, h100, step_model, precision="amp-fp16").iteration_ms \
+        < train.iteration_ms
+    # measured operator kinds at fp32: a band of whole steps on GPUs left out of the fit
+    lo, hi = train.interval_ms
+    assert lo < train.iteration_ms < hi
+    # convolutions: TF32 under PyTorch's defaults on Ampere and later (warned, no band); on a
+    # V100 (no TF32) a 3x3 stride-1 convolution is what was measured
+    conv = _seq(conv_bn_relu(training=True, size=32), batch=16)
+    on_h100 = price(conv, h100, step_model)
+    assert any("TF32" in w for w in on_h100.warnings) and on_h100.interval_ms is None
+    assert price(conv, v100, step_model).interval_ms is not None
+
+
+def test_the_first_convolution_has_no_data_gradient(step_model):
+    h100 = gpus.find("h100-sxm")
+    conv = _seq(conv_bn_relu(training=True, size=32), batch=16)
+    p = price(conv, h100, step_model, step="fwd-bwd")
+    by_name = {o["name"]: o["ms"] for o in p.operators}
+    # its backward is the weight gradient only: less than twice its forward
+    fw = step_model.ops.predict(["conv"], [(1, 16 * 1024, 4, 27, 16 * 3 * 1024)],
+                                [h100])[0]
+    assert by_name["conv"] < 2.5 * fw
+
+
+def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(attention(seq=64, dim=64), model)
+    args = ["predict", model, "--batch-size", "4"]
+    code, out, err = run(capsys, *args, "--device", "h100-sxm", "--json")
+    row = json.loads(out)
+    assert code == 0 and row["device"] == "nvidia-h100-sxm" and "spec sheet" in row["source"]
+    assert set(row["phases"]) == {"forward", "backward", "update"}
+    code, out, _ = run(capsys, *args, "--device", "l4", "--top", "3", "--step", "fwd-bwd",
+                       "--optimizer", "adamw")
+    assert code == 0 and "most expensive operators" in out and "update 0 ms" in out
+    # the checkpoint's own GPU takes the checkpoint, unless the spec sheet is asked for
+    code, out, _ = run(capsys, *args, "--device", "rtx3090", "--json")
+    assert "spec sheet" not in json.loads(out)["source"]
+    code, out, _ = run(capsys, *args, "--device", "rtx3090", "--checkpoint",
+                       "gpu-spec-sheet", "--json")
+    assert "spec sheet" in json.loads(out)["source"]
+    (tmp_path / "gpu.json").write_text(json.dumps(dict(gpus.find("l4").to_json(),
+                                                       name="mine")))
+    code, out, _ = run(capsys, *args, "--device-spec", tmp_path / "gpu.json", "--json")
+    assert code == 0 and json.loads(out)["device"] == "mine"
+    for extra, needle in [(("--device", "v100-sxm2-32gb", "--precision", "amp-bf16"),
+                           "no bf16 arithmetic"),
+                          (("--device", "h100-sxm", "--layout", "nhwc"), "--layout"),
+                          (("--device", "rtx3090", "--step", "fwd-bwd"), "--step"),
+                          (("--device", "h100-sxm", "--precision", "bf16"), "precision"),
+                          (("--device-spec", tmp_path / "gpu.json", "--device", "l4"),
+                           "--device-spec"),
+                          (("--checkpoint", "gpu-spec-sheet",), "--device")]:
+        code, _, err = run(capsys, *args, *extra)
+        assert code == 2 and needle in err and err.count("\n") == 1, (extra, err)
