@@ -42,6 +42,21 @@ catalog row alone. Its rule, written before any of it was priced:
    with momentum). Target: MAPE <= 15%.
 3. After 10 rows: the fit `mdot adapt --from-measurements` makes (`serving.adaptation.fit`) on
    10 rows drawn with `default_rng(0)`, scored on the others. Target: MAPE <= 8%.
+
+The product's own path on NeuSight's labels (`--onnx CACHE`, into `--out`/onnx.json): what
+`mdot predict --device NAME --step fwd-bwd` answers for the same runs, from ONNX graphs rather
+than NeuSight's traces. Its rule, written before any of it was priced:
+1. Every single-GPU NVIDIA training label of a model whose Hugging Face config is in
+   `model_configs/` (Switch-XL too: no trace is needed), on every GPU with training labels.
+2. Each model built from that config (`from_config`, eager attention, random weights), with 2
+   and with 4 of its layers (Switch-XL alternates dense and sparse layers: pairs repeat),
+   exported by `converters.from_torch` at the label's sequence length (an encoder-decoder
+   reads the tokens on both sides), converted at the label's batch (fused), priced at fp32,
+   `fwd-bwd` by the shipped step model; the step of L layers is T(2) + (L - 2) / 2 (T(4) -
+   T(2)), exact for a price that is a sum over operators (L: the label's `num_layer`, else the
+   config's). Nothing is tuned on these labels.
+3. Reported per GPU, next to NeuSight's own predictions; the unseen GPUs (H100, L4, A100 80 GB)
+   apart from the fitted one (V100).
 """
 
 from __future__ import annotations
@@ -193,6 +208,98 @@ def rtx3090(args) -> None:
     print({k: v for k, v in result.items() if k != "rows"})
 
 
+def _hf_model(config: dict, layers: int):
+    """A Hugging Face model from a NeuSight config with `layers` of its layers."""
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(**{k: v for k, v in config.items()
+                                               if k not in ("architectures", "torch_dtype")})
+    for key in ("n_layer", "num_hidden_layers", "num_layers", "num_decoder_layers"):
+        if getattr(cfg, key, None):
+            setattr(cfg, key, layers)
+    cfg._attn_implementation = "eager"
+    cls = getattr(transformers, config["architectures"][0])
+    return cls(cfg)
+
+
+def _EncoderDecoder(model):
+    """An encoder-decoder model as a module of the tokens alone (both sides read them)."""
+    import torch
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids, decoder_input_ids=ids).logits
+
+    return Wrapped()
+
+
+def onnx_steps(args) -> None:
+    """The product's path on NeuSight's training labels (`--onnx`; the rule in the docstring)."""
+    import onnx
+    import torch
+
+    from converters import convert, from_torch
+    from mdot_jax.serving.gpu import load_step_model, price
+
+    model = load_step_model(args.model)
+    root, cache = Path(args.neusight), Path(args.onnx)
+    cache.mkdir(parents=True, exist_ok=True)
+    theirs = neusight.summary(root)
+    rows = []
+    for path in sorted((root / "label").glob("NVIDIA*/*-train-*.json")):
+        parts = path.stem.split("-")
+        config_path = root / "model_configs" / f"{parts[0]}.json"
+        if len(parts) != 4 or not config_path.exists():
+            continue  # multi-GPU or fused runs
+        name, _, seq_len, batch = parts[0], parts[1], int(parts[2]), int(parts[3])
+        gpu = gpus.find(path.parent.name.replace("_", " "))
+        label = json.loads(path.read_text())
+        ms = {}
+        config = json.loads(config_path.read_text())
+        for layers in (2, 4):
+            file = cache / f"{name}-{seq_len}-{layers}.onnx"
+            if not file.exists():
+                torch.manual_seed(0)
+                m = _hf_model(config, layers)
+                if m.config.is_encoder_decoder:  # the decoder reads the same tokens
+                    m.config.use_cache = False
+                    m = _EncoderDecoder(m)
+                onnx.save(from_torch(m, torch.randint(0, 1000, (1, seq_len))), file)
+            seq = convert(file, batch_size=batch, fuse=True)
+            ms[layers] = price(seq, gpu, model, step="fwd-bwd").iteration_ms
+        layers = label["num_layer"] or config.get("num_layers") or config["n_layer"]
+        predicted = ms[2] + (layers - 2) / 2 * (ms[4] - ms[2])
+        t = theirs.get((gpu.name, name, "train", seq_len, batch), {})
+        rows.append(dict(gpu=gpu.name, model=name, batch=batch, seq_len=seq_len, mode="train",
+                         measured_ms=label["e2e_latency"], predicted_ms=predicted,
+                         neusight_ms=t.get("neusight"),
+                         fitted=gpu.name in model.info["fitted_gpus"]))
+        r = rows[-1]
+        print(f"{gpu.name:<24} {name:<12} b{batch:<3} s{seq_len:<5} measured "
+              f"{r['measured_ms']:8.1f} predicted {predicted:8.1f} "
+              f"({predicted / r['measured_ms']:.2f}x) NeuSight {r['neusight_ms']}", flush=True)
+    groups: dict = defaultdict(list)
+    for r in rows:
+        for key in (r["gpu"], "(unseen)" if not r["fitted"] else "(fitted)"):
+            groups[key].append(r)
+    mape = {k: dict(n=len(rs), predicted=float(np.mean(
+        [100 * abs(r["predicted_ms"] / r["measured_ms"] - 1) for r in rs])), neusight=float(
+        np.mean([100 * abs(r["neusight_ms"] / r["measured_ms"] - 1) for r in rs
+                 if r["neusight_ms"]])) if any(r["neusight_ms"] for r in rs) else None)
+        for k, rs in sorted(groups.items())}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "onnx.json").write_text(json.dumps(dict(
+        command=f"python benchmarks/bench_gpu_ops.py {args.neusight} --onnx {args.onnx} "
+                f"--out {args.out}", fitted_gpus=model.info["fitted_gpus"], mape=mape,
+        rows=rows), indent=1) + "\n")
+    print(json.dumps(mape, indent=1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("neusight", help="NeuSight's folder (../shared/datasets/neusight)")
@@ -200,10 +307,14 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", action="store_true", help="whole models, not operators")
     p.add_argument("--timm", metavar="DATASET", help="the RTX 3090 check on this dataset")
+    p.add_argument("--onnx", metavar="CACHE", help="the product's path on NeuSight's training "
+                   "labels; exported graphs are kept in CACHE")
     p.add_argument("--model", help="step model folder (default: the shipped one)")
     args = p.parse_args()
     if args.timm:
         return rtx3090(args)
+    if args.onnx:
+        return onnx_steps(args)
     rows = neusight.read(args.neusight)
     if args.steps:
         return steps(args, rows, neusight.training_gpus(rows))
