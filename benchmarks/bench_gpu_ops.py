@@ -242,15 +242,17 @@ def onnx_steps(args) -> None:
     import onnx
     import torch
 
-    from converters import convert, from_torch
+    from converters import ConversionError, convert, from_torch
     from mdot_jax.serving.gpu import load_step_model, price
 
     model = load_step_model(args.model)
     root, cache = Path(args.neusight), Path(args.onnx)
     cache.mkdir(parents=True, exist_ok=True)
     theirs = neusight.summary(root)
-    rows = []
-    for path in sorted((root / "label").glob("NVIDIA*/*-train-*.json")):
+    rows, failed = [], {}
+    for path in sorted((root / "label").glob("*/*-train-*.json")):
+        if path.parent.name.startswith("AMD"):
+            continue
         parts = path.stem.split("-")
         config_path = root / "model_configs" / f"{parts[0]}.json"
         if len(parts) != 4 or not config_path.exists():
@@ -260,17 +262,22 @@ def onnx_steps(args) -> None:
         label = json.loads(path.read_text())
         ms = {}
         config = json.loads(config_path.read_text())
-        for layers in (2, 4):
-            file = cache / f"{name}-{seq_len}-{layers}.onnx"
-            if not file.exists():
-                torch.manual_seed(0)
-                m = _hf_model(config, layers)
-                if m.config.is_encoder_decoder:  # the decoder reads the same tokens
-                    m.config.use_cache = False
-                    m = _EncoderDecoder(m)
-                onnx.save(from_torch(m, torch.randint(0, 1000, (1, seq_len))), file)
-            seq = convert(file, batch_size=batch, fuse=True)
-            ms[layers] = price(seq, gpu, model, step="fwd-bwd").iteration_ms
+        try:
+            for layers in (2, 4):
+                file = cache / f"{name}-{seq_len}-{layers}.onnx"
+                if not file.exists():
+                    torch.manual_seed(0)
+                    m = _hf_model(config, layers)
+                    if m.config.is_encoder_decoder:  # the decoder reads the same tokens
+                        m.config.use_cache = False
+                        m = _EncoderDecoder(m)
+                    onnx.save(from_torch(m, torch.randint(0, 1000, (1, seq_len))), file)
+                seq = convert(file, batch_size=batch, fuse=True)
+                ms[layers] = price(seq, gpu, model, step="fwd-bwd").iteration_ms
+        except ConversionError as e:
+            failed[f"{gpu.name} {path.stem}"] = str(e)
+            print(f"{gpu.name} {path.stem}: not priced: {e}", flush=True)
+            continue
         layers = label["num_layer"] or config.get("num_layers") or config["n_layer"]
         predicted = ms[2] + (layers - 2) / 2 * (ms[4] - ms[2])
         t = theirs.get((gpu.name, name, "train", seq_len, batch), {})
@@ -296,7 +303,7 @@ def onnx_steps(args) -> None:
     (out / "onnx.json").write_text(json.dumps(dict(
         command=f"python benchmarks/bench_gpu_ops.py {args.neusight} --onnx {args.onnx} "
                 f"--out {args.out}", fitted_gpus=model.info["fitted_gpus"], mape=mape,
-        rows=rows), indent=1) + "\n")
+        not_priced=failed, rows=rows), indent=1) + "\n")
     print(json.dumps(mape, indent=1))
 
 

@@ -43,7 +43,7 @@ _SYMBOLICS_REGISTERED = False
 
 def _register_symbolics(torch) -> None:
     """Symbolics the TorchScript exporter lacks at our opset (rms_norm, training-mode
-    feature_dropout, diff, cumsum of a bool tensor) or gets wrong with a dynamic batch (col2im,
+    feature_dropout, diff, cumsum of a bool tensor, uniform) or gets wrong with a dynamic batch (col2im,
     opset 18)."""
     global _SYMBOLICS_REGISTERED
     if _SYMBOLICS_REGISTERED:
@@ -94,7 +94,12 @@ def _register_symbolics(torch) -> None:
             x = g.op("Cast", x, to_i=onnx.TensorProto.INT64)
         return symbolic_opset11.cumsum(g, x, dim, dtype)
 
+    @sh.parse_args("v", "f", "f", "v")
+    def uniform(g, x, low, high, generator):  # in-place noise, e.g. Switch routers' jitter
+        return g.op("RandomUniformLike", x, low_f=low, high_f=high)
+
     torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, FALLBACK_OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::uniform", uniform, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::cumsum", cumsum, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::diff", diff, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, OPSET)

@@ -1,6 +1,7 @@
 """The GPU operator model: the work of an operator, the roofline, the split of NeuSight's
 public measurements (the unseen GPUs never fitted), and a fit that carries to another GPU."""
 
+import json
 import math
 from pathlib import Path
 
@@ -166,3 +167,15 @@ def test_the_committed_whole_model_evaluation_fitted_no_unseen_gpu():
     assert {x["gpu"] for x in r["rows"]} == UNSEEN and len(r["rows"]) >= 30
     assert all(x["measured_ms"] > 0 and x["predicted_ms"] > 0 and x["neusight_ms"]
                for x in r["rows"])
+
+
+def test_the_committed_evaluations_fitted_nothing_of_the_gpus_they_score():
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu-neusight"
+    steps, onnx_path, timm = (json.loads((results / f).read_text())
+                              for f in ("results.json", "onnx.json", "rtx3090.json"))
+    for r in (steps, onnx_path, timm):
+        assert not (UNSEEN | {"nvidia-rtx-3090"}) & set(r["fitted_gpus"])
+    assert UNSEEN == {r["gpu"] for r in steps["rows"]}
+    assert UNSEEN <= {r["gpu"] for r in onnx_path["rows"] if not r["fitted"]}
+    assert all(r["fitted"] == (r["gpu"] in onnx_path["fitted_gpus"]) for r in onnx_path["rows"])
+    assert timm["gpu"] == "nvidia-rtx-3090" and len(timm["rows"]) == 39

@@ -101,6 +101,17 @@ def test_a_hugging_face_language_model_converts_as_it_is_built():
     assert seq.meta["inputs"]["input0"] == [4, 16]
 
 
+def test_in_place_uniform_noise_exports():
+    """Tensor.uniform_ (a Switch Transformer router's jitter) exports as RandomUniformLike."""
+    class Jitter(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.empty_like(x).uniform_(0.9, 1.1)
+
+    proto = from_torch(Jitter(), torch.randn(2, 8))
+    assert "RandomUniformLike" in [n.op_type for n in proto.graph.node]
+    assert convert(proto, batch_size=3).unknown_ops == {}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TORCHVISION_MODELS)
 def test_every_torchvision_classifier_converts(name):
