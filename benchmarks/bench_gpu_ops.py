@@ -173,7 +173,7 @@ def rtx3090(args) -> None:
     """The timm RTX 3090 check (`--timm`; the rule in the module docstring)."""
     from mdot_jax.data.dataset import load_dataset
     from mdot_jax.serving import adaptation
-    from mdot_jax.serving.gpu import load_step_model, price
+    from mdot_jax.serving.spec_sheet import load_step_model, price
 
     model = load_step_model(args.model)
     gpu = gpus.find("rtx 3090")
@@ -243,7 +243,7 @@ def onnx_steps(args) -> None:
     import torch
 
     from converters import ConversionError, convert, from_torch
-    from mdot_jax.serving.gpu import load_step_model, price
+    from mdot_jax.serving.spec_sheet import load_step_model, price
 
     model = load_step_model(args.model)
     root, cache = Path(args.neusight), Path(args.onnx)

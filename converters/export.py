@@ -43,8 +43,8 @@ _SYMBOLICS_REGISTERED = False
 
 def _register_symbolics(torch) -> None:
     """Symbolics the TorchScript exporter lacks at our opset (rms_norm, training-mode
-    feature_dropout, diff, cumsum of a bool tensor, uniform) or gets wrong with a dynamic batch (col2im,
-    opset 18)."""
+    feature_dropout, diff, cumsum of a bool tensor, uniform) or gets wrong with a dynamic batch
+    (col2im, opset 18)."""
     global _SYMBOLICS_REGISTERED
     if _SYMBOLICS_REGISTERED:
         return

@@ -138,10 +138,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError("--batch-size (or --batch-sizes) is required")
     if (args.epochs is None) != (args.dataset_size is None):
         raise UsageError("--epochs and --dataset-size go together")
-    gpu = _spec_gpu(args)
+    from mdot_jax.serving.spec_sheet import spec_gpu
+
+    try:
+        gpu = spec_gpu(args.device, args.device_spec, args.checkpoint)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if gpu is not None:
         from converters import convert
-        from mdot_jax.serving import gpu as spec
+        from mdot_jax.serving import spec_sheet as spec
 
         if args.layout != "nchw":
             raise UsageError("--layout: a GPU priced from its spec sheet has no layouts (the "
@@ -224,46 +229,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.top:
         _print_top(rows[-1], args.top)
     return 0
-
-
-STEP_MODEL = "gpu-spec-sheet"  # `--checkpoint` naming the GPU step model (`serving.gpu`)
-
-
-def _spec_gpu(args: argparse.Namespace):
-    """The GPU to price from its spec sheet: `--device-spec`'s, or the catalogued GPU that
-    `--device` names with `--checkpoint gpu-spec-sheet`, or with no `--checkpoint` where the
-    default checkpoint does not predict for it (None: a checkpoint predicts)."""
-    from mdot_jax.data import gpus
-    from mdot_jax.serving.predict import checkpoint_devices
-
-    if args.device_spec:
-        if args.device or args.checkpoint:
-            raise UsageError("--device-spec describes the device itself: drop --device and "
-                             "--checkpoint")
-        try:
-            return gpus.from_spec_file(args.device_spec)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-    explicit = args.checkpoint == STEP_MODEL
-    if not args.device or (args.checkpoint and not explicit):
-        if explicit:
-            raise UsageError(f"--checkpoint {STEP_MODEL} prices a GPU named by --device")
-        return None
-    try:
-        gpu = gpus.find(args.device)
-    except ValueError as e:
-        if explicit:
-            raise UsageError(str(e)) from None
-        return None  # the checkpoint's own name for a device, or its error
-    if explicit:
-        return gpu
-    for d in checkpoint_devices(None):
-        try:
-            if gpus.find(d).name == gpu.name:
-                return None
-        except ValueError:
-            continue
-    return gpu
 
 
 def _print_top(row: dict, n: int) -> None:

@@ -270,13 +270,13 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_fit(args: argparse.Namespace) -> int:
-    from mdot_jax.training import gpu
+    from mdot_jax.training import gpu_fit
 
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.force:
         raise UsageError(f"{out} is not empty; pass --force to replace the step model in it")
     try:
-        model = gpu.fit(args.neusight, seed=args.seed, progress=print)
+        model = gpu_fit.fit(args.neusight, seed=args.seed, progress=print)
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
     model.info["command"] = f"mdot gpu-fit {args.neusight} --out {args.out}"

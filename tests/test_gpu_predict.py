@@ -1,4 +1,4 @@
-"""A training step on any catalogued GPU from its spec sheet (`serving.gpu`, `mdot predict
+"""A training step on any catalogued GPU from its spec sheet (`serving.spec_sheet`, `mdot predict
 --device NAME`): every GPU and precision prices, the rules of the composition hold, whatever
 is extrapolated is said, and bad requests get one-line errors."""
 
@@ -13,7 +13,7 @@ from converters import convert
 from converters.vocab import VOCAB
 from mdot_jax.cli import main
 from mdot_jax.data import gpus
-from mdot_jax.serving.gpu import PRECISIONS, _classify, load_step_model, price
+from mdot_jax.serving.spec_sheet import PRECISIONS, _classify, load_step_model, price
 
 UNSEEN = {"nvidia-h100-sxm", "nvidia-l4", "nvidia-a100-pcie-80gb"}
 

@@ -288,7 +288,7 @@ class StepPricer:
 
 @dataclass
 class StepModel:
-    """What prices a training step on a GPU from its spec sheet (`serving.gpu`): the operator
+    """What prices a training step on a GPU from its spec sheet (`serving.spec_sheet`): the operator
     model, the backward / forward ratios of non-GEMM node kinds, and the 80% band of the
     log ratio measured / predicted of whole steps on GPUs left out of the fit."""
 

@@ -41,10 +41,11 @@ from converters import OperatorSequence
 from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.vocab import VOCAB
+from mdot_jax.data import gpus
 from mdot_jax.data.gpus import GPU
 from mdot_jax.models.gpu_ops import StepModel, backward_gemms
 from mdot_jax.serving.memory import step_memory
-from mdot_jax.serving.predict import CHECKPOINT_DIR, Prediction
+from mdot_jax.serving.predict import CHECKPOINT_DIR, Prediction, checkpoint_devices
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 STEPS = ("train", "fwd-bwd")
@@ -71,6 +72,42 @@ _COPIES = {"Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND", "
 _FREE = set(VIEWS) | {"Identity", "Constant", "Shape", "Size"}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
+
+
+def spec_gpu(device: str | None, device_spec: str | None, checkpoint: str | None
+             ) -> GPU | None:
+    """The GPU `mdot predict` prices from its spec sheet: `device_spec`'s, or the catalogued
+    GPU `device` names with checkpoint `gpu-spec-sheet`, or with none where the default
+    checkpoint does not predict for it. None: a checkpoint predicts. ValueError: a bad
+    request, in one line."""
+    if device_spec:
+        if device or checkpoint:
+            raise ValueError("--device-spec describes the device itself: drop --device and "
+                             "--checkpoint")
+        return gpus.from_spec_file(device_spec)
+    explicit = checkpoint == STEP_MODEL_DIR.name
+    if explicit and not device:
+        raise ValueError(f"--checkpoint {STEP_MODEL_DIR.name} prices a GPU named by --device")
+    if not device or (checkpoint and not explicit):
+        return None
+    try:
+        gpu = gpus.find(device)
+    except ValueError:
+        if explicit:
+            raise
+        return None  # the checkpoint's own name for a device, or its error
+    if explicit or all(gpus.find(d).name != gpu.name for d in checkpoint_devices(None)
+                       if _catalogued(d)):
+        return gpu
+    return None
+
+
+def _catalogued(name: str) -> bool:
+    try:
+        gpus.find(name)
+    except ValueError:
+        return False
+    return True
 
 
 def load_step_model(folder: str | Path | None = None) -> StepModel:
