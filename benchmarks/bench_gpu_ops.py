@@ -57,12 +57,22 @@ than NeuSight's traces. Its rule, written before any of it was priced:
    config's). Nothing is tuned on these labels.
 3. Reported per GPU, next to NeuSight's own predictions; the unseen GPUs (H100, L4, A100 80 GB)
    apart from the fitted one (V100).
+
+Data-parallel runs (`--dp CACHE`, into `--out`/dp.json): NeuSight's 4-GPU data-parallel
+labels (`label/*/*-dp4.json`: GPT-2 Large on 4 x A100 SXM4 40 GB at global batch 4, on 4 x H100
+at 4 and 16). Its rule, written before any of them was priced: the single-GPU step at the
+per-GPU batch (global / 4) exactly as `--onnx` prices it (fp32, fwd-bwd, 2 and 4 layers
+extended to the model's, phases and parameters alike), then `serving.parallel.data_parallel`
+over 4 GPUs of one node with its defaults (NVLink, DDP's 25 MB buckets). Target: within 10%
+of each (NeuSight: 1.2-12.9%). Sensitivity, reported beside it and never used to choose: the
+link bandwidth halved and doubled, no overlap with the backward pass, and one bucket.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -307,6 +317,99 @@ def onnx_steps(args) -> None:
     print(json.dumps(mape, indent=1))
 
 
+def _step_of(name: str, seq_len: int, batch: int, gpu, model, cache: Path, config: dict,
+             layers: int):
+    """The single-GPU fwd-bwd step of a NeuSight model with `layers` layers, from its 2- and
+    4-layer exports in `cache` (as `--onnx` makes them): (Prediction, parameters)."""
+    from converters import convert
+    from mdot_jax.serving.spec_sheet import price
+
+    ps, params = {}, {}
+    for k in (2, 4):
+        seq = convert(cache / f"{name}-{seq_len}-{k}.onnx", batch_size=batch, fuse=True)
+        ps[k], params[k] = price(seq, gpu, model, step="fwd-bwd"), seq.params
+    f = (layers - 2) / 2
+
+    def extend(a, b):
+        return a + f * (b - a)
+
+    phases = {k: extend(ps[2].phases[k], ps[4].phases[k]) for k in ps[2].phases}
+    p = ps[2].__class__(iteration_ms=sum(phases.values()), device=gpu.name, num_ops=0,
+                        phases=phases, memory_gb=extend(ps[2].memory_gb, ps[4].memory_gb))
+    return p, int(extend(params[2], params[4]))
+
+
+def _neusight_dp(root: Path) -> dict:
+    """NeuSight's own predictions of its data-parallel runs (`summary/distributed.csv`):
+    (gpu, model, global batch) -> ms."""
+    import csv
+
+    out, gpu_of, model, batch = {}, {}, "", 0
+    with open(root / "summary" / "distributed.csv") as f:
+        table = list(csv.reader(f))
+    for i, cell in enumerate(table[0]):  # "A100x4" over its DP, TP and PP columns
+        if cell:
+            gpu_of[i] = gpus.find({"A100x4": "a100-sxm-40gb", "H100x4": "h100-sxm"}[cell]).name
+    for row in table[2:]:
+        model = {"GPT2-Large": "gpt2_large", "GPT3-XL": "gpt3_xl"}.get(row[0], model)
+        batch = int(row[1]) if row[1] else batch
+        if row[2].startswith("NeuSight"):
+            for i, gpu in gpu_of.items():
+                if row[i]:
+                    out[(gpu, model, batch)] = float(row[i].split(" (")[0])
+    return out
+
+
+def data_parallel_runs(args) -> None:
+    """NeuSight's 4-GPU data-parallel labels (`--dp`; the rule in the module docstring)."""
+    import dataclasses
+
+    from mdot_jax.serving.parallel import allreduce_ms, data_parallel, ring_link
+    from mdot_jax.serving.spec_sheet import load_step_model
+
+    model = load_step_model(args.model)
+    root, cache = Path(args.neusight), Path(args.dp)
+    theirs = _neusight_dp(root)
+    rows = []
+    for path in sorted((root / "label").glob("*/*-dp4.json")):
+        name, _, seq_len, global_batch = path.stem.removesuffix("-dp4").split("-")
+        config = json.loads((root / "model_configs" / f"{name}.json").read_text())
+        gpu = gpus.find(path.parent.name.replace("_", " "))
+        one, params = _step_of(name, int(seq_len), int(global_batch) // 4, gpu, model, cache,
+                               config, config.get("n_layer") or config["num_hidden_layers"])
+        dp = data_parallel(one, params, gpu, 4)
+        link = ring_link(gpu, 4, 1, None, 25.0)
+        nbytes, buckets = 4.0 * params, max(1, math.ceil(4.0 * params / (25 * 2 ** 20)))
+        total = allreduce_ms(nbytes, 4, link, buckets)
+        sensitivity = {
+            "link bandwidth x0.5": data_parallel(one, params, dataclasses.replace(
+                gpu, nvlink_gbs=gpu.nvlink_gbs / 2), 4).iteration_ms,
+            "link bandwidth x2": data_parallel(one, params, dataclasses.replace(
+                gpu, nvlink_gbs=gpu.nvlink_gbs * 2), 4).iteration_ms,
+            "no overlap": one.iteration_ms + total,
+            "one bucket": one.iteration_ms + allreduce_ms(nbytes, 4, link, 1)}
+        label = json.loads(path.read_text())
+        rows.append(dict(gpu=gpu.name, model=name, seq_len=int(seq_len), gpus=4,
+                         global_batch=int(global_batch), measured_ms=label["e2e_latency"],
+                         predicted_ms=dp.iteration_ms, single_gpu_ms=one.iteration_ms,
+                         allreduce_ms=total, exposed_ms=dp.phases["all-reduce"],
+                         neusight_ms=theirs.get((gpu.name, name, int(global_batch))),
+                         sensitivity_ms=sensitivity))
+        r = rows[-1]
+        print(f"{gpu.name:<22} {name} gb{global_batch}: measured {r['measured_ms']:.1f}, "
+              f"predicted {r['predicted_ms']:.1f} ({r['predicted_ms'] / r['measured_ms']:.2f}x;"
+              f" one GPU {one.iteration_ms:.1f}, all-reduce {total:.1f} of which exposed "
+              f"{r['exposed_ms']:.1f}), NeuSight {r['neusight_ms']}; {sensitivity}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dp.json").write_text(json.dumps(dict(
+        command=f"python benchmarks/bench_gpu_ops.py {args.neusight} --dp {args.dp} "
+                f"--out {args.out}", fitted_gpus=model.info["fitted_gpus"],
+        mape=float(np.mean([100 * abs(r["predicted_ms"] / r["measured_ms"] - 1) for r in rows])),
+        neusight_mape=float(np.mean([100 * abs(r["neusight_ms"] / r["measured_ms"] - 1)
+                                     for r in rows])), rows=rows), indent=1) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("neusight", help="NeuSight's folder (../shared/datasets/neusight)")
@@ -316,8 +419,12 @@ def main() -> None:
     p.add_argument("--timm", metavar="DATASET", help="the RTX 3090 check on this dataset")
     p.add_argument("--onnx", metavar="CACHE", help="the product's path on NeuSight's training "
                    "labels; exported graphs are kept in CACHE")
+    p.add_argument("--dp", metavar="CACHE", help="NeuSight's 4-GPU data-parallel labels, from "
+                   "the exports `--onnx CACHE` keeps")
     p.add_argument("--model", help="step model folder (default: the shipped one)")
     args = p.parse_args()
+    if args.dp:
+        return data_parallel_runs(args)
     if args.timm:
         return rtx3090(args)
     if args.onnx:

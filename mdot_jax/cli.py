@@ -147,14 +147,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if gpu is not None:
         from converters import convert
         from mdot_jax.serving import spec_sheet as spec
+        from mdot_jax.serving.parallel import data_parallel
 
         if args.layout != "nchw":
-            raise UsageError("--layout: a GPU priced from its spec sheet has no layouts (the "
-                             "operator data is NCHW)")
-        try:
-            model = spec.load_step_model()
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError("--layout: a GPU priced from its spec sheet has none (NCHW data)")
+        model = spec.load_step_model()
         source = f"priced from its spec sheet by {spec.STEP_MODEL_DIR.name}"
         note = None
 
@@ -166,9 +163,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         from mdot_jax.serving.predict import Predictor, machine_note
 
         if args.step:
-            raise UsageError("--step: a checkpoint predicts the training step it was trained "
-                             "on (with the optimizer); --step is for a GPU priced from its "
-                             "spec sheet (--device NAME without --checkpoint)")
+            raise UsageError("--step: a checkpoint predicts the step it was trained on; --step "
+                             "is for a GPU priced from its spec sheet (--device NAME)")
         predictor = Predictor.load(args.checkpoint)
         source = f"checkpoint {predictor.path.name}" + (
             ", geometric mean of " + " x ".join(predictor.member_labels)
@@ -181,43 +177,59 @@ def cmd_predict(args: argparse.Namespace) -> int:
             return seq, predictor.predict(seq, precision=args.precision, device=args.device,
                                           layout=args.layout, optimizer=args.optimizer,
                                           **dict(kw, batch_size=b))
+    counts = args.gpus or [1]
+    if (counts != [1] or args.nodes > 1) and gpu is None:
+        raise UsageError("--gpus and --nodes price data-parallel steps of a GPU priced from its "
+                         "spec sheet (--device NAME, --checkpoint gpu-spec-sheet)")
+    if len(counts) > 1 and len(sizes) > 1:
+        raise UsageError("--gpus N,M,... takes one --batch-size (per GPU)")
     rows = []
     for b in sizes:
         try:
-            seq, p = predict(b)
+            seq, one = predict(b)
+            steps = [(n, one if gpu is None else data_parallel(
+                one, seq.params, gpu, n, args.nodes, args.interconnect, args.network_gbs))
+                for n in counts]
         except ValueError as e:
             if isinstance(e, ConversionError):
                 raise
             raise UsageError(str(e)) from None
-        row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
-                   batch_size=b, input_size=p.input_size, samples_per_s=1e3 * b / p.iteration_ms,
-                   source=source, num_ops=p.num_ops, warnings=p.warnings, parts=p.parts,
-                   phases=p.phases, interval_ms=p.interval_ms, memory_gb=p.memory_gb)
-        if args.top:
-            row["operators"], row["operators_from"] = (
-                (p.operators, f"the GPU operator model on the {p.device}") if gpu is not None
-                else predictor.operators(seq, p, b))
-        if args.epochs is not None:
-            row["job_s"] = p.job_seconds(args.epochs, args.dataset_size, b)
-            row["job_interval_s"] = p.job_interval_seconds(args.epochs, args.dataset_size, b)
-        rows.append(row)
-        for warning in p.warnings:
-            print(f"mdot: warning: batch size {b}: {warning}" if len(sizes) > 1
-                  else f"mdot: warning: {warning}", file=sys.stderr)
+        for n, p in steps:
+            n, g = n * args.nodes, b * n * args.nodes
+            row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
+                       batch_size=b, gpus=n, global_batch=g, input_size=p.input_size,
+                       samples_per_s=1e3 * g / p.iteration_ms,
+                       scaling_efficiency=one.iteration_ms / p.iteration_ms, source=source,
+                       num_ops=p.num_ops, warnings=p.warnings, parts=p.parts, phases=p.phases,
+                       interval_ms=p.interval_ms, memory_gb=p.memory_gb)
+            if args.top:
+                row["operators"], row["operators_from"] = (
+                    (p.operators, f"the GPU operator model on the {p.device}") if gpu
+                    else predictor.operators(seq, p, b))
+            if args.epochs is not None:
+                row["job_s"] = p.job_seconds(args.epochs, args.dataset_size, g)
+                row["job_interval_s"] = p.job_interval_seconds(args.epochs, args.dataset_size, g)
+            rows.append(row)
+            for warning in p.warnings:
+                print(f"mdot: warning: batch size {b} x {n} GPUs: {warning}" if len(rows) > 1
+                      else f"mdot: warning: {warning}", file=sys.stderr)
     if note:  # after the predictions: an error stays one line
         print(f"mdot: warning: {note}", file=sys.stderr)
     if args.json:
-        print(json.dumps(rows[0] if args.batch_sizes is None else rows))
+        print(json.dumps(rows[0] if args.batch_sizes is None and args.gpus is None else rows))
         return 0
     r = rows[0]
     print(f"{args.model} on {r['device']} ({r['num_ops']} operators; {source})"
           + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r else ""))
     band = any(r["interval_ms"] for r in rows)
-    print(f"{'batch':>7} {'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10}"
-          f" {'memory GB':>9}" + (f" {'job h':>7} {'80% band h':>13}" if "job_s" in r else ""))
+    many = args.gpus is not None
+    print(f"{'GPUs' if many else 'batch':>7} {'ms/iteration':>13} {'80% band ms':>15} "
+          f"{'samples/s':>10} {'memory GB':>9}" + (" scaling" if many else "")
+          + (f" {'job h':>7} {'80% band h':>13}" if "job_s" in r else ""))
     for r in rows:
-        print(f"{r['batch_size']:>7} {r['iteration_ms']:>13.4g} {_range(r['interval_ms']):>15}"
-              f" {r['samples_per_s']:>10.4g} {r['memory_gb']:>9.3g}"
+        print(f"{r['gpus' if many else 'batch_size']:>7} {r['iteration_ms']:>13.4g} "
+              f"{_range(r['interval_ms']):>15} {r['samples_per_s']:>10.4g} "
+              f"{r['memory_gb']:>9.3g}" + (f" {r['scaling_efficiency']:>7.0%}" if many else "")
               + (f" {r['job_s'] / 3600:>7.3g} "
                  f"{_range(r.get('job_interval_s'), 1 / 3600):>13}" if "job_s" in r else ""))
     if r["phases"]:
@@ -365,6 +377,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the training step's optimizer; sgd: with momentum (memory; time "
                         "where the checkpoint was trained on it or the GPU is priced from its "
                         "spec sheet)")
+    p.add_argument("--gpus", type=_int_list, metavar="N[,M,...]",
+                   help="data-parallel (DDP) over N GPUs per node, --batch-size per GPU; "
+                        "several: a table with the scaling efficiency")
+    p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
+    p.add_argument("--interconnect", choices=["nvlink", "pcie"],
+                   help="between the GPUs of a node (default: NVLink where it joins them)")
+    p.add_argument("--network-gbs", type=POSITIVE_FLOAT, default=25.0,
+                   help="between nodes, GB/s per direction per node (default 25: 200 Gb/s)")
     p.add_argument("--step", choices=["train", "fwd-bwd"],
                    help="a GPU priced from its spec sheet: the whole step (train, default) or "
                         "forward and backward without the optimizer update")

@@ -43,6 +43,7 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.vocab import VOCAB
 from mdot_jax.data import gpus
 from mdot_jax.data.gpus import GPU
+from mdot_jax.errors import UsageError
 from mdot_jax.models.gpu_ops import StepModel, backward_gemms
 from mdot_jax.serving.memory import step_memory
 from mdot_jax.serving.predict import CHECKPOINT_DIR, Prediction, checkpoint_devices
@@ -114,7 +115,7 @@ def load_step_model(folder: str | Path | None = None) -> StepModel:
     """The shipped step model (`mdot gpu-fit` makes it), or the one in `folder`."""
     folder = Path(folder or STEP_MODEL_DIR)
     if not (folder / StepModel.META).exists():
-        raise ValueError(f"{folder}: no GPU step model ({StepModel.META}); `mdot gpu-fit "
+        raise UsageError(f"{folder}: no GPU step model ({StepModel.META}); `mdot gpu-fit "
                          "../shared/datasets/neusight` makes one")
     return StepModel.load(folder)
 

@@ -1,0 +1,84 @@
+"""Data-parallel steps on N GPUs (`serving.parallel`, `mdot predict --gpus`): one GPU is the
+single-GPU step, the all-reduce grows with bytes and GPUs, overlap never hides compute, the
+links follow the hardware, and the CLI tables and refuses what it cannot price."""
+
+import json
+import math
+
+import onnx
+import pytest
+from onnx_builders import attention
+
+from mdot_jax.cli import main
+from mdot_jax.data import gpus
+from mdot_jax.serving.parallel import BUCKET_MB, allreduce_ms, data_parallel, ring_link
+from mdot_jax.serving.predict import Prediction
+
+
+def _one(backward=10.0):
+    return Prediction(iteration_ms=4.0 + backward, device="x", num_ops=1,
+                      phases=dict(forward=4.0, backward=backward, update=0.0), memory_gb=1.0)
+
+
+def test_one_gpu_is_the_single_gpu_step_and_more_never_less():
+    h100 = gpus.find("h100-sxm")
+    one = _one()
+    assert data_parallel(one, 10 ** 8, h100, 1) is one
+    for n, nodes in ((2, 1), (8, 1), (8, 4)):
+        for params in (10 ** 6, 10 ** 8, 10 ** 10):
+            p = data_parallel(one, params, h100, n, nodes)
+            assert p.iteration_ms >= one.iteration_ms and p.interval_ms is None
+            assert p.iteration_ms == pytest.approx(sum(p.phases.values()))
+            assert p.memory_gb > one.memory_gb and "all-reduce" in p.warnings[-1]
+    # a long backward hides all but the last bucket; a short one hides little
+    big = 4.0 * 10 ** 9  # the fp32 gradients of 10^9 parameters
+    buckets = math.ceil(big / (BUCKET_MB * 2 ** 20))
+    link = ring_link(h100, 8, 1, None, 25.0)
+    total = allreduce_ms(big, 8, link, buckets)
+    hidden = data_parallel(_one(backward=1e4), 10 ** 9, h100, 8)
+    assert hidden.phases["all-reduce"] == pytest.approx(total / buckets)
+    exposed = data_parallel(_one(backward=0.0), 10 ** 9, h100, 8)
+    assert exposed.phases["all-reduce"] == pytest.approx(total)
+
+
+def test_the_allreduce_grows_with_bytes_and_gpus():
+    link = ring_link(gpus.find("h100-sxm"), 8, 1, None, 25.0)
+    assert allreduce_ms(1e9, 1, link, 1) == 0
+    assert allreduce_ms(1e9, 2, link, 1) < allreduce_ms(1e9, 4, link, 1) \
+        < allreduce_ms(1e9, 8, link, 1) < allreduce_ms(2e9, 8, link, 1)
+    # the bandwidth term of a ring: 2 (N - 1) / N of the bytes at 450 GB/s per direction
+    assert allreduce_ms(1e9, 2, link, 0) == pytest.approx(1e3 * 1e9 / 450e9)
+
+
+def test_links_follow_the_hardware():
+    h100, a100_pcie, l4 = gpus.find("h100-sxm"), gpus.find("a100-pcie-80gb"), gpus.find("l4")
+    assert ring_link(h100, 8, 1, None, 25.0).name == "nvlink"
+    assert ring_link(a100_pcie, 2, 1, None, 25.0).name == "nvlink"  # a bridged pair
+    assert ring_link(a100_pcie, 4, 1, None, 25.0).name == "pcie"
+    assert ring_link(h100, 8, 2, None, 25.0).name == "network"
+    assert ring_link(h100, 8, 1, "pcie", 25.0).gbs == h100.pcie_gbs / 2
+    with pytest.raises(ValueError, match="no NVLink that joins 4"):
+        ring_link(l4, 4, 1, "nvlink", 25.0)
+
+
+def test_predict_tables_gpus(capsys, tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(attention(seq=64, dim=256), model)
+    args = ["predict", model, "--batch-size", "8", "--device", "h100-sxm"]
+    assert main([str(a) for a in args + ["--gpus", "1,2,8", "--json"]]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["gpus"] for r in rows] == [1, 2, 8]
+    assert [r["global_batch"] for r in rows] == [8, 16, 64]
+    assert rows[0]["scaling_efficiency"] == 1 >= rows[1]["scaling_efficiency"]
+    assert main([str(a) for a in args + ["--json"]]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_ms"] == rows[0]["iteration_ms"]
+    assert main([str(a) for a in args + ["--gpus", "4", "--nodes", "2"]]) == 0
+    out = capsys.readouterr().out
+    assert "scaling" in out and "all-reduce" in out
+    for extra, needle in [(["--gpus", "2", "--device", "rtx3090"], "--gpus and --nodes"),
+                          (["--gpus", "2,4", "--batch-sizes", "2,4"], "one --batch-size"),
+                          (["--gpus", "4", "--device", "l4", "--interconnect", "nvlink"],
+                           "no NVLink")]:
+        assert main([str(a) for a in args + extra]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, (extra, err)
