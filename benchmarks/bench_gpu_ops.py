@@ -410,6 +410,62 @@ def data_parallel_runs(args) -> None:
                                      for r in rows])), rows=rows), indent=1) + "\n")
 
 
+def scaling(args) -> None:
+    """`--scaling`: "1, 2, 4 or 8 GPUs?" for the README: ResNet-50 (AMP fp16, 256 images
+    per GPU, SGD) and GPT-2 (124M, AMP bf16, 8 x 1024 tokens per GPU, AdamW) on A100 SXM 80 GB
+    and H100 SXM, data-parallel on one node (NVLink) and two; a table and a plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+    import torchvision
+    import transformers
+
+    from converters import convert, from_torch
+    from mdot_jax.serving.parallel import data_parallel
+    from mdot_jax.serving.spec_sheet import load_step_model, price
+
+    model = load_step_model(args.model)
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(attn_implementation="eager"))
+    workloads = {  # name -> (ONNX, per-GPU batch, precision, optimizer, samples per row)
+        "ResNet-50": (from_torch(torchvision.models.resnet50(), torch.randn(2, 3, 224, 224)),
+                      256, "amp-fp16", "sgd", "images"),
+        "GPT-2": (from_torch(gpt2, torch.randint(0, 1000, (1, 1024))), 8, "amp-bf16", "adamw",
+                  "sequences")}
+    counts, rows = (1, 2, 4, 8, 16), []
+    for name, (proto, batch, precision, optimizer, unit) in workloads.items():
+        seq = convert(proto, batch_size=batch, fuse=True)
+        for gpu in (gpus.find("a100-sxm-80gb"), gpus.find("h100-sxm")):
+            one = price(seq, gpu, model, precision=precision, optimizer=optimizer)
+            for n in counts:
+                per_node, nodes = (n, 1) if n <= 8 else (8, n // 8)
+                p = data_parallel(one, seq.params, gpu, per_node, nodes)
+                rows.append(dict(model=name, gpu=gpu.name, gpus=n, batch_per_gpu=batch,
+                                 precision=precision, optimizer=optimizer, unit=unit,
+                                 ms=p.iteration_ms, per_s=1e3 * batch * n / p.iteration_ms,
+                                 scaling=one.iteration_ms / p.iteration_ms))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, name in zip(axes, workloads):
+        for gpu in sorted({r["gpu"] for r in rows}):
+            rs = [r for r in rows if r["model"] == name and r["gpu"] == gpu]
+            ax.plot([r["gpus"] for r in rs], [r["per_s"] for r in rs], "o-", label=gpu)
+        ax.set(title=f"{name} ({rs[0]['precision']}, {rs[0]['batch_per_gpu']} per GPU)",
+               xlabel="GPUs (16: two nodes of 8)", ylabel=f"predicted {rs[0]['unit']}/s",
+               xscale="log", yscale="log", xticks=counts, xticklabels=counts)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "scaling.png", dpi=90)
+    (out / "scaling.json").write_text(json.dumps(dict(
+        command=f"python benchmarks/bench_gpu_ops.py {args.neusight} --scaling --out {args.out}",
+        rows=rows), indent=1) + "\n")
+    for r in rows:
+        print(f"{r['model']:<10} {r['gpu']:<22} {r['gpus']:>2} GPUs {r['ms']:8.1f} ms "
+              f"{r['per_s']:9.0f} {r['unit']}/s scaling {r['scaling']:.0%}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("neusight", help="NeuSight's folder (../shared/datasets/neusight)")
@@ -421,8 +477,11 @@ def main() -> None:
                    "labels; exported graphs are kept in CACHE")
     p.add_argument("--dp", metavar="CACHE", help="NeuSight's 4-GPU data-parallel labels, from "
                    "the exports `--onnx CACHE` keeps")
+    p.add_argument("--scaling", action="store_true", help="the README's 1-16 GPU table and plot")
     p.add_argument("--model", help="step model folder (default: the shipped one)")
     args = p.parse_args()
+    if args.scaling:
+        return scaling(args)
     if args.dp:
         return data_parallel_runs(args)
     if args.timm:
