@@ -141,7 +141,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from mdot_jax.serving.spec_sheet import spec_gpu
 
     try:
-        gpu = spec_gpu(args.device, args.device_spec, args.checkpoint)
+        gpu, folder = spec_gpu(args.device, args.device_spec, args.checkpoint) or (None, None)
     except ValueError as e:
         raise UsageError(str(e)) from None
     if gpu is not None:
@@ -151,8 +151,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
         if args.layout != "nchw":
             raise UsageError("--layout: a GPU priced from its spec sheet has none (NCHW data)")
-        model = spec.load_step_model()
-        source = f"priced from its spec sheet by {spec.STEP_MODEL_DIR.name}"
+        model = spec.load_step_model(folder)
+        source = f"priced from its spec sheet by {folder.name}" + (
+            ", adapted to measured steps" if model.info.get("adaptation") else "")
         note = None
 
         def predict(b):

@@ -134,3 +134,33 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
                           (("--checkpoint", "gpu-spec-sheet",), "--device")]:
         code, _, err = run(capsys, *args, *extra)
         assert code == 2 and needle in err and err.count("\n") == 1, (extra, err)
+
+
+def test_the_step_model_adapts_to_a_gpus_measured_steps(capsys, tmp_path):
+    for i, seq in enumerate((32, 64, 128)):
+        onnx.save(attention(seq=seq, dim=64), tmp_path / f"m{i}.onnx")
+    # step times "measured" at twice the spec-sheet price: the fit must find the factor
+    l4, step_model = gpus.find("l4"), load_step_model()
+    rows = []
+    for i, seq in enumerate((32, 64, 128)):
+        for b in (2, 8):
+            ms = price(_seq(attention(seq=seq, dim=64), batch=b), l4, step_model).iteration_ms
+            rows.append(f"m{i}.onnx,{b},fp32,{2 * ms}")
+    (tmp_path / "mine.csv").write_text("model,batch_size,precision,ms\n" + "\n".join(rows))
+    adapt = ["adapt", "--from-measurements", tmp_path / "mine.csv", "--base", "gpu-spec-sheet",
+             "--out", tmp_path / "my-l4"]
+    code, _, err = run(capsys, *adapt)
+    assert code == 2 and "--device-name" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, *adapt, "--device-name", "l4")
+    assert code == 0 and "nvidia-l4" in out and "expected error: 0.0%" in out
+    args = ["predict", tmp_path / "m1.onnx", "--batch-size", "4", "--json"]
+    plain = json.loads(run(capsys, *args, "--device", "l4")[1])
+    code, out, _ = run(capsys, *args, "--checkpoint", tmp_path / "my-l4")
+    adapted = json.loads(out)
+    assert code == 0 and adapted["device"] == "nvidia-l4" and "adapted" in adapted["source"]
+    assert adapted["iteration_ms"] == pytest.approx(2 * plain["iteration_ms"], rel=1e-6)
+    assert adapted["interval_ms"] is not None
+    code, _, err = run(capsys, *args, "--checkpoint", tmp_path / "my-l4", "--device", "t4")
+    assert code == 0 and "priced unadapted" in err
+    code, _, err = run(capsys, *adapt, "--device-name", "l4")  # never replaced unasked
+    assert code == 2 and "--force" in err

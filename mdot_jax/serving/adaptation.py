@@ -169,7 +169,12 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
                             *, device: str | None = None, force: bool = False) -> Adaptation:
     """Writes to `out` the checkpoint `base` adapted to the rows of `measurements`; returns
     the fit (its leave-one-out error is the error to expect)."""
+    from mdot_jax.serving import spec_sheet
+
     rows = read_measurements(measurements)
+    step_model = spec_sheet.step_model_dir(base)
+    if step_model is not None:
+        return _adapt_step_model(rows, measurements, step_model, out, device, force)
     base_path = resolve_checkpoint(base)
     out = checkpoint.prepare_out(out, force=force)
     predictor = Predictor.load(base_path)
@@ -179,6 +184,40 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
     adaptation = fit(pred, [r.ms for r in rows], device,
                      source=f"{Path(measurements).name}, base {base_path.name}")
     _write(base_path, out, compose(adaptation, predictor.adaptation))
+    return adaptation
+
+
+def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out: str | Path,
+                      device: str | None, force: bool) -> Adaptation:
+    """The GPU step model `base` adapted to measured rows of the catalogued GPU `device`: its
+    prices of the rows (at their precision) fitted to their times; the folder carries the fit
+    and the GPU it holds for."""
+    from converters import convert
+    from mdot_jax.data import gpus
+    from mdot_jax.serving import spec_sheet
+
+    if not device:
+        raise UsageError("adapting the GPU step model: --device-name names the GPU the rows "
+                         "were measured on (`mdot devices`)")
+    gpu = gpus.find(device)
+    out = checkpoint.prepare_out(out, force=force)
+    model = spec_sheet.load_step_model(base)
+    precision = rows[0].precision or "fp32"
+    pred = []
+    for r in rows:
+        seq = _sequence(r)
+        if isinstance(seq, Path):
+            seq = convert(seq, batch_size=r.batch_size, image_size=r.image_size,
+                          seq_len=r.seq_len, fuse=True)
+        pred.append(spec_sheet.price(seq, gpu, model, precision=precision).iteration_ms)
+    adaptation = fit(pred, [r.ms for r in rows], gpu.name,
+                     source=f"{Path(measurements).name}, base {base.name}, {precision}")
+    inner = model.info.get("adaptation")
+    adaptation = compose(adaptation, Adaptation.from_json(inner) if inner else None)
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    model.info.update(adaptation=adaptation.to_json(), gpu=gpu.to_json(), precision=precision)
+    model.save(tmp)
+    checkpoint.move_into_place(tmp, out)
     return adaptation
 
 

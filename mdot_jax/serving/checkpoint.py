@@ -54,7 +54,10 @@ def _checkpointer():
 
 
 def is_checkpoint(path: str | Path) -> bool:
-    """Whether `path` holds a checkpoint written by `save` (of any format version)."""
+    """Whether `path` holds a checkpoint written by `save` (of any format version), or a GPU
+    step model (`models.gpu_ops.StepModel`)."""
+    if (Path(path) / "step_model.json").is_file():
+        return True
     try:
         return "format_version" in json.loads((Path(path) / METADATA).read_text())
     except (OSError, ValueError, TypeError):

@@ -46,7 +46,7 @@ from mdot_jax.data.gpus import GPU
 from mdot_jax.errors import UsageError
 from mdot_jax.models.gpu_ops import StepModel, backward_gemms
 from mdot_jax.serving.memory import step_memory
-from mdot_jax.serving.predict import CHECKPOINT_DIR, Prediction, checkpoint_devices
+from mdot_jax.serving.predict import CHECKPOINT_DIR, Adaptation, Prediction, checkpoint_devices
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 STEPS = ("train", "fwd-bwd")
@@ -75,31 +75,43 @@ _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 
 
+def step_model_dir(checkpoint: str | Path | None) -> Path | None:
+    """The folder of a GPU step model `checkpoint` names (the shipped one by its name, or a
+    folder holding one, e.g. adapted by `mdot adapt`), else None."""
+    if checkpoint is None:
+        return None
+    if str(checkpoint) == STEP_MODEL_DIR.name:
+        return STEP_MODEL_DIR
+    return Path(checkpoint) if (Path(checkpoint) / StepModel.META).is_file() else None
+
+
 def spec_gpu(device: str | None, device_spec: str | None, checkpoint: str | None
-             ) -> GPU | None:
-    """The GPU `mdot predict` prices from its spec sheet: `device_spec`'s, or the catalogued
-    GPU `device` names with checkpoint `gpu-spec-sheet`, or with none where the default
-    checkpoint does not predict for it. None: a checkpoint predicts. ValueError: a bad
-    request, in one line."""
+             ) -> tuple[GPU, Path] | None:
+    """The GPU `mdot predict` prices from its spec sheet, and the step model's folder:
+    `device_spec`'s GPU; the catalogued GPU `device` names with a step model as checkpoint (an
+    adapted one's own GPU without `device`), or with none where the default checkpoint does
+    not predict for it. None: a checkpoint predicts. ValueError: a bad request, one line."""
+    folder = step_model_dir(checkpoint)
     if device_spec:
-        if device or checkpoint:
+        if device or (checkpoint and folder is None):
             raise ValueError("--device-spec describes the device itself: drop --device and "
                              "--checkpoint")
-        return gpus.from_spec_file(device_spec)
-    explicit = checkpoint == STEP_MODEL_DIR.name
-    if explicit and not device:
-        raise ValueError(f"--checkpoint {STEP_MODEL_DIR.name} prices a GPU named by --device")
-    if not device or (checkpoint and not explicit):
+        return gpus.from_spec_file(device_spec), folder or STEP_MODEL_DIR
+    if folder is not None:
+        if device:
+            return gpus.find(device), folder
+        adapted = load_step_model(folder).info.get("gpu")
+        if not adapted:
+            raise ValueError(f"--checkpoint {checkpoint} prices a GPU named by --device")
+        return gpus.find(adapted["name"]), folder
+    if not device or checkpoint:
         return None
     try:
         gpu = gpus.find(device)
     except ValueError:
-        if explicit:
-            raise
         return None  # the checkpoint's own name for a device, or its error
-    if explicit or all(gpus.find(d).name != gpu.name for d in checkpoint_devices(None)
-                       if _catalogued(d)):
-        return gpu
+    if all(gpus.find(d).name != gpu.name for d in checkpoint_devices(None) if _catalogued(d)):
+        return gpu, STEP_MODEL_DIR
     return None
 
 
@@ -272,7 +284,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         t = float(t)
         per_op[i] += t
         phases["forward" if phase == "fw" else "backward"] += t
-    operators = [dict(type=n, name=str(nm), ms=float(t))
+    operators: list[dict] = [dict(type=n, name=str(nm), ms=float(t))
                  for n, nm, t in zip(names, seq.node_names, per_op) if t > 0]
     params = int(seq.params)
     if step == "train" and params:
@@ -294,10 +306,25 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if seq.unknown_ops:
         warnings.append(f"operators unknown to the converter: {seq.unknown_ops}")
     total = sum(phases.values())
+    adapted = model.info.get("adaptation")
+    if adapted and model.info["gpu"]["name"] == gpu.name:  # fitted to measured steps of it
+        fitted = Adaptation.from_json(adapted)
+        scale = float(fitted.apply(np.asarray([total]))[0]) / total
+        phases = {k: v * scale for k, v in phases.items()}
+        operators = [dict(o, ms=float(o["ms"]) * scale) for o in operators]
+        if precision != model.info.get("precision"):
+            warnings.append(f"adapted to steps measured at {model.info.get('precision')}, "
+                            f"not {precision}")
+        total *= scale
+    elif adapted:
+        warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; the "
+                        f"{gpu.name} is priced unadapted")
+        adapted = None
     band_ok = not (classes & set(extrapolated) or other or odd_convs or seq.unknown_ops)
     p = Prediction(iteration_ms=total, device=gpu.name, num_ops=seq.num_ops,
                    warnings=warnings, operators=operators, phases=phases,
-                   interval_ms=(total * math.exp(model.band[0]), total * math.exp(model.band[1]))
+                   interval_ms=fitted.interval(total) if adapted else
+                   (total * math.exp(model.band[0]), total * math.exp(model.band[1]))
                    if band_ok else None)
     p.memory_gb = step_memory(seq, precision, optimizer).total / 1e9
     if p.memory_gb > gpu.memory_gb:
