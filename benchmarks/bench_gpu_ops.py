@@ -392,7 +392,7 @@ def data_parallel_runs(args) -> None:
         rows.append(dict(gpu=gpu.name, model=name, seq_len=int(seq_len), gpus=4,
                          global_batch=int(global_batch), measured_ms=label["e2e_latency"],
                          predicted_ms=dp.iteration_ms, single_gpu_ms=one.iteration_ms,
-                         allreduce_ms=total, exposed_ms=dp.phases["all-reduce"],
+                         allreduce_ms=total, exposed_ms=dp.phases["communication"],
                          neusight_ms=theirs.get((gpu.name, name, int(global_batch))),
                          sensitivity_ms=sensitivity))
         r = rows[-1]

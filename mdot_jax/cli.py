@@ -189,8 +189,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         try:
             seq, one = predict(b)
             steps = [(n, one if gpu is None else data_parallel(
-                one, seq.params, gpu, n, args.nodes, args.interconnect, args.network_gbs))
-                for n in counts]
+                one, seq.params, gpu, n, args.nodes, args.interconnect, args.network_gbs,
+                args.strategy, args.optimizer)) for n in counts]
         except ValueError as e:
             if isinstance(e, ConversionError):
                 raise
@@ -382,10 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data-parallel (DDP) over N GPUs per node, --batch-size per GPU; "
                         "several: a table with the scaling efficiency")
     p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
-    p.add_argument("--interconnect", choices=["nvlink", "pcie"],
-                   help="between the GPUs of a node (default: NVLink where it joins them)")
-    p.add_argument("--network-gbs", type=POSITIVE_FLOAT, default=25.0,
-                   help="between nodes, GB/s per direction per node (default 25: 200 Gb/s)")
+    p.add_argument("--strategy", default="ddp", choices=["ddp", "fsdp", "tp", "pp"],
+                   help="with --gpus: DDP or FSDP (tensor and pipeline parallel: not priced)")
+    p.add_argument("--interconnect", choices=["nvlink", "pcie"], help="within a node")
+    p.add_argument("--network-gbs", type=POSITIVE_FLOAT, default=25.0, help="GB/s between nodes")
     p.add_argument("--step", choices=["train", "fwd-bwd"],
                    help="a GPU priced from its spec sheet: the whole step (train, default) or "
                         "forward and backward without the optimizer update")

@@ -30,15 +30,22 @@ def test_one_gpu_is_the_single_gpu_step_and_more_never_less():
             assert p.iteration_ms >= one.iteration_ms and p.interval_ms is None
             assert p.iteration_ms == pytest.approx(sum(p.phases.values()))
             assert p.memory_gb > one.memory_gb and "all-reduce" in p.warnings[-1]
+            # sharded: less memory per GPU, more bytes moved, never less than the compute
+            f = data_parallel(one, params, h100, n, nodes, strategy="fsdp")
+            assert f.memory_gb < one.memory_gb + 0.03 and f.iteration_ms >= one.iteration_ms \
+                - one.phases["update"]
+            assert "reduce-scatter" in f.warnings[-1]
+    with pytest.raises(ValueError, match="not priced"):
+        data_parallel(one, 10 ** 8, h100, 4, strategy="tp")
     # a long backward hides all but the last bucket; a short one hides little
     big = 4.0 * 10 ** 9  # the fp32 gradients of 10^9 parameters
     buckets = math.ceil(big / (BUCKET_MB * 2 ** 20))
     link = ring_link(h100, 8, 1, None, 25.0)
     total = allreduce_ms(big, 8, link, buckets)
     hidden = data_parallel(_one(backward=1e4), 10 ** 9, h100, 8)
-    assert hidden.phases["all-reduce"] == pytest.approx(total / buckets)
+    assert hidden.phases["communication"] == pytest.approx(total / buckets)
     exposed = data_parallel(_one(backward=0.0), 10 ** 9, h100, 8)
-    assert exposed.phases["all-reduce"] == pytest.approx(total)
+    assert exposed.phases["communication"] == pytest.approx(total)
 
 
 def test_the_allreduce_grows_with_bytes_and_gpus():
@@ -74,11 +81,11 @@ def test_predict_tables_gpus(capsys, tmp_path):
     assert json.loads(capsys.readouterr().out)["iteration_ms"] == rows[0]["iteration_ms"]
     assert main([str(a) for a in args + ["--gpus", "4", "--nodes", "2"]]) == 0
     out = capsys.readouterr().out
-    assert "scaling" in out and "all-reduce" in out
+    assert "scaling" in out and "communication" in out
     for extra, needle in [(["--gpus", "2", "--device", "rtx3090"], "--gpus and --nodes"),
                           (["--gpus", "2,4", "--batch-sizes", "2,4"], "one --batch-size"),
                           (["--gpus", "4", "--device", "l4", "--interconnect", "nvlink"],
-                           "no NVLink")]:
+                           "no NVLink"), (["--gpus", "4", "--strategy", "pp"], "not priced")]:
         assert main([str(a) for a in args + extra]) == 2
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (extra, err)

@@ -15,6 +15,13 @@ The rules:
   all-reduce costing C in B buckets; never less than the last bucket, so a step is never
   shorter than its compute;
 - the optimizer update follows the all-reduce on every GPU, as in one.
+
+Fully sharded (`fsdp`, FSDP / ZeRO-3, fp32 parameters): each GPU holds 1/N of the
+parameters, gradients and optimizer state; the parameters are all-gathered before the forward
+and again before the backward, and the gradients reduce-scattered (3 (N - 1) / N of the
+parameter bytes in all, against the 2 (N - 1) / N of an all-reduce), in units of `BUCKET_MB`
+prefetched under the forward and the backward as DDP's buckets are under the backward; the
+update touches 1/N of the parameters. Tensor and pipeline parallelism are not priced.
 """
 
 from __future__ import annotations
@@ -23,12 +30,13 @@ import dataclasses
 import math
 
 from mdot_jax.data.gpus import GPU
+from mdot_jax.serving.memory import OPTIMIZER_STATE
 from mdot_jax.serving.predict import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
 LATENCY_US = {"nvlink": 2.0, "pcie": 5.0, "network": 10.0}  # per ring step, one way
 INTERCONNECTS = ("nvlink", "pcie")
-STRATEGIES = ("ddp",)  # FSDP, tensor and pipeline parallel are not priced
+STRATEGIES = ("ddp", "fsdp")  # tensor and pipeline parallelism are not priced
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,25 +72,44 @@ def allreduce_ms(nbytes: float, gpus: int, link: Link, buckets: int) -> float:
     return 1e3 * (steps / gpus * nbytes / (link.gbs * 1e9) + steps * link.latency_s * buckets)
 
 
+def _hidden(comm: float, compute: float, units: int) -> float:
+    """What of `comm` ms in `units` pieces, each ready as 1/units of `compute` is done, shows."""
+    return max(comm / units, comm - compute * (units - 1) / units)
+
+
 def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, nodes: int = 1,
-                  interconnect: str | None = None, network_gbs: float = 25.0) -> Prediction:
-    """`p` (one GPU's step, with its phases) as a DDP step over nodes x gpus_per_node GPUs:
-    `phases` gains the all-reduce's exposed ms, memory DDP's copy of the gradients in its
-    buckets. One GPU: `p` itself."""
+                  interconnect: str | None = None, network_gbs: float = 25.0,
+                  strategy: str = "ddp", optimizer: str = "sgd") -> Prediction:
+    """`p` (one GPU's step, with its phases) as a data-parallel step over nodes x
+    gpus_per_node GPUs (`strategy` ddp or fsdp): `phases` gains the communication that shows,
+    memory follows the strategy. One GPU: `p` itself."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"--strategy {strategy}: not priced (only {', '.join(STRATEGIES)}: "
+                         "tensor and pipeline parallelism are not modelled yet)")
     n = gpus_per_node * nodes
     if n == 1:
         return p
     link = ring_link(gpu, gpus_per_node, nodes, interconnect, network_gbs)
     nbytes = 4.0 * params
     buckets = max(1, math.ceil(nbytes / (BUCKET_MB * 2 ** 20)))
-    total = allreduce_ms(nbytes, n, link, buckets)
-    backward = p.phases.get("backward", 0.0)
-    exposed = max(total / buckets, total - backward * (buckets - 1) / buckets)
-    warning = (f"gradient all-reduce over {n} GPUs ({total:.3g} ms, {total - exposed:.3g} ms "
-               f"of it hidden behind the backward pass in {buckets} buckets of {BUCKET_MB} MB) "
-               f"priced from the {link.name} bandwidth ({link.gbs:g} GB/s per direction): not "
-               "measured")
-    return dataclasses.replace(
-        p, iteration_ms=p.iteration_ms + exposed, interval_ms=None,
-        warnings=[*p.warnings, warning], memory_gb=p.memory_gb + nbytes / 1e9,
-        phases={**p.phases, "all-reduce": exposed})
+    allreduce = allreduce_ms(nbytes, n, link, buckets)  # = reduce-scatter + all-gather
+    fw, bw = p.phases.get("forward", 0.0), p.phases.get("backward", 0.0)
+    phases = dict(p.phases)
+    if strategy == "ddp":
+        total, shown = allreduce, _hidden(allreduce, bw, buckets)
+        memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
+    else:
+        gather = allreduce / 2
+        total = 3 * gather
+        shown = _hidden(gather, fw, buckets) + _hidden(2 * gather, bw, buckets)
+        phases["update"] = phases.get("update", 0.0) / n
+        # weights, gradients and optimizer state sharded; one unit gathered whole at a time
+        state = (2 + OPTIMIZER_STATE[optimizer]) * nbytes / 1e9
+        memory = p.memory_gb - state * (n - 1) / n + BUCKET_MB * 2 ** 20 / 1e9
+    what = "all-reduce" if strategy == "ddp" else "all-gathers and reduce-scatter"
+    warning = (f"{strategy}: gradient {what} over {n} GPUs ({total:.3g} ms, {total - shown:.3g} "
+               f"ms of it hidden behind compute in {buckets} pieces of {BUCKET_MB} MB) priced "
+               f"from the {link.name} bandwidth ({link.gbs:g} GB/s per direction): not measured")
+    phases["communication"] = shown
+    return dataclasses.replace(p, iteration_ms=sum(phases.values()), interval_ms=None,
+                               warnings=[*p.warnings, warning], memory_gb=memory, phases=phases)
