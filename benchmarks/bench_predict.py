@@ -42,27 +42,47 @@ def timed(fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), float(q75 - q25)
 
 
-def memory(out: Path) -> None:
+def _measured_peak(arch: str, size: int, batch: int) -> dict:
+    """`measure.zoo.peak_memory` in a fresh process (a CPU's peak is the process's)."""
     import json
     import subprocess
     import sys
+
+    code = ("import json; from mdot_jax.measure.zoo import peak_memory; "
+            f"print(json.dumps(peak_memory({arch!r}, {size}, {batch})))")
+    return json.loads(subprocess.run([sys.executable, "-c", code], check=True,
+                                     capture_output=True, text=True).stdout.splitlines()[-1])
+
+
+def _fresh_set(golden: list[str]) -> list:
+    """The confirming set (the rule in the module docstring): (arch, size, sequence)."""
+    from mdot_jax.data.dataset import load_dataset
+
+    root = Path(__file__).resolve().parents[1] / "data" / "derived" / "cpu-amd-epyc-f26m2-2t-fused"
+    samples = {s.arch: s for s in load_dataset(root).samples
+               if s.workload.batch_size == 16 and s.arch not in golden}
+    drawn = np.random.default_rng(0).choice(sorted(samples), 10, replace=False)
+    return [(str(a), samples[a].workload.input_size, samples[a].seq) for a in sorted(drawn)]
+
+
+def memory(out: Path, fresh: bool = False) -> None:
+    import json
 
     from converters import OperatorSequence
     from mdot_jax.serving.memory import step_memory
 
     golden = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden"
+    models = [(p.stem, next(iter(OperatorSequence.load_npz(p).meta["inputs"].values()))[-1],
+               OperatorSequence.load_npz(p)) for p in sorted(golden.glob("*.npz"))]
+    if fresh:
+        models = _fresh_set([m[0] for m in models])
     rows = []
-    for path in sorted(golden.glob("*.npz")):
-        seq = OperatorSequence.load_npz(path)
-        size = next(iter(seq.meta["inputs"].values()))[-1]
-        code = ("import json; from mdot_jax.measure.zoo import peak_memory; "
-                f"print(json.dumps(peak_memory({path.stem!r}, {size}, 16)))")
-        measured = json.loads(subprocess.run([sys.executable, "-c", code], check=True,
-                                             capture_output=True, text=True).stdout)
-        est = step_memory(seq)
+    for arch, size, seq in models:
+        measured = _measured_peak(arch, size, 16)
+        est = step_memory(seq, cpu=measured["device"] == "cpu")
         rows.append(dict(measured, estimate=est.to_json(),
                          error=est.total / measured["peak_bytes"] - 1))
-        print(f"{path.stem:<24} measured {measured['peak_bytes'] / 1e6:8.1f} MB, estimate "
+        print(f"{arch:<24} measured {measured['peak_bytes'] / 1e6:8.1f} MB, estimate "
               f"{est.total / 1e6:8.1f} MB ({100 * rows[-1]['error']:+.1f}%)", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
@@ -88,9 +108,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--memory", type=Path, metavar="OUT",
                         help="score the step-memory estimate instead (results into OUT)")
+    parser.add_argument("--memory-fresh", action="store_true",
+                        help="with --memory: on the confirming set, not tests/data/golden")
     args = parser.parse_args()
     if args.memory:
-        return memory(args.memory)
+        return memory(args.memory, args.memory_fresh)
 
     import jax
     import torch

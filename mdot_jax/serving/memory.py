@@ -2,14 +2,18 @@
 fits on the device at all, before its time means anything.
 
 peak = parameters + their gradients + the optimizer's state + the activations kept for the
-backward pass + the input batch, where
+backward pass + the input batch + the working set, where
 - parameters, gradients and optimizer state are fp32 (also under AMP, which keeps fp32 master
   weights); the state is `OPTIMIZER_STATE` tensors the size of the parameters;
 - the activations are the tensors autograd keeps for the backward pass: an operator's output
   where its own backward needs it (Relu, Sigmoid, Softmax, ...) or where a consumer's backward
   needs its input (Conv, MatMul, normalisations, Mul, GELU, pooling, ...), each once, at the
   precision's width (half under AMP); an output only added, reshaped or concatenated onward is
-  freed, and views write nothing.
+  freed, and views write nothing;
+- the working set is what lives only while a step runs: the backward's transient gradients
+  (the gradient of an operator's output and of its input, at most the two largest outputs)
+  and, on a CPU, one working copy of the parameters (the kernels' reordered weights, the
+  optimizer's temporaries; a GPU's caching allocator reuses such blocks).
 """
 
 from __future__ import annotations
@@ -48,28 +52,32 @@ class StepMemory:
     optimizer: float
     activations: float
     inputs: float
+    working: float = 0.0
 
     @property
     def total(self) -> float:
         return (self.parameters + self.gradients + self.optimizer + self.activations
-                + self.inputs)
+                + self.inputs + self.working)
 
     def to_json(self) -> dict:
         return dict(parameters=self.parameters, gradients=self.gradients,
                     optimizer=self.optimizer, activations=self.activations, inputs=self.inputs,
-                    total=self.total)
+                    working=self.working, total=self.total)
 
 
-def step_memory(seq: OperatorSequence, precision: str = "fp32",
-                optimizer: str = "sgd") -> StepMemory:
-    """The estimate for `seq` (at its batch size) trained at `precision` with `optimizer`."""
+def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str = "sgd",
+                cpu: bool = False) -> StepMemory:
+    """The estimate for `seq` (at its batch size) trained at `precision` with `optimizer`, on
+    a CPU or (`cpu` False) a GPU."""
     if optimizer not in OPTIMIZER_STATE:
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(OPTIMIZER_STATE)}")
     weights = 4.0 * seq.params
     scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
     inputs = float(sum(4.0 * np.prod(s) for s in seq.meta.get("inputs", {}).values()))
+    outputs = np.sort(np.asarray(seq.load[:, _WRITTEN], np.float64))
+    working = scale * float(outputs[-2:].sum()) + (weights if cpu else 0.0)
     return StepMemory(weights, weights, OPTIMIZER_STATE[optimizer] * weights,
-                      scale * saved_bytes(seq), inputs)
+                      scale * saved_bytes(seq), inputs, working)
 
 
 def saved_bytes(seq: OperatorSequence) -> float:

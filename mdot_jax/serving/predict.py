@@ -343,13 +343,14 @@ class Predictor:
         catalogued GPU's, or this machine's RAM for a CPU): that it may not fit; beyond
         `NO_FIT` times that memory, that it will not (no band then). Every timm RTX 3090 run
         (each of which fitted its 24 GB) is estimated below 1.7 times it."""
-        p.memory_gb = step_memory(seq, w.precision, w.optimizer).total / 1e9
         limit: float | None
         try:
             limit, what = gpus.find(p.device).memory_gb, f"the {p.device}'s memory"
         except ValueError:
             ram = machine_memory()
             limit, what = (ram / 1e9 if ram else None), "this machine's RAM"
+        p.memory_gb = step_memory(seq, w.precision, w.optimizer,
+                                  cpu=what == "this machine's RAM").total / 1e9
         if limit and p.memory_gb > limit:
             surely = p.memory_gb > NO_FIT * limit
             p.warnings.append(f"the step needs about {p.memory_gb:.3g} GB (parameters, "
