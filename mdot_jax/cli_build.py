@@ -211,8 +211,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
                         budget_s=args.budget_s, optimizer=args.optimizer,
                         precision=args.precision, layout=args.layout)
+    zoos = [f"random:{args.n}:{args.seed}" if z == "random" else z for z in args.zoo.split(",")]
     try:
-        report = profile(args.zoo.split(","), args.batch_sizes, args.image_sizes, out,
+        report = profile(zoos, args.batch_sizes, args.image_sizes, out,
                          seq_lens=args.seq_lens, threads=args.threads,
                          models=args.models.split(",") if args.models else None,
                          protocol=protocol, retry_skipped=args.retry_skipped,
@@ -436,7 +437,11 @@ def add_commands(sub) -> None:
     q.set_defaults(func=cmd_dataset_check)
 
     p = sub.add_parser("profile", description=BUILD_COMMANDS["profile"])
-    p.add_argument("--zoo", help="comma-separated: torchvision,timm,hf")
+    p.add_argument("--zoo", help="comma-separated: torchvision,timm,hf,random")
+    p.add_argument("--n", type=POSITIVE_INT, default=100,
+                   help="--zoo random: this many generated architectures (each at the size it "
+                        "draws)")
+    p.add_argument("--seed", type=int, default=0, help="--zoo random: the generator's seed")
     p.add_argument("--ops", action="store_true",
                    help="measure single operators (forward, backward, update) drawn from the "
                         "graphs of model datasets, into <this machine's folder>/ops")

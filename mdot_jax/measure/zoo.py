@@ -50,9 +50,10 @@ class ZooModel:
     """A model the profiler can build: `build(size)` returns an nn.Module for that input size."""
 
     name: str
-    kind: str  # "image" (size = image side) or "text" (size = sequence length)
+    kind: str  # "image" (size = image side), "text" (sequence length), "audio" (samples)
     build: Callable[[int], object]
     vocab_size: int = 0  # text models: token ids are drawn below this
+    sizes: tuple[int, ...] = ()  # the sizes it is measured at, whatever the profile's sizes
 
 
 # ---------------------------------------------------------------------------- zoos
@@ -204,16 +205,46 @@ def _hf_zoo() -> list[ZooModel]:
 ZOOS = {"torchvision": _torchvision_zoo, "timm": _timm_zoo, "hf": _hf_zoo}
 
 
+def random_model(name: str) -> ZooModel:
+    """The random-zoo model its name draws (`measure.random_zoo`), at the size it draws."""
+    from mdot_jax.measure import random_zoo
+
+    s = random_zoo.spec(name)
+    return ZooModel(name, s["kind"], lambda size: random_zoo.build(s), vocab_size=1000,
+                    sizes=(s["size"],))
+
+
 def zoo_models(names: list[str]) -> list[ZooModel]:
     """The models of the named zoos; a name in two zoos (timm's resnet18 is torchvision's)
-    is taken from the first, since a sample's key is the model name."""
+    is taken from the first, since a sample's key is the model name. `random:N:S` is the
+    random zoo's first N models of seed S."""
+    from mdot_jax.measure import random_zoo
+
     out: dict[str, ZooModel] = {}
     for name in names:
+        if name.startswith("random:"):
+            n, seed = (int(v) for v in name.split(":")[1:])
+            for i in range(n):
+                out.setdefault(random_zoo.name_of(seed, i), random_model(
+                    random_zoo.name_of(seed, i)))
+            continue
         if name not in ZOOS:
-            raise ValueError(f"unknown zoo {name!r}: choose from {sorted(ZOOS)}")
+            raise ValueError(f"unknown zoo {name!r}: choose from {sorted(ZOOS)} or random")
         for m in ZOOS[name]():
             out.setdefault(m.name, m)
     return list(out.values())
+
+
+def find_model(name: str) -> ZooModel:
+    """The zoo model called `name`, of any zoo (a random one by its name alone)."""
+    from mdot_jax.measure import random_zoo
+
+    if random_zoo.NAME.fullmatch(name):
+        return random_model(name)
+    models = {m.name: m for m in zoo_models(list(ZOOS))}
+    if name not in models:
+        raise ValueError(f"no zoo model {name!r}")
+    return models[name]
 
 
 def sample_exporter(view: str = "training") -> Callable[[Sample], onnx.ModelProto]:
@@ -223,10 +254,8 @@ def sample_exporter(view: str = "training") -> Callable[[Sample], onnx.ModelProt
     (`data.per_graph`)."""
     import torch
 
-    models = {m.name: m for m in zoo_models(list(ZOOS))}
-
     def export(arch: str, size: int):
-        m = models[arch]
+        m = find_model(arch)
         return _export(m, m.build(size), size, torch, "cpu", view)
 
     return data.per_graph(export)
@@ -361,10 +390,7 @@ def peak_memory(arch: str, size: int, batch: int, steps: int = 2,
     VmHWM, reset first). Run it in a fresh process: a CPU peak is the process's."""
     import torch
 
-    models = {m.name: m for m in zoo_models(list(ZOOS))}
-    if arch not in models:
-        raise ValueError(f"no zoo model {arch!r}")
-    m = models[arch]
+    m = find_model(arch)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     # what the process does once, whatever the model: import the model's code (built on the
     # meta device: no memory), start autograd and the kernel libraries (one tiny step)
@@ -457,7 +483,7 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
         report = SkipLog(root)
         entries = [m for m in zoo if models is None or m.name in models]
         jobs = [(m, s, b) for m in entries
-                for s in (sizes if m.kind == "image" else (seq_lens or sizes))
+                for s in (m.sizes or (sizes if m.kind == "image" else (seq_lens or sizes)))
                 for b in sorted(batch_sizes)]
         if keys is not None:
             jobs = _jobs_of_keys(keys, {m.name: m for m in zoo})
@@ -486,7 +512,7 @@ def _jobs_of_keys(keys: Sequence[str], zoo: dict[str, ZooModel]) -> list[tuple]:
     """(model, size, batch) of sample keys `name/<i|t><size>/b<batch>`; unknown models named."""
     jobs, unknown = [], []
     for k in keys:
-        match = re.fullmatch(r"(.+)/[it](\d+)/b(\d+)", k)
+        match = re.fullmatch(r"(.+)/[ita](\d+)/b(\d+)", k)
         if match is None or match[1] not in zoo:
             unknown.append(k)
         else:
@@ -605,6 +631,9 @@ def _inputs(m: ZooModel, size: int, b: int, device: str, torch):
     if m.kind == "text":
         x = torch.randint(0, m.vocab_size, (b, size), generator=g)
         target = torch.randint(0, 2, (b,), generator=g)
+    elif m.kind == "audio":
+        x = torch.randn(b, 1, size, generator=g)
+        target = torch.randint(0, 10, (b,), generator=g)
     else:
         x = torch.randn(b, 3, size, size, generator=g)
         target = torch.randint(0, 1000, (b,), generator=g)
