@@ -91,7 +91,7 @@ def memory(out: Path, fresh: bool = False) -> None:
           f"{100 * np.mean([abs(r['error']) for r in rows]):.1f}%")
     # every row of timm's RTX 3090 table ran, so fitted its 24 GB: how far over the estimate is
     timm = Path(__file__).resolve().parents[1] / "data" / "derived" / "timm-rtx3090-fused"
-    if timm.is_dir():
+    if timm.is_dir() and not fresh:
         from mdot_jax.data.dataset import load_dataset
 
         gb = np.asarray([step_memory(s.seq, s.workload.precision).total / 1e9
