@@ -160,6 +160,9 @@ def test_packed_sequences_read_as_before_and_new_ones_join_on_the_next_pack(tmp_
     assert main(["dataset", "pack", str(tmp_path)]) == 0
     assert "3 sequences (3 packed now)" in capsys.readouterr().out
     assert not list((tmp_path / SEQS).glob("*.npz")) and (tmp_path / PACKED_SEQS).is_file()
+    # the samples file is packed too, and reads as before
+    assert not (tmp_path / "samples.jsonl").exists()
+    assert (tmp_path / "samples.jsonl.xz").is_file()
     first = (tmp_path / PACKED_SEQS).read_bytes()
     dataset.clear_sequence_cache()
     ds = load_dataset(tmp_path)
@@ -169,11 +172,12 @@ def test_packed_sequences_read_as_before_and_new_ones_join_on_the_next_pack(tmp_
     assert check_dataset(tmp_path)["problems"] == []
     writer = DatasetWriter(tmp_path)  # a packed dataset takes new samples as files
     assert writer.has_seq("a1") and not writer.has_seq("a4")
-    make_dataset(tmp_path, archs=("a4",))
+    make_dataset(tmp_path, archs=("a4",))  # appended to the unpacked samples: none lost
     assert [p.name for p in (tmp_path / SEQS).iterdir()] == ["a4.npz"]
-    assert len(load_dataset(tmp_path)) == 12
+    assert len(load_dataset(tmp_path)) == 12 and (tmp_path / "samples.jsonl").is_file()
     pack_sequences(tmp_path, progress=False)
     assert not list((tmp_path / SEQS).glob("*.npz")) and len(load_dataset(tmp_path)) == 12
+    assert not (tmp_path / "samples.jsonl").exists()
     packed = (tmp_path / PACKED_SEQS).read_bytes()
     assert len(packed) > len(first)
     pack_sequences(tmp_path, progress=False)  # the same sequences give the same bytes

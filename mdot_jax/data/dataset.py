@@ -226,7 +226,7 @@ def pack_sequences(root: str | Path, *, progress: bool = True) -> dict:
     from tqdm import tqdm
 
     root = Path(root)
-    if not (root / SAMPLES).is_file():
+    if not has_samples(root):
         raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
     archive, tmp = root / PACKED_SEQS, root / (PACKED_SEQS + ".tmp")
     with writer_lock(root):
@@ -249,6 +249,8 @@ def pack_sequences(root: str | Path, *, progress: bool = True) -> dict:
         tmp.replace(archive)
         for f in loose:
             f.unlink()
+        for name in (SAMPLES, NOISY):  # closed until a writer unpacks them again
+            _pack_jsonl(root / name)
     return dict(path=str(archive), sequences=len(members), packed_now=len(loose),
                 bytes=archive.stat().st_size)
 
@@ -356,6 +358,27 @@ def read_jsonl_bytes(path: Path) -> bytes | None:
         return path.read_bytes()
     packed = path.with_name(path.name + PACKED)
     return lzma.decompress(packed.read_bytes()) if packed.exists() else None
+
+
+def has_samples(root: str | Path) -> bool:
+    """Whether `root` holds a samples file, unpacked or packed (`samples.jsonl.xz`)."""
+    path = Path(root) / SAMPLES
+    return path.is_file() or path.with_name(path.name + PACKED).is_file()
+
+
+def _pack_jsonl(path: Path) -> None:
+    """`path` as `path.xz` (written beside, read back, then renamed); the unpacked file goes
+    only once the packed one holds its bytes."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    packed, tmp = path.with_name(path.name + PACKED), path.with_name(path.name + PACKED + ".tmp")
+    tmp.write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
+    if lzma.decompress(tmp.read_bytes()) != data:
+        tmp.unlink()
+        raise DatasetError(f"{tmp}: did not read back; nothing changed")
+    tmp.replace(packed)
+    path.unlink()
 
 
 def unpack_for_writing(path: Path) -> None:
@@ -469,7 +492,7 @@ def load_dataset(root: str | Path) -> Dataset:
     an unusable line is refused with a `DatasetError` naming it (`mdot dataset check` lists
     them all, `--fix` moves them aside)."""
     root = Path(root)
-    if not (root / SAMPLES).is_file():
+    if not has_samples(root):
         raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
     rows, problems = read_samples(root / SAMPLES)
     problems = [q for q in problems if not q.torn]  # the sample in flight: not there yet
@@ -490,13 +513,13 @@ def check_dataset(root: str | Path, *, fix: bool = False) -> dict:
     atomically. Lines are moved by number, so of exact duplicates the first stays; a second
     `fix` finds nothing to move. Nothing is deleted."""
     root = Path(root)
-    path = root / SAMPLES
-    if not path.is_file():
+    if not has_samples(root):
         raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
     if not fix:
         return _check(root)[0]
     try:
         with writer_lock(root):
+            unpack_for_writing(root / SAMPLES)  # lines move aside from the unpacked file
             report, problems = _check(root)
             if problems:
                 _move_aside(root, problems)
@@ -620,6 +643,8 @@ class DatasetWriter:
         self.root = Path(root)
         (self.root / SEQS).mkdir(parents=True, exist_ok=True)
         path = self.root / SAMPLES
+        for name in (SAMPLES, NOISY):  # a packed dataset is appended to unpacked
+            unpack_for_writing(self.root / name)
         end_last_line(path, self.root / REJECTED)
         self.done = {d["key"] for d in read_samples(path)[0]}
         self.noisy = {d["key"] for d in read_samples(self.root / NOISY)[0]} - self.done

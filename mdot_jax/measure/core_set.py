@@ -136,9 +136,9 @@ def run_probe(root: str | Path, keys: Sequence[str], threads: int = 2, protocol=
 
 def write_probe(root: str | Path, keys: Sequence[str], fingerprint: dict) -> dict:
     """Writes `root/PROBE_FILE` from the probe samples the folder holds; returns it."""
-    from mdot_jax.data.dataset import SAMPLES, load_dataset
+    from mdot_jax.data.dataset import has_samples, load_dataset
 
-    held = load_dataset(root).samples if (Path(root) / SAMPLES).exists() else []
+    held = load_dataset(root).samples if has_samples(root) else []
     ms = {s.key: s.label_ms for s in held}
     probe = dict(version=CORE_SET_VERSION, fingerprint=fingerprint,
                  ms={k: ms[k] for k in keys if k in ms})

@@ -41,6 +41,7 @@ from mdot_jax.data.dataset import (
     SkipLog,
     append_line,
     end_last_line,
+    has_samples,
     read_jsonl_bytes,
     read_samples,
     unpack_for_writing,
@@ -94,7 +95,7 @@ def harvest(dataset_dirs: list[str | Path], progress: bool = True) -> Harvest:
     out = Harvest([], [], [])
     files: dict[Path, str] = {}  # sequence file -> the first sample key using it
     for d in dataset_dirs:  # the graphs of noisy samples too: a graph is what is drawn from
-        if not (Path(d) / SAMPLES).exists() and not (Path(d) / NOISY).exists():
+        if not has_samples(d) and not (Path(d) / NOISY).exists():
             raise DatasetError(f"{d}: not a dataset (no {SAMPLES})")
         for name in (SAMPLES, NOISY):
             for row in read_samples(Path(d) / name)[0]:
@@ -376,10 +377,9 @@ def default_sources() -> list[Path]:
     """The model datasets whose graphs the plan draws from: every derived CPU dataset of
     models (a derived folder of operator samples, whose lines name no `arch`, is not one)."""
     def of_models(p: Path) -> bool:
-        with open(p / SAMPLES) as f:
-            return '"arch"' in f.readline()
+        return b'"arch"' in (read_jsonl_bytes(p / SAMPLES) or b"").split(b"\n", 1)[0]
     return sorted(p for p in Path("data/derived").glob("cpu-*")
-                  if (p / SAMPLES).exists() and of_models(p))
+                  if has_samples(p) and of_models(p))
 
 
 def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | None = None,

@@ -534,7 +534,7 @@ def _check_same_speed(root: Path, zoo: dict[str, ZooModel], protocol: Protocol, 
     when their median ratio to the labels moved by more than SPEED_TOLERANCE: a CPU of the
     same family at another clock, throttled, or shared with another job. Folders without
     such samples are not checked."""
-    if not (root / "samples.jsonl").exists():
+    if not data.has_samples(root):
         return
     pool = sorted((s for s in load_dataset(root).samples
                    if s.arch in zoo and 20 <= s.label_ms <= 1000), key=lambda s: s.key)
@@ -558,7 +558,7 @@ def _check_same_device(root: Path, fp: dict) -> None:
     family, model number, stepping, vector extensions or thread count; or a CPU folder
     whose samples do not record the family (measured before it was recorded), since
     then nobody can tell."""
-    if not (root / "samples.jsonl").exists():
+    if not data.has_samples(root):
         return
     theirs = [s.meta.get("fingerprint", {}) for s in load_dataset(root).samples]
     for what, default in (("optimizer", "sgd"), ("precision", "fp32"), ("layout", "nchw")):

@@ -312,11 +312,10 @@ def _measure_within(root: str | Path, keys: list[str], budget_s: float, threads:
     held after."""
     from tqdm import tqdm
 
-    from mdot_jax.data.dataset import SAMPLES, load_dataset
+    from mdot_jax.data.dataset import has_samples, load_dataset
     from mdot_jax.measure.zoo import ZOOS, Protocol, profile
 
-    held = {s.key for s in load_dataset(root).samples} if (Path(root) / SAMPLES).exists() \
-        else set()
+    held = {s.key for s in load_dataset(root).samples} if has_samples(root) else set()
     times: list[float] = []
     bar = tqdm(total=max(int(budget_s), 0), unit="s", desc="adapt: more samples",
                disable=not progress or budget_s <= 0)

@@ -169,7 +169,7 @@ def _peaks(gpu: GPU, precision: str) -> tuple[dict[str, GPU], dict[str, str]]:
                 memory=_at(gpu, fp32, width), fp32=gpu), warnings
 
 
-def _rowwise(kind: str, op_type: str, c: np.ndarray) -> tuple[int, int]:
+def _rowwise(op_type: str, c: np.ndarray) -> tuple[int, int]:
     """(rows, row length) of a softmax or normalisation kernel."""
     n, rank = int(c[_C["out_numel"]]), int(c[_C["out_rank"]])
     if op_type in ("BatchNormalization", "InstanceNormalization") and rank >= 2:
@@ -205,7 +205,7 @@ def _classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, 
             return "linear", "linear", (1, b * m, n, k)
         return "bmm", "bmm", (b, m, n, k)
     if op_type in _ROWWISE:
-        return _ROWWISE[op_type], _ROWWISE[op_type], _rowwise(_ROWWISE[op_type], op_type, c)
+        return _ROWWISE[op_type], _ROWWISE[op_type], _rowwise(op_type, c)
     rows = (out_n // max(int(c[_C["out_d3"]]), 1), max(int(c[_C["out_d3"]]), 1))
     if op_type in _BINARY:  # both operands full size, or one broadcast (a bias, a scalar)
         full = load[_L["bytes_read"]] >= 1.9 * out_n * c[_C["elem_bytes"]]
@@ -225,7 +225,7 @@ def _classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, 
 
 def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
           step: str = "train", optimizer: str = "sgd") -> Prediction:
-    """ms of one training step of `seq` (unfused, at its batch size) on `gpu`, with per-operator
+    """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`), warnings for whatever is extrapolated, and an 80% band when nothing
     is (the band of whole steps on GPUs left out of the fit)."""
     if precision not in PRECISIONS:
@@ -240,8 +240,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     names = [VOCAB[t] if t < len(VOCAB) else "<unk>" for t in seq.op_type]
     has_input = np.zeros(len(names), bool)
     has_input[seq.edges[:, 1]] = True
-    # (node index, phase, operator, dims, the GPU as that operator sees it)
-    work: list[tuple[int, str, str, tuple, GPU]] = []
+    # (node index, phase, operator, dims, the GPU as that operator sees it, times what)
+    work: list[tuple[int, str, str, tuple, GPU, float]] = []
     other: dict[str, int] = {}
     odd_convs, classes = 0, set()
     for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
@@ -253,7 +253,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         classes.add("conv" if kind == "conv" else "gemm" if op in ("bmm", "linear") else "")
         seen = at["conv"] if kind == "conv" else at["gemm"] if op in ("bmm", "linear") \
             else at["fp32"] if kind in ("softmax", "ln") else at["memory"]
-        work.append((i, "fw", op, dims, seen))
+        work.append((i, "fw", op, dims, seen, 1.0))
         if kind == "conv":
             odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
                           c[_C["groups"]]) != (3, 3, 1, 1)
@@ -262,30 +262,26 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             if has_input[i]:  # the data gradient: a convolution of the output's gradient
                 kk = int(c[_C["kernel_h"]] * c[_C["kernel_w"]])
                 work.append((i, "bw", "conv", (1, x // c_in, c_in, n // g * kk,
-                                               int(c[_C["out_numel"]])), seen))
-            work.append((i, "bw", "bmm", (g, n // g, k, m), seen))  # the weight gradient
+                                               int(c[_C["out_numel"]])), seen, 1.0))
+            work.append((i, "bw", "bmm", (g, n // g, k, m), seen, 1.0))  # weight gradient
         elif op in ("bmm", "linear"):
             grads = backward_gemms(op, dims)
             if op == "linear" and not has_input[i]:
                 grads = grads[1:]
-            work.extend((i, "bw", o, d, seen) for o, d in grads)
-        else:
-            work.append((i, "ratio", op, dims, seen))
-        if load[_L["params"]] > 0:
-            work.append((i, "acc", "add", (1, int(load[_L["params"]])), at["fp32"]))
+            work.extend((i, "bw", o, d, seen, 1.0) for o, d in grads)
+        else:  # the forward again, times its kind's measured backward / forward ratio
+            work.append((i, "bw", op, dims, seen, model.ratios.get(_ratio_kind(kind), 1.0)))
+        if load[_L["params"]] > 0:  # the gradient's accumulation
+            work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
     ms = model.ops.predict([w[2] for w in work], [w[3] for w in work], [w[4] for w in work]) \
         if work else np.zeros(0)
     per_op = np.zeros(len(names))
     phases = dict(forward=0.0, backward=0.0, update=0.0)
-    kinds = {i: _classify(names[i], seq.config[i], seq.load[i])[0] for i, *_ in work}
-    for (i, phase, *_), t in zip(work, ms):
-        if phase == "ratio":  # the forward priced again, times its kind's backward ratio
-            t *= model.ratios.get(_ratio_kind(kinds[i]), 1.0)
-        t = float(t)
-        per_op[i] += t
-        phases["forward" if phase == "fw" else "backward"] += t
+    for (i, phase, *_, factor), t in zip(work, ms):
+        per_op[i] += float(t) * factor
+        phases["forward" if phase == "fw" else "backward"] += float(t) * factor
     operators: list[dict] = [dict(type=n, name=str(nm), ms=float(t))
-                 for n, nm, t in zip(names, seq.node_names, per_op) if t > 0]
+                             for n, nm, t in zip(names, seq.node_names, per_op) if t > 0]
     params = int(seq.params)
     if step == "train" and params:
         passes = UPDATE_PASSES[optimizer] + (1 if half else 0) + (precision == "amp-fp16")
