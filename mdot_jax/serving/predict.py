@@ -124,6 +124,7 @@ class Prediction:
     input_size: int = 0  # the workload's image side or sequence length, as predicted for
     memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
     # priced from a GPU's spec sheet (`serving.spec_sheet`): ms of forward, backward, update
+    # (and `serving.parallel`'s communication that shows)
     phases: dict[str, float] = field(default_factory=dict)
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
