@@ -317,11 +317,11 @@ def onnx_steps(args) -> None:
     print(json.dumps(mape, indent=1))
 
 
-def _step_of(name: str, seq_len: int, batch: int, gpu, model, cache: Path, config: dict,
-             layers: int):
+def _step_of(name: str, seq_len: int, batch: int, gpu, model, cache: Path, layers: int):
     """The single-GPU fwd-bwd step of a NeuSight model with `layers` layers, from its 2- and
     4-layer exports in `cache` (as `--onnx` makes them): (Prediction, parameters)."""
     from converters import convert
+    from mdot_jax.serving.predict import Prediction
     from mdot_jax.serving.spec_sheet import price
 
     ps, params = {}, {}
@@ -334,7 +334,7 @@ def _step_of(name: str, seq_len: int, batch: int, gpu, model, cache: Path, confi
         return a + f * (b - a)
 
     phases = {k: extend(ps[2].phases[k], ps[4].phases[k]) for k in ps[2].phases}
-    p = ps[2].__class__(iteration_ms=sum(phases.values()), device=gpu.name, num_ops=0,
+    p = Prediction(iteration_ms=sum(phases.values()), device=gpu.name, num_ops=0,
                         phases=phases, memory_gb=extend(ps[2].memory_gb, ps[4].memory_gb))
     return p, int(extend(params[2], params[4]))
 
@@ -364,7 +364,7 @@ def data_parallel_runs(args) -> None:
     """NeuSight's 4-GPU data-parallel labels (`--dp`; the rule in the module docstring)."""
     import dataclasses
 
-    from mdot_jax.serving.parallel import allreduce_ms, data_parallel, ring_link
+    from mdot_jax.serving.parallel import BUCKET_MB, allreduce_ms, data_parallel, ring_link
     from mdot_jax.serving.spec_sheet import load_step_model
 
     model = load_step_model(args.model)
@@ -376,10 +376,11 @@ def data_parallel_runs(args) -> None:
         config = json.loads((root / "model_configs" / f"{name}.json").read_text())
         gpu = gpus.find(path.parent.name.replace("_", " "))
         one, params = _step_of(name, int(seq_len), int(global_batch) // 4, gpu, model, cache,
-                               config, config.get("n_layer") or config["num_hidden_layers"])
+                               config.get("n_layer") or config["num_hidden_layers"])
         dp = data_parallel(one, params, gpu, 4)
         link = ring_link(gpu, 4, 1, None, 25.0)
-        nbytes, buckets = 4.0 * params, max(1, math.ceil(4.0 * params / (25 * 2 ** 20)))
+        nbytes = 4.0 * params
+        buckets = max(1, math.ceil(nbytes / (BUCKET_MB * 2 ** 20)))
         total = allreduce_ms(nbytes, 4, link, buckets)
         sensitivity = {
             "link bandwidth x0.5": data_parallel(one, params, dataclasses.replace(

@@ -123,6 +123,14 @@ def find(name: str) -> GPU:
                      "--device-spec FILE.json describes another)")
 
 
+def lookup(name: str) -> GPU | None:
+    """`find(name)`, or None where the name is no catalogued GPU (a CPU's, say)."""
+    try:
+        return find(name)
+    except ValueError:
+        return None
+
+
 def from_spec_file(path: str | Path) -> GPU:
     """A GPU the catalog lacks, described in a JSON file with the catalog's fields."""
     try:

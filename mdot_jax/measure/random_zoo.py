@@ -159,6 +159,14 @@ def build(s: dict):
             y, _ = self.rnn(x.transpose(1, 2))
             return x + y.transpose(1, 2)
 
+    class Tokens(nn.Module):  # token ids [B, T] -> features [B, C, T]
+        def __init__(self, c):
+            super().__init__()
+            self.embedding = nn.Embedding(1000, c)
+
+        def forward(self, ids):
+            return self.embedding(ids).transpose(1, 2)
+
     class Volume(nn.Module):  # a 3-D convolution over [B, 1, C, H, W]
         def __init__(self, c):
             super().__init__()
@@ -217,7 +225,7 @@ def build(s: dict):
 
     c, layers = s["width"], []
     if s["kind"] == "text":
-        layers.append(_Tokens(nn.Embedding(1000, c)))
+        layers.append(Tokens(c))
     elif s["kind"] == "audio":
         layers += [nn.Conv1d(1, c, 16, 16), norm(c), act_t()]
     else:
@@ -234,21 +242,6 @@ def build(s: dict):
     pool = nn.AdaptiveAvgPool2d(1) if image else nn.AdaptiveAvgPool1d(1)
     layers += [pool, nn.Flatten(), nn.Linear(c, KINDS[s["kind"]])]
     return nn.Sequential(*layers)
-
-
-def _Tokens(embedding):
-    """Token ids [B, T] -> features [B, C, T]."""
-    from torch import nn
-
-    class Tokens(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embedding = embedding
-
-        def forward(self, ids):
-            return self.embedding(ids).transpose(1, 2)
-
-    return Tokens()
 
 
 def _divisor(c: int, at_most: int) -> int:

@@ -242,11 +242,8 @@ class Predictor:
             raise ValueError(f"this checkpoint predicts for {devices}, not {name!r}; {e}"
                              ) from None
         for d in devices:
-            try:
-                if gpus.find(d).name == gpu.name:
-                    return d
-            except ValueError:
-                continue
+            if (same := gpus.lookup(d)) and same.name == gpu.name:
+                return d
         raise ValueError(f"{gpu.name} is in the GPU catalog, but this checkpoint predicts for "
                          f"{devices} only: without --checkpoint, `mdot predict --device "
                          f"{gpu.name}` prices it from its spec sheet")

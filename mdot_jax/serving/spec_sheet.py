@@ -32,6 +32,7 @@ The rules, per operator of the sequence:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -100,27 +101,15 @@ def spec_gpu(device: str | None, device_spec: str | None, checkpoint: str | None
     if folder is not None:
         if device:
             return gpus.find(device), folder
-        adapted = load_step_model(folder).info.get("gpu")
+        adapted = json.loads((folder / StepModel.META).read_text()).get("gpu")
         if not adapted:
             raise ValueError(f"--checkpoint {checkpoint} prices a GPU named by --device")
         return gpus.find(adapted["name"]), folder
-    if not device or checkpoint:
+    gpu = gpus.lookup(device) if device and not checkpoint else None
+    if gpu is None:  # no GPU, or the checkpoint's own name for a device (or its error)
         return None
-    try:
-        gpu = gpus.find(device)
-    except ValueError:
-        return None  # the checkpoint's own name for a device, or its error
-    if all(gpus.find(d).name != gpu.name for d in checkpoint_devices(None) if _catalogued(d)):
-        return gpu, STEP_MODEL_DIR
-    return None
-
-
-def _catalogued(name: str) -> bool:
-    try:
-        gpus.find(name)
-    except ValueError:
-        return False
-    return True
+    theirs = {g.name for g in map(gpus.lookup, checkpoint_devices(None)) if g}
+    return (gpu, STEP_MODEL_DIR) if gpu.name not in theirs else None
 
 
 def load_step_model(folder: str | Path | None = None) -> StepModel:
