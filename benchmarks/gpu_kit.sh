@@ -29,7 +29,13 @@ PY=${PYTHON:-python3}
 START=$(date +%s)
 LOG="$OUT/kit.log"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" MDOT_DATA="$WORK" TQDM_DISABLE=1
-mdot() { "$PY" -c 'import sys; from mdot_jax.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
+# `mdot` from this tree, as a program (`timeout` runs programs, not shell functions)
+mkdir -p "$WORK/bin"
+printf '#!/usr/bin/env bash\nexec %q -c %q "$@"\n' "$PY" \
+  'import sys; from mdot_jax.cli import main; sys.exit(main(sys.argv[1:]))' > "$WORK/bin/mdot"
+chmod +x "$WORK/bin/mdot"
+export PATH="$WORK/bin:$PATH"
+
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 # a step: at most $1 seconds, or what is left less $2 kept for the steps after it
 step() {

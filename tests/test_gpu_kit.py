@@ -5,6 +5,7 @@ samples at the precisions asked for; run again, it resumes (nothing measured twi
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_the_kits_dry_run_makes_what_comes_back(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    env = dict(os.environ, KIT_WORK=str(work), KIT_SECONDS="170")
+    # as on the GPU machine: no `mdot` program on the PATH, only a Python
+    env = dict(os.environ, KIT_WORK=str(work), KIT_SECONDS="170", PYTHON=sys.executable,
+               PATH="/usr/bin:/bin")
     for _ in range(2):  # the second run resumes
         subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_kit.sh"), "--dry-run",
                         str(out)], check=True, env=env, timeout=300)

@@ -37,6 +37,21 @@ _EXACT = {"Conv", "Gemm", "MatMul", "BatchNormalization", "LayerNormalization", 
           "GlobalAveragePool", "Relu", "HardSwish", "Add", "Mul", "Gelu", "Concat", "Reshape"}
 
 
+def test_harvest_reads_a_packed_dataset_as_its_files(small_models, tmp_path):
+    """A committed dataset keeps its sequences in `seqs.tar.xz`, not as files."""
+    import shutil
+
+    from mdot_jax.data.dataset import clear_sequence_cache, pack_sequences
+
+    packed = tmp_path / "packed"
+    shutil.copytree(small_models, packed)
+    pack_sequences(packed, progress=False)
+    clear_sequence_cache()
+    assert not list((packed / "seqs").glob("*.npz"))
+    assert ([s.key for s in harvest([packed], progress=False).specs]
+            == [s.key for s in harvest([small_models], progress=False).specs])
+
+
 def test_rows_of_real_graphs_build_as_operators_of_the_same_size(small_models):
     h = harvest([small_models], progress=False)
     types = {s.op_type for s in h.specs}

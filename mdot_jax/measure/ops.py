@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-from converters import OperatorSequence
 from mdot_jax.data.dataset import (
     NOISY,
     REJECTED,
@@ -42,6 +41,7 @@ from mdot_jax.data.dataset import (
     append_line,
     end_last_line,
     has_samples,
+    load_sequence,
     read_jsonl_bytes,
     read_samples,
     unpack_for_writing,
@@ -93,16 +93,16 @@ def harvest(dataset_dirs: list[str | Path], progress: bool = True) -> Harvest:
 
     index: dict[str, int] = {}
     out = Harvest([], [], [])
-    files: dict[Path, str] = {}  # sequence file -> the first sample key using it
+    files: dict[tuple[Path, str], str] = {}  # (dataset, sequence) -> the first key using it
     for d in dataset_dirs:  # the graphs of noisy samples too: a graph is what is drawn from
         if not has_samples(d) and not (Path(d) / NOISY).exists():
             raise DatasetError(f"{d}: not a dataset (no {SAMPLES})")
         for name in (SAMPLES, NOISY):
             for row in read_samples(Path(d) / name)[0]:
-                files.setdefault(Path(d) / row["seq"], row["key"])
-    for path, sample_key in tqdm(files.items(), desc="harvest operator rows",
-                                 disable=not progress):
-        for spec in specs_of(OperatorSequence.load_npz(path)):
+                files.setdefault((Path(d), row["seq"]), row["key"])
+    for (root, rel), sample_key in tqdm(files.items(), desc="harvest operator rows",
+                                        disable=not progress):
+        for spec in specs_of(load_sequence(root, rel)):  # a file, or packed in the archive
             k = spec.key
             if k not in index:
                 index[k] = len(out.specs)
