@@ -40,6 +40,13 @@ def test_profile_tiny_model_end_to_end(tmp_path):
     assert (c.key, c.label_ms, c.workload) == (s.key, s.label_ms, s.workload)
     # no pattern to fuse here, only the classifier's Flatten to count as a view
     assert c.seq.meta["fused"] == {"views": 1} and c.seq.num_ops == s.seq.num_ops
+    # samples brought back without their sequences (the GPU kit's) are exported again
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(out, bare, ignore=shutil.ignore_patterns("seqs"))
+    [b] = resequence(bare, tmp_path / "fused-bare", progress=False).samples
+    assert (b.key, b.label_ms) == (s.key, s.label_ms) and b.seq.num_ops == c.seq.num_ops
     # a skip on record is kept, unless retried: then a success clears it
     report = json.loads((out / "report.json").read_text())
     report["skipped"]["mobilenet_v3_small/i32/b4"] = dict(reason="cannot_train", detail="")

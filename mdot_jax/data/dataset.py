@@ -891,7 +891,9 @@ def resequence(src: str | Path, out: str | Path, export_of: Callable[[Sample], A
                     f"the copy died {kills[graph]} times converting it (out of memory?); "
                     f"delete {RESEQUENCE_TRIES} to try again")))
                 continue
-            if reuse and converts_the_same(sample.seq, version):
+            # reuse: where the source has the sequence (a GPU kit's samples come without)
+            if (reuse and has_sequence(source.root, sample.seq_path)
+                    and converts_the_same(sample.seq, version)):
                 seq = dataclasses.replace(
                     sample.seq, meta={**sample.seq.meta, "fusion_version": version})
             else:
