@@ -3,11 +3,14 @@
 # in at most KIT_SECONDS (default 510) of wall time, into at most 8 files directly under OUT:
 #   env.json                     the GPU's fingerprint (name, SMs, memory, L2, CUDA, cuDNN,
 #                                driver, clocks), PyTorch, Python, and what is installed
-#   amp-bf16-samples.jsonl       the probe and the device core set, autocast to bf16
+#   amp-bf16-samples.jsonl       the probe; the GPU set (GPU_MODELS at 224 px or 256 tokens,
+#                                batch 32 and 128: steps that occupy the GPU); then the device
+#                                core set (64 px, 32 tokens: launch-bound on a big GPU);
+#                                autocast to bf16; on a GPU each sample's peak memory too
 #   amp-bf16-noisy.jsonl         samples measured, but too noisy to train on
 #   amp-bf16-report.json         what was skipped and why
-#   fp32-samples.jsonl           as much of the core set at fp32 as the time left allows
-#   ops-amp-bf16-samples.jsonl   a few hundred single operators, autocast to bf16
+#   fp32-samples.jsonl           the GPU set at fp32, then as much of the core set as time allows
+#   ops-amp-bf16-samples.jsonl   single operators, autocast to bf16, with the time left
 #   ops-amp-bf16-noisy.jsonl     those too noisy to train on
 #   kit.log                      every step's output
 # Each step is bounded by what time is left and appends as it measures, so a step cut off
@@ -85,10 +88,18 @@ if [ "$DRY" = 1 ]; then
   step 40 0 mdot profile --ops --precision amp-bf16 --ops-n 8 --max-minutes 0.5 --threads 2 \
     --ops-from "$WORK/amp-bf16" --out "$WORK/ops-amp-bf16"
 else
-  step 120 360 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
-  step 260 120 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
-  step 120 70 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
-  step 70 0 mdot profile --ops --precision amp-bf16 --ops-n 300 --max-minutes 1 --threads 8 \
+  # the GPU set: every name is a zoo model (tests/test_gpu_kit.py checks)
+  GPU_MODELS=resnet50,resnet101,convnext_tiny,efficientnet_b0,densenet121,mobilenet_v3_large
+  GPU_MODELS+=,vit_b_16,swin_t,regnet_y_8gf,efficientnet_b3,bert-base,gpt2-small
+  GPU_MODELS+=,distilbert-base,llama-small
+  GPU_SET=(--zoo torchvision,timm,hf --models "$GPU_MODELS" --image-sizes 224 --seq-lens 256
+           --batch-sizes 32,128 --threads 8)
+  step 50 440 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
+  step 150 290 mdot profile "${GPU_SET[@]}" --precision amp-bf16 --out "$WORK/amp-bf16"
+  step 140 150 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
+  step 90 60 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
+  step 60 30 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
+  step 30 0 mdot profile --ops --precision amp-bf16 --ops-n 300 --max-minutes 0.4 --threads 8 \
     --ops-from data/derived/cpu-amd-epyc-f25m17-2t-fused --out "$WORK/ops-amp-bf16"
 fi
 echo "== done in $(( $(date +%s) - START ))s" >> "$LOG"

@@ -38,3 +38,16 @@ def test_the_kits_dry_run_makes_what_comes_back(tmp_path):
     assert ops and json.loads(ops[0])["meta"]["fingerprint"]["precision"] == "amp-bf16"
     log = (out / "kit.log").read_text()
     assert log.count("== done in") == 2 and "Traceback" not in log
+
+
+def test_the_kits_gpu_set_names_zoo_models():
+    """A misspelt name would cost a lease: the GPU set's step would measure nothing."""
+    pytest.importorskip("torchvision")
+    import re
+
+    from mdot_jax.measure.zoo import find_model
+
+    kit = (REPO / "benchmarks" / "gpu_kit.sh").read_text()
+    names = ",".join(re.findall(r"^\s*GPU_MODELS\+?=,?(\S+)", kit, re.M)).split(",")
+    assert len(names) >= 12
+    assert all(find_model(n).name == n for n in names)

@@ -102,7 +102,8 @@ class Sample:
       seq_path: operator sequence file, relative to the dataset directory.
       workload: `Workload`.
       label_ms: measured milliseconds per training iteration (median of repeats).
-      stats: repeats, times_ms, median_ms, iqr_ms, cv (percent) where measured by us.
+      stats: repeats, times_ms, median_ms, iqr_ms, cv (percent) where measured by us; on a
+        GPU peak_mb, the step's `max_memory_allocated` above what was held before its model.
       meta: fingerprint of the device and software, source row, parameter count, ...
     """
 

@@ -578,6 +578,7 @@ def _check_same_device(root: Path, fp: dict) -> None:
 
 def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, device, protocol,
                         torch, bar) -> None:
+    before = torch.cuda.memory_allocated() if device == "cuda" else 0  # (the last model freed)
     try:
         model = m.build(size).to(device)
         proto = _export(m, model, size, torch, device)
@@ -598,6 +599,8 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             seq_key = f"{m.name}-{m.kind[0]}{size}-b{b}"
             if not writer.has_seq(seq_key):
                 writer.save_seq(seq_key, convert(proto, name=m.name, batch_size=b))
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             x, target = _inputs(m, size, b, device, torch)
             load: list[float] = []  # other runnable threads, after each timed iteration
             times = measure_step(model, x, target, protocol, device,
@@ -611,6 +614,8 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             st = stats_of(times)
             st["others_running"] = float(np.mean(load)) if load else 0.0
             st["noisy"] = st["cv"] > protocol.max_cv or st["others_running"] > protocol.max_others
+            if device == "cuda":  # the step's peak, as `peak_memory` counts it
+                st["peak_mb"] = (torch.cuda.max_memory_allocated() - before) / 1e6
             report.skipped.pop(k, None)  # measured on a retry
             writer.append(Sample(
                 key=k, arch=m.name, seq_path=f"seqs/{seq_key}.npz",
