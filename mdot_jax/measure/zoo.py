@@ -202,7 +202,14 @@ def _hf_zoo() -> list[ZooModel]:
     return [ZooModel(n, "text", make(n), vocab_size=1000) for n in HF_CONFIGS]
 
 
-ZOOS = {"torchvision": _torchvision_zoo, "timm": _timm_zoo, "hf": _hf_zoo}
+def _novel_zoo() -> list[ZooModel]:
+    from mdot_jax.measure import novel_zoo
+
+    return [ZooModel(n, kind, lambda _, n=n: novel_zoo.build(n), vocab_size=1000, sizes=(size,))
+            for n, (kind, size) in novel_zoo.MODELS.items()]
+
+
+ZOOS = {"torchvision": _torchvision_zoo, "timm": _timm_zoo, "hf": _hf_zoo, "novel": _novel_zoo}
 
 
 def random_model(name: str) -> ZooModel:
