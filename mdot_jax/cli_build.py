@@ -356,6 +356,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from mdot_jax.training.train import TrainConfig
 
     ds = _dataset(args.dataset)
+    novel = args.split.startswith("novel")
+    if novel != bool(args.novel):
+        raise UsageError("--novel DIR goes with --split novel or novel-zoo, and they with it")
+    if novel:
+        from mdot_jax.data.dataset import with_novel
+
+        try:
+            ds = with_novel(ds, _dataset(args.novel))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     op_samples = None
     if args.op_costs:  # op-grounded: per fold, a cost model of the training families' operators
         from mdot_jax.measure.ops import read_op_samples
@@ -383,6 +393,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                        op_samples=op_samples, views=views, fold_seed=args.fold_seed)
         except ValueError as e:
             raise UsageError(str(e)) from None
+    if novel:
+        from mdot_jax.evaluation.novel import novel_summary
+
+        print(novel_summary(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:])))
+        return 0
     try:
         summarize(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]),
                   commit=source_commit(),
@@ -535,7 +550,12 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("evaluate", description=BUILD_COMMANDS["evaluate"])
     p.add_argument("--dataset", required=True)
-    p.add_argument("--split", choices=["family", "random", "batch"], default="family")
+    p.add_argument("--split", choices=["family", "random", "batch", "novel", "novel-zoo"],
+                   default="family", help="random with --folds 1: one 70/30 split (the MDOT "
+                   "paper's); novel, novel-zoo: trained on --dataset (novel-zoo: not its "
+                   "random-zoo models), tested on --novel")
+    p.add_argument("--novel", metavar="DIR", help="--split novel: the dataset of architectures "
+                   "kept out of training")
     p.add_argument("--folds", type=POSITIVE_INT, default=5)
     p.add_argument("--seeds", type=POSITIVE_INT, default=1)
     p.add_argument("--only-folds", type=_int_list, default=None,

@@ -699,8 +699,12 @@ Split = tuple[np.ndarray, np.ndarray]  # (train indices, test indices)
 
 
 def random_folds(ds: Dataset, k: int = 5, seed: int = 0) -> list[Split]:
-    """k-fold over samples, shuffled with `seed`."""
+    """k-fold over samples, shuffled with `seed`; `k=1`: one random 70/30 split (the MDOT
+    paper's protocol: architectures seen in training)."""
     idx = np.random.default_rng(seed).permutation(len(ds))
+    if k == 1:
+        cut = round(0.7 * len(idx))
+        return [(np.sort(idx[:cut]), np.sort(idx[cut:]))]
     return [(np.sort(np.concatenate([f for j, f in enumerate(np.array_split(idx, k)) if j != i])),
              np.sort(part)) for i, part in enumerate(np.array_split(idx, k))]
 
@@ -789,13 +793,56 @@ def batch_split(ds: Dataset, test_fraction: float = 0.25) -> list[Split]:
     return [(train, test)]
 
 
+def is_random_zoo(arch: str) -> bool:
+    return re.fullmatch(r"rnd\d+-s\d+-\d+", arch) is not None
+
+
+def with_novel(ds: Dataset, novel: Dataset) -> Dataset:
+    """`ds` and the samples of `novel` (marked `meta["novel"]`) as one dataset, for the novel
+    split; refused where a novel architecture, or its graph, is among `ds`'s."""
+    shared = set(ds.archs) & set(novel.archs)
+    if shared:
+        raise ValueError(f"{novel.root}: architectures also in {ds.root}: {sorted(shared)[:5]}")
+    graphs = {_graph_digest(s.seq): s.arch for s in ds.samples}
+    twins = {(s.arch, graphs[d]) for s in novel.samples if (d := _graph_digest(s.seq)) in graphs}
+    if twins:
+        raise ValueError(f"{novel.root}: graphs also in {ds.root}: {sorted(twins)[:5]}")
+    marked = [dataclasses.replace(s, meta={**s.meta, "novel": True}) for s in novel.samples]
+    return Dataset(root=ds.root, samples=[*ds.samples, *marked])
+
+
+def novel_split(ds: Dataset, zoo_only: bool = False, held_out: float = 0.2,
+                seed: int = 0) -> list[Split]:
+    """One split: trained on the samples not marked novel (`with_novel`; with `zoo_only`, not
+    of the random zoo either), less a held-out part that calibrates the bands: whole zoo
+    families holding `held_out` of the zoo samples (`split_validation` by family) and that
+    share of the random-zoo architectures; tested on the held-out part and every novel
+    sample."""
+    novel = np.array([bool(s.meta.get("novel")) for s in ds.samples])
+    rnd = np.array([is_random_zoo(s.arch) for s in ds.samples])
+    zoo = np.flatnonzero(~novel & ~rnd)
+    _, val = split_validation([ds.samples[i] for i in zoo], held_out, seed, by="family")
+    held = {s.key for s in val}
+    if not zoo_only:
+        archs = sorted({ds.samples[i].arch for i in np.flatnonzero(~novel & rnd)})
+        drawn = np.random.default_rng(seed).permutation(len(archs))[:round(held_out * len(archs))]
+        held |= {s.key for s in ds.samples
+                 if not s.meta.get("novel") and s.arch in {archs[j] for j in drawn}}
+    is_held = np.array([s.key in held for s in ds.samples])
+    train = np.flatnonzero(~novel & ~is_held & (~rnd if zoo_only else True))
+    return [(train, np.flatnonzero(novel | is_held))]
+
+
 SPLITS = {"random": random_folds, "family": family_folds}
 
 
 def make_splits(ds: Dataset, kind: str, k: int = 5, seed: int = 0) -> list[Split]:
-    """`kind` in {random, family, batch}; `batch` gives one split (largest batch sizes test)."""
+    """`kind` in {random, family, batch, novel, novel-zoo}; `batch` gives one split (largest
+    batch sizes test), so do the novel ones (`novel_split`)."""
     if kind == "batch":
         return batch_split(ds)
+    if kind in ("novel", "novel-zoo"):
+        return novel_split(ds, zoo_only=kind == "novel-zoo", seed=seed)
     if kind not in SPLITS:
         raise ValueError(f"unknown split {kind!r}: choose random, family or batch")
     return SPLITS[kind](ds, k, seed)

@@ -1,0 +1,120 @@
+"""The novel split's summary (`mdot evaluate --split novel|novel-zoo --novel DIR`): every
+method's error on the held-out part of the training data (whole zoo families, random-zoo
+architectures) beside its error on the novel architectures, and how often 80% bands hold
+there: a band of constant width, and one that widens with the distance to the training data
+(`data.novelty`), both fitted on the held-out part only.
+
+Outputs in OUT: `results.json` (per method `mape` and `coverage` on the novel samples, and the
+rest), `table.md`, `error_vs_distance.png`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mdot_jax.data.dataset import Dataset, is_random_zoo
+from mdot_jax.data.novelty import DistanceBand, Novelty
+
+PARTS = ("held-out zoo families", "held-out random", "novel hand-written", "novel random")
+
+
+def part_of(sample) -> str:
+    if sample.meta.get("novel"):
+        return PARTS[3] if is_random_zoo(sample.arch) else PARTS[2]
+    return PARTS[1] if is_random_zoo(sample.arch) else PARTS[0]
+
+
+def _mape(pred, label) -> float | None:
+    return float(100 * np.mean(np.abs(pred / label - 1))) if len(label) else None
+
+
+def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str = "") -> str:
+    """Writes the novel split's results (module docstring); returns the table."""
+    out = Path(out)
+    by_key = {s.key: s for s in ds.samples}
+    tested = {k for r in rows for k in r["test_keys"]}
+    train = [s for s in ds.samples if s.key not in tested and not s.meta.get("novel")]
+    if rows[0]["split"] == "novel-zoo":
+        train = [s for s in train if not is_random_zoo(s.arch)]
+    novelty = Novelty.fit(train)
+    keys = sorted(tested)
+    dist = dict(zip(keys, novelty.distance([by_key[k] for k in keys])))
+    methods: dict[str, dict] = {}
+    plot = {}
+    for m in dict.fromkeys(r["method"] for r in rows):
+        preds: dict[str, list[float]] = {}
+        for r in rows:
+            if r["method"] == m:  # seeds: the geometric mean of their predictions
+                for k, p in zip(r["test_keys"], r["pred_ms"]):
+                    preds.setdefault(k, []).append(np.log(p))
+        ks = sorted(preds)
+        pred = np.exp([np.mean(preds[k]) for k in ks])
+        label = np.asarray([by_key[k].label_ms for k in ks])
+        d = np.asarray([dist[k] for k in ks])
+        part = np.asarray([part_of(by_key[k]) for k in ks])
+        held, new = np.isin(part, PARTS[:2]), np.isin(part, PARTS[2:])
+        err = np.log(pred / label)
+        wide = DistanceBand.fit(d[held], err[held])
+        plain = DistanceBand.fit(d[held], err[held], bins=1)
+        plain_w = plain.widths[0]
+        lo, hi = wide.interval(pred, d)
+        methods[m] = dict(
+            mape=_mape(pred[new], label[new]),
+            coverage=float(np.mean((label[new] >= lo[new]) & (label[new] <= hi[new]))),
+            coverage_constant_band=float(np.mean(np.abs(err[new]) <= plain_w)),
+            coverage_held_out=float(np.mean((label[held] >= lo[held]) & (label[held] <= hi[held]))),
+            constant_band_halfwidth=float(np.expm1(plain_w)),
+            n_novel=int(new.sum()), n_held_out=int(held.sum()),
+            **{f"mape {p}": _mape(pred[part == p], label[part == p]) for p in PARTS},
+            **{f"n {p}": int((part == p).sum()) for p in PARTS},
+            band=dict(edges=wide.edges, widths=wide.widths))
+        plot[m] = (d, np.abs(err), part)
+    far = max(dist[k] for k in keys if not by_key[k].meta.get("novel"))
+    novel_d = np.asarray([dist[k] for k in keys if by_key[k].meta.get("novel")])
+    result = dict(command=command, split=rows[0]["split"], train_samples=len(train),
+                  dataset=ds.fingerprint(), methods=methods,
+                  distance=dict(held_out_max=float(far),
+                                novel_median=float(np.median(novel_d)),
+                                novel_beyond_held_out=float(np.mean(novel_d > far))))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    order = sorted(methods, key=lambda m: methods[m]["mape"])
+    lines = [f"Split `{result['split']}`: trained on {len(train)} samples; command `{command}`.",
+             "", "| method | novel MAPE % | 80% band holds (distance / constant) | "
+             + " | ".join(f"{p} MAPE %" for p in PARTS) + " |",
+             "|---|---|---|" + "---|" * len(PARTS)]
+    for m in order:
+        r = methods[m]
+        lines.append(f"| {m} | {r['mape']:.1f} | {100 * r['coverage']:.0f}% / "
+                     f"{100 * r['coverage_constant_band']:.0f}% | " + " | ".join(
+                         "-" if r[f"mape {p}"] is None else f"{r[f'mape {p}']:.1f} ({r[f'n {p}']})"
+                         for p in PARTS) + " |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    _plot(plot, order[:3], out / "error_vs_distance.png")
+    return "\n".join(lines)
+
+
+def _plot(plot: dict, methods: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 4), squeeze=False)
+    for ax, m in zip(axes.flat, methods):
+        d, e, part = plot[m]
+        for p in PARTS:
+            if (part == p).any():
+                ax.plot(d[part == p], 100 * np.expm1(e[part == p]), ".", ms=4, alpha=0.6,
+                        label=p)
+        ax.set_yscale("log")
+        ax.set_xlabel("distance to the nearest training sample")
+        ax.set_ylabel("|error| %  (of the log ratio)")
+        ax.set_title(m)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

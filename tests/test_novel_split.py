@@ -1,0 +1,75 @@
+"""The novel split: nothing novel is trained on, the held-out part is whole families, the
+summary scores every method's error and band coverage on the novel architectures; distances
+and distance-aware bands behave."""
+
+import json
+
+import numpy as np
+import pytest
+
+from mdot_jax.data.dataset import Dataset, make_splits, with_novel
+from mdot_jax.data.novelty import DistanceBand, Novelty
+
+
+def _parts(ds, novel_families=("edgenext", "ese")):
+    train = Dataset(ds.root, [s for s in ds.samples if s.family not in novel_families])
+    novel = Dataset(ds.root, [s for s in ds.samples if s.family in novel_families])
+    return train, novel
+
+
+def test_with_novel_refuses_what_training_has(tiny_real_dataset):
+    train, novel = _parts(tiny_real_dataset)
+    with pytest.raises(ValueError, match="architectures also in"):
+        with_novel(train, Dataset(novel.root, novel.samples + train.samples[:1]))
+    import dataclasses
+
+    twin = dataclasses.replace(train.samples[0], arch="renamed", key="renamed/x")
+    with pytest.raises(ValueError, match="graphs also in"):
+        with_novel(train, Dataset(novel.root, [twin]))
+
+
+@pytest.mark.parametrize("kind", ["novel", "novel-zoo"])
+def test_the_novel_split_trains_on_nothing_novel(tiny_real_dataset, kind):
+    train, novel = _parts(tiny_real_dataset)
+    ds = with_novel(train, novel)
+    [(tr, te)] = make_splits(ds, kind)
+    assert not set(tr) & set(te) and set(tr) | set(te) == set(range(len(ds)))
+    trained = {ds.samples[i].arch for i in tr}
+    assert not trained & set(novel.archs)
+    assert all(ds.samples[i].meta.get("novel") for i in range(len(ds))
+               if ds.samples[i].arch in novel.archs) and all(i in te for i in range(len(ds))
+                                                              if ds.samples[i].meta.get("novel"))
+    held = {ds.samples[i].family for i in te if not ds.samples[i].meta.get("novel")}
+    assert held and not held & {ds.samples[i].family for i in tr}  # whole families
+
+
+def test_novel_summary_scores_every_method(tiny_real_dataset, tmp_path):
+    from mdot_jax.evaluation.evaluate import run
+    from mdot_jax.evaluation.novel import novel_summary
+
+    ds = with_novel(*_parts(tiny_real_dataset))
+    rows = run(ds, tmp_path, split="novel", methods=("analytic", "lightgbm"), progress=False)
+    table = novel_summary(rows, ds, tmp_path, command="test")
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert set(result["methods"]) == {"analytic", "lightgbm"}
+    for r in result["methods"].values():
+        assert r["mape"] > 0 and 0 <= r["coverage"] <= 1 and r["n_novel"] == 4
+        assert r["mape novel random"] is None
+    assert "analytic" in table and (tmp_path / "error_vs_distance.png").stat().st_size > 0
+
+
+def test_distances_and_bands(tiny_real_dataset):
+    train, novel = _parts(tiny_real_dataset)
+    nov = Novelty.fit(train.samples)
+    assert np.allclose(nov.distance(train.samples), 0)
+    assert (nov.distance(novel.samples) > 0).all()
+    assert np.allclose(Novelty.from_json(json.loads(json.dumps(nov.to_json()))).distance(
+        novel.samples), nov.distance(novel.samples), atol=1e-3)
+    rng = np.random.default_rng(0)
+    d = rng.uniform(0, 4, 400)
+    err = rng.normal(0, 0.05 * (1 + d))  # errors grow with distance
+    band = DistanceBand.fit(d, err)
+    assert band.widths == sorted(band.widths) and band.widths[-1] > 2 * band.widths[0]
+    lo, hi = band.interval(np.ones(400), d)
+    assert 0.75 <= np.mean((np.exp(err) >= lo) & (np.exp(err) <= hi)) <= 0.85
+    assert band.width(np.array([2 * band.edges[-1]]))[0] == pytest.approx(2 * band.widths[-1])
