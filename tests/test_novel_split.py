@@ -73,3 +73,8 @@ def test_distances_and_bands(tiny_real_dataset):
     lo, hi = band.interval(np.ones(400), d)
     assert 0.75 <= np.mean((np.exp(err) >= lo) & (np.exp(err) <= hi)) <= 0.85
     assert band.width(np.array([2 * band.edges[-1]]))[0] == pytest.approx(2 * band.widths[-1])
+    # far: beyond how far a family left out of the training data usually is
+    fams = [s.family for s in train.samples]
+    far = nov.far(fams)
+    assert 0 < far <= nov.far(fams, quantile=1.0)
+    assert (nov.distance(novel.samples) > 0).all() and np.isfinite(far)

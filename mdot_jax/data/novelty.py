@@ -5,7 +5,8 @@ A sample is described by `features`: the share of each operator type in its grap
 built of) and the logs of its FLOPs, bytes moved, operator count, parameters and batch size
 (how big it is). `Novelty.fit(train)` keeps the training samples' features, scaled by their
 spread; `distance(samples)` is each sample's Euclidean distance to its nearest training sample
-in that space (0: a workload trained on).
+in that space (0: a workload trained on); `far(families)` the distance beyond which a
+workload is farther from the training data than a family left out of it usually is.
 
 `DistanceBand` is an 80% band whose width grows with that distance: fitted on held-out
 predictions (log errors and distances), it keeps per distance bin the 80% quantile of the
@@ -64,6 +65,18 @@ class Novelty:
             d2 = ((x[i:i + chunk, None, :] - self.train[None]) ** 2).sum(-1)
             out[i:i + chunk] = np.sqrt(d2.min(1))
         return out
+
+    def far(self, families: Sequence[str], quantile: float = 0.95) -> float:
+        """The distance beyond which a workload is far from the training data: the `quantile`
+        of each training sample's distance to its nearest sample of another family (how far a
+        family the predictor never saw usually is). `families`: the training samples'."""
+        fam = np.asarray(families)
+        nearest = np.empty(len(self.train))
+        for i in range(0, len(self.train), 256):
+            d2 = ((self.train[i:i + 256, None, :] - self.train[None]) ** 2).sum(-1)
+            d2[fam[i:i + 256, None] == fam[None]] = np.inf
+            nearest[i:i + 256] = np.sqrt(d2.min(1))
+        return float(np.quantile(nearest[np.isfinite(nearest)], quantile))
 
     def to_json(self) -> dict:
         return dict(train=np.round(self.train, 5).tolist(), scale=self.scale.tolist())
