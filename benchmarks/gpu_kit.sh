@@ -96,6 +96,8 @@ else
            --batch-sizes 32,128 --threads 8)
   step 50 440 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
   step 150 290 mdot profile "${GPU_SET[@]}" --precision amp-bf16 --out "$WORK/amp-bf16"
+  # the same graphs at fp32: their sequences are made already (no second export)
+  mkdir -p "$WORK/fp32/seqs" && cp -n "$WORK"/amp-bf16/seqs/*.npz "$WORK/fp32/seqs/" 2>/dev/null
   step 140 150 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
   step 90 60 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
   step 60 30 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"

@@ -239,3 +239,23 @@ def test_a_gpu_fingerprint_has_what_tells_gpus_apart(monkeypatch):
     assert fp["driver"] == "580.159.04" and fp["max_sm_mhz"] == 1980.0
     assert fp["precision"] == "amp-bf16" and fp["cudnn"] == 91000 and "cuda" in fp
     assert device.device_slug(fp) == "gpu-nvidia-h100-80gb-hbm3"
+
+
+def test_a_graph_whose_sequences_exist_is_not_exported_again(tmp_path, monkeypatch):
+    """The GPU kit measures the same graphs at two precisions: the second exports nothing."""
+    import shutil
+
+    from mdot_jax.measure import zoo
+
+    kw = dict(threads=1, progress=False, models=["mobilenet_v3_small"], protocol=FAST,
+              speed_check=False)
+    profile(["torchvision"], [2], [32], tmp_path / "a", **kw)
+    (tmp_path / "b").mkdir()
+    shutil.copytree(tmp_path / "a" / "seqs", tmp_path / "b" / "seqs")
+
+    def no_export(*a, **k):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(zoo, "_export", no_export)
+    report = profile(["torchvision"], [2], [32], tmp_path / "b", **kw)
+    assert report["samples"] == 1 and not report["skipped"]

@@ -588,7 +588,10 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
     before = torch.cuda.memory_allocated() if device == "cuda" else 0  # (the last model freed)
     try:
         model = m.build(size).to(device)
-        proto = _export(m, model, size, torch, device)
+        # exported only where a sequence is missing (a resumed run, or one given the
+        # sequences of the same graphs measured at another precision, has them)
+        proto = None if all(writer.has_seq(f"{m.name}-{m.kind[0]}{size}-b{b}")
+                            for b in batches) else _export(m, model, size, torch, device)
     except Exception as e:  # noqa: BLE001 - recorded in report.json, not raised
         for b in batches:
             report.skip(key(m, size, b), "build_or_export_failed", f"{type(e).__name__}: {e}")
