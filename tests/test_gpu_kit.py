@@ -28,9 +28,9 @@ def test_the_kits_dry_run_makes_what_comes_back(tmp_path):
     env_json = json.loads((out / "env.json").read_text())
     assert env_json["fingerprint"]["precision"] == "amp-bf16"
     assert env_json["packages"]["torch"] and env_json["slug"].startswith("cpu-")
-    bf16 = [json.loads(x) for x in (out / "amp-bf16-samples.jsonl").read_text().splitlines()]
-    noisy = out / "amp-bf16-noisy.jsonl"
-    bf16 += [json.loads(x) for x in noisy.read_text().splitlines()] if noisy.exists() else []
+    # on a busy machine every sample may be judged noisy: both files count
+    bf16 = [json.loads(x) for name in ("amp-bf16-samples.jsonl", "amp-bf16-noisy.jsonl")
+            if (out / name).exists() for x in (out / name).read_text().splitlines()]
     assert len(bf16) == 2 and {d["workload"]["precision"] for d in bf16} == {"amp-bf16"}
     assert len({d["key"] for d in bf16}) == 2  # the second run measured nothing again
     ops = [line for name in ("ops-amp-bf16-samples.jsonl", "ops-amp-bf16-noisy.jsonl")
