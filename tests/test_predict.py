@@ -125,24 +125,3 @@ def test_a_band_holds_every_members_prediction_however_far_apart(tmp_path, monke
     calibrated = predictor.calibration.band("nchw", math.log(parts[-1] / parts[0]))
     a, b = calibrated.interval(far.iteration_ms)
     assert not a <= parts[0] <= parts[-1] <= b  # the calibrated band alone would not
-
-
-def test_a_model_far_from_the_training_data_is_warned_about(trained, tiny_real_dataset,
-                                                            tmp_path):
-    from converters import convert
-    from mdot_jax.training.workflow import attach_novelty
-
-    path = checkpoint.save(trained, tmp_path / "ckpt")
-    attach_novelty(path, tiny_real_dataset.samples)
-    meta = checkpoint.read_metadata(path)
-    assert "novelty.npz" in meta["files"] and meta["novelty"]["samples"] == 24
-    predictor = Predictor.load(path)
-    s = tiny_real_dataset.samples[0]
-    (seen,) = predictor.predict_many([(s.seq, s.workload)])
-    assert not any("far from everything" in w for w in seen.warnings)
-    (far,) = predictor.predict_many([(convert(_conv_block(), batch_size=s.workload.batch_size),
-                                      s.workload)])
-    assert any("far from everything" in w for w in far.warnings) and far.interval_ms is None
-    (path / "novelty.npz").write_bytes(b"edited")
-    with pytest.raises(checkpoint.CheckpointError, match="novelty.npz does not match"):
-        Predictor.load(path)

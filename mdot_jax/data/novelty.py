@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from converters import VOCAB
-from mdot_jax.data.dataset import is_random_zoo
 
 FEATURES = len(VOCAB) + 5  # operator-type shares, then log FLOPs, bytes, ops, params, batch
 
@@ -40,11 +39,6 @@ def features(samples: Sequence) -> np.ndarray:
                                         load[:, 2].sum() + load[:, 3].sum(), q.num_ops,
                                         q.params, s.workload.batch_size])
     return out
-
-
-def families(samples: Sequence) -> list[str]:
-    """What `Novelty.far` counts as one family: a zoo family, or one random-zoo model."""
-    return [s.arch if is_random_zoo(s.arch) else s.family for s in samples]
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from mdot_jax.data.dataset import Dataset, is_random_zoo
-from mdot_jax.data.novelty import DistanceBand, Novelty, families
+from mdot_jax.data.novelty import DistanceBand, Novelty
 
 PARTS = ("held-out zoo families", "held-out random", "novel hand-written", "novel random")
 
@@ -72,7 +72,7 @@ def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str =
             **{f"n {p}": int((part == p).sum()) for p in PARTS},
             band=dict(edges=wide.edges, widths=wide.widths))
         plot[m] = (d, np.abs(err), part)
-    far = novelty.far(families(train))
+    far = novelty.far([s.family if not is_random_zoo(s.arch) else s.arch for s in train])
     for m, (d, e, part) in plot.items():  # the warning: how it separates (symmetric) errors
         new = np.isin(part, PARTS[2:])
         flagged = new & (d > far)

@@ -7,8 +7,6 @@ A checkpoint directory holds
   companion.txt.xz  optional: the LightGBM companion (`companion.TreeModel`, LightGBM's text
                   format, xz-compressed: 4x smaller; `companion.txt.gz` and `companion.txt`
                   before, both still read)
-  novelty.npz     optional: the training samples' features (`data.novelty`), with which a
-                  prediction tells how far its model is from the training data
 and, optionally, in metadata.json the error bands measured on held-out families
 (`calibration.Calibration`, added by `attach_calibration`) and, op-grounded with a
 companion, the operator-sum line (`models.kernels.OpSumLine`, the prediction's third member),
@@ -35,7 +33,6 @@ from flax import nnx
 
 from converters.vocab import VOCAB, VOCAB_VERSION
 from mdot_jax.data.features import FeatureConfig, FeatureStats
-from mdot_jax.data.novelty import FEATURES, Novelty
 from mdot_jax.errors import CheckpointError
 from mdot_jax.models import ModelConfig, build_model
 from mdot_jax.models.kernels import COST_MODEL, CostModel, OpSumLine
@@ -48,7 +45,6 @@ from mdot_jax.serving.calibration import Calibration
 FORMAT_VERSION = 2
 METADATA = "metadata.json"
 COMPANION = "companion.txt.xz"
-NOVELTY = "novelty.npz"
 
 
 def _checkpointer():
@@ -160,29 +156,6 @@ def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = Non
         (path / old).unlink(missing_ok=True)
 
 
-def attach_novelty(path: str | Path, novelty: Novelty, far: float) -> None:
-    """Adds (or replaces) the training samples' features (`data.novelty`) and the distance
-    beyond which a workload is far from them (`Novelty.far`)."""
-    path = Path(path)
-    meta = read_metadata(path)
-    tmp = path / f".{NOVELTY}.tmp"
-    with open(tmp, "wb") as f:
-        np.savez_compressed(f, train=novelty.train.astype(np.float16), scale=novelty.scale)
-    tmp.rename(path / NOVELTY)
-    meta["novelty"] = dict(file=NOVELTY, far=far, samples=len(novelty.train), features=FEATURES)
-    _write_metadata(path, meta)
-
-
-def load_novelty(path: str | Path) -> tuple[Novelty, float] | None:
-    """(features, far) of the checkpoint; None without them, or of another feature layout
-    (an operator vocabulary of another version)."""
-    info = read_metadata(path).get("novelty")
-    if not info or info.get("features") != FEATURES:
-        return None
-    with np.load(Path(path) / info["file"]) as z:
-        return Novelty(z["train"].astype(np.float32), z["scale"]), float(info["far"])
-
-
 def attach_adaptation(path: str | Path, adaptation: dict | None) -> None:
     """Adds (or replaces, or with None removes) the device adaptation (`predict.Adaptation`
     as JSON) of the checkpoint at `path`."""
@@ -205,7 +178,7 @@ def _set_entry(path: Path, key: str, value: dict | None) -> None:
 def _checksums(path: Path, meta: dict) -> dict[str, str]:
     """sha256 of the weights' files and of the companion and cost model named in `meta`."""
     files = [f for f in sorted((path / "params").rglob("*")) if f.is_file()]
-    for entry in ("companion", "cost_model", "novelty"):
+    for entry in ("companion", "cost_model"):
         name = (meta.get(entry) or {}).get("file")
         if name:
             files.append(path / name)

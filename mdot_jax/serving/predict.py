@@ -29,7 +29,7 @@ from mdot_jax.models.kernels import COST_MODEL, CostModel, OpSumLine, attach, lo
 from mdot_jax.models.trained import Trained, predict_samples
 from mdot_jax.models.trees import TreeModel
 from mdot_jax.serving.calibration import Calibration
-from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion, load_novelty
+from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion
 from mdot_jax.serving.memory import machine_memory, step_memory
 
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -182,8 +182,6 @@ class Predictor:
         # fitted to another device's measurements: predictions are for that device, with the
         # band of the fit's leave-one-out errors (`mdot adapt`)
         self.adaptation = Adaptation.from_json(adapted) if adapted else None
-        # how far a workload is from the training data (checkpoints that carry it)
-        self.novelty = load_novelty(path) if path else None
         # op-grounded checkpoints carry the kernel cost model their features come from
         self.cost_model = load_cost_model(path) if path else None
         if trained.feature_cfg.op_costs and self.cost_model is None:
@@ -379,8 +377,7 @@ class Predictor:
     def warnings(self, seq: OperatorSequence, w: Workload) -> list[str]:
         """What makes a prediction less trustworthy (and leaves it without a band): a batch or
         input size outside the range the checkpoint was trained on, a layout, precision,
-        optimizer or operator type it never saw, operators the converter does not know, a
-        model far from every trained one (`data.novelty`)."""
+        optimizer or operator type it never saw, operators the converter does not know."""
         info, out = self.trained.info, []
         for what, value in (("batch size", w.batch_size), ("input size", w.input_size)):
             seen = info.get(what.replace(" ", "_") + "s")
@@ -407,13 +404,6 @@ class Predictor:
         if trained_ops and unseen:
             out.append(f"operators this checkpoint never trained on: {', '.join(unseen)}: "
                        "extrapolation")
-        if self.novelty:
-            novelty, far = self.novelty
-            d = float(novelty.distance([Sample.in_memory(seq, w)])[0])
-            if d > far:
-                out.append(f"this model is far from everything the checkpoint was trained on "
-                           f"(distance {d:.1f}; a family it never saw is usually within "
-                           f"{far:.1f}): extrapolation")
         return out + graph_warnings(seq.meta.get("graph") or {}, w.precision)
 
     def predict_job(self, model: ModelLike, *, batch_size: int, epochs: float,

@@ -10,7 +10,6 @@ import numpy as np
 
 from mdot_jax.data.dataset import Dataset, make_splits, split_validation
 from mdot_jax.data.features import FeatureCache
-from mdot_jax.data.novelty import Novelty, families
 from mdot_jax.errors import UsageError
 from mdot_jax.measure import core_set
 from mdot_jax.metrics import regression_metrics
@@ -114,29 +113,8 @@ def train_and_save(ds: Dataset, out: str | Path, *, split: str = "family", fold:
                     companion_info=trees_info, cost_model=cost_model, op_sum=line,
                     description=f"{model_cfg.label} trained on {ds.root.name} " + (
                         "(every sample)" if split == "none" else f"({split} split, fold {fold})"))
-    attach_novelty(out, train_samples)
     shutil.rmtree(resume_dir, ignore_errors=True)
     return dict(test_metrics=metrics, info=trained.info, dataset=dataset)
-
-
-def attach_novelty(path: str | Path, samples) -> None:
-    """Gives the checkpoint at `path` the features of the samples it was trained on, so that
-    its predictions warn about models far from all of them (`data.novelty`)."""
-    nov = Novelty.fit(samples)
-    checkpoint.attach_novelty(path, nov, nov.far(families(samples)))
-
-
-def trained_samples(path: str | Path, ds: Dataset) -> list:
-    """The samples of `ds` the checkpoint at `path` was trained on (its recorded split)."""
-    meta = checkpoint.read_metadata(path)
-    recorded = meta["dataset"]
-    if recorded.get("fingerprint") != ds.fingerprint():
-        raise ValueError(f"{path} was trained on dataset version {recorded.get('fingerprint')}, "
-                         f"{ds.root} is version {ds.fingerprint()}")
-    seed = TrainConfig(**meta["train"]["train_config"]).seed
-    train_idx, _ = _fold(ds, recorded.get("split", "none"), recorded.get("folds", 5),
-                         recorded.get("fold", 0), seed)
-    return [ds.samples[i] for i in train_idx]
 
 
 def refit_companion(path: str | Path, ds: Dataset) -> dict:
@@ -150,8 +128,14 @@ def refit_companion(path: str | Path, ds: Dataset) -> dict:
     cost_model = load_cost_model(path)
     if cost_model is not None:
         attach([s.seq for s in ds.samples], cost_model)
+    recorded = meta["dataset"]
+    if recorded.get("fingerprint") != ds.fingerprint():
+        raise ValueError(f"{path} was trained on dataset version {recorded.get('fingerprint')}, "
+                         f"{ds.root} is version {ds.fingerprint()}")
     train_cfg = TrainConfig(**meta["train"]["train_config"])
-    samples = trained_samples(path, ds)
+    train_idx, _ = _fold(ds, recorded.get("split", "none"), recorded.get("folds", 5),
+                         recorded.get("fold", 0), train_cfg.seed)
+    samples = [ds.samples[i] for i in train_idx]
     line = OpSumLine.from_json(meta["op_sum"]) if meta.get("op_sum") else None
     trees, info = fit_companion(checkpoint.load(path), samples, train_cfg, line)
     checkpoint.attach_companion(path, trees, info)
