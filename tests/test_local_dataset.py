@@ -7,7 +7,7 @@ import pytest
 from mdot_jax.data.dataset import has_sequence, load_dataset
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-FOLDERS = sorted(p.parent for p in DATA.glob("*/samples.jsonl"))
+FOLDERS = sorted({p.parent for p in DATA.glob("*/samples.jsonl*")})  # packed too
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])

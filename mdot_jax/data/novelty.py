@@ -78,13 +78,6 @@ class Novelty:
             nearest[i:i + 256] = np.sqrt(d2.min(1))
         return float(np.quantile(nearest[np.isfinite(nearest)], quantile))
 
-    def to_json(self) -> dict:
-        return dict(train=np.round(self.train, 5).tolist(), scale=self.scale.tolist())
-
-    @classmethod
-    def from_json(cls, d: dict) -> Novelty:
-        return cls(np.asarray(d["train"], float), np.asarray(d["scale"], float))
-
 
 @dataclass
 class DistanceBand:

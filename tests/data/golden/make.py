@@ -18,12 +18,12 @@ BATCH = 16
 
 def main() -> None:
     from converters import OperatorSequence
-    from mdot_jax.data.dataset import load_sequence
+    from mdot_jax.data.dataset import load_sequence, read_samples
     from mdot_jax.serving.predict import CHECKPOINT_DIR, Predictor
 
     if len(sys.argv) > 1:  # copy the batch-16 sequences of a fused dataset
         src = Path(sys.argv[1])
-        rows = [json.loads(x) for x in (src / "samples.jsonl").read_text().splitlines()]
+        rows = read_samples(src / "samples.jsonl")[0]  # packed or not
         for arch in ARCHS:
             row = next(r for r in rows if r["arch"] == arch
                        and r["workload"]["batch_size"] == BATCH)
