@@ -586,12 +586,16 @@ def _check_same_device(root: Path, fp: dict) -> None:
 def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, device, protocol,
                         torch, bar) -> None:
     before = torch.cuda.memory_allocated() if device == "cuda" else 0  # (the last model freed)
+
+    def seq_key_of(b: int) -> str:
+        return f"{m.name}-{m.kind[0]}{size}-b{b}"
+
     try:
         model = m.build(size).to(device)
         # exported only where a sequence is missing (a resumed run, or one given the
         # sequences of the same graphs measured at another precision, has them)
-        proto = None if all(writer.has_seq(f"{m.name}-{m.kind[0]}{size}-b{b}")
-                            for b in batches) else _export(m, model, size, torch, device)
+        proto = None if all(writer.has_seq(seq_key_of(b)) for b in batches) \
+            else _export(m, model, size, torch, device)
     except Exception as e:  # noqa: BLE001 - recorded in report.json, not raised
         for b in batches:
             report.skip(key(m, size, b), "build_or_export_failed", f"{type(e).__name__}: {e}")
@@ -606,7 +610,7 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             bar.update()
             continue
         try:
-            seq_key = f"{m.name}-{m.kind[0]}{size}-b{b}"
+            seq_key = seq_key_of(b)
             if not writer.has_seq(seq_key):
                 writer.save_seq(seq_key, convert(proto, name=m.name, batch_size=b))
             if device == "cuda":
