@@ -61,13 +61,13 @@ than NeuSight's traces. Its rule, written before any of it was priced:
 GPUs we measured ourselves (`--measured DATASET --device NAME`, into `--out`/<dataset>.json):
 a GPU kit's samples (`benchmarks/gpu_kit.sh`: its GPU set at 224 px or 256 tokens, its core
 set at 64 px or 32 tokens; our training step with SGD and momentum), resequenced here with
-fusion. Its rule, written
-before any of them was priced: each priced once by the shipped step model from NAME's catalog
-row alone (nothing of that GPU is fitted), at the dataset's precision, step train, optimizer
-sgd; reported: MAPE, the median ratio, the 80% band's coverage where one is given, the memory
-estimate against each sample's measured peak where it has one (target: within 20%); then the
-RTX 3090's adaptation (10 rows drawn with `default_rng(0)`, scored on the others). Targets:
-the RTX 3090's (15% from the spec sheet, 8% adapted).
+fusion. Its rule, written before any of them was priced: each priced once by the shipped step
+model from NAME's catalog row alone (nothing of that GPU is fitted), at the dataset's
+precision, step train, optimizer sgd; reported: MAPE, the median ratio, the 80% band's
+coverage where one is given, the memory estimate against each sample's measured peak where it
+has one (target: within 20%); then the RTX 3090's adaptation (10 rows drawn with
+`default_rng(0)`, scored on the others). Targets: the RTX 3090's (15% from the spec sheet, 8%
+adapted).
 
 Data-parallel runs (`--dp CACHE`, into `--out`/dp.json): NeuSight's 4-GPU data-parallel
 labels (`label/*/*-dp4.json`: GPT-2 Large on 4 x A100 SXM4 40 GB at global batch 4, on 4 x H100
@@ -357,7 +357,7 @@ def _step_of(name: str, seq_len: int, batch: int, gpu, model, cache: Path, layer
 
     phases = {k: extend(ps[2].phases[k], ps[4].phases[k]) for k in ps[2].phases}
     p = Prediction(iteration_ms=sum(phases.values()), device=gpu.name, num_ops=0,
-                        phases=phases, memory_gb=extend(ps[2].memory_gb, ps[4].memory_gb))
+                   phases=phases, memory_gb=extend(ps[2].memory_gb, ps[4].memory_gb))
     return p, int(extend(params[2], params[4]))
 
 

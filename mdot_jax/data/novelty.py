@@ -57,26 +57,30 @@ class Novelty:
         scale = np.where(sd > 0, sd, sd[sd > 0].min() if (sd > 0).any() else 1.0)
         return cls(x / scale, scale)
 
-    def distance(self, samples: Sequence, chunk: int = 256) -> np.ndarray:
+    def distance(self, samples: Sequence) -> np.ndarray:
         """`[len(samples)]`: the distance to the nearest training sample."""
-        x = features(samples) / self.scale
-        out = np.empty(len(x))
-        for i in range(0, len(x), chunk):
-            d2 = ((x[i:i + chunk, None, :] - self.train[None]) ** 2).sum(-1)
-            out[i:i + chunk] = np.sqrt(d2.min(1))
-        return out
+        return _nearest(features(samples) / self.scale, self.train)
 
     def far(self, families: Sequence[str], quantile: float = 0.95) -> float:
         """The distance beyond which a workload is far from the training data: the `quantile`
         of each training sample's distance to its nearest sample of another family (how far a
         family the predictor never saw usually is). `families`: the training samples'."""
         fam = np.asarray(families)
-        nearest = np.empty(len(self.train))
-        for i in range(0, len(self.train), 256):
-            d2 = ((self.train[i:i + 256, None, :] - self.train[None]) ** 2).sum(-1)
-            d2[fam[i:i + 256, None] == fam[None]] = np.inf
-            nearest[i:i + 256] = np.sqrt(d2.min(1))
+        nearest = _nearest(self.train, self.train, fam, fam)
         return float(np.quantile(nearest[np.isfinite(nearest)], quantile))
+
+
+def _nearest(x: np.ndarray, train: np.ndarray, groups=None, train_groups=None,
+             chunk: int = 256) -> np.ndarray:
+    """`[len(x)]`: each row's distance to its nearest row of `train` (with `groups`: of
+    another group; inf where there is none)."""
+    out = np.empty(len(x))
+    for i in range(0, len(x), chunk):
+        d2 = ((x[i:i + chunk, None, :] - train[None]) ** 2).sum(-1)
+        if groups is not None:
+            d2[groups[i:i + chunk, None] == train_groups[None]] = np.inf
+        out[i:i + chunk] = np.sqrt(d2.min(1))
+    return out
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.data.dataset import Dataset, is_random_zoo
+from mdot_jax.data.dataset import Dataset, is_random_zoo, make_splits
 from mdot_jax.data.novelty import DistanceBand, Novelty
 
 PARTS = ("held-out zoo families", "held-out random", "novel hand-written", "novel random")
@@ -35,12 +35,11 @@ def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str =
     """Writes the novel split's results (module docstring); returns the table."""
     out = Path(out)
     by_key = {s.key: s for s in ds.samples}
-    tested = {k for r in rows for k in r["test_keys"]}
-    train = [s for s in ds.samples if s.key not in tested and not s.meta.get("novel")]
-    if rows[0]["split"] == "novel-zoo":
-        train = [s for s in train if not is_random_zoo(s.arch)]
+    [(train_idx, _)] = make_splits(ds, rows[0]["split"])  # what every method trained on
+    train = [ds.samples[i] for i in train_idx]
     novelty = Novelty.fit(train)
-    keys = sorted(tested)
+    far = novelty.far([s.family if not is_random_zoo(s.arch) else s.arch for s in train])
+    keys = sorted({k for r in rows for k in r["test_keys"]})
     dist = dict(zip(keys, novelty.distance([by_key[k] for k in keys])))
     methods: dict[str, dict] = {}
     plot = {}
@@ -61,6 +60,8 @@ def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str =
         plain = DistanceBand.fit(d[held], err[held], bins=1)
         plain_w = plain.widths[0]
         lo, hi = wide.interval(pred, d)
+        flagged = new & (d > far)  # the warning: how it separates (symmetric) errors
+        e = np.abs(err)
         methods[m] = dict(
             mape=_mape(pred[new], label[new]),
             coverage=float(np.mean((label[new] >= lo[new]) & (label[new] <= hi[new]))),
@@ -70,17 +71,14 @@ def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str =
             n_novel=int(new.sum()), n_held_out=int(held.sum()),
             **{f"mape {p}": _mape(pred[part == p], label[part == p]) for p in PARTS},
             **{f"n {p}": int((part == p).sum()) for p in PARTS},
-            band=dict(edges=wide.edges, widths=wide.widths))
-        plot[m] = (d, np.abs(err), part)
-    far = novelty.far([s.family if not is_random_zoo(s.arch) else s.arch for s in train])
-    for m, (d, e, part) in plot.items():  # the warning: how it separates (symmetric) errors
-        new = np.isin(part, PARTS[2:])
-        flagged = new & (d > far)
-        methods[m]["warned"] = dict(
-            share_of_novel=float(flagged.sum() / max(new.sum(), 1)),
-            error_warned=float(100 * np.mean(np.expm1(e[flagged]))) if flagged.any() else None,
-            error_not_warned=float(100 * np.mean(np.expm1(e[new & ~flagged])))
-            if (new & ~flagged).any() else None)
+            band=dict(edges=wide.edges, widths=wide.widths),
+            warned=dict(
+                share_of_novel=float(flagged.sum() / max(new.sum(), 1)),
+                error_warned=float(100 * np.mean(np.expm1(e[flagged])))
+                if flagged.any() else None,
+                error_not_warned=float(100 * np.mean(np.expm1(e[new & ~flagged])))
+                if (new & ~flagged).any() else None))
+        plot[m] = (d, e, part)
     novel_d = np.asarray([dist[k] for k in keys if by_key[k].meta.get("novel")])
     result = dict(command=command, split=rows[0]["split"], train_samples=len(train),
                   dataset=ds.fingerprint(), methods=methods,
