@@ -333,7 +333,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     ds = _dataset(args.dataset)
     try:
         cal = calibrate(path, args.results, ds,
-                        tuple(args.methods.split(",")) if args.methods else None)
+                        tuple(args.methods.split(",")) if args.methods else None,
+                        _dataset(args.novel) if args.novel else None)
     except ValueError as e:
         raise UsageError(str(e)) from None
     print(f"{path}: error bands of {' x '.join(cal.methods)} from {cal.source}")
@@ -526,12 +527,14 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("calibrate", description=BUILD_COMMANDS["calibrate"])
     p.add_argument("checkpoint", help="shipped checkpoint name or directory")
-    p.add_argument("--results", required=True, help="an `mdot evaluate --split family` "
-                                                    "results directory on the same dataset")
+    p.add_argument("--results", required=True, help="an `mdot evaluate --split family` (or "
+                   "novel) results directory on the same dataset")
     p.add_argument("--dataset", required=True, help="the dataset (for the measured times)")
     p.add_argument("--methods", help="the evaluated methods matching the checkpoint "
                    "(default: its network's, e.g. gnn or mdot-pe-none, with lightgbm if it "
                    "has a companion, and op-sum if it has an operator-sum line)")
+    p.add_argument("--novel", metavar="DIR", help="--results of a novel split: its novel "
+                   "dataset (the bands come from its held-out part alone)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("gpu-fit", description=BUILD_COMMANDS["gpu-fit"])

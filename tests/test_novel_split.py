@@ -76,3 +76,32 @@ def test_distances_and_bands(tiny_real_dataset):
     far = nov.far(fams)
     assert 0 < far <= nov.far(fams, quantile=1.0)
     assert (nov.distance(novel.samples) > 0).all() and np.isfinite(far)
+
+
+def test_bands_from_a_novel_split_come_from_its_held_out_part_alone(trained,
+                                                                   tiny_real_dataset, tmp_path):
+    """`calibrate` reads a novel split's results with its novel dataset, and fits the bands on
+    the held-out part only: novel samples (here predicted 5x off) never calibrate."""
+    import json
+
+    from mdot_jax.evaluation.evaluate import calibrate
+    from mdot_jax.serving import checkpoint
+
+    train, novel = _parts(tiny_real_dataset)
+    held = train.samples[:6]
+    path = checkpoint.save(trained, tmp_path / "ckpt",
+                           dataset=dict(fingerprint=train.fingerprint()))
+    row = dict(method="mdot", fold=0, seed=0, split="novel",
+               dataset=with_novel(train, novel).fingerprint(),
+               test_keys=[s.key for s in held + novel.samples],
+               pred_ms=[s.label_ms for s in held] + [5 * s.label_ms for s in novel.samples])
+    (tmp_path / "results.jsonl").write_text(json.dumps(row))
+    cal = calibrate(path, tmp_path, train, novel=novel)
+    assert sum(b.n for bands in cal.bands.values() for b in bands) == len(held)
+    assert all(abs(b.hi) < 1e-6 for bands in cal.bands.values() for b in bands)
+    assert "held-out part of the novel split" in cal.source
+    with pytest.raises(ValueError, match="name its novel dataset"):
+        calibrate(path, tmp_path, train)
+    (tmp_path / "results.jsonl").write_text(json.dumps(dict(row, split="family")))
+    with pytest.raises(ValueError, match="not of one dataset"):
+        calibrate(path, tmp_path, train, novel=novel)

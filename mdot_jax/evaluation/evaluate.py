@@ -30,7 +30,7 @@ import numpy as np
 from converters.vocab import VOCAB
 from mdot_jax import recipes
 from mdot_jax.data.aggregates import aggregates
-from mdot_jax.data.dataset import Dataset, Sample, make_splits, split_validation
+from mdot_jax.data.dataset import Dataset, Sample, make_splits, split_validation, with_novel
 from mdot_jax.data.features import MIN_STD, FeatureConfig
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
@@ -714,32 +714,39 @@ def _plots(rows, ds: Dataset, out: Path, order: list[str]) -> None:
 
 
 def calibrate(path: str | Path, results_dir: str | Path, ds: Dataset,
-              methods: tuple[str, ...] | None = None) -> Calibration:
-    """Error bands for the checkpoint at `path` from a leave-family-out evaluation of the same
-    recipe on the same dataset (`mdot evaluate --split family`, results in `results_dir`);
-    `methods` default to the checkpoint's members (`member_methods`; as many methods as
-    members, or the bands would be another prediction's). Written into the checkpoint's
-    metadata and model card."""
+              methods: tuple[str, ...] | None = None, novel: Dataset | None = None) -> Calibration:
+    """Error bands for the checkpoint at `path` from a held-out evaluation of the same recipe
+    on the same dataset: leave-family-out (`mdot evaluate --split family`), or the held-out
+    part of the novel split (`--split novel`, with its `novel` dataset: whole zoo families and
+    random-zoo architectures left out; its novel samples never calibrate). `methods` default
+    to the checkpoint's members (`member_methods`; as many methods as members, or the bands
+    would be another prediction's). Written into the checkpoint's metadata and model card."""
     meta = checkpoint.read_metadata(path)
     rows = read_results(results_dir)
     if not rows:
         raise ValueError(f"{results_dir}: no evaluation results")
+    splits = {r["split"] for r in rows}
+    if splits == {"novel"} and novel is None:
+        raise ValueError(f"{results_dir}: results of a novel split: name its novel dataset "
+                         "(--novel)")
+    if splits not in ({"family"}, {"novel"}):
+        raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
+                         "bands are for unseen model families (evaluate with --split family "
+                         "or novel)")
+    evaluated = with_novel(ds, novel) if splits == {"novel"} else ds
     fingerprints = {ds.fingerprint(), meta["dataset"].get("fingerprint")}
-    fingerprints |= {r["dataset"] for r in rows}
+    fingerprints |= {r["dataset"] for r in rows} - {evaluated.fingerprint()}
     if len(fingerprints) > 1:
         raise ValueError(f"the checkpoint, the dataset {ds.root} and the results in "
                          f"{results_dir} are not of one dataset (fingerprints "
                          f"{sorted(map(str, fingerprints))})")
-    splits = {r["split"] for r in rows}
-    if splits != {"family"}:
-        raise ValueError(f"{results_dir}: results of a {'/'.join(sorted(splits))} split; the "
-                         "bands are for unseen model families (evaluate with --split family)")
     members = checkpoint.member_methods(meta)
     methods = methods or members
     if len(methods) != len(members):  # else the bands would describe another prediction
         raise ValueError(f"{path} predicts with {' x '.join(members)}: give as many methods, "
                          f"not {', '.join(methods)}")
-    cal = from_results(rows, ds.samples, methods,
-                       source=f"{Path(results_dir).name}, leave-family-out")
+    how = "leave-family-out" if splits == {"family"} else "held-out part of the novel split"
+    cal = from_results(rows, ds.samples, methods,  # ds's samples: never a novel one
+                       source=f"{Path(results_dir).name}, {how}")
     checkpoint.attach_calibration(path, cal)
     return cal
