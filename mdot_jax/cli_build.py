@@ -397,7 +397,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if novel:
         from mdot_jax.evaluation.novel import novel_summary
 
-        print(novel_summary(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:])))
+        print(novel_summary(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]),
+                            ensembles=args.ensembles.split(",") if args.ensembles else ()))
         return 0
     try:
         summarize(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]),

@@ -49,13 +49,23 @@ def test_novel_summary_scores_every_method(tiny_real_dataset, tmp_path):
 
     ds = with_novel(*_parts(tiny_real_dataset))
     rows = run(ds, tmp_path, split="novel", methods=("analytic", "lightgbm"), progress=False)
-    table = novel_summary(rows, ds, tmp_path, command="test")
+    table = novel_summary(rows, ds, tmp_path, command="test", ensembles=["analytic+lightgbm"])
     result = json.loads((tmp_path / "results.json").read_text())
-    assert set(result["methods"]) == {"analytic", "lightgbm"}
+    pair = "ensemble(analytic+lightgbm)"
+    assert set(result["methods"]) == {"analytic", "lightgbm", pair}
     for r in result["methods"].values():
         assert r["mape"] > 0 and 0 <= r["coverage"] <= 1 and r["n_novel"] == 4
         assert r["mape novel random"] is None
     assert "analytic" in table and (tmp_path / "error_vs_distance.png").stat().st_size > 0
+    # the band a checkpoint of the pair ships with holds every member: at least where the
+    # measured time lies between the two predictions
+    preds = {r["method"]: dict(zip(r["test_keys"], r["pred_ms"])) for r in rows}
+    between = [min(preds["analytic"][s.key], preds["lightgbm"][s.key]) <= s.label_ms
+               <= max(preds["analytic"][s.key], preds["lightgbm"][s.key])
+               for s in ds.samples if s.meta.get("novel")]
+    assert result["methods"][pair]["coverage_shipped_band"] >= np.mean(between)
+    assert "coverage_shipped_band" not in result["methods"]["lightgbm"]
+    assert f"{pair}: the band it would ship with" in table
 
 
 def test_distances_and_bands(tiny_real_dataset):

@@ -121,11 +121,14 @@ def test_op_types_newer_than_a_checkpoint_count_as_unknown():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_checkpoint_fits_the_committed_copy_of_its_data(name):
-    """`data/derived/<name>-fused` is the very data the checkpoint was trained on (same
-    fingerprint, fused sequences), and the checkpoint fits it in-sample."""
+    """The committed dataset the checkpoint names (`data/derived/<name>-fused`, or with the
+    random zoo `<name>-random-fused`) is the very data it was trained on (same fingerprint,
+    fused sequences), and the checkpoint fits it in-sample."""
     predictor = Predictor.load(name)
-    ds = load_dataset(REPO / "data" / "derived" / f"{name}-fused")
     meta = json.loads((CHECKPOINT_DIR / name / "metadata.json").read_text())
+    path = pathlib.PurePosixPath(meta["dataset"]["path"])
+    assert path.parent == pathlib.PurePosixPath("data/derived") and path.name.startswith(name)
+    ds = load_dataset(REPO / path)
     assert ds.fingerprint() == meta["dataset"]["fingerprint"]
     assert len(ds) == meta["dataset"]["num_train"] > 1000
     samples = ds.samples[::20]

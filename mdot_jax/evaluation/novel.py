@@ -11,12 +11,14 @@ rest), `table.md`, `error_vs_distance.png`.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from mdot_jax.data.dataset import Dataset, is_random_zoo, make_splits
 from mdot_jax.data.novelty import DistanceBand, Novelty
+from mdot_jax.evaluation.evaluate import ensemble_rows
 
 PARTS = ("held-out zoo families", "held-out random", "novel hand-written", "novel random")
 
@@ -31,10 +33,13 @@ def _mape(pred, label) -> float | None:
     return float(100 * np.mean(np.abs(pred / label - 1))) if len(label) else None
 
 
-def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str = "") -> str:
-    """Writes the novel split's results (module docstring); returns the table."""
+def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
+                  ensembles: Sequence[str] = ()) -> str:
+    """Writes the novel split's results (module docstring), with the `ensembles` ("a+b") of
+    its methods as methods of their own; returns the table."""
     out = Path(out)
     by_key = {s.key: s for s in ds.samples}
+    rows = rows + ensemble_rows(rows, {k: s.label_ms for k, s in by_key.items()}, ensembles)
     [(train_idx, _)] = make_splits(ds, rows[0]["split"])  # what every method trained on
     train = [ds.samples[i] for i in train_idx]
     novelty = Novelty.fit(train)
@@ -79,6 +84,10 @@ def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str =
                 error_not_warned=float(100 * np.mean(np.expm1(e[new & ~flagged])))
                 if (new & ~flagged).any() else None))
         plot[m] = (d, e, part)
+        if m.startswith("ensemble(") and "+" in m:  # what a checkpoint of these members ships
+            cov, cov_near = _shipped_band(rows, ds, m[len("ensemble("):-1].split("+"),
+                                          {k: dist[k] > far for k in keys})
+            methods[m].update(coverage_shipped_band=cov, coverage_shipped_band_near=cov_near)
     novel_d = np.asarray([dist[k] for k in keys if by_key[k].meta.get("novel")])
     result = dict(command=command, split=rows[0]["split"], train_samples=len(train),
                   dataset=ds.fingerprint(), methods=methods,
@@ -97,9 +106,40 @@ def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str =
                      f"{100 * r['coverage_constant_band']:.0f}% | " + " | ".join(
                          "-" if r[f"mape {p}"] is None else f"{r[f'mape {p}']:.1f} ({r[f'n {p}']})"
                          for p in PARTS) + " |")
+    shipped = [m for m in order if "coverage_shipped_band" in methods[m]]
+    for m in shipped:
+        r = methods[m]
+        near = r["coverage_shipped_band_near"]
+        lines += ["", f"{m}: the band it would ship with (calibrated on the held-out part, "
+                  f"binned by disagreement, holding every member) holds on "
+                  f"{100 * r['coverage_shipped_band']:.0f}% of the novel samples"
+                  + ("" if near is None else f", {100 * near:.0f}% of those not far from "
+                     "the training data")]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     _plot(plot, order[:3], out / "error_vs_distance.png")
     return "\n".join(lines)
+
+
+def _shipped_band(rows: list[dict], ds: Dataset, members: list[str],
+                  far: dict[str, bool]) -> tuple[float, float | None]:
+    """How often, on the novel samples, the band a checkpoint of `members` ships with holds:
+    calibrated on the held-out part (`calibration.from_results`, binned by the members'
+    disagreement), widened to hold every member's prediction, as `Predictor` does; over all
+    novel samples, and over those not `far` (the rest get no band where the warning ships)."""
+    from mdot_jax.models.ensemble import combine, spread
+    from mdot_jax.serving.calibration import from_results, held_out
+
+    cal = from_results(rows, [s for s in ds.samples if not s.meta.get("novel")], members)
+    preds = held_out(rows, members)
+    novel = [s for s in ds.samples if s.meta.get("novel") and all(s.key in preds[m]
+                                                                  for m in members)]
+    parts = np.asarray([[preds[m][s.key] for m in members] for s in novel])  # [N, M]
+    held = []
+    for s, p, mid, d in zip(novel, parts, combine(*parts.T), spread(*parts.T)):
+        lo, hi = cal.interval(float(mid), s.workload.layout, float(d))
+        held.append(min(lo, *p) <= s.label_ms <= max(hi, *p))
+    held_a, near = np.asarray(held), ~np.asarray([far[s.key] for s in novel])
+    return float(held_a.mean()), float(held_a[near].mean()) if near.any() else None
 
 
 def _plot(plot: dict, methods: list[str], path: Path) -> None:
