@@ -125,7 +125,7 @@ def _shipped_band(rows: list[dict], ds: Dataset, members: list[str],
     """How often, on the novel samples, the band a checkpoint of `members` ships with holds:
     calibrated on the held-out part (`calibration.from_results`, binned by the members'
     disagreement), widened to hold every member's prediction, as `Predictor` does; over all
-    novel samples, and over those not `far` (the rest get no band where the warning ships)."""
+    novel samples, and over those not `far` from the training data (`Novelty.far`)."""
     from mdot_jax.models.ensemble import combine, spread
     from mdot_jax.serving.calibration import from_results, held_out
 
@@ -134,12 +134,12 @@ def _shipped_band(rows: list[dict], ds: Dataset, members: list[str],
     novel = [s for s in ds.samples if s.meta.get("novel") and all(s.key in preds[m]
                                                                   for m in members)]
     parts = np.asarray([[preds[m][s.key] for m in members] for s in novel])  # [N, M]
-    held = []
-    for s, p, mid, d in zip(novel, parts, combine(*parts.T), spread(*parts.T)):
+    holds = np.zeros(len(novel), bool)
+    for i, (s, p, mid, d) in enumerate(zip(novel, parts, combine(*parts.T), spread(*parts.T))):
         lo, hi = cal.interval(float(mid), s.workload.layout, float(d))
-        held.append(min(lo, *p) <= s.label_ms <= max(hi, *p))
-    held_a, near = np.asarray(held), ~np.asarray([far[s.key] for s in novel])
-    return float(held_a.mean()), float(held_a[near].mean()) if near.any() else None
+        holds[i] = min(lo, *p) <= s.label_ms <= max(hi, *p)
+    near = ~np.asarray([far[s.key] for s in novel])
+    return float(holds.mean()), float(holds[near].mean()) if near.any() else None
 
 
 def _plot(plot: dict, methods: list[str], path: Path) -> None:
