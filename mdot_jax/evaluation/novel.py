@@ -84,10 +84,12 @@ def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str =
                 error_not_warned=float(100 * np.mean(np.expm1(e[new & ~flagged])))
                 if (new & ~flagged).any() else None))
         plot[m] = (d, e, part)
-        if m.startswith("ensemble(") and "+" in m:  # what a checkpoint of these members ships
-            cov, cov_near = _shipped_band(rows, ds, m[len("ensemble("):-1].split("+"),
-                                          {k: dist[k] > far for k in keys})
-            methods[m].update(coverage_shipped_band=cov, coverage_shipped_band_near=cov_near)
+    is_far = {k: dist[k] > far for k in keys}
+    for combo in ensembles:  # the band a checkpoint of these members ships with
+        if f"ensemble({combo})" in methods:  # (its members have all run)
+            cov, near = _shipped_band(rows, ds, combo.split("+"), is_far)
+            methods[f"ensemble({combo})"].update(coverage_shipped_band=cov,
+                                                 coverage_shipped_band_near=near)
     novel_d = np.asarray([dist[k] for k in keys if by_key[k].meta.get("novel")])
     result = dict(command=command, split=rows[0]["split"], train_samples=len(train),
                   dataset=ds.fingerprint(), methods=methods,
