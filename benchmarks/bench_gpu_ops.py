@@ -217,12 +217,22 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     fit = adaptation.fit(pred[pick], measured[pick], gpu.name)
     adapted = fit.apply(pred[rest])
     flag = f"--timm {dataset}" if args.timm else f"--measured {dataset} --device {device}"
+
+    def summary(rs):  # the kit's two sets apart: steps that occupy the GPU, launch-bound ones
+        m = np.asarray([r["measured_ms"] for r in rs])
+        p = np.asarray([r["predicted_ms"] for r in rs])
+        peak = [abs(r["memory_gb"] / r["peak_gb"] - 1) for r in rs if r["peak_gb"] > 0]
+        return dict(n=len(rs), mape=float(ape(p, m).mean()), median_ratio=float(np.median(p / m)),
+                    memory_within_20pct=f"{sum(e <= 0.2 for e in peak)} of {len(peak)}")
+    sets = {"gpu set (224 px, 256 tokens)": [r for r in rows if r["image_size"] >= 224],
+            "core set (64 px, 32 tokens)": [r for r in rows if r["image_size"] < 224]}
     result = dict(
         command=f"python benchmarks/bench_gpu_ops.py {args.neusight} {flag} --out {args.out}",
         gpu=gpu.name, fitted_gpus=model.info["fitted_gpus"],
         spec_sheet_mape=float(ape(pred, measured).mean()),
         spec_sheet_median_ape=float(np.median(ape(pred, measured))),
         median_ratio=float(np.median(pred / measured)),
+        by_set={k: summary(v) for k, v in sets.items() if v},
         memory=dict(measured=len(peaks), within_20pct=sum(
             abs(r["memory_gb"] / r["peak_gb"] - 1) <= 0.2 for r in peaks)),
         band_coverage=dict(banded=len(banded), inside=sum(
