@@ -10,7 +10,8 @@
 #   amp-bf16-noisy.jsonl         samples measured, but too noisy to train on
 #   amp-bf16-report.json         what was skipped and why
 #   fp32-samples.jsonl           the GPU set at fp32, then as much of the core set as time allows
-#   ops-amp-bf16-samples.jsonl   single operators, autocast to bf16, with the time left
+#   ops-amp-bf16-samples.jsonl   single operators of the bf16 graphs, autocast to bf16 (a
+#                                minute, after the GPU set, before the core sets)
 #   ops-amp-bf16-noisy.jsonl     those too noisy to train on
 #   kit.log                      every step's output
 # Each step is bounded by what time is left and appends as it measures, so a step cut off
@@ -47,8 +48,10 @@ step() {
   [ "$t" -gt "$most" ] && t=$most
   if [ "$t" -lt 5 ]; then echo "== skipped (no time left): $*" >> "$LOG"; return; fi
   echo "== $(date +%T) ${t}s: $*" >> "$LOG"
-  timeout -s INT -k 10 "$t" "$@" >> "$LOG" 2>&1
-  echo "== exit $?" >> "$LOG"
+  # progress bars (tqdm frames, split at carriage returns) stay out of the log
+  timeout -s INT -k 10 "$t" "$@" 2>&1 | tr '\r' '\n' \
+    | grep -av -E '[0-9]+%\||[0-9?]+(sample|it|seq)/s' >> "$LOG"
+  echo "== exit ${PIPESTATUS[0]}" >> "$LOG"
 }
 collect() {  # what comes back: at most 8 files, directly under OUT
   for p in amp-bf16 fp32; do
@@ -99,9 +102,10 @@ else
   # the same graphs at fp32: their sequences are made already (no second export)
   mkdir -p "$WORK/fp32/seqs" && cp -n "$WORK"/amp-bf16/seqs/*.npz "$WORK/fp32/seqs/" 2>/dev/null
   step 140 150 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
-  step 90 60 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
-  step 60 30 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
-  step 30 0 mdot profile --ops --precision amp-bf16 --ops-n 300 --max-minutes 0.4 --threads 8 \
-    --ops-from data/derived/cpu-amd-epyc-f25m17-2t-fused --out "$WORK/ops-amp-bf16"
+  # single operators of the graphs just measured (a few dozen sequences: read in seconds)
+  step 60 90 mdot profile --ops --precision amp-bf16 --ops-n 300 --max-minutes 0.8 --threads 8 \
+    --ops-from "$WORK/amp-bf16" --out "$WORK/ops-amp-bf16"
+  step 60 30 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
+  step 30 0 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
 fi
 echo "== done in $(( $(date +%s) - START ))s" >> "$LOG"
