@@ -38,6 +38,7 @@ def test_the_kits_dry_run_makes_what_comes_back(tmp_path):
     assert ops and json.loads(ops[0])["meta"]["fingerprint"]["precision"] == "amp-bf16"
     log = (out / "kit.log").read_text()
     assert log.count("== done in") == 2 and "Traceback" not in log
+    assert "%|" not in log and "\r" not in log  # no progress-bar frames come back
 
 
 def test_the_kits_gpu_set_names_zoo_models():
