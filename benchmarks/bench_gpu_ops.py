@@ -211,7 +211,11 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
                          interval_ms=p.interval_ms, kernels=len(p.operators),
                          peak_gb=s.stats.get("peak_mb", math.nan) / 1e3))
     banded = [r for r in rows if r["interval_ms"]]
-    peaks = [r for r in rows if r["peak_gb"] > 0]  # measured by the kit since it records them
+
+    def memory_within_20pct(rs):  # (within, of): rows with a peak, recorded by the kit
+        errs = [abs(r["memory_gb"] / r["peak_gb"] - 1) for r in rs if r["peak_gb"] > 0]
+        return sum(e <= 0.2 for e in errs), len(errs)
+
     measured = np.asarray([r["measured_ms"] for r in rows])
     pred = np.asarray([r["predicted_ms"] for r in rows])
     flag = f"--timm {dataset}" if args.timm else f"--measured {dataset} --device {device}"
@@ -231,14 +235,15 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     def summary(rs):  # the kit's two sets apart: steps that occupy the GPU, launch-bound ones
         m = np.asarray([r["measured_ms"] for r in rs])
         p = np.asarray([r["predicted_ms"] for r in rs])
-        peak = [abs(r["memory_gb"] / r["peak_gb"] - 1) for r in rs if r["peak_gb"] > 0]
         return dict(n=len(rs), mape=float(ape(p, m).mean()), median_ratio=float(np.median(p / m)),
-                    memory_within_20pct=f"{sum(e <= 0.2 for e in peak)} of {len(peak)}",
+                    memory_within_20pct="{} of {}".format(*memory_within_20pct(rs)),
                     adapted=adapt(rs))
+
     sets = {"224 px / 256 tokens and up (the kit's GPU set)":
             [r for r in rows if r["image_size"] >= 224],
             "smaller (the kit's core set: 64 px / 32 tokens)":
             [r for r in rows if r["image_size"] < 224]}
+    within, peaks = memory_within_20pct(rows)
     result = dict(
         command=f"python benchmarks/bench_gpu_ops.py {args.neusight} {flag} --out {args.out}",
         gpu=gpu.name, fitted_gpus=model.info["fitted_gpus"],
@@ -246,8 +251,7 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
         spec_sheet_median_ape=float(np.median(ape(pred, measured))),
         median_ratio=float(np.median(pred / measured)),
         by_set={k: summary(v) for k, v in sets.items() if v},
-        memory=dict(measured=len(peaks), within_20pct=sum(
-            abs(r["memory_gb"] / r["peak_gb"] - 1) <= 0.2 for r in peaks)),
+        memory=dict(measured=peaks, within_20pct=within),
         band_coverage=dict(banded=len(banded), inside=sum(
             lo <= r["measured_ms"] <= hi for r in banded for lo, hi in [r["interval_ms"]])),
         adapted=adapt(rows), rows=rows)
