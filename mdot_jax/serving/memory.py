@@ -1,30 +1,43 @@
 """The peak memory of a training step, estimated from the operator sequence: whether the step
 fits on the device at all, before its time means anything.
 
-peak = parameters + their gradients + the optimizer's state + the activations kept for the
-backward pass + the input batch + the working set, where
-- parameters, gradients and optimizer state are fp32 (also under AMP, which keeps fp32 master
-  weights); the state is `OPTIMIZER_STATE` tensors the size of the parameters;
-- the activations are the tensors autograd keeps for the backward pass: an operator's output
-  where its own backward needs it (Relu, Sigmoid, Softmax, ...) or where a consumer's backward
-  needs its input (Conv, MatMul, normalisations, Mul, GELU, pooling, ...), each once, at the
-  precision's width (half under AMP); an output only added, reshaped or concatenated onward is
-  freed, and views write nothing;
-- the working set is what lives only while a step runs: the backward's transient gradients
-  (the gradient of an operator's output and of its input, at most the two largest outputs)
-  and, on a CPU, one working copy of the parameters (the kernels' reordered weights, the
-  optimizer's temporaries; a GPU's caching allocator reuses such blocks).
+What a step holds: the parameters, their gradients and the optimizer's state (fp32, also
+under AMP, which keeps fp32 master weights; `OPTIMIZER_STATE` tensors the size of the
+parameters), the input batch, and the activations autograd keeps for the backward pass: an
+operator's output where its own backward needs it (Relu, Sigmoid, Softmax, ...) or where a
+consumer's backward needs its input (Conv, MatMul, normalisations, Mul, GELU, pooling, ...),
+each once, at the precision's width (half under AMP); an output only added, reshaped or
+concatenated onward is freed, and views write nothing.
+
+On a GPU the estimate is the sum of all of these plus a working set (the backward's transient
+gradients: the two largest operator outputs): the caching allocator's and the libraries'
+workspaces are not modelled apart.
+
+On a CPU it also counts the copies eager PyTorch makes of a permuted view that a saving
+consumer needs contiguous (a LayerNorm over a permuted tensor, a batched MatMul of permuted
+heads), and follows the step in time (`live_bytes`): the forward (kept activations pile up,
+the others are freed after their last consumer), the backward (kept activations freed after
+the backward of the earliest operator keeping them, activation gradients live from their
+first consumer's backward to their producer's, parameter gradients accumulating; the
+optimizer zeroes gradients to None before the next forward) and the optimizer's update (the
+gradients, and for a stateful optimizer one temporary the size of the parameters, as
+PyTorch's multi-tensor SGD with Nesterov momentum and Adam(W) make). The largest of the three
+is the live peak; the resident set is `CPU_FIXED + CPU_RETENTION` times it: the C allocator
+keeps freed blocks and the kernel libraries hold working memory of their own (two constants
+fitted on the development models of `docs/studies/cpu-step-memory-liveness.md`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from converters import OperatorSequence
-from converters.sequence import LOAD_FIELDS
+from converters.fusion import VIEWS
+from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.vocab import VOCAB
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
@@ -32,6 +45,11 @@ from converters.vocab import VOCAB
 OPTIMIZER_STATE = {"sgd": 1, "sgd-plain": 0, "momentum": 1, "adam": 2, "adamw": 2}
 HALF = {"amp-fp16", "amp-bf16", "bf16"}
 _WRITTEN = LOAD_FIELDS.index("bytes_written")
+_PARAMS = LOAD_FIELDS.index("params")
+_CFG = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+# the resident set of a CPU step: fixed bytes + this times the live peak (module docstring)
+CPU_FIXED = 29e6
+CPU_RETENTION = 1.19
 # whose backward needs the operator's input, or its output (PyTorch's derivatives)
 NEEDS_INPUT = frozenset({
     "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "BatchNormalization",
@@ -68,26 +86,97 @@ class StepMemory:
 def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str = "sgd",
                 cpu: bool = False) -> StepMemory:
     """The estimate for `seq` (at its batch size) trained at `precision` with `optimizer`, on
-    a CPU or (`cpu` False) a GPU."""
+    a CPU (at the step's live peak, `live_bytes`) or a GPU (the sum form)."""
     if optimizer not in OPTIMIZER_STATE:
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(OPTIMIZER_STATE)}")
     weights = 4.0 * seq.params
     scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
     inputs = float(sum(4.0 * np.prod(s) for s in seq.meta.get("inputs", {}).values()))
+    state = OPTIMIZER_STATE[optimizer] * weights
+    if cpu:
+        live = live_bytes(seq, scale, optimizer)
+        base = weights + state + inputs
+        total = base + live.activations + live.gradients + live.working
+        return dataclasses.replace(live, parameters=weights, optimizer=state, inputs=inputs,
+                                   working=live.working + CPU_FIXED
+                                   + (CPU_RETENTION - 1) * total)
     outputs = np.sort(np.asarray(seq.load[:, _WRITTEN], np.float64))
-    working = scale * float(outputs[-2:].sum()) + (weights if cpu else 0.0)
-    return StepMemory(weights, weights, OPTIMIZER_STATE[optimizer] * weights,
-                      scale * saved_bytes(seq), inputs, working)
+    working = scale * float(outputs[-2:].sum())
+    return StepMemory(weights, weights, state, scale * saved_bytes(seq), inputs, working)
 
 
 def saved_bytes(seq: OperatorSequence) -> float:
     """Bytes of the operators' outputs that autograd keeps for the backward pass (fp32)."""
-    names = np.asarray([*VOCAB, "?"])[np.minimum(seq.op_type, len(VOCAB))]
+    names = _names(seq)
     kept = np.isin(names, list(NEEDS_OUTPUT))
     if len(seq.edges):
         src, dst = seq.edges[:, 0], seq.edges[:, 1]
         kept[src[np.isin(names[dst], list(NEEDS_INPUT))]] = True
     return float(np.asarray(seq.load[kept, _WRITTEN], np.float64).sum())
+
+
+def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd") -> StepMemory:
+    """The largest of the forward's, the backward's and the update's live bytes besides the
+    parameters, optimizer state and inputs (module docstring): activations and gradients at
+    that moment; `working` the update's temporary. Activations at `scale` times fp32."""
+    n = seq.num_ops
+    names = _names(seq)
+    src, dst = (seq.edges[:, 0], seq.edges[:, 1]) if len(seq.edges) else (np.zeros(0, int),) * 2
+    view = np.isin(names, list(VIEWS))
+    saver = np.isin(names[dst], list(NEEDS_INPUT))
+    out = scale * np.asarray(seq.load[:, _WRITTEN], np.float64)  # [n]
+    base = np.arange(n)  # whose storage each output is (a view's: its input's)
+    copy = np.zeros(n, bool)  # a permuted view: not contiguous
+    for s, d in sorted(zip(src, dst), key=lambda e: e[1]):
+        if view[d]:
+            base[d] = base[s]
+            copy[d] |= copy[s] or (names[d] == "Transpose" and not _swaps_last_two(seq, d))
+    copy &= np.bincount(src[saver], minlength=n) > 0  # ... that a saving consumer needs
+    out[copy] = scale * (seq.config[copy, _CFG["out_numel"]].astype(np.float64)
+                         * seq.config[copy, _CFG["elem_bytes"]])
+    last = np.arange(n)  # the forward's last use of each storage = its gradient's first use
+    np.maximum.at(last, base[src], dst)
+    release = np.full(n, n)  # the earliest operator whose backward needs it; n: none
+    keep_input = saver & (~view[src] | copy[src])
+    np.minimum.at(release, np.where(copy[src], src, base[src])[keep_input], dst[keep_input])
+    own = np.isin(names, list(NEEDS_OUTPUT)) & ~view
+    release[own] = np.minimum(release[own], np.arange(n)[own])
+    kept = release < n
+    # forward: every output from its operator on; the unkept freed after their last use
+    freed = np.bincount(np.minimum(last[~kept] + 1, n), out[~kept], n + 1)[:n]
+    forward = np.cumsum(out - freed)  # [n] live after operator t
+    # backward, operator t's: kept activations not yet released, activation gradients between
+    # their first consumer and their producer, parameter gradients of operators t and later
+    kept_alive = np.cumsum(np.bincount(release[kept], out[kept], n))
+    grad = np.where(view, 0.0, out)
+    live_grad = np.cumsum(np.bincount(np.arange(n), grad, n + 1)
+                          - np.bincount(np.maximum(last, np.arange(n)) + 1, grad, n + 1))[:n]
+    param_grads = np.cumsum(4.0 * np.asarray(seq.load[::-1, _PARAMS], np.float64))[::-1]
+    backward = kept_alive + live_grad + param_grads
+    weights = 4.0 * seq.params
+    update = weights * (1 + (OPTIMIZER_STATE[optimizer] > 0))  # gradients + one temporary
+    t = int(np.argmax(backward)) if n else 0
+    phases = [StepMemory(0, 0, 0, float(forward.max(initial=0)), 0),
+              StepMemory(0, float(live_grad[t] + param_grads[t]) if n else 0, 0,
+                         float(kept_alive[t]) if n else 0, 0),
+              StepMemory(0, weights, 0, 0, 0, update - weights)]
+    return max(phases, key=lambda m: m.total)
+
+
+def _names(seq: OperatorSequence) -> np.ndarray:
+    return np.asarray([*VOCAB, "?"])[np.minimum(seq.op_type, len(VOCAB))]
+
+
+def _swaps_last_two(seq: OperatorSequence, i: int) -> bool:
+    """Whether Transpose `i` only swaps its last two axes (by its shapes, up to rank 4): a
+    batched MatMul takes that without a copy."""
+    c = seq.config[i]
+    rank = int(c[_CFG["in_rank"]])
+    if not 2 <= rank <= 4 or int(c[_CFG["out_rank"]]) != rank:
+        return False
+    din = [c[_CFG[f"in_d{k}"]] for k in range(rank)]
+    dout = [c[_CFG[f"out_d{k}"]] for k in range(rank)]
+    return din[:-2] == dout[:-2] and din[-2:] == dout[:-3:-1]
 
 
 def machine_memory() -> float | None:
