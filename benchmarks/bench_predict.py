@@ -72,17 +72,44 @@ def _fresh_set(golden: list[str], seed: int = 0) -> list:
     return [(str(a), samples[a].workload.input_size, samples[a].seq) for a in sorted(drawn)]
 
 
+def _memory_models(fresh: bool, seed: int) -> list:
+    """(arch, size, sequence): the ten of `tests/data/golden`, or a confirming set."""
+    from converters import OperatorSequence
+
+    golden = [OperatorSequence.load_npz(p) for p in sorted(
+        (Path(__file__).resolve().parents[1] / "tests" / "data" / "golden").glob("*.npz"))]
+    models = [(s.name, next(iter(s.meta["inputs"].values()))[-1], s) for s in golden]
+    return _fresh_set([m[0] for m in models], seed) if fresh else models
+
+
+# the committed CPU peaks: results folder -> confirming set (None: tests/data/golden)
+CPU_PEAKS = {"memory-cpu": None, "memory-cpu-fresh": 0, "memory-cpu-fresh-2": 1,
+             "memory-cpu-fresh-3": 2}
+
+
+def rescore() -> None:
+    """The current estimate against the CPU peaks committed in `CPU_PEAKS` (no measuring)."""
+    import json
+
+    from mdot_jax.serving.memory import step_memory
+
+    results = Path(__file__).resolve().parent / "results"
+    for name, seed in CPU_PEAKS.items():
+        seqs = {a: q for a, _, q in _memory_models(seed is not None, seed or 0)}
+        rows = json.loads((results / name / "results.json").read_text())
+        errs = np.asarray([step_memory(seqs[r["arch"]], cpu=True).total / r["peak_bytes"] - 1
+                           for r in rows])
+        print(f"{name:<20} {int((abs(errs) <= 0.2).sum())} of {len(errs)} within 20%, mean "
+              f"|error| {100 * abs(errs).mean():.1f}%, from {100 * errs.min():+.1f}% to "
+              f"{100 * errs.max():+.1f}%")
+
+
 def memory(out: Path, fresh: bool = False, seed: int = 0) -> None:
     import json
 
-    from converters import OperatorSequence
     from mdot_jax.serving.memory import step_memory
 
-    golden = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden"
-    models = [(p.stem, next(iter(OperatorSequence.load_npz(p).meta["inputs"].values()))[-1],
-               OperatorSequence.load_npz(p)) for p in sorted(golden.glob("*.npz"))]
-    if fresh:
-        models = _fresh_set([m[0] for m in models], seed)
+    models = _memory_models(fresh, seed)
     rows = []
     for arch, size, seq in models:
         measured = _measured_peak(arch, size, 16)
@@ -117,9 +144,13 @@ def main():
                         help="score the step-memory estimate instead (results into OUT)")
     parser.add_argument("--memory-fresh", action="store_true",
                         help="with --memory: on the confirming set, not tests/data/golden")
+    parser.add_argument("--memory-rescore", action="store_true",
+                        help="score the CPU peaks committed under benchmarks/results again")
     parser.add_argument("--seed", type=int, default=0,
                         help="with --memory-fresh: which confirming set (0: the first)")
     args = parser.parse_args()
+    if args.memory_rescore:
+        return rescore()
     if args.memory:
         return memory(args.memory, args.memory_fresh, args.seed)
 

@@ -126,11 +126,12 @@ def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd"
     saver = np.isin(names[dst], list(NEEDS_INPUT))
     out = scale * np.asarray(seq.load[:, _WRITTEN], np.float64)  # [n]
     base = np.arange(n)  # whose storage each output is (a view's: its input's)
-    copy = np.zeros(n, bool)  # a permuted view: not contiguous
+    copy = np.asarray([names[i] == "Transpose" and not _swaps_last_two(seq, i)
+                       for i in range(n)], bool)  # a permuted view: not contiguous
     for s, d in sorted(zip(src, dst), key=lambda e: e[1]):
         if view[d]:
             base[d] = base[s]
-            copy[d] |= copy[s] or (names[d] == "Transpose" and not _swaps_last_two(seq, d))
+            copy[d] |= copy[s]
     copy &= np.bincount(src[saver], minlength=n) > 0  # ... that a saving consumer needs
     out[copy] = scale * (seq.config[copy, _CFG["out_numel"]].astype(np.float64)
                          * seq.config[copy, _CFG["elem_bytes"]])

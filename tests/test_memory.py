@@ -1,0 +1,75 @@
+"""The step-memory estimate (`serving.memory`): what a CPU step holds, followed in time."""
+
+import pytest
+from onnx import helper
+from onnx_builders import model, value
+
+from converters import convert
+from mdot_jax.serving.memory import CPU_FIXED, CPU_RETENTION, live_bytes, saved_bytes, step_memory
+
+
+def _chain(op, n=6, shape=(4, 256, 256)):
+    """x -> `op` -> `op` -> ... (n operators, each writing one [4, 256, 256] fp32 tensor)."""
+    names = ["x"] + [f"t{i}" for i in range(n)]
+    nodes = [helper.make_node(op, [a, a] if op == "Add" else [a], [b], name=b)
+             for a, b in zip(names, names[1:])]
+    m = model(nodes, [value("x", list(shape))], [value(names[-1], None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    return convert(m, fuse=True)
+
+
+def test_the_forward_frees_what_no_backward_needs_and_keeps_the_rest():
+    one = 4 * 256 * 256 * 4  # bytes of one output
+    relu, add = _chain("Relu"), _chain("Add")
+    # every Relu keeps its output for its backward: all six are live at the forward's end
+    assert live_bytes(relu).activations == pytest.approx(6 * one)
+    # Add keeps nothing: an output is freed once its consumer has run (at most two live)
+    assert live_bytes(add).activations + live_bytes(add).gradients <= 2 * one
+    # the GPU's sum form counts both chains' kept tensors the same way, never by time
+    assert saved_bytes(add) == 0 and saved_bytes(relu) == pytest.approx(6 * one)
+
+
+def _norm_after(perm):
+    """x[2, 8, 32, 32] -> Transpose(perm) -> LayerNorm over the last axis."""
+    shape = [[2, 8, 32, 32][p] for p in perm]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], name="t", perm=perm),
+             helper.make_node("LayerNormalization", ["t", "g", "b"], ["y"], name="norm",
+                              axis=-1)]
+    m = model(nodes, [value("x", [2, 8, 32, 32]), value("g", [shape[-1]]),
+                      value("b", [shape[-1]])], [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    return convert(m, fuse=True)
+
+
+def test_a_permuted_view_a_backward_needs_is_a_kept_copy_on_a_cpu():
+    x = 2 * 8 * 32 * 32 * 4
+    channels_last = live_bytes(_norm_after([0, 2, 3, 1]))  # ConvNeXt's permute: a copy
+    last_two = live_bytes(_norm_after([0, 1, 3, 2]))  # a swap of the last two axes: no copy
+    assert channels_last.activations == pytest.approx(last_two.activations + x)
+
+
+def test_the_cpu_estimate_is_the_live_peak_with_the_allocators_share():
+    seq = _chain("Relu")
+    live = live_bytes(seq)
+    cpu = step_memory(seq, cpu=True)
+    held = cpu.parameters + cpu.optimizer + cpu.inputs + live.total
+    assert cpu.total == pytest.approx(CPU_FIXED + CPU_RETENTION * held)
+    # the GPU sums every holder instead: never below the CPU's live peak
+    assert step_memory(seq).total >= held
+    # half-width activations under AMP
+    assert live_bytes(seq, 0.5).activations == pytest.approx(live.activations / 2)
+
+
+def test_a_parameter_heavy_step_peaks_in_the_update():
+    """x[2, 1024] @ W[1024, 1024]: 4 MB of weights, 8 kB of activations: the peak is the
+    update's (gradients + one temporary the size of the parameters for momentum SGD and
+    AdamW; none for plain SGD)."""
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
+              [value("x", [2, 1024]), value("w", [1024, 1024])], [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    seq = convert(m, fuse=True)
+    w = 4.0 * seq.params
+    assert live_bytes(seq, optimizer="sgd").total == pytest.approx(2 * w)
+    assert live_bytes(seq, optimizer="sgd-plain").total == pytest.approx(w, rel=0.01)
+    adamw = step_memory(seq, optimizer="adamw", cpu=True)
+    assert adamw.optimizer == 2 * w and adamw.total > step_memory(seq, cpu=True).total
