@@ -3,6 +3,7 @@ with `--memory OUT`, the step-memory estimate against measured peak memory.
 
     python benchmarks/bench_predict.py [--checkpoint NAME|DIR] [--repeats 20]
     python benchmarks/bench_predict.py --memory benchmarks/results/memory-cpu
+    python benchmarks/bench_predict.py --memory-rescore   # the committed CPU peaks, no measuring
 
 Latency: a torchvision ResNet-50 exported once (weight-free) at 224 px, batch size 64.
 Targets: end-to-end <= 100 ms, predictor forward alone <= 5 ms (medians of warm repeats).
