@@ -87,6 +87,11 @@ class OperatorSequence:
         return int(self.op_type.shape[0])
 
     @property
+    def op_names(self) -> np.ndarray:
+        """`[N]` operator type names (`<unk>` for ids of a newer vocabulary)."""
+        return np.asarray(VOCAB)[np.where(self.op_type < len(VOCAB), self.op_type, UNK_ID)]
+
+    @property
     def fusion(self) -> int:
         """The `converters.fusion` version it was converted with; 0 without fusion (sequences
         from before versions were recorded are version 1)."""

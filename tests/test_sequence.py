@@ -1,5 +1,7 @@
 """ONNX -> OperatorSequence: dropping shape work, aliases, unknown ops, concrete dims, npz."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -78,6 +80,9 @@ def test_unknown_op_is_kept_as_unk_and_counted():
     assert seq.num_ops == 3 and seq.op_type[1] == UNK_ID
     assert seq.unknown_ops == {"Det": 1}
     assert seq.op_type_counts() == {"Relu": 2, "Det": 1}
+    assert seq.op_names.tolist() == ["Relu", "<unk>", "Relu"]
+    newer = dataclasses.replace(seq, op_type=seq.op_type + 10_000)  # ids of a newer vocabulary
+    assert set(newer.op_names) == {"<unk>"}
 
 
 def test_initializers_become_shaped_params_without_values():

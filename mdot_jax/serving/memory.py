@@ -38,7 +38,6 @@ import numpy as np
 from converters import OperatorSequence
 from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
-from converters.vocab import VOCAB
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
 # and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none
@@ -95,8 +94,7 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     state = OPTIMIZER_STATE[optimizer] * weights
     if cpu:
         live = live_bytes(seq, scale, optimizer)
-        base = weights + state + inputs
-        total = base + live.activations + live.gradients + live.working
+        total = weights + state + inputs + live.total
         return dataclasses.replace(live, parameters=weights, optimizer=state, inputs=inputs,
                                    working=live.working + CPU_FIXED
                                    + (CPU_RETENTION - 1) * total)
@@ -107,7 +105,7 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
 
 def saved_bytes(seq: OperatorSequence) -> float:
     """Bytes of the operators' outputs that autograd keeps for the backward pass (fp32)."""
-    names = _names(seq)
+    names = seq.op_names
     kept = np.isin(names, list(NEEDS_OUTPUT))
     if len(seq.edges):
         src, dst = seq.edges[:, 0], seq.edges[:, 1]
@@ -120,7 +118,7 @@ def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd"
     parameters, optimizer state and inputs (module docstring): activations and gradients at
     that moment; `working` the update's temporary. Activations at `scale` times fp32."""
     n = seq.num_ops
-    names = _names(seq)
+    names = seq.op_names
     src, dst = (seq.edges[:, 0], seq.edges[:, 1]) if len(seq.edges) else (np.zeros(0, int),) * 2
     view = np.isin(names, list(VIEWS))
     saver = np.isin(names[dst], list(NEEDS_INPUT))
@@ -162,10 +160,6 @@ def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd"
                          float(kept_alive[t]) if n else 0, 0),
               StepMemory(0, weights, 0, 0, 0, update - weights)]
     return max(phases, key=lambda m: m.total)
-
-
-def _names(seq: OperatorSequence) -> np.ndarray:
-    return np.asarray([*VOCAB, "?"])[np.minimum(seq.op_type, len(VOCAB))]
 
 
 def _swaps_last_two(seq: OperatorSequence, i: int) -> bool:

@@ -41,7 +41,6 @@ import numpy as np
 from converters import OperatorSequence
 from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
-from converters.vocab import VOCAB
 from mdot_jax.data import gpus
 from mdot_jax.data.gpus import GPU
 from mdot_jax.errors import UsageError
@@ -226,7 +225,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     at, extrapolated = _peaks(gpu, precision)
     warnings: list[str] = []
     half = precision.startswith("amp")
-    names = [VOCAB[t] if t < len(VOCAB) else "<unk>" for t in seq.op_type]
+    names = seq.op_names.tolist()
     has_input = np.zeros(len(names), bool)
     has_input[seq.edges[:, 1]] = True
     # (node index, phase, operator, dims, the GPU as that operator sees it, times what)
