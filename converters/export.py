@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 import tempfile
 import warnings
 from collections.abc import Sequence
@@ -107,6 +108,56 @@ def _register_symbolics(torch) -> None:
     _SYMBOLICS_REGISTERED = True
 
 
+@contextlib.contextmanager
+def _quiet_fds():
+    """Silences stdout and stderr down to the file descriptors: on failure the exporter's C++
+    prints the whole Torch IR graph (thousands of lines) before raising."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _meta_constants_as_zeros(torch, active: bool):
+    """On the meta device, the tracer folds tensors computed from constants alone (Llama's
+    rotary `inv_freq`) into graph constants that have no values, which ONNX lowering must
+    read: they become zeros of their shape and dtype (the graph's shapes, all we read, hold)."""
+    if not active:
+        yield
+        return
+    lower = torch._C._jit_pass_onnx
+
+    def fill(block) -> None:
+        for node in block.nodes():
+            for sub in node.blocks():
+                fill(sub)
+            if (node.kind() == "prim::Constant" and node.hasAttribute("value")
+                    and node.kindOf("value") == "t" and node.t("value").is_meta):
+                value = node.t("value")
+                node.t_("value", torch.zeros(value.shape, dtype=value.dtype))
+
+    def patched(graph, *args):
+        fill(graph)
+        return lower(graph, *args)
+
+    torch._C._jit_pass_onnx = patched
+    try:
+        yield
+    finally:
+        torch._C._jit_pass_onnx = lower
+
+
 def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] | None = None,
                dynamic_batch: bool = True, opset: int = OPSET) -> onnx.ModelProto:
     """Exports a `torch.nn.Module`'s training graph (forward in train mode) to ONNX.
@@ -121,6 +172,9 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
 
     _register_symbolics(torch)
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    on_meta = any(p.is_meta for p in module.parameters())
+    if on_meta:  # a model built under `torch.device("meta")`: trace it there, allocating nothing
+        args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
     names = list(input_names or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()
     was_training, retry = module.training, False
@@ -130,8 +184,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         if cached:
             config.use_cache = False
         module.train()
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+        with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta):
             warnings.simplefilter("ignore")
             torch.onnx.export(  # a BytesIO works as the file
                 module, args, buf,  # type: ignore[arg-type]
@@ -144,8 +197,11 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)
         if not retry:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            hint = ("; its forward reads tensor values, which a model on the meta device has "
+                    "none of: build it on the CPU (a smaller config with the same layer shapes "
+                    "if it does not fit)") if on_meta and "meta" in msg else ""
             raise ConversionError(f"torch export of {type(module).__name__} failed: "
-                                  f"{type(e).__name__}: {msg}") from None
+                                  f"{type(e).__name__}: {msg}{hint}") from None
     finally:
         module.train(was_training)
         if cached:
@@ -155,8 +211,34 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                           dynamic_batch=dynamic_batch, opset=FALLBACK_OPSET)
     model = _mark_data_inputs(onnx.load_from_string(buf.getvalue()), names)
     params = [name for name, _ in module.named_parameters()]
+    _unmerge(model, set(params) | {name for name, _ in module.named_buffers()})
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
     return model
+
+
+def _unmerge(model: onnx.ModelProto, tensors: set[str]) -> None:
+    """Gives back every parameter and buffer its own graph input where the exporter merged it.
+
+    The TorchScript exporter deduplicates tensors by data pointer and shape; on the meta device
+    every pointer is null, so all equal-shaped weights collapse into one input and each other
+    name becomes `Identity(first)`: GPT-2 125M would count 47M parameters. Truly shared
+    weights are one entry of `named_parameters()` and are left alone. In place.
+    """
+    graph = model.graph
+    inputs = {i.name: i for i in graph.input}
+    keep = []
+    for node in graph.node:
+        if (node.op_type == "Identity" and node.input[0] in inputs and node.output[0] in tensors
+                and node.output[0] not in inputs):
+            copy = graph.input.add()
+            copy.CopyFrom(inputs[node.input[0]])
+            copy.name = node.output[0]
+            inputs[copy.name] = copy
+        else:
+            keep.append(node)
+    if len(keep) < len(graph.node):
+        del graph.node[:]
+        graph.node.extend(keep)
 
 
 INFERENCE_EXPORTERS = ("torchscript", "dynamo")

@@ -354,6 +354,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
               (1, 10, 11, 16)}  # float, float16, double, bfloat16
     meta_params = _metadata(model).get(PARAMS_KEY)
     params = floats & set(meta_params.split(",")) if meta_params is not None else floats
+    if meta_params is not None:
+        _refuse_merged(graph, floats, set(meta_params.split(",")), name or graph.name)
     tied = set(_metadata(model).get(TIED_KEY, "").split(","))
     order, producer = _node_order(nodes, graph_inputs)
 
@@ -420,6 +422,21 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
 
 
 _NO_SHAPE = _Tensor(None, 0, 0, 0)
+
+
+def _refuse_merged(graph: onnx.GraphProto, floats: set[str], declared: set[str],
+                   label: str) -> None:
+    """A parameter the model declares (`PARAMS_KEY`) that the graph computes as `Identity` of
+    another weight input was merged by the exporter (the TorchScript exporter does so on the
+    meta device): its parameters would be counted once for many layers."""
+    for node in graph.node:
+        if (node.op_type == "Identity" and node.input and node.input[0] in floats
+                and node.output[0] in declared and node.output[0] not in floats):
+            raise ConversionError(
+                f"model '{label}': parameter '{node.output[0]}' is an alias of "
+                f"'{node.input[0]}' (node '{node.name}'): the exporter merged equal-shaped "
+                "weights, as it does for a model on the meta device; export it again with "
+                "converters.from_torch, which keeps each layer's weights")
 
 
 def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],

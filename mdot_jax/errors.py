@@ -20,3 +20,7 @@ class UsageError(MdotError):
 
 class DatasetError(MdotError):
     """A dataset directory that cannot be used as it is (`mdot dataset check` lists why)."""
+
+
+class RequestError(MdotError):
+    """A prediction request with a field that cannot be honoured (the field is named)."""

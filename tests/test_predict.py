@@ -125,3 +125,21 @@ def test_a_band_holds_every_members_prediction_however_far_apart(tmp_path, monke
     calibrated = predictor.calibration.band("nchw", math.log(parts[-1] / parts[0]))
     a, b = calibrated.interval(far.iteration_ms)
     assert not a <= parts[0] <= parts[-1] <= b  # the calibrated band alone would not
+
+
+def test_a_sequence_converted_at_another_batch_is_refused(tmp_path):
+    """A pre-converted sequence carries its batch in its shapes: predicting it at another
+    batch size gave the small batch's time (401 ms for 4,168) without a word."""
+    import onnx
+
+    from converters import convert
+    from mdot_jax.errors import RequestError
+
+    predictor = Predictor.load("timm-rtx3090")
+    onnx.save(_conv_block(), tmp_path / "m.onnx")
+    fuse = int(predictor.trained.feature_cfg.fused)
+    seq = convert(tmp_path / "m.onnx", batch_size=8, fuse=fuse)
+    at_8 = predictor.predict(seq, batch_size=8).iteration_ms
+    assert at_8 == predictor.predict(tmp_path / "m.onnx", batch_size=8).iteration_ms
+    with pytest.raises(RequestError, match=r"batch_size 512.*converted at batch 8"):
+        predictor.predict(seq, batch_size=512)

@@ -180,3 +180,19 @@ def machine_memory() -> float | None:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return None
+
+
+NO_FIT = 2.0  # estimated memory over the device's by this factor: the step will not fit
+
+
+def fit_warning(need_gb: float, limit_gb: float | None, what: str) -> tuple[str | None, bool]:
+    """The one memory-fit rule: `(warning, surely)` for a step estimated at `need_gb` on
+    `what` holding `limit_gb`: over it, the step may not fit; over `NO_FIT` times it, it will
+    not (`surely`, and a time without a band). Every timm RTX 3090 run (each of which fitted
+    its 24 GB) is estimated below 1.7 times it."""
+    if not limit_gb or need_gb <= limit_gb:
+        return None, False
+    surely = need_gb > NO_FIT * limit_gb
+    return (f"the step needs about {need_gb:.3g} GB (parameters, gradients, optimizer state, "
+            f"activations), more than {what} ({limit_gb:.3g} GB): it "
+            f"{'will' if surely else 'may'} not fit at this batch size"), surely

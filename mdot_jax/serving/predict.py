@@ -24,13 +24,14 @@ from converters.vocab import VOCAB
 from mdot_jax.data import gpus
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
+from mdot_jax.errors import RequestError
 from mdot_jax.models.ensemble import combine, spread
 from mdot_jax.models.kernels import COST_MODEL, CostModel, OpSumLine, attach, load_cost_model
 from mdot_jax.models.trained import Trained, predict_samples
 from mdot_jax.models.trees import TreeModel
 from mdot_jax.serving.calibration import Calibration
 from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion
-from mdot_jax.serving.memory import machine_memory, step_memory
+from mdot_jax.serving.memory import fit_warning, machine_memory, step_memory
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 # An installed wheel carries the shipped checkpoints as package data (`mdot_jax/checkpoints`);
@@ -150,7 +151,6 @@ def _check_job(epochs: float, dataset_size: int, batch_size: int) -> None:
             raise ValueError(f"{name} {v!r}: a job needs a positive number")
 
 
-NO_FIT = 2.0  # estimated memory over the device's by this factor: the step will not fit
 
 
 class Predictor:
@@ -252,6 +252,11 @@ class Predictor:
                  seq_len: int | None = None, input_shapes: dict | None = None
                  ) -> OperatorSequence:
         if isinstance(model, OperatorSequence):
+            converted = _batch_size(model)
+            if converted is not None and converted != batch_size:
+                raise RequestError(f"{model.name}: batch_size {batch_size}, but the operator "
+                                   f"sequence was converted at batch {converted}; convert the "
+                                   f"ONNX model at batch {batch_size} instead")
             return model
         return convert(model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                        input_shapes=input_shapes, fuse=int(self.trained.feature_cfg.fused))
@@ -338,9 +343,7 @@ class Predictor:
 
     def _check_memory(self, p: Prediction, seq: OperatorSequence, w: Workload) -> None:
         """Sets the step's memory estimate, and warns where it exceeds the device's memory (a
-        catalogued GPU's, or this machine's RAM for a CPU): that it may not fit; beyond
-        `NO_FIT` times that memory, that it will not (no band then). Every timm RTX 3090 run
-        (each of which fitted its 24 GB) is estimated below 1.7 times it."""
+        catalogued GPU's, or this machine's RAM for a CPU), by `memory.fit_warning`."""
         limit: float | None
         try:
             limit, what = gpus.find(p.device).memory_gb, f"the {p.device}'s memory"
@@ -349,14 +352,11 @@ class Predictor:
             limit, what = (ram / 1e9 if ram else None), "this machine's RAM"
         p.memory_gb = step_memory(seq, w.precision, w.optimizer,
                                   cpu=what == "this machine's RAM").total / 1e9
-        if limit and p.memory_gb > limit:
-            surely = p.memory_gb > NO_FIT * limit
-            p.warnings.append(f"the step needs about {p.memory_gb:.3g} GB (parameters, "
-                              f"gradients, optimizer state, activations), more than {what} "
-                              f"({limit:.3g} GB): it {'will' if surely else 'may'} not fit "
-                              "at this batch size")
-            if surely:
-                p.interval_ms = None
+        warning, surely = fit_warning(p.memory_gb, limit, what)
+        if warning:
+            p.warnings.append(warning)
+        if surely:
+            p.interval_ms = None
 
     def operators(self, seq: OperatorSequence, p: Prediction, batch_size: int
                   ) -> tuple[list[dict], str]:
@@ -474,6 +474,12 @@ def graph_warnings(g: dict, precision: str) -> list[str]:
         out.append(f"the graph's weights are {g['precision']}; the prediction is for "
                    f"{precision} training as the checkpoint's device was measured")
     return out
+
+
+def _batch_size(seq: OperatorSequence) -> int | None:
+    """The batch a converted sequence was converted at: dim 0 of its data inputs."""
+    shapes = [s for s in seq.meta.get("inputs", {}).values() if s]
+    return int(shapes[0][0]) if shapes else None
 
 
 def _input_size(seq: OperatorSequence) -> int:

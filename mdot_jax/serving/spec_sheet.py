@@ -45,7 +45,7 @@ from mdot_jax.data import gpus
 from mdot_jax.data.gpus import GPU
 from mdot_jax.errors import UsageError
 from mdot_jax.models.gpu_ops import StepModel, backward_gemms
-from mdot_jax.serving.memory import step_memory
+from mdot_jax.serving.memory import fit_warning, step_memory
 from mdot_jax.serving.predict import CHECKPOINT_DIR, Adaptation, Prediction, checkpoint_devices
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
@@ -311,10 +311,11 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                    (total * math.exp(model.band[0]), total * math.exp(model.band[1]))
                    if band_ok else None)
     p.memory_gb = step_memory(seq, precision, optimizer).total / 1e9
-    if p.memory_gb > gpu.memory_gb:
-        p.warnings.append(f"the step needs about {p.memory_gb:.3g} GB (parameters, gradients, "
-                          f"optimizer state, activations), more than the {gpu.name}'s "
-                          f"{gpu.memory_gb:g} GB: it may not fit at this batch size")
+    warning, surely = fit_warning(p.memory_gb, gpu.memory_gb, f"the {gpu.name}'s memory")
+    if warning:
+        p.warnings.append(warning)
+    if surely:
+        p.interval_ms = None
     return p
 
 

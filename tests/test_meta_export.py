@@ -1,0 +1,107 @@
+"""Models built on the meta device export with every layer's weights (issue: GPT-2 125M
+counted 47M parameters when the exporter merged equal-shaped weights)."""
+
+import numpy as np
+import onnx
+import pytest
+
+from converters import ConversionError, from_torch
+from converters.loader import load_model
+from converters.sequence import PARAMS_KEY, to_sequence
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SMALL = {
+    "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=3, n_embd=64, n_head=4, vocab_size=500, n_positions=64)),
+    "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=172, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=500, max_position_embeddings=64)),
+}
+
+
+def _sequence(proto, batch=2):
+    return to_sequence(load_model(proto, batch_size=batch), "m", fuse=True)
+
+
+def _build(name, device):
+    torch.manual_seed(0)
+    with torch.device(device):
+        return SMALL[name]()
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_a_meta_model_exports_what_its_real_twin_does(name, capfd):
+    meta = _build(name, "meta")
+    seq = _sequence(from_torch(meta, torch.zeros(1, 16, dtype=torch.long)))
+    real = _sequence(from_torch(_build(name, "cpu"), torch.zeros(1, 16, dtype=torch.long)))
+    assert seq.meta["params"] == sum(p.numel() for p in meta.parameters())
+    assert seq.meta["params"] == real.meta["params"]
+    np.testing.assert_array_equal(seq.op_type, real.op_type)
+    np.testing.assert_allclose(seq.load, real.load)
+    assert all(p.is_meta for p in meta.parameters())  # nothing was allocated or swapped
+    out, err = capfd.readouterr()
+    assert "graph(" not in out + err  # the exporter's Torch IR never reaches the terminal
+
+
+def test_an_export_with_merged_weights_is_refused_naming_the_parameter():
+    meta = _build("gpt2", "meta")
+    meta.config.use_cache = False
+    import io
+    buf = io.BytesIO()  # torch's own exporter, as a user would call it: weights merged
+    torch.onnx.export(meta, (torch.zeros(1, 16, dtype=torch.long, device="meta"),), buf,
+                      dynamo=False, export_params=False, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=["ids"], dynamic_axes={"ids": {0: "batch"}})
+    proto = onnx.load_from_string(buf.getvalue())
+    proto.metadata_props.add(key=PARAMS_KEY,
+                             value=",".join(n for n, _ in meta.named_parameters()))
+    with pytest.raises(ConversionError, match=r"parameter 'transformer\..*' is an alias "
+                       r"of .*from_torch"):
+        _sequence(proto)
+
+
+def test_a_model_reading_values_on_meta_says_what_to_do():
+    class ReadsAValue(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.lin(x)[: int(x.sum().item()) + 1]
+
+    with torch.device("meta"):
+        net = ReadsAValue()
+    with pytest.raises(ConversionError, match="meta device.*build it on the CPU"):
+        from_torch(net, torch.zeros(2, 8))
+
+
+# the sizes of the issue (seconds each): parameters within 1% of the real models'
+@pytest.mark.parametrize("n_embd,n_layer,n_head", [(768, 12, 12), (2048, 24, 16),
+                                                   (4096, 32, 32)])
+def test_gpt2_sizes_on_meta_count_their_parameters(n_embd, n_layer, n_head):
+    cfg = transformers.GPT2Config(n_embd=n_embd, n_layer=n_layer, n_head=n_head)
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(cfg)
+    seq = to_sequence(load_model(from_torch(model, torch.zeros(1, 128, dtype=torch.long)),
+                                 batch_size=1), "gpt2")
+    true = sum(p.numel() for p in model.parameters())
+    assert abs(seq.meta["params"] / true - 1) < 0.01
+
+
+def test_a_70b_llama_on_meta_will_not_fit_one_h200():
+    from mdot_jax.data import gpus
+    from mdot_jax.serving.spec_sheet import load_step_model, price
+
+    cfg = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672,
+                                   num_hidden_layers=80, num_attention_heads=64,
+                                   num_key_value_heads=8, vocab_size=128256)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg)
+    seq = to_sequence(load_model(from_torch(model, torch.zeros(1, 64, dtype=torch.long)),
+                                 batch_size=1), "llama-70b", fuse=True)
+    assert abs(seq.meta["params"] / sum(p.numel() for p in model.parameters()) - 1) < 0.01
+    p = price(seq, gpus.find("h200"), load_step_model(), precision="amp-bf16")
+    assert p.memory_gb > 500  # fp32 weights, gradients and master copies alone: 70.6B x 12 B
+    assert any("will not fit" in w for w in p.warnings) and p.interval_ms is None
