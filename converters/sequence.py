@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,9 +152,10 @@ class OperatorSequence:
         return PE_FUNCTIONS[kind](self.num_ops, self.edges, dim)
 
     def save(self, path: str | Path) -> None:
-        """Writes one compressed `.npz` (atomically: temp file + rename)."""
+        """Writes one compressed `.npz` (atomically: a hidden temp file `.NAME.tmp-*.npz`,
+        then a rename)."""
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp.npz")
+        tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}.npz")
         np.savez_compressed(
             tmp, op_type=self.op_type, config=self.config, load=self.load, edges=self.edges,
             node_names=self.node_names.astype(str),

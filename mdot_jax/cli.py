@@ -14,7 +14,7 @@ import os
 import sys
 
 from converters.errors import ConversionError
-from mdot_jax import cli_build
+from mdot_jax import cli_build, writers
 from mdot_jax.cli_build import MAX_INT, NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.data.dataset import MEASURED_PRECISIONS, PRECISIONS
 from mdot_jax.errors import MdotError, UsageError
@@ -62,13 +62,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from converters import convert
 
     if args.output:
-        _check_output(args.output, args.model, args.force)
+        writers.prepare_file(args.output, source=args.model, force=args.force)
     seq = convert(args.model, **_shape_kwargs(args))
     if args.output:
-        try:
-            seq.save(args.output)
-        except OSError as e:
-            raise UsageError(f"-o {args.output}: cannot write it: {e.strerror or e}") from None
+        writers.write_file(args.output, seq.save)
     summary = dict(model=seq.name, num_ops=seq.num_ops, flops=seq.flops,
                    flops_bwd=float(seq.load[:, 1].astype("float64").sum()),
                    params=seq.params, inputs=seq.meta["inputs"],
@@ -94,19 +91,20 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_output(out: str, model: str, force: bool) -> None:
-    """`convert -o`: never the model itself, an existing file only with --force."""
-    problem = None
-    if os.path.isdir(out):
-        problem = "is a directory; name a file (.npz)"
-    elif not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-        problem = "its folder does not exist"
-    elif os.path.exists(out) and os.path.exists(model) and os.path.samefile(out, model):
-        problem = "is the model being converted; name another file (.npz)"
-    elif os.path.lexists(out) and not force:
-        problem = "exists; --force replaces it"
-    if problem:
-        raise UsageError(f"-o {out}: {problem}")
+def _refuse_unused_flags(args: argparse.Namespace, sizes: list[int]) -> None:
+    """`mdot predict` flags that would mean nothing as given: an error, never ignored."""
+    for bad, message in (
+            (not sizes, "--batch-size (or --batch-sizes) is required"),
+            (args.batch_size and args.batch_sizes, "--batch-size and --batch-sizes: give one"),
+            (args.device == "", "--device: empty; name a GPU of `mdot devices`"),
+            (args.device_spec == "", "--device-spec: empty; name a JSON file"),
+            (args.network_gbs is not None and args.nodes == 1,
+             "--network-gbs: the link between nodes; give --nodes K (K > 1)"),
+            ((args.interconnect or args.nodes > 1) and not args.gpus,
+             "--interconnect and --nodes: links between GPUs; give --gpus N"),
+            (args.strategy != "ddp" and not args.gpus, "--strategy: give --gpus N")):
+        if bad:
+            raise UsageError(message)
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -134,8 +132,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     kw = _shape_kwargs(args)
     sizes = args.batch_sizes or ([args.batch_size] if args.batch_size else [])
-    if not sizes:
-        raise UsageError("--batch-size (or --batch-sizes) is required")
+    _refuse_unused_flags(args, sizes)
     if (args.epochs is None) != (args.dataset_size is None):
         raise UsageError("--epochs and --dataset-size go together")
     from mdot_jax.serving.spec_sheet import spec_gpu
@@ -147,7 +144,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if gpu is not None:
         from converters import convert
         from mdot_jax.serving import spec_sheet as spec
-        from mdot_jax.serving.parallel import data_parallel
+        from mdot_jax.serving.parallel import NETWORK_GBS, data_parallel, scaling_efficiency
 
         if args.layout != "nchw":
             raise UsageError("--layout: a GPU priced from its spec sheet has none (NCHW data)")
@@ -189,8 +186,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         try:
             seq, one = predict(b)
             steps = [(n, one if gpu is None else data_parallel(
-                one, seq.params, gpu, n, args.nodes, args.interconnect, args.network_gbs,
-                args.strategy, args.optimizer)) for n in counts]
+                one, seq.params, gpu, n, args.nodes, args.interconnect,
+                args.network_gbs or NETWORK_GBS, args.strategy, args.optimizer)) for n in counts]
         except ValueError as e:
             if isinstance(e, ConversionError):
                 raise
@@ -200,7 +197,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
                        batch_size=b, gpus=n, global_batch=g, input_size=p.input_size,
                        samples_per_s=1e3 * g / p.iteration_ms,
-                       scaling_efficiency=one.iteration_ms / p.iteration_ms, source=source,
+                       scaling_efficiency=scaling_efficiency(p), source=source,
                        num_ops=p.num_ops, warnings=p.warnings, parts=p.parts, phases=p.phases,
                        interval_ms=p.interval_ms, memory_gb=p.memory_gb)
             if args.top:
@@ -217,18 +214,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if note:  # after the predictions: an error stays one line
         print(f"mdot: warning: {note}", file=sys.stderr)
     if args.json:
-        print(json.dumps(rows[0] if args.batch_sizes is None and args.gpus is None else rows))
+        print(json.dumps(rows if args.batch_sizes or len(counts) > 1 else rows[0]))
         return 0
     r = rows[0]
     print(f"{args.model} on {r['device']} ({r['num_ops']} operators; {source})"
           + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r else ""))
     band = any(r["interval_ms"] for r in rows)
     many = args.gpus is not None
-    print(f"{'GPUs' if many else 'batch':>7} {'ms/iteration':>13} {'80% band ms':>15} "
+    print(f"{'batch':>7} " * (len(sizes) > 1 or not many) + f"{'GPUs':>5} " * many
+          + f"{'ms/iteration':>13} {'80% band ms':>15} "
           f"{'samples/s':>10} {'memory GB':>9}" + (" scaling" if many else "")
           + (f" {'job h':>7} {'80% band h':>13}" if "job_s" in r else ""))
     for r in rows:
-        print(f"{r['gpus' if many else 'batch_size']:>7} {r['iteration_ms']:>13.4g} "
+        print(f"{r['batch_size']:>7} " * (len(sizes) > 1 or not many)
+              + f"{r['gpus']:>5} " * many + f"{r['iteration_ms']:>13.4g} "
               f"{_range(r['interval_ms']):>15} {r['samples_per_s']:>10.4g} "
               f"{r['memory_gb']:>9.3g}" + (f" {r['scaling_efficiency']:>7.0%}" if many else "")
               + (f" {r['job_s'] / 3600:>7.3g} "
@@ -385,12 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default="ddp", choices=["ddp", "fsdp", "tp", "pp"],
                    help="with --gpus: DDP or FSDP (tensor and pipeline parallel: not priced)")
     p.add_argument("--interconnect", choices=["nvlink", "pcie"], help="within a node")
-    p.add_argument("--network-gbs", type=POSITIVE_FLOAT, default=25.0, help="GB/s between nodes")
+    p.add_argument("--network-gbs", type=POSITIVE_FLOAT, help="GB/s between nodes (default 25)")
     p.add_argument("--step", choices=["train", "fwd-bwd"],
                    help="a GPU priced from its spec sheet: the whole step (train, default) or "
                         "forward and backward without the optimizer update")
     p.add_argument("--batch-sizes", type=_int_list,
-                   help="several batch sizes at once (a table; JSON: a list), e.g. 16,32,64")
+                   help="several batch sizes at once (a table; JSON: a list, as for several "
+                        "--gpus), e.g. 16,32,64")
     p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
     p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N",

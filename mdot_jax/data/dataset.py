@@ -588,24 +588,15 @@ def _move_aside(root: Path, problems: list[LineProblem]) -> None:
 def writer_lock(root: str | Path):
     """Holds `root/.lock` while a process writes the dataset: a second writer is refused with
     the holder's pid. The kernel releases the lock when its holder exits, even on kill -9."""
-    import fcntl
+    from mdot_jax.writers import Busy, acquire
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    f = open(root / LOCK, "a+")  # noqa: SIM115 - held open for the lifetime of the lock
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "unknown"
-        f.close()
-        raise DatasetError(f"{root} is being written by another process (pid {holder}); wait "
-                           "for it to finish, or stop it, before writing here") from None
+        f = acquire(root / LOCK, str(root))
+    except Busy as e:
+        raise DatasetError(str(e)) from None
     try:
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
         yield
     finally:
         f.close()

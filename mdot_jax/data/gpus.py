@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import functools
 import json
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -20,6 +21,9 @@ from pathlib import Path
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
+# beyond any GPU by far (a B200: 148 SMs, 8 TB/s, 2.25 PFLOP/s dense fp16): a typo, not a GPU
+LIMITS = {"sms": 10_000, "boost_mhz": 10_000, "memory_gb": 100_000, "memory_gbs": 1e6,
+          "l2_mb": 100_000, "nvlink_gbs": 1e5, "pcie_gbs": 1e4, "tflops": 1e6}
 CORES_PER_SM = {"6.0": 64, "6.1": 128, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128,
                 "9.0": 128}
 
@@ -36,6 +40,7 @@ class GPU:
     tflops: dict  # precision -> dense peak TFLOP/s, or None
     nvlink_gbs: float = 0.0  # per GPU, both directions
     pcie_gbs: float = 0.0  # x16 link, both directions
+    nvswitch: bool = False  # every GPU of a board reaches the others by NVLink (SXM boards)
     aliases: tuple[str, ...] = ()
     compute_capability: str = ""
     memory_type: str = ""
@@ -56,6 +61,11 @@ def _key(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", text.lower().removeprefix("nvidia"))
 
 
+def _number(v) -> bool:
+    """A finite int or float (JSON's NaN and Infinity are not; neither is a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _from_json(d: dict, where: str) -> GPU:
     """A catalog row or a `--device-spec` file; a missing, unknown or ill-typed field is a
     one-line ValueError naming it."""
@@ -72,19 +82,22 @@ def _from_json(d: dict, where: str) -> GPU:
         raise ValueError(f"{where}: missing field(s) {missing}")
     for k in ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_gbs", "pcie_gbs"):
         v = d.get(k, 0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 \
-                or (k in required and v == 0):
-            raise ValueError(f"{where}: '{k}' is {v!r}; expected a positive number")
+        if not _number(v) or v < 0 or (k in required and v == 0) or v > LIMITS.get(k, math.inf):
+            raise ValueError(f"{where}: '{k}' is {v!r}; expected a positive number"
+                             + (f" up to {LIMITS[k]:g}" if k in LIMITS else ""))
+    if d.get("nvlink_gbs", 0) > 0 and not isinstance(d.get("nvswitch"), bool):
+        raise ValueError(f"{where}: 'nvswitch' is {d.get('nvswitch')!r}; with 'nvlink_gbs' "
+                         "say true where every GPU of a board reaches the others by NVLink "
+                         "(SXM boards), false where bridges join pairs of cards")
     flops = d["tflops"]
-    if not isinstance(flops, dict) or not isinstance(flops.get("fp32"), (int, float)) \
-            or flops["fp32"] <= 0:
+    if not isinstance(flops, dict) or not _number(flops.get("fp32")) or flops["fp32"] <= 0:
         raise ValueError(f"{where}: 'tflops' needs at least a positive 'fp32' (TFLOP/s)")
     bad = sorted(set(flops) - set(PRECISIONS))
     if bad:
         raise ValueError(f"{where}: 'tflops' has unknown precision(s) {bad}; known: "
                          f"{list(PRECISIONS)}")
     for p, v in flops.items():
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
+        if v is not None and (not _number(v) or v <= 0 or v > LIMITS["tflops"]):
             raise ValueError(f"{where}: 'tflops.{p}' is {v!r}; expected a positive number or "
                              "null")
     return GPU(**dict(d, tflops={p: flops.get(p) for p in PRECISIONS},

@@ -28,13 +28,13 @@ import csv
 import dataclasses
 import shutil
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from converters import OperatorSequence
+from mdot_jax import writers
 from mdot_jax.data.dataset import PRECISIONS
 from mdot_jax.errors import UsageError
 from mdot_jax.serving import checkpoint
@@ -214,7 +214,7 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
                      source=f"{Path(measurements).name}, base {base.name}, {precision}")
     inner = model.info.get("adaptation")
     adaptation = compose(adaptation, Adaptation.from_json(inner) if inner else None)
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp = writers.temporary(out)
     model.info.update(adaptation=adaptation.to_json(), gpu=gpu.to_json(), precision=precision)
     model.save(tmp)
     checkpoint.move_into_place(tmp, out)
@@ -222,7 +222,7 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
 
 
 def _write(base_path: Path, out: Path, adaptation: Adaptation) -> None:
-    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp = writers.temporary(out)
     shutil.copytree(base_path, tmp)
     checkpoint.attach_adaptation(tmp, adaptation.to_json())
     checkpoint.move_into_place(tmp, out)

@@ -22,8 +22,7 @@ import hashlib
 import json
 import lzma
 import math
-import shutil
-import uuid
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ import numpy as np
 from flax import nnx
 
 from converters.vocab import VOCAB, VOCAB_VERSION
+from mdot_jax import writers
 from mdot_jax.data.features import FeatureConfig, FeatureStats
 from mdot_jax.errors import CheckpointError
 from mdot_jax.models import ModelConfig, build_model
@@ -44,7 +44,20 @@ from mdot_jax.serving.calibration import Calibration
 # expect other input widths
 FORMAT_VERSION = 2
 METADATA = "metadata.json"
+_PACKAGE = Path(__file__).resolve().parent.parent
+# An installed wheel carries the shipped checkpoints as package data (`mdot_jax/checkpoints`);
+# a source checkout (editable install) has them at the top of the repository.
+SHIPPED_DIR = next((d for d in (_PACKAGE / "checkpoints", _PACKAGE.parent / "checkpoints")
+                    if d.is_dir()), _PACKAGE / "checkpoints")
 COMPANION = "companion.txt.xz"
+
+
+def shipped_names() -> list[str]:
+    """Names of the checkpoints that come with the package."""
+    if not SHIPPED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in SHIPPED_DIR.iterdir() if (p / METADATA).exists()
+                  or (p / "step_model.json").exists())
 
 
 def _checkpointer():
@@ -70,20 +83,36 @@ def _empty_dir(path: Path) -> bool:
 
 def prepare_out(path: str | Path, *, force: bool = False) -> Path:
     """Checks, before any work, that a checkpoint can be written to `path`: a new or empty
-    directory, or (with `force`) a checkpoint of ours to replace; never anything else, and
-    only where this process can write. Returns the absolute path."""
+    directory, or (with `force`) a checkpoint of ours to replace; never a shipped checkpoint
+    or anything else, and only where this process can write. Takes the writer's lock of
+    `path` for the rest of the process (a second writer is refused) and settles what a killed
+    writer left there (`writers.recover`). Returns the absolute path."""
+    if str(path) in shipped_names():
+        raise CheckpointError(f"--out {path}: the name of a shipped checkpoint, which "
+                              f"`--checkpoint {path}` always loads; write to another name, or "
+                              f"to ./{path}")
     path = Path(path).absolute()
+    if path.resolve().is_relative_to(SHIPPED_DIR.resolve()):
+        raise CheckpointError(f"--out {path}: inside the shipped checkpoints "
+                              f"({SHIPPED_DIR}), which are never written; choose a directory "
+                              "of your own")
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"--out {path}: is a file, not a checkpoint directory")
+    try:
+        for line in writers.claim(path):
+            print(f"mdot: {line}", file=sys.stderr)
+    except writers.Busy as e:
+        raise CheckpointError(f"--out {e}") from None
+    except OSError as e:
+        raise CheckpointError(f"--out {path}: cannot write there ({e.strerror or e})") from None
     if path.exists() and not _empty_dir(path):
         if not is_checkpoint(path):
             raise CheckpointError(f"--out {path}: not empty and not a checkpoint; refusing to "
                                   "replace it (choose a new directory)")
         if not force:
             raise CheckpointError(f"--out {path}: holds a checkpoint; --force replaces it")
-    probe = path.parent / f".{path.name}.probe-{uuid.uuid4().hex[:8]}"
+    probe = writers.temporary(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
@@ -101,7 +130,8 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
     path = Path(path).absolute()
     if path.exists() and not (_empty_dir(path) or is_checkpoint(path)):
         raise CheckpointError(f"{path}: not a checkpoint; refusing to replace it")
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    writers.claim(path)
+    tmp = writers.temporary(path)
     pure = jax.tree.map(np.asarray, nnx.to_pure_dict(trained.params))
     ckptr = _checkpointer()
     ckptr.save(tmp / "params", pure)
@@ -128,15 +158,10 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
 
 
 def move_into_place(tmp: Path, path: Path) -> None:
-    """Renames the finished checkpoint `tmp` to `path`, replacing the checkpoint there (if
-    any) only once the new one is complete."""
-    if path.exists():
-        old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
-        path.rename(old)
-        tmp.rename(path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(path)
+    """Puts the finished checkpoint `tmp` at `path`, replacing the checkpoint there (if any)
+    only once the new one is complete (`writers.replace_dir`), and releases its lock."""
+    writers.replace_dir(tmp, path)
+    writers.release(path)
 
 
 def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = None) -> None:

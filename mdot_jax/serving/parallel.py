@@ -7,9 +7,9 @@ The rules:
   buckets of `BUCKET_MB`, by a ring: each GPU sends and receives 2 (N - 1) / N of the bytes
   over the slowest link of the ring, plus 2 (N - 1) steps of the link's latency per bucket;
 - the links: NVLink where the GPU has it and every GPU of the ring reaches the others by it
-  (SXM parts on an NVSwitch board; PCIe cards only pairwise, by a bridge), else PCIe; between
-  nodes, the network, one NIC per node (`network_gbs`); bandwidths per direction (the
-  catalog's NVLink and PCIe figures count both directions);
+  (`GPU.nvswitch`: SXM parts on their boards; PCIe cards only pairwise, by a bridge), else
+  PCIe; between nodes, the network, one NIC per node (`network_gbs`); bandwidths per
+  direction (the catalog's NVLink and PCIe figures count both directions);
 - buckets are all-reduced while the backward pass goes on: the first is ready after 1/B of it,
   the last only at its end, so what shows is max(C / B, C - backward (B - 1) / B) of an
   all-reduce costing C in B buckets; never less than the last bucket, so a step is never
@@ -34,6 +34,7 @@ from mdot_jax.serving.memory import OPTIMIZER_STATE
 from mdot_jax.serving.predict import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
+NETWORK_GBS = 25.0  # between nodes, per direction, unless told: a 200 Gb/s NIC
 LATENCY_US = {"nvlink": 2.0, "pcie": 5.0, "network": 10.0}  # per ring step, one way
 INTERCONNECTS = ("nvlink", "pcie")
 STRATEGIES = ("ddp", "fsdp")  # tensor and pipeline parallelism are not priced
@@ -47,12 +48,11 @@ class Link:
 
 
 def ring_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | None,
-              network_gbs: float) -> Link:
+              network_gbs: float = NETWORK_GBS) -> Link:
     """The slowest link of a ring over `nodes` x `gpus_per_node` GPUs."""
     if interconnect not in (None, *INTERCONNECTS):
         raise ValueError(f"--interconnect {interconnect!r}: choose from {list(INTERCONNECTS)}")
-    switched = any(k in gpu.name for k in ("sxm", "nvl"))
-    nvlink = gpu.nvlink_gbs > 0 and (switched or gpus_per_node <= 2)
+    nvlink = gpu.nvlink_gbs > 0 and (gpu.nvswitch or gpus_per_node <= 2)
     if interconnect == "nvlink" and not nvlink and gpus_per_node > 1:
         raise ValueError(f"--interconnect nvlink: the {gpu.name} has no NVLink that joins "
                          f"{gpus_per_node} GPUs (PCIe cards pair by a bridge at most)")
@@ -78,7 +78,7 @@ def _hidden(comm: float, compute: float, units: int) -> float:
 
 
 def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, nodes: int = 1,
-                  interconnect: str | None = None, network_gbs: float = 25.0,
+                  interconnect: str | None = None, network_gbs: float = NETWORK_GBS,
                   strategy: str = "ddp", optimizer: str = "sgd") -> Prediction:
     """`p` (one GPU's step, with its phases) as a data-parallel step over nodes x
     gpus_per_node GPUs (`strategy` ddp or fsdp): `phases` gains the communication that shows,
@@ -113,3 +113,10 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     phases["communication"] = shown
     return dataclasses.replace(p, iteration_ms=sum(phases.values()), interval_ms=None,
                                warnings=[*p.warnings, warning], memory_gb=memory, phases=phases)
+
+
+def scaling_efficiency(p: Prediction) -> float:
+    """The share of a data-parallel step not waiting on communication, in (0, 1]: for DDP the
+    one-GPU step over the N-GPU one. A throughput ratio would pass 100% under FSDP, whose
+    GPUs each update 1/N of the parameters where one GPU updates them all."""
+    return 1.0 - p.phases.get("communication", 0.0) / p.iteration_ms

@@ -30,14 +30,10 @@ from mdot_jax.models.kernels import COST_MODEL, CostModel, OpSumLine, attach, lo
 from mdot_jax.models.trained import Trained, predict_samples
 from mdot_jax.models.trees import TreeModel
 from mdot_jax.serving.calibration import Calibration
-from mdot_jax.serving.checkpoint import CheckpointError, load, load_companion
+from mdot_jax.serving.checkpoint import SHIPPED_DIR, CheckpointError, load, load_companion
 from mdot_jax.serving.memory import fit_warning, machine_memory, step_memory
 
-_PACKAGE = Path(__file__).resolve().parent.parent
-# An installed wheel carries the shipped checkpoints as package data (`mdot_jax/checkpoints`);
-# a source checkout (editable install) has them at the top of the repository.
-CHECKPOINT_DIR = next((d for d in (_PACKAGE / "checkpoints", _PACKAGE.parent / "checkpoints")
-                       if d.is_dir()), _PACKAGE / "checkpoints")
+CHECKPOINT_DIR = SHIPPED_DIR
 DEFAULT_CHECKPOINT = "timm-rtx3090"
 PREDICT_TOKENS = 4096
 
