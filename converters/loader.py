@@ -8,6 +8,7 @@ resolve).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
@@ -240,6 +241,19 @@ def _infers(model: onnx.ModelProto, input_shapes, image_size, seq_len, label) ->
     return True
 
 
+MAX_DIM = 2 ** 31 - 1
+
+
+def check_dims(**dims: Any) -> None:
+    """Each of `dims` (batch_size=..., seq_len=...) is None or a positive int: a ConversionError
+    names the first that is not (a string, a float, a bool, NaN, zero, negative, huge)."""
+    for name, v in dims.items():
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 < v <= MAX_DIM:
+            raise ConversionError(f"{name} {v!r}: expected a positive integer")
+
+
 def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
                batch_size: int | None = None, image_size: int | None = None,
                seq_len: int | None = None) -> onnx.ModelProto:
@@ -256,6 +270,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     Raises:
       ConversionError: unreadable file, symbolic dims left, or shape inference failure.
     """
+    check_dims(batch_size=batch_size, image_size=image_size, seq_len=seq_len)
     label = "<model>" if isinstance(source, (bytes, onnx.ModelProto)) else str(source)
     original = read_model(source)
     model = onnx.ModelProto()
@@ -363,8 +378,7 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
             node = helper.make_node("Constant", [], [node.output[0]],
                                     value=numpy_helper.from_array(np.asarray(dims, np.int64)))
         sub_nodes.append(node)
-    values = {t: v for t, v in _evaluate(sub_nodes, graph.initializer, model.opset_import).items()
-              if np.size(v) <= FOLD_MAX_ELEMENTS}
+    values = _evaluate(sub_nodes, graph.initializer, model.opset_import)
     if not values:
         return False
     folded = {id(n) for n, node in zip(foldable, sub_nodes) if node.output[0] in values}
@@ -384,29 +398,52 @@ _NUMPY_OPS = {
 }
 
 
+def _numel_bound(node: onnx.NodeProto, args: list) -> float:
+    """How many elements evaluating `node` on `args` would make (an upper bound for the ops
+    that make tensors from values; the broadcast shape of the inputs for the rest), so that
+    a causal mask of a long sequence is never built on the host just to be left unfolded."""
+    op = node.op_type
+    shapes = [np.shape(a) for a in args if a is not None]
+    try:
+        if op == "ConstantOfShape":
+            return float(np.prod(args[0], dtype=np.float64))
+        if op == "Expand":
+            return float(np.prod(np.broadcast_shapes(shapes[0], tuple(int(d) for d in args[1])),
+                                 dtype=np.float64))
+        if op == "Range":
+            start, limit, delta = (float(np.asarray(a).reshape(-1)[0]) for a in args[:3])
+            return abs(math.ceil((limit - start) / delta)) if delta else math.inf
+        if op == "Tile":
+            return float(np.size(args[0]) * np.prod(args[1], dtype=np.float64))
+        if op == "MatMul":
+            return float(np.prod(shapes[0][:-1] or (1,)) * (shapes[1][-1] if shapes[1] else 1))
+        if op == "Gather":
+            data, indices = args[:2]
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            return float(np.size(indices) * np.size(data) / max(1, np.shape(data)[axis]))
+        return float(np.prod(np.broadcast_shapes(*shapes), dtype=np.float64))
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return float(max((np.size(a) for a in args if a is not None), default=0))
+
+
 def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
-    """Runs `nodes` (topologically ordered) with the ONNX reference evaluator: all at once,
-    or, if one fails, node by node, leaving out the failing nodes and what depends on them."""
+    """Runs `nodes` (topologically ordered) node by node with the ONNX reference evaluator,
+    leaving out the nodes that fail, those whose outputs would pass `FOLD_MAX_ELEMENTS`
+    (`_numel_bound`, checked before they run: host memory stays bounded at any sequence
+    length), and what depends on them."""
     from onnx import numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    outputs = [t for n in nodes for t in n.output if t]
-    sub = helper.make_model(
-        helper.make_graph(nodes, "fold", [], [helper.make_tensor_value_info(t, 0, None)
-                                              for t in outputs],
-                          initializer=list(initializers)), opset_imports=list(opsets))
-    try:
-        return dict(zip(outputs, ReferenceEvaluator(sub).run(None, {})))
-    except Exception:  # noqa: BLE001 - fall back to node by node below
-        pass
     env = {i.name: numpy_helper.to_array(i) for i in initializers}
     values = {}
     result: Any
     for node in nodes:
         if not all(not t or t in env for t in node.input):
             continue
+        args = [env[t] if t else None for t in node.input]
+        if _numel_bound(node, args) > FOLD_MAX_ELEMENTS:
+            continue
         try:
-            args = [env[t] if t else None for t in node.input]
             if node.op_type in _NUMPY_OPS:
                 attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
                 result = [_NUMPY_OPS[node.op_type](*args, **attrs)]
@@ -416,7 +453,7 @@ def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
         except Exception:  # noqa: BLE001 - this node stays; inference reports if it matters
             continue
         for t, v in zip(node.output, result):
-            if t:
+            if t and np.size(v) <= FOLD_MAX_ELEMENTS:
                 env[t] = values[t] = v
     return values
 

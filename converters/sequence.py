@@ -358,6 +358,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     params = floats & set(meta_params.split(",")) if meta_params is not None else floats
     if meta_params is not None:
         _refuse_merged(graph, floats, set(meta_params.split(",")), name or graph.name)
+    _refuse_rows_past_the_table(graph, floats, types, name or graph.name)
     tied = set(_metadata(model).get(TIED_KEY, "").split(","))
     order, producer = _node_order(nodes, graph_inputs)
 
@@ -439,6 +440,26 @@ def _refuse_merged(graph: onnx.GraphProto, floats: set[str], declared: set[str],
                 f"'{node.input[0]}' (node '{node.name}'): the exporter merged equal-shaped "
                 "weights, as it does for a model on the meta device; export it again with "
                 "converters.from_torch, which keeps each layer's weights")
+
+
+def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
+                                types: dict[str, _Tensor], label: str) -> None:
+    """A Gather of a weight table at constant indices past its rows: a sequence longer than
+    the positions a model has (GPT-2's 1,024 at --seq-len 4096) would run off its table."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type != "Gather" or node.input[0] not in weights or node.input[1] not in inits:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        shape = types[node.input[0]].shape or []
+        index = numpy_helper.to_array(inits[node.input[1]])
+        if shape and index.size and int(index.max()) >= shape[axis]:
+            raise ConversionError(
+                f"model '{label}': node '{node.name}' reads row {int(index.max())} of "
+                f"'{node.input[0]}', which has {shape[axis]} (shape {list(shape)}): the input "
+                f"is longer than the {shape[axis]} positions the model has")
 
 
 def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],

@@ -19,6 +19,7 @@ import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
+from converters.loader import check_dims
 from converters.sequence import INPUT_KINDS
 from converters.vocab import VOCAB
 from mdot_jax.data import gpus
@@ -263,13 +264,16 @@ class Predictor:
                 optimizer: str = "sgd") -> Prediction:
         """Milliseconds per training iteration of `model` (an `.onnx` path, ModelProto or
         OperatorSequence already at `batch_size`)."""
+        if batch_size is None:
+            raise RequestError("batch_size: required (the batch per device)")
+        check_dims(batch_size=batch_size, image_size=image_size, seq_len=seq_len)
         seq = self.sequence(model, batch_size=batch_size, image_size=image_size,
                             seq_len=seq_len, input_shapes=input_shapes)
-        size = image_size or seq_len or _input_size(seq)
+        size = image_size or seq_len or input_size_of(seq)
         if isinstance(model, OperatorSequence) and (image_size or seq_len) \
-                and size != _input_size(seq):  # a converted graph has its size
+                and size != input_size_of(seq):  # a converted graph has its size
             raise ValueError(f"{seq.name}: the operator sequence was converted at input size "
-                             f"{_input_size(seq)}, not {size}; convert the ONNX model at "
+                             f"{input_size_of(seq)}, not {size}; convert the ONNX model at "
                              f"{size} instead")
         w = self._workload(batch_size, size, precision, layout, device, optimizer)
         return self.predict_many([(seq, w)])[0]
@@ -478,7 +482,7 @@ def _batch_size(seq: OperatorSequence) -> int | None:
     return int(shapes[0][0]) if shapes else None
 
 
-def _input_size(seq: OperatorSequence) -> int:
+def input_size_of(seq: OperatorSequence) -> int:
     """Image side or sequence length, from the data input of `seq.input_kind`."""
     kind = seq.input_kind
     rank = {k: r for r, k in INPUT_KINDS}.get(kind)

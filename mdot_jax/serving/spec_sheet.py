@@ -46,7 +46,13 @@ from mdot_jax.data.gpus import GPU
 from mdot_jax.errors import UsageError
 from mdot_jax.models.gpu_ops import StepModel, backward_gemms
 from mdot_jax.serving.memory import fit_warning, step_memory
-from mdot_jax.serving.predict import CHECKPOINT_DIR, Adaptation, Prediction, checkpoint_devices
+from mdot_jax.serving.predict import (
+    CHECKPOINT_DIR,
+    Adaptation,
+    Prediction,
+    checkpoint_devices,
+    input_size_of,
+)
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 STEPS = ("train", "fwd-bwd")
@@ -306,6 +312,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         adapted = None
     band_ok = not (classes & set(extrapolated) or other or odd_convs or seq.unknown_ops)
     p = Prediction(iteration_ms=total, device=gpu.name, num_ops=seq.num_ops,
+                   input_size=input_size_of(seq),
                    warnings=warnings, operators=operators, phases=phases,
                    interval_ms=fitted.interval(total) if adapted else
                    (total * math.exp(model.band[0]), total * math.exp(model.band[1]))
