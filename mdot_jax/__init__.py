@@ -2,11 +2,13 @@
 
 The public API (imported lazily, so `mdot convert` does not pay for JAX start-up):
   convert, OperatorSequence, ConversionError   (from converters)
+  TrainingJob, predict                         (mdot_jax.serving: the request and its answer)
   Predictor                                    (mdot_jax.serving.predict)
   load_dataset                                 (mdot_jax.data.dataset)
   train, TrainConfig                           (mdot_jax.training.train)
   ModelConfig                                  (mdot_jax.models)
   RECIPES                                      (mdot_jax.recipes: shipped, paper, mdot, tiny)
+  MdotError, RequestError                      (mdot_jax.errors: what every failure raises)
 
 Subpackages: `data` (datasets, features, aggregates), `measure` (profiling here: devices,
 zoo models, operators, the core set), `models` (the networks, the tree model, the kernel cost
@@ -19,6 +21,8 @@ import importlib
 __version__ = "0.2.0"  # the one version source (pyproject reads it)
 _EXPORTS = {
     "convert": "converters", "OperatorSequence": "converters", "ConversionError": "converters",
+    "TrainingJob": "mdot_jax.serving.request", "predict": "mdot_jax.serving.front",
+    "MdotError": "mdot_jax.errors", "RequestError": "mdot_jax.errors",
     "Predictor": "mdot_jax.serving.predict", "load_dataset": "mdot_jax.data.dataset",
     "train": "mdot_jax.training.train", "TrainConfig": "mdot_jax.training.train",
     "ModelConfig": "mdot_jax.models", "RECIPES": "mdot_jax.recipes",

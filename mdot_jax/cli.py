@@ -16,8 +16,17 @@ import sys
 from converters.errors import ConversionError
 from mdot_jax import cli_build, writers
 from mdot_jax.cli_build import MAX_INT, NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
-from mdot_jax.data.dataset import MEASURED_PRECISIONS, PRECISIONS
 from mdot_jax.errors import MdotError, UsageError
+from mdot_jax.options import (
+    INTERCONNECTS,
+    LAYOUTS,
+    MEASURED_PRECISIONS,
+    OPTIMIZERS,
+    PRECISIONS,
+    STEPS,
+    STRATEGIES,
+)
+from mdot_jax.serving.request import NOT_PRICED
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
@@ -63,7 +72,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)
-    seq = convert(args.model, **_shape_kwargs(args))
+    seq = convert(args.model, **_shape_kwargs(args), fuse=True if args.fuse is None else args.fuse)
     if args.output:
         writers.write_file(args.output, seq.save)
     summary = dict(model=seq.name, num_ops=seq.num_ops, flops=seq.flops,
@@ -91,22 +100,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_unused_flags(args: argparse.Namespace, sizes: list[int]) -> None:
-    """`mdot predict` flags that would mean nothing as given: an error, never ignored."""
-    for bad, message in (
-            (not sizes, "--batch-size (or --batch-sizes) is required"),
-            (args.batch_size and args.batch_sizes, "--batch-size and --batch-sizes: give one"),
-            (args.device == "", "--device: empty; name a GPU of `mdot devices`"),
-            (args.device_spec == "", "--device-spec: empty; name a JSON file"),
-            (args.network_gbs is not None and args.nodes == 1,
-             "--network-gbs: the link between nodes; give --nodes K (K > 1)"),
-            ((args.interconnect or args.nodes > 1) and not args.gpus,
-             "--interconnect and --nodes: links between GPUs; give --gpus N"),
-            (args.strategy != "ddp" and not args.gpus, "--strategy: give --gpus N")):
-        if bad:
-            raise UsageError(message)
-
-
 def cmd_probe(args: argparse.Namespace) -> int:
     from mdot_jax.measure import core_set
     from mdot_jax.measure.device import device_folder
@@ -130,136 +123,76 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    kw = _shape_kwargs(args)
-    sizes = args.batch_sizes or ([args.batch_size] if args.batch_size else [])
-    _refuse_unused_flags(args, sizes)
-    if (args.epochs is None) != (args.dataset_size is None):
-        raise UsageError("--epochs and --dataset-size go together")
-    from mdot_jax.serving.spec_sheet import spec_gpu
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
 
-    try:
-        gpu, folder = spec_gpu(args.device, args.device_spec, args.checkpoint) or (None, None)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if gpu is not None:
-        from converters import convert
-        from mdot_jax.serving import spec_sheet as spec
-        from mdot_jax.serving.parallel import NETWORK_GBS, data_parallel, scaling_efficiency
-
-        if args.layout != "nchw":
-            raise UsageError("--layout: a GPU priced from its spec sheet has none (NCHW data)")
-        model = spec.load_step_model(folder)
-        source = f"priced from its spec sheet by {folder.name}" + (
-            ", adapted to measured steps" if model.info.get("adaptation") else "")
-        note = None
-
-        def predict(b):
-            seq = convert(args.model, **dict(kw, batch_size=b), fuse=True)
-            return seq, spec.price(seq, gpu, model, precision=args.precision or "fp32",
-                                   step=args.step or "train", optimizer=args.optimizer)
-    else:
-        from mdot_jax.serving.predict import Predictor, machine_note
-
-        if args.step:
-            raise UsageError("--step: a checkpoint predicts the step it was trained on; --step "
-                             "is for a GPU priced from its spec sheet (--device NAME)")
-        predictor = Predictor.load(args.checkpoint)
-        source = f"checkpoint {predictor.path.name}" + (
-            ", geometric mean of " + " x ".join(predictor.member_labels)
-            if len(predictor.members) > 1 else "")
-        note = machine_note([predictor.adaptation.device] if predictor.adaptation
-                            else predictor.devices)
-
-        def predict(b):
-            seq = predictor.sequence(args.model, **dict(kw, batch_size=b))
-            return seq, predictor.predict(seq, precision=args.precision, device=args.device,
-                                          layout=args.layout, optimizer=args.optimizer,
-                                          **dict(kw, batch_size=b))
-    counts = args.gpus or [1]
-    if (counts != [1] or args.nodes > 1) and gpu is None:
-        raise UsageError("--gpus and --nodes price data-parallel steps of a GPU priced from its "
-                         "spec sheet (--device NAME, --checkpoint gpu-spec-sheet)")
-    if len(counts) > 1 and len(sizes) > 1:
-        raise UsageError("--gpus N,M,... takes one --batch-size (per GPU)")
-    rows = []
-    for b in sizes:
-        try:
-            seq, one = predict(b)
-            steps = [(n, one if gpu is None else data_parallel(
-                one, seq.params, gpu, n, args.nodes, args.interconnect,
-                args.network_gbs or NETWORK_GBS, args.strategy, args.optimizer)) for n in counts]
-        except ValueError as e:
-            if isinstance(e, ConversionError):
-                raise
-            raise UsageError(str(e)) from None
-        for n, p in steps:
-            n, g = n * args.nodes, b * n * args.nodes
-            row = dict(model=args.model, iteration_ms=p.iteration_ms, device=p.device,
-                       batch_size=b, gpus=n, global_batch=g, input_size=p.input_size,
-                       samples_per_s=1e3 * g / p.iteration_ms,
-                       scaling_efficiency=scaling_efficiency(p), source=source,
-                       num_ops=p.num_ops, warnings=p.warnings, parts=p.parts, phases=p.phases,
-                       interval_ms=p.interval_ms, memory_gb=p.memory_gb)
-            if args.top:
-                row["operators"], row["operators_from"] = (
-                    (p.operators, f"the GPU operator model on the {p.device}") if gpu
-                    else predictor.operators(seq, p, b))
-            if args.epochs is not None:
-                row["job_s"] = p.job_seconds(args.epochs, args.dataset_size, g)
-                row["job_interval_s"] = p.job_interval_seconds(args.epochs, args.dataset_size, g)
-            rows.append(row)
-            for warning in p.warnings:
-                print(f"mdot: warning: batch size {b} x {n} GPUs: {warning}" if len(rows) > 1
-                      else f"mdot: warning: {warning}", file=sys.stderr)
-    if note:  # after the predictions: an error stays one line
-        print(f"mdot: warning: {note}", file=sys.stderr)
+    shapes = _input_shapes(args.input_shape) or None
+    if args.batch_size is None and args.batch_sizes is None and not shapes:
+        raise UsageError("--batch-size (or --batch-sizes) is required")
+    if args.batch_size and args.batch_sizes:
+        raise UsageError("--batch-size and --batch-sizes: give one")
+    gpus = args.gpus or [1]
+    job = TrainingJob(
+        model=args.model, batch_size=args.batch_size or tuple(args.batch_sizes),
+        device=args.device, device_spec=args.device_spec, checkpoint=args.checkpoint,
+        precision=args.precision, optimizer=args.optimizer, layout=args.layout, step=args.step,
+        image_size=args.image_size, seq_len=args.seq_len,
+        input_shapes=shapes,
+        gpus=gpus[0] if len(gpus) == 1 else tuple(gpus), nodes=args.nodes,
+        strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
+        epochs=args.epochs, dataset_size=args.dataset_size, operators=bool(args.top))
+    result = predict(job)
+    rows = result if isinstance(result, list) else [result]
+    for warning in dict.fromkeys(w for r in rows for w in r.warnings):
+        shared = all(warning in r.warnings for r in rows)
+        where = [f"batch size {r.batch_size} x {r.gpus} GPUs: " for r in rows
+                 if warning in r.warnings]
+        print(f"mdot: warning: {'' if shared else where[0]}{warning}", file=sys.stderr)
     if args.json:
-        print(json.dumps(rows if args.batch_sizes or len(counts) > 1 else rows[0]))
-        return 0
-    r = rows[0]
-    print(f"{args.model} on {r['device']} ({r['num_ops']} operators; {source})"
-          + (f", {args.epochs:g} epochs x {args.dataset_size} samples" if "job_s" in r else ""))
-    band = any(r["interval_ms"] for r in rows)
-    many = args.gpus is not None
-    print(f"{'batch':>7} " * (len(sizes) > 1 or not many) + f"{'GPUs':>5} " * many
-          + f"{'ms/iteration':>13} {'80% band ms':>15} "
-          f"{'samples/s':>10} {'memory GB':>9}" + (" scaling" if many else "")
-          + (f" {'job h':>7} {'80% band h':>13}" if "job_s" in r else ""))
-    for r in rows:
-        print(f"{r['batch_size']:>7} " * (len(sizes) > 1 or not many)
-              + f"{r['gpus']:>5} " * many + f"{r['iteration_ms']:>13.4g} "
-              f"{_range(r['interval_ms']):>15} {r['samples_per_s']:>10.4g} "
-              f"{r['memory_gb']:>9.3g}" + (f" {r['scaling_efficiency']:>7.0%}" if many else "")
-              + (f" {r['job_s'] / 3600:>7.3g} "
-                 f"{_range(r.get('job_interval_s'), 1 / 3600):>13}" if "job_s" in r else ""))
-    if r["phases"]:
-        print("of which " + ", ".join(f"{k} {v:.4g} ms" for k, v in r["phases"].items()))
-    if band:
-        print("80% band: where 80% of the measured times fell, for predictions like these, on "
-              + ("model families the predictor had not seen" if gpu is None
-                 else "GPUs the predictor had not seen"))
-    if args.top:
-        _print_top(rows[-1], args.top)
+        out = [dict(r.to_json(), model=args.model) for r in rows]
+        print(json.dumps(out if job.several else out[0]))
+    else:
+        _print_table(args.model, rows, by_batch=len(job.batch_sizes) > 1 or not args.gpus,
+                     by_gpus=args.gpus is not None, top=args.top)
     return 0
 
 
-def _print_top(row: dict, n: int) -> None:
-    ops = row["operators"]
+def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None):
+    r = rows[0]
+    print(f"{model} on {r.device} ({r.num_ops} operators; {r.source})")
+    job = r.job_s is not None
+    print(f"{'batch':>7} " * by_batch + f"{'GPUs':>5} " * by_gpus
+          + f"{'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10} {'memory GB':>9}"
+          + " scaling" * by_gpus + (f" {'job h':>7} {'80% band h':>13}" if job else ""))
+    for r in rows:
+        print(f"{r.batch_size:>7} " * by_batch + f"{r.gpus:>5} " * by_gpus
+              + f"{r.iteration_ms:>13.4g} {_range(r.interval_ms):>15} {r.samples_per_s:>10.4g} "
+              f"{r.memory_gb:>9.3g}" + f" {r.scaling_efficiency:>7.0%}" * by_gpus
+              + (f" {r.job_s / 3600:>7.3g} {_range(r.job_interval_s, 1 / 3600):>13}" if job
+                 else ""))
+    if r.phases:
+        print("of which " + ", ".join(f"{k} {v:.4g} ms" for k, v in r.phases.items()))
+    if any(r.interval_ms for r in rows):
+        print("80% band: where 80% of the measured times fell, for predictions like these, on "
+              + ("GPUs" if r.phases else "model families") + " the predictor had not seen")
+    if top:
+        _print_top(rows[-1], top)
+
+
+def _print_top(p, n: int) -> None:
+    ops = p.operators
     if not ops:
-        print(f"operators: {row['operators_from']}")
+        print(f"operators: {p.operators_from}")
         return
-    total = row["iteration_ms"]
-    print(f"\nthe {min(n, len(ops))} most expensive operators at batch {row['batch_size']}, "
-          f"priced by {row['operators_from']}:")
+    print(f"\nthe {min(n, len(ops))} most expensive operators at batch {p.batch_size}, "
+          f"priced by {p.operators_from}:")
     print(f"{'ms':>9} {'share':>6}  {'type':<20} name")
     for o in sorted(ops, key=lambda o: -o["ms"])[:n]:
-        print(f"{o['ms']:>9.3g} {o['ms'] / total:>6.1%}  {o['type']:<20} {o['name']}")
+        print(f"{o['ms']:>9.3g} {o['ms'] / p.iteration_ms:>6.1%}  {o['type']:<20} {o['name']}")
 
 
 def _range(pair, scale: float = 1.0) -> str:
-    def num(x):
-        return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
-
+    num = lambda x: f"{x:.0f}" if x >= 100 else f"{x:.3g}"
     return f"{num(pair[0] * scale)}-{num(pair[1] * scale)}" if pair else "-"
 
 
@@ -342,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="path to an .onnx file")
     _add_shape_args(p)
     p.add_argument("-o", "--output", help="write the operator sequence to this .npz")
+    p.add_argument("--fuse", type=int, metavar="V", help="kernel fusion version (default: the "
+                   "latest, what the predictors read; 0: the graph's operators as they are)")
     p.add_argument("--force", action="store_true", help="replace an existing -o file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_convert)
@@ -372,8 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=PRECISIONS,
                    help="default: the device's usual (fp32 on CPUs and GPUs priced from their "
                         "spec sheet, amp-fp16 on a GPU checkpoint)")
-    p.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
-    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
+    p.add_argument("--layout", default="nchw", choices=LAYOUTS)
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
                    help="the training step's optimizer; sgd: with momentum (memory; time "
                         "where the checkpoint was trained on it or the GPU is priced from its "
                         "spec sheet)")
@@ -381,11 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data-parallel (DDP) over N GPUs per node, --batch-size per GPU; "
                         "several: a table with the scaling efficiency")
     p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
-    p.add_argument("--strategy", default="ddp", choices=["ddp", "fsdp", "tp", "pp"],
+    p.add_argument("--strategy", default="ddp", choices=[*STRATEGIES, *NOT_PRICED],
                    help="with --gpus: DDP or FSDP (tensor and pipeline parallel: not priced)")
-    p.add_argument("--interconnect", choices=["nvlink", "pcie"], help="within a node")
+    p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")
     p.add_argument("--network-gbs", type=POSITIVE_FLOAT, help="GB/s between nodes (default 25)")
-    p.add_argument("--step", choices=["train", "fwd-bwd"],
+    p.add_argument("--step", choices=STEPS,
                    help="a GPU priced from its spec sheet: the whole step (train, default) or "
                         "forward and backward without the optimizer update")
     p.add_argument("--batch-sizes", type=_int_list,
@@ -436,7 +371,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConversionError, MdotError) as e:
-        print(f"mdot: error: {e}", file=sys.stderr)
+        field = getattr(e, "field", "")  # a request's field, spelled as its flag
+        flag = {"model": "MODEL", "operators": "--top"}.get(field, f"--{field}".replace("_", "-"))
+        text = flag + str(e)[len(field):] if field and str(e).startswith(field) else str(e)
+        print(f"mdot: error: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("mdot: interrupted", file=sys.stderr)
@@ -444,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`mdot devices | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # the file system said no (read-only, full, permissions)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"mdot: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from mdot_jax.data.dataset import MEASURED_PRECISIONS
 from mdot_jax.errors import UsageError
+from mdot_jax.options import MEASURED_PRECISIONS
 
 BUILD_COMMANDS = {  # name -> one line for `mdot --help`
     "profile": "measure training iterations (or single operators) of zoo models here",

@@ -23,4 +23,9 @@ class DatasetError(MdotError):
 
 
 class RequestError(MdotError):
-    """A prediction request with a field that cannot be honoured (the field is named)."""
+    """A request with a field that cannot be honoured: the message starts with the field's
+    name (`field`), which the CLI spells as its flag."""
+
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.field = field

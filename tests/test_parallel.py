@@ -82,10 +82,13 @@ def test_predict_tables_gpus(capsys, tmp_path):
     assert main([str(a) for a in args + ["--gpus", "4", "--nodes", "2"]]) == 0
     out = capsys.readouterr().out
     assert "scaling" in out and "communication" in out
-    for extra, needle in [(["--gpus", "2", "--device", "rtx3090"], "--gpus and --nodes"),
-                          (["--gpus", "2,4", "--batch-sizes", "2,4"], "one --batch-size"),
+    for extra, needle in [(["--gpus", "2", "--device", "rtx3090"], "--gpus: data-parallel"),
+                          (["--gpus", "2,4", "--batch-sizes", "2,4"], "give one"),
                           (["--gpus", "4", "--device", "l4", "--interconnect", "nvlink"],
                            "no NVLink"), (["--gpus", "4", "--strategy", "pp"], "not priced")]:
         assert main([str(a) for a in args + extra]) == 2
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (extra, err)
+    several = ["predict", model, "--batch-sizes", "2,4", "--gpus", "2,4", "--device", "h100-sxm"]
+    assert main([str(a) for a in several]) == 2
+    assert "--gpus: several GPU counts take one batch_size" in capsys.readouterr().err

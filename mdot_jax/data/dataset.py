@@ -48,10 +48,6 @@ LOCK = ".lock"  # held by the writing process (`writer_lock`)
 NOISY = "noisy.jsonl"  # measured, but too noisy to train on (`mdot profile --retry-noisy`)
 OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`mdot_jax.models.kernels.attach`)
 REJECTED = "rejected.jsonl"  # lines moved aside by `mdot dataset check --fix`
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16")  # what a workload may name
-# what the profilers measure at: fp32 (PyTorch's defaults: cuDNN convolutions may use TF32,
-# matmuls do not), tf32 (both do), amp-*: autocast to that half type (fp16 with a scaler)
-MEASURED_PRECISIONS = PRECISIONS[:4]
 PACKED = ".xz"  # a closed JSON-lines file may be committed xz-compressed: `samples.jsonl.xz`
 # weight sources and training recipes that timm and torchvision put before the architecture
 _WEIGHT_PREFIXES = ("tv", "tf", "gluon", "legacy", "ig", "ssl", "swsl", "timm", "hf", "adv",
@@ -83,7 +79,7 @@ class Workload:
 
     batch_size: int
     input_size: int  # image side (px) or sequence length (tokens)
-    precision: str = "fp32"  # one of PRECISIONS
+    precision: str = "fp32"  # one of `options.PRECISIONS`
     layout: str = "nchw"  # nchw | nhwc
     device: str = "cpu"
     optimizer: str = "sgd"

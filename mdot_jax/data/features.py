@@ -18,10 +18,8 @@ from scipy.sparse.csgraph import dijkstra
 from converters import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.vocab import UNK_ID, VOCAB
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
+from mdot_jax.options import FEATURE_PRECISION_OF, FEATURE_PRECISIONS, LAYOUTS, OPTIMIZERS
 
-PRECISIONS = ("fp32", "amp-fp16", "bf16")
-LAYOUTS = ("nchw", "nhwc")
-OPTIMIZERS = ("sgd", "adam", "adamw")
 GRAPH_TOTALS = ("fwd_flops", "bwd_flops", "bytes", "params", "num_ops",
                 "dense_conv_flops", "depthwise_conv_flops", "grouped_conv_flops")
 # Derived per-operator columns appended to the configuration: the kind of convolution. The
@@ -134,7 +132,7 @@ def workload_raw(w: Workload, seq: OperatorSequence, devices: Sequence[str]) -> 
     optimizer, device)."""
     numeric = [math.log2(w.batch_size), math.log2(max(w.input_size, 1))]
     numeric += _slog(graph_totals(seq)).tolist()
-    onehots = [float(w.precision == p) for p in PRECISIONS]
+    onehots = [float(FEATURE_PRECISION_OF.get(w.precision) == p) for p in FEATURE_PRECISIONS]
     onehots += [float(w.layout == x) for x in LAYOUTS]
     onehots += [float(w.optimizer == o) for o in OPTIMIZERS]
     onehots += [float(w.device == d) for d in devices]

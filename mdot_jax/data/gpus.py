@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+ARITHMETIC = ("fp32", "tf32", "fp16", "bf16")  # the formats a peak is given for
 # FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
 # beyond any GPU by far (a B200: 148 SMs, 8 TB/s, 2.25 PFLOP/s dense fp16): a typo, not a GPU
 LIMITS = {"sms": 10_000, "boost_mhz": 10_000, "memory_gb": 100_000, "memory_gbs": 1e6,
@@ -92,15 +92,15 @@ def _from_json(d: dict, where: str) -> GPU:
     flops = d["tflops"]
     if not isinstance(flops, dict) or not _number(flops.get("fp32")) or flops["fp32"] <= 0:
         raise ValueError(f"{where}: 'tflops' needs at least a positive 'fp32' (TFLOP/s)")
-    bad = sorted(set(flops) - set(PRECISIONS))
+    bad = sorted(set(flops) - set(ARITHMETIC))
     if bad:
         raise ValueError(f"{where}: 'tflops' has unknown precision(s) {bad}; known: "
-                         f"{list(PRECISIONS)}")
+                         f"{list(ARITHMETIC)}")
     for p, v in flops.items():
         if v is not None and (not _number(v) or v <= 0 or v > LIMITS["tflops"]):
             raise ValueError(f"{where}: 'tflops.{p}' is {v!r}; expected a positive number or "
                              "null")
-    return GPU(**dict(d, tflops={p: flops.get(p) for p in PRECISIONS},
+    return GPU(**dict(d, tflops={p: flops.get(p) for p in ARITHMETIC},
                       aliases=tuple(d.get("aliases", ()))))
 
 

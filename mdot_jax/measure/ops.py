@@ -75,7 +75,7 @@ class OpProtocol:
     max_spread: float = 10.0  # IQR / median of the forward + backward repeats, percent: noisy
     # above (robust: one disturbed repeat of five moves neither the median nor the IQR)
     max_others: float = 0.5  # other runnable threads on average: noisy above
-    precision: str = "fp32"  # `dataset.MEASURED_PRECISIONS`: the forward runs autocast at AMP
+    precision: str = "fp32"  # `options.MEASURED_PRECISIONS`: the forward runs autocast at AMP
 
 
 @dataclass

@@ -33,7 +33,6 @@ import onnx
 from converters import convert, from_torch, inference_export
 from mdot_jax.data import dataset as data
 from mdot_jax.data.dataset import (
-    MEASURED_PRECISIONS,
     Dataset,
     DatasetWriter,
     Sample,
@@ -43,6 +42,8 @@ from mdot_jax.data.dataset import (
     writer_lock,
 )
 from mdot_jax.measure.device import DEVICE_KEYS, _sample_load, device_slug, fingerprint
+from mdot_jax.options import MEASURED_OPTIMIZERS as OPTIMIZERS
+from mdot_jax.options import MEASURED_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -303,8 +304,6 @@ class Protocol:
                              f"{list(MEASURED_PRECISIONS)}")
 
 
-# the training step's optimizer: SGD with momentum 0.9, nesterov (timm's benchmark), or AdamW
-OPTIMIZERS = ("sgd", "adamw")
 
 
 def precision_context(precision: str, device: str, torch) -> Callable:

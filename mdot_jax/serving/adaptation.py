@@ -35,8 +35,8 @@ import numpy as np
 
 from converters import OperatorSequence
 from mdot_jax import writers
-from mdot_jax.data.dataset import PRECISIONS
 from mdot_jax.errors import UsageError
+from mdot_jax.options import PRECISIONS
 from mdot_jax.serving import checkpoint
 from mdot_jax.serving.calibration import COVER
 from mdot_jax.serving.predict import Adaptation, Predictor, resolve_checkpoint
@@ -253,6 +253,26 @@ def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = (),
     return name, distance
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _check_base_kind(base: str | Path, on_cpu: bool) -> None:
+    """`base` exists and predicts for the kind of device the probe runs on (a CPU's times say
+    little of a GPU's)."""
+    from mdot_jax.measure.device import is_cpu
+    from mdot_jax.serving.predict import checkpoint_devices
+
+    resolve_checkpoint(base)
+    devices = checkpoint_devices(base)
+    if devices and any(map(is_cpu, devices)) != on_cpu:
+        raise UsageError(f"--base {base} predicts for {', '.join(devices)}, but the probe runs "
+                         f"on this machine's {'CPU' if on_cpu else 'GPU'}: give a "
+                         f"{'CPU' if on_cpu else 'GPU'} checkpoint, or leave --base out")
+
+
 def adapt_from_probe(root: str | Path, base: str | Path | None, out: str | Path, *,
                      threads: int = 2, device: str | None = None, force: bool = False,
                      budget_s: float = 0.0, protocol=None, keys: list[str] | None = None,
@@ -268,6 +288,8 @@ def adapt_from_probe(root: str | Path, base: str | Path | None, out: str | Path,
     from mdot_jax.measure import core_set
     from mdot_jax.measure.zoo import sample_exporter
 
+    if base is not None:  # before minutes of measuring: a base that cannot serve
+        _check_base_kind(base, on_cpu=not _cuda())
     out = checkpoint.prepare_out(out, force=force)
     chosen = core_set.load()
     keys = keys or chosen["probe"]

@@ -30,14 +30,13 @@ import dataclasses
 import math
 
 from mdot_jax.data.gpus import GPU
+from mdot_jax.options import INTERCONNECTS, STRATEGIES
 from mdot_jax.serving.memory import OPTIMIZER_STATE
 from mdot_jax.serving.predict import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
 NETWORK_GBS = 25.0  # between nodes, per direction, unless told: a 200 Gb/s NIC
 LATENCY_US = {"nvlink": 2.0, "pcie": 5.0, "network": 10.0}  # per ring step, one way
-INTERCONNECTS = ("nvlink", "pcie")
-STRATEGIES = ("ddp", "fsdp")  # tensor and pipeline parallelism are not priced
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,9 +113,3 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     return dataclasses.replace(p, iteration_ms=sum(phases.values()), interval_ms=None,
                                warnings=[*p.warnings, warning], memory_gb=memory, phases=phases)
 
-
-def scaling_efficiency(p: Prediction) -> float:
-    """The share of a data-parallel step not waiting on communication, in (0, 1]: for DDP the
-    one-GPU step over the N-GPU one. A throughput ratio would pass 100% under FSDP, whose
-    GPUs each update 1/N of the parameters where one GPU updates them all."""
-    return 1.0 - p.phases.get("communication", 0.0) / p.iteration_ms

@@ -124,6 +124,39 @@ class Prediction:
     # priced from a GPU's spec sheet (`serving.spec_sheet`): ms of forward, backward, update
     # (and `serving.parallel`'s communication that shows)
     phases: dict[str, float] = field(default_factory=dict)
+    # what the request (`serving.request.TrainingJob`) asked, as `serving.front.predict` says
+    batch_size: int = 0  # per GPU
+    gpus: int = 1  # in all, over every node
+    source: str = ""  # which predictor: a checkpoint's name, or a spec sheet's step model
+    operators_from: str = ""  # what priced `operators`
+    job_s: float | None = None  # the whole job (epochs x dataset size), s
+    job_interval_s: tuple[float, float] | None = None
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.gpus
+
+    @property
+    def samples_per_s(self) -> float:
+        return 1e3 * self.global_batch / self.iteration_ms
+
+    @property
+    def scaling_efficiency(self) -> float:
+        """The share of a data-parallel step not waiting on communication, in (0, 1]: for DDP
+        the one-GPU step over the N-GPU one. A throughput ratio would pass 100% under FSDP,
+        whose GPUs each update 1/N of the parameters where one GPU updates them all."""
+        return 1.0 - self.phases.get("communication", 0.0) / self.iteration_ms
+
+    def to_json(self) -> dict:
+        """The fields and the derived rates, as `mdot predict --json` prints them."""
+        d = {k: v for k, v in dataclasses.asdict(self).items()
+             if v is not None or k in ("interval_ms",)}
+        if self.operators is None:
+            d.pop("operators_from")
+        if self.job_s is None:
+            d.pop("job_interval_s", None)
+        return dict(d, global_batch=self.global_batch, samples_per_s=self.samples_per_s,
+                    scaling_efficiency=self.scaling_efficiency)
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
@@ -251,9 +284,10 @@ class Predictor:
         if isinstance(model, OperatorSequence):
             converted = _batch_size(model)
             if converted is not None and converted != batch_size:
-                raise RequestError(f"{model.name}: batch_size {batch_size}, but the operator "
-                                   f"sequence was converted at batch {converted}; convert the "
-                                   f"ONNX model at batch {batch_size} instead")
+                raise RequestError(f"batch_size {batch_size}: the operator sequence "
+                                   f"{model.name!r} was converted at batch {converted}; "
+                                   f"convert the ONNX model at batch {batch_size} instead",
+                                   "batch_size")
             return model
         return convert(model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                        input_shapes=input_shapes, fuse=int(self.trained.feature_cfg.fused))
@@ -265,7 +299,7 @@ class Predictor:
         """Milliseconds per training iteration of `model` (an `.onnx` path, ModelProto or
         OperatorSequence already at `batch_size`)."""
         if batch_size is None:
-            raise RequestError("batch_size: required (the batch per device)")
+            raise RequestError("batch_size: required (the batch per device)", "batch_size")
         check_dims(batch_size=batch_size, image_size=image_size, seq_len=seq_len)
         seq = self.sequence(model, batch_size=batch_size, image_size=image_size,
                             seq_len=seq_len, input_shapes=input_shapes)

@@ -45,6 +45,8 @@ from mdot_jax.data import gpus
 from mdot_jax.data.gpus import GPU
 from mdot_jax.errors import UsageError
 from mdot_jax.models.gpu_ops import StepModel, backward_gemms
+from mdot_jax.options import MEASURED_PRECISIONS as PRECISIONS
+from mdot_jax.options import STEPS
 from mdot_jax.serving.memory import fit_warning, step_memory
 from mdot_jax.serving.predict import (
     CHECKPOINT_DIR,
@@ -55,8 +57,6 @@ from mdot_jax.serving.predict import (
 )
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
-STEPS = ("train", "fwd-bwd")
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 # elementwise kernels over all parameters per update (torch.optim, foreach): `sgd` is SGD with
 # momentum (buffer scale, add, parameter add), as timm's benchmarks and `mdot profile` train
 UPDATE_PASSES = {"sgd": 3, "adam": 7, "adamw": 8}

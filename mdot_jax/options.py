@@ -1,0 +1,22 @@
+"""The words a training job may use, each vocabulary defined once (the request, the CLI's
+choices, the profilers, the spec sheet and the features all read them from here)."""
+
+# what a workload may name: fp32 (PyTorch's defaults: cuDNN convolutions may use TF32,
+# matmuls do not), tf32 (both do), amp-*: autocast to that half type (fp16 with a scaler),
+# bf16: the whole model in bfloat16
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16")
+MEASURED_PRECISIONS = PRECISIONS[:4]  # what the profilers measure and the spec sheet prices
+# the one-hot of the workload features of checkpoint format 2 (widths fixed by the weights):
+# each precision reads as the one of these it runs like
+FEATURE_PRECISIONS = ("fp32", "amp-fp16", "bf16")
+FEATURE_PRECISION_OF = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "amp-fp16",
+                        "amp-bf16": "amp-fp16", "bf16": "bf16"}
+
+# the optimizer of the step: SGD with momentum 0.9, nesterov (timm's benchmark), Adam, AdamW
+OPTIMIZERS = ("sgd", "adam", "adamw")
+MEASURED_OPTIMIZERS = ("sgd", "adamw")  # what the profilers train with
+
+LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-last reads nhwc)
+STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update
+STRATEGIES = ("ddp", "fsdp")  # data parallel; tensor and pipeline parallelism are not priced
+INTERCONNECTS = ("nvlink", "pcie")  # between the GPUs of a node

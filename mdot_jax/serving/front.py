@@ -1,0 +1,151 @@
+"""The front door: `predict(TrainingJob(...))` chooses the predictor for the job's device (a
+GPU's spec sheet, or a checkpoint trained on measured steps), prices every batch size and GPU
+count asked, and returns `Prediction`s whose fields are named as the job's.
+
+The choice: a `device_spec`, a step model as `checkpoint` (`gpu-spec-sheet`, or one adapted
+by `mdot adapt`), or a catalogued GPU `device` that the checkpoint does not predict for: the
+spec sheet (`serving.spec_sheet`, data parallel by `serving.parallel`). Otherwise the
+checkpoint (`serving.predict.Predictor`; default `timm-rtx3090`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from converters import ConversionError, OperatorSequence, convert
+from converters.fusion import fusion_version
+from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.serving.predict import Prediction
+from mdot_jax.serving.request import TrainingJob
+
+
+def predict(job: TrainingJob) -> Prediction | list[Prediction]:
+    """The job's prediction; a list, one per batch size or GPU count, where the job asks for
+    several (`TrainingJob.several`). Raises `MdotError`s (a `RequestError` names the field) and
+    `ConversionError`s for the model."""
+    try:
+        spec = _spec(job)
+        pricer = _SpecSheet(job, *spec) if spec else _Checkpoint(job)
+        out = []
+        for b in job.batch_sizes:
+            seq, one = pricer.step(b)
+            for n in job.gpu_counts:
+                out.append(_complete(pricer.parallel(one, seq, n), job, pricer, seq, b, n))
+    except ValueError as e:  # a bad value met deep in the pricing: said as the request's
+        if isinstance(e, (MdotError, ConversionError)):
+            raise
+        raise RequestError(str(e)) from None
+    return out if job.several else out[0]
+
+
+def _spec(job: TrainingJob):
+    from mdot_jax.serving.spec_sheet import spec_gpu
+
+    return spec_gpu(job.device, job.device_spec, job.checkpoint)
+
+
+def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b: int,
+              n: int) -> Prediction:
+    """`p` with what the job asked beside the step: its batch and GPUs, the source, the whole
+    job's time and where the time goes."""
+    p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
+                            warnings=[*p.warnings, *pricer.notes])
+    if job.operators:
+        p.operators, p.operators_from = pricer.operators(seq, p, b)
+    else:
+        p.operators = None
+    if job.epochs is not None and job.dataset_size is not None:
+        p.job_s = p.job_seconds(job.epochs, job.dataset_size, p.global_batch)
+        p.job_interval_s = p.job_interval_seconds(job.epochs, job.dataset_size, p.global_batch)
+    return p
+
+
+def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
+    """The job's model at batch `b`: converted from ONNX, or a converted sequence as it is
+    (`.npz` or in memory), whose batch, input size and fusion must be the job's."""
+    model: Any = job.model
+    if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
+        model = OperatorSequence.load_npz(model)
+    if not isinstance(model, OperatorSequence):
+        return convert(model, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
+                       input_shapes=dict(job.input_shapes or {}), fuse=fuse)
+    shapes = [s for s in model.meta.get("inputs", {}).values() if s]
+    if shapes and shapes[0][0] != b:
+        raise RequestError(f"batch_size {b}: the operator sequence {model.name!r} was "
+                           f"converted at batch {shapes[0][0]}; convert the model at batch {b}",
+                           "batch_size")
+    if model.fusion != fuse:
+        raise RequestError(f"model: the operator sequence {model.name!r} was converted with "
+                           f"fusion version {model.fusion}, this predictor reads {fuse} "
+                           f"(`mdot convert --fuse {fuse}`)", "model")
+    return model
+
+
+class _SpecSheet:
+    """A GPU priced from its spec sheet, data parallel over N GPUs."""
+
+    def __init__(self, job: TrainingJob, gpu, folder: Path):
+        from mdot_jax.serving import spec_sheet
+
+        if job.layout != "nchw":
+            raise RequestError("layout: a GPU priced from its spec sheet has none (NCHW data)",
+                               "layout")
+        self.job, self.gpu = job, gpu
+        self.model = spec_sheet.load_step_model(folder)
+        self.source = f"priced from its spec sheet by {folder.name}" + (
+            ", adapted to measured steps" if self.model.info.get("adaptation") else "")
+        self.notes: list[str] = []
+
+    def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
+        from mdot_jax.serving.spec_sheet import price
+
+        seq = _sequence(self.job, b, fusion_version(True))
+        return seq, price(seq, self.gpu, self.model, precision=self.job.precision or "fp32",
+                          step=self.job.step or "train", optimizer=self.job.optimizer)
+
+    def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
+        from mdot_jax.serving.parallel import NETWORK_GBS, data_parallel
+
+        job = self.job
+        return data_parallel(one, seq.params, self.gpu, n, job.nodes, job.interconnect,
+                             job.network_gbs or NETWORK_GBS, job.strategy, job.optimizer)
+
+    def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
+        return p.operators or [], f"the GPU operator model on the {p.device}"
+
+
+class _Checkpoint:
+    """A checkpoint trained on measured steps of its devices."""
+
+    def __init__(self, job: TrainingJob):
+        from mdot_jax.serving.predict import Predictor, machine_note
+
+        if job.step:
+            raise RequestError("step: a checkpoint predicts the step it was trained on; step "
+                               "is for a GPU priced from its spec sheet (device=NAME)", "step")
+        if job.data_parallel:
+            raise RequestError("gpus: data-parallel steps are priced for a GPU priced from its "
+                               "spec sheet (device=NAME, or checkpoint gpu-spec-sheet)", "gpus")
+        self.job, self.predictor = job, Predictor.load(job.checkpoint)
+        members = self.predictor.member_labels
+        self.source = f"checkpoint {self.predictor.path.name}" + (
+            ", geometric mean of " + " x ".join(members) if len(members) > 1 else "")
+        adapted = self.predictor.adaptation
+        note = machine_note([adapted.device] if adapted else self.predictor.devices)
+        self.notes = [note] if note else []
+
+    def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
+        job = self.job
+        seq = _sequence(job, b, int(self.predictor.trained.feature_cfg.fused))
+        return seq, self.predictor.predict(
+            seq, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
+            precision=job.precision, layout=job.layout, device=job.device,
+            optimizer=job.optimizer)
+
+    def parallel(self, one: Prediction, seq, n: int) -> Prediction:
+        return one
+
+    def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
+        return self.predictor.operators(seq, p, b)

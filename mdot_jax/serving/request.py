@@ -1,0 +1,163 @@
+"""A training job as one typed, validated request: what `predict(job)` prices, whether it
+comes from Python, the command line or a service.
+
+Every field is checked when the job is made (`TrainingJob.__post_init__`): a bad value or a
+combination that would mean nothing is a `RequestError` naming the field, never ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mdot_jax.errors import RequestError
+from mdot_jax.options import (
+    INTERCONNECTS,
+    LAYOUTS,
+    OPTIMIZERS,
+    PRECISIONS,
+    STEPS,
+    STRATEGIES,
+)
+
+MAX_INT = 2 ** 31 - 1
+NOT_PRICED = {"tp": "tensor parallelism", "pp": "pipeline parallelism"}
+
+
+def _ints(name: str, value: Any) -> tuple[int, ...]:
+    """A positive int, or a non-empty sequence of them, as a tuple."""
+    values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if not values:
+        raise RequestError(f"{name}: empty; give at least one value", name)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_INT:
+            raise RequestError(f"{name} {v!r}: expected a positive integer", name)
+    return values
+
+
+def _positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise RequestError(f"{name} {value!r}: expected a positive number", name)
+
+
+def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True) -> None:
+    if (value is None and optional) or value in choices:
+        return
+    extra = f" ({NOT_PRICED[value]} is not priced yet)" if value in NOT_PRICED else ""
+    raise RequestError(f"{name} {value!r}: choose from {list(choices)}{extra}", name)
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """One training job to predict.
+
+    Attributes:
+      model: an `.onnx` file, its bytes or ModelProto, an `.npz` or `OperatorSequence` from
+        `convert` (at its own batch and input size).
+      batch_size: per device; a tuple gives one prediction each; None: dim 0 of
+        `input_shapes`.
+      device: a GPU of the catalog (`mdot devices`: priced from its spec sheet), or the
+        device a checkpoint predicts for; None: the checkpoint's.
+      device_spec: a JSON file describing a GPU the catalog lacks.
+      checkpoint: a shipped checkpoint's name or a folder; None: chosen from the device.
+      precision, optimizer, layout, step: `mdot_jax.options`; precision None: the device's
+        usual (fp32 on CPUs and GPUs priced from their spec sheet, amp-fp16 on a GPU
+        checkpoint); step: spec-sheet pricing only.
+      image_size, seq_len, input_shapes: the input's size (default: the model's own).
+      gpus: GPUs per node (data parallel, `batch_size` each); a tuple gives one prediction
+        each. nodes: of `gpus` GPUs each. strategy: `options.STRATEGIES`.
+      interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
+        others by it). network_gbs: between nodes (default `parallel.NETWORK_GBS`).
+      epochs, dataset_size: together, the whole job's time.
+      operators: also where the time goes (`Prediction.operators`).
+    """
+
+    model: Any
+    batch_size: int | tuple[int, ...] | None = None
+    device: str | None = None
+    device_spec: str | None = None
+    checkpoint: str | None = None
+    precision: str | None = None
+    optimizer: str = "sgd"
+    layout: str = "nchw"
+    step: str | None = None
+    image_size: int | None = None
+    seq_len: int | None = None
+    input_shapes: Mapping[str, Sequence[int]] | None = field(default=None, hash=False)
+    gpus: int | tuple[int, ...] = 1
+    nodes: int = 1
+    strategy: str = "ddp"
+    interconnect: str | None = None
+    network_gbs: float | None = None
+    epochs: float | None = None
+    dataset_size: int | None = None
+    operators: bool = False
+
+    def __post_init__(self):
+        if self.model is None or (isinstance(self.model, (str, Path)) and not str(self.model)):
+            raise RequestError("model: required (an .onnx file, or a converted sequence)",
+                               "model")
+        for name, shape in (self.input_shapes or {}).items():
+            _ints(f"input_shapes[{name!r}]", list(shape))
+        if self.batch_size is None and not self.input_shapes:
+            raise RequestError("batch_size: required (the batch per device)", "batch_size")
+        sizes, counts = self.batch_sizes, _ints("gpus", self.gpus)
+        if len(sizes) > 1 and len(counts) > 1:
+            raise RequestError("gpus: several GPU counts take one batch_size (per GPU)", "gpus")
+        for name in ("image_size", "seq_len"):
+            if getattr(self, name) is not None:
+                _ints(name, getattr(self, name))
+        _ints("nodes", self.nodes)
+        for name in ("device", "device_spec", "checkpoint"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (str, Path)) or not str(value)):
+                raise RequestError(f"{name} {value!r}: name one (or leave it out)", name)
+        if self.device_spec and (self.device or self.checkpoint):
+            raise RequestError("device_spec: describes the device itself; drop device and "
+                               "checkpoint", "device_spec")
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("optimizer", self.optimizer, OPTIMIZERS, optional=False)
+        _choice("layout", self.layout, LAYOUTS, optional=False)
+        _choice("step", self.step, STEPS)
+        _choice("strategy", self.strategy, STRATEGIES, optional=False)
+        _choice("interconnect", self.interconnect, INTERCONNECTS)
+        if self.interconnect and max(counts) == 1:
+            raise RequestError("interconnect: the link between a node's GPUs; give gpus > 1",
+                               "interconnect")
+        if self.network_gbs is not None:
+            _positive("network_gbs", self.network_gbs)
+            if self.nodes == 1:
+                raise RequestError("network_gbs: the link between nodes; give nodes > 1",
+                                   "network_gbs")
+        if self.strategy != "ddp" and max(counts) * self.nodes == 1:
+            raise RequestError(f"strategy {self.strategy!r}: shards over several GPUs; give "
+                               "gpus (or nodes) > 1", "strategy")
+        if (self.epochs is None) != (self.dataset_size is None):
+            raise RequestError("epochs and dataset_size go together", "epochs")
+        if self.epochs is not None:
+            _positive("epochs", self.epochs)
+            _ints("dataset_size", self.dataset_size)
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """Per device; without `batch_size`, dim 0 of the first of `input_shapes`."""
+        if self.batch_size is None:
+            return _ints("batch_size", next(iter(dict(self.input_shapes or {}).values()))[0])
+        return _ints("batch_size", self.batch_size)
+
+    @property
+    def gpu_counts(self) -> tuple[int, ...]:
+        return _ints("gpus", self.gpus)
+
+    @property
+    def several(self) -> bool:
+        """Whether `predict` answers with a list (several batch sizes or GPU counts asked)."""
+        return isinstance(self.batch_size, (list, tuple)) or isinstance(self.gpus, (list, tuple))
+
+    @property
+    def data_parallel(self) -> bool:
+        return max(self.gpu_counts) * self.nodes > 1
