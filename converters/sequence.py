@@ -453,7 +453,7 @@ def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
         if node.op_type != "Gather" or node.input[0] not in weights or node.input[1] not in inits:
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        shape = types[node.input[0]].shape or []
+        shape = list(types[node.input[0]].shape or [])
         index = numpy_helper.to_array(inits[node.input[1]])
         if shape and index.size and int(index.max()) >= shape[axis]:
             raise ConversionError(
@@ -482,6 +482,10 @@ def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],
     if domain not in ("", "ai.onnx"):
         cause = ("an operator outside the ONNX standard, which shape inference does not know; "
                  "export with standard operators (without runtime-specific fusions)")
+    elif node.op_type in ("Loop", "Scan", "If"):
+        cause = ("control flow, whose body's shapes depend on run-time values: export the "
+                 "model with the loop unrolled or the branch taken (torch.onnx traces them so; "
+                 "jax2onnx: without lax.while_loop / lax.scan / lax.cond)")
     elif bad := [t for t in node.inputs if t in valueless]:
         cause = (f"its input '{bad[0]}' holds values that are not in the file (external data "
                  "or a graph input), so the shape they set cannot be read")

@@ -133,7 +133,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError("--batch-size and --batch-sizes: give one")
     gpus = args.gpus or [1]
     job = TrainingJob(
-        model=args.model, batch_size=args.batch_size or tuple(args.batch_sizes),
+        model=args.model,
+        batch_size=tuple(args.batch_sizes) if args.batch_sizes else args.batch_size,
         device=args.device, device_spec=args.device_spec, checkpoint=args.checkpoint,
         precision=args.precision, optimizer=args.optimizer, layout=args.layout, step=args.step,
         image_size=args.image_size, seq_len=args.seq_len,
@@ -372,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ConversionError, MdotError) as e:
         field = getattr(e, "field", "")  # a request's field, spelled as its flag
-        flag = {"model": "MODEL", "operators": "--top"}.get(field, f"--{field}".replace("_", "-"))
+        flag = {"model": "MODEL", "operators": "--top", "input_shapes": "--input-shape"}.get(
+            field, f"--{field}".replace("_", "-"))
         text = flag + str(e)[len(field):] if field and str(e).startswith(field) else str(e)
         print(f"mdot: error: {text}", file=sys.stderr)
         return 2

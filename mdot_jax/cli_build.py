@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from mdot_jax.errors import UsageError
-from mdot_jax.options import MEASURED_PRECISIONS
+from mdot_jax.options import LAYOUTS, MEASURED_OPTIMIZERS, MEASURED_PRECISIONS
 
 BUILD_COMMANDS = {  # name -> one line for `mdot --help`
     "profile": "measure training iterations (or single operators) of zoo models here",
@@ -482,12 +482,12 @@ def add_commands(sub) -> None:
     p.add_argument("--image-sizes", type=_int_list, default=[64, 128, 224])
     p.add_argument("--seq-lens", type=_int_list, default=[32, 64, 128, 256])
     p.add_argument("--threads", type=POSITIVE_INT, default=2)
-    p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
+    p.add_argument("--optimizer", choices=MEASURED_OPTIMIZERS, default="sgd",
                    help="the training step's optimizer: SGD with momentum (default), AdamW")
     p.add_argument("--precision", choices=MEASURED_PRECISIONS,
                    default="fp32", help="fp32 (PyTorch's defaults), tf32 (matmuls too), or "
                                         "autocast to fp16 (with a gradient scaler) or bf16")
-    p.add_argument("--layout", choices=("nchw", "nhwc"), default="nchw",
+    p.add_argument("--layout", choices=LAYOUTS, default="nchw",
                    help="nhwc: image models in channels-last memory format")
     p.add_argument("--warmup", type=POSITIVE_INT, default=2)
     p.add_argument("--repeats", type=POSITIVE_INT, default=5)

@@ -16,6 +16,8 @@ FEATURE_PRECISION_OF = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "amp-fp16",
 OPTIMIZERS = ("sgd", "adam", "adamw")
 MEASURED_OPTIMIZERS = ("sgd", "adamw")  # what the profilers train with
 
+ARITHMETIC = ("fp32", "tf32", "fp16", "bf16")  # the number formats a GPU's peaks are given for
+
 LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-last reads nhwc)
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update
 STRATEGIES = ("ddp", "fsdp")  # data parallel; tensor and pipeline parallelism are not priced

@@ -254,3 +254,40 @@ def test_adapt_needs_one_source(tmp_path, capsys):
                  "--out", str(tmp_path / "ck")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["mdot: error: adapt: give --from-measurements CSV or --probe (one of them)"] * 2
+
+
+@pytest.mark.parametrize("base,needle", [
+    ("timm-rtx3090", "--base timm-rtx3090 predicts for rtx3090, but the probe runs on this "
+                     "machine's CPU"),
+    ("nonexistent", "no checkpoint 'nonexistent'"),
+])
+def test_a_base_that_cannot_serve_is_refused_before_measuring(tmp_path, capsys, monkeypatch,
+                                                              base, needle):
+    from mdot_jax.measure import core_set
+
+    def measured(*args, **kwargs):
+        raise AssertionError("measured before the base was checked")
+
+    monkeypatch.setattr(core_set, "run_probe", measured)
+    monkeypatch.setattr("mdot_jax.measure.device.cuda_available", lambda: False)
+    assert main(["adapt", "--probe", "--base", base, "--out", str(tmp_path / "ck"),
+                 "--data", str(tmp_path / "data")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
+
+
+def test_probe_refuses_half_precision_on_a_cpu_and_says_a_read_only_folder(tmp_path, capsys,
+                                                                           monkeypatch):
+    from mdot_jax.measure import zoo
+
+    monkeypatch.setattr("mdot_jax.measure.device.cuda_available", lambda: False)
+    assert main(["probe", "--precision", "amp-fp16", "--out", str(tmp_path / "p")]) == 2
+    assert "amp-fp16 on a CPU" in capsys.readouterr().err
+
+    def read_only(*args, root=None, **kwargs):
+        raise OSError(30, "Read-only file system", str(tmp_path / "p" / "samples.jsonl"))
+
+    monkeypatch.setattr(zoo, "profile", read_only)
+    assert main(["probe", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"mdot: error: {tmp_path / 'p' / 'samples.jsonl'}: Read-only file system\n"

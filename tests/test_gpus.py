@@ -2,8 +2,13 @@
 resolve (or say what is close); `mdot devices`; `--device` naming the checkpoint's GPU."""
 
 import json
+import math
+import re
 
+import onnx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mdot_jax.cli import main
 from mdot_jax.data import gpus
@@ -103,3 +108,62 @@ def test_predict_names_a_gpu_by_any_of_its_names(capsys, tmp_path):
     assert code == 2 and "did you mean nvidia-h100-sxm" in err
     code, _, err = run(capsys, *args, "--precision", "fp64")
     assert code == 2 and "invalid choice: 'fp64'" in err
+
+
+SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_gbs",
+               "pcie_gbs", "nvswitch", "tflops")
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("memory_gbs", float("nan"), "'memory_gbs' is nan"),
+    ("boost_mhz", float("nan"), "'boost_mhz' is nan"),
+    ("sms", float("inf"), "'sms' is inf"),
+    ("l2_mb", 1e12, "up to"),
+    ("tflops", {"fp32": float("nan")}, "positive 'fp32'"),
+    ("tflops", {"fp32": 60, "bf16": float("inf")}, "'tflops.bf16' is inf"),
+    ("nvswitch", None, "'nvswitch' is None"),
+])
+def test_a_spec_number_that_is_no_number_is_named(tmp_path, field, value, needle):
+    """JSON's NaN and Infinity parse as floats: a 3.7x faster GPU, or a math error, before."""
+    row = dict(gpus.find("h100-sxm").to_json(), name="my-gpu")
+    row[field] = value
+    (tmp_path / "g.json").write_text(json.dumps(row))
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        gpus.from_spec_file(tmp_path / "g.json")
+
+
+def test_a_spec_copy_of_an_sxm_board_keeps_its_nvlink(capsys, tmp_path):
+    """A renamed copy of the H100 SXM row is priced over NVLink as the row itself is."""
+    from onnx_builders import attention
+
+    row = dict(gpus.find("h100-sxm").to_json(), name="my-h100", aliases=[])
+    (tmp_path / "g.json").write_text(json.dumps(row))
+    onnx.save(attention(seq=64, dim=64), tmp_path / "m.onnx")
+    base = ["predict", str(tmp_path / "m.onnx"), "--batch-size", "8", "--gpus", "8", "--json"]
+    assert main(base + ["--device", "h100-sxm"]) == 0
+    catalogued = json.loads(capsys.readouterr().out)
+    for extra in ([], ["--interconnect", "nvlink"]):
+        assert main(base + ["--device-spec", str(tmp_path / "g.json"), *extra]) == 0
+        mine = json.loads(capsys.readouterr().out)
+        assert mine["iteration_ms"] == catalogued["iteration_ms"], extra
+        assert any("nvlink bandwidth" in w for w in mine["warnings"])
+
+
+@settings(max_examples=100, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.sampled_from(SPEC_FIELDS), st.one_of(
+    st.none(), st.booleans(), st.integers(-10, 10 ** 13), st.floats(), st.text(max_size=3),
+    st.dictionaries(st.sampled_from(["fp32", "tf32", "fp16", "bf16", "fp8"]),
+                    st.one_of(st.none(), st.floats(), st.integers(-1, 10 ** 7))))))
+def test_any_spec_file_is_a_gpu_with_finite_numbers_or_one_named_error(tmp_path, changes):
+    row = dict(gpus.find("a100-pcie-80gb").to_json(), name="g", aliases=[], **changes)
+    (tmp_path / "g.json").write_text(json.dumps(row))
+    try:
+        gpu = gpus.from_spec_file(tmp_path / "g.json")
+    except ValueError as e:
+        assert str(e).startswith(f"--device-spec {tmp_path / 'g.json'}: ") and "\n" not in str(e)
+        return
+    numbers = [gpu.sms, gpu.boost_mhz, gpu.memory_gb, gpu.memory_gbs, gpu.l2_mb,
+               gpu.nvlink_gbs, gpu.pcie_gbs, *(v for v in gpu.tflops.values() if v is not None)]
+    assert all(math.isfinite(v) and v >= 0 for v in numbers) and gpu.tflops["fp32"] > 0
+    assert isinstance(gpu.nvswitch, bool)

@@ -154,3 +154,27 @@ def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
                            "--json"], cwd=work, env=env, capture_output=True, text=True)
     assert pred.returncode == 0, pred.stderr
     assert '"iteration_ms"' in pred.stdout
+
+
+def test_cmd_predict_parses_builds_the_request_calls_and_prints():
+    """The front door: `cmd_predict` maps flags to a `TrainingJob`; the library decides."""
+    import ast
+
+    tree = ast.parse((REPO / "mdot_jax" / "cli.py").read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "cmd_predict")
+    assert fn.end_lineno - fn.lineno + 1 <= 40
+    called = {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call)
+              and isinstance(n.func, ast.Name)}
+    assert {"TrainingJob", "predict"} <= called
+
+
+def test_one_vocabulary_of_precisions_optimizers_and_plans():
+    """Each option vocabulary is written once (`mdot_jax.options`); a second copy drifted
+    before (a workload's precision one-hot lacked tf32 and amp-bf16)."""
+    import re
+
+    words = re.compile(r"[\[(]\s*\"(fp32|sgd|ddp|nvlink|nchw|train)\",\s*\"")
+    own = REPO / "mdot_jax" / "options.py"
+    bad = [f"{f.relative_to(REPO)}:{n}" for f in REPO.glob("mdot_jax/**/*.py") if f != own
+           for n, line in enumerate(f.read_text().splitlines(), 1) if words.search(line)]
+    assert bad == []

@@ -546,3 +546,22 @@ def test_a_batch_far_beyond_training_says_so(capsys, model):
     [warning] = [w for w in warnings if "trained range" in w]
     assert "far (over 10x) outside the trained range 2-64" in warning and "a guess" in warning
     assert any("it will not fit at this batch size" in w for w in warnings)  # nor in RAM
+
+
+def test_the_step_model_is_named_for_what_it_is_when_loaded_as_a_checkpoint():
+    from mdot_jax.errors import CheckpointError
+    from mdot_jax.serving.predict import Predictor
+
+    with pytest.raises(CheckpointError, match=r"'gpu-spec-sheet' prices GPUs from their spec "
+                                              r"sheets.*TrainingJob\(\.\.\., device=GPU\)"):
+        Predictor.load("gpu-spec-sheet")
+
+
+@pytest.mark.parametrize("batch", ["32", 3.5, True, float("nan"), -4, 0])
+def test_a_batch_that_is_no_positive_integer_is_named(tmp_path, batch):
+    from converters import ConversionError
+    from mdot_jax.serving.predict import Predictor
+
+    onnx.save(conv_bn_relu(), tmp_path / "m.onnx")
+    with pytest.raises(ConversionError, match=r"^batch_size .*: expected a positive integer$"):
+        Predictor.load().predict(tmp_path / "m.onnx", batch_size=batch)

@@ -116,3 +116,64 @@ def test_positional_encodings_have_sequence_shape():
     assert [d.tolist() for d in seq.depths()] == [[0, 1, 2], [2, 1, 0]]
     with pytest.raises(ValueError, match="unknown positional encoding"):
         seq.positional_encoding("nope", 2)
+
+
+def _gpt2(positions=64):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from converters import from_torch
+
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500,
+                                  n_positions=positions)
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(cfg)
+    return from_torch(model, torch.zeros(1, 16, dtype=torch.long))
+
+
+def test_a_sequence_longer_than_the_models_positions_is_refused():
+    convert(_gpt2(positions=64), batch_size=2, seq_len=64)
+    with pytest.raises(ConversionError, match=r"reads row 127 of 'transformer\.wpe\.weight', "
+                                              r"which has 64 .* longer than the 64 positions"):
+        convert(_gpt2(positions=64), batch_size=2, seq_len=128)
+
+
+def test_folding_a_long_sequences_shapes_never_builds_its_masks(monkeypatch):
+    """At 4,096 tokens a causal mask has 16.8M elements: folding evaluated it on the host
+    (GPT-2 125M at 32,768 tokens needed 8.6 GB) only to leave it in the graph."""
+    import onnx.reference
+
+    from converters.loader import FOLD_MAX_ELEMENTS
+
+    largest = []
+    real = onnx.reference.ReferenceEvaluator
+
+    class Recording(real):
+        def run(self, *args, **kwargs):
+            out = super().run(*args, **kwargs)
+            largest.append(max((np.size(v) for v in out), default=0))
+            return out
+
+    monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", Recording)
+    seq = convert(_gpt2(positions=4096), batch_size=1, seq_len=4096, fuse=True)
+    assert largest and max(largest) <= FOLD_MAX_ELEMENTS
+    assert seq.meta["inputs"]["input0"] == [1, 4096]
+
+
+def test_control_flow_says_what_to_do():
+    def info(name, elem, shape=None):
+        return helper.make_value_info(name, helper.make_tensor_type_proto(elem, shape))
+
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Add", ["x_in", "x_in"], ["x_out"])], "body",
+        [info("i", TensorProto.INT64, []), info("c_in", TensorProto.BOOL, []),
+         info("x_in", TensorProto.FLOAT)],
+        [info("c_out", TensorProto.BOOL, []), info("x_out", TensorProto.FLOAT)])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "c", "x"], ["y"], body=body),
+         helper.make_node("Relu", ["y"], ["z"])], "g",
+        [info("x", TensorProto.FLOAT, ["N", 8]), info("n", TensorProto.INT64, []),
+         info("c", TensorProto.BOOL, [])], [info("z", TensorProto.FLOAT)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ConversionError, match=r"\(Loop\): output shape unknown: control flow"):
+        convert(model, batch_size=2)

@@ -18,8 +18,9 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from mdot_jax.options import ARITHMETIC
+
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
-ARITHMETIC = ("fp32", "tf32", "fp16", "bf16")  # the formats a peak is given for
 # FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
 # beyond any GPU by far (a B200: 148 SMs, 8 TB/s, 2.25 PFLOP/s dense fp16): a typo, not a GPU
 LIMITS = {"sms": 10_000, "boost_mhz": 10_000, "memory_gb": 100_000, "memory_gbs": 1e6,

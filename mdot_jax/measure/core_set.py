@@ -125,10 +125,14 @@ def run_probe(root: str | Path, keys: Sequence[str], threads: int = 2, protocol=
     """Measures the probe samples `keys` that the dataset folder `root` lacks (as
     `mdot profile` does, into that folder), then writes `root/PROBE_FILE`: version,
     fingerprint, key -> ms of those it holds. Returns that."""
-    from mdot_jax.measure.device import fingerprint
+    from mdot_jax.measure.device import cuda_available, fingerprint
     from mdot_jax.measure.zoo import ZOOS, Protocol, profile
 
     protocol = protocol or Protocol()
+    if protocol.precision == "amp-fp16" and not cuda_available():
+        raise ValueError("precision amp-fp16 on a CPU: PyTorch runs float16 there without fast "
+                         "kernels (over twice the fp32 time a sample, no CPU trains so); "
+                         "probe at fp32 or amp-bf16")
     profile(list(ZOOS), [], [], root, threads=threads, keys=keys, protocol=protocol,
             speed_check=speed_check)
     return write_probe(root, keys, fingerprint(threads, protocol.optimizer, protocol.precision))

@@ -32,6 +32,13 @@ def cpu_info() -> dict:
     return info
 
 
+def cuda_available() -> bool:
+    """Whether PyTorch sees a CUDA GPU here (what the profilers measure on)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def fingerprint(threads: int, optimizer: str = "sgd", precision: str = "fp32") -> dict:
     """What the measurements of this machine are of: the chip (a CPU's family, model and
     vector extensions; a GPU's name, SMs, memory, L2, compute capability, CUDA, cuDNN and

@@ -42,8 +42,8 @@ from mdot_jax.data.dataset import (
     writer_lock,
 )
 from mdot_jax.measure.device import DEVICE_KEYS, _sample_load, device_slug, fingerprint
+from mdot_jax.options import LAYOUTS, MEASURED_PRECISIONS
 from mdot_jax.options import MEASURED_OPTIMIZERS as OPTIMIZERS
-from mdot_jax.options import MEASURED_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -295,7 +295,7 @@ class Protocol:
     layout: str = "nchw"  # nhwc: image models and inputs in channels-last memory format
 
     def __post_init__(self):
-        if self.layout not in ("nchw", "nhwc"):
+        if self.layout not in LAYOUTS:
             raise ValueError(f"layout {self.layout!r}: choose from nchw, nhwc")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer {self.optimizer!r}: choose from {list(OPTIMIZERS)}")

@@ -253,12 +253,6 @@ def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = (),
     return name, distance
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _check_base_kind(base: str | Path, on_cpu: bool) -> None:
     """`base` exists and predicts for the kind of device the probe runs on (a CPU's times say
     little of a GPU's)."""
@@ -286,10 +280,11 @@ def adapt_from_probe(root: str | Path, base: str | Path | None, out: str | Path,
     probe and other extra samples (tests)."""
     from mdot_jax.data.dataset import load_dataset
     from mdot_jax.measure import core_set
+    from mdot_jax.measure.device import cuda_available
     from mdot_jax.measure.zoo import sample_exporter
 
     if base is not None:  # before minutes of measuring: a base that cannot serve
-        _check_base_kind(base, on_cpu=not _cuda())
+        _check_base_kind(base, on_cpu=not cuda_available())
     out = checkpoint.prepare_out(out, force=force)
     chosen = core_set.load()
     keys = keys or chosen["probe"]

@@ -130,7 +130,8 @@ class _Checkpoint:
                                "spec sheet (device=NAME, or checkpoint gpu-spec-sheet)", "gpus")
         self.job, self.predictor = job, Predictor.load(job.checkpoint)
         members = self.predictor.member_labels
-        self.source = f"checkpoint {self.predictor.path.name}" + (
+        name = self.predictor.path.name if self.predictor.path else "in memory"
+        self.source = f"checkpoint {name}" + (
             ", geometric mean of " + " x ".join(members) if len(members) > 1 else "")
         adapted = self.predictor.adaptation
         note = machine_note([adapted.device] if adapted else self.predictor.devices)

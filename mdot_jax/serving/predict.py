@@ -54,6 +54,10 @@ def resolve_checkpoint(name_or_dir: str | Path | None) -> Path:
     name_or_dir = name_or_dir or DEFAULT_CHECKPOINT
     if str(name_or_dir) in shipped_checkpoints():
         return CHECKPOINT_DIR / str(name_or_dir)
+    if (CHECKPOINT_DIR / str(name_or_dir) / "step_model.json").is_file():
+        raise CheckpointError(f"{name_or_dir!r} prices GPUs from their spec sheets and is no "
+                              "checkpoint a Predictor loads: predict(TrainingJob(..., "
+                              "device=GPU)) (`mdot predict --device GPU`) uses it")
     path = Path(name_or_dir)
     if path.is_dir():
         return path

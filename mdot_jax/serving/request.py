@@ -30,11 +30,12 @@ NOT_PRICED = {"tp": "tensor parallelism", "pp": "pipeline parallelism"}
 def _ints(name: str, value: Any) -> tuple[int, ...]:
     """A positive int, or a non-empty sequence of them, as a tuple."""
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    field = name.split("[")[0]
     if not values:
-        raise RequestError(f"{name}: empty; give at least one value", name)
+        raise RequestError(f"{name}: empty; give at least one value", field)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_INT:
-            raise RequestError(f"{name} {v!r}: expected a positive integer", name)
+            raise RequestError(f"{name} {v!r}: expected a positive integer", field)
     return values
 
 

@@ -1,0 +1,189 @@
+"""The front door: `predict(TrainingJob(...))` answers as `mdot predict` does, chooses the
+predictor itself, and every field (alone or in any combination) is valid or one `RequestError`
+naming it."""
+
+import json
+import math
+import re
+import shlex
+from pathlib import Path
+
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx_builders import attention, conv_bn_relu
+
+from mdot_jax import MdotError, RequestError, TrainingJob, predict
+from mdot_jax.cli import main
+from mdot_jax.serving.predict import Prediction
+
+REPO = Path(__file__).resolve().parents[1]
+SETTINGS = settings(max_examples=80, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    onnx.save(conv_bn_relu(training=True, size=64), root / "cnn.onnx")
+    onnx.save(attention(seq=64, dim=64), root / "attn.onnx")
+    return root
+
+
+def _cli_json(capsys, *args):
+    assert main([str(a) for a in args] + ["--json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("fields,flags", [
+    (dict(checkpoint="cpu-amd-epyc-f26m2-2t"), ["--checkpoint", "cpu-amd-epyc-f26m2-2t"]),
+    (dict(), []),  # the default checkpoint: the RTX 3090's measured steps
+    (dict(device="h100-sxm", precision="amp-bf16", optimizer="adamw"),
+     ["--device", "h100-sxm", "--precision", "amp-bf16", "--optimizer", "adamw"]),
+    (dict(device="a100-sxm-80gb", gpus=(1, 8), strategy="fsdp", epochs=2, dataset_size=1000),
+     ["--device", "a100-sxm-80gb", "--gpus", "1,8", "--strategy", "fsdp", "--epochs", "2",
+      "--dataset-size", "1000"]),
+])
+def test_the_api_and_the_cli_agree(capsys, models, fields, flags):
+    model = models / "cnn.onnx"
+    job = TrainingJob(model=str(model), batch_size=16, **fields)
+    got = predict(job)
+    rows = got if isinstance(got, list) else [got]
+    cli = _cli_json(capsys, "predict", model, "--batch-size", 16, *flags)
+    cli = cli if isinstance(cli, list) else [cli]
+    assert isinstance(got, list) == job.several and len(cli) == len(rows)
+    for p, r in zip(rows, cli):
+        assert isinstance(p, Prediction)
+        assert r["iteration_ms"] == p.iteration_ms and r["memory_gb"] == p.memory_gb
+        assert r["source"] == p.source and r["gpus"] == p.gpus
+        assert r.get("job_s") == p.job_s
+        assert 0 < p.scaling_efficiency <= 1  # never past 100%, FSDP's sharded update or not
+
+
+def test_the_readme_example_is_the_cli_line_beside_it(capsys, tmp_path, monkeypatch):
+    """The README's Python example and its command line, run on a ResNet-50 export."""
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    from converters import from_torch
+
+    text = (REPO / "README.md").read_text()
+    code = re.search(r"```python\n(from mdot_jax import TrainingJob.*?)```", text, re.S)[1]
+    line = re.search(r"```bash\n(mdot predict resnet50\.onnx [^\n]*)\n```", text)[1]
+    onnx.save(from_torch(torchvision.models.resnet50(), torch.randn(2, 3, 224, 224)),
+              tmp_path / "resnet50.onnx")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(code, scope)
+    cli = _cli_json(capsys, *shlex.split(line)[1:])
+    assert cli["iteration_ms"] == scope["p"].iteration_ms and cli["job_s"] == scope["p"].job_s
+
+
+def test_several_batch_sizes_or_gpu_counts_answer_with_a_list(models):
+    model = str(models / "attn.onnx")
+    one = predict(TrainingJob(model=model, batch_size=8, device="h100-sxm", gpus=8))
+    assert isinstance(one, Prediction) and one.gpus == 8 and one.global_batch == 64
+    many = predict(TrainingJob(model=model, batch_size=(4, 8), device="h100-sxm", gpus=8))
+    assert [p.batch_size for p in many] == [4, 8]
+    assert many[1].iteration_ms == one.iteration_ms
+    assert many[1].input_size == 64  # the sequence length, never 0
+
+
+def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp_path):
+    out = tmp_path / "attn.npz"
+    assert main(["convert", str(models / "attn.onnx"), "--batch-size", "8", "-o", str(out)]) == 0
+    capsys.readouterr()
+    onnx_p = predict(TrainingJob(model=str(models / "attn.onnx"), batch_size=8, device="l4"))
+    assert predict(TrainingJob(model=str(out), batch_size=8, device="l4")).iteration_ms == \
+        onnx_p.iteration_ms
+    with pytest.raises(RequestError, match="batch_size 512: .* converted at batch 8") as e:
+        predict(TrainingJob(model=str(out), batch_size=512, device="l4"))
+    assert e.value.field == "batch_size"
+    assert main(["predict", str(out), "--batch-size", "8"]) == 0  # any shipped checkpoint
+
+
+@pytest.mark.parametrize("fields,field", [
+    (dict(batch_size="32"), "batch_size"), (dict(batch_size=3.5), "batch_size"),
+    (dict(batch_size=True), "batch_size"), (dict(batch_size=math.nan), "batch_size"),
+    (dict(batch_size=-4), "batch_size"), (dict(batch_size=None), "batch_size"),
+    (dict(batch_size=()), "batch_size"), (dict(device=""), "device"),
+    (dict(device_spec="x.json", device="l4"), "device_spec"),
+    (dict(precision="fp8"), "precision"), (dict(optimizer="lion"), "optimizer"),
+    (dict(strategy="tp", gpus=8), "strategy"), (dict(strategy="fsdp"), "strategy"),
+    (dict(interconnect="nvlink"), "interconnect"), (dict(network_gbs=100), "network_gbs"),
+    (dict(network_gbs=math.inf, nodes=2), "network_gbs"), (dict(nodes=0), "nodes"),
+    (dict(gpus=(1, 8), batch_size=(2, 4)), "gpus"), (dict(epochs=3), "epochs"),
+    (dict(epochs=-1, dataset_size=10), "epochs"), (dict(seq_len=0), "seq_len"),
+    (dict(model=""), "model"), (dict(input_shapes={"x": [1, -3]}), "input_shapes['x']"),
+])
+def test_a_field_that_means_nothing_is_refused_by_name(fields, field):
+    with pytest.raises(RequestError) as e:
+        TrainingJob(**{"model": "m.onnx", "batch_size": 8, **fields})
+    assert e.value.field == field.split("[")[0] and str(e.value).startswith(field)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--batch-size", "32", "--batch-sizes", "64,128"], "--batch-size and --batch-sizes"),
+    (["--batch-size", "8", "--network-gbs", "100"], "--network-gbs: the link between nodes"),
+    (["--batch-size", "8", "--interconnect", "nvlink"], "--interconnect: the link"),
+    (["--batch-size", "8", "--device", ""], "--device '': name one"),
+    (["--batch-size", "8", "--strategy", "pp", "--gpus", "8"], "not priced yet"),
+    (["--batch-size", "8", "--gpus", "8"], "--gpus: data-parallel"),
+    (["--batch-size", "8", "--step", "fwd-bwd"], "--step: a checkpoint predicts"),
+    (["--input-shape", "x=0,3,64,64"], "--input-shape['x'] 0: expected a positive integer"),
+])
+def test_the_cli_spells_the_field_as_its_flag(capsys, models, flags, needle):
+    assert main(["predict", str(models / "cnn.onnx"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mdot: error: ") and err.count("\n") == 1 and needle in err, err
+
+
+def test_the_table_shows_batch_and_gpus_when_both_vary_or_are_asked(capsys, models):
+    args = ["predict", str(models / "attn.onnx"), "--device", "h100-sxm"]
+    assert main(args + ["--batch-sizes", "4,8", "--gpus", "8"]) == 0
+    header = capsys.readouterr().out.splitlines()[1].split()
+    assert header[:3] == ["batch", "GPUs", "ms/iteration"] and "scaling" in header
+    assert main(args + ["--batch-size", "4", "--gpus", "1,8", "--json"]) == 0
+    assert isinstance(json.loads(capsys.readouterr().out), list)
+    assert main(args + ["--batch-size", "4", "--gpus", "8", "--json"]) == 0
+    assert isinstance(json.loads(capsys.readouterr().out), dict)  # one row: one object
+
+
+POSITIVE = st.integers(1, 64)
+FIELDS = dict(
+    batch_size=st.one_of(POSITIVE, st.tuples(POSITIVE, POSITIVE), st.none(), st.just(0),
+                         st.just("8"), st.floats(allow_nan=True)),
+    device=st.sampled_from([None, "h100-sxm", "l4", "rtx3090", "", "h100", "nope"]),
+    precision=st.sampled_from([None, "fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "x"]),
+    optimizer=st.sampled_from(["sgd", "adam", "adamw", "rmsprop"]),
+    step=st.sampled_from([None, "train", "fwd-bwd", "bwd"]),
+    gpus=st.one_of(st.sampled_from([1, 2, 8, 0, -1]), st.tuples(POSITIVE, POSITIVE)),
+    nodes=st.sampled_from([1, 2, 0]),
+    strategy=st.sampled_from(["ddp", "fsdp", "tp"]),
+    interconnect=st.sampled_from([None, "nvlink", "pcie", "ib"]),
+    network_gbs=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+    epochs=st.one_of(st.none(), st.floats(-1, 10)),
+    dataset_size=st.one_of(st.none(), st.integers(-5, 10_000)),
+)
+
+
+@SETTINGS
+@given(st.fixed_dictionaries({}, optional=FIELDS))
+def test_any_request_is_valid_or_one_named_error_and_predicts_or_says_why(models, fields):
+    try:
+        job = TrainingJob(model=str(models / "attn.onnx"), **fields)
+    except RequestError as e:
+        assert e.field and str(e).startswith(e.field) and "\n" not in str(e), str(e)
+        return
+    try:
+        got = predict(job)
+    except MdotError as e:  # a device the checkpoint lacks, a precision a GPU lacks, ...
+        assert str(e) and "\n" not in str(e), str(e)
+        return
+    rows = got if isinstance(got, list) else [got]
+    assert isinstance(got, list) == job.several
+    for p in rows:
+        assert math.isfinite(p.iteration_ms) and p.iteration_ms > 0
+        assert 0 < p.scaling_efficiency <= 1 and p.gpus == p.gpus * 1 >= 1
+        assert p.job_s is None or p.job_s > 0
