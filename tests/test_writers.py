@@ -138,3 +138,14 @@ def test_convert_leaves_no_lock_or_temporary_behind(tmp_path, capsys):
     (tmp_path / ".m.npz.tmp-0123abcd.npz").write_bytes(b"a killed writer's")
     assert main(["convert", str(model), "--batch-size", "2", "-o", str(tmp_path / "m.npz")]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz", "m.onnx"]
+
+
+def test_changing_a_checkpoint_in_place_is_never_done_to_a_shipped_one_or_by_two(held):
+    """`mdot calibrate` and the companion refit write into an existing checkpoint."""
+    with pytest.raises(CheckpointError, match="inside the shipped checkpoints"):
+        checkpoint.attach_calibration(CHECKPOINT_DIR / "timm-rtx3090", None)
+    target, pid = held
+    _checkpoint(target, "theirs")
+    with pytest.raises(CheckpointError, match=f"pid {pid}"):
+        checkpoint.attach_calibration(target, None)
+    assert json.loads((target / "metadata.json").read_text())["v"] == "theirs"

@@ -92,10 +92,7 @@ def prepare_out(path: str | Path, *, force: bool = False) -> Path:
                               f"`--checkpoint {path}` always loads; write to another name, or "
                               f"to ./{path}")
     path = Path(path).absolute()
-    if path.resolve().is_relative_to(SHIPPED_DIR.resolve()):
-        raise CheckpointError(f"--out {path}: inside the shipped checkpoints "
-                              f"({SHIPPED_DIR}), which are never written; choose a directory "
-                              "of your own")
+    _refuse_shipped(path, "--out ")
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"--out {path}: is a file, not a checkpoint directory")
     try:
@@ -164,10 +161,28 @@ def move_into_place(tmp: Path, path: Path) -> None:
     writers.release(path)
 
 
+def _refuse_shipped(path: Path, flag: str = "") -> None:
+    if path.resolve().is_relative_to(SHIPPED_DIR.resolve()):
+        raise CheckpointError(f"{flag}{path}: inside the shipped checkpoints ({SHIPPED_DIR}), "
+                              "which are never written; choose a directory of your own")
+
+
+def _own(path: Path) -> Path:
+    """Before a checkpoint is changed in place: never a shipped one, and one writer at a
+    time (a temporary being built, `.NAME.tmp-*`, is its writer's already)."""
+    _refuse_shipped(path)
+    if not path.name.startswith("."):
+        try:
+            writers.claim(path)
+        except writers.Busy as e:
+            raise CheckpointError(str(e)) from None
+    return path
+
+
 def attach_companion(path: str | Path, trees: TreeModel, info: dict | None = None) -> None:
     """Adds (or replaces) the LightGBM companion of the checkpoint at `path`; `info` (e.g.
     validation metrics) goes into its metadata entry. Each file is replaced by a rename."""
-    path = Path(path)
+    path = _own(Path(path))
     meta = read_metadata(path)
     tmp = path / f".{COMPANION}.tmp"
     tmp.write_bytes(lzma.compress(trees.text.encode(), preset=9))
@@ -193,7 +208,7 @@ def attach_calibration(path: str | Path, calibration: Calibration | None) -> Non
 
 
 def _set_entry(path: Path, key: str, value: dict | None) -> None:
-    meta = read_metadata(path)
+    meta = read_metadata(_own(path))
     meta.pop(key, None)
     if value is not None:
         meta[key] = value
