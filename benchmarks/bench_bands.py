@@ -23,7 +23,7 @@ import numpy as np
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.evaluation.evaluate import read_results
 from mdot_jax.models.ensemble import combine, spread
-from mdot_jax.serving import calibration
+from mdot_jax.storage import calibration
 
 
 def score(cal, rows: list[dict], samples: dict, methods, labels: dict[str, float] | None = None

@@ -91,8 +91,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.data import gpus, neusight
-from mdot_jax.models.gpu_ops import (
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu import neusight
+from mdot_jax.gpu.gpu_ops import (
     BinnedRoofline,
     CalibratedRoofline,
     GpuOpModel,
@@ -196,8 +197,8 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     """A GPU's measured steps priced from its spec sheet (`--timm`, `--measured`; the rules
     in the module docstring)."""
     from mdot_jax.data.dataset import load_dataset
+    from mdot_jax.gpu.spec_sheet import load_step_model, price
     from mdot_jax.serving import adaptation
-    from mdot_jax.serving.spec_sheet import load_step_model, price
 
     model = load_step_model(args.model)
     gpu = gpus.find(device)
@@ -299,7 +300,7 @@ def onnx_steps(args) -> None:
     import torch
 
     from converters import ConversionError, convert, from_torch
-    from mdot_jax.serving.spec_sheet import load_step_model, price
+    from mdot_jax.gpu.spec_sheet import load_step_model, price
 
     model = load_step_model(args.model)
     root, cache = Path(args.neusight), Path(args.onnx)
@@ -367,8 +368,8 @@ def _step_of(name: str, seq_len: int, batch: int, gpu, model, cache: Path, layer
     """The single-GPU fwd-bwd step of a NeuSight model with `layers` layers, from its 2- and
     4-layer exports in `cache` (as `--onnx` makes them): (Prediction, parameters)."""
     from converters import convert
+    from mdot_jax.gpu.spec_sheet import price
     from mdot_jax.serving.predict import Prediction
-    from mdot_jax.serving.spec_sheet import price
 
     ps, params = {}, {}
     for k in (2, 4):
@@ -410,8 +411,8 @@ def data_parallel_runs(args) -> None:
     """NeuSight's 4-GPU data-parallel labels (`--dp`; the rule in the module docstring)."""
     import dataclasses
 
-    from mdot_jax.serving.parallel import BUCKET_MB, allreduce_ms, data_parallel, ring_link
-    from mdot_jax.serving.spec_sheet import load_step_model
+    from mdot_jax.gpu.parallel import BUCKET_MB, allreduce_ms, data_parallel, ring_link
+    from mdot_jax.gpu.spec_sheet import load_step_model
 
     model = load_step_model(args.model)
     root, cache = Path(args.neusight), Path(args.dp)
@@ -470,8 +471,8 @@ def scaling(args) -> None:
     import transformers
 
     from converters import convert, from_torch
-    from mdot_jax.serving.parallel import data_parallel
-    from mdot_jax.serving.spec_sheet import load_step_model, price
+    from mdot_jax.gpu.parallel import data_parallel
+    from mdot_jax.gpu.spec_sheet import load_step_model, price
 
     model = load_step_model(args.model)
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(attn_implementation="eager"))

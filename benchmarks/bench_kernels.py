@@ -24,9 +24,9 @@ import numpy as np
 
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import family_of, load_dataset
-from mdot_jax.measure.ops import read_op_samples, read_plan
-from mdot_jax.measure.specs import LOSS, OpSpec
-from mdot_jax.models.kernels import CostModel
+from mdot_jax.kernels.cost_model import CostModel
+from mdot_jax.kernels.op_profile import read_op_samples, read_plan
+from mdot_jax.kernels.specs import LOSS, OpSpec
 
 
 def source_family(d: dict) -> str:

@@ -230,7 +230,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from mdot_jax.data import gpus
+    from mdot_jax.gpu import catalog as gpus
 
     catalog = gpus.catalog()
     if args.json:

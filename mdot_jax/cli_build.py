@@ -227,8 +227,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _profile_ops(args: argparse.Namespace) -> int:
+    from mdot_jax.kernels.op_profile import OpProtocol, profile_ops
     from mdot_jax.measure.device import device_folder
-    from mdot_jax.measure.ops import OpProtocol, profile_ops
 
     out = args.out or str(device_folder(args.threads, precision=args.precision) / "ops")
     if bool(args.ops_more) != bool(args.ops_kinds):
@@ -251,8 +251,8 @@ def _profile_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
-    from mdot_jax.measure.ops import read_op_samples
-    from mdot_jax.models.kernels import CostModel
+    from mdot_jax.kernels.cost_model import CostModel
+    from mdot_jax.kernels.op_profile import read_op_samples
 
     records = read_op_samples(args.ops)
     if len(records) < 20:
@@ -271,7 +271,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_fit(args: argparse.Namespace) -> int:
-    from mdot_jax.training import gpu_fit
+    from mdot_jax.gpu import gpu_fit
 
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.force:
@@ -317,7 +317,7 @@ def _cost_model(path: str | None):
     """`--op-costs`: a kernel cost model (`benchmarks/bench_kernels.py` writes one), or None."""
     if not path:
         return None
-    from mdot_jax.models.kernels import CostModel
+    from mdot_jax.kernels.cost_model import CostModel
 
     try:
         return CostModel.load(path)
@@ -369,7 +369,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
     op_samples = None
     if args.op_costs:  # op-grounded: per fold, a cost model of the training families' operators
-        from mdot_jax.measure.ops import read_op_samples
+        from mdot_jax.kernels.op_profile import read_op_samples
 
         op_samples = read_op_samples(args.op_costs)
         if not op_samples:

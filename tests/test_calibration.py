@@ -1,11 +1,11 @@
-"""Error bands from held-out predictions (`mdot_jax.serving.calibration`)."""
+"""Error bands from held-out predictions (`mdot_jax.storage.calibration`)."""
 
 import numpy as np
 import pytest
 
 from mdot_jax.data.dataset import Sample, Workload
-from mdot_jax.serving import calibration
-from mdot_jax.serving.calibration import Calibration
+from mdot_jax.storage import calibration
+from mdot_jax.storage.calibration import Calibration
 
 
 def _held_out(n=1000, seed=0):

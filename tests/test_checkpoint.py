@@ -1,4 +1,4 @@
-"""Checkpoints (`mdot_jax.serving.checkpoint`): save, load, companions, damage."""
+"""Checkpoints (`mdot_jax.storage.checkpoint`): save, load, companions, damage."""
 
 import json
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mdot_jax.errors import CheckpointError
-from mdot_jax.serving import checkpoint
 from mdot_jax.serving.predict import Predictor
+from mdot_jax.storage import checkpoint
 
 
 def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
@@ -105,7 +105,7 @@ def test_refit_companion_replaces_it_and_drops_stale_bands(trained, tiny_real_da
     today's (absolute loss) on MDOT's own training samples; its bands, which described the
     old pair, are gone until calibrated again; another dataset version is refused."""
     from mdot_jax.models import trees
-    from mdot_jax.serving.calibration import Band, Calibration
+    from mdot_jax.storage.calibration import Band, Calibration
     from mdot_jax.training.workflow import refit_companion
 
     ds = tiny_real_dataset

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdot_jax.data import gpus, neusight
-from mdot_jax.models.gpu_ops import (
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu import neusight
+from mdot_jax.gpu.gpu_ops import (
     BinnedRoofline,
     GpuOpModel,
     StepPricer,

@@ -12,8 +12,8 @@ from onnx_builders import attention, conv_bn_relu
 from converters import convert
 from converters.vocab import VOCAB
 from mdot_jax.cli import main
-from mdot_jax.data import gpus
-from mdot_jax.serving.spec_sheet import PRECISIONS, _classify, load_step_model, price
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu.spec_sheet import PRECISIONS, _classify, load_step_model, price
 
 UNSEEN = {"nvidia-h100-sxm", "nvidia-l4", "nvidia-a100-pcie-80gb"}
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mdot_jax.cli import main
-from mdot_jax.data import gpus
+from mdot_jax.gpu import catalog as gpus
 
 REQUIRED = ("p4", "p100", "v100-pcie", "v100-sxm2", "t4", "a10", "a10g", "l4", "l40s",
             "a100-pcie-40gb", "a100-sxm-40gb", "a100-pcie-80gb", "a100-sxm-80gb", "h100-pcie",

@@ -93,7 +93,7 @@ def test_the_graph_sees_lazy_imports():
     """The check above is only as good as the graph: a function-level import counts."""
     graph = import_graph()
     assert "mdot_jax.measure.zoo" in graph["mdot_jax.cli_build"]
-    assert "mdot_jax.serving.checkpoint" in graph["mdot_jax.evaluation.evaluate"]
+    assert "mdot_jax.storage.checkpoint" in graph["mdot_jax.evaluation.evaluate"]
 
 
 def test_no_two_modules_share_a_name():
@@ -178,3 +178,18 @@ def test_one_vocabulary_of_precisions_optimizers_and_plans():
     bad = [f"{f.relative_to(REPO)}:{n}" for f in REPO.glob("mdot_jax/**/*.py") if f != own
            for n, line in enumerate(f.read_text().splitlines(), 1) if words.search(line)]
     assert bad == []
+
+
+def test_each_concern_has_one_home():
+    """GPU pricing in `gpu`, kernel-cost modelling in `kernels`, storage below training and
+    serving; the networks (`models`) know nothing of profiling (`measure`)."""
+    graph = import_graph()
+    for m in (m for m in graph if m.startswith("mdot_jax.models")):
+        assert not {i for i in graph[m] if i.startswith("mdot_jax.measure")}, m
+    for m in (m for m in graph if m.startswith("mdot_jax.storage")):
+        bad = {i for i in _reachable(graph, m) if i.startswith(
+            ("mdot_jax.training", "mdot_jax.serving", "mdot_jax.evaluation"))}
+        assert not bad, f"{m} reaches {sorted(bad)}"
+    gpu = [p.stem for p in REPO.glob("mdot_jax/*/*.py") if "gpu" in p.stem
+           or p.stem in ("spec_sheet", "parallel", "neusight", "catalog")]
+    assert all((REPO / "mdot_jax" / "gpu" / f"{s}.py").exists() for s in gpu), gpu

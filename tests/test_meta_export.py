@@ -91,8 +91,8 @@ def test_gpt2_sizes_on_meta_count_their_parameters(n_embd, n_layer, n_head):
 
 
 def test_a_70b_llama_on_meta_will_not_fit_one_h200():
-    from mdot_jax.data import gpus
-    from mdot_jax.serving.spec_sheet import load_step_model, price
+    from mdot_jax.gpu import catalog as gpus
+    from mdot_jax.gpu.spec_sheet import load_step_model, price
 
     cfg = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672,
                                    num_hidden_layers=80, num_attention_heads=64,

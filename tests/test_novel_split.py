@@ -95,7 +95,7 @@ def test_bands_from_a_novel_split_come_from_its_held_out_part_alone(trained,
     import json
 
     from mdot_jax.evaluation.evaluate import calibrate
-    from mdot_jax.serving import checkpoint
+    from mdot_jax.storage import checkpoint
 
     train, novel = _parts(tiny_real_dataset)
     held = train.samples[:6]

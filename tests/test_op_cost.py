@@ -20,9 +20,9 @@ from mdot_jax.data.features import (  # noqa: E402
     sequences_op_costs,
 )
 from mdot_jax.errors import CheckpointError  # noqa: E402
-from mdot_jax.measure.ops import OpProtocol, profile_ops, read_op_samples  # noqa: E402
-from mdot_jax.measure.specs import OpSpec  # noqa: E402
-from mdot_jax.models.kernels import COST_MODEL, CostModel, attach  # noqa: E402
+from mdot_jax.kernels.cost_model import COST_MODEL, CostModel, attach  # noqa: E402
+from mdot_jax.kernels.op_profile import OpProtocol, profile_ops, read_op_samples  # noqa: E402
+from mdot_jax.kernels.specs import OpSpec  # noqa: E402
 
 FAST_OPS = OpProtocol(warmup=1, repeats=3, side_repeats=1, min_repeat_ms=0.5,
                       max_spread=float("inf"), max_others=float("inf"))
@@ -179,7 +179,7 @@ def test_op_sum_params_adds_a_term_per_parameter(ops, tiny_real_dataset):
     least squares (it fits its training samples no worse than the line without the term);
     saved and read back with `e`; a line without the term saves as before."""
     from mdot_jax.evaluation.evaluate import make_method
-    from mdot_jax.models.kernels import OpSumLine
+    from mdot_jax.kernels.cost_model import OpSumLine
     from mdot_jax.training.train import TrainConfig
 
     ds = _fresh(tiny_real_dataset.root)
@@ -208,11 +208,11 @@ def test_an_op_grounded_checkpoint_predicts_with_the_operator_sum_as_third_membe
     binned by their spread, `op-sum-params` naming the line's rows); the network alone
     (`companion=False`) stays the network alone."""
     from mdot_jax.evaluation.evaluate import calibrate
+    from mdot_jax.kernels.cost_model import OpSumLine
     from mdot_jax.models.ensemble import spread
-    from mdot_jax.models.kernels import OpSumLine
     from mdot_jax.recipes import get
-    from mdot_jax.serving import checkpoint
     from mdot_jax.serving.predict import Predictor
+    from mdot_jax.storage import checkpoint
     from mdot_jax.training.workflow import train_and_save
 
     ds = _fresh(tiny_real_dataset.root)

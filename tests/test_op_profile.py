@@ -16,7 +16,7 @@ import torch  # noqa: E402
 
 from converters.sequence import CONFIG_FIELDS  # noqa: E402
 from mdot_jax.errors import DatasetError  # noqa: E402
-from mdot_jax.measure.ops import (  # noqa: E402
+from mdot_jax.kernels.op_profile import (  # noqa: E402
     OpProtocol,
     harvest,
     measure_op,
@@ -26,7 +26,7 @@ from mdot_jax.measure.ops import (  # noqa: E402
     read_op_samples,
     read_plan,
 )
-from mdot_jax.measure.specs import LOSS, MEASURED, OpSpec, build, grad_flow, loss_spec  # noqa: E402
+from mdot_jax.kernels.specs import LOSS, MEASURED, OpSpec, build, grad_flow, loss_spec  # noqa: E402
 from mdot_jax.measure.zoo import fingerprint  # noqa: E402
 
 FAST_OPS = OpProtocol(warmup=1, repeats=3, side_repeats=1, min_repeat_ms=0.2,
@@ -120,7 +120,7 @@ def test_a_plan_grows_by_the_kinds_asked_for_once(small_models, tmp_path):
 
     out = tmp_path / "ops"
     out.mkdir()
-    from mdot_jax.measure.ops import write_plan
+    from mdot_jax.kernels.op_profile import write_plan
 
     write_plan(out, base)
     run = dict(n=30, sources=[small_models], threads=1, progress=False, protocol=FAST_OPS,
@@ -154,7 +154,7 @@ def _gemm_row(m, k, n):
 
 _CHILD = """
 import sys
-from mdot_jax.measure.ops import OpProtocol, profile_ops
+from mdot_jax.kernels.op_profile import OpProtocol, profile_ops
 profile_ops(sys.argv[1], n=int(sys.argv[3]), sources=[sys.argv[2]], threads=1, progress=False,
             protocol=OpProtocol(warmup=1, repeats=3, side_repeats=1, min_repeat_ms=20.0,
                                 max_spread=float("inf"), max_others=float("inf")))
@@ -222,7 +222,7 @@ def test_a_foreign_device_is_refused(small_models, tmp_path):
 
 def test_the_default_sources_are_the_model_datasets_only(small_models, tmp_path, monkeypatch):
     """A derived folder of operator samples (its lines name no `arch`) is not drawn from."""
-    from mdot_jax.measure.ops import default_sources
+    from mdot_jax.kernels.op_profile import default_sources
 
     derived = tmp_path / "data" / "derived"
     (derived / "cpu-x-fused").mkdir(parents=True)

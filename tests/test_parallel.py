@@ -10,8 +10,8 @@ import pytest
 from onnx_builders import attention
 
 from mdot_jax.cli import main
-from mdot_jax.data import gpus
-from mdot_jax.serving.parallel import BUCKET_MB, allreduce_ms, data_parallel, ring_link
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu.parallel import BUCKET_MB, allreduce_ms, data_parallel, ring_link
 from mdot_jax.serving.predict import Prediction
 
 

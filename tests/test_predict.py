@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from mdot_jax.serving import checkpoint
 from mdot_jax.serving.predict import Predictor
+from mdot_jax.storage import checkpoint
 
 
 @pytest.mark.slow

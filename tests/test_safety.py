@@ -22,8 +22,8 @@ from mdot_jax.data.dataset import (
     writer_lock,
 )
 from mdot_jax.errors import CheckpointError, DatasetError
-from mdot_jax.serving import checkpoint
 from mdot_jax.serving.predict import CHECKPOINT_DIR, resolve_checkpoint
+from mdot_jax.storage import checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 

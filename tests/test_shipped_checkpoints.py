@@ -12,8 +12,8 @@ import pytest
 
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.metrics import regression_metrics
-from mdot_jax.serving import checkpoint
 from mdot_jax.serving.predict import CHECKPOINT_DIR, DEFAULT_CHECKPOINT, Predictor
+from mdot_jax.storage import checkpoint
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.name for p in CHECKPOINT_DIR.glob("*") if (p / "metadata.json").exists())

@@ -12,8 +12,8 @@ import pytest
 
 from mdot_jax.data.features import FeatureCache
 from mdot_jax.models import tiny_config
-from mdot_jax.serving import checkpoint
 from mdot_jax.serving.predict import Predictor
+from mdot_jax.storage import checkpoint
 from mdot_jax.training.train import TrainConfig, train
 
 FAST = TrainConfig(epochs=2, tokens_per_batch=2048, val_fraction=0.2)

@@ -17,8 +17,8 @@ from onnx_builders import conv_bn_relu
 from mdot_jax import writers
 from mdot_jax.cli import main
 from mdot_jax.errors import CheckpointError
-from mdot_jax.serving import checkpoint
 from mdot_jax.serving.predict import CHECKPOINT_DIR
+from mdot_jax.storage import checkpoint
 
 
 def _checkpoint(path, version):

@@ -46,7 +46,7 @@ SEQS = "seqs"
 PACKED_SEQS = "seqs.tar.xz"  # the sequences as one solid xz archive of uncompressed .npz
 LOCK = ".lock"  # held by the writing process (`writer_lock`)
 NOISY = "noisy.jsonl"  # measured, but too noisy to train on (`mdot profile --retry-noisy`)
-OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`mdot_jax.models.kernels.attach`)
+OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`kernels.cost_model.attach`)
 REJECTED = "rejected.jsonl"  # lines moved aside by `mdot dataset check --fix`
 PACKED = ".xz"  # a closed JSON-lines file may be committed xz-compressed: `samples.jsonl.xz`
 # weight sources and training recipes that timm and torchvision put before the architecture

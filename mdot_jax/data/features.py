@@ -48,7 +48,7 @@ class FeatureConfig:
     buckets: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
     group: int = 2  # K: workloads of one sequence per batch row (encoded once, read out K times)
     fused: int = 0  # eager-kernel fusion version of the sequences (converters.fusion); 0: none
-    op_costs: bool = False  # sequences carry per-operator predicted ms (`mdot_jax.models.kernels`)
+    op_costs: bool = False  # sequences carry per-operator predicted ms (`kernels.cost_model`)
 
 
 def sequences_fused(seqs) -> int:

@@ -32,13 +32,13 @@ from mdot_jax import recipes
 from mdot_jax.data.aggregates import aggregates
 from mdot_jax.data.dataset import Dataset, Sample, make_splits, split_validation, with_novel
 from mdot_jax.data.features import MIN_STD, FeatureConfig
+from mdot_jax.kernels.cost_model import OpSumLine
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
-from mdot_jax.models.kernels import OpSumLine
 from mdot_jax.models.trained import MAX_Z
 from mdot_jax.models.trees import TreeModel
-from mdot_jax.serving import checkpoint
-from mdot_jax.serving.calibration import Calibration, from_results
+from mdot_jax.storage import checkpoint
+from mdot_jax.storage.calibration import Calibration, from_results
 from mdot_jax.training.train import TrainConfig
 from mdot_jax.training.train import train as train_model
 from mdot_jax.training.workflow import score
@@ -358,7 +358,7 @@ def _attach_fold_costs(ds: Dataset, op_samples: Sequence[dict], test_families: s
     """Prices every operator of `ds` with a cost model fitted without the operators first
     drawn from `test_families` (kept at `path`, reused on resume)."""
     from mdot_jax.data.dataset import family_of
-    from mdot_jax.models.kernels import CostModel, attach
+    from mdot_jax.kernels.cost_model import CostModel, attach
 
     if path.exists():
         model = CostModel.load(path)

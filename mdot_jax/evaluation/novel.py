@@ -129,7 +129,7 @@ def _shipped_band(rows: list[dict], ds: Dataset, members: list[str],
     disagreement), widened to hold every member's prediction, as `Predictor` does; over all
     novel samples, and over those not `far` from the training data (`Novelty.far`)."""
     from mdot_jax.models.ensemble import combine, spread
-    from mdot_jax.serving.calibration import from_results, held_out
+    from mdot_jax.storage.calibration import from_results, held_out
 
     cal = from_results(rows, [s for s in ds.samples if not s.meta.get("novel")], members)
     preds = held_out(rows, members)

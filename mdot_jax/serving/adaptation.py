@@ -37,9 +37,9 @@ from converters import OperatorSequence
 from mdot_jax import writers
 from mdot_jax.errors import UsageError
 from mdot_jax.options import PRECISIONS
-from mdot_jax.serving import checkpoint
-from mdot_jax.serving.calibration import COVER
 from mdot_jax.serving.predict import Adaptation, Predictor, resolve_checkpoint
+from mdot_jax.storage import checkpoint
+from mdot_jax.storage.calibration import COVER
 
 MIN_AFFINE_ROWS = 6
 MIN_AFFINE_SPREAD = float(np.log(2.0))  # of log predicted times, max - min
@@ -169,7 +169,7 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
                             *, device: str | None = None, force: bool = False) -> Adaptation:
     """Writes to `out` the checkpoint `base` adapted to the rows of `measurements`; returns
     the fit (its leave-one-out error is the error to expect)."""
-    from mdot_jax.serving import spec_sheet
+    from mdot_jax.gpu import spec_sheet
 
     rows = read_measurements(measurements)
     step_model = spec_sheet.step_model_dir(base)
@@ -193,8 +193,8 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
     prices of the rows (at their precision) fitted to their times; the folder carries the fit
     and the GPU it holds for."""
     from converters import convert
-    from mdot_jax.data import gpus
-    from mdot_jax.serving import spec_sheet
+    from mdot_jax.gpu import catalog as gpus
+    from mdot_jax.gpu import spec_sheet
 
     if not device:
         raise UsageError("adapting the GPU step model: --device-name names the GPU the rows "

@@ -41,7 +41,7 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
 
 
 def _spec(job: TrainingJob):
-    from mdot_jax.serving.spec_sheet import spec_gpu
+    from mdot_jax.gpu.spec_sheet import spec_gpu
 
     return spec_gpu(job.device, job.device_spec, job.checkpoint)
 
@@ -87,7 +87,7 @@ class _SpecSheet:
     """A GPU priced from its spec sheet, data parallel over N GPUs."""
 
     def __init__(self, job: TrainingJob, gpu, folder: Path):
-        from mdot_jax.serving import spec_sheet
+        from mdot_jax.gpu import spec_sheet
 
         if job.layout != "nchw":
             raise RequestError("layout: a GPU priced from its spec sheet has none (NCHW data)",
@@ -99,14 +99,14 @@ class _SpecSheet:
         self.notes: list[str] = []
 
     def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
-        from mdot_jax.serving.spec_sheet import price
+        from mdot_jax.gpu.spec_sheet import price
 
         seq = _sequence(self.job, b, fusion_version(True))
         return seq, price(seq, self.gpu, self.model, precision=self.job.precision or "fp32",
                           step=self.job.step or "train", optimizer=self.job.optimizer)
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
-        from mdot_jax.serving.parallel import NETWORK_GBS, data_parallel
+        from mdot_jax.gpu.parallel import NETWORK_GBS, data_parallel
 
         job = self.job
         return data_parallel(one, seq.params, self.gpu, n, job.nodes, job.interconnect,

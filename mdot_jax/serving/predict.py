@@ -22,17 +22,17 @@ from converters import OperatorSequence, convert
 from converters.loader import check_dims
 from converters.sequence import INPUT_KINDS
 from converters.vocab import VOCAB
-from mdot_jax.data import gpus
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
 from mdot_jax.errors import RequestError
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.kernels.cost_model import COST_MODEL, CostModel, OpSumLine, attach, load_cost_model
 from mdot_jax.models.ensemble import combine, spread
-from mdot_jax.models.kernels import COST_MODEL, CostModel, OpSumLine, attach, load_cost_model
 from mdot_jax.models.trained import Trained, predict_samples
 from mdot_jax.models.trees import TreeModel
-from mdot_jax.serving.calibration import Calibration
-from mdot_jax.serving.checkpoint import SHIPPED_DIR, CheckpointError, load, load_companion
 from mdot_jax.serving.memory import fit_warning, machine_memory, step_memory
+from mdot_jax.storage.calibration import Calibration
+from mdot_jax.storage.checkpoint import SHIPPED_DIR, CheckpointError, load, load_companion
 
 CHECKPOINT_DIR = SHIPPED_DIR
 DEFAULT_CHECKPOINT = "timm-rtx3090"

@@ -11,14 +11,14 @@ import numpy as np
 from mdot_jax.data.dataset import Dataset, make_splits, split_validation
 from mdot_jax.data.features import FeatureCache
 from mdot_jax.errors import UsageError
+from mdot_jax.kernels.cost_model import OpSumLine, attach, load_cost_model
 from mdot_jax.measure import core_set
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig
 from mdot_jax.models.ensemble import combine
-from mdot_jax.models.kernels import OpSumLine, attach, load_cost_model
 from mdot_jax.models.trained import Trained, predict_samples
 from mdot_jax.models.trees import TreeModel
-from mdot_jax.serving import checkpoint
+from mdot_jax.storage import checkpoint
 from mdot_jax.training.train import TrainConfig, make_mesh, make_steps, train
 
 

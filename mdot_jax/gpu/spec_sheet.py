@@ -41,10 +41,10 @@ import numpy as np
 from converters import OperatorSequence
 from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
-from mdot_jax.data import gpus
-from mdot_jax.data.gpus import GPU
 from mdot_jax.errors import UsageError
-from mdot_jax.models.gpu_ops import StepModel, backward_gemms
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.options import MEASURED_PRECISIONS as PRECISIONS
 from mdot_jax.options import STEPS
 from mdot_jax.serving.memory import fit_warning, step_memory

@@ -20,7 +20,7 @@ import numpy as np
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import OP_MS
-from mdot_jax.measure.specs import LOSS, OpSpec, grad_flow, loss_spec
+from mdot_jax.kernels.specs import LOSS, OpSpec, grad_flow, loss_spec
 from mdot_jax.models.trees import fit_boosters, parse_boosters
 
 FEATURES_VERSION = 1

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.data import gpus
+from mdot_jax.gpu import catalog as gpus
 
 GEMMS = ("bmm", "linear")
 ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "powu", "relu", "gelu",

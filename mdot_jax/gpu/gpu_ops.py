@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.data.gpus import GPU
-from mdot_jax.data.neusight import CONV, GEMMS, OPS, ROWWISE
+from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.neusight import CONV, GEMMS, OPS, ROWWISE
 from mdot_jax.models.trees import fit_boosters, parse_boosters
 
 VERSION = 2

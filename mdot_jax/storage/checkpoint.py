@@ -34,11 +34,11 @@ from converters.vocab import VOCAB, VOCAB_VERSION
 from mdot_jax import writers
 from mdot_jax.data.features import FeatureConfig, FeatureStats
 from mdot_jax.errors import CheckpointError
+from mdot_jax.kernels.cost_model import COST_MODEL, CostModel, OpSumLine
 from mdot_jax.models import ModelConfig, build_model
-from mdot_jax.models.kernels import COST_MODEL, CostModel, OpSumLine
 from mdot_jax.models.trained import Trained
 from mdot_jax.models.trees import TreeModel
-from mdot_jax.serving.calibration import Calibration
+from mdot_jax.storage.calibration import Calibration
 
 # 2: derived convolution-kind features (features.CONV_KINDS, GRAPH_TOTALS); format-1 weights
 # expect other input widths

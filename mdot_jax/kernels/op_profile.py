@@ -48,8 +48,7 @@ from mdot_jax.data.dataset import (
     writer_lock,
 )
 from mdot_jax.errors import DatasetError
-from mdot_jax.measure.device import DEVICE_KEYS, device_slug, fingerprint, others_running
-from mdot_jax.measure.specs import (
+from mdot_jax.kernels.specs import (
     BUILDER_VERSION,
     LOSS,
     MEASURED,
@@ -59,6 +58,7 @@ from mdot_jax.measure.specs import (
     loss_spec,
     specs_of,
 )
+from mdot_jax.measure.device import DEVICE_KEYS, device_slug, fingerprint, others_running
 from mdot_jax.measure.zoo import precision_context, stats_of
 
 PLAN = "plan.jsonl"

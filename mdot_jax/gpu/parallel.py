@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from mdot_jax.data.gpus import GPU
+from mdot_jax.gpu.catalog import GPU
 from mdot_jax.options import INTERCONNECTS, STRATEGIES
 from mdot_jax.serving.memory import OPTIMIZER_STATE
 from mdot_jax.serving.predict import Prediction

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.data import gpus, neusight
-from mdot_jax.models.gpu_ops import GpuOpModel, StepModel, StepPricer
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu import neusight
+from mdot_jax.gpu.gpu_ops import GpuOpModel, StepModel, StepPricer
 
 SOURCE = ("NeuSight's public fp32 measurements (Lee, Phanishayee, Mahajan, ASPLOS 2025; MIT "
           "licence), read in place from ../shared/datasets/neusight")

@@ -1,0 +1,1 @@
+"""What training writes and serving reads: self-describing checkpoints and their error bands."""
