@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from mdot_jax.data.dataset import load_dataset, make_splits, split_groups
+from mdot_jax.data.dataset import load_dataset
+from mdot_jax.data.splits import make_splits, split_groups
 from mdot_jax.evaluation.evaluate import make_method
 from mdot_jax.training.train import TrainConfig
 

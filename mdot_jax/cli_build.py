@@ -120,7 +120,7 @@ def cmd_dataset_resequence(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from mdot_jax.data import build_timm
-    from mdot_jax.data.dataset import RESEQUENCE_FAILED
+    from mdot_jax.data.resequence import RESEQUENCE_FAILED
     from mdot_jax.measure import zoo as profile
 
     # a timm dataset (rows of a benchmark table) keeps its exports or is rebuilt from timm; a
@@ -140,7 +140,7 @@ def cmd_dataset_resequence(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_pack(args: argparse.Namespace) -> int:
-    from mdot_jax.data.dataset import pack_sequences
+    from mdot_jax.data.store import pack_sequences
 
     r = pack_sequences(args.dir)  # a DatasetError names the file
     print(f"{r['sequences']} sequences ({r['packed_now']} packed now) in {r['path']}, "
@@ -177,7 +177,8 @@ def cmd_dataset_info(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_check(args: argparse.Namespace) -> int:
-    from mdot_jax.data.dataset import REJECTED, check_dataset
+    from mdot_jax.data.dataset import REJECTED
+    from mdot_jax.data.store import check_dataset
 
     report = check_dataset(args.dir, fix=args.fix)
     if args.json:
@@ -361,7 +362,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if novel != bool(args.novel):
         raise UsageError("--novel DIR goes with --split novel or novel-zoo, and they with it")
     if novel:
-        from mdot_jax.data.dataset import with_novel
+        from mdot_jax.data.splits import with_novel
 
         try:
             ds = with_novel(ds, _dataset(args.novel))

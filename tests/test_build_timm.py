@@ -128,13 +128,13 @@ def test_the_supervised_build_survives_a_killed_process(csv_path, tmp_path, capf
 KILLER = """
 import os, signal, sys
 from pathlib import Path
-from mdot_jax.data import dataset
+from mdot_jax.data.resequence import resequence
 src, out, victim = sys.argv[1:]
 def export_of(s):
     if s.arch == victim:  # as the kernel's OOM killer ends an export that outgrew the machine
         os.kill(os.getpid(), signal.SIGKILL)
     return Path(src) / "onnx" / (Path(s.seq_path).stem.rsplit("-b", 1)[0] + ".onnx")
-dataset.resequence(src, out, export_of, partial=True, progress=False)
+resequence(src, out, export_of, partial=True, progress=False)
 """
 
 
@@ -145,7 +145,7 @@ def test_a_partial_copy_leaves_out_a_graph_it_died_in_twice(tiny_timm_build, tmp
     import subprocess
     import sys
 
-    from mdot_jax.data.dataset import RESEQUENCE_FAILED
+    from mdot_jax.data.resequence import RESEQUENCE_FAILED
 
     victim = "mobilenetv3_small_050"
     run = [sys.executable, "-c", KILLER, str(tiny_timm_build.root), str(tmp_path / "c"), victim]
@@ -162,18 +162,18 @@ def test_a_partial_copy_leaves_out_a_graph_it_died_in_twice(tiny_timm_build, tmp
 
 @pytest.mark.slow
 def test_a_copy_stopped_by_the_user_does_not_count_as_dying(tiny_timm_build, tmp_path):
-    from mdot_jax.data import dataset
+    from mdot_jax.data.resequence import KILLED_TRIES, RESEQUENCE_TRIES, _killed_tries, resequence
 
     first = tiny_timm_build.samples[0]
 
     def stopped(sample):
         raise KeyboardInterrupt  # Ctrl-C, or `timeout -s INT`, in the first conversion
 
-    for _ in range(dataset.KILLED_TRIES):
+    for _ in range(KILLED_TRIES):
         with pytest.raises(KeyboardInterrupt):
-            dataset.resequence(tiny_timm_build.root, tmp_path / "c", stopped, partial=True,
+            resequence(tiny_timm_build.root, tmp_path / "c", stopped, partial=True,
                                progress=False)
-    tries = dataset._killed_tries(tmp_path / "c" / dataset.RESEQUENCE_TRIES)
+    tries = _killed_tries(tmp_path / "c" / RESEQUENCE_TRIES)
     assert tries[f"{first.arch}/{first.workload.input_size}"] == 0
 
 
@@ -211,7 +211,7 @@ def test_a_newer_fusion_version_reuses_every_sequence_it_would_not_change(tiny_t
     same arrays, now of the new version, and nothing was exported or converted."""
     from converters.fusion import FUSION_VERSION
     from mdot_jax.data.build_timm import resequence
-    from mdot_jax.data.dataset import RESEQUENCE_TRIES
+    from mdot_jax.data.resequence import RESEQUENCE_TRIES
 
     old = resequence(tiny_timm_build.root, tmp_path / "v1", fuse=1, progress=False)
     new = resequence(tmp_path / "v1", tmp_path / "v2", progress=False)

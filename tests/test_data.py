@@ -9,21 +9,9 @@ from onnx_builders import conv_bn_relu
 from converters import convert
 from mdot_jax.cli import main
 from mdot_jax.data import dataset
-from mdot_jax.data.dataset import (
-    PACKED_SEQS,
-    SEQS,
-    DatasetWriter,
-    Sample,
-    Workload,
-    check_dataset,
-    family_folds,
-    family_of,
-    load_dataset,
-    make_splits,
-    pack_sequences,
-    random_folds,
-    split_validation,
-)
+from mdot_jax.data.dataset import PACKED_SEQS, SEQS, Sample, Workload, family_of, load_dataset
+from mdot_jax.data.splits import family_folds, make_splits, random_folds, split_validation
+from mdot_jax.data.store import DatasetWriter, check_dataset, pack_sequences
 from mdot_jax.errors import DatasetError
 
 

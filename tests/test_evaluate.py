@@ -197,7 +197,7 @@ def test_views_are_predicted_by_the_models_of_the_training_graphs(tiny_timm_buil
     """The TorchScript eval() exports of the same samples (BatchNormalization folded into
     Conv, read back as training by the converter), predicted by each fold's fitted model."""
     from mdot_jax.data.build_timm import resequence
-    from mdot_jax.data.dataset import RESEQUENCE_FAILED
+    from mdot_jax.data.resequence import RESEQUENCE_FAILED
 
     ds = resequence(tiny_timm_build.root, tmp_path / "fused", progress=False)  # as shipped
     assert main(["dataset", "resequence", str(ds.root), "--out", str(tmp_path / "eval"),

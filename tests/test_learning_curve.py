@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-from mdot_jax.data.dataset import split_groups
+from mdot_jax.data.splits import split_groups
 
 SPEC = importlib.util.spec_from_file_location(
     "learning_curve", Path(__file__).parent.parent / "benchmarks" / "learning_curve.py")

@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from mdot_jax.data.dataset import Dataset, make_splits, with_novel
+from mdot_jax.data.dataset import Dataset
 from mdot_jax.data.novelty import DistanceBand, Novelty
+from mdot_jax.data.splits import make_splits, with_novel
 
 
 def _parts(ds, novel_families=("edgenext", "ese")):

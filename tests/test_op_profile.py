@@ -41,7 +41,8 @@ def test_harvest_reads_a_packed_dataset_as_its_files(small_models, tmp_path):
     """A committed dataset keeps its sequences in `seqs.tar.xz`, not as files."""
     import shutil
 
-    from mdot_jax.data.dataset import clear_sequence_cache, pack_sequences
+    from mdot_jax.data.dataset import clear_sequence_cache
+    from mdot_jax.data.store import pack_sequences
 
     packed = tmp_path / "packed"
     shutil.copytree(small_models, packed)

@@ -13,7 +13,8 @@ from onnx_builders import conv_bn_relu
 
 from converters import ConversionError
 from mdot_jax.cli import main
-from mdot_jax.data.dataset import check_dataset, load_dataset
+from mdot_jax.data.dataset import load_dataset
+from mdot_jax.data.store import check_dataset
 from mdot_jax.errors import MdotError
 from mdot_jax.serving.adaptation import read_measurements
 

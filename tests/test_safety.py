@@ -13,14 +13,8 @@ from onnx_builders import conv_bn_relu
 from test_data import make_dataset
 
 from mdot_jax.cli import main
-from mdot_jax.data.dataset import (
-    NOISY,
-    REJECTED,
-    DatasetWriter,
-    check_dataset,
-    load_dataset,
-    writer_lock,
-)
+from mdot_jax.data.dataset import NOISY, REJECTED, load_dataset
+from mdot_jax.data.store import DatasetWriter, check_dataset, writer_lock
 from mdot_jax.errors import CheckpointError, DatasetError
 from mdot_jax.serving.predict import CHECKPOINT_DIR, resolve_checkpoint
 from mdot_jax.storage import checkpoint
@@ -151,7 +145,7 @@ def test_dataset_check_fix_on_a_read_only_dataset_is_one_line(capsys, tmp_path, 
     def read_only(*args, **kwargs):
         raise PermissionError(30, "Read-only file system")
 
-    monkeypatch.setattr("mdot_jax.data.dataset.writer_lock", read_only)
+    monkeypatch.setattr("mdot_jax.data.store.writer_lock", read_only)
     code, _, err = run(capsys, "dataset", "check", tmp_path, "--fix")
     one_line_error(code, err, "Read-only file system")
     assert (tmp_path / "samples.jsonl").read_bytes() == before
@@ -175,7 +169,7 @@ def test_dataset_check_finds_bad_sequences_escapes_and_foreign_devices(capsys, t
 
 
 def test_a_copy_never_merges_into_another_folder(tmp_path):
-    from mdot_jax.data.dataset import resequence
+    from mdot_jax.data.resequence import resequence
 
     make_dataset(tmp_path / "src", archs=("a1", "a2"), batches=(2,))
 

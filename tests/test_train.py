@@ -146,7 +146,7 @@ def test_mdot_train_then_predict_from_the_command_line(tiny_real_dataset, tmp_pa
     from onnx_builders import conv_bn_relu
 
     from mdot_jax.cli import main
-    from mdot_jax.data.dataset import make_splits
+    from mdot_jax.data.splits import make_splits
 
     ds, out = tiny_real_dataset, tmp_path / "ckpt"
     assert main(["train", "--dataset", str(ds.root), "--split", "family", "--fold", "1",

@@ -31,7 +31,9 @@ import onnx
 
 from converters import ConversionError, convert, from_torch, inference_export
 from mdot_jax.data import dataset as data
-from mdot_jax.data.dataset import Dataset, DatasetWriter, Sample, SkipLog, Workload
+from mdot_jax.data import resequence as copies
+from mdot_jax.data.dataset import Dataset, Sample, Workload
+from mdot_jax.data.store import DatasetWriter, SkipLog
 
 PARAM_TOLERANCE = 0.05
 
@@ -241,10 +243,10 @@ def resequence(src: str | Path, out: str | Path, *, fuse: bool | int = True,
     version reuses what the newer one would not change."""
     src = Path(src).absolute()
     if view != "training":
-        return data.resequence(src, out, _rebuilt_exporter(view), fuse=fuse, partial=True,
+        return copies.resequence(src, out, _rebuilt_exporter(view), fuse=fuse, partial=True,
                                progress=progress)
     if not (src / "onnx").is_dir():
-        return data.resequence(src, out, _rebuilt_exporter(view), fuse=fuse, reuse=True,
+        return copies.resequence(src, out, _rebuilt_exporter(view), fuse=fuse, reuse=True,
                                progress=progress)
     Path(out).mkdir(parents=True, exist_ok=True)
     if not (Path(out) / "onnx").exists():
@@ -253,7 +255,7 @@ def resequence(src: str | Path, out: str | Path, *, fuse: bool | int = True,
     def export_of(sample: Sample) -> Path:  # seqs/<arch>-<img>-b<batch>.npz
         return src / "onnx" / f"{Path(sample.seq_path).stem.rsplit('-b', 1)[0]}.onnx"
 
-    return data.resequence(src, out, export_of, fuse=fuse, reuse=True, progress=progress)
+    return copies.resequence(src, out, export_of, fuse=fuse, reuse=True, progress=progress)
 
 
 def is_timm_dataset(root: str | Path) -> bool:
@@ -286,7 +288,7 @@ def _rebuilt_exporter(view: str) -> Callable[[Sample], onnx.ModelProto]:
             return from_torch(model, x, input_names=["x"])
         return inference_export(model, x, exporter=view, input_names=["x"])
 
-    return data.per_graph(export)
+    return copies.per_graph(export)
 
 
 def _export(arch, model, img, onnx_dir, torch) -> onnx.ModelProto:

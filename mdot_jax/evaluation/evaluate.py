@@ -30,8 +30,9 @@ import numpy as np
 from converters.vocab import VOCAB
 from mdot_jax import recipes
 from mdot_jax.data.aggregates import aggregates
-from mdot_jax.data.dataset import Dataset, Sample, make_splits, split_validation, with_novel
+from mdot_jax.data.dataset import Dataset, Sample
 from mdot_jax.data.features import MIN_STD, FeatureConfig
+from mdot_jax.data.splits import make_splits, split_validation, with_novel
 from mdot_jax.kernels.cost_model import OpSumLine
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig

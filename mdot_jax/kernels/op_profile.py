@@ -37,16 +37,12 @@ from mdot_jax.data.dataset import (
     NOISY,
     REJECTED,
     SAMPLES,
-    SkipLog,
-    append_line,
-    end_last_line,
     has_samples,
     load_sequence,
     read_jsonl_bytes,
     read_samples,
-    unpack_for_writing,
-    writer_lock,
 )
+from mdot_jax.data.store import SkipLog, append_line, end_last_line, unpack_for_writing, writer_lock
 from mdot_jax.errors import DatasetError
 from mdot_jax.kernels.specs import (
     BUILDER_VERSION,

@@ -32,15 +32,9 @@ import onnx
 
 from converters import convert, from_torch, inference_export
 from mdot_jax.data import dataset as data
-from mdot_jax.data.dataset import (
-    Dataset,
-    DatasetWriter,
-    Sample,
-    SkipLog,
-    Workload,
-    load_dataset,
-    writer_lock,
-)
+from mdot_jax.data import resequence as copies
+from mdot_jax.data.dataset import Dataset, Sample, Workload, load_dataset
+from mdot_jax.data.store import DatasetWriter, SkipLog, writer_lock
 from mdot_jax.measure.device import DEVICE_KEYS, _sample_load, device_slug, fingerprint
 from mdot_jax.options import LAYOUTS, MEASURED_PRECISIONS
 from mdot_jax.options import MEASURED_OPTIMIZERS as OPTIMIZERS
@@ -266,14 +260,14 @@ def sample_exporter(view: str = "training") -> Callable[[Sample], onnx.ModelProt
         m = find_model(arch)
         return _export(m, m.build(size), size, torch, "cpu", view)
 
-    return data.per_graph(export)
+    return copies.per_graph(export)
 
 
 def resequence(src: str | Path, out: str | Path, *, fuse: bool | int = True,
                view: str = "training", progress: bool = True) -> Dataset:
     """`data.resequence` of a profiled dataset with `sample_exporter`; nothing measured (the
     training view of an older fusion version reuses what the newer one would not change)."""
-    return data.resequence(src, out, sample_exporter(view), fuse=fuse,
+    return copies.resequence(src, out, sample_exporter(view), fuse=fuse,
                            partial=view != "training", reuse=view == "training",
                            progress=progress)
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from converters.vocab import VOCAB
 from mdot_jax.data.aggregates import AGGREGATES_VERSION, aggregates
-from mdot_jax.data.dataset import Sample, split_validation
+from mdot_jax.data.dataset import Sample
+from mdot_jax.data.splits import split_validation
 
 # (num_leaves, learning_rate) tried; the one with the lowest validation error is kept
 GRID = ((15, 0.03), (31, 0.03), (15, 0.1), (31, 0.1))

@@ -24,7 +24,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from mdot_jax.data.dataset import VAL_BY, Sample, split_validation
+from mdot_jax.data.dataset import Sample
 from mdot_jax.data.features import (
     Batch,
     FeatureCache,
@@ -33,6 +33,7 @@ from mdot_jax.data.features import (
     sequences_fused,
     sequences_op_costs,
 )
+from mdot_jax.data.splits import VAL_BY, split_validation
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig, build_model
 from mdot_jax.models.trained import Trained, predict_samples

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.data.dataset import Dataset, make_splits, split_validation
+from mdot_jax.data.dataset import Dataset
 from mdot_jax.data.features import FeatureCache
+from mdot_jax.data.splits import make_splits, split_validation
 from mdot_jax.errors import UsageError
 from mdot_jax.kernels.cost_model import OpSumLine, attach, load_cost_model
 from mdot_jax.measure import core_set

@@ -20,7 +20,8 @@ def main() -> None:
     from timm_rows import TINY_ARCHS, timm_csvs
 
     from mdot_jax.data.build_timm import build_timm
-    from mdot_jax.data.dataset import PACKED_SEQS, REPORT, SAMPLES, pack_sequences
+    from mdot_jax.data.dataset import PACKED_SEQS, REPORT, SAMPLES
+    from mdot_jax.data.store import pack_sequences
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "tiny-timm"
