@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.data.splits import make_splits, split_groups
-from mdot_jax.evaluation.evaluate import make_method
+from mdot_jax.evaluation.methods import make_method
 from mdot_jax.training.train import TrainConfig
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)

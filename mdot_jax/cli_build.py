@@ -348,13 +348,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from mdot_jax.evaluation.evaluate import (
-        ALL_METHODS,
-        read_results,
-        run,
-        source_commit,
-        summarize,
-    )
+    from mdot_jax.evaluation.evaluate import read_results, run, source_commit
+    from mdot_jax.evaluation.methods import ALL_METHODS
+    from mdot_jax.evaluation.report import summarize
     from mdot_jax.training.train import TrainConfig
 
     ds = _dataset(args.dataset)

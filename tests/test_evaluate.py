@@ -9,7 +9,8 @@ import pytest
 from converters.vocab import VOCAB
 from mdot_jax.cli import main
 from mdot_jax.data.dataset import load_dataset
-from mdot_jax.evaluation.evaluate import _read, run, summarize
+from mdot_jax.evaluation.evaluate import _read, run
+from mdot_jax.evaluation.report import summarize
 from mdot_jax.training.train import TrainConfig
 
 ALL = ["lightgbm", "mlp", "analytic", "roofline", "per_op", "gnn", "lstm", "mdot-pe-none",
@@ -80,7 +81,7 @@ def test_every_method_on_identical_folds(tiny_real_dataset, tmp_path, methods):
 def test_error_analysis_by_family_and_op_type(tiny_real_dataset):
     """Predictions 10% off on one family and exact elsewhere: that family is the worst at
     10%, and an op type's with/without MAPEs are the means over the samples that hold it."""
-    from mdot_jax.evaluation.evaluate import error_analysis
+    from mdot_jax.evaluation.report import error_analysis
 
     samples = tiny_real_dataset.samples
     bad = samples[0].family
@@ -103,7 +104,7 @@ def test_error_analysis_by_family_and_op_type(tiny_real_dataset):
 
 def test_ablations_are_compared_on_the_folds_they_share():
     """A variant run on fold 0 only is compared with mdot's fold 0, not its mean over all."""
-    from mdot_jax.evaluation.evaluate import paired_ablations
+    from mdot_jax.evaluation.report import paired_ablations
 
     def row(method, fold, mape):
         return dict(method=method, fold=fold, seed=0,
@@ -135,7 +136,7 @@ def test_only_folds_runs_a_subset_of_the_same_split(tiny_real_dataset, tmp_path)
 def test_every_method_name_builds_that_method():
     """Each neural method trains the architecture / variant its name says (a config passed
     to the wrong field once made every neural baseline a copy of MDOT)."""
-    from mdot_jax.evaluation.evaluate import ALL_METHODS, NeuralMethod, make_method
+    from mdot_jax.evaluation.methods import ALL_METHODS, NeuralMethod, make_method
     from mdot_jax.models import PAPER_PE, ModelConfig
 
     cfgs = {m: make_method(m, 0, TrainConfig()) for m in ALL_METHODS}
@@ -162,7 +163,7 @@ def test_every_method_name_builds_that_method():
 def test_ensembles_average_finished_runs_in_log_space():
     """Seed and method ensembles are the geometric mean of the members' predictions,
     matched by sample key (members list their test samples in different orders)."""
-    from mdot_jax.evaluation.evaluate import ensemble_rows
+    from mdot_jax.evaluation.report import ensemble_rows
 
     labels = {"a": 100.0, "b": 10.0}
 

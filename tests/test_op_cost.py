@@ -161,7 +161,7 @@ def test_top_operators_of_a_shipped_checkpoint(tmp_path, capsys):
 
 
 def test_op_sum_is_composition_alone(ops, tiny_real_dataset):
-    from mdot_jax.evaluation.evaluate import make_method
+    from mdot_jax.evaluation.methods import make_method
     from mdot_jax.training.train import TrainConfig
 
     ds = _fresh(tiny_real_dataset.root)
@@ -178,7 +178,7 @@ def test_op_sum_params_adds_a_term_per_parameter(ops, tiny_real_dataset):
     """`op-sum-params`: the line plus e * millions of parameters, fitted by the same relative
     least squares (it fits its training samples no worse than the line without the term);
     saved and read back with `e`; a line without the term saves as before."""
-    from mdot_jax.evaluation.evaluate import make_method
+    from mdot_jax.evaluation.methods import make_method
     from mdot_jax.kernels.cost_model import OpSumLine
     from mdot_jax.training.train import TrainConfig
 

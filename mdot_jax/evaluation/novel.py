@@ -19,7 +19,7 @@ import numpy as np
 from mdot_jax.data.dataset import Dataset
 from mdot_jax.data.novelty import DistanceBand, Novelty
 from mdot_jax.data.splits import is_random_zoo, make_splits
-from mdot_jax.evaluation.evaluate import ensemble_rows
+from mdot_jax.evaluation.report import ensemble_rows
 
 PARTS = ("held-out zoo families", "held-out random", "novel hand-written", "novel random")
 
