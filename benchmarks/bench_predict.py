@@ -8,7 +8,7 @@ with `--memory OUT`, the step-memory estimate against measured peak memory.
 Latency: a torchvision ResNet-50 exported once (weight-free) at 224 px, batch size 64.
 Targets: end-to-end <= 100 ms, predictor forward alone <= 5 ms (medians of warm repeats).
 Memory: the ten models of `tests/data/golden` (their committed sequences, batch 16), each
-trained for two steps in a fresh process (`measure.zoo.peak_memory`: the peak resident set
+trained for two steps in a fresh process (`measure.profiler.peak_memory`: the peak resident set
 on a CPU, `max_memory_allocated` on a GPU); target: every estimate within 20%.
 
 On a CPU the estimate's third form (`serving.memory`: the step's live peak followed in time,
@@ -51,7 +51,7 @@ def timed(fn, repeats: int) -> tuple[float, float]:
 
 
 def _measured_peak(arch: str, size: int, batch: int) -> dict:
-    """`measure.zoo.peak_memory` in a fresh process (a CPU's peak is the process's)."""
+    """`measure.profiler.peak_memory` in a fresh process (a CPU's peak is the process's)."""
     import json
     import subprocess
     import sys

@@ -103,7 +103,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     from mdot_jax.measure import core_set
     from mdot_jax.measure.device import device_folder
-    from mdot_jax.measure.zoo import Protocol
+    from mdot_jax.measure.profiler import Protocol
 
     out = args.out or str(device_folder(args.threads, precision=args.precision))
     keys = args.keys.split(",") if args.keys else core_set.load()["probe"]
@@ -205,7 +205,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     try:
         if args.probe:
             from mdot_jax.measure.device import device_folder
-            from mdot_jax.measure.zoo import Protocol
+            from mdot_jax.measure.profiler import Protocol
 
             root = args.data or str(device_folder(args.threads, precision=args.precision))
             a, base = adapt_from_probe(root, args.base, args.out, threads=args.threads,

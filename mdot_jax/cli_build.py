@@ -121,11 +121,11 @@ def cmd_dataset_resequence(args: argparse.Namespace) -> int:
 
     from mdot_jax.data import build_timm
     from mdot_jax.data.resequence import RESEQUENCE_FAILED
-    from mdot_jax.measure import zoo as profile
+    from mdot_jax.measure import zoo
 
     # a timm dataset (rows of a benchmark table) keeps its exports or is rebuilt from timm; a
     # profiled one is exported again from its zoo
-    module = build_timm if build_timm.is_timm_dataset(args.src) else profile
+    module = build_timm if build_timm.is_timm_dataset(args.src) else zoo
     try:
         ds = module.resequence(args.src, args.out, fuse=not args.no_fuse, view=args.view)
     except (FileNotFoundError, ValueError) as e:
@@ -195,7 +195,8 @@ def cmd_dataset_check(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from mdot_jax.measure.device import device_folder
-    from mdot_jax.measure.zoo import ZOOS, Protocol, profile
+    from mdot_jax.measure.profiler import Protocol, profile
+    from mdot_jax.measure.zoo import ZOOS
 
     if args.ops:
         return _profile_ops(args)

@@ -65,7 +65,7 @@ def small_models(tmp_path_factory):
     rows of 20 types, small enough to measure in seconds."""
     pytest.importorskip("torchvision")
     pytest.importorskip("transformers")
-    from mdot_jax.measure.zoo import Protocol, profile
+    from mdot_jax.measure.profiler import Protocol, profile
 
     fast = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
                     max_others=float("inf"))
@@ -81,7 +81,7 @@ def small_models(tmp_path_factory):
 def quiet_protocol():
     """A measurement protocol for tiny models in tests: their timing noise (and a busy test
     machine) must not send the samples to noisy.jsonl."""
-    from mdot_jax.measure.zoo import Protocol
+    from mdot_jax.measure.profiler import Protocol
 
     return Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
                     max_others=float("inf"))

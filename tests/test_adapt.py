@@ -278,7 +278,7 @@ def test_a_base_that_cannot_serve_is_refused_before_measuring(tmp_path, capsys, 
 
 def test_probe_refuses_half_precision_on_a_cpu_and_says_a_read_only_folder(tmp_path, capsys,
                                                                            monkeypatch):
-    from mdot_jax.measure import zoo
+    from mdot_jax.measure import profiler
 
     monkeypatch.setattr("mdot_jax.measure.device.cuda_available", lambda: False)
     assert main(["probe", "--precision", "amp-fp16", "--out", str(tmp_path / "p")]) == 2
@@ -287,7 +287,7 @@ def test_probe_refuses_half_precision_on_a_cpu_and_says_a_read_only_folder(tmp_p
     def read_only(*args, root=None, **kwargs):
         raise OSError(30, "Read-only file system", str(tmp_path / "p" / "samples.jsonl"))
 
-    monkeypatch.setattr(zoo, "profile", read_only)
+    monkeypatch.setattr(profiler, "profile", read_only)
     assert main(["probe", "--out", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err
     assert err == f"mdot: error: {tmp_path / 'p' / 'samples.jsonl'}: Read-only file system\n"

@@ -27,7 +27,7 @@ from mdot_jax.kernels.op_profile import (  # noqa: E402
     read_plan,
 )
 from mdot_jax.kernels.specs import LOSS, MEASURED, OpSpec, build, grad_flow, loss_spec  # noqa: E402
-from mdot_jax.measure.zoo import fingerprint  # noqa: E402
+from mdot_jax.measure.device import fingerprint  # noqa: E402
 
 FAST_OPS = OpProtocol(warmup=1, repeats=3, side_repeats=1, min_repeat_ms=0.2,
                       max_spread=float("inf"), max_others=float("inf"))

@@ -8,7 +8,8 @@ import pytest
 pytest.importorskip("torchvision")
 from mdot_jax.data.dataset import load_dataset  # noqa: E402
 from mdot_jax.measure.device import device_slug, fingerprint
-from mdot_jax.measure.zoo import Protocol, profile, stats_of, zoo_models  # noqa: E402
+from mdot_jax.measure.profiler import Protocol, profile, stats_of
+from mdot_jax.measure.zoo import zoo_models  # noqa: E402
 
 # timing noise of tiny models must not send the test's samples to noisy.jsonl
 FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
@@ -126,7 +127,7 @@ def test_too_slow_is_decided_on_a_steady_state_iteration():
     times the limit it does not decide; a slow steady-state iteration does."""
     import torch
 
-    from mdot_jax.measure.zoo import TooSlow, measure_step
+    from mdot_jax.measure.profiler import TooSlow, measure_step
 
     class SlowAtFirst(torch.nn.Module):
         def __init__(self, first_s, then_s):
@@ -180,7 +181,7 @@ def test_another_optimizer_or_precision_is_recorded_and_kept_apart(tmp_path, fie
 def test_each_precision_sets_tf32_explicitly():
     import torch
 
-    from mdot_jax.measure.zoo import precision_context
+    from mdot_jax.measure.profiler import precision_context
 
     for precision, matmul in (("tf32", True), ("fp32", False), ("amp-fp16", False)):
         precision_context(precision, "cpu", torch)
@@ -198,7 +199,7 @@ def test_a_gpu_is_filed_under_its_name():
 def test_a_training_step_scales_fp16_and_runs_channels_last(monkeypatch, precision, scaled):
     import torch
 
-    from mdot_jax.measure.zoo import training_step
+    from mdot_jax.measure.profiler import training_step
 
     made = []
     real = torch.amp.GradScaler
@@ -245,7 +246,7 @@ def test_a_graph_whose_sequences_exist_is_not_exported_again(tmp_path, monkeypat
     """The GPU kit measures the same graphs at two precisions: the second exports nothing."""
     import shutil
 
-    from mdot_jax.measure import zoo
+    from mdot_jax.measure import profiler
 
     kw = dict(threads=1, progress=False, models=["mobilenet_v3_small"], protocol=FAST,
               speed_check=False)
@@ -256,6 +257,6 @@ def test_a_graph_whose_sequences_exist_is_not_exported_again(tmp_path, monkeypat
     def no_export(*a, **k):
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(zoo, "_export", no_export)
+    monkeypatch.setattr(profiler, "_export", no_export)
     report = profile(["torchvision"], [2], [32], tmp_path / "b", **kw)
     assert report["samples"] == 1 and not report["skipped"]

@@ -86,7 +86,8 @@ def test_generated_models_train_and_export():
 
 def test_profile_measures_the_random_zoo(tmp_path, quiet_protocol):
     from mdot_jax.data.dataset import load_dataset
-    from mdot_jax.measure.zoo import find_model, profile
+    from mdot_jax.measure.profiler import profile
+    from mdot_jax.measure.zoo import find_model
 
     profile(["random:2:0"], [2], [999], tmp_path, threads=1, progress=False,
             protocol=quiet_protocol, speed_check=False)

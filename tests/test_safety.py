@@ -237,7 +237,7 @@ def test_a_second_writer_is_refused_with_the_holders_pid(capsys, tmp_path):
 
 def test_noisy_samples_are_kept_apart_and_measured_again_on_request(tmp_path):
     pytest.importorskip("torchvision")
-    from mdot_jax.measure.zoo import Protocol, profile
+    from mdot_jax.measure.profiler import Protocol, profile
 
     fast = dict(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_others=float("inf"))
     args = (["torchvision"], [2], [32], tmp_path)

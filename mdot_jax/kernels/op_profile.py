@@ -55,7 +55,7 @@ from mdot_jax.kernels.specs import (
     specs_of,
 )
 from mdot_jax.measure.device import DEVICE_KEYS, device_slug, fingerprint, others_running
-from mdot_jax.measure.zoo import precision_context, stats_of
+from mdot_jax.measure.profiler import precision_context, stats_of
 
 PLAN = "plan.jsonl"
 

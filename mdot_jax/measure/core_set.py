@@ -126,7 +126,8 @@ def run_probe(root: str | Path, keys: Sequence[str], threads: int = 2, protocol=
     `mdot profile` does, into that folder), then writes `root/PROBE_FILE`: version,
     fingerprint, key -> ms of those it holds. Returns that."""
     from mdot_jax.measure.device import cuda_available, fingerprint
-    from mdot_jax.measure.zoo import ZOOS, Protocol, profile
+    from mdot_jax.measure.profiler import Protocol, profile
+    from mdot_jax.measure.zoo import ZOOS
 
     protocol = protocol or Protocol()
     if protocol.precision == "amp-fp16" and not cuda_available():

@@ -330,7 +330,8 @@ def _measure_within(root: str | Path, keys: list[str], budget_s: float, threads:
     from tqdm import tqdm
 
     from mdot_jax.data.dataset import has_samples, load_dataset
-    from mdot_jax.measure.zoo import ZOOS, Protocol, profile
+    from mdot_jax.measure.profiler import Protocol, profile
+    from mdot_jax.measure.zoo import ZOOS
 
     held = {s.key for s in load_dataset(root).samples} if has_samples(root) else set()
     times: list[float] = []
