@@ -369,7 +369,7 @@ def _step_of(name: str, seq_len: int, batch: int, gpu, model, cache: Path, layer
     4-layer exports in `cache` (as `--onnx` makes them): (Prediction, parameters)."""
     from converters import convert
     from mdot_jax.gpu.spec_sheet import price
-    from mdot_jax.serving.predict import Prediction
+    from mdot_jax.serving.prediction import Prediction
 
     ps, params = {}, {}
     for k in (2, 4):

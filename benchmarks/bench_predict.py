@@ -56,7 +56,7 @@ def _measured_peak(arch: str, size: int, batch: int) -> dict:
     import subprocess
     import sys
 
-    code = ("import json; from mdot_jax.measure.zoo import peak_memory; "
+    code = ("import json; from mdot_jax.measure.profiler import peak_memory; "
             f"print(json.dumps(peak_memory({arch!r}, {size}, {batch})))")
     return json.loads(subprocess.run([sys.executable, "-c", code], check=True,
                                      capture_output=True, text=True).stdout.splitlines()[-1])

@@ -17,11 +17,11 @@ import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import onnx
 
+from converters.checks import _lost_shape, _refuse_merged, _refuse_rows_past_the_table
 from converters.errors import ConversionError
 from converters.fusion import VIEWS, constants, fusion_version
 from converters.fusion import Node as _Node
@@ -29,6 +29,7 @@ from converters.fusion import fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
 from converters.kind import graph_kind
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
+from converters.tensors import _ELEM_BYTES, _NO_SHAPE, _Tensor, _tensor_types
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
 
 CONFIG_FIELDS = (
@@ -44,13 +45,12 @@ CONFIG_FIELDS = (
 LOAD_FIELDS = ("fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "params",
                "intensity")
 _CFG = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+_LOAD = {name: i for i, name in enumerate(LOAD_FIELDS)}
 _DEFAULTS = np.zeros(len(CONFIG_FIELDS), np.float32)
 for _name in ("stride_h", "stride_w", "dilation_h", "dilation_w", "groups"):
     _DEFAULTS[_CFG[_name]] = 1
 _DEFAULTS[_CFG["axis"]] = -1
 _SHAPE_OPS = {"Shape", "Size", "Constant"}  # outputs are never data, whatever the inputs
-_ELEM_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
-               14: 8, 15: 16, 16: 2}
 DATA_INPUTS_KEY = "mdot.data_inputs"  # model metadata: comma-separated data (non-param) inputs
 PARAMS_KEY = "mdot.params"  # model metadata: the trainable parameters, when the exporter knows
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
@@ -98,10 +98,20 @@ class OperatorSequence:
         from before versions were recorded are version 1)."""
         return int(self.meta.get("fusion_version", 1)) if "fused" in self.meta else 0
 
+    def column(self, field: str) -> np.ndarray:
+        """`[N] float64`: one of `LOAD_FIELDS` for every operator, by name."""
+        return self.load[:, _LOAD[field]].astype(np.float64)
+
+    def total(self, field: str) -> float:
+        """One of `LOAD_FIELDS` summed over the graph (`"bytes"`: read and written)."""
+        if field == "bytes":
+            return self.total("bytes_read") + self.total("bytes_written")
+        return float(self.column(field).sum())
+
     @property
     def flops(self) -> float:
         """Forward FLOPs of the whole graph."""
-        return float(self.load[:, 0].astype(np.float64).sum())
+        return self.total("fwd_flops")
 
     @property
     def input_kind(self) -> str:
@@ -129,7 +139,7 @@ class OperatorSequence:
 
     def flops_by_type(self) -> dict[str, float]:
         """Forward FLOPs per operator type, largest first (unknown types carry none)."""
-        flops = self.load[:, 0].astype(np.float64)
+        flops = self.column("fwd_flops")
         totals = {VOCAB[i]: float(flops[self.op_type == i].sum())
                   for i in np.unique(self.op_type) if i != UNK_ID}
         return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
@@ -177,37 +187,6 @@ class OperatorSequence:
             if isinstance(e, ConversionError):
                 raise
             raise ConversionError(f"{path}: not a readable operator sequence ({e})") from None
-
-
-class _Tensor(NamedTuple):
-    shape: tuple[int, ...] | None  # None when not concrete
-    elem_type: int
-    numel: int
-    nbytes: int
-
-
-def _tensor(shape, elem_type) -> _Tensor:
-    if shape is None:
-        return _Tensor(None, elem_type, 0, 0)
-    n = math.prod(shape)
-    return _Tensor(shape, elem_type, n, n * _ELEM_BYTES.get(elem_type, 4))
-
-
-def _tensor_types(graph: onnx.GraphProto) -> dict[str, _Tensor]:
-    """Tensor name -> shape (None unless concrete), element type, numel and bytes."""
-    out: dict[str, _Tensor] = {}
-    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        t = vi.type.tensor_type
-        shape = None
-        if t.HasField("shape"):
-            shape = tuple(d.dim_value for d in t.shape.dim)
-            # a 0 is either a symbolic / unknown dim or a real empty dim: check (rare path)
-            if not all(shape) and not all(d.HasField("dim_value") for d in t.shape.dim):
-                shape = None
-        out[vi.name] = _tensor(shape, t.elem_type)
-    for init in graph.initializer:
-        out[init.name] = _tensor(tuple(init.dims), init.data_type)
-    return out
 
 
 def _node_order(nodes: list[_Node], sources: set[str]) -> tuple[list[int], dict[str, int]]:
@@ -422,77 +401,6 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         name=name or graph.name, op_type=np.asarray(ids, np.int32),
         config=np.asarray(rows, np.float32), load=np.asarray(loads, np.float32),
         edges=edge_array.reshape(-1, 2), node_names=np.asarray(names), meta=meta)
-
-
-_NO_SHAPE = _Tensor(None, 0, 0, 0)
-
-
-def _refuse_merged(graph: onnx.GraphProto, floats: set[str], declared: set[str],
-                   label: str) -> None:
-    """A parameter the model declares (`PARAMS_KEY`) that the graph computes as `Identity` of
-    another weight input was merged by the exporter (the TorchScript exporter does so on the
-    meta device): its parameters would be counted once for many layers."""
-    for node in graph.node:
-        if (node.op_type == "Identity" and node.input and node.input[0] in floats
-                and node.output[0] in declared and node.output[0] not in floats):
-            raise ConversionError(
-                f"model '{label}': parameter '{node.output[0]}' is an alias of "
-                f"'{node.input[0]}' (node '{node.name}'): the exporter merged equal-shaped "
-                "weights, as it does for a model on the meta device; export it again with "
-                "converters.from_torch, which keeps each layer's weights")
-
-
-def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
-                                types: dict[str, _Tensor], label: str) -> None:
-    """A Gather of a weight table at constant indices past its rows: a sequence longer than
-    the positions a model has (GPT-2's 1,024 at --seq-len 4096) would run off its table."""
-    from onnx import numpy_helper
-
-    inits = {i.name: i for i in graph.initializer}
-    for node in graph.node:
-        if node.op_type != "Gather" or node.input[0] not in weights or node.input[1] not in inits:
-            continue
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        shape = list(types[node.input[0]].shape or [])
-        index = numpy_helper.to_array(inits[node.input[1]])
-        if shape and index.size and int(index.max()) >= shape[axis]:
-            raise ConversionError(
-                f"model '{label}': node '{node.name}' reads row {int(index.max())} of "
-                f"'{node.input[0]}', which has {shape[axis]} (shape {list(shape)}): the input "
-                f"is longer than the {shape[axis]} positions the model has")
-
-
-def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],
-                types: dict[str, _Tensor], valueless: set[str]) -> ConversionError:
-    """Names the node where shape inference lost track of `tensor`'s shape, and why: the first
-    producer upstream whose inputs have shapes but whose output has none."""
-    known = lambda t: not t or types.get(t, _NO_SHAPE).shape is not None  # noqa: E731
-    if tensor not in producer:
-        return ConversionError(f"input '{tensor}': shape unknown")
-    i = producer[tensor]
-    while True:
-        lost = [t for t in nodes[i].inputs if not known(t) and t in producer]
-        if not lost:
-            break
-        i = producer[lost[0]]
-    node = nodes[i]
-    domain = node.proto.domain
-    label = f"node '{node.name or node.outputs[0]}' ({f'{domain} ' if domain else ''}" \
-            f"{node.op_type})"
-    if domain not in ("", "ai.onnx"):
-        cause = ("an operator outside the ONNX standard, which shape inference does not know; "
-                 "export with standard operators (without runtime-specific fusions)")
-    elif node.op_type in ("Loop", "Scan", "If"):
-        cause = ("control flow, whose body's shapes depend on run-time values: export the "
-                 "model with the loop unrolled or the branch taken (torch.onnx traces them so; "
-                 "jax2onnx: without lax.while_loop / lax.scan / lax.cond)")
-    elif bad := [t for t in node.inputs if t in valueless]:
-        cause = (f"its input '{bad[0]}' holds values that are not in the file (external data "
-                 "or a graph input), so the shape they set cannot be read")
-    else:
-        cause = (f"shape inference could not infer its output from input shapes "
-                 f"{[types.get(t, _NO_SHAPE).shape for t in node.inputs]}")
-    return ConversionError(f"{label}: output shape unknown: {cause}")
 
 
 def _operator_features(node: _Node, inputs: list[str], types: dict[str, _Tensor],

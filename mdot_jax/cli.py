@@ -15,7 +15,7 @@ import sys
 
 from converters.errors import ConversionError
 from mdot_jax import cli_build, writers
-from mdot_jax.cli_build import MAX_INT, NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
+from mdot_jax.cli_args import MAX_INT, NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import (
     INTERCONNECTS,
@@ -76,7 +76,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.output:
         writers.write_file(args.output, seq.save)
     summary = dict(model=seq.name, num_ops=seq.num_ops, flops=seq.flops,
-                   flops_bwd=float(seq.load[:, 1].astype("float64").sum()),
+                   flops_bwd=seq.total("bwd_flops"),
                    params=seq.params, inputs=seq.meta["inputs"],
                    op_types=seq.op_type_counts(), flops_by_type=seq.flops_by_type(),
                    unknown_ops=seq.unknown_ops,

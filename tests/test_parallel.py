@@ -12,7 +12,7 @@ from onnx_builders import attention
 from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.parallel import BUCKET_MB, allreduce_ms, data_parallel, ring_link
-from mdot_jax.serving.predict import Prediction
+from mdot_jax.serving.prediction import Prediction
 
 
 def _one(backward=10.0):

@@ -16,7 +16,7 @@ from onnx_builders import attention, conv_bn_relu
 
 from mdot_jax import MdotError, RequestError, TrainingJob, predict
 from mdot_jax.cli import main
-from mdot_jax.serving.predict import Prediction
+from mdot_jax.serving.prediction import Prediction
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = settings(max_examples=80, deadline=None, derandomize=True,

@@ -177,3 +177,15 @@ def test_control_flow_says_what_to_do():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ConversionError, match=r"\(Loop\): output shape unknown: control flow"):
         convert(model, batch_size=2)
+
+
+def test_graph_totals_are_read_by_name():
+    from converters import LOAD_FIELDS
+
+    seq = convert(conv_bn_relu(training=True), batch_size=2)
+    for i, name in enumerate(LOAD_FIELDS):
+        assert seq.total(name) == float(seq.load[:, i].astype(np.float64).sum())
+    assert seq.total("bytes") == seq.total("bytes_read") + seq.total("bytes_written") > 0
+    assert seq.flops == seq.total("fwd_flops") > 0
+    with pytest.raises(KeyError):
+        seq.total("flops")  # no such column: never a silent zero

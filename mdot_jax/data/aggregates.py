@@ -40,7 +40,7 @@ def group_breakdown(seq: OperatorSequence) -> np.ndarray:
     or smaller, larger); log FLOPs and count of the other convolutions whose channels are
     not a multiple of 8."""
     kinds, cfg = conv_kinds(seq), seq.config
-    flops = seq.load[:, 0:2].astype(np.float64).sum(axis=1)
+    flops = seq.column("fwd_flops") + seq.column("bwd_flops")
     c_in, c_out = cfg[:, _C_IN], cfg[:, _C_OUT]
     per_group = c_in / np.maximum(cfg[:, _GROUPS], 1)
     depthwise, wide, big = kinds[:, 1] > 0, c_in >= 256, cfg[:, _KERNEL_H] > 3

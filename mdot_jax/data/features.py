@@ -120,10 +120,9 @@ def op_config(seq: OperatorSequence) -> np.ndarray:
 def graph_totals(seq: OperatorSequence) -> np.ndarray:
     """`[len(GRAPH_TOTALS)]` float64, then the summed predicted operator microseconds where
     the sequence carries them."""
-    load = seq.load.astype(np.float64)
-    conv_flops = conv_kinds(seq).T.astype(np.float64) @ load[:, 0]  # [3]
+    conv_flops = conv_kinds(seq).T.astype(np.float64) @ seq.column("fwd_flops")  # [3]
     op_ms = [1e3 * float(np.sum(seq.meta[OP_MS]))] if OP_MS in seq.meta else []
-    return np.array([load[:, 0].sum(), load[:, 1].sum(), load[:, 2].sum() + load[:, 3].sum(),
+    return np.array([seq.total("fwd_flops"), seq.total("bwd_flops"), seq.total("bytes"),
                      seq.params, seq.num_ops, *conv_flops, *op_ms])
 
 

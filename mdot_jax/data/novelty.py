@@ -34,10 +34,9 @@ def features(samples: Sequence) -> np.ndarray:
         types = np.asarray(q.op_type)
         out[i, :len(VOCAB)] = np.bincount(types[types < len(VOCAB)], minlength=len(VOCAB)) \
             / max(len(types), 1)
-        load = q.load.astype(np.float64)
-        out[i, len(VOCAB):] = np.log1p([load[:, 0].sum() + load[:, 1].sum(),
-                                        load[:, 2].sum() + load[:, 3].sum(), q.num_ops,
-                                        q.params, s.workload.batch_size])
+        out[i, len(VOCAB):] = np.log1p([q.total("fwd_flops") + q.total("bwd_flops"),
+                                        q.total("bytes"), q.num_ops, q.params,
+                                        s.workload.batch_size])
     return out
 
 

@@ -27,12 +27,8 @@ from mdot_jax.training.workflow import score
 # ---------------------------------------------------------------------------- aggregates
 def _totals(samples: Sequence[Sample]) -> np.ndarray:
     """`[N, 3]`: forward + backward FLOPs, bytes read + written, operator count."""
-    out = []
-    for s in samples:
-        load = s.seq.load.astype(np.float64)
-        out.append([load[:, 0].sum() + load[:, 1].sum(), load[:, 2].sum() + load[:, 3].sum(),
-                    s.seq.num_ops])
-    return np.asarray(out)
+    return np.asarray([[s.seq.total("fwd_flops") + s.seq.total("bwd_flops"),
+                        s.seq.total("bytes"), s.seq.num_ops] for s in samples])
 
 
 # ---------------------------------------------------------------------------- methods

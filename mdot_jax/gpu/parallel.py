@@ -32,7 +32,7 @@ import math
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.options import INTERCONNECTS, STRATEGIES
 from mdot_jax.serving.memory import OPTIMIZER_STATE
-from mdot_jax.serving.predict import Prediction
+from mdot_jax.serving.prediction import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
 NETWORK_GBS = 25.0  # between nodes, per direction, unless told: a 200 Gb/s NIC

@@ -48,13 +48,8 @@ from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.options import MEASURED_PRECISIONS as PRECISIONS
 from mdot_jax.options import STEPS
 from mdot_jax.serving.memory import fit_warning, step_memory
-from mdot_jax.serving.predict import (
-    CHECKPOINT_DIR,
-    Adaptation,
-    Prediction,
-    checkpoint_devices,
-    input_size_of,
-)
+from mdot_jax.serving.predict import CHECKPOINT_DIR, checkpoint_devices, input_size_of
+from mdot_jax.serving.prediction import Adaptation, Prediction
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 # elementwise kernels over all parameters per update (torch.optim, foreach): `sgd` is SGD with

@@ -42,7 +42,7 @@ def graph_profile(s: Sample) -> np.ndarray:
     log10 total."""
     from converters.vocab import VOCAB
 
-    flops = s.seq.load[:, 0].astype(np.float64)
+    flops = s.seq.column("fwd_flops")
     names = np.asarray(VOCAB)[np.minimum(s.seq.op_type, len(VOCAB) - 1)]
     total = max(flops.sum(), 1.0)
     shares = [flops[np.isin(names, ops)].sum() / total for _, ops in KINDS]

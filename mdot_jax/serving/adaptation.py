@@ -37,7 +37,8 @@ from converters import OperatorSequence
 from mdot_jax import writers
 from mdot_jax.errors import UsageError
 from mdot_jax.options import PRECISIONS
-from mdot_jax.serving.predict import Adaptation, Predictor, resolve_checkpoint
+from mdot_jax.serving.predict import Predictor, resolve_checkpoint
+from mdot_jax.serving.prediction import Adaptation
 from mdot_jax.storage import checkpoint
 from mdot_jax.storage.calibration import COVER
 

@@ -17,7 +17,7 @@ from typing import Any
 from converters import ConversionError, OperatorSequence, convert
 from converters.fusion import fusion_version
 from mdot_jax.errors import MdotError, RequestError
-from mdot_jax.serving.predict import Prediction
+from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob
 
 

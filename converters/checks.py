@@ -1,0 +1,79 @@
+"""What a graph must be for its operator sequence to mean what it says: every layer's own
+weights, positions within the model's tables, shapes known; each failure is one error naming
+the node and what to do."""
+
+from __future__ import annotations
+
+import onnx
+
+from converters.errors import ConversionError
+from converters.fusion import Node as _Node
+from converters.tensors import _NO_SHAPE, _Tensor
+
+
+def _refuse_merged(graph: onnx.GraphProto, floats: set[str], declared: set[str],
+                   label: str) -> None:
+    """A parameter the model declares (`PARAMS_KEY`) that the graph computes as `Identity` of
+    another weight input was merged by the exporter (the TorchScript exporter does so on the
+    meta device): its parameters would be counted once for many layers."""
+    for node in graph.node:
+        if (node.op_type == "Identity" and node.input and node.input[0] in floats
+                and node.output[0] in declared and node.output[0] not in floats):
+            raise ConversionError(
+                f"model '{label}': parameter '{node.output[0]}' is an alias of "
+                f"'{node.input[0]}' (node '{node.name}'): the exporter merged equal-shaped "
+                "weights, as it does for a model on the meta device; export it again with "
+                "converters.from_torch, which keeps each layer's weights")
+
+
+def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
+                                types: dict[str, _Tensor], label: str) -> None:
+    """A Gather of a weight table at constant indices past its rows: a sequence longer than
+    the positions a model has (GPT-2's 1,024 at --seq-len 4096) would run off its table."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type != "Gather" or node.input[0] not in weights or node.input[1] not in inits:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        shape = list(types[node.input[0]].shape or [])
+        index = numpy_helper.to_array(inits[node.input[1]])
+        if shape and index.size and int(index.max()) >= shape[axis]:
+            raise ConversionError(
+                f"model '{label}': node '{node.name}' reads row {int(index.max())} of "
+                f"'{node.input[0]}', which has {shape[axis]} (shape {list(shape)}): the input "
+                f"is longer than the {shape[axis]} positions the model has")
+
+
+def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],
+                types: dict[str, _Tensor], valueless: set[str]) -> ConversionError:
+    """Names the node where shape inference lost track of `tensor`'s shape, and why: the first
+    producer upstream whose inputs have shapes but whose output has none."""
+    known = lambda t: not t or types.get(t, _NO_SHAPE).shape is not None  # noqa: E731
+    if tensor not in producer:
+        return ConversionError(f"input '{tensor}': shape unknown")
+    i = producer[tensor]
+    while True:
+        lost = [t for t in nodes[i].inputs if not known(t) and t in producer]
+        if not lost:
+            break
+        i = producer[lost[0]]
+    node = nodes[i]
+    domain = node.proto.domain
+    label = f"node '{node.name or node.outputs[0]}' ({f'{domain} ' if domain else ''}" \
+            f"{node.op_type})"
+    if domain not in ("", "ai.onnx"):
+        cause = ("an operator outside the ONNX standard, which shape inference does not know; "
+                 "export with standard operators (without runtime-specific fusions)")
+    elif node.op_type in ("Loop", "Scan", "If"):
+        cause = ("control flow, whose body's shapes depend on run-time values: export the "
+                 "model with the loop unrolled or the branch taken (torch.onnx traces them so; "
+                 "jax2onnx: without lax.while_loop / lax.scan / lax.cond)")
+    elif bad := [t for t in node.inputs if t in valueless]:
+        cause = (f"its input '{bad[0]}' holds values that are not in the file (external data "
+                 "or a graph input), so the shape they set cannot be read")
+    else:
+        cause = (f"shape inference could not infer its output from input shapes "
+                 f"{[types.get(t, _NO_SHAPE).shape for t in node.inputs]}")
+    return ConversionError(f"{label}: output shape unknown: {cause}")

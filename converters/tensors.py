@@ -1,0 +1,46 @@
+"""A graph's tensors as the converter reads them: shape (None unless concrete), element type,
+element count and bytes."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import onnx
+
+_ELEM_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
+               14: 8, 15: 16, 16: 2}
+
+
+class _Tensor(NamedTuple):
+    shape: tuple[int, ...] | None  # None when not concrete
+    elem_type: int
+    numel: int
+    nbytes: int
+
+
+def _tensor(shape, elem_type) -> _Tensor:
+    if shape is None:
+        return _Tensor(None, elem_type, 0, 0)
+    n = math.prod(shape)
+    return _Tensor(shape, elem_type, n, n * _ELEM_BYTES.get(elem_type, 4))
+
+
+def _tensor_types(graph: onnx.GraphProto) -> dict[str, _Tensor]:
+    """Tensor name -> shape (None unless concrete), element type, numel and bytes."""
+    out: dict[str, _Tensor] = {}
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        t = vi.type.tensor_type
+        shape = None
+        if t.HasField("shape"):
+            shape = tuple(d.dim_value for d in t.shape.dim)
+            # a 0 is either a symbolic / unknown dim or a real empty dim: check (rare path)
+            if not all(shape) and not all(d.HasField("dim_value") for d in t.shape.dim):
+                shape = None
+        out[vi.name] = _tensor(shape, t.elem_type)
+    for init in graph.initializer:
+        out[init.name] = _tensor(tuple(init.dims), init.data_type)
+    return out
+
+
+_NO_SHAPE = _Tensor(None, 0, 0, 0)

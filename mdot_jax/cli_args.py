@@ -1,0 +1,87 @@
+"""Argument types and helpers both command modules share: positive numbers with a one-line
+error, lists of integers, JSON options, the dataset a flag names."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+from mdot_jax.errors import UsageError
+
+# ---------------------------------------------------------------------------- argument types
+MAX_INT = 2 ** 31 - 1
+
+
+def _positive(kind, zero: bool = False):
+    what = f"{'non-negative' if zero else 'positive'} {'integer' if kind is int else 'number'}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not (math.isfinite(value) and (value > 0 or zero and value == 0)):
+            raise argparse.ArgumentTypeError(f"expected a {what}, got {text!r}")
+        if kind is int and value > MAX_INT:  # a shape dim, a count: ONNX and numpy use int32
+            raise argparse.ArgumentTypeError(f"{text} is too large (at most {MAX_INT})")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+POSITIVE_INT = _positive(int)
+
+
+POSITIVE_FLOAT = _positive(float)
+
+
+NON_NEGATIVE_FLOAT = _positive(float, zero=True)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _json_arg(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"expected a JSON object, got {text!r} ({e})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"expected a JSON object, got {text!r}")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+
+
+def _config(base, text: str | None):
+    """A frozen config dataclass with JSON overrides; unknown fields are a usage error."""
+    try:
+        return base.replace(**_json_arg(text))
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{type(base).__name__}: {e}") from None
+
+
+def _dataset(path: str, *, empty_ok: bool = False):
+    from mdot_jax.data.dataset import load_dataset
+
+    ds = load_dataset(path)  # a DatasetError names the file and line
+    if not len(ds) and not empty_ok:
+        raise UsageError(f"{path}: the dataset has no samples")
+    return ds
+
+
+# ---------------------------------------------------------------------------- commands
+def default_data_dir(name: str) -> str:
+    """Datasets built from public tables live outside git, under the user's cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mdot", "datasets", name)

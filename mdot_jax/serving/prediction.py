@@ -1,0 +1,119 @@
+"""What a prediction answers (`Prediction`: the step's time, its band, memory, phases and what
+the request asked) and a device adaptation's fit (`Adaptation`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Adaptation:
+    """A device adaptation in a checkpoint's metadata (`serving.adaptation.fit` makes one):
+    base predictions t become exp(a + b * log t) for `device`, with the band of its
+    leave-one-out residuals."""
+
+    device: str  # the device the adapted checkpoint predicts for
+    fit: str  # scale | affine
+    a: float
+    b: float
+    n_rows: int
+    loo_mape: float  # percent: each row predicted by a fit on the others
+    lo: float  # 10th / 90th percentile of the leave-one-out log(measured / predicted)
+    hi: float
+    source: str = ""
+
+    def apply(self, ms: np.ndarray) -> np.ndarray:
+        """`[N]` base predictions (ms) -> `[N]` predictions for `device` (ms)."""
+        return np.exp(self.a + self.b * np.log(np.asarray(ms, np.float64)))
+
+    def interval(self, ms: float) -> tuple[float, float]:
+        return ms * float(np.exp(self.lo)), ms * float(np.exp(self.hi))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Adaptation:
+        return cls(**d)
+
+
+@dataclass
+class Prediction:
+    iteration_ms: float
+    device: str
+    num_ops: int
+    warnings: list[str] = field(default_factory=list)  # extrapolation, unknown operators
+    # with a companion: each member's own prediction, keyed by the network's architecture
+    # ({"gnn": ms, "lightgbm": ms}; "mdot" for an MDOT checkpoint; "op-sum" too when the
+    # checkpoint is op-grounded)
+    parts: dict[str, float] = field(default_factory=dict)
+    # where 80% of the measured times fell, on held-out families, for predictions like this
+    # one (the checkpoint's `calibration`); None without one, or when a warning says this
+    # prediction is unlike those (extrapolation, unknown operators)
+    interval_ms: tuple[float, float] | None = None
+    # where the time goes (`Predictor.operators`): [{"type", "name", "ms"}] in graph order
+    operators: list[dict] | None = None
+    input_size: int = 0  # the workload's image side or sequence length, as predicted for
+    memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
+    # priced from a GPU's spec sheet (`serving.spec_sheet`): ms of forward, backward, update
+    # (and `serving.parallel`'s communication that shows)
+    phases: dict[str, float] = field(default_factory=dict)
+    # what the request (`serving.request.TrainingJob`) asked, as `serving.front.predict` says
+    batch_size: int = 0  # per GPU
+    gpus: int = 1  # in all, over every node
+    source: str = ""  # which predictor: a checkpoint's name, or a spec sheet's step model
+    operators_from: str = ""  # what priced `operators`
+    job_s: float | None = None  # the whole job (epochs x dataset size), s
+    job_interval_s: tuple[float, float] | None = None
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.gpus
+
+    @property
+    def samples_per_s(self) -> float:
+        return 1e3 * self.global_batch / self.iteration_ms
+
+    @property
+    def scaling_efficiency(self) -> float:
+        """The share of a data-parallel step not waiting on communication, in (0, 1]: for DDP
+        the one-GPU step over the N-GPU one. A throughput ratio would pass 100% under FSDP,
+        whose GPUs each update 1/N of the parameters where one GPU updates them all."""
+        return 1.0 - self.phases.get("communication", 0.0) / self.iteration_ms
+
+    def to_json(self) -> dict:
+        """The fields and the derived rates, as `mdot predict --json` prints them."""
+        d = {k: v for k, v in dataclasses.asdict(self).items()
+             if v is not None or k in ("interval_ms",)}
+        if self.operators is None:
+            d.pop("operators_from")
+        if self.job_s is None:
+            d.pop("job_interval_s", None)
+        return dict(d, global_batch=self.global_batch, samples_per_s=self.samples_per_s,
+                    scaling_efficiency=self.scaling_efficiency)
+
+    def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
+        """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
+        _check_job(epochs, dataset_size, batch_size)
+        return self.iteration_ms * math.ceil(dataset_size / batch_size) * epochs / 1e3
+
+    def job_interval_seconds(self, epochs: float, dataset_size: int, batch_size: int
+                             ) -> tuple[float, float] | None:
+        """The whole job's 80% band (`interval_ms` scaled like `job_seconds`), if any."""
+        _check_job(epochs, dataset_size, batch_size)
+        if self.interval_ms is None:
+            return None
+        iterations = math.ceil(dataset_size / batch_size) * epochs
+        return self.interval_ms[0] * iterations / 1e3, self.interval_ms[1] * iterations / 1e3
+
+
+def _check_job(epochs: float, dataset_size: int, batch_size: int) -> None:
+    for name, v in (("epochs", epochs), ("dataset_size", dataset_size),
+                    ("batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise ValueError(f"{name} {v!r}: a job needs a positive number")
