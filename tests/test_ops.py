@@ -50,3 +50,25 @@ def test_conv_bn_relu_load_and_config_golden():
     assert bn["params"] == 8  # scale and bias; running mean and variance are state
     assert seq.params == 108 + 8
     assert np.isfinite(seq.config).all() and np.isfinite(seq.load).all()
+
+
+def test_every_operator_trait_is_of_a_known_type_and_kernel():
+    """One registry says what GPU kernel a type runs and what its backward keeps; GPU pricing
+    and step memory read it (no table of type names of their own)."""
+    import re
+    from pathlib import Path
+
+    from converters.traits import TRAITS, keeping, of_kind
+    from converters.vocab import VOCAB
+
+    dropped = {"Identity", "Constant", "Shape", "Size"}  # never in a sequence
+    assert set(TRAITS) - dropped <= set(VOCAB), set(TRAITS) - set(VOCAB)
+    kernels = {"gemm", "conv", "rowwise", "binary", "unary", "copy", "dropout", "free", "other"}
+    assert {tr.kernel for tr in TRAITS.values()} <= kernels
+    priced = {"rowwise", "binary", "unary", "copy", "dropout"}
+    assert all(tr.measured for tr in TRAITS.values() if tr.kernel in priced)
+    assert not keeping("input") & keeping("output") and "Relu" in keeping("output")
+    assert of_kind("rowwise")["Softmax"] == "softmax" and "Reshape" in of_kind("free")
+    repo = Path(__file__).resolve().parents[1]
+    for f in ("mdot_jax/gpu/spec_sheet.py", "mdot_jax/serving/memory.py"):
+        assert not re.search(r"\{\s*\"(Relu|Softmax|Add|Concat|Conv)\"", (repo / f).read_text())

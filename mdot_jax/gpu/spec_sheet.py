@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from converters import OperatorSequence
-from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
+from converters.traits import TRAITS, of_kind
 from mdot_jax.errors import UsageError
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
@@ -55,23 +55,10 @@ STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 # elementwise kernels over all parameters per update (torch.optim, foreach): `sgd` is SGD with
 # momentum (buffer scale, add, parameter add), as timm's benchmarks and `mdot profile` train
 UPDATE_PASSES = {"sgd": 3, "adam": 7, "adamw": 8}
-_GEMM = {"MatMul": "gemm", "Gemm": "gemm", "MatMulInteger": "gemm", "Einsum": "gemm",
-         "Conv": "conv", "ConvTranspose": "conv"}
-_ROWWISE = {"Softmax": "softmax", "LogSoftmax": "softmax", "LayerNormalization": "ln",
-            "RMSNormalization": "ln", "GroupNormalization": "ln", "InstanceNormalization": "ln",
-            "BatchNormalization": "ln", "LpNormalization": "ln"}
-_BINARY = {"Add": "add", "Sub": "add", "Mul": "mul", "Div": "div", "Pow": "pow", "Max": "add",
-           "Min": "add", "Where": "add", "Equal": "add", "Less": "add", "Greater": "add",
-           "And": "add", "Or": "add", "Mod": "div", "Sum": "add", "Mean": "add", "PRelu": "mul"}
-_UNARY = {"Gelu": "gelu", **{t: "tanh" for t in (
-    "Tanh", "Sigmoid", "Exp", "Log", "Erf", "Softplus", "Silu", "Mish", "Sin", "Cos", "Elu",
-    "Selu", "Celu", "HardSwish", "HardSigmoid", "Sqrt", "Reciprocal")}, **{t: "relu" for t in (
-        "Relu", "LeakyRelu", "Clip", "Neg", "Abs", "Floor", "Ceil", "Round", "Sign", "Not",
-        "IsNaN", "IsInf", "Softsign")}}
-_COPIES = {"Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND", "ScatterND",
-           "ScatterElements", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Cast",
-           "CastLike", "Trilu", "OneHot", "Dropout"}
-_FREE = set(VIEWS) | {"Identity", "Constant", "Shape", "Size"}
+# what kernel each operator type runs, and the measured operator that prices it
+_GEMM = {t: tr.kernel for t, tr in TRAITS.items() if tr.kernel in ("gemm", "conv")}
+_ROWWISE, _BINARY, _UNARY = of_kind("rowwise"), of_kind("binary"), of_kind("unary")
+_COPIES, _FREE = set(of_kind("copy")), set(of_kind("free"))
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 

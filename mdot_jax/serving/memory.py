@@ -38,6 +38,7 @@ import numpy as np
 from converters import OperatorSequence
 from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
+from converters.traits import keeping
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
 # and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none
@@ -50,14 +51,7 @@ _CFG = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 CPU_FIXED = 29e6
 CPU_RETENTION = 1.19
 # whose backward needs the operator's input, or its output (PyTorch's derivatives)
-NEEDS_INPUT = frozenset({
-    "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "BatchNormalization",
-    "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Mul", "Div", "Pow",
-    "Gelu", "Silu", "Erf", "MaxPool", "HardSwish", "HardSigmoid", "LeakyRelu", "Clip", "Mish",
-    "Softplus", "Elu", "Selu", "PRelu", "ReduceMax", "ReduceMin", "Where", "Max", "Min",
-    "Abs", "Log", "Sin", "Cos"})
-NEEDS_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp", "Sqrt",
-                          "Reciprocal"})
+NEEDS_INPUT, NEEDS_OUTPUT = keeping("input"), keeping("output")
 
 
 @dataclass(frozen=True)
