@@ -41,7 +41,7 @@ import numpy as np
 from converters import OperatorSequence
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import TRAITS, of_kind
-from mdot_jax.errors import UsageError
+from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
@@ -78,19 +78,21 @@ def spec_gpu(device: str | None, device_spec: str | None, checkpoint: str | None
     """The GPU `mdot predict` prices from its spec sheet, and the step model's folder:
     `device_spec`'s GPU; the catalogued GPU `device` names with a step model as checkpoint (an
     adapted one's own GPU without `device`), or with none where the default checkpoint does
-    not predict for it. None: a checkpoint predicts. ValueError: a bad request, one line."""
+    not predict for it. None: a checkpoint predicts. A bad request: a RequestError naming the
+    field, or the catalog's ValueError for an unknown GPU."""
     folder = step_model_dir(checkpoint)
     if device_spec:
         if device or (checkpoint and folder is None):
-            raise ValueError("--device-spec describes the device itself: drop --device and "
-                             "--checkpoint")
+            raise RequestError("device_spec: describes the device itself; drop device, and a "
+                               "checkpoint that is not a GPU step model", "device_spec")
         return gpus.from_spec_file(device_spec), folder or STEP_MODEL_DIR
     if folder is not None:
         if device:
             return gpus.find(device), folder
         adapted = json.loads((folder / StepModel.META).read_text()).get("gpu")
         if not adapted:
-            raise ValueError(f"--checkpoint {checkpoint} prices a GPU named by --device")
+            raise RequestError(f"device: the step model {checkpoint} prices a GPU that device "
+                               "names (`mdot devices`)", "device")
         return gpus.find(adapted["name"]), folder
     gpu = gpus.lookup(device) if device and not checkpoint else None
     if gpu is None:  # no GPU, or the checkpoint's own name for a device (or its error)

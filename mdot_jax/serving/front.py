@@ -17,6 +17,7 @@ from typing import Any
 from converters import ConversionError, OperatorSequence, convert
 from converters.fusion import fusion_version
 from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.serving.predict import check_batch
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob
 
@@ -71,11 +72,7 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if not isinstance(model, OperatorSequence):
         return convert(model, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
                        input_shapes=dict(job.input_shapes or {}), fuse=fuse)
-    shapes = [s for s in model.meta.get("inputs", {}).values() if s]
-    if shapes and shapes[0][0] != b:
-        raise RequestError(f"batch_size {b}: the operator sequence {model.name!r} was "
-                           f"converted at batch {shapes[0][0]}; convert the model at batch {b}",
-                           "batch_size")
+    check_batch(model, b)
     if model.fusion != fuse:
         raise RequestError(f"model: the operator sequence {model.name!r} was converted with "
                            f"fusion version {model.fusion}, this predictor reads {fuse} "

@@ -175,12 +175,7 @@ class Predictor:
                  seq_len: int | None = None, input_shapes: dict | None = None
                  ) -> OperatorSequence:
         if isinstance(model, OperatorSequence):
-            converted = _batch_size(model)
-            if converted is not None and converted != batch_size:
-                raise RequestError(f"batch_size {batch_size}: the operator sequence "
-                                   f"{model.name!r} was converted at batch {converted}; "
-                                   f"convert the ONNX model at batch {batch_size} instead",
-                                   "batch_size")
+            check_batch(model, batch_size)
             return model
         return convert(model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                        input_shapes=input_shapes, fuse=int(self.trained.feature_cfg.fused))
@@ -403,10 +398,14 @@ def graph_warnings(g: dict, precision: str) -> list[str]:
     return out
 
 
-def _batch_size(seq: OperatorSequence) -> int | None:
-    """The batch a converted sequence was converted at: dim 0 of its data inputs."""
+def check_batch(seq: OperatorSequence, batch_size: int) -> None:
+    """A converted sequence carries its batch in its shapes (dim 0 of its data inputs): it
+    predicts at that batch only."""
     shapes = [s for s in seq.meta.get("inputs", {}).values() if s]
-    return int(shapes[0][0]) if shapes else None
+    if shapes and int(shapes[0][0]) != batch_size:
+        raise RequestError(f"batch_size {batch_size}: the operator sequence {seq.name!r} was "
+                           f"converted at batch {shapes[0][0]}; convert the model at batch "
+                           f"{batch_size} instead", "batch_size")
 
 
 def input_size_of(seq: OperatorSequence) -> int:

@@ -117,9 +117,9 @@ class TrainingJob:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (str, Path)) or not str(value)):
                 raise RequestError(f"{name} {value!r}: name one (or leave it out)", name)
-        if self.device_spec and (self.device or self.checkpoint):
-            raise RequestError("device_spec: describes the device itself; drop device and "
-                               "checkpoint", "device_spec")
+        if self.device_spec and self.device:
+            raise RequestError("device_spec: describes the device itself; drop device",
+                               "device_spec")
         _choice("precision", self.precision, PRECISIONS)
         _choice("optimizer", self.optimizer, OPTIMIZERS, optional=False)
         _choice("layout", self.layout, LAYOUTS, optional=False)
