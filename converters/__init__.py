@@ -1,7 +1,13 @@
 """Framework -> ONNX -> operator sequence. Knows nothing of `mdot_jax` (one-way imports)."""
 
 from converters.errors import ConversionError
-from converters.export import from_flax, from_keras, from_torch, inference_export
+from converters.export import (
+    from_flax,
+    from_hf_config,
+    from_keras,
+    from_torch,
+    inference_export,
+)
 from converters.loader import convert, load_model, read_model
 from converters.sequence import (
     CONFIG_FIELDS,
@@ -14,6 +20,7 @@ from converters.vocab import VOCAB, VOCAB_VERSION
 
 __all__ = [
     "CONFIG_FIELDS", "LOAD_FIELDS", "VOCAB", "VOCAB_VERSION", "ConversionError",
-    "OperatorSequence", "convert", "converts_the_same", "from_flax", "from_keras", "from_torch",
+    "OperatorSequence", "convert", "converts_the_same", "from_flax", "from_hf_config", "from_keras",
+    "from_torch",
     "inference_export", "load_model", "read_model", "to_sequence",
 ]

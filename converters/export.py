@@ -23,6 +23,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -131,12 +132,13 @@ def _quiet_fds():
 @contextlib.contextmanager
 def _meta_constants_as_zeros(torch, active: bool):
     """On the meta device, the tracer folds tensors computed from constants alone (Llama's
-    rotary `inv_freq`) into graph constants that have no values, which ONNX lowering must
-    read: they become zeros of their shape and dtype (the graph's shapes, all we read, hold)."""
+    rotary `inv_freq`, MPT's ALiBi slopes) into graph constants that have no values, which
+    common-subexpression elimination and ONNX lowering read: they become zeros of their shape
+    and dtype (the graph's shapes, all we read, hold)."""
     if not active:
         yield
         return
-    lower = torch._C._jit_pass_onnx
+    passes = {name: getattr(torch._C, name) for name in ("_jit_pass_cse", "_jit_pass_onnx")}
 
     def fill(block) -> None:
         for node in block.nodes():
@@ -147,15 +149,19 @@ def _meta_constants_as_zeros(torch, active: bool):
                 value = node.t("value")
                 node.t_("value", torch.zeros(value.shape, dtype=value.dtype))
 
-    def patched(graph, *args):
-        fill(graph)
-        return lower(graph, *args)
+    def filled(run):
+        def patched(graph, *args):
+            fill(graph)
+            return run(graph, *args)
+        return patched
 
-    torch._C._jit_pass_onnx = patched
+    for name, run in passes.items():  # before the first pass that reads constants' values
+        setattr(torch._C, name, filled(run))
     try:
         yield
     finally:
-        torch._C._jit_pass_onnx = lower
+        for name, run in passes.items():
+            setattr(torch._C, name, run)
 
 
 def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] | None = None,
@@ -239,6 +245,42 @@ def _unmerge(model: onnx.ModelProto, tensors: set[str]) -> None:
     if len(keep) < len(graph.node):
         del graph.node[:]
         graph.node.extend(keep)
+
+
+def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
+                   **overrides: Any) -> onnx.ModelProto:
+    """A Hugging Face causal language model built from its configuration alone (a
+    `config.json`, its folder, or the dict; nothing is fetched), on the meta device, exported
+    as its training graph at `seq_len` tokens (`from_torch`; `convert(..., seq_len=...)`
+    predicts at other lengths up to the model's positions). `overrides` change config fields
+    (e.g. `num_hidden_layers=2`). Any size exports in seconds, without allocating weights."""
+    import json
+
+    import torch
+    import transformers
+
+    if isinstance(config, dict):
+        fields, where = dict(config), "config"
+    else:
+        path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
+        try:
+            fields, where = json.loads(path.read_text()), str(path)
+        except (OSError, ValueError) as e:
+            raise ConversionError(f"{path}: not a readable config.json ({e})") from None
+    if not isinstance(fields, dict) or "model_type" not in fields:
+        raise ConversionError(f"{where}: no 'model_type' (a Hugging Face config.json has one)")
+    fields.update(overrides)
+    kind = fields.pop("model_type")
+    try:
+        cfg = transformers.AutoConfig.for_model(kind, **fields)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+    except (ValueError, KeyError, TypeError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConversionError(f"{where}: model_type {kind!r} builds no causal LM here: "
+                              f"{msg}") from None
+    return from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
+                      input_names=["input_ids"])
 
 
 INFERENCE_EXPORTERS = ("torchscript", "dynamo")

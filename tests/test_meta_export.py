@@ -1,6 +1,8 @@
 """Models built on the meta device export with every layer's weights (issue: GPT-2 125M
 counted 47M parameters when the exporter merged equal-shaped weights)."""
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -18,6 +20,8 @@ SMALL = {
     "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
         hidden_size=64, intermediate_size=172, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=500, max_position_embeddings=64)),
+    "mpt": lambda: transformers.MptForCausalLM(transformers.MptConfig(  # ALiBi slopes
+        d_model=64, n_heads=4, n_layers=2, vocab_size=500, max_seq_len=64)),
 }
 
 
@@ -90,18 +94,39 @@ def test_gpt2_sizes_on_meta_count_their_parameters(n_embd, n_layer, n_head):
     assert abs(seq.meta["params"] / true - 1) < 0.01
 
 
+def test_a_config_json_exports_at_any_size(tmp_path):
+    """`from_hf_config`: a causal LM from its config.json alone (no network), on meta."""
+    from converters import from_hf_config
+
+    for name, fields in {"gpt2": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=500),
+                         "llama": dict(hidden_size=64, intermediate_size=172,
+                                       num_hidden_layers=2, num_attention_heads=4,
+                                       vocab_size=500),
+                         "mpt": dict(d_model=64, n_heads=4, n_layers=2, vocab_size=500)}.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(dict(fields, model_type=name)))
+        seq = _sequence(from_hf_config(tmp_path / name, seq_len=16))
+        cfg = transformers.AutoConfig.for_model(name, **fields)
+        with torch.device("meta"):
+            true = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(
+                cfg).parameters())
+        assert seq.meta["params"] == true, name
+    (tmp_path / "bad.json").write_text(json.dumps({"hidden_size": 8}))
+    with pytest.raises(ConversionError, match="bad.json: no 'model_type'"):
+        from_hf_config(tmp_path / "bad.json")
+
+
 def test_a_70b_llama_on_meta_will_not_fit_one_h200():
+    from converters import from_hf_config
     from mdot_jax.gpu import catalog as gpus
     from mdot_jax.gpu.spec_sheet import load_step_model, price
 
-    cfg = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672,
-                                   num_hidden_layers=80, num_attention_heads=64,
-                                   num_key_value_heads=8, vocab_size=128256)
-    with torch.device("meta"):
-        model = transformers.LlamaForCausalLM(cfg)
-    seq = to_sequence(load_model(from_torch(model, torch.zeros(1, 64, dtype=torch.long)),
-                                 batch_size=1), "llama-70b", fuse=True)
-    assert abs(seq.meta["params"] / sum(p.numel() for p in model.parameters()) - 1) < 0.01
+    llama_70b = dict(model_type="llama", hidden_size=8192, intermediate_size=28672,
+                     num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8,
+                     vocab_size=128256)
+    seq = to_sequence(load_model(from_hf_config(llama_70b, seq_len=64), batch_size=1),
+                      "llama-70b", fuse=True)
+    assert abs(seq.meta["params"] / 70_553_706_496 - 1) < 0.01  # 70.6B: Llama 3 70B's count
     p = price(seq, gpus.find("h200"), load_step_model(), precision="amp-bf16")
     assert p.memory_gb > 500  # fp32 weights, gradients and master copies alone: 70.6B x 12 B
     assert any("will not fit" in w for w in p.warnings) and p.interval_ms is None
