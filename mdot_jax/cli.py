@@ -140,6 +140,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         image_size=args.image_size, seq_len=args.seq_len,
         input_shapes=shapes,
         gpus=gpus[0] if len(gpus) == 1 else tuple(gpus), nodes=args.nodes,
+        grad_accum=args.grad_accum,
         strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
         epochs=args.epochs, dataset_size=args.dataset_size, operators=bool(args.top))
     result = predict(job)
@@ -161,14 +162,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None):
     r = rows[0]
     print(f"{model} on {r.device} ({r.num_ops} operators; {r.source})")
-    job = r.job_s is not None
+    job, tokens, mfu = r.job_s is not None, bool(r.tokens), r.mfu is not None
     print(f"{'batch':>7} " * by_batch + f"{'GPUs':>5} " * by_gpus
           + f"{'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10} {'memory GB':>9}"
-          + " scaling" * by_gpus + (f" {'job h':>7} {'80% band h':>13}" if job else ""))
+          + f" {'tokens/s':>10}" * tokens + "   MFU" * mfu + " scaling" * by_gpus
+          + (f" {'job h':>7} {'80% band h':>13}" if job else ""))
     for r in rows:
         print(f"{r.batch_size:>7} " * by_batch + f"{r.gpus:>5} " * by_gpus
               + f"{r.iteration_ms:>13.4g} {_range(r.interval_ms):>15} {r.samples_per_s:>10.4g} "
-              f"{r.memory_gb:>9.3g}" + f" {r.scaling_efficiency:>7.0%}" * by_gpus
+              f"{r.memory_gb:>9.3g}" + f" {r.tokens_per_s or 0:>10.4g}" * tokens
+              + f" {r.mfu or 0:>5.0%}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
               + (f" {r.job_s / 3600:>7.3g} {_range(r.job_interval_s, 1 / 3600):>13}" if job
                  else ""))
     if r.phases:
@@ -317,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data-parallel (DDP) over N GPUs per node, --batch-size per GPU; "
                         "several: a table with the scaling efficiency")
     p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
+    p.add_argument("--grad-accum", type=POSITIVE_INT, default=1, metavar="K",
+                   help="micro-batches of --batch-size per GPU an iteration runs before its "
+                        "update (gradient accumulation; a GPU priced from its spec sheet)")
     p.add_argument("--strategy", default="ddp", choices=[*STRATEGIES, *NOT_PRICED],
                    help="with --gpus: DDP or FSDP (tensor and pipeline parallel: not priced)")
     p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")

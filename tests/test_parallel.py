@@ -7,7 +7,7 @@ import math
 
 import onnx
 import pytest
-from onnx_builders import attention
+from onnx_builders import attention, token_embedding
 
 from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
@@ -92,3 +92,30 @@ def test_predict_tables_gpus(capsys, tmp_path):
     several = ["predict", model, "--batch-sizes", "2,4", "--gpus", "2,4", "--device", "h100-sxm"]
     assert main([str(a) for a in several]) == 2
     assert "--gpus: several GPU counts take one batch_size" in capsys.readouterr().err
+
+
+def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
+    """An iteration of K micro-batches: K forward and backward passes, one update; DDP
+    all-reduces once (behind the last backward), FSDP gathers and reduce-scatters each time."""
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    onnx.save(attention(seq=64, dim=256), tmp_path / "m.onnx")
+    job = dict(model=str(tmp_path / "m.onnx"), batch_size=8, device="h100-sxm",
+               precision="amp-bf16")
+    one, four = (predict(TrainingJob(**job, grad_accum=k)) for k in (1, 4))
+    for phase in ("forward", "backward"):
+        assert four.phases[phase] == pytest.approx(4 * one.phases[phase])
+    assert four.phases["update"] == pytest.approx(one.phases["update"])
+    assert four.global_batch == 4 * one.global_batch == 32
+    assert four.memory_gb == one.memory_gb  # one micro-batch's activations at a time
+    assert 0 < four.mfu <= 1 and four.mfu >= one.mfu  # the update is paid once
+    assert four.tokens == 0 and four.tokens_per_s is None  # [N, 64, 256] floats: no tokens
+    onnx.save(token_embedding(seq=32), tmp_path / "t.onnx")
+    ids = predict(TrainingJob(**dict(job, model=str(tmp_path / "t.onnx")), grad_accum=4))
+    assert ids.tokens == 32 and ids.tokens_per_s == pytest.approx(ids.samples_per_s * 32)
+    for strategy, times in (("ddp", 1), ("fsdp", 4)):
+        a, b = (predict(TrainingJob(**job, gpus=8, strategy=strategy, grad_accum=k))
+                for k in (1, 4))
+        assert b.phases["communication"] == pytest.approx(times * a.phases["communication"])
+    with pytest.raises(RequestError, match="grad_accum: a checkpoint predicts whole steps"):
+        predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=8, grad_accum=2))

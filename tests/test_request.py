@@ -115,7 +115,7 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(network_gbs=math.inf, nodes=2), "network_gbs"), (dict(nodes=0), "nodes"),
     (dict(gpus=(1, 8), batch_size=(2, 4)), "gpus"), (dict(epochs=3), "epochs"),
     (dict(epochs=-1, dataset_size=10), "epochs"), (dict(seq_len=0), "seq_len"),
-    (dict(model=""), "model"), (dict(input_shapes={"x": [1, -3]}), "input_shapes['x']"),
+    (dict(model=""), "model"), (dict(grad_accum=0), "grad_accum"), (dict(input_shapes={"x": [1, -3]}), "input_shapes['x']"),
 ])
 def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     onnx.save(conv_bn_relu(), tmp_path / "m.onnx")
@@ -163,6 +163,7 @@ FIELDS = dict(
     step=st.sampled_from([None, "train", "fwd-bwd", "bwd"]),
     gpus=st.one_of(st.sampled_from([1, 2, 8, 0, -1]), st.tuples(POSITIVE, POSITIVE)),
     nodes=st.sampled_from([1, 2, 0]),
+    grad_accum=st.sampled_from([1, 4, 0]),
     strategy=st.sampled_from(["ddp", "fsdp", "tp"]),
     interconnect=st.sampled_from([None, "nvlink", "pcie", "ib"]),
     network_gbs=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
@@ -190,3 +191,4 @@ def test_any_request_is_valid_or_one_named_error_and_predicts_or_says_why(models
         assert math.isfinite(p.iteration_ms) and p.iteration_ms > 0
         assert 0 < p.scaling_efficiency <= 1 and p.gpus == p.gpus * 1 >= 1
         assert p.job_s is None or p.job_s > 0
+        assert p.mfu is None or p.mfu > 0

@@ -78,10 +78,13 @@ def _hidden(comm: float, compute: float, units: int) -> float:
 
 def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, nodes: int = 1,
                   interconnect: str | None = None, network_gbs: float = NETWORK_GBS,
-                  strategy: str = "ddp", optimizer: str = "sgd") -> Prediction:
-    """`p` (one GPU's step, with its phases) as a data-parallel step over nodes x
-    gpus_per_node GPUs (`strategy` ddp or fsdp): `phases` gains the communication that shows,
-    memory follows the strategy. One GPU: `p` itself."""
+                  strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1
+                  ) -> Prediction:
+    """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases) as a
+    data-parallel iteration over nodes x gpus_per_node GPUs (`strategy` ddp or fsdp): `phases`
+    gains the communication that shows, memory follows the strategy. DDP all-reduces once an
+    iteration (`no_sync` on the other micro-batches), behind the last backward; FSDP gathers
+    and reduce-scatters for every micro-batch. One GPU: `p` itself."""
     if strategy not in STRATEGIES:
         raise ValueError(f"--strategy {strategy}: not priced (only {', '.join(STRATEGIES)}: "
                          "tensor and pipeline parallelism are not modelled yet)")
@@ -92,15 +95,16 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     nbytes = 4.0 * params
     buckets = max(1, math.ceil(nbytes / (BUCKET_MB * 2 ** 20)))
     allreduce = allreduce_ms(nbytes, n, link, buckets)  # = reduce-scatter + all-gather
-    fw, bw = p.phases.get("forward", 0.0), p.phases.get("backward", 0.0)
+    k = grad_accum  # the phases are of k micro-batches: the pieces compute hides behind, one
+    fw, bw = p.phases.get("forward", 0.0) / k, p.phases.get("backward", 0.0) / k
     phases = dict(p.phases)
     if strategy == "ddp":
         total, shown = allreduce, _hidden(allreduce, bw, buckets)
         memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
     else:
         gather = allreduce / 2
-        total = 3 * gather
-        shown = _hidden(gather, fw, buckets) + _hidden(2 * gather, bw, buckets)
+        total = 3 * gather * k
+        shown = k * (_hidden(gather, fw, buckets) + _hidden(2 * gather, bw, buckets))
         phases["update"] = phases.get("update", 0.0) / n
         # weights, gradients and optimizer state sharded; one unit gathered whole at a time
         state = (2 + OPTIMIZER_STATE[optimizer]) * nbytes / 1e9
@@ -113,3 +117,18 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     return dataclasses.replace(p, iteration_ms=sum(phases.values()), interval_ms=None,
                                warnings=[*p.warnings, warning], memory_gb=memory, phases=phases)
 
+
+def accumulate(p: Prediction, micro_batches: int) -> Prediction:
+    """`p` (one micro-batch's step, with its phases) as an iteration of `micro_batches`
+    forward and backward passes and one optimizer update (gradient accumulation); its band,
+    a relative one, scales with it. One micro-batch: `p` itself."""
+    if micro_batches == 1:
+        return p
+    phases = dict(p.phases)
+    for phase in ("forward", "backward"):
+        phases[phase] = phases.get(phase, 0.0) * micro_batches
+    total = sum(phases.values())
+    scale = total / p.iteration_ms
+    band = (p.interval_ms[0] * scale, p.interval_ms[1] * scale) if p.interval_ms else None
+    return dataclasses.replace(p, iteration_ms=total, phases=phases, interval_ms=band,
+                               grad_accum=micro_batches)

@@ -118,6 +118,13 @@ def _at(gpu: GPU, peak: float, width: int) -> GPU:
                                l2_mb=gpu.l2_mb * 4 / width)
 
 
+def matmul_peak(gpu: GPU, precision: str) -> float:
+    """Dense TFLOP/s a matmul can reach at `precision`: the tensor cores' peak for it where
+    the GPU has one, else the CUDA cores' fp32 (the denominator of MFU)."""
+    tc = {"tf32": "tf32", "amp-fp16": "fp16", "amp-bf16": "bf16", "bf16": "bf16"}.get(precision)
+    return (gpu.tflops.get(tc) if tc else None) or gpu.tflops["fp32"]
+
+
 def _peaks(gpu: GPU, precision: str) -> tuple[dict[str, GPU], dict[str, str]]:
     """The GPU as seen by each class of operator (`gemm`, `conv`, `memory`, `fp32`) at
     `precision`, and per class (`gemm`, `conv`) the warning that says what is not measured."""
@@ -131,7 +138,7 @@ def _peaks(gpu: GPU, precision: str) -> tuple[dict[str, GPU], dict[str, str]]:
         warnings["gemm"] = warnings["conv"] = (
             f"{gpu.name} has no {tc} tensor cores on its spec sheet: its matmuls and "
             "convolutions priced at the fp32 peak")
-    gemm_peak = (gpu.tflops.get(tc) or fp32) if tc else fp32
+    gemm_peak = matmul_peak(gpu, precision)
     conv_peak = gemm_peak if tc else (gpu.tflops.get("tf32") or fp32)
     if tc and gpu.tflops.get(tc):
         warnings["gemm"] = warnings["conv"] = (

@@ -17,7 +17,7 @@ from typing import Any
 from converters import ConversionError, OperatorSequence, convert
 from converters.fusion import fusion_version
 from mdot_jax.errors import MdotError, RequestError
-from mdot_jax.serving.predict import check_batch
+from mdot_jax.serving.predict import check_batch, input_size_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob
 
@@ -52,7 +52,8 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     """`p` with what the job asked beside the step: its batch and GPUs, the source, the whole
     job's time and where the time goes."""
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
-                            warnings=[*p.warnings, *pricer.notes])
+                            warnings=[*p.warnings, *pricer.notes], mfu=pricer.mfu(seq, p),
+                            tokens=input_size_of(seq) if seq.input_kind == "tokens" else 0)
     if job.operators:
         p.operators, p.operators_from = pricer.operators(seq, p, b)
     else:
@@ -96,18 +97,30 @@ class _SpecSheet:
         self.notes: list[str] = []
 
     def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
+        from mdot_jax.gpu.parallel import accumulate
         from mdot_jax.gpu.spec_sheet import price
 
         seq = _sequence(self.job, b, fusion_version(True))
-        return seq, price(seq, self.gpu, self.model, precision=self.job.precision or "fp32",
-                          step=self.job.step or "train", optimizer=self.job.optimizer)
+        one = price(seq, self.gpu, self.model, precision=self.job.precision or "fp32",
+                    step=self.job.step or "train", optimizer=self.job.optimizer)
+        return seq, accumulate(one, self.job.grad_accum)
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
         from mdot_jax.gpu.parallel import NETWORK_GBS, data_parallel
 
         job = self.job
         return data_parallel(one, seq.params, self.gpu, n, job.nodes, job.interconnect,
-                             job.network_gbs or NETWORK_GBS, job.strategy, job.optimizer)
+                             job.network_gbs or NETWORK_GBS, job.strategy, job.optimizer,
+                             job.grad_accum)
+
+    def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
+        """The model's forward and backward FLOPs an iteration, over what the GPU's matmul
+        peak at the precision would do in its time."""
+        from mdot_jax.gpu.spec_sheet import matmul_peak
+
+        flops = (seq.total("fwd_flops") + seq.total("bwd_flops")) * self.job.grad_accum
+        peak = matmul_peak(self.gpu, self.job.precision or "fp32") * 1e12
+        return flops / (p.iteration_ms / 1e3) / peak
 
     def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
         return p.operators or [], f"the GPU operator model on the {p.device}"
@@ -125,6 +138,10 @@ class _Checkpoint:
         if job.data_parallel:
             raise RequestError("gpus: data-parallel steps are priced for a GPU priced from its "
                                "spec sheet (device=NAME, or checkpoint gpu-spec-sheet)", "gpus")
+        if job.grad_accum > 1:
+            raise RequestError("grad_accum: a checkpoint predicts whole steps; accumulation is "
+                               "priced for a GPU priced from its spec sheet (device=NAME)",
+                               "grad_accum")
         self.job, self.predictor = job, Predictor.load(job.checkpoint)
         members = self.predictor.member_labels
         name = self.predictor.path.name if self.predictor.path else "in memory"
@@ -144,6 +161,9 @@ class _Checkpoint:
 
     def parallel(self, one: Prediction, seq, n: int) -> Prediction:
         return one
+
+    def mfu(self, seq, p: Prediction) -> None:
+        return None  # the device's peak is not known to a checkpoint
 
     def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
         return self.predictor.operators(seq, p, b)

@@ -63,8 +63,11 @@ class Prediction:
     # (and `serving.parallel`'s communication that shows)
     phases: dict[str, float] = field(default_factory=dict)
     # what the request (`serving.request.TrainingJob`) asked, as `serving.front.predict` says
-    batch_size: int = 0  # per GPU
+    batch_size: int = 0  # per GPU and micro-batch
     gpus: int = 1  # in all, over every node
+    grad_accum: int = 1  # micro-batches an iteration accumulates before its update
+    tokens: int = 0  # per sample, for a token model (its sequence length); 0 otherwise
+    mfu: float | None = None  # model FLOPs (forward + backward) / the GPUs' matmul peak
     source: str = ""  # which predictor: a checkpoint's name, or a spec sheet's step model
     operators_from: str = ""  # what priced `operators`
     job_s: float | None = None  # the whole job (epochs x dataset size), s
@@ -72,11 +75,15 @@ class Prediction:
 
     @property
     def global_batch(self) -> int:
-        return self.batch_size * self.gpus
+        return self.batch_size * self.gpus * self.grad_accum
 
     @property
     def samples_per_s(self) -> float:
         return 1e3 * self.global_batch / self.iteration_ms
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.samples_per_s * self.tokens if self.tokens else None
 
     @property
     def scaling_efficiency(self) -> float:
@@ -94,7 +101,7 @@ class Prediction:
         if self.job_s is None:
             d.pop("job_interval_s", None)
         return dict(d, global_batch=self.global_batch, samples_per_s=self.samples_per_s,
-                    scaling_efficiency=self.scaling_efficiency)
+                    tokens_per_s=self.tokens_per_s, scaling_efficiency=self.scaling_efficiency)
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""

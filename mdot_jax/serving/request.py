@@ -71,6 +71,7 @@ class TrainingJob:
       image_size, seq_len, input_shapes: the input's size (default: the model's own).
       gpus: GPUs per node (data parallel, `batch_size` each); a tuple gives one prediction
         each. nodes: of `gpus` GPUs each. strategy: `options.STRATEGIES`.
+      grad_accum: micro-batches of `batch_size` an iteration runs before its one update.
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
         others by it). network_gbs: between nodes (default `parallel.NETWORK_GBS`).
       epochs, dataset_size: together, the whole job's time.
@@ -91,6 +92,7 @@ class TrainingJob:
     input_shapes: Mapping[str, Sequence[int]] | None = field(default=None, hash=False)
     gpus: int | tuple[int, ...] = 1
     nodes: int = 1
+    grad_accum: int = 1
     strategy: str = "ddp"
     interconnect: str | None = None
     network_gbs: float | None = None
@@ -113,6 +115,7 @@ class TrainingJob:
             if getattr(self, name) is not None:
                 _ints(name, getattr(self, name))
         _ints("nodes", self.nodes)
+        _ints("grad_accum", self.grad_accum)
         for name in ("device", "device_spec", "checkpoint"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (str, Path)) or not str(value)):
