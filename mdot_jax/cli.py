@@ -142,7 +142,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         gpus=gpus[0] if len(gpus) == 1 else tuple(gpus), nodes=args.nodes,
         grad_accum=args.grad_accum,
         strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
-        epochs=args.epochs, dataset_size=args.dataset_size, operators=bool(args.top))
+        epochs=args.epochs, dataset_size=args.dataset_size, train_tokens=args.tokens,
+        operators=bool(args.top))
     result = predict(job)
     rows = result if isinstance(result, list) else [result]
     for warning in dict.fromkeys(w for r in rows for w in r.warnings):
@@ -193,6 +194,17 @@ def _print_top(p, n: int) -> None:
     print(f"{'ms':>9} {'share':>6}  {'type':<20} name")
     for o in sorted(ops, key=lambda o: -o["ms"])[:n]:
         print(f"{o['ms']:>9.3g} {o['ms'] / p.iteration_ms:>6.1%}  {o['type']:<20} {o['name']}")
+
+
+def _count(text: str) -> int:
+    """A positive whole count, also written as a float (`2e12`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(value)
 
 
 def _range(pair, scale: float = 1.0) -> str:
@@ -335,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "--gpus), e.g. 16,32,64")
     p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
     p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
+    p.add_argument("--tokens", type=_count, metavar="N",
+                   help="a token model: the time to train on N tokens (e.g. 2e12)")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N",
                    help="also show the N most expensive operators (with --json: every "
                         "operator's share of the time, in graph order)")
@@ -379,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ConversionError, MdotError) as e:
         field = getattr(e, "field", "")  # a request's field, spelled as its flag
-        flag = {"model": "MODEL", "operators": "--top", "input_shapes": "--input-shape"}.get(
+        flag = {"model": "MODEL", "operators": "--top", "input_shapes": "--input-shape",
+                "train_tokens": "--tokens"}.get(
             field, f"--{field}".replace("_", "-"))
         text = flag + str(e)[len(field):] if field and str(e).startswith(field) else str(e)
         print(f"mdot: error: {text}", file=sys.stderr)

@@ -79,6 +79,19 @@ def test_the_readme_example_is_the_cli_line_beside_it(capsys, tmp_path, monkeypa
     assert cli["iteration_ms"] == scope["p"].iteration_ms and cli["job_s"] == scope["p"].job_s
 
 
+def test_the_time_to_train_on_n_tokens(capsys, tmp_path):
+    from onnx_builders import token_embedding
+
+    onnx.save(token_embedding(seq=32), tmp_path / "t.onnx")
+    p = predict(TrainingJob(model=str(tmp_path / "t.onnx"), batch_size=8, device="h100-sxm",
+                            gpus=8, grad_accum=2, train_tokens=10 ** 9))
+    iterations = math.ceil(math.ceil(10 ** 9 / 32) / (8 * 8 * 2))
+    assert p.job_s == pytest.approx(iterations * p.iteration_ms / 1e3)
+    cli = _cli_json(capsys, "predict", tmp_path / "t.onnx", "--batch-size", 8, "--device",
+                    "h100-sxm", "--gpus", 8, "--grad-accum", 2, "--tokens", "1e9")
+    assert cli["job_s"] == p.job_s and cli["tokens_per_s"] == p.tokens_per_s
+
+
 def test_several_batch_sizes_or_gpu_counts_answer_with_a_list(models):
     model = str(models / "attn.onnx")
     one = predict(TrainingJob(model=model, batch_size=8, device="h100-sxm", gpus=8))
@@ -115,7 +128,10 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(network_gbs=math.inf, nodes=2), "network_gbs"), (dict(nodes=0), "nodes"),
     (dict(gpus=(1, 8), batch_size=(2, 4)), "gpus"), (dict(epochs=3), "epochs"),
     (dict(epochs=-1, dataset_size=10), "epochs"), (dict(seq_len=0), "seq_len"),
-    (dict(model=""), "model"), (dict(grad_accum=0), "grad_accum"), (dict(input_shapes={"x": [1, -3]}), "input_shapes['x']"),
+    (dict(model=""), "model"), (dict(grad_accum=0), "grad_accum"),
+    (dict(train_tokens=10, epochs=1, dataset_size=5), "train_tokens"),
+    (dict(train_tokens=1e9), "train_tokens"), (dict(train_tokens=100), "train_tokens"),
+    (dict(input_shapes={"x": [1, -3]}), "input_shapes['x']"),
 ])
 def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     onnx.save(conv_bn_relu(), tmp_path / "m.onnx")

@@ -11,6 +11,7 @@ checkpoint (`serving.predict.Predictor`; default `timm-rtx3090`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +59,15 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
         p.operators, p.operators_from = pricer.operators(seq, p, b)
     else:
         p.operators = None
-    if job.epochs is not None and job.dataset_size is not None:
-        p.job_s = p.job_seconds(job.epochs, job.dataset_size, p.global_batch)
-        p.job_interval_s = p.job_interval_seconds(job.epochs, job.dataset_size, p.global_batch)
+    epochs, dataset = job.epochs, job.dataset_size
+    if job.train_tokens is not None:  # one pass over a dataset of that many tokens
+        if not p.tokens:
+            raise RequestError("train_tokens: the model reads no token ids (a rank-2 integer "
+                               "input); give epochs and dataset_size", "train_tokens")
+        epochs, dataset = 1, math.ceil(job.train_tokens / p.tokens)
+    if epochs is not None and dataset is not None:
+        p.job_s = p.job_seconds(epochs, dataset, p.global_batch)
+        p.job_interval_s = p.job_interval_seconds(epochs, dataset, p.global_batch)
     return p
 
 

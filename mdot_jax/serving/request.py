@@ -23,7 +23,7 @@ from mdot_jax.options import (
     STRATEGIES,
 )
 
-MAX_INT = 2 ** 31 - 1
+MAX_INT = 2 ** 31 - 1  # a dim or a count (ONNX and numpy index with int32)
 NOT_PRICED = {"tp": "tensor parallelism", "pp": "pipeline parallelism"}
 
 
@@ -74,7 +74,8 @@ class TrainingJob:
       grad_accum: micro-batches of `batch_size` an iteration runs before its one update.
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
         others by it). network_gbs: between nodes (default `parallel.NETWORK_GBS`).
-      epochs, dataset_size: together, the whole job's time.
+      epochs, dataset_size: together, the whole job's time; or train_tokens: the time to
+        train a token model on that many tokens.
       operators: also where the time goes (`Prediction.operators`).
     """
 
@@ -98,6 +99,7 @@ class TrainingJob:
     network_gbs: float | None = None
     epochs: float | None = None
     dataset_size: int | None = None
+    train_tokens: int | None = None
     operators: bool = False
 
     def __post_init__(self):
@@ -145,6 +147,14 @@ class TrainingJob:
         if self.epochs is not None:
             _positive("epochs", self.epochs)
             _ints("dataset_size", self.dataset_size)
+        if self.train_tokens is not None:
+            t = self.train_tokens
+            if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
+                raise RequestError(f"train_tokens {t!r}: expected a positive integer",
+                                   "train_tokens")
+            if self.epochs is not None:
+                raise RequestError("train_tokens: the job is epochs x dataset_size or a number "
+                                   "of tokens, not both", "train_tokens")
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
