@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from converters import OperatorSequence
+from converters.attention import attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
@@ -286,6 +287,14 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                         "ones measured): extrapolated")
     if seq.unknown_ops:
         warnings.append(f"operators unknown to the converter: {seq.unknown_ops}")
+    fused = precision in ("amp-fp16", "amp-bf16") and float(gpu.compute_capability or 0) >= 8
+    if fused and (blocks := attention_blocks(seq)):
+        warnings.append(
+            f"{len(blocks)} attention blocks priced as exported (MatMul, Softmax over the "
+            f"S x S scores, MatMul): PyTorch's scaled_dot_product_attention runs one fused "
+            f"FlashAttention kernel for each on the {gpu.name} at {precision}, without the "
+            "S x S tensors; the step is likely priced slow and its memory over-counted (fused "
+            "attention is not priced yet)")
     total = sum(phases.values())
     adapted = model.info.get("adaptation")
     if adapted and model.info["gpu"]["name"] == gpu.name:  # fitted to measured steps of it
