@@ -3,9 +3,9 @@ nothing left behind by a kill.
 
 - `acquire(lock)`: an exclusive `flock` on a lock file, refused at once with the holder's pid;
   the kernel releases it when the holder exits, even on kill -9.
-- `claim(target)`: the lock `.NAME.lock` beside a checkpoint folder or a file, held until this
-  process exits; on taking it, what an earlier, killed writer of `target` left is settled
-  (`recover`).
+- `claim(target)`: the lock `.NAME.lock` beside a checkpoint folder or a file, held until
+  `release` (after the write) or the process's end; on taking it, what an earlier, killed
+  writer of `target` left is settled (`recover`).
 - `replace_dir(tmp, path)`: a finished folder takes `path`'s place. Where the kernel can
   (Linux `renameat2(RENAME_EXCHANGE)`), the two are swapped in one step, so `path` always
   exists; elsewhere the old one is renamed aside first and `recover` restores it if a kill
@@ -78,8 +78,8 @@ def temporary(path: str | Path, suffix: str = "") -> Path:
 
 
 def claim(target: str | Path) -> list[str]:
-    """Takes the writer's lock of `target` (a folder or a file) for the rest of this process,
-    then settles what a killed writer of it left (`recover`). Idempotent within a process.
+    """Takes the writer's lock of `target` (a folder or a file) until `release` (or this
+    process's end), then settles what a killed writer of it left (`recover`). Idempotent within a process.
     Returns what `recover` did, one line each, for the caller to report."""
     target = Path(target).absolute()
     if target in _HELD:
@@ -92,7 +92,7 @@ def claim(target: str | Path) -> list[str]:
 @atexit.register
 def release(target: str | Path | None = None) -> None:
     """Removes and unlocks the lock `claim` took of `target` (None: every one, as at exit; a
-    kill leaves an empty, unlocked file that the next writer reuses)."""
+    killed holder leaves the file, unlocked, for the next writer to take)."""
     held = [Path(target).absolute()] if target is not None else list(_HELD)
     for t in held:
         if (f := _HELD.pop(t, None)) is not None:
