@@ -79,8 +79,8 @@ def temporary(path: str | Path, suffix: str = "") -> Path:
 
 def claim(target: str | Path) -> list[str]:
     """Takes the writer's lock of `target` (a folder or a file) until `release` (or this
-    process's end), then settles what a killed writer of it left (`recover`). Idempotent within a process.
-    Returns what `recover` did, one line each, for the caller to report."""
+    process's end), then settles what a killed writer of it left (`recover`). Idempotent
+    within a process. Returns what `recover` did, one line each, for the caller to report."""
     target = Path(target).absolute()
     if target in _HELD:
         return []
