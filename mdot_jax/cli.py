@@ -26,7 +26,7 @@ from mdot_jax.options import (
     STEPS,
     STRATEGIES,
 )
-from mdot_jax.serving.request import NOT_PRICED
+from mdot_jax.serving.request import CHECKPOINTING, NOT_PRICED
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
@@ -140,7 +140,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         image_size=args.image_size, seq_len=args.seq_len,
         input_shapes=shapes,
         gpus=gpus[0] if len(gpus) == 1 else tuple(gpus), nodes=args.nodes,
-        grad_accum=args.grad_accum,
+        grad_accum=args.grad_accum, activation_checkpointing=args.activation_checkpointing,
         strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
         epochs=args.epochs, dataset_size=args.dataset_size, train_tokens=args.tokens,
         operators=bool(args.top))
@@ -347,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--gpus), e.g. 16,32,64")
     p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
     p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
+    p.add_argument("--activation-checkpointing", choices=CHECKPOINTING,
+                   help="every transformer layer's forward run again in its backward (a GPU "
+                        "priced from its spec sheet)")
     p.add_argument("--tokens", type=_count, metavar="N",
                    help="a token model: the time to train on N tokens (e.g. 2e12)")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N",

@@ -7,7 +7,7 @@ import math
 
 import onnx
 import pytest
-from onnx_builders import attention, token_embedding
+from onnx_builders import attention, conv_bn_relu, token_embedding
 
 from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
@@ -119,3 +119,55 @@ def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
         assert b.phases["communication"] == pytest.approx(times * a.phases["communication"])
     with pytest.raises(RequestError, match="grad_accum: a checkpoint predicts whole steps"):
         predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=8, grad_accum=2))
+
+
+def test_activation_checkpointing_runs_the_forward_again_and_keeps_layer_inputs(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from converters import from_torch
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    cfg = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=4, n_positions=512)
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(cfg)
+    onnx.save(from_torch(model, torch.zeros(1, 512, dtype=torch.long)), tmp_path / "g.onnx")
+    job = dict(model=str(tmp_path / "g.onnx"), batch_size=8, device="a100-sxm-80gb",
+               precision="amp-bf16")
+    plain = predict(TrainingJob(**job))
+    ckpt = predict(TrainingJob(**job, activation_checkpointing="full"))
+    assert ckpt.phases["recomputation"] == pytest.approx(plain.phases["forward"])
+    assert ckpt.iteration_ms == pytest.approx(plain.iteration_ms + plain.phases["forward"])
+    assert ckpt.memory_gb < plain.memory_gb and ckpt.mfu < plain.mfu
+    four = predict(TrainingJob(**job, activation_checkpointing="full", grad_accum=4))
+    assert four.phases["recomputation"] == pytest.approx(4 * ckpt.phases["recomputation"])
+    onnx.save(attention(seq=64, dim=64), tmp_path / "a.onnx")
+    with pytest.raises(RequestError, match="activation_checkpointing: priced for a GPU"):
+        predict(TrainingJob(model=str(tmp_path / "a.onnx"), batch_size=8,
+                            activation_checkpointing="full"))
+    onnx.save(conv_bn_relu(training=True), tmp_path / "c.onnx")
+    with pytest.raises(RequestError, match="no transformer layers"):
+        predict(TrainingJob(**dict(job, model=str(tmp_path / "c.onnx")),
+                            activation_checkpointing="full"))
+    with pytest.raises(RequestError, match="activation_checkpointing 'selective'"):
+        TrainingJob(**job, activation_checkpointing="selective")
+
+
+def test_the_fit_is_judged_on_the_memory_as_finally_priced(tmp_path):
+    """FSDP shards the state: a step that does not fit one GPU may fit each of eight, and the
+    warning follows the memory in the table, not the one GPU's step it was priced from."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from converters import from_torch
+    from mdot_jax import TrainingJob, predict
+
+    cfg = transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=64)
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(cfg)
+    onnx.save(from_torch(model, torch.zeros(1, 64, dtype=torch.long)), tmp_path / "m.onnx")
+    spec = dict(gpus.find("l4").to_json(), name="small", aliases=[], memory_gb=0.2)
+    (tmp_path / "g.json").write_text(json.dumps(spec))
+    one, eight = predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=1, gpus=(1, 8),
+                                     device_spec=str(tmp_path / "g.json"), strategy="fsdp"))
+    assert one.memory_gb > 2 * 0.2 > 0.2 > eight.memory_gb  # 0.48 and 0.10 GB
+    assert any("will not fit" in w for w in one.warnings)
+    assert not any("not fit" in w for w in eight.warnings)

@@ -180,6 +180,7 @@ FIELDS = dict(
     gpus=st.one_of(st.sampled_from([1, 2, 8, 0, -1]), st.tuples(POSITIVE, POSITIVE)),
     nodes=st.sampled_from([1, 2, 0]),
     grad_accum=st.sampled_from([1, 4, 0]),
+    activation_checkpointing=st.sampled_from([None, "full", "selective"]),
     strategy=st.sampled_from(["ddp", "fsdp", "tp"]),
     interconnect=st.sampled_from([None, "nvlink", "pcie", "ib"]),
     network_gbs=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),

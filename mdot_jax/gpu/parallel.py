@@ -125,8 +125,9 @@ def accumulate(p: Prediction, micro_batches: int) -> Prediction:
     if micro_batches == 1:
         return p
     phases = dict(p.phases)
-    for phase in ("forward", "backward"):
-        phases[phase] = phases.get(phase, 0.0) * micro_batches
+    for phase in ("forward", "backward", "recomputation"):
+        if phase in phases:
+            phases[phase] *= micro_batches
     total = sum(phases.values())
     scale = total / p.iteration_ms
     band = (p.interval_ms[0] * scale, p.interval_ms[1] * scale) if p.interval_ms else None

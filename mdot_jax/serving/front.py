@@ -71,6 +71,17 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     return p
 
 
+def _fits(p: Prediction, gpu) -> Prediction:
+    """`p` with the memory-fit rule applied to its memory as finally priced (sharded,
+    checkpointed), not to the single GPU's step it was priced from."""
+    from mdot_jax.serving.memory import fit_warning
+
+    warnings = [w for w in p.warnings if not w.startswith("the step needs about")]
+    warning, surely = fit_warning(p.memory_gb, gpu.memory_gb, f"the {gpu.name}'s memory")
+    return dataclasses.replace(p, warnings=[*warnings, *([warning] if warning else [])],
+                               interval_ms=None if surely else p.interval_ms)
+
+
 def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     """The job's model at batch `b`: converted from ONNX, or a converted sequence as it is
     (`.npz` or in memory), whose batch, input size and fusion must be the job's."""
@@ -105,20 +116,25 @@ class _SpecSheet:
 
     def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
         from mdot_jax.gpu.parallel import accumulate
+        from mdot_jax.gpu.recompute import checkpoint_layers
         from mdot_jax.gpu.spec_sheet import price
 
-        seq = _sequence(self.job, b, fusion_version(True))
-        one = price(seq, self.gpu, self.model, precision=self.job.precision or "fp32",
-                    step=self.job.step or "train", optimizer=self.job.optimizer)
-        return seq, accumulate(one, self.job.grad_accum)
+        job = self.job
+        seq = _sequence(job, b, fusion_version(True))
+        one = price(seq, self.gpu, self.model, precision=job.precision or "fp32",
+                    step=job.step or "train", optimizer=job.optimizer)
+        if job.activation_checkpointing:
+            one = checkpoint_layers(one, seq, job.precision or "fp32", job.optimizer)
+        return seq, accumulate(one, job.grad_accum)
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
         from mdot_jax.gpu.parallel import NETWORK_GBS, data_parallel
 
         job = self.job
-        return data_parallel(one, seq.params, self.gpu, n, job.nodes, job.interconnect,
-                             job.network_gbs or NETWORK_GBS, job.strategy, job.optimizer,
-                             job.grad_accum)
+        p = data_parallel(one, seq.params, self.gpu, n, job.nodes, job.interconnect,
+                          job.network_gbs or NETWORK_GBS, job.strategy, job.optimizer,
+                          job.grad_accum)
+        return _fits(p, self.gpu)
 
     def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
         """The model's forward and backward FLOPs an iteration, over what the GPU's matmul
@@ -145,6 +161,9 @@ class _Checkpoint:
         if job.data_parallel:
             raise RequestError("gpus: data-parallel steps are priced for a GPU priced from its "
                                "spec sheet (device=NAME, or checkpoint gpu-spec-sheet)", "gpus")
+        if job.activation_checkpointing:
+            raise RequestError("activation_checkpointing: priced for a GPU priced from its "
+                               "spec sheet (device=NAME)", "activation_checkpointing")
         if job.grad_accum > 1:
             raise RequestError("grad_accum: a checkpoint predicts whole steps; accumulation is "
                                "priced for a GPU priced from its spec sheet (device=NAME)",

@@ -23,6 +23,8 @@ from mdot_jax.options import (
     STRATEGIES,
 )
 
+CHECKPOINTING = ("full",)  # selective (the attention core only) is not priced yet
+
 MAX_INT = 2 ** 31 - 1  # a dim or a count (ONNX and numpy index with int32)
 NOT_PRICED = {"tp": "tensor parallelism", "pp": "pipeline parallelism"}
 
@@ -72,6 +74,7 @@ class TrainingJob:
       gpus: GPUs per node (data parallel, `batch_size` each); a tuple gives one prediction
         each. nodes: of `gpus` GPUs each. strategy: `options.STRATEGIES`.
       grad_accum: micro-batches of `batch_size` an iteration runs before its one update.
+      activation_checkpointing: `full` (every layer's forward run again in its backward).
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
         others by it). network_gbs: between nodes (default `parallel.NETWORK_GBS`).
       epochs, dataset_size: together, the whole job's time; or train_tokens: the time to
@@ -94,6 +97,7 @@ class TrainingJob:
     gpus: int | tuple[int, ...] = 1
     nodes: int = 1
     grad_accum: int = 1
+    activation_checkpointing: str | None = None
     strategy: str = "ddp"
     interconnect: str | None = None
     network_gbs: float | None = None
@@ -131,6 +135,7 @@ class TrainingJob:
         _choice("step", self.step, STEPS)
         _choice("strategy", self.strategy, STRATEGIES, optional=False)
         _choice("interconnect", self.interconnect, INTERCONNECTS)
+        _choice("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         if self.interconnect and max(counts) == 1:
             raise RequestError("interconnect: the link between a node's GPUs; give gpus > 1",
                                "interconnect")
