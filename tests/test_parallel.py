@@ -121,16 +121,22 @@ def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
         predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=8, grad_accum=2))
 
 
-def test_activation_checkpointing_runs_the_forward_again_and_keeps_layer_inputs(tmp_path):
+def _gpt2(path, tokens: int, **config) -> str:
+    """A GPT-2 of `config` built on the meta device, exported at `tokens` to `path`."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from converters import from_torch
+
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**config))
+    onnx.save(from_torch(model, torch.zeros(1, tokens, dtype=torch.long)), path)
+    return str(path)
+
+
+def test_activation_checkpointing_runs_the_forward_again_and_keeps_layer_inputs(tmp_path):
     from mdot_jax import RequestError, TrainingJob, predict
 
-    cfg = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=4, n_positions=512)
-    with torch.device("meta"):
-        model = transformers.GPT2LMHeadModel(cfg)
-    onnx.save(from_torch(model, torch.zeros(1, 512, dtype=torch.long)), tmp_path / "g.onnx")
+    _gpt2(tmp_path / "g.onnx", 512, n_layer=4, n_embd=256, n_head=4, n_positions=512)
     job = dict(model=str(tmp_path / "g.onnx"), batch_size=8, device="a100-sxm-80gb",
                precision="amp-bf16")
     plain = predict(TrainingJob(**job))
@@ -155,15 +161,9 @@ def test_activation_checkpointing_runs_the_forward_again_and_keeps_layer_inputs(
 def test_the_fit_is_judged_on_the_memory_as_finally_priced(tmp_path):
     """FSDP shards the state: a step that does not fit one GPU may fit each of eight, and the
     warning follows the memory in the table, not the one GPU's step it was priced from."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from converters import from_torch
     from mdot_jax import TrainingJob, predict
 
-    cfg = transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8, n_positions=64)
-    with torch.device("meta"):
-        model = transformers.GPT2LMHeadModel(cfg)
-    onnx.save(from_torch(model, torch.zeros(1, 64, dtype=torch.long)), tmp_path / "m.onnx")
+    _gpt2(tmp_path / "m.onnx", 64, n_layer=4, n_embd=512, n_head=8, n_positions=64)
     spec = dict(gpus.find("l4").to_json(), name="small", aliases=[], memory_gb=0.2)
     (tmp_path / "g.json").write_text(json.dumps(spec))
     one, eight = predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=1, gpus=(1, 8),
