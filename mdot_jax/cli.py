@@ -15,11 +15,12 @@ import sys
 
 from converters.errors import ConversionError
 from mdot_jax import cli_build, writers
-from mdot_jax.cli_args import MAX_INT, NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
+from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import (
     INTERCONNECTS,
     LAYOUTS,
+    MAX_INT,
     MEASURED_PRECISIONS,
     OPTIMIZERS,
     PRECISIONS,

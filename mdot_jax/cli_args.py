@@ -9,9 +9,7 @@ import math
 import os
 
 from mdot_jax.errors import UsageError
-
-# ---------------------------------------------------------------------------- argument types
-MAX_INT = 2 ** 31 - 1
+from mdot_jax.options import MAX_INT
 
 
 def _positive(kind, zero: bool = False):

@@ -18,6 +18,8 @@ MEASURED_OPTIMIZERS = ("sgd", "adamw")  # what the profilers train with
 
 ARITHMETIC = ("fp32", "tf32", "fp16", "bf16")  # the number formats a GPU's peaks are given for
 
+MAX_INT = 2 ** 31 - 1  # the largest dim or count a request may name (ONNX and numpy use int32)
+
 LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-last reads nhwc)
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update
 STRATEGIES = ("ddp", "fsdp")  # data parallel; tensor and pipeline parallelism are not priced

@@ -48,7 +48,7 @@ from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.options import MEASURED_PRECISIONS as PRECISIONS
 from mdot_jax.options import STEPS
-from mdot_jax.serving.memory import fit_warning, step_memory
+from mdot_jax.serving.memory import check_fit, step_memory
 from mdot_jax.serving.predict import CHECKPOINT_DIR, checkpoint_devices, input_size_of
 from mdot_jax.serving.prediction import Adaptation, Prediction
 
@@ -210,10 +210,11 @@ def _classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, 
 
 
 def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
-          step: str = "train", optimizer: str = "sgd") -> Prediction:
+          step: str = "train", optimizer: str = "sgd", fit: bool = True) -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`), warnings for whatever is extrapolated, and an 80% band when nothing
-    is (the band of whole steps on GPUs left out of the fit)."""
+    is (the band of whole steps on GPUs left out of the fit). `fit`: judge here whether the
+    step fits the GPU (False: the caller judges the memory it finally prices)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
@@ -318,11 +319,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                    (total * math.exp(model.band[0]), total * math.exp(model.band[1]))
                    if band_ok else None)
     p.memory_gb = step_memory(seq, precision, optimizer).total / 1e9
-    warning, surely = fit_warning(p.memory_gb, gpu.memory_gb, f"the {gpu.name}'s memory")
-    if warning:
-        p.warnings.append(warning)
-    if surely:
-        p.interval_ms = None
+    if fit:
+        check_fit(p, gpu.memory_gb, f"the {gpu.name}'s memory")
     return p
 
 

@@ -71,17 +71,6 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     return p
 
 
-def _fits(p: Prediction, gpu) -> Prediction:
-    """`p` with the memory-fit rule applied to its memory as finally priced (sharded,
-    checkpointed), not to the single GPU's step it was priced from."""
-    from mdot_jax.serving.memory import fit_warning
-
-    warnings = [w for w in p.warnings if not w.startswith("the step needs about")]
-    warning, surely = fit_warning(p.memory_gb, gpu.memory_gb, f"the {gpu.name}'s memory")
-    return dataclasses.replace(p, warnings=[*warnings, *([warning] if warning else [])],
-                               interval_ms=None if surely else p.interval_ms)
-
-
 def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     """The job's model at batch `b`: converted from ONNX, or a converted sequence as it is
     (`.npz` or in memory), whose batch, input size and fusion must be the job's."""
@@ -122,19 +111,22 @@ class _SpecSheet:
         job = self.job
         seq = _sequence(job, b, fusion_version(True))
         one = price(seq, self.gpu, self.model, precision=job.precision or "fp32",
-                    step=job.step or "train", optimizer=job.optimizer)
+                    step=job.step or "train", optimizer=job.optimizer, fit=False)
         if job.activation_checkpointing:
             one = checkpoint_layers(one, seq, job.precision or "fp32", job.optimizer)
         return seq, accumulate(one, job.grad_accum)
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
         from mdot_jax.gpu.parallel import NETWORK_GBS, data_parallel
+        from mdot_jax.serving.memory import check_fit
 
         job = self.job
         p = data_parallel(one, seq.params, self.gpu, n, job.nodes, job.interconnect,
                           job.network_gbs or NETWORK_GBS, job.strategy, job.optimizer,
                           job.grad_accum)
-        return _fits(p, self.gpu)
+        p = dataclasses.replace(p, warnings=list(p.warnings))  # `p` may be `one` itself
+        check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
+        return p
 
     def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
         """The model's forward and backward FLOPs an iteration, over what the GPU's matmul

@@ -179,14 +179,17 @@ def machine_memory() -> float | None:
 NO_FIT = 2.0  # estimated memory over the device's by this factor: the step will not fit
 
 
-def fit_warning(need_gb: float, limit_gb: float | None, what: str) -> tuple[str | None, bool]:
-    """The one memory-fit rule: `(warning, surely)` for a step estimated at `need_gb` on
-    `what` holding `limit_gb`: over it, the step may not fit; over `NO_FIT` times it, it will
-    not (`surely`, and a time without a band). Every timm RTX 3090 run (each of which fitted
-    its 24 GB) is estimated below 1.7 times it."""
-    if not limit_gb or need_gb <= limit_gb:
-        return None, False
-    surely = need_gb > NO_FIT * limit_gb
-    return (f"the step needs about {need_gb:.3g} GB (parameters, gradients, optimizer state, "
-            f"activations), more than {what} ({limit_gb:.3g} GB): it "
-            f"{'will' if surely else 'may'} not fit at this batch size"), surely
+def check_fit(p, limit_gb: float | None, what: str) -> None:
+    """The one memory-fit rule, applied in place to the prediction `p` of a step estimated at
+    `p.memory_gb` on `what` holding `limit_gb`: over it, a warning that the step may not fit;
+    over `NO_FIT` times it, that it will not, and no band. Every timm RTX 3090 run (each of
+    which fitted its 24 GB) is estimated below 1.7 times it."""
+    need = p.memory_gb
+    if not limit_gb or need <= limit_gb:
+        return
+    surely = need > NO_FIT * limit_gb
+    p.warnings.append(f"the step needs about {need:.3g} GB (parameters, gradients, optimizer "
+                      f"state, activations), more than {what} ({limit_gb:.3g} GB): it "
+                      f"{'will' if surely else 'may'} not fit at this batch size")
+    if surely:
+        p.interval_ms = None

@@ -29,10 +29,17 @@ from mdot_jax.kernels.cost_model import COST_MODEL, CostModel, OpSumLine, attach
 from mdot_jax.models.ensemble import combine, spread
 from mdot_jax.models.trained import Trained, predict_samples
 from mdot_jax.models.trees import TreeModel
-from mdot_jax.serving.memory import fit_warning, machine_memory, step_memory
+from mdot_jax.serving.memory import check_fit, machine_memory, step_memory
 from mdot_jax.serving.prediction import Adaptation, Prediction
 from mdot_jax.storage.calibration import Calibration
-from mdot_jax.storage.checkpoint import SHIPPED_DIR, CheckpointError, load, load_companion
+from mdot_jax.storage.checkpoint import (
+    METADATA,
+    SHIPPED_DIR,
+    CheckpointError,
+    load,
+    load_companion,
+    shipped_names,
+)
 
 CHECKPOINT_DIR = SHIPPED_DIR
 DEFAULT_CHECKPOINT = "timm-rtx3090"
@@ -42,10 +49,8 @@ ModelLike = Union[str, Path, bytes, onnx.ModelProto, OperatorSequence]
 
 
 def shipped_checkpoints() -> list[str]:
-    """Names of the checkpoints that come with the package."""
-    if not CHECKPOINT_DIR.is_dir():
-        return []
-    return sorted(p.name for p in CHECKPOINT_DIR.iterdir() if (p / "metadata.json").exists())
+    """Names of the checkpoints of trained networks that come with the package."""
+    return [n for n in shipped_names() if (CHECKPOINT_DIR / n / METADATA).exists()]
 
 
 def resolve_checkpoint(name_or_dir: str | Path | None) -> Path:
@@ -54,7 +59,7 @@ def resolve_checkpoint(name_or_dir: str | Path | None) -> Path:
     name_or_dir = name_or_dir or DEFAULT_CHECKPOINT
     if str(name_or_dir) in shipped_checkpoints():
         return CHECKPOINT_DIR / str(name_or_dir)
-    if (CHECKPOINT_DIR / str(name_or_dir) / "step_model.json").is_file():
+    if str(name_or_dir) in shipped_names():  # a GPU step model
         raise CheckpointError(f"{name_or_dir!r} prices GPUs from their spec sheets and is no "
                               "checkpoint a Predictor loads: predict(TrainingJob(..., "
                               "device=GPU)) (`mdot predict --device GPU`) uses it")
@@ -265,7 +270,7 @@ class Predictor:
 
     def _check_memory(self, p: Prediction, seq: OperatorSequence, w: Workload) -> None:
         """Sets the step's memory estimate, and warns where it exceeds the device's memory (a
-        catalogued GPU's, or this machine's RAM for a CPU), by `memory.fit_warning`."""
+        catalogued GPU's, or this machine's RAM for a CPU), by `memory.check_fit`."""
         limit: float | None
         try:
             limit, what = gpus.find(p.device).memory_gb, f"the {p.device}'s memory"
@@ -274,11 +279,7 @@ class Predictor:
             limit, what = (ram / 1e9 if ram else None), "this machine's RAM"
         p.memory_gb = step_memory(seq, w.precision, w.optimizer,
                                   cpu=what == "this machine's RAM").total / 1e9
-        warning, surely = fit_warning(p.memory_gb, limit, what)
-        if warning:
-            p.warnings.append(warning)
-        if surely:
-            p.interval_ms = None
+        check_fit(p, limit, what)
 
     def operators(self, seq: OperatorSequence, p: Prediction, batch_size: int
                   ) -> tuple[list[dict], str]:

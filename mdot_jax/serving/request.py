@@ -17,6 +17,7 @@ from mdot_jax.errors import RequestError
 from mdot_jax.options import (
     INTERCONNECTS,
     LAYOUTS,
+    MAX_INT,
     OPTIMIZERS,
     PRECISIONS,
     STEPS,
@@ -25,7 +26,6 @@ from mdot_jax.options import (
 
 CHECKPOINTING = ("full",)  # selective (the attention core only) is not priced yet
 
-MAX_INT = 2 ** 31 - 1  # a dim or a count (ONNX and numpy index with int32)
 NOT_PRICED = {"tp": "tensor parallelism", "pp": "pipeline parallelism"}
 
 

@@ -9,9 +9,10 @@ A checkpoint directory holds
                   before, both still read)
 and, optionally, in metadata.json the error bands measured on held-out families
 (`calibration.Calibration`, added by `attach_calibration`) and, op-grounded with a
-companion, the operator-sum line (`models.kernels.OpSumLine`, the prediction's third member),
-so `load(path)` and `load_companion(path)` need nothing else. Saves are atomic: everything
-is written to a temporary sibling directory which then replaces the target in one rename.
+companion, the operator-sum line (`kernels.cost_model.OpSumLine`, the prediction's third
+member), so `load(path)` and `load_companion(path)` need nothing else. Saves are atomic and
+one at a time: everything is written to a temporary sibling directory which then takes the
+target's place in one step (`mdot_jax.writers`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from mdot_jax.storage.calibration import Calibration
 # expect other input widths
 FORMAT_VERSION = 2
 METADATA = "metadata.json"
+STEP_MODEL = "step_model.json"  # a GPU step model's metadata (`gpu.gpu_ops.StepModel.META`)
 _PACKAGE = Path(__file__).resolve().parent.parent
 # An installed wheel carries the shipped checkpoints as package data (`mdot_jax/checkpoints`);
 # a source checkout (editable install) has them at the top of the repository.
@@ -53,11 +55,11 @@ COMPANION = "companion.txt.xz"
 
 
 def shipped_names() -> list[str]:
-    """Names of the checkpoints that come with the package."""
+    """Names of the checkpoints that come with the package (GPU step models included)."""
     if not SHIPPED_DIR.is_dir():
         return []
     return sorted(p.name for p in SHIPPED_DIR.iterdir() if (p / METADATA).exists()
-                  or (p / "step_model.json").exists())
+                  or (p / STEP_MODEL).exists())
 
 
 def _checkpointer():
@@ -69,7 +71,7 @@ def _checkpointer():
 def is_checkpoint(path: str | Path) -> bool:
     """Whether `path` holds a checkpoint written by `save` (of any format version), or a GPU
     step model (`models.gpu_ops.StepModel`)."""
-    if (Path(path) / "step_model.json").is_file():
+    if (Path(path) / STEP_MODEL).is_file():
         return True
     try:
         return "format_version" in json.loads((Path(path) / METADATA).read_text())
@@ -95,13 +97,7 @@ def prepare_out(path: str | Path, *, force: bool = False) -> Path:
     _refuse_shipped(path, "--out ")
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"--out {path}: is a file, not a checkpoint directory")
-    try:
-        for line in writers.claim(path):
-            print(f"mdot: {line}", file=sys.stderr)
-    except writers.Busy as e:
-        raise CheckpointError(f"--out {e}") from None
-    except OSError as e:
-        raise CheckpointError(f"--out {path}: cannot write there ({e.strerror or e})") from None
+    _own(path, "--out ")
     if path.exists() and not _empty_dir(path):
         if not is_checkpoint(path):
             raise CheckpointError(f"--out {path}: not empty and not a checkpoint; refusing to "
@@ -127,7 +123,7 @@ def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
     path = Path(path).absolute()
     if path.exists() and not (_empty_dir(path) or is_checkpoint(path)):
         raise CheckpointError(f"{path}: not a checkpoint; refusing to replace it")
-    writers.claim(path)
+    _own(path)
     tmp = writers.temporary(path)
     pure = jax.tree.map(np.asarray, nnx.to_pure_dict(trained.params))
     ckptr = _checkpointer()
@@ -167,15 +163,20 @@ def _refuse_shipped(path: Path, flag: str = "") -> None:
                               "which are never written; choose a directory of your own")
 
 
-def _own(path: Path) -> Path:
-    """Before a checkpoint is changed in place: never a shipped one, and one writer at a
-    time (a temporary being built, `.NAME.tmp-*`, is its writer's already)."""
-    _refuse_shipped(path)
+def _own(path: Path, flag: str = "") -> Path:
+    """Before a checkpoint is written or changed in place: never a shipped one, and one
+    writer at a time (a temporary being built, `.NAME.tmp-*`, is its writer's already); what
+    a killed writer left there is settled and said (`writers.claim`)."""
+    _refuse_shipped(path, flag)
     if not path.name.startswith("."):
         try:
-            writers.claim(path)
+            for line in writers.claim(path):
+                print(f"mdot: {line}", file=sys.stderr)
         except writers.Busy as e:
-            raise CheckpointError(str(e)) from None
+            raise CheckpointError(f"{flag}{e}") from None
+        except OSError as e:
+            raise CheckpointError(f"{flag}{path}: cannot write there ({e.strerror or e})"
+                                  ) from None
     return path
 
 
