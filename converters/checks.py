@@ -11,19 +11,24 @@ from converters.fusion import Node as _Node
 from converters.tensors import _NO_SHAPE, _Tensor
 
 
+def merged_aliases(graph: onnx.GraphProto, weights: set[str], declared: set[str]
+                   ) -> list[onnx.NodeProto]:
+    """The `Identity` nodes that give a declared parameter as an alias of another weight
+    input: the exporter merged equal-shaped weights (the TorchScript exporter does so on the
+    meta device), and the parameters would be counted once for many layers."""
+    return [n for n in graph.node if n.op_type == "Identity" and n.input
+            and n.input[0] in weights and n.output[0] in declared and n.output[0] not in weights]
+
+
 def _refuse_merged(graph: onnx.GraphProto, floats: set[str], declared: set[str],
                    label: str) -> None:
-    """A parameter the model declares (`PARAMS_KEY`) that the graph computes as `Identity` of
-    another weight input was merged by the exporter (the TorchScript exporter does so on the
-    meta device): its parameters would be counted once for many layers."""
-    for node in graph.node:
-        if (node.op_type == "Identity" and node.input and node.input[0] in floats
-                and node.output[0] in declared and node.output[0] not in floats):
-            raise ConversionError(
-                f"model '{label}': parameter '{node.output[0]}' is an alias of "
-                f"'{node.input[0]}' (node '{node.name}'): the exporter merged equal-shaped "
-                "weights, as it does for a model on the meta device; export it again with "
-                "converters.from_torch, which keeps each layer's weights")
+    """A file exported with merged weights (`merged_aliases`) is refused, naming the first."""
+    for node in merged_aliases(graph, floats, declared)[:1]:
+        raise ConversionError(
+            f"model '{label}': parameter '{node.output[0]}' is an alias of "
+            f"'{node.input[0]}' (node '{node.name}'): the exporter merged equal-shaped "
+            "weights, as it does for a model on the meta device; export it again with "
+            "converters.from_torch, which keeps each layer's weights")
 
 
 def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],

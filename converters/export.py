@@ -28,6 +28,7 @@ from typing import Any
 
 import onnx
 
+from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.sequence import DATA_INPUTS_KEY, PARAMS_KEY
 
@@ -232,17 +233,14 @@ def _unmerge(model: onnx.ModelProto, tensors: set[str]) -> None:
     """
     graph = model.graph
     inputs = {i.name: i for i in graph.input}
-    keep = []
-    for node in graph.node:
-        if (node.op_type == "Identity" and node.input[0] in inputs and node.output[0] in tensors
-                and node.output[0] not in inputs):
-            copy = graph.input.add()
-            copy.CopyFrom(inputs[node.input[0]])
-            copy.name = node.output[0]
-            inputs[copy.name] = copy
-        else:
-            keep.append(node)
-    if len(keep) < len(graph.node):
+    aliases = merged_aliases(graph, set(inputs), tensors)
+    for node in aliases:
+        copy = graph.input.add()
+        copy.CopyFrom(inputs[node.input[0]])
+        copy.name = node.output[0]
+    if aliases:
+        given = {n.output[0] for n in aliases}  # each now a graph input of its own
+        keep = [n for n in graph.node if not (n.op_type == "Identity" and n.output[0] in given)]
         del graph.node[:]
         graph.node.extend(keep)
 
