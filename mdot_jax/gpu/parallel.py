@@ -124,12 +124,6 @@ def accumulate(p: Prediction, micro_batches: int) -> Prediction:
     a relative one, scales with it. One micro-batch: `p` itself."""
     if micro_batches == 1:
         return p
-    phases = dict(p.phases)
-    for phase in ("forward", "backward", "recomputation"):
-        if phase in phases:
-            phases[phase] *= micro_batches
-    total = sum(phases.values())
-    scale = total / p.iteration_ms
-    band = (p.interval_ms[0] * scale, p.interval_ms[1] * scale) if p.interval_ms else None
-    return dataclasses.replace(p, iteration_ms=total, phases=phases, interval_ms=band,
-                               grad_accum=micro_batches)
+    repeated = ("forward", "backward", "recomputation")
+    phases = {k: v * micro_batches if k in repeated else v for k, v in p.phases.items()}
+    return p.with_phases(phases, grad_accum=micro_batches)

@@ -11,8 +11,6 @@ measured: the rules are PyTorch's, the time is the forward's price.
 
 from __future__ import annotations
 
-import dataclasses
-
 from converters.attention import attention_blocks
 from converters.sequence import CONFIG_FIELDS, OperatorSequence
 from mdot_jax.errors import RequestError
@@ -34,13 +32,8 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
     activations = step_memory(seq, precision, optimizer).activations
     kept = activations / len(blocks) + boundaries
     phases = dict(p.phases, recomputation=p.phases.get("forward", 0.0))
-    total = sum(phases.values())
-    scale = total / p.iteration_ms
-    band = (p.interval_ms[0] * scale, p.interval_ms[1] * scale) if p.interval_ms else None
     note = (f"activation checkpointing over {len(blocks)} layers: the forward run again in the "
             f"backward ({phases['recomputation']:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")
-    return dataclasses.replace(
-        p, phases=phases, iteration_ms=total, interval_ms=band,
-        memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,
-        warnings=[*p.warnings, note])
+    return p.with_phases(phases, memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,
+                         warnings=[*p.warnings, note])

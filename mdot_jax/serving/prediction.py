@@ -92,6 +92,15 @@ class Prediction:
         whose GPUs each update 1/N of the parameters where one GPU updates them all."""
         return 1.0 - self.phases.get("communication", 0.0) / self.iteration_ms
 
+    def with_phases(self, phases: dict[str, float], **changes) -> Prediction:
+        """`self` with other phases: the time is their sum and the band, a relative one,
+        scales with it."""
+        total = sum(phases.values())
+        scale = total / self.iteration_ms
+        band = self.interval_ms and (self.interval_ms[0] * scale, self.interval_ms[1] * scale)
+        return dataclasses.replace(self, phases=phases, iteration_ms=total, interval_ms=band,
+                                   **changes)
+
     def to_json(self) -> dict:
         """The fields and the derived rates, as `mdot predict --json` prints them."""
         d = {k: v for k, v in dataclasses.asdict(self).items()
