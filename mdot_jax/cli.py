@@ -18,6 +18,7 @@ from mdot_jax import cli_build, writers
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import (
+    CHECKPOINTING,
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
@@ -27,7 +28,7 @@ from mdot_jax.options import (
     STEPS,
     STRATEGIES,
 )
-from mdot_jax.serving.request import CHECKPOINTING, NOT_PRICED
+from mdot_jax.serving.request import NOT_PRICED
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",

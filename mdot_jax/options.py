@@ -24,3 +24,4 @@ LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-la
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update
 STRATEGIES = ("ddp", "fsdp")  # data parallel; tensor and pipeline parallelism are not priced
 INTERCONNECTS = ("nvlink", "pcie")  # between the GPUs of a node
+CHECKPOINTING = ("full",)  # activation checkpointing; selective (the attention core) not priced

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.options import INTERCONNECTS, STRATEGIES
 from mdot_jax.serving.memory import OPTIMIZER_STATE
@@ -50,11 +51,13 @@ def ring_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | None
               network_gbs: float = NETWORK_GBS) -> Link:
     """The slowest link of a ring over `nodes` x `gpus_per_node` GPUs."""
     if interconnect not in (None, *INTERCONNECTS):
-        raise ValueError(f"--interconnect {interconnect!r}: choose from {list(INTERCONNECTS)}")
+        raise RequestError(f"interconnect {interconnect!r}: choose from {list(INTERCONNECTS)}",
+                           "interconnect")
     nvlink = gpu.nvlink_gbs > 0 and (gpu.nvswitch or gpus_per_node <= 2)
     if interconnect == "nvlink" and not nvlink and gpus_per_node > 1:
-        raise ValueError(f"--interconnect nvlink: the {gpu.name} has no NVLink that joins "
-                         f"{gpus_per_node} GPUs (PCIe cards pair by a bridge at most)")
+        raise RequestError(f"interconnect 'nvlink': the {gpu.name} has no NVLink that joins "
+                           f"{gpus_per_node} GPUs (PCIe cards pair by a bridge at most)",
+                           "interconnect")
     name = interconnect or ("nvlink" if nvlink else "pcie")
     gbs = (gpu.nvlink_gbs if name == "nvlink" else gpu.pcie_gbs) / 2
     link = Link(name, gbs, LATENCY_US[name] * 1e-6)
@@ -86,8 +89,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     iteration (`no_sync` on the other micro-batches), behind the last backward; FSDP gathers
     and reduce-scatters for every micro-batch. One GPU: `p` itself."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"--strategy {strategy}: not priced (only {', '.join(STRATEGIES)}: "
-                         "tensor and pipeline parallelism are not modelled yet)")
+        raise RequestError(f"strategy {strategy!r}: not priced (only {', '.join(STRATEGIES)}: "
+                           "tensor and pipeline parallelism are not modelled yet)", "strategy")
     n = gpus_per_node * nodes
     if n == 1:
         return p

@@ -15,6 +15,7 @@ from typing import Any
 
 from mdot_jax.errors import RequestError
 from mdot_jax.options import (
+    CHECKPOINTING,
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
@@ -24,19 +25,17 @@ from mdot_jax.options import (
     STRATEGIES,
 )
 
-CHECKPOINTING = ("full",)  # selective (the attention core only) is not priced yet
-
 NOT_PRICED = {"tp": "tensor parallelism", "pp": "pipeline parallelism"}
 
 
-def _ints(name: str, value: Any) -> tuple[int, ...]:
-    """A positive int, or a non-empty sequence of them, as a tuple."""
+def _ints(name: str, value: Any, limit: float = MAX_INT) -> tuple[int, ...]:
+    """A positive int up to `limit`, or a non-empty sequence of them, as a tuple."""
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
     field = name.split("[")[0]
     if not values:
         raise RequestError(f"{name}: empty; give at least one value", field)
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_INT:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= limit:
             raise RequestError(f"{name} {v!r}: expected a positive integer", field)
     return values
 
@@ -153,10 +152,7 @@ class TrainingJob:
             _positive("epochs", self.epochs)
             _ints("dataset_size", self.dataset_size)
         if self.train_tokens is not None:
-            t = self.train_tokens
-            if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
-                raise RequestError(f"train_tokens {t!r}: expected a positive integer",
-                                   "train_tokens")
+            _ints("train_tokens", self.train_tokens, limit=math.inf)  # 1e12 and more
             if self.epochs is not None:
                 raise RequestError("train_tokens: the job is epochs x dataset_size or a number "
                                    "of tokens, not both", "train_tokens")
