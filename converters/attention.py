@@ -4,6 +4,9 @@ mask, NaN guards, dropout, casts). Exporters decompose `scaled_dot_product_atten
 PyTorch itself runs one fused kernel (FlashAttention, memory-efficient attention) for it on
 GPUs at half precision, without the S x S tensors the decomposition shows.
 
+A block is causal when a mask of its full S x S (queries x keys) enters the work between the
+scores and the softmax, as decoders' causal masks do (a padding mask is [B, 1, 1, S]).
+
 Host-side numpy over `OperatorSequence.edges`; nothing here is jitted.
 """
 
@@ -13,29 +16,34 @@ from typing import NamedTuple
 
 import numpy as np
 
-from converters.sequence import OperatorSequence
+from converters.sequence import CONFIG_FIELDS, OperatorSequence
 
 _BETWEEN = {"Add", "Sub", "Mul", "Div", "Where", "IsNaN", "Cast", "Dropout", "Neg", "Max"}
-_HOPS = 4  # elementwise operators between the scores' MatMul and the Softmax, or after it
+_HOPS = 6  # elementwise operators between the scores' MatMul and the Softmax, or after it
+_D = {f: CONFIG_FIELDS.index(f) for f in ("out_rank", "out_d2", "out_d3", "out_numel")}
 
 
 class Block(NamedTuple):
     scores: int  # the MatMul making Q K^T
     softmax: int
     output: int  # the MatMul of the probabilities with V
+    inner: tuple[int, ...]  # the scores, the softmax and every operator between them and output
+    causal: bool  # an S x S mask enters between the scores and the softmax
 
 
-def _walk(start: int, step: dict[int, list[int]], names: np.ndarray) -> int | None:
-    """The first MatMul within `_HOPS` elementwise operators of `start` along `step`."""
-    frontier = [start]
+def _walk(start: int, step: dict[int, list[int]], names: np.ndarray
+          ) -> tuple[int, list[int]] | None:
+    """The first MatMul within `_HOPS` elementwise operators of `start` along `step`, and the
+    operators passed on the way there."""
+    frontier = {start: [start]}
     for _ in range(_HOPS):
-        nxt = []
-        for i in frontier:
+        nxt: dict[int, list[int]] = {}
+        for i, path in frontier.items():
             for j in step.get(i, []):
                 if names[j] == "MatMul":
-                    return j
+                    return j, path
                 if names[j] in _BETWEEN:
-                    nxt.append(j)
+                    nxt.setdefault(j, [*path, j])
         frontier = nxt
     return None
 
@@ -50,7 +58,29 @@ def attention_blocks(seq: OperatorSequence) -> list[Block]:
         succs.setdefault(src, []).append(dst)
     blocks = []
     for i in np.flatnonzero(names == "Softmax").tolist():
-        scores, output = _walk(i, preds, names), _walk(i, succs, names)
-        if scores is not None and output is not None:
-            blocks.append(Block(scores, i, output))
+        up, down = _walk(i, preds, names), _walk(i, succs, names)
+        if up is None or down is None:
+            continue
+        (scores, before), (output, after) = up, down
+        inner = {scores, *before, *after}
+        for j in range(scores + 1, output):  # side work on the scores alone (NaN guards)
+            if j not in inner and preds.get(j) and set(preds[j]) <= inner \
+                    and set(succs.get(j, [])) <= inner:
+                inner.add(j)
+        order = tuple(sorted(inner))
+        blocks.append(Block(scores, i, output, order, _causal(seq, scores, order, preds)))
     return blocks
+
+
+def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
+            preds: dict[int, list[int]]) -> bool:
+    """Whether a mask as wide as the scores' last two dims (queries x keys) enters `inner`."""
+    c = seq.config
+    side = (c[scores, _D["out_d2"]], c[scores, _D["out_d3"]])
+    for i in inner:
+        for j in preds.get(i, []):
+            if j not in inner and c[j, _D["out_rank"]] >= 2 and side[0] == side[1] \
+                    and (c[j, _D["out_d2"]], c[j, _D["out_d3"]]) == side \
+                    and c[j, _D["out_numel"]] < c[scores, _D["out_numel"]]:
+                return True
+    return False

@@ -275,6 +275,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             model = transformers.AutoModelForCausalLM.from_config(cfg)
     except (ValueError, KeyError, TypeError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"{where}: model_type {kind!r} builds no causal LM here: "
                               f"{msg}") from None
     return from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
@@ -318,6 +319,7 @@ def inference_export(module: Any, example_inputs: Any, *, exporter: str = "torch
                 return onnx.load(path, load_external_data=False)
     except Exception as e:  # noqa: BLE001 - exporter errors are many and untyped
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"{exporter} export of {type(module).__name__} failed: "
                               f"{type(e).__name__}: {msg}") from None
     finally:
@@ -340,6 +342,7 @@ def from_flax(fn: Any, example_inputs: Sequence[Any], *, input_names: Sequence[s
         model = to_onnx(fn, list(example_inputs), opset=opset)
     except Exception as e:  # noqa: BLE001 - reported as one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"jax2onnx export failed: {type(e).__name__}: {msg}") from None
     if not isinstance(model, onnx.ModelProto):  # newer jax2onnx may return an IR model
         model = onnx.load_from_string(model.SerializeToString())
@@ -374,6 +377,7 @@ def from_keras(model: Any, input_signature: Sequence[Any], *, opset: int = OPSET
             custom_op_handlers={"StatelessRandomUniformV2": (_random_uniform_like, ())})
     except Exception as e:  # noqa: BLE001 - reported as one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"tf2onnx export failed: {type(e).__name__}: {msg}") from None
     inits = {i.name for i in proto.graph.initializer}
     # the trainable weights are the variables the function reads; tf2onnx folds the reads
@@ -392,3 +396,21 @@ def _random_uniform_like(ctx, node, name, args):
     node.type = "RandomUniformLike"
     for attr in list(node.attr):
         del node.attr[attr]
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m converters.export CONFIG SEQ_LEN OUT.onnx`: `from_hf_config` in a process of
+    its own (PyTorch and transformers stay out of the caller's memory); a ConversionError is
+    one line on stderr and exit status 2."""
+    config, seq_len, out = argv
+    try:
+        onnx.save(from_hf_config(config, seq_len=int(seq_len)), out)
+    except ConversionError as e:
+        print(e, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
+

@@ -18,6 +18,7 @@ from mdot_jax import cli_build, writers
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import (
+    ATTENTION,
     CHECKPOINTING,
     INTERCONNECTS,
     LAYOUTS,
@@ -25,10 +26,10 @@ from mdot_jax.options import (
     MEASURED_PRECISIONS,
     OPTIMIZERS,
     PRECISIONS,
+    SCHEDULES,
     STEPS,
     STRATEGIES,
 )
-from mdot_jax.serving.request import NOT_PRICED
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
@@ -143,6 +144,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         input_shapes=shapes,
         gpus=gpus[0] if len(gpus) == 1 else tuple(gpus), nodes=args.nodes,
         grad_accum=args.grad_accum, activation_checkpointing=args.activation_checkpointing,
+        tp=args.tp, pp=args.pp, schedule=args.schedule, virtual_stages=args.virtual_stages,
+        sequence_parallel=args.sequence_parallel, attention=args.attention,
         strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
         epochs=args.epochs, dataset_size=args.dataset_size, train_tokens=args.tokens,
         operators=bool(args.top))
@@ -177,6 +180,10 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
               + f" {r.mfu or 0:>5.0%}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
               + (f" {r.job_s / 3600:>7.3g} {_range(r.job_interval_s, 1 / 3600):>13}" if job
                  else ""))
+    if r.tp * r.pp > 1:
+        print(f"each of {r.replicas} data-parallel replicas: {r.tp}-way tensor parallel x "
+              f"{r.pp} pipeline stages, {r.grad_accum} micro-batches of {r.batch_size}; "
+              "memory per GPU")
     if r.phases:
         print("of which " + ", ".join(f"{k} {v:.4g} ms" for k, v in r.phases.items()))
     if any(r.interval_ms for r in rows):
@@ -313,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_devices)
 
     p = sub.add_parser("predict", description=USER_COMMANDS["predict"])
-    p.add_argument("model", help="path to an .onnx file (export it with converters.from_*)")
+    p.add_argument("model", help="path to an .onnx file (export it with converters.from_*), "
+                                 "or a Hugging Face causal LM's config.json (with --seq-len)")
     _add_shape_args(p)
     p.add_argument("--checkpoint", help="shipped checkpoint name or directory (default: "
                                         "timm-rtx3090; gpu-spec-sheet: price the --device GPU "
@@ -337,8 +345,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=POSITIVE_INT, default=1, metavar="K",
                    help="micro-batches of --batch-size per GPU an iteration runs before its "
                         "update (gradient accumulation; a GPU priced from its spec sheet)")
-    p.add_argument("--strategy", default="ddp", choices=[*STRATEGIES, *NOT_PRICED],
-                   help="with --gpus: DDP or FSDP (tensor and pipeline parallel: not priced)")
+    p.add_argument("--strategy", default="ddp", choices=STRATEGIES,
+                   help="of the data parallelism: DDP or FSDP")
+    p.add_argument("--tp", type=POSITIVE_INT, default=1,
+                   help="tensor-parallel GPUs (Megatron-LM's); the data-parallel replicas are "
+                        "--gpus x --nodes / (--tp x --pp), --batch-size each")
+    p.add_argument("--pp", type=POSITIVE_INT, default=1,
+                   help="pipeline stages; --grad-accum gives the micro-batches")
+    p.add_argument("--schedule", choices=SCHEDULES, help="the pipeline's (default 1f1b)")
+    p.add_argument("--virtual-stages", type=POSITIVE_INT, metavar="V",
+                   help="chunks per stage of the interleaved schedule (default 2)")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="with --tp: the residual stream cut along the sequence")
+    p.add_argument("--attention", choices=ATTENTION,
+                   help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
+                        "it (default: what PyTorch runs on the GPU at the precision)")
     p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")
     p.add_argument("--network-gbs", type=POSITIVE_FLOAT, help="GB/s between nodes (default 25)")
     p.add_argument("--step", choices=STEPS,
@@ -350,8 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
     p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
     p.add_argument("--activation-checkpointing", choices=CHECKPOINTING,
-                   help="every transformer layer's forward run again in its backward (a GPU "
-                        "priced from its spec sheet)")
+                   help="full: every transformer layer's forward run again in its backward; "
+                        "selective: the attention core's (a GPU priced from its spec sheet)")
     p.add_argument("--tokens", type=_count, metavar="N",
                    help="a token model: the time to train on N tokens (e.g. 2e12)")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N",

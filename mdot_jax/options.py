@@ -22,6 +22,8 @@ MAX_INT = 2 ** 31 - 1  # the largest dim or count a request may name (ONNX and n
 
 LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-last reads nhwc)
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update
-STRATEGIES = ("ddp", "fsdp")  # data parallel; tensor and pipeline parallelism are not priced
+STRATEGIES = ("ddp", "fsdp")  # of the data parallelism (tensor and pipeline: their degrees)
 INTERCONNECTS = ("nvlink", "pcie")  # between the GPUs of a node
-CHECKPOINTING = ("full",)  # activation checkpointing; selective (the attention core) not priced
+CHECKPOINTING = ("full", "selective")  # activation checkpointing: every layer, or attention's core
+ATTENTION = ("flash", "eager")  # fused scaled_dot_product_attention, or as the graph shows it
+SCHEDULES = ("1f1b", "gpipe", "interleaved")  # pipeline-parallel schedules

@@ -1,13 +1,10 @@
-"""Attention blocks in an operator sequence (`converters.attention`), and the spec sheet saying
-that PyTorch fuses them where it does."""
+"""Attention blocks in an operator sequence (`converters.attention`)."""
 
 import pytest
-from onnx_builders import attention, conv_bn_relu
+from onnx_builders import conv_bn_relu
 
 from converters import convert, from_torch
 from converters.attention import attention_blocks
-from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu.spec_sheet import load_step_model, price
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -38,13 +35,3 @@ def test_one_block_per_layer_of_a_transformer(build):
 
 def test_a_cnn_has_none():
     assert attention_blocks(convert(conv_bn_relu(training=True), batch_size=2)) == []
-
-
-@pytest.mark.parametrize("gpu,precision,said", [("h100-sxm", "amp-bf16", True),
-                                                ("a100-sxm-80gb", "amp-fp16", True),
-                                                ("h100-sxm", "fp32", False),
-                                                ("v100-sxm2-32gb", "amp-fp16", False)])
-def test_the_spec_sheet_says_where_pytorch_fuses_attention(gpu, precision, said):
-    seq = convert(attention(seq=64, dim=64), batch_size=8, fuse=True)
-    p = price(seq, gpus.find(gpu), load_step_model(), precision=precision)
-    assert any("FlashAttention" in w for w in p.warnings) == said

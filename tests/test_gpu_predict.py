@@ -13,7 +13,7 @@ from converters import convert
 from converters.vocab import VOCAB
 from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu.spec_sheet import PRECISIONS, _classify, load_step_model, price
+from mdot_jax.gpu.spec_sheet import PRECISIONS, classify, load_step_model, price
 
 UNSEEN = {"nvidia-h100-sxm", "nvidia-l4", "nvidia-a100-pcie-80gb"}
 
@@ -60,7 +60,7 @@ def test_every_catalogued_gpu_prices_every_precision(step_model):
 
 def test_gemms_batched_gemms_and_grouped_convolutions_are_classified():
     seq = _seq(attention(seq=8, dim=16), batch=2)
-    kinds = {str(n): _classify(VOCAB[t], c, x) for t, n, c, x in
+    kinds = {str(n): classify(VOCAB[t], c, x) for t, n, c, x in
              zip(seq.op_type, seq.node_names, seq.config, seq.load)}
     # a weight transposed on its way is still one matrix for the whole batch
     assert kinds["k"] == ("linear", "linear", (1, 16, 16, 16)) == kinds["q"]

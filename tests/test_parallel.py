@@ -35,7 +35,7 @@ def test_one_gpu_is_the_single_gpu_step_and_more_never_less():
             assert f.memory_gb < one.memory_gb + 0.03 and f.iteration_ms >= one.iteration_ms \
                 - one.phases["update"]
             assert "reduce-scatter" in f.warnings[-1]
-    with pytest.raises(ValueError, match="not priced"):
+    with pytest.raises(ValueError, match="strategy 'tp': choose from"):
         data_parallel(one, 10 ** 8, h100, 4, strategy="tp")
     # a long backward hides all but the last bucket; a short one hides little
     big = 4.0 * 10 ** 9  # the fp32 gradients of 10^9 parameters
@@ -85,7 +85,8 @@ def test_predict_tables_gpus(capsys, tmp_path):
     for extra, needle in [(["--gpus", "2", "--device", "rtx3090"], "--gpus: data-parallel"),
                           (["--gpus", "2,4", "--batch-sizes", "2,4"], "give one"),
                           (["--gpus", "4", "--device", "l4", "--interconnect", "nvlink"],
-                           "no NVLink"), (["--gpus", "4", "--strategy", "pp"], "not priced")]:
+                           "no NVLink"), (["--gpus", "4", "--strategy", "pp"], "invalid choice"),
+                          (["--gpus", "4", "--tp", "3"], "--tp 3: tp x pp (3 x 1)")]:
         assert main([str(a) for a in args + extra]) == 2
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (extra, err)
@@ -117,7 +118,7 @@ def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
         a, b = (predict(TrainingJob(**job, gpus=8, strategy=strategy, grad_accum=k))
                 for k in (1, 4))
         assert b.phases["communication"] == pytest.approx(times * a.phases["communication"])
-    with pytest.raises(RequestError, match="grad_accum: a checkpoint predicts whole steps"):
+    with pytest.raises(RequestError, match="grad_accum: a checkpoint predicts the whole steps"):
         predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=8, grad_accum=2))
 
 
@@ -154,8 +155,14 @@ def test_activation_checkpointing_runs_the_forward_again_and_keeps_layer_inputs(
     with pytest.raises(RequestError, match="no transformer layers"):
         predict(TrainingJob(**dict(job, model=str(tmp_path / "c.onnx")),
                             activation_checkpointing="full"))
-    with pytest.raises(RequestError, match="activation_checkpointing 'selective'"):
-        TrainingJob(**job, activation_checkpointing="selective")
+    eager = dict(job, attention="eager")
+    selective = predict(TrainingJob(**eager, activation_checkpointing="selective"))
+    plain = predict(TrainingJob(**eager))
+    assert plain.memory_gb > selective.memory_gb > ckpt.memory_gb
+    assert plain.iteration_ms < selective.iteration_ms < ckpt.iteration_ms
+    flash = predict(TrainingJob(**dict(job, attention="flash")))  # keeps no S x S anyway
+    assert predict(TrainingJob(**dict(job, attention="flash"), activation_checkpointing=
+                               "selective")).iteration_ms == flash.iteration_ms
 
 
 def test_the_fit_is_judged_on_the_memory_as_finally_priced(tmp_path):

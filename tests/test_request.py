@@ -132,6 +132,11 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(train_tokens=10, epochs=1, dataset_size=5), "train_tokens"),
     (dict(train_tokens=1e9), "train_tokens"), (dict(train_tokens=100), "train_tokens"),
     (dict(input_shapes={"x": [1, -3]}), "input_shapes['x']"),
+    (dict(tp=0), "tp"), (dict(tp=3, gpus=8), "tp"), (dict(pp=2), "pp"),
+    (dict(schedule="zero-bubble", pp=2, gpus=2), "schedule"),
+    (dict(virtual_stages=2, pp=2, gpus=2), "virtual_stages"),
+    (dict(sequence_parallel=True), "sequence_parallel"), (dict(attention="sdpa"), "attention"),
+    (dict(strategy="fsdp", tp=2, gpus=2), "strategy"),
 ])
 def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     onnx.save(conv_bn_relu(), tmp_path / "m.onnx")
@@ -147,7 +152,8 @@ def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     (["--batch-size", "8", "--network-gbs", "100"], "--network-gbs: the link between nodes"),
     (["--batch-size", "8", "--interconnect", "nvlink"], "--interconnect: the link"),
     (["--batch-size", "8", "--device", ""], "--device '': name one"),
-    (["--batch-size", "8", "--strategy", "pp", "--gpus", "8"], "not priced yet"),
+    (["--batch-size", "8", "--pp", "3", "--gpus", "8"], "--pp 3: tp x pp (1 x 3) does not divide"),
+    (["--batch-size", "8", "--schedule", "gpipe"], "--schedule: the pipeline's; give pp > 1"),
     (["--batch-size", "8", "--gpus", "8"], "--gpus: data-parallel"),
     (["--batch-size", "8", "--step", "fwd-bwd"], "--step: a checkpoint predicts"),
     (["--input-shape", "x=0,3,64,64"], "--input-shape['x'] 0: expected a positive integer"),
@@ -182,6 +188,10 @@ FIELDS = dict(
     grad_accum=st.sampled_from([1, 4, 0]),
     activation_checkpointing=st.sampled_from([None, "full", "selective"]),
     strategy=st.sampled_from(["ddp", "fsdp", "tp"]),
+    tp=st.sampled_from([1, 2, 3]),
+    pp=st.sampled_from([1, 2, 4]),
+    schedule=st.sampled_from([None, "1f1b", "gpipe", "interleaved"]),
+    attention=st.sampled_from([None, "flash", "eager"]),
     interconnect=st.sampled_from([None, "nvlink", "pcie", "ib"]),
     network_gbs=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
     epochs=st.one_of(st.none(), st.floats(-1, 10)),

@@ -21,7 +21,8 @@ parameters, gradients and optimizer state; the parameters are all-gathered befor
 and again before the backward, and the gradients reduce-scattered (3 (N - 1) / N of the
 parameter bytes in all, against the 2 (N - 1) / N of an all-reduce), in units of `BUCKET_MB`
 prefetched under the forward and the backward as DDP's buckets are under the backward; the
-update touches 1/N of the parameters. Tensor and pipeline parallelism are not priced.
+update touches 1/N of the parameters. Under tensor and pipeline parallelism
+(`model_parallel`) the replicas are what is left of the GPUs, each holding a stage's share.
 """
 
 from __future__ import annotations
@@ -66,6 +67,20 @@ def ring_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | None
     return link
 
 
+def group_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | None,
+               network_gbs: float, size: int, stride: int) -> Link:
+    """The slowest link of a ring over `size` GPUs `stride` ranks apart (ranks fill a node's
+    `gpus_per_node` GPUs in order): the node's links while the ring stays in a node, else
+    the network, shared by the rings of a node that all leave it at once."""
+    inside = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
+    link = ring_link(gpu, inside, 1, interconnect, network_gbs)
+    if size <= inside:
+        return link
+    rings = max(gpus_per_node // inside, 1)  # rings through one node's network
+    net = ring_link(gpu, inside, 2, interconnect, network_gbs / rings)
+    return net if net.gbs < link.gbs else link
+
+
 def allreduce_ms(nbytes: float, gpus: int, link: Link, buckets: int) -> float:
     """A ring all-reduce of `nbytes` over `gpus` GPUs in `buckets` buckets, ms."""
     if gpus <= 1:
@@ -81,20 +96,22 @@ def _hidden(comm: float, compute: float, units: int) -> float:
 
 def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, nodes: int = 1,
                   interconnect: str | None = None, network_gbs: float = NETWORK_GBS,
-                  strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1
-                  ) -> Prediction:
-    """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases) as a
-    data-parallel iteration over nodes x gpus_per_node GPUs (`strategy` ddp or fsdp): `phases`
-    gains the communication that shows, memory follows the strategy. DDP all-reduces once an
-    iteration (`no_sync` on the other micro-batches), behind the last backward; FSDP gathers
-    and reduce-scatters for every micro-batch. One GPU: `p` itself."""
+                  strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1,
+                  model_parallel: int = 1, after_flush: bool = False) -> Prediction:
+    """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
+    `params` parameters) as a data-parallel iteration over the replicas of nodes x
+    gpus_per_node GPUs, `model_parallel` GPUs each (`model_parallel` ranks apart), with
+    `strategy` ddp or fsdp: `phases` gains the communication that shows, memory follows the
+    strategy. DDP all-reduces once an iteration (`no_sync` on the other micro-batches), behind
+    the last backward, or after it where a pipeline's flush ends the backward
+    (`after_flush`); FSDP gathers and reduce-scatters for every micro-batch. One replica: `p`
+    itself."""
     if strategy not in STRATEGIES:
-        raise RequestError(f"strategy {strategy!r}: not priced (only {', '.join(STRATEGIES)}: "
-                           "tensor and pipeline parallelism are not modelled yet)", "strategy")
-    n = gpus_per_node * nodes
+        raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
+    n = gpus_per_node * nodes // model_parallel
     if n == 1:
         return p
-    link = ring_link(gpu, gpus_per_node, nodes, interconnect, network_gbs)
+    link = group_link(gpu, gpus_per_node, nodes, interconnect, network_gbs, n, model_parallel)
     nbytes = 4.0 * params
     buckets = max(1, math.ceil(nbytes / (BUCKET_MB * 2 ** 20)))
     allreduce = allreduce_ms(nbytes, n, link, buckets)  # = reduce-scatter + all-gather
@@ -102,7 +119,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     fw, bw = p.phases.get("forward", 0.0) / k, p.phases.get("backward", 0.0) / k
     phases = dict(p.phases)
     if strategy == "ddp":
-        total, shown = allreduce, _hidden(allreduce, bw, buckets)
+        total, shown = allreduce, allreduce if after_flush else _hidden(allreduce, bw, buckets)
         memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
     else:
         gather = allreduce / 2
@@ -116,7 +133,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     warning = (f"{strategy}: gradient {what} over {n} GPUs ({total:.3g} ms, {total - shown:.3g} "
                f"ms of it hidden behind compute in {buckets} pieces of {BUCKET_MB} MB) priced "
                f"from the {link.name} bandwidth ({link.gbs:g} GB/s per direction): not measured")
-    phases["communication"] = shown
+    phases["communication"] = phases.get("communication", 0.0) + shown
     return dataclasses.replace(p, iteration_ms=sum(phases.values()), interval_ms=None,
                                warnings=[*p.warnings, warning], memory_gb=memory, phases=phases)
 

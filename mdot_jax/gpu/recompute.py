@@ -1,35 +1,57 @@
-"""Full activation checkpointing of a transformer's layers (`torch.utils.checkpoint` around
-every block, as FSDP and Megatron's `--recompute-granularity full` do), wrapped around one
-GPU's step priced from its spec sheet.
+"""Activation checkpointing of a transformer's layers, wrapped around one GPU's step priced
+from its spec sheet.
 
-The rules: the layers are the attention blocks (`converters.attention`); each keeps only its
-input (the hidden state, the size of its attention output) through the forward, and the
-backward runs each layer's forward again before its own backward (`phases["recomputation"]`
-= the forward's time); at a time one layer's activations are alive, a 1/L share of all. Not
-measured: the rules are PyTorch's, the time is the forward's price.
+`full` (`torch.utils.checkpoint` around every block, as FSDP and Megatron's
+`--recompute-granularity full` do): the layers are the attention blocks
+(`converters.attention`); each keeps only its input (the hidden state, the size of its
+attention output) through the forward, and the backward runs each layer's forward again before
+its own backward (`phases["recomputation"]` = the forward's time); at a time one layer's
+activations are alive, a 1/L share of all.
+
+`selective` (Megatron's `--recompute-granularity selective`): only the attention core (the
+scores, softmax, dropout and what lies between them and the output MatMul) is run again, so
+its S x S tensors are not kept; a fused attention keeps none anyway, and then nothing changes.
+The recomputation takes the core's forward: its operators' time times the step's forward
+share. Not measured: the rules are PyTorch's and Megatron's, the time the forward's price.
 """
 
 from __future__ import annotations
 
-from converters.attention import attention_blocks
+from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, OperatorSequence
 from mdot_jax.errors import RequestError
-from mdot_jax.serving.memory import HALF, step_memory
+from mdot_jax.serving.memory import HALF, saved, step_memory
 from mdot_jax.serving.prediction import Prediction
 
 _OUT_NUMEL = CONFIG_FIELDS.index("out_numel")
 
 
-def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
-                      optimizer: str) -> Prediction:
-    """`p` (one GPU's step of `seq`, with its phases) with every layer checkpointed."""
+def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, optimizer: str,
+                      granularity: str = "full", fused: list[Block] | None = None
+                      ) -> Prediction:
+    """`p` (one GPU's step of `seq`, with its phases; `fused`: its attention blocks priced
+    as fused kernels) with every layer checkpointed at `granularity`."""
     blocks = attention_blocks(seq)
     if not blocks:
         raise RequestError("activation_checkpointing: no transformer layers (attention "
                            "blocks) found in the model to checkpoint", "activation_checkpointing")
-    width = 2.0 if precision in HALF else 4.0
-    boundaries = width * float(sum(seq.config[b.output, _OUT_NUMEL] for b in blocks))
-    activations = step_memory(seq, precision, optimizer).activations
+    fused = fused or []
+    scale = 0.5 if precision in HALF else 1.0
+    if granularity == "selective":
+        if fused:
+            return p
+        core = sorted({i for b in blocks for i in b.inner if i != b.output})
+        freed = float(saved(seq, (), scale)[core].sum())
+        ms = sum(o["ms"] for o in p.operators or [] if o.get("index") in set(core))
+        fw, bw = p.phases.get("forward", 0.0), p.phases.get("backward", 0.0)
+        phases = dict(p.phases, recomputation=ms * fw / max(fw + bw, 1e-30))
+        note = (f"selective activation checkpointing over {len(blocks)} layers: the attention "
+                f"core run again in the backward ({phases['recomputation']:.3g} ms), "
+                f"{freed / 1e9:.3g} GB of its tensors not kept (Megatron's rules, not measured)")
+        return p.with_phases(phases, memory_gb=p.memory_gb - freed / 1e9,
+                             warnings=[*p.warnings, note])
+    boundaries = 4.0 * scale * float(sum(seq.config[b.output, _OUT_NUMEL] for b in blocks))
+    activations = step_memory(seq, precision, optimizer, fused=fused).activations
     kept = activations / len(blocks) + boundaries
     phases = dict(p.phases, recomputation=p.phases.get("forward", 0.0))
     note = (f"activation checkpointing over {len(blocks)} layers: the forward run again in the "

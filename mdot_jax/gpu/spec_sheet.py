@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from converters import OperatorSequence
-from converters.attention import attention_blocks
+from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
@@ -169,7 +169,7 @@ def _rowwise(op_type: str, c: np.ndarray) -> tuple[int, int]:
     return rows, max(n // rows, 1)
 
 
-def _classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, tuple]:
+def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, tuple]:
     """(node kind, measured operator, dims) of one operator; kind "free" costs nothing,
     "other" is priced as a copy and warned about."""
     out_n = max(int(c[_C["out_numel"]]), 1)
@@ -210,11 +210,14 @@ def _classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, 
 
 
 def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
-          step: str = "train", optimizer: str = "sgd", fit: bool = True) -> Prediction:
+          step: str = "train", optimizer: str = "sgd", fit: bool = True,
+          attention: str = "eager") -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
-    times (`operators`), warnings for whatever is extrapolated, and an 80% band when nothing
-    is (the band of whole steps on GPUs left out of the fit). `fit`: judge here whether the
-    step fits the GPU (False: the caller judges the memory it finally prices)."""
+    times (`operators`, each with its `index` in `seq`), warnings for whatever is
+    extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
+    the fit). `fit`: judge here whether the step fits the GPU (False: the caller judges the
+    memory it finally prices). `attention`: `flash` prices each attention block as one fused
+    kernel (`fused_attention`), `eager` as exported."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
@@ -231,9 +234,15 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     work: list[tuple[int, str, str, tuple, GPU, float]] = []
     other: dict[str, int] = {}
     odd_convs, classes = 0, set()
+    blocks = attention_blocks(seq) if attention == "flash" else []
+    inside = {i for b in blocks for i in b.inner}
+    for b in blocks:
+        classes.add("gemm")
+        for phase, gemms in fused_attention(seq, b).items():
+            work.extend((b.output, phase, "bmm", dims, at["gemm"], 1.0) for dims in gemms)
     for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
-        kind, op, dims = _classify(name, c, load)
-        if kind == "free":
+        kind, op, dims = classify(name, c, load)
+        if kind == "free" or i in inside or any(i == b.output for b in blocks):
             continue
         if kind == "other":
             other[name] = other.get(name, 0) + 1
@@ -267,8 +276,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     for (i, phase, *_, factor), t in zip(work, ms):
         per_op[i] += float(t) * factor
         phases["forward" if phase == "fw" else "backward"] += float(t) * factor
-    operators: list[dict] = [dict(type=n, name=str(nm), ms=float(t))
-                             for n, nm, t in zip(names, seq.node_names, per_op) if t > 0]
+    operators: list[dict] = [dict(type=n, name=str(nm), ms=float(t), index=i)
+                             for i, (n, nm, t) in enumerate(zip(names, seq.node_names, per_op))
+                             if t > 0]
     params = int(seq.params)
     if step == "train" and params:
         passes = UPDATE_PASSES[optimizer] + (1 if half else 0) + (precision == "amp-fp16")
@@ -288,14 +298,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                         "ones measured): extrapolated")
     if seq.unknown_ops:
         warnings.append(f"operators unknown to the converter: {seq.unknown_ops}")
-    fused = precision in ("amp-fp16", "amp-bf16") and float(gpu.compute_capability or 0) >= 8
-    if fused and (blocks := attention_blocks(seq)):
-        warnings.append(
-            f"{len(blocks)} attention blocks priced as exported (MatMul, Softmax over the "
-            f"S x S scores, MatMul): PyTorch's scaled_dot_product_attention runs one fused "
-            f"FlashAttention kernel for each on the {gpu.name} at {precision}, without the "
-            "S x S tensors; the step is likely priced slow and its memory over-counted (fused "
-            "attention is not priced yet)")
+    if blocks:
+        warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
+                        f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
+                        "FlashAttention's forward and backward, not measured")
     total = sum(phases.values())
     adapted = model.info.get("adaptation")
     if adapted and model.info["gpu"]["name"] == gpu.name:  # fitted to measured steps of it
@@ -318,10 +324,22 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                    interval_ms=fitted.interval(total) if adapted else
                    (total * math.exp(model.band[0]), total * math.exp(model.band[1]))
                    if band_ok else None)
-    p.memory_gb = step_memory(seq, precision, optimizer).total / 1e9
+    p.memory_gb = step_memory(seq, precision, optimizer, fused=blocks).total / 1e9
     if fit:
         check_fit(p, gpu.memory_gb, f"the {gpu.name}'s memory")
     return p
+
+
+def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple]]:
+    """The batched GEMMs (b, m, n, k) a fused attention kernel (FlashAttention-2, as PyTorch's
+    scaled_dot_product_attention runs it) does for `block`, by phase: the forward's scores
+    (Q K^T) and output (P V); the backward's five (the scores again, dP = dO V^T, dV, dQ,
+    dK). A causal block computes only the tiles on and below the diagonal: half the keys."""
+    c = seq.config[block.scores]
+    b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
+    keys = max(n // 2, 1) if block.causal else n
+    scores, out = (b, m, keys, k), (b, m, k, keys)
+    return {"fw": [scores, out], "bw": [scores, scores, out, out, out]}
 
 
 def _ratio_kind(kind: str) -> str:

@@ -11,11 +11,18 @@ checkpoint (`serving.predict.Predictor`; default `timm-rtx3090`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from converters import ConversionError, OperatorSequence, convert
+from converters.attention import attention_blocks
 from converters.fusion import fusion_version
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.serving.predict import check_batch, input_size_of
@@ -77,6 +84,12 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     model: Any = job.model
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
         model = OperatorSequence.load_npz(model)
+    elif isinstance(model, (str, Path)) and (str(model).endswith(".json")
+                                             or (Path(model) / "config.json").is_file()):
+        if job.seq_len is None:
+            raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
+                               "sample to export the model at)", "seq_len")
+        model = _from_config(str(model), job.seq_len)
     if not isinstance(model, OperatorSequence):
         return convert(model, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
                        input_shapes=dict(job.input_shapes or {}), fuse=fuse)
@@ -86,6 +99,21 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
                            f"fusion version {model.fusion}, this predictor reads {fuse} "
                            f"(`mdot convert --fuse {fuse}`)", "model")
     return model
+
+
+@functools.lru_cache(maxsize=2)
+def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
+    """A Hugging Face causal LM's training graph from its config.json alone, on the meta
+    device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
+    one's memory), once for every batch size asked."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "model.onnx"
+        done = subprocess.run([sys.executable, "-m", "converters.export", path, str(seq_len),
+                               str(out)], capture_output=True, text=True)
+        if done.returncode:
+            lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+            raise ConversionError(lines[-1])
+        return onnx.load(out)
 
 
 class _SpecSheet:
@@ -104,37 +132,81 @@ class _SpecSheet:
         self.notes: list[str] = []
 
     def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
-        from mdot_jax.gpu.parallel import accumulate
+        """The model at batch `b`, and one GPU's step of one micro-batch of it (its share
+        under tensor parallelism, kept with its attention blocks for `parallel`)."""
+        from mdot_jax.gpu import model_parallel
         from mdot_jax.gpu.recompute import checkpoint_layers
         from mdot_jax.gpu.spec_sheet import price
 
-        job = self.job
+        job, precision = self.job, self.job.precision or "fp32"
         seq = _sequence(job, b, fusion_version(True))
-        one = price(seq, self.gpu, self.model, precision=job.precision or "fp32",
-                    step=job.step or "train", optimizer=job.optimizer, fit=False)
+        blocks = attention_blocks(seq)
+        self.layout = model_parallel.Layout(1, 1, job.tp, job.pp, job.schedule or "1f1b",
+                                            job.stages_per_gpu, job.sequence_parallel)
+        model_parallel.check(seq, blocks, self.layout, job.grad_accum)
+        attention = self._attention(blocks, precision)
+        self.seq = model_parallel.shard(seq, job.tp, job.sequence_parallel)
+        one = price(self.seq, self.gpu, self.model, precision=precision,
+                    step=job.step or "train", optimizer=job.optimizer, fit=False,
+                    attention=attention)
+        self.fused = attention_blocks(self.seq) if attention == "flash" else []
         if job.activation_checkpointing:
-            one = checkpoint_layers(one, seq, job.precision or "fp32", job.optimizer)
-        return seq, accumulate(one, job.grad_accum)
+            one = checkpoint_layers(one, self.seq, precision, job.optimizer,
+                                    job.activation_checkpointing, self.fused)
+        return seq, one
+
+    def _attention(self, blocks: list, precision: str) -> str:
+        """The job's attention, or where it says none, PyTorch's choice (with a note)."""
+        job = self.job
+        if not blocks:
+            if job.attention == "flash":
+                raise RequestError("attention: the model has no attention blocks (MatMul, "
+                                   "Softmax, MatMul) to fuse", "attention")
+            return "eager"
+        if job.attention:
+            return job.attention
+        cc = float(self.gpu.compute_capability or 0)
+        if precision in ("amp-fp16", "amp-bf16") and cc >= 8:
+            self.notes.append(f"attention: flash (PyTorch's scaled_dot_product_attention runs "
+                              f"FlashAttention at {precision} on compute capability {cc:g}); "
+                              "give attention eager for a model that computes softmax(Q K^T) V "
+                              "itself")
+            return "flash"
+        self.notes.append(f"attention: eager (as the graph shows it: PyTorch runs "
+                          f"FlashAttention only at half precision on compute capability 8.0 "
+                          f"and later; this is {precision} on {cc:g})")
+        return "eager"
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
-        from mdot_jax.gpu.parallel import NETWORK_GBS, data_parallel
+        from mdot_jax.gpu import model_parallel
+        from mdot_jax.gpu.parallel import NETWORK_GBS, accumulate, data_parallel
         from mdot_jax.serving.memory import check_fit
 
         job = self.job
-        p = data_parallel(one, seq.params, self.gpu, n, job.nodes, job.interconnect,
-                          job.network_gbs or NETWORK_GBS, job.strategy, job.optimizer,
-                          job.grad_accum)
-        p = dataclasses.replace(p, warnings=list(p.warnings))  # `p` may be `one` itself
+        network = job.network_gbs or NETWORK_GBS
+        params = self.seq.params
+        if job.model_parallel:
+            layout = dataclasses.replace(self.layout, gpus=n * job.nodes, gpus_per_node=n)
+            one, params = model_parallel.pipeline(
+                one, self.seq, attention_blocks(self.seq), layout, self.gpu, job.grad_accum,
+                job.precision or "fp32", job.optimizer, job.activation_checkpointing, network,
+                job.interconnect, self.fused)
+        else:
+            one = accumulate(one, job.grad_accum)
+        p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
+                          job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
+                          after_flush=job.pp > 1)
+        p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p
 
     def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
-        """The model's forward and backward FLOPs an iteration, over what the GPU's matmul
-        peak at the precision would do in its time."""
+        """The model's forward and backward FLOPs an iteration (not the recomputation's),
+        over what its GPUs' matmul peak at the precision would do in its time."""
         from mdot_jax.gpu.spec_sheet import matmul_peak
 
         flops = (seq.total("fwd_flops") + seq.total("bwd_flops")) * self.job.grad_accum
-        peak = matmul_peak(self.gpu, self.job.precision or "fp32") * 1e12
+        peak = matmul_peak(self.gpu, self.job.precision or "fp32") * 1e12 * p.tp * p.pp
         return flops / (p.iteration_ms / 1e3) / peak
 
     def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
@@ -156,10 +228,11 @@ class _Checkpoint:
         if job.activation_checkpointing:
             raise RequestError("activation_checkpointing: priced for a GPU priced from its "
                                "spec sheet (device=NAME)", "activation_checkpointing")
-        if job.grad_accum > 1:
-            raise RequestError("grad_accum: a checkpoint predicts whole steps; accumulation is "
-                               "priced for a GPU priced from its spec sheet (device=NAME)",
-                               "grad_accum")
+        for name in ("grad_accum", "tp", "pp", "attention"):
+            if getattr(job, name) not in (1, None):
+                raise RequestError(f"{name}: a checkpoint predicts the whole steps it was "
+                                   "trained on; this is priced for a GPU priced from its spec "
+                                   "sheet (device=NAME)", name)
         self.job, self.predictor = job, Predictor.load(job.checkpoint)
         members = self.predictor.member_labels
         name = self.predictor.path.name if self.predictor.path else "in memory"

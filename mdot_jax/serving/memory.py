@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,9 +78,11 @@ class StepMemory:
 
 
 def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str = "sgd",
-                cpu: bool = False) -> StepMemory:
+                cpu: bool = False, fused: Sequence = ()) -> StepMemory:
     """The estimate for `seq` (at its batch size) trained at `precision` with `optimizer`, on
-    a CPU (at the step's live peak, `live_bytes`) or a GPU (the sum form)."""
+    a CPU (at the step's live peak, `live_bytes`) or a GPU (the sum form). `fused`: attention
+    blocks (`converters.attention`) run as fused kernels, which keep their inputs, output and
+    one fp32 log-sum-exp per query row instead of the S x S tensors between."""
     if optimizer not in OPTIMIZER_STATE:
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(OPTIMIZER_STATE)}")
     weights = 4.0 * seq.params
@@ -94,17 +97,25 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
                                    + (CPU_RETENTION - 1) * total)
     outputs = np.sort(np.asarray(seq.load[:, _WRITTEN], np.float64))
     working = scale * float(outputs[-2:].sum())
-    return StepMemory(weights, weights, state, scale * saved_bytes(seq), inputs, working)
+    return StepMemory(weights, weights, state, float(saved(seq, fused, scale).sum()), inputs,
+                      working)
 
 
-def saved_bytes(seq: OperatorSequence) -> float:
-    """Bytes of the operators' outputs that autograd keeps for the backward pass (fp32)."""
+def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0) -> np.ndarray:
+    """`[N]` bytes of each operator's output that autograd keeps for the backward pass, at
+    `scale` times fp32; a fused attention block's in place of its output (module docstring of
+    `step_memory`)."""
     names = seq.op_names
     kept = np.isin(names, list(NEEDS_OUTPUT))
     if len(seq.edges):
         src, dst = seq.edges[:, 0], seq.edges[:, 1]
         kept[src[np.isin(names[dst], list(NEEDS_INPUT))]] = True
-    return float(np.asarray(seq.load[kept, _WRITTEN], np.float64).sum())
+    out = np.where(kept, scale * np.asarray(seq.load[:, _WRITTEN], np.float64), 0.0)
+    for b in fused:
+        out[list(b.inner)] = 0.0
+        c = seq.config[b.scores]
+        out[b.output] += 4.0 * float(c[_CFG["mm_batch"]] * c[_CFG["mm_m"]])  # log-sum-exp
+    return out
 
 
 def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd") -> StepMemory:

@@ -59,12 +59,15 @@ class Prediction:
     operators: list[dict] | None = None
     input_size: int = 0  # the workload's image side or sequence length, as predicted for
     memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
-    # priced from a GPU's spec sheet (`serving.spec_sheet`): ms of forward, backward, update
-    # (and `serving.parallel`'s communication that shows)
+    # priced from a GPU's spec sheet (`gpu.spec_sheet`): ms of forward, backward, update (and
+    # recomputation, the communication that shows, a pipeline's bubble: `gpu.parallel`,
+    # `gpu.model_parallel`)
     phases: dict[str, float] = field(default_factory=dict)
     # what the request (`serving.request.TrainingJob`) asked, as `serving.front.predict` says
-    batch_size: int = 0  # per GPU and micro-batch
+    batch_size: int = 0  # per data-parallel replica and micro-batch
     gpus: int = 1  # in all, over every node
+    tp: int = 1  # tensor-parallel GPUs of a replica
+    pp: int = 1  # pipeline stages of a replica
     grad_accum: int = 1  # micro-batches an iteration accumulates before its update
     tokens: int = 0  # per sample, for a token model (its sequence length); 0 otherwise
     mfu: float | None = None  # model FLOPs (forward + backward) / the GPUs' matmul peak
@@ -74,8 +77,13 @@ class Prediction:
     job_interval_s: tuple[float, float] | None = None
 
     @property
+    def replicas(self) -> int:
+        """Data-parallel replicas: the GPUs over the tensor- and pipeline-parallel ones."""
+        return max(self.gpus // (self.tp * self.pp), 1)
+
+    @property
     def global_batch(self) -> int:
-        return self.batch_size * self.gpus * self.grad_accum
+        return self.batch_size * self.replicas * self.grad_accum
 
     @property
     def samples_per_s(self) -> float:
@@ -87,10 +95,12 @@ class Prediction:
 
     @property
     def scaling_efficiency(self) -> float:
-        """The share of a data-parallel step not waiting on communication, in (0, 1]: for DDP
-        the one-GPU step over the N-GPU one. A throughput ratio would pass 100% under FSDP,
-        whose GPUs each update 1/N of the parameters where one GPU updates them all."""
-        return 1.0 - self.phases.get("communication", 0.0) / self.iteration_ms
+        """The share of a parallel step not waiting on communication or a pipeline's bubble,
+        in (0, 1]: for DDP the one-GPU step over the N-GPU one. A throughput ratio would pass
+        100% under FSDP, whose GPUs each update 1/N of the parameters where one GPU updates
+        them all."""
+        idle = self.phases.get("communication", 0.0) + self.phases.get("bubble", 0.0)
+        return 1.0 - idle / self.iteration_ms
 
     def with_phases(self, phases: dict[str, float], **changes) -> Prediction:
         """`self` with other phases: the time is their sum and the band, a relative one,

@@ -15,17 +15,17 @@ from typing import Any
 
 from mdot_jax.errors import RequestError
 from mdot_jax.options import (
+    ATTENTION,
     CHECKPOINTING,
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
     OPTIMIZERS,
     PRECISIONS,
+    SCHEDULES,
     STEPS,
     STRATEGIES,
 )
-
-NOT_PRICED = {"tp": "tensor parallelism", "pp": "pipeline parallelism"}
 
 
 def _ints(name: str, value: Any, limit: float = MAX_INT) -> tuple[int, ...]:
@@ -49,8 +49,9 @@ def _positive(name: str, value: Any) -> None:
 def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True) -> None:
     if (value is None and optional) or value in choices:
         return
-    extra = f" ({NOT_PRICED[value]} is not priced yet)" if value in NOT_PRICED else ""
-    raise RequestError(f"{name} {value!r}: choose from {list(choices)}{extra}", name)
+    hint = {"tp": " (tensor parallelism: give tp)", "pp": " (pipeline parallelism: give pp)"}
+    raise RequestError(f"{name} {value!r}: choose from {list(choices)}"
+                       f"{hint.get(value, '') if name == 'strategy' else ''}", name)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class TrainingJob:
 
     Attributes:
       model: an `.onnx` file, its bytes or ModelProto, an `.npz` or `OperatorSequence` from
-        `convert` (at its own batch and input size).
+        `convert` (at its own batch and input size), or a Hugging Face causal LM's
+        `config.json` (or its folder; built on the meta device at `seq_len` tokens).
       batch_size: per device; a tuple gives one prediction each; None: dim 0 of
         `input_shapes`.
       device: a GPU of the catalog (`mdot devices`: priced from its spec sheet), or the
@@ -70,10 +72,20 @@ class TrainingJob:
         usual (fp32 on CPUs and GPUs priced from their spec sheet, amp-fp16 on a GPU
         checkpoint); step: spec-sheet pricing only.
       image_size, seq_len, input_shapes: the input's size (default: the model's own).
-      gpus: GPUs per node (data parallel, `batch_size` each); a tuple gives one prediction
-        each. nodes: of `gpus` GPUs each. strategy: `options.STRATEGIES`.
-      grad_accum: micro-batches of `batch_size` an iteration runs before its one update.
-      activation_checkpointing: `full` (every layer's forward run again in its backward).
+      gpus: GPUs per node, `batch_size` each data-parallel replica; a tuple gives one
+        prediction each. nodes: of `gpus` GPUs each. strategy: of the data parallelism,
+        `options.STRATEGIES`.
+      tp, pp: tensor- and pipeline-parallel degrees (Megatron-LM's); the data-parallel
+        replicas are gpus x nodes / (tp x pp). schedule: the pipeline's (`options.SCHEDULES`;
+        default 1f1b), virtual_stages: chunks per stage of the interleaved one (default 2).
+        sequence_parallel: the residual stream cut along the sequence over the tp GPUs.
+      grad_accum: micro-batches of `batch_size` an iteration runs before its one update (the
+        pipeline's micro-batches).
+      activation_checkpointing: `full` (every layer's forward run again in its backward) or
+        `selective` (only the attention core's).
+      attention: `flash` (PyTorch's fused scaled_dot_product_attention) or `eager` (as the
+        graph shows it); None: flash where PyTorch runs it (half precision, compute
+        capability 8.0 and later), a note says which.
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
         others by it). network_gbs: between nodes (default `parallel.NETWORK_GBS`).
       epochs, dataset_size: together, the whole job's time; or train_tokens: the time to
@@ -95,8 +107,14 @@ class TrainingJob:
     input_shapes: Mapping[str, Sequence[int]] | None = field(default=None, hash=False)
     gpus: int | tuple[int, ...] = 1
     nodes: int = 1
+    tp: int = 1
+    pp: int = 1
+    schedule: str | None = None
+    virtual_stages: int | None = None
+    sequence_parallel: bool = False
     grad_accum: int = 1
     activation_checkpointing: str | None = None
+    attention: str | None = None
     strategy: str = "ddp"
     interconnect: str | None = None
     network_gbs: float | None = None
@@ -121,6 +139,7 @@ class TrainingJob:
                 _ints(name, getattr(self, name))
         _ints("nodes", self.nodes)
         _ints("grad_accum", self.grad_accum)
+        self._check_model_parallel(counts)
         for name in ("device", "device_spec", "checkpoint"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (str, Path)) or not str(value)):
@@ -135,6 +154,7 @@ class TrainingJob:
         _choice("strategy", self.strategy, STRATEGIES, optional=False)
         _choice("interconnect", self.interconnect, INTERCONNECTS)
         _choice("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
+        _choice("attention", self.attention, ATTENTION)
         if self.interconnect and max(counts) == 1:
             raise RequestError("interconnect: the link between a node's GPUs; give gpus > 1",
                                "interconnect")
@@ -143,9 +163,9 @@ class TrainingJob:
             if self.nodes == 1:
                 raise RequestError("network_gbs: the link between nodes; give nodes > 1",
                                    "network_gbs")
-        if self.strategy != "ddp" and max(counts) * self.nodes == 1:
-            raise RequestError(f"strategy {self.strategy!r}: shards over several GPUs; give "
-                               "gpus (or nodes) > 1", "strategy")
+        if self.strategy != "ddp" and max(counts) * self.nodes == self.tp * self.pp:
+            raise RequestError(f"strategy {self.strategy!r}: shards over data-parallel "
+                               "replicas; give more gpus (or nodes) than tp x pp", "strategy")
         if (self.epochs is None) != (self.dataset_size is None):
             raise RequestError("epochs and dataset_size go together", "epochs")
         if self.epochs is not None:
@@ -156,6 +176,35 @@ class TrainingJob:
             if self.epochs is not None:
                 raise RequestError("train_tokens: the job is epochs x dataset_size or a number "
                                    "of tokens, not both", "train_tokens")
+
+    def _check_model_parallel(self, counts: tuple[int, ...]) -> None:
+        _ints("tp", self.tp)
+        _ints("pp", self.pp)
+        _choice("schedule", self.schedule, SCHEDULES)
+        if not isinstance(self.sequence_parallel, bool):
+            raise RequestError(f"sequence_parallel {self.sequence_parallel!r}: true or false",
+                               "sequence_parallel")
+        if self.schedule and self.pp == 1:
+            raise RequestError("schedule: the pipeline's; give pp > 1", "schedule")
+        if self.virtual_stages is not None:
+            _ints("virtual_stages", self.virtual_stages)
+            if self.schedule != "interleaved":
+                raise RequestError("virtual_stages: chunks of the interleaved schedule; give "
+                                   "schedule 'interleaved'", "virtual_stages")
+        if self.sequence_parallel and self.tp == 1:
+            raise RequestError("sequence_parallel: cuts the sequence over the tensor-parallel "
+                               "GPUs; give tp > 1", "sequence_parallel")
+        for n in counts:
+            if n * self.nodes % (self.tp * self.pp):
+                name = "tp" if self.tp > 1 else "pp"
+                raise RequestError(f"{name} {getattr(self, name)}: tp x pp ({self.tp} x "
+                                   f"{self.pp}) does not divide the {n * self.nodes} GPUs "
+                                   f"(gpus {n} x nodes {self.nodes})", name)
+
+    @property
+    def stages_per_gpu(self) -> int:
+        """The interleaved schedule's chunks per stage (1 for the others)."""
+        return (self.virtual_stages or 2) if self.schedule == "interleaved" else 1
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -176,3 +225,7 @@ class TrainingJob:
     @property
     def data_parallel(self) -> bool:
         return max(self.gpu_counts) * self.nodes > 1
+
+    @property
+    def model_parallel(self) -> bool:
+        return self.tp * self.pp > 1

@@ -1,0 +1,249 @@
+"""Tensor and pipeline parallelism of a transformer, as Megatron-LM runs them, priced from one
+GPU's step on its spec sheet (`spec_sheet.price`).
+
+Tensor parallel over T GPUs (`shard`, the sequence one GPU runs): every weight GEMM split T
+ways (column-parallel by its output features, row-parallel by its input features: whichever
+is not the model's width; the vocabulary-parallel head by its vocabulary), the attention heads
+and everything between a column- and a row-parallel GEMM (scores, softmax, the MLP's
+activations, the logits) T ways; the residual stream (tensors as wide as the model: norms,
+residual adds, dropout on it) replicated, or cut T ways along the sequence with sequence
+parallelism. A layer all-reduces its [tokens, width] activations twice in the forward and
+twice in the backward (with sequence parallelism an all-gather and a reduce-scatter each: the
+same bytes), the vocabulary-parallel embedding once each way; nothing hides them.
+
+Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
+chunks of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved
+schedule), each chunk starting at its first layer's attention scores; stage s runs chunks s,
+s + P, ...; the embedding goes with the first stage, the head and the loss with the last. An
+iteration runs the accumulation's m micro-batches; with stages taking t_s a micro-batch
+(forward, backward, recomputation, their tensor-parallel all-reduces, and sending activations
+forward and gradients back, 1/T of them per GPU as Megatron's scatter-gather does), 1F1B and
+GPipe take sum_s t_s + (m - 1) max t, the interleaved schedule m max t + (sum t - max t) / V;
+beyond m max t is the bubble. Memory is the fullest stage's: its share of the parameters,
+gradients and optimizer state, and the activations of the micro-batches in flight (1F1B:
+min(P - s, m) on stage s; GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the
+first), with full checkpointing the layers' inputs of those and one layer's whole.
+
+Data parallelism is what is left (`parallel.data_parallel`, over the largest stage's
+parameters). Megatron's rank order places the T GPUs of a tensor-parallel group next to each
+other, then the data-parallel replicas, then the stages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from converters.attention import Block
+from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
+from mdot_jax.errors import RequestError
+from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.parallel import Link, allreduce_ms, group_link
+from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, saved, step_memory
+from mdot_jax.serving.prediction import Prediction
+
+_C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+_L = {name: i for i, name in enumerate(LOAD_FIELDS)}
+_ALL_LOAD = [_L[f] for f in ("fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "params")]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How a job's GPUs split the model: T-way tensor parallel, P pipeline stages of V chunks
+    each under `schedule`, the data-parallel replicas what is left of `gpus`."""
+
+    gpus: int
+    gpus_per_node: int
+    tp: int = 1
+    pp: int = 1
+    schedule: str = "1f1b"
+    virtual: int = 1
+    sequence_parallel: bool = False
+
+    @property
+    def replicas(self) -> int:
+        return self.gpus // (self.tp * self.pp)
+
+
+def width(seq: OperatorSequence) -> int:
+    """The model's width: the most common inner dimension of its weight GEMMs."""
+    from mdot_jax.gpu.spec_sheet import classify
+
+    ks = [int(c[_C["mm_k"]]) for name, c, load in zip(seq.op_names, seq.config, seq.load)
+          if classify(name, c, load)[1] == "linear"]
+    if not ks:
+        raise RequestError("tp: the model has no weight GEMMs to split", "tp")
+    values, counts = np.unique(ks, return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def tokens_of(seq: OperatorSequence) -> int:
+    """Tokens of the batch: the elements of the rank-2 integer input ([batch, sequence])."""
+    shapes = [s for s in seq.meta.get("inputs", {}).values() if len(s) == 2]
+    return int(np.prod(shapes[0])) if shapes else 1
+
+
+def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batches: int) -> None:
+    """The one-line errors of a layout the model cannot take."""
+    tp, pp, v = layout.tp, layout.pp, layout.virtual
+    if (tp > 1 or pp > 1) and not blocks:
+        raise RequestError(f"{'tp' if tp > 1 else 'pp'}: the model has no transformer layers "
+                           "(attention blocks) to split", "tp" if tp > 1 else "pp")
+    if tp > 1:
+        c = seq.config[blocks[0].scores]
+        batch = max(tokens_of(seq) // max(int(c[_C["mm_m"]]), 1), 1)
+        heads = int(c[_C["mm_batch"]]) // batch
+        if heads % tp:
+            raise RequestError(f"tp {tp}: does not divide the model's {heads} attention heads",
+                               "tp")
+    if pp > 1 and len(blocks) % (pp * v):
+        what = f"{pp} stages" + (f" x {v} virtual stages" if v > 1 else "")
+        raise RequestError(f"pp {pp}: {what} do not divide the model's {len(blocks)} layers "
+                           "(Megatron gives every chunk as many)", "pp")
+    if layout.schedule == "interleaved" and micro_batches % pp:
+        raise RequestError(f"schedule 'interleaved': the micro-batches (grad_accum "
+                           f"{micro_batches}) must be a multiple of pp {pp}", "schedule")
+
+
+def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False) -> OperatorSequence:
+    """The operators one GPU of a `tp`-way tensor-parallel group runs (module docstring)."""
+    from mdot_jax.gpu.spec_sheet import classify
+
+    if tp == 1:
+        return seq
+    d, tokens = width(seq), tokens_of(seq)
+    config, load = seq.config.copy(), seq.load.copy()
+    for i, (name, c, ld) in enumerate(zip(seq.op_names, seq.config, seq.load)):
+        kind, op, dims = classify(name, c, ld)
+        n, rank, last = c[_C["out_numel"]], int(c[_C["out_rank"]]), int(c[_C["out_d3"]])
+        if op == "linear":
+            column = int(c[_C["mm_n"]]) != d or int(c[_C["mm_k"]]) == d
+            weight = float(c[_C["mm_k"]] * c[_C["mm_n"]] * c[_C["elem_bytes"]])
+            load[i, _ALL_LOAD] /= tp
+            if column:  # the input whole, the weight's columns and the output split
+                config[i, [_C["mm_n"], _C["out_numel"], _C["out_d3"]]] /= tp
+                load[i, _L["bytes_read"]] = ld[_L["bytes_read"]] - weight * (1 - 1 / tp)
+            else:  # the input's features and the weight's rows split, partial sums whole
+                config[i, [_C["mm_k"], _C["in_numel"], _C["in_d3"]]] /= tp
+                load[i, _L["bytes_written"]] = ld[_L["bytes_written"]]
+        elif ld[_L["params"]] > 2 * d:  # a weight matrix (however it reaches its GEMM), or
+            load[i, _L["params"]] /= tp  # the vocabulary-parallel embedding: its rows split
+        elif op == "bmm" or (last != d and n >= tokens * d / 64 and n % tp == 0):
+            load[i, _ALL_LOAD] /= tp  # heads, or the features between the split GEMMs
+            config[i, [_C["out_numel"], _C["in_numel"]]] /= tp
+            if op == "bmm":
+                config[i, _C["mm_batch"]] /= tp
+            elif rank <= 3 and last % tp == 0:
+                config[i, _C["out_d3"]] /= tp
+        elif sequence_parallel and last == d and rank >= 2 and n % tp == 0:
+            load[i, _ALL_LOAD] /= tp  # the residual stream, cut along the sequence
+            config[i, [_C["out_numel"], _C["in_numel"]]] /= tp
+    params = seq.params * float(load[:, _L["params"]].sum()) / max(seq.total("params"), 1.0)
+    return dataclasses.replace(seq, config=config, load=load,
+                               meta=dict(seq.meta, params=int(round(params)), tp=tp))
+
+
+def _chunks(seq: OperatorSequence, blocks: list[Block], layout: Layout) -> np.ndarray:
+    """`[N]` the pipeline stage of every operator (module docstring)."""
+    chunks = layout.pp * layout.virtual
+    per = len(blocks) // chunks
+    starts = [0] + [blocks[c * per].scores for c in range(1, chunks)]
+    chunk = np.searchsorted(np.asarray(starts), np.arange(seq.num_ops), side="right") - 1
+    return chunk % layout.pp
+
+
+def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout: Layout,
+             gpu: GPU, micro_batches: int, precision: str, optimizer: str,
+             checkpointing: str | None, network_gbs: float, interconnect: str | None,
+             fused: list[Block]) -> tuple[Prediction, int]:
+    """`one` (one GPU's step of one micro-batch of `seq`, sharded by `shard`, with its
+    phases) as an iteration of `micro_batches` through the tensor- and pipeline-parallel
+    `layout`, and the parameters of the fullest stage's GPU (for the data parallelism left)."""
+    tp, pp, v = layout.tp, layout.pp, layout.virtual
+    stage = _chunks(seq, blocks, layout) if pp > 1 else np.zeros(seq.num_ops, int)
+    ms = np.zeros(seq.num_ops)
+    for o in one.operators or []:
+        if "index" in o:  # the update has none: it follows the stages' parameters
+            ms[o["index"]] += o["ms"]
+    share = np.bincount(stage, ms, pp) / max(ms.sum(), 1e-30)  # [pp] of the compute
+    layers = np.bincount(stage[[b.scores for b in blocks]], minlength=pp)  # [pp]
+    bytes_ = 2.0 if precision in HALF else 4.0
+    act = tokens_of(seq) * width(seq) * bytes_  # one [tokens, width] activation
+    compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation")}
+    passes = 2 + (checkpointing == "full")  # forward, backward, the forward again
+    link = group_link(gpu, layout.gpus_per_node, layout.gpus // layout.gpus_per_node,
+                      interconnect, network_gbs, tp, 1)
+    per_layer = 2 * allreduce_ms(act, tp, link, 1)  # two all-reduces a layer a pass
+    tp_ms = (layers * passes + np.eye(pp)[0] * 2) * per_layer if tp > 1 else np.zeros(pp)
+    p2p = _p2p_ms(act / tp, layout, gpu, network_gbs, interconnect) * 2 * v if pp > 1 else 0.0
+    t = share * sum(compute.values()) + tp_ms + p2p  # [pp] ms a micro-batch
+    m, slow = micro_batches, int(np.argmax(t))
+    fill = t.sum() - t[slow]
+    iteration = m * t[slow] + (fill / v if layout.schedule == "interleaved" else fill)
+    state = _state_bytes(seq, stage, pp, optimizer)
+    memory = state + _activation_bytes(seq, stage, blocks, layout, m, precision,
+                                       checkpointing, fused)
+    full = int(np.argmax(memory))
+    update = one.phases.get("update", 0.0) * state[slow] / max(state.sum(), 1.0)
+    phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
+    phases.update(update=float(update), communication=float(m * (tp_ms[slow] + p2p)),
+                  bubble=float(iteration - m * t[slow]))
+    note = (f"{tp}-way tensor parallel" + (" with sequence parallelism" if
+                                            layout.sequence_parallel else "")
+            + f" x {pp} pipeline stages ({layout.schedule}"
+            + (f", {v} virtual stages each" if v > 1 else "")
+            + f", {m} micro-batches): {int(layers[slow])} layers on the slowest stage, bubble "
+            f"{phases['bubble']:.3g} ms, tensor-parallel all-reduces {m * tp_ms[slow]:.3g} ms"
+            f" over {link.name} (Megatron-LM's rules; not measured)")
+    working = step_memory(seq, precision, optimizer, fused=fused).working
+    params = int(round(state[full] / (8.0 + 4.0 * OPTIMIZER_STATE[optimizer])))
+    few = [f"{m} micro-batches through {pp} pipeline stages: most of the iteration is the "
+           f"bubble (grad_accum sets the micro-batches; several times pp is usual)"] \
+        if 1 < pp and m < pp else []
+    p = one.with_phases(phases, memory_gb=(float(memory[full]) + working) / 1e9, grad_accum=m,
+                        warnings=[*one.warnings, note, *few])
+    return p, params
+
+
+def _p2p_ms(nbytes: float, layout: Layout, gpu: GPU, network_gbs: float,
+            interconnect: str | None) -> float:
+    """One send of `nbytes` to the next stage, ms: over the node's links when a stage's
+    tp x replicas GPUs leave room for the next in the node, else over the network, whose
+    bandwidth every GPU of the node shares."""
+    group = layout.tp * layout.replicas
+    if group < layout.gpus_per_node:
+        link = group_link(gpu, layout.gpus_per_node, 1, interconnect, network_gbs, 2, group)
+        return 1e3 * (nbytes / (link.gbs * 1e9) + link.latency_s)
+    net = Link("network", network_gbs / layout.gpus_per_node, 10e-6)
+    return 1e3 * (nbytes / (net.gbs * 1e9) + net.latency_s)
+
+
+def _state_bytes(seq: OperatorSequence, stage: np.ndarray, pp: int, optimizer: str
+                 ) -> np.ndarray:
+    """`[pp]` bytes of fp32 parameters, gradients and optimizer state on a stage's GPU."""
+    # one stage holds a tied weight once; each of two stages that use it, a copy (Megatron)
+    params = np.bincount(stage, seq.column("params"), pp) if pp > 1 else \
+        np.asarray([seq.params], float)
+    return params * (8.0 + 4.0 * OPTIMIZER_STATE[optimizer])
+
+
+def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Block],
+                      layout: Layout, m: int, precision: str, checkpointing: str | None,
+                      fused: list[Block]) -> np.ndarray:
+    """`[pp]` bytes of activations a stage's GPU keeps at its fullest (module docstring)."""
+    pp, v = layout.pp, layout.virtual
+    scale = 0.5 if precision in HALF else 1.0
+    kept = np.bincount(stage, saved(seq, fused, scale), pp)  # one micro-batch's
+    flight = np.minimum(pp - np.arange(pp), m).astype(float)
+    if layout.schedule == "gpipe":
+        flight[:] = m
+    elif layout.schedule == "interleaved":
+        flight[0] = min(pp, m) * (1 + (pp - 1) / (pp * v))
+    if checkpointing != "full":
+        return kept * flight
+    layers = np.maximum(np.bincount(stage[[b.scores for b in blocks]], minlength=pp), 1)
+    inputs = np.bincount(stage[[b.output for b in blocks]],
+                         4 * scale * seq.config[[b.output for b in blocks], _C["out_numel"]],
+                         pp)
+    return inputs * flight + kept / layers

@@ -1,0 +1,136 @@
+"""Tensor and pipeline parallelism, fused attention and the LLM front door
+(`gpu.model_parallel`, `gpu.spec_sheet.fused_attention`, `mdot predict --tp/--pp`): the work
+and the parameters split as Megatron splits them, the bubble shrinks with micro-batches and
+virtual stages, the pipeline's memory follows its schedule, fused attention keeps no S x S
+tensor, and what a model cannot take is one named error."""
+
+import json
+
+import numpy as np
+import pytest
+
+from converters import convert
+from converters.attention import attention_blocks
+from mdot_jax import RequestError, TrainingJob, predict
+from mdot_jax.cli import main
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu.model_parallel import shard, width
+from mdot_jax.gpu.spec_sheet import load_step_model, price
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+CONFIG = dict(model_type="gpt2", n_layer=8, n_embd=256, n_head=8, n_positions=256,
+              vocab_size=1024)
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory):
+    """An 8-layer GPT-2 config.json, and its sequence at batch 4 x 256 tokens."""
+    root = tmp_path_factory.mktemp("gpt")
+    (root / "config.json").write_text(json.dumps(CONFIG))
+    from converters import from_hf_config
+
+    seq = convert(from_hf_config(CONFIG, seq_len=256), batch_size=4, fuse=2)
+    return root / "config.json", seq
+
+
+def _job(gpt, **fields):
+    return TrainingJob(**{"model": gpt[1], "batch_size": 4, "device": "h100-sxm",
+                          "precision": "amp-bf16", "optimizer": "adamw", **fields})
+
+
+def test_tensor_parallel_splits_the_gemms_heads_and_weights_not_the_residual_stream(gpt):
+    seq = gpt[1]
+    assert width(seq) == 256
+    half = shard(seq, 2)
+    names = seq.op_names
+    gemm = np.isin(names, ["Gemm", "MatMul"])
+    flops, split = seq.column("fwd_flops"), half.column("fwd_flops")
+    assert split[gemm].sum() == pytest.approx(flops[gemm].sum() / 2, rel=1e-6)
+    norms = names == "LayerNormalization"
+    assert np.array_equal(split[norms], flops[norms])  # replicated
+    assert shard(seq, 2, sequence_parallel=True).column("fwd_flops")[norms].sum() == \
+        pytest.approx(flops[norms].sum() / 2)
+    embeddings = seq.params - 8 * 2 * 256 * 2 - 2 * 256  # all but the layers' norms
+    assert half.params == pytest.approx(seq.params - embeddings / 2, rel=0.01)
+    assert shard(seq, 1) is seq
+
+
+def test_pipeline_bubble_memory_and_schedules(gpt):
+    one = predict(_job(gpt, gpus=4, pp=4, grad_accum=4))
+    many = predict(_job(gpt, gpus=4, pp=4, grad_accum=32))
+    assert one.phases["bubble"] / one.iteration_ms > many.phases["bubble"] / many.iteration_ms
+    # uniform stages: the bubble is (P - 1) / (m + P - 1) of the iteration, give or take the
+    # embedding and the head on the end stages
+    assert 0.5 * 3 / 7 < one.phases["bubble"] / one.iteration_ms < 1.5 * 3 / 7
+    gpipe = predict(_job(gpt, gpus=4, pp=4, grad_accum=32, schedule="gpipe"))
+    inter = predict(_job(gpt, gpus=4, pp=4, grad_accum=32, schedule="interleaved"))
+    assert gpipe.memory_gb > many.memory_gb  # all micro-batches in flight, not P
+    assert inter.phases["bubble"] < many.phases["bubble"]
+    for p in (one, many, gpipe, inter):
+        assert 0 < p.scaling_efficiency <= 1 and 0 < p.mfu < 1
+        assert p.iteration_ms == pytest.approx(sum(p.phases.values()))
+        assert p.global_batch == 4 * p.grad_accum  # one replica
+    assert any("pipeline stages" in w for w in many.warnings)
+
+
+def test_tensor_parallel_communicates_every_layer_and_shares_the_replicas(gpt):
+    alone = predict(_job(gpt, gpus=1))
+    tp = predict(_job(gpt, gpus=8, tp=2, pp=2, grad_accum=4))
+    assert tp.replicas == 2 and tp.global_batch == 4 * 2 * 4
+    assert tp.phases["communication"] > 0 and tp.memory_gb < alone.memory_gb
+    nodes = predict(_job(gpt, gpus=8, nodes=2, tp=8, grad_accum=4, network_gbs=25))
+    within = predict(_job(gpt, gpus=8, tp=8, grad_accum=4))
+    assert nodes.phases["communication"] > within.phases["communication"]  # the DP ring leaves
+
+
+@pytest.mark.parametrize("fields,field,needle", [
+    (dict(gpus=3, tp=3), "tp", "does not divide the model's 8 attention heads"),
+    (dict(gpus=3, pp=3), "pp", "do not divide the model's 8 layers"),
+    (dict(gpus=16, pp=16), "pp", "do not divide the model's 8 layers"),
+    (dict(gpus=4, pp=4, schedule="interleaved", grad_accum=6), "schedule", "multiple of pp"),
+    (dict(gpus=2, pp=2, schedule="interleaved", virtual_stages=8, grad_accum=2), "pp",
+     "x 8 virtual stages"),
+])
+def test_a_plan_the_model_cannot_take_is_one_named_error(gpt, fields, field, needle):
+    with pytest.raises(RequestError) as e:
+        predict(_job(gpt, **fields))
+    assert e.value.field == field and needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fused_attention_is_causal_cheaper_and_keeps_no_scores(gpt):
+    seq, h100, model = gpt[1], gpus.find("h100-sxm"), load_step_model()
+    blocks = attention_blocks(seq)
+    assert len(blocks) == 8 and all(b.causal for b in blocks)
+    eager = price(seq, h100, model, precision="amp-bf16", attention="eager")
+    flash = price(seq, h100, model, precision="amp-bf16", attention="flash")
+    assert flash.iteration_ms < eager.iteration_ms and flash.memory_gb < eager.memory_gb
+    scores = 4 * 8 * 256 * 256 * 2  # one layer's S x S at bf16
+    assert eager.memory_gb - flash.memory_gb > 8 * scores / 1e9
+    assert any("fused kernels (8 causal)" in w for w in flash.warnings)
+
+
+@pytest.mark.parametrize("gpu,precision,chosen", [("h100-sxm", "amp-bf16", "flash"),
+                                                  ("a100-sxm-80gb", "amp-fp16", "flash"),
+                                                  ("h100-sxm", "fp32", "eager"),
+                                                  ("v100-sxm2-32gb", "amp-fp16", "eager")])
+def test_the_default_attention_is_what_pytorch_runs_and_says_why(gpt, gpu, precision, chosen):
+    p = predict(_job(gpt, device=gpu, precision=precision))
+    assert any(w.startswith(f"attention: {chosen} (") for w in p.warnings)
+
+
+def test_a_hugging_face_config_is_a_model(gpt, capsys):
+    config = str(gpt[0])
+    p = predict(TrainingJob(model=config, seq_len=256, batch_size=4, device="h100-sxm",
+                            precision="amp-bf16", optimizer="adamw"))
+    assert p.iteration_ms == pytest.approx(predict(_job(gpt)).iteration_ms)
+    assert p.tokens == 256 and p.tokens_per_s > 0
+    with pytest.raises(RequestError, match="seq_len: required with a Hugging Face config"):
+        predict(TrainingJob(model=config, batch_size=4, device="h100-sxm"))
+    assert main(["predict", config, "--seq-len", "256", "--batch-size", "2", "--device",
+                 "h100-sxm", "--gpus", "8", "--tp", "2", "--pp", "2", "--grad-accum", "8",
+                 "--precision", "amp-bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "2 data-parallel replicas: 2-way tensor parallel x 2 pipeline stages" in out
+    assert "bubble" in out
