@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("data", type=Path)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--limit", type=int, help="price only the first N rows of each file")
+    ap.add_argument("--only", choices=("single", "multi"), help="price one file's rows")
     args = ap.parse_args(argv)
 
     import onnx
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = _rows(args.data)
     if args.limit:
         rows = [r for r in rows if int(r["key"].split("-")[1]) < args.limit]
+    if args.only:
+        rows = [r for r in rows if r["multi"] == (args.only == "multi")]
     args.out.mkdir(parents=True, exist_ok=True)
     done_path = args.out / "predictions.jsonl"  # resumable: one line a priced row
     done = {}

@@ -10,9 +10,11 @@
 #   amp-bf16-noisy.jsonl         samples measured, but too noisy to train on
 #   amp-bf16-report.json         what was skipped and why
 #   fp32-samples.jsonl           the GPU set at fp32, then as much of the core set as time allows
-#   ops-amp-bf16-samples.jsonl   single operators of the bf16 graphs, autocast to bf16 (a
-#                                minute, after the GPU set, before the core sets)
-#   ops-amp-bf16-noisy.jsonl     those too noisy to train on
+#   llm-steps.jsonl              GPT-2 124M / 350M training steps at 1,024-4,096 tokens,
+#                                bf16 autocast, flash and eager attention, with and without
+#                                activation checkpointing (`mdot_jax.measure.llm_steps`)
+#   ops-amp-bf16-samples.jsonl   single operators of the bf16 graphs, autocast to bf16 (half a
+#                                minute, after the GPU sets, before the core sets)
 #   kit.log                      every step's output
 # Each step is bounded by what time is left and appends as it measures, so a step cut off
 # keeps what it measured; run again on the same machine, it resumes (KIT_WORK keeps the
@@ -60,9 +62,9 @@ collect() {  # what comes back: at most 8 files, directly under OUT
     done
   done
   rm -f "$OUT/fp32-noisy.jsonl" "$OUT/fp32-report.json"  # the eight: the fp32 samples only
-  for f in samples.jsonl noisy.jsonl; do
-    [ -f "$WORK/ops-amp-bf16/$f" ] && cp "$WORK/ops-amp-bf16/$f" "$OUT/ops-amp-bf16-$f"
-  done
+  [ -f "$WORK/ops-amp-bf16/samples.jsonl" ] && \
+    cp "$WORK/ops-amp-bf16/samples.jsonl" "$OUT/ops-amp-bf16-samples.jsonl"
+  [ -f "$WORK/llm-steps.jsonl" ] && cp "$WORK/llm-steps.jsonl" "$OUT/llm-steps.jsonl"
   true
 }
 trap collect EXIT
@@ -85,9 +87,10 @@ EOF
 
 if [ "$DRY" = 1 ]; then
   KEYS=resnet18/i32/b2,mobilenet_v3_small/i32/b2
-  step 60 20 mdot probe --precision amp-bf16 --threads 2 --out "$WORK/amp-bf16" --keys "$KEYS"
-  step 40 15 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
+  step 60 60 mdot probe --precision amp-bf16 --threads 2 --out "$WORK/amp-bf16" --keys "$KEYS"
+  step 40 45 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
     --batch-sizes 2 --image-sizes 32 --threads 2 --out "$WORK/fp32"
+  step 30 15 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 20
   step 40 0 mdot profile --ops --precision amp-bf16 --ops-n 8 --max-minutes 0.5 --threads 2 \
     --ops-from "$WORK/amp-bf16" --out "$WORK/ops-amp-bf16"
 else
@@ -97,15 +100,16 @@ else
   GPU_MODELS+=,distilbert-base,llama-small
   GPU_SET=(--zoo torchvision,timm,hf --models "$GPU_MODELS" --image-sizes 224 --seq-lens 256
            --batch-sizes 32,128 --threads 8)
-  step 50 440 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
-  step 150 290 mdot profile "${GPU_SET[@]}" --precision amp-bf16 --out "$WORK/amp-bf16"
+  step 50 460 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
+  step 150 310 mdot profile "${GPU_SET[@]}" --precision amp-bf16 --out "$WORK/amp-bf16"
+  step 90 220 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --seconds 80
   # the same graphs at fp32: their sequences are made already (no second export)
   mkdir -p "$WORK/fp32/seqs" && cp -n "$WORK"/amp-bf16/seqs/*.npz "$WORK/fp32/seqs/" 2>/dev/null
-  step 140 150 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
+  step 120 100 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
   # single operators of the graphs just measured (a few dozen sequences: read in seconds)
-  step 60 90 mdot profile --ops --precision amp-bf16 --ops-n 300 --max-minutes 0.8 --threads 8 \
+  step 30 70 mdot profile --ops --precision amp-bf16 --ops-n 300 --max-minutes 0.4 --threads 8 \
     --ops-from "$WORK/amp-bf16" --out "$WORK/ops-amp-bf16"
-  step 60 30 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
+  step 40 30 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
   step 30 0 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
 fi
 echo "== done in $(( $(date +%s) - START ))s" >> "$LOG"

@@ -11,7 +11,13 @@ from onnx_builders import attention, conv_bn_relu, token_embedding
 
 from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu.parallel import BUCKET_MB, allreduce_ms, data_parallel, ring_link
+from mdot_jax.gpu.parallel import (
+    BUCKET_MB,
+    NVLINK_EFFICIENCY,
+    allreduce_ms,
+    data_parallel,
+    ring_link,
+)
 from mdot_jax.serving.prediction import Prediction
 
 
@@ -53,8 +59,9 @@ def test_the_allreduce_grows_with_bytes_and_gpus():
     assert allreduce_ms(1e9, 1, link, 1) == 0
     assert allreduce_ms(1e9, 2, link, 1) < allreduce_ms(1e9, 4, link, 1) \
         < allreduce_ms(1e9, 8, link, 1) < allreduce_ms(2e9, 8, link, 1)
-    # the bandwidth term of a ring: 2 (N - 1) / N of the bytes at 450 GB/s per direction
-    assert allreduce_ms(1e9, 2, link, 0) == pytest.approx(1e3 * 1e9 / 450e9)
+    # the bandwidth term of a ring: 2 (N - 1) / N of the bytes at the share of 450 GB/s per
+    # direction that rings achieve
+    assert allreduce_ms(1e9, 2, link, 0) == pytest.approx(1e3 * 1e9 / (450e9 * NVLINK_EFFICIENCY))
 
 
 def test_links_follow_the_hardware():
@@ -178,3 +185,36 @@ def test_the_fit_is_judged_on_the_memory_as_finally_priced(tmp_path):
     assert one.memory_gb > 2 * 0.2 > 0.2 > eight.memory_gb  # 0.48 and 0.10 GB
     assert any("will not fit" in w for w in one.warnings)
     assert not any("not fit" in w for w in eight.warnings)
+
+
+def test_the_nvlink_constants_are_the_fit_of_xlas_measured_collectives(tmp_path):
+    """`bench_collectives.py` fits them on XLA's H100 table; the shipped ones round the fit."""
+    import importlib.util
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "xla-h100-tables"
+    if not (data / "collectives.csv").exists():
+        pytest.skip("XLA's H100 tables are not beside the checkout")
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_collectives.py"
+    spec = importlib.util.spec_from_file_location("bench_collectives", bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main([str(data), "--out", str(tmp_path)]) == 0
+    got = json.loads((tmp_path / "results.json").read_text())
+    assert got["fitted"]["efficiency"] == pytest.approx(NVLINK_EFFICIENCY, abs=0.005)
+    assert got["fitted"]["latency_us"] == pytest.approx(3.5, abs=0.05)
+    assert max(got["mape_shipped"].values()) < min(got["mape_datasheet"].values())
+
+
+def test_a_ring_that_leaves_the_node_shares_its_network():
+    """Eight rings of a node's eight GPUs (tensor parallel 8, data parallel across nodes) each
+    get an eighth of the node's network; one ring over the nodes gets all of it."""
+    from mdot_jax.gpu.parallel import group_link
+
+    h100 = gpus.find("h100-sxm")
+    one = group_link(h100, 8, 4, None, 100.0, 32, 1)
+    eight = group_link(h100, 8, 4, None, 100.0, 4, 8)
+    inside = group_link(h100, 8, 4, None, 100.0, 8, 1)
+    assert (one.name, one.gbs) == ("network", 100.0)
+    assert (eight.name, eight.gbs) == ("network", 12.5)
+    assert inside.name == "nvlink"

@@ -7,9 +7,10 @@ The rules:
   buckets of `BUCKET_MB`, by a ring: each GPU sends and receives 2 (N - 1) / N of the bytes
   over the slowest link of the ring, plus 2 (N - 1) steps of the link's latency per bucket;
 - the links: NVLink where the GPU has it and every GPU of the ring reaches the others by it
-  (`GPU.nvswitch`: SXM parts on their boards; PCIe cards only pairwise, by a bridge), else
-  PCIe; between nodes, the network, one NIC per node (`network_gbs`); bandwidths per
-  direction (the catalog's NVLink and PCIe figures count both directions);
+  (`GPU.nvswitch`: SXM parts on their boards; PCIe cards only pairwise, by a bridge), at the
+  share of its bandwidth rings achieve (`NVLINK_EFFICIENCY`), else PCIe; between nodes, the
+  network, one NIC per node (`network_gbs`); bandwidths per direction (the catalog's NVLink
+  and PCIe figures count both directions);
 - buckets are all-reduced while the backward pass goes on: the first is ready after 1/B of it,
   the last only at its end, so what shows is max(C / B, C - backward (B - 1) / B) of an
   all-reduce costing C in B buckets; never less than the last bucket, so a step is never
@@ -38,7 +39,11 @@ from mdot_jax.serving.prediction import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
 NETWORK_GBS = 25.0  # between nodes, per direction, unless told: a 200 Gb/s NIC
-LATENCY_US = {"nvlink": 2.0, "pcie": 5.0, "network": 10.0}  # per ring step, one way
+# per ring step, one way; NVLink's, and the share of its bandwidth a ring achieves, fitted on
+# XLA's measured H100 collectives (`benchmarks/bench_collectives.py`); PCIe's and the
+# network's: their datasheet figures, nothing of them measured
+LATENCY_US = {"nvlink": 3.5, "pcie": 5.0, "network": 10.0}
+NVLINK_EFFICIENCY = 0.74
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +65,7 @@ def ring_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | None
                            f"{gpus_per_node} GPUs (PCIe cards pair by a bridge at most)",
                            "interconnect")
     name = interconnect or ("nvlink" if nvlink else "pcie")
-    gbs = (gpu.nvlink_gbs if name == "nvlink" else gpu.pcie_gbs) / 2
+    gbs = gpu.nvlink_gbs / 2 * NVLINK_EFFICIENCY if name == "nvlink" else gpu.pcie_gbs / 2
     link = Link(name, gbs, LATENCY_US[name] * 1e-6)
     if nodes > 1 and network_gbs < gbs:
         link = Link("network", network_gbs, LATENCY_US["network"] * 1e-6)

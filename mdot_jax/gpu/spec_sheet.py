@@ -239,7 +239,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     for b in blocks:
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
-            work.extend((b.output, phase, "bmm", dims, at["gemm"], 1.0) for dims in gemms)
+            work.extend((b.output, phase, "linear", dims, at["gemm"], 1.0) for dims in gemms)
     for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
         kind, op, dims = classify(name, c, load)
         if kind == "free" or i in inside or any(i == b.output for b in blocks):
@@ -331,15 +331,18 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
 
 
 def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple]]:
-    """The batched GEMMs (b, m, n, k) a fused attention kernel (FlashAttention-2, as PyTorch's
-    scaled_dot_product_attention runs it) does for `block`, by phase: the forward's scores
-    (Q K^T) and output (P V); the backward's five (the scores again, dP = dO V^T, dV, dQ,
-    dK). A causal block computes only the tiles on and below the diagonal: half the keys."""
+    """The GEMMs (b, m, n, k) that price a fused attention kernel (FlashAttention-2, as
+    PyTorch's scaled_dot_product_attention runs it) for `block`, by phase: the forward's
+    scores (Q K^T) and output (P V), the backward's five (the scores again, dP = dO V^T, dV,
+    dQ, dK). Their products stay on chip, so each is priced as a GEMM of its FLOPs that
+    writes nothing large: a cube, as for an Einsum. A causal block computes only the tiles on
+    and below the diagonal: half the keys."""
     c = seq.config[block.scores]
     b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
     keys = max(n // 2, 1) if block.causal else n
-    scores, out = (b, m, keys, k), (b, m, k, keys)
-    return {"fw": [scores, out], "bw": [scores, scores, out, out, out]}
+    side = max(round((b * m * keys * k) ** (1 / 3)), 1)  # 2 b m keys k FLOPs a GEMM
+    cube = (1, side, side, side)
+    return {"fw": [cube] * 2, "bw": [cube] * 5}
 
 
 def _ratio_kind(kind: str) -> str:

@@ -1,0 +1,125 @@
+"""Measured LLM training steps on one GPU: our own ground truth for fused attention, activation
+checkpointing and the tokens/s of a decoder, what `mdot predict` prices from a config.
+
+    python -m mdot_jax.measure.llm_steps OUT.jsonl [--seconds 120] [--dry-run]
+
+The steps: GPT-2-style decoders (124M: 12 layers of 768; 350M: 24 of 1024; Hugging Face's
+`GPT2LMHeadModel`, GELU with erf) at 1,024, 2,048 and 4,096 tokens, micro-batches of 8,192
+tokens, autocast to bf16, AdamW (torch.optim's default implementation), each with attention
+`flash` (`attn_implementation="sdpa"`: PyTorch picks FlashAttention) and `eager`, with and
+without full activation checkpointing (`gradient_checkpointing_enable`). A step is forward,
+cross-entropy over the vocabulary, backward and the update, CUDA synchronised; 2 untimed, then
+the median of 5. Each row carries the config and the fields of a `TrainingJob` that prices it,
+the peak memory allocated, or why it could not run (out of memory). Rows are appended as they
+are measured and a second run skips what is there; `--seconds` bounds the whole run. On a
+CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SIZES = {"gpt2-124m": dict(n_layer=12, n_embd=768, n_head=12),
+         "gpt2-350m": dict(n_layer=24, n_embd=1024, n_head=16)}
+TOKENS = (1024, 2048, 4096)
+BATCH_TOKENS = 8192
+DRY = {"gpt2-tiny": dict(n_layer=2, n_embd=64, n_head=4)}
+
+
+def plan(dry: bool) -> list[dict]:
+    """Every step to measure, smallest first, as the rows' `job` and `config`."""
+    out = []
+    for name, size in (DRY if dry else SIZES).items():
+        for tokens in (64,) if dry else TOKENS:
+            for attention in ("flash", "eager"):
+                for ckpt in (None, "full"):
+                    config = dict(model_type="gpt2", vocab_size=50257, n_positions=tokens,
+                                  activation_function="gelu", **size)
+                    out.append(dict(
+                        key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}", config=config,
+                        job=dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
+                                 precision="fp32" if dry else "amp-bf16", optimizer="adamw",
+                                 attention=attention, activation_checkpointing=ckpt)))
+    return out
+
+
+def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
+    """The row with `ms` (median), `ms_all` and `peak_gb`, or `error` (out of memory)."""
+    import torch
+    import transformers
+
+    job, cfg = row["job"], dict(row["config"])
+    cfg.pop("model_type")
+    impl = "sdpa" if job["attention"] == "flash" else "eager"
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        **cfg, use_cache=False, attn_implementation=impl)).to(device)
+    if job["activation_checkpointing"]:  # the newer name where the installed version has it
+        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, cfg["vocab_size"], (job["batch_size"], job["seq_len"]), device=device)
+    half = job["precision"] == "amp-bf16"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step():
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=half):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    try:
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        times = []
+        for i in range(warmup + repeats):
+            sync()
+            t = time.perf_counter()
+            step()
+            sync()
+            if i >= warmup:
+                times.append(1e3 * (time.perf_counter() - t))
+        peak = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else None
+        return dict(row, ms=statistics.median(times), ms_all=times, peak_gb=peak)
+    except torch.OutOfMemoryError:
+        return dict(row, error="out of memory")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not args.dry_run else "cpu"
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    done = set()
+    if args.out.exists():
+        done = {json.loads(x)["key"] for x in args.out.read_text().splitlines() if x.strip()}
+    start = time.perf_counter()
+    with open(args.out, "a") as f:
+        for row in plan(args.dry_run):
+            if row["key"] in done:
+                continue
+            if time.perf_counter() - start > args.seconds:
+                print(f"llm steps: out of time before {row['key']}", file=sys.stderr)
+                break
+            got = dict(measure(row, device), device=gpu, torch=torch.__version__)
+            if device == "cuda":  # the model and its optimizer are gone with `measure`
+                torch.cuda.empty_cache()
+            f.write(json.dumps(got) + "\n")
+            f.flush()
+            print(f"{row['key']}: {got.get('ms', got.get('error'))}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
