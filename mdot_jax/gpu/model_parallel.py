@@ -24,8 +24,8 @@ gradients and optimizer state, and the activations of the micro-batches in fligh
 min(P - s, m) on stage s; GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the
 first), with full checkpointing the layers' inputs of those and one layer's whole.
 
-Data parallelism is what is left (`parallel.data_parallel`, over the largest stage's
-parameters). Megatron's rank order places the T GPUs of a tensor-parallel group next to each
+Data parallelism is what is left (`parallel.data_parallel`, over the fullest stage's
+parameters), its gradients reduced after the backward as Megatron-LM does. Megatron's rank order places the T GPUs of a tensor-parallel group next to each
 other, then the data-parallel replicas, then the stages.
 """
 

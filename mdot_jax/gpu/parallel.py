@@ -108,8 +108,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     gpus_per_node GPUs, `model_parallel` GPUs each (`model_parallel` ranks apart), with
     `strategy` ddp or fsdp: `phases` gains the communication that shows, memory follows the
     strategy. DDP all-reduces once an iteration (`no_sync` on the other micro-batches), behind
-    the last backward, or after it where a pipeline's flush ends the backward
-    (`after_flush`); FSDP gathers and reduce-scatters for every micro-batch. One replica: `p`
+    the last backward, or after it as Megatron-LM does (`after_flush`: its gradient buffers
+    are reduced once the backward, and a pipeline's flush, are done); FSDP gathers and reduce-scatters for every micro-batch. One replica: `p`
     itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")

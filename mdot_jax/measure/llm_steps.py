@@ -11,7 +11,7 @@ without full activation checkpointing (`gradient_checkpointing_enable`). A step 
 cross-entropy over the vocabulary, backward and the update, CUDA synchronised; 2 untimed, then
 the median of 5. Each row carries the config and the fields of a `TrainingJob` that prices it,
 the peak memory allocated, or why it could not run (out of memory). Rows are appended as they
-are measured and a second run skips what is there; `--seconds` bounds the whole run. On a
+are measured and a second run skips what is there; no step starts after `--seconds`. On a
 CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32.
 """
 
@@ -109,15 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         for row in plan(args.dry_run):
             if row["key"] in done:
                 continue
-            if time.perf_counter() - start > args.seconds:
-                print(f"llm steps: out of time before {row['key']}", file=sys.stderr)
-                break
             got = dict(measure(row, device), device=gpu, torch=torch.__version__)
             if device == "cuda":  # the model and its optimizer are gone with `measure`
                 torch.cuda.empty_cache()
             f.write(json.dumps(got) + "\n")
             f.flush()
             print(f"{row['key']}: {got.get('ms', got.get('error'))}", file=sys.stderr)
+            if time.perf_counter() - start > args.seconds:
+                print("llm steps: out of time", file=sys.stderr)
+                break
     return 0
 
 
