@@ -25,8 +25,9 @@ min(P - s, m) on stage s; GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V))
 first), with full checkpointing the layers' inputs of those and one layer's whole.
 
 Data parallelism is what is left (`parallel.data_parallel`, over the fullest stage's
-parameters), its gradients reduced after the backward as Megatron-LM does. Megatron's rank order places the T GPUs of a tensor-parallel group next to each
-other, then the data-parallel replicas, then the stages.
+parameters), its gradients reduced after the backward as Megatron-LM does. Megatron's rank
+order places the T GPUs of a tensor-parallel group next to each other, then the data-parallel
+replicas, then the stages.
 """
 
 from __future__ import annotations

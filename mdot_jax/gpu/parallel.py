@@ -107,10 +107,10 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each (`model_parallel` ranks apart), with
     `strategy` ddp or fsdp: `phases` gains the communication that shows, memory follows the
-    strategy. DDP all-reduces once an iteration (`no_sync` on the other micro-batches), behind
-    the last backward, or after it as Megatron-LM does (`after_flush`: its gradient buffers
-    are reduced once the backward, and a pipeline's flush, are done); FSDP gathers and reduce-scatters for every micro-batch. One replica: `p`
-    itself."""
+    strategy. DDP all-reduces once an iteration (`no_sync` on the other micro-batches),
+    behind the last backward, or after it as Megatron-LM does (`after_flush`: its gradient
+    buffers are reduced once the backward, and a pipeline's flush, are done); FSDP gathers and
+    reduce-scatters for every micro-batch. One replica: `p` itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
