@@ -3,6 +3,9 @@
 # in at most KIT_SECONDS (default 510) of wall time, into at most 8 files directly under OUT:
 #   env.json                     the GPU's fingerprint (name, SMs, memory, L2, CUDA, cuDNN,
 #                                driver, clocks), PyTorch, Python, and what is installed
+#   kernels.jsonl                the precision sweep, first: GEMMs, batched GEMMs, fused
+#                                attention, elementwise and row-wise kernels on generated shapes
+#                                at fp32, tf32, fp16, bf16 and fp8 (`mdot_jax.measure.kernel_sweep`)
 #   amp-bf16-samples.jsonl       the probe; the GPU set (GPU_MODELS at 224 px or 256 tokens,
 #                                batch 32 and 128: steps that occupy the GPU); then the device
 #                                core set (64 px, 32 tokens: launch-bound on a big GPU);
@@ -13,8 +16,6 @@
 #   llm-steps.jsonl              GPT-2 124M / 350M training steps at 1,024-4,096 tokens,
 #                                bf16 autocast, flash and eager attention, with and without
 #                                activation checkpointing (`mdot_jax.measure.llm_steps`)
-#   ops-amp-bf16-samples.jsonl   single operators of the bf16 graphs, autocast to bf16 (half a
-#                                minute, after the GPU sets, before the core sets)
 #   kit.log                      every step's output
 # Each step is bounded by what time is left and appends as it measures, so a step cut off
 # keeps what it measured; run again on the same machine, it resumes (KIT_WORK keeps the
@@ -62,9 +63,9 @@ collect() {  # what comes back: at most 8 files, directly under OUT
     done
   done
   rm -f "$OUT/fp32-noisy.jsonl" "$OUT/fp32-report.json"  # the eight: the fp32 samples only
-  [ -f "$WORK/ops-amp-bf16/samples.jsonl" ] && \
-    cp "$WORK/ops-amp-bf16/samples.jsonl" "$OUT/ops-amp-bf16-samples.jsonl"
-  [ -f "$WORK/llm-steps.jsonl" ] && cp "$WORK/llm-steps.jsonl" "$OUT/llm-steps.jsonl"
+  for f in kernels.jsonl llm-steps.jsonl; do
+    [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/$f"
+  done
   true
 }
 trap collect EXIT
@@ -87,12 +88,11 @@ EOF
 
 if [ "$DRY" = 1 ]; then
   KEYS=resnet18/i32/b2,mobilenet_v3_small/i32/b2
+  step 20 140 "$PY" -m mdot_jax.measure.kernel_sweep "$WORK/kernels.jsonl" --dry-run --seconds 10
   step 60 60 mdot probe --precision amp-bf16 --threads 2 --out "$WORK/amp-bf16" --keys "$KEYS"
-  step 40 45 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
+  step 40 25 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
     --batch-sizes 2 --image-sizes 32 --threads 2 --out "$WORK/fp32"
-  step 30 15 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 20
-  step 40 0 mdot profile --ops --precision amp-bf16 --ops-n 8 --max-minutes 0.5 --threads 2 \
-    --ops-from "$WORK/amp-bf16" --out "$WORK/ops-amp-bf16"
+  step 30 0 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 20
 else
   # the GPU set: every name is a zoo model (tests/test_gpu_kit.py checks)
   GPU_MODELS=resnet50,resnet101,convnext_tiny,efficientnet_b0,densenet121,mobilenet_v3_large
@@ -100,16 +100,14 @@ else
   GPU_MODELS+=,distilbert-base,llama-small
   GPU_SET=(--zoo torchvision,timm,hf --models "$GPU_MODELS" --image-sizes 224 --seq-lens 256
            --batch-sizes 32,128 --threads 8)
-  step 50 460 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
-  step 150 310 mdot profile "${GPU_SET[@]}" --precision amp-bf16 --out "$WORK/amp-bf16"
-  step 90 220 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --seconds 80
+  step 120 390 "$PY" -m mdot_jax.measure.kernel_sweep "$WORK/kernels.jsonl" --seconds 110
+  step 45 345 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
+  step 130 215 mdot profile "${GPU_SET[@]}" --precision amp-bf16 --out "$WORK/amp-bf16"
+  step 80 135 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --seconds 70
   # the same graphs at fp32: their sequences are made already (no second export)
   mkdir -p "$WORK/fp32/seqs" && cp -n "$WORK"/amp-bf16/seqs/*.npz "$WORK/fp32/seqs/" 2>/dev/null
-  step 120 100 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
-  # single operators of the graphs just measured (a few dozen sequences: read in seconds)
-  step 30 70 mdot profile --ops --precision amp-bf16 --ops-n 300 --max-minutes 0.4 --threads 8 \
-    --ops-from "$WORK/amp-bf16" --out "$WORK/ops-amp-bf16"
-  step 40 30 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
-  step 30 0 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
+  step 90 45 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
+  step 25 20 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
+  step 20 0 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
 fi
 echo "== done in $(( $(date +%s) - START ))s" >> "$LOG"

@@ -1,0 +1,199 @@
+"""The kit's precision sweep: single kernels at every precision the GPU has, on shapes this
+module generates (no model needed), so that every lease brings tensor-core operator data.
+
+    python -m mdot_jax.measure.kernel_sweep OUT.jsonl [--seconds 120] [--dry-run]
+
+The kernels:
+- `gemm`: `torch.matmul` of [b, m, k] x [k, n] (a linear layer's) and `bmm` [b, m, k] x
+  [b, k, n], shapes drawn log-uniformly (`numpy.random.default_rng(0)`) from 64 to 16,384 per
+  dim, so that they span tiles and waves, at fp32 (TF32 off), tf32, fp16, bf16, and fp8
+  (`torch._scaled_mm`, where the GPU has it);
+- `sdpa`: `scaled_dot_product_attention` forward and backward, causal, with the flash and the
+  memory-efficient backends, at fp16 and bf16;
+- `elementwise` (add, mul, gelu), `layer_norm` and `softmax` over [rows, cols] at fp32 and
+  bf16.
+Each row: the kernel, its precision and dims, the FLOPs and bytes it must do, the median of
+`REPEATS` timed runs after a warm-up (CUDA events on a GPU), or why it could not run. The kinds
+are interleaved, so a run cut short by `--seconds` (no kernel starts after it) has some of
+each; a second run skips the keys already there. `--dry-run`: a few small shapes on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPEATS = 10
+GEMM_PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+HALF = ("fp16", "bf16")
+MAX_FLOPS = 2e12  # per GEMM: a few ms on any GPU we price
+MAX_BYTES = 2e9  # per fp32 operand
+
+
+def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
+    """The kernels to time, kinds interleaved, as rows of `kind`, `precision` and `dims`."""
+    rng = np.random.default_rng(0)
+    if dry:
+        gemms = [("gemm", (2, 64, 64, 64)), ("bmm", (2, 64, 32, 64))]
+        sdpa = [(1, 2, 64, 32)]
+        rowwise = [(256, 256)]
+        precisions, halves = ("fp32",), ("fp32",)
+    else:
+        gemms = []
+        while len(gemms) < n_gemm:
+            b = int(rng.choice([1, 1, 2, 8, 32]))
+            m, n, k = (int(2 ** rng.uniform(6, 14)) // 16 * 16 for _ in range(3))
+            if 2.0 * b * m * n * k <= MAX_FLOPS and min(m, n, k) >= 64 \
+                    and 4.0 * b * max(m * k, k * n, m * n) <= MAX_BYTES:
+                gemms.append((str(rng.choice(["gemm", "bmm"])), (b, m, n, k)))
+        sdpa = [(b, h, s, d) for s in (512, 1024, 2048, 4096) for d in (64, 128)
+                for b, h in ((4, 16),)]
+        rowwise = [(int(2 ** rng.uniform(8, 16)), int(2 ** rng.uniform(6, 14)) // 16 * 16)
+                   for _ in range(24)]
+        precisions, halves = GEMM_PRECISIONS, HALF
+    rows: list[list[dict]] = [[], [], []]
+    for kind, dims in gemms:
+        rows[0] += [dict(kind=kind, precision=p, dims=dims) for p in precisions]
+    for dims in sdpa:
+        rows[1] += [dict(kind=f"sdpa-{backend}", precision=p, dims=dims)
+                    for backend in ("flash", "efficient") for p in halves]
+    for dims in rowwise:
+        rows[2] += [dict(kind=kind, precision=p, dims=dims) for kind in
+                    ("add", "mul", "gelu", "layer_norm", "softmax")
+                    for p in ("fp32", "bf16" if not dry else "fp32")]
+    out, queues = [], [list(q) for q in rows]
+    while any(queues):  # round-robin: every kind early
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    for r in out:
+        r["key"] = f"{r['kind']}/{r['precision']}/{'x'.join(map(str, r['dims']))}"
+    return list({r["key"]: r for r in out}.values())
+
+
+def _work(row: dict) -> tuple[float, float]:
+    """(FLOPs, bytes) the kernel must do at least."""
+    dims, kind = row["dims"], row["kind"]
+    width = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}[row["precision"]]
+    if kind in ("gemm", "bmm"):
+        b, m, n, k = dims
+        weights = (b if kind == "bmm" else 1) * k * n
+        return 2.0 * b * m * n * k, width * (b * m * k + weights + b * m * n)
+    if kind.startswith("sdpa"):
+        b, h, s, d = dims
+        return 3.5 * 4.0 * b * h * s * s * d / 2, width * 8.0 * b * h * s * d  # fwd + bwd
+    rows, cols = dims
+    return float(rows * cols), width * (3.0 if kind in ("add", "mul") else 2.0) * rows * cols
+
+
+def _kernel(row: dict, device: str):
+    """A closure running the kernel once."""
+    import torch
+    import torch.nn.functional as F
+
+    dims, kind, p = row["dims"], row["kind"], row["precision"]
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(p, torch.float32)
+    torch.backends.cuda.matmul.allow_tf32 = p == "tf32"
+
+    def new(*shape: int, grad: bool = False):
+        return torch.randn(*shape, device=device, dtype=dtype, requires_grad=grad)
+
+    if kind in ("gemm", "bmm") and p == "fp8":
+        b, m, n, k = dims
+        f8 = torch.float8_e4m3fn
+        a = new(b * m, k).to(f8)
+        w = new(n, k).to(f8).t()
+        one = torch.ones((), device=device)
+        return lambda: torch._scaled_mm(a, w, scale_a=one, scale_b=one,
+                                        out_dtype=torch.bfloat16)
+    if kind == "gemm":
+        b, m, n, k = dims
+        a, w = new(b, m, k), new(k, n)
+        return lambda: torch.matmul(a, w)
+    if kind == "bmm":
+        b, m, n, k = dims
+        a, w = new(b, m, k), new(b, k, n)
+        return lambda: torch.bmm(a, w)
+    if kind.startswith("sdpa"):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        b, h, s, d = dims
+        q, kk, v = (new(b, h, s, d, grad=True) for _ in range(3))
+        backend = SDPBackend.FLASH_ATTENTION if kind.endswith("flash") else \
+            SDPBackend.EFFICIENT_ATTENTION
+
+        def run():
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(q, kk, v, is_causal=True).sum().backward()
+        return run
+    rows, cols = dims
+    x, y = new(rows, cols), new(rows, cols)
+    return {"add": lambda: x + y, "mul": lambda: x * y, "gelu": lambda: F.gelu(x),
+            "layer_norm": lambda: F.layer_norm(x, (cols,)),
+            "softmax": lambda: torch.softmax(x, -1)}[kind]
+
+
+def measure(row: dict, device: str) -> dict:
+    """The row with `ms` (median of `REPEATS`) and `ms_all`, or `error`."""
+    import torch
+
+    flops, nbytes = _work(row)
+    try:
+        run = _kernel(row, device)
+        run()  # warm-up: the library picks its kernel
+        times = []
+        for _ in range(REPEATS):
+            if device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                    enable_timing=True)
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            else:
+                t = time.perf_counter()
+                run()
+                times.append(1e3 * (time.perf_counter() - t))
+        return dict(row, flops=flops, bytes=nbytes, ms=statistics.median(times), ms_all=times)
+    except (RuntimeError, TypeError, ValueError, AttributeError) as e:  # no such kernel here
+        return dict(row, flops=flops, bytes=nbytes,
+                    error=(str(e).strip().splitlines() or [type(e).__name__])[0][:200])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not args.dry_run else "cpu"
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    done = set()
+    if args.out.exists():
+        done = {json.loads(x)["key"] for x in args.out.read_text().splitlines() if x.strip()}
+    start, n = time.perf_counter(), 0
+    with open(args.out, "a") as f:
+        for row in plan(args.dry_run):
+            if row["key"] in done:
+                continue
+            f.write(json.dumps(dict(measure(row, device), device=gpu,
+                                    torch=torch.__version__)) + "\n")
+            f.flush()
+            n += 1
+            if time.perf_counter() - start > args.seconds:  # none starts after it
+                break
+    print(f"kernel sweep: {n} kernels timed, {len(done)} there before", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

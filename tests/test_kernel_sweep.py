@@ -1,0 +1,33 @@
+"""The kit's precision sweep (`mdot_jax.measure.kernel_sweep`): its shapes span tiles and
+waves at every precision, fit a GPU's memory, and a dry run times kernels on this CPU and
+resumes."""
+
+import json
+
+import numpy as np
+
+from mdot_jax.measure import kernel_sweep
+
+
+def test_the_plan_spans_kinds_precisions_and_sizes():
+    rows = kernel_sweep.plan(False)
+    assert len({r["key"] for r in rows}) == len(rows)
+    gemms = [r for r in rows if r["kind"] in ("gemm", "bmm")]
+    assert {r["precision"] for r in gemms} == set(kernel_sweep.GEMM_PRECISIONS)
+    flops = np.asarray([kernel_sweep._work(r)[0] for r in gemms])
+    assert flops.max() <= kernel_sweep.MAX_FLOPS and flops.max() / flops.min() > 1e4
+    assert all(d % 16 == 0 for r in gemms for d in r["dims"][1:])  # fp8 needs multiples of 16
+    first = [r["kind"] for r in rows[:20]]  # interleaved: a run cut short has every kind
+    assert {"gemm", "sdpa-flash", "add"} <= set(first) or {"bmm", "sdpa-flash", "add"} <= set(
+        first)
+
+
+def test_a_dry_run_times_kernels_and_resumes(tmp_path):
+    out = tmp_path / "k.jsonl"
+    assert kernel_sweep.main([str(out), "--dry-run", "--seconds", "0"]) == 0
+    first = out.read_text().splitlines()
+    assert len(first) == 1 and json.loads(first[0])["ms"] > 0
+    assert kernel_sweep.main([str(out), "--dry-run"]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == len(kernel_sweep.plan(True)) and rows[0] == json.loads(first[0])
+    assert all("ms" in r or r["error"] for r in rows)
