@@ -20,14 +20,13 @@ each; a second run skips the keys already there. `--dry-run`: a few small shapes
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+
+from mdot_jax.measure import resumable
 
 REPEATS = 10
 GEMM_PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -168,31 +167,7 @@ def measure(row: dict, device: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--seconds", type=float, default=120.0)
-    ap.add_argument("--dry-run", action="store_true")
-    args = ap.parse_args(argv)
-    import torch
-
-    device = "cuda" if torch.cuda.is_available() and not args.dry_run else "cpu"
-    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    done = set()
-    if args.out.exists():
-        done = {json.loads(x)["key"] for x in args.out.read_text().splitlines() if x.strip()}
-    start, n = time.perf_counter(), 0
-    with open(args.out, "a") as f:
-        for row in plan(args.dry_run):
-            if row["key"] in done:
-                continue
-            f.write(json.dumps(dict(measure(row, device), device=gpu,
-                                    torch=torch.__version__)) + "\n")
-            f.flush()
-            n += 1
-            if time.perf_counter() - start > args.seconds:  # none starts after it
-                break
-    print(f"kernel sweep: {n} kernels timed, {len(done)} there before", file=sys.stderr)
-    return 0
+    return resumable.main(argv, __doc__.splitlines()[0], plan, measure)
 
 
 if __name__ == "__main__":

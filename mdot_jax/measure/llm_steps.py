@@ -17,12 +17,11 @@ CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
+
+from mdot_jax.measure import resumable
 
 SIZES = {"gpt2-124m": dict(n_layer=12, n_embd=768, n_head=12),
          "gpt2-350m": dict(n_layer=24, n_embd=1024, n_head=16)}
@@ -92,33 +91,7 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--seconds", type=float, default=120.0)
-    ap.add_argument("--dry-run", action="store_true")
-    args = ap.parse_args(argv)
-    import torch
-
-    device = "cuda" if torch.cuda.is_available() and not args.dry_run else "cpu"
-    gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    done = set()
-    if args.out.exists():
-        done = {json.loads(x)["key"] for x in args.out.read_text().splitlines() if x.strip()}
-    start = time.perf_counter()
-    with open(args.out, "a") as f:
-        for row in plan(args.dry_run):
-            if row["key"] in done:
-                continue
-            got = dict(measure(row, device), device=gpu, torch=torch.__version__)
-            if device == "cuda":  # the model and its optimizer are gone with `measure`
-                torch.cuda.empty_cache()
-            f.write(json.dumps(got) + "\n")
-            f.flush()
-            print(f"{row['key']}: {got.get('ms', got.get('error'))}", file=sys.stderr)
-            if time.perf_counter() - start > args.seconds:
-                print("llm steps: out of time", file=sys.stderr)
-                break
-    return 0
+    return resumable.main(argv, __doc__.splitlines()[0], plan, measure)
 
 
 if __name__ == "__main__":

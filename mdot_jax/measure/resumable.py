@@ -1,0 +1,45 @@
+"""The command line of a kit step that measures planned rows into a JSON-lines file: appended
+as measured, resumed by key, bounded in time (`main`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def main(argv: list[str] | None, description: str, plan: Callable[[bool], list[dict]],
+         measure: Callable[[dict, str], dict]) -> int:
+    """`OUT.jsonl [--seconds S] [--dry-run]`: every row of `plan(dry_run)` whose key is not in
+    OUT yet, measured on the GPU (on the CPU with `--dry-run` or without one) and appended with
+    the device and PyTorch; no row starts after S seconds."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not args.dry_run else "cpu"
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    done = set()
+    if args.out.exists():
+        done = {json.loads(x)["key"] for x in args.out.read_text().splitlines() if x.strip()}
+    start, n = time.perf_counter(), 0
+    with open(args.out, "a") as f:
+        for row in plan(args.dry_run):
+            if row["key"] in done:
+                continue
+            got = dict(measure(row, device), device=name, torch=torch.__version__)
+            if device == "cuda":  # what `measure` allocated is gone with it
+                torch.cuda.empty_cache()
+            f.write(json.dumps(got) + "\n")
+            f.flush()
+            n += 1
+            if time.perf_counter() - start > args.seconds:
+                break
+    print(f"{args.out.name}: {n} measured, {len(done)} there before", file=sys.stderr)
+    return 0
