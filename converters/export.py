@@ -399,9 +399,9 @@ def _random_uniform_like(ctx, node, name, args):
 
 
 def _main(argv: list[str]) -> int:
-    """`python -m converters.export CONFIG SEQ_LEN OUT.onnx`: `from_hf_config` in a process of
-    its own (PyTorch and transformers stay out of the caller's memory); a ConversionError is
-    one line on stderr and exit status 2."""
+    """`CONFIG SEQ_LEN OUT.onnx`: `from_hf_config` in a process of its own (PyTorch and
+    transformers stay out of the caller's memory); a ConversionError is one line on stderr and
+    exit status 2."""
     config, seq_len, out = argv
     try:
         onnx.save(from_hf_config(config, seq_len=int(seq_len)), out)
@@ -409,8 +409,3 @@ def _main(argv: list[str]) -> int:
         print(e, file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
-

@@ -116,6 +116,7 @@ def test_a_config_json_exports_at_any_size(tmp_path):
         from_hf_config(tmp_path / "bad.json")
 
 
+@pytest.mark.slow
 def test_a_70b_llama_on_meta_will_not_fit_one_h200():
     from converters import from_hf_config
     from mdot_jax.gpu import catalog as gpus

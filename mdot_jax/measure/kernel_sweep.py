@@ -27,10 +27,12 @@ import time
 import numpy as np
 
 from mdot_jax.measure import resumable
+from mdot_jax.options import ARITHMETIC
 
 REPEATS = 10
-GEMM_PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
-HALF = ("fp16", "bf16")
+GEMM_PRECISIONS = (*ARITHMETIC, "fp8")
+HALF = ARITHMETIC[2:]  # fp16, bf16
+ROWWISE = (ARITHMETIC[0], HALF[1])  # fp32, bf16
 MAX_FLOPS = 2e12  # per GEMM: a few ms on any GPU we price
 MAX_BYTES = 2e9  # per fp32 operand
 
@@ -65,7 +67,7 @@ def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
     for dims in rowwise:
         rows[2] += [dict(kind=kind, precision=p, dims=dims) for kind in
                     ("add", "mul", "gelu", "layer_norm", "softmax")
-                    for p in ("fp32", "bf16" if not dry else "fp32")]
+                    for p in (ROWWISE if not dry else ROWWISE[:1])]
     out, queues = [], [list(q) for q in rows]
     while any(queues):  # round-robin: every kind early
         for q in queues:

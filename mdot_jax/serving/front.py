@@ -108,7 +108,8 @@ def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
     one's memory), once for every batch size asked."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "model.onnx"
-        done = subprocess.run([sys.executable, "-m", "converters.export", path, str(seq_len),
+        done = subprocess.run([sys.executable, "-c", "import sys; from converters.export import "
+                               "_main; sys.exit(_main(sys.argv[1:]))", path, str(seq_len),
                                str(out)], capture_output=True, text=True)
         if done.returncode:
             lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
