@@ -14,21 +14,11 @@ import os
 import sys
 
 from converters.errors import ConversionError
-from mdot_jax import cli_build, writers
-from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_FLOAT, POSITIVE_INT, _int_list
+from mdot_jax import cli_build, cli_job, cli_plan, writers
+from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import (
-    ATTENTION,
-    CHECKPOINTING,
-    INTERCONNECTS,
-    LAYOUTS,
-    MAX_INT,
     MEASURED_PRECISIONS,
-    OPTIMIZERS,
-    PRECISIONS,
-    SCHEDULES,
-    STEPS,
-    STRATEGIES,
 )
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
@@ -40,33 +30,8 @@ USER_COMMANDS = {  # name -> one line for `mdot --help`
 }
 
 
-def _input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
-    """Parses repeated `NAME=D1,D2,...` into {name: [dims]}."""
-    shapes = {}
-    for spec in specs or []:
-        name, sep, dims = spec.partition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = [int(d) for d in dims.split(",")]
-        except ValueError:
-            raise UsageError(f"--input-shape {spec!r}: expected NAME=D1,D2,... "
-                             "(e.g. x=1,3,224,224)") from None
-        if max(shapes[name], default=0) > MAX_INT:
-            raise UsageError(f"--input-shape {spec!r}: a dim is too large (at most {MAX_INT})")
-    return shapes
-
-
-def _add_shape_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
-                   help="concrete shape of a data input (repeatable)")
-    p.add_argument("--batch-size", type=POSITIVE_INT, help="dim 0 of every data input")
-    p.add_argument("--image-size", type=POSITIVE_INT, help="spatial size of rank-4 image inputs")
-    p.add_argument("--seq-len", type=POSITIVE_INT, help="dim 1 of rank-2 token-id inputs")
-
-
 def _shape_kwargs(args: argparse.Namespace) -> dict:
-    return dict(input_shapes=_input_shapes(args.input_shape), batch_size=args.batch_size,
+    return dict(input_shapes=cli_job.input_shapes(args.input_shape), batch_size=args.batch_size,
                 image_size=args.image_size, seq_len=args.seq_len)
 
 
@@ -129,26 +94,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
-    shapes = _input_shapes(args.input_shape) or None
-    if args.batch_size is None and args.batch_sizes is None and not shapes:
+    if args.batch_size is None and args.batch_sizes is None and not args.input_shape:
         raise UsageError("--batch-size (or --batch-sizes) is required")
     if args.batch_size and args.batch_sizes:
         raise UsageError("--batch-size and --batch-sizes: give one")
     gpus = args.gpus or [1]
     job = TrainingJob(
-        model=args.model,
+        model=args.model, device=args.device, device_spec=args.device_spec,
+        checkpoint=args.checkpoint, operators=bool(args.top),
         batch_size=tuple(args.batch_sizes) if args.batch_sizes else args.batch_size,
-        device=args.device, device_spec=args.device_spec, checkpoint=args.checkpoint,
-        precision=args.precision, optimizer=args.optimizer, layout=args.layout, step=args.step,
-        image_size=args.image_size, seq_len=args.seq_len,
-        input_shapes=shapes,
-        gpus=gpus[0] if len(gpus) == 1 else tuple(gpus), nodes=args.nodes,
-        grad_accum=args.grad_accum, activation_checkpointing=args.activation_checkpointing,
-        tp=args.tp, pp=args.pp, schedule=args.schedule, virtual_stages=args.virtual_stages,
-        sequence_parallel=args.sequence_parallel, attention=args.attention,
-        strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
-        epochs=args.epochs, dataset_size=args.dataset_size, train_tokens=args.tokens,
-        operators=bool(args.top))
+        gpus=gpus[0] if len(gpus) == 1 else tuple(gpus), **cli_job.job_fields(args))
     result = predict(job)
     rows = result if isinstance(result, list) else [result]
     for warning in dict.fromkeys(w for r in rows for w in r.warnings):
@@ -203,17 +158,6 @@ def _print_top(p, n: int) -> None:
     print(f"{'ms':>9} {'share':>6}  {'type':<20} name")
     for o in sorted(ops, key=lambda o: -o["ms"])[:n]:
         print(f"{o['ms']:>9.3g} {o['ms'] / p.iteration_ms:>6.1%}  {o['type']:<20} {o['name']}")
-
-
-def _count(text: str) -> int:
-    """A positive whole count, also written as a float (`2e12`)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not (math.isfinite(value) and value >= 1 and value == int(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return int(value)
 
 
 def _range(pair, scale: float = 1.0) -> str:
@@ -291,14 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mdot", usage="mdot COMMAND [options]  (mdot COMMAND --help for its options)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Predict deep-learning training time before it runs.\n\n"
-                    f"predicting:\n{listing(USER_COMMANDS)}\n\n"
+                    f"predicting:\n{listing({**USER_COMMANDS, **cli_plan.COMMANDS})}\n\n"
                     f"building data and models:\n{listing(cli_build.BUILD_COMMANDS)}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help=argparse.SUPPRESS, prog="mdot")
 
     p = sub.add_parser("convert", description=USER_COMMANDS["convert"])
     p.add_argument("model", help="path to an .onnx file")
-    _add_shape_args(p)
+    cli_job.add_shape_args(p)
     p.add_argument("-o", "--output", help="write the operator sequence to this .npz")
     p.add_argument("--fuse", type=int, metavar="V", help="kernel fusion version (default: the "
                    "latest, what the predictors read; 0: the graph's operators as they are)")
@@ -322,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", description=USER_COMMANDS["predict"])
     p.add_argument("model", help="path to an .onnx file (export it with converters.from_*), "
                                  "or a Hugging Face causal LM's config.json (with --seq-len)")
-    _add_shape_args(p)
+    cli_job.add_shape_args(p)
     p.add_argument("--checkpoint", help="shipped checkpoint name or directory (default: "
                                         "timm-rtx3090; gpu-spec-sheet: price the --device GPU "
                                         "from its spec sheet)")
@@ -330,51 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
                                     "GPU of `mdot devices` (priced from its spec sheet)")
     p.add_argument("--device-spec", metavar="FILE.json",
                    help="a GPU the catalog lacks, described with its fields")
-    p.add_argument("--precision", choices=PRECISIONS,
-                   help="default: the device's usual (fp32 on CPUs and GPUs priced from their "
-                        "spec sheet, amp-fp16 on a GPU checkpoint)")
-    p.add_argument("--layout", default="nchw", choices=LAYOUTS)
-    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
-                   help="the training step's optimizer; sgd: with momentum (memory; time "
-                        "where the checkpoint was trained on it or the GPU is priced from its "
-                        "spec sheet)")
-    p.add_argument("--gpus", type=_int_list, metavar="N[,M,...]",
-                   help="data-parallel (DDP) over N GPUs per node, --batch-size per GPU; "
-                        "several: a table with the scaling efficiency")
-    p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
-    p.add_argument("--grad-accum", type=POSITIVE_INT, default=1, metavar="K",
-                   help="micro-batches of --batch-size per GPU an iteration runs before its "
-                        "update (gradient accumulation; a GPU priced from its spec sheet)")
-    p.add_argument("--strategy", default="ddp", choices=STRATEGIES,
-                   help="of the data parallelism: DDP or FSDP")
-    p.add_argument("--tp", type=POSITIVE_INT, default=1,
-                   help="tensor-parallel GPUs (Megatron-LM's); the data-parallel replicas are "
-                        "--gpus x --nodes / (--tp x --pp), --batch-size each")
-    p.add_argument("--pp", type=POSITIVE_INT, default=1,
-                   help="pipeline stages; --grad-accum gives the micro-batches")
-    p.add_argument("--schedule", choices=SCHEDULES, help="the pipeline's (default 1f1b)")
-    p.add_argument("--virtual-stages", type=POSITIVE_INT, metavar="V",
-                   help="chunks per stage of the interleaved schedule (default 2)")
-    p.add_argument("--sequence-parallel", action="store_true",
-                   help="with --tp: the residual stream cut along the sequence")
-    p.add_argument("--attention", choices=ATTENTION,
-                   help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
-                        "it (default: what PyTorch runs on the GPU at the precision)")
-    p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")
-    p.add_argument("--network-gbs", type=POSITIVE_FLOAT, help="GB/s between nodes (default 25)")
-    p.add_argument("--step", choices=STEPS,
-                   help="a GPU priced from its spec sheet: the whole step (train, default) or "
-                        "forward and backward without the optimizer update")
     p.add_argument("--batch-sizes", type=_int_list,
                    help="several batch sizes at once (a table; JSON: a list, as for several "
                         "--gpus), e.g. 16,32,64")
-    p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
-    p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
-    p.add_argument("--activation-checkpointing", choices=CHECKPOINTING,
-                   help="full: every transformer layer's forward run again in its backward; "
-                        "selective: the attention core's (a GPU priced from its spec sheet)")
-    p.add_argument("--tokens", type=_count, metavar="N",
-                   help="a token model: the time to train on N tokens (e.g. 2e12)")
+    cli_job.add_job_args(p)
+    p.add_argument("--gpus", type=_int_list, metavar="N[,M,...]",
+                   help="data-parallel (DDP) over N GPUs per node, --batch-size per GPU; "
+                        "several: a table with the scaling efficiency")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N",
                    help="also show the N most expensive operators (with --json: every "
                         "operator's share of the time, in graph order)")
@@ -406,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace the checkpoint in --out")
     p.set_defaults(func=cmd_adapt)
 
+    cli_plan.add_commands(sub)
     cli_build.add_commands(sub)
     return parser
 

@@ -1,0 +1,116 @@
+"""The flags of a training job that `mdot predict` and `mdot plan` share, and the
+`TrainingJob` fields they give (`job_fields`); the library checks every field."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT
+from mdot_jax.errors import UsageError
+from mdot_jax.options import (
+    ATTENTION,
+    CHECKPOINTING,
+    INTERCONNECTS,
+    LAYOUTS,
+    MAX_INT,
+    OPTIMIZERS,
+    PRECISIONS,
+    SCHEDULES,
+    STEPS,
+    STRATEGIES,
+)
+
+
+def input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
+    """Parses repeated `NAME=D1,D2,...` into {name: [dims]}."""
+    shapes = {}
+    for spec in specs or []:
+        name, sep, dims = spec.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise UsageError(f"--input-shape {spec!r}: expected NAME=D1,D2,... "
+                             "(e.g. x=1,3,224,224)") from None
+        if max(shapes[name], default=0) > MAX_INT:
+            raise UsageError(f"--input-shape {spec!r}: a dim is too large (at most {MAX_INT})")
+    return shapes
+
+
+
+def count(text: str) -> int:
+    """A positive whole count, also written as a float (`2e12`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(value)
+
+
+def add_shape_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
+                   help="concrete shape of a data input (repeatable)")
+    p.add_argument("--batch-size", type=POSITIVE_INT, help="dim 0 of every data input")
+    p.add_argument("--image-size", type=POSITIVE_INT, help="spatial size of rank-4 image inputs")
+    p.add_argument("--seq-len", type=POSITIVE_INT, help="dim 1 of rank-2 token-id inputs")
+
+
+def add_job_args(p: argparse.ArgumentParser) -> None:
+    """The job's flags, besides the model, its shapes and where it runs."""
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="default: the device's usual (fp32 on CPUs and GPUs priced from their "
+                        "spec sheet, amp-fp16 on a GPU checkpoint)")
+    p.add_argument("--layout", default="nchw", choices=LAYOUTS)
+    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
+                   help="the training step's optimizer; sgd: with momentum (memory; time "
+                        "where the checkpoint was trained on it or the GPU is priced from its "
+                        "spec sheet)")
+    p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
+    p.add_argument("--grad-accum", type=POSITIVE_INT, default=1, metavar="K",
+                   help="micro-batches of --batch-size per GPU an iteration runs before its "
+                        "update (gradient accumulation; a GPU priced from its spec sheet)")
+    p.add_argument("--strategy", default="ddp", choices=STRATEGIES,
+                   help="of the data parallelism: DDP or FSDP")
+    p.add_argument("--tp", type=POSITIVE_INT, default=1,
+                   help="tensor-parallel GPUs (Megatron-LM's); the data-parallel replicas are "
+                        "--gpus x --nodes / (--tp x --pp), --batch-size each")
+    p.add_argument("--pp", type=POSITIVE_INT, default=1,
+                   help="pipeline stages; --grad-accum gives the micro-batches")
+    p.add_argument("--schedule", choices=SCHEDULES, help="the pipeline's (default 1f1b)")
+    p.add_argument("--virtual-stages", type=POSITIVE_INT, metavar="V",
+                   help="chunks per stage of the interleaved schedule (default 2)")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="with --tp: the residual stream cut along the sequence")
+    p.add_argument("--attention", choices=ATTENTION,
+                   help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
+                        "it (default: what PyTorch runs on the GPU at the precision)")
+    p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")
+    p.add_argument("--network-gbs", type=POSITIVE_FLOAT, help="GB/s between nodes (default 25)")
+    p.add_argument("--step", choices=STEPS,
+                   help="a GPU priced from its spec sheet: the whole step (train, default) or "
+                        "forward and backward without the optimizer update")
+    p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
+    p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
+    p.add_argument("--activation-checkpointing", choices=CHECKPOINTING,
+                   help="full: every transformer layer's forward run again in its backward; "
+                        "selective: the attention core's (a GPU priced from its spec sheet)")
+    p.add_argument("--tokens", type=count, metavar="N",
+                   help="a token model: the time to train on N tokens (e.g. 2e12)")
+
+
+def job_fields(args: argparse.Namespace) -> dict:
+    """The `TrainingJob` fields of `add_job_args`' flags and the shape flags."""
+    return dict(
+        image_size=args.image_size, seq_len=args.seq_len,
+        input_shapes=input_shapes(args.input_shape) or None,
+        precision=args.precision, optimizer=args.optimizer, layout=args.layout, step=args.step,
+        nodes=args.nodes, grad_accum=args.grad_accum,
+        activation_checkpointing=args.activation_checkpointing, tp=args.tp, pp=args.pp,
+        schedule=args.schedule, virtual_stages=args.virtual_stages,
+        sequence_parallel=args.sequence_parallel, attention=args.attention,
+        strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
+        epochs=args.epochs, dataset_size=args.dataset_size, train_tokens=args.tokens)

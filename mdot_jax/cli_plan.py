@@ -1,0 +1,104 @@
+"""`mdot plan` (which GPUs, how many, what it costs, by when) and `mdot serve` (the prediction
+service): they parse and print; `serving.plan` and `serving.service` decide."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mdot_jax import cli_job
+from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list
+from mdot_jax.errors import UsageError
+
+COMMANDS = {
+    "plan": "rank GPU types and counts for a training job by cost, under a deadline",
+    "serve": "an HTTP JSON prediction service (predict, plan, devices)",
+}
+
+
+def read_prices(path: str | None) -> dict[str, float] | None:
+    """`{"prices": {device: USD per GPU-hour}}` (the example in docs/prices.json), or a
+    plain mapping."""
+    if path is None:
+        return None
+    try:
+        data = json.loads(open(path).read())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--prices {path}: not a readable JSON file ({e})") from None
+    prices = data.get("prices", data) if isinstance(data, dict) else None
+    if not isinstance(prices, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in prices.values()):
+        raise UsageError(f"--prices {path}: expected {{\"prices\": {{\"h100-sxm\": 2.99, ...}}}}"
+                         " (USD per GPU-hour)")
+    return {str(k): float(v) for k, v in prices.items()}
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from mdot_jax.serving import plan as planning
+    from mdot_jax.serving.request import TrainingJob
+
+    if args.batch_size is None:
+        raise UsageError("--batch-size is required (per data-parallel replica)")
+    job = TrainingJob(model=args.model, batch_size=args.batch_size, gpus=tuple(args.gpus),
+                      **cli_job.job_fields(args))
+    request = planning.Plan(job, devices=args.devices.split(","), gpus=args.gpus,
+                            prices=read_prices(args.prices), deadline_h=args.deadline,
+                            budget_usd=args.budget)
+    options = planning.plan(request, progress=not args.json and sys.stderr.isatty())
+    if args.plot:
+        planning.plot(options, args.plot, request)
+    if args.json:
+        print(json.dumps([o.to_json() for o in options]))
+        return 0
+    feasible = [o for o in options if o.feasible]
+    front = {id(o) for o in planning.pareto(options)}
+    print(f"{args.model}: {len(feasible)} of {len(options)} plans feasible"
+          + (" (* on the time / cost Pareto front)" if front else ""))
+    print(f"{'device':<22} {'GPUs':>5} {'job h':>8} {'80% band h':>13} {'cost USD':>10} "
+          f"{'memory GB':>9} {'MFU':>5}  why not")
+    for o in options[:args.top] if args.top else options:
+        p = o.prediction
+        band = p and p.job_interval_s and "-".join(f"{s / 3600:.3g}" for s in p.job_interval_s)
+        mfu = f"{p.mfu:.0%}" if p and p.mfu is not None else "-"
+        print(f"{o.device + ('*' if id(o) in front else ''):<22} {o.gpus:>5} "
+              f"{o.hours if o.hours is not None else float('nan'):>8.3g} {band or '-':>13} "
+              f"{'-' if o.cost_usd is None else f'{o.cost_usd:,.0f}':>10} "
+              f"{p.memory_gb if p else float('nan'):>9.3g} {mfu:>5}  {'; '.join(o.reasons)}")
+    if args.plot:
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from mdot_jax.serving import service
+
+    service.run(host=args.host, port=args.port, cache_dir=args.cache_dir,
+                max_upload_mb=args.max_upload_mb)
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("plan", description=COMMANDS["plan"])
+    p.add_argument("model", help="an .onnx file, an .npz, or a causal LM's config.json")
+    cli_job.add_shape_args(p)
+    cli_job.add_job_args(p)
+    p.add_argument("--devices", default="all",
+                   help="comma-separated GPUs of `mdot devices`, or all (default)")
+    p.add_argument("--gpus", type=_int_list, default=[1, 2, 4, 8], metavar="N[,M,...]",
+                   help="GPU counts per node to try (default 1,2,4,8)")
+    p.add_argument("--prices", metavar="FILE.json",
+                   help="USD per GPU-hour by device (an example: docs/prices.json)")
+    p.add_argument("--deadline", type=POSITIVE_FLOAT, metavar="HOURS")
+    p.add_argument("--budget", type=POSITIVE_FLOAT, metavar="USD")
+    p.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front")
+    p.add_argument("--top", type=POSITIVE_INT, metavar="N", help="print the N best only")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("serve", description=COMMANDS["serve"])
+    p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
+    p.add_argument("--port", type=POSITIVE_INT, default=8000)
+    p.add_argument("--cache-dir", help="uploaded models (default: ~/.cache/mdot/serve)")
+    p.add_argument("--max-upload-mb", type=POSITIVE_FLOAT, default=64.0)
+    p.set_defaults(func=cmd_serve)

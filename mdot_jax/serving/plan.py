@@ -1,0 +1,217 @@
+"""Which GPUs, how many, what it costs, by when: one training job priced on every candidate
+(GPU type x GPU count) from the spec sheets, ranked for a scheduler.
+
+The rules:
+- a candidate is a catalogued GPU and a count of them per node (`Plan.gpus`, `job.nodes`
+  nodes); the job's model is converted once, every candidate priced by the front door
+  (`front.predict`) with the job's own fields (precision, parallel plan, batch, ...);
+- it is feasible when it fits (no "may not fit" / "will not fit" warning), finishes by the
+  deadline (`deadline_h`, the whole job's time) and costs at most the budget (`budget_usd`:
+  the job's hours x GPUs x the device's USD per GPU-hour in `prices`);
+- feasible plans first, by cost (by time where no price is known), then the others with
+  their reasons; the Pareto front of time against cost is what no other plan beats on both.
+A candidate that cannot be priced (a precision the GPU lacks, a parallel plan that does not
+divide its GPUs) is kept, infeasible, with the one-line reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.serving.prediction import Prediction
+from mdot_jax.serving.request import TrainingJob, _ints, _positive
+
+NOT_FIT = ("may not fit", "will not fit")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A planning request: the job (with epochs and dataset_size, or train_tokens) priced on
+    `devices` (catalog names; `("all",)`: every catalogued GPU) x `gpus` per node (the job's
+    own device and gpus are not read)."""
+
+    job: TrainingJob
+    devices: Sequence[str] = ("all",)
+    gpus: Sequence[int] = (1, 2, 4, 8)
+    prices: Mapping[str, float] | None = field(default=None, hash=False)  # USD / GPU-hour
+    deadline_h: float | None = None
+    budget_usd: float | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.job, TrainingJob):
+            raise RequestError("job: a TrainingJob", "job")
+        if self.job.train_tokens is None and self.job.epochs is None:
+            raise RequestError("epochs: a plan prices the whole job; give epochs and "
+                               "dataset_size, or train_tokens", "epochs")
+        if isinstance(self.devices, str) or not self.devices or not all(
+                isinstance(d, str) and d for d in self.devices):
+            raise RequestError(f"devices {self.devices!r}: name catalogued GPUs, or 'all'",
+                               "devices")
+        _ints("gpus", list(self.gpus))
+        for name in ("deadline_h", "budget_usd"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name))
+        for device, price in (self.prices or {}).items():
+            _positive(f"prices[{device!r}]", price)
+
+    def candidates(self) -> list:
+        """The catalogued GPUs asked, each once (an unknown name: its one-line error)."""
+        from mdot_jax.gpu import catalog
+
+        if list(self.devices) == ["all"]:
+            return list(catalog.catalog().values())
+        try:
+            found = [catalog.find(d) for d in self.devices]
+        except ValueError as e:
+            raise RequestError(f"devices: {e}", "devices") from None
+        return list({g.name: g for g in found}.values())
+
+    def price_of(self, gpu) -> float | None:
+        """USD per GPU-hour of `gpu` from `prices`, by any of its names."""
+        from mdot_jax.gpu import catalog
+
+        for name, usd in (self.prices or {}).items():
+            if catalog.lookup(name) == gpu:
+                return float(usd)
+        return None
+
+
+@dataclass
+class Option:
+    """One candidate: its prediction (None where it could not be priced), the whole job's
+    hours and cost, and whether it is feasible (`reasons` say why not)."""
+
+    device: str
+    gpus: int  # in all
+    prediction: Prediction | None
+    hours: float | None = None
+    cost_usd: float | None = None
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def feasible(self) -> bool:
+        return not self.reasons
+
+    def to_json(self) -> dict:
+        p = self.prediction
+        d = dict(device=self.device, gpus=self.gpus, feasible=self.feasible,
+                 reasons=self.reasons, hours=self.hours, cost_usd=self.cost_usd)
+        if p is not None:
+            band = p.job_interval_s and [s / 3600 for s in p.job_interval_s]
+            d.update(iteration_ms=p.iteration_ms, hours_band=band, memory_gb=p.memory_gb,
+                     mfu=p.mfu, samples_per_s=p.samples_per_s, tokens_per_s=p.tokens_per_s,
+                     scaling_efficiency=p.scaling_efficiency)
+        return d
+
+
+def plan(request: Plan, progress: bool = False) -> list[Option]:
+    """Every candidate of `request`, ranked (module docstring)."""
+    from converters.fusion import fusion_version
+    from mdot_jax.serving.front import _sequence, predict
+
+    job = request.job
+    if len(job.batch_sizes) > 1:
+        raise RequestError("batch_size: a plan takes one batch size (per data-parallel "
+                           "replica)", "batch_size")
+    split = job.tp * job.pp
+    counts = [n for n in request.gpus if n * job.nodes % split == 0]
+    odd = [(n * job.nodes, None, f"tp x pp ({job.tp} x {job.pp}) does not divide "
+            f"{n * job.nodes} GPUs") for n in request.gpus if n not in counts]
+    seq = _sequence(job, job.batch_sizes[0], fusion_version(True))  # once for every GPU
+    base = dataclasses.replace(job, model=seq, gpus=tuple(counts or [split]),
+                               device_spec=None, checkpoint=None)
+    options = []
+    gpus = request.candidates()
+    for gpu in tqdm(gpus, desc="plan", unit="GPU", disable=not progress, leave=False):
+        rows: list = list(odd)
+        try:
+            if counts:
+                got = predict(dataclasses.replace(base, device=gpu.name))
+                rows += [(p.gpus, p, None) for p in (got if isinstance(got, list) else [got])]
+        except MdotError as e:
+            rows += [(n * job.nodes, None, str(e)) for n in counts]
+        for n, p, error in rows:
+            options.append(_judge(Option(gpu.name, n, p, reasons=[error] if error else []),
+                                  request, gpu))
+    return sorted(options, key=_rank)
+
+
+def _judge(o: Option, request: Plan, gpu) -> Option:
+    p = o.prediction
+    if p is None:
+        return o
+    o.hours = p.job_s / 3600 if p.job_s is not None else None
+    usd = request.price_of(gpu)
+    o.cost_usd = o.hours * o.gpus * usd if usd is not None and o.hours is not None else None
+    if any(w for w in p.warnings if any(n in w for n in NOT_FIT)):
+        o.reasons.append(f"does not fit in the {gpu.name}'s {gpu.memory_gb:g} GB "
+                         f"({p.memory_gb:.3g} GB per GPU)")
+    if request.deadline_h is not None and o.hours is not None and o.hours > request.deadline_h:
+        o.reasons.append(f"{o.hours:.3g} h: past the deadline ({request.deadline_h:g} h)")
+    if request.budget_usd is not None:
+        if o.cost_usd is None:
+            o.reasons.append(f"no price for the {gpu.name} (prices) to hold to the budget")
+        elif o.cost_usd > request.budget_usd:
+            o.reasons.append(f"${o.cost_usd:,.0f}: over the budget (${request.budget_usd:,.0f})")
+    return o
+
+
+def _rank(o: Option) -> tuple:
+    """Feasible first; then by cost (unknown: after the priced), then by time."""
+    return (not o.feasible, o.prediction is None,
+            o.cost_usd if o.cost_usd is not None else math.inf,
+            o.hours if o.hours is not None else math.inf)
+
+
+def pareto(options: Sequence[Option]) -> list[Option]:
+    """The feasible options with a cost that no other beats on both time and cost, by time."""
+    priced = sorted((o for o in options if o.feasible and o.cost_usd is not None
+                     and o.hours is not None), key=lambda o: (o.hours, o.cost_usd))
+    front: list[Option] = []
+    for o in priced:
+        if not front or o.cost_usd < front[-1].cost_usd:  # type: ignore[operator]
+            front.append(o)
+    return front
+
+
+def plot(options: Sequence[Option], path: str, request: Plan | None = None) -> None:
+    """Hours against cost of every priced option that fits (feasible ones in colour), the
+    Pareto front joined, the deadline and the budget drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fits = [o for o in options if o.cost_usd is not None and o.hours is not None
+            and not any("does not fit" in r for r in o.reasons)]
+    if not fits:
+        raise RequestError("prices: no plan that fits has a price to plot", "prices")
+    front, feasible = pareto(fits), [o for o in fits if o.feasible]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    late = [o for o in fits if not o.feasible]
+    ax.scatter([o.hours for o in late], [o.cost_usd for o in late], s=14, color="0.7",
+               label="past the deadline or the budget")
+    ax.scatter([o.hours for o in feasible], [o.cost_usd for o in feasible], s=18, color="C0",
+               label="feasible")
+    if front:
+        ax.plot([o.hours for o in front], [o.cost_usd for o in front], "o-", color="C3",
+                label="Pareto front")
+    for o in front or feasible[:5]:
+        ax.annotate(f"{o.gpus} x {o.device.removeprefix('nvidia-')}", (o.hours, o.cost_usd),
+                    fontsize=7, xytext=(4, 4), textcoords="offset points")
+    if request and request.deadline_h:
+        ax.axvline(request.deadline_h, ls="--", color="0.4", lw=1)
+    if request and request.budget_usd:
+        ax.axhline(request.budget_usd, ls="--", color="0.4", lw=1)
+    ax.set(xscale="log", yscale="log", xlabel="job time (h)", ylabel="cost (USD)",
+           title="plans that fit: time against cost")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
