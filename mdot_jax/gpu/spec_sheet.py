@@ -32,6 +32,7 @@ The rules, per operator of the sequence:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from pathlib import Path
@@ -103,11 +104,19 @@ def spec_gpu(device: str | None, device_spec: str | None, checkpoint: str | None
 
 
 def load_step_model(folder: str | Path | None = None) -> StepModel:
-    """The shipped step model (`mdot gpu-fit` makes it), or the one in `folder`."""
+    """The shipped step model (`mdot gpu-fit` makes it), or the one in `folder`; read once
+    while its files are unchanged."""
     folder = Path(folder or STEP_MODEL_DIR)
-    if not (folder / StepModel.META).exists():
+    meta = folder / StepModel.META
+    if not meta.exists():
         raise UsageError(f"{folder}: no GPU step model ({StepModel.META}); `mdot gpu-fit "
                          "../shared/datasets/neusight` makes one")
+    stat = meta.stat()
+    return _step_model(str(folder.resolve()), (stat.st_ino, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4)
+def _step_model(folder: str, stamp: tuple) -> StepModel:
     return StepModel.load(folder)
 
 

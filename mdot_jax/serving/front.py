@@ -90,15 +90,46 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
             raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                                "sample to export the model at)", "seq_len")
         model = _from_config(str(model), job.seq_len)
+    shapes = tuple((k, tuple(v)) for k, v in (job.input_shapes or {}).items())
+    if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
+        stat = Path(model).stat()
+        return _converted(str(model), (stat.st_mtime_ns, stat.st_size), b, job.image_size,
+                          job.seq_len, shapes, fuse)
     if not isinstance(model, OperatorSequence):
         return convert(model, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
-                       input_shapes=dict(job.input_shapes or {}), fuse=fuse)
+                       input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
     check_batch(model, b)
     if model.fusion != fuse:
         raise RequestError(f"model: the operator sequence {model.name!r} was converted with "
                            f"fusion version {model.fusion}, this predictor reads {fuse} "
                            f"(`mdot convert --fuse {fuse}`)", "model")
     return model
+
+
+def _predictor(checkpoint: str | None):
+    """The checkpoint's `Predictor`, loaded (and its networks compiled) once while its
+    folder is unchanged."""
+    from mdot_jax.serving.predict import resolve_checkpoint
+
+    path = resolve_checkpoint(checkpoint)
+    stat = Path(path).stat()
+    return _loaded(str(path), (stat.st_ino, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(path: str, stamp: tuple):
+    from mdot_jax.serving.predict import Predictor
+
+    return Predictor.load(path)
+
+
+@functools.lru_cache(maxsize=32)
+def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len: int | None,
+               shapes: tuple, fuse: int) -> OperatorSequence:
+    """An ONNX file converted at these sizes, kept while the file is unchanged (`stamp`: its
+    modification time and size): a service or a plan prices one model many times."""
+    return convert(path, batch_size=b, image_size=image_size, seq_len=seq_len,
+                   input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
 
 
 @functools.lru_cache(maxsize=2)
@@ -218,7 +249,7 @@ class _Checkpoint:
     """A checkpoint trained on measured steps of its devices."""
 
     def __init__(self, job: TrainingJob):
-        from mdot_jax.serving.predict import Predictor, machine_note
+        from mdot_jax.serving.predict import machine_note
 
         if job.step:
             raise RequestError("step: a checkpoint predicts the step it was trained on; step "
@@ -234,7 +265,7 @@ class _Checkpoint:
                 raise RequestError(f"{name}: a checkpoint predicts the whole steps it was "
                                    "trained on; this is priced for a GPU priced from its spec "
                                    "sheet (device=NAME)", name)
-        self.job, self.predictor = job, Predictor.load(job.checkpoint)
+        self.job, self.predictor = job, _predictor(job.checkpoint)
         members = self.predictor.member_labels
         name = self.predictor.path.name if self.predictor.path else "in memory"
         self.source = f"checkpoint {name}" + (

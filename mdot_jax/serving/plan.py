@@ -195,16 +195,13 @@ def plot(options: Sequence[Option], path: str, request: Plan | None = None) -> N
     front, feasible = pareto(fits), [o for o in fits if o.feasible]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     late = [o for o in fits if not o.feasible]
-    ax.scatter([o.hours for o in late], [o.cost_usd for o in late], s=14, color="0.7",
-               label="past the deadline or the budget")
-    ax.scatter([o.hours for o in feasible], [o.cost_usd for o in feasible], s=18, color="C0",
-               label="feasible")
+    ax.scatter(*_xy(late), s=14, color="0.7", label="past the deadline or the budget")
+    ax.scatter(*_xy(feasible), s=18, color="C0", label="feasible")
     if front:
-        ax.plot([o.hours for o in front], [o.cost_usd for o in front], "o-", color="C3",
-                label="Pareto front")
-    for o in front or feasible[:5]:
-        ax.annotate(f"{o.gpus} x {o.device.removeprefix('nvidia-')}", (o.hours, o.cost_usd),
-                    fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.plot(*_xy(front), "o-", color="C3", label="Pareto front")
+    for o, x, y in zip(front or feasible[:5], *_xy(front or feasible[:5])):
+        ax.annotate(f"{o.gpus} x {o.device.removeprefix('nvidia-')}", (x, y), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
     if request and request.deadline_h:
         ax.axvline(request.deadline_h, ls="--", color="0.4", lw=1)
     if request and request.budget_usd:
@@ -215,3 +212,8 @@ def plot(options: Sequence[Option], path: str, request: Plan | None = None) -> N
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _xy(options: Sequence[Option]) -> tuple[list[float], list[float]]:
+    """Hours and costs of priced options."""
+    return [float(o.hours or 0.0) for o in options], [float(o.cost_usd or 0.0) for o in options]

@@ -1,0 +1,223 @@
+"""`mdot serve`: the front door over HTTP (FastAPI on uvicorn), for schedulers.
+
+    POST /v1/models    an ONNX file's bytes -> {"model": its SHA-256}; kept on disk
+    POST /v1/predict   {"model": SHA, <TrainingJob fields>} -> a prediction (a list for several)
+    POST /v1/plan      {"model": SHA, "devices", "gpus", "prices", "deadline_h", "budget_usd",
+                        <TrainingJob fields>} -> the ranked plans
+    GET  /v1/devices   the GPU catalog
+    GET  /healthz      {"status": "ok", "version"}
+The schema is at /openapi.json (and /docs). The rules:
+- a model is uploaded once and named by the SHA-256 of its bytes afterwards; the files live in
+  `cache_dir` (written to a temporary name and renamed, so concurrent uploads of one model
+  are safe), at most `max_models` of them (the least recently used go first); converted
+  sequences are kept in memory per size (`front._converted`);
+- a request is the same `TrainingJob` as the Python API, with the same checks: a bad field is
+  a 422 whose body is `{"error": one line, "field": its name}`; malformed JSON a 400; an
+  unknown model a 404; a body over the limit (`max_upload_mb` for models, `MAX_JSON_KB` for
+  requests) a 413; nothing answers with a traceback;
+- answers are the `to_json` of `Prediction` and `plan.Option`, numbers as the CLI prints them;
+  the last `ANSWERS` are kept by request body (a repeated request is not priced again), the
+  checkpoints and step models stay loaded.
+"""
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.serving.request import TrainingJob
+
+MAX_JSON_KB = 256
+ANSWERS = 4096  # answers kept (an LRU of request bodies)
+JOB_FIELDS = [f.name for f in dataclasses.fields(TrainingJob) if f.name != "model"]
+PLAN_FIELDS = ("devices", "gpus", "prices", "deadline_h", "budget_usd")
+
+
+def _schema(fields) -> dict:
+    """The OpenAPI request body of a JSON object of these fields besides the model."""
+    props = {"model": {"type": "string", "description": "the SHA-256 POST /v1/models gave"}}
+    props.update({f: {"description": f"TrainingJob.{f} (see its docstring)"} for f in fields})
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["model"], "properties": props}}}}}
+
+
+class _Answer(Exception):
+    """A 4xx answer: its status and one line."""
+
+    def __init__(self, status: int, message: str, field: str = ""):
+        super().__init__(message)
+        self.status, self.field = status, field
+
+
+class ModelStore:
+    """Uploaded ONNX files by content hash, at most `limit` (least recently used out)."""
+
+    def __init__(self, folder: Path, limit: int = 64):
+        self.folder, self.limit = Path(folder), limit
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def put(self, data: bytes) -> str:
+        import onnx
+
+        try:
+            onnx.load_model_from_string(data)
+        except Exception:  # protobuf raises its own DecodeError, and more
+            raise _Answer(422, "model: not an ONNX file (upload the bytes of a .onnx)",
+                          "model") from None
+        sha = hashlib.sha256(data).hexdigest()
+        path = self.path(sha)
+        if not path.exists():
+            tmp = path.with_name(f".{sha}.tmp-{uuid.uuid4().hex[:8]}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)  # atomic: a reader sees all of it or nothing
+        os.utime(path)
+        self._evict()
+        return sha
+
+    def get(self, sha: Any) -> Path:
+        if not isinstance(sha, str) or len(sha) != 64 or not all(
+                c in "0123456789abcdef" for c in sha):
+            raise _Answer(422, f"model {sha!r}: the SHA-256 that POST /v1/models answered",
+                          "model")
+        path = self.path(sha)
+        if not path.exists():
+            raise _Answer(404, f"model {sha}: not uploaded here (POST /v1/models)", "model")
+        os.utime(path)
+        return path
+
+    def path(self, sha: str) -> Path:
+        return self.folder / f"{sha}.onnx"
+
+    def _evict(self) -> None:
+        files = sorted(self.folder.glob("*.onnx"), key=lambda p: p.stat().st_mtime)
+        for old in files[:max(len(files) - self.limit, 0)]:
+            old.unlink(missing_ok=True)
+
+
+def _job(store: ModelStore, body: dict, extra: tuple = ()) -> tuple[TrainingJob, dict]:
+    """The request's `TrainingJob` (its model from the store) and its other fields."""
+    unknown = sorted(set(body) - {"model", *JOB_FIELDS, *extra})
+    if unknown:
+        raise _Answer(422, f"{unknown[0]}: not a field (the fields: {', '.join(JOB_FIELDS)})",
+                      unknown[0])
+    for name in ("batch_size", "gpus"):  # JSON has lists where Python has tuples
+        if isinstance(body.get(name), list):
+            body[name] = tuple(body[name])
+    model = store.get(body.get("model"))
+    fields = {k: v for k, v in body.items() if k in JOB_FIELDS}
+    return TrainingJob(model=str(model), **fields), {k: body[k] for k in extra if k in body}
+
+
+def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: int = 64):
+    """The FastAPI application (module docstring)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    from converters import ConversionError
+    from mdot_jax import __version__
+    from mdot_jax.gpu import catalog
+    from mdot_jax.serving import plan as planning
+    from mdot_jax.serving.front import predict
+
+    store = ModelStore(Path(cache_dir), max_models)
+    app = FastAPI(title="mdot", version=__version__,
+                  description="Training-time predictions for schedulers (`mdot serve`).")
+
+    @app.exception_handler(_Answer)
+    async def answer(_: Request, e: _Answer):
+        return JSONResponse({"error": str(e), "field": e.field}, status_code=e.status)
+
+    async def read(request: Request, limit: float) -> bytes:
+        size = request.headers.get("content-length")
+        if size is not None and size.isdigit() and int(size) > limit:
+            raise _Answer(413, f"body: {int(size):,} bytes, over the limit of {int(limit):,}")
+        data = b""
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > limit:
+                raise _Answer(413, f"body: over the limit of {int(limit):,} bytes")
+        return data
+
+    async def body_of(request: Request) -> dict:
+        try:
+            body = json.loads(await read(request, MAX_JSON_KB * 1024))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _Answer(400, f"body: not JSON ({e})") from None
+        if not isinstance(body, dict):
+            raise _Answer(400, "body: a JSON object of the request's fields")
+        return body
+
+    def priced(work):
+        try:
+            return work()
+        except RequestError as e:
+            raise _Answer(422, str(e), e.field) from None
+        except (MdotError, ConversionError) as e:
+            raise _Answer(422, str(e)) from None
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/v1/devices")
+    def devices() -> list:
+        return [g.to_json() for g in catalog.catalog().values()]
+
+    @app.post("/v1/models", openapi_extra={"requestBody": {"content": {
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+    async def upload(request: Request) -> dict:
+        data = await read(request, max_upload_mb * 2 ** 20)
+        return {"model": store.put(data), "bytes": len(data)}
+
+    @functools.lru_cache(maxsize=ANSWERS)
+    def answer_for(kind: str, text: str) -> Any:
+        """The answer to a request body (canonical JSON), priced once: predictions depend on
+        nothing else (the model is named by its content)."""
+        body = json.loads(text)
+        if kind == "predict":
+            job, _ = _job(store, body)
+            got = predict(job)
+            return [p.to_json() for p in got] if isinstance(got, list) else got.to_json()
+        job, extra = _job(store, body, PLAN_FIELDS)
+        asked = planning.Plan(job, **{k: tuple(v) if isinstance(v, list) else v
+                                      for k, v in extra.items()})
+        return [o.to_json() for o in planning.plan(asked)]
+
+    async def answered(kind: str, request: Request) -> Any:
+        text = json.dumps(await body_of(request), sort_keys=True)
+        store.get(json.loads(text).get("model"))  # a model evicted since is not answered
+        return await _threaded(priced, lambda: answer_for(kind, text))
+
+    @app.post("/v1/predict", openapi_extra=_schema(JOB_FIELDS))
+    async def predict_(request: Request) -> Any:
+        return await answered("predict", request)
+
+    @app.post("/v1/plan", openapi_extra=_schema([*JOB_FIELDS, *PLAN_FIELDS]))
+    async def plan_(request: Request) -> Any:
+        return await answered("plan", request)
+
+    return app
+
+
+async def _threaded(fn, *args):
+    """`fn(*args)` on a worker thread: pricing is CPU work, the event loop keeps answering."""
+    from starlette.concurrency import run_in_threadpool
+
+    return await run_in_threadpool(fn, *args)
+
+
+def run(host: str = "127.0.0.1", port: int = 8000, cache_dir: str | None = None,
+        max_upload_mb: float = 64.0) -> None:
+    """Serves `create_app` with uvicorn until interrupted."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise MdotError("mdot serve needs FastAPI and uvicorn: pip install 'mdot-jax[serve]'"
+                        ) from None
+    folder = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "mdot" / "serve"
+    uvicorn.run(create_app(folder, max_upload_mb), host=host, port=port, log_level="warning")

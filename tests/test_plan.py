@@ -1,0 +1,102 @@
+"""`mdot plan` (`serving.plan`): every GPU type x count priced once per model, feasible plans
+ranked by cost under a deadline and a budget, what does not fit or cannot run said why, the
+Pareto front plotted; bad requests are one named error."""
+
+import json
+
+import onnx
+import pytest
+from onnx_builders import attention
+
+from mdot_jax import RequestError, TrainingJob
+from mdot_jax.cli import main
+from mdot_jax.serving.plan import Plan, pareto, plan
+
+PRICES = {"h100-sxm": 3.99, "a100-sxm-80gb": 2.79, "nvidia-l4": 0.8}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("plan") / "attn.onnx"
+    onnx.save(attention(seq=64, dim=256), path)
+    return str(path)
+
+
+def _job(model, **fields):
+    return TrainingJob(**{"model": model, "batch_size": 32, "epochs": 3,
+                          "dataset_size": 1_000_000, "precision": "amp-bf16", **fields})
+
+
+def test_plans_are_ranked_by_cost_and_judged(model):
+    request = Plan(_job(model), devices=("h100-sxm", "a100-sxm-80gb", "l4", "v100"),
+                   gpus=(1, 2, 4, 8), prices=PRICES, deadline_h=2.0)
+    options = plan(request)
+    assert len(options) == 16
+    feasible = [o for o in options if o.feasible]
+    assert feasible and options[:len(feasible)] == feasible  # feasible first
+    costs = [o.cost_usd for o in feasible]
+    assert costs == sorted(costs)
+    for o in feasible:  # the job's hours x GPUs x the price
+        usd = {"nvidia-h100-sxm": 3.99, "nvidia-a100-sxm-80gb": 2.79, "nvidia-l4": 0.8}
+        assert o.cost_usd == pytest.approx(o.hours * o.gpus * usd[o.device])
+        assert o.hours <= 2.0
+    v100 = [o for o in options if o.device == "nvidia-v100-sxm2-32gb"]
+    assert all(not o.feasible and "no bf16" in o.reasons[0] for o in v100)
+    late = [o for o in options if any("past the deadline" in r for r in o.reasons)]
+    assert all(o.hours > 2.0 for o in late)
+    front = pareto(options)
+    assert front and [o.hours for o in front] == sorted(o.hours for o in front)
+    assert [o.cost_usd for o in front] == sorted((o.cost_usd for o in front), reverse=True)
+
+
+def test_a_budget_and_a_plan_the_counts_cannot_take(model):
+    options = plan(Plan(_job(model), devices=("h100-sxm",), gpus=(1, 2), prices=PRICES,
+                        budget_usd=1e-6))
+    assert not any(o.feasible for o in options)
+    assert all("over the budget" in r for o in options for r in o.reasons)
+    unpriced = plan(Plan(_job(model), devices=("h100-nvl",), gpus=(1,), budget_usd=10.0))
+    assert "no price for the nvidia-h100-nvl" in unpriced[0].reasons[0]
+
+
+@pytest.mark.parametrize("fields,field", [
+    (dict(devices="h100-sxm"), "devices"), (dict(devices=("h1000",)), "devices"),
+    (dict(gpus=(0,)), "gpus"), (dict(deadline_h=-1), "deadline_h"),
+    (dict(budget_usd=float("nan")), "budget_usd"), (dict(prices={"h100-sxm": -2}), "prices"),
+])
+def test_a_bad_plan_is_one_named_error(model, fields, field):
+    with pytest.raises(RequestError) as e:
+        plan(Plan(_job(model), **fields))
+    assert e.value.field.startswith(field) and "\n" not in str(e.value)
+
+
+def test_a_plan_needs_the_jobs_size(model):
+    with pytest.raises(RequestError, match="epochs: a plan prices the whole job"):
+        Plan(TrainingJob(model=model, batch_size=8))
+
+
+def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys):
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"prices": PRICES}))
+    args = ["plan", model, "--batch-size", "32", "--epochs", "3", "--dataset-size", "1000000",
+            "--precision", "amp-bf16", "--devices", "h100-sxm,a100-sxm-80gb,l4",
+            "--gpus", "1,8", "--prices", str(prices), "--deadline", "2"]
+    assert main(args + ["--plot", str(tmp_path / "front.png")]) == 0
+    out = capsys.readouterr().out
+    assert "plans feasible" in out and "*" in out and (tmp_path / "front.png").stat().st_size
+    assert main(args + ["--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 6 and {"device", "gpus", "hours", "cost_usd", "feasible"} <= set(rows[0])
+    prices.write_text("[1, 2]")
+    assert main(args) == 2
+    assert "--prices" in capsys.readouterr().err
+
+
+def test_the_shipped_example_prices_name_catalogued_gpus():
+    from pathlib import Path
+
+    from mdot_jax.gpu import catalog
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "docs" / "prices.json").read_text())
+    assert set(doc["prices"]) == set(doc["sources"])
+    assert all(catalog.lookup(name) for name in doc["prices"])
+    assert all("read 20" in source for source in doc["sources"].values())

@@ -1,0 +1,131 @@
+"""`mdot serve` with a real client: the service started on a free port, exercised with httpx
+(upload, predict, plan, concurrent requests, malformed JSON, a huge upload, an unknown device);
+its answers are the CLI's."""
+
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import onnx
+import pytest
+from onnx_builders import attention
+
+from mdot_jax.cli import main
+
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("fastapi")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The service on a free port of 127.0.0.1 (uploads limited to 0.05 MB), and a model."""
+    from mdot_jax.serving.service import create_app
+
+    root = tmp_path_factory.mktemp("serve")
+    onnx.save(attention(seq=64, dim=64), root / "attn.onnx")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(create_app(root / "cache", max_upload_mb=0.05, max_models=2),
+                            host="127.0.0.1", port=port, log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    yield client, root
+    client.close()
+    srv.should_exit = True
+    thread.join(10)
+
+
+def _upload(client, path) -> str:
+    r = client.post("/v1/models", content=path.read_bytes(),
+                    headers={"content-type": "application/octet-stream"})
+    assert r.status_code == 200, r.text
+    return r.json()["model"]
+
+
+def test_health_devices_and_schema(server):
+    client, _ = server
+    assert client.get("/healthz").json()["status"] == "ok"
+    names = {d["name"] for d in client.get("/v1/devices").json()}
+    assert "nvidia-h100-sxm" in names and len(names) >= 20
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/v1/models", "/v1/predict", "/v1/plan", "/v1/devices", "/healthz"} <= set(paths)
+
+
+def test_predict_answers_as_the_cli(server, capsys):
+    client, root = server
+    sha = _upload(client, root / "attn.onnx")
+    assert _upload(client, root / "attn.onnx") == sha  # one model, one name
+    job = {"model": sha, "batch_size": 8, "device": "h100-sxm", "precision": "amp-bf16",
+           "gpus": [1, 8]}
+    got = client.post("/v1/predict", json=job)
+    assert got.status_code == 200, got.text
+    assert main(["predict", str(root / "attn.onnx"), "--batch-size", "8", "--device",
+                 "h100-sxm", "--precision", "amp-bf16", "--gpus", "1,8", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert [r["iteration_ms"] for r in got.json()] == [r["iteration_ms"] for r in cli]
+    assert [r["memory_gb"] for r in got.json()] == [r["memory_gb"] for r in cli]
+
+
+def test_plan_ranks_the_devices(server):
+    client, root = server
+    sha = _upload(client, root / "attn.onnx")
+    r = client.post("/v1/plan", json={
+        "model": sha, "batch_size": 8, "epochs": 1, "dataset_size": 10000,
+        "devices": ["h100-sxm", "a100-sxm-80gb", "l4"], "gpus": [1, 2],
+        "prices": {"h100-sxm": 3.99, "a100-sxm-80gb": 2.79}, "budget_usd": 1e6})
+    assert r.status_code == 200, r.text
+    rows = r.json()
+    assert len(rows) == 6 and rows[0]["feasible"] and rows[0]["cost_usd"] is not None
+    assert not rows[-1]["feasible"] and "no price" in rows[-1]["reasons"][0]  # the L4's
+
+
+@pytest.mark.parametrize("body,status,field,needle", [
+    ("{not json", 400, "", "not JSON"),
+    ('["a list"]', 400, "", "a JSON object"),
+    ({"batch_size": 8, "model": None}, 422, "model", "the SHA-256"),
+    ({"batch_size": 8, "model": "0" * 64}, 404, "model", "not uploaded here"),
+    ({"batch_size": "8"}, 422, "batch_size", "expected a positive integer"),
+    ({"batch_size": 8, "device": "h1000"}, 422, "", "h1000"),
+    ({"batch_size": 8, "colour": "blue"}, 422, "colour", "not a field"),
+    ({"batch_size": 8, "tp": 3, "gpus": 4, "device": "h100-sxm"}, 422, "tp", "does not divide"),
+])
+def test_bad_input_is_a_4xx_with_one_line(server, body, status, field, needle):
+    client, root = server
+    if isinstance(body, dict):  # the uploaded model unless the case names its own
+        body = json.dumps({"model": _upload(client, root / "attn.onnx"), **body})
+    r = client.post("/v1/predict", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    answer = r.json()
+    assert needle in answer["error"] and "\n" not in answer["error"]
+    assert "Traceback" not in r.text and (not field or answer["field"] == field)
+
+
+def test_uploads_are_checked_and_limited(server):
+    client, _ = server
+    r = client.post("/v1/models", content=b"not an onnx file")
+    assert r.status_code == 422 and "not an ONNX file" in r.json()["error"]
+    r = client.post("/v1/models", content=b"x" * 200_000)  # over the 0.05 MB limit
+    assert r.status_code == 413 and "over the limit" in r.json()["error"]
+
+
+def test_concurrent_clients_get_the_same_answers(server):
+    client, root = server
+    sha = _upload(client, root / "attn.onnx")
+    job = {"model": sha, "batch_size": 8, "device": "h100-sxm"}
+
+    def ask(_):
+        r = client.post("/v1/predict", json=job)
+        return r.status_code, r.json()["iteration_ms"]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(24)))
+    assert {a[0] for a in answers} == {200} and len({a[1] for a in answers}) == 1
