@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         result = dict(plan=_plan(Path(tmp)), serve=_serve(Path(tmp), args.seconds))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result, indent=1))
+    print(f"plan: {result['plan']['plans']} plans in {result['plan']['seconds']:.1f} s")
+    for k, v in result["serve"].items():
+        print(f"serve {k}: {v['requests_per_s']:.1f} requests/s, p99 {v['p99_ms']:.0f} ms")
     return 0
 
 

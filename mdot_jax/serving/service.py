@@ -184,8 +184,9 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
             got = predict(job)
             return [p.to_json() for p in got] if isinstance(got, list) else got.to_json()
         job, extra = _job(store, body, PLAN_FIELDS)
-        asked = planning.Plan(job, **{k: tuple(v) if isinstance(v, list) else v
-                                      for k, v in extra.items()})
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in extra.items()}
+        asked = planning.Plan(job, **fields)
         return [o.to_json() for o in planning.plan(asked)]
 
     async def answered(kind: str, request: Request) -> Any:
