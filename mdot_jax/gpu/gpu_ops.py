@@ -123,7 +123,12 @@ class GpuOpModel:
         if self._boosters is None:
             self._boosters = parse_boosters(self.text)
         x = features(ops, dims, gpus, self.absolute)
-        return np.exp(self._boosters[0].predict(x) + np.log(10.0) * x[:, 1].astype(np.float64))
+        if not len(x):
+            return np.zeros(0)
+        rows, back = np.unique(x, axis=0, return_inverse=True)  # a model repeats its layers
+        ms = np.exp(self._boosters[0].predict(rows) + np.log(10.0) * rows[:, 1].astype(
+            np.float64))
+        return ms[back.reshape(-1)]
 
     def save(self, path: str | Path) -> None:
         """xz-compressed JSON, the booster's text `compact`."""

@@ -216,8 +216,9 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
     inner = model.info.get("adaptation")
     adaptation = compose(adaptation, Adaptation.from_json(inner) if inner else None)
     tmp = writers.temporary(out)
-    model.info.update(adaptation=adaptation.to_json(), gpu=gpu.to_json(), precision=precision)
-    model.save(tmp)
+    adapted = dataclasses.replace(model, info=dict(  # the loaded model is shared: a copy
+        model.info, adaptation=adaptation.to_json(), gpu=gpu.to_json(), precision=precision))
+    adapted.save(tmp)
     checkpoint.move_into_place(tmp, out)
     return adaptation
 
