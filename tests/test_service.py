@@ -129,3 +129,14 @@ def test_concurrent_clients_get_the_same_answers(server):
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(ask, range(24)))
     assert {a[0] for a in answers} == {200} and len({a[1] for a in answers}) == 1
+
+
+def test_a_port_in_use_is_one_line(tmp_path):
+    from mdot_jax import MdotError
+    from mdot_jax.serving.service import run
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(MdotError, match="cannot listen on 127.0.0.1"):
+            run(port=s.getsockname()[1], cache_dir=str(tmp_path))
