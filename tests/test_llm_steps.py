@@ -32,3 +32,27 @@ def test_a_step_is_measured_and_a_second_run_resumes(tmp_path):
     assert llm_steps.main([str(out), "--dry-run", "--seconds", "0"]) == 0
     second = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(second) == 2 and second[0] == first[0]  # resumed: nothing measured twice
+
+
+@pytest.mark.slow
+def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
+    """The analysis of a lease's rows (`benchmarks/bench_llm_steps.py`): a row of a catalogued
+    GPU is priced with its own job; a row of another device is skipped by name."""
+    import importlib.util
+    from pathlib import Path
+
+    pytest.importorskip("transformers")
+    out = tmp_path / "llm.jsonl"
+    assert llm_steps.main([str(out), "--dry-run", "--seconds", "0"]) == 0
+    cpu = json.loads(out.read_text())
+    gpu = dict(cpu, key=cpu["key"] + "/as-h100", device="NVIDIA H100 80GB HBM3")  # plumbing
+    out.write_text("\n".join(json.dumps(r) for r in (cpu, gpu)) + "\n")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_llm_steps.py"
+    spec = importlib.util.spec_from_file_location("bench_llm_steps", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main([str(out), "--out", str(tmp_path / "res")]) == 0
+    res = json.loads((tmp_path / "res" / "results.json").read_text())
+    assert [r["key"] for r in res["rows"]] == [gpu["key"]]
+    assert res["rows"][0]["predicted_ms"] > 0 and "'cpu'" in res["skipped"][0]
+    assert res["summary"]["all"]["rows"] == 1
