@@ -134,3 +134,11 @@ def test_a_hugging_face_config_is_a_model(gpt, capsys):
     out = capsys.readouterr().out
     assert "2 data-parallel replicas: 2-way tensor parallel x 2 pipeline stages" in out
     assert "bubble" in out
+
+
+def test_selective_checkpointing_keeps_no_scores_in_a_pipeline_either(gpt):
+    eager = dict(attention="eager", gpus=2, pp=2, grad_accum=4)
+    plain = predict(_job(gpt, **eager))
+    selective = predict(_job(gpt, **eager, activation_checkpointing="selective"))
+    full = predict(_job(gpt, **eager, activation_checkpointing="full"))
+    assert plain.memory_gb > selective.memory_gb > full.memory_gb

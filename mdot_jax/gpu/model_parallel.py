@@ -235,7 +235,8 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
     """`[pp]` bytes of activations a stage's GPU keeps at its fullest (module docstring)."""
     pp, v = layout.pp, layout.virtual
     scale = 0.5 if precision in HALF else 1.0
-    kept = np.bincount(stage, saved(seq, fused, scale), pp)  # one micro-batch's
+    core = blocks if checkpointing == "selective" else fused  # no S x S kept either way
+    kept = np.bincount(stage, saved(seq, core, scale), pp)  # one micro-batch's
     flight = np.minimum(pp - np.arange(pp), m).astype(float)
     if layout.schedule == "gpipe":
         flight[:] = m
