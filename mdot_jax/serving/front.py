@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -123,13 +125,35 @@ def _loaded(path: str, stamp: tuple):
     return Predictor.load(path)
 
 
+SEQUENCE_CACHE: dict = {}  # folder, limit: converted sequences also kept on disk there
+
+
+def keep_sequences(folder: str | Path, limit: int = 256) -> None:
+    """Also keep converted sequences as `.npz` files in `folder`, at most `limit` (the least
+    recently used go first): a restarted service does not convert its models again."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    SEQUENCE_CACHE.update(folder=Path(folder), limit=limit)
+
+
 @functools.lru_cache(maxsize=32)
 def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len: int | None,
                shapes: tuple, fuse: int) -> OperatorSequence:
     """An ONNX file converted at these sizes, kept while the file is unchanged (`stamp`: its
     modification time and size): a service or a plan prices one model many times."""
-    return convert(path, batch_size=b, image_size=image_size, seq_len=seq_len,
-                   input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
+    folder = SEQUENCE_CACHE.get("folder")
+    key = hashlib.sha256(repr((path, stamp, b, image_size, seq_len, shapes, fuse)).encode())
+    kept = folder / f"{key.hexdigest()[:32]}.npz" if folder else None
+    if kept is not None and kept.exists():
+        os.utime(kept)
+        return OperatorSequence.load_npz(kept)
+    seq = convert(path, batch_size=b, image_size=image_size, seq_len=seq_len,
+                  input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
+    if folder is not None and kept is not None:
+        seq.save(kept)  # a temporary name, then a rename: safe beside other writers
+        files = sorted(folder.glob("*.npz"), key=lambda f: f.stat().st_mtime)
+        for old in files[:max(len(files) - SEQUENCE_CACHE["limit"], 0)]:
+            old.unlink(missing_ok=True)
+    return seq
 
 
 @functools.lru_cache(maxsize=2)

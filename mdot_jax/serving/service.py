@@ -8,9 +8,10 @@
     GET  /healthz      {"status": "ok", "version"}
 The schema is at /openapi.json (and /docs). The rules:
 - a model is uploaded once and named by the SHA-256 of its bytes afterwards; the files live in
-  `cache_dir` (written to a temporary name and renamed, so concurrent uploads of one model
-  are safe), at most `max_models` of them (the least recently used go first); converted
-  sequences are kept in memory per size (`front._converted`);
+  `cache_dir/models` (written to a temporary name and renamed, so concurrent uploads of one
+  model are safe), at most `max_models` of them (the least recently used go first); its
+  converted sequences, per size, in memory and in `cache_dir/sequences`
+  (`front.keep_sequences`, bounded the same way);
 - a request is the same `TrainingJob` as the Python API, with the same checks: a bad field is
   a 422 whose body is `{"error": one line, "field": its name}`; malformed JSON a 400; an
   unknown model a 404; a body over the limit (`max_upload_mb` for models, `MAX_JSON_KB` for
@@ -122,9 +123,10 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
     from mdot_jax import __version__
     from mdot_jax.gpu import catalog
     from mdot_jax.serving import plan as planning
-    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.front import keep_sequences, predict
 
-    store = ModelStore(Path(cache_dir), max_models)
+    store = ModelStore(Path(cache_dir) / "models", max_models)
+    keep_sequences(Path(cache_dir) / "sequences")
     app = FastAPI(title="mdot", version=__version__,
                   description="Training-time predictions for schedulers (`mdot serve`).")
 
