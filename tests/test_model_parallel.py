@@ -120,14 +120,18 @@ def test_the_default_attention_is_what_pytorch_runs_and_says_why(gpt, gpu, preci
     assert any(w.startswith(f"attention: {chosen} (") for w in p.warnings)
 
 
+def test_a_hugging_face_config_needs_its_tokens(gpt):
+    with pytest.raises(RequestError, match="seq_len: required with a Hugging Face config"):
+        predict(TrainingJob(model=str(gpt[0]), batch_size=4, device="h100-sxm"))
+
+
+@pytest.mark.slow
 def test_a_hugging_face_config_is_a_model(gpt, capsys):
     config = str(gpt[0])
     p = predict(TrainingJob(model=config, seq_len=256, batch_size=4, device="h100-sxm",
                             precision="amp-bf16", optimizer="adamw"))
     assert p.iteration_ms == pytest.approx(predict(_job(gpt)).iteration_ms)
     assert p.tokens == 256 and p.tokens_per_s > 0
-    with pytest.raises(RequestError, match="seq_len: required with a Hugging Face config"):
-        predict(TrainingJob(model=config, batch_size=4, device="h100-sxm"))
     assert main(["predict", config, "--seq-len", "256", "--batch-size", "2", "--device",
                  "h100-sxm", "--gpus", "8", "--tp", "2", "--pp", "2", "--grad-accum", "8",
                  "--precision", "amp-bf16"]) == 0
