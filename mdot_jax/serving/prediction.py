@@ -119,7 +119,8 @@ class Prediction:
             d.pop("operators_from")
         if self.job_s is None:
             d.pop("job_interval_s", None)
-        return dict(d, global_batch=self.global_batch, samples_per_s=self.samples_per_s,
+        return dict(d, replicas=self.replicas, global_batch=self.global_batch,
+                    samples_per_s=self.samples_per_s,
                     tokens_per_s=self.tokens_per_s, scaling_efficiency=self.scaling_efficiency)
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
