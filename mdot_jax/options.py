@@ -22,7 +22,9 @@ MAX_INT = 2 ** 31 - 1  # the largest dim or count a request may name (ONNX and n
 
 LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-last reads nhwc)
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update
-STRATEGIES = ("ddp", "fsdp")  # of the data parallelism (tensor and pipeline: their degrees)
+# of the data parallelism (tensor and pipeline: their degrees): DDP; ZeRO stage 1 (optimizer
+# state sharded), 2 (and gradients), FSDP / ZeRO-3 (and weights)
+STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")
 INTERCONNECTS = ("nvlink", "pcie")  # between the GPUs of a node
 CHECKPOINTING = ("full", "selective")  # activation checkpointing: every layer, or attention's core
 ATTENTION = ("flash", "eager")  # fused scaled_dot_product_attention, or as the graph shows it

@@ -2,8 +2,10 @@
 single-GPU step, the all-reduce grows with bytes and GPUs, overlap never hides compute, the
 links follow the hardware, and the CLI tables and refuses what it cannot price."""
 
+import dataclasses
 import json
 import math
+import re
 
 import onnx
 import pytest
@@ -218,3 +220,31 @@ def test_a_ring_that_leaves_the_node_shares_its_network():
     assert (one.name, one.gbs) == ("network", 100.0)
     assert (eight.name, eight.gbs) == ("network", 12.5)
     assert inside.name == "nvlink"
+
+
+def test_zero_stages_shard_more_and_move_what_they_must():
+    """DDP keeps everything on every GPU; ZeRO-1 shards the optimizer state, ZeRO-2 the
+    gradients too, FSDP the weights too: memory falls stage by stage; ZeRO-1/2 move an
+    all-reduce's bytes, FSDP half as much again; none is faster than its compute."""
+    h100, params = gpus.find("h100-sxm"), 10 ** 9
+    one = _one(backward=50.0)
+    one = dataclasses.replace(one, memory_gb=30.0, phases=dict(one.phases, update=4.0))
+    got = {s: data_parallel(one, params, h100, 8, strategy=s, optimizer="adamw")
+           for s in ("ddp", "zero1", "zero2", "fsdp")}
+    memory = [got[s].memory_gb for s in ("ddp", "zero1", "zero2", "fsdp")]
+    assert memory == sorted(memory, reverse=True) and len(set(memory)) == 4
+    # adamw: 2 state tensors of fp32; ZeRO-1 frees 7/8 of them on each of 8 GPUs
+    assert got["ddp"].memory_gb - got["zero1"].memory_gb == pytest.approx(
+        4.0 + 2 * 4.0 * 7 / 8 - BUCKET_MB * 2 ** 20 / 1e9)
+    for s, p in got.items():
+        assert p.iteration_ms >= one.iteration_ms - one.phases["update"]
+        assert (p.phases["update"] < one.phases["update"]) == (s != "ddp")
+        assert p.phases["communication"] > 0 and 0 < p.scaling_efficiency <= 1
+    ms = {s: float(re.search(r"\(([\d.e+]+) ms,", got[s].warnings[-1])[1]) for s in got}
+    assert ms["zero1"] == pytest.approx(ms["ddp"], rel=0.01)  # the warning's 3 figures
+    assert ms["fsdp"] == pytest.approx(1.5 * ms["ddp"], rel=0.01)
+    # ZeRO-2 reduce-scatters every micro-batch, ZeRO-1 once an iteration
+    four = _one(backward=200.0)
+    z1, z2 = (data_parallel(four, params, h100, 8, strategy=s, grad_accum=4) for s in
+              ("zero1", "zero2"))
+    assert z2.phases["communication"] > z1.phases["communication"]

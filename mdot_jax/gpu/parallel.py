@@ -17,13 +17,16 @@ The rules:
   shorter than its compute;
 - the optimizer update follows the all-reduce on every GPU, as in one.
 
-Fully sharded (`fsdp`, FSDP / ZeRO-3, fp32 parameters): each GPU holds 1/N of the
-parameters, gradients and optimizer state; the parameters are all-gathered before the forward
-and again before the backward, and the gradients reduce-scattered (3 (N - 1) / N of the
-parameter bytes in all, against the 2 (N - 1) / N of an all-reduce), in units of `BUCKET_MB`
-prefetched under the forward and the backward as DDP's buckets are under the backward; the
-update touches 1/N of the parameters. Under tensor and pipeline parallelism
-(`model_parallel`) the replicas are what is left of the GPUs, each holding a stage's share.
+Sharded (ZeRO's stages; fp32 parameters): `zero1` shards the optimizer state over the N
+replicas, `zero2` the gradients too, `fsdp` (FSDP / ZeRO-3) the weights too. ZeRO-1 and -2
+reduce-scatter the gradients in units of `BUCKET_MB` behind the backward (ZeRO-2 every
+micro-batch, as it frees them), each GPU updates its 1/N, and the updated weights are
+all-gathered after the update, with nothing to hide behind. FSDP all-gathers the weights
+before the forward and again before the backward and reduce-scatters the gradients (3 (N -
+1) / N of the parameter bytes in all, against the 2 (N - 1) / N of an all-reduce), prefetched
+under the forward and the backward as DDP's buckets are under the backward. Under tensor and
+pipeline parallelism (`model_parallel`) the replicas are what is left of the GPUs, each
+holding a stage's share.
 """
 
 from __future__ import annotations
@@ -106,11 +109,13 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each (`model_parallel` ranks apart), with
-    `strategy` ddp or fsdp: `phases` gains the communication that shows, memory follows the
-    strategy. DDP all-reduces once an iteration (`no_sync` on the other micro-batches),
+    `strategy` (`options.STRATEGIES`): `phases` gains the communication that shows, memory
+    follows the strategy. DDP all-reduces once an iteration (`no_sync` on the other micro-batches),
     behind the last backward, or after it as Megatron-LM does (`after_flush`: its gradient
-    buffers are reduced once the backward, and a pipeline's flush, are done); FSDP gathers and
-    reduce-scatters for every micro-batch. One replica: `p` itself."""
+    buffers are reduced once the backward, and a pipeline's flush, are done); ZeRO-1 and -2
+    reduce-scatter the gradients behind the backward (ZeRO-2 every micro-batch), update their
+    shard and all-gather the weights after it; FSDP gathers and reduce-scatters for every
+    micro-batch. One replica: `p` itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
@@ -123,18 +128,23 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     k = grad_accum  # the phases are of k micro-batches: the pieces compute hides behind, one
     fw, bw = p.phases.get("forward", 0.0) / k, p.phases.get("backward", 0.0) / k
     phases = dict(p.phases)
+    half = allreduce / 2  # a reduce-scatter, or an all-gather
     if strategy == "ddp":
         total, shown = allreduce, allreduce if after_flush else _hidden(allreduce, bw, buckets)
         memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
     else:
-        gather = allreduce / 2
-        total = 3 * gather * k
-        shown = k * (_hidden(gather, fw, buckets) + _hidden(2 * gather, bw, buckets))
+        if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
+            total = 3 * half * k
+            shown = k * (_hidden(half, fw, buckets) + _hidden(2 * half, bw, buckets))
+        else:  # reduce-scattered behind the backward (zero2: each micro-batch), gathered after
+            times = k if strategy == "zero2" else 1
+            scatter = half if after_flush else _hidden(half, bw, buckets)
+            total, shown = half * (times + 1), scatter * times + half
         phases["update"] = phases.get("update", 0.0) / n
-        # weights, gradients and optimizer state sharded; one unit gathered whole at a time
-        state = (2 + OPTIMIZER_STATE[optimizer]) * nbytes / 1e9
-        memory = p.memory_gb - state * (n - 1) / n + BUCKET_MB * 2 ** 20 / 1e9
-    what = "all-reduce" if strategy == "ddp" else "all-gathers and reduce-scatter"
+        sharded = OPTIMIZER_STATE[optimizer] + {"zero1": 0, "zero2": 1, "fsdp": 2}[strategy]
+        memory = p.memory_gb - sharded * nbytes / 1e9 * (n - 1) / n + BUCKET_MB * 2 ** 20 / 1e9
+    what = {"ddp": "all-reduce", "fsdp": "all-gathers and reduce-scatter"}.get(
+        strategy, "reduce-scatter and all-gather of the updated weights")
     warning = (f"{strategy}: gradient {what} over {n} GPUs ({total:.3g} ms, {total - shown:.3g} "
                f"ms of it hidden behind compute in {buckets} pieces of {BUCKET_MB} MB) priced "
                f"from the {link.name} bandwidth ({link.gbs:g} GB/s per direction): not measured")
