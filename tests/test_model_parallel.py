@@ -146,3 +146,12 @@ def test_selective_checkpointing_keeps_no_scores_in_a_pipeline_either(gpt):
     selective = predict(_job(gpt, **eager, activation_checkpointing="selective"))
     full = predict(_job(gpt, **eager, activation_checkpointing="full"))
     assert plain.memory_gb > selective.memory_gb > full.memory_gb
+
+
+def test_what_was_never_measured_carries_no_band(gpt):
+    """A pipeline, tensor parallelism or a fused attention kernel: priced by rules, never
+    measured, so no 80% band is claimed for them (fp32, where the step itself has one)."""
+    plain = predict(_job(gpt, precision="fp32", attention="eager"))
+    assert plain.interval_ms is not None
+    for fields in (dict(gpus=2, pp=2, grad_accum=4), dict(gpus=2, tp=2), dict(attention="flash")):
+        assert predict(_job(gpt, precision="fp32", **fields)).interval_ms is None, fields

@@ -204,7 +204,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
         if 1 < pp and m < pp else []
     p = one.with_phases(phases, memory_gb=(float(memory[full]) + working) / 1e9, grad_accum=m,
                         warnings=[*one.warnings, note, *few])
-    return p, params
+    return dataclasses.replace(p, interval_ms=None), params  # the plan's parts: not measured
 
 
 def _p2p_ms(nbytes: float, layout: Layout, gpu: GPU, network_gbs: float,

@@ -326,7 +326,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; the "
                         f"{gpu.name} is priced unadapted")
         adapted = None
-    band_ok = not (classes & set(extrapolated) or other or odd_convs or seq.unknown_ops)
+    band_ok = not (classes & set(extrapolated) or other or odd_convs or seq.unknown_ops
+                   or blocks)  # fused attention: priced, not measured
     p = Prediction(iteration_ms=total, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq),
                    warnings=warnings, operators=operators, phases=phases,

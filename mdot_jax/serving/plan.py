@@ -57,8 +57,13 @@ class Plan:
         for name in ("deadline_h", "budget_usd"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
+        from mdot_jax.gpu import catalog
+
         for device, price in (self.prices or {}).items():
             _positive(f"prices[{device!r}]", price)
+            if catalog.lookup(str(device)) is None:  # a typo would price nothing, silently
+                raise RequestError(f"prices[{device!r}]: not a catalogued GPU (`mdot "
+                                   "devices`)", "prices")
 
     def candidates(self) -> list:
         """The catalogued GPUs asked, each once (an unknown name: its one-line error)."""
