@@ -42,7 +42,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("--batch-size is required (per data-parallel replica)")
     job = TrainingJob(model=args.model, batch_size=args.batch_size, gpus=tuple(args.gpus),
                       **cli_job.job_fields(args))
-    request = planning.Plan(job, devices=args.devices.split(","), gpus=args.gpus,
+    request = planning.Plan(job, devices=args.devices, gpus=args.gpus,
                             prices=read_prices(args.prices), deadline_h=args.deadline,
                             budget_usd=args.budget)
     options = planning.plan(request, progress=not args.json and sys.stderr.isatty())

@@ -59,7 +59,8 @@ def test_a_budget_and_a_plan_the_counts_cannot_take(model):
 
 
 @pytest.mark.parametrize("fields,field", [
-    (dict(devices="h100-sxm"), "devices"), (dict(devices=("h1000",)), "devices"),
+    (dict(devices=()), "devices"), (dict(devices=("h1000",)), "devices"),
+    (dict(devices="h100-sxm,,l4"), "devices"),
     (dict(gpus=(0,)), "gpus"), (dict(deadline_h=-1), "deadline_h"),
     (dict(budget_usd=float("nan")), "budget_usd"), (dict(prices={"h100-sxm": -2}), "prices"),
     (dict(prices={"tpu-v5": 2.0}), "prices"),
@@ -68,6 +69,11 @@ def test_a_bad_plan_is_one_named_error(model, fields, field):
     with pytest.raises(RequestError) as e:
         plan(Plan(_job(model), **fields))
     assert e.value.field.startswith(field) and "\n" not in str(e.value)
+
+
+def test_devices_as_one_string_as_on_the_command_line(model):
+    assert Plan(_job(model), devices="all").devices == ("all",)
+    assert len(plan(Plan(_job(model), devices="h100-sxm,l4", gpus=(1,)))) == 2
 
 
 def test_a_plan_needs_the_jobs_size(model):

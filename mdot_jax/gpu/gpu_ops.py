@@ -29,7 +29,7 @@ import numpy as np
 
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.neusight import CONV, GEMMS, OPS, ROWWISE
-from mdot_jax.models.trees import fit_boosters, parse_boosters
+from mdot_jax.models.trees import PREDICTING, fit_boosters, parse_boosters
 
 VERSION = 2
 TILE = 128  # the GEMM output tile side the waves are counted in
@@ -126,8 +126,9 @@ class GpuOpModel:
         if not len(x):
             return np.zeros(0)
         rows, back = np.unique(x, axis=0, return_inverse=True)  # a model repeats its layers
-        ms = np.exp(self._boosters[0].predict(rows) + np.log(10.0) * rows[:, 1].astype(
-            np.float64))
+        with PREDICTING:
+            log_ms = self._boosters[0].predict(rows)
+        ms = np.exp(log_ms + np.log(10.0) * rows[:, 1].astype(np.float64))
         return ms[back.reshape(-1)]
 
     def save(self, path: str | Path) -> None:

@@ -21,7 +21,7 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import OP_MS
 from mdot_jax.kernels.specs import LOSS, OpSpec, grad_flow, loss_spec
-from mdot_jax.models.trees import fit_boosters, parse_boosters
+from mdot_jax.models.trees import PREDICTING, fit_boosters, parse_boosters
 
 FEATURES_VERSION = 1
 COST_MODEL = "cost_model.json.xz"  # inside a checkpoint trained on predicted operator times
@@ -82,7 +82,8 @@ class CostModel:
     def _predict(self, x: np.ndarray) -> np.ndarray:
         if self._boosters is None:
             self._boosters = parse_boosters(self.text)
-        return np.exp(self._boosters[0].predict(x))
+        with PREDICTING:
+            return np.exp(self._boosters[0].predict(x))
 
     def predict(self, specs: Sequence[OpSpec]) -> np.ndarray:
         """`[N]` predicted ms per iteration."""

@@ -9,6 +9,7 @@ different models.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -74,7 +75,13 @@ class TreeModel:
             self._boosters = parse_boosters(self.text)
         x = np.stack([aggregates(s, self.devices, self.vocab_size, self.version)
                       for s in samples])
-        return np.exp(np.mean([b.predict(x) for b in self._boosters], axis=0))
+        with PREDICTING:
+            return np.exp(np.mean([b.predict(x) for b in self._boosters], axis=0))
+
+
+# LightGBM prepares a shared booster's predictor without a lock (LightGBM issue 6142): one
+# prediction at a time per process, so that threads (the service's) get the same answers
+PREDICTING = threading.Lock()
 
 
 def fit_boosters(x: np.ndarray, y: np.ndarray, xv: np.ndarray, yv: np.ndarray, *,

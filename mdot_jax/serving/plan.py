@@ -33,8 +33,8 @@ NOT_FIT = ("may not fit", "will not fit")
 @dataclass(frozen=True)
 class Plan:
     """A planning request: the job (with epochs and dataset_size, or train_tokens) priced on
-    `devices` (catalog names; `("all",)`: every catalogued GPU) x `gpus` per node (the job's
-    own device and gpus are not read)."""
+    `devices` (catalog names, or one string of them with commas; "all": every catalogued GPU)
+    x `gpus` per node (the job's own device and gpus are not read)."""
 
     job: TrainingJob
     devices: Sequence[str] = ("all",)
@@ -49,8 +49,9 @@ class Plan:
         if self.job.train_tokens is None and self.job.epochs is None:
             raise RequestError("epochs: a plan prices the whole job; give epochs and "
                                "dataset_size, or train_tokens", "epochs")
-        if isinstance(self.devices, str) or not self.devices or not all(
-                isinstance(d, str) and d for d in self.devices):
+        if isinstance(self.devices, str):  # "all", or names with commas, as on the command line
+            object.__setattr__(self, "devices", tuple(self.devices.split(",")))
+        if not self.devices or not all(isinstance(d, str) and d for d in self.devices):
             raise RequestError(f"devices {self.devices!r}: name catalogued GPUs, or 'all'",
                                "devices")
         _ints("gpus", list(self.gpus))
