@@ -10,7 +10,8 @@ What is measured (on this machine, nothing else heavy running):
 2. `serve`: `mdot serve` started as its own process; a ResNet-50 uploaded once; then for 10 s
    each, 1 and 8 client threads (httpx) posting /v1/predict (AMP fp16, batch 64): the same
    request over and over (`repeated`: the service's answer cache after the first); `distinct`
-   requests of the cached model (GPU type and count change every time: each priced); and
+   requests of the cached model (GPU type and count change every time, over the GPUs priced
+   from their spec sheets: each priced); and
    `new-batch` (batch sizes 1-4096: each converted and priced). Reported: requests/s, p50
    and p99 latency (target: 50 requests/s with 8 clients for a cached model).
 """
@@ -92,8 +93,10 @@ def _load(url: str, job: dict, mode: str, clients: int, seconds: float) -> dict:
     import httpx
 
     from mdot_jax.gpu import catalog
+    from mdot_jax.gpu.spec_sheet import spec_gpu
 
-    devices = [g.name for g in catalog.catalog().values() if g.tflops.get("fp16")]
+    devices = [g.name for g in catalog.catalog().values()  # priced from their spec sheets
+               if g.tflops.get("fp16") and spec_gpu(g.name, None, None)]
 
     latencies: list[float] = []
     errors = [0]

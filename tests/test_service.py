@@ -166,3 +166,25 @@ def test_converted_sequences_outlive_the_process_on_disk(tmp_path):
         front.SEQUENCE_CACHE.clear()
         front.SEQUENCE_CACHE.update(saved)
         front._converted.cache_clear()
+
+
+def test_eviction_never_takes_a_writers_temporary_file(tmp_path):
+    from mdot_jax.serving.front import _evict
+
+    for name in ("a.npz", "b.npz", ".c.npz.tmp-1234.npz"):
+        (tmp_path / name).write_bytes(b"x")
+    _evict(tmp_path, "*.npz", 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".c.npz.tmp-1234.npz"]
+
+
+def test_concurrent_clients_of_new_sizes_all_answered(server):
+    """Distinct sizes at once: each converted, kept on disk and evicted beside the others."""
+    client, root = server
+    sha = _upload(client, root / "attn.onnx")
+
+    def ask(n):
+        r = client.post("/v1/predict", json={"model": sha, "batch_size": 1 + n,
+                                             "device": "h100-sxm"})
+        return r.status_code
+    with ThreadPoolExecutor(8) as pool:
+        assert set(pool.map(ask, range(24))) == {200}

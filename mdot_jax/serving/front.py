@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -150,10 +151,26 @@ def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len:
                   input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
     if folder is not None and kept is not None:
         seq.save(kept)  # a temporary name, then a rename: safe beside other writers
-        files = sorted(folder.glob("*.npz"), key=lambda f: f.stat().st_mtime)
-        for old in files[:max(len(files) - SEQUENCE_CACHE["limit"], 0)]:
-            old.unlink(missing_ok=True)
+        _evict(folder, "*.npz", SEQUENCE_CACHE["limit"])
     return seq
+
+
+_EVICTING = threading.Lock()
+
+
+def _evict(folder: Path, pattern: str, limit: int) -> None:
+    """Removes the least recently used files of `folder` matching `pattern` beyond `limit`;
+    hidden ones (a writer's temporary files) are never touched."""
+    with _EVICTING:
+        files = []
+        for f in folder.glob(pattern):
+            try:
+                if not f.name.startswith("."):
+                    files.append((f.stat().st_mtime, f))
+            except FileNotFoundError:  # gone since listed (another process)
+                continue
+        for _, old in sorted(files)[:max(len(files) - limit, 0)]:
+            old.unlink(missing_ok=True)
 
 
 @functools.lru_cache(maxsize=2)
