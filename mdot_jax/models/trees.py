@@ -79,7 +79,7 @@ class TreeModel:
             return np.exp(np.mean([b.predict(x) for b in self._boosters], axis=0))
 
 
-# LightGBM prepares a shared booster's predictor without a lock (LightGBM issue 6142): one
+# LightGBM prepares a shared booster's predictor without a lock (upstream, LightGBM #6142): one
 # prediction at a time per process, so that threads (the service's) get the same answers
 PREDICTING = threading.Lock()
 
