@@ -20,6 +20,7 @@ import ctypes.util
 import os
 import shutil
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -179,3 +180,21 @@ def replace_dir(tmp: Path, path: Path) -> None:
     path.rename(old)
     tmp.rename(path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+_EVICTING = threading.Lock()
+
+
+def evict(folder: Path, pattern: str, limit: int) -> None:
+    """Removes the least recently used files of `folder` matching `pattern` beyond `limit`;
+    hidden ones (a writer's temporary files) are never touched."""
+    with _EVICTING:
+        files = []
+        for f in folder.glob(pattern):
+            try:
+                if not f.name.startswith("."):
+                    files.append((f.stat().st_mtime, f))
+            except FileNotFoundError:  # gone since listed (another process)
+                continue
+        for _, old in sorted(files)[:max(len(files) - limit, 0)]:
+            old.unlink(missing_ok=True)

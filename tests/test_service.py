@@ -169,7 +169,7 @@ def test_converted_sequences_outlive_the_process_on_disk(tmp_path):
 
 
 def test_eviction_never_takes_a_writers_temporary_file(tmp_path):
-    from mdot_jax.serving.front import _evict
+    from mdot_jax.writers import evict as _evict
 
     for name in ("a.npz", "b.npz", ".c.npz.tmp-1234.npz"):
         (tmp_path / name).write_bytes(b"x")

@@ -40,7 +40,7 @@ from converters.attention import Block
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
-from mdot_jax.gpu.parallel import Link, allreduce_ms, group_link
+from mdot_jax.gpu.parallel import LATENCY_US, Link, allreduce_ms, group_link
 from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, saved, step_memory
 from mdot_jax.serving.prediction import Prediction
 
@@ -216,7 +216,7 @@ def _p2p_ms(nbytes: float, layout: Layout, gpu: GPU, network_gbs: float,
     if group < layout.gpus_per_node:
         link = group_link(gpu, layout.gpus_per_node, 1, interconnect, network_gbs, 2, group)
         return 1e3 * (nbytes / (link.gbs * 1e9) + link.latency_s)
-    net = Link("network", network_gbs / layout.gpus_per_node, 10e-6)
+    net = Link("network", network_gbs / layout.gpus_per_node, LATENCY_US["network"] * 1e-6)
     return 1e3 * (nbytes / (net.gbs * 1e9) + net.latency_s)
 
 

@@ -27,11 +27,12 @@ _OUT_NUMEL = CONFIG_FIELDS.index("out_numel")
 
 
 def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, optimizer: str,
-                      granularity: str = "full", fused: list[Block] | None = None
-                      ) -> Prediction:
+                      granularity: str = "full", fused: list[Block] | None = None,
+                      blocks: list[Block] | None = None) -> Prediction:
     """`p` (one GPU's step of `seq`, with its phases; `fused`: its attention blocks priced
-    as fused kernels) with every layer checkpointed at `granularity`."""
-    blocks = attention_blocks(seq)
+    as fused kernels) with every layer (`blocks`, found in `seq` when not given)
+    checkpointed at `granularity`."""
+    blocks = attention_blocks(seq) if blocks is None else blocks
     if not blocks:
         raise RequestError("activation_checkpointing: no transformer layers (attention "
                            "blocks) found in the model to checkpoint", "activation_checkpointing")
@@ -40,9 +41,9 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, opti
     if granularity == "selective":
         if fused:
             return p
-        core = sorted({i for b in blocks for i in b.inner if i != b.output})
-        freed = float(saved(seq, (), scale)[core].sum())
-        ms = sum(o["ms"] for o in p.operators or [] if o.get("index") in set(core))
+        core = {i for b in blocks for i in b.inner if i != b.output}
+        freed = float(saved(seq, (), scale)[sorted(core)].sum())
+        ms = sum(o["ms"] for o in p.operators or [] if o.get("index") in core)
         fw, bw = p.phases.get("forward", 0.0), p.phases.get("backward", 0.0)
         phases = dict(p.phases, recomputation=ms * fw / max(fw + bw, 1e-30))
         note = (f"selective activation checkpointing over {len(blocks)} layers: the attention "

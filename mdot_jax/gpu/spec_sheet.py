@@ -220,13 +220,14 @@ def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, t
 
 def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
           step: str = "train", optimizer: str = "sgd", fit: bool = True,
-          attention: str = "eager") -> Prediction:
+          attention: str = "eager", blocks: list[Block] | None = None) -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`, each with its `index` in `seq`), warnings for whatever is
     extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
     the fit). `fit`: judge here whether the step fits the GPU (False: the caller judges the
-    memory it finally prices). `attention`: `flash` prices each attention block as one fused
-    kernel (`fused_attention`), `eager` as exported."""
+    memory it finally prices). `attention`: `flash` prices each attention block (`blocks`,
+    found in `seq` when not given) as one fused kernel (`fused_attention`), `eager` as
+    exported."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
@@ -243,7 +244,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     work: list[tuple[int, str, str, tuple, GPU, float]] = []
     other: dict[str, int] = {}
     odd_convs, classes = 0, set()
-    blocks = attention_blocks(seq) if attention == "flash" else []
+    if attention != "flash":
+        blocks = []
+    elif blocks is None:
+        blocks = attention_blocks(seq)
     inside = {i for b in blocks for i in b.inner}
     for b in blocks:
         classes.add("gemm")

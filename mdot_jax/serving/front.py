@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import onnx
 from converters import ConversionError, OperatorSequence, convert
 from converters.attention import attention_blocks
 from converters.fusion import fusion_version
+from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.serving.predict import check_batch, input_size_of
 from mdot_jax.serving.prediction import Prediction
@@ -151,26 +151,10 @@ def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len:
                   input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
     if folder is not None and kept is not None:
         seq.save(kept)  # a temporary name, then a rename: safe beside other writers
-        _evict(folder, "*.npz", SEQUENCE_CACHE["limit"])
+        writers.evict(folder, "*.npz", SEQUENCE_CACHE["limit"])
     return seq
 
 
-_EVICTING = threading.Lock()
-
-
-def _evict(folder: Path, pattern: str, limit: int) -> None:
-    """Removes the least recently used files of `folder` matching `pattern` beyond `limit`;
-    hidden ones (a writer's temporary files) are never touched."""
-    with _EVICTING:
-        files = []
-        for f in folder.glob(pattern):
-            try:
-                if not f.name.startswith("."):
-                    files.append((f.stat().st_mtime, f))
-            except FileNotFoundError:  # gone since listed (another process)
-                continue
-        for _, old in sorted(files)[:max(len(files) - limit, 0)]:
-            old.unlink(missing_ok=True)
 
 
 @functools.lru_cache(maxsize=2)
@@ -218,14 +202,15 @@ class _SpecSheet:
                                             job.stages_per_gpu, job.sequence_parallel)
         model_parallel.check(seq, blocks, self.layout, job.grad_accum)
         attention = self._attention(blocks, precision)
-        self.seq = model_parallel.shard(seq, job.tp, job.sequence_parallel)
+        # sharding keeps every operator in its place: the blocks found here hold for it
+        self.seq, self.blocks = model_parallel.shard(seq, job.tp, job.sequence_parallel), blocks
         one = price(self.seq, self.gpu, self.model, precision=precision,
                     step=job.step or "train", optimizer=job.optimizer, fit=False,
-                    attention=attention)
-        self.fused = attention_blocks(self.seq) if attention == "flash" else []
+                    attention=attention, blocks=blocks)
+        self.fused = blocks if attention == "flash" else []
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision, job.optimizer,
-                                    job.activation_checkpointing, self.fused)
+                                    job.activation_checkpointing, self.fused, blocks)
         return seq, one
 
     def _attention(self, blocks: list, precision: str) -> str:
@@ -261,7 +246,7 @@ class _SpecSheet:
         if job.model_parallel:
             layout = dataclasses.replace(self.layout, gpus=n * job.nodes, gpus_per_node=n)
             one, params = model_parallel.pipeline(
-                one, self.seq, attention_blocks(self.seq), layout, self.gpu, job.grad_accum,
+                one, self.seq, self.blocks, layout, self.gpu, job.grad_accum,
                 job.precision or "fp32", job.optimizer, job.activation_checkpointing, network,
                 job.interconnect, self.fused)
         else:

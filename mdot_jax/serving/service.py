@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.serving.request import TrainingJob
 
@@ -77,7 +78,7 @@ class ModelStore:
             tmp.write_bytes(data)
             os.replace(tmp, path)  # atomic: a reader sees all of it or nothing
         os.utime(path)
-        self._evict()
+        writers.evict(self.folder, "*.onnx", self.limit)
         return sha
 
     def get(self, sha: Any) -> Path:
@@ -93,11 +94,6 @@ class ModelStore:
 
     def path(self, sha: str) -> Path:
         return self.folder / f"{sha}.onnx"
-
-    def _evict(self) -> None:
-        from mdot_jax.serving.front import _evict
-
-        _evict(self.folder, "*.onnx", self.limit)
 
 
 def _job(store: ModelStore, body: dict, extra: tuple = ()) -> tuple[TrainingJob, dict]:
@@ -198,8 +194,9 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         return [o.to_json() for o in planning.plan(asked)]
 
     async def answered(kind: str, request: Request) -> Any:
-        text = json.dumps(await body_of(request), sort_keys=True)
-        store.get(json.loads(text).get("model"))  # a model evicted since is not answered
+        body = await body_of(request)
+        store.get(body.get("model"))  # a model evicted since is not answered from the cache
+        text = json.dumps(body, sort_keys=True)
         return await _threaded(priced, lambda: answer_for(kind, text))
 
     @app.post("/v1/predict", openapi_extra=_schema(JOB_FIELDS))
