@@ -124,10 +124,12 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()) and not args.force:
         raise UsageError(f"{out} is not empty; pass --force to replace the step model in it")
     try:
-        model = gpu_fit.fit(args.neusight, seed=args.seed, progress=print)
+        model = gpu_fit.fit(args.neusight, tables=args.tables, pricer=args.pricer,
+                            seed=args.seed, progress=print)
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
-    model.info["command"] = f"mdot gpu-fit {args.neusight} --out {args.out}"
+    model.info["command"] = f"mdot gpu-fit {args.neusight} --out {args.out}" + (
+        f" --tables {args.tables}" if args.tables else "") + f" --pricer {args.pricer}"
     model.save(out)
     print(f"GPU step model fitted on {', '.join(model.info['fitted_gpus'])}: {out} (80% band "
           f"{math.exp(model.band[0]):.2f}x-{math.exp(model.band[1]):.2f}x of a prediction)")
@@ -384,6 +386,10 @@ def add_commands(sub) -> None:
     p = sub.add_parser("gpu-fit", description=BUILD_COMMANDS["gpu-fit"])
     p.add_argument("neusight", help="NeuSight's folder (../shared/datasets/neusight)")
     p.add_argument("--out", default="checkpoints/gpu-spec-sheet", help="step model folder")
+    p.add_argument("--tables", metavar="DIR", help="XLA's H100 GEMM tables "
+                   "(../shared/datasets/xla-h100-tables): tensor-core rows")
+    p.add_argument("--pricer", choices=["kernel", "trees"], default="kernel",
+                   help="the operator pricer: the Flax kernel model or LightGBM")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace the model in --out")
     p.set_defaults(func=cmd_gpu_fit)

@@ -137,6 +137,14 @@ def find(name: str) -> GPU:
                      "--device-spec FILE.json describes another)")
 
 
+def as_seen(gpu: GPU, peak: float, width: int) -> GPU:
+    """`gpu` as a kernel at `peak` TFLOP/s on `width`-byte elements sees it: the operator
+    models count fp32 bytes, so half the width is twice the bandwidth and the L2."""
+    return dataclasses.replace(gpu, tflops=dict(gpu.tflops, fp32=peak),
+                               memory_gbs=gpu.memory_gbs * 4 / width,
+                               l2_mb=gpu.l2_mb * 4 / width)
+
+
 def lookup(name: str) -> GPU | None:
     """`find(name)`, or None where the name is no catalogued GPU (a CPU's, say)."""
     try:

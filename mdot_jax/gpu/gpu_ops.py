@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from mdot_jax.models.trees import PREDICTING, fit_boosters, parse_boosters
 VERSION = 2
 TILE = 128  # the GEMM output tile side the waves are counted in
 BLOCK = 512  # elements per thread block of an elementwise kernel (128 threads x 4)
+RESIDENT = 8  # thread blocks of an elementwise kernel resident on one SM
 FLOPS_PER_ELEMENT = dict(add=1, mul=1, div=1, pow=10, addu=1, mulu=1, divu=1, powu=10, relu=1,
                          gelu=20, tanh=10, softmax=5, ln=8)
 GRID = ((63, 0.05),)
@@ -81,7 +83,7 @@ def features(ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[G
         flops, moved, units, used, k = work(op, d)
         peak, bw = g.tflops["fp32"] * 1e12, g.memory_gbs * 1e9
         compute, memory = 1e3 * flops / peak, 1e3 * moved / bw
-        waves = units / (g.sms * (1 if op in GEMMS or op == CONV else 8))
+        waves = units / (g.sms * (1 if op in GEMMS or op == CONV else RESIDENT))
         row = [OPS.index(op), math.log10(max(compute, memory)), math.log10(compute),
                math.log10(memory), math.log10(flops / moved / (peak / bw)),
                math.log10(waves), waves / math.ceil(waves), used,
@@ -294,11 +296,12 @@ class StepPricer:
 
 @dataclass
 class StepModel:
-    """What prices a training step on a GPU from its spec sheet (`serving.spec_sheet`): the operator
-    model, the backward / forward ratios of non-GEMM node kinds, and the 80% band of the
-    log ratio measured / predicted of whole steps on GPUs left out of the fit."""
+    """What prices a training step on a GPU from its spec sheet (`gpu.spec_sheet`): the
+    operator pricer (the kernel model, `gpu.kernel_model`, or the LightGBM operator model),
+    the backward / forward ratios of non-GEMM node kinds, and the 80% band of the log ratio
+    measured / predicted of whole steps on GPUs left out of the fit."""
 
-    ops: GpuOpModel
+    ops: Any  # GpuOpModel | kernel_model.KernelModel: `predict(ops, dims, gpus) -> [N] ms`
     ratios: dict  # node kind -> backward / forward
     band: tuple[float, float]  # 10th, 90th percentile of log(measured / predicted)
     info: dict  # fitted_gpus, band_labels, source, command
@@ -308,13 +311,20 @@ class StepModel:
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        self.ops.save(folder / self.MODEL)
+        if isinstance(self.ops, GpuOpModel):
+            self.ops.save(folder / self.MODEL)
+        else:
+            self.ops.save(folder)
         (folder / self.META).write_text(json.dumps(dict(
             ratios=self.ratios, band=list(self.band), **self.info), indent=1) + "\n")
 
     @classmethod
     def load(cls, folder: str | Path) -> StepModel:
+        from mdot_jax.gpu import kernel_model
+
         folder = Path(folder)
         meta = json.loads((folder / cls.META).read_text())
         ratios, band = meta.pop("ratios"), tuple(meta.pop("band"))
-        return cls(GpuOpModel.load(folder / cls.MODEL), ratios, band, meta)
+        ops = kernel_model.KernelModel.load(folder) if (folder / kernel_model.META).is_file() \
+            else GpuOpModel.load(folder / cls.MODEL)
+        return cls(ops, ratios, band, meta)

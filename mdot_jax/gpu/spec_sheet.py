@@ -31,7 +31,6 @@ The rules, per operator of the sequence:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -120,14 +119,6 @@ def _step_model(folder: str, stamp: tuple) -> StepModel:
     return StepModel.load(folder)
 
 
-def _at(gpu: GPU, peak: float, width: int) -> GPU:
-    """`gpu` as the operator model sees an operator at `peak` TFLOP/s on `width`-byte tensors
-    (the model's bytes are fp32: half the bytes is twice the bandwidth and the L2)."""
-    return dataclasses.replace(gpu, tflops=dict(gpu.tflops, fp32=peak),
-                               memory_gbs=gpu.memory_gbs * 4 / width,
-                               l2_mb=gpu.l2_mb * 4 / width)
-
-
 def matmul_peak(gpu: GPU, precision: str) -> float:
     """Dense TFLOP/s a matmul can reach at `precision`: the tensor cores' peak for it where
     the GPU has one, else the CUDA cores' fp32 (the denominator of MFU)."""
@@ -160,8 +151,8 @@ def _peaks(gpu: GPU, precision: str) -> tuple[dict[str, GPU], dict[str, str]]:
                             f"{gpu.name}: priced from its TF32 peak ({conv_peak:g} TFLOP/s), "
                             "not measured yet")
     width = 2 if half else 4
-    return dict(gemm=_at(gpu, gemm_peak, width), conv=_at(gpu, conv_peak, width),
-                memory=_at(gpu, fp32, width), fp32=gpu), warnings
+    return dict(gemm=gpus.as_seen(gpu, gemm_peak, width), conv=gpus.as_seen(gpu, conv_peak, width),
+                memory=gpus.as_seen(gpu, fp32, width), fp32=gpu), warnings
 
 
 def _rowwise(op_type: str, c: np.ndarray) -> tuple[int, int]:

@@ -1,0 +1,45 @@
+"""XLA's measured H100 GEMM table, read where it lies: training rows of the kernel model.
+
+`matmul.csv` (in `../shared/datasets/xla-h100-tables`; OpenXLA, Apache-2.0,
+`xla/service/gpu/model/matmul_interpolator_data.h` at upstream commit b2766086): the throughput
+of one batched dot `[b, m, k] x [b, k, n]` on an sm_90 GPU, b in {1, 2, 4} and m, n, k in
+{256, ..., 4096}, in bf16 and in f32 (a dot without a precision config: TF32 on Hopper), the
+median of 5 traced kernel times. The table does not name the H100 variant; it is read as the
+catalog's SXM part. Never copied into this repository.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu.catalog import GPU
+
+SOURCE = ("XLA's H100 GEMM table (OpenXLA, Apache-2.0: xla/service/gpu/model/"
+          "matmul_interpolator_data.h, commit b2766086), read in place from "
+          "../shared/datasets/xla-h100-tables")
+GPU_NAME = "nvidia-h100-sxm"
+# the table's dtype -> (the catalog's peak, bytes per element)
+DTYPES = {"bf16xbf16->bf16": ("bf16", 2), "f32xf32->f32": ("tf32", 4)}
+
+
+def matmuls(root: str | Path) -> tuple[list[str], list[tuple], list[GPU], list[float]]:
+    """(ops, dims (B, M, N, K), the GPU as each kernel sees it, measured ms) of every row."""
+    path = Path(root) / "matmul.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no XLA GEMM table there")
+    h100 = gpus.find(GPU_NAME)
+    ops, dims, seen, ms = [], [], [], []
+    with open(path) as f:
+        for line, r in enumerate(csv.DictReader(f), start=2):
+            if r["dtype"] not in DTYPES:
+                raise ValueError(f"{path}:{line}: dtype {r['dtype']!r}, not one of "
+                                 f"{list(DTYPES)}")
+            precision, width = DTYPES[r["dtype"]]
+            b, m, n, k = (int(r[c]) for c in ("b", "m", "n", "k"))
+            ops.append("bmm")
+            dims.append((b, m, n, k))
+            seen.append(gpus.as_seen(h100, h100.tflops[precision], width))
+            ms.append(2e3 * b * m * n * k / float(r["flops_per_s"]))
+    return ops, dims, seen, ms
