@@ -38,6 +38,7 @@ from mdot_jax.gpu.neusight import CONV, GEMMS, OPS
 
 VERSION = 1
 LAUNCH_MAX_MS = 0.05  # a kernel's fixed cost is below 50 us
+U_MIN = 1e-3  # no kernel reaches less of its peak and of the bandwidth
 P = 4.0  # the smooth max's norm
 FEATURES = ("log_compute_ms", "log_memory_ms", "log_intensity_over_ridge", "log_waves",
             "wave_use", "tile_use", "log_k", "tensor_cores")
@@ -80,7 +81,8 @@ class KernelNet(nnx.Module):
     def __call__(self, x):  # [N, F] -> 3 x [N]
         o = self.out(jax.nn.gelu(self.fc2(jax.nn.gelu(self.fc1(x)))))  # [N, 2]
         launch = self.launch(x[:, : len(OPS)])[:, 0]  # [N]
-        return (jax.nn.log_sigmoid(o[:, 0] + 1.0), jax.nn.log_sigmoid(o[:, 1] + 1.0),
+        u = U_MIN + (1 - U_MIN) * jax.nn.sigmoid(o + 1.0)  # [N, 2] in (U_MIN, 1)
+        return (jnp.log(u[:, 0]), jnp.log(u[:, 1]),
                 math.log(LAUNCH_MAX_MS) + jax.nn.log_sigmoid(launch - 2.0))
 
 
@@ -99,7 +101,7 @@ class KernelModel:
 
     params: dict  # nnx pure dict of the network's parameters
     mean: np.ndarray  # [F]
-    std: np.ndarray  # [F]
+    scale: np.ndarray  # [F] 1 / std; 0 for what was constant in the fit (it plays no part)
     gpus: tuple[str, ...]
     samples: int
     info: dict = field(default_factory=dict)  # seed, steps, validation loss, sources
@@ -117,9 +119,10 @@ class KernelModel:
         best loss on a seeded random carve-out, checked every 100 steps."""
         x, compute, memory = features(ops, dims, gpus)
         y = np.log(np.asarray(ms, np.float64)).astype(np.float32)
-        mean, std = x.mean(0), x.std(0) + 1e-6
-        mean[: len(OPS)], std[: len(OPS)] = 0.0, 1.0  # the one-hot stays as it is
-        data = ((x - mean) / std, np.log(compute).astype(np.float32),
+        mean, std = x.mean(0), x.std(0)
+        scale = np.where(std > 1e-6, 1 / np.maximum(std, 1e-6), 0.0).astype(np.float32)
+        mean[: len(OPS)], scale[: len(OPS)] = 0.0, 1.0  # the one-hot stays as it is
+        data = ((x - mean) * scale, np.log(compute).astype(np.float32),
                 np.log(memory).astype(np.float32), y)
         rng = np.random.default_rng(seed)
         val = rng.random(len(y)) < val_fraction
@@ -151,7 +154,7 @@ class KernelModel:
                 if v < best:
                     best, kept = v, params
                 progress(f"step {s + 1}/{steps}: validation mean |log error| {v:.4f}")
-        return cls(jax.tree.map(np.asarray, nnx.to_pure_dict(kept)), mean, std,
+        return cls(jax.tree.map(np.asarray, nnx.to_pure_dict(kept)), mean, scale,
                    tuple(sorted({g.name for g in gpus})), len(y),
                    dict(seed=seed, steps=steps, batch=batch, val_mean_abs_log=best),
                    width)
@@ -176,7 +179,7 @@ class KernelModel:
             [x, np.log(compute)[:, None], np.log(memory)[:, None]], 1), axis=0,
             return_inverse=True)  # a model repeats its layers
         back = back.reshape(-1)
-        z = jnp.asarray((rows[:, :-2] - self.mean) / self.std, jnp.float32)
+        z = jnp.asarray((rows[:, :-2] - self.mean) * self.scale, jnp.float32)
         lc, lm = jnp.asarray(rows[:, -2]), jnp.asarray(rows[:, -1])
         net = self._network()
         log_uc, log_um, log_launch = net(z)
@@ -201,7 +204,7 @@ class KernelModel:
         ckptr.wait_until_finished()
         (folder / META).write_text(json.dumps(dict(
             version=self.version, width=self.width, mean=self.mean.tolist(),
-            std=self.std.tolist(), gpus=list(self.gpus), samples=self.samples,
+            scale=self.scale.tolist(), gpus=list(self.gpus), samples=self.samples,
             features=list(OPS) + list(FEATURES), info=self.info), indent=1) + "\n")
 
     @classmethod
@@ -214,5 +217,5 @@ class KernelModel:
             raise ValueError(f"{folder}: kernel model version {d.get('version')} != {VERSION}")
         params = ocp.StandardCheckpointer().restore((folder / PARAMS).absolute())
         return cls(jax.tree.map(np.asarray, params), np.asarray(d["mean"], np.float32),
-                   np.asarray(d["std"], np.float32), tuple(d["gpus"]), d["samples"],
+                   np.asarray(d["scale"], np.float32), tuple(d["gpus"]), d["samples"],
                    d["info"], d["width"], d["version"])
