@@ -25,7 +25,7 @@ from mdot_jax.cli_dataset import (
     cmd_dataset_timm,
 )
 from mdot_jax.errors import UsageError
-from mdot_jax.options import LAYOUTS, MEASURED_OPTIMIZERS, MEASURED_PRECISIONS
+from mdot_jax.options import GPU_PRICERS, LAYOUTS, MEASURED_OPTIMIZERS, MEASURED_PRECISIONS
 
 BUILD_COMMANDS = {  # name -> one line for `mdot --help`
     "profile": "measure training iterations (or single operators) of zoo models here",
@@ -388,7 +388,7 @@ def add_commands(sub) -> None:
     p.add_argument("--out", default="checkpoints/gpu-spec-sheet", help="step model folder")
     p.add_argument("--tables", metavar="DIR", help="XLA's H100 GEMM tables "
                    "(../shared/datasets/xla-h100-tables): tensor-core rows")
-    p.add_argument("--pricer", choices=["kernel", "trees"], default="kernel",
+    p.add_argument("--pricer", choices=GPU_PRICERS, default=GPU_PRICERS[0],
                    help="the operator pricer: the Flax kernel model or LightGBM")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace the model in --out")

@@ -29,3 +29,4 @@ INTERCONNECTS = ("nvlink", "pcie")  # between the GPUs of a node
 CHECKPOINTING = ("full", "selective")  # activation checkpointing: every layer, or attention's core
 ATTENTION = ("flash", "eager")  # fused scaled_dot_product_attention, or as the graph shows it
 SCHEDULES = ("1f1b", "gpipe", "interleaved")  # pipeline-parallel schedules
+GPU_PRICERS = ("kernel", "trees")  # a GPU step model's operator pricer: Flax network, LightGBM

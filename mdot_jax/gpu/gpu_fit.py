@@ -22,7 +22,7 @@ from mdot_jax.gpu.kernel_model import KernelModel
 SOURCE = ("NeuSight's public fp32 measurements (Lee, Phanishayee, Mahajan, ASPLOS 2025; MIT "
           "licence), read in place from ../shared/datasets/neusight")
 # the operator pricers a step model can hold: fit(ops, dims, gpus, ms, weights, seed)
-PRICERS: dict[str, Callable] = {
+PRICERS: dict[str, Callable] = {  # keyed by options.GPU_PRICERS
     "kernel": lambda *a, weights, seed: KernelModel.fit(*a, weights=weights, seed=seed),
     "trees": lambda *a, weights, seed: GpuOpModel.fit(*a, seed=seed),
 }
@@ -75,4 +75,6 @@ def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "ke
         operator_rows=len(rows) + (len(extra[0]) if extra else 0), band_labels=len(residuals),
         band_rule="10th-90th percentile of log(measured / predicted) of every traced label of "
                   "each fitted GPU, priced by a model fitted on the other GPUs",
-        source="; ".join(sources), seed=seed))
+        source="; ".join(sources), seed=seed,
+        tensor_cores={xla_tables.GPU_NAME: sorted({p for p, _ in xla_tables.DTYPES.values()})}
+        if extra else {}))

@@ -19,8 +19,12 @@ The rules, per operator of the sequence:
   elementwise gradient accumulation.
 - the optimizer update (`step="train"`; NeuSight's labels and `step="fwd-bwd"` have none):
   `UPDATE_PASSES[optimizer]` elementwise kernels over all parameters, the kernels of
-  torch.optim's default (foreach) implementation; under AMP one cast of the weights per step,
-  and under fp16 the gradient scaler's unscaling pass.
+  torch.optim's default (foreach) implementation; under fp16 the gradient scaler's unscaling
+  pass.
+- autocast's casts (`amp-*`), one kernel each: every weight of a GEMM or convolution cast to
+  the half type in the forward and its gradient back in the backward, and every fp32 output
+  of a softmax or normalisation but batch norm cast again where a GEMM or convolution reads
+  it (forward and backward). Small steps are launch-bound: their number counts, not their bytes.
 - precision: `fp32` is PyTorch's default: matmuls on the fp32 CUDA cores, convolutions in TF32
   where the GPU has TF32 tensor cores (cuDNN's default); `tf32` both in TF32; `amp-fp16` and
   `amp-bf16` GEMMs and convolutions at that tensor-core peak on 2-byte tensors, elementwise
@@ -34,6 +38,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +65,8 @@ UPDATE_PASSES = {"sgd": 3, "adam": 7, "adamw": 8}
 _GEMM = {t: tr.kernel for t, tr in TRAITS.items() if tr.kernel in ("gemm", "conv")}
 _ROWWISE, _BINARY, _UNARY = of_kind("rowwise"), of_kind("binary"), of_kind("unary")
 _COPIES, _FREE = set(of_kind("copy")), set(of_kind("free"))
+# what autocast runs in fp32 (its output too): softmax and the normalisations but batch norm
+_FP32_UNDER_AUTOCAST = set(_ROWWISE) - {"BatchNormalization"}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 
@@ -126,9 +133,11 @@ def matmul_peak(gpu: GPU, precision: str) -> float:
     return (gpu.tflops.get(tc) if tc else None) or gpu.tflops["fp32"]
 
 
-def _peaks(gpu: GPU, precision: str) -> tuple[dict[str, GPU], dict[str, str]]:
+def _peaks(gpu: GPU, precision: str, measured: Sequence[str] = ()
+           ) -> tuple[dict[str, GPU], dict[str, str]]:
     """The GPU as seen by each class of operator (`gemm`, `conv`, `memory`, `fp32`) at
-    `precision`, and per class (`gemm`, `conv`) the warning that says what is not measured."""
+    `precision`, and per class (`gemm`, `conv`) the warning that says what is not measured
+    (`measured`: the tensor-core arithmetic whose GEMMs of this GPU the model was fitted on)."""
     fp32, warnings = gpu.tflops["fp32"], {}
     half = {"amp-fp16": "fp16", "amp-bf16": "bf16"}.get(precision)
     tc = half or ("tf32" if precision == "tf32" else None)
@@ -142,16 +151,20 @@ def _peaks(gpu: GPU, precision: str) -> tuple[dict[str, GPU], dict[str, str]]:
     gemm_peak = matmul_peak(gpu, precision)
     conv_peak = gemm_peak if tc else (gpu.tflops.get("tf32") or fp32)
     if tc and gpu.tflops.get(tc):
-        warnings["gemm"] = warnings["conv"] = (
-            f"{precision} matmuls and convolutions priced from the {gpu.name}'s {tc} peak "
-            f"({gemm_peak:g} TFLOP/s): the public operator measurements are fp32, so this "
-            "is not measured yet")
+        # measured GEMMs of this GPU at this arithmetic were fitted: its matmuls are backed
+        what = ("convolutions", "their") if tc in measured else \
+            ("matmuls and convolutions", "the public operator")
+        for c in ("conv",) if tc in measured else ("gemm", "conv"):
+            warnings[c] = (f"{precision} {what[0]} priced from the {gpu.name}'s {tc} peak "
+                           f"({gemm_peak:g} TFLOP/s): {what[1]} measurements are fp32, so "
+                           "this is not measured yet")
     elif not tc and gpu.tflops.get("tf32"):
         warnings["conv"] = (f"convolutions run in TF32 under PyTorch's defaults on the "
                             f"{gpu.name}: priced from its TF32 peak ({conv_peak:g} TFLOP/s), "
                             "not measured yet")
     width = 2 if half else 4
-    return dict(gemm=gpus.as_seen(gpu, gemm_peak, width), conv=gpus.as_seen(gpu, conv_peak, width),
+    return dict(gemm=gpus.as_seen(gpu, gemm_peak, width),
+                conv=gpus.as_seen(gpu, conv_peak, width),
                 memory=gpus.as_seen(gpu, fp32, width), fp32=gpu), warnings
 
 
@@ -225,7 +238,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         raise ValueError(f"step {step!r}: choose from {list(STEPS)}")
     if optimizer not in UPDATE_PASSES:
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(UPDATE_PASSES)}")
-    at, extrapolated = _peaks(gpu, precision)
+    at, extrapolated = _peaks(gpu, precision,
+                              model.info.get("tensor_cores", {}).get(gpu.name, ()))
     warnings: list[str] = []
     half = precision.startswith("amp")
     names = seq.op_names.tolist()
@@ -235,6 +249,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     work: list[tuple[int, str, str, tuple, GPU, float]] = []
     other: dict[str, int] = {}
     odd_convs, classes = 0, set()
+    kinds = [""] * len(names)
     if attention != "flash":
         blocks = []
     elif blocks is None:
@@ -246,6 +261,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             work.extend((b.output, phase, "linear", dims, at["gemm"], 1.0) for dims in gemms)
     for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
         kind, op, dims = classify(name, c, load)
+        kinds[i] = kind
         if kind == "free" or i in inside or any(i == b.output for b in blocks):
             continue
         if kind == "other":
@@ -273,6 +289,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             work.append((i, "bw", op, dims, seen, model.ratios.get(_ratio_kind(kind), 1.0)))
         if load[_L["params"]] > 0:  # the gradient's accumulation
             work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
+    if half:
+        work.extend(_autocast_casts(seq, kinds, inside | {b.output for b in blocks},
+                                    at["fp32"]))
     ms = model.ops.predict([w[2] for w in work], [w[3] for w in work], [w[4] for w in work]) \
         if work else np.zeros(0)
     per_op = np.zeros(len(names))
@@ -285,7 +304,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                              if t > 0]
     params = int(seq.params)
     if step == "train" and params:
-        passes = UPDATE_PASSES[optimizer] + (1 if half else 0) + (precision == "amp-fp16")
+        passes = UPDATE_PASSES[optimizer] + (precision == "amp-fp16")
         t = float(model.ops.predict(["add"], [(1, params)], [at["fp32"]])[0]) * passes
         phases["update"] = t
         operators.append(dict(type="optimizer", name=f"{optimizer} update ({passes} passes "
@@ -348,6 +367,33 @@ def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple
     side = max(round((b * m * keys * k) ** (1 / 3)), 1)  # 2 b m keys k FLOPs a GEMM
     cube = (1, side, side, side)
     return {"fw": [cube] * 2, "bw": [cube] * 5}
+
+
+def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU
+                    ) -> list[tuple[int, str, str, tuple, GPU, float]]:
+    """The cast kernels autocast adds (the module docstring's rule), as `price` lists work:
+    (node, phase, operator, dims, GPU, 1.0)."""
+    producers: dict[int, list[int]] = {}
+    for src, dst in seq.edges.tolist():
+        producers.setdefault(dst, []).append(src)
+    out = []
+    for i, kind in enumerate(kinds):
+        if kind not in ("linear", "bmm", "conv") or i in skip:
+            continue
+        sizes = [int(seq.load[i, _L["params"]])]
+        todo, seen = list(producers.get(i, [])), set()
+        while todo:  # through views to the tensors it reads
+            j = todo.pop()
+            if j in seen:
+                continue
+            seen.add(j)
+            if kinds[j] == "free":
+                todo.extend(producers.get(j, []))
+            elif seq.op_names[j] in _FP32_UNDER_AUTOCAST and j not in skip:
+                sizes.append(int(seq.config[j, _C["out_numel"]]))
+        out += [(i, phase, "addu", (1, n), gpu, 1.0) for n in sizes if n > 0
+                for phase in ("fw", "bw")]
+    return out
 
 
 def _ratio_kind(kind: str) -> str:
