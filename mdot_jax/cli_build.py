@@ -123,13 +123,22 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.force:
         raise UsageError(f"{out} is not empty; pass --force to replace the step model in it")
+    if bool(args.host_steps) != bool(args.host_device):
+        raise UsageError("--host-steps and --host-device go together: the steps, and the GPU "
+                         "they ran on")
     try:
         model = gpu_fit.fit(args.neusight, tables=args.tables, pricer=args.pricer,
                             seed=args.seed, progress=print)
+        if args.host_steps:
+            model.info["host_ms_per_kernel"] = gpu_fit.fit_host(
+                model, args.host_steps, args.host_device, progress=print)
+            model.info["host_source"] = f"{', '.join(args.host_steps)} ({args.host_device})"
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
     model.info["command"] = f"mdot gpu-fit {args.neusight} --out {args.out}" + (
-        f" --tables {args.tables}" if args.tables else "") + f" --pricer {args.pricer}"
+        f" --tables {args.tables}" if args.tables else "") + f" --pricer {args.pricer}" + (
+        f" --host-steps {' '.join(args.host_steps)} --host-device '{args.host_device}'"
+        if args.host_steps else "")
     model.save(out)
     print(f"GPU step model fitted on {', '.join(model.info['fitted_gpus'])}: {out} (80% band "
           f"{math.exp(model.band[0]):.2f}x-{math.exp(model.band[1]):.2f}x of a prediction)")
@@ -390,6 +399,9 @@ def add_commands(sub) -> None:
                    "(../shared/datasets/xla-h100-tables): tensor-core rows")
     p.add_argument("--pricer", choices=GPU_PRICERS, default=GPU_PRICERS[0],
                    help="the operator pricer: the Flax kernel model or LightGBM")
+    p.add_argument("--host-steps", metavar="DATASET", nargs="+", help="measured whole "
+                   "steps (fused datasets) that fit the host's time to issue a kernel")
+    p.add_argument("--host-device", help="the catalog's GPU --host-steps ran on")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace the model in --out")
     p.set_defaults(func=cmd_gpu_fit)

@@ -78,3 +78,27 @@ def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "ke
         source="; ".join(sources), seed=seed,
         tensor_cores={xla_tables.GPU_NAME: sorted({p for p, _ in xla_tables.DTYPES.values()})}
         if extra else {}))
+
+
+def fit_host(model: StepModel, datasets: list[str], device: str, *,
+             progress: Callable[[str], None] = lambda s: None) -> float:
+    """The host's time to issue a kernel (ms) that best explains measured whole steps of eager
+    PyTorch on `device` (`datasets`: samples of `mdot profile` or the GPU kit, resequenced with
+    fusion): of a log grid from 1 us to 300 us, the one of the least MAPE, every step priced
+    by `model` at its own precision with SGD (the kit's and timm's optimizer)."""
+    from mdot_jax.data.dataset import load_dataset
+    from mdot_jax.gpu.spec_sheet import launch_bound, price
+
+    gpu = gpus.find(device)
+    steps = []
+    for s in (s for d in datasets for s in load_dataset(d).samples):
+        kernels: list[float] = []
+        price(s.seq, gpu, model, precision=s.workload.precision, step="train",
+              optimizer="sgd", fit=False, host_ms=0.0, kernels=kernels)
+        steps.append((kernels, s.label_ms))
+    grid = np.geomspace(1e-3, 0.3, 61)
+    mape = [np.mean([abs(launch_bound(k, h) / ms - 1) for k, ms in steps]) for h in grid]
+    best = float(grid[int(np.argmin(mape))])
+    progress(f"host time per kernel {1e3 * best:.1f} us: MAPE {100 * min(mape):.1f}% over "
+             f"{len(steps)} steps of {', '.join(datasets)} (at 1 us: {100 * mape[0]:.1f}%)")
+    return best

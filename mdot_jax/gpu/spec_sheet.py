@@ -21,6 +21,9 @@ The rules, per operator of the sequence:
   `UPDATE_PASSES[optimizer]` elementwise kernels over all parameters, the kernels of
   torch.optim's default (foreach) implementation; under fp16 the gradient scaler's unscaling
   pass.
+- the host: eager PyTorch issues one kernel every `host_ms_per_kernel` (the step model's, fitted
+  on measured whole steps, `gpu_fit.fit_host`) and the GPU runs them in order
+  (`launch_bound`); the GPU's idle time is the phase `launch gaps`.
 - autocast's casts (`amp-*`), one kernel each: every weight of a GEMM or convolution cast to
   the half type in the forward and its gradient back in the backward, and every fp32 output
   of a softmax or normalisation but batch norm cast again where a GEMM or convolution reads
@@ -224,14 +227,16 @@ def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, t
 
 def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
           step: str = "train", optimizer: str = "sgd", fit: bool = True,
-          attention: str = "eager", blocks: list[Block] | None = None) -> Prediction:
+          attention: str = "eager", blocks: list[Block] | None = None,
+          host_ms: float | None = None, kernels: list[float] | None = None) -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`, each with its `index` in `seq`), warnings for whatever is
     extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
     the fit). `fit`: judge here whether the step fits the GPU (False: the caller judges the
     memory it finally prices). `attention`: `flash` prices each attention block (`blocks`,
     found in `seq` when not given) as one fused kernel (`fused_attention`), `eager` as
-    exported."""
+    exported. `host_ms`: the host's time to issue a kernel (default: the model's fitted one);
+    `kernels`, if given, receives the kernel times in the order they run."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
@@ -296,6 +301,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         if work else np.zeros(0)
     per_op = np.zeros(len(names))
     phases = dict(forward=0.0, backward=0.0, update=0.0)
+    # the forward in node order, the backward in reverse
+    order = [float(ms[j]) * work[j][5] for j in sorted(
+        range(len(work)), key=lambda j: (work[j][1] == "bw", (-1) ** (work[j][1] == "bw")
+                                         * work[j][0]))]
     for (i, phase, *_, factor), t in zip(work, ms):
         per_op[i] += float(t) * factor
         phases["forward" if phase == "fw" else "backward"] += float(t) * factor
@@ -307,6 +316,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         passes = UPDATE_PASSES[optimizer] + (precision == "amp-fp16")
         t = float(model.ops.predict(["add"], [(1, params)], [at["fp32"]])[0]) * passes
         phases["update"] = t
+        order.extend([t / passes] * passes)
         operators.append(dict(type="optimizer", name=f"{optimizer} update ({passes} passes "
                               "over the parameters)", ms=t))
         warnings.append(f"the {optimizer} update priced as {passes} elementwise passes over "
@@ -325,6 +335,12 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
                         f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                         "FlashAttention's forward and backward, not measured")
+    gaps = launch_bound(order, model.info.get("host_ms_per_kernel", 0.0)
+                        if host_ms is None else host_ms) - sum(order)
+    if gaps > 1e-9:
+        phases["launch gaps"] = gaps
+    if kernels is not None:
+        kernels.extend(order)
     total = sum(phases.values())
     adapted = model.info.get("adaptation")
     if adapted and model.info["gpu"]["name"] == gpu.name:  # fitted to measured steps of it
@@ -367,6 +383,17 @@ def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple
     side = max(round((b * m * keys * k) ** (1 / 3)), 1)  # 2 b m keys k FLOPs a GEMM
     cube = (1, side, side, side)
     return {"fw": [cube] * 2, "bw": [cube] * 5}
+
+
+def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
+    """ms until the last of `kernels` (ms each, in order) ends when the host issues one every
+    `host_ms` and the GPU runs them in order: a kernel starts once issued and once the one
+    before it has ended, so end_k = max(k h, end_(k-1)) + t_k, closed form below."""
+    t = np.asarray(kernels, np.float64)
+    if not len(t):
+        return 0.0
+    before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # the GPU's work before each kernel
+    return float(t.sum() + max(0.0, np.max((np.arange(len(t)) + 1) * host_ms - before)))
 
 
 def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU
