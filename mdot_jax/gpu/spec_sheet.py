@@ -339,6 +339,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                         if host_ms is None else host_ms) - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
+        operators.append(dict(type="launch gaps", name="the GPU waiting on the host to issue "
+                              "kernels", ms=gaps))
     if kernels is not None:
         kernels.extend(order)
     total = sum(phases.values())
@@ -414,7 +416,8 @@ def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu
             if j in seen:
                 continue
             seen.add(j)
-            if kinds[j] == "free":
+            if kinds[j] == "free":  # a view, of a weight perhaps (transposed on the way)
+                sizes.append(int(seq.load[j, _L["params"]]))
                 todo.extend(producers.get(j, []))
             elif seq.op_names[j] in _FP32_UNDER_AUTOCAST and j not in skip:
                 sizes.append(int(seq.config[j, _C["out_numel"]]))
