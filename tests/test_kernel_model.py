@@ -10,7 +10,8 @@ import pytest
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu import xla_tables
 from mdot_jax.gpu.gpu_ops import StepModel, roofline_ms
-from mdot_jax.gpu.kernel_model import FEATURES, KernelModel, features
+from mdot_jax.gpu.kernel_model import FEATURES, KernelModel, features, on_tensor_cores
+from mdot_jax.gpu.neusight import OPS
 
 TABLES = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "xla-h100-tables"
 
@@ -30,13 +31,16 @@ def _rows(gpu, n=400, seed=0):
     return ops, dims, [gpu] * n, ms
 
 
-def test_the_tensor_core_flag_tells_the_precision_apart():
-    h100 = gpus.find("h100-sxm")
+def test_tensor_cores_are_told_apart_by_the_peak_a_kernel_sees():
+    h100, rtx = gpus.find("h100-sxm"), gpus.find("rtx 3090")
     bf16 = gpus.as_seen(h100, h100.tflops["bf16"], 2)
-    x, compute, memory = features(["bmm", "bmm"], [(1, 512, 512, 512)] * 2, [h100, bf16])
-    flag = len(x[0]) - len(FEATURES) + FEATURES.index("tensor_cores")
-    assert x[:, flag].tolist() == [0.0, 1.0]
+    x, compute, memory, tensor = features(["bmm", "bmm"], [(1, 512, 512, 512)] * 2,
+                                          [h100, bf16])
+    assert tensor.tolist() == [0.0, 1.0] and x.shape[1] == len(OPS) + len(FEATURES)
     assert compute[1] < compute[0] / 10 and memory[1] == pytest.approx(memory[0] / 2)
+    # the RTX 3090's TF32 peak is its CUDA cores' fp32 one: not a tensor core's
+    assert not on_tensor_cores(gpus.as_seen(rtx, rtx.tflops["tf32"], 4))
+    assert on_tensor_cores(gpus.as_seen(rtx, rtx.tflops["fp16"], 2))
 
 
 def test_a_fit_is_bounded_by_the_roofline_and_round_trips(tmp_path):
@@ -55,6 +59,10 @@ def test_a_fit_is_bounded_by_the_roofline_and_round_trips(tmp_path):
     big = (["bmm"], [(1, 4096, 4096, 4096)])
     assert model.predict(*big, [fast])[0] < model.predict(*big, [v100])[0]
     assert model.predict(*big, [fast])[0] >= roofline_ms("bmm", big[1][0], fast)
+    # tensor cores it never saw: no slower than the CUDA cores, whatever the network says
+    tc = gpus.as_seen(v100, v100.tflops["fp16"], 2)
+    cuda = dataclasses.replace(tc, tflops=dict(tc.tflops, fp32=v100.tflops["fp32"]))
+    assert model.predict(*big, [tc])[0] <= model.predict(*big, [cuda])[0] * (1 + 1e-6)
     step = StepModel(model, {}, (-0.1, 0.1), dict(pricer="kernel"))
     step.save(tmp_path / "m")
     back = StepModel.load(tmp_path / "m")
