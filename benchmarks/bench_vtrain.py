@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--limit", type=int, help="price only the first N rows of each file")
     ap.add_argument("--only", choices=("single", "multi"), help="price one file's rows")
+    ap.add_argument("--checkpoint", help="a GPU step model folder (default: the shipped one)")
     args = ap.parse_args(argv)
 
     import onnx
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 model=seqs[r["mb"]], batch_size=r["mb"], device=DEVICE, precision="amp-fp16",
                 optimizer="adam", attention="eager", activation_checkpointing="full",
                 tp=r["tp"], pp=r["pp"], schedule="1f1b" if r["pp"] > 1 else None,
-                grad_accum=m, gpus=gpn, nodes=r["gpus"] // gpn,
+                grad_accum=m, gpus=gpn, nodes=r["gpus"] // gpn, checkpoint=args.checkpoint,
                 network_gbs=NETWORK_GBS if r["gpus"] > gpn else None))
             d = dict(key=r["key"], predicted_ms=p.iteration_ms, memory_gb=p.memory_gb,
                      phases=p.phases)

@@ -23,7 +23,9 @@ The rules, per operator of the sequence:
   pass.
 - the host: eager PyTorch issues one kernel every `host_ms_per_kernel` (the step model's, fitted
   on measured whole steps, `gpu_fit.fit_host`) and the GPU runs them in order
-  (`launch_bound`); the GPU's idle time is the phase `launch gaps`.
+  (`launch_bound`), each for its time less the fixed cost the pricer learned from kernels
+  measured one at a time (the host's part, now `host_ms_per_kernel`); the GPU's idle time is
+  the phase `launch gaps`.
 - autocast's casts (`amp-*`), one kernel each: every weight of a GEMM or convolution cast to
   the half type in the forward and its gradient back in the backward, and every fp32 output
   of a softmax or normalisation but batch norm cast again where a GEMM or convolution reads
@@ -297,8 +299,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if half:
         work.extend(_autocast_casts(seq, kinds, inside | {b.output for b in blocks},
                                     at["fp32"]))
-    ms = model.ops.predict([w[2] for w in work], [w[3] for w in work], [w[4] for w in work]) \
-        if work else np.zeros(0)
+    host = model.info.get("host_ms_per_kernel", 0.0) if host_ms is None else host_ms
+    ms = _kernel_ms(model, [w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
+                    host > 0)
     per_op = np.zeros(len(names))
     phases = dict(forward=0.0, backward=0.0, update=0.0)
     # the forward in node order, the backward in reverse
@@ -314,7 +317,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     params = int(seq.params)
     if step == "train" and params:
         passes = UPDATE_PASSES[optimizer] + (precision == "amp-fp16")
-        t = float(model.ops.predict(["add"], [(1, params)], [at["fp32"]])[0]) * passes
+        t = float(_kernel_ms(model, ["add"], [(1, params)], [at["fp32"]], host > 0)[0]) * passes
         phases["update"] = t
         order.extend([t / passes] * passes)
         operators.append(dict(type="optimizer", name=f"{optimizer} update ({passes} passes "
@@ -335,8 +338,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
                         f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                         "FlashAttention's forward and backward, not measured")
-    gaps = launch_bound(order, model.info.get("host_ms_per_kernel", 0.0)
-                        if host_ms is None else host_ms) - sum(order)
+    gaps = launch_bound(order, host) - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
         operators.append(dict(type="launch gaps", name="the GPU waiting on the host to issue "
@@ -385,6 +387,19 @@ def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple
     side = max(round((b * m * keys * k) ** (1 / 3)), 1)  # 2 b m keys k FLOPs a GEMM
     cube = (1, side, side, side)
     return {"fw": [cube] * 2, "bw": [cube] * 5}
+
+
+def _kernel_ms(model: StepModel, ops: list, dims: list, seen: list, streamed: bool
+               ) -> np.ndarray:
+    """`[N]` ms of each kernel: as measured alone (a pricer's fixed cost per kernel is the
+    host's and the launch's), or, `streamed` behind a host that issues them, the GPU's part
+    alone (the pricer's `parts` without its `launch_ms`; a pricer without parts: all of it)."""
+    if not ops:
+        return np.zeros(0)
+    if not (streamed and hasattr(model.ops, "parts")):
+        return model.ops.predict(ops, dims, seen)
+    parts = model.ops.parts(ops, dims, seen)
+    return parts["ms"] - parts["launch_ms"]
 
 
 def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
