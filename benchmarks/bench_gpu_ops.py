@@ -111,9 +111,9 @@ from mdot_jax.gpu.gpu_ops import (
     CalibratedRoofline,
     GpuOpModel,
     StepPricer,
-    roofline_ms,
 )
 from mdot_jax.gpu.kernel_model import KernelModel
+from mdot_jax.gpu.work import roofline_ms
 
 PRICERS = {"calibrated roofline": CalibratedRoofline.fit, "binned roofline": BinnedRoofline.fit,
            "operator model": GpuOpModel.fit, "kernel model": KernelModel.fit}

@@ -199,3 +199,12 @@ def test_an_input_shape_whose_channels_the_graph_cannot_take_is_named(capsys, tm
     code, _, err = run(capsys, "convert", str(path), "--input-shape", "x=2,5,8,8")
     assert code == 2 and err.count("\n") == 1
     assert "node 'conv' (Conv): its input has 5 channels, its weight [4, 3, 3, 3]" in err
+
+
+def test_gpu_fit_refuses_host_steps_without_their_gpu(capsys, tmp_path):
+    code, _, err = run(capsys, "gpu-fit", str(tmp_path), "--out", str(tmp_path / "m"),
+                       "--host-steps", str(tmp_path))
+    assert code == 2 and "--host-device" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "gpu-fit", str(tmp_path), "--out", str(tmp_path / "m"),
+                       "--pricer", "forest")
+    assert code == 2 and "--pricer" in err

@@ -16,9 +16,8 @@ from mdot_jax.gpu.gpu_ops import (
     StepPricer,
     backward_gemms,
     features,
-    roofline_ms,
-    work,
 )
+from mdot_jax.gpu.work import roofline_ms, work
 
 NEUSIGHT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "neusight"
 UNSEEN = {"nvidia-h100-sxm", "nvidia-l4", "nvidia-a100-pcie-80gb"}

@@ -9,9 +9,10 @@ import pytest
 
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu import xla_tables
-from mdot_jax.gpu.gpu_ops import StepModel, roofline_ms
+from mdot_jax.gpu.gpu_ops import StepModel
 from mdot_jax.gpu.kernel_model import FEATURES, KernelModel, features, on_tensor_cores
 from mdot_jax.gpu.neusight import OPS
+from mdot_jax.gpu.work import roofline_ms
 
 TABLES = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "xla-h100-tables"
 

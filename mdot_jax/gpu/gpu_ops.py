@@ -24,54 +24,22 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.kernel_model import META as KERNEL_META
+from mdot_jax.gpu.kernel_model import KernelModel
 from mdot_jax.gpu.neusight import CONV, GEMMS, OPS, ROWWISE
+from mdot_jax.gpu.work import RESIDENT, roofline_ms, work
 from mdot_jax.models.trees import PREDICTING, fit_boosters, parse_boosters
 
 VERSION = 2
-TILE = 128  # the GEMM output tile side the waves are counted in
-BLOCK = 512  # elements per thread block of an elementwise kernel (128 threads x 4)
-RESIDENT = 8  # thread blocks of an elementwise kernel resident on one SM
-FLOPS_PER_ELEMENT = dict(add=1, mul=1, div=1, pow=10, addu=1, mulu=1, divu=1, powu=10, relu=1,
-                         gelu=20, tanh=10, softmax=5, ln=8)
 GRID = ((63, 0.05),)
 # device features as such (not relative to the device): only in the `absolute` feature set
 ABSOLUTE = ("log_peak", "log_bandwidth", "log_sms", "log_l2", "clock_ghz")
 RELATIVE = ("log_roofline_ms", "log_compute_ms", "log_memory_ms", "log_intensity_over_ridge",
             "log_waves", "wave_efficiency", "tile_efficiency", "log_bytes_over_l2", "log_k")
-
-
-def work(op: str, dims: Sequence[int]) -> tuple[float, float, float, float, float]:
-    """(FLOPs, bytes moved, parallel units of work, tile efficiency, K) of one operator."""
-    if op == CONV:  # G groups of [M, K] x [K, N] over X input elements
-        g, m, n, k, x = (float(d) for d in dims)
-        tiles = math.ceil(m / TILE) * math.ceil(n / TILE) * g
-        used = m * n / (math.ceil(m / TILE) * TILE * math.ceil(n / TILE) * TILE)
-        return 2 * g * m * n * k, 4 * (x + g * n * k + g * m * n), tiles, used, k
-    if op in GEMMS:
-        b, m, n, k = (float(d) for d in dims)
-        rows = b * m if op == "linear" else m
-        tiles = math.ceil(rows / TILE) * math.ceil(n / TILE) * (1 if op == "linear" else b)
-        weights = k * n if op == "linear" else b * k * n
-        used = rows * n / (math.ceil(rows / TILE) * TILE * math.ceil(n / TILE) * TILE)
-        return 2 * b * m * n * k, 4 * (b * m * k + weights + b * m * n), tiles, used, k
-    if op not in OPS:
-        raise ValueError(f"unknown operator {op!r}; known: {list(OPS)}")
-    b, h = (float(d) for d in dims)
-    n = b * h
-    reads = 2 if op in ("add", "mul", "div", "pow") else 1  # the others: one tensor read
-    units = b if op in ROWWISE else math.ceil(n / BLOCK)
-    return FLOPS_PER_ELEMENT[op] * n, 4 * n * (reads + 1), units, 1.0, 1.0
-
-
-def roofline_ms(op: str, dims: Sequence[int], gpu: GPU) -> float:
-    """The time at the roofline: max(FLOPs / peak fp32, bytes / bandwidth), ms."""
-    flops, moved, *_ = work(op, dims)
-    return 1e3 * max(flops / (gpu.tflops["fp32"] * 1e12), moved / (gpu.memory_gbs * 1e9))
 
 
 def features(ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[GPU],
@@ -301,7 +269,7 @@ class StepModel:
     the backward / forward ratios of non-GEMM node kinds, and the 80% band of the log ratio
     measured / predicted of whole steps on GPUs left out of the fit."""
 
-    ops: Any  # GpuOpModel | kernel_model.KernelModel: `predict(ops, dims, gpus) -> [N] ms`
+    ops: GpuOpModel | KernelModel  # `predict(ops, dims, gpus) -> [N] ms`
     ratios: dict  # node kind -> backward / forward
     band: tuple[float, float]  # 10th, 90th percentile of log(measured / predicted)
     info: dict  # fitted_gpus, band_labels, source, command
@@ -320,11 +288,9 @@ class StepModel:
 
     @classmethod
     def load(cls, folder: str | Path) -> StepModel:
-        from mdot_jax.gpu import kernel_model
-
         folder = Path(folder)
         meta = json.loads((folder / cls.META).read_text())
         ratios, band = meta.pop("ratios"), tuple(meta.pop("band"))
-        ops = kernel_model.KernelModel.load(folder) if (folder / kernel_model.META).is_file() \
+        ops = KernelModel.load(folder) if (folder / KERNEL_META).is_file() \
             else GpuOpModel.load(folder / cls.MODEL)
         return cls(ops, ratios, band, meta)

@@ -38,8 +38,8 @@ import optax
 from flax import nnx
 
 from mdot_jax.gpu.catalog import GPU
-from mdot_jax.gpu.gpu_ops import RESIDENT, work
 from mdot_jax.gpu.neusight import CONV, GEMMS, OPS
+from mdot_jax.gpu.work import RESIDENT, work
 
 VERSION = 2
 LAUNCH_MAX_MS = 0.05  # a kernel's fixed cost is below 50 us
