@@ -23,15 +23,9 @@ written before the unseen GPUs' labels were priced:
 1. Fitted only on the five training GPUs: the operator pricers on their operator rows, the
    backward / forward ratios of non-GEMM nodes on their training runs' traces (V100's, the
    only ones). Nothing of H100, L4 or A100 80 GB is fitted, tuned or chosen on.
-2. The operator pricer is chosen among the calibrated roofline, the binned roofline, the
-   GPU operator model (LightGBM, relative features) and the kernel model (Flax,
-   `gpu.kernel_model`; a candidate added later under the same rule, its features chosen by
-   leave-one-GPU-out over the training GPUs alone) by leave-one-GPU-out MAPE over the
-   training GPUs' end-to-end labels (each GPU's labels priced by the pricer fitted on the
-   other four). The shipped `gpu-spec-sheet` holds the chosen pricer; the kernel model, if
-   chosen, fitted with XLA's H100 tensor-core GEMM table as well (declared training data: it
-   alone can learn a precision's fraction of peak from it), so the H100 is no longer unseen
-   by the shipped model.
+2. The operator pricer is chosen among the calibrated roofline, the binned roofline and the
+   GPU operator model (relative features) by leave-one-GPU-out MAPE over the training GPUs'
+   end-to-end labels (each GPU's labels priced by the pricer fitted on the other four).
 3. The chosen pricer, fitted on all five, prices every label of the unseen GPUs once (train:
    forward and backward, no optimizer step; inf: forward), next to NeuSight's and the
    roofline's predictions of the same labels (`summary/summary.csv.xz`). Targets: the
@@ -77,13 +71,6 @@ adapted). Added after the first results, since one fit over launch-bound and GPU
 together serves neither: the same adaptation within each of the kit's sets (`by_set`) that has
 more than 10 rows (its 10 drawn with `default_rng(0)` among the set's rows).
 
-The host's time to issue a kernel (`gpu_fit.fit_host`, in the shipped model from the kernel
-model on): its rule, written before it was fitted. Fitted on the first H100 lease's steps only
-(`data/derived/gpu-nvidia-h100-80gb-hbm3-{amp-bf16,fp32}-fused`: 154 steps, mostly the core
-set's launch-bound ones, on one machine); the second lease and its confirming set (other
-machines, later) are scored under the `--measured` rule above and are never fitted. The H100's
-tensor-core GEMMs are in the shipped model (XLA's table), so none of these is an unseen GPU.
-
 Data-parallel runs (`--dp CACHE`, into `--out`/dp.json): NeuSight's 4-GPU data-parallel
 labels (`label/*/*-dp4.json`: GPT-2 Large on 4 x A100 SXM4 40 GB at global batch 4, on 4 x H100
 at 4 and 16). Its rule, written before any of them was priced: the single-GPU step at the
@@ -112,11 +99,10 @@ from mdot_jax.gpu.gpu_ops import (
     GpuOpModel,
     StepPricer,
 )
-from mdot_jax.gpu.kernel_model import KernelModel
 from mdot_jax.gpu.work import roofline_ms
 
 PRICERS = {"calibrated roofline": CalibratedRoofline.fit, "binned roofline": BinnedRoofline.fit,
-           "operator model": GpuOpModel.fit, "kernel model": KernelModel.fit}
+           "operator model": GpuOpModel.fit}
 
 
 def _columns(rows):

@@ -397,8 +397,9 @@ def add_commands(sub) -> None:
     p.add_argument("--out", default="checkpoints/gpu-spec-sheet", help="step model folder")
     p.add_argument("--tables", metavar="DIR", help="XLA's H100 GEMM tables "
                    "(../shared/datasets/xla-h100-tables): tensor-core rows")
-    p.add_argument("--pricer", choices=GPU_PRICERS, default=GPU_PRICERS[0],
-                   help="the operator pricer: the Flax kernel model or LightGBM")
+    p.add_argument("--pricer", choices=GPU_PRICERS, default="trees",
+                   help="the operator pricer: LightGBM (shipped) or the Flax kernel model "
+                   "(work in progress)")
     p.add_argument("--host-steps", metavar="DATASET", nargs="+", help="measured whole "
                    "steps (fused datasets) that fit the host's time to issue a kernel")
     p.add_argument("--host-device", help="the catalog's GPU --host-steps ran on")

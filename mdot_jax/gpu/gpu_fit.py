@@ -44,7 +44,7 @@ def columns(rows, extra=None) -> tuple[list, list, list, list, np.ndarray]:
     return ops, dims, seen, ms, weights
 
 
-def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "kernel",
+def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "trees",
         seed: int = 0, progress: Callable[[str], None] = lambda s: None) -> StepModel:
     """The step model of NeuSight's training GPUs (`root`: the NeuSight folder), with XLA's
     tensor-core GEMMs (`tables`: the xla-h100-tables folder) where given."""
