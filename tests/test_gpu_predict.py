@@ -202,6 +202,10 @@ def test_autocast_adds_its_casts_and_the_host_its_gaps(step_model):
     # softmax's fp32 output cast where the second batched GEMM reads it, forward and backward
     assert len(kernels16) - len(kernels32) == 2 * 2 + 2
     assert "launch gaps" not in p.phases
+    fsdp: list[float] = []  # FSDP gathers the weights in the half type: only the softmax's
+    price(seq, h100, step_model, precision="amp-bf16", host_ms=0.0, kernels=fsdp,
+          half_weights=True)
+    assert len(fsdp) - len(kernels32) == 2
     slow = price(seq, h100, step_model, precision="amp-bf16", host_ms=0.05)
     assert slow.phases["launch gaps"] > 0
     assert slow.iteration_ms == pytest.approx(sum(o["ms"] for o in slow.operators))

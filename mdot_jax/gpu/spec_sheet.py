@@ -29,7 +29,9 @@ The rules, per operator of the sequence:
 - autocast's casts (`amp-*`), one kernel each: every weight of a GEMM or convolution cast to
   the half type in the forward and its gradient back in the backward, and every fp32 output
   of a softmax or normalisation but batch norm cast again where a GEMM or convolution reads
-  it (forward and backward). Small steps are launch-bound: their number counts, not their bytes.
+  it (forward and backward); under FSDP no weight is cast (its mixed precision, as LLM
+  trainers configure it, gathers them in the half type). Small steps are launch-bound: their
+  number counts, not their bytes.
 - precision: `fp32` is PyTorch's default: matmuls on the fp32 CUDA cores, convolutions in TF32
   where the GPU has TF32 tensor cores (cuDNN's default); `tf32` both in TF32; `amp-fp16` and
   `amp-bf16` GEMMs and convolutions at that tensor-core peak on 2-byte tensors, elementwise
@@ -230,7 +232,8 @@ def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, t
 def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
           step: str = "train", optimizer: str = "sgd", fit: bool = True,
           attention: str = "eager", blocks: list[Block] | None = None,
-          host_ms: float | None = None, kernels: list[float] | None = None) -> Prediction:
+          host_ms: float | None = None, kernels: list[float] | None = None,
+          half_weights: bool = False) -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`, each with its `index` in `seq`), warnings for whatever is
     extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
@@ -238,7 +241,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     memory it finally prices). `attention`: `flash` prices each attention block (`blocks`,
     found in `seq` when not given) as one fused kernel (`fused_attention`), `eager` as
     exported. `host_ms`: the host's time to issue a kernel (default: the model's fitted one);
-    `kernels`, if given, receives the kernel times in the order they run."""
+    `kernels`, if given, receives the kernel times in the order they run. `half_weights`: the
+    weights reach the step in the half type already (FSDP's mixed precision gathers them so):
+    autocast casts none of them."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
@@ -298,7 +303,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
     if half:
         work.extend(_autocast_casts(seq, kinds, inside | {b.output for b in blocks},
-                                    at["fp32"]))
+                                    at["fp32"], half_weights))
     host = model.info.get("host_ms_per_kernel", 0.0) if host_ms is None else host_ms
     ms = _kernel_ms(model, [w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
                     host > 0)
@@ -413,10 +418,11 @@ def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
     return float(t.sum() + max(0.0, np.max((np.arange(len(t)) + 1) * host_ms - before)))
 
 
-def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU
-                    ) -> list[tuple[int, str, str, tuple, GPU, float]]:
+def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
+                    half_weights: bool) -> list[tuple[int, str, str, tuple, GPU, float]]:
     """The cast kernels autocast adds (the module docstring's rule), as `price` lists work:
-    (node, phase, operator, dims, GPU, 1.0)."""
+    (node, phase, operator, dims, GPU, 1.0); with `half_weights`, no weight's."""
+    weights = 0 if half_weights else 1
     producers: dict[int, list[int]] = {}
     for src, dst in seq.edges.tolist():
         producers.setdefault(dst, []).append(src)
@@ -424,7 +430,7 @@ def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu
     for i, kind in enumerate(kinds):
         if kind not in ("linear", "bmm", "conv") or i in skip:
             continue
-        sizes = [int(seq.load[i, _L["params"]])]
+        sizes = [weights * int(seq.load[i, _L["params"]])]
         todo, seen = list(producers.get(i, [])), set()
         while todo:  # through views to the tensors it reads
             j = todo.pop()
@@ -432,7 +438,7 @@ def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu
                 continue
             seen.add(j)
             if kinds[j] == "free":  # a view, of a weight perhaps (transposed on the way)
-                sizes.append(int(seq.load[j, _L["params"]]))
+                sizes.append(weights * int(seq.load[j, _L["params"]]))
                 todo.extend(producers.get(j, []))
             elif seq.op_names[j] in _FP32_UNDER_AUTOCAST and j not in skip:
                 sizes.append(int(seq.config[j, _C["out_numel"]]))

@@ -206,7 +206,7 @@ class _SpecSheet:
         self.seq, self.blocks = model_parallel.shard(seq, job.tp, job.sequence_parallel), blocks
         one = price(self.seq, self.gpu, self.model, precision=precision,
                     step=job.step or "train", optimizer=job.optimizer, fit=False,
-                    attention=attention, blocks=blocks)
+                    attention=attention, blocks=blocks, half_weights=job.strategy == "fsdp")
         self.fused = blocks if attention == "flash" else []
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision, job.optimizer,
