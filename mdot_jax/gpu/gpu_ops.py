@@ -31,7 +31,7 @@ from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.kernel_model import META as KERNEL_META
 from mdot_jax.gpu.kernel_model import KernelModel
 from mdot_jax.gpu.neusight import CONV, GEMMS, OPS, ROWWISE
-from mdot_jax.gpu.work import RESIDENT, roofline_ms, work
+from mdot_jax.gpu.work import roofline_ms, waves, work
 from mdot_jax.models.trees import PREDICTING, fit_boosters, parse_boosters
 
 VERSION = 2
@@ -51,10 +51,10 @@ def features(ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[G
         flops, moved, units, used, k = work(op, d)
         peak, bw = g.tflops["fp32"] * 1e12, g.memory_gbs * 1e9
         compute, memory = 1e3 * flops / peak, 1e3 * moved / bw
-        waves = units / (g.sms * (1 if op in GEMMS or op == CONV else RESIDENT))
+        w = waves(op, units, g)
         row = [OPS.index(op), math.log10(max(compute, memory)), math.log10(compute),
                math.log10(memory), math.log10(flops / moved / (peak / bw)),
-               math.log10(waves), waves / math.ceil(waves), used,
+               math.log10(w), w / math.ceil(w), used,
                math.log10(moved / (g.l2_mb * 2 ** 20)), math.log10(k)]
         if absolute:
             row += [math.log10(peak), math.log10(bw), math.log10(g.sms), math.log10(g.l2_mb),

@@ -38,8 +38,8 @@ import optax
 from flax import nnx
 
 from mdot_jax.gpu.catalog import GPU
-from mdot_jax.gpu.neusight import CONV, GEMMS, OPS
-from mdot_jax.gpu.work import RESIDENT, work
+from mdot_jax.gpu.neusight import OPS
+from mdot_jax.gpu.work import waves, work
 
 VERSION = 2
 LAUNCH_MAX_MS = 0.05  # a kernel's fixed cost is below 50 us
@@ -75,11 +75,11 @@ def features(ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[G
         flops, moved, units, used, k = work(op, d)
         peak, bw = g.tflops["fp32"] * 1e12, g.memory_gbs * 1e9
         compute[i], memory[i] = 1e3 * flops / peak, 1e3 * moved / bw
-        waves = units / (g.sms * (1 if op in GEMMS or op == CONV else RESIDENT))
+        w = waves(op, units, g)
         x[i, OPS.index(op)] = 1.0
         x[i, len(OPS):] = (
             math.log10(compute[i]), math.log10(memory[i]), math.log10(compute[i] / memory[i]),
-            math.log10(waves), waves / math.ceil(waves), used, math.log10(k))
+            math.log10(w), w / math.ceil(w), used, math.log10(k))
         tensor[i] = on_tensor_cores(g)
     return x, compute, memory, tensor
 

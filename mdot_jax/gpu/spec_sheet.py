@@ -309,10 +309,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                     host > 0)
     per_op = np.zeros(len(names))
     phases = dict(forward=0.0, backward=0.0, update=0.0)
-    # the forward in node order, the backward in reverse
-    order = [float(ms[j]) * work[j][5] for j in sorted(
-        range(len(work)), key=lambda j: (work[j][1] == "bw", (-1) ** (work[j][1] == "bw")
-                                         * work[j][0]))]
+    # the kernels as they run: the forward in node order, then the backward in reverse
+    timed = [(w[0], w[1], float(t) * w[5]) for w, t in zip(work, ms)]
+    order = [t for *_, t in sorted((x for x in timed if x[1] == "fw"), key=lambda x: x[0])
+             + sorted((x for x in timed if x[1] == "bw"), key=lambda x: -x[0])]
     for (i, phase, *_, factor), t in zip(work, ms):
         per_op[i] += float(t) * factor
         phases["forward" if phase == "fw" else "backward"] += float(t) * factor

@@ -43,3 +43,9 @@ def roofline_ms(op: str, dims: Sequence[int], gpu: GPU) -> float:
     """The time at the roofline: max(FLOPs / peak fp32, bytes / bandwidth), ms."""
     flops, moved, *_ = work(op, dims)
     return 1e3 * max(flops / (gpu.tflops["fp32"] * 1e12), moved / (gpu.memory_gbs * 1e9))
+
+
+def waves(op: str, units: float, gpu: GPU) -> float:
+    """Waves of `units` (`work`'s tiles or thread blocks) over the GPU's SMs: one tile a
+    wave per SM for GEMMs and convolutions, `RESIDENT` thread blocks for the others."""
+    return units / (gpu.sms * (1 if op in GEMMS or op == CONV else RESIDENT))
