@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -44,7 +45,7 @@ from mdot_jax.data.features import (
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.spec_sheet import matmul_peak
 from mdot_jax.gpu.step_table import GpuStep
-from mdot_jax.models import ModelConfig, build_model
+from mdot_jax.models import PAPER_PE, ModelConfig, build_model
 from mdot_jax.options import PRECISIONS
 
 BOUND = math.log(2.0)  # the correction never moves the spec-sheet price by more than 2x
@@ -76,6 +77,15 @@ def workload(r: GpuStep) -> np.ndarray:
 
 def target(r: GpuStep) -> float:
     return math.log(r.measured_ms / r.physics_ms)
+
+
+def leave_out(rows: Sequence[GpuStep], gpu: str) -> tuple[list[GpuStep], list[GpuStep]]:
+    """(the other GPUs' rows, `gpu`'s rows): what a fold fits on and what it scores."""
+    train = [r for r in rows if r.gpu != gpu]
+    held = [r for r in rows if r.gpu == gpu]
+    if not held:
+        raise ValueError(f"no rows of {gpu} to hold out")
+    return train, held
 
 
 def bounded(f):
@@ -173,10 +183,11 @@ def _mape(pred: np.ndarray, rows: Sequence[GpuStep]) -> float:
 
 def fit_network(rows: Sequence[GpuStep], arch: str = "mdot", *, seed: int = 0,
                 epochs: int = 20, lr: float = 1e-3, tokens: int = 4096, d_model: int = 32,
-                val_fraction: float = 0.1, progress: Callable[[dict], None] | None = None
-                ) -> NetworkCorrection:
+                pe: tuple[str, ...] = PAPER_PE, val_fraction: float = 0.1,
+                progress: Callable[[dict], None] | None = None) -> NetworkCorrection:
     """Trains the `arch` network's correction on `rows`; the epoch with the least MAPE on a
-    `val_fraction` carve-out (drawn with `seed`) is kept."""
+    `val_fraction` carve-out (drawn with `seed`) is kept. `pe`: MDOT's graph positional
+    encodings (the paper's; () for none)."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(rows))
     n_val = max(1, int(round(val_fraction * len(rows))))
@@ -189,7 +200,7 @@ def fit_network(rows: Sequence[GpuStep], arch: str = "mdot", *, seed: int = 0,
     probe = next(_batches(cache, train[:1], tokens))[0]
     cfg = ModelConfig(arch=arch, workload_dim=probe.workload.shape[-1],
                       load_dim=probe.load.shape[-1], d_model=d_model, n_heads=4,
-                      n_layers=2, pe=("depth", "laplacian") if arch == "mdot" else ())
+                      n_layers=2, pe=pe if arch == "mdot" else ())
     graphdef, params = nnx.split(build_model(cfg, nnx.Rngs(seed)), nnx.Param)
     steps = sum(1 for _ in _batches(cache, train, tokens, rng=np.random.default_rng(0)))
     total = max(2, steps * epochs)  # warm-up and at least one step of decay
@@ -210,6 +221,7 @@ def fit_network(rows: Sequence[GpuStep], arch: str = "mdot", *, seed: int = 0,
 
     key, step, best, history = jax.random.key(seed), 0, (math.inf, params), []
     for epoch in range(epochs):
+        t0 = time.perf_counter()
         losses = []
         for batch, _ in _batches(cache, train, tokens, rng=rng):
             params, opt_state, loss = train_step(params, opt_state, batch,
@@ -217,7 +229,8 @@ def fit_network(rows: Sequence[GpuStep], arch: str = "mdot", *, seed: int = 0,
             losses.append(float(loss))
             step += 1
         val_mape = _mape(NetworkCorrection(graphdef, params, cache).predict(val, tokens), val)
-        history.append(dict(epoch=epoch, train_loss=float(np.mean(losses)), val_mape=val_mape))
+        history.append(dict(epoch=epoch, train_loss=float(np.mean(losses)), val_mape=val_mape,
+                            seconds=time.perf_counter() - t0))
         if progress:
             progress(history[-1])
         if val_mape < best[0]:
