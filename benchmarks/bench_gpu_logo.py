@@ -19,6 +19,10 @@ Rule, written before any of these runs:
 6. Ablation (`--ablation`, into `--out`/ablation.json; never used to decide): MDOT without
    graph positional encodings, the same folds, seed and budget.
 
+Training time (`--final`, into `--out`/final-<backend>.json): MDOT fitted on every row as rule
+3 fits it, the seconds of each epoch on this machine's JAX backend; on a lent GPU,
+`benchmarks/gpu_train_correction.sh` runs it (NeuSight's rows where its folder travelled).
+
     python benchmarks/bench_gpu_logo.py ../shared/datasets/neusight --onnx /tmp/ns-onnx \
         --out benchmarks/results/gpu-logo
 
@@ -60,14 +64,27 @@ def rows(args) -> list[step_table.GpuStep]:
     for s in H100_SETS:
         out += step_table.from_dataset(f"data/derived/gpu-nvidia-h100-80gb-hbm3-{s}-fused",
                                        "nvidia-h100-sxm", model, f"kit {s}")
-    ns, skipped = step_table.from_neusight(args.neusight, args.onnx, model)
-    if skipped:
-        print(f"NeuSight labels not priced: {skipped}")
-    out += ns
+    if Path(args.neusight).is_dir():
+        ns, skipped = step_table.from_neusight(args.neusight, args.onnx, model)
+        if skipped:
+            print(f"NeuSight labels not priced: {skipped}")
+        out += ns
+    else:
+        print(f"{args.neusight}: no such folder, NeuSight's labels left out")
     with open(cache.with_suffix(".tmp"), "wb") as f:
         pickle.dump(out, f)
     os.replace(cache.with_suffix(".tmp"), cache)
     return out
+
+
+def _row(r, preds: dict, i: int) -> dict:
+    """A held-out row's predictions (4 significant digits); NeuSight's measured times stay
+    in its folder."""
+    d = dict(arch=r.arch, source=r.source, precision=r.precision, batch=r.batch,
+             measured_ms=r.measured_ms, **{k: float(v[i]) for k, v in preds.items()})
+    if r.source == "neusight":
+        del d["measured_ms"]
+    return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in d.items()}
 
 
 def mape(pred, rs) -> float:
@@ -114,6 +131,24 @@ def ablation(all_rows, gpus, args, out: Path) -> None:
     print(json.dumps(result["mean"]))
 
 
+def final(all_rows, args, out: Path) -> None:
+    """MDOT fitted on every row, timed per epoch on this backend."""
+    import jax
+
+    backend = jax.default_backend()
+    t = time.perf_counter()
+    net = correction.fit_network(all_rows, "mdot", seed=0, epochs=args.epochs,
+                                 progress=lambda h: print(h, flush=True))
+    result = dict(backend=backend, device=jax.devices()[0].device_kind,
+                  rows={g: sum(r.gpu == g for r in all_rows)
+                        for g in sorted({r.gpu for r in all_rows})},
+                  seconds=round(time.perf_counter() - t, 1),
+                  median_epoch_s=float(np.median([h["seconds"] for h in net.history[1:]])),
+                  first_epoch_s=net.history[0]["seconds"], history=net.history)
+    _write(out / f"final-{backend}.json", json.dumps(result, indent=1) + "\n")
+    print({k: v for k, v in result.items() if k != "history"})
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("neusight")
@@ -122,6 +157,7 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results/gpu-logo")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--ablation", action="store_true", help="MDOT without positional encodings")
+    p.add_argument("--final", action="store_true", help="MDOT on every row, timed per epoch")
     args = p.parse_args()
     out, t0 = Path(args.out), time.perf_counter()
     (out / "folds").mkdir(parents=True, exist_ok=True)
@@ -131,6 +167,8 @@ def main() -> None:
           ", ".join(f"{g} {sum(r.gpu == g for r in all_rows)}" for g in gpus), flush=True)
     if args.ablation:
         return ablation(all_rows, gpus, args, out)
+    if args.final:
+        return final(all_rows, args, out)
     folds = {}
     for gpu in tqdm(gpus, desc="leave one GPU out", unit="GPU"):
         done = out / "folds" / f"{gpu}.json"
@@ -140,11 +178,11 @@ def main() -> None:
         train, held = correction.leave_out(all_rows, gpu)
         fitted = fit_all(train, args, tqdm.write)
         preds = {k: f(held) for k, f in fitted.items()}
-        folds[gpu] = dict(scores=scores(preds, held), rows=[
-            dict(arch=r.arch, source=r.source, precision=r.precision, batch=r.batch,
-                 measured_ms=r.measured_ms, **{k: float(v[i]) for k, v in preds.items()})
-            for i, r in enumerate(held)])
-        _write(done, json.dumps(folds[gpu], indent=1) + "\n")
+        rs = [_row(r, preds, i) for i, r in enumerate(held)]
+        columns = list(dict.fromkeys(k for r in rs for k in r))
+        folds[gpu] = dict(scores=scores(preds, held), columns=columns,
+                          rows=[[r.get(k) for k in columns] for r in rs])
+        _write(done, json.dumps(folds[gpu], separators=(",", ":")) + "\n")
         tqdm.write(f"{gpu}: " + ", ".join(f"{k} {v['all']['mape']:.1f}%"
                                           for k, v in folds[gpu]["scores"].items()))
     result = {m: dict(mape=float(np.mean([f["scores"][m]["all"]["mape"] for f in folds.values()])),
