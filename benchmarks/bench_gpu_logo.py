@@ -87,10 +87,6 @@ def _row(r, preds: dict, i: int) -> dict:
     return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in d.items()}
 
 
-def mape(pred, rs) -> float:
-    return float(np.mean([abs(p / r.measured_ms - 1) for p, r in zip(pred, rs)]) * 100)
-
-
 def fit_all(train, args, log) -> dict:
     """Each method fitted on `train`: name -> predict(rows)."""
     fitted = {"physics": lambda rs: np.array([r.physics_ms for r in rs])}
@@ -109,7 +105,7 @@ def scores(pred: dict, rs) -> dict:
     for name, p in pred.items():
         kinds = {"all": [True] * len(rs), "transformers": [r.transformer for r in rs],
                  "cnns": [not r.transformer for r in rs]}
-        out[name] = {k: dict(n=int(sum(m)), mape=mape(p[np.asarray(m)],
+        out[name] = {k: dict(n=int(sum(m)), mape=correction.mape(p[np.asarray(m)],
                                                       [r for r, x in zip(rs, m) if x]))
                      for k, m in kinds.items() if any(m)}
     return out
@@ -121,7 +117,7 @@ def ablation(all_rows, gpus, args, out: Path) -> None:
     for gpu in tqdm(gpus, desc="ablation: no positional encodings", unit="GPU"):
         train, held = correction.leave_out(all_rows, gpu)
         net = correction.fit_network(train, "mdot", seed=0, epochs=args.epochs, pe=())
-        result[gpu] = dict(n=len(held), mape=mape(net.predict(held), held),
+        result[gpu] = dict(n=len(held), mape=correction.mape(net.predict(held), held),
                            with_pe=json.loads((out / "folds" / f"{gpu}.json").read_text())
                            ["scores"]["mdot"]["all"]["mape"])
         tqdm.write(f"{gpu}: {result[gpu]}")
@@ -208,7 +204,7 @@ def main() -> None:
         y = np.array([r.measured_ms for r in test])
         paper = {k: dict(mae_ms=float(np.mean(np.abs(f(test) - y))),
                          rmse_ms=float(np.sqrt(np.mean((f(test) - y) ** 2))),
-                         mape=mape(f(test), test)) for k, f in fitted.items()}
+                         mape=correction.mape(f(test), test)) for k, f in fitted.items()}
         _write(random_split, json.dumps(paper, indent=1) + "\n")
     best = min((k for k in paper if k != "mdot"), key=lambda k: paper[k]["mae_ms"])
     summary = dict(

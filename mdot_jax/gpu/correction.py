@@ -177,12 +177,13 @@ def _predict(graphdef, params, batch):
     return bounded(nnx.merge(graphdef, params)(batch, train=False)[0])  # [B, 1]
 
 
-def _mape(pred: np.ndarray, rows: Sequence[GpuStep]) -> float:
+def mape(pred: np.ndarray, rows: Sequence[GpuStep]) -> float:
+    """Mean absolute percentage error of `pred` (ms) against the rows' measured ms."""
     return float(np.mean([abs(p / r.measured_ms - 1) for p, r in zip(pred, rows)]) * 100)
 
 
 def fit_network(rows: Sequence[GpuStep], arch: str = "mdot", *, seed: int = 0,
-                epochs: int = 20, lr: float = 1e-3, tokens: int = 4096, d_model: int = 32,
+                epochs: int = 10, lr: float = 1e-3, tokens: int = 4096, d_model: int = 32,
                 pe: tuple[str, ...] = PAPER_PE, val_fraction: float = 0.1,
                 progress: Callable[[dict], None] | None = None) -> NetworkCorrection:
     """Trains the `arch` network's correction on `rows`; the epoch with the least MAPE on a
@@ -228,7 +229,7 @@ def fit_network(rows: Sequence[GpuStep], arch: str = "mdot", *, seed: int = 0,
                                                  jax.random.fold_in(key, step))
             losses.append(float(loss))
             step += 1
-        val_mape = _mape(NetworkCorrection(graphdef, params, cache).predict(val, tokens), val)
+        val_mape = mape(NetworkCorrection(graphdef, params, cache).predict(val, tokens), val)
         history.append(dict(epoch=epoch, train_loss=float(np.mean(losses)), val_mape=val_mape,
                             seconds=time.perf_counter() - t0))
         if progress:
