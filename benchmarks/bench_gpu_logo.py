@@ -102,9 +102,9 @@ def fit_all(train, args, log) -> dict:
 
 def scores(pred: dict, rs) -> dict:
     out = {}
+    kinds = {"all": [True] * len(rs), "transformers": [r.transformer for r in rs],
+             "cnns": [not r.transformer for r in rs]}
     for name, p in pred.items():
-        kinds = {"all": [True] * len(rs), "transformers": [r.transformer for r in rs],
-                 "cnns": [not r.transformer for r in rs]}
         out[name] = {k: dict(n=int(sum(m)), mape=correction.mape(p[np.asarray(m)],
                                                       [r for r, x in zip(rs, m) if x]))
                      for k, m in kinds.items() if any(m)}

@@ -307,18 +307,11 @@ def onnx_steps(args) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     theirs = neusight.summary(root)
     rows, failed = [], {}
-    for path in sorted((root / "label").glob("*/*-train-*.json")):
-        if path.parent.name.startswith("AMD"):
-            continue
-        parts = path.stem.split("-")
-        config_path = root / "model_configs" / f"{parts[0]}.json"
-        if len(parts) != 4 or not config_path.exists():
-            continue  # multi-GPU or fused runs
-        name, _, seq_len, batch = parts[0], parts[1], int(parts[2]), int(parts[3])
-        gpu = gpus.find(path.parent.name.replace("_", " "))
-        label = json.loads(path.read_text())
+    for lab in neusight.train_labels(root):
+        name, seq_len, batch = lab["model"], lab["seq_len"], lab["batch"]
+        gpu, stem = gpus.find(lab["gpu"]), f"{name}-train-{seq_len}-{batch}"
         ms = {}
-        config = json.loads(config_path.read_text())
+        config = json.loads((root / "model_configs" / f"{name}.json").read_text())
         try:
             for layers in (2, 4):
                 file = cache / f"{name}-{seq_len}-{layers}.onnx"
@@ -332,14 +325,13 @@ def onnx_steps(args) -> None:
                 seq = convert(file, batch_size=batch, fuse=True)
                 ms[layers] = price(seq, gpu, model, step="fwd-bwd").iteration_ms
         except ConversionError as e:
-            failed[f"{gpu.name} {path.stem}"] = str(e)
-            print(f"{gpu.name} {path.stem}: not priced: {e}", flush=True)
+            failed[f"{gpu.name} {stem}"] = str(e)
+            print(f"{gpu.name} {stem}: not priced: {e}", flush=True)
             continue
-        layers = label["num_layer"] or config.get("num_layers") or config["n_layer"]
-        predicted = ms[2] + (layers - 2) / 2 * (ms[4] - ms[2])
+        predicted = ms[2] + (lab["layers"] - 2) / 2 * (ms[4] - ms[2])
         t = theirs.get((gpu.name, name, "train", seq_len, batch), {})
         rows.append(dict(gpu=gpu.name, model=name, batch=batch, seq_len=seq_len, mode="train",
-                         measured_ms=label["e2e_latency"], predicted_ms=predicted,
+                         measured_ms=lab["ms"], predicted_ms=predicted,
                          neusight_ms=t.get("neusight"),
                          fitted=gpu.name in model.info["fitted_gpus"]))
         r = rows[-1]

@@ -272,3 +272,21 @@ def summary(root: str | Path) -> dict[tuple, dict[str, float]]:
             out[key] = {k: float(r[f"{k}_all_e2e_latency"] or "nan")
                         for k in ("label", "neusight", "roofline")}
     return out
+
+
+def train_labels(root: str | Path) -> list[dict]:
+    """The single-GPU NVIDIA training labels of models with a Hugging Face config:
+    gpu, model, seq_len, batch, layers, ms."""
+    root = Path(root)
+    out = []
+    for path in sorted((root / "label").glob("*/*-train-*.json")):
+        parts = path.stem.split("-")
+        config = root / "model_configs" / f"{parts[0]}.json"
+        if path.parent.name.startswith("AMD") or len(parts) != 4 or not config.exists():
+            continue  # AMD, multi-GPU or fused runs
+        label, cfg = json.loads(path.read_text()), json.loads(config.read_text())
+        out.append(dict(gpu=gpus.find(path.parent.name.replace("_", " ")).name,
+                        model=parts[0], seq_len=int(parts[2]), batch=int(parts[3]),
+                        layers=label["num_layer"] or cfg.get("num_layers") or cfg["n_layer"],
+                        ms=float(label["e2e_latency"])))
+    return out

@@ -14,13 +14,13 @@ GPUs is two token sequences. Sources, each read where it lies:
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from converters import ConversionError, OperatorSequence, convert
 from mdot_jax.data.dataset import OP_MS, load_dataset
 from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu import neusight
 from mdot_jax.gpu.spec_sheet import StepModel, price
 from mdot_jax.serving.prediction import Prediction
 
@@ -74,30 +74,12 @@ def from_dataset(root: str | Path, device: str, model: StepModel, source: str
     return rows
 
 
-def neusight_labels(root: str | Path) -> list[dict]:
-    """NeuSight's single-GPU NVIDIA training labels of models with a Hugging Face config:
-    gpu, model, seq_len, batch, layers, ms."""
-    root = Path(root)
-    out = []
-    for path in sorted((root / "label").glob("*/*-train-*.json")):
-        parts = path.stem.split("-")
-        config = root / "model_configs" / f"{parts[0]}.json"
-        if path.parent.name.startswith("AMD") or len(parts) != 4 or not config.exists():
-            continue  # AMD, multi-GPU or fused runs
-        label, cfg = json.loads(path.read_text()), json.loads(config.read_text())
-        out.append(dict(gpu=gpus.find(path.parent.name.replace("_", " ")).name,
-                        model=parts[0], seq_len=int(parts[2]), batch=int(parts[3]),
-                        layers=label["num_layer"] or cfg.get("num_layers") or cfg["n_layer"],
-                        ms=float(label["e2e_latency"])))
-    return out
-
-
 def from_neusight(root: str | Path, cache: str | Path, model: StepModel
                   ) -> tuple[list[GpuStep], dict[str, str]]:
     """NeuSight's training labels priced from the exports in `cache`; (rows, {label: why not
     priced})."""
     rows, skipped = [], {}
-    for lab in neusight_labels(root):
+    for lab in neusight.train_labels(root):
         gpu, name = gpus.find(lab["gpu"]), f"{lab['gpu']} {lab['model']}-{lab['seq_len']}"
         try:
             ps = {k: priced(convert(Path(cache) / f"{lab['model']}-{lab['seq_len']}-{k}.onnx",
