@@ -58,6 +58,7 @@ from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
+from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms
 from mdot_jax.options import MEASURED_PRECISIONS as PRECISIONS
 from mdot_jax.options import STEPS
 from mdot_jax.serving.memory import check_fit, step_memory
@@ -74,6 +75,8 @@ _ROWWISE, _BINARY, _UNARY = of_kind("rowwise"), of_kind("binary"), of_kind("unar
 _COPIES, _FREE = set(of_kind("copy")), set(of_kind("free"))
 # what autocast runs in fp32 (its output too): softmax and the normalisations but batch norm
 _FP32_UNDER_AUTOCAST = set(_ROWWISE) - {"BatchNormalization"}
+# the spec sheet's tensor-core peak a precision's matmuls run at
+TENSOR_CORE_PEAK = {"tf32": "tf32", "amp-fp16": "fp16", "amp-bf16": "bf16", "bf16": "bf16"}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 
@@ -136,7 +139,7 @@ def _step_model(folder: str, stamp: tuple) -> StepModel:
 def matmul_peak(gpu: GPU, precision: str) -> float:
     """Dense TFLOP/s a matmul can reach at `precision`: the tensor cores' peak for it where
     the GPU has one, else the CUDA cores' fp32 (the denominator of MFU)."""
-    tc = {"tf32": "tf32", "amp-fp16": "fp16", "amp-bf16": "bf16", "bf16": "bf16"}.get(precision)
+    tc = TENSOR_CORE_PEAK.get(precision)
     return (gpu.tflops.get(tc) if tc else None) or gpu.tflops["fp32"]
 
 
@@ -252,6 +255,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(UPDATE_PASSES)}")
     at, extrapolated = _peaks(gpu, precision,
                               model.info.get("tensor_cores", {}).get(gpu.name, ()))
+    tc = _tensor_core_gemms(model, gpu, precision)
+    if tc:  # still not banded: the band is of fp32 steps
+        extrapolated["gemm"] = tc[2]
     warnings: list[str] = []
     half = precision.startswith("amp")
     names = seq.op_names.tolist()
@@ -307,6 +313,11 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     host = model.info.get("host_ms_per_kernel", 0.0) if host_ms is None else host_ms
     ms = _kernel_ms(model, [w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
                     host > 0)
+    if tc:  # GEMMs on the tensor cores: at the share of the peak measured GEMMs reach
+        on = [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is at["gemm"]]
+        if on:
+            ms[on] = tc[1].ms(tc[0], [work[j][2] for j in on], [work[j][3] for j in on],
+                              [work[j][4] for j in on])
     per_op = np.zeros(len(names))
     phases = dict(forward=0.0, backward=0.0, update=0.0)
     # the kernels as they run: the forward in node order, then the backward in reverse
@@ -416,6 +427,22 @@ def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
         return 0.0
     before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # the GPU's work before each kernel
     return float(t.sum() + max(0.0, np.max((np.arange(len(t)) + 1) * host_ms - before)))
+
+
+def _tensor_core_gemms(model: StepModel, gpu: GPU, precision: str
+                       ) -> tuple[str, TensorCoreGemms, str] | None:
+    """(the spec sheet's peak, the model's tensor-core GEMMs, the warning that says what backs
+    them) where `precision` runs GEMMs on tensor cores `gpu` has and `model` holds them."""
+    peak = TENSOR_CORE_PEAK.get(precision)
+    d = model.info.get("tensor_core_gemms")
+    if not (peak and d and gpu.tflops.get(peak)):
+        return None
+    gemms = TensorCoreGemms.from_json(d)
+    c = gemms.constants[ARITHMETIC[peak]]
+    return peak, gemms, (
+        f"{precision} matmuls priced at {c.share_compute:.0%} of the {gpu.name}'s {peak} peak "
+        f"and a {1e3 * c.fixed_ms:.0f} us fixed cost, what XLA's measured H100 GEMMs reach "
+        f"({c.mape:.0f}% MAPE over its {c.rows}): not measured on this GPU")
 
 
 def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,

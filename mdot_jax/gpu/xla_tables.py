@@ -24,13 +24,14 @@ GPU_NAME = "nvidia-h100-sxm"
 DTYPES = {"bf16xbf16->bf16": ("bf16", 2), "f32xf32->f32": ("tf32", 4)}
 
 
-def matmuls(root: str | Path) -> tuple[list[str], list[tuple], list[GPU], list[float]]:
-    """(ops, dims (B, M, N, K), the GPU as each kernel sees it, measured ms) of every row."""
+def matmuls(root: str | Path, with_peaks: bool = False) -> tuple:
+    """(ops, dims (B, M, N, K), the GPU as each kernel sees it, measured ms) of every row, and
+    `with_peaks` the spec-sheet peak each row runs at (bf16, tf32)."""
     path = Path(root) / "matmul.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no XLA GEMM table there")
     h100 = gpus.find(GPU_NAME)
-    ops, dims, seen, ms = [], [], [], []
+    ops, dims, seen, ms, peaks = [], [], [], [], []
     with open(path) as f:
         for line, r in enumerate(csv.DictReader(f), start=2):
             if r["dtype"] not in DTYPES:
@@ -42,4 +43,5 @@ def matmuls(root: str | Path) -> tuple[list[str], list[tuple], list[GPU], list[f
             dims.append((b, m, n, k))
             seen.append(gpus.as_seen(h100, h100.tflops[precision], width))
             ms.append(2e3 * b * m * n * k / float(r["flops_per_s"]))
-    return ops, dims, seen, ms
+            peaks.append(precision)
+    return (ops, dims, seen, ms, peaks) if with_peaks else (ops, dims, seen, ms)

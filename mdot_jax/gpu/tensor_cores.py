@@ -1,0 +1,108 @@
+"""GEMMs on tensor cores at a measured share of the spec sheet's peak.
+
+A GEMM at a tensor-core arithmetic (`half`: fp16 and bf16; `tf32`) takes
+
+    t = fixed + max(FLOPs / (share_c peak), bytes / (share_m bandwidth))
+
+on any GPU with that peak: the roofline's two times, each at the share of the datasheet figure
+that large kernels reach, plus a fixed cost per kernel (its ramp-up and tail, which dominates
+small GEMMs). Three constants per arithmetic, fitted (least squares of log time) on XLA's
+measured H100 GEMMs (`xla_tables`): the bf16 rows for `half`, the f32 rows (TF32 on Hopper) for
+`tf32`. That the shares carry to other GPUs is the assumption; the fit says how well the form
+explains the table itself (`mape`).
+
+Wave quantisation is not in the form: over the table's shapes (multiples of 256) it made the
+fit worse, cuBLAS choosing its tiles and split-K per shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mdot_jax.gpu import xla_tables
+from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.work import work
+
+# the spec sheet's peak of each precision -> the arithmetic whose constants price it
+ARITHMETIC = {"fp16": "half", "bf16": "half", "tf32": "tf32"}
+GEMM_OPS = ("linear", "bmm")
+
+
+@dataclass(frozen=True)
+class Constants:
+    share_compute: float  # of the peak, (0, 1]
+    share_memory: float  # of the bandwidth, (0, 1]
+    fixed_ms: float
+    rows: int  # measured GEMMs fitted
+    mape: float  # % over those rows
+
+    def ms(self, op: str, dims: Sequence[int], seen: GPU) -> float:
+        """`seen`: the GPU as the kernel sees it (`catalog.as_seen`: the tensor-core peak as
+        its `fp32`, the bandwidth scaled to the element width)."""
+        flops, moved, *_ = work(op, dims)
+        return self.fixed_ms + 1e3 * max(
+            flops / (self.share_compute * seen.tflops["fp32"] * 1e12),
+            moved / (self.share_memory * seen.memory_gbs * 1e9))
+
+
+@dataclass(frozen=True)
+class TensorCoreGemms:
+    """Per arithmetic (`ARITHMETIC`'s values), the constants; `source` names the data."""
+
+    constants: dict[str, Constants]
+    source: str
+
+    def ms(self, peak: str, ops: Sequence[str], dims: Sequence[Sequence[int]],
+           seen: Sequence[GPU]) -> np.ndarray:
+        """`[N]` ms of GEMMs at the spec sheet's `peak` (fp16, bf16, tf32)."""
+        c = self.constants[ARITHMETIC[peak]]
+        return np.asarray([c.ms(o, d, g) for o, d, g in zip(ops, dims, seen)], np.float64)
+
+    def to_json(self) -> dict:
+        return dict(constants={k: asdict(v) for k, v in self.constants.items()},
+                    source=self.source)
+
+    @classmethod
+    def from_json(cls, d: dict) -> TensorCoreGemms:
+        return cls({k: Constants(**v) for k, v in d["constants"].items()}, d["source"])
+
+    @classmethod
+    def fit(cls, tables: str | Path) -> TensorCoreGemms:
+        """Fitted on XLA's H100 table in `tables` (the xla-h100-tables folder)."""
+        ops, dims, seen, ms, peaks = xla_tables.matmuls(tables, with_peaks=True)
+        constants = {}
+        for arithmetic in sorted(set(ARITHMETIC.values())):
+            at = [i for i, p in enumerate(peaks) if ARITHMETIC[p] == arithmetic]
+            if at:
+                constants[arithmetic] = _fit([ops[i] for i in at], [dims[i] for i in at],
+                                             [seen[i] for i in at], [ms[i] for i in at])
+        return cls(constants, xla_tables.SOURCE)
+
+
+def _fit(ops, dims, seen, ms) -> Constants:
+    """Least squares of log(predicted / measured) over the three constants, each kept in its
+    range by its parametrisation (shares by a sigmoid, the fixed cost by exp)."""
+    from scipy.optimize import least_squares
+
+    w = [work(o, d) for o, d in zip(ops, dims)]
+    compute = np.asarray([1e3 * x[0] / (g.tflops["fp32"] * 1e12) for x, g in zip(w, seen)])
+    memory = np.asarray([1e3 * x[1] / (g.memory_gbs * 1e9) for x, g in zip(w, seen)])
+    y = np.log(np.asarray(ms, np.float64))
+
+    def unpack(p):
+        return 1 / (1 + math.exp(-p[0])), 1 / (1 + math.exp(-p[1])), math.exp(p[2])
+
+    def residual(p):
+        sc, sm, fixed = unpack(p)
+        return np.log(fixed + np.maximum(compute / sc, memory / sm)) - y
+
+    p = least_squares(residual, [1.0, 1.0, math.log(5e-3)]).x
+    sc, sm, fixed = unpack(p)
+    pred = fixed + np.maximum(compute / sc, memory / sm)
+    return Constants(sc, sm, fixed, len(y),
+                     float(100 * np.mean(np.abs(pred / np.exp(y) - 1))))
