@@ -14,7 +14,6 @@ import csv
 from pathlib import Path
 
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu.catalog import GPU
 
 SOURCE = ("XLA's H100 GEMM table (OpenXLA, Apache-2.0: xla/service/gpu/model/"
           "matmul_interpolator_data.h, commit b2766086), read in place from "
