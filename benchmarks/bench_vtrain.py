@@ -93,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     seqs: dict[tuple, object] = {}
     t0 = time.time()
     with open(done_path, "a") as out:
-        for n, r in enumerate(rows):
-            if r["key"] in done:
-                continue
+        # a model exported once for all its rows (the files interleave them)
+        todo = sorted((r for r in rows if r["key"] not in done),
+                      key=lambda r: (r["hidden"], r["heads"], r["layers"], r["seq"], r["mb"]))
+        for n, r in enumerate(todo):
             arch = (r["hidden"], r["heads"], r["layers"], r["seq"])
             if arch not in models:
                 models = {arch: from_hf_config(dict(
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             out.write(json.dumps(d) + "\n")
             out.flush()
             if n % 50 == 0:
-                print(f"{n + 1}/{len(rows)} rows, {time.time() - t0:.0f} s", file=sys.stderr)
+                print(f"{n + 1}/{len(todo)} rows, {time.time() - t0:.0f} s", file=sys.stderr)
     summary: dict = {}
     for scope in ("single", "multi"):
         for k in ("all", "dp", "tp", "pp", "mixed"):

@@ -119,6 +119,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 def cmd_gpu_fit(args: argparse.Namespace) -> int:
     from mdot_jax.gpu import gpu_fit
+    from mdot_jax.gpu.tensor_cores import TensorCoreGemms
 
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.force:
@@ -129,6 +130,13 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     try:
         model = gpu_fit.fit(args.neusight, tables=args.tables, pricer=args.pricer,
                             seed=args.seed, progress=print)
+        if args.tensor_core_gemms:
+            gemms = TensorCoreGemms.fit(args.tensor_core_gemms)
+            model.info["tensor_core_gemms"] = gemms.to_json()
+            print("tensor-core GEMMs: " + "; ".join(
+                f"{k} {c.share_compute:.0%} of the peak, {1e3 * c.fixed_ms:.1f} us fixed "
+                f"({c.mape:.1f}% MAPE over {c.rows} GEMMs of the {gemms.gpu})"
+                for k, c in gemms.constants.items()))
         if args.host_steps:
             model.info["host_ms_per_kernel"] = gpu_fit.fit_host(
                 model, args.host_steps, args.host_device, progress=print)
@@ -137,6 +145,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     model.info["command"] = f"mdot gpu-fit {args.neusight} --out {args.out}" + (
         f" --tables {args.tables}" if args.tables else "") + f" --pricer {args.pricer}" + (
+        f" --tensor-core-gemms {args.tensor_core_gemms}" if args.tensor_core_gemms else "") + (
         f" --host-steps {' '.join(args.host_steps)} --host-device '{args.host_device}'"
         if args.host_steps else "")
     model.save(out)
@@ -397,6 +406,8 @@ def add_commands(sub) -> None:
     p.add_argument("--out", default="checkpoints/gpu-spec-sheet", help="step model folder")
     p.add_argument("--tables", metavar="DIR", help="XLA's H100 GEMM tables "
                    "(../shared/datasets/xla-h100-tables): tensor-core rows")
+    p.add_argument("--tensor-core-gemms", metavar="DIR", help="XLA's H100 GEMM tables: the "
+                   "share of the peak tensor-core GEMMs reach (`mdot_jax.gpu.tensor_cores`)")
     p.add_argument("--pricer", choices=GPU_PRICERS, default="trees",
                    help="the operator pricer: LightGBM (shipped) or the Flax kernel model "
                    "(work in progress)")

@@ -439,10 +439,11 @@ def _tensor_core_gemms(model: StepModel, gpu: GPU, precision: str
         return None
     gemms = TensorCoreGemms.from_json(d)
     c = gemms.constants[ARITHMETIC[peak]]
+    where = "measured on this GPU" if gpu.name == gemms.gpu else "not measured on this GPU"
     return peak, gemms, (
         f"{precision} matmuls priced at {c.share_compute:.0%} of the {gpu.name}'s {peak} peak "
-        f"and a {1e3 * c.fixed_ms:.0f} us fixed cost, what XLA's measured H100 GEMMs reach "
-        f"({c.mape:.0f}% MAPE over its {c.rows}): not measured on this GPU")
+        f"and a {1e3 * c.fixed_ms:.0f} us fixed cost, what the {gemms.gpu}'s measured GEMMs "
+        f"reach ({c.mape:.0f}% MAPE over {c.rows}): {where}")
 
 
 def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,

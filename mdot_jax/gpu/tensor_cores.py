@@ -52,9 +52,11 @@ class Constants:
 
 @dataclass(frozen=True)
 class TensorCoreGemms:
-    """Per arithmetic (`ARITHMETIC`'s values), the constants; `source` names the data."""
+    """Per arithmetic (`ARITHMETIC`'s values), the constants; `gpu` the catalog's name of the
+    GPU they were measured on, `source` the data."""
 
     constants: dict[str, Constants]
+    gpu: str
     source: str
 
     def ms(self, peak: str, ops: Sequence[str], dims: Sequence[Sequence[int]],
@@ -65,11 +67,12 @@ class TensorCoreGemms:
 
     def to_json(self) -> dict:
         return dict(constants={k: asdict(v) for k, v in self.constants.items()},
-                    source=self.source)
+                    gpu=self.gpu, source=self.source)
 
     @classmethod
     def from_json(cls, d: dict) -> TensorCoreGemms:
-        return cls({k: Constants(**v) for k, v in d["constants"].items()}, d["source"])
+        return cls({k: Constants(**v) for k, v in d["constants"].items()}, d["gpu"],
+                   d["source"])
 
     @classmethod
     def fit(cls, tables: str | Path) -> TensorCoreGemms:
@@ -81,7 +84,7 @@ class TensorCoreGemms:
             if at:
                 constants[arithmetic] = _fit([ops[i] for i in at], [dims[i] for i in at],
                                              [seen[i] for i in at], [ms[i] for i in at])
-        return cls(constants, xla_tables.SOURCE)
+        return cls(constants, xla_tables.GPU_NAME, xla_tables.SOURCE)
 
 
 def _fit(ops, dims, seen, ms) -> Constants:

@@ -1,0 +1,92 @@
+"""Tensor-core GEMMs at a measured share of the peak: the fit recovers known constants from a
+table written in XLA's format, a step at AMP prices its GEMMs by them (never faster than the
+roofline, warned as not measured on the GPU), fp32 and convolutions are untouched."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from onnx_builders import attention
+
+from converters import convert
+from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu import spec_sheet, tensor_cores
+from mdot_jax.gpu.work import roofline_ms, work
+
+SHARE, MEMORY_SHARE, FIXED_MS = 0.7, 0.8, 0.006
+
+
+def _table(folder):
+    """matmul.csv in XLA's columns, each row's throughput that of the known constants."""
+    rng = np.random.default_rng(0)
+    h100 = gpus.find("h100-sxm")
+    lines = ["gpu_key,b,m,n,k,dtype,flops_per_s"]
+    for dtype, peak, width in (("bf16xbf16->bf16", "bf16", 2), ("f32xf32->f32", "tf32", 4)):
+        seen = gpus.as_seen(h100, h100.tflops[peak], width)
+        for _ in range(120):
+            b, m, n, k = (int(2 ** rng.integers(0, 3)),) + tuple(
+                int(256 * rng.integers(1, 17)) for _ in range(3))
+            flops, moved, *_ = work("bmm", (b, m, n, k))
+            ms = FIXED_MS + 1e3 * max(flops / (SHARE * seen.tflops["fp32"] * 1e12),
+                                      moved / (MEMORY_SHARE * seen.memory_gbs * 1e9))
+            lines.append(f"sm_90,{b},{m},{n},{k},{dtype},{flops / ms * 1e3:.6g}")
+    (folder / "matmul.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_the_fit_recovers_the_constants_of_each_arithmetic(tmp_path):
+    fitted = tensor_cores.TensorCoreGemms.fit(_table(tmp_path))
+    assert set(fitted.constants) == {"half", "tf32"}
+    for c in fitted.constants.values():
+        assert c.share_compute == pytest.approx(SHARE, rel=0.02)
+        assert c.fixed_ms == pytest.approx(FIXED_MS, rel=0.05)
+        assert c.rows == 120 and c.mape < 1.0
+    back = tensor_cores.TensorCoreGemms.from_json(fitted.to_json())
+    assert back == fitted
+
+
+@pytest.fixture
+def with_gemms(tmp_path):
+    shipped = spec_sheet.load_step_model()
+    gemms = tensor_cores.TensorCoreGemms.fit(_table(tmp_path))
+    return shipped, dataclasses.replace(
+        shipped, info=dict(shipped.info, tensor_core_gemms=gemms.to_json())), gemms
+
+
+def _gemms(p):
+    return sum(o["ms"] for o in p.operators if o["type"] in ("MatMul", "Gemm"))
+
+
+def test_amp_gemms_are_priced_by_the_constants_fp32_is_not(with_gemms):
+    shipped, model, gemms = with_gemms
+    seq = convert(attention(seq=512, dim=1024), batch_size=8, fuse=True)
+    a100 = gpus.find("a100-sxm-80gb")
+    amp = spec_sheet.price(seq, a100, model, precision="amp-bf16", fit=False)
+    assert any("of the nvidia-a100-sxm-80gb's bf16 peak" in w and "not measured on this GPU"
+               in w for w in amp.warnings)
+    assert amp.interval_ms is None  # AMP is still not banded
+    before = spec_sheet.price(seq, a100, shipped, precision="amp-bf16", fit=False)
+    assert _gemms(amp) != pytest.approx(_gemms(before), rel=1e-3)
+    fp32 = [spec_sheet.price(seq, a100, m, precision="fp32", fit=False).iteration_ms
+            for m in (shipped, model)]
+    assert fp32[0] == pytest.approx(fp32[1], rel=1e-9)
+
+
+def test_a_gemm_is_never_faster_than_its_roofline():
+    gemms = tensor_cores.TensorCoreGemms(
+        {"half": tensor_cores.Constants(1.0, 1.0, 0.0, 1, 0.0)}, "nvidia-h100-sxm", "test")
+    a100 = gpus.find("a100-sxm-80gb")
+    seen = gpus.as_seen(a100, a100.tflops["fp16"], 2)
+    dims = [(1, 8192, 8192, 8192), (4, 64, 64, 64), (1, 16, 8192, 16)]
+    ms = gemms.ms("fp16", ["bmm"] * 3, dims, [seen] * 3)
+    assert all(t >= roofline_ms("bmm", d, seen) * (1 - 1e-9) for t, d in zip(ms, dims))
+
+
+def test_the_shipped_step_model_holds_the_h100_tables_constants_alone():
+    gemms = tensor_cores.TensorCoreGemms.from_json(
+        spec_sheet.load_step_model().info["tensor_core_gemms"])
+    assert gemms.gpu == "nvidia-h100-sxm" and "XLA" in gemms.source
+    assert set(gemms.constants) == {"half", "tf32"}
+    for c in gemms.constants.values():
+        assert 0.3 < c.share_compute <= 1 and 0.3 < c.share_memory <= 1
+        assert 0 < c.fixed_ms < 0.05 and c.rows == 375
