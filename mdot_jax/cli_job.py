@@ -11,6 +11,7 @@ from mdot_jax.errors import UsageError
 from mdot_jax.options import (
     ATTENTION,
     CHECKPOINTING,
+    FRAMEWORKS,
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
@@ -88,6 +89,9 @@ def add_job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", choices=ATTENTION,
                    help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
                         "it (default: what PyTorch runs on the GPU at the precision)")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="pytorch",
+                   help="whose kernels: eager PyTorch's, or Megatron-LM's (the model in the "
+                        "half type, fused softmax and Adam; with --precision amp-fp16|amp-bf16)")
     p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")
     p.add_argument("--network-gbs", type=POSITIVE_FLOAT, help="GB/s between nodes (default 25)")
     p.add_argument("--step", choices=STEPS,
@@ -112,5 +116,6 @@ def job_fields(args: argparse.Namespace) -> dict:
         activation_checkpointing=args.activation_checkpointing, tp=args.tp, pp=args.pp,
         schedule=args.schedule, virtual_stages=args.virtual_stages,
         sequence_parallel=args.sequence_parallel, attention=args.attention,
+        framework=args.framework,
         strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
         epochs=args.epochs, dataset_size=args.dataset_size, train_tokens=args.tokens)

@@ -27,6 +27,9 @@ STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without 
 STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")
 INTERCONNECTS = ("nvlink", "pcie")  # between the GPUs of a node
 CHECKPOINTING = ("full", "selective")  # activation checkpointing: every layer, or attention's core
+# the kernels a step runs: eager PyTorch's (autocast, torch.optim's foreach), or Megatron-LM's
+# (the model in the half type with fp32 master weights, fused softmax, fused Adam)
+FRAMEWORKS = ("pytorch", "megatron")
 ATTENTION = ("flash", "eager")  # fused scaled_dot_product_attention, or as the graph shows it
 SCHEDULES = ("1f1b", "gpipe", "interleaved")  # pipeline-parallel schedules
 GPU_PRICERS = ("kernel", "trees")  # a GPU step model's operator pricer: Flax network, LightGBM

@@ -69,6 +69,10 @@ STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 # elementwise kernels over all parameters per update (torch.optim, foreach): `sgd` is SGD with
 # momentum (buffer scale, add, parameter add), as timm's benchmarks and `mdot profile` train
 UPDATE_PASSES = {"sgd": 3, "adam": 7, "adamw": 8}
+# Megatron-LM's update in the same fp32 passes (12 bytes a parameter): the half gradient into the
+# fp32 main gradient (0.5), unscaled with the inf check (0.7), apex's fused optimizer (Adam: p,
+# g, m, v read, p, m, v written, 2.3; SGD with momentum 1.7), the parameters' half copy (0.5)
+MEGATRON_UPDATE_PASSES = {"sgd": 3, "adam": 4, "adamw": 4}
 # what kernel each operator type runs, and the measured operator that prices it
 _GEMM = {t: tr.kernel for t, tr in TRAITS.items() if tr.kernel in ("gemm", "conv")}
 _ROWWISE, _BINARY, _UNARY = of_kind("rowwise"), of_kind("binary"), of_kind("unary")
@@ -236,7 +240,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
           step: str = "train", optimizer: str = "sgd", fit: bool = True,
           attention: str = "eager", blocks: list[Block] | None = None,
           host_ms: float | None = None, kernels: list[float] | None = None,
-          half_weights: bool = False) -> Prediction:
+          half_weights: bool = False, framework: str = "pytorch") -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`, each with its `index` in `seq`), warnings for whatever is
     extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
@@ -246,7 +250,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     exported. `host_ms`: the host's time to issue a kernel (default: the model's fitted one);
     `kernels`, if given, receives the kernel times in the order they run. `half_weights`: the
     weights reach the step in the half type already (FSDP's mixed precision gathers them so):
-    autocast casts none of them."""
+    autocast casts none of them. `framework` `megatron`: Megatron-LM's kernels at amp-*: the
+    model in the half type (no casts; softmax and normalisations read and write it), each
+    eager attention block's scale, mask and guards fused into its softmax, the update in
+    `MEGATRON_UPDATE_PASSES`."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
@@ -260,6 +267,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         extrapolated["gemm"] = tc[2]
     warnings: list[str] = []
     half = precision.startswith("amp")
+    megatron = framework == "megatron"
+    if megatron and not half:
+        raise ValueError(f"framework megatron trains at amp-fp16 or amp-bf16, not {precision}")
     names = seq.op_names.tolist()
     has_input = np.zeros(len(names), bool)
     has_input[seq.edges[:, 1]] = True
@@ -273,6 +283,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     elif blocks is None:
         blocks = attention_blocks(seq)
     inside = {i for b in blocks for i in b.inner}
+    if megatron and attention != "flash":  # fused scale-mask-softmax: the rest of it is free
+        inside = {i for b in attention_blocks(seq) for i in b.inner
+                  if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
     for b in blocks:
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
@@ -286,7 +299,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             other[name] = other.get(name, 0) + 1
         classes.add("conv" if kind == "conv" else "gemm" if op in ("bmm", "linear") else "")
         seen = at["conv"] if kind == "conv" else at["gemm"] if op in ("bmm", "linear") \
-            else at["fp32"] if kind in ("softmax", "ln") else at["memory"]
+            else at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
         work.append((i, "fw", op, dims, seen, 1.0))
         if kind == "conv":
             odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
@@ -307,7 +320,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             work.append((i, "bw", op, dims, seen, model.ratios.get(_ratio_kind(kind), 1.0)))
         if load[_L["params"]] > 0:  # the gradient's accumulation
             work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
-    if half:
+    if half and not megatron:
         work.extend(_autocast_casts(seq, kinds, inside | {b.output for b in blocks},
                                     at["fp32"], half_weights))
     host = model.info.get("host_ms_per_kernel", 0.0) if host_ms is None else host_ms
@@ -332,15 +345,17 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                              if t > 0]
     params = int(seq.params)
     if step == "train" and params:
-        passes = UPDATE_PASSES[optimizer] + (precision == "amp-fp16")
+        passes = MEGATRON_UPDATE_PASSES[optimizer] if megatron else \
+            UPDATE_PASSES[optimizer] + (precision == "amp-fp16")
         t = float(_kernel_ms(model, ["add"], [(1, params)], [at["fp32"]], host > 0)[0]) * passes
         phases["update"] = t
         order.extend([t / passes] * passes)
         operators.append(dict(type="optimizer", name=f"{optimizer} update ({passes} passes "
                               "over the parameters)", ms=t))
         warnings.append(f"the {optimizer} update priced as {passes} elementwise passes over "
-                        f"the {params:,} parameters (torch.optim's foreach kernels): not "
-                        "measured")
+                        f"the {params:,} parameters ("
+                        + ("Megatron-LM's fused optimizer and copies" if megatron else
+                           "torch.optim's foreach kernels") + "): not measured")
     warnings += sorted({extrapolated[c] for c in classes if c in extrapolated})
     if other:
         warnings.append("no GPU measurements of " + ", ".join(

@@ -206,7 +206,8 @@ class _SpecSheet:
         self.seq, self.blocks = model_parallel.shard(seq, job.tp, job.sequence_parallel), blocks
         one = price(self.seq, self.gpu, self.model, precision=precision,
                     step=job.step or "train", optimizer=job.optimizer, fit=False,
-                    attention=attention, blocks=blocks, half_weights=job.strategy == "fsdp")
+                    attention=attention, blocks=blocks, half_weights=job.strategy == "fsdp",
+                    framework=job.framework)
         self.fused = blocks if attention == "flash" else []
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision, job.optimizer,
@@ -286,8 +287,8 @@ class _Checkpoint:
         if job.activation_checkpointing:
             raise RequestError("activation_checkpointing: priced for a GPU priced from its "
                                "spec sheet (device=NAME)", "activation_checkpointing")
-        for name in ("grad_accum", "tp", "pp", "attention"):
-            if getattr(job, name) not in (1, None):
+        for name in ("grad_accum", "tp", "pp", "attention", "framework"):
+            if getattr(job, name) not in (1, None, "pytorch"):
                 raise RequestError(f"{name}: a checkpoint predicts the whole steps it was "
                                    "trained on; this is priced for a GPU priced from its spec "
                                    "sheet (device=NAME)", name)

@@ -17,6 +17,7 @@ from mdot_jax.errors import RequestError
 from mdot_jax.options import (
     ATTENTION,
     CHECKPOINTING,
+    FRAMEWORKS,
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
@@ -86,6 +87,9 @@ class TrainingJob:
       attention: `flash` (PyTorch's fused scaled_dot_product_attention) or `eager` (as the
         graph shows it); None: flash where PyTorch runs it (half precision, compute
         capability 8.0 and later), a note says which.
+      framework: whose kernels the step runs (`options.FRAMEWORKS`): `pytorch` (default;
+        eager PyTorch, autocast at amp-*) or `megatron` (Megatron-LM at amp-fp16 / amp-bf16:
+        the model in the half type, fp32 master weights, fused softmax and Adam).
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
         others by it). network_gbs: between nodes (default `parallel.NETWORK_GBS`).
       epochs, dataset_size: together, the whole job's time; or train_tokens: the time to
@@ -115,6 +119,7 @@ class TrainingJob:
     grad_accum: int = 1
     activation_checkpointing: str | None = None
     attention: str | None = None
+    framework: str = "pytorch"
     strategy: str = "ddp"
     interconnect: str | None = None
     network_gbs: float | None = None
@@ -155,6 +160,10 @@ class TrainingJob:
         _choice("interconnect", self.interconnect, INTERCONNECTS)
         _choice("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _choice("attention", self.attention, ATTENTION)
+        _choice("framework", self.framework, FRAMEWORKS, optional=False)
+        if self.framework == "megatron" and self.precision not in ("amp-fp16", "amp-bf16"):
+            raise RequestError(f"framework megatron: trains at amp-fp16 or amp-bf16 (its --fp16 "
+                               f"/ --bf16), not precision {self.precision}", "framework")
         if self.interconnect and max(counts) == 1:
             raise RequestError("interconnect: the link between a node's GPUs; give gpus > 1",
                                "interconnect")
