@@ -111,6 +111,27 @@ def test_fused_attention_is_causal_cheaper_and_keeps_no_scores(gpt):
     assert any("fused kernels (8 causal)" in w for w in flash.warnings)
 
 
+def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):
+    seq, a100, model = gpt[1], gpus.find("a100-sxm-80gb"), load_step_model()
+    eager, megatron = (price(seq, a100, model, precision="amp-fp16", optimizer="adam",
+                             attention="eager", framework=f) for f in ("pytorch", "megatron"))
+    ms = [{o["type"]: 0.0 for o in p.operators} for p in (eager, megatron)]
+    for d, p in zip(ms, (eager, megatron)):
+        for o in p.operators:
+            d[o["type"]] += o["ms"]
+    # the mask and its guards live inside Megatron's softmax kernel, which reads half tensors
+    assert "IsNaN" in ms[0] and "IsNaN" not in ms[1]
+    rest = [sum(v for k, v in d.items() if k not in ("Gemm", "MatMul", "optimizer"))
+            for d in ms]
+    assert rest[1] < rest[0]
+    assert ms[1]["Gemm"] < ms[0]["Gemm"]  # no weight is cast
+    assert megatron.phases["update"] == pytest.approx(eager.phases["update"] * 4 / 8)
+    assert any("Megatron-LM's fused optimizer" in w for w in megatron.warnings)
+    with pytest.raises(RequestError) as e:
+        predict(_job(gpt, precision="fp32", framework="megatron"))
+    assert e.value.field == "framework" and "amp-fp16 or amp-bf16" in str(e.value)
+
+
 @pytest.mark.parametrize("gpu,precision,chosen", [("h100-sxm", "amp-bf16", "flash"),
                                                   ("a100-sxm-80gb", "amp-fp16", "flash"),
                                                   ("h100-sxm", "fp32", "eager"),
