@@ -36,8 +36,13 @@ The rules, per operator of the sequence:
   where the GPU has TF32 tensor cores (cuDNN's default); `tf32` both in TF32; `amp-fp16` and
   `amp-bf16` GEMMs and convolutions at that tensor-core peak on 2-byte tensors, elementwise
   operators on 2-byte tensors, softmax, normalisations and the optimizer in fp32 (autocast's
-  lists). A tensor-core peak is carried into the operator model as the GPU's peak: the public
-  operator data is fp32 only, so every non-fp32 price comes with a warning.
+  lists). GEMMs on tensor cores are priced at the share of the peak measured GEMMs reach
+  (`gpu.tensor_cores`, where the step model holds it); any other kernel at a tensor-core
+  precision is the operator model's with the tensor-core peak as the GPU's: the public operator
+  data is fp32 only, so every non-fp32 price comes with a warning.
+- framework `megatron` (Megatron-LM at amp-*): the model in the half type, so no casts and
+  softmax and normalisations on half tensors; each eager attention block's scale, mask and
+  guards fused into its softmax kernel; the update `MEGATRON_UPDATE_PASSES`.
 """
 
 from __future__ import annotations
@@ -250,10 +255,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     exported. `host_ms`: the host's time to issue a kernel (default: the model's fitted one);
     `kernels`, if given, receives the kernel times in the order they run. `half_weights`: the
     weights reach the step in the half type already (FSDP's mixed precision gathers them so):
-    autocast casts none of them. `framework` `megatron`: Megatron-LM's kernels at amp-*: the
-    model in the half type (no casts; softmax and normalisations read and write it), each
-    eager attention block's scale, mask and guards fused into its softmax, the update in
-    `MEGATRON_UPDATE_PASSES`."""
+    autocast casts none of them. `framework`: whose kernels (the module docstring's rule)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
