@@ -163,7 +163,8 @@ class TrainingJob:
         _choice("framework", self.framework, FRAMEWORKS, optional=False)
         if self.framework == "megatron" and self.precision not in ("amp-fp16", "amp-bf16"):
             raise RequestError(f"framework megatron: trains at amp-fp16 or amp-bf16 (its --fp16 "
-                               f"/ --bf16), not precision {self.precision}", "framework")
+                               f"/ --bf16), not precision {self.precision or 'fp32 (the default)'}",
+                               "framework")
         if self.interconnect and max(counts) == 1:
             raise RequestError("interconnect: the link between a node's GPUs; give gpus > 1",
                                "interconnect")
