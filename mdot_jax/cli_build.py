@@ -127,11 +127,11 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     if bool(args.host_steps) != bool(args.host_device):
         raise UsageError("--host-steps and --host-device go together: the steps, and the GPU "
                          "they ran on")
-    try:
+    try:  # the tables first: a bad one fails before the long fit
+        gemms = TensorCoreGemms.fit(args.tensor_core_gemms) if args.tensor_core_gemms else None
         model = gpu_fit.fit(args.neusight, tables=args.tables, pricer=args.pricer,
                             seed=args.seed, progress=print)
-        if args.tensor_core_gemms:
-            gemms = TensorCoreGemms.fit(args.tensor_core_gemms)
+        if gemms:
             model.info["tensor_core_gemms"] = gemms.to_json()
             print("tensor-core GEMMs: " + "; ".join(
                 f"{k} {c.share_compute:.0%} of the peak, {1e3 * c.fixed_ms:.1f} us fixed "
@@ -141,7 +141,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
             model.info["host_ms_per_kernel"] = gpu_fit.fit_host(
                 model, args.host_steps, args.host_device, progress=print)
             model.info["host_source"] = f"{', '.join(args.host_steps)} ({args.host_device})"
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         raise UsageError(str(e)) from None
     model.info["command"] = f"mdot gpu-fit {args.neusight} --out {args.out}" + (
         f" --tables {args.tables}" if args.tables else "") + f" --pricer {args.pricer}" + (

@@ -208,3 +208,15 @@ def test_gpu_fit_refuses_host_steps_without_their_gpu(capsys, tmp_path):
     code, _, err = run(capsys, "gpu-fit", str(tmp_path), "--out", str(tmp_path / "m"),
                        "--pricer", "forest")
     assert code == 2 and "--pricer" in err
+
+
+@pytest.mark.parametrize("row,needle", [
+    ("sm_90,1,2,2,2,f8xf8->f8,1", "matmul.csv:2: dtype 'f8xf8->f8'"),
+    ("sm_90,1,x,2,2,bf16xbf16->bf16,1", "matmul.csv:2: b, m, n, k must be integers"),
+    ("sm_90,1,2,2,2,bf16xbf16->bf16,0", "matmul.csv:2: b, m, n, k and flops_per_s must be")])
+def test_gpu_fit_names_the_bad_row_of_a_gemm_table_before_fitting(capsys, tmp_path, row,
+                                                                  needle):
+    (tmp_path / "matmul.csv").write_text(f"gpu_key,b,m,n,k,dtype,flops_per_s\n{row}\n")
+    code, out, err = run(capsys, "gpu-fit", str(tmp_path), "--out", str(tmp_path / "m"),
+                         "--tensor-core-gemms", str(tmp_path))
+    assert code == 2 and needle in err and err.count("\n") == 1 and not out

@@ -33,14 +33,21 @@ def matmuls(root: str | Path, with_peaks: bool = False) -> tuple:
     ops, dims, seen, ms, peaks = [], [], [], [], []
     with open(path) as f:
         for line, r in enumerate(csv.DictReader(f), start=2):
-            if r["dtype"] not in DTYPES:
-                raise ValueError(f"{path}:{line}: dtype {r['dtype']!r}, not one of "
+            if r.get("dtype") not in DTYPES:
+                raise ValueError(f"{path}:{line}: dtype {r.get('dtype')!r}, not one of "
                                  f"{list(DTYPES)}")
             precision, width = DTYPES[r["dtype"]]
-            b, m, n, k = (int(r[c]) for c in ("b", "m", "n", "k"))
+            try:
+                b, m, n, k = (int(r[c]) for c in ("b", "m", "n", "k"))
+                flops_per_s = float(r["flops_per_s"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}:{line}: b, m, n, k must be integers and flops_per_s "
+                                 "a number") from None
+            if min(b, m, n, k) < 1 or not flops_per_s > 0:
+                raise ValueError(f"{path}:{line}: b, m, n, k and flops_per_s must be positive")
             ops.append("bmm")
             dims.append((b, m, n, k))
             seen.append(gpus.as_seen(h100, h100.tflops[precision], width))
-            ms.append(2e3 * b * m * n * k / float(r["flops_per_s"]))
+            ms.append(2e3 * b * m * n * k / flops_per_s)
             peaks.append(precision)
     return (ops, dims, seen, ms, peaks) if with_peaks else (ops, dims, seen, ms)
