@@ -132,6 +132,15 @@ def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):
     assert e.value.field == "framework" and "amp-fp16 or amp-bf16" in str(e.value)
 
 
+def test_a_plan_keeps_the_hosts_launch_gaps(gpt, tmp_path):
+    slow_host = load_step_model()
+    slow_host.info = dict(slow_host.info, host_ms_per_kernel=1.0)  # a kernel a millisecond
+    slow_host.save(tmp_path)
+    gaps = [predict(_job(gpt, gpus=2, checkpoint=str(tmp_path), **plan)).phases
+            .get("launch gaps", 0.0) for plan in ({}, {"tp": 2})]
+    assert gaps[0] > 100 and gaps[1] > 100  # hundreds of kernels, each waiting on the host
+
+
 @pytest.mark.parametrize("gpu,precision,chosen", [("h100-sxm", "amp-bf16", "flash"),
                                                   ("a100-sxm-80gb", "amp-fp16", "flash"),
                                                   ("h100-sxm", "fp32", "eager"),

@@ -171,7 +171,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     layers = np.bincount(stage[[b.scores for b in blocks]], minlength=pp)  # [pp]
     bytes_ = 2.0 if precision in HALF else 4.0
     act = tokens_of(seq) * width(seq) * bytes_  # one [tokens, width] activation
-    compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation")}
+    compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation",
+                                                    "launch gaps")}  # gaps: the host's
     passes = 2 + (checkpointing == "full")  # forward, backward, the forward again
     link = group_link(gpu, layout.gpus_per_node, layout.gpus // layout.gpus_per_node,
                       interconnect, network_gbs, tp, 1)
