@@ -4,6 +4,7 @@ and the parameters split as Megatron splits them, the bubble shrinks with micro-
 virtual stages, the pipeline's memory follows its schedule, fused attention keeps no S x S
 tensor, and what a model cannot take is one named error."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -133,9 +134,9 @@ def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):
 
 
 def test_a_plan_keeps_the_hosts_launch_gaps(gpt, tmp_path):
-    slow_host = load_step_model()
-    slow_host.info = dict(slow_host.info, host_ms_per_kernel=1.0)  # a kernel a millisecond
-    slow_host.save(tmp_path)
+    shipped = load_step_model()  # shared: copied, never changed
+    slow_host = dataclasses.replace(shipped, info=dict(shipped.info, host_ms_per_kernel=1.0))
+    slow_host.save(tmp_path)  # the host issues a kernel a millisecond
     gaps = [predict(_job(gpt, gpus=2, checkpoint=str(tmp_path), **plan)).phases
             .get("launch gaps", 0.0) for plan in ({}, {"tp": 2})]
     assert gaps[0] > 100 and gaps[1] > 100  # hundreds of kernels, each waiting on the host
