@@ -126,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                 grad_accum=m, gpus=gpn, nodes=r["gpus"] // gpn, checkpoint=args.checkpoint,
                 framework=args.framework,
                 network_gbs=NETWORK_GBS if r["gpus"] > gpn else None))
-            d = dict(key=r["key"], predicted_ms=p.iteration_ms, memory_gb=p.memory_gb,
-                     phases=p.phases)
+            d = dict(key=r["key"], predicted_ms=float(f"{p.iteration_ms:.6g}"),
+                     memory_gb=float(f"{p.memory_gb:.4g}"),
+                     phases={k: float(f"{v:.4g}") for k, v in p.phases.items()})
             done[r["key"]] = d
             out.write(json.dumps(d) + "\n")
             out.flush()
