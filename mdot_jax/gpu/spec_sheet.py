@@ -158,8 +158,8 @@ def _peaks(gpu: GPU, precision: str, measured: Sequence[str] = ()
     `precision`, and per class (`gemm`, `conv`) the warning that says what is not measured
     (`measured`: the tensor-core arithmetic whose GEMMs of this GPU the model was fitted on)."""
     fp32, warnings = gpu.tflops["fp32"], {}
-    half = {"amp-fp16": "fp16", "amp-bf16": "bf16"}.get(precision)
-    tc = half or ("tf32" if precision == "tf32" else None)
+    tc = TENSOR_CORE_PEAK.get(precision)
+    half = tc if precision.startswith("amp") else None
     if tc and not gpu.tflops.get(tc):
         if half == "bf16":
             raise ValueError(f"{gpu.name} has no bf16 arithmetic on its spec sheet (no bf16 "
@@ -280,13 +280,13 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     other: dict[str, int] = {}
     odd_convs, classes = 0, set()
     kinds = [""] * len(names)
-    if attention != "flash":
-        blocks = []
-    elif blocks is None:
+    if blocks is None and (attention == "flash" or megatron):
         blocks = attention_blocks(seq)
+    found = blocks or []
+    blocks = found if attention == "flash" else []
     inside = {i for b in blocks for i in b.inner}
     if megatron and attention != "flash":  # fused scale-mask-softmax: the rest of it is free
-        inside = {i for b in attention_blocks(seq) for i in b.inner
+        inside = {i for b in found for i in b.inner
                   if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
     for b in blocks:
         classes.add("gemm")
