@@ -3,6 +3,7 @@ waves at every precision, fit a GPU's memory, and a dry run times kernels on thi
 resumes."""
 
 import json
+import time
 
 import numpy as np
 
@@ -31,3 +32,11 @@ def test_a_dry_run_times_kernels_and_resumes(tmp_path):
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == len(kernel_sweep.plan(True)) and rows[0] == json.loads(first[0])
     assert all("ms" in r or r["error"] for r in rows)
+
+
+def test_a_burst_is_timed_per_launch():
+    calls = []
+    ms = kernel_sweep._timed(lambda: calls.append(time.sleep(0.002)), "cpu", launches=5)
+    assert len(calls) == 5 and 1.5 < ms < 20  # per launch, not the burst's total
+    row = kernel_sweep.measure(kernel_sweep.plan(True)[0], "cpu")
+    assert row["launches"] == 1 and row["ms_alone"] > 0 and len(row["ms_all"]) == 10

@@ -13,13 +13,16 @@ The kernels:
 - `elementwise` (add, mul, gelu), `layer_norm` and `softmax` over [rows, cols] at fp32 and
   bf16.
 Each row: the kernel, its precision and dims, the FLOPs and bytes it must do, the median of
-`REPEATS` timed runs after a warm-up (CUDA events on a GPU), or why it could not run. The kinds
+`REPEATS` timed bursts after a warm-up (CUDA events on a GPU; a burst is as many back-to-back
+launches as fill about `BURST_MS`, so small kernels are timed as a step's stream runs them,
+not behind the host's issue time, which `ms_alone` keeps), or why it could not run. The kinds
 are interleaved, so a run cut short by `--seconds` (no kernel starts after it) has some of
 each; a second run skips the keys already there. `--dry-run`: a few small shapes on the CPU.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -30,6 +33,8 @@ from mdot_jax.measure import resumable
 from mdot_jax.options import ARITHMETIC
 
 REPEATS = 10
+BURST_MS = 1.0  # back-to-back launches per timed repeat fill about this much GPU time
+MAX_LAUNCHES = 100
 GEMM_PRECISIONS = (*ARITHMETIC, "fp8")
 HALF = ARITHMETIC[2:]  # fp16, bf16
 ROWWISE = (ARITHMETIC[0], HALF[1])  # fp32, bf16
@@ -140,29 +145,38 @@ def _kernel(row: dict, device: str):
             "softmax": lambda: torch.softmax(x, -1)}[kind]
 
 
-def measure(row: dict, device: str) -> dict:
-    """The row with `ms` (median of `REPEATS`) and `ms_all`, or `error`."""
+def _timed(run, device: str, launches: int = 1) -> float:
+    """ms per launch of `launches` back-to-back launches (CUDA events on a GPU)."""
     import torch
 
+    if device != "cuda":
+        t = time.perf_counter()
+        for _ in range(launches):
+            run()
+        return 1e3 * (time.perf_counter() - t) / launches
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(launches):
+        run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / launches
+
+
+def measure(row: dict, device: str) -> dict:
+    """The row with `ms` (median of `REPEATS`, each the mean of `launches` back-to-back
+    launches filling about `BURST_MS`: the kernel as a step's stream runs it, the host's issue
+    time hidden) and `ms_all`; `ms_alone` (one launch on an idle GPU: the host's issue time
+    included). Or `error`."""
     flops, nbytes = _work(row)
     try:
         run = _kernel(row, device)
         run()  # warm-up: the library picks its kernel
-        times = []
-        for _ in range(REPEATS):
-            if device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
-                    enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t = time.perf_counter()
-                run()
-                times.append(1e3 * (time.perf_counter() - t))
-        return dict(row, flops=flops, bytes=nbytes, ms=statistics.median(times), ms_all=times)
+        alone = statistics.median(_timed(run, device) for _ in range(3))
+        launches = 1 if device != "cuda" else min(MAX_LAUNCHES, math.ceil(BURST_MS / alone))
+        times = [_timed(run, device, launches) for _ in range(REPEATS)]
+        return dict(row, flops=flops, bytes=nbytes, ms=statistics.median(times), ms_all=times,
+                    ms_alone=alone, launches=launches)
     except (RuntimeError, TypeError, ValueError, AttributeError) as e:  # no such kernel here
         return dict(row, flops=flops, bytes=nbytes,
                     error=(str(e).strip().splitlines() or [type(e).__name__])[0][:200])
