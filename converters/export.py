@@ -165,6 +165,25 @@ def _meta_constants_as_zeros(torch, active: bool):
             setattr(torch._C, name, run)
 
 
+@contextlib.contextmanager
+def _positional_forward(module: Any):
+    """`module.forward` as a function of the given inputs alone while exporting. The exporter
+    binds every other parameter of the forward that has a default as one more traced input: an
+    int default becomes a tensor, and code that branches on `isinstance(x, int)` takes the
+    other branch (a Hugging Face causal LM's `logits_to_keep=0`, which keeps every position,
+    became a scalar index: the logits of one position per sequence)."""
+    had = module.__dict__.get("forward")
+    forward = module.forward
+    module.forward = lambda *args: forward(*args)
+    try:
+        yield
+    finally:
+        if had is None:
+            del module.forward
+        else:
+            module.forward = had
+
+
 def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] | None = None,
                dynamic_batch: bool = True, opset: int = OPSET) -> onnx.ModelProto:
     """Exports a `torch.nn.Module`'s training graph (forward in train mode) to ONNX.
@@ -191,7 +210,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         if cached:
             config.use_cache = False
         module.train()
-        with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta):
+        with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
+                _positional_forward(module):
             warnings.simplefilter("ignore")
             torch.onnx.export(  # a BytesIO works as the file
                 module, args, buf,  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import pytest
 
 from converters import ConversionError, from_torch
 from converters.loader import load_model
-from converters.sequence import PARAMS_KEY, to_sequence
+from converters.sequence import LOAD_FIELDS, PARAMS_KEY, to_sequence
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -131,3 +131,16 @@ def test_a_70b_llama_on_meta_will_not_fit_one_h200():
     p = price(seq, gpus.find("h200"), load_step_model(), precision="amp-bf16")
     assert p.memory_gb > 500  # fp32 weights, gradients and master copies alone: 70.6B x 12 B
     assert any("will not fit" in w for w in p.warnings) and p.interval_ms is None
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_a_causal_lm_exports_the_logits_of_every_position(name):
+    """The exporter bound `logits_to_keep=0` (keep all) as a traced input, which made it a
+    scalar index: the language-model head priced one position of each sequence."""
+    model = _build(name, "meta")
+    proto = from_torch(model, torch.zeros(1, 16, dtype=torch.long), input_names=["input_ids"])
+    assert "logits_to_keep" not in {i.name for i in proto.graph.input}
+    assert "forward" not in model.__dict__  # the module's own forward is back
+    seq = _sequence(proto, batch=2)
+    written = seq.load[:, LOAD_FIELDS.index("bytes_written")]
+    assert seq.op_names[-1] == "MatMul" and written[-1] == 4 * 2 * 16 * 500  # fp32 logits
