@@ -154,10 +154,14 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--ablation", action="store_true", help="MDOT without positional encodings")
     p.add_argument("--final", action="store_true", help="MDOT on every row, timed per epoch")
+    p.add_argument("--price-only", action="store_true",
+                   help="price the rows into --cache and stop (what a GPU lease carries)")
     args = p.parse_args()
     out, t0 = Path(args.out), time.perf_counter()
     (out / "folds").mkdir(parents=True, exist_ok=True)
     all_rows = rows(args)
+    if args.price_only:
+        return print(f"{len(all_rows)} rows priced into {args.cache}")
     gpus = sorted({r.gpu for r in all_rows}, key=lambda g: -sum(r.gpu == g for r in all_rows))
     print(f"{len(all_rows)} rows on {len(gpus)} GPUs: " +
           ", ".join(f"{g} {sum(r.gpu == g for r in all_rows)}" for g in gpus), flush=True)
