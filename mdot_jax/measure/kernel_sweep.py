@@ -173,7 +173,8 @@ def measure(row: dict, device: str) -> dict:
         run = _kernel(row, device)
         run()  # warm-up: the library picks its kernel
         alone = statistics.median(_timed(run, device) for _ in range(3))
-        launches = 1 if device != "cuda" else min(MAX_LAUNCHES, math.ceil(BURST_MS / alone))
+        launches = 1 if device != "cuda" else min(MAX_LAUNCHES,
+                                                  math.ceil(BURST_MS / max(alone, 1e-3)))
         times = [_timed(run, device, launches) for _ in range(REPEATS)]
         return dict(row, flops=flops, bytes=nbytes, ms=statistics.median(times), ms_all=times,
                     ms_alone=alone, launches=launches)
