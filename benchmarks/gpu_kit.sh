@@ -107,7 +107,7 @@ else
   # the same graphs at fp32: their sequences are made already (no second export)
   mkdir -p "$WORK/fp32/seqs" && cp -n "$WORK"/amp-bf16/seqs/*.npz "$WORK/fp32/seqs/" 2>/dev/null
   step 90 45 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
-  # the core sets take what is left (the whole AMP one takes about 3 minutes on an H200)
+  # the core sets take what is left of the budget
   step 400 60 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
   step 400 0 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
 fi
