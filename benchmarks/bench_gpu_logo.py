@@ -161,7 +161,8 @@ def main() -> None:
     (out / "folds").mkdir(parents=True, exist_ok=True)
     all_rows = rows(args)
     if args.price_only:
-        return print(f"{len(all_rows)} rows priced into {args.cache}")
+        print(f"{len(all_rows)} rows priced into {args.cache}")
+        return
     gpus = sorted({r.gpu for r in all_rows}, key=lambda g: -sum(r.gpu == g for r in all_rows))
     print(f"{len(all_rows)} rows on {len(gpus)} GPUs: " +
           ", ".join(f"{g} {sum(r.gpu == g for r in all_rows)}" for g in gpus), flush=True)

@@ -20,30 +20,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import os
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
+from mdot_jax.data.dataset import PACKED, read_jsonl_bytes
 from mdot_jax.gpu import catalog
-from mdot_jax.gpu.spec_sheet import TENSOR_CORE_PEAK, load_step_model
-from mdot_jax.gpu.tensor_cores import TensorCoreGemms
+from mdot_jax.gpu.spec_sheet import load_step_model
+from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms
 from mdot_jax.gpu.work import roofline_ms
 
 # the sweep's kinds -> the operator model's names (`gpu.neusight.OPS`)
 OPS = {"gemm": "linear", "bmm": "bmm", "add": "add", "mul": "mul", "gelu": "gelu",
        "layer_norm": "ln", "softmax": "softmax"}
 WIDTH = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
-# the sweep's precision of a GEMM -> the step precision that runs it so
-STEP_PRECISION = {"tf32": "tf32", "fp16": "amp-fp16", "bf16": "amp-bf16"}
 
 
 def read(path: Path) -> list[dict]:
-    opener = lzma.open if path.suffix == ".xz" else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The sweep's rows, from `kernels.jsonl` or its packed form."""
+    text = read_jsonl_bytes(path.with_name(path.name.removesuffix(PACKED))) or b""
+    return [json.loads(line) for line in text.decode().splitlines() if line.strip()]
 
 
 def price(row: dict, model, gemms: TensorCoreGemms) -> tuple[float, float] | None:
@@ -53,10 +51,9 @@ def price(row: dict, model, gemms: TensorCoreGemms) -> tuple[float, float] | Non
         return None
     gpu = catalog.find(row["device"])
     dims = tuple(row["dims"])
-    tc = TENSOR_CORE_PEAK.get(STEP_PRECISION.get(precision, ""))
-    if op in ("linear", "bmm") and tc:
-        seen = catalog.as_seen(gpu, gpu.tflops[tc], WIDTH[precision])
-        ms = float(gemms.ms(tc, [op], [dims], [seen])[0])
+    if op in GEMM_OPS and precision in ARITHMETIC:  # on tensor cores
+        seen = catalog.as_seen(gpu, gpu.tflops[precision], WIDTH[precision])
+        ms = float(gemms.ms(precision, [op], [dims], [seen])[0])
     else:
         seen = catalog.as_seen(gpu, gpu.tflops["fp32"], WIDTH[precision])
         ms = float(model.ops.predict([op], [dims], [seen])[0])
