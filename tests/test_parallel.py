@@ -131,6 +131,26 @@ def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
         predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=8, grad_accum=2))
 
 
+def test_a_gpu_with_a_measured_checkpoint_prices_what_only_the_spec_sheet_can(tmp_path):
+    """The RTX 3090 named with tp, pp or several GPUs: its spec sheet prices the job (said in a
+    note); the checkpoint measured on it, named, still refuses them."""
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    onnx.save(attention(seq=64, dim=256), tmp_path / "m.onnx")
+    job = dict(model=str(tmp_path / "m.onnx"), batch_size=8, device="rtx3090",
+               precision="amp-fp16")
+    single = predict(TrainingJob(**job))
+    assert "checkpoint" in single.source and not any("spec sheet" in w for w in single.warnings)
+    for extra, field in ((dict(gpus=2), "gpus"), (dict(grad_accum=2), "grad_accum"),
+                         (dict(gpus=2, tp=2), "gpus")):
+        p = predict(TrainingJob(**job, **extra))
+        assert "spec sheet" in p.source, extra
+        assert any(w.startswith(f"{field}: priced from the nvidia-rtx-3090's spec sheet")
+                   for w in p.warnings), (extra, p.warnings)
+        with pytest.raises(RequestError, match=f"{field}: "):
+            predict(TrainingJob(**job, **extra, checkpoint="timm-rtx3090"))
+
+
 def _gpt2(path, tokens: int, **config) -> str:
     """A GPT-2 of `config` built on the meta device, exported at `tokens` to `path`."""
     torch = pytest.importorskip("torch")

@@ -53,9 +53,39 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
 
 
 def _spec(job: TrainingJob):
-    from mdot_jax.gpu.spec_sheet import spec_gpu
+    """The GPU and step model pricing `job` from a spec sheet, or None: a checkpoint. A
+    catalogued `device` the default checkpoint was trained on is priced from its spec sheet
+    where the job asks what only the spec sheet prices (`_spec_only`), with a note."""
+    from mdot_jax.gpu import catalog
+    from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, spec_gpu
 
-    return spec_gpu(job.device, job.device_spec, job.checkpoint)
+    spec = spec_gpu(job.device, job.device_spec, job.checkpoint)
+    if spec or job.checkpoint or not job.device or not _spec_only(job):
+        return spec
+    gpu = catalog.lookup(job.device)
+    if gpu is None:
+        return None
+    field, _ = _spec_only(job)
+    return gpu, STEP_MODEL_DIR, (f"{field}: priced from the {gpu.name}'s spec sheet; the "
+                                 "checkpoint measured on it predicts single-GPU steps only")
+
+
+def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
+    """The first field `job` sets that only a GPU priced from its spec sheet prices, and why."""
+    if job.step:
+        return "step", ("a checkpoint predicts the step it was trained on; step is for a GPU "
+                        "priced from its spec sheet (device=NAME)")
+    if job.data_parallel:
+        return "gpus", ("data-parallel steps are priced for a GPU priced from its spec sheet "
+                        "(device=NAME, or checkpoint gpu-spec-sheet)")
+    if job.activation_checkpointing:
+        return "activation_checkpointing", ("priced for a GPU priced from its spec sheet "
+                                            "(device=NAME)")
+    for name in ("grad_accum", "tp", "pp", "attention", "framework"):
+        if getattr(job, name) not in (1, None, "pytorch"):
+            return name, ("a checkpoint predicts the whole steps it was trained on; this is "
+                          "priced for a GPU priced from its spec sheet (device=NAME)")
+    return None
 
 
 def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b: int,
@@ -176,7 +206,7 @@ def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
 class _SpecSheet:
     """A GPU priced from its spec sheet, data parallel over N GPUs."""
 
-    def __init__(self, job: TrainingJob, gpu, folder: Path):
+    def __init__(self, job: TrainingJob, gpu, folder: Path, note: str | None = None):
         from mdot_jax.gpu import spec_sheet
 
         if job.layout != "nchw":
@@ -186,7 +216,7 @@ class _SpecSheet:
         self.model = spec_sheet.load_step_model(folder)
         self.source = f"priced from its spec sheet by {folder.name}" + (
             ", adapted to measured steps" if self.model.info.get("adaptation") else "")
-        self.notes: list[str] = []
+        self.notes: list[str] = [note] if note else []
 
     def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
         """The model at batch `b`, and one GPU's step of one micro-batch of it (its share
@@ -278,20 +308,8 @@ class _Checkpoint:
     def __init__(self, job: TrainingJob):
         from mdot_jax.serving.predict import machine_note
 
-        if job.step:
-            raise RequestError("step: a checkpoint predicts the step it was trained on; step "
-                               "is for a GPU priced from its spec sheet (device=NAME)", "step")
-        if job.data_parallel:
-            raise RequestError("gpus: data-parallel steps are priced for a GPU priced from its "
-                               "spec sheet (device=NAME, or checkpoint gpu-spec-sheet)", "gpus")
-        if job.activation_checkpointing:
-            raise RequestError("activation_checkpointing: priced for a GPU priced from its "
-                               "spec sheet (device=NAME)", "activation_checkpointing")
-        for name in ("grad_accum", "tp", "pp", "attention", "framework"):
-            if getattr(job, name) not in (1, None, "pytorch"):
-                raise RequestError(f"{name}: a checkpoint predicts the whole steps it was "
-                                   "trained on; this is priced for a GPU priced from its spec "
-                                   "sheet (device=NAME)", name)
+        if refused := _spec_only(job):
+            raise RequestError(f"{refused[0]}: {refused[1]}", refused[0])
         self.job, self.predictor = job, _predictor(job.checkpoint)
         members = self.predictor.member_labels
         name = self.predictor.path.name if self.predictor.path else "in memory"
