@@ -60,12 +60,11 @@ def _spec(job: TrainingJob):
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, spec_gpu
 
     spec = spec_gpu(job.device, job.device_spec, job.checkpoint)
-    if spec or job.checkpoint or not job.device or not _spec_only(job):
+    only = _spec_only(job)
+    gpu = catalog.lookup(job.device) if job.device and not job.checkpoint else None
+    if spec or only is None or gpu is None:
         return spec
-    gpu = catalog.lookup(job.device)
-    if gpu is None:
-        return None
-    field, _ = _spec_only(job)
+    field, _ = only
     return gpu, STEP_MODEL_DIR, (f"{field}: priced from the {gpu.name}'s spec sheet; the "
                                  "checkpoint measured on it predicts single-GPU steps only")
 
