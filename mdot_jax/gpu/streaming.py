@@ -41,7 +41,7 @@ def fit(rows: Sequence[dict]) -> dict:
             continue
         gpu = catalog.find(r["device"])
         seen = catalog.as_seen(gpu, gpu.tflops["fp32"], WIDTH[r["precision"]])
-        by.setdefault(op_class(op), []).append((op, tuple(r["dims"]), seen, float(r["ms"])))
+        by.setdefault(op_class(op) or "", []).append((op, tuple(r["dims"]), seen, float(r["ms"])))
     if not by:
         raise ValueError("no measured memory-bound kernels (add, mul, gelu, layer_norm, "
                          "softmax) in the sweep")
