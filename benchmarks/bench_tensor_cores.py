@@ -82,15 +82,12 @@ def steps(datasets: list[Path], device: str, models: dict, layout: str | None = 
     return out
 
 
-def vtrain(data: Path, checkpoint: str | None, folder: Path, framework: str = "pytorch"
-           ) -> dict:
+def vtrain(data: Path, checkpoint: str | None, folder: Path) -> dict:
     """`bench_vtrain.py`'s summary of every row priced with `checkpoint` (None: the shipped
-    model, whose predictions `benchmarks/results/vtrain[-megatron]` hold and are reused), the
-    single- and multi-node rows in two processes side by side (each resumable in its own
-    folder)."""
+    model, whose predictions `benchmarks/results/vtrain` holds and are reused), the single- and
+    multi-node rows in two processes side by side (each resumable in its own folder)."""
     script = Path(__file__).with_name("bench_vtrain.py")
-    committed = script.parent / "results" / (
-        "vtrain" + ("-megatron" if framework == "megatron" else "")) / "predictions.jsonl"
+    committed = script.parent / "results" / "vtrain" / "predictions.jsonl"
     for scope in ("single", "multi"):
         (folder / scope).mkdir(parents=True, exist_ok=True)
         done = folder / scope / "predictions.jsonl"
@@ -98,7 +95,7 @@ def vtrain(data: Path, checkpoint: str | None, folder: Path, framework: str = "p
             done.write_text("".join(line for line in committed.open()
                                     if json.loads(line)["key"].startswith(scope)))
     procs = [subprocess.Popen([sys.executable, str(script), str(data), "--only", scope,
-                               "--out", str(folder / scope), "--framework", framework]
+                               "--out", str(folder / scope)]
                               + (["--checkpoint", checkpoint] if checkpoint else []))
              for scope in ("single", "multi")]
     if any(p.wait() for p in procs):

@@ -91,7 +91,8 @@ def test_predict_tables_gpus(capsys, tmp_path):
     assert main([str(a) for a in args + ["--gpus", "4", "--nodes", "2"]]) == 0
     out = capsys.readouterr().out
     assert "scaling" in out and "communication" in out
-    for extra, needle in [(["--gpus", "2", "--device", "rtx3090"], "--gpus: data-parallel"),
+    for extra, needle in [(["--gpus", "2", "--device", "rtx3090", "--checkpoint", "timm-rtx3090"],
+                           "--gpus: data-parallel"),
                           (["--gpus", "2,4", "--batch-sizes", "2,4"], "give one"),
                           (["--gpus", "4", "--device", "l4", "--interconnect", "nvlink"],
                            "no NVLink"), (["--gpus", "4", "--strategy", "pp"], "invalid choice"),

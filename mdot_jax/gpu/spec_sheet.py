@@ -61,7 +61,6 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu import streaming
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms
@@ -431,15 +430,9 @@ def _kernel_ms(model: StepModel, ops: list, dims: list, seen: list, streamed: bo
     if not ops:
         return np.zeros(0)
     if not (streamed and hasattr(model.ops, "parts")):
-        ms = model.ops.predict(ops, dims, seen)
-    else:
-        parts = model.ops.parts(ops, dims, seen)
-        ms = parts["ms"] - parts["launch_ms"]
-    if "streaming_kernels" in model.info:  # memory-bound kernels at a measured share
-        bound = streaming.ms(model.info["streaming_kernels"]["constants"], ops, dims, seen,
-                             streamed)
-        ms = np.where(np.isnan(bound), ms, bound)
-    return ms
+        return model.ops.predict(ops, dims, seen)
+    parts = model.ops.parts(ops, dims, seen)
+    return parts["ms"] - parts["launch_ms"]
 
 
 def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
