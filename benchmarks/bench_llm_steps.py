@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 
-def price(rows: list[dict]) -> tuple[list[dict], list[str]]:
+def price(rows: list[dict], checkpoint: str | None = None) -> tuple[list[dict], list[str]]:
     """Each measured row with `predicted_ms` and `memory_gb`; the skipped rows' reasons."""
     from mdot_jax.errors import MdotError
     from mdot_jax.gpu import catalog
@@ -39,7 +39,8 @@ def price(rows: list[dict]) -> tuple[list[dict], list[str]]:
             config = Path(tmp) / f"{abs(hash(json.dumps(r['config'], sort_keys=True)))}.json"
             config.write_text(json.dumps(r["config"]))
             try:
-                p = predict(TrainingJob(model=str(config), device=gpu.name, **r["job"]))
+                p = predict(TrainingJob(model=str(config), device=gpu.name, checkpoint=checkpoint,
+                                        **r["job"]))
             except MdotError as e:
                 skipped.append(f"{r['key']}: {e}")
                 continue

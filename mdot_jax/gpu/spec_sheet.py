@@ -288,10 +288,11 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if megatron and attention != "flash":  # fused scale-mask-softmax: the rest of it is free
         inside = {i for b in found for i in b.inner
                   if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
+    slower = _fused_attention_factor(model, gpu, tc)
     for b in blocks:
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
-            work.extend((b.output, phase, "linear", dims, at["gemm"], 1.0) for dims in gemms)
+            work.extend((b.output, phase, "linear", dims, at["gemm"], slower) for dims in gemms)
     for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
         kind, op, dims = classify(name, c, load)
         kinds[i] = kind
@@ -461,6 +462,16 @@ def _tensor_core_gemms(model: StepModel, gpu: GPU, precision: str
         f"{precision} matmuls priced at {c.share_compute:.0%} of the {gpu.name}'s {peak} peak "
         f"and a {1e3 * c.fixed_ms:.0f} us fixed cost, what the {gemms.gpu}'s measured GEMMs "
         f"reach ({c.mape:.0f}% MAPE over {c.rows}): {where}")
+
+
+def _fused_attention_factor(model: StepModel, gpu: GPU, tc) -> float:
+    """How much slower than tensor-core GEMMs of its FLOPs a fused attention kernel runs on
+    `gpu`: the GEMMs' share of the peak over the share measured for fused attention on a GPU
+    of its architecture (the step model's `fused_attention`); 1 where none was measured."""
+    d = model.info.get("fused_attention")
+    if not (d and tc and gpu.architecture == d["architecture"]):
+        return 1.0
+    return tc[1].constants[ARITHMETIC[tc[0]]].share_compute / d["share_compute"]
 
 
 def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
