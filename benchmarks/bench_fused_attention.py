@@ -9,7 +9,8 @@ GEMMs). The H200's kit sweep measured SDPA's flash backend, forward and backward
 fp16 and bf16 (`data/gpu-nvidia-h200/kernels.jsonl.xz`, 16 rows): 18-252 TFLOP/s, at most 26%
 of the peak; priced 3-8x fast.
 
-The candidate: the shipped model with `fused_attention` (`tensor_cores._fit` on those 16 rows,
+The candidate: the shipped model with `fused_attention` (`tensor_cores.fit_fused_attention`
+on those 16 rows,
 each as one GEMM cube of its FLOPs; the fitted fixed cost holds the sweep's own call, a sum and
 an autograd backward, and is not used): on a GPU of the measured GPU's architecture (Hopper)
 each fused attention GEMM's time is multiplied by the GEMMs' share over the fitted share; any
@@ -35,34 +36,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_kernel_sweep import read  # noqa: E402
 from bench_llm_mfu import SHAPES  # noqa: E402
 from bench_llm_steps import price, summarize  # noqa: E402
 
 SWEEP = Path("data/gpu-nvidia-h200/kernels.jsonl.xz")
 STEPS = Path("data/gpu-nvidia-h200/llm-steps.jsonl")
-
-
-def fit(rows: list[dict]) -> dict:
-    """The SDPA flash rows as GEMM cubes of their FLOPs (forward and backward, causal: 7 b h s
-    s d), fitted: the step model's `fused_attention`."""
-    from mdot_jax.gpu import catalog
-    from mdot_jax.gpu.tensor_cores import _fit
-
-    ops, dims, seen, ms = [], [], [], []
-    for r in rows:
-        if r["kind"] != "sdpa-flash" or not r.get("ms"):
-            continue
-        b, h, s, d = r["dims"]
-        gpu = catalog.find(r["device"])
-        side = max(round((7 * b * h * s * (s // 2) * d) ** (1 / 3)), 1)
-        ops.append("linear")
-        dims.append((1, side, side, side))
-        seen.append(catalog.as_seen(gpu, gpu.tflops[r["precision"]], 2))
-        ms.append(r["ms"])
-    c = _fit(ops, dims, seen, ms)
-    return dict(share_compute=c.share_compute, fixed_ms=c.fixed_ms, rows=c.rows, mape=c.mape,
-                gpu=seen[0].name, architecture=seen[0].architecture, source=str(SWEEP))
 
 
 def mfu_h100(checkpoint: str | None) -> list[float]:
@@ -89,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from mdot_jax.gpu.gpu_ops import StepModel
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
+    from mdot_jax.gpu.tensor_cores import fit_fused_attention
+    from mdot_jax.measure.kernel_sweep import read
 
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict = dict(fused_attention=fit(read(SWEEP)))
+    results: dict = dict(fused_attention=dict(fit_fused_attention(read(SWEEP)),
+                                              source=str(SWEEP)))
     candidate = args.out / "candidate"
     shutil.rmtree(candidate, ignore_errors=True)
     shutil.copytree(STEP_MODEL_DIR, candidate, ignore=shutil.ignore_patterns("README.md"))

@@ -26,22 +26,16 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.data.dataset import PACKED, read_jsonl_bytes
 from mdot_jax.gpu import catalog
 from mdot_jax.gpu.spec_sheet import load_step_model
 from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms
 from mdot_jax.gpu.work import roofline_ms
+from mdot_jax.measure.kernel_sweep import read
 
 # the sweep's kinds -> the operator model's names (`gpu.neusight.OPS`)
 OPS = {"gemm": "linear", "bmm": "bmm", "add": "add", "mul": "mul", "gelu": "gelu",
        "layer_norm": "ln", "softmax": "softmax"}
 WIDTH = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
-
-
-def read(path: Path) -> list[dict]:
-    """The sweep's rows, from `kernels.jsonl` or its packed form."""
-    text = read_jsonl_bytes(path.with_name(path.name.removesuffix(PACKED))) or b""
-    return [json.loads(line) for line in text.decode().splitlines() if line.strip()]
 
 
 def price(row: dict, model, gemms: TensorCoreGemms) -> tuple[float, float] | None:

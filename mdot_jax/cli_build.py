@@ -118,8 +118,9 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_fit(args: argparse.Namespace) -> int:
-    from mdot_jax.gpu import gpu_fit
+    from mdot_jax.gpu import gpu_fit, tensor_cores
     from mdot_jax.gpu.tensor_cores import TensorCoreGemms
+    from mdot_jax.measure import kernel_sweep
 
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.force:
@@ -129,6 +130,8 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
                          "they ran on")
     try:  # the tables first: a bad one fails before the long fit
         gemms = TensorCoreGemms.fit(args.tensor_core_gemms) if args.tensor_core_gemms else None
+        attention = dict(tensor_cores.fit_fused_attention(kernel_sweep.read(
+            args.fused_attention)), source=args.fused_attention) if args.fused_attention else None
         model = gpu_fit.fit(args.neusight, tables=args.tables, pricer=args.pricer,
                             seed=args.seed, progress=print)
         if gemms:
@@ -137,6 +140,8 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
                 f"{k} {c.share_compute:.0%} of the peak, {1e3 * c.fixed_ms:.1f} us fixed "
                 f"({c.mape:.1f}% MAPE over {c.rows} GEMMs of the {gemms.gpu})"
                 for k, c in gemms.constants.items()))
+        if attention:
+            model.info["fused_attention"] = attention
         if args.host_steps:
             model.info["host_ms_per_kernel"] = gpu_fit.fit_host(
                 model, args.host_steps, args.host_device, progress=print)
@@ -146,6 +151,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     model.info["command"] = f"mdot gpu-fit {args.neusight} --out {args.out}" + (
         f" --tables {args.tables}" if args.tables else "") + f" --pricer {args.pricer}" + (
         f" --tensor-core-gemms {args.tensor_core_gemms}" if args.tensor_core_gemms else "") + (
+        f" --fused-attention {args.fused_attention}" if args.fused_attention else "") + (
         f" --host-steps {' '.join(args.host_steps)} --host-device '{args.host_device}'"
         if args.host_steps else "")
     model.save(out)
@@ -411,6 +417,9 @@ def add_commands(sub) -> None:
     p.add_argument("--pricer", choices=GPU_PRICERS, default="trees",
                    help="the operator pricer: LightGBM (shipped) or the Flax kernel model "
                    "(work in progress)")
+    p.add_argument("--fused-attention", metavar="SWEEP", help="a lent GPU's kernel sweep "
+                   "(kernels.jsonl[.xz]): the share of the peak its SDPA flash kernels reach, "
+                   "for GPUs of its architecture")
     p.add_argument("--host-steps", metavar="DATASET", nargs="+", help="measured whole "
                    "steps (fused datasets) that fit the host's time to issue a kernel")
     p.add_argument("--host-device", help="the catalog's GPU --host-steps ran on")

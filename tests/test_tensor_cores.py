@@ -90,3 +90,46 @@ def test_the_shipped_step_model_holds_the_h100_tables_constants_alone():
     for c in gemms.constants.values():
         assert 0.3 < c.share_compute <= 1 and 0.3 < c.share_memory <= 1
         assert 0 < c.fixed_ms < 0.05 and c.rows == 375
+
+
+def _sdpa_rows(share: float) -> list[dict]:
+    """SDPA flash rows of the H200 sweep whose times are a known share of the bf16 peak."""
+    h200 = gpus.find("h200")
+    rows = []
+    for s in (512, 1024, 2048, 4096):
+        for d in (64, 128):
+            flops = 7 * 4 * 16 * s * s * d  # forward and backward, causal (the sweep's count)
+            rows.append(dict(kind="sdpa-flash", precision="bf16", dims=[4, 16, s, d],
+                             device="NVIDIA H200",
+                             ms=0.2 + 1e3 * flops / (share * h200.tflops["bf16"] * 1e12)))
+    return rows + [dict(kind="sdpa-efficient", precision="bf16", dims=[4, 16, 512, 64],
+                        device="NVIDIA H200", ms=9.0)]  # another backend: not fitted
+
+
+def test_fused_attention_is_priced_at_its_measured_share_on_its_architecture_alone():
+    fitted = tensor_cores.fit_fused_attention(_sdpa_rows(0.25))
+    assert fitted["share_compute"] == pytest.approx(0.25, rel=0.03)
+    assert fitted["architecture"] == "hopper" and fitted["rows"] == 8
+    with pytest.raises(ValueError, match="no measured SDPA flash kernels"):
+        tensor_cores.fit_fused_attention(_sdpa_rows(0.25)[-1:])
+    shipped = spec_sheet.load_step_model()
+    plain = dataclasses.replace(shipped, info={k: v for k, v in shipped.info.items()
+                                               if k != "fused_attention"})
+    model = dataclasses.replace(shipped, info=dict(shipped.info, fused_attention=fitted))
+    seq = convert(attention(seq=512, dim=1024), batch_size=8, fuse=True)
+    share = tensor_cores.TensorCoreGemms.from_json(
+        shipped.info["tensor_core_gemms"]).constants["half"].share_compute
+    for device, slower in (("h100-sxm", share / 0.25), ("a100-sxm-80gb", 1.0)):
+        gpu = gpus.find(device)
+        a, b = (spec_sheet.price(seq, gpu, m, precision="amp-bf16", fit=False,
+                                 attention="flash") for m in (plain, model))
+        fused = [i for i, o in enumerate(a.operators) if o["type"] == "MatMul"]
+        assert fused, a.operators
+        ratio = sum(b.operators[i]["ms"] for i in fused) / sum(a.operators[i]["ms"]
+                                                                 for i in fused)
+        if slower == 1.0:
+            assert ratio == pytest.approx(1.0) and b.iteration_ms == a.iteration_ms
+        else:  # the block's output MatMul holds the fused kernel: slower by the shares' ratio
+            assert 1.5 < ratio <= slower * 1.03
+            assert any("of the peak the nvidia-h200-sxm's measured SDPA flash" in w
+                       and "not measured on this GPU" in w for w in b.warnings)

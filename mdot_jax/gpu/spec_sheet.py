@@ -369,9 +369,15 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if seq.unknown_ops:
         warnings.append(f"operators unknown to the converter: {seq.unknown_ops}")
     if blocks:
+        fa = model.info.get("fused_attention") or {}
         warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
                         f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
-                        "FlashAttention's forward and backward, not measured")
+                        "FlashAttention's forward and backward, " + (
+                            f"at the {fa['share_compute']:.0%} of the peak the {fa['gpu']}'s "
+                            "measured SDPA flash kernels reach" + (
+                                "" if gpu.name == fa["gpu"] else " (not measured on this GPU)")
+                            if slower != 1.0 else "at the GEMMs' share of the peak, not "
+                            "measured"))
     gaps = launch_bound(order, host) - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mdot_jax.gpu import xla_tables
+from mdot_jax.gpu import catalog, xla_tables
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.work import work
 
@@ -85,6 +85,33 @@ class TensorCoreGemms:
                 constants[arithmetic] = _fit([ops[i] for i in at], [dims[i] for i in at],
                                              [seen[i] for i in at], [ms[i] for i in at])
         return cls(constants, xla_tables.GPU_NAME, xla_tables.SOURCE)
+
+
+def fit_fused_attention(rows: Sequence[dict]) -> dict:
+    """A lent GPU's measured SDPA flash kernels (forward and backward, causal: a kernel sweep's
+    `sdpa-flash` rows, `measure.kernel_sweep`) as GEMM cubes of their FLOPs (7 b h s (s / 2) d,
+    as `spec_sheet.fused_attention` counts them), fitted: the share of the peak fused
+    attention reaches on that GPU's architecture, as a step model's `fused_attention` holds it.
+    The fitted fixed cost holds the sweep's own call (a sum and an autograd backward) and is
+    kept for the record only."""
+    ops, dims, seen, ms = [], [], [], []
+    for r in rows:
+        if r.get("kind") != "sdpa-flash" or not r.get("ms"):
+            continue
+        b, h, s, d = r["dims"]
+        gpu = catalog.find(r["device"])
+        side = max(round((7 * b * h * s * max(s // 2, 1) * d) ** (1 / 3)), 1)
+        ops.append("linear")
+        dims.append((1, side, side, side))
+        seen.append(catalog.as_seen(gpu, gpu.tflops[r["precision"]], 2))
+        ms.append(float(r["ms"]))
+    if not ops:
+        raise ValueError("no measured SDPA flash kernels (kind sdpa-flash) in the sweep")
+    if len({g.name for g in seen}) > 1:
+        raise ValueError(f"SDPA flash kernels of several GPUs: {sorted({g.name for g in seen})}")
+    c = _fit(ops, dims, seen, ms)
+    return dict(share_compute=c.share_compute, fixed_ms=c.fixed_ms, rows=c.rows, mape=c.mape,
+                gpu=seen[0].name, architecture=seen[0].architecture)
 
 
 def _fit(ops, dims, seen, ms) -> Constants:

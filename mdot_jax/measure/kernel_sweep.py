@@ -22,10 +22,12 @@ each; a second run skips the keys already there. `--dry-run`: a few small shapes
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -181,6 +183,17 @@ def measure(row: dict, device: str) -> dict:
     except (RuntimeError, TypeError, ValueError, AttributeError) as e:  # no such kernel here
         return dict(row, flops=flops, bytes=nbytes,
                     error=(str(e).strip().splitlines() or [type(e).__name__])[0][:200])
+
+
+def read(path: str | Path) -> list[dict]:
+    """A sweep's rows, from its `kernels.jsonl` or the packed form the repository keeps."""
+    from mdot_jax.data.dataset import PACKED, read_jsonl_bytes
+
+    path = Path(path)
+    text = read_jsonl_bytes(path.with_name(path.name.removesuffix(PACKED)))
+    if text is None:
+        raise FileNotFoundError(f"{path}: no kernel sweep (kernels.jsonl, or packed)")
+    return [json.loads(line) for line in text.decode().splitlines() if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
