@@ -63,7 +63,7 @@ from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
-from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms
+from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms, fused_attention_share
 from mdot_jax.options import MEASURED_PRECISIONS as PRECISIONS
 from mdot_jax.options import STEPS
 from mdot_jax.serving.memory import check_fit, step_memory
@@ -288,7 +288,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if megatron and attention != "flash":  # fused scale-mask-softmax: the rest of it is free
         inside = {i for b in found for i in b.inner
                   if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
-    slower = _fused_attention_factor(model, gpu, tc)
+    slower, note = fused_attention_share(model.info.get("fused_attention"), gpu, tc)
     for b in blocks:
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
@@ -369,15 +369,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if seq.unknown_ops:
         warnings.append(f"operators unknown to the converter: {seq.unknown_ops}")
     if blocks:
-        fa = model.info.get("fused_attention") or {}
         warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
                         f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
-                        "FlashAttention's forward and backward, " + (
-                            f"at the {fa['share_compute']:.0%} of the peak the {fa['gpu']}'s "
-                            "measured SDPA flash kernels reach" + (
-                                "" if gpu.name == fa["gpu"] else " (not measured on this GPU)")
-                            if slower != 1.0 else "at the GEMMs' share of the peak, not "
-                            "measured"))
+                        f"FlashAttention's forward and backward, {note}")
     gaps = launch_bound(order, host) - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
@@ -468,16 +462,6 @@ def _tensor_core_gemms(model: StepModel, gpu: GPU, precision: str
         f"{precision} matmuls priced at {c.share_compute:.0%} of the {gpu.name}'s {peak} peak "
         f"and a {1e3 * c.fixed_ms:.0f} us fixed cost, what the {gemms.gpu}'s measured GEMMs "
         f"reach ({c.mape:.0f}% MAPE over {c.rows}): {where}")
-
-
-def _fused_attention_factor(model: StepModel, gpu: GPU, tc) -> float:
-    """How much slower than tensor-core GEMMs of its FLOPs a fused attention kernel runs on
-    `gpu`: the GEMMs' share of the peak over the share measured for fused attention on a GPU
-    of its architecture (the step model's `fused_attention`); 1 where none was measured."""
-    d = model.info.get("fused_attention")
-    if not (d and tc and gpu.architecture == d["architecture"]):
-        return 1.0
-    return tc[1].constants[ARITHMETIC[tc[0]]].share_compute / d["share_compute"]
 
 
 def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,

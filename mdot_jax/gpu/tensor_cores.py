@@ -114,6 +114,19 @@ def fit_fused_attention(rows: Sequence[dict]) -> dict:
                 gpu=seen[0].name, architecture=seen[0].architecture)
 
 
+def fused_attention_share(fitted: dict | None, gpu: GPU, tc) -> tuple[float, str]:
+    """How much slower than tensor-core GEMMs of its FLOPs a fused attention kernel runs on
+    `gpu` (the GEMMs' share of the peak over `fitted`'s, a step model's `fused_attention`,
+    where `gpu` is of its architecture; else 1), and what backs it. `tc`: the step's
+    (peak, TensorCoreGemms, note), or None."""
+    if not (fitted and tc and gpu.architecture == fitted["architecture"]):
+        return 1.0, "at the GEMMs' share of the peak, not measured"
+    where = "" if gpu.name == fitted["gpu"] else " (not measured on this GPU)"
+    return (tc[1].constants[ARITHMETIC[tc[0]]].share_compute / fitted["share_compute"],
+            f"at the {fitted['share_compute']:.0%} of the peak the {fitted['gpu']}'s measured "
+            f"SDPA flash kernels reach{where}")
+
+
 def _fit(ops, dims, seen, ms) -> Constants:
     """Least squares of log(predicted / measured) over the three constants, each kept in its
     range by its parametrisation (shares by a sigmoid, the fixed cost by exp)."""
