@@ -10,11 +10,11 @@ fp16 and bf16 (`data/gpu-nvidia-h200/kernels.jsonl.xz`, 16 rows): 18-252 TFLOP/s
 of the peak; priced 3-8x fast.
 
 The candidate: the shipped model with `fused_attention` (`tensor_cores.fit_fused_attention`
-on those 16 rows,
-each as one GEMM cube of its FLOPs; the fitted fixed cost holds the sweep's own call, a sum and
-an autograd backward, and is not used): on a GPU of the measured GPU's architecture (Hopper)
-each fused attention GEMM's time is multiplied by the GEMMs' share over the fitted share; any
-other architecture is priced as before (FlashAttention-2 reaches other shares on Ampere).
+on those 16 rows, each as one GEMM cube of its FLOPs; the fitted fixed cost holds the sweep's
+own call, a sum and an autograd backward, and is not used): on a GPU of the measured GPU's
+architecture (Hopper) each fused attention GEMM's time is multiplied by the GEMMs' share over
+the fitted share; any other architecture is priced as before (FlashAttention-2 reaches other
+shares on Ampere).
 
 The rule, written before any step was priced with the candidate:
 1. Confirming set: the H200 kit's whole LLM steps with flash attention (GPT-2 124M / 350M,
@@ -36,29 +36,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_llm_mfu import SHAPES  # noqa: E402
+from bench_llm_mfu import mfu_rows  # noqa: E402
 from bench_llm_steps import price, summarize  # noqa: E402
 
 SWEEP = Path("data/gpu-nvidia-h200/kernels.jsonl.xz")
 STEPS = Path("data/gpu-nvidia-h200/llm-steps.jsonl")
-
-
-def mfu_h100(checkpoint: str | None) -> list[float]:
-    from converters import convert, from_hf_config
-    from mdot_jax.serving.front import predict
-    from mdot_jax.serving.request import TrainingJob
-
-    out = []
-    for d, layers, heads in SHAPES.values():
-        graph = from_hf_config(dict(model_type="mpt", d_model=d, n_layers=layers, n_heads=heads,
-                                    max_seq_len=2048, vocab_size=50368, expansion_ratio=4),
-                               seq_len=2048)
-        for mb in (2, 4, 8):
-            seq = convert(graph, batch_size=mb, seq_len=2048, fuse=2)
-            out.append(predict(TrainingJob(model=seq, batch_size=mb, device="h100-sxm", gpus=8,
-                                           strategy="fsdp", precision="amp-bf16",
-                                           optimizer="adamw", checkpoint=checkpoint)).mfu)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                                      for r in p if r["attention"] == "flash"]))
              for m, p in priced.items()}
     results["flash_steps_mape"] = flash
-    results["mfu_h100"] = {m: mfu_h100(c) for m, c in (("status_quo", None),
-                                                        ("candidate", str(candidate)))}
+    results["mfu_h100"] = {m: [r["mfu"] for r in mfu_rows(("h100-sxm",), c)]
+                           for m, c in (("status_quo", None), ("candidate", str(candidate)))}
     results["mfu_h100_in_25_65"] = {m: sum(0.25 <= x <= 0.65 for x in v)
                                     for m, v in results["mfu_h100"].items()}
     results["adopted"] = bool(flash["candidate"] <= flash["status_quo"] - 2.0)

@@ -24,10 +24,9 @@ SHAPES = {"125m": (768, 12, 12), "350m": (1024, 24, 16), "760m": (1536, 24, 16),
 GPUS = ("a100-sxm-80gb", "h100-sxm")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    args = ap.parse_args(argv)
+def mfu_rows(gpus: tuple[str, ...], checkpoint: str | None = None) -> list[dict]:
+    """Every shape x micro-batch x GPU of the rule, priced (`checkpoint`: a step model folder;
+    None: the shipped one)."""
     from converters import convert, from_hf_config
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
@@ -39,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
                                     expansion_ratio=4), seq_len=2048)
         for mb in (2, 4, 8):
             seq = convert(graph, batch_size=mb, seq_len=2048, fuse=2)
-            for gpu in GPUS:
+            for gpu in gpus:
                 p = predict(TrainingJob(model=seq, batch_size=mb, device=gpu, gpus=8,
                                         strategy="fsdp", precision="amp-bf16",
-                                        optimizer="adamw"))
+                                        optimizer="adamw", checkpoint=checkpoint))
                 rows.append(dict(model=name, params=seq.params, micro_batch=mb, gpu=gpu,
                                  iteration_ms=p.iteration_ms, mfu=p.mfu,
                                  memory_gb=p.memory_gb, scaling=p.scaling_efficiency,
@@ -50,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
                 r = rows[-1]
                 print(f"{name:>5} mb {mb} {gpu:<14} MFU {r['mfu']:5.1%}  memory "
                       f"{r['memory_gb']:6.1f} GB  scaling {r['scaling']:.1%}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    rows = mfu_rows(GPUS)
     fits = [r for r in rows if r["memory_gb"] <= 80]
     inside = [r for r in fits if 0.25 <= r["mfu"] <= 0.65]
     summary = dict(rows=len(rows), fit_80gb=len(fits), mfu_in_25_65=len(inside),

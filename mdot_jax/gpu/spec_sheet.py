@@ -61,9 +61,10 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import catalog as gpus
+from mdot_jax.gpu import tensor_cores
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
-from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms, fused_attention_share
+from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms
 from mdot_jax.options import MEASURED_PRECISIONS as PRECISIONS
 from mdot_jax.options import STEPS
 from mdot_jax.serving.memory import check_fit, step_memory
@@ -288,7 +289,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if megatron and attention != "flash":  # fused scale-mask-softmax: the rest of it is free
         inside = {i for b in found for i in b.inner
                   if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
-    slower, note = fused_attention_share(model.info.get("fused_attention"), gpu, tc)
+    slower, note = tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc)
     for b in blocks:
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
@@ -418,9 +419,8 @@ def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple
     c = seq.config[block.scores]
     b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
     keys = max(n // 2, 1) if block.causal else n
-    side = max(round((b * m * keys * k) ** (1 / 3)), 1)  # 2 b m keys k FLOPs a GEMM
-    cube = (1, side, side, side)
-    return {"fw": [cube] * 2, "bw": [cube] * 5}
+    one = tensor_cores.cube(b * m * keys * k)  # 2 b m keys k FLOPs a GEMM
+    return {"fw": [one] * 2, "bw": [one] * 5}
 
 
 def _kernel_ms(model: StepModel, ops: list, dims: list, seen: list, streamed: bool

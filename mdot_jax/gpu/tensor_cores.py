@@ -87,6 +87,12 @@ class TensorCoreGemms:
         return cls(constants, xla_tables.GPU_NAME, xla_tables.SOURCE)
 
 
+def cube(mnk: float) -> tuple[int, int, int, int]:
+    """A GEMM of `mnk` multiply-adds (2 mnk FLOPs) that writes nothing large: (1, s, s, s)."""
+    side = max(round(mnk ** (1 / 3)), 1)
+    return 1, side, side, side
+
+
 def fit_fused_attention(rows: Sequence[dict]) -> dict:
     """A lent GPU's measured SDPA flash kernels (forward and backward, causal: a kernel sweep's
     `sdpa-flash` rows, `measure.kernel_sweep`) as GEMM cubes of their FLOPs (7 b h s (s / 2) d,
@@ -100,9 +106,8 @@ def fit_fused_attention(rows: Sequence[dict]) -> dict:
             continue
         b, h, s, d = r["dims"]
         gpu = catalog.find(r["device"])
-        side = max(round((7 * b * h * s * max(s // 2, 1) * d) ** (1 / 3)), 1)
         ops.append("linear")
-        dims.append((1, side, side, side))
+        dims.append(cube(7 * b * h * s * max(s // 2, 1) * d))
         seen.append(catalog.as_seen(gpu, gpu.tflops[r["precision"]], 2))
         ms.append(float(r["ms"]))
     if not ops:
