@@ -92,6 +92,7 @@ def test_the_rows_must_span_two_workloads_and_the_band_covers_the_error_to_expec
     assert a.loo_mape > 0 and a.lo <= -width and a.hi >= width
 
 
+@pytest.mark.slow
 def test_a_one_row_file_is_one_line(tmp_path, capsys):
     rows, _ = _image_samples()
     _write_csv(tmp_path / "one.csv", rows[:1])
@@ -151,6 +152,7 @@ def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):
         read_measurements(tmp_path / "mixed.csv")
 
 
+@pytest.mark.slow
 def test_an_adapted_checkpoint_records_its_fit_in_json(tmp_path):
     rows, _ = _image_samples()
     _write_csv(tmp_path / "mine.csv", rows[:4])
@@ -191,6 +193,7 @@ def test_the_nearest_checkpoint_is_the_one_whose_device_ran_the_probe_alike():
         nearest_checkpoint(probe, exclude=("timm-rtx3090",), cpu=False)
 
 
+@pytest.mark.slow
 def test_adapt_from_this_machines_probe(tmp_path, quiet_protocol):
     from mdot_jax.serving.adaptation import adapt_from_probe
 

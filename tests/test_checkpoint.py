@@ -10,6 +10,7 @@ from mdot_jax.serving.predict import Predictor
 from mdot_jax.storage import checkpoint
 
 
+@pytest.mark.slow
 def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
     path = checkpoint.save(trained, tmp_path / "ckpt", dataset={"fingerprint": "x"})
     meta = json.loads((path / "metadata.json").read_text())
@@ -31,6 +32,7 @@ def test_save_load_predict_round_trip(trained, tiny_real_dataset, tmp_path):
     assert job == pytest.approx(p.iteration_ms * iterations * 2 / 1000)
 
 
+@pytest.mark.slow
 def test_bad_checkpoints_are_clear(tmp_path, trained):
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         checkpoint.load(tmp_path / "missing")
@@ -99,6 +101,7 @@ def test_companion_round_trip_and_geometric_mean(trained, tiny_real_dataset, tmp
         Predictor.load(path)
 
 
+@pytest.mark.slow
 def test_refit_companion_replaces_it_and_drops_stale_bands(trained, tiny_real_dataset,
                                                            tmp_path, monkeypatch):
     """A checkpoint whose companion was fitted with an older recipe (squared loss) gets one of

@@ -178,6 +178,7 @@ def test_every_export_reads_as_the_framework_counts_it(capsys, corpus, kind, nam
         assert any("tokens input" in line for line in warned)
 
 
+@pytest.mark.slow
 def test_an_inference_export_predicts_as_its_training_export(capsys, corpus):
     """BatchNormalization folded away (TorchScript eval, dynamo) or in inference mode is put
     back in training mode: the same operator sequence, so the same prediction."""

@@ -66,6 +66,7 @@ def test_the_workload_names_the_gpu_by_its_spec_sheet(rows):
     assert bf16[0] - f32[0] == pytest.approx(math.log(h100.tflops["fp16"] / h100.tflops["fp32"]))
 
 
+@pytest.mark.slow
 def test_a_network_learns_a_gpus_factor_and_stays_within_the_bound(rows):
     net = correction.fit_network(rows, "mdot", epochs=40, d_model=16, tokens=512, lr=3e-3)
     pred = net.predict(rows)

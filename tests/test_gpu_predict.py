@@ -148,6 +148,7 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
         assert code == 2 and needle in err and err.count("\n") == 1, (extra, err)
 
 
+@pytest.mark.slow
 def test_the_step_model_adapts_to_a_gpus_measured_steps(capsys, tmp_path):
     # steps that keep the GPU busy (smaller ones wait on the host alike)
     for i, seq in enumerate((256, 512, 1024)):

@@ -44,6 +44,7 @@ def test_tensor_cores_are_told_apart_by_the_peak_a_kernel_sees():
     assert on_tensor_cores(gpus.as_seen(rtx, rtx.tflops["fp16"], 2))
 
 
+@pytest.mark.slow
 def test_a_fit_is_bounded_by_the_roofline_and_round_trips(tmp_path):
     v100 = gpus.find("v100 pcie 32gb")
     ops, dims, seen, ms = _rows(v100)

@@ -10,6 +10,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 FOLDERS = sorted({p.parent for p in DATA.glob("*/samples.jsonl*")})  # packed too
 
 
+@pytest.mark.slow  # seconds per folder: every sample's sequence is read
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_committed_local_dataset(folder):
     ds = load_dataset(folder)

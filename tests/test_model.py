@@ -4,9 +4,12 @@ predictions; on the `trained` tiny checkpoint (conftest.py)."""
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from mdot_jax.data.features import FeatureCache
+
+pytestmark = pytest.mark.slow  # every test here needs the trained network or compiles one
 
 
 def _first_batch(trained, samples):

@@ -133,6 +133,7 @@ def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):
     assert e.value.field == "framework" and "amp-fp16 or amp-bf16" in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_plan_keeps_the_hosts_launch_gaps(gpt, tmp_path):
     shipped = load_step_model()  # shared: copied, never changed
     slow_host = dataclasses.replace(shipped, info=dict(shipped.info, host_ms_per_kernel=1.0))

@@ -44,6 +44,7 @@ def test_the_novel_split_trains_on_nothing_novel(tiny_real_dataset, kind):
     assert held and not held & {ds.samples[i].family for i in tr}  # whole families
 
 
+@pytest.mark.slow
 def test_novel_summary_scores_every_method(tiny_real_dataset, tmp_path):
     from mdot_jax.evaluation.evaluate import run
     from mdot_jax.evaluation.novel import novel_summary
@@ -89,6 +90,7 @@ def test_distances_and_bands(tiny_real_dataset):
     assert (nov.distance(novel.samples) > 0).all() and np.isfinite(far)
 
 
+@pytest.mark.slow
 def test_bands_from_a_novel_split_come_from_its_held_out_part_alone(trained,
                                                                    tiny_real_dataset, tmp_path):
     """`calibrate` reads a novel split's results with its novel dataset, and fits the bands on

@@ -50,6 +50,7 @@ def _fresh(ds_root):
     return load_dataset(root)
 
 
+@pytest.mark.slow
 def test_the_cost_model_learns_the_measured_operators_and_round_trips(ops, tmp_path):
     _, records, model = ops
     assert len(records) >= 50

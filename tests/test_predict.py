@@ -62,6 +62,7 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
             calibrate(path, results, ds)
 
 
+@pytest.mark.slow
 def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
     import dataclasses
 

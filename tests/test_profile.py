@@ -16,6 +16,7 @@ FAST = Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=floa
                 max_others=float("inf"))
 
 
+@pytest.mark.slow
 def test_profile_tiny_model_end_to_end(tmp_path):
     out = tmp_path / "cpu"
     report = profile(["torchvision"], [1, 2], [32], out, threads=1, progress=False,

@@ -79,6 +79,7 @@ def test_every_sequence_block_trains_and_exports(block, kind):
                              stages=[[block], [block]]))
 
 
+@pytest.mark.slow
 def test_generated_models_train_and_export():
     for i in range(12):
         _trains_and_exports(spec(name_of(7, i)))

@@ -43,6 +43,7 @@ def _convert_torch(model, size, batch=2):
     return convert(proto, batch_size=batch)
 
 
+@pytest.mark.slow
 def test_resnet50_flops_params_and_batchnorm():
     seq = _convert_torch(torchvision.models.resnet50(), 224, batch=1)
     counts = seq.op_type_counts()
@@ -59,12 +60,14 @@ def test_resnet50_flops_params_and_batchnorm():
         pytest.approx(8 * seq.flops, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_weight_free_export_is_small():
     proto = from_torch(timm.create_model("vit_base_patch16_224"), torch.randn(2, 3, 224, 224))
     assert len(proto.SerializeToString()) < 2_000_000  # weights would be 330 MB
 
 
-@pytest.mark.parametrize("name", ["vit_base_patch16_224", "efficientnet_b0",
+@pytest.mark.parametrize("name", [pytest.param("vit_base_patch16_224", marks=pytest.mark.slow),
+                                  "efficientnet_b0",
                                   "deit_tiny_patch16_224", "tf_efficientnet_b0"])
 def test_timm_vit_and_efficientnet_have_no_unknown_ops(name):
     timm.layers.set_fused_attn(False)

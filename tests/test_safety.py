@@ -458,6 +458,7 @@ def test_a_flipped_byte_in_the_weights_is_an_error(capsys, tmp_path, ckpt):
     assert out == ""
 
 
+@pytest.mark.slow
 def test_a_truncated_companion_is_one_line_and_never_reaches_stdout(capsys, tmp_path, ckpt):
     meta = json.loads((ckpt / "metadata.json").read_text())
     text = lzma.decompress((ckpt / "companion.txt.xz").read_bytes()).decode()

@@ -201,6 +201,7 @@ def test_one_predictor_predicts_sequence_after_sequence_as_a_fresh_one_does():
         ms(Predictor.load("cpu-amd-epyc-f25m17-2t"), second.seq, second), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_workload_for_another_device_is_refused():
     ds = load_dataset(REPO / "data" / "derived" / "cpu-amd-epyc-f26m2-2t-fused")
     s = ds.samples[0]
@@ -209,6 +210,7 @@ def test_a_workload_for_another_device_is_refused():
         Predictor.load("cpu-amd-epyc-f25m17-2t").predict_many([(s.seq, s.workload)])
 
 
+@pytest.mark.slow
 def test_a_sequence_predicted_by_one_checkpoint_is_as_it_was_for_the_next():
     """The checkpoint with operator times prices its own copy: the caller's sequence is not
     changed, so a checkpoint without them still reads it."""
@@ -223,7 +225,8 @@ def test_a_sequence_predicted_by_one_checkpoint_is_as_it_was_for_the_next():
 GOLDEN = pathlib.Path(__file__).parent / "data" / "golden"  # made by its make.py
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", [  # the CPU checkpoints' golden sets take seconds each
+    pytest.param(n, marks=pytest.mark.slow) if n.startswith("cpu-") else n for n in SHIPPED])
 def test_shipped_checkpoints_predict_as_recorded(name):
     """What each shipped checkpoint predicts for ten committed sequences, recorded before the
     code was reorganised: a change that moves a prediction fails here (to change a checkpoint

@@ -19,6 +19,7 @@ from mdot_jax.training.train import TrainConfig, train
 FAST = TrainConfig(epochs=2, tokens_per_batch=2048, val_fraction=0.2)
 
 
+@pytest.mark.slow
 def test_train_step_compiles_once_per_bucket(trained, tiny_real_dataset):
     cache = FeatureCache(trained.stats, trained.feature_cfg)
     buckets = {b.op_type.shape[1] for b, _ in cache.batches(
@@ -89,6 +90,7 @@ def test_data_parallel_on_several_host_devices(tiny_real_dataset):
     assert np.isfinite(result["mape"])
 
 
+@pytest.mark.slow
 def test_fused_and_unfused_sequences_are_never_mixed(trained, tiny_real_dataset, tmp_path):
     """A checkpoint converts the way its training sequences were converted (fuse or not);
     a sequence of the other kind, or a training set mixing both, is a clear error."""

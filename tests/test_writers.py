@@ -69,6 +69,7 @@ _REPLACER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_kill_9_at_any_moment_of_replacing_never_loses_the_folder(tmp_path):
     out = _checkpoint(tmp_path / "mine", -1)
     rng = random.Random(0)
