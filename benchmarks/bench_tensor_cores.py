@@ -54,9 +54,11 @@ def _kind(arch: str) -> str:
     return "transformer" if any(t in arch.lower() for t in TRANSFORMERS) else "cnn"
 
 
-def steps(datasets: list[Path], device: str, models: dict, layout: str | None = None) -> dict:
-    """Each sample of `datasets` priced by every model of `models` (name -> StepModel) at its
-    own precision, SGD as measured: MAPE and median ratio per model, overall and per kind."""
+def steps(datasets: list[Path], device: str, models: dict, layout: str | None = None,
+          keep=None) -> dict:
+    """Each sample of `datasets` (at `layout`, those `keep(sample)` holds for if given) priced
+    by every model of `models` (name -> StepModel) at its own precision, SGD as measured: MAPE
+    and median ratio per model, overall and per kind."""
     from mdot_jax.data.dataset import load_dataset
     from mdot_jax.gpu import catalog
     from mdot_jax.gpu.spec_sheet import price
@@ -64,7 +66,7 @@ def steps(datasets: list[Path], device: str, models: dict, layout: str | None = 
     gpu = catalog.find(device)
     rows = []
     for s in (s for d in datasets for s in load_dataset(str(d)).samples):
-        if layout and s.workload.layout != layout:
+        if (layout and s.workload.layout != layout) or (keep and not keep(s)):
             continue
         rows.append(dict(arch=s.arch, kind=_kind(s.arch), measured_ms=s.label_ms, **{
             name: price(s.seq, gpu, m, precision=s.workload.precision, step="train",

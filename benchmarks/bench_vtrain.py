@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--limit", type=int, help="price only the first N rows of each file")
     ap.add_argument("--only", choices=("single", "multi"), help="price one file's rows")
+    ap.add_argument("--model", action="append", metavar="HIDDEN:LAYERS",
+                    help="price only the rows of these models (repeatable)")
     ap.add_argument("--checkpoint", help="a GPU step model folder (default: the shipped one)")
     ap.add_argument("--framework", choices=("pytorch", "megatron"), default="pytorch",
                     help="whose kernels the rows are priced with (the docstring)")
@@ -92,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if int(r["key"].split("-")[1]) < args.limit]
     if args.only:
         rows = [r for r in rows if r["multi"] == (args.only == "multi")]
+    if args.model:
+        rows = [r for r in rows if f"{r['hidden']}:{r['layers']}" in args.model]
     args.out.mkdir(parents=True, exist_ok=True)
     done_path = args.out / "predictions.jsonl"  # resumable: one line a priced row
     done = {}

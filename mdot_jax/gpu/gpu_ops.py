@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mdot_jax.gpu import streaming
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.kernel_model import META as KERNEL_META
 from mdot_jax.gpu.kernel_model import KernelModel
@@ -275,6 +276,31 @@ class StepModel:
     info: dict  # fitted_gpus, band_labels, source, command
 
     MODEL, META = "gpu_ops.json.xz", "step_model.json"
+
+    def host_ms(self, framework: str) -> float:
+        """The host's time to issue a kernel (ms) under `framework` (`host_ms_per_kernel`: one
+        number for every framework, or one per framework); 0 where none was fitted."""
+        h = self.info.get("host_ms_per_kernel", 0.0)
+        return float(h.get(framework, 0.0) if isinstance(h, dict) else h)
+
+    def kernel_ms(self, ops: list, dims: list, seen: list, streamed: bool) -> np.ndarray:
+        """`[N]` ms of each kernel: as measured alone (a pricer's fixed cost per kernel is the
+        host's and the launch's), or, `streamed` behind a host that issues them, the GPU's part
+        alone (the pricer's `parts` without its `launch_ms`; a pricer without parts: all of
+        it). Memory-bound kernels at a measured share of the bandwidth where the model holds
+        `streaming_kernels` (`gpu.streaming`)."""
+        if not ops:
+            return np.zeros(0)
+        if not (streamed and hasattr(self.ops, "parts")):
+            ms = self.ops.predict(ops, dims, seen)
+        else:
+            parts = self.ops.parts(ops, dims, seen)
+            ms = parts["ms"] - parts["launch_ms"]
+        if "streaming_kernels" in self.info:
+            bound = streaming.ms(self.info["streaming_kernels"]["constants"], ops, dims, seen,
+                                 streamed)
+            ms = np.where(np.isnan(bound), ms, bound)
+        return ms
 
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)

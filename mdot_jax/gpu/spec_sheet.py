@@ -327,8 +327,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if half and not megatron:
         work.extend(_autocast_casts(seq, kinds, inside | {b.output for b in blocks},
                                     at["fp32"], half_weights))
-    host = model.info.get("host_ms_per_kernel", 0.0) if host_ms is None else host_ms
-    ms = _kernel_ms(model, [w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
+    host = model.host_ms(framework) if host_ms is None else host_ms
+    ms = model.kernel_ms([w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
                     host > 0)
     if tc:  # GEMMs on the tensor cores: at the share of the peak measured GEMMs reach
         on = [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is at["gemm"]]
@@ -351,7 +351,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if step == "train" and params:
         passes = MEGATRON_UPDATE_PASSES[optimizer] if megatron else \
             UPDATE_PASSES[optimizer] + (precision == "amp-fp16")
-        t = float(_kernel_ms(model, ["add"], [(1, params)], [at["fp32"]], host > 0)[0]) * passes
+        t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], host > 0)[0]) * passes
         phases["update"] = t
         order.extend([t / passes] * passes)
         operators.append(dict(type="optimizer", name=f"{optimizer} update ({passes} passes "
@@ -421,19 +421,6 @@ def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple
     keys = max(n // 2, 1) if block.causal else n
     one = tensor_cores.cube(b * m * keys * k)  # 2 b m keys k FLOPs a GEMM
     return {"fw": [one] * 2, "bw": [one] * 5}
-
-
-def _kernel_ms(model: StepModel, ops: list, dims: list, seen: list, streamed: bool
-               ) -> np.ndarray:
-    """`[N]` ms of each kernel: as measured alone (a pricer's fixed cost per kernel is the
-    host's and the launch's), or, `streamed` behind a host that issues them, the GPU's part
-    alone (the pricer's `parts` without its `launch_ms`; a pricer without parts: all of it)."""
-    if not ops:
-        return np.zeros(0)
-    if not (streamed and hasattr(model.ops, "parts")):
-        return model.ops.predict(ops, dims, seen)
-    parts = model.ops.parts(ops, dims, seen)
-    return parts["ms"] - parts["launch_ms"]
 
 
 def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
