@@ -195,6 +195,32 @@ def test_a_host_slower_than_the_kernels_leaves_the_gpu_waiting():
     assert launch_bound(t, 0.01) == pytest.approx(end)
 
 
+def test_the_host_is_the_frameworks_and_its_fit_prices_as_a_step_does(step_model):
+    import dataclasses
+
+    from mdot_jax.gpu import gpu_fit
+    from mdot_jax.gpu.spec_sheet import launch_bound
+
+    one = dataclasses.replace(step_model, info=dict(step_model.info, host_ms_per_kernel=0.03))
+    each = dataclasses.replace(step_model, info=dict(step_model.info, host_ms_per_kernel=dict(
+        pytorch=0.03, megatron=0.05)))
+    assert one.host_ms("pytorch") == one.host_ms("megatron") == 0.03
+    assert (each.host_ms("pytorch"), each.host_ms("megatron"), each.host_ms("jax")) == (
+        0.03, 0.05, 0.0)
+    h100 = gpus.find("h100-sxm")
+    seqs = [_seq(attention(seq=s, dim=64), batch=2) for s in (8, 256)]
+    samples = [type("S", (), dict(seq=q, label_ms=1.0, workload=type("W", (), dict(
+        precision="amp-bf16"))))() for q in seqs]
+    # the fit sees the kernels a step priced behind a host runs: any host gives the step's time
+    for (kernels, _), q in zip(gpu_fit.step_kernels(one, samples, h100), seqs):
+        for h in (0.005, 0.03, 0.2):
+            step = price(q, h100, one, precision="amp-bf16", fit=False, host_ms=h)
+            assert launch_bound(kernels, h) == pytest.approx(step.iteration_ms, rel=1e-9)
+    slow = [(k, launch_bound(k, 0.05)) for k, _ in gpu_fit.step_kernels(one, samples, h100)]
+    best, mape, _ = gpu_fit.best_host(slow)  # steps measured behind a 50 us host
+    assert best == pytest.approx(0.05, rel=0.06) and mape < 3
+
+
 def test_autocast_adds_its_casts_and_the_host_its_gaps(step_model):
     h100 = gpus.find("h100-sxm")
     seq = _seq(attention(seq=8, dim=16), batch=2)  # a tiny step: launch-bound
