@@ -53,7 +53,6 @@ from pathlib import Path
 import numpy as np
 
 from mdot_jax.gpu import gpu_fit
-from mdot_jax.measure import kernel_sweep
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tensor_cores import TIMM, steps  # noqa: E402
@@ -143,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--onnx", type=Path, required=True, help="bench_gpu_ops.py's export cache")
     ap.add_argument("--data", type=Path, default=Path("data/derived"))
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--ship", action="store_true", help="once decided: write what the rule "
+                    "adopted into the shipped step model's meta")
     ap.add_argument("--work", type=Path, default=Path("/tmp/machine-host"),
                     help="checkpoints and per-row predictions (not results)")
     args = ap.parse_args(argv)
@@ -161,8 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     w = args.work
     ckpts = {"shipped": STEP_MODEL_DIR}
     if "streaming_kernels" not in r:
-        r["streaming_kernels"] = dict(constants=streaming.fit(kernel_sweep.read(SWEEP)),
-                                      gpu="nvidia-h200-sxm", source=str(SWEEP))
+        r["streaming_kernels"] = streaming.fit_sweep(SWEEP)
         save()
     bases = {"shipped_hosts": STEP_MODEL_DIR,
              "candidate": checkpoint(STEP_MODEL_DIR, w / "streaming",
@@ -249,7 +249,34 @@ def main(argv: list[str] | None = None) -> int:
     r["decision"] = decide(sets)
     save()
     print(json.dumps(dict(sets=sets, decision=r["decision"]), indent=1))
+    if args.ship and r["decision"]["adopted"]:
+        ship(r, r["decision"]["adopted"])
     return 0
+
+
+def ship(r: dict, adopted: str) -> None:
+    """The shipped step model's meta gains what the rule adopted: the hosts (and the
+    candidate's streaming kernels), its command saying how each was fitted."""
+    from mdot_jax.gpu.gpu_ops import StepModel
+    from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
+
+    path = STEP_MODEL_DIR / StepModel.META
+    meta = json.loads(path.read_text())
+    if adopted == "candidate":
+        meta["streaming_kernels"] = r["streaming_kernels"]
+    meta["host_ms_per_kernel"] = dict(pytorch=r[f"{adopted}/host_pytorch"][0],
+                                      megatron=r[f"{adopted}/host_megatron"]["ms"])
+    meta["host_source"] = (
+        "pytorch: gpu_fit.best_host over the launch-bound steps (64 px / 32 tokens) of three "
+        f"lease machines pooled ({', '.join(d for sets, _ in LEASES.values() for d in sets)}); "
+        "megatron: the least MAPE on vTrain's single-node rows of two models (hidden 1,024 x 12 "
+        "and 2,048 x 24 layers), benchmarks/bench_machine_host.py")
+    meta["command"] = meta["command"].split(" --streaming-kernels")[0] + (
+        f" --streaming-kernels {SWEEP}" if adopted == "candidate" else "") + (
+        "; the hosts: python benchmarks/bench_machine_host.py --vtrain ../shared/datasets/vtrain "
+        "--neusight ../shared/datasets/neusight --onnx CACHE --out "
+        "benchmarks/results/machine-host --ship")
+    path.write_text(json.dumps(meta, indent=1) + "\n")
 
 
 if __name__ == "__main__":

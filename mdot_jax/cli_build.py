@@ -118,7 +118,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_fit(args: argparse.Namespace) -> int:
-    from mdot_jax.gpu import gpu_fit, tensor_cores
+    from mdot_jax.gpu import gpu_fit, streaming, tensor_cores
     from mdot_jax.gpu.tensor_cores import TensorCoreGemms
     from mdot_jax.measure import kernel_sweep
 
@@ -132,6 +132,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
         gemms = TensorCoreGemms.fit(args.tensor_core_gemms) if args.tensor_core_gemms else None
         attention = dict(tensor_cores.fit_fused_attention(kernel_sweep.read(
             args.fused_attention)), source=args.fused_attention) if args.fused_attention else None
+        stream = streaming.fit_sweep(args.streaming_kernels) if args.streaming_kernels else None
         model = gpu_fit.fit(args.neusight, tables=args.tables, pricer=args.pricer,
                             seed=args.seed, progress=print)
         if gemms:
@@ -142,6 +143,8 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
                 for k, c in gemms.constants.items()))
         if attention:
             model.info["fused_attention"] = attention
+        if stream:  # before the host: its fit prices kernels with them
+            model.info["streaming_kernels"] = stream
         if args.host_steps:
             model.info["host_ms_per_kernel"] = gpu_fit.fit_host(
                 model, args.host_steps, args.host_device, progress=print)
@@ -152,6 +155,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
         f" --tables {args.tables}" if args.tables else "") + f" --pricer {args.pricer}" + (
         f" --tensor-core-gemms {args.tensor_core_gemms}" if args.tensor_core_gemms else "") + (
         f" --fused-attention {args.fused_attention}" if args.fused_attention else "") + (
+        f" --streaming-kernels {args.streaming_kernels}" if args.streaming_kernels else "") + (
         f" --host-steps {' '.join(args.host_steps)} --host-device '{args.host_device}'"
         if args.host_steps else "")
     model.save(out)
@@ -420,6 +424,9 @@ def add_commands(sub) -> None:
     p.add_argument("--fused-attention", metavar="SWEEP", help="a lent GPU's kernel sweep "
                    "(kernels.jsonl[.xz]): the share of the peak its SDPA flash kernels reach, "
                    "for GPUs of its architecture")
+    p.add_argument("--streaming-kernels", metavar="SWEEP", help="a lent GPU's kernel sweep: "
+                   "memory-bound kernels at the share of the bandwidth its elementwise, layer "
+                   "norm and softmax kernels reach")
     p.add_argument("--host-steps", metavar="DATASET", nargs="+", help="measured whole "
                    "steps (fused datasets) that fit the host's time to issue a kernel")
     p.add_argument("--host-device", help="the catalog's GPU --host-steps ran on")

@@ -13,6 +13,7 @@ host that issues kernels (`spec_sheet.launch_bound`) a kernel's GPU part is its 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -46,6 +47,15 @@ def fit(rows: Sequence[dict]) -> dict:
         raise ValueError("no measured memory-bound kernels (add, mul, gelu, layer_norm, "
                          "softmax) in the sweep")
     return {c: vars(_fit(*map(list, zip(*v)))) for c, v in sorted(by.items())}
+
+
+def fit_sweep(path: str | Path) -> dict:
+    """A step model's `streaming_kernels`: the constants fitted on the kernel sweep at `path`
+    (`measure.kernel_sweep`), the GPU it ran on and the file."""
+    from mdot_jax.measure import kernel_sweep
+
+    rows = kernel_sweep.read(path)
+    return dict(constants=fit(rows), gpu=catalog.find(rows[0]["device"]).name, source=str(path))
 
 
 def ms(constants: dict, ops: Sequence[str], dims: Sequence[Sequence[int]],
