@@ -10,9 +10,10 @@ tokens, autocast to bf16, AdamW (torch.optim's default implementation), each wit
 without full activation checkpointing (`gradient_checkpointing_enable`). A step is forward,
 cross-entropy over the vocabulary, backward and the update, CUDA synchronised; 2 untimed, then
 the median of 5. Each row carries the config and the fields of a `TrainingJob` that prices it,
-the peak memory allocated, or why it could not run (out of memory). Rows are appended as they
-are measured and a second run skips what is there; no step starts after `--seconds`. On a
-CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32.
+the peak memory allocated, what the host issued in one more step under the profiler (kernel
+launches on a GPU, ATen operators), or why it could not run (out of memory). Rows are
+appended as they are measured and a second run skips what is there; no step starts after
+`--seconds`. On a CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32.
 """
 
 from __future__ import annotations
@@ -85,9 +86,28 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
             if i >= warmup:
                 times.append(1e3 * (time.perf_counter() - t))
         peak = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else None
-        return dict(row, ms=statistics.median(times), ms_all=times, peak_gb=peak)
+        return dict(row, ms=statistics.median(times), ms_all=times, peak_gb=peak,
+                    **_counts(step, device))
     except torch.OutOfMemoryError:
         return dict(row, error="out of memory")
+
+
+def _counts(step, device: str) -> dict:
+    """What the host issues in one more `step`, under the profiler (after the timed ones):
+    `launches`, the kernels launched (CUDA's launch calls; None on a CPU), and `aten_ops`, the
+    ATen operators dispatched, nested ones included."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+                 ) as prof:
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    return dict(launches=sum(e.count for e in events if "LaunchKernel" in e.key) if cuda
+                else None, aten_ops=sum(e.count for e in events if e.key.startswith("aten::")))
 
 
 def main(argv: list[str] | None = None) -> int:
