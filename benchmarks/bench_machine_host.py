@@ -38,7 +38,9 @@ The rule, written before any confirming set is priced with the candidate or base
    passes the same test against baseline A; otherwise nothing.
 3. Reported whatever the outcome: all 1,440 single-node rows, the calibration rows, the H200
    GPU set (224 px / 256 tokens: not in the host fit), the fitted core-set steps per machine.
-Seeds: none are drawn; every fit is a grid search or least squares.
+Seeds: none are drawn; every fit is a grid search or least squares. Resumable by stage from
+`--out`/results.json; once shipped (`--ship`), the shipped model is the candidate, so a fresh
+run compares it with itself: keep the results file.
 """
 
 from __future__ import annotations

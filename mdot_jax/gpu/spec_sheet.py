@@ -21,11 +21,14 @@ The rules, per operator of the sequence:
   `UPDATE_PASSES[optimizer]` elementwise kernels over all parameters, the kernels of
   torch.optim's default (foreach) implementation; under fp16 the gradient scaler's unscaling
   pass.
-- the host: eager PyTorch issues one kernel every `host_ms_per_kernel` (the step model's, fitted
-  on measured whole steps, `gpu_fit.fit_host`) and the GPU runs them in order
-  (`launch_bound`), each for its time less the fixed cost the pricer learned from kernels
-  measured one at a time (the host's part, now `host_ms_per_kernel`); the GPU's idle time is
-  the phase `launch gaps`.
+- memory-bound kernels (elementwise, normalisations, softmax, the update's passes, casts): at
+  the share of the bandwidth a lent GPU's sweep measured, where the step model holds it
+  (`StepModel.kernel_ms`, `gpu.streaming`).
+- the host: the framework issues one kernel every `StepModel.host_ms(framework)` (fitted on
+  measured whole steps, `gpu_fit.best_host`) and the GPU runs them in order (`launch_bound`),
+  each for its time less the fixed cost learned from kernels measured one at a time (the
+  host's part); the GPU's idle time is the phase `launch gaps`, said in a warning where it is
+  more than `LAUNCH_BOUND` of the step.
 - autocast's casts (`amp-*`), one kernel each: every weight of a GEMM or convolution cast to
   the half type in the forward and its gradient back in the backward, and every fp32 output
   of a softmax or normalisation but batch norm cast again where a GEMM or convolution reads
@@ -242,6 +245,9 @@ def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, t
     return "other", "addu", (1, max(out_n, int(c[_C["in_numel"]]), 1))
 
 
+LAUNCH_BOUND = 0.2  # a step whose launch gaps are more than this share says so
+
+
 def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
           step: str = "train", optimizer: str = "sgd", fit: bool = True,
           attention: str = "eager", blocks: list[Block] | None = None,
@@ -378,6 +384,11 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         phases["launch gaps"] = gaps
         operators.append(dict(type="launch gaps", name="the GPU waiting on the host to issue "
                               "kernels", ms=gaps))
+        if gaps > LAUNCH_BOUND * (gaps + sum(order)):
+            warnings.append(f"launch-bound: {gaps / (gaps + sum(order)):.0%} of the step waits "
+                            f"on the host ({1e3 * host:.0f} us a kernel under {framework}, a "
+                            "machine's: ours differed 1.2-1.5x; `mdot adapt "
+                            "--from-measurements` fits your own steps)")
     if kernels is not None:
         kernels.extend(order)
     total = sum(phases.values())
