@@ -63,8 +63,8 @@ from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
+from mdot_jax.gpu import autocast, tensor_cores
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu import tensor_cores
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms
@@ -86,8 +86,6 @@ MEGATRON_UPDATE_PASSES = {"sgd": 3, "adam": 4, "adamw": 4}
 _GEMM = {t: tr.kernel for t, tr in TRAITS.items() if tr.kernel in ("gemm", "conv")}
 _ROWWISE, _BINARY, _UNARY = of_kind("rowwise"), of_kind("binary"), of_kind("unary")
 _COPIES, _FREE = set(of_kind("copy")), set(of_kind("free"))
-# what autocast runs in fp32 (its output too): softmax and the normalisations but batch norm
-_FP32_UNDER_AUTOCAST = set(_ROWWISE) - {"BatchNormalization"}
 # the spec sheet's tensor-core peak a precision's matmuls run at
 TENSOR_CORE_PEAK = {"tf32": "tf32", "amp-fp16": "fp16", "amp-bf16": "bf16", "bf16": "bf16"}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
@@ -300,6 +298,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
             work.extend((b.output, phase, "linear", dims, at["gemm"], slower) for dims in gemms)
+    # the tensors autocast keeps in fp32, where the model prices each at its own width
+    fp32 = autocast.fp32_outputs(seq) if half and not megatron and model.info.get(
+        "autocast_dtypes") else None
     for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
         kind, op, dims = classify(name, c, load)
         kinds[i] = kind
@@ -309,6 +310,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             other[name] = other.get(name, 0) + 1
         classes.add("conv" if kind == "conv" else "gemm" if op in ("bmm", "linear") else "")
         seen = at["conv"] if kind == "conv" else at["gemm"] if op in ("bmm", "linear") \
+            else (at["fp32"] if fp32[i] else at["memory"]) if fp32 is not None \
             else at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
         work.append((i, "fw", op, dims, seen, 1.0))
         if kind == "conv":
@@ -331,8 +333,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         if load[_L["params"]] > 0:  # the gradient's accumulation
             work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
     if half and not megatron:
-        work.extend(_autocast_casts(seq, kinds, inside | {b.output for b in blocks},
-                                    at["fp32"], half_weights))
+        work.extend(autocast.casts(seq, kinds, inside | {b.output for b in blocks},
+                                   at["fp32"], half_weights, fp32))
     host = model.host_ms(framework) if host_ms is None else host_ms
     ms = model.kernel_ms([w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
                     host > 0)
@@ -460,35 +462,6 @@ def _tensor_core_gemms(model: StepModel, gpu: GPU, precision: str
         f"{precision} matmuls priced at {c.share_compute:.0%} of the {gpu.name}'s {peak} peak "
         f"and a {1e3 * c.fixed_ms:.0f} us fixed cost, what the {gemms.gpu}'s measured GEMMs "
         f"reach ({c.mape:.0f}% MAPE over {c.rows}): {where}")
-
-
-def _autocast_casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
-                    half_weights: bool) -> list[tuple[int, str, str, tuple, GPU, float]]:
-    """The cast kernels autocast adds (the module docstring's rule), as `price` lists work:
-    (node, phase, operator, dims, GPU, 1.0); with `half_weights`, no weight's."""
-    weights = 0 if half_weights else 1
-    producers: dict[int, list[int]] = {}
-    for src, dst in seq.edges.tolist():
-        producers.setdefault(dst, []).append(src)
-    out = []
-    for i, kind in enumerate(kinds):
-        if kind not in ("linear", "bmm", "conv") or i in skip:
-            continue
-        sizes = [weights * int(seq.load[i, _L["params"]])]
-        todo, seen = list(producers.get(i, [])), set()
-        while todo:  # through views to the tensors it reads
-            j = todo.pop()
-            if j in seen:
-                continue
-            seen.add(j)
-            if kinds[j] == "free":  # a view, of a weight perhaps (transposed on the way)
-                sizes.append(weights * int(seq.load[j, _L["params"]]))
-                todo.extend(producers.get(j, []))
-            elif seq.op_names[j] in _FP32_UNDER_AUTOCAST and j not in skip:
-                sizes.append(int(seq.config[j, _C["out_numel"]]))
-        out += [(i, phase, "addu", (1, n), gpu, 1.0) for n in sizes if n > 0
-                for phase in ("fw", "bw")]
-    return out
 
 
 def _ratio_kind(kind: str) -> str:
