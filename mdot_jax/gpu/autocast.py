@@ -3,8 +3,10 @@ outputs stay fp32, and the cast kernels it adds (`gpu.spec_sheet` prices both).
 
 - GEMMs and convolutions (autocast's lower-precision list) write the half type; softmax and
   the normalisations but batch norm (its fp32 list) write fp32; any other float operator
-  writes fp32 where it reads an fp32 tensor or none another operator wrote (graph inputs and
-  weights are fp32), the half type otherwise (type promotion). `fp32_outputs`.
+  writes fp32 where it reads another operator's fp32 output, or no float output of another
+  operator at all (it reads only graph inputs and weights, which are fp32), the half type
+  otherwise (type promotion; a weight or constant beside a half tensor does not promote it, as
+  a bias inside a linear layer or a 0-d scale does not). `fp32_outputs`.
 - casts: each weight a GEMM or convolution reads, cast to the half type in the forward and its
   gradient back; each fp32 tensor it reads (by default the outputs of autocast's fp32
   operators; given `fp32`, every fp32 tensor), cast again, forward and backward. `casts`.
