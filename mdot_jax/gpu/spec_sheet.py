@@ -298,9 +298,6 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
             work.extend((b.output, phase, "linear", dims, at["gemm"], slower) for dims in gemms)
-    # the tensors autocast keeps in fp32, where the model prices each at its own width
-    fp32 = autocast.fp32_outputs(seq) if half and not megatron and model.info.get(
-        "autocast_dtypes") else None
     for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
         kind, op, dims = classify(name, c, load)
         kinds[i] = kind
@@ -310,7 +307,6 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             other[name] = other.get(name, 0) + 1
         classes.add("conv" if kind == "conv" else "gemm" if op in ("bmm", "linear") else "")
         seen = at["conv"] if kind == "conv" else at["gemm"] if op in ("bmm", "linear") \
-            else (at["fp32"] if fp32[i] else at["memory"]) if fp32 is not None \
             else at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
         work.append((i, "fw", op, dims, seen, 1.0))
         if kind == "conv":
@@ -334,7 +330,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
     if half and not megatron:
         work.extend(autocast.casts(seq, kinds, inside | {b.output for b in blocks},
-                                   at["fp32"], half_weights, fp32))
+                                   at["fp32"], half_weights))
     host = model.host_ms(framework) if host_ms is None else host_ms
     ms = model.kernel_ms([w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
                     host > 0)
