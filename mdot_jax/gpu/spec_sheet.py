@@ -377,13 +377,14 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
                         f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                         f"FlashAttention's forward and backward, {note}")
-    gaps = launch_bound(order, host) - sum(order)
+    end = launch_bound(order, host)
+    gaps = end - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
         operators.append(dict(type="launch gaps", name="the GPU waiting on the host to issue "
                               "kernels", ms=gaps))
-        if gaps > LAUNCH_BOUND * (gaps + sum(order)):
-            warnings.append(f"launch-bound: {gaps / (gaps + sum(order)):.0%} of the step waits "
+        if gaps > LAUNCH_BOUND * end:
+            warnings.append(f"launch-bound: {gaps / end:.0%} of the step waits "
                             f"on the host ({1e3 * host:.0f} us a kernel under {framework}, a "
                             "machine's: ours differed 1.2-1.5x; `mdot adapt "
                             "--from-measurements` fits your own steps)")
