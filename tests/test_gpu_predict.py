@@ -243,3 +243,24 @@ def test_autocast_adds_its_casts_and_the_host_its_gaps(step_model):
     assert any(w.startswith("launch-bound: ") and "50 us a kernel under pytorch" in w
                for w in slow.warnings)
     assert not any(w.startswith("launch-bound") for w in p.warnings)
+
+
+def test_recomputed_nodes_run_their_forward_again_before_their_backward(step_model):
+    """Checkpointing's nodes: their forward kernels priced once more in the backward, each
+    just before its node's backward kernels, and issued by the host like the rest."""
+    h100 = gpus.find("h100-sxm")
+    seq = _seq(attention(seq=8, dim=16), batch=2)
+    plain, again = [], []
+    p = price(seq, h100, step_model, host_ms=0.0, kernels=plain)
+    everything = price(seq, h100, step_model, host_ms=0.0, kernels=again,
+                       recompute=range(seq.num_ops))
+    n_fw = len(again) - len(plain)  # the forward's kernels, once more
+    assert n_fw > 0 and everything.phases["recomputation"] == pytest.approx(p.phases["forward"])
+    assert sorted(again) == pytest.approx(sorted(plain + plain[:n_fw]))
+    assert again[:n_fw] == plain[:n_fw]  # the forward first, then the backward
+    first = min(o["index"] for o in p.operators if "index" in o)
+    some = price(seq, h100, step_model, host_ms=0.0, recompute={first})
+    assert 0 < some.phases["recomputation"] < p.phases["forward"]
+    slow, slow_again = (price(seq, h100, step_model, host_ms=0.05, recompute=r)
+                        for r in ((), range(seq.num_ops)))
+    assert slow_again.iteration_ms >= slow.iteration_ms + 0.05 * n_fw  # the host issues them

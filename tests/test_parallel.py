@@ -114,7 +114,8 @@ def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
     job = dict(model=str(tmp_path / "m.onnx"), batch_size=8, device="h100-sxm",
                precision="amp-bf16")
     one, four = (predict(TrainingJob(**job, grad_accum=k)) for k in (1, 4))
-    for phase in ("forward", "backward"):
+    assert one.phases["launch gaps"] > 0  # each micro-batch's kernels issued by the host
+    for phase in ("forward", "backward", "launch gaps"):
         assert four.phases[phase] == pytest.approx(4 * one.phases[phase])
     assert four.phases["update"] == pytest.approx(one.phases["update"])
     assert four.global_batch == 4 * one.global_batch == 32
@@ -173,7 +174,10 @@ def test_activation_checkpointing_runs_the_forward_again_and_keeps_layer_inputs(
     plain = predict(TrainingJob(**job))
     ckpt = predict(TrainingJob(**job, activation_checkpointing="full"))
     assert ckpt.phases["recomputation"] == pytest.approx(plain.phases["forward"])
-    assert ckpt.iteration_ms == pytest.approx(plain.iteration_ms + plain.phases["forward"])
+    # a launch-bound step: the host issues the recomputed kernels too, at most as slowly as
+    # it issued the whole step's
+    extra = ckpt.iteration_ms - plain.iteration_ms - plain.phases["forward"]
+    assert 0 < extra <= plain.phases["launch gaps"]
     assert ckpt.memory_gb < plain.memory_gb and ckpt.mfu < plain.mfu
     four = predict(TrainingJob(**job, activation_checkpointing="full", grad_accum=4))
     assert four.phases["recomputation"] == pytest.approx(4 * ckpt.phases["recomputation"])

@@ -11,13 +11,14 @@ activations are alive, a 1/L share of all.
 `selective` (Megatron's `--recompute-granularity selective`): only the attention core (the
 scores, softmax, dropout and what lies between them and the output MatMul) is run again, so
 its S x S tensors are not kept; a fused attention keeps none anyway, and then nothing changes.
-The recomputation takes the core's forward: its operators' time times the step's forward
-share. Not measured: the rules are PyTorch's and Megatron's, the time the forward's price.
+`rerun` names the nodes run again; `spec_sheet.price` prices their forward kernels once more,
+issued by the host like any other (phase `recomputation`), and `checkpoint_layers` the memory.
+Not measured: the rules are PyTorch's and Megatron's, the time the forward's price.
 """
 
 from __future__ import annotations
 
-from converters.attention import Block, attention_blocks
+from converters.attention import Block
 from converters.sequence import CONFIG_FIELDS, OperatorSequence
 from mdot_jax.errors import RequestError
 from mdot_jax.serving.memory import HALF, saved, step_memory
@@ -26,37 +27,40 @@ from mdot_jax.serving.prediction import Prediction
 _OUT_NUMEL = CONFIG_FIELDS.index("out_numel")
 
 
-def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, optimizer: str,
-                      granularity: str = "full", fused: list[Block] | None = None,
-                      blocks: list[Block] | None = None) -> Prediction:
-    """`p` (one GPU's step of `seq`, with its phases; `fused`: its attention blocks priced
-    as fused kernels) with every layer (`blocks`, found in `seq` when not given)
-    checkpointed at `granularity`."""
-    blocks = attention_blocks(seq) if blocks is None else blocks
+def rerun(seq: OperatorSequence, granularity: str, blocks: list[Block],
+          fused: list[Block]) -> set[int]:
+    """The nodes whose forward kernels run again in the backward (`spec_sheet.price`'s
+    `recompute`): every one (`full`), or the attention cores of `blocks` unless fused."""
     if not blocks:
         raise RequestError("activation_checkpointing: no transformer layers (attention "
                            "blocks) found in the model to checkpoint", "activation_checkpointing")
-    fused = fused or []
+    if granularity == "full":
+        return set(range(seq.num_ops))
+    return set() if fused else {i for b in blocks for i in b.inner if i != b.output}
+
+
+def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, optimizer: str,
+                      granularity: str, fused: list[Block], blocks: list[Block]) -> Prediction:
+    """`p` (one GPU's step of `seq` priced with `rerun`'s nodes recomputed; `fused`: its
+    attention blocks priced as fused kernels) with the memory of every layer (`blocks`)
+    checkpointed at `granularity`, and a note."""
     scale = 0.5 if precision in HALF else 1.0
+    again = p.phases.get("recomputation", 0.0)
     if granularity == "selective":
         if fused:
             return p
-        core = {i for b in blocks for i in b.inner if i != b.output}
-        freed = float(saved(seq, (), scale)[sorted(core)].sum())
-        ms = sum(o["ms"] for o in p.operators or [] if o.get("index") in core)
-        fw, bw = p.phases.get("forward", 0.0), p.phases.get("backward", 0.0)
-        phases = dict(p.phases, recomputation=ms * fw / max(fw + bw, 1e-30))
+        core = sorted({i for b in blocks for i in b.inner if i != b.output})
+        freed = float(saved(seq, (), scale)[core].sum())
         note = (f"selective activation checkpointing over {len(blocks)} layers: the attention "
-                f"core run again in the backward ({phases['recomputation']:.3g} ms), "
-                f"{freed / 1e9:.3g} GB of its tensors not kept (Megatron's rules, not measured)")
-        return p.with_phases(phases, memory_gb=p.memory_gb - freed / 1e9,
+                f"core run again in the backward ({again:.3g} ms), {freed / 1e9:.3g} GB of its "
+                "tensors not kept (Megatron's rules, not measured)")
+        return p.with_phases(p.phases, memory_gb=p.memory_gb - freed / 1e9,
                              warnings=[*p.warnings, note])
     boundaries = 4.0 * scale * float(sum(seq.config[b.output, _OUT_NUMEL] for b in blocks))
     activations = step_memory(seq, precision, optimizer, fused=fused).activations
     kept = activations / len(blocks) + boundaries
-    phases = dict(p.phases, recomputation=p.phases.get("forward", 0.0))
     note = (f"activation checkpointing over {len(blocks)} layers: the forward run again in the "
-            f"backward ({phases['recomputation']:.3g} ms), activations {activations / 1e9:.3g}"
+            f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")
-    return p.with_phases(phases, memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,
+    return p.with_phases(p.phases, memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,
                          warnings=[*p.warnings, note])

@@ -24,6 +24,9 @@ The rules, per operator of the sequence:
 - memory-bound kernels (elementwise, normalisations, softmax, the update's passes, casts): at
   the share of the bandwidth a lent GPU's sweep measured, where the step model holds it
   (`StepModel.kernel_ms`, `gpu.streaming`).
+- activation checkpointing (`recompute`, the nodes `gpu.recompute.rerun` names): their
+  forward kernels run again in the backward, each just before its node's backward kernels, and
+  the host issues them too (phase `recomputation`).
 - the host: the framework issues one kernel every `StepModel.host_ms(framework)` (fitted on
   measured whole steps, `gpu_fit.best_host`) and the GPU runs them in order (`launch_bound`),
   each for its time less the fixed cost learned from kernels measured one at a time (the
@@ -53,7 +56,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -250,7 +253,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
           step: str = "train", optimizer: str = "sgd", fit: bool = True,
           attention: str = "eager", blocks: list[Block] | None = None,
           host_ms: float | None = None, kernels: list[float] | None = None,
-          half_weights: bool = False, framework: str = "pytorch") -> Prediction:
+          half_weights: bool = False, framework: str = "pytorch",
+          recompute: Collection[int] = ()) -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`, each with its `index` in `seq`), warnings for whatever is
     extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
@@ -260,7 +264,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     exported. `host_ms`: the host's time to issue a kernel (default: the model's fitted one);
     `kernels`, if given, receives the kernel times in the order they run. `half_weights`: the
     weights reach the step in the half type already (FSDP's mixed precision gathers them so):
-    autocast casts none of them. `framework`: whose kernels (the module docstring's rule)."""
+    autocast casts none of them. `framework`: whose kernels (the module docstring's rule).
+    `recompute`: the nodes whose forward kernels run again in the backward (checkpointing)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
@@ -341,13 +346,19 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                               [work[j][4] for j in on])
     per_op = np.zeros(len(names))
     phases = dict(forward=0.0, backward=0.0, update=0.0)
-    # the kernels as they run: the forward in node order, then the backward in reverse
+    # the kernels as they run: the forward in node order, then the backward in reverse, a
+    # recomputed node's forward kernels just before its backward ones
     timed = [(w[0], w[1], float(t) * w[5]) for w, t in zip(work, ms)]
+    rerun = frozenset(recompute)
+    again = [(i, "re", t) for i, phase, t in timed if phase == "fw" and i in rerun]
     order = [t for *_, t in sorted((x for x in timed if x[1] == "fw"), key=lambda x: x[0])
-             + sorted((x for x in timed if x[1] == "bw"), key=lambda x: -x[0])]
+             + sorted([x for x in timed if x[1] == "bw"] + again,
+                      key=lambda x: (-x[0], x[1] == "bw"))]
     for (i, phase, *_, factor), t in zip(work, ms):
         per_op[i] += float(t) * factor
         phases["forward" if phase == "fw" else "backward"] += float(t) * factor
+    if again:
+        phases["recomputation"] = sum(t for *_, t in again)
     operators: list[dict] = [dict(type=n, name=str(nm), ms=float(t), index=i)
                              for i, (n, nm, t) in enumerate(zip(names, seq.node_names, per_op))
                              if t > 0]

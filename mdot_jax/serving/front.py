@@ -221,7 +221,7 @@ class _SpecSheet:
         """The model at batch `b`, and one GPU's step of one micro-batch of it (its share
         under tensor parallelism, kept with its attention blocks for `parallel`)."""
         from mdot_jax.gpu import model_parallel
-        from mdot_jax.gpu.recompute import checkpoint_layers
+        from mdot_jax.gpu.recompute import checkpoint_layers, rerun
         from mdot_jax.gpu.spec_sheet import price
 
         job, precision = self.job, self.job.precision or "fp32"
@@ -233,11 +233,13 @@ class _SpecSheet:
         attention = self._attention(blocks, precision)
         # sharding keeps every operator in its place: the blocks found here hold for it
         self.seq, self.blocks = model_parallel.shard(seq, job.tp, job.sequence_parallel), blocks
+        self.fused = blocks if attention == "flash" else []
+        again = rerun(self.seq, job.activation_checkpointing, blocks, self.fused) \
+            if job.activation_checkpointing else set()
         one = price(self.seq, self.gpu, self.model, precision=precision,
                     step=job.step or "train", optimizer=job.optimizer, fit=False,
                     attention=attention, blocks=blocks, half_weights=job.strategy == "fsdp",
-                    framework=job.framework)
-        self.fused = blocks if attention == "flash" else []
+                    framework=job.framework, recompute=again)
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision, job.optimizer,
                                     job.activation_checkpointing, self.fused, blocks)
