@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             args.vtrain, jobs, "single", calibration).items()}
         save()
     best = min(r["grid"], key=r["grid"].__getitem__)
-    r["host_megatron_ms"] = float(best) / 1e3
+    r["host_megatron_ms"] = round(float(best) / 1e3, 7)
     print(f"megatron host {best} us: {r['grid'][best]:.1f}% over the calibration rows",
           file=sys.stderr)
     if "after" not in r:  # 2. every row with the chosen host
