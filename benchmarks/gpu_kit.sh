@@ -5,7 +5,9 @@
 #                                driver, clocks), PyTorch, Python, and what is installed
 #   kernels.jsonl                the precision sweep, first: GEMMs, batched GEMMs, fused
 #                                attention, elementwise and row-wise kernels on generated shapes
-#                                at fp32, tf32, fp16, bf16 and fp8 (`mdot_jax.measure.kernel_sweep`)
+#                                at fp32, tf32, fp16, bf16 and fp8; convolutions and batch norm
+#                                (NCHW and channels-last), cross-entropy over a vocabulary, AdamW
+#                                (`mdot_jax.measure.kernel_sweep`)
 #   amp-bf16-samples.jsonl       the probe; the GPU set (GPU_MODELS at 224 px or 256 tokens,
 #                                batch 32 and 128: steps that occupy the GPU); then the device
 #                                core set (64 px, 32 tokens: launch-bound on a big GPU);

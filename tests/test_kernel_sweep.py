@@ -23,6 +23,20 @@ def test_the_plan_spans_kinds_precisions_and_sizes():
         first)
 
 
+def test_the_network_kernels_span_layouts_and_leave_the_measured_shapes_as_they_were():
+    rows = kernel_sweep.plan(False)
+    cnn = [r for r in rows if r["kind"].startswith(("conv", "batch_norm"))]
+    assert {(r["kind"], r["layout"], r["precision"]) for r in cnn} == {
+        (k, lay, p) for k in ("conv", "conv-train", "batch_norm", "batch_norm-train")
+        for lay in ("nchw", "nhwc") for p in ("fp32", "bf16")}
+    convs = {tuple(r["dims"]) for r in cnn if r["kind"] == "conv"}
+    assert {d[4] for d in convs} == {1, 3} and len({d[2] for d in convs}) >= 4
+    assert all(kernel_sweep._work(r)[0] <= kernel_sweep.MAX_FLOPS for r in cnn)
+    assert {r["kind"] for r in rows} >= {"cross_entropy-train", "adamw"}
+    measured = {r["key"] for r in kernel_sweep.read("data/gpu-nvidia-h200/kernels.jsonl.xz")}
+    assert measured <= {r["key"] for r in rows}  # a lease's sweep resumes on the same shapes
+
+
 def test_a_dry_run_times_kernels_and_resumes(tmp_path):
     out = tmp_path / "k.jsonl"
     assert kernel_sweep.main([str(out), "--dry-run", "--seconds", "0"]) == 0
@@ -32,6 +46,7 @@ def test_a_dry_run_times_kernels_and_resumes(tmp_path):
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == len(kernel_sweep.plan(True)) and rows[0] == json.loads(first[0])
     assert all("ms" in r or r["error"] for r in rows)
+    assert all("ms" in r for r in rows if not r["kind"].startswith("sdpa"))  # CPU: no fused
 
 
 def test_a_burst_is_timed_per_launch():

@@ -11,7 +11,14 @@ The kernels:
 - `sdpa`: `scaled_dot_product_attention` forward and backward, causal, with the flash and the
   memory-efficient backends, at fp16 and bf16;
 - `elementwise` (add, mul, gelu), `layer_norm` and `softmax` over [rows, cols] at fp32 and
-  bf16.
+  bf16;
+- a CNN's kernels at fp32 (cuDNN's default: TF32 convolutions) and bf16, in NCHW and
+  channels-last (`layout`): `conv` (`F.conv2d` of [n, c, h, h] by [k, c, r, r] at a stride,
+  padding r // 2) and `batch_norm` (training mode, fp32 weights and statistics), each forward
+  alone and forward with backward (`-train`);
+- a language model's: `cross_entropy-train` (logits [tokens, vocab], forward and backward),
+  and `adamw` (`torch.optim.AdamW.step`, its default foreach kernels, over `tensors` fp32
+  parameters of `numel` each).
 Each row: the kernel, its precision and dims, the FLOPs and bytes it must do, the median of
 `REPEATS` timed bursts after a warm-up (CUDA events on a GPU; a burst is as many back-to-back
 launches as fill about `BURST_MS`, so small kernels are timed as a step's stream runs them,
@@ -65,7 +72,7 @@ def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
         rowwise = [(int(2 ** rng.uniform(8, 16)), int(2 ** rng.uniform(6, 14)) // 16 * 16)
                    for _ in range(24)]
         precisions, halves = GEMM_PRECISIONS, HALF
-    rows: list[list[dict]] = [[], [], []]
+    rows: list[list[dict]] = [[], [], [], _network_kernels(dry)]
     for kind, dims in gemms:
         rows[0] += [dict(kind=kind, precision=p, dims=dims) for p in precisions]
     for dims in sdpa:
@@ -81,8 +88,42 @@ def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
             if q:
                 out.append(q.pop(0))
     for r in out:
-        r["key"] = f"{r['kind']}/{r['precision']}/{'x'.join(map(str, r['dims']))}"
+        layout = f"{r['layout']}/" if "layout" in r else ""
+        r["key"] = f"{r['kind']}/{r['precision']}/{layout}{'x'.join(map(str, r['dims']))}"
     return list({r["key"]: r for r in out}.values())
+
+
+def _network_kernels(dry: bool) -> list[dict]:
+    """The CNN and language-model kernels of the plan (their own generator, so that adding them
+    left the other kinds' shapes as they were)."""
+    rng = np.random.default_rng(1)
+    if dry:
+        convs, norms = [(2, 8, 16, 8, 3, 1)], [(2, 8, 16)]
+        logits, updates, precisions = [(64, 512)], [(4, 1024)], ("fp32",)
+    else:
+        convs, norms = [], []
+        while len(convs) < 16:  # ResNet-like: channels against resolution, 1x1 and 3x3
+            h = int(rng.choice([7, 14, 28, 56, 112]))
+            c = int(rng.choice([16, 32, 64, 128, 256, 512, 1024]))
+            n = int(rng.choice([16, 32, 64, 128]))
+            r, stride = int(rng.choice([1, 3])), int(rng.choice([1, 1, 1, 2]))
+            k = int(c * rng.choice([0.25, 1, 1, 2, 4]))
+            conv = (n, c, h, k, r, stride)
+            if 2.0 * n * k * c * r * r * (h // stride) ** 2 <= MAX_FLOPS / 3 \
+                    and 4.0 * n * max(c, k) * h * h <= MAX_BYTES / 4:
+                convs.append(conv)
+                norms.append((n, k, h // stride))
+        logits = [(8192, 50304), (4096, 32000), (16384, 50304), (2048, 128256)]
+        updates = [(50, 2_500_000), (150, 2_400_000), (300, 1_000_000)]
+        precisions = ROWWISE
+    rows = [dict(kind=kind, precision=p, layout=layout, dims=d)
+            for conv, norm in zip(convs, norms) for p in precisions
+            for layout in ("nchw", "nhwc")
+            for kind, d in (("conv", conv), ("conv-train", conv),
+                            ("batch_norm", norm), ("batch_norm-train", norm))]
+    rows += [dict(kind="cross_entropy-train", precision=p, dims=d)
+             for d in logits for p in precisions]
+    return rows + [dict(kind="adamw", precision="fp32", dims=d) for d in updates]
 
 
 def _work(row: dict) -> tuple[float, float]:
@@ -96,7 +137,22 @@ def _work(row: dict) -> tuple[float, float]:
     if kind.startswith("sdpa"):
         b, h, s, d = dims
         return 3.5 * 4.0 * b * h * s * s * d / 2, width * 8.0 * b * h * s * d  # fwd + bwd
+    if kind.startswith("conv"):
+        n, c, h, k, r, stride = dims
+        out = n * k * (h // stride) ** 2
+        flops, nbytes = 2.0 * out * c * r * r, width * (n * c * h * h + k * c * r * r + out)
+        return (3 * flops, 3 * nbytes) if kind.endswith("train") else (flops, nbytes)
+    if kind.startswith("batch_norm"):  # read and write x; with the backward x, dy and dx too
+        n, c, h = dims
+        x = n * c * h * h
+        return (8.0 if kind.endswith("train") else 3.0) * x, width * x * (
+            5.0 if kind.endswith("train") else 2.0)
+    if kind == "adamw":  # read p, g, m, v; write p, m, v
+        tensors, numel = dims
+        return 12.0 * tensors * numel, 4.0 * 7 * tensors * numel
     rows, cols = dims
+    if kind == "cross_entropy-train":  # read the logits, write their gradient
+        return 8.0 * rows * cols, width * 2.0 * rows * cols
     return float(rows * cols), width * (3.0 if kind in ("add", "mul") else 2.0) * rows * cols
 
 
@@ -140,11 +196,59 @@ def _kernel(row: dict, device: str):
             with sdpa_kernel(backend):
                 F.scaled_dot_product_attention(q, kk, v, is_causal=True).sum().backward()
         return run
+    if kind.startswith(("conv", "batch_norm")):
+        return _cnn_kernel(row, device, dtype)
+    if kind == "adamw":
+        tensors, numel = dims
+        params = [torch.nn.Parameter(torch.randn(numel, device=device)) for _ in range(tensors)]
+        for q in params:
+            q.grad = torch.randn_like(q)
+        opt = torch.optim.AdamW(params, lr=1e-4)
+        return opt.step
     rows, cols = dims
+    if kind == "cross_entropy-train":
+        logits = new(rows, cols, grad=True)
+        target = torch.randint(cols, (rows,), device=device)
+        return lambda: F.cross_entropy(logits.float(), target).backward()
     x, y = new(rows, cols), new(rows, cols)
     return {"add": lambda: x + y, "mul": lambda: x * y, "gelu": lambda: F.gelu(x),
             "layer_norm": lambda: F.layer_norm(x, (cols,)),
             "softmax": lambda: torch.softmax(x, -1)}[kind]
+
+
+def _cnn_kernel(row: dict, device: str, dtype):
+    """A closure running a convolution or batch norm (forward, or forward and backward)."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default: fp32 convolutions in TF32
+    fmt = torch.channels_last if row["layout"] == "nhwc" else torch.contiguous_format
+    train = row["kind"].endswith("train")
+
+    def new(*shape: int, dt=dtype):
+        t = torch.randn(*shape, device=device, dtype=dt)
+        return (t.to(memory_format=fmt) if len(shape) == 4 else t).requires_grad_(train)
+
+    if row["kind"].startswith("conv"):
+        n, c, h, k, r, stride = row["dims"]
+        inputs = x, w = new(n, c, h, h), new(k, c, r, r)
+
+        def conv():
+            return F.conv2d(x, w, stride=stride, padding=r // 2)
+        run = conv
+    else:
+        n, c, h = row["dims"]
+        inputs = x, weight, bias = (new(n, c, h, h), new(c, dt=torch.float32),
+                                    new(c, dt=torch.float32))
+        mean, var = torch.zeros(c, device=device), torch.ones(c, device=device)
+
+        def norm():
+            return F.batch_norm(x, mean, var, weight, bias, training=True)
+        run = norm
+    if not train:
+        return run
+    grad = run().detach().clone()  # the output's gradient, in its layout
+    return lambda: torch.autograd.grad(run(), inputs, grad)  # no accumulation into .grad
 
 
 def _timed(run, device: str, launches: int = 1) -> float:
