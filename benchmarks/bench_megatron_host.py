@@ -23,6 +23,10 @@ The rule, written before any row is priced with the fixes:
    rows (the other six models: the number to quote, target 10%), the 360 calibration rows,
    the 109 multi-node rows (target 15%), and the single-node rows per split kind.
 No seeds: a grid search. Resumable by stage from `--out`/results.json.
+
+Run again, by the same rule, once a causal LM's loss joined its exported graph (the
+cross-entropy over [tokens, vocabulary], written before that run): the pricing the host was
+chosen on changed again. The first run's numbers stay in docs/studies/host-per-micro-batch.md.
 """
 
 from __future__ import annotations

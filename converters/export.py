@@ -269,7 +269,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                    **overrides: Any) -> onnx.ModelProto:
     """A Hugging Face causal language model built from its configuration alone (a
     `config.json`, its folder, or the dict; nothing is fetched), on the meta device, exported
-    as its training graph at `seq_len` tokens (`from_torch`; `convert(..., seq_len=...)`
+    as its training graph at `seq_len` tokens, the loss of its own next tokens included (the
+    labels are the inputs, as causal LM training has them; `from_torch`; `convert(..., seq_len=...)`
     predicts at other lengths up to the model's positions). `overrides` change config fields
     (e.g. `num_hidden_layers=2`). Any size exports in seconds, without allocating weights."""
     import json
@@ -298,6 +299,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"{where}: model_type {kind!r} builds no causal LM here: "
                               f"{msg}") from None
+    step = model.forward  # what a causal LM trains on: the loss of its own next tokens
+    model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
     return from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
                       input_names=["input_ids"])
 

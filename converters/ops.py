@@ -303,6 +303,21 @@ def softmax(node: NodeView) -> Cost:
     return Cost(5.0 * _in(node), 1.0, dict(axis=node.attrs.get("axis", -1)))
 
 
+@register("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", testcases=(
+    # the log-softmax's 5 and the pick of the target's: 6 per logit
+    (dict(op_type="SoftmaxCrossEntropyLoss", in_shapes=[(8, 100), (8,)], out_shapes=[()]),
+     6 * 800),
+    (dict(op_type="NegativeLogLikelihoodLoss", in_shapes=[(8, 100), (8,)], out_shapes=[()]),
+     800),
+))
+def loss(node: NodeView) -> Cost:
+    """A classification loss over [N, C] scores (C at axis 1): softmax cross-entropy is a
+    log-softmax (5 per score) and the pick of the target's (1); the negative log-likelihood
+    only the pick."""
+    per = 6.0 if node.op_type == "SoftmaxCrossEntropyLoss" else 1.0
+    return Cost(per * _in(node), 1.0, dict(axis=1))
+
+
 @register("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
           "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin", "CumSum", "TopK",
           testcases=(

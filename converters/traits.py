@@ -37,6 +37,11 @@ _register("gemm", "", "MatMul", "Gemm", "Einsum", keeps="input")
 _register("gemm", "", "MatMulInteger")
 _register("conv", "", "Conv", "ConvTranspose", keeps="input")
 _register("rowwise", "softmax", "Softmax", "LogSoftmax", keeps="output")
+# a loss over [N, C] scores: its rows are its input's (`LOSSES`); the backward keeps the
+# log-probabilities, the input's size
+_register("rowwise", "softmax", "SoftmaxCrossEntropyLoss", keeps="input")
+_register("copy", "addu", "NegativeLogLikelihoodLoss")  # a pick of one score a row
+LOSSES = frozenset({"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"})
 _register("rowwise", "ln", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
           "BatchNormalization", keeps="input")
 _register("rowwise", "ln", "RMSNormalization", "LpNormalization")

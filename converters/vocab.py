@@ -5,7 +5,7 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 3  # 2: Col2Im; 3: Silu (converters.fusion)
+VOCAB_VERSION = 4  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -43,6 +43,8 @@ _OP_TYPES = (
     "Col2Im",
     # appended in version 3: not an ONNX op; fused Sigmoid(x) * x
     "Silu",
+    # appended in version 4: a training graph's loss
+    "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES

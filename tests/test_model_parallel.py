@@ -58,6 +58,22 @@ def test_tensor_parallel_splits_the_gemms_heads_and_weights_not_the_residual_str
     assert shard(seq, 1) is seq
 
 
+def test_a_config_exports_its_loss_priced_over_the_vocabulary_and_split_by_tp(gpt):
+    """What a causal LM trains on: the cross-entropy of its logits ([tokens, vocabulary]),
+    a row-wise kernel of vocabulary-long rows; tensor parallelism splits the vocabulary."""
+    from mdot_jax.gpu.spec_sheet import classify
+
+    seq = gpt[1]
+    loss = int(np.flatnonzero(seq.op_names == "SoftmaxCrossEntropyLoss")[0])
+    c, load = seq.config[loss], seq.load[loss]
+    assert classify("SoftmaxCrossEntropyLoss", c, load) == ("softmax", "softmax", (1024, 1024))
+    assert load[0] == 6 * 4 * 256 * 1024  # 6 FLOPs a logit
+    assert not seq.unknown_ops
+    split = shard(seq, 4)
+    assert classify("SoftmaxCrossEntropyLoss", split.config[loss], split.load[loss])[2] == \
+        (1024, 256)
+
+
 def test_pipeline_bubble_memory_and_schedules(gpt):
     one = predict(_job(gpt, gpus=4, pp=4, grad_accum=4))
     many = predict(_job(gpt, gpus=4, pp=4, grad_accum=32))

@@ -1,15 +1,15 @@
 """Tensor and pipeline parallelism of a transformer, as Megatron-LM runs them, priced from one
 GPU's step on its spec sheet (`spec_sheet.price`).
 
-Tensor parallel over T GPUs (`shard`, the sequence one GPU runs): every weight GEMM split T
-ways (column-parallel by its output features, row-parallel by its input features: whichever
-is not the model's width; the vocabulary-parallel head by its vocabulary), the attention heads
-and everything between a column- and a row-parallel GEMM (scores, softmax, the MLP's
-activations, the logits) T ways; the residual stream (tensors as wide as the model: norms,
-residual adds, dropout on it) replicated, or cut T ways along the sequence with sequence
-parallelism. A layer all-reduces its [tokens, width] activations twice in the forward and
-twice in the backward (with sequence parallelism an all-gather and a reduce-scatter each: the
-same bytes), the vocabulary-parallel embedding once each way; nothing hides them.
+Tensor parallel over T GPUs (`shard`, the sequence one GPU runs): every weight GEMM split T ways
+(column-parallel by its output features, row-parallel by its input features: whichever is not
+the model's width; the vocabulary-parallel head by its vocabulary), the attention heads and
+everything between a column- and a row-parallel GEMM (scores, softmax, the MLP's activations,
+the logits and the loss over them) T ways; the residual stream (tensors as wide as the model:
+norms, residual adds, dropout on it) replicated, or cut T ways along the sequence with sequence
+parallelism. A layer all-reduces its [tokens, width] activations twice in the forward and twice
+in the backward (with sequence parallelism an all-gather and a reduce-scatter each: the same
+bytes), the vocabulary-parallel embedding once each way; nothing hides them.
 
 Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
 chunks of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved
@@ -38,6 +38,7 @@ import numpy as np
 
 from converters.attention import Block
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
+from converters.traits import LOSSES
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.parallel import LATENCY_US, Link, allreduce_ms, group_link
@@ -109,7 +110,7 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
 
 def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False) -> OperatorSequence:
     """The operators one GPU of a `tp`-way tensor-parallel group runs (module docstring)."""
-    from mdot_jax.gpu.spec_sheet import classify
+    from mdot_jax.gpu.spec_sheet import classes_field, classify
 
     if tp == 1:
         return seq
@@ -128,6 +129,9 @@ def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False) -> Op
             else:  # the input's features and the weight's rows split, partial sums whole
                 config[i, [_C["mm_k"], _C["in_numel"], _C["in_d3"]]] /= tp
                 load[i, _L["bytes_written"]] = ld[_L["bytes_written"]]
+        elif name in LOSSES and c[_C["in_numel"]] % tp == 0:  # vocabulary-parallel: the
+            load[i, _ALL_LOAD] /= tp  # scores' classes split
+            config[i, [_C["in_numel"], _C[classes_field(c)]]] /= tp
         elif ld[_L["params"]] > 2 * d:  # a weight matrix (however it reaches its GEMM), or
             load[i, _L["params"]] /= tp  # the vocabulary-parallel embedding: its rows split
         elif op == "bmm" or (last != d and n >= tokens * d / 64 and n % tp == 0):

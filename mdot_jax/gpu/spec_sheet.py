@@ -64,7 +64,7 @@ import numpy as np
 from converters import OperatorSequence
 from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
-from converters.traits import TRAITS, of_kind
+from converters.traits import LOSSES, TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import autocast, tensor_cores
 from mdot_jax.gpu import catalog as gpus
@@ -192,9 +192,17 @@ def _peaks(gpu: GPU, precision: str, measured: Sequence[str] = ()
                 memory=gpus.as_seen(gpu, fp32, width), fp32=gpu), warnings
 
 
+def classes_field(c: np.ndarray) -> str:
+    """The config field holding a loss's classes (its input's axis 1)."""
+    return f"in_d{min(5 - int(c[_C['in_rank']]), 3)}"
+
+
 def _rowwise(op_type: str, c: np.ndarray) -> tuple[int, int]:
-    """(rows, row length) of a softmax or normalisation kernel."""
+    """(rows, row length) of a softmax, loss or normalisation kernel."""
     n, rank = int(c[_C["out_numel"]]), int(c[_C["out_rank"]])
+    if op_type in LOSSES:  # [N, C, ...] scores, C at axis 1: rows of C
+        n, classes = int(c[_C["in_numel"]]), int(c[_C[classes_field(c)]])
+        return max(n // max(classes, 1), 1), max(classes, 1)
     if op_type in ("BatchNormalization", "InstanceNormalization") and rank >= 2:
         d = [int(c[_C[f"out_d{i}"]]) for i in range(4)]
         rows = d[3] if rank == 2 else d[4 - rank] * d[5 - rank]  # channels (x batch)

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from mdot_jax.measure import resumable
-from mdot_jax.options import ARITHMETIC
+from mdot_jax.options import ARITHMETIC, LAYOUTS
 
 REPEATS = 10
 BURST_MS = 1.0  # back-to-back launches per timed repeat fill about this much GPU time
@@ -118,7 +118,7 @@ def _network_kernels(dry: bool) -> list[dict]:
         precisions = ROWWISE
     rows = [dict(kind=kind, precision=p, layout=layout, dims=d)
             for conv, norm in zip(convs, norms) for p in precisions
-            for layout in ("nchw", "nhwc")
+            for layout in LAYOUTS
             for kind, d in (("conv", conv), ("conv-train", conv),
                             ("batch_norm", norm), ("batch_norm-train", norm))]
     rows += [dict(kind="cross_entropy-train", precision=p, dims=d)
