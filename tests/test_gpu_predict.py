@@ -264,26 +264,3 @@ def test_recomputed_nodes_run_their_forward_again_before_their_backward(step_mod
     slow, slow_again = (price(seq, h100, step_model, host_ms=0.05, recompute=r)
                         for r in ((), range(seq.num_ops)))
     assert slow_again.iteration_ms >= slow.iteration_ms + 0.05 * n_fw  # the host issues them
-
-
-def test_amp_steps_carry_the_amp_band_only_where_tensor_cores_were_measured(step_model):
-    """`amp_band`: an AMP step on a listed architecture, with no convolution (none measured at
-    AMP), carries it; a convolution, another architecture or fp32 falls back to the rules
-    before (no band at AMP)."""
-    import dataclasses
-    import math
-
-    banded = dataclasses.replace(step_model, info=dict(step_model.info, amp_band=dict(
-        band=[-0.1, 0.3], architectures=["hopper"])))
-    h100, a100 = gpus.find("h100-sxm"), gpus.find("a100-sxm-80gb")
-    seq = _seq(attention(seq=64, dim=256), batch=8)
-    p = price(seq, h100, banded, precision="amp-bf16")
-    t = p.iteration_ms
-    assert p.interval_ms == pytest.approx((t * math.exp(-0.1), t * math.exp(0.3)))
-    assert price(seq, h100, step_model, precision="amp-bf16").interval_ms is None
-    assert price(seq, a100, banded, precision="amp-bf16").interval_ms is None
-    assert price(seq, h100, banded, precision="tf32").interval_ms is None
-    conv = _seq(conv_bn_relu(training=True, size=32), batch=16)
-    assert price(conv, h100, banded, precision="amp-bf16").interval_ms is None
-    fp32 = price(seq, h100, banded)  # the fp32 band, where it applied before
-    assert fp32.interval_ms == price(seq, h100, step_model).interval_ms

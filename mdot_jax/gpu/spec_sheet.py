@@ -38,9 +38,6 @@ The rules, per operator of the sequence:
   it (forward and backward); under FSDP no weight is cast (its mixed precision, as LLM
   trainers configure it, gathers them in the half type). Small steps are launch-bound: their
   number counts, not their bytes.
-- the 80% band: at fp32 where nothing is extrapolated (`StepModel.band`); at `amp-*` on the
-  architectures whose tensor cores were measured, for steps without convolutions (not
-  measured at AMP) or unmeasured operators (`amp_band`, measured on lease machines' steps).
 - precision: `fp32` is PyTorch's default: matmuls on the fp32 CUDA cores, convolutions in TF32
   where the GPU has TF32 tensor cores (cuDNN's default); `tf32` both in TF32; `amp-fp16` and
   `amp-bf16` GEMMs and convolutions at that tensor-core peak on 2-byte tensors, elementwise
@@ -427,17 +424,14 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; the "
                         f"{gpu.name} is priced unadapted")
         adapted = None
-    band = None if classes & set(extrapolated) or other or odd_convs or seq.unknown_ops \
-        or blocks else model.band  # fused attention: priced, not measured
-    amp = model.info.get("amp_band")
-    if half and amp and gpu.architecture in amp["architectures"] and "conv" not in classes \
-            and not (other or seq.unknown_ops):  # measured tensor cores: its own band
-        band = tuple(amp["band"])
+    band_ok = not (classes & set(extrapolated) or other or odd_convs or seq.unknown_ops
+                   or blocks)  # fused attention: priced, not measured
     p = Prediction(iteration_ms=total, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq),
                    warnings=warnings, operators=operators, phases=phases,
                    interval_ms=fitted.interval(total) if adapted else
-                   (total * math.exp(band[0]), total * math.exp(band[1])) if band else None)
+                   (total * math.exp(model.band[0]), total * math.exp(model.band[1]))
+                   if band_ok else None)
     p.memory_gb = step_memory(seq, precision, optimizer, fused=blocks).total / 1e9
     if fit:
         check_fit(p, gpu.memory_gb, f"the {gpu.name}'s memory")
