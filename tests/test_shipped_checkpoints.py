@@ -164,6 +164,8 @@ def test_mdot_train_defaults_to_the_recipe_the_checkpoints_were_trained_with(nam
     ours = dataclasses.asdict(recipe.model)
     for k in data_set:
         ours.pop(k)
+    # the operator vocabulary is the code's: a later version only appends types
+    assert ours.pop("vocab_size") >= shipped.pop("vocab_size")
     assert ours == shipped and meta.get("companion")
     trained = meta["train"]["train_config"]
     assert (trained["epochs"], trained["patience"]) == (recipe.train.epochs,
