@@ -11,7 +11,9 @@ without full activation checkpointing (`gradient_checkpointing_enable`). A step 
 cross-entropy over the vocabulary, backward and the update, CUDA synchronised; 2 untimed, then
 the median of 5. Each row carries the config and the fields of a `TrainingJob` that prices it,
 the peak memory allocated, what the host issued in one more step under the profiler (kernel
-launches on a GPU, ATen operators), or why it could not run (out of memory). Rows are
+launches on a GPU, ATen operators), the GPU's busy time in that step (`gpu_ms`: its kernels'
+own times summed) and its `BUSIEST` kernels by time (name, launches, ms; on a CPU the ATen
+operators by their own host time), or why it could not run (out of memory). Rows are
 appended as they are measured and a second run skips what is there; no step starts after
 `--seconds`. On a CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32.
 """
@@ -29,6 +31,7 @@ SIZES = {"gpt2-124m": dict(n_layer=12, n_embd=768, n_head=12),
 TOKENS = (1024, 2048, 4096)
 BATCH_TOKENS = 8192
 DRY = {"gpt2-tiny": dict(n_layer=2, n_embd=64, n_head=4)}
+BUSIEST = 30  # kernels (ATen operators on a CPU) of the profiled step kept, by time
 
 
 def plan(dry: bool) -> list[dict]:
@@ -106,8 +109,17 @@ def _counts(step, device: str) -> dict:
         if cuda:
             torch.cuda.synchronize()
     events = prof.key_averages()
+    if cuda:  # the kernels, by their own GPU time
+        timed = [(e.key, e.count, e.self_device_time_total / 1e3) for e in events
+                 if e.device_type == torch.autograd.DeviceType.CUDA]
+    else:  # the ATen operators, by their own host time
+        timed = [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in events
+                 if e.key.startswith("aten::")]
+    timed.sort(key=lambda x: -x[2])
     return dict(launches=sum(e.count for e in events if "LaunchKernel" in e.key) if cuda
-                else None, aten_ops=sum(e.count for e in events if e.key.startswith("aten::")))
+                else None, aten_ops=sum(e.count for e in events if e.key.startswith("aten::")),
+                gpu_ms=sum(t for *_, t in timed) if cuda else None,
+                busiest=[[name[:100], n, round(t, 4)] for name, n, t in timed[:BUSIEST]])
 
 
 def main(argv: list[str] | None = None) -> int:
