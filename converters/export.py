@@ -269,10 +269,11 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                    **overrides: Any) -> onnx.ModelProto:
     """A Hugging Face causal language model built from its configuration alone (a
     `config.json`, its folder, or the dict; nothing is fetched), on the meta device, exported
-    as its training graph at `seq_len` tokens, the loss of its own next tokens included (the
-    labels are the inputs, as causal LM training has them; `from_torch`; `convert(..., seq_len=...)`
+    as its training graph at `seq_len` tokens with the loss of its own next tokens (the labels
+    are the inputs, as causal LM training has them; `from_torch`; `convert(..., seq_len=...)`
     predicts at other lengths up to the model's positions). `overrides` change config fields
-    (e.g. `num_hidden_layers=2`). Any size exports in seconds, without allocating weights."""
+    (e.g. `num_hidden_layers=2`). Any size exports without allocating weights (a 70B Llama in
+    about half a minute on 2 cores)."""
     import json
 
     import torch

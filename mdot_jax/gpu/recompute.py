@@ -36,7 +36,12 @@ def rerun(seq: OperatorSequence, granularity: str, blocks: list[Block],
                            "blocks) found in the model to checkpoint", "activation_checkpointing")
     if granularity == "full":
         return set(range(seq.num_ops))
-    return set() if fused else {i for b in blocks for i in b.inner if i != b.output}
+    return set() if fused else _cores(blocks)
+
+
+def _cores(blocks: list[Block]) -> set[int]:
+    """The attention cores: each block's nodes but its output MatMul."""
+    return {i for b in blocks for i in b.inner if i != b.output}
 
 
 def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, optimizer: str,
@@ -49,7 +54,7 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, opti
     if granularity == "selective":
         if fused:
             return p
-        core = sorted({i for b in blocks for i in b.inner if i != b.output})
+        core = sorted(_cores(blocks))
         freed = float(saved(seq, (), scale)[core].sum())
         note = (f"selective activation checkpointing over {len(blocks)} layers: the attention "
                 f"core run again in the backward ({again:.3g} ms), {freed / 1e9:.3g} GB of its "
