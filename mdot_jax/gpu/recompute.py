@@ -18,6 +18,8 @@ Not measured: the rules are PyTorch's and Megatron's, the time the forward's pri
 
 from __future__ import annotations
 
+import dataclasses
+
 from converters.attention import Block
 from converters.sequence import CONFIG_FIELDS, OperatorSequence
 from mdot_jax.errors import RequestError
@@ -59,13 +61,13 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, opti
         note = (f"selective activation checkpointing over {len(blocks)} layers: the attention "
                 f"core run again in the backward ({again:.3g} ms), {freed / 1e9:.3g} GB of its "
                 "tensors not kept (Megatron's rules, not measured)")
-        return p.with_phases(p.phases, memory_gb=p.memory_gb - freed / 1e9,
-                             warnings=[*p.warnings, note])
+        return dataclasses.replace(p, memory_gb=p.memory_gb - freed / 1e9,
+                                   warnings=[*p.warnings, note])
     boundaries = 4.0 * scale * float(sum(seq.config[b.output, _OUT_NUMEL] for b in blocks))
     activations = step_memory(seq, precision, optimizer, fused=fused).activations
     kept = activations / len(blocks) + boundaries
     note = (f"activation checkpointing over {len(blocks)} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")
-    return p.with_phases(p.phases, memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,
-                         warnings=[*p.warnings, note])
+    return dataclasses.replace(p, memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,
+                               warnings=[*p.warnings, note])
