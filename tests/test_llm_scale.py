@@ -44,7 +44,7 @@ def test_a_70b_llama_in_3d_parallel_from_its_config(tmp_path):
     p = predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=2048, batch_size=1,
                             device="h100-sxm", gpus=8, nodes=8, tp=8, pp=8, grad_accum=32,
                             precision="amp-bf16", optimizer="adamw"))
-    assert time.perf_counter() - t < 120  # export and pricing; about 45 s on 2 cores
+    assert time.perf_counter() - t < 120  # export and pricing; about 23 s on 2 cores
     assert p.gpus == 64 and p.replicas == 1 and p.tokens_per_s > 0 and 0 < p.mfu < 1
     assert p.memory_gb < 80 and p.phases["bubble"] > 0
     assert not any("not fit" in w for w in p.warnings)

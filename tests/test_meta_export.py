@@ -95,23 +95,9 @@ def test_gpt2_sizes_on_meta_count_their_parameters(n_embd, n_layer, n_head):
     assert abs(seq.meta["params"] / true - 1) < 0.01
 
 
-def test_a_config_json_exports_at_any_size(tmp_path):
-    """`from_hf_config`: a causal LM from its config.json alone (no network), on meta."""
+def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
     from converters import from_hf_config
 
-    for name, fields in {"gpt2": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=500),
-                         "llama": dict(hidden_size=64, intermediate_size=172,
-                                       num_hidden_layers=2, num_attention_heads=4,
-                                       vocab_size=500),
-                         "mpt": dict(d_model=64, n_heads=4, n_layers=2, vocab_size=500)}.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "config.json").write_text(json.dumps(dict(fields, model_type=name)))
-        seq = _sequence(from_hf_config(tmp_path / name, seq_len=16))
-        cfg = transformers.AutoConfig.for_model(name, **fields)
-        with torch.device("meta"):
-            true = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(
-                cfg).parameters())
-        assert seq.meta["params"] == true, name
     (tmp_path / "bad.json").write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(ConversionError, match="bad.json: no 'model_type'"):
         from_hf_config(tmp_path / "bad.json")
@@ -145,3 +131,57 @@ def test_a_causal_lm_exports_the_logits_of_every_position(name):
     seq = _sequence(proto, batch=2)
     written = seq.load[:, LOAD_FIELDS.index("bytes_written")]
     assert seq.op_names[-1] == "MatMul" and written[-1] == 4 * 2 * 16 * 500  # fp32 logits
+
+
+REPEATED = {  # 4 layers: layer 1 copied twice
+    "gpt2": dict(n_layer=4, n_embd=64, n_head=4, vocab_size=500),
+    "llama": dict(hidden_size=64, intermediate_size=172, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=500),
+    "mpt": dict(d_model=64, n_heads=4, n_layers=4, vocab_size=500),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REPEATED))
+def test_a_config_json_exports_every_layer_tracing_two(name, tmp_path, monkeypatch):
+    """`from_hf_config`: a causal LM from its config.json alone (no network), on meta. A 70B
+    decoder's 80 layers took half a minute to trace: two are traced and layer 1 is copied in
+    the graph (`converters.repeat`); the operator sequence is the full trace's."""
+    import converters.export as export
+    from converters import from_hf_config
+
+    fields, copied = dict(REPEATED[name], model_type=name), []
+    (tmp_path / "config.json").write_text(json.dumps(fields))
+    full = _sequence(from_hf_config(fields, seq_len=16, repeat=False))
+    real = export.repeat_layer
+    monkeypatch.setattr(export, "repeat_layer", lambda m, s, n: copied.append(n) or real(m, s, n))
+    fast = _sequence(from_hf_config(tmp_path, seq_len=16))
+    assert copied == [4]
+    for f in ("op_type", "config", "load", "edges", "node_names"):
+        np.testing.assert_array_equal(getattr(fast, f), getattr(full, f), err_msg=f)
+    assert fast.meta == full.meta
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(name, **REPEATED[name]))
+    assert fast.meta["params"] == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.slow
+def test_layers_that_differ_are_all_traced(monkeypatch):
+    """Gemma 2 alternates sliding-window and full attention: layer 1 is not every layer."""
+    import converters.export as export
+    from converters import from_hf_config
+    from converters.repeat import layer_stack, repeatable
+
+    fields = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, head_dim=16,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=500)
+    cfg = transformers.AutoConfig.for_model("gemma2", **fields)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    name, layers = layer_stack(model)
+    assert name == "model.layers" and not repeatable(layers, cfg)
+    cfg.layer_types = [cfg.layer_types[1]] * 4  # the config agrees; the modules still differ
+    assert not repeatable(layers, cfg)
+    monkeypatch.setattr(export, "repeat_layer", lambda *a: pytest.fail("repeated"))
+    seq = _sequence(from_hf_config(dict(fields, model_type="gemma2"), seq_len=16))
+    assert seq.meta["params"] == sum(p.numel() for p in model.parameters())
+    assert sum(f"layers.{i}/" in n for n in seq.node_names for i in (2, 3)) > 0

@@ -1,0 +1,130 @@
+"""A deep stack of identical layers exported once and repeated in the ONNX graph.
+
+Tracing a 70B decoder's 80 layers through PyTorch's exporter takes half a minute and a GB of
+memory to write the same layer 80 times. When every layer after the first is the same module
+(class, shapes and settings; only its index differs), the model is exported with its first two
+layers and layer 1's nodes are copied once per missing layer: each copy reads its own
+parameters (`...layers.K.weight`), the layer before it's output in place of layer 0's, and the
+constants and shared tensors (masks, rotary tables) layer 1 reads; what read the last layer's
+output reads the last copy's. The result is the graph the full export gives, up to which
+Constant node holds a value (tests compare the two).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+
+from converters.errors import ConversionError
+
+_SCALARS = (bool, int, float, str, type(None))
+_INDEX_LIKE = ("idx", "index", "layer_id", "layer_number")  # a layer's own position
+
+
+def layer_stack(model: Any) -> tuple[str, Any] | None:
+    """The longest `ModuleList` of `model` (its qualified name, the list), the layers a
+    decoder repeats; None if it has none of at least 3 layers."""
+    import torch
+
+    lists = [(name, m) for name, m in model.named_modules()
+             if isinstance(m, torch.nn.ModuleList) and len(m) >= 3]
+    return max(lists, key=lambda nm: len(nm[1]), default=None)
+
+
+def _signature(layer: Any) -> list:
+    """What a layer computes, less its index: every submodule's class and scalar settings, every
+    parameter's and buffer's shape and dtype."""
+    sig: list = []
+    for name, m in layer.named_modules():
+        settings = sorted((k, v) for k, v in vars(m).items() if isinstance(v, _SCALARS)
+                          and not any(s in k.lower() for s in _INDEX_LIKE))
+        sig.append((name, type(m).__qualname__, settings))
+    sig += [(n, tuple(t.shape), str(t.dtype)) for n, t in layer.named_parameters()]
+    sig += [(n, tuple(t.shape), str(t.dtype)) for n, t in layer.named_buffers()]
+    return sig
+
+
+def repeatable(layers: Any, config: Any) -> bool:
+    """Whether layers 1..L-1 are one module repeated: the same signature, and no config field
+    listing a value per layer (e.g. `layer_types`) that differs among them."""
+    first = _signature(layers[1])
+    if any(_signature(layer) != first for layer in layers[2:]):
+        return False
+    fields = config.to_dict() if hasattr(config, "to_dict") else {}
+    return not any(isinstance(v, list) and len(v) == len(layers)
+                   and any(x != v[1] for x in v[2:]) for v in fields.values())
+
+
+def repeat_layer(model: onnx.ModelProto, stack: str, count: int) -> None:
+    """Copies layer 1 of a graph exported with 2 layers of the `ModuleList` named `stack`
+    (e.g. `model.layers`) until it has `count`. In place; a ConversionError if layer 1 does not
+    read layer 0's output as the layers after it read its own."""
+    graph = model.graph
+    scope = "/" + stack.replace(".", "/")  # the exporter's node scopes: /model/layers.1/...
+    s0, s1 = f"{scope}.0/", f"{scope}.1/"
+    p1 = f"{stack}.1."
+    nodes = list(graph.node)
+    ones = [i for i, n in enumerate(nodes) if s1 in n.name]
+    if not ones:
+        raise ConversionError(f"{stack}: no node of layer 1 in the exported graph")
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for i in ones for a in nodes[i].attribute):
+        raise ConversionError(f"{stack}: layer 1 holds a subgraph: its layers cannot be repeated")
+    last = ones[-1]
+    layer = [nodes[i] for i in ones]
+    made = {o for n in layer for o in n.output}
+    after = nodes[last + 1:]
+    leaving = {t for n in after for t in n.input if t in made} | \
+              {o.name for o in graph.output if o.name in made}
+    produced0 = {o for n in nodes if s0 in n.name for o in n.output}
+    carried = {}  # layer 0's tensor -> layer 1's, the stream one layer hands the next
+    for n in layer:
+        for t in n.input:
+            if t in produced0 and t.replace(s0, s1) in leaving:
+                carried[t] = t.replace(s0, s1)
+    if set(carried.values()) != leaving:
+        raise ConversionError(f"{stack}: layer 1 hands on {sorted(leaving - set(carried.values()))}"
+                              " that layer 0 does not: its layers cannot be repeated")
+
+    def renamed(t: str, k: int) -> str:
+        return t.replace(s1, f"{scope}.{k}/") if s1 in t else f"{scope}.{k}/{t}"
+
+    copies: list[onnx.NodeProto] = []
+    for k in range(2, count):
+        for n in layer:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            c.name = n.name.replace(s1, f"{scope}.{k}/")
+            for j, t in enumerate(n.input):
+                if t in made:
+                    c.input[j] = renamed(t, k)
+                elif t in carried:
+                    c.input[j] = renamed(carried[t], k - 1)
+                elif t.startswith(p1):
+                    c.input[j] = f"{stack}.{k}." + t[len(p1):]
+            for j, t in enumerate(n.output):
+                c.output[j] = renamed(t, k)
+            copies.append(c)
+    for n in after:
+        for j, t in enumerate(n.input):
+            if t in leaving:
+                n.input[j] = renamed(t, count - 1)
+    for o in graph.output:
+        if o.name in leaving:
+            o.name = renamed(o.name, count - 1)
+    del graph.node[:]
+    graph.node.extend(nodes[:last + 1] + copies + after)
+
+    inputs = list(graph.input)
+    params1 = [i for i, v in enumerate(inputs) if v.name.startswith(p1)]
+    extra = []
+    for k in range(2, count):
+        for i in params1:
+            v = onnx.ValueInfoProto()
+            v.CopyFrom(inputs[i])
+            v.name = f"{stack}.{k}." + v.name[len(p1):]
+            extra.append(v)
+    at = params1[-1] + 1 if params1 else len(inputs)
+    del graph.input[:]
+    graph.input.extend(inputs[:at] + extra + inputs[at:])

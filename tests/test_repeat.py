@@ -1,0 +1,41 @@
+"""`converters.repeat`: layer 1 of a two-layer graph copied until the stack is full."""
+
+import pytest
+from onnx import TensorProto, helper
+
+from converters import ConversionError
+from converters.repeat import repeat_layer
+
+
+def _graph(layer1_reads: str):
+    """x -> layers.0 (Mul w0) -> layers.1 (Mul w1, reading `layer1_reads`) -> Relu -> y."""
+    t = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    nodes = [helper.make_node("Mul", ["x", "m.layers.0.w"], ["/m/layers.0/Mul_output_0"],
+                              name="/m/layers.0/Mul"),
+             helper.make_node("Mul", [layer1_reads, "m.layers.1.w"], ["/m/layers.1/Mul_output_0"],
+                              name="/m/layers.1/Mul"),
+             helper.make_node("Relu", ["/m/layers.1/Mul_output_0"], ["y"], name="/m/Relu")]
+    g = helper.make_graph(nodes, "g", [t("x"), t("m.layers.0.w"), t("m.layers.1.w")], [t("y")])
+    return helper.make_model(g)
+
+
+def test_each_copy_reads_its_own_weights_and_the_layer_before_it():
+    model = _graph("/m/layers.0/Mul_output_0")
+    repeat_layer(model, "m.layers", 4)
+    got = [(n.name, list(n.input), list(n.output)) for n in model.graph.node]
+    assert got == [
+        ("/m/layers.0/Mul", ["x", "m.layers.0.w"], ["/m/layers.0/Mul_output_0"]),
+        ("/m/layers.1/Mul", ["/m/layers.0/Mul_output_0", "m.layers.1.w"],
+         ["/m/layers.1/Mul_output_0"]),
+        ("/m/layers.2/Mul", ["/m/layers.1/Mul_output_0", "m.layers.2.w"],
+         ["/m/layers.2/Mul_output_0"]),
+        ("/m/layers.3/Mul", ["/m/layers.2/Mul_output_0", "m.layers.3.w"],
+         ["/m/layers.3/Mul_output_0"]),
+        ("/m/Relu", ["/m/layers.3/Mul_output_0"], ["y"])]
+    assert [i.name for i in model.graph.input] == ["x", "m.layers.0.w", "m.layers.1.w",
+                                                   "m.layers.2.w", "m.layers.3.w"]
+
+
+def test_a_layer_not_reading_its_predecessor_cannot_be_repeated():
+    with pytest.raises(ConversionError, match="m.layers: layer 1 hands on"):
+        repeat_layer(_graph("x"), "m.layers", 4)
