@@ -305,7 +305,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
     step = model.forward  # what a causal LM trains on: the loss of its own next tokens
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
     tokens = torch.zeros(1, seq_len, dtype=torch.long)
-    stack = layer_stack(model) if repeat else None
+    stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0)) if repeat else None
     if stack is None or not repeatable(stack[1], cfg):
         return from_torch(model, tokens, input_names=["input_ids"])
     (name, layers), params = stack, [n for n, _ in model.named_parameters()]

@@ -22,14 +22,15 @@ _SCALARS = (bool, int, float, str, type(None))
 _INDEX_LIKE = ("idx", "index", "layer_id", "layer_number")  # a layer's own position
 
 
-def layer_stack(model: Any) -> tuple[str, Any] | None:
-    """The longest `ModuleList` of `model` (its qualified name, the list), the layers a
-    decoder repeats; None if it has none of at least 3 layers."""
+def layer_stack(model: Any, count: int) -> tuple[str, Any] | None:
+    """The outermost `ModuleList` of `model` holding its `count` layers (its qualified name, the
+    list); None if it has none or `count` < 3. By count, not length: a mixture of experts'
+    list of experts may be longer than the stack of layers."""
     import torch
 
     lists = [(name, m) for name, m in model.named_modules()
-             if isinstance(m, torch.nn.ModuleList) and len(m) >= 3]
-    return max(lists, key=lambda nm: len(nm[1]), default=None)
+             if isinstance(m, torch.nn.ModuleList) and len(m) == count >= 3]
+    return min(lists, key=lambda nm: nm[0].count("."), default=None)
 
 
 def _signature(layer: Any) -> list:

@@ -177,7 +177,7 @@ def test_layers_that_differ_are_all_traced(monkeypatch):
     cfg = transformers.AutoConfig.for_model("gemma2", **fields)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
-    name, layers = layer_stack(model)
+    name, layers = layer_stack(model, 4)
     assert name == "model.layers" and not repeatable(layers, cfg)
     cfg.layer_types = [cfg.layer_types[1]] * 4  # the config agrees; the modules still differ
     assert not repeatable(layers, cfg)

@@ -39,3 +39,22 @@ def test_each_copy_reads_its_own_weights_and_the_layer_before_it():
 def test_a_layer_not_reading_its_predecessor_cannot_be_repeated():
     with pytest.raises(ConversionError, match="m.layers: layer 1 hands on"):
         repeat_layer(_graph("x"), "m.layers", 4)
+
+
+def test_the_stack_is_the_list_of_the_configs_layers_not_a_longer_one():
+    """A mixture of experts holds a list of experts per layer, longer than the stack."""
+    torch = pytest.importorskip("torch")
+    from converters.repeat import layer_stack, repeatable
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(8))
+
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList(Layer() for _ in range(3))
+    name, layers = layer_stack(model, 3)
+    assert name == "layers" and repeatable(layers, None)
+    assert layer_stack(model, 2) is None  # two layers: nothing to repeat
+    layers[2].experts.append(torch.nn.Linear(4, 4))
+    assert not repeatable(layers, None)
