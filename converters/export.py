@@ -266,6 +266,9 @@ def _unmerge(model: onnx.ModelProto, tensors: set[str]) -> None:
         graph.node.extend(keep)
 
 
+EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts")  # config fields
+
+
 def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repeat: bool = True,
                    **overrides: Any) -> onnx.ModelProto:
     """A Hugging Face causal language model built from its configuration alone (a
@@ -295,13 +298,20 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
     kind = fields.pop("model_type")
     try:
         cfg = transformers.AutoConfig.for_model(kind, **fields)
-        with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(cfg)
-    except (ValueError, KeyError, TypeError) as e:
+        experts = max((v for k, v in cfg.to_dict().items()
+                       if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
+        if experts < 2:
+            with torch.device("meta"):
+                model = transformers.AutoModelForCausalLM.from_config(cfg)
+    except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"{where}: model_type {kind!r} builds no causal LM here: "
                               f"{msg}") from None
+    if experts > 1:
+        raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts: "
+                              "not priced yet (its layers route each token by value, which a "
+                              "weight-free export cannot follow)")
     step = model.forward  # what a causal LM trains on: the loss of its own next tokens
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
     tokens = torch.zeros(1, seq_len, dtype=torch.long)

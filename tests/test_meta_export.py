@@ -101,6 +101,12 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(ConversionError, match="bad.json: no 'model_type'"):
         from_hf_config(tmp_path / "bad.json")
+    # a field the config class will not take: its own words, no traceback
+    with pytest.raises(ConversionError, match="'falcon' builds no causal LM here: .*head_dim"):
+        from_hf_config({"model_type": "falcon", "head_dim": 16})
+    # experts route tokens by value: said, not priced as a dense model or a gather of weights
+    with pytest.raises(ConversionError, match="'mixtral' is a mixture of 8 experts: not priced"):
+        from_hf_config({"model_type": "mixtral", "num_hidden_layers": 2})
 
 
 @pytest.mark.slow
