@@ -296,6 +296,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
         raise ConversionError(f"{where}: no 'model_type' (a Hugging Face config.json has one)")
     fields.update(overrides)
     kind = fields.pop("model_type")
+    for key in ("torch_dtype", "dtype", "quantization_config"):  # how the checkpoint is stored,
+        fields.pop(key, None)  # not how it trains: `--precision` says that
     try:
         cfg = transformers.AutoConfig.for_model(kind, **fields)
         experts = max((v for k, v in cfg.to_dict().items()

@@ -156,7 +156,8 @@ def test_a_config_json_exports_every_layer_tracing_two(name, tmp_path, monkeypat
     from converters import from_hf_config
 
     fields, copied = dict(REPEATED[name], model_type=name), []
-    (tmp_path / "config.json").write_text(json.dumps(fields))
+    # as checkpoints ship it: stored in bf16, which says nothing of how it trains (it failed)
+    (tmp_path / "config.json").write_text(json.dumps(dict(fields, torch_dtype="bfloat16")))
     full = _sequence(from_hf_config(fields, seq_len=16, repeat=False))
     real = export.repeat_layer
     monkeypatch.setattr(export, "repeat_layer", lambda m, s, n: copied.append(n) or real(m, s, n))
