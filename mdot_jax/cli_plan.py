@@ -44,7 +44,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                       **cli_job.job_fields(args))
     request = planning.Plan(job, devices=args.devices, gpus=args.gpus,
                             prices=read_prices(args.prices), deadline_h=args.deadline,
-                            budget_usd=args.budget)
+                            budget_usd=args.budget, global_batch=args.global_batch)
     options = planning.plan(request, progress=not args.json and sys.stderr.isatty())
     if args.plot:
         planning.plot(options, args.plot, request)
@@ -55,14 +55,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     front = {id(o) for o in planning.pareto(options)}
     print(f"{args.model}: {len(feasible)} of {len(options)} plans feasible"
           + (" (* on the time / cost Pareto front)" if front else ""))
-    print(f"{'device':<22} {'GPUs':>5} {'job h':>8} {'80% band h':>13} {'cost USD':>10} "
-          f"{'memory GB':>9} {'MFU':>5}  why not")
+    split = args.global_batch is not None  # each GPU count split every way: say how
+    print(f"{'device':<22} {'GPUs':>5} " + (f"{'layout':<24} " if split else "")
+          + f"{'job h':>8} {'80% band h':>13} {'cost USD':>10} {'memory GB':>9} {'MFU':>5}"
+          "  why not")
     for o in options[:args.top] if args.top else options:
         p = o.prediction
         band = p and p.job_interval_s and "-".join(f"{s / 3600:.3g}" for s in p.job_interval_s)
         mfu = f"{p.mfu:.0%}" if p and p.mfu is not None else "-"
         print(f"{o.device + ('*' if id(o) in front else ''):<22} {o.gpus:>5} "
-              f"{o.hours if o.hours is not None else float('nan'):>8.3g} {band or '-':>13} "
+              + (f"{str(o.layout or '-'):<24} " if split else "")
+              + f"{o.hours if o.hours is not None else float('nan'):>8.3g} {band or '-':>13} "
               f"{'-' if o.cost_usd is None else f'{o.cost_usd:,.0f}':>10} "
               f"{p.memory_gb if p else float('nan'):>9.3g} {mfu:>5}  {'; '.join(o.reasons)}")
     if args.plot:
@@ -92,6 +95,10 @@ def add_commands(sub) -> None:
     p.add_argument("--deadline", type=POSITIVE_FLOAT, metavar="HOURS")
     p.add_argument("--budget", type=POSITIVE_FLOAT, metavar="USD")
     p.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front")
+    p.add_argument("--global-batch", type=POSITIVE_INT, metavar="G",
+                   help="samples an iteration, held fixed: split each GPU count every way "
+                        "(tensor, pipeline, data parallel; micro-batch x accumulation; "
+                        "checkpointing where it would not fit)")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N", help="print the N best only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)

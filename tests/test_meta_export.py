@@ -82,9 +82,8 @@ def test_a_model_reading_values_on_meta_says_what_to_do():
 
 
 # the sizes of the issue (seconds each): parameters within 1% of the real models'
-@pytest.mark.parametrize("n_embd,n_layer,n_head", [
-    (768, 12, 12), pytest.param(2048, 24, 16, marks=pytest.mark.slow),
-    pytest.param(4096, 32, 32, marks=pytest.mark.slow)])
+@pytest.mark.slow  # the fast tier counts small configs' parameters
+@pytest.mark.parametrize("n_embd,n_layer,n_head", [(768, 12, 12), (2048, 24, 16), (4096, 32, 32)])
 def test_gpt2_sizes_on_meta_count_their_parameters(n_embd, n_layer, n_head):
     cfg = transformers.GPT2Config(n_embd=n_embd, n_layer=n_layer, n_head=n_head)
     with torch.device("meta"):

@@ -3,6 +3,7 @@ ranked by cost under a deadline and a budget, what does not fit or cannot run sa
 Pareto front plotted; bad requests are one named error."""
 
 import json
+import re
 
 import onnx
 import pytest
@@ -107,3 +108,53 @@ def test_the_shipped_example_prices_name_catalogued_gpus():
     assert set(doc["prices"]) == set(doc["sources"])
     assert all(catalog.lookup(name) for name in doc["prices"])
     assert all("read 20" in source for source in doc["sources"].values())
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    """A 4-layer, 4-head GPT-2: 4-way tensor parallelism at most, 4 pipeline stages at most."""
+    pytest.importorskip("transformers")
+    from converters import from_hf_config
+
+    path = tmp_path_factory.mktemp("plan") / "gpt2.onnx"  # exported here: no child process
+    onnx.save(from_hf_config(dict(model_type="gpt2", n_layer=4, n_embd=64, n_head=4,
+                                  vocab_size=128, n_positions=64), seq_len=32), path)
+    return str(path)
+
+
+def test_a_global_batch_splits_each_count_every_way_the_model_takes(decoder, monkeypatch,
+                                                                       capsys):
+    import mdot_jax.serving.front as front
+
+    real = front.predict
+
+    def tight(job):  # micro-batches of 8 said not to fit unless checkpointed
+        p = real(job)
+        if job.batch_size == 8 and job.activation_checkpointing is None:
+            p.warnings.append("memory: 99 GB per GPU; may not fit")
+        return p
+
+    monkeypatch.setattr(front, "predict", tight)
+    job = TrainingJob(model=decoder, batch_size=1, seq_len=32, train_tokens=10**9,
+                      precision="amp-bf16", optimizer="adamw")
+    options = plan(Plan(job, devices="h100-sxm", gpus=(8,), global_batch=64))
+    splits = {(o.layout.tp, o.layout.pp) for o in options}
+    # 4 heads, 4 layers, 8 GPUs
+    assert splits == {(t, p) for t in (1, 2, 4) for p in (1, 2, 4) if t * p <= 8}
+    for o in options:
+        lay, dp = o.layout, 8 // (o.layout.tp * o.layout.pp)
+        assert o.gpus == 8 and lay.micro_batch * lay.grad_accum * dp == 64
+        assert o.prediction.gpus == 8 and o.feasible
+        assert lay.checkpointing == ("full" if lay.micro_batch == 8 else None)
+    assert [o.hours for o in options] == sorted(o.hours for o in options)
+    assert json.loads(json.dumps(options[0].to_json()))["layout"]["tp"] == options[0].layout.tp
+    assert main(["plan", decoder, "--batch-size", "1", "--seq-len", "32", "--tokens", "1e9",
+                 "--devices", "h100-sxm", "--gpus", "2", "--global-batch", "4", "--top", "2"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "layout" in table[1] and re.search(r"tp\d pp\d \dx\d", table[2])
+    with pytest.raises(RequestError, match="global_batch 2: no count of GPUs asked .3."):
+        plan(Plan(job, devices="h100-sxm", gpus=(3,), global_batch=2))  # 3 replicas at least
+    with pytest.raises(RequestError, match="global_batch: searches the layouts; give no tp"):
+        Plan(TrainingJob(model=decoder, batch_size=1, seq_len=32, tp=2, gpus=8,
+                         train_tokens=10**9),
+             global_batch=64)

@@ -12,6 +12,14 @@ The rules:
   their reasons; the Pareto front of time against cost is what no other plan beats on both.
 A candidate that cannot be priced (a precision the GPU lacks, a parallel plan that does not
 divide its GPUs) is kept, infeasible, with the one-line reason.
+
+With `global_batch` (samples an iteration, held fixed), each GPU count is also split every way
+(`layouts`): tensor parallelism within a node (powers of two), pipeline stages (powers of two),
+the data-parallel replicas the rest, micro-batches of 1, 2, 4 or 8 accumulated to the global
+batch; without a checkpointing asked, a layout that does not fit is priced again with full
+activation checkpointing. Splits the model or the batch cannot take (tensor parallelism not
+dividing the heads, a pipeline deeper than the layers, a batch that does not divide) are left
+out, counted in `Option.layout` of none.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ class Plan:
     prices: Mapping[str, float] | None = field(default=None, hash=False)  # USD / GPU-hour
     deadline_h: float | None = None
     budget_usd: float | None = None
+    global_batch: int | None = None  # samples an iteration: search the layouts (docstring)
 
     def __post_init__(self):
         if not isinstance(self.job, TrainingJob):
@@ -58,6 +67,12 @@ class Plan:
         for name in ("deadline_h", "budget_usd"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
+        if self.global_batch is not None:
+            _ints("global_batch", self.global_batch)
+            fixed = [f for f in ("tp", "pp", "grad_accum") if getattr(self.job, f) != 1]
+            if fixed or self.job.schedule or self.job.sequence_parallel:
+                raise RequestError(f"global_batch: searches the layouts; give no "
+                                   f"{(fixed or ['schedule'])[0]} of your own", "global_batch")
         from mdot_jax.gpu import catalog
 
         for device, price in (self.prices or {}).items():
@@ -88,6 +103,35 @@ class Plan:
         return None
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How a count of GPUs is split: `tp` x `pp` x data-parallel replicas, each running
+    `grad_accum` micro-batches of `micro_batch` an iteration."""
+
+    tp: int
+    pp: int
+    micro_batch: int
+    grad_accum: int
+    checkpointing: str | None = None
+
+    def __str__(self) -> str:
+        return (f"tp{self.tp} pp{self.pp} {self.micro_batch}x{self.grad_accum}"
+                + (f" ckpt-{self.checkpointing}" if self.checkpointing else ""))
+
+
+def layouts(gpus_per_node: int, nodes: int, global_batch: int) -> list[Layout]:
+    """Every split of `gpus_per_node` x `nodes` GPUs the search prices (module docstring),
+    before the model says which it takes."""
+    total, out = gpus_per_node * nodes, []
+    for tp in (t for t in (1, 2, 4, 8, 16) if gpus_per_node % t == 0):
+        for pp in (p for p in (1, 2, 4, 8, 16, 32) if total % (tp * p) == 0):
+            dp = total // (tp * pp)
+            for b in (1, 2, 4, 8):
+                if global_batch % (b * dp) == 0:
+                    out.append(Layout(tp, pp, b, global_batch // (b * dp)))
+    return out
+
+
 @dataclass
 class Option:
     """One candidate: its prediction (None where it could not be priced), the whole job's
@@ -99,6 +143,7 @@ class Option:
     hours: float | None = None
     cost_usd: float | None = None
     reasons: list[str] = field(default_factory=list)
+    layout: Layout | None = None  # with `Plan.global_batch`
 
     @property
     def feasible(self) -> bool:
@@ -108,6 +153,8 @@ class Option:
         p = self.prediction
         d = dict(device=self.device, gpus=self.gpus, feasible=self.feasible,
                  reasons=self.reasons, hours=self.hours, cost_usd=self.cost_usd)
+        if self.layout is not None:
+            d.update(layout=dataclasses.asdict(self.layout))
         if p is not None:
             band = p.job_interval_s and [s / 3600 for s in p.job_interval_s]
             d.update(iteration_ms=p.iteration_ms, hours_band=band, memory_gb=p.memory_gb,
@@ -125,6 +172,8 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
     if len(job.batch_sizes) > 1:
         raise RequestError("batch_size: a plan takes one batch size (per data-parallel "
                            "replica)", "batch_size")
+    if request.global_batch is not None:
+        return _search(request, progress)
     split = job.tp * job.pp
     counts = [n for n in request.gpus if n * job.nodes % split == 0]
     odd = [(n * job.nodes, None, f"tp x pp ({job.tp} x {job.pp}) does not divide "
@@ -145,6 +194,44 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
         for n, p, error in rows:
             options.append(_judge(Option(gpu.name, n, p, reasons=[error] if error else []),
                                   request, gpu))
+    return sorted(options, key=_rank)
+
+
+def _search(request: Plan, progress: bool) -> list[Option]:
+    """Every GPU x count x layout the model takes (`Plan.global_batch`), ranked."""
+    from converters.fusion import fusion_version
+    from mdot_jax.serving.front import _sequence, predict
+
+    job, seqs, errors = request.job, {}, {}
+    work = [(gpu, n, lay) for gpu in request.candidates() for n in request.gpus
+            for lay in layouts(n, job.nodes, request.global_batch)]  # type: ignore[arg-type]
+    if not work:
+        raise RequestError(f"global_batch {request.global_batch}: no count of GPUs asked "
+                           f"({', '.join(str(n * job.nodes) for n in request.gpus)}) splits it "
+                           "into whole micro-batches of 1-8 per data-parallel replica",
+                           "global_batch")
+    options: list[Option] = []
+    for gpu, n, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
+                            leave=False):
+        if lay.micro_batch not in seqs:  # converted once per micro-batch
+            seqs[lay.micro_batch] = _sequence(job, lay.micro_batch, fusion_version(True))
+        ckpts = [job.activation_checkpointing] if job.activation_checkpointing else [None, "full"]
+        for ckpt in ckpts:
+            try:
+                p = predict(dataclasses.replace(
+                    job, model=seqs[lay.micro_batch], batch_size=lay.micro_batch, gpus=n,
+                    device=gpu.name, device_spec=None, checkpoint=None, tp=lay.tp, pp=lay.pp,
+                    grad_accum=lay.grad_accum, activation_checkpointing=ckpt))
+            except MdotError as e:  # a split this model or GPU cannot take: left out
+                errors[gpu.name] = (n * job.nodes, str(e))
+                break
+            o = _judge(Option(gpu.name, n * job.nodes, p,  # type: ignore[arg-type]
+                              layout=dataclasses.replace(lay, checkpointing=ckpt)), request, gpu)
+            if o.feasible or ckpt == ckpts[-1] or not any("fit" in r for r in o.reasons):
+                options.append(o)
+                break
+    priced = {o.device for o in options}  # a GPU no layout could be priced on: why, once
+    options += [Option(d, n, None, reasons=[e]) for d, (n, e) in errors.items() if d not in priced]
     return sorted(options, key=_rank)
 
 

@@ -3,7 +3,7 @@
     POST /v1/models    an ONNX file's bytes -> {"model": its SHA-256}; kept on disk
     POST /v1/predict   {"model": SHA, <TrainingJob fields>} -> a prediction (a list for several)
     POST /v1/plan      {"model": SHA, "devices", "gpus", "prices", "deadline_h", "budget_usd",
-                        <TrainingJob fields>} -> the ranked plans
+                        "global_batch", <TrainingJob fields>} -> the ranked plans
     GET  /v1/devices   the GPU catalog
     GET  /healthz      {"status": "ok", "version"}
 The schema is at /openapi.json (and /docs). The rules:
@@ -37,7 +37,7 @@ from mdot_jax.serving.request import TrainingJob
 MAX_JSON_KB = 256
 ANSWERS = 4096  # answers kept (an LRU of request bodies)
 JOB_FIELDS = [f.name for f in dataclasses.fields(TrainingJob) if f.name != "model"]
-PLAN_FIELDS = ("devices", "gpus", "prices", "deadline_h", "budget_usd")
+PLAN_FIELDS = ("devices", "gpus", "prices", "deadline_h", "budget_usd", "global_batch")
 
 
 def _schema(fields) -> dict:
