@@ -39,7 +39,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from mdot_jax.serving.request import TrainingJob
 
     if args.batch_size is None:
-        raise UsageError("--batch-size is required (per data-parallel replica)")
+        raise UsageError("--batch-size is required (per data-parallel replica; with "
+                         "--global-batch, the largest micro-batch tried)")
     job = TrainingJob(model=args.model, batch_size=args.batch_size, gpus=tuple(args.gpus),
                       **cli_job.job_fields(args))
     request = planning.Plan(job, devices=args.devices, gpus=args.gpus,
@@ -97,8 +98,8 @@ def add_commands(sub) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front")
     p.add_argument("--global-batch", type=POSITIVE_INT, metavar="G",
                    help="samples an iteration, held fixed: split each GPU count every way "
-                        "(tensor, pipeline, data parallel; micro-batch x accumulation; "
-                        "checkpointing where it would not fit)")
+                        "(tensor, pipeline, data parallel; micro-batches up to --batch-size x "
+                        "accumulation; checkpointing where it would not fit)")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N", help="print the N best only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)

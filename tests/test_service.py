@@ -92,7 +92,7 @@ def test_plan_ranks_the_devices(server):
     assert len(rows) == 6 and rows[0]["feasible"] and rows[0]["cost_usd"] is not None
     assert not rows[-1]["feasible"] and "no price" in rows[-1]["reasons"][0]  # the L4's
     r = client.post("/v1/plan", json={  # every split of 2 GPUs into a global batch of 8
-        "model": sha, "batch_size": 1, "epochs": 1, "dataset_size": 10000,
+        "model": sha, "batch_size": 4, "epochs": 1, "dataset_size": 10000,
         "devices": ["h100-sxm"], "gpus": [2], "global_batch": 8})
     assert r.status_code == 200, r.text
     layouts = [row["layout"] for row in r.json()]

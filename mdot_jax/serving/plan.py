@@ -15,11 +15,11 @@ divide its GPUs) is kept, infeasible, with the one-line reason.
 
 With `global_batch` (samples an iteration, held fixed), each GPU count is also split every way
 (`layouts`): tensor parallelism within a node (powers of two), pipeline stages (powers of two),
-the data-parallel replicas the rest, micro-batches of 1, 2, 4 or 8 accumulated to the global
-batch; without a checkpointing asked, a layout that does not fit is priced again with full
-activation checkpointing. Splits the model or the batch cannot take (tensor parallelism not
-dividing the heads, a pipeline deeper than the layers, a batch that does not divide) are left
-out, counted in `Option.layout` of none.
+the data-parallel replicas the rest, micro-batches of 1, 2, 4, ... up to the job's batch size
+accumulated to the global batch; without a checkpointing asked, a layout that does not fit is
+priced again with full activation checkpointing. Splits the model cannot take (tensor
+parallelism not dividing the heads, a pipeline deeper than the layers) are left out; a GPU no
+split could be priced on is kept once, infeasible, with the reason.
 """
 
 from __future__ import annotations
@@ -69,10 +69,12 @@ class Plan:
                 _positive(name, getattr(self, name))
         if self.global_batch is not None:
             _ints("global_batch", self.global_batch)
-            fixed = [f for f in ("tp", "pp", "grad_accum") if getattr(self.job, f) != 1]
-            if fixed or self.job.schedule or self.job.sequence_parallel:
-                raise RequestError(f"global_batch: searches the layouts; give no "
-                                   f"{(fixed or ['schedule'])[0]} of your own", "global_batch")
+            job = self.job
+            fixed = [f for f in ("schedule", "sequence_parallel") if getattr(job, f)] + \
+                [f for f in ("tp", "pp", "grad_accum") if getattr(job, f) != 1]
+            if fixed:
+                raise RequestError(f"global_batch: searches the layouts; give no {fixed[0]} "
+                                   "of your own", "global_batch")
         from mdot_jax.gpu import catalog
 
         for device, price in (self.prices or {}).items():
@@ -119,14 +121,17 @@ class Layout:
                 + (f" ckpt-{self.checkpointing}" if self.checkpointing else ""))
 
 
-def layouts(gpus_per_node: int, nodes: int, global_batch: int) -> list[Layout]:
+def layouts(gpus_per_node: int, nodes: int, global_batch: int, micro_batch: int
+            ) -> list[Layout]:
     """Every split of `gpus_per_node` x `nodes` GPUs the search prices (module docstring),
-    before the model says which it takes."""
+    before the model says which it takes; micro-batches up to `micro_batch`."""
     total, out = gpus_per_node * nodes, []
+    sizes = sorted({2 ** i for i in range(micro_batch.bit_length()) if 2 ** i <= micro_batch}
+                   | {micro_batch})
     for tp in (t for t in (1, 2, 4, 8, 16) if gpus_per_node % t == 0):
         for pp in (p for p in (1, 2, 4, 8, 16, 32) if total % (tp * p) == 0):
             dp = total // (tp * pp)
-            for b in (1, 2, 4, 8):
+            for b in sizes:
                 if global_batch % (b * dp) == 0:
                     out.append(Layout(tp, pp, b, global_batch // (b * dp)))
     return out
@@ -171,7 +176,7 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
     job = request.job
     if len(job.batch_sizes) > 1:
         raise RequestError("batch_size: a plan takes one batch size (per data-parallel "
-                           "replica)", "batch_size")
+                           "replica; with global_batch, the largest micro-batch)", "batch_size")
     if request.global_batch is not None:
         return _search(request, progress)
     split = job.tp * job.pp
@@ -204,12 +209,13 @@ def _search(request: Plan, progress: bool) -> list[Option]:
 
     job, seqs, errors = request.job, {}, {}
     work = [(gpu, n, lay) for gpu in request.candidates() for n in request.gpus
-            for lay in layouts(n, job.nodes, request.global_batch)]  # type: ignore[arg-type]
+            for lay in layouts(n, job.nodes, request.global_batch,  # type: ignore[arg-type]
+                               job.batch_sizes[0])]
     if not work:
         raise RequestError(f"global_batch {request.global_batch}: no count of GPUs asked "
                            f"({', '.join(str(n * job.nodes) for n in request.gpus)}) splits it "
-                           "into whole micro-batches of 1-8 per data-parallel replica",
-                           "global_batch")
+                           f"into whole micro-batches of 1-{job.batch_sizes[0]} per "
+                           "data-parallel replica", "global_batch")
     options: list[Option] = []
     for gpu, n, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
                             leave=False):
