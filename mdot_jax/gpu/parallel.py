@@ -143,9 +143,10 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         phases["update"] = phases.get("update", 0.0) / n
         sharded = OPTIMIZER_STATE[optimizer] + {"zero1": 0, "zero2": 1, "fsdp": 2}[strategy]
         memory = p.memory_gb - sharded * nbytes / 1e9 * (n - 1) / n + BUCKET_MB * 2 ** 20 / 1e9
-    what = {"ddp": "all-reduce", "fsdp": "all-gathers and reduce-scatter"}.get(
-        strategy, "reduce-scatter and all-gather of the updated weights")
-    warning = (f"{strategy}: gradient {what} over {n} GPUs ({total:.3g} ms, {total - shown:.3g} "
+    what = {"ddp": "gradient all-reduce",
+            "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"}.get(
+        strategy, "gradient reduce-scatter and all-gather of the updated weights")
+    warning = (f"{strategy}: {what} over {n} GPUs ({total:.3g} ms, {total - shown:.3g} "
                f"ms of it hidden behind compute in {buckets} pieces of {BUCKET_MB} MB) priced "
                f"from the {link.name} bandwidth ({link.gbs:g} GB/s per direction): not measured")
     phases["communication"] = phases.get("communication", 0.0) + shown
