@@ -146,25 +146,59 @@ REPEATED = {  # 4 layers: layer 1 copied twice
 }
 
 
+def _same_as_the_full_trace(fields, config, monkeypatch):
+    """`config` (a config.json or its fields) traced with two layers and repeated, checked
+    against `fields` traced whole: the same operator sequence; the repeated one."""
+    import converters.export as export
+    from converters import from_hf_config
+
+    full, copied = _sequence(from_hf_config(fields, seq_len=16, repeat=False)), []
+    real = export.repeat_layer
+    monkeypatch.setattr(export, "repeat_layer", lambda m, s, n: copied.append(n) or real(m, s, n))
+    fast = _sequence(from_hf_config(config, seq_len=16))
+    assert copied == [4], "not repeated"
+    for f in ("op_type", "config", "load", "edges", "node_names"):
+        np.testing.assert_array_equal(getattr(fast, f), getattr(full, f), err_msg=f)
+    assert fast.meta == full.meta
+    return fast
+
+
+# decoders of other families, 4 layers (the repeat copies layer 1 twice)
+MORE = {
+    "mistral": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                    num_key_value_heads=2),
+    "qwen2": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                  num_key_value_heads=2),
+    "phi": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4),
+    "gpt_neox": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4),
+    "falcon": dict(hidden_size=64, num_attention_heads=4, num_kv_heads=2,
+                   new_decoder_architecture=True),
+    "opt": dict(hidden_size=64, ffn_dim=128, num_attention_heads=4, word_embed_proj_dim=64),
+    "bloom": dict(hidden_size=64, n_head=4),
+    "gemma": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16),
+    "gptj": dict(n_embd=64, n_head=4, rotary_dim=8),
+    "starcoder2": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                       num_key_value_heads=2),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_other_decoders_repeat_as_they_trace(name, monkeypatch):
+    fields = dict(MORE[name], model_type=name, num_hidden_layers=4, vocab_size=256)
+    _same_as_the_full_trace(fields, fields, monkeypatch)
+
+
 @pytest.mark.parametrize("name", sorted(REPEATED))
 def test_a_config_json_exports_every_layer_tracing_two(name, tmp_path, monkeypatch):
     """`from_hf_config`: a causal LM from its config.json alone (no network), on meta. A 70B
     decoder's 80 layers took half a minute to trace: two are traced and layer 1 is copied in
     the graph (`converters.repeat`); the operator sequence is the full trace's."""
-    import converters.export as export
-    from converters import from_hf_config
-
-    fields, copied = dict(REPEATED[name], model_type=name), []
+    fields = dict(REPEATED[name], model_type=name)
     # as checkpoints ship it: stored in bf16, which says nothing of how it trains (it failed)
     (tmp_path / "config.json").write_text(json.dumps(dict(fields, torch_dtype="bfloat16")))
-    full = _sequence(from_hf_config(fields, seq_len=16, repeat=False))
-    real = export.repeat_layer
-    monkeypatch.setattr(export, "repeat_layer", lambda m, s, n: copied.append(n) or real(m, s, n))
-    fast = _sequence(from_hf_config(tmp_path, seq_len=16))
-    assert copied == [4]
-    for f in ("op_type", "config", "load", "edges", "node_names"):
-        np.testing.assert_array_equal(getattr(fast, f), getattr(full, f), err_msg=f)
-    assert fast.meta == full.meta
+    fast = _same_as_the_full_trace(fields, tmp_path, monkeypatch)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             transformers.AutoConfig.for_model(name, **REPEATED[name]))
