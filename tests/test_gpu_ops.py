@@ -179,3 +179,22 @@ def test_the_committed_evaluations_fitted_nothing_of_the_gpus_they_score():
     assert UNSEEN <= {r["gpu"] for r in onnx_path["rows"] if not r["fitted"]}
     assert all(r["fitted"] == (r["gpu"] in onnx_path["fitted_gpus"]) for r in onnx_path["rows"])
     assert timm["gpu"] == "nvidia-rtx-3090" and len(timm["rows"]) == 39
+
+
+def test_a_deep_models_repeated_kernels_are_priced_once_each(monkeypatch):
+    """80 identical layers repeat their kernels: each distinct (op, dims, GPU) is priced once
+    and the times land where each kernel runs."""
+    from mdot_jax.gpu import catalog
+    from mdot_jax.gpu.gpu_ops import GpuOpModel
+    from mdot_jax.gpu.spec_sheet import load_step_model
+
+    model, h100 = load_step_model(), catalog.find("h100-sxm")
+    rows = [("linear", (1, 512, 768, 768)), ("add", (1, 1 << 20)), ("linear", (1, 512, 768, 768)),
+            ("softmax", (4096, 512)), ("add", (1, 1 << 20))]
+    alone = [float(model.kernel_ms([o], [d], [h100], True)[0]) for o, d in rows]
+    seen, real = [], GpuOpModel.predict
+    monkeypatch.setattr(GpuOpModel, "predict",
+                        lambda self, ops, *a: seen.append(len(ops)) or real(self, ops, *a))
+    got = model.kernel_ms([o for o, _ in rows], [d for _, d in rows], [h100] * 5, True)
+    np.testing.assert_allclose(got, alone)
+    assert seen == [3]  # three distinct kernels of five

@@ -291,6 +291,13 @@ class StepModel:
         `streaming_kernels` (`gpu.streaming`)."""
         if not ops:
             return np.zeros(0)
+        rows: dict = {}  # a deep model's layers repeat their kernels: each priced once
+        which = np.array([rows.setdefault((o, tuple(d), id(g)), len(rows))
+                          for o, d, g in zip(ops, dims, seen)])
+        if len(rows) < len(ops):
+            first = np.unique(which, return_index=True)[1]
+            return self.kernel_ms([ops[j] for j in first], [dims[j] for j in first],
+                                  [seen[j] for j in first], streamed)[which]
         if not (streamed and hasattr(self.ops, "parts")):
             ms = self.ops.predict(ops, dims, seen)
         else:
