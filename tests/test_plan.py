@@ -135,6 +135,10 @@ def test_a_global_batch_splits_each_count_every_way_the_model_takes(decoder, mon
         return p
 
     monkeypatch.setattr(front, "predict", tight)
+    import mdot_jax.gpu.spec_sheet as spec_sheet
+
+    priced, price = [], spec_sheet.price
+    monkeypatch.setattr(spec_sheet, "price", lambda *a, **k: priced.append(1) or price(*a, **k))
     job = TrainingJob(model=decoder, batch_size=8, seq_len=32, train_tokens=10**9,
                       precision="amp-bf16", optimizer="adamw")  # micro-batches of 1 to 8
     options = plan(Plan(job, devices="h100-sxm", gpus=(8,), global_batch=64))
@@ -147,6 +151,9 @@ def test_a_global_batch_splits_each_count_every_way_the_model_takes(decoder, mon
         assert o.prediction.gpus == 8 and o.feasible
         assert lay.checkpointing == ("full" if lay.micro_batch == 8 else None)
     assert [o.hours for o in options] == sorted(o.hours for o in options)
+    # a step priced once for every pipeline depth built on it: (tp, micro-batch, checkpointing)
+    assert len(priced) == len({(o.layout.tp, o.layout.micro_batch) for o in options}) + len(
+        {o.layout.tp for o in options if o.layout.micro_batch == 8})
     assert json.loads(json.dumps(options[0].to_json()))["layout"]["tp"] == options[0].layout.tp
     assert main(["plan", decoder, "--batch-size", "2", "--seq-len", "32", "--tokens", "1e9",
                  "--devices", "h100-sxm", "--gpus", "2", "--global-batch", "4", "--top", "2"]) == 0

@@ -25,7 +25,7 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
     reads: dict[int, list[int]] = {}  # node -> the nodes whose outputs it reads
     for src, dst in seq.edges.tolist():
         reads.setdefault(dst, []).append(src)
-    out = []
+    out, names = [], seq.op_names
     for i, kind in enumerate(kinds):
         if kind not in ("linear", "bmm", "conv") or i in skip:
             continue
@@ -39,7 +39,7 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
             if kinds[j] == "free":  # a view, of a weight perhaps (transposed on the way)
                 sizes.append(weights * int(seq.load[j, _L["params"]]))
                 todo.extend(reads.get(j, []))
-            elif seq.op_names[j] in FP32_OPS and j not in skip:
+            elif names[j] in FP32_OPS and j not in skip:
                 sizes.append(int(seq.config[j, _C["out_numel"]]))
         out += [(i, phase, "addu", (1, n), gpu, 1.0) for n in sizes if n > 0
                 for phase in ("fw", "bw")]

@@ -10,6 +10,7 @@ checkpoint (`serving.predict.Predictor`; default `timm-rtx3090`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -203,6 +204,23 @@ def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
         return onnx.load(out)
 
 
+_KEPT: list | None = None  # while `keeping_steps` holds: the latest steps priced, with keys
+KEEP = 4  # steps kept: a plan search tries each one's pipeline depths and checkpointings in a row
+
+
+@contextlib.contextmanager
+def keeping_steps():
+    """Within it, one micro-batch's step priced from a spec sheet is kept (the latest `KEEP`)
+    and used again by a job that differs only in what is built on it: the pipeline depth, the
+    accumulation, the data-parallel replicas (a plan search's layouts)."""
+    global _KEPT
+    _KEPT = []
+    try:
+        yield
+    finally:
+        _KEPT = None
+
+
 class _SpecSheet:
     """A GPU priced from its spec sheet, data parallel over N GPUs."""
 
@@ -232,6 +250,15 @@ class _SpecSheet:
                                             job.stages_per_gpu, job.sequence_parallel)
         model_parallel.check(seq, blocks, self.layout, job.grad_accum)
         attention = self._attention(blocks, precision)
+        # what the step depends on: the model and step model themselves (held, and compared
+        # by identity), the GPU and the job's fields that reach the pricing
+        key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, precision, job.step,
+               job.optimizer, attention, job.strategy == "fsdp", job.framework,
+               job.activation_checkpointing)
+        for kept, priced in _KEPT or ():
+            if kept[0] is seq and kept[1] is self.model and kept[2:] == key[2:]:
+                self.seq, self.blocks, self.fused, one = priced
+                return seq, one
         # sharding keeps every operator in its place: the blocks found here hold for it
         self.seq, self.blocks = model_parallel.shard(seq, job.tp, job.sequence_parallel), blocks
         self.fused = blocks if attention == "flash" else []
@@ -244,6 +271,8 @@ class _SpecSheet:
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision, job.optimizer,
                                     job.activation_checkpointing, self.fused, blocks)
+        if _KEPT is not None:
+            _KEPT[:] = [*_KEPT[1 - KEEP:], (key, (self.seq, blocks, self.fused, one))]
         return seq, one
 
     def _attention(self, blocks: list, precision: str) -> str:

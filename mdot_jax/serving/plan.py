@@ -204,41 +204,53 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
 
 def _search(request: Plan, progress: bool) -> list[Option]:
     """Every GPU x count x layout the model takes (`Plan.global_batch`), ranked."""
-    from converters.fusion import fusion_version
-    from mdot_jax.serving.front import _sequence, predict
+    from mdot_jax.serving.front import keeping_steps
 
-    job, seqs, errors = request.job, {}, {}
+    job = request.job
+    seqs: dict = {}  # the model converted at each micro-batch
+    errors: dict[str, tuple[int, str]] = {}
     work = [(gpu, n, lay) for gpu in request.candidates() for n in request.gpus
-            for lay in layouts(n, job.nodes, request.global_batch,  # type: ignore[arg-type]
-                               job.batch_sizes[0])]
+            for lay in sorted(layouts(n, job.nodes, request.global_batch,  # type: ignore[arg-type]
+                                      job.batch_sizes[0]),
+                              key=lambda x: (x.tp, x.micro_batch, x.pp))]  # a step, its depths
     if not work:
         raise RequestError(f"global_batch {request.global_batch}: no count of GPUs asked "
                            f"({', '.join(str(n * job.nodes) for n in request.gpus)}) splits it "
                            f"into whole micro-batches of 1-{job.batch_sizes[0]} per "
                            "data-parallel replica", "global_batch")
     options: list[Option] = []
-    for gpu, n, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
-                            leave=False):
-        if lay.micro_batch not in seqs:  # converted once per micro-batch
-            seqs[lay.micro_batch] = _sequence(job, lay.micro_batch, fusion_version(True))
-        ckpts = [job.activation_checkpointing] if job.activation_checkpointing else [None, "full"]
-        for ckpt in ckpts:
+    with keeping_steps():  # a step priced once for the pipeline depths built on it
+        for gpu, n, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
+                                leave=False):
             try:
-                p = predict(dataclasses.replace(
-                    job, model=seqs[lay.micro_batch], batch_size=lay.micro_batch, gpus=n,
-                    device=gpu.name, device_spec=None, checkpoint=None, tp=lay.tp, pp=lay.pp,
-                    grad_accum=lay.grad_accum, activation_checkpointing=ckpt))
+                options += _price_layout(request, gpu, n, lay, seqs)
             except MdotError as e:  # a split this model or GPU cannot take: left out
                 errors[gpu.name] = (n * job.nodes, str(e))
-                break
-            o = _judge(Option(gpu.name, n * job.nodes, p,  # type: ignore[arg-type]
-                              layout=dataclasses.replace(lay, checkpointing=ckpt)), request, gpu)
-            if o.feasible or ckpt == ckpts[-1] or not any("fit" in r for r in o.reasons):
-                options.append(o)
-                break
     priced = {o.device for o in options}  # a GPU no layout could be priced on: why, once
     options += [Option(d, n, None, reasons=[e]) for d, (n, e) in errors.items() if d not in priced]
     return sorted(options, key=_rank)
+
+
+def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[Option]:
+    """`lay` of `n` GPUs per node priced, again with full checkpointing where it would not fit
+    without (unless the job asks a checkpointing); `seqs`: the model by micro-batch."""
+    from converters.fusion import fusion_version
+    from mdot_jax.serving.front import _sequence, predict
+
+    job = request.job
+    if lay.micro_batch not in seqs:  # converted once per micro-batch
+        seqs[lay.micro_batch] = _sequence(job, lay.micro_batch, fusion_version(True))
+    ckpts = [job.activation_checkpointing] if job.activation_checkpointing else [None, "full"]
+    for ckpt in ckpts:
+        p = predict(dataclasses.replace(
+            job, model=seqs[lay.micro_batch], batch_size=lay.micro_batch, gpus=n,
+            device=gpu.name, device_spec=None, checkpoint=None, tp=lay.tp, pp=lay.pp,
+            grad_accum=lay.grad_accum, activation_checkpointing=ckpt))
+        o = _judge(Option(gpu.name, n * job.nodes, p,  # type: ignore[arg-type]
+                          layout=dataclasses.replace(lay, checkpointing=ckpt)), request, gpu)
+        if o.feasible or ckpt == ckpts[-1] or not any("fit" in r for r in o.reasons):
+            return [o]
+    return []
 
 
 def _judge(o: Option, request: Plan, gpu) -> Option:
