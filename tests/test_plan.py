@@ -138,10 +138,19 @@ def test_a_global_batch_splits_each_count_every_way_the_model_takes(decoder, mon
     import mdot_jax.gpu.spec_sheet as spec_sheet
 
     priced, price = [], spec_sheet.price
-    monkeypatch.setattr(spec_sheet, "price", lambda *a, **k: priced.append(1) or price(*a, **k))
+
+    def counted(*a, **k):  # steps priced (the V100's refusal is not one)
+        p = price(*a, **k)
+        priced.append(1)
+        return p
+
+    monkeypatch.setattr(spec_sheet, "price", counted)
     job = TrainingJob(model=decoder, batch_size=8, seq_len=32, train_tokens=10**9,
                       precision="amp-bf16", optimizer="adamw")  # micro-batches of 1 to 8
-    options = plan(Plan(job, devices="h100-sxm", gpus=(8,), global_batch=64))
+    options = plan(Plan(job, devices="h100-sxm,v100", gpus=(8,), global_batch=64))
+    v100 = [o for o in options if o.device == "nvidia-v100-sxm2-32gb"]  # no bf16: ruled out
+    assert len(v100) == 1 and not v100[0].feasible and "no bf16" in v100[0].reasons[0]
+    options = [o for o in options if o not in v100]
     splits = {(o.layout.tp, o.layout.pp) for o in options}
     # 4 heads, 4 layers, 8 GPUs
     assert splits == {(t, p) for t in (1, 2, 4) for p in (1, 2, 4) if t * p <= 8}

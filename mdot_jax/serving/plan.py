@@ -36,6 +36,7 @@ from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob, _ints, _positive
 
 NOT_FIT = ("may not fit", "will not fit")
+SPLIT_FIELDS = ("tp", "pp", "schedule", "strategy", "sequence_parallel")  # a split refused
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,8 @@ def _search(request: Plan, progress: bool) -> list[Option]:
 
     job = request.job
     seqs: dict = {}  # the model converted at each micro-batch
-    errors: dict[str, tuple[int, str]] = {}
+    refused: dict[str, tuple[int, str]] = {}  # GPU -> a split the model refused, why
+    out: dict[str, tuple[int, str]] = {}  # GPU -> why it cannot run the job at all
     work = [(gpu, n, lay) for gpu in request.candidates() for n in request.gpus
             for lay in sorted(layouts(n, job.nodes, request.global_batch,  # type: ignore[arg-type]
                                       job.batch_sizes[0]),
@@ -222,12 +224,17 @@ def _search(request: Plan, progress: bool) -> list[Option]:
     with keeping_steps():  # a step priced once for the pipeline depths built on it
         for gpu, n, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
                                 leave=False):
+            if gpu.name in out:
+                continue
             try:
                 options += _price_layout(request, gpu, n, lay, seqs)
-            except MdotError as e:  # a split this model or GPU cannot take: left out
-                errors[gpu.name] = (n * job.nodes, str(e))
-    priced = {o.device for o in options}  # a GPU no layout could be priced on: why, once
-    options += [Option(d, n, None, reasons=[e]) for d, (n, e) in errors.items() if d not in priced]
+            except MdotError as e:  # a split the model refuses is left out; anything else
+                split = isinstance(e, RequestError) and e.field in SPLIT_FIELDS
+                (refused if split else out)[gpu.name] = (n * job.nodes, str(e))  # rules it out
+    priced = {o.device for o in options if o.device not in out}
+    options = [o for o in options if o.device in priced]
+    options += [Option(d, n, None, reasons=[e]) for d, (n, e) in {**refused, **out}.items()
+                if d not in priced]  # why, once per GPU
     return sorted(options, key=_rank)
 
 
