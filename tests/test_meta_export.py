@@ -190,7 +190,8 @@ def test_other_decoders_repeat_as_they_trace(name, monkeypatch):
     _same_as_the_full_trace(fields, fields, monkeypatch)
 
 
-@pytest.mark.parametrize("name", sorted(REPEATED))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "llama" else pytest.mark.slow)
+                                  for n in sorted(REPEATED)])  # the fast tier: Llama's
 def test_a_config_json_exports_every_layer_tracing_two(name, tmp_path, monkeypatch):
     """`from_hf_config`: a causal LM from its config.json alone (no network), on meta. A 70B
     decoder's 80 layers took half a minute to trace: two are traced and layer 1 is copied in
