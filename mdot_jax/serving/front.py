@@ -11,6 +11,7 @@ checkpoint (`serving.predict.Predictor`; default `timm-rtx3090`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import hashlib
@@ -204,7 +205,8 @@ def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
         return onnx.load(out)
 
 
-_KEPT: list | None = None  # while `keeping_steps` holds: the latest steps priced, with keys
+# while `keeping_steps` holds (in this thread): the latest steps priced, with their keys
+_KEPT: contextvars.ContextVar[list | None] = contextvars.ContextVar("kept", default=None)
 KEEP = 4  # steps kept: a plan search tries each one's pipeline depths and checkpointings in a row
 
 
@@ -213,12 +215,11 @@ def keeping_steps():
     """Within it, one micro-batch's step priced from a spec sheet is kept (the latest `KEEP`)
     and used again by a job that differs only in what is built on it: the pipeline depth, the
     accumulation, the data-parallel replicas (a plan search's layouts)."""
-    global _KEPT
-    _KEPT = []
+    token = _KEPT.set([])
     try:
         yield
     finally:
-        _KEPT = None
+        _KEPT.reset(token)
 
 
 class _SpecSheet:
@@ -255,7 +256,8 @@ class _SpecSheet:
         key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, precision, job.step,
                job.optimizer, attention, job.strategy == "fsdp", job.framework,
                job.activation_checkpointing)
-        for kept, priced in _KEPT or ():
+        steps = _KEPT.get()
+        for kept, priced in steps or ():
             if kept[0] is seq and kept[1] is self.model and kept[2:] == key[2:]:
                 self.seq, self.blocks, self.fused, one = priced
                 return seq, one
@@ -271,8 +273,8 @@ class _SpecSheet:
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision, job.optimizer,
                                     job.activation_checkpointing, self.fused, blocks)
-        if _KEPT is not None:
-            _KEPT[:] = [*_KEPT[1 - KEEP:], (key, (self.seq, blocks, self.fused, one))]
+        if steps is not None:
+            steps[:] = [*steps[1 - KEEP:], (key, (self.seq, blocks, self.fused, one))]
         return seq, one
 
     def _attention(self, blocks: list, precision: str) -> str:
