@@ -151,10 +151,12 @@ def _args(name):
                                            if name in ("gpt2", "bert") else [])
 
 
-FAST = {("resnet18", "legacy-train"), ("resnet18", "dynamo-train"), ("gpt2", "legacy-train")}
+# the fast tier: the TorchScript exporter on a CNN and a transformer (the dynamo exporter, 8 s
+# of the 3-minute budget, in the slow tier with every other kind)
+FAST = {("resnet18", "legacy-train"), ("gpt2", "legacy-train")}
 
 
-@pytest.mark.parametrize("kind,name,expected", [  # one export of each kind in the fast tier
+@pytest.mark.parametrize("kind,name,expected", [
     pytest.param(k, n, e, id=f"{n}-{k}", marks=() if (n, k) in FAST else pytest.mark.slow)
     for k, n, _, e in CORPUS])
 def test_every_export_reads_as_the_framework_counts_it(capsys, corpus, kind, name, expected):
