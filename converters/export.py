@@ -316,20 +316,23 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
                               "weight-free export cannot follow)")
     step = model.forward  # what a causal LM trains on: the loss of its own next tokens
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
-    tokens = torch.zeros(1, seq_len, dtype=torch.long)
+    def export() -> onnx.ModelProto:
+        return from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
+                          input_names=["input_ids"])
+
     stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0)) if repeat else None
     if stack is None or not repeatable(stack[1], cfg):
-        return from_torch(model, tokens, input_names=["input_ids"])
+        return export()
     (name, layers), params = stack, [n for n, _ in model.named_parameters()]
     parent, _, attr = name.rpartition(".")
     owner = model.get_submodule(parent)
     setattr(owner, attr, layers[:2])  # exported with two layers, the rest copied in the graph
     try:
-        onnx_model = from_torch(model, tokens, input_names=["input_ids"])
+        onnx_model = export()
         repeat_layer(onnx_model, name, len(layers))
     except ConversionError:  # a layer that reads more than its predecessor: trace them all
         setattr(owner, attr, layers)
-        return from_torch(model, tokens, input_names=["input_ids"])
+        return export()
     meta = next(p for p in onnx_model.metadata_props if p.key == PARAMS_KEY)
     meta.value = ",".join(params)
     return onnx_model

@@ -91,6 +91,9 @@ def repeat_layer(model: onnx.ModelProto, stack: str, count: int) -> None:
     def renamed(t: str, k: int) -> str:
         return t.replace(s1, f"{scope}.{k}/") if s1 in t else f"{scope}.{k}/{t}"
 
+    def weight(t: str, k: int) -> str:  # layer 1's parameter `t` as layer k's
+        return f"{stack}.{k}." + t[len(p1):]
+
     copies: list[onnx.NodeProto] = []
     for k in range(2, count):
         for n in layer:
@@ -103,7 +106,7 @@ def repeat_layer(model: onnx.ModelProto, stack: str, count: int) -> None:
                 elif t in carried:
                     c.input[j] = renamed(carried[t], k - 1)
                 elif t.startswith(p1):
-                    c.input[j] = f"{stack}.{k}." + t[len(p1):]
+                    c.input[j] = weight(t, k)
             for j, t in enumerate(n.output):
                 c.output[j] = renamed(t, k)
             copies.append(c)
@@ -124,7 +127,7 @@ def repeat_layer(model: onnx.ModelProto, stack: str, count: int) -> None:
         for i in params1:
             v = onnx.ValueInfoProto()
             v.CopyFrom(inputs[i])
-            v.name = f"{stack}.{k}." + v.name[len(p1):]
+            v.name = weight(v.name, k)
             extra.append(v)
     at = params1[-1] + 1 if params1 else len(inputs)
     del graph.input[:]

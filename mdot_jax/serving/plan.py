@@ -127,8 +127,7 @@ def layouts(gpus_per_node: int, nodes: int, global_batch: int, micro_batch: int
     """Every split of `gpus_per_node` x `nodes` GPUs the search prices (module docstring),
     before the model says which it takes; micro-batches up to `micro_batch`."""
     total, out = gpus_per_node * nodes, []
-    sizes = sorted({2 ** i for i in range(micro_batch.bit_length()) if 2 ** i <= micro_batch}
-                   | {micro_batch})
+    sizes = sorted({1 << i for i in range(micro_batch.bit_length())} | {micro_batch})
     for tp in (t for t in (1, 2, 4, 8, 16) if gpus_per_node % t == 0):
         for pp in (p for p in (1, 2, 4, 8, 16, 32) if total % (tp * p) == 0):
             dp = total // (tp * pp)
