@@ -305,7 +305,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
         if experts < 2:
             with torch.device("meta"):
                 model = transformers.AutoModelForCausalLM.from_config(cfg)
-    except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
+    except Exception as e:  # transformers' own refusal of the config, whatever its type
+        while e.__cause__ is not None:  # a validator's error wraps the one that says why
+            e = e.__cause__  # type: ignore[assignment]
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"{where}: model_type {kind!r} builds no causal LM here: "

@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 from converters.errors import ConversionError
@@ -136,9 +137,9 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
               + (f" {r.job_s / 3600:>7.3g} {_range(r.job_interval_s, 1 / 3600):>13}" if job
                  else ""))
     if r.tp * r.pp > 1:
-        print(f"each of {r.replicas} data-parallel replicas: {r.tp}-way tensor parallel x "
-              f"{r.pp} pipeline stages, {r.grad_accum} micro-batches of {r.batch_size}; "
-              "memory per GPU")
+        print(f"each of {_n(r.replicas, 'data-parallel replica')}: {r.tp}-way tensor "
+              f"parallel x {_n(r.pp, 'pipeline stage')}, {_n(r.grad_accum, 'micro-batch')} of "
+              f"{r.batch_size}; memory per GPU")
     if r.phases:
         print("of which " + ", ".join(f"{k} {v:.4g} ms" for k, v in r.phases.items()))
     if any(r.interval_ms for r in rows):
@@ -317,6 +318,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _n(count: int, thing: str) -> str:
+    """`count` `thing`s, in English: 1 micro-batch, 4 micro-batches."""
+    return f"{count} {thing}" + ("" if count == 1 else "es" if thing.endswith("h") else "s")
+
+
+# a request's fields whose flag is not --field-name
+FLAGS = {"model": "MODEL", "operators": "--top", "input_shapes": "--input-shape",
+         "train_tokens": "--tokens", "deadline_h": "--deadline", "budget_usd": "--budget"}
+
+
+def _as_flags(message: str, field: str) -> str:
+    """A library error as the command line says it: the field it starts with, and the fields
+    named in it, spelled as flags."""
+    import dataclasses
+
+    from mdot_jax.serving.plan import Plan
+    from mdot_jax.serving.request import TrainingJob
+
+    fields = {f.name for t in (TrainingJob, Plan) for f in dataclasses.fields(t)}
+
+    def flag(name: str) -> str:
+        return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+    if field and message.startswith(field):
+        message = flag(field) + message[len(field):]
+    words = r"[a-z]+(?:_[a-z]+)+|epochs|tp|pp"  # the single words that mean only the field
+    return re.sub(rf"(?<![-\w'\"])({words})\b(?!['\"])",
+                  lambda m: flag(m[1]) if m[1] in fields else m[1], message)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -325,12 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConversionError, MdotError) as e:
-        field = getattr(e, "field", "")  # a request's field, spelled as its flag
-        flag = {"model": "MODEL", "operators": "--top", "input_shapes": "--input-shape",
-                "train_tokens": "--tokens"}.get(
-            field, f"--{field}".replace("_", "-"))
-        text = flag + str(e)[len(field):] if field and str(e).startswith(field) else str(e)
-        print(f"mdot: error: {text}", file=sys.stderr)
+        print(f"mdot: error: {_as_flags(str(e), getattr(e, 'field', ''))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("mdot: interrupted", file=sys.stderr)

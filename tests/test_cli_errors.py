@@ -220,3 +220,22 @@ def test_gpu_fit_names_the_bad_row_of_a_gemm_table_before_fitting(capsys, tmp_pa
     code, out, err = run(capsys, "gpu-fit", str(tmp_path), "--out", str(tmp_path / "m"),
                          "--tensor-core-gemms", str(tmp_path))
     assert code == 2 and needle in err and err.count("\n") == 1 and not out
+
+
+@pytest.mark.parametrize("message,field,said", [
+    ("train_tokens: the job is epochs x dataset_size or a number of tokens, not both",
+     "train_tokens", "--tokens: the job is --epochs x --dataset-size or a number of tokens"),
+    ("global_batch: searches the layouts; give no grad_accum of your own", "global_batch",
+     "--global-batch: searches the layouts; give no --grad-accum of your own"),
+    ("tp 3: tp x pp (3 x 1) does not divide the 8 GPUs", "tp",
+     "--tp 3: --tp x --pp (3 x 1) does not divide the 8 GPUs"),
+    # a value that reads like a field stays as given; words that are not fields stay words
+    ("attention 'flash_x': choose from ['flash', 'eager']", "attention",
+     "--attention 'flash_x': choose from ['flash', 'eager']"),
+    ("model 'm.onnx': the model's 4 attention heads, one_line", "model",
+     "MODEL 'm.onnx': the model's 4 attention heads, one_line"),
+])
+def test_a_library_error_names_flags_on_the_command_line(message, field, said):
+    from mdot_jax.cli import _as_flags
+
+    assert _as_flags(message, field).startswith(said)

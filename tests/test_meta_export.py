@@ -103,6 +103,10 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
     # a field the config class will not take: its own words, no traceback
     with pytest.raises(ConversionError, match="'falcon' builds no causal LM here: .*head_dim"):
         from_hf_config({"model_type": "falcon", "head_dim": 16})
+    # a config its class's validator refuses: the reason, not the validator's wrapper
+    with pytest.raises(ConversionError, match="'llama' builds no causal LM here: The hidden "
+                                              "size .64. is not a multiple .* heads .3."):
+        from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3})
     # experts route tokens by value: said, not priced as a dense model or a gather of weights
     with pytest.raises(ConversionError, match="'mixtral' is a mixture of 8 experts: not priced"):
         from_hf_config({"model_type": "mixtral", "num_hidden_layers": 2})

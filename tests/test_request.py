@@ -90,6 +90,13 @@ def test_the_time_to_train_on_n_tokens(capsys, tmp_path):
     cli = _cli_json(capsys, "predict", tmp_path / "t.onnx", "--batch-size", 8, "--device",
                     "h100-sxm", "--gpus", 8, "--grad-accum", 2, "--tokens", "1e9")
     assert cli["job_s"] == p.job_s and cli["tokens_per_s"] == p.tokens_per_s
+    # JSON's 1e9 is a float: a whole one is the count, as on the command line
+    job = TrainingJob(model=str(tmp_path / "t.onnx"), batch_size=8, train_tokens=1e9,
+                      epochs=None)
+    assert job.train_tokens == 10 ** 9 and isinstance(job.train_tokens, int)
+    for bad in (1.5e0, math.inf, -1e9):
+        with pytest.raises(RequestError, match="^train_tokens"):
+            TrainingJob(model=str(tmp_path / "t.onnx"), batch_size=8, train_tokens=bad)
 
 
 def test_several_batch_sizes_or_gpu_counts_answer_with_a_list(models):
@@ -152,8 +159,9 @@ def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     (["--batch-size", "8", "--network-gbs", "100"], "--network-gbs: the link between nodes"),
     (["--batch-size", "8", "--interconnect", "nvlink"], "--interconnect: the link"),
     (["--batch-size", "8", "--device", ""], "--device '': name one"),
-    (["--batch-size", "8", "--pp", "3", "--gpus", "8"], "--pp 3: tp x pp (1 x 3) does not divide"),
-    (["--batch-size", "8", "--schedule", "gpipe"], "--schedule: the pipeline's; give pp > 1"),
+    (["--batch-size", "8", "--pp", "3", "--gpus", "8"],
+     "--pp 3: --tp x --pp (1 x 3) does not divide"),
+    (["--batch-size", "8", "--schedule", "gpipe"], "--schedule: the pipeline's; give --pp > 1"),
     (["--batch-size", "8", "--gpus", "8"], "--gpus: data-parallel"),
     (["--batch-size", "8", "--step", "fwd-bwd"], "--step: a checkpoint predicts"),
     (["--input-shape", "x=0,3,64,64"], "--input-shape['x'] 0: expected a positive integer"),

@@ -199,9 +199,10 @@ def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
         done = subprocess.run([sys.executable, "-c", "import os, sys; from converters.export "
                                "import _main; os._exit(_main(sys.argv[1:]))", path, str(seq_len),
                                str(out)], capture_output=True, text=True)
-        if done.returncode:
+        if done.returncode:  # 2: a ConversionError's line; else the export died
             lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-            raise ConversionError(lines[-1])
+            raise ConversionError(lines[-1] if done.returncode == 2 else
+                                  f"{path}: the export failed: {lines[-1]}")
         return onnx.load(out)
 
 

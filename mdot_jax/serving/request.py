@@ -41,6 +41,13 @@ def _ints(name: str, value: Any, limit: float = MAX_INT) -> tuple[int, ...]:
     return values
 
 
+def _count(name: str, value: Any) -> int:
+    """A positive whole number of any size: an int, or a float that is one (JSON's 1e12)."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    return _ints(name, value, limit=math.inf)[0]
+
+
 def _positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or value <= 0:
@@ -180,9 +187,9 @@ class TrainingJob:
             raise RequestError("epochs and dataset_size go together", "epochs")
         if self.epochs is not None:
             _positive("epochs", self.epochs)
-            _ints("dataset_size", self.dataset_size)
+            object.__setattr__(self, "dataset_size", _count("dataset_size", self.dataset_size))
         if self.train_tokens is not None:
-            _ints("train_tokens", self.train_tokens, limit=math.inf)  # 1e12 and more
+            object.__setattr__(self, "train_tokens", _count("train_tokens", self.train_tokens))
             if self.epochs is not None:
                 raise RequestError("train_tokens: the job is epochs x dataset_size or a number "
                                    "of tokens, not both", "train_tokens")
