@@ -116,6 +116,19 @@ def test_a_plan_the_model_cannot_take_is_one_named_error(gpt, fields, field, nee
     assert e.value.field == field and needle in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_model_without_token_ids_counts_its_heads_and_tokens_from_its_attention():
+    """A ViT-like graph (float input [batch, positions, width], one head): the batch is not
+    taken for heads, the tokens are batch x positions (not 1)."""
+    from onnx_builders import attention
+
+    from mdot_jax.gpu.model_parallel import tokens_of
+
+    seq = convert(attention(batch=8, seq=8, dim=16), batch_size=8, fuse=2)
+    assert tokens_of(seq, attention_blocks(seq)) == 8 * 8
+    with pytest.raises(RequestError, match="^tp 2: does not divide the model's 1 attention"):
+        predict(TrainingJob(model=seq, batch_size=8, device="h100-sxm", gpus=2, tp=2))
+
+
 def test_fused_attention_is_causal_cheaper_and_keeps_no_scores(gpt):
     seq, h100, model = gpt[1], gpus.find("h100-sxm"), load_step_model()
     blocks = attention_blocks(seq)

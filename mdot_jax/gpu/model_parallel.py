@@ -33,6 +33,7 @@ replicas, then the stages.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -80,10 +81,20 @@ def width(seq: OperatorSequence) -> int:
     return int(values[np.argmax(counts)])
 
 
-def tokens_of(seq: OperatorSequence) -> int:
-    """Tokens of the batch: the elements of the rank-2 integer input ([batch, sequence])."""
+def batch_of(seq: OperatorSequence) -> int:
+    """The batch: dim 0 of the data inputs (1 where the sequence says none)."""
+    shapes = [s for s in seq.meta.get("inputs", {}).values() if len(s)]
+    return int(shapes[0][0]) if shapes else 1
+
+
+def tokens_of(seq: OperatorSequence, blocks: Sequence[Block]) -> int:
+    """Tokens of the batch: the elements of the rank-2 integer input ([batch, sequence]); a
+    model without one (a ViT) the batch times the positions its attention runs over."""
     shapes = [s for s in seq.meta.get("inputs", {}).values() if len(s) == 2]
-    return int(np.prod(shapes[0])) if shapes else 1
+    if shapes:
+        return int(np.prod(shapes[0]))
+    positions = int(seq.config[blocks[0].scores][_C["mm_m"]]) if blocks else 1
+    return batch_of(seq) * positions
 
 
 def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batches: int) -> None:
@@ -93,9 +104,7 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
         raise RequestError(f"{'tp' if tp > 1 else 'pp'}: the model has no transformer layers "
                            "(attention blocks) to split", "tp" if tp > 1 else "pp")
     if tp > 1:
-        c = seq.config[blocks[0].scores]
-        batch = max(tokens_of(seq) // max(int(c[_C["mm_m"]]), 1), 1)
-        heads = int(c[_C["mm_batch"]]) // batch
+        heads = int(seq.config[blocks[0].scores][_C["mm_batch"]]) // batch_of(seq)
         if heads % tp:
             raise RequestError(f"tp {tp}: does not divide the model's {heads} attention heads",
                                "tp")
@@ -108,13 +117,15 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
                            f"{micro_batches}) must be a multiple of pp {pp}", "schedule")
 
 
-def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False) -> OperatorSequence:
-    """The operators one GPU of a `tp`-way tensor-parallel group runs (module docstring)."""
+def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False,
+          blocks: Sequence[Block] = ()) -> OperatorSequence:
+    """The operators one GPU of a `tp`-way tensor-parallel group runs (module docstring);
+    `blocks`: its attention blocks (where no token ids say how many tokens a batch holds)."""
     from mdot_jax.gpu.spec_sheet import classes_field, classify
 
     if tp == 1:
         return seq
-    d, tokens = width(seq), tokens_of(seq)
+    d, tokens = width(seq), tokens_of(seq, blocks)
     config, load = seq.config.copy(), seq.load.copy()
     for i, (name, c, ld) in enumerate(zip(seq.op_names, seq.config, seq.load)):
         kind, op, dims = classify(name, c, ld)
@@ -174,7 +185,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     share = np.bincount(stage, ms, pp) / max(ms.sum(), 1e-30)  # [pp] of the compute
     layers = np.bincount(stage[[b.scores for b in blocks]], minlength=pp)  # [pp]
     bytes_ = 2.0 if precision in HALF else 4.0
-    act = tokens_of(seq) * width(seq) * bytes_  # one [tokens, width] activation
+    act = tokens_of(seq, blocks) * width(seq) * bytes_  # one [tokens, width] activation
     compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation",
                                                     "launch gaps")}  # gaps: the host's
     passes = 2 + (checkpointing == "full")  # forward, backward, the forward again

@@ -263,7 +263,8 @@ class _SpecSheet:
                 self.seq, self.blocks, self.fused, one = priced
                 return seq, one
         # sharding keeps every operator in its place: the blocks found here hold for it
-        self.seq, self.blocks = model_parallel.shard(seq, job.tp, job.sequence_parallel), blocks
+        self.seq = model_parallel.shard(seq, job.tp, job.sequence_parallel, blocks)
+        self.blocks = blocks
         self.fused = blocks if attention == "flash" else []
         again = rerun(self.seq, job.activation_checkpointing, blocks, self.fused) \
             if job.activation_checkpointing else set()
