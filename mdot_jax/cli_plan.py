@@ -66,9 +66,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         mfu = f"{p.mfu:.0%}" if p and p.mfu is not None else "-"
         print(f"{o.device + ('*' if id(o) in front else ''):<22} {o.gpus:>5} "
               + (f"{str(o.layout or '-'):<24} " if split else "")
-              + f"{o.hours if o.hours is not None else float('nan'):>8.3g} {band or '-':>13} "
+              + f"{'-' if o.hours is None else f'{o.hours:.3g}':>8} {band or '-':>13} "
               f"{'-' if o.cost_usd is None else f'{o.cost_usd:,.0f}':>10} "
-              f"{p.memory_gb if p else float('nan'):>9.3g} {mfu:>5}  {'; '.join(o.reasons)}")
+              f"{f'{p.memory_gb:.3g}' if p else '-':>9} {mfu:>5}  {'; '.join(o.reasons)}")
     if args.plot:
         print(f"wrote {args.plot}")
     return 0

@@ -42,21 +42,38 @@ def token_embedding(batch="N", seq="T"):
     return m
 
 
-def attention(batch="N", seq=8, dim=16):
+def attention(batch="N", seq=8, dim=16, heads=1):
     """x[batch, seq, dim] -> q = x Wq, k = x Wk (Wk transposed on the way, as exporters do),
-    softmax(q k^T) x, then LayerNorm: one attention head's GEMMs, batched GEMMs and rows."""
+    softmax(q k^T) x, then LayerNorm: one attention head's GEMMs, batched GEMMs and rows;
+    `heads` > 1: q, k and x split into [batch, heads, seq, dim / heads] (and merged after)."""
     nodes = [
         helper.make_node("MatMul", ["x", "wq"], ["q"], name="q"),
         helper.make_node("Transpose", ["wk"], ["wkt"], name="wk_t", perm=[1, 0]),
         helper.make_node("MatMul", ["x", "wkt"], ["k"], name="k"),
-        helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1]),
-        helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
-        helper.make_node("Softmax", ["s"], ["p"], name="softmax", axis=-1),
-        helper.make_node("MatMul", ["p", "x"], ["o"], name="mix"),
-        helper.make_node("LayerNormalization", ["o", "g", "b"], ["y"], name="norm", axis=-1),
     ]
     inputs = [value("x", [batch, seq, dim]), value("wq", [dim, dim]), value("wk", [dim, dim]),
               value("g", [dim]), value("b", [dim])]
-    m = model(nodes, inputs, [value("y", None)])
+    initializers, q, k, v, kt = [], "q", "k", "x", [0, 2, 1]
+    if heads > 1:
+        initializers = [helper.make_tensor("split", TensorProto.INT64, [4],
+                                           [0, seq, heads, dim // heads]),
+                        helper.make_tensor("merge", TensorProto.INT64, [3], [0, seq, dim])]
+        for t in ("q", "k", "x"):
+            nodes += [helper.make_node("Reshape", [t, "split"], [f"{t}4"], name=f"{t}_split"),
+                      helper.make_node("Transpose", [f"{t}4"], [f"{t}h"], name=f"{t}_heads",
+                                       perm=[0, 2, 1, 3])]
+        q, k, v, kt = "qh", "kh", "xh", [0, 1, 3, 2]
+    nodes += [
+        helper.make_node("Transpose", [k], ["kt"], name="k_t", perm=kt),
+        helper.make_node("MatMul", [q, "kt"], ["s"], name="scores"),
+        helper.make_node("Softmax", ["s"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", v], ["o"], name="mix"),
+    ]
+    if heads > 1:
+        nodes += [helper.make_node("Transpose", ["o"], ["ot"], name="o_merge", perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", ["ot", "merge"], ["o3"], name="o_flat")]
+    nodes.append(helper.make_node("LayerNormalization", ["o3" if heads > 1 else "o", "g", "b"],
+                                  ["y"], name="norm", axis=-1))
+    m = model(nodes, inputs, [value("y", None)], initializers)
     m.metadata_props.add(key="mdot.data_inputs", value="x")
     return m

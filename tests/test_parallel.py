@@ -96,13 +96,13 @@ def test_predict_tables_gpus(capsys, tmp_path):
                           (["--gpus", "2,4", "--batch-sizes", "2,4"], "give one"),
                           (["--gpus", "4", "--device", "l4", "--interconnect", "nvlink"],
                            "no NVLink"), (["--gpus", "4", "--strategy", "pp"], "invalid choice"),
-                          (["--gpus", "4", "--tp", "3"], "--tp 3: tp x pp (3 x 1)")]:
+                          (["--gpus", "4", "--tp", "3"], "--tp 3: --tp x --pp (3 x 1)")]:
         assert main([str(a) for a in args + extra]) == 2
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (extra, err)
     several = ["predict", model, "--batch-sizes", "2,4", "--gpus", "2,4", "--device", "h100-sxm"]
     assert main([str(a) for a in several]) == 2
-    assert "--gpus: several GPU counts take one batch_size" in capsys.readouterr().err
+    assert "--gpus: several GPU counts take one --batch-size" in capsys.readouterr().err
 
 
 def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
@@ -138,7 +138,7 @@ def test_a_gpu_with_a_measured_checkpoint_prices_what_only_the_spec_sheet_can(tm
     note); the checkpoint measured on it, named, still refuses them."""
     from mdot_jax import RequestError, TrainingJob, predict
 
-    onnx.save(attention(seq=64, dim=256), tmp_path / "m.onnx")
+    onnx.save(attention(seq=64, dim=256, heads=4), tmp_path / "m.onnx")
     job = dict(model=str(tmp_path / "m.onnx"), batch_size=8, device="rtx3090",
                precision="amp-fp16")
     single = predict(TrainingJob(**job))
@@ -274,3 +274,15 @@ def test_zero_stages_shard_more_and_move_what_they_must():
     z1, z2 = (data_parallel(four, params, h100, 8, strategy=s, grad_accum=4) for s in
               ("zero1", "zero2"))
     assert z2.phases["communication"] > z1.phases["communication"]
+
+
+def test_fsdp_at_amp_moves_the_half_types_bytes():
+    """FSDP's mixed-precision policy gathers the weights in the half type (the casts priced by
+    `price(half_weights=True)`) and reduces the gradients so: half the bytes of fp32."""
+    h100, one = gpus.find("h100-sxm"), _one(backward=50.0)
+    ms = {}
+    for precision in ("fp32", "amp-bf16"):
+        p = data_parallel(one, 10 ** 9, h100, 8, strategy="fsdp", precision=precision)
+        ms[precision] = float(re.search(r"\(([\d.e+]+) ms,", p.warnings[-1])[1])
+    assert ms["amp-bf16"] == pytest.approx(ms["fp32"] / 2, rel=0.01)
+    assert "in the half type" in p.warnings[-1]

@@ -23,8 +23,9 @@ reduce-scatter the gradients in units of `BUCKET_MB` behind the backward (ZeRO-2
 micro-batch, as it frees them), each GPU updates its 1/N, and the updated weights are
 all-gathered after the update, with nothing to hide behind. FSDP all-gathers the weights
 before the forward and again before the backward and reduce-scatters the gradients (3 (N -
-1) / N of the parameter bytes in all, against the 2 (N - 1) / N of an all-reduce), prefetched
-under the forward and the backward as DDP's buckets are under the backward. Under tensor and
+1) / N of the parameter bytes in all, against the 2 (N - 1) / N of an all-reduce; at AMP in
+the half type, as its mixed-precision policy gathers the weights), prefetched under the
+forward and the backward as DDP's buckets are under the backward. Under tensor and
 pipeline parallelism (`model_parallel`) the replicas are what is left of the GPUs, each
 holding a stage's share.
 """
@@ -37,7 +38,7 @@ import math
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.options import INTERCONNECTS, STRATEGIES
-from mdot_jax.serving.memory import OPTIMIZER_STATE
+from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE
 from mdot_jax.serving.prediction import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
@@ -105,7 +106,8 @@ def _hidden(comm: float, compute: float, units: int) -> float:
 def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, nodes: int = 1,
                   interconnect: str | None = None, network_gbs: float = NETWORK_GBS,
                   strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1,
-                  model_parallel: int = 1, after_flush: bool = False) -> Prediction:
+                  model_parallel: int = 1, after_flush: bool = False,
+                  precision: str = "fp32") -> Prediction:
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each (`model_parallel` ranks apart), with
@@ -115,7 +117,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     buffers are reduced once the backward, and a pipeline's flush, are done); ZeRO-1 and -2
     reduce-scatter the gradients behind the backward (ZeRO-2 every micro-batch), update their
     shard and all-gather the weights after it; FSDP gathers and reduce-scatters for every
-    micro-batch. One replica: `p` itself."""
+    micro-batch, in the half type at AMP (its mixed-precision policy: the weights' `param_dtype`,
+    which the gradients' reduction keeps). One replica: `p` itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
@@ -134,6 +137,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
     else:
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
+            half *= 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
             total = 3 * half * k
             shown = k * (_hidden(half, fw, buckets) + _hidden(2 * half, bw, buckets))
         else:  # reduce-scattered behind the backward (zero2: each micro-batch), gathered after
@@ -144,7 +148,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         sharded = OPTIMIZER_STATE[optimizer] + {"zero1": 0, "zero2": 1, "fsdp": 2}[strategy]
         memory = p.memory_gb - sharded * nbytes / 1e9 * (n - 1) / n + BUCKET_MB * 2 ** 20 / 1e9
     what = {"ddp": "gradient all-reduce",
-            "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"}.get(
+            "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"
+                    + (" in the half type" if precision in HALF else "")}.get(
         strategy, "gradient reduce-scatter and all-gather of the updated weights")
     warning = (f"{strategy}: {what} over {n} GPUs ({total:.3g} ms, {total - shown:.3g} "
                f"ms of it hidden behind compute in {buckets} pieces of {BUCKET_MB} MB) priced "
