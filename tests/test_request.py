@@ -163,6 +163,8 @@ def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
      "--pp 3: --tp x --pp (1 x 3) does not divide"),
     (["--batch-size", "8", "--schedule", "gpipe"], "--schedule: the pipeline's; give --pp > 1"),
     (["--batch-size", "8", "--gpus", "8"], "--gpus: data-parallel"),
+    (["--batch-size", "8", "--device", "h100-sxm", "--precision", "bf16"],
+     "--precision 'bf16' on a GPU: choose from"),
     (["--batch-size", "8", "--step", "fwd-bwd"], "--step: a checkpoint predicts"),
     (["--input-shape", "x=0,3,64,64"], "--input-shape['x'] 0: expected a positive integer"),
 ])

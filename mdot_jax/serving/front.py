@@ -50,7 +50,9 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
     except ValueError as e:  # a bad value met deep in the pricing: said as the request's
         if isinstance(e, (MdotError, ConversionError)):
             raise
-        raise RequestError(str(e)) from None
+        first = str(e).split(" ", 1)[0].rstrip(":")
+        fields = {f.name for f in dataclasses.fields(TrainingJob)}
+        raise RequestError(str(e), first if first in fields else "") from None
     return out if job.several else out[0]
 
 
