@@ -3,11 +3,13 @@ checkpointing and the tokens/s of a decoder, what `mdot predict` prices from a c
 
     python -m mdot_jax.measure.llm_steps OUT.jsonl [--seconds 120] [--dry-run]
 
-The steps: GPT-2-style decoders (124M: 12 layers of 768; 350M: 24 of 1024; Hugging Face's
-`GPT2LMHeadModel`, GELU with erf) at 1,024, 2,048 and 4,096 tokens, micro-batches of 8,192
-tokens, autocast to bf16, AdamW (torch.optim's default implementation), each with attention
-`flash` (`attn_implementation="sdpa"`: PyTorch picks FlashAttention) and `eager`, with and
-without full activation checkpointing (`gradient_checkpointing_enable`). A step is forward,
+The steps: first one GEMM-bound step (a 1.3B GPT-2, 24 layers of 2048, at 2,048 tokens,
+flash attention, no checkpointing), then GPT-2-style decoders (124M: 12 layers of 768; 350M:
+24 of 1024; Hugging Face's `GPT2LMHeadModel`, GELU with erf) at 1,024, 2,048 and 4,096
+tokens, each with attention `flash` (`attn_implementation="sdpa"`: PyTorch picks
+FlashAttention) and `eager`, with and without full activation checkpointing
+(`gradient_checkpointing_enable`); micro-batches of 8,192 tokens, autocast to bf16, AdamW
+(torch.optim's default implementation). A step is forward,
 cross-entropy over the vocabulary, backward and the update, CUDA synchronised; 2 untimed, then
 the median of 5. Each row carries the config and the fields of a `TrainingJob` that prices it,
 the peak memory allocated, what the host issued in one more step under the profiler (kernel
@@ -29,26 +31,28 @@ from mdot_jax.measure import resumable
 SIZES = {"gpt2-124m": dict(n_layer=12, n_embd=768, n_head=12),
          "gpt2-350m": dict(n_layer=24, n_embd=1024, n_head=16)}
 TOKENS = (1024, 2048, 4096)
+# one step where the GEMMs are the time (what an FSDP shard of an LLM runs), measured first
+GEMM_BOUND = ("gpt2-1.3b", dict(n_layer=24, n_embd=2048, n_head=16), 2048, "flash", None)
 BATCH_TOKENS = 8192
 DRY = {"gpt2-tiny": dict(n_layer=2, n_embd=64, n_head=4)}
 BUSIEST = 30  # kernels (ATen operators on a CPU) of the profiled step kept, by time
 
 
 def plan(dry: bool) -> list[dict]:
-    """Every step to measure, smallest first, as the rows' `job` and `config`."""
-    out = []
-    for name, size in (DRY if dry else SIZES).items():
-        for tokens in (64,) if dry else TOKENS:
-            for attention in ("flash", "eager"):
-                for ckpt in (None, "full"):
-                    config = dict(model_type="gpt2", vocab_size=50257, n_positions=tokens,
-                                  activation_function="gelu", **size)
-                    out.append(dict(
-                        key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}", config=config,
-                        job=dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
-                                 precision="fp32" if dry else "amp-bf16", optimizer="adamw",
-                                 attention=attention, activation_checkpointing=ckpt)))
-    return out
+    """Every step to measure, as the rows' `job` and `config`: the GEMM-bound one, then
+    the rest smallest first."""
+    steps = [] if dry else [GEMM_BOUND]
+    steps += [(name, size, tokens, attention, ckpt)
+              for name, size in (DRY if dry else SIZES).items()
+              for tokens in ((64,) if dry else TOKENS)
+              for attention in ("flash", "eager") for ckpt in (None, "full")]
+    return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}",
+                 config=dict(model_type="gpt2", vocab_size=50257, n_positions=tokens,
+                             activation_function="gelu", **size),
+                 job=dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
+                          precision="fp32" if dry else "amp-bf16", optimizer="adamw",
+                          attention=attention, activation_checkpointing=ckpt))
+            for name, size, tokens, attention, ckpt in steps]
 
 
 def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
@@ -60,8 +64,9 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
     cfg.pop("model_type")
     impl = "sdpa" if job["attention"] == "flash" else "eager"
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        **cfg, use_cache=False, attn_implementation=impl)).to(device)
+    with torch.device(device):  # built where it trains: a 1.3B model in a second, not a minute
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            **cfg, use_cache=False, attn_implementation=impl))
     if job["activation_checkpointing"]:  # the newer name where the installed version has it
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
     model.train()
