@@ -180,6 +180,28 @@ def test_the_step_model_adapts_to_a_gpus_measured_steps(capsys, tmp_path):
     assert code == 2 and "--force" in err
 
 
+def test_adapting_prices_the_rows_as_predict_will(capsys, tmp_path):
+    """At AMP on an H100 PyTorch runs FlashAttention and the rows trained with AdamW: the
+    adaptation is fitted to the prices `mdot predict` gives those jobs, so steps measured at
+    twice those prices come out at exactly twice (eager attention or SGD would not)."""
+    from mdot_jax import TrainingJob, predict
+
+    onnx.save(attention(seq=256, dim=256, heads=4), tmp_path / "m.onnx")
+    job = dict(model=str(tmp_path / "m.onnx"), device="h100-sxm", precision="amp-bf16",
+               optimizer="adamw")
+    ms = {b: predict(TrainingJob(**job, batch_size=b)).iteration_ms for b in (8, 32)}
+    rows = [f"m.onnx,{b},amp-bf16,adamw,{2 * t}" for b, t in ms.items()]
+    (tmp_path / "mine.csv").write_text("model,batch_size,precision,optimizer,ms\n"
+                                       + "\n".join(rows))
+    code, out, _ = run(capsys, "adapt", "--from-measurements", tmp_path / "mine.csv", "--base",
+                       "gpu-spec-sheet", "--out", tmp_path / "mine", "--device-name", "h100-sxm")
+    assert code == 0 and "expected error: 0.0%" in out, out
+    adapted = predict(TrainingJob(**dict(job, device=None), batch_size=16,
+                                  checkpoint=str(tmp_path / "mine")))
+    plain = predict(TrainingJob(**job, batch_size=16))
+    assert adapted.iteration_ms == pytest.approx(2 * plain.iteration_ms, rel=1e-6)
+
+
 def test_a_host_slower_than_the_kernels_leaves_the_gpu_waiting():
     from mdot_jax.gpu.spec_sheet import launch_bound
 

@@ -7,7 +7,9 @@ ran its probe most alike).
 The CSV has one row per measured job: `model` (an `.onnx` file, or an operator sequence
 `.npz` written by `mdot convert -o`, relative to the CSV), `batch_size`, `image_size` or
 `seq_len` (optional where the file fixes them), `precision` (recorded, not used: the fit
-absorbs it) and `ms` (milliseconds per training iteration). The base checkpoint predicts each
+absorbs it) and `ms` (milliseconds per training iteration); for a GPU step model also
+`optimizer` and `attention` (optional: `mdot predict`'s defaults), as its rows are priced by
+the front door exactly as `mdot predict` will price the user's jobs. The base predicts each
 row, `serving.adaptation.fit` maps its predictions onto the measurements, and the adapted
 checkpoint is the base one with that fit in its metadata.
 
@@ -30,15 +32,16 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from converters import OperatorSequence
 from mdot_jax import writers
 from mdot_jax.errors import UsageError
-from mdot_jax.options import PRECISIONS
+from mdot_jax.options import ATTENTION, OPTIMIZERS, PRECISIONS
 from mdot_jax.serving.predict import Predictor, resolve_checkpoint
-from mdot_jax.serving.prediction import Adaptation
+from mdot_jax.serving.prediction import Adaptation, Prediction
 from mdot_jax.storage import checkpoint
 from mdot_jax.storage.calibration import COVER
 
@@ -53,14 +56,16 @@ def _solve(x: np.ndarray, y: np.ndarray, fit: str) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def fit(pred_ms, measured_ms, device: str, source: str = "") -> Adaptation:
-    """The adaptation of base predictions `pred_ms` `[N]` to `measured_ms` `[N]`."""
+def fit(pred_ms, measured_ms, device: str, source: str = "",
+        workloads: int | None = None) -> Adaptation:
+    """The adaptation of base predictions `pred_ms` `[N]` to `measured_ms` `[N]`, of
+    `workloads` different jobs (None: as many as different predictions)."""
     x = np.log(np.asarray(pred_ms, np.float64))
     y = np.log(np.asarray(measured_ms, np.float64))
     n = len(x)
     if n < 2:
         raise ValueError(f"adapting needs at least 2 measured rows, got {n}")
-    if np.unique(np.round(x, 9)).size < 2:
+    if (np.unique(np.round(x, 9)).size if workloads is None else workloads) < 2:
         raise ValueError(f"adapting needs rows of at least 2 different workloads (models, batch "
                          f"or input sizes); these {n} rows are all one")
     fits = ["scale"]
@@ -93,6 +98,7 @@ def compose(outer: Adaptation, inner: Adaptation | None) -> Adaptation:
 
 
 REQUIRED = ("model", "batch_size", "ms")
+JOB_COLUMNS = {"optimizer": OPTIMIZERS, "attention": ATTENTION}  # optional: a GPU's rows
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,11 @@ class Row:
     seq_len: int | None
     precision: str
     ms: float
+    job: tuple[tuple[str, str], ...] = ()  # JOB_COLUMNS given, as (field, value)
+
+    @property
+    def workload(self) -> tuple:
+        return self.model, self.batch_size, self.image_size, self.seq_len, self.job
 
 
 def _positive(text: str, kind, where: str, column: str):
@@ -149,9 +160,13 @@ def read_measurements(path: str | Path) -> list[Row]:
             raise UsageError(f"{where}: model file {d.get('model')!r} not found")
         sizes = {c: _positive(d[c], int, where, c) if d.get(c) else None
                  for c in ("image_size", "seq_len")}
+        job = tuple((c, d[c]) for c in JOB_COLUMNS if d.get(c))
+        for c, v in job:
+            if v not in JOB_COLUMNS[c]:
+                raise UsageError(f"{where}: column {c!r} is {v!r}; one of {list(JOB_COLUMNS[c])}")
         rows.append(Row(model, _positive(d["batch_size"], int, where, "batch_size"),
                         sizes["image_size"], sizes["seq_len"], d.get("precision") or "",
-                        _positive(d["ms"], float, where, "ms")))
+                        _positive(d["ms"], float, where, "ms"), job))
     return rows
 
 
@@ -176,6 +191,10 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
     step_model = spec_sheet.step_model_dir(base)
     if step_model is not None:
         return _adapt_step_model(rows, measurements, step_model, out, device, force)
+    given = sorted({c for r in rows for c, _ in r.job})
+    if given:
+        raise UsageError(f"{measurements}: column(s) {given} say how a GPU step model prices a "
+                         "row; a checkpoint adapts the step it was trained on")
     base_path = resolve_checkpoint(base)
     out = checkpoint.prepare_out(out, force=force)
     predictor = Predictor.load(base_path)
@@ -193,9 +212,10 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
     """The GPU step model `base` adapted to measured rows of the catalogued GPU `device`: its
     prices of the rows (at their precision) fitted to their times; the folder carries the fit
     and the GPU it holds for."""
-    from converters import convert
     from mdot_jax.gpu import catalog as gpus
     from mdot_jax.gpu import spec_sheet
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
 
     if not device:
         raise UsageError("adapting the GPU step model: --device-name names the GPU the rows "
@@ -204,15 +224,17 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
     out = checkpoint.prepare_out(out, force=force)
     model = spec_sheet.load_step_model(base)
     precision = rows[0].precision or "fp32"
-    pred = []
+    pred = []  # each row priced as `mdot predict` prices it (its attention, optimizer, host)
     for r in rows:
-        seq = _sequence(r)
-        if isinstance(seq, Path):
-            seq = convert(seq, batch_size=r.batch_size, image_size=r.image_size,
-                          seq_len=r.seq_len, fuse=True)
-        pred.append(spec_sheet.price(seq, gpu, model, precision=precision).iteration_ms)
+        job: dict[str, Any] = dict(r.job)
+        p = predict(TrainingJob(model=_sequence(r), batch_size=r.batch_size,
+                                image_size=r.image_size, seq_len=r.seq_len, device=gpu.name,
+                                checkpoint=str(base), precision=precision, **job))
+        assert isinstance(p, Prediction)  # one batch size, one GPU count
+        pred.append(p.iteration_ms)
     adaptation = fit(pred, [r.ms for r in rows], gpu.name,
-                     source=f"{Path(measurements).name}, base {base.name}, {precision}")
+                     source=f"{Path(measurements).name}, base {base.name}, {precision}",
+                     workloads=len({r.workload for r in rows}))
     inner = model.info.get("adaptation")
     adaptation = compose(adaptation, Adaptation.from_json(inner) if inner else None)
     tmp = writers.temporary(out)
