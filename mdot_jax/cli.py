@@ -13,6 +13,7 @@ import math
 import os
 import re
 import sys
+from pathlib import Path
 
 from converters.errors import ConversionError
 from mdot_jax import cli_build, cli_job, cli_plan, writers
@@ -24,7 +25,7 @@ from mdot_jax.options import (
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
-    "convert": "ONNX model -> operator sequence (.npz) and summary",
+    "convert": "ONNX model or a causal LM's config.json -> operator sequence (.npz), summary",
     "adapt": "a checkpoint for another device: from this machine's probe, or step times",
     "probe": "measure the probe (12 samples, a few minutes) that describes this device",
     "devices": "the GPU catalog: spec sheets of the GPUs --device can name",
@@ -38,10 +39,13 @@ def _shape_kwargs(args: argparse.Namespace) -> dict:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters import convert
+    from mdot_jax.serving.front import config_graph, is_config
 
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)
-    seq = convert(args.model, **_shape_kwargs(args), fuse=True if args.fuse is None else args.fuse)
+    model = config_graph(args.model, args.seq_len) if is_config(args.model) else args.model
+    seq = convert(model, name=Path(args.model).stem, **_shape_kwargs(args),
+                  fuse=True if args.fuse is None else args.fuse)
     if args.output:
         writers.write_file(args.output, seq.save)
     summary = dict(model=seq.name, num_ops=seq.num_ops, flops=seq.flops,
@@ -242,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 help=argparse.SUPPRESS, prog="mdot")
 
     p = sub.add_parser("convert", description=USER_COMMANDS["convert"])
-    p.add_argument("model", help="path to an .onnx file")
+    p.add_argument("model", help="an .onnx file, or a causal LM's config.json (with --seq-len)")
     cli_job.add_shape_args(p)
     p.add_argument("-o", "--output", help="write the operator sequence to this .npz")
     p.add_argument("--fuse", type=int, metavar="V", help="kernel fusion version (default: the "

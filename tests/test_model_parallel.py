@@ -182,9 +182,19 @@ def test_the_default_attention_is_what_pytorch_runs_and_says_why(gpt, gpu, preci
     assert any(w.startswith(f"attention: {chosen} (") for w in p.warnings)
 
 
-def test_a_hugging_face_config_needs_its_tokens(gpt):
+def test_a_hugging_face_config_needs_its_tokens(gpt, capsys):
     with pytest.raises(RequestError, match="seq_len: required with a Hugging Face config"):
         predict(TrainingJob(model=str(gpt[0]), batch_size=4, device="h100-sxm"))
+    assert main(["convert", str(gpt[0]), "--batch-size", "4"]) == 2
+    assert capsys.readouterr().err.startswith("mdot: error: --seq-len: required")
+
+
+def test_a_hugging_face_config_converts_as_it_predicts(gpt, capsys):
+    assert main(["convert", str(gpt[0]), "--seq-len", "256", "--batch-size", "4",
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["model"] == "config" and summary["params"] == gpt[1].params
+    assert summary["inputs"] == {"input_ids": [4, 256]} and summary["flops"] == gpt[1].flops
 
 
 @pytest.mark.slow

@@ -120,12 +120,8 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     model: Any = job.model
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
         model = OperatorSequence.load_npz(model)
-    elif isinstance(model, (str, Path)) and (str(model).endswith(".json")
-                                             or (Path(model) / "config.json").is_file()):
-        if job.seq_len is None:
-            raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
-                               "sample to export the model at)", "seq_len")
-        model = _from_config(str(model), job.seq_len)
+    elif is_config(model):
+        model = config_graph(model, job.seq_len)
     shapes = tuple((k, tuple(v)) for k, v in (job.input_shapes or {}).items())
     if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
         stat = Path(model).stat()
@@ -188,6 +184,20 @@ def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len:
     return seq
 
 
+
+
+def is_config(model: Any) -> bool:
+    """Whether `model` names a Hugging Face config.json (the file, or a folder holding one)."""
+    return isinstance(model, (str, Path)) and (
+        str(model).endswith(".json") or (Path(model) / "config.json").is_file())
+
+
+def config_graph(path: str | Path, seq_len: int | None) -> onnx.ModelProto:
+    """The training graph of the causal LM a config.json describes, at `seq_len` tokens."""
+    if seq_len is None:
+        raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
+                           "sample to export the model at)", "seq_len")
+    return _from_config(str(path), seq_len)
 
 
 @functools.lru_cache(maxsize=2)
