@@ -124,10 +124,24 @@ def test_bad_input_is_a_4xx_with_one_line(server, body, status, field, needle):
 
 def test_uploads_are_checked_and_limited(server):
     client, _ = server
-    r = client.post("/v1/models", content=b"not an onnx file")
-    assert r.status_code == 422 and "not an ONNX file" in r.json()["error"]
+    for junk in (b"not an onnx file", b'{"hidden_size": 8}'):  # a JSON without model_type
+        r = client.post("/v1/models", content=junk)
+        assert r.status_code == 422 and "neither an ONNX file nor" in r.json()["error"]
     r = client.post("/v1/models", content=b"x" * 200_000)  # over the 0.05 MB limit
     assert r.status_code == 413 and "over the limit" in r.json()["error"]
+
+
+def test_a_config_json_is_a_model_at_the_requests_tokens(server):
+    """A scheduler's LLM jobs by their config.json: uploaded once, priced at `seq_len`."""
+    client, _ = server
+    config = dict(model_type="gpt2", n_layer=2, n_embd=64, n_head=4, n_positions=128,
+                  vocab_size=512)
+    sha = client.post("/v1/models", content=json.dumps(config).encode()).json()["model"]
+    job = {"model": sha, "batch_size": 2, "device": "h100-sxm", "precision": "amp-bf16"}
+    r = client.post("/v1/predict", json=dict(job, seq_len=128))
+    assert r.status_code == 200 and r.json()["tokens_per_s"] > 0, r.text
+    r = client.post("/v1/predict", json=job)
+    assert r.status_code == 422 and r.json()["field"] == "seq_len"
 
 
 def test_concurrent_clients_get_the_same_answers(server):

@@ -1,6 +1,7 @@
 """`mdot serve`: the front door over HTTP (FastAPI on uvicorn), for schedulers.
 
-    POST /v1/models    an ONNX file's bytes -> {"model": its SHA-256}; kept on disk
+    POST /v1/models    an ONNX file's or a causal LM's config.json's bytes -> {"model": its
+                       SHA-256}; kept on disk
     POST /v1/predict   {"model": SHA, <TrainingJob fields>} -> a prediction (a list for several)
     POST /v1/plan      {"model": SHA, "devices", "gpus", "prices", "deadline_h", "budget_usd",
                         "global_batch", <TrainingJob fields>} -> the ranked plans
@@ -57,28 +58,21 @@ class _Answer(Exception):
 
 
 class ModelStore:
-    """Uploaded ONNX files by content hash, at most `limit` (least recently used out)."""
+    """Uploaded models (`KINDS`) by content hash, at most `limit` (least recently used out)."""
 
     def __init__(self, folder: Path, limit: int = 64):
         self.folder, self.limit = Path(folder), limit
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def put(self, data: bytes) -> str:
-        import onnx
-
-        try:
-            onnx.load_model_from_string(data)
-        except Exception:  # protobuf raises its own DecodeError, and more
-            raise _Answer(422, "model: not an ONNX file (upload the bytes of a .onnx)",
-                          "model") from None
         sha = hashlib.sha256(data).hexdigest()
-        path = self.path(sha)
+        path = self.folder / f"{sha}{_kind(data)}"
         if not path.exists():
             tmp = path.with_name(f".{sha}.tmp-{uuid.uuid4().hex[:8]}")
             tmp.write_bytes(data)
             os.replace(tmp, path)  # atomic: a reader sees all of it or nothing
         os.utime(path)
-        writers.evict(self.folder, "*.onnx", self.limit)
+        writers.evict(self.folder, "*.*", self.limit)
         return sha
 
     def get(self, sha: Any) -> Path:
@@ -86,14 +80,34 @@ class ModelStore:
                 c in "0123456789abcdef" for c in sha):
             raise _Answer(422, f"model {sha!r}: the SHA-256 that POST /v1/models answered",
                           "model")
-        path = self.path(sha)
-        if not path.exists():
+        path = next((p for p in (self.folder / f"{sha}{k}" for k in KINDS) if p.exists()), None)
+        if path is None:
             raise _Answer(404, f"model {sha}: not uploaded here (POST /v1/models)", "model")
         os.utime(path)
         return path
 
-    def path(self, sha: str) -> Path:
-        return self.folder / f"{sha}.onnx"
+
+KINDS = (".onnx", ".json")  # what an uploaded model is kept as
+
+
+def _kind(data: bytes) -> str:
+    """How an upload is kept: an ONNX file, or a causal LM's config.json (a JSON object with
+    a `model_type`, priced at the request's `seq_len`); anything else is a 422."""
+    import onnx
+
+    try:
+        config = json.loads(data)
+    except ValueError:  # not JSON (nor UTF-8): ONNX's protobuf, or nothing
+        config = None
+    if isinstance(config, dict) and "model_type" in config:
+        return ".json"
+    try:
+        onnx.load_model_from_string(data)
+        return ".onnx"
+    except Exception:  # protobuf raises its own DecodeError, and more
+        pass
+    raise _Answer(422, "model: neither an ONNX file nor a Hugging Face config.json (upload "
+                  "the bytes of a .onnx, or of a config.json with its model_type)", "model")
 
 
 def _job(store: ModelStore, body: dict, extra: tuple = ()) -> tuple[TrainingJob, dict]:
