@@ -361,7 +361,7 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
         if not ok and node.op_type == "Shape" and node.input[0] in shapes:
             ok = True
             from_shape.add(id(node))
-        if ok and any(np.prod(shapes.get(t, [])) > FOLD_MAX_ELEMENTS for t in node.output):
+        if ok and any(math.prod(shapes.get(t, ())) > FOLD_MAX_ELEMENTS for t in node.output):
             ok = False  # a large tensor computed at run time is work, not shape arithmetic
         if ok:
             foldable.append(node)
@@ -437,14 +437,21 @@ def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
     env = {i.name: numpy_helper.to_array(i) for i in initializers}
     values = {}
     result: Any
-    for node in nodes:
+    done: dict[tuple, Any] = {}  # (op, attributes, inputs' values) -> outputs: a model's
+    for node in nodes:           # layers repeat the same shape arithmetic, evaluated once
         if not all(not t or t in env for t in node.input):
             continue
         args = [env[t] if t else None for t in node.input]
         if _numel_bound(node, args) > FOLD_MAX_ELEMENTS:
             continue
+        key = (node.op_type, node.domain, tuple(a.SerializeToString() for a in node.attribute),
+               tuple(None if a is None else (np.asarray(a).dtype.str, np.shape(a),
+                                             np.asarray(a).tobytes()) for a in args))
+        result = done.get(key)
         try:
-            if node.op_type in _NUMPY_OPS:
+            if result is not None:
+                pass
+            elif node.op_type in _NUMPY_OPS:
                 attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
                 result = [_NUMPY_OPS[node.op_type](*args, **attrs)]
             else:
@@ -452,6 +459,7 @@ def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
                                                              if t})
         except Exception:  # noqa: BLE001 - this node stays; inference reports if it matters
             continue
+        done[key] = result
         for t, v in zip(node.output, result):
             if t and np.size(v) <= FOLD_MAX_ELEMENTS:
                 env[t] = values[t] = v
