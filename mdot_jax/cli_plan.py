@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from mdot_jax import cli_job
+from mdot_jax import cli_job, writers
 from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import UsageError
 
@@ -41,17 +41,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.batch_size is None:
         raise UsageError("--batch-size is required (per data-parallel replica; with "
                          "--global-batch, the largest micro-batch tried)")
+    if args.plot and not args.prices:
+        raise UsageError("--plot: draws the plans' cost against their time; give --prices")
     job = TrainingJob(model=args.model, batch_size=args.batch_size, gpus=tuple(args.gpus),
                       **cli_job.job_fields(args))
     request = planning.Plan(job, devices=args.devices, gpus=args.gpus,
                             prices=read_prices(args.prices), deadline_h=args.deadline,
                             budget_usd=args.budget, global_batch=args.global_batch)
-    options = planning.plan(request, progress=not args.json and sys.stderr.isatty())
-    if args.plot:
-        planning.plot(options, args.plot, request)
+    if args.plot:  # before the search: a plot that cannot be written is said at once
+        writers.prepare_file(args.plot, force=args.force, flag="--plot")
+    try:
+        options = planning.plan(request, progress=not args.json and sys.stderr.isatty())
+        _print(args, options)
+        if args.plot:  # after the table: a plot with nothing to draw leaves the table said
+            writers.write_file(args.plot, lambda path: planning.plot(options, path, request),
+                               flag="--plot")
+            print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
+    finally:
+        if args.plot:
+            writers.release(args.plot)
+    return 0
+
+
+def _print(args: argparse.Namespace, options: list) -> None:
+    from mdot_jax.serving import plan as planning
+
     if args.json:
         print(json.dumps([o.to_json() for o in options]))
-        return 0
+        return
     feasible = [o for o in options if o.feasible]
     front = {id(o) for o in planning.pareto(options)}
     print(f"{args.model}: {len(feasible)} of {len(options)} plans feasible"
@@ -69,9 +86,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
               + f"{'-' if o.hours is None else f'{o.hours:.3g}':>8} {band or '-':>13} "
               f"{'-' if o.cost_usd is None else f'{o.cost_usd:,.0f}':>10} "
               f"{f'{p.memory_gb:.3g}' if p else '-':>9} {mfu:>5}  {'; '.join(o.reasons)}")
-    if args.plot:
-        print(f"wrote {args.plot}")
-    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -95,7 +109,9 @@ def add_commands(sub) -> None:
                    help="USD per GPU-hour by device (an example: docs/prices.json)")
     p.add_argument("--deadline", type=POSITIVE_FLOAT, metavar="HOURS")
     p.add_argument("--budget", type=POSITIVE_FLOAT, metavar="USD")
-    p.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front")
+    p.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front "
+                   "(with --prices)")
+    p.add_argument("--force", action="store_true", help="replace an existing --plot file")
     p.add_argument("--global-batch", type=POSITIVE_INT, metavar="G",
                    help="samples an iteration, held fixed: split each GPU count every way "
                         "(tensor, pipeline, data parallel; micro-batches up to --batch-size x "

@@ -101,37 +101,39 @@ def release(target: str | Path | None = None) -> None:
             f.close()
 
 
-def prepare_file(out: str | Path, *, source: str | Path | None = None, force: bool = False
-                 ) -> None:
-    """Checks, before any work, that a file can be written to `out`: never a folder, never
-    `source` (the input being read), an existing file only with `force`; then claims it."""
+def prepare_file(out: str | Path, *, source: str | Path | None = None, force: bool = False,
+                 flag: str = "-o") -> None:
+    """Checks, before any work, that a file can be written to `out` (given as `flag`): never
+    a folder, never `source` (the input being read), an existing file only with `force`; then
+    claims it."""
     problem = None
+    kind = Path(out).suffix or "a file"
     if os.path.isdir(out):
-        problem = "is a directory; name a file (.npz)"
+        problem = f"is a directory; name a file ({kind})"
     elif not os.path.isdir(os.path.dirname(os.path.abspath(out))):
         problem = "its folder does not exist"
     elif source and os.path.exists(out) and os.path.exists(source) and \
             os.path.samefile(out, source):
-        problem = "is the model being converted; name another file (.npz)"
+        problem = f"is the model being converted; name another file ({kind})"
     elif os.path.lexists(out) and not force:
         problem = "exists; --force replaces it"
     if problem:
-        raise MdotError(f"-o {out}: {problem}")
+        raise MdotError(f"{flag} {out}: {problem}")
     try:
         claim(out)
     except OSError as e:
-        raise MdotError(f"-o {out}: cannot write there ({e.strerror or e})") from None
+        raise MdotError(f"{flag} {out}: cannot write there ({e.strerror or e})") from None
     except Busy as e:
-        raise Busy(f"-o {e}") from None
+        raise Busy(f"{flag} {e}") from None
 
 
-def write_file(out: str | Path, write: Callable[[Path], None]) -> None:
+def write_file(out: str | Path, write: Callable[[Path], None], flag: str = "-o") -> None:
     """Runs `write(out)` (itself atomic: a temporary, then a rename) under `out`'s claim,
     released afterwards; an OS error is one line naming `out`."""
     try:
         write(Path(out))
     except OSError as e:
-        raise MdotError(f"-o {out}: cannot write it: {e.strerror or e}") from None
+        raise MdotError(f"{flag} {out}: cannot write it: {e.strerror or e}") from None
     finally:
         release(out)
 

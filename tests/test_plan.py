@@ -91,6 +91,18 @@ def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys):
     assert main(args + ["--plot", str(tmp_path / "front.png")]) == 0
     out = capsys.readouterr().out
     assert "plans feasible" in out and "*" in out and (tmp_path / "front.png").stat().st_size
+    # a plot is never replaced unasked, nor drawn without prices: said before any pricing
+    before = (tmp_path / "front.png").read_bytes()
+    for extra, needle in ((["--plot", str(tmp_path / "front.png")], "exists; --force"),
+                          (["--plot", str(tmp_path / "no" / "f.png")], "folder does not"),
+                          (["--plot", str(tmp_path / "f.png"), "--prices", ""], "give --prices")):
+        assert main([*args, *extra]) == 2
+        out, err = capsys.readouterr()
+        assert needle in err and not out and err.count("\n") == 1, err
+    assert (tmp_path / "front.png").read_bytes() == before
+    assert main(args + ["--plot", str(tmp_path / "front.png"), "--force"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["front.png", "prices.json"]
     assert main(args + ["--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 6 and {"device", "gpus", "hours", "cost_usd", "feasible"} <= set(rows[0])

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tqdm import tqdm
 
+from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob, _ints, _positive
@@ -327,8 +330,13 @@ def plot(options: Sequence[Option], path: str, request: Plan | None = None) -> N
            title="plans that fit: time against cost")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    tmp = writers.temporary(path, Path(path).suffix)  # the format by its name; then renamed
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
 
 
 def _xy(options: Sequence[Option]) -> tuple[list[float], list[float]]:
