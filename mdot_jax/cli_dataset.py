@@ -83,6 +83,9 @@ def cmd_dataset_info(args: argparse.Namespace) -> int:
           f"{summary['batch_sizes']}; input sizes {summary['input_sizes']}")
     if summary["median_cv"] is not None:
         print(f"noise: median CV of repeats {summary['median_cv']:.2f}%")
+    if summary["missing_sequences"]:
+        print(f"{summary['missing_sequences']} samples without their operator sequence (not "
+              f"trainable until `mdot dataset resequence {args.dir} --out NEW`)")
     if summary["twins"] is not None:
         t = summary["twins"]
         print(f"noise: {t['samples']} samples have a twin (same operator graph and workload "

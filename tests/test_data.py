@@ -123,6 +123,13 @@ def test_twins_measure_label_noise(tmp_path, capsys):
     assert "6 samples have a twin" in capsys.readouterr().out
     make_dataset(tmp_path / "none")
     assert load_dataset(tmp_path / "none").twin_agreement() is None
+    # a kit's folder comes back without its sequences: summarised, their absence said
+    for seq in (tmp_path / "seqs").glob("*.npz"):
+        seq.unlink()
+    capsys.readouterr()
+    assert main(["dataset", "info", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "samples without their operator sequence" in out and "have a twin" not in out
 
 
 def test_random_and_batch_splits(tmp_path):

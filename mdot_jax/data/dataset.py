@@ -366,6 +366,7 @@ class Dataset:
         labels = np.array([s.label_ms for s in self.samples]) if self.samples else np.zeros(1)
         cvs = [s.stats["cv"] for s in self.samples if "cv" in s.stats]
         devices = sorted({s.workload.device for s in self.samples})
+        missing = sum(not has_sequence(s.root, s.seq_path) for s in self.samples)
         return dict(
             path=str(self.root), num_samples=len(self.samples),
             num_architectures=len(self.archs), num_families=len(self.families),
@@ -375,7 +376,8 @@ class Dataset:
             batch_sizes=sorted({s.workload.batch_size for s in self.samples}),
             input_sizes=sorted({s.workload.input_size for s in self.samples}),
             median_cv=float(np.median(cvs)) if cvs else None,
-            twins=self.twin_agreement(),
+            missing_sequences=missing,  # measured, not converted here (`dataset resequence`)
+            twins=None if missing else self.twin_agreement(),
             fingerprint=self.fingerprint(),
             families={f: n for f, n in sorted(_count(s.family for s in self.samples).items(),
                                               key=lambda kv: -kv[1])},
