@@ -180,6 +180,7 @@ def test_the_step_model_adapts_to_a_gpus_measured_steps(capsys, tmp_path):
     assert code == 2 and "--force" in err
 
 
+@pytest.mark.slow
 def test_adapting_prices_the_rows_as_predict_will(capsys, tmp_path):
     """At AMP on an H100 PyTorch runs FlashAttention and the rows trained with AdamW: the
     adaptation is fitted to the prices `mdot predict` gives those jobs, so steps measured at

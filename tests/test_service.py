@@ -131,6 +131,7 @@ def test_uploads_are_checked_and_limited(server):
     assert r.status_code == 413 and "over the limit" in r.json()["error"]
 
 
+@pytest.mark.slow
 def test_a_config_json_is_a_model_at_the_requests_tokens(server):
     """A scheduler's LLM jobs by their config.json: uploaded once, priced at `seq_len`."""
     client, _ = server
