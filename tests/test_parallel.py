@@ -215,6 +215,27 @@ def test_the_fit_is_judged_on_the_memory_as_finally_priced(tmp_path):
     assert not any("not fit" in w for w in eight.warnings)
 
 
+@pytest.mark.parametrize("links,extra", [(dict(pcie_gbs=0), {}),
+                                         (dict(pcie_gbs=0), dict(nodes=2)),
+                                         (dict(pcie_gbs=0, nvlink_gbs=600, nvswitch=True),
+                                          dict(interconnect="pcie"))])
+def test_a_spec_without_the_link_its_gpus_need_is_one_named_error(tmp_path, links, extra):
+    """A --device-spec may leave out its links; data parallelism over them is refused by name
+    (it divided by the missing bandwidth)."""
+    from onnx_builders import attention
+
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    onnx.save(attention(seq=16, dim=32), tmp_path / "m.onnx")
+    spec = dict(gpus.find("l4").to_json(), name="mine", aliases=[], **links)
+    (tmp_path / "g.json").write_text(json.dumps(spec))
+    job = dict(model=str(tmp_path / "m.onnx"), batch_size=2, device_spec=str(tmp_path / "g.json"))
+    assert predict(TrainingJob(**job)).iteration_ms > 0  # one GPU needs no link
+    with pytest.raises(RequestError, match="^device_spec: the mine has no pcie_gbs") as e:
+        predict(TrainingJob(**job, gpus=8, **extra))
+    assert e.value.field == "device_spec"
+
+
 def test_the_nvlink_constants_are_the_fit_of_xlas_measured_collectives(tmp_path):
     """`bench_collectives.py` fits them on XLA's H100 table; the shipped ones round the fit."""
     import importlib.util

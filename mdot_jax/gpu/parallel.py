@@ -70,6 +70,10 @@ def ring_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | None
                            "interconnect")
     name = interconnect or ("nvlink" if nvlink else "pcie")
     gbs = gpu.nvlink_gbs / 2 * NVLINK_EFFICIENCY if name == "nvlink" else gpu.pcie_gbs / 2
+    if gbs <= 0:  # a --device-spec without the link (its NIC hangs off PCIe too)
+        raise RequestError(f"device_spec: the {gpu.name} has no {name}_gbs on its spec sheet; "
+                           "GPUs that exchange gradients need their link's bandwidth",
+                           "device_spec")
     link = Link(name, gbs, LATENCY_US[name] * 1e-6)
     if nodes > 1 and network_gbs < gbs:
         link = Link("network", network_gbs, LATENCY_US["network"] * 1e-6)
