@@ -448,18 +448,17 @@ def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
                tuple(None if a is None else (np.asarray(a).dtype.str, np.shape(a),
                                              np.asarray(a).tobytes()) for a in args))
         result = done.get(key)
-        try:
-            if result is not None:
-                pass
-            elif node.op_type in _NUMPY_OPS:
-                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-                result = [_NUMPY_OPS[node.op_type](*args, **attrs)]
-            else:
-                result = ReferenceEvaluator(node).run(None, {t: env[t] for t in node.input
-                                                             if t})
-        except Exception:  # noqa: BLE001 - this node stays; inference reports if it matters
-            continue
-        done[key] = result
+        if result is None:
+            try:
+                if node.op_type in _NUMPY_OPS:
+                    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+                    result = [_NUMPY_OPS[node.op_type](*args, **attrs)]
+                else:
+                    result = ReferenceEvaluator(node).run(None, {t: env[t] for t in node.input
+                                                                 if t})
+            except Exception:  # noqa: BLE001 - this node stays; inference reports if it matters
+                continue
+            done[key] = result
         for t, v in zip(node.output, result):
             if t and np.size(v) <= FOLD_MAX_ELEMENTS:
                 env[t] = values[t] = v

@@ -338,9 +338,9 @@ def _as_flags(message: str, field: str) -> str:
     import dataclasses
 
     from mdot_jax.serving.plan import Plan
-    from mdot_jax.serving.request import TrainingJob
+    from mdot_jax.serving.request import FIELDS
 
-    fields = {f.name for t in (TrainingJob, Plan) for f in dataclasses.fields(t)}
+    fields = FIELDS | {f.name for f in dataclasses.fields(Plan)}
 
     def flag(name: str) -> str:
         return FLAGS.get(name, "--" + name.replace("_", "-"))

@@ -32,7 +32,7 @@ from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.serving.predict import check_batch, input_size_of
 from mdot_jax.serving.prediction import Prediction
-from mdot_jax.serving.request import TrainingJob
+from mdot_jax.serving.request import FIELDS, TrainingJob
 
 
 def predict(job: TrainingJob) -> Prediction | list[Prediction]:
@@ -51,8 +51,7 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
         if isinstance(e, (MdotError, ConversionError)):
             raise
         first = str(e).split(" ", 1)[0].rstrip(":")
-        fields = {f.name for f in dataclasses.fields(TrainingJob)}
-        raise RequestError(str(e), first if first in fields else "") from None
+        raise RequestError(str(e), first if first in FIELDS else "") from None
     return out if job.several else out[0]
 
 

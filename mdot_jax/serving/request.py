@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +246,6 @@ class TrainingJob:
     @property
     def model_parallel(self) -> bool:
         return self.tp * self.pp > 1
+
+
+FIELDS = frozenset(f.name for f in fields(TrainingJob))  # what a request may name
