@@ -141,9 +141,10 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
               + (f" {r.job_s / 3600:>7.3g} {_range(r.job_interval_s, 1 / 3600):>13}" if job
                  else ""))
     if r.tp * r.pp > 1:
-        print(f"each of {_n(r.replicas, 'data-parallel replica')}: {r.tp}-way tensor "
-              f"parallel x {_n(r.pp, 'pipeline stage')}, {_n(r.grad_accum, 'micro-batch')} of "
-              f"{r.batch_size}; memory per GPU")
+        split = [f"{r.tp}-way tensor parallel"] * (r.tp > 1) + [_n(r.pp, "pipeline stage")] * (
+            r.pp > 1)
+        print(f"each of {_n(r.replicas, 'data-parallel replica')}: {' x '.join(split)}, "
+              f"{_n(r.grad_accum, 'micro-batch')} of {r.batch_size}; memory per GPU")
     if r.phases:
         print("of which " + ", ".join(f"{k} {v:.4g} ms" for k, v in r.phases.items()))
     if any(r.interval_ms for r in rows):

@@ -100,6 +100,8 @@ def test_tensor_parallel_communicates_every_layer_and_shares_the_replicas(gpt):
     nodes = predict(_job(gpt, gpus=8, nodes=2, tp=8, grad_accum=4, network_gbs=25))
     within = predict(_job(gpt, gpus=8, tp=8, grad_accum=4))
     assert nodes.phases["communication"] > within.phases["communication"]  # the DP ring leaves
+    note = next(w for w in within.warnings if "tensor parallel" in w)  # no pipeline to speak of
+    assert "bubble" not in within.phases and "pipeline" not in note and "bubble" not in note
 
 
 @pytest.mark.parametrize("fields,field,needle", [

@@ -309,3 +309,19 @@ def test_fsdp_at_amp_moves_the_half_types_bytes():
         ms[precision] = float(re.search(r"\(([\d.e+]+) ms,", p.warnings[-1])[1])
     assert ms["amp-bf16"] == pytest.approx(ms["fp32"] / 2, rel=0.01)
     assert "in the half type" in p.warnings[-1]
+
+
+def test_fsdp_gathers_unit_by_unit_and_holds_three_units():
+    """FSDP wraps each layer (and the root) as a unit: the first unit's gather and the last
+    reduce-scatter show however long the compute; it holds a unit's weights, the next one's and
+    the unit's gradients in flight. Without layers, DDP's buckets as before."""
+    h100, params = gpus.find("h100-sxm"), 10 ** 10
+    one = dataclasses.replace(_one(backward=2000.0), phases=dict(forward=1000.0, backward=2000.0))
+    buckets = data_parallel(one, params, h100, 8, strategy="fsdp", precision="amp-bf16")
+    units = data_parallel(one, params, h100, 8, strategy="fsdp", precision="amp-bf16", units=11)
+    total = float(re.search(r"\(([\d.e+]+) ms,", units.warnings[-1])[1])
+    assert units.phases["communication"] == pytest.approx(total / 11, rel=0.01)  # a unit
+    assert units.phases["communication"] > 10 * buckets.phases["communication"]
+    assert "11 units (its layers and the root)" in units.warnings[-1]
+    assert units.memory_gb - buckets.memory_gb == pytest.approx(
+        3 * 2 * params / 11 / 1e9 - BUCKET_MB * 2 ** 20 / 1e9)

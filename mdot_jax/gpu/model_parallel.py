@@ -204,20 +204,24 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     full = int(np.argmax(memory))
     update = one.phases.get("update", 0.0) * state[slow] / max(state.sum(), 1.0)
     phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
-    phases.update(update=float(update), communication=float(m * (tp_ms[slow] + p2p)),
-                  bubble=float(iteration - m * t[slow]))
-    note = (f"{tp}-way tensor parallel" + (" with sequence parallelism" if
-                                            layout.sequence_parallel else "")
-            + f" x {pp} pipeline stages ({layout.schedule}"
-            + (f", {v} virtual stages each" if v > 1 else "")
-            + f", {m} micro-batches): {int(layers[slow])} layers on the slowest stage, bubble "
-            f"{phases['bubble']:.3g} ms, tensor-parallel all-reduces {m * tp_ms[slow]:.3g} ms"
-            f" over {link.name} (Megatron-LM's rules; not measured)")
+    phases.update(update=float(update), communication=float(m * (tp_ms[slow] + p2p)))
+    split, tail = [], []  # what the note says: a pipeline's parts only where there is one
+    if tp > 1:
+        split.append(f"{tp}-way tensor parallel" + (" with sequence parallelism" if
+                                                     layout.sequence_parallel else ""))
+        tail.append(f"tensor-parallel all-reduces {m * tp_ms[slow]:.3g} ms over {link.name}")
+    if pp > 1:
+        phases["bubble"] = float(iteration - m * t[slow])
+        split.append(f"{pp} pipeline stages ({layout.schedule}"
+                     + (f", {v} virtual stages each" if v > 1 else "")
+                     + f", {m} micro-batch{'es' if m > 1 else ''}): {int(layers[slow])} layers "
+                     f"on the slowest stage, bubble {phases['bubble']:.3g} ms")
+    note = ", ".join([" x ".join(split), *tail]) + " (Megatron-LM's rules; not measured)"
     working = step_memory(seq, precision, optimizer, fused=fused).working
     params = int(round(state[full] / (8.0 + 4.0 * OPTIMIZER_STATE[optimizer])))
-    few = [f"{m} micro-batches through {pp} pipeline stages: most of the iteration is the "
-           f"bubble (grad_accum sets the micro-batches; several times pp is usual)"] \
-        if 1 < pp and m < pp else []
+    few = [f"{m} micro-batch{'es' if m > 1 else ''} through {pp} pipeline stages: most of the "
+           "iteration is the bubble (grad_accum sets the micro-batches; several times pp is "
+           "usual)"] if 1 < pp and m < pp else []
     p = one.with_phases(phases, memory_gb=(float(memory[full]) + working) / 1e9, grad_accum=m,
                         warnings=[*one.warnings, note, *few])
     return dataclasses.replace(p, interval_ms=None), params  # the plan's parts: not measured

@@ -24,8 +24,11 @@ micro-batch, as it frees them), each GPU updates its 1/N, and the updated weight
 all-gathered after the update, with nothing to hide behind. FSDP all-gathers the weights
 before the forward and again before the backward and reduce-scatters the gradients (3 (N -
 1) / N of the parameter bytes in all, against the 2 (N - 1) / N of an all-reduce; at AMP in
-the half type, as its mixed-precision policy gathers the weights), prefetched under the
-forward and the backward as DDP's buckets are under the backward. Under tensor and
+the half type, as its mixed-precision policy gathers the weights) unit by unit (a layer each,
+as transformer auto-wrapping makes them, and the root; DDP's buckets where the model has no
+layers), prefetched under the forward and the backward as DDP's buckets are under the
+backward: the first unit's gather and the last unit's reduce-scatter show. It holds a unit's
+gathered weights, the next unit's (prefetched) and the unit's unsharded gradients. Under tensor and
 pipeline parallelism (`model_parallel`) the replicas are what is left of the GPUs, each
 holding a stage's share.
 """
@@ -111,7 +114,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                   interconnect: str | None = None, network_gbs: float = NETWORK_GBS,
                   strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1,
                   model_parallel: int = 1, after_flush: bool = False,
-                  precision: str = "fp32") -> Prediction:
+                  precision: str = "fp32", units: int = 0) -> Prediction:
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each (`model_parallel` ranks apart), with
@@ -122,7 +125,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     reduce-scatter the gradients behind the backward (ZeRO-2 every micro-batch), update their
     shard and all-gather the weights after it; FSDP gathers and reduce-scatters for every
     micro-batch, in the half type at AMP (its mixed-precision policy: the weights' `param_dtype`,
-    which the gradients' reduction keeps). One replica: `p` itself."""
+    which the gradients' reduction keeps), in `units` (the model's layers and its root; 0: in
+    DDP's buckets). One replica: `p` itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
@@ -140,23 +144,29 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         total, shown = allreduce, allreduce if after_flush else _hidden(allreduce, bw, buckets)
         memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
     else:
+        held = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors in flight
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
-            half *= 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
+            width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
+            half, pieces = half * width, units or buckets
             total = 3 * half * k
-            shown = k * (_hidden(half, fw, buckets) + _hidden(2 * half, bw, buckets))
+            shown = k * (_hidden(half, fw, pieces) + _hidden(2 * half, bw, pieces))
+            if units:  # a unit's weights, the next one's, the unit's gradients
+                held = 3 * width * nbytes / units / 1e9
         else:  # reduce-scattered behind the backward (zero2: each micro-batch), gathered after
             times = k if strategy == "zero2" else 1
             scatter = half if after_flush else _hidden(half, bw, buckets)
             total, shown = half * (times + 1), scatter * times + half
         phases["update"] = phases.get("update", 0.0) / n
         sharded = OPTIMIZER_STATE[optimizer] + {"zero1": 0, "zero2": 1, "fsdp": 2}[strategy]
-        memory = p.memory_gb - sharded * nbytes / 1e9 * (n - 1) / n + BUCKET_MB * 2 ** 20 / 1e9
+        memory = p.memory_gb - sharded * nbytes / 1e9 * (n - 1) / n + held
     what = {"ddp": "gradient all-reduce",
             "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"
                     + (" in the half type" if precision in HALF else "")}.get(
         strategy, "gradient reduce-scatter and all-gather of the updated weights")
+    hidden_in = (f"{units} units (its layers and the root)" if strategy == "fsdp" and units
+                 else f"{buckets} pieces of {BUCKET_MB} MB")
     warning = (f"{strategy}: {what} over {n} GPUs ({total:.3g} ms, {total - shown:.3g} "
-               f"ms of it hidden behind compute in {buckets} pieces of {BUCKET_MB} MB) priced "
+               f"ms of it hidden behind compute in {hidden_in}) priced "
                f"from the {link.name} bandwidth ({link.gbs:g} GB/s per direction): not measured")
     phases["communication"] = phases.get("communication", 0.0) + shown
     return dataclasses.replace(p, iteration_ms=sum(phases.values()), interval_ms=None,

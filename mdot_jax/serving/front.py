@@ -330,7 +330,8 @@ class _SpecSheet:
             one = accumulate(one, job.grad_accum)
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
-                          after_flush=job.model_parallel, precision=job.precision or "fp32")
+                          after_flush=job.model_parallel, precision=job.precision or "fp32",
+                          units=len(self.blocks) + 1 if self.blocks else 0)
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p
