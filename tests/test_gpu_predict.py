@@ -287,3 +287,26 @@ def test_recomputed_nodes_run_their_forward_again_before_their_backward(step_mod
     slow, slow_again = (price(seq, h100, step_model, host_ms=0.05, recompute=r)
                         for r in ((), range(seq.num_ops)))
     assert slow_again.iteration_ms >= slow.iteration_ms + 0.05 * n_fw  # the host issues them
+
+
+def test_mfu_counts_each_flop_at_the_peak_it_can_reach(tmp_path):
+    """PyTorch's cuDNN runs fp32 convolutions in TF32 on GPUs that have it: a conv net's MFU
+    at fp32 is over the TF32 peak there (it was 148% of the fp32 one on an A100), never above 1
+    on any catalogued GPU at any precision it has."""
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.gpu.spec_sheet import peak_ms
+
+    onnx.save(conv_bn_relu(size=64), tmp_path / "c.onnx")
+    a100 = gpus.find("a100-sxm-80gb")
+    p = predict(TrainingJob(model=str(tmp_path / "c.onnx"), batch_size=256, device=a100.name))
+    seq = _seq(conv_bn_relu(size=64), batch=256)
+    flops = seq.total("fwd_flops") + seq.total("bwd_flops")
+    assert peak_ms(seq, a100, "fp32") < 1e-9 * flops / a100.tflops["fp32"]  # the TF32 peak's
+    assert p.mfu == pytest.approx(peak_ms(seq, a100, "fp32") / p.iteration_ms, rel=1e-6)
+    for name, gpu in gpus.catalog().items():
+        for precision in ("fp32", "tf32", "amp-fp16", "amp-bf16"):
+            if precision == "amp-bf16" and not gpu.tflops.get("bf16"):
+                continue
+            p = predict(TrainingJob(model=seq, batch_size=256, device=name,
+                                    precision=precision, checkpoint="gpu-spec-sheet"))
+            assert 0 < p.mfu <= 1, (name, precision)

@@ -152,9 +152,27 @@ def _step_model(folder: str, stamp: tuple) -> StepModel:
 
 def matmul_peak(gpu: GPU, precision: str) -> float:
     """Dense TFLOP/s a matmul can reach at `precision`: the tensor cores' peak for it where
-    the GPU has one, else the CUDA cores' fp32 (the denominator of MFU)."""
+    the GPU has one, else the CUDA cores' fp32."""
     tc = TENSOR_CORE_PEAK.get(precision)
     return (gpu.tflops.get(tc) if tc else None) or gpu.tflops["fp32"]
+
+
+def conv_peak(gpu: GPU, precision: str) -> float:
+    """Dense TFLOP/s a convolution can reach at `precision`: the matmuls' but at fp32, which
+    PyTorch's cuDNN runs in TF32 where the GPU has it (`torch.backends.cudnn.allow_tf32`)."""
+    if TENSOR_CORE_PEAK.get(precision):
+        return matmul_peak(gpu, precision)
+    return gpu.tflops.get("tf32") or gpu.tflops["fp32"]
+
+
+def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str) -> float:
+    """ms the forward and backward FLOPs of `seq` take at the peaks they can reach at
+    `precision`, convolutions at theirs and the rest at the matmuls' (MFU's numerator over
+    the step's time: never above 1 for a step no faster than its peaks)."""
+    flops = seq.column("fwd_flops") + seq.column("bwd_flops")  # [N]
+    conv = np.isin(seq.op_names, [t for t, k in _GEMM.items() if k == "conv"])
+    return 1e-9 * (float(flops[conv].sum()) / conv_peak(gpu, precision)
+                   + float(flops[~conv].sum()) / matmul_peak(gpu, precision))
 
 
 def _peaks(gpu: GPU, precision: str, measured: Sequence[str] = ()
@@ -172,8 +190,7 @@ def _peaks(gpu: GPU, precision: str, measured: Sequence[str] = ()
         warnings["gemm"] = warnings["conv"] = (
             f"{gpu.name} has no {tc} tensor cores on its spec sheet: its matmuls and "
             "convolutions priced at the fp32 peak")
-    gemm_peak = matmul_peak(gpu, precision)
-    conv_peak = gemm_peak if tc else (gpu.tflops.get("tf32") or fp32)
+    gemm_peak, conv = matmul_peak(gpu, precision), conv_peak(gpu, precision)
     if tc and gpu.tflops.get(tc):
         # measured GEMMs of this GPU at this arithmetic were fitted: its matmuls are backed
         what = ("convolutions", "their") if tc in measured else \
@@ -184,11 +201,11 @@ def _peaks(gpu: GPU, precision: str, measured: Sequence[str] = ()
                            "this is not measured yet")
     elif not tc and gpu.tflops.get("tf32"):
         warnings["conv"] = (f"convolutions run in TF32 under PyTorch's defaults on the "
-                            f"{gpu.name}: priced from its TF32 peak ({conv_peak:g} TFLOP/s), "
+                            f"{gpu.name}: priced from its TF32 peak ({conv:g} TFLOP/s), "
                             "not measured yet")
     width = 2 if half else 4
     return dict(gemm=gpus.as_seen(gpu, gemm_peak, width),
-                conv=gpus.as_seen(gpu, conv_peak, width),
+                conv=gpus.as_seen(gpu, conv, width),
                 memory=gpus.as_seen(gpu, fp32, width), fp32=gpu), warnings
 
 

@@ -337,13 +337,13 @@ class _SpecSheet:
         return p
 
     def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
-        """The model's forward and backward FLOPs an iteration (not the recomputation's),
-        over what its GPUs' matmul peak at the precision would do in its time."""
-        from mdot_jax.gpu.spec_sheet import matmul_peak
+        """The time the model's forward and backward FLOPs an iteration (not the
+        recomputation's) take at its GPUs' peaks at the precision, over the iteration's time
+        (convolutions at theirs: TF32 under PyTorch's fp32 defaults, `spec_sheet.peak_ms`)."""
+        from mdot_jax.gpu.spec_sheet import peak_ms
 
-        flops = (seq.total("fwd_flops") + seq.total("bwd_flops")) * self.job.grad_accum
-        peak = matmul_peak(self.gpu, self.job.precision or "fp32") * 1e12 * p.tp * p.pp
-        return flops / (p.iteration_ms / 1e3) / peak
+        ideal = peak_ms(seq, self.gpu, self.job.precision or "fp32") * self.job.grad_accum
+        return ideal / (p.iteration_ms * p.tp * p.pp)
 
     def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
         return p.operators or [], f"the GPU operator model on the {p.device}"

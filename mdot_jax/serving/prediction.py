@@ -70,7 +70,7 @@ class Prediction:
     pp: int = 1  # pipeline stages of a replica
     grad_accum: int = 1  # micro-batches an iteration accumulates before its update
     tokens: int = 0  # per sample, for a token model (its sequence length); 0 otherwise
-    mfu: float | None = None  # model FLOPs (forward + backward) / the GPUs' matmul peak
+    mfu: float | None = None  # the model's FLOPs' time at the GPUs' peaks / the iteration's
     source: str = ""  # which predictor: a checkpoint's name, or a spec sheet's step model
     operators_from: str = ""  # what priced `operators`
     job_s: float | None = None  # the whole job (epochs x dataset size), s
