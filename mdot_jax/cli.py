@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from converters.errors import ConversionError
-from mdot_jax import cli_build, cli_job, cli_plan, writers
+from mdot_jax import __version__, cli_build, cli_job, cli_plan, writers
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import (
@@ -243,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict deep-learning training time before it runs.\n\n"
                     f"predicting:\n{listing({**USER_COMMANDS, **cli_plan.COMMANDS})}\n\n"
                     f"building data and models:\n{listing(cli_build.BUILD_COMMANDS)}")
+    parser.add_argument("--version", action="version", version=f"mdot {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help=argparse.SUPPRESS, prog="mdot")
 

@@ -35,6 +35,14 @@ POSITIVE_INT = _positive(int)
 POSITIVE_FLOAT = _positive(float)
 
 
+def port(text: str) -> int:
+    """A TCP port to listen on, 1-65535."""
+    value = POSITIVE_INT(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port, 1-65535, got {text!r}")
+    return value
+
+
 NON_NEGATIVE_FLOAT = _positive(float, zero=True)
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 
 from mdot_jax import cli_job, writers
-from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list
+from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, port
 from mdot_jax.errors import UsageError
 
 COMMANDS = {
@@ -122,7 +122,7 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("serve", description=COMMANDS["serve"])
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
-    p.add_argument("--port", type=POSITIVE_INT, default=8000)
+    p.add_argument("--port", type=port, default=8000)
     p.add_argument("--cache-dir", help="uploaded models (default: ~/.cache/mdot/serve)")
     p.add_argument("--max-upload-mb", type=POSITIVE_FLOAT, default=64.0)
     p.set_defaults(func=cmd_serve)

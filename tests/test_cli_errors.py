@@ -239,3 +239,11 @@ def test_a_library_error_names_flags_on_the_command_line(message, field, said):
     from mdot_jax.cli import _as_flags
 
     assert _as_flags(message, field).startswith(said)
+
+
+def test_a_port_out_of_range_is_one_line_and_the_version_is_said(capsys):
+    code, out, err = run(capsys, "serve", "--port", "99999")  # was bind()'s OverflowError
+    assert code == 2 and err.count("\n") == 1 and "expected a port, 1-65535, got '99999'" in err
+    from mdot_jax import __version__
+
+    assert run(capsys, "--version")[:2] == (0, f"mdot {__version__}\n")

@@ -7,7 +7,7 @@ import re
 
 import onnx
 import pytest
-from onnx_builders import attention
+from onnx_builders import attention, conv_bn_relu
 
 from mdot_jax import RequestError, TrainingJob
 from mdot_jax.cli import main
@@ -185,3 +185,15 @@ def test_a_global_batch_splits_each_count_every_way_the_model_takes(decoder, mon
     with pytest.raises(RequestError, match="global_batch: searches the layouts; give no tp"):
         Plan(TrainingJob(model=decoder, batch_size=1, seq_len=32, tp=2, gpus=8,
                          train_tokens=10**9), global_batch=64)
+
+
+def test_a_global_batch_no_replicas_share_says_so_beside_the_split_refused(tmp_path):
+    """A CNN's global batch of 100 over 8 GPUs: only tensor-parallel splits divide it, which a
+    model without layers refuses; the reason says both."""
+    onnx.save(conv_bn_relu(), tmp_path / "cnn.onnx")
+    options = plan(Plan(_job(str(tmp_path / "cnn.onnx"), batch_size=64), devices="h100-sxm",
+                        gpus=(8,), global_batch=100))
+    assert len(options) == 1 and not options[0].feasible
+    why = options[0].reasons[0]
+    assert why.startswith("a global batch of 100 does not split into whole micro-batches of "
+                          "1-64 over 8 data-parallel replicas, and tp: ")

@@ -222,6 +222,7 @@ def _search(request: Plan, progress: bool) -> list[Option]:
                            f"({', '.join(str(n * job.nodes) for n in request.gpus)}) splits it "
                            f"into whole micro-batches of 1-{job.batch_sizes[0]} per "
                            "data-parallel replica", "global_batch")
+    plain = {(n, lay.tp, lay.pp) for _, n, lay in work}
     options: list[Option] = []
     with keeping_steps():  # a step priced once for the pipeline depths built on it
         for gpu, n, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
@@ -232,7 +233,12 @@ def _search(request: Plan, progress: bool) -> list[Option]:
                 options += _price_layout(request, gpu, n, lay, seqs)
             except MdotError as e:  # a split the model refuses is left out; anything else
                 split = isinstance(e, RequestError) and e.field in SPLIT_FIELDS
-                (refused if split else out)[gpu.name] = (n * job.nodes, str(e))  # rules it out
+                why = str(e)
+                if split and (n, 1, 1) not in plain:  # say why data parallelism alone is not
+                    why = (f"a global batch of {request.global_batch} does not split into whole "
+                           f"micro-batches of 1-{job.batch_sizes[0]} over {n * job.nodes} "
+                           f"data-parallel replicas, and {why}")
+                (refused if split else out)[gpu.name] = (n * job.nodes, why)  # rules it out
     priced = {o.device for o in options if o.device not in out}
     options = [o for o in options if o.device in priced]
     options += [Option(d, n, None, reasons=[e]) for d, (n, e) in {**refused, **out}.items()
