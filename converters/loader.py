@@ -221,12 +221,12 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         del dims[:]
         for d in shape:
             t.shape.dim.add().dim_value = d
-    for flag, value, kind, what in (("--image-size", image_size, "image", "an image input "
+    for flag, value, kind, what in (("--image-size", image_size, "image", "no image input "
                                      "(a rank-4 data input)"),
-                                    ("--seq-len", seq_len, "tokens", "a token-id input (a "
+                                    ("--seq-len", seq_len, "tokens", "no token-id input (a "
                                      "rank-2 integer data input)")):
         if value is not None and not sized[kind]:
-            raise ConversionError(f"{label}: {flag} {value} does not apply: the model has no "
+            raise ConversionError(f"{label}: {flag} {value} does not apply: the model has "
                                   f"{what}; its data inputs are {data}")
     return rebatched
 

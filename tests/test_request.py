@@ -229,3 +229,10 @@ def test_any_request_is_valid_or_one_named_error_and_predicts_or_says_why(models
         assert 0 < p.scaling_efficiency <= 1 and p.gpus == p.gpus * 1 >= 1
         assert p.job_s is None or p.job_s > 0
         assert p.mfu is None or p.mfu > 0
+
+
+@pytest.mark.parametrize("model", [123, 1.5, ["m.onnx"], {"model_type": "gpt2"}])
+def test_a_model_of_the_wrong_type_is_refused_by_name(model):
+    with pytest.raises(RequestError) as e:  # was a TypeError from deep in the loader
+        TrainingJob(model=model, batch_size=4)
+    assert e.value.field == "model" and "expected a path" in str(e.value)

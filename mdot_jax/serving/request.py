@@ -139,6 +139,10 @@ class TrainingJob:
         if self.model is None or (isinstance(self.model, (str, Path)) and not str(self.model)):
             raise RequestError("model: required (an .onnx file, or a converted sequence)",
                                "model")
+        if isinstance(self.model, (bool, int, float, list, dict, tuple)):
+            raise RequestError(f"model {self.model!r}: expected a path (.onnx, .npz, "
+                               "config.json), ONNX bytes or ModelProto, or an OperatorSequence",
+                               "model")
         for name, shape in (self.input_shapes or {}).items():
             _ints(f"input_shapes[{name!r}]", list(shape))
         if self.batch_size is None and not self.input_shapes:
