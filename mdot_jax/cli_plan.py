@@ -84,7 +84,7 @@ def _print(args: argparse.Namespace, options: list) -> None:
         print(f"{o.device + ('*' if id(o) in front else ''):<22} {o.gpus:>5} "
               + (f"{str(o.layout or '-'):<24} " if split else "")
               + f"{'-' if o.hours is None else f'{o.hours:.3g}':>8} {band or '-':>13} "
-              f"{'-' if o.cost_usd is None else f'{o.cost_usd:,.0f}':>10} "
+              f"{'-' if o.cost_usd is None else planning.dollars(o.cost_usd):>10} "
               f"{f'{p.memory_gb:.3g}' if p else '-':>9} {mfu:>5}  {'; '.join(o.reasons)}")
 
 

@@ -54,7 +54,7 @@ def test_a_budget_and_a_plan_the_counts_cannot_take(model):
     options = plan(Plan(_job(model), devices=("h100-sxm",), gpus=(1, 2), prices=PRICES,
                         budget_usd=1e-6))
     assert not any(o.feasible for o in options)
-    assert all("over the budget" in r for o in options for r in o.reasons)
+    assert all("over the budget ($1e-06)" in r for o in options for r in o.reasons)  # not $0
     unpriced = plan(Plan(_job(model), devices=("h100-nvl",), gpus=(1,), budget_usd=10.0))
     assert "no price for the nvidia-h100-nvl" in unpriced[0].reasons[0]
 

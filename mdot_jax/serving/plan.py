@@ -268,6 +268,11 @@ def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[O
     return []
 
 
+def dollars(x: float) -> str:
+    """Dollars as people write them: whole above $100, three figures below ($0.019)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _judge(o: Option, request: Plan, gpu) -> Option:
     p = o.prediction
     if p is None:
@@ -284,7 +289,8 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
         if o.cost_usd is None:
             o.reasons.append(f"no price for the {gpu.name} (prices) to hold to the budget")
         elif o.cost_usd > request.budget_usd:
-            o.reasons.append(f"${o.cost_usd:,.0f}: over the budget (${request.budget_usd:,.0f})")
+            o.reasons.append(f"${dollars(o.cost_usd)}: over the budget "
+                             f"(${dollars(request.budget_usd)})")
     return o
 
 
