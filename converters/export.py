@@ -30,8 +30,9 @@ import onnx
 
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
+from converters.experts import balanced
 from converters.repeat import layer_stack, repeat_layer, repeatable
-from converters.sequence import DATA_INPUTS_KEY, PARAMS_KEY
+from converters.sequence import DATA_INPUTS_KEY, EXPERTS_KEY, PARAMS_KEY
 
 OPSET = 17
 FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
@@ -302,7 +303,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
         cfg = transformers.AutoConfig.for_model(kind, **fields)
         experts = max((v for k, v in cfg.to_dict().items()
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
-        if experts < 2:
+        routed = experts > 1 and not balanced(cfg)  # experts: as balanced routing
+        if not routed:
             with torch.device("meta"):
                 model = transformers.AutoModelForCausalLM.from_config(cfg)
     except Exception as e:  # transformers' own refusal of the config, whatever its type
@@ -312,15 +314,20 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"{where}: model_type {kind!r} builds no causal LM here: "
                               f"{msg}") from None
-    if experts > 1:
-        raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts: "
-                              "not priced yet (its layers route each token by value, which a "
-                              "weight-free export cannot follow)")
+    if routed:
+        raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts, "
+                              "which this transformers exports only as they route by value (a "
+                              "weight-free export cannot follow it): transformers 5 prices them")
     step = model.forward  # what a causal LM trains on: the loss of its own next tokens
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
+    routing = f"{experts} experts, top {getattr(cfg, 'num_experts_per_tok', 1)}"
+
     def export() -> onnx.ModelProto:
-        return from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
-                          input_names=["input_ids"])
+        onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
+                                input_names=["input_ids"])
+        if experts > 1:
+            onnx_model.metadata_props.add(key=EXPERTS_KEY, value=routing)
+        return onnx_model
 
     stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0)) if repeat else None
     if stack is None or not repeatable(stack[1], cfg):

@@ -53,6 +53,7 @@ _DEFAULTS[_CFG["axis"]] = -1
 _SHAPE_OPS = {"Shape", "Size", "Constant"}  # outputs are never data, whatever the inputs
 DATA_INPUTS_KEY = "mdot.data_inputs"  # model metadata: comma-separated data (non-param) inputs
 PARAMS_KEY = "mdot.params"  # model metadata: the trainable parameters, when the exporter knows
+EXPERTS_KEY = "mdot.experts"  # model metadata: a mixture of experts exported as balanced routing
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 FORMAT_VERSION = 1
 INPUT_KINDS = ((4, "image"), (3, "signal"), (2, "tokens"))  # data input rank -> kind, in order
@@ -395,6 +396,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         params=int(sum(types[t].numel for t in used_params - tied)),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
+        **({"experts": experts} if (experts := _metadata(model).get(EXPERTS_KEY)) else {}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(

@@ -107,9 +107,34 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
     with pytest.raises(ConversionError, match="'llama' builds no causal LM here: The hidden "
                                               "size .64. is not a multiple .* heads .3."):
         from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3})
-    # experts route tokens by value: said, not priced as a dense model or a gather of weights
-    with pytest.raises(ConversionError, match="'mixtral' is a mixture of 8 experts: not priced"):
-        from_hf_config({"model_type": "mixtral", "num_hidden_layers": 2})
+
+
+DECODER = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=256, max_position_embeddings=512)
+
+
+def test_a_mixture_of_experts_exports_as_balanced_routing():
+    """Every expert's weights are parameters; each computes an equal share of the T x k
+    routed tokens, so the experts' GEMMs are a dense FFN's k times as wide, beside the router."""
+    from converters import convert, from_hf_config
+
+    moe = convert(from_hf_config(dict(model_type="mixtral", intermediate_size=128,
+                                      num_local_experts=8, num_experts_per_tok=2, **DECODER),
+                                 seq_len=32), batch_size=2, fuse=2)
+    dense = convert(from_hf_config(dict(model_type="mistral", intermediate_size=2 * 128,
+                                        **DECODER), seq_len=32), batch_size=2, fuse=2)
+    layer = 2 * 64 * 64 + 2 * 64 * 32 + 2 * 64 + 8 * 64  # attention (GQA), norms, router
+    assert moe.params == 2 * 256 * 64 + 64 + 3 * (layer + 8 * 3 * 128 * 64)
+    router = 3 * 3 * 2 * (2 * 32) * 64 * 8  # forward and backward of a [T, d] x [d, E] GEMM
+    assert moe.flops - router == pytest.approx(dense.flops, rel=0.03)  # the dispatch's copies
+    names = set(moe.op_names)
+    assert {"TopK", "Gather"} <= names  # the router's choice and the dispatch, priced
+    assert moe.meta["experts"] == "8 experts, top 2" and "experts" not in dense.meta
+    from mdot_jax import TrainingJob, predict
+
+    p = predict(TrainingJob(model=moe, batch_size=2, device="h100-sxm", precision="amp-bf16"))
+    assert any(w.startswith("mixture of experts (8 experts, top 2): priced as balanced routing")
+               for w in p.warnings)
 
 
 @pytest.mark.slow

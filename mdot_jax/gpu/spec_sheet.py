@@ -158,17 +158,15 @@ def matmul_peak(gpu: GPU, precision: str) -> float:
 
 
 def conv_peak(gpu: GPU, precision: str) -> float:
-    """Dense TFLOP/s a convolution can reach at `precision`: the matmuls' but at fp32, which
-    PyTorch's cuDNN runs in TF32 where the GPU has it (`torch.backends.cudnn.allow_tf32`)."""
-    if TENSOR_CORE_PEAK.get(precision):
-        return matmul_peak(gpu, precision)
-    return gpu.tflops.get("tf32") or gpu.tflops["fp32"]
+    """A convolution's: the matmuls' but at fp32, which PyTorch's cuDNN runs in TF32 where the
+    GPU has it (`torch.backends.cudnn.allow_tf32`)."""
+    tc = TENSOR_CORE_PEAK.get(precision)
+    return matmul_peak(gpu, precision) if tc else gpu.tflops.get("tf32") or gpu.tflops["fp32"]
 
 
 def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str) -> float:
-    """ms the forward and backward FLOPs of `seq` take at the peaks they can reach at
-    `precision`, convolutions at theirs and the rest at the matmuls' (MFU's numerator over
-    the step's time: never above 1 for a step no faster than its peaks)."""
+    """ms `seq`'s forward and backward FLOPs take at the peaks they can reach at `precision`,
+    convolutions at theirs, the rest at the matmuls' (MFU: this over the step's time)."""
     flops = seq.column("fwd_flops") + seq.column("bwd_flops")  # [N]
     conv = np.isin(seq.op_names, [t for t, k in _GEMM.items() if k == "conv"])
     return 1e-9 * (float(flops[conv].sum()) / conv_peak(gpu, precision)

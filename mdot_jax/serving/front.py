@@ -94,8 +94,12 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
               n: int) -> Prediction:
     """`p` with what the job asked beside the step: its batch and GPUs, the source, the whole
     job's time and where the time goes."""
+    routing = [f"mixture of experts ({seq.meta['experts']}): priced as balanced routing, "
+               "each expert computing an equal share of the routed tokens (none dropped, no "
+               "expert parallelism)"] if seq.meta.get("experts") else []
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
-                            warnings=[*p.warnings, *pricer.notes], mfu=pricer.mfu(seq, p),
+                            warnings=[*p.warnings, *pricer.notes, *routing],
+                            mfu=pricer.mfu(seq, p),
                             tokens=input_size_of(seq) if seq.input_kind == "tokens" else 0)
     if job.operators:
         p.operators, p.operators_from = pricer.operators(seq, p, b)
