@@ -56,6 +56,15 @@ def _linear(self: Any, x: Any, name: str) -> Any:
     return y
 
 
+def describe(model: Any, experts: int, top_k: int) -> dict:
+    """The mixture in `model` (built with `balanced`): its experts, each token's top k, the
+    layers holding experts and the experts' parameters (their routers' apart)."""
+    held = [m for m in model.modules() if hasattr(m, "num_experts") and hasattr(m, "down_proj")
+            and not hasattr(m.down_proj, "weight")]  # the experts' stacked [E, out, in] weights
+    return dict(experts=experts, top_k=top_k, layers=len(held),
+                params=sum(p.numel() for m in held for p in m.parameters()))
+
+
 def balanced(config: Any) -> bool:
     """Sets `config` (a transformers config) to export its experts as balanced routing;
     False where this transformers has no experts interface to plug into."""

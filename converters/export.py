@@ -30,7 +30,7 @@ import onnx
 
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
-from converters.experts import balanced
+from converters.experts import balanced, describe
 from converters.repeat import layer_stack, repeat_layer, repeatable
 from converters.sequence import DATA_INPUTS_KEY, EXPERTS_KEY, PARAMS_KEY
 
@@ -320,7 +320,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
                               "weight-free export cannot follow it): transformers 5 prices them")
     step = model.forward  # what a causal LM trains on: the loss of its own next tokens
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
-    routing = f"{experts} experts, top {getattr(cfg, 'num_experts_per_tok', 1)}"
+    routing = json.dumps(describe(model, experts, getattr(cfg, "num_experts_per_tok", 1)))
 
     def export() -> onnx.ModelProto:
         onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),

@@ -396,7 +396,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         params=int(sum(types[t].numel for t in used_params - tied)),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
-        **({"experts": experts} if (experts := _metadata(model).get(EXPERTS_KEY)) else {}),
+        **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(

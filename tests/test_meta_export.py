@@ -113,14 +113,21 @@ DECODER = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_k
              vocab_size=256, max_position_embeddings=512)
 
 
-def test_a_mixture_of_experts_exports_as_balanced_routing():
+@pytest.fixture(scope="module")
+def moe():
+    """A 3-layer Mixtral of 8 experts, top 2, at batch 2 x 32 tokens."""
+    from converters import convert, from_hf_config
+
+    return convert(from_hf_config(dict(model_type="mixtral", intermediate_size=128,
+                                       num_local_experts=8, num_experts_per_tok=2, **DECODER),
+                                  seq_len=32), batch_size=2, fuse=2)
+
+
+def test_a_mixture_of_experts_exports_as_balanced_routing(moe):
     """Every expert's weights are parameters; each computes an equal share of the T x k
     routed tokens, so the experts' GEMMs are a dense FFN's k times as wide, beside the router."""
     from converters import convert, from_hf_config
 
-    moe = convert(from_hf_config(dict(model_type="mixtral", intermediate_size=128,
-                                      num_local_experts=8, num_experts_per_tok=2, **DECODER),
-                                 seq_len=32), batch_size=2, fuse=2)
     dense = convert(from_hf_config(dict(model_type="mistral", intermediate_size=2 * 128,
                                         **DECODER), seq_len=32), batch_size=2, fuse=2)
     layer = 2 * 64 * 64 + 2 * 64 * 32 + 2 * 64 + 8 * 64  # attention (GQA), norms, router
@@ -129,11 +136,13 @@ def test_a_mixture_of_experts_exports_as_balanced_routing():
     assert moe.flops - router == pytest.approx(dense.flops, rel=0.03)  # the dispatch's copies
     names = set(moe.op_names)
     assert {"TopK", "Gather"} <= names  # the router's choice and the dispatch, priced
-    assert moe.meta["experts"] == "8 experts, top 2" and "experts" not in dense.meta
+    assert moe.meta["experts"] == dict(experts=8, top_k=2, layers=3, params=3 * 8 * 3 * 128 * 64)
+    assert "experts" not in dense.meta
     from mdot_jax import TrainingJob, predict
 
     p = predict(TrainingJob(model=moe, batch_size=2, device="h100-sxm", precision="amp-bf16"))
-    assert any(w.startswith("mixture of experts (8 experts, top 2): priced as balanced routing")
+    assert any(w.startswith("mixture of experts (8 experts, top 2, in 3 layers): priced as "
+                            "balanced routing")
                for w in p.warnings)
 
 
@@ -255,3 +264,28 @@ def test_layers_that_differ_are_all_traced(monkeypatch):
     seq = _sequence(from_hf_config(dict(fields, model_type="gemma2"), seq_len=16))
     assert seq.meta["params"] == sum(p.numel() for p in model.parameters())
     assert sum(f"layers.{i}/" in n for n in seq.node_names for i in (2, 3)) > 0
+
+
+@pytest.mark.parametrize("fields,needle", [
+    (dict(gpus=8, ep=3), "does not divide the 8 data-parallel replicas"),
+    (dict(gpus=16, ep=16), "does not divide the model's 8 experts"),
+    (dict(gpus=1, ep=2), "does not divide the 1 data-parallel replicas"),
+])
+def test_expert_parallelism_the_model_cannot_take_is_one_named_error(moe, fields, needle):
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    with pytest.raises(RequestError) as e:
+        predict(TrainingJob(model=moe, batch_size=2, device="h100-sxm", **fields))
+    assert e.value.field == "ep" and needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_experts_split_over_gpus_exchange_tokens_and_hold_less(moe):
+    from mdot_jax import TrainingJob, predict
+
+    job = dict(model=moe, batch_size=2, device="h100-sxm", gpus=8, precision="amp-bf16",
+               optimizer="adamw")
+    plain, split = (predict(TrainingJob(**job, ep=ep)) for ep in (1, 4))
+    note = next(w for w in split.warnings if w.startswith("expert parallel over 4 GPUs"))
+    assert "(2 of 8 experts each): 12 all-to-alls" in note  # 3 layers x 2 passes x 2
+    assert split.memory_gb < plain.memory_gb and not any(
+        w.startswith("expert parallel") for w in plain.warnings)

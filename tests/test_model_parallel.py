@@ -111,6 +111,7 @@ def test_tensor_parallel_communicates_every_layer_and_shares_the_replicas(gpt):
     (dict(gpus=4, pp=4, schedule="interleaved", grad_accum=6), "schedule", "multiple of pp"),
     (dict(gpus=2, pp=2, schedule="interleaved", virtual_stages=8, grad_accum=2), "pp",
      "x 8 virtual stages"),
+    (dict(gpus=8, ep=2), "ep", "the model has no experts to split"),
 ])
 def test_a_plan_the_model_cannot_take_is_one_named_error(gpt, fields, field, needle):
     with pytest.raises(RequestError) as e:

@@ -16,8 +16,11 @@ from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.parallel import (
     BUCKET_MB,
     NVLINK_EFFICIENCY,
+    Link,
+    all_to_all_ms,
     allreduce_ms,
     data_parallel,
+    expert_exchange,
     ring_link,
 )
 from mdot_jax.serving.prediction import Prediction
@@ -325,3 +328,35 @@ def test_fsdp_gathers_unit_by_unit_and_holds_three_units():
     assert "11 units (its layers and the root)" in units.warnings[-1]
     assert units.memory_gb - buckets.memory_gb == pytest.approx(
         3 * 2 * params / 11 / 1e9 - BUCKET_MB * 2 ** 20 / 1e9)
+
+
+def test_experts_split_over_ep_replicas_hold_and_reduce_their_share():
+    """Expert parallelism: a GPU holds 1/ep of the experts (weights, gradients and AdamW's
+    state), reduces their gradients over the n / ep replicas that share them; ep 1 is the
+    model as it is, whatever share its experts are."""
+    h100, params, experts = gpus.find("h100-sxm"), 10 ** 10, 8 * 10 ** 9
+    one = dataclasses.replace(_one(backward=500.0), memory_gb=500.0,
+                              phases=dict(forward=250.0, backward=500.0, update=40.0))
+    plain = data_parallel(one, params, h100, 8, optimizer="adamw")
+    assert data_parallel(one, params, h100, 8, optimizer="adamw", experts=experts) == plain
+    split = data_parallel(one, params, h100, 8, optimizer="adamw", experts=experts, ep=8)
+    held = 4.0 * (params - experts) + 4.0 * experts / 8  # DDP: weights, grads, 2 states, bucket
+    assert plain.memory_gb - split.memory_gb == pytest.approx(
+        4.0 * experts * 7 / 8 * 4 / 1e9 + (4.0 * params - held) / 1e9)
+    assert split.phases["update"] == pytest.approx(40.0 * held / (4.0 * params))
+    ms = [float(re.search(r"\(([\d.e+]+) ms,", p.warnings[-1])[1]) for p in (plain, split)]
+    assert ms[1] < 0.3 * ms[0]  # the experts' gradients stay on their GPUs (n / ep = 1)
+
+
+def test_expert_parallel_exchanges_each_layers_tokens_all_to_all():
+    link = Link("nvlink", 100.0, 0.0)
+    assert all_to_all_ms(8e8, 8, link) == pytest.approx(7 / 8 * 8e8 / 1e11 * 1e3)
+    one = dataclasses.replace(_one(), grad_accum=4)
+    moe = dict(experts=8, top_k=2, layers=6, params=1)
+    p = expert_exchange(one, moe, 4, tokens=1024, width=512, act_bytes=2, stage_layers=3,
+                        passes=3, link=link)
+    count = 2 * 3 * 3 * 4  # dispatch + combine, 3 passes, 3 layers, 4 micro-batches
+    assert f"{count} all-to-alls of {1024 * 2 * 512 * 2 / 1e6:.3g} MB" in p.warnings[-1]
+    assert p.phases["communication"] == pytest.approx(
+        count * all_to_all_ms(1024 * 2 * 512 * 2, 4, link))
+    assert p.iteration_ms == pytest.approx(one.iteration_ms + p.phases["communication"])

@@ -28,9 +28,16 @@ the half type, as its mixed-precision policy gathers the weights) unit by unit (
 as transformer auto-wrapping makes them, and the root; DDP's buckets where the model has no
 layers), prefetched under the forward and the backward as DDP's buckets are under the
 backward: the first unit's gather and the last unit's reduce-scatter show. It holds a unit's
-gathered weights, the next unit's (prefetched) and the unit's unsharded gradients. Under tensor and
-pipeline parallelism (`model_parallel`) the replicas are what is left of the GPUs, each
-holding a stage's share.
+gathered weights, the next unit's (prefetched) and the unit's unsharded gradients. Under
+tensor and pipeline parallelism (`model_parallel`) the replicas are what is left of the GPUs,
+each holding a stage's share.
+
+Expert parallel (`ep`, a mixture of experts): its experts split over ep neighbouring
+replicas, each GPU holding E / ep of them; the experts' gradients (and FSDP's gathers of them)
+go over the n / ep replicas holding the same experts, the rest over all n. Every layer with
+experts exchanges its routed tokens all-to-all over the ep GPUs (`expert_exchange`): dispatch
+and combine in the forward, again in the backward and in a recomputed forward, each GPU sending
+and receiving (ep - 1) / ep of tokens x top k x width activations, on the critical path.
 """
 
 from __future__ import annotations
@@ -105,6 +112,28 @@ def allreduce_ms(nbytes: float, gpus: int, link: Link, buckets: int) -> float:
     return 1e3 * (steps / gpus * nbytes / (link.gbs * 1e9) + steps * link.latency_s * buckets)
 
 
+def all_to_all_ms(nbytes: float, gpus: int, link: Link) -> float:
+    """An all-to-all of `nbytes` a GPU over `gpus` GPUs (each sends (gpus - 1) / gpus of them,
+    one peer a step), ms."""
+    return 1e3 * ((gpus - 1) / gpus * nbytes / (link.gbs * 1e9) + (gpus - 1) * link.latency_s)
+
+
+def expert_exchange(p: Prediction, moe: dict, ep: int, tokens: int, width: int, act_bytes: int,
+                    stage_layers: int, passes: int, link: Link) -> Prediction:
+    """`p` with the all-to-alls of expert parallelism over `ep` GPUs (module docstring): in
+    each of `stage_layers` layers with experts, `passes` passes (forward, backward, a
+    recomputed forward) each dispatching and combining `tokens` x top k x `width` activations
+    of `act_bytes`, every micro-batch."""
+    nbytes = float(tokens * moe["top_k"] * width * act_bytes)
+    count = 2 * passes * stage_layers * p.grad_accum
+    ms = count * all_to_all_ms(nbytes, ep, link)
+    phases = dict(p.phases, communication=p.phases.get("communication", 0.0) + ms)
+    note = (f"expert parallel over {ep} GPUs ({moe['experts'] // ep} of {moe['experts']} experts "
+            f"each): {count} all-to-alls of {nbytes / 1e6:.3g} MB ({ms:.3g} ms) over {link.name} "
+            f"({link.gbs:g} GB/s per direction), not hidden: not measured")
+    return p.with_phases(phases, warnings=[*p.warnings, note])
+
+
 def _hidden(comm: float, compute: float, units: int) -> float:
     """What of `comm` ms in `units` pieces, each ready as 1/units of `compute` is done, shows."""
     return max(comm / units, comm - compute * (units - 1) / units)
@@ -114,7 +143,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                   interconnect: str | None = None, network_gbs: float = NETWORK_GBS,
                   strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1,
                   model_parallel: int = 1, after_flush: bool = False,
-                  precision: str = "fp32", units: int = 0) -> Prediction:
+                  precision: str = "fp32", units: int = 0, experts: int = 0,
+                  ep: int = 1) -> Prediction:
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each (`model_parallel` ranks apart), with
@@ -126,23 +156,33 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     shard and all-gather the weights after it; FSDP gathers and reduce-scatters for every
     micro-batch, in the half type at AMP (its mixed-precision policy: the weights' `param_dtype`,
     which the gradients' reduction keeps), in `units` (the model's layers and its root; 0: in
-    DDP's buckets). One replica: `p` itself."""
+    DDP's buckets). `experts` of the `params` split `ep` ways (module docstring). One replica:
+    `p` itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
     if n == 1:
         return p
     link = group_link(gpu, gpus_per_node, nodes, interconnect, network_gbs, n, model_parallel)
-    nbytes = 4.0 * params
+    experts = experts if ep > 1 else 0  # not split: held and reduced as the rest
+    groups = [(4.0 * (params - experts), n, link)]  # bytes a GPU holds, its replicas, the link
+    if ep > 1:  # the experts a GPU holds: on the n / ep replicas ep ranks apart
+        groups.append((4.0 * experts / ep, n // ep, group_link(
+            gpu, gpus_per_node, nodes, interconnect, network_gbs, n // ep, model_parallel * ep)))
+    nbytes = sum(b for b, _, _ in groups)
     buckets = max(1, math.ceil(nbytes / (BUCKET_MB * 2 ** 20)))
-    allreduce = allreduce_ms(nbytes, n, link, buckets)  # = reduce-scatter + all-gather
+    allreduce = sum(allreduce_ms(b, r, lk, max(1, round(buckets * b / nbytes)))
+                    for b, r, lk in groups)  # = reduce-scatter + all-gather
+    unsharded = sum(b * (r - 1) / r for b, r, _ in groups)  # what sharding takes off a GPU
+    base = p.memory_gb - 4.0 * experts * (1 - 1 / ep) * (2 + OPTIMIZER_STATE[optimizer]) / 1e9
     k = grad_accum  # the phases are of k micro-batches: the pieces compute hides behind, one
     fw, bw = p.phases.get("forward", 0.0) / k, p.phases.get("backward", 0.0) / k
     phases = dict(p.phases)
     half = allreduce / 2  # a reduce-scatter, or an all-gather
     if strategy == "ddp":
         total, shown = allreduce, allreduce if after_flush else _hidden(allreduce, bw, buckets)
-        memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
+        memory = base + nbytes / 1e9  # DDP's buckets: a copy of the gradients
+        phases["update"] = phases.get("update", 0.0) * nbytes / (4.0 * params)  # experts held
     else:
         held = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors in flight
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
@@ -158,7 +198,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
             total, shown = half * (times + 1), scatter * times + half
         phases["update"] = phases.get("update", 0.0) / n
         sharded = OPTIMIZER_STATE[optimizer] + {"zero1": 0, "zero2": 1, "fsdp": 2}[strategy]
-        memory = p.memory_gb - sharded * nbytes / 1e9 * (n - 1) / n + held
+        memory = base - sharded * unsharded / 1e9 + held
     what = {"ddp": "gradient all-reduce",
             "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"
                     + (" in the half type" if precision in HALF else "")}.get(

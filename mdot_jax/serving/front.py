@@ -83,7 +83,7 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
     if job.activation_checkpointing:
         return "activation_checkpointing", ("priced for a GPU priced from its spec sheet "
                                             "(device=NAME)")
-    for name in ("grad_accum", "tp", "pp", "attention", "framework"):
+    for name in ("grad_accum", "tp", "pp", "ep", "attention", "framework"):
         if getattr(job, name) not in (1, None, "pytorch"):
             return name, ("a checkpoint predicts the whole steps it was trained on; this is "
                           "priced for a GPU priced from its spec sheet (device=NAME)")
@@ -94,9 +94,10 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
               n: int) -> Prediction:
     """`p` with what the job asked beside the step: its batch and GPUs, the source, the whole
     job's time and where the time goes."""
-    routing = [f"mixture of experts ({seq.meta['experts']}): priced as balanced routing, "
-               "each expert computing an equal share of the routed tokens (none dropped, no "
-               "expert parallelism)"] if seq.meta.get("experts") else []
+    moe = seq.meta.get("experts")
+    routing = [f"mixture of experts ({moe['experts']} experts, top {moe['top_k']}, in "
+               f"{moe['layers']} layers): priced as balanced routing, each expert computing an "
+               "equal share of the routed tokens (none dropped)"] if moe else []
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
                             warnings=[*p.warnings, *pricer.notes, *routing],
                             mfu=pricer.mfu(seq, p),
@@ -332,13 +333,42 @@ class _SpecSheet:
                 job.interconnect, self.fused)
         else:
             one = accumulate(one, job.grad_accum)
+        experts = 0
+        if job.ep > 1:
+            one, experts = self._experts(one, seq, n, params)
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
                           after_flush=job.model_parallel, precision=job.precision or "fp32",
-                          units=len(self.blocks) + 1 if self.blocks else 0)
+                          units=len(self.blocks) + 1 if self.blocks else 0, experts=experts,
+                          ep=job.ep)
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p
+
+    def _experts(self, one: Prediction, seq: OperatorSequence, n: int, params: int
+                 ) -> tuple[Prediction, int]:
+        """`one` with expert parallelism's all-to-alls (`parallel.expert_exchange`), and the
+        experts' share of the `params` a GPU of the split model holds."""
+        from mdot_jax.gpu import model_parallel
+        from mdot_jax.gpu.parallel import NETWORK_GBS, expert_exchange, group_link
+        from mdot_jax.serving import memory
+
+        job, moe = self.job, seq.meta.get("experts")
+        if not moe:
+            raise RequestError("ep: the model has no experts to split (a mixture of experts' "
+                               "config.json has them)", "ep")
+        if moe["experts"] % job.ep:
+            raise RequestError(f"ep {job.ep}: does not divide the model's {moe['experts']} "
+                               "experts", "ep")
+        link = group_link(self.gpu, n, job.nodes, job.interconnect,
+                          job.network_gbs or NETWORK_GBS, job.ep, job.tp * job.pp)
+        tokens = model_parallel.tokens_of(self.seq, self.blocks) // (
+            job.tp if job.sequence_parallel else 1)
+        half = (job.precision or "fp32") in memory.HALF
+        one = expert_exchange(one, moe, job.ep, tokens, model_parallel.width(self.seq),
+                              2 if half else 4, -(-moe["layers"] // job.pp),
+                              3 if job.activation_checkpointing == "full" else 2, link)
+        return one, round(params * moe["params"] / seq.params)
 
     def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
         """The time the model's forward and backward FLOPs an iteration (not the

@@ -39,7 +39,7 @@ from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob, _ints, _positive
 
 NOT_FIT = ("may not fit", "will not fit")
-SPLIT_FIELDS = ("tp", "pp", "schedule", "strategy", "sequence_parallel")  # a split refused
+SPLIT_FIELDS = ("tp", "pp", "ep", "schedule", "strategy", "sequence_parallel")  # refused
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,8 @@ class TrainingJob:
         replicas are gpus x nodes / (tp x pp). schedule: the pipeline's (`options.SCHEDULES`;
         default 1f1b), virtual_stages: chunks per stage of the interleaved one (default 2).
         sequence_parallel: the residual stream cut along the sequence over the tp GPUs.
+      ep: expert-parallel degree of a mixture of experts: its experts split over ep of the
+        data-parallel replicas, tokens exchanged all-to-all.
       grad_accum: micro-batches of `batch_size` an iteration runs before its one update (the
         pipeline's micro-batches).
       activation_checkpointing: `full` (every layer's forward run again in its backward) or
@@ -123,6 +125,7 @@ class TrainingJob:
     schedule: str | None = None
     virtual_stages: int | None = None
     sequence_parallel: bool = False
+    ep: int = 1
     grad_accum: int = 1
     activation_checkpointing: str | None = None
     attention: str | None = None
@@ -215,12 +218,18 @@ class TrainingJob:
         if self.sequence_parallel and self.tp == 1:
             raise RequestError("sequence_parallel: cuts the sequence over the tensor-parallel "
                                "GPUs; give tp > 1", "sequence_parallel")
+        _ints("ep", self.ep)
         for n in counts:
             if n * self.nodes % (self.tp * self.pp):
                 name = "tp" if self.tp > 1 else "pp"
                 raise RequestError(f"{name} {getattr(self, name)}: tp x pp ({self.tp} x "
                                    f"{self.pp}) does not divide the {n * self.nodes} GPUs "
                                    f"(gpus {n} x nodes {self.nodes})", name)
+            if n * self.nodes // (self.tp * self.pp) % self.ep:
+                raise RequestError(f"ep {self.ep}: does not divide the "
+                                   f"{n * self.nodes // (self.tp * self.pp)} data-parallel "
+                                   "replicas (gpus x nodes / (tp x pp)) the experts are "
+                                   "split over", "ep")
 
     @property
     def stages_per_gpu(self) -> int:
