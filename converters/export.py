@@ -31,7 +31,7 @@ import onnx
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.experts import balanced, describe
-from converters.repeat import layer_stack, repeat_layer, repeatable
+from converters.repeat import layer_stack, repeat_layer, template
 from converters.sequence import DATA_INPUTS_KEY, EXPERTS_KEY, PARAMS_KEY
 
 OPSET = 17
@@ -330,15 +330,16 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
         return onnx_model
 
     stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0)) if repeat else None
-    if stack is None or not repeatable(stack[1], cfg):
+    t = template(stack[1], cfg) if stack else None
+    if stack is None or t is None:
         return export()
     (name, layers), params = stack, [n for n, _ in model.named_parameters()]
     parent, _, attr = name.rpartition(".")
     owner = model.get_submodule(parent)
-    setattr(owner, attr, layers[:2])  # exported with two layers, the rest copied in the graph
+    setattr(owner, attr, layers[:t + 1])  # exported up to layer t, the rest copied in the graph
     try:
         onnx_model = export()
-        repeat_layer(onnx_model, name, len(layers))
+        repeat_layer(onnx_model, name, len(layers), t)
     except ConversionError:  # a layer that reads more than its predecessor: trace them all
         setattr(owner, attr, layers)
         return export()

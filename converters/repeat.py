@@ -46,32 +46,41 @@ def _signature(layer: Any) -> list:
     return sig
 
 
-def repeatable(layers: Any, config: Any) -> bool:
-    """Whether layers 1..L-1 are one module repeated: the same signature, and no config field
-    listing a value per layer (e.g. `layer_types`) that differs among them."""
-    first = _signature(layers[1])
-    if any(_signature(layer) != first for layer in layers[2:]):
-        return False
+def template(layers: Any, config: Any) -> int | None:
+    """The layer the stack's last ones repeat, copied in the graph for them: layer 1 where
+    layers 2.. are layer 1 again (layer 0 may differ), else the second of the run of identical
+    layers that ends the stack (a mixture of experts' first dense layers stand before it, all
+    traced); None where no layer would be copied or a config field listing a value per layer
+    (e.g. `layer_types`) differs among them."""
+    sigs = [_signature(layer) for layer in layers]
+    first = len(sigs) - 1  # of the run of identical layers that ends the stack
+    while first > 0 and sigs[first - 1] == sigs[-1]:
+        first -= 1
+    t = 1 if first <= 1 else first + 1
     fields = config.to_dict() if hasattr(config, "to_dict") else {}
-    return not any(isinstance(v, list) and len(v) == len(layers)
-                   and any(x != v[1] for x in v[2:]) for v in fields.values())
+    if t + 1 >= len(layers) or any(isinstance(v, list) and len(v) == len(layers)
+                                   and any(x != v[t] for x in v[t + 1:])
+                                   for v in fields.values()):
+        return None
+    return t
 
 
-def repeat_layer(model: onnx.ModelProto, stack: str, count: int) -> None:
-    """Copies layer 1 of a graph exported with 2 layers of the `ModuleList` named `stack`
-    (e.g. `model.layers`) until it has `count`. In place; a ConversionError if layer 1 does not
-    read layer 0's output as the layers after it read its own."""
+def repeat_layer(model: onnx.ModelProto, stack: str, count: int, src: int = 1) -> None:
+    """Copies layer `src` of a graph exported with layers 0..src of the `ModuleList` named
+    `stack` (e.g. `model.layers`) until it has `count`. In place; a ConversionError if layer
+    src does not read layer src - 1's output as the layers after it read its own."""
     graph = model.graph
     scope = "/" + stack.replace(".", "/")  # the exporter's node scopes: /model/layers.1/...
-    s0, s1 = f"{scope}.0/", f"{scope}.1/"
-    p1 = f"{stack}.1."
+    s0, s1 = f"{scope}.{src - 1}/", f"{scope}.{src}/"
+    p1 = f"{stack}.{src}."
     nodes = list(graph.node)
     ones = [i for i, n in enumerate(nodes) if s1 in n.name]
     if not ones:
-        raise ConversionError(f"{stack}: no node of layer 1 in the exported graph")
+        raise ConversionError(f"{stack}: no node of layer {src} in the exported graph")
     if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
            for i in ones for a in nodes[i].attribute):
-        raise ConversionError(f"{stack}: layer 1 holds a subgraph: its layers cannot be repeated")
+        raise ConversionError(f"{stack}: layer {src} holds a subgraph: its layers cannot be "
+                              "repeated")
     last = ones[-1]
     layer = [nodes[i] for i in ones]
     made = {o for n in layer for o in n.output}
@@ -85,8 +94,9 @@ def repeat_layer(model: onnx.ModelProto, stack: str, count: int) -> None:
             if t in produced0 and t.replace(s0, s1) in leaving:
                 carried[t] = t.replace(s0, s1)
     if set(carried.values()) != leaving:
-        raise ConversionError(f"{stack}: layer 1 hands on {sorted(leaving - set(carried.values()))}"
-                              " that layer 0 does not: its layers cannot be repeated")
+        raise ConversionError(f"{stack}: layer {src} hands on "
+                              f"{sorted(leaving - set(carried.values()))} that layer {src - 1} "
+                              "does not: its layers cannot be repeated")
 
     def renamed(t: str, k: int) -> str:
         return t.replace(s1, f"{scope}.{k}/") if s1 in t else f"{scope}.{k}/{t}"
@@ -95,7 +105,7 @@ def repeat_layer(model: onnx.ModelProto, stack: str, count: int) -> None:
         return f"{stack}.{k}." + t[len(p1):]
 
     copies: list[onnx.NodeProto] = []
-    for k in range(2, count):
+    for k in range(src + 1, count):
         for n in layer:
             c = onnx.NodeProto()
             c.CopyFrom(n)
@@ -123,7 +133,7 @@ def repeat_layer(model: onnx.ModelProto, stack: str, count: int) -> None:
     inputs = list(graph.input)
     params1 = [i for i, v in enumerate(inputs) if v.name.startswith(p1)]
     extra = []
-    for k in range(2, count):
+    for k in range(src + 1, count):
         for i in params1:
             v = onnx.ValueInfoProto()
             v.CopyFrom(inputs[i])

@@ -184,17 +184,18 @@ REPEATED = {  # 4 layers: layer 1 copied twice
 }
 
 
-def _same_as_the_full_trace(fields, config, monkeypatch):
-    """`config` (a config.json or its fields) traced with two layers and repeated, checked
+def _same_as_the_full_trace(fields, config, monkeypatch, layers=4, t=1):
+    """`config` (a config.json or its fields) traced up to layer `t` and repeated, checked
     against `fields` traced whole: the same operator sequence; the repeated one."""
     import converters.export as export
     from converters import from_hf_config
 
     full, copied = _sequence(from_hf_config(fields, seq_len=16, repeat=False)), []
     real = export.repeat_layer
-    monkeypatch.setattr(export, "repeat_layer", lambda m, s, n: copied.append(n) or real(m, s, n))
+    monkeypatch.setattr(export, "repeat_layer",
+                        lambda m, s, n, k: copied.append((n, k)) or real(m, s, n, k))
     fast = _sequence(from_hf_config(config, seq_len=16))
-    assert copied == [4], "not repeated"
+    assert copied == [(layers, t)], "not repeated"
     for f in ("op_type", "config", "load", "edges", "node_names"):
         np.testing.assert_array_equal(getattr(fast, f), getattr(full, f), err_msg=f)
     assert fast.meta == full.meta
@@ -249,7 +250,7 @@ def test_layers_that_differ_are_all_traced(monkeypatch):
     """Gemma 2 alternates sliding-window and full attention: layer 1 is not every layer."""
     import converters.export as export
     from converters import from_hf_config
-    from converters.repeat import layer_stack, repeatable
+    from converters.repeat import layer_stack, template
 
     fields = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, head_dim=16,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=500)
@@ -257,9 +258,9 @@ def test_layers_that_differ_are_all_traced(monkeypatch):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
     name, layers = layer_stack(model, 4)
-    assert name == "model.layers" and not repeatable(layers, cfg)
+    assert name == "model.layers" and template(layers, cfg) is None
     cfg.layer_types = [cfg.layer_types[1]] * 4  # the config agrees; the modules still differ
-    assert not repeatable(layers, cfg)
+    assert template(layers, cfg) is None
     monkeypatch.setattr(export, "repeat_layer", lambda *a: pytest.fail("repeated"))
     seq = _sequence(from_hf_config(dict(fields, model_type="gemma2"), seq_len=16))
     assert seq.meta["params"] == sum(p.numel() for p in model.parameters())
@@ -289,3 +290,32 @@ def test_experts_split_over_gpus_exchange_tokens_and_hold_less(moe):
     assert "(2 of 8 experts each): 12 all-to-alls" in note  # 3 layers x 2 passes x 2
     assert split.memory_gb < plain.memory_gb and not any(
         w.startswith("expert parallel") for w in plain.warnings)
+
+
+def test_first_dense_layers_then_experts_trace_to_the_second_of_the_run(monkeypatch):
+    """DeepSeek V3: its first layers dense, the rest experts; traced up to the second layer
+    with experts (layer 3 of 6), which is copied: the full trace's operator sequence."""
+    fields = dict(model_type="deepseek_v3", hidden_size=64, intermediate_size=128,
+                  moe_intermediate_size=32, num_hidden_layers=6, first_k_dense_replace=2,
+                  num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,
+                  num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1,
+                  kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
+                  v_head_dim=16, vocab_size=256, max_position_embeddings=512)
+    seq = _same_as_the_full_trace(fields, fields, monkeypatch, layers=6, t=3)
+    assert seq.meta["experts"]["layers"] == 4
+
+
+def test_a_gpu_of_an_expert_parallel_group_runs_its_experts_over_more_rows(moe):
+    from converters.sequence import CONFIG_FIELDS
+    from mdot_jax.gpu.model_parallel import expert_params, shard_experts
+
+    four = shard_experts(moe, 4)
+    assert shard_experts(moe, 1) is moe and four.flops == moe.flops  # the same work a GPU
+    assert expert_params(moe) == moe.meta["experts"]["params"]
+    assert moe.params - four.params == expert_params(moe) * 3 // 4 == expert_params(four) * 3
+    b, m = CONFIG_FIELDS.index("mm_batch"), CONFIG_FIELDS.index("mm_m")
+    gemms = [i for i, n in enumerate(moe.node_names) if "/experts/MatMul" in n]
+    assert len(gemms) == 2 * 3  # up and down, 3 layers
+    for i in gemms:
+        assert four.config[i, b] == moe.config[i, b] / 4 == 2
+        assert four.config[i, m] == moe.config[i, m] * 4

@@ -330,22 +330,25 @@ def test_fsdp_gathers_unit_by_unit_and_holds_three_units():
         3 * 2 * params / 11 / 1e9 - BUCKET_MB * 2 ** 20 / 1e9)
 
 
-def test_experts_split_over_ep_replicas_hold_and_reduce_their_share():
-    """Expert parallelism: a GPU holds 1/ep of the experts (weights, gradients and AdamW's
-    state), reduces their gradients over the n / ep replicas that share them; ep 1 is the
-    model as it is, whatever share its experts are."""
-    h100, params, experts = gpus.find("h100-sxm"), 10 ** 10, 8 * 10 ** 9
-    one = dataclasses.replace(_one(backward=500.0), memory_gb=500.0,
+def test_experts_split_over_ep_replicas_reduce_over_the_replicas_sharing_them():
+    """Expert parallelism: a GPU's experts (1/ep of the model's, as its step was priced) are
+    reduced over the n / ep replicas holding the same ones, the rest over all n; ZeRO-1 shards
+    their optimizer state over those replicas only. ep 1: the model as it is, whatever share
+    its experts are."""
+    h100, params, held = gpus.find("h100-sxm"), 3 * 10 ** 9, 10 ** 9  # a GPU's; its experts'
+    one = dataclasses.replace(_one(backward=500.0), memory_gb=100.0,
                               phases=dict(forward=250.0, backward=500.0, update=40.0))
-    plain = data_parallel(one, params, h100, 8, optimizer="adamw")
-    assert data_parallel(one, params, h100, 8, optimizer="adamw", experts=experts) == plain
-    split = data_parallel(one, params, h100, 8, optimizer="adamw", experts=experts, ep=8)
-    held = 4.0 * (params - experts) + 4.0 * experts / 8  # DDP: weights, grads, 2 states, bucket
-    assert plain.memory_gb - split.memory_gb == pytest.approx(
-        4.0 * experts * 7 / 8 * 4 / 1e9 + (4.0 * params - held) / 1e9)
-    assert split.phases["update"] == pytest.approx(40.0 * held / (4.0 * params))
-    ms = [float(re.search(r"\(([\d.e+]+) ms,", p.warnings[-1])[1]) for p in (plain, split)]
-    assert ms[1] < 0.3 * ms[0]  # the experts' gradients stay on their GPUs (n / ep = 1)
+    for strategy in ("ddp", "zero1"):
+        plain = data_parallel(one, params, h100, 8, strategy=strategy, optimizer="adamw")
+        assert data_parallel(one, params, h100, 8, strategy=strategy, optimizer="adamw",
+                             experts=held) == plain
+        split = [data_parallel(one, params, h100, 8, strategy=strategy, optimizer="adamw",
+                               experts=held, ep=ep) for ep in (2, 8)]
+        ms = [float(re.search(r"\(([\d.e+]+) ms,", p.warnings[-1])[1]) for p in (plain, *split)]
+        assert ms[0] > ms[1] > ms[2]  # the experts' bytes over 4 replicas, then over none
+        assert ms[2] == pytest.approx(ms[0] * (params - held) / params, rel=0.01)
+    # ZeRO-1 over 8 replicas: AdamW's 2 states of the experts sharded over 1 (ep 8), not 8
+    assert split[1].memory_gb - plain.memory_gb == pytest.approx(2 * 4 * held / 1e9 * 7 / 8)
 
 
 def test_expert_parallel_exchanges_each_layers_tokens_all_to_all():

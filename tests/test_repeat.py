@@ -44,7 +44,7 @@ def test_a_layer_not_reading_its_predecessor_cannot_be_repeated():
 def test_the_stack_is_the_list_of_the_configs_layers_not_a_longer_one():
     """A mixture of experts holds a list of experts per layer, longer than the stack."""
     torch = pytest.importorskip("torch")
-    from converters.repeat import layer_stack, repeatable
+    from converters.repeat import layer_stack, template
 
     class Layer(torch.nn.Module):
         def __init__(self):
@@ -54,7 +54,7 @@ def test_the_stack_is_the_list_of_the_configs_layers_not_a_longer_one():
     model = torch.nn.Module()
     model.layers = torch.nn.ModuleList(Layer() for _ in range(3))
     name, layers = layer_stack(model, 3)
-    assert name == "layers" and repeatable(layers, None)
+    assert name == "layers" and template(layers, None) == 1
     assert layer_stack(model, 2) is None  # two layers: nothing to repeat
     layers[2].experts.append(torch.nn.Linear(4, 4))
-    assert not repeatable(layers, None)
+    assert template(layers, None) is None

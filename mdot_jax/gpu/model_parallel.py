@@ -160,6 +160,44 @@ def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False,
                                meta=dict(seq.meta, params=int(round(params)), tp=tp))
 
 
+def _experts(seq: OperatorSequence) -> np.ndarray:
+    """`[N]` whether each operator is in a mixture's experts (their scope, as the exporter
+    names nodes: `.../mlp/experts/MatMul`)."""
+    return np.char.find(seq.node_names.astype(str), "/experts/") >= 0
+
+
+def shard_experts(seq: OperatorSequence, ep: int) -> OperatorSequence:
+    """The operators one GPU of an `ep`-way expert-parallel group runs: each GEMM of the
+    experts over E / ep of them with ep times the rows (under balanced routing, what the ep
+    GPUs send its experts), their weights split."""
+    from mdot_jax.gpu.spec_sheet import classify
+
+    moe = seq.meta.get("experts")
+    if ep == 1 or not moe:
+        return seq
+    if moe["experts"] % ep:
+        raise RequestError(f"ep {ep}: does not divide the model's {moe['experts']} experts",
+                           "ep")
+    config, load = seq.config.copy(), seq.load.copy()
+    for i in np.flatnonzero(_experts(seq)):
+        c, ld = seq.config[i], seq.load[i]
+        if classify(seq.op_names[i], c, ld)[1] == "bmm" and c[_C["mm_batch"]] % ep == 0:
+            weights = float(c[_C["mm_batch"]] * c[_C["mm_k"]] * c[_C["mm_n"]] * c[_C["elem_bytes"]])
+            config[i, _C["mm_batch"]] /= ep
+            config[i, _C["mm_m"]] *= ep
+            load[i, _L["bytes_read"]] = ld[_L["bytes_read"]] - weights * (1 - 1 / ep)
+        load[i, _L["params"]] /= ep
+    params = seq.params * float(load[:, _L["params"]].sum()) / max(seq.total("params"), 1.0)
+    return dataclasses.replace(seq, config=config, load=load,
+                               meta=dict(seq.meta, params=int(round(params)), ep=ep))
+
+
+def expert_params(seq: OperatorSequence) -> int:
+    """Of `seq.params`, the experts'."""
+    held = float(seq.load[_experts(seq), _L["params"]].sum())
+    return int(round(seq.params * held / max(seq.total("params"), 1.0)))
+
+
 def _chunks(seq: OperatorSequence, blocks: list[Block], layout: Layout) -> np.ndarray:
     """`[N]` the pipeline stage of every operator (module docstring)."""
     chunks = layout.pp * layout.virtual

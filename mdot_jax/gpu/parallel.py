@@ -33,8 +33,9 @@ tensor and pipeline parallelism (`model_parallel`) the replicas are what is left
 each holding a stage's share.
 
 Expert parallel (`ep`, a mixture of experts): its experts split over ep neighbouring
-replicas, each GPU holding E / ep of them; the experts' gradients (and FSDP's gathers of them)
-go over the n / ep replicas holding the same experts, the rest over all n. Every layer with
+replicas, each GPU holding E / ep of them (`model_parallel.shard_experts`: each runs E / ep
+experts over ep times the rows); the experts' gradients (and FSDP's gathers of them) go over
+the n / ep replicas holding the same experts, the rest over all n. Every layer with
 experts exchanges its routed tokens all-to-all over the ep GPUs (`expert_exchange`): dispatch
 and combine in the forward, again in the backward and in a recomputed forward, each GPU sending
 and receiving (ep - 1) / ep of tokens x top k x width activations, on the critical path.
@@ -156,8 +157,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     shard and all-gather the weights after it; FSDP gathers and reduce-scatters for every
     micro-batch, in the half type at AMP (its mixed-precision policy: the weights' `param_dtype`,
     which the gradients' reduction keeps), in `units` (the model's layers and its root; 0: in
-    DDP's buckets). `experts` of the `params` split `ep` ways (module docstring). One replica:
-    `p` itself."""
+    DDP's buckets). `experts`: of the `params` (a GPU's), those of the experts it holds, the
+    model's split `ep` ways (module docstring). One replica: `p` itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
@@ -167,22 +168,20 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     experts = experts if ep > 1 else 0  # not split: held and reduced as the rest
     groups = [(4.0 * (params - experts), n, link)]  # bytes a GPU holds, its replicas, the link
     if ep > 1:  # the experts a GPU holds: on the n / ep replicas ep ranks apart
-        groups.append((4.0 * experts / ep, n // ep, group_link(
+        groups.append((4.0 * experts, n // ep, group_link(
             gpu, gpus_per_node, nodes, interconnect, network_gbs, n // ep, model_parallel * ep)))
     nbytes = sum(b for b, _, _ in groups)
     buckets = max(1, math.ceil(nbytes / (BUCKET_MB * 2 ** 20)))
     allreduce = sum(allreduce_ms(b, r, lk, max(1, round(buckets * b / nbytes)))
                     for b, r, lk in groups)  # = reduce-scatter + all-gather
     unsharded = sum(b * (r - 1) / r for b, r, _ in groups)  # what sharding takes off a GPU
-    base = p.memory_gb - 4.0 * experts * (1 - 1 / ep) * (2 + OPTIMIZER_STATE[optimizer]) / 1e9
     k = grad_accum  # the phases are of k micro-batches: the pieces compute hides behind, one
     fw, bw = p.phases.get("forward", 0.0) / k, p.phases.get("backward", 0.0) / k
     phases = dict(p.phases)
     half = allreduce / 2  # a reduce-scatter, or an all-gather
     if strategy == "ddp":
         total, shown = allreduce, allreduce if after_flush else _hidden(allreduce, bw, buckets)
-        memory = base + nbytes / 1e9  # DDP's buckets: a copy of the gradients
-        phases["update"] = phases.get("update", 0.0) * nbytes / (4.0 * params)  # experts held
+        memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
     else:
         held = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors in flight
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
@@ -198,7 +197,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
             total, shown = half * (times + 1), scatter * times + half
         phases["update"] = phases.get("update", 0.0) / n
         sharded = OPTIMIZER_STATE[optimizer] + {"zero1": 0, "zero2": 1, "fsdp": 2}[strategy]
-        memory = base - sharded * unsharded / 1e9 + held
+        memory = p.memory_gb - sharded * unsharded / 1e9 + held
     what = {"ddp": "gradient all-reduce",
             "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"
                     + (" in the half type" if precision in HALF else "")}.get(

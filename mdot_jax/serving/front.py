@@ -270,8 +270,11 @@ class _SpecSheet:
         attention = self._attention(blocks, precision)
         # what the step depends on: the model and step model themselves (held, and compared
         # by identity), the GPU and the job's fields that reach the pricing
-        key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, precision, job.step,
-               job.optimizer, attention, job.strategy == "fsdp", job.framework,
+        if job.ep > 1 and not seq.meta.get("experts"):
+            raise RequestError("ep: the model has no experts to split (a mixture of experts' "
+                               "config.json has them)", "ep")
+        key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, job.ep, precision,
+               job.step, job.optimizer, attention, job.strategy == "fsdp", job.framework,
                job.activation_checkpointing)
         steps = _KEPT.get()
         for kept, priced in steps or ():
@@ -279,7 +282,8 @@ class _SpecSheet:
                 self.seq, self.blocks, self.fused, one = priced
                 return seq, one
         # sharding keeps every operator in its place: the blocks found here hold for it
-        self.seq = model_parallel.shard(seq, job.tp, job.sequence_parallel, blocks)
+        self.seq = model_parallel.shard_experts(
+            model_parallel.shard(seq, job.tp, job.sequence_parallel, blocks), job.ep)
         self.blocks = blocks
         self.fused = blocks if attention == "flash" else []
         again = rerun(self.seq, job.activation_checkpointing, blocks, self.fused) \
@@ -335,7 +339,7 @@ class _SpecSheet:
             one = accumulate(one, job.grad_accum)
         experts = 0
         if job.ep > 1:
-            one, experts = self._experts(one, seq, n, params)
+            one, experts = self._experts(one, n)
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
                           after_flush=job.model_parallel, precision=job.precision or "fp32",
@@ -345,30 +349,23 @@ class _SpecSheet:
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p
 
-    def _experts(self, one: Prediction, seq: OperatorSequence, n: int, params: int
-                 ) -> tuple[Prediction, int]:
+    def _experts(self, one: Prediction, n: int) -> tuple[Prediction, int]:
         """`one` with expert parallelism's all-to-alls (`parallel.expert_exchange`), and the
-        experts' share of the `params` a GPU of the split model holds."""
+        parameters of the experts a GPU holds."""
         from mdot_jax.gpu import model_parallel
         from mdot_jax.gpu.parallel import NETWORK_GBS, expert_exchange, group_link
-        from mdot_jax.serving import memory
+        from mdot_jax.serving.memory import HALF
 
-        job, moe = self.job, seq.meta.get("experts")
-        if not moe:
-            raise RequestError("ep: the model has no experts to split (a mixture of experts' "
-                               "config.json has them)", "ep")
-        if moe["experts"] % job.ep:
-            raise RequestError(f"ep {job.ep}: does not divide the model's {moe['experts']} "
-                               "experts", "ep")
+        job, moe = self.job, self.seq.meta["experts"]
         link = group_link(self.gpu, n, job.nodes, job.interconnect,
                           job.network_gbs or NETWORK_GBS, job.ep, job.tp * job.pp)
         tokens = model_parallel.tokens_of(self.seq, self.blocks) // (
             job.tp if job.sequence_parallel else 1)
-        half = (job.precision or "fp32") in memory.HALF
         one = expert_exchange(one, moe, job.ep, tokens, model_parallel.width(self.seq),
-                              2 if half else 4, -(-moe["layers"] // job.pp),
+                              2 if (job.precision or "fp32") in HALF else 4,
+                              -(-moe["layers"] // job.pp),
                               3 if job.activation_checkpointing == "full" else 2, link)
-        return one, round(params * moe["params"] / seq.params)
+        return one, model_parallel.expert_params(self.seq)
 
     def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
         """The time the model's forward and backward FLOPs an iteration (not the
