@@ -8,7 +8,8 @@ balance it aims at: the T x k routed copies of the T tokens are sorted by expert
 dispatch's gather), cut into E equal groups of ceil(T k / E) rows and pushed through the
 experts as one batched GEMM each way (what grouped GEMM kernels run), gathered back to token
 order and summed with the router's weights. FLOPs, parameters and the dispatch's copies are
-those of perfectly balanced routing; no token is dropped, no expert parallelism.
+those of perfectly balanced routing, no token dropped, on one GPU (expert parallelism is the
+pricing's: the experts' GEMMs are found by their scope, `.../experts/MatMul`).
 
 It plugs into transformers' experts interface (`transformers.integrations.moe`: the experts
 of Mixtral, Qwen-MoE, DeepSeek, OLMoE, GPT-OSS and others share it) as one more

@@ -316,16 +316,17 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
                               f"{msg}") from None
     if routed:
         raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts, "
-                              "which this transformers exports only as they route by value (a "
-                              "weight-free export cannot follow it): transformers 5 prices them")
+                              "which this transformers has no experts interface to export as "
+                              "balanced routing (transformers 5 has)")
     step = model.forward  # what a causal LM trains on: the loss of its own next tokens
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
-    routing = json.dumps(describe(model, experts, getattr(cfg, "num_experts_per_tok", 1)))
+    routing = json.dumps(describe(model, experts, getattr(cfg, "num_experts_per_tok", 1))) \
+        if experts > 1 else None
 
     def export() -> onnx.ModelProto:
         onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
                                 input_names=["input_ids"])
-        if experts > 1:
+        if routing:
             onnx_model.metadata_props.add(key=EXPERTS_KEY, value=routing)
         return onnx_model
 

@@ -222,7 +222,7 @@ def _search(request: Plan, progress: bool) -> list[Option]:
                            f"({', '.join(str(n * job.nodes) for n in request.gpus)}) splits it "
                            f"into whole micro-batches of 1-{job.batch_sizes[0]} per "
                            "data-parallel replica", "global_batch")
-    plain = {(n, lay.tp, lay.pp) for _, n, lay in work}
+    splits = {(n, lay.tp, lay.pp) for _, n, lay in work}
     options: list[Option] = []
     with keeping_steps():  # a step priced once for the pipeline depths built on it
         for gpu, n, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
@@ -234,7 +234,7 @@ def _search(request: Plan, progress: bool) -> list[Option]:
             except MdotError as e:  # a split the model refuses is left out; anything else
                 split = isinstance(e, RequestError) and e.field in SPLIT_FIELDS
                 why = str(e)
-                if split and (n, 1, 1) not in plain:  # say why data parallelism alone is not
+                if split and (n, 1, 1) not in splits:  # say why data parallelism alone is not
                     why = (f"a global batch of {request.global_batch} does not split into whole "
                            f"micro-batches of 1-{job.batch_sizes[0]} over {n * job.nodes} "
                            f"data-parallel replicas, and {why}")
