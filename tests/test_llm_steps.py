@@ -12,13 +12,14 @@ from mdot_jax.measure import llm_steps
 @pytest.mark.parametrize("dry", [False, True])
 def test_every_planned_step_is_a_valid_job(tmp_path, dry):
     rows = llm_steps.plan(dry)
-    assert len({r["key"] for r in rows}) == len(rows) == (4 if dry else 25)
+    assert len({r["key"] for r in rows}) == len(rows) == (5 if dry else 27)
     (tmp_path / "config.json").write_text(json.dumps(rows[0]["config"]))
     for r in rows:
         TrainingJob(model=str(tmp_path / "config.json"), device="h100-sxm", **r["job"])
     if not dry:  # 8,192 tokens a micro-batch; flash and eager, with and without checkpointing;
         # the GEMM-bound step first (a lease's budget may end before the last)
         assert rows[0]["key"] == "gpt2-1.3b/t2048/flash/none"
+        assert [r["config"]["model_type"] for r in rows[1:3]] == ["mixtral", "qwen3_moe"]
         assert {r["job"]["batch_size"] * r["job"]["seq_len"] for r in rows} == {8192}
         assert {(r["job"]["attention"], r["job"]["activation_checkpointing"])
                 for r in rows} == {("flash", None), ("flash", "full"), ("eager", None),
@@ -31,6 +32,7 @@ def test_a_step_is_measured_and_a_second_run_resumes(tmp_path):
     assert llm_steps.main([str(out), "--dry-run", "--seconds", "0"]) == 0  # one, then time
     first = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(first) == 1 and first[0]["ms"] > 0 and len(first[0]["ms_all"]) == 5
+    assert first[0]["key"].startswith("mixtral-tiny/") and first[0]["experts_implementation"]
     # what the host issued in a step: ATen operators here, kernel launches on a GPU
     assert first[0]["aten_ops"] > 50 and first[0]["launches"] is None
     busiest = first[0]["busiest"]  # here ATen operators by their own host time

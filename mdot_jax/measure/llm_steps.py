@@ -4,8 +4,10 @@ checkpointing and the tokens/s of a decoder, what `mdot predict` prices from a c
     python -m mdot_jax.measure.llm_steps OUT.jsonl [--seconds 120] [--dry-run]
 
 The steps: first one GEMM-bound step (a 1.3B GPT-2, 24 layers of 2048, at 2,048 tokens,
-flash attention, no checkpointing), then GPT-2-style decoders (124M: 12 layers of 768; 350M:
-24 of 1024; Hugging Face's `GPT2LMHeadModel`, GELU with erf) at 1,024, 2,048 and 4,096
+flash attention, no checkpointing), then two mixtures of experts at 2,048 tokens (a Mixtral of
+8 experts, top 2, and a Qwen3-MoE of 64, top 8; 8 layers of 1024, with the experts
+implementation transformers picks, recorded), then GPT-2-style decoders (124M: 12 layers of
+768; 350M: 24 of 1024; Hugging Face's `GPT2LMHeadModel`, GELU with erf) at 1,024, 2,048 and 4,096
 tokens, each with attention `flash` (`attn_implementation="sdpa"`: PyTorch picks
 FlashAttention) and `eager`, with and without full activation checkpointing
 (`gradient_checkpointing_enable`); micro-batches of 8,192 tokens, autocast to bf16, AdamW
@@ -26,6 +28,7 @@ import statistics
 import sys
 import time
 
+from converters.export import EXPERT_COUNTS
 from mdot_jax.measure import resumable
 
 SIZES = {"gpt2-124m": dict(n_layer=12, n_embd=768, n_head=12),
@@ -33,26 +36,44 @@ SIZES = {"gpt2-124m": dict(n_layer=12, n_embd=768, n_head=12),
 TOKENS = (1024, 2048, 4096)
 # one step where the GEMMs are the time (what an FSDP shard of an LLM runs), measured first
 GEMM_BOUND = ("gpt2-1.3b", dict(n_layer=24, n_embd=2048, n_head=16), 2048, "flash", None)
+# mixtures of experts (`converters.experts` prices them as balanced routing): real routing
+MOE = {"mixtral-0.8b": dict(model_type="mixtral", hidden_size=1024, intermediate_size=3584,
+                            num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8,
+                            num_local_experts=8, num_experts_per_tok=2, vocab_size=32000),
+       "qwen3moe-0.6b": dict(model_type="qwen3_moe", hidden_size=1024, intermediate_size=3072,
+                             moe_intermediate_size=512, num_hidden_layers=8, head_dim=64,
+                             num_attention_heads=16, num_key_value_heads=4, num_experts=64,
+                             num_experts_per_tok=8, vocab_size=32000)}
 BATCH_TOKENS = 8192
 DRY = {"gpt2-tiny": dict(n_layer=2, n_embd=64, n_head=4)}
+DRY_MOE = {"mixtral-tiny": dict(model_type="mixtral", hidden_size=64, intermediate_size=128,
+                                num_hidden_layers=2, num_attention_heads=4,
+                                num_key_value_heads=2, num_local_experts=4,
+                                num_experts_per_tok=2, vocab_size=1000)}
 BUSIEST = 30  # kernels (ATen operators on a CPU) of the profiled step kept, by time
 
 
 def plan(dry: bool) -> list[dict]:
-    """Every step to measure, as the rows' `job` and `config`: the GEMM-bound one, then
-    the rest smallest first."""
-    steps = [] if dry else [GEMM_BOUND]
-    steps += [(name, size, tokens, attention, ckpt)
+    """Every step to measure, as the rows' `job` and `config`: the GEMM-bound one, the
+    mixtures of experts, then the rest smallest first."""
+    gpt2 = dict(model_type="gpt2", vocab_size=50257, activation_function="gelu")
+    steps = [] if dry else [(GEMM_BOUND[0], dict(gpt2, **GEMM_BOUND[1]), *GEMM_BOUND[2:])]
+    steps += [(name, config, 64 if dry else 2048, "flash", None)
+              for name, config in (DRY_MOE if dry else MOE).items()]
+    steps += [(name, dict(gpt2, **size), tokens, attention, ckpt)
               for name, size in (DRY if dry else SIZES).items()
               for tokens in ((64,) if dry else TOKENS)
               for attention in ("flash", "eager") for ckpt in (None, "full")]
     return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}",
-                 config=dict(model_type="gpt2", vocab_size=50257, n_positions=tokens,
-                             activation_function="gelu", **size),
+                 config=dict(config, **{_POSITIONS[config["model_type"]]: tokens}),
                  job=dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
                           precision="fp32" if dry else "amp-bf16", optimizer="adamw",
                           attention=attention, activation_checkpointing=ckpt))
-            for name, size, tokens, attention, ckpt in steps]
+            for name, config, tokens, attention, ckpt in steps]
+
+
+_POSITIONS = {"gpt2": "n_positions", "mixtral": "max_position_embeddings",
+              "qwen3_moe": "max_position_embeddings"}
 
 
 def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
@@ -61,12 +82,13 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
     import transformers
 
     job, cfg = row["job"], dict(row["config"])
-    cfg.pop("model_type")
     impl = "sdpa" if job["attention"] == "flash" else "eager"
     torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg, use_cache=False)
     with torch.device(device):  # built where it trains: a 1.3B model in a second, not a minute
-        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            **cfg, use_cache=False, attn_implementation=impl))
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=impl)
+    experts = getattr(model.config, "_experts_implementation", None) if any(
+        k in cfg for k in EXPERT_COUNTS) else None  # what routed the tokens
     if job["activation_checkpointing"]:  # the newer name where the installed version has it
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
     model.train()
@@ -95,6 +117,7 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
                 times.append(1e3 * (time.perf_counter() - t))
         peak = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else None
         return dict(row, ms=statistics.median(times), ms_all=times, peak_gb=peak,
+                    **({"experts_implementation": experts} if experts else {}),
                     **_counts(step, device))
     except torch.OutOfMemoryError:
         return dict(row, error="out of memory")
