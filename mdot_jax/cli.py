@@ -54,7 +54,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
                    op_types=seq.op_type_counts(), flops_by_type=seq.flops_by_type(),
                    unknown_ops=seq.unknown_ops,
                    dropped_nodes=seq.meta["dropped_nodes"], graph=seq.meta["graph"],
-                   output=args.output)
+                   output=args.output, **{k: seq.meta[k] for k in ("experts",) if k in seq.meta})
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -63,6 +63,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
           f"{seq.params / 1e6:.2f} M params")
     print(f"inputs: {', '.join(f'{k}={v}' for k, v in seq.meta['inputs'].items())}; "
           f"{seq.meta['dropped_nodes']} shape/constant nodes dropped")
+    if moe := seq.meta.get("experts"):
+        print(f"experts: {moe['experts']}, top {moe['top_k']}, in {moe['layers']} layers, "
+              f"{moe['params'] / 1e6:.2f} M of the params (exported as balanced routing)")
     width = max(len(k) for k in summary["op_types"])
     for op, count in summary["op_types"].items():
         print(f"  {op:<{width}}  {count:6d}")

@@ -114,13 +114,30 @@ DECODER = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_k
 
 
 @pytest.fixture(scope="module")
-def moe():
-    """A 3-layer Mixtral of 8 experts, top 2, at batch 2 x 32 tokens."""
-    from converters import convert, from_hf_config
+def moe_graph():
+    """A 3-layer Mixtral of 8 experts, top 2, at 32 tokens."""
+    from converters import from_hf_config
 
-    return convert(from_hf_config(dict(model_type="mixtral", intermediate_size=128,
-                                       num_local_experts=8, num_experts_per_tok=2, **DECODER),
-                                  seq_len=32), batch_size=2, fuse=2)
+    return from_hf_config(dict(model_type="mixtral", intermediate_size=128,
+                               num_local_experts=8, num_experts_per_tok=2, **DECODER), seq_len=32)
+
+
+@pytest.fixture(scope="module")
+def moe(moe_graph):
+    from converters import convert
+
+    return convert(moe_graph, batch_size=2, fuse=2)
+
+
+def test_convert_says_what_experts_a_file_holds(moe_graph, tmp_path, capsys):
+    import onnx
+
+    from mdot_jax.cli import main
+
+    onnx.save(moe_graph, tmp_path / "moe.onnx")  # the experts travel in the file's metadata
+    assert main(["convert", str(tmp_path / "moe.onnx"), "--batch-size", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["experts"] == dict(experts=8, top_k=2, layers=3, params=3 * 8 * 3 * 128 * 64)
 
 
 def test_a_mixture_of_experts_exports_as_balanced_routing(moe):
