@@ -9,6 +9,17 @@ The rule, written before any such row exists: every measured row (not an out-of-
 priced once, nothing fitted; reported per attention kind and checkpointing: MAPE, the median
 ratio predicted / measured, and the memory estimate against the peak allocated. Rows measured
 on a device the catalog does not know are listed as skipped, with the name.
+
+Pre-registered, before the next lease's rows exist (`--loss-memory`; cause 3 of
+docs/studies/llm-step-memory.md, alone): the step memory estimate plus what the sum form
+leaves out of a language model's loss and autocast. Cross-entropy, which autocast runs in
+fp32, keeps the fp32 log-softmax of the scores for its backward and makes their fp32
+gradient: 2 x 4 bytes a score, in place of what the estimate keeps of the loss's input; under
+AMP every weight's half copy, made by autocast, is kept by autograd for the backward (2 bytes a
+parameter). Rule: adopted into `serving.memory` if, over the LLM rows of a lease committed
+after this rule (none of them looked at before), it has more rows within 20% of the peak
+allocated than the status quo and a lower median |error|; reported whatever it shows, with
+the H200 lease's 17 rows (development: looked at) apart.
 """
 
 from __future__ import annotations
@@ -21,9 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
+from converters.sequence import CONFIG_FIELDS
+from converters.traits import LOSSES
 
-def price(rows: list[dict], checkpoint: str | None = None) -> tuple[list[dict], list[str]]:
-    """Each measured row with `predicted_ms` and `memory_gb`; the skipped rows' reasons."""
+
+def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = False
+          ) -> tuple[list[dict], list[str]]:
+    """Each measured row with `predicted_ms` and `memory_gb` (and the candidate's,
+    `loss_memory`); the skipped rows' reasons."""
     from mdot_jax.errors import MdotError
     from mdot_jax.gpu import catalog
     from mdot_jax.serving.front import predict
@@ -48,7 +64,26 @@ def price(rows: list[dict], checkpoint: str | None = None) -> tuple[list[dict], 
                             peak_gb=r.get("peak_gb"), memory_gb=p.memory_gb,
                             attention=r["job"]["attention"],
                             checkpointing=r["job"]["activation_checkpointing"] or "none"))
+            if loss_memory:
+                out[-1]["memory_gb_candidate"] = p.memory_gb + loss_memory_gb(config, r["job"])
     return out, skipped
+
+
+def loss_memory_gb(config: Path, job: dict) -> float:
+    """GB the pre-registered candidate adds to the estimate (module docstring)."""
+    from converters import convert, from_hf_config
+    from mdot_jax.serving.memory import HALF, saved
+
+    seq = convert(from_hf_config(config, seq_len=job["seq_len"]), batch_size=job["batch_size"],
+                  fuse=2)
+    half = job["precision"] in HALF
+    kept = saved(seq, (), 0.5 if half else 1.0)  # [N] bytes the estimate keeps
+    numel = seq.config[:, CONFIG_FIELDS.index("in_numel")]
+    extra = 2.0 * seq.params if half else 0.0
+    for i in np.flatnonzero(np.isin(seq.op_names, list(LOSSES))):
+        inputs = seq.edges[seq.edges[:, 1] == i, 0]
+        extra += 8.0 * float(numel[i]) - float(kept[inputs].sum())
+    return extra / 1e9
 
 
 def summarize(priced: list[dict]) -> dict:
@@ -58,11 +93,14 @@ def summarize(priced: list[dict]) -> dict:
     summary = {}
     for name, rows in groups.items():
         ratio = np.asarray([r["predicted_ms"] / r["measured_ms"] for r in rows])
-        mem = [r["memory_gb"] / r["peak_gb"] for r in rows if r.get("peak_gb")]
         summary[name] = dict(rows=len(rows), mape=float(100 * np.mean(np.abs(ratio - 1))),
-                             median_ratio=float(np.median(ratio)),
-                             memory_within_20pct=float(np.mean(np.abs(np.asarray(mem) - 1)
-                                                               <= 0.2)) if mem else None)
+                             median_ratio=float(np.median(ratio)))
+        for field, label in (("memory_gb", "memory"), ("memory_gb_candidate", "candidate")):
+            mem = np.asarray([r[field] / r["peak_gb"] for r in rows
+                              if r.get("peak_gb") and field in r])
+            if len(mem):
+                summary[name][f"{label}_within_20pct"] = float(np.mean(np.abs(mem - 1) <= 0.2))
+                summary[name][f"{label}_median_abs_error"] = float(np.median(np.abs(mem - 1)))
     return summary
 
 
@@ -70,9 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("steps", type=Path)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--loss-memory", action="store_true",
+                    help="also the pre-registered candidate's memory (module docstring)")
     args = ap.parse_args(argv)
     rows = [json.loads(x) for x in args.steps.read_text().splitlines() if x.strip()]
-    priced, skipped = price(rows)
+    priced, skipped = price(rows, loss_memory=args.loss_memory)
     summary = summarize(priced) if priced else {}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(dict(

@@ -60,8 +60,11 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_llm_steps", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.main([str(out), "--out", str(tmp_path / "res")]) == 0
+    assert bench.main([str(out), "--out", str(tmp_path / "res"), "--loss-memory"]) == 0
     res = json.loads((tmp_path / "res" / "results.json").read_text())
     assert [r["key"] for r in res["rows"]] == [gpu["key"]]
     assert res["rows"][0]["predicted_ms"] > 0 and "'cpu'" in res["skipped"][0]
     assert res["summary"]["all"]["rows"] == 1
+    # the pre-registered candidate: the loss's fp32 tensors over a vocabulary of 1,000 (fp32)
+    row = res["rows"][0]
+    assert row["memory_gb_candidate"] - row["memory_gb"] >= 8 * 2 * 64 * 1000 / 1e9 * 0.5
