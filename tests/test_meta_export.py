@@ -1,6 +1,7 @@
 """Models built on the meta device export with every layer's weights (issue: GPT-2 125M
 counted 47M parameters when the exporter merged equal-shaped weights)."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -336,3 +337,24 @@ def test_a_gpu_of_an_expert_parallel_group_runs_its_experts_over_more_rows(moe):
     for i in gemms:
         assert four.config[i, b] == moe.config[i, b] / 4 == 2
         assert four.config[i, m] == moe.config[i, m] * 4
+
+
+def test_a_plan_prices_a_mixture_at_its_best_expert_parallel_degree(moe_graph, tmp_path):
+    import onnx
+
+    from mdot_jax import TrainingJob
+    from mdot_jax.serving.plan import Plan, plan
+
+    onnx.save(moe_graph, tmp_path / "moe.onnx")
+    job = TrainingJob(model=str(tmp_path / "moe.onnx"), batch_size=2, train_tokens=10 ** 9,
+                      precision="amp-bf16", optimizer="adamw", gpus=(8,))
+    options = plan(Plan(job, devices="h100-sxm", gpus=(8,), global_batch=16))
+    assert options and all(o.feasible for o in options)
+    for o in options:  # ep divides the replicas and the 8 experts
+        replicas = 8 // (o.layout.tp * o.layout.pp)
+        assert replicas % o.layout.ep == 0 and 8 % o.layout.ep == 0
+        assert (f" ep{o.layout.ep} " in str(o.layout)) == (o.layout.ep > 1)
+    fixed = plan(Plan(dataclasses.replace(job, ep=2), devices="h100-sxm", gpus=(8,),
+                      global_batch=16))
+    assert {o.layout.ep for o in fixed} == {2}  # the job's own degree, kept
+    assert all(" ep2 " in str(o.layout) for o in fixed)

@@ -17,9 +17,11 @@ With `global_batch` (samples an iteration, held fixed), each GPU count is also s
 (`layouts`): tensor parallelism within a node (powers of two), pipeline stages (powers of two),
 the data-parallel replicas the rest, micro-batches of 1, 2, 4, ... up to the job's batch size
 accumulated to the global batch; without a checkpointing asked, a layout that does not fit is
-priced again with full activation checkpointing. Splits the model cannot take (tensor
-parallelism not dividing the heads, a pipeline deeper than the layers) are left out; a GPU no
-split could be priced on is kept once, infeasible, with the reason.
+priced again with full activation checkpointing; a mixture of experts (unless the job gives
+`ep`) is priced at every expert-parallel degree (powers of two dividing the replicas and the
+experts) and the best kept. Splits the model cannot take (tensor parallelism not dividing the
+heads, a pipeline deeper than the layers) are left out; a GPU no split could be priced on is
+kept once, infeasible, with the reason.
 """
 
 from __future__ import annotations
@@ -119,9 +121,11 @@ class Layout:
     micro_batch: int
     grad_accum: int
     checkpointing: str | None = None
+    ep: int = 1  # a mixture of experts' experts split over this many replicas
 
     def __str__(self) -> str:
-        return (f"tp{self.tp} pp{self.pp} {self.micro_batch}x{self.grad_accum}"
+        return (f"tp{self.tp} pp{self.pp}" + (f" ep{self.ep}" if self.ep > 1 else "")
+                + f" {self.micro_batch}x{self.grad_accum}"
                 + (f" ckpt-{self.checkpointing}" if self.checkpointing else ""))
 
 
@@ -255,17 +259,26 @@ def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[O
     job = request.job
     if lay.micro_batch not in seqs:  # converted once per micro-batch
         seqs[lay.micro_batch] = _sequence(job, lay.micro_batch, fusion_version(True))
+    seq, moe = seqs[lay.micro_batch], seqs[lay.micro_batch].meta.get("experts")
+    replicas = n * job.nodes // (lay.tp * lay.pp)
+    eps = [job.ep] if job.ep > 1 or not moe else [
+        e for e in (1 << i for i in range(replicas.bit_length()))
+        if replicas % e == 0 and moe["experts"] % e == 0]
     ckpts = [job.activation_checkpointing] if job.activation_checkpointing else [None, "full"]
-    for ckpt in ckpts:
-        p = predict(dataclasses.replace(
-            job, model=seqs[lay.micro_batch], batch_size=lay.micro_batch, gpus=n,
-            device=gpu.name, device_spec=None, checkpoint=None, tp=lay.tp, pp=lay.pp,
-            grad_accum=lay.grad_accum, activation_checkpointing=ckpt))
-        o = _judge(Option(gpu.name, n * job.nodes, p,  # type: ignore[arg-type]
-                          layout=dataclasses.replace(lay, checkpointing=ckpt)), request, gpu)
-        if o.feasible or ckpt == ckpts[-1] or not any("fit" in r for r in o.reasons):
-            return [o]
-    return []
+    found = []
+    for ep in eps:
+        for ckpt in ckpts:
+            p = predict(dataclasses.replace(
+                job, model=seq, batch_size=lay.micro_batch, gpus=n, device=gpu.name,
+                device_spec=None, checkpoint=None, tp=lay.tp, pp=lay.pp, ep=ep,
+                grad_accum=lay.grad_accum, activation_checkpointing=ckpt))
+            o = _judge(Option(gpu.name, n * job.nodes, p,  # type: ignore[arg-type]
+                              layout=dataclasses.replace(lay, checkpointing=ckpt, ep=ep)),
+                       request, gpu)
+            if o.feasible or ckpt == ckpts[-1] or not any("fit" in r for r in o.reasons):
+                found.append(o)
+                break
+    return [min(found, key=_rank)] if found else []
 
 
 def dollars(x: float) -> str:
