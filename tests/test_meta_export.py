@@ -3,6 +3,7 @@ counted 47M parameters when the exporter merged equal-shaped weights)."""
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import onnx
@@ -358,3 +359,18 @@ def test_a_plan_prices_a_mixture_at_its_best_expert_parallel_degree(moe_graph, t
                       global_batch=16))
     assert {o.layout.ep for o in fixed} == {2}  # the job's own degree, kept
     assert all(" ep2 " in str(o.layout) for o in fixed)
+
+
+def test_expert_parallelism_over_a_pipeline_reduces_the_stages_experts(moe):
+    """Under pipeline parallelism a GPU holds a stage's parameters: the experts' share of those
+    (not the model's, which made the data-parallel reduction negative), so the iteration's
+    communication holds the all-to-alls and a reduction."""
+    from mdot_jax import TrainingJob, predict
+
+    p = predict(TrainingJob(model=moe, batch_size=2, device="h100-sxm", gpus=6, pp=3, ep=2,
+                            grad_accum=3, precision="amp-bf16", optimizer="adamw"))
+    note = next(w for w in p.warnings if w.startswith("expert parallel over 2 GPUs"))
+    exchange = float(re.search(r"MB \(([\d.e+-]+) ms\)", note)[1])
+    reduce = next(w for w in p.warnings if w.startswith("ddp: gradient all-reduce"))
+    assert float(re.search(r"\(([\d.e+-]+) ms,", reduce)[1]) > 0
+    assert p.phases["communication"] > exchange

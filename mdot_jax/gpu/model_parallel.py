@@ -13,7 +13,9 @@ bytes), the vocabulary-parallel embedding once each way; nothing hides them.
 
 Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
 chunks of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved
-schedule), each chunk starting at its first layer's attention scores; stage s runs chunks s,
+schedule; where P V does not divide L, chunk c starts at layer floor(c L / (P V)), as uneven
+splits give chunks one layer more or less), each chunk starting at its first layer's
+attention scores; stage s runs chunks s,
 s + P, ...; the embedding goes with the first stage, the head and the loss with the last. An
 iteration runs the accumulation's m micro-batches; with stages taking t_s a micro-batch
 (forward, backward, recomputation, their tensor-parallel all-reduces, and sending activations
@@ -108,10 +110,10 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
         if heads % tp:
             raise RequestError(f"tp {tp}: does not divide the model's {heads} attention heads",
                                "tp")
-    if pp > 1 and len(blocks) % (pp * v):
+    if pp > 1 and len(blocks) < pp * v:
         what = f"{pp} stages" + (f" x {v} virtual stages" if v > 1 else "")
-        raise RequestError(f"pp {pp}: {what} do not divide the model's {len(blocks)} layers "
-                           "(Megatron gives every chunk as many)", "pp")
+        raise RequestError(f"pp {pp}: {what} are more than the model's {len(blocks)} layers",
+                           "pp")
     if layout.schedule == "interleaved" and micro_batches % pp:
         raise RequestError(f"schedule 'interleaved': the micro-batches (grad_accum "
                            f"{micro_batches}) must be a multiple of pp {pp}", "schedule")
@@ -201,8 +203,7 @@ def expert_params(seq: OperatorSequence) -> int:
 def _chunks(seq: OperatorSequence, blocks: list[Block], layout: Layout) -> np.ndarray:
     """`[N]` the pipeline stage of every operator (module docstring)."""
     chunks = layout.pp * layout.virtual
-    per = len(blocks) // chunks
-    starts = [0] + [blocks[c * per].scores for c in range(1, chunks)]
+    starts = [0] + [blocks[c * len(blocks) // chunks].scores for c in range(1, chunks)]
     chunk = np.searchsorted(np.asarray(starts), np.arange(seq.num_ops), side="right") - 1
     return chunk % layout.pp
 

@@ -338,8 +338,9 @@ class _SpecSheet:
         else:
             one = accumulate(one, job.grad_accum)
         experts = 0
-        if job.ep > 1:
+        if job.ep > 1:  # the experts' share of the (fullest stage's) parameters
             one, experts = self._experts(one, n)
+            experts = round(experts * params / self.seq.params)
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
                           after_flush=job.model_parallel, precision=job.precision or "fp32",
