@@ -347,8 +347,11 @@ def test_experts_split_over_ep_replicas_reduce_over_the_replicas_sharing_them():
         ms = [float(re.search(r"\(([\d.e+]+) ms,", p.warnings[-1])[1]) for p in (plain, *split)]
         assert ms[0] > ms[1] > ms[2]  # the experts' bytes over 4 replicas, then over none
         assert ms[2] == pytest.approx(ms[0] * (params - held) / params, rel=0.01)
-    # ZeRO-1 over 8 replicas: AdamW's 2 states of the experts sharded over 1 (ep 8), not 8
+    # ZeRO-1 over 8 replicas: AdamW's 2 states of the experts sharded over 1 (ep 8), not 8;
+    # each GPU updates its shard: an eighth of the rest, all of its experts
     assert split[1].memory_gb - plain.memory_gb == pytest.approx(2 * 4 * held / 1e9 * 7 / 8)
+    assert split[1].phases["update"] == pytest.approx(40.0 * ((params - held) / 8 + held) / params)
+    assert plain.phases["update"] == pytest.approx(40.0 / 8)
 
 
 def test_expert_parallel_exchanges_each_layers_tokens_all_to_all():

@@ -195,7 +195,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
             times = k if strategy == "zero2" else 1
             scatter = half if after_flush else _hidden(half, bw, buckets)
             total, shown = half * (times + 1), scatter * times + half
-        phases["update"] = phases.get("update", 0.0) / n
+        shard = sum(b / r for b, r, _ in groups) / nbytes  # of a GPU's parameters, its shard
+        phases["update"] = phases.get("update", 0.0) * shard
         sharded = OPTIMIZER_STATE[optimizer] + {"zero1": 0, "zero2": 1, "fsdp": 2}[strategy]
         memory = p.memory_gb - sharded * unsharded / 1e9 + held
     what = {"ddp": "gradient all-reduce",
