@@ -374,3 +374,15 @@ def test_expert_parallelism_over_a_pipeline_reduces_the_stages_experts(moe):
     reduce = next(w for w in p.warnings if w.startswith("ddp: gradient all-reduce"))
     assert float(re.search(r"\(([\d.e+-]+) ms,", reduce)[1]) > 0
     assert p.phases["communication"] > exchange
+
+
+def test_experts_over_nodes_exchange_through_the_nodes_network(moe):
+    from mdot_jax import TrainingJob, predict
+
+    job = dict(model=moe, batch_size=2, device="h100-sxm", precision="amp-bf16", ep=8)
+    within, across = (predict(TrainingJob(**job, gpus=g, nodes=k)) for g, k in ((8, 1), (4, 2)))
+    notes = [next(w for w in p.warnings if w.startswith("expert parallel")) for p in
+             (within, across)]
+    assert "network" not in notes[0] and "and the network (6.25 GB/s a GPU)" in notes[1]
+    ms = [float(re.search(r"MB \(([\d.e+-]+) ms\)", n)[1]) for n in notes]
+    assert ms[1] > 2 * ms[0]  # 25 GB/s a node shared by its 4 GPUs, the network latency

@@ -360,9 +360,12 @@ def test_expert_parallel_exchanges_each_layers_tokens_all_to_all():
     one = dataclasses.replace(_one(), grad_accum=4)
     moe = dict(experts=8, top_k=2, layers=6, params=1)
     p = expert_exchange(one, moe, 4, tokens=1024, width=512, act_bytes=2, stage_layers=3,
-                        passes=3, link=link)
+                        passes=3, link=link, inside=4, network=None)
     count = 2 * 3 * 3 * 4  # dispatch + combine, 3 passes, 3 layers, 4 micro-batches
     assert f"{count} all-to-alls of {1024 * 2 * 512 * 2 / 1e6:.3g} MB" in p.warnings[-1]
     assert p.phases["communication"] == pytest.approx(
         count * all_to_all_ms(1024 * 2 * 512 * 2, 4, link))
     assert p.iteration_ms == pytest.approx(one.iteration_ms + p.phases["communication"])
+    # 16 GPUs over 2 nodes: 8/16 of the bytes leave the node, over a GPU's share of its NIC
+    net = Link("network", 400.0 / 8, 0.0)
+    assert all_to_all_ms(8e8, 16, link, 8, net) == pytest.approx(8 / 16 * 8e8 / 5e10 * 1e3)

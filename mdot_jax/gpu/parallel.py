@@ -38,7 +38,9 @@ experts over ep times the rows); the experts' gradients (and FSDP's gathers of t
 the n / ep replicas holding the same experts, the rest over all n. Every layer with
 experts exchanges its routed tokens all-to-all over the ep GPUs (`expert_exchange`): dispatch
 and combine in the forward, again in the backward and in a recomputed forward, each GPU sending
-and receiving (ep - 1) / ep of tokens x top k x width activations, on the critical path.
+and receiving (ep - 1) / ep of tokens x top k x width activations, on the critical path: to
+its node's peers over the node's link, to the others over its share of the network (every GPU
+of a node exchanging at once), the slower of the two.
 """
 
 from __future__ import annotations
@@ -113,25 +115,34 @@ def allreduce_ms(nbytes: float, gpus: int, link: Link, buckets: int) -> float:
     return 1e3 * (steps / gpus * nbytes / (link.gbs * 1e9) + steps * link.latency_s * buckets)
 
 
-def all_to_all_ms(nbytes: float, gpus: int, link: Link) -> float:
-    """An all-to-all of `nbytes` a GPU over `gpus` GPUs (each sends (gpus - 1) / gpus of them,
-    one peer a step), ms."""
-    return 1e3 * ((gpus - 1) / gpus * nbytes / (link.gbs * 1e9) + (gpus - 1) * link.latency_s)
+def all_to_all_ms(nbytes: float, gpus: int, link: Link, inside: int | None = None,
+                  network: Link | None = None) -> float:
+    """An all-to-all of `nbytes` a GPU over `gpus` GPUs, `inside` of them in a node (default:
+    all), ms: each GPU sends (gpus - 1) / gpus of them, one peer a step, to its node's peers
+    over `link` and to the others over its share of the node's `network` at once."""
+    inside = min(inside or gpus, gpus)
+    near = (inside - 1) / gpus * nbytes / (link.gbs * 1e9)
+    far = (gpus - inside) / gpus * nbytes / (network.gbs * 1e9) if network else 0.0
+    latency = (network or link).latency_s
+    return 1e3 * (max(near, far) + (gpus - 1) * latency)
 
 
 def expert_exchange(p: Prediction, moe: dict, ep: int, tokens: int, width: int, act_bytes: int,
-                    stage_layers: int, passes: int, link: Link) -> Prediction:
-    """`p` with the all-to-alls of expert parallelism over `ep` GPUs (module docstring): in
-    each of `stage_layers` layers with experts, `passes` passes (forward, backward, a
-    recomputed forward) each dispatching and combining `tokens` x top k x `width` activations
-    of `act_bytes`, every micro-batch."""
+                    stage_layers: int, passes: int, link: Link, inside: int,
+                    network: Link | None) -> Prediction:
+    """`p` with the all-to-alls of expert parallelism over `ep` GPUs, `inside` of them in a
+    node (module docstring): in each of `stage_layers` layers with experts, `passes` passes
+    (forward, backward, a recomputed forward) each dispatching and combining `tokens` x top k
+    x `width` activations of `act_bytes`, every micro-batch."""
     nbytes = float(tokens * moe["top_k"] * width * act_bytes)
     count = 2 * passes * stage_layers * p.grad_accum
-    ms = count * all_to_all_ms(nbytes, ep, link)
+    ms = count * all_to_all_ms(nbytes, ep, link, inside, network)
     phases = dict(p.phases, communication=p.phases.get("communication", 0.0) + ms)
+    over = f"{link.name} ({link.gbs:g} GB/s per direction)" + (
+        f" and the network ({network.gbs:g} GB/s a GPU)" if network and ep > inside else "")
     note = (f"expert parallel over {ep} GPUs ({moe['experts'] // ep} of {moe['experts']} experts "
-            f"each): {count} all-to-alls of {nbytes / 1e6:.3g} MB ({ms:.3g} ms) over {link.name} "
-            f"({link.gbs:g} GB/s per direction), not hidden: not measured")
+            f"each): {count} all-to-alls of {nbytes / 1e6:.3g} MB ({ms:.3g} ms) over {over}, "
+            "not hidden: not measured")
     return p.with_phases(phases, warnings=[*p.warnings, note])
 
 
