@@ -127,6 +127,17 @@ def all_to_all_ms(nbytes: float, gpus: int, link: Link, inside: int | None = Non
     return 1e3 * (max(near, far) + (gpus - 1) * latency)
 
 
+def exchange_links(gpu: GPU, gpus_per_node: int, interconnect: str | None, network_gbs: float,
+                   ep: int, stride: int) -> tuple[Link, int, Link | None]:
+    """An all-to-all group of `ep` GPUs `stride` ranks apart: its node's link, how many of it
+    share a node, and a GPU's share of the node's network where the group leaves the node
+    (every GPU of the node exchanging at once)."""
+    inside = max(1, min(ep, gpus_per_node // stride))
+    network = Link("network", network_gbs / gpus_per_node, LATENCY_US["network"] * 1e-6) \
+        if ep > inside else None
+    return ring_link(gpu, inside, 1, interconnect), inside, network
+
+
 def expert_exchange(p: Prediction, moe: dict, ep: int, tokens: int, width: int, act_bytes: int,
                     stage_layers: int, passes: int, link: Link, inside: int,
                     network: Link | None) -> Prediction:

@@ -354,21 +354,18 @@ class _SpecSheet:
         """`one` with expert parallelism's all-to-alls (`parallel.expert_exchange`), and the
         parameters of the experts a GPU holds."""
         from mdot_jax.gpu import model_parallel
-        from mdot_jax.gpu.parallel import LATENCY_US, NETWORK_GBS, Link, expert_exchange, ring_link
+        from mdot_jax.gpu.parallel import NETWORK_GBS, exchange_links, expert_exchange
         from mdot_jax.serving.memory import HALF
 
         job, moe = self.job, self.seq.meta["experts"]
-        inside = max(1, min(job.ep, n // (job.tp * job.pp)))  # of the group in a node
-        link = ring_link(self.gpu, inside, 1, job.interconnect)
-        network = Link("network", (job.network_gbs or NETWORK_GBS) / n,
-                       LATENCY_US["network"] * 1e-6) if job.ep > inside else None
+        links = exchange_links(self.gpu, n, job.interconnect, job.network_gbs or NETWORK_GBS,
+                               job.ep, job.tp * job.pp)
         tokens = model_parallel.tokens_of(self.seq, self.blocks) // (
             job.tp if job.sequence_parallel else 1)
         one = expert_exchange(one, moe, job.ep, tokens, model_parallel.width(self.seq),
                               2 if (job.precision or "fp32") in HALF else 4,
                               -(-moe["layers"] // job.pp),
-                              3 if job.activation_checkpointing == "full" else 2, link, inside,
-                              network)
+                              3 if job.activation_checkpointing == "full" else 2, *links)
         return one, model_parallel.expert_params(self.seq)
 
     def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
