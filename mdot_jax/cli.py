@@ -17,7 +17,7 @@ from pathlib import Path
 
 from converters.errors import ConversionError
 from mdot_jax import __version__, cli_build, cli_job, cli_plan, writers
-from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
+from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list, hours
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import (
     MEASURED_PRECISIONS,
@@ -141,8 +141,8 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
               + f"{r.iteration_ms:>13.4g} {_range(r.interval_ms):>15} {r.samples_per_s:>10.4g} "
               f"{r.memory_gb:>9.3g}" + f" {r.tokens_per_s or 0:>10.4g}" * tokens
               + f" {r.mfu or 0:>5.0%}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
-              + (f" {r.job_s / 3600:>7.3g} {_range(r.job_interval_s, 1 / 3600):>13}" if job
-                 else ""))
+              + (f" {hours(r.job_s / 3600):>7} {_range(r.job_interval_s, 1 / 3600, hours):>13}"
+                 if job else ""))
     if r.tp * r.pp > 1:
         split = [f"{r.tp}-way tensor parallel"] * (r.tp > 1) + [_n(r.pp, "pipeline stage")] * (
             r.pp > 1)
@@ -169,8 +169,8 @@ def _print_top(p, n: int) -> None:
         print(f"{o['ms']:>9.3g} {o['ms'] / p.iteration_ms:>6.1%}  {o['type']:<20} {o['name']}")
 
 
-def _range(pair, scale: float = 1.0) -> str:
-    num = lambda x: f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+def _range(pair, scale: float = 1.0, num=lambda x: f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+           ) -> str:
     return f"{num(pair[0] * scale)}-{num(pair[1] * scale)}" if pair else "-"
 
 

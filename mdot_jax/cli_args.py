@@ -46,6 +46,12 @@ def port(text: str) -> int:
 NON_NEGATIVE_FLOAT = _positive(float, zero=True)
 
 
+def hours(x: float) -> str:
+    """Hours in a table: whole from 100, else three figures; never in scientific notation
+    (under 3.6 s: <0.001)."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}" if x >= 1e-3 else "<0.001"
+
+
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v]

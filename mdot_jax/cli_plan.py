@@ -8,7 +8,7 @@ import json
 import sys
 
 from mdot_jax import cli_job, writers
-from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, port
+from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, hours, port
 from mdot_jax.errors import UsageError
 
 COMMANDS = {
@@ -36,15 +36,13 @@ def read_prices(path: str | None) -> dict[str, float] | None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from mdot_jax.serving import plan as planning
-    from mdot_jax.serving.request import TrainingJob
-
     if args.batch_size is None:
         raise UsageError("--batch-size is required (per data-parallel replica; with "
                          "--global-batch, the largest micro-batch tried)")
     if args.plot and not args.prices:
         raise UsageError("--plot: draws the plans' cost against their time; give --prices")
-    job = TrainingJob(model=args.model, batch_size=args.batch_size, gpus=tuple(args.gpus),
-                      **cli_job.job_fields(args))
+    job = planning.job_for_plan(model=args.model, batch_size=args.batch_size,
+                                **cli_job.job_fields(args))
     request = planning.Plan(job, devices=args.devices, gpus=args.gpus,
                             prices=read_prices(args.prices), deadline_h=args.deadline,
                             budget_usd=args.budget, global_batch=args.global_batch)
@@ -79,11 +77,11 @@ def _print(args: argparse.Namespace, options: list) -> None:
           "  why not")
     for o in options[:args.top] if args.top else options:
         p = o.prediction
-        band = p and p.job_interval_s and "-".join(f"{s / 3600:.3g}" for s in p.job_interval_s)
+        band = p and p.job_interval_s and "-".join(hours(s / 3600) for s in p.job_interval_s)
         mfu = f"{p.mfu:.0%}" if p and p.mfu is not None else "-"
         print(f"{o.device + ('*' if id(o) in front else ''):<22} {o.gpus:>5} "
               + (f"{str(o.layout or '-'):<24} " if split else "")
-              + f"{'-' if o.hours is None else f'{o.hours:.3g}':>8} {band or '-':>13} "
+              + f"{'-' if o.hours is None else hours(o.hours):>8} {band or '-':>13} "
               f"{'-' if o.cost_usd is None else planning.dollars(o.cost_usd):>10} "
               f"{f'{p.memory_gb:.3g}' if p else '-':>9} {mfu:>5}  {'; '.join(o.reasons)}")
 

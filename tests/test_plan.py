@@ -197,3 +197,22 @@ def test_a_global_batch_no_replicas_share_says_so_beside_the_split_refused(tmp_p
     why = options[0].reasons[0]
     assert why.startswith("a global batch of 100 does not split into whole micro-batches of "
                           "1-64 over 8 data-parallel replicas, and tp: ")
+
+
+def test_a_split_some_counts_cannot_take_lists_them_infeasible(decoder, capsys):
+    """`--tp 2 --gpus 1,2,4`: the single GPU is listed with its reason, the others priced (the
+    command line's job is not refused for the count that cannot take the split)."""
+    assert main(["plan", decoder, "--batch-size", "2", "--seq-len", "32", "--tokens", "1e4",
+                 "--devices", "h100-sxm", "--gpus", "1,2,4", "--tp", "2",
+                 "--strategy", "fsdp"]) == 0
+    rows = {int(line.split()[1]): line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert set(rows) == {1, 2, 4}
+    assert "tp x pp (2 x 1) does not divide 1 GPUs" in rows[1]
+    assert "<0.001" in rows[4]  # a seconds-long job in hours, not 8.1e-05
+    from mdot_jax.serving.plan import job_for_plan
+
+    job = job_for_plan(model=decoder, batch_size=2, seq_len=32, train_tokens=10**4, tp=2, ep=1)
+    options = plan(Plan(job, devices="h100-sxm", gpus=(1, 4)))
+    assert [o.gpus for o in options if o.feasible] == [4]
+    with pytest.raises(RequestError, match="tp 'x'"):  # the job's own error, not a TypeError
+        job_for_plan(model=decoder, batch_size=2, tp="x")

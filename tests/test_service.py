@@ -99,6 +99,13 @@ def test_plan_ranks_the_devices(server):
     assert layouts and all(x["pp"] == 1 for x in layouts)  # one block: no pipeline
     assert all(x["micro_batch"] * x["grad_accum"] * 2 // (x["tp"] * x["pp"]) == 8
                for x in layouts)
+    r = client.post("/v1/plan", json={  # a count the split does not divide: listed, not a 422
+        "model": sha, "batch_size": 8, "epochs": 1, "dataset_size": 10000, "tp": 2,
+        "devices": ["h100-sxm"], "gpus": [1, 2]})
+    assert r.status_code == 200, r.text
+    reasons = {row["gpus"]: row["reasons"][0] for row in r.json()}
+    assert "tp x pp (2 x 1) does not divide 1 GPUs" in reasons[1]
+    assert "1 attention heads" in reasons[2]  # the model's own refusal
 
 
 @pytest.mark.parametrize("body,status,field,needle", [

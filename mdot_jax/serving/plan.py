@@ -175,6 +175,17 @@ class Option:
         return d
 
 
+def job_for_plan(**fields) -> TrainingJob:
+    """The job a plan prices, from `TrainingJob`'s fields less `gpus` (a plan does not read
+    the job's count): set to one every split asked takes, with replicas to shard over, so
+    that a count of the plan's that does not take it is listed infeasible, not the request
+    refused."""
+    split = [fields.get(k, 1) for k in ("tp", "pp", "ep")]
+    if all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in split):
+        fields["gpus"] = 2 * math.prod(split)  # else the job's own one-line error
+    return TrainingJob(**fields)
+
+
 def plan(request: Plan, progress: bool = False) -> list[Option]:
     """Every candidate of `request`, ranked (module docstring)."""
     from converters.fusion import fusion_version
@@ -187,16 +198,18 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
     if request.global_batch is not None:
         return _search(request, progress)
     split = job.tp * job.pp
-    counts = [n for n in request.gpus if n * job.nodes % split == 0]
-    odd = [(n * job.nodes, None, f"tp x pp ({job.tp} x {job.pp}) does not divide "
-            f"{n * job.nodes} GPUs") for n in request.gpus if n not in counts]
+    odd = {n: f"tp x pp ({job.tp} x {job.pp}) does not divide {n * job.nodes} GPUs"
+           for n in request.gpus if n * job.nodes % split}
+    odd |= {n: f"ep {job.ep} does not divide the {n * job.nodes // split} data-parallel "
+            "replicas" for n in request.gpus if n not in odd and n * job.nodes // split % job.ep}
+    counts = [n for n in request.gpus if n not in odd]
     seq = _sequence(job, job.batch_sizes[0], fusion_version(True))  # once for every GPU
-    base = dataclasses.replace(job, model=seq, gpus=tuple(counts or [split]),
+    base = dataclasses.replace(job, model=seq, gpus=tuple(counts or [split * job.ep]),
                                device_spec=None, checkpoint=None)
     options = []
     gpus = request.candidates()
     for gpu in tqdm(gpus, desc="plan", unit="GPU", disable=not progress, leave=False):
-        rows: list = list(odd)
+        rows: list = [(n * job.nodes, None, why) for n, why in odd.items()]
         try:
             if counts:
                 got = predict(dataclasses.replace(base, device=gpu.name))

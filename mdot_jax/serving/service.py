@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +111,10 @@ def _kind(data: bytes) -> str:
                   "the bytes of a .onnx, or of a config.json with its model_type)", "model")
 
 
-def _job(store: ModelStore, body: dict, extra: tuple = ()) -> tuple[TrainingJob, dict]:
-    """The request's `TrainingJob` (its model from the store) and its other fields."""
+def _job(store: ModelStore, body: dict, extra: tuple = (),
+         build: Callable[..., TrainingJob] = TrainingJob) -> tuple[TrainingJob, dict]:
+    """The request's `TrainingJob` (its model from the store; `build` it from the fields) and
+    its other fields."""
     unknown = sorted(set(body) - {"model", *JOB_FIELDS, *extra})
     if unknown:
         raise _Answer(422, f"{unknown[0]}: not a field (the fields: {', '.join(JOB_FIELDS)})",
@@ -121,7 +124,7 @@ def _job(store: ModelStore, body: dict, extra: tuple = ()) -> tuple[TrainingJob,
             body[name] = tuple(body[name])
     model = store.get(body.get("model"))
     fields = {k: v for k, v in body.items() if k in JOB_FIELDS}
-    return TrainingJob(model=str(model), **fields), {k: body[k] for k in extra if k in body}
+    return build(model=str(model), **fields), {k: body[k] for k in extra if k in body}
 
 
 def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: int = 64):
@@ -201,7 +204,7 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
             job, _ = _job(store, body)
             got = predict(job)
             return [p.to_json() for p in got] if isinstance(got, list) else got.to_json()
-        job, extra = _job(store, body, PLAN_FIELDS)
+        job, extra = _job(store, body, PLAN_FIELDS, planning.job_for_plan)
         fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                                   for k, v in extra.items()}
         asked = planning.Plan(job, **fields)
