@@ -104,6 +104,19 @@ def test_tensor_parallel_communicates_every_layer_and_shares_the_replicas(gpt):
     assert "bubble" not in within.phases and "pipeline" not in note and "bubble" not in note
 
 
+def test_data_parallel_replicas_are_tp_ranks_apart_as_megatron_orders_them(gpt):
+    """tp 2 x pp 4 x 4 replicas on 4 nodes of 8: Megatron's order (tp, then dp, then pp) puts
+    a stage's 4 replicas, 2 ranks apart, in one node: their gradients reduce over NVLink, not
+    the network (they were priced tp x pp = 8 ranks apart, one a node)."""
+    job = _job(gpt, gpus=8, nodes=4, tp=2, pp=4, grad_accum=4, network_gbs=1.0)
+    p = predict(job)
+    note = next(w for w in p.warnings if "gradient all-reduce" in w)
+    assert "from the nvlink bandwidth" in note, note
+    far = predict(dataclasses.replace(job, pp=2))  # 8 replicas, 2 apart: over 2 nodes
+    assert "from the network bandwidth" in next(
+        w for w in far.warnings if "gradient all-reduce" in w)
+
+
 @pytest.mark.parametrize("fields,field,needle", [
     (dict(gpus=3, tp=3), "tp", "does not divide the model's 8 attention heads"),
     (dict(gpus=16, pp=16), "pp", "16 stages are more than the model's 8 layers"),

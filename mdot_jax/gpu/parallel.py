@@ -167,10 +167,11 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                   strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1,
                   model_parallel: int = 1, after_flush: bool = False,
                   precision: str = "fp32", units: int = 0, experts: int = 0,
-                  ep: int = 1) -> Prediction:
+                  ep: int = 1, stride: int = 0) -> Prediction:
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
-    gpus_per_node GPUs, `model_parallel` GPUs each (`model_parallel` ranks apart), with
+    gpus_per_node GPUs, `model_parallel` GPUs each, replicas `stride` ranks apart (default
+    `model_parallel`; Megatron-LM's order: its tensor-parallel degree), with
     `strategy` (`options.STRATEGIES`): `phases` gains the communication that shows, memory
     follows the strategy. DDP all-reduces once an iteration (`no_sync` on the other micro-batches),
     behind the last backward, or after it as Megatron-LM does (`after_flush`: its gradient
@@ -186,12 +187,13 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     n = gpus_per_node * nodes // model_parallel
     if n == 1:
         return p
-    link = group_link(gpu, gpus_per_node, nodes, interconnect, network_gbs, n, model_parallel)
+    stride = stride or model_parallel
+    link = group_link(gpu, gpus_per_node, nodes, interconnect, network_gbs, n, stride)
     experts = experts if ep > 1 else 0  # not split: held and reduced as the rest
     groups = [(4.0 * (params - experts), n, link)]  # bytes a GPU holds, its replicas, the link
-    if ep > 1:  # the experts a GPU holds: on the n / ep replicas ep ranks apart
+    if ep > 1:  # the experts a GPU holds: on the n / ep replicas ep replicas apart
         groups.append((4.0 * experts, n // ep, group_link(
-            gpu, gpus_per_node, nodes, interconnect, network_gbs, n // ep, model_parallel * ep)))
+            gpu, gpus_per_node, nodes, interconnect, network_gbs, n // ep, stride * ep)))
     nbytes = sum(b for b, _, _ in groups)
     buckets = max(1, math.ceil(nbytes / (BUCKET_MB * 2 ** 20)))
     allreduce = sum(allreduce_ms(b, r, lk, max(1, round(buckets * b / nbytes)))

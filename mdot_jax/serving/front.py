@@ -345,7 +345,7 @@ class _SpecSheet:
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
                           after_flush=job.model_parallel, precision=job.precision or "fp32",
                           units=len(self.blocks) + 1 if self.blocks else 0, experts=experts,
-                          ep=job.ep)
+                          ep=job.ep, stride=job.tp)  # Megatron's order: tp, dp, pp
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p
@@ -359,7 +359,7 @@ class _SpecSheet:
 
         job, moe = self.job, self.seq.meta["experts"]
         links = exchange_links(self.gpu, n, job.interconnect, job.network_gbs or NETWORK_GBS,
-                               job.ep, job.tp * job.pp)
+                               job.ep, job.tp)
         tokens = model_parallel.tokens_of(self.seq, self.blocks) // (
             job.tp if job.sequence_parallel else 1)
         one = expert_exchange(one, moe, job.ep, tokens, model_parallel.width(self.seq),
