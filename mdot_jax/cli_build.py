@@ -133,6 +133,8 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
         attention = dict(tensor_cores.fit_fused_attention(kernel_sweep.read(
             args.fused_attention)), source=args.fused_attention) if args.fused_attention else None
         stream = streaming.fit_sweep(args.streaming_kernels) if args.streaming_kernels else None
+        fp8 = dict(tensor_cores.fit_sweep_gemms(kernel_sweep.read(args.fp8_gemms), "fp8"),
+                   source=args.fp8_gemms) if args.fp8_gemms else None
         model = gpu_fit.fit(args.neusight, tables=args.tables, pricer=args.pricer,
                             seed=args.seed, progress=print)
         if gemms:
@@ -143,6 +145,8 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
                 for k, c in gemms.constants.items()))
         if attention:
             model.info["fused_attention"] = attention
+        if fp8:
+            model.info["fp8_gemms"] = fp8
         if stream:  # before the host: its fit prices kernels with them
             model.info["streaming_kernels"] = stream
         if args.host_steps:
@@ -156,6 +160,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
         f" --tensor-core-gemms {args.tensor_core_gemms}" if args.tensor_core_gemms else "") + (
         f" --fused-attention {args.fused_attention}" if args.fused_attention else "") + (
         f" --streaming-kernels {args.streaming_kernels}" if args.streaming_kernels else "") + (
+        f" --fp8-gemms {args.fp8_gemms}" if args.fp8_gemms else "") + (
         f" --host-steps {' '.join(args.host_steps)} --host-device '{args.host_device}'"
         if args.host_steps else "")
     model.save(out)
@@ -427,6 +432,8 @@ def add_commands(sub) -> None:
     p.add_argument("--streaming-kernels", metavar="SWEEP", help="a lent GPU's kernel sweep: "
                    "memory-bound kernels at the share of the bandwidth its elementwise, layer "
                    "norm and softmax kernels reach")
+    p.add_argument("--fp8-gemms", metavar="SWEEP", help="a lent GPU's kernel sweep: the share "
+                   "of the FP8 peak its fp8 GEMMs reach (--precision fp8's linear layers)")
     p.add_argument("--host-steps", metavar="DATASET", nargs="+", help="measured whole "
                    "steps (fused datasets) that fit the host's time to issue a kernel")
     p.add_argument("--host-device", help="the catalog's GPU --host-steps ran on")

@@ -3,9 +3,12 @@ choices, the profilers, the spec sheet and the features all read them from here)
 
 # what a workload may name: fp32 (PyTorch's defaults: cuDNN convolutions may use TF32,
 # matmuls do not), tf32 (both do), amp-*: autocast to that half type (fp16 with a scaler),
-# bf16: the whole model in bfloat16
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16")
-MEASURED_PRECISIONS = PRECISIONS[:4]  # what the profilers measure and the spec sheet prices
+# bf16: the whole model in bfloat16, fp8: amp-bf16 with the linear layers' GEMMs in FP8
+# (Transformer Engine's or torchao's float8 training, scaled per tensor)
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp8")
+MEASURED_PRECISIONS = PRECISIONS[:4]  # what the profilers measure
+SPEC_SHEET_PRECISIONS = (*MEASURED_PRECISIONS, "fp8")  # what the spec sheet prices
+AUTOCAST = ("amp-fp16", "amp-bf16", "fp8")  # the precisions autocast runs
 # the one-hot of the workload features of checkpoint format 2 (widths fixed by the weights):
 # each precision reads as the one of these it runs like
 FEATURE_PRECISIONS = ("fp32", "amp-fp16", "bf16")
@@ -16,7 +19,7 @@ FEATURE_PRECISION_OF = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "amp-fp16",
 OPTIMIZERS = ("sgd", "adam", "adamw")
 MEASURED_OPTIMIZERS = ("sgd", "adamw")  # what the profilers train with
 
-ARITHMETIC = ("fp32", "tf32", "fp16", "bf16")  # the number formats a GPU's peaks are given for
+ARITHMETIC = ("fp32", "tf32", "fp16", "bf16", "fp8")  # the formats a GPU's peaks are given for
 
 MAX_INT = 2 ** 31 - 1  # the largest dim or count a request may name (ONNX and numpy use int32)
 

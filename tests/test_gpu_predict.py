@@ -2,6 +2,7 @@
 --device NAME`): every GPU and precision prices, the rules of the composition hold, whatever
 is extrapolated is said, and bad requests get one-line errors."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -49,6 +50,10 @@ def test_every_catalogued_gpu_prices_every_precision(step_model):
             for seq in seqs:
                 if precision == "amp-bf16" and not gpu.tflops["bf16"]:
                     with pytest.raises(ValueError, match="no bf16 arithmetic"):
+                        price(seq, gpu, step_model, precision=precision)
+                    continue
+                if precision == "fp8" and not gpu.tflops["fp8"]:  # before Ada and Hopper
+                    with pytest.raises(ValueError, match="has no fp8 tensor cores"):
                         price(seq, gpu, step_model, precision=precision)
                     continue
                 p = price(seq, gpu, step_model, precision=precision)
@@ -310,3 +315,37 @@ def test_mfu_counts_each_flop_at_the_peak_it_can_reach(tmp_path):
             p = predict(TrainingJob(model=seq, batch_size=256, device=name,
                                     precision=precision, checkpoint="gpu-spec-sheet"))
             assert 0 < p.mfu <= 1, (name, precision)
+
+
+def test_fp8_runs_the_linear_layers_at_the_fp8_peak_with_their_casts(step_model):
+    """`fp8`: as amp-bf16, but each linear layer's three GEMMs at the FP8 peak (the share the
+    H200's measured fp8 GEMMs reach) and six scale-and-cast kernels around it; large layers
+    come out faster, the rest of the step as at amp-bf16; no fp8 GEMMs in a step model: the
+    16-bit GEMMs' share of the FP8 peak, said so."""
+    seq = _seq(attention(seq=2048, dim=4096), batch=4)
+    h100 = gpus.find("h100-sxm")
+    runs: dict = {p: [] for p in ("amp-bf16", "fp8")}
+    got = {p: price(seq, h100, step_model, precision=p, kernels=runs[p]) for p in runs}
+    linear = [i for i, (n, c, x) in enumerate(zip(seq.op_names, seq.config, seq.load))
+              if classify(n, c, x)[1] == "linear"]
+    assert len(runs["fp8"]) - len(runs["amp-bf16"]) == 6 * len(linear) > 0
+    ms = {p: {o["index"]: o["ms"] for o in got[p].operators if "index" in o} for p in got}
+    assert all(ms["fp8"][i] < ms["amp-bf16"][i] for i in linear)  # 275 GFLOP GEMMs
+    assert got["fp8"].iteration_ms < got["amp-bf16"].iteration_ms
+    others = [i for i in ms["fp8"] if i not in linear]
+    assert [ms["fp8"][i] for i in others] == pytest.approx([ms["amp-bf16"][i] for i in others])
+    assert got["fp8"].memory_gb == got["amp-bf16"].memory_gb
+    assert any("63% of the nvidia-h100-sxm's fp8 peak" in w and "nvidia-h200-sxm's measured"
+               in w for w in got["fp8"].warnings)
+    bare = dataclasses.replace(step_model, info={k: v for k, v in step_model.info.items()
+                                                 if k != "fp8_gemms"})  # the cached one kept
+    assert any("no fp8 GEMMs measured" in w
+               for w in price(seq, h100, bare, precision="fp8").warnings)
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    for name in ("h100-sxm", "l4", "rtx-4090"):  # MFU over the peaks each FLOP can reach
+        p = predict(TrainingJob(model=seq, batch_size=4, device=name, precision="fp8"))
+        assert 0 < p.mfu <= 1, name
+    with pytest.raises(RequestError) as e:  # a checkpoint measured no fp8 step
+        predict(TrainingJob(model=seq, batch_size=4, precision="fp8"))
+    assert e.value.field == "precision" and "spec sheet" in str(e.value)

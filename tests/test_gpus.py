@@ -75,7 +75,7 @@ def test_a_spec_file_reads_as_the_catalog_row(tmp_path):
     assert gpus.from_spec_file(tmp_path / "l4.json") == gpus.find("l4")
     for bad, needle in [(dict(row, sms=0), "'sms' is 0"), (dict(row, tflops={}), "'fp32'"),
                         (dict(row, colour="green"), "unknown field(s) ['colour']"),
-                        (dict(row, tflops=dict(fp32=1.0, fp8=2.0)), "unknown precision")]:
+                        (dict(row, tflops=dict(fp32=1.0, fp4=2.0)), "unknown precision")]:
         (tmp_path / "bad.json").write_text(json.dumps(bad))
         with pytest.raises(ValueError) as e:
             gpus.from_spec_file(tmp_path / "bad.json")

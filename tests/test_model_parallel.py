@@ -185,7 +185,7 @@ def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):
     assert any("Megatron-LM's fused optimizer" in w for w in megatron.warnings)
     with pytest.raises(RequestError) as e:
         predict(_job(gpt, precision="fp32", framework="megatron"))
-    assert e.value.field == "framework" and "amp-fp16 or amp-bf16" in str(e.value)
+    assert e.value.field == "framework" and "amp-fp16, amp-bf16" in str(e.value)
 
 
 @pytest.mark.slow

@@ -44,3 +44,16 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
         out += [(i, phase, "addu", (1, n), gpu, 1.0) for n in sizes if n > 0
                 for phase in ("fw", "bw")]
     return out
+
+
+def fp8_casts(linears: list[tuple[int, tuple]], gpu: GPU
+              ) -> list[tuple[int, str, str, tuple, GPU, float]]:
+    """The kernels FP8 training adds around each linear layer (node, its GEMM's (1, M, N, K)):
+    its input and weight in the forward and its output's gradient in the backward, each
+    scaled by its absolute maximum (a reduction) and cast to FP8 with a transposed copy for the
+    other GEMM (one kernel), as Transformer Engine and torchao's float8 do per tensor."""
+    out = []
+    for i, (_, m, n, k) in linears:
+        for phase, size in (("fw", m * k), ("fw", k * n), ("bw", m * n)):
+            out += [(i, phase, "addu", (1, int(size)), gpu, 1.0)] * 2
+    return out

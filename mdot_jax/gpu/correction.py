@@ -43,10 +43,12 @@ from mdot_jax.data.features import (
     seq_features,
 )
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu.spec_sheet import matmul_peak
+from mdot_jax.gpu.peaks import matmul_peak
 from mdot_jax.gpu.step_table import GpuStep
 from mdot_jax.models import PAPER_PE, ModelConfig, build_model
 from mdot_jax.options import PRECISIONS
+
+ONE_HOT = PRECISIONS[:5]  # the precisions measured steps can have: the features' width is fixed
 
 BOUND = math.log(2.0)  # the correction never moves the spec-sheet price by more than 2x
 PHASES = ("forward", "backward", "update", "launch gaps")
@@ -72,7 +74,7 @@ def workload(r: GpuStep) -> np.ndarray:
                *_slog(graph_totals(r.seq)).tolist(), math.log(r.physics_ms),
                *[math.log1p(1e3 * r.phases.get(k, 0.0)) for k in PHASES],
                *gpu_features(gpus.find(r.gpu), r.precision), float(r.transformer)]
-    return np.asarray(numeric + [float(r.precision == p) for p in PRECISIONS], np.float32)
+    return np.asarray(numeric + [float(r.precision == p) for p in ONE_HOT], np.float32)
 
 
 def target(r: GpuStep) -> float:

@@ -38,14 +38,14 @@ The rules, per operator of the sequence:
   it (forward and backward); under FSDP no weight is cast (its mixed precision, as LLM
   trainers configure it, gathers them in the half type). Small steps are launch-bound: their
   number counts, not their bytes.
-- precision: `fp32` is PyTorch's default: matmuls on the fp32 CUDA cores, convolutions in TF32
-  where the GPU has TF32 tensor cores (cuDNN's default); `tf32` both in TF32; `amp-fp16` and
-  `amp-bf16` GEMMs and convolutions at that tensor-core peak on 2-byte tensors, elementwise
-  operators on 2-byte tensors, softmax, normalisations and the optimizer in fp32 (autocast's
-  lists). GEMMs on tensor cores are priced at the share of the peak measured GEMMs reach
-  (`gpu.tensor_cores`, where the step model holds it); any other kernel at a tensor-core
-  precision is the operator model's with the tensor-core peak as the GPU's: the public operator
-  data is fp32 only, so every non-fp32 price comes with a warning.
+- precision: GEMMs and convolutions at the peaks `gpu.peaks` gives them; under autocast
+  (`amp-*`, `fp8`) elementwise operators on 2-byte tensors, softmax, normalisations and the
+  optimizer in fp32 (autocast's lists). GEMMs on tensor cores are priced at the share of the
+  peak measured GEMMs reach (`gpu.tensor_cores`, where the step model holds it); any other
+  kernel at a tensor-core precision is the operator model's with the tensor-core peak as the
+  GPU's: the public operator data is fp32 only, so every non-fp32 price comes with a warning.
+  `fp8`: the linear layers' GEMMs at the FP8 peak, and each one's input, weight and output
+  gradient scaled and cast (`autocast.fp8_casts`).
 - framework `megatron` (Megatron-LM at amp-*): the model in the half type, so no casts and
   softmax and normalisations on half tensors; each eager attention block's scale, mask and
   guards fused into its softmax kernel; the update `MEGATRON_UPDATE_PASSES`.
@@ -66,13 +66,13 @@ from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import LOSSES, TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
-from mdot_jax.gpu import autocast, tensor_cores
+from mdot_jax.gpu import autocast, peaks, tensor_cores
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
-from mdot_jax.gpu.tensor_cores import ARITHMETIC, GEMM_OPS, TensorCoreGemms
-from mdot_jax.options import MEASURED_PRECISIONS as PRECISIONS
-from mdot_jax.options import STEPS
+from mdot_jax.gpu.tensor_cores import GEMM_OPS
+from mdot_jax.options import AUTOCAST, STEPS
+from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.serving.memory import check_fit, step_memory
 from mdot_jax.serving.predict import CHECKPOINT_DIR, checkpoint_devices, input_size_of
 from mdot_jax.serving.prediction import Adaptation, Prediction
@@ -89,8 +89,6 @@ MEGATRON_UPDATE_PASSES = {"sgd": 3, "adam": 4, "adamw": 4}
 _GEMM = {t: tr.kernel for t, tr in TRAITS.items() if tr.kernel in ("gemm", "conv")}
 _ROWWISE, _BINARY, _UNARY = of_kind("rowwise"), of_kind("binary"), of_kind("unary")
 _COPIES, _FREE = set(of_kind("copy")), set(of_kind("free"))
-# the spec sheet's tensor-core peak a precision's matmuls run at
-TENSOR_CORE_PEAK = {"tf32": "tf32", "amp-fp16": "fp16", "amp-bf16": "bf16", "bf16": "bf16"}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 
@@ -150,61 +148,20 @@ def _step_model(folder: str, stamp: tuple) -> StepModel:
     return StepModel.load(folder)
 
 
-def matmul_peak(gpu: GPU, precision: str) -> float:
-    """Dense TFLOP/s a matmul can reach at `precision`: the tensor cores' peak for it where
-    the GPU has one, else the CUDA cores' fp32."""
-    tc = TENSOR_CORE_PEAK.get(precision)
-    return (gpu.tflops.get(tc) if tc else None) or gpu.tflops["fp32"]
-
-
-def conv_peak(gpu: GPU, precision: str) -> float:
-    """A convolution's: the matmuls' but at fp32, which PyTorch's cuDNN runs in TF32 where the
-    GPU has it (`torch.backends.cudnn.allow_tf32`)."""
-    tc = TENSOR_CORE_PEAK.get(precision)
-    return matmul_peak(gpu, precision) if tc else gpu.tflops.get("tf32") or gpu.tflops["fp32"]
-
-
 def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str) -> float:
-    """ms `seq`'s forward and backward FLOPs take at the peaks they can reach at `precision`,
-    convolutions at theirs, the rest at the matmuls' (MFU: this over the step's time)."""
+    """ms `seq`'s forward and backward FLOPs take at the peaks they can reach at `precision`:
+    convolutions at theirs, linear layers at theirs, the rest at the matmuls' (MFU: this over
+    the step's time)."""
     flops = seq.column("fwd_flops") + seq.column("bwd_flops")  # [N]
-    conv = np.isin(seq.op_names, [t for t, k in _GEMM.items() if k == "conv"])
-    return 1e-9 * (float(flops[conv].sum()) / conv_peak(gpu, precision)
-                   + float(flops[~conv].sum()) / matmul_peak(gpu, precision))
-
-
-def _peaks(gpu: GPU, precision: str, measured: Sequence[str] = ()
-           ) -> tuple[dict[str, GPU], dict[str, str]]:
-    """The GPU as seen by each class of operator (`gemm`, `conv`, `memory`, `fp32`) at
-    `precision`, and per class (`gemm`, `conv`) the warning that says what is not measured
-    (`measured`: the tensor-core arithmetic whose GEMMs of this GPU the model was fitted on)."""
-    fp32, warnings = gpu.tflops["fp32"], {}
-    tc = TENSOR_CORE_PEAK.get(precision)
-    half = tc if precision.startswith("amp") else None
-    if tc and not gpu.tflops.get(tc):
-        if half == "bf16":
-            raise ValueError(f"{gpu.name} has no bf16 arithmetic on its spec sheet (no bf16 "
-                             "peak): use --precision amp-fp16")
-        warnings["gemm"] = warnings["conv"] = (
-            f"{gpu.name} has no {tc} tensor cores on its spec sheet: its matmuls and "
-            "convolutions priced at the fp32 peak")
-    gemm_peak, conv = matmul_peak(gpu, precision), conv_peak(gpu, precision)
-    if tc and gpu.tflops.get(tc):
-        # measured GEMMs of this GPU at this arithmetic were fitted: its matmuls are backed
-        what = ("convolutions", "their") if tc in measured else \
-            ("matmuls and convolutions", "the public operator")
-        for c in ("conv",) if tc in measured else ("gemm", "conv"):
-            warnings[c] = (f"{precision} {what[0]} priced from the {gpu.name}'s {tc} peak "
-                           f"({gemm_peak:g} TFLOP/s): {what[1]} measurements are fp32, so "
-                           "this is not measured yet")
-    elif not tc and gpu.tflops.get("tf32"):
-        warnings["conv"] = (f"convolutions run in TF32 under PyTorch's defaults on the "
-                            f"{gpu.name}: priced from its TF32 peak ({conv:g} TFLOP/s), "
-                            "not measured yet")
-    width = 2 if half else 4
-    return dict(gemm=gpus.as_seen(gpu, gemm_peak, width),
-                conv=gpus.as_seen(gpu, conv, width),
-                memory=gpus.as_seen(gpu, fp32, width), fp32=gpu), warnings
+    conv = np.isin(seq.op_names, peaks.CONV_OPS)
+    linear = np.zeros(len(conv), bool)
+    if precision in peaks.LINEAR_PEAK:
+        linear = np.asarray([classify(n, c, ld)[1] == "linear"
+                             for n, c, ld in zip(seq.op_names, seq.config, seq.load)], bool)
+    rest = ~(conv | linear)
+    return 1e-9 * (float(flops[conv].sum()) / peaks.conv_peak(gpu, precision)
+                   + float(flops[linear].sum()) / peaks.linear_peak(gpu, precision)
+                   + float(flops[rest].sum()) / peaks.matmul_peak(gpu, precision))
 
 
 def classes_field(c: np.ndarray) -> str:
@@ -295,16 +252,17 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         raise ValueError(f"step {step!r}: choose from {list(STEPS)}")
     if optimizer not in UPDATE_PASSES:
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(UPDATE_PASSES)}")
-    at, extrapolated = _peaks(gpu, precision,
-                              model.info.get("tensor_cores", {}).get(gpu.name, ()))
-    tc = _tensor_core_gemms(model, gpu, precision)
+    at, extrapolated = peaks.seen_by_class(
+        gpu, precision, model.info.get("tensor_cores", {}).get(gpu.name, ()))
+    tc = peaks.tensor_core_gemms(model.info, gpu, precision)
     if tc:  # still not banded: the band is of fp32 steps
         extrapolated["gemm"] = tc[2]
-    warnings: list[str] = []
-    half = precision.startswith("amp")
+    lin = peaks.linear_gemms(model.info, gpu, precision)  # fp8's linear layers
+    warnings: list[str] = [lin[1]] if lin else []
+    half = precision in AUTOCAST
     megatron = framework == "megatron"
     if megatron and not half:
-        raise ValueError(f"framework megatron trains at amp-fp16 or amp-bf16, not {precision}")
+        raise ValueError(f"framework megatron trains at {', '.join(AUTOCAST)}, not {precision}")
     names = seq.op_names.tolist()
     has_input = np.zeros(len(names), bool)
     has_input[seq.edges[:, 1]] = True
@@ -334,8 +292,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         if kind == "other":
             other[name] = other.get(name, 0) + 1
         classes.add("conv" if kind == "conv" else "gemm" if op in ("bmm", "linear") else "")
-        seen = at["conv"] if kind == "conv" else at["gemm"] if op in ("bmm", "linear") \
-            else at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
+        seen = at["conv"] if kind == "conv" else at["linear"] if op == "linear" else \
+            at["gemm"] if op == "bmm" else \
+            at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
         work.append((i, "fw", op, dims, seen, 1.0))
         if kind == "conv":
             odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
@@ -359,6 +318,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if half and not megatron:
         work.extend(autocast.casts(seq, kinds, inside | {b.output for b in blocks},
                                    at["fp32"], half_weights))
+    if lin:
+        work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
+                                        and w[2] == "linear" and w[4] is at["linear"]],
+                                       at["memory"]))
     host = model.host_ms(framework) if host_ms is None else host_ms
     ms = model.kernel_ms([w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
                     host > 0)
@@ -367,6 +330,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         if on:
             ms[on] = tc[1].ms(tc[0], [work[j][2] for j in on], [work[j][3] for j in on],
                               [work[j][4] for j in on])
+    if lin:  # the linear layers' GEMMs at their own peak
+        on = [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is at["linear"]]
+        ms[on] = [lin[0].ms(*work[j][2:5]) for j in on]
     per_op = np.zeros(len(names))
     phases = dict(forward=0.0, backward=0.0, update=0.0)
     # the kernels as they run: the forward in node order, then the backward in reverse, a
@@ -476,23 +442,6 @@ def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
         return 0.0
     before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # the GPU's work before each kernel
     return float(t.sum() + max(0.0, np.max((np.arange(len(t)) + 1) * host_ms - before)))
-
-
-def _tensor_core_gemms(model: StepModel, gpu: GPU, precision: str
-                       ) -> tuple[str, TensorCoreGemms, str] | None:
-    """(the spec sheet's peak, the model's tensor-core GEMMs, the warning that says what backs
-    them) where `precision` runs GEMMs on tensor cores `gpu` has and `model` holds them."""
-    peak = TENSOR_CORE_PEAK.get(precision)
-    d = model.info.get("tensor_core_gemms")
-    if not (peak and d and gpu.tflops.get(peak)):
-        return None
-    gemms = TensorCoreGemms.from_json(d)
-    c = gemms.constants[ARITHMETIC[peak]]
-    where = "measured on this GPU" if gpu.name == gemms.gpu else "not measured on this GPU"
-    return peak, gemms, (
-        f"{precision} matmuls priced at {c.share_compute:.0%} of the {gpu.name}'s {peak} peak "
-        f"and a {1e3 * c.fixed_ms:.0f} us fixed cost, what the {gemms.gpu}'s measured GEMMs "
-        f"reach ({c.mape:.0f}% MAPE over {c.rows}): {where}")
 
 
 def _ratio_kind(kind: str) -> str:

@@ -93,6 +93,32 @@ def cube(mnk: float) -> tuple[int, int, int, int]:
     return 1, side, side, side
 
 
+def fit_sweep_gemms(rows: Sequence[dict], precision: str) -> dict:
+    """A lent GPU's measured GEMMs and batched GEMMs at `precision` (a kernel sweep's `gemm`
+    and `bmm` rows, `measure.kernel_sweep`: fp8 through `torch._scaled_mm`, scaled per tensor,
+    a 16-bit output) fitted at its spec sheet's peak for it, on elements of its width: the
+    shares of the peak and the bandwidth, as a step model's `fp8_gemms` holds them. The fitted
+    fixed cost holds the sweep's own call and is kept for the record only."""
+    width = {"fp8": 1, "fp16": 2, "bf16": 2, "tf32": 4}[precision]
+    ops, dims, seen, ms = [], [], [], []
+    for r in rows:
+        if r.get("kind") in ("gemm", "bmm") and r.get("precision") == precision and r.get("ms"):
+            gpu = catalog.find(r["device"])
+            if not gpu.tflops.get(precision):
+                raise ValueError(f"{gpu.name}: no {precision} peak on its spec sheet")
+            ops.append("linear" if r["kind"] == "gemm" else "bmm")
+            dims.append(tuple(r["dims"]))
+            seen.append(catalog.as_seen(gpu, gpu.tflops[precision], width))
+            ms.append(float(r["ms"]))
+    if not ops:
+        raise ValueError(f"no measured {precision} GEMMs (kinds gemm, bmm) in the sweep")
+    if len({g.name for g in seen}) > 1:
+        raise ValueError(f"{precision} GEMMs of several GPUs: {sorted({g.name for g in seen})}")
+    c = _fit(ops, dims, seen, ms)
+    return dict(share_compute=c.share_compute, share_memory=c.share_memory,
+                fixed_ms=c.fixed_ms, rows=c.rows, mape=c.mape, gpu=seen[0].name)
+
+
 def fit_fused_attention(rows: Sequence[dict]) -> dict:
     """A lent GPU's measured SDPA flash kernels (forward and backward, causal: a kernel sweep's
     `sdpa-flash` rows, `measure.kernel_sweep`) as GEMM cubes of their FLOPs (7 b h s (s / 2) d,

@@ -44,8 +44,8 @@ from mdot_jax.options import ARITHMETIC, LAYOUTS
 REPEATS = 10
 BURST_MS = 1.0  # back-to-back launches per timed repeat fill about this much GPU time
 MAX_LAUNCHES = 100
-GEMM_PRECISIONS = (*ARITHMETIC, "fp8")
-HALF = ARITHMETIC[2:]  # fp16, bf16
+GEMM_PRECISIONS = ARITHMETIC
+HALF = ARITHMETIC[2:4]  # fp16, bf16
 ROWWISE = (ARITHMETIC[0], HALF[1])  # fp32, bf16
 MAX_FLOPS = 2e12  # per GEMM: a few ms on any GPU we price
 MAX_BYTES = 2e9  # per fp32 operand

@@ -30,6 +30,7 @@ from converters.attention import attention_blocks
 from converters.fusion import fusion_version
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.options import AUTOCAST
 from mdot_jax.serving.predict import check_batch, input_size_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import FIELDS, TrainingJob
@@ -80,6 +81,9 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
     if job.data_parallel:
         return "gpus", ("data-parallel steps are priced for a GPU priced from its spec sheet "
                         "(device=NAME, or checkpoint gpu-spec-sheet)")
+    if job.precision == "fp8":
+        return "precision", ("fp8 is priced for a GPU priced from its spec sheet "
+                             "(device=NAME)")
     if job.activation_checkpointing:
         return "activation_checkpointing", ("priced for a GPU priced from its spec sheet "
                                             "(device=NAME)")
@@ -310,7 +314,7 @@ class _SpecSheet:
         if job.attention:
             return job.attention
         cc = float(self.gpu.compute_capability or 0)
-        if precision in ("amp-fp16", "amp-bf16") and cc >= 8:
+        if precision in AUTOCAST and cc >= 8:
             self.notes.append(f"attention: flash (PyTorch's scaled_dot_product_attention runs "
                               f"FlashAttention at {precision} on compute capability {cc:g}); "
                               "give attention eager for a model that computes softmax(Q K^T) V "

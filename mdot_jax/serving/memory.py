@@ -40,11 +40,12 @@ from converters import OperatorSequence
 from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import keeping
+from mdot_jax.options import AUTOCAST
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
 # and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none
 OPTIMIZER_STATE = {"sgd": 1, "sgd-plain": 0, "momentum": 1, "adam": 2, "adamw": 2}
-HALF = {"amp-fp16", "amp-bf16", "bf16"}
+HALF = {*AUTOCAST, "bf16"}
 _WRITTEN = LOAD_FIELDS.index("bytes_written")
 _PARAMS = LOAD_FIELDS.index("params")
 _CFG = {name: i for i, name in enumerate(CONFIG_FIELDS)}

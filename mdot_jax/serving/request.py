@@ -16,6 +16,7 @@ from typing import Any
 from mdot_jax.errors import RequestError
 from mdot_jax.options import (
     ATTENTION,
+    AUTOCAST,
     CHECKPOINTING,
     FRAMEWORKS,
     INTERCONNECTS,
@@ -175,10 +176,10 @@ class TrainingJob:
         _choice("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _choice("attention", self.attention, ATTENTION)
         _choice("framework", self.framework, FRAMEWORKS, optional=False)
-        if self.framework == "megatron" and self.precision not in ("amp-fp16", "amp-bf16"):
-            raise RequestError(f"framework megatron: trains at amp-fp16 or amp-bf16 (its --fp16 "
-                               f"/ --bf16), not precision {self.precision or 'fp32 (the default)'}",
-                               "framework")
+        if self.framework == "megatron" and self.precision not in AUTOCAST:
+            raise RequestError(f"framework megatron: trains at amp-fp16, amp-bf16 (its --fp16 "
+                               f"/ --bf16) or fp8 (--fp8-format), not precision "
+                               f"{self.precision or 'fp32 (the default)'}", "framework")
         if self.interconnect and max(counts) == 1:
             raise RequestError("interconnect: the link between a node's GPUs; give gpus > 1",
                                "interconnect")
