@@ -349,3 +349,8 @@ def test_fp8_runs_the_linear_layers_at_the_fp8_peak_with_their_casts(step_model)
     with pytest.raises(RequestError) as e:  # a checkpoint measured no fp8 step
         predict(TrainingJob(model=seq, batch_size=4, precision="fp8"))
     assert e.value.field == "precision" and "spec sheet" in str(e.value)
+    odd = _seq(attention(seq=64, dim=1000), batch=4)  # a width FP8 GEMMs do not take
+    n = [[], []]
+    price(odd, h100, step_model, precision="fp8", kernels=n[0])
+    price(odd, h100, step_model, precision="amp-bf16", kernels=n[1])
+    assert len(n[0]) == len(n[1])  # no casts: the linear layers stay at bf16

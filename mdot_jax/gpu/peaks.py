@@ -6,7 +6,8 @@ The rules:
   GPU has TF32 tensor cores (cuDNN's default); `tf32`: both in TF32; `amp-fp16`, `amp-bf16`,
   `bf16`: matmuls and convolutions at that 16-bit tensor-core peak.
 - `fp8` (Transformer Engine's or torchao's float8 training): as `amp-bf16`, but the linear
-  layers' GEMMs (forward, data and weight gradients) at the FP8 peak, priced at the share of
+  layers' GEMMs (forward, data and weight gradients; weights of sides that are multiples of
+  16, as FP8 GEMMs take them) at the FP8 peak, priced at the share of
   it that a lent GPU's measured FP8 GEMMs reach (a step model's `fp8_gemms`, fitted on a kernel
   sweep by `tensor_cores.fit_sweep_gemms`), with the fixed cost of the 16-bit GEMMs (a sweep's
   own fixed cost holds its call). A GPU without FP8 on its spec sheet is a one-line error.
@@ -28,6 +29,7 @@ from mdot_jax.gpu.tensor_cores import ARITHMETIC, Constants, TensorCoreGemms
 TENSOR_CORE_PEAK = {"tf32": "tf32", "amp-fp16": "fp16", "amp-bf16": "bf16", "bf16": "bf16",
                     "fp8": "bf16"}
 LINEAR_PEAK = {"fp8": "fp8"}  # where the linear layers' GEMMs run at another peak
+MULTIPLE = 16  # FP8 GEMMs take dims of multiples of this (`torch._scaled_mm`, TE, torchao)
 CONV_OPS = [t for t, tr in TRAITS.items() if tr.kernel == "conv"]
 
 
@@ -49,6 +51,12 @@ def linear_peak(gpu: GPU, precision: str) -> float:
                          "its spec sheet (Ada and Hopper, compute capability 8.9 and later, "
                          "have them): use amp-bf16")
     return gpu.tflops[peak]
+
+
+def takes_linear_peak(dims: Sequence[int]) -> bool:
+    """Whether a linear layer's GEMM (B, M, N, K) runs at `LINEAR_PEAK`: its weight's sides
+    multiples of `MULTIPLE` (others, a vocabulary of 50,257 say, stay at the 16-bit peak)."""
+    return dims[2] % MULTIPLE == 0 and dims[3] % MULTIPLE == 0
 
 
 def conv_peak(gpu: GPU, precision: str) -> float:

@@ -156,8 +156,9 @@ def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str) -> float:
     conv = np.isin(seq.op_names, peaks.CONV_OPS)
     linear = np.zeros(len(conv), bool)
     if precision in peaks.LINEAR_PEAK:
-        linear = np.asarray([classify(n, c, ld)[1] == "linear"
-                             for n, c, ld in zip(seq.op_names, seq.config, seq.load)], bool)
+        kinds = [classify(n, c, ld) for n, c, ld in zip(seq.op_names, seq.config, seq.load)]
+        linear = np.asarray([op == "linear" and peaks.takes_linear_peak(dims)
+                             for _, op, dims in kinds], bool)
     rest = ~(conv | linear)
     return 1e-9 * (float(flops[conv].sum()) / peaks.conv_peak(gpu, precision)
                    + float(flops[linear].sum()) / peaks.linear_peak(gpu, precision)
@@ -292,8 +293,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         if kind == "other":
             other[name] = other.get(name, 0) + 1
         classes.add("conv" if kind == "conv" else "gemm" if op in ("bmm", "linear") else "")
-        seen = at["conv"] if kind == "conv" else at["linear"] if op == "linear" else \
-            at["gemm"] if op == "bmm" else \
+        seen = at["conv"] if kind == "conv" else at["linear"] if op == "linear" and \
+            peaks.takes_linear_peak(dims) else at["gemm"] if op in ("bmm", "linear") else \
             at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
         work.append((i, "fw", op, dims, seen, 1.0))
         if kind == "conv":
