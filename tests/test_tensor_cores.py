@@ -133,3 +133,24 @@ def test_fused_attention_is_priced_at_its_measured_share_on_its_architecture_alo
             assert 1.5 < ratio <= slower * 1.03
             assert any("of the peak the nvidia-h200-sxm's measured SDPA flash" in w
                        and "not measured on this GPU" in w for w in b.warnings)
+
+
+def test_fp8_gemms_fit_the_sweeps_fp8_rows_at_the_fp8_peak():
+    """Synthetic fp8 GEMMs at 60% of the H200's FP8 peak plus a 20 us call: the fit finds the
+    share; other precisions' rows are not read; a sweep without fp8 rows, or of a GPU with no
+    FP8 peak, is one error. The shipped model holds the H200 sweep's fit."""
+    h200 = gpus.find("h200")
+    rows = [dict(kind=kind, precision="fp8", dims=[b, m, m, m], device="NVIDIA H200",
+                 ms=0.02 + 1e3 * 2 * b * m ** 3 / (0.6 * h200.tflops["fp8"] * 1e12))
+            for kind, b in (("gemm", 1), ("bmm", 8)) for m in (1024, 2048, 4096, 8192)]
+    rows.append(dict(rows[0], precision="bf16", ms=99.0))
+    got = tensor_cores.fit_sweep_gemms(rows, "fp8")
+    assert got["share_compute"] == pytest.approx(0.6, rel=0.02) and got["rows"] == 8
+    assert got["gpu"] == "nvidia-h200-sxm"
+    with pytest.raises(ValueError, match="no measured fp8 GEMMs"):
+        tensor_cores.fit_sweep_gemms(rows[-1:], "fp8")
+    with pytest.raises(ValueError, match="no fp8 peak"):
+        tensor_cores.fit_sweep_gemms([dict(rows[0], device="NVIDIA A100-SXM4-80GB")], "fp8")
+    shipped = spec_sheet.load_step_model().info["fp8_gemms"]
+    assert shipped["gpu"] == "nvidia-h200-sxm" and shipped["rows"] == 120
+    assert 0.3 < shipped["share_compute"] <= 1 and "kernels.jsonl" in shipped["source"]
