@@ -315,8 +315,9 @@ class _SpecSheet:
             return job.attention
         cc = float(self.gpu.compute_capability or 0)
         if precision in AUTOCAST and cc >= 8:
+            at = "bf16, fp8's attention" if precision == "fp8" else precision
             self.notes.append(f"attention: flash (PyTorch's scaled_dot_product_attention runs "
-                              f"FlashAttention at {precision} on compute capability {cc:g}); "
+                              f"FlashAttention at {at} on compute capability {cc:g}); "
                               "give attention eager for a model that computes softmax(Q K^T) V "
                               "itself")
             return "flash"
