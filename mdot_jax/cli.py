@@ -164,9 +164,12 @@ def _print_top(p, n: int) -> None:
         return
     print(f"\nthe {min(n, len(ops))} most expensive operators at batch {p.batch_size}, "
           f"priced by {p.operators_from}:")
-    print(f"{'ms':>9} {'share':>6}  {'type':<20} name")
+    print(f"{'ms':>9} {'share':>6}  {'type':<20} name" + (
+        "  (share: of the operators listed, a micro-batch)" if p.gpus > 1 or p.grad_accum > 1
+        else ""))
+    total = sum(o["ms"] for o in ops)
     for o in sorted(ops, key=lambda o: -o["ms"])[:n]:
-        print(f"{o['ms']:>9.3g} {o['ms'] / p.iteration_ms:>6.1%}  {o['type']:<20} {o['name']}")
+        print(f"{o['ms']:>9.3g} {o['ms'] / total:>6.1%}  {o['type']:<20} {o['name']}")
 
 
 def _range(pair, scale: float = 1.0, num=lambda x: f"{x:.0f}" if x >= 100 else f"{x:.3g}"

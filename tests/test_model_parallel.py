@@ -104,6 +104,15 @@ def test_tensor_parallel_communicates_every_layer_and_shares_the_replicas(gpt):
     assert "bubble" not in within.phases and "pipeline" not in note and "bubble" not in note
 
 
+def test_the_operators_update_is_the_one_a_gpu_runs(gpt):
+    """`--top`'s optimizer row is the update one GPU runs: its shard under FSDP, its stage's
+    parameters in a pipeline (it was the whole model's, 8x the phase under FSDP on 8 GPUs)."""
+    for fields in (dict(gpus=8, strategy="fsdp"), dict(gpus=2, pp=2, grad_accum=2)):
+        p = predict(_job(gpt, operators=True, **fields))
+        update = [o for o in p.operators if o["type"] == "optimizer"]
+        assert len(update) == 1 and update[0]["ms"] == pytest.approx(p.phases["update"])
+
+
 def test_data_parallel_replicas_are_tp_ranks_apart_as_megatron_orders_them(gpt):
     """tp 2 x pp 4 x 4 replicas on 4 nodes of 8: Megatron's order (tp, then dp, then pp) puts
     a stage's 4 replicas, 2 ranks apart, in one node: their gradients reduce over NVLink, not

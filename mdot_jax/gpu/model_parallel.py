@@ -44,7 +44,7 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.traits import LOSSES
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
-from mdot_jax.gpu.parallel import LATENCY_US, Link, allreduce_ms, group_link
+from mdot_jax.gpu.parallel import LATENCY_US, Link, allreduce_ms, group_link, updating
 from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, saved, step_memory
 from mdot_jax.serving.prediction import Prediction
 
@@ -242,6 +242,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
                                        checkpointing, fused)
     full = int(np.argmax(memory))
     update = one.phases.get("update", 0.0) * state[slow] / max(state.sum(), 1.0)
+    one = dataclasses.replace(one, operators=updating(
+        one.operators, float(state[slow] / max(state.sum(), 1.0)), "the slowest stage's"))
     phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
     phases.update(update=float(update), communication=float(m * (tp_ms[slow] + p2p)))
     split, tail = [], []  # what the note says: a pipeline's parts only where there is one

@@ -157,6 +157,14 @@ def expert_exchange(p: Prediction, moe: dict, ep: int, tokens: int, width: int, 
     return p.with_phases(phases, warnings=[*p.warnings, note])
 
 
+def updating(operators: list[dict] | None, share: float, what: str) -> list[dict] | None:
+    """`operators` with the optimizer's update over `share` of the parameters (`what`)."""
+    if operators is None or share == 1.0:
+        return operators
+    return [dict(o, ms=o["ms"] * share, name=f"{o['name']}, {what}: {share:.3g} of them")
+            if o["type"] == "optimizer" else o for o in operators]
+
+
 def _hidden(comm: float, compute: float, units: int) -> float:
     """What of `comm` ms in `units` pieces, each ready as 1/units of `compute` is done, shows."""
     return max(comm / units, comm - compute * (units - 1) / units)
@@ -221,6 +229,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
             total, shown = half * (times + 1), scatter * times + half
         shard = sum(b / r for b, r, _ in groups) / nbytes  # of a GPU's parameters, its shard
         phases["update"] = phases.get("update", 0.0) * shard
+        p = dataclasses.replace(p, operators=updating(p.operators, shard, "its shard"))
         sharded = OPTIMIZER_STATE[optimizer] + {"zero1": 0, "zero2": 1, "fsdp": 2}[strategy]
         memory = p.memory_gb - sharded * unsharded / 1e9 + held
     what = {"ddp": "gradient all-reduce",
