@@ -143,9 +143,9 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
               + f" {r.mfu or 0:>5.0%}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
               + (f" {hours(r.job_s / 3600):>7} {_range(r.job_interval_s, 1 / 3600, hours):>13}"
                  if job else ""))
-    if r.tp * r.pp > 1:
+    if r.tp * r.pp * r.cp > 1:
         split = [f"{r.tp}-way tensor parallel"] * (r.tp > 1) + [_n(r.pp, "pipeline stage")] * (
-            r.pp > 1)
+            r.pp > 1) + [f"{r.cp}-way context parallel"] * (r.cp > 1)
         print(f"each of {_n(r.replicas, 'data-parallel replica')}: {' x '.join(split)}, "
               f"{_n(r.grad_accum, 'micro-batch')} of {r.batch_size}; memory per GPU")
     if r.phases:
@@ -357,7 +357,7 @@ def _as_flags(message: str, field: str) -> str:
 
     if field and message.startswith(field):
         message = flag(field) + message[len(field):]
-    words = r"[a-z]+(?:_[a-z]+)+|epochs|tp|pp"  # the single words that mean only the field
+    words = r"[a-z]+(?:_[a-z]+)+|epochs|tp|pp|cp|ep"  # the single words that mean only the field
     return re.sub(rf"(?<![-\w'\"])({words})\b(?!['\"])",
                   lambda m: flag(m[1]) if m[1] in fields else m[1], message)
 

@@ -89,6 +89,10 @@ def add_job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep", type=POSITIVE_INT, default=1,
                    help="a mixture of experts: its experts split over this many data-parallel "
                         "replicas, tokens exchanged all-to-all")
+    p.add_argument("--cp", type=POSITIVE_INT, default=1,
+                   help="context parallel (ring attention): each sequence cut over this many "
+                        "GPUs; the data-parallel replicas are --gpus x --nodes / (--tp x --pp x "
+                        "--cp)")
     p.add_argument("--attention", choices=ATTENTION,
                    help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
                         "it (default: what PyTorch runs on the GPU at the precision)")
@@ -118,7 +122,8 @@ def job_fields(args: argparse.Namespace) -> dict:
         nodes=args.nodes, grad_accum=args.grad_accum,
         activation_checkpointing=args.activation_checkpointing, tp=args.tp, pp=args.pp,
         schedule=args.schedule, virtual_stages=args.virtual_stages,
-        sequence_parallel=args.sequence_parallel, ep=args.ep, attention=args.attention,
+        sequence_parallel=args.sequence_parallel, ep=args.ep, cp=args.cp,
+        attention=args.attention,
         framework=args.framework,
         strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
         epochs=args.epochs, dataset_size=args.dataset_size, train_tokens=args.tokens)

@@ -104,6 +104,38 @@ def test_tensor_parallel_communicates_every_layer_and_shares_the_replicas(gpt):
     assert "bubble" not in within.phases and "pipeline" not in note and "bubble" not in note
 
 
+def test_context_parallel_cuts_each_sequence_and_passes_keys_round_a_ring(gpt):
+    """cp 2: each GPU runs half of every sequence, its attention over all the keys (the cut
+    model's FLOPs twice over are the whole one's), fewer activations; the two GPUs are one
+    replica (the global batch and tokens as on one GPU); the ring's sends hide behind attention
+    over NVLink, not over a slow network; what cannot be cut is one named error."""
+    from converters import from_hf_config
+    from mdot_jax.gpu.model_parallel import whole_keys
+
+    cut = convert(from_hf_config(CONFIG, seq_len=128), batch_size=4, fuse=2)
+    keys = whole_keys(cut, attention_blocks(cut), 2)
+    assert 2 * keys.total("fwd_flops") == pytest.approx(gpt[1].total("fwd_flops"), rel=0.02)
+    assert keys.params == gpt[1].params
+    config = dict(model=str(gpt[0]), seq_len=256, batch_size=4, device="h100-sxm",
+                  precision="amp-bf16", optimizer="adamw")
+    one, two = predict(TrainingJob(**config)), predict(TrainingJob(**config, gpus=2, cp=2))
+    assert (two.replicas, two.global_batch, two.tokens, two.cp) == (1, 4, 256, 2)
+    assert two.memory_gb < one.memory_gb and 0 < two.mfu <= 1
+    assert two.phases["forward"] < one.phases["forward"]
+    note = next(w for w in two.warnings if "context parallel over 2 GPUs" in w)
+    assert "over nvlink" in note
+    far = predict(TrainingJob(**config, gpus=1, nodes=2, cp=2, network_gbs=0.01))
+    assert far.phases["communication"] > two.phases["communication"] + 1.0
+    for fields, needle in ((dict(seq_len=250, gpus=2, cp=2), "not a multiple of 2 x cp"),
+                           (dict(gpus=3, cp=2), r"tp x pp x cp \(1 x 1 x 2\) does not divide"),
+                           (dict(gpus=2, cp=2, ep=2), "with ep")):
+        with pytest.raises(RequestError, match=needle) as e:
+            predict(TrainingJob(**dict(config, **fields)))
+        assert e.value.field == "cp"
+    with pytest.raises(RequestError, match="cp: give seq_len"):
+        predict(_job(gpt, gpus=2, cp=2))  # a converted sequence cannot be cut again
+
+
 def test_the_operators_update_is_the_one_a_gpu_runs(gpt):
     """`--top`'s optimizer row is the update one GPU runs: its shard under FSDP, its stage's
     parameters in a pipeline (it was the whole model's, 8x the phase under FSDP on 8 GPUs)."""

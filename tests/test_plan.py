@@ -216,3 +216,7 @@ def test_a_split_some_counts_cannot_take_lists_them_infeasible(decoder, capsys):
     assert [o.gpus for o in options if o.feasible] == [4]
     with pytest.raises(RequestError, match="tp 'x'"):  # the job's own error, not a TypeError
         job_for_plan(model=decoder, batch_size=2, tp="x")
+    cut = plan(Plan(job_for_plan(model=decoder, batch_size=2, seq_len=32, train_tokens=10**4,
+                                 cp=2), devices="h100-sxm", gpus=(1, 2)))  # context parallel
+    assert [o.gpus for o in cut if o.feasible] == [2] and cut[0].prediction.cp == 2
+    assert "tp x pp x cp (1 x 1 x 2) does not divide 1 GPUs" in cut[1].reasons[0]

@@ -26,10 +26,19 @@ gradients and optimizer state, and the activations of the micro-batches in fligh
 min(P - s, m) on stage s; GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the
 first), with full checkpointing the layers' inputs of those and one layer's whole.
 
+Context parallel over C GPUs (ring attention, as Megatron-LM's context parallelism runs it):
+each sequence of S tokens cut into C pieces of S / C, each GPU running every operator over its
+own piece (the model converted at S / C tokens), its attention over all S keys (`whole_keys`:
+the scores' and the softmax's rows S long), the causal work balanced over the GPUs; the keys
+and values of each piece passed round the ring, C - 1 sends a layer in the forward and twice
+that in the backward (with the gradients of keys and values; once more for a recomputed
+forward), each layer's hidden behind its attention's compute (`context_exchange`). The
+gradients are reduced over the data-parallel and context-parallel GPUs together.
+
 Data parallelism is what is left (`parallel.data_parallel`, over the fullest stage's
 parameters), its gradients reduced after the backward as Megatron-LM does. Megatron's rank
-order places the T GPUs of a tensor-parallel group next to each other, then the data-parallel
-replicas, then the stages.
+order places the T GPUs of a tensor-parallel group next to each other, then the
+context-parallel ones, then the data-parallel replicas, then the stages.
 """
 
 from __future__ import annotations
@@ -99,9 +108,13 @@ def tokens_of(seq: OperatorSequence, blocks: Sequence[Block]) -> int:
     return batch_of(seq) * positions
 
 
-def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batches: int) -> None:
+def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batches: int,
+          cp: int = 1) -> None:
     """The one-line errors of a layout the model cannot take."""
     tp, pp, v = layout.tp, layout.pp, layout.virtual
+    if cp > 1 and not blocks:
+        raise RequestError("cp: the model has no attention blocks to run over a cut sequence",
+                           "cp")
     if (tp > 1 or pp > 1) and not blocks:
         raise RequestError(f"{'tp' if tp > 1 else 'pp'}: the model has no transformer layers "
                            "(attention blocks) to split", "tp" if tp > 1 else "pp")
@@ -160,6 +173,45 @@ def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False,
     params = seq.params * float(load[:, _L["params"]].sum()) / max(seq.total("params"), 1.0)
     return dataclasses.replace(seq, config=config, load=load,
                                meta=dict(seq.meta, params=int(round(params)), tp=tp))
+
+
+def whole_keys(seq: OperatorSequence, blocks: Sequence[Block], cp: int) -> OperatorSequence:
+    """`seq` (converted at S / cp tokens a sequence) as one GPU of a `cp`-way context-parallel
+    group runs it: each attention block's queries its own, its keys all S (module docstring):
+    the scores' keys, the rows between them and the output, and the output's reduction cp
+    times as long, their work with them."""
+    if cp == 1:
+        return seq
+    config, load = seq.config.copy(), seq.load.copy()
+    work = [_L[f] for f in ("fwd_flops", "bwd_flops", "bytes_read", "bytes_written")]
+    for b in blocks:
+        for i in {*b.inner, b.output}:
+            load[i, work] *= cp
+            if i == b.output:  # P V: its inner dimension, the keys
+                config[i, [_C["mm_k"], _C["in_numel"]]] *= cp
+            else:  # the scores, mask, softmax, ...: rows of all the keys
+                config[i, [_C["out_numel"], _C["out_d3"]]] *= cp
+                config[i, _C["mm_n"] if i == b.scores else _C["in_numel"]] *= cp
+    return dataclasses.replace(seq, config=config, load=load, meta=dict(seq.meta, cp=cp))
+
+
+def context_exchange(p: Prediction, seq: OperatorSequence, blocks: Sequence[Block], cp: int,
+                     tp: int, link: Link, act_bytes: int, passes: int) -> Prediction:
+    """`p` (one micro-batch's step of the cut `seq`) with the exposed time of the ring's
+    sends (module docstring): a layer's keys and values of the GPU's piece (K and V as wide as
+    the model, 1 / tp of them on a GPU: fewer KV heads move less), (cp - 1) x (1 + 2 +
+    recomputed forwards) sends of them over `link`, less that layer's attention time."""
+    kv = 2.0 * tokens_of(seq, blocks) * width(seq) / tp * act_bytes
+    sends = (cp - 1) * (passes + 1)  # forward, backward twice, a recomputed forward
+    ring = sends * 1e3 * (kv / (link.gbs * 1e9) + link.latency_s)  # ms a layer
+    by_node = {o["index"]: o["ms"] for o in p.operators or [] if "index" in o}
+    exposed = sum(max(0.0, ring - sum(by_node.get(i, 0.0) for i in {*b.inner, b.output}))
+                  for b in blocks)
+    phases = dict(p.phases, communication=p.phases.get("communication", 0.0) + exposed)
+    note = (f"context parallel over {cp} GPUs (ring attention): {sends} sends a layer of its "
+            f"keys and values ({kv / 1e6:.3g} MB) over {link.name} ({link.gbs:g} GB/s), "
+            f"{exposed:.3g} ms a micro-batch not hidden behind attention: not measured")
+    return p.with_phases(phases, warnings=[*p.warnings, note])
 
 
 def _experts(seq: OperatorSequence) -> np.ndarray:
@@ -233,7 +285,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     per_layer = 2 * allreduce_ms(act, tp, link, 1)  # two all-reduces a layer a pass
     tp_ms = (layers * passes + np.eye(pp)[0] * 2) * per_layer if tp > 1 else np.zeros(pp)
     p2p = _p2p_ms(act / tp, layout, gpu, network_gbs, interconnect) * 2 * v if pp > 1 else 0.0
-    t = share * sum(compute.values()) + tp_ms + p2p  # [pp] ms a micro-batch
+    ring = share * one.phases.get("communication", 0.0)  # [pp] context parallelism's, exposed
+    t = share * sum(compute.values()) + ring + tp_ms + p2p  # [pp] ms a micro-batch
     m, slow = micro_batches, int(np.argmax(t))
     fill = t.sum() - t[slow]
     iteration = m * t[slow] + (fill / v if layout.schedule == "interleaved" else fill)
@@ -245,7 +298,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     one = dataclasses.replace(one, operators=updating(
         one.operators, float(state[slow] / max(state.sum(), 1.0)), "the slowest stage's"))
     phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
-    phases.update(update=float(update), communication=float(m * (tp_ms[slow] + p2p)))
+    phases.update(update=float(update),
+                  communication=float(m * (ring[slow] + tp_ms[slow] + p2p)))
     split, tail = [], []  # what the note says: a pipeline's parts only where there is one
     if tp > 1:
         split.append(f"{tp}-way tensor parallel" + (" with sequence parallelism" if

@@ -248,11 +248,11 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
 
 def accumulate(p: Prediction, micro_batches: int) -> Prediction:
     """`p` (one micro-batch's step, with its phases) as an iteration of `micro_batches`
-    forward and backward passes, each issued by the host (its launch gaps), and one optimizer
-    update (gradient accumulation); its band, a relative one, scales with it. One
-    micro-batch: `p` itself."""
+    forward and backward passes, each issued by the host (its launch gaps) with its own
+    communication (context parallelism's), and one optimizer update (gradient accumulation);
+    its band, a relative one, scales with it. One micro-batch: `p` itself."""
     if micro_batches == 1:
         return p
-    repeated = ("forward", "backward", "recomputation", "launch gaps")
+    repeated = ("forward", "backward", "recomputation", "launch gaps", "communication")
     phases = {k: v * micro_batches if k in repeated else v for k, v in p.phases.items()}
     return p.with_phases(phases, grad_accum=micro_batches)

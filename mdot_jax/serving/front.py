@@ -87,7 +87,7 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
     if job.activation_checkpointing:
         return "activation_checkpointing", ("priced for a GPU priced from its spec sheet "
                                             "(device=NAME)")
-    for name in ("grad_accum", "tp", "pp", "ep", "attention", "framework"):
+    for name in ("grad_accum", "tp", "pp", "ep", "cp", "attention", "framework"):
         if getattr(job, name) not in (1, None, "pytorch"):
             return name, ("a checkpoint predicts the whole steps it was trained on; this is "
                           "priced for a GPU priced from its spec sheet (device=NAME)")
@@ -105,7 +105,8 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
                             warnings=[*p.warnings, *pricer.notes, *routing],
                             mfu=pricer.mfu(seq, p),
-                            tokens=input_size_of(seq) if seq.input_kind == "tokens" else 0)
+                            tokens=input_size_of(seq) * job.cp if seq.input_kind == "tokens"
+                            else 0)
     if job.operators:
         p.operators, p.operators_from = pricer.operators(seq, p, b)
     else:
@@ -120,6 +121,24 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
         p.job_s = p.job_seconds(epochs, dataset, p.global_batch)
         p.job_interval_s = p.job_interval_seconds(epochs, dataset, p.global_batch)
     return p
+
+
+def _cut(job: TrainingJob) -> TrainingJob:
+    """The job whose model one GPU of a context-parallel group runs: its sequences cp times
+    shorter (the load-balanced ring cuts each into 2 cp pieces, two a GPU); a sequence
+    converted so (by a plan) as it is."""
+    if job.cp == 1 or (isinstance(job.model, OperatorSequence) and job.seq_len and
+                       input_size_of(job.model) * job.cp == job.seq_len):  # cut already
+        return job
+    if job.seq_len is None or isinstance(job.model, OperatorSequence) or \
+            str(job.model).endswith(".npz"):
+        raise RequestError("cp: give seq_len, with the model as ONNX or a config.json (it is "
+                           "converted at seq_len / cp tokens)", "cp")
+    if job.seq_len % (2 * job.cp):
+        raise RequestError(f"cp {job.cp}: seq_len {job.seq_len} is not a multiple of 2 x cp "
+                           "(the load-balanced ring cuts each sequence into 2 x cp pieces)",
+                           "cp")
+    return dataclasses.replace(job, seq_len=job.seq_len // job.cp)
 
 
 def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
@@ -266,11 +285,12 @@ class _SpecSheet:
         from mdot_jax.gpu.spec_sheet import price
 
         job, precision = self.job, self.job.precision or "fp32"
-        seq = _sequence(job, b, fusion_version(True))
+        seq = _sequence(_cut(job), b, fusion_version(True))  # a GPU's piece of each sequence
         blocks = attention_blocks(seq)
         self.layout = model_parallel.Layout(1, 1, job.tp, job.pp, job.schedule or "1f1b",
                                             job.stages_per_gpu, job.sequence_parallel)
-        model_parallel.check(seq, blocks, self.layout, job.grad_accum)
+        model_parallel.check(seq, blocks, self.layout, job.grad_accum, job.cp)
+        seq = model_parallel.whole_keys(seq, blocks, job.cp)
         attention = self._attention(blocks, precision)
         # what the step depends on: the model and step model themselves (held, and compared
         # by identity), the GPU and the job's fields that reach the pricing
@@ -334,6 +354,8 @@ class _SpecSheet:
         job = self.job
         network = job.network_gbs or NETWORK_GBS
         params = self.seq.params
+        if job.cp > 1:  # the ring's sends, each micro-batch
+            one = self._context(one, n)
         if job.model_parallel:
             layout = dataclasses.replace(self.layout, gpus=n * job.nodes, gpus_per_node=n)
             one, params = model_parallel.pipeline(
@@ -351,9 +373,24 @@ class _SpecSheet:
                           after_flush=job.model_parallel, precision=job.precision or "fp32",
                           units=len(self.blocks) + 1 if self.blocks else 0, experts=experts,
                           ep=job.ep, stride=job.tp)  # Megatron's order: tp, dp, pp
-        p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp)
+        p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p
+
+    def _context(self, one: Prediction, n: int) -> Prediction:
+        """`one` with context parallelism's ring sends (`model_parallel.context_exchange`):
+        the cp GPUs of a ring tp ranks apart."""
+        from mdot_jax.gpu import model_parallel
+        from mdot_jax.gpu.parallel import NETWORK_GBS, group_link
+        from mdot_jax.serving.memory import HALF
+
+        job = self.job
+        link = group_link(self.gpu, n, job.nodes, job.interconnect,
+                          job.network_gbs or NETWORK_GBS, job.cp, job.tp)
+        return model_parallel.context_exchange(
+            one, self.seq, self.blocks, job.cp, job.tp, link,
+            2 if (job.precision or "fp32") in HALF else 4,
+            2 + (job.activation_checkpointing == "full"))
 
     def _experts(self, one: Prediction, n: int) -> tuple[Prediction, int]:
         """`one` with expert parallelism's all-to-alls (`parallel.expert_exchange`), and the

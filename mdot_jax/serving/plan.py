@@ -41,7 +41,7 @@ from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob, _ints, _positive
 
 NOT_FIT = ("may not fit", "will not fit")
-SPLIT_FIELDS = ("tp", "pp", "ep", "schedule", "strategy", "sequence_parallel")  # refused
+SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Plan:
             _ints("global_batch", self.global_batch)
             job = self.job
             fixed = [f for f in ("schedule", "sequence_parallel") if getattr(job, f)] + \
-                [f for f in ("tp", "pp", "grad_accum") if getattr(job, f) != 1]
+                [f for f in ("tp", "pp", "cp", "grad_accum") if getattr(job, f) != 1]
             if fixed:
                 raise RequestError(f"global_batch: searches the layouts; give no {fixed[0]} "
                                    "of your own", "global_batch")
@@ -180,7 +180,7 @@ def job_for_plan(**fields) -> TrainingJob:
     the job's count): set to one every split asked takes, with replicas to shard over, so
     that a count of the plan's that does not take it is listed infeasible, not the request
     refused."""
-    split = [fields.get(k, 1) for k in ("tp", "pp", "ep")]
+    split = [fields.get(k, 1) for k in ("tp", "pp", "cp", "ep")]
     if all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in split):
         fields["gpus"] = 2 * math.prod(split)  # else the job's own one-line error
     return TrainingJob(**fields)
@@ -189,7 +189,7 @@ def job_for_plan(**fields) -> TrainingJob:
 def plan(request: Plan, progress: bool = False) -> list[Option]:
     """Every candidate of `request`, ranked (module docstring)."""
     from converters.fusion import fusion_version
-    from mdot_jax.serving.front import _sequence, predict
+    from mdot_jax.serving.front import _cut, _sequence, predict
 
     job = request.job
     if len(job.batch_sizes) > 1:
@@ -197,13 +197,15 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
                            "replica; with global_batch, the largest micro-batch)", "batch_size")
     if request.global_batch is not None:
         return _search(request, progress)
-    split = job.tp * job.pp
-    odd = {n: f"tp x pp ({job.tp} x {job.pp}) does not divide {n * job.nodes} GPUs"
+    split = job.tp * job.pp * job.cp
+    what = f"tp x pp ({job.tp} x {job.pp})" if job.cp == 1 else \
+        f"tp x pp x cp ({job.tp} x {job.pp} x {job.cp})"
+    odd = {n: f"{what} does not divide {n * job.nodes} GPUs"
            for n in request.gpus if n * job.nodes % split}
     odd |= {n: f"ep {job.ep} does not divide the {n * job.nodes // split} data-parallel "
             "replicas" for n in request.gpus if n not in odd and n * job.nodes // split % job.ep}
     counts = [n for n in request.gpus if n not in odd]
-    seq = _sequence(job, job.batch_sizes[0], fusion_version(True))  # once for every GPU
+    seq = _sequence(_cut(job), job.batch_sizes[0], fusion_version(True))  # once for every GPU
     base = dataclasses.replace(job, model=seq, gpus=tuple(counts or [split * job.ep]),
                                device_spec=None, checkpoint=None)
     options = []

@@ -68,6 +68,7 @@ class Prediction:
     gpus: int = 1  # in all, over every node
     tp: int = 1  # tensor-parallel GPUs of a replica
     pp: int = 1  # pipeline stages of a replica
+    cp: int = 1  # GPUs a replica's sequences are cut over (context parallelism)
     grad_accum: int = 1  # micro-batches an iteration accumulates before its update
     tokens: int = 0  # per sample, for a token model (its sequence length); 0 otherwise
     mfu: float | None = None  # the model's FLOPs' time at the GPUs' peaks / the iteration's
@@ -78,8 +79,9 @@ class Prediction:
 
     @property
     def replicas(self) -> int:
-        """Data-parallel replicas: the GPUs over the tensor- and pipeline-parallel ones."""
-        return max(self.gpus // (self.tp * self.pp), 1)
+        """Data-parallel replicas: the GPUs over the tensor-, pipeline- and context-parallel
+        ones."""
+        return max(self.gpus // (self.tp * self.pp * self.cp), 1)
 
     @property
     def global_batch(self) -> int:

@@ -90,6 +90,9 @@ class TrainingJob:
         sequence_parallel: the residual stream cut along the sequence over the tp GPUs.
       ep: expert-parallel degree of a mixture of experts: its experts split over ep of the
         data-parallel replicas, tokens exchanged all-to-all.
+      cp: context-parallel degree (Megatron-LM's, ring attention): each sequence cut over cp
+        GPUs, keys and values passed round them; the data-parallel replicas are gpus x nodes /
+        (tp x pp x cp).
       grad_accum: micro-batches of `batch_size` an iteration runs before its one update (the
         pipeline's micro-batches).
       activation_checkpointing: `full` (every layer's forward run again in its backward) or
@@ -127,6 +130,7 @@ class TrainingJob:
     virtual_stages: int | None = None
     sequence_parallel: bool = False
     ep: int = 1
+    cp: int = 1
     grad_accum: int = 1
     activation_checkpointing: str | None = None
     attention: str | None = None
@@ -220,12 +224,19 @@ class TrainingJob:
             raise RequestError("sequence_parallel: cuts the sequence over the tensor-parallel "
                                "GPUs; give tp > 1", "sequence_parallel")
         _ints("ep", self.ep)
+        _ints("cp", self.cp)
+        if self.cp > 1 and self.ep > 1:
+            raise RequestError("cp: with ep (a mixture of experts' expert parallelism) is not "
+                               "priced; give one of them", "cp")
+        split = self.tp * self.pp * self.cp
         for n in counts:
-            if n * self.nodes % (self.tp * self.pp):
-                name = "tp" if self.tp > 1 else "pp"
-                raise RequestError(f"{name} {getattr(self, name)}: tp x pp ({self.tp} x "
-                                   f"{self.pp}) does not divide the {n * self.nodes} GPUs "
-                                   f"(gpus {n} x nodes {self.nodes})", name)
+            if n * self.nodes % split:
+                name = "cp" if self.cp > 1 else "tp" if self.tp > 1 else "pp"
+                what = f"tp x pp x cp ({self.tp} x {self.pp} x {self.cp})" if self.cp > 1 \
+                    else f"tp x pp ({self.tp} x {self.pp})"
+                raise RequestError(f"{name} {getattr(self, name)}: {what} does not divide the "
+                                   f"{n * self.nodes} GPUs (gpus {n} x nodes {self.nodes})",
+                                   name)
             if n * self.nodes // (self.tp * self.pp) % self.ep:
                 raise RequestError(f"ep {self.ep}: does not divide the "
                                    f"{n * self.nodes // (self.tp * self.pp)} data-parallel "
