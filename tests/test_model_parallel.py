@@ -104,7 +104,7 @@ def test_tensor_parallel_communicates_every_layer_and_shares_the_replicas(gpt):
     assert "bubble" not in within.phases and "pipeline" not in note and "bubble" not in note
 
 
-def test_context_parallel_cuts_each_sequence_and_passes_keys_round_a_ring(gpt):
+def test_context_parallel_cuts_each_sequence_and_passes_keys_round_a_ring(gpt, tmp_path):
     """cp 2: each GPU runs half of every sequence, its attention over all the keys (the cut
     model's FLOPs twice over are the whole one's), fewer activations; the two GPUs are one
     replica (the global batch and tokens as on one GPU); the ring's sends hide behind attention
@@ -134,6 +134,12 @@ def test_context_parallel_cuts_each_sequence_and_passes_keys_round_a_ring(gpt):
         assert e.value.field == "cp"
     with pytest.raises(RequestError, match="cp: give seq_len"):
         predict(_job(gpt, gpus=2, cp=2))  # a converted sequence cannot be cut again
+    import onnx
+    from onnx_builders import conv_bn_relu
+
+    onnx.save(conv_bn_relu(), tmp_path / "cnn.onnx")  # said of cp, not of the cut seq_len
+    with pytest.raises(RequestError, match="cp: the model has no token-id input"):
+        predict(TrainingJob(**dict(config, model=str(tmp_path / "cnn.onnx"), gpus=2, cp=2)))
 
 
 def test_the_operators_update_is_the_one_a_gpu_runs(gpt):

@@ -285,7 +285,13 @@ class _SpecSheet:
         from mdot_jax.gpu.spec_sheet import price
 
         job, precision = self.job, self.job.precision or "fp32"
-        seq = _sequence(_cut(job), b, fusion_version(True))  # a GPU's piece of each sequence
+        try:
+            seq = _sequence(_cut(job), b, fusion_version(True))  # a GPU's piece of a sequence
+        except ConversionError as e:  # said of the cut seq_len: say it of cp
+            if job.cp > 1 and "--seq-len" in str(e):
+                raise RequestError("cp: the model has no token-id input (a rank-2 integer data "
+                                   "input) whose sequences to cut", "cp") from None
+            raise
         blocks = attention_blocks(seq)
         self.layout = model_parallel.Layout(1, 1, job.tp, job.pp, job.schedule or "1f1b",
                                             job.stages_per_gpu, job.sequence_parallel)
