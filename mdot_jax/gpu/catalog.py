@@ -3,7 +3,7 @@ versioned), so that a GPU can be named (`mdot predict --device nvidia-h100-sxm`,
 devices`) or described (`--device-spec FILE.json`) without having been measured.
 
 Every row names its public source (a datasheet or an architecture whitepaper). Peak FLOP/s
-are dense (no structured sparsity): `fp32` on the CUDA cores; `tf32`, `fp16`, `bf16` on the
+are dense (no structured sparsity): `fp32` on the CUDA cores; `tf32`, `fp16`, `bf16`, `fp8` on the
 tensor cores, null where the GPU has none for that precision.
 """
 
