@@ -220,3 +220,10 @@ def test_a_split_some_counts_cannot_take_lists_them_infeasible(decoder, capsys):
                                  cp=2), devices="h100-sxm", gpus=(1, 2)))  # context parallel
     assert [o.gpus for o in cut if o.feasible] == [2] and cut[0].prediction.cp == 2
     assert "tp x pp x cp (1 x 1 x 2) does not divide 1 GPUs" in cut[1].reasons[0]
+    searched = plan(Plan(job_for_plan(model=decoder, batch_size=2, seq_len=32, cp=2,
+                                      train_tokens=10**4), devices="h100-sxm", gpus=(4,),
+                         global_batch=4))  # the job's cp kept, the rest searched
+    assert searched and all(o.layout.cp == 2 and o.prediction.cp == 2 and "cp2" in str(o.layout)
+                            for o in searched)
+    assert all(o.layout.micro_batch * o.layout.grad_accum * o.prediction.replicas == 4
+               for o in searched)

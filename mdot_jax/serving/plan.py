@@ -15,7 +15,7 @@ divide its GPUs) is kept, infeasible, with the one-line reason.
 
 With `global_batch` (samples an iteration, held fixed), each GPU count is also split every way
 (`layouts`): tensor parallelism within a node (powers of two), pipeline stages (powers of two),
-the data-parallel replicas the rest, micro-batches of 1, 2, 4, ... up to the job's batch size
+the job's context parallelism as it gives it, the data-parallel replicas the rest, micro-batches of 1, 2, 4, ... up to the job's batch size
 accumulated to the global batch; without a checkpointing asked, a layout that does not fit is
 priced again with full activation checkpointing; a mixture of experts (unless the job gives
 `ep`) is priced at every expert-parallel degree (powers of two dividing the replicas and the
@@ -77,7 +77,7 @@ class Plan:
             _ints("global_batch", self.global_batch)
             job = self.job
             fixed = [f for f in ("schedule", "sequence_parallel") if getattr(job, f)] + \
-                [f for f in ("tp", "pp", "cp", "grad_accum") if getattr(job, f) != 1]
+                [f for f in ("tp", "pp", "grad_accum") if getattr(job, f) != 1]
             if fixed:
                 raise RequestError(f"global_batch: searches the layouts; give no {fixed[0]} "
                                    "of your own", "global_batch")
@@ -122,25 +122,28 @@ class Layout:
     grad_accum: int
     checkpointing: str | None = None
     ep: int = 1  # a mixture of experts' experts split over this many replicas
+    cp: int = 1  # GPUs each sequence is cut over (the job's)
 
     def __str__(self) -> str:
-        return (f"tp{self.tp} pp{self.pp}" + (f" ep{self.ep}" if self.ep > 1 else "")
+        return (f"tp{self.tp} pp{self.pp}" + (f" cp{self.cp}" if self.cp > 1 else "")
+                + (f" ep{self.ep}" if self.ep > 1 else "")
                 + f" {self.micro_batch}x{self.grad_accum}"
                 + (f" ckpt-{self.checkpointing}" if self.checkpointing else ""))
 
 
-def layouts(gpus_per_node: int, nodes: int, global_batch: int, micro_batch: int
+def layouts(gpus_per_node: int, nodes: int, global_batch: int, micro_batch: int, cp: int = 1
             ) -> list[Layout]:
     """Every split of `gpus_per_node` x `nodes` GPUs the search prices (module docstring),
-    before the model says which it takes; micro-batches up to `micro_batch`."""
+    before the model says which it takes; micro-batches up to `micro_batch`; `cp`: the job's
+    context-parallel GPUs a replica spans beside its tensor and pipeline ones."""
     total, out = gpus_per_node * nodes, []
     sizes = sorted({1 << i for i in range(micro_batch.bit_length())} | {micro_batch})
     for tp in (t for t in (1, 2, 4, 8, 16) if gpus_per_node % t == 0):
-        for pp in (p for p in (1, 2, 4, 8, 16, 32) if total % (tp * p) == 0):
-            dp = total // (tp * pp)
+        for pp in (p for p in (1, 2, 4, 8, 16, 32) if total % (tp * p * cp) == 0):
+            dp = total // (tp * pp * cp)
             for b in sizes:
                 if global_batch % (b * dp) == 0:
-                    out.append(Layout(tp, pp, b, global_batch // (b * dp)))
+                    out.append(Layout(tp, pp, b, global_batch // (b * dp), cp=cp))
     return out
 
 
@@ -234,7 +237,7 @@ def _search(request: Plan, progress: bool) -> list[Option]:
     out: dict[str, tuple[int, str]] = {}  # GPU -> why it cannot run the job at all
     work = [(gpu, n, lay) for gpu in request.candidates() for n in request.gpus
             for lay in sorted(layouts(n, job.nodes, request.global_batch,  # type: ignore[arg-type]
-                                      job.batch_sizes[0]),
+                                      job.batch_sizes[0], job.cp),
                               key=lambda x: (x.tp, x.micro_batch, x.pp))]  # a step, its depths
     if not work:
         raise RequestError(f"global_batch {request.global_batch}: no count of GPUs asked "
@@ -269,13 +272,13 @@ def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[O
     """`lay` of `n` GPUs per node priced, again with full checkpointing where it would not fit
     without (unless the job asks a checkpointing); `seqs`: the model by micro-batch."""
     from converters.fusion import fusion_version
-    from mdot_jax.serving.front import _sequence, predict
+    from mdot_jax.serving.front import _cut, _sequence, predict
 
     job = request.job
     if lay.micro_batch not in seqs:  # converted once per micro-batch
-        seqs[lay.micro_batch] = _sequence(job, lay.micro_batch, fusion_version(True))
+        seqs[lay.micro_batch] = _sequence(_cut(job), lay.micro_batch, fusion_version(True))
     seq, moe = seqs[lay.micro_batch], seqs[lay.micro_batch].meta.get("experts")
-    replicas = n * job.nodes // (lay.tp * lay.pp)
+    replicas = n * job.nodes // (lay.tp * lay.pp * job.cp)
     eps = [job.ep] if job.ep > 1 or not moe else [
         e for e in (1 << i for i in range(replicas.bit_length()))
         if replicas % e == 0 and moe["experts"] % e == 0]
