@@ -15,9 +15,10 @@ divide its GPUs) is kept, infeasible, with the one-line reason.
 
 With `global_batch` (samples an iteration, held fixed), each GPU count is also split every way
 (`layouts`): tensor parallelism within a node (powers of two), pipeline stages (powers of two),
-the job's context parallelism as it gives it, the data-parallel replicas the rest, micro-batches of 1, 2, 4, ... up to the job's batch size
-accumulated to the global batch; without a checkpointing asked, a layout that does not fit is
-priced again with full activation checkpointing; a mixture of experts (unless the job gives
+the job's context parallelism as it gives it, the data-parallel replicas the rest,
+micro-batches of 1, 2, 4, ... up to the job's batch size accumulated to the global batch;
+without a checkpointing asked, a layout that does not fit is priced again with full activation
+checkpointing; a mixture of experts (unless the job gives
 `ep`) is priced at every expert-parallel degree (powers of two dividing the replicas and the
 experts) and the best kept. Splits the model cannot take (tensor parallelism not dividing the
 heads, a pipeline deeper than the layers) are left out; a GPU no split could be priced on is
