@@ -263,6 +263,22 @@ class StepPricer:
         return dict(fw=fw, bwall=bwall, e2e=fw + bwall)
 
 
+def split_gemms(price, ops: list, dims: list, seen: list, depth: int) -> np.ndarray:
+    """`[N]` ms of each kernel by `price(ops, dims, seen)`, a GEMM's (linear, bmm: dims B, M,
+    N, K) no more than 2^j times its 1 / 2^j piece's (j = 1..`depth`; each halving takes the
+    larger of M and N): a GEMM can always run as two of half its output."""
+    ms = np.asarray(price(ops, dims, seen), np.float64)
+    at = [j for j, o in enumerate(ops) if o in GEMMS]
+    pieces = [list(dims[j]) for j in at]
+    for level in range(1, depth + 1 if at else 1):
+        for d in pieces:
+            side = 1 if d[1] >= d[2] else 2
+            d[side] = -(-d[side] // 2)
+        t = price([ops[j] for j in at], [tuple(d) for d in pieces], [seen[j] for j in at])
+        ms[at] = np.minimum(ms[at], (2 ** level) * np.asarray(t, np.float64))
+    return ms
+
+
 @dataclass
 class StepModel:
     """What prices a training step on a GPU from its spec sheet (`gpu.spec_sheet`): the
@@ -299,10 +315,12 @@ class StepModel:
             return self.kernel_ms([ops[j] for j in first], [dims[j] for j in first],
                                   [seen[j] for j in first], streamed)[which]
         if not (streamed and hasattr(self.ops, "parts")):
-            ms = self.ops.predict(ops, dims, seen)
+            price = self.ops.predict
         else:
-            parts = self.ops.parts(ops, dims, seen)
-            ms = parts["ms"] - parts["launch_ms"]
+            def price(o, d, s):
+                parts = self.ops.parts(o, d, s)
+                return parts["ms"] - parts["launch_ms"]
+        ms = split_gemms(price, ops, dims, seen, self.info.get("split_gemms", 0))
         if "streaming_kernels" in self.info:
             bound = streaming.ms(self.info["streaming_kernels"]["constants"], ops, dims, seen,
                                  streamed)
