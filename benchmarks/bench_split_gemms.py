@@ -36,9 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from mdot_jax.gpu import catalog, neusight
+from mdot_jax.gpu.gpu_ops import SPLIT_DEPTH
 from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, load_step_model
 
-DEPTH = 4
+DEPTH = SPLIT_DEPTH
 
 
 def candidate(folder: Path) -> Path:

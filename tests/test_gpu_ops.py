@@ -197,4 +197,26 @@ def test_a_deep_models_repeated_kernels_are_priced_once_each(monkeypatch):
                         lambda self, ops, *a: seen.append(len(ops)) or real(self, ops, *a))
     got = model.kernel_ms([o for o, _ in rows], [d for _, d in rows], [h100] * 5, True)
     np.testing.assert_allclose(got, alone)
-    assert seen == [3]  # three distinct kernels of five
+    assert seen == [3] + [1] * model.info["split_gemms"]  # 3 of 5; the GEMM's pieces once
+
+
+def test_a_gemm_is_never_priced_above_its_halves():
+    """`split_gemms`: a price that balloons past an output side of 4,096 (as trees flat
+    outside what they saw can) is capped by the pieces' price; the larger side is halved;
+    other kernels and GEMMs already cheaper than their pieces keep their own price."""
+    from mdot_jax.gpu.gpu_ops import split_gemms
+
+    asked = []
+
+    def price(ops, dims, seen):  # 1 ms a GFLOP, 10x past 4,096 on an output side
+        asked.append(list(dims))
+        return np.asarray([2e-9 * np.prod(d) * (10 if o != "add" and max(d[1], d[2]) > 4096
+                                               else 1) for o, d in zip(ops, dims)])
+
+    dims = [(1, 4096, 30522, 1024), (1, 1024, 1024, 1024), (1, 1 << 20)]
+    got = split_gemms(price, ["linear", "linear", "add"], dims, [None] * 3, 4)
+    assert got[0] == pytest.approx(2e-9 * 4096 * 8 * 3816 * 1024)  # 8 pieces of 3,816: 1x
+    assert got[1] == pytest.approx(2e-9 * 1024 ** 3) and got[2] == pytest.approx(2e-9 * 2 ** 20)
+    assert asked[1][0] == (1, 4096, 15261, 1024) and asked[1][1] == (1, 512, 1024, 1024)
+    assert (split_gemms(price, ["linear"], dims[:1], [None], 0) == price(["linear"], dims[:1],
+                                                                        [None])).all()

@@ -16,7 +16,7 @@ import numpy as np
 
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu import neusight, xla_tables
-from mdot_jax.gpu.gpu_ops import GpuOpModel, StepModel, StepPricer
+from mdot_jax.gpu.gpu_ops import SPLIT_DEPTH, GpuOpModel, StepModel, StepPricer
 from mdot_jax.gpu.kernel_model import KernelModel
 
 SOURCE = ("NeuSight's public fp32 measurements (Lee, Phanishayee, Mahajan, ASPLOS 2025; MIT "
@@ -75,7 +75,7 @@ def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "tr
         operator_rows=len(rows) + (len(extra[0]) if extra else 0), band_labels=len(residuals),
         band_rule="10th-90th percentile of log(measured / predicted) of every traced label of "
                   "each fitted GPU, priced by a model fitted on the other GPUs",
-        source="; ".join(sources), seed=seed,
+        source="; ".join(sources), seed=seed, split_gemms=SPLIT_DEPTH,
         tensor_cores={xla_tables.GPU_NAME: sorted({p for p, _ in xla_tables.DTYPES.values()})}
         if extra else {}))
 

@@ -263,6 +263,9 @@ class StepPricer:
         return dict(fw=fw, bwall=bwall, e2e=fw + bwall)
 
 
+SPLIT_DEPTH = 4  # a fitted step model's `split_gemms` (adopted by bench_split_gemms.py's rule)
+
+
 def split_gemms(price, ops: list, dims: list, seen: list, depth: int) -> np.ndarray:
     """`[N]` ms of each kernel by `price(ops, dims, seen)`, a GEMM's (linear, bmm: dims B, M,
     N, K) no more than 2^j times its 1 / 2^j piece's (j = 1..`depth`; each halving takes the
