@@ -272,8 +272,10 @@ def split_gemms(price, ops: list, dims: list, seen: list, depth: int) -> np.ndar
     larger of M and N): a GEMM can always run as two of half its output."""
     ms = np.asarray(price(ops, dims, seen), np.float64)
     at = [j for j, o in enumerate(ops) if o in GEMMS]
+    if not at:
+        return ms
     pieces = [list(dims[j]) for j in at]
-    for level in range(1, depth + 1 if at else 1):
+    for level in range(1, depth + 1):
         for d in pieces:
             side = 1 if d[1] >= d[2] else 2
             d[side] = -(-d[side] // 2)
