@@ -100,23 +100,17 @@ def fit_sweep_gemms(rows: Sequence[dict], precision: str) -> dict:
     shares of the peak and the bandwidth, as a step model's `fp8_gemms` holds them. The fitted
     fixed cost holds the sweep's own call and is kept for the record only."""
     width = {"fp8": 1, "fp16": 2, "bf16": 2, "tf32": 4}[precision]
-    ops, dims, seen, ms = [], [], [], []
+    items = []
     for r in rows:
         if r.get("kind") in ("gemm", "bmm") and r.get("precision") == precision and r.get("ms"):
             gpu = catalog.find(r["device"])
             if not gpu.tflops.get(precision):
                 raise ValueError(f"{gpu.name}: no {precision} peak on its spec sheet")
-            ops.append("linear" if r["kind"] == "gemm" else "bmm")
-            dims.append(tuple(r["dims"]))
-            seen.append(catalog.as_seen(gpu, gpu.tflops[precision], width))
-            ms.append(float(r["ms"]))
-    if not ops:
-        raise ValueError(f"no measured {precision} GEMMs (kinds gemm, bmm) in the sweep")
-    if len({g.name for g in seen}) > 1:
-        raise ValueError(f"{precision} GEMMs of several GPUs: {sorted({g.name for g in seen})}")
-    c = _fit(ops, dims, seen, ms)
+            items.append(("linear" if r["kind"] == "gemm" else "bmm", tuple(r["dims"]),
+                          catalog.as_seen(gpu, gpu.tflops[precision], width), float(r["ms"])))
+    c, gpu = _fit_one_gpu(items, f"{precision} GEMMs", "kinds gemm, bmm")
     return dict(share_compute=c.share_compute, share_memory=c.share_memory,
-                fixed_ms=c.fixed_ms, rows=c.rows, mape=c.mape, gpu=seen[0].name)
+                fixed_ms=c.fixed_ms, rows=c.rows, mape=c.mape, gpu=gpu.name)
 
 
 def fit_fused_attention(rows: Sequence[dict]) -> dict:
@@ -126,23 +120,29 @@ def fit_fused_attention(rows: Sequence[dict]) -> dict:
     attention reaches on that GPU's architecture, as a step model's `fused_attention` holds it.
     The fitted fixed cost holds the sweep's own call (a sum and an autograd backward) and is
     kept for the record only."""
-    ops, dims, seen, ms = [], [], [], []
+    items = []
     for r in rows:
         if r.get("kind") != "sdpa-flash" or not r.get("ms"):
             continue
         b, h, s, d = r["dims"]
         gpu = catalog.find(r["device"])
-        ops.append("linear")
-        dims.append(cube(7 * b * h * s * max(s // 2, 1) * d))
-        seen.append(catalog.as_seen(gpu, gpu.tflops[r["precision"]], 2))
-        ms.append(float(r["ms"]))
-    if not ops:
-        raise ValueError("no measured SDPA flash kernels (kind sdpa-flash) in the sweep")
-    if len({g.name for g in seen}) > 1:
-        raise ValueError(f"SDPA flash kernels of several GPUs: {sorted({g.name for g in seen})}")
-    c = _fit(ops, dims, seen, ms)
+        items.append(("linear", cube(7 * b * h * s * max(s // 2, 1) * d),
+                      catalog.as_seen(gpu, gpu.tflops[r["precision"]], 2), float(r["ms"])))
+    c, gpu = _fit_one_gpu(items, "SDPA flash kernels", "kind sdpa-flash")
     return dict(share_compute=c.share_compute, fixed_ms=c.fixed_ms, rows=c.rows, mape=c.mape,
-                gpu=seen[0].name, architecture=seen[0].architecture)
+                gpu=gpu.name, architecture=gpu.architecture)
+
+
+def _fit_one_gpu(items: list[tuple], what: str, kinds: str) -> tuple[Constants, GPU]:
+    """The constants fitted on a sweep's `items` (op, dims, the GPU as seen, ms) of `what`,
+    all of one GPU, and that GPU (as seen)."""
+    if not items:
+        raise ValueError(f"no measured {what} ({kinds}) in the sweep")
+    names = sorted({s.name for _, _, s, _ in items})
+    if len(names) > 1:
+        raise ValueError(f"{what} of several GPUs: {names}")
+    ops, dims, seen, ms = (list(x) for x in zip(*items))
+    return _fit(ops, dims, seen, ms), seen[0]
 
 
 def fused_attention_share(fitted: dict | None, gpu: GPU, tc) -> tuple[float, str]:

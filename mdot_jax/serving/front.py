@@ -388,33 +388,37 @@ class _SpecSheet:
         the cp GPUs of a ring tp ranks apart."""
         from mdot_jax.gpu import model_parallel
         from mdot_jax.gpu.parallel import NETWORK_GBS, group_link
-        from mdot_jax.serving.memory import HALF
 
         job = self.job
         link = group_link(self.gpu, n, job.nodes, job.interconnect,
                           job.network_gbs or NETWORK_GBS, job.cp, job.tp)
-        return model_parallel.context_exchange(
-            one, self.seq, self.blocks, job.cp, job.tp, link,
-            2 if (job.precision or "fp32") in HALF else 4,
-            2 + (job.activation_checkpointing == "full"))
+        return model_parallel.context_exchange(one, self.seq, self.blocks, job.cp, job.tp, link,
+                                               *self._activations())
 
     def _experts(self, one: Prediction, n: int) -> tuple[Prediction, int]:
         """`one` with expert parallelism's all-to-alls (`parallel.expert_exchange`), and the
         parameters of the experts a GPU holds."""
         from mdot_jax.gpu import model_parallel
         from mdot_jax.gpu.parallel import NETWORK_GBS, exchange_links, expert_exchange
-        from mdot_jax.serving.memory import HALF
 
         job, moe = self.job, self.seq.meta["experts"]
         links = exchange_links(self.gpu, n, job.interconnect, job.network_gbs or NETWORK_GBS,
                                job.ep, job.tp)
         tokens = model_parallel.tokens_of(self.seq, self.blocks) // (
             job.tp if job.sequence_parallel else 1)
+        act_bytes, passes = self._activations()
         one = expert_exchange(one, moe, job.ep, tokens, model_parallel.width(self.seq),
-                              2 if (job.precision or "fp32") in HALF else 4,
-                              -(-moe["layers"] // job.pp),
-                              3 if job.activation_checkpointing == "full" else 2, *links)
+                              act_bytes, -(-moe["layers"] // job.pp), passes, *links)
         return one, model_parallel.expert_params(self.seq)
+
+    def _activations(self) -> tuple[int, int]:
+        """Bytes of an activation's element at the job's precision, and the passes over the
+        layers a micro-batch makes (forward, backward, a recomputed forward)."""
+        from mdot_jax.serving.memory import HALF
+
+        job = self.job
+        return (2 if (job.precision or "fp32") in HALF else 4,
+                2 + (job.activation_checkpointing == "full"))
 
     def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
         """The time the model's forward and backward FLOPs an iteration (not the

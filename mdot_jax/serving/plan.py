@@ -202,9 +202,7 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
     if request.global_batch is not None:
         return _search(request, progress)
     split = job.tp * job.pp * job.cp
-    what = f"tp x pp ({job.tp} x {job.pp})" if job.cp == 1 else \
-        f"tp x pp x cp ({job.tp} x {job.pp} x {job.cp})"
-    odd = {n: f"{what} does not divide {n * job.nodes} GPUs"
+    odd = {n: f"{job.split} does not divide {n * job.nodes} GPUs"
            for n in request.gpus if n * job.nodes % split}
     odd |= {n: f"ep {job.ep} does not divide the {n * job.nodes // split} data-parallel "
             "replicas" for n in request.gpus if n not in odd and n * job.nodes // split % job.ep}

@@ -232,16 +232,21 @@ class TrainingJob:
         for n in counts:
             if n * self.nodes % split:
                 name = "cp" if self.cp > 1 else "tp" if self.tp > 1 else "pp"
-                what = f"tp x pp x cp ({self.tp} x {self.pp} x {self.cp})" if self.cp > 1 \
-                    else f"tp x pp ({self.tp} x {self.pp})"
-                raise RequestError(f"{name} {getattr(self, name)}: {what} does not divide the "
-                                   f"{n * self.nodes} GPUs (gpus {n} x nodes {self.nodes})",
+                raise RequestError(f"{name} {getattr(self, name)}: {self.split} does not divide "
+                                   f"the {n * self.nodes} GPUs (gpus {n} x nodes {self.nodes})",
                                    name)
             if n * self.nodes // (self.tp * self.pp) % self.ep:
                 raise RequestError(f"ep {self.ep}: does not divide the "
                                    f"{n * self.nodes // (self.tp * self.pp)} data-parallel "
                                    "replicas (gpus x nodes / (tp x pp)) the experts are "
                                    "split over", "ep")
+
+    @property
+    def split(self) -> str:
+        """The GPUs a replica spans, as errors say it: `tp x pp (T x P)`, with cp where given."""
+        if self.cp > 1:
+            return f"tp x pp x cp ({self.tp} x {self.pp} x {self.cp})"
+        return f"tp x pp ({self.tp} x {self.pp})"
 
     @property
     def stages_per_gpu(self) -> int:
