@@ -142,6 +142,35 @@ def test_context_parallel_cuts_each_sequence_and_passes_keys_round_a_ring(gpt, t
         predict(TrainingJob(**dict(config, model=str(tmp_path / "cnn.onnx"), gpus=2, cp=2)))
 
 
+@pytest.mark.parametrize("config,expected", [
+    (dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+          num_attention_heads=8, num_key_value_heads=2, vocab_size=1024), (8, 2, 32)),
+    (dict(model_type="falcon", hidden_size=256, num_hidden_layers=2, num_attention_heads=8,
+          num_kv_heads=2, new_decoder_architecture=True, vocab_size=1024), (8, 2, 32)),
+    (CONFIG, (8, 8, 32)),  # GPT-2: one projection of queries, keys and values
+])
+def test_key_value_heads_are_read_from_the_projections(config, expected, tmp_path):
+    """Grouped-query attention: the keys' projection is the narrowest the scores read (Llama's
+    k_proj, Falcon's fused one as wide as heads + 2 x KV heads); tensor parallelism must divide
+    the KV heads as Megatron asserts (Llama: 8 heads but 2 KV heads, tp 4 refused); the ring
+    of context parallelism sends the KV heads' keys and values, not the model's width."""
+    from converters import from_hf_config
+    from mdot_jax.gpu.model_parallel import heads
+
+    seq = convert(from_hf_config(config, seq_len=128), batch_size=2, fuse=2)
+    assert {heads(seq, b) for b in attention_blocks(seq)} == {expected}
+    if expected[1] == expected[0]:
+        return
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    job = dict(model=str(tmp_path / "config.json"), seq_len=128, batch_size=2,
+               device="h100-sxm", precision="amp-bf16", gpus=4)
+    with pytest.raises(RequestError, match="^tp 4: does not divide the model's 2 key-value"):
+        predict(TrainingJob(**job, tp=4))
+    note = next(w for w in predict(TrainingJob(**job, cp=4)).warnings if "context par" in w)
+    kv = 2 * 2 * 128 / 4 * 2 * 32 * 2  # K and V of a GPU's piece: 2 KV heads of 32, bf16
+    assert f"({kv / 1e6:.3g} MB)" in note, note
+
+
 def test_the_operators_update_is_the_one_a_gpu_runs(gpt):
     """`--top`'s optimizer row is the update one GPU runs: its shard under FSDP, its stage's
     parameters in a pipeline (it was the whole model's, 8x the phase under FSDP on 8 GPUs)."""

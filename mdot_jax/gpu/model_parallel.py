@@ -9,7 +9,8 @@ the logits and the loss over them) T ways; the residual stream (tensors as wide 
 norms, residual adds, dropout on it) replicated, or cut T ways along the sequence with sequence
 parallelism. A layer all-reduces its [tokens, width] activations twice in the forward and twice
 in the backward (with sequence parallelism an all-gather and a reduce-scatter each: the same
-bytes), the vocabulary-parallel embedding once each way; nothing hides them.
+bytes), the vocabulary-parallel embedding once each way; nothing hides them. T must divide the
+heads and the key-value heads (grouped-query attention, `heads`), as Megatron-LM asserts.
 
 Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
 chunks of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved
@@ -60,6 +61,7 @@ from mdot_jax.serving.prediction import Prediction
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 _ALL_LOAD = [_L[f] for f in ("fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "params")]
+_KV_HOPS = 16  # operators between a projection and the scores (views, rotary, repeat_kv)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +100,36 @@ def batch_of(seq: OperatorSequence) -> int:
     return int(shapes[0][0]) if shapes else 1
 
 
+def heads(seq: OperatorSequence, block: Block) -> tuple[int, int, int]:
+    """A block's attention heads, key-value heads and head size. The key-value heads from
+    the width of the projections its scores read (walking back through views, rotary and
+    scaling to the first weight GEMM on each side): the narrowest is the keys' (grouped-query
+    attention: fewer than the heads); one fused projection of queries, keys and values is as
+    wide as heads + 2 x key-value heads. Where the graph says nothing clearer, as many as the
+    heads."""
+    from mdot_jax.gpu.spec_sheet import classify
+
+    c = seq.config[block.scores]
+    n_heads, size = int(c[_C["mm_batch"]]) // batch_of(seq), int(c[_C["mm_k"]])
+    preds: dict[int, list[int]] = {}
+    for src, dst in seq.edges.tolist():
+        preds.setdefault(dst, []).append(src)
+    widths, todo, seen = [], [(j, 0) for j in preds.get(block.scores, [])], set()
+    while todo:
+        i, hops = todo.pop()
+        if i in seen or hops > _KV_HOPS:
+            continue
+        seen.add(i)
+        if classify(seq.op_names[i], seq.config[i], seq.load[i])[1] == "linear":
+            widths.append(int(seq.config[i, _C["mm_n"]]))
+        else:
+            todo += [(j, hops + 1) for j in preds.get(i, [])]
+    kv = min(widths, default=0) // size if size else 0
+    if kv > n_heads and (kv - n_heads) % 2 == 0:  # one fused projection
+        kv = (kv - n_heads) // 2
+    return n_heads, kv if 0 < kv <= n_heads and n_heads % kv == 0 else n_heads, size
+
+
 def tokens_of(seq: OperatorSequence, blocks: Sequence[Block]) -> int:
     """Tokens of the batch: the elements of the rank-2 integer input ([batch, sequence]); a
     model without one (a ViT) the batch times the positions its attention runs over."""
@@ -119,10 +151,11 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
         raise RequestError(f"{'tp' if tp > 1 else 'pp'}: the model has no transformer layers "
                            "(attention blocks) to split", "tp" if tp > 1 else "pp")
     if tp > 1:
-        heads = int(seq.config[blocks[0].scores][_C["mm_batch"]]) // batch_of(seq)
-        if heads % tp:
-            raise RequestError(f"tp {tp}: does not divide the model's {heads} attention heads",
-                               "tp")
+        n_heads, kv, _ = heads(seq, blocks[0])
+        if n_heads % tp or kv % tp:
+            what = f"{n_heads} attention heads" if n_heads % tp else \
+                f"{kv} key-value heads (grouped-query attention)"
+            raise RequestError(f"tp {tp}: does not divide the model's {what}", "tp")
     if pp > 1 and len(blocks) < pp * v:
         what = f"{pp} stages" + (f" x {v} virtual stages" if v > 1 else "")
         raise RequestError(f"pp {pp}: {what} are more than the model's {len(blocks)} layers",
@@ -198,10 +231,11 @@ def whole_keys(seq: OperatorSequence, blocks: Sequence[Block], cp: int) -> Opera
 def context_exchange(p: Prediction, seq: OperatorSequence, blocks: Sequence[Block], cp: int,
                      tp: int, link: Link, act_bytes: int, passes: int) -> Prediction:
     """`p` (one micro-batch's step of the cut `seq`) with the exposed time of the ring's
-    sends (module docstring): a layer's keys and values of the GPU's piece (K and V as wide as
-    the model, 1 / tp of them on a GPU: fewer KV heads move less), (cp - 1) x (1 + 2 +
-    recomputed forwards) sends of them over `link`, less that layer's attention time."""
-    kv = 2.0 * tokens_of(seq, blocks) * width(seq) / tp * act_bytes
+    sends (module docstring): a layer's keys and values of the GPU's piece (its key-value
+    heads, `heads`, 1 / tp of them on a GPU), (cp - 1) x (1 + 2 + recomputed forwards) sends
+    of them over `link`, less that layer's attention time."""
+    _, kv_heads, size = heads(seq, blocks[0])
+    kv = 2.0 * tokens_of(seq, blocks) * kv_heads * size / tp * act_bytes
     sends = (cp - 1) * (passes + 1)  # forward, backward twice, a recomputed forward
     ring = sends * 1e3 * (kv / (link.gbs * 1e9) + link.latency_s)  # ms a layer
     by_node = {o["index"]: o["ms"] for o in p.operators or [] if "index" in o}
