@@ -21,8 +21,8 @@ without a checkpointing asked, a layout that does not fit is priced again with f
 checkpointing; a mixture of experts (unless the job gives
 `ep`) is priced at every expert-parallel degree (powers of two dividing the replicas and the
 experts) and the best kept. Splits the model cannot take (tensor parallelism not dividing the
-heads or the key-value heads, a pipeline deeper than the layers) are left out; a GPU no split could be priced on is
-kept once, infeasible, with the reason.
+heads or the key-value heads, a pipeline deeper than the layers) are left out; a GPU no split
+could be priced on is kept once, infeasible, with the reason.
 """
 
 from __future__ import annotations
