@@ -48,6 +48,15 @@ def test_every_row_is_sourced_and_consistent(gpu):
         assert all(t and t >= gpu.tflops["fp32"] for t in tensor)
     else:  # TF32 and bf16 came with Ampere
         assert gpu.tflops["tf32"] is None and gpu.tflops["bf16"] is None
+    # the board's power: published for every GPU but the A10G (AWS's, said in its note)
+    assert gpu.power_w >= 70 or (gpu.name == "nvidia-a10g" and "power" in gpu.note)
+
+
+def test_boards_of_one_chip_differ_by_their_power():
+    """The A100 PCIe cards share a spec sheet but not a power limit (250 W, 300 W)."""
+    pcie40, pcie80 = gpus.find("a100-pcie-40gb"), gpus.find("a100-pcie-80gb")
+    assert pcie40.tflops == pcie80.tflops and pcie40.power_w < pcie80.power_w
+    assert gpus.find("h100-sxm").power_w == 2 * gpus.find("h100-pcie").power_w
 
 
 @pytest.mark.parametrize("name,found", [
@@ -122,6 +131,8 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     ("tflops", {"fp32": float("nan")}, "positive 'fp32'"),
     ("tflops", {"fp32": 60, "bf16": float("inf")}, "'tflops.bf16' is inf"),
     ("nvswitch", None, "'nvswitch' is None"),
+    ("power_w", -300, "'power_w' is -300"),
+    ("power_w", "700 W", "'power_w' is '700 W'"),
 ])
 def test_a_spec_number_that_is_no_number_is_named(tmp_path, field, value, needle):
     """JSON's NaN and Infinity parse as floats: a 3.7x faster GPU, or a math error, before."""
