@@ -65,7 +65,9 @@ fusion. Its rule, written before any of them was priced: each priced once by the
 model from NAME's catalog row alone (nothing of that GPU is fitted), at the dataset's
 precision, step train, optimizer sgd; reported: MAPE, the median ratio, the 80% band's
 coverage where one is given, the memory estimate against each sample's measured peak where it
-has one (target: within 20%); then the RTX 3090's adaptation (10 rows drawn with
+has one (target: within 20%); where the kit traced a sample (`mdot profile --trace`), its
+GPU busy time and kernels against the price's GPU part and kernel count (`traced`); then the
+RTX 3090's adaptation (10 rows drawn with
 `default_rng(0)`, scored on the others). Targets: the RTX 3090's (15% from the spec sheet, 8%
 adapted). Added after the first results, since one fit over launch-bound and GPU-bound steps
 together serves neither: the same adaptation within each of the kit's sets (`by_set`) that has
@@ -204,13 +206,20 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     gpu = gpus.find(device)
     rows = []
     for s in load_dataset(dataset).samples:
+        ks: list[float] = []
         p = price(s.seq, gpu, model, precision=s.workload.precision, step="train",
-                  optimizer="sgd")
+                  optimizer="sgd", kernels=ks)
         rows.append(dict(model=s.arch, batch=s.workload.batch_size,
                          image_size=s.workload.input_size, measured_ms=s.label_ms,
                          predicted_ms=p.iteration_ms, memory_gb=p.memory_gb,
                          interval_ms=p.interval_ms, kernels=len(p.operators),
                          peak_gb=s.stats.get("peak_mb", math.nan) / 1e3))
+        trace = s.stats.get("trace") or {}
+        if trace.get("gpu_ms"):  # `mdot profile --trace` on a GPU: host against GPU
+            rows[-1]["trace"] = dict(
+                gpu_ms=trace["gpu_ms"], kernels=trace["kernels"], launches=trace["launches"],
+                predicted_gpu_ms=p.iteration_ms - p.phases.get("launch gaps", 0.0),
+                predicted_kernels=len(ks), busiest=trace["busiest"][:5])
     banded = [r for r in rows if r["interval_ms"]]
 
     def memory_within_20pct(rs):  # (within, of): rows with a peak, recorded by the kit
@@ -240,6 +249,16 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
                     memory_within_20pct="{} of {}".format(*memory_within_20pct(rs)),
                     adapted=adapt(rs))
 
+    def traced(rs):  # where a step's time went, from its trace: the GPU busy, or the host
+        t = [r["trace"] for r in rs if "trace" in r]
+        if not t:
+            return None
+        busy = [x["gpu_ms"] / r["measured_ms"] for r in rs if "trace" in r for x in [r["trace"]]]
+        return dict(n=len(t), gpu_busy_share=float(np.median(busy)), predicted_gpu_ratio=float(
+            np.median([x["predicted_gpu_ms"] / x["gpu_ms"] for x in t])),
+            predicted_kernels_ratio=float(np.median([x["predicted_kernels"] / x["kernels"]
+                                                     for x in t])))
+
     sets = {"224 px / 256 tokens and up (the kit's GPU set)":
             [r for r in rows if r["image_size"] >= 224],
             "smaller (the kit's core set: 64 px / 32 tokens)":
@@ -255,13 +274,18 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
         memory=dict(measured=peaks, within_20pct=within),
         band_coverage=dict(banded=len(banded), inside=sum(
             lo <= r["measured_ms"] <= hi for r in banded for lo, hi in [r["interval_ms"]])),
-        adapted=adapt(rows), rows=rows)
+        adapted=adapt(rows), traced=traced(rows), rows=rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / name).write_text(json.dumps(result, indent=1) + "\n")
     for r in sorted(rows, key=lambda r: r["predicted_ms"] / r["measured_ms"]):
+        t = r.get("trace")
+        busy = "" if t is None else (f"; GPU busy {t['gpu_ms']:.1f} ms, priced "
+                                     f"{t['predicted_gpu_ms']:.1f}; kernels {t['kernels']}, "
+                                     f"priced {t['predicted_kernels']}")
         print(f"{r['model']:<36} b{r['batch']:<4} {r['measured_ms']:9.1f} ms measured "
-              f"{r['predicted_ms']:9.1f} predicted ({r['predicted_ms'] / r['measured_ms']:.2f}x)")
+              f"{r['predicted_ms']:9.1f} predicted ({r['predicted_ms'] / r['measured_ms']:.2f}x)"
+              + busy)
     print({k: v for k, v in result.items() if k != "rows"})
 
 

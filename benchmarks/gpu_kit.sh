@@ -9,7 +9,8 @@
 #                                (NCHW and channels-last), cross-entropy over a vocabulary, AdamW
 #                                (`mdot_jax.measure.kernel_sweep`)
 #   amp-bf16-samples.jsonl       the probe; the GPU set (GPU_MODELS at 224 px or 256 tokens,
-#                                batch 32 and 128: steps that occupy the GPU); then the device
+#                                batch 32 and 128: steps that occupy the GPU; each traced:
+#                                kernels, GPU busy time, the busiest kernels); then the device
 #                                core set (64 px, 32 tokens: launch-bound on a big GPU);
 #                                autocast to bf16; on a GPU each sample's peak memory too
 #   amp-bf16-noisy.jsonl         samples measured, but too noisy to train on
@@ -95,15 +96,16 @@ if [ "$DRY" = 1 ]; then
   step 20 140 "$PY" -m mdot_jax.measure.kernel_sweep "$WORK/kernels.jsonl" --dry-run --seconds 10
   step 60 60 mdot probe --precision amp-bf16 --threads 2 --out "$WORK/amp-bf16" --keys "$KEYS"
   step 40 25 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
-    --batch-sizes 2 --image-sizes 32 --threads 2 --out "$WORK/fp32"
+    --batch-sizes 2 --image-sizes 32 --threads 2 --trace --out "$WORK/fp32"
   step 30 0 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 20
 else
   # the GPU set: every name is a zoo model (tests/test_gpu_kit.py checks)
   GPU_MODELS=resnet50,resnet101,convnext_tiny,efficientnet_b0,densenet121,mobilenet_v3_large
   GPU_MODELS+=,vit_b_16,swin_t,regnet_y_8gf,efficientnet_b3,bert-base,gpt2-small
   GPU_MODELS+=,distilbert-base,llama-small
+  # each sample traced: one more step under the profiler (its kernels, the GPU's busy time)
   GPU_SET=(--zoo torchvision,timm,hf --models "$GPU_MODELS" --image-sizes 224 --seq-lens 256
-           --batch-sizes 32,128 --threads 8)
+           --batch-sizes 32,128 --threads 8 --trace)
   step 120 390 "$PY" -m mdot_jax.measure.kernel_sweep "$WORK/kernels.jsonl" --seconds 110
   step 45 345 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
   step 130 215 mdot profile "${GPU_SET[@]}" --precision amp-bf16 --out "$WORK/amp-bf16"

@@ -57,7 +57,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                                         args.layout))
     protocol = Protocol(warmup=args.warmup, repeats=args.repeats, max_iter_s=args.max_iter_s,
                         budget_s=args.budget_s, optimizer=args.optimizer,
-                        precision=args.precision, layout=args.layout)
+                        precision=args.precision, layout=args.layout, trace=args.trace)
     zoos = [f"random:{args.n}:{args.seed}" if z == "random" else z for z in args.zoo.split(",")]
     try:
         report = profile(zoos, args.batch_sizes, args.image_sizes, out,
@@ -367,6 +367,10 @@ def add_commands(sub) -> None:
                                         "autocast to fp16 (with a gradient scaler) or bf16")
     p.add_argument("--layout", choices=LAYOUTS, default="nchw",
                    help="nhwc: image models in channels-last memory format")
+    p.add_argument("--trace", action="store_true",
+                   help="after the timed repeats, one more step under PyTorch's profiler: the "
+                        "kernels launched, the GPU's busy time and the busiest kernels in each "
+                        "sample's stats (on a CPU: the ATen operators)")
     p.add_argument("--warmup", type=POSITIVE_INT, default=2)
     p.add_argument("--repeats", type=POSITIVE_INT, default=5)
     p.add_argument("--max-iter-s", type=POSITIVE_FLOAT, default=4.0,

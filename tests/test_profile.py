@@ -105,6 +105,27 @@ def test_profile_refuses_a_generic_cpu_name_of_another_generation(tmp_path, thei
                 models=["mobilenet_v3_small"], protocol=FAST, speed_check=False)
 
 
+def test_a_traced_protocol_profiles_one_more_step():
+    """`mdot profile --trace`: after the timed repeats, one step under PyTorch's profiler
+    (on a CPU: the ATen operators it dispatched, busiest first); untraced, nothing."""
+    torch = pytest.importorskip("torch")
+    from mdot_jax.measure.profiler import BUSIEST, measure_step
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    x, target = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    traced: dict = {}
+    times = measure_step(model, x, target, Protocol(warmup=1, repeats=3, trace=True), "cpu",
+                         trace=traced)
+    assert len(times) == 3 and traced["launches"] is None and traced["gpu_ms"] is None
+    names = [name for name, _, _ in traced["busiest"]]
+    assert "aten::addmm" in names and len(names) <= BUSIEST and traced["aten_ops"] > len(names)
+    ms = [t for *_, t in traced["busiest"]]
+    assert ms == sorted(ms, reverse=True)
+    untraced: dict = {}
+    measure_step(model, x, target, Protocol(warmup=1, repeats=3), "cpu", trace=untraced)
+    assert untraced == {}
+
+
 def test_stats_golden():
     st = stats_of([10.0, 12.0, 14.0])
     assert st["median_ms"] == 12.0 and st["iqr_ms"] == 2.0

@@ -94,7 +94,9 @@ class Sample:
       workload: `Workload`.
       label_ms: measured milliseconds per training iteration (median of repeats).
       stats: repeats, times_ms, median_ms, iqr_ms, cv (percent) where measured by us; on a
-        GPU peak_mb, the step's `max_memory_allocated` above what was held before its model.
+        GPU peak_mb, the step's `max_memory_allocated` above what was held before its model;
+        with `mdot profile --trace`, `trace`: what one more step issued
+        (`measure.profiler.profiled`: kernels, launches, the GPU's busy time, the busiest).
       meta: fingerprint of the device and software, source row, parameter count, ...
     """
 

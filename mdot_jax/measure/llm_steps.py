@@ -30,6 +30,7 @@ import time
 
 from converters.export import EXPERT_COUNTS
 from mdot_jax.measure import resumable
+from mdot_jax.measure.profiler import BUSIEST, profiled  # noqa: F401 - BUSIEST: the rows' length
 
 SIZES = {"gpt2-124m": dict(n_layer=12, n_embd=768, n_head=12),
          "gpt2-350m": dict(n_layer=24, n_embd=1024, n_head=16)}
@@ -50,7 +51,6 @@ DRY_MOE = {"mixtral-tiny": dict(model_type="mixtral", hidden_size=64, intermedia
                                 num_hidden_layers=2, num_attention_heads=4,
                                 num_key_value_heads=2, num_local_experts=4,
                                 num_experts_per_tok=2, vocab_size=1000)}
-BUSIEST = 30  # kernels (ATen operators on a CPU) of the profiled step kept, by time
 
 
 def plan(dry: bool) -> list[dict]:
@@ -118,36 +118,9 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
         peak = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else None
         return dict(row, ms=statistics.median(times), ms_all=times, peak_gb=peak,
                     **({"experts_implementation": experts} if experts else {}),
-                    **_counts(step, device))
+                    **profiled(step, device))
     except torch.OutOfMemoryError:
         return dict(row, error="out of memory")
-
-
-def _counts(step, device: str) -> dict:
-    """What the host issues in one more `step`, under the profiler (after the timed ones):
-    `launches`, the kernels launched (CUDA's launch calls; None on a CPU), and `aten_ops`, the
-    ATen operators dispatched, nested ones included."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = device == "cuda"
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-                 ) as prof:
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-    events = prof.key_averages()
-    if cuda:  # the kernels, by their own GPU time
-        timed = [(e.key, e.count, e.self_device_time_total / 1e3) for e in events
-                 if e.device_type == torch.autograd.DeviceType.CUDA]
-    else:  # the ATen operators, by their own host time
-        timed = [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in events
-                 if e.key.startswith("aten::")]
-    timed.sort(key=lambda x: -x[2])
-    return dict(launches=sum(e.count for e in events if "LaunchKernel" in e.key) if cuda
-                else None, aten_ops=sum(e.count for e in events if e.key.startswith("aten::")),
-                gpu_ms=sum(t for *_, t in timed) if cuda else None,
-                busiest=[[name[:100], n, round(t, 4)] for name, n, t in timed[:BUSIEST]])
 
 
 def main(argv: list[str] | None = None) -> int:

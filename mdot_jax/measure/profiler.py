@@ -38,8 +38,10 @@ from mdot_jax.measure.zoo import ZooModel, _export, _inputs, find_model, zoo_mod
 from mdot_jax.options import LAYOUTS, MEASURED_PRECISIONS
 from mdot_jax.options import MEASURED_OPTIMIZERS as OPTIMIZERS
 
-
 # ---------------------------------------------------------------------------- measurement
+BUSIEST = 30  # kernels (ATen operators on a CPU) of a profiled step kept, by time
+
+
 @dataclass(frozen=True)
 class Protocol:
     warmup: int = 2
@@ -54,6 +56,7 @@ class Protocol:
     optimizer: str = "sgd"  # one of OPTIMIZERS: what the training step updates with
     precision: str = "fp32"  # one of MEASURED_PRECISIONS
     layout: str = "nchw"  # nhwc: image models and inputs in channels-last memory format
+    trace: bool = False  # one more step under the profiler: its kernels in the stats (`profiled`)
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -109,9 +112,11 @@ def training_step(model, x, target, optimizer: str, precision: str, device: str,
 
 
 def measure_step(model, x, target, protocol: Protocol, device: str,
-                 after_step: Callable[[], None] | None = None) -> list[float]:
+                 after_step: Callable[[], None] | None = None,
+                 trace: dict | None = None) -> list[float]:
     """Times training iterations; returns the per-iteration milliseconds of the repeats, and
-    calls `after_step` after each timed one (e.g. to sample the machine's load).
+    calls `after_step` after each timed one (e.g. to sample the machine's load); `trace`
+    receives what one more iteration issues (`profiled`), when the protocol traces.
 
     Raises `TooSlow` when a warm-up iteration past the first exceeds `protocol.max_iter_s`
     (the first, which pays for allocation and kernel set-up, only beyond `first_iter_slack`
@@ -144,7 +149,40 @@ def measure_step(model, x, target, protocol: Protocol, device: str,
         times.append((time.perf_counter() - t0) * 1e3)
         if after_step:
             after_step()
+    if protocol.trace and trace is not None:
+        trace.update(profiled(step, device))
     return times
+
+
+def profiled(step: Callable[[], None], device: str) -> dict:
+    """What the host issues in one more `step`, under PyTorch's profiler (after the timed
+    ones): `launches`, the kernel launch calls (None on a CPU); `kernels`, what ran on the GPU
+    (kernels, copies and sets); `aten_ops`, the ATen operators dispatched, nested ones
+    included; `gpu_ms`, the GPU's busy time (its kernels' own times summed); and `busiest`,
+    the `BUSIEST` kernels by time (name, count, ms; on a CPU the ATen operators by their own
+    host time)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+                 ) as prof:
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    if cuda:  # the kernels, by their own GPU time
+        timed = [(e.key, e.count, e.self_device_time_total / 1e3) for e in events
+                 if e.device_type == torch.autograd.DeviceType.CUDA]
+    else:  # the ATen operators, by their own host time
+        timed = [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in events
+                 if e.key.startswith("aten::")]
+    timed.sort(key=lambda x: -x[2])
+    return dict(launches=sum(e.count for e in events if "LaunchKernel" in e.key) if cuda
+                else None, kernels=sum(n for _, n, _ in timed) if cuda else None,
+                aten_ops=sum(e.count for e in events if e.key.startswith("aten::")),
+                gpu_ms=sum(t for *_, t in timed) if cuda else None,
+                busiest=[[name[:100], n, round(t, 4)] for name, n, t in timed[:BUSIEST]])
 
 
 def peak_memory(arch: str, size: int, batch: int, steps: int = 2,
@@ -375,8 +413,10 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
                 torch.cuda.reset_peak_memory_stats()
             x, target = _inputs(m, size, b, device, torch)
             load: list[float] = []  # other runnable threads, after each timed iteration
+            trace: dict = {}
             times = measure_step(model, x, target, protocol, device,
-                                 after_step=partial(_sample_load, load, fp["threads"]))
+                                 after_step=partial(_sample_load, load, fp["threads"]),
+                                 trace=trace)
         except TooSlow as e:
             too_slow = str(e)
             report.skip(k, "too_slow", too_slow)
@@ -388,6 +428,8 @@ def _profile_model_size(m: ZooModel, size, batches, key, writer, report, fp, dev
             st["noisy"] = st["cv"] > protocol.max_cv or st["others_running"] > protocol.max_others
             if device == "cuda":  # the step's peak, as `peak_memory` counts it
                 st["peak_mb"] = (torch.cuda.max_memory_allocated() - before) / 1e6
+            if trace:
+                st["trace"] = trace
             report.skipped.pop(k, None)  # measured on a retry
             writer.append(Sample(
                 key=k, arch=m.name, seq_path=f"seqs/{seq_key}.npz",
