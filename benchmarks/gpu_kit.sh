@@ -108,11 +108,11 @@ else
            --batch-sizes 32,128 --threads 8 --trace)
   step 120 390 "$PY" -m mdot_jax.measure.kernel_sweep "$WORK/kernels.jsonl" --seconds 110
   step 45 345 mdot probe --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
-  step 130 215 mdot profile "${GPU_SET[@]}" --precision amp-bf16 --out "$WORK/amp-bf16"
+  step 150 215 mdot profile "${GPU_SET[@]}" --precision amp-bf16 --out "$WORK/amp-bf16"
   step 80 135 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --seconds 70
   # the same graphs at fp32: their sequences are made already (no second export)
   mkdir -p "$WORK/fp32/seqs" && cp -n "$WORK"/amp-bf16/seqs/*.npz "$WORK/fp32/seqs/" 2>/dev/null
-  step 90 45 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
+  step 110 45 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
   # the core sets take what is left of the budget
   step 400 60 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
   step 400 0 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"
