@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT
+from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import UsageError
 from mdot_jax.options import (
     ATTENTION,
@@ -60,8 +60,9 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=POSITIVE_INT, help="dim 1 of rank-2 token-id inputs")
 
 
-def add_job_args(p: argparse.ArgumentParser) -> None:
-    """The job's flags, besides the model, its shapes and where it runs."""
+def add_job_args(p: argparse.ArgumentParser, cps: bool = False) -> None:
+    """The job's flags, besides the model, its shapes and where it runs; `cps`: --cp takes
+    several degrees (a plan's layout search tries each)."""
     p.add_argument("--precision", choices=PRECISIONS,
                    help="default: the device's usual (fp32 on CPUs and GPUs priced from their "
                         "spec sheet, amp-fp16 on a GPU checkpoint)")
@@ -89,10 +90,11 @@ def add_job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep", type=POSITIVE_INT, default=1,
                    help="a mixture of experts: its experts split over this many data-parallel "
                         "replicas, tokens exchanged all-to-all")
-    p.add_argument("--cp", type=POSITIVE_INT, default=1,
+    p.add_argument("--cp", type=_int_list if cps else POSITIVE_INT, default=[1] if cps else 1,
+                   metavar="C[,D,...]" if cps else "C",
                    help="context parallel (ring attention): each sequence cut over this many "
                         "GPUs; the data-parallel replicas are --gpus x --nodes / (--tp x --pp x "
-                        "--cp)")
+                        "--cp)" + ("; with --global-batch, several: each tried" if cps else ""))
     p.add_argument("--attention", choices=ATTENTION,
                    help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
                         "it (default: what PyTorch runs on the GPU at the precision)")

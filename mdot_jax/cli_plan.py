@@ -41,11 +41,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
                          "--global-batch, the largest micro-batch tried)")
     if args.plot and not args.prices:
         raise UsageError("--plot: draws the plans' cost against their time; give --prices")
+    cps, args.cp = args.cp, args.cp[0]  # several: the layout search's (`Plan.cps`)
+    if len(cps) > 1 and args.global_batch is None:
+        raise UsageError(f"--cp {','.join(map(str, cps))}: several context-parallel degrees are "
+                         "tried by the layout search; give --global-batch, or one --cp")
+    if len(cps) > 1:
+        args.cp = 1
     job = planning.job_for_plan(model=args.model, batch_size=args.batch_size,
                                 **cli_job.job_fields(args))
     request = planning.Plan(job, devices=args.devices, gpus=args.gpus,
                             prices=read_prices(args.prices), deadline_h=args.deadline,
-                            budget_usd=args.budget, global_batch=args.global_batch)
+                            budget_usd=args.budget, global_batch=args.global_batch,
+                            cps=tuple(cps) if len(cps) > 1 else ())
     if args.plot:  # before the search: a plot that cannot be written is said at once
         writers.prepare_file(args.plot, force=args.force, flag="--plot")
     try:
@@ -98,7 +105,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("plan", description=COMMANDS["plan"])
     p.add_argument("model", help="an .onnx file, an .npz, or a causal LM's config.json")
     cli_job.add_shape_args(p)
-    cli_job.add_job_args(p)
+    cli_job.add_job_args(p, cps=True)
     p.add_argument("--devices", default="all",
                    help="comma-separated GPUs of `mdot devices`, or all (default)")
     p.add_argument("--gpus", type=_int_list, default=[1, 2, 4, 8], metavar="N[,M,...]",
@@ -112,8 +119,8 @@ def add_commands(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing --plot file")
     p.add_argument("--global-batch", type=POSITIVE_INT, metavar="G",
                    help="samples an iteration, held fixed: split each GPU count every way "
-                        "(tensor, pipeline, data parallel; micro-batches up to --batch-size x "
-                        "accumulation; checkpointing where it would not fit)")
+                        "(tensor, pipeline, data parallel, each --cp; micro-batches up to "
+                        "--batch-size x accumulation; checkpointing where it would not fit)")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N", help="print the N best only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)

@@ -2,6 +2,7 @@
 ranked by cost under a deadline and a budget, what does not fit or cannot run said why, the
 Pareto front plotted; bad requests are one named error."""
 
+import dataclasses
 import json
 import re
 
@@ -11,7 +12,7 @@ from onnx_builders import attention, conv_bn_relu
 
 from mdot_jax import RequestError, TrainingJob
 from mdot_jax.cli import main
-from mdot_jax.serving.plan import Plan, pareto, plan
+from mdot_jax.serving.plan import Plan, job_for_plan, pareto, plan
 
 PRICES = {"h100-sxm": 3.99, "a100-sxm-80gb": 2.79, "nvidia-l4": 0.8}
 
@@ -209,7 +210,6 @@ def test_a_split_some_counts_cannot_take_lists_them_infeasible(decoder, capsys):
     assert set(rows) == {1, 2, 4}
     assert "tp x pp (2 x 1) does not divide 1 GPUs" in rows[1]
     assert "<0.001" in rows[4]  # a seconds-long job in hours, not 8.1e-05
-    from mdot_jax.serving.plan import job_for_plan
 
     job = job_for_plan(model=decoder, batch_size=2, seq_len=32, train_tokens=10**4, tp=2, ep=1)
     options = plan(Plan(job, devices="h100-sxm", gpus=(1, 4)))
@@ -227,3 +227,31 @@ def test_a_split_some_counts_cannot_take_lists_them_infeasible(decoder, capsys):
                             for o in searched)
     assert all(o.layout.micro_batch * o.layout.grad_accum * o.prediction.replicas == 4
                for o in searched)
+
+
+def test_the_layout_search_tries_each_context_parallel_degree_asked(decoder, capsys):
+    """`--global-batch 4 --cp 1,2,4 --gpus 4`: layouts with and without context parallelism,
+    each priced on the model cut to its sequence (cp 4 on a 32-token sequence: 4 tokens a
+    GPU); several degrees without the search, or beside the job's own cp, are one error."""
+    job = job_for_plan(model=decoder, batch_size=2, seq_len=32, train_tokens=10**4)
+    options = plan(Plan(job, devices="h100-sxm", gpus=(4,), global_batch=4, cps=(1, 2, 4, 2)))
+    cps = {o.layout.cp for o in options if o.prediction is not None}
+    assert cps == {1, 2, 4}
+    assert all(o.prediction.cp == o.layout.cp and o.layout.tp * o.layout.pp * o.layout.cp
+               * o.prediction.replicas == 4 for o in options if o.prediction is not None)
+    keys = [(str(o.layout), o.gpus) for o in options]
+    assert len(keys) == len(set(keys))  # cp 2 asked twice, priced once
+    for fields, needle in ((dict(cps=(1, 2)), "give global_batch"),
+                           (dict(cps=(1, 2), global_batch=4, job=dataclasses.replace(job, cp=2,
+                                                                                     gpus=2)),
+                            "no cp of the job's")):
+        with pytest.raises(RequestError, match=needle) as e:
+            Plan(**{"job": job, "devices": "h100-sxm", **fields})
+        assert e.value.field == "cps"
+    assert main(["plan", decoder, "--batch-size", "2", "--seq-len", "32", "--tokens", "1e4",
+                 "--devices", "h100-sxm", "--gpus", "4", "--cp", "1,2"]) == 2
+    assert "--cp 1,2: several context-parallel degrees" in capsys.readouterr().err
+    assert main(["plan", decoder, "--batch-size", "2", "--seq-len", "32", "--tokens", "1e4",
+                 "--devices", "h100-sxm", "--gpus", "4", "--global-batch", "4",
+                 "--cp", "1,2"]) == 0
+    assert " cp2 " in capsys.readouterr().out

@@ -15,7 +15,8 @@ divide its GPUs) is kept, infeasible, with the one-line reason.
 
 With `global_batch` (samples an iteration, held fixed), each GPU count is also split every way
 (`layouts`): tensor parallelism within a node (powers of two), pipeline stages (powers of two),
-the job's context parallelism as it gives it, the data-parallel replicas the rest,
+the job's context parallelism as it gives it (or each of `cps`, the model converted at each's
+cut sequence), the data-parallel replicas the rest,
 micro-batches of 1, 2, 4, ... up to the job's batch size accumulated to the global batch;
 without a checkpointing asked, a layout that does not fit is priced again with full activation
 checkpointing; a mixture of experts (unless the job gives
@@ -58,6 +59,7 @@ class Plan:
     deadline_h: float | None = None
     budget_usd: float | None = None
     global_batch: int | None = None  # samples an iteration: search the layouts (docstring)
+    cps: Sequence[int] = ()  # with global_batch: the context-parallel degrees to try
 
     def __post_init__(self):
         if not isinstance(self.job, TrainingJob):
@@ -74,6 +76,12 @@ class Plan:
         for name in ("deadline_h", "budget_usd"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
+        if self.cps:
+            _ints("cps", list(self.cps))
+            object.__setattr__(self, "cps", tuple(dict.fromkeys(self.cps)))  # each once
+            if self.global_batch is None or self.job.cp != 1:
+                raise RequestError("cps: context-parallel degrees the layout search tries; "
+                                   "give global_batch, and no cp of the job's", "cps")
         if self.global_batch is not None:
             _ints("global_batch", self.global_batch)
             job = self.job
@@ -231,13 +239,13 @@ def _search(request: Plan, progress: bool) -> list[Option]:
     from mdot_jax.serving.front import keeping_steps
 
     job = request.job
-    seqs: dict = {}  # the model converted at each micro-batch
+    seqs: dict = {}  # the model converted at each micro-batch and cut
     refused: dict[str, tuple[int, str]] = {}  # GPU -> a split the model refused, why
     out: dict[str, tuple[int, str]] = {}  # GPU -> why it cannot run the job at all
     work = [(gpu, n, lay) for gpu in request.candidates() for n in request.gpus
-            for lay in sorted(layouts(n, job.nodes, request.global_batch,  # type: ignore[arg-type]
-                                      job.batch_sizes[0], job.cp),
-                              key=lambda x: (x.tp, x.micro_batch, x.pp))]  # a step, its depths
+            for lay in sorted((x for cp in request.cps or (job.cp,) for x in layouts(
+                n, job.nodes, request.global_batch, job.batch_sizes[0], cp)),  # type: ignore
+                key=lambda x: (x.cp, x.tp, x.micro_batch, x.pp))]  # a step, its depths
     if not work:
         raise RequestError(f"global_batch {request.global_batch}: no count of GPUs asked "
                            f"({', '.join(str(n * job.nodes) for n in request.gpus)}) splits it "
@@ -269,14 +277,15 @@ def _search(request: Plan, progress: bool) -> list[Option]:
 
 def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[Option]:
     """`lay` of `n` GPUs per node priced, again with full checkpointing where it would not fit
-    without (unless the job asks a checkpointing); `seqs`: the model by micro-batch."""
+    without (unless the job asks a checkpointing); `seqs`: the model by micro-batch and cut."""
     from converters.fusion import fusion_version
     from mdot_jax.serving.front import _cut, _sequence, predict
 
-    job = request.job
-    if lay.micro_batch not in seqs:  # converted once per micro-batch
-        seqs[lay.micro_batch] = _sequence(_cut(job), lay.micro_batch, fusion_version(True))
-    seq, moe = seqs[lay.micro_batch], seqs[lay.micro_batch].meta.get("experts")
+    job = dataclasses.replace(request.job, cp=lay.cp, gpus=n)  # a count that takes the cut
+    key = (lay.micro_batch, lay.cp)
+    if key not in seqs:  # converted once per micro-batch and cut
+        seqs[key] = _sequence(_cut(job), lay.micro_batch, fusion_version(True))
+    seq, moe = seqs[key], seqs[key].meta.get("experts")
     replicas = n * job.nodes // (lay.tp * lay.pp * job.cp)
     eps = [job.ep] if job.ep > 1 or not moe else [
         e for e in (1 << i for i in range(replicas.bit_length()))

@@ -39,7 +39,8 @@ from mdot_jax.serving.request import TrainingJob
 MAX_JSON_KB = 256
 ANSWERS = 4096  # answers kept (an LRU of request bodies)
 JOB_FIELDS = [f.name for f in dataclasses.fields(TrainingJob) if f.name != "model"]
-PLAN_FIELDS = ("devices", "gpus", "prices", "deadline_h", "budget_usd", "global_batch")
+PLAN_FIELDS = ("devices", "gpus", "prices", "deadline_h", "budget_usd", "global_batch",
+               "cps")
 
 
 def _schema(fields) -> dict:
