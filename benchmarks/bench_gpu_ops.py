@@ -195,6 +195,31 @@ def steps(args, rows, seen) -> None:
           f"({ {k: round(float(np.mean(list(v.values()))), 2) for k, v in logo.items()} })")
 
 
+# what a CUDA kernel's name says it does (first match), to sum a traced step's time by class
+KERNEL_CLASSES = (
+    ("attention", r"flash|fmha|attention"),
+    ("depthwise conv", r"depthwise|dwconv"),
+    ("conv", r"conv|fprop|dgrad|wgrad|implicit_gemm|cudnn::(?!bn_)"),
+    ("gemm", r"gemm|xmma|cutlass|s16816|s1688|sm\d+_.*_tn|splitk"),
+    ("batch norm", r"batch_norm|bn_fw|bn_bw|welford"),
+    ("layer norm", r"layer_norm|layernorm|rms_norm"),
+    ("softmax", r"softmax"),
+    ("optimizer", r"multi_tensor_apply|foreach|adam"),
+    ("layout", r"nchwtonhwc|nhwctonchw|transpose|permute"),
+    ("reduction", r"reduce_kernel|reduce"),
+    ("copy", r"memcpy|memset|copy|cat|index|gather|scatter"),
+    ("elementwise", r"elementwise|vectorized|unrolled"),
+)
+
+
+def kernel_class(name: str) -> str:
+    """The class of a CUDA kernel by its name (`KERNEL_CLASSES`), else "other"."""
+    import re
+
+    low = name.lower()
+    return next((c for c, pattern in KERNEL_CLASSES if re.search(pattern, low)), "other")
+
+
 def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     """A GPU's measured steps priced from its spec sheet (`--timm`, `--measured`; the rules
     in the module docstring)."""
@@ -219,7 +244,9 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
             rows[-1]["trace"] = dict(
                 gpu_ms=trace["gpu_ms"], kernels=trace["kernels"], launches=trace["launches"],
                 predicted_gpu_ms=p.iteration_ms - p.phases.get("launch gaps", 0.0),
-                predicted_kernels=len(ks), busiest=trace["busiest"][:5])
+                predicted_kernels=len(ks), busiest=trace["busiest"][:5], by_class={
+                    c: round(sum(t for k, _, t in trace["busiest"] if kernel_class(k) == c), 4)
+                    for c in {kernel_class(k) for k, _, _ in trace["busiest"]}})
     banded = [r for r in rows if r["interval_ms"]]
 
     def memory_within_20pct(rs):  # (within, of): rows with a peak, recorded by the kit
@@ -254,10 +281,13 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
         if not t:
             return None
         busy = [x["gpu_ms"] / r["measured_ms"] for r in rs if "trace" in r for x in [r["trace"]]]
+        classes = sorted({c for x in t for c in x["by_class"]})
         return dict(n=len(t), gpu_busy_share=float(np.median(busy)), predicted_gpu_ratio=float(
             np.median([x["predicted_gpu_ms"] / x["gpu_ms"] for x in t])),
             predicted_kernels_ratio=float(np.median([x["predicted_kernels"] / x["kernels"]
-                                                     for x in t])))
+                                                     for x in t])),
+            busiest_share_by_class={c: float(np.median([x["by_class"].get(c, 0.0) / x["gpu_ms"]
+                                                        for x in t])) for c in classes})
 
     sets = {"224 px / 256 tokens and up (the kit's GPU set)":
             [r for r in rows if r["image_size"] >= 224],

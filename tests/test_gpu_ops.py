@@ -220,3 +220,29 @@ def test_a_gemm_is_never_priced_above_its_halves():
     assert asked[1][0] == (1, 4096, 15261, 1024) and asked[1][1] == (1, 512, 1024, 1024)
     assert (split_gemms(price, ["linear"], dims[:1], [None], 0) == price(["linear"], dims[:1],
                                                                         [None])).all()
+
+
+def test_a_traced_kernel_is_classed_by_its_name():
+    """`bench_gpu_ops --measured` sums a traced step's busiest kernels by class: cuBLAS and
+    CUTLASS GEMMs, cuDNN's convolutions but not its batch norm, PyTorch's depthwise kernels,
+    FlashAttention, the foreach optimizer, layout transposes; what it cannot tell, other."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu_ops.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu_ops", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = {
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas": "gemm",
+        "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn": "gemm",
+        "sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nchw": "conv",
+        "void cudnn::bn_fw_tr_1C11_kernel_NCHW<__nv_bfloat16, float, 512, true, 1>": "batch norm",
+        "void at::native::conv_depthwise2d_grad_weight_kernel<float, float>": "depthwise conv",
+        "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel": "attention",
+        "void at::native::multi_tensor_apply_kernel<TensorListMetadata<3>>": "optimizer",
+        "void nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float, true>": "layout",
+        "void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>": "elementwise",
+        "some_new_kernel": "other",
+    }
+    assert {name: bench.kernel_class(name) for name in cases} == cases
