@@ -255,3 +255,5 @@ def test_the_layout_search_tries_each_context_parallel_degree_asked(decoder, cap
                  "--devices", "h100-sxm", "--gpus", "4", "--global-batch", "4",
                  "--cp", "1,2"]) == 0
     assert " cp2 " in capsys.readouterr().out
+    with pytest.raises(RequestError, match="with context parallelism over 3 or 5 GPUs$"):
+        plan(Plan(job, devices="h100-sxm", gpus=(4,), global_batch=4, cps=(3, 5)))

@@ -247,10 +247,12 @@ def _search(request: Plan, progress: bool) -> list[Option]:
                 n, job.nodes, request.global_batch, job.batch_sizes[0], cp)),  # type: ignore
                 key=lambda x: (x.cp, x.tp, x.micro_batch, x.pp))]  # a step, its depths
     if not work:
+        cps = request.cps or ((job.cp,) if job.cp > 1 else ())
         raise RequestError(f"global_batch {request.global_batch}: no count of GPUs asked "
                            f"({', '.join(str(n * job.nodes) for n in request.gpus)}) splits it "
                            f"into whole micro-batches of 1-{job.batch_sizes[0]} per "
-                           "data-parallel replica", "global_batch")
+                           "data-parallel replica" + (f" with context parallelism over "
+                           f"{' or '.join(map(str, cps))} GPUs" if cps else ""), "global_batch")
     splits = {(n, lay.tp, lay.pp) for _, n, lay in work}
     options: list[Option] = []
     with keeping_steps():  # a step priced once for the pipeline depths built on it
