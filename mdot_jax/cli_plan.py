@@ -41,12 +41,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
                          "--global-batch, the largest micro-batch tried)")
     if args.plot and not args.prices:
         raise UsageError("--plot: draws the plans' cost against their time; give --prices")
-    cps, args.cp = args.cp, args.cp[0]  # several: the layout search's (`Plan.cps`)
+    cps = args.cp  # several: the layout search's (`Plan.cps`), the job's own cp 1
     if len(cps) > 1 and args.global_batch is None:
         raise UsageError(f"--cp {','.join(map(str, cps))}: several context-parallel degrees are "
                          "tried by the layout search; give --global-batch, or one --cp")
-    if len(cps) > 1:
-        args.cp = 1
+    args.cp = cps[0] if len(cps) == 1 else 1
     job = planning.job_for_plan(model=args.model, batch_size=args.batch_size,
                                 **cli_job.job_fields(args))
     request = planning.Plan(job, devices=args.devices, gpus=args.gpus,
