@@ -5,7 +5,9 @@ PyTorch itself runs one fused kernel (FlashAttention, memory-efficient attention
 GPUs at half precision, without the S x S tensors the decomposition shows.
 
 A block is causal when a mask of its full S x S (queries x keys) enters the work between the
-scores and the softmax, as decoders' causal masks do (a padding mask is [B, 1, 1, S]).
+scores and the softmax, as decoders' causal masks do (a padding mask is [B, 1, 1, S]): made by
+an operator of the graph, or folded into a constant at export (short sequences), then seen as
+the condition of the `Where` that applies it.
 
 Host-side numpy over `OperatorSequence.edges`; nothing here is jitted.
 """
@@ -18,9 +20,10 @@ import numpy as np
 
 from converters.sequence import CONFIG_FIELDS, OperatorSequence
 
-_BETWEEN = {"Add", "Sub", "Mul", "Div", "Where", "IsNaN", "Cast", "Dropout", "Neg", "Max"}
+_BETWEEN = {"Add", "Sub", "Mul", "Div", "Where", "IsNaN", "Cast", "Dropout", "Neg", "Max", "Tanh"}
 _HOPS = 6  # elementwise operators between the scores' MatMul and the Softmax, or after it
-_D = {f: CONFIG_FIELDS.index(f) for f in ("out_rank", "out_d2", "out_d3", "out_numel")}
+_D = {f: CONFIG_FIELDS.index(f) for f in ("out_rank", "out_d2", "out_d3", "out_numel", "in_rank",
+                                          "in_d2", "in_d3", "in_numel")}
 
 
 class Block(NamedTuple):
@@ -74,13 +77,16 @@ def attention_blocks(seq: OperatorSequence) -> list[Block]:
 
 def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
             preds: dict[int, list[int]]) -> bool:
-    """Whether a mask as wide as the scores' last two dims (queries x keys) enters `inner`."""
-    c = seq.config
+    """Whether a mask as wide as the scores' last two dims (queries x keys) enters `inner`:
+    an operator's output, or a constant `Where` selects by (its first input's shape)."""
+    c, names = seq.config, seq.op_names
     side = (c[scores, _D["out_d2"]], c[scores, _D["out_d3"]])
-    for i in inner:
-        for j in preds.get(i, []):
-            if j not in inner and c[j, _D["out_rank"]] >= 2 and side[0] == side[1] \
-                    and (c[j, _D["out_d2"]], c[j, _D["out_d3"]]) == side \
-                    and c[j, _D["out_numel"]] < c[scores, _D["out_numel"]]:
-                return True
-    return False
+    if side[0] != side[1]:
+        return False
+
+    def mask(j: int, io: str) -> bool:  # S x S, and fewer elements than the scores
+        return c[j, _D[f"{io}_rank"]] >= 2 and c[j, _D[f"{io}_numel"]] < \
+            c[scores, _D["out_numel"]] and (c[j, _D[f"{io}_d2"]], c[j, _D[f"{io}_d3"]]) == side
+
+    return any(mask(j, "out") for i in inner for j in preds.get(i, []) if j not in inner) or \
+        any(names[i] == "Where" and mask(i, "in") for i in inner)

@@ -35,3 +35,21 @@ def test_one_block_per_layer_of_a_transformer(build):
 
 def test_a_cnn_has_none():
     assert attention_blocks(convert(conv_bn_relu(training=True), batch_size=2)) == []
+
+
+@pytest.mark.parametrize("config,causal", [
+    # MPT's causal mask, folded into a constant at a short sequence, the condition of a Where
+    (dict(model_type="mpt", d_model=64, n_layers=2, n_heads=4, max_seq_len=128,
+          vocab_size=500, expansion_ratio=4), True),
+    # Gemma 2 caps its scores with a tanh before the softmax
+    (dict(model_type="gemma2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+          num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=500), True),
+    (dict(model_type="bert", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+          intermediate_size=128, vocab_size=500), False),
+])
+def test_blocks_and_their_causal_masks_however_exported(config, causal):
+    from converters import from_hf_config
+
+    seq = convert(from_hf_config(config, seq_len=128), batch_size=2, fuse=2)
+    blocks = attention_blocks(seq)
+    assert len(blocks) == 2 and {b.causal for b in blocks} == {causal}

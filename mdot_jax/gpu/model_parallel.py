@@ -61,7 +61,7 @@ from mdot_jax.serving.prediction import Prediction
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 _ALL_LOAD = [_L[f] for f in ("fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "params")]
-_KV_HOPS = 16  # operators between a projection and the scores (views, rotary, repeat_kv)
+_KV_HOPS = 32  # operators between a projection and the scores (views, rotary, repeat_kv)
 
 
 @dataclasses.dataclass(frozen=True)
