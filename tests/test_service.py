@@ -99,6 +99,14 @@ def test_plan_ranks_the_devices(server):
     assert layouts and all(x["pp"] == 1 for x in layouts)  # one block: no pipeline
     assert all(x["micro_batch"] * x["grad_accum"] * 2 // (x["tp"] * x["pp"]) == 8
                for x in layouts)
+    r = client.post("/v1/plan", json={  # context parallelism the model (no token ids) refuses
+        "model": sha, "batch_size": 4, "epochs": 1, "dataset_size": 10000,
+        "devices": ["h100-sxm"], "gpus": [2], "global_batch": 8, "cps": [1, 2]})
+    assert r.status_code == 200, r.text
+    assert {row["layout"]["cp"] for row in r.json()} == {1}
+    r = client.post("/v1/plan", json={"model": sha, "batch_size": 4, "epochs": 1,
+                                      "dataset_size": 10000, "cps": [1, 2]})
+    assert r.status_code == 422 and r.json()["field"] == "cps", r.text
     r = client.post("/v1/plan", json={  # a count the split does not divide: listed, not a 422
         "model": sha, "batch_size": 8, "epochs": 1, "dataset_size": 10000, "tp": 2,
         "devices": ["h100-sxm"], "gpus": [1, 2]})
