@@ -126,6 +126,24 @@ def test_a_traced_protocol_profiles_one_more_step():
     assert untraced == {}
 
 
+def test_a_profiler_that_fails_loses_no_measured_step(monkeypatch):
+    """No CUPTI in a lease's container, say: the trace says why; the timed repeats stand
+    (the sample was skipped as `cannot_train`, the LLM row lost, before)."""
+    torch = pytest.importorskip("torch")
+    from mdot_jax.measure.profiler import measure_step
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES")
+
+    monkeypatch.setattr("torch.profiler.profile", broken)
+    model = torch.nn.Linear(8, 4)
+    traced: dict = {}
+    times = measure_step(model, torch.randn(4, 8), torch.randint(0, 4, (4,)),
+                         Protocol(warmup=1, repeats=3, trace=True), "cpu", trace=traced)
+    assert len(times) == 3 and traced == {"trace_error": "RuntimeError: "
+                                                   "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES"}
+
+
 def test_stats_golden():
     st = stats_of([10.0, 12.0, 14.0])
     assert st["median_ms"] == 12.0 and st["iqr_ms"] == 2.0
