@@ -161,11 +161,16 @@ def profiled(step: Callable[[], None], device: str) -> dict:
     included; `gpu_ms`, the GPU's busy time (its kernels' own times summed); and `busiest`,
     the `BUSIEST` kernels by time (name, count, ms; on a CPU the ATen operators by their own
     host time). A profiler that fails (no CUPTI in a container, memory) says so in
-    `trace_error`, never losing the step measured before it."""
+    `trace_error`, never losing the step measured before it. CUPTI is torn down after each
+    trace (`TEARDOWN_CUPTI`, unless set otherwise): left attached it slows every later kernel
+    launch (pytorch/pytorch#144455), the steps timed after a trace too."""
+    import os
+
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device == "cuda"
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")
     try:
         with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda
                                                           else [])) as prof:
