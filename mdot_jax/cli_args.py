@@ -47,9 +47,10 @@ NON_NEGATIVE_FLOAT = _positive(float, zero=True)
 
 
 def hours(x: float) -> str:
-    """Hours in a table: whole from 100, else three figures; never in scientific notation
-    (under 3.6 s: <0.001)."""
-    return f"{x:.0f}" if x >= 100 else f"{x:.3g}" if x >= 1e-3 else "<0.001"
+    """Hours in a table: whole from 100 (thousands separated), else three figures; never in
+    scientific notation (under 3.6 s: <0.001; beyond a thousand years: >10,000,000)."""
+    return ">10,000,000" if x > 1e7 else f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if x >= 1e-3 \
+        else "<0.001"
 
 
 def _int_list(text: str) -> list[int]:
