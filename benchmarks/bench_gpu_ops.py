@@ -88,6 +88,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -214,8 +215,6 @@ KERNEL_CLASSES = (
 
 def kernel_class(name: str) -> str:
     """The class of a CUDA kernel by its name (`KERNEL_CLASSES`), else "other"."""
-    import re
-
     low = name.lower()
     return next((c for c, pattern in KERNEL_CLASSES if re.search(pattern, low)), "other")
 
@@ -241,12 +240,14 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
                          peak_gb=s.stats.get("peak_mb", math.nan) / 1e3))
         trace = s.stats.get("trace") or {}
         if trace.get("gpu_ms"):  # `mdot profile --trace` on a GPU: host against GPU
+            by_class: dict[str, float] = defaultdict(float)
+            for k, _, t in trace["busiest"]:
+                by_class[kernel_class(k)] += t
             rows[-1]["trace"] = dict(
                 gpu_ms=trace["gpu_ms"], kernels=trace["kernels"], launches=trace["launches"],
                 predicted_gpu_ms=p.iteration_ms - p.phases.get("launch gaps", 0.0),
-                predicted_kernels=len(ks), busiest=trace["busiest"][:5], by_class={
-                    c: round(sum(t for k, _, t in trace["busiest"] if kernel_class(k) == c), 4)
-                    for c in {kernel_class(k) for k, _, _ in trace["busiest"]}})
+                predicted_kernels=len(ks), busiest=trace["busiest"][:5],
+                by_class={c: round(t, 4) for c, t in by_class.items()})
     banded = [r for r in rows if r["interval_ms"]]
 
     def memory_within_20pct(rs):  # (within, of): rows with a peak, recorded by the kit
@@ -280,7 +281,7 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
         t = [r["trace"] for r in rs if "trace" in r]
         if not t:
             return None
-        busy = [x["gpu_ms"] / r["measured_ms"] for r in rs if "trace" in r for x in [r["trace"]]]
+        busy = [r["trace"]["gpu_ms"] / r["measured_ms"] for r in rs if "trace" in r]
         classes = sorted({c for x in t for c in x["by_class"]})
         return dict(n=len(t), gpu_busy_share=float(np.median(busy)), predicted_gpu_ratio=float(
             np.median([x["predicted_gpu_ms"] / x["gpu_ms"] for x in t])),

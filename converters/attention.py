@@ -54,11 +54,7 @@ def _walk(start: int, step: dict[int, list[int]], names: np.ndarray
 def attention_blocks(seq: OperatorSequence) -> list[Block]:
     """Every Softmax with a MatMul upstream and one downstream, in graph order."""
     names = seq.op_names
-    preds: dict[int, list[int]] = {}
-    succs: dict[int, list[int]] = {}
-    for src, dst in seq.edges.tolist():
-        preds.setdefault(dst, []).append(src)
-        succs.setdefault(src, []).append(dst)
+    preds, succs = seq.neighbours()
     blocks = []
     for i in np.flatnonzero(names == "Softmax").tolist():
         up, down = _walk(i, preds, names), _walk(i, succs, names)

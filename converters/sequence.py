@@ -155,6 +155,16 @@ class OperatorSequence:
         return (np.bincount(self.edges[:, 1], minlength=n).astype(np.int32),
                 np.bincount(self.edges[:, 0], minlength=n).astype(np.int32))
 
+    def neighbours(self) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+        """`(preds, succs)`: each operator's producers (the operators whose outputs it reads)
+        and consumers, where it has any."""
+        preds: dict[int, list[int]] = {}
+        succs: dict[int, list[int]] = {}
+        for src, dst in self.edges.tolist():
+            preds.setdefault(dst, []).append(src)
+            succs.setdefault(src, []).append(dst)
+        return preds, succs
+
     def positional_encoding(self, kind: str, dim: int) -> np.ndarray:
         """`[N, dim] float32` graph positional encoding, `kind` in `graph.PE_FUNCTIONS`."""
         if kind not in PE_FUNCTIONS:

@@ -22,9 +22,7 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
     """The cast kernels autocast adds, as `spec_sheet.price` lists work: (node, phase,
     operator, dims, GPU, 1.0); with `half_weights`, no weight's."""
     weights = 0 if half_weights else 1
-    reads: dict[int, list[int]] = {}  # node -> the nodes whose outputs it reads
-    for src, dst in seq.edges.tolist():
-        reads.setdefault(dst, []).append(src)
+    reads, _ = seq.neighbours()  # node -> the nodes whose outputs it reads
     out, names = [], seq.op_names
     for i, kind in enumerate(kinds):
         if kind not in ("linear", "bmm", "conv") or i in skip:

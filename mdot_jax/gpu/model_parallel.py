@@ -111,9 +111,7 @@ def heads(seq: OperatorSequence, block: Block) -> tuple[int, int, int]:
 
     c = seq.config[block.scores]
     n_heads, size = int(c[_C["mm_batch"]]) // batch_of(seq), int(c[_C["mm_k"]])
-    preds: dict[int, list[int]] = {}
-    for src, dst in seq.edges.tolist():
-        preds.setdefault(dst, []).append(src)
+    preds, _ = seq.neighbours()
     widths, todo, seen = [], [(j, 0) for j in preds.get(block.scores, [])], set()
     while todo:
         i, hops = todo.pop()
@@ -328,9 +326,10 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     memory = state + _activation_bytes(seq, stage, blocks, layout, m, precision,
                                        checkpointing, fused)
     full = int(np.argmax(memory))
-    update = one.phases.get("update", 0.0) * state[slow] / max(state.sum(), 1.0)
-    one = dataclasses.replace(one, operators=updating(
-        one.operators, float(state[slow] / max(state.sum(), 1.0)), "the slowest stage's"))
+    updates = float(state[slow] / max(state.sum(), 1.0))  # of the parameters, the slowest's
+    update = one.phases.get("update", 0.0) * updates
+    one = dataclasses.replace(one, operators=updating(one.operators, updates,
+                                                      "the slowest stage's"))
     phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
     phases.update(update=float(update),
                   communication=float(m * (ring[slow] + tp_ms[slow] + p2p)))

@@ -30,7 +30,7 @@ import time
 
 from converters.export import EXPERT_COUNTS
 from mdot_jax.measure import resumable
-from mdot_jax.measure.profiler import BUSIEST, profiled  # noqa: F401 - BUSIEST: the rows' length
+from mdot_jax.measure.profiler import profiled
 
 SIZES = {"gpt2-124m": dict(n_layer=12, n_embd=768, n_head=12),
          "gpt2-350m": dict(n_layer=24, n_embd=1024, n_head=16)}
