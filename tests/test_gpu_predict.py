@@ -354,3 +354,53 @@ def test_fp8_runs_the_linear_layers_at_the_fp8_peak_with_their_casts(step_model)
     price(odd, h100, step_model, precision="fp8", kernels=n[0])
     price(odd, h100, step_model, precision="amp-bf16", kernels=n[1])
     assert len(n[0]) == len(n[1])  # no casts: the linear layers stay at bf16
+
+
+def test_the_kernels_pytorchs_dispatcher_runs(step_model):
+    """Where the step model says `dispatcher_kernels`: a Linear's bias added in its GEMM (not
+    when its input is a transposed view, nor for `x @ W + b`), gradients written unless they
+    accumulate (then a transposed weight's too), each bias cast under autocast, and a training
+    batch norm's counter."""
+    import copy
+
+    import torch
+
+    from converters import from_torch
+    from mdot_jax.gpu.dispatcher import linear_biases
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(8, 4)
+            self.w, self.c = torch.nn.Parameter(torch.ones(32, 16)), torch.nn.Parameter(
+                torch.ones(16))
+
+        def forward(self, x):  # [2, 8, 16]
+            h = torch.relu(self.a(x)) @ self.w + self.c  # [2, 8, 16]: not a Linear
+            return self.b(h.transpose(1, 2))  # a transposed view: matmul, then the bias
+
+    seq = _seq(from_torch(Net(), torch.zeros(2, 8, 16)), batch=2)
+    assert list(linear_biases(seq).values()) == [
+        i for i, n in enumerate(seq.node_names) if n.startswith("/a/") and
+        seq.op_names[i] == "MatMul"]
+    on = copy.copy(step_model)  # the cached model stays as loaded
+    on.info = {**step_model.info, "dispatcher_kernels": True}
+    h100 = gpus.find("h100-sxm")
+
+    def count(model, seq, **kw):
+        ks: list[float] = []
+        price(seq, h100, model, host_ms=0.0, kernels=ks, **kw)
+        return len(ks)
+
+    # one bias Add fewer; no gradient added where an operator holds parameters (three biases,
+    # the weight `@ self.w` reads)
+    assert count(step_model, seq) - count(on, seq) == 1 + 4
+    # accumulated: those four and the two Linears' weights, behind their transposes
+    assert count(on, seq, accumulate_grads=True) - count(on, seq) == 4 + 2
+    # autocast: the fused bias cast forward and its gradient back
+    amp = dict(precision="amp-bf16")
+    assert count(on, seq, **amp) - count(on, seq) == \
+        count(step_model, seq, **amp) - count(step_model, seq) + 2
+    bn = _seq(conv_bn_relu(training=True, size=8), batch=2)
+    # the counter, and no gradient added for the convolution's weight nor the batch norm's
+    assert count(on, bn) - count(step_model, bn) == 1 - 2
