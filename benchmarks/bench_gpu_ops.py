@@ -104,8 +104,6 @@ from mdot_jax.gpu.gpu_ops import (
 )
 from mdot_jax.gpu.work import roofline_ms
 
-# NeuSight's loop runs 25 backward passes and never zeroes the gradients: each adds into them
-NEUSIGHT_ACCUMULATES = True
 PRICERS = {"calibrated roofline": CalibratedRoofline.fit, "binned roofline": BinnedRoofline.fit,
            "operator model": GpuOpModel.fit}
 
@@ -234,7 +232,7 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     for s in load_dataset(dataset).samples:
         ks: list[float] = []
         p = price(s.seq, gpu, model, precision=s.workload.precision, step="train",
-                  optimizer="sgd", kernels=ks, accumulate_grads=bool(args.timm))
+                  optimizer="sgd", kernels=ks)
         rows.append(dict(model=s.arch, batch=s.workload.batch_size,
                          image_size=s.workload.input_size, measured_ms=s.label_ms,
                          predicted_ms=p.iteration_ms, memory_gb=p.memory_gb,
@@ -380,8 +378,7 @@ def onnx_steps(args) -> None:
                         m = _EncoderDecoder(m)
                     onnx.save(from_torch(m, torch.randint(0, 1000, (1, seq_len))), file)
                 seq = convert(file, batch_size=batch, fuse=True)
-                ms[layers] = price(seq, gpu, model, step="fwd-bwd",
-                                   accumulate_grads=NEUSIGHT_ACCUMULATES).iteration_ms
+                ms[layers] = price(seq, gpu, model, step="fwd-bwd").iteration_ms
         except ConversionError as e:
             failed[f"{gpu.name} {stem}"] = str(e)
             print(f"{gpu.name} {stem}: not priced: {e}", flush=True)
@@ -424,8 +421,7 @@ def _step_of(name: str, seq_len: int, batch: int, gpu, model, cache: Path, layer
     ps, params = {}, {}
     for k in (2, 4):
         seq = convert(cache / f"{name}-{seq_len}-{k}.onnx", batch_size=batch, fuse=True)
-        ps[k], params[k] = price(seq, gpu, model, step="fwd-bwd",
-                                 accumulate_grads=NEUSIGHT_ACCUMULATES), seq.params
+        ps[k], params[k] = price(seq, gpu, model, step="fwd-bwd"), seq.params
     f = (layers - 2) / 2
 
     def extend(a, b):

@@ -55,11 +55,10 @@ def _kind(arch: str) -> str:
 
 
 def steps(datasets: list[Path], device: str, models: dict, layout: str | None = None,
-          keep=None, accumulate_grads: bool = False) -> dict:
+          keep=None) -> dict:
     """Each sample of `datasets` (at `layout`, those `keep(sample)` holds for if given) priced
-    by every model of `models` (name -> StepModel) at its own precision, SGD as measured
-    (`accumulate_grads`: its loop added gradients into existing ones): MAPE and median ratio
-    per model, overall and per kind."""
+    by every model of `models` (name -> StepModel) at its own precision, SGD as measured: MAPE
+    and median ratio per model, overall and per kind."""
     from mdot_jax.data.dataset import load_dataset
     from mdot_jax.gpu import catalog
     from mdot_jax.gpu.spec_sheet import price
@@ -71,8 +70,7 @@ def steps(datasets: list[Path], device: str, models: dict, layout: str | None = 
             continue
         rows.append(dict(arch=s.arch, kind=_kind(s.arch), measured_ms=s.label_ms, **{
             name: price(s.seq, gpu, m, precision=s.workload.precision, step="train",
-                        optimizer="sgd", fit=False,
-                        accumulate_grads=accumulate_grads).iteration_ms
+                        optimizer="sgd", fit=False).iteration_ms
             for name, m in models.items()}))
     out: dict = {}
     for scope in ("all", "transformer", "cnn"):

@@ -68,7 +68,6 @@ from converters.traits import LOSSES, TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import autocast, peaks, tensor_cores
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu import dispatcher as dispatcher_
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
@@ -236,7 +235,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
           attention: str = "eager", blocks: list[Block] | None = None,
           host_ms: float | None = None, kernels: list[float] | None = None,
           half_weights: bool = False, framework: str = "pytorch",
-          recompute: Collection[int] = (), accumulate_grads: bool = False) -> Prediction:
+          recompute: Collection[int] = ()) -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`, each with its `index` in `seq`), warnings for whatever is
     extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
@@ -247,11 +246,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     `kernels`, if given, receives the kernel times in the order they run. `half_weights`: the
     weights reach the step in the half type already (FSDP's mixed precision gathers them so):
     autocast casts none of them. `framework`: whose kernels (the module docstring's rule).
-    `recompute`: the nodes whose forward kernels run again in the backward (checkpointing).
-    `accumulate_grads`: the backward adds each weight's gradient into one that exists
-    (PyTorch 1.x's zero_grad, a loop that never zeroes, a micro-batch after the first of
-    gradient accumulation) rather than writing it (`zero_grad(set_to_none=True)`); counted
-    where the step model says `dispatcher_kernels` (before, every step added them)."""
+    `recompute`: the nodes whose forward kernels run again in the backward (checkpointing)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
@@ -269,8 +264,6 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     megatron = framework == "megatron"
     if megatron and not half:
         raise ValueError(f"framework megatron trains at {', '.join(AUTOCAST)}, not {precision}")
-    dispatcher = bool(model.info.get("dispatcher_kernels")) and not megatron
-    biases = dispatcher_.linear_biases(seq) if dispatcher else {}
     names = seq.op_names.tolist()
     has_input = np.zeros(len(names), bool)
     has_input[seq.edges[:, 1]] = True
@@ -295,8 +288,6 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
         kind, op, dims = classify(name, c, load)
         kinds[i] = kind
-        if kind == "free" and accumulate_grads and dispatcher and load[_L["params"]] > 0:
-            work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
         if kind == "free" or i in inside or any(i == b.output for b in blocks):
             continue
         if kind == "other":
@@ -305,8 +296,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         seen = at["conv"] if kind == "conv" else at["linear"] if op == "linear" and \
             peaks.takes_linear_peak(dims) else at["gemm"] if op in ("bmm", "linear") else \
             at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
-        if i not in biases:  # (a Linear's bias: added in its GEMM's epilogue)
-            work.append((i, "fw", op, dims, seen, 1.0))
+        work.append((i, "fw", op, dims, seen, 1.0))
         if kind == "conv":
             odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
                           c[_C["groups"]]) != (3, 3, 1, 1)
@@ -324,15 +314,11 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             work.extend((i, "bw", o, d, seen, 1.0) for o, d in grads)
         else:  # the forward again, times its kind's measured backward / forward ratio
             work.append((i, "bw", op, dims, seen, model.ratios.get(_ratio_kind(kind), 1.0)))
-        if load[_L["params"]] > 0 and (accumulate_grads or not dispatcher):  # accumulation
+        if load[_L["params"]] > 0:  # the gradient's accumulation
             work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
     if half and not megatron:
         work.extend(autocast.casts(seq, kinds, inside | {b.output for b in blocks},
                                    at["fp32"], half_weights))
-        if dispatcher and not half_weights:
-            work.extend(dispatcher_.bias_casts(seq, biases, at["fp32"]))
-    if dispatcher:
-        work.extend(dispatcher_.counters(seq, at["fp32"]))
     if lin:
         work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
                                         and w[2] == "linear" and w[4] is at["linear"]],

@@ -305,7 +305,7 @@ class _SpecSheet:
                                "config.json has them)", "ep")
         key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, job.ep, precision,
                job.step, job.optimizer, attention, job.strategy == "fsdp", job.framework,
-               job.activation_checkpointing, job.grad_accum > 1)
+               job.activation_checkpointing)
         steps = _KEPT.get()
         for kept, priced in steps or ():
             if kept[0] is seq and kept[1] is self.model and kept[2:] == key[2:]:
@@ -321,9 +321,7 @@ class _SpecSheet:
         one = price(self.seq, self.gpu, self.model, precision=precision,
                     step=job.step or "train", optimizer=job.optimizer, fit=False,
                     attention=attention, blocks=blocks, half_weights=job.strategy == "fsdp",
-                    framework=job.framework, recompute=again,
-                    # micro-batches after the first add their gradients (the first's priced so)
-                    accumulate_grads=job.grad_accum > 1)
+                    framework=job.framework, recompute=again)
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision, job.optimizer,
                                     job.activation_checkpointing, self.fused, blocks)
