@@ -6,8 +6,10 @@ GPUs at half precision, without the S x S tensors the decomposition shows.
 
 A block is causal when a mask of its full S x S (queries x keys) enters the work between the
 scores and the softmax, as decoders' causal masks do (a padding mask is [B, 1, 1, S]): made by
-an operator of the graph, or folded into a constant at export (short sequences), then seen as
-the condition of the `Where` that applies it.
+an operator of the graph from no parameter (an S x S term a parameter reaches is a learned
+position bias: Swin's, LeViT's, T5's), or folded into a constant at export (short sequences),
+then seen as the condition of the `Where` that applies it or as the constant operand of an
+`Add` over the scores as they are.
 
 Host-side numpy over `OperatorSequence.edges`; nothing here is jitted.
 """
@@ -18,12 +20,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from converters.sequence import CONFIG_FIELDS, OperatorSequence
+from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 
 _BETWEEN = {"Add", "Sub", "Mul", "Div", "Where", "IsNaN", "Cast", "Dropout", "Neg", "Max", "Tanh"}
 _HOPS = 6  # elementwise operators between the scores' MatMul and the Softmax, or after it
 _D = {f: CONFIG_FIELDS.index(f) for f in ("out_rank", "out_d2", "out_d3", "out_numel", "in_rank",
-                                          "in_d2", "in_d3", "in_numel")}
+                                          "in_d2", "in_d3", "in_numel", "elem_bytes",
+                                          "n_param_inputs")}
+_L = {f: LOAD_FIELDS.index(f) for f in ("bytes_read", "params")}
+_BIAS_HOPS = 12  # operators back from an S x S term to the parameter table it is gathered from
 
 
 class Block(NamedTuple):
@@ -74,15 +79,34 @@ def attention_blocks(seq: OperatorSequence) -> list[Block]:
 def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
             preds: dict[int, list[int]]) -> bool:
     """Whether a mask as wide as the scores' last two dims (queries x keys) enters `inner`:
-    an operator's output, or a constant `Where` selects by (its first input's shape)."""
-    c, names = seq.config, seq.op_names
+    an operator's output no parameter reaches, or a constant a `Where` selects by (its first
+    input's shape) or an `Add` adds to the scores (its second operand's bytes)."""
+    c, ld, names = seq.config, seq.load, seq.op_names
     side = (c[scores, _D["out_d2"]], c[scores, _D["out_d3"]])
     if side[0] != side[1]:
         return False
+    numel = c[scores, _D["out_numel"]]
 
     def mask(j: int, io: str) -> bool:  # S x S, and fewer elements than the scores
-        return c[j, _D[f"{io}_rank"]] >= 2 and c[j, _D[f"{io}_numel"]] < \
-            c[scores, _D["out_numel"]] and (c[j, _D[f"{io}_d2"]], c[j, _D[f"{io}_d3"]]) == side
+        return c[j, _D[f"{io}_rank"]] >= 2 and c[j, _D[f"{io}_numel"]] < numel and \
+            (c[j, _D[f"{io}_d2"]], c[j, _D[f"{io}_d3"]]) == side
 
-    return any(mask(j, "out") for i in inner for j in preds.get(i, []) if j not in inner) or \
-        any(names[i] == "Where" and mask(i, "in") for i in inner)
+    def learned(j: int) -> bool:  # a parameter among the operators it is computed from
+        seen, todo = set(), [j]
+        for _ in range(_BIAS_HOPS):
+            todo = [k for k in todo if k not in seen]
+            seen.update(todo)
+            if any(ld[k, _L["params"]] > 0 for k in todo):
+                return True
+            todo = [p for k in todo for p in preds.get(k, [])]
+        return False
+
+    def constant(i: int) -> bool:  # Add(scores, a folded S x S constant), at the scores' rank
+        other = ld[i, _L["bytes_read"]] / c[i, _D["elem_bytes"]] - c[i, _D["in_numel"]]
+        return names[i] == "Add" and len(preds.get(i, [])) == 1 and \
+            c[i, _D["n_param_inputs"]] == 0 and c[i, _D["out_rank"]] == c[scores, _D["out_rank"]] \
+            and 0 < other < numel and other % (side[0] * side[1]) == 0
+
+    return any(mask(j, "out") and not learned(j) for i in inner for j in preds.get(i, [])
+               if j not in inner) or \
+        any(names[i] == "Where" and mask(i, "in") or constant(i) for i in inner)

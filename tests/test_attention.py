@@ -53,3 +53,31 @@ def test_blocks_and_their_causal_masks_however_exported(config, causal):
     seq = convert(from_hf_config(config, seq_len=128), batch_size=2, fuse=2)
     blocks = attention_blocks(seq)
     assert len(blocks) == 2 and {b.causal for b in blocks} == {causal}
+
+
+class _Biased(torch.nn.Module):
+    """One attention block over [B, 8, 16] whose scores gain a learned relative position bias
+    (a table gathered per query-key pair: Swin's, LeViT's, T5's) or a causal mask kept as a
+    buffer (a constant at export) and added."""
+
+    def __init__(self, learned: bool):
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+        idx = torch.arange(8)[:, None] - torch.arange(8)[None, :] + 7
+        self.register_buffer("idx", idx)
+        self.table = torch.nn.Parameter(torch.zeros(15)) if learned else None
+        self.register_buffer("mask", torch.full((8, 8), -1e4).triu(1)[None])
+        self.learned = learned
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        s = q @ k.transpose(1, 2)
+        s = s + (self.table[self.idx] if self.learned else self.mask)
+        return s.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("learned", [True, False])
+def test_a_learned_position_bias_is_no_causal_mask_and_an_added_constant_one_is(learned):
+    seq = convert(from_torch(_Biased(learned), torch.zeros(2, 8, 16)), batch_size=2, fuse=2)
+    (block,) = attention_blocks(seq)
+    assert block.causal is not learned
