@@ -143,13 +143,16 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
               + f" {r.mfu or 0:>5.0%}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
               + (f" {hours(r.job_s / 3600):>7} {_range(r.job_interval_s, 1 / 3600, hours):>13}"
                  if job else ""))
+    # the lines below describe the last row
+    at = "" if len(rows) == 1 else f"at {_n(r.gpus, 'GPU')}, " if by_gpus else \
+        f"at batch {r.batch_size}, "
     if r.tp * r.pp * r.cp > 1:
         split = [f"{r.tp}-way tensor parallel"] * (r.tp > 1) + [_n(r.pp, "pipeline stage")] * (
             r.pp > 1) + [f"{r.cp}-way context parallel"] * (r.cp > 1)
-        print(f"each of {_n(r.replicas, 'data-parallel replica')}: {' x '.join(split)}, "
+        print(f"{at}each of {_n(r.replicas, 'data-parallel replica')}: {' x '.join(split)}, "
               f"{_n(r.grad_accum, 'micro-batch')} of {r.batch_size}; memory per GPU")
     if r.phases:
-        print("of which " + ", ".join(f"{k} {v:.4g} ms" for k, v in r.phases.items()))
+        print(f"{at}of which " + ", ".join(f"{k} {v:.4g} ms" for k, v in r.phases.items()))
     if any(r.interval_ms for r in rows):
         print("80% band: where 80% of the measured times fell, for predictions like these, on "
               + ("GPUs" if r.phases else "model families") + " the predictor had not seen")

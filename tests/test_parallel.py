@@ -93,7 +93,9 @@ def test_predict_tables_gpus(capsys, tmp_path):
     assert json.loads(capsys.readouterr().out)["iteration_ms"] == rows[0]["iteration_ms"]
     assert main([str(a) for a in args + ["--gpus", "4", "--nodes", "2"]]) == 0
     out = capsys.readouterr().out
-    assert "scaling" in out and "communication" in out
+    assert "scaling" in out and "communication" in out and "\nof which " in out
+    assert main([str(a) for a in args + ["--gpus", "1,2,8"]]) == 0
+    assert "\nat 8 GPUs, of which " in capsys.readouterr().out  # the breakdown is the last row's
     for extra, needle in [(["--gpus", "2", "--device", "rtx3090", "--checkpoint", "timm-rtx3090"],
                            "--gpus: data-parallel"),
                           (["--gpus", "2,4", "--batch-sizes", "2,4"], "give one"),
