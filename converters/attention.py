@@ -103,7 +103,7 @@ def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
         return False
 
     def constant(i: int) -> bool:  # Add(scores, a folded S x S constant), at the scores' rank
-        other = ld[i, _L["bytes_read"]] / c[i, _D["elem_bytes"]] - c[i, _D["in_numel"]]
+        other = ld[i, _L["bytes_read"]] / max(c[i, _D["elem_bytes"]], 1) - c[i, _D["in_numel"]]
         return names[i] == "Add" and len(preds.get(i, [])) == 1 and \
             c[i, _D["n_param_inputs"]] == 0 and c[i, _D["out_rank"]] == c[scores, _D["out_rank"]] \
             and 0 < other < numel and other % (side[0] * side[1]) == 0
