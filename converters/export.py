@@ -32,7 +32,7 @@ from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.experts import balanced, describe
 from converters.repeat import layer_stack, repeat_layer, template
-from converters.sequence import DATA_INPUTS_KEY, EXPERTS_KEY, PARAMS_KEY
+from converters.sequence import DATA_INPUTS_KEY, DEFAULTED_KEY, EXPERTS_KEY, PARAMS_KEY
 
 OPSET = 17
 FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
@@ -322,12 +322,15 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
     routing = json.dumps(describe(model, experts, getattr(cfg, "num_experts_per_tok", 1))) \
         if experts > 1 else None
+    defaulted = _defaulted(cfg, fields)
 
     def export() -> onnx.ModelProto:
         onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
                                 input_names=["input_ids"])
         if routing:
             onnx_model.metadata_props.add(key=EXPERTS_KEY, value=routing)
+        if defaulted:
+            onnx_model.metadata_props.add(key=DEFAULTED_KEY, value=json.dumps(defaulted))
         return onnx_model
 
     stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0)) if repeat else None
@@ -347,6 +350,19 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
     meta = next(p for p in onnx_model.metadata_props if p.key == PARAMS_KEY)
     meta.value = ",".join(params)
     return onnx_model
+
+
+# the fields that set a causal LM's size: left out of a config.json, transformers' defaults
+# (a 7B Llama's, a 124M GPT-2's) build the model, which the user should hear
+SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def _defaulted(cfg: Any, given: dict) -> dict[str, Any]:
+    """{field: the default taken} of `SHAPE_FIELDS` that `given` (the config.json's fields)
+    does not set under the name the model's config uses (GPT-2's `n_embd`, MPT's `d_model`)."""
+    names = getattr(cfg, "attribute_map", {})
+    return {f: getattr(cfg, f) for f in SHAPE_FIELDS if hasattr(cfg, f)
+            and f not in given and names.get(f, f) not in given}
 
 
 INFERENCE_EXPORTERS = ("torchscript", "dynamo")

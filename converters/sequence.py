@@ -54,6 +54,7 @@ _SHAPE_OPS = {"Shape", "Size", "Constant"}  # outputs are never data, whatever t
 DATA_INPUTS_KEY = "mdot.data_inputs"  # model metadata: comma-separated data (non-param) inputs
 PARAMS_KEY = "mdot.params"  # model metadata: the trainable parameters, when the exporter knows
 EXPERTS_KEY = "mdot.experts"  # model metadata: a mixture of experts exported as balanced routing
+DEFAULTED_KEY = "mdot.defaulted"  # model metadata: shape fields a config.json left to defaults
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 FORMAT_VERSION = 1
 INPUT_KINDS = ((4, "image"), (3, "signal"), (2, "tokens"))  # data input rank -> kind, in order
@@ -407,6 +408,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
         **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
+        **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(

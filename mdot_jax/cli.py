@@ -54,7 +54,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
                    op_types=seq.op_type_counts(), flops_by_type=seq.flops_by_type(),
                    unknown_ops=seq.unknown_ops,
                    dropped_nodes=seq.meta["dropped_nodes"], graph=seq.meta["graph"],
-                   output=args.output, **{k: seq.meta[k] for k in ("experts",) if k in seq.meta})
+                   output=args.output, **{k: seq.meta[k] for k in ("experts", "defaulted")
+                                           if k in seq.meta})
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -63,6 +64,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
           f"{seq.params / 1e6:.2f} M params")
     print(f"inputs: {', '.join(f'{k}={v}' for k, v in seq.meta['inputs'].items())}; "
           f"{seq.meta['dropped_nodes']} shape/constant nodes dropped")
+    if defaulted := seq.meta.get("defaulted"):
+        print("transformers' defaults (the config gives none): "
+              + ", ".join(f"{k} {v:,}" for k, v in defaulted.items()))
     if moe := seq.meta.get("experts"):
         print(f"experts: {moe['experts']}, top {moe['top_k']}, in {moe['layers']} layers, "
               f"{moe['params'] / 1e6:.2f} M of the params (exported as balanced routing)")

@@ -111,6 +111,24 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
         from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3})
 
 
+def test_a_config_short_of_the_models_shape_says_which_defaults_built_it(tmp_path, capsys):
+    from converters import convert, from_hf_config
+    from mdot_jax.cli import main
+
+    # a Llama without its depth: transformers builds its 32 layers, and says so
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(dict(model_type="llama", hidden_size=32, intermediate_size=64,
+                                      num_attention_heads=4, vocab_size=64)))
+    assert main(["predict", str(config), "--device", "h100-sxm", "--batch-size", "1",
+                 "--seq-len", "16"]) == 0
+    assert "no num_hidden_layers: transformers' defaults built the model (num_hidden_layers " \
+           "32)" in capsys.readouterr().err
+    # under the model's own names (GPT-2's n_embd, n_layer, n_head), nothing was defaulted
+    gpt2 = from_hf_config(dict(model_type="gpt2", n_embd=32, n_layer=1, n_head=4,
+                               vocab_size=64), seq_len=16)
+    assert "defaulted" not in convert(gpt2, batch_size=1, fuse=2).meta
+
+
 DECODER = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=256, max_position_embeddings=512)
 
