@@ -6,11 +6,13 @@ GPUs at half precision, without the S x S tensors the decomposition shows.
 
 A block is causal when a mask of its full S x S (queries x keys) enters the work between the
 scores and the softmax, as decoders' causal masks do (a padding mask is [B, 1, 1, S]): made by
-an operator of the graph from no parameter (an S x S term a parameter reaches is a learned
-position bias, Swin's, LeViT's, T5's: an additive mask with which PyTorch's fused kernels
-compute every key, as for T5's decoder, whose causal mask is added to its bias), or folded into a constant at export (short sequences),
-then seen as the condition of the `Where` that applies it or as the constant operand of an
-`Add` over the scores as they are.
+an operator of the graph from no parameter, or folded into a constant at export (short
+sequences), then seen as the condition of the `Where` that applies it or as the constant
+operand of an `Add` over the scores as they are. An S x S term a parameter reaches is a learned
+position bias (Swin's, LeViT's, T5's): an additive mask, with which PyTorch's fused kernels
+compute every key, so not causal, as for T5's decoder, whose causal mask is added to its bias.
+(T5's cross-attention adds its padding mask to an S x S constant of zeros: called causal, a
+known miss; the sequence does not keep a constant's values.)
 
 Host-side numpy over `OperatorSequence.edges`; nothing here is jitted.
 """
