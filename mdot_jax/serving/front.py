@@ -99,15 +99,15 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     """`p` with what the job asked beside the step: its batch and GPUs, the source, the whole
     job's time and where the time goes."""
     moe = seq.meta.get("experts")
-    routing = [f"mixture of experts ({moe['experts']} experts, top {moe['top_k']}, in "
+    about = [f"mixture of experts ({moe['experts']} experts, top {moe['top_k']}, in "
                f"{moe['layers']} layers): priced as balanced routing, each expert computing an "
                "equal share of the routed tokens (none dropped)"] if moe else []
     if defaulted := seq.meta.get("defaulted"):  # a config.json short of the model's shape
-        routing.append("the config gives no " + ", ".join(defaulted) + ": transformers' "
+        about.append("the config gives no " + ", ".join(defaulted) + ": transformers' "
                        "defaults built the model (" + ", ".join(
                            f"{k} {v:,}" for k, v in defaulted.items()) + ")")
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
-                            warnings=[*p.warnings, *pricer.notes, *routing],
+                            warnings=[*p.warnings, *pricer.notes, *about],
                             mfu=pricer.mfu(seq, p),
                             tokens=input_size_of(seq) * job.cp if seq.input_kind == "tokens"
                             else 0)
