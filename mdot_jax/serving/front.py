@@ -100,12 +100,12 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     job's time and where the time goes."""
     moe = seq.meta.get("experts")
     about = [f"mixture of experts ({moe['experts']} experts, top {moe['top_k']}, in "
-               f"{moe['layers']} layers): priced as balanced routing, each expert computing an "
-               "equal share of the routed tokens (none dropped)"] if moe else []
+             f"{moe['layers']} layers): priced as balanced routing, each expert computing an "
+             "equal share of the routed tokens (none dropped)"] if moe else []
     if defaulted := seq.meta.get("defaulted"):  # a config.json short of the model's shape
         about.append("the config gives no " + ", ".join(defaulted) + ": transformers' "
-                       "defaults built the model (" + ", ".join(
-                           f"{k} {v:,}" for k, v in defaulted.items()) + ")")
+                     "defaults built the model (" + ", ".join(
+                         f"{k} {v:,}" for k, v in defaulted.items()) + ")")
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
                             warnings=[*p.warnings, *pricer.notes, *about],
                             mfu=pricer.mfu(seq, p),
