@@ -285,6 +285,15 @@ def test_the_default_attention_is_what_pytorch_runs_and_says_why(gpt, gpu, preci
     assert any(w.startswith(f"attention: {chosen} (") for w in p.warnings)
 
 
+@pytest.mark.parametrize("gpu,precision,noted", [("v100-sxm2-32gb", "amp-fp16", True),
+                                                 ("h100-sxm", "fp32", True),
+                                                 ("h100-sxm", "amp-bf16", False)])
+def test_flash_asked_where_pytorch_cannot_run_it_says_what_runs(gpt, gpu, precision, noted):
+    p = predict(_job(gpt, device=gpu, precision=precision, attention="flash"))
+    said = [w for w in p.warnings if w.startswith("attention: flash as asked")]
+    assert bool(said) == noted and all("memory-efficient kernel" in w for w in said)
+
+
 def test_a_hugging_face_config_needs_its_tokens(gpt, capsys):
     with pytest.raises(RequestError, match="seq_len: required with a Hugging Face config"):
         predict(TrainingJob(model=str(gpt[0]), batch_size=4, device="h100-sxm"))

@@ -15,7 +15,7 @@ from test_data import make_dataset
 from mdot_jax.cli import main
 from mdot_jax.data.dataset import NOISY, REJECTED, load_dataset
 from mdot_jax.data.store import DatasetWriter, check_dataset, writer_lock
-from mdot_jax.errors import CheckpointError, DatasetError
+from mdot_jax.errors import CheckpointError, DatasetError, RequestError
 from mdot_jax.serving.predict import CHECKPOINT_DIR, resolve_checkpoint
 from mdot_jax.storage import checkpoint
 
@@ -361,8 +361,20 @@ def test_a_sequence_keeps_the_size_it_was_converted_at(tmp_path):
     seq = p.sequence(conv_bn_relu(), batch_size=2, image_size=8)
     assert p.predict(seq, batch_size=2).input_size == 8
     assert p.predict(seq, batch_size=2, image_size=8).input_size == 8
-    with pytest.raises(ValueError, match="converted at input size 8, not 64"):
+    with pytest.raises(RequestError, match="image_size 64: .* converted at input size 8"):
         p.predict(seq, batch_size=2, image_size=64)
+
+
+@pytest.mark.parametrize("device", [None, "h100-sxm"])  # a checkpoint; a spec sheet
+def test_a_converted_sequence_is_not_priced_at_another_size(capsys, tmp_path, device):
+    onnx.save(conv_bn_relu(), tmp_path / "m.onnx")
+    npz = str(tmp_path / "m.npz")
+    assert run(capsys, "convert", str(tmp_path / "m.onnx"), "--batch-size", "2",
+               "--image-size", "8", "-o", npz)[0] == 0
+    rest = ["--batch-size", "2"] + (["--device", device] if device else [])
+    assert run(capsys, "predict", npz, *rest, "--image-size", "8")[0] == 0
+    code, _, err = run(capsys, "predict", npz, *rest, "--image-size", "64")
+    one_line_error(code, err, "--image-size 64", "converted at input size 8")
 
 
 @pytest.mark.parametrize("config,needle", [('{"epochs": -1}', "epochs -1: must be > 0"),

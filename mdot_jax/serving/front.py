@@ -31,7 +31,7 @@ from converters.fusion import fusion_version
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST
-from mdot_jax.serving.predict import check_batch, input_size_of
+from mdot_jax.serving.predict import check_batch, check_size, input_size_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import FIELDS, TrainingJob
 
@@ -162,6 +162,7 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
         return convert(model, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
                        input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
     check_batch(model, b)
+    check_size(model, job.image_size, job.seq_len, job.cp)
     if model.fusion != fuse:
         raise RequestError(f"model: the operator sequence {model.name!r} was converted with "
                            f"fusion version {model.fusion}, this predictor reads {fuse} "
@@ -341,10 +342,16 @@ class _SpecSheet:
                 raise RequestError("attention: the model has no attention blocks (MatMul, "
                                    "Softmax, MatMul) to fuse", "attention")
             return "eager"
-        if job.attention:
-            return job.attention
         cc = float(self.gpu.compute_capability or 0)
-        if precision in AUTOCAST and cc >= 8:
+        runs_flash = precision in AUTOCAST and cc >= 8
+        if job.attention:
+            if job.attention == "flash" and not runs_flash:
+                self.notes.append(f"attention: flash as asked, but PyTorch runs FlashAttention "
+                                  f"only at half precision on compute capability 8.0 and later "
+                                  f"(this is {precision} on {cc:g}): its memory-efficient "
+                                  "kernel runs instead, priced as FlashAttention, not measured")
+            return job.attention
+        if runs_flash:
             at = "bf16, fp8's attention" if precision == "fp8" else precision
             self.notes.append(f"attention: flash (PyTorch's scaled_dot_product_attention runs "
                               f"FlashAttention at {at} on compute capability {cc:g}); "

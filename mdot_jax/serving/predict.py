@@ -181,6 +181,7 @@ class Predictor:
                  ) -> OperatorSequence:
         if isinstance(model, OperatorSequence):
             check_batch(model, batch_size)
+            check_size(model, image_size, seq_len)
             return model
         return convert(model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                        input_shapes=input_shapes, fuse=int(self.trained.feature_cfg.fused))
@@ -197,11 +198,6 @@ class Predictor:
         seq = self.sequence(model, batch_size=batch_size, image_size=image_size,
                             seq_len=seq_len, input_shapes=input_shapes)
         size = image_size or seq_len or input_size_of(seq)
-        if isinstance(model, OperatorSequence) and (image_size or seq_len) \
-                and size != input_size_of(seq):  # a converted graph has its size
-            raise ValueError(f"{seq.name}: the operator sequence was converted at input size "
-                             f"{input_size_of(seq)}, not {size}; convert the ONNX model at "
-                             f"{size} instead")
         w = self._workload(batch_size, size, precision, layout, device, optimizer)
         return self.predict_many([(seq, w)])[0]
 
@@ -407,6 +403,20 @@ def check_batch(seq: OperatorSequence, batch_size: int) -> None:
         raise RequestError(f"batch_size {batch_size}: the operator sequence {seq.name!r} was "
                            f"converted at batch {shapes[0][0]}; convert the model at batch "
                            f"{batch_size} instead", "batch_size")
+
+
+def check_size(seq: OperatorSequence, image_size: int | None, seq_len: int | None,
+               cp: int = 1) -> None:
+    """A converted sequence carries its input size too (`input_size_of`): an image size or
+    sequence length asked of it must be that one (a sequence length may be `cp` times it: the
+    piece of a sequence one GPU of a context-parallel group runs)."""
+    have = input_size_of(seq)
+    for field, size, fits in (("image_size", image_size, (have,)),
+                              ("seq_len", seq_len, (have, have * cp))):
+        if size and size not in fits:
+            raise RequestError(f"{field} {size}: the operator sequence {seq.name!r} was "
+                               f"converted at input size {have}; convert the model at "
+                               f"{size} instead", field)
 
 
 def input_size_of(seq: OperatorSequence) -> int:
