@@ -37,6 +37,17 @@ def test_the_network_kernels_span_layouts_and_leave_the_measured_shapes_as_they_
     assert measured <= {r["key"] for r in rows}  # a lease's sweep resumes on the same shapes
 
 
+def test_unaligned_heads_come_early_each_beside_its_aligned_twin():
+    rows = kernel_sweep.plan(False)
+    heads = [r for r in rows if r["kind"] == "linear-train"]
+    vocabs = {r["dims"][1] for r in heads}
+    assert {50257, 50304, 30522, 30528} <= vocabs
+    assert {kernel_sweep.twin(v) for v in vocabs} <= vocabs and any(v % 8 for v in vocabs)
+    assert {r["precision"] for r in heads} == {"fp32", "tf32", "fp16", "bf16"}
+    assert rows.index(heads[-1]) < 6 * len(heads)  # a queue of its own, measured early
+    assert all(kernel_sweep._work(r)[0] <= 2 * kernel_sweep.MAX_FLOPS for r in heads)
+
+
 def test_a_dry_run_times_kernels_and_resumes(tmp_path):
     out = tmp_path / "k.jsonl"
     assert kernel_sweep.main([str(out), "--dry-run", "--seconds", "0"]) == 0

@@ -154,3 +154,58 @@ def test_fp8_gemms_fit_the_sweeps_fp8_rows_at_the_fp8_peak():
     shipped = spec_sheet.load_step_model().info["fp8_gemms"]
     assert shipped["gpu"] == "nvidia-h200-sxm" and shipped["rows"] == 120
     assert 0.3 < shipped["share_compute"] <= 1 and "kernels.jsonl" in shipped["source"]
+
+
+def _heads(slow: float, device="NVIDIA H200"):
+    """A sweep's language-model heads: each unaligned one `slow` times its twin's time per
+    FLOP at bf16, as fast at fp32."""
+    rows = []
+    for t, vocab, d in ((64, 1001, 32), (64, 30522, 64)):
+        for v in (vocab, -(-vocab // 64) * 64):
+            for p, factor in (("bf16", slow), ("fp32", 1.0)):
+                flops = 6.0 * t * v * d
+                rows.append(dict(kind="linear-train", precision=p, dims=[t, v, d],
+                                 device=device, flops=flops,
+                                 ms=flops * 1e-9 * (factor if v % 64 else 1.0)))
+    return rows
+
+
+def test_unaligned_heads_fit_their_slowdown_per_arithmetic():
+    fitted = tensor_cores.fit_unaligned(_heads(1.8))
+    assert fitted["ratio"] == pytest.approx({"bf16": 1.8, "fp32": 1.0})
+    assert fitted["pairs"] == {"bf16": 2, "fp32": 2} and fitted["architecture"] == "hopper"
+    with pytest.raises(ValueError, match="no measured unaligned heads"):
+        tensor_cores.fit_unaligned([r for r in _heads(1.8) if r["dims"][1] % 64])
+    with pytest.raises(ValueError, match="several GPUs"):
+        tensor_cores.fit_unaligned(_heads(1.8) + _heads(1.8, "NVIDIA A100-SXM4-80GB"))
+
+
+def test_a_linear_layer_of_unaligned_features_is_priced_at_the_measured_slowdown():
+    from onnx import helper
+    from onnx_builders import model as graph
+    from onnx_builders import value
+
+    def head(width):  # x [N, 256] -> a hidden layer -> a head of `width` outputs
+        m = graph([helper.make_node("MatMul", ["x", "w1"], ["h"], name="hidden"),
+                   helper.make_node("MatMul", ["h", "w2"], ["y"], name="head")],
+                  [value("x", ["N", 256]), value("w1", [256, 256]), value("w2", [256, width])],
+                  [value("y", None)])
+        m.metadata_props.add(key="mdot.data_inputs", value="x")
+        return m
+
+    fitted = tensor_cores.fit_unaligned(_heads(2.0))
+    shipped = spec_sheet.load_step_model()  # shared: copied, never changed
+    model = dataclasses.replace(shipped, info=dict(shipped.info, unaligned_gemms=fitted))
+    for width, slower in ((1001, True), (1024, False)):
+        seq = convert(head(width), batch_size=4096, fuse=True)
+        for device, precision, expect in (("h200", "amp-bf16", slower),
+                                          ("h200", "fp32", False),  # measured as fast
+                                          ("a100-sxm-80gb", "amp-bf16", False)):  # not Hopper
+            a, b = (spec_sheet.price(seq, gpus.find(device), m, precision=precision,
+                                     fit=False) for m in (shipped, model))
+            said = [w for w in b.warnings if "features not a multiple of 16 bytes" in w]
+            ms = [{o["name"]: o["ms"] for o in p.operators} for p in (a, b)]
+            # its three GEMMs twice as long (its gradient's accumulation, a cast: as they were)
+            assert ms[1]["head"] / ms[0]["head"] == (pytest.approx(1.95, abs=0.05) if expect
+                                                     else 1.0)
+            assert ms[1]["hidden"] == ms[0]["hidden"] and bool(said) == expect

@@ -281,6 +281,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         inside = {i for b in found for i in b.inner
                   if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
     slower, note = tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc)
+    unaligned, slowed = model.info.get("unaligned_gemms"), 0
     for b in blocks:
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
@@ -296,7 +297,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         seen = at["conv"] if kind == "conv" else at["linear"] if op == "linear" and \
             peaks.takes_linear_peak(dims) else at["gemm"] if op in ("bmm", "linear") else \
             at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
-        work.append((i, "fw", op, dims, seen, 1.0))
+        factor = tensor_cores.unaligned_slowdown(unaligned, gpu, precision, dims) \
+            if op == "linear" else 1.0
+        slowed += factor > 1
+        work.append((i, "fw", op, dims, seen, factor))
         if kind == "conv":
             odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
                           c[_C["groups"]]) != (3, 3, 1, 1)
@@ -311,7 +315,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             grads = backward_gemms(op, dims)
             if op == "linear" and not has_input[i]:
                 grads = grads[1:]
-            work.extend((i, "bw", o, d, seen, 1.0) for o, d in grads)
+            work.extend((i, "bw", o, d, seen, factor) for o, d in grads)
         else:  # the forward again, times its kind's measured backward / forward ratio
             work.append((i, "bw", op, dims, seen, model.ratios.get(_ratio_kind(kind), 1.0)))
         if load[_L["params"]] > 0:  # the gradient's accumulation
@@ -374,6 +378,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                         "ones measured): extrapolated")
     if seq.unknown_ops:
         warnings.append(f"operators unknown to the converter: {seq.unknown_ops}")
+    if slowed and unaligned:
+        warnings.append(f"{slowed} linear layers with features not a multiple of 16 bytes "
+                        f"(e.g. a vocabulary of 50,257): at the {unaligned['gpu']}'s measured "
+                        "slowdown of such GEMMs")
     if blocks:
         warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
                         f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "

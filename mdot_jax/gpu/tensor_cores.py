@@ -145,6 +145,53 @@ def _fit_one_gpu(items: list[tuple], what: str, kinds: str) -> tuple[Constants, 
     return _fit(ops, dims, seen, ms), seen[0]
 
 
+# a step's precision -> the arithmetic its linear layers' GEMMs run at, and the elements of
+# it that fill the 16 bytes of one vector load
+GEMM_ARITHMETIC = {"fp32": ("fp32", 4), "tf32": ("tf32", 4), "amp-fp16": ("fp16", 8),
+                   "amp-bf16": ("bf16", 8)}
+
+
+def fit_unaligned(rows: Sequence[dict]) -> dict:
+    """A lent GPU's measured language-model heads (a kernel sweep's `linear-train` rows,
+    `measure.kernel_sweep`) at vocabularies not a multiple of 64 against their aligned twins:
+    per arithmetic, the median over the pairs of the time per FLOP unaligned over aligned
+    (`ratio`), the pairs (`pairs`), the GPU and its architecture."""
+    from mdot_jax.measure.kernel_sweep import twin
+
+    timed = {(r["device"], r["precision"], tuple(r["dims"])): r for r in rows
+             if r.get("kind") == "linear-train" and r.get("ms")}
+    ratios: dict[str, list[float]] = {}
+    devices = set()
+    for (device, precision, (t, v, d)), r in timed.items():
+        other = timed.get((device, precision, (t, twin(v), d)))
+        if v % 64 and other:
+            devices.add(device)
+            ratios.setdefault(precision, []).append(
+                (r["ms"] / r["flops"]) / (other["ms"] / other["flops"]))
+    if not ratios:
+        raise ValueError("no measured unaligned heads with their aligned twins (kind "
+                         "linear-train) in the sweep")
+    if len(devices) > 1:
+        raise ValueError(f"unaligned heads of several GPUs: {sorted(devices)}")
+    gpu = catalog.find(devices.pop())
+    return dict(ratio={p: float(np.median(x)) for p, x in sorted(ratios.items())},
+                pairs={p: len(x) for p, x in sorted(ratios.items())}, gpu=gpu.name,
+                architecture=gpu.architecture)
+
+
+def unaligned_slowdown(fitted: dict | None, gpu: GPU, precision: str, dims: Sequence[int]
+                       ) -> float:
+    """How many times slower than priced a linear layer's GEMMs run (forward and both
+    gradients) when its in or out features (`dims` (b, m, n, k): n and k, the rows' lengths
+    of its matrices) are not a multiple of what one vector load holds: `fitted`'s measured
+    ratio (`fit_unaligned`) on GPUs of its architecture; else 1."""
+    arithmetic, elements = GEMM_ARITHMETIC.get(precision, (None, 0))
+    if not (fitted and arithmetic in fitted["ratio"] and gpu.architecture ==
+            fitted["architecture"]) or (dims[2] % elements == 0 and dims[3] % elements == 0):
+        return 1.0
+    return max(fitted["ratio"][arithmetic], 1.0)
+
+
 def fused_attention_share(fitted: dict | None, gpu: GPU, tc) -> tuple[float, str]:
     """How much slower than tensor-core GEMMs of its FLOPs a fused attention kernel runs on
     `gpu` (the GEMMs' share of the peak over `fitted`'s, a step model's `fused_attention`,

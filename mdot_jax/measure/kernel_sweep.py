@@ -18,7 +18,13 @@ The kernels:
   alone and forward with backward (`-train`);
 - a language model's: `cross_entropy-train` (logits [tokens, vocab], forward and backward),
   and `adamw` (`torch.optim.AdamW.step`, its default foreach kernels, over `tensors` fp32
-  parameters of `numel` each).
+  parameters of `numel` each);
+- `linear-train` over vocabularies as models have them (`F.linear` of x [tokens, d] by w
+  [vocab, d], forward and both gradients: the three GEMMs of a language model's head) at fp32,
+  tf32, fp16 and bf16, each vocabulary that is not a multiple of 64 (GPT-2's 50,257, BERT's
+  30,522, a Llama's 32,000 plus a padding token) beside its twin rounded up to one
+  (`ALIGN_TWIN`): the rows of logits then start at addresses no vector load can use, and the
+  pairs say what that costs each arithmetic (`tensor_cores.fit_unaligned`).
 Each row: the kernel, its precision and dims, the FLOPs and bytes it must do, the median of
 `REPEATS` timed bursts after a warm-up (CUDA events on a GPU; a burst is as many back-to-back
 launches as fill about `BURST_MS`, so small kernels are timed as a step's stream runs them,
@@ -49,6 +55,8 @@ HALF = ARITHMETIC[2:4]  # fp16, bf16
 ROWWISE = (ARITHMETIC[0], HALF[1])  # fp32, bf16
 MAX_FLOPS = 2e12  # per GEMM: a few ms on any GPU we price
 MAX_BYTES = 2e9  # per fp32 operand
+ALIGN_TWIN = 64  # an unaligned vocabulary's twin: rounded up to a multiple of this
+HEADS = ((8192, 50257, 768), (8192, 30522, 1024), (4096, 32001, 4096))  # tokens, vocab, d
 
 
 def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
@@ -72,7 +80,7 @@ def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
         rowwise = [(int(2 ** rng.uniform(8, 16)), int(2 ** rng.uniform(6, 14)) // 16 * 16)
                    for _ in range(24)]
         precisions, halves = GEMM_PRECISIONS, HALF
-    rows: list[list[dict]] = [[], [], [], _network_kernels(dry)]
+    rows: list[list[dict]] = [[], [], [], _network_kernels(dry), _heads(dry)]
     for kind, dims in gemms:
         rows[0] += [dict(kind=kind, precision=p, dims=dims) for p in precisions]
     for dims in sdpa:
@@ -126,6 +134,18 @@ def _network_kernels(dry: bool) -> list[dict]:
     return rows + [dict(kind="adamw", precision="fp32", dims=d) for d in updates]
 
 
+def twin(vocab: int) -> int:
+    """The aligned twin of a vocabulary (`ALIGN_TWIN`)."""
+    return -(-vocab // ALIGN_TWIN) * ALIGN_TWIN
+
+
+def _heads(dry: bool) -> list[dict]:
+    """Language-model heads at unaligned vocabularies, each beside its aligned twin."""
+    heads, precisions = (((64, 1001, 32),), ("fp32",)) if dry else (HEADS, GEMM_PRECISIONS[:4])
+    return [dict(kind="linear-train", precision=p, dims=(t, v, d))
+            for t, vocab, d in heads for v in (vocab, twin(vocab)) for p in precisions]
+
+
 def _work(row: dict) -> tuple[float, float]:
     """(FLOPs, bytes) the kernel must do at least."""
     dims, kind = row["dims"], row["kind"]
@@ -134,6 +154,9 @@ def _work(row: dict) -> tuple[float, float]:
         b, m, n, k = dims
         weights = (b if kind == "bmm" else 1) * k * n
         return 2.0 * b * m * n * k, width * (b * m * k + weights + b * m * n)
+    if kind == "linear-train":  # y = x w^T, dx = dy w, dw = dy^T x
+        t, v, d = dims
+        return 6.0 * t * v * d, width * 3.0 * (t * d + v * d + t * v)
     if kind.startswith("sdpa"):
         b, h, s, d = dims
         return 3.5 * 4.0 * b * h * s * s * d / 2, width * 8.0 * b * h * s * d  # fwd + bwd
@@ -184,6 +207,11 @@ def _kernel(row: dict, device: str):
         b, m, n, k = dims
         a, w = new(b, m, k), new(b, k, n)
         return lambda: torch.bmm(a, w)
+    if kind == "linear-train":
+        t, v, d = dims
+        x, w = new(t, d, grad=True), new(v, d, grad=True)
+        dy = new(t, v)
+        return lambda: torch.autograd.grad(F.linear(x, w), (x, w), dy)
     if kind.startswith("sdpa"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
