@@ -44,7 +44,7 @@ def test_every_row_is_sourced_and_consistent(gpu):
     peak = gpu.sms * gpu.cores_per_sm * 2 * gpu.boost_mhz / 1e6
     assert abs(gpu.tflops["fp32"] / peak - 1) < 0.05, peak
     tensor = [gpu.tflops[p] for p in ("tf32", "fp16", "bf16")]
-    if gpu.architecture in ("ampere", "ada", "hopper"):
+    if gpu.architecture in ("ampere", "ada", "hopper", "blackwell"):
         assert all(t and t >= gpu.tflops["fp32"] for t in tensor)
     else:  # TF32 and bf16 came with Ampere
         assert gpu.tflops["tf32"] is None and gpu.tflops["bf16"] is None
@@ -63,6 +63,7 @@ def test_boards_of_one_chip_differ_by_their_power():
     ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"),  # what torch.cuda.get_device_name says
     ("H100 SXM", "nvidia-h100-sxm"), ("Tesla T4", "nvidia-t4"), ("rtx3090", "nvidia-rtx-3090"),
     ("nvidia-l4", "nvidia-l4"), ("NVIDIA A100-SXM4-40GB", "nvidia-a100-sxm-40gb"),
+    ("NVIDIA B200", "nvidia-b200-sxm"),
 ])
 def test_names_resolve(name, found):
     assert gpus.find(name).name == found

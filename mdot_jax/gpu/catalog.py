@@ -28,7 +28,7 @@ CATALOG_FILE = Path(__file__).with_name("gpus.json")
 LIMITS = {"sms": 10_000, "boost_mhz": 10_000, "memory_gb": 100_000, "memory_gbs": 1e6,
           "l2_mb": 100_000, "nvlink_gbs": 1e5, "pcie_gbs": 1e4, "power_w": 1e4, "tflops": 1e6}
 CORES_PER_SM = {"6.0": 64, "6.1": 128, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128,
-                "9.0": 128}
+                "9.0": 128, "10.0": 128}
 
 
 @dataclass(frozen=True)
