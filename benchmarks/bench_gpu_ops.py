@@ -88,7 +88,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -103,6 +102,7 @@ from mdot_jax.gpu.gpu_ops import (
     StepPricer,
 )
 from mdot_jax.gpu.work import roofline_ms
+from mdot_jax.measure.profiler import kernel_class
 
 PRICERS = {"calibrated roofline": CalibratedRoofline.fit, "binned roofline": BinnedRoofline.fit,
            "operator model": GpuOpModel.fit}
@@ -197,28 +197,6 @@ def steps(args, rows, seen) -> None:
 
 
 # what a CUDA kernel's name says it does (first match), to sum a traced step's time by class
-KERNEL_CLASSES = (
-    ("attention", r"flash|fmha|attention"),
-    ("depthwise conv", r"depthwise|dwconv"),
-    ("conv", r"conv|fprop|dgrad|wgrad|implicit_gemm|cudnn::(?!bn_)"),
-    ("gemm", r"gemm|xmma|cutlass|s16816|s1688|sm\d+_.*_tn|splitk"),
-    ("batch norm", r"batch_norm|bn_fw|bn_bw|welford"),
-    ("layer norm", r"layer_norm|layernorm|rms_norm"),
-    ("softmax", r"softmax"),
-    ("optimizer", r"multi_tensor_apply|foreach|adam"),
-    ("layout", r"nchwtonhwc|nhwctonchw|transpose|permute"),
-    ("reduction", r"reduce_kernel|reduce"),
-    ("copy", r"memcpy|memset|copy|cat|index|gather|scatter"),
-    ("elementwise", r"elementwise|vectorized|unrolled"),
-)
-
-
-def kernel_class(name: str) -> str:
-    """The class of a CUDA kernel by its name (`KERNEL_CLASSES`), else "other"."""
-    low = name.lower()
-    return next((c for c, pattern in KERNEL_CLASSES if re.search(pattern, low)), "other")
-
-
 def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     """A GPU's measured steps priced from its spec sheet (`--timm`, `--measured`; the rules
     in the module docstring)."""
@@ -243,6 +221,8 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
             by_class: dict[str, float] = defaultdict(float)
             for k, _, t in trace["busiest"]:
                 by_class[kernel_class(k)] += t
+            if trace.get("by_class"):  # every kernel of the step, where the kit recorded it
+                by_class = defaultdict(float, {c: t for c, (_, t) in trace["by_class"].items()})
             rows[-1]["trace"] = dict(
                 gpu_ms=trace["gpu_ms"], kernels=trace["kernels"], launches=trace["launches"],
                 predicted_gpu_ms=p.iteration_ms - p.phases.get("launch gaps", 0.0),

@@ -7,8 +7,10 @@ the row carries, on the GPU it names.
 
 The rule, written before any such row exists: every measured row (not an out-of-memory one)
 priced once, nothing fitted; reported per attention kind and checkpointing: MAPE, the median
-ratio predicted / measured, and the memory estimate against the peak allocated. Rows measured
-on a device the catalog does not know are listed as skipped, with the name.
+ratio predicted / measured, and the memory estimate against the peak allocated; for rows
+traced on a GPU, the GPU's busy time against the priced kernel time and its share by kernel
+class (`measure.profiler.kernel_class`). Rows measured on a device the catalog does not know
+are listed as skipped, with the name.
 
 Pre-registered, before the next lease's rows exist (`--loss-memory`; cause 3 of
 docs/studies/llm-step-memory.md, alone): the step memory estimate plus what the sum form
@@ -66,6 +68,11 @@ def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = F
                             checkpointing=r["job"]["activation_checkpointing"] or "none"))
             if loss_memory:
                 out[-1]["memory_gb_candidate"] = p.memory_gb + loss_memory_gb(config, r["job"])
+            if r.get("gpu_ms"):  # traced on a GPU: the GPU's busy time against the priced
+                out[-1]["trace"] = dict(
+                    gpu_ms=r["gpu_ms"], kernels=r["kernels"], launches=r["launches"],
+                    predicted_gpu_ms=p.iteration_ms - p.phases.get("launch gaps", 0.0),
+                    phases=p.phases, by_class={c: t for c, (_, t) in r.get("by_class", {}).items()})
     return out, skipped
 
 
@@ -101,6 +108,16 @@ def summarize(priced: list[dict]) -> dict:
             if len(mem):
                 summary[name][f"{label}_within_20pct"] = float(np.mean(np.abs(mem - 1) <= 0.2))
                 summary[name][f"{label}_median_abs_error"] = float(np.median(np.abs(mem - 1)))
+        traced = [(r["trace"], r["measured_ms"]) for r in rows if "trace" in r]
+        if traced:  # where the time went: the GPU busy (by kernel class) or waiting on the host
+            classes = sorted({c for t, _ in traced for c in t["by_class"]})
+            summary[name]["traced"] = dict(
+                rows=len(traced),
+                gpu_busy_share=float(np.median([t["gpu_ms"] / ms for t, ms in traced])),
+                predicted_gpu_ratio=float(np.median([t["predicted_gpu_ms"] / t["gpu_ms"]
+                                                     for t, _ in traced])),
+                gpu_share_by_class={c: float(np.median([t["by_class"].get(c, 0.0) / t["gpu_ms"]
+                                                        for t, _ in traced])) for c in classes})
     return summary
 
 

@@ -223,19 +223,16 @@ def test_a_gemm_is_never_priced_above_its_halves():
 
 
 def test_a_traced_kernel_is_classed_by_its_name():
-    """`bench_gpu_ops --measured` sums a traced step's busiest kernels by class: cuBLAS and
-    CUTLASS GEMMs, cuDNN's convolutions but not its batch norm, PyTorch's depthwise kernels,
-    FlashAttention, the foreach optimizer, layout transposes; what it cannot tell, other."""
-    import importlib.util
-    from pathlib import Path
+    """A traced step's kernels are summed by class (`measure.profiler.kernel_class`, what
+    `bench_gpu_ops --measured` reads): cuBLAS and CUTLASS GEMMs, cuDNN's convolutions but not
+    its batch norm, PyTorch's depthwise kernels, FlashAttention, the foreach optimizer, layout
+    transposes; what it cannot tell, other."""
+    from mdot_jax.measure.profiler import kernel_class
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu_ops.py"
-    spec = importlib.util.spec_from_file_location("bench_gpu_ops", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     cases = {
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas": "gemm",
         "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn": "gemm",
+        "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTN": "gemm",  # cuBLAS 12's Hopper kernels
         "sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nchw": "conv",
         "void cudnn::bn_fw_tr_1C11_kernel_NCHW<__nv_bfloat16, float, 512, true, 1>": "batch norm",
         "void at::native::conv_depthwise2d_grad_weight_kernel<float, float>": "depthwise conv",
@@ -245,4 +242,4 @@ def test_a_traced_kernel_is_classed_by_its_name():
         "void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>": "elementwise",
         "some_new_kernel": "other",
     }
-    assert {name: bench.kernel_class(name) for name in cases} == cases
+    assert {name: kernel_class(name) for name in cases} == cases

@@ -55,7 +55,9 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
     out = tmp_path / "llm.jsonl"
     assert llm_steps.main([str(out), "--dry-run", "--seconds", "0"]) == 0
     cpu = json.loads(out.read_text())
-    gpu = dict(cpu, key=cpu["key"] + "/as-h100", device="NVIDIA H100 80GB HBM3")  # plumbing
+    gpu = dict(cpu, key=cpu["key"] + "/as-h100", device="NVIDIA H100 80GB HBM3",  # plumbing
+               gpu_ms=cpu["ms"] / 2, kernels=900, launches=880,
+               by_class={"gemm": [300, cpu["ms"] / 4], "elementwise": [600, cpu["ms"] / 4]})
     out.write_text("\n".join(json.dumps(r) for r in (cpu, gpu)) + "\n")
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_llm_steps.py"
     spec = importlib.util.spec_from_file_location("bench_llm_steps", path)
@@ -66,6 +68,9 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
     assert [r["key"] for r in res["rows"]] == [gpu["key"]]
     assert res["rows"][0]["predicted_ms"] > 0 and "'cpu'" in res["skipped"][0]
     assert res["summary"]["all"]["rows"] == 1
+    traced = res["summary"]["all"]["traced"]  # the GPU busy half the step, half of it GEMMs
+    assert traced["gpu_busy_share"] == pytest.approx(0.5) and traced["predicted_gpu_ratio"] > 0
+    assert traced["gpu_share_by_class"] == pytest.approx({"gemm": 0.5, "elementwise": 0.5})
     # the pre-registered candidate: the loss's fp32 tensors over a vocabulary of 1,000 (fp32)
     row = res["rows"][0]
     assert row["memory_gb_candidate"] - row["memory_gb"] >= 8 * 2 * 64 * 1000 / 1e9 * 0.5

@@ -40,6 +40,27 @@ from mdot_jax.options import MEASURED_OPTIMIZERS as OPTIMIZERS
 
 # ---------------------------------------------------------------------------- measurement
 BUSIEST = 30  # kernels (ATen operators on a CPU) of a profiled step kept, by time
+# a CUDA kernel's class by its name, first match (cuBLAS, cuDNN, FlashAttention, PyTorch's own)
+KERNEL_CLASSES = (
+    ("attention", r"flash|fmha|attention"),
+    ("depthwise conv", r"depthwise|dwconv"),
+    ("conv", r"conv|fprop|dgrad|wgrad|implicit_gemm|cudnn::(?!bn_)"),
+    ("gemm", r"gemm|xmma|cutlass|s16816|s1688|sm\d+_.*_tn|splitk|nvjet"),
+    ("batch norm", r"batch_norm|bn_fw|bn_bw|welford"),
+    ("layer norm", r"layer_norm|layernorm|rms_norm"),
+    ("softmax", r"softmax"),
+    ("optimizer", r"multi_tensor_apply|foreach|adam"),
+    ("layout", r"nchwtonhwc|nhwctonchw|transpose|permute"),
+    ("reduction", r"reduce_kernel|reduce"),
+    ("copy", r"memcpy|memset|copy|cat|index|gather|scatter"),
+    ("elementwise", r"elementwise|vectorized|unrolled"),
+)
+
+
+def kernel_class(name: str) -> str:
+    """The class of a CUDA kernel by its name (`KERNEL_CLASSES`), else "other"."""
+    low = name.lower()
+    return next((c for c, pattern in KERNEL_CLASSES if re.search(pattern, low)), "other")
 
 
 @dataclass(frozen=True)
@@ -160,7 +181,8 @@ def profiled(step: Callable[[], None], device: str) -> dict:
     (kernels, copies and sets); `aten_ops`, the ATen operators dispatched, nested ones
     included; `gpu_ms`, the GPU's busy time (its kernels' own times summed); and `busiest`,
     the `BUSIEST` kernels by time (name, count, ms; on a CPU the ATen operators by their own
-    host time). A profiler that fails (no CUPTI in a container, memory) says so in
+    host time); on a GPU `by_class`, every kernel summed by its class (`kernel_class`: count,
+    ms). A profiler that fails (no CUPTI in a container, memory) says so in
     `trace_error`, never losing the step measured before it. CUPTI is torn down after each
     trace (`TEARDOWN_CUPTI`, unless set otherwise): left attached it slows every later kernel
     launch (pytorch/pytorch#144455), the steps timed after a trace too."""
@@ -187,11 +209,16 @@ def profiled(step: Callable[[], None], device: str) -> dict:
         timed = [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in events
                  if e.key.startswith("aten::")]
     timed.sort(key=lambda x: -x[2])
+    by_class: dict[str, list] = {}
+    for name, n, t in timed if cuda else ():
+        c = by_class.setdefault(kernel_class(name), [0, 0.0])
+        c[0], c[1] = c[0] + n, round(c[1] + t, 4)
     return dict(launches=sum(e.count for e in events if "LaunchKernel" in e.key) if cuda
                 else None, kernels=sum(n for _, n, _ in timed) if cuda else None,
                 aten_ops=sum(e.count for e in events if e.key.startswith("aten::")),
                 gpu_ms=sum(t for *_, t in timed) if cuda else None,
-                busiest=[[name[:100], n, round(t, 4)] for name, n, t in timed[:BUSIEST]])
+                busiest=[[name[:100], n, round(t, 4)] for name, n, t in timed[:BUSIEST]],
+                **({"by_class": by_class} if cuda else {}))
 
 
 def peak_memory(arch: str, size: int, batch: int, steps: int = 2,
