@@ -78,6 +78,7 @@ from mdot_jax.serving.predict import CHECKPOINT_DIR, checkpoint_devices, input_s
 from mdot_jax.serving.prediction import Adaptation, Prediction
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
+FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
 # elementwise kernels over all parameters per update (torch.optim, foreach): `sgd` is SGD with
 # momentum (buffer scale, add, parameter add), as timm's benchmarks and `mdot profile` train
 UPDATE_PASSES = {"sgd": 3, "adam": 7, "adamw": 8}
@@ -353,7 +354,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         phases["forward" if phase == "fw" else "backward"] += float(t) * factor
     if again:
         phases["recomputation"] = sum(t for *_, t in again)
-    operators: list[dict] = [dict(type=n, name=str(nm), ms=float(t), index=i)
+    fused = {b.output for b in blocks}  # the node each fused kernel's time is kept on
+    operators: list[dict] = [dict(type=FUSED if i in fused else n, name=str(nm), ms=float(t),
+                                  index=i)
                              for i, (n, nm, t) in enumerate(zip(names, seq.node_names, per_op))
                              if t > 0]
     params = int(seq.params)
