@@ -24,7 +24,8 @@ The kernels:
   tf32, fp16 and bf16, each vocabulary that is not a multiple of 64 (GPT-2's 50,257, BERT's
   30,522, a Llama's 32,000 plus a padding token) beside its twin rounded up to one
   (`ALIGN_TWIN`): the rows of logits then start at addresses no vector load can use, and the
-  pairs say what that costs each arithmetic (`tensor_cores.fit_unaligned`).
+  pairs say what that costs each arithmetic (`tensor_cores.fit_unaligned`); the loss over the
+  same logits too (`cross_entropy-train`, fp32 and bf16).
 Each row: the kernel, its precision and dims, the FLOPs and bytes it must do, the median of
 `REPEATS` timed bursts after a warm-up (CUDA events on a GPU; a burst is as many back-to-back
 launches as fill about `BURST_MS`, so small kernels are timed as a step's stream runs them,
@@ -140,10 +141,14 @@ def twin(vocab: int) -> int:
 
 
 def _heads(dry: bool) -> list[dict]:
-    """Language-model heads at unaligned vocabularies, each beside its aligned twin."""
+    """Language-model heads at unaligned vocabularies, each beside its aligned twin, and the
+    loss over their logits (`cross_entropy-train`, the same pairs)."""
     heads, precisions = (((64, 1001, 32),), ("fp32",)) if dry else (HEADS, GEMM_PRECISIONS[:4])
     return [dict(kind="linear-train", precision=p, dims=(t, v, d))
-            for t, vocab, d in heads for v in (vocab, twin(vocab)) for p in precisions]
+            for t, vocab, d in heads for v in (vocab, twin(vocab)) for p in precisions] + [
+        dict(kind="cross_entropy-train", precision=p, dims=(t, v))
+        for t, vocab, _ in heads for v in (vocab, twin(vocab))
+        for p in (ROWWISE if not dry else ROWWISE[:1])]
 
 
 def _work(row: dict) -> tuple[float, float]:
