@@ -73,6 +73,14 @@ def test_a_bad_plan_is_one_named_error(model, fields, field):
     assert e.value.field.startswith(field) and "\n" not in str(e.value)
 
 
+def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model):
+    big = _job(model, batch_size=1 << 17)  # activations far beyond any GPU
+    alone, searched = (plan(Plan(big, devices=("l4",), gpus=(1,), **kw))[0]
+                       for kw in ({}, dict(global_batch=1 << 17)))
+    assert "does not fit" in alone.reasons[0] and "global_batch searches" in alone.reasons[0]
+    assert all("global_batch" not in r for r in searched.reasons)
+
+
 def test_devices_as_one_string_as_on_the_command_line(model):
     assert Plan(_job(model), devices="all").devices == ("all",)
     assert len(plan(Plan(_job(model), devices="h100-sxm,l4", gpus=(1,)))) == 2
