@@ -192,8 +192,17 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
             if batch_size is not None and shape and shape[0] != batch_size:
                 raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives batch "
                                       f"{shape[0]} but --batch-size is {batch_size}; give one")
+            tokens = len(shape) == 2 and t.elem_type in (6, 7)
+            sides = shape[1:3] if len(shape) == 4 and shape[3] in (1, 3) and \
+                shape[1] not in (1, 3) else shape[2:4] if len(shape) == 4 else []
+            for flag, size, given in (("--image-size", image_size, sides),
+                                      ("--seq-len", seq_len, shape[1:] if tokens else [])):
+                if size is not None and any(d != size for d in given):
+                    raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives "
+                                          f"{'x'.join(map(str, given))} but {flag} is {size}; "
+                                          "give one")
             sized["image"] |= len(shape) == 4  # its size given in full instead
-            sized["tokens"] |= len(shape) == 2 and t.elem_type in (6, 7)
+            sized["tokens"] |= tokens
         else:
             shape = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
             names = [d.dim_param or "?" for d in dims]

@@ -193,6 +193,19 @@ def test_input_shape_and_batch_size_that_disagree_are_an_error(capsys, tmp_path)
     assert "--input-shape gives batch 8 but --batch-size is 64" in err
 
 
+@pytest.mark.parametrize("size,error", [("16", "--input-shape gives 8x8 but --image-size is 16"),
+                                        ("8", None)])
+def test_input_shape_and_image_size_that_disagree_are_an_error(capsys, tmp_path, size, error):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), path)
+    code, _, err = run(capsys, "convert", str(path), "--input-shape", "x=2,3,8,8",
+                       "--image-size", size)
+    if error:
+        assert code == 2 and error in err and err.count("\n") == 1
+    else:
+        assert code == 0, err
+
+
 def test_an_input_shape_whose_channels_the_graph_cannot_take_is_named(capsys, tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(), path)
