@@ -127,8 +127,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         out = [dict(r.to_json(), model=args.model) for r in rows]
         print(json.dumps(out if job.several else out[0]))
     else:
-        _print_table(args.model, rows, by_batch=len(job.batch_sizes) > 1 or not args.gpus,
-                     by_gpus=args.gpus is not None, top=args.top)
+        by_gpus = args.gpus is not None or (args.nodes or 1) > 1  # a GPU count asked
+        _print_table(args.model, rows, by_batch=len(job.batch_sizes) > 1 or not by_gpus,
+                     by_gpus=by_gpus, top=args.top)
     return 0
 
 

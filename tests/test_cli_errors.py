@@ -260,3 +260,15 @@ def test_a_port_out_of_range_is_one_line_and_the_version_is_said(capsys):
     from mdot_jax import __version__
 
     assert run(capsys, "--version")[:2] == (0, f"mdot {__version__}\n")
+
+
+def test_a_cpu_named_as_the_device_is_a_cpu_checkpoints(capsys, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), path)
+    code, _, err = run(capsys, "predict", str(path), "--batch-size", "2", "--device", "cpu")
+    assert code == 2 and err.count("\n") == 1
+    assert "a CPU is predicted by a checkpoint measured on one" in err and "cpu-amd-" in err
+    code, out, err = run(capsys, "predict", str(path), "--batch-size", "2", "--device", "cpu",
+                         "--checkpoint", "cpu-amd-epyc-f26m2-2t", "--json")
+    assert code == 0, err
+    assert json.loads(out)["device"] == "cpu-amd-epyc-f26m2-2t"

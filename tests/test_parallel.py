@@ -94,6 +94,9 @@ def test_predict_tables_gpus(capsys, tmp_path):
     assert main([str(a) for a in args + ["--gpus", "4", "--nodes", "2"]]) == 0
     out = capsys.readouterr().out
     assert "scaling" in out and "communication" in out and "\nof which " in out
+    assert main([str(a) for a in args + ["--nodes", "2"]]) == 0  # a GPU each: 2, said so
+    out = capsys.readouterr().out
+    assert " GPUs " in out and re.search(r"\n +2 +[0-9.]+ ", out) and "scaling" in out
     assert main([str(a) for a in args + ["--gpus", "1,2,8"]]) == 0
     assert "\nat 8 GPUs, of which " in capsys.readouterr().out  # the breakdown is the last row's
     for extra, needle in [(["--gpus", "2", "--device", "rtx3090", "--checkpoint", "timm-rtx3090"],

@@ -164,6 +164,13 @@ class Predictor:
         devices = self.devices
         if name is None:
             raise ValueError(f"this checkpoint predicts for {devices}: name one")
+        if name.lower().startswith("cpu") and name not in devices:
+            if name.lower() == "cpu" and len(devices) == 1 and devices[0].startswith("cpu"):
+                return devices[0]  # the CPU this checkpoint was measured on
+            cpus = [n for n in shipped_checkpoints() if n.startswith("cpu")]
+            raise ValueError(f"device {name!r}: a CPU is predicted by a checkpoint measured on "
+                             f"one (checkpoint {' or '.join(cpus)}; `mdot adapt` makes one for "
+                             "yours from its probe)")
         try:
             gpu = gpus.find(name)
         except ValueError as e:
