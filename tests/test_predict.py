@@ -48,8 +48,11 @@ def test_calibrated_checkpoint_gives_bands_and_flags_disagreement(trained, tiny_
         # 3 epochs of 10 samples at batch 4: 3 x ceil(10 / 4) = 9 iterations
         assert p.job_interval_seconds(3, 10, 4) == pytest.approx(
             tuple(9 * ms / 1e3 for ms in p.interval_ms))
-        flagged = any("MDOT and LightGBM disagree" in w for w in p.warnings)
-        assert flagged == (cal.band(layout, d) is cal.bands[layout][-1])
+        flagged = [w for w in p.warnings if "MDOT and LightGBM disagree" in w]
+        assert bool(flagged) == (cal.band(layout, d) is cal.bands[layout][-1])
+        # what the held-out predictions of that bin were: members apart by more than its edge
+        last = cal.labels(layout)[-1]
+        assert all(f"members disagreed by {last} erred by" in w for w in flagged)
     assert any(any("disagree" in w for w in p.warnings) for p in preds)
     alone = Predictor.load(path, companion=False).predict_many([(samples[0].seq,
                                                                  samples[0].workload)])

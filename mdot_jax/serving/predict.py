@@ -260,8 +260,9 @@ class Predictor:
                     names = self.member_labels
                     p.warnings.append(
                         f"{', '.join(names[:-1])} and {names[-1]} disagree by "
-                        f"{math.expm1(d):.0%}: on held-out "
-                        f"families, such predictions erred by {band.median_ape:.0f}% (median)")
+                        f"{math.expm1(d):.0%}: on held-out families, predictions whose "
+                        f"members disagreed by {cal.labels(w.layout)[-1]} erred by "
+                        f"{band.median_ape:.0f}% (median)")
             if p.interval_ms and len(part) > 1:  # a band always holds every member's
                 span = np.asarray(list(part.values()))  # prediction, however far apart
                 span = adapted.apply(span) if adapted else span
