@@ -107,14 +107,15 @@ def prepare_file(out: str | Path, *, source: str | Path | None = None, force: bo
     a folder, never `source` (the input being read), an existing file only with `force`; then
     claims it."""
     problem = None
-    kind = Path(out).suffix or "a file"
+    suffix = Path(out).suffix
+    kind = f"a file ({suffix})" if suffix else "a file"
     if os.path.isdir(out):
-        problem = f"is a directory; name a file ({kind})"
+        problem = f"is a directory; name {kind}"
     elif not os.path.isdir(os.path.dirname(os.path.abspath(out))):
         problem = "its folder does not exist"
     elif source and os.path.exists(out) and os.path.exists(source) and \
             os.path.samefile(out, source):
-        problem = f"is the model being converted; name another file ({kind})"
+        problem = f"is the model being converted; name another {kind.removeprefix('a ')}"
     elif os.path.lexists(out) and not force:
         problem = "exists; --force replaces it"
     if problem:
