@@ -265,7 +265,7 @@ def check_dims(**dims: Any) -> None:
 
 def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
                batch_size: int | None = None, image_size: int | None = None,
-               seq_len: int | None = None) -> onnx.ModelProto:
+               seq_len: int | None = None, label: str | None = None) -> onnx.ModelProto:
     """Reads `source`, strips weights, sets concrete input dims and re-infers all shapes.
 
     Args:
@@ -274,13 +274,14 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
       batch_size: dim 0 of every data input.
       image_size: the two spatial dims of rank-4 data inputs (NCHW or NHWC).
       seq_len: dim 1 of rank-2 integer data inputs (token ids).
+      label: what errors call the model (default: its path, or "<model>").
     Returns:
       A new ModelProto with every tensor shape concrete (`value_info` filled).
     Raises:
       ConversionError: unreadable file, symbolic dims left, or shape inference failure.
     """
     check_dims(batch_size=batch_size, image_size=image_size, seq_len=seq_len)
-    label = "<model>" if isinstance(source, (bytes, onnx.ModelProto)) else str(source)
+    label = label or ("<model>" if isinstance(source, (bytes, onnx.ModelProto)) else str(source))
     original = read_model(source)
     model = onnx.ModelProto()
     model.CopyFrom(original)
@@ -478,7 +479,8 @@ def convert(source: ModelSource, *, name: str = "", fuse: bool | int = False,
             **dims) -> OperatorSequence:
     """`load_model` + `to_sequence`: any ONNX model to its operator sequence.
 
-    `dims` are `load_model`'s keyword arguments (input_shapes, batch_size, image_size, seq_len);
+    `dims` are `load_model`'s keyword arguments (input_shapes, batch_size, image_size, seq_len,
+    label);
     `fuse`: see `converters.fusion`.
     """
     if not name and not isinstance(source, (bytes, onnx.ModelProto)):

@@ -45,7 +45,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         writers.prepare_file(args.output, source=args.model, force=args.force)
     model = config_graph(args.model, args.seq_len) if is_config(args.model) else args.model
     seq = convert(model, name=Path(args.model).stem, **_shape_kwargs(args),
-                  fuse=True if args.fuse is None else args.fuse)
+                  fuse=True if args.fuse is None else args.fuse, label=args.model)
     if args.output:
         writers.write_file(args.output, seq.save)
     summary = dict(model=seq.name, num_ops=seq.num_ops, flops=seq.flops,

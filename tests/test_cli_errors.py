@@ -272,3 +272,17 @@ def test_a_cpu_named_as_the_device_is_a_cpu_checkpoints(capsys, tmp_path):
                          "--checkpoint", "cpu-amd-epyc-f26m2-2t", "--json")
     assert code == 0, err
     assert json.loads(out)["device"] == "cpu-amd-epyc-f26m2-2t"
+
+
+def test_an_error_in_a_configs_graph_names_the_config(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(dict(model_type="llama", hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=1, num_attention_heads=2,
+                                      vocab_size=100)))
+    code, _, err = run(capsys, "convert", str(config), "--seq-len", "8", "--batch-size", "2",
+                       "--image-size", "8")
+    assert code == 2 and err.startswith(f"mdot: error: {config}: --image-size 8 does not apply")
+    code, _, err = run(capsys, "predict", str(config), "--seq-len", "8", "--batch-size", "2",
+                       "--input-shape", "input_ids=2,4", "--device", "h100-sxm")
+    assert code == 2 and f"{config}: input 'input_ids': --input-shape gives 4" in err

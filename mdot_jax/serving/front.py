@@ -159,8 +159,11 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
         return _converted(str(model), (stat.st_mtime_ns, stat.st_size), b, job.image_size,
                           job.seq_len, shapes, fuse)
     if not isinstance(model, OperatorSequence):
+        config = is_config(job.model)  # its graph: named by its file
         return convert(model, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
-                       input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
+                       input_shapes={k: list(v) for k, v in shapes}, fuse=fuse,
+                       name=Path(job.model).stem if config else "",
+                       label=str(job.model) if config else None)
     check_batch(model, b)
     check_size(model, job.image_size, job.seq_len, job.cp)
     if model.fusion != fuse:
