@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     fitted = dict(fit_unaligned(read(args.sweep)), source=str(args.sweep))
     candidate = args.out / "candidate"
-    shutil.rmtree(candidate, ignore_errors=True)
+    if candidate.exists():  # a candidate this script wrote before; nothing else is removed
+        if not (candidate / StepModel.META).is_file():
+            raise SystemExit(f"{candidate}: exists and is no step model; move it away")
+        shutil.rmtree(candidate)
     shutil.copytree(STEP_MODEL_DIR, candidate, ignore=shutil.ignore_patterns("README.md"))
     meta = json.loads((candidate / StepModel.META).read_text())
     meta["unaligned_gemms"] = fitted
