@@ -135,6 +135,15 @@ def test_bad_input_is_a_4xx_with_one_line(server, body, status, field, needle):
     answer = r.json()
     assert needle in answer["error"] and "\n" not in answer["error"]
     assert "Traceback" not in r.text and (not field or answer["field"] == field)
+    assert str(root) not in answer["error"]  # the server's folders are its own
+
+
+def test_a_conversion_error_names_the_model_not_the_servers_file(server):
+    client, root = server
+    sha = _upload(client, root / "attn.onnx")
+    r = client.post("/v1/predict", json={"model": sha, "batch_size": 2, "seq_len": 16})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"].startswith(f"model {sha}: --seq-len 16 does not apply"), r.text
 
 
 def test_uploads_are_checked_and_limited(server):

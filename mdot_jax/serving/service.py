@@ -27,6 +27,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -76,6 +77,14 @@ class ModelStore:
         os.utime(path)
         writers.evict(self.folder, "*.*", self.limit)
         return sha
+
+    def said(self, message: str) -> str:
+        """`message` with this store's files named as the models they hold (`model SHA`): a
+        client never sees the server's folders."""
+        for kind in KINDS:
+            message = re.sub(re.escape(f"{self.folder}{os.sep}") + "([0-9a-f]{64})"
+                             + re.escape(kind), r"model \1", message)
+        return message
 
     def get(self, sha: Any) -> Path:
         if not isinstance(sha, str) or len(sha) != 64 or not all(
@@ -178,9 +187,9 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         try:
             return work()
         except RequestError as e:
-            raise _Answer(422, str(e), e.field) from None
+            raise _Answer(422, store.said(str(e)), e.field) from None
         except (MdotError, ConversionError) as e:
-            raise _Answer(422, str(e)) from None
+            raise _Answer(422, store.said(str(e))) from None
 
     @app.get("/healthz")
     def healthz() -> dict:
