@@ -196,7 +196,6 @@ def steps(args, rows, seen) -> None:
           f"({ {k: round(float(np.mean(list(v.values()))), 2) for k, v in logo.items()} })")
 
 
-# what a CUDA kernel's name says it does (first match), to sum a traced step's time by class
 def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     """A GPU's measured steps priced from its spec sheet (`--timm`, `--measured`; the rules
     in the module docstring)."""
@@ -219,10 +218,11 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
         trace = s.stats.get("trace") or {}
         if trace.get("gpu_ms"):  # `mdot profile --trace` on a GPU: host against GPU
             by_class: dict[str, float] = defaultdict(float)
-            for k, _, t in trace["busiest"]:
-                by_class[kernel_class(k)] += t
             if trace.get("by_class"):  # every kernel of the step, where the kit recorded it
-                by_class = defaultdict(float, {c: t for c, (_, t) in trace["by_class"].items()})
+                by_class.update({c: t for c, (_, t) in trace["by_class"].items()})
+            else:  # the busiest kernels only
+                for k, _, t in trace["busiest"]:
+                    by_class[kernel_class(k)] += t
             rows[-1]["trace"] = dict(
                 gpu_ms=trace["gpu_ms"], kernels=trace["kernels"], launches=trace["launches"],
                 predicted_gpu_ms=p.iteration_ms - p.phases.get("launch gaps", 0.0),

@@ -169,6 +169,12 @@ def _dim_hint(name: str, shape: list[int], k: int, t) -> str:
     return f"--input-shape {name}={example} with every dim given"
 
 
+def _sides(shape: Sequence[int]) -> tuple[int, int]:
+    """The two spatial dims of an image input's shape: NHWC when its last dim holds 1 or 3
+    channels and its second does not, else NCHW."""
+    return (1, 2) if shape[3] in (1, 3) and shape[1] not in (1, 3) else (2, 3)
+
+
 def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
                 batch_size: int | None, image_size: int | None, seq_len: int | None,
                 label: str) -> dict[str, int]:
@@ -193,8 +199,7 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
                 raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives batch "
                                       f"{shape[0]} but --batch-size is {batch_size}; give one")
             tokens = len(shape) == 2 and t.elem_type in (6, 7)
-            sides = shape[1:3] if len(shape) == 4 and shape[3] in (1, 3) and \
-                shape[1] not in (1, 3) else shape[2:4] if len(shape) == 4 else []
+            sides = [shape[k] for k in _sides(shape)] if len(shape) == 4 else []
             for flag, size, given in (("--image-size", image_size, sides),
                                       ("--seq-len", seq_len, shape[1:] if tokens else [])):
                 if size is not None and any(d != size for d in given):
@@ -212,8 +217,7 @@ def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
                         rebatched[vi.name] = shape[0]
                     shape[0] = batch_size
                 if image_size is not None and len(shape) == 4:
-                    nhwc = shape[3] in (1, 3) and shape[1] not in (1, 3)
-                    for k in ((1, 2) if nhwc else (2, 3)):
+                    for k in _sides(shape):
                         shape[k] = image_size
                     sized["image"] = True
                 if seq_len is not None and len(shape) == 2 and t.elem_type in (6, 7):
