@@ -104,7 +104,8 @@ def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys):
     before = (tmp_path / "front.png").read_bytes()
     for extra, needle in ((["--plot", str(tmp_path / "front.png")], "exists; --force"),
                           (["--plot", str(tmp_path / "no" / "f.png")], "folder does not"),
-                          (["--plot", str(tmp_path / "f.png"), "--prices", ""], "give --prices")):
+                          (["--plot", str(tmp_path / "f.png"), "--prices", ""], "give --prices"),
+                          (["--plot", str(tmp_path / "f.txt")], "matplotlib writes no .txt")):
         assert main([*args, *extra]) == 2
         out, err = capsys.readouterr()
         assert needle in err and not out and err.count("\n") == 1, err
