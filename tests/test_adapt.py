@@ -125,6 +125,8 @@ def test_adapting_an_adapted_checkpoint_composes_the_fits(tmp_path):
     (["model", "batch_size", "ms"], None, "a header and no rows"),
     (["model", "batch_size", "ms", "precision"], ["m.npz", "8", "3", "fp64"],
      "column 'precision' has ['fp64']"),
+    (["model", "batch_size", "ms", "device"], ["m.npz", "8", "3", "h100-sxm"],
+     "column(s) ['device'] are not read"),  # a job's field, ignored, would mislead
 ])
 def test_a_bad_measurements_file_is_one_line(tmp_path, capsys, header, row, needle):
     (tmp_path / "m.npz").write_bytes(b"")

@@ -267,8 +267,9 @@ def test_autocast_adds_its_casts_and_the_host_its_gaps(step_model):
     assert slow.phases["launch gaps"] > 0
     assert slow.iteration_ms == pytest.approx(sum(o["ms"] for o in slow.operators))
     assert slow.iteration_ms >= 0.05 * len(kernels16)
-    # a launch-bound step says how much of it is the host's, and that hosts differ
+    # a launch-bound step says how much of it is the host's, and how to fit one's own
     assert any(w.startswith("launch-bound: ") and "50 us a kernel under pytorch" in w
+               and "--base gpu-spec-sheet --device-name nvidia-h100-sxm" in w
                for w in slow.warnings)
     assert not any(w.startswith("launch-bound") for w in p.warnings)
 

@@ -396,10 +396,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         operators.append(dict(type="launch gaps", name="the GPU waiting on the host to issue "
                               "kernels", ms=gaps))
         if gaps > LAUNCH_BOUND * end:
-            warnings.append(f"launch-bound: {gaps / end:.0%} of the step waits "
-                            f"on the host ({1e3 * host:.0f} us a kernel under {framework}, a "
-                            "machine's: ours differed 1.2-1.5x; `mdot adapt "
-                            "--from-measurements` fits your own steps)")
+            warnings.append(f"launch-bound: {gaps / end:.0%} of the step waits on the host "
+                            f"({1e3 * host:.0f} us a kernel under {framework}, a machine's own: "
+                            "`mdot adapt --from-measurements CSV --base gpu-spec-sheet "
+                            f"--device-name {gpu.name}` fits your steps)")
     if kernels is not None:
         kernels.extend(order)
     total = sum(phases.values())

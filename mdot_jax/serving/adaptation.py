@@ -42,6 +42,7 @@ from mdot_jax.errors import UsageError
 from mdot_jax.options import ATTENTION, OPTIMIZERS, PRECISIONS
 from mdot_jax.serving.predict import Predictor, resolve_checkpoint
 from mdot_jax.serving.prediction import Adaptation, Prediction
+from mdot_jax.serving.request import FIELDS
 from mdot_jax.storage import checkpoint
 from mdot_jax.storage.calibration import COVER
 
@@ -146,6 +147,15 @@ def read_measurements(path: str | Path) -> list[Row]:
                          "image_size or seq_len, precision (optional)")
     if not lines:
         raise UsageError(f"{path}: a header and no rows; give one row per measured job")
+    read = {*REQUIRED, "image_size", "seq_len", "precision", *JOB_COLUMNS}
+    # a column naming a job's field that this does not read would be ignored silently (notes
+    # and dates are)
+    unread = [c for c in reader.fieldnames or [] if c in FIELDS and c not in read]
+    if unread:
+        hint = ("; the device is no column: --device-name names it (with --base gpu-spec-sheet "
+                "for a GPU of `mdot devices`)" if "device" in unread else "")
+        raise UsageError(f"{path}: column(s) {unread} are not read (the columns: "
+                         f"{sorted(read)}){hint}")
     precisions = sorted({d.get("precision") or "" for d in lines} - {""})
     unknown = [p for p in precisions if p not in PRECISIONS]
     if unknown or len(precisions) > 1:
