@@ -212,13 +212,14 @@ def profiled(step: Callable[[], None], device: str) -> dict:
     by_class: dict[str, list] = {}
     for name, n, t in timed if cuda else ():
         c = by_class.setdefault(kernel_class(name), [0, 0.0])
-        c[0], c[1] = c[0] + n, round(c[1] + t, 4)
+        c[0], c[1] = c[0] + n, c[1] + t
     return dict(launches=sum(e.count for e in events if "LaunchKernel" in e.key) if cuda
                 else None, kernels=sum(n for _, n, _ in timed) if cuda else None,
                 aten_ops=sum(e.count for e in events if e.key.startswith("aten::")),
                 gpu_ms=sum(t for *_, t in timed) if cuda else None,
                 busiest=[[name[:100], n, round(t, 4)] for name, n, t in timed[:BUSIEST]],
-                **({"by_class": by_class} if cuda else {}))
+                **({"by_class": {k: [n, round(t, 4)] for k, (n, t) in by_class.items()}}
+                   if cuda else {}))
 
 
 def peak_memory(arch: str, size: int, batch: int, steps: int = 2,

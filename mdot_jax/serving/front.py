@@ -31,7 +31,7 @@ from converters.fusion import fusion_version
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST
-from mdot_jax.serving.predict import check_batch, check_size, input_size_of
+from mdot_jax.serving.predict import check_converted, input_size_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import FIELDS, TrainingJob
 
@@ -149,9 +149,10 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     """The job's model at batch `b`: converted from ONNX, or a converted sequence as it is
     (`.npz` or in memory), whose batch, input size and fusion must be the job's."""
     model: Any = job.model
+    config = is_config(model)  # its graph is named by its file
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
         model = OperatorSequence.load_npz(model)
-    elif is_config(model):
+    elif config:
         model = config_graph(model, job.seq_len)
     shapes = tuple((k, tuple(v)) for k, v in (job.input_shapes or {}).items())
     if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
@@ -159,13 +160,11 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
         return _converted(str(model), (stat.st_mtime_ns, stat.st_size), b, job.image_size,
                           job.seq_len, shapes, fuse)
     if not isinstance(model, OperatorSequence):
-        config = is_config(job.model)  # its graph: named by its file
         return convert(model, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
                        input_shapes={k: list(v) for k, v in shapes}, fuse=fuse,
                        name=Path(job.model).stem if config else "",
                        label=str(job.model) if config else None)
-    check_batch(model, b)
-    check_size(model, job.image_size, job.seq_len, job.cp)
+    check_converted(model, b, job.image_size, job.seq_len, job.cp)
     if model.fusion != fuse:
         raise RequestError(f"model: the operator sequence {model.name!r} was converted with "
                            f"fusion version {model.fusion}, this predictor reads {fuse} "

@@ -322,11 +322,11 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
     usd = request.price_of(gpu)
     o.cost_usd = o.hours * o.gpus * usd if usd is not None and o.hours is not None else None
     if any(w for w in p.warnings if any(n in w for n in NOT_FIT)):
+        search = "" if request.global_batch is not None else (
+            "; global_batch searches smaller micro-batches, tensor and pipeline splits, "
+            "checkpointing")
         o.reasons.append(f"does not fit in the {gpu.name}'s {gpu.memory_gb:g} GB "
-                         f"({p.memory_gb:.3g} GB per GPU" + (
-                             ")" if request.global_batch is not None else
-                             "; global_batch searches smaller micro-batches, tensor and "
-                             "pipeline splits, checkpointing)"))
+                         f"({p.memory_gb:.3g} GB per GPU{search})")
     if request.deadline_h is not None and o.hours is not None and o.hours > request.deadline_h:
         o.reasons.append(f"{o.hours:.3g} h: past the deadline ({request.deadline_h:g} h)")
     if request.budget_usd is not None:

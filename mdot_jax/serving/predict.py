@@ -187,8 +187,7 @@ class Predictor:
                  seq_len: int | None = None, input_shapes: dict | None = None
                  ) -> OperatorSequence:
         if isinstance(model, OperatorSequence):
-            check_batch(model, batch_size)
-            check_size(model, image_size, seq_len)
+            check_converted(model, batch_size, image_size, seq_len)
             return model
         return convert(model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                        input_shapes=input_shapes, fuse=int(self.trained.feature_cfg.fused))
@@ -403,21 +402,16 @@ def graph_warnings(g: dict, precision: str) -> list[str]:
     return out
 
 
-def check_batch(seq: OperatorSequence, batch_size: int) -> None:
-    """A converted sequence carries its batch in its shapes (dim 0 of its data inputs): it
-    predicts at that batch only."""
+def check_converted(seq: OperatorSequence, batch_size: int, image_size: int | None = None,
+                    seq_len: int | None = None, cp: int = 1) -> None:
+    """A converted sequence carries its batch (dim 0 of its data inputs) and its input size
+    (`input_size_of`) in its shapes: it predicts at those only (a sequence length may be `cp`
+    times its own: the piece of a sequence one GPU of a context-parallel group runs)."""
     shapes = [s for s in seq.meta.get("inputs", {}).values() if s]
     if shapes and int(shapes[0][0]) != batch_size:
         raise RequestError(f"batch_size {batch_size}: the operator sequence {seq.name!r} was "
                            f"converted at batch {shapes[0][0]}; convert the model at batch "
                            f"{batch_size} instead", "batch_size")
-
-
-def check_size(seq: OperatorSequence, image_size: int | None, seq_len: int | None,
-               cp: int = 1) -> None:
-    """A converted sequence carries its input size too (`input_size_of`): an image size or
-    sequence length asked of it must be that one (a sequence length may be `cp` times it: the
-    piece of a sequence one GPU of a context-parallel group runs)."""
     have = input_size_of(seq)
     for field, size, fits in (("image_size", image_size, (have,)),
                               ("seq_len", seq_len, (have, have * cp))):
