@@ -40,28 +40,37 @@ from bench_llm_steps import price, summarize  # noqa: E402
 DEVELOPMENT = Path("data/gpu-nvidia-h200/llm-steps.jsonl")
 
 
+def write_candidate(out: Path, key: str, fitted: dict) -> Path:
+    """OUT/candidate: the shipped step model with `fitted` as its `key` (a candidate a
+    pre-registered study prices with); one this function wrote before is replaced, nothing
+    else."""
+    from mdot_jax.gpu.gpu_ops import StepModel
+    from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
+
+    candidate = out / "candidate"
+    out.mkdir(parents=True, exist_ok=True)
+    if candidate.exists():
+        if not (candidate / StepModel.META).is_file():
+            raise SystemExit(f"{candidate}: exists and is no step model; move it away")
+        shutil.rmtree(candidate)
+    shutil.copytree(STEP_MODEL_DIR, candidate, ignore=shutil.ignore_patterns("README.md"))
+    meta = json.loads((candidate / StepModel.META).read_text())
+    meta[key] = fitted
+    (candidate / StepModel.META).write_text(json.dumps(meta, indent=1) + "\n")
+    return candidate
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", required=True, help="a lease's kernels.jsonl (or packed)")
     ap.add_argument("--steps", type=Path, required=True, help="the lease's llm-steps.jsonl")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    from mdot_jax.gpu.gpu_ops import StepModel
-    from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
     from mdot_jax.gpu.tensor_cores import fit_unaligned
     from mdot_jax.measure.kernel_sweep import read
 
-    args.out.mkdir(parents=True, exist_ok=True)
     fitted = dict(fit_unaligned(read(args.sweep)), source=str(args.sweep))
-    candidate = args.out / "candidate"
-    if candidate.exists():  # a candidate this script wrote before; nothing else is removed
-        if not (candidate / StepModel.META).is_file():
-            raise SystemExit(f"{candidate}: exists and is no step model; move it away")
-        shutil.rmtree(candidate)
-    shutil.copytree(STEP_MODEL_DIR, candidate, ignore=shutil.ignore_patterns("README.md"))
-    meta = json.loads((candidate / StepModel.META).read_text())
-    meta["unaligned_gemms"] = fitted
-    (candidate / StepModel.META).write_text(json.dumps(meta, indent=1) + "\n")
+    candidate = write_candidate(args.out, "unaligned_gemms", fitted)
     results: dict = dict(unaligned_gemms=fitted)
     for name, path in (("lease", args.steps), ("development", DEVELOPMENT)):
         if name == "development" and path.resolve() == args.steps.resolve():

@@ -37,6 +37,19 @@ def test_the_network_kernels_span_layouts_and_leave_the_measured_shapes_as_they_
     assert measured <= {r["key"] for r in rows}  # a lease's sweep resumes on the same shapes
 
 
+def test_depthwise_convolutions_span_channels_kernels_and_strides_in_both_layouts():
+    rows = [r for r in kernel_sweep.plan(False) if r["kind"].startswith("dwconv")]
+    assert {(r["kind"], r["layout"], r["precision"]) for r in rows} == {
+        (k, lay, p) for k in ("dwconv", "dwconv-train") for lay in ("nchw", "nhwc")
+        for p in ("fp32", "bf16")}
+    dims = {tuple(r["dims"]) for r in rows}
+    assert len(dims) == 12 and {d[3] for d in dims} == {3, 5} and {d[4] for d in dims} == {1, 2}
+    work = [kernel_sweep._work(r) for r in rows]
+    assert all(0 < f and 0 < b <= kernel_sweep.MAX_BYTES for f, b in work)
+    assert kernel_sweep._work(dict(kind="dwconv", precision="fp32", dims=(1, 1, 7, 3, 2)))[0] \
+        == 2.0 * 16 * 9  # a 7 x 7 input at stride 2, padded: 4 x 4 outputs
+
+
 def test_unaligned_heads_come_early_each_beside_its_aligned_twin():
     rows = kernel_sweep.plan(False)
     heads = [r for r in rows if r["kind"] == "linear-train"]

@@ -32,6 +32,8 @@ The rules, per operator of the sequence:
   each for its time less the fixed cost learned from kernels measured one at a time (the
   host's part); the GPU's idle time is the phase `launch gaps`, said in a warning where it is
   more than `LAUNCH_BOUND` of the step.
+- convolutions (dense, depthwise) and batch norms at the shares a lent GPU's sweep measured,
+  on GPUs of its architecture, where the step model holds `cnn_kernels` (`gpu.cnn_kernels`).
 - autocast's casts (`amp-*`), one kernel each: every weight of a GEMM or convolution cast to
   the half type in the forward and its gradient back in the backward, and every fp32 output
   of a softmax or normalisation but batch norm cast again where a GEMM or convolution reads
@@ -66,7 +68,7 @@ from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import LOSSES, TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
-from mdot_jax.gpu import autocast, peaks, tensor_cores
+from mdot_jax.gpu import autocast, cnn_kernels, peaks, tensor_cores
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
@@ -283,6 +285,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                   if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
     slower, note = tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc)
     unaligned, slowed = model.info.get("unaligned_gemms"), 0
+    cnn = cnn_kernels.applying(model.info, gpu, precision)
+    priced: dict[int, float] = {}  # work item -> ms, measured kernels of its kind (cnn)
+    unmeasured = 0  # convolutions priced by the operator model
     for b in blocks:
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
@@ -302,23 +307,30 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             if op == "linear" else 1.0
         slowed += factor > 1
         work.append((i, "fw", op, dims, seen, factor))
-        if kind == "conv":
-            odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
-                          c[_C["groups"]]) != (3, 3, 1, 1)
-            _, m, n, k, x = dims
+        if kind == "conv":  # its forward, data gradient (not of the graph's input), weights'
             g, c_in = int(c[_C["groups"]]), max(int(c[_C["in_channels"]]), 1)
-            if has_input[i]:  # the data gradient: a convolution of the output's gradient
-                kk = int(c[_C["kernel_h"]] * c[_C["kernel_w"]])
-                work.append((i, "bw", "conv", (1, x // c_in, c_in, n // g * kk,
-                                               int(c[_C["out_numel"]])), seen, 1.0))
-            work.append((i, "bw", "bmm", (g, n // g, k, m), seen, 1.0))  # weight gradient
+            convs = cnn_kernels.conv_kernels(dims, g, c_in, int(c[_C["kernel_h"]] * c[
+                _C["kernel_w"]]), int(c[_C["out_numel"]]), bool(has_input[i]))
+            work.extend((i, "bw", o, d, seen, 1.0) for o, d in convs[1:])
+            measured = cnn.conv_ms(cnn_kernels.is_depthwise(g, c_in, dims[2]), convs) \
+                if cnn else None
+            if measured:
+                priced.update(zip(range(len(work) - len(convs), len(work)), measured))
+            else:
+                unmeasured += 1
+                odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
+                              g) != (3, 3, 1, 1)
         elif op in ("bmm", "linear"):
             grads = backward_gemms(op, dims)
             if op == "linear" and not has_input[i]:
                 grads = grads[1:]
             work.extend((i, "bw", o, d, seen, factor) for o, d in grads)
         else:  # the forward again, times its kind's measured backward / forward ratio
-            work.append((i, "bw", op, dims, seen, model.ratios.get(_ratio_kind(kind), 1.0)))
+            bn = cnn.bn_ms(dims) if cnn and name == "BatchNormalization" else None
+            work.append((i, "bw", op, dims, seen,
+                         1.0 if bn else model.ratios.get(_ratio_kind(kind), 1.0)))
+            if bn:
+                priced.update({len(work) - 2: bn[0], len(work) - 1: bn[1]})
         if load[_L["params"]] > 0:  # the gradient's accumulation
             work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
     if half and not megatron:
@@ -339,6 +351,11 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if lin:  # the linear layers' GEMMs at their own peak
         on = [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is at["linear"]]
         ms[on] = [lin[0].ms(*work[j][2:5]) for j in on]
+    if priced and cnn:
+        ms[list(priced)] = list(priced.values())
+        warnings.append(cnn.note)
+        if not unmeasured:
+            classes.discard("conv")
     per_op = np.zeros(len(names))
     phases = dict(forward=0.0, backward=0.0, update=0.0)
     # the kernels as they run: the forward in node order, then the backward in reverse, a

@@ -206,24 +206,36 @@ def fused_attention_share(fitted: dict | None, gpu: GPU, tc) -> tuple[float, str
 
 
 def _fit(ops, dims, seen, ms) -> Constants:
-    """Least squares of log(predicted / measured) over the three constants, each kept in its
-    range by its parametrisation (shares by a sigmoid, the fixed cost by exp)."""
+    """`fit_sums` of kernels measured one by one."""
+    return fit_sums([([(o, d)], g, t) for o, d, g, t in zip(ops, dims, seen, ms)])
+
+
+def fit_sums(rows: Sequence[tuple[Sequence[tuple[str, Sequence[int]]], GPU, float]]
+             ) -> Constants:
+    """The three constants, least squares of log(priced / measured) over `rows` of (kernels
+    (op, dims), the GPU as they see it, ms measured), a row priced as the sum of its kernels'
+    times; each constant kept in its range by its parametrisation (shares by a sigmoid, the
+    fixed cost by exp)."""
     from scipy.optimize import least_squares
 
-    w = [work(o, d) for o, d in zip(ops, dims)]
-    compute = np.asarray([1e3 * x[0] / (g.tflops["fp32"] * 1e12) for x, g in zip(w, seen)])
-    memory = np.asarray([1e3 * x[1] / (g.memory_gbs * 1e9) for x, g in zip(w, seen)])
-    y = np.log(np.asarray(ms, np.float64))
+    owner, compute, memory = [], [], []
+    for i, (kernels, g, _) in enumerate(rows):
+        for o, d in kernels:
+            flops, moved, *_ = work(o, d)
+            owner.append(i)
+            compute.append(1e3 * flops / (g.tflops["fp32"] * 1e12))
+            memory.append(1e3 * moved / (g.memory_gbs * 1e9))
+    at, c, m = np.asarray(owner), np.asarray(compute), np.asarray(memory)
+    y = np.log(np.asarray([t for *_, t in rows], np.float64))
 
     def unpack(p):
         return 1 / (1 + math.exp(-p[0])), 1 / (1 + math.exp(-p[1])), math.exp(p[2])
 
-    def residual(p):
+    def priced(p):
         sc, sm, fixed = unpack(p)
-        return np.log(fixed + np.maximum(compute / sc, memory / sm)) - y
+        return np.bincount(at, fixed + np.maximum(c / sc, m / sm), minlength=len(y))
 
-    p = least_squares(residual, [1.0, 1.0, math.log(5e-3)]).x
+    p = least_squares(lambda p: np.log(priced(p)) - y, [1.0, 1.0, math.log(5e-3)]).x
     sc, sm, fixed = unpack(p)
-    pred = fixed + np.maximum(compute / sc, memory / sm)
     return Constants(sc, sm, fixed, len(y),
-                     float(100 * np.mean(np.abs(pred / np.exp(y) - 1))))
+                     float(100 * np.mean(np.abs(priced(p) / np.exp(y) - 1))))

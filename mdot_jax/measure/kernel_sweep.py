@@ -14,8 +14,9 @@ The kernels:
   bf16;
 - a CNN's kernels at fp32 (cuDNN's default: TF32 convolutions) and bf16, in NCHW and
   channels-last (`layout`): `conv` (`F.conv2d` of [n, c, h, h] by [k, c, r, r] at a stride,
-  padding r // 2) and `batch_norm` (training mode, fp32 weights and statistics), each forward
-  alone and forward with backward (`-train`);
+  padding r // 2), `dwconv` (a depthwise one, MobileNet's and EfficientNet's: [n, c, h, h] by
+  [c, 1, r, r], groups c) and `batch_norm` (training mode, fp32 weights and statistics), each
+  forward alone and forward with backward (`-train`);
 - a language model's: `cross_entropy-train` (logits [tokens, vocab], forward and backward),
   and `adamw` (`torch.optim.AdamW.step`, its default foreach kernels, over `tensors` fp32
   parameters of `numel` each);
@@ -81,7 +82,7 @@ def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
         rowwise = [(int(2 ** rng.uniform(8, 16)), int(2 ** rng.uniform(6, 14)) // 16 * 16)
                    for _ in range(24)]
         precisions, halves = GEMM_PRECISIONS, HALF
-    rows: list[list[dict]] = [[], [], [], _network_kernels(dry), _heads(dry)]
+    rows: list[list[dict]] = [[], [], [], _network_kernels(dry), _heads(dry), _depthwise(dry)]
     for kind, dims in gemms:
         rows[0] += [dict(kind=kind, precision=p, dims=dims) for p in precisions]
     for dims in sdpa:
@@ -135,6 +136,25 @@ def _network_kernels(dry: bool) -> list[dict]:
     return rows + [dict(kind="adamw", precision="fp32", dims=d) for d in updates]
 
 
+def _depthwise(dry: bool) -> list[dict]:
+    """Depthwise convolutions (n, c, h, r, stride) as MobileNets and EfficientNets have them, at
+    fp32 (TF32 where cuDNN uses it) and bf16, both layouts (their own generator and queue)."""
+    rng = np.random.default_rng(2)
+    if dry:
+        convs, precisions = [(2, 8, 16, 3, 1)], ("fp32",)
+    else:
+        convs, precisions = [], ROWWISE
+        while len(convs) < 12:
+            h = int(rng.choice([7, 14, 28, 56, 112]))
+            c = int(rng.choice([16, 32, 96, 144, 240, 480, 672, 1152]))
+            n = int(rng.choice([32, 64, 128]))
+            conv = (n, c, h, int(rng.choice([3, 5])), int(rng.choice([1, 1, 2])))
+            if 4.0 * n * c * h * h <= MAX_BYTES / 4 and conv not in convs:
+                convs.append(conv)
+    return [dict(kind=kind, precision=p, layout=layout, dims=d) for d in convs
+            for p in precisions for layout in LAYOUTS for kind in ("dwconv", "dwconv-train")]
+
+
 def twin(vocab: int) -> int:
     """The aligned twin of a vocabulary (`ALIGN_TWIN`)."""
     return -(-vocab // ALIGN_TWIN) * ALIGN_TWIN
@@ -165,6 +185,11 @@ def _work(row: dict) -> tuple[float, float]:
     if kind.startswith("sdpa"):
         b, h, s, d = dims
         return 3.5 * 4.0 * b * h * s * s * d / 2, width * 8.0 * b * h * s * d  # fwd + bwd
+    if kind.startswith("dwconv"):  # c filters of r x r, one per channel
+        n, c, h, r, stride = dims
+        out = n * c * (-(-h // stride)) ** 2  # padding r // 2: ceil(h / stride) a side
+        flops, nbytes = 2.0 * out * r * r, width * (n * c * h * h + c * r * r + out)
+        return (3 * flops, 3 * nbytes) if kind.endswith("train") else (flops, nbytes)
     if kind.startswith("conv"):
         n, c, h, k, r, stride = dims
         out = n * k * (h // stride) ** 2
@@ -229,7 +254,7 @@ def _kernel(row: dict, device: str):
             with sdpa_kernel(backend):
                 F.scaled_dot_product_attention(q, kk, v, is_causal=True).sum().backward()
         return run
-    if kind.startswith(("conv", "batch_norm")):
+    if kind.startswith(("conv", "dwconv", "batch_norm")):
         return _cnn_kernel(row, device, dtype)
     if kind == "adamw":
         tensors, numel = dims
@@ -262,12 +287,12 @@ def _cnn_kernel(row: dict, device: str, dtype):
         t = torch.randn(*shape, device=device, dtype=dt)
         return (t.to(memory_format=fmt) if len(shape) == 4 else t).requires_grad_(train)
 
-    if row["kind"].startswith("conv"):
-        n, c, h, k, r, stride = row["dims"]
-        inputs = x, w = new(n, c, h, h), new(k, c, r, r)
+    if row["kind"].startswith(("conv", "dwconv")):
+        n, c, h, k, r, stride, groups = conv_shape(row)
+        inputs = x, w = new(n, c, h, h), new(k, c // groups, r, r)
 
         def conv():
-            return F.conv2d(x, w, stride=stride, padding=r // 2)
+            return F.conv2d(x, w, stride=stride, padding=r // 2, groups=groups)
         run = conv
     else:
         n, c, h = row["dims"]
@@ -282,6 +307,16 @@ def _cnn_kernel(row: dict, device: str, dtype):
         return run
     grad = run().detach().clone()  # the output's gradient, in its layout
     return lambda: torch.autograd.grad(run(), inputs, grad)  # no accumulation into .grad
+
+
+def conv_shape(row: dict) -> tuple[int, int, int, int, int, int, int]:
+    """(batch, in channels, side, out channels, kernel side, stride, groups) of a `conv` or
+    `dwconv` row (padding: kernel side // 2)."""
+    if row["kind"].startswith("dwconv"):
+        n, c, h, r, stride = row["dims"]
+        return n, c, h, c, r, stride, c
+    n, c, h, k, r, stride = row["dims"]
+    return n, c, h, k, r, stride, 1
 
 
 def _timed(run, device: str, launches: int = 1) -> float:
