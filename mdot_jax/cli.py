@@ -39,7 +39,7 @@ def _shape_kwargs(args: argparse.Namespace) -> dict:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters import convert
-    from mdot_jax.serving.front import config_graph, is_config
+    from mdot_jax.serving.front import config_graph, defaults_said, is_config
 
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)
@@ -64,9 +64,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
           f"{seq.params / 1e6:.2f} M params")
     print(f"inputs: {', '.join(f'{k}={v}' for k, v in seq.meta['inputs'].items())}; "
           f"{seq.meta['dropped_nodes']} shape/constant nodes dropped")
-    if defaulted := seq.meta.get("defaulted"):
-        print("transformers' defaults (the config gives none): "
-              + ", ".join(f"{k} {v:,}" for k, v in defaulted.items()))
+    if said := defaults_said(seq):
+        print(said)
     if moe := seq.meta.get("experts"):
         print(f"experts: {moe['experts']}, top {moe['top_k']}, in {moe['layers']} layers, "
               f"{moe['params'] / 1e6:.2f} M of the params (exported as balanced routing)")

@@ -121,8 +121,10 @@ def test_a_config_short_of_the_models_shape_says_which_defaults_built_it(tmp_pat
                                       num_attention_heads=4, vocab_size=64)))
     assert main(["predict", str(config), "--device", "h100-sxm", "--batch-size", "1",
                  "--seq-len", "16"]) == 0
-    assert "no num_hidden_layers: transformers' defaults built the model (num_hidden_layers " \
-           "32)" in capsys.readouterr().err
+    said = "no num_hidden_layers: transformers' defaults built the model (num_hidden_layers 32)"
+    assert said in capsys.readouterr().err
+    assert main(["convert", str(config), "--seq-len", "16", "--batch-size", "1"]) == 0
+    assert said in capsys.readouterr().out
     # under the model's own names (GPT-2's n_embd, n_layer, n_head), nothing was defaulted
     gpt2 = from_hf_config(dict(model_type="gpt2", n_embd=32, n_layer=1, n_head=4,
                                vocab_size=64), seq_len=16)

@@ -94,6 +94,15 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
     return None
 
 
+def defaults_said(seq: OperatorSequence) -> str | None:
+    """What transformers' defaults filled in where a config.json is short of the model's
+    shape, in one line; None where it gave every field."""
+    defaulted = seq.meta.get("defaulted")
+    return ("the config gives no " + ", ".join(defaulted) + ": transformers' defaults built "
+            "the model (" + ", ".join(f"{k} {v:,}" for k, v in defaulted.items()) + ")"
+            ) if defaulted else None
+
+
 def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b: int,
               n: int) -> Prediction:
     """`p` with what the job asked beside the step: its batch and GPUs, the source, the whole
@@ -102,10 +111,8 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     about = [f"mixture of experts ({moe['experts']} experts, top {moe['top_k']}, in "
              f"{moe['layers']} layers): priced as balanced routing, each expert computing an "
              "equal share of the routed tokens (none dropped)"] if moe else []
-    if defaulted := seq.meta.get("defaulted"):  # a config.json short of the model's shape
-        about.append("the config gives no " + ", ".join(defaulted) + ": transformers' "
-                     "defaults built the model (" + ", ".join(
-                         f"{k} {v:,}" for k, v in defaulted.items()) + ")")
+    if said := defaults_said(seq):
+        about.append(said)
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
                             warnings=[*p.warnings, *pricer.notes, *about],
                             mfu=pricer.mfu(seq, p),
