@@ -105,8 +105,8 @@ def test_predict_tables_gpus(capsys, tmp_path):
                           (["--gpus", "4", "--device", "l4", "--interconnect", "nvlink"],
                            "no NVLink"), (["--gpus", "4", "--strategy", "pp"], "invalid choice"),
                           (["--gpus", "4", "--tp", "3"], "--tp 3: --tp x --pp (3 x 1)"),
-                          (["--gpus", "8", "--device", "h100"], "device 'h100': GPU 'h100' is "
-                           "ambiguous: nvidia-h100-pcie")]:
+                          (["--gpus", "8", "--device", "h100"], "--device: GPU 'h100' is "
+                           "ambiguous: nvidia-h100-pcie")]:  # said first: the name is the fault
         assert main([str(a) for a in args + extra]) == 2
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (extra, err)

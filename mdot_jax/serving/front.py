@@ -459,17 +459,16 @@ class _Checkpoint:
     def __init__(self, job: TrainingJob):
         from mdot_jax.serving.predict import machine_note
 
-        if refused := _spec_only(job):
-            hint = ""
-            if job.device and not job.checkpoint:  # a GPU's name that matched no one row
-                from mdot_jax.gpu import catalog
+        if job.device and not job.checkpoint:  # a GPU's name that matched no one row
+            from mdot_jax.gpu import catalog
 
-                try:
-                    catalog.find(job.device)
-                except ValueError as e:  # said where the name is close to catalogued ones
-                    close = "ambiguous" in str(e) or "did you mean" in str(e)
-                    hint = f"; device {job.device!r}: {e}" if close else ""
-            raise RequestError(f"{refused[0]}: {refused[1]}{hint}", refused[0])
+            try:
+                catalog.find(job.device)
+            except ValueError as e:  # said first where the name is close to catalogued ones
+                if "ambiguous" in str(e) or "did you mean" in str(e):
+                    raise RequestError(f"device: {e}", "device") from None
+        if refused := _spec_only(job):
+            raise RequestError(f"{refused[0]}: {refused[1]}", refused[0])
         self.job, self.predictor = job, _predictor(job.checkpoint)
         members = self.predictor.member_labels
         name = self.predictor.path.name if self.predictor.path else "in memory"
