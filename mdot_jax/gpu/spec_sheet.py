@@ -151,11 +151,17 @@ def _step_model(folder: str, stamp: tuple) -> StepModel:
     return StepModel.load(folder)
 
 
-def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str) -> float:
+def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str,
+            blocks: Sequence[Block] = ()) -> float:
     """ms `seq`'s forward and backward FLOPs take at the peaks they can reach at `precision`:
     convolutions at theirs, linear layers at theirs, the rest at the matmuls' (MFU: this over
-    the step's time)."""
+    the step's time). A causal attention block of `blocks` counts half its scores' and
+    output's FLOPs: the keys its queries need (FlashAttention's count; the graph computes them
+    all, then masks half)."""
     flops = seq.column("fwd_flops") + seq.column("bwd_flops")  # [N]
+    for b in blocks:
+        if b.causal:
+            flops[[b.scores, b.output]] /= 2
     conv = np.isin(seq.op_names, peaks.CONV_OPS)
     linear = np.zeros(len(conv), bool)
     if precision in peaks.LINEAR_PEAK:
