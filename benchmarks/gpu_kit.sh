@@ -5,8 +5,9 @@
 #                                driver, clocks), PyTorch, Python, and what is installed
 #   kernels.jsonl                the precision sweep, first: GEMMs, batched GEMMs, fused
 #                                attention, elementwise and row-wise kernels on generated shapes
-#                                at fp32, tf32, fp16, bf16 and fp8; convolutions and batch norm
-#                                (NCHW and channels-last), cross-entropy over a vocabulary, AdamW,
+#                                at fp32, tf32, fp16, bf16 and fp8; dense and depthwise
+#                                convolutions and batch norm (NCHW and channels-last),
+#                                cross-entropy over a vocabulary, AdamW,
 #                                language-model heads at unaligned vocabularies beside aligned
 #                                twins (`mdot_jax.measure.kernel_sweep`)
 #   amp-bf16-samples.jsonl       the probe; the GPU set (GPU_MODELS at 224 px or 256 tokens,
