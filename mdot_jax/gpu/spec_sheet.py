@@ -237,6 +237,7 @@ def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, t
 
 
 LAUNCH_BOUND = 0.2  # a step whose launch gaps are more than this share says so
+ODD_SHARE = 0.01  # a linear layer with this share of the forward's FLOPs is said if unaligned
 
 
 def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
@@ -291,6 +292,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                   if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
     slower, note = tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc)
     unaligned, slowed = model.info.get("unaligned_gemms"), 0
+    odd_layers: list[int] = []  # large linear layers' unaligned features, on tensor cores
+    flops = seq.total("fwd_flops")
     cnn = cnn_kernels.applying(model.info, gpu, precision)
     priced: dict[int, float] = {}  # work item -> ms, measured kernels of its kind (cnn)
     unmeasured = 0  # convolutions priced by the operator model
@@ -312,6 +315,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         factor = tensor_cores.unaligned_slowdown(unaligned, gpu, precision, dims) \
             if op == "linear" else 1.0
         slowed += factor > 1
+        odd = tensor_cores.unaligned(precision, dims) if op == "linear" else []
+        if odd and precision != "fp32" and 2.0 * math.prod(dims) >= ODD_SHARE * flops:
+            odd_layers.append(max(odd))
         work.append((i, "fw", op, dims, seen, factor))
         if kind == "conv":  # its forward, data gradient (not of the graph's input), weights'
             g, c_in = int(c[_C["groups"]]), max(int(c[_C["in_channels"]]), 1)
@@ -408,6 +414,12 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append(f"{slowed} linear layers with features not a multiple of 16 bytes "
                         f"(e.g. a vocabulary of 50,257): at the {unaligned['gpu']}'s measured "
                         "slowdown of such GEMMs")
+    elif odd_layers:
+        warnings.append(f"{len(odd_layers)} large linear layer{'s' * (len(odd_layers) > 1)} "
+                        f"with features not a multiple of 16 bytes ({max(odd_layers):,}): "
+                        "cuBLAS runs their GEMMs with "
+                        "narrower loads, slower than priced here (not measured yet); features "
+                        "padded to a multiple of 64 avoid it")
     if blocks:
         warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
                         f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "

@@ -179,15 +179,22 @@ def fit_unaligned(rows: Sequence[dict]) -> dict:
                 architecture=gpu.architecture)
 
 
+def unaligned(precision: str, dims: Sequence[int]) -> list[int]:
+    """A linear layer's in and out features (`dims` (b, m, n, k): n and k, the rows' lengths
+    of its matrices) that are not a multiple of what one vector load holds at the arithmetic
+    `precision` runs its GEMMs at (none: aligned)."""
+    elements = GEMM_ARITHMETIC.get(precision, (None, 0))[1]
+    return [int(d) for d in dims[2:4] if elements and d % elements]
+
+
 def unaligned_slowdown(fitted: dict | None, gpu: GPU, precision: str, dims: Sequence[int]
                        ) -> float:
     """How many times slower than priced a linear layer's GEMMs run (forward and both
-    gradients) when its in or out features (`dims` (b, m, n, k): n and k, the rows' lengths
-    of its matrices) are not a multiple of what one vector load holds: `fitted`'s measured
-    ratio (`fit_unaligned`) on GPUs of its architecture; else 1."""
-    arithmetic, elements = GEMM_ARITHMETIC.get(precision, (None, 0))
+    gradients) when its features are `unaligned`: `fitted`'s measured ratio
+    (`fit_unaligned`) on GPUs of its architecture; else 1."""
+    arithmetic = GEMM_ARITHMETIC.get(precision, (None, 0))[0]
     if not (fitted and arithmetic in fitted["ratio"] and gpu.architecture ==
-            fitted["architecture"]) or (dims[2] % elements == 0 and dims[3] % elements == 0):
+            fitted["architecture"]) or not unaligned(precision, dims):
         return 1.0
     return max(fitted["ratio"][arithmetic], 1.0)
 
