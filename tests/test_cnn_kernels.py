@@ -27,7 +27,7 @@ def _sweep(device="NVIDIA H200", kinds=("conv-train", "dwconv-train", "batch_nor
         if r.get("layout") != "nchw" or not r["kind"].startswith(kinds):
             continue
         if r["kind"].endswith("conv-train"):
-            name, kernels = cnn_kernels._swept_conv(r)
+            name, kernels = cnn_kernels.swept_conv(r)
             at = cnn_kernels.seen(gpu, r["precision"], True)
             ms = sum(TRUTH[name].ms(o, d, at) for o, d in kernels)
         else:

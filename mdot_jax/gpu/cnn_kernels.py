@@ -53,7 +53,7 @@ def is_depthwise(groups: int, in_channels: int, out_channels: int) -> bool:
     return groups > 1 and groups == in_channels == out_channels
 
 
-def _swept_conv(row: dict) -> tuple[str, list[tuple[str, tuple]]]:
+def swept_conv(row: dict) -> tuple[str, list[tuple[str, tuple]]]:
     """(dense or depthwise, its kernels) of a sweep's convolution row, as a step prices it."""
     from mdot_jax.measure.kernel_sweep import conv_shape
 
@@ -93,7 +93,7 @@ def fit(rows: Sequence[dict]) -> dict:
     for r in rows:
         p, kind = r["precision"], r["kind"]
         if kind in ("conv-train", "dwconv-train"):
-            name, kernels = _swept_conv(r)
+            name, kernels = swept_conv(r)
             sets.setdefault(f"{name}/{p}", []).append((kernels, seen(gpu, p, True), r["ms"]))
         elif kind.startswith("batch_norm"):
             n, c, h = r["dims"]
