@@ -11,7 +11,8 @@ nothing else changes. Written to OUT/candidate; every set below priced with and 
 
 The rule (written before any sweep measured these kernels), decided for each arithmetic apart
 (bf16: the AMP steps; fp32: the fp32 steps, their convolutions in TF32):
-1. the lease's own steps at that precision (`--lease`, never looked at), the rows whose model
+1. the lease's own steps at that precision (`--lease`, never looked at), the rows of its GPU
+   set (224 px and up: steps the GPU's work fills, where kernels' prices show) whose model
    has a convolution: MAPE falls by at least 3 points;
 2. no set at that precision rises by more than 0.5 point, over all its rows or its CNN rows:
    the lease's and the Hopper sets of `HOPPER` (the H100's two leases, the H200's).
@@ -32,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_unaligned_gemms import write_candidate  # noqa: E402
 
+GPU_SET_PX = 224  # the kit's GPU set: images of this side and up
 # the Hopper sets the rule guards: (derived dataset, catalog device)
 HOPPER = (("data/derived/gpu-nvidia-h100-80gb-hbm3-lease-2-amp-bf16-fused", "h100 sxm"),
           ("data/derived/gpu-nvidia-h100-80gb-hbm3-lease-2-confirm-amp-bf16-fused", "h100 sxm"),
@@ -46,7 +48,8 @@ HOPPER = (("data/derived/gpu-nvidia-h100-80gb-hbm3-lease-2-amp-bf16-fused", "h10
 
 def scored(dataset: str, device: str, models: dict) -> dict:
     """MAPE and median ratio of every step of `dataset` priced by each of `models`, over all
-    rows and over the rows whose model has a convolution (`cnn`); the sets' precisions."""
+    rows, the rows whose model has a convolution (`cnn`) and those of them at 224 px and up
+    (`cnn_gpu_set`); the set's precisions."""
     from mdot_jax.data.dataset import load_dataset
     from mdot_jax.gpu import catalog
     from mdot_jax.gpu.spec_sheet import price
@@ -56,9 +59,10 @@ def scored(dataset: str, device: str, models: dict) -> dict:
         pred = {name: price(s.seq, gpu, m, precision=s.workload.precision, optimizer="sgd",
                             fit=False).iteration_ms for name, m in models.items()}
         rows.append((s.label_ms, pred, bool(np.isin(s.seq.op_names, ["Conv"]).any()),
-                     s.workload.precision))
+                     s.workload.precision, s.workload.input_size or 0))
     out: dict = dict(precisions=sorted({r[3] for r in rows}))
-    for part, keep in (("all", lambda r: True), ("cnn", lambda r: r[2])):
+    for part, keep in (("all", lambda r: True), ("cnn", lambda r: r[2]),
+                       ("cnn_gpu_set", lambda r: r[2] and r[4] >= GPU_SET_PX)):
         chosen = [r for r in rows if keep(r)]
         if chosen:
             measured = np.asarray([r[0] for r in chosen])
@@ -76,9 +80,9 @@ def decide(arithmetic: str, lease: dict, sets: dict) -> dict:
         return any(("amp" in p or p == "bf16") == (arithmetic == "bf16")
                    for p in s["precisions"])
 
-    ours = [s for s in lease.values() if mine(s) and "cnn" in s]
-    part_1 = bool(ours) and all(s["cnn"]["candidate"]["mape"] <= s["cnn"]["status_quo"]["mape"]
-                                - 3.0 for s in ours)
+    ours = [s["cnn_gpu_set"] for s in lease.values() if mine(s) and "cnn_gpu_set" in s]
+    part_1 = bool(ours) and all(s["candidate"]["mape"] <= s["status_quo"]["mape"] - 3.0
+                                for s in ours)
     rises = {f"{name} {part}": round(s[part]["candidate"]["mape"]
                                      - s[part]["status_quo"]["mape"], 2)
              for name, s in {**lease, **sets}.items() if mine(s)
