@@ -143,7 +143,13 @@ def test_a_conversion_error_names_the_model_not_the_servers_file(server):
     sha = _upload(client, root / "attn.onnx")
     r = client.post("/v1/predict", json={"model": sha, "batch_size": 2, "seq_len": 16})
     assert r.status_code == 422, r.text
-    assert r.json()["error"].startswith(f"model {sha}: --seq-len 16 does not apply"), r.text
+    # in the request's words: its field, not the CLI's flag
+    assert r.json()["error"].startswith(f"model {sha}: seq_len 16 does not apply"), r.text
+    assert r.json()["field"] == "seq_len" and "--" not in r.json()["error"]
+    r = client.post("/v1/predict", json={"model": sha, "batch_size": 2,
+                                         "input_shapes": {"y": [2, 8, 16]}})
+    assert r.status_code == 422 and r.json()["field"] == "input_shapes", r.text
+    assert "input_shapes names unknown input(s) ['y']" in r.json()["error"]
 
 
 def test_uploads_are_checked_and_limited(server):
