@@ -91,8 +91,10 @@ def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
         return False
     numel = c[scores, _D["out_numel"]]
 
-    def mask(j: int, io: str) -> bool:  # S x S, and fewer elements than the scores
-        return c[j, _D[f"{io}_rank"]] >= 2 and c[j, _D[f"{io}_numel"]] < numel and \
+    def mask(j: int, io: str) -> bool:  # S x S, and fewer elements than the scores (as
+        # many at one sequence of one head)
+        return c[j, _D[f"{io}_rank"]] >= 2 and (c[j, _D[f"{io}_numel"]] < numel or numel ==
+                                                side[0] * side[1]) and \
             (c[j, _D[f"{io}_d2"]], c[j, _D[f"{io}_d3"]]) == side
 
     def learned(j: int) -> bool:  # a parameter among the operators it is computed from
@@ -109,7 +111,8 @@ def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
         other = ld[i, _L["bytes_read"]] / max(c[i, _D["elem_bytes"]], 1) - c[i, _D["in_numel"]]
         return names[i] == "Add" and len(preds.get(i, [])) == 1 and \
             c[i, _D["n_param_inputs"]] == 0 and c[i, _D["out_rank"]] == c[scores, _D["out_rank"]] \
-            and 0 < other < numel and other % (side[0] * side[1]) == 0
+            and 0 < other and (other < numel or numel == side[0] * side[1]) \
+            and other % (side[0] * side[1]) == 0
 
     return any(mask(j, "out") and not learned(j) for i in inner for j in preds.get(i, [])
                if j not in inner) or \

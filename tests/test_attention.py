@@ -37,20 +37,26 @@ def test_a_cnn_has_none():
     assert attention_blocks(convert(conv_bn_relu(training=True), batch_size=2)) == []
 
 
-@pytest.mark.parametrize("config,causal", [
+@pytest.mark.parametrize("config,causal,batch", [
     # MPT's causal mask, folded into a constant at a short sequence, the condition of a Where
     (dict(model_type="mpt", d_model=64, n_layers=2, n_heads=4, max_seq_len=128,
-          vocab_size=500, expansion_ratio=4), True),
+          vocab_size=500, expansion_ratio=4), True, 2),
     # Gemma 2 caps its scores with a tanh before the softmax
     (dict(model_type="gemma2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-          num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=500), True),
+          num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=500), True, 2),
     (dict(model_type="bert", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-          intermediate_size=128, vocab_size=500), False),
+          intermediate_size=128, vocab_size=500), False, 2),
+    # one sequence of one head: the mask as large as the scores (it was not called causal)
+    (dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=1, vocab_size=500), True, 1),
+    (dict(model_type="mpt", d_model=64, n_layers=2, n_heads=1, max_seq_len=128,
+          vocab_size=500, expansion_ratio=4), True, 1),
+    (dict(model_type="bert", hidden_size=64, num_hidden_layers=2, num_attention_heads=1,
+          intermediate_size=128, vocab_size=500), False, 1),
 ])
-def test_blocks_and_their_causal_masks_however_exported(config, causal):
+def test_blocks_and_their_causal_masks_however_exported(config, causal, batch):
     from converters import from_hf_config
 
-    seq = convert(from_hf_config(config, seq_len=128), batch_size=2, fuse=2)
+    seq = convert(from_hf_config(config, seq_len=128), batch_size=batch, fuse=2)
     blocks = attention_blocks(seq)
     assert len(blocks) == 2 and {b.causal for b in blocks} == {causal}
 
