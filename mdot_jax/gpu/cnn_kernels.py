@@ -14,7 +14,8 @@ bf16, NCHW (the layout a GPU priced from its spec sheet trains in). Each kernel 
 `spec_sheet.classify` gives it, the GPU seen at the arithmetic's peak and element width. The
 constants of a convolution are fitted so that its three kernels (`conv_kernels`: the forward,
 the data gradient, the weight gradient) sum to the measured `-train` time; batch norm's forward
-on the forward rows, its backward on each shape's train time less its forward.
+on the forward rows, its backward on each shape's train time less its forward (where that is
+not lost in the two times' noise: `BN_BACKWARD_LEAST`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ WIDTH = {"fp32": 4, "bf16": 2}
 LAYOUT = "nchw"
 MIN_ROWS = 4  # measured kernels a set of constants needs (three are fitted)
 BN_OP = "ln"  # the measured operator `spec_sheet.classify` gives a batch norm
+BN_BACKWARD_LEAST = 0.25  # of a batch norm's train time, the least its backward can be (it
+# reads x and dy and writes dx, the forward reads x twice and writes y)
 
 
 def conv_kernels(dims: Sequence[int], groups: int, in_channels: int, kernel: int,
@@ -100,7 +103,7 @@ def fit(rows: Sequence[dict]) -> dict:
             ms = r["ms"] if kind == "batch_norm" else \
                 r["ms"] - forward.get((p, tuple(r["dims"])), math.inf)
             phase = "forward" if kind == "batch_norm" else "backward"
-            if ms > 0:
+            if ms >= BN_BACKWARD_LEAST * r["ms"]:  # less: the two times' noise, not a kernel
                 sets.setdefault(f"bn-{phase}/{p}", []).append(
                     ([(BN_OP, (n * c, h * h))], seen(gpu, p, False), ms))
     constants = {k: vars(fit_sums(v)) for k, v in sorted(sets.items()) if len(v) >= MIN_ROWS}
