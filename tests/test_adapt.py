@@ -139,6 +139,25 @@ def test_a_bad_measurements_file_is_one_line(tmp_path, capsys, header, row, need
     assert not (tmp_path / "out").exists()
 
 
+def test_one_job_measured_far_apart_is_one_line(tmp_path, capsys):
+    """Repeats of one job agree to their noise; 3x apart, one is of another GPU or setting
+    (it was fitted as if both were right)."""
+    from mdot_jax.serving.adaptation import read_measurements
+
+    (tmp_path / "m.npz").write_bytes(b"")
+    for times, refused in (("10", False), ("12", False), ("30", True)):
+        with open(tmp_path / "mine.csv", "w", newline="") as f:
+            csv.writer(f).writerows([["model", "batch_size", "ms"], ["m.npz", "8", "10"],
+                                     ["m.npz", "16", "19"], ["m.npz", "8", times]])
+        if not refused:
+            assert len(read_measurements(tmp_path / "mine.csv")) == 3
+            continue
+        code = main(["adapt", "--from-measurements", str(tmp_path / "mine.csv"), "--base",
+                     BASE, "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "lines 2 and 4: the same job" in err, err
+
+
 def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):
     """A byte-order mark and semicolons (a European spreadsheet's export) read as commas do;
     mixed precisions are refused."""

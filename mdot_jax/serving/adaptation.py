@@ -99,6 +99,7 @@ def compose(outer: Adaptation, inner: Adaptation | None) -> Adaptation:
 
 
 REQUIRED = ("model", "batch_size", "ms")
+REPEATS_APART = 2.0  # one job's measured times further apart than this: not the same setting
 JOB_COLUMNS = {"optimizer": OPTIMIZERS, "attention": ATTENTION}  # optional: a GPU's rows
 
 
@@ -177,6 +178,14 @@ def read_measurements(path: str | Path) -> list[Row]:
         rows.append(Row(model, _positive(d["batch_size"], int, where, "batch_size"),
                         sizes["image_size"], sizes["seq_len"], d.get("precision") or "",
                         _positive(d["ms"], float, where, "ms"), job))
+    first: dict[tuple, int] = {}
+    for n, r in enumerate(rows):  # one job measured twice: repeats agree to their noise
+        m = first.setdefault(r.workload, n)
+        low, high = sorted((rows[m].ms, r.ms))
+        if high > REPEATS_APART * low:
+            raise UsageError(f"{path} lines {m + 2} and {n + 2}: the same job measured "
+                             f"{rows[m].ms:g} and {r.ms:g} ms ({high / low:.1f}x apart): one "
+                             "is of another device or setting; correct or drop it")
     return rows
 
 
