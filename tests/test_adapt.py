@@ -7,7 +7,9 @@ import math
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx_builders import conv_bn_relu
 
 from mdot_jax.cli import main
 from mdot_jax.data.dataset import load_dataset
@@ -156,6 +158,20 @@ def test_one_job_measured_far_apart_is_one_line(tmp_path, capsys):
                      BASE, "--out", str(tmp_path / "out")])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and "lines 2 and 4: the same job" in err, err
+
+
+def test_a_row_its_model_cannot_take_names_its_line(tmp_path, capsys):
+    onnx.save(conv_bn_relu(), tmp_path / "c.onnx")  # an image model: no token ids
+    with open(tmp_path / "mine.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["model", "batch_size", "image_size", "seq_len", "ms"],
+                                 ["c.onnx", "8", "32", "", "3"], ["c.onnx", "8", "", "128", "4"]])
+    for base in (BASE, "gpu-spec-sheet"):
+        code = main(["adapt", "--from-measurements", str(tmp_path / "mine.csv"), "--base", base,
+                     "--device-name", "h100-sxm", "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "mine.csv line 3: " in err, err
+        assert "c.onnx: --seq-len 128 does not apply" in err
+        assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):

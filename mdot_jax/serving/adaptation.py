@@ -36,13 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from converters import OperatorSequence
+from converters import ConversionError, OperatorSequence
 from mdot_jax import writers
-from mdot_jax.errors import UsageError
+from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import ATTENTION, OPTIMIZERS, PRECISIONS
 from mdot_jax.serving.predict import Predictor, resolve_checkpoint
 from mdot_jax.serving.prediction import Adaptation, Prediction
-from mdot_jax.serving.request import FIELDS
+from mdot_jax.serving.request import FIELDS, in_fields
 from mdot_jax.storage import checkpoint
 from mdot_jax.storage.calibration import COVER
 
@@ -178,9 +178,9 @@ def read_measurements(path: str | Path) -> list[Row]:
         rows.append(Row(model, _positive(d["batch_size"], int, where, "batch_size"),
                         sizes["image_size"], sizes["seq_len"], d.get("precision") or "",
                         _positive(d["ms"], float, where, "ms"), job))
-    first: dict[tuple, int] = {}
+    seen_at: dict[tuple, int] = {}
     for n, r in enumerate(rows):  # one job measured twice: repeats agree to their noise
-        m = first.setdefault(r.workload, n)
+        m = seen_at.setdefault(r.workload, n)
         low, high = sorted((rows[m].ms, r.ms))
         if high > REPEATS_APART * low:
             raise UsageError(f"{path} lines {m + 2} and {n + 2}: the same job measured "
@@ -200,6 +200,14 @@ def _sequence(row: Row) -> OperatorSequence | Path:
     return seq
 
 
+def _priced(measurements: str | Path, n: int, price):
+    """`price()` for the row at index `n`; its model's or job's error names the CSV's line."""
+    try:
+        return price()
+    except (MdotError, ConversionError) as e:  # in the CSV's column names
+        raise UsageError(f"{measurements} line {n + 2}: {in_fields(str(e))[0]}") from None
+
+
 def adapt_from_measurements(measurements: str | Path, base: str | Path | None, out: str | Path,
                             *, device: str | None = None, force: bool = False) -> Adaptation:
     """Writes to `out` the checkpoint `base` adapted to the rows of `measurements`; returns
@@ -217,8 +225,9 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
     base_path = resolve_checkpoint(base)
     out = checkpoint.prepare_out(out, force=force)
     predictor = Predictor.load(base_path)
-    pred = [predictor.predict(_sequence(r), batch_size=r.batch_size, image_size=r.image_size,
-                              seq_len=r.seq_len).iteration_ms for r in rows]
+    pred = [_priced(measurements, n, lambda r=r: predictor.predict(
+        _sequence(r), batch_size=r.batch_size, image_size=r.image_size,
+        seq_len=r.seq_len).iteration_ms) for n, r in enumerate(rows)]
     device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
     adaptation = fit(pred, [r.ms for r in rows], device,
                      source=f"{Path(measurements).name}, base {base_path.name}")
@@ -244,11 +253,12 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
     model = spec_sheet.load_step_model(base)
     precision = rows[0].precision or "fp32"
     pred = []  # each row priced as `mdot predict` prices it (its attention, optimizer, host)
-    for r in rows:
+    for n, r in enumerate(rows):
         job: dict[str, Any] = dict(r.job)
-        p = predict(TrainingJob(model=_sequence(r), batch_size=r.batch_size,
-                                image_size=r.image_size, seq_len=r.seq_len, device=gpu.name,
-                                checkpoint=str(base), precision=precision, **job))
+        p = _priced(measurements, n, lambda r=r, job=job: predict(TrainingJob(
+            model=_sequence(r), batch_size=r.batch_size, image_size=r.image_size,
+            seq_len=r.seq_len, device=gpu.name, checkpoint=str(base), precision=precision,
+            **job)))
         assert isinstance(p, Prediction)  # one batch size, one GPU count
         pred.append(p.iteration_ms)
     adaptation = fit(pred, [r.ms for r in rows], gpu.name,

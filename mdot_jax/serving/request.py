@@ -279,3 +279,16 @@ class TrainingJob:
 
 
 FIELDS = frozenset(f.name for f in fields(TrainingJob))  # what a request may name
+
+
+# the converter's words for a model's sizes (the CLI's flags) -> the request's fields
+_FLAGS = {"--input-shape": "input_shapes", "--batch-size": "batch_size",
+          "--image-size": "image_size", "--seq-len": "seq_len"}
+
+
+def in_fields(text: str) -> tuple[str, str]:
+    """A converter's error in the request's field names, and the first field it names."""
+    for flag, name in _FLAGS.items():
+        text = text.replace(flag, name)
+    named = sorted((text.find(n), n) for n in _FLAGS.values() if n in text)
+    return text, named[0][1] if named else ""

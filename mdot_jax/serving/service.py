@@ -35,7 +35,7 @@ from typing import Any
 
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
-from mdot_jax.serving.request import TrainingJob
+from mdot_jax.serving.request import TrainingJob, in_fields
 
 MAX_JSON_KB = 256
 ANSWERS = 4096  # answers kept (an LRU of request bodies)
@@ -137,19 +137,6 @@ def _job(store: ModelStore, body: dict, extra: tuple = (),
     return build(model=str(model), **fields), {k: body[k] for k in extra if k in body}
 
 
-# the converter's words for a model's sizes (the CLI's flags) -> the request's fields
-_FLAGS = {"--input-shape": "input_shapes", "--batch-size": "batch_size",
-          "--image-size": "image_size", "--seq-len": "seq_len"}
-
-
-def _in_fields(text: str) -> tuple[str, str]:
-    """A converter's error in the request's field names, and the first field it names."""
-    for flag, name in _FLAGS.items():
-        text = text.replace(flag, name)
-    named = sorted((text.find(n), n) for n in _FLAGS.values() if n in text)
-    return text, named[0][1] if named else ""
-
-
 def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: int = 64):
     """The FastAPI application (module docstring)."""
     from fastapi import FastAPI, Request
@@ -202,7 +189,7 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         except RequestError as e:
             raise _Answer(422, store.said(str(e)), e.field) from None
         except ConversionError as e:
-            raise _Answer(422, *_in_fields(store.said(str(e)))) from None
+            raise _Answer(422, *in_fields(store.said(str(e)))) from None
         except MdotError as e:
             raise _Answer(422, store.said(str(e))) from None
 
