@@ -79,6 +79,10 @@ def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model):
                        for kw in ({}, dict(global_batch=1 << 17)))
     assert "does not fit" in alone.reasons[0] and "global_batch searches" in alone.reasons[0]
     assert all("global_batch" not in r for r in searched.reasons)
+    # DDP over several replicas keeps all the state on each: sharding it is said; one GPU: not
+    two = plan(Plan(big, devices=("l4",), gpus=(2,)))[0]
+    assert "strategy fsdp shards" in two.reasons[0]
+    assert "strategy fsdp" not in alone.reasons[0]
 
 
 def test_devices_as_one_string_as_on_the_command_line(model):

@@ -325,6 +325,8 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
         search = "" if request.global_batch is not None else (
             "; global_batch searches smaller micro-batches, tensor and pipeline splits, "
             "checkpointing")
+        if request.job.strategy == "ddp" and p.replicas > 1:  # each replica keeps all state
+            search += "; strategy fsdp shards the weights, gradients and optimizer state"
         o.reasons.append(f"does not fit in the {gpu.name}'s {gpu.memory_gb:g} GB "
                          f"({p.memory_gb:.3g} GB per GPU{search})")
     if request.deadline_h is not None and o.hours is not None and o.hours > request.deadline_h:
