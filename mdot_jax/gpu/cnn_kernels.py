@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from mdot_jax.gpu import catalog, peaks
 from mdot_jax.gpu.catalog import GPU
-from mdot_jax.gpu.tensor_cores import Constants, fit_sums
+from mdot_jax.gpu.tensor_cores import Constants, fit_sums, one_gpu
 
 # a step's precision -> the sweep's rows that price its convolutions and batch norms
 SWEPT = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "bf16", "amp-bf16": "bf16",
@@ -83,13 +83,10 @@ def fit(rows: Sequence[dict]) -> dict:
     `cnn_kernels` holds them."""
     rows = [r for r in rows if r.get("ms") and r.get("layout") == LAYOUT
             and r.get("precision") in WIDTH]
-    devices = {r["device"] for r in rows if r["kind"].endswith(("conv-train", "batch_norm"))}
-    if not devices:
-        raise ValueError("no measured NCHW convolutions or batch norms (kinds conv-train, "
-                         "dwconv-train, batch_norm, batch_norm-train) in the sweep")
-    if len(devices) > 1:
-        raise ValueError(f"convolutions of several GPUs: {sorted(devices)}")
-    gpu = catalog.find(devices.pop())
+    gpu = catalog.find(one_gpu(
+        {r["device"] for r in rows if r["kind"].endswith(("conv-train", "batch_norm"))},
+        "NCHW convolutions or batch norms",
+        "kinds conv-train, dwconv-train, batch_norm, batch_norm-train"))
     sets: dict[str, list] = {}
     forward = {(r["precision"], tuple(r["dims"])): r["ms"] for r in rows
                if r["kind"] == "batch_norm"}

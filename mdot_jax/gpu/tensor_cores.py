@@ -133,14 +133,20 @@ def fit_fused_attention(rows: Sequence[dict]) -> dict:
                 gpu=gpu.name, architecture=gpu.architecture)
 
 
+def one_gpu(names: set[str], what: str, kinds: str) -> str:
+    """The one GPU a sweep's measured `what` (of `kinds`) ran on, from their GPUs' `names`; a
+    ValueError where there are none or several."""
+    if not names:
+        raise ValueError(f"no measured {what} ({kinds}) in the sweep")
+    if len(names) > 1:
+        raise ValueError(f"{what} of several GPUs: {sorted(names)}")
+    return next(iter(names))
+
+
 def _fit_one_gpu(items: list[tuple], what: str, kinds: str) -> tuple[Constants, GPU]:
     """The constants fitted on a sweep's `items` (op, dims, the GPU as seen, ms) of `what`,
     all of one GPU, and that GPU (as seen)."""
-    if not items:
-        raise ValueError(f"no measured {what} ({kinds}) in the sweep")
-    names = sorted({s.name for _, _, s, _ in items})
-    if len(names) > 1:
-        raise ValueError(f"{what} of several GPUs: {names}")
+    one_gpu({s.name for _, _, s, _ in items}, what, kinds)
     ops, dims, seen, ms = (list(x) for x in zip(*items))
     return _fit(ops, dims, seen, ms), seen[0]
 
@@ -168,12 +174,8 @@ def fit_unaligned(rows: Sequence[dict]) -> dict:
             devices.add(device)
             ratios.setdefault(precision, []).append(
                 (r["ms"] / r["flops"]) / (other["ms"] / other["flops"]))
-    if not ratios:
-        raise ValueError("no measured unaligned heads with their aligned twins (kind "
-                         "linear-train) in the sweep")
-    if len(devices) > 1:
-        raise ValueError(f"unaligned heads of several GPUs: {sorted(devices)}")
-    gpu = catalog.find(devices.pop())
+    gpu = catalog.find(one_gpu(devices, "unaligned heads with their aligned twins",
+                               "kind linear-train"))
     return dict(ratio={p: float(np.median(x)) for p, x in sorted(ratios.items())},
                 pairs={p: len(x) for p, x in sorted(ratios.items())}, gpu=gpu.name,
                 architecture=gpu.architecture)
