@@ -11,8 +11,9 @@ sequences), then seen as the condition of the `Where` that applies it or as the 
 operand of an `Add` over the scores as they are. An S x S term a parameter reaches is a learned
 position bias (Swin's, LeViT's, T5's): an additive mask, with which PyTorch's fused kernels
 compute every key, so not causal, as for T5's decoder, whose causal mask is added to its bias.
-(T5's cross-attention adds its padding mask to an S x S constant of zeros: called causal, a
-known miss; the sequence does not keep a constant's values.)
+A constant holding one value throughout masks nothing (T5's cross-attention adds its zero
+position bias, [1, H, S, S]): the sequence names the operators that read one
+(`meta["fill_operands"]`).
 
 Host-side numpy over `OperatorSequence.edges`; nothing here is jitted.
 """
@@ -107,9 +108,12 @@ def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
             todo = [p for k in todo for p in preds.get(k, [])]
         return False
 
+    fills = set(seq.meta.get("fill_operands", ()))
+
     def constant(i: int) -> bool:  # Add(scores, a folded S x S constant), at the scores' rank
         other = ld[i, _L["bytes_read"]] / max(c[i, _D["elem_bytes"]], 1) - c[i, _D["in_numel"]]
         return names[i] == "Add" and len(preds.get(i, [])) == 1 and \
+            seq.node_names[i] not in fills and \
             c[i, _D["n_param_inputs"]] == 0 and c[i, _D["out_rank"]] == c[scores, _D["out_rank"]] \
             and 0 < other and (other < numel or numel == side[0] * side[1]) \
             and other % (side[0] * side[1]) == 0

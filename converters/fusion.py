@@ -72,6 +72,21 @@ def constants(graph: onnx.GraphProto, max_size: int = 16) -> dict[str, np.ndarra
     return out
 
 
+def fills(graph: onnx.GraphProto) -> set[str]:
+    """Float initializers of more than one element that hold one value throughout (a zero
+    position bias that `torch.zeros` made and folding kept): no mask, whatever their shape."""
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+              onnx.TensorProto.BFLOAT16)
+    out = set()
+    for init in graph.initializer:
+        if init.data_type in floats and int(np.prod(init.dims)) > 1 and (
+                init.raw_data or init.float_data or init.double_data):
+            v = numpy_helper.to_array(init)
+            if v.min() == v.max():
+                out.add(init.name)
+    return out
+
+
 def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
          version: int = FUSION_VERSION) -> tuple[list[Node], dict[str, int]]:
     """The rewritten node list (same order) and how many of each pattern were fused, with

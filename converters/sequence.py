@@ -23,7 +23,7 @@ import onnx
 
 from converters.checks import _lost_shape, _refuse_merged, _refuse_rows_past_the_table
 from converters.errors import ConversionError
-from converters.fusion import VIEWS, constants, fusion_version
+from converters.fusion import VIEWS, constants, fills, fusion_version
 from converters.fusion import Node as _Node
 from converters.fusion import fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
@@ -351,6 +351,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         _refuse_merged(graph, floats, set(meta_params.split(",")), name or graph.name)
     _refuse_rows_past_the_table(graph, floats, types, name or graph.name)
     tied = set(_metadata(model).get(TIED_KEY, "").split(","))
+    fill, filled = fills(graph), []  # operators reading a fill (`converters.attention`)
     order, producer = _node_order(nodes, graph_inputs)
 
     is_data = dict.fromkeys(data_inputs | floats, True)
@@ -391,6 +392,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         loads.append(load)
         ids.append(op_id(node.op_type))
         names.append(node.name or f"{node.op_type}_{i}")
+        if fill.intersection(inputs):
+            filled.append(names[-1])
         used_params.update(node_params)
         for t in inputs:
             p = producer.get(t)
@@ -407,6 +410,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         params=int(sum(types[t].numel for t in used_params - tied)),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
+        **({"fill_operands": filled} if filled else {}),
         **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
         **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),
     )

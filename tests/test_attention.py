@@ -63,27 +63,50 @@ def test_blocks_and_their_causal_masks_however_exported(config, causal, batch):
 
 class _Biased(torch.nn.Module):
     """One attention block over [B, 8, 16] whose scores gain a learned relative position bias
-    (a table gathered per query-key pair: Swin's, LeViT's, T5's) or a causal mask kept as a
-    buffer (a constant at export) and added."""
+    (a table gathered per query-key pair: Swin's, LeViT's, T5's), a causal mask kept as a
+    buffer (a constant at export) and added, or zeros made in the forward (T5's
+    cross-attention)."""
 
-    def __init__(self, learned: bool):
+    def __init__(self, bias: str):
         super().__init__()
         self.qkv = torch.nn.Linear(16, 48)
         idx = torch.arange(8)[:, None] - torch.arange(8)[None, :] + 7
         self.register_buffer("idx", idx)
-        self.table = torch.nn.Parameter(torch.zeros(15)) if learned else None
+        self.table = torch.nn.Parameter(torch.zeros(15)) if bias == "learned" else None
         self.register_buffer("mask", torch.full((8, 8), -1e4).triu(1)[None])
-        self.learned = learned
+        self.bias = bias
 
     def forward(self, x):
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         s = q @ k.transpose(1, 2)
-        s = s + (self.table[self.idx] if self.learned else self.mask)
+        s = s + {"learned": lambda: self.table[self.idx], "mask": lambda: self.mask,
+                 "zeros": lambda: torch.zeros(1, 8, 8)}[self.bias]()
         return s.softmax(-1) @ v
 
 
-@pytest.mark.parametrize("learned", [True, False])
-def test_a_learned_position_bias_is_no_causal_mask_and_an_added_constant_one_is(learned):
-    seq = convert(from_torch(_Biased(learned), torch.zeros(2, 8, 16)), batch_size=2, fuse=2)
+@pytest.mark.parametrize("bias,causal", [("learned", False), ("mask", True), ("zeros", False)])
+def test_only_an_added_constant_that_masks_is_a_causal_mask(bias, causal):
+    seq = convert(from_torch(_Biased(bias), torch.zeros(2, 8, 16)), batch_size=2, fuse=2)
     (block,) = attention_blocks(seq)
-    assert block.causal is not learned
+    assert block.causal is causal
+
+
+def test_t5s_cross_attention_adds_zeros_and_is_not_causal():
+    config = transformers.T5Config(d_model=64, d_ff=128, num_layers=1, num_decoder_layers=1,
+                                   num_heads=4, d_kv=16, vocab_size=500)
+    with torch.device("meta"):
+        t5 = transformers.T5ForConditionalGeneration(config)
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t5 = t5
+
+        def forward(self, ids):
+            return self.t5(input_ids=ids, decoder_input_ids=ids, labels=ids).loss
+
+    seq = convert(from_torch(Loss(), torch.zeros(1, 32, dtype=torch.long)), batch_size=2,
+                  fuse=2)
+    blocks = {str(seq.node_names[b.scores]).split("/")[-2]: b.causal
+              for b in attention_blocks(seq)}
+    assert blocks == {"SelfAttention": False, "EncDecAttention": False}  # decoder: added to bias
