@@ -15,6 +15,10 @@ A constant holding one value throughout masks nothing (T5's cross-attention adds
 position bias, [1, H, S, S]): the sequence names the operators that read one
 (`meta["fill_operands"]`).
 
+A block is cross-attention (an encoder-decoder's) when its queries and its keys are projected
+from different tensors (the decoder's and the encoder's output), where self-attention projects
+both from one (fused or not, rotated or not).
+
 Host-side numpy over `OperatorSequence.edges`; nothing here is jitted.
 """
 
@@ -34,6 +38,7 @@ _D = {f: CONFIG_FIELDS.index(f) for f in ("out_rank", "out_d2", "out_d3", "out_n
                                           "n_param_inputs")}
 _L = {f: LOAD_FIELDS.index(f) for f in ("bytes_read", "params")}
 _BIAS_HOPS = 12  # operators back from an S x S term to the parameter table it is gathered from
+_PROJECTION_HOPS = 12  # operators back from the scores to the queries' and keys' projections
 
 
 class Block(NamedTuple):
@@ -42,6 +47,7 @@ class Block(NamedTuple):
     output: int  # the MatMul of the probabilities with V
     inner: tuple[int, ...]  # the scores, the softmax and every operator between them and output
     causal: bool  # an S x S mask enters between the scores and the softmax
+    cross: bool = False  # queries and keys projected from different tensors
 
 
 def _walk(start: int, step: dict[int, list[int]], names: np.ndarray
@@ -77,8 +83,32 @@ def attention_blocks(seq: OperatorSequence) -> list[Block]:
                     and set(succs.get(j, [])) <= inner:
                 inner.add(j)
         order = tuple(sorted(inner))
-        blocks.append(Block(scores, i, output, order, _causal(seq, scores, order, preds)))
+        blocks.append(Block(scores, i, output, order, _causal(seq, scores, order, preds),
+                            _cross(scores, preds, names)))
     return blocks
+
+
+def _cross(scores: int, preds: dict[int, list[int]], names: np.ndarray) -> bool:
+    """Whether the scores' two operands (queries, keys) were projected from disjoint tensors:
+    what the MatMuls within `_PROJECTION_HOPS` operators upstream of each read."""
+    def sources(start: int) -> set[int]:
+        out: set[int] = set()
+        todo, seen = [start], set()
+        for _ in range(_PROJECTION_HOPS):
+            todo = [k for k in todo if k not in seen]
+            seen.update(todo)
+            for k in todo:
+                if names[k] in ("MatMul", "Gemm"):
+                    out.update(preds.get(k, []))
+            todo = [p for k in todo if names[k] not in ("MatMul", "Gemm")
+                    for p in preds.get(k, [])]
+        return out
+
+    operands = preds.get(scores, [])
+    if len(operands) != 2:
+        return False
+    q, k = (sources(j) for j in operands)
+    return bool(q) and bool(k) and not q & k
 
 
 def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],

@@ -272,10 +272,11 @@ EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts")  # conf
 
 def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repeat: bool = True,
                    **overrides: Any) -> onnx.ModelProto:
-    """A Hugging Face causal language model built from its configuration alone (a
-    `config.json`, its folder, or the dict; nothing is fetched), on the meta device, exported
-    as its training graph at `seq_len` tokens with the loss of its own next tokens (the labels
-    are the inputs, as causal LM training has them; `from_torch`; `convert(..., seq_len=...)`
+    """A Hugging Face language model built from its configuration alone (a `config.json`, its
+    folder, or the dict; nothing is fetched), on the meta device, exported as its training
+    graph at `seq_len` tokens with the loss of its own tokens as labels: a causal LM's next
+    tokens, an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) targets as long as its
+    inputs, its decoder fed them shifted right (`from_torch`; `convert(..., seq_len=...)`
     predicts at other lengths up to the model's positions). `overrides` change config fields
     (e.g. `num_hidden_layers=2`). Any size exports without allocating weights; with `repeat`,
     a stack of identical layers is traced with two and repeated in the graph
@@ -304,21 +305,25 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
         experts = max((v for k, v in cfg.to_dict().items()
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
         routed = experts > 1 and not balanced(cfg)  # experts: as balanced routing
+        if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
+            cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # T5's pad:
+            # which token starts the decoder's input changes none of the step's work
         if not routed:
             with torch.device("meta"):
-                model = transformers.AutoModelForCausalLM.from_config(cfg)
+                model = (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
+                         else transformers.AutoModelForCausalLM).from_config(cfg)
     except Exception as e:  # transformers' own refusal of the config, whatever its type
         while e.__cause__ is not None:  # a validator's error wraps the one that says why
             e = e.__cause__  # type: ignore[assignment]
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
-        raise ConversionError(f"{where}: model_type {kind!r} builds no causal LM here: "
+        raise ConversionError(f"{where}: model_type {kind!r} builds no language model here: "
                               f"{msg}") from None
     if routed:
         raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts, "
                               "which this transformers has no experts interface to export as "
                               "balanced routing (transformers 5 has)")
-    step = model.forward  # what a causal LM trains on: the loss of its own next tokens
+    step = model.forward  # what a language model trains on: the loss of its own tokens
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
     routing = json.dumps(describe(model, experts, getattr(cfg, "num_experts_per_tok", 1))) \
         if experts > 1 else None

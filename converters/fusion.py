@@ -73,8 +73,9 @@ def constants(graph: onnx.GraphProto, max_size: int = 16) -> dict[str, np.ndarra
 
 
 def fills(graph: onnx.GraphProto) -> set[str]:
-    """Float initializers of more than one element that hold one value throughout (a zero
-    position bias that `torch.zeros` made and folding kept): no mask, whatever their shape."""
+    """Float tensors of more than one element that hold one value throughout (a zero position
+    bias that `torch.zeros` made: a ConstantOfShape's output, or the initializer folding made
+    of it): no mask, whatever their shape."""
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
               onnx.TensorProto.BFLOAT16)
     out = set()
@@ -84,7 +85,7 @@ def fills(graph: onnx.GraphProto) -> set[str]:
             v = numpy_helper.to_array(init)
             if v.min() == v.max():
                 out.add(init.name)
-    return out
+    return out | {n.output[0] for n in graph.node if n.op_type == "ConstantOfShape"}
 
 
 def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],

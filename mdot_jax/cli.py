@@ -25,7 +25,7 @@ from mdot_jax.options import (
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
-    "convert": "ONNX model or a causal LM's config.json -> operator sequence (.npz), summary",
+    "convert": "ONNX model or a language model's config.json -> operator sequence (.npz), summary",
     "adapt": "a checkpoint for another device: from this machine's probe, or step times",
     "probe": "measure the probe (12 samples, a few minutes) that describes this device",
     "devices": "the GPU catalog: spec sheets of the GPUs --device can name",
@@ -263,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 help=argparse.SUPPRESS, prog="mdot")
 
     p = sub.add_parser("convert", description=USER_COMMANDS["convert"])
-    p.add_argument("model", help="an .onnx file, or a causal LM's config.json (with --seq-len)")
+    p.add_argument("model", help="an .onnx file, or a language model's config.json (with"
+                   " --seq-len)")
     cli_job.add_shape_args(p)
     p.add_argument("-o", "--output", help="write the operator sequence to this .npz")
     p.add_argument("--fuse", type=int, metavar="V", help="kernel fusion version (default: the "
@@ -287,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", description=USER_COMMANDS["predict"])
     p.add_argument("model", help="path to an .onnx file (export it with converters.from_*), "
-                                 "or a Hugging Face causal LM's config.json (with --seq-len)")
+                                 "or a Hugging Face language model's config.json (with --seq-len)")
     cli_job.add_shape_args(p)
     p.add_argument("--checkpoint", help="shipped checkpoint name or directory (default: "
                                         "timm-rtx3090; gpu-spec-sheet: price the --device GPU "

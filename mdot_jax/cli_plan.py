@@ -116,7 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     p = sub.add_parser("plan", description=COMMANDS["plan"])
-    p.add_argument("model", help="an .onnx file, an .npz, or a causal LM's config.json")
+    p.add_argument("model", help="an .onnx file, an .npz, or a language model's config.json")
     cli_job.add_shape_args(p)
     cli_job.add_job_args(p, cps=True)
     p.add_argument("--devices", default="all",

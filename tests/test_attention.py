@@ -31,6 +31,7 @@ def test_one_block_per_layer_of_a_transformer(build):
     for b in blocks:
         assert (names[b.scores], names[b.softmax], names[b.output]) == (
             "MatMul", "Softmax", "MatMul") and b.scores < b.softmax < b.output
+        assert not b.cross  # queries and keys from one tensor (fused, rotated or not)
 
 
 def test_a_cnn_has_none():
@@ -91,22 +92,24 @@ def test_only_an_added_constant_that_masks_is_a_causal_mask(bias, causal):
     assert block.causal is causal
 
 
-def test_t5s_cross_attention_adds_zeros_and_is_not_causal():
-    config = transformers.T5Config(d_model=64, d_ff=128, num_layers=1, num_decoder_layers=1,
-                                   num_heads=4, d_kv=16, vocab_size=500)
-    with torch.device("meta"):
-        t5 = transformers.T5ForConditionalGeneration(config)
+@pytest.mark.parametrize("config,seq_len,causal", [
+    # T5 adds zeros to its cross-attention's scores: folded (a short sequence) or not (past
+    # the loader's folding size); its decoder's causal mask is added to its learned bias
+    (dict(model_type="t5", d_model=64, d_ff=128, num_layers=1, num_heads=4, d_kv=16,
+          vocab_size=500), 32, {"SelfAttention": False, "EncDecAttention": False}),
+    (dict(model_type="t5", d_model=64, d_ff=128, num_layers=1, num_heads=8, d_kv=8,
+          vocab_size=500), 384, {"SelfAttention": False, "EncDecAttention": False}),
+    (dict(model_type="bart", d_model=64, encoder_layers=1, decoder_layers=1,
+          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+          decoder_ffn_dim=128, vocab_size=500), 32,
+     {"self_attn": True, "encoder_attn": False}),  # (and the encoder's self_attn: False)
+])
+def test_an_encoder_decoders_blocks_cross_attention_and_masks(config, seq_len, causal):
+    from converters import from_hf_config
 
-    class Loss(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.t5 = t5
-
-        def forward(self, ids):
-            return self.t5(input_ids=ids, decoder_input_ids=ids, labels=ids).loss
-
-    seq = convert(from_torch(Loss(), torch.zeros(1, 32, dtype=torch.long)), batch_size=2,
-                  fuse=2)
-    blocks = {str(seq.node_names[b.scores]).split("/")[-2]: b.causal
-              for b in attention_blocks(seq)}
-    assert blocks == {"SelfAttention": False, "EncDecAttention": False}  # decoder: added to bias
+    seq = convert(from_hf_config(config, seq_len=seq_len), batch_size=2, fuse=2)
+    blocks = [(str(seq.node_names[b.scores]), b) for b in attention_blocks(seq)]
+    assert len(blocks) == 3
+    decoder = {name.split("/")[-2]: b.causal for name, b in blocks if "decoder" in name}
+    assert decoder == causal
+    assert [b.cross for _, b in blocks] == [False, False, True]  # encoder, decoder: self, cross

@@ -103,10 +103,10 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
     with pytest.raises(ConversionError, match="bad.json: no 'model_type'"):
         from_hf_config(tmp_path / "bad.json")
     # a field the config class will not take: its own words, no traceback
-    with pytest.raises(ConversionError, match="'falcon' builds no causal LM here: .*head_dim"):
+    with pytest.raises(ConversionError, match="'falcon' builds no language model here: .*head_dim"):
         from_hf_config({"model_type": "falcon", "head_dim": 16})
     # a config its class's validator refuses: the reason, not the validator's wrapper
-    with pytest.raises(ConversionError, match="'llama' builds no causal LM here: The hidden "
+    with pytest.raises(ConversionError, match="'llama' builds no language model here: The hidden "
                                               "size .64. is not a multiple .* heads .3."):
         from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3})
 
@@ -406,3 +406,26 @@ def test_experts_over_nodes_exchange_through_the_nodes_network(moe):
     assert "network" not in notes[0] and "and the network (6.25 GB/s a GPU)" in notes[1]
     ms = [float(re.search(r"MB \(([\d.e+-]+) ms\)", n)[1]) for n in notes]
     assert ms[1] > 2 * ms[0]  # 25 GB/s a node shared by its 4 GPUs, the network latency
+
+
+@pytest.mark.parametrize("config", [
+    dict(model_type="t5", d_model=64, d_ff=128, num_layers=3, num_decoder_layers=2,
+         num_heads=4, d_kv=16, vocab_size=500),  # no decoder_start_token_id: T5's pad's
+    dict(model_type="bart", d_model=64, encoder_layers=3, decoder_layers=3,
+         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+         decoder_ffn_dim=128, vocab_size=500),
+])
+def test_an_encoder_decoders_config_exports_its_sequence_to_sequence_step(config):
+    """T5 and BART (`is_encoder_decoder`) train on targets through their decoder: built as
+    sequence-to-sequence LMs (their causal-LM class, where one exists, is the decoder alone),
+    every parameter counted, the loss over the targets in the graph."""
+    from converters import from_hf_config
+
+    seq = _sequence(from_hf_config(config, seq_len=32))
+    fields = dict(config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForSeq2SeqLM.from_config(
+            transformers.AutoConfig.for_model(fields.pop("model_type"), **fields))
+    assert seq.meta["params"] == sum(p.numel() for p in model.parameters())
+    assert "SoftmaxCrossEntropyLoss" in seq.op_names.tolist() or \
+        "NegativeLogLikelihoodLoss" in seq.op_names.tolist()

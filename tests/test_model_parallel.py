@@ -209,6 +209,24 @@ def test_a_plan_the_model_cannot_take_is_one_named_error(gpt, fields, field, nee
     assert e.value.field == field and needle in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("fields,field,words", [(dict(pp=2), "pp", "not pipeline parallel"),
+                                              (dict(cp=2), "cp", "not context parallel")])
+def test_an_encoder_decoder_is_not_split_into_stages_or_sequence_pieces(fields, field, words,
+                                                                       tmp_path):
+    """T5's decoder layers attend twice (themselves, the encoder): its blocks are no layers
+    to cut into stages, and ring attention cuts no encoder's keys; tensor parallel prices."""
+    (tmp_path / "config.json").write_text(json.dumps(dict(
+        model_type="t5", d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
+        vocab_size=512)))
+    job = TrainingJob(model=str(tmp_path / "config.json"), seq_len=64, batch_size=2,
+                      device="h100-sxm", gpus=4, precision="amp-bf16")
+    with pytest.raises(RequestError) as e:
+        predict(dataclasses.replace(job, **fields))
+    assert e.value.field == field and "2 of its 6 attention blocks attend to the encoder" \
+        in str(e.value) and words in str(e.value)
+    assert predict(dataclasses.replace(job, tp=2)).iteration_ms > 0
+
+
 def test_layers_that_stages_do_not_divide_split_unevenly(gpt):
     """8 layers over 3 stages: 2, 3, 3 (chunk c from layer floor(8 c / 3)); the slowest stage
     has 3, and its share of the step is more than a third."""

@@ -145,6 +145,12 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
     if cp > 1 and not blocks:
         raise RequestError("cp: the model has no attention blocks to run over a cut sequence",
                            "cp")
+    cross = sum(b.cross for b in blocks)
+    if (pp > 1 or cp > 1) and cross:
+        flag = "pp" if pp > 1 else "cp"
+        raise RequestError(f"{flag}: an encoder-decoder ({cross} of its {len(blocks)} attention "
+                           f"blocks attend to the encoder) is priced with tp, ddp or fsdp, not "
+                           f"{'pipeline' if pp > 1 else 'context'} parallel", flag)
     if (tp > 1 or pp > 1) and not blocks:
         raise RequestError(f"{'tp' if tp > 1 else 'pp'}: the model has no transformer layers "
                            "(attention blocks) to split", "tp" if tp > 1 else "pp")

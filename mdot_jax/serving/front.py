@@ -234,7 +234,7 @@ def is_config(model: Any) -> bool:
 
 
 def config_graph(path: str | Path, seq_len: int | None) -> onnx.ModelProto:
-    """The training graph of the causal LM a config.json describes, at `seq_len` tokens."""
+    """The training graph of the language model a config.json describes, at `seq_len` tokens."""
     if seq_len is None:
         raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                            "sample to export the model at)", "seq_len")
@@ -243,7 +243,7 @@ def config_graph(path: str | Path, seq_len: int | None) -> onnx.ModelProto:
 
 @functools.lru_cache(maxsize=2)
 def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
-    """A Hugging Face causal LM's training graph from its config.json alone, on the meta
+    """A Hugging Face language model's training graph from its config.json alone, on the meta
     device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
     one's memory; `os._exit` skips its teardown, which would take 0.1 GB more), once for every
     batch size asked."""

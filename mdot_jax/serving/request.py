@@ -69,8 +69,9 @@ class TrainingJob:
 
     Attributes:
       model: an `.onnx` file, its bytes or ModelProto, an `.npz` or `OperatorSequence` from
-        `convert` (at its own batch and input size), or a Hugging Face causal LM's
-        `config.json` (or its folder; built on the meta device at `seq_len` tokens).
+        `convert` (at its own batch and input size), or a Hugging Face language model's
+        `config.json` (causal or encoder-decoder; or its folder; built on the meta device at
+        `seq_len` tokens).
       batch_size: per device; a tuple gives one prediction each; None: dim 0 of
         `input_shapes`.
       device: a GPU of the catalog (`mdot devices`: priced from its spec sheet), or the

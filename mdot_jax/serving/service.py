@@ -1,6 +1,6 @@
 """`mdot serve`: the front door over HTTP (FastAPI on uvicorn), for schedulers.
 
-    POST /v1/models    an ONNX file's or a causal LM's config.json's bytes -> {"model": its
+    POST /v1/models    an ONNX file's or a language model's config.json's bytes -> {"model": its
                        SHA-256}; kept on disk
     POST /v1/predict   {"model": SHA, <TrainingJob fields>} -> a prediction (a list for several)
     POST /v1/plan      {"model": SHA, "devices", "gpus", "prices", "deadline_h", "budget_usd",
@@ -102,7 +102,7 @@ KINDS = (".onnx", ".json")  # what an uploaded model is kept as
 
 
 def _kind(data: bytes) -> str:
-    """How an upload is kept: an ONNX file, or a causal LM's config.json (a JSON object with
+    """How an upload is kept: an ONNX file, or a language model's config.json (a JSON object with
     a `model_type`, priced at the request's `seq_len`); anything else is a 422."""
     import onnx
 
