@@ -32,7 +32,7 @@ from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.experts import balanced, describe
 from converters.repeat import layer_stack, repeat_layer, template
-from converters.sequence import DATA_INPUTS_KEY, DEFAULTED_KEY, EXPERTS_KEY, PARAMS_KEY
+from converters.sequence import DATA_INPUTS_KEY, DEFAULTED_KEY, EAGER_KEY, EXPERTS_KEY, PARAMS_KEY
 
 OPSET = 17
 FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
@@ -328,6 +328,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
     routing = json.dumps(describe(model, experts, getattr(cfg, "num_experts_per_tok", 1))) \
         if experts > 1 else None
     defaulted = _defaulted(cfg, fields)
+    eager = getattr(model.config, "_attn_implementation", None) == "eager"
 
     def export() -> onnx.ModelProto:
         onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
@@ -336,6 +337,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
             onnx_model.metadata_props.add(key=EXPERTS_KEY, value=routing)
         if defaulted:
             onnx_model.metadata_props.add(key=DEFAULTED_KEY, value=json.dumps(defaulted))
+        if eager:  # its class computes softmax(Q K^T) V itself, never PyTorch's fused kernels
+            onnx_model.metadata_props.add(key=EAGER_KEY, value=type(model).__name__)
         return onnx_model
 
     stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0)) if repeat else None

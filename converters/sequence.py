@@ -55,6 +55,7 @@ DATA_INPUTS_KEY = "mdot.data_inputs"  # model metadata: comma-separated data (no
 PARAMS_KEY = "mdot.params"  # model metadata: the trainable parameters, when the exporter knows
 EXPERTS_KEY = "mdot.experts"  # model metadata: a mixture of experts exported as balanced routing
 DEFAULTED_KEY = "mdot.defaulted"  # model metadata: shape fields a config.json left to defaults
+EAGER_KEY = "mdot.eager_attention"  # model metadata: a config class computing attention itself
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 FORMAT_VERSION = 1
 INPUT_KINDS = ((4, "image"), (3, "signal"), (2, "tokens"))  # data input rank -> kind, in order
@@ -413,6 +414,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **({"fill_operands": filled} if filled else {}),
         **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
         **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),
+        **({"eager_attention": a} if (a := _metadata(model).get(EAGER_KEY)) else {}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(

@@ -227,6 +227,21 @@ def test_an_encoder_decoder_is_not_split_into_stages_or_sequence_pieces(fields, 
     assert predict(dataclasses.replace(job, tp=2)).iteration_ms > 0
 
 
+@pytest.mark.parametrize("config,named", [
+    (dict(model_type="mpt", d_model=64, n_layers=2, n_heads=4, max_seq_len=128,
+          vocab_size=512), "as transformers' MptForCausalLM does"),
+    (dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+          num_attention_heads=4, vocab_size=512), None),
+])
+def test_the_attention_note_names_a_config_class_that_computes_attention_itself(
+        config, named, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    p = predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=64, batch_size=2,
+                            device="h100-sxm", precision="amp-bf16"))
+    note = next(w for w in p.warnings if w.startswith("attention: flash ("))
+    assert (named in note) if named else ("as transformers'" not in note)
+
+
 def test_layers_that_stages_do_not_divide_split_unevenly(gpt):
     """8 layers over 3 stages: 2, 3, 3 (chunk c from layer floor(8 c / 3)); the slowest stage
     has 3, and its share of the step is more than a third."""

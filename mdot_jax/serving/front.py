@@ -311,7 +311,7 @@ class _SpecSheet:
                                             job.stages_per_gpu, job.sequence_parallel)
         model_parallel.check(seq, blocks, self.layout, job.grad_accum, job.cp)
         seq = model_parallel.whole_keys(seq, blocks, job.cp)
-        attention = self._attention(blocks, precision)
+        attention = self._attention(blocks, precision, seq.meta.get("eager_attention"))
         # what the step depends on: the model and step model themselves (held, and compared
         # by identity), the GPU and the job's fields that reach the pricing
         if job.ep > 1 and not seq.meta.get("experts"):
@@ -343,8 +343,9 @@ class _SpecSheet:
             steps[:] = [*steps[1 - KEEP:], (key, (self.seq, blocks, self.fused, one))]
         return seq, one
 
-    def _attention(self, blocks: list, precision: str) -> str:
-        """The job's attention, or where it says none, PyTorch's choice (with a note)."""
+    def _attention(self, blocks: list, precision: str, eager_class: str | None) -> str:
+        """The job's attention, or where it says none, PyTorch's choice (with a note, which
+        names `eager_class`: a config's model class that never calls PyTorch's SDPA)."""
         job = self.job
         if not blocks:
             if job.attention == "flash":
@@ -365,7 +366,8 @@ class _SpecSheet:
             self.notes.append(f"attention: flash (PyTorch's scaled_dot_product_attention runs "
                               f"FlashAttention at {at} on compute capability {cc:g}); "
                               "give attention eager for a model that computes softmax(Q K^T) V "
-                              "itself")
+                              "itself" + (f", as transformers' {eager_class} does (fused "
+                                          "training code does not)" if eager_class else ""))
             return "flash"
         self.notes.append(f"attention: eager (as the graph shows it: PyTorch runs "
                           f"FlashAttention only at half precision on compute capability 8.0 "
