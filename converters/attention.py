@@ -88,6 +88,12 @@ def attention_blocks(seq: OperatorSequence) -> list[Block]:
     return blocks
 
 
+def layers(blocks: list[Block]) -> list[Block]:
+    """The blocks that start a transformer layer: all but cross-attention (a decoder layer of
+    an encoder-decoder attends to itself, then to the encoder)."""
+    return [b for b in blocks if not b.cross]
+
+
 def _cross(scores: int, preds: dict[int, list[int]], names: np.ndarray) -> bool:
     """Whether the scores' two operands (queries, keys) were projected from disjoint tensors:
     what the MatMuls within `_PROJECTION_HOPS` operators upstream of each read."""

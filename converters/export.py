@@ -306,8 +306,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
         routed = experts > 1 and not balanced(cfg)  # experts: as balanced routing
         if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
-            cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # T5's pad:
-            # which token starts the decoder's input changes none of the step's work
+            cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
         if not routed:
             with torch.device("meta"):
                 model = (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
@@ -325,20 +324,18 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
                               "balanced routing (transformers 5 has)")
     step = model.forward  # what a language model trains on: the loss of its own tokens
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
-    routing = json.dumps(describe(model, experts, getattr(cfg, "num_experts_per_tok", 1))) \
-        if experts > 1 else None
     defaulted = _defaulted(cfg, fields)
-    eager = getattr(model.config, "_attn_implementation", None) == "eager"
+    said = {EXPERTS_KEY: experts > 1 and json.dumps(describe(
+                model, experts, getattr(cfg, "num_experts_per_tok", 1))),
+            DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class that never calls SDPA:
+            EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__}
 
     def export() -> onnx.ModelProto:
         onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
                                 input_names=["input_ids"])
-        if routing:
-            onnx_model.metadata_props.add(key=EXPERTS_KEY, value=routing)
-        if defaulted:
-            onnx_model.metadata_props.add(key=DEFAULTED_KEY, value=json.dumps(defaulted))
-        if eager:  # its class computes softmax(Q K^T) V itself, never PyTorch's fused kernels
-            onnx_model.metadata_props.add(key=EAGER_KEY, value=type(model).__name__)
+        for key, value in said.items():
+            if value:
+                onnx_model.metadata_props.add(key=key, value=value)
         return onnx_model
 
     stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0)) if repeat else None

@@ -225,6 +225,11 @@ def test_an_encoder_decoder_is_not_split_into_stages_or_sequence_pieces(fields, 
     assert e.value.field == field and "2 of its 6 attention blocks attend to the encoder" \
         in str(e.value) and words in str(e.value)
     assert predict(dataclasses.replace(job, tp=2)).iteration_ms > 0
+    # its layers are 2 + 2 (a decoder layer's two blocks are one layer): checkpointed, and
+    # FSDP's units (the layers and the root)
+    p = predict(dataclasses.replace(job, strategy="fsdp", activation_checkpointing="full"))
+    assert any("activation checkpointing over 4 layers" in w for w in p.warnings)
+    assert any("in 5 units (its layers and the root)" in w for w in p.warnings)
 
 
 @pytest.mark.parametrize("config,named", [

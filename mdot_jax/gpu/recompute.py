@@ -3,10 +3,11 @@ from its spec sheet.
 
 `full` (`torch.utils.checkpoint` around every block, as FSDP and Megatron's
 `--recompute-granularity full` do): the layers are the attention blocks
-(`converters.attention`); each keeps only its input (the hidden state, the size of its
-attention output) through the forward, and the backward runs each layer's forward again before
-its own backward (`phases["recomputation"]` = the forward's time); at a time one layer's
-activations are alive, a 1/L share of all.
+(`converters.attention.layers`: a decoder's cross-attention is part of its layer); each keeps
+only its input (the hidden state, the size of its attention output) through the forward, and
+the backward runs each layer's forward again before its own backward
+(`phases["recomputation"]` = the forward's time); at a time one layer's activations are
+alive, a 1/L share of all.
 
 `selective` (Megatron's `--recompute-granularity selective`): only the attention core (the
 scores, softmax, dropout and what lies between them and the output MatMul) is run again, so
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from converters.attention import Block
+from converters.attention import Block, layers
 from converters.sequence import CONFIG_FIELDS, OperatorSequence
 from mdot_jax.errors import RequestError
 from mdot_jax.serving.memory import HALF, saved, step_memory
@@ -53,20 +54,21 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, opti
     checkpointed at `granularity`, and a note."""
     scale = 0.5 if precision in HALF else 1.0
     again = p.phases.get("recomputation", 0.0)
+    starts = layers(blocks)
     if granularity == "selective":
         if fused:
             return p
         core = sorted(_cores(blocks))
         freed = float(saved(seq, (), scale)[core].sum())
-        note = (f"selective activation checkpointing over {len(blocks)} layers: the attention "
+        note = (f"selective activation checkpointing over {len(starts)} layers: the attention "
                 f"core run again in the backward ({again:.3g} ms), {freed / 1e9:.3g} GB of its "
                 "tensors not kept (Megatron's rules, not measured)")
         return dataclasses.replace(p, memory_gb=p.memory_gb - freed / 1e9,
                                    warnings=[*p.warnings, note])
-    boundaries = 4.0 * scale * float(sum(seq.config[b.output, _OUT_NUMEL] for b in blocks))
+    boundaries = 4.0 * scale * float(sum(seq.config[b.output, _OUT_NUMEL] for b in starts))
     activations = step_memory(seq, precision, optimizer, fused=fused).activations
-    kept = activations / len(blocks) + boundaries
-    note = (f"activation checkpointing over {len(blocks)} layers: the forward run again in the "
+    kept = activations / len(starts) + boundaries
+    note = (f"activation checkpointing over {len(starts)} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")
     return dataclasses.replace(p, memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,
