@@ -12,8 +12,7 @@ operand of an `Add` over the scores as they are. An S x S term a parameter reach
 position bias (Swin's, LeViT's, T5's): an additive mask, with which PyTorch's fused kernels
 compute every key, so not causal, as for T5's decoder, whose causal mask is added to its bias.
 A constant holding one value throughout masks nothing (T5's cross-attention adds its zero
-position bias, [1, H, S, S]): the sequence names the operators that read one
-(`meta["fill_operands"]`).
+position bias, [1, H, S, S]): the sequence names the Adds of one (`meta["fill_operands"]`).
 
 A block is cross-attention (an encoder-decoder's) when its queries and its keys are projected
 from different tensors (the decoder's and the encoder's output), where self-attention projects

@@ -325,9 +325,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
     step = model.forward  # what a language model trains on: the loss of its own tokens
     model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
     defaulted = _defaulted(cfg, fields)
-    said = {EXPERTS_KEY: experts > 1 and json.dumps(describe(
+    said = {EXPERTS_KEY: experts > 1 and json.dumps(describe(  # the export's metadata
                 model, experts, getattr(cfg, "num_experts_per_tok", 1))),
-            DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class that never calls SDPA:
+            DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__}
 
     def export() -> onnx.ModelProto:

@@ -352,7 +352,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         _refuse_merged(graph, floats, set(meta_params.split(",")), name or graph.name)
     _refuse_rows_past_the_table(graph, floats, types, name or graph.name)
     tied = set(_metadata(model).get(TIED_KEY, "").split(","))
-    fill, filled = fills(graph), []  # operators reading a fill (`converters.attention`)
+    fill, filled = fills(graph), []  # Adds of a fill: no mask (`converters.attention`)
     order, producer = _node_order(nodes, graph_inputs)
 
     is_data = dict.fromkeys(data_inputs | floats, True)
@@ -393,7 +393,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         loads.append(load)
         ids.append(op_id(node.op_type))
         names.append(node.name or f"{node.op_type}_{i}")
-        if fill.intersection(inputs):
+        if node.op_type == "Add" and fill.intersection(inputs):
             filled.append(names[-1])
         used_params.update(node_params)
         for t in inputs:
