@@ -39,7 +39,7 @@ def _shape_kwargs(args: argparse.Namespace) -> dict:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters import convert
-    from mdot_jax.serving.front import config_graph, defaults_said, is_config
+    from mdot_jax.serving.model_source import config_graph, defaults_said, is_config
 
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)

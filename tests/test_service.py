@@ -43,10 +43,10 @@ def server(tmp_path_factory):
     client.close()
     srv.should_exit = True
     thread.join(10)
-    from mdot_jax.serving import front
+    from mdot_jax.serving import model_source
 
-    front.SEQUENCE_CACHE.clear()  # the service's disk cache is its process's; not the tests'
-    front._converted.cache_clear()
+    model_source.SEQUENCE_CACHE.clear()  # the service's disk cache is its process's; not the tests'
+    model_source._converted.cache_clear()
 
 
 def _upload(client, path) -> str:
@@ -201,24 +201,24 @@ def test_a_port_in_use_is_one_line(tmp_path):
 
 def test_converted_sequences_outlive_the_process_on_disk(tmp_path):
     """The service keeps each size's sequence in its cache folder: read back, not converted."""
-    from mdot_jax.serving import front
+    from mdot_jax.serving import front, model_source
 
     onnx.save(attention(seq=64, dim=64), tmp_path / "m.onnx")
-    saved = dict(front.SEQUENCE_CACHE)
+    saved = dict(model_source.SEQUENCE_CACHE)
     try:
-        front.keep_sequences(tmp_path / "seqs", limit=1)
+        model_source.keep_sequences(tmp_path / "seqs", limit=1)
         job = dict(model=str(tmp_path / "m.onnx"), device="h100-sxm")
         first = front.predict(front.TrainingJob(batch_size=8, **job))
-        front._converted.cache_clear()  # as a restarted process
+        model_source._converted.cache_clear()  # as a restarted process
         again = front.predict(front.TrainingJob(batch_size=8, **job))
         assert again.iteration_ms == first.iteration_ms
         assert len(list((tmp_path / "seqs").glob("*.npz"))) == 1
         front.predict(front.TrainingJob(batch_size=16, **job))
         assert len(list((tmp_path / "seqs").glob("*.npz"))) == 1  # bounded
     finally:
-        front.SEQUENCE_CACHE.clear()
-        front.SEQUENCE_CACHE.update(saved)
-        front._converted.cache_clear()
+        model_source.SEQUENCE_CACHE.clear()
+        model_source.SEQUENCE_CACHE.update(saved)
+        model_source._converted.cache_clear()
 
 
 def test_eviction_never_takes_a_writers_temporary_file(tmp_path):

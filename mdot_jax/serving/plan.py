@@ -201,7 +201,8 @@ def job_for_plan(**fields) -> TrainingJob:
 def plan(request: Plan, progress: bool = False) -> list[Option]:
     """Every candidate of `request`, ranked (module docstring)."""
     from converters.fusion import fusion_version
-    from mdot_jax.serving.front import _cut, _sequence, predict
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.model_source import cut, sequence
 
     job = request.job
     if len(job.batch_sizes) > 1:
@@ -215,7 +216,7 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
     odd |= {n: f"ep {job.ep} does not divide the {n * job.nodes // split} data-parallel "
             "replicas" for n in request.gpus if n not in odd and n * job.nodes // split % job.ep}
     counts = [n for n in request.gpus if n not in odd]
-    seq = _sequence(_cut(job), job.batch_sizes[0], fusion_version(True))  # once for every GPU
+    seq = sequence(cut(job), job.batch_sizes[0], fusion_version(True))  # once for every GPU
     base = dataclasses.replace(job, model=seq, gpus=tuple(counts or [split * job.ep]),
                                device_spec=None, checkpoint=None)
     options = []
@@ -281,12 +282,13 @@ def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[O
     """`lay` of `n` GPUs per node priced, again with full checkpointing where it would not fit
     without (unless the job asks a checkpointing); `seqs`: the model by micro-batch and cut."""
     from converters.fusion import fusion_version
-    from mdot_jax.serving.front import _cut, _sequence, predict
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.model_source import cut, sequence
 
     job = dataclasses.replace(request.job, cp=lay.cp, gpus=n)  # a count that takes the cut
     key = (lay.micro_batch, lay.cp)
     if key not in seqs:  # converted once per micro-batch and cut
-        seqs[key] = _sequence(_cut(job), lay.micro_batch, fusion_version(True))
+        seqs[key] = sequence(cut(job), lay.micro_batch, fusion_version(True))
     seq, moe = seqs[key], seqs[key].meta.get("experts")
     replicas = n * job.nodes // (lay.tp * lay.pp * job.cp)
     eps = [job.ep] if job.ep > 1 or not moe else [

@@ -146,7 +146,8 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
     from mdot_jax import __version__
     from mdot_jax.gpu import catalog
     from mdot_jax.serving import plan as planning
-    from mdot_jax.serving.front import keep_sequences, predict
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.model_source import keep_sequences
 
     store = ModelStore(Path(cache_dir) / "models", max_models)
     keep_sequences(Path(cache_dir) / "sequences")

@@ -1,0 +1,142 @@
+"""The model a job names, as the operator sequence a predictor prices: an ONNX file converted
+at the job's sizes (kept while the file is unchanged, on disk too for a service), a converted
+`.npz` or sequence checked against them, or a Hugging Face config.json exported on the meta
+device in a process of its own; a context-parallel job's model at its GPU's share of each
+sequence."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from converters import ConversionError, OperatorSequence, convert
+from mdot_jax import writers
+from mdot_jax.errors import RequestError
+from mdot_jax.serving.predict import check_converted, input_size_of
+from mdot_jax.serving.request import TrainingJob
+
+
+def defaults_said(seq: OperatorSequence) -> str | None:
+    """What transformers' defaults filled in where a config.json is short of the model's
+    shape, in one line; None where it gave every field."""
+    defaulted = seq.meta.get("defaulted")
+    return ("the config gives no " + ", ".join(defaulted) + ": transformers' defaults built "
+            "the model (" + ", ".join(f"{k} {v:,}" for k, v in defaulted.items()) + ")"
+            ) if defaulted else None
+
+
+def cut(job: TrainingJob) -> TrainingJob:
+    """The job whose model one GPU of a context-parallel group runs: its sequences cp times
+    shorter (the load-balanced ring cuts each into 2 cp pieces, two a GPU); a sequence
+    converted so (by a plan) as it is."""
+    if job.cp == 1 or (isinstance(job.model, OperatorSequence) and job.seq_len and
+                       input_size_of(job.model) * job.cp == job.seq_len):  # cut already
+        return job
+    if job.seq_len is None or isinstance(job.model, OperatorSequence) or \
+            str(job.model).endswith(".npz"):
+        raise RequestError("cp: give seq_len, with the model as ONNX or a config.json (it is "
+                           "converted at seq_len / cp tokens)", "cp")
+    if job.seq_len % (2 * job.cp):
+        raise RequestError(f"cp {job.cp}: seq_len {job.seq_len} is not a multiple of 2 x cp "
+                           "(the load-balanced ring cuts each sequence into 2 x cp pieces)",
+                           "cp")
+    return dataclasses.replace(job, seq_len=job.seq_len // job.cp)
+
+
+def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
+    """The job's model at batch `b`: converted from ONNX, or a converted sequence as it is
+    (`.npz` or in memory), whose batch, input size and fusion must be the job's."""
+    model: Any = job.model
+    config = is_config(model)  # its graph is named by its file
+    if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
+        model = OperatorSequence.load_npz(model)
+    elif config:
+        model = config_graph(model, job.seq_len)
+    shapes = tuple((k, tuple(v)) for k, v in (job.input_shapes or {}).items())
+    if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
+        stat = Path(model).stat()
+        return _converted(str(model), (stat.st_mtime_ns, stat.st_size), b, job.image_size,
+                          job.seq_len, shapes, fuse)
+    if not isinstance(model, OperatorSequence):
+        return convert(model, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
+                       input_shapes={k: list(v) for k, v in shapes}, fuse=fuse,
+                       name=Path(job.model).stem if config else "",
+                       label=str(job.model) if config else None)
+    check_converted(model, b, job.image_size, job.seq_len, job.cp)
+    if model.fusion != fuse:
+        raise RequestError(f"model: the operator sequence {model.name!r} was converted with "
+                           f"fusion version {model.fusion}, this predictor reads {fuse} "
+                           f"(`mdot convert --fuse {fuse}`)", "model")
+    return model
+
+
+SEQUENCE_CACHE: dict = {}  # folder, limit: converted sequences also kept on disk there
+
+
+def keep_sequences(folder: str | Path, limit: int = 256) -> None:
+    """Also keep converted sequences as `.npz` files in `folder`, at most `limit` (the least
+    recently used go first): a restarted service does not convert its models again."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    SEQUENCE_CACHE.update(folder=Path(folder), limit=limit)
+
+
+@functools.lru_cache(maxsize=32)
+def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len: int | None,
+               shapes: tuple, fuse: int) -> OperatorSequence:
+    """An ONNX file converted at these sizes, kept while the file is unchanged (`stamp`: its
+    modification time and size): a service or a plan prices one model many times."""
+    folder = SEQUENCE_CACHE.get("folder")
+    key = hashlib.sha256(repr((path, stamp, b, image_size, seq_len, shapes, fuse)).encode())
+    kept = folder / f"{key.hexdigest()[:32]}.npz" if folder else None
+    if kept is not None and kept.exists():
+        os.utime(kept)
+        return OperatorSequence.load_npz(kept)
+    seq = convert(path, batch_size=b, image_size=image_size, seq_len=seq_len,
+                  input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
+    if folder is not None and kept is not None:
+        seq.save(kept)  # a temporary name, then a rename: safe beside other writers
+        writers.evict(folder, "*.npz", SEQUENCE_CACHE["limit"])
+    return seq
+
+
+
+
+def is_config(model: Any) -> bool:
+    """Whether `model` names a Hugging Face config.json (the file, or a folder holding one)."""
+    return isinstance(model, (str, Path)) and (
+        str(model).endswith(".json") or (Path(model) / "config.json").is_file())
+
+
+def config_graph(path: str | Path, seq_len: int | None) -> onnx.ModelProto:
+    """The training graph of the language model a config.json describes, at `seq_len` tokens."""
+    if seq_len is None:
+        raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
+                           "sample to export the model at)", "seq_len")
+    return _from_config(str(path), seq_len)
+
+
+@functools.lru_cache(maxsize=2)
+def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
+    """A Hugging Face language model's training graph from its config.json alone, on the meta
+    device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
+    one's memory; `os._exit` skips its teardown, which would take 0.1 GB more), once for every
+    batch size asked."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "model.onnx"
+        done = subprocess.run([sys.executable, "-c", "import os, sys; from converters.export "
+                               "import _main; os._exit(_main(sys.argv[1:]))", path, str(seq_len),
+                               str(out)], capture_output=True, text=True)
+        if done.returncode:  # 2: a ConversionError's line; else the export died
+            lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+            raise ConversionError(lines[-1] if done.returncode == 2 else
+                                  f"{path}: the export failed: {lines[-1]}")
+        return onnx.load(out)
