@@ -1,13 +1,8 @@
 """Framework -> ONNX -> operator sequence. Knows nothing of `mdot_jax` (one-way imports)."""
 
 from converters.errors import ConversionError
-from converters.export import (
-    from_flax,
-    from_hf_config,
-    from_keras,
-    from_torch,
-    inference_export,
-)
+from converters.export import from_flax, from_keras, from_torch, inference_export
+from converters.hf_config import from_hf_config
 from converters.loader import convert, load_model, read_model
 from converters.sequence import (
     CONFIG_FIELDS,

@@ -226,7 +226,7 @@ REPEATED = {  # 4 layers: layer 1 copied twice
 def _same_as_the_full_trace(fields, config, monkeypatch, layers=4, t=1):
     """`config` (a config.json or its fields) traced up to layer `t` and repeated, checked
     against `fields` traced whole: the same operator sequence; the repeated one."""
-    import converters.export as export
+    import converters.hf_config as export
     from converters import from_hf_config
 
     full, copied = _sequence(from_hf_config(fields, seq_len=16, repeat=False)), []
@@ -287,7 +287,7 @@ def test_a_config_json_exports_every_layer_tracing_two(name, tmp_path, monkeypat
 @pytest.mark.slow
 def test_layers_that_differ_are_all_traced(monkeypatch):
     """Gemma 2 alternates sliding-window and full attention: layer 1 is not every layer."""
-    import converters.export as export
+    import converters.hf_config as export
     from converters import from_hf_config
     from converters.repeat import layer_stack, template
 

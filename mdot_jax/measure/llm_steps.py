@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from converters.export import EXPERT_COUNTS
+from converters.hf_config import EXPERT_COUNTS
 from mdot_jax.measure import resumable
 from mdot_jax.measure.profiler import profiled
 

@@ -132,7 +132,7 @@ def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
     batch size asked."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "model.onnx"
-        done = subprocess.run([sys.executable, "-c", "import os, sys; from converters.export "
+        done = subprocess.run([sys.executable, "-c", "import os, sys; from converters.hf_config "
                                "import _main; os._exit(_main(sys.argv[1:]))", path, str(seq_len),
                                str(out)], capture_output=True, text=True)
         if done.returncode:  # 2: a ConversionError's line; else the export died

@@ -1,0 +1,134 @@
+"""A Hugging Face language model from its config.json alone: built on the meta device (no
+weights allocated, nothing fetched), exported as its training step (`converters.export
+.from_torch`), a stack of identical layers traced with two and repeated in the graph
+(`converters.repeat`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from converters.errors import ConversionError
+from converters.experts import balanced, describe
+from converters.export import from_torch
+from converters.repeat import layer_stack, repeat_layer, template
+from converters.sequence import DEFAULTED_KEY, EAGER_KEY, EXPERTS_KEY, PARAMS_KEY
+
+EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts")  # config fields
+
+
+def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repeat: bool = True,
+                   **overrides: Any) -> onnx.ModelProto:
+    """A Hugging Face language model built from its configuration alone (a `config.json`, its
+    folder, or the dict; nothing is fetched), on the meta device, exported as its training
+    graph at `seq_len` tokens with the loss of its own tokens as labels: a causal LM's next
+    tokens, an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) targets as long as its
+    inputs, its decoder fed them shifted right (`from_torch`; `convert(..., seq_len=...)`
+    predicts at other lengths up to the model's positions). `overrides` change config fields
+    (e.g. `num_hidden_layers=2`). Any size exports without allocating weights; with `repeat`,
+    a stack of identical layers is traced with two and repeated in the graph
+    (`converters.repeat`: a 70B Llama in seconds)."""
+
+    import torch
+    import transformers
+
+    if isinstance(config, dict):
+        fields, where = dict(config), "config"
+    else:
+        path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
+        try:
+            fields, where = json.loads(path.read_text()), str(path)
+        except (OSError, ValueError) as e:
+            raise ConversionError(f"{path}: not a readable config.json ({e})") from None
+    if not isinstance(fields, dict) or "model_type" not in fields:
+        raise ConversionError(f"{where}: no 'model_type' (a Hugging Face config.json has one)")
+    fields.update(overrides)
+    kind = fields.pop("model_type")
+    for key in ("torch_dtype", "dtype", "quantization_config"):  # how the checkpoint is stored,
+        fields.pop(key, None)  # not how it trains: `--precision` says that
+    try:
+        cfg = transformers.AutoConfig.for_model(kind, **fields)
+        experts = max((v for k, v in cfg.to_dict().items()
+                       if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
+        routed = experts > 1 and not balanced(cfg)  # experts: as balanced routing
+        if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
+            cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
+        if not routed:
+            with torch.device("meta"):
+                model = (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
+                         else transformers.AutoModelForCausalLM).from_config(cfg)
+    except Exception as e:  # transformers' own refusal of the config, whatever its type
+        while e.__cause__ is not None:  # a validator's error wraps the one that says why
+            e = e.__cause__  # type: ignore[assignment]
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
+        raise ConversionError(f"{where}: model_type {kind!r} builds no language model here: "
+                              f"{msg}") from None
+    if routed:
+        raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts, "
+                              "which this transformers has no experts interface to export as "
+                              "balanced routing (transformers 5 has)")
+    step = model.forward  # what a language model trains on: the loss of its own tokens
+    model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
+    defaulted = _defaulted(cfg, fields)
+    said = {EXPERTS_KEY: experts > 1 and json.dumps(describe(  # the export's metadata
+                model, experts, getattr(cfg, "num_experts_per_tok", 1))),
+            DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
+            EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__}
+
+    def export() -> onnx.ModelProto:
+        onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
+                                input_names=["input_ids"])
+        for key, value in said.items():
+            if value:
+                onnx_model.metadata_props.add(key=key, value=value)
+        return onnx_model
+
+    stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0)) if repeat else None
+    t = template(stack[1], cfg) if stack else None
+    if stack is None or t is None:
+        return export()
+    (name, layers), params = stack, [n for n, _ in model.named_parameters()]
+    parent, _, attr = name.rpartition(".")
+    owner = model.get_submodule(parent)
+    setattr(owner, attr, layers[:t + 1])  # exported up to layer t, the rest copied in the graph
+    try:
+        onnx_model = export()
+        repeat_layer(onnx_model, name, len(layers), t)
+    except ConversionError:  # a layer that reads more than its predecessor: trace them all
+        setattr(owner, attr, layers)
+        return export()
+    meta = next(p for p in onnx_model.metadata_props if p.key == PARAMS_KEY)
+    meta.value = ",".join(params)
+    return onnx_model
+
+
+# the fields that set a causal LM's size: left out of a config.json, transformers' defaults
+# (a 7B Llama's, a 124M GPT-2's) build the model, which the user should hear
+SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def _defaulted(cfg: Any, given: dict) -> dict[str, Any]:
+    """{field: the default taken} of `SHAPE_FIELDS` that `given` (the config.json's fields)
+    does not set under the name the model's config uses (GPT-2's `n_embd`, MPT's `d_model`)."""
+    names = getattr(cfg, "attribute_map", {})
+    return {f: getattr(cfg, f) for f in SHAPE_FIELDS if hasattr(cfg, f)
+            and f not in given and names.get(f, f) not in given}
+
+
+def _main(argv: list[str]) -> int:
+    """`CONFIG SEQ_LEN OUT.onnx`: `from_hf_config` in a process of its own (PyTorch and
+    transformers stay out of the caller's memory); a ConversionError is one line on stderr and
+    exit status 2."""
+    config, seq_len, out = argv
+    try:
+        onnx.save(from_hf_config(config, seq_len=int(seq_len)), out)
+    except ConversionError as e:
+        print(e, file=sys.stderr, flush=True)  # the caller may `os._exit` after
+        return 2
+    return 0
