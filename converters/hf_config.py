@@ -22,18 +22,18 @@ from converters.sequence import DEFAULTED_KEY, EAGER_KEY, EXPERTS_KEY, PARAMS_KE
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts")  # config fields
 
 
-def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repeat: bool = True,
+def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
+                   target_len: int | None = None, repeat: bool = True,
                    **overrides: Any) -> onnx.ModelProto:
     """A Hugging Face language model built from its configuration alone (a `config.json`, its
     folder, or the dict; nothing is fetched), on the meta device, exported as its training
     graph at `seq_len` tokens with the loss of its own tokens as labels: a causal LM's next
-    tokens, an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) targets as long as its
-    inputs, its decoder fed them shifted right (`from_torch`; `convert(..., seq_len=...)`
-    predicts at other lengths up to the model's positions). `overrides` change config fields
-    (e.g. `num_hidden_layers=2`). Any size exports without allocating weights; with `repeat`,
-    a stack of identical layers is traced with two and repeated in the graph
-    (`converters.repeat`: a 70B Llama in seconds)."""
-
+    tokens, an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) `target_len` targets
+    (default: as many as its inputs), its decoder fed them shifted right (`from_torch`;
+    `convert(..., seq_len=...)` predicts at other lengths up to the model's positions).
+    `overrides` change config fields (e.g. `num_hidden_layers=2`). Any size exports without
+    allocating weights; with `repeat`, a stack of identical layers is traced with two and
+    repeated in the graph (`converters.repeat`: a 70B Llama in seconds)."""
     import torch
     import transformers
 
@@ -73,8 +73,12 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128, repe
         raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts, "
                               "which this transformers has no experts interface to export as "
                               "balanced routing (transformers 5 has)")
+    if target_len is not None and not cfg.is_encoder_decoder:
+        raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is a "
+                              "causal LM, whose targets are its inputs (--seq-len)")
     step = model.forward  # what a language model trains on: the loss of its own tokens
-    model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids).loss
+    model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids if (
+        target_len is None) else input_ids.new_zeros((input_ids.shape[0], target_len))).loss
     defaulted = _defaulted(cfg, fields)
     said = {EXPERTS_KEY: experts > 1 and json.dumps(describe(  # the export's metadata
                 model, experts, getattr(cfg, "num_experts_per_tok", 1))),
@@ -122,12 +126,13 @@ def _defaulted(cfg: Any, given: dict) -> dict[str, Any]:
 
 
 def _main(argv: list[str]) -> int:
-    """`CONFIG SEQ_LEN OUT.onnx`: `from_hf_config` in a process of its own (PyTorch and
-    transformers stay out of the caller's memory); a ConversionError is one line on stderr and
-    exit status 2."""
-    config, seq_len, out = argv
+    """`CONFIG SEQ_LEN OUT.onnx [TARGET_LEN]`: `from_hf_config` in a process of its own
+    (PyTorch and transformers stay out of the caller's memory); a ConversionError is one line
+    on stderr and exit status 2."""
+    config, seq_len, out, *target = argv
     try:
-        onnx.save(from_hf_config(config, seq_len=int(seq_len)), out)
+        onnx.save(from_hf_config(config, seq_len=int(seq_len),
+                                 target_len=int(target[0]) if target else None), out)
     except ConversionError as e:
         print(e, file=sys.stderr, flush=True)  # the caller may `os._exit` after
         return 2

@@ -43,7 +43,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)
-    model = config_graph(args.model, args.seq_len) if is_config(args.model) else args.model
+    if args.target_len and not is_config(args.model):
+        raise UsageError("--target-len: an encoder-decoder's config.json takes it (an ONNX "
+                         "file's targets are an input: give its --input-shape)")
+    model = config_graph(args.model, args.seq_len, args.target_len) if is_config(args.model) \
+        else args.model
     seq = convert(model, name=Path(args.model).stem, **_shape_kwargs(args),
                   fuse=True if args.fuse is None else args.fuse, label=args.model)
     if args.output:

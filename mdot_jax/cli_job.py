@@ -58,6 +58,8 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=POSITIVE_INT, help="dim 0 of every data input")
     p.add_argument("--image-size", type=POSITIVE_INT, help="spatial size of rank-4 image inputs")
     p.add_argument("--seq-len", type=POSITIVE_INT, help="dim 1 of rank-2 token-id inputs")
+    p.add_argument("--target-len", type=POSITIVE_INT,
+                   help="an encoder-decoder's config.json: targets per sample (default: seq-len)")
 
 
 def add_job_args(p: argparse.ArgumentParser, cps: bool = False) -> None:
@@ -118,7 +120,7 @@ def add_job_args(p: argparse.ArgumentParser, cps: bool = False) -> None:
 def job_fields(args: argparse.Namespace) -> dict:
     """The `TrainingJob` fields of `add_job_args`' flags and the shape flags."""
     return dict(
-        image_size=args.image_size, seq_len=args.seq_len,
+        image_size=args.image_size, seq_len=args.seq_len, target_len=args.target_len,
         input_shapes=input_shapes(args.input_shape) or None,
         precision=args.precision, optimizer=args.optimizer, layout=args.layout, step=args.step,
         nodes=args.nodes, grad_accum=args.grad_accum,

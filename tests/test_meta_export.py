@@ -429,3 +429,35 @@ def test_an_encoder_decoders_config_exports_its_sequence_to_sequence_step(config
     assert seq.meta["params"] == sum(p.numel() for p in model.parameters())
     assert "SoftmaxCrossEntropyLoss" in seq.op_names.tolist() or \
         "NegativeLogLikelihoodLoss" in seq.op_names.tolist()
+
+
+def test_an_encoder_decoders_targets_may_be_shorter_than_its_inputs(tmp_path, capsys):
+    """A summariser's targets (`target_len`, `--target-len`): its decoder runs that many
+    positions; a causal LM, or an ONNX file, is refused in one line naming the field."""
+    from converters import convert, from_hf_config
+    from mdot_jax import RequestError, TrainingJob, predict
+    from mdot_jax.cli import main
+
+    t5 = dict(model_type="t5", d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
+              vocab_size=512)
+    whole, short = (convert(from_hf_config(t5, seq_len=64, target_len=t), batch_size=2)
+                    for t in (None, 16))
+    assert short.meta["inputs"] == whole.meta["inputs"] == {"input_ids": [2, 64]}
+    assert short.meta["params"] == whole.meta["params"]
+    assert 0.4 < short.flops / whole.flops < 0.9  # the encoder's work stays
+    with pytest.raises(ConversionError, match="'gpt2' is a causal LM, whose targets are its "
+                                              "inputs"):
+        from_hf_config(dict(model_type="gpt2", n_layer=1, n_embd=32, n_head=4,
+                            vocab_size=64), seq_len=16, target_len=8)
+    (tmp_path / "config.json").write_text(json.dumps(t5))
+    job = dict(batch_size=2, seq_len=64, device="h100-sxm")
+    times = [predict(TrainingJob(model=str(tmp_path / "config.json"), target_len=t,
+                                 **job)).iteration_ms for t in (None, 16)]
+    assert times[1] < times[0]
+    onnx.save(from_hf_config(t5, seq_len=64), tmp_path / "t5.onnx")
+    with pytest.raises(RequestError) as e:
+        predict(TrainingJob(model=str(tmp_path / "t5.onnx"), target_len=16, **job))
+    assert e.value.field == "target_len"
+    assert main(["convert", str(tmp_path / "t5.onnx"), "--batch-size", "2", "--seq-len", "64",
+                 "--target-len", "16"]) != 0
+    assert "--target-len: an encoder-decoder's config.json takes it" in capsys.readouterr().err

@@ -60,7 +60,10 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
         model = OperatorSequence.load_npz(model)
     elif config:
-        model = config_graph(model, job.seq_len)
+        model = config_graph(model, job.seq_len, job.target_len)
+    if job.target_len is not None and not config:
+        raise RequestError("target_len: an encoder-decoder's config.json takes it (an ONNX "
+                           "file's targets are an input: give its shape)", "target_len")
     shapes = tuple((k, tuple(v)) for k, v in (job.input_shapes or {}).items())
     if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
         stat = Path(model).stat()
@@ -116,16 +119,18 @@ def is_config(model: Any) -> bool:
         str(model).endswith(".json") or (Path(model) / "config.json").is_file())
 
 
-def config_graph(path: str | Path, seq_len: int | None) -> onnx.ModelProto:
-    """The training graph of the language model a config.json describes, at `seq_len` tokens."""
+def config_graph(path: str | Path, seq_len: int | None,
+                 target_len: int | None = None) -> onnx.ModelProto:
+    """The training graph of the language model a config.json describes, at `seq_len` tokens
+    (an encoder-decoder's targets: `target_len`, default as many)."""
     if seq_len is None:
         raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                            "sample to export the model at)", "seq_len")
-    return _from_config(str(path), seq_len)
+    return _from_config(str(path), seq_len, target_len)
 
 
 @functools.lru_cache(maxsize=2)
-def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
+def _from_config(path: str, seq_len: int, target_len: int | None) -> onnx.ModelProto:
     """A Hugging Face language model's training graph from its config.json alone, on the meta
     device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
     one's memory; `os._exit` skips its teardown, which would take 0.1 GB more), once for every
@@ -134,7 +139,8 @@ def _from_config(path: str, seq_len: int) -> onnx.ModelProto:
         out = Path(tmp) / "model.onnx"
         done = subprocess.run([sys.executable, "-c", "import os, sys; from converters.hf_config "
                                "import _main; os._exit(_main(sys.argv[1:]))", path, str(seq_len),
-                               str(out)], capture_output=True, text=True)
+                               str(out), *([str(target_len)] if target_len else [])],
+                              capture_output=True, text=True)
         if done.returncode:  # 2: a ConversionError's line; else the export died
             lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
             raise ConversionError(lines[-1] if done.returncode == 2 else

@@ -82,6 +82,8 @@ class TrainingJob:
         usual (fp32 on CPUs and GPUs priced from their spec sheet, amp-fp16 on a GPU
         checkpoint); step: spec-sheet pricing only.
       image_size, seq_len, input_shapes: the input's size (default: the model's own).
+      target_len: the targets per sample of an encoder-decoder's config.json (default:
+        seq_len).
       gpus: GPUs per node, `batch_size` each data-parallel replica; a tuple gives one
         prediction each. nodes: of `gpus` GPUs each. strategy: of the data parallelism,
         `options.STRATEGIES`.
@@ -122,6 +124,7 @@ class TrainingJob:
     step: str | None = None
     image_size: int | None = None
     seq_len: int | None = None
+    target_len: int | None = None
     input_shapes: Mapping[str, Sequence[int]] | None = field(default=None, hash=False)
     gpus: int | tuple[int, ...] = 1
     nodes: int = 1
@@ -159,7 +162,7 @@ class TrainingJob:
         sizes, counts = self.batch_sizes, _ints("gpus", self.gpus)
         if len(sizes) > 1 and len(counts) > 1:
             raise RequestError("gpus: several GPU counts take one batch_size (per GPU)", "gpus")
-        for name in ("image_size", "seq_len"):
+        for name in ("image_size", "seq_len", "target_len"):
             if getattr(self, name) is not None:
                 _ints(name, getattr(self, name))
         _ints("nodes", self.nodes)
@@ -284,7 +287,7 @@ FIELDS = frozenset(f.name for f in fields(TrainingJob))  # what a request may na
 
 # the converter's words for a model's sizes (the CLI's flags) -> the request's fields
 _FLAGS = {"--input-shape": "input_shapes", "--batch-size": "batch_size",
-          "--image-size": "image_size", "--seq-len": "seq_len"}
+          "--image-size": "image_size", "--seq-len": "seq_len", "--target-len": "target_len"}
 
 
 def in_fields(text: str) -> tuple[str, str]:
