@@ -136,6 +136,17 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
     code, out, _ = run(capsys, *args, "--device", "rtx3090", "--checkpoint",
                        "gpu-spec-sheet", "--json")
     assert "spec sheet" in json.loads(out)["source"]
+    # a precision the checkpoint never trained on (amp-fp16 only): the spec sheet, said; named
+    # as the checkpoint, it extrapolates, and says so
+    code, out, _ = run(capsys, *args, "--device", "rtx3090", "--precision", "fp32", "--json")
+    row = json.loads(out)
+    assert "spec sheet" in row["source"] and any(
+        "the checkpoint measured on it was trained at amp-fp16 only" in w for w in row["warnings"])
+    code, out, _ = run(capsys, *args, "--device", "rtx3090", "--checkpoint", "timm-rtx3090",
+                       "--precision", "fp32", "--json")
+    row = json.loads(out)
+    assert "spec sheet" not in row["source"] and any(
+        "precision fp32 was never trained on" in w for w in row["warnings"])
     (tmp_path / "gpu.json").write_text(json.dumps(dict(gpus.find("l4").to_json(),
                                                        name="mine")))
     code, out, _ = run(capsys, *args, "--device-spec", tmp_path / "gpu.json", "--json")

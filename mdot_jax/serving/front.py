@@ -51,18 +51,25 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
 def _spec(job: TrainingJob):
     """The GPU and step model pricing `job` from a spec sheet, or None: a checkpoint. A
     catalogued `device` the default checkpoint was trained on is priced from its spec sheet
-    where the job asks what only the spec sheet prices (`_spec_only`), with a note."""
+    where the job asks what only the spec sheet prices (`_spec_only`), or a precision the
+    checkpoint never trained on (in NCHW, what the spec sheet prices), with a note."""
     from mdot_jax.gpu import catalog
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, spec_gpu
+    from mdot_jax.serving.predict import checkpoint_trained
 
     spec = spec_gpu(job.device, job.device_spec, job.checkpoint)
-    only = _spec_only(job)
     gpu = catalog.lookup(job.device) if job.device and not job.checkpoint else None
-    if spec or only is None or gpu is None:
+    if spec or gpu is None:
         return spec
-    field, _ = only
-    return gpu, STEP_MODEL_DIR, (f"{field}: priced from the {gpu.name}'s spec sheet; the "
-                                 "checkpoint measured on it predicts single-GPU steps only")
+    seen = checkpoint_trained(None, "precisions")
+    if only := _spec_only(job):
+        why = "predicts single-GPU steps only"
+    elif job.precision and seen and job.precision not in seen and job.layout == "nchw":
+        only, why = ("precision", ""), f"was trained at {', '.join(seen)} only"
+    else:
+        return None
+    return gpu, STEP_MODEL_DIR, (f"{only[0]}: priced from the {gpu.name}'s spec sheet; the "
+                                 f"checkpoint measured on it {why}")
 
 
 def _spec_only(job: TrainingJob) -> tuple[str, str] | None:

@@ -81,6 +81,16 @@ def checkpoint_devices(name_or_dir: str | Path | None) -> list[str]:
     return [adapted] if adapted else list(meta.get("stats", {}).get("devices", []))
 
 
+def checkpoint_trained(name_or_dir: str | Path | None, what: str) -> list:
+    """What a checkpoint was trained on (`what`: "precisions", "optimizers", "layouts", ...),
+    from its metadata alone; [] where it does not say."""
+    path = resolve_checkpoint(name_or_dir) / "metadata.json"
+    try:
+        return list(json.loads(path.read_text()).get("train", {}).get(what) or [])
+    except (OSError, ValueError):
+        return []
+
+
 class Predictor:
     """A trained network (MDOT, GNN, ...: `ModelConfig.arch`) with its feature pipeline, and
     the checkpoint's LightGBM companion if it has one and, op-grounded, its operator-sum line
