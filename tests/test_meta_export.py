@@ -454,6 +454,13 @@ def test_an_encoder_decoders_targets_may_be_shorter_than_its_inputs(tmp_path, ca
     times = [predict(TrainingJob(model=str(tmp_path / "config.json"), target_len=t,
                                  **job)).iteration_ms for t in (None, 16)]
     assert times[1] < times[0]
+    from mdot_jax.serving.plan import Plan, plan  # it prices the converted model: as asked
+
+    for global_batch in (None, 4):
+        options = plan(Plan(TrainingJob(model=str(tmp_path / "config.json"), target_len=16,
+                                        train_tokens=10**6, **job), devices=("h100-sxm",),
+                            gpus=(2,), global_batch=global_batch))
+        assert options and all(o.feasible for o in options), options
     onnx.save(from_hf_config(t5, seq_len=64), tmp_path / "t5.onnx")
     with pytest.raises(RequestError) as e:
         predict(TrainingJob(model=str(tmp_path / "t5.onnx"), target_len=16, **job))

@@ -218,7 +218,7 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
     counts = [n for n in request.gpus if n not in odd]
     seq = sequence(cut(job), job.batch_sizes[0], fusion_version(True))  # once for every GPU
     base = dataclasses.replace(job, model=seq, gpus=tuple(counts or [split * job.ep]),
-                               device_spec=None, checkpoint=None)
+                               device_spec=None, checkpoint=None, target_len=None)
     options = []
     gpus = request.candidates()
     for gpu in tqdm(gpus, desc="plan", unit="GPU", disable=not progress, leave=False):
@@ -300,7 +300,7 @@ def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[O
         for ckpt in ckpts:
             p = predict(dataclasses.replace(
                 job, model=seq, batch_size=lay.micro_batch, gpus=n, device=gpu.name,
-                device_spec=None, checkpoint=None, tp=lay.tp, pp=lay.pp, ep=ep,
+                device_spec=None, checkpoint=None, target_len=None, tp=lay.tp, pp=lay.pp, ep=ep,
                 grad_accum=lay.grad_accum, activation_checkpointing=ckpt))
             o = _judge(Option(gpu.name, n * job.nodes, p,  # type: ignore[arg-type]
                               layout=dataclasses.replace(lay, checkpointing=ckpt, ep=ep)),
