@@ -59,3 +59,31 @@ def test_the_kits_gpu_set_names_zoo_models():
     names = ",".join(re.findall(r"^\s*GPU_MODELS\+?=,?(\S+)", kit, re.M)).split(",")
     assert len(names) >= 12
     assert all(find_model(n).name == n for n in names)
+
+
+def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(tmp_path):
+    """`benchmarks/after_lease.sh`: the kit's files under data/<slug>/ as the loader reads them,
+    then resequence, pack, the priced steps and the three pre-registered studies, in that
+    order; a folder that exists stops it before anything is written."""
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    (kit / "env.json").write_text(json.dumps({"slug": "gpu-nvidia-b200"}))
+    for f in ("amp-bf16-samples.jsonl", "fp32-samples.jsonl", "kernels.jsonl",
+              "llm-steps.jsonl", "kit.log"):
+        (kit / f).write_text("{}\n")
+    script = [str(REPO / "benchmarks" / "after_lease.sh"), str(kit), "b200 sxm"]
+    dest = tmp_path / "gpu-nvidia-b200-lease-1"
+    done = subprocess.run(["bash", *script, str(dest)], env=dict(os.environ, DRY="1"),
+                          capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("+ ")]
+    assert done.returncode == 0 and not dest.exists()  # said, not done
+    steps = [next(i for i, ln in enumerate(lines) if needle in ln) for needle in (
+        "amp-bf16/samples.jsonl.xz", "dataset resequence", "dataset pack", "bench_gpu_ops.py",
+        "bench_llm_steps.py", "bench_unaligned_gemms.py", "bench_cnn_kernels.py")]
+    assert steps == sorted(steps)
+    assert r"--device b200\ sxm" in lines[steps[3]]
+    dest.mkdir()
+    refused = subprocess.run(["bash", *script, str(dest)], capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 2 and "exists; name another DEST" in refused.stderr
+    assert list(dest.iterdir()) == []
