@@ -310,13 +310,32 @@ def test_zero_stages_shard_more_and_move_what_they_must():
 def test_fsdp_at_amp_moves_the_half_types_bytes():
     """FSDP's mixed-precision policy gathers the weights in the half type (the casts priced by
     `price(half_weights=True)`) and reduces the gradients so: half the bytes of fp32."""
+    from mdot_jax.gpu.parallel import LATENCY_US
+
     h100, one = gpus.find("h100-sxm"), _one(backward=50.0)
     ms = {}
     for precision in ("fp32", "amp-bf16"):
-        p = data_parallel(one, 10 ** 9, h100, 8, strategy="fsdp", precision=precision)
+        p = data_parallel(one, 10 ** 9, h100, 8, strategy="fsdp", precision=precision,
+                          units=12)
         ms[precision] = float(re.search(r"\(([\d.e+]+) ms,", p.warnings[-1])[1])
-    assert ms["amp-bf16"] == pytest.approx(ms["fp32"] / 2, rel=0.01)
+    latency = 3 * 12 * 7 * LATENCY_US["nvlink"] * 1e-3  # ms: three rings a unit, not halved
+    assert ms["amp-bf16"] - latency == pytest.approx((ms["fp32"] - latency) / 2, rel=0.01)
     assert "in the half type" in p.warnings[-1]
+
+
+def test_fsdp_pays_a_rings_latency_per_collective_of_a_unit_not_per_ddp_bucket():
+    """A 70B model's FSDP over 64 GPUs on 8 nodes: each unit's all-gathers and reduce-scatter
+    are one ring collective each (N - 1 steps of the network's latency); DDP's 25 MB buckets
+    (11,200 of a 70B model's fp32 gradients) are not FSDP's: they doubled the price."""
+    from mdot_jax.gpu.parallel import LATENCY_US
+
+    h100, params, units, n, gbs = gpus.find("h100-sxm"), 70 * 10 ** 9, 81, 64, 50.0
+    p = data_parallel(_one(backward=2000.0), params, h100, 8, 8, network_gbs=gbs,
+                      strategy="fsdp", precision="amp-bf16", units=units)
+    total = float(re.search(r"\(([\d.e+]+) ms,", p.warnings[-1])[1])
+    ring = 3 * (n - 1) / n * 2 * params / (gbs * 1e9) + 3 * units * (n - 1) * \
+        LATENCY_US["network"] * 1e-6
+    assert 1e3 * ring == pytest.approx(total, rel=0.01)
 
 
 def test_fsdp_gathers_unit_by_unit_and_holds_three_units():

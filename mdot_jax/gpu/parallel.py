@@ -24,7 +24,8 @@ micro-batch, as it frees them), each GPU updates its 1/N, and the updated weight
 all-gathered after the update, with nothing to hide behind. FSDP all-gathers the weights
 before the forward and again before the backward and reduce-scatters the gradients (3 (N -
 1) / N of the parameter bytes in all, against the 2 (N - 1) / N of an all-reduce; at AMP in
-the half type, as its mixed-precision policy gathers the weights) unit by unit (a layer each,
+the half type, as its mixed-precision policy gathers the weights; N - 1 ring steps' latency
+a collective, three collectives a unit) unit by unit (a layer each,
 as transformer auto-wrapping makes them, and the root; DDP's buckets where the model has no
 layers), prefetched under the forward and the backward as DDP's buckets are under the
 backward: the first unit's gather and the last unit's reduce-scatter show. It holds a unit's
@@ -218,7 +219,9 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         held = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors in flight
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
             width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
-            half, pieces = half * width, units or buckets
+            pieces = units or buckets  # its collectives: one a unit (a ring's steps each)
+            half = sum(allreduce_ms(width * b, r, lk, max(1, round(pieces * b / nbytes)))
+                       for b, r, lk in groups) / 2
             total = 3 * half * k
             shown = k * (_hidden(half, fw, pieces) + _hidden(2 * half, bw, pieces))
             if units:  # a unit's weights, the next one's, the unit's gradients
