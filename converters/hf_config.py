@@ -16,6 +16,7 @@ import onnx
 from converters.errors import ConversionError
 from converters.experts import balanced, describe
 from converters.export import from_torch
+from converters.loader import check_dims
 from converters.repeat import layer_stack, repeat_layer, template
 from converters.sequence import DEFAULTED_KEY, EAGER_KEY, EXPERTS_KEY, PARAMS_KEY
 
@@ -73,6 +74,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts, "
                               "which this transformers has no experts interface to export as "
                               "balanced routing (transformers 5 has)")
+    check_dims(target_len=target_len)
     if target_len is not None and not cfg.is_encoder_decoder:
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is a "
                               "causal LM, whose targets are its inputs (--seq-len)")

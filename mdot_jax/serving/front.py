@@ -61,14 +61,14 @@ def _spec(job: TrainingJob):
     gpu = catalog.lookup(job.device) if job.device and not job.checkpoint else None
     if spec or gpu is None:
         return spec
-    seen = checkpoint_trained(None, "precisions")
     if only := _spec_only(job):
-        why = "predicts single-GPU steps only"
-    elif job.precision and seen and job.precision not in seen and job.layout == "nchw":
-        only, why = ("precision", ""), f"was trained at {', '.join(seen)} only"
+        field, why = only[0], "predicts single-GPU steps only"
+    elif job.precision and job.layout == "nchw" and (
+            seen := checkpoint_trained(None, "precisions")) and job.precision not in seen:
+        field, why = "precision", f"was trained at {', '.join(seen)} only"
     else:
         return None
-    return gpu, STEP_MODEL_DIR, (f"{only[0]}: priced from the {gpu.name}'s spec sheet; the "
+    return gpu, STEP_MODEL_DIR, (f"{field}: priced from the {gpu.name}'s spec sheet; the "
                                  f"checkpoint measured on it {why}")
 
 
