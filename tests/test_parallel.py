@@ -277,6 +277,13 @@ def test_a_ring_that_leaves_the_node_shares_its_network():
     assert (one.name, one.gbs) == ("network", 100.0)
     assert (eight.name, eight.gbs) == ("network", 12.5)
     assert inside.name == "nvlink"
+    # a step's latency: the mean of the ring's hops (NCCL's rings cross a node once)
+    from mdot_jax.gpu.parallel import LATENCY_US
+
+    assert inside.latency_s == pytest.approx(LATENCY_US["nvlink"] * 1e-6)  # in one node
+    assert one.latency_s == pytest.approx((7 * LATENCY_US["nvlink"] + LATENCY_US["network"])
+                                          / 8 * 1e-6)
+    assert eight.latency_s == pytest.approx(LATENCY_US["network"] * 1e-6)  # one GPU a node
 
 
 def test_zero_stages_shard_more_and_move_what_they_must():
@@ -333,8 +340,8 @@ def test_fsdp_pays_a_rings_latency_per_collective_of_a_unit_not_per_ddp_bucket()
     p = data_parallel(_one(backward=2000.0), params, h100, 8, 8, network_gbs=gbs,
                       strategy="fsdp", precision="amp-bf16", units=units)
     total = float(re.search(r"\(([\d.e+]+) ms,", p.warnings[-1])[1])
-    ring = 3 * (n - 1) / n * 2 * params / (gbs * 1e9) + 3 * units * (n - 1) * \
-        LATENCY_US["network"] * 1e-6
+    hop = (7 * LATENCY_US["nvlink"] + LATENCY_US["network"]) / 8 * 1e-6  # 8 GPUs a node
+    ring = 3 * (n - 1) / n * 2 * params / (gbs * 1e9) + 3 * units * (n - 1) * hop
     assert 1e3 * ring == pytest.approx(total, rel=0.01)
 
 

@@ -96,16 +96,18 @@ def ring_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | None
 
 def group_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | None,
                network_gbs: float, size: int, stride: int) -> Link:
-    """The slowest link of a ring over `size` GPUs `stride` ranks apart (ranks fill a node's
-    `gpus_per_node` GPUs in order): the node's links while the ring stays in a node, else
-    the network, shared by the rings of a node that all leave it at once."""
+    """The link of a ring over `size` GPUs `stride` ranks apart (ranks fill a node's
+    `gpus_per_node` GPUs in order): the node's links while the ring stays in a node; else the
+    slower of them and the network, shared by the rings of a node that all leave it at once,
+    at the mean latency of the ring's hops (`inside` - 1 in a node, one to the next node)."""
     inside = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
     link = ring_link(gpu, inside, 1, interconnect, network_gbs)
     if size <= inside:
         return link
     rings = max(gpus_per_node // inside, 1)  # rings through one node's network
     net = ring_link(gpu, inside, 2, interconnect, network_gbs / rings)
-    return net if net.gbs < link.gbs else link
+    hop = ((inside - 1) * link.latency_s + LATENCY_US["network"] * 1e-6) / inside
+    return dataclasses.replace(net if net.gbs < link.gbs else link, latency_s=hop)
 
 
 def allreduce_ms(nbytes: float, gpus: int, link: Link, buckets: int) -> float:
