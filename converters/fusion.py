@@ -33,6 +33,7 @@ import onnx
 from onnx import numpy_helper
 
 from converters.errors import ConversionError
+from converters.tensors import FLOAT_TYPES
 
 VIEWS = frozenset(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"))
 FUSION_VERSION = 2  # 1: GELU, SiLU, no-op Dropout, views; 2: + in-graph running statistics
@@ -76,11 +77,9 @@ def fills(graph: onnx.GraphProto) -> set[str]:
     """Float tensors of more than one element that hold one value throughout (a zero position
     bias that `torch.zeros` made: a ConstantOfShape's output, or the initializer folding made
     of it): no mask, whatever their shape."""
-    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-              onnx.TensorProto.BFLOAT16)
     out = set()
     for init in graph.initializer:
-        if init.data_type in floats and int(np.prod(init.dims)) > 1 and (
+        if init.data_type in FLOAT_TYPES and int(np.prod(init.dims)) > 1 and (
                 init.raw_data or init.float_data or init.double_data):
             v = numpy_helper.to_array(init)
             if v.min() == v.max():

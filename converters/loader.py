@@ -27,6 +27,7 @@ from converters.sequence import (
     data_input_names,
     to_sequence,
 )
+from converters.tensors import FLOAT_TYPES
 from converters.training_view import as_training
 
 ModelSource = Union[str, Path, bytes, onnx.ModelProto]
@@ -115,10 +116,10 @@ def _strip_weights(model: onnx.ModelProto) -> None:
 
 def _weight_names(graph: onnx.GraphProto, data: set[str]) -> list[str]:
     """Float initializers and non-data graph inputs of rank >= 1 (scalars are constants)."""
-    floats = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
-    names = [t.name for t in graph.initializer if t.data_type in floats and len(t.dims)]
+    names = [t.name for t in graph.initializer if t.data_type in FLOAT_TYPES and len(t.dims)]
     names += [i.name for i in graph.input if i.name not in data
-              and i.type.tensor_type.elem_type in floats and len(i.type.tensor_type.shape.dim)]
+              and i.type.tensor_type.elem_type in FLOAT_TYPES
+              and len(i.type.tensor_type.shape.dim)]
     return names
 
 

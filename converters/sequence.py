@@ -29,7 +29,7 @@ from converters.fusion import fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
 from converters.kind import graph_kind
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
-from converters.tensors import _ELEM_BYTES, _NO_SHAPE, _Tensor, _tensor_types
+from converters.tensors import _ELEM_BYTES, _NO_SHAPE, FLOAT_TYPES, _Tensor, _tensor_types
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
 
 CONFIG_FIELDS = (
@@ -345,7 +345,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     data_inputs = set(data_input_names(model))
     graph_inputs = {i.name for i in graph.input} | {i.name for i in graph.initializer}
     floats = {t for t in graph_inputs - data_inputs if t in types and types[t].elem_type in
-              (1, 10, 11, 16)}  # float, float16, double, bfloat16
+              FLOAT_TYPES}
     meta_params = _metadata(model).get(PARAMS_KEY)
     params = floats & set(meta_params.split(",")) if meta_params is not None else floats
     if meta_params is not None:

@@ -207,8 +207,12 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
             gpu, gpus_per_node, nodes, interconnect, network_gbs, n // ep, stride * ep)))
     nbytes = sum(b for b, _, _ in groups)
     buckets = max(1, math.ceil(nbytes / (BUCKET_MB * 2 ** 20)))
-    allreduce = sum(allreduce_ms(b, r, lk, max(1, round(buckets * b / nbytes)))
-                    for b, r, lk in groups)  # = reduce-scatter + all-gather
+
+    def rings(width: float, pieces: int) -> float:  # the groups' all-reduces of `pieces`
+        return sum(allreduce_ms(width * b, r, lk, max(1, round(pieces * b / nbytes)))
+                   for b, r, lk in groups)
+
+    allreduce = rings(1.0, buckets)  # = reduce-scatter + all-gather
     unsharded = sum(b * (r - 1) / r for b, r, _ in groups)  # what sharding takes off a GPU
     k = grad_accum  # the phases are of k micro-batches: the pieces compute hides behind, one
     fw, bw = p.phases.get("forward", 0.0) / k, p.phases.get("backward", 0.0) / k
@@ -222,8 +226,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
             width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
             pieces = units or buckets  # its collectives: one a unit (a ring's steps each)
-            half = sum(allreduce_ms(width * b, r, lk, max(1, round(pieces * b / nbytes)))
-                       for b, r, lk in groups) / 2
+            half = rings(width, pieces) / 2
             total = 3 * half * k
             shown = k * (_hidden(half, fw, pieces) + _hidden(2 * half, bw, pieces))
             if units:  # a unit's weights, the next one's, the unit's gradients
