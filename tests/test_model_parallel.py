@@ -282,6 +282,18 @@ def test_fused_attention_is_causal_cheaper_and_keeps_no_scores(gpt):
     assert any("fused kernels (8 causal)" in w for w in flash.warnings)
 
 
+def test_fused_attention_has_no_scores_in_its_working_set_either():
+    from converters import from_hf_config
+    from mdot_jax.serving.memory import step_memory
+
+    long = dict(CONFIG, n_layer=2, n_embd=64, n_head=4, n_positions=1024, vocab_size=256)
+    seq = convert(from_hf_config(long, seq_len=1024), batch_size=1, fuse=2)
+    head = 1024 * 1024 * 2  # one head's S x S at bf16
+    eager = step_memory(seq, "amp-bf16", "adamw")
+    flash = step_memory(seq, "amp-bf16", "adamw", fused=attention_blocks(seq))
+    assert eager.working >= 2 * 4 * head and flash.working < head  # the backward's transients
+
+
 def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):
     seq, a100, model = gpt[1], gpus.find("a100-sxm-80gb"), load_step_model()
     eager, megatron = (price(seq, a100, model, precision="amp-fp16", optimizer="adam",

@@ -10,8 +10,8 @@ each once, at the precision's width (half under AMP); an output only added, resh
 concatenated onward is freed, and views write nothing.
 
 On a GPU the estimate is the sum of all of these plus a working set (the backward's transient
-gradients: the two largest operator outputs): the caching allocator's and the libraries'
-workspaces are not modelled apart.
+gradients: the two largest operator outputs, none inside a fused attention): the caching
+allocator's and the libraries' workspaces are not modelled apart.
 
 On a CPU it also counts the copies eager PyTorch makes of a permuted view that a saving
 consumer needs contiguous (a LayerNorm over a permuted tensor, a batched MatMul of permuted
@@ -96,8 +96,10 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
         return dataclasses.replace(live, parameters=weights, optimizer=state, inputs=inputs,
                                    working=live.working + CPU_FIXED
                                    + (CPU_RETENTION - 1) * total)
-    outputs = np.sort(np.asarray(seq.load[:, _WRITTEN], np.float64))
-    working = scale * float(outputs[-2:].sum())
+    outputs = np.array(seq.load[:, _WRITTEN], np.float64)
+    for b in fused:  # a fused kernel's S x S tensors exist in no pass
+        outputs[list(b.inner)] = 0.0
+    working = scale * float(np.sort(outputs)[-2:].sum())
     return StepMemory(weights, weights, state, float(saved(seq, fused, scale).sum()), inputs,
                       working)
 
