@@ -88,8 +88,19 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__}
 
     def export() -> onnx.ModelProto:
-        onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
-                                input_names=["input_ids"])
+        try:
+            onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
+                                    input_names=["input_ids"])
+        except ConversionError:  # a table or bias built for fewer positions: say which
+            short = {k: v for k, v in cfg.to_dict().items() if k in LENGTH_FIELDS
+                     and isinstance(v, int) and 0 < v < max(seq_len, target_len or 0)}
+            if not short:
+                raise
+            field, most = next(iter(short.items()))
+            raise ConversionError(
+                f"{where}: {max(seq_len, target_len or 0)} tokens are more than its {field} "
+                f"({most}) allows: set {field} in the config to train longer sequences"
+            ) from None
         for key, value in said.items():
             if value:
                 onnx_model.metadata_props.add(key=key, value=value)
@@ -114,6 +125,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     return onnx_model
 
 
+# the fields that bound a model's positions (a learned table, an ALiBi bias built to length)
+LENGTH_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "n_ctx",
+                 "seq_length", "max_sequence_length")
 # the fields that set a causal LM's size: left out of a config.json, transformers' defaults
 # (a 7B Llama's, a 124M GPT-2's) build the model, which the user should hear
 SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")

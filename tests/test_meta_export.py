@@ -109,6 +109,11 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
     with pytest.raises(ConversionError, match="'llama' builds no language model here: The hidden "
                                               "size .64. is not a multiple .* heads .3."):
         from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3})
+    # longer than the positions its ALiBi bias was built for: the field to change
+    mpt = dict(model_type="mpt", d_model=32, n_layers=1, n_heads=2, max_seq_len=64,
+               vocab_size=64, attn_config=dict(alibi=True))
+    with pytest.raises(ConversionError, match=r"128 tokens are more than its max_seq_len \(64\)"):
+        from_hf_config(mpt, seq_len=128)
 
 
 def test_a_config_short_of_the_models_shape_says_which_defaults_built_it(tmp_path, capsys):
