@@ -130,9 +130,17 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
     code, out, _ = run(capsys, *args, "--device", "l4", "--top", "3", "--step", "fwd-bwd",
                        "--optimizer", "adamw")
     assert code == 0 and "most expensive operators" in out and "update 0 ms" in out
-    # the checkpoint's own GPU takes the checkpoint, unless the spec sheet is asked for
-    code, out, _ = run(capsys, *args, "--device", "rtx3090", "--json")
+    # the checkpoint's own GPU takes the checkpoint for the image models it was trained on,
+    # unless the spec sheet is asked for; another kind of model, the spec sheet, said
+    image = tmp_path / "cnn.onnx"
+    onnx.save(conv_bn_relu(), image)
+    code, out, _ = run(capsys, "predict", image, "--batch-size", "4", "--device", "rtx3090",
+                       "--json")
     assert "spec sheet" not in json.loads(out)["source"]
+    code, out, _ = run(capsys, *args, "--device", "rtx3090", "--json")
+    row = json.loads(out)
+    assert "spec sheet" in row["source"] and any(
+        "trained on image models only, not signal" in w for w in row["warnings"])
     code, out, _ = run(capsys, *args, "--device", "rtx3090", "--checkpoint",
                        "gpu-spec-sheet", "--json")
     assert "spec sheet" in json.loads(out)["source"]

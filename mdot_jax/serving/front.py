@@ -51,8 +51,9 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
 def _spec(job: TrainingJob):
     """The GPU and step model pricing `job` from a spec sheet, or None: a checkpoint. A
     catalogued `device` the default checkpoint was trained on is priced from its spec sheet
-    where the job asks what only the spec sheet prices (`_spec_only`), or a precision the
-    checkpoint never trained on (in NCHW, what the spec sheet prices), with a note."""
+    where the job asks what only the spec sheet prices (`_spec_only`), or, in NCHW (what the
+    spec sheet prices), a precision or a kind of input (a language model's tokens) the
+    checkpoint never trained on, with a note."""
     from mdot_jax.gpu import catalog
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, spec_gpu
     from mdot_jax.serving.predict import checkpoint_trained
@@ -66,6 +67,10 @@ def _spec(job: TrainingJob):
     elif job.precision and job.layout == "nchw" and (
             seen := checkpoint_trained(None, "precisions")) and job.precision not in seen:
         field, why = "precision", f"was trained at {', '.join(seen)} only"
+    elif job.layout == "nchw" and (kinds := checkpoint_trained(None, "input_kinds")) and (
+            kind := sequence(job, job.batch_sizes[0], fusion_version(True)).input_kind
+    ) not in kinds:
+        field, why = "model", f"was trained on {' and '.join(kinds)} models only, not {kind}"
     else:
         return None
     return gpu, STEP_MODEL_DIR, (f"{field}: priced from the {gpu.name}'s spec sheet; the "
