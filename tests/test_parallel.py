@@ -57,6 +57,12 @@ def test_one_gpu_is_the_single_gpu_step_and_more_never_less():
     assert hidden.phases["communication"] == pytest.approx(total / buckets)
     exposed = data_parallel(_one(backward=0.0), 10 ** 9, h100, 8)
     assert exposed.phases["communication"] == pytest.approx(total)
+    # a launch-bound step's backward lasts its kernels and the host's gaps between them: the
+    # buckets hide behind both, so that more work a GPU never makes the iteration shorter
+    waiting = _one(backward=1.0)
+    waiting = dataclasses.replace(waiting, phases={**waiting.phases, "launch gaps": 1e4})
+    assert data_parallel(waiting, 10 ** 9, h100, 8).phases["communication"] == pytest.approx(
+        total / buckets)
 
 
 def test_the_allreduce_grows_with_bytes_and_gpus():

@@ -215,7 +215,13 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     allreduce = rings(1.0, buckets)  # = reduce-scatter + all-gather
     unsharded = sum(b * (r - 1) / r for b, r, _ in groups)  # what sharding takes off a GPU
     k = grad_accum  # the phases are of k micro-batches: the pieces compute hides behind, one
-    fw, bw = p.phases.get("forward", 0.0) / k, p.phases.get("backward", 0.0) / k
+    # a pass lasts its kernels and the host's gaps between them (the passes' by their kernels'
+    # time; the update's few foreach kernels wait on none), the backward its recomputation
+    # too: a collective, on its own stream, runs through all of it
+    fw, bw, again = (p.phases.get(ph, 0.0) / k for ph in ("forward", "backward",
+                                                           "recomputation"))
+    wall = 1.0 + p.phases.get("launch gaps", 0.0) / k / (fw + bw + again) if fw + bw else 1.0
+    fw, bw = wall * fw, wall * (bw + again)
     phases = dict(p.phases)
     half = allreduce / 2  # a reduce-scatter, or an all-gather
     if strategy == "ddp":
