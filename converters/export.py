@@ -33,6 +33,9 @@ from converters.sequence import DATA_INPUTS_KEY, PARAMS_KEY
 
 OPSET = 17
 FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
+# a model on the meta device that the tracer cannot run there (convolutions' shape checks, code
+# reading values) is traced again on a CPU copy of zeros up to this size
+CPU_FALLBACK_BYTES = 4e9
 
 
 def _mark_data_inputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
@@ -221,11 +224,16 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     except Exception as e:  # exporter errors are many and untyped; keep the first line
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)
+        if not retry and on_meta and _state_bytes(module) <= CPU_FALLBACK_BYTES:
+            return from_torch(_on_cpu(torch, module), tuple(
+                torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor) else a
+                for a in args), input_names=input_names, dynamic_batch=dynamic_batch,
+                opset=opset)
         if not retry:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            hint = ("; its forward reads tensor values, which a model on the meta device has "
-                    "none of: build it on the CPU (a smaller config with the same layer shapes "
-                    "if it does not fit)") if on_meta and "meta" in msg else ""
+            hint = (f"; it does not trace on the meta device and holds more than "
+                    f"{CPU_FALLBACK_BYTES / 1e9:g} GB to trace on the CPU: build a smaller "
+                    "config with the same layer shapes on the CPU") if on_meta else ""
             raise ConversionError(f"torch export of {type(module).__name__} failed: "
                                   f"{type(e).__name__}: {msg}{hint}") from None
     finally:
@@ -240,6 +248,24 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     _unmerge(model, set(params) | {name for name, _ in module.named_buffers()})
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
     return model
+
+
+def _state_bytes(module: Any) -> int:
+    """Bytes of a module's parameters and buffers."""
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+
+
+def _on_cpu(torch, module: Any) -> Any:
+    """A copy of a meta-device `module` on the CPU, its tensors zeros (an index buffer, such as
+    a relative position table's, stays in range): the graph is the same; the user's module
+    stays on the meta device."""
+    import copy
+
+    cpu = copy.deepcopy(module).to_empty(device="cpu")
+    with torch.no_grad():
+        for t in (*cpu.parameters(), *cpu.buffers()):
+            t.zero_()
+    return cpu
 
 
 def _unmerge(model: onnx.ModelProto, tensors: set[str]) -> None:

@@ -68,19 +68,27 @@ def test_an_export_with_merged_weights_is_refused_naming_the_parameter():
         _sequence(proto)
 
 
-def test_a_model_reading_values_on_meta_says_what_to_do():
-    class ReadsAValue(torch.nn.Module):
+def test_a_model_that_does_not_trace_on_meta_traces_on_a_cpu_copy_or_says_what_to_do(
+        monkeypatch):
+    class ReadsAValue(torch.nn.Module):  # and convolves: neither traces on the meta device
         def __init__(self):
             super().__init__()
-            self.lin = torch.nn.Linear(8, 8)
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+            self.register_buffer("index", torch.arange(4))  # a table's indices: in range
 
         def forward(self, x):
-            return self.lin(x)[: int(x.sum().item()) + 1]
+            y = self.conv(x).flatten(1)[:, self.index]
+            return y[: int(x.sum().item()) + 1]
 
     with torch.device("meta"):
         net = ReadsAValue()
-    with pytest.raises(ConversionError, match="meta device.*build it on the CPU"):
-        from_torch(net, torch.zeros(2, 8))
+    on_cpu = from_torch(ReadsAValue(), torch.zeros(2, 3, 8, 8))
+    on_meta = from_torch(net, torch.zeros(2, 3, 8, 8))
+    assert [n.op_type for n in on_meta.graph.node] == [n.op_type for n in on_cpu.graph.node]
+    assert next(net.parameters()).is_meta  # the user's module is left where it was
+    monkeypatch.setattr("converters.export.CPU_FALLBACK_BYTES", 0)  # too large for the CPU
+    with pytest.raises(ConversionError, match="meta device.*smaller config .* on the CPU"):
+        from_torch(net, torch.zeros(2, 3, 8, 8))
 
 
 # the sizes of the issue (seconds each): parameters within 1% of the real models'
