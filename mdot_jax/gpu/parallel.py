@@ -220,7 +220,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     # too: a collective, on its own stream, runs through all of it
     fw, bw, again = (p.phases.get(ph, 0.0) / k for ph in ("forward", "backward",
                                                            "recomputation"))
-    wall = 1.0 + p.phases.get("launch gaps", 0.0) / k / (fw + bw + again) if fw + bw else 1.0
+    busy = fw + bw + again
+    wall = 1.0 + p.phases.get("launch gaps", 0.0) / k / busy if busy > 0 else 1.0
     fw, bw = wall * fw, wall * (bw + again)
     phases = dict(p.phases)
     half = allreduce / 2  # a reduce-scatter, or an all-gather
