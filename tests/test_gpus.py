@@ -63,7 +63,8 @@ def test_boards_of_one_chip_differ_by_their_power():
     ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"),  # what torch.cuda.get_device_name says
     ("H100 SXM", "nvidia-h100-sxm"), ("Tesla T4", "nvidia-t4"), ("rtx3090", "nvidia-rtx-3090"),
     ("nvidia-l4", "nvidia-l4"), ("NVIDIA A100-SXM4-40GB", "nvidia-a100-sxm-40gb"),
-    ("NVIDIA B200", "nvidia-b200-sxm"),
+    ("NVIDIA B200", "nvidia-b200-sxm"), ("l40", "nvidia-l40"), ("L40S", "nvidia-l40s"),
+    ("NVIDIA GeForce RTX 3080", "nvidia-rtx-3080"), ("NVIDIA A40", "nvidia-a40"),
 ])
 def test_names_resolve(name, found):
     assert gpus.find(name).name == found
