@@ -22,7 +22,7 @@ from converters.attention import attention_blocks, layers
 from converters.fusion import fusion_version
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST
-from mdot_jax.serving.model_source import cut, defaults_said, sequence
+from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
 from mdot_jax.serving.predict import input_size_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import FIELDS, TrainingJob
@@ -68,7 +68,8 @@ def _spec(job: TrainingJob):
             seen := checkpoint_trained(None, "precisions")) and job.precision not in seen:
         field, why = "precision", f"was trained at {', '.join(seen)} only"
     elif job.layout == "nchw" and (kinds := checkpoint_trained(None, "input_kinds")) and (
-            kind := sequence(job, job.batch_sizes[0], fusion_version(True)).input_kind
+            kind := "tokens" if is_config(job.model)  # a language model: not exported twice
+            else sequence(job, job.batch_sizes[0], fusion_version(True)).input_kind
     ) not in kinds:
         field, why = "model", f"was trained on {' and '.join(kinds)} models only, not {kind}"
     else:
