@@ -140,7 +140,11 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
     code, out, _ = run(capsys, *args, "--device", "rtx3090", "--json")
     row = json.loads(out)
     assert "spec sheet" in row["source"] and any(
-        "trained on image models only, not signal" in w for w in row["warnings"])
+        "trained on image models only, not signal; at amp-fp16" in w for w in row["warnings"])
+    # at the checkpoint's precision, the device's usual, where none is named
+    code, out, _ = run(capsys, *args, "--device", "rtx3090", "--precision", "amp-fp16",
+                       "--json")
+    assert json.loads(out)["iteration_ms"] == pytest.approx(row["iteration_ms"])
     code, out, _ = run(capsys, *args, "--device", "rtx3090", "--checkpoint",
                        "gpu-spec-sheet", "--json")
     assert "spec sheet" in json.loads(out)["source"]

@@ -33,7 +33,7 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
     several (`TrainingJob.several`). Raises `MdotError`s (a `RequestError` names the field) and
     `ConversionError`s for the model."""
     try:
-        spec = _spec(job)
+        job, spec = _spec(job)
         pricer = _SpecSheet(job, *spec) if spec else _Checkpoint(job)
         out = []
         for b in job.batch_sizes:
@@ -48,12 +48,13 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
     return out if job.several else out[0]
 
 
-def _spec(job: TrainingJob):
-    """The GPU and step model pricing `job` from a spec sheet, or None: a checkpoint. A
-    catalogued `device` the default checkpoint was trained on is priced from its spec sheet
-    where the job asks what only the spec sheet prices (`_spec_only`), or, in NCHW (what the
-    spec sheet prices), a precision or a kind of input (a language model's tokens) the
-    checkpoint never trained on, with a note."""
+def _spec(job: TrainingJob) -> tuple[TrainingJob, tuple | None]:
+    """The job to price and the GPU and step model pricing it from a spec sheet, or None: a
+    checkpoint. A catalogued `device` the default checkpoint was trained on is priced from its
+    spec sheet where the job asks what only the spec sheet prices (`_spec_only`), or, in NCHW
+    (what the spec sheet prices), a precision or a kind of input (a language model's tokens)
+    the checkpoint never trained on, with a note; at the checkpoint's precision (the device's
+    usual) where the job names none."""
     from mdot_jax.gpu import catalog
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, spec_gpu
     from mdot_jax.serving.predict import checkpoint_trained
@@ -61,11 +62,11 @@ def _spec(job: TrainingJob):
     spec = spec_gpu(job.device, job.device_spec, job.checkpoint)
     gpu = catalog.lookup(job.device) if job.device and not job.checkpoint else None
     if spec or gpu is None:
-        return spec
+        return job, spec
+    seen = checkpoint_trained(None, "precisions")
     if only := _spec_only(job):
         field, why = only[0], "predicts single-GPU steps only"
-    elif job.precision and job.layout == "nchw" and (
-            seen := checkpoint_trained(None, "precisions")) and job.precision not in seen:
+    elif job.precision and job.layout == "nchw" and seen and job.precision not in seen:
         field, why = "precision", f"was trained at {', '.join(seen)} only"
     elif job.layout == "nchw" and (kinds := checkpoint_trained(None, "input_kinds")) and (
             kind := "tokens" if is_config(job.model)  # a language model: not exported twice
@@ -73,9 +74,12 @@ def _spec(job: TrainingJob):
     ) not in kinds:
         field, why = "model", f"was trained on {' and '.join(kinds)} models only, not {kind}"
     else:
-        return None
-    return gpu, STEP_MODEL_DIR, (f"{field}: priced from the {gpu.name}'s spec sheet; the "
-                                 f"checkpoint measured on it {why}")
+        return job, None
+    if job.precision is None and seen:  # the device's usual, as the checkpoint would have
+        job = dataclasses.replace(job, precision=seen[0])
+        why += f"; at {seen[0]}, its measured precision"
+    return job, (gpu, STEP_MODEL_DIR, f"{field}: priced from the {gpu.name}'s spec sheet; the "
+                                      f"checkpoint measured on it {why}")
 
 
 def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
