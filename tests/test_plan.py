@@ -90,6 +90,15 @@ def test_devices_as_one_string_as_on_the_command_line(model):
     assert len(plan(Plan(_job(model), devices="h100-sxm,l4", gpus=(1,)))) == 2
 
 
+def test_every_gpu_of_a_plan_is_priced_at_one_precision(model):
+    """None named: fp32 on every GPU, the RTX 3090 too (whose checkpoint alone would answer at
+    amp-fp16)."""
+    request = Plan(_job(model, precision=None), devices="h100-sxm,rtx3090", gpus=(1,))
+    assert request.job.precision == "fp32"
+    ours = {o.device: o.prediction for o in plan(request)}
+    assert all("spec sheet" in p.source for p in ours.values())
+
+
 def test_a_plan_needs_the_jobs_size(model):
     with pytest.raises(RequestError, match="epochs: a plan prices the whole job"):
         Plan(TrainingJob(model=model, batch_size=8))

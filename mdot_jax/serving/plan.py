@@ -50,7 +50,8 @@ SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parall
 class Plan:
     """A planning request: the job (with epochs and dataset_size, or train_tokens) priced on
     `devices` (catalog names, or one string of them with commas; "all": every catalogued GPU)
-    x `gpus` per node (the job's own device and gpus are not read)."""
+    x `gpus` per node (the job's own device and gpus are not read), every GPU at the job's
+    precision (none named: fp32, the spec sheets' default)."""
 
     job: TrainingJob
     devices: Sequence[str] = ("all",)
@@ -67,6 +68,8 @@ class Plan:
         if self.job.train_tokens is None and self.job.epochs is None:
             raise RequestError("epochs: a plan prices the whole job; give epochs and "
                                "dataset_size, or train_tokens", "epochs")
+        if self.job.precision is None:  # every GPU at one precision, the spec sheets' default
+            object.__setattr__(self, "job", dataclasses.replace(self.job, precision="fp32"))
         if isinstance(self.devices, str):  # "all", or names with commas, as on the command line
             object.__setattr__(self, "devices", tuple(self.devices.split(",")))
         if not self.devices or not all(isinstance(d, str) and d for d in self.devices):
