@@ -62,12 +62,13 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
                    help="an encoder-decoder's config.json: targets per sample (default: seq-len)")
 
 
-def add_job_args(p: argparse.ArgumentParser, cps: bool = False) -> None:
-    """The job's flags, besides the model, its shapes and where it runs; `cps`: --cp takes
-    several degrees (a plan's layout search tries each)."""
+def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
+    """The job's flags, besides the model, its shapes and where it runs; `plan`: a plan's (--cp
+    takes several degrees, which its layout search tries; one precision on every GPU)."""
     p.add_argument("--precision", choices=PRECISIONS,
-                   help="default: the device's usual (fp32 on CPUs and GPUs priced from their "
-                        "spec sheet, amp-fp16 on a GPU checkpoint)")
+                   help="default: fp32 on every GPU of a plan" if plan else
+                   "default: the device's usual (fp32 on CPUs and GPUs priced from their "
+                   "spec sheet, amp-fp16 on the RTX 3090's checkpoint)")
     p.add_argument("--layout", default="nchw", choices=LAYOUTS)
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
                    help="the training step's optimizer; sgd: with momentum (memory; time "
@@ -92,11 +93,11 @@ def add_job_args(p: argparse.ArgumentParser, cps: bool = False) -> None:
     p.add_argument("--ep", type=POSITIVE_INT, default=1,
                    help="a mixture of experts: its experts split over this many data-parallel "
                         "replicas, tokens exchanged all-to-all")
-    p.add_argument("--cp", type=_int_list if cps else POSITIVE_INT, default=[1] if cps else 1,
-                   metavar="C[,D,...]" if cps else "C",
+    p.add_argument("--cp", type=_int_list if plan else POSITIVE_INT, default=[1] if plan else 1,
+                   metavar="C[,D,...]" if plan else "C",
                    help="context parallel (ring attention): each sequence cut over this many "
                         "GPUs; the data-parallel replicas are --gpus x --nodes / (--tp x --pp x "
-                        "--cp)" + ("; with --global-batch, several: each tried" if cps else ""))
+                        "--cp)" + ("; with --global-batch, several: each tried" if plan else ""))
     p.add_argument("--attention", choices=ATTENTION,
                    help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
                         "it (default: what PyTorch runs on the GPU at the precision)")

@@ -118,7 +118,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("plan", description=COMMANDS["plan"])
     p.add_argument("model", help="an .onnx file, an .npz, or a language model's config.json")
     cli_job.add_shape_args(p)
-    cli_job.add_job_args(p, cps=True)
+    cli_job.add_job_args(p, plan=True)
     p.add_argument("--devices", default="all",
                    help="comma-separated GPUs of `mdot devices`, or all (default)")
     p.add_argument("--gpus", type=_int_list, default=[1, 2, 4, 8], metavar="N[,M,...]",
