@@ -444,6 +444,21 @@ def test_an_encoder_decoders_config_exports_its_sequence_to_sequence_step(config
         "NegativeLogLikelihoodLoss" in seq.op_names.tolist()
 
 
+def test_t5s_buckets_fold_as_a_runtime_computes_them_without_a_word():
+    """T5's relative-position buckets take log(0) and cast the -inf: numpy's warnings were
+    printed under every `mdot predict` of a T5."""
+    import warnings
+
+    from converters import convert, from_hf_config
+
+    graph = from_hf_config(dict(model_type="t5", d_model=64, d_ff=128, num_layers=1,
+                                num_heads=2, d_kv=32, vocab_size=128), seq_len=32)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        convert(graph, batch_size=2)
+    assert [str(w.message) for w in said] == []
+
+
 def test_an_encoder_decoders_targets_may_be_shorter_than_its_inputs(tmp_path, capsys):
     """A summariser's targets (`target_len`, `--target-len`): its decoder runs that many
     positions; a causal LM, or an ONNX file, is refused in one line naming the field."""
