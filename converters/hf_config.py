@@ -92,15 +92,15 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
                                     input_names=["input_ids"])
         except ConversionError:  # a table or bias built for fewer positions: say which
-            short = {k: v for k, v in cfg.to_dict().items() if k in LENGTH_FIELDS
-                     and isinstance(v, int) and 0 < v < max(seq_len, target_len or 0)}
+            tokens = max(seq_len, target_len or 0)
+            short = [(k, v) for k, v in cfg.to_dict().items() if k in LENGTH_FIELDS
+                     and isinstance(v, int) and 0 < v < tokens]
             if not short:
                 raise
-            field, most = next(iter(short.items()))
+            field, most = short[0]
             raise ConversionError(
-                f"{where}: {max(seq_len, target_len or 0)} tokens are more than its {field} "
-                f"({most}) allows: set {field} in the config to train longer sequences"
-            ) from None
+                f"{where}: {tokens} tokens are more than its {field} ({most}) allows: set "
+                f"{field} in the config to train longer sequences") from None
         for key, value in said.items():
             if value:
                 onnx_model.metadata_props.add(key=key, value=value)
