@@ -45,20 +45,13 @@ def columns(rows, extra=None) -> tuple[list, list, list, list, np.ndarray]:
 
 
 def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "trees",
-        seed: int = 0, shaped_gemms: bool = False,
-        progress: Callable[[str], None] = lambda s: None) -> StepModel:
+        seed: int = 0, progress: Callable[[str], None] = lambda s: None) -> StepModel:
     """The step model of NeuSight's training GPUs (`root`: the NeuSight folder), with XLA's
-    tensor-core GEMMs (`tables`: the xla-h100-tables folder) where given. `shaped_gemms`: the
-    training GPUs' rows of NeuSight's test GEMMs (linear and bmm at transformer layers' shapes)
-    are fitted too; the test GPUs' rows never are."""
+    tensor-core GEMMs (`tables`: the xla-h100-tables folder) where given."""
     if pricer not in PRICERS:
         raise ValueError(f"pricer {pricer!r}: choose from {list(PRICERS)}")
-    everything = neusight.read(root)
-    rows = [r for r in everything if r.split == "train"]
+    rows = [r for r in neusight.read(root) if r.split == "train"]
     seen = neusight.training_gpus(rows)
-    if shaped_gemms:
-        rows += [r for r in everything if r.split == "test" and r.op in neusight.GEMMS
-                 and r.gpu in seen]
     extra = xla_tables.matmuls(tables) if tables else None
     labels = [x for x in neusight.labels(root) if x.gpu in seen]
     ratios = StepPricer.fit_ratios([x for x in labels if x.mode == "train"])
@@ -83,7 +76,6 @@ def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "tr
         band_rule="10th-90th percentile of log(measured / predicted) of every traced label of "
                   "each fitted GPU, priced by a model fitted on the other GPUs",
         source="; ".join(sources), seed=seed, split_gemms=SPLIT_DEPTH,
-        shaped_gemms=shaped_gemms,
         tensor_cores={xla_tables.GPU_NAME: sorted({p for p, _ in xla_tables.DTYPES.values()})}
         if extra else {}))
 
