@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,14 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if target_len is not None and not cfg.is_encoder_decoder:
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is a "
                               "causal LM, whose targets are its inputs (--seq-len)")
-    step = model.forward  # what a language model trains on: the loss of its own tokens
-    model.forward = lambda input_ids: step(input_ids=input_ids, labels=input_ids if (
-        target_len is None) else input_ids.new_zeros((input_ids.shape[0], target_len))).loss
+    step = type(model).forward  # what a language model trains on: the loss of its own tokens
+
+    def loss(self: Any, input_ids: Any) -> Any:
+        return step(self, input_ids=input_ids, labels=input_ids if target_len is None
+                    else input_ids.new_zeros((input_ids.shape[0], target_len))).loss
+
+    model.forward = types.MethodType(loss, model)  # bound: a copy of the model (the exporter's
+    # CPU fallback) calls its own
     defaulted = _defaulted(cfg, fields)
     said = {EXPERTS_KEY: experts > 1 and json.dumps(describe(  # the export's metadata
                 model, experts, getattr(cfg, "num_experts_per_tok", 1))),
@@ -106,8 +112,13 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                 onnx_model.metadata_props.add(key=key, value=value)
         return onnx_model
 
-    stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0)) if repeat else None
-    t = template(stack[1], cfg) if stack else None
+    stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0))
+    if _unrolls_tokens(model, stack):
+        raise ConversionError(
+            f"{where}: model_type {kind!r} exports as a loop over its tokens (a recurrence, such "
+            "as Mamba's or RWKV's scan, that the exporter unrolls where training runs one fused "
+            "kernel): not priced")
+    t = template(stack[1], cfg) if stack and repeat else None
     if stack is None or t is None:
         return export()
     (name, layers), params = stack, [n for n, _ in model.named_parameters()]
@@ -123,6 +134,33 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     meta = next(p for p in onnx_model.metadata_props if p.key == PARAMS_KEY)
     meta.value = ",".join(params)
     return onnx_model
+
+
+PROBE_TOKENS = (4, 8)  # a graph whose size differs between these unrolls a loop over tokens
+_UNROLLS: dict[frozenset, bool] = {}  # by the classes of the modules probed: what runs
+
+
+def _unrolls_tokens(model: Any, stack: tuple[str, Any] | None) -> bool:
+    """Whether `model`'s exported graph grows with its tokens (its first layer alone where it
+    has a `stack`): a recurrence traced step by step. A probe that fails says nothing."""
+    import torch
+
+    owner, attr, layers = None, "", None
+    if stack:
+        parent, _, attr = stack[0].rpartition(".")
+        owner, layers = model.get_submodule(parent), stack[1]
+        setattr(owner, attr, layers[:1])
+    try:
+        key = frozenset(type(m).__qualname__ for m in model.modules())
+        if key not in _UNROLLS:
+            _UNROLLS[key] = len({len(from_torch(model, torch.zeros(1, n, dtype=torch.long))
+                                     .graph.node) for n in PROBE_TOKENS}) > 1
+        return _UNROLLS[key]
+    except ConversionError:
+        return False
+    finally:
+        if owner is not None:
+            setattr(owner, attr, layers)
 
 
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)

@@ -52,8 +52,11 @@ def test_a_meta_model_exports_what_its_real_twin_does(name, capfd):
 
 
 def test_an_export_with_merged_weights_is_refused_naming_the_parameter():
+    from converters.export import _register_symbolics
+
     meta = _build("gpt2", "meta")
     meta.config.use_cache = False
+    _register_symbolics(torch)  # as from_torch has (GPT-2's masks take torch.diff)
     import io
     buf = io.BytesIO()  # torch's own exporter, as a user would call it: weights merged
     torch.onnx.export(meta, (torch.zeros(1, 16, dtype=torch.long, device="meta"),), buf,
@@ -122,6 +125,20 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
                vocab_size=64, attn_config=dict(alibi=True))
     with pytest.raises(ConversionError, match=r"128 tokens are more than its max_seq_len \(64\)"):
         from_hf_config(mpt, seq_len=128)
+
+
+def test_a_recurrence_the_exporter_unrolls_over_tokens_is_refused_and_chunked_scans_are_not():
+    """Mamba's scan runs on the CPU as a loop over the tokens (a graph growing with them, a
+    kernel set per token), traced on a CPU copy of the meta model; Mamba-2's chunked scan does
+    not grow."""
+    from converters import from_hf_config
+
+    tiny = dict(hidden_size=32, num_hidden_layers=3, vocab_size=64)
+    with pytest.raises(ConversionError, match="'mamba' exports as a loop over its tokens"):
+        from_hf_config(dict(model_type="mamba", **tiny), seq_len=32)
+    graph = from_hf_config(dict(model_type="mamba2", num_heads=2, head_dim=32, n_groups=1,
+                                state_size=16, **tiny), seq_len=32)
+    assert len(graph.graph.node) > 100
 
 
 def test_a_config_short_of_the_models_shape_says_which_defaults_built_it(tmp_path, capsys):
