@@ -48,8 +48,8 @@ _SYMBOLICS_REGISTERED = False
 
 def _register_symbolics(torch) -> None:
     """Symbolics the TorchScript exporter lacks at our opset (rms_norm, training-mode
-    feature_dropout, diff, cumsum of a bool tensor, uniform) or gets wrong with a dynamic batch
-    (col2im, opset 18)."""
+    feature_dropout, diff, cumsum of a bool tensor, uniform) or gets wrong: with a dynamic batch
+    (col2im, opset 18), or for the rest of the graph (repeat_interleave)."""
     global _SYMBOLICS_REGISTERED
     if _SYMBOLICS_REGISTERED:
         return
@@ -99,6 +99,16 @@ def _register_symbolics(torch) -> None:
             x = g.op("Cast", x, to_i=onnx.TensorProto.INT64)
         return symbolic_opset11.cumsum(g, x, dim, dtype)
 
+    def repeat_interleave(g, x, repeats, dim=None, output_size=None):
+        # torch's symbolic adds the rank to a negative `dim` in place, in the constant node
+        # the graph pools: every later -1 of the model became that number (Cohere's rotary
+        # interleave turned its rotate_half's stack(dim=-1) into stack(dim=2))
+        from torch.onnx import symbolic_opset13
+
+        if not sh._is_none(dim):
+            dim = g.op("Constant", value_t=torch.tensor(sh._get_const(dim, "i", "dim")))
+        return symbolic_opset13.repeat_interleave(g, x, repeats, dim, output_size)
+
     @sh.parse_args("v", "f", "f", "v")
     def uniform(g, x, low, high, generator):  # in-place noise, e.g. Switch routers' jitter
         return g.op("RandomUniformLike", x, low_f=low, high_f=high)
@@ -107,6 +117,7 @@ def _register_symbolics(torch) -> None:
     torch.onnx.register_custom_op_symbolic("aten::uniform", uniform, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::cumsum", cumsum, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::diff", diff, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", repeat_interleave, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::feature_dropout", feature_dropout, OPSET)
     _SYMBOLICS_REGISTERED = True

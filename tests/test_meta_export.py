@@ -506,3 +506,25 @@ def test_an_encoder_decoders_targets_may_be_shorter_than_its_inputs(tmp_path, ca
     assert main(["convert", str(tmp_path / "t5.onnx"), "--batch-size", "2", "--seq-len", "64",
                  "--target-len", "16"]) != 0
     assert "--target-len: an encoder-decoder's config.json takes it" in capsys.readouterr().err
+
+
+def test_repeat_interleave_leaves_the_graphs_other_negative_dims_alone():
+    """torch's repeat_interleave symbolic normalised a negative dim in the constant the graph
+    pools, so every later -1 took its value: Cohere's interleaved rotary made its rotate_half's
+    stack(dim=-1) a stack(dim=2), and no Cohere config converted."""
+    from converters import convert, from_hf_config
+
+    class Interleaved(torch.nn.Module):
+        def forward(self, x):  # x [B, 4, 8]
+            f = torch.repeat_interleave(x, 2, dim=-1)  # [B, 4, 16]
+            return torch.stack([-f, f], dim=-1).flatten(-2)  # [B, 4, 16, 2] -> [B, 4, 32]
+
+    from onnx.reference import ReferenceEvaluator
+
+    run = ReferenceEvaluator(from_torch(Interleaved(), torch.zeros(2, 4, 8)))
+    out, = run.run(None, {"input0": np.zeros((2, 4, 8), np.float32)})
+    assert out.shape == (2, 4, 32)  # was (2, 4, 2, 16): stacked on dim 2
+    cohere = from_hf_config(dict(model_type="cohere", hidden_size=64, intermediate_size=128,
+                                 num_hidden_layers=3, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=256), seq_len=32)
+    assert convert(cohere, batch_size=2, seq_len=32).params > 0
