@@ -31,7 +31,8 @@ def balanced_forward(self: Any, hidden: Any, top_k_index: Any, top_k_weights: An
     tokens, k = top_k_index.shape
     experts, d = self.num_experts, hidden.shape[-1]
     routed = tokens * k
-    rows = -(-routed // experts)  # per expert
+    rows = (routed + experts - 1) // experts  # per expert (a traced // exports as ONNX's
+    # truncating Div: the ceiling by negation came out one row short, a negative padding)
     order = torch.argsort(top_k_index.reshape(-1))  # [T k] the dispatch: copies by expert
     x = hidden.repeat_interleave(k, dim=0)[order]  # [T k, d]
     if rows * experts > routed:

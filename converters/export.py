@@ -30,6 +30,7 @@ import onnx
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.sequence import DATA_INPUTS_KEY, PARAMS_KEY
+from converters.symbolics import register as register_symbolics
 
 OPSET = 17
 FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
@@ -41,86 +42,6 @@ CPU_FALLBACK_BYTES = 4e9
 def _mark_data_inputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
     model.metadata_props.add(key=DATA_INPUTS_KEY, value=",".join(names))
     return model
-
-
-_SYMBOLICS_REGISTERED = False
-
-
-def _register_symbolics(torch) -> None:
-    """Symbolics the TorchScript exporter lacks at our opset (rms_norm, training-mode
-    feature_dropout, diff, cumsum of a bool tensor, uniform) or gets wrong: with a dynamic batch
-    (col2im, opset 18), or for the rest of the graph (repeat_interleave)."""
-    global _SYMBOLICS_REGISTERED
-    if _SYMBOLICS_REGISTERED:
-        return
-    from torch.onnx import symbolic_helper as sh
-
-    def rms_norm(g, x, normalized_shape, weight, eps):
-        axes = list(range(-len(sh._get_const(normalized_shape, "is", "normalized_shape")), 0))
-        eps = 1e-6 if sh._is_none(eps) else sh._get_const(eps, "f", "eps")
-        sq = g.op("Mul", x, x)
-        mean_sq = (g.op("ReduceMean", sq, axes_i=axes, keepdims_i=1) if g.opset < 18 else
-                   g.op("ReduceMean", sq, g.op("Constant", value_t=torch.tensor(axes)),
-                        keepdims_i=1))
-        eps_t = g.op("Constant", value_t=torch.tensor(eps, dtype=torch.float32))
-        y = g.op("Div", x, g.op("Sqrt", g.op("Add", mean_sq, g.op("CastLike", eps_t, x))))
-        return y if sh._is_none(weight) else g.op("Mul", y, weight)
-
-    def feature_dropout(g, x, p, train):  # Dropout2d/3d: costed like Dropout
-        ratio = g.op("Constant", value_t=torch.tensor(sh._get_const(p, "f", "p"),
-                                                      dtype=torch.float32))
-        return g.op("Dropout", x, ratio, g.op("Constant", value_t=torch.tensor(True)))
-
-    @sh.parse_args("v", "v", "v", "is", "is", "is")
-    def col2im(g, x, output_size, kernel_size, dilation, padding, stride):
-        # torch's own opset-18 symbolic needs the static size of `output_size`, which the
-        # dynamic batch hides; a fold is always 2-D, so it is not needed
-        return g.op("Col2Im", x, output_size, kernel_size, dilations_i=dilation or [1, 1],
-                    pads_i=list(padding) * 2 if padding else [0] * 4,
-                    strides_i=stride or [1, 1])
-
-    @sh.parse_args("v", "i", "i", "v", "v")
-    def diff(g, x, n, dim, prepend, append):  # Hugging Face masks take torch.diff
-        if n != 1:
-            return sh._unimplemented("diff", "n > 1")
-        parts = [t for t in (prepend, x, append) if not sh._is_none(t)]
-        x = g.op("Concat", *parts, axis_i=dim) if len(parts) > 1 else x
-
-        def const(v):
-            return g.op("Constant", value_t=torch.tensor([v]))
-
-        return g.op("Sub", g.op("Slice", x, const(1), const(2 ** 62), const(dim)),
-                    g.op("Slice", x, const(0), const(-1), const(dim)))
-
-    def cumsum(g, x, dim, dtype=None):  # of a bool mask, as torch sums it (as int64)
-        from torch.onnx import symbolic_opset11
-
-        if x.type().scalarType() == "Bool":
-            x = g.op("Cast", x, to_i=onnx.TensorProto.INT64)
-        return symbolic_opset11.cumsum(g, x, dim, dtype)
-
-    def repeat_interleave(g, x, repeats, dim=None, output_size=None):
-        # torch's symbolic adds the rank to a negative `dim` in place, in the constant node
-        # the graph pools: every later -1 of the model became that number (Cohere's rotary
-        # interleave turned its rotate_half's stack(dim=-1) into stack(dim=2))
-        from torch.onnx import symbolic_opset13
-
-        if not sh._is_none(dim):
-            dim = g.op("Constant", value_t=torch.tensor(sh._get_const(dim, "i", "dim")))
-        return symbolic_opset13.repeat_interleave(g, x, repeats, dim, output_size)
-
-    @sh.parse_args("v", "f", "f", "v")
-    def uniform(g, x, low, high, generator):  # in-place noise, e.g. Switch routers' jitter
-        return g.op("RandomUniformLike", x, low_f=low, high_f=high)
-
-    torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, FALLBACK_OPSET)
-    torch.onnx.register_custom_op_symbolic("aten::uniform", uniform, OPSET)
-    torch.onnx.register_custom_op_symbolic("aten::cumsum", cumsum, OPSET)
-    torch.onnx.register_custom_op_symbolic("aten::diff", diff, OPSET)
-    torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", repeat_interleave, OPSET)
-    torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, OPSET)
-    torch.onnx.register_custom_op_symbolic("aten::feature_dropout", feature_dropout, OPSET)
-    _SYMBOLICS_REGISTERED = True
 
 
 @contextlib.contextmanager
@@ -209,7 +130,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     """
     import torch
 
-    _register_symbolics(torch)
+    register_symbolics(torch, OPSET, FALLBACK_OPSET)
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     on_meta = any(p.is_meta for p in module.parameters())
     if on_meta:  # a model built under `torch.device("meta")`: trace it there, allocating nothing

@@ -21,7 +21,9 @@ from converters.loader import check_dims
 from converters.repeat import layer_stack, repeat_layer, template
 from converters.sequence import DEFAULTED_KEY, EAGER_KEY, EXPERTS_KEY, PARAMS_KEY
 
-EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts")  # config fields
+EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
+                 "moe_num_experts")
+TOP_K_FIELDS = ("num_experts_per_tok", "moe_topk", "moe_k")  # the experts a token goes to
 
 
 def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
@@ -57,7 +59,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         cfg = transformers.AutoConfig.for_model(kind, **fields)
         experts = max((v for k, v in cfg.to_dict().items()
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
-        routed = experts > 1 and not balanced(cfg)  # experts: as balanced routing
+        routed = not balanced(cfg) and experts > 1  # experts: as balanced routing
         if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
         if not routed:
@@ -89,7 +91,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     # CPU fallback) calls its own
     defaulted = _defaulted(cfg, fields)
     said = {EXPERTS_KEY: experts > 1 and json.dumps(describe(  # the export's metadata
-                model, experts, getattr(cfg, "num_experts_per_tok", 1))),
+                model, experts, next((v for k, v in cfg.to_dict().items()
+                                      if k in TOP_K_FIELDS and isinstance(v, int)), 1))),
             DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__}
 
@@ -136,13 +139,16 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     return onnx_model
 
 
-PROBE_TOKENS = (4, 8)  # a graph whose size differs between these unrolls a loop over tokens
+# a graph two nodes a token or more larger at the second length unrolls a loop over the tokens
+# (a Mamba scan's step is a dozen; masks' code may differ by a few nodes between lengths)
+PROBE_TOKENS = (8, 24)
 _UNROLLS: dict[frozenset, bool] = {}  # by the classes of the modules probed: what runs
 
 
 def _unrolls_tokens(model: Any, stack: tuple[str, Any] | None) -> bool:
     """Whether `model`'s exported graph grows with its tokens (its first layer alone where it
-    has a `stack`): a recurrence traced step by step. A probe that fails says nothing."""
+    has a `stack`; `PROBE_TOKENS`): a recurrence traced step by step. A probe that fails says
+    nothing."""
     import torch
 
     owner, attr, layers = None, "", None
@@ -153,8 +159,9 @@ def _unrolls_tokens(model: Any, stack: tuple[str, Any] | None) -> bool:
     try:
         key = frozenset(type(m).__qualname__ for m in model.modules())
         if key not in _UNROLLS:
-            _UNROLLS[key] = len({len(from_torch(model, torch.zeros(1, n, dtype=torch.long))
-                                     .graph.node) for n in PROBE_TOKENS}) > 1
+            short, long = (len(from_torch(model, torch.zeros(1, n, dtype=torch.long)).graph.node)
+                           for n in PROBE_TOKENS)
+            _UNROLLS[key] = long - short >= 2 * (PROBE_TOKENS[1] - PROBE_TOKENS[0])
         return _UNROLLS[key]
     except ConversionError:
         return False

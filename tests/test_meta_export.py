@@ -52,11 +52,12 @@ def test_a_meta_model_exports_what_its_real_twin_does(name, capfd):
 
 
 def test_an_export_with_merged_weights_is_refused_naming_the_parameter():
-    from converters.export import _register_symbolics
+    from converters import symbolics
+    from converters.export import FALLBACK_OPSET, OPSET
 
     meta = _build("gpt2", "meta")
     meta.config.use_cache = False
-    _register_symbolics(torch)  # as from_torch has (GPT-2's masks take torch.diff)
+    symbolics.register(torch, OPSET, FALLBACK_OPSET)  # as from_torch has (GPT-2's masks: diff)
     import io
     buf = io.BytesIO()  # torch's own exporter, as a user would call it: weights merged
     torch.onnx.export(meta, (torch.zeros(1, 16, dtype=torch.long, device="meta"),), buf,
@@ -190,6 +191,32 @@ def test_convert_says_what_experts_a_file_holds(moe_graph, tmp_path, capsys):
     assert main(["convert", str(tmp_path / "moe.onnx"), "--batch-size", "2", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["experts"] == dict(experts=8, top_k=2, layers=3, params=3 * 8 * 3 * 128 * 64)
+
+
+def test_experts_that_do_not_divide_the_routed_tokens_take_a_padded_share_at_any_batch():
+    """6 experts, top 2, 32 tokens: 64 routed copies are 11 rows an expert, 2 of padding. The
+    ceiling was taken by negated floor division, which ONNX's Div truncates: 10 rows, a negative
+    padding, and no such mixture converted."""
+    from converters import convert, from_hf_config
+
+    graph = from_hf_config(dict(model_type="mixtral", intermediate_size=128, num_local_experts=6,
+                                num_experts_per_tok=2, **DECODER), seq_len=32)
+    flops = [convert(graph, batch_size=b, fuse=2).flops for b in (1, 2, 3)]
+    assert flops[0] < flops[1] < flops[2] and flops[2] < 3.1 * flops[0]
+
+
+@pytest.mark.parametrize("kind, fields", [
+    ("ernie4_5_moe", dict(moe_num_experts=8, moe_k=2, moe_intermediate_size=64)),
+    ("aria_text", dict(moe_num_experts=8, moe_topk=2, moe_num_shared_experts=1))])
+def test_experts_counted_under_other_field_names_route_balanced(kind, fields):
+    """ERNIE 4.5's and Aria's configs count their experts as `moe_num_experts`: left to
+    transformers' grouped-GEMM path, which no exporter takes (`aten::_grouped_mm`)."""
+    from converters import convert, from_hf_config
+
+    graph = from_hf_config(dict(model_type=kind, intermediate_size=128, **fields, **DECODER),
+                           seq_len=32)
+    experts = convert(graph, batch_size=2, fuse=2).meta["experts"]
+    assert experts["experts"] == 8 and experts["top_k"] == 2 and experts["layers"] >= 2
 
 
 def test_a_mixture_of_experts_exports_as_balanced_routing(moe):
@@ -508,22 +535,12 @@ def test_an_encoder_decoders_targets_may_be_shorter_than_its_inputs(tmp_path, ca
     assert "--target-len: an encoder-decoder's config.json takes it" in capsys.readouterr().err
 
 
-def test_repeat_interleave_leaves_the_graphs_other_negative_dims_alone():
+def test_a_cohere_config_converts():
     """torch's repeat_interleave symbolic normalised a negative dim in the constant the graph
     pools, so every later -1 took its value: Cohere's interleaved rotary made its rotate_half's
-    stack(dim=-1) a stack(dim=2), and no Cohere config converted."""
+    stack(dim=-1) a stack(dim=2), and no Cohere config converted (`test_symbolics`)."""
     from converters import convert, from_hf_config
 
-    class Interleaved(torch.nn.Module):
-        def forward(self, x):  # x [B, 4, 8]
-            f = torch.repeat_interleave(x, 2, dim=-1)  # [B, 4, 16]
-            return torch.stack([-f, f], dim=-1).flatten(-2)  # [B, 4, 16, 2] -> [B, 4, 32]
-
-    from onnx.reference import ReferenceEvaluator
-
-    run = ReferenceEvaluator(from_torch(Interleaved(), torch.zeros(2, 4, 8)))
-    out, = run.run(None, {"input0": np.zeros((2, 4, 8), np.float32)})
-    assert out.shape == (2, 4, 32)  # was (2, 4, 2, 16): stacked on dim 2
     cohere = from_hf_config(dict(model_type="cohere", hidden_size=64, intermediate_size=128,
                                  num_hidden_layers=3, num_attention_heads=4,
                                  num_key_value_heads=2, vocab_size=256), seq_len=32)

@@ -1,0 +1,126 @@
+"""The TorchScript exporter's symbolics we add or replace (`register`): what a training graph
+of the models we export needs at our opset, each an ONNX rendering of what the aten operator
+computes (noise as random draws: their values are never read, their shapes and kernels are)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+
+_REGISTERED = False
+
+
+def register(torch: Any, opset: int, fallback_opset: int) -> None:
+    """Registers, once, the symbolics the TorchScript exporter lacks at `opset` (rms_norm,
+    training-mode feature_dropout, diff, cumsum of a bool tensor, uniform and exponential noise,
+    expm1, grouped-query SDPA) or gets wrong: with a dynamic batch (col2im, at
+    `fallback_opset`), negative axes (permute), or for the rest of the graph
+    (repeat_interleave)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from torch.onnx import symbolic_helper as sh
+
+    def rms_norm(g, x, normalized_shape, weight, eps):
+        axes = list(range(-len(sh._get_const(normalized_shape, "is", "normalized_shape")), 0))
+        eps = 1e-6 if sh._is_none(eps) else sh._get_const(eps, "f", "eps")
+        sq = g.op("Mul", x, x)
+        mean_sq = (g.op("ReduceMean", sq, axes_i=axes, keepdims_i=1) if g.opset < 18 else
+                   g.op("ReduceMean", sq, g.op("Constant", value_t=torch.tensor(axes)),
+                        keepdims_i=1))
+        eps_t = g.op("Constant", value_t=torch.tensor(eps, dtype=torch.float32))
+        y = g.op("Div", x, g.op("Sqrt", g.op("Add", mean_sq, g.op("CastLike", eps_t, x))))
+        return y if sh._is_none(weight) else g.op("Mul", y, weight)
+
+    def feature_dropout(g, x, p, train):  # Dropout2d/3d: costed like Dropout
+        ratio = g.op("Constant", value_t=torch.tensor(sh._get_const(p, "f", "p"),
+                                                      dtype=torch.float32))
+        return g.op("Dropout", x, ratio, g.op("Constant", value_t=torch.tensor(True)))
+
+    @sh.parse_args("v", "v", "v", "is", "is", "is")
+    def col2im(g, x, output_size, kernel_size, dilation, padding, stride):
+        # torch's own opset-18 symbolic needs the static size of `output_size`, which the
+        # dynamic batch hides; a fold is always 2-D, so it is not needed
+        return g.op("Col2Im", x, output_size, kernel_size, dilations_i=dilation or [1, 1],
+                    pads_i=list(padding) * 2 if padding else [0] * 4,
+                    strides_i=stride or [1, 1])
+
+    @sh.parse_args("v", "i", "i", "v", "v")
+    def diff(g, x, n, dim, prepend, append):  # Hugging Face masks take torch.diff
+        if n != 1:
+            return sh._unimplemented("diff", "n > 1")
+        parts = [t for t in (prepend, x, append) if not sh._is_none(t)]
+        x = g.op("Concat", *parts, axis_i=dim) if len(parts) > 1 else x
+
+        def const(v):
+            return g.op("Constant", value_t=torch.tensor([v]))
+
+        return g.op("Sub", g.op("Slice", x, const(1), const(2 ** 62), const(dim)),
+                    g.op("Slice", x, const(0), const(-1), const(dim)))
+
+    def cumsum(g, x, dim, dtype=None):  # of a bool mask, as torch sums it (as int64)
+        from torch.onnx import symbolic_opset11
+
+        if x.type().scalarType() == "Bool":
+            x = g.op("Cast", x, to_i=onnx.TensorProto.INT64)
+        return symbolic_opset11.cumsum(g, x, dim, dtype)
+
+    def repeat_interleave(g, x, repeats, dim=None, output_size=None):
+        # torch's symbolic adds the rank to a negative `dim` in place, in the constant node
+        # the graph pools: every later -1 of the model became that number (Cohere's rotary
+        # interleave turned its rotate_half's stack(dim=-1) into stack(dim=2))
+        from torch.onnx import symbolic_opset13
+
+        if not sh._is_none(dim):
+            dim = g.op("Constant", value_t=torch.tensor(sh._get_const(dim, "i", "dim")))
+        return symbolic_opset13.repeat_interleave(g, x, repeats, dim, output_size)
+
+    def expm1(g, x):  # xIELU's activation (Apertus)
+        return g.op("Sub", g.op("Exp", x), g.op("CastLike", g.op(
+            "Constant", value_t=torch.tensor(1.0)), x))
+
+    @sh.parse_args("v", "f", "v")
+    def exponential(g, x, lambd, generator):  # in-place noise: a router's jitter (PhiMoE)
+        u = g.op("RandomUniformLike", x)
+        one = g.op("CastLike", g.op("Constant", value_t=torch.tensor(1.0)), x)
+        rate = g.op("CastLike", g.op("Constant", value_t=torch.tensor(lambd)), x)
+        return g.op("Div", g.op("Neg", g.op("Log", g.op("Sub", one, u))), rate)
+
+    @sh.parse_args("v", "v", "v", "v", "f", "b", "v", "b")
+    def sdpa(g, q, k, v, mask, p, causal, scale, gqa):  # grouped-query: K and V repeated
+        from torch.onnx import symbolic_opset14
+
+        if gqa:
+            heads, kv = (sh._get_tensor_sizes(t) for t in (q, k))
+            if not heads or not kv or not heads[-3] or not kv[-3]:
+                return sh._unimplemented("scaled_dot_product_attention",
+                                         "enable_gqa with heads of unknown count", q)
+            times = g.op("Constant", value_t=torch.tensor(heads[-3] // kv[-3]))
+            k, v = (repeat_interleave(g, t, times, g.op("Constant", value_t=torch.tensor(-3)))
+                    for t in (k, v))
+        return symbolic_opset14.scaled_dot_product_attention(g, q, k, v, mask, p, causal,
+                                                             scale, False)
+
+    @sh.parse_args("v", "is")
+    def permute(g, x, dims):  # ONNX's perm takes no negative axes (Mamba-2's permute(0, -2, ...))
+        rank = len(dims)  # a permutation names every axis
+        perm = [d % rank for d in dims]
+        return x if perm == list(range(rank)) else g.op("Transpose", x, perm_i=perm)
+
+    @sh.parse_args("v", "f", "f", "v")
+    def uniform(g, x, low, high, generator):  # in-place noise, e.g. Switch routers' jitter
+        return g.op("RandomUniformLike", x, low_f=low, high_f=high)
+
+    torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, fallback_opset)
+    torch.onnx.register_custom_op_symbolic("aten::uniform", uniform, opset)
+    torch.onnx.register_custom_op_symbolic("aten::cumsum", cumsum, opset)
+    torch.onnx.register_custom_op_symbolic("aten::diff", diff, opset)
+    torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", repeat_interleave, opset)
+    torch.onnx.register_custom_op_symbolic("aten::expm1", expm1, opset)
+    torch.onnx.register_custom_op_symbolic("aten::permute", permute, opset)
+    torch.onnx.register_custom_op_symbolic("aten::exponential", exponential, opset)
+    torch.onnx.register_custom_op_symbolic("aten::scaled_dot_product_attention", sdpa, opset)
+    torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, opset)
+    torch.onnx.register_custom_op_symbolic("aten::feature_dropout", feature_dropout, opset)
+    _REGISTERED = True

@@ -1,0 +1,57 @@
+"""The exporter's symbolics we add or replace (`converters.symbolics`): each exported graph,
+run by ONNX's reference evaluator, computes what PyTorch does (noise: its shape)."""
+
+import numpy as np
+import pytest
+import torch
+
+from converters import from_torch
+
+
+def _run(module, *inputs):
+    from onnx.reference import ReferenceEvaluator
+
+    graph = from_torch(module, tuple(torch.as_tensor(x) for x in inputs))
+    feeds = {f"input{i}": np.asarray(x) for i, x in enumerate(inputs)}
+    return ReferenceEvaluator(graph).run(None, feeds)[0]
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+X = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.expm1(x),  # xIELU (Apertus)
+    lambda x: x.permute(0, -2, -1, 1),  # negative axes (Mamba-2's chunked scan)
+    lambda x: torch.repeat_interleave(x, 2, dim=-1).flatten(-2)])
+def test_a_symbolic_computes_what_torch_does(fn):
+    np.testing.assert_allclose(_run(Fn(fn), X), fn(torch.from_numpy(X)).numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_grouped_query_attention_repeats_the_key_and_value_heads():
+    q = np.random.default_rng(1).standard_normal((2, 4, 6, 8)).astype(np.float32)
+    kv = np.random.default_rng(2).standard_normal((2, 2, 6, 8)).astype(np.float32)
+
+    def attend(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                enable_gqa=True)
+
+    want = attend(*(torch.from_numpy(t) for t in (q, kv, kv))).numpy()
+    np.testing.assert_allclose(_run(Fn(attend), q, kv, kv), want, rtol=1e-4, atol=1e-5)
+
+
+def test_exponential_noise_has_the_shape_of_what_it_fills():
+    def jitter(x):  # a router's sampling (PhiMoE)
+        return x * torch.empty_like(x).exponential_()
+
+    out = _run(Fn(jitter), X)
+    assert out.shape == X.shape and np.isfinite(out).all()
