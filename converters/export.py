@@ -189,11 +189,18 @@ def _state_bytes(module: Any) -> int:
 
 def _on_cpu(torch, module: Any) -> Any:
     """A copy of a meta-device `module` on the CPU, its tensors zeros (an index buffer, such as
-    a relative position table's, stays in range): the graph is the same; the user's module
-    stays on the meta device."""
+    a relative position table's, stays in range) and its tied weights tied: the graph is the
+    same; the user's module stays on the meta device."""
     import copy
 
     cpu = copy.deepcopy(module).to_empty(device="cpu")
+    first: dict[int, str] = {}  # to_empty gives each module its own tensor: tie them again
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            owner, _, attr = name.rpartition(".")
+            setattr(cpu.get_submodule(owner), attr, cpu.get_parameter(first[id(p)]))
+        else:
+            first[id(p)] = name
     with torch.no_grad():
         for t in (*cpu.parameters(), *cpu.buffers()):
             t.zero_()

@@ -95,6 +95,26 @@ def test_a_model_that_does_not_trace_on_meta_traces_on_a_cpu_copy_or_says_what_t
         from_torch(net, torch.zeros(2, 3, 8, 8))
 
 
+
+def test_weights_tied_on_meta_stay_tied_on_the_cpu_copy():
+    """`to_empty` gives every module its own tensor: a tied head counted its vocabulary twice
+    (XLM's and LFM's configs, which trace on the CPU copy)."""
+    class TiedAndConvolves(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(64, 8)
+            self.conv = torch.nn.Conv1d(8, 8, 3, padding=1)  # no trace on the meta device
+            self.head = torch.nn.Linear(8, 64, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, ids):
+            return self.head(self.conv(self.embed(ids).transpose(1, 2)).transpose(1, 2)).sum()
+
+    with torch.device("meta"):
+        net = TiedAndConvolves()
+    seq = _sequence(from_torch(net, torch.zeros(2, 16, dtype=torch.long)))
+    assert seq.meta["params"] == 64 * 8 + 8 * 8 * 3 + 8
+
 # the sizes of the issue (seconds each): parameters within 1% of the real models'
 @pytest.mark.slow  # the fast tier counts small configs' parameters
 @pytest.mark.parametrize("n_embd,n_layer,n_head", [(768, 12, 12), (2048, 24, 16), (4096, 32, 32)])
