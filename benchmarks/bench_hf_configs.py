@@ -1,0 +1,93 @@
+"""Every causal-LM model type of the installed transformers, from a small config to a price.
+
+    python benchmarks/bench_hf_configs.py --out benchmarks/results/hf-configs
+
+Each type's config is transformers' defaults with one small shape (`SMALL`: the fields a type
+does not know are dropped by its class or refused), exported by `converters.from_hf_config`
+at 64 tokens, converted at batch 2 and priced on 8 H100s (FSDP, amp-bf16, AdamW). Recorded per
+type: priced (parameters, against the meta-device model's own count; ms; MFU) or the one-line
+refusal. A refusal may be the small config's (a type whose fields must agree otherwise), so the
+count of priced types is a floor. Anything but a one-line `ConversionError` / `MdotError` is
+a bug; so is a parameter count off the model's by more than 2% outside multimodal models
+(whose unused towers are not in a text step). Resumable: one line a type in `types.jsonl`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=1024, pad_token_id=0, bos_token_id=1,
+             eos_token_id=2, max_position_embeddings=512, head_dim=32, mamba_n_heads=8,
+             mamba_d_head=32, n_embd=128, n_layer=3, n_head=4, d_model=128, n_layers=3,
+             n_heads=4, num_layers=3, max_seq_len=512, n_positions=512)
+
+
+def price(kind: str) -> dict:
+    import torch
+    import transformers
+
+    from converters import ConversionError, convert, from_hf_config
+    from mdot_jax.errors import MdotError
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    r: dict = dict(type=kind)
+    try:
+        seq = convert(from_hf_config(dict(model_type=kind, **SMALL), seq_len=64), batch_size=2,
+                      seq_len=64, fuse=2)
+        p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", gpus=8,
+                                strategy="fsdp", precision="amp-bf16", optimizer="adamw"))
+        cfg = transformers.AutoConfig.for_model(kind, **SMALL)
+        with torch.device("meta"):
+            model = (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
+                     else transformers.AutoModelForCausalLM).from_config(cfg)
+        r.update(params=int(seq.params), model_params=sum(t.numel() for t in model.parameters()),
+                 ms=round(p.iteration_ms, 3), mfu=round(p.mfu, 4))
+    except (ConversionError, MdotError) as e:
+        r["refused"] = str(e)
+    except Exception as e:  # a bug: reported, not raised, so the sweep goes on
+        r["uncaught"] = f"{type(e).__name__}: {e}"
+    return r
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "types.jsonl"
+    done = {json.loads(line)["type"]: json.loads(line) for line in
+            path.read_text().splitlines()} if path.exists() else {}
+    kinds = sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    t0 = time.time()
+    with open(path, "a") as out:
+        for n, kind in enumerate(k for k in kinds if k not in done):
+            done[kind] = price(kind)
+            out.write(json.dumps(done[kind]) + "\n")
+            out.flush()
+            print(f"{n + 1} {kind}: {'priced' if 'ms' in done[kind] else 'refused'} "
+                  f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    rows = [done[k] for k in kinds]
+    priced = [r for r in rows if "ms" in r]
+    summary = dict(transformers=transformers.__version__, types=len(rows), priced=len(priced),
+                   refused=sum("refused" in r for r in rows),
+                   uncaught=[r["type"] for r in rows if "uncaught" in r],
+                   params_off_2pct=[r["type"] for r in priced
+                                    if abs(r["params"] / r["model_params"] - 1) > 0.02])
+    (args.out / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
