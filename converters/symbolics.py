@@ -14,8 +14,8 @@ _REGISTERED = False
 def register(torch: Any, opset: int, fallback_opset: int) -> None:
     """Registers, once, the symbolics the TorchScript exporter lacks at `opset` (rms_norm,
     training-mode feature_dropout, diff, cumsum of a bool tensor, uniform and exponential noise,
-    expm1, grouped-query SDPA) or gets wrong: with a dynamic batch (col2im, at
-    `fallback_opset`), negative axes (permute), or for the rest of the graph
+    expm1, grouped-query SDPA, complex rotary embeddings) or gets wrong: with a dynamic batch
+    (col2im, at `fallback_opset`), negative axes (permute), or for the rest of the graph
     (repeat_interleave)."""
     global _REGISTERED
     if _REGISTERED:
@@ -102,6 +102,47 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         return symbolic_opset14.scaled_dot_product_attention(g, q, k, v, mask, p, causal,
                                                              scale, False)
 
+    # complex tensors (Llama 4's and DeepSeek-V2's rotary: polar, view_as_complex, a product,
+    # view_as_real) as real ones with a last axis of 2 (real, imaginary): what view_as_real
+    # shows, so the views are identities; a product is complex where the traced value was
+    def complex_at(g, i: int) -> bool:  # the traced input i (-1: the output) was complex
+        node = g.original_node
+        t = (node.output() if i < 0 else list(node.inputs())[i]).type()
+        return getattr(t, "scalarType", lambda: None)() in ("ComplexFloat", "ComplexDouble",
+                                                              "ComplexHalf")
+
+    def to(g, x, *args):
+        from torch.onnx import symbolic_opset9
+
+        return x if complex_at(g, -1) else symbolic_opset9.to(g, x, *args)
+
+    def pair(g, re, im):
+        last = g.op("Constant", value_t=torch.tensor([-1]))
+        return g.op("Concat", g.op("Unsqueeze", re, last), g.op("Unsqueeze", im, last), axis_i=-1)
+
+    def parts(g, z):
+        return (g.op("Gather", z, g.op("Constant", value_t=torch.tensor(i)), axis_i=-1)
+                for i in (0, 1))
+
+    def polar(g, r, theta):
+        return pair(g, g.op("Mul", r, g.op("Cos", theta)), g.op("Mul", r, g.op("Sin", theta)))
+
+    def as_is(g, x):
+        return x
+
+    def mul(g, x, y):
+        from torch.onnx import symbolic_opset9
+
+        cx, cy = complex_at(g, 0), complex_at(g, 1)
+        if not (cx or cy):
+            return symbolic_opset9.mul(g, x, y)
+        if not (cx and cy):  # a complex tensor (float32 pairs, as rotaries compute) by a real
+            z, r = (x, y) if cx else (y, x)
+            return g.op("Mul", z, g.op("Cast", r, to_i=onnx.TensorProto.FLOAT))
+        (a, b), (c, d) = parts(g, x), parts(g, y)
+        return pair(g, g.op("Sub", g.op("Mul", a, c), g.op("Mul", b, d)),
+                    g.op("Add", g.op("Mul", a, d), g.op("Mul", b, c)))
+
     @sh.parse_args("v", "is")
     def permute(g, x, dims):  # ONNX's perm takes no negative axes (Mamba-2's permute(0, -2, ...))
         rank = len(dims)  # a permutation names every axis
@@ -119,6 +160,9 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
     torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", repeat_interleave, opset)
     torch.onnx.register_custom_op_symbolic("aten::expm1", expm1, opset)
     torch.onnx.register_custom_op_symbolic("aten::permute", permute, opset)
+    for name, fn in (("polar", polar), ("view_as_complex", as_is), ("view_as_real", as_is),
+                     ("mul", mul), ("to", to)):
+        torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
     torch.onnx.register_custom_op_symbolic("aten::exponential", exponential, opset)
     torch.onnx.register_custom_op_symbolic("aten::scaled_dot_product_attention", sdpa, opset)
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, opset)

@@ -565,3 +565,17 @@ def test_a_cohere_config_converts():
                                  num_hidden_layers=3, num_attention_heads=4,
                                  num_key_value_heads=2, vocab_size=256), seq_len=32)
     assert convert(cohere, batch_size=2, seq_len=32).params > 0
+
+
+def test_llama_4s_complex_rotary_config_converts_with_every_parameter():
+    import transformers
+
+    from converters import convert, from_hf_config
+
+    fields = dict(model_type="llama4_text", intermediate_size=128, intermediate_size_mlp=128,
+                  head_dim=16, num_local_experts=4, num_experts_per_tok=1, **DECODER)
+    seq = convert(from_hf_config(fields, seq_len=32), batch_size=2, fuse=2)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**fields))
+    assert seq.params == sum(p.numel() for p in model.parameters())

@@ -55,3 +55,26 @@ def test_exponential_noise_has_the_shape_of_what_it_fills():
 
     out = _run(Fn(jitter), X)
     assert out.shape == X.shape and np.isfinite(out).all()
+
+
+def test_a_complex_rotary_computes_what_torch_does():
+    """Llama 4's and DeepSeek-V2's rotary embeddings multiply complex numbers (polar,
+    view_as_complex, view_as_real): exported as real pairs."""
+    class ComplexRotary(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("inv_freq", torch.rand(4))
+
+        def forward(self, x):  # x [B, S, H, 8]
+            freqs = torch.arange(x.shape[1]).float()[:, None] * self.inv_freq  # [S, 4]
+            cis = (torch.polar(torch.ones_like(freqs), freqs) * 0.5).to(x.device)
+            xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+            return torch.view_as_real(xc * cis[None, :, None, :]).flatten(3)
+
+    from onnx.reference import ReferenceEvaluator
+
+    module = ComplexRotary()
+    x = np.random.default_rng(3).standard_normal((2, 5, 3, 8)).astype(np.float32)
+    got = ReferenceEvaluator(from_torch(module, torch.from_numpy(x))).run(
+        None, {"input0": x, "inv_freq": module.inv_freq.numpy()})[0]
+    np.testing.assert_allclose(got, module(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
