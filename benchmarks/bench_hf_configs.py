@@ -8,8 +8,9 @@ at 64 tokens, converted at batch 2 and priced on 8 H100s (FSDP, amp-bf16, AdamW)
 type: priced (parameters, against the meta-device model's own count; ms; MFU) or the one-line
 refusal. A refusal may be the small config's (a type whose fields must agree otherwise), so the
 count of priced types is a floor. Anything but a one-line `ConversionError` / `MdotError` is
-a bug; so is a parameter count off the model's by more than 2% outside multimodal models
-(whose unused towers are not in a text step). Resumable: one line a type in `types.jsonl`.
+a bug; so is a parameter count off the model's by more than 2% outside multimodal models and
+cross-attention decoders (TrOCR's): their towers and cross-attention are not in a text step, so
+they take no gradient there. Resumable: one line a type in `types.jsonl`.
 """
 
 from __future__ import annotations

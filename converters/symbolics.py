@@ -154,17 +154,11 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         return g.op("RandomUniformLike", x, low_f=low, high_f=high)
 
     torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, fallback_opset)
-    torch.onnx.register_custom_op_symbolic("aten::uniform", uniform, opset)
-    torch.onnx.register_custom_op_symbolic("aten::cumsum", cumsum, opset)
-    torch.onnx.register_custom_op_symbolic("aten::diff", diff, opset)
-    torch.onnx.register_custom_op_symbolic("aten::repeat_interleave", repeat_interleave, opset)
-    torch.onnx.register_custom_op_symbolic("aten::expm1", expm1, opset)
-    torch.onnx.register_custom_op_symbolic("aten::permute", permute, opset)
-    for name, fn in (("polar", polar), ("view_as_complex", as_is), ("view_as_real", as_is),
+    for name, fn in (("rms_norm", rms_norm), ("feature_dropout", feature_dropout),
+                     ("diff", diff), ("cumsum", cumsum), ("repeat_interleave", repeat_interleave),
+                     ("expm1", expm1), ("exponential", exponential), ("uniform", uniform),
+                     ("scaled_dot_product_attention", sdpa), ("permute", permute),
+                     ("polar", polar), ("view_as_complex", as_is), ("view_as_real", as_is),
                      ("mul", mul), ("to", to)):
         torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
-    torch.onnx.register_custom_op_symbolic("aten::exponential", exponential, opset)
-    torch.onnx.register_custom_op_symbolic("aten::scaled_dot_product_attention", sdpa, opset)
-    torch.onnx.register_custom_op_symbolic("aten::rms_norm", rms_norm, opset)
-    torch.onnx.register_custom_op_symbolic("aten::feature_dropout", feature_dropout, opset)
     _REGISTERED = True
