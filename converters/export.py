@@ -37,6 +37,9 @@ FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
 # a model on the meta device that the tracer cannot run there (convolutions' shape checks, code
 # reading values) is traced again on a CPU copy of zeros up to this size
 CPU_FALLBACK_BYTES = 4e9
+# operators no symbolic exports, by what computes with them: said after the exporter's refusal
+NOT_EXPORTED = {"linalg_solve_triangular": "the chunked gated delta rule of Qwen3-Next's and "
+                                           "Qwen3.5's linear attention, not priced yet"}
 
 
 def _mark_data_inputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
@@ -163,6 +166,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 opset=opset)
         if not retry:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            msg += "".join(f": {why}" for op, why in NOT_EXPORTED.items() if f"::{op}'" in msg)
             hint = (f"; it does not trace on the meta device and holds more than "
                     f"{CPU_FALLBACK_BYTES / 1e9:g} GB to trace on the CPU: build a smaller "
                     "config with the same layer shapes on the CPU") if on_meta else ""
