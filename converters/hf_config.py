@@ -5,10 +5,12 @@ weights allocated, nothing fetched), exported as its training step (`converters.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         fields.pop(key, None)  # not how it trains: `--precision` says that
     try:
         cfg = transformers.AutoConfig.for_model(kind, **fields)
-        experts = max((v for k, v in cfg.to_dict().items()
+        settings = cfg.to_dict()
+        experts = max((v for k, v in settings.items()
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
         routed = not balanced(cfg) and experts > 1  # experts: as balanced routing
         if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
@@ -91,7 +94,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     # CPU fallback) calls its own
     defaulted = _defaulted(cfg, fields)
     said = {EXPERTS_KEY: experts > 1 and json.dumps(describe(  # the export's metadata
-                model, experts, next((v for k, v in cfg.to_dict().items()
+                model, experts, next((v for k, v in settings.items()
                                       if k in TOP_K_FIELDS and isinstance(v, int)), 1))),
             DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__}
@@ -102,7 +105,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                                     input_names=["input_ids"])
         except ConversionError:  # a table or bias built for fewer positions: say which
             tokens = max(seq_len, target_len or 0)
-            short = [(k, v) for k, v in cfg.to_dict().items() if k in LENGTH_FIELDS
+            short = [(k, v) for k, v in settings.items() if k in LENGTH_FIELDS
                      and isinstance(v, int) and 0 < v < tokens]
             if not short:
                 raise
@@ -124,15 +127,12 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     t = template(stack[1], cfg) if stack and repeat else None
     if stack is None or t is None:
         return export()
-    (name, layers), params = stack, [n for n, _ in model.named_parameters()]
-    parent, _, attr = name.rpartition(".")
-    owner = model.get_submodule(parent)
-    setattr(owner, attr, layers[:t + 1])  # exported up to layer t, the rest copied in the graph
+    params = [n for n, _ in model.named_parameters()]
     try:
-        onnx_model = export()
-        repeat_layer(onnx_model, name, len(layers), t)
+        with _first_layers(model, stack, t + 1):  # up to layer t, the rest copied in the graph
+            onnx_model = export()
+        repeat_layer(onnx_model, stack[0], len(stack[1]), t)
     except ConversionError:  # a layer that reads more than its predecessor: trace them all
-        setattr(owner, attr, layers)
         return export()
     meta = next(p for p in onnx_model.metadata_props if p.key == PARAMS_KEY)
     meta.value = ",".join(params)
@@ -145,29 +145,38 @@ PROBE_TOKENS = (8, 24)
 _UNROLLS: dict[frozenset, bool] = {}  # by the classes of the modules probed: what runs
 
 
+@contextlib.contextmanager
+def _first_layers(model: Any, stack: tuple[str, Any] | None, n: int) -> Iterator[None]:
+    """`model` with the first `n` layers of its `stack` (name, ModuleList) alone, as long as the
+    block runs; no stack: as it is."""
+    if stack is None:
+        yield
+        return
+    parent, _, attr = stack[0].rpartition(".")
+    owner = model.get_submodule(parent)
+    setattr(owner, attr, stack[1][:n])
+    try:
+        yield
+    finally:
+        setattr(owner, attr, stack[1])
+
+
 def _unrolls_tokens(model: Any, stack: tuple[str, Any] | None) -> bool:
     """Whether `model`'s exported graph grows with its tokens (its first layer alone where it
     has a `stack`; `PROBE_TOKENS`): a recurrence traced step by step. A probe that fails says
     nothing."""
     import torch
 
-    owner, attr, layers = None, "", None
-    if stack:
-        parent, _, attr = stack[0].rpartition(".")
-        owner, layers = model.get_submodule(parent), stack[1]
-        setattr(owner, attr, layers[:1])
-    try:
+    with _first_layers(model, stack, 1):
         key = frozenset(type(m).__qualname__ for m in model.modules())
         if key not in _UNROLLS:
-            short, long = (len(from_torch(model, torch.zeros(1, n, dtype=torch.long)).graph.node)
-                           for n in PROBE_TOKENS)
+            try:
+                short, long = (len(from_torch(model, torch.zeros(1, n, dtype=torch.long))
+                                   .graph.node) for n in PROBE_TOKENS)
+            except ConversionError:
+                return False
             _UNROLLS[key] = long - short >= 2 * (PROBE_TOKENS[1] - PROBE_TOKENS[0])
-        return _UNROLLS[key]
-    except ConversionError:
-        return False
-    finally:
-        if owner is not None:
-            setattr(owner, attr, layers)
+    return _UNROLLS[key]
 
 
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)
