@@ -29,7 +29,8 @@ import onnx
 
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
-from converters.sequence import DATA_INPUTS_KEY, PARAMS_KEY
+from converters.linear_attention import FUNCTION, exported_chunked
+from converters.sequence import DATA_INPUTS_KEY, LINEAR_KEY, PARAMS_KEY
 from converters.symbolics import register as register_symbolics
 
 OPSET = 17
@@ -37,11 +38,6 @@ FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
 # a model on the meta device that the tracer cannot run there (convolutions' shape checks, code
 # reading values) is traced again on a CPU copy of zeros up to this size
 CPU_FALLBACK_BYTES = 4e9
-# operators no symbolic exports, by what computes with them: said after the exporter's refusal
-NOT_EXPORTED = {"linalg_solve_triangular": "the chunked gated delta rule of Qwen3-Next's and "
-                                           "Qwen3.5's linear attention, not priced yet"}
-
-
 def _mark_data_inputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
     model.metadata_props.add(key=DATA_INPUTS_KEY, value=",".join(names))
     return model
@@ -103,6 +99,57 @@ def _meta_constants_as_zeros(torch, active: bool):
 
 
 @contextlib.contextmanager
+def _meta_convolutions(torch, active: bool):
+    """On the meta device a convolution runs PyTorch's Python meta kernel, which the tracer
+    records in its place (its shape arithmetic and an empty tensor: no Conv, no weight) or
+    which fails on the sizes it records as tensors ("cond must be a bool"). There, each
+    `F.conv1d` / `conv2d` / `conv3d` with explicit padding is one operator, its output shaped
+    by the convolution's arithmetic, that exports as ONNX's Conv (Mamba-2's and the gated
+    delta rule's causal convolutions)."""
+    if not active:
+        yield
+        return
+    import torch.nn.functional as F
+
+    class Conv(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b, stride, padding, dilation, groups):  # [N, C, *L] -> [N, O, *L']
+            spatial = [(int(n) + 2 * p - d * (int(k) - 1) - 1) // s + 1 for n, k, s, p, d in
+                       zip(x.shape[2:], w.shape[2:], stride, padding, dilation)]
+            return x.new_empty((int(x.shape[0]), int(w.shape[0]), *spatial))
+
+        @staticmethod
+        def symbolic(g, x, w, b, stride, padding, dilation, groups):
+            inputs = (x, w) if b is None or _is_none(b) else (x, w, b)
+            return g.op("Conv", *inputs, strides_i=stride, pads_i=list(padding) * 2,
+                        dilations_i=dilation, group_i=groups)
+
+    def meta(run, n: int):
+        def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+            if not input.is_meta or isinstance(padding, str):
+                return run(input, weight, bias, stride, padding, dilation, groups)
+            dims = [tuple(map(int, v)) if isinstance(v, (tuple, list)) else (int(v),) * n
+                    for v in (stride, padding, dilation)]  # sizes the tracer made tensors: ints
+            return Conv.apply(input, weight, bias, *dims, int(groups))
+        return conv
+
+    saved = {f"conv{n}d": getattr(F, f"conv{n}d") for n in (1, 2, 3)}
+    for name, run in saved.items():
+        setattr(F, name, meta(run, int(name[4])))
+    try:
+        yield
+    finally:
+        for name, run in saved.items():
+            setattr(F, name, run)
+
+
+def _is_none(value: Any) -> bool:
+    """Whether a symbolic's input is the graph's None."""
+    return getattr(value, "node", lambda: None)() is not None and \
+        value.node().mustBeNone()
+
+
+@contextlib.contextmanager
 def _positional_forward(module: Any):
     """`module.forward` as a function of the given inputs alone while exporting. The exporter
     binds every other parameter of the forward that has a default as one more traced input: an
@@ -140,7 +187,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
     names = list(input_names or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()
-    was_training, retry = module.training, False
+    was_training, retry, linear = module.training, False, False
     config: Any = getattr(module, "config", None)  # a Hugging Face model returns its key-value
     cached = getattr(config, "use_cache", None)  # cache, no tensor: the step keeps none
     try:
@@ -148,7 +195,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             config.use_cache = False
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
-                _positional_forward(module):
+                _meta_convolutions(torch, on_meta), _positional_forward(module), \
+                exported_chunked(module) as linear:
             warnings.simplefilter("ignore")
             torch.onnx.export(  # a BytesIO works as the file
                 module, args, buf,  # type: ignore[arg-type]
@@ -166,7 +214,6 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 opset=opset)
         if not retry:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            msg += "".join(f": {why}" for op, why in NOT_EXPORTED.items() if f"::{op}'" in msg)
             hint = (f"; it does not trace on the meta device and holds more than "
                     f"{CPU_FALLBACK_BYTES / 1e9:g} GB to trace on the CPU: build a smaller "
                     "config with the same layer shapes on the CPU") if on_meta else ""
@@ -183,6 +230,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     params = [name for name, _ in module.named_parameters()]
     _unmerge(model, set(params) | {name for name, _ in module.named_buffers()})
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
+    if linear:
+        model.metadata_props.add(key=LINEAR_KEY, value=FUNCTION)
     return model
 
 

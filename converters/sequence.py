@@ -56,6 +56,7 @@ PARAMS_KEY = "mdot.params"  # model metadata: the trainable parameters, when the
 EXPERTS_KEY = "mdot.experts"  # model metadata: a mixture of experts exported as balanced routing
 DEFAULTED_KEY = "mdot.defaulted"  # model metadata: shape fields a config.json left to defaults
 EAGER_KEY = "mdot.eager_attention"  # model metadata: a config class computing attention itself
+LINEAR_KEY = "mdot.linear_attention"  # model metadata: a gated delta rule exported chunked
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 FORMAT_VERSION = 1
 INPUT_KINDS = ((4, "image"), (3, "signal"), (2, "tokens"))  # data input rank -> kind, in order
@@ -415,6 +416,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
         **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),
         **({"eager_attention": a} if (a := _metadata(model).get(EAGER_KEY)) else {}),
+        **({"linear_attention": a} if (a := _metadata(model).get(LINEAR_KEY)) else {}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(

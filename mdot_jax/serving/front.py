@@ -111,6 +111,9 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     about = [f"mixture of experts ({moe['experts']} experts, top {moe['top_k']}, in "
              f"{moe['layers']} layers): priced as balanced routing, each expert computing an "
              "equal share of the routed tokens (none dropped)"] if moe else []
+    if seq.meta.get("linear_attention"):
+        about.append("gated delta rule (linear attention): priced as flash-linear-attention's "
+                     "chunked kernels (their GEMMs and passes, 64-token chunks), not measured")
     if said := defaults_said(seq):
         about.append(said)
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,

@@ -1,0 +1,93 @@
+"""A gated delta rule (the linear attention of Qwen3-Next, Qwen3.5, OLMo-hybrid) exported as the
+chunked kernels training runs, not as transformers' reference loop.
+
+transformers computes it with flash-linear-attention's `chunk_gated_delta_rule` where that is
+installed (what training runs) and otherwise with `torch_chunk_gated_delta_rule`, a Python loop
+over 64-token chunks around a triangular solve that ONNX cannot export; traced, the loop would be
+a graph growing with the sequence, priced as thousands of tiny kernels. Exported in its place,
+`chunked` does the work of flash-linear-attention's kernels in one pass over all the chunks:
+per (batch, head) and chunk of C tokens, dk / dv the key / value widths,
+
+    A = (k beta) k^T, q k^T, both masked by the decays          2 x 2 C^2 dk FLOPs
+    w = A (k beta e^g), u = A (v beta)                           2 C^2 (dk + dv)
+    the state's update k^T u and its reads w h, q h              3 x 2 C dk dv
+    the output (q k^T) (u - w h)                                 2 C^2 dv
+
+with the states h [dk, dv] of every chunk kept (the backward reads them). Its values are not
+the rule's: the states are summed over the chunks before (the scan's work and the tensors it
+writes), where the rule feeds each one back through the chunk's keys; the triangular solve of
+A (C^3 / 3 FLOPs a chunk, on chip) is one pass over it. Shapes, FLOPs and the bytes each step
+reads and writes are the kernels'.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+FUNCTION = "torch_chunk_gated_delta_rule"  # transformers' name, in each model's module
+CHUNK = 64  # flash-linear-attention's chunk
+
+
+def chunked(query: Any, key: Any, value: Any, g: Any, beta: Any, chunk_size: int = CHUNK,
+            initial_state: Any = None, output_final_state: bool = False,
+            use_qk_l2norm_in_kernel: bool = False, **kwargs: Any) -> tuple[Any, Any]:
+    """The rule's work on `query`, `key` [B, T, Hk, dk], `value` [B, T, H, dv], the decays `g`
+    (log space) and `beta` [B, T, H]: the output [B, T, H, dv] and, asked, the last state
+    [B, H, dk, dv] (`initial_state` added to every chunk's)."""
+    import torch
+    import torch.nn.functional as F
+
+    t, hk, dk = key.shape[1:]
+    h, dv = value.shape[-2:]
+    if h != hk:  # grouped values: each query / key head serves h // hk value heads
+        query, key = (x.repeat_interleave(h // hk, dim=2) for x in (query, key))
+    if use_qk_l2norm_in_kernel:
+        query, key = (F.normalize(x, dim=-1, eps=1e-6) for x in (query, key))
+    c = chunk_size
+    pad = -t % c
+    n = (t + pad) // c
+
+    def chunks(x: Any) -> Any:  # [B, T, H, ...] -> [B, H, N, C, ...]
+        x = x.transpose(1, 2)
+        x = F.pad(x, (0, 0, 0, pad) if x.dim() == 4 else (0, pad))
+        return x.reshape(-1, h, n, c, *x.shape[3:])  # -1: the batch, dynamic in the graph
+
+    q, k, v = chunks(query * dk ** -0.5), chunks(key), chunks(value)  # [B, H, N, C, d]
+    gates = chunks(g).cumsum(-1)  # [B, H, N, C] log decay since the chunk's start
+    beta = chunks(beta).unsqueeze(-1)  # [B, H, N, C, 1]
+    causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+    decay = (gates.unsqueeze(-1) - gates.unsqueeze(-2)).masked_fill(~causal, float("-inf")).exp()
+    kb = k * beta
+    a = -((kb @ k.transpose(-1, -2)) * decay).tril(-1)  # [B, H, N, C, C] the system to solve
+    w = a @ (kb * gates.exp().unsqueeze(-1))  # [B, H, N, C, dk]
+    u = a @ (v * beta)  # [B, H, N, C, dv]
+    kd = k * (gates[..., -1:] - gates).exp().unsqueeze(-1)  # keys decayed to the chunk's end
+    step = kd.transpose(-1, -2) @ u  # [B, H, N, dk, dv] each chunk's update of the state
+    state = step.cumsum(2) - step  # [B, H, N, dk, dv] the state entering each chunk
+    if initial_state is not None:
+        state = state + initial_state.unsqueeze(2).to(state.dtype)
+    v_new = u - w @ state  # [B, H, N, C, dv]
+    out = (q * gates.exp().unsqueeze(-1)) @ state + ((q @ k.transpose(-1, -2)) * decay) @ v_new
+    out = out.reshape(-1, h, n * c, dv)[:, :, :t].transpose(1, 2).contiguous()  # [B, T, H, dv]
+    last = (state[:, :, -1] + step[:, :, -1]) if output_final_state else None
+    return out.to(value.dtype), last
+
+
+@contextlib.contextmanager
+def exported_chunked(module: Any) -> Iterator[bool]:
+    """`module` (a torch model) with every gated delta rule its layers call computed by
+    `chunked`, restored after; yields whether it has any."""
+    patched = []
+    for name in {type(m).__module__ for m in module.modules()}:
+        where = sys.modules.get(name)
+        if where is not None and callable(getattr(where, FUNCTION, None)):
+            patched.append((where, getattr(where, FUNCTION)))
+            setattr(where, FUNCTION, chunked)
+    try:
+        yield bool(patched)
+    finally:
+        for where, original in patched:
+            setattr(where, FUNCTION, original)
