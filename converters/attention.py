@@ -23,6 +23,7 @@ Host-side numpy over `OperatorSequence.edges`; nothing here is jitted.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -91,6 +92,25 @@ def layers(blocks: list[Block]) -> list[Block]:
     """The blocks that start a transformer layer: all but cross-attention (a decoder layer of
     an encoder-decoder attends to itself, then to the encoder)."""
     return [b for b in blocks if not b.cross]
+
+
+def stack_depth(seq: OperatorSequence, blocks: list[Block]) -> int:
+    """The layers of the stack holding `blocks`, at least its attention layers: in a hybrid
+    model (Qwen3.5's linear attention, Jamba's or Bamba's Mamba layers, three of every four)
+    the layers without softmax attention count too. The stack is the scope of the first
+    block's scores (`/model/layers.3/...`: `/model/layers`); its layers, the indices under
+    it."""
+    if not blocks:
+        return 0
+    stack = _LAYER.search(str(seq.node_names[blocks[0].scores]))
+    if stack is None:
+        return len(layers(blocks))
+    under = {m.group(2) for name in seq.node_names
+             if (m := _LAYER.search(str(name))) and m.group(1) == stack.group(1)}
+    return max(len(under), len(layers(blocks)))
+
+
+_LAYER = re.compile(r"^(/(?:[^/]+/)*?[^/.]+)\.(\d+)/")  # an exporter's scope: /model/layers.3/
 
 
 def _cross(scores: int, preds: dict[int, list[int]], names: np.ndarray) -> bool:

@@ -99,3 +99,19 @@ def test_a_gated_delta_rule_is_said_in_the_prediction():
     seq = convert(from_hf_config(QWEN3_NEXT, seq_len=CHUNK), batch_size=2, seq_len=CHUNK, fuse=2)
     p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16"))
     assert any("gated delta rule" in w and "chunked kernels" in w for w in p.warnings)
+
+
+def test_fsdp_shards_a_hybrid_by_all_of_its_layers():
+    """Qwen3-Next's four layers hold one softmax attention block (the fourth): FSDP's units are
+    the four layers and the root, not that block's layer and the root."""
+    from converters import from_hf_config
+    from converters.attention import attention_blocks, stack_depth
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    seq = convert(from_hf_config(QWEN3_NEXT, seq_len=CHUNK), batch_size=2, seq_len=CHUNK, fuse=2)
+    blocks = attention_blocks(seq)
+    assert len(blocks) == 1 and stack_depth(seq, blocks) == 4
+    p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16",
+                            gpus=8, strategy="fsdp"))
+    assert any("in 5 units" in w for w in p.warnings)
