@@ -115,8 +115,10 @@ _LAYER = re.compile(r"^(/(?:[^/]+/)*?[^/.]+)\.(\d+)/")  # an exporter's scope: /
 
 def _cross(scores: int, preds: dict[int, list[int]], names: np.ndarray) -> bool:
     """Whether the scores' two operands (queries, keys) were projected from disjoint tensors:
-    what the MatMuls within `_PROJECTION_HOPS` operators upstream of each read."""
-    def sources(start: int) -> set[int]:
+    what the MatMuls within `_PROJECTION_HOPS` operators upstream of each read, and the MatMuls
+    upstream of those (a low-rank projection: DeepSeek's latent queries and keys, each a second
+    projection of a normalised first one of the same hidden states)."""
+    def sources(start: int, matmuls: int = 2) -> set[int]:
         out: set[int] = set()
         todo, seen = [start], set()
         for _ in range(_PROJECTION_HOPS):
@@ -125,6 +127,8 @@ def _cross(scores: int, preds: dict[int, list[int]], names: np.ndarray) -> bool:
             for k in todo:
                 if names[k] in ("MatMul", "Gemm"):
                     out.update(preds.get(k, []))
+                    if matmuls > 1:
+                        out.update(*(sources(p, matmuls - 1) for p in preds.get(k, [])))
             todo = [p for k in todo if names[k] not in ("MatMul", "Gemm")
                     for p in preds.get(k, [])]
         return out

@@ -113,3 +113,19 @@ def test_an_encoder_decoders_blocks_cross_attention_and_masks(config, seq_len, c
     decoder = {name.split("/")[-2]: b.causal for name, b in blocks if "decoder" in name}
     assert decoder == causal
     assert [b.cross for _, b in blocks] == [False, False, True]  # encoder, decoder: self, cross
+
+
+def test_latent_attention_projected_in_two_steps_is_self_attention():
+    """DeepSeek's multi-head latent attention projects its queries and keys each through a
+    low-rank pair of linears (a projection, a norm, a projection) from one hidden state: self-
+    attention, causal; as cross-attention it took no pipeline parallelism."""
+    from converters import from_hf_config
+
+    mla = dict(model_type="deepseek_v3", hidden_size=64, intermediate_size=128,
+               num_hidden_layers=2, num_attention_heads=4, vocab_size=500, q_lora_rank=48,
+               kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+               n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+               first_k_dense_replace=1, n_group=1, topk_group=1)
+    blocks = attention_blocks(convert(from_hf_config(mla, seq_len=32), batch_size=2))
+    assert len(blocks) == 2
+    assert [(b.cross, b.causal) for b in blocks] == [(False, True)] * 2
