@@ -10,7 +10,9 @@ refusal. A refusal may be the small config's (a type whose fields must agree oth
 count of priced types is a floor. Anything but a one-line `ConversionError` / `MdotError` is
 a bug; so is a parameter count off the model's by more than 2% outside multimodal models and
 cross-attention decoders (TrOCR's): their towers and cross-attention are not in a text step, so
-they take no gradient there. Resumable: one line a type in `types.jsonl`.
+they take no gradient there. A type whose export fails on tensors of unequal sizes is tried
+once more without `LATENT` (latent attention wants as many key-value heads as heads, and head
+widths of its own). Resumable: one line a type in `types.jsonl`.
 """
 
 from __future__ import annotations
@@ -27,9 +29,19 @@ SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_at
              eos_token_id=2, max_position_embeddings=512, head_dim=32, mamba_n_heads=8,
              mamba_d_head=32, n_embd=128, n_layer=3, n_head=4, d_model=128, n_layers=3,
              n_heads=4, num_layers=3, max_seq_len=512, n_positions=512)
+LATENT = ("num_key_value_heads", "head_dim")  # DeepSeek's, MiniCPM3's, GLM-4.7-Flash's shapes
 
 
 def price(kind: str) -> dict:
+    """The type priced from `SMALL`, or from `SMALL` without `LATENT` where that config's
+    tensors do not fit together."""
+    r = _price(kind, SMALL)
+    if "must match the size of tensor" in r.get("refused", ""):
+        r = _price(kind, {k: v for k, v in SMALL.items() if k not in LATENT})
+    return r
+
+
+def _price(kind: str, small: dict) -> dict:
     import torch
     import transformers
 
@@ -40,11 +52,11 @@ def price(kind: str) -> dict:
 
     r: dict = dict(type=kind)
     try:
-        seq = convert(from_hf_config(dict(model_type=kind, **SMALL), seq_len=64), batch_size=2,
+        seq = convert(from_hf_config(dict(model_type=kind, **small), seq_len=64), batch_size=2,
                       seq_len=64, fuse=2)
         p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", gpus=8,
                                 strategy="fsdp", precision="amp-bf16", optimizer="adamw"))
-        cfg = transformers.AutoConfig.for_model(kind, **SMALL)
+        cfg = transformers.AutoConfig.for_model(kind, **small)
         with torch.device("meta"):
             model = (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
                      else transformers.AutoModelForCausalLM).from_config(cfg)
