@@ -94,20 +94,18 @@ def layers(blocks: list[Block]) -> list[Block]:
     return [b for b in blocks if not b.cross]
 
 
-def stack_depth(seq: OperatorSequence, blocks: list[Block]) -> int:
-    """The layers of the stack holding `blocks`, at least its attention layers: in a hybrid
-    model (Qwen3.5's linear attention, Jamba's or Bamba's Mamba layers, three of every four)
-    the layers without softmax attention count too. The stack is the scope of the first
-    block's scores (`/model/layers.3/...`: `/model/layers`); its layers, the indices under
-    it."""
-    if not blocks:
-        return 0
-    stack = _LAYER.search(str(seq.node_names[blocks[0].scores]))
-    if stack is None:
-        return len(layers(blocks))
-    under = {m.group(2) for name in seq.node_names
-             if (m := _LAYER.search(str(name))) and m.group(1) == stack.group(1)}
-    return max(len(under), len(layers(blocks)))
+def layer_starts(seq: OperatorSequence, blocks: list[Block]) -> list[int]:
+    """The first operator of each layer (`layers`): where the exporter's scopes show more layers
+    in the stacks holding `blocks` than blocks (a hybrid: Qwen3.5's linear attention or Jamba's
+    Mamba layers beside softmax attention), each scoped layer's first operator
+    (`/model/layers.3/...`); otherwise each layer's attention scores."""
+    own = [b.scores for b in layers(blocks)]
+    stacks = {m.group(1) for b in blocks if (m := _LAYER.search(str(seq.node_names[b.scores])))}
+    first: dict[tuple[str, str], int] = {}
+    for i, name in enumerate(seq.node_names):
+        if (m := _LAYER.search(str(name))) and m.group(1) in stacks:
+            first.setdefault((m.group(1), m.group(2)), i)
+    return sorted(first.values()) if len(first) > len(own) else own
 
 
 _LAYER = re.compile(r"^(/(?:[^/]+/)*?[^/.]+)\.(\d+)/")  # an exporter's scope: /model/layers.3/

@@ -101,17 +101,27 @@ def test_a_gated_delta_rule_is_said_in_the_prediction():
     assert any("gated delta rule" in w and "chunked kernels" in w for w in p.warnings)
 
 
-def test_fsdp_shards_a_hybrid_by_all_of_its_layers():
-    """Qwen3-Next's four layers hold one softmax attention block (the fourth): FSDP's units are
-    the four layers and the root, not that block's layer and the root."""
+def test_a_hybrid_is_split_and_checkpointed_by_all_of_its_layers():
+    """Qwen3-Next's four layers hold one softmax attention block (the fourth's): FSDP's units
+    are the four layers and the root, a pipeline takes four stages, full checkpointing keeps
+    one layer's activations of four; each, with that one block alone, said one layer."""
     from converters import from_hf_config
-    from converters.attention import attention_blocks, stack_depth
+    from converters.attention import attention_blocks, layer_starts
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
     seq = convert(from_hf_config(QWEN3_NEXT, seq_len=CHUNK), batch_size=2, seq_len=CHUNK, fuse=2)
     blocks = attention_blocks(seq)
-    assert len(blocks) == 1 and stack_depth(seq, blocks) == 4
-    p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16",
-                            gpus=8, strategy="fsdp"))
-    assert any("in 5 units" in w for w in p.warnings)
+    starts = layer_starts(seq, blocks)
+    assert len(blocks) == 1 and len(starts) == 4 and starts == sorted(starts)
+    assert blocks[0].scores > starts[3]  # the fourth layer's attention, inside it
+
+    def notes(**job):
+        return predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm",
+                                   precision="amp-bf16", **job)).warnings
+
+    assert any("in 5 units" in w for w in notes(gpus=8, strategy="fsdp"))
+    assert any(w.startswith("4 pipeline stages") and "1 layers on the slowest stage" in w
+               for w in notes(gpus=4, pp=4, grad_accum=4))
+    assert any("checkpointing over 4 layers" in w
+               for w in notes(activation_checkpointing="full"))

@@ -49,7 +49,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from converters.attention import Block
+from converters.attention import Block, layer_starts
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.traits import LOSSES
 from mdot_jax.errors import RequestError
@@ -160,10 +160,9 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
             what = f"{n_heads} attention heads" if n_heads % tp else \
                 f"{kv} key-value heads (grouped-query attention)"
             raise RequestError(f"tp {tp}: does not divide the model's {what}", "tp")
-    if pp > 1 and len(blocks) < pp * v:
+    if pp > 1 and (count := len(layer_starts(seq, blocks))) < pp * v:
         what = f"{pp} stages" + (f" x {v} virtual stages" if v > 1 else "")
-        raise RequestError(f"pp {pp}: {what} are more than the model's {len(blocks)} layers",
-                           "pp")
+        raise RequestError(f"pp {pp}: {what} are more than the model's {count} layers", "pp")
     if layout.schedule == "interleaved" and micro_batches % pp:
         raise RequestError(f"schedule 'interleaved': the micro-batches (grad_accum "
                            f"{micro_batches}) must be a multiple of pp {pp}", "schedule")
@@ -292,8 +291,8 @@ def expert_params(seq: OperatorSequence) -> int:
 
 def _chunks(seq: OperatorSequence, blocks: list[Block], layout: Layout) -> np.ndarray:
     """`[N]` the pipeline stage of every operator (module docstring)."""
-    chunks = layout.pp * layout.virtual
-    starts = [0] + [blocks[c * len(blocks) // chunks].scores for c in range(1, chunks)]
+    chunks, first = layout.pp * layout.virtual, layer_starts(seq, blocks)
+    starts = [0] + [first[c * len(first) // chunks] for c in range(1, chunks)]
     chunk = np.searchsorted(np.asarray(starts), np.arange(seq.num_ops), side="right") - 1
     return chunk % layout.pp
 
@@ -312,7 +311,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
         if "index" in o:  # the update has none: it follows the stages' parameters
             ms[o["index"]] += o["ms"]
     share = np.bincount(stage, ms, pp) / max(ms.sum(), 1e-30)  # [pp] of the compute
-    layers = np.bincount(stage[[b.scores for b in blocks]], minlength=pp)  # [pp]
+    layers = np.bincount(stage[layer_starts(seq, blocks)], minlength=pp)  # [pp]
     bytes_ = 2.0 if precision in HALF else 4.0
     act = tokens_of(seq, blocks) * width(seq) * bytes_  # one [tokens, width] activation
     compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation",
@@ -398,8 +397,6 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
         flight[0] = min(pp, m) * (1 + (pp - 1) / (pp * v))
     if checkpointing != "full":
         return kept * flight
-    layers = np.maximum(np.bincount(stage[[b.scores for b in blocks]], minlength=pp), 1)
-    inputs = np.bincount(stage[[b.output for b in blocks]],
-                         4 * scale * seq.config[[b.output for b in blocks], _C["out_numel"]],
-                         pp)
-    return inputs * flight + kept / layers
+    layers = np.bincount(stage[layer_starts(seq, blocks)], minlength=pp)  # [pp]
+    boundary = 4 * scale * seq.config[[b.output for b in blocks], _C["out_numel"]].mean()
+    return layers * boundary * flight + kept / np.maximum(layers, 1)  # a layer's input kept

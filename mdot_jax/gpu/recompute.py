@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from converters.attention import Block, layers
+import numpy as np
+
+from converters.attention import Block, layer_starts
 from converters.sequence import CONFIG_FIELDS, OperatorSequence
 from mdot_jax.errors import RequestError
 from mdot_jax.serving.memory import HALF, saved, step_memory
@@ -54,7 +56,7 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, opti
     checkpointed at `granularity`, and a note."""
     scale = 0.5 if precision in HALF else 1.0
     again = p.phases.get("recomputation", 0.0)
-    starts = layers(blocks)
+    starts = layer_starts(seq, blocks)
     if granularity == "selective":
         if fused:
             return p
@@ -65,7 +67,8 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, opti
                 "tensors not kept (Megatron's rules, not measured)")
         return dataclasses.replace(p, memory_gb=p.memory_gb - freed / 1e9,
                                    warnings=[*p.warnings, note])
-    boundaries = 4.0 * scale * float(sum(seq.config[b.output, _OUT_NUMEL] for b in starts))
+    boundaries = 4.0 * scale * len(starts) * float(np.mean(  # a layer's input, each layer
+        [seq.config[b.output, _OUT_NUMEL] for b in blocks if not b.cross]))
     activations = step_memory(seq, precision, optimizer, fused=fused).activations
     kept = activations / len(starts) + boundaries
     note = (f"activation checkpointing over {len(starts)} layers: the forward run again in the "

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from converters import ConversionError, OperatorSequence
-from converters.attention import attention_blocks, stack_depth
+from converters.attention import attention_blocks, layer_starts
 from converters.fusion import fusion_version
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST
@@ -294,7 +294,7 @@ class _SpecSheet:
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
                           after_flush=job.model_parallel, precision=job.precision or "fp32",
-                          units=stack_depth(self.seq, self.blocks) + 1 if self.blocks else 0,
+                          units=len(layer_starts(self.seq, self.blocks)) + 1 if self.blocks else 0,
                           experts=experts,
                           ep=job.ep, stride=job.tp)  # Megatron's order: tp, dp, pp
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
