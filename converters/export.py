@@ -35,9 +35,11 @@ from converters.symbolics import register as register_symbolics
 
 OPSET = 17
 FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
-# a model on the meta device that the tracer cannot run there (convolutions' shape checks, code
-# reading values) is traced again on a CPU copy of zeros up to this size
+# a model on the meta device that the tracer cannot run there (code reading values) is traced
+# again on a CPU copy of zeros up to this size
 CPU_FALLBACK_BYTES = 4e9
+
+
 def _mark_data_inputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
     model.metadata_props.add(key=DATA_INPUTS_KEY, value=",".join(names))
     return model
@@ -120,7 +122,7 @@ def _meta_convolutions(torch, active: bool):
 
         @staticmethod
         def symbolic(g, x, w, b, stride, padding, dilation, groups):
-            inputs = (x, w) if b is None or _is_none(b) else (x, w, b)
+            inputs = (x, w) if b is None or b.node().mustBeNone() else (x, w, b)
             return g.op("Conv", *inputs, strides_i=stride, pads_i=list(padding) * 2,
                         dilations_i=dilation, group_i=groups)
 
@@ -141,12 +143,6 @@ def _meta_convolutions(torch, active: bool):
     finally:
         for name, run in saved.items():
             setattr(F, name, run)
-
-
-def _is_none(value: Any) -> bool:
-    """Whether a symbolic's input is the graph's None."""
-    return getattr(value, "node", lambda: None)() is not None and \
-        value.node().mustBeNone()
 
 
 @contextlib.contextmanager

@@ -74,7 +74,7 @@ def test_an_export_with_merged_weights_is_refused_naming_the_parameter():
 
 def test_a_model_that_does_not_trace_on_meta_traces_on_a_cpu_copy_or_says_what_to_do(
         monkeypatch):
-    class ReadsAValue(torch.nn.Module):  # and convolves: neither traces on the meta device
+    class ReadsAValue(torch.nn.Module):  # `.item()` does not trace on the meta device
         def __init__(self):
             super().__init__()
             self.conv = torch.nn.Conv2d(3, 8, 3)
@@ -94,6 +94,33 @@ def test_a_model_that_does_not_trace_on_meta_traces_on_a_cpu_copy_or_says_what_t
     with pytest.raises(ConversionError, match="meta device.*smaller config .* on the CPU"):
         from_torch(net, torch.zeros(2, 3, 8, 8))
 
+
+class _CausalConv(torch.nn.Module):  # Mamba-2's: depthwise, padded, cut to the sequence
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(8, 8, 4, groups=8, padding=3)
+
+    def forward(self, x):
+        return torch.nn.functional.conv1d(x, self.conv.weight, self.conv.bias, padding=3,
+                                          groups=x.shape[1])[..., :x.shape[-1]].sum()
+
+
+@pytest.mark.parametrize("build, x", [
+    (lambda: pytest.importorskip("torchvision").models.mobilenet_v3_small(), (1, 3, 64, 64)),
+    (_CausalConv, (1, 8, 64)),
+])
+def test_convolutions_trace_on_the_meta_device_as_on_a_cpu(build, x, monkeypatch):
+    """PyTorch's meta kernel of a convolution traced as its shape arithmetic (no Conv, its
+    weight uncounted) or failed on sizes the tracer holds as tensors: each is one Conv, as on
+    a CPU, with no CPU copy made."""
+    monkeypatch.setattr("converters.export.CPU_FALLBACK_BYTES", 0)
+    with torch.device("meta"):
+        model = build()
+    on_meta = from_torch(model, torch.zeros(x))
+    on_cpu = from_torch(build(), torch.zeros(x))
+    assert [n.op_type for n in on_meta.graph.node] == [n.op_type for n in on_cpu.graph.node]
+    meta, cpu = (to_sequence(load_model(m, batch_size=2)) for m in (on_meta, on_cpu))
+    assert meta.params == cpu.params > 0 and meta.flops == cpu.flops
 
 
 def test_weights_tied_on_meta_stay_tied_on_the_cpu_copy():
