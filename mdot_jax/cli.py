@@ -58,7 +58,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
                    op_types=seq.op_type_counts(), flops_by_type=seq.flops_by_type(),
                    unknown_ops=seq.unknown_ops,
                    dropped_nodes=seq.meta["dropped_nodes"], graph=seq.meta["graph"],
-                   output=args.output, **{k: seq.meta[k] for k in ("experts", "defaulted")
+                   output=args.output, **{k: seq.meta[k] for k in ("experts", "defaulted",
+                                                                   "linear_attention")
                                            if k in seq.meta})
     if args.json:
         print(json.dumps(summary))
@@ -73,6 +74,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if moe := seq.meta.get("experts"):
         print(f"experts: {moe['experts']}, top {moe['top_k']}, in {moe['layers']} layers, "
               f"{moe['params'] / 1e6:.2f} M of the params (exported as balanced routing)")
+    if seq.meta.get("linear_attention"):
+        print("gated delta rule: exported as flash-linear-attention's chunked kernels")
     width = max(len(k) for k in summary["op_types"])
     for op, count in summary["op_types"].items():
         print(f"  {op:<{width}}  {count:6d}")

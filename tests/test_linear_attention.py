@@ -125,3 +125,20 @@ def test_a_hybrid_is_split_and_checkpointed_by_all_of_its_layers():
                for w in notes(gpus=4, pp=4, grad_accum=4))
     assert any("checkpointing over 4 layers" in w
                for w in notes(activation_checkpointing="full"))
+
+
+def test_convert_says_a_file_holds_a_chunked_gated_delta_rule(tmp_path, capsys):
+    import json
+
+    import onnx
+
+    from converters import from_hf_config
+    from mdot_jax.cli import main
+
+    onnx.save(from_hf_config(QWEN3_NEXT, seq_len=CHUNK), tmp_path / "qwen3_next.onnx")
+    path = str(tmp_path / "qwen3_next.onnx")
+    assert main(["convert", path, "--batch-size", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["linear_attention"] == FUNCTION
+    assert main(["convert", path, "--batch-size", "2"]) == 0
+    assert "gated delta rule: exported as flash-linear-attention's chunked kernels" in \
+        capsys.readouterr().out
