@@ -398,10 +398,16 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
         return False
     folded = {id(n) for n, node in zip(foldable, sub_nodes) if node.output[0] in values}
     keep = [n for n in graph.node if id(n) not in folded]
+    first: dict[int, str] = {}  # a result `_evaluate` shares (each layer's same index or shape
+    alias = {t: first.setdefault(id(v), t) for t, v in values.items()}  # arithmetic): one copy
+    for n in keep:
+        for j, t in enumerate(n.input):
+            if alias.get(t, t) != t:
+                n.input[j] = alias[t]
     del graph.node[:]
     graph.node.extend(keep)
-    graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name=t)
-                             for t, v in values.items())
+    graph.initializer.extend(numpy_helper.from_array(np.asarray(values[t]), name=t)
+                             for t in first.values())
     del graph.value_info[:]  # stale partial shapes would override the folded values' shapes
     return True
 

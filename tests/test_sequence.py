@@ -64,6 +64,31 @@ def test_shape_folding_leaves_large_constant_tensors_as_operators():
     assert all(np.prod(i.dims) <= 2 for i in large.graph.initializer)  # only the shape
 
 
+def test_the_same_arithmetic_in_every_layer_folds_into_one_constant():
+    """Each of three layers makes the same index tensor from the shapes (DeepSeek-V3's 61
+    layers made 122 of 4 MB: 0.5 GB of initializers, 2.9 GB of host memory): folded once, every
+    layer reads the one copy."""
+    from onnx import shape_inference
+
+    from converters.loader import _fold_shape_computations
+
+    I64 = TensorProto.INT64
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape")]
+    for k in range(3):
+        nodes += [helper.make_node("ConstantOfShape", ["s"], [f"i{k}"], name=f"index{k}",
+                                   value=helper.make_tensor("v", I64, [1], [1])),
+                  helper.make_node("Add", [f"i{k}", "step"], [f"j{k}"], name=f"next{k}"),
+                  helper.make_node("GatherElements", ["x", f"j{k}"], [f"y{k}"], name=f"g{k}")]
+    nodes.append(helper.make_node("Sum", ["y0", "y1", "y2"], ["y"], name="sum"))
+    m = shape_inference.infer_shapes(model(nodes, [value("x", [4, 64])], [value("y", None)],
+                                           [helper.make_tensor("step", I64, [], [1])]))
+    _fold_shape_computations(m)
+    assert [n.op_type for n in m.graph.node] == ["GatherElements"] * 3 + ["Sum"]
+    indices = {n.input[1] for n in m.graph.node[:3]}
+    assert len(indices) == 1
+    assert [i.name for i in m.graph.initializer if i.name.startswith("j")] == list(indices)
+
+
 def test_one_export_serves_every_batch_size():
     flops = [convert(conv_bn_relu(), batch_size=b).flops for b in (1, 2, 8)]
     assert flops[1] == 2 * flops[0] and flops[2] == 8 * flops[0]
