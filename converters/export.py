@@ -112,6 +112,7 @@ def _meta_convolutions(torch, active: bool):
         yield
         return
     import torch.nn.functional as F
+    from torch.onnx import symbolic_helper as sh
 
     class Conv(torch.autograd.Function):
         @staticmethod
@@ -122,7 +123,7 @@ def _meta_convolutions(torch, active: bool):
 
         @staticmethod
         def symbolic(g, x, w, b, stride, padding, dilation, groups):
-            inputs = (x, w) if b is None or b.node().mustBeNone() else (x, w, b)
+            inputs = (x, w) if b is None or sh._is_none(b) else (x, w, b)
             return g.op("Conv", *inputs, strides_i=stride, pads_i=list(padding) * 2,
                         dilations_i=dilation, group_i=groups)
 

@@ -289,9 +289,10 @@ def expert_params(seq: OperatorSequence) -> int:
     return int(round(seq.params * held / max(seq.total("params"), 1.0)))
 
 
-def _chunks(seq: OperatorSequence, blocks: list[Block], layout: Layout) -> np.ndarray:
-    """`[N]` the pipeline stage of every operator (module docstring)."""
-    chunks, first = layout.pp * layout.virtual, layer_starts(seq, blocks)
+def _chunks(seq: OperatorSequence, first: list[int], layout: Layout) -> np.ndarray:
+    """`[N]` the pipeline stage of every operator, the layers starting at `first` cut into
+    chunks (module docstring)."""
+    chunks = layout.pp * layout.virtual
     starts = [0] + [first[c * len(first) // chunks] for c in range(1, chunks)]
     chunk = np.searchsorted(np.asarray(starts), np.arange(seq.num_ops), side="right") - 1
     return chunk % layout.pp
@@ -305,13 +306,14 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     phases) as an iteration of `micro_batches` through the tensor- and pipeline-parallel
     `layout`, and the parameters of the fullest stage's GPU (for the data parallelism left)."""
     tp, pp, v = layout.tp, layout.pp, layout.virtual
-    stage = _chunks(seq, blocks, layout) if pp > 1 else np.zeros(seq.num_ops, int)
+    first = layer_starts(seq, blocks)
+    stage = _chunks(seq, first, layout) if pp > 1 else np.zeros(seq.num_ops, int)
     ms = np.zeros(seq.num_ops)
     for o in one.operators or []:
         if "index" in o:  # the update has none: it follows the stages' parameters
             ms[o["index"]] += o["ms"]
     share = np.bincount(stage, ms, pp) / max(ms.sum(), 1e-30)  # [pp] of the compute
-    layers = np.bincount(stage[layer_starts(seq, blocks)], minlength=pp)  # [pp]
+    layers = np.bincount(stage[first], minlength=pp)  # [pp]
     bytes_ = 2.0 if precision in HALF else 4.0
     act = tokens_of(seq, blocks) * width(seq) * bytes_  # one [tokens, width] activation
     compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation",
@@ -328,7 +330,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     fill = t.sum() - t[slow]
     iteration = m * t[slow] + (fill / v if layout.schedule == "interleaved" else fill)
     state = _state_bytes(seq, stage, pp, optimizer)
-    memory = state + _activation_bytes(seq, stage, blocks, layout, m, precision,
+    memory = state + _activation_bytes(seq, stage, blocks, layers, layout, m, precision,
                                        checkpointing, fused)
     full = int(np.argmax(memory))
     updates = float(state[slow] / max(state.sum(), 1.0))  # of the parameters, the slowest's
@@ -383,9 +385,10 @@ def _state_bytes(seq: OperatorSequence, stage: np.ndarray, pp: int, optimizer: s
 
 
 def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Block],
-                      layout: Layout, m: int, precision: str, checkpointing: str | None,
-                      fused: list[Block]) -> np.ndarray:
-    """`[pp]` bytes of activations a stage's GPU keeps at its fullest (module docstring)."""
+                      layers: np.ndarray, layout: Layout, m: int, precision: str,
+                      checkpointing: str | None, fused: list[Block]) -> np.ndarray:
+    """`[pp]` bytes of activations a stage's GPU keeps at its fullest, `layers` [pp] the layers
+    each holds (module docstring)."""
     pp, v = layout.pp, layout.virtual
     scale = 0.5 if precision in HALF else 1.0
     core = blocks if checkpointing == "selective" else fused  # no S x S kept either way
@@ -397,6 +400,5 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
         flight[0] = min(pp, m) * (1 + (pp - 1) / (pp * v))
     if checkpointing != "full":
         return kept * flight
-    layers = np.bincount(stage[layer_starts(seq, blocks)], minlength=pp)  # [pp]
     boundary = 4 * scale * seq.config[[b.output for b in blocks], _C["out_numel"]].mean()
     return layers * boundary * flight + kept / np.maximum(layers, 1)  # a layer's input kept
