@@ -177,6 +177,10 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     """
     import torch
 
+    if torch.get_default_device().type == "meta":  # called inside `with torch.device("meta")`:
+        with torch.device("cpu"):  # trace as outside it (what the exporter makes is the CPU's)
+            return from_torch(module, example_inputs, input_names=input_names,
+                              dynamic_batch=dynamic_batch, opset=opset)
     register_symbolics(torch, OPSET, FALLBACK_OPSET)
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     on_meta = any(p.is_meta for p in module.parameters())

@@ -51,6 +51,19 @@ def test_a_meta_model_exports_what_its_real_twin_does(name, capfd):
     assert "graph(" not in out + err  # the exporter's Torch IR never reaches the terminal
 
 
+@pytest.mark.parametrize("name", ["llama", "mpt"])  # mpt: its ALiBi goes to the CPU copy
+def test_a_model_exported_inside_the_meta_block_that_built_it_exports_as_outside(name):
+    """`from_torch` called inside `with torch.device("meta")` failed ("Tensor on device cpu is
+    not on the expected device meta")."""
+    outside = _sequence(from_torch(_build(name, "meta"), torch.zeros(1, 16, dtype=torch.long)))
+    with torch.device("meta"):
+        model = SMALL[name]()
+        inside = _sequence(from_torch(model, torch.zeros(1, 16, dtype=torch.long)))
+        assert torch.empty(1).is_meta  # the user's block is still in force
+    assert inside.meta["params"] == outside.meta["params"] > 0
+    np.testing.assert_array_equal(inside.op_type, outside.op_type)
+
+
 def test_an_export_with_merged_weights_is_refused_naming_the_parameter():
     from converters import symbolics
     from converters.export import FALLBACK_OPSET, OPSET
