@@ -105,7 +105,8 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="whose kernels: eager PyTorch's, or Megatron-LM's (the model in the "
                         "half type, fused softmax and Adam; with --precision amp-fp16|amp-bf16)")
     p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")
-    p.add_argument("--network-gbs", type=POSITIVE_FLOAT, help="GB/s between nodes (default 25)")
+    p.add_argument("--network-gbs", type=POSITIVE_FLOAT,
+                   help="GB/s between nodes, per direction (default: the GPU's DGX NICs, else 25)")
     p.add_argument("--step", choices=STEPS,
                    help="a GPU priced from its spec sheet: the whole step (train, default) or "
                         "forward and backward without the optimizer update")

@@ -517,7 +517,8 @@ def test_experts_over_nodes_exchange_through_the_nodes_network(moe):
     from mdot_jax import TrainingJob, predict
 
     job = dict(model=moe, batch_size=2, device="h100-sxm", precision="amp-bf16", ep=8)
-    within, across = (predict(TrainingJob(**job, gpus=g, nodes=k)) for g, k in ((8, 1), (4, 2)))
+    within, across = (predict(TrainingJob(**job, gpus=g, nodes=k, network_gbs=net)) for g, k, net
+                      in ((8, 1, None), (4, 2, 25)))
     notes = [next(w for w in p.warnings if w.startswith("expert parallel")) for p in
              (within, across)]
     assert "network" not in notes[0] and "and the network (6.25 GB/s a GPU)" in notes[1]

@@ -293,6 +293,27 @@ def test_a_ring_that_leaves_the_node_shares_its_network():
     assert eight.latency_s == pytest.approx(LATENCY_US["network"] * 1e-6)  # one GPU a node
 
 
+def test_the_network_between_nodes_defaults_to_the_gpus_dgx_and_says_so():
+    """Unless told, an H100's nodes are joined as a DGX H100's (eight 400 Gb/s NICs: 400 GB/s a
+    node), a GPU of no DGX by one 200 Gb/s NIC (25 GB/s); a note says which; told, as told."""
+    from mdot_jax import TrainingJob, predict
+
+    model = attention(seq=64, dim=1024)
+    job = dict(model=model, batch_size=8, gpus=8, nodes=4)
+    notes = {}
+    for device, told in (("h100-sxm", None), ("l4", None), ("h100-sxm", 25.0)):
+        p = predict(TrainingJob(**job, device=device, network_gbs=told))
+        notes[device, told] = ([w for w in p.warnings if w.startswith("network: ")],
+                               p.phases["communication"])
+    assert gpus.find("h100-sxm").network_gbs == 400 and gpus.find("l4").network_gbs == 0
+    (h100, ms), (l4, _), (told, ms_told) = notes.values()
+    assert len(h100) == 1 and "400 GB/s a node" in h100[0] and "DGX" in h100[0]
+    assert len(l4) == 1 and "25 GB/s a node" in l4[0] and "one 200 Gb/s NIC" in l4[0]
+    assert told == [] and ms_told > 2 * ms  # a sixteenth of the bandwidth
+    one_node = predict(TrainingJob(**dict(job, nodes=1), device="h100-sxm"))
+    assert not any(w.startswith("network: ") for w in one_node.warnings)
+
+
 def test_zero_stages_shard_more_and_move_what_they_must():
     """DDP keeps everything on every GPU; ZeRO-1 shards the optimizer state, ZeRO-2 the
     gradients too, FSDP the weights too: memory falls stage by stage; ZeRO-1/2 move an

@@ -6,7 +6,9 @@ Every row names its public source (a datasheet or an architecture whitepaper). P
 are dense (no structured sparsity): `fp32` on the CUDA cores; `tf32`, `fp16`, `bf16`, `fp8` on the
 tensor cores, null where the GPU has none for that precision. `power_w`: the board's maximum
 power on the same datasheet (what caps its clocks under a long kernel: the two A100 PCIe cards
-share a spec sheet but not a power limit).
+share a spec sheet but not a power limit). `network_gbs`: what joins a node of the GPU's
+reference 8-GPU system (DGX) to the others, its compute NICs together, per direction (0: no
+such system), the default between nodes (`--network-gbs` says otherwise).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ CATALOG_FILE = Path(__file__).with_name("gpus.json")
 # FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
 # beyond any GPU by far (a B200: 148 SMs, 8 TB/s, 2.25 PFLOP/s dense fp16): a typo, not a GPU
 LIMITS = {"sms": 10_000, "boost_mhz": 10_000, "memory_gb": 100_000, "memory_gbs": 1e6,
-          "l2_mb": 100_000, "nvlink_gbs": 1e5, "pcie_gbs": 1e4, "power_w": 1e4, "tflops": 1e6}
+          "l2_mb": 100_000, "nvlink_gbs": 1e5, "pcie_gbs": 1e4, "network_gbs": 1e5,
+          "power_w": 1e4, "tflops": 1e6}
 CORES_PER_SM = {"6.0": 64, "6.1": 128, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128,
                 "9.0": 128, "10.0": 128}
 
@@ -43,6 +46,7 @@ class GPU:
     tflops: dict  # precision -> dense peak TFLOP/s, or None
     nvlink_gbs: float = 0.0  # per GPU, both directions
     pcie_gbs: float = 0.0  # x16 link, both directions
+    network_gbs: float = 0.0  # a node of its DGX to the others, per direction (0: no DGX)
     nvswitch: bool = False  # every GPU of a board reaches the others by NVLink (SXM boards)
     power_w: float = 0.0  # the board's maximum power on its datasheet (0: not published)
     aliases: tuple[str, ...] = ()
@@ -85,7 +89,7 @@ def _from_json(d: dict, where: str) -> GPU:
     if missing:
         raise ValueError(f"{where}: missing field(s) {missing}")
     for k in ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_gbs", "pcie_gbs",
-              "power_w"):
+              "network_gbs", "power_w"):
         v = d.get(k, 0)
         if not _number(v) or v < 0 or (k in required and v == 0) or v > LIMITS.get(k, math.inf):
             raise ValueError(f"{where}: '{k}' is {v!r}; expected a positive number"

@@ -176,6 +176,7 @@ class _SpecSheet:
 
     def __init__(self, job: TrainingJob, gpu, folder: Path, note: str | None = None):
         from mdot_jax.gpu import spec_sheet
+        from mdot_jax.gpu.parallel import NETWORK_GBS
 
         if job.layout != "nchw":
             raise RequestError("layout: a GPU priced from its spec sheet has none (NCHW data)",
@@ -185,6 +186,14 @@ class _SpecSheet:
         self.source = f"priced from its spec sheet by {folder.name}" + (
             ", adapted to measured steps" if self.model.info.get("adaptation") else "")
         self.notes: list[str] = [note] if note else []
+        # between nodes: what the user said, else the GPU's DGX's NICs, else one 200 Gb/s NIC
+        self.network_gbs = job.network_gbs or gpu.network_gbs or NETWORK_GBS
+        if job.nodes > 1 and not job.network_gbs:
+            self.notes.append(
+                f"network: {self.network_gbs:g} GB/s a node per direction between nodes, " + (
+                    f"the compute NICs of the {gpu.name}'s DGX system (its catalog row)"
+                    if gpu.network_gbs else f"one 200 Gb/s NIC (the {gpu.name} has no DGX "
+                    "system in the catalog)") + "; give network_gbs for your cluster's")
 
     def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
         """The model at batch `b`, and one GPU's step of one micro-batch of it (its share
@@ -271,11 +280,10 @@ class _SpecSheet:
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
         from mdot_jax.gpu import model_parallel
-        from mdot_jax.gpu.parallel import NETWORK_GBS, accumulate, data_parallel
+        from mdot_jax.gpu.parallel import accumulate, data_parallel
         from mdot_jax.serving.memory import check_fit
 
-        job = self.job
-        network = job.network_gbs or NETWORK_GBS
+        job, network = self.job, self.network_gbs
         params = self.seq.params
         if job.cp > 1:  # the ring's sends, each micro-batch
             one = self._context(one, n)
@@ -305,11 +313,11 @@ class _SpecSheet:
         """`one` with context parallelism's ring sends (`model_parallel.context_exchange`):
         the cp GPUs of a ring tp ranks apart."""
         from mdot_jax.gpu import model_parallel
-        from mdot_jax.gpu.parallel import NETWORK_GBS, group_link
+        from mdot_jax.gpu.parallel import group_link
 
         job = self.job
-        link = group_link(self.gpu, n, job.nodes, job.interconnect,
-                          job.network_gbs or NETWORK_GBS, job.cp, job.tp)
+        link = group_link(self.gpu, n, job.nodes, job.interconnect, self.network_gbs, job.cp,
+                          job.tp)
         return model_parallel.context_exchange(one, self.seq, self.blocks, job.cp, job.tp, link,
                                                *self._activations())
 
@@ -317,11 +325,10 @@ class _SpecSheet:
         """`one` with expert parallelism's all-to-alls (`parallel.expert_exchange`), and the
         parameters of the experts a GPU holds."""
         from mdot_jax.gpu import model_parallel
-        from mdot_jax.gpu.parallel import NETWORK_GBS, exchange_links, expert_exchange
+        from mdot_jax.gpu.parallel import exchange_links, expert_exchange
 
         job, moe = self.job, self.seq.meta["experts"]
-        links = exchange_links(self.gpu, n, job.interconnect, job.network_gbs or NETWORK_GBS,
-                               job.ep, job.tp)
+        links = exchange_links(self.gpu, n, job.interconnect, self.network_gbs, job.ep, job.tp)
         tokens = model_parallel.tokens_of(self.seq, self.blocks) // (
             job.tp if job.sequence_parallel else 1)
         act_bytes, passes = self._activations()

@@ -107,7 +107,8 @@ class TrainingJob:
         eager PyTorch, autocast at amp-*) or `megatron` (Megatron-LM at amp-fp16 / amp-bf16:
         the model in the half type, fp32 master weights, fused softmax and Adam).
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
-        others by it). network_gbs: between nodes (default `parallel.NETWORK_GBS`).
+        others by it). network_gbs: between nodes, GB/s a node per direction (default: the
+        catalog's `network_gbs` of the GPU, its DGX's NICs, else `parallel.NETWORK_GBS`).
       epochs, dataset_size: together, the whole job's time; or train_tokens: the time to
         train a token model on that many tokens.
       operators: also where the time goes (`Prediction.operators`).
