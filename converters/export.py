@@ -29,8 +29,8 @@ import onnx
 
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
-from converters.linear_attention import FUNCTION, exported_chunked
 from converters.sequence import DATA_INPUTS_KEY, LINEAR_KEY, PARAMS_KEY
+from converters.substitutes import substituted
 from converters.symbolics import register as register_symbolics
 
 OPSET = 17
@@ -188,7 +188,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
     names = list(input_names or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()
-    was_training, retry, linear = module.training, False, False
+    was_training, retry, fused = module.training, False, []
     config: Any = getattr(module, "config", None)  # a Hugging Face model returns its key-value
     cached = getattr(config, "use_cache", None)  # cache, no tensor: the step keeps none
     try:
@@ -197,7 +197,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
                 _meta_convolutions(torch, on_meta), _positional_forward(module), \
-                exported_chunked(module) as linear:
+                substituted(module) as fused:
             warnings.simplefilter("ignore")
             torch.onnx.export(  # a BytesIO works as the file
                 module, args, buf,  # type: ignore[arg-type]
@@ -231,8 +231,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     params = [name for name, _ in module.named_parameters()]
     _unmerge(model, set(params) | {name for name, _ in module.named_buffers()})
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
-    if linear:
-        model.metadata_props.add(key=LINEAR_KEY, value=FUNCTION)
+    if fused:
+        model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
     return model
 
 

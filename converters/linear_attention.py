@@ -22,9 +22,6 @@ reads and writes are the kernels'.
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 FUNCTION = "torch_chunk_gated_delta_rule"  # transformers' name, in each model's module
@@ -74,20 +71,3 @@ def chunked(query: Any, key: Any, value: Any, g: Any, beta: Any, chunk_size: int
     out = out.reshape(-1, h, n * c, dv)[:, :, :t].transpose(1, 2).contiguous()  # [B, T, H, dv]
     last = (state[:, :, -1] + step[:, :, -1]) if output_final_state else None
     return out.to(value.dtype), last
-
-
-@contextlib.contextmanager
-def exported_chunked(module: Any) -> Iterator[bool]:
-    """`module` (a torch model) with every gated delta rule its layers call computed by
-    `chunked`, restored after; yields whether it has any."""
-    patched = []
-    for name in {type(m).__module__ for m in module.modules()}:
-        where = sys.modules.get(name)
-        if where is not None and callable(getattr(where, FUNCTION, None)):
-            patched.append((where, getattr(where, FUNCTION)))
-            setattr(where, FUNCTION, chunked)
-    try:
-        yield bool(patched)
-    finally:
-        for where, original in patched:
-            setattr(where, FUNCTION, original)

@@ -56,7 +56,8 @@ PARAMS_KEY = "mdot.params"  # model metadata: the trainable parameters, when the
 EXPERTS_KEY = "mdot.experts"  # model metadata: a mixture of experts exported as balanced routing
 DEFAULTED_KEY = "mdot.defaulted"  # model metadata: shape fields a config.json left to defaults
 EAGER_KEY = "mdot.eager_attention"  # model metadata: a config class computing attention itself
-LINEAR_KEY = "mdot.linear_attention"  # model metadata: a gated delta rule exported chunked
+LINEAR_KEY = "mdot.linear_attention"  # model metadata: functions exported as fused kernels
+# (comma-separated names of `converters.substitutes`: a gated delta rule, Mamba-2's scan)
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 FORMAT_VERSION = 1
 INPUT_KINDS = ((4, "image"), (3, "signal"), (2, "tokens"))  # data input rank -> kind, in order

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from converters.errors import ConversionError
+from converters.substitutes import described
 from mdot_jax import __version__, cli_build, cli_job, cli_plan, writers
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list, hours
 from mdot_jax.errors import MdotError, UsageError
@@ -74,8 +75,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if moe := seq.meta.get("experts"):
         print(f"experts: {moe['experts']}, top {moe['top_k']}, in {moe['layers']} layers, "
               f"{moe['params'] / 1e6:.2f} M of the params (exported as balanced routing)")
-    if seq.meta.get("linear_attention"):
-        print("gated delta rule: exported as flash-linear-attention's chunked kernels")
+    for s in described(seq.meta.get("linear_attention", "")):
+        print(f"{s.what}: exported as {s.kernels}")
     width = max(len(k) for k in summary["op_types"])
     for op, count in summary["op_types"].items():
         print(f"  {op:<{width}}  {count:6d}")

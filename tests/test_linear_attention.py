@@ -4,8 +4,9 @@ hybrid models (Mamba-2's and the rule's causal convolutions) exported from the m
 import numpy as np
 import pytest
 
-from converters import convert, from_torch
-from converters.linear_attention import CHUNK, FUNCTION, chunked, exported_chunked
+from converters import convert, from_torch, state_space
+from converters.linear_attention import CHUNK, FUNCTION, chunked
+from converters.substitutes import substituted
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -41,7 +42,7 @@ def test_the_rule_exports_one_graph_whatever_the_sequence_with_its_kernels_flops
     products are the chunked kernels': per (batch, head) and chunk 2 C^2 (3 dk + 2 dv) +
     6 C dk dv FLOPs."""
     rule = _Rule()
-    with exported_chunked(rule):  # no layer of a transformers module: nothing patched
+    with substituted(rule):  # no layer of a transformers module: nothing patched
         pass
     assert getattr(qwen3_next, FUNCTION) is not chunked
     rule.__module__ = qwen3_next.__name__  # as a model's layer of that module
@@ -88,7 +89,8 @@ def test_a_hybrid_exports_from_the_meta_device_not_a_cpu_copy(kind, fields, monk
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
     assert seq.params == sum(p.numel() for p in model.parameters())
-    assert (seq.meta.get("linear_attention") == FUNCTION) == (kind == "qwen3_next")
+    assert seq.meta.get("linear_attention") == (FUNCTION if kind == "qwen3_next" else
+                                                state_space.FUNCTION)
 
 
 def test_a_gated_delta_rule_is_said_in_the_prediction():

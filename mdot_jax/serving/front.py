@@ -20,6 +20,7 @@ from pathlib import Path
 from converters import ConversionError, OperatorSequence
 from converters.attention import attention_blocks, layer_starts
 from converters.fusion import fusion_version
+from converters.substitutes import described
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST
 from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
@@ -111,9 +112,8 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     about = [f"mixture of experts ({moe['experts']} experts, top {moe['top_k']}, in "
              f"{moe['layers']} layers): priced as balanced routing, each expert computing an "
              "equal share of the routed tokens (none dropped)"] if moe else []
-    if seq.meta.get("linear_attention"):
-        about.append("gated delta rule (linear attention): priced as flash-linear-attention's "
-                     "chunked kernels (their GEMMs and passes, 64-token chunks), not measured")
+    about += [f"{s.what}: priced as {s.kernels} (their GEMMs and passes), not measured"
+              for s in described(seq.meta.get("linear_attention", ""))]
     if said := defaults_said(seq):
         about.append(said)
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,

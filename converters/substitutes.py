@@ -1,0 +1,54 @@
+"""Functions of transformers' model modules that training replaces by fused kernels, exported
+as those kernels' work while `from_torch` traces a model (a registry: name -> substitute).
+
+- `torch_chunk_gated_delta_rule` (Qwen3-Next, Qwen3.5, OLMo-hybrid): `linear_attention.chunked`;
+- `mamba2_split_conv1d_scan_combined` (Mamba-2 and its hybrids): `state_space.combined`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from converters.linear_attention import FUNCTION as GATED_DELTA_RULE
+from converters.linear_attention import chunked
+from converters.state_space import FUNCTION as MAMBA2_SCAN
+from converters.state_space import combined
+
+
+class Substitute(NamedTuple):
+    function: Callable
+    what: str  # the layers it computes
+    kernels: str  # whose kernels its work is
+
+
+SUBSTITUTES = {
+    GATED_DELTA_RULE: Substitute(chunked, "gated delta rule",
+                                 "flash-linear-attention's chunked kernels"),
+    MAMBA2_SCAN: Substitute(combined, "Mamba-2 state space layers",
+                            "mamba_ssm's fused conv1d, chunked scan and gated norm"),
+}
+
+
+def described(names: str) -> list[Substitute]:
+    """The substitutes a model's metadata names (comma-separated)."""
+    return [SUBSTITUTES[name] for name in names.split(",") if name in SUBSTITUTES]
+
+
+@contextlib.contextmanager
+def substituted(module: Any) -> Iterator[list[str]]:
+    """`module` (a torch model) with every registered function its layers' modules define
+    replaced by its substitute, restored after; yields the names replaced."""
+    patched = []
+    for where in filter(None, map(sys.modules.get, {type(m).__module__ for m in module.modules()})):
+        for name, substitute in SUBSTITUTES.items():
+            if callable(getattr(where, name, None)):
+                patched.append((where, name, getattr(where, name)))
+                setattr(where, name, substitute.function)
+    try:
+        yield sorted({name for _, name, _ in patched})
+    finally:
+        for where, name, original in patched:
+            setattr(where, name, original)

@@ -1,0 +1,64 @@
+"""Mamba-2's state space layers exported as mamba_ssm's fused kernels (`converters.state_space`):
+the same output as transformers' eager path, C B^T once a group, said in the prediction."""
+
+import numpy as np
+import pytest
+
+from converters import convert, from_hf_config
+from converters.state_space import FUNCTION, combined
+from converters.substitutes import substituted
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+mamba2 = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
+
+MAMBA2 = dict(model_type="mamba2", hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16,
+              state_size=8, expand=2, n_groups=1, vocab_size=100, conv_kernel=4, chunk_size=16)
+
+
+@pytest.mark.parametrize("groups, tokens", [(1, 64), (2, 50)])  # whole chunks; a padded one
+def test_the_fused_scan_gives_what_transformers_eager_mixer_gives(groups, tokens):
+    torch.manual_seed(0)
+    fields = {k: v for k, v in MAMBA2.items() if k != "model_type"}
+    model = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
+        **dict(fields, n_groups=groups))).train()
+    mixer = model.backbone.layers[0].mixer
+    with torch.no_grad():  # not the initial ones (D = 1, a norm of ones)
+        for t in (mixer.dt_bias, mixer.A_log, mixer.D, mixer.norm.weight):
+            t.normal_()
+    x = torch.randn(2, tokens, 64)
+    eager = mixer(x)  # no mamba_ssm here: transformers' eager path
+    with substituted(model):
+        assert getattr(mamba2, FUNCTION) is combined
+        fused = mixer(x)
+    assert getattr(mamba2, FUNCTION) is not combined  # restored
+    torch.testing.assert_close(fused, eager, rtol=1e-4, atol=1e-4)
+    z = torch.zeros(1, 16, mixer.in_proj.out_features)  # a carried state: the caller's own path
+    assert combined(z, mixer.conv1d.weight.squeeze(1), None, mixer.dt_bias, -mixer.A_log.exp(),
+                    mixer.D, 16, return_final_states=True, headdim=16) is None
+
+
+def test_the_scan_exports_with_the_fused_kernels_flops():
+    """The scan's matrix products a chunk of Q tokens: C B^T once a group (2 Q^2 N), and a head's
+    2 Q^2 P + 4 Q N P; the states passed between the chunks (2 nc^2 P N a head); the output
+    projection. Transformers' eager path computes C B^T once a head."""
+    seq_len, batch, q, n, p, heads, groups = 64, 2, 16, 8, 16, 8, 1
+    seq = convert(from_hf_config(MAMBA2, seq_len=seq_len), batch_size=batch, fuse=2)
+    assert seq.meta["linear_attention"] == FUNCTION
+    chunks = seq_len // q
+    scan = batch * chunks * (groups * 2 * q * q * n + heads * (2 * q * q * p + 4 * q * n * p)) \
+        + batch * heads * 2 * chunks * chunks * p * n + 2 * batch * seq_len * heads * p * 64
+    flops = [f for name, t, f in zip(seq.node_names, seq.op_names, seq.column("fwd_flops"))
+             if t == "MatMul" and "/mixer/MatMul" in name]
+    assert len(flops) == 2 * 6  # two layers: C B^T, two reads, the state, its passing, out
+    np.testing.assert_allclose(sum(flops), 2 * scan, rtol=1e-6)
+
+
+def test_a_mamba2_is_said_in_the_prediction():
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    seq = convert(from_hf_config(MAMBA2, seq_len=64), batch_size=2, seq_len=64, fuse=2)
+    p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16"))
+    assert any(w.startswith("Mamba-2 state space layers: priced as mamba_ssm's fused")
+               for w in p.warnings)
