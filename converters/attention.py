@@ -24,6 +24,7 @@ Host-side numpy over `OperatorSequence.edges`; nothing here is jitted.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import NamedTuple
 
 import numpy as np
@@ -98,14 +99,21 @@ def layer_starts(seq: OperatorSequence, blocks: list[Block]) -> list[int]:
     """The first operator of each layer (`layers`): where the exporter's scopes show more layers
     in the stacks holding `blocks` than blocks (a hybrid: Qwen3.5's linear attention or Jamba's
     Mamba layers beside softmax attention), each scoped layer's first operator
-    (`/model/layers.3/...`); otherwise each layer's attention scores."""
+    (`/model/layers.3/...`); otherwise each layer's attention scores. A language model without
+    attention (token ids in: Mamba-2's state space layers) has the layers of its longest
+    scoped stack (`/backbone/layers.k/`)."""
     own = [b.scores for b in layers(blocks)]
+    scoped = [(m.group(1), m.group(2), i) for i, name in enumerate(seq.node_names)
+              if (m := _LAYER.search(str(name)))]
     stacks = {m.group(1) for b in blocks if (m := _LAYER.search(str(seq.node_names[b.scores])))}
+    if not blocks and seq.input_kind == "tokens" and scoped:
+        counts = Counter(stack for stack, _ in {(stack, layer) for stack, layer, _ in scoped})
+        stacks = {max(counts, key=counts.__getitem__)}
     first: dict[tuple[str, str], int] = {}
-    for i, name in enumerate(seq.node_names):
-        if (m := _LAYER.search(str(name))) and m.group(1) in stacks:
-            first.setdefault((m.group(1), m.group(2)), i)
-    return sorted(first.values()) if len(first) > len(own) else own
+    for stack, layer, i in scoped:
+        if stack in stacks:
+            first.setdefault((stack, layer), i)
+    return sorted(first.values()) if len(first) > max(len(own), 1) else own
 
 
 _LAYER = re.compile(r"^(/(?:[^/]+/)*?[^/.]+)\.(\d+)/")  # an exporter's scope: /model/layers.3/

@@ -62,3 +62,35 @@ def test_a_mamba2_is_said_in_the_prediction():
     p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16"))
     assert any(w.startswith("Mamba-2 state space layers: priced as mamba_ssm's fused")
                for w in p.warnings)
+
+
+def test_a_model_without_attention_is_split_and_checkpointed_by_its_layer_stack():
+    """Mamba-2 has no attention blocks: its layers are its stack's (`/backbone/layers.k/`), so
+    FSDP shards it layer by layer, a pipeline cuts it, full checkpointing keeps a layer's
+    input; tensor parallelism and selective checkpointing (attention cores) are one-line
+    refusals."""
+    from converters.attention import attention_blocks, layer_starts
+    from mdot_jax import RequestError
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    seq = convert(from_hf_config(dict(MAMBA2, num_hidden_layers=4), seq_len=64), batch_size=2,
+                  seq_len=64, fuse=2)
+    starts = layer_starts(seq, attention_blocks(seq))
+    assert len(starts) == 4 and starts == sorted(starts)
+    assert all(f"/layers.{k}/" in seq.node_names[i] for k, i in enumerate(starts))
+
+    def priced(**job):
+        return predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm",
+                                   precision="amp-bf16", **job))
+
+    assert any("in 5 units (its layers" in w for w in priced(gpus=8, strategy="fsdp").warnings)
+    assert any(w.startswith("2 pipeline stages") and "2 layers on the slowest stage" in w
+               for w in priced(gpus=2, pp=2, grad_accum=4).warnings)
+    plain, full = priced(), priced(activation_checkpointing="full")
+    assert full.phases["recomputation"] == pytest.approx(plain.phases["forward"])
+    assert full.memory_gb < plain.memory_gb
+    for job, needle in ((dict(gpus=2, tp=2), "tp: the model has no attention blocks"),
+                        (dict(activation_checkpointing="selective"), "has none")):
+        with pytest.raises(RequestError, match=needle):
+            priced(**job)

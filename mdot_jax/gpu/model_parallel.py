@@ -138,6 +138,14 @@ def tokens_of(seq: OperatorSequence, blocks: Sequence[Block]) -> int:
     return batch_of(seq) * positions
 
 
+def layer_input(seq: OperatorSequence, blocks: Sequence[Block]) -> float:
+    """Elements of a layer's input (what a checkpointed layer keeps): its self-attention's
+    output, or a model without attention blocks [tokens, width]."""
+    own = [b.output for b in blocks if not b.cross]
+    return float(seq.config[own, _C["out_numel"]].mean()) if own else \
+        float(tokens_of(seq, blocks) * width(seq))
+
+
 def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batches: int,
           cp: int = 1) -> None:
     """The one-line errors of a layout the model cannot take."""
@@ -151,9 +159,12 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
         raise RequestError(f"{flag}: an encoder-decoder ({cross} of its {len(blocks)} attention "
                            f"blocks attend to the encoder) is priced with tp, ddp or fsdp, not "
                            f"{'pipeline' if pp > 1 else 'context'} parallel", flag)
-    if (tp > 1 or pp > 1) and not blocks:
-        raise RequestError(f"{'tp' if tp > 1 else 'pp'}: the model has no transformer layers "
-                           "(attention blocks) to split", "tp" if tp > 1 else "pp")
+    if tp > 1 and not blocks:
+        raise RequestError("tp: the model has no attention blocks whose heads to split "
+                           "(tensor parallelism of state space layers is not priced)", "tp")
+    if pp > 1 and not layer_starts(seq, blocks):
+        raise RequestError("pp: the model has no transformer layers (attention blocks) or "
+                           "stack of layers to split", "pp")
     if tp > 1:
         n_heads, kv, _ = heads(seq, blocks[0])
         if n_heads % tp or kv % tp:
@@ -400,5 +411,5 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
         flight[0] = min(pp, m) * (1 + (pp - 1) / (pp * v))
     if checkpointing != "full":
         return kept * flight
-    boundary = 4 * scale * seq.config[[b.output for b in blocks], _C["out_numel"]].mean()
+    boundary = 4 * scale * layer_input(seq, blocks)
     return layers * boundary * flight + kept / np.maximum(layers, 1)  # a layer's input kept

@@ -21,26 +21,28 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from converters.attention import Block, layer_starts
-from converters.sequence import CONFIG_FIELDS, OperatorSequence
+from converters.sequence import OperatorSequence
 from mdot_jax.errors import RequestError
+from mdot_jax.gpu.model_parallel import layer_input
 from mdot_jax.serving.memory import HALF, saved, step_memory
 from mdot_jax.serving.prediction import Prediction
-
-_OUT_NUMEL = CONFIG_FIELDS.index("out_numel")
 
 
 def rerun(seq: OperatorSequence, granularity: str, blocks: list[Block],
           fused: list[Block]) -> set[int]:
     """The nodes whose forward kernels run again in the backward (`spec_sheet.price`'s
     `recompute`): every one (`full`), or the attention cores of `blocks` unless fused."""
-    if not blocks:
+    if not layer_starts(seq, blocks):
         raise RequestError("activation_checkpointing: no transformer layers (attention "
-                           "blocks) found in the model to checkpoint", "activation_checkpointing")
+                           "blocks) or stack of layers found in the model to checkpoint",
+                           "activation_checkpointing")
     if granularity == "full":
         return set(range(seq.num_ops))
+    if not blocks:
+        raise RequestError("activation_checkpointing 'selective': it runs attention cores "
+                           "again, and the model has none (full checkpoints its layers)",
+                           "activation_checkpointing")
     return set() if fused else _cores(blocks)
 
 
@@ -67,8 +69,7 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, opti
                 "tensors not kept (Megatron's rules, not measured)")
         return dataclasses.replace(p, memory_gb=p.memory_gb - freed / 1e9,
                                    warnings=[*p.warnings, note])
-    boundaries = 4.0 * scale * len(starts) * float(np.mean(  # a layer's input, each layer
-        [seq.config[b.output, _OUT_NUMEL] for b in blocks if not b.cross]))
+    boundaries = 4.0 * scale * len(starts) * layer_input(seq, blocks)  # each layer's input
     activations = step_memory(seq, precision, optimizer, fused=fused).activations
     kept = activations / len(starts) + boundaries
     note = (f"activation checkpointing over {len(starts)} layers: the forward run again in the "

@@ -302,7 +302,8 @@ class _SpecSheet:
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
                           after_flush=job.model_parallel, precision=job.precision or "fp32",
-                          units=len(layer_starts(self.seq, self.blocks)) + 1 if self.blocks else 0,
+                          units=len(starts) + 1 if (starts := layer_starts(self.seq,
+                                                                             self.blocks)) else 0,
                           experts=experts,
                           ep=job.ep, stride=job.tp)  # Megatron's order: tp, dp, pp
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
