@@ -119,6 +119,21 @@ def layer_starts(seq: OperatorSequence, blocks: list[Block]) -> list[int]:
 _LAYER = re.compile(r"^(/(?:[^/]+/)*?[^/.]+)\.(\d+)/")  # an exporter's scope: /model/layers.3/
 
 
+def sublayers(seq: OperatorSequence, starts: list[int]) -> list[int]:
+    """Each layer's sublayers (the layers from `layer_starts`): the residual adds in the layer's
+    own scope (`/model/layers.3/Add`, `Add_1`: attention then the MLP; one in a layer of a
+    single mixer, Nemotron-H's or Mamba-2's; three in a decoder's with cross-attention); two
+    where the scopes say nothing."""
+    counts = []
+    for start, end in zip(starts, [*starts[1:], seq.num_ops]):
+        scope = _LAYER.search(str(seq.node_names[start]))
+        own = re.compile(re.escape(scope.group(0)) + r"Add(_\d+)?$") if scope else None
+        n = sum(1 for i in range(start, end) if own and seq.op_names[i] == "Add"
+                and own.match(str(seq.node_names[i])))
+        counts.append(n or 2)
+    return counts
+
+
 def _cross(scores: int, preds: dict[int, list[int]], names: np.ndarray) -> bool:
     """Whether the scores' two operands (queries, keys) were projected from disjoint tensors:
     what the MatMuls within `_PROJECTION_HOPS` operators upstream of each read, and the MatMuls

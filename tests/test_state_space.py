@@ -94,3 +94,38 @@ def test_a_model_without_attention_is_split_and_checkpointed_by_its_layer_stack(
                         (dict(activation_checkpointing="selective"), "has none")):
         with pytest.raises(RequestError, match=needle):
             priced(**job)
+
+
+NEMOTRON_H = dict(model_type="nemotron_h", hidden_size=256, num_hidden_layers=4,
+                  hybrid_override_pattern="M-M*", num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=64, vocab_size=1000, mamba_num_heads=8, mamba_head_dim=32, n_groups=2,
+                  ssm_state_size=16, chunk_size=64, intermediate_size=512)
+
+
+def test_tensor_parallel_all_reduces_once_a_sublayer(monkeypatch):
+    """Megatron-LM all-reduces after each row-parallel sublayer: twice in a transformer's layer
+    (attention, MLP), once in each of Nemotron-H's single-mixer layers (Mamba, MLP,
+    attention); the embedding's four on the first stage either way."""
+    import re
+
+    import mdot_jax.gpu.model_parallel as model_parallel
+    from converters.attention import attention_blocks, layer_starts, sublayers
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    gpt2 = convert(from_hf_config(dict(model_type="gpt2", n_layer=4, n_embd=256, n_head=4,
+                                       vocab_size=1000, n_positions=64), seq_len=64),
+                   batch_size=2, fuse=2)
+    hybrid = convert(from_hf_config(NEMOTRON_H, seq_len=64), batch_size=2, fuse=2)
+    for seq, each in ((gpt2, 2), (hybrid, 1)):
+        assert sublayers(seq, layer_starts(seq, attention_blocks(seq))) == [each] * 4
+
+    def all_reduces_ms():
+        p = predict(TrainingJob(model=hybrid, batch_size=2, device="h100-sxm", gpus=2, tp=2,
+                                precision="amp-bf16"))
+        return float(re.search(r"tensor-parallel all-reduces ([\d.e+-]+) ms",
+                               " ".join(p.warnings))[1])
+
+    once = all_reduces_ms()
+    monkeypatch.setattr(model_parallel, "sublayers", lambda seq, starts: [2] * len(starts))
+    assert all_reduces_ms() == pytest.approx(once * (2 * 4 * 2 + 4) / (1 * 4 * 2 + 4))

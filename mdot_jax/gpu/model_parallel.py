@@ -7,9 +7,11 @@ the model's width; the vocabulary-parallel head by its vocabulary), the attentio
 everything between a column- and a row-parallel GEMM (scores, softmax, the MLP's activations,
 the logits and the loss over them) T ways; the residual stream (tensors as wide as the model:
 norms, residual adds, dropout on it) replicated, or cut T ways along the sequence with sequence
-parallelism. A layer all-reduces its [tokens, width] activations twice in the forward and twice
-in the backward (with sequence parallelism an all-gather and a reduce-scatter each: the same
-bytes), the vocabulary-parallel embedding once each way; nothing hides them. T must divide the
+parallelism. A layer all-reduces its [tokens, width] activations once a sublayer in the forward
+and once in the backward (`converters.attention.sublayers`: attention and MLP, twice in a
+transformer's layer; once in a layer of one mixer, Nemotron-H's; with sequence parallelism an
+all-gather and a reduce-scatter each: the same bytes), the vocabulary-parallel embedding
+twice each way; nothing hides them. T must divide the
 heads and the key-value heads (grouped-query attention, `heads`), as Megatron-LM asserts.
 
 Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
@@ -49,7 +51,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from converters.attention import Block, layer_starts
+from converters.attention import Block, layer_starts, sublayers
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.traits import LOSSES
 from mdot_jax.errors import RequestError
@@ -332,8 +334,9 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     passes = 2 + (checkpointing == "full")  # forward, backward, the forward again
     link = group_link(gpu, layout.gpus_per_node, layout.gpus // layout.gpus_per_node,
                       interconnect, network_gbs, tp, 1)
-    per_layer = 2 * allreduce_ms(act, tp, link, 1)  # two all-reduces a layer a pass
-    tp_ms = (layers * passes + np.eye(pp)[0] * 2) * per_layer if tp > 1 else np.zeros(pp)
+    reduces = np.bincount(stage[first], sublayers(seq, first), pp)  # [pp] one a sublayer
+    tp_ms = (reduces * passes + np.eye(pp)[0] * 4) * allreduce_ms(act, tp, link, 1) \
+        if tp > 1 else np.zeros(pp)  # a pass; the embedding's, both ways
     p2p = _p2p_ms(act / tp, layout, gpu, network_gbs, interconnect) * 2 * v if pp > 1 else 0.0
     ring = share * one.phases.get("communication", 0.0)  # [pp] context parallelism's, exposed
     t = share * sum(compute.values()) + ring + tp_ms + p2p  # [pp] ms a micro-batch
