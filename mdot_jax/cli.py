@@ -233,7 +233,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         return 0
     print(f"{'name':<24} {'SMs':>4} {'MHz':>5} {'GB':>4} {'GB/s':>5} {'L2 MB':>5} "
           f"{'fp32':>6} {'tf32':>6} {'fp16':>6} {'bf16':>6} {'fp8':>6} {'NVLink':>6} "
-          f"{'max W':>5}  (TFLOP/s dense)")
+          f"{'net':>4} {'max W':>5}  (TFLOP/s dense; net: GB/s a node of its DGX)")
 
     def num(x) -> str:
         return "-" if not x else f"{x:g}"
@@ -243,7 +243,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(f"{g.name:<24} {g.sms:>4} {g.boost_mhz:>5g} {g.memory_gb:>4g} "
               f"{g.memory_gbs:>5g} {g.l2_mb:>5g} {num(t['fp32']):>6} {num(t['tf32']):>6} "
               f"{num(t['fp16']):>6} {num(t['bf16']):>6} {num(t['fp8']):>6} "
-              f"{num(g.nvlink_gbs):>6} {num(g.power_w):>5}")
+              f"{num(g.nvlink_gbs):>6} {num(g.network_gbs):>4} {num(g.power_w):>5}")
     print(f"{len(catalog)} GPUs; sources: `mdot devices --json` (each row's datasheet)")
     return 0
 

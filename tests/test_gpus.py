@@ -50,6 +50,8 @@ def test_every_row_is_sourced_and_consistent(gpu):
         assert gpu.tflops["tf32"] is None and gpu.tflops["bf16"] is None
     # the board's power: published for every GPU but the A10G (AWS's, said in its note)
     assert gpu.power_w >= 70 or (gpu.name == "nvidia-a10g" and "power" in gpu.note)
+    # a DGX's network between nodes: only on boards of NVSwitch (SXM) parts, its source named
+    assert not gpu.network_gbs or (gpu.nvswitch and "network: DGX" in gpu.source)
 
 
 def test_boards_of_one_chip_differ_by_their_power():
@@ -135,6 +137,7 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     ("nvswitch", None, "'nvswitch' is None"),
     ("power_w", -300, "'power_w' is -300"),
     ("power_w", "700 W", "'power_w' is '700 W'"),
+    ("network_gbs", -400, "'network_gbs' is -400"),
 ])
 def test_a_spec_number_that_is_no_number_is_named(tmp_path, field, value, needle):
     """JSON's NaN and Infinity parse as floats: a 3.7x faster GPU, or a math error, before."""
