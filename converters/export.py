@@ -147,6 +147,29 @@ def _meta_convolutions(torch, active: bool):
 
 
 @contextlib.contextmanager
+def _scalar_scatters(torch):
+    """`Tensor.scatter(dim, index, value)` with a Python scalar (DeepSeek-V3.2's sparse
+    attention mask: `ones.scatter(-1, topk, False)`) fails TorchScript's alias analysis ("We
+    don't have an op for aten::scatter ... bool"): it scatters a tensor of the value instead,
+    the same result (ONNX's ScatterElements either way)."""
+    scatter = torch.Tensor.scatter
+
+    def tensor_src(self, dim, index, src=None, *, value=None, reduce=None):
+        fill = src if value is None else value
+        if isinstance(fill, torch.Tensor) or reduce is not None:
+            return scatter(self, dim, index, src, **({"reduce": reduce} if reduce else {}))
+        fill = float(fill) if self.dtype.is_floating_point else int(fill)  # a bool: as an int
+        return scatter(self, dim, index, torch.full(index.shape, fill, device=self.device)
+                       .to(self.dtype))
+
+    torch.Tensor.scatter = tensor_src
+    try:
+        yield
+    finally:
+        torch.Tensor.scatter = scatter
+
+
+@contextlib.contextmanager
 def _positional_forward(module: Any):
     """`module.forward` as a function of the given inputs alone while exporting. The exporter
     binds every other parameter of the forward that has a default as one more traced input: an
@@ -196,7 +219,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             config.use_cache = False
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
-                _meta_convolutions(torch, on_meta), _positional_forward(module), \
+                _meta_convolutions(torch, on_meta), _scalar_scatters(torch), \
+                _positional_forward(module), \
                 substituted(module) as fused:
             warnings.simplefilter("ignore")
             torch.onnx.export(  # a BytesIO works as the file

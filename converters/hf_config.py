@@ -21,7 +21,7 @@ from converters.experts import balanced, describe
 from converters.export import from_torch
 from converters.loader import check_dims
 from converters.repeat import layer_stack, repeat_layer, template
-from converters.sequence import DEFAULTED_KEY, EAGER_KEY, EXPERTS_KEY, PARAMS_KEY
+from converters.sequence import DEFAULTED_KEY, EAGER_KEY, EXPERTS_KEY, PARAMS_KEY, SPARSE_KEY
 
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
                  "moe_num_experts")
@@ -97,7 +97,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                 model, experts, next((v for k, v in settings.items()
                                       if k in TOP_K_FIELDS and isinstance(v, int)), 1))),
             DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
-            EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__}
+            EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
+            SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k)}  # DSA
 
     def export() -> onnx.ModelProto:
         try:

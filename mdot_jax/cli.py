@@ -59,9 +59,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
                    op_types=seq.op_type_counts(), flops_by_type=seq.flops_by_type(),
                    unknown_ops=seq.unknown_ops,
                    dropped_nodes=seq.meta["dropped_nodes"], graph=seq.meta["graph"],
-                   output=args.output, **{k: seq.meta[k] for k in ("experts", "defaulted",
-                                                                   "linear_attention")
-                                           if k in seq.meta})
+                   output=args.output, **{k: seq.meta[k] for k in (
+                       "experts", "defaulted", "linear_attention", "sparse_attention")
+                       if k in seq.meta})
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -77,6 +77,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
               f"{moe['params'] / 1e6:.2f} M of the params (exported as balanced routing)")
     for s in described(seq.meta.get("linear_attention", "")):
         print(f"{s.what}: exported as {s.kernels}")
+    if k := seq.meta.get("sparse_attention"):
+        print(f"sparse attention: each query's top {k:,} keys, exported dense and masked")
     width = max(len(k) for k in summary["op_types"])
     for op, count in summary["op_types"].items():
         print(f"  {op:<{width}}  {count:6d}")

@@ -620,3 +620,32 @@ def test_llama_4s_complex_rotary_config_converts_with_every_parameter():
         model = transformers.AutoModelForCausalLM.from_config(
             transformers.AutoConfig.for_model(**fields))
     assert seq.params == sum(p.numel() for p in model.parameters())
+
+
+def test_deepseeks_sparse_attention_exports_dense_and_masked_and_says_so(capsys, tmp_path):
+    """DeepSeek-V3.2's indexer masks each query to its top-k keys with a scatter of a Python
+    bool, which the tracer refused; it exports (every parameter counted), and the prediction
+    says the attention is priced dense, not as sparse kernels."""
+    from converters import convert, from_hf_config
+    from mdot_jax.cli import main
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    config = dict(model_type="deepseek_v32", hidden_size=128, intermediate_size=256,
+                  moe_intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  vocab_size=1000, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+                  topk_group=1, first_k_dense_replace=1, q_lora_rank=64, kv_lora_rank=32,
+                  qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, index_n_heads=4,
+                  index_head_dim=32, index_topk=16)
+    graph = from_hf_config(config, seq_len=64)
+    seq = convert(graph, batch_size=2, seq_len=64, fuse=2)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**config))
+    assert seq.params == sum(p.numel() for p in model.parameters())
+    assert seq.meta["sparse_attention"] == 16
+    p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16"))
+    assert any(w.startswith("sparse attention (each query's top 16 keys") for w in p.warnings)
+    onnx.save(graph, tmp_path / "dsv32.onnx")
+    assert main(["convert", str(tmp_path / "dsv32.onnx"), "--batch-size", "2"]) == 0
+    assert "sparse attention: each query's top 16 keys" in capsys.readouterr().out

@@ -79,3 +79,16 @@ def test_a_complex_rotary_computes_what_torch_does():
         None, {"input0": x, "inv_freq": module.inv_freq.numpy()})[0]
     np.testing.assert_allclose(got, module(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
 
+
+
+@pytest.mark.parametrize("fill", [False, 0.5, 3])
+def test_a_scatter_of_a_python_scalar_exports_and_computes_what_torch_does(fill):
+    """DeepSeek-V3.2's sparse attention mask, `ones.scatter(-1, topk, False)`, failed the
+    tracer's alias analysis ("We don't have an op for aten::scatter ... bool")."""
+    def mask(x):
+        top = x.topk(2, dim=-1).indices
+        dtype = torch.bool if fill is False else x.dtype
+        return top.new_ones(x.shape, dtype=dtype).scatter(-1, top, fill).to(x.dtype) * x
+
+    np.testing.assert_allclose(_run(Fn(mask), X), mask(torch.from_numpy(X)).numpy())
+    assert torch.Tensor.scatter.__name__ == "scatter"  # restored after the export

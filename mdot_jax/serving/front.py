@@ -114,6 +114,12 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
              "equal share of the routed tokens (none dropped)"] if moe else []
     about += [f"{s.what}: priced as {s.kernels} (their GEMMs and passes), not measured"
               for s in described(seq.meta.get("linear_attention", ""))]
+    if k := seq.meta.get("sparse_attention"):
+        about.append(f"sparse attention (each query's top {k:,} keys by its indexer): priced "
+                     "as transformers computes it, the attention dense over every key and "
+                     "masked, the indexer's per-head scores in fp32 kept for a backward "
+                     "(DeepSeek's sparse and FP8 kernels do neither): slower and larger than "
+                     "those at long sequences")
     if said := defaults_said(seq):
         about.append(said)
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
