@@ -34,14 +34,15 @@ def combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bias: Any, dt_bias: Any, A:
              ngroups: int = 1, norm_before_gate: bool = True, **kwargs: Any) -> Any:
     """A Mamba-2 mixer's output [B, T, d] from its projected input `zxbcdt` [B, T, z | x B C |
     dt], as mamba_ssm's fused kernels compute it; None (the caller's own path) for what
-    training does not ask: a carried state, the final state, another activation."""
+    training does not ask: a carried state, the final state, another activation, no head
+    width."""
     import torch
     import torch.nn.functional as F
 
-    if initial_states is not None or return_final_states or activation not in ("silu", "swish"):
+    if initial_states is not None or return_final_states or activation not in ("silu", "swish") \
+            or not headdim:
         return None
-    h, (conv_dim, width) = dt_bias.shape[0], conv1d_weight.shape
-    p = headdim or 64
+    h, (conv_dim, width), p = dt_bias.shape[0], conv1d_weight.shape, headdim
     dim = h * p
     g, r = ngroups, h // ngroups  # groups of B and C, the heads each serves
     n = (conv_dim - dim) // (2 * g)
