@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import sys
 import tempfile
@@ -29,8 +30,8 @@ import onnx
 
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
-from converters.sequence import DATA_INPUTS_KEY, LINEAR_KEY, PARAMS_KEY
-from converters.substitutes import substituted
+from converters.sequence import DATA_INPUTS_KEY, LINEAR_KEY, PARAMS_KEY, STATE_SPACE_KEY
+from converters.substitutes import SUBSTITUTES, substituted
 from converters.symbolics import register as register_symbolics
 
 OPSET = 17
@@ -257,6 +258,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
     if fused:
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
+    for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
+        model.metadata_props.add(key=STATE_SPACE_KEY, value=json.dumps(shape))
     return model
 
 

@@ -58,6 +58,7 @@ DEFAULTED_KEY = "mdot.defaulted"  # model metadata: shape fields a config.json l
 EAGER_KEY = "mdot.eager_attention"  # model metadata: a config class computing attention itself
 LINEAR_KEY = "mdot.linear_attention"  # model metadata: functions exported as fused kernels
 # (comma-separated names of `converters.substitutes`: a gated delta rule, Mamba-2's scan)
+STATE_SPACE_KEY = "mdot.state_space"  # model metadata: its Mamba-2 heads and groups (JSON)
 SPARSE_KEY = "mdot.sparse_attention"  # model metadata: keys a query keeps (DeepSeek's indexer)
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 FORMAT_VERSION = 1
@@ -420,6 +421,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **({"eager_attention": a} if (a := _metadata(model).get(EAGER_KEY)) else {}),
         **({"linear_attention": a} if (a := _metadata(model).get(LINEAR_KEY)) else {}),
         **({"sparse_attention": int(k)} if (k := _metadata(model).get(SPARSE_KEY)) else {}),
+        **({"state_space": json.loads(j)} if (j := _metadata(model).get(STATE_SPACE_KEY))
+           else {}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(

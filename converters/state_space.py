@@ -26,6 +26,14 @@ from typing import Any
 FUNCTION = "mamba2_split_conv1d_scan_combined"  # transformers' name, in each model's module
 
 
+def heads_and_groups(module: Any) -> dict | None:
+    """The state space heads and groups of B and C of a model's Mamba-2 mixers (what tensor
+    parallelism must divide), None where it has none."""
+    mixers = [m for m in module.modules() if hasattr(m, "dt_bias") and hasattr(m, "n_groups")]
+    return dict(heads=int(mixers[0].dt_bias.shape[0]), groups=int(mixers[0].n_groups)) \
+        if mixers else None
+
+
 def combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bias: Any, dt_bias: Any, A: Any, D: Any,
              chunk_size: int, initial_states: Any = None,
              dt_limit: tuple[float, float] = (0.0, math.inf), return_final_states: bool = False,

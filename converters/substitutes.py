@@ -15,20 +15,23 @@ from typing import Any, NamedTuple
 from converters.linear_attention import FUNCTION as GATED_DELTA_RULE
 from converters.linear_attention import chunked
 from converters.state_space import FUNCTION as MAMBA2_SCAN
-from converters.state_space import combined
+from converters.state_space import combined, heads_and_groups
 
 
 class Substitute(NamedTuple):
     function: Callable
     what: str  # the layers it computes
     kernels: str  # whose kernels its work is
+    # a model's state space heads and groups (what tensor parallelism must divide), or None
+    state_space: Callable[[Any], dict | None] = lambda module: None
 
 
 SUBSTITUTES = {
     GATED_DELTA_RULE: Substitute(chunked, "gated delta rule",
                                  "flash-linear-attention's chunked kernels"),
     MAMBA2_SCAN: Substitute(combined, "Mamba-2 state space layers",
-                            "mamba_ssm's fused conv1d, chunked scan and gated norm"),
+                            "mamba_ssm's fused conv1d, chunked scan and gated norm",
+                            heads_and_groups),
 }
 
 

@@ -90,10 +90,32 @@ def test_a_model_without_attention_is_split_and_checkpointed_by_its_layer_stack(
     plain, full = priced(), priced(activation_checkpointing="full")
     assert full.phases["recomputation"] == pytest.approx(plain.phases["forward"])
     assert full.memory_gb < plain.memory_gb
-    for job, needle in ((dict(gpus=2, tp=2), "tp: the model has no attention blocks"),
+    for job, needle in ((dict(gpus=2, tp=2), "tp 2: does not divide the model's 1 state space "
+                                             "groups"),
                         (dict(activation_checkpointing="selective"), "has none")):
         with pytest.raises(RequestError, match=needle):
             priced(**job)
+
+
+def test_tensor_parallel_splits_a_mamba2s_heads_and_groups():
+    """The graph says its mixers' heads and groups (what Megatron-LM's tensor parallelism must
+    divide); split two ways, a GPU runs half of every matrix product and holds half the
+    parameters."""
+    from mdot_jax import RequestError
+    from mdot_jax.gpu.model_parallel import shard
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    seq = convert(from_hf_config(dict(MAMBA2, n_groups=2), seq_len=64), batch_size=2, fuse=2)
+    assert seq.meta["state_space"] == dict(heads=8, groups=2)
+    half = shard(seq, 2)
+    assert half.flops_by_type()["MatMul"] == pytest.approx(seq.flops_by_type()["MatMul"] / 2)
+    assert half.params == pytest.approx(seq.params / 2, rel=0.01)
+    p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", gpus=2, tp=2,
+                            precision="amp-bf16"))
+    assert any("2-way tensor parallel" in w for w in p.warnings)
+    with pytest.raises(RequestError, match="tp 4: does not divide the model's 2 state space"):
+        predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", gpus=4, tp=4))
 
 
 NEMOTRON_H = dict(model_type="nemotron_h", hidden_size=256, num_hidden_layers=4,

@@ -12,7 +12,8 @@ and once in the backward (`converters.attention.sublayers`: attention and MLP, t
 transformer's layer; once in a layer of one mixer, Nemotron-H's; with sequence parallelism an
 all-gather and a reduce-scatter each: the same bytes), the vocabulary-parallel embedding
 twice each way; nothing hides them. T must divide the
-heads and the key-value heads (grouped-query attention, `heads`), as Megatron-LM asserts.
+heads and the key-value heads (grouped-query attention, `heads`), and a Mamba-2 mixer's heads
+and groups of B and C (`state_space` in the sequence's metadata), as Megatron-LM asserts.
 
 Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
 chunks of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved
@@ -161,18 +162,21 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
         raise RequestError(f"{flag}: an encoder-decoder ({cross} of its {len(blocks)} attention "
                            f"blocks attend to the encoder) is priced with tp, ddp or fsdp, not "
                            f"{'pipeline' if pp > 1 else 'context'} parallel", flag)
-    if tp > 1 and not blocks:
-        raise RequestError("tp: the model has no attention blocks whose heads to split "
-                           "(tensor parallelism of state space layers is not priced)", "tp")
+    ssm = seq.meta.get("state_space")
+    if tp > 1 and not blocks and not ssm:
+        raise RequestError("tp: the model has no attention blocks or state space layers whose "
+                           "heads to split", "tp")
     if pp > 1 and not layer_starts(seq, blocks):
         raise RequestError("pp: the model has no transformer layers (attention blocks) or "
                            "stack of layers to split", "pp")
     if tp > 1:
-        n_heads, kv, _ = heads(seq, blocks[0])
-        if n_heads % tp or kv % tp:
-            what = f"{n_heads} attention heads" if n_heads % tp else \
-                f"{kv} key-value heads (grouped-query attention)"
-            raise RequestError(f"tp {tp}: does not divide the model's {what}", "tp")
+        n_heads, kv, _ = heads(seq, blocks[0]) if blocks else (tp, tp, 0)
+        what = [f"{n} {name}" for n, name in (
+            (n_heads, "attention heads"), (kv, "key-value heads (grouped-query attention)"),
+            *(((ssm["heads"], "state space heads"), (ssm["groups"], "state space groups of B "
+                                                    "and C")) if ssm else ())) if n % tp]
+        if what:  # as Megatron-LM asserts
+            raise RequestError(f"tp {tp}: does not divide the model's {what[0]}", "tp")
     if pp > 1 and (count := len(layer_starts(seq, blocks))) < pp * v:
         what = f"{pp} stages" + (f" x {v} virtual stages" if v > 1 else "")
         raise RequestError(f"pp {pp}: {what} are more than the model's {count} layers", "pp")
