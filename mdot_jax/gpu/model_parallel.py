@@ -10,8 +10,9 @@ norms, residual adds, dropout on it) replicated, or cut T ways along the sequenc
 parallelism. A layer all-reduces its [tokens, width] activations once a sublayer in the forward
 and once in the backward (`converters.attention.sublayers`: attention and MLP, twice in a
 transformer's layer; once in a layer of one mixer, Nemotron-H's; with sequence parallelism an
-all-gather and a reduce-scatter each: the same bytes), the vocabulary-parallel embedding
-twice each way; nothing hides them. T must divide the
+all-gather and a reduce-scatter each: the same bytes), and once each the vocabulary-parallel
+embedding's output in the forward (first stage) and the head's input gradient in the backward
+(last stage); nothing hides them. T must divide the
 heads and the key-value heads (grouped-query attention, `heads`), and a Mamba-2 mixer's heads
 and groups of B and C (`state_space` in the sequence's metadata), as Megatron-LM asserts.
 
@@ -339,8 +340,9 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     link = group_link(gpu, layout.gpus_per_node, layout.gpus // layout.gpus_per_node,
                       interconnect, network_gbs, tp, 1)
     reduces = np.bincount(stage[first], sublayers(seq, first), pp)  # [pp] one a sublayer
-    tp_ms = (reduces * passes + np.eye(pp)[0] * 4) * allreduce_ms(act, tp, link, 1) \
-        if tp > 1 else np.zeros(pp)  # a pass; the embedding's, both ways
+    edges = np.eye(pp)[0] + np.eye(pp)[-1]  # the embedding's forward, the head's backward
+    tp_ms = (reduces * passes + edges) * allreduce_ms(act, tp, link, 1) if tp > 1 else \
+        np.zeros(pp)
     p2p = _p2p_ms(act / tp, layout, gpu, network_gbs, interconnect) * 2 * v if pp > 1 else 0.0
     ring = share * one.phases.get("communication", 0.0)  # [pp] context parallelism's, exposed
     t = share * sum(compute.values()) + ring + tp_ms + p2p  # [pp] ms a micro-batch
