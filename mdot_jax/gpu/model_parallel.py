@@ -12,9 +12,9 @@ and once in the backward (`converters.attention.sublayers`: attention and MLP, t
 transformer's layer; once in a layer of one mixer, Nemotron-H's; with sequence parallelism an
 all-gather and a reduce-scatter each: the same bytes), and once each the vocabulary-parallel
 embedding's output in the forward (first stage) and the head's input gradient in the backward
-(last stage); nothing hides them. T must divide the
-heads and the key-value heads (grouped-query attention, `heads`), and a Mamba-2 mixer's heads
-and groups of B and C (`state_space` in the sequence's metadata), as Megatron-LM asserts.
+(last stage); nothing hides them. T must divide the heads and the key-value heads
+(grouped-query attention, `heads`), and a Mamba-2 mixer's heads and groups of B and C
+(`state_space` in the sequence's metadata), as Megatron-LM asserts.
 
 Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
 chunks of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved
@@ -171,13 +171,14 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
         raise RequestError("pp: the model has no transformer layers (attention blocks) or "
                            "stack of layers to split", "pp")
     if tp > 1:
-        n_heads, kv, _ = heads(seq, blocks[0]) if blocks else (tp, tp, 0)
-        what = [f"{n} {name}" for n, name in (
-            (n_heads, "attention heads"), (kv, "key-value heads (grouped-query attention)"),
-            *(((ssm["heads"], "state space heads"), (ssm["groups"], "state space groups of B "
-                                                    "and C")) if ssm else ())) if n % tp]
-        if what:  # as Megatron-LM asserts
-            raise RequestError(f"tp {tp}: does not divide the model's {what[0]}", "tp")
+        n_heads, kv, _ = heads(seq, blocks[0]) if blocks else (0, 0, 0)
+        counts = [(n_heads, "attention heads"), (kv, "key-value heads (grouped-query attention)")]
+        if ssm:
+            counts += [(ssm["heads"], "state space heads"),
+                       (ssm["groups"], "state space groups of B and C")]
+        for n, name in counts:
+            if n % tp:  # as Megatron-LM asserts
+                raise RequestError(f"tp {tp}: does not divide the model's {n} {name}", "tp")
     if pp > 1 and (count := len(layer_starts(seq, blocks))) < pp * v:
         what = f"{pp} stages" + (f" x {v} virtual stages" if v > 1 else "")
         raise RequestError(f"pp {pp}: {what} are more than the model's {count} layers", "pp")
