@@ -420,8 +420,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),
         **({"eager_attention": a} if (a := _metadata(model).get(EAGER_KEY)) else {}),
         **({"linear_attention": a} if (a := _metadata(model).get(LINEAR_KEY)) else {}),
-        **({"sparse_attention": int(k)} if (k := _metadata(model).get(SPARSE_KEY)) else {}),
-        **({"state_space": json.loads(j)} if (j := _metadata(model).get(STATE_SPACE_KEY))
+        **({"sparse_attention": int(top)} if (top := _metadata(model).get(SPARSE_KEY)) else {}),
+        **({"state_space": json.loads(ssm)} if (ssm := _metadata(model).get(STATE_SPACE_KEY))
            else {}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
