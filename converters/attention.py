@@ -128,9 +128,8 @@ def sublayers(seq: OperatorSequence, starts: list[int]) -> list[int]:
     for start, end in zip(starts, [*starts[1:], seq.num_ops]):
         scope = _LAYER.search(str(seq.node_names[start]))
         own = re.compile(re.escape(scope.group(0)) + r"Add(_\d+)?$") if scope else None
-        n = sum(1 for i in range(start, end) if own and seq.op_names[i] == "Add"
-                and own.match(str(seq.node_names[i])))
-        counts.append(n or 2)
+        counts.append(sum(1 for i in range(start, end) if own and seq.op_names[i] == "Add"
+                          and own.match(str(seq.node_names[i]))) or 2)
     return counts
 
 

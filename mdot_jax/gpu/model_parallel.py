@@ -167,7 +167,8 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
     if tp > 1 and not blocks and not ssm:
         raise RequestError("tp: the model has no attention blocks or state space layers whose "
                            "heads to split", "tp")
-    if pp > 1 and not layer_starts(seq, blocks):
+    count = len(layer_starts(seq, blocks)) if pp > 1 else 0  # the layers a pipeline cuts
+    if pp > 1 and not count:
         raise RequestError("pp: the model has no transformer layers (attention blocks) or "
                            "stack of layers to split", "pp")
     if tp > 1:
@@ -179,7 +180,7 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
         for n, name in counts:
             if n % tp:  # as Megatron-LM asserts
                 raise RequestError(f"tp {tp}: does not divide the model's {n} {name}", "tp")
-    if pp > 1 and (count := len(layer_starts(seq, blocks))) < pp * v:
+    if pp > 1 and count < pp * v:
         what = f"{pp} stages" + (f" x {v} virtual stages" if v > 1 else "")
         raise RequestError(f"pp {pp}: {what} are more than the model's {count} layers", "pp")
     if layout.schedule == "interleaved" and micro_batches % pp:

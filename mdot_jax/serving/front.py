@@ -305,12 +305,11 @@ class _SpecSheet:
         if job.ep > 1:  # the experts' share of the (fullest stage's) parameters
             one, experts = self._experts(one, n)
             experts = round(experts * params / self.seq.params)
+        starts = layer_starts(self.seq, self.blocks)  # FSDP's units: its layers and the root
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
                           after_flush=job.model_parallel, precision=job.precision or "fp32",
-                          units=len(starts) + 1 if (starts := layer_starts(self.seq,
-                                                                             self.blocks)) else 0,
-                          experts=experts,
+                          units=len(starts) + 1 if starts else 0, experts=experts,
                           ep=job.ep, stride=job.tp)  # Megatron's order: tp, dp, pp
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
