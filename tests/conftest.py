@@ -85,3 +85,29 @@ def quiet_protocol():
 
     return Protocol(warmup=1, repeats=3, max_iter_s=30.0, budget_s=10.0, max_cv=float("inf"),
                     max_others=float("inf"))
+
+
+def _export_here(argv: list[str]) -> tuple[int, str]:
+    """`model_source._export_child` in this process (PyTorch and transformers are imported
+    here already; a child re-imports them, seconds a config): its exit status and stderr."""
+    import contextlib
+    import io
+
+    from converters.hf_config import _main
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return _main(argv), err.getvalue()
+    except Exception as e:  # as a child dies: its traceback's last line
+        return 1, f"{type(e).__name__}: {e}"
+
+
+@pytest.fixture(autouse=True)
+def _configs_export_in_process(request, monkeypatch):
+    """Hugging Face configs export in the test's process, but where a test is marked
+    `child_export` (the child process itself under test)."""
+    if "child_export" not in request.keywords:
+        from mdot_jax.serving import model_source
+
+        monkeypatch.setattr(model_source, "_export_child", _export_here)

@@ -649,3 +649,23 @@ def test_deepseeks_sparse_attention_exports_dense_and_masked_and_says_so(capsys,
     onnx.save(graph, tmp_path / "dsv32.onnx")
     assert main(["convert", str(tmp_path / "dsv32.onnx"), "--batch-size", "2"]) == 0
     assert "sparse attention: each query's top 16 keys" in capsys.readouterr().out
+
+
+@pytest.mark.child_export
+def test_a_config_exports_in_a_child_process_and_its_error_is_one_line(tmp_path):
+    """The library exports a config.json in a process of its own (the other tests do it in
+    theirs): the graph comes back, and a ConversionError as its own line; a config.json edited
+    since is exported again (a service had kept its first graph, cached by the path alone)."""
+    pytest.importorskip("transformers")
+    from mdot_jax.serving.model_source import config_graph
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(model_type="llama", hidden_size=32, intermediate_size=64,
+                                    num_hidden_layers=1, num_attention_heads=2,
+                                    vocab_size=100)))
+    seq = to_sequence(load_model(config_graph(path, 8), batch_size=2))
+    assert seq.params == 100 * 32 * 2 + 4 * 32 * 32 + 3 * 32 * 64 + 3 * 32  # tied: no
+    path.write_text(json.dumps(dict(hidden_size=32)))
+    with pytest.raises(ConversionError, match=r"config.json: no 'model_type'") as e:
+        config_graph(path, 8)
+    assert "\n" not in str(e.value)

@@ -126,23 +126,33 @@ def config_graph(path: str | Path, seq_len: int | None,
     if seq_len is None:
         raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                            "sample to export the model at)", "seq_len")
-    return _from_config(str(path), seq_len, target_len)
+    file = Path(path) if str(path).endswith(".json") else Path(path) / "config.json"
+    stat = file.stat() if file.is_file() else None  # the child says what is wrong with it
+    return _from_config(str(path), stat and (stat.st_mtime_ns, stat.st_size), seq_len,
+                        target_len)
 
 
 @functools.lru_cache(maxsize=2)
-def _from_config(path: str, seq_len: int, target_len: int | None) -> onnx.ModelProto:
+def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int | None
+                 ) -> onnx.ModelProto:
     """A Hugging Face language model's training graph from its config.json alone, on the meta
     device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
     one's memory; `os._exit` skips its teardown, which would take 0.1 GB more), once for every
-    batch size asked."""
+    batch size asked while the file is unchanged (`stamp`: its modification time and size)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "model.onnx"
-        done = subprocess.run([sys.executable, "-c", "import os, sys; from converters.hf_config "
-                               "import _main; os._exit(_main(sys.argv[1:]))", path, str(seq_len),
-                               str(out), *([str(target_len)] if target_len else [])],
-                              capture_output=True, text=True)
-        if done.returncode:  # 2: a ConversionError's line; else the export died
-            lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-            raise ConversionError(lines[-1] if done.returncode == 2 else
+        code, stderr = _export_child([path, str(seq_len), str(out),
+                                      *([str(target_len)] if target_len else [])])
+        if code:  # 2: a ConversionError's line; else the export died
+            lines = stderr.strip().splitlines() or [f"exit status {code}"]
+            raise ConversionError(lines[-1] if code == 2 else
                                   f"{path}: the export failed: {lines[-1]}")
         return onnx.load(out)
+
+
+def _export_child(argv: list[str]) -> tuple[int, str]:
+    """`converters.hf_config._main(argv)` in a child process: its exit status and stderr."""
+    done = subprocess.run([sys.executable, "-c", "import os, sys; from converters.hf_config "
+                           "import _main; os._exit(_main(sys.argv[1:]))", *argv],
+                          capture_output=True, text=True)
+    return done.returncode, done.stderr
