@@ -41,6 +41,20 @@ def _job(gpt, **fields):
                           "precision": "amp-bf16", "optimizer": "adamw", **fields})
 
 
+def test_a_language_models_defaults_and_an_unusual_node_are_said(gpt):
+    """Without precision or optimizer, a language model is priced at fp32 with SGD, as any model
+    is; both defaults are said, with the values language models train with. More GPUs in a
+    node than an HGX board holds are priced as asked, and said."""
+    said = predict(_job(gpt, precision=None, optimizer="sgd")).warnings
+    assert any(w.startswith("precision: fp32, the default") for w in said)
+    assert any(w.startswith("optimizer: sgd; language models") for w in said)
+    said = predict(_job(gpt, gpus=8)).warnings
+    assert not any(w.startswith(("precision:", "optimizer:", "gpus ")) for w in said)
+    said = predict(_job(gpt, gpus=16, nodes=2)).warnings
+    assert "gpus 16: priced as 16 GPUs in one node; HGX boards and DGX systems hold 8: give " \
+        "gpus 8 and nodes 4 for such nodes" in said
+
+
 def test_tensor_parallel_splits_the_gemms_heads_and_weights_not_the_residual_stream(gpt):
     seq = gpt[1]
     assert width(seq) == 256

@@ -122,6 +122,10 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                      "those at long sequences")
     if said := defaults_said(seq):
         about.append(said)
+    if job.optimizer == "sgd" and seq.input_kind == "tokens":
+        about.append("optimizer: sgd; language models usually train with adam or adamw, "
+                     "whose two moments a parameter the update reads and memory keeps: give "
+                     "optimizer adamw")
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
                             warnings=[*p.warnings, *pricer.notes, *about],
                             mfu=pricer.mfu(seq, p),
@@ -182,7 +186,7 @@ class _SpecSheet:
 
     def __init__(self, job: TrainingJob, gpu, folder: Path, note: str | None = None):
         from mdot_jax.gpu import spec_sheet
-        from mdot_jax.gpu.parallel import NETWORK_GBS
+        from mdot_jax.gpu.parallel import NETWORK_GBS, NODE_GPUS
 
         if job.layout != "nchw":
             raise RequestError("layout: a GPU priced from its spec sheet has none (NCHW data)",
@@ -192,6 +196,14 @@ class _SpecSheet:
         self.source = f"priced from its spec sheet by {folder.name}" + (
             ", adapted to measured steps" if self.model.info.get("adaptation") else "")
         self.notes: list[str] = [note] if note else []
+        if job.precision is None:
+            self.notes.append("precision: fp32, the default (no autocast; PyTorch's matmuls "
+                              "off TF32); give precision amp-bf16, amp-fp16 or tf32 for how "
+                              "you train")
+        if (most := max(job.gpu_counts)) > NODE_GPUS:
+            self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; HGX boards and "
+                              f"DGX systems hold {NODE_GPUS}: give gpus {NODE_GPUS} and nodes "
+                              f"{math.ceil(most * job.nodes / NODE_GPUS)} for such nodes")
         # between nodes: what the user said, else the GPU's DGX's NICs, else one 200 Gb/s NIC
         self.network_gbs = job.network_gbs or gpu.network_gbs or NETWORK_GBS
         if job.nodes > 1 and not job.network_gbs:
