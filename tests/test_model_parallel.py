@@ -106,6 +106,26 @@ def test_pipeline_bubble_memory_and_schedules(gpt):
     assert any("pipeline stages" in w for w in many.warnings)
 
 
+def test_a_tied_embeddings_copies_on_two_stages_sum_their_gradients(gpt):
+    """GPT-2 ties its embedding and head: with stages, the first and the last hold a copy each
+    and all-reduce its fp32 gradient once an iteration (Megatron's embedding group): over
+    NVLink in a node, over a GPU's share of the network across nodes. No stages: nothing."""
+    from mdot_jax.gpu.parallel import allreduce_ms, group_link
+
+    shared = 1024 * 256  # the vocabulary x the width, once more than the parameters
+    assert gpt[1].total("params") - gpt[1].params == shared
+    gpu = gpus.find("h100-sxm")
+    for nodes, net in ((1, 400.0), (2, 1.0)):
+        p = predict(_job(gpt, gpus=2 // nodes, nodes=nodes, pp=2, grad_accum=2,
+                         **({"network_gbs": net} if nodes > 1 else {})))
+        link = group_link(gpu, 2 // nodes, nodes, None, net, 2, 1)
+        ms = allreduce_ms(4.0 * shared, 2, link, 1)
+        assert link.name == ("nvlink" if nodes == 1 else "network")
+        assert f"the gradients of the tied embedding's copies summed over the first and last " \
+            f"stage {ms:.3g} ms" in next(w for w in p.warnings if "pipeline stages" in w)
+    assert not any("tied" in w for w in predict(_job(gpt, gpus=2)).warnings)
+
+
 def test_tensor_parallel_communicates_every_layer_and_shares_the_replicas(gpt):
     alone = predict(_job(gpt, gpus=1))
     tp = predict(_job(gpt, gpus=8, tp=2, pp=2, grad_accum=4))

@@ -26,7 +26,9 @@ iteration runs the accumulation's m micro-batches; with stages taking t_s a micr
 (forward, backward, recomputation, their tensor-parallel all-reduces, and sending activations
 forward and gradients back, 1/T of them per GPU as Megatron's scatter-gather does), 1F1B and
 GPipe take sum_s t_s + (m - 1) max t, the interleaved schedule m max t + (sum t - max t) / V;
-beyond m max t is the bubble. Memory is the fullest stage's: its share of the parameters,
+beyond m max t is the bubble. A weight two stages hold (a tied embedding and head) has its fp32
+gradient all-reduced between them once an iteration, after the flush (Megatron-LM's embedding
+group). Memory is the fullest stage's: its share of the parameters,
 gradients and optimizer state, and the activations of the micro-batches in flight (1F1B:
 min(P - s, m) on stage s; GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the
 first), with full checkpointing the layers' inputs of those and one layer's whole.
@@ -351,6 +353,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     m, slow = micro_batches, int(np.argmax(t))
     fill = t.sum() - t[slow]
     iteration = m * t[slow] + (fill / v if layout.schedule == "interleaved" else fill)
+    tied = _tied_ms(seq, layout, gpu, network_gbs, interconnect) if pp > 1 else 0.0
     state = _state_bytes(seq, stage, pp, optimizer)
     memory = state + _activation_bytes(seq, stage, blocks, layers, layout, m, precision,
                                        checkpointing, fused)
@@ -361,12 +364,15 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
                                                       "the slowest stage's"))
     phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
     phases.update(update=float(update),
-                  communication=float(m * (ring[slow] + tp_ms[slow] + p2p)))
+                  communication=float(m * (ring[slow] + tp_ms[slow] + p2p) + tied))
     split, tail = [], []  # what the note says: a pipeline's parts only where there is one
     if tp > 1:
         split.append(f"{tp}-way tensor parallel" + (" with sequence parallelism" if
                                                      layout.sequence_parallel else ""))
         tail.append(f"tensor-parallel all-reduces {m * tp_ms[slow]:.3g} ms over {link.name}")
+    if tied:
+        tail.append(f"the gradients of the tied embedding's copies summed over the first "
+                    f"and last stage {tied:.3g} ms")
     if pp > 1:
         phases["bubble"] = float(iteration - m * t[slow])
         split.append(f"{pp} pipeline stages ({layout.schedule}"
@@ -395,6 +401,22 @@ def _p2p_ms(nbytes: float, layout: Layout, gpu: GPU, network_gbs: float,
         return 1e3 * (nbytes / (link.gbs * 1e9) + link.latency_s)
     net = Link("network", network_gbs / layout.gpus_per_node, LATENCY_US["network"] * 1e-6)
     return 1e3 * (nbytes / (net.gbs * 1e9) + net.latency_s)
+
+
+def _tied_ms(seq: OperatorSequence, layout: Layout, gpu: GPU, network_gbs: float,
+             interconnect: str | None) -> float:
+    """The all-reduce, once an iteration after the flush, of the fp32 gradient of a weight two
+    stages hold (a tied embedding: Megatron-LM's embedding group, the first and last stage's
+    GPUs of one tensor-parallel rank and replica), ms; 0 where no weight is held twice."""
+    shared = seq.total("params") - seq.params  # a weight's uses past its first
+    if shared <= 0:
+        return 0.0
+    # the stages are outermost in the ranks: the two GPUs share a node only if all do, else
+    # every GPU of the first stage's node reaches its peer over the node's network at once
+    apart = 1 if layout.gpus <= layout.gpus_per_node else layout.gpus_per_node
+    link = group_link(gpu, layout.gpus_per_node, layout.gpus // layout.gpus_per_node,
+                      interconnect, network_gbs, 2, apart)
+    return allreduce_ms(4.0 * shared, 2, link, 1)
 
 
 def _state_bytes(seq: OperatorSequence, stage: np.ndarray, pp: int, optimizer: str
