@@ -350,6 +350,27 @@ def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):
     assert e.value.field == "framework" and "amp-fp16, amp-bf16" in str(e.value)
 
 
+def test_megatron_reduces_the_gradients_after_the_backward_in_its_fp16(gpt):
+    """Megatron-LM all-reduces the data-parallel gradients once the backward is done
+    (overlap_grad_reduce off by default), in the model's fp16 at fp16 and in fp32 at bf16;
+    PyTorch's DDP hides its fp32 buckets behind the backward."""
+    import re
+
+    said = {}
+    for framework, precision in (("pytorch", "amp-fp16"), ("megatron", "amp-fp16"),
+                                 ("megatron", "amp-bf16")):
+        p = predict(_job(gpt, gpus=8, framework=framework, precision=precision))
+        note = next(w for w in p.warnings if "gradient all-reduce" in w)
+        said[framework, precision] = [float(x) for x in re.search(
+            r"\(([\d.e+-]+) ms, ([\d.e+-]+) ms of it hidden", note).groups()]
+    (torch_ms, torch_hidden), fp16, bf16 = said.values()
+    assert torch_hidden > 0 and fp16[1] == bf16[1] == 0  # nothing hidden under Megatron
+    assert bf16[0] == pytest.approx(torch_ms)  # fp32 gradients, as PyTorch's
+    buckets = -(-4 * gpt[1].params // (25 * 2 ** 20))  # DDP's 25 MB of fp32 gradients
+    latency = buckets * 2 * (8 - 1) * 3.5e-3  # ms: the ring's steps over NVLink
+    assert fp16[0] - latency == pytest.approx((bf16[0] - latency) / 2, rel=0.02)  # half the bytes
+
+
 @pytest.mark.slow
 def test_a_plan_keeps_the_hosts_launch_gaps(gpt, tmp_path):
     shipped = load_step_model()  # shared: copied, never changed

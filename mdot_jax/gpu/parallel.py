@@ -179,7 +179,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                   strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1,
                   model_parallel: int = 1, after_flush: bool = False,
                   precision: str = "fp32", units: int = 0, experts: int = 0,
-                  ep: int = 1, stride: int = 0) -> Prediction:
+                  ep: int = 1, stride: int = 0, reduce_width: float = 1.0) -> Prediction:
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each, replicas `stride` ranks apart (default
@@ -193,7 +193,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     micro-batch, in the half type at AMP (its mixed-precision policy: the weights' `param_dtype`,
     which the gradients' reduction keeps), in `units` (the model's layers and its root; 0: in
     DDP's buckets). `experts`: of the `params` (a GPU's), those of the experts it holds, the
-    model's split `ep` ways (module docstring). One replica: `p` itself."""
+    model's split `ep` ways (module docstring). `reduce_width`: DDP's gradients all-reduced in
+    a type this many fp32s wide (Megatron-LM at fp16: 0.5). One replica: `p` itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
@@ -227,6 +228,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     phases = dict(p.phases)
     half = allreduce / 2  # a reduce-scatter, or an all-gather
     if strategy == "ddp":
+        allreduce = rings(reduce_width, buckets)
         total, shown = allreduce, allreduce if after_flush else _hidden(allreduce, bw, buckets)
         memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
     else:

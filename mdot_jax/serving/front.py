@@ -318,9 +318,14 @@ class _SpecSheet:
             one, experts = self._experts(one, n)
             experts = round(experts * params / self.seq.params)
         starts = layer_starts(self.seq, self.blocks)  # FSDP's units: its layers and the root
+        # Megatron-LM reduces the gradients after the backward (overlap_grad_reduce off), in
+        # the model's fp16 (grads accumulated and all-reduced in fp32 only at bf16)
+        megatron = job.framework == "megatron"
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
-                          after_flush=job.model_parallel, precision=job.precision or "fp32",
+                          after_flush=job.model_parallel or megatron,
+                          precision=job.precision or "fp32", reduce_width=0.5 if megatron and
+                          job.precision == "amp-fp16" else 1.0,
                           units=len(starts) + 1 if starts else 0, experts=experts,
                           ep=job.ep, stride=job.tp)  # Megatron's order: tp, dp, pp
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)

@@ -105,7 +105,8 @@ class TrainingJob:
         capability 8.0 and later), a note says which.
       framework: whose kernels the step runs (`options.FRAMEWORKS`): `pytorch` (default;
         eager PyTorch, autocast at amp-*) or `megatron` (Megatron-LM at amp-fp16 / amp-bf16:
-        the model in the half type, fp32 master weights, fused softmax and Adam).
+        the model in the half type, fp32 master weights, fused softmax and Adam; the
+        data-parallel gradients all-reduced after the backward, in fp16 at amp-fp16).
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
         others by it). network_gbs: between nodes, GB/s a node per direction (default: the
         catalog's `network_gbs` of the GPU, its DGX's NICs, else `parallel.NETWORK_GBS`).
