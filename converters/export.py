@@ -31,6 +31,7 @@ import onnx
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.sequence import DATA_INPUTS_KEY, LINEAR_KEY, PARAMS_KEY, STATE_SPACE_KEY
+from converters.state_space import DOMAIN
 from converters.substitutes import SUBSTITUTES, substituted
 from converters.symbolics import register as register_symbolics
 
@@ -228,7 +229,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 module, args, buf,  # type: ignore[arg-type]
                 dynamo=False, export_params=False,
                 training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                input_names=names, opset_version=opset,
+                input_names=names, opset_version=opset, custom_opsets={DOMAIN: 1},
                 dynamic_axes={n: {0: "batch"} for n in names} if dynamic_batch else None)
     except Exception as e:  # exporter errors are many and untyped; keep the first line
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there

@@ -123,7 +123,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if _unrolls_tokens(model, stack):
         raise ConversionError(
             f"{where}: model_type {kind!r} exports as a loop over its tokens (a recurrence, such "
-            "as Mamba's or RWKV's scan, that the exporter unrolls where training runs one fused "
+            "as RWKV's or xLSTM's scan, that the exporter unrolls where training runs one fused "
             "kernel): not priced")
     t = template(stack[1], cfg) if stack and repeat else None
     if stack is None or t is None:

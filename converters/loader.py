@@ -27,6 +27,7 @@ from converters.sequence import (
     data_input_names,
     to_sequence,
 )
+from converters.state_space import define_own_ops
 from converters.tensors import FLOAT_TYPES
 from converters.training_view import as_training
 
@@ -38,10 +39,8 @@ def read_model(source: ModelSource) -> onnx.ModelProto:
     """Parses an ONNX file (external data is never loaded) or passes a ModelProto through."""
     if isinstance(source, onnx.ModelProto):
         return source
-    label = "<bytes>" if isinstance(source, bytes) else str(source)
-    if isinstance(source, bytes):
-        data = source
-    else:
+    label, data = ("<bytes>", source) if isinstance(source, bytes) else (str(source), b"")
+    if not isinstance(source, bytes):
         path = Path(source)
         if path.is_dir():
             onnx_files = sorted(p.name for p in path.glob("*.onnx"))[:3]
@@ -66,8 +65,7 @@ def read_model(source: ModelSource) -> onnx.ModelProto:
                               f"(protobuf parse failed: {e})") from None
     if model.ir_version <= 0 or not model.HasField("graph"):
         raise ConversionError(f"{label}: not an ONNX model (no IR version or no graph)")
-    damage = _damaged_field(model)
-    if damage:
+    if damage := _damaged_field(model):
         raise ConversionError(f"{label}: a damaged ONNX file ({damage})")
     return model
 
@@ -335,6 +333,7 @@ _NEVER_FOLD = {"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNorm
 
 
 def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    define_own_ops(model)
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                  data_prop=True)

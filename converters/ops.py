@@ -448,6 +448,19 @@ def recurrent(node: NodeView) -> Cost:
                                         mm_n=gates * hidden, out_channels=hidden))
 
 
+@register("SelectiveScan", testcases=(
+    (dict(op_type="SelectiveScan", in_shapes=[(2, 8, 16), (2, 8, 16), (8, 4), (2, 4, 16),
+                                               (2, 4, 16), (8,), (2, 8, 16), (8,)],
+          out_shapes=[(2, 8, 16)]), 9 * 2 * 8 * 16 * 4 + 2 * 2 * 8 * 16),
+))
+def selective_scan(node: NodeView) -> Cost:
+    """Mamba-1's fused selective scan (`converters.state_space`): 9 FLOPs a token, channel and
+    state (mamba_ssm's count), and the skip and the gate one each a token and channel; the
+    backward runs the scan again and in reverse (2x)."""
+    u, n = _in(node, 0), node.in_shapes[2][1]
+    return Cost(float(9 * u * n + 2 * u), 2.0)
+
+
 @register("If", "Loop", "Scan", testcases=(
     (dict(op_type="If", in_shapes=[()], out_shapes=[(3,)]), 0),
 ))

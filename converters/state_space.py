@@ -1,5 +1,6 @@
-"""Mamba-2's state space layers (Mamba-2, and the hybrids Nemotron-H, Granite-4.0-H, Bamba,
-Falcon-H1, Zamba2) exported as the fused kernels training runs, not as transformers' fallback.
+"""Mamba's state space layers exported as the fused kernels training runs, not as transformers'
+fallback: Mamba-2's (Mamba-2, and the hybrids Nemotron-H, Granite-4.0-H, Bamba, Falcon-H1,
+Zamba2) and Mamba-1's selective scan (Mamba, Falcon-Mamba, Jamba, Zamba).
 
 In training, transformers hands a Mamba-2 mixer's projected input to mamba_ssm's
 `mamba_split_conv1d_scan_combined` where that is installed (what training runs: the causal
@@ -16,14 +17,48 @@ one pass over the chunks: per chunk of Q tokens, N the state width, P a head's w
     the output's read of the entering state C h, a head          2 Q N P
 
 then the skip D x, y silu(z) normalised per group, and the output projection.
+
+Mamba-1's selective scan (`mamba_selective_scan`, mamba_ssm's `selective_scan_fn` where
+installed) runs in training as one kernel that keeps the [channels, state] recurrence on chip;
+transformers' fallback loops over the tokens (the exporter unrolls it, one set of operators a
+token). Exported in its place, `selective_scan` is one node, `SelectiveScan` in the `mdot`
+domain, of the kernel's inputs and output (u, dt [B, D, L], A [D, N], B, C [B, N, L], the skip
+D, the gate z, dt's bias; out [B, D, L]): its FLOPs are the 9 B L D N a scan takes (mamba_ssm's
+count) and its bytes what the kernel reads and writes. Traced on a CPU, it computes the scan
+exactly (a loop over the tokens, not exported). Shape inference knows no schema of it: the loader
+defines it as a model-local function that passes its first input through (`define_own_ops`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 FUNCTION = "mamba2_split_conv1d_scan_combined"  # transformers' name, in each model's module
+SCAN = "mamba_selective_scan"  # Mamba-1's, in each of its models' modules
+DOMAIN, SCAN_OP = "mdot", "SelectiveScan"  # the node `selective_scan` exports
+SAME_SHAPE = {(DOMAIN, SCAN_OP): 0}  # our nodes' outputs: the shape and type of this input
+
+
+def define_own_ops(model: Any) -> None:
+    """Defines our exporter's own nodes in the ONNX `model` (`SAME_SHAPE`) as model-local
+    functions that pass that input through, so that shape inference carries shapes past them."""
+    from onnx import helper
+
+    defined = {(f.domain, f.name) for f in model.functions}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+    for node in model.graph.node:
+        key = (node.domain, node.op_type)
+        if key in SAME_SHAPE and key not in defined:
+            inputs = [f"x{k}" for k in range(len(node.input))]
+            model.functions.append(helper.make_function(
+                node.domain, node.op_type, inputs, ["y"],
+                [helper.make_node("Identity", [inputs[SAME_SHAPE[key]]], ["y"])],
+                [helper.make_opsetid("", opset)], [a.name for a in node.attribute]))
+            defined.add(key)
+            if all(o.domain != node.domain for o in model.opset_import):
+                model.opset_import.append(helper.make_opsetid(node.domain, 1))
 
 
 def heads_and_groups(module: Any) -> dict | None:
@@ -99,3 +134,59 @@ def combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bias: Any, dt_bias: Any, A:
     else:
         y = y * F.silu(z)
     return F.linear(y.to(zxbcdt.dtype), outproj_weight, outproj_bias)
+
+
+def selective_scan(hidden_states: Any, dt: Any, A: Any, B: Any, C: Any, D: Any = None,
+                   z: Any = None, delta_bias: Any = None, delta_softplus: bool = False,
+                   return_last_state: bool = False, **kwargs: Any) -> Any:
+    """Mamba-1's selective scan [B, D, L] of `hidden_states` [B, D, L] (transformers'
+    `mamba_selective_scan`'s arguments), exported as one `SelectiveScan` node (module
+    docstring); with `return_last_state` (a cache, not training), also the last state."""
+    import torch
+
+    zero = torch.zeros(A.shape[0], dtype=A.dtype, device=A.device)
+    args = (hidden_states, dt, A, B, C, zero if D is None else D,
+            hidden_states if z is None else z, zero if delta_bias is None else delta_bias,
+            bool(delta_softplus), z is not None)
+    if return_last_state:
+        return _scan(*args, last=True)
+    return _scan_function().apply(*args)
+
+
+@functools.cache
+def _scan_function() -> Any:
+    """The autograd Function whose trace is the `SelectiveScan` node (torch imported late)."""
+    import torch
+
+    class Scan(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, u, dt, A, B, C, D, z, bias, softplus, gated):  # noqa: N803
+            return torch.empty_like(u) if u.is_meta else \
+                _scan(u, dt, A, B, C, D, z, bias, softplus, gated)
+
+        @staticmethod
+        def symbolic(g, u, dt, A, B, C, D, z, bias, softplus, gated):  # noqa: N803
+            return g.op(f"{DOMAIN}::{SCAN_OP}", u, dt, A, B, C, D, z, bias,
+                        softplus_i=int(softplus), gated_i=int(gated)).setType(u.type())
+
+    return Scan
+
+
+def _scan(u: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, bias: Any,  # noqa: N803
+          softplus: bool, gated: bool, last: bool = False) -> Any:
+    """The selective scan, token by token, as transformers' fallback computes it."""
+    import torch
+    import torch.nn.functional as F
+
+    dt = dt + bias[:, None]
+    dt = F.softplus(dt) if softplus else dt
+    decay = torch.exp(A[None, :, None, :] * dt[..., None])  # [B, D, L, N]
+    drive = (dt * u)[..., None] * B.transpose(1, 2)[:, None]  # [B, D, L, N]
+    state = u.new_zeros(u.shape[0], u.shape[1], A.shape[1])  # [B, D, N]
+    ys = []
+    for t in range(u.shape[-1]):
+        state = decay[:, :, t] * state + drive[:, :, t]
+        ys.append((state * C[:, None, :, t]).sum(-1))
+    y = torch.stack(ys, -1) + u * D[:, None]
+    y = y * F.silu(z) if gated else y
+    return (y, state) if last else y

@@ -2,7 +2,8 @@
 as those kernels' work while `from_torch` traces a model (a registry: name -> substitute).
 
 - `torch_chunk_gated_delta_rule` (Qwen3-Next, Qwen3.5, OLMo-hybrid): `linear_attention.chunked`;
-- `mamba2_split_conv1d_scan_combined` (Mamba-2 and its hybrids): `state_space.combined`.
+- `mamba2_split_conv1d_scan_combined` (Mamba-2 and its hybrids): `state_space.combined`;
+- `mamba_selective_scan` (Mamba-1 and its hybrids): `state_space.selective_scan`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, NamedTuple
 from converters.linear_attention import FUNCTION as GATED_DELTA_RULE
 from converters.linear_attention import chunked
 from converters.state_space import FUNCTION as MAMBA2_SCAN
-from converters.state_space import combined, heads_and_groups
+from converters.state_space import SCAN, combined, heads_and_groups, selective_scan
 
 
 class Substitute(NamedTuple):
@@ -32,6 +33,8 @@ SUBSTITUTES = {
     MAMBA2_SCAN: Substitute(combined, "Mamba-2 state space layers",
                             "mamba_ssm's fused conv1d, chunked scan and gated norm",
                             heads_and_groups),
+    SCAN: Substitute(selective_scan, "Mamba-1 state space layers",
+                     "mamba_ssm's selective scan, one memory-bound kernel each way"),
 }
 
 

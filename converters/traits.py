@@ -5,9 +5,10 @@ keeps. One row per type; GPU step pricing (`mdot_jax.gpu.spec_sheet`) and step m
 
 Kernels: `gemm` and `conv` (priced as GEMMs), `rowwise` (a reduction along rows: softmax,
 normalisations), `binary` and `unary` (elementwise), `copy` (moves bytes), `dropout`, `free`
-(a view or a shape computation: no kernel in eager PyTorch); a type without a row is priced as
-a copy and warned about. `keeps`: the backward needs the operator's `input` or its `output`
-(PyTorch's derivatives), else nothing of it.
+(a view or a shape computation: no kernel in eager PyTorch), `stream` (a fused memory-bound
+kernel: its bytes at the share of the bandwidth its measured operator reaches); a type without a
+row is priced as a copy and warned about. `keeps`: the backward needs the operator's `input`
+(all its inputs) or its `output` (PyTorch's derivatives), else nothing of it.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ _register("copy", "addu", "Concat", "Split", "Slice", "Gather", "GatherElements"
           "ScatterND", "ScatterElements", "Expand", "Tile", "Pad", "DepthToSpace",
           "SpaceToDepth", "Cast", "CastLike", "Trilu", "OneHot")
 _register("dropout", "mul", "Dropout")
+_register("stream", "add", "SelectiveScan", keeps="input")  # Mamba-1's (`state_space`)
 _register("free", "", *sorted(set(VIEWS) - set(TRAITS)), "Identity", "Constant", "Shape", "Size")
 _register("other", "", "MaxPool", keeps="input")
 _register("other", "", "ReduceMax", "ReduceMin", keeps="input")

@@ -5,7 +5,7 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 4  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses
+VOCAB_VERSION = 5  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -45,6 +45,8 @@ _OP_TYPES = (
     "Silu",
     # appended in version 4: a training graph's loss
     "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss",
+    # appended in version 5: not an ONNX op; Mamba-1's fused scan (converters.state_space)
+    "SelectiveScan",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES

@@ -189,17 +189,19 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
 
 
 def test_a_recurrence_the_exporter_unrolls_over_tokens_is_refused_and_chunked_scans_are_not():
-    """Mamba's scan runs on the CPU as a loop over the tokens (a graph growing with them, a
-    kernel set per token), traced on a CPU copy of the meta model; Mamba-2's chunked scan does
-    not grow."""
+    """RWKV's recurrence runs on the CPU as a loop over the tokens (a graph growing with them, a
+    kernel set per token), traced on a CPU copy of the meta model; Mamba-2's chunked scan and
+    Mamba-1's scan as its fused kernel do not grow."""
     from converters import from_hf_config
 
     tiny = dict(hidden_size=32, num_hidden_layers=3, vocab_size=64)
-    with pytest.raises(ConversionError, match="'mamba' exports as a loop over its tokens"):
-        from_hf_config(dict(model_type="mamba", **tiny), seq_len=32)
+    with pytest.raises(ConversionError, match="'rwkv' exports as a loop over its tokens"):
+        from_hf_config(dict(model_type="rwkv", attention_hidden_size=32, intermediate_size=64,
+                            **tiny), seq_len=32)
     graph = from_hf_config(dict(model_type="mamba2", num_heads=2, head_dim=32, n_groups=1,
                                 state_size=16, **tiny), seq_len=32)
     assert len(graph.graph.node) > 100
+    assert from_hf_config(dict(model_type="mamba", **tiny), seq_len=32).graph.node
 
 
 def test_a_config_short_of_the_models_shape_says_which_defaults_built_it(tmp_path, capsys):

@@ -63,7 +63,8 @@ def test_every_operator_trait_is_of_a_known_type_and_kernel():
 
     dropped = {"Identity", "Constant", "Shape", "Size"}  # never in a sequence
     assert set(TRAITS) - dropped <= set(VOCAB), set(TRAITS) - set(VOCAB)
-    kernels = {"gemm", "conv", "rowwise", "binary", "unary", "copy", "dropout", "free", "other"}
+    kernels = {"gemm", "conv", "rowwise", "binary", "unary", "copy", "dropout", "free", "stream",
+               "other"}
     assert {tr.kernel for tr in TRAITS.values()} <= kernels
     priced = {"rowwise", "binary", "unary", "copy", "dropout"}
     assert all(tr.measured for tr in TRAITS.values() if tr.kernel in priced)

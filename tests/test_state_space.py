@@ -1,17 +1,20 @@
-"""Mamba-2's state space layers exported as mamba_ssm's fused kernels (`converters.state_space`):
-the same output as transformers' eager path, C B^T once a group, said in the prediction."""
+"""Mamba's state space layers exported as mamba_ssm's fused kernels (`converters.state_space`):
+the same output as transformers' eager path, Mamba-2's C B^T once a group, Mamba-1's scan one
+node of the kernel's FLOPs; said in the prediction."""
 
 import numpy as np
 import pytest
 
 from converters import convert, from_hf_config
-from converters.state_space import FUNCTION, combined
+from converters.state_space import FUNCTION, SCAN, combined, selective_scan
 from converters.substitutes import substituted
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 mamba2 = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
 
+MAMBA = dict(model_type="mamba", hidden_size=32, num_hidden_layers=2, state_size=8, expand=2,
+             vocab_size=100, conv_kernel=4)
 MAMBA2 = dict(model_type="mamba2", hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16,
               state_size=8, expand=2, n_groups=1, vocab_size=100, conv_kernel=4, chunk_size=16)
 
@@ -151,3 +154,48 @@ def test_tensor_parallel_all_reduces_once_a_sublayer(monkeypatch):
     once = all_reduces_ms()
     monkeypatch.setattr(model_parallel, "sublayers", lambda seq, starts: [2] * len(starts))
     assert all_reduces_ms() == pytest.approx(once * (2 * 4 * 2 + 2) / (1 * 4 * 2 + 2), rel=0.02)
+
+
+@pytest.mark.parametrize("name", ["mamba", "falcon_mamba", "jamba"])
+def test_mamba1s_scan_gives_what_transformers_loop_gives(name):
+    """Mamba, Falcon-Mamba and Jamba's mixers with the scan substituted: the same output as
+    their token loop (random A, D and dt bias, not the initial ones)."""
+    torch.manual_seed(0)
+    module = pytest.importorskip(f"transformers.models.{name}.modeling_{name}")
+    fields = dict(hidden_size=32, num_hidden_layers=2, vocab_size=100, expand=2)
+    fields |= dict(mamba_d_state=8, mamba_expand=2, num_attention_heads=4, attn_layer_period=8,
+                   attn_layer_offset=4, intermediate_size=64) if name == "jamba" else \
+        dict(state_size=8)
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(name, **fields)).train()
+    mixer = next(m for m in model.modules() if hasattr(m, "A_log"))
+    with torch.no_grad():
+        for t in (mixer.A_log, mixer.D, mixer.dt_proj.bias):
+            t.normal_()
+    x = torch.randn(2, 24, 32)
+    eager = mixer(x)
+    with substituted(model) as names:
+        assert names == [SCAN] and getattr(module, SCAN) is selective_scan
+        fused = mixer(x)
+    torch.testing.assert_close(fused, eager, rtol=1e-4, atol=1e-4)
+
+
+def test_mamba1_exports_one_scan_node_a_layer_and_is_priced():
+    """No token loop: one SelectiveScan a layer whatever the tokens, 9 B L D N FLOPs each (plus
+    the skip and the gate), its output shaped as its input; priced, and said."""
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    seqs = {t: convert(from_hf_config(MAMBA, seq_len=t), batch_size=2, fuse=2) for t in (32, 64)}
+    assert seqs[32].num_ops == seqs[64].num_ops
+    seq = seqs[64]
+    assert seq.meta["linear_attention"] == SCAN and not seq.unknown_ops
+    scans = seq.column("fwd_flops")[np.asarray(seq.op_names) == "SelectiveScan"]
+    width = 2 * 32  # expand x hidden
+    np.testing.assert_allclose(scans, 9 * 2 * 64 * width * 8 + 2 * 2 * 64 * width)
+    assert len(scans) == 2
+    p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16",
+                            gpus=2, pp=2, grad_accum=2))
+    assert p.iteration_ms > 0
+    assert any(w.startswith("Mamba-1 state space layers: priced as mamba_ssm's selective scan")
+               for w in p.warnings)

@@ -91,7 +91,7 @@ MEGATRON_UPDATE_PASSES = {"sgd": 3, "adam": 4, "adamw": 4}
 # what kernel each operator type runs, and the measured operator that prices it
 _GEMM = {t: tr.kernel for t, tr in TRAITS.items() if tr.kernel in ("gemm", "conv")}
 _ROWWISE, _BINARY, _UNARY = of_kind("rowwise"), of_kind("binary"), of_kind("unary")
-_COPIES, _FREE = set(of_kind("copy")), set(of_kind("free"))
+_COPIES, _FREE, _STREAMS = set(of_kind("copy")), set(of_kind("free")), of_kind("stream")
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 
@@ -233,6 +233,9 @@ def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, t
         return "embedding", "addu", rows
     if op_type in _COPIES:
         return "elementwise", "addu", rows
+    if op_type in _STREAMS:  # its bytes, as a full-size binary op moves 3 elements an output
+        moved = (load[_L["bytes_read"]] + load[_L["bytes_written"]]) / c[_C["elem_bytes"]]
+        return "elementwise", _STREAMS[op_type], (1, max(round(moved / 3), 1))
     return "other", "addu", (1, max(out_n, int(c[_C["in_numel"]]), 1))
 
 
