@@ -28,10 +28,10 @@ forward and gradients back, 1/T of them per GPU as Megatron's scatter-gather doe
 GPipe take sum_s t_s + (m - 1) max t, the interleaved schedule m max t + (sum t - max t) / V;
 beyond m max t is the bubble. A weight two stages hold (a tied embedding and head) has its fp32
 gradient all-reduced between them once an iteration, after the flush (Megatron-LM's embedding
-group). Memory is the fullest stage's: its share of the parameters,
-gradients and optimizer state, and the activations of the micro-batches in flight (1F1B:
-min(P - s, m) on stage s; GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the
-first), with full checkpointing the layers' inputs of those and one layer's whole.
+group). Memory is the fullest stage's: its share of the parameters, gradients and optimizer
+state, and the activations of the micro-batches in flight (1F1B: min(P - s, m) on stage s;
+GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the first), with full checkpointing
+the layers' inputs of those and one layer's whole.
 
 Context parallel over C GPUs (ring attention, as Megatron-LM's context parallelism runs it):
 each sequence of S tokens cut into C pieces of S / C, each GPU running every operator over its

@@ -228,8 +228,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     phases = dict(p.phases)
     half = allreduce / 2  # a reduce-scatter, or an all-gather
     if strategy == "ddp":
-        allreduce = rings(reduce_width, buckets)
-        total, shown = allreduce, allreduce if after_flush else _hidden(allreduce, bw, buckets)
+        total = rings(reduce_width, buckets)  # in the type the gradients are reduced in
+        shown = total if after_flush else _hidden(total, bw, buckets)
         memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
     else:
         held = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors in flight

@@ -321,11 +321,11 @@ class _SpecSheet:
         # Megatron-LM reduces the gradients after the backward (overlap_grad_reduce off), in
         # the model's fp16 (grads accumulated and all-reduced in fp32 only at bf16)
         megatron = job.framework == "megatron"
+        width = 0.5 if megatron and job.precision == "amp-fp16" else 1.0
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
                           after_flush=job.model_parallel or megatron,
-                          precision=job.precision or "fp32", reduce_width=0.5 if megatron and
-                          job.precision == "amp-fp16" else 1.0,
+                          precision=job.precision or "fp32", reduce_width=width,
                           units=len(starts) + 1 if starts else 0, experts=experts,
                           ep=job.ep, stride=job.tp)  # Megatron's order: tp, dp, pp
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
