@@ -34,7 +34,7 @@ SUBSTITUTES = {
                             "mamba_ssm's fused conv1d, chunked scan and gated norm",
                             heads_and_groups),
     SCAN: Substitute(selective_scan, "Mamba-1 state space layers",
-                     "mamba_ssm's selective scan, one memory-bound kernel each way"),
+                     "mamba_ssm's selective scan (one memory-bound kernel each way)"),
 }
 
 

@@ -63,7 +63,7 @@ def test_a_mamba2_is_said_in_the_prediction():
 
     seq = convert(from_hf_config(MAMBA2, seq_len=64), batch_size=2, seq_len=64, fuse=2)
     p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16"))
-    assert any(w.startswith("Mamba-2 state space layers: priced as mamba_ssm's fused")
+    assert any(w.startswith("Mamba-2 state space layers: priced as the work of mamba_ssm's fused")
                for w in p.warnings)
 
 
@@ -197,5 +197,6 @@ def test_mamba1_exports_one_scan_node_a_layer_and_is_priced():
     p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16",
                             gpus=2, pp=2, grad_accum=2))
     assert p.iteration_ms > 0
-    assert any(w.startswith("Mamba-1 state space layers: priced as mamba_ssm's selective scan")
+    assert any(w.startswith("Mamba-1 state space layers: priced as the work of mamba_ssm's "
+                            "selective scan")
                for w in p.warnings)

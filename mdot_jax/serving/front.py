@@ -112,7 +112,7 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     about = [f"mixture of experts ({moe['experts']} experts, top {moe['top_k']}, in "
              f"{moe['layers']} layers): priced as balanced routing, each expert computing an "
              "equal share of the routed tokens (none dropped)"] if moe else []
-    about += [f"{s.what}: priced as {s.kernels} (their GEMMs and passes), not measured"
+    about += [f"{s.what}: priced as the work of {s.kernels}, not measured"
               for s in described(seq.meta.get("linear_attention", ""))]
     if k := seq.meta.get("sparse_attention"):
         about.append(f"sparse attention (each query's top {k:,} keys by its indexer): priced "
