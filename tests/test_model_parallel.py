@@ -352,8 +352,9 @@ def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):
 
 def test_megatron_reduces_the_gradients_after_the_backward_in_its_fp16(gpt):
     """Megatron-LM all-reduces the data-parallel gradients once the backward is done
-    (overlap_grad_reduce off by default), in the model's fp16 at fp16 and in fp32 at bf16;
-    PyTorch's DDP hides its fp32 buckets behind the backward."""
+    (overlap_grad_reduce off by default), in the model's fp16 at fp16 and in fp32 at bf16, from
+    the buffer that holds them; PyTorch's DDP hides its fp32 buckets, a copy of the gradients,
+    behind the backward."""
     import re
 
     said = {}
@@ -369,6 +370,11 @@ def test_megatron_reduces_the_gradients_after_the_backward_in_its_fp16(gpt):
     buckets = -(-4 * gpt[1].params // (25 * 2 ** 20))  # DDP's 25 MB of fp32 gradients
     latency = buckets * 2 * (8 - 1) * 3.5e-3  # ms: the ring's steps over NVLink
     assert fp16[0] - latency == pytest.approx((bf16[0] - latency) / 2, rel=0.02)  # half the bytes
+    # PyTorch's DDP keeps a bucket copy of the fp32 gradients; Megatron's buffer is them
+    for framework, copy in (("pytorch", 4e-9 * gpt[1].params), ("megatron", 0.0)):
+        one, eight = (predict(_job(gpt, gpus=n, framework=framework, precision="amp-fp16"))
+                      for n in (1, 8))
+        assert eight.memory_gb - one.memory_gb == pytest.approx(copy, abs=1e-6)
 
 
 @pytest.mark.slow

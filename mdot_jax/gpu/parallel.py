@@ -230,7 +230,9 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     if strategy == "ddp":
         total = rings(reduce_width, buckets)  # in the type the gradients are reduced in
         shown = total if after_flush else _hidden(total, bw, buckets)
-        memory = p.memory_gb + nbytes / 1e9  # DDP's buckets: a copy of the gradients
+        # PyTorch DDP's buckets: a copy of the gradients; Megatron-LM's (`after_flush`)
+        # contiguous buffer is the gradients themselves
+        memory = p.memory_gb + (0.0 if after_flush else nbytes / 1e9)
     else:
         held = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors in flight
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
