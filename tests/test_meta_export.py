@@ -653,6 +653,7 @@ def test_deepseeks_sparse_attention_exports_dense_and_masked_and_says_so(capsys,
     assert "sparse attention: each query's top 16 keys" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # two children, each importing PyTorch and transformers
 @pytest.mark.child_export
 def test_a_config_exports_in_a_child_process_and_its_error_is_one_line(tmp_path):
     """The library exports a config.json in a process of its own (the other tests do it in
