@@ -288,6 +288,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     original = read_model(source)
     model = onnx.ModelProto()
     model.CopyFrom(original)
+    define_own_ops(model)  # our exporter's nodes, for shape inference (once, not each round)
     if len(model.graph.node) == 0:
         raise ConversionError(f"{label}: the graph is empty (no nodes)")
     model = as_training(model)  # an inference export, read as its training step
@@ -333,7 +334,6 @@ _NEVER_FOLD = {"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNorm
 
 
 def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
-    define_own_ops(model)
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                  data_prop=True)
