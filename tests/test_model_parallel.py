@@ -377,6 +377,28 @@ def test_megatron_reduces_the_gradients_after_the_backward_in_its_fp16(gpt):
         assert eight.memory_gb - one.memory_gb == pytest.approx(copy, abs=1e-6)
 
 
+def test_megatron_keeps_a_half_model_beside_fp32_master_weights(gpt):
+    """Megatron-LM's bytes a parameter with Adam (its distributed optimizer's guide): 18 at
+    bf16 (half model, fp32 master weights, fp32 main gradients, two moments), 16 at fp16 (the
+    gradients in fp16), PyTorch's 16 under autocast; its distributed optimizer (zero1) shards
+    the master weights with the moments: 6 + 12 / d at bf16. With pipeline stages too."""
+    params = gpt[1].params
+    mem = {(f, pr, s, pp): predict(_job(gpt, gpus=8, framework=f, precision=pr, strategy=s,
+                                        pp=pp, grad_accum=pp)).memory_gb
+           for f, pr in (("pytorch", "amp-bf16"), ("megatron", "amp-bf16"),
+                         ("megatron", "amp-fp16")) for s in ("ddp", "zero1") for pp in (1, 2)}
+    for pp in (1, 2):
+        bf16, fp16 = (mem["megatron", pr, "ddp", pp] for pr in ("amp-bf16", "amp-fp16"))
+        held = (bf16 - fp16) / 2e-9  # a GPU's parameters: fp32 against fp16 gradients
+        assert held == pytest.approx(params, rel=1e-6) if pp == 1 else \
+            0.3 * params < held < 0.8 * params  # a stage holds about half
+        if pp == 1:  # PyTorch's DDP holds fp32 weights and a bucket copy of the gradients
+            assert mem["pytorch", "amp-bf16", "ddp", 1] - fp16 == pytest.approx(4e-9 * params)
+        d = 8 // pp  # the distributed optimizer: 12 of 18 bytes sharded over d replicas
+        assert bf16 - mem["megatron", "amp-bf16", "zero1", pp] == pytest.approx(
+            12e-9 * held * (d - 1) / d - 25 * 2 ** 20 / 1e9, rel=1e-6)  # a bucket in flight
+
+
 @pytest.mark.slow
 def test_a_plan_keeps_the_hosts_launch_gaps(gpt, tmp_path):
     shipped = load_step_model()  # shared: copied, never changed

@@ -61,7 +61,7 @@ from converters.traits import LOSSES
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.parallel import LATENCY_US, Link, allreduce_ms, group_link, updating
-from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, saved, step_memory
+from mdot_jax.serving.memory import HALF, param_bytes, saved, step_memory
 from mdot_jax.serving.prediction import Prediction
 
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
@@ -323,7 +323,7 @@ def _chunks(seq: OperatorSequence, first: list[int], layout: Layout) -> np.ndarr
 def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout: Layout,
              gpu: GPU, micro_batches: int, precision: str, optimizer: str,
              checkpointing: str | None, network_gbs: float, interconnect: str | None,
-             fused: list[Block]) -> tuple[Prediction, int]:
+             fused: list[Block], framework: str = "pytorch") -> tuple[Prediction, int]:
     """`one` (one GPU's step of one micro-batch of `seq`, sharded by `shard`, with its
     phases) as an iteration of `micro_batches` through the tensor- and pipeline-parallel
     `layout`, and the parameters of the fullest stage's GPU (for the data parallelism left)."""
@@ -354,7 +354,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     fill = t.sum() - t[slow]
     iteration = m * t[slow] + (fill / v if layout.schedule == "interleaved" else fill)
     tied = _tied_ms(seq, layout, gpu, network_gbs, interconnect) if pp > 1 else 0.0
-    state = _state_bytes(seq, stage, pp, optimizer)
+    held = param_bytes(precision, optimizer, framework).total  # bytes a parameter
+    state = _stage_params(seq, stage, pp) * held
     memory = state + _activation_bytes(seq, stage, blocks, layers, layout, m, precision,
                                        checkpointing, fused)
     full = int(np.argmax(memory))
@@ -381,7 +382,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
                      f"on the slowest stage, bubble {phases['bubble']:.3g} ms")
     note = ", ".join([" x ".join(split), *tail]) + " (Megatron-LM's rules; not measured)"
     working = step_memory(seq, precision, optimizer, fused=fused).working
-    params = int(round(state[full] / (8.0 + 4.0 * OPTIMIZER_STATE[optimizer])))
+    params = int(round(state[full] / held))
     few = [f"{m} micro-batch{'es' if m > 1 else ''} through {pp} pipeline stages: most of the "
            "iteration is the bubble (grad_accum sets the micro-batches; several times pp is "
            "usual)"] if 1 < pp and m < pp else []
@@ -419,13 +420,11 @@ def _tied_ms(seq: OperatorSequence, layout: Layout, gpu: GPU, network_gbs: float
     return allreduce_ms(4.0 * shared, 2, link, 1)
 
 
-def _state_bytes(seq: OperatorSequence, stage: np.ndarray, pp: int, optimizer: str
-                 ) -> np.ndarray:
-    """`[pp]` bytes of fp32 parameters, gradients and optimizer state on a stage's GPU."""
+def _stage_params(seq: OperatorSequence, stage: np.ndarray, pp: int) -> np.ndarray:
+    """`[pp]` parameters a stage's GPU holds."""
     # one stage holds a tied weight once; each of two stages that use it, a copy (Megatron)
-    params = np.bincount(stage, seq.column("params"), pp) if pp > 1 else \
+    return np.bincount(stage, seq.column("params"), pp).astype(float) if pp > 1 else \
         np.asarray([seq.params], float)
-    return params * (8.0 + 4.0 * OPTIMIZER_STATE[optimizer])
 
 
 def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Block],

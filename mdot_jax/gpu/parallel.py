@@ -3,9 +3,10 @@ priced from the spec sheet (`serving.spec_sheet`).
 
 The rules:
 - every GPU computes the step at the per-GPU batch (`--batch-size`, as DDP scripts give it);
-- the gradients (fp32: also under AMP, whose master weights are fp32) are all-reduced in DDP's
-  buckets of `BUCKET_MB`, by a ring: each GPU sends and receives 2 (N - 1) / N of the bytes
-  over the slowest link of the ring, plus 2 (N - 1) steps of the link's latency per bucket;
+- the gradients (fp32: also under AMP, whose master weights are fp32; Megatron-LM's at fp16 in
+  fp16, `memory.param_bytes`) are all-reduced in DDP's buckets of `BUCKET_MB`, by a ring: each
+  GPU sends and receives 2 (N - 1) / N of the bytes over the slowest link of the ring, plus
+  2 (N - 1) steps of the link's latency per bucket;
 - the links: NVLink where the GPU has it and every GPU of the ring reaches the others by it
   (`GPU.nvswitch`: SXM parts on their boards; PCIe cards only pairwise, by a bridge), at the
   share of its bandwidth rings achieve (`NVLINK_EFFICIENCY`), else PCIe; between nodes, the
@@ -17,11 +18,12 @@ The rules:
   shorter than its compute;
 - the optimizer update follows the all-reduce on every GPU, as in one.
 
-Sharded (ZeRO's stages; fp32 parameters): `zero1` shards the optimizer state over the N
-replicas, `zero2` the gradients too, `fsdp` (FSDP / ZeRO-3) the weights too. ZeRO-1 and -2
-reduce-scatter the gradients in units of `BUCKET_MB` behind the backward (ZeRO-2 every
-micro-batch, as it frees them), each GPU updates its 1/N, and the updated weights are
-all-gathered after the update, with nothing to hide behind. FSDP all-gathers the weights
+Sharded (ZeRO's stages): `zero1` shards the optimizer state (with any master weights:
+Megatron-LM's distributed optimizer) over the N replicas, `zero2` the gradients too, `fsdp`
+(FSDP / ZeRO-3) the weights too. ZeRO-1 and -2 reduce-scatter the gradients in units of
+`BUCKET_MB` behind the backward (ZeRO-2 every micro-batch, as it frees them), each GPU updates
+its 1/N, and the updated weights are all-gathered after the update, with nothing to hide
+behind. FSDP all-gathers the weights
 before the forward and again before the backward and reduce-scatters the gradients (3 (N -
 1) / N of the parameter bytes in all, against the 2 (N - 1) / N of an all-reduce; at AMP in
 the half type, as its mixed-precision policy gathers the weights; N - 1 ring steps' latency
@@ -52,7 +54,7 @@ import math
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.options import INTERCONNECTS, STRATEGIES
-from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE
+from mdot_jax.serving.memory import HALF, param_bytes
 from mdot_jax.serving.prediction import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
@@ -179,7 +181,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                   strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1,
                   model_parallel: int = 1, after_flush: bool = False,
                   precision: str = "fp32", units: int = 0, experts: int = 0,
-                  ep: int = 1, stride: int = 0, reduce_width: float = 1.0) -> Prediction:
+                  ep: int = 1, stride: int = 0, framework: str = "pytorch") -> Prediction:
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each, replicas `stride` ranks apart (default
@@ -193,13 +195,16 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     micro-batch, in the half type at AMP (its mixed-precision policy: the weights' `param_dtype`,
     which the gradients' reduction keeps), in `units` (the model's layers and its root; 0: in
     DDP's buckets). `experts`: of the `params` (a GPU's), those of the experts it holds, the
-    model's split `ep` ways (module docstring). `reduce_width`: DDP's gradients all-reduced in
-    a type this many fp32s wide (Megatron-LM at fp16: 0.5). One replica: `p` itself."""
+    model's split `ep` ways (module docstring). `framework`: whose gradients and state
+    (`memory.param_bytes`: DDP's gradients all-reduced at their width, Megatron-LM's fp16 ones
+    in fp16; its distributed optimizer shards the master weights too). One replica: `p`
+    itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
     if n == 1:
         return p
+    held = param_bytes(precision, optimizer, framework)
     stride = stride or model_parallel
     link = group_link(gpu, gpus_per_node, nodes, interconnect, network_gbs, n, stride)
     experts = experts if ep > 1 else 0  # not split: held and reduced as the rest
@@ -228,13 +233,13 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     phases = dict(p.phases)
     half = allreduce / 2  # a reduce-scatter, or an all-gather
     if strategy == "ddp":
-        total = rings(reduce_width, buckets)  # in the type the gradients are reduced in
+        total = rings(held.gradients / 4, buckets)  # in the type the gradients are reduced in
         shown = total if after_flush else _hidden(total, bw, buckets)
         # PyTorch DDP's buckets: a copy of the gradients; Megatron-LM's (`after_flush`)
         # contiguous buffer is the gradients themselves
         memory = p.memory_gb + (0.0 if after_flush else nbytes / 1e9)
     else:
-        held = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors in flight
+        in_flight = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
             width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
             pieces = units or buckets  # its collectives: one a unit (a ring's steps each)
@@ -242,7 +247,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
             total = 3 * half * k
             shown = k * (_hidden(half, fw, pieces) + _hidden(2 * half, bw, pieces))
             if units:  # a unit's weights, the next one's, the unit's gradients
-                held = 3 * width * nbytes / units / 1e9
+                in_flight = 3 * width * nbytes / units / 1e9
         else:  # reduce-scattered behind the backward (zero2: each micro-batch), gathered after
             times = k if strategy == "zero2" else 1
             scatter = half if after_flush else _hidden(half, bw, buckets)
@@ -250,8 +255,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         shard = sum(b / r for b, r, _ in groups) / nbytes  # of a GPU's parameters, its shard
         phases["update"] = phases.get("update", 0.0) * shard
         p = dataclasses.replace(p, operators=updating(p.operators, shard, "its shard"))
-        sharded = OPTIMIZER_STATE[optimizer] + {"zero1": 0, "zero2": 1, "fsdp": 2}[strategy]
-        memory = p.memory_gb - sharded * unsharded / 1e9 + held
+        memory = p.memory_gb - held.sharded(strategy) / 4 * unsharded / 1e9 + in_flight
     what = {"ddp": "gradient all-reduce",
             "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"
                     + (" in the half type" if precision in HALF else "")}.get(

@@ -463,7 +463,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                    interval_ms=fitted.interval(total) if adapted else
                    (total * math.exp(model.band[0]), total * math.exp(model.band[1]))
                    if band_ok else None)
-    p.memory_gb = step_memory(seq, precision, optimizer, fused=blocks).total / 1e9
+    p.memory_gb = step_memory(seq, precision, optimizer, fused=blocks,
+                              framework=framework).total / 1e9
     if fit:
         check_fit(p, gpu.memory_gb, f"the {gpu.name}'s memory")
     return p

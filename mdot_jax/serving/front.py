@@ -310,7 +310,7 @@ class _SpecSheet:
             one, params = model_parallel.pipeline(
                 one, self.seq, self.blocks, layout, self.gpu, job.grad_accum,
                 job.precision or "fp32", job.optimizer, job.activation_checkpointing, network,
-                job.interconnect, self.fused)
+                job.interconnect, self.fused, job.framework)
         else:
             one = accumulate(one, job.grad_accum)
         experts = 0
@@ -318,14 +318,11 @@ class _SpecSheet:
             one, experts = self._experts(one, n)
             experts = round(experts * params / self.seq.params)
         starts = layer_starts(self.seq, self.blocks)  # FSDP's units: its layers and the root
-        # Megatron-LM reduces the gradients after the backward (overlap_grad_reduce off), in
-        # the model's fp16 (grads accumulated and all-reduced in fp32 only at bf16)
-        megatron = job.framework == "megatron"
-        width = 0.5 if megatron and job.precision == "amp-fp16" else 1.0
+        # Megatron-LM reduces the gradients after the backward (overlap_grad_reduce off)
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
-                          after_flush=job.model_parallel or megatron,
-                          precision=job.precision or "fp32", reduce_width=width,
+                          after_flush=job.model_parallel or job.framework == "megatron",
+                          precision=job.precision or "fp32", framework=job.framework,
                           units=len(starts) + 1 if starts else 0, experts=experts,
                           ep=job.ep, stride=job.tp)  # Megatron's order: tp, dp, pp
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)

@@ -1,9 +1,10 @@
 """The peak memory of a training step, estimated from the operator sequence: whether the step
 fits on the device at all, before its time means anything.
 
-What a step holds: the parameters, their gradients and the optimizer's state (fp32, also
-under AMP, which keeps fp32 master weights; `OPTIMIZER_STATE` tensors the size of the
-parameters), the input batch, and the activations autograd keeps for the backward pass: an
+What a step holds: the parameters, their gradients and the optimizer's state (`param_bytes`:
+fp32, also under AMP, which keeps fp32 master weights; `OPTIMIZER_STATE` tensors the size of
+the parameters; Megatron-LM's half-type model beside its fp32 master weights), the input
+batch, and the activations autograd keeps for the backward pass: an
 operator's output where its own backward needs it (Relu, Sigmoid, Softmax, ...) or where a
 consumer's backward needs its input (Conv, MatMul, normalisations, Mul, GELU, pooling, ...),
 each once, at the precision's width (half under AMP); an output only added, reshaped or
@@ -57,6 +58,46 @@ NEEDS_INPUT, NEEDS_OUTPUT = keeping("input"), keeping("output")
 
 
 @dataclass(frozen=True)
+class ParamBytes:
+    """Bytes a parameter costs each GPU that holds it, by what holds them."""
+
+    model: float  # the weights the passes read
+    master: float  # fp32 master weights beside a half-type model (the optimizer's)
+    gradients: float
+    optimizer: float  # the optimizer's state
+
+    @property
+    def total(self) -> float:
+        return self.model + self.master + self.gradients + self.optimizer
+
+    def sharded(self, strategy: str) -> float:
+        """Of `total`, the bytes ZeRO's stage `strategy` (`options.STRATEGIES`) shards over
+        the replicas: the optimizer's (state and master weights; Megatron-LM's distributed
+        optimizer), `zero2` the gradients too, `fsdp` the weights too; `ddp` none."""
+        stages = ("zero1", "zero2", "fsdp")
+        done = stages.index(strategy) + 1 if strategy in stages else 0
+        return sum(b for b, stage in ((self.optimizer + self.master, 1), (self.gradients, 2),
+                                      (self.model, 3)) if stage <= done)
+
+
+def param_bytes(precision: str = "fp32", optimizer: str = "sgd",
+                framework: str = "pytorch") -> ParamBytes:
+    """What a parameter costs when training at `precision` with `optimizer` under `framework`
+    (`options.FRAMEWORKS`): eager PyTorch keeps fp32 weights and gradients, also under
+    autocast; Megatron-LM at amp-* a model in the half type beside fp32 master weights, its
+    gradients in fp32 at bf16 and fp8 (`main_grad`, accumulated and reduced in fp32) and in
+    the half type at fp16 (18 and 16 bytes a parameter with Adam: the distributed optimizer's
+    guide counts 20 at fp16, of which the fp32 copies of the gradients it makes for the update,
+    freed before the next forward, are not there at a step's peak)."""
+    if optimizer not in OPTIMIZER_STATE:
+        raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(OPTIMIZER_STATE)}")
+    state = 4.0 * OPTIMIZER_STATE[optimizer]
+    if framework == "megatron" and precision in AUTOCAST:
+        return ParamBytes(2.0, 4.0, 2.0 if precision == "amp-fp16" else 4.0, state)
+    return ParamBytes(4.0, 0.0, 4.0, state)
+
+
+@dataclass(frozen=True)
 class StepMemory:
     """Bytes of one training step, by what holds them."""
 
@@ -79,17 +120,18 @@ class StepMemory:
 
 
 def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str = "sgd",
-                cpu: bool = False, fused: Sequence = ()) -> StepMemory:
-    """The estimate for `seq` (at its batch size) trained at `precision` with `optimizer`, on
-    a CPU (at the step's live peak, `live_bytes`) or a GPU (the sum form). `fused`: attention
-    blocks (`converters.attention`) run as fused kernels, which keep their inputs, output and
-    one fp32 log-sum-exp per query row instead of the S x S tensors between."""
-    if optimizer not in OPTIMIZER_STATE:
-        raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(OPTIMIZER_STATE)}")
+                cpu: bool = False, fused: Sequence = (), framework: str = "pytorch"
+                ) -> StepMemory:
+    """The estimate for `seq` (at its batch size) trained at `precision` with `optimizer`
+    under `framework`, on a CPU (at the step's live peak, `live_bytes`) or a GPU (the sum
+    form). `fused`: attention blocks (`converters.attention`) run as fused kernels, which keep
+    their inputs, output and one fp32 log-sum-exp per query row instead of the S x S tensors
+    between."""
+    held = param_bytes(precision, optimizer, framework)
     weights = 4.0 * seq.params
     scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
     inputs = float(sum(4.0 * np.prod(s) for s in seq.meta.get("inputs", {}).values()))
-    state = OPTIMIZER_STATE[optimizer] * weights
+    state = held.optimizer * seq.params
     if cpu:
         live = live_bytes(seq, scale, optimizer)
         total = weights + state + inputs + live.total
@@ -100,8 +142,8 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     for b in fused:  # a fused kernel's S x S tensors exist in no pass
         outputs[list(b.inner)] = 0.0
     working = scale * float(np.sort(outputs)[-2:].sum())
-    return StepMemory(weights, weights, state, float(saved(seq, fused, scale).sum()), inputs,
-                      working)
+    return StepMemory((held.model + held.master) * seq.params, held.gradients * seq.params,
+                      state, float(saved(seq, fused, scale).sum()), inputs, working)
 
 
 def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0) -> np.ndarray:
