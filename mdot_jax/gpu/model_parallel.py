@@ -326,7 +326,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
              fused: list[Block], framework: str = "pytorch") -> tuple[Prediction, int]:
     """`one` (one GPU's step of one micro-batch of `seq`, sharded by `shard`, with its
     phases) as an iteration of `micro_batches` through the tensor- and pipeline-parallel
-    `layout`, and the parameters of the fullest stage's GPU (for the data parallelism left)."""
+    `layout`, and the parameters of the fullest stage's GPU (for the data parallelism left).
+    `framework`: what a parameter costs a GPU's memory (`memory.param_bytes`)."""
     tp, pp, v = layout.tp, layout.pp, layout.virtual
     first = layer_starts(seq, blocks)
     stage = _chunks(seq, first, layout) if pp > 1 else np.zeros(seq.num_ops, int)
