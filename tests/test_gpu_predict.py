@@ -246,19 +246,6 @@ def test_a_host_slower_than_the_kernels_leaves_the_gpu_waiting():
     assert launch_bound(t, 0.01) == pytest.approx(end)
 
 
-def test_a_blended_host_adds_most_where_host_and_gpu_are_matched():
-    from mdot_jax.gpu.spec_sheet import launch_bound
-
-    matched = [0.01] * 100  # G = H = 1 ms
-    assert launch_bound(matched, 0.01, None) == launch_bound(matched, 0.01)
-    plain = launch_bound(matched, 0.01)
-    assert launch_bound(matched, 0.01, 4.0) == pytest.approx(plain + (2 ** 0.25 - 1) * 1.0)
-    host_bound = [0.001] * 100  # H ten times G: the blend adds (1 + 0.1^p)^(1/p) - 1 of H
-    assert launch_bound(host_bound, 0.01, 4.0) - launch_bound(host_bound, 0.01) == \
-        pytest.approx(1.0 * ((1 + 0.1 ** 4) ** 0.25 - 1))
-    assert launch_bound(matched, 0.0, 4.0) == pytest.approx(1.0)  # no host: nothing to blend
-
-
 def test_the_host_is_the_frameworks_and_its_fit_prices_as_a_step_does(step_model):
     import dataclasses
 

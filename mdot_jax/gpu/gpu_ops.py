@@ -304,11 +304,6 @@ class StepModel:
         h = self.info.get("host_ms_per_kernel", 0.0)
         return float(h.get(framework, 0.0) if isinstance(h, dict) else h)
 
-    def host_blend(self, framework: str) -> float | None:
-        """The exponent of the host's blend with the GPU under `framework` (`host_blend`;
-        `spec_sheet.launch_bound`); None where none was chosen: the host's gaps alone."""
-        return self.info.get("host_blend", {}).get(framework)
-
     def kernel_ms(self, ops: list, dims: list, seen: list, streamed: bool) -> np.ndarray:
         """`[N]` ms of each kernel: as measured alone (a pricer's fixed cost per kernel is the
         host's and the launch's), or, `streamed` behind a host that issues them, the GPU's part

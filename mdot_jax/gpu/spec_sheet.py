@@ -427,7 +427,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
                         f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                         f"FlashAttention's forward and backward, {note}")
-    end = launch_bound(order, host, model.host_blend(framework))
+    end = launch_bound(order, host)
     gaps = end - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
@@ -484,24 +484,15 @@ def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple
     return {"fw": [one] * 2, "bw": [one] * 5}
 
 
-def launch_bound(kernels: Sequence[float], host_ms: float, blend: float | None = None
-                 ) -> float:
+def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
     """ms until the last of `kernels` (ms each, in order) ends when the host issues one every
     `host_ms` and the GPU runs them in order: a kernel starts once issued and once the one
-    before it has ended, so end_k = max(k h, end_(k-1)) + t_k, closed form below. `blend`
-    (an exponent p): a host whose time a kernel varies about `host_ms` also leaves the GPU
-    waiting where the two are nearly matched, so the end gains what the smooth maximum
-    (G^p + H^p)^(1/p) of the GPU's total G and the host's H adds to their maximum: most where
-    they are equal, nothing where either dominates."""
+    before it has ended, so end_k = max(k h, end_(k-1)) + t_k, closed form below."""
     t = np.asarray(kernels, np.float64)
     if not len(t):
         return 0.0
     before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # the GPU's work before each kernel
-    end = float(t.sum() + max(0.0, np.max((np.arange(len(t)) + 1) * host_ms - before)))
-    if blend is None or host_ms <= 0:
-        return end
-    top, low = sorted((float(t.sum()), len(t) * host_ms))[::-1]
-    return end + top * ((1 + (low / top) ** blend) ** (1 / blend) - 1)
+    return float(t.sum() + max(0.0, np.max((np.arange(len(t)) + 1) * host_ms - before)))
 
 
 def _ratio_kind(kind: str) -> str:
