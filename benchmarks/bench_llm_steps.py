@@ -12,6 +12,10 @@ traced on a GPU, the GPU's busy time against the priced kernel time and its shar
 class (`measure.profiler.kernel_class`). Rows measured on a device the catalog does not know
 are listed as skipped, with the name.
 
+For traced rows, priced over traced GPU time by kernel class (`priced_over_traced_by_class`):
+the readings of docs/studies/gemm-bound-step.md, whose rule was written before any traced LLM
+step existed.
+
 Pre-registered, before the next lease's rows exist (`--loss-memory`; cause 3 of
 docs/studies/llm-step-memory.md, alone): the step memory estimate plus what the sum form
 leaves out of a language model's loss and autocast. Cross-entropy, which autocast runs in
@@ -58,7 +62,7 @@ def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = F
             config.write_text(json.dumps(r["config"]))
             try:
                 p = predict(TrainingJob(model=str(config), device=gpu.name, checkpoint=checkpoint,
-                                        **r["job"]))
+                                        operators=True, **r["job"]))
             except MdotError as e:
                 skipped.append(f"{r['key']}: {e}")
                 continue
@@ -72,8 +76,32 @@ def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = F
                 out[-1]["trace"] = dict(
                     gpu_ms=r["gpu_ms"], kernels=r["kernels"], launches=r["launches"],
                     predicted_gpu_ms=p.iteration_ms - p.phases.get("launch gaps", 0.0),
-                    phases=p.phases, by_class={c: t for c, (_, t) in r.get("by_class", {}).items()})
+                    phases=p.phases, by_class={c: t for c, (_, t) in r.get("by_class", {}).items()},
+                    priced_by_class=priced_by_class(p.operators or []))
     return out, skipped
+
+
+# the priced operators' types by the trace's kernel class (`measure.profiler.KERNEL_CLASSES`);
+# the rest of the GPU's time is compared as one class
+TYPE_CLASS = {"Gemm": "gemm", "MatMul": "gemm", "attention (fused)": "attention",
+              "optimizer": "optimizer"}
+COMPARED = ("gemm", "attention", "optimizer")
+
+
+def priced_by_class(operators: list[dict]) -> dict[str, float]:
+    """ms of the priced operators by kernel class (`TYPE_CLASS`; the host's gaps left out)."""
+    out = dict.fromkeys((*COMPARED, "rest"), 0.0)
+    for o in operators:
+        if o["type"] != "launch gaps":
+            out[TYPE_CLASS.get(o["type"], "rest")] += float(o["ms"])
+    return out
+
+
+def class_ratios(trace: dict) -> dict[str, float]:
+    """Priced / traced GPU time of one traced row by class (`COMPARED`, and the rest)."""
+    traced = {c: trace["by_class"].get(c, 0.0) for c in COMPARED}
+    traced["rest"] = trace["gpu_ms"] - sum(traced.values())
+    return {c: trace["priced_by_class"][c] / t for c, t in traced.items() if t > 0}
 
 
 def loss_memory_gb(config: Path, job: dict) -> float:
@@ -117,8 +145,18 @@ def summarize(priced: list[dict]) -> dict:
                 predicted_gpu_ratio=float(np.median([t["predicted_gpu_ms"] / t["gpu_ms"]
                                                      for t, _ in traced])),
                 gpu_share_by_class={c: float(np.median([t["by_class"].get(c, 0.0) / t["gpu_ms"]
-                                                        for t, _ in traced])) for c in classes})
+                                                        for t, _ in traced])) for c in classes},
+                priced_over_traced_by_class={c: float(np.median(v)) for c, v in _by_key(
+                    [class_ratios(t) for t, _ in traced]).items()})
     return summary
+
+
+def _by_key(dicts: list[dict]) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out.setdefault(k, []).append(v)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,6 +71,10 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
     traced = res["summary"]["all"]["traced"]  # the GPU busy half the step, half of it GEMMs
     assert traced["gpu_busy_share"] == pytest.approx(0.5) and traced["predicted_gpu_ratio"] > 0
     assert traced["gpu_share_by_class"] == pytest.approx({"gemm": 0.5, "elementwise": 0.5})
+    priced = res["rows"][0]["trace"]["priced_by_class"]  # priced GEMMs over the traced ones
+    assert priced["gemm"] > 0 and traced["priced_over_traced_by_class"]["gemm"] == \
+        pytest.approx(priced["gemm"] / (cpu["ms"] / 4))
+    assert set(traced["priced_over_traced_by_class"]) == {"gemm", "rest"}  # none traced else
     # the pre-registered candidate: the loss's fp32 tensors over a vocabulary of 1,000 (fp32)
     row = res["rows"][0]
     assert row["memory_gb_candidate"] - row["memory_gb"] >= 8 * 2 * 64 * 1000 / 1e9 * 0.5
