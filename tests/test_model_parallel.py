@@ -399,6 +399,24 @@ def test_megatron_keeps_a_half_model_beside_fp32_master_weights(gpt):
             12e-9 * held * (d - 1) / d - 25 * 2 ** 20 / 1e9, rel=1e-6)  # a bucket in flight
 
 
+def test_megatrons_distributed_optimizer_gathers_its_half_type_model(gpt):
+    """zero1's all-gather of the updated weights moves their width: PyTorch's fp32 weights,
+    Megatron-LM's half-type model (its fp32 master weights stay sharded); the reduce-scatter
+    the gradients' (fp32 at bf16)."""
+    import re
+
+    said = {}
+    for framework in ("pytorch", "megatron"):
+        note = next(w for w in predict(_job(gpt, gpus=8, framework=framework,
+                                            strategy="zero1")).warnings
+                    if "reduce-scatter and all-gather" in w)
+        said[framework] = float(re.search(r"over 8 GPUs \(([\d.e+-]+) ms", note).group(1))
+    buckets = -(-4 * gpt[1].params // (25 * 2 ** 20))
+    latency = 2 * buckets * (8 - 1) * 3.5e-3  # ms: the ring steps of both collectives
+    assert said["megatron"] - latency == pytest.approx(0.75 * (said["pytorch"] - latency),
+                                                       rel=0.05)  # 4 + 2 bytes against 4 + 4
+
+
 @pytest.mark.slow
 def test_a_plan_keeps_the_hosts_launch_gaps(gpt, tmp_path):
     shipped = load_step_model()  # shared: copied, never changed

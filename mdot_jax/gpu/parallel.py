@@ -23,13 +23,13 @@ Megatron-LM's distributed optimizer) over the N replicas, `zero2` the gradients 
 (FSDP / ZeRO-3) the weights too. ZeRO-1 and -2 reduce-scatter the gradients in units of
 `BUCKET_MB` behind the backward (ZeRO-2 every micro-batch, as it frees them), each GPU updates
 its 1/N, and the updated weights are all-gathered after the update, with nothing to hide
-behind. FSDP all-gathers the weights
-before the forward and again before the backward and reduce-scatters the gradients (3 (N -
-1) / N of the parameter bytes in all, against the 2 (N - 1) / N of an all-reduce; at AMP in
-the half type, as its mixed-precision policy gathers the weights; N - 1 ring steps' latency
-a collective, three collectives a unit) unit by unit (a layer each,
-as transformer auto-wrapping makes them, and the root; DDP's buckets where the model has no
-layers), prefetched under the forward and the backward as DDP's buckets are under the
+behind (each at its width: Megatron-LM's distributed optimizer gathers its half-type model).
+FSDP all-gathers the weights before the forward and again before the backward and
+reduce-scatters the gradients (3 (N - 1) / N of the parameter bytes in all, against the
+2 (N - 1) / N of an all-reduce; at AMP in the half type, as its mixed-precision policy gathers
+the weights; N - 1 ring steps' latency a collective, three collectives a unit) unit by unit (a
+layer each, as transformer auto-wrapping makes them, and the root; DDP's buckets where the
+model has no layers), prefetched under the forward and the backward as DDP's buckets are under the
 backward: the first unit's gather and the last unit's reduce-scatter show. It holds a unit's
 gathered weights, the next unit's (prefetched) and the unit's unsharded gradients. Under
 tensor and pipeline parallelism (`model_parallel`) the replicas are what is left of the GPUs,
@@ -219,7 +219,6 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         return sum(allreduce_ms(width * b, r, lk, max(1, round(pieces * b / nbytes)))
                    for b, r, lk in groups)
 
-    allreduce = rings(1.0, buckets)  # = reduce-scatter + all-gather
     unsharded = sum(b * (r - 1) / r for b, r, _ in groups)  # what sharding takes off a GPU
     k = grad_accum  # the phases are of k micro-batches: the pieces compute hides behind, one
     # a pass lasts its kernels and the host's gaps between them (the passes' by their kernels'
@@ -231,7 +230,6 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     wall = 1.0 + p.phases.get("launch gaps", 0.0) / k / busy if busy > 0 else 1.0
     fw, bw = wall * fw, wall * (bw + again)
     phases = dict(p.phases)
-    half = allreduce / 2  # a reduce-scatter, or an all-gather
     if strategy == "ddp":
         total = rings(held.gradients / 4, buckets)  # in the type the gradients are reduced in
         shown = total if after_flush else _hidden(total, bw, buckets)
@@ -249,9 +247,10 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
             if units:  # a unit's weights, the next one's, the unit's gradients
                 in_flight = 3 * width * nbytes / units / 1e9
         else:  # reduce-scattered behind the backward (zero2: each micro-batch), gathered after
-            times = k if strategy == "zero2" else 1
-            scatter = half if after_flush else _hidden(half, bw, buckets)
-            total, shown = half * (times + 1), scatter * times + half
+            times = k if strategy == "zero2" else 1  # the gradients' width, the weights'
+            rs, ag = (rings(b / 4, buckets) / 2 for b in (held.gradients, held.model))
+            scatter = rs if after_flush else _hidden(rs, bw, buckets)
+            total, shown = rs * times + ag, scatter * times + ag
         shard = sum(b / r for b, r, _ in groups) / nbytes  # of a GPU's parameters, its shard
         phases["update"] = phases.get("update", 0.0) * shard
         p = dataclasses.replace(p, operators=updating(p.operators, shard, "its shard"))
