@@ -461,6 +461,26 @@ def selective_scan(node: NodeView) -> Cost:
     return Cost(float(9 * u * n + 2 * u), 2.0)
 
 
+@register("ChunkScan", testcases=(
+    (dict(op_type="ChunkScan", attrs=dict(chunk=4, groups=1),
+          in_shapes=[(2, 8, 12), (2, 8, 3), (3,), (2, 8, 5), (2, 8, 5), (3,)],
+          out_shapes=[(2, 8, 12)]),
+     2 * 2 * (2 * 16 * 5 + 3 * (2 * 16 * 4 + 4 * 4 * 5 * 4)) + 2 * 3 * 2 * 4 * 4 * 5
+     + 2 * 2 * 8 * 12),
+))
+def chunk_scan(node: NodeView) -> Cost:
+    """Mamba-2's chunked scan (`converters.state_space`: x [B, T, H P], dt [B, T, H], A, B, C
+    [B, T, G N], D; chunks of Q tokens): a chunk's C B^T once a group (2 Q^2 N), a head's
+    2 Q^2 P + 4 Q N P, the states passed between the nc chunks (2 nc^2 P N a head), the skip
+    (2 a token and feature); the backward about twice (2x)."""
+    (b, t, dim), h = node.in_shapes[0], node.in_shapes[1][-1]
+    q, g = int(node.attrs.get("chunk", 1)), int(node.attrs.get("groups", 1))
+    p, n, nc = dim // h, node.in_shapes[3][-1] // g, -(-t // q)
+    flops = b * nc * (g * 2 * q * q * n + h * (2 * q * q * p + 4 * q * n * p)) \
+        + b * h * 2 * nc * nc * p * n + 2 * b * t * dim
+    return Cost(float(flops), 2.0)
+
+
 @register("If", "Loop", "Scan", testcases=(
     (dict(op_type="If", in_shapes=[()], out_shapes=[(3,)]), 0),
 ))

@@ -7,8 +7,11 @@ In training, transformers hands a Mamba-2 mixer's projected input to mamba_ssm's
 conv1d, the chunked scan of the state space dual, the gated RMSNorm and the output projection
 in a few fused kernels) and otherwise computes it in eager PyTorch: about 120 kernels a layer, in
 fp32, with B and C copied to every head and C B^T computed once a head instead of once a group.
-Exported in its place, `combined` does what the fused kernels do, exactly (the same output), in
-one pass over the chunks: per chunk of Q tokens, N the state width, P a head's width,
+Exported in its place, `combined` does what the fused kernels do, exactly (the same output): the
+conv1d, the gated norm and the projection as operators, the chunked scan as one node,
+`ChunkScan` in the `mdot` domain (x, dt, A, B, C, D; out shaped as x), which a GPU prices as
+one kernel's bytes (the intermediates stay on chip) and whose FLOPs are, per chunk of Q tokens,
+N the state width, P a head's width,
 
     C B^T, once a group (the heads of a group share it)          2 Q^2 N
     the causal decays applied, then (C B^T L) (x dt), a head     2 Q^2 P
@@ -16,7 +19,8 @@ one pass over the chunks: per chunk of Q tokens, N the state width, P a head's w
     the states passed between chunks (a lower-triangular product over the chunks, small)
     the output's read of the entering state C h, a head          2 Q N P
 
-then the skip D x, y silu(z) normalised per group, and the output projection.
+then the skip D x (in the node), y silu(z) normalised per group, and the output projection.
+Traced on a CPU, the node computes the scan exactly (`_chunked`, not exported).
 
 Mamba-1's selective scan (`mamba_selective_scan`, mamba_ssm's `selective_scan_fn` where
 installed) runs in training as one kernel that keeps the [channels, state] recurrence on chip;
@@ -38,7 +42,8 @@ from typing import Any
 FUNCTION = "mamba2_split_conv1d_scan_combined"  # transformers' name, in each model's module
 SCAN = "mamba_selective_scan"  # Mamba-1's, in each of its models' modules
 DOMAIN, SCAN_OP = "mdot", "SelectiveScan"  # the node `selective_scan` exports
-SAME_SHAPE = {(DOMAIN, SCAN_OP): 0}  # our nodes' outputs: the shape and type of this input
+CHUNK_OP = "ChunkScan"  # the node of Mamba-2's chunked scan (`combined`)
+SAME_SHAPE = {(DOMAIN, SCAN_OP): 0, (DOMAIN, CHUNK_OP): 0}  # our nodes' outputs: this input's
 
 
 def define_own_ops(model: Any) -> None:
@@ -87,7 +92,7 @@ def combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bias: Any, dt_bias: Any, A:
         return None
     h, (conv_dim, width), p = dt_bias.shape[0], conv1d_weight.shape, headdim
     dim = h * p
-    g, r = ngroups, h // ngroups  # groups of B and C, the heads each serves
+    g = ngroups  # groups of B and C
     n = (conv_dim - dim) // (2 * g)
     t = zxbcdt.shape[1]
     z, xbc, dt = zxbcdt[..., -(dim + conv_dim + h):].split([dim, conv_dim, h], dim=-1)
@@ -97,7 +102,30 @@ def combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bias: Any, dt_bias: Any, A:
     dt = F.softplus(dt + dt_bias)  # [B, T, H]
     if dt_limit != (0.0, math.inf):
         dt = dt.clamp(*dt_limit)
-    q = chunk_size
+    y = _chunk_scan_function().apply(x, dt, A, b, c, D, chunk_size, g)  # [B, T, H P]
+    if rmsnorm_weight is not None:  # gated RMSNorm per group (norm_before_gate: gate after)
+        if not norm_before_gate:
+            y = y * F.silu(z)
+        grouped = y.unflatten(-1, (g, dim // g))
+        y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + rmsnorm_eps)
+             ).flatten(-2) * rmsnorm_weight
+        if norm_before_gate:
+            y = y * F.silu(z)
+    else:
+        y = y * F.silu(z)
+    return F.linear(y.to(zxbcdt.dtype), outproj_weight, outproj_bias)
+
+
+def _chunked(x: Any, dt: Any, A: Any, b: Any, c: Any, D: Any, q: int,  # noqa: N803
+             g: int) -> Any:
+    """The chunked scan of the state space dual and the skip D x: y [B, T, H P] from x [B, T,
+    H P], dt [B, T, H] (after its softplus), A, D [H], b, c [B, T, G N], in chunks of `q`
+    tokens, C B^T once a group (module docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    t, h = x.shape[1], dt.shape[-1]
+    r, p, n = h // g, x.shape[-1] // h, b.shape[-1] // g
     pad = -t % q
     nc = (t + pad) // q
 
@@ -122,18 +150,25 @@ def combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bias: Any, dt_bias: Any, A:
     y = y + (cs @ entering.transpose(-1, -2)) * decay.exp().unsqueeze(-1)
     y = y.permute(0, 3, 4, 1, 2, 5).reshape(-1, nc * q, h, p)  # [B, T (padded), H, P]
     y = y[:, :t] if pad else y
-    y = (y + x.unflatten(-1, (h, p)) * D.reshape(h, -1)).flatten(-2)  # the skip D x
-    if rmsnorm_weight is not None:  # gated RMSNorm per group (norm_before_gate: gate after)
-        if not norm_before_gate:
-            y = y * F.silu(z)
-        grouped = y.unflatten(-1, (g, dim // g))
-        y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + rmsnorm_eps)
-             ).flatten(-2) * rmsnorm_weight
-        if norm_before_gate:
-            y = y * F.silu(z)
-    else:
-        y = y * F.silu(z)
-    return F.linear(y.to(zxbcdt.dtype), outproj_weight, outproj_bias)
+    return (y + x.unflatten(-1, (h, p)) * D.reshape(h, -1)).flatten(-2)  # the skip D x
+
+
+@functools.cache
+def _chunk_scan_function() -> Any:
+    """The autograd Function whose trace is the `ChunkScan` node (torch imported late)."""
+    import torch
+
+    class ChunkScan(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, dt, A, b, c, D, q, g):  # noqa: N803
+            return torch.empty_like(x) if x.is_meta else _chunked(x, dt, A, b, c, D, q, g)
+
+        @staticmethod
+        def symbolic(graph, x, dt, A, b, c, D, q, g):  # noqa: N803
+            return graph.op(f"{DOMAIN}::{CHUNK_OP}", x, dt, A, b, c, D, chunk_i=int(q),
+                            groups_i=int(g)).setType(x.type())
+
+    return ChunkScan
 
 
 def selective_scan(hidden_states: Any, dt: Any, A: Any, B: Any, C: Any, D: Any = None,

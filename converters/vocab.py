@@ -5,7 +5,8 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 5  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan
+VOCAB_VERSION = 6  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
+# 6: ChunkScan
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -47,6 +48,8 @@ _OP_TYPES = (
     "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss",
     # appended in version 5: not an ONNX op; Mamba-1's fused scan (converters.state_space)
     "SelectiveScan",
+    # appended in version 6: not an ONNX op; Mamba-2's chunked scan (converters.state_space)
+    "ChunkScan",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES

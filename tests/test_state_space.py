@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from converters import convert, from_hf_config
+from converters.sequence import CONFIG_FIELDS
 from converters.state_space import FUNCTION, SCAN, combined, selective_scan
 from converters.substitutes import substituted
 
@@ -41,20 +42,26 @@ def test_the_fused_scan_gives_what_transformers_eager_mixer_gives(groups, tokens
                     mixer.D, 16, return_final_states=True, headdim=16) is None
 
 
-def test_the_scan_exports_with_the_fused_kernels_flops():
-    """The scan's matrix products a chunk of Q tokens: C B^T once a group (2 Q^2 N), and a head's
-    2 Q^2 P + 4 Q N P; the states passed between the chunks (2 nc^2 P N a head); the output
-    projection. Transformers' eager path computes C B^T once a head."""
+def test_the_scan_exports_as_one_node_of_the_fused_kernels_flops():
+    """One ChunkScan a layer, its output shaped as its input: a chunk of Q tokens' C B^T once a
+    group (2 Q^2 N) and a head's 2 Q^2 P + 4 Q N P, the states passed between the chunks
+    (2 nc^2 P N a head), the skip; then the output projection. Transformers' eager path
+    computes C B^T once a head, and its intermediates are no tensors of the step's."""
     seq_len, batch, q, n, p, heads, groups = 64, 2, 16, 8, 16, 8, 1
     seq = convert(from_hf_config(MAMBA2, seq_len=seq_len), batch_size=batch, fuse=2)
-    assert seq.meta["linear_attention"] == FUNCTION
+    assert seq.meta["linear_attention"] == FUNCTION and not seq.unknown_ops
     chunks = seq_len // q
     scan = batch * chunks * (groups * 2 * q * q * n + heads * (2 * q * q * p + 4 * q * n * p)) \
-        + batch * heads * 2 * chunks * chunks * p * n + 2 * batch * seq_len * heads * p * 64
+        + batch * heads * 2 * chunks * chunks * p * n + 2 * batch * seq_len * heads * p
+    names = np.asarray(seq.op_names)
+    np.testing.assert_allclose(seq.column("fwd_flops")[names == "ChunkScan"], [scan] * 2)
+    assert "CumSum" not in names and sum(names == "Exp") == 2  # A = -exp(A_log) a layer: the
+    # decays stay inside the kernel
+    out = seq.config[names == "ChunkScan"][:, CONFIG_FIELDS.index("out_numel")]
+    np.testing.assert_array_equal(out, batch * seq_len * heads * p)
     flops = [f for name, t, f in zip(seq.node_names, seq.op_names, seq.column("fwd_flops"))
              if t == "MatMul" and "/mixer/MatMul" in name]
-    assert len(flops) == 2 * 6  # two layers: C B^T, two reads, the state, its passing, out
-    np.testing.assert_allclose(sum(flops), 2 * scan, rtol=1e-6)
+    np.testing.assert_allclose(flops, [2 * batch * seq_len * heads * p * 64] * 2)  # out
 
 
 def test_a_mamba2_is_said_in_the_prediction():
