@@ -31,8 +31,7 @@ SUBSTITUTES = {
     GATED_DELTA_RULE: Substitute(chunked, "gated delta rule",
                                  "flash-linear-attention's chunked kernels"),
     MAMBA2_SCAN: Substitute(combined, "Mamba-2 state space layers",
-                            "mamba_ssm's fused conv1d, chunked scan (one kernel's bytes each "
-                            "way, its matrix products not) and gated norm",
+                            "mamba_ssm's fused conv1d, chunked scan and gated norm",
                             heads_and_groups),
     SCAN: Substitute(selective_scan, "Mamba-1 state space layers",
                      "mamba_ssm's selective scan (one memory-bound kernel each way)"),

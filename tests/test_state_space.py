@@ -64,7 +64,8 @@ def test_the_scan_exports_as_one_node_of_the_fused_kernels_flops():
     np.testing.assert_allclose(flops, [2 * batch * seq_len * heads * p * 64] * 2)  # out
 
 
-def test_a_mamba2_is_said_in_the_prediction():
+def test_a_mamba2_is_said_in_the_prediction(monkeypatch):
+    from mdot_jax.gpu import spec_sheet
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
@@ -72,6 +73,16 @@ def test_a_mamba2_is_said_in_the_prediction():
     p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16"))
     assert any(w.startswith("Mamba-2 state space layers: priced as the work of mamba_ssm's fused")
                for w in p.warnings)
+    assert any(w.startswith("2 chunked scans priced as fused kernels") for w in p.warnings)
+
+    def scan_ms():
+        return [o["ms"] for o in predict(TrainingJob(
+            model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16",
+            operators=True)).operators if o["type"] == "ChunkScan"]
+
+    fused = scan_ms()
+    monkeypatch.setattr(spec_sheet, "ON_CHIP_SCANS", {})  # priced as a stream of its bytes
+    assert len(fused) == 2 and all(t > 0 for t in fused) and fused != scan_ms()
 
 
 def test_a_model_without_attention_is_split_and_checkpointed_by_its_layer_stack():

@@ -17,6 +17,9 @@ The rules, per operator of the sequence:
   an operator that reads only the graph's inputs); any other operator its forward times the
   ratio measured for its kind on the fitted GPUs' traces (`StepModel.ratios`); each weight an
   elementwise gradient accumulation.
+- scans whose matrix products stay on chip (`ON_CHIP_SCANS`: Mamba-2's chunked scan) as fused
+  attention is priced: GEMMs of their FLOPs at the share of the peak fused attention reaches,
+  the forward once and the backward twice.
 - the optimizer update (`step="train"`; NeuSight's labels and `step="fwd-bwd"` have none):
   `UPDATE_PASSES[optimizer]` elementwise kernels over all parameters, the kernels of
   torch.optim's default (foreach) implementation; under fp16 the gradient scaler's unscaling
@@ -240,6 +243,9 @@ def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, t
 
 
 LAUNCH_BOUND = 0.2  # a step whose launch gaps are more than this share says so
+# scans whose matrix products stay on chip (`converters.state_space`), by type: their passes,
+# each a GEMM of the forward's FLOPs (the backward twice them)
+ON_CHIP_SCANS = {"ChunkScan": ("fw", "bw", "bw")}
 ODD_SHARE = 0.01  # a linear layer with this share of the forward's FLOPs is said if unaligned
 
 
@@ -308,6 +314,12 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         kind, op, dims = classify(name, c, load)
         kinds[i] = kind
         if kind == "free" or i in inside or any(i == b.output for b in blocks):
+            continue
+        if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
+            one = tensor_cores.cube(load[_L["fwd_flops"]] / 2)
+            work.extend((i, phase, "linear", one, at["gemm"], slower) for phase in ON_CHIP_SCANS[
+                name])
+            classes.add("gemm")
             continue
         if kind == "other":
             other[name] = other.get(name, 0) + 1
@@ -423,6 +435,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                         "cuBLAS runs their GEMMs with "
                         "narrower loads, slower than priced here (not measured yet); features "
                         "padded to a multiple of 64 avoid it")
+    scans = int(np.isin(names, list(ON_CHIP_SCANS)).sum())
+    if scans:
+        warnings.append(f"{scans} chunked scans priced as fused kernels: GEMMs of their FLOPs "
+                        f"(the backward twice the forward's), {note}")
     if blocks:
         warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
                         f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
