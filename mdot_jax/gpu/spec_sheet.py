@@ -17,9 +17,9 @@ The rules, per operator of the sequence:
   an operator that reads only the graph's inputs); any other operator its forward times the
   ratio measured for its kind on the fitted GPUs' traces (`StepModel.ratios`); each weight an
   elementwise gradient accumulation.
-- scans whose matrix products stay on chip (`ON_CHIP_SCANS`: Mamba-2's chunked scan) as fused
-  attention is priced: GEMMs of their FLOPs at the share of the peak fused attention reaches,
-  the forward once and the backward twice.
+- scans whose matrix products stay on chip (`fused.ON_CHIP_SCANS`: Mamba-2's chunked scan) as
+  fused attention is priced (`gpu.fused`): GEMMs of their FLOPs at the share of the peak fused
+  attention reaches, the forward once and the backward twice.
 - the optimizer update (`step="train"`; NeuSight's labels and `step="fwd-bwd"` have none):
   `UPDATE_PASSES[optimizer]` elementwise kernels over all parameters, the kernels of
   torch.optim's default (foreach) implementation; under fp16 the gradient scaler's unscaling
@@ -74,6 +74,7 @@ from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import autocast, cnn_kernels, peaks, tensor_cores
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
 from mdot_jax.options import AUTOCAST, STEPS
@@ -243,9 +244,6 @@ def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, t
 
 
 LAUNCH_BOUND = 0.2  # a step whose launch gaps are more than this share says so
-# scans whose matrix products stay on chip (`converters.state_space`), by type: their passes,
-# each a GEMM of the forward's FLOPs (the backward twice them)
-ON_CHIP_SCANS = {"ChunkScan": ("fw", "bw", "bw")}
 ODD_SHARE = 0.01  # a linear layer with this share of the forward's FLOPs is said if unaligned
 
 
@@ -316,9 +314,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         if kind == "free" or i in inside or any(i == b.output for b in blocks):
             continue
         if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
-            one = tensor_cores.cube(load[_L["fwd_flops"]] / 2)
-            work.extend((i, phase, "linear", one, at["gemm"], slower) for phase in ON_CHIP_SCANS[
-                name])
+            work.extend((i, phase, "linear", dims, at["gemm"], slower)
+                        for phase, dims in scan_gemms(name, load[_L["fwd_flops"]]))
             classes.add("gemm")
             continue
         if kind == "other":
@@ -484,20 +481,6 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if fit:
         check_fit(p, gpu.memory_gb, f"the {gpu.name}'s memory")
     return p
-
-
-def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple]]:
-    """The GEMMs (b, m, n, k) that price a fused attention kernel (FlashAttention-2, as
-    PyTorch's scaled_dot_product_attention runs it) for `block`, by phase: the forward's
-    scores (Q K^T) and output (P V), the backward's five (the scores again, dP = dO V^T, dV,
-    dQ, dK). Their products stay on chip, so each is priced as a GEMM of its FLOPs that
-    writes nothing large: a cube, as for an Einsum. A causal block computes only the tiles on
-    and below the diagonal: half the keys."""
-    c = seq.config[block.scores]
-    b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
-    keys = max(n // 2, 1) if block.causal else n
-    one = tensor_cores.cube(b * m * keys * k)  # 2 b m keys k FLOPs a GEMM
-    return {"fw": [one] * 2, "bw": [one] * 5}
 
 
 def launch_bound(kernels: Sequence[float], host_ms: float) -> float:

@@ -1,0 +1,38 @@
+"""Fused kernels whose intermediates stay on chip, priced as GEMMs of their FLOPs that write
+nothing large (`tensor_cores.cube`), at the share of the peak fused attention reaches
+(`tensor_cores.fused_attention_share`; `spec_sheet.price` applies it).
+
+- FlashAttention-2, as PyTorch's scaled_dot_product_attention runs it (`fused_attention`): the
+  forward's scores (Q K^T) and output (P V), the backward's five (the scores again,
+  dP = dO V^T, dV, dQ, dK); a causal block computes only the tiles on and below the diagonal:
+  half the keys.
+- scans whose matrix products stay on chip (`ON_CHIP_SCANS`: Mamba-2's chunked scan,
+  `converters.state_space`): the forward once, the backward twice (`scan_gemms`).
+"""
+
+from __future__ import annotations
+
+from converters import OperatorSequence
+from converters.attention import Block
+from converters.sequence import CONFIG_FIELDS
+from mdot_jax.gpu import tensor_cores
+
+# an operator type -> its passes, each a GEMM of the forward's FLOPs
+ON_CHIP_SCANS = {"ChunkScan": ("fw", "bw", "bw")}
+_C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+
+
+def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple]]:
+    """The GEMMs (b, m, n, k) that price `block`'s fused attention kernel, by phase (module
+    docstring)."""
+    c = seq.config[block.scores]
+    b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
+    keys = max(n // 2, 1) if block.causal else n
+    one = tensor_cores.cube(b * m * keys * k)  # 2 b m keys k FLOPs a GEMM
+    return {"fw": [one] * 2, "bw": [one] * 5}
+
+
+def scan_gemms(op_type: str, fwd_flops: float) -> list[tuple[str, tuple]]:
+    """(phase, GEMM dims) that price a scan of `ON_CHIP_SCANS` of `fwd_flops` forward FLOPs."""
+    one = tensor_cores.cube(fwd_flops / 2)
+    return [(phase, one) for phase in ON_CHIP_SCANS[op_type]]
