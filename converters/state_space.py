@@ -10,8 +10,8 @@ fp32, with B and C copied to every head and C B^T computed once a head instead o
 Exported in its place, `combined` does what the fused kernels do, exactly (the same output): the
 conv1d, the gated norm and the projection as operators, the chunked scan as one node,
 `ChunkScan` in the `mdot` domain (x, dt, A, B, C, D; out shaped as x) whose intermediates stay
-on chip, as fused attention's do (`spec_sheet.ON_CHIP_SCANS`), and whose FLOPs are, per chunk
-of Q tokens, N the state width, P a head's width,
+on chip, as fused attention's do, and whose FLOPs are, per chunk of Q tokens, N the state
+width, P a head's width,
 
     C B^T, once a group (the heads of a group share it)          2 Q^2 N
     the causal decays applied, then (C B^T L) (x dt), a head     2 Q^2 P

@@ -29,11 +29,11 @@ reduce-scatters the gradients (3 (N - 1) / N of the parameter bytes in all, agai
 2 (N - 1) / N of an all-reduce; at AMP in the half type, as its mixed-precision policy gathers
 the weights; N - 1 ring steps' latency a collective, three collectives a unit) unit by unit (a
 layer each, as transformer auto-wrapping makes them, and the root; DDP's buckets where the
-model has no layers), prefetched under the forward and the backward as DDP's buckets are under the
-backward: the first unit's gather and the last unit's reduce-scatter show. It holds a unit's
-gathered weights, the next unit's (prefetched) and the unit's unsharded gradients. Under
-tensor and pipeline parallelism (`model_parallel`) the replicas are what is left of the GPUs,
-each holding a stage's share.
+model has no layers), prefetched under the forward and the backward as DDP's buckets are
+under the backward: the first unit's gather and the last unit's reduce-scatter show. It holds
+a unit's gathered weights, the next unit's (prefetched) and the unit's unsharded gradients.
+Under tensor and pipeline parallelism (`model_parallel`) the replicas are what is left of the
+GPUs, each holding a stage's share.
 
 Expert parallel (`ep`, a mixture of experts): its experts split over ep neighbouring
 replicas, each GPU holding E / ep of them (`model_parallel.shard_experts`: each runs E / ep

@@ -74,10 +74,9 @@ class ParamBytes:
         """Of `total`, the bytes ZeRO's stage `strategy` (`options.STRATEGIES`) shards over
         the replicas: the optimizer's (state and master weights; Megatron-LM's distributed
         optimizer), `zero2` the gradients too, `fsdp` the weights too; `ddp` none."""
-        stages = ("zero1", "zero2", "fsdp")
-        done = stages.index(strategy) + 1 if strategy in stages else 0
-        return sum(b for b, stage in ((self.optimizer + self.master, 1), (self.gradients, 2),
-                                      (self.model, 3)) if stage <= done)
+        zero1 = self.optimizer + self.master
+        return {"ddp": 0.0, "zero1": zero1, "zero2": zero1 + self.gradients,
+                "fsdp": zero1 + self.gradients + self.model}[strategy]
 
 
 def param_bytes(precision: str = "fp32", optimizer: str = "sgd",
