@@ -95,7 +95,9 @@ def combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bias: Any, dt_bias: Any, A:
     g = ngroups  # groups of B and C
     n = (conv_dim - dim) // (2 * g)
     t = zxbcdt.shape[1]
-    z, xbc, dt = zxbcdt[..., -(dim + conv_dim + h):].split([dim, conv_dim, h], dim=-1)
+    if zxbcdt.shape[-1] != dim + conv_dim + h:  # an MLP's share first (mamba_ssm's d_mlp)
+        zxbcdt = zxbcdt[..., -(dim + conv_dim + h):]
+    z, xbc, dt = zxbcdt.split([dim, conv_dim, h], dim=-1)
     xbc = F.silu(F.conv1d(xbc.transpose(1, 2), conv1d_weight.unsqueeze(1), conv1d_bias,
                           padding=width - 1, groups=conv_dim)[..., :t].transpose(1, 2))
     x, b, c = xbc.split([dim, g * n, g * n], dim=-1)
