@@ -104,7 +104,7 @@ def combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bias: Any, dt_bias: Any, A:
     dt = F.softplus(dt + dt_bias)  # [B, T, H]
     if dt_limit != (0.0, math.inf):
         dt = dt.clamp(*dt_limit)
-    y = _chunk_scan_function().apply(x, dt, A, b, c, D, chunk_size, g)  # [B, T, H P]
+    y = _node(CHUNK_OP).apply(x, dt, A, b, c, D, chunk_size, g)  # [B, T, H P]
     if rmsnorm_weight is not None:  # gated RMSNorm per group (norm_before_gate: gate after)
         if not norm_before_gate:
             y = y * F.silu(z)
@@ -155,24 +155,6 @@ def _chunked(x: Any, dt: Any, A: Any, b: Any, c: Any, D: Any, q: int,  # noqa: N
     return (y + x.unflatten(-1, (h, p)) * D.reshape(h, -1)).flatten(-2)  # the skip D x
 
 
-@functools.cache
-def _chunk_scan_function() -> Any:
-    """The autograd Function whose trace is the `ChunkScan` node (torch imported late)."""
-    import torch
-
-    class ChunkScan(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, dt, A, b, c, D, q, g):  # noqa: N803
-            return torch.empty_like(x) if x.is_meta else _chunked(x, dt, A, b, c, D, q, g)
-
-        @staticmethod
-        def symbolic(graph, x, dt, A, b, c, D, q, g):  # noqa: N803
-            return graph.op(f"{DOMAIN}::{CHUNK_OP}", x, dt, A, b, c, D, chunk_i=int(q),
-                            groups_i=int(g)).setType(x.type())
-
-    return ChunkScan
-
-
 def selective_scan(hidden_states: Any, dt: Any, A: Any, B: Any, C: Any, D: Any = None,
                    z: Any = None, delta_bias: Any = None, delta_softplus: bool = False,
                    return_last_state: bool = False, **kwargs: Any) -> Any:
@@ -187,26 +169,7 @@ def selective_scan(hidden_states: Any, dt: Any, A: Any, B: Any, C: Any, D: Any =
             bool(delta_softplus), z is not None)
     if return_last_state:
         return _scan(*args, last=True)
-    return _scan_function().apply(*args)
-
-
-@functools.cache
-def _scan_function() -> Any:
-    """The autograd Function whose trace is the `SelectiveScan` node (torch imported late)."""
-    import torch
-
-    class Scan(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, u, dt, A, B, C, D, z, bias, softplus, gated):  # noqa: N803
-            return torch.empty_like(u) if u.is_meta else \
-                _scan(u, dt, A, B, C, D, z, bias, softplus, gated)
-
-        @staticmethod
-        def symbolic(g, u, dt, A, B, C, D, z, bias, softplus, gated):  # noqa: N803
-            return g.op(f"{DOMAIN}::{SCAN_OP}", u, dt, A, B, C, D, z, bias,
-                        softplus_i=int(softplus), gated_i=int(gated)).setType(u.type())
-
-    return Scan
+    return _node(SCAN_OP).apply(*args)
 
 
 def _scan(u: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, bias: Any,  # noqa: N803
@@ -227,3 +190,31 @@ def _scan(u: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, bias: Any,  #
     y = torch.stack(ys, -1) + u * D[:, None]
     y = y * F.silu(z) if gated else y
     return (y, state) if last else y
+
+
+@functools.cache
+def _node(op: str) -> Any:
+    """The autograd Function whose trace is one `op` node of our domain (`SAME_SHAPE`): its
+    tensors, then the arguments `_NODES` names as the node's integer attributes; traced on the
+    meta device, an empty tensor shaped as its first input, else `_NODES`' computation (torch
+    imported late)."""
+    import torch
+
+    compute, names = _NODES[op]
+
+    class Node(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            return torch.empty_like(args[0]) if args[0].is_meta else compute(*args)
+
+        @staticmethod
+        def symbolic(graph, *args):
+            k = len(args) - len(names)
+            return graph.op(f"{DOMAIN}::{op}", *args[:k], **{
+                f"{name}_i": int(v) for name, v in zip(names, args[k:])}).setType(args[0].type())
+
+    return Node
+
+
+# our nodes: the exact computation on a CPU, the trailing arguments that are attributes
+_NODES = {SCAN_OP: (_scan, ("softplus", "gated")), CHUNK_OP: (_chunked, ("chunk", "groups"))}
