@@ -115,6 +115,7 @@ def test_an_encoder_decoders_blocks_cross_attention_and_masks(config, seq_len, c
     assert [b.cross for _, b in blocks] == [False, False, True]  # encoder, decoder: self, cross
 
 
+@pytest.mark.slow  # a DeepSeek config exported twice
 def test_latent_attention_projected_in_two_steps_is_self_attention():
     """DeepSeek's multi-head latent attention projects its queries and keys each through a
     low-rank pair of linears (a projection, a norm, a projection) from one hidden state: self-

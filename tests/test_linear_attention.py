@@ -72,7 +72,9 @@ QWEN3_NEXT = dict(model_type="qwen3_next", linear_num_key_heads=2, linear_num_va
 
 
 @pytest.mark.parametrize("kind, fields", [
-    ("qwen3_next", {k: v for k, v in QWEN3_NEXT.items() if k not in SHAPE and k != "model_type"}),
+    pytest.param("qwen3_next", {k: v for k, v in QWEN3_NEXT.items()
+                                if k not in SHAPE and k != "model_type"},
+                 marks=pytest.mark.slow),  # the gated delta rule converts in the fast tier
     ("bamba", dict(mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=16)),
 ])
 def test_a_hybrid_exports_from_the_meta_device_not_a_cpu_copy(kind, fields, monkeypatch):
@@ -93,6 +95,7 @@ def test_a_hybrid_exports_from_the_meta_device_not_a_cpu_copy(kind, fields, monk
                                                 state_space.FUNCTION)
 
 
+@pytest.mark.slow  # a hybrid exported and priced six ways
 def test_a_gated_delta_rule_is_said_in_the_prediction():
     from converters import from_hf_config
     from mdot_jax.serving.front import predict

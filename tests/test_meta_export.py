@@ -450,6 +450,7 @@ def test_experts_split_over_gpus_exchange_tokens_and_hold_less(moe):
         w.startswith("expert parallel") for w in plain.warnings)
 
 
+@pytest.mark.slow  # two configs exported; balanced routing is in the fast tier
 def test_first_dense_layers_then_experts_trace_to_the_second_of_the_run(monkeypatch):
     """DeepSeek V3: its first layers dense, the rest experts; traced up to the second layer
     with experts (layer 3 of 6), which is copied: the full trace's operator sequence."""
@@ -559,6 +560,7 @@ def test_an_encoder_decoders_config_exports_its_sequence_to_sequence_step(config
         "NegativeLogLikelihoodLoss" in seq.op_names.tolist()
 
 
+@pytest.mark.slow  # a T5 exported and predicted twice; the fast tier exports encoder-decoders above
 def test_an_encoder_decoders_targets_may_be_shorter_than_its_inputs(tmp_path, capsys):
     """A summariser's targets (`target_len`, `--target-len`): its decoder runs that many
     positions; a causal LM, or an ONNX file, is refused in one line naming the field."""
@@ -624,6 +626,7 @@ def test_llama_4s_complex_rotary_config_converts_with_every_parameter():
     assert seq.params == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.slow  # a DeepSeek-V3.2 config converted through the CLI
 def test_deepseeks_sparse_attention_exports_dense_and_masked_and_says_so(capsys, tmp_path):
     """DeepSeek-V3.2's indexer masks each query to its top-k keys with a scatter of a Python
     bool, which the tracer refused; it exports (every parameter counted), and the prediction

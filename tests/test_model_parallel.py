@@ -179,10 +179,12 @@ def test_context_parallel_cuts_each_sequence_and_passes_keys_round_a_ring(gpt, t
 @pytest.mark.parametrize("config,expected", [
     (dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2,
           num_attention_heads=8, num_key_value_heads=2, vocab_size=1024), (8, 2, 32)),
-    (dict(model_type="falcon", hidden_size=256, num_hidden_layers=2, num_attention_heads=8,
-          num_kv_heads=2, new_decoder_architecture=True, vocab_size=1024), (8, 2, 32)),
-    (dict(model_type="olmo2", hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-          num_attention_heads=8, num_key_value_heads=2, vocab_size=1024), (8, 2, 32)),  # QK norm
+    pytest.param(dict(model_type="falcon", hidden_size=256, num_hidden_layers=2,
+                      num_attention_heads=8, num_kv_heads=2, new_decoder_architecture=True,
+                      vocab_size=1024), (8, 2, 32), marks=pytest.mark.slow),
+    pytest.param(dict(model_type="olmo2", hidden_size=256, intermediate_size=512,
+                      num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                      vocab_size=1024), (8, 2, 32), marks=pytest.mark.slow),  # QK norm
     (CONFIG, (8, 8, 32)),  # GPT-2: one projection of queries, keys and values
 ])
 def test_key_value_heads_are_read_from_the_projections(config, expected, tmp_path):
