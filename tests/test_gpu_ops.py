@@ -16,7 +16,6 @@ from mdot_jax.gpu.gpu_ops import (
     StepPricer,
     backward_gemms,
     features,
-    pj_per_flop,
 )
 from mdot_jax.gpu.work import roofline_ms, work
 
@@ -91,28 +90,6 @@ def test_a_fit_on_two_gpus_prices_a_third_and_round_trips(tmp_path):
     assert np.median(np.abs(pred / np.asarray(ms) - 1)) < 0.5  # within 2x for most rows
     model.save(tmp_path / "m.json.xz")
     np.testing.assert_allclose(GpuOpModel.load(tmp_path / "m.json.xz").predict(o, d, g), pred)
-
-
-def test_a_gpus_power_per_flop_is_one_more_feature_whatever_peak_a_kernel_sees(tmp_path):
-    t4, a10g, h100 = (gpus.find(n) for n in ("t4", "a10g", "h100-sxm"))
-    assert pj_per_flop(t4) == pytest.approx(70 / 8.14e12 * 1e12, rel=0.01)  # 70 W, 8.1 TFLOP/s
-    assert math.isnan(pj_per_flop(a10g))  # its datasheet gives no power
-    half = gpus.as_seen(h100, h100.tflops["bf16"], 2)
-    ops, dims = ["linear"] * 3, [(1, 4096, 4096, 4096)] * 3
-    plain, power = features(ops, dims, [t4, half, a10g]), features(ops, dims, [t4, half, a10g],
-                                                                   power=True)
-    assert power.shape[1] == plain.shape[1] + 1
-    np.testing.assert_array_equal(power[:, :-1], plain)
-    assert power[1, -1] == pytest.approx(math.log10(pj_per_flop(h100)))  # not the bf16 peak's
-    assert math.isnan(power[2, -1])
-    rng = np.random.default_rng(0)
-    shapes = [tuple(int(v) for v in rng.integers(64, 2048, 4)) for _ in range(300)]
-    fitted = [t4, h100] * 150
-    ms = [roofline_ms("linear", d, g) * (3 if g is t4 else 1) for d, g in zip(shapes, fitted)]
-    model = GpuOpModel.fit(["linear"] * 300, shapes, fitted, ms, power=True)
-    model.save(tmp_path / "m.json.xz")
-    back = GpuOpModel.load(tmp_path / "m.json.xz")
-    assert back.power and np.isfinite(back.predict(ops, dims, [t4, half, a10g])).all()
 
 
 def _node(name, kind, op, dims, params=0, fw=0.0, bw=0.0):

@@ -23,8 +23,8 @@ SOURCE = ("NeuSight's public fp32 measurements (Lee, Phanishayee, Mahajan, ASPLO
           "licence), read in place from ../shared/datasets/neusight")
 # the operator pricers a step model can hold: fit(ops, dims, gpus, ms, weights, seed)
 PRICERS: dict[str, Callable] = {  # keyed by options.GPU_PRICERS
-    "kernel": lambda *a, weights, seed, power: KernelModel.fit(*a, weights=weights, seed=seed),
-    "trees": lambda *a, weights, seed, power: GpuOpModel.fit(*a, seed=seed, power=power),
+    "kernel": lambda *a, weights, seed: KernelModel.fit(*a, weights=weights, seed=seed),
+    "trees": lambda *a, weights, seed: GpuOpModel.fit(*a, seed=seed),
 }
 # a table of another precision is drawn this often in the kernel model's batches, whatever
 # its size next to NeuSight's quarter of a million fp32 rows
@@ -44,27 +44,13 @@ def columns(rows, extra=None) -> tuple[list, list, list, list, np.ndarray]:
     return ops, dims, seen, ms, weights
 
 
-def training_rows(root: str | Path, shaped_gemms: bool = False) -> list[neusight.OpRow]:
-    """NeuSight's training collections of its training GPUs; with `shaped_gemms` those GPUs'
-    rows of its test GEMMs too (linear and bmm at transformer layers' shapes). The test GPUs'
-    rows never."""
-    everything = neusight.read(root)
-    rows = [r for r in everything if r.split == "train"]
-    seen = set(neusight.training_gpus(rows))
-    return rows + ([r for r in everything if r.split == "test" and r.op in neusight.GEMMS
-                    and r.gpu in seen] if shaped_gemms else [])
-
-
 def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "trees",
-        seed: int = 0, shaped_gemms: bool = False, power: bool = False,
-        progress: Callable[[str], None] = lambda s: None) -> StepModel:
+        seed: int = 0, progress: Callable[[str], None] = lambda s: None) -> StepModel:
     """The step model of NeuSight's training GPUs (`root`: the NeuSight folder), with XLA's
-    tensor-core GEMMs (`tables`: the xla-h100-tables folder) where given; `shaped_gemms`
-    (`training_rows`); `power`: the trees see each GPU's power per FLOP
-    (`gpu_ops.POWER`)."""
+    tensor-core GEMMs (`tables`: the xla-h100-tables folder) where given."""
     if pricer not in PRICERS:
         raise ValueError(f"pricer {pricer!r}: choose from {list(PRICERS)}")
-    rows = training_rows(root, shaped_gemms)
+    rows = [r for r in neusight.read(root) if r.split == "train"]
     seen = neusight.training_gpus(rows)
     extra = xla_tables.matmuls(tables) if tables else None
     labels = [x for x in neusight.labels(root) if x.gpu in seen]
@@ -74,7 +60,7 @@ def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "tr
 
     def fitted(rs):
         *cols, weights = columns(rs, extra)
-        return PRICERS[pricer](*cols, weights=weights, seed=seed, power=power)
+        return PRICERS[pricer](*cols, weights=weights, seed=seed)
 
     residuals = []
     for held in seen:
@@ -90,7 +76,6 @@ def fit(root: str | Path, *, tables: str | Path | None = None, pricer: str = "tr
         band_rule="10th-90th percentile of log(measured / predicted) of every traced label of "
                   "each fitted GPU, priced by a model fitted on the other GPUs",
         source="; ".join(sources), seed=seed, split_gemms=SPLIT_DEPTH,
-        shaped_gemms=shaped_gemms, power=power,
         tensor_cores={xla_tables.GPU_NAME: sorted({p for p, _ in xla_tables.DTYPES.values()})}
         if extra else {}))
 

@@ -41,24 +41,12 @@ GRID = ((63, 0.05),)
 ABSOLUTE = ("log_peak", "log_bandwidth", "log_sms", "log_l2", "clock_ghz")
 RELATIVE = ("log_roofline_ms", "log_compute_ms", "log_memory_ms", "log_intensity_over_ridge",
             "log_waves", "wave_efficiency", "tile_efficiency", "log_bytes_over_l2", "log_k")
-# the board's power budget per fp32 FLOP/s of its CUDA cores at boost (pJ per FLOP): what
-# holds its clocks under a long kernel; the same however a kernel sees the GPU
-# (`catalog.as_seen`); unknown (NaN) where the datasheet gives no power or the cores per SM
-POWER = ("log_pj_per_flop",)
-
-
-def pj_per_flop(g: GPU) -> float:
-    """The board's power over its CUDA cores' fp32 peak at boost, pJ per FLOP (NaN: unknown)."""
-    cores = g.cores_per_sm
-    if not g.power_w or not cores:
-        return math.nan
-    return g.power_w / (2 * cores * g.sms * g.boost_mhz * 1e6) * 1e12
 
 
 def features(ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[GPU],
-             absolute: bool = False, power: bool = False) -> np.ndarray:
+             absolute: bool = False) -> np.ndarray:
     """`[N, F]` float32: the op id (categorical), the relative features `RELATIVE` and, with
-    `absolute`, the device's own (`ABSOLUTE`), with `power` its power per FLOP (`POWER`)."""
+    `absolute`, the device's own (`ABSOLUTE`)."""
     out = []
     for op, d, g in zip(ops, dims, gpus):
         flops, moved, units, used, k = work(op, d)
@@ -72,8 +60,6 @@ def features(ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[G
         if absolute:
             row += [math.log10(peak), math.log10(bw), math.log10(g.sms), math.log10(g.l2_mb),
                     g.boost_mhz / 1e3]
-        if power:
-            row.append(math.log10(pj_per_flop(g)))
         out.append(row)
     return np.asarray(out, np.float32)
 
@@ -87,28 +73,27 @@ class GpuOpModel:
     samples: int
     absolute: bool = False
     version: int = VERSION
-    power: bool = False
     _boosters: list = field(default=None, repr=False, compare=False)
 
     @classmethod
     def fit(cls, ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[GPU],
-            ms: Sequence[float], *, absolute: bool = False, power: bool = False,
-            seed: int = 0, val_fraction: float = 0.1) -> GpuOpModel:
+            ms: Sequence[float], *, absolute: bool = False, seed: int = 0,
+            val_fraction: float = 0.1) -> GpuOpModel:
         """Fitted on measured rows, early-stopped on a seeded random carve-out of them."""
-        x = features(ops, dims, gpus, absolute, power)
+        x = features(ops, dims, gpus, absolute)
         y = np.log(np.asarray(ms, np.float64)) - np.log(10.0) * x[:, 1].astype(np.float64)
         val = np.random.default_rng(seed).random(len(y)) < val_fraction
         boosters = fit_boosters(x[~val], y[~val], x[val], y[val], seed=seed, grid=GRID,
                                 seeds=1, categorical=[0], min_data_in_leaf=20)
         return cls(boosters[0].model_to_string(), tuple(sorted({g.name for g in gpus})),
-                   len(y), absolute, power=power, _boosters=boosters)
+                   len(y), absolute, _boosters=boosters)
 
     def predict(self, ops: Sequence[str], dims: Sequence[Sequence[int]],
                 gpus: Sequence[GPU]) -> np.ndarray:
         """`[N]` predicted forward ms."""
         if self._boosters is None:
             self._boosters = parse_boosters(self.text)
-        x = features(ops, dims, gpus, self.absolute, self.power)
+        x = features(ops, dims, gpus, self.absolute)
         if not len(x):
             return np.zeros(0)
         rows, back = np.unique(x, axis=0, return_inverse=True)  # a model repeats its layers
@@ -121,7 +106,7 @@ class GpuOpModel:
         """xz-compressed JSON, the booster's text `compact`."""
         Path(path).write_bytes(lzma.compress(json.dumps(dict(
             text=compact(self.text), gpus=list(self.gpus), samples=self.samples,
-            absolute=self.absolute, version=self.version, power=self.power)).encode(),
+            absolute=self.absolute, version=self.version)).encode(),
             preset=9 | lzma.PRESET_EXTREME))
 
     @classmethod
@@ -130,8 +115,7 @@ class GpuOpModel:
         if d.get("version") != VERSION:
             raise ValueError(f"{path}: GPU operator model version {d.get('version')} != "
                              f"{VERSION}")
-        return cls(d["text"], tuple(d["gpus"]), d["samples"], d["absolute"], d["version"],
-                   d.get("power", False))
+        return cls(d["text"], tuple(d["gpus"]), d["samples"], d["absolute"], d["version"])
 
 
 # what a LightGBM model's text holds only for inspection (and the byte sizes of its trees,
