@@ -18,7 +18,7 @@ from pathlib import Path
 from converters.errors import ConversionError
 from converters.substitutes import described
 from mdot_jax import __version__, cli_build, cli_job, cli_plan, writers
-from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list, hours
+from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list, hours, percent
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import (
     MEASURED_PRECISIONS,
@@ -154,7 +154,7 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
         print(f"{r.batch_size:>7} " * by_batch + f"{r.gpus:>5} " * by_gpus
               + f"{r.iteration_ms:>13.4g} {_range(r.interval_ms):>15} {r.samples_per_s:>10.4g} "
               f"{r.memory_gb:>9.3g}" + f" {r.tokens_per_s or 0:>10.4g}" * tokens
-              + f" {r.mfu or 0:>5.0%}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
+              + f" {percent(r.mfu or 0):>5}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
               + (f" {hours(r.job_s / 3600):>7} {_range(r.job_interval_s, 1 / 3600, hours):>13}"
                  if job else ""))
     # the lines below describe the last row

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from mdot_jax import cli_job, writers
-from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, hours, port
+from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, hours, percent, port
 from mdot_jax.errors import UsageError
 
 COMMANDS = {
@@ -98,7 +98,7 @@ def _print(args: argparse.Namespace, options: list) -> None:
     for o in options[:args.top] if args.top else options:
         p = o.prediction
         band = p and p.job_interval_s and "-".join(hours(s / 3600) for s in p.job_interval_s)
-        mfu = f"{p.mfu:.0%}" if p and p.mfu is not None else "-"
+        mfu = percent(p.mfu) if p and p.mfu is not None else "-"
         print(f"{o.device + ('*' if id(o) in front else ''):<22} {o.gpus:>5} "
               + (f"{str(o.layout or '-'):<24} " if split else "")
               + f"{'-' if o.hours is None else hours(o.hours):>8} {band or '-':>13} "

@@ -8,6 +8,7 @@ from onnx import helper
 from onnx_builders import conv_bn_relu, model, value
 
 from mdot_jax.cli import main
+from mdot_jax.cli_args import percent
 from mdot_jax.serving.predict import CHECKPOINT_DIR as CHECKPOINTS
 
 
@@ -111,6 +112,12 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
     assert any("input size 8 is outside" in w for w in result["warnings"])
     assert "mdot: warning: input size 8" in err
     assert result["interval_ms"] is None  # no band for an extrapolation
+
+
+@pytest.mark.parametrize("share, shown", [(0.706, "71%"), (0.1, "10%"), (0.0934, "9.3%"),
+                                          (0.0034, "0.34%"), (0.0, "0%")])
+def test_a_small_share_is_shown_to_two_figures_not_as_none(share, shown):
+    assert percent(share) == shown
 
 
 def test_predict_several_batch_sizes(capsys, tmp_path):
