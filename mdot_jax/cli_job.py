@@ -74,6 +74,10 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="the training step's optimizer; sgd: with momentum (memory; time "
                         "where the checkpoint was trained on it or the GPU is priced from its "
                         "spec sheet)")
+    p.add_argument("--fused-optimizer", action="store_true",
+                   help="torch.optim's fused update kernel (fused=True; transformers' "
+                        "Trainer's default), not its foreach kernels (a GPU priced from its "
+                        "spec sheet)")
     p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
     p.add_argument("--grad-accum", type=POSITIVE_INT, default=1, metavar="K",
                    help="micro-batches of --batch-size per GPU an iteration runs before its "
@@ -124,7 +128,8 @@ def job_fields(args: argparse.Namespace) -> dict:
     return dict(
         image_size=args.image_size, seq_len=args.seq_len, target_len=args.target_len,
         input_shapes=input_shapes(args.input_shape) or None,
-        precision=args.precision, optimizer=args.optimizer, layout=args.layout, step=args.step,
+        precision=args.precision, optimizer=args.optimizer,
+        fused_optimizer=args.fused_optimizer, layout=args.layout, step=args.step,
         nodes=args.nodes, grad_accum=args.grad_accum,
         activation_checkpointing=args.activation_checkpointing, tp=args.tp, pp=args.pp,
         schedule=args.schedule, virtual_stages=args.virtual_stages,

@@ -108,6 +108,31 @@ def test_the_step_composes_as_its_rules_say(step_model):
     assert price(conv, v100, step_model).interval_ms is not None
 
 
+def test_a_fused_update_moves_the_bytes_of_one_kernel_not_eight(step_model, capsys, tmp_path):
+    """torch.optim's fused AdamW reads p, g, m, v and writes p, m, v once: 7 / 3 of a binary
+    pass, one launch; its foreach kernels 8 passes (9 with fp16's unscaling), one launch each."""
+    h100 = gpus.find("h100-sxm")
+    seq = _seq(attention(seq=256, dim=512), batch=8)
+    foreach, fused = (price(seq, h100, step_model, optimizer="adamw", precision="amp-fp16",
+                            host_ms=0, fused_optimizer=f) for f in (False, True))
+    assert fused.phases["update"] == pytest.approx(foreach.phases["update"] * (7 / 3) / 9)
+    assert foreach.phases["forward"] == fused.phases["forward"]
+    assert any("fused kernel" in w for w in fused.warnings)
+    assert any("fused_optimizer" in w for w in foreach.warnings)  # the choice is said
+    # the host issues one kernel for the update, not nine
+    slow = [price(seq, h100, step_model, optimizer="adamw", precision="amp-fp16",
+                  host_ms=1.0, fused_optimizer=f).iteration_ms for f in (False, True)]
+    assert slow[0] - slow[1] == pytest.approx(8.0, rel=0.05)
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(training=True), path)
+    code, _, err = run(capsys, "predict", path, "--batch-size", 4, "--checkpoint",
+                       "cpu-amd-epyc-f26m2-2t", "--fused-optimizer")
+    assert code == 2 and "--fused-optimizer: a checkpoint predicts" in err
+    code, out, _ = run(capsys, "predict", path, "--batch-size", 4, "--device", "h100-sxm",
+                       "--optimizer", "adamw", "--fused-optimizer", "--json")
+    assert code == 0 and any("fused kernel" in w for w in json.loads(out)["warnings"])
+
+
 def test_the_first_convolution_has_no_data_gradient(step_model):
     h100 = gpus.find("h100-sxm")
     conv = _seq(conv_bn_relu(training=True, size=32), batch=16)

@@ -21,9 +21,8 @@ The rules, per operator of the sequence:
   fused attention is priced (`gpu.fused`): GEMMs of their FLOPs at the share of the peak fused
   attention reaches, the forward once and the backward twice.
 - the optimizer update (`step="train"`; NeuSight's labels and `step="fwd-bwd"` have none):
-  `UPDATE_PASSES[optimizer]` elementwise kernels over all parameters, the kernels of
-  torch.optim's default (foreach) implementation; under fp16 the gradient scaler's unscaling
-  pass.
+  elementwise passes over all parameters, as torch.optim's foreach or fused kernels or
+  Megatron-LM's run it (`gpu.update`).
 - memory-bound kernels (elementwise, normalisations, softmax, the update's passes, casts): at
   the share of the bandwidth a lent GPU's sweep measured, where the step model holds it
   (`StepModel.kernel_ms`, `gpu.streaming`).
@@ -53,7 +52,7 @@ The rules, per operator of the sequence:
   gradient scaled and cast (`autocast.fp8_casts`).
 - framework `megatron` (Megatron-LM at amp-*): the model in the half type, so no casts and
   softmax and normalisations on half tensors; each eager attention block's scale, mask and
-  guards fused into its softmax kernel; the update `MEGATRON_UPDATE_PASSES`.
+  guards fused into its softmax kernel; its own update (`gpu.update`).
 """
 
 from __future__ import annotations
@@ -77,6 +76,7 @@ from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
+from mdot_jax.gpu.update import update
 from mdot_jax.options import AUTOCAST, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.serving.memory import check_fit, step_memory
@@ -85,13 +85,6 @@ from mdot_jax.serving.prediction import Adaptation, Prediction
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
-# elementwise kernels over all parameters per update (torch.optim, foreach): `sgd` is SGD with
-# momentum (buffer scale, add, parameter add), as timm's benchmarks and `mdot profile` train
-UPDATE_PASSES = {"sgd": 3, "adam": 7, "adamw": 8}
-# Megatron-LM's update in the same fp32 passes (12 bytes a parameter): the half gradient into the
-# fp32 main gradient (0.5), unscaled with the inf check (0.7), apex's fused optimizer (Adam: p,
-# g, m, v read, p, m, v written, 2.3; SGD with momentum 1.7), the parameters' half copy (0.5)
-MEGATRON_UPDATE_PASSES = {"sgd": 3, "adam": 4, "adamw": 4}
 # what kernel each operator type runs, and the measured operator that prices it
 _GEMM = {t: tr.kernel for t, tr in TRAITS.items() if tr.kernel in ("gemm", "conv")}
 _ROWWISE, _BINARY, _UNARY = of_kind("rowwise"), of_kind("binary"), of_kind("unary")
@@ -252,7 +245,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
           attention: str = "eager", blocks: list[Block] | None = None,
           host_ms: float | None = None, kernels: list[float] | None = None,
           half_weights: bool = False, framework: str = "pytorch",
-          recompute: Collection[int] = ()) -> Prediction:
+          recompute: Collection[int] = (), fused_optimizer: bool = False) -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`, each with its `index` in `seq`), warnings for whatever is
     extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
@@ -263,13 +256,13 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     `kernels`, if given, receives the kernel times in the order they run. `half_weights`: the
     weights reach the step in the half type already (FSDP's mixed precision gathers them so):
     autocast casts none of them. `framework`: whose kernels (the module docstring's rule).
-    `recompute`: the nodes whose forward kernels run again in the backward (checkpointing)."""
+    `recompute`: the nodes whose forward kernels run again in the backward (checkpointing).
+    `fused_optimizer`: torch.optim's fused update kernel (`gpu.update`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
         raise ValueError(f"step {step!r}: choose from {list(STEPS)}")
-    if optimizer not in UPDATE_PASSES:
-        raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(UPDATE_PASSES)}")
+    the_update = update(optimizer, precision, framework, fused_optimizer)
     at, extrapolated = peaks.seen_by_class(
         gpu, precision, model.info.get("tensor_cores", {}).get(gpu.name, ()))
     tc = peaks.tensor_core_gemms(model.info, gpu, precision)
@@ -402,17 +395,14 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                              if t > 0]
     params = int(seq.params)
     if step == "train" and params:
-        passes = MEGATRON_UPDATE_PASSES[optimizer] if megatron else \
-            UPDATE_PASSES[optimizer] + (precision == "amp-fp16")
-        t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], host > 0)[0]) * passes
+        u, one_pass = the_update, model.kernel_ms(["add"], [(1, params)], [at["fp32"]], host > 0)
+        t = float(one_pass[0]) * u.passes
         phases["update"] = t
-        order.extend([t / passes] * passes)
-        operators.append(dict(type="optimizer", name=f"{optimizer} update ({passes} passes "
-                              "over the parameters)", ms=t))
-        warnings.append(f"the {optimizer} update priced as {passes} elementwise passes over "
-                        f"the {params:,} parameters ("
-                        + ("Megatron-LM's fused optimizer and copies" if megatron else
-                           "torch.optim's foreach kernels") + "): not measured")
+        order.extend([t / u.kernels] * u.kernels)
+        operators.append(dict(type="optimizer", name=f"{optimizer} update ({u.passes:.3g} "
+                              "passes over the parameters)", ms=t))
+        warnings.append(f"the {optimizer} update priced as {u.passes:.3g} elementwise passes "
+                        f"over the {params:,} parameters ({u.what}): not measured")
     warnings += sorted({extrapolated[c] for c in classes if c in extrapolated})
     if other:
         warnings.append("no GPU measurements of " + ", ".join(

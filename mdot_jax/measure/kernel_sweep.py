@@ -19,7 +19,7 @@ The kernels:
   forward alone and forward with backward (`-train`);
 - a language model's: `cross_entropy-train` (logits [tokens, vocab], forward and backward),
   and `adamw` (`torch.optim.AdamW.step`, its default foreach kernels, over `tensors` fp32
-  parameters of `numel` each);
+  parameters of `numel` each), `adamw-fused` (its fused kernel, `fused=True`);
 - `linear-train` over vocabularies as models have them (`F.linear` of x [tokens, d] by w
   [vocab, d], forward and both gradients: the three GEMMs of a language model's head) at fp32,
   tf32, fp16 and bf16, each vocabulary that is not a multiple of 64 (GPT-2's 50,257, BERT's
@@ -133,7 +133,8 @@ def _network_kernels(dry: bool) -> list[dict]:
                             ("batch_norm", norm), ("batch_norm-train", norm))]
     rows += [dict(kind="cross_entropy-train", precision=p, dims=d)
              for d in logits for p in precisions]
-    return rows + [dict(kind="adamw", precision="fp32", dims=d) for d in updates]
+    return rows + [dict(kind=kind, precision="fp32", dims=d) for d in updates
+                   for kind in ("adamw", "adamw-fused")]
 
 
 def _depthwise(dry: bool) -> list[dict]:
@@ -200,7 +201,7 @@ def _work(row: dict) -> tuple[float, float]:
         x = n * c * h * h
         return (8.0 if kind.endswith("train") else 3.0) * x, width * x * (
             5.0 if kind.endswith("train") else 2.0)
-    if kind == "adamw":  # read p, g, m, v; write p, m, v
+    if kind.startswith("adamw"):  # read p, g, m, v; write p, m, v
         tensors, numel = dims
         return 12.0 * tensors * numel, 4.0 * 7 * tensors * numel
     rows, cols = dims
@@ -256,12 +257,12 @@ def _kernel(row: dict, device: str):
         return run
     if kind.startswith(("conv", "dwconv", "batch_norm")):
         return _cnn_kernel(row, device, dtype)
-    if kind == "adamw":
+    if kind.startswith("adamw"):
         tensors, numel = dims
         params = [torch.nn.Parameter(torch.randn(numel, device=device)) for _ in range(tensors)]
         for q in params:
             q.grad = torch.randn_like(q)
-        opt = torch.optim.AdamW(params, lr=1e-4)
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=kind == "adamw-fused")
         return opt.step
     rows, cols = dims
     if kind == "cross_entropy-train":

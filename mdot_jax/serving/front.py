@@ -97,6 +97,10 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
     if job.activation_checkpointing:
         return "activation_checkpointing", ("priced for a GPU priced from its spec sheet "
                                             "(device=NAME)")
+    if job.fused_optimizer:
+        return "fused_optimizer", ("a checkpoint predicts the steps it was trained on "
+                                   "(torch.optim's default kernels); this is priced for a GPU "
+                                   "priced from its spec sheet (device=NAME)")
     for name in ("grad_accum", "tp", "pp", "ep", "cp", "attention", "framework"):
         if getattr(job, name) not in (1, None, "pytorch"):
             return name, ("a checkpoint predicts the whole steps it was trained on; this is "
@@ -240,8 +244,8 @@ class _SpecSheet:
             raise RequestError("ep: the model has no experts to split (a mixture of experts' "
                                "config.json has them)", "ep")
         key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, job.ep, precision,
-               job.step, job.optimizer, attention, job.strategy == "fsdp", job.framework,
-               job.activation_checkpointing)
+               job.step, job.optimizer, job.fused_optimizer, attention, job.strategy == "fsdp",
+               job.framework, job.activation_checkpointing)
         steps = _KEPT.get()
         for kept, priced in steps or ():
             if kept[0] is seq and kept[1] is self.model and kept[2:] == key[2:]:
@@ -257,7 +261,8 @@ class _SpecSheet:
         one = price(self.seq, self.gpu, self.model, precision=precision,
                     step=job.step or "train", optimizer=job.optimizer, fit=False,
                     attention=attention, blocks=blocks, half_weights=job.strategy == "fsdp",
-                    framework=job.framework, recompute=again)
+                    framework=job.framework, recompute=again,
+                    fused_optimizer=job.fused_optimizer)
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision, job.optimizer,
                                     job.activation_checkpointing, self.fused, blocks)

@@ -103,6 +103,9 @@ class TrainingJob:
       attention: `flash` (PyTorch's fused scaled_dot_product_attention) or `eager` (as the
         graph shows it); None: flash where PyTorch runs it (half precision, compute
         capability 8.0 and later), a note says which.
+      fused_optimizer: torch.optim's fused update kernel (`fused=True`; transformers'
+        Trainer's default, `adamw_torch_fused`), not its default foreach kernels (GPUs priced
+        from their spec sheets; `gpu.update`).
       framework: whose kernels the step runs (`options.FRAMEWORKS`): `pytorch` (default;
         eager PyTorch, autocast at amp-*) or `megatron` (Megatron-LM at amp-fp16 / amp-bf16:
         the model in the half type, fp32 master weights, fused softmax and Adam; the
@@ -122,6 +125,7 @@ class TrainingJob:
     checkpoint: str | None = None
     precision: str | None = None
     optimizer: str = "sgd"
+    fused_optimizer: bool = False
     layout: str = "nchw"
     step: str | None = None
     image_size: int | None = None
@@ -179,6 +183,9 @@ class TrainingJob:
                                "device_spec")
         _choice("precision", self.precision, PRECISIONS)
         _choice("optimizer", self.optimizer, OPTIMIZERS, optional=False)
+        if not isinstance(self.fused_optimizer, bool):
+            raise RequestError(f"fused_optimizer {self.fused_optimizer!r}: true or false",
+                               "fused_optimizer")
         _choice("layout", self.layout, LAYOUTS, optional=False)
         _choice("step", self.step, STEPS)
         _choice("strategy", self.strategy, STRATEGIES, optional=False)
