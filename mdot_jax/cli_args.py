@@ -56,7 +56,7 @@ def hours(x: float) -> str:
 def percent(x: float) -> str:
     """A share in a table: whole percents from 10%, else two figures (a launch-bound step's MFU
     is 0.34%, not 0%)."""
-    return f"{x:.0%}" if x >= 0.095 else f"{100 * x:.2g}%" if x > 0 else "0%"
+    return f"{x:.0%}" if x >= 0.095 else f"{100 * x:#.2g}%" if x > 0 else "0%"
 
 
 def _int_list(text: str) -> list[int]:

@@ -115,7 +115,8 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("share, shown", [(0.706, "71%"), (0.1, "10%"), (0.0934, "9.3%"),
-                                          (0.0034, "0.34%"), (0.0, "0%")])
+                                          (0.0034, "0.34%"), (0.01, "1.0%"),
+                                          (0.0, "0%")])
 def test_a_small_share_is_shown_to_two_figures_not_as_none(share, shown):
     assert percent(share) == shown
 
