@@ -481,6 +481,17 @@ def chunk_scan(node: NodeView) -> Cost:
     return Cost(float(flops), 2.0)
 
 
+@register("CausalConv1d", "GatedRMSNorm", testcases=tuple(
+    (dict(op_type=op, in_shapes=[(2, 8, 12), second, (12,)], out_shapes=[(2, 8, 12)]), flops)
+    for op, second, flops in (("CausalConv1d", (12, 4), 2 * 8 * 12 * (2 * 4 + 4)),
+                              ("GatedRMSNorm", (2, 8, 12), 10 * 2 * 8 * 12))))
+def mamba2_pass(node: NodeView) -> Cost:
+    """Mamba-2's one-pass kernels (`converters.state_space`), an element of x [B, T, C]: the
+    causal conv1d's W multiply-adds, bias and silu; the gated RMSNorm's 10. Backward twice."""
+    each = 2 * node.in_shapes[1][-1] + 4 if node.op_type == "CausalConv1d" else 10
+    return Cost(float(_in(node, 0) * each), 2.0)
+
+
 @register("If", "Loop", "Scan", testcases=(
     (dict(op_type="If", in_shapes=[()], out_shapes=[(3,)]), 0),
 ))

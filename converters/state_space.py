@@ -7,11 +7,13 @@ In training, transformers hands a Mamba-2 mixer's projected input to mamba_ssm's
 conv1d, the chunked scan of the state space dual, the gated RMSNorm and the output projection
 in a few fused kernels) and otherwise computes it in eager PyTorch: about 120 kernels a layer, in
 fp32, with B and C copied to every head and C B^T computed once a head instead of once a group.
-Exported in its place, `combined` does what the fused kernels do, exactly (the same output): the
-conv1d, the gated norm and the projection as operators, the chunked scan as one node,
-`ChunkScan` in the `mdot` domain (x, dt, A, B, C, D; out shaped as x) whose intermediates stay
-on chip, as fused attention's do, and whose FLOPs are, per chunk of Q tokens, N the state
-width, P a head's width,
+Exported in its place, `combined` does what the fused kernels do, exactly (the same output),
+each fused kernel one node of the `mdot` domain whose output is shaped as its first input: the
+causal conv1d and its silu, `CausalConv1d` (x [B, T, C], the weight [C, W], the bias), and the
+gated RMSNorm, `GatedRMSNorm` (y, z, the weight; eps, groups, norm_before_gate), each one pass
+over its tensors; the splits of the projected input are views they read; the chunked scan,
+`ChunkScan` (x, dt, A, B, C, D) whose intermediates stay on chip, as fused attention's do, and
+whose FLOPs are, per chunk of Q tokens, N the state width, P a head's width,
 
     C B^T, once a group (the heads of a group share it)          2 Q^2 N
     the causal decays applied, then (C B^T L) (x dt), a head     2 Q^2 P
@@ -19,8 +21,8 @@ width, P a head's width,
     the states passed between chunks (a lower-triangular product over the chunks, small)
     the output's read of the entering state C h, a head          2 Q N P
 
-then the skip D x (in the node), y silu(z) normalised per group, and the output projection.
-Traced on a CPU, the node computes the scan exactly (`_chunked`, not exported).
+then the skip D x (in the node); then the gated norm and the output projection. Traced on a
+CPU, the nodes compute exactly (`_conv`, `_chunked`, `_gated_norm`, not exported).
 
 Mamba-1's selective scan (`mamba_selective_scan`, mamba_ssm's `selective_scan_fn` where
 installed) runs in training as one kernel that keeps the [channels, state] recurrence on chip;
@@ -43,7 +45,9 @@ FUNCTION = "mamba2_split_conv1d_scan_combined"  # transformers' name, in each mo
 SCAN = "mamba_selective_scan"  # Mamba-1's, in each of its models' modules
 DOMAIN, SCAN_OP = "mdot", "SelectiveScan"  # the node `selective_scan` exports
 CHUNK_OP = "ChunkScan"  # the node of Mamba-2's chunked scan (`combined`)
-SAME_SHAPE = {(DOMAIN, SCAN_OP): 0, (DOMAIN, CHUNK_OP): 0}  # our nodes' outputs: this input's
+CONV_OP, NORM_OP = "CausalConv1d", "GatedRMSNorm"  # its causal conv1d and gated norm
+OWN_OPS = (SCAN_OP, CHUNK_OP, CONV_OP, NORM_OP)
+SAME_SHAPE = {(DOMAIN, op): 0 for op in OWN_OPS}  # our nodes' outputs: this input's
 
 
 def define_own_ops(model: Any) -> None:
@@ -84,38 +88,53 @@ def combined(zxbcdt: Any, conv1d_weight: Any, conv1d_bias: Any, dt_bias: Any, A:
     dt], as mamba_ssm's fused kernels compute it; None (the caller's own path) for what
     training does not ask: a carried state, the final state, another activation, no head
     width."""
-    import torch
     import torch.nn.functional as F
 
     if initial_states is not None or return_final_states or activation not in ("silu", "swish") \
             or not headdim:
         return None
-    h, (conv_dim, width), p = dt_bias.shape[0], conv1d_weight.shape, headdim
+    h, conv_dim, p = dt_bias.shape[0], conv1d_weight.shape[0], headdim
     dim = h * p
     g = ngroups  # groups of B and C
     n = (conv_dim - dim) // (2 * g)
-    t = zxbcdt.shape[1]
     if zxbcdt.shape[-1] != dim + conv_dim + h:  # an MLP's share first (mamba_ssm's d_mlp)
         zxbcdt = zxbcdt[..., -(dim + conv_dim + h):]
     z, xbc, dt = zxbcdt.split([dim, conv_dim, h], dim=-1)
-    xbc = F.silu(F.conv1d(xbc.transpose(1, 2), conv1d_weight.unsqueeze(1), conv1d_bias,
-                          padding=width - 1, groups=conv_dim)[..., :t].transpose(1, 2))
+    bias = conv1d_bias if conv1d_bias is not None else conv1d_weight.new_zeros(conv_dim)
+    xbc = _node(CONV_OP).apply(xbc, conv1d_weight, bias)  # [B, T, conv_dim], silu'd
     x, b, c = xbc.split([dim, g * n, g * n], dim=-1)
     dt = F.softplus(dt + dt_bias)  # [B, T, H]
     if dt_limit != (0.0, math.inf):
         dt = dt.clamp(*dt_limit)
     y = _node(CHUNK_OP).apply(x, dt, A, b, c, D, chunk_size, g)  # [B, T, H P]
     if rmsnorm_weight is not None:  # gated RMSNorm per group (norm_before_gate: gate after)
-        if not norm_before_gate:
-            y = y * F.silu(z)
-        grouped = y.unflatten(-1, (g, dim // g))
-        y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + rmsnorm_eps)
-             ).flatten(-2) * rmsnorm_weight
-        if norm_before_gate:
-            y = y * F.silu(z)
+        y = _node(NORM_OP).apply(y, z, rmsnorm_weight, rmsnorm_eps, g, norm_before_gate)
     else:
         y = y * F.silu(z)
     return F.linear(y.to(zxbcdt.dtype), outproj_weight, outproj_bias)
+
+
+def _conv(x: Any, weight: Any, bias: Any) -> Any:
+    """causal_conv1d's work, silu'd: each channel of x [B, T, C] convolved with its `weight`
+    [C, W] over the W tokens up to and including each one (none before the first)."""
+    import torch.nn.functional as F
+
+    t, (c, w) = x.shape[1], weight.shape
+    return F.silu(F.conv1d(x.transpose(1, 2), weight.unsqueeze(1), bias, padding=w - 1,
+                           groups=c)[..., :t].transpose(1, 2))
+
+
+def _gated_norm(y: Any, z: Any, weight: Any, eps: float, g: int, norm_before_gate: bool) -> Any:
+    """The gated RMSNorm of y [B, T, D] over `g` groups of its features, gated by silu(z)
+    before it or (`norm_before_gate`) after it, scaled by `weight` [D]."""
+    import torch
+    import torch.nn.functional as F
+
+    if not norm_before_gate:
+        y = y * F.silu(z)
+    grouped = y.unflatten(-1, (g, y.shape[-1] // g))
+    y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + eps)).flatten(-2) * weight
+    return y * F.silu(z) if norm_before_gate else y
 
 
 def _chunked(x: Any, dt: Any, A: Any, b: Any, c: Any, D: Any, q: int,  # noqa: N803
@@ -195,9 +214,9 @@ def _scan(u: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, bias: Any,  #
 @functools.cache
 def _node(op: str) -> Any:
     """The autograd Function whose trace is one `op` node of our domain (`SAME_SHAPE`): its
-    tensors, then the arguments `_NODES` names as the node's integer attributes; traced on the
-    meta device, an empty tensor shaped as its first input, else `_NODES`' computation (torch
-    imported late)."""
+    tensors, then the arguments `_NODES` names as the node's attributes (a float's a float,
+    else an integer); traced on the meta device, an empty tensor shaped as its first input,
+    else `_NODES`' computation (torch imported late)."""
     import torch
 
     compute, names = _NODES[op]
@@ -211,10 +230,13 @@ def _node(op: str) -> Any:
         def symbolic(graph, *args):
             k = len(args) - len(names)
             return graph.op(f"{DOMAIN}::{op}", *args[:k], **{
-                f"{name}_i": int(v) for name, v in zip(names, args[k:])}).setType(args[0].type())
+                f"{name}_f" if isinstance(v, float) else f"{name}_i":
+                    v if isinstance(v, float) else int(v)
+                for name, v in zip(names, args[k:])}).setType(args[0].type())
 
     return Node
 
 
 # our nodes: the exact computation on a CPU, the trailing arguments that are attributes
-_NODES = {SCAN_OP: (_scan, ("softplus", "gated")), CHUNK_OP: (_chunked, ("chunk", "groups"))}
+_NODES = {SCAN_OP: (_scan, ("softplus", "gated")), CHUNK_OP: (_chunked, ("chunk", "groups")),
+          CONV_OP: (_conv, ()), NORM_OP: (_gated_norm, ("eps", "groups", "norm_before_gate"))}

@@ -65,8 +65,10 @@ _register("copy", "addu", "Concat", "Split", "Slice", "Gather", "GatherElements"
           "ScatterND", "ScatterElements", "Expand", "Tile", "Pad", "DepthToSpace",
           "SpaceToDepth", "Cast", "CastLike", "Trilu", "OneHot")
 _register("dropout", "mul", "Dropout")
-# Mamba's (`state_space`); ChunkScan's products stay on chip: priced as fused attention is
-_register("stream", "add", "SelectiveScan", "ChunkScan", keeps="input")
+# Mamba's (`state_space`), one pass over their tensors; ChunkScan's products stay on chip:
+# priced as fused attention is
+_register("stream", "add", "SelectiveScan", "ChunkScan", "CausalConv1d", "GatedRMSNorm",
+          keeps="input")
 _register("free", "", *sorted(set(VIEWS) - set(TRAITS)), "Identity", "Constant", "Shape", "Size")
 _register("other", "", "MaxPool", keeps="input")
 _register("other", "", "ReduceMax", "ReduceMin", keeps="input")

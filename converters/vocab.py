@@ -5,8 +5,8 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 6  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
-# 6: ChunkScan
+VOCAB_VERSION = 7  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
+# 6: ChunkScan; 7: CausalConv1d, GatedRMSNorm
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -50,6 +50,8 @@ _OP_TYPES = (
     "SelectiveScan",
     # appended in version 6: not an ONNX op; Mamba-2's chunked scan (converters.state_space)
     "ChunkScan",
+    # appended in version 7: not ONNX ops; Mamba-2's causal conv1d and gated RMSNorm
+    "CausalConv1d", "GatedRMSNorm",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES

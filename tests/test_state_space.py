@@ -64,6 +64,33 @@ def test_the_scan_exports_as_one_node_of_the_fused_kernels_flops():
     np.testing.assert_allclose(flops, [2 * batch * seq_len * heads * p * 64] * 2)  # out
 
 
+def test_the_conv1d_and_the_gated_norm_are_one_kernel_each_reading_the_splits_in_place():
+    """mamba_ssm's causal conv1d (with its silu) and gated RMSNorm: one node each a layer, one
+    pass over their tensors; the pieces of the projected input they and the scan read are
+    views (no copy priced), where the eager export copied them and ran a dozen kernels."""
+    from mdot_jax.gpu import catalog
+    from mdot_jax.gpu.fused import read_in_place
+    from mdot_jax.gpu.spec_sheet import load_step_model, price
+
+    seq = convert(from_hf_config(MAMBA2, seq_len=64), batch_size=2, fuse=2)
+    names = np.asarray(seq.op_names)
+    assert sum(names == "CausalConv1d") == sum(names == "GatedRMSNorm") == 2
+    assert "Conv" not in names and sum(names == "ReduceMean") == 3  # the three block norms
+    views = read_in_place(seq)
+    assert {str(names[i]) for i in views} == {"Slice"}
+    assert len(views) == 2 * 5  # z, xBC, x, B, C
+    dt = [i for i in range(seq.num_ops) if names[i] == "Slice" and i not in views
+          and "/mixer/" in seq.node_names[i]]
+    assert len(dt) == 2  # dt's piece, read by eager kernels: a copy
+    ops = price(seq, catalog.find("h100-sxm"), load_step_model(), precision="amp-bf16",
+                optimizer="adamw").operators
+    priced = {o["index"] for o in ops if "index" in o}
+    assert not views & priced and set(dt) <= priced
+    conv = next(o for o in ops if o["type"] == "CausalConv1d")
+    c = seq.config[conv["index"]]
+    assert c[CONFIG_FIELDS.index("out_numel")] == 2 * 64 * (128 + 2 * 8)  # x B C of a token
+
+
 def test_a_mamba2_is_said_in_the_prediction(monkeypatch):
     from mdot_jax.gpu import spec_sheet
     from mdot_jax.serving.front import predict

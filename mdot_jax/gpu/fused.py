@@ -8,6 +8,8 @@ nothing large (`tensor_cores.cube`), at the share of the peak fused attention re
   half the keys.
 - scans whose matrix products stay on chip (`ON_CHIP_SCANS`: Mamba-2's chunked scan,
   `converters.state_space`): the forward once, the backward twice (`scan_gemms`).
+- the pieces of a tensor our exporter's fused kernels read where they lie (`read_in_place`:
+  the splits of Mamba-2's projected input), views, no copy.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from converters import OperatorSequence
 from converters.attention import Block
 from converters.sequence import CONFIG_FIELDS
+from converters.state_space import OWN_OPS
 from mdot_jax.gpu import tensor_cores
 
 # an operator type -> its passes, each a GEMM of the forward's FLOPs
@@ -36,3 +39,14 @@ def scan_gemms(op_type: str, fwd_flops: float) -> list[tuple[str, tuple]]:
     """(phase, GEMM dims) that price a scan of `ON_CHIP_SCANS` of `fwd_flops` forward FLOPs."""
     one = tensor_cores.cube(fwd_flops / 2)
     return [(phase, one) for phase in ON_CHIP_SCANS[op_type]]
+
+
+def read_in_place(seq: OperatorSequence) -> set[int]:
+    """The Slices and Splits of `seq` whose every consumer is one of our exporter's fused
+    kernels (`converters.state_space.OWN_OPS`), which read them where they lie."""
+    names = seq.op_names
+    users: dict[int, set[str]] = {}
+    for src, dst in seq.edges:
+        users.setdefault(int(src), set()).add(str(names[dst]))
+    return {i for i, them in users.items()
+            if names[i] in ("Slice", "Split") and them <= set(OWN_OPS)}

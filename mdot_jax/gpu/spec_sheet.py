@@ -73,7 +73,7 @@ from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import autocast, cnn_kernels, peaks, tensor_cores
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
-from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, scan_gemms
+from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, read_in_place, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
 from mdot_jax.gpu.update import update
@@ -290,6 +290,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if megatron and attention != "flash":  # fused scale-mask-softmax: the rest of it is free
         inside = {i for b in found for i in b.inner
                   if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
+    inside |= read_in_place(seq)  # views our fused kernels read
     slower, note = tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc)
     unaligned, slowed = model.info.get("unaligned_gemms"), 0
     odd_layers: list[int] = []  # large linear layers' unaligned features, on tensor cores
