@@ -12,6 +12,7 @@ from onnx_builders import attention, conv_bn_relu
 
 from converters import convert
 from converters.vocab import VOCAB
+from mdot_jax import RequestError, TrainingJob
 from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.spec_sheet import PRECISIONS, classify, load_step_model, price
@@ -131,6 +132,8 @@ def test_a_fused_update_moves_the_bytes_of_one_kernel_not_eight(step_model, caps
     code, out, _ = run(capsys, "predict", path, "--batch-size", 4, "--device", "h100-sxm",
                        "--optimizer", "adamw", "--fused-optimizer", "--json")
     assert code == 0 and any("fused kernel" in w for w in json.loads(out)["warnings"])
+    with pytest.raises(RequestError, match="fused_optimizer 'yes': true or false"):
+        TrainingJob(model=path, batch_size=4, device="h100-sxm", fused_optimizer="yes")
 
 
 def test_the_first_convolution_has_no_data_gradient(step_model):

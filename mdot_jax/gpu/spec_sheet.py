@@ -262,7 +262,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
         raise ValueError(f"step {step!r}: choose from {list(STEPS)}")
-    the_update = update(optimizer, precision, framework, fused_optimizer)
+    u = update(optimizer, precision, framework, fused_optimizer)  # checks the optimizer
     at, extrapolated = peaks.seen_by_class(
         gpu, precision, model.info.get("tensor_cores", {}).get(gpu.name, ()))
     tc = peaks.tensor_core_gemms(model.info, gpu, precision)
@@ -396,8 +396,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                              if t > 0]
     params = int(seq.params)
     if step == "train" and params:
-        u, one_pass = the_update, model.kernel_ms(["add"], [(1, params)], [at["fp32"]], host > 0)
-        t = float(one_pass[0]) * u.passes
+        t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], host > 0)[0]) * u.passes
         phases["update"] = t
         order.extend([t / u.kernels] * u.kernels)
         operators.append(dict(type="optimizer", name=f"{optimizer} update ({u.passes:.3g} "
