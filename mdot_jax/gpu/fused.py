@@ -14,6 +14,8 @@ nothing large (`tensor_cores.cube`), at the share of the peak fused attention re
 
 from __future__ import annotations
 
+import numpy as np
+
 from converters import OperatorSequence
 from converters.attention import Block
 from converters.sequence import CONFIG_FIELDS
@@ -44,9 +46,12 @@ def scan_gemms(op_type: str, fwd_flops: float) -> list[tuple[str, tuple]]:
 def read_in_place(seq: OperatorSequence) -> set[int]:
     """The Slices and Splits of `seq` whose every consumer is one of our exporter's fused
     kernels (`converters.state_space.OWN_OPS`), which read them where they lie."""
-    names = seq.op_names
-    users: dict[int, set[str]] = {}
-    for src, dst in seq.edges:
-        users.setdefault(int(src), set()).add(str(names[dst]))
-    return {i for i, them in users.items()
-            if names[i] in ("Slice", "Split") and them <= set(OWN_OPS)}
+    own = np.isin(seq.op_names, OWN_OPS)
+    if not own.any() or not len(seq.edges):
+        return set()
+    src, dst = seq.edges[:, 0], seq.edges[:, 1]
+    by_own, by_other = np.zeros(seq.num_ops, bool), np.zeros(seq.num_ops, bool)
+    by_own[src[own[dst]]] = True
+    by_other[src[~own[dst]]] = True
+    piece = np.isin(seq.op_names, ("Slice", "Split"))
+    return {int(i) for i in np.flatnonzero(piece & by_own & ~by_other)}

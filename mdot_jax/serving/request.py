@@ -55,6 +55,11 @@ def _positive(name: str, value: Any) -> None:
         raise RequestError(f"{name} {value!r}: expected a positive number", name)
 
 
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise RequestError(f"{name} {value!r}: true or false", name)
+
+
 def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True) -> None:
     if (value is None and optional) or value in choices:
         return
@@ -183,9 +188,7 @@ class TrainingJob:
                                "device_spec")
         _choice("precision", self.precision, PRECISIONS)
         _choice("optimizer", self.optimizer, OPTIMIZERS, optional=False)
-        if not isinstance(self.fused_optimizer, bool):
-            raise RequestError(f"fused_optimizer {self.fused_optimizer!r}: true or false",
-                               "fused_optimizer")
+        _flag("fused_optimizer", self.fused_optimizer)
         _choice("layout", self.layout, LAYOUTS, optional=False)
         _choice("step", self.step, STEPS)
         _choice("strategy", self.strategy, STRATEGIES, optional=False)
@@ -223,9 +226,7 @@ class TrainingJob:
         _ints("tp", self.tp)
         _ints("pp", self.pp)
         _choice("schedule", self.schedule, SCHEDULES)
-        if not isinstance(self.sequence_parallel, bool):
-            raise RequestError(f"sequence_parallel {self.sequence_parallel!r}: true or false",
-                               "sequence_parallel")
+        _flag("sequence_parallel", self.sequence_parallel)
         if self.schedule and self.pp == 1:
             raise RequestError("schedule: the pipeline's; give pp > 1", "schedule")
         if self.virtual_stages is not None:
