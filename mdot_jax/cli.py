@@ -18,11 +18,12 @@ from pathlib import Path
 from converters.errors import ConversionError
 from converters.substitutes import described
 from mdot_jax import __version__, cli_build, cli_job, cli_plan, writers
-from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list, hours, percent
+from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import (
     MEASURED_PRECISIONS,
 )
+from mdot_jax.readable import hours, number, percent
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
@@ -152,8 +153,9 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
           + (f" {'job h':>7} {'80% band h':>13}" if job else ""))
     for r in rows:
         print(f"{r.batch_size:>7} " * by_batch + f"{r.gpus:>5} " * by_gpus
-              + f"{r.iteration_ms:>13.4g} {_range(r.interval_ms):>15} {r.samples_per_s:>10.4g} "
-              f"{r.memory_gb:>9.3g}" + f" {r.tokens_per_s or 0:>10.4g}" * tokens
+              + f"{number(r.iteration_ms, 4):>13} {_range(r.interval_ms):>15} "
+              f"{number(r.samples_per_s, 4):>10} {number(r.memory_gb):>9}"
+              + f" {number(r.tokens_per_s or 0, 4):>10}" * tokens
               + f" {percent(r.mfu or 0):>5}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
               + (f" {hours(r.job_s / 3600):>7} {_range(r.job_interval_s, 1 / 3600, hours):>13}"
                  if job else ""))
@@ -166,7 +168,7 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
         print(f"{at}each of {_n(r.replicas, 'data-parallel replica')}: {' x '.join(split)}, "
               f"{_n(r.grad_accum, 'micro-batch')} of {r.batch_size}; memory per GPU")
     if r.phases:
-        print(f"{at}of which " + ", ".join(f"{k} {v:.4g} ms" for k, v in r.phases.items()))
+        print(f"{at}of which " + ", ".join(f"{k} {number(v, 4)} ms" for k, v in r.phases.items()))
     if any(r.interval_ms for r in rows):
         print("80% band: where 80% of the measured times fell, for predictions like these, on "
               + ("GPUs" if r.phases else "model families") + " the predictor had not seen")
@@ -189,8 +191,7 @@ def _print_top(p, n: int) -> None:
         print(f"{o['ms']:>9.3g} {o['ms'] / total:>6.1%}  {o['type']:<20} {o['name']}")
 
 
-def _range(pair, scale: float = 1.0, num=lambda x: f"{x:.0f}" if x >= 100 else f"{x:.3g}"
-           ) -> str:
+def _range(pair, scale: float = 1.0, num=number) -> str:
     return f"{num(pair[0] * scale)}-{num(pair[1] * scale)}" if pair else "-"
 
 

@@ -46,19 +46,6 @@ def port(text: str) -> int:
 NON_NEGATIVE_FLOAT = _positive(float, zero=True)
 
 
-def hours(x: float) -> str:
-    """Hours in a table: whole from 100 (thousands separated), else three figures; never in
-    scientific notation (under 3.6 s: <0.001; beyond a thousand years: >10,000,000)."""
-    return ">10,000,000" if x > 1e7 else f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if x >= 1e-3 \
-        else "<0.001"
-
-
-def percent(x: float) -> str:
-    """A share in a table: whole percents from 10%, else two figures (a launch-bound step's MFU
-    is 0.34%, not 0%)."""
-    return f"{x:.0%}" if x >= 0.095 else f"{100 * x:#.2g}%" if x > 0 else "0%"
-
-
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v]

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from mdot_jax import cli_job, writers
-from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, hours, percent, port
+from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, port
 from mdot_jax.errors import UsageError
+from mdot_jax.readable import hours, number, percent
 
 COMMANDS = {
     "plan": "rank GPU types and counts for a training job by cost, under a deadline",
@@ -102,8 +103,8 @@ def _print(args: argparse.Namespace, options: list) -> None:
         print(f"{o.device + ('*' if id(o) in front else ''):<22} {o.gpus:>5} "
               + (f"{str(o.layout or '-'):<24} " if split else "")
               + f"{'-' if o.hours is None else hours(o.hours):>8} {band or '-':>13} "
-              f"{'-' if o.cost_usd is None else planning.dollars(o.cost_usd):>10} "
-              f"{f'{p.memory_gb:.3g}' if p else '-':>9} {mfu:>5}  {'; '.join(o.reasons)}")
+              f"{'-' if o.cost_usd is None else number(o.cost_usd):>10} "
+              f"{number(p.memory_gb) if p else '-':>9} {mfu:>5}  {'; '.join(o.reasons)}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from onnx import helper
 from onnx_builders import conv_bn_relu, model, value
 
 from mdot_jax.cli import main
-from mdot_jax.cli_args import percent
+from mdot_jax.readable import hours, number, percent
 from mdot_jax.serving.predict import CHECKPOINT_DIR as CHECKPOINTS
 
 
@@ -119,6 +119,14 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
                                           (0.0, "0%")])
 def test_a_small_share_is_shown_to_two_figures_not_as_none(share, shown):
     assert percent(share) == shown
+
+
+@pytest.mark.parametrize("x, figures, shown", [(22260.4, 4, "22,260"), (1575.2, 4, "1,575"),
+                                               (22.754, 4, "22.75"), (0.04166, 3, "0.0417"),
+                                               (1040.0, 3, "1,040"), (99.94, 3, "99.9")])
+def test_numbers_are_never_in_scientific_notation(x, figures, shown):
+    assert number(x, figures) == shown
+    assert "e+" not in hours(x) and hours(2e7) == ">10,000,000" and hours(1e-4) == "<0.001"
 
 
 def test_predict_several_batch_sizes(capsys, tmp_path):

@@ -42,6 +42,7 @@ from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import keeping
 from mdot_jax.options import AUTOCAST
+from mdot_jax.readable import number
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
 # and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none
@@ -243,8 +244,8 @@ def check_fit(p, limit_gb: float | None, what: str) -> None:
     if not limit_gb or need <= limit_gb:
         return
     surely = need > NO_FIT * limit_gb
-    p.warnings.append(f"the step needs about {need:.3g} GB (parameters, gradients, optimizer "
-                      f"state, activations), more than {what} ({limit_gb:.3g} GB): it "
+    p.warnings.append(f"the step needs about {number(need)} GB (parameters, gradients, optimizer "
+                      f"state, activations), more than {what} ({number(limit_gb)} GB): it "
                       f"{'will' if surely else 'may'} not fit at this batch size")
     if surely:
         p.interval_ms = None

@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.readable import hours, number
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob, _ints, _positive
 
@@ -314,11 +315,6 @@ def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[O
     return [min(found, key=_rank)] if found else []
 
 
-def dollars(x: float) -> str:
-    """Dollars as people write them: whole above $100, three figures below ($0.019)."""
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
 def _judge(o: Option, request: Plan, gpu) -> Option:
     p = o.prediction
     if p is None:
@@ -333,15 +329,15 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
         if request.job.strategy == "ddp" and p.replicas > 1:  # each replica keeps all state
             search += "; strategy fsdp shards the weights, gradients and optimizer state"
         o.reasons.append(f"does not fit in the {gpu.name}'s {gpu.memory_gb:g} GB "
-                         f"({p.memory_gb:.3g} GB per GPU{search})")
+                         f"({number(p.memory_gb)} GB per GPU{search})")
     if request.deadline_h is not None and o.hours is not None and o.hours > request.deadline_h:
-        o.reasons.append(f"{o.hours:.3g} h: past the deadline ({request.deadline_h:g} h)")
+        o.reasons.append(f"{hours(o.hours)} h: past the deadline ({request.deadline_h:g} h)")
     if request.budget_usd is not None:
         if o.cost_usd is None:
             o.reasons.append(f"no price for the {gpu.name} (prices) to hold to the budget")
         elif o.cost_usd > request.budget_usd:
-            o.reasons.append(f"${dollars(o.cost_usd)}: over the budget "
-                             f"(${dollars(request.budget_usd)})")
+            o.reasons.append(f"${number(o.cost_usd)}: over the budget "
+                             f"(${number(request.budget_usd)})")
     return o
 
 

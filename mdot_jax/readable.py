@@ -1,0 +1,20 @@
+"""Numbers as people read them in tables, warnings and reasons: never in scientific notation."""
+
+from __future__ import annotations
+
+
+def number(x: float, figures: int = 3) -> str:
+    """Whole from 100 (thousands separated: 22,260 tokens/s, 1,575 ms), else `figures`
+    significant figures (22.75 ms, 0.0417)."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.{figures}g}"
+
+
+def hours(x: float) -> str:
+    """Hours: `number`'s, under 3.6 s <0.001, beyond a thousand years >10,000,000."""
+    return ">10,000,000" if x > 1e7 else number(x) if x >= 1e-3 else "<0.001"
+
+
+def percent(x: float) -> str:
+    """A share: whole percents from 10%, else two figures (a launch-bound step's MFU is 0.34%,
+    not 0%)."""
+    return f"{x:.0%}" if x >= 0.095 else f"{100 * x:#.2g}%" if x > 0 else "0%"
