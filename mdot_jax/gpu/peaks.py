@@ -49,7 +49,7 @@ def linear_peak(gpu: GPU, precision: str) -> float:
     if not gpu.tflops.get(peak):
         raise ValueError(f"precision {precision}: the {gpu.name} has no {peak} tensor cores on "
                          "its spec sheet (Ada and Hopper, compute capability 8.9 and later, "
-                         "have them): use amp-bf16")
+                         f"have them): use {'amp-bf16' if gpu.tflops.get('bf16') else 'amp-fp16'}")
     return gpu.tflops[peak]
 
 
