@@ -89,8 +89,8 @@ class ModelStore:
     def get(self, sha: Any) -> Path:
         if not isinstance(sha, str) or len(sha) != 64 or not all(
                 c in "0123456789abcdef" for c in sha):
-            raise _Answer(422, f"model {sha!r}: the SHA-256 that POST /v1/models answered",
-                          "model")
+            raise _Answer(422, f"model {sha!r}: expected the SHA-256 that POST /v1/models "
+                          "answered", "model")
         path = next((p for p in (self.folder / f"{sha}{k}" for k in KINDS) if p.exists()), None)
         if path is None:
             raise _Answer(404, f"model {sha}: not uploaded here (POST /v1/models)", "model")
