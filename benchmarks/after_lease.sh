@@ -6,7 +6,9 @@
 # packed); the GPU's steps are priced (benchmarks/results/<name>-measured); then the
 # pre-registered studies run (llm-steps, unaligned-gemms, cnn-kernels: each decides by the rule
 # its study page wrote). Nothing is overwritten: an existing DEST or output stops it (name
-# another DEST for a second lease of the same GPU). The README under DEST is yours to write.
+# another DEST for a second lease of the same GPU). A precision without samples, or a study
+# without its measurements, is said and left out; a study that fails does not stop the others.
+# The README under DEST is yours to write.
 #   bash benchmarks/after_lease.sh KIT_OUT "CATALOG NAME" [DEST]   # e.g. "h100 sxm"
 #   DRY=1 bash benchmarks/after_lease.sh ...                      # say the commands, run none
 set -euo pipefail
@@ -20,7 +22,17 @@ SLUG=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["slug"])' 
 DEST=${3:-data/$SLUG}
 NAME=$(basename "$DEST")
 run() { printf '+'; printf ' %q' "$@"; echo; [ -n "${DRY:-}" ] || "$@"; }
+failed=()
+study() {  # a pre-registered study: one that fails is said at the end; the others still run
+  run "$@" || failed+=("$2")
+}
 compress() { echo "+ xz -c $1 > $2"; [ -n "${DRY:-}" ] || xz -c "$1" > "$2"; }
+# the precisions the kit brought samples of (a step cut off, or all its samples noisy: none)
+PRECS=()
+for p in amp-bf16 fp32; do
+  if [ -f "$KIT/$p-samples.jsonl" ]; then PRECS+=("$p"); else echo "after_lease: no $p samples"; fi
+done
+[ "${#PRECS[@]}" -gt 0 ] || { echo "after_lease: $KIT: no samples at all" >&2; exit 2; }
 for f in "$DEST" "data/derived/$NAME-amp-bf16-fused" "data/derived/$NAME-fp32-fused" \
          "benchmarks/results/$NAME-measured" "benchmarks/results/llm-steps-$NAME" \
          benchmarks/results/unaligned-gemms benchmarks/results/cnn-kernels; do
@@ -28,33 +40,48 @@ for f in "$DEST" "data/derived/$NAME-amp-bf16-fused" "data/derived/$NAME-fp32-fu
 done
 
 # 1. the kit's files, as the loader reads them
-run mkdir -p "$DEST/amp-bf16" "$DEST/fp32"
-for p in amp-bf16 fp32; do
-  [ -f "$KIT/$p-samples.jsonl" ] || { echo "after_lease: no $KIT/$p-samples.jsonl" >&2; exit 2; }
+for p in "${PRECS[@]}"; do
+  run mkdir -p "$DEST/$p"
   compress "$KIT/$p-samples.jsonl" "$DEST/$p/samples.jsonl.xz"
   for f in noisy.jsonl report.json; do
     if [ -f "$KIT/$p-$f" ]; then run cp "$KIT/$p-$f" "$DEST/$p/$f"; fi
   done
 done
-compress "$KIT/kernels.jsonl" "$DEST/kernels.jsonl.xz"
+if [ -f "$KIT/kernels.jsonl" ]; then compress "$KIT/kernels.jsonl" "$DEST/kernels.jsonl.xz"; fi
 for f in llm-steps.jsonl env.json kit.log; do
   if [ -f "$KIT/$f" ]; then run cp "$KIT/$f" "$DEST/$f"; fi
 done
 
 # 2. operator sequences, rebuilt from the zoo; 3. the steps priced from the spec sheet
-for p in amp-bf16 fp32; do
+LEASES=()
+for p in "${PRECS[@]}"; do
+  LEASES+=(--lease "data/derived/$NAME-$p-fused=$DEVICE")
   run mdot dataset resequence "$DEST/$p" --out "data/derived/$NAME-$p-fused"
   run mdot dataset pack "data/derived/$NAME-$p-fused"
   run "$PY" benchmarks/bench_gpu_ops.py "$NEUSIGHT" --measured "data/derived/$NAME-$p-fused" \
     --device "$DEVICE" --out "benchmarks/results/$NAME-measured"
 done
 
-# 4. the pre-registered studies (docs/studies/): each results.json says what its rule decided
-run "$PY" benchmarks/bench_llm_steps.py "$DEST/llm-steps.jsonl" --loss-memory \
-  --out "benchmarks/results/llm-steps-$NAME"
-run "$PY" benchmarks/bench_unaligned_gemms.py --sweep "$DEST/kernels.jsonl.xz" \
-  --steps "$DEST/llm-steps.jsonl" --out benchmarks/results/unaligned-gemms
-run "$PY" benchmarks/bench_cnn_kernels.py --sweep "$DEST/kernels.jsonl.xz" \
-  --lease "data/derived/$NAME-amp-bf16-fused=$DEVICE" \
-  --lease "data/derived/$NAME-fp32-fused=$DEVICE" --out benchmarks/results/cnn-kernels
+# 4. the pre-registered studies (docs/studies/): each results.json says what its rule decided;
+# a study whose measurements did not come back is said, not run
+steps=$([ -f "$KIT/llm-steps.jsonl" ] && echo 1 || echo "")
+sweep=$([ -f "$KIT/kernels.jsonl" ] && echo 1 || echo "")
+[ -n "$steps" ] || echo "after_lease: no llm-steps.jsonl: the llm-steps and unaligned-gemms studies wait"
+[ -n "$sweep" ] || echo "after_lease: no kernels.jsonl: the unaligned-gemms and cnn-kernels studies wait"
+if [ -n "$steps" ]; then
+  study "$PY" benchmarks/bench_llm_steps.py "$DEST/llm-steps.jsonl" --loss-memory \
+    --out "benchmarks/results/llm-steps-$NAME"
+fi
+if [ -n "$steps" ] && [ -n "$sweep" ]; then
+  study "$PY" benchmarks/bench_unaligned_gemms.py --sweep "$DEST/kernels.jsonl.xz" \
+    --steps "$DEST/llm-steps.jsonl" --out benchmarks/results/unaligned-gemms
+fi
+if [ -n "$sweep" ]; then
+  study "$PY" benchmarks/bench_cnn_kernels.py --sweep "$DEST/kernels.jsonl.xz" \
+    "${LEASES[@]}" --out benchmarks/results/cnn-kernels
+fi
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "after_lease: failed: ${failed[*]} (its output above); the rest is done" >&2
+  exit 1
+fi
 echo "after_lease: done; write $DEST/README.md, then the studies' part 2 (their pages)"

@@ -87,3 +87,15 @@ def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(
                              timeout=60)
     assert refused.returncode == 2 and "exists; name another DEST" in refused.stderr
     assert list(dest.iterdir()) == []
+    # a precision the kit brought no samples of, a sweep that did not come back: the rest runs
+    (kit / "fp32-samples.jsonl").unlink()
+    (kit / "kernels.jsonl").unlink()
+    other = tmp_path / "gpu-nvidia-b200-lease-2"
+    done = subprocess.run(["bash", *script, str(other)], env=dict(os.environ, DRY="1"),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "no fp32 samples" in done.stdout
+    said = [ln for ln in done.stdout.splitlines() if ln.startswith("+ ")]
+    assert any("amp-bf16-fused" in ln for ln in said)
+    assert not any("fp32" in ln or "kernels.jsonl" in ln for ln in said)
+    assert any("bench_llm_steps.py" in ln for ln in said)
+    assert not any("bench_cnn_kernels.py" in ln or "unaligned" in ln for ln in said)
