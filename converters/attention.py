@@ -124,11 +124,11 @@ def sublayers(seq: OperatorSequence, starts: list[int]) -> list[int]:
     own scope (`/model/layers.3/Add`, `Add_1`: attention then the MLP; one in a layer of a
     single mixer, Nemotron-H's or Mamba-2's; three in a decoder's with cross-attention); two
     where the scopes say nothing."""
-    counts = []
+    counts, names = [], seq.op_names
     for start, end in zip(starts, [*starts[1:], seq.num_ops]):
         scope = _LAYER.search(str(seq.node_names[start]))
         own = re.compile(re.escape(scope.group(0)) + r"Add(_\d+)?$") if scope else None
-        counts.append(sum(1 for i in range(start, end) if own and seq.op_names[i] == "Add"
+        counts.append(sum(1 for i in range(start, end) if own and names[i] == "Add"
                           and own.match(str(seq.node_names[i]))) or 2)
     return counts
 

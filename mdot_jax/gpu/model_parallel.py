@@ -119,12 +119,13 @@ def heads(seq: OperatorSequence, block: Block) -> tuple[int, int, int]:
     n_heads, size = int(c[_C["mm_batch"]]) // batch_of(seq), int(c[_C["mm_k"]])
     preds, _ = seq.neighbours()
     widths, todo, seen = [], [(j, 0) for j in preds.get(block.scores, [])], set()
+    names = seq.op_names
     while todo:
         i, hops = todo.pop()
         if i in seen or hops > _KV_HOPS:
             continue
         seen.add(i)
-        if classify(seq.op_names[i], seq.config[i], seq.load[i])[1] == "linear":
+        if classify(names[i], seq.config[i], seq.load[i])[1] == "linear":
             widths.append(int(seq.config[i, _C["mm_n"]]))
         else:
             todo += [(j, hops + 1) for j in preds.get(i, [])]
@@ -291,10 +292,10 @@ def shard_experts(seq: OperatorSequence, ep: int) -> OperatorSequence:
     if moe["experts"] % ep:
         raise RequestError(f"ep {ep}: does not divide the model's {moe['experts']} experts",
                            "ep")
-    config, load = seq.config.copy(), seq.load.copy()
+    config, load, names = seq.config.copy(), seq.load.copy(), seq.op_names
     for i in np.flatnonzero(_experts(seq)):
         c, ld = seq.config[i], seq.load[i]
-        if classify(seq.op_names[i], c, ld)[1] == "bmm" and c[_C["mm_batch"]] % ep == 0:
+        if classify(names[i], c, ld)[1] == "bmm" and c[_C["mm_batch"]] % ep == 0:
             weights = float(c[_C["mm_batch"]] * c[_C["mm_k"]] * c[_C["mm_n"]] * c[_C["elem_bytes"]])
             config[i, _C["mm_batch"]] /= ep
             config[i, _C["mm_m"]] *= ep
