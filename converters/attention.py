@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 
 _BETWEEN = {"Add", "Sub", "Mul", "Div", "Where", "IsNaN", "Cast", "Dropout", "Neg", "Max", "Tanh",
@@ -70,6 +71,10 @@ def _walk(start: int, step: dict[int, list[int]], names: np.ndarray
 
 def attention_blocks(seq: OperatorSequence) -> list[Block]:
     """Every Softmax with a MatMul upstream and one downstream, in graph order."""
+    return list(KEPT.get(("attention_blocks", seq), lambda: _blocks(seq)))
+
+
+def _blocks(seq: OperatorSequence) -> list[Block]:
     names = seq.op_names
     preds, succs = seq.neighbours()
     blocks = []
@@ -103,8 +108,9 @@ def layer_starts(seq: OperatorSequence, blocks: list[Block]) -> list[int]:
     attention (token ids in: Mamba-2's state space layers) has the layers of its longest
     scoped stack (`/backbone/layers.k/`)."""
     own = [b.scores for b in layers(blocks)]
-    scoped = [(m.group(1), m.group(2), i) for i, name in enumerate(seq.node_names)
-              if (m := _LAYER.search(str(name)))]
+    scoped = KEPT.get(("scoped", seq.node_names), lambda: [
+        (m.group(1), m.group(2), i) for i, name in enumerate(seq.node_names)
+        if (m := _LAYER.search(str(name)))])
     stacks = {m.group(1) for b in blocks if (m := _LAYER.search(str(seq.node_names[b.scores])))}
     if not blocks and seq.input_kind == "tokens" and scoped:
         counts = Counter(stack for stack, _ in {(stack, layer) for stack, layer, _ in scoped})

@@ -27,6 +27,7 @@ from converters.fusion import VIEWS, constants, fills, fusion_version
 from converters.fusion import Node as _Node
 from converters.fusion import fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
+from converters.kept import KEPT
 from converters.kind import graph_kind
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
 from converters.tensors import _ELEM_BYTES, _NO_SHAPE, FLOAT_TYPES, _Tensor, _tensor_types
@@ -163,13 +164,16 @@ class OperatorSequence:
 
     def neighbours(self) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
         """`(preds, succs)`: each operator's producers (the operators whose outputs it reads)
-        and consumers, where it has any."""
-        preds: dict[int, list[int]] = {}
-        succs: dict[int, list[int]] = {}
-        for src, dst in self.edges.tolist():
-            preds.setdefault(dst, []).append(src)
-            succs.setdefault(src, []).append(dst)
-        return preds, succs
+        and consumers, where it has any. Shared by every sequence with these edges (a shard, a
+        cut): read them, never change them."""
+        def build() -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+            preds: dict[int, list[int]] = {}
+            succs: dict[int, list[int]] = {}
+            for src, dst in self.edges.tolist():
+                preds.setdefault(dst, []).append(src)
+                succs.setdefault(src, []).append(dst)
+            return preds, succs
+        return KEPT.get(("neighbours", self.edges), build)
 
     def positional_encoding(self, kind: str, dim: int) -> np.ndarray:
         """`[N, dim] float32` graph positional encoding, `kind` in `graph.PE_FUNCTIONS`."""

@@ -214,3 +214,31 @@ def test_graph_totals_are_read_by_name():
     assert seq.flops == seq.total("fwd_flops") > 0
     with pytest.raises(KeyError):
         seq.total("flops")  # no such column: never a silent zero
+
+
+def test_what_is_kept_of_a_sequence_is_kept_while_its_objects_are_the_same():
+    from converters.kept import Kept
+
+    kept, calls = Kept(size=2), []
+    a = np.arange(3)
+
+    def compute():
+        calls.append(1)
+        return len(calls)
+    assert kept.get(("f", a), compute) == 1 and kept.get(("f", a), compute) == 1  # kept
+    assert kept.get(("f", a.copy()), compute) == 2  # equal values, another array: computed
+    kept.get(("g", a), compute)  # a third key: the oldest goes
+    assert kept.get(("f", a), compute) == 4
+
+
+def test_a_sequences_neighbours_and_blocks_are_shared_by_a_copy_of_its_edges_only():
+    from converters.attention import attention_blocks
+
+    seq = convert(conv_bn_relu(training=True), batch_size=2)
+    shard = dataclasses.replace(seq, config=seq.config * 2)  # another config, the same edges
+    assert seq.neighbours() is shard.neighbours()
+    other = dataclasses.replace(seq, edges=seq.edges.copy())
+    assert other.neighbours() is not seq.neighbours() and other.neighbours() == seq.neighbours()
+    blocks = attention_blocks(seq)
+    blocks.append("changed by a caller")
+    assert "changed by a caller" not in attention_blocks(seq)  # each caller its own list

@@ -90,10 +90,10 @@ class Layout:
 
 def width(seq: OperatorSequence) -> int:
     """The model's width: the most common inner dimension of its weight GEMMs."""
-    from mdot_jax.gpu.spec_sheet import classify
+    from mdot_jax.gpu.spec_sheet import classified
 
-    ks = [int(c[_C["mm_k"]]) for name, c, load in zip(seq.op_names, seq.config, seq.load)
-          if classify(name, c, load)[1] == "linear"]
+    ks = [int(c[_C["mm_k"]]) for c, (_, op, _) in zip(seq.config, classified(seq))
+          if op == "linear"]
     if not ks:
         raise RequestError("tp: the model has no weight GEMMs to split", "tp")
     values, counts = np.unique(ks, return_counts=True)
@@ -195,14 +195,14 @@ def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False,
           blocks: Sequence[Block] = ()) -> OperatorSequence:
     """The operators one GPU of a `tp`-way tensor-parallel group runs (module docstring);
     `blocks`: its attention blocks (where no token ids say how many tokens a batch holds)."""
-    from mdot_jax.gpu.spec_sheet import classes_field, classify
+    from mdot_jax.gpu.spec_sheet import classes_field, classified
 
     if tp == 1:
         return seq
     d, tokens = width(seq), tokens_of(seq, blocks)
     config, load = seq.config.copy(), seq.load.copy()
-    for i, (name, c, ld) in enumerate(zip(seq.op_names, seq.config, seq.load)):
-        kind, op, dims = classify(name, c, ld)
+    for i, (name, c, ld, (_, op, _)) in enumerate(zip(seq.op_names, seq.config, seq.load,
+                                                      classified(seq))):
         n, rank, last = c[_C["out_numel"]], int(c[_C["out_rank"]]), int(c[_C["out_d3"]])
         if op == "linear":
             column = int(c[_C["mm_n"]]) != d or int(c[_C["mm_k"]]) == d

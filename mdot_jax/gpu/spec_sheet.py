@@ -67,6 +67,7 @@ import numpy as np
 
 from converters import OperatorSequence
 from converters.attention import Block, attention_blocks
+from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import LOSSES, TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
@@ -162,9 +163,8 @@ def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str,
     conv = np.isin(seq.op_names, peaks.CONV_OPS)
     linear = np.zeros(len(conv), bool)
     if precision in peaks.LINEAR_PEAK:
-        kinds = [classify(n, c, ld) for n, c, ld in zip(seq.op_names, seq.config, seq.load)]
         linear = np.asarray([op == "linear" and peaks.takes_linear_peak(dims)
-                             for _, op, dims in kinds], bool)
+                             for _, op, dims in classified(seq)], bool)
     rest = ~(conv | linear)
     return 1e-9 * (float(flops[conv].sum()) / peaks.conv_peak(gpu, precision)
                    + float(flops[linear].sum()) / peaks.linear_peak(gpu, precision)
@@ -191,6 +191,12 @@ def _rowwise(op_type: str, c: np.ndarray) -> tuple[int, int]:
         rows = n // max(int(c[_C["out_d3"]]), 1)
     rows = max(rows, 1)
     return rows, max(n // rows, 1)
+
+
+def classified(seq: OperatorSequence) -> list[tuple[str, str, tuple]]:
+    """`classify` of each operator of `seq`, kept while `seq` is (a plan prices it often)."""
+    return KEPT.get(("classified", seq), lambda: [
+        classify(n, c, ld) for n, c, ld in zip(seq.op_names, seq.config, seq.load)])
 
 
 def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, tuple]:
@@ -302,10 +308,11 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
             work.extend((b.output, phase, "linear", dims, at["gemm"], slower) for dims in gemms)
-    for i, (name, c, load) in enumerate(zip(names, seq.config, seq.load)):
-        kind, op, dims = classify(name, c, load)
+    outputs = {b.output for b in blocks}
+    for i, (name, c, load, (kind, op, dims)) in enumerate(zip(names, seq.config, seq.load,
+                                                              classified(seq))):
         kinds[i] = kind
-        if kind == "free" or i in inside or any(i == b.output for b in blocks):
+        if kind == "free" or i in inside or i in outputs:
             continue
         if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
             work.extend((i, phase, "linear", dims, at["gemm"], slower)

@@ -1,0 +1,30 @@
+"""What is computed from a sequence, kept while the sequence's objects are the same ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class Kept:
+    """The last `size` results of functions of objects, each kept while its key holds the very
+    objects it was computed from (a sequence is frozen and its arrays are never written: a
+    plan prices one sequence under many layouts)."""
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self.kept: dict[tuple, tuple[tuple, Any]] = {}  # ids -> (key, value)
+
+    def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        ids = tuple(map(id, key))
+        hit = self.kept.get(ids)
+        if hit is not None and all(a is b for a, b in zip(hit[0], key)):
+            return hit[1]
+        value = compute()
+        if len(self.kept) >= self.size:
+            self.kept.pop(next(iter(self.kept)))
+        self.kept[ids] = (key, value)
+        return value
+
+
+KEPT = Kept()
