@@ -230,6 +230,12 @@ def test_what_is_kept_of_a_sequence_is_kept_while_its_objects_are_the_same():
     kept.get(("g", a), compute)  # a third key: the oldest goes
     assert kept.get(("f", a), compute) == 4
 
+    from concurrent.futures import ThreadPoolExecutor  # a service's threads: nothing raises
+    arrays = [np.arange(i) for i in range(50)]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda x: kept.get(("n", x), lambda: len(x)), arrays * 20))
+    assert got == [len(x) for x in arrays] * 20
+
 
 def test_a_sequences_neighbours_and_blocks_are_shared_by_a_copy_of_its_edges_only():
     from converters.attention import attention_blocks
