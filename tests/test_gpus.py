@@ -39,6 +39,7 @@ def test_the_catalog_holds_the_gpus_users_choose_among():
 
 @pytest.mark.parametrize("gpu", list(gpus.catalog().values()), ids=lambda g: g.name)
 def test_every_row_is_sourced_and_consistent(gpu):
+    assert gpu.architecture in gpus.ARCHITECTURES
     assert ("datasheet" in gpu.source or "whitepaper" in gpu.source) and "https://" in gpu.source
     # peak FP32 = SMs x cores per SM x 2 (a fused multiply-add) x boost clock
     peak = gpu.sms * gpu.cores_per_sm * 2 * gpu.boost_mhz / 1e6
@@ -138,6 +139,9 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     ("power_w", -300, "'power_w' is -300"),
     ("power_w", "700 W", "'power_w' is '700 W'"),
     ("network_gbs", -400, "'network_gbs' is -400"),
+    ("architecture", "hoper", "did you mean 'hopper'"),  # else no Hopper measurement applies
+    ("architecture", "", "'architecture' is ''"),
+    ("architecture", 9.0, "'architecture' is 9.0"),
 ])
 def test_a_spec_number_that_is_no_number_is_named(tmp_path, field, value, needle):
     """JSON's NaN and Infinity parse as floats: a 3.7x faster GPU, or a math error, before."""
@@ -146,6 +150,14 @@ def test_a_spec_number_that_is_no_number_is_named(tmp_path, field, value, needle
     (tmp_path / "g.json").write_text(json.dumps(row))
     with pytest.raises(ValueError, match=re.escape(needle)):
         gpus.from_spec_file(tmp_path / "g.json")
+
+
+def test_a_specs_architecture_is_read_in_any_case_and_a_new_one_is_its_own(tmp_path):
+    row = dict(gpus.find("h100-sxm").to_json(), name="my-gpu", architecture=" Hopper")
+    (tmp_path / "g.json").write_text(json.dumps(row))
+    assert gpus.from_spec_file(tmp_path / "g.json").architecture == "hopper"
+    (tmp_path / "g.json").write_text(json.dumps(dict(row, architecture="rubin")))
+    assert gpus.from_spec_file(tmp_path / "g.json").architecture == "rubin"
 
 
 def test_a_spec_copy_of_an_sxm_board_keeps_its_nvlink(capsys, tmp_path):

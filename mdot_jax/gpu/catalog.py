@@ -25,11 +25,14 @@ from pathlib import Path
 from mdot_jax.options import ARITHMETIC
 
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
-# FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
+# what measured shares are kept by (fused attention's, say): a spec's name near one of these
+# is a typo; another is an architecture measured nowhere
+ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
 # beyond any GPU by far (a B200: 148 SMs, 8 TB/s, 2.25 PFLOP/s dense fp16): a typo, not a GPU
 LIMITS = {"sms": 10_000, "boost_mhz": 10_000, "memory_gb": 100_000, "memory_gbs": 1e6,
           "l2_mb": 100_000, "nvlink_gbs": 1e5, "pcie_gbs": 1e4, "network_gbs": 1e5,
           "power_w": 1e4, "tflops": 1e6}
+# FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
 CORES_PER_SM = {"6.0": 64, "6.1": 128, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128,
                 "9.0": 128, "10.0": 128}
 
@@ -98,6 +101,15 @@ def _from_json(d: dict, where: str) -> GPU:
         raise ValueError(f"{where}: 'nvswitch' is {d.get('nvswitch')!r}; with 'nvlink_gbs' "
                          "say true where every GPU of a board reaches the others by NVLink "
                          "(SXM boards), false where bridges join pairs of cards")
+    arch = d["architecture"]
+    if not isinstance(arch, str) or not arch.strip():
+        raise ValueError(f"{where}: 'architecture' is {arch!r}; expected a name such as "
+                         "'hopper'")
+    near = difflib.get_close_matches(arch.strip().lower(), ARCHITECTURES, n=1, cutoff=0.75)
+    if near and near[0] != arch.strip().lower():
+        raise ValueError(f"{where}: 'architecture' is {arch!r}: did you mean {near[0]!r}? "
+                         f"(known: {', '.join(ARCHITECTURES)}; another name is an "
+                         "architecture nothing was measured on)")
     flops = d["tflops"]
     if not isinstance(flops, dict) or not _number(flops.get("fp32")) or flops["fp32"] <= 0:
         raise ValueError(f"{where}: 'tflops' needs at least a positive 'fp32' (TFLOP/s)")
@@ -109,7 +121,8 @@ def _from_json(d: dict, where: str) -> GPU:
         if v is not None and (not _number(v) or v <= 0 or v > LIMITS["tflops"]):
             raise ValueError(f"{where}: 'tflops.{p}' is {v!r}; expected a positive number or "
                              "null")
-    return GPU(**dict(d, tflops={p: flops.get(p) for p in ARITHMETIC},
+    return GPU(**dict(d, architecture=arch.strip().lower(),
+                      tflops={p: flops.get(p) for p in ARITHMETIC},
                       aliases=tuple(d.get("aliases", ()))))
 
 
