@@ -142,6 +142,8 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     ("architecture", "hoper", "did you mean 'hopper'"),  # else no Hopper measurement applies
     ("architecture", "", "'architecture' is ''"),
     ("architecture", 9.0, "'architecture' is 9.0"),
+    ("compute_capability", "nine", "'compute_capability' is 'nine'"),
+    ("compute_capability", 9.0, "'compute_capability' is 9.0"),
 ])
 def test_a_spec_number_that_is_no_number_is_named(tmp_path, field, value, needle):
     """JSON's NaN and Infinity parse as floats: a 3.7x faster GPU, or a math error, before."""
@@ -158,6 +160,9 @@ def test_a_specs_architecture_is_read_in_any_case_and_a_new_one_is_its_own(tmp_p
     assert gpus.from_spec_file(tmp_path / "g.json").architecture == "hopper"
     (tmp_path / "g.json").write_text(json.dumps(dict(row, architecture="rubin")))
     assert gpus.from_spec_file(tmp_path / "g.json").architecture == "rubin"
+    del row["compute_capability"]  # PyTorch's flash attention: known from the architecture
+    (tmp_path / "g.json").write_text(json.dumps(row))
+    assert gpus.from_spec_file(tmp_path / "g.json").capability == 9.0
 
 
 def test_a_spec_copy_of_an_sxm_board_keeps_its_nvlink(capsys, tmp_path):

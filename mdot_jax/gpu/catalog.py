@@ -25,9 +25,10 @@ from pathlib import Path
 from mdot_jax.options import ARITHMETIC
 
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
-# what measured shares are kept by (fused attention's, say): a spec's name near one of these
-# is a typo; another is an architecture measured nowhere
-ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+# what measured shares are kept by (fused attention's, say), with its first compute
+# capability: a spec's name near one of these is a typo; another is one measured nowhere
+ARCHITECTURES = {"pascal": "6.0", "volta": "7.0", "turing": "7.5", "ampere": "8.0",
+                 "ada": "8.9", "hopper": "9.0", "blackwell": "10.0"}
 # beyond any GPU by far (a B200: 148 SMs, 8 TB/s, 2.25 PFLOP/s dense fp16): a typo, not a GPU
 LIMITS = {"sms": 10_000, "boost_mhz": 10_000, "memory_gb": 100_000, "memory_gbs": 1e6,
           "l2_mb": 100_000, "nvlink_gbs": 1e5, "pcie_gbs": 1e4, "network_gbs": 1e5,
@@ -58,6 +59,11 @@ class GPU:
     source: str = ""
     note: str = ""
     spec_file: str = field(default="", compare=False)  # set when described by --device-spec
+
+    @property
+    def capability(self) -> float:
+        """Its compute capability, else its architecture's first (0: neither known)."""
+        return float(self.compute_capability or ARCHITECTURES.get(self.architecture, 0))
 
     @property
     def cores_per_sm(self) -> int | None:
@@ -110,6 +116,10 @@ def _from_json(d: dict, where: str) -> GPU:
         raise ValueError(f"{where}: 'architecture' is {arch!r}: did you mean {near[0]!r}? "
                          f"(known: {', '.join(ARCHITECTURES)}; another name is an "
                          "architecture nothing was measured on)")
+    cc = d.get("compute_capability", "")
+    if not (isinstance(cc, str) and re.fullmatch(r"(\d+\.\d+)?", cc)):
+        raise ValueError(f"{where}: 'compute_capability' is {cc!r}; expected major.minor as "
+                         "a string, such as \"9.0\"")
     flops = d["tflops"]
     if not isinstance(flops, dict) or not _number(flops.get("fp32")) or flops["fp32"] <= 0:
         raise ValueError(f"{where}: 'tflops' needs at least a positive 'fp32' (TFLOP/s)")

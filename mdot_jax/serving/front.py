@@ -279,7 +279,7 @@ class _SpecSheet:
                 raise RequestError("attention: the model has no attention blocks (MatMul, "
                                    "Softmax, MatMul) to fuse", "attention")
             return "eager"
-        cc = float(self.gpu.compute_capability or 0)
+        cc = self.gpu.capability
         runs_flash = precision in AUTOCAST and cc >= 8
         if job.attention:
             if job.attention == "flash" and not runs_flash:
