@@ -125,6 +125,10 @@ def test_plan_ranks_the_devices(server):
     ({"batch_size": 8, "device": "h1000"}, 422, "", "h1000"),
     ({"batch_size": 8, "colour": "blue"}, 422, "colour", "not a field"),
     ({"batch_size": 8, "tp": 3, "gpus": 4, "device": "h100-sxm"}, 422, "tp", "does not divide"),
+    # the server's own files and folders are never read by a name a request gives
+    ({"batch_size": 8, "device_spec": "/etc/passwd"}, 422, "device_spec", "a JSON object"),
+    ({"batch_size": 8, "checkpoint": "/etc"}, 422, "checkpoint", "the name of a shipped"),
+    ({"batch_size": 8, "device_spec": {"name": "x"}}, 422, "", "device_spec: missing field"),
 ])
 def test_bad_input_is_a_4xx_with_one_line(server, body, status, field, needle):
     client, root = server
@@ -136,6 +140,19 @@ def test_bad_input_is_a_4xx_with_one_line(server, body, status, field, needle):
     assert needle in answer["error"] and "\n" not in answer["error"]
     assert "Traceback" not in r.text and (not field or answer["field"] == field)
     assert str(root) not in answer["error"]  # the server's folders are its own
+
+
+def test_a_gpu_the_catalog_lacks_is_described_in_the_request(server):
+    client, root = server
+    sha = _upload(client, root / "attn.onnx")
+    from mdot_jax.gpu import catalog
+
+    spec = dict(catalog.find("h100-sxm").to_json(), name="my-gpu", aliases=[])
+    r = client.post("/v1/predict", json={"model": sha, "batch_size": 2, "device_spec": spec})
+    assert r.status_code == 200 and r.json()["device"] == "my-gpu", r.text
+    same = client.post("/v1/predict", json={"model": sha, "batch_size": 2,
+                                            "device": "h100-sxm"}).json()
+    assert r.json()["iteration_ms"] == pytest.approx(same["iteration_ms"])
 
 
 def test_a_conversion_error_names_the_model_not_the_servers_file(server):

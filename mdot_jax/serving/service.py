@@ -13,8 +13,10 @@ The schema is at /openapi.json (and /docs). The rules:
   model are safe), at most `max_models` of them (the least recently used go first); its
   converted sequences, per size, in memory and in `cache_dir/sequences`
   (`front.keep_sequences`, bounded the same way);
-- a request is the same `TrainingJob` as the Python API, with the same checks: a bad field is
-  a 422 whose body is `{"error": one line, "field": its name}`; malformed JSON a 400; an
+- a request is the same `TrainingJob` as the Python API, with the same checks, but the
+  service reads no file or folder of its own that a request names: `device_spec` is the GPU's
+  spec as a JSON object (kept in `cache_dir/specs`), `checkpoint` a shipped one's name; a bad
+  field is a 422 whose body is `{"error": one line, "field": its name}`; malformed JSON a 400; an
   unknown model a 404; a body over the limit (`max_upload_mb` for models, `MAX_JSON_KB` for
   requests) a 413; nothing answers with a traceback;
 - answers are the `to_json` of `Prediction` and `plan.Option`, numbers as the CLI prints them;
@@ -65,18 +67,22 @@ class ModelStore:
 
     def __init__(self, folder: Path, limit: int = 64):
         self.folder, self.limit = Path(folder), limit
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.specs = self.folder.with_name("specs")  # GPUs requests describe
+        for f in (self.folder, self.specs):
+            f.mkdir(parents=True, exist_ok=True)
 
     def put(self, data: bytes) -> str:
-        sha = hashlib.sha256(data).hexdigest()
-        path = self.folder / f"{sha}{_kind(data)}"
-        if not path.exists():
-            tmp = path.with_name(f".{sha}.tmp-{uuid.uuid4().hex[:8]}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)  # atomic: a reader sees all of it or nothing
-        os.utime(path)
-        writers.evict(self.folder, "*.*", self.limit)
-        return sha
+        return _keep(self.folder, data, _kind(data), self.limit)
+
+    def put_spec(self, spec: Any) -> str:
+        """A request's `device_spec`, a JSON object, as the file `TrainingJob` reads: a name is
+        refused (the service reads no file of its own that a request names)."""
+        if not isinstance(spec, dict):
+            raise _Answer(422, "device_spec: the GPU's spec sheet as a JSON object of the "
+                          "catalog's fields (GET /v1/devices shows them), not a file's name",
+                          "device_spec")
+        sha = _keep(self.specs, json.dumps(spec, sort_keys=True).encode(), ".json", self.limit)
+        return str(self.specs / f"{sha}.json")
 
     def said(self, message: str) -> str:
         """`message` with this store's files named as the models they hold (`model SHA`): a
@@ -84,7 +90,8 @@ class ModelStore:
         for kind in KINDS:
             message = re.sub(re.escape(f"{self.folder}{os.sep}") + "([0-9a-f]{64})"
                              + re.escape(kind), r"model \1", message)
-        return message
+        return re.sub("--device-spec " + re.escape(f"{self.specs}{os.sep}") + "[0-9a-f]{64}"
+                      + re.escape(".json"), "device_spec", message)
 
     def get(self, sha: Any) -> Path:
         if not isinstance(sha, str) or len(sha) != 64 or not all(
@@ -99,6 +106,20 @@ class ModelStore:
 
 
 KINDS = (".onnx", ".json")  # what an uploaded model is kept as
+
+
+def _keep(folder: Path, data: bytes, suffix: str, limit: int) -> str:
+    """`data` in `folder` as SHA-256 + `suffix` (written to a temporary name and renamed: a
+    reader sees all of it or nothing), at most `limit` files (the least recently used go)."""
+    sha = hashlib.sha256(data).hexdigest()
+    path = folder / f"{sha}{suffix}"
+    if not path.exists():
+        tmp = path.with_name(f".{sha}.tmp-{uuid.uuid4().hex[:8]}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    os.utime(path)
+    writers.evict(folder, "*.*", limit)
+    return sha
 
 
 def _kind(data: bytes) -> str:
@@ -125,6 +146,8 @@ def _job(store: ModelStore, body: dict, extra: tuple = (),
          build: Callable[..., TrainingJob] = TrainingJob) -> tuple[TrainingJob, dict]:
     """The request's `TrainingJob` (its model from the store; `build` it from the fields) and
     its other fields."""
+    from mdot_jax.storage.checkpoint import shipped_names
+
     unknown = sorted(set(body) - {"model", *JOB_FIELDS, *extra})
     if unknown:
         raise _Answer(422, f"{unknown[0]}: not a field (the fields: {', '.join(JOB_FIELDS)})",
@@ -133,6 +156,11 @@ def _job(store: ModelStore, body: dict, extra: tuple = (),
         if isinstance(body.get(name), list):
             body[name] = tuple(body[name])
     model = store.get(body.get("model"))
+    if body.get("device_spec") is not None:
+        body["device_spec"] = store.put_spec(body["device_spec"])
+    if body.get("checkpoint") is not None and body["checkpoint"] not in shipped_names():
+        raise _Answer(422, f"checkpoint {body['checkpoint']!r}: the name of a shipped one "
+                      f"({', '.join(shipped_names())}), not a folder's", "checkpoint")
     fields = {k: v for k, v in body.items() if k in JOB_FIELDS}
     return build(model=str(model), **fields), {k: body[k] for k in extra if k in body}
 
