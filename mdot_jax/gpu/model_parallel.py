@@ -445,5 +445,6 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
         flight[0] = min(pp, m) * (1 + (pp - 1) / (pp * v))
     if checkpointing != "full":
         return kept * flight
-    boundary = 4 * scale * layer_input(seq, blocks)
-    return layers * boundary * flight + kept / np.maximum(layers, 1)  # a layer's input kept
+    boundary = 4 * scale * layer_input(seq, blocks)  # a layer's input, kept; the layer run
+    # again holds the rest of its activations (its input is that kept one)
+    return layers * boundary * flight + np.maximum(kept / np.maximum(layers, 1) - boundary, 0)

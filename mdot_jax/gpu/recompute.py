@@ -69,9 +69,10 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, opti
                 "tensors not kept (Megatron's rules, not measured)")
         return dataclasses.replace(p, memory_gb=p.memory_gb - freed / 1e9,
                                    warnings=[*p.warnings, note])
-    boundaries = 4.0 * scale * len(starts) * layer_input(seq, blocks)  # each layer's input
+    boundary = 4.0 * scale * layer_input(seq, blocks)  # each layer's input, kept
     activations = step_memory(seq, precision, optimizer, fused=fused).activations
-    kept = activations / len(starts) + boundaries
+    # and the layer run again: its activations but its input, which is the one kept
+    kept = len(starts) * boundary + max(activations / len(starts) - boundary, 0.0)
     note = (f"activation checkpointing over {len(starts)} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")
