@@ -23,6 +23,7 @@ LAYERS, HEADS, TOKENS, BATCH = 4, 8, 128, 2
 CONFIG = dict(model_type="llama", hidden_size=256, intermediate_size=688,
               num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=4,
               vocab_size=1024, max_position_embeddings=TOKENS)
+EXPERTS = dict(CONFIG, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 RUNS = {"h100-sxm": ("amp-bf16", "amp-fp16", "fp32", "fp8"), "l4": ("amp-bf16", "fp8"),
@@ -39,7 +40,9 @@ def jobs(draw) -> dict:
                                   and total // n <= 8]))
     device = draw(st.sampled_from(sorted(RUNS)))
     precision = draw(st.sampled_from(RUNS[device]))
+    moe = draw(st.booleans())
     return dict(
+        moe=moe, ep=draw(st.sampled_from([e for e in (1, 2, 4) if dp % e == 0])) if moe else 1,
         device=device, precision=precision, tp=tp, pp=pp, cp=cp, gpus=total // nodes,
         nodes=nodes, strategy=draw(st.sampled_from(STRATEGIES if dp > 1 else ["ddp"])),
         optimizer=draw(st.sampled_from(["sgd", "adamw"])),
@@ -54,11 +57,14 @@ def jobs(draw) -> dict:
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    """The model as a config.json (context parallelism converts it at its own lengths)."""
-    path = tmp_path_factory.mktemp("llama") / "config.json"
-    path.write_text(json.dumps(CONFIG))
-    return str(path)
+def models(tmp_path_factory):
+    """A decoder and a mixture of experts as config.json files (context parallelism converts
+    them at its own lengths)."""
+    paths = {}
+    for moe, config in ((False, CONFIG), (True, EXPERTS)):
+        paths[moe] = tmp_path_factory.mktemp("model") / "config.json"
+        paths[moe].write_text(json.dumps(config))
+    return {k: str(v) for k, v in paths.items()}
 
 
 def _predict(fields: dict):
@@ -75,8 +81,9 @@ def _predict(fields: dict):
 
 @SETTINGS
 @given(jobs())
-def test_any_plan_obeys_physics_or_is_one_named_error(llama, fields):
-    job = dict(fields, model=llama, batch_size=BATCH, seq_len=TOKENS)
+def test_any_plan_obeys_physics_or_is_one_named_error(models, fields):
+    fields = dict(fields)
+    job = dict(fields, model=models[fields.pop("moe")], batch_size=BATCH, seq_len=TOKENS)
     p = _predict(job)
     if p is None:
         return
