@@ -65,7 +65,7 @@ def test_a_budget_and_a_plan_the_counts_cannot_take(model):
     (dict(devices="h100-sxm,,l4"), "devices"),
     (dict(gpus=(0,)), "gpus"), (dict(deadline_h=-1), "deadline_h"),
     (dict(budget_usd=float("nan")), "budget_usd"), (dict(prices={"h100-sxm": -2}), "prices"),
-    (dict(prices={"tpu-v5": 2.0}), "prices"),
+    (dict(prices={"tpu-v5": 2.0}), "prices"), (dict(prices={"a100": 2.0}), "prices"),
 ])
 def test_a_bad_plan_is_one_named_error(model, fields, field):
     with pytest.raises(RequestError) as e:

@@ -98,9 +98,10 @@ class Plan:
 
         for device, price in (self.prices or {}).items():
             _positive(f"prices[{device!r}]", price)
-            if catalog.lookup(str(device)) is None:  # a typo would price nothing, silently
-                raise RequestError(f"prices[{device!r}]: not a catalogued GPU (`mdot "
-                                   "devices`)", "prices")
+            try:  # a typo would price nothing, silently
+                catalog.find(str(device))
+            except ValueError as e:  # none, or several (`a100`): the catalog's line says
+                raise RequestError(f"prices[{device!r}]: {e}", "prices") from None
 
     def candidates(self) -> list:
         """The catalogued GPUs asked, each once (an unknown name: its one-line error)."""
