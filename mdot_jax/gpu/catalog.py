@@ -111,10 +111,11 @@ def _from_json(d: dict, where: str) -> GPU:
     if not isinstance(arch, str) or not arch.strip():
         raise ValueError(f"{where}: 'architecture' is {arch!r}; expected a name such as "
                          "'hopper'")
-    near = difflib.get_close_matches(arch.strip().lower(), ARCHITECTURES, n=1, cutoff=0.75)
-    if near and near[0] != arch.strip().lower():
-        raise ValueError(f"{where}: 'architecture' is {arch!r}: did you mean {near[0]!r}? "
-                         f"(known: {', '.join(ARCHITECTURES)}; another name is an "
+    arch = arch.strip().lower()
+    near = difflib.get_close_matches(arch, ARCHITECTURES, n=1, cutoff=0.75)
+    if near and near[0] != arch:
+        raise ValueError(f"{where}: 'architecture' is {d['architecture']!r}: did you mean "
+                         f"{near[0]!r}? (known: {', '.join(ARCHITECTURES)}; another name is an "
                          "architecture nothing was measured on)")
     cc = d.get("compute_capability", "")
     if not (isinstance(cc, str) and re.fullmatch(r"(\d+\.\d+)?", cc)):
@@ -131,7 +132,7 @@ def _from_json(d: dict, where: str) -> GPU:
         if v is not None and (not _number(v) or v <= 0 or v > LIMITS["tflops"]):
             raise ValueError(f"{where}: 'tflops.{p}' is {v!r}; expected a positive number or "
                              "null")
-    return GPU(**dict(d, architecture=arch.strip().lower(),
+    return GPU(**dict(d, architecture=arch,
                       tflops={p: flops.get(p) for p in ARITHMETIC},
                       aliases=tuple(d.get("aliases", ()))))
 

@@ -113,19 +113,19 @@ def heads(seq: OperatorSequence, block: Block) -> tuple[int, int, int]:
     attention: fewer than the heads); one fused projection of queries, keys and values is as
     wide as heads + 2 x key-value heads. Where the graph says nothing clearer, as many as the
     heads."""
-    from mdot_jax.gpu.spec_sheet import classify
+    from mdot_jax.gpu.spec_sheet import classified
 
     c = seq.config[block.scores]
     n_heads, size = int(c[_C["mm_batch"]]) // batch_of(seq), int(c[_C["mm_k"]])
     preds, _ = seq.neighbours()
     widths, todo, seen = [], [(j, 0) for j in preds.get(block.scores, [])], set()
-    names = seq.op_names
+    kinds = classified(seq)
     while todo:
         i, hops = todo.pop()
         if i in seen or hops > _KV_HOPS:
             continue
         seen.add(i)
-        if classify(names[i], seq.config[i], seq.load[i])[1] == "linear":
+        if kinds[i][1] == "linear":
             widths.append(int(seq.config[i, _C["mm_n"]]))
         else:
             todo += [(j, hops + 1) for j in preds.get(i, [])]
@@ -284,7 +284,7 @@ def shard_experts(seq: OperatorSequence, ep: int) -> OperatorSequence:
     """The operators one GPU of an `ep`-way expert-parallel group runs: each GEMM of the
     experts over E / ep of them with ep times the rows (under balanced routing, what the ep
     GPUs send its experts), their weights split."""
-    from mdot_jax.gpu.spec_sheet import classify
+    from mdot_jax.gpu.spec_sheet import classified
 
     moe = seq.meta.get("experts")
     if ep == 1 or not moe:
@@ -292,10 +292,10 @@ def shard_experts(seq: OperatorSequence, ep: int) -> OperatorSequence:
     if moe["experts"] % ep:
         raise RequestError(f"ep {ep}: does not divide the model's {moe['experts']} experts",
                            "ep")
-    config, load, names = seq.config.copy(), seq.load.copy(), seq.op_names
+    config, load, kinds = seq.config.copy(), seq.load.copy(), classified(seq)
     for i in np.flatnonzero(_experts(seq)):
         c, ld = seq.config[i], seq.load[i]
-        if classify(names[i], c, ld)[1] == "bmm" and c[_C["mm_batch"]] % ep == 0:
+        if kinds[i][1] == "bmm" and c[_C["mm_batch"]] % ep == 0:
             weights = float(c[_C["mm_batch"]] * c[_C["mm_k"]] * c[_C["mm_n"]] * c[_C["elem_bytes"]])
             config[i, _C["mm_batch"]] /= ep
             config[i, _C["mm_m"]] *= ep
