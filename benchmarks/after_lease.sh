@@ -64,19 +64,21 @@ done
 
 # 4. the pre-registered studies (docs/studies/): each results.json says what its rule decided;
 # a study whose measurements did not come back is said, not run
-steps=$([ -f "$KIT/llm-steps.jsonl" ] && echo 1 || echo "")
-sweep=$([ -f "$KIT/kernels.jsonl" ] && echo 1 || echo "")
-[ -n "$steps" ] || echo "after_lease: no llm-steps.jsonl: the llm-steps and unaligned-gemms studies wait"
-[ -n "$sweep" ] || echo "after_lease: no kernels.jsonl: the unaligned-gemms and cnn-kernels studies wait"
-if [ -n "$steps" ]; then
+brought() {  # the kit brought $1, or say which studies wait for it
+  [ -f "$KIT/$1" ] || { echo "after_lease: no $1: $2 wait"; return 1; }
+}
+steps=0 sweep=0
+brought llm-steps.jsonl "the llm-steps and unaligned-gemms studies" && steps=1
+brought kernels.jsonl "the unaligned-gemms and cnn-kernels studies" && sweep=1
+if [ $steps = 1 ]; then
   study "$PY" benchmarks/bench_llm_steps.py "$DEST/llm-steps.jsonl" --loss-memory \
     --out "benchmarks/results/llm-steps-$NAME"
 fi
-if [ -n "$steps" ] && [ -n "$sweep" ]; then
+if [ $steps$sweep = 11 ]; then
   study "$PY" benchmarks/bench_unaligned_gemms.py --sweep "$DEST/kernels.jsonl.xz" \
     --steps "$DEST/llm-steps.jsonl" --out benchmarks/results/unaligned-gemms
 fi
-if [ -n "$sweep" ]; then
+if [ $sweep = 1 ]; then
   study "$PY" benchmarks/bench_cnn_kernels.py --sweep "$DEST/kernels.jsonl.xz" \
     "${LEASES[@]}" --out benchmarks/results/cnn-kernels
 fi

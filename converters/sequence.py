@@ -164,8 +164,8 @@ class OperatorSequence:
 
     def neighbours(self) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
         """`(preds, succs)`: each operator's producers (the operators whose outputs it reads)
-        and consumers, where it has any. Shared by every sequence with these edges (a shard, a
-        cut): read them, never change them."""
+        and consumers, where it has any. Shared by every sequence with these edges (a
+        tensor-parallel shard): read them, never change them."""
         def build() -> tuple[dict[int, list[int]], dict[int, list[int]]]:
             preds: dict[int, list[int]] = {}
             succs: dict[int, list[int]] = {}
