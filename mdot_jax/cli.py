@@ -169,9 +169,9 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
               f"{_n(r.grad_accum, 'micro-batch')} of {r.batch_size}; memory per GPU")
     if r.phases:
         print(f"{at}of which " + ", ".join(f"{k} {number(v, 4)} ms" for k, v in r.phases.items()))
-    if any(r.interval_ms for r in rows):
-        print("80% band: where 80% of the measured times fell, for predictions like these, on "
-              + ("GPUs" if r.phases else "model families") + " the predictor had not seen")
+    for said in dict.fromkeys(r.band_from for r in rows if r.interval_ms):
+        print(f"80% band: where 80% of the measured times fell, for predictions like these, on "
+              f"{said}")
     if top:
         _print_top(rows[-1], top)
 

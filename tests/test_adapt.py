@@ -129,6 +129,9 @@ def test_adapting_an_adapted_checkpoint_composes_the_fits(tmp_path):
      "column 'precision' has ['fp64']"),
     (["model", "batch_size", "ms", "device"], ["m.npz", "8", "3", "h100-sxm"],
      "column(s) ['device'] are not read"),  # a job's field, ignored, would mislead
+    (["model", "batch_size", "ms"], ["m.npz", "8", "20", "1"],
+     "line 2: 4 cells, the header has 3 (a decimal comma?"),  # 20,1 read as 20 ms
+    (["model", "batch_size", "ms"], ["m.npz", "8"], "line 2: column 'ms' is empty"),
 ])
 def test_a_bad_measurements_file_is_one_line(tmp_path, capsys, header, row, needle):
     (tmp_path / "m.npz").write_bytes(b"")
@@ -184,6 +187,10 @@ def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):
     plain = (tmp_path / "plain.csv").read_text()
     (tmp_path / "excel.csv").write_bytes(b"\xef\xbb\xbf" + plain.replace(",", ";").encode())
     assert read_measurements(tmp_path / "excel.csv") == read_measurements(tmp_path / "plain.csv")
+    header, rest = plain.split("\n", 1)  # as typed by hand: " MS", "FP32"
+    (tmp_path / "typed.csv").write_text(header.upper().replace(",", ", ") + "\n"
+                                        + rest.replace("fp32", "FP32"))
+    assert read_measurements(tmp_path / "typed.csv") == read_measurements(tmp_path / "plain.csv")
     (tmp_path / "mixed.csv").write_text(plain.replace("fp32", "amp-fp16", 1))
     with pytest.raises(UsageError, match="adapt each precision apart"):
         read_measurements(tmp_path / "mixed.csv")

@@ -231,7 +231,13 @@ def test_the_step_model_adapts_to_a_gpus_measured_steps(capsys, tmp_path):
     adapted = json.loads(out)
     assert code == 0 and adapted["device"] == "nvidia-l4" and "adapted" in adapted["source"]
     assert adapted["iteration_ms"] == pytest.approx(2 * plain["iteration_ms"], rel=1e-6)
-    assert adapted["interval_ms"] is not None
+    assert adapted["interval_ms"] is not None and "6 steps measured" in adapted["band_from"]
+    code, out, err = run(capsys, *args[:-1], "--checkpoint", tmp_path / "my-l4")
+    assert "band: where 80% of the measured times fell, for predictions like these, on the 6 " \
+        "steps measured on the nvidia-l4" in out
+    # adapted at fp32: at another precision its fit is not measured, nor its band
+    code, out, err = run(capsys, *args, "--checkpoint", tmp_path / "my-l4", "--precision", "tf32")
+    assert code == 0 and json.loads(out)["interval_ms"] is None and "no band" in err
     code, _, err = run(capsys, *args, "--checkpoint", tmp_path / "my-l4", "--device", "t4")
     assert code == 0 and "priced unadapted" in err
     code, _, err = run(capsys, *adapt, "--device-name", "l4")  # never replaced unasked

@@ -441,8 +441,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     gaps = end - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
-        operators.append(dict(type="launch gaps", name="the GPU waiting on the host to issue "
-                              "kernels", ms=gaps))
+        operators.append(dict(type="launch gaps", name="the GPU waiting on the host", ms=gaps))
         if gaps > LAUNCH_BOUND * end:
             warnings.append(f"launch-bound: {gaps / end:.0%} of the step waits on the host "
                             f"({1e3 * host:.0f} us a kernel under {framework}, a machine's own: "
@@ -452,27 +451,32 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         kernels.extend(order)
     total = sum(phases.values())
     adapted = model.info.get("adaptation")
+    band: tuple[float, float] | None
     if adapted and model.info["gpu"]["name"] == gpu.name:  # fitted to measured steps of it
         fitted = Adaptation.from_json(adapted)
         scale = float(fitted.apply(np.asarray([total]))[0]) / total
         phases = {k: v * scale for k, v in phases.items()}
         operators = [dict(o, ms=float(o["ms"]) * scale) for o in operators]
+        total *= scale
+        band, band_from = fitted.interval(total), (
+            f"the {fitted.n_rows} steps measured on the {gpu.name} it was adapted to, each "
+            "priced by a fit on the others")
         if precision != model.info.get("precision"):
             warnings.append(f"adapted to steps measured at {model.info.get('precision')}, "
-                            f"not {precision}")
-        total *= scale
-    elif adapted:
-        warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; the "
-                        f"{gpu.name} is priced unadapted")
-        adapted = None
-    band_ok = not (classes & set(extrapolated) or other or odd_convs or seq.unknown_ops
-                   or blocks)  # fused attention: priced, not measured
+                            f"not {precision}: no band")
+            band = None
+    else:
+        if adapted:
+            warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; "
+                            f"the {gpu.name} is priced unadapted")
+        band_ok = not (classes & set(extrapolated) or other or odd_convs or seq.unknown_ops
+                       or blocks)  # fused attention: priced, not measured
+        lo, hi = model.band
+        band = (total * math.exp(lo), total * math.exp(hi)) if band_ok else None
+        band_from = "whole steps on GPUs the predictor had not seen"
     p = Prediction(iteration_ms=total, device=gpu.name, num_ops=seq.num_ops,
-                   input_size=input_size_of(seq),
-                   warnings=warnings, operators=operators, phases=phases,
-                   interval_ms=fitted.interval(total) if adapted else
-                   (total * math.exp(model.band[0]), total * math.exp(model.band[1]))
-                   if band_ok else None)
+                   input_size=input_size_of(seq), warnings=warnings, operators=operators,
+                   phases=phases, interval_ms=band, band_from=band_from)
     p.memory_gb = step_memory(seq, precision, optimizer, fused=blocks,
                               framework=framework).total / 1e9
     if fit:

@@ -124,7 +124,8 @@ def _positive(text: str, kind, where: str, column: str):
     except (TypeError, ValueError):
         value = None
     if value is None or not np.isfinite(value) or value <= 0:
-        raise UsageError(f"{where}: column '{column}' is {text!r}, not a positive number")
+        said = f"is {text!r}" if text else "is empty"
+        raise UsageError(f"{where}: column '{column}' {said}, not a positive number")
     return value
 
 
@@ -140,6 +141,7 @@ def read_measurements(path: str | Path) -> list[Row]:
     first = text.split("\n", 1)[0]
     delimiter = ";" if ";" in first and "," not in first else ","  # a European spreadsheet's
     reader = csv.DictReader(text.splitlines(), delimiter=delimiter)
+    reader.fieldnames = [c.strip().lower() for c in reader.fieldnames or []]  # "MS ", "ms"
     lines = list(reader)
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
@@ -157,7 +159,14 @@ def read_measurements(path: str | Path) -> list[Row]:
                 "for a GPU of `mdot devices`)" if "device" in unread else "")
         raise UsageError(f"{path}: column(s) {unread} are not read (the columns: "
                          f"{sorted(read)}){hint}")
-    precisions = sorted({d.get("precision") or "" for d in lines} - {""})
+    for n, d in enumerate(lines, 2):
+        if None in d:  # more cells than the header: a decimal comma ("20,1") or a stray one
+            raise UsageError(f"{path} line {n}: {len(reader.fieldnames) + len(d[None])} cells, "
+                             f"the header has {len(reader.fieldnames)}"
+                             + (" (a decimal comma? write 20.1, not 20,1)"
+                                if delimiter == "," else ""))
+        d["precision"] = (d.get("precision") or "").strip().lower()
+    precisions = sorted({d["precision"] for d in lines} - {""})
     unknown = [p for p in precisions if p not in PRECISIONS]
     if unknown or len(precisions) > 1:
         raise UsageError(f"{path}: column 'precision' has {precisions}; one of "
@@ -171,7 +180,7 @@ def read_measurements(path: str | Path) -> list[Row]:
             raise UsageError(f"{where}: model file {d.get('model')!r} not found")
         sizes = {c: _positive(d[c], int, where, c) if d.get(c) else None
                  for c in ("image_size", "seq_len")}
-        job = tuple((c, d[c]) for c in JOB_COLUMNS if d.get(c))
+        job = tuple((c, d[c].strip().lower()) for c in JOB_COLUMNS if d.get(c))
         for c, v in job:
             if v not in JOB_COLUMNS[c]:
                 raise UsageError(f"{where}: column {c!r} is {v!r}; one of {list(JOB_COLUMNS[c])}")
@@ -205,7 +214,10 @@ def _priced(measurements: str | Path, n: int, price):
     try:
         return price()
     except (MdotError, ConversionError) as e:  # in the CSV's column names
-        raise UsageError(f"{measurements} line {n + 2}: {in_fields(str(e))[0]}") from None
+        text, field = in_fields(str(e))
+        if field and text.startswith(field):
+            text = f"column {field!r}" + text[len(field):]
+        raise UsageError(f"{measurements} line {n + 2}: {text}") from None
 
 
 def adapt_from_measurements(measurements: str | Path, base: str | Path | None, out: str | Path,

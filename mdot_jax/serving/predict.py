@@ -263,8 +263,12 @@ class Predictor:
             band = cal.band(w.layout, d) if cal else None
             if adapted and not p.warnings:
                 p.interval_ms = adapted.interval(p.iteration_ms)
+                p.band_from = (f"the {adapted.n_rows} steps measured on {adapted.device}, "
+                               "each priced by a fit on the others")
             if cal and band and not p.warnings:
-                p.interval_ms = p.interval_ms or band.interval(p.iteration_ms)
+                if not p.interval_ms:
+                    p.interval_ms = band.interval(p.iteration_ms)
+                    p.band_from = "model families the predictor had not seen"
                 if d is not None and band is cal.bands[w.layout][-1]:
                     names = self.member_labels
                     p.warnings.append(

@@ -55,6 +55,7 @@ class Prediction:
     # one (the checkpoint's `calibration`); None without one, or when a warning says this
     # prediction is unlike those (extrapolation, unknown operators)
     interval_ms: tuple[float, float] | None = None
+    band_from: str = ""  # what the band was measured on, in words (with `interval_ms` only)
     # where the time goes (`Predictor.operators`): [{"type", "name", "ms"}] in graph order
     operators: list[dict] | None = None
     input_size: int = 0  # the workload's image side or sequence length, as predicted for
@@ -119,6 +120,8 @@ class Prediction:
              if v is not None or k in ("interval_ms",)}
         if self.operators is None:
             d.pop("operators_from")
+        if self.interval_ms is None:
+            d.pop("band_from")
         if self.job_s is None:
             d.pop("job_interval_s", None)
         return dict(d, replicas=self.replicas, global_batch=self.global_batch,
