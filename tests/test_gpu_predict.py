@@ -15,7 +15,8 @@ from converters.vocab import VOCAB
 from mdot_jax import RequestError, TrainingJob
 from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu.spec_sheet import PRECISIONS, classify, load_step_model, price
+from mdot_jax.gpu.classify import classify
+from mdot_jax.gpu.spec_sheet import PRECISIONS, load_step_model, price
 
 UNSEEN = {"nvidia-h100-sxm", "nvidia-l4", "nvidia-a100-pcie-80gb"}
 

@@ -75,7 +75,7 @@ def test_tensor_parallel_splits_the_gemms_heads_and_weights_not_the_residual_str
 def test_a_config_exports_its_loss_priced_over_the_vocabulary_and_split_by_tp(gpt):
     """What a causal LM trains on: the cross-entropy of its logits ([tokens, vocabulary]),
     a row-wise kernel of vocabulary-long rows; tensor parallelism splits the vocabulary."""
-    from mdot_jax.gpu.spec_sheet import classify
+    from mdot_jax.gpu.classify import classify
 
     seq = gpt[1]
     loss = int(np.flatnonzero(seq.op_names == "SoftmaxCrossEntropyLoss")[0])

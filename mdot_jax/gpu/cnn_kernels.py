@@ -11,7 +11,7 @@ bf16, NCHW (the layout a GPU priced from its spec sheet trains in). Each kernel 
     t = fixed + max(FLOPs / (share_c peak), bytes / (share_m bandwidth))
 
 (`tensor_cores.Constants`), its FLOPs and bytes counted by `gpu.work` on the dims
-`spec_sheet.classify` gives it, the GPU seen at the arithmetic's peak and element width. The
+`classify.classify` gives it, the GPU seen at the arithmetic's peak and element width. The
 constants of a convolution are fitted so that its three kernels (`conv_kernels`: the forward,
 the data gradient, the weight gradient) sum to the measured `-train` time; batch norm's forward
 on the forward rows, its backward on each shape's train time less its forward (where that is
@@ -34,14 +34,14 @@ SWEPT = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "bf16", "amp-bf16": "bf16",
 WIDTH = {"fp32": 4, "bf16": 2}
 LAYOUT = "nchw"
 MIN_ROWS = 4  # measured kernels a set of constants needs (three are fitted)
-BN_OP = "ln"  # the measured operator `spec_sheet.classify` gives a batch norm
+BN_OP = "ln"  # the measured operator `classify.classify` gives a batch norm
 BN_BACKWARD_LEAST = 0.25  # of a batch norm's train time, the least its backward can be (it
 # reads x and dy and writes dx, the forward reads x twice and writes y)
 
 
 def conv_kernels(dims: Sequence[int], groups: int, in_channels: int, kernel: int,
                  out_numel: int, data_gradient: bool) -> list[tuple[str, tuple]]:
-    """The kernels (op, dims) of a convolution `spec_sheet.classify` gave `dims` (1, M, G N,
+    """The kernels (op, dims) of a convolution `classify.classify` gave `dims` (1, M, G N,
     K, X): its forward, its input's gradient (a convolution of the output's gradient; none
     where its input is the graph's) and its weight's (G batched GEMMs)."""
     _, m, n, k, x = (int(d) for d in dims)

@@ -60,6 +60,7 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.traits import LOSSES
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.classify import classes_field, classified
 from mdot_jax.gpu.parallel import LATENCY_US, Link, allreduce_ms, group_link, updating
 from mdot_jax.serving.memory import HALF, param_bytes, saved, step_memory
 from mdot_jax.serving.prediction import Prediction
@@ -90,8 +91,6 @@ class Layout:
 
 def width(seq: OperatorSequence) -> int:
     """The model's width: the most common inner dimension of its weight GEMMs."""
-    from mdot_jax.gpu.spec_sheet import classified
-
     ks = [int(c[_C["mm_k"]]) for c, (_, op, _) in zip(seq.config, classified(seq))
           if op == "linear"]
     if not ks:
@@ -113,8 +112,6 @@ def heads(seq: OperatorSequence, block: Block) -> tuple[int, int, int]:
     attention: fewer than the heads); one fused projection of queries, keys and values is as
     wide as heads + 2 x key-value heads. Where the graph says nothing clearer, as many as the
     heads."""
-    from mdot_jax.gpu.spec_sheet import classified
-
     c = seq.config[block.scores]
     n_heads, size = int(c[_C["mm_batch"]]) // batch_of(seq), int(c[_C["mm_k"]])
     preds, _ = seq.neighbours()
@@ -195,8 +192,6 @@ def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False,
           blocks: Sequence[Block] = ()) -> OperatorSequence:
     """The operators one GPU of a `tp`-way tensor-parallel group runs (module docstring);
     `blocks`: its attention blocks (where no token ids say how many tokens a batch holds)."""
-    from mdot_jax.gpu.spec_sheet import classes_field, classified
-
     if tp == 1:
         return seq
     d, tokens = width(seq), tokens_of(seq, blocks)
@@ -284,8 +279,6 @@ def shard_experts(seq: OperatorSequence, ep: int) -> OperatorSequence:
     """The operators one GPU of an `ep`-way expert-parallel group runs: each GEMM of the
     experts over E / ep of them with ep times the rows (under balanced routing, what the ep
     GPUs send its experts), their weights split."""
-    from mdot_jax.gpu.spec_sheet import classified
-
     moe = seq.meta.get("experts")
     if ep == 1 or not moe:
         return seq

@@ -61,19 +61,19 @@ import functools
 import json
 import math
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from converters import OperatorSequence
 from converters.attention import Block, attention_blocks
-from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
-from converters.traits import LOSSES, TRAITS, of_kind
 from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import autocast, cnn_kernels, peaks, tensor_cores
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.classify import classified
 from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, read_in_place, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
@@ -86,10 +86,6 @@ from mdot_jax.serving.prediction import Adaptation, Prediction
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
-# what kernel each operator type runs, and the measured operator that prices it
-_GEMM = {t: tr.kernel for t, tr in TRAITS.items() if tr.kernel in ("gemm", "conv")}
-_ROWWISE, _BINARY, _UNARY = of_kind("rowwise"), of_kind("binary"), of_kind("unary")
-_COPIES, _FREE, _STREAMS = set(of_kind("copy")), set(of_kind("free")), of_kind("stream")
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 
@@ -171,79 +167,26 @@ def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str,
                    + float(flops[rest].sum()) / peaks.matmul_peak(gpu, precision))
 
 
-def classes_field(c: np.ndarray) -> str:
-    """The config field holding a loss's classes (its input's axis 1)."""
-    return f"in_d{min(5 - int(c[_C['in_rank']]), 3)}"
-
-
-def _rowwise(op_type: str, c: np.ndarray) -> tuple[int, int]:
-    """(rows, row length) of a softmax, loss or normalisation kernel."""
-    n, rank = int(c[_C["out_numel"]]), int(c[_C["out_rank"]])
-    if op_type in LOSSES:  # [N, C, ...] scores, C at axis 1: rows of C
-        n, classes = int(c[_C["in_numel"]]), int(c[_C[classes_field(c)]])
-        return max(n // max(classes, 1), 1), max(classes, 1)
-    if op_type in ("BatchNormalization", "InstanceNormalization") and rank >= 2:
-        d = [int(c[_C[f"out_d{i}"]]) for i in range(4)]
-        rows = d[3] if rank == 2 else d[4 - rank] * d[5 - rank]  # channels (x batch)
-    elif op_type == "GroupNormalization":
-        rows = int(c[_C[f"out_d{4 - rank}"]] * c[_C["groups"]]) if rank >= 2 else 1
-    else:
-        rows = n // max(int(c[_C["out_d3"]]), 1)
-    rows = max(rows, 1)
-    return rows, max(n // rows, 1)
-
-
-def classified(seq: OperatorSequence) -> list[tuple[str, str, tuple]]:
-    """`classify` of each operator of `seq`, kept while `seq` is (a plan prices it often)."""
-    return KEPT.get(("classified", seq), lambda: [
-        classify(n, c, ld) for n, c, ld in zip(seq.op_names, seq.config, seq.load)])
-
-
-def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, tuple]:
-    """(node kind, measured operator, dims) of one operator; kind "free" costs nothing,
-    "other" is priced as a copy and warned about."""
-    out_n = max(int(c[_C["out_numel"]]), 1)
-    cls = _GEMM.get(op_type)
-    if cls == "conv":  # groups fold into the output channels: the same FLOPs and bytes
-        g = int(c[_C["groups"]])
-        return "conv", "conv", (1, int(c[_C["mm_m"]]), g * int(c[_C["mm_n"]]),
-                                int(c[_C["mm_k"]]), int(c[_C["in_numel"]]))
-    if cls == "gemm":
-        b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
-        if op_type == "Einsum":  # no GEMM shape recorded: a cube of its FLOPs
-            b, m = 1, max(round((load[_L["fwd_flops"]] / 2) ** (1 / 3)), 1)
-            k = n = m
-        # one [K, N] matrix shared by the whole batch (a weight, however it was transposed
-        # or cast on the way): a linear layer over batch x M rows
-        second = load[_L["bytes_read"]] - c[_C["in_numel"]] * c[_C["elem_bytes"]]
-        if op_type == "Gemm" or c[_C["n_param_inputs"]] > 0 or second <= 1.5 * k * n * \
-                c[_C["elem_bytes"]]:
-            return "linear", "linear", (1, b * m, n, k)
-        return "bmm", "bmm", (b, m, n, k)
-    if op_type in _ROWWISE:
-        return _ROWWISE[op_type], _ROWWISE[op_type], _rowwise(op_type, c)
-    rows = (out_n // max(int(c[_C["out_d3"]]), 1), max(int(c[_C["out_d3"]]), 1))
-    if op_type in _BINARY:  # both operands full size, or one broadcast (a bias, a scalar)
-        full = load[_L["bytes_read"]] >= 1.9 * out_n * c[_C["elem_bytes"]]
-        return "elementwise", _BINARY[op_type] + ("" if full else "u"), rows
-    if op_type in _UNARY:
-        return "elementwise", _UNARY[op_type], rows
-    if op_type in _FREE:
-        return "free", "", ()
-    if op_type == "Dropout":
-        return "dropout", "mul", rows
-    if op_type == "Gather" and c[_C["n_param_inputs"]] > 0:
-        return "embedding", "addu", rows
-    if op_type in _COPIES:
-        return "elementwise", "addu", rows
-    if op_type in _STREAMS:  # its bytes, as a full-size binary op moves 3 elements an output
-        moved = (load[_L["bytes_read"]] + load[_L["bytes_written"]]) / c[_C["elem_bytes"]]
-        return "elementwise", _STREAMS[op_type], (1, max(round(moved / 3), 1))
-    return "other", "addu", (1, max(out_n, int(c[_C["in_numel"]]), 1))
-
-
 LAUNCH_BOUND = 0.2  # a step whose launch gaps are more than this share says so
 ODD_SHARE = 0.01  # a linear layer with this share of the forward's FLOPs is said if unaligned
+# a kernel: (node index, phase "fw" | "bw", measured operator, dims, the GPU as that operator
+# sees it, times what)
+Kernel = tuple[int, str, str, tuple, GPU, float]
+
+
+@dataclass
+class _Found:
+    """The kernels of a step as `_kernels` finds them, and what the warnings say of them."""
+
+    work: list[Kernel] = field(default_factory=list)
+    measured: dict[int, float] = field(default_factory=dict)  # work index -> measured ms
+    kinds: list[str] = field(default_factory=list)  # each node's (`classify`)
+    classes: set[str] = field(default_factory=set)  # `peaks.seen_by_class` classes priced
+    other: dict[str, int] = field(default_factory=dict)  # types priced as copies: how many
+    odd_convs: int = 0  # convolutions unlike the measured ones (3x3, stride 1, dense)
+    unmeasured: int = 0  # convolutions without a measured kernel of their kind
+    slowed: int = 0  # linear layers at the measured slowdown of unaligned features
+    odd_layers: list[int] = field(default_factory=list)  # large unaligned layers' features
 
 
 def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str = "fp32",
@@ -269,6 +212,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if step not in STEPS:
         raise ValueError(f"step {step!r}: choose from {list(STEPS)}")
     u = update(optimizer, precision, framework, fused_optimizer)  # checks the optimizer
+    megatron = framework == "megatron"
+    if megatron and precision not in AUTOCAST:
+        raise ValueError(f"framework megatron trains at {', '.join(AUTOCAST)}, not {precision}")
     at, extrapolated = peaks.seen_by_class(
         gpu, precision, model.info.get("tensor_cores", {}).get(gpu.name, ()))
     tc = peaks.tensor_core_gemms(model.info, gpu, precision)
@@ -276,90 +222,13 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         extrapolated["gemm"] = tc[2]
     lin = peaks.linear_gemms(model.info, gpu, precision)  # fp8's linear layers
     warnings: list[str] = [lin[1]] if lin else []
-    half = precision in AUTOCAST
-    megatron = framework == "megatron"
-    if megatron and not half:
-        raise ValueError(f"framework megatron trains at {', '.join(AUTOCAST)}, not {precision}")
-    names = seq.op_names.tolist()
-    has_input = np.zeros(len(names), bool)
-    has_input[seq.edges[:, 1]] = True
-    # (node index, phase, operator, dims, the GPU as that operator sees it, times what)
-    work: list[tuple[int, str, str, tuple, GPU, float]] = []
-    other: dict[str, int] = {}
-    odd_convs, classes = 0, set()
-    kinds = [""] * len(names)
-    if blocks is None and (attention == "flash" or megatron):
-        blocks = attention_blocks(seq)
-    found = blocks or []
-    blocks = found if attention == "flash" else []
-    inside = {i for b in blocks for i in b.inner}
-    if megatron and attention != "flash":  # fused scale-mask-softmax: the rest of it is free
-        inside = {i for b in found for i in b.inner
-                  if i not in (b.scores, b.softmax, b.output) and names[i] != "Dropout"}
-    inside |= read_in_place(seq)  # views our fused kernels read
+    blocks, inside = _fused_nodes(seq, attention, megatron, blocks)
     slower, note = tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc)
-    unaligned, slowed = model.info.get("unaligned_gemms"), 0
-    odd_layers: list[int] = []  # large linear layers' unaligned features, on tensor cores
-    flops = seq.total("fwd_flops")
     cnn = cnn_kernels.applying(model.info, gpu, precision)
-    priced: dict[int, float] = {}  # work item -> ms, measured kernels of its kind (cnn)
-    unmeasured = 0  # convolutions priced by the operator model
-    for b in blocks:
-        classes.add("gemm")
-        for phase, gemms in fused_attention(seq, b).items():
-            work.extend((b.output, phase, "linear", dims, at["gemm"], slower) for dims in gemms)
-    outputs = {b.output for b in blocks}
-    for i, (name, c, load, (kind, op, dims)) in enumerate(zip(names, seq.config, seq.load,
-                                                              classified(seq))):
-        kinds[i] = kind
-        if kind == "free" or i in inside or i in outputs:
-            continue
-        if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
-            work.extend((i, phase, "linear", dims, at["gemm"], slower)
-                        for phase, dims in scan_gemms(name, load[_L["fwd_flops"]]))
-            classes.add("gemm")
-            continue
-        if kind == "other":
-            other[name] = other.get(name, 0) + 1
-        classes.add("conv" if kind == "conv" else "gemm" if op in ("bmm", "linear") else "")
-        seen = at["conv"] if kind == "conv" else at["linear"] if op == "linear" and \
-            peaks.takes_linear_peak(dims) else at["gemm"] if op in ("bmm", "linear") else \
-            at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
-        factor = tensor_cores.unaligned_slowdown(unaligned, gpu, precision, dims) \
-            if op == "linear" else 1.0
-        slowed += factor > 1
-        odd = tensor_cores.unaligned(precision, dims) if op == "linear" else []
-        if odd and precision != "fp32" and 2.0 * math.prod(dims) >= ODD_SHARE * flops:
-            odd_layers.append(max(odd))
-        work.append((i, "fw", op, dims, seen, factor))
-        if kind == "conv":  # its forward, data gradient (not of the graph's input), weights'
-            g, c_in = int(c[_C["groups"]]), max(int(c[_C["in_channels"]]), 1)
-            convs = cnn_kernels.conv_kernels(dims, g, c_in, int(c[_C["kernel_h"]] * c[
-                _C["kernel_w"]]), int(c[_C["out_numel"]]), bool(has_input[i]))
-            work.extend((i, "bw", o, d, seen, 1.0) for o, d in convs[1:])
-            measured = cnn.conv_ms(cnn_kernels.is_depthwise(g, c_in, dims[2]), convs) \
-                if cnn else None
-            if measured:
-                priced.update(zip(range(len(work) - len(convs), len(work)), measured))
-            else:
-                unmeasured += 1
-                odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
-                              g) != (3, 3, 1, 1)
-        elif op in ("bmm", "linear"):
-            grads = backward_gemms(op, dims)
-            if op == "linear" and not has_input[i]:
-                grads = grads[1:]
-            work.extend((i, "bw", o, d, seen, factor) for o, d in grads)
-        else:  # the forward again, times its kind's measured backward / forward ratio
-            bn = cnn.bn_ms(dims) if cnn and name == "BatchNormalization" else None
-            work.append((i, "bw", op, dims, seen,
-                         1.0 if bn else model.ratios.get(_ratio_kind(kind), 1.0)))
-            if bn:
-                priced.update({len(work) - 2: bn[0], len(work) - 1: bn[1]})
-        if load[_L["params"]] > 0:  # the gradient's accumulation
-            work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
-    if half and not megatron:
-        work.extend(autocast.casts(seq, kinds, inside | {b.output for b in blocks},
+    found = _kernels(seq, model, gpu, precision, at, blocks, inside, slower, megatron, cnn)
+    work = found.work
+    if precision in AUTOCAST and not megatron:
+        work.extend(autocast.casts(seq, found.kinds, inside | {b.output for b in blocks},
                                    at["fp32"], half_weights))
     if lin:
         work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
@@ -367,7 +236,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                                        at["memory"]))
     host = model.host_ms(framework) if host_ms is None else host_ms
     ms = model.kernel_ms([w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
-                    host > 0)
+                         host > 0)
     if tc:  # GEMMs on the tensor cores: at the share of the peak measured GEMMs reach
         on = [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is at["gemm"]]
         if on:
@@ -376,31 +245,16 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if lin:  # the linear layers' GEMMs at their own peak
         on = [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is at["linear"]]
         ms[on] = [lin[0].ms(*work[j][2:5]) for j in on]
-    if priced and cnn:
-        ms[list(priced)] = list(priced.values())
+    if found.measured and cnn:
+        ms[list(found.measured)] = list(found.measured.values())
         warnings.append(cnn.note)
-        if not unmeasured:
-            classes.discard("conv")
-    per_op = np.zeros(len(names))
-    phases = dict(forward=0.0, backward=0.0, update=0.0)
-    # the kernels as they run: the forward in node order, then the backward in reverse, a
-    # recomputed node's forward kernels just before its backward ones
-    timed = [(w[0], w[1], float(t) * w[5]) for w, t in zip(work, ms)]
-    rerun = frozenset(recompute)
-    again = [(i, "re", t) for i, phase, t in timed if phase == "fw" and i in rerun]
-    order = [t for *_, t in sorted((x for x in timed if x[1] == "fw"), key=lambda x: x[0])
-             + sorted([x for x in timed if x[1] == "bw"] + again,
-                      key=lambda x: (-x[0], x[1] == "bw"))]
-    for (i, phase, *_, factor), t in zip(work, ms):
-        per_op[i] += float(t) * factor
-        phases["forward" if phase == "fw" else "backward"] += float(t) * factor
-    if again:
-        phases["recomputation"] = sum(t for *_, t in again)
+        if not found.unmeasured:
+            found.classes.discard("conv")
+    order, per_op, phases = _in_order(work, ms, recompute, seq.num_ops)
     fused = {b.output for b in blocks}  # the node each fused kernel's time is kept on
     operators: list[dict] = [dict(type=FUSED if i in fused else n, name=str(nm), ms=float(t),
-                                  index=i)
-                             for i, (n, nm, t) in enumerate(zip(names, seq.node_names, per_op))
-                             if t > 0]
+                                  index=i) for i, (n, nm, t) in enumerate(zip(
+                                      seq.op_names.tolist(), seq.node_names, per_op)) if t > 0]
     params = int(seq.params)
     if step == "train" and params:
         t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], host > 0)[0]) * u.passes
@@ -410,33 +264,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                               "passes over the parameters)", ms=t))
         warnings.append(f"the {optimizer} update priced as {u.passes:.3g} elementwise passes "
                         f"over the {params:,} parameters ({u.what}): not measured")
-    warnings += sorted({extrapolated[c] for c in classes if c in extrapolated})
-    if other:
-        warnings.append("no GPU measurements of " + ", ".join(
-            f"{k} ({v})" for k, v in sorted(other.items())) + ": priced as copies")
-    if odd_convs:
-        warnings.append(f"{odd_convs} convolutions are not 3x3 stride-1 dense ones (the only "
-                        "ones measured): extrapolated")
-    if seq.unknown_ops:
-        warnings.append(f"operators unknown to the converter: {seq.unknown_ops}")
-    if slowed and unaligned:
-        warnings.append(f"{slowed} linear layers with features not a multiple of 16 bytes "
-                        f"(e.g. a vocabulary of 50,257): at the {unaligned['gpu']}'s measured "
-                        "slowdown of such GEMMs")
-    elif odd_layers:
-        warnings.append(f"{len(odd_layers)} large linear layer{'s' * (len(odd_layers) > 1)} "
-                        f"with features not a multiple of 16 bytes ({max(odd_layers):,}): "
-                        "cuBLAS runs their GEMMs with "
-                        "narrower loads, slower than priced here (not measured yet); features "
-                        "padded to a multiple of 64 avoid it")
-    scans = int(np.isin(names, list(ON_CHIP_SCANS)).sum())
-    if scans:
-        warnings.append(f"{scans} chunked scans priced as fused kernels: GEMMs of their FLOPs "
-                        f"(the backward twice the forward's), {note}")
-    if blocks:
-        warnings.append(f"{len(blocks)} attention blocks priced as fused kernels "
-                        f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
-                        f"FlashAttention's forward and backward, {note}")
+    warnings += sorted({extrapolated[c] for c in found.classes if c in extrapolated})
+    warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note)
     end = launch_bound(order, host)
     gaps = end - sum(order)
     if gaps > 1e-9:
@@ -450,38 +279,182 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if kernels is not None:
         kernels.extend(order)
     total = sum(phases.values())
-    adapted = model.info.get("adaptation")
-    band: tuple[float, float] | None
-    if adapted and model.info["gpu"]["name"] == gpu.name:  # fitted to measured steps of it
-        fitted = Adaptation.from_json(adapted)
-        scale = float(fitted.apply(np.asarray([total]))[0]) / total
-        phases = {k: v * scale for k, v in phases.items()}
-        operators = [dict(o, ms=float(o["ms"]) * scale) for o in operators]
-        total *= scale
-        band, band_from = fitted.interval(total), (
-            f"the {fitted.n_rows} steps measured on the {gpu.name} it was adapted to, each "
-            "priced by a fit on the others")
-        if precision != model.info.get("precision"):
-            warnings.append(f"adapted to steps measured at {model.info.get('precision')}, "
-                            f"not {precision}: no band")
-            band = None
-    else:
-        if adapted:
-            warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; "
-                            f"the {gpu.name} is priced unadapted")
-        band_ok = not (classes & set(extrapolated) or other or odd_convs or seq.unknown_ops
-                       or blocks)  # fused attention: priced, not measured
-        lo, hi = model.band
-        band = (total * math.exp(lo), total * math.exp(hi)) if band_ok else None
-        band_from = "whole steps on GPUs the predictor had not seen"
-    p = Prediction(iteration_ms=total, device=gpu.name, num_ops=seq.num_ops,
-                   input_size=input_size_of(seq), warnings=warnings, operators=operators,
-                   phases=phases, interval_ms=band, band_from=band_from)
+    banded = not (found.classes & set(extrapolated) or found.other or found.odd_convs
+                  or seq.unknown_ops or blocks)  # fused attention: priced, not measured
+    scale, band, band_from = _banded(model, gpu, precision, total, banded, warnings)
+    p = Prediction(iteration_ms=total * scale, device=gpu.name, num_ops=seq.num_ops,
+                   input_size=input_size_of(seq), warnings=warnings,
+                   operators=[dict(o, ms=float(o["ms"]) * scale) for o in operators],
+                   phases={k: v * scale for k, v in phases.items()}, interval_ms=band,
+                   band_from=band_from)
     p.memory_gb = step_memory(seq, precision, optimizer, fused=blocks,
                               framework=framework).total / 1e9
     if fit:
         check_fit(p, gpu.memory_gb, f"the {gpu.name}'s memory")
     return p
+
+
+def _fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
+                 blocks: list[Block] | None) -> tuple[list[Block], set[int]]:
+    """(the attention blocks priced as fused kernels, the nodes fused kernels hold): a
+    FlashAttention block whole; Megatron's fused scale-mask-softmax all of an eager block but
+    its two GEMMs, its softmax and its dropout; the pieces our fused kernels read in place."""
+    if blocks is None and (attention == "flash" or megatron):
+        blocks = attention_blocks(seq)
+    found = blocks or []
+    blocks = found if attention == "flash" else []
+    inside = {i for b in blocks for i in b.inner}
+    if megatron and attention != "flash":
+        inside = {i for b in found for i in b.inner
+                  if i not in (b.scores, b.softmax, b.output) and seq.op_names[i] != "Dropout"}
+    return blocks, inside | read_in_place(seq)
+
+
+def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, at: dict,
+             blocks: list[Block], inside: set[int], slower: float, megatron: bool,
+             cnn) -> _Found:
+    """The forward and backward kernels of `seq`'s nodes (the module docstring's rules), each
+    priced on the GPU as its class sees it (`at`, `peaks.seen_by_class`)."""
+    found = _Found(kinds=[""] * seq.num_ops)
+    work = found.work
+    has_input = np.zeros(seq.num_ops, bool)
+    has_input[seq.edges[:, 1]] = True
+    unaligned = model.info.get("unaligned_gemms")
+    flops = seq.total("fwd_flops")
+    for b in blocks:
+        found.classes.add("gemm")
+        for phase, gemms in fused_attention(seq, b).items():
+            work.extend((b.output, phase, "linear", dims, at["gemm"], slower) for dims in gemms)
+    outputs = {b.output for b in blocks}
+    for i, (name, c, load, (kind, op, dims)) in enumerate(zip(
+            seq.op_names.tolist(), seq.config, seq.load, classified(seq))):
+        found.kinds[i] = kind
+        if kind == "free" or i in inside or i in outputs:
+            continue
+        if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
+            work.extend((i, phase, "linear", dims, at["gemm"], slower)
+                        for phase, dims in scan_gemms(name, load[_L["fwd_flops"]]))
+            found.classes.add("gemm")
+            continue
+        if kind == "other":
+            found.other[name] = found.other.get(name, 0) + 1
+        found.classes.add("conv" if kind == "conv" else "gemm" if op in ("bmm", "linear")
+                          else "")
+        seen = at["conv"] if kind == "conv" else at["linear"] if op == "linear" and \
+            peaks.takes_linear_peak(dims) else at["gemm"] if op in ("bmm", "linear") else \
+            at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
+        factor = tensor_cores.unaligned_slowdown(unaligned, gpu, precision, dims) \
+            if op == "linear" else 1.0
+        found.slowed += factor > 1
+        odd = tensor_cores.unaligned(precision, dims) if op == "linear" else []
+        if odd and precision != "fp32" and 2.0 * math.prod(dims) >= ODD_SHARE * flops:
+            found.odd_layers.append(max(odd))
+        work.append((i, "fw", op, dims, seen, factor))
+        if kind == "conv":  # its forward, data gradient (not of the graph's input), weights'
+            g, c_in = int(c[_C["groups"]]), max(int(c[_C["in_channels"]]), 1)
+            convs = cnn_kernels.conv_kernels(dims, g, c_in, int(c[_C["kernel_h"]] * c[
+                _C["kernel_w"]]), int(c[_C["out_numel"]]), bool(has_input[i]))
+            work.extend((i, "bw", o, d, seen, 1.0) for o, d in convs[1:])
+            measured = cnn.conv_ms(cnn_kernels.is_depthwise(g, c_in, dims[2]), convs) \
+                if cnn else None
+            if measured:
+                found.measured.update(zip(range(len(work) - len(convs), len(work)), measured))
+            else:
+                found.unmeasured += 1
+                found.odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
+                                    g) != (3, 3, 1, 1)
+        elif op in ("bmm", "linear"):
+            grads = backward_gemms(op, dims)
+            if op == "linear" and not has_input[i]:
+                grads = grads[1:]
+            work.extend((i, "bw", o, d, seen, factor) for o, d in grads)
+        else:  # the forward again, times its kind's measured backward / forward ratio
+            bn = cnn.bn_ms(dims) if cnn and name == "BatchNormalization" else None
+            work.append((i, "bw", op, dims, seen,
+                         1.0 if bn else model.ratios.get(_ratio_kind(kind), 1.0)))
+            if bn:
+                found.measured.update({len(work) - 2: bn[0], len(work) - 1: bn[1]})
+        if load[_L["params"]] > 0:  # the gradient's accumulation
+            work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
+    return found
+
+
+def _in_order(work: list[Kernel], ms: np.ndarray, recompute: Collection[int], nodes: int
+              ) -> tuple[list[float], np.ndarray, dict[str, float]]:
+    """(the kernels' times as they run: the forward in node order, then the backward in
+    reverse, a recomputed node's forward kernels just before its backward ones; `[nodes]` ms
+    per node; ms per phase)."""
+    timed = [(w[0], w[1], float(t) * w[5]) for w, t in zip(work, ms)]
+    rerun = frozenset(recompute)
+    again = [(i, "re", t) for i, phase, t in timed if phase == "fw" and i in rerun]
+    order = [t for *_, t in sorted((x for x in timed if x[1] == "fw"), key=lambda x: x[0])
+             + sorted([x for x in timed if x[1] == "bw"] + again,
+                      key=lambda x: (-x[0], x[1] == "bw"))]
+    per_op = np.zeros(nodes)
+    phases = dict(forward=0.0, backward=0.0, update=0.0)
+    for i, phase, t in timed:
+        per_op[i] += t
+        phases["forward" if phase == "fw" else "backward"] += t
+    if again:
+        phases["recomputation"] = sum(t for *_, t in again)
+    return order, per_op, phases
+
+
+def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: list[Block],
+          note: str) -> list[str]:
+    """The warnings of what `found` priced without a measurement of its like."""
+    said = []
+    if found.other:
+        said.append("no GPU measurements of " + ", ".join(
+            f"{k} ({v})" for k, v in sorted(found.other.items())) + ": priced as copies")
+    if found.odd_convs:
+        said.append(f"{found.odd_convs} convolutions are not 3x3 stride-1 dense ones (the only "
+                    "ones measured): extrapolated")
+    if seq.unknown_ops:
+        said.append(f"operators unknown to the converter: {seq.unknown_ops}")
+    odd = found.odd_layers
+    if found.slowed and unaligned:
+        said.append(f"{found.slowed} linear layers with features not a multiple of 16 bytes "
+                    f"(e.g. a vocabulary of 50,257): at the {unaligned['gpu']}'s measured "
+                    "slowdown of such GEMMs")
+    elif odd:
+        said.append(f"{len(odd)} large linear layer{'s' * (len(odd) > 1)} with features not a "
+                    f"multiple of 16 bytes ({max(odd):,}): cuBLAS runs their GEMMs with "
+                    "narrower loads, slower than priced here (not measured yet); features "
+                    "padded to a multiple of 64 avoid it")
+    scans = int(np.isin(seq.op_names, list(ON_CHIP_SCANS)).sum())
+    if scans:
+        said.append(f"{scans} chunked scans priced as fused kernels: GEMMs of their FLOPs "
+                    f"(the backward twice the forward's), {note}")
+    if blocks:
+        said.append(f"{len(blocks)} attention blocks priced as fused kernels "
+                    f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
+                    f"FlashAttention's forward and backward, {note}")
+    return said
+
+
+def _banded(model: StepModel, gpu: GPU, precision: str, total: float, banded: bool,
+            warnings: list[str]) -> tuple[float, tuple[float, float] | None, str]:
+    """(the factor a model adapted to `gpu`'s measured steps puts on `total` ms, else 1; the
+    band of the scaled time, or None; what the band was measured on). Says in `warnings` what
+    an adaptation does not cover."""
+    adapted = model.info.get("adaptation")
+    if adapted and model.info["gpu"]["name"] == gpu.name:  # fitted to measured steps of it
+        fitted = Adaptation.from_json(adapted)
+        scale = float(fitted.apply(np.asarray([total]))[0]) / total
+        said = (f"the {fitted.n_rows} steps measured on the {gpu.name} it was adapted to, each "
+                "priced by a fit on the others")
+        if precision == model.info.get("precision"):
+            return scale, fitted.interval(total * scale), said
+        warnings.append(f"adapted to steps measured at {model.info.get('precision')}, "
+                        f"not {precision}: no band")
+        return scale, None, ""
+    if adapted:
+        warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; "
+                        f"the {gpu.name} is priced unadapted")
+    lo, hi = model.band
+    return 1.0, (total * math.exp(lo), total * math.exp(hi)) if banded else None, \
+        "whole steps on GPUs the predictor had not seen"
 
 
 def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
