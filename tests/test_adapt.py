@@ -338,3 +338,24 @@ def test_probe_refuses_half_precision_on_a_cpu_and_says_a_read_only_folder(tmp_p
     assert main(["probe", "--out", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err
     assert err == f"mdot: error: {tmp_path / 'p' / 'samples.jsonl'}: Read-only file system\n"
+
+
+def test_the_machine_form_finds_a_gpus_kernel_speed_and_host():
+    """Steps measured on a machine whose kernels take 1.5x their price behind a host of 30
+    us a kernel (the base's: 40): small steps wait on the host, large ones on the GPU, and no
+    map of the totals fits both; the machine form recovers both numbers and every row."""
+    from mdot_jax.gpu.spec_sheet import launch_bound
+    from mdot_jax.serving.adaptation import fit
+
+    rng = np.random.default_rng(0)
+    kernels = [list(rng.uniform(0.001, 0.05, 200) * scale) for scale in
+               (0.2, 0.5, 1, 2, 5, 10, 20, 50)]  # from launch-bound to GPU-bound
+    base = [launch_bound(k, 0.04) for k in kernels]
+    measured = [launch_bound([1.5 * t for t in k], 0.03) for k in kernels]
+    without = fit(base, measured, "gpu")
+    a = fit(base, measured, "gpu", kernels=kernels)
+    assert a.fit == "machine" and a.loo_mape < 2 < without.loo_mape
+    assert math.exp(a.a) == pytest.approx(1.5, rel=0.02)
+    assert a.host_ms == pytest.approx(0.03, abs=0.002)
+    with pytest.raises(ValueError, match="prices a step's kernels again"):
+        a.apply(np.asarray(base))

@@ -360,7 +360,7 @@ def test_mfu_counts_each_flop_at_the_peak_it_can_reach(tmp_path):
     at fp32 is over the TF32 peak there (it was 148% of the fp32 one on an A100), never above 1
     on any catalogued GPU at any precision it has."""
     from mdot_jax import TrainingJob, predict
-    from mdot_jax.gpu.spec_sheet import peak_ms
+    from mdot_jax.gpu.peaks import peak_ms
 
     onnx.save(conv_bn_relu(size=64), tmp_path / "c.onnx")
     a100 = gpus.find("a100-sxm-80gb")
@@ -386,7 +386,7 @@ def test_mfu_counts_the_keys_a_causal_query_needs():
     from converters import from_hf_config
     from converters.attention import attention_blocks
     from mdot_jax import TrainingJob, predict
-    from mdot_jax.gpu.spec_sheet import peak_ms
+    from mdot_jax.gpu.peaks import peak_ms
 
     graph = from_hf_config(dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=2,
                                 vocab_size=64, n_positions=16384), seq_len=16384)

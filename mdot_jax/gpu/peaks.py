@@ -13,16 +13,21 @@ The rules:
   own fixed cost holds its call). A GPU without FP8 on its spec sheet is a one-line error.
 - GEMMs on tensor cores are priced at the share of the peak measured GEMMs reach
   (`tensor_cores`); MFU divides the FLOPs' time at the peaks each reaches
-  (`spec_sheet.peak_ms`).
+  (`peak_ms`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from converters import OperatorSequence
+from converters.attention import Block
 from converters.traits import TRAITS
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.classify import classified
 from mdot_jax.gpu.tensor_cores import ARITHMETIC, Constants, TensorCoreGemms
 
 # the spec sheet's tensor-core peak a precision's matmuls run at
@@ -140,3 +145,25 @@ def linear_gemms(info: dict, gpu: GPU, precision: str) -> tuple[Constants, str] 
                f"{c.rows}){where}; their inputs, weights and output gradients each scaled "
                "and cast per tensor (two memory-bound kernels each); no fp8 training step "
                "measured")
+
+
+def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str,
+            blocks: Sequence[Block] = ()) -> float:
+    """ms `seq`'s forward and backward FLOPs take at the peaks they can reach at `precision`:
+    convolutions at theirs, linear layers at theirs, the rest at the matmuls' (MFU: this over
+    the step's time). A causal attention block of `blocks` counts half its scores' and
+    output's FLOPs: the keys its queries need (FlashAttention's count; the graph computes them
+    all, then masks half)."""
+    flops = seq.column("fwd_flops") + seq.column("bwd_flops")  # [N]
+    for b in blocks:
+        if b.causal:
+            flops[[b.scores, b.output]] /= 2
+    conv = np.isin(seq.op_names, CONV_OPS)
+    linear = np.zeros(len(conv), bool)
+    if precision in LINEAR_PEAK:
+        linear = np.asarray([op == "linear" and takes_linear_peak(dims)
+                             for _, op, dims in classified(seq)], bool)
+    rest = ~(conv | linear)
+    return 1e-9 * (float(flops[conv].sum()) / conv_peak(gpu, precision)
+                   + float(flops[linear].sum()) / linear_peak(gpu, precision)
+                   + float(flops[rest].sum()) / matmul_peak(gpu, precision))

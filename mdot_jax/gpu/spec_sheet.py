@@ -57,10 +57,12 @@ The rules, per operator of the sequence:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +90,7 @@ STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
+_RECORDED: ContextVar[list[list[float]] | None] = ContextVar("recorded_kernels", default=None)
 
 
 def step_model_dir(checkpoint: str | Path | None) -> Path | None:
@@ -143,28 +146,6 @@ def load_step_model(folder: str | Path | None = None) -> StepModel:
 @functools.lru_cache(maxsize=4)
 def _step_model(folder: str, stamp: tuple) -> StepModel:
     return StepModel.load(folder)
-
-
-def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str,
-            blocks: Sequence[Block] = ()) -> float:
-    """ms `seq`'s forward and backward FLOPs take at the peaks they can reach at `precision`:
-    convolutions at theirs, linear layers at theirs, the rest at the matmuls' (MFU: this over
-    the step's time). A causal attention block of `blocks` counts half its scores' and
-    output's FLOPs: the keys its queries need (FlashAttention's count; the graph computes them
-    all, then masks half)."""
-    flops = seq.column("fwd_flops") + seq.column("bwd_flops")  # [N]
-    for b in blocks:
-        if b.causal:
-            flops[[b.scores, b.output]] /= 2
-    conv = np.isin(seq.op_names, peaks.CONV_OPS)
-    linear = np.zeros(len(conv), bool)
-    if precision in peaks.LINEAR_PEAK:
-        linear = np.asarray([op == "linear" and peaks.takes_linear_peak(dims)
-                             for _, op, dims in classified(seq)], bool)
-    rest = ~(conv | linear)
-    return 1e-9 * (float(flops[conv].sum()) / peaks.conv_peak(gpu, precision)
-                   + float(flops[linear].sum()) / peaks.linear_peak(gpu, precision)
-                   + float(flops[rest].sum()) / peaks.matmul_peak(gpu, precision))
 
 
 LAUNCH_BOUND = 0.2  # a step whose launch gaps are more than this share says so
@@ -234,7 +215,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
                                         and w[2] == "linear" and w[4] is at["linear"]],
                                        at["memory"]))
-    host = model.host_ms(framework) if host_ms is None else host_ms
+    adapted = _adaptation(model, gpu, warnings)
+    machine = adapted if adapted and adapted.fit == "machine" else None
+    host = host_ms if host_ms is not None else float(machine.host_ms or 0.0) if machine \
+        else model.host_ms(framework)
     ms = model.kernel_ms([w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
                          host > 0)
     if tc:  # GEMMs on the tensor cores: at the share of the peak measured GEMMs reach
@@ -250,14 +234,16 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append(cnn.note)
         if not found.unmeasured:
             found.classes.discard("conv")
-    order, per_op, phases = _in_order(work, ms, recompute, seq.num_ops)
+    speed = math.exp(machine.a) if machine else 1.0  # the machine's kernels' factor
+    order, per_op, phases = _in_order(work, ms * speed, recompute, seq.num_ops)
     fused = {b.output for b in blocks}  # the node each fused kernel's time is kept on
     operators: list[dict] = [dict(type=FUSED if i in fused else n, name=str(nm), ms=float(t),
                                   index=i) for i, (n, nm, t) in enumerate(zip(
                                       seq.op_names.tolist(), seq.node_names, per_op)) if t > 0]
     params = int(seq.params)
     if step == "train" and params:
-        t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], host > 0)[0]) * u.passes
+        t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], host > 0)[0]) \
+            * u.passes * speed
         phases["update"] = t
         order.extend([t / u.kernels] * u.kernels)
         operators.append(dict(type="optimizer", name=f"{optimizer} update ({u.passes:.3g} "
@@ -278,10 +264,12 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                             f"--device-name {gpu.name}` fits your steps)")
     if kernels is not None:
         kernels.extend(order)
+    if (recorded := _RECORDED.get()) is not None:
+        recorded.append(list(order))
     total = sum(phases.values())
     banded = not (found.classes & set(extrapolated) or found.other or found.odd_convs
                   or seq.unknown_ops or blocks)  # fused attention: priced, not measured
-    scale, band, band_from = _banded(model, gpu, precision, total, banded, warnings)
+    scale, band, band_from = _banded(model, adapted, precision, total, banded, warnings)
     p = Prediction(iteration_ms=total * scale, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq), warnings=warnings,
                    operators=[dict(o, ms=float(o["ms"]) * scale) for o in operators],
@@ -433,28 +421,47 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
     return said
 
 
-def _banded(model: StepModel, gpu: GPU, precision: str, total: float, banded: bool,
-            warnings: list[str]) -> tuple[float, tuple[float, float] | None, str]:
-    """(the factor a model adapted to `gpu`'s measured steps puts on `total` ms, else 1; the
-    band of the scaled time, or None; what the band was measured on). Says in `warnings` what
-    an adaptation does not cover."""
+def _adaptation(model: StepModel, gpu: GPU, warnings: list[str]) -> Adaptation | None:
+    """The adaptation `model` holds to measured steps of `gpu`, if any (one of another GPU is
+    said in `warnings`)."""
     adapted = model.info.get("adaptation")
-    if adapted and model.info["gpu"]["name"] == gpu.name:  # fitted to measured steps of it
-        fitted = Adaptation.from_json(adapted)
-        scale = float(fitted.apply(np.asarray([total]))[0]) / total
-        said = (f"the {fitted.n_rows} steps measured on the {gpu.name} it was adapted to, each "
-                "priced by a fit on the others")
-        if precision == model.info.get("precision"):
-            return scale, fitted.interval(total * scale), said
+    if adapted and model.info["gpu"]["name"] != gpu.name:
+        warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; "
+                        f"the {gpu.name} is priced unadapted")
+        return None
+    return Adaptation.from_json(adapted) if adapted else None
+
+
+def _banded(model: StepModel, adapted: Adaptation | None, precision: str, total: float,
+            banded: bool, warnings: list[str]) -> tuple[float, tuple[float, float] | None, str]:
+    """(the factor an adaptation of the affine forms puts on `total` ms, else 1; the band of
+    the step's time, or None; what the band was measured on). Says in `warnings` where an
+    adaptation's rows were of another precision."""
+    if adapted is None:
+        lo, hi = model.band
+        return 1.0, (total * math.exp(lo), total * math.exp(hi)) if banded else None, \
+            "whole steps on GPUs the predictor had not seen"
+    scale = 1.0 if adapted.fit == "machine" else \
+        float(adapted.apply(np.asarray([total]))[0]) / total
+    if precision != model.info.get("precision"):
         warnings.append(f"adapted to steps measured at {model.info.get('precision')}, "
                         f"not {precision}: no band")
         return scale, None, ""
-    if adapted:
-        warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; "
-                        f"the {gpu.name} is priced unadapted")
-    lo, hi = model.band
-    return 1.0, (total * math.exp(lo), total * math.exp(hi)) if banded else None, \
-        "whole steps on GPUs the predictor had not seen"
+    return scale, adapted.interval(total * scale), (
+        f"the {adapted.n_rows} steps measured on the {adapted.device} it was adapted to, each "
+        "priced by a fit on the others")
+
+
+@contextlib.contextmanager
+def recording_kernels() -> Iterator[list[list[float]]]:
+    """Within it, every step `price` prices adds its kernels' times (ms, in the order they run)
+    to the list it yields (what `mdot adapt` fits a machine's form to)."""
+    recorded: list[list[float]] = []
+    token = _RECORDED.set(recorded)
+    try:
+        yield recorded
+    finally:
+        _RECORDED.reset(token)
 
 
 def launch_bound(kernels: Sequence[float], host_ms: float) -> float:

@@ -48,6 +48,9 @@ from mdot_jax.storage.calibration import COVER
 
 MIN_AFFINE_ROWS = 6
 MIN_AFFINE_SPREAD = float(np.log(2.0))  # of log predicted times, max - min
+# the machine form's grid: its kernels' factor (log-spaced), its host's ms a kernel
+MACHINE_SPEEDS = np.exp(np.linspace(np.log(0.25), np.log(4.0), 161))
+MACHINE_HOSTS = np.linspace(0.0, 0.15, 76)
 
 
 def _solve(x: np.ndarray, y: np.ndarray, fit: str) -> tuple[float, float]:
@@ -58,9 +61,11 @@ def _solve(x: np.ndarray, y: np.ndarray, fit: str) -> tuple[float, float]:
 
 
 def fit(pred_ms, measured_ms, device: str, source: str = "",
-        workloads: int | None = None) -> Adaptation:
+        workloads: int | None = None, kernels: list | None = None) -> Adaptation:
     """The adaptation of base predictions `pred_ms` `[N]` to `measured_ms` `[N]`, of
-    `workloads` different jobs (None: as many as different predictions)."""
+    `workloads` different jobs (None: as many as different predictions). `kernels`: each row's
+    kernel times in the order they run (`spec_sheet.recording_kernels`), for the `machine`
+    form."""
     x = np.log(np.asarray(pred_ms, np.float64))
     y = np.log(np.asarray(measured_ms, np.float64))
     n = len(x)
@@ -72,20 +77,53 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
     fits = ["scale"]
     if n >= MIN_AFFINE_ROWS and np.ptp(x) >= MIN_AFFINE_SPREAD:
         fits.append("affine")
-    scored = []
+    loos = {}  # each form's leave-one-out log(measured / predicted)
     for kind in fits:
-        loo = np.empty(n)
+        loos[kind] = np.empty(n)
         for i in range(n):
             keep = np.arange(n) != i
             a, b = _solve(x[keep], y[keep], kind)
-            loo[i] = y[i] - (a + b * x[i])  # log(measured / predicted)
-        scored.append((float(np.mean(np.abs(np.expm1(-loo))) * 100), kind, loo))
-    score, kind, loo = min(scored, key=lambda t: t[0])
-    a, b = _solve(x, y, kind)
+            loos[kind][i] = y[i] - (a + b * x[i])
+    grid = machine_times(kernels) if kernels is not None and n >= 3 else None
+    if grid is not None:
+        loos["machine"] = np.asarray([y[i] - grid[i][_solve_machine(grid[np.arange(n) != i],
+                                                                    y[np.arange(n) != i])]
+                                      for i in range(n)])
+    score, kind, loo = min(((float(np.mean(np.abs(np.expm1(-v))) * 100), k, v)
+                            for k, v in loos.items()), key=lambda t: t[0])  # ties: the first
+    host = None
+    if grid is not None and kind == "machine":
+        speed, at = _solve_machine(grid, y)
+        a, b, host = float(np.log(MACHINE_SPEEDS[speed])), 1.0, float(MACHINE_HOSTS[at])
+    else:
+        a, b = _solve(x, y, kind)
     lo, hi = np.quantile(loo, [(1 - COVER) / 2, (1 + COVER) / 2])
     width = float(np.log1p(score / 100))  # the band is never narrower than the error to expect
     return Adaptation(device, kind, a, b, n, score, min(float(lo), -width), max(float(hi), width),
-                      source)
+                      source, host)
+
+
+def machine_times(kernels: list) -> np.ndarray:
+    """`[N, S, H]` log ms of each row's step with its kernels (`kernels[i]`: ms in the order
+    they run) at each factor of `MACHINE_SPEEDS` and issued by a host taking each time of
+    `MACHINE_HOSTS` a kernel (`spec_sheet.launch_bound`'s closed form)."""
+    out = np.empty((len(kernels), len(MACHINE_SPEEDS), len(MACHINE_HOSTS)))
+    for i, ks in enumerate(kernels):
+        t = np.asarray(ks, np.float64)
+        before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # [K] the GPU's work before each
+        issued = np.arange(1, len(t) + 1)[:, None] * MACHINE_HOSTS[None, :]  # [K, H]
+        for s, speed in enumerate(MACHINE_SPEEDS):
+            wait = np.max(issued - speed * before[:, None], axis=0) if len(t) else 0.0  # [H]
+            out[i, s] = np.log(np.maximum(speed * t.sum() + np.maximum(wait, 0.0), 1e-9))
+    return out
+
+
+def _solve_machine(grid: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """The (factor, host) indices of `grid` (`machine_times` of rows measured `y` log ms)
+    with the least squared log error."""
+    err = ((grid - y[:, None, None]) ** 2).sum(axis=0)  # [S, H]
+    speed, host = np.unravel_index(int(np.argmin(err)), err.shape)
+    return int(speed), int(host)
 
 
 def compose(outer: Adaptation, inner: Adaptation | None) -> Adaptation:

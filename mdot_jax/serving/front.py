@@ -374,8 +374,8 @@ class _SpecSheet:
         """The time the model's forward and backward FLOPs an iteration (not the
         recomputation's; causal attention at the keys it needs) take at its GPUs' peaks at the
         precision, over the iteration's time (convolutions at theirs: TF32 under PyTorch's fp32
-        defaults, `spec_sheet.peak_ms`)."""
-        from mdot_jax.gpu.spec_sheet import peak_ms
+        defaults, `peaks.peak_ms`)."""
+        from mdot_jax.gpu.peaks import peak_ms
 
         ideal = peak_ms(seq, self.gpu, self.job.precision or "fp32", self.blocks) \
             * self.job.grad_accum

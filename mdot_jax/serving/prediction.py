@@ -13,11 +13,12 @@ import numpy as np
 @dataclass(frozen=True)
 class Adaptation:
     """A device adaptation in a checkpoint's metadata (`serving.adaptation.fit` makes one):
-    base predictions t become exp(a + b * log t) for `device`, with the band of its
-    leave-one-out residuals."""
+    base predictions t become exp(a + b * log t) for `device` (fits `scale`, `affine`), or a
+    GPU step is priced again with every kernel at exp(a) times its price and the host issuing
+    one every `host_ms` (fit `machine`); with the band of its leave-one-out residuals."""
 
     device: str  # the device the adapted checkpoint predicts for
-    fit: str  # scale | affine
+    fit: str  # scale | affine | machine
     a: float
     b: float
     n_rows: int
@@ -25,9 +26,12 @@ class Adaptation:
     lo: float  # 10th / 90th percentile of the leave-one-out log(measured / predicted)
     hi: float
     source: str = ""
+    host_ms: float | None = None  # machine: the host's time to issue a kernel
 
     def apply(self, ms: np.ndarray) -> np.ndarray:
         """`[N]` base predictions (ms) -> `[N]` predictions for `device` (ms)."""
+        if self.fit == "machine":
+            raise ValueError("a machine adaptation prices a step's kernels again, not its time")
         return np.exp(self.a + self.b * np.log(np.asarray(ms, np.float64)))
 
     def interval(self, ms: float) -> tuple[float, float]:
