@@ -218,8 +218,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         if isinstance(e, ConversionError):
             raise
         raise UsageError(str(e)) from None
-    print(f"adapted {base} to {a.device} from {a.n_rows} measured rows ({a.fit} fit: "
-          f"log t' = {a.a:.3f} + {a.b:.3f} log t)")
+    print(f"adapted {base} to {a.device} from {a.n_rows} measured rows ({a.said()})")
     print(f"expected error: {a.loo_mape:.1f}% MAPE (each row predicted by a fit on the others); "
           f"80% band x{math.exp(a.lo):.2f}-x{math.exp(a.hi):.2f}"
           + ("; with so few rows, a rough estimate" if a.n_rows < 20 else ""))

@@ -246,6 +246,41 @@ def test_the_step_model_adapts_to_a_gpus_measured_steps(capsys, tmp_path):
 
 
 @pytest.mark.slow
+def test_an_adaptation_can_be_a_machine_of_its_own_kernel_speed_and_host(capsys, tmp_path):
+    """Steps "measured" on a GPU whose kernels take 1.5x their price and whose host issues one
+    every 30 us (the shipped host: ~41): small steps faster than priced, large ones slower. The
+    adaptation picks the machine form, and the adapted model prices a job it never saw as such
+    a machine runs it."""
+    from mdot_jax import predict
+    from mdot_jax.gpu.spec_sheet import launch_bound, recording_kernels
+
+    def job(seq, b, **kw):
+        return TrainingJob(model=str(tmp_path / f"m{seq}.onnx"), batch_size=b,
+                           device="h100-sxm", precision="amp-bf16", **kw)
+
+    def machine(j):  # the step as that machine runs it
+        with recording_kernels() as recorded:
+            predict(j)
+        return launch_bound([1.5 * t for t in recorded[-1]], 0.03)
+
+    for seq in (64, 256, 512):
+        onnx.save(attention(seq=seq, dim=256, heads=4), tmp_path / f"m{seq}.onnx")
+    rows = [f"m{seq}.onnx,{b},amp-bf16,{machine(job(seq, b))}"
+            for seq, b in ((64, 1), (64, 8), (256, 4), (256, 32), (512, 16), (512, 64))]
+    (tmp_path / "mine.csv").write_text("model,batch_size,precision,ms\n" + "\n".join(rows))
+    code, out, _ = run(capsys, "adapt", "--from-measurements", tmp_path / "mine.csv", "--base",
+                       "gpu-spec-sheet", "--out", tmp_path / "mine", "--device-name", "h100-sxm")
+    assert code == 0 and "machine fit: kernels at" in out, out
+    fitted = json.loads((tmp_path / "mine" / "step_model.json").read_text())["adaptation"]
+    assert np.exp(fitted["a"]) == pytest.approx(1.5, rel=0.03)
+    assert fitted["host_ms"] == pytest.approx(0.03, abs=0.002)
+    unseen = job(256, 12)
+    adapted = predict(dataclasses.replace(unseen, device=None, checkpoint=str(tmp_path / "mine")))
+    assert adapted.iteration_ms == pytest.approx(machine(unseen), rel=0.02)
+    assert adapted.interval_ms is not None and "6 steps measured" in adapted.band_from
+
+
+@pytest.mark.slow
 def test_adapting_prices_the_rows_as_predict_will(capsys, tmp_path):
     """At AMP on an H100 PyTorch runs FlashAttention and the rows trained with AdamW: the
     adaptation is fitted to the prices `mdot predict` gives those jobs, so steps measured at

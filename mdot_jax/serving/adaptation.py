@@ -15,11 +15,16 @@ checkpoint is the base one with that fit in its metadata.
 
 The fit: a base checkpoint predicts `t` for its own device; the adapted one predicts
 `exp(a + b * log t)` for the new device, fitted on rows the user measured there (their own
-precision, optimizer and software, which the fit absorbs as well as the device). Two fits are
-scored by leave-one-out on the rows, and the better one is kept:
+precision, optimizer and software, which the fit absorbs as well as the device). The fits are
+scored by leave-one-out on the rows, and the best one is kept:
 - `scale`: b = 1, a = mean log ratio (one factor for every model);
 - `affine`: a and b by least squares on log times (the new device may favour small or large
-  workloads), only with >= 6 rows spanning a 2x range of predicted times.
+  workloads), only with >= 6 rows spanning a 2x range of predicted times;
+- `machine` (a GPU step model, from 3 rows, on a base not adapted already): a step is kernels
+  a host issues (`spec_sheet.launch_bound`), so the fit is of the machine's two numbers, every
+  kernel at exp(a) times its price and the host's time a kernel (`MACHINE_SPEEDS` x
+  `MACHINE_HOSTS`, least squares of log time): small steps follow the host, large ones the
+  GPU ([study](../../docs/studies/machine-adaptation.md)).
 The leave-one-out residuals give the expected error and the 80% band; with 10 rows both are
 rough, and say so (`n_rows`).
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -50,7 +56,7 @@ MIN_AFFINE_ROWS = 6
 MIN_AFFINE_SPREAD = float(np.log(2.0))  # of log predicted times, max - min
 # the machine form's grid: its kernels' factor (log-spaced), its host's ms a kernel
 MACHINE_SPEEDS = np.exp(np.linspace(np.log(0.25), np.log(4.0), 161))
-MACHINE_HOSTS = np.linspace(0.0, 0.15, 76)
+MACHINE_HOSTS = np.linspace(0.0, 0.15, 76)  # 2 us apart (a 1 us grid: see the study)
 
 
 def _solve(x: np.ndarray, y: np.ndarray, fit: str) -> tuple[float, float]:
@@ -299,23 +305,33 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
         raise UsageError("adapting the GPU step model: --device-name names the GPU the rows "
                          "were measured on (`mdot devices`)")
     gpu = gpus.find(device)
-    out = checkpoint.prepare_out(out, force=force)
     model = spec_sheet.load_step_model(base)
+    inner = Adaptation.from_json(model.info["adaptation"]) if model.info.get("adaptation") \
+        else None
+    if inner and inner.fit == "machine":
+        raise UsageError(f"--base {base} is adapted to its GPU's kernels and host already: "
+                         "adapt gpu-spec-sheet itself, with all the rows")
+    out = checkpoint.prepare_out(out, force=force)
     precision = rows[0].precision or "fp32"
-    pred = []  # each row priced as `mdot predict` prices it (its attention, optimizer, host)
-    for n, r in enumerate(rows):
-        job: dict[str, Any] = dict(r.job)
-        p = _priced(measurements, n, lambda r=r, job=job: predict(TrainingJob(
-            model=_sequence(r), batch_size=r.batch_size, image_size=r.image_size,
-            seq_len=r.seq_len, device=gpu.name, checkpoint=str(base), precision=precision,
-            **job)))
-        assert isinstance(p, Prediction)  # one batch size, one GPU count
-        pred.append(p.iteration_ms)
+    pred, kernels = [], []  # each row priced as `mdot predict` prices it (its attention,
+    with spec_sheet.recording_kernels() as recorded:  # optimizer, host), and its kernels
+        for n, r in enumerate(rows):
+            job: dict[str, Any] = dict(r.job)
+            p = _priced(measurements, n, lambda r=r, job=job: predict(TrainingJob(
+                model=_sequence(r), batch_size=r.batch_size, image_size=r.image_size,
+                seq_len=r.seq_len, device=gpu.name, checkpoint=str(base), precision=precision,
+                **job)))
+            assert isinstance(p, Prediction)  # one batch size, one GPU count
+            pred.append(p.iteration_ms)
+            kernels.append(recorded[-1])
+    host = model.host_ms("pytorch")  # the machine form prices the kernels as they ran
+    whole = all(math.isclose(spec_sheet.launch_bound(k, host), t, rel_tol=1e-6)
+                for k, t in zip(kernels, pred))
     adaptation = fit(pred, [r.ms for r in rows], gpu.name,
                      source=f"{Path(measurements).name}, base {base.name}, {precision}",
-                     workloads=len({r.workload for r in rows}))
-    inner = model.info.get("adaptation")
-    adaptation = compose(adaptation, Adaptation.from_json(inner) if inner else None)
+                     workloads=len({r.workload for r in rows}),
+                     kernels=kernels if whole and inner is None else None)
+    adaptation = compose(adaptation, inner)
     tmp = writers.temporary(out)
     adapted = dataclasses.replace(model, info=dict(  # the loaded model is shared: a copy
         model.info, adaptation=adaptation.to_json(), gpu=gpu.to_json(), precision=precision))

@@ -34,6 +34,13 @@ class Adaptation:
             raise ValueError("a machine adaptation prices a step's kernels again, not its time")
         return np.exp(self.a + self.b * np.log(np.asarray(ms, np.float64)))
 
+    def said(self) -> str:
+        """The fit in words."""
+        if self.fit == "machine":
+            return (f"machine fit: kernels at {math.exp(self.a):.2f}x their price, one issued "
+                    f"every {1e3 * (self.host_ms or 0.0):.0f} us")
+        return f"{self.fit} fit: log t' = {self.a:.3f} + {self.b:.3f} log t"
+
     def interval(self, ms: float) -> tuple[float, float]:
         return ms * float(np.exp(self.lo)), ms * float(np.exp(self.hi))
 
