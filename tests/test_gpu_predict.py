@@ -318,6 +318,18 @@ def test_a_host_slower_than_the_kernels_leaves_the_gpu_waiting():
     assert launch_bound(t, 0.01) == pytest.approx(end)
 
 
+def test_the_launch_bound_grid_is_the_launch_bound_at_every_point():
+    from mdot_jax.gpu.spec_sheet import launch_bound, launch_bound_grid
+
+    steps = [list(np.random.default_rng(i).exponential(0.02, 50 * i + 1)) for i in range(4)]
+    speeds, hosts = np.asarray([0.5, 1.0, 3.0]), np.asarray([0.0, 0.01, 0.05])
+    grid = launch_bound_grid(steps, speeds, hosts)
+    for i, ks in enumerate(steps):
+        for s, g in enumerate(speeds):
+            for h, host in enumerate(hosts):
+                assert grid[i, s, h] == pytest.approx(launch_bound([g * k for k in ks], host))
+
+
 def test_the_host_is_the_frameworks_and_its_fit_prices_as_a_step_does(step_model):
     import dataclasses
 

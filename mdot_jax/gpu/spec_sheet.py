@@ -50,6 +50,9 @@ The rules, per operator of the sequence:
   GPU's: the public operator data is fp32 only, so every non-fp32 price comes with a warning.
   `fp8`: the linear layers' GEMMs at the FP8 peak, and each one's input, weight and output
   gradient scaled and cast (`autocast.fp8_casts`).
+- a step model adapted to a GPU's measured steps (`mdot adapt`, `serving.adaptation`): the
+  step's time mapped by its fit, or (its `machine` form) every kernel at the fitted factor of
+  its price and the host at the fitted time a kernel.
 - framework `megatron` (Megatron-LM at amp-*): the model in the half type, so no casts and
   softmax and normalisations on half tensors; each eager attention block's scale, mask and
   guards fused into its softmax kernel; its own update (`gpu.update`).
@@ -473,6 +476,21 @@ def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
         return 0.0
     before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # the GPU's work before each kernel
     return float(t.sum() + max(0.0, np.max((np.arange(len(t)) + 1) * host_ms - before)))
+
+
+def launch_bound_grid(kernels: Sequence[Sequence[float]], speeds: np.ndarray,
+                      hosts: np.ndarray) -> np.ndarray:
+    """`[N, S, H]` `launch_bound` of each step's kernels (ms, in order) at every factor of
+    `speeds` `[S]` on their times and every host time `hosts` `[H]` (ms a kernel)."""
+    out = np.empty((len(kernels), len(speeds), len(hosts)))
+    for i, ks in enumerate(kernels):
+        t = np.asarray(ks, np.float64)
+        before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # [K]
+        issued = np.arange(1, len(t) + 1)[:, None] * np.asarray(hosts)[None, :]  # [K, H]
+        for s, speed in enumerate(speeds):
+            wait = np.max(issued - speed * before[:, None], axis=0) if len(t) else 0.0  # [H]
+            out[i, s] = speed * t.sum() + np.maximum(wait, 0.0)
+    return out
 
 
 def _ratio_kind(kind: str) -> str:

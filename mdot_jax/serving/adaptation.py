@@ -22,9 +22,9 @@ scored by leave-one-out on the rows, and the best one is kept:
   workloads), only with >= 6 rows spanning a 2x range of predicted times;
 - `machine` (a GPU step model, from 3 rows, on a base not adapted already): a step is kernels
   a host issues (`spec_sheet.launch_bound`), so the fit is of the machine's two numbers, every
-  kernel at exp(a) times its price and the host's time a kernel (`MACHINE_SPEEDS` x
-  `MACHINE_HOSTS`, least squares of log time): small steps follow the host, large ones the
-  GPU ([study](../../docs/studies/machine-adaptation.md)).
+  kernel at exp(a) times its price and the host's time a kernel (least squares of log time
+  over `MACHINE_SPEEDS` x `MACHINE_HOSTS`, `spec_sheet.launch_bound_grid`): small steps follow
+  the host, large ones the GPU ([study](../../docs/studies/machine-adaptation.md)).
 The leave-one-out residuals give the expected error and the 80% band; with 10 rows both are
 rough, and say so (`n_rows`).
 """
@@ -90,7 +90,12 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
             keep = np.arange(n) != i
             a, b = _solve(x[keep], y[keep], kind)
             loos[kind][i] = y[i] - (a + b * x[i])
-    grid = machine_times(kernels) if kernels is not None and n >= 3 else None
+    grid = None
+    if kernels is not None and n >= 3:  # [N, S, H] log ms of each row on each machine
+        from mdot_jax.gpu.spec_sheet import launch_bound_grid
+
+        grid = np.log(np.maximum(launch_bound_grid(kernels, MACHINE_SPEEDS, MACHINE_HOSTS),
+                                 1e-9))
     if grid is not None:
         loos["machine"] = np.asarray([y[i] - grid[i][_solve_machine(grid[np.arange(n) != i],
                                                                     y[np.arange(n) != i])]
@@ -109,24 +114,9 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
                       source, host)
 
 
-def machine_times(kernels: list) -> np.ndarray:
-    """`[N, S, H]` log ms of each row's step with its kernels (`kernels[i]`: ms in the order
-    they run) at each factor of `MACHINE_SPEEDS` and issued by a host taking each time of
-    `MACHINE_HOSTS` a kernel (`spec_sheet.launch_bound`'s closed form)."""
-    out = np.empty((len(kernels), len(MACHINE_SPEEDS), len(MACHINE_HOSTS)))
-    for i, ks in enumerate(kernels):
-        t = np.asarray(ks, np.float64)
-        before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # [K] the GPU's work before each
-        issued = np.arange(1, len(t) + 1)[:, None] * MACHINE_HOSTS[None, :]  # [K, H]
-        for s, speed in enumerate(MACHINE_SPEEDS):
-            wait = np.max(issued - speed * before[:, None], axis=0) if len(t) else 0.0  # [H]
-            out[i, s] = np.log(np.maximum(speed * t.sum() + np.maximum(wait, 0.0), 1e-9))
-    return out
-
-
 def _solve_machine(grid: np.ndarray, y: np.ndarray) -> tuple[int, int]:
-    """The (factor, host) indices of `grid` (`machine_times` of rows measured `y` log ms)
-    with the least squared log error."""
+    """The (factor, host) indices of `grid` (the log ms of rows measured `y` log ms, on each
+    machine) with the least squared log error."""
     err = ((grid - y[:, None, None]) ** 2).sum(axis=0)  # [S, H]
     speed, host = np.unravel_index(int(np.argmin(err)), err.shape)
     return int(speed), int(host)
@@ -323,10 +313,11 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
                 **job)))
             assert isinstance(p, Prediction)  # one batch size, one GPU count
             pred.append(p.iteration_ms)
-            kernels.append(recorded[-1])
+            kernels.append(recorded[-1] if recorded else None)
+            recorded.clear()
     host = model.host_ms("pytorch")  # the machine form prices the kernels as they ran
-    whole = all(math.isclose(spec_sheet.launch_bound(k, host), t, rel_tol=1e-6)
-                for k, t in zip(kernels, pred))
+    whole = all(k is not None and math.isclose(spec_sheet.launch_bound(k, host), t,
+                                               rel_tol=1e-6) for k, t in zip(kernels, pred))
     adaptation = fit(pred, [r.ms for r in rows], gpu.name,
                      source=f"{Path(measurements).name}, base {base.name}, {precision}",
                      workloads=len({r.workload for r in rows}),
