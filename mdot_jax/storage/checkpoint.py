@@ -297,12 +297,10 @@ def model_card(meta: dict) -> str:
     if meta.get("calibration"):
         lines.append(_calibration_line(Calibration.from_json(meta["calibration"])))
     if meta.get("adaptation"):
-        from mdot_jax.serving.prediction import Adaptation
-
         ad = meta["adaptation"]
         lines.append(f"- **adapted to `{ad['device']}`** from {ad['n_rows']} measured step "
-                     f"times ({ad['source']}): {Adaptation.from_json(ad).said()}; "
-                     f"leave-one-out MAPE {ad['loo_mape']:.1f}%, 80% band "
+                     f"times ({ad['source']}): {ad['fit']} fit, log t' = {ad['a']:.3f} + "
+                     f"{ad['b']:.3f} log t; leave-one-out MAPE {ad['loo_mape']:.1f}%, 80% band "
                      f"x{math.exp(ad['lo']):.2f}-x{math.exp(ad['hi']):.2f}; the lines above "
                      "describe the base checkpoint")
     if m:
