@@ -222,8 +222,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     machine = adapted if adapted and adapted.fit == "machine" else None
     host = host_ms if host_ms is not None else float(machine.host_ms or 0.0) if machine \
         else model.host_ms(framework)
+    apart = host > 0 or machine is not None  # kernels without the host's part (as fitted)
     ms = model.kernel_ms([w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
-                         host > 0)
+                         apart)
     if tc:  # GEMMs on the tensor cores: at the share of the peak measured GEMMs reach
         on = [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is at["gemm"]]
         if on:
@@ -245,7 +246,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                                       seq.op_names.tolist(), seq.node_names, per_op)) if t > 0]
     params = int(seq.params)
     if step == "train" and params:
-        t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], host > 0)[0]) \
+        t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], apart)[0]) \
             * u.passes * speed
         phases["update"] = t
         order.extend([t / u.kernels] * u.kernels)
