@@ -200,12 +200,13 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     """A GPU's measured steps priced from its spec sheet (`--timm`, `--measured`; the rules
     in the module docstring)."""
     from mdot_jax.data.dataset import load_dataset
-    from mdot_jax.gpu.spec_sheet import load_step_model, price
+    from mdot_jax.gpu.spec_sheet import launch_bound, load_step_model, price
     from mdot_jax.serving import adaptation
 
     model = load_step_model(args.model)
     gpu = gpus.find(device)
-    rows = []
+    rows: list[dict] = []
+    kernels_of: dict[int, list[float]] = {}  # a row's kernel times as they run
     for s in load_dataset(dataset).samples:
         ks: list[float] = []
         p = price(s.seq, gpu, model, precision=s.workload.precision, step="train",
@@ -215,6 +216,7 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
                          predicted_ms=p.iteration_ms, memory_gb=p.memory_gb,
                          interval_ms=p.interval_ms, kernels=len(p.operators),
                          peak_gb=s.stats.get("peak_mb", math.nan) / 1e3))
+        kernels_of[id(rows[-1])] = ks  # for the adaptation's machine form, not written
         trace = s.stats.get("trace") or {}
         if trace.get("gpu_ms"):  # `mdot profile --trace` on a GPU: host against GPU
             by_class: dict[str, float] = defaultdict(float)
@@ -243,11 +245,14 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
             return None
         p = np.asarray([r["predicted_ms"] for r in rs])
         m = np.asarray([r["measured_ms"] for r in rs])
+        ks = [kernels_of[id(r)] for r in rs]
         pick = np.random.default_rng(0).choice(len(rs), 10, replace=False)
         rest = np.setdiff1d(np.arange(len(rs)), pick)
-        fit = adaptation.fit(p[pick], m[pick], gpu.name)
+        fit = adaptation.fit(p[pick], m[pick], gpu.name, kernels=[ks[i] for i in pick])
+        adapted = np.asarray([launch_bound([math.exp(fit.a) * k for k in ks[i]], fit.host_ms)
+                              for i in rest]) if fit.fit == "machine" else fit.apply(p[rest])
         return dict(rows=[rs[i]["model"] for i in pick], fit=fit.fit, n_scored=len(rest),
-                    mape=float(ape(fit.apply(p[rest]), m[rest]).mean()),
+                    mape=float(ape(adapted, m[rest]).mean()),
                     spec_sheet_mape_same_rows=float(ape(p[rest], m[rest]).mean()))
 
     def summary(rs):  # the kit's two sets apart: steps that occupy the GPU, launch-bound ones
