@@ -1,10 +1,8 @@
 """Adapting the spec-sheet step model to a GPU's measured steps: today's forms (`scale`,
 `affine`) against the same choice with the `machine` form (the kernels' factor and the host),
-and (`--none`) that choice against it with the unadapted price offered, by the rules of
-`docs/studies/machine-adaptation.md` (written before any set was scored):
+by the rule of `docs/studies/machine-adaptation.md` (written before any set was scored):
 
     python benchmarks/bench_adapt_gpu.py --out benchmarks/results/machine-adaptation
-    python benchmarks/bench_adapt_gpu.py --none --out benchmarks/results/machine-adaptation-none
 
 Every measured GPU set with more than 10 steps; in each, five draws of 10 rows
 (`default_rng(seed).choice(n, 10, replace=False)`, seeds 0-4), each adaptation fitted on the 10
@@ -59,8 +57,7 @@ def priced(dataset: str, device: str, layout: str | None) -> list[dict]:
     return rows
 
 
-def scored(rows: list[dict], machine: bool, seed: int, none: bool = False
-           ) -> tuple[float, float, str]:
+def scored(rows: list[dict], machine: bool, seed: int) -> tuple[float, float, str]:
     """(MAPE, share inside the band) on the rows not drawn, of the adaptation fitted on the
     `FITTED` rows `seed` draws; the form it chose."""
     from mdot_jax.gpu.spec_sheet import launch_bound
@@ -70,7 +67,7 @@ def scored(rows: list[dict], machine: bool, seed: int, none: bool = False
     rest = [r for i, r in enumerate(rows) if i not in set(pick.tolist())]
     drawn = [rows[i] for i in pick]
     a = fit([r["predicted_ms"] for r in drawn], [r["measured_ms"] for r in drawn], "gpu",
-            kernels=[r["kernels"] for r in drawn] if machine else None, unadapted=none)
+            kernels=[r["kernels"] for r in drawn] if machine else None)
     if a.fit == "machine":
         pred = np.asarray([launch_bound([math.exp(a.a) * k for k in r["kernels"]], a.host_ms)
                            for r in rest])
@@ -85,16 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--work", type=Path, default=Path("/tmp/mdot-adapt-gpu"))
-    ap.add_argument("--none", action="store_true", help="the study's second rule: the "
-                    "shipped choice against it with the unadapted price offered")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
-    result: dict = dict(command="python benchmarks/bench_adapt_gpu.py --out " + str(args.out)
-                        + " --none" * args.none, sets={})
-    # (name, machine offered, the unadapted price offered): the baseline, the candidate
-    forms = ((("today", False, False), ("with machine", True, False)) if not args.none
-             else (("shipped", True, False), ("with none", True, True)))
+    result: dict = dict(command="python benchmarks/bench_adapt_gpu.py --out " + str(args.out),
+                        sets={})
+    forms = (("today", False), ("with machine", True))  # (name, machine offered)
     for name, (dataset, device, layout) in SETS.items():
         cache = args.work / f"priced-{name}.json"
         if not cache.exists():
@@ -104,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(rows) <= FITTED:
             continue
         per = {}
-        for form, machine, none in forms:
-            runs = [scored(rows, machine, seed, none) for seed in range(DRAWS)]
+        for form, machine in forms:
+            runs = [scored(rows, machine, seed) for seed in range(DRAWS)]
             per[form] = dict(mape=float(np.mean([r[0] for r in runs])),
                              band_coverage=float(np.mean([r[1] for r in runs])),
                              forms=[r[2] for r in runs])

@@ -60,8 +60,6 @@ MACHINE_HOSTS = np.linspace(0.0, 0.15, 76)  # 2 us apart (a 1 us grid: see the s
 
 
 def _solve(x: np.ndarray, y: np.ndarray, fit: str) -> tuple[float, float]:
-    if fit == "none":
-        return 0.0, 1.0
     if fit == "scale":
         return float(np.mean(y - x)), 1.0
     b, a = np.polyfit(x, y, 1)
@@ -69,8 +67,7 @@ def _solve(x: np.ndarray, y: np.ndarray, fit: str) -> tuple[float, float]:
 
 
 def fit(pred_ms, measured_ms, device: str, source: str = "",
-        workloads: int | None = None, kernels: list | None = None,
-        unadapted: bool = False) -> Adaptation:
+        workloads: int | None = None, kernels: list | None = None) -> Adaptation:
     """The adaptation of base predictions `pred_ms` `[N]` to `measured_ms` `[N]`, of
     `workloads` different jobs (None: as many as different predictions). `kernels`: each row's
     kernel times in the order they run (`spec_sheet.recording_kernels`), for the `machine`
@@ -86,8 +83,6 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
     fits = ["scale"]
     if n >= MIN_AFFINE_ROWS and np.ptp(x) >= MIN_AFFINE_SPREAD:
         fits.append("affine")
-    if unadapted:
-        fits.append("none")
     loos = {}  # each form's leave-one-out log(measured / predicted)
     for kind in fits:
         loos[kind] = np.empty(n)
