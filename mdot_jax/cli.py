@@ -222,6 +222,10 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     print(f"expected error: {a.loo_mape:.1f}% MAPE (each row predicted by a fit on the others); "
           f"80% band x{math.exp(a.lo):.2f}-x{math.exp(a.hi):.2f}"
           + ("; with so few rows, a rough estimate" if a.n_rows < 20 else ""))
+    if a.base_mape is not None:
+        print(f"unadapted, {base} erred by {a.base_mape:.1f}% on these rows"
+              + (": the adaptation does not beat it here; more rows, or keep the base"
+                 if a.base_mape <= a.loo_mape else ""))
     print(f"checkpoint: {args.out} (mdot predict MODEL --checkpoint {args.out})")
     return 0
 

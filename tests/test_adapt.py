@@ -359,3 +359,5 @@ def test_the_machine_form_finds_a_gpus_kernel_speed_and_host():
     assert a.host_ms == pytest.approx(0.03, abs=0.002)
     with pytest.raises(ValueError, match="prices a step's kernels again"):
         a.apply(np.asarray(base))
+    said = np.mean(np.abs(np.asarray(base) / np.asarray(measured) - 1)) * 100
+    assert a.base_mape == without.base_mape == pytest.approx(said)  # what adapting must beat

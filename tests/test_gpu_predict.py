@@ -226,6 +226,7 @@ def test_the_step_model_adapts_to_a_gpus_measured_steps(capsys, tmp_path):
     assert code == 2 and "--device-name" in err and err.count("\n") == 1
     code, out, _ = run(capsys, *adapt, "--device-name", "l4")
     assert code == 0 and "nvidia-l4" in out and "expected error: 0.0%" in out
+    assert "unadapted, gpu-spec-sheet erred by 50.0% on these rows\n" in out
     args = ["predict", tmp_path / "m1.onnx", "--batch-size", "4", "--json"]
     plain = json.loads(run(capsys, *args, "--device", "l4")[1])
     code, out, _ = run(capsys, *args, "--checkpoint", tmp_path / "my-l4")

@@ -111,7 +111,7 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
     lo, hi = np.quantile(loo, [(1 - COVER) / 2, (1 + COVER) / 2])
     width = float(np.log1p(score / 100))  # the band is never narrower than the error to expect
     return Adaptation(device, kind, a, b, n, score, min(float(lo), -width), max(float(hi), width),
-                      source, host)
+                      source, host, float(np.mean(np.abs(np.expm1(x - y))) * 100))
 
 
 def _solve_machine(grid: np.ndarray, y: np.ndarray) -> tuple[int, int]:

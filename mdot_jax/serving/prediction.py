@@ -27,6 +27,7 @@ class Adaptation:
     hi: float
     source: str = ""
     host_ms: float | None = None  # machine: the host's time to issue a kernel
+    base_mape: float | None = None  # percent: the unadapted predictions' error on the rows
 
     def apply(self, ms: np.ndarray) -> np.ndarray:
         """`[N]` base predictions (ms) -> `[N]` predictions for `device` (ms)."""
