@@ -346,6 +346,7 @@ def test_the_machine_form_finds_a_gpus_kernel_speed_and_host():
     map of the totals fits both; the machine form recovers both numbers and every row."""
     from mdot_jax.gpu.spec_sheet import launch_bound
     from mdot_jax.serving.adaptation import fit
+    from mdot_jax.serving.prediction import Adaptation
 
     rng = np.random.default_rng(0)
     kernels = [list(rng.uniform(0.001, 0.05, 200) * scale) for scale in
@@ -361,3 +362,4 @@ def test_the_machine_form_finds_a_gpus_kernel_speed_and_host():
         a.apply(np.asarray(base))
     said = np.mean(np.abs(np.asarray(base) / np.asarray(measured) - 1)) * 100
     assert a.base_mape == without.base_mape == pytest.approx(said)  # what adapting must beat
+    assert Adaptation.from_json(dict(a.to_json(), a_later_field=1)) == a  # a later version's

@@ -50,7 +50,8 @@ class Adaptation:
 
     @classmethod
     def from_json(cls, d: dict) -> Adaptation:
-        return cls(**d)
+        """`to_json`'s dict; fields a later version added are left out."""
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
 @dataclass
