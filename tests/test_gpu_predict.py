@@ -279,6 +279,10 @@ def test_an_adaptation_can_be_a_machine_of_its_own_kernel_speed_and_host(capsys,
     adapted = predict(dataclasses.replace(unseen, device=None, checkpoint=str(tmp_path / "mine")))
     assert adapted.iteration_ms == pytest.approx(machine(unseen), rel=0.02)
     assert adapted.interval_ms is not None and "6 steps measured" in adapted.band_from
+    code, _, err = run(capsys, "adapt", "--from-measurements", tmp_path / "mine.csv", "--base",
+                       tmp_path / "mine", "--out", tmp_path / "again", "--device-name",
+                       "h100-sxm")  # a machine's fit does not compose with another fit
+    assert code == 2 and "its GPU's kernels and host already" in err and err.count("\n") == 1
 
 
 @pytest.mark.slow

@@ -90,16 +90,15 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
             keep = np.arange(n) != i
             a, b = _solve(x[keep], y[keep], kind)
             loos[kind][i] = y[i] - (a + b * x[i])
-    grid = None
-    if kernels is not None and n >= 3:  # [N, S, H] log ms of each row on each machine
+    grid = None  # [N, S, H] log ms of each row on each machine
+    if kernels is not None and n >= 3:
         from mdot_jax.gpu.spec_sheet import launch_bound_grid
 
         grid = np.log(np.maximum(launch_bound_grid(kernels, MACHINE_SPEEDS, MACHINE_HOSTS),
                                  1e-9))
-    if grid is not None:
-        loos["machine"] = np.asarray([y[i] - grid[i][_solve_machine(grid[np.arange(n) != i],
-                                                                    y[np.arange(n) != i])]
-                                      for i in range(n)])
+        others = [np.arange(n) != i for i in range(n)]
+        loos["machine"] = np.asarray([y[i] - grid[i][_solve_machine(grid[k], y[k])]
+                                      for i, k in enumerate(others)])
     score, kind, loo = min(((float(np.mean(np.abs(np.expm1(-v))) * 100), k, v)
                             for k, v in loos.items()), key=lambda t: t[0])  # ties: the first
     host = None
