@@ -196,7 +196,7 @@ def _range(pair, scale: float = 1.0, num=number) -> str:
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
-    from mdot_jax.serving.adaptation import adapt_from_measurements, adapt_from_probe
+    from mdot_jax.serving.adaptation import adapt_from_measurements, adapt_from_probe, at_the_edge
 
     if bool(args.from_measurements) == bool(args.probe):
         raise UsageError("adapt: give --from-measurements CSV or --probe (one of them)")
@@ -222,6 +222,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     print(f"expected error: {a.loo_mape:.1f}% MAPE (each row predicted by a fit on the others); "
           f"80% band x{math.exp(a.lo):.2f}-x{math.exp(a.hi):.2f}"
           + ("; with so few rows, a rough estimate" if a.n_rows < 20 else ""))
+    if edge := at_the_edge(a):
+        print(f"mdot: warning: {edge}", file=sys.stderr)
     if a.base_mape is not None:
         print(f"unadapted, {base} erred by {a.base_mape:.1f}% on these rows"
               + (": the adaptation does not beat it here; more rows, or keep the base"

@@ -2,6 +2,7 @@
 step times (both committed datasets are our own measurements)."""
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -345,7 +346,7 @@ def test_the_machine_form_finds_a_gpus_kernel_speed_and_host():
     us a kernel (the base's: 40): small steps wait on the host, large ones on the GPU, and no
     map of the totals fits both; the machine form recovers both numbers and every row."""
     from mdot_jax.gpu.spec_sheet import launch_bound
-    from mdot_jax.serving.adaptation import fit
+    from mdot_jax.serving.adaptation import at_the_edge, fit
     from mdot_jax.serving.prediction import Adaptation
 
     rng = np.random.default_rng(0)
@@ -363,3 +364,6 @@ def test_the_machine_form_finds_a_gpus_kernel_speed_and_host():
     said = np.mean(np.abs(np.asarray(base) / np.asarray(measured) - 1)) * 100
     assert a.base_mape == without.base_mape == pytest.approx(said)  # what adapting must beat
     assert Adaptation.from_json(dict(a.to_json(), a_later_field=1)) == a  # a later version's
+    assert at_the_edge(a) is None and at_the_edge(without) is None
+    clipped = dataclasses.replace(a, a=math.log(4.0))  # the most its grid tries
+    assert "--device-name" in at_the_edge(clipped)

@@ -271,7 +271,7 @@ def test_an_adaptation_can_be_a_machine_of_its_own_kernel_speed_and_host(capsys,
     (tmp_path / "mine.csv").write_text("model,batch_size,precision,ms\n" + "\n".join(rows))
     code, out, _ = run(capsys, "adapt", "--from-measurements", tmp_path / "mine.csv", "--base",
                        "gpu-spec-sheet", "--out", tmp_path / "mine", "--device-name", "h100-sxm")
-    assert code == 0 and "machine fit: kernels at" in out, out
+    assert code == 0 and "machine fit: kernels at" in out and "edge" not in out, out
     fitted = json.loads((tmp_path / "mine" / "step_model.json").read_text())["adaptation"]
     assert np.exp(fitted["a"]) == pytest.approx(1.5, rel=0.03)
     assert fitted["host_ms"] == pytest.approx(0.03, abs=0.002)

@@ -113,6 +113,19 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
                       source, host, float(np.mean(np.abs(np.expm1(x - y))) * 100))
 
 
+def at_the_edge(a: Adaptation) -> str | None:
+    """What a machine fit that stopped at its grid's edge says of its rows, or None."""
+    if a.fit != "machine":
+        return None
+    speed, host = math.exp(a.a), 1e3 * (a.host_ms or 0.0)
+    if not (math.isclose(speed, MACHINE_SPEEDS[0]) or math.isclose(speed, MACHINE_SPEEDS[-1])
+            or math.isclose(host, 1e3 * MACHINE_HOSTS[-1])):
+        return None
+    return (f"the fit stopped at the edge of what it tries (kernels at {speed:.2f}x their "
+            f"price, a host of {host:.0f} us): are the rows of the GPU --device-name names, at "
+            "their precision?")
+
+
 def _solve_machine(grid: np.ndarray, y: np.ndarray) -> tuple[int, int]:
     """The (factor, host) indices of `grid` (the log ms of rows measured `y` log ms, on each
     machine) with the least squared log error."""
