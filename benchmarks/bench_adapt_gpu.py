@@ -60,19 +60,14 @@ def priced(dataset: str, device: str, layout: str | None) -> list[dict]:
 def scored(rows: list[dict], machine: bool, seed: int) -> tuple[float, float, str]:
     """(MAPE, share inside the band) on the rows not drawn, of the adaptation fitted on the
     `FITTED` rows `seed` draws; the form it chose."""
-    from mdot_jax.gpu.spec_sheet import launch_bound
-    from mdot_jax.serving.adaptation import fit
+    from mdot_jax.serving.adaptation import adapted_ms, fit
 
     pick = np.random.default_rng(seed).choice(len(rows), FITTED, replace=False)
-    rest = [r for i, r in enumerate(rows) if i not in set(pick.tolist())]
-    drawn = [rows[i] for i in pick]
+    taken = set(pick.tolist())
+    drawn, rest = [rows[i] for i in pick], [r for i, r in enumerate(rows) if i not in taken]
     a = fit([r["predicted_ms"] for r in drawn], [r["measured_ms"] for r in drawn], "gpu",
             kernels=[r["kernels"] for r in drawn] if machine else None)
-    if a.fit == "machine":
-        pred = np.asarray([launch_bound([math.exp(a.a) * k for k in r["kernels"]], a.host_ms)
-                           for r in rest])
-    else:
-        pred = a.apply(np.asarray([r["predicted_ms"] for r in rest]))
+    pred = np.asarray([adapted_ms(a, r["predicted_ms"], r["kernels"]) for r in rest])
     m = np.asarray([r["measured_ms"] for r in rest])
     inside = (m >= pred * math.exp(a.lo)) & (m <= pred * math.exp(a.hi))
     return float(np.mean(np.abs(pred / m - 1)) * 100), float(inside.mean()), a.fit

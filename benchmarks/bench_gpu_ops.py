@@ -200,7 +200,7 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     """A GPU's measured steps priced from its spec sheet (`--timm`, `--measured`; the rules
     in the module docstring)."""
     from mdot_jax.data.dataset import load_dataset
-    from mdot_jax.gpu.spec_sheet import launch_bound, load_step_model, price
+    from mdot_jax.gpu.spec_sheet import load_step_model, price
     from mdot_jax.serving import adaptation
 
     model = load_step_model(args.model)
@@ -249,8 +249,7 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
         pick = np.random.default_rng(0).choice(len(rs), 10, replace=False)
         rest = np.setdiff1d(np.arange(len(rs)), pick)
         fit = adaptation.fit(p[pick], m[pick], gpu.name, kernels=[ks[i] for i in pick])
-        adapted = np.asarray([launch_bound([math.exp(fit.a) * k for k in ks[i]], fit.host_ms)
-                              for i in rest]) if fit.fit == "machine" else fit.apply(p[rest])
+        adapted = np.asarray([adaptation.adapted_ms(fit, p[i], ks[i]) for i in rest])
         return dict(rows=[rs[i]["model"] for i in pick], fit=fit.fit, n_scored=len(rest),
                     mape=float(ape(adapted, m[rest]).mean()),
                     spec_sheet_mape_same_rows=float(ape(p[rest], m[rest]).mean()))

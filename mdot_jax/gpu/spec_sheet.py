@@ -471,12 +471,9 @@ def recording_kernels() -> Iterator[list[list[float]]]:
 def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
     """ms until the last of `kernels` (ms each, in order) ends when the host issues one every
     `host_ms` and the GPU runs them in order: a kernel starts once issued and once the one
-    before it has ended, so end_k = max(k h, end_(k-1)) + t_k, closed form below."""
-    t = np.asarray(kernels, np.float64)
-    if not len(t):
-        return 0.0
-    before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # the GPU's work before each kernel
-    return float(t.sum() + max(0.0, np.max((np.arange(len(t)) + 1) * host_ms - before)))
+    before it has ended, so end_k = max(k h, end_(k-1)) + t_k (`launch_bound_grid`'s closed
+    form)."""
+    return float(launch_bound_grid([kernels], np.ones(1), np.asarray([host_ms]))[0, 0, 0])
 
 
 def launch_bound_grid(kernels: Sequence[Sequence[float]], speeds: np.ndarray,
@@ -486,7 +483,7 @@ def launch_bound_grid(kernels: Sequence[Sequence[float]], speeds: np.ndarray,
     out = np.empty((len(kernels), len(speeds), len(hosts)))
     for i, ks in enumerate(kernels):
         t = np.asarray(ks, np.float64)
-        before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # [K]
+        before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # [K] the GPU's work before each
         issued = np.arange(1, len(t) + 1)[:, None] * np.asarray(hosts)[None, :]  # [K, H]
         for s, speed in enumerate(speeds):
             wait = np.max(issued - speed * before[:, None], axis=0) if len(t) else 0.0  # [H]

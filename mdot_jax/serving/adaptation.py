@@ -113,6 +113,16 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
                       source, host, float(np.mean(np.abs(np.expm1(x - y))) * 100))
 
 
+def adapted_ms(a: Adaptation, base_ms: float, kernels: list[float]) -> float:
+    """A step the base priced at `base_ms` from `kernels` (ms, in the order they run), as `a`
+    prices it."""
+    if a.fit != "machine":
+        return float(a.apply(np.asarray([base_ms]))[0])
+    from mdot_jax.gpu.spec_sheet import launch_bound
+
+    return launch_bound([math.exp(a.a) * k for k in kernels], a.host_ms or 0.0)
+
+
 def at_the_edge(a: Adaptation) -> str | None:
     """What a machine fit that stopped at its grid's edge says of its rows, or None."""
     if a.fit != "machine":
