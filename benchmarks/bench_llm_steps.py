@@ -12,6 +12,13 @@ traced on a GPU, the GPU's busy time against the priced kernel time and its shar
 class (`measure.profiler.kernel_class`). Rows measured on a device the catalog does not know
 are listed as skipped, with the name.
 
+LoRA rows (keys ending `/lora16`; the kit measures them after the mixtures of experts) are
+a group of their own, and each one's step over its fully trained twin's, measured and priced
+(`lora_over_full`). Pre-registered, before any LoRA row exists: the pricing of frozen
+parameters (`mdot_jax.autograd`) stays as it is if, for both LoRA rows of a lease, the priced
+ratio lies within 15% of the measured one; otherwise the traced kernels' classes say which
+mechanism is the next study, its rule written before it is priced.
+
 For traced rows, priced over traced GPU time by kernel class (`priced_over_traced_by_class`):
 the readings of docs/studies/gemm-bound-step.md, whose rule was written before any traced LLM
 step existed.
@@ -69,7 +76,8 @@ def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = F
             out.append(dict(key=r["key"], measured_ms=r["ms"], predicted_ms=p.iteration_ms,
                             peak_gb=r.get("peak_gb"), memory_gb=p.memory_gb,
                             attention=r["job"]["attention"],
-                            checkpointing=r["job"]["activation_checkpointing"] or "none"))
+                            checkpointing=r["job"]["activation_checkpointing"] or "none",
+                            lora=r["job"].get("lora_rank")))
             if loss_memory:
                 out[-1]["memory_gb_candidate"] = p.memory_gb + loss_memory_gb(config, r["job"])
             if r.get("gpu_ms"):  # traced on a GPU: the GPU's busy time against the priced
@@ -121,11 +129,25 @@ def loss_memory_gb(config: Path, job: dict) -> float:
     return extra / 1e9
 
 
+def lora_over_full(priced: list[dict]) -> dict[str, dict]:
+    """Each LoRA row's step over its fully trained twin's (the same model and tokens, measured
+    in the same run), measured and priced: the reading of frozen parameters' pricing."""
+    by_key = {r["key"]: r for r in priced}
+    out = {}
+    for r in priced:
+        twin = by_key.get(r["key"].rsplit("/lora", 1)[0]) if r.get("lora") else None
+        if twin:
+            out[r["key"]] = dict(measured=r["measured_ms"] / twin["measured_ms"],
+                                 priced=r["predicted_ms"] / twin["predicted_ms"])
+    return out
+
+
 def summarize(priced: list[dict]) -> dict:
     groups: dict[str, list[dict]] = {"all": priced}
     for r in priced:
-        groups.setdefault(f"{r['attention']}/{r['checkpointing']}", []).append(r)
-    summary = {}
+        groups.setdefault(f"{r['attention']}/{r['checkpointing']}"
+                          + ("/lora" if r.get("lora") else ""), []).append(r)
+    summary: dict = {"lora_over_full": lora_over_full(priced)}
     for name, rows in groups.items():
         ratio = np.asarray([r["predicted_ms"] / r["measured_ms"] for r in rows])
         summary[name] = dict(rows=len(rows), mape=float(100 * np.mean(np.abs(ratio - 1))),

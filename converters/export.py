@@ -30,7 +30,13 @@ import onnx
 
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
-from converters.sequence import DATA_INPUTS_KEY, LINEAR_KEY, PARAMS_KEY, STATE_SPACE_KEY
+from converters.sequence import (
+    DATA_INPUTS_KEY,
+    FROZEN_KEY,
+    LINEAR_KEY,
+    PARAMS_KEY,
+    STATE_SPACE_KEY,
+)
 from converters.state_space import DOMAIN
 from converters.substitutes import SUBSTITUTES, substituted
 from converters.symbolics import register as register_symbolics
@@ -257,6 +263,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     params = [name for name, _ in module.named_parameters()]
     _unmerge(model, set(params) | {name for name, _ in module.named_buffers()})
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
+    if frozen := [name for name, p in module.named_parameters() if not p.requires_grad]:
+        model.metadata_props.add(key=FROZEN_KEY, value=",".join(frozen))  # no gradients
     if fused:
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):

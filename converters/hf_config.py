@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,16 @@ from converters.errors import ConversionError
 from converters.experts import balanced, describe
 from converters.export import from_torch
 from converters.loader import check_dims
+from converters.lora import ALL_LINEAR, add_adapters
 from converters.repeat import layer_stack, repeat_layer, template
-from converters.sequence import DEFAULTED_KEY, EAGER_KEY, EXPERTS_KEY, PARAMS_KEY, SPARSE_KEY
+from converters.sequence import (
+    DEFAULTED_KEY,
+    EAGER_KEY,
+    EXPERTS_KEY,
+    FROZEN_KEY,
+    PARAMS_KEY,
+    SPARSE_KEY,
+)
 
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
                  "moe_num_experts")
@@ -30,6 +38,7 @@ TOP_K_FIELDS = ("num_experts_per_tok", "moe_topk", "moe_k")  # the experts a tok
 
 def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                    target_len: int | None = None, repeat: bool = True,
+                   lora_rank: int | None = None, lora_targets: Sequence[str] = (ALL_LINEAR,),
                    **overrides: Any) -> onnx.ModelProto:
     """A Hugging Face language model built from its configuration alone (a `config.json`, its
     folder, or the dict; nothing is fetched), on the meta device, exported as its training
@@ -39,7 +48,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     `convert(..., seq_len=...)` predicts at other lengths up to the model's positions).
     `overrides` change config fields (e.g. `num_hidden_layers=2`). Any size exports without
     allocating weights; with `repeat`, a stack of identical layers is traced with two and
-    repeated in the graph (`converters.repeat`: a 70B Llama in seconds)."""
+    repeated in the graph (`converters.repeat`: a 70B Llama in seconds). `lora_rank`: fine-tuned
+    with LoRA adapters of that rank on the linear layers `lora_targets` names, every other
+    parameter frozen (`converters.lora`)."""
     import torch
     import transformers
 
@@ -81,6 +92,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                               "which this transformers has no experts interface to export as "
                               "balanced routing (transformers 5 has)")
     check_dims(target_len=target_len)
+    if lora_rank is not None:
+        add_adapters(model, lora_rank, lora_targets)
     if target_len is not None and not cfg.is_encoder_decoder:
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is a "
                               "causal LM, whose targets are its inputs (--seq-len)")
@@ -129,14 +142,17 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if stack is None or t is None:
         return export()
     params = [n for n, _ in model.named_parameters()]
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     try:
         with _first_layers(model, stack, t + 1):  # up to layer t, the rest copied in the graph
             onnx_model = export()
         repeat_layer(onnx_model, stack[0], len(stack[1]), t)
     except ConversionError:  # a layer that reads more than its predecessor: trace them all
         return export()
-    meta = next(p for p in onnx_model.metadata_props if p.key == PARAMS_KEY)
-    meta.value = ",".join(params)
+    for key, names in ((PARAMS_KEY, params), (FROZEN_KEY, frozen)):  # the copied layers' too
+        for meta in onnx_model.metadata_props:
+            if meta.key == key:
+                meta.value = ",".join(names)
     return onnx_model
 
 
@@ -197,13 +213,15 @@ def _defaulted(cfg: Any, given: dict) -> dict[str, Any]:
 
 
 def _main(argv: list[str]) -> int:
-    """`CONFIG SEQ_LEN OUT.onnx [TARGET_LEN]`: `from_hf_config` in a process of its own
-    (PyTorch and transformers stay out of the caller's memory); a ConversionError is one line
-    on stderr and exit status 2."""
-    config, seq_len, out, *target = argv
+    """`CONFIG SEQ_LEN OUT.onnx [TARGET_LEN [LORA_RANK LORA_TARGETS]]` (0: none; targets
+    comma-separated): `from_hf_config` in a process of its own (PyTorch and transformers stay
+    out of the caller's memory); a ConversionError is one line on stderr and exit status 2."""
+    config, seq_len, out, target, rank, targets = (argv + ["0", "0", ""])[:6]
     try:
-        onnx.save(from_hf_config(config, seq_len=int(seq_len),
-                                 target_len=int(target[0]) if target else None), out)
+        onnx.save(from_hf_config(config, seq_len=int(seq_len), target_len=int(target) or None,
+                                 lora_rank=int(rank) or None,
+                                 lora_targets=tuple(targets.split(",")) if targets
+                                 else (ALL_LINEAR,)), out)
     except ConversionError as e:
         print(e, file=sys.stderr, flush=True)  # the caller may `os._exit` after
         return 2

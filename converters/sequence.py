@@ -53,7 +53,8 @@ for _name in ("stride_h", "stride_w", "dilation_h", "dilation_w", "groups"):
 _DEFAULTS[_CFG["axis"]] = -1
 _SHAPE_OPS = {"Shape", "Size", "Constant"}  # outputs are never data, whatever the inputs
 DATA_INPUTS_KEY = "mdot.data_inputs"  # model metadata: comma-separated data (non-param) inputs
-PARAMS_KEY = "mdot.params"  # model metadata: the trainable parameters, when the exporter knows
+PARAMS_KEY = "mdot.params"  # model metadata: the parameters, when the exporter knows
+FROZEN_KEY = "mdot.frozen"  # model metadata: those of them trained without gradients (frozen)
 EXPERTS_KEY = "mdot.experts"  # model metadata: a mixture of experts exported as balanced routing
 DEFAULTED_KEY = "mdot.defaulted"  # model metadata: shape fields a config.json left to defaults
 EAGER_KEY = "mdot.eager_attention"  # model metadata: a config class computing attention itself
@@ -79,7 +80,8 @@ class OperatorSequence:
         bytes read and written, parameter count, FLOPs per byte.
       edges: `[E, 2] int32` data dependencies (src, dst) between operators, src < dst.
       node_names: `[N]` ONNX node names (for errors and per-operator attribution).
-      meta: JSON-able dict: inputs (name -> shape), total params, unknown op counts,
+      meta: JSON-able dict: inputs (name -> shape), total params (frozen ones, and the
+        operators all of whose parameters are, where any), unknown op counts,
         vocabulary and format versions, dropped shape-only nodes.
     """
 
@@ -360,6 +362,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         _refuse_merged(graph, floats, set(meta_params.split(",")), name or graph.name)
     _refuse_rows_past_the_table(graph, floats, types, name or graph.name)
     tied = set(_metadata(model).get(TIED_KEY, "").split(","))
+    frozen = params & set(_metadata(model).get(FROZEN_KEY, "").split(","))
+    frozen_nodes: list[int] = []  # those all of whose parameters are frozen
     fill, filled = fills(graph), []  # Adds of a fill: no mask (`converters.attention`)
     order, producer = _node_order(nodes, graph_inputs)
 
@@ -404,6 +408,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         if node.op_type == "Add" and fill.intersection(inputs):
             filled.append(names[-1])
         used_params.update(node_params)
+        if node_params and frozen.issuperset(node_params):
+            frozen_nodes.append(j)
         for t in inputs:
             p = producer.get(t)
             if p is not None:
@@ -417,6 +423,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         format_version=FORMAT_VERSION, vocab_version=VOCAB_VERSION, graph=graph_kind(model),
         inputs={t: list(types[t].shape or []) for t in sorted(data_inputs) if t in types},
         params=int(sum(types[t].numel for t in used_params - tied)),
+        **({"frozen": int(sum(types[t].numel for t in (used_params & frozen) - tied)),
+            "frozen_nodes": frozen_nodes} if used_params & frozen else {}),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
         **({"fill_operands": filled} if filled else {}),

@@ -41,6 +41,7 @@ def _shape_kwargs(args: argparse.Namespace) -> dict:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters import convert
+    from mdot_jax import autograd
     from mdot_jax.serving.model_source import config_graph, defaults_said, is_config
 
     if args.output:
@@ -48,15 +49,22 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.target_len and not is_config(args.model):
         raise UsageError("--target-len: an encoder-decoder's config.json takes it (an ONNX "
                          "file's targets are an input: give its --input-shape)")
-    model = config_graph(args.model, args.seq_len, args.target_len) if is_config(args.model) \
-        else args.model
+    if (args.lora_rank or args.lora_targets) and not is_config(args.model):
+        raise UsageError("--lora-rank: adapters are added to a config.json's model (an ONNX export "
+                         "records the parameters its model froze)")
+    if args.lora_targets and not args.lora_rank:
+        raise UsageError("--lora-targets: the layers LoRA adapts; give --lora-rank R")
+    targets = tuple(args.lora_targets.split(",")) if args.lora_targets else None
+    model = config_graph(args.model, args.seq_len, args.target_len, args.lora_rank, targets) \
+        if is_config(args.model) else args.model
     seq = convert(model, name=Path(args.model).stem, **_shape_kwargs(args),
                   fuse=True if args.fuse is None else args.fuse, label=args.model)
     if args.output:
         writers.write_file(args.output, seq.save)
     summary = dict(model=seq.name, num_ops=seq.num_ops, flops=seq.flops,
-                   flops_bwd=seq.total("bwd_flops"),
-                   params=seq.params, inputs=seq.meta["inputs"],
+                   flops_bwd=float(autograd.backward_flops(seq).sum()),
+                   params=seq.params, trained_params=autograd.trainable(seq),
+                   inputs=seq.meta["inputs"],
                    op_types=seq.op_type_counts(), flops_by_type=seq.flops_by_type(),
                    unknown_ops=seq.unknown_ops,
                    dropped_nodes=seq.meta["dropped_nodes"], graph=seq.meta["graph"],
@@ -68,7 +76,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         return 0
     print(f"{seq.name}: {seq.num_ops} operators, {seq.flops / 1e9:.3f} GFLOPs forward, "
           f"{summary['flops_bwd'] / 1e9:.3f} GFLOPs backward (est.), "
-          f"{seq.params / 1e6:.2f} M params")
+          f"{seq.params / 1e6:.2f} M params"
+          + (f" ({summary['trained_params'] / 1e6:.2f} M trained, the rest frozen)"
+             if summary["trained_params"] < seq.params else ""))
     print(f"inputs: {', '.join(f'{k}={v}' for k, v in seq.meta['inputs'].items())}; "
           f"{seq.meta['dropped_nodes']} shape/constant nodes dropped")
     if said := defaults_said(seq):

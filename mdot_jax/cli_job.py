@@ -60,6 +60,12 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=POSITIVE_INT, help="dim 1 of rank-2 token-id inputs")
     p.add_argument("--target-len", type=POSITIVE_INT,
                    help="an encoder-decoder's config.json: targets per sample (default: seq-len)")
+    p.add_argument("--lora-rank", type=POSITIVE_INT, metavar="R",
+                   help="a config.json's model fine-tuned with LoRA adapters of rank R, the rest "
+                        "frozen (an ONNX export records its own frozen parameters)")
+    p.add_argument("--lora-targets", metavar="NAME[,NAME...]",
+                   help="with --lora-rank: the linear layers adapted, by name (e.g. q_proj,v_proj; "
+                        "default all-linear: every one but the output head)")
 
 
 def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
@@ -127,6 +133,8 @@ def job_fields(args: argparse.Namespace) -> dict:
     """The `TrainingJob` fields of `add_job_args`' flags and the shape flags."""
     return dict(
         image_size=args.image_size, seq_len=args.seq_len, target_len=args.target_len,
+        lora_rank=args.lora_rank,
+        lora_targets=tuple(args.lora_targets.split(",")) if args.lora_targets else None,
         input_shapes=input_shapes(args.input_shape) or None,
         precision=args.precision, optimizer=args.optimizer,
         fused_optimizer=args.fused_optimizer, layout=args.layout, step=args.step,

@@ -345,7 +345,7 @@ def test_the_machine_form_finds_a_gpus_kernel_speed_and_host():
     """Steps measured on a machine whose kernels take 1.5x their price behind a host of 30
     us a kernel (the base's: 40): small steps wait on the host, large ones on the GPU, and no
     map of the totals fits both; the machine form recovers both numbers and every row."""
-    from mdot_jax.gpu.spec_sheet import launch_bound
+    from mdot_jax.gpu.host import launch_bound
     from mdot_jax.serving.adaptation import at_the_edge, fit
     from mdot_jax.serving.prediction import Adaptation
 

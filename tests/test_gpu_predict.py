@@ -253,7 +253,8 @@ def test_an_adaptation_can_be_a_machine_of_its_own_kernel_speed_and_host(capsys,
     adaptation picks the machine form, and the adapted model prices a job it never saw as such
     a machine runs it."""
     from mdot_jax import predict
-    from mdot_jax.gpu.spec_sheet import launch_bound, recording_kernels
+    from mdot_jax.gpu.host import launch_bound
+    from mdot_jax.gpu.spec_sheet import recording_kernels
 
     def job(seq, b, **kw):
         return TrainingJob(model=str(tmp_path / f"m{seq}.onnx"), batch_size=b,
@@ -309,7 +310,7 @@ def test_adapting_prices_the_rows_as_predict_will(capsys, tmp_path):
 
 
 def test_a_host_slower_than_the_kernels_leaves_the_gpu_waiting():
-    from mdot_jax.gpu.spec_sheet import launch_bound
+    from mdot_jax.gpu.host import launch_bound
 
     assert launch_bound([], 0.01) == 0
     assert launch_bound([1.0, 1.0], 0.0) == 2.0  # GPU-bound: the kernels back to back
@@ -324,7 +325,7 @@ def test_a_host_slower_than_the_kernels_leaves_the_gpu_waiting():
 
 
 def test_the_launch_bound_grid_is_the_launch_bound_at_every_point():
-    from mdot_jax.gpu.spec_sheet import launch_bound, launch_bound_grid
+    from mdot_jax.gpu.host import launch_bound, launch_bound_grid
 
     steps = [list(np.random.default_rng(i).exponential(0.02, 50 * i + 1)) for i in range(4)]
     speeds, hosts = np.asarray([0.5, 1.0, 3.0]), np.asarray([0.0, 0.01, 0.05])
@@ -339,7 +340,7 @@ def test_the_host_is_the_frameworks_and_its_fit_prices_as_a_step_does(step_model
     import dataclasses
 
     from mdot_jax.gpu import gpu_fit
-    from mdot_jax.gpu.spec_sheet import launch_bound
+    from mdot_jax.gpu.host import launch_bound
 
     one = dataclasses.replace(step_model, info=dict(step_model.info, host_ms_per_kernel=0.03))
     each = dataclasses.replace(step_model, info=dict(step_model.info, host_ms_per_kernel=dict(

@@ -1,7 +1,9 @@
 """The kit's LLM steps (`mdot_jax.measure.llm_steps`): every planned step is a job the front
 door can price (so each measured row has its prediction), and a step runs on this CPU."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +15,7 @@ from mdot_jax.measure.profiler import BUSIEST
 @pytest.mark.parametrize("dry", [False, True])
 def test_every_planned_step_is_a_valid_job(tmp_path, dry):
     rows = llm_steps.plan(dry)
-    assert len({r["key"] for r in rows}) == len(rows) == (5 if dry else 27)
+    assert len({r["key"] for r in rows}) == len(rows) == (6 if dry else 29)
     (tmp_path / "config.json").write_text(json.dumps(rows[0]["config"]))
     for r in rows:
         TrainingJob(model=str(tmp_path / "config.json"), device="h100-sxm", **r["job"])
@@ -21,6 +23,7 @@ def test_every_planned_step_is_a_valid_job(tmp_path, dry):
         # the GEMM-bound step first (a lease's budget may end before the last)
         assert rows[0]["key"] == "gpt2-1.3b/t2048/flash/none"
         assert [r["config"]["model_type"] for r in rows[1:3]] == ["mixtral", "qwen3_moe"]
+        assert [r["job"].get("lora_rank") for r in rows[3:6]] == [16, 16, None]  # then LoRA
         assert {r["job"]["batch_size"] * r["job"]["seq_len"] for r in rows} == {8192}
         assert {(r["job"]["attention"], r["job"]["activation_checkpointing"])
                 for r in rows} == {("flash", None), ("flash", "full"), ("eager", None),
@@ -48,8 +51,6 @@ def test_a_step_is_measured_and_a_second_run_resumes(tmp_path):
 def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
     """The analysis of a lease's rows (`benchmarks/bench_llm_steps.py`): a row of a catalogued
     GPU is priced with its own job; a row of another device is skipped by name."""
-    import importlib.util
-    from pathlib import Path
 
     pytest.importorskip("transformers")
     out = tmp_path / "llm.jsonl"
@@ -78,3 +79,20 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
     # the pre-registered candidate: the loss's fp32 tensors over a vocabulary of 1,000 (fp32)
     row = res["rows"][0]
     assert row["memory_gb_candidate"] - row["memory_gb"] >= 8 * 2 * 64 * 1000 / 1e9 * 0.5
+
+
+def test_a_lora_step_is_read_over_its_fully_trained_twin():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_llm_steps.py"
+    spec = importlib.util.spec_from_file_location("bench_llm_steps", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    row = dict(attention="flash", checkpointing="none", peak_gb=None, memory_gb=1.0)
+    priced = [dict(row, key="m/t64/flash/none", measured_ms=10.0, predicted_ms=8.0),
+              dict(row, key="m/t64/flash/none/lora16", measured_ms=8.0, predicted_ms=4.0,
+                   lora=16),
+              dict(row, key="n/t64/flash/none/lora16", measured_ms=5.0, predicted_ms=5.0,
+                   lora=16)]  # no twin measured: not read
+    summary = bench.summarize(priced)
+    assert summary["lora_over_full"] == {"m/t64/flash/none/lora16": dict(measured=0.8,
+                                                                          priced=0.5)}
+    assert summary["flash/none/lora"]["rows"] == 2 and summary["flash/none"]["rows"] == 1

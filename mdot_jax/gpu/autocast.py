@@ -8,26 +8,30 @@ backward.
 from __future__ import annotations
 
 from converters import OperatorSequence
-from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
+from converters.sequence import CONFIG_FIELDS
 from converters.traits import of_kind
+from mdot_jax.autograd import Backward, backward
 from mdot_jax.gpu.catalog import GPU
 
 FP32_OPS = set(of_kind("rowwise")) - {"BatchNormalization"}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
-_L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 
 
 def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
-          half_weights: bool) -> list[tuple[int, str, str, tuple, GPU, float]]:
+          half_weights: bool, grads: Backward | None = None
+          ) -> list[tuple[int, str, str, tuple, GPU, float]]:
     """The cast kernels autocast adds, as `spec_sheet.price` lists work: (node, phase,
-    operator, dims, GPU, 1.0); with `half_weights`, no weight's."""
+    operator, dims, GPU, 1.0); with `half_weights`, no weight's; `grads`: the backward
+    autograd runs (default: every one), a frozen weight's gradient never cast back."""
     weights = 0 if half_weights else 1
+    grads = grads or backward(seq)
     reads, _ = seq.neighbours()  # node -> the nodes whose outputs it reads
-    out, names = [], seq.op_names
+    out, names, held = [], seq.op_names, seq.column("params")
     for i, kind in enumerate(kinds):
         if kind not in ("linear", "bmm", "conv") or i in skip:
             continue
-        sizes = [weights * int(seq.load[i, _L["params"]])]
+        both = ("fw", "bw") if grads.runs[i] else ("fw",)  # a weight's gradient: if trained
+        sizes = [(weights * int(held[i]), both if grads.weights[i] else ("fw",))]
         todo, seen = list(reads.get(i, [])), set()
         while todo:  # through views to the tensors it reads
             j = todo.pop()
@@ -35,12 +39,12 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
                 continue
             seen.add(j)
             if kinds[j] == "free":  # a view, of a weight perhaps (transposed on the way)
-                sizes.append(weights * int(seq.load[j, _L["params"]]))
+                sizes.append((weights * int(held[j]), both if grads.weights[j] else ("fw",)))
                 todo.extend(reads.get(j, []))
             elif names[j] in FP32_OPS and j not in skip:
-                sizes.append(int(seq.config[j, _C["out_numel"]]))
-        out += [(i, phase, "addu", (1, n), gpu, 1.0) for n in sizes if n > 0
-                for phase in ("fw", "bw")]
+                sizes.append((int(seq.config[j, _C["out_numel"]]), both))
+        out += [(i, phase, "addu", (1, n), gpu, 1.0) for n, phases in sizes if n > 0
+                for phase in phases]
     return out
 
 

@@ -87,7 +87,7 @@ def step_kernels(model: StepModel, samples: Sequence, gpu: gpus.GPU
                  ) -> list[tuple[list[float], float]]:
     """(the GPU's kernel times in the order they run, the measured ms) of each sample of eager
     PyTorch on `gpu`, priced by `model` at its own precision with SGD (the kit's and timm's
-    optimizer) behind a host, whose speed changes only the gaps (`spec_sheet.launch_bound`)."""
+    optimizer) behind a host, whose speed changes only the gaps (`host.launch_bound`)."""
     from mdot_jax.gpu.spec_sheet import price
 
     out = []
@@ -102,7 +102,7 @@ def step_kernels(model: StepModel, samples: Sequence, gpu: gpus.GPU
 def best_host(steps: Sequence[tuple[list[float], float]]) -> tuple[float, float, float]:
     """(the host's ms per kernel of `HOST_GRID` of the least MAPE over `steps` (`step_kernels`),
     that MAPE in %, the MAPE at the grid's fastest host)."""
-    from mdot_jax.gpu.spec_sheet import launch_bound
+    from mdot_jax.gpu.host import launch_bound
 
     mape = [np.mean([abs(launch_bound(k, h) / ms - 1) for k, ms in steps]) for h in HOST_GRID]
     i = int(np.argmin(mape))

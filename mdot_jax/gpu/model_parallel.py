@@ -58,6 +58,7 @@ import numpy as np
 from converters.attention import Block, layer_starts, sublayers
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.traits import LOSSES
+from mdot_jax import autograd
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classes_field, classified
@@ -226,7 +227,8 @@ def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False,
             config[i, [_C["out_numel"], _C["in_numel"]]] /= tp
     params = seq.params * float(load[:, _L["params"]].sum()) / max(seq.total("params"), 1.0)
     return dataclasses.replace(seq, config=config, load=load,
-                               meta=dict(seq.meta, params=int(round(params)), tp=tp))
+                               meta=dict(seq.meta, params=int(round(params)), tp=tp,
+                                         **autograd.sharded(seq, load[:, _L["params"]])))
 
 
 def whole_keys(seq: OperatorSequence, blocks: Sequence[Block], cp: int) -> OperatorSequence:
@@ -296,7 +298,8 @@ def shard_experts(seq: OperatorSequence, ep: int) -> OperatorSequence:
         load[i, _L["params"]] /= ep
     params = seq.params * float(load[:, _L["params"]].sum()) / max(seq.total("params"), 1.0)
     return dataclasses.replace(seq, config=config, load=load,
-                               meta=dict(seq.meta, params=int(round(params)), ep=ep))
+                               meta=dict(seq.meta, params=int(round(params)), ep=ep,
+                                         **autograd.sharded(seq, load[:, _L["params"]])))
 
 
 def expert_params(seq: OperatorSequence) -> int:
@@ -349,12 +352,13 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     fill = t.sum() - t[slow]
     iteration = m * t[slow] + (fill / v if layout.schedule == "interleaved" else fill)
     tied = _tied_ms(seq, layout, gpu, network_gbs, interconnect) if pp > 1 else 0.0
-    held = param_bytes(precision, optimizer, framework).total  # bytes a parameter
-    state = _stage_params(seq, stage, pp) * held
+    held = param_bytes(precision, optimizer, framework)  # bytes a parameter
+    every, trained = _stage_params(seq, stage, pp)  # [pp] each
+    state = every * held.model + trained * (held.total - held.model)  # frozen: weights alone
     memory = state + _activation_bytes(seq, stage, blocks, layers, layout, m, precision,
                                        checkpointing, fused)
     full = int(np.argmax(memory))
-    updates = float(state[slow] / max(state.sum(), 1.0))  # of the parameters, the slowest's
+    updates = float(trained[slow] / max(trained.sum(), 1.0))  # of those updated, the slowest's
     update = one.phases.get("update", 0.0) * updates
     one = dataclasses.replace(one, operators=updating(one.operators, updates,
                                                       "the slowest stage's"))
@@ -377,7 +381,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
                      f"on the slowest stage, bubble {phases['bubble']:.3g} ms")
     note = ", ".join([" x ".join(split), *tail]) + " (Megatron-LM's rules; not measured)"
     working = step_memory(seq, precision, optimizer, fused=fused).working
-    params = int(round(state[full] / held))
+    params = int(round(every[full]))
     few = [f"{m} micro-batch{'es' if m > 1 else ''} through {pp} pipeline stages: most of the "
            "iteration is the bubble (grad_accum sets the micro-batches; several times pp is "
            "usual)"] if 1 < pp and m < pp else []
@@ -415,11 +419,15 @@ def _tied_ms(seq: OperatorSequence, layout: Layout, gpu: GPU, network_gbs: float
     return allreduce_ms(4.0 * shared, 2, link, 1)
 
 
-def _stage_params(seq: OperatorSequence, stage: np.ndarray, pp: int) -> np.ndarray:
-    """`[pp]` parameters a stage's GPU holds."""
+def _stage_params(seq: OperatorSequence, stage: np.ndarray, pp: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """`[pp]` parameters a stage's GPU holds, and `[pp]` of them trained (not frozen)."""
     # one stage holds a tied weight once; each of two stages that use it, a copy (Megatron)
-    return np.bincount(stage, seq.column("params"), pp).astype(float) if pp > 1 else \
-        np.asarray([seq.params], float)
+    if pp == 1:
+        return np.asarray([seq.params], float), np.asarray([autograd.trainable(seq)], float)
+    every = seq.column("params")
+    return (np.bincount(stage, every, pp).astype(float),
+            np.bincount(stage, np.where(autograd.frozen_nodes(seq), 0.0, every), pp))
 
 
 def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Block],
@@ -430,7 +438,7 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
     pp, v = layout.pp, layout.virtual
     scale = 0.5 if precision in HALF else 1.0
     core = blocks if checkpointing == "selective" else fused  # no S x S kept either way
-    kept = np.bincount(stage, saved(seq, core, scale), pp)  # one micro-batch's
+    kept = np.bincount(stage, saved(seq, core, scale), pp)
     flight = np.minimum(pp - np.arange(pp), m).astype(float)
     if layout.schedule == "gpipe":
         flight[:] = m

@@ -181,7 +181,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                   strategy: str = "ddp", optimizer: str = "sgd", grad_accum: int = 1,
                   model_parallel: int = 1, after_flush: bool = False,
                   precision: str = "fp32", units: int = 0, experts: int = 0,
-                  ep: int = 1, stride: int = 0, framework: str = "pytorch") -> Prediction:
+                  ep: int = 1, stride: int = 0, framework: str = "pytorch",
+                  trained: float = 1.0) -> Prediction:
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each, replicas `stride` ranks apart (default
@@ -197,8 +198,9 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     DDP's buckets). `experts`: of the `params` (a GPU's), those of the experts it holds, the
     model's split `ep` ways (module docstring). `framework`: whose gradients and state
     (`memory.param_bytes`: DDP's gradients all-reduced at their width, Megatron-LM's fp16 ones
-    in fp16; its distributed optimizer shards the master weights too). One replica: `p`
-    itself."""
+    in fp16; its distributed optimizer shards the master weights too). `trained`: the share of
+    the parameters trained (the rest frozen: no gradient to reduce, no state, never gathered
+    again after an update). One replica: `p` itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
@@ -231,30 +233,31 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     fw, bw = wall * fw, wall * (bw + again)
     phases = dict(p.phases)
     if strategy == "ddp":
-        total = rings(held.gradients / 4, buckets)  # in the type the gradients are reduced in
-        shown = total if after_flush else _hidden(total, bw, buckets)
+        pieces = max(1, math.ceil(trained * buckets))  # the trained parameters' gradients
+        total = rings(held.gradients / 4 * trained, pieces)  # in the type they are reduced in
+        shown = total if after_flush else _hidden(total, bw, pieces)
         # PyTorch DDP's buckets: a copy of the gradients; Megatron-LM's (`after_flush`)
         # contiguous buffer is the gradients themselves
-        memory = p.memory_gb + (0.0 if after_flush else nbytes / 1e9)
+        memory = p.memory_gb + (0.0 if after_flush else trained * nbytes / 1e9)
     else:
         in_flight = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
             width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
             pieces = units or buckets  # its collectives: one a unit (a ring's steps each)
-            half = rings(width, pieces) / 2
-            total = 3 * half * k
-            shown = k * (_hidden(half, fw, pieces) + _hidden(2 * half, bw, pieces))
+            half = rings(width, pieces) / 2  # a gather of every weight; the trained reduced
+            total = (2 + trained) * half * k
+            shown = k * (_hidden(half, fw, pieces) + _hidden((1 + trained) * half, bw, pieces))
             if units:  # a unit's weights, the next one's, the unit's gradients
-                in_flight = 3 * width * nbytes / units / 1e9
+                in_flight = (2 + trained) * width * nbytes / units / 1e9
         else:  # reduce-scattered behind the backward (zero2: each micro-batch), gathered after
             times = k if strategy == "zero2" else 1  # the gradients' width, the weights'
-            rs, ag = (rings(b / 4, buckets) / 2 for b in (held.gradients, held.model))
+            rs, ag = (trained * rings(b / 4, buckets) / 2 for b in (held.gradients, held.model))
             scatter = rs if after_flush else _hidden(rs, bw, buckets)
             total, shown = rs * times + ag, scatter * times + ag
         shard = sum(b / r for b, r, _ in groups) / nbytes  # of a GPU's parameters, its shard
         phases["update"] = phases.get("update", 0.0) * shard
         p = dataclasses.replace(p, operators=updating(p.operators, shard, "its shard"))
-        memory = p.memory_gb - held.sharded(strategy) / 4 * unsharded / 1e9 + in_flight
+        memory = p.memory_gb - held.sharded(strategy, trained) / 4 * unsharded / 1e9 + in_flight
     what = {"ddp": "gradient all-reduce",
             "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"
                     + (" in the half type" if precision in HALF else "")}.get(

@@ -25,6 +25,7 @@ import numpy as np
 from converters import OperatorSequence
 from converters.attention import Block
 from converters.traits import TRAITS
+from mdot_jax import autograd
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
@@ -153,8 +154,8 @@ def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str,
     convolutions at theirs, linear layers at theirs, the rest at the matmuls' (MFU: this over
     the step's time). A causal attention block of `blocks` counts half its scores' and
     output's FLOPs: the keys its queries need (FlashAttention's count; the graph computes them
-    all, then masks half)."""
-    flops = seq.column("fwd_flops") + seq.column("bwd_flops")  # [N]
+    all, then masks half). With frozen parameters, the backward autograd runs (`autograd`)."""
+    flops = seq.column("fwd_flops") + autograd.backward_flops(seq)  # [N]
     for b in blocks:
         if b.causal:
             flops[[b.scores, b.output]] /= 2

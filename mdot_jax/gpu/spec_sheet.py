@@ -64,7 +64,7 @@ import contextlib
 import functools
 import json
 import math
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +74,7 @@ import numpy as np
 from converters import OperatorSequence
 from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
+from mdot_jax import autograd
 from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import autocast, cnn_kernels, peaks, tensor_cores
 from mdot_jax.gpu import catalog as gpus
@@ -81,6 +82,7 @@ from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
 from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, read_in_place, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
+from mdot_jax.gpu.host import launch_bound
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
 from mdot_jax.gpu.update import update
 from mdot_jax.options import AUTOCAST, STEPS
@@ -164,6 +166,7 @@ class _Found:
 
     work: list[Kernel] = field(default_factory=list)
     measured: dict[int, float] = field(default_factory=dict)  # work index -> measured ms
+    grads: autograd.Backward | None = None  # the backward kernels autograd runs
     kinds: list[str] = field(default_factory=list)  # each node's (`classify`)
     classes: set[str] = field(default_factory=set)  # `peaks.seen_by_class` classes priced
     other: dict[str, int] = field(default_factory=dict)  # types priced as copies: how many
@@ -213,7 +216,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     work = found.work
     if precision in AUTOCAST and not megatron:
         work.extend(autocast.casts(seq, found.kinds, inside | {b.output for b in blocks},
-                                   at["fp32"], half_weights))
+                                   at["fp32"], half_weights, found.grads))
     if lin:
         work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
                                         and w[2] == "linear" and w[4] is at["linear"]],
@@ -244,7 +247,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     operators: list[dict] = [dict(type=FUSED if i in fused else n, name=str(nm), ms=float(t),
                                   index=i) for i, (n, nm, t) in enumerate(zip(
                                       seq.op_names.tolist(), seq.node_names, per_op)) if t > 0]
-    params = int(seq.params)
+    params = autograd.trainable(seq)  # the frozen ones are not updated
     if step == "train" and params:
         t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], apart)[0]) \
             * u.passes * speed
@@ -253,7 +256,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         operators.append(dict(type="optimizer", name=f"{optimizer} update ({u.passes:.3g} "
                               "passes over the parameters)", ms=t))
         warnings.append(f"the {optimizer} update priced as {u.passes:.3g} elementwise passes "
-                        f"over the {params:,} parameters ({u.what}): not measured")
+                        f"over the {params:,} {'trained ' * (params < seq.params)}parameters "
+                        f"({u.what}): not measured")
     warnings += sorted({extrapolated[c] for c in found.classes if c in extrapolated})
     warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note)
     end = launch_bound(order, host)
@@ -307,16 +311,17 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
              cnn) -> _Found:
     """The forward and backward kernels of `seq`'s nodes (the module docstring's rules), each
     priced on the GPU as its class sees it (`at`, `peaks.seen_by_class`)."""
-    found = _Found(kinds=[""] * seq.num_ops)
+    grads = autograd.backward(seq)  # what autograd runs (frozen parameters have no gradient)
+    found = _Found(kinds=[""] * seq.num_ops, grads=grads)
     work = found.work
-    has_input = np.zeros(seq.num_ops, bool)
-    has_input[seq.edges[:, 1]] = True
     unaligned = model.info.get("unaligned_gemms")
     flops = seq.total("fwd_flops")
     for b in blocks:
         found.classes.add("gemm")
         for phase, gemms in fused_attention(seq, b).items():
-            work.extend((b.output, phase, "linear", dims, at["gemm"], slower) for dims in gemms)
+            if phase == "fw" or grads.runs[b.output]:
+                work.extend((b.output, phase, "linear", dims, at["gemm"], slower)
+                            for dims in gemms)
     outputs = {b.output for b in blocks}
     for i, (name, c, load, (kind, op, dims)) in enumerate(zip(
             seq.op_names.tolist(), seq.config, seq.load, classified(seq))):
@@ -325,7 +330,8 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
             continue
         if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
             work.extend((i, phase, "linear", dims, at["gemm"], slower)
-                        for phase, dims in scan_gemms(name, load[_L["fwd_flops"]]))
+                        for phase, dims in scan_gemms(name, load[_L["fwd_flops"]])
+                        if phase == "fw" or grads.runs[i])
             found.classes.add("gemm")
             continue
         if kind == "other":
@@ -345,28 +351,31 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
         if kind == "conv":  # its forward, data gradient (not of the graph's input), weights'
             g, c_in = int(c[_C["groups"]]), max(int(c[_C["in_channels"]]), 1)
             convs = cnn_kernels.conv_kernels(dims, g, c_in, int(c[_C["kernel_h"]] * c[
-                _C["kernel_w"]]), int(c[_C["out_numel"]]), bool(has_input[i]))
-            work.extend((i, "bw", o, d, seen, 1.0) for o, d in convs[1:])
+                _C["kernel_w"]]), int(c[_C["out_numel"]]), bool(grads.data[i]))
+            kept = convs[1:-1] + convs[-1:] * bool(grads.weights[i])  # the weights' is last
+            work.extend((i, "bw", o, d, seen, 1.0) for o, d in kept)
             measured = cnn.conv_ms(cnn_kernels.is_depthwise(g, c_in, dims[2]), convs) \
                 if cnn else None
-            if measured:
-                found.measured.update(zip(range(len(work) - len(convs), len(work)), measured))
+            if measured:  # the forward's and those kept
+                found.measured.update(zip(range(len(work) - 1 - len(kept), len(work)), measured))
             else:
                 found.unmeasured += 1
                 found.odd_convs += (c[_C["kernel_h"]], c[_C["kernel_w"]], c[_C["stride_h"]],
                                     g) != (3, 3, 1, 1)
-        elif op in ("bmm", "linear"):
-            grads = backward_gemms(op, dims)
-            if op == "linear" and not has_input[i]:
-                grads = grads[1:]
-            work.extend((i, "bw", o, d, seen, factor) for o, d in grads)
-        else:  # the forward again, times its kind's measured backward / forward ratio
+        elif op in ("bmm", "linear"):  # a linear layer's data and weight gradients
+            both = backward_gemms(op, dims)
+            if op == "linear":
+                both = [g for g, on in zip(both, (grads.data[i], grads.weights[i])) if on]
+            work.extend((i, "bw", o, d, seen, factor) for o, d in both if grads.runs[i])
+        elif grads.runs[i]:  # the forward again, times its kind's measured backward / forward
             bn = cnn.bn_ms(dims) if cnn and name == "BatchNormalization" else None
             work.append((i, "bw", op, dims, seen,
                          1.0 if bn else model.ratios.get(_ratio_kind(kind), 1.0)))
             if bn:
                 found.measured.update({len(work) - 2: bn[0], len(work) - 1: bn[1]})
-        if load[_L["params"]] > 0:  # the gradient's accumulation
+        elif cnn and name == "BatchNormalization" and (bn := cnn.bn_ms(dims)):
+            found.measured[len(work) - 1] = bn[0]  # its forward alone
+        if load[_L["params"]] > 0 and grads.weights[i]:  # the gradient's accumulation
             work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
     return found
 
@@ -466,29 +475,6 @@ def recording_kernels() -> Iterator[list[list[float]]]:
         yield recorded
     finally:
         _RECORDED.reset(token)
-
-
-def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
-    """ms until the last of `kernels` (ms each, in order) ends when the host issues one every
-    `host_ms` and the GPU runs them in order: a kernel starts once issued and once the one
-    before it has ended, so end_k = max(k h, end_(k-1)) + t_k (`launch_bound_grid`'s closed
-    form)."""
-    return float(launch_bound_grid([kernels], np.ones(1), np.asarray([host_ms]))[0, 0, 0])
-
-
-def launch_bound_grid(kernels: Sequence[Sequence[float]], speeds: np.ndarray,
-                      hosts: np.ndarray) -> np.ndarray:
-    """`[N, S, H]` `launch_bound` of each step's kernels (ms, in order) at every factor of
-    `speeds` `[S]` on their times and every host time `hosts` `[H]` (ms a kernel)."""
-    out = np.empty((len(kernels), len(speeds), len(hosts)))
-    for i, ks in enumerate(kernels):
-        t = np.asarray(ks, np.float64)
-        before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # [K] the GPU's work before each
-        issued = np.arange(1, len(t) + 1)[:, None] * np.asarray(hosts)[None, :]  # [K, H]
-        for s, speed in enumerate(speeds):
-            wait = np.max(issued - speed * before[:, None], axis=0) if len(t) else 0.0  # [H]
-            out[i, s] = speed * t.sum() + np.maximum(wait, 0.0)
-    return out
 
 
 def _ratio_kind(kind: str) -> str:

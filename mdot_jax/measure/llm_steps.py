@@ -10,8 +10,10 @@ implementation transformers picks, recorded), then GPT-2-style decoders (124M: 1
 768; 350M: 24 of 1024; Hugging Face's `GPT2LMHeadModel`, GELU with erf) at 1,024, 2,048 and 4,096
 tokens, each with attention `flash` (`attn_implementation="sdpa"`: PyTorch picks
 FlashAttention) and `eager`, with and without full activation checkpointing
-(`gradient_checkpointing_enable`); micro-batches of 8,192 tokens, autocast to bf16, AdamW
-(torch.optim's default implementation). A step is forward,
+(`gradient_checkpointing_enable`); after the mixtures, the 1.3B and the 124M fine-tuned with
+LoRA (`converters.lora`: rank 16 on every linear layer but the head, the rest frozen; at 2,048
+and 1,024 tokens, flash); micro-batches of 8,192 tokens, autocast to bf16, AdamW
+(torch.optim's default implementation, over the trained parameters). A step is forward,
 cross-entropy over the vocabulary, backward and the update, CUDA synchronised; 2 untimed, then
 the median of 5. Each row carries the config and the fields of a `TrainingJob` that prices it,
 the peak memory allocated, what the host issued in one more step under the profiler (kernel
@@ -29,6 +31,7 @@ import sys
 import time
 
 from converters.hf_config import EXPERT_COUNTS
+from converters.lora import add_adapters
 from mdot_jax.measure import resumable
 from mdot_jax.measure.profiler import profiled
 
@@ -46,6 +49,8 @@ MOE = {"mixtral-0.8b": dict(model_type="mixtral", hidden_size=1024, intermediate
                              num_attention_heads=16, num_key_value_heads=4, num_experts=64,
                              num_experts_per_tok=8, vocab_size=32000)}
 BATCH_TOKENS = 8192
+LORA = (("gpt2-1.3b", GEMM_BOUND[1], 2048), ("gpt2-124m", SIZES["gpt2-124m"], 1024))
+LORA_RANK = 16
 DRY = {"gpt2-tiny": dict(n_layer=2, n_embd=64, n_head=4)}
 DRY_MOE = {"mixtral-tiny": dict(model_type="mixtral", hidden_size=64, intermediate_size=128,
                                 num_hidden_layers=2, num_attention_heads=4,
@@ -57,19 +62,23 @@ def plan(dry: bool) -> list[dict]:
     """Every step to measure, as the rows' `job` and `config`: the GEMM-bound one, the
     mixtures of experts, then the rest smallest first."""
     gpt2 = dict(model_type="gpt2", vocab_size=50257, activation_function="gelu")
-    steps = [] if dry else [(GEMM_BOUND[0], dict(gpt2, **GEMM_BOUND[1]), *GEMM_BOUND[2:])]
-    steps += [(name, config, 64 if dry else 2048, "flash", None)
+    steps = [] if dry else [(GEMM_BOUND[0], dict(gpt2, **GEMM_BOUND[1]), *GEMM_BOUND[2:], 0)]
+    steps += [(name, config, 64 if dry else 2048, "flash", None, 0)
               for name, config in (DRY_MOE if dry else MOE).items()]
-    steps += [(name, dict(gpt2, **size), tokens, attention, ckpt)
+    steps += [(name, dict(gpt2, **size), 64 if dry else tokens, "flash", None, LORA_RANK)
+              for name, size, tokens in (((n, s, 64) for n, s in DRY.items()) if dry else LORA)]
+    steps += [(name, dict(gpt2, **size), tokens, attention, ckpt, 0)
               for name, size in (DRY if dry else SIZES).items()
               for tokens in ((64,) if dry else TOKENS)
               for attention in ("flash", "eager") for ckpt in (None, "full")]
-    return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}",
+    return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}"
+                 + (f"/lora{lora}" if lora else ""),
                  config=dict(config, **{_POSITIONS[config["model_type"]]: tokens}),
                  job=dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
                           precision="fp32" if dry else "amp-bf16", optimizer="adamw",
-                          attention=attention, activation_checkpointing=ckpt))
-            for name, config, tokens, attention, ckpt in steps]
+                          attention=attention, activation_checkpointing=ckpt,
+                          **({"lora_rank": lora} if lora else {})))
+            for name, config, tokens, attention, ckpt, lora in steps]
 
 
 _POSITIONS = {"gpt2": "n_positions", "mixtral": "max_position_embeddings",
@@ -91,8 +100,10 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
         k in cfg for k in EXPERT_COUNTS) else None  # what routed the tokens
     if job["activation_checkpointing"]:  # the newer name where the installed version has it
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    if job.get("lora_rank"):
+        add_adapters(model, job["lora_rank"])
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     ids = torch.randint(0, cfg["vocab_size"], (job["batch_size"], job["seq_len"]), device=device)
     half = job["precision"] == "amp-bf16"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

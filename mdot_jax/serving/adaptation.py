@@ -21,9 +21,9 @@ scored by leave-one-out on the rows, and the best one is kept:
 - `affine`: a and b by least squares on log times (the new device may favour small or large
   workloads), only with >= 6 rows spanning a 2x range of predicted times;
 - `machine` (a GPU step model, from 3 rows, on a base not adapted already): a step is kernels
-  a host issues (`spec_sheet.launch_bound`), so the fit is of the machine's two numbers, every
+  a host issues (`host.launch_bound`), so the fit is of the machine's two numbers, every
   kernel at exp(a) times its price and the host's time a kernel (least squares of log time
-  over `MACHINE_SPEEDS` x `MACHINE_HOSTS`, `spec_sheet.launch_bound_grid`): small steps follow
+  over `MACHINE_SPEEDS` x `MACHINE_HOSTS`, `host.launch_bound_grid`): small steps follow
   the host, large ones the GPU ([study](../../docs/studies/machine-adaptation.md)).
 The leave-one-out residuals give the expected error and the 80% band; with 10 rows both are
 rough, and say so (`n_rows`).
@@ -92,7 +92,7 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
             loos[kind][i] = y[i] - (a + b * x[i])
     grid = None  # [N, S, H] log ms of each row on each machine
     if kernels is not None and n >= 3:
-        from mdot_jax.gpu.spec_sheet import launch_bound_grid
+        from mdot_jax.gpu.host import launch_bound_grid
 
         grid = np.log(np.maximum(launch_bound_grid(kernels, MACHINE_SPEEDS, MACHINE_HOSTS),
                                  1e-9))
@@ -118,7 +118,7 @@ def adapted_ms(a: Adaptation, base_ms: float, kernels: list[float]) -> float:
     prices it."""
     if a.fit != "machine":
         return float(a.apply(np.asarray([base_ms]))[0])
-    from mdot_jax.gpu.spec_sheet import launch_bound
+    from mdot_jax.gpu.host import launch_bound
 
     return launch_bound([math.exp(a.a) * k for k in kernels], a.host_ms or 0.0)
 
@@ -310,6 +310,7 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
     and the GPU it holds for."""
     from mdot_jax.gpu import catalog as gpus
     from mdot_jax.gpu import spec_sheet
+    from mdot_jax.gpu.host import launch_bound
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
@@ -338,7 +339,7 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
             kernels.append(recorded[-1] if recorded else None)
             recorded.clear()
     host = model.host_ms("pytorch")  # the machine form prices the kernels as they ran
-    whole = all(k is not None and math.isclose(spec_sheet.launch_bound(k, host), t,
+    whole = all(k is not None and math.isclose(launch_bound(k, host), t,
                                                rel_tol=1e-6) for k, t in zip(kernels, pred))
     adaptation = fit(pred, [r.ms for r in rows], gpu.name,
                      source=f"{Path(measurements).name}, base {base.name}, {precision}",

@@ -21,6 +21,7 @@ from converters import ConversionError, OperatorSequence
 from converters.attention import attention_blocks, layer_starts
 from converters.fusion import fusion_version
 from converters.substitutes import described
+from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST
 from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
@@ -126,6 +127,9 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                      "those at long sequences")
     if said := defaults_said(seq):
         about.append(said)
+    if (trained := autograd.trainable(seq)) < seq.params:
+        about.append(f"{trained:,} of the {seq.params:,} parameters trained, the rest frozen: "
+                     + pricer.FROZEN)
     if job.optimizer == "sgd" and seq.input_kind == "tokens":
         about.append("optimizer: sgd; language models usually train with adam or adamw, "
                      "whose two moments a parameter the update reads and memory keeps: give "
@@ -187,6 +191,8 @@ def keeping_steps():
 
 class _SpecSheet:
     """A GPU priced from its spec sheet, data parallel over N GPUs."""
+    FROZEN = ("no gradient, gradient communication or optimizer state for those, no backward "
+              "before the first trained one (autograd's rules; not measured)")
 
     def __init__(self, job: TrainingJob, gpu, folder: Path, note: str | None = None):
         from mdot_jax.gpu import spec_sheet
@@ -329,7 +335,8 @@ class _SpecSheet:
                           after_flush=job.model_parallel or job.framework == "megatron",
                           precision=job.precision or "fp32", framework=job.framework,
                           units=len(starts) + 1 if starts else 0, experts=experts,
-                          ep=job.ep, stride=job.tp)  # Megatron's order: tp, dp, pp
+                          ep=job.ep, stride=job.tp,  # Megatron's order: tp, dp, pp
+                          trained=autograd.trainable(self.seq) / max(self.seq.params, 1))
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p
@@ -387,6 +394,8 @@ class _SpecSheet:
 
 class _Checkpoint:
     """A checkpoint trained on measured steps of its devices."""
+    FROZEN = ("this checkpoint learned steps that train every parameter and prices this one "
+              "so (a GPU priced from its spec sheet prices the frozen ones)")
 
     def __init__(self, job: TrainingJob):
         from mdot_jax.serving.predict import machine_note

@@ -41,6 +41,7 @@ from converters import OperatorSequence
 from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import keeping
+from mdot_jax import autograd
 from mdot_jax.options import AUTOCAST
 from mdot_jax.readable import number
 
@@ -71,13 +72,14 @@ class ParamBytes:
     def total(self) -> float:
         return self.model + self.master + self.gradients + self.optimizer
 
-    def sharded(self, strategy: str) -> float:
+    def sharded(self, strategy: str, trained: float = 1.0) -> float:
         """Of `total`, the bytes ZeRO's stage `strategy` (`options.STRATEGIES`) shards over
         the replicas: the optimizer's (state and master weights; Megatron-LM's distributed
-        optimizer), `zero2` the gradients too, `fsdp` the weights too; `ddp` none."""
-        zero1 = self.optimizer + self.master
-        return {"ddp": 0.0, "zero1": zero1, "zero2": zero1 + self.gradients,
-                "fsdp": zero1 + self.gradients + self.model}[strategy]
+        optimizer), `zero2` the gradients too, `fsdp` the weights too; `ddp` none. `trained`:
+        the share of the parameters trained (a frozen one has no gradient or state)."""
+        zero1 = (self.optimizer + self.master) * trained
+        return {"ddp": 0.0, "zero1": zero1, "zero2": zero1 + self.gradients * trained,
+                "fsdp": zero1 + self.gradients * trained + self.model}[strategy]
 
 
 def param_bytes(precision: str = "fp32", optimizer: str = "sgd",
@@ -126,14 +128,16 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     under `framework`, on a CPU (at the step's live peak, `live_bytes`) or a GPU (the sum
     form). `fused`: attention blocks (`converters.attention`) run as fused kernels, which keep
     their inputs, output and one fp32 log-sum-exp per query row instead of the S x S tensors
-    between."""
+    between. Frozen parameters (`autograd`) hold no gradient or optimizer state, and nothing
+    before the first trained one keeps an activation."""
     held = param_bytes(precision, optimizer, framework)
-    weights = 4.0 * seq.params
+    weights, trained = 4.0 * seq.params, autograd.trainable(seq)
     scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
     inputs = float(sum(4.0 * np.prod(s) for s in seq.meta.get("inputs", {}).values()))
-    state = held.optimizer * seq.params
+    state = held.optimizer * trained
+    grads = autograd.backward(seq)
     if cpu:
-        live = live_bytes(seq, scale, optimizer)
+        live = live_bytes(seq, scale, optimizer, grads)
         total = weights + state + inputs + live.total
         return dataclasses.replace(live, parameters=weights, optimizer=state, inputs=inputs,
                                    working=live.working + CPU_FIXED
@@ -142,19 +146,22 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     for b in fused:  # a fused kernel's S x S tensors exist in no pass
         outputs[list(b.inner)] = 0.0
     working = scale * float(np.sort(outputs)[-2:].sum())
-    return StepMemory((held.model + held.master) * seq.params, held.gradients * seq.params,
-                      state, float(saved(seq, fused, scale).sum()), inputs, working)
+    return StepMemory(held.model * seq.params + held.master * trained, held.gradients * trained,
+                      state, float(saved(seq, fused, scale, grads).sum()), inputs, working)
 
 
-def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0) -> np.ndarray:
+def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,
+          grads: autograd.Backward | None = None) -> np.ndarray:
     """`[N]` bytes of each operator's output that autograd keeps for the backward pass, at
     `scale` times fp32; a fused attention block's in place of its output (module docstring of
-    `step_memory`)."""
+    `step_memory`). `grads`: the backward autograd runs (default: `autograd.backward`'s)."""
     names = seq.op_names
-    kept = np.isin(names, list(NEEDS_OUTPUT))
+    grads = grads or autograd.backward(seq)
+    kept = np.isin(names, list(NEEDS_OUTPUT)) & grads.runs
     if len(seq.edges):
         src, dst = seq.edges[:, 0], seq.edges[:, 1]
-        kept[src[np.isin(names[dst], list(NEEDS_INPUT))]] = True
+        kept[src[np.isin(names[dst], list(NEEDS_INPUT)) & autograd.keeps(seq, grads, src,
+                                                                         dst)]] = True
     out = np.where(kept, scale * np.asarray(seq.load[:, _WRITTEN], np.float64), 0.0)
     for b in fused:
         out[list(b.inner)] = 0.0
@@ -163,15 +170,18 @@ def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0) -> np
     return out
 
 
-def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd") -> StepMemory:
+def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd",
+               grads: autograd.Backward | None = None) -> StepMemory:
     """The largest of the forward's, the backward's and the update's live bytes besides the
     parameters, optimizer state and inputs (module docstring): activations and gradients at
-    that moment; `working` the update's temporary. Activations at `scale` times fp32."""
+    that moment; `working` the update's temporary. Activations at `scale` times fp32; `grads`:
+    the backward autograd runs (default: every operator's, every parameter trained)."""
     n = seq.num_ops
     names = seq.op_names
+    grads = grads or autograd.backward(seq)
     src, dst = (seq.edges[:, 0], seq.edges[:, 1]) if len(seq.edges) else (np.zeros(0, int),) * 2
     view = np.isin(names, list(VIEWS))
-    saver = np.isin(names[dst], list(NEEDS_INPUT))
+    saver = np.isin(names[dst], list(NEEDS_INPUT)) & autograd.keeps(seq, grads, src, dst)
     out = scale * np.asarray(seq.load[:, _WRITTEN], np.float64)  # [n]
     base = np.arange(n)  # whose storage each output is (a view's: its input's)
     copy = np.asarray([names[i] == "Transpose" and not _swaps_last_two(seq, i)
@@ -188,7 +198,7 @@ def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd"
     release = np.full(n, n)  # the earliest operator whose backward needs it; n: none
     keep_input = saver & (~view[src] | copy[src])
     np.minimum.at(release, np.where(copy[src], src, base[src])[keep_input], dst[keep_input])
-    own = np.isin(names, list(NEEDS_OUTPUT)) & ~view
+    own = np.isin(names, list(NEEDS_OUTPUT)) & ~view & grads.runs
     release[own] = np.minimum(release[own], np.arange(n)[own])
     kept = release < n
     # forward: every output from its operator on; the unkept freed after their last use
@@ -197,12 +207,12 @@ def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd"
     # backward, operator t's: kept activations not yet released, activation gradients between
     # their first consumer and their producer, parameter gradients of operators t and later
     kept_alive = np.cumsum(np.bincount(release[kept], out[kept], n))
-    grad = np.where(view, 0.0, out)
+    grad = np.where(view | ~grads.runs, 0.0, out)
     live_grad = np.cumsum(np.bincount(np.arange(n), grad, n + 1)
                           - np.bincount(np.maximum(last, np.arange(n)) + 1, grad, n + 1))[:n]
-    param_grads = np.cumsum(4.0 * np.asarray(seq.load[::-1, _PARAMS], np.float64))[::-1]
+    param_grads = np.cumsum(4.0 * np.where(grads.weights, seq.load[:, _PARAMS], 0.0)[::-1])[::-1]
     backward = kept_alive + live_grad + param_grads
-    weights = 4.0 * seq.params
+    weights = 4.0 * autograd.trainable(seq)  # the gradients the update reads
     update = weights * (1 + (OPTIMIZER_STATE[optimizer] > 0))  # gradients + one temporary
     t = int(np.argmax(backward)) if n else 0
     phases = [StepMemory(0, 0, 0, float(forward.max(initial=0)), 0),

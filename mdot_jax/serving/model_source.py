@@ -60,7 +60,13 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
         model = OperatorSequence.load_npz(model)
     elif config:
-        model = config_graph(model, job.seq_len, job.target_len)
+        model = config_graph(model, job.seq_len, job.target_len, job.lora_rank,
+                             job.lora_targets)
+    if job.lora_rank is not None and not config and not (  # a plan's: converted with them
+            isinstance(model, OperatorSequence) and "frozen" in model.meta):
+        raise RequestError("lora_rank: adapters are added to a config.json's model; an ONNX "
+                           "export records the parameters its model froze (export the LoRA "
+                           "model itself, e.g. peft's, with converters.from_torch)", "lora_rank")
     if job.target_len is not None and not config:
         raise RequestError("target_len: an encoder-decoder's config.json takes it (an ONNX "
                            "file's targets are an input: give its shape)", "target_len")
@@ -119,21 +125,24 @@ def is_config(model: Any) -> bool:
         str(model).endswith(".json") or (Path(model) / "config.json").is_file())
 
 
-def config_graph(path: str | Path, seq_len: int | None,
-                 target_len: int | None = None) -> onnx.ModelProto:
+def config_graph(path: str | Path, seq_len: int | None, target_len: int | None = None,
+                 lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None
+                 ) -> onnx.ModelProto:
     """The training graph of the language model a config.json describes, at `seq_len` tokens
-    (an encoder-decoder's targets: `target_len`, default as many)."""
+    (an encoder-decoder's targets: `target_len`, default as many), with LoRA adapters of
+    `lora_rank` on `lora_targets` where given (`converters.lora`)."""
     if seq_len is None:
         raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                            "sample to export the model at)", "seq_len")
     file = Path(path) if str(path).endswith(".json") else Path(path) / "config.json"
     stat = file.stat() if file.is_file() else None  # the child says what is wrong with it
     return _from_config(str(path), stat and (stat.st_mtime_ns, stat.st_size), seq_len,
-                        target_len)
+                        target_len, lora_rank, lora_targets)
 
 
 @functools.lru_cache(maxsize=2)
-def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int | None
+def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int | None,
+                 lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None
                  ) -> onnx.ModelProto:
     """A Hugging Face language model's training graph from its config.json alone, on the meta
     device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
@@ -141,8 +150,8 @@ def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int |
     batch size asked while the file is unchanged (`stamp`: its modification time and size)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "model.onnx"
-        code, stderr = _export_child([path, str(seq_len), str(out),
-                                      *([str(target_len)] if target_len else [])])
+        code, stderr = _export_child([path, str(seq_len), str(out), str(target_len or 0),
+                                      str(lora_rank or 0), ",".join(lora_targets or ())])
         if code:  # 2: a ConversionError's line; else the export died
             lines = stderr.strip().splitlines() or [f"exit status {code}"]
             raise ConversionError(lines[-1] if code == 2 else

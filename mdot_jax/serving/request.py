@@ -89,6 +89,10 @@ class TrainingJob:
       image_size, seq_len, input_shapes: the input's size (default: the model's own).
       target_len: the targets per sample of an encoder-decoder's config.json (default:
         seq_len).
+      lora_rank, lora_targets: a config.json's model fine-tuned with LoRA adapters of that rank
+        on the linear layers `lora_targets` names (default: every one but the output head),
+        every other parameter frozen (`converters.lora`); an ONNX export records the
+        parameters its model froze itself.
       gpus: GPUs per node, `batch_size` each data-parallel replica; a tuple gives one
         prediction each. nodes: of `gpus` GPUs each. strategy: of the data parallelism,
         `options.STRATEGIES`.
@@ -136,6 +140,8 @@ class TrainingJob:
     image_size: int | None = None
     seq_len: int | None = None
     target_len: int | None = None
+    lora_rank: int | None = None
+    lora_targets: tuple[str, ...] | None = None
     input_shapes: Mapping[str, Sequence[int]] | None = field(default=None, hash=False)
     gpus: int | tuple[int, ...] = 1
     nodes: int = 1
@@ -176,6 +182,7 @@ class TrainingJob:
         for name in ("image_size", "seq_len", "target_len"):
             if getattr(self, name) is not None:
                 _ints(name, getattr(self, name))
+        self._check_lora()
         _ints("nodes", self.nodes)
         _ints("grad_accum", self.grad_accum)
         self._check_model_parallel(counts)
@@ -221,6 +228,21 @@ class TrainingJob:
             if self.epochs is not None:
                 raise RequestError("train_tokens: the job is epochs x dataset_size or a number "
                                    "of tokens, not both", "train_tokens")
+
+    def _check_lora(self) -> None:
+        if self.lora_rank is not None:
+            _ints("lora_rank", self.lora_rank)
+        if self.lora_targets is None:
+            return
+        if self.lora_rank is None:
+            raise RequestError("lora_targets: the layers LoRA adapts; give lora_rank",
+                               "lora_targets")
+        targets = self.lora_targets
+        if isinstance(targets, str) or not isinstance(targets, (list, tuple)) or not targets \
+                or not all(isinstance(t, str) and t.strip() for t in targets):
+            raise RequestError(f"lora_targets {targets!r}: expected layer names (e.g. "
+                               "['q_proj', 'v_proj'])", "lora_targets")
+        object.__setattr__(self, "lora_targets", tuple(t.strip() for t in targets))
 
     def _check_model_parallel(self, counts: tuple[int, ...]) -> None:
         _ints("tp", self.tp)

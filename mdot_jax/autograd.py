@@ -1,0 +1,125 @@
+"""Which backward kernels autograd runs, where some parameters are frozen (`requires_grad` off:
+LoRA, a frozen backbone; recorded by the exporter, `converters.sequence.FROZEN_KEY`).
+
+- an operator's backward runs only where its output depends on a trained parameter (one it
+  holds, or one upstream): nothing before the first trained parameter has a backward;
+- its inputs' gradient only where one of its inputs depends on a trained parameter (none where
+  it reads only the graph's inputs);
+- its weights' gradient (a GEMM's or convolution's weight-gradient kernel, the gradient's
+  accumulation, autocast's cast of it) only where it holds a trained parameter or reads one
+  through views (a linear layer's transposed weight); a GEMM of two activations (attention's)
+  computes both operands' gradients where its backward runs.
+
+Where every parameter trains, each operator has a backward as before (the step's rules in
+`gpu.spec_sheet`), its inputs' gradient wherever it reads another operator's output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from converters import OperatorSequence
+from converters.sequence import CONFIG_FIELDS
+
+_C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+
+
+def trainable(seq: OperatorSequence) -> int:
+    """Of `seq.params`, those trained (not frozen: `requires_grad` off where exported)."""
+    return seq.params - int(seq.meta.get("frozen", 0))
+
+
+def sharded(seq: OperatorSequence, params: np.ndarray) -> dict:
+    """`seq.meta`'s frozen count for a shard of it whose operators hold `params` `[N]` (a
+    tensor- or expert-parallel GPU's): the frozen operators' share, as theirs shrank."""
+    if "frozen" not in seq.meta:
+        return {}
+    mask = frozen_nodes(seq)
+    before = float(seq.column("params")[mask].sum())
+    return {"frozen": int(round(seq.meta["frozen"] * float(params[mask].sum()) / max(before, 1)))}
+
+
+def frozen_nodes(seq: OperatorSequence) -> np.ndarray:
+    """`[N] bool`: operators all of whose parameters are frozen (no weight gradient)."""
+    mask = np.zeros(seq.num_ops, bool)
+    mask[list(seq.meta.get("frozen_nodes", ()))] = True
+    return mask
+
+
+@dataclass(frozen=True)
+class Backward:
+    """`[N] bool` masks over a sequence's operators (module docstring)."""
+
+    runs: np.ndarray  # its backward runs at all
+    data: np.ndarray  # its inputs' gradient is computed
+    weights: np.ndarray  # its parameters' gradients are (where it holds any)
+    frozen: bool = False  # some parameters are frozen (else every mask is the full step's)
+    weight: np.ndarray | None = None  # reads parameters alone (a weight's view), if frozen
+
+
+def backward(seq: OperatorSequence) -> Backward:
+    """The backward kernels autograd runs for `seq` (module docstring)."""
+    n = seq.num_ops
+    held = seq.column("params") > 0
+    preds, _ = seq.neighbours()
+    reads = np.zeros(n, bool)
+    reads[list(preds)] = True
+    frozen = frozen_nodes(seq)
+    if not frozen.any():
+        return Backward(np.ones(n, bool), reads, np.ones(n, bool))
+    trained = held & ~frozen
+    inputs, from_params = (seq.config[:, _C[f]] for f in ("n_inputs", "n_param_inputs"))
+    weight = np.zeros(n, bool)  # reads parameters alone (a weight's view: a GEMM's operand)
+    runs, data, weights = (np.zeros(n, bool) for _ in range(3))
+    for i in range(n):  # producers before consumers (edges run forward)
+        ps = preds.get(i, [])
+        weight[i] = bool(ps or from_params[i]) and from_params[i] + len(ps) >= inputs[i] \
+            and all(weight[p] for p in ps)
+        data[i] = any(runs[p] for p in ps if not weight[p])
+        operands = [p for p in ps if weight[p]]  # none: its other operand is data too
+        weights[i] = trained[i] or (any(runs[p] for p in operands) if operands or held[i]
+                                    else data[i])
+        runs[i] = data[i] or weights[i]
+    return Backward(runs, data, weights, True, weight)
+
+
+PRODUCTS = ("MatMul", "Gemm", "Conv", "ConvTranspose", "Mul", "Div")  # an input kept for another's
+
+
+def keeps(seq: OperatorSequence, grads: Backward, src: np.ndarray, dst: np.ndarray
+          ) -> np.ndarray:
+    """`[E]` whether operator `dst`'s backward keeps the output of `src` (edges), of those
+    whose kind keeps its inputs: only where it computes a gradient that reads it, as autograd
+    saves a tensor only for the gradients that use it (a product's operand for the other's: a
+    frozen linear layer keeps no input, `x * 0.5` none). Where nothing is frozen, wherever the
+    backward runs."""
+    if not grads.frozen or grads.weight is None:
+        return grads.runs[dst]
+    names = seq.op_names
+    product = np.isin(names[dst], PRODUCTS)
+    held = (seq.column("params") > 0) & ~frozen_nodes(seq)  # a trained parameter operand
+    preds, _ = seq.neighbours()
+    other = np.asarray([held[d] or any(grads.runs[p] for p in preds.get(d, ()) if p != s)
+                        for s, d in zip(src.tolist(), dst.tolist())], bool)  # requires grad
+    gemm = np.isin(names[dst], PRODUCTS[:4])
+    other = np.where(gemm & grads.weight[src], grads.data[dst],  # the weight, for the data's
+                     np.where(gemm, grads.weights[dst], other))  # the data, for the weight's
+    return np.where(product, other, grads.runs[dst])
+
+
+def backward_flops(seq: OperatorSequence) -> np.ndarray:
+    """`[N]` the backward's FLOPs: the converter's (`bwd_flops`), less what frozen parameters
+    spare (a linear layer's or convolution's two gradients at its forward's FLOPs each, where
+    autograd computes them)."""
+    from mdot_jax.gpu.classify import classified
+
+    bwd = seq.column("bwd_flops")
+    if not frozen_nodes(seq).any():
+        return bwd
+    grads = backward(seq)
+    gemm = np.asarray([op == "linear" or kind == "conv"
+                       for kind, op, _ in classified(seq)], bool)
+    return np.where(gemm, seq.column("fwd_flops") * (grads.data * 1.0 + grads.weights),
+                    bwd * grads.runs)  # a batched GEMM's two operands are data

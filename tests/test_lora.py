@@ -1,0 +1,163 @@
+"""Fine-tuning with frozen parameters (LoRA adapters, a frozen backbone): the export records what
+is frozen, and the step is priced without the frozen weights' gradients, their gradient
+communication and their optimizer state; nothing before the first trained parameter runs a
+backward."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from converters import ConversionError, convert, from_hf_config, from_torch
+from converters.sequence import FROZEN_KEY
+from mdot_jax import TrainingJob, autograd, predict
+from mdot_jax.errors import RequestError
+from mdot_jax.gpu import catalog
+from mdot_jax.gpu.spec_sheet import load_step_model, price
+from mdot_jax.serving.memory import step_memory
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+LLAMA = dict(model_type="llama", hidden_size=128, intermediate_size=344, num_hidden_layers=4,
+             num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+             max_position_embeddings=256)
+# per layer: q 128->128, k and v 128->64, o 128->128, gate and up 128->344, down 344->128
+ADAPTED = {"q_proj": (128, 128), "k_proj": (128, 64), "v_proj": (128, 64),
+           "o_proj": (128, 128), "gate_proj": (128, 344), "up_proj": (128, 344),
+           "down_proj": (344, 128)}
+
+
+def _lora_params(rank, targets, layers=4):
+    return layers * sum(rank * (i + o) for name, (i, o) in ADAPTED.items() if name in targets)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    full = convert(from_hf_config(LLAMA, seq_len=64), batch_size=2)
+    lora = convert(from_hf_config(LLAMA, seq_len=64, lora_rank=8), batch_size=2)
+    return full, lora
+
+
+def test_lora_adapters_are_counted_trained_and_every_other_parameter_frozen(llama):
+    full, lora = llama
+    assert autograd.trainable(full) == full.params  # nothing frozen: as before
+    assert autograd.trainable(lora) == _lora_params(8, ADAPTED)  # every layer's, traced two
+    assert lora.params == full.params + _lora_params(8, ADAPTED)
+    qv = convert(from_hf_config(LLAMA, seq_len=64, lora_rank=4,
+                                lora_targets=("q_proj", "v_proj")), batch_size=2)
+    assert autograd.trainable(qv) == _lora_params(4, ("q_proj", "v_proj"))
+
+
+def test_a_lora_target_that_names_no_linear_layer_says_which_there_are():
+    with pytest.raises(ConversionError, match=r"'qproj'.*q_proj, up_proj, v_proj"):
+        from_hf_config(LLAMA, seq_len=16, lora_rank=4, lora_targets=("qproj",))
+    with pytest.raises(ConversionError, match="lora rank 0"):
+        from_hf_config(LLAMA, seq_len=16, lora_rank=0)
+
+
+def test_a_frozen_backbone_exported_from_torch_runs_no_backward_before_its_head():
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(),
+                              torch.nn.Conv2d(16, 16, 3), torch.nn.ReLU(),
+                              torch.nn.Flatten(), torch.nn.Linear(16 * 12 * 12, 10))
+    for p in net[:4].parameters():
+        p.requires_grad_(False)
+    proto = from_torch(net, torch.randn(2, 3, 16, 16))
+    assert {p.key: p.value for p in proto.metadata_props}[FROZEN_KEY] == \
+        "0.weight,0.bias,2.weight,2.bias"
+    seq = convert(proto, batch_size=2)
+    assert autograd.trainable(seq) == 16 * 12 * 12 * 10 + 10
+    grads = autograd.backward(seq)
+    head = int(np.flatnonzero(np.isin(seq.op_names, ["Gemm", "MatMul"]))[-1])
+    assert not grads.runs[:head].any()  # the backbone: no backward at all
+    assert grads.runs[head] and grads.weights[head] and not grads.data[head]
+    gpu, model = catalog.find("h100-sxm"), load_step_model()
+    frozen = price(seq, gpu, model, optimizer="adam")
+    for p in net.parameters():
+        p.requires_grad_(True)
+    trained = price(convert(from_torch(net, torch.randn(2, 3, 16, 16)), batch_size=2), gpu,
+                    model, optimizer="adam")
+    assert frozen.phases["backward"] < 0.5 * trained.phases["backward"]
+    assert frozen.phases["update"] < trained.phases["update"]
+    assert any(f"over the {autograd.trainable(seq):,} trained parameters" in w
+               for w in frozen.warnings)
+
+
+def test_lora_keeps_the_forward_and_drops_the_frozen_weights_gradients(llama):
+    full, lora = llama
+    fwd, bwd = (lambda s: s.total("fwd_flops"), lambda s: autograd.backward_flops(s).sum())
+    assert bwd(full) == pytest.approx(full.total("bwd_flops"))  # nothing frozen: as converted
+    assert fwd(full) < fwd(lora) < 1.1 * fwd(full)  # the adapters: two thin GEMMs a layer
+    assert bwd(lora) < 0.65 * bwd(full)  # the linear layers. data gradients alone
+    grads = autograd.backward(lora)
+    base = [i for i, n in enumerate(lora.node_names) if "q_proj/base_layer/MatMul" in n]
+    assert len(base) == 4 and not grads.weights[base].any()
+    assert not grads.runs[base[0]]  # the first layer reads the frozen embedding's output
+    assert grads.data[base[1:]].all()  # the others, activations an adapter made
+
+
+def test_lora_holds_no_gradient_or_state_for_frozen_weights_nor_their_inputs(llama):
+    full, lora = llama
+    a, b = step_memory(full, "amp-bf16", "adamw"), step_memory(lora, "amp-bf16", "adamw")
+    assert b.gradients == 4.0 * autograd.trainable(lora)
+    assert b.optimizer == 8.0 * autograd.trainable(lora)
+    assert b.parameters == 4.0 * lora.params
+    assert b.activations < a.activations  # frozen linear layers and norms keep no input
+
+
+def test_lora_under_fsdp_reduces_only_the_adapters_gradients(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    job = dict(model=str(path), seq_len=64, batch_size=2, device="h100-sxm", gpus=8,
+               precision="amp-bf16", optimizer="adamw")
+    for strategy in ("ddp", "fsdp"):
+        full = predict(TrainingJob(**job, strategy=strategy))
+        lora = predict(TrainingJob(**job, strategy=strategy, lora_rank=8))
+        comm = [next(w for w in p.warnings if w.startswith(f"{strategy}:")) for p in (full, lora)]
+        ms = [float(re.search(r"\(([\d.e+-]+) ms,", c)[1]) for c in comm]
+        assert ms[1] < ms[0] if strategy == "ddp" else ms[0] * 2 / 3 <= ms[1] < ms[0]
+        assert lora.memory_gb < full.memory_gb
+
+
+def test_lora_fields_are_checked_where_the_request_is_made(tmp_path):
+    with pytest.raises(RequestError, match="lora_targets: the layers LoRA adapts; give lora_rank"):
+        TrainingJob(model="m.onnx", batch_size=1, lora_targets=("q_proj",))
+    with pytest.raises(RequestError, match="lora_rank 0"):
+        TrainingJob(model="m.onnx", batch_size=1, lora_rank=0)
+    with pytest.raises(RequestError, match="lora_targets 'q_proj'"):
+        TrainingJob(model="m.onnx", batch_size=1, lora_rank=4, lora_targets="q_proj")
+    onnx_file = tmp_path / "m.onnx"
+    onnx_file.write_bytes(from_torch(torch.nn.Linear(4, 4), torch.randn(2, 4))
+                          .SerializeToString())
+    with pytest.raises(RequestError, match="lora_rank: adapters are added to a config.json"):
+        predict(TrainingJob(model=str(onnx_file), batch_size=2, device="h100-sxm",
+                            lora_rank=4))
+
+
+def test_a_plan_prices_lora_on_every_gpu_it_tries(tmp_path):
+    from mdot_jax.serving.plan import Plan, plan
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    job = dict(model=str(path), seq_len=64, batch_size=2, precision="amp-bf16",
+               optimizer="adamw", train_tokens=10**9)
+    full, lora = (plan(Plan(TrainingJob(**job, **extra), devices=("h100-sxm", "a100-sxm-80gb"),
+                            gpus=(1, 8))) for extra in ({}, {"lora_rank": 8}))
+    assert all(o.feasible for o in lora) and len(lora) == len(full) == 4
+    held = {(o.device, o.gpus): o.prediction.memory_gb for o in full}
+    assert all(o.prediction.memory_gb < held[o.device, o.gpus] for o in lora)
+
+
+def test_the_cli_takes_lora_and_says_what_trains(tmp_path, capsys):
+    from mdot_jax.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    args = ["predict", str(path), "--seq-len", "64", "--batch-size", "2", "--device",
+            "h100-sxm", "--optimizer", "adamw"]
+    assert main([*args, "--lora-rank", "4", "--lora-targets", "q_proj,v_proj"]) == 0
+    trained = f"{_lora_params(4, ('q_proj', 'v_proj')):,} of the"
+    assert trained in capsys.readouterr().err
+    assert main([*args, "--lora-targets", "q_proj"]) == 2
+    assert "--lora-targets: the layers LoRA adapts; give --lora-rank" in capsys.readouterr().err
