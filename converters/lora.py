@@ -83,6 +83,14 @@ def _Adapted(base: Any, rank: int, alpha: float, torch: Any) -> Any:
             self.lora_B = torch.nn.Linear(rank, n_out, **kind)
             self.scaling = alpha / rank
 
+        @property
+        def weight(self) -> Any:  # what model code reads of the layer it wraps (T5's, peft's)
+            return self.base_layer.weight
+
+        @property
+        def bias(self) -> Any:
+            return self.base_layer.bias
+
         def forward(self, x: Any) -> Any:  # [..., in] -> [..., out]
             return self.base_layer(x) + self.lora_B(self.lora_A(x)) * self.scaling
 

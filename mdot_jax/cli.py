@@ -54,7 +54,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
                          "records the parameters its model froze)")
     if args.lora_targets and not args.lora_rank:
         raise UsageError("--lora-targets: the layers LoRA adapts; give --lora-rank R")
-    targets = tuple(args.lora_targets.split(",")) if args.lora_targets else None
+    targets = cli_job.lora_targets(args.lora_targets)
     model = config_graph(args.model, args.seq_len, args.target_len, args.lora_rank, targets) \
         if is_config(args.model) else args.model
     seq = convert(model, name=Path(args.model).stem, **_shape_kwargs(args),

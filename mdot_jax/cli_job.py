@@ -41,6 +41,17 @@ def input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
 
 
 
+def lora_targets(text: str | None) -> tuple[str, ...] | None:
+    """`--lora-targets`: comma-separated layer names."""
+    if text is None:
+        return None
+    names = tuple(t.strip() for t in text.split(","))
+    if not all(names):
+        raise UsageError(f"--lora-targets {text!r}: expected layer names, comma-separated "
+                         "(e.g. q_proj,v_proj)")
+    return names
+
+
 def count(text: str) -> int:
     """A positive whole count, also written as a float (`2e12`)."""
     try:
@@ -134,7 +145,7 @@ def job_fields(args: argparse.Namespace) -> dict:
     return dict(
         image_size=args.image_size, seq_len=args.seq_len, target_len=args.target_len,
         lora_rank=args.lora_rank,
-        lora_targets=tuple(args.lora_targets.split(",")) if args.lora_targets else None,
+        lora_targets=lora_targets(args.lora_targets),
         input_shapes=input_shapes(args.input_shape) or None,
         precision=args.precision, optimizer=args.optimizer,
         fused_optimizer=args.fused_optimizer, layout=args.layout, step=args.step,

@@ -50,6 +50,13 @@ def test_lora_adapters_are_counted_trained_and_every_other_parameter_frozen(llam
     assert autograd.trainable(qv) == _lora_params(4, ("q_proj", "v_proj"))
 
 
+def test_model_code_reading_an_adapted_layers_weight_still_runs():
+    t5 = dict(model_type="t5", d_model=64, num_layers=2, num_heads=4, d_ff=128, d_kv=16,
+              vocab_size=256)  # T5 reads its output projection's weight's dtype
+    seq = convert(from_hf_config(t5, seq_len=16, lora_rank=4), batch_size=2)
+    assert 0 < autograd.trainable(seq) < seq.params
+
+
 def test_a_lora_target_that_names_no_linear_layer_says_which_there_are():
     with pytest.raises(ConversionError, match=r"'qproj'.*q_proj, up_proj, v_proj"):
         from_hf_config(LLAMA, seq_len=16, lora_rank=4, lora_targets=("qproj",))
@@ -161,3 +168,29 @@ def test_the_cli_takes_lora_and_says_what_trains(tmp_path, capsys):
     assert trained in capsys.readouterr().err
     assert main([*args, "--lora-targets", "q_proj"]) == 2
     assert "--lora-targets: the layers LoRA adapts; give --lora-rank" in capsys.readouterr().err
+    convert_args = ["convert", str(path), "--seq-len", "64", "--batch-size", "2", "--json",
+                    "--lora-rank", "4", "--lora-targets"]
+    assert main([*convert_args, "q_proj, v_proj"]) == 0  # spaced as people type lists
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["trained_params"] == _lora_params(4, ("q_proj", "v_proj"))
+    assert main([*convert_args, ","]) == 2
+    assert "--lora-targets ',': expected layer names" in capsys.readouterr().err
+
+
+def test_a_step_with_frozen_parameters_has_no_band_and_one_training_nothing_is_refused(
+        tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+    def priced(name):
+        path = tmp_path / name
+        path.write_bytes(from_torch(net, torch.randn(2, 8)).SerializeToString())
+        return predict(TrainingJob(model=str(path), batch_size=4, device="h100-sxm"))
+
+    assert priced("trained.onnx").interval_ms is not None
+    net[0].requires_grad_(False)
+    head = priced("head.onnx")  # measured bands are of steps that train every parameter
+    assert head.interval_ms is None and any("18 of the 90 parameters trained" in w
+                                            for w in head.warnings)
+    net[2].requires_grad_(False)
+    with pytest.raises(RequestError, match="every one of its 90 parameters is frozen"):
+        priced("frozen.onnx")

@@ -127,9 +127,15 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                      "those at long sequences")
     if said := defaults_said(seq):
         about.append(said)
-    if (trained := autograd.trainable(seq)) < seq.params:
+    frozen = (trained := autograd.trainable(seq)) < seq.params
+    if frozen and not trained:
+        raise RequestError(f"model: every one of its {seq.params:,} parameters is frozen "
+                           "(requires_grad off): nothing trains, and its loss has no backward",
+                           "model")
+    if frozen:  # no band: the bands were measured on steps that train every parameter
         about.append(f"{trained:,} of the {seq.params:,} parameters trained, the rest frozen: "
-                     + pricer.FROZEN)
+                     + pricer.FROZEN + "; no band")
+        p = dataclasses.replace(p, interval_ms=None)
     if job.optimizer == "sgd" and seq.input_kind == "tokens":
         about.append("optimizer: sgd; language models usually train with adam or adamw, "
                      "whose two moments a parameter the update reads and memory keeps: give "
