@@ -55,8 +55,8 @@ class Backward:
     runs: np.ndarray  # its backward runs at all
     data: np.ndarray  # its inputs' gradient is computed
     weights: np.ndarray  # its parameters' gradients are (where it holds any)
-    frozen: bool = False  # some parameters are frozen (else every mask is the full step's)
-    weight: np.ndarray | None = None  # reads parameters alone (a weight's view), if frozen
+    weight: np.ndarray  # reads parameters alone (a weight's view: a GEMM's operand)
+    frozen: bool = False  # some parameters are (else every mask is the full step's)
 
 
 def backward(seq: OperatorSequence) -> Backward:
@@ -67,12 +67,11 @@ def backward(seq: OperatorSequence) -> Backward:
     reads = np.zeros(n, bool)
     reads[list(preds)] = True
     frozen = frozen_nodes(seq)
-    if not frozen.any():
-        return Backward(np.ones(n, bool), reads, np.ones(n, bool))
+    if not frozen.any():  # every operator's backward, as the step's rules always priced it
+        return Backward(np.ones(n, bool), reads, np.ones(n, bool), np.zeros(n, bool))
     trained = held & ~frozen
     inputs, from_params = (seq.config[:, _C[f]] for f in ("n_inputs", "n_param_inputs"))
-    weight = np.zeros(n, bool)  # reads parameters alone (a weight's view: a GEMM's operand)
-    runs, data, weights = (np.zeros(n, bool) for _ in range(3))
+    runs, data, weights, weight = (np.zeros(n, bool) for _ in range(4))
     for i in range(n):  # producers before consumers (edges run forward)
         ps = preds.get(i, [])
         weight[i] = bool(ps or from_params[i]) and from_params[i] + len(ps) >= inputs[i] \
@@ -82,7 +81,7 @@ def backward(seq: OperatorSequence) -> Backward:
         weights[i] = trained[i] or (any(runs[p] for p in operands) if operands or held[i]
                                     else data[i])
         runs[i] = data[i] or weights[i]
-    return Backward(runs, data, weights, True, weight)
+    return Backward(runs, data, weights, weight, True)
 
 
 PRODUCTS = ("MatMul", "Gemm", "Conv", "ConvTranspose", "Mul", "Div")  # an input kept for another's
@@ -95,7 +94,7 @@ def keeps(seq: OperatorSequence, grads: Backward, src: np.ndarray, dst: np.ndarr
     saves a tensor only for the gradients that use it (a product's operand for the other's: a
     frozen linear layer keeps no input, `x * 0.5` none). Where nothing is frozen, wherever the
     backward runs."""
-    if not grads.frozen or grads.weight is None:
+    if not grads.frozen:
         return grads.runs[dst]
     names = seq.op_names
     product = np.isin(names[dst], PRODUCTS)

@@ -8,7 +8,9 @@ batch, and the activations autograd keeps for the backward pass: an
 operator's output where its own backward needs it (Relu, Sigmoid, Softmax, ...) or where a
 consumer's backward needs its input (Conv, MatMul, normalisations, Mul, GELU, pooling, ...),
 each once, at the precision's width (half under AMP); an output only added, reshaped or
-concatenated onward is freed, and views write nothing.
+concatenated onward is freed, and views write nothing. Frozen parameters (`mdot_jax.autograd`)
+hold no gradient or optimizer state, and an operator keeps an input only for a gradient that
+reads it.
 
 On a GPU the estimate is the sum of all of these plus a working set (the backward's transient
 gradients: the two largest operator outputs, none inside a fused attention): the caching
