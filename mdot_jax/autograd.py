@@ -48,6 +48,56 @@ def frozen_nodes(seq: OperatorSequence) -> np.ndarray:
     return mask
 
 
+# how frozen parameters may be held (`TrainingJob.frozen_weights`): bytes a parameter. nf4 is
+# QLoRA's (bitsandbytes' 4-bit NormalFloat with double quantisation: 4 bits, an 8-bit scale
+# per 64 and an fp32 one per 256 of those) for the linear layers but the head, their other
+# frozen parameters in bf16; each such weight dequantised to bf16 for every GEMM that reads it
+FROZEN_BYTES = {"bf16": 2.0, "fp16": 2.0, "nf4": 2.0}  # keys: `options.FROZEN_WEIGHTS`
+NF4_BYTES = (4 + 8 / 64 + 32 / (64 * 256)) / 8
+
+
+def quantized(seq: OperatorSequence) -> dict[int, tuple[int, int]]:
+    """Under `frozen_weights` nf4, {linear GEMM: (the operator holding its frozen weight, the
+    weight's elements)} of every linear layer but the last (the output head, which QLoRA
+    keeps in bf16)."""
+    from mdot_jax.gpu.classify import classified
+
+    if seq.meta.get("frozen_weights") != "nf4":
+        return {}
+    frozen, preds = frozen_nodes(seq), seq.neighbours()[0]
+    held, view = seq.column("params"), backward(seq).weight
+    out = {}
+    for i, (_, op, dims) in enumerate(classified(seq)):
+        if op != "linear":
+            continue
+        weight = int(dims[2] * dims[3])  # [K, N]
+        holders = [j for j in (i, *preds.get(i, ())) if (j == i or view[j]) and frozen[j]
+                   and held[j] >= weight]  # the layer itself, or a view of its weight
+        if holders:
+            out[i] = (holders[0], weight)
+    return dict(list(out.items())[:-1])
+
+
+def weight_bytes(seq: OperatorSequence, each: float) -> np.ndarray:
+    """`[N]` bytes of the parameters each operator holds: `each` a trained one, a frozen one as
+    the sequence's `frozen_weights` says (default: as the trained)."""
+    held = seq.column("params")
+    how = seq.meta.get("frozen_weights")
+    if how is None:
+        return held * each
+    out = np.where(frozen_nodes(seq), held * FROZEN_BYTES[how], held * each)
+    for holder, weight in quantized(seq).values():
+        out[holder] -= weight * (FROZEN_BYTES[how] - NF4_BYTES)
+    return out
+
+
+def held_bytes(seq: OperatorSequence, each: float) -> float:
+    """Bytes of the model's weights as held (`weight_bytes`; a tied weight once)."""
+    if seq.meta.get("frozen_weights") is None:
+        return each * seq.params
+    return float(weight_bytes(seq, each).sum()) * seq.params / max(seq.total("params"), 1.0)
+
+
 @dataclass(frozen=True)
 class Backward:
     """`[N] bool` masks over a sequence's operators (module docstring)."""

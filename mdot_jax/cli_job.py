@@ -12,6 +12,7 @@ from mdot_jax.options import (
     ATTENTION,
     CHECKPOINTING,
     FRAMEWORKS,
+    FROZEN_WEIGHTS,
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
@@ -86,6 +87,10 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="default: fp32 on every GPU of a plan" if plan else
                    "default: the device's usual (fp32 on CPUs and GPUs priced from their "
                    "spec sheet, amp-fp16 on the RTX 3090's checkpoint)")
+    p.add_argument("--frozen-weights", choices=FROZEN_WEIGHTS,
+                   help="how a model's frozen parameters are held (LoRA's base): in the half "
+                        "type (loaded so), or nf4 (QLoRA's 4 bits); default as --precision "
+                        "holds weights (fp32 under autocast)")
     p.add_argument("--layout", default="nchw", choices=LAYOUTS)
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
                    help="the training step's optimizer; sgd: with momentum (memory; time "
@@ -145,7 +150,7 @@ def job_fields(args: argparse.Namespace) -> dict:
     return dict(
         image_size=args.image_size, seq_len=args.seq_len, target_len=args.target_len,
         lora_rank=args.lora_rank,
-        lora_targets=lora_targets(args.lora_targets),
+        lora_targets=lora_targets(args.lora_targets), frozen_weights=args.frozen_weights,
         input_shapes=input_shapes(args.input_shape) or None,
         precision=args.precision, optimizer=args.optimizer,
         fused_optimizer=args.fused_optimizer, layout=args.layout, step=args.step,

@@ -33,6 +33,8 @@ CHECKPOINTING = ("full", "selective")  # activation checkpointing: every layer, 
 # the kernels a step runs: eager PyTorch's (autocast, torch.optim's foreach), or Megatron-LM's
 # (the model in the half type with fp32 master weights, fused softmax, fused Adam)
 FRAMEWORKS = ("pytorch", "megatron")
+# how frozen parameters are held (a base model loaded in the half type, or QLoRA's 4 bits)
+FROZEN_WEIGHTS = ("bf16", "fp16", "nf4")
 ATTENTION = ("flash", "eager")  # fused scaled_dot_product_attention, or as the graph shows it
 SCHEDULES = ("1f1b", "gpipe", "interleaved")  # pipeline-parallel schedules
 GPU_PRICERS = ("kernel", "trees")  # a GPU step model's operator pricer: Flax network, LightGBM

@@ -194,3 +194,42 @@ def test_a_step_with_frozen_parameters_has_no_band_and_one_training_nothing_is_r
     net[2].requires_grad_(False)
     with pytest.raises(RequestError, match="every one of its 90 parameters is frozen"):
         priced("frozen.onnx")
+
+
+def test_frozen_weights_held_in_half_or_4_bits_hold_less_and_qlora_dequantises(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    job = dict(model=str(path), seq_len=64, batch_size=2, device="h100-sxm",
+               precision="amp-bf16", optimizer="adamw", lora_rank=8)
+    fp32, bf16, nf4 = (predict(TrainingJob(**job, frozen_weights=held))
+                       for held in (None, "bf16", "nf4"))
+    assert fp32.memory_gb > bf16.memory_gb > nf4.memory_gb
+    # the frozen weights: 4 bytes, then 2, then the layers' at about half a byte
+    lora = convert(from_hf_config(LLAMA, seq_len=64, lora_rank=8), batch_size=2)
+    frozen = lora.params - autograd.trainable(lora)
+    assert fp32.memory_gb - bf16.memory_gb == pytest.approx(2 * frozen / 1e9, rel=1e-6)
+    layers = 4 * sum(i * o for i, o in ADAPTED.values())  # the head (and embedding) stay bf16
+    assert bf16.memory_gb - nf4.memory_gb == pytest.approx(
+        (2 - autograd.NF4_BYTES) * layers / 1e9, rel=1e-6)
+    assert bf16.iteration_ms < fp32.iteration_ms  # no autocast cast of a frozen weight
+    assert nf4.phases["forward"] > bf16.phases["forward"]  # each 4-bit weight dequantised
+    assert any("held in nf4" in w for w in nf4.warnings)
+    assert any("frozen_weights bf16" in w for w in fp32.warnings)  # how to say the base's
+    with pytest.raises(RequestError, match="frozen_weights bf16: the model has no frozen"):
+        predict(TrainingJob(**dict(job, lora_rank=None), frozen_weights="bf16"))
+
+
+def test_fsdp_shards_and_gathers_frozen_weights_as_they_are_held(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    job = dict(model=str(path), seq_len=64, batch_size=2, device="h100-sxm", gpus=8,
+               strategy="fsdp", precision="amp-bf16", optimizer="adamw", lora_rank=8)
+    one, fp32, bf16, nf4 = (predict(TrainingJob(**dict(job, gpus=gpus, strategy=strategy),
+                                                frozen_weights=held))
+                            for gpus, strategy, held in ((1, "ddp", "bf16"), (8, "fsdp", None),
+                                                         (8, "fsdp", "bf16"), (8, "fsdp", "nf4")))
+    assert 0 < nf4.memory_gb < bf16.memory_gb < fp32.memory_gb
+    assert bf16.memory_gb < one.memory_gb  # sharded, never below nothing
+    gathered = [float(re.search(r"\(([\d.e+-]+) ms,", next(
+        w for w in p.warnings if w.startswith("fsdp:")))[1]) for p in (bf16, nf4)]
+    assert gathered[1] < gathered[0]  # 4-bit weights gathered

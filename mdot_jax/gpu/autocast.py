@@ -2,16 +2,20 @@
 (`gpu.spec_sheet` prices them): each weight a GEMM or convolution reads, cast to the half type
 in the forward and its gradient back; each fp32 output of autocast's fp32 operators (softmax
 and the normalisations but batch norm) a GEMM or convolution reads, cast again, forward and
-backward.
+backward. Frozen weights held in the half type need none; QLoRA's 4-bit ones are dequantised
+for each GEMM instead (`dequantised`).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from converters import OperatorSequence
 from converters.sequence import CONFIG_FIELDS
 from converters.traits import of_kind
-from mdot_jax.autograd import Backward, backward
+from mdot_jax.autograd import NF4_BYTES, Backward, backward, frozen_nodes, quantized
 from mdot_jax.gpu.catalog import GPU
+from mdot_jax.serving.memory import HALF
 
 FP32_OPS = set(of_kind("rowwise")) - {"BatchNormalization"}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
@@ -27,6 +31,8 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
     grads = grads or backward(seq)
     reads, _ = seq.neighbours()  # node -> the nodes whose outputs it reads
     out, names, held = [], seq.op_names, seq.column("params")
+    if "frozen_weights" in seq.meta:  # frozen weights held in the half type (or dequantised to
+        held = np.where(frozen_nodes(seq), 0.0, held)  # it): autocast casts none of them
     for i, kind in enumerate(kinds):
         if kind not in ("linear", "bmm", "conv") or i in skip:
             continue
@@ -46,6 +52,18 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
         out += [(i, phase, "addu", (1, n), gpu, 1.0) for n, phases in sizes if n > 0
                 for phase in phases]
     return out
+
+
+def dequantised(seq: OperatorSequence, grads: Backward, gpu: GPU, precision: str
+                ) -> list[tuple[int, str, str, tuple, GPU, float]]:
+    """QLoRA's kernels (`frozen_weights` nf4, `autograd.quantized`): each 4-bit weight
+    dequantised to the compute type for its GEMM in the forward, and again for its data
+    gradient in the backward; a unary kernel over as many elements as move its bytes (half a
+    byte read an element, the compute type's written)."""
+    width = 2.0 if precision in HALF else 4.0
+    return [(i, phase, "addu", (1, round(n * (NF4_BYTES + width) / (2 * width))), gpu, 1.0)
+            for i, (_, n) in quantized(seq).items()
+            for phase in (("fw", "bw") if grads.data[i] else ("fw",))]
 
 
 def fp8_casts(linears: list[tuple[int, tuple]], gpu: GPU

@@ -353,8 +353,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     iteration = m * t[slow] + (fill / v if layout.schedule == "interleaved" else fill)
     tied = _tied_ms(seq, layout, gpu, network_gbs, interconnect) if pp > 1 else 0.0
     held = param_bytes(precision, optimizer, framework)  # bytes a parameter
-    every, trained = _stage_params(seq, stage, pp)  # [pp] each
-    state = every * held.model + trained * (held.total - held.model)  # frozen: weights alone
+    every, trained, weights = _stage_params(seq, stage, pp, held.model)  # [pp] each
+    state = weights + trained * (held.total - held.model)  # frozen: weights alone
     memory = state + _activation_bytes(seq, stage, blocks, layers, layout, m, precision,
                                        checkpointing, fused)
     full = int(np.argmax(memory))
@@ -419,15 +419,19 @@ def _tied_ms(seq: OperatorSequence, layout: Layout, gpu: GPU, network_gbs: float
     return allreduce_ms(4.0 * shared, 2, link, 1)
 
 
-def _stage_params(seq: OperatorSequence, stage: np.ndarray, pp: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """`[pp]` parameters a stage's GPU holds, and `[pp]` of them trained (not frozen)."""
+def _stage_params(seq: OperatorSequence, stage: np.ndarray, pp: int, each: float
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`[pp]` parameters a stage's GPU holds, `[pp]` of them trained (not frozen), and `[pp]`
+    bytes of their weights as held (`each` a trained one's; `autograd.weight_bytes`)."""
     # one stage holds a tied weight once; each of two stages that use it, a copy (Megatron)
     if pp == 1:
-        return np.asarray([seq.params], float), np.asarray([autograd.trainable(seq)], float)
+        return (np.asarray([seq.params], float), np.asarray([autograd.trainable(seq)], float),
+                np.asarray([autograd.held_bytes(seq, each)]))
     every = seq.column("params")
-    return (np.bincount(stage, every, pp).astype(float),
-            np.bincount(stage, np.where(autograd.frozen_nodes(seq), 0.0, every), pp))
+    held = np.bincount(stage, every, pp).astype(float)
+    return (held, np.bincount(stage, np.where(autograd.frozen_nodes(seq), 0.0, every), pp),
+            np.bincount(stage, autograd.weight_bytes(seq, each), pp)
+            if "frozen_weights" in seq.meta else held * each)
 
 
 def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Block],

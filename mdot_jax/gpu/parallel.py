@@ -182,7 +182,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                   model_parallel: int = 1, after_flush: bool = False,
                   precision: str = "fp32", units: int = 0, experts: int = 0,
                   ep: int = 1, stride: int = 0, framework: str = "pytorch",
-                  trained: float = 1.0) -> Prediction:
+                  trained: float = 1.0, weight_bytes: float | None = None) -> Prediction:
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each, replicas `stride` ranks apart (default
@@ -200,7 +200,9 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     (`memory.param_bytes`: DDP's gradients all-reduced at their width, Megatron-LM's fp16 ones
     in fp16; its distributed optimizer shards the master weights too). `trained`: the share of
     the parameters trained (the rest frozen: no gradient to reduce, no state, never gathered
-    again after an update). One replica: `p` itself."""
+    again after an update); `weight_bytes`: a weight's bytes on average where the frozen ones
+    are held otherwise (`TrainingJob.frozen_weights`; FSDP gathers them so). One replica: `p`
+    itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
@@ -243,6 +245,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         in_flight = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors
         if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
             width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
+            if weight_bytes is not None:  # frozen weights held in fewer bytes, gathered so
+                width = min(width, weight_bytes / 4)
             pieces = units or buckets  # its collectives: one a unit (a ring's steps each)
             half = rings(width, pieces) / 2  # a gather of every weight; the trained reduced
             total = (2 + trained) * half * k
@@ -257,7 +261,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         shard = sum(b / r for b, r, _ in groups) / nbytes  # of a GPU's parameters, its shard
         phases["update"] = phases.get("update", 0.0) * shard
         p = dataclasses.replace(p, operators=updating(p.operators, shard, "its shard"))
-        memory = p.memory_gb - held.sharded(strategy, trained) / 4 * unsharded / 1e9 + in_flight
+        memory = p.memory_gb - held.sharded(strategy, trained, weight_bytes) / 4 * unsharded \
+            / 1e9 + in_flight
     what = {"ddp": "gradient all-reduce",
             "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"
                     + (" in the half type" if precision in HALF else "")}.get(

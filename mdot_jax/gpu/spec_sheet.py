@@ -164,9 +164,9 @@ Kernel = tuple[int, str, str, tuple, GPU, float]
 class _Found:
     """The kernels of a step as `_kernels` finds them, and what the warnings say of them."""
 
+    grads: autograd.Backward  # the backward kernels autograd runs
     work: list[Kernel] = field(default_factory=list)
     measured: dict[int, float] = field(default_factory=dict)  # work index -> measured ms
-    grads: autograd.Backward | None = None  # the backward kernels autograd runs
     kinds: list[str] = field(default_factory=list)  # each node's (`classify`)
     classes: set[str] = field(default_factory=set)  # `peaks.seen_by_class` classes priced
     other: dict[str, int] = field(default_factory=dict)  # types priced as copies: how many
@@ -217,6 +217,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if precision in AUTOCAST and not megatron:
         work.extend(autocast.casts(seq, found.kinds, inside | {b.output for b in blocks},
                                    at["fp32"], half_weights, found.grads))
+    work.extend(autocast.dequantised(seq, found.grads, at["memory"], precision))  # QLoRA's
     if lin:
         work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
                                         and w[2] == "linear" and w[4] is at["linear"]],

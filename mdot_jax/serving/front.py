@@ -133,8 +133,14 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                            "(requires_grad off): nothing trains, and its loss has no backward",
                            "model")
     if frozen:  # no band: the bands were measured on steps that train every parameter
-        about.append(f"{trained:,} of the {seq.params:,} parameters trained, the rest frozen: "
-                     + pricer.FROZEN + "; no band")
+        held = f"held in {job.frozen_weights}" + (
+            ": the linear layers' at 4 bits but the head's, each dequantised for its GEMMs, "
+            "forward and data gradient, at the memory bandwidth (bitsandbytes' kernels, not "
+            "measured)" if job.frozen_weights == "nf4" else "") if job.frozen_weights else (
+            "held in fp32 as autocast holds weights (frozen_weights bf16: a base loaded in "
+            "bf16; nf4: QLoRA's)" if job.precision in AUTOCAST else "")
+        about.append(f"{trained:,} of the {seq.params:,} parameters trained, the rest frozen"
+                     + (f" ({held})" if held else "") + ": " + pricer.FROZEN + "; no band")
         p = dataclasses.replace(p, interval_ms=None)
     if job.optimizer == "sgd" and seq.input_kind == "tokens":
         about.append("optimizer: sgd; language models usually train with adam or adamw, "
@@ -342,10 +348,22 @@ class _SpecSheet:
                           precision=job.precision or "fp32", framework=job.framework,
                           units=len(starts) + 1 if starts else 0, experts=experts,
                           ep=job.ep, stride=job.tp,  # Megatron's order: tp, dp, pp
-                          trained=autograd.trainable(self.seq) / max(self.seq.params, 1))
+                          trained=autograd.trainable(self.seq) / max(self.seq.params, 1),
+                          weight_bytes=self._weight_bytes())
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p
+
+    def _weight_bytes(self) -> float | None:
+        """A weight's bytes on average where the frozen ones are held otherwise (None: as the
+        precision holds every weight)."""
+        from mdot_jax.serving.memory import param_bytes
+
+        if self.seq.meta.get("frozen_weights") is None:
+            return None
+        job = self.job
+        held = param_bytes(job.precision or "fp32", job.optimizer, job.framework).model
+        return autograd.held_bytes(self.seq, held) / max(self.seq.params, 1)
 
     def _context(self, one: Prediction, n: int) -> Prediction:
         """`one` with context parallelism's ring sends (`model_parallel.context_exchange`):

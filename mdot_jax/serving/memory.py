@@ -74,14 +74,17 @@ class ParamBytes:
     def total(self) -> float:
         return self.model + self.master + self.gradients + self.optimizer
 
-    def sharded(self, strategy: str, trained: float = 1.0) -> float:
+    def sharded(self, strategy: str, trained: float = 1.0, model: float | None = None
+                ) -> float:
         """Of `total`, the bytes ZeRO's stage `strategy` (`options.STRATEGIES`) shards over
         the replicas: the optimizer's (state and master weights; Megatron-LM's distributed
         optimizer), `zero2` the gradients too, `fsdp` the weights too; `ddp` none. `trained`:
-        the share of the parameters trained (a frozen one has no gradient or state)."""
+        the share of the parameters trained (a frozen one has no gradient or state); `model`:
+        a weight's bytes where frozen ones are held otherwise (default `self.model`)."""
         zero1 = (self.optimizer + self.master) * trained
         return {"ddp": 0.0, "zero1": zero1, "zero2": zero1 + self.gradients * trained,
-                "fsdp": zero1 + self.gradients * trained + self.model}[strategy]
+                "fsdp": zero1 + self.gradients * trained
+                + (self.model if model is None else model)}[strategy]
 
 
 def param_bytes(precision: str = "fp32", optimizer: str = "sgd",
@@ -148,7 +151,8 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     for b in fused:  # a fused kernel's S x S tensors exist in no pass
         outputs[list(b.inner)] = 0.0
     working = scale * float(np.sort(outputs)[-2:].sum())
-    return StepMemory(held.model * seq.params + held.master * trained, held.gradients * trained,
+    return StepMemory(autograd.held_bytes(seq, held.model) + held.master * trained,
+                      held.gradients * trained,
                       state, float(saved(seq, fused, scale, grads).sum()), inputs, working)
 
 

@@ -73,19 +73,31 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     shapes = tuple((k, tuple(v)) for k, v in (job.input_shapes or {}).items())
     if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
         stat = Path(model).stat()
-        return _converted(str(model), (stat.st_mtime_ns, stat.st_size), b, job.image_size,
-                          job.seq_len, shapes, fuse)
+        return held_as(_converted(str(model), (stat.st_mtime_ns, stat.st_size), b,
+                                  job.image_size, job.seq_len, shapes, fuse), job.frozen_weights)
     if not isinstance(model, OperatorSequence):
-        return convert(model, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
-                       input_shapes={k: list(v) for k, v in shapes}, fuse=fuse,
-                       name=Path(job.model).stem if config else "",
-                       label=str(job.model) if config else None)
+        return held_as(convert(model, batch_size=b, image_size=job.image_size,
+                               seq_len=job.seq_len, input_shapes={k: list(v) for k, v in shapes},
+                               fuse=fuse, name=Path(job.model).stem if config else "",
+                               label=str(job.model) if config else None), job.frozen_weights)
     check_converted(model, b, job.image_size, job.seq_len, job.cp)
     if model.fusion != fuse:
         raise RequestError(f"model: the operator sequence {model.name!r} was converted with "
                            f"fusion version {model.fusion}, this predictor reads {fuse} "
                            f"(`mdot convert --fuse {fuse}`)", "model")
-    return model
+    return held_as(model, job.frozen_weights)
+
+
+def held_as(seq: OperatorSequence, frozen_weights: str | None) -> OperatorSequence:
+    """`seq` with its frozen parameters held as `frozen_weights` says (in its metadata; a
+    copy: a converted sequence is kept and shared)."""
+    if frozen_weights is None or seq.meta.get("frozen_weights") == frozen_weights:
+        return seq
+    if "frozen" not in seq.meta:
+        raise RequestError(f"frozen_weights {frozen_weights}: the model has no frozen "
+                           "parameters (give lora_rank, or export a model that froze some)",
+                           "frozen_weights")
+    return dataclasses.replace(seq, meta=dict(seq.meta, frozen_weights=frozen_weights))
 
 
 SEQUENCE_CACHE: dict = {}  # folder, limit: converted sequences also kept on disk there

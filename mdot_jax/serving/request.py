@@ -19,6 +19,7 @@ from mdot_jax.options import (
     AUTOCAST,
     CHECKPOINTING,
     FRAMEWORKS,
+    FROZEN_WEIGHTS,
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
@@ -92,7 +93,9 @@ class TrainingJob:
       lora_rank, lora_targets: a config.json's model fine-tuned with LoRA adapters of that rank
         on the linear layers `lora_targets` names (default: every one but the output head),
         every other parameter frozen (`converters.lora`); an ONNX export records the
-        parameters its model froze itself.
+        parameters its model froze itself. frozen_weights: how the frozen ones are held
+        (`options.FROZEN_WEIGHTS`): in the half type (a base model loaded so) or QLoRA's 4-bit
+        NormalFloat; default as the precision holds weights (fp32 under autocast).
       gpus: GPUs per node, `batch_size` each data-parallel replica; a tuple gives one
         prediction each. nodes: of `gpus` GPUs each. strategy: of the data parallelism,
         `options.STRATEGIES`.
@@ -142,6 +145,7 @@ class TrainingJob:
     target_len: int | None = None
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] | None = None
+    frozen_weights: str | None = None
     input_shapes: Mapping[str, Sequence[int]] | None = field(default=None, hash=False)
     gpus: int | tuple[int, ...] = 1
     nodes: int = 1
@@ -194,6 +198,7 @@ class TrainingJob:
             raise RequestError("device_spec: describes the device itself; drop device",
                                "device_spec")
         _choice("precision", self.precision, PRECISIONS)
+        _choice("frozen_weights", self.frozen_weights, FROZEN_WEIGHTS)
         _choice("optimizer", self.optimizer, OPTIMIZERS, optional=False)
         _flag("fused_optimizer", self.fused_optimizer)
         _choice("layout", self.layout, LAYOUTS, optional=False)
