@@ -257,8 +257,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         operators.append(dict(type="optimizer", name=f"{optimizer} update ({u.passes:.3g} "
                               "passes over the parameters)", ms=t))
         warnings.append(f"the {optimizer} update priced as {u.passes:.3g} elementwise passes "
-                        f"over the {params:,} {'trained ' * (params < seq.params)}parameters "
-                        f"({u.what}): not measured")
+                        f"over the {params:,} {'trained ' * (params < seq.params)}parameters"
+                        + (f" of a {tp}-way tensor-parallel rank" if (tp := seq.meta.get("tp"))
+                           else "") + f" ({u.what}): not measured")
     warnings += sorted({extrapolated[c] for c in found.classes if c in extrapolated})
     warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note)
     end = launch_bound(order, host)
