@@ -11,6 +11,7 @@ communication and optimizer state.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,8 +26,6 @@ def add_adapters(model: Any, rank: int, targets: Sequence[str] = (ALL_LINEAR,),
     layers `targets` names (their last name component, e.g. `q_proj`; `all-linear`: every
     linear layer but the output embeddings), every other parameter frozen. Returns the names
     of the layers adapted. A target naming no linear layer is a `ConversionError`."""
-    import torch
-
     if isinstance(rank, bool) or not isinstance(rank, int) or rank <= 0:
         raise ConversionError(f"lora rank {rank!r}: expected a positive integer")
     linear = _linear_layers(model)
@@ -49,7 +48,7 @@ def add_adapters(model: Any, rank: int, targets: Sequence[str] = (ALL_LINEAR,),
     for name in chosen:
         parent, _, attr = name.rpartition(".")
         owner = model.get_submodule(parent) if parent else model
-        setattr(owner, attr, _Adapted(linear[name], rank, alpha or 2.0 * rank, torch))
+        setattr(owner, attr, _lora_linear()(linear[name], rank, alpha or 2.0 * rank))
     return chosen
 
 
@@ -70,11 +69,14 @@ def _features(layer: Any) -> tuple[int, int]:
     return int(n_in), int(n_out)
 
 
-def _Adapted(base: Any, rank: int, alpha: float, torch: Any) -> Any:
-    """A frozen `base` linear layer with its trainable rank-`rank` update."""
+@functools.cache
+def _lora_linear() -> type:
+    """The module of a frozen linear layer beside its trainable low-rank update (made once,
+    with torch imported: converters import no torch at load)."""
+    import torch
 
     class LoraLinear(torch.nn.Module):
-        def __init__(self):
+        def __init__(self, base: Any, rank: int, alpha: float):
             super().__init__()
             n_in, n_out = _features(base)
             kind = dict(device=base.weight.device, dtype=base.weight.dtype, bias=False)
@@ -94,4 +96,4 @@ def _Adapted(base: Any, rank: int, alpha: float, torch: Any) -> Any:
         def forward(self, x: Any) -> Any:  # [..., in] -> [..., out]
             return self.base_layer(x) + self.lora_B(self.lora_A(x)) * self.scaling
 
-    return LoraLinear()
+    return LoraLinear
