@@ -147,7 +147,7 @@ def summarize(priced: list[dict]) -> dict:
     for r in priced:
         groups.setdefault(f"{r['attention']}/{r['checkpointing']}"
                           + ("/lora" if r.get("lora") else ""), []).append(r)
-    summary: dict = {"lora_over_full": lora_over_full(priced)}
+    summary = {}
     for name, rows in groups.items():
         ratio = np.asarray([r["predicted_ms"] / r["measured_ms"] for r in rows])
         summary[name] = dict(rows=len(rows), mape=float(100 * np.mean(np.abs(ratio - 1))),
@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(priced) if priced else {}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(dict(
-        source=str(args.steps), summary=summary, skipped=skipped, rows=priced), indent=1) + "\n")
+        source=str(args.steps), summary=summary, lora_over_full=lora_over_full(priced),
+        skipped=skipped, rows=priced), indent=1) + "\n")
     for name, s in summary.items():
         print(f"{name:<16} {s['rows']:>3} rows  MAPE {s['mape']:5.1f}%  median ratio "
               f"{s['median_ratio']:.2f}")

@@ -48,3 +48,21 @@ def test_a_70b_llama_in_3d_parallel_from_its_config(tmp_path):
     assert p.gpus == 64 and p.replicas == 1 and p.tokens_per_s > 0 and 0 < p.mfu < 1
     assert p.memory_gb < 80 and p.phases["bubble"] > 0
     assert not any("not fit" in w for w in p.warnings)
+
+
+def test_a_7b_llama_fine_tuned_with_lora_and_qlora_on_one_h100(tmp_path):
+    llama_7b = dict(LLAMA_70B, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=32)
+    (tmp_path / "config.json").write_text(json.dumps(llama_7b))
+    job = dict(model=str(tmp_path / "config.json"), seq_len=2048, batch_size=4,
+               device="h100-sxm", precision="amp-bf16", optimizer="adamw", lora_rank=16)
+    full = predict(TrainingJob(**dict(job, lora_rank=None)))
+    lora, qlora = (predict(TrainingJob(**job, frozen_weights=held)) for held in ("bf16", "nf4"))
+    update = next(w for w in lora.warnings if w.startswith("the adamw update"))
+    trained = int(re.search(r"over the ([\d,]+) trained", update)[1].replace(",", ""))
+    assert trained == 32 * 16 * (4 * (4096 + 4096) + 3 * (4096 + 11008))  # every linear layer's
+    assert full.memory_gb > 80 > lora.memory_gb > qlora.memory_gb  # full fine-tuning: no fit
+    assert qlora.memory_gb < lora.memory_gb - 8  # 6.5 billion weights at 0.52 bytes, not 2
+    assert lora.iteration_ms < full.iteration_ms  # no weight gradient of a frozen layer
+    assert lora.phases["update"] < full.phases["update"] / 100
+    assert 0.25 <= lora.mfu <= 0.65

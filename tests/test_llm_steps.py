@@ -92,7 +92,7 @@ def test_a_lora_step_is_read_over_its_fully_trained_twin():
                    lora=16),
               dict(row, key="n/t64/flash/none/lora16", measured_ms=5.0, predicted_ms=5.0,
                    lora=16)]  # no twin measured: not read
+    assert bench.lora_over_full(priced) == {"m/t64/flash/none/lora16": dict(measured=0.8,
+                                                                             priced=0.5)}
     summary = bench.summarize(priced)
-    assert summary["lora_over_full"] == {"m/t64/flash/none/lora16": dict(measured=0.8,
-                                                                          priced=0.5)}
     assert summary["flash/none/lora"]["rows"] == 2 and summary["flash/none"]["rows"] == 1
