@@ -442,7 +442,7 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
     pp, v = layout.pp, layout.virtual
     scale = 0.5 if precision in HALF else 1.0
     core = blocks if checkpointing == "selective" else fused  # no S x S kept either way
-    kept = np.bincount(stage, saved(seq, core, scale), pp)
+    kept = np.bincount(stage, saved(seq, core, scale), pp)  # one micro-batch's
     flight = np.minimum(pp - np.arange(pp), m).astype(float)
     if layout.schedule == "gpipe":
         flight[:] = m

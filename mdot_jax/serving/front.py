@@ -133,14 +133,8 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                            "(requires_grad off): nothing trains, and its loss has no backward",
                            "model")
     if frozen:  # no band: the bands were measured on steps that train every parameter
-        held = f"held in {job.frozen_weights}" + (
-            ": the linear layers' at 4 bits but the head's, each dequantised for its GEMMs, "
-            "forward and data gradient, at the memory bandwidth (bitsandbytes' kernels, not "
-            "measured)" if job.frozen_weights == "nf4" else "") if job.frozen_weights else (
-            "held in fp32 as autocast holds weights (frozen_weights bf16: a base loaded in "
-            "bf16; nf4: QLoRA's)" if job.precision in AUTOCAST else "")
         about.append(f"{trained:,} of the {seq.params:,} parameters trained, the rest frozen"
-                     + (f" ({held})" if held else "") + ": " + pricer.FROZEN + "; no band")
+                     f"{_held(job)}: {pricer.FROZEN}; no band")
         p = dataclasses.replace(p, interval_ms=None)
     if job.optimizer == "sgd" and seq.input_kind == "tokens":
         about.append("optimizer: sgd; language models usually train with adam or adamw, "
@@ -165,6 +159,20 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
         p.job_s = p.job_seconds(epochs, dataset, p.global_batch)
         p.job_interval_s = p.job_interval_seconds(epochs, dataset, p.global_batch)
     return p
+
+
+def _held(job: TrainingJob) -> str:
+    """How a job's frozen parameters are held, in words (`TrainingJob.frozen_weights`)."""
+    if job.frozen_weights == "nf4":
+        return (" (held in nf4: the linear layers' at 4 bits but the head's, each dequantised "
+                "for its GEMMs, forward and data gradient, at the memory bandwidth; "
+                "bitsandbytes' kernels, not measured)")
+    if job.frozen_weights:
+        return f" (held in {job.frozen_weights})"
+    if job.precision in AUTOCAST:
+        return (" (held in fp32, as autocast holds weights: frozen_weights bf16 for a base "
+                "loaded in bf16, nf4 for QLoRA's)")
+    return ""
 
 
 def _predictor(checkpoint: str | None):
