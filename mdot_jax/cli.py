@@ -42,19 +42,15 @@ def _shape_kwargs(args: argparse.Namespace) -> dict:
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters import convert
     from mdot_jax import autograd
-    from mdot_jax.serving.model_source import config_graph, defaults_said, is_config
+    from mdot_jax.serving.model_source import check_lora, config_graph, defaults_said, is_config
 
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)
     if args.target_len and not is_config(args.model):
         raise UsageError("--target-len: an encoder-decoder's config.json takes it (an ONNX "
                          "file's targets are an input: give its --input-shape)")
-    if (args.lora_rank or args.lora_targets) and not is_config(args.model):
-        raise UsageError("--lora-rank: adapters are added to a config.json's model (an ONNX export "
-                         "records the parameters its model froze)")
-    if args.lora_targets and not args.lora_rank:
-        raise UsageError("--lora-targets: the layers LoRA adapts; give --lora-rank R")
     targets = cli_job.lora_targets(args.lora_targets)
+    check_lora(args.model, args.lora_rank, targets)
     model = config_graph(args.model, args.seq_len, args.target_len, args.lora_rank, targets) \
         if is_config(args.model) else args.model
     seq = convert(model, name=Path(args.model).stem, **_shape_kwargs(args),

@@ -13,7 +13,7 @@ import numpy as np
 from converters import OperatorSequence
 from converters.sequence import CONFIG_FIELDS
 from converters.traits import of_kind
-from mdot_jax.autograd import NF4_BYTES, Backward, backward, frozen_nodes, quantized
+from mdot_jax.autograd import NF4_BYTES, Backward, frozen_nodes, quantized
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.serving.memory import HALF
 
@@ -22,13 +22,12 @@ _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 
 
 def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
-          half_weights: bool, grads: Backward | None = None
+          half_weights: bool, grads: Backward
           ) -> list[tuple[int, str, str, tuple, GPU, float]]:
     """The cast kernels autocast adds, as `spec_sheet.price` lists work: (node, phase,
     operator, dims, GPU, 1.0); with `half_weights`, no weight's; `grads`: the backward
-    autograd runs (default: every one), a frozen weight's gradient never cast back."""
+    autograd runs (`autograd.backward`), a frozen weight's gradient never cast back."""
     weights = 0 if half_weights else 1
-    grads = grads or backward(seq)
     reads, _ = seq.neighbours()  # node -> the nodes whose outputs it reads
     out, names, held = [], seq.op_names, seq.column("params")
     if "frozen_weights" in seq.meta:  # frozen weights held in the half type (or dequantised to

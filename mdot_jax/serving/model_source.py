@@ -59,14 +59,10 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     config = is_config(model)  # its graph is named by its file
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
         model = OperatorSequence.load_npz(model)
-    elif config:
+    check_lora(model, job.lora_rank, job.lora_targets)
+    if config:
         model = config_graph(model, job.seq_len, job.target_len, job.lora_rank,
                              job.lora_targets)
-    if job.lora_rank is not None and not config and not (  # a plan's: converted with them
-            isinstance(model, OperatorSequence) and "frozen" in model.meta):
-        raise RequestError("lora_rank: adapters are added to a config.json's model; an ONNX "
-                           "export records the parameters its model froze (export the LoRA "
-                           "model itself, e.g. peft's, with converters.from_torch)", "lora_rank")
     if job.target_len is not None and not config:
         raise RequestError("target_len: an encoder-decoder's config.json takes it (an ONNX "
                            "file's targets are an input: give its shape)", "target_len")
@@ -86,6 +82,21 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
                            f"fusion version {model.fusion}, this predictor reads {fuse} "
                            f"(`mdot convert --fuse {fuse}`)", "model")
     return held_as(model, job.frozen_weights)
+
+
+def check_lora(model: Any, lora_rank: int | None, lora_targets: tuple[str, ...] | None
+               ) -> None:
+    """LoRA's rules beyond each field's own: targets need a rank, and adapters are added to a
+    config.json's model (an ONNX export records the parameters its model froze; a sequence
+    converted with adapters keeps them)."""
+    if lora_targets is not None and lora_rank is None:
+        raise RequestError("lora_targets: the layers LoRA adapts; give lora_rank",
+                           "lora_targets")
+    if lora_rank is not None and not is_config(model) and not (
+            isinstance(model, OperatorSequence) and "frozen" in model.meta):
+        raise RequestError("lora_rank: adapters are added to a config.json's model; an ONNX "
+                           "export records the parameters its model froze (export the LoRA "
+                           "model itself, e.g. peft's, with converters.from_torch)", "lora_rank")
 
 
 def held_as(seq: OperatorSequence, frozen_weights: str | None) -> OperatorSequence:
