@@ -19,6 +19,14 @@ parameters (`mdot_jax.autograd`) stays as it is if, for both LoRA rows of a leas
 ratio lies within 15% of the measured one; otherwise the traced kernels' classes say which
 mechanism is the next study, its rule written before it is priced.
 
+Compiled rows (keys ending `/compiled`: `torch.compile`, Inductor's default mode; the kit
+measures them in a step of their own after the fp32 GPU set) likewise, each over its eager
+twin (`compiled_over_eager`). Pre-registered, before any compiled row exists
+(docs/studies/compiled-steps.md): the pricing of compiled steps (`mdot_jax.gpu.compiled`)
+stays as it is if, for both compiled rows of a lease, the priced ratio lies within 15% of the
+measured one; otherwise the traced kernels (generated ones apart from the libraries') say
+which part is the next study: the fusion's bytes or the host's time a kernel.
+
 For traced rows, priced over traced GPU time by kernel class (`priced_over_traced_by_class`):
 the readings of docs/studies/gemm-bound-step.md, whose rule was written before any traced LLM
 step existed.
@@ -77,7 +85,7 @@ def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = F
                             peak_gb=r.get("peak_gb"), memory_gb=p.memory_gb,
                             attention=r["job"]["attention"],
                             checkpointing=r["job"]["activation_checkpointing"] or "none",
-                            lora=r["job"].get("lora_rank")))
+                            lora=r["job"].get("lora_rank"), compiled=r["job"].get("compile")))
             if loss_memory:
                 out[-1]["memory_gb_candidate"] = p.memory_gb + loss_memory_gb(config, r["job"])
             if r.get("gpu_ms"):  # traced on a GPU: the GPU's busy time against the priced
@@ -129,13 +137,17 @@ def loss_memory_gb(config: Path, job: dict) -> float:
     return extra / 1e9
 
 
-def lora_over_full(priced: list[dict]) -> dict[str, dict]:
-    """Each LoRA row's step over its fully trained twin's (the same model and tokens, measured
-    in the same run), measured and priced: the reading of frozen parameters' pricing."""
+# results' readings: each row whose key carries the mark over its twin's (the same model and
+# tokens, measured in the same run, the key without the mark), measured and priced
+TWINS = {"lora_over_full": "/lora", "compiled_over_eager": "/compiled"}
+
+
+def over_twin(priced: list[dict], mark: str) -> dict[str, dict]:
+    """Each row marked `mark` (`TWINS`) over its twin's step, measured and priced."""
     by_key = {r["key"]: r for r in priced}
     out = {}
     for r in priced:
-        twin = by_key.get(r["key"].rsplit("/lora", 1)[0]) if r.get("lora") else None
+        twin = by_key.get(r["key"].rsplit(mark, 1)[0]) if mark in r["key"] else None
         if twin:
             out[r["key"]] = dict(measured=r["measured_ms"] / twin["measured_ms"],
                                  priced=r["predicted_ms"] / twin["predicted_ms"])
@@ -146,7 +158,8 @@ def summarize(priced: list[dict]) -> dict:
     groups: dict[str, list[dict]] = {"all": priced}
     for r in priced:
         groups.setdefault(f"{r['attention']}/{r['checkpointing']}"
-                          + ("/lora" if r.get("lora") else ""), []).append(r)
+                          + ("/lora" if r.get("lora") else "")
+                          + ("/compiled" if r.get("compiled") else ""), []).append(r)
     summary = {}
     for name, rows in groups.items():
         ratio = np.asarray([r["predicted_ms"] / r["measured_ms"] for r in rows])
@@ -193,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(priced) if priced else {}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(dict(
-        source=str(args.steps), summary=summary, lora_over_full=lora_over_full(priced),
+        source=str(args.steps), summary=summary,
+        **{name: over_twin(priced, mark) for name, mark in TWINS.items()},
         skipped=skipped, rows=priced), indent=1) + "\n")
     for name, s in summary.items():
         print(f"{name:<16} {s['rows']:>3} rows  MAPE {s['mape']:5.1f}%  median ratio "

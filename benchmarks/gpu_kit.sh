@@ -23,7 +23,9 @@
 #                                the 1.3B and the 124M fine-tuned with LoRA (rank 16), then
 #                                GPT-2 124M / 350M training steps at 1,024-4,096 tokens,
 #                                bf16 autocast, flash and eager attention, with and without
-#                                activation checkpointing (`mdot_jax.measure.llm_steps`)
+#                                activation checkpointing (`mdot_jax.measure.llm_steps`);
+#                                after the fp32 GPU set, the 124M and the 1.3B compiled
+#                                (torch.compile), beside their eager twins
 #   kit.log                      every step's output
 # Each step is bounded by what time is left and appends as it measures, so a step cut off
 # keeps what it measured; run again on the same machine, it resumes (KIT_WORK keeps the
@@ -100,7 +102,9 @@ if [ "$DRY" = 1 ]; then
   step 60 60 mdot probe --precision amp-bf16 --threads 2 --out "$WORK/amp-bf16" --keys "$KEYS"
   step 40 25 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
     --batch-sizes 2 --image-sizes 32 --threads 2 --trace --out "$WORK/fp32"
-  step 30 0 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 20
+  step 30 20 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 20
+  step 20 0 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run \
+    --keys-with /compiled --seconds 10
 else
   # the GPU set: every name is a zoo model (tests/test_gpu_kit.py checks)
   GPU_MODELS=resnet50,resnet101,convnext_tiny,efficientnet_b0,densenet121,mobilenet_v3_large
@@ -116,6 +120,9 @@ else
   # the same graphs at fp32: their sequences are made already (no second export)
   mkdir -p "$WORK/fp32/seqs" && cp -n "$WORK"/amp-bf16/seqs/*.npz "$WORK/fp32/seqs/" 2>/dev/null
   step 110 45 mdot profile "${GPU_SET[@]}" --precision fp32 --out "$WORK/fp32"
+  # compiled steps (torch.compile: the first step compiles, up to a minute)
+  step 120 45 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" \
+    --keys-with /compiled --seconds 45
   # the core sets take what is left of the budget
   step 400 60 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
   step 400 0 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"

@@ -127,6 +127,9 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
     p.add_argument("--attention", choices=ATTENTION,
                    help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
                         "it (default: what PyTorch runs on the GPU at the precision)")
+    p.add_argument("--compile", action="store_true",
+                   help="the model compiled with torch.compile (Inductor: memory-bound "
+                        "operators fused; a GPU priced from its spec sheet)")
     p.add_argument("--framework", choices=FRAMEWORKS, default="pytorch",
                    help="whose kernels: eager PyTorch's, or Megatron-LM's (the model in the "
                         "half type, fused softmax and Adam; with --precision amp-fp16|amp-bf16)")
@@ -158,7 +161,7 @@ def job_fields(args: argparse.Namespace) -> dict:
         activation_checkpointing=args.activation_checkpointing, tp=args.tp, pp=args.pp,
         schedule=args.schedule, virtual_stages=args.virtual_stages,
         sequence_parallel=args.sequence_parallel, ep=args.ep, cp=args.cp,
-        attention=args.attention,
+        attention=args.attention, compile=args.compile,
         framework=args.framework,
         strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
         epochs=args.epochs, dataset_size=args.dataset_size, train_tokens=args.tokens)

@@ -43,6 +43,7 @@ def test_the_kits_dry_run_makes_what_comes_back(tmp_path):
     llm = [json.loads(x) for x in (out / "llm-steps.jsonl").read_text().splitlines()]
     assert len(llm) == len({d["key"] for d in llm}) >= 1  # resumed, nothing twice
     assert all(d["ms"] > 0 and d["job"]["seq_len"] == 64 for d in llm)
+    assert [d["compile_backend"] for d in llm if d["job"].get("compile")] == ["aot_eager"]
     log = (out / "kit.log").read_text()
     assert log.count("== done in") == 2 and "Traceback" not in log
     assert "%|" not in log and "\r" not in log  # no progress-bar frames come back

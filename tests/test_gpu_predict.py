@@ -253,8 +253,7 @@ def test_an_adaptation_can_be_a_machine_of_its_own_kernel_speed_and_host(capsys,
     adaptation picks the machine form, and the adapted model prices a job it never saw as such
     a machine runs it."""
     from mdot_jax import predict
-    from mdot_jax.gpu.host import launch_bound
-    from mdot_jax.gpu.spec_sheet import recording_kernels
+    from mdot_jax.gpu.host import launch_bound, recording_kernels
 
     def job(seq, b, **kw):
         return TrainingJob(model=str(tmp_path / f"m{seq}.onnx"), batch_size=b,

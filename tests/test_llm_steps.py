@@ -15,7 +15,7 @@ from mdot_jax.measure.profiler import BUSIEST
 @pytest.mark.parametrize("dry", [False, True])
 def test_every_planned_step_is_a_valid_job(tmp_path, dry):
     rows = llm_steps.plan(dry)
-    assert len({r["key"] for r in rows}) == len(rows) == (6 if dry else 29)
+    assert len({r["key"] for r in rows}) == len(rows) == (7 if dry else 31)
     (tmp_path / "config.json").write_text(json.dumps(rows[0]["config"]))
     for r in rows:
         TrainingJob(model=str(tmp_path / "config.json"), device="h100-sxm", **r["job"])
@@ -28,6 +28,14 @@ def test_every_planned_step_is_a_valid_job(tmp_path, dry):
         assert {(r["job"]["attention"], r["job"]["activation_checkpointing"])
                 for r in rows} == {("flash", None), ("flash", "full"), ("eager", None),
                                    ("eager", "full")}
+    # the compiled steps last (the kit measures them in a step of their own), each beside its
+    # eager twin (the key without the mark), the same job but compile
+    compiled = [r for r in rows if r["job"].get("compile")]
+    assert compiled == rows[-len(compiled):] and len(compiled) == (1 if dry else 2)
+    twins = {r["key"]: r for r in rows}
+    for r in compiled:
+        twin = twins[r["key"].removesuffix("/compiled")]
+        assert dict(twin["job"], compile=True) == r["job"] and twin["config"] == r["config"]
 
 
 def test_a_step_is_measured_and_a_second_run_resumes(tmp_path):
@@ -81,7 +89,7 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
     assert row["memory_gb_candidate"] - row["memory_gb"] >= 8 * 2 * 64 * 1000 / 1e9 * 0.5
 
 
-def test_a_lora_step_is_read_over_its_fully_trained_twin():
+def test_lora_and_compiled_steps_are_read_over_their_twins():
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_llm_steps.py"
     spec = importlib.util.spec_from_file_location("bench_llm_steps", path)
     bench = importlib.util.module_from_spec(spec)
@@ -92,7 +100,12 @@ def test_a_lora_step_is_read_over_its_fully_trained_twin():
                    lora=16),
               dict(row, key="n/t64/flash/none/lora16", measured_ms=5.0, predicted_ms=5.0,
                    lora=16)]  # no twin measured: not read
-    assert bench.lora_over_full(priced) == {"m/t64/flash/none/lora16": dict(measured=0.8,
-                                                                             priced=0.5)}
+    assert bench.over_twin(priced, "/lora") == {"m/t64/flash/none/lora16": dict(measured=0.8,
+                                                                                 priced=0.5)}
+    priced.append(dict(row, key="m/t64/flash/none/compiled", measured_ms=7.0, predicted_ms=6.0,
+                       compiled=True))
+    assert bench.over_twin(priced, "/compiled") == {
+        "m/t64/flash/none/compiled": dict(measured=0.7, priced=0.75)}
     summary = bench.summarize(priced)
     assert summary["flash/none/lora"]["rows"] == 2 and summary["flash/none"]["rows"] == 1
+    assert summary["flash/none/compiled"]["rows"] == 1

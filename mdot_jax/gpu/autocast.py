@@ -22,11 +22,12 @@ _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 
 
 def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
-          half_weights: bool, grads: Backward
+          half_weights: bool, grads: Backward, activations: bool = True
           ) -> list[tuple[int, str, str, tuple, GPU, float]]:
     """The cast kernels autocast adds, as `spec_sheet.price` lists work: (node, phase,
     operator, dims, GPU, 1.0); with `half_weights`, no weight's; `grads`: the backward
-    autograd runs (`autograd.backward`), a frozen weight's gradient never cast back."""
+    autograd runs (`autograd.backward`), a frozen weight's gradient never cast back; without
+    `activations`, no activation's (a compiled step stores them cast: `gpu.compiled`)."""
     weights = 0 if half_weights else 1
     reads, _ = seq.neighbours()  # node -> the nodes whose outputs it reads
     out, names, held = [], seq.op_names, seq.column("params")
@@ -46,7 +47,7 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
             if kinds[j] == "free":  # a view, of a weight perhaps (transposed on the way)
                 sizes.append((weights * int(held[j]), both if grads.weights[j] else ("fw",)))
                 todo.extend(reads.get(j, []))
-            elif names[j] in FP32_OPS and j not in skip:
+            elif names[j] in FP32_OPS and j not in skip and activations:
                 sizes.append((int(seq.config[j, _C["out_numel"]]), both))
         out += [(i, phase, "addu", (1, n), gpu, 1.0) for n, phases in sizes if n > 0
                 for phase in phases]

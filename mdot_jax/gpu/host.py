@@ -4,9 +4,13 @@ fits, `serving.adaptation`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 
 import numpy as np
+
+_RECORDED: ContextVar[list[list[float]] | None] = ContextVar("recorded_kernels", default=None)
 
 
 def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
@@ -30,3 +34,21 @@ def launch_bound_grid(kernels: Sequence[Sequence[float]], speeds: np.ndarray,
             wait = np.max(issued - speed * before[:, None], axis=0) if len(t) else 0.0  # [H]
             out[i, s] = speed * t.sum() + np.maximum(wait, 0.0)
     return out
+
+
+@contextlib.contextmanager
+def recording_kernels() -> Iterator[list[list[float]]]:
+    """Within it, every step `spec_sheet.price` prices adds its kernels' times (ms, in the order
+    they run: `record`) to the list it yields (what `mdot adapt` fits a machine's form to)."""
+    recorded: list[list[float]] = []
+    token = _RECORDED.set(recorded)
+    try:
+        yield recorded
+    finally:
+        _RECORDED.reset(token)
+
+
+def record(kernels: Sequence[float]) -> None:
+    """A priced step's kernels (ms, in order), where `recording_kernels` records."""
+    if (recorded := _RECORDED.get()) is not None:
+        recorded.append(list(kernels))

@@ -53,6 +53,8 @@ The rules, per operator of the sequence:
 - a step model adapted to a GPU's measured steps (`mdot adapt`, `serving.adaptation`): the
   step's time mapped by its fit, or (its `machine` form) every kernel at the fitted factor of
   its price and the host at the fitted time a kernel.
+- a step compiled with `torch.compile` (the sequence says so, `gpu.compiled`): the memory-bound
+  operators between GEMMs fused into generated kernels priced by the bytes they move.
 - framework `megatron` (Megatron-LM at amp-*): the model in the half type, so no casts and
   softmax and normalisations on half tensors; each eager attention block's scale, mask and
   guards fused into its softmax kernel; its own update (`gpu.update`).
@@ -60,12 +62,10 @@ The rules, per operator of the sequence:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
-from collections.abc import Collection, Iterator
-from contextvars import ContextVar
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,13 +76,13 @@ from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import autograd
 from mdot_jax.errors import RequestError, UsageError
-from mdot_jax.gpu import autocast, cnn_kernels, peaks, tensor_cores
+from mdot_jax.gpu import autocast, cnn_kernels, compiled, peaks, tensor_cores
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
 from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, read_in_place, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
-from mdot_jax.gpu.host import launch_bound
+from mdot_jax.gpu.host import launch_bound, record
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
 from mdot_jax.gpu.update import update
 from mdot_jax.options import AUTOCAST, STEPS
@@ -95,7 +95,6 @@ STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
-_RECORDED: ContextVar[list[list[float]] | None] = ContextVar("recorded_kernels", default=None)
 
 
 def step_model_dir(checkpoint: str | Path | None) -> Path | None:
@@ -212,11 +211,14 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     blocks, inside = _fused_nodes(seq, attention, megatron, blocks)
     slower, note = tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc)
     cnn = cnn_kernels.applying(model.info, gpu, precision)
-    found = _kernels(seq, model, gpu, precision, at, blocks, inside, slower, megatron, cnn)
+    fusion = compiled.fusing(seq, blocks)
+    found = _kernels(seq, model, gpu, precision, at, blocks, inside, slower, megatron, cnn,
+                     {i for g in fusion for i in g.members})
     work = found.work
+    work.extend(compiled.kernels(fusion, found.grads.runs, at["fp32"], at["memory"]))
     if precision in AUTOCAST and not megatron:
         work.extend(autocast.casts(seq, found.kinds, inside | {b.output for b in blocks},
-                                   at["fp32"], half_weights, found.grads))
+                                   at["fp32"], half_weights, found.grads, not fusion))
     work.extend(autocast.dequantised(seq, found.grads, at["memory"], precision))  # QLoRA's
     if lin:
         work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
@@ -262,6 +264,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                            else "") + f" ({u.what}): not measured")
     warnings += sorted({extrapolated[c] for c in found.classes if c in extrapolated})
     warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note)
+    if fusion:
+        warnings.append(compiled.said(fusion, host, framework))
     end = launch_bound(order, host)
     gaps = end - sum(order)
     if gaps > 1e-9:
@@ -274,8 +278,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                             f"--device-name {gpu.name}` fits your steps)")
     if kernels is not None:
         kernels.extend(order)
-    if (recorded := _RECORDED.get()) is not None:
-        recorded.append(list(order))
+    record(order)
     total = sum(phases.values())
     banded = not (found.classes & set(extrapolated) or found.other or found.odd_convs
                   or seq.unknown_ops or blocks)  # fused attention: priced, not measured
@@ -310,9 +313,10 @@ def _fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
 
 def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, at: dict,
              blocks: list[Block], inside: set[int], slower: float, megatron: bool,
-             cnn) -> _Found:
+             cnn, fused: set[int]) -> _Found:
     """The forward and backward kernels of `seq`'s nodes (the module docstring's rules), each
-    priced on the GPU as its class sees it (`at`, `peaks.seen_by_class`)."""
+    priced on the GPU as its class sees it (`at`, `peaks.seen_by_class`); `fused`: the nodes
+    a compiled step's generated kernels run instead."""
     grads = autograd.backward(seq)  # what autograd runs (frozen parameters have no gradient)
     found = _Found(kinds=[""] * seq.num_ops, grads=grads)
     work = found.work
@@ -329,6 +333,9 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
             seq.op_names.tolist(), seq.config, seq.load, classified(seq))):
         found.kinds[i] = kind
         if kind == "free" or i in inside or i in outputs:
+            continue
+        if i in fused:  # a compiled step's generated kernels run it (`gpu.compiled`), but
+            work.extend(_accumulated(i, load, grads, at))  # its parameters' accumulation
             continue
         if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
             work.extend((i, phase, "linear", dims, at["gemm"], slower)
@@ -377,9 +384,14 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
                 found.measured.update({len(work) - 2: bn[0], len(work) - 1: bn[1]})
         elif cnn and name == "BatchNormalization" and (bn := cnn.bn_ms(dims)):
             found.measured[len(work) - 1] = bn[0]  # its forward alone
-        if load[_L["params"]] > 0 and grads.weights[i]:  # the gradient's accumulation
-            work.append((i, "bw", "add", (1, int(load[_L["params"]])), at["fp32"], 1.0))
+        work.extend(_accumulated(i, load, grads, at))
     return found
+
+
+def _accumulated(i: int, load: np.ndarray, grads: autograd.Backward, at: dict) -> list[Kernel]:
+    """Node `i`'s parameters' gradient accumulation: an elementwise kernel, if they train."""
+    n = int(load[_L["params"]])
+    return [(i, "bw", "add", (1, n), at["fp32"], 1.0)] if n > 0 and grads.weights[i] else []
 
 
 def _in_order(work: list[Kernel], ms: np.ndarray, recompute: Collection[int], nodes: int
@@ -465,18 +477,6 @@ def _banded(model: StepModel, adapted: Adaptation | None, precision: str, total:
     return scale, adapted.interval(total * scale), (
         f"the {adapted.n_rows} steps measured on the {adapted.device} it was adapted to, each "
         "priced by a fit on the others")
-
-
-@contextlib.contextmanager
-def recording_kernels() -> Iterator[list[list[float]]]:
-    """Within it, every step `price` prices adds its kernels' times (ms, in the order they run)
-    to the list it yields (what `mdot adapt` fits a machine's form to)."""
-    recorded: list[list[float]] = []
-    token = _RECORDED.set(recorded)
-    try:
-        yield recorded
-    finally:
-        _RECORDED.reset(token)
 
 
 def _ratio_kind(kind: str) -> str:

@@ -1,7 +1,7 @@
 """Measured LLM training steps on one GPU: our own ground truth for fused attention, activation
 checkpointing and the tokens/s of a decoder, what `mdot predict` prices from a config.
 
-    python -m mdot_jax.measure.llm_steps OUT.jsonl [--seconds 120] [--dry-run]
+    python -m mdot_jax.measure.llm_steps OUT.jsonl [--seconds 120] [--dry-run] [--keys-with TEXT]
 
 The steps: first one GEMM-bound step (a 1.3B GPT-2, 24 layers of 2048, at 2,048 tokens,
 flash attention, no checkpointing), then two mixtures of experts at 2,048 tokens (a Mixtral of
@@ -12,16 +12,20 @@ tokens, each with attention `flash` (`attn_implementation="sdpa"`: PyTorch picks
 FlashAttention) and `eager`, with and without full activation checkpointing
 (`gradient_checkpointing_enable`); after the mixtures, the 1.3B and the 124M fine-tuned with
 LoRA (`converters.lora`: rank 16 on every linear layer but the head, the rest frozen; at 2,048
-and 1,024 tokens, flash); micro-batches of 8,192 tokens, autocast to bf16, AdamW
-(torch.optim's default implementation, over the trained parameters). A step is forward,
-cross-entropy over the vocabulary, backward and the update, CUDA synchronised; 2 untimed, then
-the median of 5. Each row carries the config and the fields of a `TrainingJob` that prices it,
-the peak memory allocated, what the host issued in one more step under the profiler (kernel
-launches on a GPU, ATen operators), the GPU's busy time in that step (`gpu_ms`: its kernels'
-own times summed) and its `BUSIEST` kernels by time (name, launches, ms; on a CPU the ATen
-operators by their own host time), or why it could not run (out of memory). Rows are
+and 1,024 tokens, flash); last, the 124M (1,024 tokens) and the 1.3B compiled with
+`torch.compile` (Inductor, its default mode; the kit measures them in a step of its own,
+`--keys-with /compiled`), each beside its eager twin; micro-batches of 8,192 tokens,
+autocast to bf16, AdamW (torch.optim's default implementation, over the trained parameters).
+A step is forward, cross-entropy over the vocabulary, backward and the update, CUDA
+synchronised; 2 untimed (a compiled model compiles in them), then the median of 5. Each row
+carries the config and the fields of a `TrainingJob` that prices it, the peak memory
+allocated, what the host issued in one more step under the profiler (kernel launches on a
+GPU, ATen operators), the GPU's busy time in that step (`gpu_ms`: its kernels' own times
+summed) and its `BUSIEST` kernels by time (name, launches, ms; on a CPU the ATen operators by
+their own host time), or why it could not run (out of memory). Rows are
 appended as they are measured and a second run skips what is there; no step starts after
-`--seconds`. On a CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32.
+`--seconds`. On a CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32 (compiled
+by AOTAutograd alone: no code generated).
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ MOE = {"mixtral-0.8b": dict(model_type="mixtral", hidden_size=1024, intermediate
 BATCH_TOKENS = 8192
 LORA = (("gpt2-1.3b", GEMM_BOUND[1], 2048), ("gpt2-124m", SIZES["gpt2-124m"], 1024))
 LORA_RANK = 16
+# steps compiled with torch.compile (Inductor, its default mode; on a CPU's dry run
+# AOTAutograd without code generation), each beside an eager twin of the plan
+COMPILED = (("gpt2-124m", SIZES["gpt2-124m"], 1024), GEMM_BOUND[:3])
 DRY = {"gpt2-tiny": dict(n_layer=2, n_embd=64, n_head=4)}
 DRY_MOE = {"mixtral-tiny": dict(model_type="mixtral", hidden_size=64, intermediate_size=128,
                                 num_hidden_layers=2, num_attention_heads=4,
@@ -60,25 +67,34 @@ DRY_MOE = {"mixtral-tiny": dict(model_type="mixtral", hidden_size=64, intermedia
 
 def plan(dry: bool) -> list[dict]:
     """Every step to measure, as the rows' `job` and `config`: the GEMM-bound one, the
-    mixtures of experts, then the rest smallest first."""
+    mixtures of experts, the LoRA ones, the rest smallest first, then the compiled ones."""
     gpt2 = dict(model_type="gpt2", vocab_size=50257, activation_function="gelu")
-    steps = [] if dry else [(GEMM_BOUND[0], dict(gpt2, **GEMM_BOUND[1]), *GEMM_BOUND[2:], 0)]
-    steps += [(name, config, 64 if dry else 2048, "flash", None, 0)
+    lora, compiled = {"lora_rank": LORA_RANK}, {"compile": True}
+    steps = [] if dry else [(GEMM_BOUND[0], dict(gpt2, **GEMM_BOUND[1]), *GEMM_BOUND[2:], {})]
+    steps += [(name, config, 64 if dry else 2048, "flash", None, {})
               for name, config in (DRY_MOE if dry else MOE).items()]
-    steps += [(name, dict(gpt2, **size), 64 if dry else tokens, "flash", None, LORA_RANK)
-              for name, size, tokens in (((n, s, 64) for n, s in DRY.items()) if dry else LORA)]
-    steps += [(name, dict(gpt2, **size), tokens, attention, ckpt, 0)
+    tiny = [(n, s, 64) for n, s in DRY.items()]
+    steps += [(name, dict(gpt2, **size), tokens, "flash", None, lora)
+              for name, size, tokens in (tiny if dry else LORA)]
+    steps += [(name, dict(gpt2, **size), tokens, attention, ckpt, {})
               for name, size in (DRY if dry else SIZES).items()
               for tokens in ((64,) if dry else TOKENS)
               for attention in ("flash", "eager") for ckpt in (None, "full")]
-    return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}"
-                 + (f"/lora{lora}" if lora else ""),
+    steps += [(name, dict(gpt2, **size), tokens, "flash", None, compiled)
+              for name, size, tokens in (tiny if dry else COMPILED)]
+    return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}{_mark(how)}",
                  config=dict(config, **{_POSITIONS[config["model_type"]]: tokens}),
                  job=dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
                           precision="fp32" if dry else "amp-bf16", optimizer="adamw",
-                          attention=attention, activation_checkpointing=ckpt,
-                          **({"lora_rank": lora} if lora else {})))
-            for name, config, tokens, attention, ckpt, lora in steps]
+                          attention=attention, activation_checkpointing=ckpt, **how))
+            for name, config, tokens, attention, ckpt, how in steps]
+
+
+def _mark(how: dict) -> str:
+    """The end of a row's key for the job's fields beside the plan's own (`/lora16`,
+    `/compiled`): its twin's key is the rest."""
+    return (f"/lora{how['lora_rank']}" if "lora_rank" in how else "") + \
+        ("/compiled" if how.get("compile") else "")
 
 
 _POSITIONS = {"gpt2": "n_positions", "mixtral": "max_position_embeddings",
@@ -103,6 +119,10 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
     if job.get("lora_rank"):
         add_adapters(model, job["lora_rank"])
     model.train()
+    compiled = None
+    if job.get("compile"):  # compiled in the untimed steps
+        compiled = "inductor" if device == "cuda" else "aot_eager"
+        model = torch.compile(model, backend=compiled)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     ids = torch.randint(0, cfg["vocab_size"], (job["batch_size"], job["seq_len"]), device=device)
     half = job["precision"] == "amp-bf16"
@@ -129,6 +149,7 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
         peak = torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else None
         return dict(row, ms=statistics.median(times), ms_all=times, peak_gb=peak,
                     **({"experts_implementation": experts} if experts else {}),
+                    **({"compile_backend": compiled} if compiled else {}),
                     **profiled(step, device))
     except torch.OutOfMemoryError:
         return dict(row, error="out of memory")

@@ -42,6 +42,7 @@ from mdot_jax.options import MEASURED_OPTIMIZERS as OPTIMIZERS
 BUSIEST = 30  # kernels (ATen operators on a CPU) of a profiled step kept, by time
 # a CUDA kernel's class by its name, first match (cuBLAS, cuDNN, FlashAttention, PyTorch's own)
 KERNEL_CLASSES = (
+    ("generated", r"^triton_"),  # torch.compile's (Inductor's Triton kernels)
     ("attention", r"flash|fmha|attention"),
     ("depthwise conv", r"depthwise|dwconv"),
     ("conv", r"conv|fprop|dgrad|wgrad|implicit_gemm|cudnn::(?!bn_)"),

@@ -13,13 +13,15 @@ from pathlib import Path
 
 def main(argv: list[str] | None, description: str, plan: Callable[[bool], list[dict]],
          measure: Callable[[dict, str], dict]) -> int:
-    """`OUT.jsonl [--seconds S] [--dry-run]`: every row of `plan(dry_run)` whose key is not in
-    OUT yet, measured on the GPU (on the CPU with `--dry-run` or without one) and appended with
-    the device and PyTorch; no row starts after S seconds."""
+    """`OUT.jsonl [--seconds S] [--dry-run] [--keys-with TEXT]`: every row of `plan(dry_run)`
+    (whose key holds TEXT) not in OUT yet, measured on the GPU (on the CPU with `--dry-run` or
+    without one) and appended with the device and PyTorch; no row starts after S seconds."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("out", type=Path)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--keys-with", default="", metavar="TEXT",
+                    help="only the rows whose keys hold it")
     args = ap.parse_args(argv)
     import torch
 
@@ -31,7 +33,7 @@ def main(argv: list[str] | None, description: str, plan: Callable[[bool], list[d
     start, n = time.perf_counter(), 0
     with open(args.out, "a") as f:
         for row in plan(args.dry_run):
-            if row["key"] in done:
+            if row["key"] in done or args.keys_with not in row["key"]:
                 continue
             got = dict(measure(row, device), device=name, torch=torch.__version__)
             if device == "cuda":  # what `measure` allocated is gone with it

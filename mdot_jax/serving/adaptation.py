@@ -70,7 +70,7 @@ def fit(pred_ms, measured_ms, device: str, source: str = "",
         workloads: int | None = None, kernels: list | None = None) -> Adaptation:
     """The adaptation of base predictions `pred_ms` `[N]` to `measured_ms` `[N]`, of
     `workloads` different jobs (None: as many as different predictions). `kernels`: each row's
-    kernel times in the order they run (`spec_sheet.recording_kernels`), for the `machine`
+    kernel times in the order they run (`gpu.host.recording_kernels`), for the `machine`
     form."""
     x = np.log(np.asarray(pred_ms, np.float64))
     y = np.log(np.asarray(measured_ms, np.float64))
@@ -309,8 +309,7 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
     prices of the rows (at their precision) fitted to their times; the folder carries the fit
     and the GPU it holds for."""
     from mdot_jax.gpu import catalog as gpus
-    from mdot_jax.gpu import spec_sheet
-    from mdot_jax.gpu.host import launch_bound
+    from mdot_jax.gpu import host, spec_sheet
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
@@ -327,7 +326,7 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
     out = checkpoint.prepare_out(out, force=force)
     precision = rows[0].precision or "fp32"
     pred, kernels = [], []  # each row priced as `mdot predict` prices it (its attention,
-    with spec_sheet.recording_kernels() as recorded:  # optimizer, host), and its kernels
+    with host.recording_kernels() as recorded:  # optimizer, host), and its kernels
         for n, r in enumerate(rows):
             job: dict[str, Any] = dict(r.job)
             p = _priced(measurements, n, lambda r=r, job=job: predict(TrainingJob(
@@ -338,9 +337,9 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
             pred.append(p.iteration_ms)
             kernels.append(recorded[-1] if recorded else None)
             recorded.clear()
-    host = model.host_ms("pytorch")  # the machine form prices the kernels as they ran
-    whole = all(k is not None and math.isclose(launch_bound(k, host), t,
-                                               rel_tol=1e-6) for k, t in zip(kernels, pred))
+    host_ms = model.host_ms("pytorch")  # the machine form prices the kernels as they ran
+    whole = all(k is not None and math.isclose(host.launch_bound(k, host_ms), t, rel_tol=1e-6)
+                for k, t in zip(kernels, pred))
     adaptation = fit(pred, [r.ms for r in rows], gpu.name,
                      source=f"{Path(measurements).name}, base {base.name}, {precision}",
                      workloads=len({r.workload for r in rows}),

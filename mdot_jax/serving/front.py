@@ -98,6 +98,10 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
     if job.activation_checkpointing:
         return "activation_checkpointing", ("priced for a GPU priced from its spec sheet "
                                             "(device=NAME)")
+    if job.compile:
+        return "compile", ("a checkpoint predicts the eager steps it was trained on; a "
+                           "compiled step is priced for a GPU priced from its spec sheet "
+                           "(device=NAME)")
     if job.fused_optimizer:
         return "fused_optimizer", ("a checkpoint predicts the steps it was trained on "
                                    "(torch.optim's default kernels); this is priced for a GPU "
@@ -271,7 +275,7 @@ class _SpecSheet:
                                "config.json has them)", "ep")
         key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, job.ep, precision,
                job.step, job.optimizer, job.fused_optimizer, attention, job.strategy == "fsdp",
-               job.framework, job.activation_checkpointing)
+               job.framework, job.activation_checkpointing, job.compile)
         steps = _KEPT.get()
         for kept, priced in steps or ():
             if kept[0] is seq and kept[1] is self.model and kept[2:] == key[2:]:

@@ -12,7 +12,8 @@ concatenated onward is freed, and views write nothing. Frozen parameters (`mdot_
 hold no gradient or optimizer state, and an operator keeps an input only for a gradient that
 reads it.
 
-On a GPU the estimate is the sum of all of these plus a working set (the backward's transient
+A step compiled with torch.compile keeps at most each fusion group's inputs from outside it
+(`gpu.compiled.kept_bytes`). On a GPU the estimate is the sum of all of these plus a working set (the backward's transient
 gradients: the two largest operator outputs, none inside a fused attention): the caching
 allocator's and the libraries' workspaces are not modelled apart.
 
@@ -173,7 +174,9 @@ def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,
         out[list(b.inner)] = 0.0
         c = seq.config[b.scores]
         out[b.output] += 4.0 * float(c[_CFG["mm_batch"]] * c[_CFG["mm_m"]])  # log-sum-exp
-    return out
+    from mdot_jax.gpu import compiled  # (the GPU package reads this module)
+
+    return compiled.kept_bytes(seq, out, scale, fused)
 
 
 def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd",

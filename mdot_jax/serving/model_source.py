@@ -21,6 +21,7 @@ import onnx
 from converters import ConversionError, OperatorSequence, convert
 from mdot_jax import writers
 from mdot_jax.errors import RequestError
+from mdot_jax.gpu import compiled
 from mdot_jax.serving.predict import check_converted, input_size_of
 from mdot_jax.serving.request import TrainingJob
 
@@ -69,19 +70,19 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     shapes = tuple((k, tuple(v)) for k, v in (job.input_shapes or {}).items())
     if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
         stat = Path(model).stat()
-        return held_as(_converted(str(model), (stat.st_mtime_ns, stat.st_size), b,
-                                  job.image_size, job.seq_len, shapes, fuse), job.frozen_weights)
+        return run_as(_converted(str(model), (stat.st_mtime_ns, stat.st_size), b,
+                                 job.image_size, job.seq_len, shapes, fuse), job)
     if not isinstance(model, OperatorSequence):
-        return held_as(convert(model, batch_size=b, image_size=job.image_size,
-                               seq_len=job.seq_len, input_shapes={k: list(v) for k, v in shapes},
-                               fuse=fuse, name=Path(job.model).stem if config else "",
-                               label=str(job.model) if config else None), job.frozen_weights)
+        return run_as(convert(model, batch_size=b, image_size=job.image_size,
+                              seq_len=job.seq_len, input_shapes={k: list(v) for k, v in shapes},
+                              fuse=fuse, name=Path(job.model).stem if config else "",
+                              label=str(job.model) if config else None), job)
     check_converted(model, b, job.image_size, job.seq_len, job.cp)
     if model.fusion != fuse:
         raise RequestError(f"model: the operator sequence {model.name!r} was converted with "
                            f"fusion version {model.fusion}, this predictor reads {fuse} "
                            f"(`mdot convert --fuse {fuse}`)", "model")
-    return held_as(model, job.frozen_weights)
+    return run_as(model, job)
 
 
 def check_lora(model: Any, lora_rank: int | None, lora_targets: tuple[str, ...] | None
@@ -99,16 +100,19 @@ def check_lora(model: Any, lora_rank: int | None, lora_targets: tuple[str, ...] 
                            "model itself, e.g. peft's, with converters.from_torch)", "lora_rank")
 
 
-def held_as(seq: OperatorSequence, frozen_weights: str | None) -> OperatorSequence:
-    """`seq` with its frozen parameters held as `frozen_weights` says (in its metadata; a
-    copy: a converted sequence is kept and shared)."""
-    if frozen_weights is None or seq.meta.get("frozen_weights") == frozen_weights:
-        return seq
-    if "frozen" not in seq.meta:
-        raise RequestError(f"frozen_weights {frozen_weights}: the model has no frozen "
-                           "parameters (give lora_rank, or export a model that froze some)",
-                           "frozen_weights")
-    return dataclasses.replace(seq, meta=dict(seq.meta, frozen_weights=frozen_weights))
+def run_as(seq: OperatorSequence, job: TrainingJob) -> OperatorSequence:
+    """`seq` as `job` runs it, in its metadata (a copy: a converted sequence is kept and
+    shared): its frozen parameters held as `frozen_weights` says, compiled if `compile`."""
+    how: dict = {}
+    if job.frozen_weights is not None and seq.meta.get("frozen_weights") != job.frozen_weights:
+        if "frozen" not in seq.meta:
+            raise RequestError(f"frozen_weights {job.frozen_weights}: the model has no frozen "
+                               "parameters (give lora_rank, or export a model that froze "
+                               "some)", "frozen_weights")
+        how["frozen_weights"] = job.frozen_weights
+    if job.compile != bool(seq.meta.get(compiled.KEY)):
+        how[compiled.KEY] = job.compile
+    return dataclasses.replace(seq, meta=dict(seq.meta, **how)) if how else seq
 
 
 SEQUENCE_CACHE: dict = {}  # folder, limit: converted sequences also kept on disk there

@@ -118,6 +118,9 @@ class TrainingJob:
       fused_optimizer: torch.optim's fused update kernel (`fused=True`; transformers'
         Trainer's default, `adamw_torch_fused`), not its default foreach kernels (GPUs priced
         from their spec sheets; `gpu.update`).
+      compile: the model compiled with `torch.compile` (TorchInductor, its default mode):
+        memory-bound operators fused into generated kernels (`gpu.compiled`; eager PyTorch's
+        framework, GPUs priced from their spec sheets).
       framework: whose kernels the step runs (`options.FRAMEWORKS`): `pytorch` (default;
         eager PyTorch, autocast at amp-*) or `megatron` (Megatron-LM at amp-fp16 / amp-bf16:
         the model in the half type, fp32 master weights, fused softmax and Adam; the
@@ -159,6 +162,7 @@ class TrainingJob:
     grad_accum: int = 1
     activation_checkpointing: str | None = None
     attention: str | None = None
+    compile: bool = False
     framework: str = "pytorch"
     strategy: str = "ddp"
     interconnect: str | None = None
@@ -208,6 +212,10 @@ class TrainingJob:
         _choice("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _choice("attention", self.attention, ATTENTION)
         _choice("framework", self.framework, FRAMEWORKS, optional=False)
+        _flag("compile", self.compile)
+        if self.compile and self.framework != "pytorch":
+            raise RequestError(f"compile: torch.compile compiles a PyTorch model; framework "
+                               f"{self.framework} runs its own fused kernels", "compile")
         if self.framework == "megatron" and self.precision not in AUTOCAST:
             raise RequestError(f"framework megatron: trains at amp-fp16, amp-bf16 (its --fp16 "
                                f"/ --bf16) or fp8 (--fp8-format), not precision "

@@ -1,0 +1,202 @@
+"""A training step compiled with `torch.compile` (TorchInductor, its default mode), as
+`gpu.spec_sheet` prices it: the eager step's kernels (the module docstring there) but for the
+memory-bound operators, which Inductor fuses into generated kernels.
+
+- fusion groups (`groups`): in the graph's order, a memory-bound operator (elementwise,
+  dropout, copies, softmax, normalisations, losses) joins the group of an operator it reads,
+  directly or through views, unless it also reads an operator that ran after that group began
+  (a GEMM's output between them: one kernel cannot hold both); otherwise it starts a group.
+  GEMMs, convolutions, attention (SDPA's kernels), embeddings and our exporter's own fused
+  kernels stay as eager runs them: Inductor's default mode calls the same libraries.
+- each group's forward is one kernel per reduction it holds (at least one); they read what its
+  operators read from outside it (activations, parameters, inputs) and write what leaves it (read
+  by another operator, or the graph's output); nothing between them touches memory.
+- its backward (where autograd runs one, `autograd.backward`): as many kernels and one more
+  where it holds parameters (their gradients' reduction over the rows); they read the
+  gradients of what left and, unless every operator's backward keeps nothing (additions,
+  copies), what the forward read again (AOTAutograd's partitioner recomputes inside a group
+  rather than saving), and write the gradients of what the forward read.
+- a group's kernels: with a reduction, row-wise kernels over its first reduction's rows; else
+  elementwise ones; each moving its share of the group's elements (`gpu.work`'s counts).
+- autocast's casts of activations become the stores of those kernels; a weight's cast stays
+  a kernel (`autocast.casts`).
+- memory (`kept_bytes`): a group keeps for the backward what its operators would, or its
+  inputs from outside it where those are fewer (the partitioner's cut), never more than eager.
+- the host: each kernel issued at the framework's fitted time (torch.compile's own host is not
+  measured: `spec_sheet.price` says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from converters import OperatorSequence
+from converters.attention import Block
+from converters.kept import KEPT
+from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
+from converters.traits import keeping, of_kind
+from mdot_jax.gpu.catalog import GPU
+from mdot_jax.gpu.classify import classified
+from mdot_jax.gpu.fused import read_in_place
+
+KEY = "compiled"  # a sequence's metadata: its step runs under torch.compile
+
+FUSIBLE = frozenset({"elementwise", "dropout", "softmax", "ln"})  # `classify` kinds
+REDUCTIONS = frozenset({"softmax", "ln"})
+_OWN = frozenset(of_kind("stream"))  # our exporter's fused kernels: not Inductor's to fuse
+_KEEPING = keeping("input") | keeping("output")  # a backward that reads its forward's tensors
+_C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+_L = {name: i for i, name in enumerate(LOAD_FIELDS)}
+
+
+@dataclass(frozen=True)
+class Group:
+    """Memory-bound operators one generated kernel pass runs (module docstring)."""
+
+    members: tuple[int, ...]  # node indices, in order
+    reductions: int  # its row-wise members
+    rows: int  # its first reduction's rows (1: none)
+    read: float  # elements its forward reads from outside it
+    activations: float  # of those, other operators' outputs (not parameters, not inputs)
+    left: float  # elements its forward writes that leave it
+    params: int  # parameters its members hold
+    keeping: bool  # a member's backward reads its forward's tensors
+
+    @property
+    def last(self) -> int:
+        return self.members[-1]
+
+
+def fusing(seq: OperatorSequence, blocks: Sequence[Block]) -> list[Group]:
+    """The fusion groups of a step `torch.compile` compiles (the sequence's metadata says so:
+    `KEY`), else none; `blocks`: attention blocks run as fused kernels (their nodes theirs)."""
+    if not seq.meta.get(KEY):
+        return []
+    return groups(seq, frozenset({i for b in blocks for i in b.inner} | read_in_place(seq)))
+
+
+def said(fused: list[Group], host_ms: float, framework: str) -> str:
+    """The warning of a compiled step's pricing."""
+    n = sum(len(g.members) for g in fused)
+    k = sum(max(g.reductions, 1) for g in fused)
+    return (f"torch.compile: {n:,} memory-bound operators fused into {k:,} generated forward "
+            "kernels, each priced by the bytes it moves; GEMMs, convolutions and attention as "
+            f"eager runs them; the host issues each kernel at {framework}'s {1e3 * host_ms:.0f} "
+            "us as eager's (torch.compile's own host time is not measured)")
+
+
+def groups(seq: OperatorSequence, skip: frozenset[int] = frozenset()) -> list[Group]:
+    """The fusion groups of `seq`'s memory-bound operators but `skip` (fused attention's
+    pieces), in the graph's order (module docstring)."""
+    return KEPT.get(("compiled", seq, skip), lambda: _groups(seq, skip))
+
+
+def _groups(seq: OperatorSequence, skip: frozenset[int]) -> list[Group]:
+    kinds = [k for k, _, _ in classified(seq)]
+    names = seq.op_names
+    preds, succs = seq.neighbours()
+    fusible = [k in FUSIBLE and i not in skip and names[i] not in _OWN
+               for i, k in enumerate(kinds)]
+
+    def through_views(i: int, step: dict[int, list[int]]) -> list[int]:
+        out, todo, seen = [], list(step.get(i, ())), set()
+        while todo:
+            j = todo.pop()
+            if j in seen:
+                continue
+            seen.add(j)
+            if kinds[j] == "free":
+                todo.extend(step.get(j, ()))
+            else:
+                out.append(j)
+        return out
+
+    group = np.full(seq.num_ops, -1)
+    members: dict[int, list[int]] = {}  # group -> its nodes
+    outside: dict[int, set[int]] = {}  # group -> the nodes outside it its nodes read
+
+    def legal(gs: set[int], sources: list[int]) -> bool:  # nothing read from outside them
+        start = min(members[g][0] for g in gs)  # ran after they began (it may depend on them)
+        return all(k < start for k in {*sources, *(k for g in gs for k in outside[g])}
+                   if group[k] not in gs)
+
+    for i in range(seq.num_ops):
+        if not fusible[i]:
+            continue
+        sources = through_views(i, preds)
+        near = [int(group[j]) for j in sources if group[j] >= 0]
+        tries = [set(near)] + [{g} for g in sorted(set(near), key=lambda g: -members[g][0])]
+        into = next((gs for gs in tries if gs and legal(gs, sources)), None)
+        if into is None:
+            members[i], outside[i] = [], set()
+            into = {i}  # a group is named by its first node
+        g, *rest = sorted(into)
+        for h in rest:  # merged into the first
+            group[members[h]] = g
+            members[g] += members.pop(h)
+            outside[g] |= outside.pop(h)
+        group[i] = g
+        members[g].append(i)
+        outside[g] = {k for k in outside[g] | set(sources) if group[k] != g}
+    c, load = seq.config, seq.load
+    out = []
+    for g, ms in sorted(members.items()):
+        ms.sort()
+        other = left = 0.0  # parameters, inputs, constants: read; outputs leaving
+        seen: dict[int, float] = {}  # an operator's output read from outside: once
+        for i in ms:
+            width = max(float(c[i, _C["elem_bytes"]]), 1.0)
+            reads = float(load[i, _L["bytes_read"]]) / width
+            sources = through_views(i, preds)
+            other += max(reads - sum(float(c[j, _C["out_numel"]]) for j in sources), 0.0)
+            for j in sources:
+                if group[j] != g:
+                    seen[j] = max(seen.get(j, 0.0), min(float(c[j, _C["out_numel"]]), reads))
+            users = through_views(i, succs)
+            if not users or any(group[j] != g for j in users):
+                left += float(c[i, _C["out_numel"]])
+        activations = sum(seen.values())
+        reductions = [i for i in ms if kinds[i] in REDUCTIONS]
+        out.append(Group(tuple(ms), len(reductions),
+                         classified(seq)[reductions[0]][2][0] if reductions else 1,
+                         activations + other, activations, left, int(load[ms, _L["params"]].sum()),
+                         any(names[i] in _KEEPING for i in ms)))
+    return out
+
+
+def kernels(fused: list[Group], runs: np.ndarray, rowwise: GPU, elementwise: GPU
+            ) -> list[tuple[int, str, str, tuple, GPU, float]]:
+    """The generated kernels of `fused` groups as `spec_sheet.price` lists work (node, phase,
+    operator, dims, GPU, 1.0), kept on each group's last member; `runs`: `[N]` whose backward
+    autograd runs; `rowwise` / `elementwise`: the GPU as each kind of kernel sees it."""
+    out = []
+    for g in fused:
+        backward = g.left + g.activations + g.params + g.read * g.keeping
+        passes = [("fw", max(g.reductions, 1), g.read + g.left)]
+        if runs[list(g.members)].any():
+            passes.append(("bw", max(g.reductions + (g.params > 0), 1), backward))
+        for phase, n, moved in passes:
+            each = moved / n
+            if g.reductions:  # a row-wise kernel moves 2 elements a (row, column)
+                one = ("softmax", (g.rows, max(round(each / (2 * g.rows)), 1)), rowwise)
+            else:  # an elementwise one 3 an output
+                one = ("add", (1, max(round(each / 3), 1)), elementwise)
+            out += [(g.last, phase, one[0], one[1], one[2], 1.0)] * n
+    return out
+
+
+def kept_bytes(seq: OperatorSequence, saved: np.ndarray, scale: float,
+               blocks: Sequence[Block]) -> np.ndarray:
+    """`saved` (`[N]` bytes eager keeps of each output) as a compiled step keeps them (`fusing`:
+    unchanged if it is not): each group's at most its outside inputs' bytes (`scale` times
+    fp32), on its last member."""
+    out = saved.copy()
+    for g in fusing(seq, blocks):
+        ms = list(g.members)
+        eager = float(out[ms].sum())
+        out[ms] = 0.0
+        out[g.last] = min(eager, 4.0 * scale * g.activations)
+    return out

@@ -1,0 +1,120 @@
+"""A step compiled with torch.compile (`mdot_jax.gpu.compiled`): the memory-bound operators
+between GEMMs fused into generated kernels that move only what enters and leaves them; GEMMs,
+attention and embeddings as eager runs them; never more memory kept than eager keeps."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from converters import convert, from_hf_config
+from converters.attention import attention_blocks
+from converters.sequence import CONFIG_FIELDS
+from mdot_jax import TrainingJob, predict
+from mdot_jax.errors import RequestError
+from mdot_jax.gpu import catalog, compiled
+from mdot_jax.gpu.classify import classified
+from mdot_jax.gpu.spec_sheet import load_step_model, price
+
+pytest.importorskip("transformers")
+
+GPT2 = dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=500, n_positions=128,
+            activation_function="gelu_new")  # tanh's GELU: eight operators between GEMMs
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    seq = convert(from_hf_config(GPT2, seq_len=64), batch_size=2)
+    return seq, dataclasses.replace(seq, meta=dict(seq.meta, **{compiled.KEY: True}))
+
+
+def test_the_operators_between_gemms_are_fused_where_one_kernel_can_hold_them(gpt2):
+    eager, seq = gpt2
+    assert compiled.fusing(eager, []) == []  # not compiled: no group
+    groups = compiled.fusing(seq, [])
+    names, kinds = seq.op_names, [k for k, _, _ in classified(seq)]
+    preds, _ = seq.neighbours()
+
+    def sources(i):  # the operators `i` reads, through views
+        out = []
+        for j in preds.get(i, []):
+            out += sources(j) if kinds[j] == "free" else [j]
+        return out
+
+    members = {i: n for n, g in enumerate(groups) for i in g.members}
+    for n, g in enumerate(groups):  # nothing read from outside that ran after the group began
+        assert all(j < g.members[0] for i in g.members for j in sources(i)
+                   if members.get(j) != n)
+        assert {kinds[i] for i in g.members} <= compiled.FUSIBLE
+    gelu = [members[i] for i in np.flatnonzero(np.isin(names, ["Pow", "Tanh"]))]
+    assert len(gelu) == 4 and len(set(gelu)) == 2  # each layer's GELU in one kernel
+    tanh = int(np.flatnonzero(names == "Tanh")[0])
+    assert len(groups[members[tanh]].members) == 8
+    # each LayerNorm with the residual Add before it (the stream's only store between GEMMs)
+    for ln in np.flatnonzero(names == "LayerNormalization")[1:]:
+        assert any(names[j] == "Add" and members.get(j) == members[ln] for j in sources(ln))
+    assert not any(kinds[i] in ("linear", "bmm", "embedding") for i in members)
+
+
+def test_a_compiled_step_runs_fewer_kernels_that_move_fewer_bytes(gpt2):
+    eager, seq = gpt2
+    model, gpu = load_step_model(), catalog.find("h100-sxm")
+    blocks = attention_blocks(seq)
+    runs = {}
+    for name, s in (("eager", eager), ("compiled", seq)):
+        kernels: list[float] = []
+        p = price(s, gpu, model, precision="amp-bf16", optimizer="adamw", attention="flash",
+                  blocks=blocks, kernels=kernels)
+        runs[name] = (p, len(kernels))
+    (pe, ke), (pc, kc) = runs["eager"], runs["compiled"]
+    assert kc < 0.8 * ke and pc.iteration_ms < pe.iteration_ms
+    assert pc.memory_gb <= pe.memory_gb
+    assert any(w.startswith("torch.compile: ") for w in pc.warnings)
+    assert not any("torch.compile" in w for w in pe.warnings)
+
+    def gemms(p):  # the libraries' kernels are eager's
+        return sum(o["ms"] for o in p.operators if o["type"] in ("Gemm", "MatMul",
+                                                                 "attention (fused)"))
+    # (less autocast's casts of softmax's and the norms' outputs: stores of fused kernels now)
+    assert 0.98 * gemms(pe) < gemms(pc) < gemms(pe)
+    # the tanh-GELU's kernel reads the GEMM's output once and writes one tensor (eager: eight
+    # kernels, each reading one or two tensors and writing one)
+    group = next(g for g in compiled.fusing(seq, blocks) if len(g.members) == 8)
+    out = float(seq.config[group.last, CONFIG_FIELDS.index("out_numel")])
+    assert group.reductions == 0 and group.activations == group.left == out
+
+
+def test_memory_a_compiled_step_keeps_is_at_most_eagers(gpt2):
+    from mdot_jax.serving.memory import saved
+
+    eager, seq = gpt2
+    for blocks in ([], attention_blocks(seq)):
+        kept, before = saved(seq, blocks, 0.5), saved(eager, blocks, 0.5)
+        assert kept.sum() < before.sum()
+        groups = compiled.fusing(seq, blocks)
+        for g in groups:  # a group keeps at most its inputs from outside it
+            assert kept[list(g.members)].sum() <= 2.0 * g.activations + 1e-9
+
+
+def test_compile_is_a_request_the_front_door_prices_or_refuses_in_one_line(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(GPT2))
+    job = dict(model=str(config), seq_len=64, batch_size=2, device="h100-sxm",
+               precision="amp-bf16", optimizer="adamw")
+    eager, fused = predict(TrainingJob(**job)), predict(TrainingJob(**job, compile=True))
+    assert fused.iteration_ms < eager.iteration_ms
+    for bad, field in ((dict(compile="yes"), "compile"),
+                       (dict(compile=True, framework="megatron"), "compile")):
+        with pytest.raises(RequestError) as e:
+            TrainingJob(**dict(job, **bad))
+        assert e.value.field == field and "\n" not in str(e.value)
+    with pytest.raises(RequestError, match="^compile: .*spec sheet"):  # a CPU's checkpoint
+        predict(TrainingJob(**dict(job, device=None), compile=True))
+    done = subprocess.run([sys.executable, "-m", "mdot_jax.cli", "predict", str(config),
+                           "--seq-len", "64", "--batch-size", "2", "--device", "h100-sxm",
+                           "--precision", "amp-bf16", "--compile"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "torch.compile: " in done.stderr
