@@ -108,6 +108,24 @@ def layer_starts(seq: OperatorSequence, blocks: list[Block]) -> list[int]:
     attention (token ids in: Mamba-2's state space layers) has the layers of its longest
     scoped stack (`/backbone/layers.k/`)."""
     own = [b.scores for b in layers(blocks)]
+    first: dict[tuple[str, str], int] = {}
+    for stack, layer, i in _scoped(seq, blocks):
+        first.setdefault((stack, layer), i)
+    return sorted(first.values()) if len(first) > max(len(own), 1) else own
+
+
+def in_layers(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
+    """`[N] bool`: the operators inside the layers (`layer_starts`' stacks, by the exporter's
+    scopes), not the embedding, the final norm, the head or the loss; every operator where no
+    scope says."""
+    inside = np.zeros(seq.num_ops, bool)
+    inside[[i for _, _, i in _scoped(seq, blocks)]] = True
+    return inside if inside.any() else np.ones(seq.num_ops, bool)
+
+
+def _scoped(seq: OperatorSequence, blocks: list[Block]) -> list[tuple[str, str, int]]:
+    """(stack, layer, operator) of every operator in a scoped stack holding `blocks` (a token
+    model without attention: its longest stack)."""
     scoped = KEPT.get(("scoped", seq.node_names), lambda: [
         (m.group(1), m.group(2), i) for i, name in enumerate(seq.node_names)
         if (m := _LAYER.search(str(name)))])
@@ -115,11 +133,7 @@ def layer_starts(seq: OperatorSequence, blocks: list[Block]) -> list[int]:
     if not blocks and seq.input_kind == "tokens" and scoped:
         counts = Counter(stack for stack, _ in {(stack, layer) for stack, layer, _ in scoped})
         stacks = {max(counts, key=counts.__getitem__)}
-    first: dict[tuple[str, str], int] = {}
-    for stack, layer, i in scoped:
-        if stack in stacks:
-            first.setdefault((stack, layer), i)
-    return sorted(first.values()) if len(first) > max(len(own), 1) else own
+    return [x for x in scoped if x[0] in stacks]
 
 
 _LAYER = re.compile(r"^(/(?:[^/]+/)*?[^/.]+)\.(\d+)/")  # an exporter's scope: /model/layers.3/

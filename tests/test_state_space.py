@@ -136,7 +136,7 @@ def test_a_model_without_attention_is_split_and_checkpointed_by_its_layer_stack(
     assert any(w.startswith("2 pipeline stages") and "2 layers on the slowest stage" in w
                for w in priced(gpus=2, pp=2, grad_accum=4).warnings)
     plain, full = priced(), priced(activation_checkpointing="full")
-    assert full.phases["recomputation"] == pytest.approx(plain.phases["forward"])
+    assert 0 < full.phases["recomputation"] < plain.phases["forward"]  # not the head's
     assert full.memory_gb < plain.memory_gb
     for job, needle in ((dict(gpus=2, tp=2), "tp 2: does not divide the model's 1 state space "
                                              "groups"),

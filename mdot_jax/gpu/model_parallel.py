@@ -31,7 +31,8 @@ gradient all-reduced between them once an iteration, after the flush (Megatron-L
 group). Memory is the fullest stage's: its share of the parameters, gradients and optimizer
 state, and the activations of the micro-batches in flight (1F1B: min(P - s, m) on stage s;
 GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the first), with full checkpointing
-the layers' inputs of those and one layer's whole.
+the layers' inputs of those and one layer's whole (what lies outside the layers, the
+embedding's, the head's and the loss's, as without).
 
 Context parallel over C GPUs (ring attention, as Megatron-LM's context parallelism runs it):
 each sequence of S tokens cut into C pieces of S / C, each GPU running every operator over its
@@ -55,7 +56,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from converters.attention import Block, layer_starts, sublayers
+from converters.attention import Block, in_layers, layer_starts, sublayers
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.traits import LOSSES
 from mdot_jax import autograd
@@ -442,7 +443,8 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
     pp, v = layout.pp, layout.virtual
     scale = 0.5 if precision in HALF else 1.0
     core = blocks if checkpointing == "selective" else fused  # no S x S kept either way
-    kept = np.bincount(stage, saved(seq, core, scale), pp)  # one micro-batch's
+    each = saved(seq, core, scale)  # [N] bytes kept of each operator's output
+    kept = np.bincount(stage, each, pp)  # one micro-batch's
     flight = np.minimum(pp - np.arange(pp), m).astype(float)
     if layout.schedule == "gpipe":
         flight[:] = m
@@ -451,5 +453,8 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
     if checkpointing != "full":
         return kept * flight
     boundary = 4 * scale * layer_input(seq, blocks)  # a layer's input, kept; the layer run
-    # again holds the rest of its activations (its input is that kept one)
-    return layers * boundary * flight + np.maximum(kept / np.maximum(layers, 1) - boundary, 0)
+    # again holds the rest of its activations (its input is that kept one); what lies
+    # outside the layers (the embedding's, the head's, the loss's) kept as without
+    inside = np.bincount(stage, np.where(in_layers(seq, blocks), each, 0.0), pp)
+    return (layers * boundary + kept - inside) * flight + np.maximum(
+        inside / np.maximum(layers, 1) - boundary, 0)

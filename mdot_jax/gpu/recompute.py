@@ -6,8 +6,10 @@ from its spec sheet.
 (`converters.attention.layers`: a decoder's cross-attention is part of its layer); each keeps
 only its input (the hidden state, the size of its attention output) through the forward, and
 the backward runs each layer's forward again before its own backward
-(`phases["recomputation"]` = the forward's time); at a time one layer's activations are
-alive, a 1/L share of all.
+(`phases["recomputation"]` = the layers' forward time); at a time one layer's activations are
+alive, a 1/L share of the layers'. What lies outside the layers (the embedding, the final
+norm, the head and the loss: `converters.attention.in_layers`) is neither run again nor
+freed.
 
 `selective` (Megatron's `--recompute-granularity selective`): only the attention core (the
 scores, softmax, dropout and what lies between them and the output MatMul) is run again, so
@@ -21,11 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from converters.attention import Block, layer_starts
+import numpy as np
+
+from converters.attention import Block, in_layers, layer_starts
 from converters.sequence import OperatorSequence
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.model_parallel import layer_input
-from mdot_jax.serving.memory import HALF, saved, step_memory
+from mdot_jax.serving.memory import HALF, saved
 from mdot_jax.serving.prediction import Prediction
 
 
@@ -37,8 +41,8 @@ def rerun(seq: OperatorSequence, granularity: str, blocks: list[Block],
         raise RequestError("activation_checkpointing: no transformer layers (attention "
                            "blocks) or stack of layers found in the model to checkpoint",
                            "activation_checkpointing")
-    if granularity == "full":
-        return set(range(seq.num_ops))
+    if granularity == "full":  # the layers' operators (not the embedding, head or loss)
+        return set(np.flatnonzero(in_layers(seq, blocks)).tolist())
     if not blocks:
         raise RequestError("activation_checkpointing 'selective': it runs attention cores "
                            "again, and the model has none (full checkpoints its layers)",
@@ -51,7 +55,7 @@ def _cores(blocks: list[Block]) -> set[int]:
     return {i for b in blocks for i in b.inner if i != b.output}
 
 
-def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, optimizer: str,
+def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
                       granularity: str, fused: list[Block], blocks: list[Block]) -> Prediction:
     """`p` (one GPU's step of `seq` priced with `rerun`'s nodes recomputed; `fused`: its
     attention blocks priced as fused kernels) with the memory of every layer (`blocks`)
@@ -70,9 +74,12 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str, opti
         return dataclasses.replace(p, memory_gb=p.memory_gb - freed / 1e9,
                                    warnings=[*p.warnings, note])
     boundary = 4.0 * scale * layer_input(seq, blocks)  # each layer's input, kept
-    activations = step_memory(seq, precision, optimizer, fused=fused).activations
-    # and the layer run again: its activations but its input, which is the one kept
-    kept = len(starts) * boundary + max(activations / len(starts) - boundary, 0.0)
+    each = saved(seq, fused, scale)  # [N] bytes kept of each operator's output
+    activations, inside = float(each.sum()), float(each[in_layers(seq, blocks)].sum())
+    # and the layer run again: its activations but its input, which is the one kept; what
+    # lies outside the layers (the head's, the loss's) kept as without checkpointing
+    kept = activations - inside + len(starts) * boundary + max(inside / len(starts) - boundary,
+                                                               0.0)
     note = (f"activation checkpointing over {len(starts)} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")

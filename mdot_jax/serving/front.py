@@ -294,7 +294,7 @@ class _SpecSheet:
                     framework=job.framework, recompute=again,
                     fused_optimizer=job.fused_optimizer)
         if job.activation_checkpointing:
-            one = checkpoint_layers(one, self.seq, precision, job.optimizer,
+            one = checkpoint_layers(one, self.seq, precision,
                                     job.activation_checkpointing, self.fused, blocks)
         if steps is not None:
             steps[:] = [*steps[1 - KEEP:], (key, (self.seq, blocks, self.fused, one))]

@@ -13,9 +13,9 @@ hold no gradient or optimizer state, and an operator keeps an input only for a g
 reads it.
 
 A step compiled with torch.compile keeps at most each fusion group's inputs from outside it
-(`gpu.compiled.kept_bytes`). On a GPU the estimate is the sum of all of these plus a working set (the backward's transient
-gradients: the two largest operator outputs, none inside a fused attention): the caching
-allocator's and the libraries' workspaces are not modelled apart.
+(`gpu.compiled.kept_bytes`). On a GPU the estimate is the sum of all of these plus a working
+set (the backward's transient gradients: the two largest operator outputs, none inside a fused
+attention): the caching allocator's and the libraries' workspaces are not modelled apart.
 
 On a CPU it also counts the copies eager PyTorch makes of a permuted view that a saving
 consumer needs contiguous (a LayerNorm over a permuted tensor, a batched MatMul of permuted
