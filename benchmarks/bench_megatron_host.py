@@ -27,6 +27,10 @@ No seeds: a grid search. Resumable by stage from `--out`/results.json.
 Run again, by the same rule, once a causal LM's loss joined its exported graph (the
 cross-entropy over [tokens, vocabulary], written before that run): the pricing the host was
 chosen on changed again. The first run's numbers stay in docs/studies/host-per-micro-batch.md.
+
+Run again, by the same rule, once full activation checkpointing ran again only the layers'
+operators (a fault: the embedding, the final norm, the head and the loss were run again too;
+every vTrain row is checkpointed), written before that run.
 """
 
 from __future__ import annotations
