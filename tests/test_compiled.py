@@ -87,6 +87,13 @@ def test_a_compiled_step_runs_fewer_kernels_that_move_fewer_bytes(gpt2):
     assert group.reductions == 0 and group.activations == group.left == out
 
 
+def test_a_compiled_step_has_no_band_where_eagers_has_one(gpt2):
+    """The bands were measured on eager steps: a compiled one's price is not banded."""
+    model, gpu = load_step_model(), catalog.find("v100-sxm2-32gb")
+    eager, fused = (price(s, gpu, model, attention="eager") for s in gpt2)
+    assert eager.interval_ms is not None and fused.interval_ms is None
+
+
 def test_memory_a_compiled_step_keeps_is_at_most_eagers(gpt2):
     from mdot_jax.serving.memory import saved
 

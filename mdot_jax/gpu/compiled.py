@@ -84,14 +84,17 @@ def said(fused: list[Group], host_ms: float, framework: str) -> str:
     k = sum(max(g.reductions, 1) for g in fused)
     return (f"torch.compile: {n:,} memory-bound operators fused into {k:,} generated forward "
             "kernels, each priced by the bytes it moves; GEMMs, convolutions and attention as "
-            f"eager runs them; the host issues each kernel at {framework}'s {1e3 * host_ms:.0f} "
-            "us as eager's (torch.compile's own host time is not measured)")
+            f"eager runs them; each kernel issued at eager {framework}'s {1e3 * host_ms:.0f} us "
+            "(torch.compile's own host time is not measured)")
 
 
 def groups(seq: OperatorSequence, skip: frozenset[int] = frozenset()) -> list[Group]:
     """The fusion groups of `seq`'s memory-bound operators but `skip` (fused attention's
     pieces), in the graph's order (module docstring)."""
-    return KEPT.get(("compiled", seq, skip), lambda: _groups(seq, skip))
+    kept = KEPT.get(("compiled", seq), dict)  # skip -> its groups, while `seq` is kept
+    if skip not in kept:
+        kept[skip] = _groups(seq, skip)
+    return kept[skip]
 
 
 def _groups(seq: OperatorSequence, skip: frozenset[int]) -> list[Group]:

@@ -281,7 +281,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     record(order)
     total = sum(phases.values())
     banded = not (found.classes & set(extrapolated) or found.other or found.odd_convs
-                  or seq.unknown_ops or blocks)  # fused attention: priced, not measured
+                  or seq.unknown_ops or blocks or fusion)  # fused kernels: priced, not measured
     scale, band, band_from = _banded(model, adapted, precision, total, banded, warnings)
     p = Prediction(iteration_ms=total * scale, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq), warnings=warnings,
