@@ -109,3 +109,23 @@ def test_lora_and_compiled_steps_are_read_over_their_twins():
     summary = bench.summarize(priced)
     assert summary["flash/none/lora"]["rows"] == 2 and summary["flash/none"]["rows"] == 1
     assert summary["flash/none/compiled"]["rows"] == 1
+
+
+def test_a_compilation_that_fails_is_said_in_its_row(monkeypatch):
+    """A compiler failing on the lent machine costs the compiled row, not the kit's step."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+
+    class Broken(torch.nn.Module):  # what a missing C compiler does on the first step
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, **kw):
+            raise RuntimeError("no C compiler")
+
+    monkeypatch.setattr(torch, "compile", lambda model, backend: Broken(model))
+    row = llm_steps.plan(True)[-1]
+    got = llm_steps.measure(row, "cpu")
+    assert got["error"] == "torch.compile (aot_eager): RuntimeError: no C compiler"
+    assert "ms" not in got and got["key"] == row["key"]

@@ -22,8 +22,8 @@ carries the config and the fields of a `TrainingJob` that prices it, the peak me
 allocated, what the host issued in one more step under the profiler (kernel launches on a
 GPU, ATen operators), the GPU's busy time in that step (`gpu_ms`: its kernels' own times
 summed) and its `BUSIEST` kernels by time (name, launches, ms; on a CPU the ATen operators by
-their own host time), or why it could not run (out of memory). Rows are
-appended as they are measured and a second run skips what is there; no step starts after
+their own host time), or why it could not run (out of memory, a failed compilation). Rows
+are appended as they are measured and a second run skips what is there; no step starts after
 `--seconds`. On a CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32 (compiled
 by AOTAutograd alone: no code generated).
 """
@@ -153,6 +153,10 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
                     **profiled(step, device))
     except torch.OutOfMemoryError:
         return dict(row, error="out of memory")
+    except Exception as e:  # a compiler that fails on the lent machine: said, the rest runs
+        if not compiled:
+            raise
+        return dict(row, error=f"torch.compile ({compiled}): {type(e).__name__}: {e}"[:500])
 
 
 def main(argv: list[str] | None = None) -> int:
