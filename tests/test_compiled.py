@@ -125,3 +125,20 @@ def test_compile_is_a_request_the_front_door_prices_or_refuses_in_one_line(tmp_p
                            "--precision", "amp-bf16", "--compile"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "torch.compile: " in done.stderr
+
+
+def test_measured_compiled_steps_are_rows_a_gpu_step_model_adapts_to(tmp_path):
+    """`mdot adapt --from-measurements`: a `compile` column (true or false) says how each
+    row's step ran; anything else is one named error."""
+    from mdot_jax.errors import UsageError
+    from mdot_jax.serving.adaptation import read_measurements
+
+    (tmp_path / "m.onnx").write_bytes(b"")
+    (tmp_path / "mine.csv").write_text("model,batch_size,seq_len,ms,compile\n"
+                                       "m.onnx,8,64,10,TRUE\nm.onnx,8,64,14,false\n")
+    rows = read_measurements(tmp_path / "mine.csv")
+    assert [r.job for r in rows] == [(("compile", "true"),), (("compile", "false"),)]
+    (tmp_path / "bad.csv").write_text("model,batch_size,seq_len,ms,compile\nm.onnx,8,64,10,yes\n")
+    with pytest.raises(UsageError, match=r"line 2: column 'compile' is 'yes'; one of "
+                                         r"\['true', 'false'\]"):
+        read_measurements(tmp_path / "bad.csv")

@@ -156,7 +156,9 @@ def compose(outer: Adaptation, inner: Adaptation | None) -> Adaptation:
 
 REQUIRED = ("model", "batch_size", "ms")
 REPEATS_APART = 2.0  # one job's measured times further apart than this: not the same setting
-JOB_COLUMNS = {"optimizer": OPTIMIZERS, "attention": ATTENTION}  # optional: a GPU's rows
+FLAG = ("true", "false")
+# optional: how a GPU's rows ran (a flag's column: true or false)
+JOB_COLUMNS = {"optimizer": OPTIMIZERS, "attention": ATTENTION, "compile": FLAG}
 
 
 @dataclass(frozen=True)
@@ -328,7 +330,8 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
     pred, kernels = [], []  # each row priced as `mdot predict` prices it (its attention,
     with host.recording_kernels() as recorded:  # optimizer, host), and its kernels
         for n, r in enumerate(rows):
-            job: dict[str, Any] = dict(r.job)
+            job: dict[str, Any] = {c: v == "true" if JOB_COLUMNS[c] is FLAG else v
+                                   for c, v in r.job}
             p = _priced(measurements, n, lambda r=r, job=job: predict(TrainingJob(
                 model=_sequence(r), batch_size=r.batch_size, image_size=r.image_size,
                 seq_len=r.seq_len, device=gpu.name, checkpoint=str(base), precision=precision,
