@@ -212,6 +212,9 @@ def test_frozen_weights_held_in_half_or_4_bits_hold_less_and_qlora_dequantises(t
     assert bf16.memory_gb - nf4.memory_gb == pytest.approx(
         (2 - autograd.NF4_BYTES) * layers / 1e9, rel=1e-6)
     assert bf16.iteration_ms < fp32.iteration_ms  # no autocast cast of a frozen weight
+    fp16 = predict(TrainingJob(**job, frozen_weights="fp16"))  # bf16 autocast casts fp16 ones
+    assert bf16.phases["forward"] < fp16.phases["forward"] <= fp32.phases["forward"]
+    assert fp16.memory_gb == bf16.memory_gb
     assert nf4.phases["forward"] > bf16.phases["forward"]  # each 4-bit weight dequantised
     assert any("held in nf4" in w for w in nf4.warnings)
     assert any("frozen_weights bf16" in w for w in fp32.warnings)  # how to say the base's

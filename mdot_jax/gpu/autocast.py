@@ -18,21 +18,23 @@ from mdot_jax.gpu.catalog import GPU
 from mdot_jax.serving.memory import HALF
 
 FP32_OPS = set(of_kind("rowwise")) - {"BatchNormalization"}
+HALF_TYPE = {"amp-fp16": "fp16", "amp-bf16": "bf16", "fp8": "bf16"}  # autocast's, a precision
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 
 
 def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
-          half_weights: bool, grads: Backward, activations: bool = True
+          half_weights: bool, grads: Backward, precision: str, activations: bool = True
           ) -> list[tuple[int, str, str, tuple, GPU, float]]:
-    """The cast kernels autocast adds, as `spec_sheet.price` lists work: (node, phase,
-    operator, dims, GPU, 1.0); with `half_weights`, no weight's; `grads`: the backward
+    """The cast kernels autocast at `precision` adds, as `spec_sheet.price` lists work: (node,
+    phase, operator, dims, GPU, 1.0); with `half_weights`, no weight's; `grads`: the backward
     autograd runs (`autograd.backward`), a frozen weight's gradient never cast back; without
     `activations`, no activation's (a compiled step stores them cast: `gpu.compiled`)."""
     weights = 0 if half_weights else 1
     reads, _ = seq.neighbours()  # node -> the nodes whose outputs it reads
     out, names, held = [], seq.op_names, seq.column("params")
-    if "frozen_weights" in seq.meta:  # frozen weights held in the half type (or dequantised to
-        held = np.where(frozen_nodes(seq), 0.0, held)  # it): autocast casts none of them
+    if seq.meta.get("frozen_weights") in ("nf4", HALF_TYPE.get(precision)):  # frozen weights
+        held = np.where(frozen_nodes(seq), 0.0, held)  # in (or dequantised to) the half type
+        # autocast computes in: it casts none of them (fp16 ones under bf16 autocast it does)
     for i, kind in enumerate(kinds):
         if kind not in ("linear", "bmm", "conv") or i in skip:
             continue

@@ -218,7 +218,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     work.extend(compiled.kernels(fusion, found.grads.runs, at["fp32"], at["memory"]))
     if precision in AUTOCAST and not megatron:
         work.extend(autocast.casts(seq, found.kinds, inside | {b.output for b in blocks},
-                                   at["fp32"], half_weights, found.grads, not fusion))
+                                   at["fp32"], half_weights, found.grads, precision,
+                                   not fusion))
     work.extend(autocast.dequantised(seq, found.grads, at["memory"], precision))  # QLoRA's
     if lin:
         work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
