@@ -23,8 +23,8 @@ Compiled rows (keys ending `/compiled`: `torch.compile`, Inductor's default mode
 measures them in a step of their own after the fp32 GPU set) likewise, each over its eager
 twin (`compiled_over_eager`). Pre-registered, before any compiled row exists
 (docs/studies/compiled-steps.md): the pricing of compiled steps (`mdot_jax.gpu.compiled`)
-stays as it is if, for both compiled rows of a lease, the priced ratio lies within 15% of the
-measured one; otherwise the traced kernels (generated ones apart from the libraries') say
+stays as it is if, for every compiled row a lease brings with its eager twin, the priced
+ratio lies within 15% of the measured one; otherwise the traced kernels (generated ones apart from the libraries') say
 which part is the next study: the fusion's bytes or the host's time a kernel.
 
 For traced rows, priced over traced GPU time by kernel class (`priced_over_traced_by_class`):
