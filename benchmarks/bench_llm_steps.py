@@ -24,8 +24,9 @@ measures them in a step of their own after the fp32 GPU set) likewise, each over
 twin (`compiled_over_eager`). Pre-registered, before any compiled row exists
 (docs/studies/compiled-steps.md): the pricing of compiled steps (`mdot_jax.gpu.compiled`)
 stays as it is if, for every compiled row a lease brings with its eager twin, the priced
-ratio lies within 15% of the measured one; otherwise the traced kernels (generated ones apart from the libraries') say
-which part is the next study: the fusion's bytes or the host's time a kernel.
+ratio lies within 15% of the measured one; otherwise the traced kernels (generated ones apart
+from the libraries') say which part is the next study: the fusion's bytes or the host's time a
+kernel.
 
 For traced rows, priced over traced GPU time by kernel class (`priced_over_traced_by_class`):
 the readings of docs/studies/gemm-bound-step.md, whose rule was written before any traced LLM
