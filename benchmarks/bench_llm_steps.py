@@ -28,6 +28,12 @@ ratio lies within 15% of the measured one; otherwise the traced kernels (generat
 from the libraries') say which part is the next study: the fusion's bytes or the host's time a
 kernel.
 
+The Muon row (key ending `/muon`: torch.optim.Muon over the 124M's weight matrices, AdamW over
+the rest) likewise over its AdamW twin (`muon_over_adamw`). Pre-registered, before any Muon row
+exists (docs/studies/muon.md): the pricing of Muon's update (`mdot_jax.gpu.muon`) stays as it
+is if the priced ratio lies within 15% of the measured one; otherwise the trace (the update's
+GEMMs against its launches) names the next study.
+
 For traced rows, priced over traced GPU time by kernel class (`priced_over_traced_by_class`):
 the readings of docs/studies/gemm-bound-step.md, whose rule was written before any traced LLM
 step existed.
@@ -86,7 +92,8 @@ def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = F
                             peak_gb=r.get("peak_gb"), memory_gb=p.memory_gb,
                             attention=r["job"]["attention"],
                             checkpointing=r["job"]["activation_checkpointing"] or "none",
-                            lora=r["job"].get("lora_rank"), compiled=r["job"].get("compile")))
+                            lora=r["job"].get("lora_rank"), compiled=r["job"].get("compile"),
+                            optimizer=r["job"]["optimizer"]))
             if loss_memory:
                 out[-1]["memory_gb_candidate"] = p.memory_gb + loss_memory_gb(config, r["job"])
             if r.get("gpu_ms"):  # traced on a GPU: the GPU's busy time against the priced
@@ -140,7 +147,8 @@ def loss_memory_gb(config: Path, job: dict) -> float:
 
 # results' readings: each row whose key carries the mark over its twin's (the same model and
 # tokens, measured in the same run, the key without the mark), measured and priced
-TWINS = {"lora_over_full": "/lora", "compiled_over_eager": "/compiled"}
+TWINS = {"lora_over_full": "/lora", "compiled_over_eager": "/compiled",
+         "muon_over_adamw": "/muon"}
 
 
 def over_twin(priced: list[dict], mark: str) -> dict[str, dict]:
@@ -160,7 +168,8 @@ def summarize(priced: list[dict]) -> dict:
     for r in priced:
         groups.setdefault(f"{r['attention']}/{r['checkpointing']}"
                           + ("/lora" if r.get("lora") else "")
-                          + ("/compiled" if r.get("compiled") else ""), []).append(r)
+                          + ("/compiled" if r.get("compiled") else "")
+                          + ("/muon" if r.get("optimizer") == "muon" else ""), []).append(r)
     summary = {}
     for name, rows in groups.items():
         ratio = np.asarray([r["predicted_ms"] / r["measured_ms"] for r in rows])

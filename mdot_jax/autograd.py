@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from converters import OperatorSequence
+from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS
 
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
@@ -60,22 +61,30 @@ def quantized(seq: OperatorSequence) -> dict[int, tuple[int, int]]:
     """Under `frozen_weights` nf4, {linear GEMM: (the operator holding its frozen weight, the
     weight's elements)} of every linear layer but the last (the output head, which QLoRA
     keeps in bf16)."""
-    from mdot_jax.gpu.classify import classified
-
     if seq.meta.get("frozen_weights") != "nf4":
         return {}
-    frozen, preds = frozen_nodes(seq), seq.neighbours()[0]
-    held, view = seq.column("params"), backward(seq).weight
+    return {i: (holder, k * n) for i, (holder, k, n) in hidden_weights(seq, frozen=True).items()}
+
+
+def hidden_weights(seq: OperatorSequence, frozen: bool) -> dict[int, tuple[int, int, int]]:
+    """{linear GEMM: (the operator holding its weight, K, N)} of every linear layer but the
+    last one of the graph (the output head, tied to the embedding or not) whose [K, N] weight
+    is `frozen` (else trained), held by the layer or read through a view (a transposed
+    weight)."""
+    from mdot_jax.gpu.classify import classified
+
+    mask = frozen_nodes(seq) if frozen else ~frozen_nodes(seq)
+    preds = seq.neighbours()[0]
+    held, view = seq.column("params"), weight_views(seq)
+    linears = [(i, dims) for i, (_, op, dims) in enumerate(classified(seq)) if op == "linear"]
     out = {}
-    for i, (_, op, dims) in enumerate(classified(seq)):
-        if op != "linear":
-            continue
-        weight = int(dims[2] * dims[3])  # [K, N]
-        holders = [j for j in (i, *preds.get(i, ())) if (j == i or view[j]) and frozen[j]
-                   and held[j] >= weight]  # the layer itself, or a view of its weight
+    for i, dims in linears[:-1]:
+        k, n = int(dims[3]), int(dims[2])  # (1, M, N, K): a [K, N] weight
+        holders = [j for j in (i, *preds.get(i, ())) if (j == i or view[j]) and mask[j]
+                   and held[j] >= k * n]  # the layer itself, or a view of its weight
         if holders:
-            out[i] = (holders[0], weight)
-    return dict(list(out.items())[:-1])
+            out[i] = (holders[0], k, n)
+    return out
 
 
 def weight_bytes(seq: OperatorSequence, each: float) -> np.ndarray:
@@ -116,22 +125,34 @@ def backward(seq: OperatorSequence) -> Backward:
     preds, _ = seq.neighbours()
     reads = np.zeros(n, bool)
     reads[list(preds)] = True
-    frozen = frozen_nodes(seq)
+    frozen, weight = frozen_nodes(seq), weight_views(seq)
     if not frozen.any():  # every operator's backward, as the step's rules always priced it
-        return Backward(np.ones(n, bool), reads, np.ones(n, bool), np.zeros(n, bool))
+        return Backward(np.ones(n, bool), reads, np.ones(n, bool), weight)
     trained = held & ~frozen
-    inputs, from_params = (seq.config[:, _C[f]] for f in ("n_inputs", "n_param_inputs"))
-    runs, data, weights, weight = (np.zeros(n, bool) for _ in range(4))
+    runs, data, weights = (np.zeros(n, bool) for _ in range(3))
     for i in range(n):  # producers before consumers (edges run forward)
         ps = preds.get(i, [])
-        weight[i] = bool(ps or from_params[i]) and from_params[i] + len(ps) >= inputs[i] \
-            and all(weight[p] for p in ps)
         data[i] = any(runs[p] for p in ps if not weight[p])
         operands = [p for p in ps if weight[p]]  # none: its other operand is data too
         weights[i] = trained[i] or (any(runs[p] for p in operands) if operands or held[i]
                                     else data[i])
         runs[i] = data[i] or weights[i]
     return Backward(runs, data, weights, weight, True)
+
+
+def weight_views(seq: OperatorSequence) -> np.ndarray:
+    """`[N] bool`: operators that read parameters alone (a weight, or a view of one: a GEMM's
+    operand), kept while `seq` is."""
+    def compute() -> np.ndarray:
+        preds, _ = seq.neighbours()
+        inputs, from_params = (seq.config[:, _C[f]] for f in ("n_inputs", "n_param_inputs"))
+        weight = np.zeros(seq.num_ops, bool)
+        for i in range(seq.num_ops):  # producers before consumers
+            ps = preds.get(i, [])
+            weight[i] = bool(ps or from_params[i]) and from_params[i] + len(ps) >= inputs[i] \
+                and all(weight[p] for p in ps)
+        return weight
+    return KEPT.get(("weight_views", seq), compute)
 
 
 PRODUCTS = ("MatMul", "Gemm", "Conv", "ConvTranspose", "Mul", "Div")  # an input kept for another's

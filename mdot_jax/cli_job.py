@@ -16,9 +16,9 @@ from mdot_jax.options import (
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
-    OPTIMIZERS,
     PRECISIONS,
     SCHEDULES,
+    SPEC_SHEET_OPTIMIZERS,
     STEPS,
     STRATEGIES,
 )
@@ -92,10 +92,11 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                         "type (loaded so), or nf4 (QLoRA's 4 bits); default as --precision "
                         "holds weights (fp32 under autocast)")
     p.add_argument("--layout", default="nchw", choices=LAYOUTS)
-    p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
+    p.add_argument("--optimizer", default="sgd", choices=SPEC_SHEET_OPTIMIZERS,
                    help="the training step's optimizer; sgd: with momentum (memory; time "
                         "where the checkpoint was trained on it or the GPU is priced from its "
-                        "spec sheet)")
+                        "spec sheet); muon: torch.optim.Muon over the weight matrices, AdamW "
+                        "over the rest (a GPU priced from its spec sheet, DDP)")
     p.add_argument("--fused-optimizer", action="store_true",
                    help="torch.optim's fused update kernel (fused=True; transformers' "
                         "Trainer's default), not its foreach kernels (a GPU priced from its "

@@ -15,7 +15,7 @@ from mdot_jax.measure.profiler import BUSIEST
 @pytest.mark.parametrize("dry", [False, True])
 def test_every_planned_step_is_a_valid_job(tmp_path, dry):
     rows = llm_steps.plan(dry)
-    assert len({r["key"] for r in rows}) == len(rows) == (7 if dry else 31)
+    assert len({r["key"] for r in rows}) == len(rows) == (8 if dry else 32)
     (tmp_path / "config.json").write_text(json.dumps(rows[0]["config"]))
     for r in rows:
         TrainingJob(model=str(tmp_path / "config.json"), device="h100-sxm", **r["job"])
@@ -23,7 +23,8 @@ def test_every_planned_step_is_a_valid_job(tmp_path, dry):
         # the GEMM-bound step first (a lease's budget may end before the last)
         assert rows[0]["key"] == "gpt2-1.3b/t2048/flash/none"
         assert [r["config"]["model_type"] for r in rows[1:3]] == ["mixtral", "qwen3_moe"]
-        assert [r["job"].get("lora_rank") for r in rows[3:6]] == [16, 16, None]  # then LoRA
+        assert [r["job"].get("lora_rank") for r in rows[3:6]] == [16, 16, None]  # then LoRA,
+        assert rows[5]["key"].endswith("/muon")  # then Muon
         assert {r["job"]["batch_size"] * r["job"]["seq_len"] for r in rows} == {8192}
         assert {(r["job"]["attention"], r["job"]["activation_checkpointing"])
                 for r in rows} == {("flash", None), ("flash", "full"), ("eager", None),
@@ -33,9 +34,10 @@ def test_every_planned_step_is_a_valid_job(tmp_path, dry):
     compiled = [r for r in rows if r["job"].get("compile")]
     assert compiled == rows[-len(compiled):] and len(compiled) == (1 if dry else 2)
     twins = {r["key"]: r for r in rows}
-    for r in compiled:
-        twin = twins[r["key"].removesuffix("/compiled")]
-        assert dict(twin["job"], compile=True) == r["job"] and twin["config"] == r["config"]
+    for r, mark, field in [(r, "/compiled", dict(compile=True)) for r in compiled] + [
+            (r, "/muon", dict(optimizer="muon")) for r in rows if r["key"].endswith("/muon")]:
+        twin = twins[r["key"].removesuffix(mark)]
+        assert dict(twin["job"], **field) == r["job"] and twin["config"] == r["config"]
 
 
 def test_a_step_is_measured_and_a_second_run_resumes(tmp_path):

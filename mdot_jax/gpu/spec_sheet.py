@@ -76,7 +76,7 @@ from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import autograd
 from mdot_jax.errors import RequestError, UsageError
-from mdot_jax.gpu import autocast, cnn_kernels, compiled, peaks, tensor_cores
+from mdot_jax.gpu import autocast, cnn_kernels, compiled, muon, peaks, tensor_cores
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
@@ -253,13 +253,17 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                                       seq.op_names.tolist(), seq.node_names, per_op)) if t > 0]
     params = autograd.trainable(seq)  # the frozen ones are not updated
     if step == "train" and params:
-        t = float(model.kernel_ms(["add"], [(1, params)], [at["fp32"]], apart)[0]) \
-            * u.passes * speed
-        phases["update"] = t
-        order.extend([t / u.kernels] * u.kernels)
-        operators.append(dict(type="optimizer", name=f"{optimizer} update ({u.passes:.3g} "
-                              "passes over the parameters)", ms=t))
-        warnings.append(f"the {optimizer} update priced as {u.passes:.3g} elementwise passes "
+        shapes = muon.matrices(seq) if optimizer == "muon" else []  # the rest: AdamW
+        rest = params - sum(a * b for a, b in shapes)
+        ks = [float(model.kernel_ms(["add"], [(1, rest)], [at["fp32"]], apart)[0]) * u.passes
+              / u.kernels] * u.kernels * (rest > 0) + muon.kernels_ms(shapes, gpu, model, apart)
+        phases["update"] = t = sum(ks) * speed
+        order.extend(k * speed for k in ks)
+        operators.append(dict(type="optimizer", name=f"{optimizer} update (" + (
+            f"{len(shapes)} matrices orthogonalised, " * bool(shapes)) + f"{u.passes:.3g} "
+            "passes over the parameters" + " left" * bool(shapes) + ")", ms=t))
+        warnings.append(muon.said(shapes, rest) if shapes else
+                        f"the {optimizer} update priced as {u.passes:.3g} elementwise passes "
                         f"over the {params:,} {'trained ' * (params < seq.params)}parameters"
                         + (f" of a {tp}-way tensor-parallel rank" if (tp := seq.meta.get("tp"))
                            else "") + f" ({u.what}): not measured")

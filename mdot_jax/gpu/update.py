@@ -33,6 +33,8 @@ def update(optimizer: str, precision: str, framework: str = "pytorch",
            fused: bool = False) -> Update:
     """The update of `optimizer` at `precision` as `framework` runs it (`fused`: torch.optim's
     fused kernels)."""
+    if optimizer == "muon":  # the parameters Muon does not take: AdamW's (`gpu.muon`)
+        optimizer = "adamw"
     if optimizer not in FOREACH:
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(FOREACH)}")
     if framework == "megatron":

@@ -12,9 +12,10 @@ tokens, each with attention `flash` (`attn_implementation="sdpa"`: PyTorch picks
 FlashAttention) and `eager`, with and without full activation checkpointing
 (`gradient_checkpointing_enable`); after the mixtures, the 1.3B and the 124M fine-tuned with
 LoRA (`converters.lora`: rank 16 on every linear layer but the head, the rest frozen; at 2,048
-and 1,024 tokens, flash); last, the 124M (1,024 tokens) and the 1.3B compiled with
-`torch.compile` (Inductor, its default mode; the kit measures them in a step of its own,
-`--keys-with /compiled`), each beside its eager twin; micro-batches of 8,192 tokens,
+and 1,024 tokens, flash) and the 124M trained with torch.optim.Muon over its weight matrices
+(AdamW over the embeddings, norms and biases); last, the 124M (1,024 tokens) and the 1.3B
+compiled with `torch.compile` (Inductor, its default mode; the kit measures them in a step of
+its own, `--keys-with /compiled`), each beside its eager twin; micro-batches of 8,192 tokens,
 autocast to bf16, AdamW (torch.optim's default implementation, over the trained parameters).
 A step is forward, cross-entropy over the vocabulary, backward and the update, CUDA
 synchronised; 2 untimed (a compiled model compiles in them), then the median of 5. Each row
@@ -58,6 +59,8 @@ LORA_RANK = 16
 # steps compiled with torch.compile (Inductor, its default mode; on a CPU's dry run
 # AOTAutograd without code generation), each beside an eager twin of the plan
 COMPILED = (("gpt2-124m", SIZES["gpt2-124m"], 1024), GEMM_BOUND[:3])
+# torch.optim.Muon over the weight matrices, AdamW over the rest (`gpu.muon`)
+MUON = ("gpt2-124m", SIZES["gpt2-124m"], 1024)
 DRY = {"gpt2-tiny": dict(n_layer=2, n_embd=64, n_head=4)}
 DRY_MOE = {"mixtral-tiny": dict(model_type="mixtral", hidden_size=64, intermediate_size=128,
                                 num_hidden_layers=2, num_attention_heads=4,
@@ -69,13 +72,15 @@ def plan(dry: bool) -> list[dict]:
     """Every step to measure, as the rows' `job` and `config`: the GEMM-bound one, the
     mixtures of experts, the LoRA ones, the rest smallest first, then the compiled ones."""
     gpt2 = dict(model_type="gpt2", vocab_size=50257, activation_function="gelu")
-    lora, compiled = {"lora_rank": LORA_RANK}, {"compile": True}
+    lora, compiled, muon = {"lora_rank": LORA_RANK}, {"compile": True}, {"optimizer": "muon"}
     steps = [] if dry else [(GEMM_BOUND[0], dict(gpt2, **GEMM_BOUND[1]), *GEMM_BOUND[2:], {})]
     steps += [(name, config, 64 if dry else 2048, "flash", None, {})
               for name, config in (DRY_MOE if dry else MOE).items()]
     tiny = [(n, s, 64) for n, s in DRY.items()]
     steps += [(name, dict(gpt2, **size), tokens, "flash", None, lora)
               for name, size, tokens in (tiny if dry else LORA)]
+    steps += [(name, dict(gpt2, **size), tokens, "flash", None, muon)
+              for name, size, tokens in (tiny if dry else [MUON])]
     steps += [(name, dict(gpt2, **size), tokens, attention, ckpt, {})
               for name, size in (DRY if dry else SIZES).items()
               for tokens in ((64,) if dry else TOKENS)
@@ -84,17 +89,18 @@ def plan(dry: bool) -> list[dict]:
               for name, size, tokens in (tiny if dry else COMPILED)]
     return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}{_mark(how)}",
                  config=dict(config, **{_POSITIONS[config["model_type"]]: tokens}),
-                 job=dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
-                          precision="fp32" if dry else "amp-bf16", optimizer="adamw",
-                          attention=attention, activation_checkpointing=ckpt, **how))
+                 job={**dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
+                             precision="fp32" if dry else "amp-bf16", optimizer="adamw",
+                             attention=attention, activation_checkpointing=ckpt), **how})
             for name, config, tokens, attention, ckpt, how in steps]
 
 
 def _mark(how: dict) -> str:
     """The end of a row's key for the job's fields beside the plan's own (`/lora16`,
-    `/compiled`): its twin's key is the rest."""
+    `/compiled`, `/muon`): its twin's key is the rest."""
     return (f"/lora{how['lora_rank']}" if "lora_rank" in how else "") + \
-        ("/compiled" if how.get("compile") else "")
+        ("/compiled" if how.get("compile") else "") + \
+        (f"/{how['optimizer']}" if "optimizer" in how else "")
 
 
 _POSITIONS = {"gpt2": "n_positions", "mixtral": "max_position_embeddings",
@@ -123,7 +129,14 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
     if job.get("compile"):  # compiled in the untimed steps
         compiled = "inductor" if device == "cuda" else "aot_eager"
         model = torch.compile(model, backend=compiled)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opts = [torch.optim.AdamW(trained, lr=1e-4)]
+    if job["optimizer"] == "muon":  # the weight matrices, not the embeddings or the head
+        tables = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+        tables.add(id(model.get_output_embeddings().weight))
+        matrix = [p.ndim == 2 and id(p) not in tables for p in trained]
+        opts = [torch.optim.Muon([p for p, m in zip(trained, matrix) if m], lr=0.02),
+                torch.optim.AdamW([p for p, m in zip(trained, matrix) if not m], lr=1e-4)]
     ids = torch.randint(0, cfg["vocab_size"], (job["batch_size"], job["seq_len"]), device=device)
     half = job["precision"] == "amp-bf16"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -132,8 +145,9 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
         with torch.autocast(device, dtype=torch.bfloat16, enabled=half):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        for opt in opts:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
 
     try:
         if device == "cuda":

@@ -45,7 +45,7 @@ import numpy as np
 from converters import ConversionError, OperatorSequence
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, UsageError
-from mdot_jax.options import ATTENTION, OPTIMIZERS, PRECISIONS
+from mdot_jax.options import ATTENTION, PRECISIONS, SPEC_SHEET_OPTIMIZERS
 from mdot_jax.serving.predict import Predictor, resolve_checkpoint
 from mdot_jax.serving.prediction import Adaptation, Prediction
 from mdot_jax.serving.request import FIELDS, in_fields
@@ -158,7 +158,7 @@ REQUIRED = ("model", "batch_size", "ms")
 REPEATS_APART = 2.0  # one job's measured times further apart than this: not the same setting
 FLAG = ("true", "false")
 # optional: how a GPU's rows ran (a flag's column: true or false)
-JOB_COLUMNS = {"optimizer": OPTIMIZERS, "attention": ATTENTION, "compile": FLAG}
+JOB_COLUMNS = {"optimizer": SPEC_SHEET_OPTIMIZERS, "attention": ATTENTION, "compile": FLAG}
 
 
 @dataclass(frozen=True)

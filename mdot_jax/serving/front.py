@@ -23,7 +23,7 @@ from converters.fusion import fusion_version
 from converters.substitutes import described
 from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
-from mdot_jax.options import AUTOCAST
+from mdot_jax.options import AUTOCAST, OPTIMIZERS
 from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
 from mdot_jax.serving.predict import input_size_of
 from mdot_jax.serving.prediction import Prediction
@@ -98,6 +98,10 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
     if job.activation_checkpointing:
         return "activation_checkpointing", ("priced for a GPU priced from its spec sheet "
                                             "(device=NAME)")
+    if job.optimizer not in OPTIMIZERS:
+        return "optimizer", (f"{job.optimizer} is priced for a GPU priced from its spec sheet "
+                             "(device=NAME); a checkpoint predicts the optimizers it was "
+                             "trained on")
     if job.compile:
         return "compile", ("a checkpoint predicts the eager steps it was trained on; a "
                            "compiled step is priced for a GPU priced from its spec sheet "

@@ -50,7 +50,8 @@ from mdot_jax.readable import number
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
 # and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none
-OPTIMIZER_STATE = {"sgd": 1, "sgd-plain": 0, "momentum": 1, "adam": 2, "adamw": 2}
+OPTIMIZER_STATE = {"sgd": 1, "sgd-plain": 0, "momentum": 1, "adam": 2, "adamw": 2,
+                   "muon": 2}  # muon: AdamW's, less one for each matrix it takes (`gpu.muon`)
 HALF = {*AUTOCAST, "bf16"}
 _WRITTEN = LOAD_FIELDS.index("bytes_written")
 _PARAMS = LOAD_FIELDS.index("params")
@@ -141,6 +142,10 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
     inputs = float(sum(4.0 * np.prod(s) for s in seq.meta.get("inputs", {}).values()))
     state = held.optimizer * trained
+    if optimizer == "muon":  # a momentum buffer a matrix parameter, not AdamW's two
+        from mdot_jax.gpu.muon import matrices
+
+        state -= 4.0 * sum(a * b for a, b in matrices(seq))
     grads = autograd.backward(seq)
     if cpu:
         live = live_bytes(seq, scale, optimizer, grads)

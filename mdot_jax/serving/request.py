@@ -23,9 +23,9 @@ from mdot_jax.options import (
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
-    OPTIMIZERS,
     PRECISIONS,
     SCHEDULES,
+    SPEC_SHEET_OPTIMIZERS,
     STEPS,
     STRATEGIES,
 )
@@ -118,6 +118,8 @@ class TrainingJob:
       fused_optimizer: torch.optim's fused update kernel (`fused=True`; transformers'
         Trainer's default, `adamw_torch_fused`), not its default foreach kernels (GPUs priced
         from their spec sheets; `gpu.update`).
+      optimizer muon: torch.optim.Muon over the hidden weight matrices, AdamW over the rest
+        (`gpu.muon`; GPUs priced from their spec sheets, DDP only).
       compile: the model compiled with `torch.compile` (TorchInductor, its default mode):
         memory-bound operators fused into generated kernels (`gpu.compiled`; eager PyTorch's
         framework, GPUs priced from their spec sheets).
@@ -203,7 +205,7 @@ class TrainingJob:
                                "device_spec")
         _choice("precision", self.precision, PRECISIONS)
         _choice("frozen_weights", self.frozen_weights, FROZEN_WEIGHTS)
-        _choice("optimizer", self.optimizer, OPTIMIZERS, optional=False)
+        _choice("optimizer", self.optimizer, SPEC_SHEET_OPTIMIZERS, optional=False)
         _flag("fused_optimizer", self.fused_optimizer)
         _choice("layout", self.layout, LAYOUTS, optional=False)
         _choice("step", self.step, STEPS)
@@ -213,6 +215,11 @@ class TrainingJob:
         _choice("attention", self.attention, ATTENTION)
         _choice("framework", self.framework, FRAMEWORKS, optional=False)
         _flag("compile", self.compile)
+        if self.optimizer == "muon" and (self.strategy != "ddp" or max(
+                self.tp, self.pp, self.ep) > 1 or self.framework != "pytorch"):
+            raise RequestError("optimizer muon: torch.optim.Muon orthogonalises each whole "
+                               "weight matrix on every GPU; priced with DDP (strategy ddp, no "
+                               "tp, pp or ep) under eager PyTorch", "optimizer")
         if self.compile and self.framework != "pytorch":
             raise RequestError(f"compile: torch.compile compiles a PyTorch model; framework "
                                f"{self.framework} runs its own fused kernels", "compile")
