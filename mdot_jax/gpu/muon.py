@@ -34,7 +34,9 @@ def kernels_ms(shapes: list[tuple[int, int]], gpu: GPU, model: StepModel, stream
                ) -> list[float]:
     """ms of each kernel Muon's update of `shapes` runs, in order (module docstring);
     `streamed`: behind a host that issues them (`StepModel.kernel_ms`)."""
-    precision = "amp-bf16" if "bf16" in gpu.tflops else "fp32"
+    if not shapes:
+        return []
+    precision = "amp-bf16" if gpu.tflops.get("bf16") else "fp32"  # else no bf16 arithmetic
     at, _ = peaks.seen_by_class(gpu, precision, model.info.get("tensor_cores", {}).get(
         gpu.name, ()))
     tc = peaks.tensor_core_gemms(model.info, gpu, precision)
