@@ -259,9 +259,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
               / u.kernels] * u.kernels * (rest > 0) + muon.kernels_ms(shapes, gpu, model, apart)
         phases["update"] = t = sum(ks) * speed
         order.extend(k * speed for k in ks)
-        operators.append(dict(type="optimizer", name=f"{optimizer} update (" + (
-            f"{len(shapes)} matrices orthogonalised, " * bool(shapes)) + f"{u.passes:.3g} "
-            "passes over the parameters" + " left" * bool(shapes) + ")", ms=t))
+        operators.append(dict(type="optimizer", ms=t, name=f"{optimizer} update (" + (
+            f"{len(shapes)} matrices orthogonalised, AdamW over the rest" if shapes else
+            f"{u.passes:.3g} passes over the parameters") + ")"))
         warnings.append(muon.said(shapes, rest) if shapes else
                         f"the {optimizer} update priced as {u.passes:.3g} elementwise passes "
                         f"over the {params:,} {'trained ' * (params < seq.params)}parameters"

@@ -70,23 +70,23 @@ DRY_MOE = {"mixtral-tiny": dict(model_type="mixtral", hidden_size=64, intermedia
 
 def plan(dry: bool) -> list[dict]:
     """Every step to measure, as the rows' `job` and `config`: the GEMM-bound one, the
-    mixtures of experts, the LoRA ones, the rest smallest first, then the compiled ones."""
+    mixtures of experts, the LoRA ones, the Muon one, the rest smallest first, then the
+    compiled ones."""
     gpt2 = dict(model_type="gpt2", vocab_size=50257, activation_function="gelu")
-    lora, compiled, muon = {"lora_rank": LORA_RANK}, {"compile": True}, {"optimizer": "muon"}
+
+    def twins(rows, how: dict) -> list:  # (name, size, tokens): flash, with the fields `how`
+        return [(name, dict(gpt2, **size), tokens, "flash", None, how) for name, size, tokens
+                in ([(n, s, 64) for n, s in DRY.items()] if dry else rows)]
+
     steps = [] if dry else [(GEMM_BOUND[0], dict(gpt2, **GEMM_BOUND[1]), *GEMM_BOUND[2:], {})]
     steps += [(name, config, 64 if dry else 2048, "flash", None, {})
               for name, config in (DRY_MOE if dry else MOE).items()]
-    tiny = [(n, s, 64) for n, s in DRY.items()]
-    steps += [(name, dict(gpt2, **size), tokens, "flash", None, lora)
-              for name, size, tokens in (tiny if dry else LORA)]
-    steps += [(name, dict(gpt2, **size), tokens, "flash", None, muon)
-              for name, size, tokens in (tiny if dry else [MUON])]
+    steps += twins(LORA, {"lora_rank": LORA_RANK}) + twins([MUON], {"optimizer": "muon"})
     steps += [(name, dict(gpt2, **size), tokens, attention, ckpt, {})
               for name, size in (DRY if dry else SIZES).items()
               for tokens in ((64,) if dry else TOKENS)
               for attention in ("flash", "eager") for ckpt in (None, "full")]
-    steps += [(name, dict(gpt2, **size), tokens, "flash", None, compiled)
-              for name, size, tokens in (tiny if dry else COMPILED)]
+    steps += twins(COMPILED, {"compile": True})
     return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}{_mark(how)}",
                  config=dict(config, **{_POSITIONS[config["model_type"]]: tokens}),
                  job={**dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
