@@ -4,8 +4,6 @@ attention and embeddings as eager runs them; never more memory kept than eager k
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ from converters import convert, from_hf_config
 from converters.attention import attention_blocks
 from converters.sequence import CONFIG_FIELDS
 from mdot_jax import TrainingJob, predict
+from mdot_jax.cli import main
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu import catalog, compiled
 from mdot_jax.gpu.classify import classified
@@ -106,7 +105,7 @@ def test_memory_a_compiled_step_keeps_is_at_most_eagers(gpt2):
             assert kept[list(g.members)].sum() <= 2.0 * g.activations + 1e-9
 
 
-def test_compile_is_a_request_the_front_door_prices_or_refuses_in_one_line(tmp_path):
+def test_compile_is_a_request_the_front_door_prices_or_refuses_in_one_line(tmp_path, capsys):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(GPT2))
     job = dict(model=str(config), seq_len=64, batch_size=2, device="h100-sxm",
@@ -120,11 +119,9 @@ def test_compile_is_a_request_the_front_door_prices_or_refuses_in_one_line(tmp_p
         assert e.value.field == field and "\n" not in str(e.value)
     with pytest.raises(RequestError, match="^compile: .*spec sheet"):  # a CPU's checkpoint
         predict(TrainingJob(**dict(job, device=None), compile=True))
-    done = subprocess.run([sys.executable, "-m", "mdot_jax.cli", "predict", str(config),
-                           "--seq-len", "64", "--batch-size", "2", "--device", "h100-sxm",
-                           "--precision", "amp-bf16", "--compile"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "torch.compile: " in done.stderr
+    code = main(["predict", str(config), "--seq-len", "64", "--batch-size", "2", "--device",
+                 "h100-sxm", "--precision", "amp-bf16", "--compile"])
+    assert code == 0 and "torch.compile: " in capsys.readouterr().err
 
 
 def test_measured_compiled_steps_are_rows_a_gpu_step_model_adapts_to(tmp_path):
