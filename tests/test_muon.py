@@ -56,8 +56,9 @@ def test_muon_is_refused_where_its_matrices_are_sharded_or_not_priced(tmp_path):
     assert predict(TrainingJob(**job, gpus=4)).iteration_ms > 0  # DDP
     for bad in (dict(gpus=4, strategy="fsdp"), dict(gpus=4, tp=2), dict(gpus=4, pp=2),
                 dict(framework="megatron")):
-        with pytest.raises(RequestError, match="^optimizer muon: ") as e:
+        field = next(f for f in bad if f != "gpus")  # what a plan's search varies, skipped
+        with pytest.raises(RequestError, match=f"^{field} .*: optimizer muon ") as e:
             TrainingJob(**job, **bad)
-        assert e.value.field == "optimizer"
+        assert e.value.field == field
     with pytest.raises(RequestError, match="^optimizer: muon is priced for a GPU"):
         predict(TrainingJob(**dict(job, device=None)))  # a CPU's checkpoint

@@ -215,11 +215,16 @@ class TrainingJob:
         _choice("attention", self.attention, ATTENTION)
         _choice("framework", self.framework, FRAMEWORKS, optional=False)
         _flag("compile", self.compile)
-        if self.optimizer == "muon" and (self.strategy != "ddp" or max(
-                self.tp, self.pp, self.ep) > 1 or self.framework != "pytorch"):
-            raise RequestError("optimizer muon: torch.optim.Muon orthogonalises each whole "
-                               "weight matrix on every GPU; priced with DDP (strategy ddp, no "
-                               "tp, pp or ep) under eager PyTorch", "optimizer")
+        sharded = [(f, v) for f, v, plain in (("strategy", self.strategy, "ddp"),
+                                              ("tp", self.tp, 1), ("pp", self.pp, 1),
+                                              ("ep", self.ep, 1),
+                                              ("framework", self.framework, "pytorch"))
+                   if v != plain]
+        if self.optimizer == "muon" and sharded:  # on the field a plan's search varies
+            raise RequestError(f"{sharded[0][0]} {sharded[0][1]!r}: optimizer muon "
+                               "(torch.optim.Muon) orthogonalises each whole weight matrix on "
+                               "every GPU: priced with DDP under eager PyTorch (no tp, pp, ep, "
+                               "FSDP or ZeRO)", sharded[0][0])
         if self.compile and self.framework != "pytorch":
             raise RequestError(f"compile: torch.compile compiles a PyTorch model; framework "
                                f"{self.framework} runs its own fused kernels", "compile")
