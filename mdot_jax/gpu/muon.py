@@ -43,9 +43,8 @@ def kernels_ms(shapes: list[tuple[int, int]], gpu: GPU, model: StepModel, stream
     out: list[float] = []
     for a, b in shapes:
         gemms = [(1, a, a, b), (1, a, a, a), (1, a, b, a)]
-        ms = model.kernel_ms(["linear"] * 3, gemms, [at["gemm"]] * 3, streamed)
-        if tc:
-            ms = tc[1].ms(tc[0], ["linear"] * 3, gemms, [at["gemm"]] * 3)
+        ms = tc[1].ms(tc[0], ["linear"] * 3, gemms, [at["gemm"]] * 3) if tc else \
+            model.kernel_ms(["linear"] * 3, gemms, [at["gemm"]] * 3, streamed)
         pass_ms = float(model.kernel_ms(["add"], [(1, a * b)], [at["fp32"]], streamed)[0])
         out += [pass_ms] * 4 + [float(t) for t in ms] * NS_STEPS + [pass_ms] * (ELEMENTWISE - 4)
     return out
