@@ -5,9 +5,10 @@
   torch.optim.Muon takes (2-D parameters only); every other trained parameter by AdamW
   (`gpu.update`: torch.optim's kernels), as Muon is paired.
 - each matrix [A, B] (A <= B; transposed otherwise), one after another (torch.optim.Muon loops
-  over its parameters): the momentum and Nesterov's blend, the norm and the scaling, the
-  weight decay and the update (`ELEMENTWISE` kernels, each an elementwise pass over the
-  matrix), and `NS_STEPS` Newton-Schulz steps in bf16 of three GEMMs each (the Gram matrix
+  over its parameters, `_single_tensor_muon`): the momentum's and Nesterov's blends, the cast
+  to bf16, the norm, its clamp and the division, then the weight decay and the update
+  (`ELEMENTWISE` kernels, each priced as an elementwise pass over the matrix), and between
+  them `NS_STEPS` Newton-Schulz steps in bf16 of three GEMMs each (the Gram matrix
   X X^T, A x A x B; its square added scaled, A x A x A, one `addmm`; that times X added, A x B
   x A, one `addmm`), at the tensor-core peak's measured share where the step model holds it.
 - memory: a momentum buffer a matrix parameter (4 bytes, where AdamW keeps 8).
@@ -22,7 +23,8 @@ from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.gpu_ops import StepModel
 
 NS_STEPS = 5
-ELEMENTWISE = 6  # momentum, Nesterov's, norm, scaling, decay, update: kernels a matrix
+ELEMENTWISE = 8  # lerp_, lerp, bfloat16, norm, clamp, div_ | mul_ (decay), add_: a matrix's
+BEFORE = 6  # of those, before the Newton-Schulz GEMMs
 
 
 def matrices(seq: OperatorSequence) -> list[tuple[int, int]]:
@@ -46,7 +48,8 @@ def kernels_ms(shapes: list[tuple[int, int]], gpu: GPU, model: StepModel, stream
         ms = tc[1].ms(tc[0], ["linear"] * 3, gemms, [at["gemm"]] * 3) if tc else \
             model.kernel_ms(["linear"] * 3, gemms, [at["gemm"]] * 3, streamed)
         pass_ms = float(model.kernel_ms(["add"], [(1, a * b)], [at["fp32"]], streamed)[0])
-        out += [pass_ms] * 4 + [float(t) for t in ms] * NS_STEPS + [pass_ms] * (ELEMENTWISE - 4)
+        out += [pass_ms] * BEFORE + [float(t) for t in ms] * NS_STEPS \
+            + [pass_ms] * (ELEMENTWISE - BEFORE)
     return out
 
 
