@@ -130,13 +130,14 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
         compiled = "inductor" if device == "cuda" else "aot_eager"
         model = torch.compile(model, backend=compiled)
     trained = [p for p in model.parameters() if p.requires_grad]
-    opts = [torch.optim.AdamW(trained, lr=1e-4)]
     if job["optimizer"] == "muon":  # the weight matrices, not the embeddings or the head
         tables = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
         tables.add(id(model.get_output_embeddings().weight))
         matrix = [p.ndim == 2 and id(p) not in tables for p in trained]
         opts = [torch.optim.Muon([p for p, m in zip(trained, matrix) if m], lr=0.02),
                 torch.optim.AdamW([p for p, m in zip(trained, matrix) if not m], lr=1e-4)]
+    else:
+        opts = [torch.optim.AdamW(trained, lr=1e-4)]
     ids = torch.randint(0, cfg["vocab_size"], (job["batch_size"], job["seq_len"]), device=device)
     half = job["precision"] == "amp-bf16"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

@@ -19,6 +19,7 @@ from typing import Any
 import onnx
 
 from converters import ConversionError, OperatorSequence, convert
+from converters.kept import KEPT
 from mdot_jax import writers
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu import compiled
@@ -112,7 +113,13 @@ def run_as(seq: OperatorSequence, job: TrainingJob) -> OperatorSequence:
         how["frozen_weights"] = job.frozen_weights
     if job.compile != bool(seq.meta.get(compiled.KEY)):
         how[compiled.KEY] = job.compile
-    return dataclasses.replace(seq, meta=dict(seq.meta, **how)) if how else seq
+    if not how:
+        return seq
+    copies = KEPT.get(("run_as", seq), dict)  # one copy a way of running it, while it is kept:
+    key = tuple(sorted(how.items()))  # what is computed of a sequence is kept by its identity
+    if key not in copies:
+        copies[key] = dataclasses.replace(seq, meta=dict(seq.meta, **how))
+    return copies[key]
 
 
 SEQUENCE_CACHE: dict = {}  # folder, limit: converted sequences also kept on disk there
