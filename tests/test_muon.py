@@ -46,6 +46,9 @@ def test_a_muon_step_pays_its_gemms_and_launches_and_holds_less_state(tmp_path):
     assert adamw.memory_gb - mu.memory_gb == pytest.approx(4 * matrix / 1e9, rel=1e-6)
     assert any(w.startswith("the muon update priced as torch.optim.Muon's over 14 weight "
                             "matrices") for w in mu.warnings)
+    lora = predict(TrainingJob(**job, optimizer="muon", lora_rank=4))  # nothing left to AdamW
+    said = next(w for w in lora.warnings if w.startswith("the muon update"))
+    assert lora.phases["update"] > 0 and "AdamW" not in said
 
 
 def test_muon_is_refused_where_its_matrices_are_sharded_or_not_priced(tmp_path):
@@ -62,3 +65,18 @@ def test_muon_is_refused_where_its_matrices_are_sharded_or_not_priced(tmp_path):
         assert e.value.field == field
     with pytest.raises(RequestError, match="^optimizer: muon is priced for a GPU"):
         predict(TrainingJob(**dict(job, device=None)))  # a CPU's checkpoint
+
+
+def test_muon_over_a_model_without_hidden_matrices_is_adamw_and_says_so(tmp_path):
+    import onnx
+    import torch
+
+    from converters import from_torch
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(8 * 6 * 6, 10))  # the one linear is the head
+    onnx.save(from_torch(cnn, torch.randn(2, 3, 8, 8)), tmp_path / "cnn.onnx")
+    job = dict(model=str(tmp_path / "cnn.onnx"), batch_size=4, device="h100-sxm",
+               precision="amp-bf16")
+    mu, adamw = (predict(TrainingJob(**job, optimizer=o)) for o in ("muon", "adamw"))
+    assert (mu.iteration_ms, mu.memory_gb) == (adamw.iteration_ms, adamw.memory_gb)
+    assert any(w.startswith("optimizer muon: no trained hidden weight matrix") for w in mu.warnings)

@@ -55,7 +55,12 @@ def kernels_ms(shapes: list[tuple[int, int]], gpu: GPU, model: StepModel, stream
 
 def said(shapes: list[tuple[int, int]], rest: int) -> str:
     """The warning of Muon's pricing."""
+    if not shapes:
+        return (f"optimizer muon: no trained hidden weight matrix (a linear layer's 2-D weight, "
+                f"not the embedding's or the head's; convolutions' are 4-D) for torch.optim.Muon:"
+                f" AdamW over all {rest:,} parameters, as Muon is paired: not measured")
     return (f"the muon update priced as torch.optim.Muon's over {len(shapes):,} weight matrices "
             f"({sum(a * b for a, b in shapes):,} parameters, one matrix after another: "
             f"{NS_STEPS} Newton-Schulz steps of 3 bf16 GEMMs each and {ELEMENTWISE} "
-            f"elementwise passes), AdamW over the other {rest:,}: not measured")
+            "elementwise passes)" + (f", AdamW over the other {rest:,}" if rest else "")
+            + ": not measured")
