@@ -123,6 +123,16 @@ def in_layers(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
     return inside if inside.any() else np.ones(seq.num_ops, bool)
 
 
+def layer_ids(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
+    """`[N] int`: each operator's layer in the stacks of `in_layers` (numbered in the order of
+    their first operators), -1 outside them or where no scope says."""
+    ids = np.full(seq.num_ops, -1, np.int64)
+    number: dict[tuple[str, str], int] = {}
+    for stack, layer, i in _scoped(seq, blocks):
+        ids[i] = number.setdefault((stack, layer), len(number))
+    return ids
+
+
 def _scoped(seq: OperatorSequence, blocks: list[Block]) -> list[tuple[str, str, int]]:
     """(stack, layer, operator) of every operator in a scoped stack holding `blocks` (a token
     model without attention: its longest stack)."""

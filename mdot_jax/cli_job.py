@@ -106,7 +106,8 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="micro-batches of --batch-size per GPU an iteration runs before its "
                         "update (gradient accumulation; a GPU priced from its spec sheet)")
     p.add_argument("--strategy", default="ddp", choices=STRATEGIES,
-                   help="of the data parallelism: DDP, ZeRO-1, ZeRO-2 or FSDP (ZeRO-3)")
+                   help="of the data parallelism: DDP, ZeRO-1, ZeRO-2, FSDP (ZeRO-3) or HSDP "
+                        "(FSDP within each node, replicated across nodes: HYBRID_SHARD)")
     p.add_argument("--tp", type=POSITIVE_INT, default=1,
                    help="tensor-parallel GPUs (Megatron-LM's); the data-parallel replicas are "
                         "--gpus x --nodes / (--tp x --pp), --batch-size each")

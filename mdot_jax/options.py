@@ -27,8 +27,10 @@ MAX_INT = 2 ** 31 - 1  # the largest dim or count a request may name (ONNX and n
 LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-last reads nhwc)
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update
 # of the data parallelism (tensor and pipeline: their degrees): DDP; ZeRO stage 1 (optimizer
-# state sharded), 2 (and gradients), FSDP / ZeRO-3 (and weights)
-STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")
+# state sharded), 2 (and gradients), FSDP / ZeRO-3 (and weights), HSDP (FSDP over a node's
+# replicas, replicated across nodes: FSDP's HYBRID_SHARD, FSDP2's 2-D mesh)
+STRATEGIES = ("ddp", "zero1", "zero2", "fsdp", "hsdp")
+SHARDED_WEIGHTS = ("fsdp", "hsdp")  # the strategies that shard (and gather) the weights
 INTERCONNECTS = ("nvlink", "pcie")  # between the GPUs of a node
 CHECKPOINTING = ("full", "selective")  # activation checkpointing: every layer, or attention's core
 # the kernels a step runs: eager PyTorch's (autocast, torch.optim's foreach), or Megatron-LM's

@@ -247,6 +247,38 @@ def test_full_checkpointing_runs_again_and_frees_only_the_layers():
     assert rerun(bare, "full", attention_blocks(bare), []) == set(range(bare.num_ops))
 
 
+def test_full_checkpointing_skips_a_frozen_layer_autograd_runs_no_backward_through():
+    """A frozen first layer (its parameters and everything before it frozen) records nothing
+    for a checkpoint to run again: only the trained layers are; their count in the note."""
+    pytest.importorskip("transformers")
+    from converters import convert, from_hf_config
+    from converters.attention import attention_blocks
+    from converters.sequence import FROZEN_KEY
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.gpu.recompute import rerun
+
+    gpt2 = dict(model_type="gpt2", n_embd=64, n_layer=3, n_head=4, vocab_size=5000,
+                n_positions=64, bos_token_id=0, eos_token_id=0)
+    proto = from_hf_config(gpt2, seq_len=64, repeat=False)
+    params = {p.key: p.value for p in proto.metadata_props}["mdot.params"].split(",")
+    seqs = {}
+    for frozen in (("transformer.wte", "transformer.wpe"),
+                   ("transformer.wte", "transformer.wpe", "transformer.h.0.")):
+        proto.metadata_props.add(key=FROZEN_KEY,
+                                 value=",".join(p for p in params if p.startswith(frozen)))
+        seqs[len(frozen)] = convert(proto, batch_size=4, fuse=True)
+        del proto.metadata_props[-1]
+    layers = {}
+    for k, seq in seqs.items():
+        blocks = attention_blocks(seq)
+        names = [str(n) for n in seq.node_names]
+        layers[k] = {names[i].split("/")[2] for i in rerun(seq, "full", blocks, blocks)}
+    assert layers == {2: {"h.0", "h.1", "h.2"}, 3: {"h.1", "h.2"}}
+    p = predict(TrainingJob(model=seqs[3], batch_size=4, device="h100-sxm",
+                            precision="amp-bf16", activation_checkpointing="full"))
+    assert any(w.startswith("activation checkpointing over 2 layers") for w in p.warnings)
+
+
 def test_the_fit_is_judged_on_the_memory_as_finally_priced(tmp_path):
     """FSDP shards the state: a step that does not fit one GPU may fit each of eight, and the
     warning follows the memory in the table, not the one GPU's step it was priced from."""
@@ -417,6 +449,39 @@ def test_fsdp_gathers_unit_by_unit_and_holds_three_units():
     assert "11 units (its layers and the root)" in units.warnings[-1]
     assert units.memory_gb - buckets.memory_gb == pytest.approx(
         3 * 2 * params / 11 / 1e9 - BUCKET_MB * 2 ** 20 / 1e9)
+
+
+def test_hsdp_shards_within_a_node_and_all_reduces_the_shards_across_nodes():
+    """HSDP (FSDP's HYBRID_SHARD): FSDP over a node's 8 GPUs, each reduced gradient shard
+    all-reduced over the 4 nodes (8 rings through a node's network at once); on one node it is
+    FSDP; against FSDP over all 32 it holds more and moves less over a slow network."""
+    h100, params, units, gbs = gpus.find("h100-sxm"), 7 * 10 ** 9, 33, 25.0
+    one = dataclasses.replace(_one(backward=0.0), memory_gb=60.0,
+                              phases=dict(forward=0.0, backward=0.0, update=8.0))
+    kw = dict(network_gbs=gbs, precision="amp-bf16", optimizer="adamw", units=units)
+    hsdp, fsdp = (data_parallel(one, params, h100, 8, 4, strategy=s, **kw)
+                  for s in ("hsdp", "fsdp"))
+    node = [data_parallel(one, params, h100, 8, 1, strategy=s, **dict(kw, network_gbs=25.0))
+            for s in ("hsdp", "fsdp")]
+    assert node[0].iteration_ms == node[1].iteration_ms and node[0].memory_gb == \
+        node[1].memory_gb
+    assert hsdp.warnings[-1].startswith("hsdp: weight all-gathers (forward and backward) and "
+                                        "gradient reduce-scatter in the half type within a "
+                                        "node's 8 replicas, each reduced shard all-reduced "
+                                        "over the 4 nodes, 32 GPUs in all (")
+    # nothing hidden (no compute): the gathers and reduce-scatter in the node, plus the shards'
+    inside = allreduce_ms(2.0 * params, 8, ring_link(h100, 8, 1, None), units) / 2
+    across = allreduce_ms(2.0 * params / 8, 4, Link("network", gbs / 8, 10e-6), units)
+    assert hsdp.phases["communication"] == pytest.approx(3 * inside + across, rel=1e-6)
+    assert hsdp.phases["communication"] < fsdp.phases["communication"] / 1.5
+    # sharded 8 ways, not 32: the update over an eighth, more memory
+    assert hsdp.phases["update"] == pytest.approx(1.0) and fsdp.phases["update"] == \
+        pytest.approx(0.25)
+    assert hsdp.memory_gb > fsdp.memory_gb + 16 * params * (1 / 8 - 1 / 32) / 1e9 * 0.99
+    from mdot_jax import TrainingJob
+    from mdot_jax.errors import RequestError
+    with pytest.raises(RequestError, match="^ep 2: expert parallelism is priced with strategy"):
+        TrainingJob(model="m.onnx", batch_size=2, gpus=8, nodes=2, ep=2, strategy="hsdp")
 
 
 def test_experts_split_over_ep_replicas_reduce_over_the_replicas_sharing_them():

@@ -32,6 +32,11 @@ layer each, as transformer auto-wrapping makes them, and the root; DDP's buckets
 model has no layers), prefetched under the forward and the backward as DDP's buckets are
 under the backward: the first unit's gather and the last unit's reduce-scatter show. It holds
 a unit's gathered weights, the next unit's (prefetched) and the unit's unsharded gradients.
+HSDP (`hsdp`: FSDP's HYBRID_SHARD, FSDP2's 2-D mesh) is FSDP over a node's replicas (ranks
+fill nodes in order), replicated across the nodes: its gathers and reduce-scatters stay in the
+node, and each unit's reduced gradient shard is all-reduced over the replicas holding the same
+shard (one a node: over the network, every GPU of a node at once), behind the backward with
+its reduce-scatter, every micro-batch; the state sharded over the node's replicas alone.
 Under tensor and pipeline parallelism (`model_parallel`) the replicas are what is left of the
 GPUs, each holding a stage's share.
 
@@ -53,7 +58,7 @@ import math
 
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
-from mdot_jax.options import INTERCONNECTS, STRATEGIES
+from mdot_jax.options import INTERCONNECTS, SHARDED_WEIGHTS, STRATEGIES
 from mdot_jax.serving.memory import HALF, param_bytes
 from mdot_jax.serving.prediction import Prediction
 
@@ -210,9 +215,11 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         return p
     held = param_bytes(precision, optimizer, framework)
     stride = stride or model_parallel
-    link = group_link(gpu, gpus_per_node, nodes, interconnect, network_gbs, n, stride)
+    # the replicas a GPU's state is sharded over (HSDP: its node's) and the groups of them
+    shards = math.gcd(n, max(1, gpus_per_node // stride)) if strategy == "hsdp" else n
+    link = group_link(gpu, gpus_per_node, nodes, interconnect, network_gbs, shards, stride)
     experts = experts if ep > 1 else 0  # not split: held and reduced as the rest
-    groups = [(4.0 * (params - experts), n, link)]  # bytes a GPU holds, its replicas, the link
+    groups = [(4.0 * (params - experts), shards, link)]  # bytes a GPU holds, shards, the link
     if ep > 1:  # the experts a GPU holds: on the n / ep replicas ep replicas apart
         groups.append((4.0 * experts, n // ep, group_link(
             gpu, gpus_per_node, nodes, interconnect, network_gbs, n // ep, stride * ep)))
@@ -243,14 +250,21 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         memory = p.memory_gb + (0.0 if after_flush else trained * nbytes / 1e9)
     else:
         in_flight = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors
-        if strategy == "fsdp":  # gathered for the forward and the backward, each micro-batch
+        if strategy in SHARDED_WEIGHTS:  # gathered for the forward and the backward, each
+            # micro-batch
             width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
             if weight_bytes is not None:  # frozen weights held in fewer bytes, gathered so
                 width = min(width, weight_bytes / 4)
             pieces = units or buckets  # its collectives: one a unit (a ring's steps each)
             half = rings(width, pieces) / 2  # a gather of every weight; the trained reduced
-            total = (2 + trained) * half * k
-            shown = k * (_hidden(half, fw, pieces) + _hidden((1 + trained) * half, bw, pieces))
+            across = 0.0  # HSDP: each reduced shard all-reduced over the other nodes' replicas
+            if shards < n:
+                across = trained * allreduce_ms(width * nbytes / shards, n // shards, group_link(
+                    gpu, gpus_per_node, nodes, interconnect, network_gbs, n // shards,
+                    stride * shards), pieces)
+            total = ((2 + trained) * half + across) * k
+            shown = k * (_hidden(half, fw, pieces)
+                         + _hidden((1 + trained) * half + across, bw, pieces))
             if units:  # a unit's weights, the next one's, the unit's gradients
                 in_flight = (2 + trained) * width * nbytes / units / 1e9
         else:  # reduce-scattered behind the backward (zero2: each micro-batch), gathered after
@@ -263,15 +277,21 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         p = dataclasses.replace(p, operators=updating(p.operators, shard, "its shard"))
         memory = p.memory_gb - held.sharded(strategy, trained, weight_bytes) / 4 * unsharded \
             / 1e9 + in_flight
-    what = {"ddp": "gradient all-reduce",
-            "fsdp": "weight all-gathers (forward and backward) and gradient reduce-scatter"
-                    + (" in the half type" if precision in HALF else "")}.get(
-        strategy, "gradient reduce-scatter and all-gather of the updated weights")
-    hidden_in = (f"{units} units (its layers and the root)" if strategy == "fsdp" and units
-                 else f"{buckets} pieces of {BUCKET_MB} MB")
-    warning = (f"{strategy}: {what} over {n} GPUs ({total:.3g} ms, {total - shown:.3g} "
+    what = "gradient reduce-scatter and all-gather of the updated weights"  # ZeRO-1, -2
+    if strategy == "ddp":
+        what = "gradient all-reduce"
+    elif strategy in SHARDED_WEIGHTS:
+        what = "weight all-gathers (forward and backward) and gradient reduce-scatter" + (
+            " in the half type" if precision in HALF else "")
+    over = f"over {n} GPUs" if shards == n else (
+        f"within a node's {shards} replicas, each reduced shard all-reduced over the "
+        f"{n // shards} nodes, {n} GPUs in all")
+    hidden_in = (f"{units} units (its layers and the root)" if strategy in SHARDED_WEIGHTS
+                 and units else f"{buckets} pieces of {BUCKET_MB} MB")
+    warning = (f"{strategy}: {what} {over} ({total:.3g} ms, {total - shown:.3g} "
                f"ms of it hidden behind compute in {hidden_in}) priced "
-               f"from the {link.name} bandwidth ({link.gbs:g} GB/s per direction): not measured")
+               f"from the {link.name} bandwidth ({link.gbs:g} GB/s per direction)"
+               + (" and the network's" if shards < n else "") + ": not measured")
     phases["communication"] = phases.get("communication", 0.0) + shown
     return dataclasses.replace(p, iteration_ms=sum(phases.values()), interval_ms=None,
                                warnings=[*p.warnings, warning], memory_gb=memory, phases=phases)

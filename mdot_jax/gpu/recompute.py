@@ -9,7 +9,8 @@ the backward runs each layer's forward again before its own backward
 (`phases["recomputation"]` = the layers' forward time); at a time one layer's activations are
 alive, a 1/L share of the layers'. What lies outside the layers (the embedding, the final
 norm, the head and the loss: `converters.attention.in_layers`) is neither run again nor
-freed.
+freed; nor is a layer where autograd runs no backward (all its parameters frozen and none
+trained before it: nothing recorded for a checkpoint to run again, no input kept).
 
 `selective` (Megatron's `--recompute-granularity selective`): only the attention core (the
 scores, softmax, dropout and what lies between them and the output MatMul) is run again, so
@@ -25,8 +26,9 @@ import dataclasses
 
 import numpy as np
 
-from converters.attention import Block, in_layers, layer_starts
+from converters.attention import Block, in_layers, layer_ids, layer_starts
 from converters.sequence import OperatorSequence
+from mdot_jax import autograd
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.model_parallel import layer_input
 from mdot_jax.serving.memory import HALF, saved
@@ -42,12 +44,24 @@ def rerun(seq: OperatorSequence, granularity: str, blocks: list[Block],
                            "blocks) or stack of layers found in the model to checkpoint",
                            "activation_checkpointing")
     if granularity == "full":  # the layers' operators (not the embedding, head or loss)
-        return set(np.flatnonzero(in_layers(seq, blocks)).tolist())
+        return set(np.flatnonzero(_checkpointed(seq, blocks)[0]).tolist())
     if not blocks:
         raise RequestError("activation_checkpointing 'selective': it runs attention cores "
                            "again, and the model has none (full checkpoints its layers)",
                            "activation_checkpointing")
     return set() if fused else _cores(blocks)
+
+
+def _checkpointed(seq: OperatorSequence, blocks: list[Block]) -> tuple[np.ndarray, int]:
+    """`[N] bool` the operators of the layers a full checkpoint runs again, and how many layers:
+    every layer but those none of whose operators has a backward (`autograd.backward`)."""
+    inside, count = in_layers(seq, blocks), len(layer_starts(seq, blocks))
+    grads = autograd.backward(seq)
+    layer = layer_ids(seq, blocks)
+    if not grads.frozen or (layer < 0).all():  # every layer runs a backward, or none is told
+        return inside, count
+    idle = np.setdiff1d(layer[layer >= 0], layer[grads.runs & (layer >= 0)])
+    return inside & ~np.isin(layer, idle), count - len(idle)
 
 
 def _cores(blocks: list[Block]) -> set[int]:
@@ -75,12 +89,12 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
                                    warnings=[*p.warnings, note])
     boundary = 4.0 * scale * layer_input(seq, blocks)  # each layer's input, kept
     each = saved(seq, fused, scale)  # [N] bytes kept of each operator's output
-    activations, inside = float(each.sum()), float(each[in_layers(seq, blocks)].sum())
+    layers, count = _checkpointed(seq, blocks)
+    activations, inside = float(each.sum()), float(each[layers].sum())
     # and the layer run again: its activations but its input, which is the one kept; what
     # lies outside the layers (the head's, the loss's) kept as without checkpointing
-    kept = activations - inside + len(starts) * boundary + max(inside / len(starts) - boundary,
-                                                               0.0)
-    note = (f"activation checkpointing over {len(starts)} layers: the forward run again in the "
+    kept = activations - inside + count * boundary + max(inside / max(count, 1) - boundary, 0.0)
+    note = (f"activation checkpointing over {count} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")
     return dataclasses.replace(p, memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,

@@ -23,7 +23,7 @@ from converters.fusion import fusion_version
 from converters.substitutes import described
 from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
-from mdot_jax.options import AUTOCAST, OPTIMIZERS
+from mdot_jax.options import AUTOCAST, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
 from mdot_jax.serving.predict import input_size_of
 from mdot_jax.serving.prediction import Prediction
@@ -277,9 +277,10 @@ class _SpecSheet:
         if job.ep > 1 and not seq.meta.get("experts"):
             raise RequestError("ep: the model has no experts to split (a mixture of experts' "
                                "config.json has them)", "ep")
+        gathered = job.strategy in SHARDED_WEIGHTS  # in the half type by FSDP's mixed precision
         key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, job.ep, precision,
-               job.step, job.optimizer, job.fused_optimizer, attention, job.strategy == "fsdp",
-               job.framework, job.activation_checkpointing, job.compile)
+               job.step, job.optimizer, job.fused_optimizer, attention, gathered, job.framework,
+               job.activation_checkpointing, job.compile)
         steps = _KEPT.get()
         for kept, priced in steps or ():
             if kept[0] is seq and kept[1] is self.model and kept[2:] == key[2:]:
@@ -294,7 +295,7 @@ class _SpecSheet:
             if job.activation_checkpointing else set()
         one = price(self.seq, self.gpu, self.model, precision=precision,
                     step=job.step or "train", optimizer=job.optimizer, fit=False,
-                    attention=attention, blocks=blocks, half_weights=job.strategy == "fsdp",
+                    attention=attention, blocks=blocks, half_weights=gathered,
                     framework=job.framework, recompute=again,
                     fused_optimizer=job.fused_optimizer)
         if job.activation_checkpointing:

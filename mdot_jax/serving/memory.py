@@ -79,14 +79,15 @@ class ParamBytes:
     def sharded(self, strategy: str, trained: float = 1.0, model: float | None = None
                 ) -> float:
         """Of `total`, the bytes ZeRO's stage `strategy` (`options.STRATEGIES`) shards over
-        the replicas: the optimizer's (state and master weights; Megatron-LM's distributed
-        optimizer), `zero2` the gradients too, `fsdp` the weights too; `ddp` none. `trained`:
-        the share of the parameters trained (a frozen one has no gradient or state); `model`:
-        a weight's bytes where frozen ones are held otherwise (default `self.model`)."""
+        the replicas (`hsdp`: a node's): the optimizer's (state and master weights;
+        Megatron-LM's distributed optimizer), `zero2` the gradients too, `fsdp` and `hsdp` the
+        weights too; `ddp` none. `trained`: the share of the parameters trained (a frozen one
+        has no gradient or state); `model`: a weight's bytes where frozen ones are held
+        otherwise (default `self.model`)."""
         zero1 = (self.optimizer + self.master) * trained
-        return {"ddp": 0.0, "zero1": zero1, "zero2": zero1 + self.gradients * trained,
-                "fsdp": zero1 + self.gradients * trained
-                + (self.model if model is None else model)}[strategy]
+        zero2 = zero1 + self.gradients * trained
+        return {"ddp": 0.0, "zero1": zero1, "zero2": zero2}.get(
+            strategy, zero2 + (self.model if model is None else model))
 
 
 def param_bytes(precision: str = "fp32", optimizer: str = "sgd",

@@ -98,7 +98,7 @@ class TrainingJob:
         NormalFloat; default as the precision holds weights (fp32 under autocast).
       gpus: GPUs per node, `batch_size` each data-parallel replica; a tuple gives one
         prediction each. nodes: of `gpus` GPUs each. strategy: of the data parallelism,
-        `options.STRATEGIES`.
+        `options.STRATEGIES` (hsdp: FSDP over a node's replicas, replicated across nodes).
       tp, pp: tensor- and pipeline-parallel degrees (Megatron-LM's); the data-parallel
         replicas are gpus x nodes / (tp x pp). schedule: the pipeline's (`options.SCHEDULES`;
         default 1f1b), virtual_stages: chunks per stage of the interleaved one (default 2).
@@ -225,6 +225,9 @@ class TrainingJob:
                                "(torch.optim.Muon) orthogonalises each whole weight matrix on "
                                "every GPU: priced with DDP under eager PyTorch (no tp, pp, ep, "
                                "FSDP or ZeRO)", sharded[0][0])
+        if self.strategy == "hsdp" and self.ep > 1:
+            raise RequestError(f"ep {self.ep}: expert parallelism is priced with strategy ddp, "
+                               "zero1, zero2 or fsdp, not hsdp", "ep")
         if self.compile and self.framework != "pytorch":
             raise RequestError(f"compile: torch.compile compiles a PyTorch model; framework "
                                f"{self.framework} runs its own fused kernels", "compile")
