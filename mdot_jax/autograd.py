@@ -140,6 +140,15 @@ def backward(seq: OperatorSequence) -> Backward:
     return Backward(runs, data, weights, weight, True)
 
 
+def without_backward(seq: OperatorSequence, groups: np.ndarray) -> np.ndarray:
+    """The ids of `groups` (`[N] int`: each operator's group, -1 none) none of whose operators
+    has a backward (`backward`): all of them frozen, and nothing trained before them."""
+    grads, grouped = backward(seq), groups >= 0
+    if not grads.frozen:
+        return np.zeros(0, groups.dtype)
+    return np.setdiff1d(groups[grouped], groups[grads.runs & grouped])
+
+
 def weight_views(seq: OperatorSequence) -> np.ndarray:
     """`[N] bool`: operators that read parameters alone (a weight, or a view of one: a GEMM's
     operand), kept while `seq` is."""

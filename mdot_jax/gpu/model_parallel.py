@@ -56,7 +56,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from converters.attention import Block, in_layers, layer_starts, sublayers
+from converters.attention import Block, in_layers, layer_ids, layer_starts, sublayers
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.traits import LOSSES
 from mdot_jax import autograd
@@ -150,6 +150,37 @@ def layer_input(seq: OperatorSequence, blocks: Sequence[Block]) -> float:
     own = [b.output for b in blocks if not b.cross]
     return float(seq.config[own, _C["out_numel"]].mean()) if own else \
         float(tokens_of(seq, blocks) * width(seq))
+
+
+def checkpointed(seq: OperatorSequence, blocks: list[Block]) -> tuple[np.ndarray, list[int]]:
+    """`[N] bool` the operators full checkpointing runs again, and the first operator of each
+    layer it checkpoints: the layers' (`converters.attention.in_layers`, not the embedding,
+    final norm, head or loss), but for a layer autograd runs no backward through (its
+    parameters and all before them frozen: nothing recorded to run again, no input kept)."""
+    inside, first = in_layers(seq, blocks), layer_starts(seq, blocks)
+    layer = layer_ids(seq, blocks)
+    idle = autograd.without_backward(seq, layer)
+    if not len(idle):
+        return inside, first
+    out = np.isin(layer, idle)
+    return inside & ~out, [i for i in first if not out[i]]
+
+
+def full_checkpoint_bytes(seq: OperatorSequence, blocks: list[Block], each: np.ndarray,
+                          scale: float, stage: np.ndarray, pp: int
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """Under full checkpointing, `[pp]` bytes a micro-batch keeps through the forward on each
+    stage (`stage`: `[N]` an operator's) of `each` (`[N]` bytes kept of each operator's output
+    without): a layer's input for each layer checkpointed, and what lies outside them (the
+    embedding's, the head's, the loss's) as without; and `[pp]` what one layer run again holds
+    beside them (its activations but its input, which is the one kept)."""
+    rerun, first = checkpointed(seq, blocks)
+    layers = np.bincount(stage[first], minlength=pp)
+    boundary = 4.0 * scale * layer_input(seq, blocks)
+    kept = np.bincount(stage, each, pp)
+    inside = np.bincount(stage, np.where(rerun, each, 0.0), pp)
+    return layers * boundary + kept - inside, np.maximum(
+        inside / np.maximum(layers, 1) - boundary, 0.0)
 
 
 def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batches: int,
@@ -356,7 +387,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     held = param_bytes(precision, optimizer, framework)  # bytes a parameter
     every, trained, weights = _stage_params(seq, stage, pp, held.model)  # [pp] each
     state = weights + trained * (held.total - held.model)  # frozen: weights alone
-    memory = state + _activation_bytes(seq, stage, blocks, layers, layout, m, precision,
+    memory = state + _activation_bytes(seq, stage, blocks, layout, m, precision,
                                        checkpointing, fused)
     full = int(np.argmax(memory))
     updates = float(trained[slow] / max(trained.sum(), 1.0))  # of those updated, the slowest's
@@ -436,10 +467,9 @@ def _stage_params(seq: OperatorSequence, stage: np.ndarray, pp: int, each: float
 
 
 def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Block],
-                      layers: np.ndarray, layout: Layout, m: int, precision: str,
+                      layout: Layout, m: int, precision: str,
                       checkpointing: str | None, fused: list[Block]) -> np.ndarray:
-    """`[pp]` bytes of activations a stage's GPU keeps at its fullest, `layers` [pp] the layers
-    each holds (module docstring)."""
+    """`[pp]` bytes of activations a stage's GPU keeps at its fullest (module docstring)."""
     pp, v = layout.pp, layout.virtual
     scale = 0.5 if precision in HALF else 1.0
     core = blocks if checkpointing == "selective" else fused  # no S x S kept either way
@@ -452,9 +482,5 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
         flight[0] = min(pp, m) * (1 + (pp - 1) / (pp * v))
     if checkpointing != "full":
         return kept * flight
-    boundary = 4 * scale * layer_input(seq, blocks)  # a layer's input, kept; the layer run
-    # again holds the rest of its activations (its input is that kept one); what lies
-    # outside the layers (the embedding's, the head's, the loss's) kept as without
-    inside = np.bincount(stage, np.where(in_layers(seq, blocks), each, 0.0), pp)
-    return (layers * boundary + kept - inside) * flight + np.maximum(
-        inside / np.maximum(layers, 1) - boundary, 0)
+    held, again = full_checkpoint_bytes(seq, blocks, each, scale, stage, pp)
+    return held * flight + again

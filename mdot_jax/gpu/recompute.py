@@ -26,11 +26,10 @@ import dataclasses
 
 import numpy as np
 
-from converters.attention import Block, in_layers, layer_ids, layer_starts
+from converters.attention import Block, layer_starts
 from converters.sequence import OperatorSequence
-from mdot_jax import autograd
 from mdot_jax.errors import RequestError
-from mdot_jax.gpu.model_parallel import layer_input
+from mdot_jax.gpu.model_parallel import checkpointed, full_checkpoint_bytes
 from mdot_jax.serving.memory import HALF, saved
 from mdot_jax.serving.prediction import Prediction
 
@@ -44,24 +43,12 @@ def rerun(seq: OperatorSequence, granularity: str, blocks: list[Block],
                            "blocks) or stack of layers found in the model to checkpoint",
                            "activation_checkpointing")
     if granularity == "full":  # the layers' operators (not the embedding, head or loss)
-        return set(np.flatnonzero(_checkpointed(seq, blocks)[0]).tolist())
+        return set(np.flatnonzero(checkpointed(seq, blocks)[0]).tolist())
     if not blocks:
         raise RequestError("activation_checkpointing 'selective': it runs attention cores "
                            "again, and the model has none (full checkpoints its layers)",
                            "activation_checkpointing")
     return set() if fused else _cores(blocks)
-
-
-def _checkpointed(seq: OperatorSequence, blocks: list[Block]) -> tuple[np.ndarray, int]:
-    """`[N] bool` the operators of the layers a full checkpoint runs again, and how many layers:
-    every layer but those none of whose operators has a backward (`autograd.backward`)."""
-    inside, count = in_layers(seq, blocks), len(layer_starts(seq, blocks))
-    grads = autograd.backward(seq)
-    layer = layer_ids(seq, blocks)
-    if not grads.frozen or (layer < 0).all():  # every layer runs a backward, or none is told
-        return inside, count
-    idle = np.setdiff1d(layer[layer >= 0], layer[grads.runs & (layer >= 0)])
-    return inside & ~np.isin(layer, idle), count - len(idle)
 
 
 def _cores(blocks: list[Block]) -> set[int]:
@@ -75,25 +62,21 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
     attention blocks priced as fused kernels) with the memory of every layer (`blocks`)
     checkpointed at `granularity`, and a note."""
     scale = 0.5 if precision in HALF else 1.0
-    again = p.phases.get("recomputation", 0.0)
-    starts = layer_starts(seq, blocks)
+    again = p.phases.get("recomputation", 0.0)  # ms
     if granularity == "selective":
         if fused:
             return p
         core = sorted(_cores(blocks))
         freed = float(saved(seq, (), scale)[core].sum())
-        note = (f"selective activation checkpointing over {len(starts)} layers: the attention "
-                f"core run again in the backward ({again:.3g} ms), {freed / 1e9:.3g} GB of its "
-                "tensors not kept (Megatron's rules, not measured)")
+        note = (f"selective activation checkpointing over {len(layer_starts(seq, blocks))} "
+                f"layers: the attention core run again in the backward ({again:.3g} ms), "
+                f"{freed / 1e9:.3g} GB of its tensors not kept (Megatron's rules, not measured)")
         return dataclasses.replace(p, memory_gb=p.memory_gb - freed / 1e9,
                                    warnings=[*p.warnings, note])
-    boundary = 4.0 * scale * layer_input(seq, blocks)  # each layer's input, kept
     each = saved(seq, fused, scale)  # [N] bytes kept of each operator's output
-    layers, count = _checkpointed(seq, blocks)
-    activations, inside = float(each.sum()), float(each[layers].sum())
-    # and the layer run again: its activations but its input, which is the one kept; what
-    # lies outside the layers (the head's, the loss's) kept as without checkpointing
-    kept = activations - inside + count * boundary + max(inside / max(count, 1) - boundary, 0.0)
+    held, layer = full_checkpoint_bytes(seq, blocks, each, scale, np.zeros(seq.num_ops, int), 1)
+    activations, kept = float(each.sum()), float(held[0] + layer[0])
+    count = len(checkpointed(seq, blocks)[1])
     note = (f"activation checkpointing over {count} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")

@@ -328,7 +328,8 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
             "; global_batch searches smaller micro-batches, tensor and pipeline splits, "
             "checkpointing")
         if request.job.strategy == "ddp" and p.replicas > 1:  # each replica keeps all state
-            search += "; strategy fsdp shards the weights, gradients and optimizer state"
+            search += "; strategy fsdp shards the weights, gradients and optimizer state" + (
+                " (hsdp: within each node)" if request.job.nodes > 1 else "")
         o.reasons.append(f"does not fit in the {gpu.name}'s {gpu.memory_gb:g} GB "
                          f"({number(p.memory_gb)} GB per GPU{search})")
     if request.deadline_h is not None and o.hours is not None and o.hours > request.deadline_h:
