@@ -11,6 +11,7 @@ from pathlib import Path
 from mdot_jax import cli_job, writers
 from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, port
 from mdot_jax.errors import UsageError
+from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number, percent
 
 COMMANDS = {
@@ -66,7 +67,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     request = planning.Plan(job, devices=args.devices, gpus=args.gpus,
                             prices=read_prices(args.prices), deadline_h=args.deadline,
                             budget_usd=args.budget, global_batch=args.global_batch,
-                            cps=tuple(cps) if len(cps) > 1 else ())
+                            cps=tuple(cps) if len(cps) > 1 else (),
+                            strategies=args.strategies or ())
     if args.plot:  # before the search: a plot that cannot be written is said at once
         writers.prepare_file(args.plot, force=args.force, flag="--plot")
     try:
@@ -135,6 +137,10 @@ def add_commands(sub) -> None:
                    help="samples an iteration, held fixed: split each GPU count every way "
                         "(tensor, pipeline, data parallel, each --cp; micro-batches up to "
                         "--batch-size x accumulation; checkpointing where it would not fit)")
+    p.add_argument("--strategies", metavar="S[,S,...]",
+                   help="with --global-batch: the data-parallel strategies each layout is "
+                        f"priced with, the best kept ({', '.join(STRATEGIES)}; e.g. "
+                        "ddp,fsdp,hsdp)")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N", help="print the N best only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)

@@ -4,6 +4,7 @@ Pareto front plotted; bad requests are one named error."""
 
 import dataclasses
 import json
+import math
 import re
 
 import onnx
@@ -279,3 +280,44 @@ def test_the_layout_search_tries_each_context_parallel_degree_asked(decoder, cap
     assert " cp2 " in capsys.readouterr().out
     with pytest.raises(RequestError, match="with context parallelism over 3 or 5 GPUs$"):
         plan(Plan(job, devices="h100-sxm", gpus=(4,), global_batch=4, cps=(3, 5)))
+
+
+def test_the_layout_search_tries_each_strategy_asked_and_keeps_the_best(decoder, capsys):
+    """`--global-batch 8 --strategies ddp,fsdp,hsdp` on 2 nodes of 4: each layout with replicas
+    to shard over priced under each strategy, the best kept; a layout without replicas as DDP;
+    a strategy the job cannot take (Muon's sharded ones) left out, not the layout. Without the
+    search, or beside the job's own strategy, one error."""
+    job = job_for_plan(model=decoder, batch_size=2, seq_len=32, train_tokens=10**4, nodes=2,
+                       network_gbs=1.0)
+    kw = dict(devices="h100-sxm", gpus=(4,), global_batch=8)
+    each = {s: plan(Plan(job, **kw, strategies=(s,))) for s in ("ddp", "fsdp", "hsdp")}
+    best = plan(Plan(job, **kw, strategies="ddp,fsdp,hsdp"))
+
+    def by_split(options):
+        return {(o.layout.tp, o.layout.pp, o.layout.micro_batch): o for o in options
+                if o.prediction is not None}
+
+    alone = {s: by_split(o) for s, o in each.items()}
+    for split, o in by_split(best).items():
+        assert o.layout.strategy == min(alone, key=lambda s: (
+            alone[s][split].hours if split in alone[s] else math.inf))
+        assert o.hours == pytest.approx(alone[o.layout.strategy][split].hours)
+        if o.prediction.replicas == 1:
+            assert o.layout.strategy == "ddp"
+    assert {o.layout.strategy for o in best if o.prediction is not None} >= {"ddp", "hsdp"}
+    assert any(str(o.layout).endswith(" hsdp") for o in best)
+    muon = plan(Plan(dataclasses.replace(job, optimizer="muon", precision="amp-bf16"), **kw,
+                     strategies=("fsdp", "ddp")))  # Muon is priced with DDP alone
+    assert muon and {o.layout.strategy for o in muon if o.prediction is not None} == {"ddp"}
+    for fields, needle in ((dict(strategies=("fsdp",)), "give global_batch"),
+                           (dict(strategies=("fsdp",), global_batch=8,
+                                 job=dataclasses.replace(job, strategy="zero1")),
+                            "no strategy of the job's"),
+                           (dict(strategies="ddp,tp", global_batch=8), "strategies 'tp'")):
+        with pytest.raises(RequestError, match=needle) as e:
+            Plan(**{"job": job, "devices": "h100-sxm", **fields})
+        assert e.value.field == "strategies"
+    assert main(["plan", decoder, "--batch-size", "2", "--seq-len", "32", "--tokens", "1e4",
+                 "--devices", "h100-sxm", "--gpus", "4", "--nodes", "2", "--global-batch", "8",
+                 "--strategies", "ddp,hsdp", "--network-gbs", "1"]) == 0
+    assert " hsdp " in capsys.readouterr().out

@@ -21,7 +21,9 @@ micro-batches of 1, 2, 4, ... up to the job's batch size accumulated to the glob
 without a checkpointing asked, a layout that does not fit is priced again with full activation
 checkpointing; a mixture of experts (unless the job gives
 `ep`) is priced at every expert-parallel degree (powers of two dividing the replicas and the
-experts) and the best kept. Splits the model cannot take (tensor parallelism not dividing the
+experts) and the best kept; with `strategies`, each layout with replicas to shard over under
+each data-parallel strategy (DDP, ZeRO, FSDP, HSDP: `options.STRATEGIES`) and the best kept.
+Splits the model cannot take (tensor parallelism not dividing the
 heads or the key-value heads, a pipeline deeper than the layers) are left out; a GPU no split
 could be priced on is kept once, infeasible, with the reason.
 """
@@ -39,9 +41,10 @@ from tqdm import tqdm
 
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number
 from mdot_jax.serving.prediction import Prediction
-from mdot_jax.serving.request import TrainingJob, _ints, _positive
+from mdot_jax.serving.request import TrainingJob, _choice, _ints, _positive
 
 NOT_FIT = ("may not fit", "will not fit")
 SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
@@ -62,6 +65,7 @@ class Plan:
     budget_usd: float | None = None
     global_batch: int | None = None  # samples an iteration: search the layouts (docstring)
     cps: Sequence[int] = ()  # with global_batch: the context-parallel degrees to try
+    strategies: Sequence[str] = ()  # with global_batch: the data-parallel strategies to try
 
     def __post_init__(self):
         if not isinstance(self.job, TrainingJob):
@@ -86,6 +90,16 @@ class Plan:
             if self.global_batch is None or self.job.cp != 1:
                 raise RequestError("cps: context-parallel degrees the layout search tries; "
                                    "give global_batch, and no cp of the job's", "cps")
+        if self.strategies:
+            if isinstance(self.strategies, str):  # names with commas, as on the command line
+                object.__setattr__(self, "strategies", tuple(self.strategies.split(",")))
+            for s in self.strategies:
+                _choice("strategies", s, STRATEGIES, optional=False)
+            object.__setattr__(self, "strategies", tuple(dict.fromkeys(self.strategies)))
+            if self.global_batch is None or self.job.strategy != "ddp":
+                raise RequestError("strategies: data-parallel strategies the layout search "
+                                   "tries; give global_batch, and no strategy of the job's",
+                                   "strategies")
         if self.global_batch is not None:
             _ints("global_batch", self.global_batch)
             job = self.job
@@ -137,11 +151,13 @@ class Layout:
     checkpointing: str | None = None
     ep: int = 1  # a mixture of experts' experts split over this many replicas
     cp: int = 1  # GPUs each sequence is cut over (the job's)
+    strategy: str = "ddp"  # of the data-parallel replicas
 
     def __str__(self) -> str:
         return (f"tp{self.tp} pp{self.pp}" + (f" cp{self.cp}" if self.cp > 1 else "")
                 + (f" ep{self.ep}" if self.ep > 1 else "")
                 + f" {self.micro_batch}x{self.grad_accum}"
+                + (f" {self.strategy}" if self.strategy != "ddp" else "")
                 + (f" ckpt-{self.checkpointing}" if self.checkpointing else ""))
 
 
@@ -300,19 +316,30 @@ def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[O
         e for e in (1 << i for i in range(replicas.bit_length()))
         if replicas % e == 0 and moe["experts"] % e == 0]
     ckpts = [job.activation_checkpointing] if job.activation_checkpointing else [None, "full"]
-    found = []
-    for ep in eps:
+    strategies = [s for s in request.strategies if s == "ddp" or replicas > 1] or \
+        [job.strategy]  # one replica: nothing to shard
+    found, refused = [], None
+    for strategy, ep in ((s, e) for s in strategies for e in eps):
         for ckpt in ckpts:
-            p = predict(dataclasses.replace(
-                job, model=seq, batch_size=lay.micro_batch, gpus=n, device=gpu.name,
-                device_spec=None, checkpoint=None, target_len=None, tp=lay.tp, pp=lay.pp, ep=ep,
-                grad_accum=lay.grad_accum, activation_checkpointing=ckpt))
+            try:
+                p = predict(dataclasses.replace(
+                    job, model=seq, batch_size=lay.micro_batch, gpus=n, device=gpu.name,
+                    device_spec=None, checkpoint=None, target_len=None, tp=lay.tp, pp=lay.pp,
+                    ep=ep, grad_accum=lay.grad_accum, activation_checkpointing=ckpt,
+                    strategy=strategy))
+            except RequestError as e:  # a strategy the job cannot take (muon's, hsdp with ep)
+                if len(strategies) == 1 or e.field not in ("strategy", "ep", "optimizer"):
+                    raise
+                refused = refused or e
+                break
             o = _judge(Option(gpu.name, n * job.nodes, p,  # type: ignore[arg-type]
-                              layout=dataclasses.replace(lay, checkpointing=ckpt, ep=ep)),
-                       request, gpu)
+                              layout=dataclasses.replace(lay, checkpointing=ckpt, ep=ep,
+                                                         strategy=strategy)), request, gpu)
             if o.feasible or ckpt == ckpts[-1] or not any("fit" in r for r in o.reasons):
                 found.append(o)
                 break
+    if not found and refused:
+        raise refused
     return [min(found, key=_rank)] if found else []
 
 

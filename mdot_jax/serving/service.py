@@ -4,7 +4,8 @@
                        SHA-256}; kept on disk
     POST /v1/predict   {"model": SHA, <TrainingJob fields>} -> a prediction (a list for several)
     POST /v1/plan      {"model": SHA, "devices", "gpus", "prices", "deadline_h", "budget_usd",
-                        "global_batch", <TrainingJob fields>} -> the ranked plans
+                        "global_batch", "cps", "strategies", <TrainingJob fields>} -> the
+                       ranked plans
     GET  /v1/devices   the GPU catalog
     GET  /healthz      {"status": "ok", "version"}
 The schema is at /openapi.json (and /docs). The rules:
@@ -43,7 +44,7 @@ MAX_JSON_KB = 256
 ANSWERS = 4096  # answers kept (an LRU of request bodies)
 JOB_FIELDS = [f.name for f in dataclasses.fields(TrainingJob) if f.name != "model"]
 PLAN_FIELDS = ("devices", "gpus", "prices", "deadline_h", "budget_usd", "global_batch",
-               "cps")
+               "cps", "strategies")
 
 
 def _schema(fields) -> dict:
