@@ -168,19 +168,20 @@ def checkpointed(seq: OperatorSequence, blocks: list[Block]) -> tuple[np.ndarray
 
 def full_checkpoint_bytes(seq: OperatorSequence, blocks: list[Block], each: np.ndarray,
                           scale: float, stage: np.ndarray, pp: int
-                          ) -> tuple[np.ndarray, np.ndarray]:
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Under full checkpointing, `[pp]` bytes a micro-batch keeps through the forward on each
     stage (`stage`: `[N]` an operator's) of `each` (`[N]` bytes kept of each operator's output
     without): a layer's input for each layer checkpointed, and what lies outside them (the
-    embedding's, the head's, the loss's) as without; and `[pp]` what one layer run again holds
-    beside them (its activations but its input, which is the one kept)."""
+    embedding's, the head's, the loss's) as without; `[pp]` what one layer run again holds
+    beside them (its activations but its input, which is the one kept); `[pp]` the layers
+    checkpointed."""
     rerun, first = checkpointed(seq, blocks)
     layers = np.bincount(stage[first], minlength=pp)
     boundary = 4.0 * scale * layer_input(seq, blocks)
     kept = np.bincount(stage, each, pp)
     inside = np.bincount(stage, np.where(rerun, each, 0.0), pp)
     return layers * boundary + kept - inside, np.maximum(
-        inside / np.maximum(layers, 1) - boundary, 0.0)
+        inside / np.maximum(layers, 1) - boundary, 0.0), layers
 
 
 def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batches: int,
@@ -482,5 +483,5 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
         flight[0] = min(pp, m) * (1 + (pp - 1) / (pp * v))
     if checkpointing != "full":
         return kept * flight
-    held, again = full_checkpoint_bytes(seq, blocks, each, scale, stage, pp)
+    held, again, _ = full_checkpoint_bytes(seq, blocks, each, scale, stage, pp)
     return held * flight + again

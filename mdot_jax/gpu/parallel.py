@@ -250,8 +250,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         memory = p.memory_gb + (0.0 if after_flush else trained * nbytes / 1e9)
     else:
         in_flight = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors
-        if strategy in SHARDED_WEIGHTS:  # gathered for the forward and the backward, each
-            # micro-batch
+        if strategy in SHARDED_WEIGHTS:  # gathered for each micro-batch's passes, both
             width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
             if weight_bytes is not None:  # frozen weights held in fewer bytes, gathered so
                 width = min(width, weight_bytes / 4)

@@ -74,10 +74,10 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
         return dataclasses.replace(p, memory_gb=p.memory_gb - freed / 1e9,
                                    warnings=[*p.warnings, note])
     each = saved(seq, fused, scale)  # [N] bytes kept of each operator's output
-    held, layer = full_checkpoint_bytes(seq, blocks, each, scale, np.zeros(seq.num_ops, int), 1)
+    held, layer, count = full_checkpoint_bytes(seq, blocks, each, scale,
+                                               np.zeros(seq.num_ops, int), 1)
     activations, kept = float(each.sum()), float(held[0] + layer[0])
-    count = len(checkpointed(seq, blocks)[1])
-    note = (f"activation checkpointing over {count} layers: the forward run again in the "
+    note = (f"activation checkpointing over {count[0]} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")
     return dataclasses.replace(p, memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,

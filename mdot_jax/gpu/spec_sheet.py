@@ -255,9 +255,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if step == "train" and params:
         shapes = muon.matrices(seq) if optimizer == "muon" else []  # the rest: AdamW
         rest = params - sum(a * b for a, b in shapes)
-        ks = ([float(model.kernel_ms(["add"], [(1, rest)], [at["fp32"]], apart)[0]) * u.passes
-               / u.kernels] * u.kernels if rest > 0 else []) + muon.kernels_ms(shapes, gpu, model,
-                                                                               apart)
+        ks = [float(model.kernel_ms(["add"], [(1, rest)], [at["fp32"]], apart)[0]) * u.passes
+              / u.kernels] * u.kernels if rest > 0 else []
+        ks += muon.kernels_ms(shapes, gpu, model, apart)
         phases["update"] = t = sum(ks) * speed
         order.extend(k * speed for k in ks)
         operators.append(dict(type="optimizer", ms=t, name=f"{optimizer} update (" + (
