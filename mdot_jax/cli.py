@@ -183,18 +183,23 @@ def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int
 
 
 def _print_top(p, n: int) -> None:
-    ops = p.operators
-    if not ops:
+    from mdot_jax.serving.prediction import by_layer
+
+    if not p.operators:
         print(f"operators: {p.operators_from}")
         return
-    print(f"\nthe {min(n, len(ops))} most expensive operators at batch {p.batch_size}, "
-          f"priced by {p.operators_from}:")
-    print(f"{'ms':>9} {'share':>6}  {'type':<20} name" + (
+    ops = by_layer(p.operators)
+    layers = max(o["count"] for o in ops) > 1  # a stack of layers: each row summed over it
+    print(f"\nthe {min(n, len(ops))} most expensive operators at batch {p.batch_size}"
+          + (", each summed over the layers of its stack (x: how many)" * layers)
+          + f", priced by {p.operators_from}:")
+    print(f"{'ms':>9} {'share':>6}  " + ("   x  " * layers) + f"{'type':<20} name" + (
         "  (share: of the operators listed, a micro-batch)" if p.gpus > 1 or p.grad_accum > 1
         else ""))
     total = sum(o["ms"] for o in ops)
-    for o in sorted(ops, key=lambda o: -o["ms"])[:n]:
-        print(f"{o['ms']:>9.3g} {o['ms'] / total:>6.1%}  {o['type']:<20} {o['name']}")
+    for o in ops[:n]:
+        print(f"{o['ms']:>9.3g} {o['ms'] / total:>6.1%}  " + (f"{o['count']:>4}  " * layers)
+              + f"{o['type']:<20} {o['name']}")
 
 
 def _range(pair, scale: float = 1.0, num=number) -> str:

@@ -3,6 +3,7 @@ every operator of a graph; predictors trained with those times carry the cost mo
 `mdot predict --top` says where the time goes."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -261,3 +262,29 @@ def test_an_op_grounded_checkpoint_predicts_with_the_operator_sum_as_third_membe
         assert p.interval_ms == pytest.approx((min(lo, *members), max(hi, *members)))
         flagged = any("MDOT, LightGBM and the operator sum disagree" in w for w in p.warnings)
         assert flagged == (band is cal.bands[s.workload.layout][-1])
+
+
+def test_top_sums_each_operator_over_the_layers_of_its_stack(tmp_path, capsys):
+    """A language model's 32 identical layers would fill `--top` with one operator 32 times:
+    operators of one type whose names differ only in the layer's index are one row, counted."""
+    pytest.importorskip("transformers")
+    from mdot_jax.serving.prediction import by_layer
+
+    ops = [dict(type="MatMul", name=f"/model/layers.{i}/mlp/up_proj/MatMul", ms=1.0)
+           for i in range(3)] + [dict(type="MatMul", name="/lm_head/MatMul", ms=2.5),
+                                 dict(type="Add", name="/model/layers.0/mlp/up_proj/MatMul",
+                                      ms=0.5)]
+    assert by_layer(ops) == [
+        dict(type="MatMul", name="/model/layers.*/mlp/up_proj/MatMul", ms=3.0, count=3),
+        dict(type="MatMul", name="/lm_head/MatMul", ms=2.5, count=1),
+        dict(type="Add", name="/model/layers.*/mlp/up_proj/MatMul", ms=0.5, count=1)]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(dict(model_type="llama", hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=3, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100,
+                                      max_position_embeddings=64)))
+    assert main(["predict", str(config), "--seq-len", "32", "--batch-size", "2", "--device",
+                 "h100-sxm", "--top", "3"]) == 0
+    out = capsys.readouterr().out.split("most expensive operators")[1]
+    assert "summed over the layers of its stack" in out
+    assert re.search(r"\n +[\d.]+ +[\d.]+% +3  MatMul +/model/layers\.\*/self_attn/", out), out

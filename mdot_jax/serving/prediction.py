@@ -5,9 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
+
+_LAYER_INDEX = re.compile(r"(?<=\.)\d+(?=/)")  # an exporter's scope: /model/layers.3/...
+
+
+def by_layer(operators: list[dict]) -> list[dict]:
+    """`operators` (`Prediction.operators`) summed over the layers of a stack: those of one type
+    whose names differ only in a layer's index (the exporter's scopes: `/model/layers.3/mlp/...`)
+    as one, named with `*` for the index, with how many (`count`); the costliest first."""
+    groups: dict[tuple[str, str], dict] = {}
+    for o in operators:
+        name = _LAYER_INDEX.sub("*", str(o["name"]))
+        g = groups.setdefault((o["type"], name), dict(type=o["type"], name=name, ms=0.0,
+                                                      count=0))
+        g["ms"] += o["ms"]
+        g["count"] += 1
+    return sorted(groups.values(), key=lambda g: -g["ms"])
 
 
 @dataclass(frozen=True)
