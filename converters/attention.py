@@ -50,6 +50,7 @@ class Block(NamedTuple):
     inner: tuple[int, ...]  # the scores, the softmax and every operator between them and output
     causal: bool  # an S x S mask enters between the scores and the softmax
     cross: bool = False  # queries and keys projected from different tensors
+    window: int = 0  # a sliding window's keys a query sees (the exporter's metadata; 0: all)
 
 
 def _walk(start: int, step: dict[int, list[int]], names: np.ndarray
@@ -91,7 +92,21 @@ def _blocks(seq: OperatorSequence) -> list[Block]:
         order = tuple(sorted(inner))
         blocks.append(Block(scores, i, output, order, _causal(seq, scores, order, preds),
                             _cross(scores, preds, names)))
+    windows = seq.meta.get("sliding_window", [])  # a layer's each, in order
+    own = [k for k, b in enumerate(blocks) if not b.cross]
+    if len(windows) == len(own):
+        for k, w in zip(own, windows):
+            blocks[k] = blocks[k]._replace(window=int(w))
     return blocks
+
+
+def needed(block: Block, keys: int) -> float:
+    """Of `block`'s scores (`keys` a query), the share its queries need: all of them, the
+    causal half, or those within its sliding window of W keys (W (S - W / 2) of S x S)."""
+    if not block.causal:
+        return 1.0
+    w = min(block.window or keys, keys)
+    return w * (keys - w / 2) / keys ** 2
 
 
 def layers(blocks: list[Block]) -> list[Block]:

@@ -28,6 +28,7 @@ from converters.sequence import (
     EXPERTS_KEY,
     FROZEN_KEY,
     PARAMS_KEY,
+    SLIDING_KEY,
     SPARSE_KEY,
 )
 
@@ -111,7 +112,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                                       if k in TOP_K_FIELDS and isinstance(v, int)), 1))),
             DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
-            SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k)}  # DSA
+            SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA
+            SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows)}
 
     def export() -> onnx.ModelProto:
         try:
@@ -194,6 +196,25 @@ def _unrolls_tokens(model: Any, stack: tuple[str, Any] | None) -> bool:
                 return False
             _UNROLLS[key] = long - short >= 2 * (PROBE_TOKENS[1] - PROBE_TOKENS[0])
     return _UNROLLS[key]
+
+
+def _windows(model: Any, cfg: Any) -> list[int]:
+    """Each layer's sliding window as transformers masks it (keys a query sees; 0: every earlier
+    one), where the model's code builds sliding-window masks: `sliding_window` on the layers
+    `layer_types` calls `sliding_attention`, on every layer where it names none."""
+    import inspect
+
+    window, n = getattr(cfg, "sliding_window", None), getattr(cfg, "num_hidden_layers", None)
+    if not (isinstance(window, int) and window > 0 and isinstance(n, int) and n > 0):
+        return []
+    code = sys.modules.get(type(model).__module__)
+    if code is None or "create_sliding_window_causal_mask" not in inspect.getsource(code):
+        return []
+    kinds = getattr(cfg, "layer_types", None)
+    if isinstance(kinds, (list, tuple)) and len(kinds) == n:
+        windows = [window if k == "sliding_attention" else 0 for k in kinds]
+        return windows if any(windows) else []
+    return [window] * n
 
 
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)

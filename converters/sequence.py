@@ -62,6 +62,7 @@ LINEAR_KEY = "mdot.linear_attention"  # model metadata: functions exported as fu
 # (comma-separated names of `converters.substitutes`: a gated delta rule, Mamba-2's scan)
 STATE_SPACE_KEY = "mdot.state_space"  # model metadata: its Mamba-2 heads and groups (JSON)
 SPARSE_KEY = "mdot.sparse_attention"  # model metadata: keys a query keeps (DeepSeek's indexer)
+SLIDING_KEY = "mdot.sliding_window"  # model metadata: each layer's sliding window (JSON; 0 none)
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 FORMAT_VERSION = 1
 INPUT_KINDS = ((4, "image"), (3, "signal"), (2, "tokens"))  # data input rank -> kind, in order
@@ -433,6 +434,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **({"eager_attention": a} if (a := _metadata(model).get(EAGER_KEY)) else {}),
         **({"linear_attention": a} if (a := _metadata(model).get(LINEAR_KEY)) else {}),
         **({"sparse_attention": int(top)} if (top := _metadata(model).get(SPARSE_KEY)) else {}),
+        **({"sliding_window": json.loads(w)} if (w := _metadata(model).get(SLIDING_KEY)) else {}),
         **({"state_space": json.loads(ssm)} if (ssm := _metadata(model).get(STATE_SPACE_KEY))
            else {}),
     )

@@ -130,3 +130,50 @@ def test_latent_attention_projected_in_two_steps_is_self_attention():
     blocks = attention_blocks(convert(from_hf_config(mla, seq_len=32), batch_size=2))
     assert len(blocks) == 2
     assert [(b.cross, b.causal) for b in blocks] == [(False, True)] * 2
+
+
+def test_a_sliding_window_is_read_from_the_config_and_priced_as_the_mask_runs():
+    """Gemma 3's local layers keep a sliding window, which transformers gives SDPA as a mask
+    tensor once the sequence is longer: not FlashAttention but the memory-efficient kernel over
+    every key (twice a causal block's work), while the model needs the window's keys alone
+    (MFU's count)."""
+    from converters import from_hf_config
+    from converters.attention import needed
+    from mdot_jax.gpu.fused import fused_attention
+
+    gemma = dict(model_type="gemma3_text", hidden_size=64, intermediate_size=128, head_dim=16,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 vocab_size=256, max_position_embeddings=512, sliding_window=32,
+                 query_pre_attn_scalar=16, layer_types=["sliding_attention", "full_attention"])
+    seq = convert(from_hf_config(gemma, seq_len=128), batch_size=2, fuse=True)
+    blocks = attention_blocks(seq)
+    assert seq.meta["sliding_window"] == [32, 0]
+    assert [b.window for b in blocks] == [32, 0] and all(b.causal for b in blocks)
+    local, full = blocks
+    assert needed(full, 128) == 0.5 and needed(local, 128) == pytest.approx(32 * 112 / 128 ** 2)
+    assert needed(local, 32) == 0.5  # a window as long as the keys: causal
+    flops = [sum(2 * b * m * n * k for b, m, n, k in fused_attention(seq, x)["fw"])
+             for x in (local, full)]
+    assert flops[0] == pytest.approx(2 * flops[1], rel=0.02)  # every key, not the causal half
+
+
+@pytest.mark.slow
+def test_a_window_is_every_layers_where_the_config_names_no_layer_types():
+    """Mistral masks every layer with its `sliding_window` (none: none); a Llama, whose code
+    builds no sliding-window mask, ignores the field. The prediction says what it priced."""
+    from converters import from_hf_config
+    from mdot_jax import TrainingJob, predict
+
+    mistral = dict(model_type="mistral", hidden_size=64, intermediate_size=128,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   vocab_size=256, max_position_embeddings=512)
+    for model_type, window, said in (("mistral", 32, [32, 32]), ("mistral", None, None),
+                                     ("llama", 32, None)):
+        proto = from_hf_config(dict(mistral, model_type=model_type, sliding_window=window),
+                               seq_len=64)
+        assert convert(proto, batch_size=2).meta.get("sliding_window") == said
+        if said:
+            p = predict(TrainingJob(model=convert(proto, batch_size=2, fuse=True),
+                                    batch_size=2, device="h100-sxm", precision="amp-bf16"))
+            assert any("; 2 with a sliding window shorter than the sequence" in w
+                       for w in p.warnings)

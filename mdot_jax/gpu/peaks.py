@@ -23,13 +23,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from converters import OperatorSequence
-from converters.attention import Block
+from converters.attention import Block, needed
+from converters.sequence import CONFIG_FIELDS
 from converters.traits import TRAITS
 from mdot_jax import autograd
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
 from mdot_jax.gpu.tensor_cores import ARITHMETIC, Constants, TensorCoreGemms
+
+_KEYS = CONFIG_FIELDS.index("mm_n")  # a MatMul Q K^T's keys a query
 
 # the spec sheet's tensor-core peak a precision's matmuls run at
 TENSOR_CORE_PEAK = {"tf32": "tf32", "amp-fp16": "fp16", "amp-bf16": "bf16", "bf16": "bf16",
@@ -152,13 +155,13 @@ def peak_ms(seq: OperatorSequence, gpu: GPU, precision: str,
             blocks: Sequence[Block] = ()) -> float:
     """ms `seq`'s forward and backward FLOPs take at the peaks they can reach at `precision`:
     convolutions at theirs, linear layers at theirs, the rest at the matmuls' (MFU: this over
-    the step's time). A causal attention block of `blocks` counts half its scores' and
-    output's FLOPs: the keys its queries need (FlashAttention's count; the graph computes them
-    all, then masks half). With frozen parameters, the backward autograd runs (`autograd`)."""
+    the step's time). An attention block of `blocks` counts its scores' and output's FLOPs at
+    the keys its queries need (`converters.attention.needed`: the causal half, or its sliding
+    window; the graph computes them all, then masks). With frozen parameters, the backward
+    autograd runs (`autograd`)."""
     flops = seq.column("fwd_flops") + autograd.backward_flops(seq)  # [N]
     for b in blocks:
-        if b.causal:
-            flops[[b.scores, b.output]] /= 2
+        flops[[b.scores, b.output]] *= needed(b, int(seq.config[b.scores, _KEYS]))
     conv = np.isin(seq.op_names, CONV_OPS)
     linear = np.zeros(len(conv), bool)
     if precision in LINEAR_PEAK:

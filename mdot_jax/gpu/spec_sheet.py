@@ -80,7 +80,7 @@ from mdot_jax.gpu import autocast, cnn_kernels, compiled, muon, peaks, tensor_co
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
-from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, read_in_place, scan_gemms
+from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, masked, read_in_place, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.host import launch_bound, record
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
@@ -448,9 +448,13 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
         said.append(f"{scans} chunked scans priced as fused kernels: GEMMs of their FLOPs "
                     f"(the backward twice the forward's), {note}")
     if blocks:
+        windowed = sum(masked(b, int(seq.config[b.scores, _C["mm_n"]])) for b in blocks)
         said.append(f"{len(blocks)} attention blocks priced as fused kernels "
                     f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
-                    f"FlashAttention's forward and backward, {note}")
+                    f"FlashAttention's forward and backward, {note}" + (
+                        f"; {windowed} with a sliding window shorter than the sequence, given "
+                        "transformers' mask: SDPA's memory-efficient kernel over every key, "
+                        "at that share (not measured)" if windowed else ""))
     return said
 
 
