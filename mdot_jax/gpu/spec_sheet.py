@@ -454,7 +454,8 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
                     f"FlashAttention's forward and backward, {note}" + (
                         f"; {windowed} with a sliding window shorter than the sequence, given "
                         "transformers' mask: SDPA's memory-efficient kernel over every key, "
-                        "at that share (not measured)" if windowed else ""))
+                        "at that share (not measured; the flash_attention_2 package takes the "
+                        "window itself)" if windowed else ""))
     return said
 
 
