@@ -139,7 +139,7 @@ def test_a_sliding_window_is_read_from_the_config_and_priced_as_the_mask_runs():
     (MFU's count)."""
     from converters import from_hf_config
     from converters.attention import needed
-    from mdot_jax.gpu.fused import fused_attention
+    from mdot_jax.gpu.fused import fused_attention, masked
 
     gemma = dict(model_type="gemma3_text", hidden_size=64, intermediate_size=128, head_dim=16,
                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -151,7 +151,8 @@ def test_a_sliding_window_is_read_from_the_config_and_priced_as_the_mask_runs():
     assert [b.window for b in blocks] == [32, 0] and all(b.causal for b in blocks)
     local, full = blocks
     assert needed(full, 128) == 0.5 and needed(local, 128) == pytest.approx(32 * 112 / 128 ** 2)
-    assert needed(local, 32) == 0.5  # a window as long as the keys: causal
+    assert needed(local, 32) == 0.5  # a window as long as the keys: causal, but masked
+    assert masked(local, 32) and not masked(local, 31) and not masked(full, 128)
     flops = [sum(2 * b * m * n * k for b, m, n, k in fused_attention(seq, x)["fw"])
              for x in (local, full)]
     assert flops[0] == pytest.approx(2 * flops[1], rel=0.02)  # every key, not the causal half
@@ -175,5 +176,5 @@ def test_a_window_is_every_layers_where_the_config_names_no_layer_types():
         if said:
             p = predict(TrainingJob(model=convert(proto, batch_size=2, fuse=True),
                                     batch_size=2, device="h100-sxm", precision="amp-bf16"))
-            assert any("; 2 with a sliding window shorter than the sequence" in w
+            assert any("; 2 with a sliding window the sequence reaches" in w
                        for w in p.warnings)

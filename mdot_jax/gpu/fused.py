@@ -5,9 +5,9 @@ nothing large (`tensor_cores.cube`), at the share of the peak fused attention re
 - FlashAttention-2, as PyTorch's scaled_dot_product_attention runs it (`fused_attention`): the
   forward's scores (Q K^T) and output (P V), the backward's five (the scores again,
   dP = dO V^T, dV, dQ, dK); a causal block computes only the tiles on and below the diagonal:
-  half the keys. A block with a sliding window shorter than its keys is given transformers'
-  mask (`attn_mask`), which FlashAttention does not take: SDPA's memory-efficient kernel runs
-  it over every key.
+  half the keys. A block with a sliding window its keys reach is given transformers' mask
+  (`attn_mask`), which FlashAttention does not take: SDPA's memory-efficient kernel runs it
+  over every key.
 - scans whose matrix products stay on chip (`ON_CHIP_SCANS`: Mamba-2's chunked scan,
   `converters.state_space`): the forward once, the backward twice (`scan_gemms`).
 - the pieces of a tensor our exporter's fused kernels read where they lie (`read_in_place`:
@@ -40,9 +40,9 @@ def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple
 
 
 def masked(block: Block, keys: int) -> bool:
-    """Whether `block` (`keys` a query) runs with a mask tensor: a sliding window shorter than
-    its keys (transformers passes SDPA the mask then, not `is_causal`)."""
-    return 0 < block.window < keys
+    """Whether `block` (`keys` a query) runs with a mask tensor: a sliding window its keys
+    reach (transformers passes SDPA the mask then, not `is_causal`)."""
+    return 0 < block.window <= keys
 
 
 def scan_gemms(op_type: str, fwd_flops: float) -> list[tuple[str, tuple]]:

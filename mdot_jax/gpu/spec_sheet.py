@@ -452,7 +452,7 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
         said.append(f"{len(blocks)} attention blocks priced as fused kernels "
                     f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                     f"FlashAttention's forward and backward, {note}" + (
-                        f"; {windowed} with a sliding window shorter than the sequence, given "
+                        f"; {windowed} with a sliding window the sequence reaches, given "
                         "transformers' mask: SDPA's memory-efficient kernel over every key, "
                         "at that share (not measured; the flash_attention_2 package takes the "
                         "window itself)" if windowed else ""))
