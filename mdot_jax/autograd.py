@@ -119,7 +119,11 @@ class Backward:
 
 
 def backward(seq: OperatorSequence) -> Backward:
-    """The backward kernels autograd runs for `seq` (module docstring)."""
+    """The backward kernels autograd runs for `seq` (module docstring), kept while `seq` is."""
+    return KEPT.get(("backward", seq), lambda: _backward(seq))
+
+
+def _backward(seq: OperatorSequence) -> Backward:
     n = seq.num_ops
     held = seq.column("params") > 0
     preds, _ = seq.neighbours()
