@@ -130,7 +130,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
                          "they ran on")
     try:  # the tables first: a bad one fails before the long fit
         gemms = TensorCoreGemms.fit(args.tensor_core_gemms) if args.tensor_core_gemms else None
-        attention = dict(tensor_cores.fit_fused_attention(kernel_sweep.read(
+        attention = dict(tensor_cores.fit_attention(kernel_sweep.read(
             args.fused_attention)), source=args.fused_attention) if args.fused_attention else None
         stream = streaming.fit_sweep(args.streaming_kernels) if args.streaming_kernels else None
         fp8 = dict(tensor_cores.fit_sweep_gemms(kernel_sweep.read(args.fp8_gemms), "fp8"),

@@ -1,5 +1,6 @@
 """Attention blocks in an operator sequence (`converters.attention`)."""
 
+import numpy as np
 import pytest
 from onnx_builders import conv_bn_relu
 
@@ -140,6 +141,7 @@ def test_a_sliding_window_is_read_from_the_config_and_priced_as_the_mask_runs():
     from converters import from_hf_config
     from converters.attention import needed
     from mdot_jax.gpu.fused import fused_attention, masked
+    from mdot_jax.serving.memory import saved
 
     gemma = dict(model_type="gemma3_text", hidden_size=64, intermediate_size=128, head_dim=16,
                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -156,6 +158,10 @@ def test_a_sliding_window_is_read_from_the_config_and_priced_as_the_mask_runs():
     flops = [sum(2 * b * m * n * k for b, m, n, k in fused_attention(seq, x)["fw"])
              for x in (local, full)]
     assert flops[0] == pytest.approx(2 * flops[1], rel=0.02)  # every key, not the causal half
+    # SDPA makes the boolean mask additive in the query's type (bf16) each call and the kernel
+    # keeps it for the backward: 2 x 128 x 128 of 2 bytes, the full layer none
+    kept = saved(seq, blocks, 0.5) - saved(seq, [b._replace(window=0) for b in blocks], 0.5)
+    assert kept[local.output] == 2 * 128 * 128 * 2 and not np.delete(kept, local.output).any()
 
 
 @pytest.mark.slow

@@ -92,18 +92,19 @@ def test_the_shipped_step_model_holds_the_h100_tables_constants_alone():
         assert 0 < c.fixed_ms < 0.05 and c.rows == 375
 
 
-def _sdpa_rows(share: float) -> list[dict]:
-    """SDPA flash rows of the H200 sweep whose times are a known share of the bf16 peak."""
+def _sdpa_rows(share: float, kind: str = "sdpa-flash") -> list[dict]:
+    """SDPA rows of the H200 sweep (`kind`) whose times are a known share of the bf16 peak."""
     h200 = gpus.find("h200")
     rows = []
     for s in (512, 1024, 2048, 4096):
         for d in (64, 128):
             flops = 7 * 4 * 16 * s * s * d  # forward and backward, causal (the sweep's count)
-            rows.append(dict(kind="sdpa-flash", precision="bf16", dims=[4, 16, s, d],
+            rows.append(dict(kind=kind, precision="bf16", dims=[4, 16, s, d],
                              device="NVIDIA H200",
                              ms=0.2 + 1e3 * flops / (share * h200.tflops["bf16"] * 1e12)))
-    return rows + [dict(kind="sdpa-efficient", precision="bf16", dims=[4, 16, 512, 64],
-                        device="NVIDIA H200", ms=9.0)]  # another backend: not fitted
+    return rows + [dict(kind="sdpa-efficient" if kind == "sdpa-flash" else "sdpa-flash",
+                        precision="bf16", dims=[4, 16, 512, 64], device="NVIDIA H200",
+                        ms=9.0)]  # another backend: not fitted
 
 
 def test_fused_attention_is_priced_at_its_measured_share_on_its_architecture_alone():
@@ -133,6 +134,37 @@ def test_fused_attention_is_priced_at_its_measured_share_on_its_architecture_alo
             assert 1.5 < ratio <= slower * 1.03
             assert any("of the peak the nvidia-h200-sxm's measured SDPA flash" in w
                        and "not measured on this GPU" in w for w in b.warnings)
+
+
+def test_a_block_given_a_mask_is_priced_at_the_memory_efficient_kernels_share():
+    """A sweep with both backends fits both (`fit_attention`); a block with a sliding window its
+    keys reach runs the memory-efficient kernel and is priced at its share, a block without at
+    flash's; a model without the efficient kernel's fit prices both as flash."""
+    from converters.attention import attention_blocks
+
+    both = tensor_cores.fit_attention(_sdpa_rows(0.25)[:-1]
+                                      + _sdpa_rows(0.1, "sdpa-efficient")[:-1])
+    assert both["share_compute"] == pytest.approx(0.25, rel=0.03)
+    assert both["efficient"]["share_compute"] == pytest.approx(0.1, rel=0.03)
+    assert "efficient" not in tensor_cores.fit_attention(_sdpa_rows(0.25)[:-1])
+    seq = convert(attention(seq=512, dim=1024), batch_size=8, fuse=True)
+    shipped = spec_sheet.load_step_model()
+    flash_only = {k: v for k, v in both.items() if k != "efficient"}
+
+    def fused_ms(fitted: dict, window: int) -> tuple[float, list[str]]:
+        model = dataclasses.replace(shipped, info=dict(shipped.info, fused_attention=fitted))
+        p = spec_sheet.price(seq, gpus.find("h100-sxm"), model, precision="amp-bf16",
+                             fit=False, attention="flash", blocks=[
+                                 b._replace(window=window) for b in attention_blocks(seq)])
+        return sum(o["ms"] for o in p.operators if o["type"] == spec_sheet.FUSED), p.warnings
+
+    full = fused_ms(both, 0)[0]
+    assert fused_ms(flash_only, 0)[0] == full and fused_ms(both, 513)[0] == full  # unreached
+    assert fused_ms(flash_only, 256)[0] == pytest.approx(full, rel=0.05)  # every key, as flash
+    windowed, said = fused_ms(both, 256)
+    assert windowed / full == pytest.approx(2.5, rel=0.05)
+    assert any("; 1 with a sliding window" in w and "at the 10% of the peak the "
+               "nvidia-h200-sxm's measured SDPA memory-efficient" in w for w in said), said
 
 
 def test_fp8_gemms_fit_the_sweeps_fp8_rows_at_the_fp8_peak():

@@ -7,7 +7,8 @@ nothing large (`tensor_cores.cube`), at the share of the peak fused attention re
   dP = dO V^T, dV, dQ, dK); a causal block computes only the tiles on and below the diagonal:
   half the keys. A block with a sliding window its keys reach is given transformers' mask
   (`attn_mask`), which FlashAttention does not take: SDPA's memory-efficient kernel runs it
-  over every key.
+  over every key, with the mask made additive in the query's type, a copy each call that the
+  kernel keeps for its backward (`mask_bytes`).
 - scans whose matrix products stay on chip (`ON_CHIP_SCANS`: Mamba-2's chunked scan,
   `converters.state_space`): the forward once, the backward twice (`scan_gemms`).
 - the pieces of a tensor our exporter's fused kernels read where they lie (`read_in_place`:
@@ -20,13 +21,14 @@ import numpy as np
 
 from converters import OperatorSequence
 from converters.attention import Block
-from converters.sequence import CONFIG_FIELDS
+from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.state_space import OWN_OPS
 from mdot_jax.gpu import tensor_cores
 
 # an operator type -> its passes, each a GEMM of the forward's FLOPs
 ON_CHIP_SCANS = {"ChunkScan": ("fw", "bw", "bw")}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+_WRITTEN = LOAD_FIELDS.index("bytes_written")
 
 
 def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple]]:
@@ -43,6 +45,16 @@ def masked(block: Block, keys: int) -> bool:
     """Whether `block` (`keys` a query) runs with a mask tensor: a sliding window its keys
     reach (transformers passes SDPA the mask then, not `is_causal`)."""
     return 0 < block.window <= keys
+
+
+def mask_bytes(seq: OperatorSequence, block: Block) -> float:
+    """The fp32 bytes of the mask tensor `block` is given where it runs `masked` (the largest
+    output entering its scores-to-softmax path from outside it), else 0."""
+    if not masked(block, int(seq.config[block.scores, _C["mm_n"]])) or not len(seq.edges):
+        return 0.0
+    src, dst = seq.edges[:, 0], seq.edges[:, 1]
+    inner = np.isin(dst, block.inner) & ~np.isin(src, block.inner) & (dst != block.scores)
+    return float(seq.load[src[inner], _WRITTEN].max(initial=0.0))
 
 
 def scan_gemms(op_type: str, fwd_flops: float) -> list[tuple[str, tuple]]:

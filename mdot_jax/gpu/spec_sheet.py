@@ -209,7 +209,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     lin = peaks.linear_gemms(model.info, gpu, precision)  # fp8's linear layers
     warnings: list[str] = [lin[1]] if lin else []
     blocks, inside = _fused_nodes(seq, attention, megatron, blocks)
-    slower, note = tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc)
+    shares = [tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc, k)
+              for k in ("flash", "efficient")]  # a block without, with a mask tensor
+    slower, note = (shares[0][0], shares[1][0]), shares[0][1]
     cnn = cnn_kernels.applying(model.info, gpu, precision)
     fusion = compiled.fusing(seq, blocks)
     found = _kernels(seq, model, gpu, precision, at, blocks, inside, slower, megatron, cnn,
@@ -269,7 +271,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                         + (f" of a {tp}-way tensor-parallel rank" if (tp := seq.meta.get("tp"))
                            else "") + f" ({u.what}): not measured")
     warnings += sorted({extrapolated[c] for c in found.classes if c in extrapolated})
-    warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note)
+    warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note, shares[1][1])
     if fusion:
         warnings.append(compiled.said(fusion, host, framework))
     end = launch_bound(order, host)
@@ -318,8 +320,8 @@ def _fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
 
 
 def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, at: dict,
-             blocks: list[Block], inside: set[int], slower: float, megatron: bool,
-             cnn, fused: set[int]) -> _Found:
+             blocks: list[Block], inside: set[int], slower: tuple[float, float],
+             megatron: bool, cnn, fused: set[int]) -> _Found:
     """The forward and backward kernels of `seq`'s nodes (the module docstring's rules), each
     priced on the GPU as its class sees it (`at`, `peaks.seen_by_class`); `fused`: the nodes
     a compiled step's generated kernels run instead."""
@@ -330,10 +332,10 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
     flops = seq.total("fwd_flops")
     for b in blocks:
         found.classes.add("gemm")
+        s = slower[masked(b, int(seq.config[b.scores, _C["mm_n"]]))]
         for phase, gemms in fused_attention(seq, b).items():
             if phase == "fw" or grads.runs[b.output]:
-                work.extend((b.output, phase, "linear", dims, at["gemm"], slower)
-                            for dims in gemms)
+                work.extend((b.output, phase, "linear", dims, at["gemm"], s) for dims in gemms)
     outputs = {b.output for b in blocks}
     for i, (name, c, load, (kind, op, dims)) in enumerate(zip(
             seq.op_names.tolist(), seq.config, seq.load, classified(seq))):
@@ -344,7 +346,7 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
             work.extend(_accumulated(i, load, grads, at))  # its parameters' accumulation
             continue
         if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
-            work.extend((i, phase, "linear", dims, at["gemm"], slower)
+            work.extend((i, phase, "linear", dims, at["gemm"], slower[0])
                         for phase, dims in scan_gemms(name, load[_L["fwd_flops"]])
                         if phase == "fw" or grads.runs[i])
             found.classes.add("gemm")
@@ -422,8 +424,9 @@ def _in_order(work: list[Kernel], ms: np.ndarray, recompute: Collection[int], no
 
 
 def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: list[Block],
-          note: str) -> list[str]:
-    """The warnings of what `found` priced without a measurement of its like."""
+          note: str, efficient: str) -> list[str]:
+    """The warnings of what `found` priced without a measurement of its like (`note`,
+    `efficient`: what backs the flash and the memory-efficient attention kernels' price)."""
     said = []
     if found.other:
         said.append("no GPU measurements of " + ", ".join(
@@ -453,9 +456,9 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
                     f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                     f"FlashAttention's forward and backward, {note}" + (
                         f"; {windowed} with a sliding window the sequence reaches, given "
-                        "transformers' mask: SDPA's memory-efficient kernel over every key, "
-                        "at that share (not measured; the flash_attention_2 package takes the "
-                        "window itself)" if windowed else ""))
+                        f"transformers' mask: SDPA's memory-efficient kernel over every key, "
+                        f"{efficient}; the flash_attention_2 package takes the window itself"
+                        if windowed else ""))
     return said
 
 

@@ -113,24 +113,30 @@ def fit_sweep_gemms(rows: Sequence[dict], precision: str) -> dict:
                 fixed_ms=c.fixed_ms, rows=c.rows, mape=c.mape, gpu=gpu.name)
 
 
-def fit_fused_attention(rows: Sequence[dict]) -> dict:
-    """A lent GPU's measured SDPA flash kernels (forward and backward, causal: a kernel sweep's
-    `sdpa-flash` rows, `measure.kernel_sweep`) as GEMM cubes of their FLOPs (7 b h s (s / 2) d,
-    as `spec_sheet.fused_attention` counts them), fitted: the share of the peak fused
-    attention reaches on that GPU's architecture, as a step model's `fused_attention` holds it.
-    The fitted fixed cost holds the sweep's own call (a sum and an autograd backward) and is
-    kept for the record only."""
+def fit_fused_attention(rows: Sequence[dict], kind: str = "sdpa-flash") -> dict:
+    """A lent GPU's measured SDPA kernels of one backend (forward and backward, causal: a
+    kernel sweep's `kind` rows, `sdpa-flash` or `sdpa-efficient`, `measure.kernel_sweep`) as
+    GEMM cubes of their FLOPs (7 b h s (s / 2) d, as `spec_sheet.fused_attention` counts
+    them), fitted: the share of the peak that kernel reaches on that GPU's architecture, as a
+    step model's `fused_attention` holds it. The fitted fixed cost holds the sweep's own call
+    (a sum and an autograd backward) and is kept for the record only."""
     items = []
     for r in rows:
-        if r.get("kind") != "sdpa-flash" or not r.get("ms"):
+        if r.get("kind") != kind or not r.get("ms"):
             continue
         b, h, s, d = r["dims"]
         gpu = catalog.find(r["device"])
-        items.append(("linear", cube(7 * b * h * s * max(s // 2, 1) * d),
+        items.append(("linear", attention_cube(b * h, s, d),
                       catalog.as_seen(gpu, gpu.tflops[r["precision"]], 2), float(r["ms"])))
-    c, gpu = _fit_one_gpu(items, "SDPA flash kernels", "kind sdpa-flash")
+    c, gpu = _fit_one_gpu(items, f"SDPA {kind.removeprefix('sdpa-')} kernels", f"kind {kind}")
     return dict(share_compute=c.share_compute, fixed_ms=c.fixed_ms, rows=c.rows, mape=c.mape,
                 gpu=gpu.name, architecture=gpu.architecture)
+
+
+def attention_cube(heads: int, tokens: int, dim: int) -> tuple:
+    """One GEMM cube of a causal SDPA kernel's forward and backward (seven GEMMs over half the
+    keys, `heads` of `tokens` queries of `dim`), as the sweep's kernels are fitted."""
+    return cube(7 * heads * tokens * max(tokens // 2, 1) * dim)
 
 
 def one_gpu(names: set[str], what: str, kinds: str) -> str:
@@ -201,17 +207,33 @@ def unaligned_slowdown(fitted: dict | None, gpu: GPU, precision: str, dims: Sequ
     return max(fitted["ratio"][arithmetic], 1.0)
 
 
-def fused_attention_share(fitted: dict | None, gpu: GPU, tc) -> tuple[float, str]:
-    """How much slower than tensor-core GEMMs of its FLOPs a fused attention kernel runs on
-    `gpu` (the GEMMs' share of the peak over `fitted`'s, a step model's `fused_attention`,
-    where `gpu` is of its architecture; else 1), and what backs it. `tc`: the step's
-    (peak, TensorCoreGemms, note), or None."""
+def fused_attention_share(fitted: dict | None, gpu: GPU, tc, kernel: str = "flash"
+                          ) -> tuple[float, str]:
+    """How much slower than tensor-core GEMMs of its FLOPs SDPA's `kernel` (`flash`, or
+    `efficient`: the memory-efficient one, which takes a mask tensor) runs on `gpu` (the GEMMs'
+    share of the peak over `fitted`'s, a step model's `fused_attention` (`fit_attention`),
+    where `gpu` is of its architecture; else 1), and what backs it. `tc`: the step's (peak,
+    TensorCoreGemms, note), or None. A model without the efficient kernel's fit prices it as
+    flash."""
     if not (fitted and tc and gpu.architecture == fitted["architecture"]):
         return 1.0, "at the GEMMs' share of the peak, not measured"
     where = "" if gpu.name == fitted["gpu"] else " (not measured on this GPU)"
-    return (tc[1].constants[ARITHMETIC[tc[0]]].share_compute / fitted["share_compute"],
-            f"at the {fitted['share_compute']:.0%} of the peak the {fitted['gpu']}'s measured "
-            f"SDPA flash kernels reach{where}")
+    own = fitted.get(kernel, fitted)  # the flash kernels' fit holds the efficient ones'
+    what = "flash" if own is fitted else "memory-efficient (causal, unmasked)"
+    return (tc[1].constants[ARITHMETIC[tc[0]]].share_compute / own["share_compute"],
+            f"at the {own['share_compute']:.0%} of the peak the {fitted['gpu']}'s measured "
+            f"SDPA {what} kernels reach{where}")
+
+
+def fit_attention(rows: Sequence[dict]) -> dict:
+    """A step model's `fused_attention` from a kernel sweep's rows: the flash kernels' fit
+    (`fit_fused_attention`), with the memory-efficient kernels' under `efficient` where the
+    sweep measured them."""
+    fitted = fit_fused_attention(rows)
+    if any(r.get("kind") == "sdpa-efficient" and r.get("ms") for r in rows):
+        e = fit_fused_attention(rows, "sdpa-efficient")
+        fitted["efficient"] = {k: e[k] for k in ("share_compute", "fixed_ms", "rows", "mape")}
+    return fitted
 
 
 def _fit(ops, dims, seen, ms) -> Constants:

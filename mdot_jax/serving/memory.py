@@ -136,8 +136,9 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     under `framework`, on a CPU (at the step's live peak, `live_bytes`) or a GPU (the sum
     form). `fused`: attention blocks (`converters.attention`) run as fused kernels, which keep
     their inputs, output and one fp32 log-sum-exp per query row instead of the S x S tensors
-    between. Frozen parameters (`autograd`) hold no gradient or optimizer state, and nothing
-    before the first trained one keeps an activation."""
+    between (but for an additive mask a block is given: `gpu.fused.mask_bytes`). Frozen
+    parameters (`autograd`) hold no gradient or optimizer state, and nothing before the first
+    trained one keeps an activation."""
     held = param_bytes(precision, optimizer, framework)
     weights, trained = 4.0 * seq.params, autograd.trainable(seq)
     scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
@@ -176,11 +177,14 @@ def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,
         kept[src[np.isin(names[dst], list(NEEDS_INPUT)) & autograd.keeps(seq, grads, src,
                                                                          dst)]] = True
     out = np.where(kept, scale * np.asarray(seq.load[:, _WRITTEN], np.float64), 0.0)
+    from mdot_jax.gpu import compiled  # (the GPU package reads this module)
+    from mdot_jax.gpu.fused import mask_bytes
+
     for b in fused:
         out[list(b.inner)] = 0.0
         c = seq.config[b.scores]
         out[b.output] += 4.0 * float(c[_CFG["mm_batch"]] * c[_CFG["mm_m"]])  # log-sum-exp
-    from mdot_jax.gpu import compiled  # (the GPU package reads this module)
+        out[b.output] += scale * mask_bytes(seq, b)  # an additive mask, if given one
 
     return compiled.kept_bytes(seq, out, scale, fused)
 
