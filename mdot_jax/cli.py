@@ -8,6 +8,7 @@ with exit code 2; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -275,7 +276,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+@functools.lru_cache(maxsize=1)
 def build_parser() -> argparse.ArgumentParser:
+    """The `mdot` parser (built once a process: parsing reads it, never changes it)."""
     def listing(commands: dict) -> str:
         return "\n".join(f"  {name:<10} {text}" for name, text in commands.items())
 

@@ -58,21 +58,23 @@ def _open(path: Path):
 
 def _rows(path: Path, split: str) -> Iterator[OpRow]:
     names: dict[str, str] = {}  # the file's device string -> catalog name
+    conv = ("B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride",
+            "Padding")
     with _open(path) as f:
-        for r in csv.DictReader(f):
-            op = r["OPName"]
+        rows = csv.reader(f)
+        at = {k: i for i, k in enumerate(next(rows, []))}  # a column's index (DictReader's
+        for r in rows:  # dict a row costs more than the rest of the reading)
+            op = r[at["OPName"]]
             if op not in OPS:
                 continue
-            gpu = names.get(r["Device"]) or names.setdefault(r["Device"],
-                                                             gpus.find(r["Device"]).name)
+            device = r[at["Device"]]
+            gpu = names.get(device) or names.setdefault(device, gpus.find(device).name)
             if op == CONV:
-                dims = conv_dims(*(int(r[k]) for k in ("B", "Input_Channel", "Output_Channel",
-                                                        "Kernel_Szie", "Input_Size", "Stride",
-                                                        "Padding")))
+                dims = conv_dims(*(int(r[at[k]]) for k in conv))
             else:
                 keys = ("B", "M", "N", "K") if op in GEMMS else ("B", "H")
-                dims = tuple(int(r[k]) for k in keys)
-            yield OpRow(op, gpu, dims, float(r["Latency"]), split)
+                dims = tuple(int(r[at[k]]) for k in keys)
+            yield OpRow(op, gpu, dims, float(r[at["Latency"]]), split)
 
 
 def read(root: str | Path) -> list[OpRow]:

@@ -18,6 +18,7 @@ target's place in one step (`mdot_jax.writers`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import hashlib
 import json
@@ -388,15 +389,25 @@ def load_companion(path: str | Path) -> TreeModel | None:
         return None
     try:  # saved before vocab_size / aggregates_version were recorded: the checkpoint's
         # vocabulary, version 1
-        data = (path / info["file"]).read_bytes()
-        unpack = {".gz": gzip.decompress, ".xz": lzma.decompress}.get(Path(info["file"]).suffix)
-        text = (unpack(data) if unpack else data).decode()
-        return TreeModel.from_text(text, info["devices"],
-                                   info.get("vocab_size", len(meta["vocab"])),
-                                   info.get("aggregates_version", 1))
+        file = path / info["file"]
+        stat = file.stat()
+        return _companion(str(file), (stat.st_ino, stat.st_mtime_ns, stat.st_size),
+                          tuple(info["devices"]), info.get("vocab_size", len(meta["vocab"])),
+                          info.get("aggregates_version", 1))
     except Exception as e:  # noqa: BLE001 - OSError, KeyError, LightGBMError: one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: missing or corrupt companion ({msg})") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _companion(file: str, stamp: tuple, devices: tuple[str, ...], vocab_size: int,
+               version: int) -> TreeModel:
+    """The companion in `file`, read and parsed once while its `stamp` (inode, mtime, size)
+    holds (a shipped checkpoint's is 3-5 MB of xz: a few tenths of a second a load)."""
+    data = Path(file).read_bytes()
+    unpack = {".gz": gzip.decompress, ".xz": lzma.decompress}.get(Path(file).suffix)
+    return TreeModel.from_text((unpack(data) if unpack else data).decode(), devices,
+                               vocab_size, version)
 
 
 def member_methods(meta: dict) -> tuple[str, ...]:
