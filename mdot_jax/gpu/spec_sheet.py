@@ -456,7 +456,7 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
                     f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                     f"FlashAttention's forward and backward, {note}" + (
                         f"; {windowed} with a sliding window the sequence reaches, given "
-                        f"transformers' mask: SDPA's memory-efficient kernel over every key, "
+                        "transformers' mask: SDPA's memory-efficient kernel over every key, "
                         f"{efficient}; the flash_attention_2 package takes the window itself"
                         if windowed else ""))
     return said
