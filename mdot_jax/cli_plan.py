@@ -94,7 +94,7 @@ def _print(args: argparse.Namespace, options: list) -> None:
     front = {id(o) for o in planning.pareto(options)}
     print(f"{args.model}: {len(feasible)} of {len(options)} plans feasible"
           + (" (* on the time / cost Pareto front)" if front else ""))
-    split = args.global_batch is not None  # each GPU count split every way: say how
+    split = args.global_batch is not None or bool(args.strategies)  # say how each count runs
     print(f"{'device':<22} {'GPUs':>5} " + (f"{'layout':<24} " if split else "")
           + f"{'job h':>8} {'80% band h':>13} {'cost USD':>10} {'memory GB':>9} {'MFU':>5}"
           "  why not")
@@ -138,9 +138,9 @@ def add_commands(sub) -> None:
                         "(tensor, pipeline, data parallel, each --cp; micro-batches up to "
                         "--batch-size x accumulation; checkpointing where it would not fit)")
     p.add_argument("--strategies", metavar="S[,S,...]",
-                   help="with --global-batch: the data-parallel strategies each layout is "
-                        f"priced with, the best kept ({', '.join(STRATEGIES)}; e.g. "
-                        "ddp,fsdp,hsdp)")
+                   help="the data-parallel strategies each GPU count (each layout, with "
+                        f"--global-batch) is priced with, the best kept ({', '.join(STRATEGIES)};"
+                        " e.g. ddp,fsdp,hsdp)")
     p.add_argument("--top", type=POSITIVE_INT, metavar="N", help="print the N best only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)

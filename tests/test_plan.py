@@ -309,8 +309,7 @@ def test_the_layout_search_tries_each_strategy_asked_and_keeps_the_best(decoder,
     muon = plan(Plan(dataclasses.replace(job, optimizer="muon", precision="amp-bf16"), **kw,
                      strategies=("fsdp", "ddp")))  # Muon is priced with DDP alone
     assert muon and {o.layout.strategy for o in muon if o.prediction is not None} == {"ddp"}
-    for fields, needle in ((dict(strategies=("fsdp",)), "give global_batch"),
-                           (dict(strategies=("fsdp",), global_batch=8,
+    for fields, needle in ((dict(strategies=("fsdp",), global_batch=8,
                                  job=dataclasses.replace(job, strategy="zero1")),
                             "no strategy of the job's"),
                            (dict(strategies="ddp,tp", global_batch=8), "strategies 'tp'")):
@@ -321,3 +320,22 @@ def test_the_layout_search_tries_each_strategy_asked_and_keeps_the_best(decoder,
                  "--devices", "h100-sxm", "--gpus", "4", "--nodes", "2", "--global-batch", "8",
                  "--strategies", "ddp,hsdp", "--network-gbs", "1"]) == 0
     assert " hsdp " in capsys.readouterr().out
+
+
+def test_a_plan_without_the_search_tries_each_strategy_on_each_count(decoder, capsys):
+    """`--strategies ddp,fsdp` without `--global-batch`: each GPU count priced under each
+    strategy at the job's own split and batch, the best kept and named in the layout column;
+    one GPU as DDP."""
+    job = job_for_plan(model=decoder, batch_size=2, seq_len=32, train_tokens=10**4)
+    kw = dict(devices="h100-sxm", gpus=(1, 4))
+    alone = {s: {o.gpus: o for o in plan(Plan(dataclasses.replace(job, strategy=s), **kw))
+                 if o.prediction is not None} for s in ("ddp", "fsdp")}
+    best = {o.gpus: o for o in plan(Plan(job, **kw, strategies="ddp,fsdp"))}
+    assert set(best) == {1, 4} and best[1].layout.strategy == "ddp"
+    assert best[1].hours == pytest.approx(alone["ddp"][1].hours)
+    s = min(alone, key=lambda s: alone[s][4].hours)
+    assert best[4].layout.strategy == s and best[4].hours == pytest.approx(alone[s][4].hours)
+    assert main(["plan", decoder, "--batch-size", "2", "--seq-len", "32", "--tokens", "1e4",
+                 "--devices", "h100-sxm", "--gpus", "4", "--strategies", "ddp,fsdp"]) == 0
+    out = capsys.readouterr().out
+    assert "layout" in out and f"tp1 pp1 2x1{'' if s == 'ddp' else ' ' + s}" in out

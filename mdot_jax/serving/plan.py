@@ -21,8 +21,9 @@ micro-batches of 1, 2, 4, ... up to the job's batch size accumulated to the glob
 without a checkpointing asked, a layout that does not fit is priced again with full activation
 checkpointing; a mixture of experts (unless the job gives
 `ep`) is priced at every expert-parallel degree (powers of two dividing the replicas and the
-experts) and the best kept; with `strategies`, each layout with replicas to shard over under
-each data-parallel strategy (DDP, ZeRO, FSDP, HSDP: `options.STRATEGIES`) and the best kept.
+experts) and the best kept. With `strategies` (with or without `global_batch`), each layout
+or GPU count with replicas to shard over is priced under each data-parallel strategy (DDP,
+ZeRO, FSDP, HSDP: `options.STRATEGIES`; one the job cannot take is left out) and the best kept.
 Splits the model cannot take (tensor parallelism not dividing the
 heads or the key-value heads, a pipeline deeper than the layers) are left out; a GPU no split
 could be priced on is kept once, infeasible, with the reason.
@@ -65,7 +66,7 @@ class Plan:
     budget_usd: float | None = None
     global_batch: int | None = None  # samples an iteration: search the layouts (docstring)
     cps: Sequence[int] = ()  # with global_batch: the context-parallel degrees to try
-    strategies: Sequence[str] = ()  # with global_batch: the data-parallel strategies to try
+    strategies: Sequence[str] = ()  # the data-parallel strategies to try (docstring)
 
     def __post_init__(self):
         if not isinstance(self.job, TrainingJob):
@@ -96,10 +97,9 @@ class Plan:
             for s in self.strategies:
                 _choice("strategies", s, STRATEGIES, optional=False)
             object.__setattr__(self, "strategies", tuple(dict.fromkeys(self.strategies)))
-            if self.global_batch is None or self.job.strategy != "ddp":
-                raise RequestError("strategies: data-parallel strategies the layout search "
-                                   "tries; give global_batch, and no strategy of the job's",
-                                   "strategies")
+            if self.job.strategy != "ddp":
+                raise RequestError("strategies: data-parallel strategies the plan tries; give "
+                                   "no strategy of the job's", "strategies")
         if self.global_batch is not None:
             _ints("global_batch", self.global_batch)
             job = self.job
@@ -188,7 +188,7 @@ class Option:
     hours: float | None = None
     cost_usd: float | None = None
     reasons: list[str] = field(default_factory=list)
-    layout: Layout | None = None  # with `Plan.global_batch`
+    layout: Layout | None = None  # with `Plan.global_batch` or `Plan.strategies`
 
     @property
     def feasible(self) -> bool:
@@ -243,17 +243,40 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
     options = []
     gpus = request.candidates()
     for gpu in tqdm(gpus, desc="plan", unit="GPU", disable=not progress, leave=False):
-        rows: list = [(n * job.nodes, None, why) for n, why in odd.items()]
+        options += [Option(gpu.name, n * job.nodes, None, reasons=[why])
+                    for n, why in odd.items()]
+        if request.strategies:
+            options += [_best_strategy(request, dataclasses.replace(base, device=gpu.name),
+                                       gpu, n) for n in counts]
+            continue
         try:
-            if counts:
-                got = predict(dataclasses.replace(base, device=gpu.name))
-                rows += [(p.gpus, p, None) for p in (got if isinstance(got, list) else [got])]
+            got = predict(dataclasses.replace(base, device=gpu.name)) if counts else []
+            rows = [(p.gpus, p, None) for p in (got if isinstance(got, list) else [got])]
         except MdotError as e:
-            rows += [(n * job.nodes, None, str(e)) for n in counts]
-        for n, p, error in rows:
-            options.append(_judge(Option(gpu.name, n, p, reasons=[error] if error else []),
-                                  request, gpu))
+            rows = [(n * job.nodes, None, str(e)) for n in counts]
+        options += [_judge(Option(gpu.name, n, p, reasons=[error] if error else []), request,
+                           gpu) for n, p, error in rows]
     return sorted(options, key=_rank)
+
+
+def _best_strategy(request: Plan, job: TrainingJob, gpu, n: int) -> Option:
+    """`job` on `n` GPUs a node priced under each of `request.strategies` it takes (one
+    replica: as DDP), the best kept, its strategy in its layout."""
+    from mdot_jax.serving.front import predict
+
+    replicas = n * job.nodes // (job.tp * job.pp * job.cp)
+    found, why = [], ""
+    for strategy in [s for s in request.strategies if s == "ddp" or replicas > 1] or ["ddp"]:
+        try:
+            p = predict(dataclasses.replace(job, gpus=n, strategy=strategy))
+        except MdotError as e:  # a strategy the job cannot take (muon's, hsdp with ep)
+            why = why or str(e)
+            continue
+        found.append(_judge(Option(gpu.name, n * job.nodes, p, layout=Layout(  # type: ignore[arg-type]
+            job.tp, job.pp, job.batch_sizes[0], job.grad_accum, job.activation_checkpointing,
+            job.ep, job.cp, strategy)), request, gpu))
+    return min(found, key=_rank) if found else Option(gpu.name, n * job.nodes, None,
+                                                      reasons=[why])
 
 
 def _search(request: Plan, progress: bool) -> list[Option]:
