@@ -114,7 +114,13 @@ def test_plan_ranks_the_devices(server):
     assert r.status_code == 200 and {row["layout"]["strategy"] for row in r.json()} <= {
         "ddp", "zero1"}, r.text
     r = client.post("/v1/plan", json={"model": sha, "batch_size": 4, "epochs": 1,
-                                      "dataset_size": 10000, "strategies": ["fsdp"]})
+                                      "dataset_size": 10000, "devices": ["h100-sxm"],
+                                      "gpus": [1, 2], "strategies": ["fsdp"]})
+    assert r.status_code == 200 and [row["layout"]["strategy"] for row in sorted(
+        r.json(), key=lambda row: row["gpus"])] == ["ddp", "fsdp"], r.text  # one GPU: DDP
+    r = client.post("/v1/plan", json={"model": sha, "batch_size": 4, "epochs": 1,
+                                      "dataset_size": 10000, "strategy": "zero1",
+                                      "strategies": ["fsdp"]})
     assert r.status_code == 422 and r.json()["field"] == "strategies", r.text
     r = client.post("/v1/plan", json={  # a count the split does not divide: listed, not a 422
         "model": sha, "batch_size": 8, "epochs": 1, "dataset_size": 10000, "tp": 2,

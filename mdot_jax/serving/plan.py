@@ -249,6 +249,7 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
             options += [_best_strategy(request, dataclasses.replace(base, device=gpu.name),
                                        gpu, n) for n in counts]
             continue
+        rows: list[tuple[int, Prediction | None, str | None]] = []
         try:
             got = predict(dataclasses.replace(base, device=gpu.name)) if counts else []
             rows = [(p.gpus, p, None) for p in (got if isinstance(got, list) else [got])]
