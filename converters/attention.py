@@ -51,6 +51,7 @@ class Block(NamedTuple):
     causal: bool  # an S x S mask enters between the scores and the softmax
     cross: bool = False  # queries and keys projected from different tensors
     window: int = 0  # a sliding window's keys a query sees (the exporter's metadata; 0: all)
+    local: bool = False  # the kernel visits the window's keys alone (the flash-attn package's)
 
 
 def _walk(start: int, step: dict[int, list[int]], names: np.ndarray

@@ -128,7 +128,9 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                         "--cp)" + ("; with --global-batch, several: each tried" if plan else ""))
     p.add_argument("--attention", choices=ATTENTION,
                    help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
-                        "it (default: what PyTorch runs on the GPU at the precision)")
+                        "it; flash_attention_2: the flash-attn package (transformers' "
+                        "attn_implementation), which takes sliding windows itself (default: "
+                        "what PyTorch runs on the GPU at the precision)")
     p.add_argument("--compile", action="store_true",
                    help="the model compiled with torch.compile (Inductor: memory-bound "
                         "operators fused; a GPU priced from its spec sheet)")

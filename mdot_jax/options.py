@@ -38,6 +38,9 @@ CHECKPOINTING = ("full", "selective")  # activation checkpointing: every layer, 
 FRAMEWORKS = ("pytorch", "megatron")
 # how frozen parameters are held (a base model loaded in the half type, or QLoRA's 4 bits)
 FROZEN_WEIGHTS = ("bf16", "fp16", "nf4")
-ATTENTION = ("flash", "eager")  # fused scaled_dot_product_attention, or as the graph shows it
+# fused scaled_dot_product_attention, as the graph shows it, or the flash-attn package
+# (transformers' attn_implementation "flash_attention_2": a sliding window over its keys alone)
+ATTENTION = ("flash", "eager", "flash_attention_2")
+FLASH_ATTN = "flash_attention_2"
 SCHEDULES = ("1f1b", "gpipe", "interleaved")  # pipeline-parallel schedules
 GPU_PRICERS = ("kernel", "trees")  # a GPU step model's operator pricer: Flax network, LightGBM

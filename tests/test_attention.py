@@ -164,6 +164,44 @@ def test_a_sliding_window_is_read_from_the_config_and_priced_as_the_mask_runs():
     assert kept[local.output] == 2 * 128 * 128 * 2 and not np.delete(kept, local.output).any()
 
 
+def test_the_flash_attn_package_takes_the_window_itself():
+    """`attention="flash_attention_2"` (the flash-attn package): a windowed layer is priced as
+    FlashAttention over its window's keys alone, holds no mask and says so; a layer without a
+    window as SDPA's flash; at fp32 one error naming attention."""
+    from converters import from_hf_config
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.errors import RequestError
+    from mdot_jax.gpu.fused import fused_attention, mask_bytes
+    from mdot_jax.gpu.spec_sheet import FUSED
+
+    mistral = dict(model_type="mistral", hidden_size=64, intermediate_size=64,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   vocab_size=256, max_position_embeddings=512, sliding_window=32)
+    seq = convert(from_hf_config(mistral, seq_len=256), batch_size=2, fuse=True)
+    b = attention_blocks(seq)[0]
+    local = b._replace(local=True)
+    assert mask_bytes(seq, b) > 0 and mask_bytes(seq, local) == 0
+
+    def work(block):
+        return sum(x[0] * x[1] * x[2] * x[3] for x in fused_attention(seq, block)["fw"])
+
+    assert work(local) / work(b) == pytest.approx(32 * (256 - 16) / 256 ** 2, rel=0.05)
+    assert work(local._replace(window=0)) == work(b._replace(window=0))  # no window: flash's
+
+    def step(attention, precision="amp-bf16"):
+        return predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm",
+                                   precision=precision, attention=attention, operators=True))
+
+    sdpa, package = step("flash"), step("flash_attention_2")
+    fused = [sum(o["ms"] for o in p.operators if o["type"] == FUSED) for p in (sdpa, package)]
+    assert fused[1] < fused[0] and package.memory_gb < sdpa.memory_gb
+    assert any("2 with a sliding window, the flash-attn package's" in w
+               for w in package.warnings)
+    with pytest.raises(RequestError, match="^attention: the flash-attn package") as e:
+        step("flash_attention_2", "fp32")
+    assert e.value.field == "attention"
+
+
 @pytest.mark.slow
 def test_a_window_is_every_layers_where_the_config_names_no_layer_types():
     """Mistral masks every layer with its `sliding_window` (none: none); a Llama, whose code

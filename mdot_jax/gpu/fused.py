@@ -8,7 +8,8 @@ nothing large (`tensor_cores.cube`), at the share of the peak fused attention re
   half the keys. A block with a sliding window its keys reach is given transformers' mask
   (`attn_mask`), which FlashAttention does not take: SDPA's memory-efficient kernel runs it
   over every key, with the mask made additive in the query's type, a copy each call that the
-  kernel keeps for its backward (`mask_bytes`).
+  kernel keeps for its backward (`mask_bytes`). The flash-attn package (`Block.local`) takes
+  the window itself: the keys within it alone, no mask.
 - scans whose matrix products stay on chip (`ON_CHIP_SCANS`: Mamba-2's chunked scan,
   `converters.state_space`): the forward once, the backward twice (`scan_gemms`).
 - the pieces of a tensor our exporter's fused kernels read where they lie (`read_in_place`:
@@ -20,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from converters import OperatorSequence
-from converters.attention import Block
+from converters.attention import Block, needed
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.state_space import OWN_OPS
 from mdot_jax.gpu import tensor_cores
@@ -36,15 +37,18 @@ def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple
     docstring)."""
     c = seq.config[block.scores]
     b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
-    keys = max(n // 2, 1) if block.causal and not masked(block, n) else n
+    keys = n
+    if block.causal and not masked(block, n):  # the causal half, or the window's keys
+        keys = max(int(n * needed(block, n)) if block.local else n // 2, 1)
     one = tensor_cores.cube(b * m * keys * k)  # 2 b m keys k FLOPs a GEMM
     return {"fw": [one] * 2, "bw": [one] * 5}
 
 
 def masked(block: Block, keys: int) -> bool:
     """Whether `block` (`keys` a query) runs with a mask tensor: a sliding window its keys
-    reach (transformers passes SDPA the mask then, not `is_causal`)."""
-    return 0 < block.window <= keys
+    reach (transformers passes SDPA the mask then, not `is_causal`), unless its kernel takes
+    the window itself (`Block.local`)."""
+    return 0 < block.window <= keys and not block.local
 
 
 def mask_bytes(seq: OperatorSequence, block: Block) -> float:

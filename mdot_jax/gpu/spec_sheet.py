@@ -209,13 +209,12 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     lin = peaks.linear_gemms(model.info, gpu, precision)  # fp8's linear layers
     warnings: list[str] = [lin[1]] if lin else []
     blocks, inside = _fused_nodes(seq, attention, megatron, blocks)
-    shares = [tensor_cores.fused_attention_share(model.info.get("fused_attention"), gpu, tc, k)
-              for k in ("flash", "efficient")]  # a block without, with a mask tensor
-    slower, note = (shares[0][0], shares[1][0]), shares[0][1]
+    (flash, note), (efficient, masked_note) = (tensor_cores.fused_attention_share(
+        model.info.get("fused_attention"), gpu, tc, k) for k in ("flash", "efficient"))
     cnn = cnn_kernels.applying(model.info, gpu, precision)
     fusion = compiled.fusing(seq, blocks)
-    found = _kernels(seq, model, gpu, precision, at, blocks, inside, slower, megatron, cnn,
-                     {i for g in fusion for i in g.members})
+    found = _kernels(seq, model, gpu, precision, at, blocks, inside, (flash, efficient),
+                     megatron, cnn, {i for g in fusion for i in g.members})
     work = found.work
     work.extend(compiled.kernels(fusion, found.grads.runs, at["fp32"], at["memory"]))
     if precision in AUTOCAST and not megatron:
@@ -271,7 +270,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                         + (f" of a {tp}-way tensor-parallel rank" if (tp := seq.meta.get("tp"))
                            else "") + f" ({u.what}): not measured")
     warnings += sorted({extrapolated[c] for c in found.classes if c in extrapolated})
-    warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note, shares[1][1])
+    warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note, masked_note)
     if fusion:
         warnings.append(compiled.said(fusion, host, framework))
     end = launch_bound(order, host)
@@ -451,14 +450,17 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
         said.append(f"{scans} chunked scans priced as fused kernels: GEMMs of their FLOPs "
                     f"(the backward twice the forward's), {note}")
     if blocks:
-        windowed = sum(masked(b, int(seq.config[b.scores, _C["mm_n"]])) for b in blocks)
+        windowed, local = (sum(masked(b, int(seq.config[b.scores, _C["mm_n"]])) for b in blocks),
+                           sum(b.local and b.window > 0 for b in blocks))
         said.append(f"{len(blocks)} attention blocks priced as fused kernels "
                     f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                     f"FlashAttention's forward and backward, {note}" + (
                         f"; {windowed} with a sliding window the sequence reaches, given "
                         "transformers' mask: SDPA's memory-efficient kernel over every key, "
-                        f"{efficient}; the flash_attention_2 package takes the window itself"
-                        if windowed else ""))
+                        f"{efficient} (attention flash_attention_2: the flash-attn package "
+                        "takes the window itself)" if windowed else "") + (
+                        f"; {local} with a sliding window, the flash-attn package's: over the "
+                        "window's keys alone" if local else ""))
     return said
 
 

@@ -23,7 +23,7 @@ from converters.fusion import fusion_version
 from converters.substitutes import described
 from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
-from mdot_jax.options import AUTOCAST, OPTIMIZERS, SHARDED_WEIGHTS
+from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
 from mdot_jax.serving.predict import input_size_of
 from mdot_jax.serving.prediction import Prediction
@@ -272,6 +272,8 @@ class _SpecSheet:
         model_parallel.check(seq, blocks, self.layout, job.grad_accum, job.cp)
         seq = model_parallel.whole_keys(seq, blocks, job.cp)
         attention = self._attention(blocks, precision, seq.meta.get("eager_attention"))
+        if attention == FLASH_ATTN:  # the flash-attn package takes each window itself
+            blocks = [b._replace(local=True) for b in blocks]
         # what the step depends on: the model and step model themselves (held, and compared
         # by identity), the GPU and the job's fields that reach the pricing
         if job.ep > 1 and not seq.meta.get("experts"):
@@ -290,12 +292,13 @@ class _SpecSheet:
         self.seq = model_parallel.shard_experts(
             model_parallel.shard(seq, job.tp, job.sequence_parallel, blocks), job.ep)
         self.blocks = blocks
-        self.fused = blocks if attention == "flash" else []
+        self.fused = blocks if attention in ("flash", FLASH_ATTN) else []
         again = rerun(self.seq, job.activation_checkpointing, blocks, self.fused) \
             if job.activation_checkpointing else set()
         one = price(self.seq, self.gpu, self.model, precision=precision,
                     step=job.step or "train", optimizer=job.optimizer, fit=False,
-                    attention=attention, blocks=blocks, half_weights=gathered,
+                    attention="flash" if self.fused else attention, blocks=blocks,
+                    half_weights=gathered,
                     framework=job.framework, recompute=again,
                     fused_optimizer=job.fused_optimizer)
         if job.activation_checkpointing:
@@ -310,12 +313,21 @@ class _SpecSheet:
         names `eager_class`: a config's model class that never calls PyTorch's SDPA)."""
         job = self.job
         if not blocks:
-            if job.attention == "flash":
+            if job.attention in ("flash", FLASH_ATTN):
                 raise RequestError("attention: the model has no attention blocks (MatMul, "
                                    "Softmax, MatMul) to fuse", "attention")
             return "eager"
         cc = self.gpu.capability
         runs_flash = precision in AUTOCAST and cc >= 8
+        if job.attention == FLASH_ATTN:
+            if not runs_flash:
+                raise RequestError(f"attention: the flash-attn package ({FLASH_ATTN}) runs at "
+                                   "half precision on compute capability 8.0 and later (this "
+                                   f"is {precision} on {cc:g})", "attention")
+            self.notes.append(f"attention: {FLASH_ATTN} (the flash-attn package) priced as "
+                              "FlashAttention" + ("; each sliding window over its own keys, no "
+                                                  "mask" if any(b.window for b in blocks) else ""))
+            return FLASH_ATTN
         if job.attention:
             if job.attention == "flash" and not runs_flash:
                 self.notes.append(f"attention: flash as asked, but PyTorch runs FlashAttention "

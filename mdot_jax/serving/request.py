@@ -112,9 +112,11 @@ class TrainingJob:
         pipeline's micro-batches).
       activation_checkpointing: `full` (every layer's forward run again in its backward) or
         `selective` (only the attention core's).
-      attention: `flash` (PyTorch's fused scaled_dot_product_attention) or `eager` (as the
-        graph shows it); None: flash where PyTorch runs it (half precision, compute
-        capability 8.0 and later), a note says which.
+      attention: `flash` (PyTorch's fused scaled_dot_product_attention), `eager` (as the
+        graph shows it) or `flash_attention_2` (the flash-attn package, transformers'
+        `attn_implementation`: FlashAttention that takes a sliding window itself, its keys
+        alone); None: flash where PyTorch runs it (half precision, compute capability 8.0 and
+        later), a note says which.
       fused_optimizer: torch.optim's fused update kernel (`fused=True`; transformers'
         Trainer's default, `adamw_torch_fused`), not its default foreach kernels (GPUs priced
         from their spec sheets; `gpu.update`).
