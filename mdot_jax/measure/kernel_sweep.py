@@ -9,7 +9,9 @@ The kernels:
   dim, so that they span tiles and waves, at fp32 (TF32 off), tf32, fp16, bf16, and fp8
   (`torch._scaled_mm`, where the GPU has it);
 - `sdpa`: `scaled_dot_product_attention` forward and backward, causal, with the flash and the
-  memory-efficient backends, at fp16 and bf16;
+  memory-efficient backends, at fp16 and bf16; and `sdpa-masked`: the memory-efficient backend
+  given a boolean sliding-window mask of half the keys ([b, 1, s, s], as transformers builds
+  one for a window the sequence reaches), over every key;
 - `elementwise` (add, mul, gelu), `layer_norm` and `softmax` over [rows, cols] at fp32 and
   bf16;
 - a CNN's kernels at fp32 (cuDNN's default: TF32 convolutions) and bf16, in NCHW and
@@ -87,7 +89,7 @@ def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
         rows[0] += [dict(kind=kind, precision=p, dims=dims) for p in precisions]
     for dims in sdpa:
         rows[1] += [dict(kind=f"sdpa-{backend}", precision=p, dims=dims)
-                    for backend in ("flash", "efficient") for p in halves]
+                    for backend in ("flash", "efficient", "masked") for p in halves]
     for dims in rowwise:
         rows[2] += [dict(kind=kind, precision=p, dims=dims) for kind in
                     ("add", "mul", "gelu", "layer_norm", "softmax")
@@ -183,9 +185,10 @@ def _work(row: dict) -> tuple[float, float]:
     if kind == "linear-train":  # y = x w^T, dx = dy w, dw = dy^T x
         t, v, d = dims
         return 6.0 * t * v * d, width * 3.0 * (t * d + v * d + t * v)
-    if kind.startswith("sdpa"):
+    if kind.startswith("sdpa"):  # fwd + bwd; causal: half the keys, a mask: every key
         b, h, s, d = dims
-        return 3.5 * 4.0 * b * h * s * s * d / 2, width * 8.0 * b * h * s * d  # fwd + bwd
+        return (3.5 * 4.0 * b * h * s * s * d / (1 if kind == "sdpa-masked" else 2),
+                width * 8.0 * b * h * s * d)
     if kind.startswith("dwconv"):  # c filters of r x r, one per channel
         n, c, h, r, stride = dims
         out = n * c * (-(-h // stride)) ** 2  # padding r // 2: ceil(h / stride) a side
@@ -250,10 +253,16 @@ def _kernel(row: dict, device: str):
         q, kk, v = (new(b, h, s, d, grad=True) for _ in range(3))
         backend = SDPBackend.FLASH_ATTENTION if kind.endswith("flash") else \
             SDPBackend.EFFICIENT_ATTENTION
+        mask = None
+        if kind == "sdpa-masked":  # a sliding window of s / 2 keys, causal within it
+            i = torch.arange(s, device=device)
+            near = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < max(s // 2, 1))
+            mask = near.expand(b, 1, s, s).contiguous()
 
         def run():
             with sdpa_kernel(backend):
-                F.scaled_dot_product_attention(q, kk, v, is_causal=True).sum().backward()
+                F.scaled_dot_product_attention(q, kk, v, attn_mask=mask,
+                                               is_causal=mask is None).sum().backward()
         return run
     if kind.startswith(("conv", "dwconv", "batch_norm")):
         return _cnn_kernel(row, device, dtype)
