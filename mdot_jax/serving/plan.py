@@ -249,7 +249,7 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
             options += [_best_strategy(request, dataclasses.replace(base, device=gpu.name),
                                        gpu, n) for n in counts]
             continue
-        rows: list[tuple[int, Prediction | None, str | None]] = []
+        rows: list[tuple[int, Prediction | None, str | None]]
         try:
             got = predict(dataclasses.replace(base, device=gpu.name)) if counts else []
             rows = [(p.gpus, p, None) for p in (got if isinstance(got, list) else [got])]
@@ -265,9 +265,8 @@ def _best_strategy(request: Plan, job: TrainingJob, gpu, n: int) -> Option:
     replica: as DDP), the best kept, its strategy in its layout."""
     from mdot_jax.serving.front import predict
 
-    replicas = n * job.nodes // (job.tp * job.pp * job.cp)
     found, why = [], ""
-    for strategy in [s for s in request.strategies if s == "ddp" or replicas > 1] or ["ddp"]:
+    for strategy in _strategies(request, job, n * job.nodes // (job.tp * job.pp * job.cp)):
         try:
             p = predict(dataclasses.replace(job, gpus=n, strategy=strategy))
         except MdotError as e:  # a strategy the job cannot take (muon's, hsdp with ep)
@@ -278,6 +277,12 @@ def _best_strategy(request: Plan, job: TrainingJob, gpu, n: int) -> Option:
             job.ep, job.cp, strategy)), request, gpu))
     return min(found, key=_rank) if found else Option(gpu.name, n * job.nodes, None,
                                                       reasons=[why])
+
+
+def _strategies(request: Plan, job: TrainingJob, replicas: int) -> list[str]:
+    """The data-parallel strategies to price `job` under with `replicas`: those asked (one
+    replica: nothing to shard, DDP alone), or the job's own."""
+    return [s for s in request.strategies if s == "ddp" or replicas > 1] or [job.strategy]
 
 
 def _search(request: Plan, progress: bool) -> list[Option]:
@@ -340,8 +345,7 @@ def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[O
         e for e in (1 << i for i in range(replicas.bit_length()))
         if replicas % e == 0 and moe["experts"] % e == 0]
     ckpts = [job.activation_checkpointing] if job.activation_checkpointing else [None, "full"]
-    strategies = [s for s in request.strategies if s == "ddp" or replicas > 1] or \
-        [job.strategy]  # one replica: nothing to shard
+    strategies = _strategies(request, job, replicas)
     found, refused = [], None
     for strategy, ep in ((s, e) for s in strategies for e in eps):
         for ckpt in ckpts:
