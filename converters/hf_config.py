@@ -71,6 +71,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         fields.pop(key, None)  # not how it trains: `--precision` says that
     try:
         cfg = transformers.AutoConfig.for_model(kind, **fields)
+        _check_heads(cfg, fields, where)
         settings = cfg.to_dict()
         experts = max((v for k, v in settings.items()
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
@@ -81,6 +82,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             with torch.device("meta"):
                 model = (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
                          else transformers.AutoModelForCausalLM).from_config(cfg)
+    except ConversionError:
+        raise
     except Exception as e:  # transformers' own refusal of the config, whatever its type
         while e.__cause__ is not None:  # a validator's error wraps the one that says why
             e = e.__cause__  # type: ignore[assignment]
@@ -226,6 +229,28 @@ LENGTH_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "n_ctx
 # the fields that set a causal LM's size: left out of a config.json, transformers' defaults
 # (a 7B Llama's, a 124M GPT-2's) build the model, which the user should hear
 SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def _check_heads(cfg: Any, given: dict, where: str) -> None:
+    """One error naming the field (as `given`, the config.json's fields, names it) where the
+    attention heads cannot be built: no query head, or key/value heads that do not share the
+    query heads out evenly (grouped-query attention gives each a whole number of them)."""
+    names = getattr(cfg, "attribute_map", {})
+
+    def said(f: str) -> str:
+        return names.get(f, f) if names.get(f, f) in given else f
+
+    heads, kv = (getattr(cfg, f, None) for f in ("num_attention_heads", "num_key_value_heads"))
+    if not isinstance(heads, int) or isinstance(heads, bool):
+        return
+    if heads < 1:
+        raise ConversionError(f"{where}: {said('num_attention_heads')} is {heads}; a model "
+                              "attends with one head or more")
+    if isinstance(kv, int) and not isinstance(kv, bool) and (kv < 1 or heads % kv):
+        raise ConversionError(
+            f"{where}: {said('num_attention_heads')} ({heads}) is not a multiple of "
+            f"{said('num_key_value_heads')} ({kv}): grouped-query attention shares each "
+            "key/value head among a whole number of query heads")
 
 
 def _defaulted(cfg: Any, given: dict) -> dict[str, Any]:

@@ -21,9 +21,7 @@ from converters.substitutes import described
 from mdot_jax import __version__, cli_build, cli_job, cli_plan, writers
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, UsageError
-from mdot_jax.options import (
-    MEASURED_PRECISIONS,
-)
+from mdot_jax.options import CHOICE_HINTS, MEASURED_PRECISIONS
 from mdot_jax.readable import hours, number, percent
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
@@ -272,6 +270,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one line (`mdot: error: argument --x: ...`), exit 2."""
 
     def error(self, message: str):
+        bad = re.match(r"argument --([\w-]+): invalid choice: '([^']*)'", message)
+        if bad:  # a value another tool's vocabulary gives the flag: what it is called here
+            message += CHOICE_HINTS.get((bad[1].replace("-", "_"), bad[2]), "")
         print(f"mdot: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
 

@@ -42,5 +42,13 @@ FROZEN_WEIGHTS = ("bf16", "fp16", "nf4")
 # (transformers' attn_implementation "flash_attention_2": a sliding window over its keys alone)
 ATTENTION = ("flash", "eager", "flash_attention_2")
 FLASH_ATTN = "flash_attention_2"
+# (field, a value another tool's vocabulary gives it) -> what it is called here
+CHOICE_HINTS = {
+    ("strategy", "tp"): " (tensor parallelism: give tp)",
+    ("strategy", "pp"): " (pipeline parallelism: give pp)",
+    ("strategy", "zero3"): " (ZeRO stage 3 shards the weights too: fsdp)",
+    ("attention", "sdpa"): " (transformers' sdpa is PyTorch's scaled_dot_product_attention: "
+                           "flash, which runs the kernel SDPA chooses)",
+    ("activation_checkpointing", "none"): " (none: leave it out)"}
 SCHEDULES = ("1f1b", "gpipe", "interleaved")  # pipeline-parallel schedules
 GPU_PRICERS = ("kernel", "trees")  # a GPU step model's operator pricer: Flax network, LightGBM

@@ -1,6 +1,7 @@
 """Bad input: one line on stderr naming the problem, exit code 2, never a traceback."""
 
 import json
+import re
 
 import onnx
 import pytest
@@ -302,3 +303,21 @@ def test_an_error_in_a_configs_graph_names_the_config(capsys, tmp_path):
     code, _, err = run(capsys, "predict", str(config), "--seq-len", "8", "--batch-size", "2",
                        "--input-shape", "input_ids=2,4", "--device", "h100-sxm")
     assert code == 2 and f"{config}: input 'input_ids': --input-shape gives 4" in err
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--attention", "sdpa", "transformers' sdpa is PyTorch's scaled_dot_product_attention: flash"),
+    ("--strategy", "zero3", "ZeRO stage 3 shards the weights too: fsdp"),
+    ("--activation-checkpointing", "none", "none: leave it out"),
+])
+def test_a_value_in_another_tools_words_is_told_ours(capsys, flag, value, needle):
+    """The CLI and the library say alike what a value from transformers' or DeepSpeed's
+    vocabulary is called here."""
+    from mdot_jax.errors import RequestError
+    from mdot_jax.serving.request import TrainingJob
+
+    code, _, err = run(capsys, "predict", "model.onnx", "--batch-size", "2", flag, value)
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+    field = flag[2:].replace("-", "_")
+    with pytest.raises(RequestError, match=re.escape(needle)):
+        TrainingJob(model="model.onnx", batch_size=2, **{field: value})

@@ -181,6 +181,13 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
     with pytest.raises(ConversionError, match="'llama' builds no language model here: The hidden "
                                               "size .64. is not a multiple .* heads .3."):
         from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3})
+    # heads that cannot be built: the fields as the file names them, before any export
+    with pytest.raises(ConversionError, match=r"num_attention_heads \(8\) is not a multiple of "
+                                              r"num_key_value_heads \(3\)"):
+        from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,
+                        "num_key_value_heads": 3})
+    with pytest.raises(ConversionError, match="config: n_head is 0"):
+        from_hf_config({"model_type": "gpt2", "n_head": 0})
     # longer than the positions its ALiBi bias was built for: the field to change
     mpt = dict(model_type="mpt", d_model=32, n_layers=1, n_heads=2, max_seq_len=64,
                vocab_size=64, attn_config=dict(alibi=True))

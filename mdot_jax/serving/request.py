@@ -18,6 +18,7 @@ from mdot_jax.options import (
     ATTENTION,
     AUTOCAST,
     CHECKPOINTING,
+    CHOICE_HINTS,
     FRAMEWORKS,
     FROZEN_WEIGHTS,
     INTERCONNECTS,
@@ -64,9 +65,9 @@ def _flag(name: str, value: Any) -> None:
 def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True) -> None:
     if (value is None and optional) or value in choices:
         return
-    hint = {"tp": " (tensor parallelism: give tp)", "pp": " (pipeline parallelism: give pp)"}
     raise RequestError(f"{name} {value!r}: choose from {list(choices)}"
-                       f"{hint.get(value, '') if name == 'strategy' else ''}", name)
+                       f"{CHOICE_HINTS.get((name, value), '')}", name)
+
 
 
 @dataclass(frozen=True)
