@@ -5,12 +5,16 @@ PyTorch itself runs one fused kernel (FlashAttention, memory-efficient attention
 GPUs at half precision, without the S x S tensors the decomposition shows.
 
 A block is causal when a mask of its full S x S (queries x keys) enters the work between the
-scores and the softmax, as decoders' causal masks do (a padding mask is [B, 1, 1, S]): made by
-an operator of the graph from no parameter, or folded into a constant at export (short
-sequences), then seen as the condition of the `Where` that applies it or as the constant
-operand of an `Add` over the scores as they are. An S x S term a parameter reaches is a learned
-position bias (Swin's, LeViT's, T5's): an additive mask, with which PyTorch's fused kernels
-compute every key, so not causal, as for T5's decoder, whose causal mask is added to its bias.
+scores and the softmax, as decoders' causal masks do: made by an operator of the graph from no
+parameter, or folded into a constant at export (short sequences), then seen as the condition of
+the `Where` that applies it or as the constant operand of an `Add` over the scores as they are;
+and ordering queries against keys (`meta["mask_patterns"]`: it reads a comparison as wide as the
+scores, a folded constant that varies over both, or a buffer whose values a weight-free export
+dropped). A padding mask ([B, 1, 1, S], which transformers expands to S x S for an encoder)
+compares nothing: every key is attended, as for a mask the graph takes as a data input.
+An S x S term a parameter reaches is a learned position bias (Swin's, LeViT's, T5's): an
+additive mask, with which PyTorch's fused kernels compute every key, so not causal, as for T5's
+decoder, whose causal mask is added to its bias.
 A constant holding one value throughout masks nothing (T5's cross-attention adds its zero
 position bias, [1, H, S, S]): the sequence names the Adds of one (`meta["fill_operands"]`).
 
@@ -233,6 +237,13 @@ def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
             todo = [p for k in todo for p in preds.get(k, [])]
         return False
 
+    marks = seq.meta.get("mask_patterns")
+    marks = None if marks is None else set(marks)
+
+    def ordered(j: int) -> bool:  # it reads a mask that compares queries with keys (a padding
+        # mask alone does not; a sequence converted before such reads were recorded: any mask)
+        return marks is None or seq.node_names[j] in marks
+
     fills = set(seq.meta.get("fill_operands", ()))
 
     def constant(i: int) -> bool:  # Add(scores, a folded S x S constant), at the scores' rank
@@ -243,6 +254,6 @@ def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
             and 0 < other and (other < numel or numel == side[0] * side[1]) \
             and other % (side[0] * side[1]) == 0
 
-    return any(mask(j, "out") and not learned(j) for i in inner for j in preds.get(i, [])
-               if j not in inner) or \
-        any(names[i] == "Where" and mask(i, "in") or constant(i) for i in inner)
+    return any(mask(j, "out") and not learned(j) and ordered(j) for i in inner
+               for j in preds.get(i, []) if j not in inner) or \
+        any((names[i] == "Where" and mask(i, "in") or constant(i)) and ordered(i) for i in inner)

@@ -33,7 +33,6 @@ import onnx
 from onnx import numpy_helper
 
 from converters.errors import ConversionError
-from converters.tensors import FLOAT_TYPES
 
 VIEWS = frozenset(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"))
 FUSION_VERSION = 2  # 1: GELU, SiLU, no-op Dropout, views; 2: + in-graph running statistics
@@ -71,20 +70,6 @@ def constants(graph: onnx.GraphProto, max_size: int = 16) -> dict[str, np.ndarra
                 elif a.name in ("value_float", "value_int"):
                     out[node.output[0]] = np.asarray(onnx.helper.get_attribute_value(a))
     return out
-
-
-def fills(graph: onnx.GraphProto) -> set[str]:
-    """Float tensors of more than one element that hold one value throughout (a zero position
-    bias that `torch.zeros` made: a ConstantOfShape's output, or the initializer folding made
-    of it): no mask, whatever their shape."""
-    out = set()
-    for init in graph.initializer:
-        if init.data_type in FLOAT_TYPES and int(np.prod(init.dims)) > 1 and (
-                init.raw_data or init.float_data or init.double_data):
-            v = numpy_helper.to_array(init)
-            if v.min() == v.max():
-                out.add(init.name)
-    return out | {n.output[0] for n in graph.node if n.op_type == "ConstantOfShape"}
 
 
 def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],

@@ -246,7 +246,9 @@ def _check_heads(cfg: Any, given: dict, where: str) -> None:
     if heads < 1:
         raise ConversionError(f"{where}: {said('num_attention_heads')} is {heads}; a model "
                               "attends with one head or more")
-    if isinstance(kv, int) and not isinstance(kv, bool) and (kv < 1 or heads % kv):
+    kv_given = names.get("num_key_value_heads", "num_key_value_heads") in given  # not the
+    # class's default (DeepSeek's latent attention keeps 128 whatever its heads)
+    if kv_given and isinstance(kv, int) and not isinstance(kv, bool) and (kv < 1 or heads % kv):
         raise ConversionError(
             f"{where}: {said('num_attention_heads')} ({heads}) is not a multiple of "
             f"{said('num_key_value_heads')} ({kv}): grouped-query attention shares each "

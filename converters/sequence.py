@@ -23,12 +23,13 @@ import onnx
 
 from converters.checks import _lost_shape, _refuse_merged, _refuse_rows_past_the_table
 from converters.errors import ConversionError
-from converters.fusion import VIEWS, constants, fills, fusion_version
+from converters.fusion import VIEWS, constants, fusion_version
 from converters.fusion import Node as _Node
 from converters.fusion import fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
 from converters.kept import KEPT
 from converters.kind import graph_kind
+from converters.masks import Ordering, fills
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
 from converters.tensors import _ELEM_BYTES, _NO_SHAPE, FLOAT_TYPES, _Tensor, _tensor_types
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
@@ -366,6 +367,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     frozen = params & set(_metadata(model).get(FROZEN_KEY, "").split(","))
     frozen_nodes: list[int] = []  # those all of whose parameters are frozen
     fill, filled = fills(graph), []  # Adds of a fill: no mask (`converters.attention`)
+    order_masks, patterned = Ordering(graph, params, data_inputs, types), []  # causal masks
     order, producer = _node_order(nodes, graph_inputs)
 
     is_data = dict.fromkeys(data_inputs | floats, True)
@@ -385,6 +387,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         data = node.op_type not in _SHAPE_OPS and any(is_data.get(t, False) for t in inputs)
         for t in node.outputs:
             is_data[t] = data
+        reads = order_masks.reads(node.op_type, inputs, node.outputs)
         if not data:
             dropped += 1
             continue
@@ -406,6 +409,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         loads.append(load)
         ids.append(op_id(node.op_type))
         names.append(node.name or f"{node.op_type}_{i}")
+        if reads:
+            patterned.append(names[-1])
         if node.op_type == "Add" and fill.intersection(inputs):
             filled.append(names[-1])
         used_params.update(node_params)
@@ -429,6 +434,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
         **({"fill_operands": filled} if filled else {}),
+        mask_patterns=patterned,
         **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
         **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),
         **({"eager_attention": a} if (a := _metadata(model).get(EAGER_KEY)) else {}),

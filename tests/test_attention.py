@@ -222,3 +222,34 @@ def test_a_window_is_every_layers_where_the_config_names_no_layer_types():
                                     batch_size=2, device="h100-sxm", precision="amp-bf16"))
             assert any("; 2 with a sliding window the sequence reaches" in w
                        for w in p.warnings)
+
+
+class _WithMask(torch.nn.Module):
+    """A Hugging Face model called as its users train it: token ids and an attention mask."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+@pytest.mark.parametrize("kind,tokens,causal", [
+    ("bert", 64, False), ("gpt2", 64, True),  # the mask's constant part folded at conversion
+    ("gpt2", 1100, True), ("bert", 1100, False)])  # past the folding size: compared at run time
+def test_a_padding_mask_is_not_a_causal_one(kind, tokens, causal):
+    """An encoder exported with its attention mask gets an S x S mask made of the batch's
+    padding alone: every key attended, not the causal half; a decoder's mask also compares
+    queries with keys, folded or not."""
+    cfg = dict(bert=transformers.BertConfig(hidden_size=32, num_hidden_layers=1,
+                                            num_attention_heads=2, intermediate_size=64,
+                                            vocab_size=64, max_position_embeddings=2048),
+               gpt2=transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64,
+                                            n_positions=2048))[kind]
+    model = transformers.AutoModelForMaskedLM.from_config(cfg) if kind == "bert" else \
+        transformers.AutoModelForCausalLM.from_config(cfg)
+    ids, mask = torch.zeros(1, tokens, dtype=torch.long), torch.ones(1, tokens, dtype=torch.long)
+    graph = from_torch(_WithMask(model), (ids, mask), input_names=["input_ids", "attention_mask"])
+    blocks = attention_blocks(convert(graph, batch_size=2, fuse=2))
+    assert blocks and {b.causal for b in blocks} == {causal}

@@ -1,0 +1,86 @@
+"""Attention masks as the converter sees them, for `converters.attention`: constants that mask
+nothing (a fill), and the tensors of a mask that orders queries against keys (a causal or a
+sliding-window one), as opposed to one made of a batch's padding alone (an encoder's, expanded
+to queries x keys by transformers), which attends every key. Host-side numpy over the graph."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from converters.fusion import constants
+from converters.tensors import _NO_SHAPE, FLOAT_TYPES, _Tensor
+
+MASK_MAX_ELEMENTS = 1 << 22  # the largest folded mask `patterns` reads (a 2,048-token square)
+# comparisons that, as wide as the scores, order queries against keys; the operators a mask is
+# built and applied with
+COMPARISONS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Trilu"}
+MASK_OPS = COMPARISONS | {"And", "Or", "Not", "Xor", "Cast", "Expand", "Reshape", "Unsqueeze",
+                          "Squeeze", "Transpose", "Slice", "Where", "Mul", "Add", "Sub", "Neg",
+                          "Concat", "Tile", "Gather", "Equal", "Min", "Max", "BitwiseAnd",
+                          "BitwiseOr", "BitwiseNot"}
+
+
+def fills(graph: onnx.GraphProto) -> set[str]:
+    """Float tensors of more than one element that hold one value throughout (a zero position
+    bias that `torch.zeros` made: a ConstantOfShape's output, or the initializer folding made
+    of it): no mask, whatever their shape."""
+    out = set()
+    for init in graph.initializer:
+        if init.data_type in FLOAT_TYPES and int(np.prod(init.dims)) > 1 and (
+                init.raw_data or init.float_data or init.double_data):
+            v = numpy_helper.to_array(init)
+            if v.min() == v.max():
+                out.add(init.name)
+    return out | {n.output[0] for n in graph.node if n.op_type == "ConstantOfShape"}
+
+
+def patterns(graph: onnx.GraphProto, params: set[str]) -> set[str]:
+    """Constant tensors, not parameters, that vary along both of their last two dims: a causal
+    or windowed mask (queries x keys) folded at export or conversion. A mask made from a
+    batch's padding alone holds none (its constant part is one value, or varies over the keys
+    only)."""
+    out = set()
+    for name, v in constants(graph, MASK_MAX_ELEMENTS).items():
+        if name in params or v.ndim < 2 or min(v.shape[-2:]) < 2:
+            continue
+        if (v != v[..., :1]).any() and (v != v[..., :1, :]).any():
+            out.add(name)
+    return out
+
+
+def square(shape) -> bool:
+    """Whether a shape's last two dims are both known and wider than one."""
+    return shape is not None and len(shape) >= 2 and all(
+        isinstance(d, int) and d > 1 for d in shape[-2:])
+
+
+class Ordering:
+    """The tensors of masks that order queries against keys, followed through the graph in
+    topological order (`reads`): a folded constant that varies over both of its last dims
+    (`patterns`), a value-less square buffer of a weight-free export (a causal mask a module
+    keeps), a comparison as wide as the scores, and what `MASK_OPS` make of them."""
+
+    def __init__(self, graph: onnx.GraphProto, params: set[str], data: set[str],
+                 types: Mapping[str, _Tensor]):
+        valued = {i.name for i in graph.initializer}
+        self.types = types
+        self.tensors = patterns(graph, params) | {
+            i.name for i in graph.input
+            if i.name not in data | params | valued and square(self.shape_of(i.name))}
+
+    def shape_of(self, tensor: str):
+        return self.types.get(tensor, _NO_SHAPE).shape
+
+    def reads(self, op_type: str, inputs: Iterable[str], outputs: Iterable[str]) -> bool:
+        """Whether this node reads such a mask (or makes one, comparing); its outputs are one
+        where it is a mask's operator."""
+        outputs = list(outputs)
+        found = bool(self.tensors.intersection(inputs)) or op_type in COMPARISONS and bool(
+            outputs) and square(self.shape_of(outputs[0]))
+        if found and op_type in MASK_OPS:
+            self.tensors.update(outputs)
+        return found
