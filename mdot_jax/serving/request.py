@@ -69,7 +69,6 @@ def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True
                        f"{CHOICE_HINTS.get((name, value), '')}", name)
 
 
-
 @dataclass(frozen=True)
 class TrainingJob:
     """One training job to predict.
