@@ -103,8 +103,8 @@ if [ "$DRY" = 1 ]; then
   step 40 25 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
     --batch-sizes 2 --image-sizes 32 --threads 2 --trace --out "$WORK/fp32"
   step 30 20 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 20
-  step 20 0 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run \
-    --keys-with /compiled --seconds 10
+  step 60 0 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run \
+    --keys-with /compiled --seconds 10  # what is left: compiling takes 20-40 s on 2 cores
 else
   # the GPU set: every name is a zoo model (tests/test_gpu_kit.py checks)
   GPU_MODELS=resnet50,resnet101,convnext_tiny,efficientnet_b0,densenet121,mobilenet_v3_large

@@ -79,3 +79,25 @@ def test_a_burst_is_timed_per_launch():
     assert len(calls) == 5 and 1.5 < ms < 20  # per launch, not the burst's total
     row = kernel_sweep.measure(kernel_sweep.plan(True)[0], "cpu")
     assert row["launches"] == 1 and row["ms_alone"] > 0 and len(row["ms_all"]) == 10
+
+
+def test_a_kit_step_interrupted_in_a_row_keeps_what_it_wrote_and_resumes(tmp_path, capsys):
+    """The kit stops a step with SIGINT when its time is up (`timeout -s INT`): the rows
+    measured stay, the step says so in one line (no traceback in the kit's log), and a second
+    run measures the rest."""
+    from mdot_jax.measure import resumable
+
+    rows = [{"key": f"k{i}"} for i in range(3)]
+
+    def measure(row, device):
+        if row["key"] == "k1" and not (tmp_path / "again").exists():
+            raise KeyboardInterrupt
+        return dict(row, ms=1.0)
+
+    out = tmp_path / "rows.jsonl"
+    assert resumable.main([str(out), "--dry-run"], "", lambda dry: rows, measure) == 130
+    assert "interrupted in a row; 1 measured" in capsys.readouterr().err
+    assert [json.loads(x)["key"] for x in out.read_text().splitlines()] == ["k0"]
+    (tmp_path / "again").touch()
+    assert resumable.main([str(out), "--dry-run"], "", lambda dry: rows, measure) == 0
+    assert [json.loads(x)["key"] for x in out.read_text().splitlines()] == ["k0", "k1", "k2"]

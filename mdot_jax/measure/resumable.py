@@ -31,17 +31,22 @@ def main(argv: list[str] | None, description: str, plan: Callable[[bool], list[d
     if args.out.exists():
         done = {json.loads(x)["key"] for x in args.out.read_text().splitlines() if x.strip()}
     start, n = time.perf_counter(), 0
-    with open(args.out, "a") as f:
-        for row in plan(args.dry_run):
-            if row["key"] in done or args.keys_with not in row["key"]:
-                continue
-            got = dict(measure(row, device), device=name, torch=torch.__version__)
-            if device == "cuda":  # what `measure` allocated is gone with it
-                torch.cuda.empty_cache()
-            f.write(json.dumps(got) + "\n")
-            f.flush()
-            n += 1
-            if time.perf_counter() - start > args.seconds:
-                break
+    try:
+        with open(args.out, "a") as f:
+            for row in plan(args.dry_run):
+                if row["key"] in done or args.keys_with not in row["key"]:
+                    continue
+                got = dict(measure(row, device), device=name, torch=torch.__version__)
+                if device == "cuda":  # what `measure` allocated is gone with it
+                    torch.cuda.empty_cache()
+                f.write(json.dumps(got) + "\n")
+                f.flush()
+                n += 1
+                if time.perf_counter() - start > args.seconds:
+                    break
+    except KeyboardInterrupt:  # the kit's `timeout -s INT`: the rows written are kept
+        print(f"{args.out.name}: interrupted in a row; {n} measured, {len(done)} there before "
+              "(a second run resumes)", file=sys.stderr)
+        return 130
     print(f"{args.out.name}: {n} measured, {len(done)} there before", file=sys.stderr)
     return 0
