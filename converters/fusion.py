@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -55,15 +55,19 @@ class Node(NamedTuple):
     proto: onnx.NodeProto
 
 
-def constants(graph: onnx.GraphProto, max_size: int = 16) -> dict[str, np.ndarray]:
-    """Small constant tensors by name: Constant nodes' values and initializers with data."""
+def constants(graph: onnx.GraphProto, max_size: int = 16,
+              keep: Callable[[str, Sequence[int]], bool] | None = None) -> dict[str, np.ndarray]:
+    """Small constant tensors by name: Constant nodes' values and initializers with data;
+    `keep(name, dims)`: only those it accepts (decided before any is read)."""
     out = {}
     for init in graph.initializer:
         if int(np.prod(init.dims)) <= max_size and (init.raw_data or init.float_data
-                                                   or init.int64_data or init.double_data):
+                                                   or init.int64_data or init.double_data) \
+                and (keep is None or keep(init.name, init.dims)):
             out[init.name] = numpy_helper.to_array(init)
     for node in graph.node:
-        if node.op_type == "Constant":
+        if node.op_type == "Constant" and (keep is None or keep(node.output[0], next(
+                (a.t.dims for a in node.attribute if a.name == "value"), ()))):
             for a in node.attribute:
                 if a.name == "value":
                     out[node.output[0]] = numpy_helper.to_array(a.t)

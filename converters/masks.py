@@ -5,12 +5,13 @@ to queries x keys by transformers), which attends every key. Host-side numpy ove
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from converters.fusion import constants
 from converters.tensors import _NO_SHAPE, FLOAT_TYPES, _Tensor
 
 MASK_MAX_ELEMENTS = 1 << 22  # the largest folded mask `patterns` reads (a 2,048-token square)
@@ -42,23 +43,11 @@ def patterns(graph: onnx.GraphProto, params: set[str]) -> set[str]:
     or windowed mask (queries x keys) folded at export or conversion. A mask made from a
     batch's padding alone holds none (its constant part is one value, or varies over the keys
     only)."""
-    out = set()
-    for name, t in _constants(graph):
-        if name in params or len(t.dims) < 2 or min(t.dims[-2:]) < 2 or \
-                int(np.prod(t.dims)) > MASK_MAX_ELEMENTS or not (
-                    t.raw_data or t.int32_data or t.int64_data or t.float_data or t.double_data):
-            continue  # read only what could be a folded mask, never a weight
-        v = numpy_helper.to_array(t)
-        if (v != v[..., :1]).any() and (v != v[..., :1, :]).any():
-            out.add(name)
-    return out
+    def wide(name: str, dims) -> bool:  # what could be a folded mask, never a weight
+        return name not in params and len(dims) >= 2 and min(dims[-2:]) >= 2
 
-
-def _constants(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.TensorProto]]:
-    """Every constant tensor of the graph by name: initializers and Constant nodes' values."""
-    yield from ((i.name, i) for i in graph.initializer)
-    yield from ((n.output[0], a.t) for n in graph.node if n.op_type == "Constant"
-                for a in n.attribute if a.name == "value")
+    return {name for name, v in constants(graph, MASK_MAX_ELEMENTS, wide).items()
+            if (v != v[..., :1]).any() and (v != v[..., :1, :]).any()}
 
 
 def square(shape) -> bool:
@@ -84,10 +73,9 @@ class Ordering:
     def shape_of(self, tensor: str):
         return self.types.get(tensor, _NO_SHAPE).shape
 
-    def reads(self, op_type: str, inputs: Iterable[str], outputs: Iterable[str]) -> bool:
+    def reads(self, op_type: str, inputs: Iterable[str], outputs: list[str]) -> bool:
         """Whether this node reads such a mask (or makes one, comparing); its outputs are one
         where it is a mask's operator."""
-        outputs = list(outputs)
         found = bool(self.tensors.intersection(inputs)) or op_type in COMPARISONS and bool(
             outputs) and square(self.shape_of(outputs[0]))
         if found and op_type in MASK_OPS:
