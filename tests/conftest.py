@@ -1,5 +1,6 @@
 """Test set-up: every cache goes to a temporary folder, so tests leave nothing behind."""
 
+import gc
 import os
 import pathlib
 import shutil
@@ -111,3 +112,11 @@ def _configs_export_in_process(request, monkeypatch):
         from mdot_jax.serving import model_source
 
         monkeypatch.setattr(model_source, "_export_child", _export_here)
+
+
+def pytest_collection_finish(session):
+    """What collection imported (torch, transformers, JAX: most of a worker's objects) lives
+    for the whole session: frozen, the cycle collector stops walking it, and runs 30x less
+    often than Python's default (every 700 allocations)."""
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
