@@ -17,6 +17,9 @@ additive mask, with which PyTorch's fused kernels compute every key, so not caus
 decoder, whose causal mask is added to its bias.
 A constant holding one value throughout masks nothing (T5's cross-attention adds its zero
 position bias, [1, H, S, S]): the sequence names the Adds of one (`meta["fill_operands"]`).
+A block is padded when the work between its scores and softmax applies a mask made of the batch
+with no parameter (`meta["padding_masks"]`: an attention mask given as an input, which
+transformers passes on to PyTorch's attention as a tensor), causal or not.
 
 A block is cross-attention (an encoder-decoder's) when its queries and its keys are projected
 from different tensors (the decoder's and the encoder's output), where self-attention projects
@@ -56,6 +59,7 @@ class Block(NamedTuple):
     cross: bool = False  # queries and keys projected from different tensors
     window: int = 0  # a sliding window's keys a query sees (the exporter's metadata; 0: all)
     local: bool = False  # the kernel visits the window's keys alone (the flash-attn package's)
+    padded: bool = False  # a mask made of the batch (its attention mask) enters the scores
 
 
 def _walk(start: int, step: dict[int, list[int]], names: np.ndarray
@@ -82,6 +86,7 @@ def attention_blocks(seq: OperatorSequence) -> list[Block]:
 
 def _blocks(seq: OperatorSequence) -> list[Block]:
     names = seq.op_names
+    padding = set(seq.meta.get("padding_masks", ()))  # what applies the batch's masks
     preds, succs = seq.neighbours()
     blocks = []
     for i in np.flatnonzero(names == "Softmax").tolist():
@@ -96,7 +101,8 @@ def _blocks(seq: OperatorSequence) -> list[Block]:
                 inner.add(j)
         order = tuple(sorted(inner))
         blocks.append(Block(scores, i, output, order, _causal(seq, scores, order, preds),
-                            _cross(scores, preds, names)))
+                            _cross(scores, preds, names),
+                            padded=bool(padding.intersection(seq.node_names[list(order)]))))
     windows = seq.meta.get("sliding_window", [])  # a layer's each, in order
     own = [k for k, b in enumerate(blocks) if not b.cross]
     if len(windows) == len(own):

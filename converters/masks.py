@@ -1,7 +1,9 @@
 """Attention masks as the converter sees them, for `converters.attention`: constants that mask
-nothing (a fill), and the tensors of a mask that orders queries against keys (a causal or a
+nothing (a fill), the tensors of a mask that orders queries against keys (a causal or a
 sliding-window one), as opposed to one made of a batch's padding alone (an encoder's, expanded
-to queries x keys by transformers), which attends every key. Host-side numpy over the graph."""
+to queries x keys by transformers), which attends every key, and the tensors made of the batch
+itself (an attention mask given as an input): a mask PyTorch's attention is handed as a tensor.
+Host-side numpy over the graph."""
 
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ MASK_MAX_ELEMENTS = 1 << 22  # the largest folded mask `patterns` reads (a 2,048
 # built and applied with
 COMPARISONS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Trilu"}
 MASK_OPS = COMPARISONS | {"And", "Or", "Not", "Xor", "Cast", "Expand", "Reshape", "Unsqueeze",
-                          "Squeeze", "Transpose", "Slice", "Where", "Mul", "Add", "Sub", "Neg",
-                          "Concat", "Tile", "Gather", "Equal", "Min", "Max", "BitwiseAnd",
+                          "Squeeze", "Flatten", "Transpose", "Slice", "Where", "Mul", "Add", "Sub",
+                          "Neg", "Concat", "Tile", "Gather", "Equal", "Min", "Max", "BitwiseAnd",
                           "BitwiseOr", "BitwiseNot"}
+# and what picks a batch's mask out by computed indices (whose indices order nothing)
+BATCH_OPS = MASK_OPS | {"GatherND", "GatherElements"}
 
 
 def fills(graph: onnx.GraphProto) -> set[str]:
@@ -57,27 +61,41 @@ def square(shape) -> bool:
 
 
 class Ordering:
-    """The tensors of masks that order queries against keys, followed through the graph in
-    topological order (`reads`): a folded constant that varies over both of its last dims
+    """The tensors of masks, followed through the graph in topological order (`reads`), and the
+    operators that read them (`readers`, the sequence's metadata): `mask_patterns`, masks that
+    order queries against keys (a folded constant that varies over both of its last dims
     (`patterns`), a value-less square buffer of a weight-free export (a causal mask a module
-    keeps), a comparison as wide as the scores, and what `MASK_OPS` make of them."""
+    keeps), a comparison as wide as the scores, and what `MASK_OPS` make of them);
+    `padding_masks`, `BATCH_OPS` applying what they make of the data inputs with no
+    parameter (an attention mask given with the batch; token ids end at their embedding)."""
 
     def __init__(self, graph: onnx.GraphProto, params: set[str], data: set[str],
                  types: Mapping[str, _Tensor]):
         valued = {i.name for i in graph.initializer}
-        self.types = types
+        self.types, self.params, self.batch = types, params, set(data)
         self.tensors = patterns(graph, params) | {
             i.name for i in graph.input
             if i.name not in data | params | valued and square(self.shape_of(i.name))}
+        self.readers: dict[str, list[str]] = {"mask_patterns": [], "padding_masks": []}
 
     def shape_of(self, tensor: str):
         return self.types.get(tensor, _NO_SHAPE).shape
 
-    def reads(self, op_type: str, inputs: Iterable[str], outputs: list[str]) -> bool:
-        """Whether this node reads such a mask (or makes one, comparing); its outputs are one
-        where it is a mask's operator."""
-        found = bool(self.tensors.intersection(inputs)) or op_type in COMPARISONS and bool(
+    def reads(self, op_type: str, inputs: list[str], outputs: list[str]) -> tuple[str, ...]:
+        """The `readers` this node is among: it reads an ordering mask (or makes one,
+        comparing), or applies one made of the batch; its outputs are such masks where it is a
+        mask's operator."""
+        ordering = bool(self.tensors.intersection(inputs)) or op_type in COMPARISONS and bool(
             outputs) and square(self.shape_of(outputs[0]))
-        if found and op_type in MASK_OPS:
+        batch = op_type in BATCH_OPS and bool(self.batch.intersection(inputs)) and \
+            not self.params.intersection(inputs)
+        if ordering and op_type in MASK_OPS:
             self.tensors.update(outputs)
-        return found
+        if batch:
+            self.batch.update(outputs)
+        return ("mask_patterns",) * ordering + ("padding_masks",) * batch
+
+    def record(self, name: str, readers: Iterable[str]) -> None:
+        """`name`, a node the sequence keeps, among `readers` (what `reads` said of it)."""
+        for key in readers:
+            self.readers[key].append(name)

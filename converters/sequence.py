@@ -367,7 +367,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     frozen = params & set(_metadata(model).get(FROZEN_KEY, "").split(","))
     frozen_nodes: list[int] = []  # those all of whose parameters are frozen
     fill, filled = fills(graph), []  # Adds of a fill: no mask (`converters.attention`)
-    order_masks, patterned = Ordering(graph, params, data_inputs, types), []  # causal masks
+    masks = Ordering(graph, params, data_inputs, types)  # causal and padding masks
     order, producer = _node_order(nodes, graph_inputs)
 
     is_data = dict.fromkeys(data_inputs | floats, True)
@@ -387,7 +387,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         data = node.op_type not in _SHAPE_OPS and any(is_data.get(t, False) for t in inputs)
         for t in node.outputs:
             is_data[t] = data
-        reads = order_masks.reads(node.op_type, inputs, node.outputs)
+        reads = masks.reads(node.op_type, inputs, node.outputs)
         if not data:
             dropped += 1
             continue
@@ -409,8 +409,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         loads.append(load)
         ids.append(op_id(node.op_type))
         names.append(node.name or f"{node.op_type}_{i}")
-        if reads:
-            patterned.append(names[-1])
+        masks.record(names[-1], reads)
         if node.op_type == "Add" and fill.intersection(inputs):
             filled.append(names[-1])
         used_params.update(node_params)
@@ -434,7 +433,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
         **({"fill_operands": filled} if filled else {}),
-        mask_patterns=patterned,
+        **masks.readers,
         **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
         **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),
         **({"eager_attention": a} if (a := _metadata(model).get(EAGER_KEY)) else {}),

@@ -220,7 +220,7 @@ def test_a_window_is_every_layers_where_the_config_names_no_layer_types():
         if said:
             p = predict(TrainingJob(model=convert(proto, batch_size=2, fuse=True),
                                     batch_size=2, device="h100-sxm", precision="amp-bf16"))
-            assert any("; 2 with a sliding window the sequence reaches" in w
+            assert any("; 2 given transformers' mask (a sliding window" in w
                        for w in p.warnings)
 
 
@@ -251,5 +251,19 @@ def test_a_padding_mask_is_not_a_causal_one(kind, tokens, causal):
         transformers.AutoModelForCausalLM.from_config(cfg)
     ids, mask = torch.zeros(1, tokens, dtype=torch.long), torch.ones(1, tokens, dtype=torch.long)
     graph = from_torch(_WithMask(model), (ids, mask), input_names=["input_ids", "attention_mask"])
-    blocks = attention_blocks(convert(graph, batch_size=2, fuse=2))
+    seq = convert(graph, batch_size=2, fuse=2)
+    blocks = attention_blocks(seq)
     assert blocks and {b.causal for b in blocks} == {causal}
+    # the batch's mask is handed to SDPA as a tensor: its memory-efficient kernel, every key
+    assert {b.padded for b in blocks} == {True}
+    if tokens == 64:
+        plain = convert(from_torch(model, (ids,), input_names=["input_ids"]), batch_size=2,
+                        fuse=2)
+        assert {(b.causal, b.padded) for b in attention_blocks(plain)} == {(causal, False)}
+        from mdot_jax import TrainingJob, predict
+
+        job = dict(batch_size=2, device="h100-sxm", precision="amp-bf16")
+        masked, unmasked = (predict(TrainingJob(model=s, **job)) for s in (seq, plain))
+        assert any(f"; {len(blocks)} given transformers' mask" in w for w in masked.warnings)
+        assert not any("given transformers' mask" in w for w in unmasked.warnings)
+        assert masked.iteration_ms > unmasked.iteration_ms
