@@ -102,7 +102,7 @@ if [ "$DRY" = 1 ]; then
   step 60 60 mdot probe --precision amp-bf16 --threads 2 --out "$WORK/amp-bf16" --keys "$KEYS"
   step 40 25 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
     --batch-sizes 2 --image-sizes 32 --threads 2 --trace --out "$WORK/fp32"
-  step 30 20 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 20
+  step 30 20 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 15
   step 60 0 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run \
     --keys-with /compiled --seconds 10  # what is left: compiling takes 20-40 s on 2 cores
 else

@@ -42,7 +42,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -383,4 +382,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    resumable.finish(main())

@@ -32,7 +32,6 @@ by AOTAutograd alone: no code generated).
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 
 from converters.hf_config import EXPERT_COUNTS
@@ -179,4 +178,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    resumable.finish(main())
