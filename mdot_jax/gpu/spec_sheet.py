@@ -450,15 +450,15 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
         said.append(f"{scans} chunked scans priced as fused kernels: GEMMs of their FLOPs "
                     f"(the backward twice the forward's), {note}")
     if blocks:
-        windowed, local = (sum(masked(b, int(seq.config[b.scores, _C["mm_n"]])) for b in blocks),
-                           sum(b.local and b.window > 0 for b in blocks))
+        given, local = (sum(masked(b, int(seq.config[b.scores, _C["mm_n"]])) for b in blocks),
+                        sum(b.local and b.window > 0 for b in blocks))
         said.append(f"{len(blocks)} attention blocks priced as fused kernels "
                     f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                     f"FlashAttention's forward and backward, {note}" + (
-                        f"; {windowed} given transformers' mask (a sliding window the sequence"
+                        f"; {given} given transformers' mask (a sliding window the sequence"
                         " reaches, the batch's padding): SDPA's memory-efficient kernel over "
                         f"every key, {efficient} (attention flash_attention_2 takes the window "
-                        "and the padding itself)" if windowed else "") + (
+                        "and the padding itself)" if given else "") + (
                         f"; {local} with a sliding window, the flash-attn package's: over the "
                         "window's keys alone" if local else ""))
     return said
