@@ -16,9 +16,10 @@ from typing import Any, Union
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from converters.errors import ConversionError
+from converters.masks import additive
 from converters.sequence import (
     DATA_INPUTS_KEY,
     PARAMS_KEY,
@@ -112,9 +113,11 @@ def _strip_weights(model: onnx.ModelProto) -> None:
     graph.initializer.extend(keep)
 
 
-def _weight_names(graph: onnx.GraphProto, data: set[str]) -> list[str]:
-    """Float initializers and non-data graph inputs of rank >= 1 (scalars are constants)."""
-    names = [t.name for t in graph.initializer if t.data_type in FLOAT_TYPES and len(t.dims)]
+def _weight_names(graph: onnx.GraphProto, data: set[str], base: Path | None) -> list[str]:
+    """Float initializers and non-data graph inputs of rank >= 1 (scalars are constants; folded
+    masks are not: `masks.additive`, values beside the model in folder `base`)."""
+    names = [t.name for t in graph.initializer if t.data_type in FLOAT_TYPES and len(t.dims)
+             and not additive(t, base)]
     names += [i.name for i in graph.input if i.name not in data
               and i.type.tensor_type.elem_type in FLOAT_TYPES
               and len(i.type.tensor_type.shape.dim)]
@@ -124,8 +127,6 @@ def _weight_names(graph: onnx.GraphProto, data: set[str]) -> list[str]:
 def _tied_copies(graph: onnx.GraphProto) -> list[str]:
     """Initializers holding the same values as an earlier one, up to a transpose (a tied
     embedding and its output projection after constant folding): the later names."""
-    from onnx import numpy_helper
-
     groups: dict[tuple, list[tuple[str, np.ndarray]]] = {}
     for init in graph.initializer:
         n = int(np.prod(init.dims))
@@ -296,7 +297,8 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     _set_meta(model, DATA_INPUTS_KEY, ",".join(data))
     meta = {p.key for p in model.metadata_props}
     if PARAMS_KEY not in meta:  # the weights as exported, before folding adds constants
-        _set_meta(model, PARAMS_KEY, ",".join(_weight_names(model.graph, set(data))))
+        base = None if isinstance(source, (bytes, onnx.ModelProto)) else Path(source).parent
+        _set_meta(model, PARAMS_KEY, ",".join(_weight_names(model.graph, set(data), base)))
     if TIED_KEY not in meta:
         _set_meta(model, TIED_KEY, ",".join(_tied_copies(model.graph)))
     _strip_weights(model)
@@ -360,8 +362,6 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
     """Evaluates, with the ONNX reference evaluator, every node that only computes values from
     constants and concrete shapes (Shape -> Gather -> Div -> Concat -> ...), and replaces those
     nodes by initializers holding their results. Returns whether anything was folded."""
-    from onnx import numpy_helper
-
     graph = model.graph
     shapes = _concrete_shapes(graph)
     known = {i.name for i in graph.initializer}
@@ -452,7 +452,6 @@ def _evaluate(nodes, initializers, opsets) -> dict[str, np.ndarray]:
     leaving out the nodes that fail, those whose outputs would pass `FOLD_MAX_ELEMENTS`
     (`_numel_bound`, checked before they run: host memory stays bounded at any sequence
     length), and what depends on them."""
-    from onnx import numpy_helper
     from onnx.reference import ReferenceEvaluator
 
     env = {i.name: numpy_helper.to_array(i) for i in initializers}

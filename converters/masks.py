@@ -8,10 +8,11 @@ Host-side numpy over the graph."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from converters.fusion import constants
 from converters.tensors import _NO_SHAPE, FLOAT_TYPES, _Tensor
@@ -40,6 +41,39 @@ def fills(graph: onnx.GraphProto) -> set[str]:
             if v.min() == v.max():
                 out.add(init.name)
     return out | {n.output[0] for n in graph.node if n.op_type == "ConstantOfShape"}
+
+
+MASK_FILL = -1e4  # at most this (down to -inf, or the float's lowest): a key masked, never a weight
+
+
+def additive(init: onnx.TensorProto, base: Path | None = None) -> bool:
+    """Whether a float initializer of rank >= 2 holds a masked key's fill (`MASK_FILL`) in its
+    first queries x keys: an additive attention mask an export folded (torch.export folds
+    SDPA's causal mask into [B, 1, S, S] of 0 and the float's lowest value), which no weight
+    holds. Values stored beside the model (`base`, its folder) are read where the tensor could
+    be a mask ([..., S, S], rank >= 3; square weights are rank 2), its first S x S alone."""
+    dims = list(init.dims)
+    if len(dims) < 2 or init.data_type not in FLOAT_TYPES:
+        return False
+    n = min(dims[-1] * dims[-2], MASK_MAX_ELEMENTS)
+    item = helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    if init.data_location == onnx.TensorProto.EXTERNAL:
+        where = {e.key: e.value for e in init.external_data}
+        if base is None or len(dims) < 3 or dims[-1] != dims[-2] or "location" not in where:
+            return False
+        try:
+            with open(base / where["location"], "rb") as f:
+                f.seek(int(where.get("offset", 0)))
+                raw = f.read(n * item)
+        except (OSError, ValueError):
+            return False
+    elif init.raw_data:
+        raw = init.raw_data[:n * item]
+    else:
+        return bool(init.float_data or init.double_data) and bool(
+            numpy_helper.to_array(init).min() <= MASK_FILL)
+    head = onnx.TensorProto(data_type=init.data_type, dims=[len(raw) // item], raw_data=raw)
+    return len(raw) >= item and bool(numpy_helper.to_array(head).min() <= MASK_FILL)
 
 
 def patterns(graph: onnx.GraphProto, params: set[str]) -> set[str]:

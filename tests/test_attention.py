@@ -1,8 +1,10 @@
 """Attention blocks in an operator sequence (`converters.attention`)."""
 
 import numpy as np
+import onnx
 import pytest
-from onnx_builders import conv_bn_relu
+from onnx import helper, numpy_helper
+from onnx_builders import attention, conv_bn_relu
 
 from converters import convert, from_torch
 from converters.attention import attention_blocks
@@ -91,6 +93,27 @@ def test_only_an_added_constant_that_masks_is_a_causal_mask(bias, causal):
     seq = convert(from_torch(_Biased(bias), torch.zeros(2, 8, 16)), batch_size=2, fuse=2)
     (block,) = attention_blocks(seq)
     assert block.causal is causal
+
+
+@pytest.mark.parametrize("where", ["inside", "beside"])
+def test_a_mask_folded_into_an_initializer_is_no_weight(tmp_path, where):
+    """torch.export folds SDPA's causal mask into a float initializer ([B, 1, S, S] of 0 and
+    the float's lowest), stored inside the file or beside it, and names no parameters: a causal
+    mask, not a weight counted."""
+    m = attention(batch=2, seq=8, dim=16, heads=2)
+    softmax = next(n for n in m.graph.node if n.op_type == "Softmax")
+    softmax.input[0] = "masked"
+    m.graph.node.insert(list(m.graph.node).index(softmax),
+                        helper.make_node("Add", ["s", "mask"], ["masked"], name="add_mask"))
+    lowest = np.finfo(np.float32).min
+    m.graph.initializer.append(numpy_helper.from_array(
+        np.triu(np.full((2, 1, 8, 8), lowest, np.float32), 1), "mask"))
+    path = tmp_path / "m.onnx"
+    onnx.save_model(m, path, save_as_external_data=where == "beside", location="m.data",
+                    size_threshold=0)
+    seq = convert(path, batch_size=2, fuse=2)
+    assert seq.meta["params"] == 2 * 16 * 16 + 2 * 16  # wq, wk, the norm's scale and shift
+    assert [b.causal for b in attention_blocks(seq)] == [True]
 
 
 @pytest.mark.parametrize("config,seq_len,causal", [
