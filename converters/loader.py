@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from converters.errors import ConversionError
-from converters.masks import additive
+from converters.masks import FILLS_KEY, folded
 from converters.sequence import (
     DATA_INPUTS_KEY,
     PARAMS_KEY,
@@ -113,11 +113,11 @@ def _strip_weights(model: onnx.ModelProto) -> None:
     graph.initializer.extend(keep)
 
 
-def _weight_names(graph: onnx.GraphProto, data: set[str], base: Path | None) -> list[str]:
-    """Float initializers and non-data graph inputs of rank >= 1 (scalars are constants; folded
-    masks are not: `masks.additive`, values beside the model in folder `base`)."""
+def _weight_names(graph: onnx.GraphProto, data: set[str], masks: set[str]) -> list[str]:
+    """Float initializers and non-data graph inputs of rank >= 1 (scalars are constants; nor
+    are the folded `masks`)."""
     names = [t.name for t in graph.initializer if t.data_type in FLOAT_TYPES and len(t.dims)
-             and not additive(t, base)]
+             and t.name not in masks]
     names += [i.name for i in graph.input if i.name not in data
               and i.type.tensor_type.elem_type in FLOAT_TYPES
               and len(i.type.tensor_type.shape.dim)]
@@ -296,9 +296,11 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     data = data_input_names(model)
     _set_meta(model, DATA_INPUTS_KEY, ",".join(data))
     meta = {p.key for p in model.metadata_props}
+    base = None if isinstance(source, (bytes, onnx.ModelProto)) else Path(source).parent
+    masks = {t.name: kind for t in model.graph.initializer if (kind := folded(t, base))}
+    _set_meta(model, FILLS_KEY, ",".join(t for t, kind in masks.items() if kind == "fill"))
     if PARAMS_KEY not in meta:  # the weights as exported, before folding adds constants
-        base = None if isinstance(source, (bytes, onnx.ModelProto)) else Path(source).parent
-        _set_meta(model, PARAMS_KEY, ",".join(_weight_names(model.graph, set(data), base)))
+        _set_meta(model, PARAMS_KEY, ",".join(_weight_names(model.graph, set(data), set(masks))))
     if TIED_KEY not in meta:
         _set_meta(model, TIED_KEY, ",".join(_tied_copies(model.graph)))
     _strip_weights(model)

@@ -29,11 +29,13 @@ MASK_OPS = COMPARISONS | {"And", "Or", "Not", "Xor", "Cast", "Expand", "Reshape"
 BATCH_OPS = MASK_OPS | {"GatherND", "GatherElements"}
 
 
-def fills(graph: onnx.GraphProto) -> set[str]:
+def fills(model: onnx.ModelProto) -> set[str]:
     """Float tensors of more than one element that hold one value throughout (a zero position
     bias that `torch.zeros` made: a ConstantOfShape's output, or the initializer folding made
-    of it): no mask, whatever their shape."""
-    out = set()
+    of it; a folded mask the loader found so, `FILLS_KEY`): no mask, whatever their shape."""
+    graph = model.graph
+    listed = next((p.value for p in model.metadata_props if p.key == FILLS_KEY), "")
+    out = set(listed.split(",")) - {""}
     for init in graph.initializer:
         if init.data_type in FLOAT_TYPES and int(np.prod(init.dims)) > 1 and (
                 init.raw_data or init.float_data or init.double_data):
@@ -43,37 +45,46 @@ def fills(graph: onnx.GraphProto) -> set[str]:
     return out | {n.output[0] for n in graph.node if n.op_type == "ConstantOfShape"}
 
 
+FILLS_KEY = "mdot.fills"  # model metadata: the folded masks of one value (`folded`)
 MASK_FILL = -1e4  # at most this (down to -inf, or the float's lowest): a key masked, never a weight
 
 
-def additive(init: onnx.TensorProto, base: Path | None = None) -> bool:
-    """Whether a float initializer of rank >= 2 holds a masked key's fill (`MASK_FILL`) in its
-    first queries x keys: an additive attention mask an export folded (torch.export folds
-    SDPA's causal mask into [B, 1, S, S] of 0 and the float's lowest value), which no weight
-    holds. Values stored beside the model (`base`, its folder) are read where the tensor could
-    be a mask ([..., S, S], rank >= 3; square weights are rank 2), its first S x S alone."""
+def folded(init: onnx.TensorProto, base: Path | None = None) -> str:
+    """What a float initializer is: "mask", "fill" or "" (a weight). torch.export folds SDPA's
+    mask into a float initializer [B, 1, S, S]: of 0 and the float's lowest value where keys
+    are masked (a "mask": rank >= 2 holding `MASK_FILL` in its first S x S), of 0 alone where
+    the batch masks nothing (a "fill": one value throughout [..., 1, S, S]); no weight holds
+    either. Values stored beside the model (`base`, its folder) are read where the tensor
+    could be a mask ([..., S, S], rank >= 3; square weights are rank 2), its first S x S."""
     dims = list(init.dims)
     if len(dims) < 2 or init.data_type not in FLOAT_TYPES:
-        return False
+        return ""
     n = min(dims[-1] * dims[-2], MASK_MAX_ELEMENTS)
     item = helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
     if init.data_location == onnx.TensorProto.EXTERNAL:
         where = {e.key: e.value for e in init.external_data}
         if base is None or len(dims) < 3 or dims[-1] != dims[-2] or "location" not in where:
-            return False
+            return ""
         try:
             with open(base / where["location"], "rb") as f:
                 f.seek(int(where.get("offset", 0)))
                 raw = f.read(n * item)
         except (OSError, ValueError):
-            return False
+            return ""
     elif init.raw_data:
         raw = init.raw_data[:n * item]
+    elif init.float_data or init.double_data:
+        raw = numpy_helper.to_array(init).ravel()[:n].tobytes()
     else:
-        return bool(init.float_data or init.double_data) and bool(
-            numpy_helper.to_array(init).min() <= MASK_FILL)
-    head = onnx.TensorProto(data_type=init.data_type, dims=[len(raw) // item], raw_data=raw)
-    return len(raw) >= item and bool(numpy_helper.to_array(head).min() <= MASK_FILL)
+        return ""
+    if len(raw) < item:
+        return ""
+    head = numpy_helper.to_array(
+        onnx.TensorProto(data_type=init.data_type, dims=[len(raw) // item], raw_data=raw))
+    if head.min() <= MASK_FILL:
+        return "mask"
+    one = len(dims) >= 3 and dims[-3] == 1 and dims[-1] == dims[-2] > 1 and head.min() == head.max()
+    return "fill" if one else ""
 
 
 def patterns(graph: onnx.GraphProto, params: set[str]) -> set[str]:
@@ -104,8 +115,8 @@ class Ordering:
     parameter (an attention mask given with the batch; token ids end at their embedding)."""
 
     def __init__(self, graph: onnx.GraphProto, params: set[str], data: set[str],
-                 types: Mapping[str, _Tensor]):
-        valued = {i.name for i in graph.initializer}
+                 types: Mapping[str, _Tensor], fill: set[str]):
+        valued = {i.name for i in graph.initializer} | fill
         self.types, self.params, self.batch = types, params, set(data)
         self.tensors = patterns(graph, params) | {
             i.name for i in graph.input

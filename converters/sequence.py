@@ -366,8 +366,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     tied = set(_metadata(model).get(TIED_KEY, "").split(","))
     frozen = params & set(_metadata(model).get(FROZEN_KEY, "").split(","))
     frozen_nodes: list[int] = []  # those all of whose parameters are frozen
-    fill, filled = fills(graph), []  # Adds of a fill: no mask (`converters.attention`)
-    masks = Ordering(graph, params, data_inputs, types)  # causal and padding masks
+    fill, filled = fills(model), []  # Adds of a fill: no mask (`converters.attention`)
+    masks = Ordering(graph, params, data_inputs, types, fill)  # causal and padding masks
     order, producer = _node_order(nodes, graph_inputs)
 
     is_data = dict.fromkeys(data_inputs | floats, True)
