@@ -201,7 +201,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     """Exports a `torch.nn.Module`'s training graph (forward in train mode) to ONNX.
 
     Args:
-      module: the model; it is put in train mode for the export and restored afterwards.
+      module: the model; it is traced in train mode, then its mode and buffers are restored
+        (BatchNorm's running statistics, which the traced forward moves).
       example_inputs: a tensor or a tuple of tensors (fixes every dim but the batch).
       input_names: names for the data inputs (default `input0`, `input1`, ...).
       dynamic_batch: export dim 0 of every input as the symbolic dim `batch`.
@@ -220,6 +221,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     names = list(input_names or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()
     was_training, retry, fused = module.training, False, []
+    kept = {n: b.detach().clone() for n, b in module.named_buffers() if not b.is_meta}
     config: Any = getattr(module, "config", None)  # a Hugging Face model returns its key-value
     cached = getattr(config, "use_cache", None)  # cache, no tensor: the step keeps none
     try:
@@ -228,8 +230,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
                 _meta_convolutions(torch, on_meta), _scalar_scatters(torch), \
-                _positional_forward(module), \
-                substituted(module) as fused:
+                _positional_forward(module), torch.no_grad(), \
+                substituted(module) as fused:  # (no graph for a backward: a third the memory)
             warnings.simplefilter("ignore")
             torch.onnx.export(  # a BytesIO works as the file
                 module, args, buf,  # type: ignore[arg-type]
@@ -252,8 +254,12 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                     "config with the same layer shapes on the CPU") if on_meta else ""
             raise ConversionError(f"torch export of {type(module).__name__} failed: "
                                   f"{type(e).__name__}: {msg}{hint}") from None
-    finally:
+    finally:  # the user's module as it was: its mode, and running statistics the forward moved
         module.train(was_training)
+        with torch.no_grad():
+            for n, b in module.named_buffers():
+                if n in kept and b.shape == kept[n].shape:
+                    b.copy_(kept[n])
         if cached:
             config.use_cache = cached
     if retry:

@@ -100,3 +100,18 @@ def test_real_exports_of_one_model_in_both_modes():
                                 torch.nn.Linear(8 * 30 * 30, 4))
     torch.onnx.export(plain.eval(), (x,), buf, dynamo=False, input_names=["x"])
     assert graph_kind(onnx.load_from_string(buf.getvalue()))["kind"] == "unknown"
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_exporting_leaves_the_model_as_it_was(mode):
+    """The export traces the forward in train mode, which moves BatchNorm's running statistics:
+    a trained model handed to `from_torch` comes back with its statistics and mode unchanged."""
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    from converters import from_torch
+
+    net = getattr(torchvision.models.resnet18(), mode)()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    from_torch(net, torch.randn(2, 3, 32, 32))
+    assert net.training is (mode == "train")
+    assert [k for k, v in net.state_dict().items() if not torch.equal(v, before[k])] == []
