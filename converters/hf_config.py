@@ -16,10 +16,10 @@ from typing import Any
 
 import onnx
 
+from converters.dims import check_dims
 from converters.errors import ConversionError
 from converters.experts import balanced, describe
 from converters.export import from_torch
-from converters.loader import check_dims
 from converters.lora import ALL_LINEAR, add_adapters
 from converters.repeat import layer_stack, repeat_layer, template
 from converters.sequence import (

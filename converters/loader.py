@@ -18,6 +18,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
+from converters.dims import baked, check_dims, concretise
 from converters.errors import ConversionError
 from converters.masks import FILLS_KEY, folded
 from converters.sequence import (
@@ -156,115 +157,17 @@ def _set_meta(model: onnx.ModelProto, key: str, value: str) -> None:
     model.metadata_props.add(key=key, value=value)
 
 
-def _dim_hint(name: str, shape: list[int], k: int, t) -> str:
-    """The flag that sets symbolic dim `k` of data input `name` (-1 marks symbolic dims)."""
-    if k == 0:
-        example = ",".join(str(d if d >= 0 else 1) for d in shape)
-        return f"--input-shape {name}={example} (or --batch-size N for dim 0)"
-    if len(shape) == 4:
-        return "--image-size N (the image side in pixels)"
-    if len(shape) == 2 and t.elem_type in (6, 7):
-        return "--seq-len N (tokens per sequence)"
-    example = ",".join(str(d) if d >= 0 else f"D{i}" for i, d in enumerate(shape))
-    return f"--input-shape {name}={example} with every dim given"
-
-
-def _sides(shape: Sequence[int]) -> tuple[int, int]:
-    """The two spatial dims of an image input's shape: NHWC when its last dim holds 1 or 3
-    channels and its second does not, else NCHW."""
-    return (1, 2) if shape[3] in (1, 3) and shape[1] not in (1, 3) else (2, 3)
-
-
-def _concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
-                batch_size: int | None, image_size: int | None, seq_len: int | None,
-                label: str) -> dict[str, int]:
-    """Sets the data inputs' dims; returns the inputs whose exported fixed batch was changed
-    (name -> exported batch)."""
-    data = data_input_names(model)
-    rebatched: dict[str, int] = {}
-    sized = {"image": False, "tokens": False}  # whether --image-size / --seq-len applied
-    unknown = set(input_shapes) - set(data)
-    if unknown:
-        raise ConversionError(f"{label}: --input-shape names unknown input(s) "
-                              f"{sorted(unknown)}; the model's inputs are {data}")
-    for vi in model.graph.input:
-        t = vi.type.tensor_type
-        dims = t.shape.dim
-        if vi.name in input_shapes:
-            shape = [int(d) for d in input_shapes[vi.name]]
-            if len(shape) != len(dims):
-                raise ConversionError(f"{label}: input '{vi.name}' has rank {len(dims)} but "
-                                      f"--input-shape gives {len(shape)} dims {shape}")
-            if batch_size is not None and shape and shape[0] != batch_size:
-                raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives batch "
-                                      f"{shape[0]} but --batch-size is {batch_size}; give one")
-            tokens = len(shape) == 2 and t.elem_type in (6, 7)
-            sides = [shape[k] for k in _sides(shape)] if len(shape) == 4 else []
-            for flag, size, given in (("--image-size", image_size, sides),
-                                      ("--seq-len", seq_len, shape[1:] if tokens else [])):
-                if size is not None and any(d != size for d in given):
-                    raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives "
-                                          f"{'x'.join(map(str, given))} but {flag} is {size}; "
-                                          "give one")
-            sized["image"] |= len(shape) == 4  # its size given in full instead
-            sized["tokens"] |= tokens
-        else:
-            shape = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
-            names = [d.dim_param or "?" for d in dims]
-            if vi.name in data:
-                if batch_size is not None and shape:
-                    if shape[0] > 0 and shape[0] != batch_size:
-                        rebatched[vi.name] = shape[0]
-                    shape[0] = batch_size
-                if image_size is not None and len(shape) == 4:
-                    for k in _sides(shape):
-                        shape[k] = image_size
-                    sized["image"] = True
-                if seq_len is not None and len(shape) == 2 and t.elem_type in (6, 7):
-                    shape[1] = seq_len
-                    sized["tokens"] = True
-            missing = [k for k, d in enumerate(shape) if d < 0]
-            if missing:
-                k = missing[0]
-                raise ConversionError(f"{label}: input '{vi.name}' dim {k} ('{names[k]}') is "
-                                      f"symbolic; pass {_dim_hint(vi.name, shape, k, t)}")
-        if any(d <= 0 for d in shape):
-            raise ConversionError(f"{label}: input '{vi.name}' shape {shape} has a "
-                                  "non-positive dim")
-        del dims[:]
-        for d in shape:
-            t.shape.dim.add().dim_value = d
-    for flag, value, kind, what in (("--image-size", image_size, "image", "no image input "
-                                     "(a rank-4 data input)"),
-                                    ("--seq-len", seq_len, "tokens", "no token-id input (a "
-                                     "rank-2 integer data input)")):
-        if value is not None and not sized[kind]:
-            raise ConversionError(f"{label}: {flag} {value} does not apply: the model has "
-                                  f"{what}; its data inputs are {data}")
-    return rebatched
-
-
-def _infers(model: onnx.ModelProto, input_shapes, image_size, seq_len, label) -> bool:
-    """Whether shape inference succeeds with the batch the model was exported with."""
+def _infers(model: onnx.ModelProto, label: str, input_shapes=None, batch_size=None,
+            image_size=None, seq_len=None) -> bool:
+    """Whether shape inference succeeds with these dims (those not given as exported)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
     try:
-        _concretise(model, input_shapes or {}, None, image_size, seq_len, label)
-        _infer(model, label)
+        concretise(copy, input_shapes or {}, batch_size, image_size, seq_len, label)
+        _infer(copy, label)
     except ConversionError:
         return False
     return True
-
-
-MAX_DIM = 2 ** 31 - 1
-
-
-def check_dims(**dims: Any) -> None:
-    """Each of `dims` (batch_size=..., seq_len=...) is None or a positive int: a ConversionError
-    names the first that is not (a string, a float, a bool, NaN, zero, negative, huge)."""
-    for name, v in dims.items():
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 < v <= MAX_DIM:
-            raise ConversionError(f"{name} {v!r}: expected a positive integer")
 
 
 def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -306,20 +209,20 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     _strip_weights(model)
     exported = onnx.ModelProto()
     exported.CopyFrom(model)
-    rebatched = _concretise(model, input_shapes or {}, batch_size, image_size, seq_len, label)
+    changed = concretise(model, input_shapes or {}, batch_size, image_size, seq_len, label)
     del model.graph.value_info[:]
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
     try:
         model = _infer(model, label)
     except ConversionError:
-        if rebatched and _infers(exported, input_shapes, image_size, seq_len, label):
-            name, batch = next(iter(rebatched.items()))
-            raise ConversionError(
-                f"{label}: the graph was exported with batch {batch} baked in (input '{name}' "
-                f"dim 0 is fixed and a shape in the graph depends on it); predict at "
-                f"--batch-size {batch}, or export again with a dynamic batch dim "
-                "(torch.onnx.export(..., dynamic_axes={'" + name + "': {0: 'N'}}))") from None
+        batches = {name: {0: dims[0]} for name, dims in changed.items() if 0 in dims}
+        sizes = {name: moved for name, dims in changed.items()
+                 if (moved := {k: d for k, d in dims.items() if k})}
+        for culprit, given in ((batches, dict(image_size=image_size, seq_len=seq_len)),
+                               (sizes, dict(batch_size=batch_size)), (changed, {})):
+            if culprit and _infers(exported, label, input_shapes, **given):
+                raise ConversionError(baked(label, culprit, exported)) from None
         raise
     for _ in range(MAX_FOLD_ROUNDS):  # fold what data propagation could not resolve
         if not _unknown_shapes(model) or not _fold_shape_computations(model):

@@ -97,6 +97,21 @@ def test_one_export_serves_every_batch_size():
     assert convert(conv_bn_relu(), batch_size=1, image_size=16).flops == flops[2] / 2
 
 
+def test_a_sequence_length_baked_into_the_graph_is_named():
+    """torch.onnx.export fixes every dim it is not told is dynamic; a constant the length
+    fixed (a position table) then refuses another length: the error names dim and flag."""
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("Add", ["e", "positions"], ["y"], name="add_positions")]
+    positions = helper.make_tensor("positions", TensorProto.FLOAT, [1, 8, 4], [0.5] * 32)
+    m = model(nodes, [value("ids", [2, 8], TensorProto.INT64), value("table", [10, 4])],
+              [value("y", None)], [positions])
+    m.metadata_props.add(key="mdot.data_inputs", value="ids")
+    assert convert(m, batch_size=4).meta["inputs"] == {"ids": [4, 8]}  # the batch broadcasts
+    with pytest.raises(ConversionError, match=r"exported at \(input 'ids' dim 1 = 8\); "
+                       r"predict at --seq-len 8, or export again with that dim dynamic"):
+        convert(m, batch_size=4, seq_len=16)
+
+
 def test_unknown_op_is_kept_as_unk_and_counted():
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"),
              helper.make_node("Det", ["a"], ["b"], name="det"),

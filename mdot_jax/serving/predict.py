@@ -18,7 +18,7 @@ import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
-from converters.loader import check_dims
+from converters.dims import check_dims
 from converters.sequence import INPUT_KINDS
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import OP_MS, Sample, Workload

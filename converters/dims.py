@@ -1,0 +1,132 @@
+"""The data inputs' dims: checked, made concrete from the flags that set them, and named in
+the errors a graph exported at other dims gives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from converters.errors import ConversionError
+from converters.sequence import data_input_names
+
+MAX_DIM = 2 ** 31 - 1
+
+
+def check_dims(**dims: Any) -> None:
+    """Each of `dims` (batch_size=..., seq_len=...) is None or a positive int: a ConversionError
+    names the first that is not (a string, a float, a bool, NaN, zero, negative, huge)."""
+    for name, v in dims.items():
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 < v <= MAX_DIM:
+            raise ConversionError(f"{name} {v!r}: expected a positive integer")
+
+
+
+def _dim_hint(name: str, shape: list[int], k: int, t) -> str:
+    """The flag that sets symbolic dim `k` of data input `name` (-1 marks symbolic dims)."""
+    if k == 0:
+        example = ",".join(str(d if d >= 0 else 1) for d in shape)
+        return f"--input-shape {name}={example} (or --batch-size N for dim 0)"
+    if len(shape) == 4:
+        return "--image-size N (the image side in pixels)"
+    if len(shape) == 2 and t.elem_type in (6, 7):
+        return "--seq-len N (tokens per sequence)"
+    example = ",".join(str(d) if d >= 0 else f"D{i}" for i, d in enumerate(shape))
+    return f"--input-shape {name}={example} with every dim given"
+
+
+def _sides(shape: Sequence[int]) -> tuple[int, int]:
+    """The two spatial dims of an image input's shape: NHWC when its last dim holds 1 or 3
+    channels and its second does not, else NCHW."""
+    return (1, 2) if shape[3] in (1, 3) and shape[1] not in (1, 3) else (2, 3)
+
+
+def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+                batch_size: int | None, image_size: int | None, seq_len: int | None,
+                label: str) -> dict[str, dict[int, int]]:
+    """Sets the data inputs' dims; returns the fixed dims of data inputs this changed, as
+    exported (name -> dim -> size)."""
+    data = data_input_names(model)
+    changed: dict[str, dict[int, int]] = {}
+    sized = {"image": False, "tokens": False}  # whether --image-size / --seq-len applied
+    unknown = set(input_shapes) - set(data)
+    if unknown:
+        raise ConversionError(f"{label}: --input-shape names unknown input(s) "
+                              f"{sorted(unknown)}; the model's inputs are {data}")
+    for vi in model.graph.input:
+        t = vi.type.tensor_type
+        dims = t.shape.dim
+        if vi.name in input_shapes:
+            shape = [int(d) for d in input_shapes[vi.name]]
+            if len(shape) != len(dims):
+                raise ConversionError(f"{label}: input '{vi.name}' has rank {len(dims)} but "
+                                      f"--input-shape gives {len(shape)} dims {shape}")
+            if batch_size is not None and shape and shape[0] != batch_size:
+                raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives batch "
+                                      f"{shape[0]} but --batch-size is {batch_size}; give one")
+            tokens = len(shape) == 2 and t.elem_type in (6, 7)
+            sides = [shape[k] for k in _sides(shape)] if len(shape) == 4 else []
+            for flag, size, given in (("--image-size", image_size, sides),
+                                      ("--seq-len", seq_len, shape[1:] if tokens else [])):
+                if size is not None and any(d != size for d in given):
+                    raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives "
+                                          f"{'x'.join(map(str, given))} but {flag} is {size}; "
+                                          "give one")
+            sized["image"] |= len(shape) == 4  # its size given in full instead
+            sized["tokens"] |= tokens
+        else:
+            shape = [d.dim_value if d.HasField("dim_value") else -1 for d in dims]
+            names = [d.dim_param or "?" for d in dims]
+            if vi.name in data:
+                was = list(shape)
+                if batch_size is not None and shape:
+                    shape[0] = batch_size
+                if image_size is not None and len(shape) == 4:
+                    for k in _sides(shape):
+                        shape[k] = image_size
+                    sized["image"] = True
+                if seq_len is not None and len(shape) == 2 and t.elem_type in (6, 7):
+                    shape[1] = seq_len
+                    sized["tokens"] = True
+                if moved := {k: d for k, d in enumerate(was) if 0 < d != shape[k]}:
+                    changed[vi.name] = moved
+            missing = [k for k, d in enumerate(shape) if d < 0]
+            if missing:
+                k = missing[0]
+                raise ConversionError(f"{label}: input '{vi.name}' dim {k} ('{names[k]}') is "
+                                      f"symbolic; pass {_dim_hint(vi.name, shape, k, t)}")
+        if any(d <= 0 for d in shape):
+            raise ConversionError(f"{label}: input '{vi.name}' shape {shape} has a "
+                                  "non-positive dim")
+        del dims[:]
+        for d in shape:
+            t.shape.dim.add().dim_value = d
+    for flag, value, kind, what in (("--image-size", image_size, "image", "no image input "
+                                     "(a rank-4 data input)"),
+                                    ("--seq-len", seq_len, "tokens", "no token-id input (a "
+                                     "rank-2 integer data input)")):
+        if value is not None and not sized[kind]:
+            raise ConversionError(f"{label}: {flag} {value} does not apply: the model has "
+                                  f"{what}; its data inputs are {data}")
+    return changed
+
+
+def baked(label: str, changed: Mapping[str, Mapping[int, int]], model: onnx.ModelProto) -> str:
+    """The error of a graph whose shapes depend on the `changed` dims of its inputs, as
+    exported: those dims, the flags that predict at them, the export that frees them."""
+    ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in model.graph.input}
+    flags, dims = {}, []
+    for name, moved in changed.items():
+        for k, d in moved.items():
+            dims.append(f"input '{name}' dim {k} = {d}")
+            flag = "--batch-size" if k == 0 else "--image-size" if ranks[name] == 4 else \
+                "--seq-len"
+            flags[flag] = d
+    return (f"{label}: a shape in the graph depends on the size it was exported at "
+            f"({', '.join(dims)}); predict at {' '.join(f'{f} {d}' for f, d in flags.items())}"
+            f", or export again with {'those dims' if len(dims) > 1 else 'that dim'} dynamic "
+            "(torch.onnx.export(..., dynamic_shapes=...), or dynamic_axes= without dynamo)")
