@@ -25,7 +25,6 @@ def check_dims(**dims: Any) -> None:
             raise ConversionError(f"{name} {v!r}: expected a positive integer")
 
 
-
 def _dim_hint(name: str, shape: list[int], k: int, t) -> str:
     """The flag that sets symbolic dim `k` of data input `name` (-1 marks symbolic dims)."""
     if k == 0:

@@ -119,6 +119,7 @@ def _weight_names(graph: onnx.GraphProto, data: set[str], masks: set[str]) -> li
     are the folded `masks`)."""
     names = [t.name for t in graph.initializer if t.data_type in FLOAT_TYPES and len(t.dims)
              and t.name not in masks]
+    data = data | masks
     names += [i.name for i in graph.input if i.name not in data
               and i.type.tensor_type.elem_type in FLOAT_TYPES
               and len(i.type.tensor_type.shape.dim)]

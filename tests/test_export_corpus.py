@@ -221,7 +221,8 @@ def test_a_baked_in_batch_is_named(capsys, corpus):
                                  dynamic_axes=None))
     assert main(["convert", str(path), "--batch-size", "4"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "exported at (input 'x' dim 0 = 1); predict at --batch-size 1," in err
+    assert err.count("\n") == 1
+    assert "exported at (input 'x' dim 0 = 1); predict at --batch-size 1," in err
     assert main(["convert", str(path), "--batch-size", "1"]) == 0
 
 
