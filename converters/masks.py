@@ -52,38 +52,37 @@ MASK_FILL = -1e4  # at most this (down to -inf, or the float's lowest): a key ma
 def folded(init: onnx.TensorProto, base: Path | None = None) -> str:
     """What a float initializer is: "mask", "fill" or "" (a weight). torch.export folds SDPA's
     mask into a float initializer [B, 1, S, S]: of 0 and the float's lowest value where keys
-    are masked (a "mask": rank >= 2 holding `MASK_FILL` in its first S x S), of 0 alone where
-    the batch masks nothing (a "fill": one value throughout [..., 1, S, S]); no weight holds
-    either. Values stored beside the model (`base`, its folder) are read where the tensor
-    could be a mask ([..., S, S], rank >= 3; square weights are rank 2), its first S x S."""
+    are masked (a "mask": `MASK_FILL` in its first S x S), of 0 alone where the batch masks
+    nothing (a "fill": one value throughout [..., 1, S, S]); no weight holds either. Only
+    tensors whose last two dims are equal are read, their first S x S alone; values stored
+    beside the model (`base`, its folder) where the rank is >= 3 (square weights are rank 2)."""
     dims = list(init.dims)
-    if len(dims) < 2 or init.data_type not in FLOAT_TYPES:
+    if len(dims) < 2 or dims[-1] != dims[-2] or dims[-1] < 2 or init.data_type not in FLOAT_TYPES:
         return ""
     n = min(dims[-1] * dims[-2], MASK_MAX_ELEMENTS)
-    item = helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+    dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
     if init.data_location == onnx.TensorProto.EXTERNAL:
         where = {e.key: e.value for e in init.external_data}
-        if base is None or len(dims) < 3 or dims[-1] != dims[-2] or "location" not in where:
+        if base is None or len(dims) < 3 or "location" not in where:
             return ""
         try:
             with open(base / where["location"], "rb") as f:
                 f.seek(int(where.get("offset", 0)))
-                raw = f.read(n * item)
+                raw = f.read(n * dtype.itemsize)
         except (OSError, ValueError):
             return ""
     elif init.raw_data:
-        raw = init.raw_data[:n * item]
+        raw = init.raw_data[:n * dtype.itemsize]
     elif init.float_data or init.double_data:
-        raw = numpy_helper.to_array(init).ravel()[:n].tobytes()
+        raw = numpy_helper.to_array(init).ravel()[:n].astype(dtype).tobytes()
     else:
         return ""
-    if len(raw) < item:
+    head = np.frombuffer(raw, dtype, count=len(raw) // dtype.itemsize)
+    if not head.size:
         return ""
-    head = numpy_helper.to_array(
-        onnx.TensorProto(data_type=init.data_type, dims=[len(raw) // item], raw_data=raw))
     if head.min() <= MASK_FILL:
         return "mask"
-    one = len(dims) >= 3 and dims[-3] == 1 and dims[-1] == dims[-2] > 1 and head.min() == head.max()
+    one = len(dims) >= 3 and dims[-3] == 1 and head.min() == head.max()
     return "fill" if one else ""
 
 
