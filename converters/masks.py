@@ -3,7 +3,8 @@ nothing (a fill), the tensors of a mask that orders queries against keys (a caus
 sliding-window one), as opposed to one made of a batch's padding alone (an encoder's, expanded
 to queries x keys by transformers), which attends every key, and the tensors made of the batch
 itself (an attention mask given as an input): a mask PyTorch's attention is handed as a tensor.
-Host-side numpy over the graph."""
+For the loader, the float initializers an export folded a mask into, which are no weights
+(`folded`). Host-side numpy over the graph."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from converters.fusion import constants
 from converters.tensors import _NO_SHAPE, FLOAT_TYPES, _Tensor
 
 MASK_MAX_ELEMENTS = 1 << 22  # the largest folded mask `patterns` reads (a 2,048-token square)
+MASK_FILL = -1e4  # at most this (down to -inf, or the float's lowest): a key masked, never a weight
+FILLS_KEY = "mdot.fills"  # model metadata: the folded masks of one value (`folded`)
 # comparisons that, as wide as the scores, order queries against keys; the operators a mask is
 # built and applied with
 COMPARISONS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Trilu"}
@@ -43,10 +46,6 @@ def fills(model: onnx.ModelProto) -> set[str]:
             if v.min() == v.max():
                 out.add(init.name)
     return out | {n.output[0] for n in graph.node if n.op_type == "ConstantOfShape"}
-
-
-FILLS_KEY = "mdot.fills"  # model metadata: the folded masks of one value (`folded`)
-MASK_FILL = -1e4  # at most this (down to -inf, or the float's lowest): a key masked, never a weight
 
 
 def folded(init: onnx.TensorProto, base: Path | None = None) -> str:
