@@ -202,7 +202,8 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     meta = {p.key for p in model.metadata_props}
     base = None if isinstance(source, (bytes, onnx.ModelProto)) else Path(source).parent
     masks = {t.name: kind for t in model.graph.initializer if (kind := folded(t, base))}
-    _set_meta(model, FILLS_KEY, ",".join(t for t, kind in masks.items() if kind == "fill"))
+    if fill := [t for t, kind in masks.items() if kind == "fill"]:  # (a stripped file keeps its)
+        _set_meta(model, FILLS_KEY, ",".join(fill))
     if PARAMS_KEY not in meta:  # the weights as exported, before folding adds constants
         _set_meta(model, PARAMS_KEY, ",".join(_weight_names(model.graph, set(data), set(masks))))
     if TIED_KEY not in meta:
