@@ -200,6 +200,28 @@ def test_a_deep_models_repeated_kernels_are_priced_once_each(monkeypatch):
     assert seen == [3] + [1] * model.info["split_gemms"]  # 3 of 5; the GEMM's pieces once
 
 
+def test_rows_priced_before_are_not_asked_of_the_trees_again(monkeypatch):
+    """Another layout, precision or GPU asks again for rows priced before: the same answers,
+    the trees asked only for the new ones, and the store emptied when full."""
+    import mdot_jax.gpu.gpu_ops as gpu_ops
+    from mdot_jax.gpu.spec_sheet import load_step_model
+
+    text = load_step_model().ops.text
+    ops, dims = ["linear", "add", "softmax"], [(1, 512, 768, 768), (1, 1 << 20), (4096, 512)]
+    h100, a100 = gpus.find("h100-sxm"), gpus.find("a100-sxm4-80gb")
+    fresh = [GpuOpModel(text, (), 0).predict(ops, dims, [g] * 3) for g in (h100, a100)]
+    model, asked = GpuOpModel(text, (), 0), []
+    model.predict(ops[:1], dims[:1], [h100])
+    real = model._boosters[0].predict
+    model._boosters[0].predict = lambda x: asked.append(len(x)) or real(x)
+    np.testing.assert_array_equal(model.predict(ops, dims, [h100] * 3), fresh[0])
+    np.testing.assert_array_equal(model.predict(ops, dims, [a100] * 3), fresh[1])
+    assert asked == [2, 3]
+    monkeypatch.setattr(gpu_ops, "KNOWN_ROWS", 4)
+    model.predict(ops, dims, [gpus.find("l4")] * 3)  # 6 + 3 > 4: emptied, then these three
+    assert asked == [2, 3, 3] and len(model._known) == 3
+
+
 def test_a_gemm_is_never_priced_above_its_halves():
     """`split_gemms`: a price that balloons past an output side of 4,096 (as trees flat
     outside what they saw can) is capped by the pieces' price; the larger side is halved;

@@ -37,6 +37,7 @@ from mdot_jax.models.trees import PREDICTING, fit_boosters, parse_boosters
 
 VERSION = 2
 GRID = ((63, 0.05),)
+KNOWN_ROWS = 1 << 16  # predictions a model keeps, by feature row
 # device features as such (not relative to the device): only in the `absolute` feature set
 ABSOLUTE = ("log_peak", "log_bandwidth", "log_sms", "log_l2", "clock_ghz")
 RELATIVE = ("log_roofline_ms", "log_compute_ms", "log_memory_ms", "log_intensity_over_ridge",
@@ -74,6 +75,7 @@ class GpuOpModel:
     absolute: bool = False
     version: int = VERSION
     _boosters: list = field(default=None, repr=False, compare=False)
+    _known: dict = field(default_factory=dict, repr=False, compare=False)  # row bytes -> log
 
     @classmethod
     def fit(cls, ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[GPU],
@@ -97,8 +99,15 @@ class GpuOpModel:
         if not len(x):
             return np.zeros(0)
         rows, back = np.unique(x, axis=0, return_inverse=True)  # a model repeats its layers
-        with PREDICTING:
-            log_ms = self._boosters[0].predict(rows)
+        keys = [r.tobytes() for r in rows]
+        with PREDICTING:  # rows priced before (another layout, precision or GPU) are not again
+            new = [j for j, k in enumerate(keys) if k not in self._known]
+            if new:
+                if len(self._known) + len(new) > KNOWN_ROWS:
+                    self._known.clear()
+                for j, v in zip(new, self._boosters[0].predict(rows[new])):
+                    self._known[keys[j]] = float(v)
+            log_ms = np.array([self._known[k] for k in keys])
         ms = np.exp(log_ms + np.log(10.0) * rows[:, 1].astype(np.float64))
         return ms[back.reshape(-1)]
 
