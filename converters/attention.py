@@ -133,11 +133,13 @@ def layer_starts(seq: OperatorSequence, blocks: list[Block]) -> list[int]:
     (`/model/layers.3/...`); otherwise each layer's attention scores. A language model without
     attention (token ids in: Mamba-2's state space layers) has the layers of its longest
     scoped stack (`/backbone/layers.k/`)."""
-    own = [b.scores for b in layers(blocks)]
-    first: dict[tuple[str, str], int] = {}
-    for stack, layer, i in _scoped(seq, blocks):
-        first.setdefault((stack, layer), i)
-    return sorted(first.values()) if len(first) > max(len(own), 1) else own
+    def compute() -> list[int]:
+        own = [b.scores for b in layers(blocks)]
+        first: dict[tuple[str, str], int] = {}
+        for stack, layer, i in _scoped(seq, blocks):
+            first.setdefault((stack, layer), i)
+        return sorted(first.values()) if len(first) > max(len(own), 1) else own
+    return list(KEPT.get(("layer_starts", seq, *blocks), compute))
 
 
 def in_layers(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:

@@ -13,7 +13,7 @@ class Kept:
     plan prices one sequence under many layouts). Safe across threads (a service's requests):
     two may compute the same value; the last one is kept."""
 
-    def __init__(self, size: int = 16):
+    def __init__(self, size: int = 64):
         self.size = size
         self.kept: dict[tuple, tuple[tuple, Any]] = {}  # ids -> (key, value)
         self.lock = threading.Lock()

@@ -70,6 +70,9 @@ def test_tensor_parallel_splits_the_gemms_heads_and_weights_not_the_residual_str
     embeddings = seq.params - 8 * 2 * 256 * 2 - 2 * 256  # all but the layers' norms
     assert half.params == pytest.approx(seq.params - embeddings / 2, rel=0.01)
     assert shard(seq, 1) is seq
+    # one split of one model is made once (a plan prices it on every GPU asked)
+    assert shard(seq, 2) is half and shard(seq, 4) is not half
+    assert shard(seq, 2, sequence_parallel=True) is not half
 
 
 def test_a_config_exports_its_loss_priced_over_the_vocabulary_and_split_by_tp(gpt):

@@ -149,15 +149,25 @@ def _catalog() -> dict[str, GPU]:
             for d in doc["gpus"]}
 
 
+@functools.cache
+def _names() -> dict[str, str]:
+    """Each catalogued GPU's name by the `_key` of its name and of each alias (the first GPU
+    holding a key, in the catalog's order)."""
+    names: dict[str, str] = {}
+    for g in _catalog().values():
+        for text in (g.name, *g.aliases):
+            names.setdefault(_key(text), g.name)
+    return names
+
+
 def find(name: str) -> GPU:
     """The catalogued GPU called `name` (its name or an alias, e.g. the name PyTorch reports;
     case, spaces and dashes do not matter). A name matching several (`a100`) or none is a
     ValueError listing the close ones."""
     gpus = catalog()
     key = _key(name)
-    exact = [g for g in gpus.values() if key in {_key(g.name), *map(_key, g.aliases)}]
-    if exact:
-        return exact[0]
+    if key in _names():
+        return gpus[_names()[key]]
     several = [g.name for g in gpus.values() if key and _key(g.name).startswith(key)]
     if len(several) == 1:
         return gpus[several[0]]

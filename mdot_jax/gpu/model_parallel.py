@@ -52,11 +52,13 @@ context-parallel ones, then the data-parallel replicas, then the stages.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 
 from converters.attention import Block, in_layers, layer_ids, layer_starts, sublayers
+from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.traits import LOSSES
 from mdot_jax import autograd
@@ -228,6 +230,12 @@ def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False,
     `blocks`: its attention blocks (where no token ids say how many tokens a batch holds)."""
     if tp == 1:
         return seq
+    return KEPT.get((sys.intern(f"shard {tp} {sequence_parallel}"), seq, *blocks),
+                    lambda: _shard(seq, tp, sequence_parallel, blocks))
+
+
+def _shard(seq: OperatorSequence, tp: int, sequence_parallel: bool,
+           blocks: Sequence[Block]) -> OperatorSequence:
     d, tokens = width(seq), tokens_of(seq, blocks)
     config, load = seq.config.copy(), seq.load.copy()
     for i, (name, c, ld, (_, op, _)) in enumerate(zip(seq.op_names, seq.config, seq.load,

@@ -202,7 +202,7 @@ def _loaded(path: str, stamp: tuple):
 
 # while `keeping_steps` holds (in this thread): the latest steps priced, with their keys
 _KEPT: contextvars.ContextVar[list | None] = contextvars.ContextVar("kept", default=None)
-KEEP = 4  # steps kept: a plan search tries each one's pipeline depths and checkpointings in a row
+KEEP = 16  # steps kept: a plan tries each one's pipeline depths and checkpointings on each GPU
 
 
 @contextlib.contextmanager

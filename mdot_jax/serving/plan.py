@@ -293,10 +293,13 @@ def _search(request: Plan, progress: bool) -> list[Option]:
     seqs: dict = {}  # the model converted at each micro-batch and cut
     refused: dict[str, tuple[int, str]] = {}  # GPU -> a split the model refused, why
     out: dict[str, tuple[int, str]] = {}  # GPU -> why it cannot run the job at all
-    work = [(gpu, n, lay) for gpu in request.candidates() for n in request.gpus
+    # each GPU in turn for a count and layout, the layouts of a step (its depths) in a row:
+    # what is computed of the model at a micro-batch and split is used again while it is kept
+    work = [(gpu, n, lay) for n in request.gpus
             for lay in sorted((x for cp in request.cps or (job.cp,) for x in layouts(
                 n, job.nodes, request.global_batch, job.batch_sizes[0], cp)),  # type: ignore
-                key=lambda x: (x.cp, x.tp, x.micro_batch, x.pp))]  # a step, its depths
+                key=lambda x: (x.cp, x.tp, x.micro_batch, x.pp))
+            for gpu in request.candidates()]
     if not work:
         cps = request.cps or ((job.cp,) if job.cp > 1 else ())
         raise RequestError(f"global_batch {request.global_batch}: no count of GPUs asked "
