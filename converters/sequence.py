@@ -31,6 +31,7 @@ from converters.kept import KEPT
 from converters.kind import graph_kind
 from converters.masks import Ordering, fills
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
+from converters.scopes import scoped_names
 from converters.tensors import _ELEM_BYTES, _NO_SHAPE, FLOAT_TYPES, _Tensor, _tensor_types
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
 
@@ -76,12 +77,12 @@ class OperatorSequence:
     Attributes (N operators, E edges, C = len(CONFIG_FIELDS), L = len(LOAD_FIELDS)):
       name: model name.
       op_type: `[N] int32` vocabulary ids (`converters.vocab`).
-      config: `[N, C] float32` raw configuration (kernel, strides, shapes, ...; see
-        `CONFIG_FIELDS`), not normalised.
+      config: `[N, C] float32` raw configuration (`CONFIG_FIELDS`: kernel, strides, shapes).
       load: `[N, L] float32` computational load (`LOAD_FIELDS`): forward and backward FLOPs,
         bytes read and written, parameter count, FLOPs per byte.
       edges: `[E, 2] int32` data dependencies (src, dst) between operators, src < dst.
-      node_names: `[N]` ONNX node names (for errors and per-operator attribution).
+      node_names: `[N]` ONNX node names (a dynamo export's by module scope,
+        `converters.scopes`), for per-operator attribution and layers.
       meta: JSON-able dict: inputs (name -> shape), total params (frozen ones, and the
         operators all of whose parameters are, where any), unknown op counts,
         vocabulary and format versions, dropped shape-only nodes.
@@ -366,7 +367,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     tied = set(_metadata(model).get(TIED_KEY, "").split(","))
     frozen = params & set(_metadata(model).get(FROZEN_KEY, "").split(","))
     frozen_nodes: list[int] = []  # those all of whose parameters are frozen
-    fill, filled = fills(model), []  # Adds of a fill: no mask (`converters.attention`)
+    fill, filled, scoped = fills(model), [], scoped_names(graph.node)  # Adds of a fill: no mask
     masks = Ordering(graph, params, data_inputs, types, fill)  # causal and padding masks
     order, producer = _node_order(nodes, graph_inputs)
 
@@ -408,7 +409,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         rows.append(row)
         loads.append(load)
         ids.append(op_id(node.op_type))
-        names.append(node.name or f"{node.op_type}_{i}")
+        names.append(scoped.get(node.name) or node.name or f"{node.op_type}_{i}")
         masks.record(names[-1], reads)
         if node.op_type == "Add" and fill.intersection(inputs):
             filled.append(names[-1])

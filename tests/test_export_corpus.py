@@ -11,6 +11,7 @@ import warnings
 import onnx
 import pytest
 
+from converters import convert
 from mdot_jax.cli import main
 
 torch = pytest.importorskip("torch")
@@ -194,6 +195,27 @@ def test_an_inference_export_predicts_as_its_training_export(capsys, corpus):
     for kind in ("opset-11", "dynamo-train", "dynamo-eval"):  # other operators, same work
         if kind in ms:
             assert ms[kind] == pytest.approx(ms["legacy-train"], rel=0.03), kind
+
+
+@pytest.mark.slow
+def test_a_dynamo_export_reads_its_layers_as_the_torchscript_export_does(capsys, corpus):
+    """The dynamo exporter names nodes by counters, its module paths in their metadata: the
+    layers, what full checkpointing recomputes (the layers, not the embedding or the head) and
+    `--top`'s stacks read as from the TorchScript exporter's names."""
+    from converters.attention import attention_blocks, layer_ids
+
+    again, layers = {}, {}
+    args = [*_args("gpt2"), "--device", "h100-sxm", "--precision", "amp-bf16"]
+    for kind in ("legacy-eval", "dynamo-eval"):
+        path = str(corpus.file("gpt2", kind))
+        seq = convert(path, batch_size=BATCH, seq_len=TOKENS, fuse=True)
+        layers[kind] = sorted(set(layer_ids(seq, attention_blocks(seq)).tolist()))
+        assert main(["predict", path, *args, "--activation-checkpointing", "full", "--json"]) == 0
+        again[kind] = json.loads(capsys.readouterr().out)["phases"]["recomputation"]
+        assert main(["predict", path, *args, "--top", "3"]) == 0
+        assert "/transformer/h.*/" in capsys.readouterr().out.split("most expensive")[1]
+    assert layers["dynamo-eval"] == layers["legacy-eval"] == [-1, 0, 1]
+    assert again["dynamo-eval"] == pytest.approx(again["legacy-eval"], rel=0.01)
 
 
 def test_the_image_sets_the_input_size_not_the_side_input(capsys, corpus):

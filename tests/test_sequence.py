@@ -263,3 +263,43 @@ def test_a_sequences_neighbours_and_blocks_are_shared_by_a_copy_of_its_edges_onl
     blocks = attention_blocks(seq)
     blocks.append("changed by a caller")
     assert "changed by a caller" not in attention_blocks(seq)  # each caller its own list
+
+
+def test_a_dynamo_exports_nodes_are_named_by_their_module_scopes():
+    """torch.onnx.export (dynamo) names nodes by its counters and keeps each one's module path
+    in its metadata: the sequence names them as the TorchScript exporter does (path, type,
+    numbered within the path), so that a stack's layers read alike; other names are kept."""
+    from mdot_jax.serving.prediction import by_layer
+
+    def scoped(node, *paths):
+        node.metadata_props.add(key="pkg.torch.onnx.name_scopes",
+                                value=repr(["", *paths, "traced_call"]))
+        return node
+
+    nodes, x = [], "x"
+    for layer in range(2):
+        at = f"model.layers.{layer}"
+        nodes += [scoped(helper.make_node("MatMul", [x, "w"], [f"up{layer}"],
+                                          name=f"node_matmul_{2 * layer}"), "model", at,
+                         f"{at}.mlp"),
+                  scoped(helper.make_node("MatMul", [f"up{layer}", "w"], [f"down{layer}"],
+                                          name=f"node_matmul_{2 * layer + 1}"), "model", at,
+                         f"{at}.mlp"),
+                  scoped(helper.make_node("Add", [x, f"down{layer}"], [f"h{layer}"],
+                                          name=f"node_add_{layer}"), "model", at)]
+        x = f"h{layer}"
+    nodes += [scoped(helper.make_node("Relu", [x], ["r"], name="node_relu"), "lm_head"),
+              helper.make_node("Neg", ["r"], ["n"], name="node_neg"),  # no metadata
+              helper.make_node("Abs", ["n"], ["a"], name="/head/Abs"),  # a path already
+              helper.make_node("Sigmoid", ["a"], ["y"], name="node_sigmoid")]
+    nodes[-1].metadata_props.add(key="pkg.torch.onnx.name_scopes", value="not a list")
+    m = model(nodes, [value("x", ["N", 8]), value("w", [8, 8])], [value("y", None)])
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    names = list(convert(m, batch_size=2).node_names)
+    assert names == ["/model/layers.0/mlp/MatMul", "/model/layers.0/mlp/MatMul_1",
+                     "/model/layers.0/Add", "/model/layers.1/mlp/MatMul",
+                     "/model/layers.1/mlp/MatMul_1", "/model/layers.1/Add", "/lm_head/Relu",
+                     "node_neg", "/head/Abs", "node_sigmoid"]
+    stacked = by_layer([dict(type="MatMul", name=n, ms=1.0) for n in names[:2] + names[3:5]])
+    assert [(g["name"], g["count"]) for g in stacked] == [("/model/layers.*/mlp/MatMul", 2),
+                                                          ("/model/layers.*/mlp/MatMul_1", 2)]
