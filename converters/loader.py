@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from converters.dims import baked, check_dims, concretise
 from converters.errors import ConversionError
-from converters.masks import FILLS_KEY, folded
+from converters.masks import FILLS_KEY, PADDING_KEY, folded
 from converters.sequence import (
     DATA_INPUTS_KEY,
     PARAMS_KEY,
@@ -202,8 +202,9 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     meta = {p.key for p in model.metadata_props}
     base = None if isinstance(source, (bytes, onnx.ModelProto)) else Path(source).parent
     masks = {t.name: kind for t in model.graph.initializer if (kind := folded(t, base))}
-    if fill := [t for t, kind in masks.items() if kind == "fill"]:  # (a stripped file keeps its)
-        _set_meta(model, FILLS_KEY, ",".join(fill))
+    for kind, key in (("fill", FILLS_KEY), ("padding", PADDING_KEY)):
+        if found := [t for t, k in masks.items() if k == kind]:  # (a stripped file keeps its)
+            _set_meta(model, key, ",".join(found))
     if PARAMS_KEY not in meta:  # the weights as exported, before folding adds constants
         _set_meta(model, PARAMS_KEY, ",".join(_weight_names(model.graph, set(data), set(masks))))
     if TIED_KEY not in meta:

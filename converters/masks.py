@@ -21,6 +21,7 @@ from converters.tensors import _NO_SHAPE, FLOAT_TYPES, _Tensor
 MASK_MAX_ELEMENTS = 1 << 22  # the largest folded mask `patterns` reads (a 2,048-token square)
 MASK_FILL = -1e4  # at most this (down to -inf, or the float's lowest): a key masked, never a weight
 FILLS_KEY = "mdot.fills"  # model metadata: the folded masks of one value (`folded`)
+PADDING_KEY = "mdot.padding"  # model metadata: folded masks of padding, keys alone (`folded`)
 # comparisons that, as wide as the scores, order queries against keys; the operators a mask is
 # built and applied with
 COMPARISONS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Trilu"}
@@ -32,13 +33,17 @@ MASK_OPS = COMPARISONS | {"And", "Or", "Not", "Xor", "Cast", "Expand", "Reshape"
 BATCH_OPS = MASK_OPS | {"GatherND", "GatherElements"}
 
 
+def listed(model: onnx.ModelProto, key: str) -> set[str]:
+    """The tensors the model metadata `key` names (the loader's `FILLS_KEY`, `PADDING_KEY`)."""
+    return set(next((p.value for p in model.metadata_props if p.key == key), "").split(",")) - {""}
+
+
 def fills(model: onnx.ModelProto) -> set[str]:
     """Float tensors of more than one element that hold one value throughout (a zero position
     bias that `torch.zeros` made: a ConstantOfShape's output, or the initializer folding made
     of it; a folded mask the loader found so, `FILLS_KEY`): no mask, whatever their shape."""
     graph = model.graph
-    listed = next((p.value for p in model.metadata_props if p.key == FILLS_KEY), "")
-    out = set(listed.split(",")) - {""}
+    out = listed(model, FILLS_KEY)
     for init in graph.initializer:
         if init.data_type in FLOAT_TYPES and int(np.prod(init.dims)) > 1 and (
                 init.raw_data or init.float_data or init.double_data):
@@ -49,12 +54,14 @@ def fills(model: onnx.ModelProto) -> set[str]:
 
 
 def folded(init: onnx.TensorProto, base: Path | None = None) -> str:
-    """What a float initializer is: "mask", "fill" or "" (a weight). torch.export folds SDPA's
-    mask into a float initializer [B, 1, S, S]: of 0 and the float's lowest value where keys
-    are masked (a "mask": `MASK_FILL` in its first S x S), of 0 alone where the batch masks
-    nothing (a "fill": one value throughout [..., 1, S, S]); no weight holds either. Only
-    tensors whose last two dims are equal are read, their first S x S alone; values stored
-    beside the model (`base`, its folder) where the rank is >= 3 (square weights are rank 2)."""
+    """What a float initializer is: "mask", "padding", "fill" or "" (a weight). torch.export
+    folds SDPA's mask into a float initializer [B, 1, S, S]: of 0 and the float's lowest value
+    where keys are masked (`MASK_FILL` in its first S x S: a "mask" where that varies over both
+    queries and keys, causal or windowed, else "padding", keys masked alike for every query),
+    of 0 alone where the batch masks nothing (a "fill": one value throughout [..., 1, S, S]);
+    no weight holds either. Only tensors whose last two dims are equal are read, their first
+    S x S alone; values stored beside the model (`base`, its folder) where the rank is >= 3
+    (square weights are rank 2)."""
     dims = list(init.dims)
     if len(dims) < 2 or dims[-1] != dims[-2] or dims[-1] < 2 or init.data_type not in FLOAT_TYPES:
         return ""
@@ -80,7 +87,9 @@ def folded(init: onnx.TensorProto, base: Path | None = None) -> str:
     if not head.size:
         return ""
     if head.min() <= MASK_FILL:
-        return "mask"
+        keys = dims[-1]
+        v = head[:head.size // keys * keys].reshape(-1, keys)  # its first queries x keys
+        return "mask" if (v != v[:, :1]).any() and (v != v[:1]).any() else "padding"
     one = len(dims) >= 3 and dims[-3] == 1 and head.min() == head.max()
     return "fill" if one else ""
 
@@ -110,12 +119,14 @@ class Ordering:
     (`patterns`), a value-less square buffer of a weight-free export (a causal mask a module
     keeps), a comparison as wide as the scores, and what `MASK_OPS` make of them);
     `padding_masks`, `BATCH_OPS` applying what they make of the data inputs with no
-    parameter (an attention mask given with the batch; token ids end at their embedding)."""
+    parameter (an attention mask given with the batch; token ids end at their embedding) or
+    of a folded padding mask (`PADDING_KEY`). `fill`: the model's `fills`."""
 
-    def __init__(self, graph: onnx.GraphProto, params: set[str], data: set[str],
-                 types: Mapping[str, _Tensor], fill: set[str]):
-        valued = {i.name for i in graph.initializer} | fill
-        self.types, self.params, self.batch = types, params, set(data)
+    def __init__(self, model: onnx.ModelProto, params: set[str], data: set[str],
+                 types: Mapping[str, _Tensor]):
+        graph, self.fill, padding = model.graph, fills(model), listed(model, PADDING_KEY)
+        valued = {i.name for i in graph.initializer} | self.fill | padding
+        self.types, self.params, self.batch = types, params, set(data) | padding
         self.tensors = patterns(graph, params) | {
             i.name for i in graph.input
             if i.name not in data | params | valued and square(self.shape_of(i.name))}

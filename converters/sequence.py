@@ -29,7 +29,7 @@ from converters.fusion import fuse as fuse_kernels
 from converters.graph import PE_FUNCTIONS, CycleError, depths, topological_order
 from converters.kept import KEPT
 from converters.kind import graph_kind
-from converters.masks import Ordering, fills
+from converters.masks import Ordering
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
 from converters.scopes import scoped_names
 from converters.tensors import _ELEM_BYTES, _NO_SHAPE, FLOAT_TYPES, _Tensor, _tensor_types
@@ -367,8 +367,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     tied = set(_metadata(model).get(TIED_KEY, "").split(","))
     frozen = params & set(_metadata(model).get(FROZEN_KEY, "").split(","))
     frozen_nodes: list[int] = []  # those all of whose parameters are frozen
-    fill, filled, scoped = fills(model), [], scoped_names(graph.node)  # Adds of a fill: no mask
-    masks = Ordering(graph, params, data_inputs, types, fill)  # causal and padding masks
+    filled, scoped = [], scoped_names(graph.node)  # filled: Adds of a fill (no mask)
+    masks = Ordering(model, params, data_inputs, types)  # causal and padding masks
     order, producer = _node_order(nodes, graph_inputs)
 
     is_data = dict.fromkeys(data_inputs | floats, True)
@@ -411,7 +411,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         ids.append(op_id(node.op_type))
         names.append(scoped.get(node.name) or node.name or f"{node.op_type}_{i}")
         masks.record(names[-1], reads)
-        if node.op_type == "Add" and fill.intersection(inputs):
+        if node.op_type == "Add" and masks.fill.intersection(inputs):
             filled.append(names[-1])
         used_params.update(node_params)
         if node_params and frozen.issuperset(node_params):

@@ -96,25 +96,31 @@ def test_only_an_added_constant_that_masks_is_a_causal_mask(bias, causal):
 
 
 @pytest.mark.parametrize("where", ["inside", "beside"])
-@pytest.mark.parametrize("causal", [True, False])
-def test_a_mask_folded_into_an_initializer_is_no_weight(tmp_path, where, causal):
+@pytest.mark.parametrize("mask", ["causal", "padding", "none"])
+def test_a_mask_folded_into_an_initializer_is_no_weight(tmp_path, where, mask):
     """torch.export folds SDPA's mask into a float initializer ([B, 1, S, S], stored inside
-    the file or beside it: of 0 and the float's lowest for a decoder, of 0 alone where a batch
-    masks nothing) and names no parameters: a mask, causal or masking nothing, never a weight."""
+    the file or beside it: of 0 and the float's lowest value where keys are masked, of 0 alone
+    where a batch masks nothing) and names no parameters: never a weight; causal where it masks
+    keys by query, a mask handed to attention (padded: every key) where it masks the same keys
+    for every query, nothing where it masks none."""
     m = attention(batch=2, seq=8, dim=16, heads=2)
     softmax = next(n for n in m.graph.node if n.op_type == "Softmax")
     softmax.input[0] = "masked"
     m.graph.node.insert(list(m.graph.node).index(softmax),
                         helper.make_node("Add", ["s", "mask"], ["masked"], name="add_mask"))
-    lowest = np.finfo(np.float32).min if causal else 0.0
-    m.graph.initializer.append(numpy_helper.from_array(
-        np.triu(np.full((2, 1, 8, 8), lowest, np.float32), 1), "mask"))
+    lowest, values = np.finfo(np.float32).min, np.zeros((2, 1, 8, 8), np.float32)
+    if mask == "causal":
+        values = np.triu(np.full((2, 1, 8, 8), lowest, np.float32), 1)
+    elif mask == "padding":
+        values[..., 6:] = lowest  # the last two keys of every query
+    m.graph.initializer.append(numpy_helper.from_array(values, "mask"))
     path = tmp_path / "m.onnx"
     onnx.save_model(m, path, save_as_external_data=where == "beside", location="m.data",
                     size_threshold=0)
     seq = convert(path, batch_size=2, fuse=2)
     assert seq.meta["params"] == 2 * 16 * 16 + 2 * 16  # wq, wk, the norm's scale and shift
-    assert [b.causal for b in attention_blocks(seq)] == [causal]
+    assert [(b.causal, b.padded) for b in attention_blocks(seq)] == \
+        [(mask == "causal", mask == "padding")]
 
 
 @pytest.mark.parametrize("config,seq_len,causal", [
