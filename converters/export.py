@@ -221,7 +221,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     names = list(input_names or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()
     was_training, retry, fused = module.training, False, []
-    kept = {n: b.detach().clone() for n, b in module.named_buffers() if not b.is_meta}
+    buffers = dict(module.named_buffers())  # the tensors themselves, and their values
+    kept = {n: b.detach().clone() for n, b in buffers.items() if not b.is_meta}
     config: Any = getattr(module, "config", None)  # a Hugging Face model returns its key-value
     cached = getattr(config, "use_cache", None)  # cache, no tensor: the step keeps none
     try:
@@ -254,11 +255,13 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                     "config with the same layer shapes on the CPU") if on_meta else ""
             raise ConversionError(f"torch export of {type(module).__name__} failed: "
                                   f"{type(e).__name__}: {msg}{hint}") from None
-    finally:  # the user's module as it was: its mode, and running statistics the forward moved
-        module.train(was_training)
-        with torch.no_grad():
-            for n, b in module.named_buffers():
-                if n in kept and b.shape == kept[n].shape:
+    finally:  # the user's module as it was: its mode, each buffer the tensor it held (a forward
+        module.train(was_training)  # may replace one: a rotary cache grown), with its values
+        with torch.no_grad():  # (BatchNorm's running statistics, moved in place)
+            for n, b in buffers.items():
+                owner, _, attr = n.rpartition(".")
+                module.get_submodule(owner)._buffers[attr] = b
+                if n in kept:
                     b.copy_(kept[n])
         if cached:
             config.use_cache = cached

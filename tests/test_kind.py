@@ -115,3 +115,17 @@ def test_exporting_leaves_the_model_as_it_was(mode):
     from_torch(net, torch.randn(2, 3, 32, 32))
     assert net.training is (mode == "train")
     assert [k for k, v in net.state_dict().items() if not torch.equal(v, before[k])] == []
+
+    class Grown(torch.nn.Module):  # a cache the forward replaces with a longer one
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.arange(4.0), persistent=False)
+
+        def forward(self, x):
+            self.cache = torch.arange(float(x.shape[1]))
+            return x * self.cache
+
+    grown = torch.nn.Sequential(Grown())
+    held = grown[0].cache
+    from_torch(grown, torch.ones(2, 8))
+    assert grown[0].cache is held and torch.equal(held, torch.arange(4.0))
