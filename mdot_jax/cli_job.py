@@ -101,6 +101,10 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="torch.optim's fused update kernel (fused=True; transformers' "
                         "Trainer's default), not its foreach kernels (a GPU priced from its "
                         "spec sheet)")
+    p.add_argument("--clip-grad-norm", action="store_true",
+                   help="gradients clipped by their total norm before the update "
+                        "(clip_grad_norm_; transformers' Trainer's default; a GPU priced from "
+                        "its spec sheet)")
     p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
     p.add_argument("--grad-accum", type=POSITIVE_INT, default=1, metavar="K",
                    help="micro-batches of --batch-size per GPU an iteration runs before its "
@@ -160,7 +164,8 @@ def job_fields(args: argparse.Namespace) -> dict:
         lora_targets=lora_targets(args.lora_targets), frozen_weights=args.frozen_weights,
         input_shapes=input_shapes(args.input_shape) or None,
         precision=args.precision, optimizer=args.optimizer,
-        fused_optimizer=args.fused_optimizer, layout=args.layout, step=args.step,
+        fused_optimizer=args.fused_optimizer, clip_grad_norm=args.clip_grad_norm,
+        layout=args.layout, step=args.step,
         nodes=args.nodes, grad_accum=args.grad_accum,
         activation_checkpointing=args.activation_checkpointing, tp=args.tp, pp=args.pp,
         schedule=args.schedule, virtual_stages=args.virtual_stages,

@@ -4,6 +4,7 @@ is extrapolated is said, and bad requests get one-line errors."""
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import onnx
@@ -127,16 +128,42 @@ def test_a_fused_update_moves_the_bytes_of_one_kernel_not_eight(step_model, caps
     slow = [price(seq, h100, step_model, optimizer="adamw", precision="amp-fp16",
                   host_ms=1.0, fused_optimizer=f).iteration_ms for f in (False, True)]
     assert slow[0] - slow[1] == pytest.approx(8.0, rel=0.05)
+    _a_gpus_flag(capsys, tmp_path, "--fused-optimizer", "fused kernel", "yes")
+
+
+def _a_gpus_flag(capsys, tmp_path, flag, said, bad):
+    """`flag` is refused for a checkpoint, said on a GPU (a warning holding `said`), and a
+    request's field given `bad` (not a bool) is an error naming it."""
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(training=True), path)
     code, _, err = run(capsys, "predict", path, "--batch-size", 4, "--checkpoint",
-                       "cpu-amd-epyc-f26m2-2t", "--fused-optimizer")
-    assert code == 2 and "--fused-optimizer: a checkpoint predicts" in err
+                       "cpu-amd-epyc-f26m2-2t", flag)
+    assert code == 2 and f"{flag}: a checkpoint predicts" in err
     code, out, _ = run(capsys, "predict", path, "--batch-size", 4, "--device", "h100-sxm",
-                       "--optimizer", "adamw", "--fused-optimizer", "--json")
-    assert code == 0 and any("fused kernel" in w for w in json.loads(out)["warnings"])
-    with pytest.raises(RequestError, match="fused_optimizer 'yes': true or false"):
-        TrainingJob(model=path, batch_size=4, device="h100-sxm", fused_optimizer="yes")
+                       "--optimizer", "adamw", flag, "--json")
+    assert code == 0 and any(said in w for w in json.loads(out)["warnings"])
+    field = flag.removeprefix("--").replace("-", "_")
+    with pytest.raises(RequestError, match=re.escape(f"{field} {bad!r}: true or false")):
+        TrainingJob(model=path, batch_size=4, device="h100-sxm", **{field: bad})
+
+
+def test_clipping_the_gradients_costs_a_pass_and_six_launches(step_model, capsys, tmp_path):
+    """clip_grad_norm_ reads every gradient for the norm and scales each (one 12-byte pass in
+    all, in six launches with the norm's scalar kernels), before the update, whichever it is."""
+    h100 = gpus.find("h100-sxm")
+    seq = _seq(attention(seq=256, dim=512), batch=8)
+    for fused in (False, True):
+        plain, clipped = (price(seq, h100, step_model, optimizer="adamw", host_ms=0,
+                                fused_optimizer=fused, clip_grad_norm=c) for c in (False, True))
+        passes = 7 / 3 if fused else 8  # the update's own, as in the test above
+        assert clipped.phases["update"] == pytest.approx(plain.phases["update"] * (passes + 1)
+                                                         / passes)
+        assert any("after clipping" in w for w in clipped.warnings)
+        assert not any("clipping" in w for w in plain.warnings)
+    slow = [price(seq, h100, step_model, optimizer="adamw", host_ms=1.0,
+                  clip_grad_norm=c).iteration_ms for c in (False, True)]
+    assert slow[1] - slow[0] == pytest.approx(6.0, rel=0.05)
+    _a_gpus_flag(capsys, tmp_path, "--clip-grad-norm", "after clipping", 1.0)
 
 
 def test_the_first_convolution_has_no_data_gradient(step_model):

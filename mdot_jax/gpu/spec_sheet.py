@@ -84,7 +84,7 @@ from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, masked, read_in_p
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.host import launch_bound, record
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
-from mdot_jax.gpu.update import update
+from mdot_jax.gpu.update import update, update_kernels
 from mdot_jax.options import AUTOCAST, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.serving.memory import check_fit, step_memory
@@ -180,7 +180,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
           attention: str = "eager", blocks: list[Block] | None = None,
           host_ms: float | None = None, kernels: list[float] | None = None,
           half_weights: bool = False, framework: str = "pytorch",
-          recompute: Collection[int] = (), fused_optimizer: bool = False) -> Prediction:
+          recompute: Collection[int] = (), fused_optimizer: bool = False,
+          clip_grad_norm: bool = False) -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`, each with its `index` in `seq`), warnings for whatever is
     extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
@@ -192,12 +193,12 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     weights reach the step in the half type already (FSDP's mixed precision gathers them so):
     autocast casts none of them. `framework`: whose kernels (the module docstring's rule).
     `recompute`: the nodes whose forward kernels run again in the backward (checkpointing).
-    `fused_optimizer`: torch.optim's fused update kernel (`gpu.update`)."""
+    `fused_optimizer`, `clip_grad_norm`: the update's kernels and clipping's (`gpu.update`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
         raise ValueError(f"step {step!r}: choose from {list(STEPS)}")
-    u = update(optimizer, precision, framework, fused_optimizer)  # checks the optimizer
+    u = update(optimizer, precision, framework, fused_optimizer, clip_grad_norm)  # checks it
     megatron = framework == "megatron"
     if megatron and precision not in AUTOCAST:
         raise ValueError(f"framework megatron trains at {', '.join(AUTOCAST)}, not {precision}")
@@ -256,8 +257,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if step == "train" and params:
         shapes = muon.matrices(seq) if optimizer == "muon" else []  # the rest: AdamW
         rest = params - sum(a * b for a, b in shapes)
-        ks = [float(model.kernel_ms(["add"], [(1, rest)], [at["fp32"]], apart)[0]) * u.passes
-              / u.kernels] * u.kernels if rest > 0 else []
+        ks = update_kernels(u, rest, params, lambda n: float(
+            model.kernel_ms(["add"], [(1, n)], [at["fp32"]], apart)[0]))
         ks += muon.kernels_ms(shapes, gpu, model, apart)
         phases["update"] = t = sum(ks) * speed
         order.extend(k * speed for k in ks)
@@ -273,8 +274,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note, masked_note)
     if fusion:
         warnings.append(compiled.said(fusion, host, framework))
-    end = launch_bound(order, host)
-    gaps = end - sum(order)
+    gaps = (end := launch_bound(order, host)) - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
         operators.append(dict(type="launch gaps", name="the GPU waiting on the host", ms=gaps))

@@ -11,10 +11,16 @@ over all parameters in fp32, each reading two and writing one (12 bytes a parame
 - Megatron-LM's (`MEGATRON`): the half gradient into the fp32 main gradient (0.5), unscaled
   with the inf check (0.7), apex's fused optimizer (Adam 2.3; SGD with momentum 1.7), the
   parameters' half copy (0.5).
+
+Gradient clipping by the total norm (`torch.nn.utils.clip_grad_norm_`, transformers' Trainer's
+default; Megatron-LM's `clip_grad`), before the update, over every trained parameter's
+gradient (`CLIP`): a norm that reads each gradient (a third of a pass), the norms' stack, total,
+coefficient and clamp (four scalar kernels), and a scale that reads and writes each (two thirds).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 FOREACH = {"sgd": 3, "adam": 7, "adamw": 8}
@@ -27,21 +33,37 @@ class Update:
     passes: float  # 12-byte elementwise passes over the parameters
     kernels: int  # launches
     what: str  # whose kernels, for the warning
+    clip: bool = False  # gradients clipped by their total norm first (`CLIP`)
+
+
+CLIP = (1, 6)  # clipping's passes over every trained parameter, and its launches
 
 
 def update(optimizer: str, precision: str, framework: str = "pytorch",
-           fused: bool = False) -> Update:
+           fused: bool = False, clip: bool = False) -> Update:
     """The update of `optimizer` at `precision` as `framework` runs it (`fused`: torch.optim's
-    fused kernels)."""
+    fused kernels), after gradient clipping (`clip`)."""
     if optimizer == "muon":  # the parameters Muon does not take: AdamW's (`gpu.muon`)
         optimizer = "adamw"
     if optimizer not in FOREACH:
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(FOREACH)}")
     if framework == "megatron":
-        return Update(MEGATRON[optimizer], MEGATRON[optimizer],
-                      "Megatron-LM's fused optimizer and copies")
-    if fused:
-        return Update(FUSED[optimizer], 1, "torch.optim's fused kernel")
-    passes = FOREACH[optimizer] + (precision == "amp-fp16")
-    return Update(passes, passes, "torch.optim's foreach kernels; fused_optimizer: its fused "
-                                  "one, transformers' Trainer's default")
+        u = Update(MEGATRON[optimizer], MEGATRON[optimizer],
+                   "Megatron-LM's fused optimizer and copies")
+    elif fused:
+        u = Update(FUSED[optimizer], 1, "torch.optim's fused kernel")
+    else:
+        passes = FOREACH[optimizer] + (precision == "amp-fp16")
+        u = Update(passes, passes, "torch.optim's foreach kernels; fused_optimizer: its fused "
+                                   "one, transformers' Trainer's default")
+    return Update(u.passes, u.kernels, u.what + f"; after clipping, {CLIP[0]} pass in "
+                  f"{CLIP[1]} kernels", True) if clip else u
+
+
+def update_kernels(u: Update, rest: int, params: int, add_ms: Callable[[int], float]
+                   ) -> list[float]:
+    """ms of each of the update's kernels: clipping's over all `params` where `u` clips
+    (`CLIP`), then `u`'s passes over `rest` of them (all but what Muon takes); `add_ms(n)`: one
+    elementwise add over n fp32 values (a 12-byte pass)."""
+    ks = [add_ms(params) * CLIP[0] / CLIP[1]] * CLIP[1] if u.clip else []
+    return ks + ([add_ms(rest) * u.passes / u.kernels] * u.kernels if rest > 0 else [])

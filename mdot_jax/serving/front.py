@@ -106,10 +106,11 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
         return "compile", ("a checkpoint predicts the eager steps it was trained on; a "
                            "compiled step is priced for a GPU priced from its spec sheet "
                            "(device=NAME)")
-    if job.fused_optimizer:
-        return "fused_optimizer", ("a checkpoint predicts the steps it was trained on "
-                                   "(torch.optim's default kernels); this is priced for a GPU "
-                                   "priced from its spec sheet (device=NAME)")
+    for name in ("fused_optimizer", "clip_grad_norm"):
+        if getattr(job, name):
+            return name, ("a checkpoint predicts the steps it was trained on (torch.optim's "
+                          "default kernels, unclipped); this is priced for a GPU priced from "
+                          "its spec sheet (device=NAME)")
     for name in ("grad_accum", "tp", "pp", "ep", "cp", "attention", "framework"):
         if getattr(job, name) not in (1, None, "pytorch"):
             return name, ("a checkpoint predicts the whole steps it was trained on; this is "
@@ -281,8 +282,8 @@ class _SpecSheet:
                                "config.json has them)", "ep")
         gathered = job.strategy in SHARDED_WEIGHTS  # in the half type by FSDP's mixed precision
         key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, job.ep, precision,
-               job.step, job.optimizer, job.fused_optimizer, attention, gathered, job.framework,
-               job.activation_checkpointing, job.compile)
+               job.step, job.optimizer, job.fused_optimizer, job.clip_grad_norm, attention,
+               gathered, job.framework, job.activation_checkpointing, job.compile)
         steps = _KEPT.get()
         for kept, priced in steps or ():
             if kept[0] is seq and kept[1] is self.model and kept[2:] == key[2:]:
@@ -300,7 +301,7 @@ class _SpecSheet:
                     attention="flash" if self.fused else attention, blocks=blocks,
                     half_weights=gathered,
                     framework=job.framework, recompute=again,
-                    fused_optimizer=job.fused_optimizer)
+                    fused_optimizer=job.fused_optimizer, clip_grad_norm=job.clip_grad_norm)
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision,
                                     job.activation_checkpointing, self.fused, blocks)

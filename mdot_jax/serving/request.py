@@ -119,7 +119,9 @@ class TrainingJob:
         later), a note says which.
       fused_optimizer: torch.optim's fused update kernel (`fused=True`; transformers'
         Trainer's default, `adamw_torch_fused`), not its default foreach kernels (GPUs priced
-        from their spec sheets; `gpu.update`).
+        from their spec sheets; `gpu.update`). clip_grad_norm: gradients clipped by their
+        total norm before the update (`torch.nn.utils.clip_grad_norm_`, the Trainer's
+        default: a pass over them; GPUs priced from their spec sheets).
       optimizer muon: torch.optim.Muon over the hidden weight matrices, AdamW over the rest
         (`gpu.muon`; GPUs priced from their spec sheets, DDP only).
       compile: the model compiled with `torch.compile` (TorchInductor, its default mode):
@@ -145,6 +147,7 @@ class TrainingJob:
     precision: str | None = None
     optimizer: str = "sgd"
     fused_optimizer: bool = False
+    clip_grad_norm: bool = False
     layout: str = "nchw"
     step: str | None = None
     image_size: int | None = None
@@ -209,6 +212,7 @@ class TrainingJob:
         _choice("frozen_weights", self.frozen_weights, FROZEN_WEIGHTS)
         _choice("optimizer", self.optimizer, SPEC_SHEET_OPTIMIZERS, optional=False)
         _flag("fused_optimizer", self.fused_optimizer)
+        _flag("clip_grad_norm", self.clip_grad_norm)
         _choice("layout", self.layout, LAYOUTS, optional=False)
         _choice("step", self.step, STEPS)
         _choice("strategy", self.strategy, STRATEGIES, optional=False)
