@@ -32,7 +32,7 @@ from converters.kind import graph_kind
 from converters.masks import Ordering
 from converters.ops import HANDLERS, STATE_INPUTS, NodeView
 from converters.scopes import scoped_names
-from converters.tensors import _ELEM_BYTES, _NO_SHAPE, FLOAT_TYPES, _Tensor, _tensor_types
+from converters.tensors import _ELEM_BYTES, _NO_SHAPE, FLOAT_TYPES, _Tensor, _tensor_types, half_of
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
 
 CONFIG_FIELDS = (
@@ -217,11 +217,7 @@ class OperatorSequence:
 
 def _node_order(nodes: list[_Node], sources: set[str]) -> tuple[list[int], dict[str, int]]:
     """Topological order of all nodes and the producer of every tensor."""
-    producer: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for t in node.outputs:
-            if t:
-                producer[t] = i
+    producer = {t: i for i, node in enumerate(nodes) for t in node.outputs if t}
     deps = []
     for i, node in enumerate(nodes):
         for t in node.inputs:
@@ -434,6 +430,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
         **({"fill_operands": filled} if filled else {}),
+        **({"half_type": h} if (h := half_of(types, used_params)) else {}),
         **masks.readers,
         **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
         **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),

@@ -4,6 +4,7 @@ element count and bytes."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import onnx
@@ -46,3 +47,16 @@ def _tensor_types(graph: onnx.GraphProto) -> dict[str, _Tensor]:
 
 
 _NO_SHAPE = _Tensor(None, 0, 0, 0)
+
+
+HALF_TYPES: dict[int, str] = {onnx.TensorProto.BFLOAT16: "bf16", onnx.TensorProto.FLOAT16: "fp16"}
+
+
+def half_of(types: dict[str, _Tensor], params: Iterable[str]) -> str | None:
+    """"bf16" or "fp16" where most of the parameters' elements are held in it (a model exported
+    in a half type), else None."""
+    held: dict[int, int] = {}
+    for t in params:
+        if t in types:
+            held[types[t].elem_type] = held.get(types[t].elem_type, 0) + types[t].numel
+    return HALF_TYPES.get(max(held, key=held.__getitem__)) if held else None

@@ -516,3 +516,41 @@ def test_fp8_runs_the_linear_layers_at_the_fp8_peak_with_their_casts(step_model)
     price(odd, h100, step_model, precision="fp8", kernels=n[0])
     price(odd, h100, step_model, precision="amp-bf16", kernels=n[1])
     assert len(n[0]) == len(n[1])  # no casts: the linear layers stay at bf16
+
+
+def test_a_model_exported_in_a_half_type_trains_in_it_unless_asked(tmp_path):
+    """A graph whose weights are bf16 (a model exported after `.to(torch.bfloat16)`): priced at
+    amp-bf16 where the job names no precision, its activations at the width they are trained
+    in (not halved again), as its fp32 twin at amp-bf16; fp32 as asked, with a note."""
+    from onnx import TensorProto, helper
+    from onnx_builders import model, value
+
+    from mdot_jax import predict
+
+    def mlp(dtype):
+        m = model([helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"),
+                   helper.make_node("Relu", ["h"], ["r"], name="act"),
+                   helper.make_node("MatMul", ["r", "w2"], ["y"], name="down")],
+                  [value("x", ["N", 128, 256], dtype), value("w1", [256, 1024], dtype),
+                   value("w2", [1024, 256], dtype)], [value("y", None, dtype)])
+        m.metadata_props.add(key="mdot.data_inputs", value="x")
+        onnx.save(m, path := tmp_path / f"{dtype}.onnx")
+        return path
+
+    half, full = mlp(TensorProto.BFLOAT16), mlp(TensorProto.FLOAT)
+    assert convert(half, batch_size=2).meta["half_type"] == "bf16"
+    assert "half_type" not in convert(full, batch_size=2).meta
+
+    def job(path, **kw):
+        return predict(TrainingJob(model=path, batch_size=32, device="a100-sxm4-80gb",
+                                   optimizer="adamw", **kw))
+
+    default, twin = job(half), job(full, precision="amp-bf16")
+    assert default.iteration_ms == pytest.approx(twin.iteration_ms)
+    assert default.memory_gb == pytest.approx(twin.memory_gb, rel=1e-6)
+    assert any(w.startswith("precision: amp-bf16, as the model was exported in bf16")
+               for w in default.warnings)
+    asked = job(half, precision="fp32")
+    assert asked.iteration_ms == pytest.approx(job(full, precision="fp32").iteration_ms)
+    assert any("as asked, though the model was exported in bf16" in w for w in asked.warnings)
+    assert not any("exported in" in w for w in job(full).warnings)

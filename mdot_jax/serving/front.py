@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import functools
 import math
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from converters.substitutes import described
 from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
+from mdot_jax.serving.by_checkpoint import Checkpoint
 from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
 from mdot_jax.serving.predict import input_size_of
 from mdot_jax.serving.prediction import Prediction
@@ -36,12 +36,13 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
     `ConversionError`s for the model."""
     try:
         job, spec = _spec(job)
-        pricer = _SpecSheet(job, *spec) if spec else _Checkpoint(job)
+        pricer = _SpecSheet(job, *spec) if spec else _checkpoint(job)
         out = []
         for b in job.batch_sizes:
             seq, one = pricer.step(b)
             for n in job.gpu_counts:
-                out.append(_complete(pricer.parallel(one, seq, n), job, pricer, seq, b, n))
+                out.append(_complete(pricer.parallel(one, seq, n), pricer.job, pricer, seq,
+                                     b, n))
     except ValueError as e:  # a bad value met deep in the pricing: said as the request's
         if isinstance(e, (MdotError, ConversionError)):
             raise
@@ -184,23 +185,6 @@ def _held(job: TrainingJob) -> str:
     return ""
 
 
-def _predictor(checkpoint: str | None):
-    """The checkpoint's `Predictor`, loaded (and its networks compiled) once while its
-    folder is unchanged."""
-    from mdot_jax.serving.predict import resolve_checkpoint
-
-    path = resolve_checkpoint(checkpoint)
-    stat = Path(path).stat()
-    return _loaded(str(path), (stat.st_ino, stat.st_mtime_ns))
-
-
-@functools.lru_cache(maxsize=4)
-def _loaded(path: str, stamp: tuple):
-    from mdot_jax.serving.predict import Predictor
-
-    return Predictor.load(path)
-
-
 # while `keeping_steps` holds (in this thread): the latest steps priced, with their keys
 _KEPT: contextvars.ContextVar[list | None] = contextvars.ContextVar("kept", default=None)
 KEEP = 16  # steps kept: a plan tries each one's pipeline depths and checkpointings on each GPU
@@ -235,10 +219,6 @@ class _SpecSheet:
         self.source = f"priced from its spec sheet by {folder.name}" + (
             ", adapted to measured steps" if self.model.info.get("adaptation") else "")
         self.notes: list[str] = [note] if note else []
-        if job.precision is None:
-            self.notes.append("precision: fp32, the default (no autocast; PyTorch's matmuls "
-                              "off TF32); give precision amp-bf16, amp-fp16 or tf32 for how "
-                              "you train")
         if (most := max(job.gpu_counts)) > NODE_GPUS:
             self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; HGX boards and "
                               f"DGX systems hold {NODE_GPUS}: give gpus {NODE_GPUS} and nodes "
@@ -259,7 +239,7 @@ class _SpecSheet:
         from mdot_jax.gpu.recompute import checkpoint_layers, rerun
         from mdot_jax.gpu.spec_sheet import price
 
-        job, precision = self.job, self.job.precision or "fp32"
+        job = self.job
         try:
             seq = sequence(cut(job), b, fusion_version(True))  # a GPU's piece of a sequence
         except ConversionError as e:  # said of the cut seq_len: say it of cp
@@ -267,6 +247,7 @@ class _SpecSheet:
                 raise RequestError("cp: the model has no token-id input (a rank-2 integer data "
                                    "input) whose sequences to cut", "cp") from None
             raise
+        job, precision = self.job, self._precision(seq.meta.get("half_type"))
         blocks = attention_blocks(seq)
         self.layout = model_parallel.Layout(1, 1, job.tp, job.pp, job.schedule or "1f1b",
                                             job.stages_per_gpu, job.sequence_parallel)
@@ -308,6 +289,24 @@ class _SpecSheet:
         if steps is not None:
             steps[:] = [*steps[1 - KEEP:], (key, (self.seq, blocks, self.fused, one))]
         return seq, one
+
+    def _precision(self, half: str | None) -> str:
+        """The job's precision; where it names none, autocast to the half type the model was
+        exported in (`half`), else fp32 (the job keeps it), with a note either way."""
+        job, autocast = self.job, {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(half or "")
+        if job.precision is None:
+            self.job = job = dataclasses.replace(job, precision=autocast or "fp32")
+            note = (f"precision: {autocast}, as the model was exported in {half} (autocast: "
+                    "GEMMs in it, weights, gradients and optimizer state in fp32; a model "
+                    "trained in it throughout holds half those bytes)" if autocast else
+                    "precision: fp32, the default (no autocast; PyTorch's matmuls off TF32)"
+                    ) + "; give precision amp-bf16, amp-fp16 or tf32 for how you train"
+            self.notes += [note] * (note not in self.notes)
+        elif autocast and job.precision not in AUTOCAST and not self.notes.count(
+                note := f"precision: {job.precision} as asked, though the model was exported "
+                        f"in {half}: priced with every tensor in fp32"):
+            self.notes.append(note)
+        return str(job.precision)
 
     def _attention(self, blocks: list, precision: str, eager_class: str | None) -> str:
         """The job's attention, or where it says none, PyTorch's choice (with a note, which
@@ -446,46 +445,16 @@ class _SpecSheet:
         return p.operators or [], f"the GPU operator model on the {p.device}"
 
 
-class _Checkpoint:
-    """A checkpoint trained on measured steps of its devices."""
-    FROZEN = ("this checkpoint learned steps that train every parameter and prices this one "
-              "so (a GPU priced from its spec sheet prices the frozen ones)")
+def _checkpoint(job: TrainingJob) -> Checkpoint:
+    """The checkpoint's pricer for `job`, which asks nothing only a spec sheet prices."""
+    if job.device and not job.checkpoint:  # a GPU's name that matched no one row
+        from mdot_jax.gpu import catalog
 
-    def __init__(self, job: TrainingJob):
-        from mdot_jax.serving.predict import machine_note
-
-        if job.device and not job.checkpoint:  # a GPU's name that matched no one row
-            from mdot_jax.gpu import catalog
-
-            try:
-                catalog.find(job.device)
-            except ValueError as e:  # said first where the name is close to catalogued ones
-                if "ambiguous" in str(e) or "did you mean" in str(e):
-                    raise RequestError(f"device: {e}", "device") from None
-        if refused := _spec_only(job):
-            raise RequestError(f"{refused[0]}: {refused[1]}", refused[0])
-        self.job, self.predictor = job, _predictor(job.checkpoint)
-        members = self.predictor.member_labels
-        name = self.predictor.path.name if self.predictor.path else "in memory"
-        self.source = f"checkpoint {name}" + (
-            ", geometric mean of " + " x ".join(members) if len(members) > 1 else "")
-        adapted = self.predictor.adaptation
-        note = machine_note([adapted.device] if adapted else self.predictor.devices)
-        self.notes = [note] if note else []
-
-    def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
-        job = self.job
-        seq = sequence(job, b, int(self.predictor.trained.feature_cfg.fused))
-        return seq, self.predictor.predict(
-            seq, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
-            precision=job.precision, layout=job.layout, device=job.device,
-            optimizer=job.optimizer)
-
-    def parallel(self, one: Prediction, seq, n: int) -> Prediction:
-        return one
-
-    def mfu(self, seq, p: Prediction) -> None:
-        return None  # the device's peak is not known to a checkpoint
-
-    def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
-        return self.predictor.operators(seq, p, b)
+        try:
+            catalog.find(job.device)
+        except ValueError as e:  # said first where the name is close to catalogued ones
+            if "ambiguous" in str(e) or "did you mean" in str(e):
+                raise RequestError(f"device: {e}", "device") from None
+    if refused := _spec_only(job):
+        raise RequestError(f"{refused[0]}: {refused[1]}", refused[0])
+    return Checkpoint(job)

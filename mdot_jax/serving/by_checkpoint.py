@@ -1,0 +1,64 @@
+"""A job priced by a checkpoint trained on measured steps of its devices (`serving.front`
+chooses it and checks the job asks nothing only a GPU's spec sheet prices)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from converters import OperatorSequence
+from mdot_jax.serving.model_source import sequence
+from mdot_jax.serving.prediction import Prediction
+from mdot_jax.serving.request import TrainingJob
+
+
+class Checkpoint:
+    """A checkpoint trained on measured steps of its devices."""
+    FROZEN = ("this checkpoint learned steps that train every parameter and prices this one "
+              "so (a GPU priced from its spec sheet prices the frozen ones)")
+
+    def __init__(self, job: TrainingJob):
+        from mdot_jax.serving.predict import machine_note
+
+        self.job, self.predictor = job, _predictor(job.checkpoint)
+        members = self.predictor.member_labels
+        name = self.predictor.path.name if self.predictor.path else "in memory"
+        self.source = f"checkpoint {name}" + (
+            ", geometric mean of " + " x ".join(members) if len(members) > 1 else "")
+        adapted = self.predictor.adaptation
+        note = machine_note([adapted.device] if adapted else self.predictor.devices)
+        self.notes = [note] if note else []
+
+    def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
+        job = self.job
+        seq = sequence(job, b, int(self.predictor.trained.feature_cfg.fused))
+        return seq, self.predictor.predict(
+            seq, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
+            precision=job.precision, layout=job.layout, device=job.device,
+            optimizer=job.optimizer)
+
+    def parallel(self, one: Prediction, seq, n: int) -> Prediction:
+        return one
+
+    def mfu(self, seq, p: Prediction) -> None:
+        return None  # the device's peak is not known to a checkpoint
+
+    def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
+        return self.predictor.operators(seq, p, b)
+
+
+def _predictor(checkpoint: str | None):
+    """The checkpoint's `Predictor`, loaded (and its networks compiled) once while its
+    folder is unchanged."""
+    from mdot_jax.serving.predict import resolve_checkpoint
+
+    path = resolve_checkpoint(checkpoint)
+    stat = Path(path).stat()
+    return _loaded(str(path), (stat.st_ino, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(path: str, stamp: tuple):
+    from mdot_jax.serving.predict import Predictor
+
+    return Predictor.load(path)
