@@ -247,7 +247,8 @@ class _SpecSheet:
                 raise RequestError("cp: the model has no token-id input (a rank-2 integer data "
                                    "input) whose sequences to cut", "cp") from None
             raise
-        job, precision = self.job, self._precision(seq.meta.get("half_type"))
+        precision = self._precision(seq.meta.get("half_type"))  # the job's, or the model's
+        job = self.job
         blocks = attention_blocks(seq)
         self.layout = model_parallel.Layout(1, 1, job.tp, job.pp, job.schedule or "1f1b",
                                             job.stages_per_gpu, job.sequence_parallel)
@@ -293,20 +294,23 @@ class _SpecSheet:
     def _precision(self, half: str | None) -> str:
         """The job's precision; where it names none, autocast to the half type the model was
         exported in (`half`), else fp32 (the job keeps it), with a note either way."""
-        job, autocast = self.job, {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(half or "")
-        if job.precision is None:
-            self.job = job = dataclasses.replace(job, precision=autocast or "fp32")
+        asked, autocast = self.job.precision, {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(
+            half or "")
+        if asked is None:
+            precision = autocast or "fp32"
+            self.job = dataclasses.replace(self.job, precision=precision)
             note = (f"precision: {autocast}, as the model was exported in {half} (autocast: "
                     "GEMMs in it, weights, gradients and optimizer state in fp32; a model "
                     "trained in it throughout holds half those bytes)" if autocast else
                     "precision: fp32, the default (no autocast; PyTorch's matmuls off TF32)"
                     ) + "; give precision amp-bf16, amp-fp16 or tf32 for how you train"
-            self.notes += [note] * (note not in self.notes)
-        elif autocast and job.precision not in AUTOCAST and not self.notes.count(
-                note := f"precision: {job.precision} as asked, though the model was exported "
-                        f"in {half}: priced with every tensor in fp32"):
-            self.notes.append(note)
-        return str(job.precision)
+        elif autocast and asked not in AUTOCAST:
+            precision, note = asked, (f"precision: {asked} as asked, though the model was "
+                                      f"exported in {half}: priced with every tensor in fp32")
+        else:
+            return asked
+        self.notes += [note] * (note not in self.notes)
+        return precision
 
     def _attention(self, blocks: list, precision: str, eager_class: str | None) -> str:
         """The job's attention, or where it says none, PyTorch's choice (with a note, which
