@@ -521,7 +521,8 @@ def test_fp8_runs_the_linear_layers_at_the_fp8_peak_with_their_casts(step_model)
 def test_a_model_exported_in_a_half_type_trains_in_it_unless_asked(tmp_path):
     """A graph whose weights are bf16 (a model exported after `.to(torch.bfloat16)`): priced at
     amp-bf16 where the job names no precision, its activations at the width they are trained
-    in (not halved again), as its fp32 twin at amp-bf16; fp32 as asked, with a note."""
+    in (not halved again), as its fp32 twin at amp-bf16; fp32 as asked, with a note; by a
+    checkpoint, as its fp32 twin."""
     from onnx import TensorProto, helper
     from onnx_builders import model, value
 
@@ -554,3 +555,18 @@ def test_a_model_exported_in_a_half_type_trains_in_it_unless_asked(tmp_path):
     assert asked.iteration_ms == pytest.approx(job(full, precision="fp32").iteration_ms)
     assert any("as asked, though the model was exported in bf16" in w for w in asked.warnings)
     assert not any("exported in" in w for w in job(full).warnings)
+    # a checkpoint learned from fp32 exports reads a half graph at their width (a CNN's: the
+    # features of its convolutions weigh the bytes; ONNX's Conv takes fp16, bf16 from opset 22)
+    def cnn(dtype):
+        m = model([helper.make_node("Conv", ["x", "w1"], ["h"], name="c1", kernel_shape=[3, 3]),
+                   helper.make_node("Relu", ["h"], ["r"], name="act"),
+                   helper.make_node("Conv", ["r", "w2"], ["y"], name="c2", kernel_shape=[3, 3])],
+                  [value("x", ["N", 3, 64, 64], dtype), value("w1", [32, 3, 3, 3], dtype),
+                   value("w2", [32, 32, 3, 3], dtype)], [value("y", None, dtype)])
+        m.metadata_props.add(key="mdot.data_inputs", value="x")
+        onnx.save(m, path := tmp_path / f"cnn{dtype}.onnx")
+        return predict(TrainingJob(model=path, batch_size=32))
+
+    on = [cnn(TensorProto.FLOAT16), cnn(TensorProto.FLOAT)]
+    assert on[0].iteration_ms == pytest.approx(on[1].iteration_ms)
+    assert on[0].memory_gb == pytest.approx(on[1].memory_gb)
