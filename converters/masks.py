@@ -87,9 +87,9 @@ def folded(init: onnx.TensorProto, base: Path | None = None) -> str:
     if not head.size:
         return ""
     if head.min() <= MASK_FILL:
-        keys = dims[-1]
-        v = head[:head.size // keys * keys].reshape(-1, keys)  # its first queries x keys
-        return "mask" if (v != v[:, :1]).any() and (v != v[:1]).any() else "padding"
+        keys = dims[-1]  # its first queries x keys:
+        return "mask" if _orders(head[:head.size // keys * keys].reshape(-1, keys)) \
+            else "padding"
     one = len(dims) >= 3 and dims[-3] == 1 and head.min() == head.max()
     return "fill" if one else ""
 
@@ -102,8 +102,13 @@ def patterns(graph: onnx.GraphProto, params: set[str]) -> set[str]:
     def wide(name: str, dims) -> bool:  # what could be a folded mask, never a weight
         return name not in params and len(dims) >= 2 and min(dims[-2:]) >= 2
 
-    return {name for name, v in constants(graph, MASK_MAX_ELEMENTS, wide).items()
-            if (v != v[..., :1]).any() and (v != v[..., :1, :]).any()}
+    return {name for name, v in constants(graph, MASK_MAX_ELEMENTS, wide).items() if _orders(v)}
+
+
+def _orders(v: np.ndarray) -> bool:
+    """Whether `v` [..., queries, keys] varies along both of its last dims: it orders queries
+    against keys (causal, a window), which a mask of padding alone does not."""
+    return bool((v != v[..., :1]).any() and (v != v[..., :1, :]).any())
 
 
 def square(shape) -> bool:

@@ -21,7 +21,7 @@ coefficient and clamp (four scalar kernels), and a scale that reads and writes e
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 FOREACH = {"sgd": 3, "adam": 7, "adamw": 8}
 FUSED = {"sgd": 5 / 3, "adam": 7 / 3, "adamw": 7 / 3}
@@ -56,8 +56,8 @@ def update(optimizer: str, precision: str, framework: str = "pytorch",
         passes = FOREACH[optimizer] + (precision == "amp-fp16")
         u = Update(passes, passes, "torch.optim's foreach kernels; fused_optimizer: its fused "
                                    "one, transformers' Trainer's default")
-    return Update(u.passes, u.kernels, u.what + f"; after clipping, {CLIP[0]} pass in "
-                  f"{CLIP[1]} kernels", True) if clip else u
+    return replace(u, what=f"{u.what}; after clipping, {CLIP[0]} pass in {CLIP[1]} kernels",
+                   clip=True) if clip else u
 
 
 def update_kernels(u: Update, rest: int, params: int, add_ms: Callable[[int], float]

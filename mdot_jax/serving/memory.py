@@ -141,7 +141,7 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     trained one keeps an activation."""
     held = param_bytes(precision, optimizer, framework)
     weights, trained = 4.0 * seq.params, autograd.trainable(seq)
-    scale = width_scale(seq, precision)
+    scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
     inputs = float(sum(4.0 * np.prod(s) for s in seq.meta.get("inputs", {}).values()))
     state = held.optimizer * trained
     if optimizer == "muon":  # a momentum buffer a matrix parameter, not AdamW's two
@@ -162,13 +162,6 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     return StepMemory(autograd.held_bytes(seq, held.model) + held.master * trained,
                       held.gradients * trained,
                       state, float(saved(seq, fused, scale, grads).sum()), inputs, working)
-
-
-def width_scale(seq: OperatorSequence, precision: str) -> float:
-    """What the sequence's bytes are multiplied by at `precision`: they are at the width the
-    model was exported in, fp32 or a half type (`meta["half_type"]`), and activations are
-    half under autocast and in bf16."""
-    return (0.5 if precision in HALF else 1.0) * (2.0 if seq.meta.get("half_type") else 1.0)
 
 
 def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,

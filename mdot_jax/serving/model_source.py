@@ -16,10 +16,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 
 from converters import ConversionError, OperatorSequence, convert
 from converters.kept import KEPT
+from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import writers
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu import compiled
@@ -101,9 +103,32 @@ def check_lora(model: Any, lora_rank: int | None, lora_targets: tuple[str, ...] 
                            "model itself, e.g. peft's, with converters.from_torch)", "lora_rank")
 
 
+_ELEM = CONFIG_FIELDS.index("elem_bytes")
+_READ, _WRITTEN, _INTENSITY = (LOAD_FIELDS.index(f) for f in
+                               ("bytes_read", "bytes_written", "intensity"))
+
+
+def at_fp32_width(seq: OperatorSequence) -> OperatorSequence:
+    """`seq` as its fp32 export reads, the width everything priced from a sequence assumes
+    (memory scales it by the precision; a checkpoint learned from fp32 exports): a model
+    exported in a half type (`meta["half_type"]`, kept: the precision it trains at by
+    default) has the bytes of its operators of 2-byte elements doubled, their intensity
+    halved. Kept while `seq` is, so that what is computed of it is too."""
+    def widened() -> OperatorSequence:
+        config, load = seq.config.copy(), seq.load.copy()
+        half = config[:, _ELEM] == 2  # [N]
+        config[half, _ELEM] = 4
+        load[np.ix_(half, [_READ, _WRITTEN])] *= 2
+        load[half, _INTENSITY] /= 2
+        return dataclasses.replace(seq, config=config, load=load)
+    return KEPT.get(("fp32 width", seq), widened) if seq.meta.get("half_type") else seq
+
+
 def run_as(seq: OperatorSequence, job: TrainingJob) -> OperatorSequence:
     """`seq` as `job` runs it, in its metadata (a copy: a converted sequence is kept and
-    shared): its frozen parameters held as `frozen_weights` says, compiled if `compile`."""
+    shared), at fp32 width (`at_fp32_width`): its frozen parameters held as `frozen_weights`
+    says, compiled if `compile`."""
+    seq = at_fp32_width(seq)
     how: dict = {}
     if job.frozen_weights is not None and seq.meta.get("frozen_weights") != job.frozen_weights:
         if "frozen" not in seq.meta:
