@@ -2,13 +2,13 @@
 
 from converters.errors import ConversionError
 from converters.export import from_flax, from_keras, from_torch, inference_export
+from converters.fusion import converts_the_same
 from converters.hf_config import from_hf_config
 from converters.loader import convert, load_model, read_model
 from converters.sequence import (
     CONFIG_FIELDS,
     LOAD_FIELDS,
     OperatorSequence,
-    converts_the_same,
     to_sequence,
 )
 from converters.vocab import VOCAB, VOCAB_VERSION

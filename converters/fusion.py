@@ -2,6 +2,12 @@
 kernel (or not at all), so an operator sequence counts the kernels that actually run.
 
 - exact GELU  `Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)`  => `Gelu(x)`
+- (version 3) tanh GELU as the TorchScript exporter writes `gelu(x, approximate="tanh")` (one
+  kernel in eager PyTorch; Gemma's, StarCoder's and SigLIP's `gelu_pytorch_tanh`):
+  `Mul(x, x) -> Mul(x, .) -> Mul(., 0.044715) -> Add(x, .) -> Mul(., sqrt(2/pi)) -> Tanh ->
+  Add(., 1) -> Mul(x, .) -> Mul(., 0.5)`                                         => `Gelu(x)`;
+  Python arithmetic that computes the same (transformers' `gelu_new`: `Pow(x, 3)`, `0.5 * x`
+  first) runs as its kernels and stays
 - SiLU/Swish  `Sigmoid(x) -> Mul(x, .)`                                          => `Silu(x)`
 - `Dropout` with ratio 0 (e.g. `nn.Dropout(0.)`, which eager PyTorch returns untouched, or
   training_mode 0)                                                               => `Identity`
@@ -26,16 +32,19 @@ import heapq
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from converters.errors import ConversionError
+from converters.vocab import op_id
 
 VIEWS = frozenset(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"))
-FUSION_VERSION = 2  # 1: GELU, SiLU, no-op Dropout, views; 2: + in-graph running statistics
+FUSION_VERSION = 3  # 1: GELU, SiLU, no-op Dropout, views; 2: + in-graph running statistics;
+# 3: + tanh GELU
+ADDED = {2: "batch_stats", 3: "gelu_tanh"}  # a version -> the rule it added (its count's key)
 
 
 def fusion_version(fuse: bool | int) -> int:
@@ -112,7 +121,7 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
 
     removed: set[int] = set()
     replaced: dict[int, Node] = {}
-    counts = {"gelu": 0, "silu": 0, "dropout": 0, "batch_stats": 0}
+    counts = {"gelu": 0, "silu": 0, "dropout": 0, "batch_stats": 0, "gelu_tanh": 0}
 
     def make(op_type: str, at: int, inputs: list[str], outs: list[str]) -> Node:
         name = nodes[at].name or f"{op_type}_{at}"
@@ -136,6 +145,50 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
         if half is None or not near(other(nodes[half], nodes[mul].outputs[0]) or "", 0.5):
             return False
         removed.update((div, i, add, mul))
+        replaced[half] = make("Gelu", half, [x], [nodes[half].outputs[0]])
+        return True
+
+    def fed(t: str | None, op_type: str) -> int | None:
+        """The node that produces `t` if it is an `op_type` node."""
+        j = producer.get(t or "")
+        return j if j is not None and nodes[j].op_type == op_type else None
+
+    def scaled(at: int | None, target: float) -> str | None:
+        """The other input of binary node `at` whose one input is the constant `target`."""
+        if at is None or len(nodes[at].inputs) != 2:
+            return None
+        a, b = nodes[at].inputs
+        return b if near(a, target) else a if near(b, target) else None
+
+    def gelu_tanh(i: int) -> bool:
+        # back from the Tanh: Mul(., sqrt(2/pi)) <- Add(x, .) <- Mul(., 0.044715) <- Mul(x, .)
+        # <- Mul(x, x), each intermediate read by the next alone
+        inner = fed(nodes[i].inputs[0], "Mul")
+        add = fed(scaled(inner, math.sqrt(2 / math.pi)), "Add")
+        if inner is None or add is None:
+            return False
+        for x in nodes[add].inputs:  # x and the scaled cube, either order
+            scale = fed(other(nodes[add], x), "Mul")
+            cube = fed(scaled(scale, 0.044715), "Mul")
+            square = fed(other(nodes[cube], x) if cube is not None else None, "Mul")
+            if scale is not None and cube is not None and square is not None \
+                    and nodes[square].inputs == [x, x]:
+                chain = [square, cube, scale, add, inner, i]
+                break
+        else:
+            return False
+        if any(sole(nodes[a].outputs[0], nodes[b].op_type) != b for a, b in zip(chain, chain[1:])):
+            return False
+        one = sole(nodes[i].outputs[0], "Add")
+        if one is None or not near(other(nodes[one], nodes[i].outputs[0]) or "", 1.0):
+            return False
+        mul = sole(nodes[one].outputs[0], "Mul")
+        if mul is None or other(nodes[mul], nodes[one].outputs[0]) != x:
+            return False
+        half = sole(nodes[mul].outputs[0], "Mul")
+        if half is None or not near(other(nodes[half], nodes[mul].outputs[0]) or "", 0.5):
+            return False
+        removed.update((*chain, one, mul))
         replaced[half] = make("Gelu", half, [x], [nodes[half].outputs[0]])
         return True
 
@@ -195,9 +248,36 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
         "Erf": ("gelu", gelu), "Sigmoid": ("silu", silu), "Dropout": ("dropout", dropout)}
     if version >= 2:
         patterns["BatchNormalization"] = ("batch_stats", batch_stats)
+    if version >= 3:
+        patterns["Tanh"] = ("gelu_tanh", gelu_tanh)
     for i, n in enumerate(nodes):
         if n.op_type in patterns and i not in removed and i not in replaced:
             key, match = patterns[n.op_type]
             counts[key] += match(i)
     fused = [replaced.get(i, n) for i, n in enumerate(nodes) if i not in removed]
     return fused, {k: v for k, v in counts.items() if v}
+
+
+def _no_computed_batch_statistics(seq: Any) -> bool:
+    """Fusion 2 drops only what feeds a training BatchNormalization's statistics inputs: a
+    sequence none of whose BatchNormalizations reads more than one operator has none."""
+    bn = np.flatnonzero(seq.op_type == op_id("BatchNormalization"))
+    return all(len(np.unique(seq.edges[seq.edges[:, 1] == j, 0])) <= 1 for j in bn)
+
+
+# fusion version -> it changes nothing if (3 fuses only chains through a Tanh)
+_UNCHANGED_BY = {2: _no_computed_batch_statistics,
+                 3: lambda seq: not np.any(seq.op_type == op_id("Tanh"))}
+
+
+def converts_the_same(seq: Any, fuse: int) -> bool:
+    """Whether converting `seq`'s (an `OperatorSequence`) graph at fusion version `fuse` gives
+    `seq` itself, so that a copy or a predictor of that version may take it: a newer one
+    where the rules added since its version do not apply to it, an older one where none of
+    the rules added after `fuse` fused anything in it. A sequence at the same version is
+    never reused: converting again is how a converter's fixes reach a dataset."""
+    have = seq.fusion
+    if 1 <= fuse < have:
+        return not any(seq.meta["fused"].get(ADDED[v]) for v in range(fuse + 1, have + 1))
+    return 1 <= have < fuse and all(
+        v in _UNCHANGED_BY and _UNCHANGED_BY[v](seq) for v in range(have + 1, fuse + 1))

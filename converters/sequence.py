@@ -311,26 +311,6 @@ def _shape_fields(shape: tuple[int, ...]) -> list[int]:
     return [len(shape)] + [1] * (4 - len(dims)) + dims
 
 
-def _no_computed_batch_statistics(seq: OperatorSequence) -> bool:
-    """Fusion 2 drops only what feeds a training BatchNormalization's statistics inputs: a
-    sequence none of whose BatchNormalizations reads more than one operator has none."""
-    bn = np.flatnonzero(seq.op_type == op_id("BatchNormalization"))
-    return all(len(np.unique(seq.edges[seq.edges[:, 1] == j, 0])) <= 1 for j in bn)
-
-
-_UNCHANGED_BY = {2: _no_computed_batch_statistics}  # fusion version -> it changes nothing if
-
-
-def converts_the_same(seq: OperatorSequence, fuse: int) -> bool:
-    """Whether converting `seq`'s graph again at the newer fusion version `fuse` would give
-    `seq` itself, so that a copy may reuse it (the rules added since its version do not
-    apply to it). A sequence at the same version is never reused: converting again is how a
-    converter's fixes reach a dataset."""
-    have = seq.fusion
-    return 1 <= have < fuse and all(
-        v in _UNCHANGED_BY and _UNCHANGED_BY[v](seq) for v in range(have + 1, fuse + 1))
-
-
 def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = False
                 ) -> OperatorSequence:
     """Builds the operator sequence of a model whose shapes are concrete (see `loader`);

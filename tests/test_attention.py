@@ -60,7 +60,7 @@ def test_a_cnn_has_none():
 def test_blocks_and_their_causal_masks_however_exported(config, causal, batch):
     from converters import from_hf_config
 
-    seq = convert(from_hf_config(config, seq_len=128), batch_size=batch, fuse=2)
+    seq = convert(from_hf_config(config, seq_len=128), batch_size=batch, fuse=True)
     blocks = attention_blocks(seq)
     assert len(blocks) == 2 and {b.causal for b in blocks} == {causal}
 
@@ -90,7 +90,7 @@ class _Biased(torch.nn.Module):
 
 @pytest.mark.parametrize("bias,causal", [("learned", False), ("mask", True), ("zeros", False)])
 def test_only_an_added_constant_that_masks_is_a_causal_mask(bias, causal):
-    seq = convert(from_torch(_Biased(bias), torch.zeros(2, 8, 16)), batch_size=2, fuse=2)
+    seq = convert(from_torch(_Biased(bias), torch.zeros(2, 8, 16)), batch_size=2, fuse=True)
     (block,) = attention_blocks(seq)
     assert block.causal is causal
 
@@ -117,7 +117,7 @@ def test_a_mask_folded_into_an_initializer_is_no_weight(tmp_path, where, mask):
     path = tmp_path / "m.onnx"
     onnx.save_model(m, path, save_as_external_data=where == "beside", location="m.data",
                     size_threshold=0)
-    seq = convert(path, batch_size=2, fuse=2)
+    seq = convert(path, batch_size=2, fuse=True)
     assert seq.meta["params"] == 2 * 16 * 16 + 2 * 16  # wq, wk, the norm's scale and shift
     assert [(b.causal, b.padded) for b in attention_blocks(seq)] == \
         [(mask == "causal", mask == "padding")]
@@ -138,7 +138,7 @@ def test_a_mask_folded_into_an_initializer_is_no_weight(tmp_path, where, mask):
 def test_an_encoder_decoders_blocks_cross_attention_and_masks(config, seq_len, causal):
     from converters import from_hf_config
 
-    seq = convert(from_hf_config(config, seq_len=seq_len), batch_size=2, fuse=2)
+    seq = convert(from_hf_config(config, seq_len=seq_len), batch_size=2, fuse=True)
     blocks = [(str(seq.node_names[b.scores]), b) for b in attention_blocks(seq)]
     assert len(blocks) == 3
     decoder = {name.split("/")[-2]: b.causal for name, b in blocks if "decoder" in name}
@@ -281,14 +281,14 @@ def test_a_padding_mask_is_not_a_causal_one(kind, tokens, causal):
         transformers.AutoModelForCausalLM.from_config(cfg)
     ids, mask = torch.zeros(1, tokens, dtype=torch.long), torch.ones(1, tokens, dtype=torch.long)
     graph = from_torch(_WithMask(model), (ids, mask), input_names=["input_ids", "attention_mask"])
-    seq = convert(graph, batch_size=2, fuse=2)
+    seq = convert(graph, batch_size=2, fuse=True)
     blocks = attention_blocks(seq)
     assert blocks and {b.causal for b in blocks} == {causal}
     # the batch's mask is handed to SDPA as a tensor: its memory-efficient kernel, every key
     assert {b.padded for b in blocks} == {True}
     if tokens == 64:
         plain = convert(from_torch(model, (ids,), input_names=["input_ids"]), batch_size=2,
-                        fuse=2)
+                        fuse=True)
         assert {(b.causal, b.padded) for b in attention_blocks(plain)} == {(causal, False)}
         from mdot_jax import TrainingJob, predict
 

@@ -115,7 +115,7 @@ def test_running_statistics_no_framework_computes_are_dropped_from_version_2():
             return torch.relu(self.bn(F.conv2d(x, w)))
 
     graph = from_torch(StdConvBN(), torch.randn(2, 3, 8, 8))
-    v1, v2 = convert(graph, batch_size=2, fuse=1), convert(graph, batch_size=2, fuse=True)
+    v1, v2 = convert(graph, batch_size=2, fuse=1), convert(graph, batch_size=2, fuse=2)
     assert (v1.fusion, v2.fusion) == (1, 2) and v2.meta["fused"]["batch_stats"] == 1
     assert "batch_stats" not in v1.meta["fused"]
     assert {"ReduceMean", "Sub", "Mul"} <= set(_ops(v1))
@@ -150,6 +150,42 @@ def test_only_what_reaches_nothing_but_the_statistics_is_dropped():
     assert _ops(convert(m, fuse=1)) == ["ReduceMean", "Sub", "ReduceMean",
                                         "BatchNormalization", "Relu"]
     assert _ops(convert(m, fuse=2)) == ["Sub", "BatchNormalization", "Relu"]
+
+
+def test_torchs_tanh_gelu_is_one_kernel_from_version_3_and_python_arithmetic_is_not():
+    """`gelu(x, approximate="tanh")` (Gemma's `gelu_pytorch_tanh`) runs as one kernel that
+    keeps its input; the TorchScript exporter writes it as nine operators. transformers'
+    `gelu_new` computes the same in Python (`Pow(x, 3)`, `0.5 * x` first): nine kernels in
+    eager PyTorch too, left as they are. Fused, the step holds fewer tensors and moves fewer
+    bytes; version 2 keeps the chain and a plain sequence converts the same at version 3."""
+    torch = pytest.importorskip("torch")
+    from converters import converts_the_same, from_torch
+
+    class Act(torch.nn.Module):
+        def __init__(self, native):
+            super().__init__()
+            self.fc, self.native = torch.nn.Linear(8, 16), native
+
+        def forward(self, x):
+            h = self.fc(x)
+            if self.native:
+                return torch.nn.functional.gelu(h, approximate="tanh").sum()
+            return (0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi)
+                                                * (h + 0.044715 * torch.pow(h, 3.0))))).sum()
+
+    native = from_torch(Act(True), torch.randn(2, 8))
+    v2, v3 = convert(native, batch_size=2, fuse=2), convert(native, batch_size=2, fuse=3)
+    assert _ops(v3) == ["Gemm", "Gelu", "ReduceSum"] and v3.meta["fused"] == {"gelu_tanh": 1}
+    assert "Tanh" in _ops(v2) and len(v2.op_type) == 11
+    assert v3.load[:, 2:4].sum() < v2.load[:, 2:4].sum() / 3
+    python = convert(from_torch(Act(False), torch.randn(2, 8)), batch_size=2, fuse=3)
+    assert _ops(python)[1:] == ["Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul",
+                                "ReduceSum"]
+    # a copy or predictor of the other version takes a sequence only where it is the same
+    assert not converts_the_same(v2, 3) and not converts_the_same(v3, 2)
+    assert converts_the_same(python, 2)  # nothing of version 3 fused in it
+    plain = convert(from_torch(torch.nn.Linear(8, 8), torch.randn(2, 8)), batch_size=2, fuse=2)
+    assert converts_the_same(plain, 3)
 
 
 def test_an_unknown_fusion_version_is_refused():

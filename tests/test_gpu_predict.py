@@ -469,7 +469,7 @@ def test_mfu_counts_the_keys_a_causal_query_needs():
 
     graph = from_hf_config(dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=2,
                                 vocab_size=64, n_positions=16384), seq_len=16384)
-    seq = convert(graph, batch_size=1, seq_len=16384, fuse=2)
+    seq = convert(graph, batch_size=1, seq_len=16384, fuse=True)
     a100, blocks = gpus.find("a100-sxm-80gb"), attention_blocks(seq)
     assert len(blocks) == 2 and all(b.causal for b in blocks)
     full, needed = peak_ms(seq, a100, "amp-bf16"), peak_ms(seq, a100, "amp-bf16", blocks)

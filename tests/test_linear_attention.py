@@ -101,7 +101,7 @@ def test_a_gated_delta_rule_is_said_in_the_prediction():
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
-    seq = convert(from_hf_config(QWEN3_NEXT, seq_len=CHUNK), batch_size=2, seq_len=CHUNK, fuse=2)
+    seq = convert(from_hf_config(QWEN3_NEXT, seq_len=CHUNK), batch_size=2, seq_len=CHUNK, fuse=True)
     p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16"))
     assert any("gated delta rule" in w and "chunked kernels" in w for w in p.warnings)
 
@@ -115,7 +115,7 @@ def test_a_hybrid_is_split_and_checkpointed_by_all_of_its_layers():
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
-    seq = convert(from_hf_config(QWEN3_NEXT, seq_len=CHUNK), batch_size=2, seq_len=CHUNK, fuse=2)
+    seq = convert(from_hf_config(QWEN3_NEXT, seq_len=CHUNK), batch_size=2, seq_len=CHUNK, fuse=True)
     blocks = attention_blocks(seq)
     starts = layer_starts(seq, blocks)
     assert len(blocks) == 1 and len(starts) == 4 and starts == sorted(starts)

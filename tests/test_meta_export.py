@@ -228,7 +228,7 @@ def test_a_config_short_of_the_models_shape_says_which_defaults_built_it(tmp_pat
     # under the model's own names (GPT-2's n_embd, n_layer, n_head), nothing was defaulted
     gpt2 = from_hf_config(dict(model_type="gpt2", n_embd=32, n_layer=1, n_head=4,
                                vocab_size=64), seq_len=16)
-    assert "defaulted" not in convert(gpt2, batch_size=1, fuse=2).meta
+    assert "defaulted" not in convert(gpt2, batch_size=1, fuse=True).meta
 
 
 DECODER = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
@@ -248,7 +248,7 @@ def moe_graph():
 def moe(moe_graph):
     from converters import convert
 
-    return convert(moe_graph, batch_size=2, fuse=2)
+    return convert(moe_graph, batch_size=2, fuse=True)
 
 
 def test_convert_says_what_experts_a_file_holds(moe_graph, tmp_path, capsys):
@@ -270,7 +270,7 @@ def test_experts_that_do_not_divide_the_routed_tokens_take_a_padded_share_at_any
 
     graph = from_hf_config(dict(model_type="mixtral", intermediate_size=128, num_local_experts=6,
                                 num_experts_per_tok=2, **DECODER), seq_len=32)
-    flops = [convert(graph, batch_size=b, fuse=2).flops for b in (1, 2, 3)]
+    flops = [convert(graph, batch_size=b, fuse=True).flops for b in (1, 2, 3)]
     assert flops[0] < flops[1] < flops[2] and flops[2] < 3.1 * flops[0]
 
 
@@ -284,7 +284,7 @@ def test_experts_counted_under_other_field_names_route_balanced(kind, fields):
 
     graph = from_hf_config(dict(model_type=kind, intermediate_size=128, **fields, **DECODER),
                            seq_len=32)
-    experts = convert(graph, batch_size=2, fuse=2).meta["experts"]
+    experts = convert(graph, batch_size=2, fuse=True).meta["experts"]
     assert experts["experts"] == 8 and experts["top_k"] == 2 and experts["layers"] >= 2
 
 
@@ -294,7 +294,7 @@ def test_a_mixture_of_experts_exports_as_balanced_routing(moe):
     from converters import convert, from_hf_config
 
     dense = convert(from_hf_config(dict(model_type="mistral", intermediate_size=2 * 128,
-                                        **DECODER), seq_len=32), batch_size=2, fuse=2)
+                                        **DECODER), seq_len=32), batch_size=2, fuse=True)
     layer = 2 * 64 * 64 + 2 * 64 * 32 + 2 * 64 + 8 * 64  # attention (GQA), norms, router
     assert moe.params == 2 * 256 * 64 + 64 + 3 * (layer + 8 * 3 * 128 * 64)
     router = 3 * 3 * 2 * (2 * 32) * 64 * 8  # forward and backward of a [T, d] x [d, E] GEMM
@@ -626,7 +626,7 @@ def test_llama_4s_complex_rotary_config_converts_with_every_parameter():
 
     fields = dict(model_type="llama4_text", intermediate_size=128, intermediate_size_mlp=128,
                   head_dim=16, num_local_experts=4, num_experts_per_tok=1, **DECODER)
-    seq = convert(from_hf_config(fields, seq_len=32), batch_size=2, fuse=2)
+    seq = convert(from_hf_config(fields, seq_len=32), batch_size=2, fuse=True)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             transformers.AutoConfig.for_model(**fields))
@@ -650,7 +650,7 @@ def test_deepseeks_sparse_attention_exports_dense_and_masked_and_says_so(capsys,
                   qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, index_n_heads=4,
                   index_head_dim=32, index_topk=16)
     graph = from_hf_config(config, seq_len=64)
-    seq = convert(graph, batch_size=2, seq_len=64, fuse=2)
+    seq = convert(graph, batch_size=2, seq_len=64, fuse=True)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             transformers.AutoConfig.for_model(**config))

@@ -32,7 +32,7 @@ def gpt(tmp_path_factory):
     (root / "config.json").write_text(json.dumps(CONFIG))
     from converters import from_hf_config
 
-    seq = convert(from_hf_config(CONFIG, seq_len=256), batch_size=4, fuse=2)
+    seq = convert(from_hf_config(CONFIG, seq_len=256), batch_size=4, fuse=True)
     return root / "config.json", seq
 
 
@@ -149,7 +149,7 @@ def test_context_parallel_cuts_each_sequence_and_passes_keys_round_a_ring(gpt, t
     from converters import from_hf_config
     from mdot_jax.gpu.model_parallel import whole_keys
 
-    cut = convert(from_hf_config(CONFIG, seq_len=128), batch_size=4, fuse=2)
+    cut = convert(from_hf_config(CONFIG, seq_len=128), batch_size=4, fuse=True)
     keys = whole_keys(cut, attention_blocks(cut), 2)
     assert 2 * keys.total("fwd_flops") == pytest.approx(gpt[1].total("fwd_flops"), rel=0.02)
     assert keys.params == gpt[1].params
@@ -198,7 +198,7 @@ def test_key_value_heads_are_read_from_the_projections(config, expected, tmp_pat
     from converters import from_hf_config
     from mdot_jax.gpu.model_parallel import heads
 
-    seq = convert(from_hf_config(config, seq_len=128), batch_size=2, fuse=2)
+    seq = convert(from_hf_config(config, seq_len=128), batch_size=2, fuse=True)
     assert {heads(seq, b) for b in attention_blocks(seq)} == {expected}
     if expected[1] == expected[0]:
         return
@@ -303,7 +303,7 @@ def test_a_model_without_token_ids_counts_its_heads_and_tokens_from_its_attentio
 
     from mdot_jax.gpu.model_parallel import tokens_of
 
-    seq = convert(attention(batch=8, seq=8, dim=16), batch_size=8, fuse=2)
+    seq = convert(attention(batch=8, seq=8, dim=16), batch_size=8, fuse=True)
     assert tokens_of(seq, attention_blocks(seq)) == 8 * 8
     with pytest.raises(RequestError, match="^tp 2: does not divide the model's 1 attention"):
         predict(TrainingJob(model=seq, batch_size=8, device="h100-sxm", gpus=2, tp=2))
@@ -326,7 +326,7 @@ def test_fused_attention_has_no_scores_in_its_working_set_either():
     from mdot_jax.serving.memory import step_memory
 
     long = dict(CONFIG, n_layer=2, n_embd=64, n_head=4, n_positions=1024, vocab_size=256)
-    seq = convert(from_hf_config(long, seq_len=1024), batch_size=1, fuse=2)
+    seq = convert(from_hf_config(long, seq_len=1024), batch_size=1, fuse=True)
     head = 1024 * 1024 * 2  # one head's S x S at bf16
     eager = step_memory(seq, "amp-bf16", "adamw")
     flash = step_memory(seq, "amp-bf16", "adamw", fused=attention_blocks(seq))

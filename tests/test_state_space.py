@@ -48,7 +48,7 @@ def test_the_scan_exports_as_one_node_of_the_fused_kernels_flops():
     (2 nc^2 P N a head), the skip; then the output projection. Transformers' eager path
     computes C B^T once a head, and its intermediates are no tensors of the step's."""
     seq_len, batch, q, n, p, heads, groups = 64, 2, 16, 8, 16, 8, 1
-    seq = convert(from_hf_config(MAMBA2, seq_len=seq_len), batch_size=batch, fuse=2)
+    seq = convert(from_hf_config(MAMBA2, seq_len=seq_len), batch_size=batch, fuse=True)
     assert seq.meta["linear_attention"] == FUNCTION and not seq.unknown_ops
     chunks = seq_len // q
     scan = batch * chunks * (groups * 2 * q * q * n + heads * (2 * q * q * p + 4 * q * n * p)) \
@@ -72,7 +72,7 @@ def test_the_conv1d_and_the_gated_norm_are_one_kernel_each_reading_the_splits_in
     from mdot_jax.gpu.fused import read_in_place
     from mdot_jax.gpu.spec_sheet import load_step_model, price
 
-    seq = convert(from_hf_config(MAMBA2, seq_len=64), batch_size=2, fuse=2)
+    seq = convert(from_hf_config(MAMBA2, seq_len=64), batch_size=2, fuse=True)
     names = np.asarray(seq.op_names)
     assert sum(names == "CausalConv1d") == sum(names == "GatedRMSNorm") == 2
     assert "Conv" not in names and sum(names == "ReduceMean") == 3  # the three block norms
@@ -96,7 +96,7 @@ def test_a_mamba2_is_said_in_the_prediction(monkeypatch):
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
-    seq = convert(from_hf_config(MAMBA2, seq_len=64), batch_size=2, seq_len=64, fuse=2)
+    seq = convert(from_hf_config(MAMBA2, seq_len=64), batch_size=2, seq_len=64, fuse=True)
     p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16"))
     assert any(w.startswith("Mamba-2 state space layers: priced as the work of mamba_ssm's fused")
                for w in p.warnings)
@@ -123,7 +123,7 @@ def test_a_model_without_attention_is_split_and_checkpointed_by_its_layer_stack(
     from mdot_jax.serving.request import TrainingJob
 
     seq = convert(from_hf_config(dict(MAMBA2, num_hidden_layers=4), seq_len=64), batch_size=2,
-                  seq_len=64, fuse=2)
+                  seq_len=64, fuse=True)
     starts = layer_starts(seq, attention_blocks(seq))
     assert len(starts) == 4 and starts == sorted(starts)
     assert all(f"/layers.{k}/" in seq.node_names[i] for k, i in enumerate(starts))
@@ -154,7 +154,7 @@ def test_tensor_parallel_splits_a_mamba2s_heads_and_groups():
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
-    seq = convert(from_hf_config(dict(MAMBA2, n_groups=2), seq_len=64), batch_size=2, fuse=2)
+    seq = convert(from_hf_config(dict(MAMBA2, n_groups=2), seq_len=64), batch_size=2, fuse=True)
     assert seq.meta["state_space"] == dict(heads=8, groups=2)
     half = shard(seq, 2)
     assert half.flops_by_type()["MatMul"] == pytest.approx(seq.flops_by_type()["MatMul"] / 2)
@@ -185,8 +185,8 @@ def test_tensor_parallel_all_reduces_once_a_sublayer(monkeypatch):
 
     gpt2 = convert(from_hf_config(dict(model_type="gpt2", n_layer=4, n_embd=256, n_head=4,
                                        vocab_size=1000, n_positions=64), seq_len=64),
-                   batch_size=2, fuse=2)
-    hybrid = convert(from_hf_config(NEMOTRON_H, seq_len=64), batch_size=2, fuse=2)
+                   batch_size=2, fuse=True)
+    hybrid = convert(from_hf_config(NEMOTRON_H, seq_len=64), batch_size=2, fuse=True)
     for seq, each in ((gpt2, 2), (hybrid, 1)):
         assert sublayers(seq, layer_starts(seq, attention_blocks(seq))) == [each] * 4
 
@@ -231,7 +231,7 @@ def test_mamba1_exports_one_scan_node_a_layer_and_is_priced():
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
-    seqs = {t: convert(from_hf_config(MAMBA, seq_len=t), batch_size=2, fuse=2) for t in (32, 64)}
+    seqs = {t: convert(from_hf_config(MAMBA, seq_len=t), batch_size=2, fuse=True) for t in (32, 64)}
     assert seqs[32].num_ops == seqs[64].num_ops
     seq = seqs[64]
     assert seq.meta["linear_attention"] == SCAN and not seq.unknown_ops

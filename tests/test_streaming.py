@@ -52,7 +52,7 @@ def test_a_step_prices_memory_bound_kernels_by_them_and_gemms_as_before():
     constants = streaming.fit(_rows())
     model = dataclasses.replace(base, info=dict(
         base.info, streaming_kernels=dict(constants=constants, gpu="nvidia-h200-sxm")))
-    seq = convert(attention(seq=64, dim=256), batch_size=8, fuse=2)
+    seq = convert(attention(seq=64, dim=256), batch_size=8, fuse=True)
     h100 = gpus.find("h100-sxm")
     before, after = (spec_sheet.price(seq, h100, m, precision="fp32", fit=False, host_ms=0.0)
                      for m in (base, model))  # kernels alone, each with its fixed cost

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from converters import ConversionError, OperatorSequence, convert
+from converters import ConversionError, OperatorSequence, convert, converts_the_same
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import writers
@@ -58,7 +58,8 @@ def cut(job: TrainingJob) -> TrainingJob:
 
 def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     """The job's model at batch `b`: converted from ONNX, or a converted sequence as it is
-    (`.npz` or in memory), whose batch, input size and fusion must be the job's."""
+    (`.npz` or in memory), whose batch, input size and fusion must be the job's (or of
+    a fusion version that converts it the same)."""
     model: Any = job.model
     config = is_config(model)  # its graph is named by its file
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
@@ -82,9 +83,11 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
                               label=str(job.model) if config else None), job)
     check_converted(model, b, job.image_size, job.seq_len, job.cp)
     if model.fusion != fuse:
-        raise RequestError(f"model: the operator sequence {model.name!r} was converted with "
-                           f"fusion version {model.fusion}, this predictor reads {fuse} "
-                           f"(`mdot convert --fuse {fuse}`)", "model")
+        if not converts_the_same(model, fuse):
+            raise RequestError(f"model: the operator sequence {model.name!r} was converted "
+                               f"with fusion version {model.fusion}, this predictor reads "
+                               f"{fuse} (`mdot convert --fuse {fuse}`)", "model")
+        model = dataclasses.replace(model, meta={**model.meta, "fusion_version": fuse})
     return run_as(model, job)
 
 
