@@ -128,13 +128,9 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
         return Node(op_type, name, inputs, outs, onnx.helper.make_node(
             op_type, inputs, outs, name=name))
 
-    def gelu(i: int) -> bool:
-        div = producer.get(nodes[i].inputs[0])
-        if div is None or nodes[div].op_type != "Div" or len(nodes[div].inputs) != 2 \
-                or not near(nodes[div].inputs[1], math.sqrt(2)) \
-                or sole(nodes[div].outputs[0], "Erf") != i:
-            return False
-        x = nodes[div].inputs[0]
+    def halved(i: int, x: str, chain: list[int]) -> bool:
+        """GELU's last three nodes after node `i`, `Add(., 1) -> Mul(x, .) -> Mul(., 0.5)`:
+        if there, they and `chain` (the nodes up to `i`) become `Gelu(x)`."""
         add = sole(nodes[i].outputs[0], "Add")
         if add is None or not near(other(nodes[add], nodes[i].outputs[0]) or "", 1.0):
             return False
@@ -144,7 +140,7 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
         half = sole(nodes[mul].outputs[0], "Mul")
         if half is None or not near(other(nodes[half], nodes[mul].outputs[0]) or "", 0.5):
             return False
-        removed.update((div, i, add, mul))
+        removed.update((*chain, add, mul))
         replaced[half] = make("Gelu", half, [x], [nodes[half].outputs[0]])
         return True
 
@@ -152,6 +148,14 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
         """The node that produces `t` if it is an `op_type` node."""
         j = producer.get(t or "")
         return j if j is not None and nodes[j].op_type == op_type else None
+
+    def gelu(i: int) -> bool:
+        div = fed(nodes[i].inputs[0], "Div")
+        if div is None or len(nodes[div].inputs) != 2 \
+                or not near(nodes[div].inputs[1], math.sqrt(2)) \
+                or sole(nodes[div].outputs[0], "Erf") != i:
+            return False
+        return halved(i, nodes[div].inputs[0], [div, i])
 
     def scaled(at: int | None, target: float) -> str | None:
         """The other input of binary node `at` whose one input is the constant `target`."""
@@ -177,20 +181,8 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
                 break
         else:
             return False
-        if any(sole(nodes[a].outputs[0], nodes[b].op_type) != b for a, b in zip(chain, chain[1:])):
-            return False
-        one = sole(nodes[i].outputs[0], "Add")
-        if one is None or not near(other(nodes[one], nodes[i].outputs[0]) or "", 1.0):
-            return False
-        mul = sole(nodes[one].outputs[0], "Mul")
-        if mul is None or other(nodes[mul], nodes[one].outputs[0]) != x:
-            return False
-        half = sole(nodes[mul].outputs[0], "Mul")
-        if half is None or not near(other(nodes[half], nodes[mul].outputs[0]) or "", 0.5):
-            return False
-        removed.update((*chain, one, mul))
-        replaced[half] = make("Gelu", half, [x], [nodes[half].outputs[0]])
-        return True
+        return all(sole(nodes[a].outputs[0], nodes[b].op_type) == b
+                   for a, b in zip(chain, chain[1:])) and halved(i, x, chain)
 
     def silu(i: int) -> bool:
         x, s = nodes[i].inputs[0], nodes[i].outputs[0]
