@@ -21,7 +21,11 @@ def _input(kind, size, batch):
     return torch.randn(batch, 3, size, size, generator=g)
 
 
-@pytest.mark.parametrize("name", sorted(novel_zoo.MODELS))
+FAST = ("nv-unet", "nv-gmlp", "nv-conformer")  # one of each kind of input; the rest slow
+
+
+@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(novel_zoo.MODELS)])
 def test_every_novel_model_trains_and_exports_at_any_batch(name):
     kind, size = novel_zoo.MODELS[name]
     model = novel_zoo.build(name)

@@ -67,7 +67,7 @@ def test_weight_free_export_is_small():
 
 
 @pytest.mark.parametrize("name", [pytest.param("vit_base_patch16_224", marks=pytest.mark.slow),
-                                  "efficientnet_b0",
+                                  pytest.param("efficientnet_b0", marks=pytest.mark.slow),
                                   "deit_tiny_patch16_224", "tf_efficientnet_b0"])
 def test_timm_vit_and_efficientnet_have_no_unknown_ops(name):
     timm.layers.set_fused_attn(False)
