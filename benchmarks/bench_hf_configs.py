@@ -53,7 +53,7 @@ def _price(kind: str, small: dict) -> dict:
     r: dict = dict(type=kind)
     try:
         seq = convert(from_hf_config(dict(model_type=kind, **small), seq_len=64), batch_size=2,
-                      seq_len=64, fuse=2)
+                      seq_len=64, fuse=True)
         p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", gpus=8,
                                 strategy="fsdp", precision="amp-bf16", optimizer="adamw"))
         cfg = transformers.AutoConfig.for_model(kind, **small)

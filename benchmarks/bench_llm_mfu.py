@@ -37,7 +37,7 @@ def mfu_rows(gpus: tuple[str, ...], checkpoint: str | None = None) -> list[dict]
                                     n_heads=heads, max_seq_len=2048, vocab_size=50368,
                                     expansion_ratio=4), seq_len=2048)
         for mb in (2, 4, 8):
-            seq = convert(graph, batch_size=mb, seq_len=2048, fuse=2)
+            seq = convert(graph, batch_size=mb, seq_len=2048, fuse=True)
             for gpu in gpus:
                 p = predict(TrainingJob(model=seq, batch_size=mb, device=gpu, gpus=8,
                                         strategy="fsdp", precision="amp-bf16",

@@ -134,7 +134,7 @@ def loss_memory_gb(config: Path, job: dict) -> float:
     from mdot_jax.serving.memory import HALF, saved
 
     seq = convert(from_hf_config(config, seq_len=job["seq_len"]), batch_size=job["batch_size"],
-                  fuse=2)
+                  fuse=True)
     half = job["precision"] in HALF
     kept = saved(seq, (), 0.5 if half else 1.0)  # [N] bytes the estimate keeps
     numel = seq.config[:, CONFIG_FIELDS.index("in_numel")]

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 seqs = {}
             if r["mb"] not in seqs:
                 seqs[r["mb"]] = convert(models[arch], batch_size=r["mb"], seq_len=r["seq"],
-                                        fuse=2)
+                                        fuse=True)
             gpn = min(r["gpus"], 8)
             m = r["global_batch"] // (r["mb"] * r["dp"])
             p = predict(TrainingJob(
