@@ -41,7 +41,7 @@ def scoped_names(protos: Sequence[onnx.NodeProto]) -> dict[str, str]:
 
 
 def _scope(p: onnx.NodeProto) -> str | None:
-    """`/model/layers.0/mlp/` from the node's module paths (each path less its parent's prefix);
+    """`/model/layers.0/mlp/` from the node's module paths (`_named`);
     None where the node holds none or they do not read as a list of paths."""
     text = next((m.value for m in p.metadata_props if m.key == SCOPES_KEY), None)
     if text is None:
@@ -52,9 +52,14 @@ def _scope(p: onnx.NodeProto) -> str | None:
         return None
     if not isinstance(paths, list) or not all(isinstance(x, str) for x in paths):
         return None
-    parts, parent = [], ""
-    for path in paths[:-1]:  # the last: the traced call, not a module
-        if path:
-            parts.append(path.removeprefix(parent + ".") if parent else path)
-            parent = path
-    return "/" + "".join(f"{x}/" for x in parts)
+    return "/" + "".join(f"{_named(x)}/" for x in paths[:-1] if x)  # the last: the traced call
+
+
+def _named(path: str) -> str:
+    """A module's scope as TorchScript names it: its attribute with the indices that follow it
+    (`model.layers.0` -> `layers.0`, `blocks.0.seq.1.0` -> `seq.1.0`, `blocks.0.fc` -> `fc`)."""
+    parts = path.split(".")
+    k = len(parts) - 1
+    while k > 0 and parts[k].isdigit():
+        k -= 1
+    return ".".join(parts[k:])

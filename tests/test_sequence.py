@@ -265,6 +265,28 @@ def test_a_sequences_neighbours_and_blocks_are_shared_by_a_copy_of_its_edges_onl
     assert "changed by a caller" not in attention_blocks(seq)  # each caller its own list
 
 
+def test_a_scope_in_a_sequential_or_a_dict_is_named_as_torchscript_names_it():
+    """The TorchScript exporter names a module by its attribute and the indices after it:
+    a Sequential's child `blocks.0` (not `0`: a stack's layers are read from `blocks.0`), one
+    nested in it `seq.1.0`, a ModuleDict's `a`; these are the names it wrote for these paths
+    (torch 2.14, `from_torch`)."""
+    from converters.scopes import scoped_names
+
+    # the module paths dynamo records (a ModuleList or ModuleDict is never called: no scope)
+    paths = {("blocks", "blocks.0", "blocks.0.fc"): "/blocks/blocks.0/fc/Gemm",
+             ("blocks", "blocks.0", "blocks.0.seq", "blocks.0.seq.1", "blocks.0.seq.1.0"):
+             "/blocks/blocks.0/seq/seq.1/seq.1.0/Gemm",
+             ("layers.0", "layers.0.seq", "layers.0.seq.0"): "/layers.0/seq/seq.0/Gemm",
+             ("d.a",): "/a/Gemm"}
+    nodes = []
+    for i, scopes in enumerate(paths):
+        n = helper.make_node("Gemm", ["x", "w"], [f"y{i}"], name=f"node_linear_{i}")
+        n.metadata_props.add(key="pkg.torch.onnx.name_scopes",
+                             value=repr(["", *scopes, "linear"]))
+        nodes.append(n)
+    assert list(scoped_names(nodes).values()) == list(paths.values())
+
+
 def test_a_dynamo_exports_nodes_are_named_by_their_module_scopes():
     """torch.onnx.export (dynamo) names nodes by its counters and keeps each one's module path
     in its metadata: the sequence names them as the TorchScript exporter does (path, type,
