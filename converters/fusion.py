@@ -8,6 +8,9 @@ kernel (or not at all), so an operator sequence counts the kernels that actually
   Add(., 1) -> Mul(x, .) -> Mul(., 0.5)`                                         => `Gelu(x)`;
   Python arithmetic that computes the same (transformers' `gelu_new`: `Pow(x, 3)`, `0.5 * x`
   first) runs as its kernels and stays
+- (version 3) Slices that cut one tensor along one axis into pieces covering it (the dynamo
+  exporter's `unbind`, `chunk`, `split`)                                            => one `Split`,
+  as the TorchScript exporter writes them (one kernel, not one a piece each reading it all)
 - SiLU/Swish  `Sigmoid(x) -> Mul(x, .)`                                          => `Silu(x)`
 - `Dropout` with ratio 0 (e.g. `nn.Dropout(0.)`, which eager PyTorch returns untouched, or
   training_mode 0)                                                               => `Identity`
@@ -43,8 +46,8 @@ from converters.vocab import op_id
 
 VIEWS = frozenset(("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"))
 FUSION_VERSION = 3  # 1: GELU, SiLU, no-op Dropout, views; 2: + in-graph running statistics;
-# 3: + tanh GELU
-ADDED = {2: "batch_stats", 3: "gelu_tanh"}  # a version -> the rule it added (its count's key)
+# 3: + tanh GELU, Slices tiling a tensor
+ADDED = {2: ("batch_stats",), 3: ("gelu_tanh", "slices")}  # a version -> its rules' count keys
 
 
 def fusion_version(fuse: bool | int) -> int:
@@ -86,9 +89,11 @@ def constants(graph: onnx.GraphProto, max_size: int = 16,
 
 
 def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
-         version: int = FUSION_VERSION) -> tuple[list[Node], dict[str, int]]:
+         version: int = FUSION_VERSION,
+         shape_of: Callable[[str], Sequence[int] | None] = lambda t: None
+         ) -> tuple[list[Node], dict[str, int]]:
     """The rewritten node list (same order) and how many of each pattern were fused, with
-    the rules of `version`."""
+    the rules of `version`; `shape_of`: a tensor's concrete shape, where known."""
     consumers: dict[str, list[int]] = defaultdict(list)
     producer: dict[str, int] = {}
     for i, n in enumerate(nodes):
@@ -121,7 +126,8 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
 
     removed: set[int] = set()
     replaced: dict[int, Node] = {}
-    counts = {"gelu": 0, "silu": 0, "dropout": 0, "batch_stats": 0, "gelu_tanh": 0}
+    counts = {"gelu": 0, "silu": 0, "dropout": 0, "batch_stats": 0, "gelu_tanh": 0,
+              "slices": 0}
 
     def make(op_type: str, at: int, inputs: list[str], outs: list[str]) -> Node:
         name = nodes[at].name or f"{op_type}_{at}"
@@ -236,12 +242,45 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
                            n.proto)
         return True
 
+    def cut(j: int) -> tuple[int, int, int] | None:
+        """(axis, start, end) of Slice `j` if it cuts one axis by constants with step 1."""
+        ins = [*nodes[j].inputs, "", "", ""][1:5]  # starts, ends, axes, steps
+        got = [consts.get(t) if t else None for t in ins]
+        if any(t and (v is None or v.size != 1) for t, v in zip(ins, got)):
+            return None  # not a constant, or more than one axis
+        starts, ends, axes, steps = (None if v is None else int(v.reshape(-1)[0]) for v in got)
+        if starts is None or ends is None or steps not in (None, 1):
+            return None
+        return axes or 0, starts, ends
+
+    def slices(i: int) -> bool:
+        x = nodes[i].inputs[0]
+        group = [j for j in consumers[x] if nodes[j].op_type == "Slice"]
+        cuts = [c for c in map(cut, group) if c is not None]
+        shape = shape_of(x)
+        if group[0] != i or len(group) < 2 or len(cuts) < len(group) or not shape \
+                or len({c[0] % len(shape) for c in cuts}) != 1:
+            return False
+        axis = cuts[0][0] % len(shape)
+        dim = shape[axis]
+        at = lambda v: min(max(v + dim if v < 0 else v, 0), dim)  # noqa: E731  ONNX's rule
+        spans = sorted((at(start), at(end), j) for (_, start, end), j in zip(cuts, group))
+        if spans[0][0] != 0 or spans[-1][1] != dim or any(
+                a[1] != b[0] or a[0] >= a[1] for a, b in zip(spans, spans[1:])):
+            return False  # not pieces that cover the axis once
+        outs = [nodes[j].outputs[0] for _, _, j in spans]
+        removed.update(j for j in group if j != i)
+        replaced[i] = Node("Split", nodes[i].name, [x], outs, onnx.helper.make_node(
+            "Split", [x], outs, name=nodes[i].name, axis=axis))
+        return True
+
     patterns: dict[str, tuple[str, Callable[[int], bool]]] = {
         "Erf": ("gelu", gelu), "Sigmoid": ("silu", silu), "Dropout": ("dropout", dropout)}
     if version >= 2:
         patterns["BatchNormalization"] = ("batch_stats", batch_stats)
     if version >= 3:
         patterns["Tanh"] = ("gelu_tanh", gelu_tanh)
+        patterns["Slice"] = ("slices", slices)
     for i, n in enumerate(nodes):
         if n.op_type in patterns and i not in removed and i not in replaced:
             key, match = patterns[n.op_type]
@@ -257,9 +296,9 @@ def _no_computed_batch_statistics(seq: Any) -> bool:
     return all(len(np.unique(seq.edges[seq.edges[:, 1] == j, 0])) <= 1 for j in bn)
 
 
-# fusion version -> it changes nothing if (3 fuses only chains through a Tanh)
+# fusion version -> it changes nothing if (3: only chains through a Tanh, and Slices)
 _UNCHANGED_BY = {2: _no_computed_batch_statistics,
-                 3: lambda seq: not np.any(seq.op_type == op_id("Tanh"))}
+                 3: lambda seq: not np.isin(seq.op_type, [op_id("Tanh"), op_id("Slice")]).any()}
 
 
 def converts_the_same(seq: Any, fuse: int) -> bool:
@@ -270,6 +309,7 @@ def converts_the_same(seq: Any, fuse: int) -> bool:
     never reused: converting again is how a converter's fixes reach a dataset."""
     have = seq.fusion
     if 1 <= fuse < have:
-        return not any(seq.meta["fused"].get(ADDED[v]) for v in range(fuse + 1, have + 1))
+        return not any(seq.meta["fused"].get(k) for v in range(fuse + 1, have + 1)
+                       for k in ADDED[v])
     return 1 <= have < fuse and all(
         v in _UNCHANGED_BY and _UNCHANGED_BY[v](seq) for v in range(have + 1, fuse + 1))

@@ -330,7 +330,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     version = fusion_version(fuse)
     if version:
         nodes, fused = fuse_kernels(nodes, constants(graph), {o.name for o in graph.output},
-                                    version)
+                                    version, lambda t: types.get(t, _NO_SHAPE).shape)
     data_inputs = set(data_input_names(model))
     graph_inputs = {i.name for i in graph.input} | {i.name for i in graph.initializer}
     floats = {t for t in graph_inputs - data_inputs if t in types and types[t].elem_type in

@@ -188,6 +188,43 @@ def test_torchs_tanh_gelu_is_one_kernel_from_version_3_and_python_arithmetic_is_
     assert converts_the_same(plain, 3)
 
 
+def _sliced(cuts, step=1):
+    """x [2, 12] cut by Slices (axis, start, end), each piece through a Relu."""
+    nodes, outs = [], []
+    for k, (axis, start, end) in enumerate(cuts):
+        for name, v in (("s", start), ("e", end), ("a", axis), ("t", step)):
+            nodes.append(helper.make_node("Constant", [], [f"{name}{k}"], value=helper.make_tensor(
+                f"{name}{k}_t", 7, [1], [v])))
+        nodes += [helper.make_node("Slice", ["x", f"s{k}", f"e{k}", f"a{k}", f"t{k}"], [f"p{k}"]),
+                  helper.make_node("Relu", [f"p{k}"], [f"y{k}"])]
+        outs.append(value(f"y{k}", None))
+    m = model(nodes, [value("x", [2, 12])], outs)
+    m.metadata_props.add(key="mdot.data_inputs", value="x")
+    return m
+
+
+@pytest.mark.parametrize("cuts, step, split", [
+    ([(1, 0, 4), (1, 4, 8), (1, 8, 2 ** 62)], 1, True),  # dynamo's chunk / split / unbind
+    ([(-1, 8, 12), (1, 0, -4)], 1, True),  # any order, negative axis and end
+    ([(1, 0, 4), (1, 2, 12)], 1, False),  # overlapping
+    ([(1, 0, 4), (1, 4, 8)], 1, False),  # not all of it
+    ([(1, 0, 6), (0, 0, 2)], 1, False),  # two axes
+    ([(1, 0, 6), (1, 6, 12)], 2, False),  # strided
+])
+def test_slices_cutting_a_tensor_into_pieces_are_one_split_from_version_3(cuts, step, split):
+    """The dynamo exporter writes `unbind`, `chunk` and `split` as one Slice a piece, each
+    priced as a kernel reading the whole tensor; the TorchScript exporter writes one Split.
+    From version 3 pieces that cover an axis once are that Split; other Slices stay."""
+    v2, v3 = (convert(_sliced(cuts, step), fuse=v) for v in (2, 3))
+    assert _ops(v2).count("Slice") == len(cuts)
+    if split:
+        assert _ops(v3) == ["Split"] + ["Relu"] * len(cuts)
+        assert v3.meta["fused"]["slices"] == 1
+        np.testing.assert_allclose(v3.load[0, 2:4], 2 * 12 * 4)  # x read once, written once
+    else:
+        assert _ops(v3) == _ops(v2) and "slices" not in v3.meta["fused"]
+
+
 def test_an_unknown_fusion_version_is_refused():
     from converters import ConversionError
 
