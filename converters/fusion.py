@@ -8,9 +8,10 @@ kernel (or not at all), so an operator sequence counts the kernels that actually
   Add(., 1) -> Mul(x, .) -> Mul(., 0.5)`                                         => `Gelu(x)`;
   Python arithmetic that computes the same (transformers' `gelu_new`: `Pow(x, 3)`, `0.5 * x`
   first) runs as its kernels and stays
-- (version 3) Slices that cut one tensor along one axis into pieces covering it (the dynamo
-  exporter's `unbind`, `chunk`, `split`)                                            => one `Split`,
-  as the TorchScript exporter writes them (one kernel, not one a piece each reading it all)
+- (version 3) Slices that cut one tensor along one axis into equal pieces covering it (the
+  dynamo exporter's `unbind`, `chunk`)                                              => one `Split`,
+  as the TorchScript exporter writes them (one kernel, not one a piece each reading it all);
+  unequal pieces stay (Mamba's projection, whose fused kernels read theirs in place)
 - SiLU/Swish  `Sigmoid(x) -> Mul(x, .)`                                          => `Silu(x)`
 - `Dropout` with ratio 0 (e.g. `nn.Dropout(0.)`, which eager PyTorch returns untouched, or
   training_mode 0)                                                               => `Identity`
@@ -265,9 +266,9 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
         dim = shape[axis]
         at = lambda v: min(max(v + dim if v < 0 else v, 0), dim)  # noqa: E731  ONNX's rule
         spans = sorted((at(start), at(end), j) for (_, start, end), j in zip(cuts, group))
-        if spans[0][0] != 0 or spans[-1][1] != dim or any(
-                a[1] != b[0] or a[0] >= a[1] for a, b in zip(spans, spans[1:])):
-            return False  # not pieces that cover the axis once
+        if spans[0][0] != 0 or spans[-1][1] != dim or len({b - a for a, b, _ in spans}) > 1 \
+                or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
+            return False  # not equal pieces that cover the axis once
         outs = [nodes[j].outputs[0] for _, _, j in spans]
         removed.update(j for j in group if j != i)
         replaced[i] = Node("Split", nodes[i].name, [x], outs, onnx.helper.make_node(

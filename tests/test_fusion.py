@@ -204,17 +204,18 @@ def _sliced(cuts, step=1):
 
 
 @pytest.mark.parametrize("cuts, step, split", [
-    ([(1, 0, 4), (1, 4, 8), (1, 8, 2 ** 62)], 1, True),  # dynamo's chunk / split / unbind
-    ([(-1, 8, 12), (1, 0, -4)], 1, True),  # any order, negative axis and end
+    ([(1, 0, 4), (1, 4, 8), (1, 8, 2 ** 62)], 1, True),  # dynamo's chunk / unbind
+    ([(-1, 6, 12), (1, 0, -6)], 1, True),  # any order, negative axis and end
+    ([(1, 0, 4), (1, 4, 12)], 1, False),  # unequal (Mamba's pieces, read in place)
     ([(1, 0, 4), (1, 2, 12)], 1, False),  # overlapping
     ([(1, 0, 4), (1, 4, 8)], 1, False),  # not all of it
     ([(1, 0, 6), (0, 0, 2)], 1, False),  # two axes
     ([(1, 0, 6), (1, 6, 12)], 2, False),  # strided
 ])
 def test_slices_cutting_a_tensor_into_pieces_are_one_split_from_version_3(cuts, step, split):
-    """The dynamo exporter writes `unbind`, `chunk` and `split` as one Slice a piece, each
-    priced as a kernel reading the whole tensor; the TorchScript exporter writes one Split.
-    From version 3 pieces that cover an axis once are that Split; other Slices stay."""
+    """The dynamo exporter writes `unbind` and `chunk` as one Slice a piece, each priced as a
+    kernel reading the whole tensor; the TorchScript exporter writes one Split. From version
+    3 equal pieces that cover an axis once are that Split; other Slices stay."""
     v2, v3 = (convert(_sliced(cuts, step), fuse=v) for v in (2, 3))
     assert _ops(v2).count("Slice") == len(cuts)
     if split:
