@@ -260,8 +260,8 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
         cuts = [c for c in map(cut, group) if c is not None]
         shape = shape_of(x)
         if group[0] != i or len(group) < 2 or len(cuts) < len(group) or not shape \
-                or len({c[0] % len(shape) for c in cuts}) != 1:
-            return False
+                or len(shape) < 2 or len({c[0] % len(shape) for c in cuts}) != 1:
+            return False  # (rank 1: shape arithmetic, dropped anyway)
         axis = cuts[0][0] % len(shape)
         dim = shape[axis]
         at = lambda v: min(max(v + dim if v < 0 else v, 0), dim)  # noqa: E731  ONNX's rule
