@@ -297,9 +297,15 @@ def _no_computed_batch_statistics(seq: Any) -> bool:
     return all(len(np.unique(seq.edges[seq.edges[:, 1] == j, 0])) <= 1 for j in bn)
 
 
-# fusion version -> it changes nothing if (3: only chains through a Tanh, and Slices)
-_UNCHANGED_BY = {2: _no_computed_batch_statistics,
-                 3: lambda seq: not np.isin(seq.op_type, [op_id("Tanh"), op_id("Slice")]).any()}
+def _no_tanh_or_slices_of_one_tensor(seq: Any) -> bool:
+    """Fusion 3 fuses only chains through a Tanh and Slices (two or more) of one tensor."""
+    slices = np.flatnonzero(seq.op_type == op_id("Slice"))
+    read = [tuple(seq.edges[seq.edges[:, 1] == j, 0]) for j in slices]  # () the graph's input
+    return not np.any(seq.op_type == op_id("Tanh")) and len(set(read)) == len(read)
+
+
+# fusion version -> it changes nothing if
+_UNCHANGED_BY = {2: _no_computed_batch_statistics, 3: _no_tanh_or_slices_of_one_tensor}
 
 
 def converts_the_same(seq: Any, fuse: int) -> bool:

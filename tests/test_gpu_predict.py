@@ -177,6 +177,37 @@ def test_the_first_convolution_has_no_data_gradient(step_model):
     assert by_name["conv"] < 2.5 * fw
 
 
+def test_a_linear_weight_read_directly_or_through_a_view_costs_the_same(step_model):
+    """The dynamo exporter hands a linear layer its weight as it is ([K, N], folded), the
+    TorchScript exporter through a Transpose (a view): the same kernels, and no accumulation
+    kernel for the weight, whose gradient its GEMM writes (the bias's reduction stays); the
+    first layer, reading the graph's input, has no data gradient either way."""
+    from onnx_builders import model, value
+
+    def linear(view, first):
+        w = "wt" if view else "w"
+        nodes = ([onnx.helper.make_node("Transpose", ["wt"], ["w"], perm=[1, 0])] if view
+                 else []) + [onnx.helper.make_node("Relu", ["x"], ["r"]),
+                             onnx.helper.make_node("MatMul", ["x" if first else "r", "w"], ["h"]),
+                             onnx.helper.make_node("Add", ["h", "b"], ["y"])]
+        m = model(nodes, [value("x", ["N", 64, 256]), value(w, [512, 256] if view else [256, 512]),
+                          value("b", [512])], [value("y", None), value("r", None)])
+        m.metadata_props.add(key="mdot.data_inputs", value="x")
+        return _seq(m, batch=8)
+
+    h100 = gpus.find("h100-sxm")
+    kernels = {}
+    for view in (True, False):
+        for first in (True, False):
+            kernels[view, first] = ks = []
+            price(linear(view, first), h100, step_model, precision="amp-bf16", kernels=ks)
+    for first in (True, False):
+        assert len(kernels[True, first]) == len(kernels[False, first])
+        np.testing.assert_allclose(sum(kernels[True, first]), sum(kernels[False, first]),
+                                   rtol=1e-9)
+    assert len(kernels[False, True]) == len(kernels[False, False]) - 1  # no data gradient
+
+
 def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
     model = tmp_path / "m.onnx"
     onnx.save(attention(seq=64, dim=64), model)

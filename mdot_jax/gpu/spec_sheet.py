@@ -16,7 +16,7 @@ The rules, per operator of the sequence:
 - backward: a GEMM's or convolution's data- and weight-gradient GEMMs (no data gradient for
   an operator that reads only the graph's inputs); any other operator its forward times the
   ratio measured for its kind on the fitted GPUs' traces (`StepModel.ratios`); each weight an
-  elementwise gradient accumulation.
+  elementwise gradient accumulation, but a linear layer's (its GEMM writes it; its bias's kept).
 - scans whose matrix products stay on chip (`fused.ON_CHIP_SCANS`: Mamba-2's chunked scan) as
   fused attention is priced (`gpu.fused`): GEMMs of their FLOPs at the share of the peak fused
   attention reaches, the forward once and the backward twice.
@@ -342,7 +342,7 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
         if kind == "free" or i in inside or i in outputs:
             continue
         if i in fused:  # a compiled step's generated kernels run it (`gpu.compiled`), but
-            work.extend(_accumulated(i, load, grads, at))  # its parameters' accumulation
+            work.extend(_accumulated(i, int(load[_L["params"]]), grads, at))  # its parameters'
             continue
         if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
             work.extend((i, phase, "linear", dims, at["gemm"], slower[0])
@@ -391,13 +391,13 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
                 found.measured.update({len(work) - 2: bn[0], len(work) - 1: bn[1]})
         elif cnn and name == "BatchNormalization" and (bn := cnn.bn_ms(dims)):
             found.measured[len(work) - 1] = bn[0]  # its forward alone
-        work.extend(_accumulated(i, load, grads, at))
+        weight = dims[2] * dims[3] if op == "linear" and load[_L["params"]] > 0 else 0
+        work.extend(_accumulated(i, int(load[_L["params"]]) - weight, grads, at))
     return found
 
 
-def _accumulated(i: int, load: np.ndarray, grads: autograd.Backward, at: dict) -> list[Kernel]:
-    """Node `i`'s parameters' gradient accumulation: an elementwise kernel, if they train."""
-    n = int(load[_L["params"]])
+def _accumulated(i: int, n: int, grads: autograd.Backward, at: dict) -> list[Kernel]:
+    """The gradient accumulation of `n` of node `i`'s parameters, if they train."""
     return [(i, "bw", "add", (1, n), at["fp32"], 1.0)] if n > 0 and grads.weights[i] else []
 
 
