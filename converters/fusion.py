@@ -257,10 +257,12 @@ def fuse(nodes: list[Node], consts: dict[str, np.ndarray], outputs: set[str],
     def slices(i: int) -> bool:
         x = nodes[i].inputs[0]
         group = [j for j in consumers[x] if nodes[j].op_type == "Slice"]
+        if group[0] != i or len(group) < 2:  # the first of two or more
+            return False
         cuts = [c for c in map(cut, group) if c is not None]
         shape = shape_of(x)
-        if group[0] != i or len(group) < 2 or len(cuts) < len(group) or not shape \
-                or len(shape) < 2 or len({c[0] % len(shape) for c in cuts}) != 1:
+        if len(cuts) < len(group) or not shape or len(shape) < 2 \
+                or len({c[0] % len(shape) for c in cuts}) != 1:
             return False  # (rank 1: shape arithmetic, dropped anyway)
         axis = cuts[0][0] % len(shape)
         dim = shape[axis]
