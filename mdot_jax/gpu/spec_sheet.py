@@ -14,7 +14,7 @@ The rules, per operator of the sequence:
   operator (pooling, reductions, resizing, operators unknown to the converter) is priced as a
   copy of its larger tensor, with a warning that nothing like it was measured.
 - backward: a GEMM's or convolution's data- and weight-gradient GEMMs (no data gradient for
-  an operator that reads only the graph's inputs); any other operator its forward times the
+  one reading only the graph's inputs and weights); any other operator its forward times the
   ratio measured for its kind on the fitted GPUs' traces (`StepModel.ratios`); each weight an
   elementwise gradient accumulation, but a linear layer's (its GEMM writes it; its bias's kept).
 - scans whose matrix products stay on chip (`fused.ON_CHIP_SCANS`: Mamba-2's chunked scan) as
