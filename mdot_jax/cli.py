@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_job.add_shape_args(p)
     p.add_argument("-o", "--output", help="write the operator sequence to this .npz")
     p.add_argument("--fuse", type=int, metavar="V", help="kernel fusion version (default: the "
-                   "latest, what the predictors read; 0: the graph's operators as they are)")
+                   "latest, read by GPUs priced from spec sheets and by a checkpoint where its "
+                   "own converts the same; 0: the graph's operators as they are)")
     p.add_argument("--force", action="store_true", help="replace an existing -o file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_convert)
