@@ -128,9 +128,9 @@ def _backward(seq: OperatorSequence) -> Backward:
     held = seq.column("params") > 0
     preds, _ = seq.neighbours()
     frozen, weight = frozen_nodes(seq), weight_views(seq)
-    reads = np.zeros(n, bool)  # an operator's data gradient: it reads a tensor not a weight's
-    reads[[i for i, ps in preds.items() if any(not weight[p] for p in ps)]] = True
     if not frozen.any():  # every operator's backward, as the step's rules always priced it
+        reads = np.zeros(n, bool)  # a data gradient: it reads a tensor not a weight's
+        reads[[i for i, ps in preds.items() if any(not weight[p] for p in ps)]] = True
         return Backward(np.ones(n, bool), reads, np.ones(n, bool), weight)
     trained = held & ~frozen
     runs, data, weights = (np.zeros(n, bool) for _ in range(3))

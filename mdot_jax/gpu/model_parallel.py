@@ -66,7 +66,7 @@ from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classes_field, classified
 from mdot_jax.gpu.parallel import LATENCY_US, Link, allreduce_ms, group_link, updating
-from mdot_jax.serving.memory import HALF, param_bytes, saved, step_memory
+from mdot_jax.serving.memory import HALF, activation_scale, param_bytes, saved, step_memory
 from mdot_jax.serving.prediction import Prediction
 
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
@@ -480,7 +480,7 @@ def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Blo
                       checkpointing: str | None, fused: list[Block]) -> np.ndarray:
     """`[pp]` bytes of activations a stage's GPU keeps at its fullest (module docstring)."""
     pp, v = layout.pp, layout.virtual
-    scale = 0.5 if precision in HALF else 1.0
+    scale = activation_scale(precision)
     core = blocks if checkpointing == "selective" else fused  # no S x S kept either way
     each = saved(seq, core, scale)  # [N] bytes kept of each operator's output
     kept = np.bincount(stage, each, pp)  # one micro-batch's

@@ -30,7 +30,7 @@ from converters.attention import Block, layer_starts
 from converters.sequence import OperatorSequence
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.model_parallel import checkpointed, full_checkpoint_bytes
-from mdot_jax.serving.memory import HALF, saved
+from mdot_jax.serving.memory import activation_scale, saved
 from mdot_jax.serving.prediction import Prediction
 
 
@@ -61,7 +61,7 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
     """`p` (one GPU's step of `seq` priced with `rerun`'s nodes recomputed; `fused`: its
     attention blocks priced as fused kernels) with the memory of every layer (`blocks`)
     checkpointed at `granularity`, and a note."""
-    scale = 0.5 if precision in HALF else 1.0
+    scale = activation_scale(precision)
     again = p.phases.get("recomputation", 0.0)  # ms
     if granularity == "selective":
         if fused:

@@ -141,7 +141,7 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     trained one keeps an activation."""
     held = param_bytes(precision, optimizer, framework)
     weights, trained = 4.0 * seq.params, autograd.trainable(seq)
-    scale = 0.5 if precision in HALF else 1.0  # the sequence's bytes are fp32
+    scale = activation_scale(precision)
     inputs = float(sum(4.0 * np.prod(s) for s in seq.meta.get("inputs", {}).values()))
     state = held.optimizer * trained
     if optimizer == "muon":  # a momentum buffer a matrix parameter, not AdamW's two
@@ -162,6 +162,12 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     return StepMemory(autograd.held_bytes(seq, held.model) + held.master * trained,
                       held.gradients * trained,
                       state, float(saved(seq, fused, scale, grads).sum()), inputs, working)
+
+
+def activation_scale(precision: str) -> float:
+    """What a sequence's bytes (fp32's: `model_source.at_fp32_width`) are multiplied by for the
+    activations a step at `precision` keeps: half under autocast and in bf16."""
+    return 0.5 if precision in HALF else 1.0
 
 
 def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,
