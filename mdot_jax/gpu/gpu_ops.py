@@ -34,6 +34,7 @@ from mdot_jax.gpu.kernel_model import KernelModel
 from mdot_jax.gpu.neusight import CONV, GEMMS, OPS, ROWWISE
 from mdot_jax.gpu.work import roofline_ms, waves, work
 from mdot_jax.models.trees import PREDICTING, fit_boosters, parse_boosters
+from mdot_jax.serving.prediction import Adaptation
 
 VERSION = 2
 GRID = ((63, 0.05),)
@@ -312,6 +313,35 @@ class StepModel:
         number for every framework, or one per framework); 0 where none was fitted."""
         h = self.info.get("host_ms_per_kernel", 0.0)
         return float(h.get(framework, 0.0) if isinstance(h, dict) else h)
+
+    def adaptation(self, gpu: GPU, warnings: list[str]) -> Adaptation | None:
+        """The adaptation this model holds to measured steps of `gpu`, if any (one of another
+        GPU is said in `warnings`)."""
+        adapted = self.info.get("adaptation")
+        if adapted and self.info["gpu"]["name"] != gpu.name:
+            warnings.append(f"this step model was adapted to the {self.info['gpu']['name']}; "
+                            f"the {gpu.name} is priced unadapted")
+            return None
+        return Adaptation.from_json(adapted) if adapted else None
+
+    def banded(self, adapted: Adaptation | None, precision: str, total: float, banded: bool,
+               warnings: list[str]) -> tuple[float, tuple[float, float] | None, str]:
+        """(the factor an adaptation of the affine forms puts on `total` ms, else 1; the band
+        of the step's time, or None; what the band was measured on). Says in `warnings` where
+        an adaptation's rows were of another precision."""
+        if adapted is None:
+            lo, hi = self.band
+            return 1.0, (total * math.exp(lo), total * math.exp(hi)) if banded else None, \
+                "whole steps on GPUs the predictor had not seen"
+        scale = 1.0 if adapted.fit == "machine" else \
+            float(adapted.apply(np.asarray([total]))[0]) / total
+        if precision != self.info.get("precision"):
+            warnings.append(f"adapted to steps measured at {self.info.get('precision')}, "
+                            f"not {precision}: no band")
+            return scale, None, ""
+        return scale, adapted.interval(total * scale), (
+            f"the {adapted.n_rows} steps measured on the {adapted.device} it was adapted to, "
+            "each priced by a fit on the others")
 
     def kernel_ms(self, ops: list, dims: list, seen: list, streamed: bool) -> np.ndarray:
         """`[N]` ms of each kernel: as measured alone (a pricer's fixed cost per kernel is the

@@ -89,7 +89,7 @@ from mdot_jax.options import AUTOCAST, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.serving.memory import check_fit, step_memory
 from mdot_jax.serving.predict import CHECKPOINT_DIR, checkpoint_devices, input_size_of
-from mdot_jax.serving.prediction import Adaptation, Prediction
+from mdot_jax.serving.prediction import Prediction
 
 STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
@@ -227,7 +227,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
                                         and w[2] == "linear" and w[4] is at["linear"]],
                                        at["memory"]))
-    adapted = _adaptation(model, gpu, warnings)
+    adapted = model.adaptation(gpu, warnings)
     machine = adapted if adapted and adapted.fit == "machine" else None
     host = host_ms if host_ms is not None else float(machine.host_ms or 0.0) if machine \
         else model.host_ms(framework)
@@ -289,7 +289,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     total = sum(phases.values())
     banded = not (found.classes & set(extrapolated) or found.other or found.odd_convs
                   or seq.unknown_ops or blocks or fusion)  # fused kernels: priced, not measured
-    scale, band, band_from = _banded(model, adapted, precision, total, banded, warnings)
+    scale, band, band_from = model.banded(adapted, precision, total, banded, warnings)
     p = Prediction(iteration_ms=total * scale, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq), warnings=warnings,
                    operators=[dict(o, ms=float(o["ms"]) * scale) for o in operators],
@@ -462,37 +462,6 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
                         f"; {local} with a sliding window, the flash-attn package's: over the "
                         "window's keys alone" if local else ""))
     return said
-
-
-def _adaptation(model: StepModel, gpu: GPU, warnings: list[str]) -> Adaptation | None:
-    """The adaptation `model` holds to measured steps of `gpu`, if any (one of another GPU is
-    said in `warnings`)."""
-    adapted = model.info.get("adaptation")
-    if adapted and model.info["gpu"]["name"] != gpu.name:
-        warnings.append(f"this step model was adapted to the {model.info['gpu']['name']}; "
-                        f"the {gpu.name} is priced unadapted")
-        return None
-    return Adaptation.from_json(adapted) if adapted else None
-
-
-def _banded(model: StepModel, adapted: Adaptation | None, precision: str, total: float,
-            banded: bool, warnings: list[str]) -> tuple[float, tuple[float, float] | None, str]:
-    """(the factor an adaptation of the affine forms puts on `total` ms, else 1; the band of
-    the step's time, or None; what the band was measured on). Says in `warnings` where an
-    adaptation's rows were of another precision."""
-    if adapted is None:
-        lo, hi = model.band
-        return 1.0, (total * math.exp(lo), total * math.exp(hi)) if banded else None, \
-            "whole steps on GPUs the predictor had not seen"
-    scale = 1.0 if adapted.fit == "machine" else \
-        float(adapted.apply(np.asarray([total]))[0]) / total
-    if precision != model.info.get("precision"):
-        warnings.append(f"adapted to steps measured at {model.info.get('precision')}, "
-                        f"not {precision}: no band")
-        return scale, None, ""
-    return scale, adapted.interval(total * scale), (
-        f"the {adapted.n_rows} steps measured on the {adapted.device} it was adapted to, each "
-        "priced by a fit on the others")
 
 
 def _ratio_kind(kind: str) -> str:
