@@ -218,8 +218,14 @@ def test_rows_priced_before_are_not_asked_of_the_trees_again(monkeypatch):
     np.testing.assert_array_equal(model.predict(ops, dims, [a100] * 3), fresh[1])
     assert asked == [2, 3]
     monkeypatch.setattr(gpu_ops, "KNOWN_ROWS", 4)
-    model.predict(ops, dims, [gpus.find("l4")] * 3)  # 6 + 3 > 4: emptied, then these three
+    l4 = gpus.find("l4")
+    model.predict(ops, dims, [l4] * 3)  # 6 + 3 > 4: emptied, then these three
     assert asked == [2, 3, 3] and len(model._known) == 3
+    # three known and two new rows overflow it: emptied, and all five asked again
+    both = model.predict(ops + ops[:2], dims + dims[:2], [l4] * 3 + [h100] * 2)
+    np.testing.assert_array_equal(both, np.concatenate([
+        GpuOpModel(text, (), 0).predict(ops, dims, [l4] * 3), fresh[0][:2]]))
+    assert asked == [2, 3, 3, 5] and len(model._known) == 5
 
 
 def test_a_gemm_is_never_priced_above_its_halves():

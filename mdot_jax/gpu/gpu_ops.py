@@ -103,9 +103,10 @@ class GpuOpModel:
         keys = [r.tobytes() for r in rows]
         with PREDICTING:  # rows priced before (another layout, precision or GPU) are not again
             new = [j for j, k in enumerate(keys) if k not in self._known]
+            if new and len(self._known) + len(new) > KNOWN_ROWS:  # full: keep these rows alone
+                self._known.clear()
+                new = list(range(len(keys)))
             if new:
-                if len(self._known) + len(new) > KNOWN_ROWS:
-                    self._known.clear()
                 for j, v in zip(new, self._boosters[0].predict(rows[new])):
                     self._known[keys[j]] = float(v)
             log_ms = np.array([self._known[k] for k in keys])
