@@ -601,3 +601,47 @@ def test_a_model_exported_in_a_half_type_trains_in_it_unless_asked(tmp_path):
     on = [cnn(TensorProto.FLOAT16), cnn(TensorProto.FLOAT)]
     assert on[0].iteration_ms == pytest.approx(on[1].iteration_ms)
     assert on[0].memory_gb == pytest.approx(on[1].memory_gb)
+
+
+def test_a_linear_layers_bias_is_added_in_its_gemm(step_model):
+    """`nn.Linear` on a 3-D input exports as `MatMul -> Add(bias)`; eager PyTorch's `addmm`
+    adds the bias in the GEMM's epilogue: no forward kernel, and its gradient one reduction
+    of the output's. An Add of a GEMM's output that something else reads stays a kernel; a
+    `Gemm`'s bias has the same reduction."""
+    from onnx_builders import model, value
+
+    from mdot_jax.gpu.fused import bias_adds
+
+    def linear(bias, shared=False, gemm=False):
+        if gemm:
+            nodes = [onnx.helper.make_node("Gemm", ["x", "w", "b"][:2 + bias], ["y"])]
+        else:
+            nodes = [onnx.helper.make_node("Transpose", ["wt"], ["w"], perm=[1, 0]),
+                     onnx.helper.make_node("MatMul", ["x", "w"], ["h" if bias else "y"])]
+            nodes += [onnx.helper.make_node("Add", ["h", "b"], ["y"])] if bias else []
+        outs = [value("y", None)]
+        if shared:  # the GEMM's output read by another operator too
+            nodes.append(onnx.helper.make_node("Relu", ["h"], ["r"]))
+            outs.append(value("r", None))
+        m = model(nodes, [value("x", ["N", 256] if gemm else ["N", 64, 256]),
+                          value("w", [256, 512]) if gemm else value("wt", [512, 256]),
+                          value("b", [512])], outs)
+        m.metadata_props.add(key="mdot.data_inputs", value="x")
+        return _seq(m, batch=8)
+
+    a100 = gpus.find("a100-sxm-80gb")
+    kernels = {}
+
+    def priced(*k):
+        seq, kernels[k] = linear(*k), []
+        return seq, price(seq, a100, step_model, step="fwd-bwd", kernels=kernels[k])
+
+    (biased, p), (plain, q), (shared, r) = priced(True), priced(False), priced(True, True)
+    assert bias_adds(biased) == {i for i, n in enumerate(biased.op_names) if n == "Add"}
+    assert bias_adds(shared) == set() and not bias_adds(plain)
+    assert p.phases["forward"] == pytest.approx(q.phases["forward"], rel=1e-9)
+    assert r.phases["forward"] > q.phases["forward"]  # its Add, and the Relu, run
+    priced(True, False, True), priced(False, False, True)
+    for bias, none in (((True,), (False,)), ((True, False, True), (False, False, True))):
+        # the backward's reduction of the bias's gradient, and its accumulation
+        assert len(kernels[bias]) == len(kernels[none]) + 2
