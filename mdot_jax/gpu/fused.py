@@ -15,10 +15,6 @@ nothing large (`tensor_cores.cube`), at the share of the peak fused attention re
   `converters.state_space`): the forward once, the backward twice (`scan_gemms`).
 - the pieces of a tensor our exporter's fused kernels read where they lie (`read_in_place`:
   the splits of Mamba-2's projected input), views, no copy.
-- a linear layer's bias that the exporter adds apart (`MatMul -> Add`, `nn.Linear` on a 3-D
-  input): eager PyTorch's `aten::linear` runs `addmm`, the bias in the GEMM's epilogue, and its
-  backward one reduction of the output gradient over the rows (`bias_adds`, `reduction`); a
-  `Gemm`'s bias likewise.
 """
 
 from __future__ import annotations
@@ -30,13 +26,11 @@ from converters.attention import Block, needed
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.state_space import OWN_OPS
 from mdot_jax.gpu import tensor_cores
-from mdot_jax.gpu.classify import classified
 
 # an operator type -> its passes, each a GEMM of the forward's FLOPs
 ON_CHIP_SCANS = {"ChunkScan": ("fw", "bw", "bw")}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _WRITTEN = LOAD_FIELDS.index("bytes_written")
-_PARAMS = LOAD_FIELDS.index("params")
 
 
 def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple]]:
@@ -87,28 +81,3 @@ def read_in_place(seq: OperatorSequence) -> set[int]:
     by_other[src[~own[dst]]] = True
     piece = np.isin(seq.op_names, ("Slice", "Split"))
     return {int(i) for i in np.flatnonzero(piece & by_own & ~by_other)}
-
-
-def bias_adds(seq: OperatorSequence) -> set[int]:
-    """The Adds of `seq` that add a linear layer's bias (one parameter input as long as the
-    layer's output features) to the output of a linear GEMM read by nothing else: the
-    epilogue of the GEMM in eager PyTorch, no kernel of their own."""
-    if not len(seq.edges):
-        return set()
-    src, dst = seq.edges[:, 0], seq.edges[:, 1]
-    reads = np.bincount(src, minlength=seq.num_ops)  # consumers of each operator
-    kinds = classified(seq)
-    out = set()
-    for j in np.flatnonzero((seq.op_names == "Add") & (seq.config[:, _C["n_param_inputs"]] == 1)):
-        fed = src[dst == j]
-        if len(fed) == 1 and reads[fed[0]] == 1 and kinds[fed[0]][1] == "linear" \
-                and seq.load[j, _PARAMS] == kinds[fed[0]][2][2]:
-            out.add(int(j))
-    return out
-
-
-def reduction(rows: int, n: int) -> tuple[int, int]:
-    """The dims (rows, n) of the elementwise kernel a bias's gradient is priced as: the
-    reduction of a [rows, n] gradient reads it once and writes n, half the bytes of a
-    broadcast add over it."""
-    return max(rows // 2, 1), n

@@ -17,8 +17,6 @@ The rules, per operator of the sequence:
   one reading only the graph's inputs and weights); any other operator its forward times the
   ratio measured for its kind on the fitted GPUs' traces (`StepModel.ratios`); each weight an
   elementwise gradient accumulation, but a linear layer's (its GEMM writes it; its bias's kept).
-- a linear layer's bias (a `Gemm`'s, or an `Add` the exporter writes apart, `fused.bias_adds`):
-  added in the GEMM's epilogue, no kernel forward; its gradient one reduction of the output's.
 - scans whose matrix products stay on chip (`fused.ON_CHIP_SCANS`: Mamba-2's chunked scan) as
   fused attention is priced (`gpu.fused`): GEMMs of their FLOPs at the share of the peak fused
   attention reaches, the forward once and the backward twice.
@@ -82,15 +80,7 @@ from mdot_jax.gpu import autocast, cnn_kernels, compiled, muon, peaks, tensor_co
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
-from mdot_jax.gpu.fused import (
-    ON_CHIP_SCANS,
-    bias_adds,
-    fused_attention,
-    masked,
-    read_in_place,
-    reduction,
-    scan_gemms,
-)
+from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, masked, read_in_place, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.host import launch_bound, record
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
@@ -345,7 +335,7 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
         for phase, gemms in fused_attention(seq, b).items():
             if phase == "fw" or grads.runs[b.output]:
                 work.extend((b.output, phase, "linear", dims, at["gemm"], s) for dims in gemms)
-    outputs, biases = {b.output for b in blocks}, bias_adds(seq)
+    outputs = {b.output for b in blocks}
     for i, (name, c, load, (kind, op, dims)) in enumerate(zip(
             seq.op_names.tolist(), seq.config, seq.load, classified(seq))):
         found.kinds[i] = kind
@@ -367,10 +357,6 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
         seen = at["conv"] if kind == "conv" else at["linear"] if op == "linear" and \
             peaks.takes_linear_peak(dims) else at["gemm"] if op in ("bmm", "linear") else \
             at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
-        if i in biases:  # in its GEMM's epilogue: the backward's reduction alone
-            work.extend([(i, "bw", op, reduction(*dims), seen, 1.0)] * bool(grads.weights[i])
-                        + _accumulated(i, int(load[_L["params"]]), grads, at))
-            continue
         factor = tensor_cores.unaligned_slowdown(unaligned, gpu, precision, dims) \
             if op == "linear" else 1.0
         found.slowed += factor > 1
@@ -397,8 +383,6 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
             if op == "linear":
                 both = [g for g, on in zip(both, (grads.data[i], grads.weights[i])) if on]
             work.extend((i, "bw", o, d, seen, factor) for o, d in both if grads.runs[i])
-            if op == "linear" and load[_L["params"]] > dims[2] * dims[3] and grads.weights[i]:
-                work.append((i, "bw", "addu", reduction(dims[1], dims[2]), at["memory"], 1.0))
         elif grads.runs[i]:  # the forward again, times its kind's measured backward / forward
             bn = cnn.bn_ms(dims) if cnn and name == "BatchNormalization" else None
             work.append((i, "bw", op, dims, seen,
