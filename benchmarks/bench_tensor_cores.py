@@ -41,17 +41,17 @@ H100_SETS = ("gpu-nvidia-h100-80gb-hbm3-lease-2-amp-bf16-fused",
              "gpu-nvidia-h100-80gb-hbm3-lease-2-confirm-amp-bf16-fused")
 H100_REPORTED = ("gpu-nvidia-h100-80gb-hbm3-amp-bf16-fused",)
 TIMM = "timm-rtx3090-fused"
-TRANSFORMERS = ("bert", "gpt", "vit", "deit", "swin", "llama", "t5", "bart", "roberta",
-                "distil", "beit", "xcit", "cait", "mixer", "convit", "levit", "crossvit",
-                "pit_", "tnt_", "coat", "twins", "volo", "mvit", "eva", "maxvit")
-
-
 def _ape(p, m) -> float:
     return float(100 * np.mean(np.abs(np.asarray(p) / np.asarray(m) - 1)))
 
 
-def _kind(arch: str) -> str:
-    return "transformer" if any(t in arch.lower() for t in TRANSFORMERS) else "cnn"
+def _kind(seq) -> str:
+    """"transformer" for a model with self-attention (a Softmax between two MatMuls,
+    `converters.attention`), else "cnn" (MLP-Mixers too). A rule of names had read every
+    ResNet-50 as a transformer ("t5" in "net50")."""
+    from converters.attention import attention_blocks
+
+    return "transformer" if attention_blocks(seq) else "cnn"
 
 
 def steps(datasets: list[Path], device: str, models: dict, layout: str | None = None,
@@ -68,7 +68,7 @@ def steps(datasets: list[Path], device: str, models: dict, layout: str | None = 
     for s in (s for d in datasets for s in load_dataset(str(d)).samples):
         if (layout and s.workload.layout != layout) or (keep and not keep(s)):
             continue
-        rows.append(dict(arch=s.arch, kind=_kind(s.arch), measured_ms=s.label_ms, **{
+        rows.append(dict(arch=s.arch, kind=_kind(s.seq), measured_ms=s.label_ms, **{
             name: price(s.seq, gpu, m, precision=s.workload.precision, step="train",
                         optimizer="sgd", fit=False).iteration_ms
             for name, m in models.items()}))

@@ -16,8 +16,9 @@ name, every fourth. Models the exporter refuses are listed as skipped, with the 
 What it measures and what it does not: an inference forward runs batch norm with its running
 statistics (one pass) where the priced training-mode forward computes the batch's, so CNNs
 with batch norm are priced slower than they run; the transformer rows (no batch norm) are the
-cleaner reading. Reported by kind (`bench_tensor_cores._kind`): MAPE and the median ratio
-priced / measured. Exports are kept in `--onnx` (resumable); rows are written as priced.
+cleaner reading. Reported by kind (`bench_tensor_cores._kind`: with self-attention or not):
+MAPE and the median ratio priced / measured. Exports are kept in `--onnx` (resumable); rows
+are written as priced.
 """
 
 from __future__ import annotations
@@ -75,18 +76,20 @@ def export(model: str, image_size: int, folder: Path) -> Path:
     return out
 
 
-def forward_ms(path: Path, batch: int, gpu, model) -> float:
-    """The spec sheet's price of the forward alone at `batch`: every parameter frozen."""
+def forward_ms(path: Path, batch: int, gpu, model) -> tuple[float, str]:
+    """The spec sheet's price of the forward alone at `batch` (every parameter frozen), and the
+    model's kind (`bench_tensor_cores._kind`)."""
     from converters import convert
     from converters.sequence import LOAD_FIELDS
     from mdot_jax.gpu import spec_sheet
 
     seq = convert(str(path), batch_size=batch, fuse=True)
+    kind = _kind(seq)
     holders = np.flatnonzero(seq.load[:, LOAD_FIELDS.index("params")] > 0)
     seq = dataclasses.replace(seq, meta={**seq.meta, "frozen": int(seq.params),
                                          "frozen_nodes": [int(i) for i in holders]})
     return spec_sheet.price(seq, gpu, model, precision="amp-fp16", step="fwd-bwd", fit=False,
-                            attention="flash").iteration_ms
+                            attention="flash").iteration_ms, kind
 
 
 def summary(rows: list[dict]) -> dict:
@@ -126,11 +129,11 @@ def main() -> None:
             r = tabs[args.gpu][k]
             try:
                 path = export(k, int(r["infer_img_size"]), args.onnx)
-                ms = forward_ms(path, int(r["infer_batch_size"]), gpu, model)
+                ms, kind = forward_ms(path, int(r["infer_batch_size"]), gpu, model)
             except Exception as e:  # noqa: BLE001  a model the exporter refuses: reported
                 skipped[k] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 continue
-            done[k] = dict(model=k, kind=_kind(k), batch=int(r["infer_batch_size"]),
+            done[k] = dict(model=k, kind=kind, batch=int(r["infer_batch_size"]),
                            image_size=int(r["infer_img_size"]),
                            measured_ms=float(r["infer_step_time"]), priced_ms=ms)
             f.write(json.dumps(done[k]) + "\n")

@@ -602,3 +602,16 @@ def test_a_model_exported_in_a_half_type_trains_in_it_unless_asked(tmp_path):
     assert on[0].iteration_ms == pytest.approx(on[1].iteration_ms)
     assert on[0].memory_gb == pytest.approx(on[1].memory_gb)
 
+
+
+def test_the_benchmarks_tell_a_model_with_attention_from_its_graph_not_its_name():
+    """A rule of names had read every ResNet-50 as a transformer ("t5" in "resnet50")."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_tensor_cores.py"
+    spec = importlib.util.spec_from_file_location("bench_tensor_cores", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench._kind(_seq(attention())) == "transformer"
+    assert bench._kind(_seq(conv_bn_relu(training=True))) == "cnn"
