@@ -2,7 +2,8 @@
 fitted on) against the spec sheet's price of the forward alone: each sampled model exported
 at the table's image size, converted at the table's batch, every parameter frozen (so no
 backward and no update is priced), priced on the table's GPU at amp-fp16 with PyTorch's
-attention (fused SDPA where the model has attention blocks).
+attention (fused where the model calls SDPA, as the export records; as the graph shows it
+where its code computes attention itself).
 
     python benchmarks/bench_timm_inference.py ../shared/datasets/timm-rtx3090 --gpu rtx3090 \
         --onnx /tmp/timm-onnx --out benchmarks/results/timm-inference-rtx3090
@@ -80,6 +81,7 @@ def forward_ms(path: Path, batch: int, gpu, model) -> tuple[float, str]:
     """The spec sheet's price of the forward alone at `batch` (every parameter frozen), and the
     model's kind (`bench_tensor_cores._kind`)."""
     from converters import convert
+    from converters.attention import attention_blocks
     from converters.sequence import LOAD_FIELDS
     from mdot_jax.gpu import spec_sheet
 
@@ -88,8 +90,12 @@ def forward_ms(path: Path, batch: int, gpu, model) -> tuple[float, str]:
     holders = np.flatnonzero(seq.load[:, LOAD_FIELDS.index("params")] > 0)
     seq = dataclasses.replace(seq, meta={**seq.meta, "frozen": int(seq.params),
                                          "frozen_nodes": [int(i) for i in holders]})
+    blocks = attention_blocks(seq)  # fused where the model calls SDPA, as the front door
+    if "sdpa_softmax" in seq.meta:
+        blocks = [b for b in blocks if b.softmax in set(seq.meta["sdpa_softmax"])]
     return spec_sheet.price(seq, gpu, model, precision="amp-fp16", step="fwd-bwd", fit=False,
-                            attention="flash").iteration_ms, kind
+                            attention="flash" if blocks else "eager", blocks=blocks
+                            ).iteration_ms, kind
 
 
 def summary(rows: list[dict]) -> dict:

@@ -35,10 +35,12 @@ from converters.sequence import (
     FROZEN_KEY,
     LINEAR_KEY,
     PARAMS_KEY,
+    SDPA_KEY,
     STATE_SPACE_KEY,
 )
 from converters.state_space import DOMAIN
 from converters.substitutes import SUBSTITUTES, substituted
+from converters.symbolics import SDPA_SOFTMAX
 from converters.symbolics import register as register_symbolics
 
 OPSET = 17
@@ -234,6 +236,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 _positional_forward(module), torch.no_grad(), \
                 substituted(module) as fused:  # (no graph for a backward: a third the memory)
             warnings.simplefilter("ignore")
+            SDPA_SOFTMAX.clear()
             torch.onnx.export(  # a BytesIO works as the file
                 module, args, buf,  # type: ignore[arg-type]
                 dynamo=False, export_params=False,
@@ -272,6 +275,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     params = [name for name, _ in module.named_parameters()]
     _unmerge(model, set(params) | {name for name, _ in module.named_buffers()})
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
+    model.metadata_props.add(key=SDPA_KEY, value=",".join(map(str, SDPA_SOFTMAX)))
     if frozen := [name for name, p in module.named_parameters() if not p.requires_grad]:
         model.metadata_props.add(key=FROZEN_KEY, value=",".join(frozen))  # no gradients
     if fused:

@@ -28,6 +28,7 @@ from converters.sequence import (
     EXPERTS_KEY,
     FROZEN_KEY,
     PARAMS_KEY,
+    SDPA_KEY,
     SLIDING_KEY,
     SPARSE_KEY,
 )
@@ -132,6 +133,11 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             raise ConversionError(
                 f"{where}: {tokens} tokens are more than its {field} ({most}) allows: set "
                 f"{field} in the config to train longer sequences") from None
+        # the class says whether it calls SDPA (EAGER_KEY), and the layers copied in the
+        # graph have no export's record of their Softmax nodes
+        kept = [p for p in onnx_model.metadata_props if p.key != SDPA_KEY]
+        del onnx_model.metadata_props[:]
+        onnx_model.metadata_props.extend(kept)
         for key, value in said.items():
             if value:
                 onnx_model.metadata_props.add(key=key, value=value)

@@ -66,6 +66,8 @@ STATE_SPACE_KEY = "mdot.state_space"  # model metadata: its Mamba-2 heads and gr
 SPARSE_KEY = "mdot.sparse_attention"  # model metadata: keys a query keeps (DeepSeek's indexer)
 SLIDING_KEY = "mdot.sliding_window"  # model metadata: each layer's sliding window (JSON; 0 none)
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
+SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: the Softmax nodes (ordinals, in graph order)
+# of scaled_dot_product_attention calls; the others the model's code computes itself
 FORMAT_VERSION = 1
 INPUT_KINDS = ((4, "image"), (3, "signal"), (2, "tokens"))  # data input rank -> kind, in order
 
@@ -242,6 +244,14 @@ def _metadata(model: onnx.ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in model.metadata_props}
 
 
+def _sdpa_softmax(nodes: list, seq_index: dict[int, int], ordinals: str) -> list[int]:
+    """The sequence's indices of the Softmax nodes `SDPA_KEY` names by ordinal (fusion keeps
+    every Softmax, in order)."""
+    softmax = [i for i, n in enumerate(nodes) if n.op_type == "Softmax"]
+    return [seq_index[softmax[int(k)]] for k in ordinals.split(",")
+            if k and int(k) < len(softmax) and softmax[int(k)] in seq_index]
+
+
 # Where a graph input is read tells a weight from data, whatever the producer: the (op, slot)
 # pairs that hold parameters, reached directly or through the view ops a weight passes on its
 # way (a transposed Linear weight, a cast of fp16 weights). Add / Mul hold a bias or a scale
@@ -415,6 +425,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
         **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),
         **({"eager_attention": a} if (a := _metadata(model).get(EAGER_KEY)) else {}),
+        **({"sdpa_softmax": _sdpa_softmax(nodes, seq_index, sdpa)}
+           if (sdpa := _metadata(model).get(SDPA_KEY)) is not None else {}),
         **({"linear_attention": a} if (a := _metadata(model).get(LINEAR_KEY)) else {}),
         **({"sparse_attention": int(top)} if (top := _metadata(model).get(SPARSE_KEY)) else {}),
         **({"sliding_window": json.loads(w)} if (w := _metadata(model).get(SLIDING_KEY)) else {}),

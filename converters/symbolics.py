@@ -9,6 +9,9 @@ from typing import Any
 import onnx
 
 _REGISTERED = False
+# each scaled_dot_product_attention an export emits: how many Softmax nodes its graph held
+# before this call's (its own Softmax's ordinal among the graph's Softmax nodes, in order)
+SDPA_SOFTMAX: list[int] = []
 
 
 def register(torch: Any, opset: int, fallback_opset: int) -> None:
@@ -99,6 +102,7 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
             times = g.op("Constant", value_t=torch.tensor(heads[-3] // kv[-3]))
             k, v = (repeat_interleave(g, t, times, g.op("Constant", value_t=torch.tensor(-3)))
                     for t in (k, v))
+        SDPA_SOFTMAX.append(sum(n.kind() == "onnx::Softmax" for n in g.graph.nodes()))
         return symbolic_opset14.scaled_dot_product_attention(g, q, k, v, mask, p, causal,
                                                              scale, False)
 

@@ -615,3 +615,21 @@ def test_the_benchmarks_tell_a_model_with_attention_from_its_graph_not_its_name(
     spec.loader.exec_module(bench)
     assert bench._kind(_seq(attention())) == "transformer"
     assert bench._kind(_seq(conv_bn_relu(training=True))) == "cnn"
+
+
+def test_attention_the_model_computes_itself_is_priced_as_it_runs(tmp_path):
+    """By default a block is fused where the model calls SDPA (its export says so) and runs as
+    the graph shows it where its code computes softmax(Q K^T) V itself; asked, every block."""
+    import torch
+    from test_symbolics import _Attending
+
+    from converters import from_torch
+    from mdot_jax.serving.front import predict
+
+    path = tmp_path / "attending.onnx"
+    onnx.save(from_torch(_Attending(), torch.randn(2, 64, 16)), path)
+    job = dict(model=str(path), batch_size=8, device="h100-sxm", precision="amp-bf16")
+    default, eager, flash = (predict(TrainingJob(**job, attention=a)) for a in
+                             (None, "eager", "flash"))
+    assert any("flash for the 1 of 2 attention blocks" in w for w in default.warnings)
+    assert eager.iteration_ms > default.iteration_ms > flash.iteration_ms

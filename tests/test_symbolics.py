@@ -92,3 +92,26 @@ def test_a_scatter_of_a_python_scalar_exports_and_computes_what_torch_does(fill)
 
     np.testing.assert_allclose(_run(Fn(mask), X), mask(torch.from_numpy(X)).numpy())
     assert torch.Tensor.scatter.__name__ == "scatter"  # restored after the export
+
+
+class _Attending(torch.nn.Module):
+    """One attention the module computes itself, one through PyTorch's SDPA."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+
+    def forward(self, x):  # x [B, S, 16]
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 8).permute(2, 0, 3, 1, 4)
+        own = (q @ k.transpose(-2, -1) * 8 ** -0.5).softmax(-1) @ v
+        return own + torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_the_export_says_which_softmax_each_sdpa_call_made():
+    """A model's code decides whether its attention is fused (SDPA) or computed as the graph
+    shows it; both export as MatMul, Softmax, MatMul: the export records the SDPA calls'."""
+    from converters import convert
+
+    seq = convert(from_torch(_Attending(), torch.randn(2, 6, 16)), batch_size=2, fuse=True)
+    softmax = [i for i, n in enumerate(seq.op_names) if n == "Softmax"]
+    assert len(softmax) == 2 and seq.meta["sdpa_softmax"] == softmax[1:]

@@ -254,7 +254,11 @@ class _SpecSheet:
                                             job.stages_per_gpu, job.sequence_parallel)
         model_parallel.check(seq, blocks, self.layout, job.grad_accum, job.cp)
         seq = model_parallel.whole_keys(seq, blocks, job.cp)
-        attention = self._attention(blocks, precision, seq.meta.get("eager_attention"))
+        sdpa = seq.meta.get("sdpa_softmax")  # the blocks that call SDPA, where the export says
+        calls = [b.softmax in set(sdpa) if sdpa is not None and not job.attention else True
+                 for b in blocks]
+        attention = self._attention(blocks, precision, seq.meta.get("eager_attention"),
+                                    sum(calls))
         if attention == FLASH_ATTN:  # the flash-attn package takes each window itself
             blocks = [b._replace(local=True) for b in blocks]
         # what the step depends on: the model and step model themselves (held, and compared
@@ -275,12 +279,14 @@ class _SpecSheet:
         self.seq = model_parallel.shard_experts(
             model_parallel.shard(seq, job.tp, job.sequence_parallel, blocks), job.ep)
         self.blocks = blocks
-        self.fused = blocks if attention in ("flash", FLASH_ATTN) else []
+        self.fused = [b for b, c in zip(blocks, calls) if c] \
+            if attention in ("flash", FLASH_ATTN) else []
         again = rerun(self.seq, job.activation_checkpointing, blocks, self.fused) \
             if job.activation_checkpointing else set()
         one = price(self.seq, self.gpu, self.model, precision=precision,
                     step=job.step or "train", optimizer=job.optimizer, fit=False,
-                    attention="flash" if self.fused else attention, blocks=blocks,
+                    attention="flash" if self.fused else attention,
+                    blocks=self.fused or blocks,
                     half_weights=gathered,
                     framework=job.framework, recompute=again,
                     fused_optimizer=job.fused_optimizer, clip_grad_norm=job.clip_grad_norm)
@@ -312,9 +318,11 @@ class _SpecSheet:
         self.notes += [note] * (note not in self.notes)
         return precision
 
-    def _attention(self, blocks: list, precision: str, eager_class: str | None) -> str:
+    def _attention(self, blocks: list, precision: str, eager_class: str | None, calls: int
+                   ) -> str:
         """The job's attention, or where it says none, PyTorch's choice (with a note, which
-        names `eager_class`: a config's model class that never calls PyTorch's SDPA)."""
+        names `eager_class`: a config's model class that never calls PyTorch's SDPA) for the
+        `calls` blocks that call SDPA; the others run as the graph shows them."""
         job = self.job
         if not blocks:
             if job.attention in ("flash", FLASH_ATTN):
@@ -339,6 +347,15 @@ class _SpecSheet:
                                   f"(this is {precision} on {cc:g}): its memory-efficient "
                                   "kernel runs instead, priced as FlashAttention, not measured")
             return job.attention
+        if runs_flash and not calls:
+            self.notes.append("attention: eager (the model computes softmax(Q K^T) V itself: "
+                              "its export calls no scaled_dot_product_attention)")
+            return "eager"
+        if runs_flash and calls < len(blocks):
+            self.notes.append(f"attention: flash for the {calls} of {len(blocks)} attention "
+                              "blocks that call scaled_dot_product_attention; the others as "
+                              "the model computes them (eager)")
+            return "flash"
         if runs_flash:
             at = "bf16, fp8's attention" if precision == "fp8" else precision
             self.notes.append(f"attention: flash (PyTorch's scaled_dot_product_attention runs "
