@@ -81,7 +81,7 @@ def forward_ms(path: Path, batch: int, gpu, model) -> tuple[float, str]:
     """The spec sheet's price of the forward alone at `batch` (every parameter frozen), and the
     model's kind (`bench_tensor_cores._kind`)."""
     from converters import convert
-    from converters.attention import attention_blocks
+    from converters.attention import attention_blocks, calling_sdpa
     from converters.sequence import LOAD_FIELDS
     from mdot_jax.gpu import spec_sheet
 
@@ -90,9 +90,7 @@ def forward_ms(path: Path, batch: int, gpu, model) -> tuple[float, str]:
     holders = np.flatnonzero(seq.load[:, LOAD_FIELDS.index("params")] > 0)
     seq = dataclasses.replace(seq, meta={**seq.meta, "frozen": int(seq.params),
                                          "frozen_nodes": [int(i) for i in holders]})
-    blocks = attention_blocks(seq)  # fused where the model calls SDPA, as the front door
-    if "sdpa_softmax" in seq.meta:
-        blocks = [b for b in blocks if b.softmax in set(seq.meta["sdpa_softmax"])]
+    blocks = calling_sdpa(seq, attention_blocks(seq))  # fused, as the front door's default
     return spec_sheet.price(seq, gpu, model, precision="amp-fp16", step="fwd-bwd", fit=False,
                             attention="flash" if blocks else "eager", blocks=blocks
                             ).iteration_ms, kind

@@ -84,6 +84,13 @@ def attention_blocks(seq: OperatorSequence) -> list[Block]:
     return list(KEPT.get(("attention_blocks", seq), lambda: _blocks(seq)))
 
 
+def calling_sdpa(seq: OperatorSequence, blocks: list[Block]) -> list[Block]:
+    """Those of `blocks` whose code calls `scaled_dot_product_attention`, as the export records
+    (`meta["sdpa_softmax"]`, `converters.from_torch`); all of them where it records none."""
+    called = seq.meta.get("sdpa_softmax")
+    return list(blocks) if called is None else [b for b in blocks if b.softmax in set(called)]
+
+
 def _blocks(seq: OperatorSequence) -> list[Block]:
     names = seq.op_names
     padding = set(seq.meta.get("padding_masks", ()))  # what applies the batch's masks

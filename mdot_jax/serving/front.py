@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from converters import ConversionError, OperatorSequence
-from converters.attention import attention_blocks, layer_starts
+from converters.attention import attention_blocks, calling_sdpa, layer_starts
 from converters.fusion import fusion_version
 from converters.substitutes import described
 from mdot_jax import autograd
@@ -254,13 +254,11 @@ class _SpecSheet:
                                             job.stages_per_gpu, job.sequence_parallel)
         model_parallel.check(seq, blocks, self.layout, job.grad_accum, job.cp)
         seq = model_parallel.whole_keys(seq, blocks, job.cp)
-        sdpa = seq.meta.get("sdpa_softmax")  # the blocks that call SDPA, where the export says
-        calls = [b.softmax in set(sdpa) if sdpa is not None and not job.attention else True
-                 for b in blocks]
+        calls = blocks if job.attention else calling_sdpa(seq, blocks)  # those fused
         attention = self._attention(blocks, precision, seq.meta.get("eager_attention"),
-                                    sum(calls))
+                                    len(calls))
         if attention == FLASH_ATTN:  # the flash-attn package takes each window itself
-            blocks = [b._replace(local=True) for b in blocks]
+            blocks = calls = [b._replace(local=True) for b in blocks]
         # what the step depends on: the model and step model themselves (held, and compared
         # by identity), the GPU and the job's fields that reach the pricing
         if job.ep > 1 and not seq.meta.get("experts"):
@@ -279,8 +277,7 @@ class _SpecSheet:
         self.seq = model_parallel.shard_experts(
             model_parallel.shard(seq, job.tp, job.sequence_parallel, blocks), job.ep)
         self.blocks = blocks
-        self.fused = [b for b, c in zip(blocks, calls) if c] \
-            if attention in ("flash", FLASH_ATTN) else []
+        self.fused = calls if attention in ("flash", FLASH_ATTN) else []
         again = rerun(self.seq, job.activation_checkpointing, blocks, self.fused) \
             if job.activation_checkpointing else set()
         one = price(self.seq, self.gpu, self.model, precision=precision,
