@@ -606,15 +606,11 @@ def test_a_model_exported_in_a_half_type_trains_in_it_unless_asked(tmp_path):
 
 def test_the_benchmarks_tell_a_model_with_attention_from_its_graph_not_its_name():
     """A rule of names had read every ResNet-50 as a transformer ("t5" in "resnet50")."""
-    import importlib.util
-    from pathlib import Path
+    from benches import bench
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_tensor_cores.py"
-    spec = importlib.util.spec_from_file_location("bench_tensor_cores", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench._kind(_seq(attention())) == "transformer"
-    assert bench._kind(_seq(conv_bn_relu(training=True))) == "cnn"
+    tensor_cores = bench("bench_tensor_cores")
+    assert tensor_cores._kind(_seq(attention())) == "transformer"
+    assert tensor_cores._kind(_seq(conv_bn_relu(training=True))) == "cnn"
 
 
 def test_attention_the_model_computes_itself_is_priced_as_it_runs(tmp_path):

@@ -1,14 +1,10 @@
 """The learning-curve benchmark (`benchmarks/learning_curve.py`) subsamples whole families."""
 
-import importlib.util
-from pathlib import Path
+from benches import bench
 
 from mdot_jax.data.splits import split_groups
 
-SPEC = importlib.util.spec_from_file_location(
-    "learning_curve", Path(__file__).parent.parent / "benchmarks" / "learning_curve.py")
-curve = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(curve)
+curve = bench("learning_curve")
 
 
 def test_subsample_keeps_whole_families_and_all_at_fraction_one(tiny_real_dataset):

@@ -1,10 +1,9 @@
 """The kit's LLM steps (`mdot_jax.measure.llm_steps`): every planned step is a job the front
 door can price (so each measured row has its prediction), and a step runs on this CPU."""
 
-import importlib.util
 import json
-from pathlib import Path
 
+import benches
 import pytest
 
 from mdot_jax import TrainingJob
@@ -70,10 +69,7 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
                gpu_ms=cpu["ms"] / 2, kernels=900, launches=880,
                by_class={"gemm": [300, cpu["ms"] / 4], "elementwise": [600, cpu["ms"] / 4]})
     out.write_text("\n".join(json.dumps(r) for r in (cpu, gpu)) + "\n")
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_llm_steps.py"
-    spec = importlib.util.spec_from_file_location("bench_llm_steps", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benches.bench("bench_llm_steps")
     assert bench.main([str(out), "--out", str(tmp_path / "res"), "--loss-memory"]) == 0
     res = json.loads((tmp_path / "res" / "results.json").read_text())
     assert [r["key"] for r in res["rows"]] == [gpu["key"]]
@@ -92,10 +88,7 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
 
 
 def test_lora_and_compiled_steps_are_read_over_their_twins():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_llm_steps.py"
-    spec = importlib.util.spec_from_file_location("bench_llm_steps", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benches.bench("bench_llm_steps")
     row = dict(attention="flash", checkpointing="none", peak_gb=None, memory_gb=1.0)
     priced = [dict(row, key="m/t64/flash/none", measured_ms=10.0, predicted_ms=8.0),
               dict(row, key="m/t64/flash/none/lora16", measured_ms=8.0, predicted_ms=4.0,

@@ -9,6 +9,7 @@ import re
 
 import onnx
 import pytest
+from benches import bench
 from onnx_builders import attention, conv_bn_relu, token_embedding
 
 from mdot_jax.cli import main
@@ -317,16 +318,12 @@ def test_a_spec_without_the_link_its_gpus_need_is_one_named_error(tmp_path, link
 
 def test_the_nvlink_constants_are_the_fit_of_xlas_measured_collectives(tmp_path):
     """`bench_collectives.py` fits them on XLA's H100 table; the shipped ones round the fit."""
-    import importlib.util
     from pathlib import Path
 
     data = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "xla-h100-tables"
     if not (data / "collectives.csv").exists():
         pytest.skip("XLA's H100 tables are not beside the checkout")
-    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_collectives.py"
-    spec = importlib.util.spec_from_file_location("bench_collectives", bench)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = bench("bench_collectives")
     assert module.main([str(data), "--out", str(tmp_path)]) == 0
     got = json.loads((tmp_path / "results.json").read_text())
     assert got["fitted"]["efficiency"] == pytest.approx(NVLINK_EFFICIENCY, abs=0.005)

@@ -1,15 +1,10 @@
 """The plan-choice study (`benchmarks/bench_plan_choice.py`): the groups of the Megatron host's
 calibration models are kept apart from the held-out ones, and the scores are what they say."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from benches import bench
 
-SPEC = importlib.util.spec_from_file_location(
-    "bench_plan_choice", Path(__file__).parent.parent / "benchmarks" / "bench_plan_choice.py")
-choice = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(choice)
+choice = bench("bench_plan_choice")
 
 
 def _row(key, hidden, layers, tp, dp, pp, mb, ms, gpus=8):
