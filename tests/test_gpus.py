@@ -132,7 +132,7 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     ("memory_gbs", float("nan"), "'memory_gbs' is nan"),
     ("boost_mhz", float("nan"), "'boost_mhz' is nan"),
     ("sms", float("inf"), "'sms' is inf"),
-    ("l2_mb", 1e12, "up to"),
+    ("l2_mb", 1e12, "expected 0.25 to 1024 MB"),
     ("tflops", {"fp32": float("nan")}, "positive 'fp32'"),
     ("tflops", {"fp32": 60, "bf16": float("inf")}, "'tflops.bf16' is inf"),
     ("nvswitch", None, "'nvswitch' is None"),
@@ -144,14 +144,37 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     ("architecture", 9.0, "'architecture' is 9.0"),
     ("compute_capability", "nine", "'compute_capability' is 'nine'"),
     ("compute_capability", 9.0, "'compute_capability' is 9.0"),
+    ("boost_mhz", 1.98, "'boost_mhz' is 1.98; expected 300 to 5000 MHz"),  # GHz
+    ("memory_gbs", 3.35, "'memory_gbs' is 3.35; expected 50 to 100000 GB/s"),  # TB/s
+    ("memory_gb", 81_920, "'memory_gb' is 81920; expected 0.1 to 4096 GB"),  # MB
+    ("sms", 16_896, "(not CUDA cores)"),  # the H100 SXM's CUDA cores
+    ("tflops", {"fp32": 66_900}, "'tflops.fp32' is 66900 but 132 SMs at 1980 MHz"),  # GFLOP/s
+    ("tflops", {"fp32": 989.4}, "in another unit"),  # a tensor peak as the CUDA cores'
+    # the datasheet's peaks with sparsity (1,979 bf16 TFLOP/s on the H100 SXM's)
+    ("tflops", {"fp32": 66.9, "bf16": 1979}, "'tflops.bf16' is 1979, 2.0x the bf16 FLOPs"),
+    ("tflops", {"fp32": 66.9, "fp8": 3958}, "the datasheet's figure with sparsity"),
 ])
-def test_a_spec_number_that_is_no_number_is_named(tmp_path, field, value, needle):
-    """JSON's NaN and Infinity parse as floats: a 3.7x faster GPU, or a math error, before."""
+def test_a_spec_value_no_gpu_has_is_named(tmp_path, field, value, needle):
+    """JSON's NaN and Infinity parse as floats: a 3.7x faster GPU, or a math error, before;
+    so did units other than the field's (a 1,000x slower step, a 1 TB GPU that fits anything)
+    and a datasheet's peaks with sparsity (tensor cores twice as fast as any Hopper part)."""
     row = dict(gpus.find("h100-sxm").to_json(), name="my-gpu")
     row[field] = value
     (tmp_path / "g.json").write_text(json.dumps(row))
     with pytest.raises(ValueError, match=re.escape(needle)):
         gpus.from_spec_file(tmp_path / "g.json")
+
+
+@pytest.mark.parametrize("change", [
+    dict(boost_mhz=1590),  # the base clock: its peaks an SM a clock 1.25x the boost's
+    dict(architecture="rubin", tflops=dict(fp32=66.9, bf16=1979)),  # no catalogued kin
+    dict(compute_capability="", architecture="ampere", sms=82, boost_mhz=1695,
+         tflops=dict(fp32=35.6, fp16=71)),  # an RTX 3090 without its capability: 128 cores
+])
+def test_a_plausible_spec_reads(tmp_path, change):
+    row = dict(gpus.find("h100-sxm").to_json(), name="my-gpu", **change)
+    (tmp_path / "g.json").write_text(json.dumps(row))
+    assert gpus.from_spec_file(tmp_path / "g.json").name == "my-gpu"
 
 
 def test_a_specs_architecture_is_read_in_any_case_and_a_new_one_is_its_own(tmp_path):

@@ -143,12 +143,16 @@ def test_plan_ranks_the_devices(server):
     # the server's own files and folders are never read by a name a request gives
     ({"batch_size": 8, "device_spec": "/etc/passwd"}, 422, "device_spec", "a JSON object"),
     ({"batch_size": 8, "checkpoint": "/etc"}, 422, "checkpoint", "the name of a shipped"),
-    ({"batch_size": 8, "device_spec": {"name": "x"}}, 422, "", "device_spec: missing field"),
+    ({"batch_size": 8, "device_spec": {"name": "x"}}, 422, "device_spec",
+     "device_spec: missing field"),
+    ('{"model": "SHA", "batch_size": 8, "batch_size": 64}', 400, "batch_size", "given twice"),
 ])
 def test_bad_input_is_a_4xx_with_one_line(server, body, status, field, needle):
     client, root = server
     if isinstance(body, dict):  # the uploaded model unless the case names its own
         body = json.dumps({"model": _upload(client, root / "attn.onnx"), **body})
+    elif "SHA" in body:
+        body = body.replace("SHA", _upload(client, root / "attn.onnx"))
     r = client.post("/v1/predict", content=body, headers={"content-type": "application/json"})
     assert r.status_code == status, r.text
     answer = r.json()

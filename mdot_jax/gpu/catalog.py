@@ -29,10 +29,18 @@ CATALOG_FILE = Path(__file__).with_name("gpus.json")
 # capability: a spec's name near one of these is a typo; another is one measured nowhere
 ARCHITECTURES = {"pascal": "6.0", "volta": "7.0", "turing": "7.5", "ampere": "8.0",
                  "ada": "8.9", "hopper": "9.0", "blackwell": "10.0"}
-# beyond any GPU by far (a B200: 148 SMs, 8 TB/s, 2.25 PFLOP/s dense fp16): a typo, not a GPU
-LIMITS = {"sms": 10_000, "boost_mhz": 10_000, "memory_gb": 100_000, "memory_gbs": 1e6,
-          "l2_mb": 100_000, "nvlink_gbs": 1e5, "pcie_gbs": 1e4, "network_gbs": 1e5,
-          "power_w": 1e4, "tflops": 1e6}
+# each field's unit and the range a GPU's value lies in, a few times beyond any GPU either way
+# (a B200: 148 SMs, 8 TB/s, 180 GB, 2.25 PFLOP/s dense fp16): outside it, a unit slipped (GHz
+# for MHz, TB/s for GB/s, MB for GB, CUDA cores for SMs). 0 says an optional field is absent.
+RANGES = {"sms": ("streaming multiprocessors (not CUDA cores)", 1, 1_000),
+          "boost_mhz": ("MHz", 300, 5_000), "memory_gb": ("GB", 0.1, 4_096),
+          "memory_gbs": ("GB/s", 50, 100_000), "l2_mb": ("MB", 0.25, 1_024),
+          "nvlink_gbs": ("GB/s", 10, 20_000), "pcie_gbs": ("GB/s", 1, 1_000),
+          "network_gbs": ("GB/s", 1, 10_000), "power_w": ("W", 10, 5_000),
+          "tflops": ("TFLOP/s", 0.1, 100_000)}
+# a datasheet's peak with structured sparsity is twice the dense one: a tensor peak an SM a
+# clock this far above every catalogued GPU of its architecture is taken for it
+SPARSE = 1.5
 # FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
 CORES_PER_SM = {"6.0": 64, "6.1": 128, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128,
                 "9.0": 128, "10.0": 128}
@@ -100,9 +108,10 @@ def _from_json(d: dict, where: str) -> GPU:
     for k in ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_gbs", "pcie_gbs",
               "network_gbs", "power_w"):
         v = d.get(k, 0)
-        if not _number(v) or v < 0 or (k in required and v == 0) or v > LIMITS.get(k, math.inf):
-            raise ValueError(f"{where}: '{k}' is {v!r}; expected a positive number"
-                             + (f" up to {LIMITS[k]:g}" if k in LIMITS else ""))
+        unit, low, high = RANGES[k]
+        if not (_number(v) and (low <= v <= high or (v == 0 and k not in required))):
+            raise ValueError(f"{where}: '{k}' is {v!r}; expected {low:g} to {high:g} {unit}"
+                             + ("" if k in required else " (0: none)"))
     if d.get("nvlink_gbs", 0) > 0 and not isinstance(d.get("nvswitch"), bool):
         raise ValueError(f"{where}: 'nvswitch' is {d.get('nvswitch')!r}; with 'nvlink_gbs' "
                          "say true where every GPU of a board reaches the others by NVLink "
@@ -128,13 +137,55 @@ def _from_json(d: dict, where: str) -> GPU:
     if bad:
         raise ValueError(f"{where}: 'tflops' has unknown precision(s) {bad}; known: "
                          f"{list(ARITHMETIC)}")
+    unit, low, high = RANGES["tflops"]
     for p, v in flops.items():
-        if v is not None and (not _number(v) or v <= 0 or v > LIMITS["tflops"]):
-            raise ValueError(f"{where}: 'tflops.{p}' is {v!r}; expected a positive number or "
-                             "null")
-    return GPU(**dict(d, architecture=arch,
-                      tflops={p: flops.get(p) for p in ARITHMETIC},
-                      aliases=tuple(d.get("aliases", ()))))
+        if v is not None and not (_number(v) and low <= v <= high):
+            raise ValueError(f"{where}: 'tflops.{p}' is {v!r}; expected {low:g} to {high:g} "
+                             f"{unit}, or null")
+    gpu = GPU(**dict(d, architecture=arch, tflops={p: flops.get(p) for p in ARITHMETIC},
+                     aliases=tuple(d.get("aliases", ()))))
+    _check_fp32(gpu, where)
+    return gpu
+
+
+def _per_sm_clock(gpu: GPU, tflops: float) -> float:
+    """`tflops` as FLOPs an SM a clock of `gpu`."""
+    return tflops * 1e6 / (gpu.sms * gpu.boost_mhz)
+
+
+def _check_fp32(gpu: GPU, where: str) -> None:
+    """The fp32 peak is 2 FLOPs a CUDA core a clock: a ValueError where `sms`, `boost_mhz` and
+    `tflops.fp32` disagree by more than half again (one of them in another unit)."""
+    cores = gpu.cores_per_sm
+    low, high = (cores, cores) if cores else (min(CORES_PER_SM.values()),
+                                               max(CORES_PER_SM.values()))
+    rate = _per_sm_clock(gpu, gpu.tflops["fp32"])
+    if not 2 * low / 1.5 <= rate <= 2 * high * 1.5:
+        cores_text = f"{cores}" if cores else f"{low}-{high}"
+        expected = 2 * gpu.sms * gpu.boost_mhz * (cores or high) / 1e6
+        raise ValueError(
+            f"{where}: 'tflops.fp32' is {gpu.tflops['fp32']:g} but {gpu.sms} SMs at "
+            f"{gpu.boost_mhz:g} MHz with {cores_text} FP32 cores an SM give "
+            f"{'up to ' if not cores else ''}{expected:.3g} TFLOP/s (2 FLOPs a core a clock): "
+            "one of 'tflops' (TFLOP/s), 'sms' (SMs) or 'boost_mhz' (MHz) is in another unit")
+
+
+def _check_dense(gpu: GPU, where: str) -> None:
+    """A ValueError where a tensor peak an SM a clock is more than `SPARSE` times the highest
+    of the catalogued GPUs of its architecture: the datasheet's figure with sparsity."""
+    kin = [g for g in catalog().values() if g.architecture == gpu.architecture]
+    for p, v in gpu.tflops.items():
+        rates = [(_per_sm_clock(g, g.tflops[p]), g.name) for g in kin
+                 if p != "fp32" and g.tflops.get(p)]
+        if not (v and rates):
+            continue
+        top, name = max(rates)
+        if _per_sm_clock(gpu, v) > SPARSE * top:
+            raise ValueError(
+                f"{where}: 'tflops.{p}' is {v:g}, {_per_sm_clock(gpu, v) / top:.1f}x the "
+                f"{p} FLOPs an SM a clock of any {gpu.architecture} GPU in the catalog "
+                f"({name}: {top:.0f}): the datasheet's figure with sparsity? Give the dense "
+                "peak (half of it)")
 
 
 def catalog() -> dict[str, GPU]:
@@ -203,4 +254,6 @@ def from_spec_file(path: str | Path) -> GPU:
         raise ValueError(f"--device-spec {path}: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"--device-spec {path}: not JSON ({e})") from None
-    return dataclasses.replace(_from_json(d, f"--device-spec {path}"), spec_file=str(path))
+    gpu = _from_json(d, f"--device-spec {path}")
+    _check_dense(gpu, f"--device-spec {path}")
+    return dataclasses.replace(gpu, spec_file=str(path))

@@ -46,7 +46,7 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
     except ValueError as e:  # a bad value met deep in the pricing: said as the request's
         if isinstance(e, (MdotError, ConversionError)):
             raise
-        first = str(e).split(" ", 1)[0].rstrip(":")
+        first = str(e).split(" ", 1)[0].rstrip(":").removeprefix("--").replace("-", "_")
         raise RequestError(str(e), first if first in FIELDS else "") from None
     return out if job.several else out[0]
 

@@ -143,6 +143,20 @@ def _kind(data: bytes) -> str:
                   "the bytes of a .onnx, or of a config.json with its model_type)", "model")
 
 
+class _Twice(ValueError):
+    """A JSON object's key given twice (its name)."""
+
+
+def _once(pairs: list) -> dict:
+    """A JSON object whose keys are each given once (`json.loads`'s `object_pairs_hook`)."""
+    seen: dict = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _Twice(k)
+        seen[k] = v
+    return seen
+
+
 def _job(store: ModelStore, body: dict, extra: tuple = (),
          build: Callable[..., TrainingJob] = TrainingJob) -> tuple[TrainingJob, dict]:
     """The request's `TrainingJob` (its model from the store; `build` it from the fields) and
@@ -205,8 +219,12 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         return data
 
     async def body_of(request: Request) -> dict:
+        data = await read(request, MAX_JSON_KB * 1024)
         try:
-            body = json.loads(await read(request, MAX_JSON_KB * 1024))
+            body = json.loads(data, object_pairs_hook=_once)
+        except _Twice as e:
+            raise _Answer(400, f"body: field '{e}' given twice (JSON would keep the last)",
+                          str(e)) from None
         except (ValueError, UnicodeDecodeError) as e:
             raise _Answer(400, f"body: not JSON ({e})") from None
         if not isinstance(body, dict):
