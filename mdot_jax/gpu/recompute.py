@@ -64,8 +64,11 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
     scale = activation_scale(precision)
     again = p.phases.get("recomputation", 0.0)  # ms
     if granularity == "selective":
-        if fused:
-            return p
+        if fused:  # said: the user asked for something that changes nothing here
+            return dataclasses.replace(p, warnings=[
+                *p.warnings, f"selective activation checkpointing changes nothing: the "
+                f"{len(fused)} attention blocks run as fused kernels, which keep no S x S "
+                "tensors to free (full checkpoints the layers)"])
         core = sorted(_cores(blocks))
         freed = float(saved(seq, (), scale)[core].sum())
         note = (f"selective activation checkpointing over {len(layer_starts(seq, blocks))} "
