@@ -236,3 +236,26 @@ def test_a_model_of_the_wrong_type_is_refused_by_name(model):
     with pytest.raises(RequestError) as e:  # was a TypeError from deep in the loader
         TrainingJob(model=model, batch_size=4)
     assert e.value.field == "model" and "expected a path" in str(e.value)
+
+
+def test_numpys_numbers_are_the_same_request(models):
+    """A scheduler's batch sizes and GPU counts computed in NumPy: np.int64(8) is 8, an array a
+    list of them (each was refused as 'expected a positive integer'); NumPy's bool is no
+    count, and the answer is the same as for Python's numbers."""
+    import numpy as np
+
+    from mdot_jax.serving.plan import Plan
+
+    base = dict(model=str(models / "attn.onnx"), device="h100-sxm")
+    job = TrainingJob(**base, batch_size=np.int64(8), gpus=np.array([1, 8]), tp=np.int32(1),
+                      nodes=np.int64(2), network_gbs=np.float32(50.0))
+    assert (job.batch_size, job.gpus, job.tp) == (8, (1, 8), 1)
+    assert type(job.batch_size) is int and type(job.network_gbs) is float
+    assert [p.iteration_ms for p in predict(job)] == [
+        p.iteration_ms for p in predict(TrainingJob(**base, batch_size=8, gpus=(1, 8),
+                                                    nodes=2, network_gbs=50.0))]
+    with pytest.raises(RequestError, match="batch_size"):
+        TrainingJob(**base, batch_size=np.bool_(True))
+    plan = Plan(TrainingJob(**base, batch_size=8, epochs=1, dataset_size=1000),
+                gpus=np.array([1, 2]), deadline_h=np.float64(3))
+    assert plan.gpus == (1, 2) and json.dumps([plan.gpus, plan.deadline_h])

@@ -8,6 +8,7 @@ combination that would mean nothing is a `RequestError` naming the field, never 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -30,6 +31,22 @@ from mdot_jax.options import (
     STEPS,
     STRATEGIES,
 )
+
+
+def _plain(value: Any) -> Any:
+    """NumPy's numbers and 1-D arrays (a scheduler's arithmetic) as Python's ints, floats and
+    tuples, inside lists, tuples and mappings too; anything else as it is."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, int, float)):
+        return float(value)
+    if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):
+        return tuple(value.tolist())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def _ints(name: str, value: Any, limit: float = MAX_INT) -> tuple[int, ...]:
@@ -180,6 +197,8 @@ class TrainingJob:
     operators: bool = False
 
     def __post_init__(self):
+        for f in fields(self)[1:]:  # every field but the model
+            object.__setattr__(self, f.name, _plain(getattr(self, f.name)))
         if self.model is None or (isinstance(self.model, (str, Path)) and not str(self.model)):
             raise RequestError("model: required (an .onnx file, or a converted sequence)",
                                "model")
