@@ -16,7 +16,7 @@ from mdot_jax.gpu import catalog as gpus
 REQUIRED = ("p4", "p100", "v100-pcie", "v100-sxm2", "t4", "a10", "a10g", "l4", "l40s",
             "a100-pcie-40gb", "a100-sxm-40gb", "a100-pcie-80gb", "a100-sxm-80gb", "h100-pcie",
             "h100-sxm", "h100-nvl", "h200", "rtx3090", "rtx4090", "a6000", "rtx-6000-ada",
-            "rtx-8000")
+            "rtx-8000", "rtx5090")
 
 
 def run(capsys, *argv):
@@ -45,7 +45,7 @@ def test_every_row_is_sourced_and_consistent(gpu):
     peak = gpu.sms * gpu.cores_per_sm * 2 * gpu.boost_mhz / 1e6
     assert abs(gpu.tflops["fp32"] / peak - 1) < 0.05, peak
     tensor = [gpu.tflops[p] for p in ("tf32", "fp16", "bf16")]
-    if gpu.architecture in ("ampere", "ada", "hopper", "blackwell"):
+    if gpu.architecture in ("ampere", "ada", "hopper", "blackwell", "rtx-blackwell"):
         assert all(t and t >= gpu.tflops["fp32"] for t in tensor)
     else:  # TF32 and bf16 came with Ampere
         assert gpu.tflops["tf32"] is None and gpu.tflops["bf16"] is None

@@ -27,8 +27,9 @@ from mdot_jax.options import ARITHMETIC
 CATALOG_FILE = Path(__file__).with_name("gpus.json")
 # what measured shares are kept by (fused attention's, say), with its first compute
 # capability: a spec's name near one of these is a typo; another is one measured nowhere
+# (`rtx-blackwell`: the GeForce and RTX PRO parts, sm_120, whose tensor cores are not the B200's)
 ARCHITECTURES = {"pascal": "6.0", "volta": "7.0", "turing": "7.5", "ampere": "8.0",
-                 "ada": "8.9", "hopper": "9.0", "blackwell": "10.0"}
+                 "ada": "8.9", "hopper": "9.0", "blackwell": "10.0", "rtx-blackwell": "12.0"}
 # each field's unit and the range a GPU's value lies in, a few times beyond any GPU either way
 # (a B200: 148 SMs, 8 TB/s, 180 GB, 2.25 PFLOP/s dense fp16): outside it, a unit slipped (GHz
 # for MHz, TB/s for GB/s, MB for GB, CUDA cores for SMs). 0 says an optional field is absent.
@@ -43,7 +44,7 @@ RANGES = {"sms": ("streaming multiprocessors (not CUDA cores)", 1, 1_000),
 SPARSE = 1.5
 # FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
 CORES_PER_SM = {"6.0": 64, "6.1": 128, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128,
-                "9.0": 128, "10.0": 128}
+                "9.0": 128, "10.0": 128, "12.0": 128}
 
 
 @dataclass(frozen=True)
