@@ -629,3 +629,16 @@ def test_attention_the_model_computes_itself_is_priced_as_it_runs(tmp_path):
                              (None, "eager", "flash"))
     assert any("flash for the 1 of 2 attention blocks" in w for w in default.warnings)
     assert eager.iteration_ms > default.iteration_ms > flash.iteration_ms
+
+
+def test_each_class_says_what_backs_it_once(step_model):
+    """One line a class of kernels: a CNN's convolutions are said as convolutions (the line
+    read "matmuls and convolutions" for a model without a matmul), and a transformer's
+    matmuls only by the measured GEMMs' line (it also read "not measured yet")."""
+    gpu = gpus.find("h100-sxm")
+    cnn = price(_seq(conv_bn_relu(training=True)), gpu, step_model, precision="amp-bf16")
+    attn = price(_seq(attention()), gpu, step_model, precision="amp-bf16")
+    assert any(w.startswith("amp-bf16 convolutions priced from") for w in cnn.warnings)
+    assert not any("matmuls" in w for w in cnn.warnings)
+    assert any("measured GEMMs reach" in w for w in attn.warnings)
+    assert not any("not measured yet" in w or "convolutions" in w for w in attn.warnings)

@@ -93,12 +93,12 @@ def seen_by_class(gpu: GPU, precision: str, measured: Sequence[str] = ()
     gemm_peak, conv = matmul_peak(gpu, precision), conv_peak(gpu, precision)
     if tc and gpu.tflops.get(tc):
         # measured GEMMs of this GPU at this arithmetic were fitted: its matmuls are backed
-        what = ("convolutions", "their") if tc in measured else \
-            ("matmuls and convolutions", "the public operator")
-        for c in ("conv",) if tc in measured else ("gemm", "conv"):
-            warnings[c] = (f"{precision} {what[0]} priced from the {gpu.name}'s {tc} peak "
-                           f"({gemm_peak:g} TFLOP/s): {what[1]} measurements are fp32, so "
-                           "this is not measured yet")
+        # (and a step model's tensor-core GEMMs replace the matmuls' line: one line a class)
+        for c, what, peak in (("gemm", "matmuls", gemm_peak), ("conv", "convolutions", conv)):
+            if not (c == "gemm" and tc in measured):
+                warnings[c] = (f"{precision} {what} priced from the {gpu.name}'s {tc} peak "
+                               f"({peak:g} TFLOP/s): the operator measurements they were "
+                               "fitted on are fp32, so this is not measured yet")
     elif not tc and gpu.tflops.get("tf32"):
         warnings["conv"] = (f"convolutions run in TF32 under PyTorch's defaults on the "
                             f"{gpu.name}: priced from its TF32 peak ({conv:g} TFLOP/s), "
