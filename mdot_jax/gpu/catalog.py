@@ -176,14 +176,13 @@ def _check_dense(gpu: GPU, where: str) -> None:
     of the catalogued GPUs of its architecture: the datasheet's figure with sparsity."""
     kin = [g for g in catalog().values() if g.architecture == gpu.architecture]
     for p, v in gpu.tflops.items():
-        rates = [(_per_sm_clock(g, g.tflops[p]), g.name) for g in kin
-                 if p != "fp32" and g.tflops.get(p)]
-        if not (v and rates):
+        rates = [(_per_sm_clock(g, g.tflops[p]), g.name) for g in kin if g.tflops.get(p)]
+        if p == "fp32" or not (v and rates):
             continue
-        top, name = max(rates)
-        if _per_sm_clock(gpu, v) > SPARSE * top:
+        (top, name), rate = max(rates), _per_sm_clock(gpu, v)
+        if rate > SPARSE * top:
             raise ValueError(
-                f"{where}: 'tflops.{p}' is {v:g}, {_per_sm_clock(gpu, v) / top:.1f}x the "
+                f"{where}: 'tflops.{p}' is {v:g}, {rate / top:.1f}x the "
                 f"{p} FLOPs an SM a clock of any {gpu.architecture} GPU in the catalog "
                 f"({name}: {top:.0f}): the datasheet's figure with sparsity? Give the dense "
                 "peak (half of it)")

@@ -45,7 +45,7 @@ from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number
 from mdot_jax.serving.prediction import Prediction
-from mdot_jax.serving.request import TrainingJob, _choice, _ints, _plain, _positive
+from mdot_jax.serving.request import TrainingJob, _choice, _ints, _plain_fields, _positive
 
 NOT_FIT = ("may not fit", "will not fit")
 SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
@@ -71,8 +71,7 @@ class Plan:
     def __post_init__(self):
         if not isinstance(self.job, TrainingJob):
             raise RequestError("job: a TrainingJob", "job")
-        for f in dataclasses.fields(self)[1:]:  # every field but the job
-            object.__setattr__(self, f.name, _plain(getattr(self, f.name)))
+        _plain_fields(self)  # every field but the job
         if self.job.train_tokens is None and self.job.epochs is None:
             raise RequestError("epochs: a plan prices the whole job; give epochs and "
                                "dataset_size, or train_tokens", "epochs")

@@ -49,6 +49,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _plain_fields(request: Any, skip: int = 1) -> None:
+    """Every field of a frozen dataclass request but its first `skip` (the model, the job)
+    made `_plain`, in place."""
+    for f in fields(request)[skip:]:
+        object.__setattr__(request, f.name, _plain(getattr(request, f.name)))
+
+
 def _ints(name: str, value: Any, limit: float = MAX_INT) -> tuple[int, ...]:
     """A positive int up to `limit`, or a non-empty sequence of them, as a tuple."""
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
@@ -197,8 +204,7 @@ class TrainingJob:
     operators: bool = False
 
     def __post_init__(self):
-        for f in fields(self)[1:]:  # every field but the model
-            object.__setattr__(self, f.name, _plain(getattr(self, f.name)))
+        _plain_fields(self)  # every field but the model
         if self.model is None or (isinstance(self.model, (str, Path)) and not str(self.model)):
             raise RequestError("model: required (an .onnx file, or a converted sequence)",
                                "model")
