@@ -11,6 +11,7 @@ import onnx
 
 from converters.errors import ConversionError
 from converters.sequence import data_input_names
+from converters.tensors import TOKEN_TYPES
 
 MAX_DIM = 2 ** 31 - 1
 
@@ -32,7 +33,7 @@ def _dim_hint(name: str, shape: list[int], k: int, t) -> str:
         return f"--input-shape {name}={example} (or --batch-size N for dim 0)"
     if len(shape) == 4:
         return "--image-size N (the image side in pixels)"
-    if len(shape) == 2 and t.elem_type in (6, 7):
+    if len(shape) == 2 and t.elem_type in TOKEN_TYPES:
         return "--seq-len N (tokens per sequence)"
     example = ",".join(str(d) if d >= 0 else f"D{i}" for i, d in enumerate(shape))
     return f"--input-shape {name}={example} with every dim given"
@@ -67,7 +68,7 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
             if batch_size is not None and shape and shape[0] != batch_size:
                 raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives batch "
                                       f"{shape[0]} but --batch-size is {batch_size}; give one")
-            tokens = len(shape) == 2 and t.elem_type in (6, 7)
+            tokens = len(shape) == 2 and t.elem_type in TOKEN_TYPES
             sides = [shape[k] for k in _sides(shape)] if len(shape) == 4 else []
             for flag, size, given in (("--image-size", image_size, sides),
                                       ("--seq-len", seq_len, shape[1:] if tokens else [])):
@@ -88,7 +89,7 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
                     for k in _sides(shape):
                         shape[k] = image_size
                     sized["image"] = True
-                if seq_len is not None and len(shape) == 2 and t.elem_type in (6, 7):
+                if seq_len is not None and len(shape) == 2 and t.elem_type in TOKEN_TYPES:
                     shape[1] = seq_len
                     sized["tokens"] = True
                 if moved := {k: d for k, d in enumerate(was) if 0 < d != shape[k]}:

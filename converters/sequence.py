@@ -85,8 +85,8 @@ class OperatorSequence:
       edges: `[E, 2] int32` data dependencies (src, dst) between operators, src < dst.
       node_names: `[N]` ONNX node names (a dynamo export's by module scope,
         `converters.scopes`), for per-operator attribution and layers.
-      meta: JSON-able dict: inputs (name -> shape), total params (frozen ones, and the
-        operators all of whose parameters are, where any), unknown op counts,
+      meta: JSON-able dict: inputs (name -> shape), integer_inputs (names), total params
+        (frozen ones, and the operators all of whose parameters are, where any), unknown op counts,
         vocabulary and format versions, dropped shape-only nodes.
     """
 
@@ -129,12 +129,20 @@ class OperatorSequence:
         return self.total("fwd_flops")
 
     @property
+    def kind_input(self) -> tuple[str, list[int]]:
+        """What the workload's input size measures and the data input that carries it: an
+        `image` (rank 4) before a `signal` (rank 3, [B, C, T]) before `tokens` (token ids: rank
+        2, integer; older sequences name no types), so that a side input such as metadata
+        [B, 16] does not decide; `other` (and []) otherwise."""
+        ints = self.meta.get("integer_inputs")
+        shapes = [s for n, s in self.meta.get("inputs", {}).items()
+                  if len(s) != 2 or ints is None or n in ints]
+        return next(((kind, s) for rank, kind in INPUT_KINDS for s in shapes if len(s) == rank),
+                    ("other", []))
+
+    @property
     def input_kind(self) -> str:
-        """What the workload's input size measures, from the data input that carries it: an
-        `image` (rank 4) before a `signal` (rank 3, [B, C, T]) before `tokens` (rank 2, [B, T]),
-        so that a side input such as metadata [B, 16] does not decide; `other` otherwise."""
-        ranks = {len(s) for s in self.meta.get("inputs", {}).values()}
-        return next((kind for rank, kind in INPUT_KINDS if rank in ranks), "other")
+        return self.kind_input[0]
 
     @property
     def params(self) -> int:
@@ -414,6 +422,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     meta = dict(
         format_version=FORMAT_VERSION, vocab_version=VOCAB_VERSION, graph=graph_kind(model),
         inputs={t: list(types[t].shape or []) for t in sorted(data_inputs) if t in types},
+        integer_inputs=sorted(t for t in data_inputs
+                              if t in types and types[t].elem_type not in FLOAT_TYPES),
         params=int(sum(types[t].numel for t in used_params - tied)),
         **({"frozen": int(sum(types[t].numel for t in (used_params & frozen) - tied)),
             "frozen_nodes": frozen_nodes} if used_params & frozen else {}),

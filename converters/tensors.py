@@ -11,6 +11,7 @@ import onnx
 
 FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                          onnx.TensorProto.BFLOAT16})  # the element types of weights
+TOKEN_TYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64})  # of token ids
 _ELEM_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
                14: 8, 15: 16, 16: 2}
 

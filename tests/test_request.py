@@ -99,6 +99,30 @@ def test_the_time_to_train_on_n_tokens(capsys, tmp_path):
             TrainingJob(model=str(tmp_path / "t.onnx"), batch_size=8, train_tokens=bad)
 
 
+def test_a_matrix_of_features_is_not_tokens(tmp_path):
+    """A float [batch, 16] input is a row of features (a tabular MLP), not 16 token ids: no
+    tokens/s, and no job in tokens; beside token ids, the ids' length is the sequence."""
+    from onnx import TensorProto, helper
+    from onnx_builders import model, value
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [16, 4], [0.0] * 64)
+    mlp = model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                [value("x", ["N", 16])], [value("y", None)], [w])
+    onnx.save(mlp, tmp_path / "mlp.onnx")
+    p = predict(TrainingJob(model=str(tmp_path / "mlp.onnx"), batch_size=8, device="l4"))
+    assert p.tokens == 0 and p.tokens_per_s is None
+    with pytest.raises(RequestError, match="^train_tokens: the model reads no token ids"):
+        predict(TrainingJob(model=str(tmp_path / "mlp.onnx"), batch_size=8, device="l4",
+                            train_tokens=10 ** 9))
+    both = model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+                  helper.make_node("Gather", ["w", "ids"], ["z"], name="embed")],
+                 [value("x", ["N", 16]), value("ids", ["N", 32], TensorProto.INT64)],
+                 [value("y", None), value("z", None)], [w])
+    onnx.save(both, tmp_path / "both.onnx")
+    p = predict(TrainingJob(model=str(tmp_path / "both.onnx"), batch_size=8, device="l4"))
+    assert p.tokens == 32 and p.input_size == 32
+
+
 def test_several_batch_sizes_or_gpu_counts_answer_with_a_list(models):
     model = str(models / "attn.onnx")
     one = predict(TrainingJob(model=model, batch_size=8, device="h100-sxm", gpus=8))

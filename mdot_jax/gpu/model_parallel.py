@@ -139,9 +139,9 @@ def heads(seq: OperatorSequence, block: Block) -> tuple[int, int, int]:
 def tokens_of(seq: OperatorSequence, blocks: Sequence[Block]) -> int:
     """Tokens of the batch: the elements of the rank-2 integer input ([batch, sequence]); a
     model without one (a ViT) the batch times the positions its attention runs over."""
-    shapes = [s for s in seq.meta.get("inputs", {}).values() if len(s) == 2]
-    if shapes:
-        return int(np.prod(shapes[0]))
+    kind, shape = seq.kind_input
+    if kind == "tokens":
+        return int(np.prod(shape))
     positions = int(seq.config[blocks[0].scores][_C["mm_m"]]) if blocks else 1
     return batch_of(seq) * positions
 

@@ -19,7 +19,6 @@ from flax import nnx
 
 from converters import OperatorSequence, convert
 from converters.dims import check_dims
-from converters.sequence import INPUT_KINDS
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
@@ -437,10 +436,8 @@ def check_converted(seq: OperatorSequence, batch_size: int, image_size: int | No
 
 def input_size_of(seq: OperatorSequence) -> int:
     """Image side or sequence length, from the data input of `seq.input_kind`."""
-    kind = seq.input_kind
-    rank = {k: r for r, k in INPUT_KINDS}.get(kind)
-    shape = next((s for s in seq.meta.get("inputs", {}).values() if len(s) == rank), None)
-    if shape is None:
+    kind, shape = seq.kind_input
+    if not shape:
         return 1
     if kind == "image":  # NCHW, or NHWC when the channels are last
         return int(shape[1] if shape[3] in (1, 3) and shape[1] not in (1, 3) else shape[3])
