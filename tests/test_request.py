@@ -262,6 +262,14 @@ def test_a_model_of_the_wrong_type_is_refused_by_name(model):
     assert e.value.field == "model" and "expected a path" in str(e.value)
 
 
+def test_a_pytorch_module_is_told_to_export_first():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RequestError, match=r"^model \(a Sequential\): .* export a PyTorch "
+                       r"module first: converters.from_torch") as e:  # was a TypeError
+        TrainingJob(model=torch.nn.Sequential(*[torch.nn.Linear(8, 8)] * 20), batch_size=4)
+    assert e.value.field == "model"
+
+
 def test_numpys_numbers_are_the_same_request(models):
     """A scheduler's batch sizes and GPU counts computed in NumPy: np.int64(8) is 8, an array a
     list of them (each was refused as 'expected a positive integer'); NumPy's bool is no

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import onnx
+
+from converters import OperatorSequence
 from mdot_jax.errors import RequestError
 from mdot_jax.options import (
     ATTENTION,
@@ -31,6 +34,14 @@ from mdot_jax.options import (
     STEPS,
     STRATEGIES,
 )
+
+MODEL_TYPES = (str, Path, bytes, onnx.ModelProto, OperatorSequence)  # what `model` may be
+
+
+def _short(value: Any) -> str:
+    """`value`'s repr, or its type's name where that is long (a module, an array)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"(a {type(value).__name__})"
 
 
 def _plain(value: Any) -> Any:
@@ -208,10 +219,13 @@ class TrainingJob:
         if self.model is None or (isinstance(self.model, (str, Path)) and not str(self.model)):
             raise RequestError("model: required (an .onnx file, or a converted sequence)",
                                "model")
-        if isinstance(self.model, (bool, int, float, list, dict, tuple)):
-            raise RequestError(f"model {self.model!r}: expected a path (.onnx, .npz, "
-                               "config.json), ONNX bytes or ModelProto, or an OperatorSequence",
-                               "model")
+        if not isinstance(self.model, MODEL_TYPES):
+            module = callable(getattr(self.model, "parameters", None))  # torch.nn.Module's
+            raise RequestError(
+                f"model {_short(self.model)}: expected a path (.onnx, .npz, config.json), ONNX "
+                "bytes or ModelProto, or an OperatorSequence" + (
+                    "; export a PyTorch module first: converters.from_torch(module, "
+                    "example_input)" if module else ""), "model")
         for name, shape in (self.input_shapes or {}).items():
             _ints(f"input_shapes[{name!r}]", list(shape))
         if self.batch_size is None and not self.input_shapes:
