@@ -178,6 +178,33 @@ def test_a_row_its_model_cannot_take_names_its_line(tmp_path, capsys):
         assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.parametrize("base", [BASE, "gpu-spec-sheet"])
+def test_times_in_seconds_or_microseconds_are_one_line(tmp_path, capsys, base):
+    """Rows 1000x off the base's prices are not milliseconds (they were fitted as a device
+    1000x faster); 3x off is a device."""
+    from mdot_jax import TrainingJob, predict
+
+    onnx.save(conv_bn_relu(size=64), tmp_path / "c.onnx")
+    device = "h100-sxm" if base == "gpu-spec-sheet" else None
+    priced = {b: predict(TrainingJob(model=str(tmp_path / "c.onnx"), batch_size=b,
+                                     device=device, checkpoint=base)).iteration_ms
+              for b in (8, 16, 32)}
+    for factor, refused in ((1e-3, True), (1e3, True), (3.0, False)):
+        with open(tmp_path / "mine.csv", "w", newline="") as f:
+            csv.writer(f).writerows([["model", "batch_size", "ms"]] + [
+                ["c.onnx", b, ms * factor] for b, ms in priced.items()])
+        out = tmp_path / f"out-{factor:g}"
+        code = main(["adapt", "--from-measurements", str(tmp_path / "mine.csv"), "--base", base,
+                     "--out", str(out)] + (["--device-name", device] if device else []))
+        err = capsys.readouterr().err
+        if refused:
+            assert code == 2 and err.count("\n") == 1, err
+            assert "column 'ms' measures" in err and "milliseconds expected" in err
+            assert not out.exists() or not any(out.iterdir())
+        else:
+            assert code == 0, err
+
+
 def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):
     """A byte-order mark and semicolons (a European spreadsheet's export) read as commas do;
     mixed precisions are refused."""

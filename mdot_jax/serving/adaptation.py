@@ -156,6 +156,7 @@ def compose(outer: Adaptation, inner: Adaptation | None) -> Adaptation:
 
 REQUIRED = ("model", "batch_size", "ms")
 REPEATS_APART = 2.0  # one job's measured times further apart than this: not the same setting
+UNITS_APART = 100.0  # rows this many times the base's prices (median): not milliseconds
 FLAG = ("true", "false")
 # optional: how a GPU's rows ran (a flag's column: true or false)
 JOB_COLUMNS = {"optimizer": SPEC_SHEET_OPTIMIZERS, "attention": ATTENTION, "compile": FLAG}
@@ -256,6 +257,17 @@ def read_measurements(path: str | Path) -> list[Row]:
     return rows
 
 
+def _check_units(pred: list[float], rows: list[Row], measurements: str | Path, base: str
+                 ) -> None:
+    """Refuses rows whose times are `UNITS_APART` times the base's prices or more, either way
+    (the median row): seconds or microseconds given as milliseconds."""
+    ratio = float(np.exp(np.median(np.log([r.ms for r in rows]) - np.log(pred))))
+    if not 1 / UNITS_APART < ratio < UNITS_APART:
+        raise UsageError(f"{measurements}: column 'ms' measures {ratio:.3g}x what {base} "
+                         "predicts for the same jobs (the median row): milliseconds expected; "
+                         "seconds are 1000x fewer, microseconds 1000x more")
+
+
 def _sequence(row: Row) -> OperatorSequence | Path:
     if row.model.suffix != ".npz":
         return row.model
@@ -298,6 +310,7 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
     pred = [_priced(measurements, n, lambda r=r: predictor.predict(
         _sequence(r), batch_size=r.batch_size, image_size=r.image_size,
         seq_len=r.seq_len).iteration_ms) for n, r in enumerate(rows)]
+    _check_units(pred, rows, measurements, base_path.name)
     device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
     adaptation = fit(pred, [r.ms for r in rows], device,
                      source=f"{Path(measurements).name}, base {base_path.name}")
@@ -340,6 +353,7 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
             pred.append(p.iteration_ms)
             kernels.append(recorded[-1] if recorded else None)
             recorded.clear()
+    _check_units(pred, rows, measurements, f"{base.name} on the {gpu.name}")
     host_ms = model.host_ms("pytorch")  # the machine form prices the kernels as they ran
     whole = all(k is not None and math.isclose(host.launch_bound(k, host_ms), t, rel_tol=1e-6)
                 for k, t in zip(kernels, pred))
