@@ -73,3 +73,29 @@ def test_a_parameter_heavy_step_peaks_in_the_update():
     assert live_bytes(seq, optimizer="sgd-plain").total == pytest.approx(w, rel=0.01)
     adamw = step_memory(seq, optimizer="adamw", cpu=True)
     assert adamw.optimizer == 2 * w and adamw.total > step_memory(seq, cpu=True).total
+
+
+def test_a_wide_losss_fp32_tensors_are_said_where_they_matter():
+    """A language model's cross-entropy keeps fp32 tensors the size of its scores that the
+    GPU estimate does not count: said, with their bytes (a GPU's vocabulary share under tensor
+    parallelism); a classifier's 1,000 classes are not worth a line."""
+    pytest.importorskip("transformers")
+    from onnx_builders import conv_bn_relu
+
+    from converters import from_hf_config
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving.memory import loss_note
+
+    graph = from_hf_config(dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=2,
+                                vocab_size=50257, n_positions=256), seq_len=256)
+    seq = convert(graph, batch_size=8, seq_len=256, fuse=True)
+    p = predict(TrainingJob(model=seq, batch_size=8, device="h100-sxm", precision="amp-bf16"))
+    scores = 8 * 256 * 50257
+    said = [w for w in p.warnings if w.startswith("memory: the loss's fp32")]
+    assert len(said) == 1 and f"{scores:,} scores" in said[0], p.warnings
+    assert f"up to {8 * scores / 1e9:.3g} GB more" in said[0]
+    assert "up to 0.206 GB" in loss_note(seq, 0.1, tp=4)  # a quarter of the vocabulary
+    assert loss_note(seq, 100.0) is None  # under LOSS_SAID of the estimate
+    cnn = predict(TrainingJob(model=conv_bn_relu(training=True, size=64), batch_size=8,
+                              device="h100-sxm"))
+    assert not any(w.startswith("memory: the loss") for w in cnn.warnings)

@@ -257,10 +257,8 @@ def read_measurements(path: str | Path) -> list[Row]:
     return rows
 
 
-def _check_units(pred: list[float], rows: list[Row], measurements: str | Path, base: str
-                 ) -> None:
-    """Refuses rows whose times are `UNITS_APART` times the base's prices or more, either way
-    (the median row): seconds or microseconds given as milliseconds."""
+def _check_units(pred: list[float], rows: list[Row], measurements: str | Path, base: str):
+    """Refuses seconds or microseconds: a median row `UNITS_APART` times its price, either way."""
     ratio = float(np.exp(np.median(np.log([r.ms for r in rows]) - np.log(pred))))
     if not 1 / UNITS_APART < ratio < UNITS_APART:
         raise UsageError(f"{measurements}: column 'ms' measures {ratio:.3g}x what {base} "

@@ -369,7 +369,7 @@ class _SpecSheet:
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
         from mdot_jax.gpu import model_parallel
         from mdot_jax.gpu.parallel import accumulate, data_parallel
-        from mdot_jax.serving.memory import check_fit
+        from mdot_jax.serving.memory import check_fit, loss_note
 
         job, network = self.job, self.network_gbs
         params = self.seq.params
@@ -398,6 +398,8 @@ class _SpecSheet:
                           trained=autograd.trainable(self.seq) / max(self.seq.params, 1),
                           weight_bytes=self._weight_bytes())
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
+        if note := loss_note(seq, p.memory_gb, job.tp):
+            p.warnings.append(note)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p
 

@@ -43,7 +43,7 @@ import numpy as np
 from converters import OperatorSequence
 from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
-from converters.traits import keeping
+from converters.traits import LOSSES, keeping
 from mdot_jax import autograd
 from mdot_jax.options import AUTOCAST
 from mdot_jax.readable import number
@@ -268,6 +268,23 @@ def machine_memory() -> float | None:
 
 
 NO_FIT = 2.0  # estimated memory over the device's by this factor: the step will not fit
+LOSS_BYTES = 8.0  # a score: cross-entropy's fp32 log-softmax, kept, and its fp32 gradient
+LOSS_SAID = 0.05  # of the estimate: what the loss may add beyond it is said from this share
+
+
+def loss_note(seq: OperatorSequence, memory_gb: float, tp: int = 1) -> str | None:
+    """What a GPU estimate leaves out of a wide loss (a language model's vocabulary): PyTorch's
+    cross-entropy keeps the fp32 log-softmax of the scores and makes their fp32 gradient, not
+    counted beside the scores themselves (a GPU's share of them under `tp`-way tensor
+    parallelism: the vocabulary-parallel loss); said where it may add `LOSS_SAID` of the
+    estimate."""
+    scores = seq.config[np.isin(seq.op_names, sorted(LOSSES)), _CFG["in_numel"]]
+    extra = LOSS_BYTES * float(np.where(scores % tp == 0, scores / tp, scores).sum()) / 1e9
+    if extra < LOSS_SAID * memory_gb:
+        return None
+    return (f"memory: the loss's fp32 log-softmax and gradient over its {number(extra / 8e-9)} "
+            f"scores (up to {number(extra)} GB more) are not in the {number(memory_gb)} GB "
+            "estimated")
 
 
 def check_fit(p, limit_gb: float | None, what: str) -> None:
