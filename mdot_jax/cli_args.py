@@ -4,6 +4,7 @@ error, lists of integers, JSON options, the dataset a flag names."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -70,11 +71,18 @@ def _json_arg(text: str | None) -> dict:
 
 
 def _config(base, text: str | None):
-    """A frozen config dataclass with JSON overrides; unknown fields are a usage error."""
+    """A frozen config dataclass with JSON overrides; an unknown or bad field is a usage error
+    naming it, quoted as a JSON key (not a flag of the command)."""
+    overrides, known = _json_arg(text), [f.name for f in dataclasses.fields(base)]
+    if unknown := sorted(set(overrides) - set(known)):
+        raise UsageError(f"{type(base).__name__}: unknown field(s) {unknown}; its fields: "
+                         f"{', '.join(map(repr, known))}")
     try:
-        return base.replace(**_json_arg(text))
+        return base.replace(**overrides)
     except (TypeError, ValueError) as e:
-        raise UsageError(f"{type(base).__name__}: {e}") from None
+        said = next((f"{name!r}{str(e)[len(name):]}" for name in known
+                     if str(e).startswith(name + " ")), str(e))
+        raise UsageError(f"{type(base).__name__}: {said}") from None
 
 
 def _dataset(path: str, *, empty_ok: bool = False):

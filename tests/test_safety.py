@@ -378,8 +378,9 @@ def test_a_converted_sequence_is_not_priced_at_another_size(capsys, tmp_path, de
     one_line_error(code, err, "--image-size 64", "converted at input size 8")
 
 
-@pytest.mark.parametrize("config,needle", [('{"epochs": -1}', "epochs -1: must be > 0"),
-                                           ('{"lr": "abc"}', "lr 'abc': expected a number"),
+@pytest.mark.parametrize("config,needle", [('{"epochs": -1}', "'epochs' -1: must be > 0"),
+                                           ('{"lr": "abc"}', "'lr' 'abc': expected a number"),
+                                           ('{"epoch": 3}', "unknown field(s) ['epoch']"),
                                            ('{"val_fraction": 2}', "between 0 and 1")])
 def test_a_bad_train_config_is_one_line(capsys, tmp_path, config, needle):
     make_dataset(tmp_path / "ds", archs=("a1", "a2"), batches=(2,))
@@ -530,7 +531,10 @@ def test_predict_arguments_are_checked_up_front(capsys, model, args, needle):
 @pytest.mark.parametrize("args,needle", [
     (["--fold", "99"], "--fold 99: the family split has folds 0-4"),
     (["--model-config", '{"arch": "xgboost"}'], "unknown arch 'xgboost'"),
-    (["--model-config", '{"d_modle": 8}'], "d_modle"),
+    (["--model-config", '{"d_modle": 8}'], "unknown field(s) ['d_modle']; its fields: 'arch'"),
+    (["--model-config", '{"d_model": -3}'], "'d_model' -3: must be >= 1"),  # was JAX's trace
+    (["--model-config", '{"n_heads": 2.5}'], "'n_heads' 2.5: expected an integer"),
+    (["--model-config", '{"dropout": 1}'], "'dropout' 1: must be in [0, 1)"),
     (["--recipe", "fastest"], "unknown recipe 'fastest'"),
 ])
 def test_train_arguments_are_checked_before_training(capsys, tmp_path, dataset, args, needle):

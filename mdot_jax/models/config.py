@@ -17,6 +17,7 @@ PE_KINDS = ("none", "sinusoidal", "depth", "laplacian", "random_walk", "distance
 # defaults to none: simpler and cheaper, and not measurably less accurate (docs/evaluation.md).
 PAPER_PE = ("depth", "laplacian")
 ARCH_LABELS = {"mdot": "MDOT", "gnn": "GNN", "lstm": "LSTM", "per_op": "per-operator"}
+_MAY_BE_ZERO = {"lap_dim", "rw_dim", "workload_dim"}  # integer fields that may be 0
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,21 @@ class ModelConfig:
     dropout: float = 0.1
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # JSON overrides arrive untyped
+            v, kind = getattr(self, f.name), type(f.default)
+            if kind not in (int, float):
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or (
+                    kind is int and v != int(v)):
+                raise ValueError(f"{f.name} {v!r}: expected "
+                                 + ("an integer" if kind is int else "a number"))
+            if kind is int and v < (low := 0 if f.name in _MAY_BE_ZERO else 1):
+                raise ValueError(f"{f.name} {v!r}: must be >= {low}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout {self.dropout!r}: must be in [0, 1)")
+        if self.arch == "mdot" and self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model}: must be a multiple of n_heads "
+                             f"{self.n_heads}")
         if self.arch not in ARCH_LABELS:
             raise ValueError(f"unknown arch {self.arch!r}; choose from {', '.join(ARCH_LABELS)}")
         unknown = set(self.pe) - set(PE_KINDS)
