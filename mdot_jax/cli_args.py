@@ -45,17 +45,26 @@ def port(text: str) -> int:
 
 
 NON_NEGATIVE_FLOAT = _positive(float, zero=True)
+NON_NEGATIVE_INT = _positive(int, zero=True)
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v]
-    except ValueError:
-        values = []
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated positive integers, got {text!r}")
-    return values
+def _integers(zero: bool):
+    """An argparse type: comma-separated positive (or, with `zero`, non-negative) integers."""
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(v) for v in text.split(",") if v]
+        except ValueError:
+            values = []
+        if not values or min(values) < (0 if zero else 1):
+            raise argparse.ArgumentTypeError(f"expected comma-separated "
+                                             f"{'non-negative' if zero else 'positive'} "
+                                             f"integers, got {text!r}")
+        return values
+    return parse
+
+
+_int_list = _integers(zero=False)
+INDEX_LIST = _integers(zero=True)  # fold numbers, counted from 0
 
 
 def _json_arg(text: str | None) -> dict:

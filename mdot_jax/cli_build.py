@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from mdot_jax.cli_args import (
+    INDEX_LIST,
+    NON_NEGATIVE_INT,
     POSITIVE_FLOAT,
     POSITIVE_INT,
     _config,
@@ -231,7 +233,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from mdot_jax.evaluation.evaluate import read_results, run, source_commit
     from mdot_jax.evaluation.methods import ALL_METHODS
-    from mdot_jax.evaluation.report import summarize
+    from mdot_jax.evaluation.report import check_ensembles, summarize
     from mdot_jax.training.train import TrainConfig
 
     ds = _dataset(args.dataset)
@@ -261,6 +263,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         views[name] = _dataset(path)
     methods = ALL_METHODS if args.methods == "all" else tuple(args.methods.split(","))
     budget = _config(TrainConfig(), args.train_config)
+    ensembles = args.ensembles.split(",") if args.ensembles else ()
+    if args.folds < 2 and args.split in ("family", "batch"):
+        raise UsageError(f"--folds {args.folds}: the {args.split} split tests on one fold and "
+                         "trains on the others: give 2 or more (--split random --folds 1: "
+                         "one 70/30 split)")
+    try:
+        check_ensembles(ensembles)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if args.summary_only:
         rows = read_results(args.out)
         if not rows:
@@ -276,12 +287,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from mdot_jax.evaluation.novel import novel_summary
 
         print(novel_summary(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]),
-                            ensembles=args.ensembles.split(",") if args.ensembles else ()))
+                            ensembles=ensembles))
         return 0
     try:
         summarize(rows, ds, args.out, command="mdot " + " ".join(sys.argv[1:]),
                   commit=source_commit(),
-                  ensembles=args.ensembles.split(",") if args.ensembles else ())
+                  ensembles=ensembles)
     except ValueError as e:
         raise UsageError(str(e)) from None
     print(open(os.path.join(args.out, "table.md")).read())
@@ -462,9 +473,9 @@ def add_commands(sub) -> None:
                    "kept out of training")
     p.add_argument("--folds", type=POSITIVE_INT, default=5)
     p.add_argument("--seeds", type=POSITIVE_INT, default=1)
-    p.add_argument("--only-folds", type=_int_list, default=None,
+    p.add_argument("--only-folds", type=INDEX_LIST, default=None,
                    help="run only these folds of the split, e.g. 0,1")
-    p.add_argument("--fold-seed", type=int, default=0,
+    p.add_argument("--fold-seed", type=NON_NEGATIVE_INT, default=0,
                    help="another partition into folds, to confirm a decision on folds it was "
                         "not tuned on (default 0: the one every committed table uses)")
     p.add_argument("--methods", default="all", help="all, or comma-separated method names")

@@ -544,6 +544,31 @@ def test_train_arguments_are_checked_before_training(capsys, tmp_path, dataset, 
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--folds", "1"], "--folds 1: the family split tests on one fold"),
+    (["--fold-seed", "-1"], "argument --fold-seed: expected a non-negative integer"),
+    (["--ensembles", "mdot+lightgbn"], "ensemble 'mdot+lightgbn': unknown method lightgbn"),
+    (["--only-folds", "-1"], "expected comma-separated non-negative integers"),
+])
+def test_evaluate_arguments_are_checked_before_evaluating(capsys, tmp_path, dataset, args,
+                                                          needle):
+    """A misspelt ensemble was found after every run had trained; one fold of a family split
+    left nothing to train on ("no training samples")."""
+    code, _, err = run(capsys, "evaluate", "--dataset", dataset, "--out", tmp_path / "e",
+                       "--methods", "lightgbm", *args)
+    one_line_error(code, err, needle)
+    assert not (tmp_path / "e").exists()
+
+
+def test_the_first_fold_can_be_run_alone():
+    """Folds count from 0 ("the split has folds 0-4"); `--only-folds 0` was refused."""
+    from mdot_jax.cli import build_parser
+
+    args = build_parser().parse_args(["evaluate", "--dataset", "d", "--out", "o",
+                                      "--only-folds", "0,2"])
+    assert args.only_folds == [0, 2]
+
+
 def test_profile_threads_must_be_positive(capsys, tmp_path):
     code, _, err = run(capsys, "profile", "--zoo", "torchvision", "--threads", "0",
                        "--out", tmp_path)

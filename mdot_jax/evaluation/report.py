@@ -15,6 +15,15 @@ from mdot_jax.evaluation.methods import ALL_METHODS, DEFAULT_METHOD, OP_METHODS,
 from mdot_jax.metrics import regression_metrics
 
 
+def check_ensembles(combos: Sequence[str]) -> None:
+    """Each combo `"a+b"` names methods there are (a member without runs yet is no error: a
+    resumed run will add it)."""
+    for combo in combos:
+        unknown = [n for n in combo.split("+") if n.split(VIEW)[0] not in ALL_METHODS + OP_METHODS]
+        if unknown:
+            raise ValueError(f"ensemble {combo!r}: unknown method {', '.join(unknown)}")
+
+
 def ensemble_rows(rows: list[dict], labels: dict[str, float],
                   combos: Sequence[str] = ()) -> list[dict]:
     """Derived runs, nothing fitted: the geometric mean of several runs' predictions on one
@@ -30,11 +39,9 @@ def ensemble_rows(rows: list[dict], labels: dict[str, float],
         seeds.setdefault((m, f), []).append(s)
     groups = [(f"ensemble({m} x{len(ss)})", f, 0, [runs[(m, f, s)] for s in sorted(ss)])
               for (m, f), ss in seeds.items() if len(ss) > 1]
+    check_ensembles(combos)
     for combo in combos:
         names = combo.split("+")
-        unknown = [n for n in names if n.split(VIEW)[0] not in ALL_METHODS + OP_METHODS]
-        if unknown:  # a member without runs yet is no error: a resumed run will add it
-            raise ValueError(f"ensemble {combo!r}: unknown method {', '.join(unknown)}")
         groups += [(f"ensemble({combo})", f, s, [runs[(n, f, s)] for n in names])
                    for (m, f, s) in sorted(runs) if m == names[0]
                    and all((n, f, s) in runs for n in names)]
