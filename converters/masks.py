@@ -132,9 +132,10 @@ class Ordering:
         graph, self.fill, padding = model.graph, fills(model), listed(model, PADDING_KEY)
         valued = {i.name for i in graph.initializer} | self.fill | padding
         self.types, self.params, self.batch = types, params, set(data) | padding
+        known = data | params | valued
         self.tensors = patterns(graph, params) | {
             i.name for i in graph.input
-            if i.name not in data | params | valued and square(self.shape_of(i.name))}
+            if i.name not in known and square(self.shape_of(i.name))}
         self.readers: dict[str, list[str]] = {"mask_patterns": [], "padding_masks": []}
 
     def shape_of(self, tensor: str):
