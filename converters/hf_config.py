@@ -72,7 +72,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         fields.pop(key, None)  # not how it trains: `--precision` says that
     try:
         cfg = transformers.AutoConfig.for_model(kind, **fields)
-        _check_heads(cfg, fields, where)
+        _check_shape(cfg, fields, where)
         settings = cfg.to_dict()
         experts = max((v for k, v in settings.items()
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
@@ -234,18 +234,26 @@ LENGTH_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "n_ctx
                  "seq_length", "max_sequence_length")
 # the fields that set a causal LM's size: left out of a config.json, transformers' defaults
 # (a 7B Llama's, a 124M GPT-2's) build the model, which the user should hear
+MAX_LAYERS = 2048  # a stack deeper than this is refused (`_check_shape`)
+DEPTH_FIELDS = ("num_hidden_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")
 SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
 
-def _check_heads(cfg: Any, given: dict, where: str) -> None:
+def _check_shape(cfg: Any, given: dict, where: str) -> None:
     """One error naming the field (as `given`, the config.json's fields, names it) where the
-    attention heads cannot be built: no query head, or key/value heads that do not share the
-    query heads out evenly (grouped-query attention gives each a whole number of them)."""
+    stack is deeper than `MAX_LAYERS`, or the attention heads cannot be built: no query head,
+    or key/value heads that do not share the query heads out evenly (grouped-query attention
+    gives each a whole number of them)."""
     names = getattr(cfg, "attribute_map", {})
 
     def said(f: str) -> str:
         return names.get(f, f) if names.get(f, f) in given else f
 
+    for f in DEPTH_FIELDS:
+        if isinstance(n := getattr(cfg, f, None), int) and n > MAX_LAYERS:
+            raise ConversionError(f"{where}: {said(f)} is {n:,}, over {MAX_LAYERS:,} layers (a "
+                                  "typo?): a graph that deep takes hours and tens of GB to "
+                                  "build")
     heads, kv = (getattr(cfg, f, None) for f in ("num_attention_heads", "num_key_value_heads"))
     if not isinstance(heads, int) or isinstance(heads, bool):
         return

@@ -188,6 +188,11 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
                         "num_key_value_heads": 3})
     with pytest.raises(ConversionError, match="config: n_head is 0"):
         from_hf_config({"model_type": "gpt2", "n_head": 0})
+    # a typo's depth (32,000 for 32) is refused before its layers are built, not hours later
+    with pytest.raises(ConversionError, match=r"config: n_layer is 32,000, over 2,048 layers"):
+        from_hf_config({"model_type": "gpt2", "n_layer": 32000})
+    with pytest.raises(ConversionError, match=r"config: decoder_layers is 9,999, over 2,048"):
+        from_hf_config({"model_type": "bart", "decoder_layers": 9999})
     # longer than the positions its ALiBi bias was built for: the field to change
     mpt = dict(model_type="mpt", d_model=32, n_layers=1, n_heads=2, max_seq_len=64,
                vocab_size=64, attn_config=dict(alibi=True))
