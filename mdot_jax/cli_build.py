@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from mdot_jax import writers
 from mdot_jax.cli_args import (
     INDEX_LIST,
     NON_NEGATIVE_INT,
@@ -107,13 +108,12 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     if len(records) < 20:
         raise UsageError(f"{args.ops}: {len(records)} operator samples; measure more first "
                          "(`mdot profile --ops`)")
-    if os.path.exists(args.out) and not args.force:
-        raise UsageError(f"{args.out} exists; pass --force to replace it")
+    writers.prepare_file(args.out, force=args.force, flag="--out")
     try:
         model = CostModel.fit(records, seed=args.seed)
     except ValueError as e:
         raise UsageError(f"{args.ops}: {e}") from None
-    model.save(args.out)
+    writers.write_file(args.out, model.save, flag="--out")
     print(f"kernel cost model of {model.device} from {len(records)} operator samples: "
           f"{args.out} (held-out accuracy: benchmarks/bench_kernels.py)")
     return 0
@@ -347,7 +347,8 @@ def add_commands(sub) -> None:
     p.add_argument("--n", type=POSITIVE_INT, default=100,
                    help="--zoo random: this many generated architectures (each at the size it "
                         "draws)")
-    p.add_argument("--seed", type=int, default=0, help="--zoo random: the generator's seed")
+    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0,
+                   help="--zoo random: the generator's seed")
     p.add_argument("--ops", action="store_true",
                    help="measure single operators (forward, backward, update) drawn from the "
                         "graphs of model datasets, into <this machine's folder>/ops")
@@ -452,14 +453,14 @@ def add_commands(sub) -> None:
     p.add_argument("--host-steps", metavar="DATASET", nargs="+", help="measured whole "
                    "steps (fused datasets) that fit the host's time to issue a kernel")
     p.add_argument("--host-device", help="the catalog's GPU --host-steps ran on")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     p.add_argument("--force", action="store_true", help="replace the model in --out")
     p.set_defaults(func=cmd_gpu_fit)
 
     p = sub.add_parser("kernels", description=BUILD_COMMANDS["kernels"])
     p.add_argument("ops", help="operator dataset, e.g. data/<device>/ops")
     p.add_argument("--out", required=True, help="cost model file (.json)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     p.add_argument("--force", action="store_true", help="replace --out")
     p.set_defaults(func=cmd_kernels)
 

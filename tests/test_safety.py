@@ -560,6 +560,18 @@ def test_evaluate_arguments_are_checked_before_evaluating(capsys, tmp_path, data
     assert not (tmp_path / "e").exists()
 
 
+def test_kernels_out_is_checked_before_fitting(capsys, tmp_path):
+    """`mdot kernels --out` a folder was an OSError after the fit, and the file was written in
+    place (a kill left half of it)."""
+    ops = REPO / "data" / "cpu-amd-epyc-f25m17-2t" / "ops"
+    for out, needle in ((tmp_path, "is a directory"), (tmp_path / "no" / "k.json",
+                                                        "its folder does not exist")):
+        code, _, err = run(capsys, "kernels", ops, "--out", out, "--force")
+        one_line_error(code, err, f"--out {out}: {needle}")
+    code, _, err = run(capsys, "kernels", ops, "--out", tmp_path / "k.json", "--seed", "-1")
+    one_line_error(code, err, "argument --seed: expected a non-negative integer")
+
+
 def test_the_first_fold_can_be_run_alone():
     """Folds count from 0 ("the split has folds 0-4"); `--only-folds 0` was refused."""
     from mdot_jax.cli import build_parser

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.vocab import VOCAB
+from mdot_jax import writers
 from mdot_jax.data.dataset import OP_MS
 from mdot_jax.kernels.specs import LOSS, OpSpec, grad_flow, loss_spec
 from mdot_jax.models.trees import PREDICTING, fit_boosters, parse_boosters
@@ -98,10 +100,12 @@ class CostModel:
         return float(self.predict([loss_spec(batch, classes)])[0])
 
     def save(self, path: str | Path) -> None:
-        """JSON, xz-compressed when `path` ends in `.xz`."""
+        """JSON, xz-compressed when `path` ends in `.xz`; written beside it, then renamed."""
         data = json.dumps(dict(device=self.device, samples=self.samples, version=self.version,
                                text=self.text)).encode()
-        Path(path).write_bytes(lzma.compress(data) if str(path).endswith(".xz") else data)
+        tmp = writers.temporary(path)
+        tmp.write_bytes(lzma.compress(data) if str(path).endswith(".xz") else data)
+        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path) -> CostModel:
