@@ -240,6 +240,17 @@ def test_gpu_fit_refuses_host_steps_without_their_gpu(capsys, tmp_path):
     assert code == 2 and "--pricer" in err
 
 
+def test_gpu_fit_never_replaces_a_folder_that_is_not_a_step_model(capsys, tmp_path):
+    """`--force` replaced "the step model in" any non-empty folder: it wrote its files among
+    the folder's own, and a kill left half a step model."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    code, _, err = run(capsys, "gpu-fit", str(tmp_path), "--out", str(mine), "--force")
+    assert code == 2 and err.count("\n") == 1 and "not empty and not a step model" in err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
 @pytest.mark.parametrize("row,needle", [
     ("sm_90,1,2,2,2,f8xf8->f8,1", "matmul.csv:2: dtype 'f8xf8->f8'"),
     ("sm_90,1,x,2,2,bf16xbf16->bf16,1", "matmul.csv:2: b, m, n, k must be integers"),
