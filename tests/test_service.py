@@ -146,6 +146,8 @@ def test_plan_ranks_the_devices(server):
     ({"batch_size": 8, "device_spec": {"name": "x"}}, 422, "device_spec",
      "device_spec: missing field"),
     ('{"model": "SHA", "batch_size": 8, "batch_size": 64}', 400, "batch_size", "given twice"),
+    # each value of a list is priced: 60,000 batch sizes in 256 KB were an hour's work
+    ({"batch_size": list(range(1, 66))}, 422, "batch_size", "65 values; at most 64"),
 ])
 def test_bad_input_is_a_4xx_with_one_line(server, body, status, field, needle):
     client, root = server

@@ -19,7 +19,8 @@ The schema is at /openapi.json (and /docs). The rules:
   spec as a JSON object (kept in `cache_dir/specs`), `checkpoint` a shipped one's name; a bad
   field is a 422 whose body is `{"error": one line, "field": its name}`; malformed JSON a 400; an
   unknown model a 404; a body over the limit (`max_upload_mb` for models, `MAX_JSON_KB` for
-  requests) a 413; nothing answers with a traceback;
+  requests) a 413, a list field of more than `MAX_LIST` values a 422; nothing answers with a
+  traceback;
 - answers are the `to_json` of `Prediction` and `plan.Option`, numbers as the CLI prints them;
   the last `ANSWERS` are kept by request body (a repeated request is not priced again), the
   checkpoints and step models stay loaded.
@@ -41,6 +42,7 @@ from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.serving.request import TrainingJob, in_fields
 
 MAX_JSON_KB = 256
+MAX_LIST = 64  # values of a list field a request may give (each is priced)
 ANSWERS = 4096  # answers kept (an LRU of request bodies)
 JOB_FIELDS = [f.name for f in dataclasses.fields(TrainingJob) if f.name != "model"]
 PLAN_FIELDS = ("devices", "gpus", "prices", "deadline_h", "budget_usd", "global_batch",
@@ -167,6 +169,10 @@ def _job(store: ModelStore, body: dict, extra: tuple = (),
     if unknown:
         raise _Answer(422, f"{unknown[0]}: not a field (the fields: {', '.join(JOB_FIELDS)})",
                       unknown[0])
+    for name, value in body.items():  # each value of a list is priced: a bounded request
+        if isinstance(value, list) and len(value) > MAX_LIST:
+            raise _Answer(422, f"{name}: {len(value):,} values; at most {MAX_LIST} a request",
+                          name)
     for name in ("batch_size", "gpus"):  # JSON has lists where Python has tuples
         if isinstance(body.get(name), list):
             body[name] = tuple(body[name])
