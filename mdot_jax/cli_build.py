@@ -129,7 +129,9 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
         raise UsageError("--host-steps and --host-device go together: the steps, and the GPU "
                          "they ran on")
     out = Path(args.out).absolute()  # the shipped step model is this command's to rebuild
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: is a file, not a step model's folder")
+    if out.exists() and any(out.iterdir()):
         if not checkpoint.is_checkpoint(out):
             raise UsageError(f"--out {out}: not empty and not a step model; refusing to "
                              "replace it (choose a new directory)")
