@@ -279,10 +279,11 @@ def loss_note(seq: OperatorSequence, memory_gb: float, tp: int = 1) -> str | Non
     parallelism: the vocabulary-parallel loss); said where it may add `LOSS_SAID` of the
     estimate."""
     scores = seq.config[np.isin(seq.op_names, sorted(LOSSES)), _CFG["in_numel"]]
-    extra = LOSS_BYTES * float(np.where(scores % tp == 0, scores / tp, scores).sum()) / 1e9
+    scores = float(np.where(scores % tp == 0, scores / tp, scores).sum())
+    extra = LOSS_BYTES * scores / 1e9
     if extra < LOSS_SAID * memory_gb:
         return None
-    return (f"memory: the loss's fp32 log-softmax and gradient over its {number(extra / 8e-9)} "
+    return (f"memory: the loss's fp32 log-softmax and gradient over its {number(scores)} "
             f"scores (up to {number(extra)} GB more) are not in the {number(memory_gb)} GB "
             "estimated")
 
