@@ -56,7 +56,8 @@ def fusion_version(fuse: bool | int) -> int:
     version = FUSION_VERSION if fuse is True else int(fuse)
     if not 0 <= version <= FUSION_VERSION:
         raise ConversionError(f"fusion version {version}: this converter knows versions 1 to "
-                              f"{FUSION_VERSION} (a newer mdot wrote it?)")
+                              f"{FUSION_VERSION} (0: none)" + (" (a newer mdot wrote it?)"
+                                                               if version > 0 else ""))
     return version
 
 

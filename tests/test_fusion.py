@@ -232,3 +232,14 @@ def test_an_unknown_fusion_version_is_refused():
     m = _graph()
     with pytest.raises(ConversionError, match="fusion version 9: this converter knows"):
         convert(m, fuse=9)
+
+
+def test_a_fusion_version_out_of_range_names_the_range():
+    from converters import ConversionError
+    from converters.fusion import FUSION_VERSION, fusion_version
+
+    assert fusion_version(True) == FUSION_VERSION and fusion_version(False) == 0
+    with pytest.raises(ConversionError, match=r"knows versions 1 to \d \(0: none\)$"):
+        fusion_version(-1)  # not "a newer mdot wrote it"
+    with pytest.raises(ConversionError, match="a newer mdot wrote it"):
+        fusion_version(FUSION_VERSION + 1)
