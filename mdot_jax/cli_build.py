@@ -8,7 +8,6 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 
 from mdot_jax import writers
 from mdot_jax.cli_args import (
@@ -128,16 +127,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     if bool(args.host_steps) != bool(args.host_device):
         raise UsageError("--host-steps and --host-device go together: the steps, and the GPU "
                          "they ran on")
-    out = Path(args.out).absolute()  # the shipped step model is this command's to rebuild
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: is a file, not a step model's folder")
-    if out.exists() and any(out.iterdir()):
-        if not checkpoint.is_checkpoint(out):
-            raise UsageError(f"--out {out}: not empty and not a step model; refusing to "
-                             "replace it (choose a new directory)")
-        if not args.force:
-            raise UsageError(f"--out {out}: holds a step model; --force replaces it")
-    writers.claim(out)
+    out = checkpoint.prepare_step_model_out(args.out, force=args.force)
     try:  # the tables first: a bad one fails before the long fit
         gemms = TensorCoreGemms.fit(args.tensor_core_gemms) if args.tensor_core_gemms else None
         attention = dict(tensor_cores.fit_attention(kernel_sweep.read(
@@ -173,10 +163,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
         f" --fp8-gemms {args.fp8_gemms}" if args.fp8_gemms else "") + (
         f" --host-steps {' '.join(args.host_steps)} --host-device '{args.host_device}'"
         if args.host_steps else "")
-    tmp = writers.temporary(out)
-    model.save(tmp)
-    writers.replace_dir(tmp, out)
-    writers.release(out)
+    checkpoint.save_step_model(model, out)
     print(f"GPU step model fitted on {', '.join(model.info['fitted_gpus'])}: {out} (80% band "
           f"{math.exp(model.band[0]):.2f}x-{math.exp(model.band[1]):.2f}x of a prediction)")
     return 0

@@ -251,6 +251,21 @@ def test_gpu_fit_never_replaces_a_folder_that_is_not_a_step_model(capsys, tmp_pa
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
+def test_a_refitted_step_model_replaces_the_old_one_whole(tmp_path):
+    from mdot_jax.errors import MdotError
+    from mdot_jax.gpu import spec_sheet
+    from mdot_jax.storage import checkpoint
+
+    model = spec_sheet.load_step_model(spec_sheet.step_model_dir("gpu-spec-sheet"))
+    out = tmp_path / "sm"
+    for force in (False, True):  # a new folder, then the step model there, with --force
+        checkpoint.save_step_model(model, checkpoint.prepare_step_model_out(out, force=force))
+    with pytest.raises(MdotError, match="holds a step model; --force replaces it"):
+        checkpoint.prepare_step_model_out(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sm"]  # no temporary, no lock
+    assert spec_sheet.load_step_model(out).info == model.info
+
+
 @pytest.mark.parametrize("row,needle", [
     ("sm_90,1,2,2,2,f8xf8->f8,1", "matmul.csv:2: dtype 'f8xf8->f8'"),
     ("sm_90,1,x,2,2,bf16xbf16->bf16,1", "matmul.csv:2: b, m, n, k must be integers"),

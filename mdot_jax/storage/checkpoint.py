@@ -114,6 +114,29 @@ def prepare_out(path: str | Path, *, force: bool = False) -> Path:
     return path
 
 
+def prepare_step_model_out(path: str | Path, *, force: bool = False) -> Path:
+    """`prepare_out` for `mdot gpu-fit`, which rebuilds the shipped step model in place: a new
+    or empty folder, or (with `force`) a step model or checkpoint; claimed for the writer."""
+    path = Path(path).absolute()
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f"--out {path}: is a file, not a step model's folder")
+    if path.exists() and not _empty_dir(path):
+        if not is_checkpoint(path):
+            raise CheckpointError(f"--out {path}: not empty and not a step model; refusing to "
+                                  "replace it (choose a new directory)")
+        if not force:
+            raise CheckpointError(f"--out {path}: holds a step model; --force replaces it")
+    writers.claim(path)
+    return path
+
+
+def save_step_model(model: Any, path: Path) -> None:
+    """Writes a GPU step model (`gpu.gpu_ops.StepModel`) beside `path`, then swaps it in."""
+    tmp = writers.temporary(path)
+    model.save(tmp)
+    move_into_place(tmp, path)
+
+
 def save(trained: Trained, path: str | Path, *, dataset: dict | None = None,
          metrics: dict | None = None, description: str = "",
          companion: TreeModel | None = None, companion_info: dict | None = None,
