@@ -127,7 +127,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     if bool(args.host_steps) != bool(args.host_device):
         raise UsageError("--host-steps and --host-device go together: the steps, and the GPU "
                          "they ran on")
-    out = checkpoint.prepare_step_model_out(args.out, force=args.force)
+    out = checkpoint.prepare_out(args.out, force=args.force, shipped=True)  # its default
     try:  # the tables first: a bad one fails before the long fit
         gemms = TensorCoreGemms.fit(args.tensor_core_gemms) if args.tensor_core_gemms else None
         attention = dict(tensor_cores.fit_attention(kernel_sweep.read(

@@ -247,7 +247,7 @@ def test_gpu_fit_never_replaces_a_folder_that_is_not_a_step_model(capsys, tmp_pa
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
     code, _, err = run(capsys, "gpu-fit", str(tmp_path), "--out", str(mine), "--force")
-    assert code == 2 and err.count("\n") == 1 and "not empty and not a step model" in err
+    assert code == 2 and err.count("\n") == 1 and "not empty and not a checkpoint" in err
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
@@ -259,10 +259,10 @@ def test_a_refitted_step_model_replaces_the_old_one_whole(tmp_path):
     model = spec_sheet.load_step_model(spec_sheet.step_model_dir("gpu-spec-sheet"))
     out = tmp_path / "sm"
     for force in (False, True):  # a new folder, then the step model there, with --force
-        checkpoint.save_step_model(model, checkpoint.prepare_step_model_out(out, force=force))
-    with pytest.raises(MdotError, match="holds a step model; --force replaces it"):
-        checkpoint.prepare_step_model_out(out)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sm"]  # no temporary, no lock
+        checkpoint.save_step_model(model, checkpoint.prepare_out(out, force=force, shipped=True))
+    with pytest.raises(MdotError, match="holds a checkpoint; --force replaces it"):
+        checkpoint.prepare_out(out, shipped=True)
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no temporary left
     assert spec_sheet.load_step_model(out).info == model.info
 
 

@@ -84,21 +84,23 @@ def _empty_dir(path: Path) -> bool:
     return path.is_dir() and not any(path.iterdir())
 
 
-def prepare_out(path: str | Path, *, force: bool = False) -> Path:
+def prepare_out(path: str | Path, *, force: bool = False, shipped: bool = False) -> Path:
     """Checks, before any work, that a checkpoint can be written to `path`: a new or empty
     directory, or (with `force`) a checkpoint of ours to replace; never a shipped checkpoint
-    or anything else, and only where this process can write. Takes the writer's lock of
-    `path` for the rest of the process (a second writer is refused) and settles what a killed
-    writer left there (`writers.recover`). Returns the absolute path."""
-    if str(path) in shipped_names():
+    (but with `shipped`: `mdot gpu-fit` rebuilds the shipped step model in place) or anything
+    else, and only where this process can write. Takes the writer's lock of `path` for the
+    rest of the process (a second writer is refused) and settles what a killed writer left
+    there (`writers.recover`). Returns the absolute path."""
+    if str(path) in shipped_names() and not shipped:
         raise CheckpointError(f"--out {path}: the name of a shipped checkpoint, which "
                               f"`--checkpoint {path}` always loads; write to another name, or "
                               f"to ./{path}")
     path = Path(path).absolute()
-    _refuse_shipped(path, "--out ")
+    if not shipped:
+        _refuse_shipped(path, "--out ")
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"--out {path}: is a file, not a checkpoint directory")
-    _own(path, "--out ")
+    _own(path, "--out ", shipped)
     if path.exists() and not _empty_dir(path):
         if not is_checkpoint(path):
             raise CheckpointError(f"--out {path}: not empty and not a checkpoint; refusing to "
@@ -111,22 +113,6 @@ def prepare_out(path: str | Path, *, force: bool = False) -> Path:
         probe.unlink()
     except OSError as e:
         raise CheckpointError(f"--out {path}: cannot write there ({e.strerror or e})") from None
-    return path
-
-
-def prepare_step_model_out(path: str | Path, *, force: bool = False) -> Path:
-    """`prepare_out` for `mdot gpu-fit`, which rebuilds the shipped step model in place: a new
-    or empty folder, or (with `force`) a step model or checkpoint; claimed for the writer."""
-    path = Path(path).absolute()
-    if path.exists() and not path.is_dir():
-        raise CheckpointError(f"--out {path}: is a file, not a step model's folder")
-    if path.exists() and not _empty_dir(path):
-        if not is_checkpoint(path):
-            raise CheckpointError(f"--out {path}: not empty and not a step model; refusing to "
-                                  "replace it (choose a new directory)")
-        if not force:
-            raise CheckpointError(f"--out {path}: holds a step model; --force replaces it")
-    writers.claim(path)
     return path
 
 
@@ -187,11 +173,12 @@ def _refuse_shipped(path: Path, flag: str = "") -> None:
                               "which are never written; choose a directory of your own")
 
 
-def _own(path: Path, flag: str = "") -> Path:
+def _own(path: Path, flag: str = "", shipped: bool = False) -> Path:
     """Before a checkpoint is written or changed in place: never a shipped one, and one
     writer at a time (a temporary being built, `.NAME.tmp-*`, is its writer's already); what
     a killed writer left there is settled and said (`writers.claim`)."""
-    _refuse_shipped(path, flag)
+    if not shipped:
+        _refuse_shipped(path, flag)
     if not path.name.startswith("."):
         try:
             for line in writers.claim(path):
