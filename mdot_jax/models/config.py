@@ -7,6 +7,7 @@ budget are in `mdot_jax.recipes`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from converters.vocab import VOCAB
@@ -18,6 +19,18 @@ PE_KINDS = ("none", "sinusoidal", "depth", "laplacian", "random_walk", "distance
 PAPER_PE = ("depth", "laplacian")
 ARCH_LABELS = {"mdot": "MDOT", "gnn": "GNN", "lstm": "LSTM", "per_op": "per-operator"}
 _MAY_BE_ZERO = {"lap_dim", "rw_dim", "workload_dim"}  # integer fields that may be 0
+
+
+def check_numbers(config) -> None:
+    """Each int or float field of the dataclass `config` (JSON overrides arrive untyped) a
+    finite number, and each int one whole: a ValueError naming the field otherwise."""
+    for f in dataclasses.fields(config):
+        v, kind = getattr(config, f.name), type(f.default)
+        if kind in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                     or not math.isfinite(v)):
+            raise ValueError(f"{f.name} {v!r}: expected a number")
+        if kind is int and v != int(v):
+            raise ValueError(f"{f.name} {v!r}: expected an integer")
 
 
 @dataclass(frozen=True)
@@ -40,16 +53,11 @@ class ModelConfig:
     dropout: float = 0.1
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):  # JSON overrides arrive untyped
-            v, kind = getattr(self, f.name), type(f.default)
-            if kind not in (int, float):
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or (
-                    kind is int and v != int(v)):
-                raise ValueError(f"{f.name} {v!r}: expected "
-                                 + ("an integer" if kind is int else "a number"))
-            if kind is int and v < (low := 0 if f.name in _MAY_BE_ZERO else 1):
-                raise ValueError(f"{f.name} {v!r}: must be >= {low}")
+        check_numbers(self)
+        for f in dataclasses.fields(self):
+            if type(f.default) is int and getattr(self, f.name) < (
+                    low := 0 if f.name in _MAY_BE_ZERO else 1):
+                raise ValueError(f"{f.name} {getattr(self, f.name)!r}: must be >= {low}")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout {self.dropout!r}: must be in [0, 1)")
         if self.arch == "mdot" and self.d_model % self.n_heads:

@@ -360,11 +360,9 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
                      workloads=len({r.workload for r in rows}),
                      kernels=kernels if whole and inner is None else None)
     adaptation = compose(adaptation, inner)
-    tmp = writers.temporary(out)
     adapted = dataclasses.replace(model, info=dict(  # the loaded model is shared: a copy
         model.info, adaptation=adaptation.to_json(), gpu=gpu.to_json(), precision=precision))
-    adapted.save(tmp)
-    checkpoint.move_into_place(tmp, out)
+    checkpoint.save_step_model(adapted, out)
     return adaptation
 
 

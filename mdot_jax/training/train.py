@@ -36,6 +36,7 @@ from mdot_jax.data.features import (
 from mdot_jax.data.splits import VAL_BY, split_validation
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.models import ModelConfig, build_model
+from mdot_jax.models.config import check_numbers
 from mdot_jax.models.trained import Trained, predict_samples
 
 # per-sample loss of d = log(pred_ms) - log(true_ms)
@@ -58,13 +59,7 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for f in dataclasses.fields(self):  # JSON overrides arrive untyped
-            v, kind = getattr(self, f.name), type(f.default)
-            if kind in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                         or not math.isfinite(v)):
-                raise ValueError(f"{f.name} {v!r}: expected a number")
-            if kind is int and v != int(v):
-                raise ValueError(f"{f.name} {v!r}: expected an integer")
+        check_numbers(self)
         for name in ("tokens_per_batch", "epochs", "lr", "patience"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} {getattr(self, name)!r}: must be > 0")
