@@ -23,7 +23,7 @@ import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -180,15 +180,17 @@ def _scalar_scatters(torch):
 
 
 @contextlib.contextmanager
-def _positional_forward(module: Any):
-    """`module.forward` as a function of the given inputs alone while exporting. The exporter
+def _positional_forward(module: Any, keywords: Sequence[str] | None = None):
+    """`module.forward` as a function of the given inputs alone (passed by the names in
+    `keywords`, where the example inputs came as a dict) while exporting. The exporter
     binds every other parameter of the forward that has a default as one more traced input: an
     int default becomes a tensor, and code that branches on `isinstance(x, int)` takes the
     other branch (a Hugging Face causal LM's `logits_to_keep=0`, which keeps every position,
     became a scalar index: the logits of one position per sequence)."""
     had = module.__dict__.get("forward")
     forward = module.forward
-    module.forward = lambda *args: forward(*args)
+    module.forward = ((lambda *args: forward(**dict(zip(keywords, args)))) if keywords
+                      else (lambda *args: forward(*args)))
     try:
         yield
     finally:
@@ -205,8 +207,9 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     Args:
       module: the model; it is traced in train mode, then its mode and buffers are restored
         (BatchNorm's running statistics, which the traced forward moves).
-      example_inputs: a tensor or a tuple of tensors (fixes every dim but the batch).
-      input_names: names for the data inputs (default `input0`, `input1`, ...).
+      example_inputs: a tensor, a tuple of tensors, or a dict of them passed by keyword (a
+        tokenizer's output); they fix every dim but the batch.
+      input_names: names for the data inputs (default a dict's keys, else `input0`, ...).
       dynamic_batch: export dim 0 of every input as the symbolic dim `batch`.
     """
     import torch
@@ -216,11 +219,15 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             return from_torch(module, example_inputs, input_names=input_names,
                               dynamic_batch=dynamic_batch, opset=opset)
     register_symbolics(torch, OPSET, FALLBACK_OPSET)
-    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    keywords = list(example_inputs) if isinstance(example_inputs, Mapping) else None
+    args = (tuple(example_inputs.values()) if keywords is not None else example_inputs
+            if isinstance(example_inputs, tuple) else (example_inputs,))
+    if not args:
+        raise ConversionError(f"torch export of {type(module).__name__}: no example inputs")
     on_meta = any(p.is_meta for p in module.parameters())
     if on_meta:  # a model built under `torch.device("meta")`: trace it there, allocating nothing
         args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
-    names = list(input_names or [f"input{i}" for i in range(len(args))])
+    names = list(input_names or keywords or [f"input{i}" for i in range(len(args))])
     buf = io.BytesIO()
     was_training, retry, fused = module.training, False, []
     buffers = dict(module.named_buffers())  # the tensors themselves, and their values
@@ -233,7 +240,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
                 _meta_convolutions(torch, on_meta), _scalar_scatters(torch), \
-                _positional_forward(module), torch.no_grad(), \
+                _positional_forward(module, keywords), torch.no_grad(), \
                 substituted(module) as fused:  # (no graph for a backward: a third the memory)
             warnings.simplefilter("ignore")
             SDPA_SOFTMAX.clear()
@@ -247,10 +254,11 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)
         if not retry and on_meta and _state_bytes(module) <= CPU_FALLBACK_BYTES:
-            return from_torch(_on_cpu(torch, module), tuple(
-                torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor) else a
-                for a in args), input_names=input_names, dynamic_batch=dynamic_batch,
-                opset=opset)
+            zeros = tuple(torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor)
+                          else a for a in args)
+            return from_torch(_on_cpu(torch, module),
+                              zeros if keywords is None else dict(zip(keywords, zeros)),
+                              input_names=input_names, dynamic_batch=dynamic_batch, opset=opset)
         if not retry:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             hint = (f"; it does not trace on the meta device and holds more than "

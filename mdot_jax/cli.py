@@ -20,7 +20,7 @@ from converters.errors import ConversionError
 from converters.substitutes import described
 from mdot_jax import __version__, cli_build, cli_job, cli_plan, writers
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
-from mdot_jax.errors import MdotError, UsageError
+from mdot_jax.errors import MdotError, RequestError, UsageError
 from mdot_jax.options import CHOICE_HINTS, MEASURED_PRECISIONS
 from mdot_jax.readable import hours, number, percent
 
@@ -105,6 +105,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     try:
         probe = core_set.run_probe(out, keys, args.threads,
                                    protocol=Protocol(precision=args.precision))
+    except MdotError:
+        raise
     except ValueError as e:
         raise UsageError(str(e)) from None
     width = max(map(len, keys))
@@ -126,11 +128,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.batch_size and args.batch_sizes:
         raise UsageError("--batch-size and --batch-sizes: give one")
     gpus = args.gpus or [1]
-    job = TrainingJob(
-        model=args.model, device=args.device, device_spec=args.device_spec,
-        checkpoint=args.checkpoint, operators=bool(args.top),
-        batch_size=tuple(args.batch_sizes) if args.batch_sizes else args.batch_size,
-        gpus=gpus[0] if len(gpus) == 1 else tuple(gpus), **cli_job.job_fields(args))
+    try:
+        job = TrainingJob(
+            model=args.model, device=args.device, device_spec=args.device_spec,
+            checkpoint=args.checkpoint, operators=bool(args.top),
+            batch_size=tuple(args.batch_sizes) if args.batch_sizes else args.batch_size,
+            gpus=gpus[0] if len(gpus) == 1 else tuple(gpus), **cli_job.job_fields(args))
+    except RequestError as e:  # the list came with --batch-sizes: say so
+        if e.field != "batch_size" or not args.batch_sizes:
+            raise
+        raise RequestError("batch_sizes" + str(e)[len("batch_size"):], "batch_sizes") from None
     result = predict(job)
     rows = result if isinstance(result, list) else [result]
     for warning in dict.fromkeys(w for r in rows for w in r.warnings):

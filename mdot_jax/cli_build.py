@@ -26,7 +26,7 @@ from mdot_jax.cli_dataset import (
     cmd_dataset_resequence,
     cmd_dataset_timm,
 )
-from mdot_jax.errors import UsageError
+from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import GPU_PRICERS, LAYOUTS, MEASURED_OPTIMIZERS, MEASURED_PRECISIONS
 
 BUILD_COMMANDS = {  # name -> one line for `mdot --help`
@@ -67,6 +67,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
                          models=args.models.split(",") if args.models else None,
                          protocol=protocol, retry_skipped=args.retry_skipped,
                          retry_noisy=args.retry_noisy, keys=keys)
+    except MdotError:
+        raise
     except ValueError as e:
         raise UsageError(str(e)) from None
     noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report.get("noisy") else ""
@@ -91,6 +93,8 @@ def _profile_ops(args: argparse.Namespace) -> int:
                                                  precision=args.precision),
                              max_minutes=args.max_minutes, more=args.ops_more or 0,
                              kinds=args.ops_kinds.split(",") if args.ops_kinds else ())
+    except MdotError:
+        raise
     except ValueError as e:
         raise UsageError(str(e)) from None
     noisy = f"; {report['noisy']} noisy (kept apart in noisy.jsonl)" if report["noisy"] else ""

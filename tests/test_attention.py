@@ -6,7 +6,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx_builders import attention, conv_bn_relu
 
-from converters import convert, from_torch
+from converters import ConversionError, convert, from_torch
 from converters.attention import attention_blocks
 
 torch = pytest.importorskip("torch")
@@ -297,3 +297,21 @@ def test_a_padding_mask_is_not_a_causal_one(kind, tokens, causal):
         assert any(f"; {len(blocks)} given transformers' mask" in w for w in masked.warnings)
         assert not any("given transformers' mask" in w for w in unmasked.warnings)
         assert masked.iteration_ms > unmasked.iteration_ms
+
+
+def test_a_tokenizers_dict_exports_by_keyword_as_a_wrapper_does():
+    """`from_torch(model, {"input_ids": ..., "attention_mask": ...})`: the inputs passed by
+    name (the mask is not taken for the next positional parameter), named by their keys."""
+    cfg = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=64,
+                                  use_cache=False)  # (the wrapper hides the config from_torch sets)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    ids, mask = torch.zeros(1, 16, dtype=torch.long), torch.ones(1, 16, dtype=torch.long)
+    by_name = from_torch(model, {"input_ids": ids, "attention_mask": mask})
+    wrapped = from_torch(_WithMask(model), (ids, mask),
+                         input_names=["input_ids", "attention_mask"])
+    assert [i.name for i in by_name.graph.input[:2]] == ["input_ids", "attention_mask"]
+    seqs = [convert(g, batch_size=2, fuse=True) for g in (by_name, wrapped)]
+    assert seqs[0].op_type_counts() == seqs[1].op_type_counts()
+    assert {b.padded for b in attention_blocks(seqs[0])} == {True}
+    with pytest.raises(ConversionError, match="no example inputs"):
+        from_torch(model, {})

@@ -218,6 +218,18 @@ def test_another_optimizer_or_precision_is_recorded_and_kept_apart(tmp_path, fie
         Protocol(**{field: bad})
 
 
+def test_a_size_given_twice_is_measured_once_and_tf32_on_a_cpu_is_refused(tmp_path):
+    kw = dict(threads=1, progress=False, models=["mobilenet_v3_small"], speed_check=False)
+    report = profile(["torchvision"], [2, 2], [32, 32], tmp_path / "cpu", protocol=FAST, **kw)
+    assert report["samples"] == 1 and len(load_dataset(tmp_path / "cpu")) == 1
+    import dataclasses
+
+    with pytest.raises(ValueError, match="precision tf32: a GPU's tensor-core format"):
+        profile(["torchvision"], [2], [32], tmp_path / "tf32",
+                protocol=dataclasses.replace(FAST, precision="tf32"), **kw)
+    assert not (tmp_path / "tf32").exists()
+
+
 def test_each_precision_sets_tf32_explicitly():
     import torch
 

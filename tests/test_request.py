@@ -168,6 +168,7 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(virtual_stages=2, pp=2, gpus=2), "virtual_stages"),
     (dict(sequence_parallel=True), "sequence_parallel"), (dict(attention="sdpa"), "attention"),
     (dict(strategy="fsdp", tp=2, gpus=2), "strategy"),
+    (dict(batch_size=(8, 4, 8)), "batch_size"), (dict(gpus=(8, 8), device="l4"), "gpus"),
 ])
 def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     onnx.save(conv_bn_relu(), tmp_path / "m.onnx")
@@ -191,6 +192,8 @@ def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
      "--precision 'bf16' on a GPU: choose from"),
     (["--batch-size", "8", "--step", "fwd-bwd"], "--step: a checkpoint predicts"),
     (["--input-shape", "x=0,3,64,64"], "--input-shape['x'] 0: expected a positive integer"),
+    (["--batch-sizes", "8,4,8"], "--batch-sizes [8, 4, 8]: 8 is listed twice"),
+    (["--batch-size", "8", "--gpus", "8,8"], "--gpus [8, 8]: 8 is listed twice"),
 ])
 def test_the_cli_spells_the_field_as_its_flag(capsys, models, flags, needle):
     assert main(["predict", str(models / "cnn.onnx"), *flags]) == 2

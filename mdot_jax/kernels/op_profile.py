@@ -55,7 +55,7 @@ from mdot_jax.kernels.specs import (
     specs_of,
 )
 from mdot_jax.measure.device import DEVICE_KEYS, device_slug, fingerprint, others_running
-from mdot_jax.measure.profiler import precision_context, stats_of
+from mdot_jax.measure.profiler import check_precision, precision_context, stats_of
 
 PLAN = "plan.jsonl"
 
@@ -392,6 +392,7 @@ def profile_ops(out: str | Path, *, n: int = 20000, sources: list[str | Path] | 
 
     torch.set_num_threads(threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_precision(device, protocol.precision)
     fp = fingerprint(threads, precision=protocol.precision)
     root = Path(out)
     with writer_lock(root):

@@ -33,6 +33,7 @@ from converters import convert
 from mdot_jax.data import dataset as data
 from mdot_jax.data.dataset import Sample, Workload, load_dataset
 from mdot_jax.data.store import DatasetWriter, SkipLog, writer_lock
+from mdot_jax.errors import RequestError
 from mdot_jax.measure.device import DEVICE_KEYS, _sample_load, device_slug, fingerprint
 from mdot_jax.measure.zoo import ZooModel, _export, _inputs, find_model, zoo_models
 from mdot_jax.options import LAYOUTS, MEASURED_PRECISIONS
@@ -289,6 +290,13 @@ def _reason(e: BaseException) -> str:
     return "cannot_train"
 
 
+def check_precision(device: str, precision: str) -> None:
+    """Refuses a precision `device` cannot run: its labels would name what never ran."""
+    if device == "cpu" and precision == "tf32":
+        raise RequestError("precision tf32: a GPU's tensor-core format; a CPU multiplies in "
+                           "fp32 (profile at fp32)", "precision")
+
+
 def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str | Path, *,
             seq_lens: list[int] | None = None, threads: int = 2, models: list[str] | None
             = None, protocol: Protocol = Protocol(), retry_skipped: bool = False,
@@ -308,6 +316,7 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
 
     torch.set_num_threads(threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_precision(device, protocol.precision)
     fp = dict(fingerprint(threads, protocol.optimizer, protocol.precision),
               layout=protocol.layout)
     root = Path(out)
@@ -323,9 +332,10 @@ def profile(zoos: list[str], batch_sizes: list[int], sizes: list[int], out: str 
         writer = DatasetWriter(root)
         report = SkipLog(root)
         entries = [m for m in zoo if models is None or m.name in models]
-        jobs = [(m, s, b) for m in entries
-                for s in (m.sizes or (sizes if m.kind == "image" else (seq_lens or sizes)))
-                for b in sorted(batch_sizes)]
+        jobs = [(m, s, b) for m in entries  # each size and batch once, however often given
+                for s in dict.fromkeys(m.sizes or (sizes if m.kind == "image"
+                                                   else (seq_lens or sizes)))
+                for b in sorted(set(batch_sizes))]
         if keys is not None:
             jobs = _jobs_of_keys(keys, {m.name: m for m in zoo})
 

@@ -79,6 +79,14 @@ def _ints(name: str, value: Any, limit: float = MAX_INT) -> tuple[int, ...]:
     return values
 
 
+def _distinct(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
+    """`values`, refused where one is listed twice (each would be priced twice)."""
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise RequestError(f"{name} {list(values)}: {twice[0]} is listed twice", name)
+    return values
+
+
 def _count(name: str, value: Any) -> int:
     """A positive whole number of any size: an int, or a float that is one (JSON's 1e12)."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -230,7 +238,8 @@ class TrainingJob:
             _ints(f"input_shapes[{name!r}]", list(shape))
         if self.batch_size is None and not self.input_shapes:
             raise RequestError("batch_size: required (the batch per device)", "batch_size")
-        sizes, counts = self.batch_sizes, _ints("gpus", self.gpus)
+        sizes = _distinct("batch_size", self.batch_sizes)
+        counts = _distinct("gpus", self.gpu_counts)
         if len(sizes) > 1 and len(counts) > 1:
             raise RequestError("gpus: several GPU counts take one batch_size (per GPU)", "gpus")
         for name in ("image_size", "seq_len", "target_len"):
