@@ -160,7 +160,7 @@ def test_a_gpu_with_a_measured_checkpoint_prices_what_only_the_spec_sheet_can(tm
     job = dict(model=str(tmp_path / "m.onnx"), batch_size=8, device="rtx3090",
                precision="amp-fp16")
     single = predict(TrainingJob(**dict(job, model=str(tmp_path / "cnn.onnx"))))
-    assert "checkpoint" in single.source and not any("spec sheet" in w for w in single.warnings)
+    assert "checkpoint" in single.source and not any("priced from" in w for w in single.warnings)
     for extra, field in ((dict(gpus=2), "gpus"), (dict(grad_accum=2), "grad_accum"),
                          (dict(gpus=2, tp=2), "gpus")):
         p = predict(TrainingJob(**job, **extra))

@@ -76,8 +76,9 @@ def test_predictions_warn_about_extrapolation(trained, tiny_real_dataset):
     far = dataclasses.replace(s.workload, batch_size=4 * max(trained.info["batch_sizes"]),
                               input_size=1)
     (warned,) = predictor.predict_many([(s.seq, far)])
-    assert len(warned.warnings) == 2 and "extrapolation" in warned.warnings[0]
-    assert "batch size" in warned.warnings[0] and "input size 1 " in warned.warnings[1]
+    said = [w for w in warned.warnings if "outside the trained range" in w]  # (and the step's
+    assert len(said) == 2 and "extrapolation" in said[0]  # time, where outside the labels')
+    assert "batch size" in said[0] and "input size 1 " in said[1]
     assert trained.info["precisions"] == ["amp-fp16"]  # the timm tables' only precision
     (bf16,) = predictor.predict_many([(s.seq, dataclasses.replace(s.workload,
                                                                   precision="bf16"))])
@@ -97,12 +98,14 @@ def _conv_block(extra=()):
     return m
 
 
-def test_an_operator_type_never_trained_on_is_named_and_leaves_no_band(tmp_path):
+def test_an_operator_type_never_trained_on_is_named_and_leaves_no_band(tmp_path, monkeypatch):
     """The default checkpoint never saw Tanh: a model with one is predicted with a warning
     naming it and without a band; the same model without it keeps its band."""
     import onnx
 
     predictor = Predictor.load("timm-rtx3090")
+    # (one conv block is faster than any step it trained on: that rule apart, another test's)
+    monkeypatch.setitem(predictor.trained.info, "label_ms", [1.0, 1e4])
     assert "Tanh" not in predictor.trained.info["op_types"]
     for extra, known in (((), True), (("Tanh",), False)):
         onnx.save(_conv_block(extra), tmp_path / "m.onnx")

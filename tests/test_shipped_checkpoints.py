@@ -14,6 +14,7 @@ from mdot_jax.data.dataset import load_dataset
 from mdot_jax.metrics import regression_metrics
 from mdot_jax.serving.predict import CHECKPOINT_DIR, DEFAULT_CHECKPOINT, Predictor
 from mdot_jax.storage import checkpoint
+from mdot_jax.training.train import label_range
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.name for p in CHECKPOINT_DIR.glob("*") if (p / "metadata.json").exists())
@@ -98,6 +99,12 @@ def test_default_checkpoint_predicts_a_measured_resnet18(tmp_path):
     assert p.device == "rtx3090"
     assert np.isclose(p.iteration_ms, 184.877, rtol=0.25), p.iteration_ms
     assert p.interval_ms[0] < 184.877 < p.interval_ms[1], p.interval_ms
+    # at batch 8 each input is in the trained ranges, the step (~10 ms) faster than any
+    # trained on (timm's fastest: 41.7 ms): said, with the spec sheet's way, and no band
+    small = Predictor.load().predict(path, batch_size=8)
+    said = [w for w in small.warnings if "faster than every step this checkpoint" in w]
+    assert said and "(41.68-5060 ms)" in said[0] and small.interval_ms is None, small.warnings
+    assert "device nvidia-rtx-3090, precision amp-fp16, checkpoint gpu-spec-sheet" in said[0]
 
 
 def test_op_types_newer_than_a_checkpoint_count_as_unknown():
@@ -137,6 +144,7 @@ def test_shipped_checkpoint_fits_the_committed_copy_of_its_data(name):
     ds = load_dataset(REPO / path)
     assert ds.fingerprint() == meta["dataset"]["fingerprint"]
     assert len(ds) == meta["dataset"]["num_train"] > 1000
+    assert predictor.trained.info["label_ms"] == label_range(ds.samples)  # (outside: warned)
     samples = ds.samples[::20]
     assert predictor.trained.feature_cfg.fused and all("fused" in s.seq.meta for s in samples)
     pred = predictor.predict_many([(s.seq, s.workload) for s in samples])

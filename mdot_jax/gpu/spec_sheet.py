@@ -88,10 +88,10 @@ from mdot_jax.gpu.update import update, update_kernels
 from mdot_jax.options import AUTOCAST, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.serving.memory import check_fit, step_memory
-from mdot_jax.serving.predict import CHECKPOINT_DIR, checkpoint_devices, input_size_of
+from mdot_jax.serving.predict import checkpoint_devices, input_size_of
 from mdot_jax.serving.prediction import Prediction
+from mdot_jax.storage.checkpoint import STEP_MODEL_DIR
 
-STEP_MODEL_DIR = CHECKPOINT_DIR / "gpu-spec-sheet"
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}

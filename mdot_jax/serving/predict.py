@@ -34,6 +34,7 @@ from mdot_jax.storage.calibration import Calibration
 from mdot_jax.storage.checkpoint import (
     METADATA,
     SHIPPED_DIR,
+    STEP_MODEL_DIR,
     CheckpointError,
     load,
     load_companion,
@@ -251,13 +252,14 @@ class Predictor:
             parts = [{m: float(v) for m, v in zip(self.members, vs)} for vs in zip(*members)]
             disagreement = [float(d) for d in spread(*members)]
             out = combine(*members)
-        adapted = self.adaptation
+        adapted, base = self.adaptation, out
         if adapted:
             out = adapted.apply(out)
         preds = []
-        for ms, part, d, (seq, w) in zip(out, parts, disagreement, items):
+        for ms, base_ms, part, d, (seq, w) in zip(out, base, parts, disagreement, items):
             p = Prediction(float(ms), adapted.device if adapted else w.device, seq.num_ops,
-                           self.warnings(seq, w), part, input_size=w.input_size)
+                           self.warnings(seq, w) + self.outside_labels(float(base_ms), w),
+                           part, input_size=w.input_size)
             cal = self.calibration
             band = cal.band(w.layout, d) if cal else None
             if adapted and not p.warnings:
@@ -283,6 +285,24 @@ class Predictor:
             self._check_memory(p, seq, w)
             preds.append(p)
         return preds
+
+    def outside_labels(self, ms: float, w: Workload) -> list[str]:
+        """A prediction (`ms`, before any adaptation) faster or slower than every step the
+        checkpoint was trained on: each input may be in range while the step is not (a small
+        model at a small batch, on a checkpoint of big steps). The hint where a spec sheet
+        prices the device."""
+        trained = self.trained.info.get("label_ms")  # absent from checkpoints before the rule
+        if not trained or trained[0] <= ms <= trained[1]:
+            return []
+        try:
+            hint = f"; its spec sheet prices any step: device {gpus.find(w.device).name}, " \
+                   f"precision {w.precision}, checkpoint {STEP_MODEL_DIR.name}"
+        except ValueError:
+            hint = ""
+        said = f"{ms:.3g} ms{' (before adaptation)' if self.adaptation else ''}"
+        return [f"{said} is {'faster' if ms < trained[0] else 'slower'} than every step this "
+                f"checkpoint was trained on ({trained[0]:g}-{trained[1]:g} ms): "
+                f"extrapolation{hint}"]
 
     def _check_memory(self, p: Prediction, seq: OperatorSequence, w: Workload) -> None:
         """Sets the step's memory estimate, and warns where it exceeds the device's memory (a

@@ -53,6 +53,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = next((d for d in (_PACKAGE / "checkpoints", _PACKAGE.parent / "checkpoints")
                     if d.is_dir()), _PACKAGE / "checkpoints")
 COMPANION = "companion.txt.xz"
+STEP_MODEL_DIR = SHIPPED_DIR / "gpu-spec-sheet"  # the shipped step model: any GPU's spec sheet
 
 
 def shipped_names() -> list[str]:

@@ -162,6 +162,13 @@ def run_key(samples, val_samples, *configs) -> str:
     return h.hexdigest()[:16]
 
 
+def label_range(samples: Sequence[Sample]) -> list[float]:
+    """The fastest and the slowest measured step of `samples` (ms, 4 significant digits):
+    a prediction outside them is extrapolation (`Predictor.outside_labels`)."""
+    labels = [s.label_ms for s in samples]
+    return [float(f"{min(labels):.4g}"), float(f"{max(labels):.4g}")]
+
+
 def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainConfig = TrainConfig(),
           feature_cfg: FeatureConfig | None = None, *, val_samples: Sequence[Sample] | None = None,
           progress: bool = True, log: Callable[[str], None] | None = None,
@@ -280,6 +287,7 @@ def train(samples: Sequence[Sample], model_cfg: ModelConfig, train_cfg: TrainCon
     info = dict(train_samples=len(samples), val_samples=len(val_samples), steps=step,
                 batch_sizes=sorted({s.workload.batch_size for s in samples}),
                 input_sizes=sorted({s.workload.input_size for s in samples}),
+                label_ms=label_range([*samples, *val_samples]),
                 layouts=sorted({s.workload.layout for s in samples}),
                 input_kinds=sorted({s.seq.input_kind for s in samples}),
                 op_types=sorted({t for s in samples for t in s.seq.op_type_counts()}),
