@@ -219,6 +219,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             return from_torch(module, example_inputs, input_names=input_names,
                               dynamic_batch=dynamic_batch, opset=opset)
     register_symbolics(torch, OPSET, FALLBACK_OPSET)
+    module = _unwrapped(module)
     keywords = list(example_inputs) if isinstance(example_inputs, Mapping) else None
     args = (tuple(example_inputs.values()) if keywords is not None else example_inputs
             if isinstance(example_inputs, tuple) else (example_inputs,))
@@ -291,6 +292,23 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
         model.metadata_props.add(key=STATE_SPACE_KEY, value=json.dumps(shape))
     return model
+
+
+DATA_PARALLEL = ("DataParallel", "DistributedDataParallel")  # wrappers of one replica's model
+
+
+def _unwrapped(module: Any) -> Any:
+    """The model a data-parallel wrapper holds (one replica's graph: the wrapper's
+    communication is the parallel plan's); a torch.compile'd module is refused, saying what
+    to export instead."""
+    if hasattr(module, "_orig_mod"):  # torch._dynamo's OptimizedModule
+        raise ConversionError(
+            f"torch export of a torch.compile'd {type(module._orig_mod).__name__}: the exporter "
+            "traces eager modules; export the module it compiles, from_torch(model._orig_mod, "
+            "...), and price the step as compiled (compile=True)")
+    if type(module).__name__ in DATA_PARALLEL and hasattr(module, "module"):
+        return _unwrapped(module.module)
+    return module
 
 
 def _state_bytes(module: Any) -> int:

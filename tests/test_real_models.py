@@ -171,3 +171,19 @@ def test_timm_sample_of_100():
     print(f"timm sample: {clean}/100 clean, {len(too_large)} too large for "
           f"{TIMM_MEMORY_LIMIT >> 30} GiB {too_large}; failures: {failures}")
     assert clean >= TIMM_SAMPLE_CLEAN, failures
+
+
+def test_a_data_parallel_wrapper_exports_its_model_and_a_compiled_one_says_what_to_do():
+    """DataParallel holds one replica's model (its parameters named as the model's own); a
+    torch.compile'd module cannot be traced: one line naming what to export instead."""
+    from converters import ConversionError
+
+    model = torchvision.models.resnet18()
+    graphs = [from_torch(m, torch.randn(2, 3, 64, 64))
+              for m in (model, torch.nn.DataParallel(model))]
+    plain, wrapped = (convert(g, batch_size=2) for g in graphs)
+    assert wrapped.op_type_counts() == plain.op_type_counts() and wrapped.flops == plain.flops
+    names = [{p.key: p.value for p in g.metadata_props}["mdot.params"] for g in graphs]
+    assert names[0] == names[1] and names[0].startswith("conv1.weight,bn1.weight")
+    with pytest.raises(ConversionError, match=r"compile'd ResNet: .*from_torch\(model\._orig"):
+        from_torch(torch.compile(model), torch.randn(2, 3, 64, 64))
