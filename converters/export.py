@@ -228,7 +228,12 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     on_meta = any(p.is_meta for p in module.parameters())
     if on_meta:  # a model built under `torch.device("meta")`: trace it there, allocating nothing
         args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
-    names = list(input_names or keywords or [f"input{i}" for i in range(len(args))])
+    names = _tensor_names(args, keywords)
+    if input_names is not None:
+        if len(input_names) != len(names):
+            raise ConversionError(f"input_names: {len(input_names)} names for the "
+                                  f"{len(names)} input tensors ({', '.join(names)})")
+        names = list(input_names)
     buf = io.BytesIO()
     was_training, retry, fused = module.training, False, []
     buffers = dict(module.named_buffers())  # the tensors themselves, and their values
@@ -292,6 +297,24 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
         model.metadata_props.add(key=STATE_SPACE_KEY, value=json.dumps(shape))
     return model
+
+
+def _tensor_names(args: tuple, keywords: Sequence[str] | None) -> list[str]:
+    """A name for each tensor of `args`, in the order the exporter makes them graph inputs
+    (depth first through lists and tuples: `input1_0`, `input1_1`); anything else is no
+    input (None, a flag)."""
+    names: list[str] = []
+
+    def walk(x: Any, name: str) -> None:
+        if isinstance(x, (list, tuple)):
+            for j, item in enumerate(x):
+                walk(item, f"{name}_{j}")
+        elif hasattr(x, "shape") and hasattr(x, "dtype"):
+            names.append(name)
+
+    for i, arg in enumerate(args):
+        walk(arg, keywords[i] if keywords else f"input{i}")
+    return names
 
 
 DATA_PARALLEL = ("DataParallel", "DistributedDataParallel")  # wrappers of one replica's model

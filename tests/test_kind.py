@@ -129,3 +129,29 @@ def test_exporting_leaves_the_model_as_it_was(mode):
     held = grown[0].cache
     from_torch(grown, torch.ones(2, 8))
     assert grown[0].cache is held and torch.equal(held, torch.arange(4.0))
+
+
+def test_every_input_tensor_is_a_data_input_and_none_is_no_input():
+    """Example inputs as the exporter flattens them: a list's tensors each a data input with a
+    batch dim (`input0_0`, `input0_1`); a None argument no input, so no parameter takes its
+    name (the weight of `(x, None)` was read as a second data input); names that do not match
+    the tensors are refused, naming them."""
+    torch = pytest.importorskip("torch")
+    from converters import ConversionError, from_torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x, extra=None):
+            x = x if torch.is_tensor(x) else x[0] + x[1]
+            return self.fc(x) if extra is None else self.fc(x) + extra
+
+    x = torch.randn(2, 4)
+    for args, inputs in (((x, None), ["input0"]), (([x, x],), ["input0_0", "input0_1"]),
+                         ((x, x), ["input0", "input1"])):
+        seq = convert(from_torch(Net(), args), batch_size=8)
+        assert seq.meta["inputs"] == {n: [8, 4] for n in inputs} and seq.meta["params"] == 20
+    with pytest.raises(ConversionError, match=r"input_names: 2 names for the 1 input tensors"):
+        from_torch(Net(), (x, None), input_names=["x", "extra"])
