@@ -120,6 +120,8 @@ def test_predict_names_a_gpu_by_any_of_its_names(capsys, tmp_path):
     assert "without --checkpoint" in err and err.count("\n") == 1
     code, _, err = run(capsys, *args, "--device", "h10O-sxm")
     assert code == 2 and "did you mean nvidia-h100-sxm" in err
+    code, _, err = run(capsys, *args, "--device", "mi300x")  # named first, by its flag
+    assert err.startswith("mdot: error: --device 'mi300x': no GPU 'mi300x' in the catalog")
     code, _, err = run(capsys, *args, "--precision", "fp64")
     assert code == 2 and "invalid choice: 'fp64'" in err
 

@@ -184,7 +184,7 @@ class Predictor:
         try:
             gpu = gpus.find(name)
         except ValueError as e:
-            raise ValueError(f"this checkpoint predicts for {devices}, not {name!r}; {e}"
+            raise ValueError(f"device {name!r}: {e}; this checkpoint predicts for {devices}"
                              ) from None
         for d in devices:
             if (same := gpus.lookup(d)) and same.name == gpu.name:
