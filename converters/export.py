@@ -23,7 +23,7 @@ import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import onnx
@@ -42,6 +42,7 @@ from converters.state_space import DOMAIN
 from converters.substitutes import SUBSTITUTES, substituted
 from converters.symbolics import SDPA_SOFTMAX
 from converters.symbolics import register as register_symbolics
+from converters.torch_inputs import data_input_names, example_args, positional_forward, unwrapped
 
 OPSET = 17
 FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
@@ -179,27 +180,6 @@ def _scalar_scatters(torch):
         torch.Tensor.scatter = scatter
 
 
-@contextlib.contextmanager
-def _positional_forward(module: Any, keywords: Sequence[str] | None = None):
-    """`module.forward` as a function of the given inputs alone (passed by the names in
-    `keywords`, where the example inputs came as a dict) while exporting. The exporter
-    binds every other parameter of the forward that has a default as one more traced input: an
-    int default becomes a tensor, and code that branches on `isinstance(x, int)` takes the
-    other branch (a Hugging Face causal LM's `logits_to_keep=0`, which keeps every position,
-    became a scalar index: the logits of one position per sequence)."""
-    had = module.__dict__.get("forward")
-    forward = module.forward
-    module.forward = ((lambda *args: forward(**dict(zip(keywords, args)))) if keywords
-                      else (lambda *args: forward(*args)))
-    try:
-        yield
-    finally:
-        if had is None:
-            del module.forward
-        else:
-            module.forward = had
-
-
 def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] | None = None,
                dynamic_batch: bool = True, opset: int = OPSET) -> onnx.ModelProto:
     """Exports a `torch.nn.Module`'s training graph (forward in train mode) to ONNX.
@@ -219,21 +199,12 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             return from_torch(module, example_inputs, input_names=input_names,
                               dynamic_batch=dynamic_batch, opset=opset)
     register_symbolics(torch, OPSET, FALLBACK_OPSET)
-    module = _unwrapped(module)
-    keywords = list(example_inputs) if isinstance(example_inputs, Mapping) else None
-    args = (tuple(example_inputs.values()) if keywords is not None else example_inputs
-            if isinstance(example_inputs, tuple) else (example_inputs,))
-    if not args:
-        raise ConversionError(f"torch export of {type(module).__name__}: no example inputs")
+    module = unwrapped(module)
+    args, keywords = example_args(module, example_inputs)
     on_meta = any(p.is_meta for p in module.parameters())
     if on_meta:  # a model built under `torch.device("meta")`: trace it there, allocating nothing
         args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
-    names = _tensor_names(args, keywords)
-    if input_names is not None:
-        if len(input_names) != len(names):
-            raise ConversionError(f"input_names: {len(input_names)} names for the "
-                                  f"{len(names)} input tensors ({', '.join(names)})")
-        names = list(input_names)
+    names = data_input_names(args, keywords, input_names)
     buf = io.BytesIO()
     was_training, retry, fused = module.training, False, []
     buffers = dict(module.named_buffers())  # the tensors themselves, and their values
@@ -246,12 +217,12 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
                 _meta_convolutions(torch, on_meta), _scalar_scatters(torch), \
-                _positional_forward(module, keywords), torch.no_grad(), \
+                positional_forward(module, args, keywords) as traced, torch.no_grad(), \
                 substituted(module) as fused:  # (no graph for a backward: a third the memory)
             warnings.simplefilter("ignore")
             SDPA_SOFTMAX.clear()
             torch.onnx.export(  # a BytesIO works as the file
-                module, args, buf,  # type: ignore[arg-type]
+                module, traced, buf,  # type: ignore[arg-type]
                 dynamo=False, export_params=False,
                 training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                 input_names=names, opset_version=opset, custom_opsets={DOMAIN: 1},
@@ -297,41 +268,6 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
         model.metadata_props.add(key=STATE_SPACE_KEY, value=json.dumps(shape))
     return model
-
-
-def _tensor_names(args: tuple, keywords: Sequence[str] | None) -> list[str]:
-    """A name for each tensor of `args`, in the order the exporter makes them graph inputs
-    (depth first through lists and tuples: `input1_0`, `input1_1`); anything else is no
-    input (None, a flag)."""
-    names: list[str] = []
-
-    def walk(x: Any, name: str) -> None:
-        if isinstance(x, (list, tuple)):
-            for j, item in enumerate(x):
-                walk(item, f"{name}_{j}")
-        elif hasattr(x, "shape") and hasattr(x, "dtype"):
-            names.append(name)
-
-    for i, arg in enumerate(args):
-        walk(arg, keywords[i] if keywords else f"input{i}")
-    return names
-
-
-DATA_PARALLEL = ("DataParallel", "DistributedDataParallel")  # wrappers of one replica's model
-
-
-def _unwrapped(module: Any) -> Any:
-    """The model a data-parallel wrapper holds (one replica's graph: the wrapper's
-    communication is the parallel plan's); a torch.compile'd module is refused, saying what
-    to export instead."""
-    if hasattr(module, "_orig_mod"):  # torch._dynamo's OptimizedModule
-        raise ConversionError(
-            f"torch export of a torch.compile'd {type(module._orig_mod).__name__}: the exporter "
-            "traces eager modules; export the module it compiles, from_torch(model._orig_mod, "
-            "...), and price the step as compiled (compile=True)")
-    if type(module).__name__ in DATA_PARALLEL and hasattr(module, "module"):
-        return _unwrapped(module.module)
-    return module
 
 
 def _state_bytes(module: Any) -> int:

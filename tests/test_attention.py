@@ -301,12 +301,13 @@ def test_a_padding_mask_is_not_a_causal_one(kind, tokens, causal):
 
 def test_a_tokenizers_dict_exports_by_keyword_as_a_wrapper_does():
     """`from_torch(model, {"input_ids": ..., "attention_mask": ...})`: the inputs passed by
-    name (the mask is not taken for the next positional parameter), named by their keys."""
+    name (the mask is not taken for the next positional parameter), named by their keys; a
+    value that is no tensor (a flag) passed as given, no input."""
     cfg = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=64,
                                   use_cache=False)  # (the wrapper hides the config from_torch sets)
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     ids, mask = torch.zeros(1, 16, dtype=torch.long), torch.ones(1, 16, dtype=torch.long)
-    by_name = from_torch(model, {"input_ids": ids, "attention_mask": mask})
+    by_name = from_torch(model, {"input_ids": ids, "use_cache": False, "attention_mask": mask})
     wrapped = from_torch(_WithMask(model), (ids, mask),
                          input_names=["input_ids", "attention_mask"])
     assert [i.name for i in by_name.graph.input[:2]] == ["input_ids", "attention_mask"]

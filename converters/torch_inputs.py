@@ -1,0 +1,96 @@
+"""What `converters.from_torch` traces: the model inside a wrapper, and the example inputs
+as the exporter takes them (tensors traced as data inputs, each named; the rest bound as
+given)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from converters.errors import ConversionError
+
+DATA_PARALLEL = ("DataParallel", "DistributedDataParallel")  # wrappers of one replica's model
+
+
+def unwrapped(module: Any) -> Any:
+    """The model a data-parallel wrapper holds (one replica's graph: the wrapper's
+    communication is the parallel plan's); a torch.compile'd module is refused, saying what
+    to export instead."""
+    if hasattr(module, "_orig_mod"):  # torch._dynamo's OptimizedModule
+        raise ConversionError(
+            f"torch export of a torch.compile'd {type(module._orig_mod).__name__}: the exporter "
+            "traces eager modules; export the module it compiles, from_torch(model._orig_mod, "
+            "...), and price the step as compiled (compile=True)")
+    if type(module).__name__ in DATA_PARALLEL and hasattr(module, "module"):
+        return unwrapped(module.module)
+    return module
+
+
+def example_args(module: Any, example_inputs: Any) -> tuple[tuple, list[str] | None]:
+    """`example_inputs` (a tensor, a tuple, or a dict passed by keyword) as the forward's
+    arguments, and the dict's keys (None for positional ones)."""
+    keywords = list(example_inputs) if isinstance(example_inputs, Mapping) else None
+    args = (tuple(example_inputs.values()) if keywords is not None else example_inputs
+            if isinstance(example_inputs, tuple) else (example_inputs,))
+    if not args:
+        raise ConversionError(f"torch export of {type(module).__name__}: no example inputs")
+    return args, keywords
+
+
+def tensor_names(args: tuple, keywords: Sequence[str] | None) -> list[str]:
+    """A name for each tensor of `args`, in the order the exporter makes them graph inputs
+    (depth first through lists and tuples: `input1_0`, `input1_1`); anything else is no
+    input (None, a flag)."""
+    names: list[str] = []
+
+    def walk(x: Any, name: str) -> None:
+        if isinstance(x, (list, tuple)):
+            for j, item in enumerate(x):
+                walk(item, f"{name}_{j}")
+        elif hasattr(x, "shape") and hasattr(x, "dtype"):
+            names.append(name)
+
+    for i, arg in enumerate(args):
+        walk(arg, keywords[i] if keywords else f"input{i}")
+    return names
+
+
+def data_input_names(args: tuple, keywords: Sequence[str] | None,
+                     given: Sequence[str] | None) -> list[str]:
+    """The data inputs' names: `given`, one per input tensor, else `tensor_names`."""
+    names = tensor_names(args, keywords)
+    if given is not None and len(given) != len(names):
+        raise ConversionError(f"input_names: {len(given)} names for the {len(names)} input "
+                              f"tensors ({', '.join(names)})")
+    return list(given) if given is not None else names
+
+
+@contextlib.contextmanager
+def positional_forward(module: Any, args: tuple, keywords: Sequence[str] | None = None):
+    """`module.forward` as a function of the given inputs alone while exporting; yields what
+    to trace: the arguments holding tensors. The rest (None, a flag) is bound as given, and a
+    dict's values are passed by the names in `keywords`. The exporter binds every other
+    parameter of the forward that has a default as one more traced input: an int default
+    becomes a tensor, and code that branches on `isinstance(x, int)` takes the other branch
+    (a Hugging Face causal LM's `logits_to_keep=0`, which keeps every position, became a
+    scalar index: the logits of one position per sequence); a flag given as an argument would
+    too."""
+    traced = [i for i, a in enumerate(args) if tensor_names((a,), None)]
+    had = module.__dict__.get("forward")
+    forward = module.forward
+
+    def call(*values):
+        full = list(args)
+        for i, v in zip(traced, values):
+            full[i] = v
+        return forward(**dict(zip(keywords, full))) if keywords else forward(*full)
+
+    module.forward = call
+    try:
+        yield tuple(args[i] for i in traced)
+    finally:
+        if had is None:
+            del module.forward
+        else:
+            module.forward = had
