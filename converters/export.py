@@ -241,6 +241,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             hint = (f"; it does not trace on the meta device and holds more than "
                     f"{CPU_FALLBACK_BYTES / 1e9:g} GB to trace on the CPU: build a smaller "
                     "config with the same layer shapes on the CPU") if on_meta else ""
+            if isinstance(example_inputs, list) and "missing" in msg:  # one argument, a list
+                hint += "; several inputs go as a tuple (or a dict by name), not a list"
             raise ConversionError(f"torch export of {type(module).__name__} failed: "
                                   f"{type(e).__name__}: {msg}{hint}") from None
     finally:  # the user's module as it was: its mode, each buffer the tensor it held (a forward

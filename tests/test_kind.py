@@ -155,3 +155,10 @@ def test_every_input_tensor_is_a_data_input_and_none_is_no_input():
         assert seq.meta["inputs"] == {n: [8, 4] for n in inputs} and seq.meta["params"] == 20
     with pytest.raises(ConversionError, match=r"input_names: 2 names for the 1 input tensors"):
         from_torch(Net(), (x, None), input_names=["x", "extra"])
+
+    class Two(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    with pytest.raises(ConversionError, match="missing .*inputs go as a tuple .*not a list"):
+        from_torch(Two(), [x, x])
