@@ -41,7 +41,13 @@ def _shape_kwargs(args: argparse.Namespace) -> dict:
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters import convert
     from mdot_jax import autograd
-    from mdot_jax.serving.model_source import check_lora, config_graph, defaults_said, is_config
+    from mdot_jax.serving.model_source import (
+        check_lora,
+        config_graph,
+        config_name,
+        defaults_said,
+        is_config,
+    )
 
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)
@@ -50,9 +56,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
                          "file's targets are an input: give its --input-shape)")
     targets = cli_job.lora_targets(args.lora_targets)
     check_lora(args.model, args.lora_rank, targets)
+    config = is_config(args.model)
     model = config_graph(args.model, args.seq_len, args.target_len, args.lora_rank, targets) \
-        if is_config(args.model) else args.model
-    seq = convert(model, name=Path(args.model).stem, **_shape_kwargs(args),
+        if config else args.model
+    seq = convert(model, name=config_name(args.model) if config else Path(args.model).stem,
+                  **_shape_kwargs(args),
                   fuse=True if args.fuse is None else args.fuse, label=args.model)
     if args.output:
         writers.write_file(args.output, seq.save)

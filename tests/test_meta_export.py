@@ -687,3 +687,21 @@ def test_a_config_exports_in_a_child_process_and_its_error_is_one_line(tmp_path)
     with pytest.raises(ConversionError, match=r"config.json: no 'model_type'") as e:
         config_graph(path, 8)
     assert "\n" not in str(e.value)
+
+
+def test_a_config_jsons_model_is_named_by_its_folder(tmp_path):
+    """`gpt2/config.json` at more tokens than its learned positions: refused naming `gpt2`,
+    not the file's stem every such file shares."""
+    from mdot_jax import RequestError, TrainingJob, predict
+    from mdot_jax.serving.model_source import config_name
+
+    folder = tmp_path / "tiny-gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(dict(
+        model_type="gpt2", n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=64)))
+    assert config_name(folder / "config.json") == config_name(folder) == "tiny-gpt2"
+    assert config_name(tmp_path / "gpt2-small.json") == "gpt2-small"
+    with pytest.raises((ConversionError, RequestError),
+                       match=r"model 'tiny-gpt2': node .* longer than the 64 positions"):
+        predict(TrainingJob(model=str(folder / "config.json"), batch_size=2, seq_len=128,
+                            device="h100-sxm"))

@@ -461,7 +461,7 @@ def test_a_hugging_face_config_converts_as_it_predicts(gpt, capsys):
     assert main(["convert", str(gpt[0]), "--seq-len", "256", "--batch-size", "4",
                  "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["model"] == "config" and summary["params"] == gpt[1].params
+    assert summary["model"] == gpt[0].parent.name and summary["params"] == gpt[1].params
     assert summary["inputs"] == {"input_ids": [4, 256]} and summary["flops"] == gpt[1].flops
 
 

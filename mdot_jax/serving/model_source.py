@@ -79,7 +79,7 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if not isinstance(model, OperatorSequence):
         return run_as(convert(model, batch_size=b, image_size=job.image_size,
                               seq_len=job.seq_len, input_shapes={k: list(v) for k, v in shapes},
-                              fuse=fuse, name=Path(job.model).stem if config else "",
+                              fuse=fuse, name=config_name(job.model) if config else "",
                               label=str(job.model) if config else None), job)
     check_converted(model, b, job.image_size, job.seq_len, job.cp)
     if model.fusion != fuse:
@@ -181,6 +181,18 @@ def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len:
 
 
 
+def config_file(path: str | Path) -> Path:
+    """A config.json given as the file or as the folder holding it."""
+    return Path(path) if str(path).endswith(".json") else Path(path) / "config.json"
+
+
+def config_name(path: str | Path) -> str:
+    """What a config.json's model is called: its folder's name for a file named config.json
+    (`llama-70b/config.json`: llama-70b), else the file's."""
+    file = config_file(path)
+    return file.parent.resolve().name if file.name == "config.json" else file.stem
+
+
 def is_config(model: Any) -> bool:
     """Whether `model` names a Hugging Face config.json (the file, or a folder holding one)."""
     return isinstance(model, (str, Path)) and (
@@ -196,7 +208,7 @@ def config_graph(path: str | Path, seq_len: int | None, target_len: int | None =
     if seq_len is None:
         raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                            "sample to export the model at)", "seq_len")
-    file = Path(path) if str(path).endswith(".json") else Path(path) / "config.json"
+    file = config_file(path)
     stat = file.stat() if file.is_file() else None  # the child says what is wrong with it
     return _from_config(str(path), stat and (stat.st_mtime_ns, stat.st_size), seq_len,
                         target_len, lora_rank, lora_targets)
