@@ -585,6 +585,10 @@ def test_a_model_exported_in_a_half_type_trains_in_it_unless_asked(tmp_path):
     asked = job(half, precision="fp32")
     assert asked.iteration_ms == pytest.approx(job(full, precision="fp32").iteration_ms)
     assert any("as asked, though the model was exported in bf16" in w for w in asked.warnings)
+    other = job(half, precision="amp-fp16")  # the other half type: said, priced as asked
+    assert other.iteration_ms == pytest.approx(job(full, precision="amp-fp16").iteration_ms)
+    assert "precision: amp-fp16 as asked, though the model was exported in bf16" in other.warnings
+    assert not any("exported in" in w for w in job(half, precision="amp-bf16").warnings)
     assert not any("exported in" in w for w in job(full).warnings)
     # a checkpoint learned from fp32 exports reads a half graph at their width (a CNN's: the
     # features of its convolutions weigh the bytes; ONNX's Conv takes fp16, bf16 from opset 22)

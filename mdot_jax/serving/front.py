@@ -310,6 +310,9 @@ class _SpecSheet:
         elif autocast and asked not in AUTOCAST:
             precision, note = asked, (f"precision: {asked} as asked, though the model was "
                                       f"exported in {half}: priced with every tensor in fp32")
+        elif autocast and asked != autocast and asked != "fp8":  # the other half type
+            precision, note = asked, (f"precision: {asked} as asked, though the model was "
+                                      f"exported in {half}")
         else:
             return asked
         self.notes += [note] * (note not in self.notes)
