@@ -307,12 +307,10 @@ class _SpecSheet:
                     "trained in it throughout holds half those bytes)" if autocast else
                     "precision: fp32, the default (no autocast; PyTorch's matmuls off TF32)"
                     ) + "; give precision amp-bf16, amp-fp16 or tf32 for how you train"
-        elif autocast and asked not in AUTOCAST:
-            precision, note = asked, (f"precision: {asked} as asked, though the model was "
-                                      f"exported in {half}: priced with every tensor in fp32")
-        elif autocast and asked != autocast and asked != "fp8":  # the other half type
-            precision, note = asked, (f"precision: {asked} as asked, though the model was "
-                                      f"exported in {half}")
+        elif autocast and asked not in (autocast, "fp8"):  # fp32, tf32, the other half type
+            precision, note = asked, (
+                f"precision: {asked} as asked, though the model was exported in {half}"
+                + ("" if asked in AUTOCAST else ": priced with every tensor in fp32"))
         else:
             return asked
         self.notes += [note] * (note not in self.notes)
