@@ -258,7 +258,7 @@ class Predictor:
         preds = []
         for ms, base_ms, part, d, (seq, w) in zip(out, base, parts, disagreement, items):
             p = Prediction(float(ms), adapted.device if adapted else w.device, seq.num_ops,
-                           self.warnings(seq, w) + self.outside_labels(float(base_ms), w),
+                           self.warnings(seq, w) + self._outside_labels(float(base_ms), w),
                            part, input_size=w.input_size)
             cal = self.calibration
             band = cal.band(w.layout, d) if cal else None
@@ -286,7 +286,7 @@ class Predictor:
             preds.append(p)
         return preds
 
-    def outside_labels(self, ms: float, w: Workload) -> list[str]:
+    def _outside_labels(self, ms: float, w: Workload) -> list[str]:
         """A prediction (`ms`, before any adaptation) faster or slower than every step the
         checkpoint was trained on: each input may be in range while the step is not (a small
         model at a small batch, on a checkpoint of big steps). The hint where a spec sheet

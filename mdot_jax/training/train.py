@@ -164,7 +164,7 @@ def run_key(samples, val_samples, *configs) -> str:
 
 def label_range(samples: Sequence[Sample]) -> list[float]:
     """The fastest and the slowest measured step of `samples` (ms, 4 significant digits):
-    a prediction outside them is extrapolation (`Predictor.outside_labels`)."""
+    a prediction outside them is extrapolation (`Predictor._outside_labels`)."""
     labels = [s.label_ms for s in samples]
     return [float(f"{min(labels):.4g}"), float(f"{max(labels):.4g}")]
 
