@@ -27,7 +27,7 @@ def add_adapters(model: Any, rank: int, targets: Sequence[str] = (ALL_LINEAR,),
     linear layer but the output embeddings), every other parameter frozen. Returns the names
     of the layers adapted. A target naming no linear layer is a `ConversionError`."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank <= 0:
-        raise ConversionError(f"lora rank {rank!r}: expected a positive integer")
+        raise ConversionError(f"--lora-rank {rank!r}: expected a positive integer")
     linear = _linear_layers(model)
     if ALL_LINEAR in targets:
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -37,12 +37,12 @@ def add_adapters(model: Any, rank: int, targets: Sequence[str] = (ALL_LINEAR,),
         known = sorted({n.rpartition(".")[2] for n in linear})
         for t in targets:
             if not any(n.rpartition(".")[2] == t for n in chosen):
-                raise ConversionError(f"lora target {t!r}: names no linear layer of "
+                raise ConversionError(f"--lora-targets {t!r}: names no linear layer of "
                                       f"{type(model).__name__} (its linear layers: "
                                       f"{', '.join(known[:12])}{', ...' if len(known) > 12 else ''}"
                                       f"; or {ALL_LINEAR})")
     if not chosen:
-        raise ConversionError(f"lora: {type(model).__name__} has no linear layer to adapt")
+        raise ConversionError(f"--lora-rank: {type(model).__name__} has no linear layer to adapt")
     for p in model.parameters():
         p.requires_grad_(False)
     for name in chosen:

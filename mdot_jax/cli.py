@@ -260,7 +260,10 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 def cmd_devices(args: argparse.Namespace) -> int:
     from mdot_jax.gpu import catalog as gpus
 
-    catalog = gpus.catalog()
+    try:
+        catalog = gpus.named(args.names) if args.names else gpus.catalog()
+    except ValueError as e:  # a name that means no GPU: the close ones
+        raise UsageError(str(e)) from None
     if args.json:
         print(json.dumps([g.to_json() for g in catalog.values()]))
         return 0
@@ -277,7 +280,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
               f"{g.memory_gbs:>5g} {g.l2_mb:>5g} {num(t['fp32']):>6} {num(t['tf32']):>6} "
               f"{num(t['fp16']):>6} {num(t['bf16']):>6} {num(t['fp8']):>6} "
               f"{num(g.nvlink_gbs):>6} {num(g.network_gbs):>4} {num(g.power_w):>5}")
-    print(f"{len(catalog)} GPUs; sources: `mdot devices --json` (each row's datasheet)")
+    print(f"{_n(len(catalog), 'GPU')}; sources: `mdot devices --json` (each row's datasheet)")
     return 0
 
 
@@ -330,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("devices", description=USER_COMMANDS["devices"])
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="only these GPUs (a name, an alias, or its start: h100)")
     p.add_argument("--json", action="store_true", help="every field, with its source")
     p.set_defaults(func=cmd_devices)
 

@@ -104,6 +104,17 @@ def test_mdot_devices_lists_the_catalog(capsys):
     assert code == 0 and "nvidia-h100-sxm" in out and "989.4" in out
 
 
+def test_mdot_devices_shows_the_gpus_named(capsys, tmp_path):
+    code, out, _ = run(capsys, "devices", "--json", "h100", "NVIDIA GeForce RTX 3090", "h100-sxm")
+    names = [r["name"] for r in json.loads(out)]
+    assert code == 0 and names == [g.name for g in gpus.matching("h100")] + ["nvidia-rtx-3090"]
+    assert len(names) == 4  # each once, the H100's three
+    (tmp_path / "l4.json").write_text(run(capsys, "devices", "--json", "l4")[1])
+    assert gpus.from_spec_file(tmp_path / "l4.json") == gpus.find("l4")  # docs/gpus.md's start
+    code, _, err = run(capsys, "devices", "h1000")
+    assert code == 2 and err.count("\n") == 1 and "no GPU 'h1000'" in err
+
+
 def test_predict_names_a_gpu_by_any_of_its_names(capsys, tmp_path):
     import onnx
     from onnx_builders import conv_bn_relu

@@ -16,6 +16,7 @@ from mdot_jax.errors import RequestError
 from mdot_jax.gpu import catalog
 from mdot_jax.gpu.spec_sheet import load_step_model, price
 from mdot_jax.serving.memory import step_memory
+from mdot_jax.serving.request import in_fields
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -58,9 +59,12 @@ def test_model_code_reading_an_adapted_layers_weight_still_runs():
 
 
 def test_a_lora_target_that_names_no_linear_layer_says_which_there_are():
-    with pytest.raises(ConversionError, match=r"'qproj'.*q_proj, up_proj, v_proj"):
+    with pytest.raises(ConversionError, match=r"^--lora-targets 'qproj'.*q_proj, up_proj, v_proj"
+                       ) as bad:
         from_hf_config(LLAMA, seq_len=16, lora_rank=4, lora_targets=("qproj",))
-    with pytest.raises(ConversionError, match="lora rank 0"):
+    # the service answers it in its field (it answered with none)
+    assert in_fields(str(bad.value))[1] == "lora_targets"
+    with pytest.raises(ConversionError, match="^--lora-rank 0"):
         from_hf_config(LLAMA, seq_len=16, lora_rank=0)
 
 

@@ -57,7 +57,8 @@ def test_a_budget_and_a_plan_the_counts_cannot_take(model):
                         budget_usd=1e-6))
     assert not any(o.feasible for o in options)
     assert all("over the budget ($1e-06)" in r for o in options for r in o.reasons)  # not $0
-    unpriced = plan(Plan(_job(model), devices=("h100-nvl",), gpus=(1,), budget_usd=10.0))
+    unpriced = plan(Plan(_job(model), devices=("h100-nvl",), gpus=(1,), budget_usd=10.0,
+                         prices=PRICES))  # not the NVL's
     assert "no price for the nvidia-h100-nvl" in unpriced[0].reasons[0]
 
 
@@ -67,6 +68,7 @@ def test_a_budget_and_a_plan_the_counts_cannot_take(model):
     (dict(gpus=(0,)), "gpus"), (dict(deadline_h=-1), "deadline_h"),
     (dict(budget_usd=float("nan")), "budget_usd"), (dict(prices={"h100-sxm": -2}), "prices"),
     (dict(prices={"tpu-v5": 2.0}), "prices"), (dict(prices={"a100": 2.0}), "prices"),
+    (dict(budget_usd=10.0), "budget_usd"),  # no prices: every plan was "no price", said late
 ])
 def test_a_bad_plan_is_one_named_error(model, fields, field):
     with pytest.raises(RequestError) as e:

@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -211,20 +212,34 @@ def _names() -> dict[str, str]:
     return names
 
 
+def matching(name: str) -> list[GPU]:
+    """The catalogued GPUs `name` may mean: the one it names (its name or an alias), else
+    every one whose name starts with it (`a100`: four), in the catalog's order."""
+    gpus, key = catalog(), _key(name)
+    if key in _names():
+        return [gpus[_names()[key]]]
+    return [g for g in gpus.values() if key and _key(g.name).startswith(key)]
+
+
+def named(names: Sequence[str]) -> dict[str, GPU]:
+    """Every GPU each of `names` may mean (`matching`), each once; a name that means none is
+    `find`'s ValueError."""
+    for name in names:
+        if not matching(name):
+            find(name)
+    return {g.name: g for name in names for g in matching(name)}
+
+
 def find(name: str) -> GPU:
     """The catalogued GPU called `name` (its name or an alias, e.g. the name PyTorch reports;
     case, spaces and dashes do not matter). A name matching several (`a100`) or none is a
     ValueError listing the close ones."""
-    gpus = catalog()
-    key = _key(name)
-    if key in _names():
-        return gpus[_names()[key]]
-    several = [g.name for g in gpus.values() if key and _key(g.name).startswith(key)]
+    several = matching(name)
     if len(several) == 1:
-        return gpus[several[0]]
+        return several[0]
     if several:
-        raise ValueError(f"GPU {name!r} is ambiguous: {', '.join(several)}")
-    close = difflib.get_close_matches(name.lower(), list(gpus), n=3, cutoff=0.5)
+        raise ValueError(f"GPU {name!r} is ambiguous: {', '.join(g.name for g in several)}")
+    close = difflib.get_close_matches(name.lower(), list(catalog()), n=3, cutoff=0.5)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     raise ValueError(f"no GPU {name!r} in the catalog{hint} (`mdot devices` lists them; "
                      "--device-spec FILE.json describes another)")
@@ -254,6 +269,8 @@ def from_spec_file(path: str | Path) -> GPU:
         raise ValueError(f"--device-spec {path}: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"--device-spec {path}: not JSON ({e})") from None
+    if isinstance(d, list) and len(d) == 1:  # what `mdot devices --json NAME` writes
+        d = d[0]
     gpu = _from_json(d, f"--device-spec {path}")
     _check_dense(gpu, f"--device-spec {path}")
     return dataclasses.replace(gpu, spec_file=str(path))

@@ -401,7 +401,8 @@ FIELDS = frozenset(f.name for f in fields(TrainingJob))  # what a request may na
 
 # the converter's words for a model's sizes (the CLI's flags) -> the request's fields
 _FLAGS = {"--input-shape": "input_shapes", "--batch-size": "batch_size",
-          "--image-size": "image_size", "--seq-len": "seq_len", "--target-len": "target_len"}
+          "--image-size": "image_size", "--seq-len": "seq_len", "--target-len": "target_len",
+          "--lora-rank": "lora_rank", "--lora-targets": "lora_targets"}
 
 
 def in_fields(text: str) -> tuple[str, str]:
