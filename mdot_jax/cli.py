@@ -244,8 +244,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
             raise
         raise UsageError(str(e)) from None
     print(f"adapted {base} to {a.device} from {a.n_rows} measured rows ({a.said()})")
-    print(f"expected error: {a.loo_mape:.1f}% MAPE (each row predicted by a fit on the others); "
-          f"80% band x{math.exp(a.lo):.2f}-x{math.exp(a.hi):.2f}"
+    print(f"expected error: {a.loo_mape:.1f}% MAPE (each row predicted by a fit on the other "
+          f"jobs); 80% band x{math.exp(a.lo):.2f}-x{math.exp(a.hi):.2f}"
           + ("; with so few rows, a rough estimate" if a.n_rows < 20 else ""))
     if edge := at_the_edge(a):
         print(f"mdot: warning: {edge}", file=sys.stderr)

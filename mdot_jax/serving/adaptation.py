@@ -16,16 +16,16 @@ checkpoint is the base one with that fit in its metadata.
 The fit: a base checkpoint predicts `t` for its own device; the adapted one predicts
 `exp(a + b * log t)` for the new device, fitted on rows the user measured there (their own
 precision, optimizer and software, which the fit absorbs as well as the device). The fits are
-scored by leave-one-out on the rows, and the best one is kept:
+scored by leaving each job out (its rows, a job measured twice being one), the best kept:
 - `scale`: b = 1, a = mean log ratio (one factor for every model);
 - `affine`: a and b by least squares on log times (the new device may favour small or large
-  workloads), only with >= 6 rows spanning a 2x range of predicted times;
-- `machine` (a GPU step model, from 3 rows, on a base not adapted already): a step is kernels
+  workloads), only with >= 6 jobs spanning a 2x range of predicted times;
+- `machine` (a GPU step model, from 3 jobs, on a base not adapted already): a step is kernels
   a host issues (`host.launch_bound`), so the fit is of the machine's two numbers, every
   kernel at exp(a) times its price and the host's time a kernel (least squares of log time
   over `MACHINE_SPEEDS` x `MACHINE_HOSTS`, `host.launch_bound_grid`): small steps follow
   the host, large ones the GPU ([study](../../docs/studies/machine-adaptation.md)).
-The leave-one-out residuals give the expected error and the 80% band; with 10 rows both are
+The left-out residuals give the expected error and the 80% band; with 10 rows both are
 rough, and say so (`n_rows`).
 """
 
@@ -36,6 +36,7 @@ import dataclasses
 import math
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,36 +68,36 @@ def _solve(x: np.ndarray, y: np.ndarray, fit: str) -> tuple[float, float]:
 
 
 def fit(pred_ms, measured_ms, device: str, source: str = "",
-        workloads: int | None = None, kernels: list | None = None) -> Adaptation:
-    """The adaptation of base predictions `pred_ms` `[N]` to `measured_ms` `[N]`, of
-    `workloads` different jobs (None: as many as different predictions). `kernels`: each row's
-    kernel times in the order they run (`gpu.host.recording_kernels`), for the `machine`
-    form."""
+        workloads: Sequence | None = None, kernels: list | None = None) -> Adaptation:
+    """The adaptation of base predictions `pred_ms` `[N]` to `measured_ms` `[N]`; `workloads`
+    `[N]`: each row's job (None: its prediction), each left out whole (module docstring).
+    `kernels`: each row's kernel times in the order they run (`gpu.host.recording_kernels`),
+    for the `machine` form."""
     x = np.log(np.asarray(pred_ms, np.float64))
     y = np.log(np.asarray(measured_ms, np.float64))
     n = len(x)
     if n < 2:
         raise ValueError(f"adapting needs at least 2 measured rows, got {n}")
-    if (np.unique(np.round(x, 9)).size if workloads is None else workloads) < 2:
+    job = np.unique(np.round(x, 9) if workloads is None else
+                    np.asarray([str(w) for w in workloads]), return_inverse=True)[1]  # [N]
+    jobs = int(job.max()) + 1
+    if jobs < 2:
         raise ValueError(f"adapting needs rows of at least 2 different workloads (models, batch "
                          f"or input sizes); these {n} rows are all one")
+    others = [job != job[i] for i in range(n)]  # each row's fit: the other jobs' rows
     fits = ["scale"]
-    if n >= MIN_AFFINE_ROWS and np.ptp(x) >= MIN_AFFINE_SPREAD:
+    if jobs >= MIN_AFFINE_ROWS and np.ptp(x) >= MIN_AFFINE_SPREAD:
         fits.append("affine")
-    loos = {}  # each form's leave-one-out log(measured / predicted)
+    loos = {}  # each form's leave-one-job-out log(measured / predicted)
     for kind in fits:
-        loos[kind] = np.empty(n)
-        for i in range(n):
-            keep = np.arange(n) != i
-            a, b = _solve(x[keep], y[keep], kind)
-            loos[kind][i] = y[i] - (a + b * x[i])
+        fitted = [_solve(x[k], y[k], kind) for k in others]
+        loos[kind] = np.asarray([y[i] - (a + b * x[i]) for i, (a, b) in enumerate(fitted)])
     grid = None  # [N, S, H] log ms of each row on each machine
-    if kernels is not None and n >= 3:
+    if kernels is not None and jobs >= 3:
         from mdot_jax.gpu.host import launch_bound_grid
 
         grid = np.log(np.maximum(launch_bound_grid(kernels, MACHINE_SPEEDS, MACHINE_HOSTS),
                                  1e-9))
-        others = [np.arange(n) != i for i in range(n)]
         loos["machine"] = np.asarray([y[i] - grid[i][_solve_machine(grid[k], y[k])]
                                       for i, k in enumerate(others)])
     score, kind, loo = min(((float(np.mean(np.abs(np.expm1(-v))) * 100), k, v)
@@ -311,7 +312,8 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
     _check_units(pred, rows, measurements, base_path.name)
     device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"
     adaptation = fit(pred, [r.ms for r in rows], device,
-                     source=f"{Path(measurements).name}, base {base_path.name}")
+                     source=f"{Path(measurements).name}, base {base_path.name}",
+                     workloads=[r.workload for r in rows])
     _write(base_path, out, compose(adaptation, predictor.adaptation))
     return adaptation
 
@@ -357,7 +359,7 @@ def _adapt_step_model(rows: list[Row], measurements: str | Path, base: Path, out
                 for k, t in zip(kernels, pred))
     adaptation = fit(pred, [r.ms for r in rows], gpu.name,
                      source=f"{Path(measurements).name}, base {base.name}, {precision}",
-                     workloads=len({r.workload for r in rows}),
+                     workloads=[r.workload for r in rows],
                      kernels=kernels if whole and inner is None else None)
     adaptation = compose(adaptation, inner)
     adapted = dataclasses.replace(model, info=dict(  # the loaded model is shared: a copy

@@ -39,7 +39,7 @@ class Adaptation:
     a: float
     b: float
     n_rows: int
-    loo_mape: float  # percent: each row predicted by a fit on the others
+    loo_mape: float  # percent: each row predicted by a fit on the other jobs
     lo: float  # 10th / 90th percentile of the leave-one-out log(measured / predicted)
     hi: float
     source: str = ""
