@@ -111,9 +111,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     model.forward = types.MethodType(loss, model)  # bound: a copy of the model (the exporter's
     # CPU fallback) calls its own
     defaulted = _defaulted(cfg, fields)
-    said = {EXPERTS_KEY: experts > 1 and json.dumps(describe(  # the export's metadata
-                model, experts, next((v for k, v in settings.items()
-                                      if k in TOP_K_FIELDS and isinstance(v, int)), 1))),
+    moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
+        (v for k, v in settings.items() if k in TOP_K_FIELDS and isinstance(v, int)), 1))
+    said = {EXPERTS_KEY: moe and moe["layers"] and json.dumps(moe),  # the export's metadata
             DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
             SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA

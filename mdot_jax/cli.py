@@ -87,7 +87,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if said := defaults_said(seq):
         print(said)
     if moe := seq.meta.get("experts"):
-        print(f"experts: {moe['experts']}, top {moe['top_k']}, in {moe['layers']} layers, "
+        print(f"experts: {moe['experts']}, top {moe['top_k']}, in {_n(moe['layers'], 'layer')}, "
               f"{moe['params'] / 1e6:.2f} M of the params (exported as balanced routing)")
     for s in described(seq.meta.get("linear_attention", "")):
         print(f"{s.what}: exported as {s.kernels}")

@@ -293,6 +293,16 @@ def test_experts_counted_under_other_field_names_route_balanced(kind, fields):
     assert experts["experts"] == 8 and experts["top_k"] == 2 and experts["layers"] >= 2
 
 
+def test_a_dense_model_whose_config_counts_experts_has_none():
+    """A Llama config carrying `num_experts` (a leftover of another model's) was said to be a
+    mixture "of 8 experts in 0 layers", and `ep` was priced for it."""
+    from converters import convert, from_hf_config
+
+    graph = from_hf_config(dict(model_type="llama", intermediate_size=128, num_experts=8,
+                                **DECODER), seq_len=32)
+    assert "experts" not in convert(graph, batch_size=2, fuse=True).meta
+
+
 def test_a_mixture_of_experts_exports_as_balanced_routing(moe):
     """Every expert's weights are parameters; each computes an equal share of the T x k
     routed tokens, so the experts' GEMMs are a dense FFN's k times as wide, beside the router."""

@@ -125,8 +125,9 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     job's time and where the time goes."""
     moe = seq.meta.get("experts")
     about = [f"mixture of experts ({moe['experts']} experts, top {moe['top_k']}, in "
-             f"{moe['layers']} layers): priced as balanced routing, each expert computing an "
-             "equal share of the routed tokens (none dropped)"] if moe else []
+             f"{moe['layers']} layer{'s' * (moe['layers'] > 1)}): priced as balanced routing, "
+             "each expert computing an equal share of the routed tokens (none dropped)"
+             ] if moe else []
     about += [f"{s.what}: priced as the work of {s.kernels}, not measured"
               for s in described(seq.meta.get("linear_attention", ""))]
     if k := seq.meta.get("sparse_attention"):
