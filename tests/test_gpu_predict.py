@@ -253,7 +253,7 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
     code, out, _ = run(capsys, *args, "--device-spec", tmp_path / "gpu.json", "--json")
     assert code == 0 and json.loads(out)["device"] == "mine"
     for extra, needle in [(("--device", "v100-sxm2-32gb", "--precision", "amp-bf16"),
-                           "no bf16 arithmetic"),
+                           "error: --precision 'amp-bf16': the nvidia-v100-sxm2-32gb has no bf16"),
                           (("--device", "h100-sxm", "--layout", "nhwc"), "--layout"),
                           (("--device", "rtx3090", "--checkpoint", "timm-rtx3090", "--step",
                             "fwd-bwd"), "--step"),

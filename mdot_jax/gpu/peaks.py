@@ -85,8 +85,8 @@ def seen_by_class(gpu: GPU, precision: str, measured: Sequence[str] = ()
     half = tc if precision.startswith("amp") or precision in LINEAR_PEAK else None
     if tc and not gpu.tflops.get(tc):
         if half == "bf16":
-            raise ValueError(f"{gpu.name} has no bf16 arithmetic on its spec sheet (no bf16 "
-                             "peak): use --precision amp-fp16")
+            raise ValueError(f"precision {precision!r}: the {gpu.name} has no bf16 arithmetic "
+                             "on its spec sheet (no bf16 peak); give precision amp-fp16")
         warnings["gemm"] = warnings["conv"] = (
             f"{gpu.name} has no {tc} tensor cores on its spec sheet: its matmuls and "
             "convolutions priced at the fp32 peak")
