@@ -160,6 +160,12 @@ def test_top_operators_of_a_shipped_checkpoint(tmp_path, capsys):
     assert main(["predict", path, "--batch-size", "8", "--top", "2", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["operators"] == [] and "no kernel cost model of a GPU" in row["operators_from"]
+    # and names the way that does split it
+    assert row["operators_from"].endswith("checkpoint gpu-spec-sheet prices each operator from "
+                                          "the nvidia-rtx-3090's spec sheet")
+    assert main(["predict", path, "--batch-size", "8", "--top", "2", "--device", "rtx3090",
+                 "--checkpoint", "gpu-spec-sheet", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["operators"]
 
 
 def test_op_sum_is_composition_alone(ops, tiny_real_dataset):

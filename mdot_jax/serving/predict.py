@@ -382,8 +382,10 @@ def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
     shipped = [f for f in sorted(CHECKPOINT_DIR.glob(f"*/{COST_MODEL}"))
                if f.parent.name == device or is_cpu(f.parent.name) == is_cpu(device)]
     if not shipped:
-        return None, f"no kernel cost model of {'a CPU' if is_cpu(device) else 'a GPU'} " \
-                     "is shipped yet"
+        gpu = None if is_cpu(device) else gpus.lookup(device)
+        return None, f"no kernel cost model of {'a CPU' if is_cpu(device) else 'a GPU'} is " \
+            "shipped yet" + (f"; checkpoint {STEP_MODEL_DIR.name} prices each operator from "
+                             f"the {gpu.name}'s spec sheet" if gpu else "")
     name = {f: f.parent.name for f in shipped}
     own = [f for f in shipped if name[f] == device]
     path = (own or shipped)[0]
