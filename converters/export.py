@@ -30,6 +30,7 @@ import onnx
 
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
+from converters.gradients import unreached
 from converters.sequence import (
     DATA_INPUTS_KEY,
     FROZEN_KEY,
@@ -263,8 +264,9 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     _unmerge(model, set(params) | {name for name, _ in module.named_buffers()})
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
     model.metadata_props.add(key=SDPA_KEY, value=",".join(map(str, SDPA_SOFTMAX)))
-    if frozen := [name for name, p in module.named_parameters() if not p.requires_grad]:
-        model.metadata_props.add(key=FROZEN_KEY, value=",".join(frozen))  # no gradients
+    frozen = [name for name, p in module.named_parameters() if not p.requires_grad]
+    if frozen := frozen + unreached(module, args, keywords):  # no gradients
+        model.metadata_props.add(key=FROZEN_KEY, value=",".join(frozen))
     if fused:
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):

@@ -68,6 +68,52 @@ def test_a_lora_target_that_names_no_linear_layer_says_which_there_are():
         from_hf_config(LLAMA, seq_len=16, lora_rank=0)
 
 
+class _Distilled(torch.nn.Module):
+    """A student trained against a teacher run under no_grad (or detached), in one module."""
+
+    def __init__(self, detach: bool = False):
+        super().__init__()
+        self.student, self.teacher = torch.nn.Linear(32, 10), torch.nn.Sequential(
+            torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        self.detach = detach
+
+    def forward(self, x):
+        if self.detach:
+            target = self.teacher(x).detach()
+        else:
+            with torch.no_grad():
+                target = self.teacher(x)
+        return torch.nn.functional.mse_loss(self.student(x), target)
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_a_teacher_the_backward_never_reaches_is_frozen(detach):
+    """The teacher's parameters require a gradient but get none: its backward and update were
+    priced (11,348 parameters trained, not the student's 330)."""
+    seq = convert(from_torch(_Distilled(detach), torch.randn(4, 32)), batch_size=4)
+    assert autograd.trainable(seq) == 32 * 10 + 10 and seq.params == 330 + 32 * 256 + 256 + 2570
+    teacher = [i for i, n in enumerate(seq.node_names) if "teacher" in n]
+    assert teacher and not autograd.backward(seq).runs[teacher].any()
+
+
+def test_what_the_gradient_probe_cannot_tell_leaves_every_parameter_trained():
+    class Argmax(torch.nn.Module):  # an inference export: no output carries a gradient
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.fc(x).argmax(-1)
+
+    class Reads(Argmax):  # code that reads a value: no forward on the meta device
+        def forward(self, x):
+            return self.fc(x) * (2.0 if x.sum().item() > 0 else 1.0)
+
+    for net in (Argmax(), Reads()):
+        seq = convert(from_torch(net, torch.randn(4, 16)), batch_size=4)
+        assert autograd.trainable(seq) == seq.params == 68, type(net).__name__
+
+
 def test_a_frozen_backbone_exported_from_torch_runs_no_backward_before_its_head():
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(),
                               torch.nn.Conv2d(16, 16, 3), torch.nn.ReLU(),

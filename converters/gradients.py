@@ -1,0 +1,58 @@
+"""Which trainable parameters a training step's backward reaches.
+
+A parameter with `requires_grad` may still get no gradient: a teacher run under
+`torch.no_grad()` inside the model (distillation, DINO's or BYOL's EMA teacher), or an output
+`.detach()`ed before the rest. The exported graph cannot say so (the tracer runs everything
+without gradients), so the forward is run once more on the meta device, with the parameters'
+and inputs' shapes alone (`torch.func.functional_call`: the model's own tensors untouched),
+and the backward of the sum of its outputs asks autograd which parameters it reaches. Torch's
+optimizers skip a parameter whose gradient is None, so such parameters are frozen for the
+step's price.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+
+def unreached(module: Any, args: tuple, keywords: Sequence[str] | None = None) -> list[str]:
+    """Names of `module`'s parameters that require a gradient but get none from the backward
+    of its forward on `args` (a dict's values by `keywords`). Empty where the forward cannot
+    run on the meta device (code that reads values) or no output carries a gradient (an
+    inference export, read as its training step): nothing is known then."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    meta = {n: torch.empty_like(t, device="meta").requires_grad_(t.requires_grad)
+            for n, t in (*module.named_parameters(), *module.named_buffers())}
+    inputs = tree_map(lambda a: a.to("meta") if isinstance(a, torch.Tensor) else a, args)
+    trained = [n for n, p in module.named_parameters() if p.requires_grad]
+    was_training = module.training
+    try:
+        module.train()
+        with warnings.catch_warnings(), torch.enable_grad():
+            warnings.simplefilter("ignore")
+            out = torch.func.functional_call(
+                module, meta, kwargs=dict(zip(keywords, inputs))) if keywords else \
+                torch.func.functional_call(module, meta, inputs)
+            leaves = [t for t in _tensors(out) if t.requires_grad and t.is_floating_point()]
+            if not leaves or not trained:
+                return []
+            grads = torch.autograd.grad(sum(t.sum() for t in leaves),
+                                        [meta[n] for n in trained], allow_unused=True)
+    except Exception:  # noqa: BLE001 (any model code): unknown, every parameter trained
+        return []
+    finally:
+        module.train(was_training)
+    return [n for n, g in zip(trained, grads) if g is None]
+
+
+def _tensors(x: Any) -> list[Any]:
+    """The tensors in a forward's output: a tensor, or any nesting of tuples, lists and dicts
+    (a Hugging Face `ModelOutput` is one)."""
+    if hasattr(x, "requires_grad") and hasattr(x, "is_floating_point"):
+        return [x]
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    return [t for item in items for t in _tensors(item)]
