@@ -30,8 +30,9 @@ import onnx
 
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
-from converters.gradients import unreached
+from converters.gradients import checkpoint_calls, checkpoints, unreached
 from converters.sequence import (
+    CHECKPOINTED_KEY,
     DATA_INPUTS_KEY,
     FROZEN_KEY,
     LINEAR_KEY,
@@ -219,7 +220,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
                 _meta_convolutions(torch, on_meta), _scalar_scatters(torch), \
                 positional_forward(module, args, keywords) as traced, torch.no_grad(), \
-                substituted(module) as fused:  # (no graph for a backward: a third the memory)
+                substituted(module) as fused, checkpoint_calls(torch) as checkpointed:
+            # (no graph for a backward: a third the memory)
             warnings.simplefilter("ignore")
             SDPA_SOFTMAX.clear()
             torch.onnx.export(  # a BytesIO works as the file
@@ -267,6 +269,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     frozen = [name for name, p in module.named_parameters() if not p.requires_grad]
     if frozen := frozen + unreached(module, args, keywords):  # no gradients
         model.metadata_props.add(key=FROZEN_KEY, value=",".join(frozen))
+    if checkpointed or checkpoints(module):  # the step runs a forward again: said, not priced
+        model.metadata_props.add(key=CHECKPOINTED_KEY, value="1")
     if fused:
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):

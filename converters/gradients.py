@@ -1,4 +1,5 @@
-"""Which trainable parameters a training step's backward reaches.
+"""Which trainable parameters a training step's backward reaches, and whether the model's
+own code checkpoints activations.
 
 A parameter with `requires_grad` may still get no gradient: a teacher run under
 `torch.no_grad()` inside the model (distillation, DINO's or BYOL's EMA teacher), or an output
@@ -12,6 +13,7 @@ step's price.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -56,3 +58,35 @@ def _tensors(x: Any) -> list[Any]:
         return [x]
     items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
     return [t for item in items for t in _tensors(item)]
+
+
+# the flags that turn a library's activation checkpointing on, per module
+CHECKPOINT_FLAGS = ("gradient_checkpointing", "grad_checkpointing")  # transformers', timm's
+
+
+@contextlib.contextmanager
+def checkpoint_calls(torch: Any):
+    """Yields a list that `torch.utils.checkpoint.checkpoint` calls made meanwhile are
+    appended to (through the module attribute: a function imported by name before is not
+    seen)."""
+    import torch.utils.checkpoint as module
+
+    calls: list[int] = []
+    original = module.checkpoint
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    module.checkpoint = counted
+    try:
+        yield calls
+    finally:
+        module.checkpoint = original
+
+
+def checkpoints(module: Any) -> bool:
+    """Whether a module of `module` turned its library's activation checkpointing on
+    (`model.gradient_checkpointing_enable()`, timm's `set_grad_checkpointing()`)."""
+    return any(getattr(m, flag, False) is True for m in module.modules()
+               for flag in CHECKPOINT_FLAGS)

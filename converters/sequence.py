@@ -65,6 +65,7 @@ LINEAR_KEY = "mdot.linear_attention"  # model metadata: functions exported as fu
 STATE_SPACE_KEY = "mdot.state_space"  # model metadata: its Mamba-2 heads and groups (JSON)
 SPARSE_KEY = "mdot.sparse_attention"  # model metadata: keys a query keeps (DeepSeek's indexer)
 SLIDING_KEY = "mdot.sliding_window"  # model metadata: each layer's sliding window (JSON; 0 none)
+CHECKPOINTED_KEY = "mdot.checkpointed"  # model metadata: its code checkpoints activations
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: the Softmax nodes (ordinals, in graph order)
 # of scaled_dot_product_attention calls; the others the model's code computes itself
@@ -419,6 +420,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     if not ids:
         raise ConversionError(f"model '{name or graph.name}': no operator depends on the "
                               "inputs (only constants and shape computations)")
+    said = _metadata(model)
     meta = dict(
         format_version=FORMAT_VERSION, vocab_version=VOCAB_VERSION, graph=graph_kind(model),
         inputs={t: list(types[t].shape or []) for t in sorted(data_inputs) if t in types},
@@ -432,16 +434,15 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **({"fill_operands": filled} if filled else {}),
         **({"half_type": h} if (h := half_of(types, used_params)) else {}),
         **masks.readers,
-        **({"experts": json.loads(moe)} if (moe := _metadata(model).get(EXPERTS_KEY)) else {}),
-        **({"defaulted": json.loads(d)} if (d := _metadata(model).get(DEFAULTED_KEY)) else {}),
-        **({"eager_attention": a} if (a := _metadata(model).get(EAGER_KEY)) else {}),
+        **{k: json.loads(said[key]) for k, key in (  # the exporter's JSON metadata
+            ("experts", EXPERTS_KEY), ("defaulted", DEFAULTED_KEY), ("sliding_window", SLIDING_KEY),
+            ("state_space", STATE_SPACE_KEY)) if said.get(key)},
+        **({"eager_attention": a} if (a := said.get(EAGER_KEY)) else {}),
+        **({"checkpointed": True} if said.get(CHECKPOINTED_KEY) else {}),
         **({"sdpa_softmax": _sdpa_softmax(nodes, seq_index, sdpa)}
-           if (sdpa := _metadata(model).get(SDPA_KEY)) is not None else {}),
-        **({"linear_attention": a} if (a := _metadata(model).get(LINEAR_KEY)) else {}),
-        **({"sparse_attention": int(top)} if (top := _metadata(model).get(SPARSE_KEY)) else {}),
-        **({"sliding_window": json.loads(w)} if (w := _metadata(model).get(SLIDING_KEY)) else {}),
-        **({"state_space": json.loads(ssm)} if (ssm := _metadata(model).get(STATE_SPACE_KEY))
-           else {}),
+           if (sdpa := said.get(SDPA_KEY)) is not None else {}),
+        **({"linear_attention": a} if (a := said.get(LINEAR_KEY)) else {}),
+        **({"sparse_attention": int(top)} if (top := said.get(SPARSE_KEY)) else {}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
     return OperatorSequence(

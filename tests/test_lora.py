@@ -114,6 +114,38 @@ def test_what_the_gradient_probe_cannot_tell_leaves_every_parameter_trained():
         assert autograd.trainable(seq) == seq.params == 68, type(net).__name__
 
 
+def test_a_model_that_checkpoints_itself_says_so(tmp_path):
+    """torch.utils.checkpoint in a module's code, or transformers' flag, was priced as a step
+    that keeps every activation and runs no forward again, with nothing said."""
+    import onnx
+    import transformers
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.fc2(torch.utils.checkpoint.checkpoint(self.fc1, x, use_reentrant=False))
+
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+        num_hidden_layers=1, vocab_size=64))
+    llama.gradient_checkpointing_enable()
+    for net, x in ((Checkpointed(), torch.randn(4, 16)), (llama, torch.randint(0, 64, (2, 8)))):
+        onnx.save(from_torch(net, x), tmp_path / "m.onnx")
+        assert convert(onnx.load(tmp_path / "m.onnx"), batch_size=2).meta["checkpointed"]
+        said = [w for w in predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=2,
+                                               device="h100-sxm")).warnings
+                if "checkpoints activations in its own code" in w]
+        assert said and said[0].endswith("give activation_checkpointing full")
+    given = predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=2, device="h100-sxm",
+                                activation_checkpointing="full"))  # the Llama, as it trains
+    assert not any("in its own code" in w for w in given.warnings)
+    plain = convert(from_torch(torch.nn.Linear(16, 4), torch.randn(4, 16)), batch_size=2)
+    assert "checkpointed" not in plain.meta
+
+
 def test_a_frozen_backbone_exported_from_torch_runs_no_backward_before_its_head():
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(),
                               torch.nn.Conv2d(16, 16, 3), torch.nn.ReLU(),

@@ -138,6 +138,10 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                      "those at long sequences")
     if said := defaults_said(seq):
         about.append(said)
+    if seq.meta.get("checkpointed") and not job.activation_checkpointing:
+        about.append("the model checkpoints activations in its own code (torch.utils.checkpoint"
+                     ", or its library's flag): priced without the forward it runs again and "
+                     "with every activation kept; give activation_checkpointing full")
     frozen = (trained := autograd.trainable(seq)) < seq.params
     if frozen and not trained:
         raise RequestError(f"model: every one of its {seq.params:,} parameters is frozen "
