@@ -220,8 +220,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
                 _meta_convolutions(torch, on_meta), _scalar_scatters(torch), \
                 positional_forward(module, args, keywords) as traced, torch.no_grad(), \
-                substituted(module) as fused, checkpoint_calls(torch) as checkpointed:
-            # (no graph for a backward: a third the memory)
+                substituted(module) as fused, checkpoint_calls() as checkpointed:
+            # torch.no_grad(): no graph for a backward, a third the memory
             warnings.simplefilter("ignore")
             SDPA_SOFTMAX.clear()
             torch.onnx.export(  # a BytesIO works as the file

@@ -65,7 +65,7 @@ CHECKPOINT_FLAGS = ("gradient_checkpointing", "grad_checkpointing")  # transform
 
 
 @contextlib.contextmanager
-def checkpoint_calls(torch: Any):
+def checkpoint_calls():
     """Yields a list that `torch.utils.checkpoint.checkpoint` calls made meanwhile are
     appended to (through the module attribute: a function imported by name before is not
     seen)."""
