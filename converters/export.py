@@ -189,8 +189,9 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     Args:
       module: the model; it is traced in train mode, then its mode and buffers are restored
         (BatchNorm's running statistics, which the traced forward moves).
-      example_inputs: a tensor, a tuple of tensors, or a dict of them passed by keyword (a
-        tokenizer's output); they fix every dim but the batch.
+      example_inputs: a tensor, a tuple (of tensors, or lists or dicts of them: a `batch`
+        dict), or a dict passed by keyword (a tokenizer's output); they fix every dim but the
+        batch.
       input_names: names for the data inputs (default a dict's keys, else `input0`, ...).
       dynamic_batch: export dim 0 of every input as the symbolic dim `batch`.
     """

@@ -38,22 +38,50 @@ def example_args(module: Any, example_inputs: Any) -> tuple[tuple, list[str] | N
     return args, keywords
 
 
-def tensor_names(args: tuple, keywords: Sequence[str] | None) -> list[str]:
-    """A name for each tensor of `args`, in the order the exporter makes them graph inputs
-    (depth first through lists and tuples: `input1_0`, `input1_1`); anything else is no
-    input (None, a flag)."""
-    names: list[str] = []
+def _is_tensor(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype")
 
-    def walk(x: Any, name: str) -> None:
-        if isinstance(x, (list, tuple)):
-            for j, item in enumerate(x):
-                walk(item, f"{name}_{j}")
-        elif hasattr(x, "shape") and hasattr(x, "dtype"):
-            names.append(name)
 
+def _walk(x: Any, name: str, found: list[tuple[str, Any]]) -> None:
+    """The tensors in `x` with their names, depth first through lists, tuples and dicts
+    (`input1_0`, `input0_x`)."""
+    if isinstance(x, Mapping):
+        for key, item in x.items():
+            _walk(item, f"{name}_{key}", found)
+    elif isinstance(x, (list, tuple)):
+        for j, item in enumerate(x):
+            _walk(item, f"{name}_{j}", found)
+    elif _is_tensor(x):
+        found.append((name, x))
+
+
+def _tensors(args: tuple, keywords: Sequence[str] | None) -> list[tuple[str, Any]]:
+    found: list[tuple[str, Any]] = []
     for i, arg in enumerate(args):
-        walk(arg, keywords[i] if keywords else f"input{i}")
-    return names
+        _walk(arg, keywords[i] if keywords else f"input{i}", found)
+    return found
+
+
+def tensor_names(args: tuple, keywords: Sequence[str] | None) -> list[str]:
+    """A name for each tensor of `args`, in the order they are traced as graph inputs (depth
+    first through lists, tuples and dicts: `input1_0`, `input0_x`); anything else is no
+    input (None, a flag)."""
+    return [name for name, _ in _tensors(args, keywords)]
+
+
+def _rebuilt(x: Any, values: Any) -> Any:
+    """`x` with each of its tensors replaced by the next of `values` (`_walk`'s order)."""
+    kind: Any = type(x)
+    if isinstance(x, Mapping):
+        mapping = {key: _rebuilt(item, values) for key, item in x.items()}
+        try:
+            return kind(mapping)  # a tokenizer's BatchEncoding, an OrderedDict
+        except Exception:  # noqa: BLE001 (a mapping type built otherwise): a plain dict
+            return mapping
+    if isinstance(x, (list, tuple)):
+        items = [_rebuilt(item, values) for item in x]
+        return kind(*items) if hasattr(x, "_fields") else kind(items)  # a namedtuple's fields
+    return next(values) if _is_tensor(x) else x
 
 
 def data_input_names(args: tuple, keywords: Sequence[str] | None,
@@ -69,26 +97,24 @@ def data_input_names(args: tuple, keywords: Sequence[str] | None,
 @contextlib.contextmanager
 def positional_forward(module: Any, args: tuple, keywords: Sequence[str] | None = None):
     """`module.forward` as a function of the given inputs alone while exporting; yields what
-    to trace: the arguments holding tensors. The rest (None, a flag) is bound as given, and a
-    dict's values are passed by the names in `keywords`. The exporter binds every other
-    parameter of the forward that has a default as one more traced input: an int default
-    becomes a tensor, and code that branches on `isinstance(x, int)` takes the other branch
-    (a Hugging Face causal LM's `logits_to_keep=0`, which keeps every position, became a
-    scalar index: the logits of one position per sequence); a flag given as an argument would
-    too."""
-    traced = [i for i, a in enumerate(args) if tensor_names((a,), None)]
+    to trace: the tensors, taken out of any list, tuple or dict holding them (a `batch` dict
+    as one argument) and put back for the forward. The rest (None, a flag) is bound as given,
+    and a dict of `example_inputs` is passed by the names in `keywords`. The exporter binds
+    every other parameter of the forward that has a default as one more traced input: an int
+    default becomes a tensor, and code that branches on `isinstance(x, int)` takes the other
+    branch (a Hugging Face causal LM's `logits_to_keep=0`, which keeps every position, became
+    a scalar index: the logits of one position per sequence); a flag given as an argument
+    would too."""
     had = module.__dict__.get("forward")
     forward = module.forward
 
     def call(*values):
-        full = list(args)
-        for i, v in zip(traced, values):
-            full[i] = v
+        full = _rebuilt(list(args), iter(values))
         return forward(**dict(zip(keywords, full))) if keywords else forward(*full)
 
     module.forward = call
     try:
-        yield tuple(args[i] for i in traced)
+        yield tuple(t for _, t in _tensors(args, keywords))
     finally:
         if had is None:
             del module.forward

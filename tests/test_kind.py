@@ -132,10 +132,10 @@ def test_exporting_leaves_the_model_as_it_was(mode):
 
 
 def test_every_input_tensor_is_a_data_input_and_none_is_no_input():
-    """Example inputs as the exporter flattens them: a list's tensors each a data input with a
-    batch dim (`input0_0`, `input0_1`); a None argument no input, so no parameter takes its
-    name (the weight of `(x, None)` was read as a second data input); names that do not match
-    the tensors are refused, naming them."""
+    """Example inputs flattened: a list's (or a dict argument's) tensors each a data input
+    with a batch dim (`input0_0`, `input0_1`; `input0_a`); a None argument no input, so no
+    parameter takes its name (the weight of `(x, None)` was read as a second data input);
+    names that do not match the tensors are refused, naming them."""
     torch = pytest.importorskip("torch")
     from converters import ConversionError, from_torch
 
@@ -145,12 +145,15 @@ def test_every_input_tensor_is_a_data_input_and_none_is_no_input():
             self.fc = torch.nn.Linear(4, 4)
 
         def forward(self, x, extra=None):
-            x = x if torch.is_tensor(x) else x[0] + x[1]
+            x = x if torch.is_tensor(x) else x["a"] + x["b"] if isinstance(x, dict) else \
+                x[0] + x[1]
             return self.fc(x) if extra is None else self.fc(x) + extra
 
     x = torch.randn(2, 4)
     for args, inputs in (((x, None), ["input0"]), (([x, x],), ["input0_0", "input0_1"]),
-                         ((x, x), ["input0", "input1"])):
+                         ((x, x), ["input0", "input1"]),
+                         (({"a": x, "b": x},), ["input0_a", "input0_b"])):  # a batch dict: no
+        # input at all, its tensors bound as constants (the batch size asked ignored)
         seq = convert(from_torch(Net(), args), batch_size=8)
         assert seq.meta["inputs"] == {n: [8, 4] for n in inputs} and seq.meta["params"] == 20
     with pytest.raises(ConversionError, match=r"input_names: 2 names for the 1 input tensors"):
