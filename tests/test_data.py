@@ -191,3 +191,19 @@ def test_a_bad_sequence_file_or_archive_is_named_and_nothing_is_removed(tmp_path
     (tmp_path / PACKED_SEQS).write_bytes(b"\xfd7zXZ\x00 not really")
     with pytest.raises(DatasetError, match="not a readable sequence archive"):
         _arrays(load_dataset(tmp_path).samples[-1].seq)
+
+
+def test_a_folder_that_is_no_dataset_says_why(tmp_path, capsys):
+    """A missing folder or a file was said to be "not a dataset (no samples.jsonl)"."""
+    import re
+
+    (tmp_path / "m.onnx").write_bytes(b"")
+    for path, why in ((tmp_path / "none", "no such folder"),
+                      (tmp_path / "m.onnx", "a file, not a dataset folder"),
+                      (tmp_path, "not a dataset (no samples.jsonl)")):
+        said = f"{path}: {why}"
+        for read in (load_dataset, check_dataset):
+            with pytest.raises(DatasetError, match=f"^{re.escape(said)}$"):
+                read(path)
+        assert main(["dataset", "info", str(path)]) == 2
+        assert capsys.readouterr().err.strip().endswith(said)

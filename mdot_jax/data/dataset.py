@@ -312,6 +312,15 @@ def has_samples(root: str | Path) -> bool:
     return path.is_file() or path.with_name(path.name + PACKED).is_file()
 
 
+def not_a_dataset(root: str | Path) -> DatasetError:
+    """The error for a `root` without samples, saying which: no such folder, a file, or a
+    folder without them."""
+    path = Path(root)
+    why = "no such folder" if not path.exists() else "a file, not a dataset folder" \
+        if not path.is_dir() else f"not a dataset (no {SAMPLES})"
+    return DatasetError(f"{root}: {why}")
+
+
 def graph_digest(q: OperatorSequence) -> str:
     """A digest of the graph itself (operators, configuration, load, edges), whatever its name."""
     h = hashlib.sha256()
@@ -424,7 +433,7 @@ def load_dataset(root: str | Path) -> Dataset:
     them all, `--fix` moves them aside)."""
     root = Path(root)
     if not has_samples(root):
-        raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
+        raise not_a_dataset(root)
     rows, problems = read_samples(root / SAMPLES)
     problems = [q for q in problems if not q.torn]  # the sample in flight: not there yet
     if problems:

@@ -34,6 +34,7 @@ from mdot_jax.data.dataset import (
     has_samples,
     has_sequence,
     load_sequence,
+    not_a_dataset,
     read_samples,
 )
 from mdot_jax.errors import DatasetError
@@ -59,7 +60,7 @@ def pack_sequences(root: str | Path, *, progress: bool = True) -> dict:
 
     root = Path(root)
     if not has_samples(root):
-        raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
+        raise not_a_dataset(root)
     archive, tmp = root / PACKED_SEQS, root / (PACKED_SEQS + ".tmp")
     with writer_lock(root):
         members = dict(_read_archive(archive)) if archive.is_file() else {}
@@ -221,7 +222,7 @@ def check_dataset(root: str | Path, *, fix: bool = False) -> dict:
     `fix` finds nothing to move. Nothing is deleted."""
     root = Path(root)
     if not has_samples(root):
-        raise DatasetError(f"{root}: not a dataset (no {SAMPLES})")
+        raise not_a_dataset(root)
     if not fix:
         return _check(root)[0]
     try:

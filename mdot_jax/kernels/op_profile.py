@@ -39,6 +39,7 @@ from mdot_jax.data.dataset import (
     SAMPLES,
     has_samples,
     load_sequence,
+    not_a_dataset,
     read_jsonl_bytes,
     read_samples,
 )
@@ -92,7 +93,7 @@ def harvest(dataset_dirs: list[str | Path], progress: bool = True) -> Harvest:
     files: dict[tuple[Path, str], str] = {}  # (dataset, sequence) -> the first key using it
     for d in dataset_dirs:  # the graphs of noisy samples too: a graph is what is drawn from
         if not has_samples(d) and not (Path(d) / NOISY).exists():
-            raise DatasetError(f"{d}: not a dataset (no {SAMPLES})")
+            raise not_a_dataset(d)
         for name in (SAMPLES, NOISY):
             for row in read_samples(Path(d) / name)[0]:
                 files.setdefault((Path(d), row["seq"]), row["key"])
