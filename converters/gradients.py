@@ -18,6 +18,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from converters.torch_inputs import tensors_in
+
 
 def unreached(module: Any, args: tuple, keywords: Sequence[str] | None = None) -> list[str]:
     """Names of `module`'s parameters that require a gradient but get none from the backward
@@ -39,7 +41,7 @@ def unreached(module: Any, args: tuple, keywords: Sequence[str] | None = None) -
             out = torch.func.functional_call(
                 module, meta, kwargs=dict(zip(keywords, inputs))) if keywords else \
                 torch.func.functional_call(module, meta, inputs)
-            leaves = [t for t in _tensors(out) if t.requires_grad and t.is_floating_point()]
+            leaves = [t for t in tensors_in(out) if t.requires_grad and t.is_floating_point()]
             if not leaves or not trained:
                 return []
             grads = torch.autograd.grad(sum(t.sum() for t in leaves),
@@ -49,15 +51,6 @@ def unreached(module: Any, args: tuple, keywords: Sequence[str] | None = None) -
     finally:
         module.train(was_training)
     return [n for n, g in zip(trained, grads) if g is None]
-
-
-def _tensors(x: Any) -> list[Any]:
-    """The tensors in a forward's output: a tensor, or any nesting of tuples, lists and dicts
-    (a Hugging Face `ModelOutput` is one)."""
-    if hasattr(x, "requires_grad") and hasattr(x, "is_floating_point"):
-        return [x]
-    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
-    return [t for item in items for t in _tensors(item)]
 
 
 # the flags that turn a library's activation checkpointing on, per module

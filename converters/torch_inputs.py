@@ -62,6 +62,14 @@ def _tensors(args: tuple, keywords: Sequence[str] | None) -> list[tuple[str, Any
     return found
 
 
+def tensors_in(x: Any) -> list[Any]:
+    """The tensors in `x`, depth first through lists, tuples and dicts (a forward's output: a
+    Hugging Face `ModelOutput` is a dict)."""
+    found: list[tuple[str, Any]] = []
+    _walk(x, "", found)
+    return [t for _, t in found]
+
+
 def tensor_names(args: tuple, keywords: Sequence[str] | None) -> list[str]:
     """A name for each tensor of `args`, in the order they are traced as graph inputs (depth
     first through lists, tuples and dicts: `input1_0`, `input0_x`); anything else is no
