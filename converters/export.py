@@ -44,7 +44,13 @@ from converters.state_space import DOMAIN
 from converters.substitutes import SUBSTITUTES, substituted
 from converters.symbolics import SDPA_SOFTMAX
 from converters.symbolics import register as register_symbolics
-from converters.torch_inputs import data_input_names, example_args, positional_forward, unwrapped
+from converters.torch_inputs import (
+    data_input_names,
+    example_args,
+    positional_forward,
+    to_meta,
+    unwrapped,
+)
 
 OPSET = 17
 FALLBACK_OPSET = 18  # only for graphs with ops opset 17 lacks (Col2Im)
@@ -206,7 +212,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     args, keywords = example_args(module, example_inputs)
     on_meta = any(p.is_meta for p in module.parameters())
     if on_meta:  # a model built under `torch.device("meta")`: trace it there, allocating nothing
-        args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
+        args = to_meta(args)
     names = data_input_names(args, keywords, input_names)
     buf = io.BytesIO()
     was_training, retry, fused = module.training, False, []

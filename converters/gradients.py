@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from converters.torch_inputs import tensors_in
+from converters.torch_inputs import tensors_in, to_meta
 
 
 def unreached(module: Any, args: tuple, keywords: Sequence[str] | None = None) -> list[str]:
@@ -27,11 +27,10 @@ def unreached(module: Any, args: tuple, keywords: Sequence[str] | None = None) -
     run on the meta device (code that reads values) or no output carries a gradient (an
     inference export, read as its training step): nothing is known then."""
     import torch
-    from torch.utils._pytree import tree_map
 
     meta = {n: torch.empty_like(t, device="meta").requires_grad_(t.requires_grad)
             for n, t in (*module.named_parameters(), *module.named_buffers())}
-    inputs = tree_map(lambda a: a.to("meta") if isinstance(a, torch.Tensor) else a, args)
+    inputs = to_meta(args)
     trained = [n for n, p in module.named_parameters() if p.requires_grad]
     was_training = module.training
     try:

@@ -38,6 +38,13 @@ def example_args(module: Any, example_inputs: Any) -> tuple[tuple, list[str] | N
     return args, keywords
 
 
+def to_meta(args: Any) -> Any:
+    """`args` with every tensor in it (through lists, tuples and dicts) on the meta device."""
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda a: a.to("meta") if _is_tensor(a) else a, args)
+
+
 def _is_tensor(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
 

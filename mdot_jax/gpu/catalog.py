@@ -224,10 +224,7 @@ def matching(name: str) -> list[GPU]:
 def named(names: Sequence[str]) -> dict[str, GPU]:
     """Every GPU each of `names` may mean (`matching`), each once; a name that means none is
     `find`'s ValueError."""
-    for name in names:
-        if not matching(name):
-            find(name)
-    return {g.name: g for name in names for g in matching(name)}
+    return {g.name: g for name in names for g in matching(name) or [find(name)]}
 
 
 def find(name: str) -> GPU:

@@ -379,13 +379,14 @@ def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
     from mdot_jax.measure.device import is_cpu
 
     # another CPU's kernels say little of a GPU's: only a device of the same kind stands in
+    cpu = is_cpu(device)
     shipped = [f for f in sorted(CHECKPOINT_DIR.glob(f"*/{COST_MODEL}"))
-               if f.parent.name == device or is_cpu(f.parent.name) == is_cpu(device)]
+               if f.parent.name == device or is_cpu(f.parent.name) == cpu]
     if not shipped:
-        gpu = None if is_cpu(device) else gpus.lookup(device)
-        return None, f"no kernel cost model of {'a CPU' if is_cpu(device) else 'a GPU'} is " \
-            "shipped yet" + (f"; checkpoint {STEP_MODEL_DIR.name} prices each operator from "
-                             f"the {gpu.name}'s spec sheet" if gpu else "")
+        gpu = None if cpu else gpus.lookup(device)
+        return None, f"no kernel cost model of {'a CPU' if cpu else 'a GPU'} is shipped yet" + (
+            f"; checkpoint {STEP_MODEL_DIR.name} prices each operator from the {gpu.name}'s "
+            "spec sheet" if gpu else "")
     name = {f: f.parent.name for f in shipped}
     own = [f for f in shipped if name[f] == device]
     path = (own or shipped)[0]
