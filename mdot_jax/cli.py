@@ -22,7 +22,7 @@ from mdot_jax import __version__, cli_build, cli_job, cli_plan, writers
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, RequestError, UsageError
 from mdot_jax.options import CHOICE_HINTS, MEASURED_PRECISIONS
-from mdot_jax.readable import hours, number, percent
+from mdot_jax.readable import count, hours, number, percent
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
@@ -94,8 +94,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if k := seq.meta.get("sparse_attention"):
         print(f"sparse attention: each query's top {k:,} keys, exported dense and masked")
     width = max(len(k) for k in summary["op_types"])
-    for op, count in summary["op_types"].items():
-        print(f"  {op:<{width}}  {count:6d}")
+    for op, n in summary["op_types"].items():
+        print(f"  {op:<{width}}  {n:6d}")
     if seq.unknown_ops:
         print(f"unknown op types (as <unk>): {seq.unknown_ops}")
     if args.output:
@@ -165,7 +165,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None):
     r = rows[0]
-    print(f"{model} on {r.device} ({r.num_ops} operators; {r.source})")
+    trained = f", {count(r.trained_parameters)} trained" * (r.trained_parameters < r.parameters)
+    print(f"{model} on {r.device} ({count(r.parameters)} parameters{trained}, {r.num_ops:,} "
+          f"operators; {r.source})")
     job, tokens, mfu = r.job_s is not None, bool(r.tokens), r.mfu is not None
     print(f"{'batch':>7} " * by_batch + f"{'GPUs':>5} " * by_gpus
           + f"{'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10} {'memory GB':>9}"

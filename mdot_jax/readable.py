@@ -9,6 +9,14 @@ def number(x: float, figures: int = 3) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.{figures}g}"
 
 
+def count(n: int) -> str:
+    """A count as model cards write it: 6.74B, 416M, 12.3k, 330 (three figures)."""
+    for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= size * 0.9995:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
 def hours(x: float) -> str:
     """Hours: `number`'s, under 3.6 s <0.001, beyond a thousand years >10,000,000."""
     return ">10,000,000" if x > 1e7 else number(x) if x >= 1e-3 else "<0.001"

@@ -128,11 +128,17 @@ def test_a_model_that_checkpoints_itself_says_so(tmp_path):
         def forward(self, x):
             return self.fc2(torch.utils.checkpoint.checkpoint(self.fc1, x, use_reentrant=False))
 
+    class ByName(Checkpointed):  # `from torch.utils.checkpoint import checkpoint`, done before
+        def forward(self, x):
+            return self.fc2(imported(self.fc1, x, use_reentrant=True))
+
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
         hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
         num_hidden_layers=1, vocab_size=64))
     llama.gradient_checkpointing_enable()
-    for net, x in ((Checkpointed(), torch.randn(4, 16)), (llama, torch.randint(0, 64, (2, 8)))):
+    imported = torch.utils.checkpoint.checkpoint
+    for net, x in ((Checkpointed(), torch.randn(4, 16)), (ByName(), torch.randn(4, 16)),
+                   (llama, torch.randint(0, 64, (2, 8)))):
         onnx.save(from_torch(net, x), tmp_path / "m.onnx")
         assert convert(onnx.load(tmp_path / "m.onnx"), batch_size=2).meta["checkpointed"]
         said = [w for w in predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=2,
@@ -257,6 +263,31 @@ def test_the_cli_takes_lora_and_says_what_trains(tmp_path, capsys):
     assert summary["trained_params"] == _lora_params(4, ("q_proj", "v_proj"))
     assert main([*convert_args, ","]) == 2
     assert "--lora-targets ',': expected layer names" in capsys.readouterr().err
+
+
+def test_a_prediction_says_how_many_parameters_the_model_has_and_trains(tmp_path, capsys):
+    import transformers
+
+    from mdot_jax.cli import main
+    from mdot_jax.readable import count
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**LLAMA))
+    total = sum(p.numel() for p in model.parameters())  # tied weights once
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    job = dict(model=str(path), seq_len=64, batch_size=2, device="h100-sxm")
+    p = predict(TrainingJob(**job))
+    assert (p.parameters, p.trained_parameters) == (total, total)
+    adapters = _lora_params(4, ("q_proj", "v_proj"))
+    p = predict(TrainingJob(**job, lora_rank=4, lora_targets=("q_proj", "v_proj")))
+    assert (p.parameters, p.trained_parameters) == (total + adapters, adapters)
+    assert p.to_json()["trained_parameters"] == adapters
+    assert main(["predict", str(path), "--seq-len", "64", "--batch-size", "2", "--device",
+                 "h100-sxm", "--lora-rank", "4", "--lora-targets", "q_proj,v_proj"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert f"({count(total + adapters)} parameters, {count(adapters)} trained, " in header
 
 
 def test_a_step_with_frozen_parameters_has_no_band_and_one_training_nothing_is_refused(

@@ -157,7 +157,8 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                      "optimizer adamw")
     p = dataclasses.replace(p, batch_size=b, gpus=n * job.nodes, source=pricer.source,
                             warnings=[*p.warnings, *pricer.notes, *about],
-                            mfu=pricer.mfu(seq, p),
+                            mfu=pricer.mfu(seq, p), parameters=seq.params,
+                            trained_parameters=trained,
                             tokens=input_size_of(seq) * job.cp if seq.input_kind == "tokens"
                             else 0)
     if job.operators:

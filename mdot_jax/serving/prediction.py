@@ -102,6 +102,8 @@ class Prediction:
     cp: int = 1  # GPUs a replica's sequences are cut over (context parallelism)
     grad_accum: int = 1  # micro-batches an iteration accumulates before its update
     tokens: int = 0  # per sample, for a token model (its sequence length); 0 otherwise
+    parameters: int = 0  # the model's, every layer counted (tied weights once)
+    trained_parameters: int = 0  # of those, the ones the update trains (not frozen)
     mfu: float | None = None  # the model's FLOPs' time at the GPUs' peaks / the iteration's
     source: str = ""  # which predictor: a checkpoint's name, or a spec sheet's step model
     operators_from: str = ""  # what priced `operators`
