@@ -384,12 +384,19 @@ def from_flax(fn: Any, example_inputs: Sequence[Any], *, input_names: Sequence[s
     `example_inputs` are `jax.ShapeDtypeStruct`s or arrays; the first dim can be a symbol
     name (e.g. `("B", 224, 224, 3)`) to keep the batch dynamic.
     """
+    for i, x in enumerate(example_inputs):
+        if not (hasattr(x, "shape") and hasattr(x, "dtype") or isinstance(x, (tuple, list))):
+            raise ConversionError(
+                f"example_inputs[{i}]: a {type(x).__name__}, not an array or a shape; "
+                "parameters go in the function, not its inputs (from_flax(lambda x: "
+                "model.apply(params, x), [shape]))")
     try:
         from jax2onnx import to_onnx
     except ImportError:
         raise ConversionError("from_flax needs jax2onnx: pip install jax2onnx") from None
     try:
-        model = to_onnx(fn, list(example_inputs), opset=opset)
+        with _quiet_fds():  # jax2onnx logs what it changes (a batch norm to inference)
+            model = to_onnx(fn, list(example_inputs), opset=opset)
     except Exception as e:  # noqa: BLE001 - reported as one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known

@@ -4,7 +4,7 @@ this package: jax2onnx pins an older orbax-checkpoint, TensorFlow other numpy an
 
 import pytest
 
-from converters import convert, from_flax, from_keras
+from converters import ConversionError, convert, from_flax, from_keras
 
 # Conv 3 -> 8 channels, 3x3, same padding, on 8x8 images at batch 4: 2 * MACs
 CONV_FLOPS = 2 * 4 * 8 * 8 * 8 * 3 * 3 * 3
@@ -33,6 +33,14 @@ def test_from_flax_exports_an_nnx_model():
             return self.head(nnx.relu(self.conv(x)).mean(axis=(1, 2)))
 
     _check(from_flax(Net(nnx.Rngs(0)), [("B", 8, 8, 3)]))
+
+
+def test_from_flax_refuses_parameters_given_as_an_input_and_says_where_they_go():
+    """A linen user's `from_flax(lambda p, x: model.apply(p, x), [params, shape])` met
+    jax2onnx's own TypeError; it is refused before jax2onnx is needed."""
+    with pytest.raises(ConversionError, match=r"^example_inputs\[0\]: a dict, not an array or "
+                       r"a shape; parameters go in the function"):
+        from_flax(lambda p, x: x, [{"params": {}}, ("B", 8)])
 
 
 def test_from_keras_exports_a_keras_model():

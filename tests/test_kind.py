@@ -21,9 +21,29 @@ def test_batchnorm_mode_tells_training_from_inference_exports():
     assert train["opset"] == 17 and train["precision"] == "fp32" and not train["control_flow"]
     # recorded in the operator sequence, and warned about when predicting
     assert convert(conv_bn_relu(), batch_size=2).meta["graph"]["kind"] == "inference"
-    [warning] = graph_warnings(infer, "fp32")
+    [warning] = graph_warnings(infer)
     assert warning.startswith("an inference graph (1 BatchNormalization in inference mode)")
-    assert graph_warnings(train, "fp32") == []
+    assert graph_warnings(train) == []
+
+
+def test_another_frameworks_export_says_how_it_is_priced():
+    g = dict(graph_kind(conv_bn_relu()), producer="jax2onnx 0.17.1")
+    said = graph_warnings(g)
+    assert said[0].startswith("exported by jax2onnx: priced as eager PyTorch trains the graph")
+    assert said[1].endswith("jax2onnx exports inference graphs only")
+    assert not any("exported by" in w for w in graph_warnings(graph_kind(conv_bn_relu())))
+
+
+def test_a_gpu_priced_from_its_spec_sheet_says_the_graph_is_an_inference_one(tmp_path):
+    """Said for a checkpoint's device only: a GPU priced an inference export silently."""
+    from mdot_jax import TrainingJob, predict
+
+    for training in (False, True):
+        onnx.save(conv_bn_relu(training=training), tmp_path / "m.onnx")
+        p = predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=2,
+                                device="h100-sxm"))
+        said = [w for w in p.warnings if w.startswith("an inference graph")]
+        assert len(said) == (not training)
 
 
 def test_an_inference_graph_is_read_as_its_training_step():

@@ -88,7 +88,7 @@ from mdot_jax.gpu.update import update, update_kernels
 from mdot_jax.options import AUTOCAST, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.serving.memory import check_fit, step_memory
-from mdot_jax.serving.predict import checkpoint_devices, input_size_of
+from mdot_jax.serving.predict import checkpoint_devices, graph_warnings, input_size_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.storage.checkpoint import STEP_MODEL_DIR
 
@@ -272,6 +272,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                            else "") + f" ({u.what}): not measured")
     warnings += sorted({extrapolated[c] for c in found.classes if c in extrapolated})
     warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note, masked_note)
+    warnings += graph_warnings(seq.meta.get("graph") or {})
     if fusion:
         warnings.append(compiled.said(fusion, host, framework))
     gaps = (end := launch_bound(order, host)) - sum(order)

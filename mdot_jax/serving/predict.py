@@ -412,27 +412,34 @@ def machine_note(devices: Sequence[str]) -> str | None:
             "run `mdot adapt` (docs: README, Predict for your machine)")
 
 
-def graph_warnings(g: dict, precision: str) -> list[str]:
+def graph_warnings(g: dict, precision: str | None = None) -> list[str]:
     """What the kind of graph (`converters.kind.graph_kind`) says about a prediction of its
-    training step: an inference export, uncosted control flow, weights in another precision."""
+    training step: another framework's export, an inference one, uncosted control flow; with
+    the `precision` a checkpoint's device was measured at, weights in another (a GPU's pricer
+    says its own)."""
     out = []
+    only = next((p for p in ("tf2onnx", "jax2onnx") if g.get("producer", "").startswith(p)),
+                None)  # exporters of other frameworks, which write inference graphs only
+    if only:
+        out.append(f"exported by {only}: priced as eager PyTorch trains the graph (its kernels "
+                   "one by one, torch.optim's update); the fusion of a compiled step (XLA's) is "
+                   "not priced")
     if g.get("kind") == "inference":
         evidence = " and ".join(
             f"{n} BatchNormalization {how}" for n, how in (
                 (g["batchnorm_inference"], "in inference mode"),
                 (g.get("batchnorm_folded", 0), "folded into Conv")) if n)
-        exact = ("export the training graph (converters.from_torch, or torch.onnx.export(..., "
-                 "training=TrainingMode.TRAINING))"
-                 if not g.get("producer", "").startswith("tf2onnx") else
-                 "export the model from PyTorch in training mode, if there is one: tf2onnx "
-                 "exports inference graphs only")
+        exact = (f"export the model from PyTorch in training mode, if there is one: {only} "
+                 "exports inference graphs only" if only else "export the training graph "
+                 "(converters.from_torch, or torch.onnx.export(..., "
+                 "training=TrainingMode.TRAINING))")
         out.append(f"an inference graph ({evidence}): priced with its BatchNormalization in "
                    "training mode, but Dropout that the exporter removed is not priced; for "
                    f"the exact step {exact}")
     if g.get("control_flow"):
         out.append(f"control flow {g['control_flow']}: the bodies of these operators are not "
                    "costed")
-    if g.get("precision", "fp32") != "fp32":
+    if precision and g.get("precision", "fp32") != "fp32":
         out.append(f"the graph's weights are {g['precision']}; the prediction is for "
                    f"{precision} training as the checkpoint's device was measured")
     return out
