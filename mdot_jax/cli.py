@@ -18,11 +18,11 @@ from pathlib import Path
 
 from converters.errors import ConversionError
 from converters.substitutes import described
-from mdot_jax import __version__, cli_build, cli_job, cli_plan, writers
+from mdot_jax import __version__, cli_build, cli_job, cli_plan, cli_show, writers
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, RequestError, UsageError
 from mdot_jax.options import CHOICE_HINTS, MEASURED_PRECISIONS
-from mdot_jax.readable import count, hours, number, percent
+from mdot_jax.readable import plural
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
@@ -87,8 +87,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if said := defaults_said(seq):
         print(said)
     if moe := seq.meta.get("experts"):
-        print(f"experts: {moe['experts']}, top {moe['top_k']}, in {_n(moe['layers'], 'layer')}, "
-              f"{moe['params'] / 1e6:.2f} M of the params (exported as balanced routing)")
+        print(f"experts: {moe['experts']}, top {moe['top_k']}, in "
+              f"{plural(moe['layers'], 'layer')}, {moe['params'] / 1e6:.2f} M of the params "
+              "(exported as balanced routing)")
     for s in described(seq.meta.get("linear_attention", "")):
         print(f"{s.what}: exported as {s.kernels}")
     if k := seq.meta.get("sparse_attention"):
@@ -158,68 +159,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(json.dumps(out if job.several else out[0]))
     else:
         by_gpus = args.gpus is not None or (args.nodes or 1) > 1  # a GPU count asked
-        _print_table(args.model, rows, by_batch=len(job.batch_sizes) > 1 or not by_gpus,
+        cli_show.table(args.model, rows, by_batch=len(job.batch_sizes) > 1 or not by_gpus,
                      by_gpus=by_gpus, top=args.top)
     return 0
-
-
-def _print_table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None):
-    r = rows[0]
-    trained = f", {count(r.trained_parameters)} trained" * (r.trained_parameters < r.parameters)
-    print(f"{model} on {r.device} ({count(r.parameters)} parameters{trained}, {r.num_ops:,} "
-          f"operators; {r.source})")
-    job, tokens, mfu = r.job_s is not None, bool(r.tokens), r.mfu is not None
-    print(f"{'batch':>7} " * by_batch + f"{'GPUs':>5} " * by_gpus
-          + f"{'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10} {'memory GB':>9}"
-          + f" {'tokens/s':>10}" * tokens + "   MFU" * mfu + " scaling" * by_gpus
-          + (f" {'job h':>7} {'80% band h':>13}" if job else ""))
-    for r in rows:
-        print(f"{r.batch_size:>7} " * by_batch + f"{r.gpus:>5} " * by_gpus
-              + f"{number(r.iteration_ms, 4):>13} {_range(r.interval_ms):>15} "
-              f"{number(r.samples_per_s, 4):>10} {number(r.memory_gb):>9}"
-              + f" {number(r.tokens_per_s or 0, 4):>10}" * tokens
-              + f" {percent(r.mfu or 0):>5}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
-              + (f" {hours(r.job_s / 3600):>7} {_range(r.job_interval_s, 1 / 3600, hours):>13}"
-                 if job else ""))
-    # the lines below describe the last row
-    at = "" if len(rows) == 1 else f"at {_n(r.gpus, 'GPU')}, " if by_gpus else \
-        f"at batch {r.batch_size}, "
-    if r.tp * r.pp * r.cp > 1:
-        split = [f"{r.tp}-way tensor parallel"] * (r.tp > 1) + [_n(r.pp, "pipeline stage")] * (
-            r.pp > 1) + [f"{r.cp}-way context parallel"] * (r.cp > 1)
-        print(f"{at}each of {_n(r.replicas, 'data-parallel replica')}: {' x '.join(split)}, "
-              f"{_n(r.grad_accum, 'micro-batch')} of {r.batch_size}; memory per GPU")
-    if r.phases:
-        print(f"{at}of which " + ", ".join(f"{k} {number(v, 4)} ms" for k, v in r.phases.items()))
-    for said in dict.fromkeys(r.band_from for r in rows if r.interval_ms):
-        print(f"80% band: where 80% of the measured times fell, for predictions like these, on "
-              f"{said}")
-    if top:
-        _print_top(rows[-1], top)
-
-
-def _print_top(p, n: int) -> None:
-    from mdot_jax.serving.prediction import by_layer
-
-    if not p.operators:
-        print(f"operators: {p.operators_from}")
-        return
-    ops = by_layer(p.operators)
-    layers = max(o["count"] for o in ops) > 1  # a stack of layers: each row summed over it
-    print(f"\nthe {min(n, len(ops))} most expensive operators at batch {p.batch_size}"
-          + (", each summed over the layers of its stack (x: how many)" * layers)
-          + f", priced by {p.operators_from}:")
-    print(f"{'ms':>9} {'share':>6}  " + ("   x  " * layers) + f"{'type':<20} name" + (
-        "  (share: of the operators listed, a micro-batch)" if p.gpus > 1 or p.grad_accum > 1
-        else ""))
-    total = sum(o["ms"] for o in ops)
-    for o in ops[:n]:
-        print(f"{o['ms']:>9.3g} {o['ms'] / total:>6.1%}  " + (f"{o['count']:>4}  " * layers)
-              + f"{o['type']:<20} {o['name']}")
-
-
-def _range(pair, scale: float = 1.0, num=number) -> str:
-    return f"{num(pair[0] * scale)}-{num(pair[1] * scale)}" if pair else "-"
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
@@ -282,7 +224,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
               f"{g.memory_gbs:>5g} {g.l2_mb:>5g} {num(t['fp32']):>6} {num(t['tf32']):>6} "
               f"{num(t['fp16']):>6} {num(t['bf16']):>6} {num(t['fp8']):>6} "
               f"{num(g.nvlink_gbs):>6} {num(g.network_gbs):>4} {num(g.power_w):>5}")
-    print(f"{_n(len(catalog), 'GPU')}; sources: `mdot devices --json` (each row's datasheet)")
+    print(f"{plural(len(catalog), 'GPU')}; sources: `mdot devices --json` (each row's datasheet)")
     return 0
 
 
@@ -392,11 +334,6 @@ def build_parser() -> argparse.ArgumentParser:
     cli_plan.add_commands(sub)
     cli_build.add_commands(sub)
     return parser
-
-
-def _n(count: int, thing: str) -> str:
-    """`count` `thing`s, in English: 1 micro-batch, 4 micro-batches."""
-    return f"{count} {thing}" + ("" if count == 1 else "es" if thing.endswith("h") else "s")
 
 
 # a request's fields whose flag is not --field-name

@@ -9,6 +9,11 @@ def number(x: float, figures: int = 3) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.{figures}g}"
 
 
+def plural(n: int, thing: str) -> str:
+    """`n` `thing`s, in English: 1 micro-batch, 4 micro-batches."""
+    return f"{n} {thing}" + ("" if n == 1 else "es" if thing.endswith("h") else "s")
+
+
 def count(n: int) -> str:
     """A count as model cards write it: 6.74B, 416M, 12.3k, 330 (three figures)."""
     for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):

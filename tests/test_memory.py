@@ -99,3 +99,38 @@ def test_a_wide_losss_fp32_tensors_are_said_where_they_matter():
     cnn = predict(TrainingJob(model=conv_bn_relu(training=True, size=64), batch_size=8,
                               device="h100-sxm"))
     assert not any(w.startswith("memory: the loss") for w in cnn.warnings)
+
+
+def test_a_predictions_memory_is_said_by_what_holds_it(tmp_path, capsys):
+    """Weights, gradients and optimizer state; activations; working: summing to the total
+    through every way a step is priced (sharded, bucketed, checkpointed, split in stages)."""
+    pytest.importorskip("transformers")
+    import json
+
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.cli import main
+    from mdot_jax.serving.memory import MEMORY_PARTS
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(
+        model_type="llama", hidden_size=128, intermediate_size=344, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)))
+    base = dict(model=str(path), seq_len=64, batch_size=2, device="h100-sxm",
+                precision="amp-bf16", optimizer="adamw")
+    asked = dict(one={}, fsdp=dict(gpus=8, strategy="fsdp"), ddp=dict(gpus=8, strategy="ddp"),
+                 full=dict(activation_checkpointing="full"),
+                 stages=dict(gpus=8, tp=2, pp=2, grad_accum=4))
+    got = {k: predict(TrainingJob(**base, **v)) for k, v in asked.items()}
+    for p in got.values():
+        assert tuple(p.memory_parts) == MEMORY_PARTS
+        assert sum(p.memory_parts.values()) == pytest.approx(p.memory_gb, rel=1e-9)
+    one = got["one"].memory_parts
+    assert got["fsdp"].memory_parts["model_states"] == pytest.approx(one["model_states"] / 8)
+    bucket = 4 * got["one"].parameters / 1e9  # DDP's buckets: a copy of the fp32 gradients
+    assert got["ddp"].memory_parts["model_states"] == pytest.approx(one["model_states"] + bucket)
+    assert got["full"].memory_parts["activations"] < one["activations"]
+    assert got["full"].memory_parts["model_states"] == one["model_states"]
+    assert got["stages"].memory_parts["model_states"] < one["model_states"]
+    assert main(["predict", str(path), "--seq-len", "64", "--batch-size", "2", "--device",
+                 "h100-sxm"]) == 0
+    assert "\nmemory: weights, gradients and optimizer state " in capsys.readouterr().out

@@ -396,9 +396,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     held = param_bytes(precision, optimizer, framework)  # bytes a parameter
     every, trained, weights = _stage_params(seq, stage, pp, held.model)  # [pp] each
     state = weights + trained * (held.total - held.model)  # frozen: weights alone
-    memory = state + _activation_bytes(seq, stage, blocks, layout, m, precision,
-                                       checkpointing, fused)
-    full = int(np.argmax(memory))
+    kept = _activation_bytes(seq, stage, blocks, layout, m, precision, checkpointing, fused)
+    full = int(np.argmax(state + kept))  # the stage of most memory
     updates = float(trained[slow] / max(trained.sum(), 1.0))  # of those updated, the slowest's
     update = one.phases.get("update", 0.0) * updates
     one = dataclasses.replace(one, operators=updating(one.operators, updates,
@@ -426,8 +425,10 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     few = [f"{m} micro-batch{'es' if m > 1 else ''} through {pp} pipeline stages: most of the "
            "iteration is the bubble (grad_accum sets the micro-batches; several times pp is "
            "usual)"] if 1 < pp and m < pp else []
-    p = one.with_phases(phases, memory_gb=(float(memory[full]) + working) / 1e9, grad_accum=m,
-                        warnings=[*one.warnings, note, *few])
+    memory = dict(model_states=float(state[full]) / 1e9, activations=float(kept[full]) / 1e9,
+                  working=working / 1e9)
+    p = one.with_phases(phases, memory_gb=sum(memory.values()), memory_parts=memory,
+                        grad_accum=m, warnings=[*one.warnings, note, *few])
     return dataclasses.replace(p, interval_ms=None), params  # the plan's parts: not measured
 
 

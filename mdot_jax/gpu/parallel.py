@@ -247,7 +247,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         shown = total if after_flush else _hidden(total, bw, pieces)
         # PyTorch DDP's buckets: a copy of the gradients; Megatron-LM's (`after_flush`)
         # contiguous buffer is the gradients themselves
-        memory = p.memory_gb + (0.0 if after_flush else trained * nbytes / 1e9)
+        memory = dict(model_states=0.0 if after_flush else trained * nbytes / 1e9)
     else:
         in_flight = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors
         if strategy in SHARDED_WEIGHTS:  # gathered for each micro-batch's passes, both
@@ -274,8 +274,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         shard = sum(b / r for b, r, _ in groups) / nbytes  # of a GPU's parameters, its shard
         phases["update"] = phases.get("update", 0.0) * shard
         p = dataclasses.replace(p, operators=updating(p.operators, shard, "its shard"))
-        memory = p.memory_gb - held.sharded(strategy, trained, weight_bytes) / 4 * unsharded \
-            / 1e9 + in_flight
+        memory = dict(model_states=-held.sharded(strategy, trained, weight_bytes) / 4
+                      * unsharded / 1e9, working=in_flight)
     what = "gradient reduce-scatter and all-gather of the updated weights"  # ZeRO-1, -2
     if strategy == "ddp":
         what = "gradient all-reduce"
@@ -292,8 +292,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                f"from the {link.name} bandwidth ({link.gbs:g} GB/s per direction)"
                + (" and the network's" if shards < n else "") + ": not measured")
     phases["communication"] = phases.get("communication", 0.0) + shown
-    return dataclasses.replace(p, iteration_ms=sum(phases.values()), interval_ms=None,
-                               warnings=[*p.warnings, warning], memory_gb=memory, phases=phases)
+    return dataclasses.replace(p.with_memory(**memory), iteration_ms=sum(phases.values()),
+                               interval_ms=None, warnings=[*p.warnings, warning], phases=phases)
 
 
 def accumulate(p: Prediction, micro_batches: int) -> Prediction:

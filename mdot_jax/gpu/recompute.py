@@ -74,7 +74,7 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
         note = (f"selective activation checkpointing over {len(layer_starts(seq, blocks))} "
                 f"layers: the attention core run again in the backward ({again:.3g} ms), "
                 f"{freed / 1e9:.3g} GB of its tensors not kept (Megatron's rules, not measured)")
-        return dataclasses.replace(p, memory_gb=p.memory_gb - freed / 1e9,
+        return dataclasses.replace(p.with_memory(activations=-freed / 1e9),
                                    warnings=[*p.warnings, note])
     each = saved(seq, fused, scale)  # [N] bytes kept of each operator's output
     held, layer, count = full_checkpoint_bytes(seq, blocks, each, scale,
@@ -83,5 +83,5 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
     note = (f"activation checkpointing over {count[0]} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")
-    return dataclasses.replace(p, memory_gb=p.memory_gb - max(activations - kept, 0.0) / 1e9,
+    return dataclasses.replace(p.with_memory(activations=-max(activations - kept, 0.0) / 1e9),
                                warnings=[*p.warnings, note])

@@ -296,8 +296,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                    operators=[dict(o, ms=float(o["ms"]) * scale) for o in operators],
                    phases={k: v * scale for k, v in phases.items()}, interval_ms=band,
                    band_from=band_from)
-    p.memory_gb = step_memory(seq, precision, optimizer, fused=blocks,
-                              framework=framework).total / 1e9
+    memory = step_memory(seq, precision, optimizer, fused=blocks, framework=framework)
+    p.memory_gb, p.memory_parts = memory.total / 1e9, memory.parts()
     if fit:
         check_fit(p, gpu.memory_gb, f"the {gpu.name}'s memory")
     return p

@@ -107,6 +107,12 @@ def param_bytes(precision: str = "fp32", optimizer: str = "sgd",
     return ParamBytes(4.0, 0.0, 4.0, state)
 
 
+# what holds a step's memory, as a prediction says it: the weights, gradients and optimizer
+# state (and DDP's gradient buckets); what the forward keeps for the backward, the batch with
+# it; temporaries (the largest outputs in flight, weights gathered or unsharded a piece at once)
+MEMORY_PARTS = ("model_states", "activations", "working")
+
+
 @dataclass(frozen=True)
 class StepMemory:
     """Bytes of one training step, by what holds them."""
@@ -122,6 +128,12 @@ class StepMemory:
     def total(self) -> float:
         return (self.parameters + self.gradients + self.optimizer + self.activations
                 + self.inputs + self.working)
+
+    def parts(self) -> dict[str, float]:
+        """GB by `Prediction.memory_parts`' parts (`MEMORY_PARTS`), summing to the total's."""
+        return dict(zip(MEMORY_PARTS, (
+            (self.parameters + self.gradients + self.optimizer) / 1e9,
+            (self.activations + self.inputs) / 1e9, self.working / 1e9)))
 
     def to_json(self) -> dict:
         return dict(parameters=self.parameters, gradients=self.gradients,

@@ -313,8 +313,8 @@ class Predictor:
         except ValueError:
             ram = machine_memory()
             limit, what = (ram / 1e9 if ram else None), "this machine's RAM"
-        p.memory_gb = step_memory(seq, w.precision, w.optimizer,
-                                  cpu=what == "this machine's RAM").total / 1e9
+        memory = step_memory(seq, w.precision, w.optimizer, cpu=what == "this machine's RAM")
+        p.memory_gb, p.memory_parts = memory.total / 1e9, memory.parts()
         check_fit(p, limit, what)
 
     def operators(self, seq: OperatorSequence, p: Prediction, batch_size: int

@@ -90,6 +90,8 @@ class Prediction:
     operators: list[dict] | None = None
     input_size: int = 0  # the workload's image side or sequence length, as predicted for
     memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
+    # of it, GB by what holds it (`serving.memory.MEMORY_PARTS`); empty where not known
+    memory_parts: dict[str, float] = field(default_factory=dict)
     # priced from a GPU's spec sheet (`gpu.spec_sheet`): ms of forward, backward, update (and
     # recomputation, the communication that shows, a pipeline's bubble: `gpu.parallel`,
     # `gpu.model_parallel`)
@@ -145,6 +147,14 @@ class Prediction:
         band = self.interval_ms and (self.interval_ms[0] * scale, self.interval_ms[1] * scale)
         return dataclasses.replace(self, phases=phases, iteration_ms=total, interval_ms=band,
                                    **changes)
+
+    def with_memory(self, **gb: float) -> Prediction:
+        """`self` with GB added to (or taken from) parts of its memory, the total with them."""
+        parts = dict(self.memory_parts)
+        for k, v in gb.items():
+            parts[k] = parts.get(k, 0.0) + v
+        return dataclasses.replace(self, memory_parts=parts,
+                                   memory_gb=self.memory_gb + sum(gb.values()))
 
     def to_json(self) -> dict:
         """The fields and the derived rates, as `mdot predict --json` prints them."""

@@ -1,0 +1,71 @@
+"""How `mdot predict` shows its predictions: the table, the lines under it, where the time
+goes."""
+
+from __future__ import annotations
+
+from mdot_jax.readable import count, hours, number, percent, plural
+
+MEMORY_SAID = {"model_states": "weights, gradients and optimizer state",  # `MEMORY_PARTS`
+               "activations": "activations kept for the backward", "working": "working"}
+
+
+def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None):
+    r = rows[0]
+    trained = f", {count(r.trained_parameters)} trained" * (r.trained_parameters < r.parameters)
+    print(f"{model} on {r.device} ({count(r.parameters)} parameters{trained}, {r.num_ops:,} "
+          f"operators; {r.source})")
+    job, tokens, mfu = r.job_s is not None, bool(r.tokens), r.mfu is not None
+    print(f"{'batch':>7} " * by_batch + f"{'GPUs':>5} " * by_gpus
+          + f"{'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10} {'memory GB':>9}"
+          + f" {'tokens/s':>10}" * tokens + "   MFU" * mfu + " scaling" * by_gpus
+          + (f" {'job h':>7} {'80% band h':>13}" if job else ""))
+    for r in rows:
+        print(f"{r.batch_size:>7} " * by_batch + f"{r.gpus:>5} " * by_gpus
+              + f"{number(r.iteration_ms, 4):>13} {_range(r.interval_ms):>15} "
+              f"{number(r.samples_per_s, 4):>10} {number(r.memory_gb):>9}"
+              + f" {number(r.tokens_per_s or 0, 4):>10}" * tokens
+              + f" {percent(r.mfu or 0):>5}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
+              + (f" {hours(r.job_s / 3600):>7} {_range(r.job_interval_s, 1 / 3600, hours):>13}"
+                 if job else ""))
+    # the lines below describe the last row
+    at = "" if len(rows) == 1 else f"at {plural(r.gpus, 'GPU')}, " if by_gpus else \
+        f"at batch {r.batch_size}, "
+    if r.tp * r.pp * r.cp > 1:
+        split = [f"{r.tp}-way tensor parallel"] * (r.tp > 1) + [plural(r.pp, "pipeline stage")] * (
+            r.pp > 1) + [f"{r.cp}-way context parallel"] * (r.cp > 1)
+        print(f"{at}each of {plural(r.replicas, 'data-parallel replica')}: {' x '.join(split)}, "
+              f"{plural(r.grad_accum, 'micro-batch')} of {r.batch_size}; memory per GPU")
+    if r.phases:
+        print(f"{at}of which " + ", ".join(f"{k} {number(v, 4)} ms" for k, v in r.phases.items()))
+    if r.memory_parts:
+        print(f"{at}memory: " + ", ".join(f"{MEMORY_SAID[k]} {number(v)} GB"
+                                          for k, v in r.memory_parts.items()))
+    for said in dict.fromkeys(r.band_from for r in rows if r.interval_ms):
+        print(f"80% band: where 80% of the measured times fell, for predictions like these, on "
+              f"{said}")
+    if top:
+        top_operators(rows[-1], top)
+
+
+def top_operators(p, n: int) -> None:
+    from mdot_jax.serving.prediction import by_layer
+
+    if not p.operators:
+        print(f"operators: {p.operators_from}")
+        return
+    ops = by_layer(p.operators)
+    layers = max(o["count"] for o in ops) > 1  # a stack of layers: each row summed over it
+    print(f"\nthe {min(n, len(ops))} most expensive operators at batch {p.batch_size}"
+          + (", each summed over the layers of its stack (x: how many)" * layers)
+          + f", priced by {p.operators_from}:")
+    print(f"{'ms':>9} {'share':>6}  " + ("   x  " * layers) + f"{'type':<20} name" + (
+        "  (share: of the operators listed, a micro-batch)" if p.gpus > 1 or p.grad_accum > 1
+        else ""))
+    total = sum(o["ms"] for o in ops)
+    for o in ops[:n]:
+        print(f"{o['ms']:>9.3g} {o['ms'] / total:>6.1%}  " + (f"{o['count']:>4}  " * layers)
+              + f"{o['type']:<20} {o['name']}")
+
+
+def _range(pair, scale: float = 1.0, num=number) -> str:
+    return f"{num(pair[0] * scale)}-{num(pair[1] * scale)}" if pair else "-"
