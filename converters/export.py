@@ -30,7 +30,7 @@ import onnx
 
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
-from converters.gradients import checkpoint_calls, checkpoints, unreached
+from converters.gradients import checkpoint_calls, checkpoints, unreached, unread
 from converters.sequence import (
     CHECKPOINTED_KEY,
     DATA_INPUTS_KEY,
@@ -39,6 +39,7 @@ from converters.sequence import (
     PARAMS_KEY,
     SDPA_KEY,
     STATE_SPACE_KEY,
+    UNREAD_KEY,
 )
 from converters.state_space import DOMAIN
 from converters.substitutes import SUBSTITUTES, substituted
@@ -278,6 +279,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         model.metadata_props.add(key=FROZEN_KEY, value=",".join(frozen))
     if checkpointed or checkpoints(module):  # the step runs a forward again: said, not priced
         model.metadata_props.add(key=CHECKPOINTED_KEY, value="1")
+    if missed := unread(module, {i.name for i in model.graph.input}):
+        model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     if fused:
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):

@@ -56,6 +56,27 @@ def unreached(module: Any, args: tuple, keywords: Sequence[str] | None = None) -
 CHECKPOINT_FLAGS = ("gradient_checkpointing", "grad_checkpointing")  # transformers', timm's
 
 
+def unread(module: Any, read: set[str]) -> dict | None:
+    """What of `module`'s parameters the traced step never reads (no name of a tensor among the
+    graph's inputs `read`: a vision-language model given tokens alone, a head its forward does
+    not call): their count and the largest modules none of whose parameters is read (at most
+    3, layers' indices as *). None where every one is read."""
+    names: dict[int, list[str]] = {}  # a tensor's names (a tied one has several)
+    for n, p in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(n)
+    missed = {k for k, ns in names.items() if not read.intersection(ns)}
+    if not missed:
+        return None
+    where: dict[str, None] = {}
+    for name, m in module.named_modules():
+        held = {id(p) for p in m.parameters()}
+        if held and held <= missed and not any(name.startswith(w + ".") for w in where):
+            where[name] = None
+    said = dict.fromkeys(".".join("*" if s.isdigit() else s for s in w.split(".")) for w in where)
+    return {"params": sum(p.numel() for p in module.parameters() if id(p) in missed),
+            "in": list(said)[:3]}
+
+
 @contextlib.contextmanager
 def checkpoint_calls():
     """Within it, `torch.utils.checkpoint.checkpoint` runs its function plainly (the same

@@ -20,6 +20,7 @@ from converters.dims import check_dims
 from converters.errors import ConversionError
 from converters.experts import balanced, describe
 from converters.export import from_torch
+from converters.gradients import unread
 from converters.lora import ALL_LINEAR, add_adapters
 from converters.repeat import layer_stack, repeat_layer, template
 from converters.sequence import (
@@ -31,6 +32,7 @@ from converters.sequence import (
     SDPA_KEY,
     SLIDING_KEY,
     SPARSE_KEY,
+    UNREAD_KEY,
 )
 
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
@@ -45,7 +47,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     """A Hugging Face language model built from its configuration alone (a `config.json`, its
     folder, or the dict; nothing is fetched), on the meta device, exported as its training
     graph at `seq_len` tokens with the loss of its own tokens as labels: a causal LM's next
-    tokens, an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) `target_len` targets
+    tokens, an encoder alone's (DistilBERT's, ModernBERT's) masked-LM loss over every position,
+    an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) `target_len` targets
     (default: as many as its inputs), its decoder fed them shifted right (`from_torch`;
     `convert(..., seq_len=...)` predicts at other lengths up to the model's positions).
     `overrides` change config fields (e.g. `num_hidden_layers=2`). Any size exports without
@@ -79,10 +82,15 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         routed = not balanced(cfg) and experts > 1  # experts: as balanced routing
         if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
+        auto = _language_model(transformers, cfg)
+        if auto is None:
+            raise ConversionError(
+                f"{where}: model_type {kind!r} has no causal, masked or sequence-to-sequence "
+                "language model in transformers (an image, audio or vision-language model's "
+                "config): export the model itself with converters.from_torch")
         if not routed:
             with torch.device("meta"):
-                model = (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
-                         else transformers.AutoModelForCausalLM).from_config(cfg)
+                model = auto.from_config(cfg)
     except ConversionError:
         raise
     except Exception as e:  # transformers' own refusal of the config, whatever its type
@@ -164,7 +172,25 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         for meta in onnx_model.metadata_props:
             if meta.key == key:
                 meta.value = ",".join(names)
+    kept = [p for p in onnx_model.metadata_props if p.key != UNREAD_KEY]  # of the first layers
+    del onnx_model.metadata_props[:]
+    onnx_model.metadata_props.extend(kept)
+    if missed := unread(model, {i.name for i in onnx_model.graph.input}):  # of them all
+        onnx_model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     return onnx_model
+
+
+def _language_model(transformers: Any, cfg: Any) -> Any:
+    """The auto class that builds `cfg`'s language model: an encoder-decoder's, else a causal
+    LM's, else (an encoder alone: ModernBERT, DistilBERT, ALBERT) a masked LM's; None where
+    transformers has none of them."""
+    from transformers.models.auto import modeling_auto as auto
+
+    options = [(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING, transformers.AutoModelForSeq2SeqLM)
+               ] if cfg.is_encoder_decoder else [
+        (auto.MODEL_FOR_CAUSAL_LM_MAPPING, transformers.AutoModelForCausalLM),
+        (auto.MODEL_FOR_MASKED_LM_MAPPING, transformers.AutoModelForMaskedLM)]
+    return next((cls for mapping, cls in options if type(cfg) in mapping), None)
 
 
 # a graph two nodes a token or more larger at the second length unrolls a loop over the tokens

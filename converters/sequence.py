@@ -36,14 +36,11 @@ from converters.tensors import _ELEM_BYTES, _NO_SHAPE, FLOAT_TYPES, _Tensor, _te
 from converters.vocab import UNK_ID, VOCAB, VOCAB_VERSION, op_id
 
 CONFIG_FIELDS = (
-    "n_inputs", "n_outputs",
-    "in_rank", "in_d0", "in_d1", "in_d2", "in_d3",
-    "out_rank", "out_d0", "out_d1", "out_d2", "out_d3",
-    "in_numel", "out_numel",
+    "n_inputs", "n_outputs", "in_rank", "in_d0", "in_d1", "in_d2", "in_d3",
+    "out_rank", "out_d0", "out_d1", "out_d2", "out_d3", "in_numel", "out_numel",
     "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w",
     "dilation_h", "dilation_w", "groups", "in_channels", "out_channels",
-    "mm_batch", "mm_m", "mm_k", "mm_n", "axis", "elem_bytes", "n_param_inputs",
-    "training_mode",
+    "mm_batch", "mm_m", "mm_k", "mm_n", "axis", "elem_bytes", "n_param_inputs", "training_mode",
 )
 LOAD_FIELDS = ("fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "params",
                "intensity")
@@ -66,6 +63,7 @@ STATE_SPACE_KEY = "mdot.state_space"  # model metadata: its Mamba-2 heads and gr
 SPARSE_KEY = "mdot.sparse_attention"  # model metadata: keys a query keeps (DeepSeek's indexer)
 SLIDING_KEY = "mdot.sliding_window"  # model metadata: each layer's sliding window (JSON; 0 none)
 CHECKPOINTED_KEY = "mdot.checkpointed"  # model metadata: its code checkpoints activations
+UNREAD_KEY = "mdot.unread"  # model metadata: parameters the traced step never reads (JSON)
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: the Softmax nodes (ordinals, in graph order)
 # of scaled_dot_product_attention calls; the others the model's code computes itself
@@ -436,7 +434,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **masks.readers,
         **{k: json.loads(said[key]) for k, key in (  # the exporter's JSON metadata
             ("experts", EXPERTS_KEY), ("defaulted", DEFAULTED_KEY), ("sliding_window", SLIDING_KEY),
-            ("state_space", STATE_SPACE_KEY)) if said.get(key)},
+            ("state_space", STATE_SPACE_KEY), ("unread", UNREAD_KEY)) if said.get(key)},
         **({"eager_attention": a} if (a := said.get(EAGER_KEY)) else {}),
         **({"checkpointed": True} if said.get(CHECKPOINTED_KEY) else {}),
         **({"sdpa_softmax": _sdpa_softmax(nodes, seq_index, sdpa)}

@@ -114,6 +114,42 @@ def test_what_the_gradient_probe_cannot_tell_leaves_every_parameter_trained():
         assert autograd.trainable(seq) == seq.params == 68, type(net).__name__
 
 
+def test_parameters_the_step_never_reads_are_said_not_priced(tmp_path):
+    """A vision-language config given tokens alone was priced as its language model with
+    nothing said of the vision tower; so was a module's head its forward never calls."""
+    import onnx
+
+    class Unused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.aux = torch.nn.Linear(16, 4), torch.nn.Linear(16, 100)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    seq = convert(from_torch(Unused(), torch.randn(4, 16)), batch_size=4)
+    assert seq.params == 68 and seq.meta["unread"] == {"params": 1700, "in": ["aux"]}
+    assert "unread" not in convert(from_torch(torch.nn.Linear(16, 4), torch.randn(4, 16)),
+                                   batch_size=4).meta
+    gemma3 = dict(model_type="gemma3", mm_tokens_per_image=4, text_config=dict(
+        model_type="gemma3_text", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, vocab_size=300),
+        vision_config=dict(model_type="siglip_vision_model", hidden_size=32,
+                           intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=56, patch_size=14))
+    onnx.save(from_hf_config(gemma3, seq_len=32), tmp_path / "m.onnx")
+    p = predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=1, device="h100-sxm"))
+    said = [w for w in p.warnings if "more of the model's parameters" in w]
+    assert said and "(in model.vision_tower, model.multi_modal_projector)" in said[0]
+    unread = int(said[0].split(" more")[0].replace(",", ""))
+    with torch.device("meta"):
+        import transformers
+
+        whole = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**gemma3))
+    assert p.parameters + unread == sum(t.numel() for t in whole.parameters())
+
+
 def test_a_model_that_checkpoints_itself_says_so(tmp_path):
     """torch.utils.checkpoint in a module's code, or transformers' flag, was priced as a step
     that keeps every activation and runs no forward again, with nothing said."""

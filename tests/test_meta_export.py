@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from converters import ConversionError, from_torch
+from converters import ConversionError, convert, from_torch
 from converters.loader import load_model
 from converters.sequence import LOAD_FIELDS, PARAMS_KEY, to_sequence
 
@@ -198,6 +198,25 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
                vocab_size=64, attn_config=dict(alibi=True))
     with pytest.raises(ConversionError, match=r"128 tokens are more than its max_seq_len \(64\)"):
         from_hf_config(mpt, seq_len=128)
+
+
+def test_an_encoder_alone_trains_as_a_masked_lm_and_a_config_of_no_language_model_is_named():
+    """DistilBERT, ALBERT, ModernBERT have no causal LM: they were refused with transformers'
+    'Unrecognized configuration class <class ...>'; a ViT's config too, with nothing to do."""
+    import transformers
+
+    from converters import from_hf_config
+
+    small = dict(model_type="distilbert", dim=64, hidden_dim=128, n_layers=2, n_heads=2,
+                 vocab_size=300)
+    with torch.device("meta"):
+        mlm = transformers.AutoModelForMaskedLM.from_config(
+            transformers.AutoConfig.for_model(**small))
+    seq = convert(from_hf_config(small, seq_len=32), batch_size=2)
+    assert seq.params == sum(p.numel() for p in mlm.parameters())
+    with pytest.raises(ConversionError, match=r"^config: model_type 'vit' has no causal, masked "
+                       r"or sequence-to-sequence language model .*converters.from_torch$"):
+        from_hf_config({"model_type": "vit"})
 
 
 def test_a_recurrence_the_exporter_unrolls_over_tokens_is_refused_and_chunked_scans_are_not():

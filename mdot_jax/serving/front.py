@@ -138,6 +138,11 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                      "those at long sequences")
     if said := defaults_said(seq):
         about.append(said)
+    if unread := seq.meta.get("unread"):
+        about.append(f"{unread['params']:,} more of the model's parameters (in "
+                     f"{', '.join(unread['in'])}) are read by none of the exported step's "
+                     "operators (its inputs never reach them: a vision-language model given "
+                     "tokens alone): neither their work nor their weights' memory is priced")
     if seq.meta.get("checkpointed") and not job.activation_checkpointing:
         about.append("the model checkpoints activations in its own code (torch.utils.checkpoint"
                      ", or its library's flag): priced without the forward it runs again and "
