@@ -22,7 +22,7 @@ from mdot_jax import __version__, cli_build, cli_job, cli_plan, cli_show, writer
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, RequestError, UsageError
 from mdot_jax.options import CHOICE_HINTS, MEASURED_PRECISIONS
-from mdot_jax.readable import plural
+from mdot_jax.readable import count, plural
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
@@ -77,10 +77,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary))
         return 0
-    print(f"{seq.name}: {seq.num_ops} operators, {seq.flops / 1e9:.3f} GFLOPs forward, "
+    print(f"{seq.name}: {seq.num_ops:,} operators, {seq.flops / 1e9:.3f} GFLOPs forward, "
           f"{summary['flops_bwd'] / 1e9:.3f} GFLOPs backward (est.), "
-          f"{seq.params / 1e6:.2f} M params"
-          + (f" ({summary['trained_params'] / 1e6:.2f} M trained, the rest frozen)"
+          f"{count(seq.params)} parameters"
+          + (f" ({count(summary['trained_params'])} trained, the rest frozen)"
              if summary["trained_params"] < seq.params else ""))
     print(f"inputs: {', '.join(f'{k}={v}' for k, v in seq.meta['inputs'].items())}; "
           f"{seq.meta['dropped_nodes']} shape/constant nodes dropped")
@@ -88,7 +88,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(said)
     if moe := seq.meta.get("experts"):
         print(f"experts: {moe['experts']}, top {moe['top_k']}, in "
-              f"{plural(moe['layers'], 'layer')}, {moe['params'] / 1e6:.2f} M of the params "
+              f"{plural(moe['layers'], 'layer')}, {count(moe['params'])} of the parameters "
               "(exported as balanced routing)")
     for s in described(seq.meta.get("linear_attention", "")):
         print(f"{s.what}: exported as {s.kernels}")

@@ -96,7 +96,7 @@ def test_convert_json_and_table(capsys, tmp_path):
     assert summary["op_types"] == {"BatchNormalization": 1, "Conv": 1, "Relu": 1}
     assert (tmp_path / "m.npz").exists()
     code, out, _ = run(capsys, "convert", str(path), "--batch-size", "2")
-    assert code == 0 and "3 operators" in out and "Conv" in out
+    assert code == 0 and "3 operators" in out and "Conv" in out and ", 116 parameters" in out
 
 
 def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
