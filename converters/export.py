@@ -167,6 +167,39 @@ def _meta_convolutions(torch, active: bool):
 
 
 @contextlib.contextmanager
+def _uneven_pools(torch):
+    """ONNX has no adaptive pooling whose output does not divide its input (GoogLeNet's
+    auxiliary heads pool 14 x 14 to 4 x 4; the exporter refuses it): such a pooling exports as
+    the input padded to a multiple of the output and pooled in windows of that ratio, the same
+    shape, the same reads (Pad, then AveragePool or MaxPool)."""
+    import torch.nn.functional as F
+
+    originals = {name: getattr(F, name) for name in ("adaptive_avg_pool2d",
+                                                     "adaptive_max_pool2d")}
+
+    def uneven(name: str, pool: Any):
+        def adaptive(x, output_size, return_indices=False):
+            size = (output_size,) * 2 if isinstance(output_size, int) else tuple(output_size)
+            have = [int(n) for n in x.shape[-2:]]
+            out = [have[i] if s is None else int(s) for i, s in enumerate(size)]
+            if all(n % o == 0 for n, o in zip(have, out)) or return_indices:
+                indices = (return_indices,) if "max" in name else ()
+                return originals[name](x, output_size, *indices)
+            k = [-(-n // o) for n, o in zip(have, out)]  # each window: ceil(in / out)
+            padded = F.pad(x, (0, k[1] * out[1] - have[1], 0, k[0] * out[0] - have[0]))
+            return pool(padded, k, k)
+        return adaptive
+
+    F.adaptive_avg_pool2d = uneven("adaptive_avg_pool2d", F.avg_pool2d)
+    F.adaptive_max_pool2d = uneven("adaptive_max_pool2d", F.max_pool2d)
+    try:
+        yield
+    finally:
+        for name, f in originals.items():
+            setattr(F, name, f)
+
+
+@contextlib.contextmanager
 def _scalar_scatters(torch):
     """`Tensor.scatter(dim, index, value)` with a Python scalar (DeepSeek-V3.2's sparse
     attention mask: `ones.scatter(-1, topk, False)`) fails TorchScript's alias analysis ("We
@@ -226,7 +259,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             config.use_cache = False
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
-                _meta_convolutions(torch, on_meta), _scalar_scatters(torch), \
+                _meta_convolutions(torch, on_meta), _scalar_scatters(torch), _uneven_pools(torch), \
                 positional_forward(module, args, keywords) as traced, torch.no_grad(), \
                 substituted(module) as fused, checkpoint_calls() as checkpointed:
             # torch.no_grad(): no graph for a backward, a third the memory

@@ -19,8 +19,8 @@ from converters import VOCAB, convert, from_torch  # noqa: E402
 from converters.vocab import UNK_ID  # noqa: E402
 
 # Every torchvision classification model converts (googlenet and inception_v3 are built
-# without their auxiliary heads, as a training job that uses them would still be measured
-# on the main graph; swin/vit/maxvit at their native 224 px).
+# without their auxiliary heads here, as a training job that uses them would still be measured
+# on the main graph, and with them below; swin/vit/maxvit at their native 224 px).
 TORCHVISION_MODELS = sorted(torchvision.models.list_models(module=torchvision.models))
 # A fixed sample of 100 timm architectures (every 1/100th of timm.list_models(), timm 1.0.31),
 # each exported at its native input size in its own subprocess capped at 16 GiB of address
@@ -58,6 +58,15 @@ def test_resnet50_flops_params_and_batchnorm():
     # one export, any batch size: FLOPs scale linearly
     assert _convert_torch(torchvision.models.resnet50(), 224, batch=8).flops == \
         pytest.approx(8 * seq.flops, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_googlenet_trains_with_its_auxiliary_heads():
+    """Their adaptive pooling (14 x 14 to 4 x 4) was refused by the exporter."""
+    model = torchvision.models.googlenet(init_weights=False)
+    seq = _convert_torch(model, 224)
+    assert seq.params == sum(p.numel() for p in model.parameters())  # the heads' too
+    assert seq.op_type_counts()["AveragePool"] == 2
 
 
 @pytest.mark.slow
