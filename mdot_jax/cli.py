@@ -160,7 +160,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:
         by_gpus = args.gpus is not None or (args.nodes or 1) > 1  # a GPU count asked
         cli_show.table(args.model, rows, by_batch=len(job.batch_sizes) > 1 or not by_gpus,
-                     by_gpus=by_gpus, top=args.top)
+                       by_gpus=by_gpus, top=args.top)
     return 0
 
 
