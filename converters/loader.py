@@ -8,6 +8,7 @@ resolve).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,8 +24,13 @@ from converters.errors import ConversionError
 from converters.masks import FILLS_KEY, PADDING_KEY, folded
 from converters.sequence import (
     DATA_INPUTS_KEY,
+    DEFAULTED_KEY,
+    EXPERTS_KEY,
     PARAMS_KEY,
+    SLIDING_KEY,
+    STATE_SPACE_KEY,
     TIED_KEY,
+    UNREAD_KEY,
     OperatorSequence,
     data_input_names,
     to_sequence,
@@ -77,7 +83,8 @@ _TENSOR_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProt
 
 def _damaged_field(model: onnx.ModelProto) -> str | None:
     """What a file damaged in place leaves that parses but cannot be read: a name that is not
-    UTF-8 text (protobuf hands such a string over as bytes), or an unknown tensor type."""
+    UTF-8 text (protobuf hands such a string over as bytes), an unknown tensor type, or an
+    exporter's JSON metadata that is not JSON."""
     g = model.graph
     named = [("metadata", p.key) for p in model.metadata_props]
     named += [("metadata", p.value) for p in model.metadata_props]
@@ -92,7 +99,15 @@ def _damaged_field(model: onnx.ModelProto) -> str | None:
             return f"value {v.name!r} has tensor type {v.type.tensor_type.elem_type}"
         named.append(("value", v.name))
     what, text = next(((w, x) for w, x in named if not isinstance(x, str)), ("", ""))
-    return f"a {what} name is not text: {text!r:.40}" if what else None
+    if what:
+        return f"a {what} name is not text: {text!r:.40}"
+    for p in model.metadata_props:  # what an exporter wrote as JSON (`to_sequence` reads it)
+        if p.key in (EXPERTS_KEY, DEFAULTED_KEY, SLIDING_KEY, STATE_SPACE_KEY, UNREAD_KEY):
+            try:
+                json.loads(p.value)
+            except ValueError:
+                return f"metadata {p.key!r} is not JSON: {p.value!r:.40}"
+    return None
 
 
 def _strip_weights(model: onnx.ModelProto) -> None:

@@ -29,6 +29,12 @@ def _empty():
     return model([], [value("x", [2])], [value("x", None)])
 
 
+def _bad_metadata():
+    m = conv_bn_relu()
+    m.metadata_props.add(key="mdot.unread", value="{not json")  # a file edited by hand
+    return m
+
+
 @pytest.fixture
 def files(tmp_path):
     good = conv_bn_relu().SerializeToString()
@@ -39,6 +45,7 @@ def files(tmp_path):
         "symbolic": good,
         "cycle": _cycle().SerializeToString(),
         "empty_graph": _empty().SerializeToString(),
+        "metadata_not_json": _bad_metadata().SerializeToString(),
     }
     for name, data in paths.items():
         (tmp_path / f"{name}.onnx").write_bytes(data)
@@ -55,6 +62,7 @@ def files(tmp_path):
     ("symbolic", ["--input-shape", "x"], "expected NAME=D1,D2"),
     ("cycle", [], "cycle through node"),
     ("empty_graph", [], "the graph is empty"),
+    ("metadata_not_json", [], "a damaged ONNX file (metadata 'mdot.unread' is not JSON"),
     ("missing", [], "no such file"),
     ("/dev/zero", [], "not a regular file"),
 ])
