@@ -27,7 +27,9 @@ from converters.sequence import (
     DEFAULTED_KEY,
     EXPERTS_KEY,
     PARAMS_KEY,
+    SDPA_KEY,
     SLIDING_KEY,
+    SPARSE_KEY,
     STATE_SPACE_KEY,
     TIED_KEY,
     UNREAD_KEY,
@@ -101,12 +103,15 @@ def _damaged_field(model: onnx.ModelProto) -> str | None:
     what, text = next(((w, x) for w, x in named if not isinstance(x, str)), ("", ""))
     if what:
         return f"a {what} name is not text: {text!r:.40}"
-    for p in model.metadata_props:  # what an exporter wrote as JSON (`to_sequence` reads it)
+    for p in model.metadata_props:  # what an exporter wrote as JSON or numbers (`to_sequence`)
         if p.key in (EXPERTS_KEY, DEFAULTED_KEY, SLIDING_KEY, STATE_SPACE_KEY, UNREAD_KEY):
             try:
                 json.loads(p.value)
             except ValueError:
                 return f"metadata {p.key!r} is not JSON: {p.value!r:.40}"
+        numbers = [k for k in p.value.split(",") if k]
+        if p.key in (SDPA_KEY, SPARSE_KEY) and not all(k.isdigit() for k in numbers):
+            return f"metadata {p.key!r} is not a list of numbers: {p.value!r:.40}"
     return None
 
 

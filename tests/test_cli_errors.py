@@ -29,9 +29,9 @@ def _empty():
     return model([], [value("x", [2])], [value("x", None)])
 
 
-def _bad_metadata():
+def _bad_metadata(key, value):
     m = conv_bn_relu()
-    m.metadata_props.add(key="mdot.unread", value="{not json")  # a file edited by hand
+    m.metadata_props.add(key=key, value=value)  # a file edited by hand
     return m
 
 
@@ -45,7 +45,8 @@ def files(tmp_path):
         "symbolic": good,
         "cycle": _cycle().SerializeToString(),
         "empty_graph": _empty().SerializeToString(),
-        "metadata_not_json": _bad_metadata().SerializeToString(),
+        "metadata_not_json": _bad_metadata("mdot.unread", "{not json").SerializeToString(),
+        "metadata_not_numbers": _bad_metadata("mdot.sdpa_softmax", "x,1").SerializeToString(),
     }
     for name, data in paths.items():
         (tmp_path / f"{name}.onnx").write_bytes(data)
@@ -63,6 +64,7 @@ def files(tmp_path):
     ("cycle", [], "cycle through node"),
     ("empty_graph", [], "the graph is empty"),
     ("metadata_not_json", [], "a damaged ONNX file (metadata 'mdot.unread' is not JSON"),
+    ("metadata_not_numbers", [], "metadata 'mdot.sdpa_softmax' is not a list of numbers"),
     ("missing", [], "no such file"),
     ("/dev/zero", [], "not a regular file"),
 ])
