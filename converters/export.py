@@ -48,6 +48,7 @@ from converters.symbolics import register as register_symbolics
 from converters.torch_inputs import (
     data_input_names,
     example_args,
+    is_array,
     positional_forward,
     to_meta,
     unwrapped,
@@ -421,7 +422,7 @@ def from_flax(fn: Any, example_inputs: Sequence[Any], *, input_names: Sequence[s
     name (e.g. `("B", 224, 224, 3)`) to keep the batch dynamic.
     """
     for i, x in enumerate(example_inputs):
-        if not (hasattr(x, "shape") and hasattr(x, "dtype") or isinstance(x, (tuple, list))):
+        if not (is_array(x) or isinstance(x, (tuple, list))):
             raise ConversionError(
                 f"example_inputs[{i}]: a {type(x).__name__}, not an array or a shape; "
                 "parameters go in the function, not its inputs (from_flax(lambda x: "

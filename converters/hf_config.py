@@ -143,9 +143,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                 f"{field} in the config to train longer sequences") from None
         # the class says whether it calls SDPA (EAGER_KEY), and the layers copied in the
         # graph have no export's record of their Softmax nodes
-        kept = [p for p in onnx_model.metadata_props if p.key != SDPA_KEY]
-        del onnx_model.metadata_props[:]
-        onnx_model.metadata_props.extend(kept)
+        _drop(onnx_model, SDPA_KEY)
         for key, value in said.items():
             if value:
                 onnx_model.metadata_props.add(key=key, value=value)
@@ -172,12 +170,17 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         for meta in onnx_model.metadata_props:
             if meta.key == key:
                 meta.value = ",".join(names)
-    kept = [p for p in onnx_model.metadata_props if p.key != UNREAD_KEY]  # of the first layers
-    del onnx_model.metadata_props[:]
-    onnx_model.metadata_props.extend(kept)
+    _drop(onnx_model, UNREAD_KEY)  # of the first layers
     if missed := unread(model, {i.name for i in onnx_model.graph.input}):  # of them all
         onnx_model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     return onnx_model
+
+
+def _drop(model: onnx.ModelProto, key: str) -> None:
+    """`model` without its metadata `key`, in place."""
+    kept = [p for p in model.metadata_props if p.key != key]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
 
 
 def _language_model(transformers: Any, cfg: Any) -> Any:

@@ -24,15 +24,11 @@ from converters.errors import ConversionError
 from converters.masks import FILLS_KEY, PADDING_KEY, folded
 from converters.sequence import (
     DATA_INPUTS_KEY,
-    DEFAULTED_KEY,
-    EXPERTS_KEY,
+    JSON_KEYS,
     PARAMS_KEY,
     SDPA_KEY,
-    SLIDING_KEY,
     SPARSE_KEY,
-    STATE_SPACE_KEY,
     TIED_KEY,
-    UNREAD_KEY,
     OperatorSequence,
     data_input_names,
     to_sequence,
@@ -104,13 +100,13 @@ def _damaged_field(model: onnx.ModelProto) -> str | None:
     if what:
         return f"a {what} name is not text: {text!r:.40}"
     for p in model.metadata_props:  # what an exporter wrote as JSON or numbers (`to_sequence`)
-        if p.key in (EXPERTS_KEY, DEFAULTED_KEY, SLIDING_KEY, STATE_SPACE_KEY, UNREAD_KEY):
+        if p.key in JSON_KEYS.values():
             try:
                 json.loads(p.value)
             except ValueError:
                 return f"metadata {p.key!r} is not JSON: {p.value!r:.40}"
-        numbers = [k for k in p.value.split(",") if k]
-        if p.key in (SDPA_KEY, SPARSE_KEY) and not all(k.isdigit() for k in numbers):
+        elif p.key in (SDPA_KEY, SPARSE_KEY) and not all(
+                k.isdigit() for k in p.value.split(",") if k):
             return f"metadata {p.key!r} is not a list of numbers: {p.value!r:.40}"
     return None
 

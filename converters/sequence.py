@@ -64,6 +64,8 @@ SPARSE_KEY = "mdot.sparse_attention"  # model metadata: keys a query keeps (Deep
 SLIDING_KEY = "mdot.sliding_window"  # model metadata: each layer's sliding window (JSON; 0 none)
 CHECKPOINTED_KEY = "mdot.checkpointed"  # model metadata: its code checkpoints activations
 UNREAD_KEY = "mdot.unread"  # model metadata: parameters the traced step never reads (JSON)
+JSON_KEYS = dict(experts=EXPERTS_KEY, defaulted=DEFAULTED_KEY, sliding_window=SLIDING_KEY,
+                 state_space=STATE_SPACE_KEY, unread=UNREAD_KEY)  # meta field: JSON metadata
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: the Softmax nodes (ordinals, in graph order)
 # of scaled_dot_product_attention calls; the others the model's code computes itself
@@ -432,9 +434,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **({"fill_operands": filled} if filled else {}),
         **({"half_type": h} if (h := half_of(types, used_params)) else {}),
         **masks.readers,
-        **{k: json.loads(said[key]) for k, key in (  # the exporter's JSON metadata
-            ("experts", EXPERTS_KEY), ("defaulted", DEFAULTED_KEY), ("sliding_window", SLIDING_KEY),
-            ("state_space", STATE_SPACE_KEY), ("unread", UNREAD_KEY)) if said.get(key)},
+        **{k: json.loads(said[key]) for k, key in JSON_KEYS.items() if said.get(key)},
         **({"eager_attention": a} if (a := said.get(EAGER_KEY)) else {}),
         **({"checkpointed": True} if said.get(CHECKPOINTED_KEY) else {}),
         **({"sdpa_softmax": _sdpa_softmax(nodes, seq_index, sdpa)}

@@ -42,10 +42,11 @@ def to_meta(args: Any) -> Any:
     """`args` with every tensor in it (through lists, tuples and dicts) on the meta device."""
     from torch.utils._pytree import tree_map
 
-    return tree_map(lambda a: a.to("meta") if _is_tensor(a) else a, args)
+    return tree_map(lambda a: a.to("meta") if is_array(a) else a, args)
 
 
-def _is_tensor(x: Any) -> bool:
+def is_array(x: Any) -> bool:
+    """A tensor or an array of any framework (what has a shape and a dtype)."""
     return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
@@ -58,7 +59,7 @@ def _walk(x: Any, name: str, found: list[tuple[str, Any]]) -> None:
     elif isinstance(x, (list, tuple)):
         for j, item in enumerate(x):
             _walk(item, f"{name}_{j}", found)
-    elif _is_tensor(x):
+    elif is_array(x):
         found.append((name, x))
 
 
@@ -96,7 +97,7 @@ def _rebuilt(x: Any, values: Any) -> Any:
     if isinstance(x, (list, tuple)):
         items = [_rebuilt(item, values) for item in x]
         return kind(*items) if hasattr(x, "_fields") else kind(items)  # a namedtuple's fields
-    return next(values) if _is_tensor(x) else x
+    return next(values) if is_array(x) else x
 
 
 def data_input_names(args: tuple, keywords: Sequence[str] | None,
