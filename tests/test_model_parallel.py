@@ -495,3 +495,15 @@ def test_what_was_never_measured_carries_no_band(gpt):
     assert plain.interval_ms is not None
     for fields in (dict(gpus=2, pp=2, grad_accum=4), dict(gpus=2, tp=2), dict(attention="flash")):
         assert predict(_job(gpt, precision="fp32", **fields)).interval_ms is None, fields
+
+
+@pytest.mark.parametrize("plan", [dict(gpus=8, strategy="fsdp"), dict(gpus=4, tp=2, pp=2,
+                                                                       grad_accum=4)])
+def test_a_forward_and_backward_alone_has_no_update_and_no_optimizer_state(gpt, plan):
+    train, fwd_bwd = (predict(_job(gpt, step=step, **plan)) for step in ("train", "fwd-bwd"))
+    assert train.phases["update"] > 0 and "update" not in fwd_bwd.phases
+    assert fwd_bwd.iteration_ms == pytest.approx(sum(fwd_bwd.phases.values()))
+    # AdamW at amp-bf16: 16 bytes a parameter; without its update, 8 (weights, gradients)
+    states = train.memory_parts["model_states"], fwd_bwd.memory_parts["model_states"]
+    assert states[1] == pytest.approx(states[0] / 2, rel=0.02)
+    assert any("no adamw update, so no optimizer state" in w for w in fwd_bwd.warnings)

@@ -74,6 +74,8 @@ def test_a_bad_plan_is_one_named_error(model, fields, field):
     with pytest.raises(RequestError) as e:
         plan(Plan(_job(model), **fields))
     assert e.value.field.startswith(field) and "\n" not in str(e.value)
+    if fields == dict(budget_usd=10.0):
+        assert "give prices too" in str(e.value)  # the field that holds them
 
 
 def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model):

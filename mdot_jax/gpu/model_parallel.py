@@ -403,7 +403,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     one = dataclasses.replace(one, operators=updating(one.operators, updates,
                                                       "the slowest stage's"))
     phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
-    phases.update(update=float(update),
+    phases.update(**{"update": float(update)} if "update" in one.phases else {},
                   communication=float(m * (ring[slow] + tp_ms[slow] + p2p) + tied))
     split, tail = [], []  # what the note says: a pipeline's parts only where there is one
     if tp > 1:

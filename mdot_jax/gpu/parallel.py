@@ -272,7 +272,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
             scatter = rs if after_flush else _hidden(rs, bw, buckets)
             total, shown = rs * times + ag, scatter * times + ag
         shard = sum(b / r for b, r, _ in groups) / nbytes  # of a GPU's parameters, its shard
-        phases["update"] = phases.get("update", 0.0) * shard
+        if "update" in phases:  # a step with one
+            phases["update"] *= shard
         p = dataclasses.replace(p, operators=updating(p.operators, shard, "its shard"))
         memory = dict(model_states=-held.sharded(strategy, trained, weight_bytes) / 4
                       * unsharded / 1e9, working=in_flight)

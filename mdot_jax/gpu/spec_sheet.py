@@ -249,6 +249,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
             found.classes.discard("conv")
     speed = math.exp(machine.a) if machine else 1.0  # the machine's kernels' factor
     order, per_op, phases = _in_order(work, ms * speed, recompute, seq.num_ops)
+    if step != "train":
+        del phases["update"]
     fused = {b.output for b in blocks}  # the node each fused kernel's time is kept on
     operators: list[dict] = [dict(type=FUSED if i in fused else n, name=str(nm), ms=float(t),
                                   index=i) for i, (n, nm, t) in enumerate(zip(
@@ -296,7 +298,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                    operators=[dict(o, ms=float(o["ms"]) * scale) for o in operators],
                    phases={k: v * scale for k, v in phases.items()}, interval_ms=band,
                    band_from=band_from)
-    memory = step_memory(seq, precision, optimizer, fused=blocks, framework=framework)
+    memory = step_memory(seq, precision, optimizer if step == "train" else "sgd-plain",
+                         fused=blocks, framework=framework)  # no update: no state
     p.memory_gb, p.memory_parts = memory.total / 1e9, memory.parts()
     if fit:
         check_fit(p, gpu.memory_gb, f"the {gpu.name}'s memory")

@@ -24,6 +24,7 @@ from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.by_checkpoint import Checkpoint
+from mdot_jax.serving.memory import OPTIMIZER_STATE
 from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
 from mdot_jax.serving.predict import input_size_of
 from mdot_jax.serving.prediction import Prediction
@@ -225,11 +226,16 @@ class _SpecSheet:
         if job.layout != "nchw":
             raise RequestError("layout: a GPU priced from its spec sheet has none (NCHW data)",
                                "layout")
+        self.notes: list[str] = [note] if note else []
+        self.optimizer = job.optimizer  # what the step's memory holds: none without an update
+        if job.step == "fwd-bwd" and OPTIMIZER_STATE[job.optimizer]:
+            self.notes.append(f"step fwd-bwd: no {job.optimizer} update, so no optimizer "
+                              "state in memory")
+            self.optimizer = "sgd-plain"
         self.job, self.gpu = job, gpu
         self.model = spec_sheet.load_step_model(folder)
         self.source = f"priced from its spec sheet by {folder.name}" + (
             ", adapted to measured steps" if self.model.info.get("adaptation") else "")
-        self.notes: list[str] = [note] if note else []
         if (most := max(job.gpu_counts)) > NODE_GPUS:
             self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; HGX boards and "
                               f"DGX systems hold {NODE_GPUS}: give gpus {NODE_GPUS} and nodes "
@@ -391,7 +397,7 @@ class _SpecSheet:
             layout = dataclasses.replace(self.layout, gpus=n * job.nodes, gpus_per_node=n)
             one, params = model_parallel.pipeline(
                 one, self.seq, self.blocks, layout, self.gpu, job.grad_accum,
-                job.precision or "fp32", job.optimizer, job.activation_checkpointing, network,
+                job.precision or "fp32", self.optimizer, job.activation_checkpointing, network,
                 job.interconnect, self.fused, job.framework)
         else:
             one = accumulate(one, job.grad_accum)
@@ -402,7 +408,7 @@ class _SpecSheet:
         starts = layer_starts(self.seq, self.blocks)  # FSDP's units: its layers and the root
         # Megatron-LM reduces the gradients after the backward (overlap_grad_reduce off)
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
-                          job.strategy, job.optimizer, job.grad_accum, job.tp * job.pp,
+                          job.strategy, self.optimizer, job.grad_accum, job.tp * job.pp,
                           after_flush=job.model_parallel or job.framework == "megatron",
                           precision=job.precision or "fp32", framework=job.framework,
                           units=len(starts) + 1 if starts else 0, experts=experts,

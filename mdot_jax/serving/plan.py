@@ -87,8 +87,8 @@ class Plan:
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
         if self.budget_usd is not None and not self.prices:  # every plan would be "no price"
-            raise RequestError("budget_usd: holds the plans to a cost; give the GPUs' prices "
-                               "(USD per GPU-hour)", "budget_usd")
+            raise RequestError("budget_usd: holds the plans to a cost; give prices too (USD "
+                               "per GPU-hour by device)", "budget_usd")
         if self.cps:
             _ints("cps", list(self.cps))
             object.__setattr__(self, "cps", tuple(dict.fromkeys(self.cps)))  # each once
