@@ -3,6 +3,7 @@ the errors a graph exported at other dims gives."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from converters.sequence import data_input_names
 from converters.tensors import TOKEN_TYPES
 
 MAX_DIM = 2 ** 31 - 1
+BATCH = "batch"  # dim 0's symbol in our exports (`torch_inputs.batch_axes`)
 
 
 def check_dims(**dims: Any) -> None:
@@ -24,6 +26,18 @@ def check_dims(**dims: Any) -> None:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 < v <= MAX_DIM:
             raise ConversionError(f"{name} {v!r}: expected a positive integer")
+
+
+def scaled(symbol: str, batch: int) -> int:
+    """Dim 0 of a data input exported as `symbol` at `batch`: `batch*R` (an input R times as
+    long as the batch: `torch_inputs.batch_axes`) is R times it, at least 1; any other, the
+    batch."""
+    ratio = symbol[len(BATCH) + 1:] if symbol.startswith(BATCH + "*") else ""
+    try:
+        r = float(ratio) if ratio else 1.0
+    except ValueError:
+        r = 1.0
+    return max(1, round(batch * r)) if math.isfinite(r) and r > 0 else batch
 
 
 def _dim_hint(name: str, shape: list[int], k: int, t) -> str:
@@ -65,7 +79,8 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
             if len(shape) != len(dims):
                 raise ConversionError(f"{label}: input '{vi.name}' has rank {len(dims)} but "
                                       f"--input-shape gives {len(shape)} dims {shape}")
-            if batch_size is not None and shape and shape[0] != batch_size:
+            if batch_size is not None and shape and shape[0] != batch_size and \
+                    not dims[0].dim_param.startswith(BATCH + "*"):  # as long as the batch
                 raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives batch "
                                       f"{shape[0]} but --batch-size is {batch_size}; give one")
             tokens = len(shape) == 2 and t.elem_type in TOKEN_TYPES
@@ -84,7 +99,7 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
             if vi.name in data:
                 was = list(shape)
                 if batch_size is not None and shape:
-                    shape[0] = batch_size
+                    shape[0] = scaled(names[0], batch_size)
                 if image_size is not None and len(shape) == 4:
                     for k in _sides(shape):
                         shape[k] = image_size

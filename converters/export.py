@@ -31,6 +31,7 @@ import onnx
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.gradients import checkpoint_calls, checkpoints, unreached, unread
+from converters.patches import patched
 from converters.sequence import (
     CHECKPOINTED_KEY,
     DATA_INPUTS_KEY,
@@ -46,6 +47,7 @@ from converters.substitutes import SUBSTITUTES, substituted
 from converters.symbolics import SDPA_SOFTMAX
 from converters.symbolics import register as register_symbolics
 from converters.torch_inputs import (
+    batch_axes,
     data_input_names,
     example_args,
     is_array,
@@ -167,62 +169,6 @@ def _meta_convolutions(torch, active: bool):
             setattr(F, name, run)
 
 
-@contextlib.contextmanager
-def _uneven_pools(torch):
-    """ONNX has no adaptive pooling whose output does not divide its input (GoogLeNet's
-    auxiliary heads pool 14 x 14 to 4 x 4; the exporter refuses it): such a pooling exports as
-    the input padded to a multiple of the output and pooled in windows of that ratio, the same
-    shape, the same reads (Pad, then AveragePool or MaxPool)."""
-    import torch.nn.functional as F
-
-    originals = {name: getattr(F, name) for name in ("adaptive_avg_pool2d",
-                                                     "adaptive_max_pool2d")}
-
-    def uneven(name: str, pool: Any):
-        def adaptive(x, output_size, return_indices=False):
-            size = (output_size,) * 2 if isinstance(output_size, int) else tuple(output_size)
-            have = [int(n) for n in x.shape[-2:]]
-            out = [have[i] if s is None else int(s) for i, s in enumerate(size)]
-            if all(n % o == 0 for n, o in zip(have, out)) or return_indices:
-                indices = (return_indices,) if "max" in name else ()
-                return originals[name](x, output_size, *indices)
-            k = [-(-n // o) for n, o in zip(have, out)]  # each window: ceil(in / out)
-            padded = F.pad(x, (0, k[1] * out[1] - have[1], 0, k[0] * out[0] - have[0]))
-            return pool(padded, k, k)
-        return adaptive
-
-    F.adaptive_avg_pool2d = uneven("adaptive_avg_pool2d", F.avg_pool2d)
-    F.adaptive_max_pool2d = uneven("adaptive_max_pool2d", F.max_pool2d)
-    try:
-        yield
-    finally:
-        for name, f in originals.items():
-            setattr(F, name, f)
-
-
-@contextlib.contextmanager
-def _scalar_scatters(torch):
-    """`Tensor.scatter(dim, index, value)` with a Python scalar (DeepSeek-V3.2's sparse
-    attention mask: `ones.scatter(-1, topk, False)`) fails TorchScript's alias analysis ("We
-    don't have an op for aten::scatter ... bool"): it scatters a tensor of the value instead,
-    the same result (ONNX's ScatterElements either way)."""
-    scatter = torch.Tensor.scatter
-
-    def tensor_src(self, dim, index, src=None, *, value=None, reduce=None):
-        fill = src if value is None else value
-        if isinstance(fill, torch.Tensor) or reduce is not None:
-            return scatter(self, dim, index, src, **({"reduce": reduce} if reduce else {}))
-        fill = float(fill) if self.dtype.is_floating_point else int(fill)  # a bool: as an int
-        return scatter(self, dim, index, torch.full(index.shape, fill, device=self.device)
-                       .to(self.dtype))
-
-    torch.Tensor.scatter = tensor_src
-    try:
-        yield
-    finally:
-        torch.Tensor.scatter = scatter
-
-
 def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] | None = None,
                dynamic_batch: bool = True, opset: int = OPSET) -> onnx.ModelProto:
     """Exports a `torch.nn.Module`'s training graph (forward in train mode) to ONNX.
@@ -260,7 +206,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             config.use_cache = False
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
-                _meta_convolutions(torch, on_meta), _scalar_scatters(torch), _uneven_pools(torch), \
+                _meta_convolutions(torch, on_meta), patched(torch), \
                 positional_forward(module, args, keywords) as traced, torch.no_grad(), \
                 substituted(module) as fused, checkpoint_calls() as checkpointed:
             # torch.no_grad(): no graph for a backward, a third the memory
@@ -271,7 +217,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 dynamo=False, export_params=False,
                 training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                 input_names=names, opset_version=opset, custom_opsets={DOMAIN: 1},
-                dynamic_axes={n: {0: "batch"} for n in names} if dynamic_batch else None)
+                dynamic_axes=batch_axes(args, keywords, names) if dynamic_batch else None)
     except Exception as e:  # exporter errors are many and untyped; keep the first line
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from converters import CONFIG_FIELDS, ConversionError, convert, from_torch
+from converters import ConversionError, convert, from_torch
 from converters.loader import load_model
 from converters.sequence import LOAD_FIELDS, PARAMS_KEY, to_sequence
 
@@ -198,26 +198,6 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
                vocab_size=64, attn_config=dict(alibi=True))
     with pytest.raises(ConversionError, match=r"128 tokens are more than its max_seq_len \(64\)"):
         from_hf_config(mpt, seq_len=128)
-
-
-def test_an_adaptive_pooling_whose_output_does_not_divide_its_input_exports():
-    """GoogLeNet's auxiliary heads (14 x 14 pooled to 4 x 4): the exporter refused them."""
-    class Pools(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3)
-            self.avg = torch.nn.AdaptiveAvgPool2d((5, None))
-            self.max = torch.nn.AdaptiveMaxPool2d(3)
-
-        def forward(self, x):  # [2, 3, 16, 16] -> [2, 8, 14, 14] -> [2, 8, 5, 14] -> [2, 8, 3, 3]
-            return self.max(self.avg(self.conv(x)))
-
-    net = Pools()
-    seq = convert(from_torch(net, torch.randn(2, 3, 16, 16)), batch_size=2)
-    assert seq.op_type_counts() == {"Conv": 1, "Pad": 2, "AveragePool": 1, "MaxPool": 1}
-    out = seq.config[-1, CONFIG_FIELDS.index("out_d0"):][:4]
-    assert list(out) == list(net(torch.randn(2, 3, 16, 16)).shape)
-    assert torch.nn.functional.adaptive_avg_pool2d.__module__ == "torch.nn.functional"
 
 
 def test_an_encoder_alone_trains_as_a_masked_lm_and_a_config_of_no_language_model_is_named():

@@ -1,0 +1,114 @@
+"""What the exporter cannot trace, traced as the same work: each patch replaces a function
+while a model is exported, with one that computes the same result (or, where the exporter
+only needs the shapes and the reads, the same shapes from the same reads) in ONNX's terms."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+
+@contextlib.contextmanager
+def uneven_pools(torch):
+    """ONNX has no adaptive pooling whose output does not divide its input (GoogLeNet's
+    auxiliary heads pool 14 x 14 to 4 x 4; the exporter refuses it): such a pooling exports as
+    the input padded to a multiple of the output and pooled in windows of that ratio, the same
+    shape, the same reads (Pad, then AveragePool or MaxPool)."""
+    import torch.nn.functional as F
+
+    originals = {name: getattr(F, name) for name in ("adaptive_avg_pool2d",
+                                                     "adaptive_max_pool2d")}
+
+    def uneven(name: str, pool: Any):
+        def adaptive(x, output_size, return_indices=False):
+            size = (output_size,) * 2 if isinstance(output_size, int) else tuple(output_size)
+            have = [int(n) for n in x.shape[-2:]]
+            out = [have[i] if s is None else int(s) for i, s in enumerate(size)]
+            if all(n % o == 0 for n, o in zip(have, out)) or return_indices:
+                indices = (return_indices,) if "max" in name else ()
+                return originals[name](x, output_size, *indices)
+            k = [-(-n // o) for n, o in zip(have, out)]  # each window: ceil(in / out)
+            padded = F.pad(x, (0, k[1] * out[1] - have[1], 0, k[0] * out[0] - have[0]))
+            return pool(padded, k, k)
+        return adaptive
+
+    F.adaptive_avg_pool2d = uneven("adaptive_avg_pool2d", F.avg_pool2d)
+    F.adaptive_max_pool2d = uneven("adaptive_max_pool2d", F.max_pool2d)
+    try:
+        yield
+    finally:
+        for name, f in originals.items():
+            setattr(F, name, f)
+
+
+@contextlib.contextmanager
+def scalar_scatters(torch):
+    """`Tensor.scatter(dim, index, value)` with a Python scalar (DeepSeek-V3.2's sparse
+    attention mask: `ones.scatter(-1, topk, False)`) fails TorchScript's alias analysis ("We
+    don't have an op for aten::scatter ... bool"): it scatters a tensor of the value instead,
+    the same result (ONNX's ScatterElements either way)."""
+    scatter = torch.Tensor.scatter
+
+    def tensor_src(self, dim, index, src=None, *, value=None, reduce=None):
+        fill = src if value is None else value
+        if isinstance(fill, torch.Tensor) or reduce is not None:
+            return scatter(self, dim, index, src, **({"reduce": reduce} if reduce else {}))
+        fill = float(fill) if self.dtype.is_floating_point else int(fill)  # a bool: as an int
+        return scatter(self, dim, index, torch.full(index.shape, fill, device=self.device)
+                       .to(self.dtype))
+
+    torch.Tensor.scatter = tensor_src
+    try:
+        yield
+    finally:
+        torch.Tensor.scatter = scatter
+
+
+@contextlib.contextmanager
+def embedding_bags(torch):
+    """`nn.EmbeddingBag` exports as an ONNX Loop over the bags, which shape inference cannot
+    read: it exports as the rows looked up (Gather) and reduced by bag, the same result (but
+    that a padding index is counted in a bag's mean) from the same reads. Bags of one length
+    (a 2-D input [B, L]) reduce over dim 1; a flat input [N] with `offsets` [B] (or [B + 1],
+    `include_last_offset`) scatters each row into its bag: ScatterElements with an add (or a
+    max) reduction."""
+    import torch.nn.functional as F
+
+    original = F.embedding_bag
+
+    def bags(input, weight, offsets=None, max_norm=None, norm_type=2.0,
+             scale_grad_by_freq=False, mode="mean", sparse=False, per_sample_weights=None,
+             include_last_offset=False, padding_idx=None):
+        rows = F.embedding(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq,
+                           sparse)  # [B, L, D] or [N, D]
+        if per_sample_weights is not None:
+            rows = rows * per_sample_weights.unsqueeze(-1)
+        if input.dim() == 2:  # [B, L, D] -> [B, D]
+            return rows.amax(1) if mode == "max" else rows.sum(1) if mode == "sum" else \
+                rows.mean(1)
+        starts = offsets[:-1] if include_last_offset else offsets  # [B]
+        ones = torch.ones_like(starts[1:])
+        bag = torch.zeros_like(input).scatter_add(0, starts[1:], ones).cumsum(0)  # [N]
+        at = bag.unsqueeze(-1).expand(-1, weight.shape[1])  # [N, D]
+        out = rows.new_zeros(starts.shape[0], weight.shape[1])  # [B, D]
+        if mode == "max":  # an empty bag: zeros
+            low = out.fill_(float("-inf")).scatter_reduce(0, at, rows, "amax")
+            return low.masked_fill(low.isinf(), 0.0)
+        out = out.scatter_add(0, at, rows)
+        if mode == "mean":
+            sizes = rows.new_zeros(starts.shape[0]).scatter_add(0, bag, rows.new_ones(bag.shape))
+            out = out / sizes.clamp(min=1).unsqueeze(-1)
+        return out
+
+    F.embedding_bag = bags
+    try:
+        yield
+    finally:
+        F.embedding_bag = original
+
+
+@contextlib.contextmanager
+def patched(torch):
+    """Every patch of this module, while a model is exported."""
+    with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch):
+        yield

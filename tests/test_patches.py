@@ -1,0 +1,101 @@
+"""What the exporter cannot trace, exported as the same work (`converters.patches`): each
+graph computes what PyTorch does, and every patch is undone after the export."""
+
+import numpy as np
+import pytest
+
+from converters import CONFIG_FIELDS, convert, from_torch
+from converters.dims import scaled
+
+torch = pytest.importorskip("torch")
+
+
+class Bags(torch.nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.bags = torch.nn.EmbeddingBag(50, 8, **kw)
+
+    def forward(self, *args):
+        return self.bags(*args)
+
+
+def _computed(module, inputs):
+    from onnx.reference import ReferenceEvaluator
+
+    graph = from_torch(module, inputs)
+    feeds = {f"input{i}": x.numpy() for i, x in enumerate(inputs)}
+    feeds.update({n: p.detach().numpy() for n, p in module.named_parameters()})
+    return graph, ReferenceEvaluator(graph).run(None, feeds)[0]
+
+
+IDS, OFFSETS = torch.randint(0, 50, (13,)), torch.tensor([0, 3, 3, 7, 12])  # an empty bag
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("inputs,kw", [
+    ((torch.randint(0, 50, (4, 6)),), {}),  # bags of one length
+    ((IDS, OFFSETS), {}),  # a flat input and where each bag starts
+    ((IDS, torch.cat([OFFSETS, torch.tensor([13])])), dict(include_last_offset=True)),
+])
+def test_an_embedding_bag_exports_as_lookups_reduced_by_bag(mode, inputs, kw):
+    """`nn.EmbeddingBag` exported as a Loop that shape inference could not read ("Input 0
+    expected to have type but instead is null")."""
+    module = Bags(mode=mode, **kw)
+    graph, got = _computed(module, inputs)
+    np.testing.assert_allclose(got, module(*inputs).detach().numpy(), rtol=1e-6, atol=1e-6)
+    assert "Loop" not in {n.op_type for n in graph.graph.node}
+    assert torch.nn.functional.embedding_bag.__name__ == "embedding_bag"  # restored
+
+
+def test_weighted_bags_export():
+    module, weights = Bags(mode="sum"), torch.rand(13)
+    _, got = _computed(module, (IDS, OFFSETS, weights))
+    np.testing.assert_allclose(got, module(IDS, OFFSETS, weights).detach().numpy(), rtol=1e-6)
+
+
+def test_a_flat_input_keeps_its_length_to_the_batch_at_any_batch():
+    """PyTorch's text classification tutorial: every sequence's ids in one flat input, and
+    their offsets; the batch is the number of sequences."""
+    class Text(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bags, self.fc = torch.nn.EmbeddingBag(1000, 16), torch.nn.Linear(16, 4)
+
+        def forward(self, text, offsets):  # [N], [B] -> [B, 4]
+            return self.fc(self.bags(text, offsets))
+
+    graph = from_torch(Text(), (torch.randint(0, 1000, (8 * 40,)), torch.arange(8) * 40))
+    dims = [i.type.tensor_type.shape.dim[0].dim_param for i in graph.graph.input[:2]]
+    assert dims == ["batch*40", "batch"]
+    for batch in (8, 64):
+        seq = convert(graph, batch_size=batch)
+        assert seq.meta["inputs"] == {"input0": [40 * batch], "input1": [batch]}
+        rows = seq.config[seq.op_names.tolist().index("Gather"), CONFIG_FIELDS.index("out_numel")]
+        assert rows == 40 * batch * 16  # every id's row looked up
+
+
+@pytest.mark.parametrize("symbol,batch,size", [
+    ("batch", 6, 6), ("batch*40", 3, 120), ("batch*0.5", 1, 1), ("batch*1.25", 8, 10),
+    ("batch*x", 5, 5), ("batch*inf", 5, 5), ("N", 4, 4)])
+def test_an_inputs_dim_0_follows_the_batch_at_its_exported_ratio(symbol, batch, size):
+    assert scaled(symbol, batch) == size
+
+
+def test_an_adaptive_pooling_whose_output_does_not_divide_its_input_exports():
+    """GoogLeNet's auxiliary heads (14 x 14 pooled to 4 x 4): the exporter refused them."""
+    class Pools(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+            self.avg = torch.nn.AdaptiveAvgPool2d((5, None))
+            self.max = torch.nn.AdaptiveMaxPool2d(3)
+
+        def forward(self, x):  # [2, 3, 16, 16] -> [2, 8, 14, 14] -> [2, 8, 5, 14] -> [2, 8, 3, 3]
+            return self.max(self.avg(self.conv(x)))
+
+    net = Pools()
+    seq = convert(from_torch(net, torch.randn(2, 3, 16, 16)), batch_size=2)
+    assert seq.op_type_counts() == {"Conv": 1, "Pad": 2, "AveragePool": 1, "MaxPool": 1}
+    out = seq.config[-1, CONFIG_FIELDS.index("out_d0"):][:4]
+    assert list(out) == list(net(torch.randn(2, 3, 16, 16)).shape)
+    assert torch.nn.functional.adaptive_avg_pool2d.__module__ == "torch.nn.functional"
