@@ -4,7 +4,8 @@ the errors a graph exported at other dims gives."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,14 @@ def check_dims(**dims: Any) -> None:
             raise ConversionError(f"{name} {v!r}: expected a positive integer")
 
 
+def batch_of(shapes: Iterable[Sequence[int]]) -> int:
+    """The batch of data inputs of `shapes`: the dim 0 most of them share, the smaller on a
+    tie (an input of every bag's ids is longer, `torch_inputs.batch_axes`); 1 where none has
+    a dim."""
+    counts = Counter(int(s[0]) for s in shapes if len(s) and s[0])
+    return min(counts, key=lambda d: (-counts[d], d)) if counts else 1
+
+
 def scaled(symbol: str, batch: int) -> int:
     """Dim 0 of a data input exported as `symbol` at `batch`: `batch*R` (an input R times as
     long as the batch: `torch_inputs.batch_axes`) is R times it, at least 1; any other, the
@@ -40,8 +49,11 @@ def scaled(symbol: str, batch: int) -> int:
     return max(1, round(batch * r)) if math.isfinite(r) and r > 0 else batch
 
 
-def _dim_hint(name: str, shape: list[int], k: int, t) -> str:
-    """The flag that sets symbolic dim `k` of data input `name` (-1 marks symbolic dims)."""
+def _dim_hint(name: str, shape: list[int], k: int, t, symbol: str) -> str:
+    """The flag that sets symbolic dim `k` (named `symbol`) of data input `name` (-1 marks
+    symbolic dims)."""
+    if k == 0 and symbol.startswith(BATCH + "*"):
+        return f"--batch-size N (its dim 0 is {symbol[len(BATCH) + 1:]} times the batch)"
     if k == 0:
         example = ",".join(str(d if d >= 0 else 1) for d in shape)
         return f"--input-shape {name}={example} (or --batch-size N for dim 0)"
@@ -113,7 +125,7 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
             if missing:
                 k = missing[0]
                 raise ConversionError(f"{label}: input '{vi.name}' dim {k} ('{names[k]}') is "
-                                      f"symbolic; pass {_dim_hint(vi.name, shape, k, t)}")
+                                      f"symbolic; pass {_dim_hint(vi.name, shape, k, t, names[k])}")
         if any(d <= 0 for d in shape):
             raise ConversionError(f"{label}: input '{vi.name}' shape {shape} has a "
                                   "non-positive dim")

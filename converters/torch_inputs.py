@@ -5,7 +5,6 @@ given)."""
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -145,10 +144,9 @@ def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str]
     it is the batch (the dim 0 most inputs share, the smaller on a tie), `batch*R` where it is R
     times that (`nn.EmbeddingBag`'s flat ids of every bag beside their offsets), so that each
     input keeps its length to the batch at any batch (`dims.concretise`)."""
+    from converters.dims import batch_of
+
     sizes = [int(t.shape[0]) if len(t.shape) else 0 for _, t in _tensors(args, keywords)]
-    counts = Counter(s for s in sizes if s)
-    if not counts:
-        return {}
-    batch = min(counts, key=lambda s: (-counts[s], s))
+    batch = batch_of([s] for s in sizes)
     return {n: {0: "batch" if s == batch else f"batch*{s / batch:g}"}
             for n, s in zip(names, sizes) if s}

@@ -4,8 +4,9 @@ graph computes what PyTorch does, and every patch is undone after the export."""
 import numpy as np
 import pytest
 
-from converters import CONFIG_FIELDS, convert, from_torch
+from converters import CONFIG_FIELDS, ConversionError, convert, from_torch
 from converters.dims import scaled
+from mdot_jax.serving.predict import check_converted
 
 torch = pytest.importorskip("torch")
 
@@ -72,6 +73,9 @@ def test_a_flat_input_keeps_its_length_to_the_batch_at_any_batch():
         assert seq.meta["inputs"] == {"input0": [40 * batch], "input1": [batch]}
         rows = seq.config[seq.op_names.tolist().index("Gather"), CONFIG_FIELDS.index("out_numel")]
         assert rows == 40 * batch * 16  # every id's row looked up
+        check_converted(seq, batch)  # the sequence's batch: the bags', not the ids'
+    with pytest.raises(ConversionError, match=r"pass --batch-size N \(its dim 0 is 40 times"):
+        convert(graph)
 
 
 @pytest.mark.parametrize("symbol,batch,size", [

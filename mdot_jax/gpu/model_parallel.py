@@ -57,6 +57,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from converters import dims
 from converters.attention import Block, in_layers, layer_ids, layer_starts, sublayers
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
@@ -104,9 +105,8 @@ def width(seq: OperatorSequence) -> int:
 
 
 def batch_of(seq: OperatorSequence) -> int:
-    """The batch: dim 0 of the data inputs (1 where the sequence says none)."""
-    shapes = [s for s in seq.meta.get("inputs", {}).values() if len(s)]
-    return int(shapes[0][0]) if shapes else 1
+    """The batch (`dims.batch_of` of its data inputs; 1 where the sequence says none)."""
+    return dims.batch_of(seq.meta.get("inputs", {}).values())
 
 
 def heads(seq: OperatorSequence, block: Block) -> tuple[int, int, int]:
