@@ -199,10 +199,12 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     was_training, retry, fused = module.training, False, []
     buffers = dict(module.named_buffers())  # the tensors themselves, and their values
     kept = {n: b.detach().clone() for n, b in buffers.items() if not b.is_meta}
-    config: Any = getattr(module, "config", None)  # a Hugging Face model returns its key-value
-    cached = getattr(config, "use_cache", None)  # cache, no tensor: the step keeps none
+    # a Hugging Face model returns its key-value cache, no tensor: the step keeps none (T5's
+    # encoder and decoder each read a copy of the model's config)
+    cached: list[Any] = list({id(c): c for m in module.modules() if getattr(
+        c := getattr(m, "config", None), "use_cache", None) is True}.values())
     try:
-        if cached:
+        for config in cached:
             config.use_cache = False
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
@@ -244,8 +246,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 module.get_submodule(owner)._buffers[attr] = b
                 if n in kept:
                     b.copy_(kept[n])
-        if cached:
-            config.use_cache = cached
+        for config in cached:
+            config.use_cache = True
     if retry:
         return from_torch(module, example_inputs, input_names=input_names,
                           dynamic_batch=dynamic_batch, opset=FALLBACK_OPSET)

@@ -601,6 +601,20 @@ def test_an_encoder_decoders_config_exports_its_sequence_to_sequence_step(config
         "NegativeLogLikelihoodLoss" in seq.op_names.tolist()
 
 
+def test_a_t5_built_by_the_user_exports_without_its_stacks_caches():
+    """T5's encoder and decoder each read a copy of the model's config: the model's
+    `use_cache` off, the decoder still returned its cache, which the tracer refused
+    ("received an input of unsupported type: EncoderDecoderCache")."""
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        d_model=32, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=16,
+        vocab_size=128))
+    ids = {"input_ids": torch.randint(0, 128, (2, 16)),
+           "decoder_input_ids": torch.randint(0, 128, (2, 8))}
+    seq = _sequence(from_torch(model, ids))
+    assert seq.meta["params"] == sum(p.numel() for p in model.parameters())
+    assert model.config.use_cache and model.decoder.config.use_cache  # as they were
+
+
 @pytest.mark.slow  # a T5 exported and predicted twice; the fast tier exports encoder-decoders above
 def test_an_encoder_decoders_targets_may_be_shorter_than_its_inputs(tmp_path, capsys):
     """A summariser's targets (`target_len`, `--target-len`): its decoder runs that many

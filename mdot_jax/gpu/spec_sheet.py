@@ -74,6 +74,7 @@ import numpy as np
 from converters import OperatorSequence
 from converters.attention import Block, attention_blocks
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
+from converters.vocab import UNK
 from mdot_jax import autograd
 from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import autocast, cnn_kernels, compiled, muon, peaks, tensor_cores
@@ -431,14 +432,17 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
     """The warnings of what `found` priced without a measurement of its like (`note`,
     `efficient`: what backs the flash and the memory-efficient attention kernels' price)."""
     said = []
-    if found.other:
+    if found.other:  # the converter's unknown types by their names
+        other = {k: v for k, v in found.other.items() if k != UNK} | (
+            seq.unknown_ops if UNK in found.other else {})
         said.append("no GPU measurements of " + ", ".join(
-            f"{k} ({v})" for k, v in sorted(found.other.items())) + ": priced as copies")
+            f"{k} ({v})" for k, v in sorted(other.items())) + ": priced as copies")
     if found.odd_convs:
         said.append(f"{found.odd_convs} convolutions are not 3x3 stride-1 dense ones (the only "
                     "ones measured): extrapolated")
     if seq.unknown_ops:
-        said.append(f"operators unknown to the converter: {seq.unknown_ops}")
+        said.append("operators unknown to the converter (their FLOPs not counted): "
+                    + ", ".join(f"{k} ({v})" for k, v in seq.unknown_ops.items()))
     odd = found.odd_layers
     if found.slowed and unaligned:
         said.append(f"{found.slowed} linear layers with features not a multiple of 16 bytes "
