@@ -108,7 +108,26 @@ def embedding_bags(torch):
 
 
 @contextlib.contextmanager
+def positive_unfolds(torch):
+    """The exporter's `Tensor.unfold` over a dim counted from the end (PatchTST's
+    `unfold(dimension=-2, ...)`) puts the windows' axis in the wrong place (its output
+    [B, C, N, W] for PyTorch's [B, N, C, W], which shape inference then refuses): the dim is
+    counted from the start instead, the same windows."""
+    unfold = torch.Tensor.unfold
+
+    def counted(self, dimension, size, step):
+        return unfold(self, dimension % max(self.dim(), 1), size, step)
+
+    torch.Tensor.unfold = counted
+    try:
+        yield
+    finally:
+        torch.Tensor.unfold = unfold
+
+
+@contextlib.contextmanager
 def patched(torch):
     """Every patch of this module, while a model is exported."""
-    with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch):
+    with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
+            positive_unfolds(torch):
         yield

@@ -103,3 +103,19 @@ def test_an_adaptive_pooling_whose_output_does_not_divide_its_input_exports():
     out = seq.config[-1, CONFIG_FIELDS.index("out_d0"):][:4]
     assert list(out) == list(net(torch.randn(2, 3, 16, 16)).shape)
     assert torch.nn.functional.adaptive_avg_pool2d.__module__ == "torch.nn.functional"
+
+
+@pytest.mark.parametrize("dim", [1, -2, -1])
+def test_an_unfold_over_a_dim_counted_from_the_end_exports_its_windows(dim):
+    """PatchTST's `unfold(dimension=-2, ...)`: the exporter put the windows' axis in the wrong
+    place ([2, 10, 11, 4] for [2, 11, 10, 4]), and shape inference then refused the model."""
+    from onnx.reference import ReferenceEvaluator
+
+    class Windows(torch.nn.Module):
+        def forward(self, x):  # [B, T, C] -> windows of 4, 2 apart
+            return x.unfold(dim, 4, 2)
+
+    x = torch.randn(2, 24, 10)
+    got = ReferenceEvaluator(from_torch(Windows(), x)).run(None, {"input0": x.numpy()})[0]
+    np.testing.assert_array_equal(got, Windows()(x).numpy())
+    assert torch.Tensor.unfold.__name__ == "unfold"  # restored
