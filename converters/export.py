@@ -236,6 +236,9 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                     "config with the same layer shapes on the CPU") if on_meta else ""
             if isinstance(example_inputs, list) and "missing" in msg:  # one argument, a list
                 hint += "; several inputs go as a tuple (or a dict by name), not a list"
+            if type(e).__name__ == "UnsupportedOperatorError":  # ctc_loss, lgamma, fft_rfft
+                hint += ("; ONNX has no form of it: export a forward without it (a loss: no "
+                         "labels given, so that the model returns its outputs)")
             raise ConversionError(f"torch export of {type(module).__name__} failed: "
                                   f"{type(e).__name__}: {msg}{hint}") from None
     finally:  # the user's module as it was: its mode, each buffer the tensor it held (a forward

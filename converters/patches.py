@@ -126,8 +126,34 @@ def positive_unfolds(torch):
 
 
 @contextlib.contextmanager
+def constant_ignore_index(torch):
+    """A loss ignoring the index a size gives (Hugging Face's question answering ignores
+    `start_logits.size(1)`) is traced with that index as a value the batch's shape computes,
+    which the exporter's cross-entropy symbolic cannot take as its attribute ("i_(): incompatible
+    function arguments"): the index is the size at export, a constant."""
+    import torch.nn.functional as F
+
+    losses = {name: getattr(F, name) for name in ("cross_entropy", "nll_loss")}
+
+    def constant(loss):
+        def call(*args, **kwargs):
+            if isinstance(kwargs.get("ignore_index"), torch.Tensor):
+                kwargs["ignore_index"] = int(kwargs["ignore_index"])
+            return loss(*args, **kwargs)
+        return call
+
+    for name, loss in losses.items():
+        setattr(F, name, constant(loss))
+    try:
+        yield
+    finally:
+        for name, loss in losses.items():
+            setattr(F, name, loss)
+
+
+@contextlib.contextmanager
 def patched(torch):
     """Every patch of this module, while a model is exported."""
     with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
-            positive_unfolds(torch):
+            positive_unfolds(torch), constant_ignore_index(torch):
         yield

@@ -119,3 +119,38 @@ def test_an_unfold_over_a_dim_counted_from_the_end_exports_its_windows(dim):
     got = ReferenceEvaluator(from_torch(Windows(), x)).run(None, {"input0": x.numpy()})[0]
     np.testing.assert_array_equal(got, Windows()(x).numpy())
     assert torch.Tensor.unfold.__name__ == "unfold"  # restored
+
+
+def test_a_loss_ignoring_an_index_a_size_gives_exports():
+    """Hugging Face's question answering ignores `start_logits.size(1)`, which the tracer
+    passed on as a value of the batch's shape: "i_(): incompatible function arguments"."""
+    from onnx.reference import ReferenceEvaluator
+
+    class Span(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(8, 1)
+
+        def forward(self, x, start):  # [B, S, 8], [B] -> the loss
+            logits = self.head(x).squeeze(-1)
+            ignored = logits.size(1)
+            return torch.nn.CrossEntropyLoss(ignore_index=ignored)(
+                logits, start.clamp(0, ignored))
+
+    module, x, start = Span(), torch.randn(2, 16, 8), torch.tensor([3, 40])  # 40: ignored
+    feeds = {"input0": x.numpy(), "input1": start.numpy(),
+             **{n: p.detach().numpy() for n, p in module.named_parameters()}}
+    got = ReferenceEvaluator(from_torch(module, (x, start))).run(None, feeds)[0]
+    np.testing.assert_allclose(got, module(x, start).detach().numpy(), rtol=1e-5)
+    assert torch.nn.functional.cross_entropy.__name__ == "cross_entropy"  # restored
+
+
+def test_an_operator_onnx_has_no_form_of_says_to_leave_it_out():
+    """A Student-T likelihood's lgamma (Hugging Face's time-series models), CTC's loss."""
+    class Likelihood(torch.nn.Module):
+        def forward(self, x):
+            return torch.lgamma(x.abs() + 1).sum()
+
+    with pytest.raises(ConversionError, match=r"aten::lgamma.*; ONNX has no form of it: "
+                                              r"export a forward without it"):
+        from_torch(Likelihood(), torch.randn(2, 4))
