@@ -59,8 +59,9 @@ CHECKPOINT_FLAGS = ("gradient_checkpointing", "grad_checkpointing")  # transform
 def unread(module: Any, read: set[str]) -> dict | None:
     """What of `module`'s parameters the traced step never reads (no name of a tensor among the
     graph's inputs `read`: a vision-language model given tokens alone, a head its forward does
-    not call): their count and the largest modules none of whose parameters is read (at most
-    3, layers' indices as *). None where every one is read."""
+    not call): their count and the largest modules none of whose parameters is read, or the
+    parameter itself where its module's others are (at most 3, layers' indices as *). None
+    where every one is read."""
     names: dict[int, list[str]] = {}  # a tensor's names (a tied one has several)
     for n, p in module.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), []).append(n)
@@ -72,6 +73,9 @@ def unread(module: Any, read: set[str]) -> dict | None:
         held = {id(p) for p in m.parameters()}
         if held and held <= missed and not any(name.startswith(w + ".") for w in where):
             where[name] = None
+    for k in missed:  # one held beside parameters that are read (DINOv2's mask token): by name
+        if not any(n.startswith(w + ".") for n in names[k] for w in where):
+            where[names[k][0]] = None
     said = dict.fromkeys(".".join("*" if s.isdigit() else s for s in w.split(".")) for w in where)
     return {"params": sum(p.numel() for p in module.parameters() if id(p) in missed),
             "in": list(said)[:3]}

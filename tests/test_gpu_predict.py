@@ -666,3 +666,38 @@ def test_an_operator_the_converter_does_not_know_is_named_where_it_is_priced(ste
     assert "no GPU measurements of GridSample (1): priced as copies" in said
     assert "operators unknown to the converter (their FLOPs not counted): GridSample (1)" in said
     assert not any("<unk>" in w for w in said)
+
+
+def _lstm(steps, batch, bidirectional=False):
+    import torch
+
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(32, 64, batch_first=True, bidirectional=bidirectional)
+
+        def forward(self, x):  # [B, T, 32] -> [B, T, 64 D]
+            return self.lstm(x)[0]
+
+    from converters import from_torch
+
+    return _seq(from_torch(Tagger(), torch.randn(batch, steps, 32)), batch=batch)
+
+
+def test_a_recurrent_layer_runs_its_steps_one_after_another(step_model):
+    """An LSTM was priced as a copy of its largest tensor, its steps' GEMMs unpriced."""
+    from mdot_jax.gpu.recurrent import kernels
+
+    h100 = gpus.find("h100-sxm")
+    short, long = (price(_lstm(t, 1024 // t), h100, step_model) for t in (8, 128))
+    assert long.iteration_ms > 4 * short.iteration_ms  # as many tokens, 16x the steps
+    assert long.interval_ms is None  # not measured: no band
+    said = next(w for w in long.warnings if w.startswith("recurrent layers (1 LSTM)"))
+    assert "priced as copies" not in " ".join(long.warnings) and "not measured" in said
+    # the forward's GEMMs do the layer's FLOPs; two directions, twice the steps
+    seq = _lstm(16, 4, bidirectional=True)
+    i = seq.op_names.tolist().index("LSTM")
+    fw = [(dims, n) for phase, op, dims, n in kernels("LSTM", seq.config[i], True, True)
+          if phase == "fw" and op == "linear"]
+    assert sum(2 * np.prod(d) * n for d, n in fw) == seq.load[i, 0]
+    assert fw[1][1] == 2 * 16

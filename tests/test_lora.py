@@ -131,6 +131,18 @@ def test_parameters_the_step_never_reads_are_said_not_priced(tmp_path):
     assert seq.params == 68 and seq.meta["unread"] == {"params": 1700, "in": ["aux"]}
     assert "unread" not in convert(from_torch(torch.nn.Linear(16, 4), torch.randn(4, 16)),
                                    batch_size=4).meta
+
+    class Masked(torch.nn.Module):  # DINOv2's mask token, beside a weight that is read
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 4)
+            self.fc.mask = torch.nn.Parameter(torch.zeros(16))
+
+        def forward(self, x):
+            return self.fc(x)
+
+    said = convert(from_torch(Masked(), torch.randn(4, 16)), batch_size=4).meta["unread"]
+    assert said == {"params": 16, "in": ["fc.mask"]}  # named, not "in " nothing
     gemma3 = dict(model_type="gemma3", mm_tokens_per_image=4, text_config=dict(
         model_type="gemma3_text", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, head_dim=32, vocab_size=300),

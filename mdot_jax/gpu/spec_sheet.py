@@ -12,7 +12,8 @@ The rules, per operator of the sequence:
   transcendental unary); copies (Concat, Slice,
   Gather, Pad, ...) are a unary kernel over their output; views cost nothing; every other
   operator (pooling, reductions, resizing, operators unknown to the converter) is priced as a
-  copy of its larger tensor, with a warning that nothing like it was measured.
+  copy of its larger tensor, with a warning that nothing like it was measured; recurrent
+  layers (LSTM, GRU, RNN) as cuDNN runs their steps (`gpu.recurrent`), warned too.
 - backward: a GEMM's or convolution's data- and weight-gradient GEMMs (no data gradient for
   one reading only the graph's inputs and weights); any other operator its forward times the
   ratio measured for its kind on the fitted GPUs' traces (`StepModel.ratios`); each weight an
@@ -77,7 +78,7 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.vocab import UNK
 from mdot_jax import autograd
 from mdot_jax.errors import RequestError, UsageError
-from mdot_jax.gpu import autocast, cnn_kernels, compiled, muon, peaks, tensor_cores
+from mdot_jax.gpu import autocast, cnn_kernels, compiled, muon, peaks, recurrent, tensor_cores
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
@@ -170,6 +171,7 @@ class _Found:
     kinds: list[str] = field(default_factory=list)  # each node's (`classify`)
     classes: set[str] = field(default_factory=set)  # `peaks.seen_by_class` classes priced
     other: dict[str, int] = field(default_factory=dict)  # types priced as copies: how many
+    recurrent: dict[str, int] = field(default_factory=dict)  # LSTM, GRU, RNN layers: how many
     odd_convs: int = 0  # convolutions unlike the measured ones (3x3, stride 1, dense)
     unmeasured: int = 0  # convolutions without a measured kernel of their kind
     slowed: int = 0  # linear layers at the measured slowdown of unaligned features
@@ -291,8 +293,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         kernels.extend(order)
     record(order)
     total = sum(phases.values())
-    banded = not (found.classes & set(extrapolated) or found.other or found.odd_convs
-                  or seq.unknown_ops or blocks or fusion)  # fused kernels: priced, not measured
+    banded = not (found.classes & set(extrapolated) or found.other or found.recurrent
+                  or found.odd_convs or seq.unknown_ops or blocks
+                  or fusion)  # fused kernels: priced, not measured
     scale, band, band_from = model.banded(adapted, precision, total, banded, warnings)
     p = Prediction(iteration_ms=total * scale, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq), warnings=warnings,
@@ -348,6 +351,14 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
             continue
         if i in fused:  # a compiled step's generated kernels run it (`gpu.compiled`), but
             work.extend(_accumulated(i, int(load[_L["params"]]), grads, at))  # its parameters'
+            continue
+        if name in recurrent.GATES:  # its steps in turn, issued by cuDNN (`gpu.recurrent`)
+            work.extend((i, phase, op, dims, at["gemm"] if op == "linear" else at["memory"], n)
+                        for phase, op, dims, n in recurrent.kernels(
+                            name, c, bool(grads.data[i]), bool(grads.weights[i]))
+                        if phase == "fw" or grads.runs[i])
+            found.recurrent[name] = found.recurrent.get(name, 0) + 1
+            found.classes.add("gemm")
             continue
         if name in ON_CHIP_SCANS:  # its products on chip, priced as fused attention's are
             work.extend((i, phase, "linear", dims, at["gemm"], slower[0])
@@ -437,6 +448,8 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
             seq.unknown_ops if UNK in found.other else {})
         said.append("no GPU measurements of " + ", ".join(
             f"{k} ({v})" for k, v in sorted(other.items())) + ": priced as copies")
+    if found.recurrent:
+        said.append(recurrent.said(found.recurrent))
     if found.odd_convs:
         said.append(f"{found.odd_convs} convolutions are not 3x3 stride-1 dense ones (the only "
                     "ones measured): extrapolated")

@@ -1,0 +1,43 @@
+"""Recurrent layers (ONNX's LSTM, GRU and RNN) as cuDNN runs them in a training step, one step
+after another: the input's GEMM for every step at once, then each step's recurrent GEMM and
+its gates' pointwise kernel in turn (each direction's steps one after the other); the
+backward the same in reverse (the gates' gradients, then the hidden state's GEMM, each step),
+then the input's and both weights' gradients as single GEMMs over every step. cuDNN issues a
+step's kernels itself, so the host issues one launch for a layer's steps, not one a kernel.
+Structure, not measured."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from converters.sequence import CONFIG_FIELDS
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+
+
+def kernels(op_type: str, c: np.ndarray, data: bool, weights: bool
+            ) -> list[tuple[str, str, tuple, int]]:
+    """(phase, operator, dims, times run) of the kernels of one recurrent layer (config row
+    `c`: input [T, B, I], output [T, D, B, H]); `data`, `weights`: whether the backward makes
+    the input's and the weights' gradients. GEMMs as `linear` (1, M, N, K), the gates as `tanh`
+    (rows, width), `gpu.work`'s dims."""
+    t, b, i = (int(c[_C[f"in_d{k}"]]) for k in (1, 2, 3))
+    d, h = int(c[_C["out_d1"]]), int(c[_C["out_d3"]])
+    g = GATES[op_type] * h  # a direction's gates
+    steps = t * d
+    out = [("fw", "linear", (1, t * b, d * g, i), 1),  # every step's input at once
+           ("fw", "linear", (1, b, g, h), steps), ("fw", "tanh", (b, g), steps),
+           ("bw", "tanh", (b, g), steps), ("bw", "linear", (1, b, h, g), steps)]
+    if data:
+        out.append(("bw", "linear", (1, t * b, i, d * g), 1))
+    if weights:  # dW [D G, I] and dR [D G, H], each summed over every step
+        out += [("bw", "linear", (1, d * g, n, t * b), 1) for n in (i, h)]
+    return out
+
+
+def said(layers: dict[str, int]) -> str:
+    """The warning of the recurrent `layers` (type -> how many) a step priced."""
+    listed = ", ".join(f"{n} {k}" for k, n in sorted(layers.items()))
+    return (f"recurrent layers ({listed}) priced as cuDNN runs them: each step's GEMM and "
+            "gates' kernel in turn, both ways (not measured)")
