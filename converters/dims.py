@@ -17,6 +17,7 @@ from converters.tensors import TOKEN_TYPES
 
 MAX_DIM = 2 ** 31 - 1
 BATCH = "batch"  # dim 0's symbol in our exports (`torch_inputs.batch_axes`)
+FIXED = "fixed:"  # an input's dim 0 that is not the batch: its size follows
 
 
 def check_dims(**dims: Any) -> None:
@@ -38,9 +39,12 @@ def batch_of(shapes: Iterable[Sequence[int]]) -> int:
 
 
 def scaled(symbol: str, batch: int) -> int:
-    """Dim 0 of a data input exported as `symbol` at `batch`: `batch*R` (an input R times as
-    long as the batch: `torch_inputs.batch_axes`) is R times it, at least 1; any other, the
-    batch."""
+    """Dim 0 of a data input exported as `symbol` at `batch` (`torch_inputs.batch_axes`):
+    `batch*R` (R times as long as the batch) is R times it, at least 1; `fixed:N` is N; any
+    other, the batch."""
+    size = symbol[len(FIXED):] if symbol.startswith(FIXED) else ""
+    if size.isdigit() and int(size) > 0:
+        return int(size)
     ratio = symbol[len(BATCH) + 1:] if symbol.startswith(BATCH + "*") else ""
     try:
         r = float(ratio) if ratio else 1.0
@@ -92,7 +96,7 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
                 raise ConversionError(f"{label}: input '{vi.name}' has rank {len(dims)} but "
                                       f"--input-shape gives {len(shape)} dims {shape}")
             if batch_size is not None and shape and shape[0] != batch_size and \
-                    not dims[0].dim_param.startswith(BATCH + "*"):  # as long as the batch
+                    not dims[0].dim_param.startswith((BATCH + "*", FIXED)):  # the batch
                 raise ConversionError(f"{label}: input '{vi.name}': --input-shape gives batch "
                                       f"{shape[0]} but --batch-size is {batch_size}; give one")
             tokens = len(shape) == 2 and t.elem_type in TOKEN_TYPES
@@ -110,8 +114,8 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
             names = [d.dim_param or "?" for d in dims]
             if vi.name in data:
                 was = list(shape)
-                if batch_size is not None and shape:
-                    shape[0] = scaled(names[0], batch_size)
+                if shape and (batch_size is not None or names[0].startswith(FIXED)):
+                    shape[0] = scaled(names[0], batch_size or 1)
                 if image_size is not None and len(shape) == 4:
                     for k in _sides(shape):
                         shape[k] = image_size

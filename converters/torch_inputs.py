@@ -141,12 +141,20 @@ def positional_forward(module: Any, args: tuple, keywords: Sequence[str] | None 
 def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str]
                ) -> dict[str, dict[int, str]]:
     """Dim 0 of each data input (`names`, one per tensor of `args`) as exported: `batch` where
-    it is the batch (the dim 0 most inputs share, the smaller on a tie), `batch*R` where it is R
-    times that (`nn.EmbeddingBag`'s flat ids of every bag beside their offsets), so that each
-    input keeps its length to the batch at any batch (`dims.concretise`)."""
-    from converters.dims import batch_of
+    it is the batch (the dim 0 most inputs share, the smaller on a tie); `batch*R` for a flat
+    integer input R times as long (`nn.EmbeddingBag`'s ids of every bag beside their offsets),
+    which keeps its length to the batch at any batch; `fixed:N` for any other (Flux's position
+    ids), which keeps its N (`dims.scaled`)."""
+    from converters.dims import BATCH, FIXED, batch_of
 
-    sizes = [int(t.shape[0]) if len(t.shape) else 0 for _, t in _tensors(args, keywords)]
+    tensors = [t for _, t in _tensors(args, keywords)]
+    sizes = [int(t.shape[0]) if len(t.shape) else 0 for t in tensors]
     batch = batch_of([s] for s in sizes)
-    return {n: {0: "batch" if s == batch else f"batch*{s / batch:g}"}
-            for n, s in zip(names, sizes) if s}
+
+    def symbol(t: Any, s: int) -> str:
+        if s == batch:
+            return BATCH
+        flat = len(t.shape) == 1 and not (t.dtype.is_floating_point or t.dtype.is_complex)
+        return f"{BATCH}*{s / batch:g}" if flat and s > batch else f"{FIXED}{s}"
+
+    return {n: {0: symbol(t, s)} for n, t, s in zip(names, tensors, sizes) if s}

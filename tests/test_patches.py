@@ -43,7 +43,7 @@ def test_an_embedding_bag_exports_as_lookups_reduced_by_bag(mode, inputs, kw):
     expected to have type but instead is null")."""
     module = Bags(mode=mode, **kw)
     graph, got = _computed(module, inputs)
-    np.testing.assert_allclose(got, module(*inputs).detach().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, module(*inputs).detach().numpy(), rtol=1e-5, atol=1e-6)
     assert "Loop" not in {n.op_type for n in graph.graph.node}
     assert torch.nn.functional.embedding_bag.__name__ == "embedding_bag"  # restored
 
@@ -51,7 +51,8 @@ def test_an_embedding_bag_exports_as_lookups_reduced_by_bag(mode, inputs, kw):
 def test_weighted_bags_export():
     module, weights = Bags(mode="sum"), torch.rand(13)
     _, got = _computed(module, (IDS, OFFSETS, weights))
-    np.testing.assert_allclose(got, module(IDS, OFFSETS, weights).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(got, module(IDS, OFFSETS, weights).detach().numpy(), rtol=1e-5,
+                               atol=1e-6)  # summed in another order
 
 
 def test_a_flat_input_keeps_its_length_to_the_batch_at_any_batch():
@@ -80,9 +81,28 @@ def test_a_flat_input_keeps_its_length_to_the_batch_at_any_batch():
 
 @pytest.mark.parametrize("symbol,batch,size", [
     ("batch", 6, 6), ("batch*40", 3, 120), ("batch*0.5", 1, 1), ("batch*1.25", 8, 10),
-    ("batch*x", 5, 5), ("batch*inf", 5, 5), ("N", 4, 4)])
+    ("batch*x", 5, 5), ("batch*inf", 5, 5), ("N", 4, 4), ("fixed:64", 8, 64),
+    ("fixed:x", 8, 8)])
 def test_an_inputs_dim_0_follows_the_batch_at_its_exported_ratio(symbol, batch, size):
     assert scaled(symbol, batch) == size
+
+
+def test_an_input_of_positions_keeps_its_rows_at_any_batch():
+    """Flux's image and text position ids ([64, 3], [7, 3]) are no batch: exported as one
+    they failed at any batch ("shape inference failed: ... Incompatible dimensions")."""
+    class Positions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Linear(3, 8)
+
+        def forward(self, x, ids):  # [B, 64, 8], [64, 3] -> [B, 64, 8]
+            return x + self.table(ids)
+
+    graph = from_torch(Positions(), (torch.randn(2, 64, 8), torch.zeros(64, 3)))
+    for batch in (None, 2, 16):
+        inputs = convert(graph, batch_size=batch, input_shapes=None if batch else
+                         {"input0": [4, 64, 8]}).meta["inputs"]
+        assert inputs == {"input0": [batch or 4, 64, 8], "input1": [64, 3]}
 
 
 def test_an_adaptive_pooling_whose_output_does_not_divide_its_input_exports():
