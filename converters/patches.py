@@ -1,11 +1,24 @@
 """What the exporter cannot trace, traced as the same work: each patch replaces a function
-while a model is exported, with one that computes the same result (or, where the exporter
-only needs the shapes and the reads, the same shapes from the same reads) in ONNX's terms."""
+while a model is exported with one that computes the same result in terms the exporter
+takes."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any
+
+
+@contextlib.contextmanager
+def _replaced(owner: Any, **new: Any):
+    """`owner`'s attributes set to `new` inside, the old ones after."""
+    old = {name: getattr(owner, name) for name in new}
+    for name, value in new.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(owner, name, value)
 
 
 @contextlib.contextmanager
@@ -32,13 +45,9 @@ def uneven_pools(torch):
             return pool(padded, k, k)
         return adaptive
 
-    F.adaptive_avg_pool2d = uneven("adaptive_avg_pool2d", F.avg_pool2d)
-    F.adaptive_max_pool2d = uneven("adaptive_max_pool2d", F.max_pool2d)
-    try:
+    with _replaced(F, adaptive_avg_pool2d=uneven("adaptive_avg_pool2d", F.avg_pool2d),
+                   adaptive_max_pool2d=uneven("adaptive_max_pool2d", F.max_pool2d)):
         yield
-    finally:
-        for name, f in originals.items():
-            setattr(F, name, f)
 
 
 @contextlib.contextmanager
@@ -57,11 +66,8 @@ def scalar_scatters(torch):
         return scatter(self, dim, index, torch.full(index.shape, fill, device=self.device)
                        .to(self.dtype))
 
-    torch.Tensor.scatter = tensor_src
-    try:
+    with _replaced(torch.Tensor, scatter=tensor_src):
         yield
-    finally:
-        torch.Tensor.scatter = scatter
 
 
 @contextlib.contextmanager
@@ -73,8 +79,6 @@ def embedding_bags(torch):
     `include_last_offset`) scatters each row into its bag: ScatterElements with an add (or a
     max) reduction."""
     import torch.nn.functional as F
-
-    original = F.embedding_bag
 
     def bags(input, weight, offsets=None, max_norm=None, norm_type=2.0,
              scale_grad_by_freq=False, mode="mean", sparse=False, per_sample_weights=None,
@@ -100,11 +104,8 @@ def embedding_bags(torch):
             out = out / sizes.clamp(min=1).unsqueeze(-1)
         return out
 
-    F.embedding_bag = bags
-    try:
+    with _replaced(F, embedding_bag=bags):
         yield
-    finally:
-        F.embedding_bag = original
 
 
 @contextlib.contextmanager
@@ -118,11 +119,8 @@ def positive_unfolds(torch):
     def counted(self, dimension, size, step):
         return unfold(self, dimension % max(self.dim(), 1), size, step)
 
-    torch.Tensor.unfold = counted
-    try:
+    with _replaced(torch.Tensor, unfold=counted):
         yield
-    finally:
-        torch.Tensor.unfold = unfold
 
 
 @contextlib.contextmanager
@@ -133,8 +131,6 @@ def constant_ignore_index(torch):
     function arguments"): the index is the size at export, a constant."""
     import torch.nn.functional as F
 
-    losses = {name: getattr(F, name) for name in ("cross_entropy", "nll_loss")}
-
     def constant(loss):
         def call(*args, **kwargs):
             if isinstance(kwargs.get("ignore_index"), torch.Tensor):
@@ -142,13 +138,8 @@ def constant_ignore_index(torch):
             return loss(*args, **kwargs)
         return call
 
-    for name, loss in losses.items():
-        setattr(F, name, constant(loss))
-    try:
+    with _replaced(F, cross_entropy=constant(F.cross_entropy), nll_loss=constant(F.nll_loss)):
         yield
-    finally:
-        for name, loss in losses.items():
-            setattr(F, name, loss)
 
 
 @contextlib.contextmanager

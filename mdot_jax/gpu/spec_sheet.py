@@ -89,7 +89,7 @@ from mdot_jax.gpu.tensor_cores import GEMM_OPS
 from mdot_jax.gpu.update import update, update_kernels
 from mdot_jax.options import AUTOCAST, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
-from mdot_jax.serving.memory import check_fit, step_memory
+from mdot_jax.serving.memory import check_fit, held_optimizer, step_memory
 from mdot_jax.serving.predict import checkpoint_devices, graph_warnings, input_size_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.storage.checkpoint import STEP_MODEL_DIR
@@ -302,8 +302,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                    operators=[dict(o, ms=float(o["ms"]) * scale) for o in operators],
                    phases={k: v * scale for k, v in phases.items()}, interval_ms=band,
                    band_from=band_from)
-    memory = step_memory(seq, precision, optimizer if step == "train" else "sgd-plain",
-                         fused=blocks, framework=framework)  # no update: no state
+    memory = step_memory(seq, precision, held_optimizer(optimizer, step), fused=blocks,
+                         framework=framework)
     p.memory_gb, p.memory_parts = memory.total / 1e9, memory.parts()
     if fit:
         check_fit(p, gpu.memory_gb, f"the {gpu.name}'s memory")

@@ -24,7 +24,7 @@ from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.by_checkpoint import Checkpoint
-from mdot_jax.serving.memory import OPTIMIZER_STATE
+from mdot_jax.serving.memory import OPTIMIZER_STATE, held_optimizer
 from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
 from mdot_jax.serving.predict import input_size_of
 from mdot_jax.serving.prediction import Prediction
@@ -227,11 +227,10 @@ class _SpecSheet:
             raise RequestError("layout: a GPU priced from its spec sheet has none (NCHW data)",
                                "layout")
         self.notes: list[str] = [note] if note else []
-        self.optimizer = job.optimizer  # what the step's memory holds: none without an update
-        if job.step == "fwd-bwd" and OPTIMIZER_STATE[job.optimizer]:
-            self.notes.append(f"step fwd-bwd: no {job.optimizer} update, so no optimizer "
+        self.optimizer = held_optimizer(job.optimizer, job.step)  # whose state memory holds
+        if OPTIMIZER_STATE[job.optimizer] and not OPTIMIZER_STATE[self.optimizer]:
+            self.notes.append(f"step {job.step}: no {job.optimizer} update, so no optimizer "
                               "state in memory")
-            self.optimizer = "sgd-plain"
         self.job, self.gpu = job, gpu
         self.model = spec_sheet.load_step_model(folder)
         self.source = f"priced from its spec sheet by {folder.name}" + (

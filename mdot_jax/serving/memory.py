@@ -53,6 +53,13 @@ from mdot_jax.readable import number
 OPTIMIZER_STATE = {"sgd": 1, "sgd-plain": 0, "momentum": 1, "adam": 2, "adamw": 2,
                    "muon": 2}  # muon: AdamW's, less one for each matrix it takes (`gpu.muon`)
 HALF = {*AUTOCAST, "bf16"}
+
+
+def held_optimizer(optimizer: str, step: str | None) -> str:
+    """The optimizer whose state a `step` holds: none where the step has no update
+    (`fwd-bwd`: forward and backward alone)."""
+    return optimizer if step in (None, "train") else "sgd-plain"
+
 _WRITTEN = LOAD_FIELDS.index("bytes_written")
 _PARAMS = LOAD_FIELDS.index("params")
 _CFG = {name: i for i, name in enumerate(CONFIG_FIELDS)}
