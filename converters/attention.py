@@ -60,6 +60,7 @@ class Block(NamedTuple):
     window: int = 0  # a sliding window's keys a query sees (the exporter's metadata; 0: all)
     local: bool = False  # the kernel visits the window's keys alone (the flash-attn package's)
     padded: bool = False  # a mask made of the batch (its attention mask) enters the scores
+    biased: bool = False  # a learned S x S bias enters them (Swin's, BEiT's, T5's positions)
 
 
 def _walk(start: int, step: dict[int, list[int]], names: np.ndarray
@@ -107,9 +108,10 @@ def _blocks(seq: OperatorSequence) -> list[Block]:
                     and set(succs.get(j, [])) <= inner:
                 inner.add(j)
         order = tuple(sorted(inner))
-        blocks.append(Block(scores, i, output, order, _causal(seq, scores, order, preds),
-                            _cross(scores, preds, names),
-                            padded=bool(padding.intersection(seq.node_names[list(order)]))))
+        causal, biased = _masks(seq, scores, order, preds)
+        blocks.append(Block(scores, i, output, order, causal, _cross(scores, preds, names),
+                            padded=bool(padding.intersection(seq.node_names[list(order)])),
+                            biased=biased))
     windows = seq.meta.get("sliding_window", [])  # a layer's each, in order
     own = [k for k, b in enumerate(blocks) if not b.cross]
     if len(windows) == len(own):
@@ -225,15 +227,17 @@ def _cross(scores: int, preds: dict[int, list[int]], names: np.ndarray) -> bool:
     return bool(q) and bool(k) and not q & k
 
 
-def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
-            preds: dict[int, list[int]]) -> bool:
-    """Whether a mask as wide as the scores' last two dims (queries x keys) enters `inner`:
-    an operator's output no parameter reaches, or a constant a `Where` selects by (its first
-    input's shape) or an `Add` adds to the scores (its second operand's bytes)."""
+def _masks(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
+           preds: dict[int, list[int]]) -> tuple[bool, bool]:
+    """(causal, biased): whether a mask as wide as the scores' last two dims (queries x keys)
+    enters `inner` (an operator's output no parameter reaches, or a constant a `Where` selects
+    by (its first input's shape) or an `Add` adds to the scores (its second operand's bytes)),
+    and whether such a term that a parameter reaches does (a learned bias, which SDPA is given
+    as its mask)."""
     c, ld, names = seq.config, seq.load, seq.op_names
     side = (c[scores, _D["out_d2"]], c[scores, _D["out_d3"]])
     if side[0] != side[1]:
-        return False
+        return False, False
     numel = c[scores, _D["out_numel"]]
 
     def mask(j: int, io: str) -> bool:  # S x S, and fewer elements than the scores (as
@@ -269,6 +273,8 @@ def _causal(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
             and 0 < other and (other < numel or numel == side[0] * side[1]) \
             and other % (side[0] * side[1]) == 0
 
-    return any(mask(j, "out") and not learned(j) and ordered(j) for i in inner
-               for j in preds.get(i, []) if j not in inner) or \
+    entering = [j for i in inner for j in preds.get(i, []) if j not in inner and mask(j, "out")]
+    causal = any(not learned(j) and ordered(j) for j in entering) or \
         any((names[i] == "Where" and mask(i, "in") or constant(i)) and ordered(i) for i in inner)
+    return causal, any(learned(j) for j in entering) or any(  # or the parameter itself
+        names[i] == "Add" and c[i, _D["n_param_inputs"]] > 0 for i in inner)

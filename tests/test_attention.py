@@ -250,7 +250,7 @@ def test_a_window_is_every_layers_where_the_config_names_no_layer_types():
         if said:
             p = predict(TrainingJob(model=convert(proto, batch_size=2, fuse=True),
                                     batch_size=2, device="h100-sxm", precision="amp-bf16"))
-            assert any("; 2 given transformers' mask (a sliding window" in w
+            assert any("; 2 given a mask (a sliding window" in w
                        for w in p.warnings)
 
 
@@ -294,8 +294,8 @@ def test_a_padding_mask_is_not_a_causal_one(kind, tokens, causal):
 
         job = dict(batch_size=2, device="h100-sxm", precision="amp-bf16")
         masked, unmasked = (predict(TrainingJob(model=s, **job)) for s in (seq, plain))
-        assert any(f"; {len(blocks)} given transformers' mask" in w for w in masked.warnings)
-        assert not any("given transformers' mask" in w for w in unmasked.warnings)
+        assert any(f"; {len(blocks)} given a mask" in w for w in masked.warnings)
+        assert not any("given a mask" in w for w in unmasked.warnings)
         assert masked.iteration_ms > unmasked.iteration_ms
 
 
@@ -316,3 +316,30 @@ def test_a_tokenizers_dict_exports_by_keyword_as_a_wrapper_does():
     assert {b.padded for b in attention_blocks(seqs[0])} == {True}
     with pytest.raises(ConversionError, match="no example inputs"):
         from_torch(model, {})
+
+
+def test_a_learned_bias_given_to_sdpa_runs_its_memory_efficient_kernel():
+    """BEiT's relative position bias, T5's: SDPA is given it as its mask, which FlashAttention
+    does not take; the blocks were priced as FlashAttention."""
+    class Biased(torch.nn.Module):
+        def __init__(self, learned):
+            super().__init__()
+            self.qkv = torch.nn.Linear(64, 192)
+            self.bias = torch.nn.Parameter(torch.zeros(4, 128, 128)) if learned else None
+
+        def forward(self, x):  # [B, 128, 64] -> [B, 4, 128, 16]
+            q, k, v = self.qkv(x).view(x.shape[0], 128, 3, 4, 16).permute(2, 0, 3, 1, 4)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                    attn_mask=self.bias)
+
+    from mdot_jax import TrainingJob, predict
+
+    seqs = [convert(from_torch(Biased(b), torch.randn(2, 128, 64)), batch_size=2, fuse=True)
+            for b in (True, False)]
+    assert [[(b.biased, b.causal) for b in attention_blocks(s)] for s in seqs] == \
+        [[(True, False)], [(False, False)]]
+    job = dict(batch_size=2, device="h100-sxm", precision="amp-bf16", attention="flash")
+    biased, plain = (predict(TrainingJob(model=s, **job)) for s in seqs)
+    assert any("; 1 given a mask" in w and "a learned bias" in w for w in biased.warnings)
+    assert not any("given a mask" in w for w in plain.warnings)
+    assert biased.iteration_ms > plain.iteration_ms

@@ -6,9 +6,10 @@ nothing large (`tensor_cores.cube`), at the share of the peak fused attention re
   forward's scores (Q K^T) and output (P V), the backward's five (the scores again,
   dP = dO V^T, dV, dQ, dK); a causal block computes only the tiles on and below the diagonal:
   half the keys. A block with a sliding window its keys reach, or with the batch's padding
-  mask (`Block.padded`), is given transformers' mask (`attn_mask`), which FlashAttention does
-  not take: SDPA's memory-efficient kernel runs it over every key, with the mask made additive
-  in the query's type, a copy each call that the kernel keeps for its backward (`mask_bytes`).
+  mask (`Block.padded`), is given transformers' mask (`attn_mask`), as a block with a learned
+  bias (`Block.biased`) is given its bias; FlashAttention takes neither: SDPA's
+  memory-efficient kernel runs it over every key, with the mask made additive in the query's
+  type, a copy each call that the kernel keeps for its backward (`mask_bytes`).
   The flash-attn package (`Block.local`) takes the window itself: the keys within it alone, no
   mask (and the batch unpadded by transformers).
 - scans whose matrix products stay on chip (`ON_CHIP_SCANS`: Mamba-2's chunked scan,
@@ -49,8 +50,9 @@ def masked(block: Block, keys: int) -> bool:
     """Whether `block` (`keys` a query) runs with a mask tensor: a sliding window its keys
     reach or the batch's padding (transformers passes SDPA the mask then, not `is_causal`),
     unless its kernel takes the window and the padding itself (`Block.local`: the flash-attn
-    package, to which transformers hands the unpadded tokens)."""
-    return (0 < block.window <= keys or block.padded) and not block.local
+    package, to which transformers hands the unpadded tokens); or a learned bias (Swin's,
+    BEiT's relative positions, T5's), which SDPA is given as its mask."""
+    return (0 < block.window <= keys or block.padded) and not block.local or block.biased
 
 
 def mask_bytes(seq: OperatorSequence, block: Block) -> float:

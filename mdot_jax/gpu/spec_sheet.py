@@ -476,10 +476,10 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
         said.append(f"{len(blocks)} attention blocks priced as fused kernels "
                     f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                     f"FlashAttention's forward and backward, {note}" + (
-                        f"; {given} given transformers' mask (a sliding window the sequence"
-                        " reaches, the batch's padding): SDPA's memory-efficient kernel over "
-                        f"every key, {efficient} (attention flash_attention_2 takes the window "
-                        "and the padding itself)" if given else "") + (
+                        f"; {given} given a mask (a sliding window the sequence reaches, "
+                        "the batch's padding, a learned bias): SDPA's memory-efficient kernel "
+                        f"over every key, {efficient} (attention flash_attention_2 takes the "
+                        "window and the padding itself)" if given else "") + (
                         f"; {local} with a sliding window, the flash-attn package's: over the "
                         "window's keys alone" if local else ""))
     return said
