@@ -154,7 +154,7 @@ def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str]
     def symbol(t: Any, s: int) -> str:
         if s == batch:
             return BATCH
-        flat = len(t.shape) == 1 and not (t.dtype.is_floating_point or t.dtype.is_complex)
+        flat = len(t.shape) == 1 and "int" in str(t.dtype)  # torch's, or another array's
         return f"{BATCH}*{s / batch:g}" if flat and s > batch else f"{FIXED}{s}"
 
     return {n: {0: symbol(t, s)} for n, t, s in zip(names, tensors, sizes) if s}

@@ -174,3 +174,8 @@ def test_an_operator_onnx_has_no_form_of_says_to_leave_it_out():
     with pytest.raises(ConversionError, match=r"aten::lgamma.*; ONNX has no form of it: "
                                               r"export a forward without it"):
         from_torch(Likelihood(), torch.randn(2, 4))
+
+
+def test_an_array_that_is_no_tensor_is_the_exporters_one_line_not_ours():
+    with pytest.raises(ConversionError, match="unsupported type: numpy.ndarray"):
+        from_torch(torch.nn.Linear(4, 2), (torch.zeros(2, 4), np.zeros(3, np.int64)))
