@@ -686,7 +686,7 @@ def _lstm(steps, batch, bidirectional=False):
 
 def test_a_recurrent_layer_runs_its_steps_one_after_another(step_model):
     """An LSTM was priced as a copy of its largest tensor, its steps' GEMMs unpriced."""
-    from mdot_jax.gpu.recurrent import kernels
+    from mdot_jax.gpu.recurrent import kept_bytes, kernels
 
     h100 = gpus.find("h100-sxm")
     short, long = (price(_lstm(t, 1024 // t), h100, step_model) for t in (8, 128))
@@ -701,3 +701,7 @@ def test_a_recurrent_layer_runs_its_steps_one_after_another(step_model):
           if phase == "fw" and op == "linear"]
     assert sum(2 * np.prod(d) * n for d, n in fw) == seq.load[i, 0]
     assert fw[1][1] == 2 * 16
+    # every step's gates kept for the backward: 16 steps x 4 x 2 directions x 4 gates x 64
+    gates = kept_bytes("LSTM", seq.config[i])
+    assert gates == 4.0 * 16 * 4 * 2 * 4 * 64
+    assert price(seq, h100, step_model).memory_parts["activations"] >= gates / 1e9

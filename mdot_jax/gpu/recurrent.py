@@ -36,6 +36,14 @@ def kernels(op_type: str, c: np.ndarray, data: bool, weights: bool
     return out
 
 
+def kept_bytes(op_type: str, c: np.ndarray) -> float:
+    """The fp32 bytes a recurrent layer (config row `c`) keeps for its backward besides its
+    output: every step's gates (cuDNN's reserve space; autograd's saved gates on a CPU)."""
+    t, b = int(c[_C["in_d1"]]), int(c[_C["in_d2"]])
+    d, h = int(c[_C["out_d1"]]), int(c[_C["out_d3"]])
+    return 4.0 * t * b * d * GATES[op_type] * h
+
+
 def said(layers: dict[str, int]) -> str:
     """The warning of the recurrent `layers` (type -> how many) a step priced."""
     listed = ", ".join(f"{n} {k}" for k, n in sorted(layers.items()))
