@@ -60,7 +60,7 @@ class Block(NamedTuple):
     window: int = 0  # a sliding window's keys a query sees (the exporter's metadata; 0: all)
     local: bool = False  # the kernel visits the window's keys alone (the flash-attn package's)
     padded: bool = False  # a mask made of the batch (its attention mask) enters the scores
-    biased: bool = False  # a learned S x S bias enters them (Swin's, BEiT's, T5's positions)
+    biased: bool = False  # a learned S x S bias enters them (BEiT's, T5's positions)
 
 
 def _walk(start: int, step: dict[int, list[int]], names: np.ndarray

@@ -16,14 +16,19 @@ GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 
 
+def _dims(c: np.ndarray) -> tuple[int, int, int, int, int]:
+    """(steps T, batch B, input I, directions D, hidden H) of a recurrent layer's config row."""
+    t, b, i = (int(c[_C[f"in_d{k}"]]) for k in (1, 2, 3))
+    return t, b, i, int(c[_C["out_d1"]]), int(c[_C["out_d3"]])
+
+
 def kernels(op_type: str, c: np.ndarray, data: bool, weights: bool
             ) -> list[tuple[str, str, tuple, int]]:
     """(phase, operator, dims, times run) of the kernels of one recurrent layer (config row
     `c`: input [T, B, I], output [T, D, B, H]); `data`, `weights`: whether the backward makes
     the input's and the weights' gradients. GEMMs as `linear` (1, M, N, K), the gates as `tanh`
     (rows, width), `gpu.work`'s dims."""
-    t, b, i = (int(c[_C[f"in_d{k}"]]) for k in (1, 2, 3))
-    d, h = int(c[_C["out_d1"]]), int(c[_C["out_d3"]])
+    t, b, i, d, h = _dims(c)
     g = GATES[op_type] * h  # a direction's gates
     steps = t * d
     out = [("fw", "linear", (1, t * b, d * g, i), 1),  # every step's input at once
@@ -39,8 +44,7 @@ def kernels(op_type: str, c: np.ndarray, data: bool, weights: bool
 def kept_bytes(op_type: str, c: np.ndarray) -> float:
     """The fp32 bytes a recurrent layer (config row `c`) keeps for its backward besides its
     output: every step's gates (cuDNN's reserve space; autograd's saved gates on a CPU)."""
-    t, b = int(c[_C["in_d1"]]), int(c[_C["in_d2"]])
-    d, h = int(c[_C["out_d1"]]), int(c[_C["out_d3"]])
+    t, b, _, d, h = _dims(c)
     return 4.0 * t * b * d * GATES[op_type] * h
 
 
