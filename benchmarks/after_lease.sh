@@ -4,8 +4,8 @@
 # amp-bf16/ and fp32/ samples xz-compressed, kernels.jsonl.xz, llm-steps.jsonl, env.json,
 # kit.log); their operator sequences are rebuilt from the zoo (data/derived/<name>-*-fused,
 # packed); the GPU's steps are priced (benchmarks/results/<name>-measured); then the
-# pre-registered studies run (llm-steps, unaligned-gemms, cnn-kernels: each decides by the rule
-# its study page wrote). Nothing is overwritten: an existing DEST or output stops it (name
+# pre-registered studies run (llm-steps, unaligned-gemms, cnn-kernels, whole-layers: each
+# decides by the rule its study page wrote). Nothing is overwritten: an existing DEST or output stops it (name
 # another DEST for a second lease of the same GPU). A precision without samples, or a study
 # without its measurements, is said and left out; a study that fails does not stop the others.
 # The README under DEST is yours to write.
@@ -35,7 +35,8 @@ done
 [ "${#PRECS[@]}" -gt 0 ] || { echo "after_lease: $KIT: no samples at all" >&2; exit 2; }
 for f in "$DEST" "data/derived/$NAME-amp-bf16-fused" "data/derived/$NAME-fp32-fused" \
          "benchmarks/results/$NAME-measured" "benchmarks/results/llm-steps-$NAME" \
-         benchmarks/results/unaligned-gemms benchmarks/results/cnn-kernels; do
+         benchmarks/results/unaligned-gemms benchmarks/results/cnn-kernels \
+         "benchmarks/results/layers-$NAME"; do
   [ -e "$f" ] && { echo "after_lease: $f exists; name another DEST" >&2; exit 2; }
 done
 
@@ -69,7 +70,7 @@ brought() {  # the kit brought $1, or say which studies wait for it
 }
 steps=0 sweep=0
 brought llm-steps.jsonl "the llm-steps and unaligned-gemms studies" && steps=1
-brought kernels.jsonl "the unaligned-gemms and cnn-kernels studies" && sweep=1
+brought kernels.jsonl "the unaligned-gemms, cnn-kernels and whole-layers studies" && sweep=1
 if [ $steps = 1 ]; then
   study "$PY" benchmarks/bench_llm_steps.py "$DEST/llm-steps.jsonl" --loss-memory \
     --out "benchmarks/results/llm-steps-$NAME"
@@ -81,6 +82,8 @@ fi
 if [ $sweep = 1 ]; then
   study "$PY" benchmarks/bench_cnn_kernels.py --sweep "$DEST/kernels.jsonl.xz" \
     "${LEASES[@]}" --out benchmarks/results/cnn-kernels
+  study "$PY" benchmarks/bench_layers.py "$DEST/kernels.jsonl.xz" \
+    --out "benchmarks/results/layers-$NAME"
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "after_lease: failed: ${failed[*]} (its output above); the rest is done" >&2

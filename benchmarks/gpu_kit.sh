@@ -9,7 +9,8 @@
 #                                convolutions and batch norm (NCHW and channels-last),
 #                                cross-entropy over a vocabulary, AdamW,
 #                                language-model heads at unaligned vocabularies beside aligned
-#                                twins (`mdot_jax.measure.kernel_sweep`)
+#                                twins, an LSTM's training pass, SDPA given a learned bias
+#                                (`mdot_jax.measure.kernel_sweep`)
 #   amp-bf16-samples.jsonl       the probe; the GPU set (GPU_MODELS at 224 px or 256 tokens,
 #                                batch 32 and 128: steps that occupy the GPU; each traced:
 #                                kernels, GPU busy time, the busiest kernels); then the device

@@ -276,5 +276,7 @@ def _masks(seq: OperatorSequence, scores: int, inner: tuple[int, ...],
     entering = [j for i in inner for j in preds.get(i, []) if j not in inner and mask(j, "out")]
     causal = any(not learned(j) and ordered(j) for j in entering) or \
         any((names[i] == "Where" and mask(i, "in") or constant(i)) and ordered(i) for i in inner)
-    return causal, any(learned(j) for j in entering) or any(  # or the parameter itself
+    expanded = [j for i in inner for j in preds.get(i, [])  # a bias expanded over the batch
+                if j not in inner and names[j] == "Expand" and mask(j, "in")]
+    return causal, any(learned(j) for j in entering + expanded) or any(  # or the parameter
         names[i] == "Add" and c[i, _D["n_param_inputs"]] > 0 for i in inner)

@@ -48,10 +48,12 @@ from converters.symbolics import SDPA_SOFTMAX
 from converters.symbolics import register as register_symbolics
 from converters.torch_inputs import (
     batch_axes,
+    batch_first,
     data_input_names,
     example_args,
     is_array,
     positional_forward,
+    seq_first,
     to_meta,
     unwrapped,
 )
@@ -195,6 +197,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     if on_meta:  # a model built under `torch.device("meta")`: trace it there, allocating nothing
         args = to_meta(args)
     names = data_input_names(args, keywords, input_names)
+    given, transposed = args, seq_first(module, args, keywords, names)
+    args = batch_first(args, keywords, transposed)  # the graph takes every batch at dim 0
     buf = io.BytesIO()
     was_training, retry, fused = module.training, False, []
     buffers = dict(module.named_buffers())  # the tensors themselves, and their values
@@ -209,7 +213,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         module.train()
         with warnings.catch_warnings(), _quiet_fds(), _meta_constants_as_zeros(torch, on_meta), \
                 _meta_convolutions(torch, on_meta), patched(torch), \
-                positional_forward(module, args, keywords) as traced, torch.no_grad(), \
+                positional_forward(module, args, keywords, transposed) as traced, \
+                torch.no_grad(), \
                 substituted(module) as fused, checkpoint_calls() as checkpointed:
             # torch.no_grad(): no graph for a backward, a third the memory
             warnings.simplefilter("ignore")
@@ -225,7 +230,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)
         if not retry and on_meta and _state_bytes(module) <= CPU_FALLBACK_BYTES:
             zeros = tuple(torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor)
-                          else a for a in args)
+                          else a for a in given)
             return from_torch(_on_cpu(torch, module),
                               zeros if keywords is None else dict(zip(keywords, zeros)),
                               input_names=input_names, dynamic_batch=dynamic_batch, opset=opset)
@@ -260,7 +265,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
     model.metadata_props.add(key=SDPA_KEY, value=",".join(map(str, SDPA_SOFTMAX)))
     frozen = [name for name, p in module.named_parameters() if not p.requires_grad]
-    if frozen := frozen + unreached(module, args, keywords):  # no gradients
+    if frozen := frozen + unreached(module, given, keywords):  # no gradients
         model.metadata_props.add(key=FROZEN_KEY, value=",".join(frozen))
     if checkpointed or checkpoints(module):  # the step runs a forward again: said, not priced
         model.metadata_props.add(key=CHECKPOINTED_KEY, value="1")

@@ -110,8 +110,63 @@ def data_input_names(args: tuple, keywords: Sequence[str] | None,
     return list(given) if given is not None else names
 
 
+def seq_first(module: Any, args: tuple, keywords: Sequence[str] | None,
+              names: Sequence[str]) -> frozenset[int]:
+    """The data tensors (indices in `_walk`'s order) whose batch is dim 1: inputs of a model
+    whose modules read [sequence, batch, ...] (`batch_first=False`, PyTorch's default for
+    `nn.LSTM`, `GRU`, `RNN`, `MultiheadAttention` and the `nn.Transformer` layers; its tutorial's
+    language model takes [sequence, batch] ids). The batch is the dim 1 those modules see (one
+    forward, hooked); an input of rank >= 2 with it at dim 1 has its batch there. Such an input
+    with the same size at dim 0 says nothing of which is which: refused."""
+    import torch
+
+    marked = [m for m in module.modules() if getattr(m, "batch_first", None) is False]
+    if not marked:
+        return frozenset()
+    seen: set[int] = set()
+
+    def hook(_m, a, kw):  # [S, B, E] (a 2-D input is unbatched)
+        t = next((x for x in (*a, *kw.values()) if isinstance(x, torch.Tensor)), None)
+        if t is not None and t.dim() == 3:
+            seen.add(int(t.shape[1]))
+
+    hooks = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in marked]
+    was = module.training
+    try:  # eval: no running statistics move
+        module.eval()
+        with torch.no_grad():
+            module(**dict(zip(keywords, args))) if keywords else module(*args)
+    except Exception:  # noqa: BLE001 (the export says what fails): as exported
+        return frozenset()
+    finally:
+        module.train(was)
+        for h in hooks:
+            h.remove()
+    if len(seen) != 1:
+        return frozenset()
+    (batch,) = seen
+    found = set()
+    for i, (name, t) in enumerate(zip(names, (t for _, t in _tensors(args, keywords)))):
+        if len(t.shape) >= 2 and t.shape[1] == batch:
+            if t.shape[0] == batch:
+                raise ConversionError(
+                    f"input '{name}' {list(t.shape)}: the model's {type(marked[0]).__name__} "
+                    f"(batch_first=False) reads a batch of {batch} at dim 1, as large as dim 0; "
+                    "give example inputs whose batch differs from their sequence length")
+            found.add(i)
+    return frozenset(found)
+
+
+def batch_first(args: tuple, keywords: Sequence[str] | None, which: frozenset[int]) -> tuple:
+    """`args` with the tensors `which` (`seq_first`) transposed to [batch, sequence, ...]."""
+    flat = [t.transpose(0, 1).contiguous() if i in which else t
+            for i, (_, t) in enumerate(_tensors(args, keywords))]
+    return tuple(_rebuilt(list(args), iter(flat)))
+
+
 @contextlib.contextmanager
-def positional_forward(module: Any, args: tuple, keywords: Sequence[str] | None = None):
+def positional_forward(module: Any, args: tuple, keywords: Sequence[str] | None = None,
+                       transposed: frozenset[int] = frozenset()):
     """`module.forward` as a function of the given inputs alone while exporting; yields what
     to trace: the tensors, taken out of any list, tuple or dict holding them (a `batch` dict
     as one argument) and put back for the forward. The rest (None, a flag) is bound as given,
@@ -120,11 +175,13 @@ def positional_forward(module: Any, args: tuple, keywords: Sequence[str] | None 
     default becomes a tensor, and code that branches on `isinstance(x, int)` takes the other
     branch (a Hugging Face causal LM's `logits_to_keep=0`, which keeps every position, became
     a scalar index: the logits of one position per sequence); a flag given as an argument
-    would too."""
+    would too. The tensors `transposed` (`batch_first`) are transposed back for the forward:
+    the graph takes them batch first."""
     had = module.__dict__.get("forward")
     forward = module.forward
 
     def call(*values):
+        values = tuple(v.transpose(0, 1) if i in transposed else v for i, v in enumerate(values))
         full = _rebuilt(list(args), iter(values))
         return forward(**dict(zip(keywords, full))) if keywords else forward(*full)
 

@@ -322,24 +322,27 @@ def test_a_learned_bias_given_to_sdpa_runs_its_memory_efficient_kernel():
     """BEiT's relative position bias, T5's: SDPA is given it as its mask, which FlashAttention
     does not take; the blocks were priced as FlashAttention."""
     class Biased(torch.nn.Module):
-        def __init__(self, learned):
+        def __init__(self, learned, expanded=False):
             super().__init__()
             self.qkv = torch.nn.Linear(64, 192)
             self.bias = torch.nn.Parameter(torch.zeros(4, 128, 128)) if learned else None
+            self.expanded = expanded
 
         def forward(self, x):  # [B, 128, 64] -> [B, 4, 128, 16]
             q, k, v = self.qkv(x).view(x.shape[0], 128, 3, 4, 16).permute(2, 0, 3, 1, 4)
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v,
-                                                                    attn_mask=self.bias)
+            bias = self.bias.expand(x.shape[0], -1, -1, -1) if self.expanded else self.bias
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
     from mdot_jax import TrainingJob, predict
 
-    seqs = [convert(from_torch(Biased(b), torch.randn(2, 128, 64)), batch_size=2, fuse=True)
-            for b in (True, False)]
+    seqs = [convert(from_torch(Biased(*b), torch.randn(2, 128, 64)), batch_size=2, fuse=True)
+            for b in ((True,), (False,), (True, True))]
+    # expanded over the batch (as many elements as the scores): a bias still
     assert [[(b.biased, b.causal) for b in attention_blocks(s)] for s in seqs] == \
-        [[(True, False)], [(False, False)]]
+        [[(True, False)], [(False, False)], [(True, False)]]
     job = dict(batch_size=2, device="h100-sxm", precision="amp-bf16", attention="flash")
-    biased, plain = (predict(TrainingJob(model=s, **job)) for s in seqs)
+    biased, plain, expanded = (predict(TrainingJob(model=s, **job)) for s in seqs)
     assert any("; 1 given a mask" in w and "a learned bias" in w for w in biased.warnings)
     assert not any("given a mask" in w for w in plain.warnings)
     assert biased.iteration_ms > plain.iteration_ms
+    assert any("; 1 given a mask" in w for w in expanded.warnings)

@@ -64,7 +64,7 @@ def test_the_kits_gpu_set_names_zoo_models():
 
 def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(tmp_path):
     """`benchmarks/after_lease.sh`: the kit's files under data/<slug>/ as the loader reads them,
-    then resequence, pack, the priced steps and the three pre-registered studies, in that
+    then resequence, pack, the priced steps and the four pre-registered studies, in that
     order; a folder that exists stops it before anything is written."""
     kit = tmp_path / "kit"
     kit.mkdir()
@@ -80,7 +80,8 @@ def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(
     assert done.returncode == 0 and not dest.exists()  # said, not done
     steps = [next(i for i, ln in enumerate(lines) if needle in ln) for needle in (
         "amp-bf16/samples.jsonl.xz", "dataset resequence", "dataset pack", "bench_gpu_ops.py",
-        "bench_llm_steps.py", "bench_unaligned_gemms.py", "bench_cnn_kernels.py")]
+        "bench_llm_steps.py", "bench_unaligned_gemms.py", "bench_cnn_kernels.py",
+        "bench_layers.py")]
     assert steps == sorted(steps)
     assert r"--device b200\ sxm" in lines[steps[3]]
     dest.mkdir()
@@ -99,4 +100,5 @@ def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(
     assert any("amp-bf16-fused" in ln for ln in said)
     assert not any("fp32" in ln or "kernels.jsonl" in ln for ln in said)
     assert any("bench_llm_steps.py" in ln for ln in said)
-    assert not any("bench_cnn_kernels.py" in ln or "unaligned" in ln for ln in said)
+    assert not any("bench_cnn_kernels.py" in ln or "unaligned" in ln or "bench_layers" in ln
+                   for ln in said)

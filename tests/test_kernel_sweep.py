@@ -57,7 +57,7 @@ def test_unaligned_heads_come_early_each_beside_its_aligned_twin():
     assert {50257, 50304, 30522, 30528} <= vocabs
     assert {kernel_sweep.twin(v) for v in vocabs} <= vocabs and any(v % 8 for v in vocabs)
     assert {r["precision"] for r in heads} == {"fp32", "tf32", "fp16", "bf16"}
-    assert rows.index(heads[-1]) < 6 * len(heads)  # a queue of its own, measured early
+    assert rows.index(heads[-1]) < 7 * len(heads)  # a queue of its own (of 7), measured early
     assert all(kernel_sweep._work(r)[0] <= 2 * kernel_sweep.MAX_FLOPS for r in heads)
 
 
@@ -101,3 +101,45 @@ def test_a_kit_step_interrupted_in_a_row_keeps_what_it_wrote_and_resumes(tmp_pat
     (tmp_path / "again").touch()
     assert resumable.main([str(out), "--dry-run"], "", lambda dry: rows, measure) == 0
     assert [json.loads(x)["key"] for x in out.read_text().splitlines()] == ["k0", "k1", "k2"]
+
+
+def test_whole_layers_priced_by_structure_are_measured_at_their_precisions():
+    """An LSTM (cuDNN's steps) and SDPA given a learned bias: priced by structure, so the
+    sweep times them; BEiT's token counts (197, 577: no multiple of 8) among the biased."""
+    rows = kernel_sweep.plan(False)
+    lstm = [r for r in rows if r["kind"] == "lstm-train"]
+    biased = [r for r in rows if r["kind"] == "sdpa-biased"]
+    assert {r["precision"] for r in lstm} == {"fp32", "fp16", "bf16"} and len(lstm) == 12
+    assert {r["precision"] for r in biased} == {"fp16", "bf16"} and \
+        {197, 577} <= {r["dims"][2] for r in biased}
+    assert rows.index(biased[-1]) < 10 * len(lstm + biased)  # a queue of its own, early
+    flops, nbytes = kernel_sweep._work(dict(kind="lstm-train", precision="fp32",
+                                            dims=(1, 1, 1, 1)))
+    assert flops == 48 and nbytes == 4 * 20  # 4 gates x (input + state) x 2 FLOPs, x 3 passes
+    biased_work = kernel_sweep._work(dict(biased[0], dims=(1, 1, 2, 1)))
+    masked_work = kernel_sweep._work(dict(biased[0], kind="sdpa-masked", dims=(1, 1, 2, 1)))
+    assert biased_work[0] == masked_work[0] and biased_work[1] == masked_work[1] + 2 * 2 * 4
+
+
+def test_the_layers_study_prices_each_measured_layer_as_exported_from_pytorch():
+    """`benchmarks/bench_layers.py` (docs/studies/whole-layers.md): every measured row priced,
+    an fp32 LSTM at fp32 and at TF32 too; an LSTM over more steps costs more; unmeasured rows
+    are listed with why."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    import bench_layers
+
+    rows = [dict(kind="lstm-train", precision="fp32", dims=(t, 2, 16, 1), key=f"l{t}",
+                 device="nvidia-h100-sxm", ms=1.0) for t in (4, 64)]
+    rows += [dict(kind="sdpa-biased", precision="bf16", dims=(2, 2, 64, 16), key="b",
+                  device="nvidia-h100-sxm", ms=0.5),
+             dict(kind="sdpa-biased", precision="fp16", dims=(2, 2, 64, 16), key="e",
+                  error="no kernel"), dict(kind="add", precision="fp32", dims=(4, 4), key="a")]
+    got = bench_layers.run(rows)
+    assert set(got["summary"]) == {"lstm-train/fp32 as fp32", "lstm-train/fp32 as tf32",
+                                   "sdpa-biased/bf16 as amp-bf16"}
+    short, long = (r["priced_ms"] for r in got["rows"][:2])
+    assert long["fp32"] > 4 * short["fp32"] and long["tf32"] < long["fp32"]
+    assert got["skipped"] == {"no kernel": ["e"]} and len(got["rows"]) == 3

@@ -105,6 +105,58 @@ def test_an_input_of_positions_keeps_its_rows_at_any_batch():
         assert inputs == {"input0": [batch or 4, 64, 8], "input1": [64, 3]}
 
 
+class Tutorial(torch.nn.Module):
+    """PyTorch's language-modelling tutorial: ids [sequence, batch] through nn.Transformer's
+    layers at their default, batch_first=False (or batch first, its twin)."""
+    def __init__(self, first=False, transposes=False):
+        super().__init__()
+        self.transposes = transposes  # takes [batch, sequence] and transposes for its layers
+        self.emb = torch.nn.Embedding(100, 32)
+        self.enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(
+            32, 4, 64, batch_first=first), 2, enable_nested_tensor=False)
+        self.out = torch.nn.Linear(32, 100)
+
+    def forward(self, ids):
+        x = self.emb(ids.t() if self.transposes else ids)
+        return self.out(self.enc(x))
+
+
+def test_an_input_a_seq_first_module_reads_takes_its_batch_at_dim_1():
+    """The tutorial's [35, 20] ids are 20 sequences of 35 tokens: `--batch-size 64` set the
+    sequence to 64 (its dim 0) and kept 20 sequences; its graph takes them batch first."""
+    seq_first = convert(from_torch(Tutorial(), torch.randint(0, 100, (35, 20))), batch_size=64)
+    twin = convert(from_torch(Tutorial(True), torch.randint(0, 100, (20, 35))), batch_size=64)
+    own = convert(from_torch(Tutorial(transposes=True), torch.randint(0, 100, (20, 35))),
+                  batch_size=64)  # batch first already
+    assert seq_first.meta["inputs"] == twin.meta["inputs"] == own.meta["inputs"] == \
+        {"input0": [64, 35]}
+    matmuls = [sum(f for t, f in s.flops_by_type().items() if t in ("MatMul", "Gemm"))
+               for s in (seq_first, twin)]
+    assert matmuls[0] == pytest.approx(matmuls[1], rel=1e-3)
+    assert seq_first.params == twin.params
+
+
+def test_an_lstms_steps_and_state_keep_their_axes_at_any_batch():
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(8, 16, 2)
+
+        def forward(self, x, h, c):  # [T, B, 8], [2, B, 16] x 2
+            return self.lstm(x, (h, c))[0]
+
+    example = (torch.randn(50, 4, 8), torch.zeros(2, 4, 16), torch.zeros(2, 4, 16))
+    seq = convert(from_torch(Tagger(), example), batch_size=16)
+    assert seq.meta["inputs"] == {"input0": [16, 50, 8], "input1": [16, 2, 16],
+                                  "input2": [16, 2, 16]}
+    c = seq.config[seq.op_names == "LSTM"]
+    col = {n: i for i, n in enumerate(CONFIG_FIELDS)}
+    assert [int(c[0, col[f"in_d{k}"]]) for k in (1, 2, 3)] == [50, 16, 8]  # [T, B, I]
+    with pytest.raises(ConversionError, match=r"input 'input0' \[4, 4, 8\].*batch_first=False"):
+        from_torch(Tagger(), (torch.randn(4, 4, 8), torch.zeros(2, 4, 16),
+                              torch.zeros(2, 4, 16)))
+
+
 def test_an_adaptive_pooling_whose_output_does_not_divide_its_input_exports():
     """GoogLeNet's auxiliary heads (14 x 14 pooled to 4 x 4): the exporter refused them."""
     class Pools(torch.nn.Module):

@@ -28,7 +28,13 @@ The kernels:
   30,522, a Llama's 32,000 plus a padding token) beside its twin rounded up to one
   (`ALIGN_TWIN`): the rows of logits then start at addresses no vector load can use, and the
   pairs say what that costs each arithmetic (`tensor_cores.fit_unaligned`); the loss over the
-  same logits too (`cross_entropy-train`, fp32 and bf16).
+  same logits too (`cross_entropy-train`, fp32 and bf16);
+- whole layers one library call runs, priced by their structure until measured:
+  `lstm-train` (`nn.LSTM` of `layers` x `hidden` units over [steps, batch, hidden], forward and
+  every gradient: cuDNN's steps in turn) at fp32 (cuDNN's default, TF32), fp16 and bf16; and
+  `sdpa-biased` (the memory-efficient backend given a learned float bias [1, h, s, s], BEiT's
+  relative positions or T5's, expanded over the batch, every key, its gradient too) at fp16
+  and bf16, BEiT's shapes among them (197 and 577 tokens).
 Each row: the kernel, its precision and dims, the FLOPs and bytes it must do, the median of
 `REPEATS` timed bursts after a warm-up (CUDA events on a GPU; a burst is as many back-to-back
 launches as fill about `BURST_MS`, so small kernels are timed as a step's stream runs them,
@@ -83,7 +89,8 @@ def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
         rowwise = [(int(2 ** rng.uniform(8, 16)), int(2 ** rng.uniform(6, 14)) // 16 * 16)
                    for _ in range(24)]
         precisions, halves = GEMM_PRECISIONS, HALF
-    rows: list[list[dict]] = [[], [], [], _network_kernels(dry), _heads(dry), _depthwise(dry)]
+    rows: list[list[dict]] = [[], [], [], _network_kernels(dry), _heads(dry), _depthwise(dry),
+                              _layers(dry)]
     for kind, dims in gemms:
         rows[0] += [dict(kind=kind, precision=p, dims=dims) for p in precisions]
     for dims in sdpa:
@@ -157,6 +164,20 @@ def _depthwise(dry: bool) -> list[dict]:
             for p in precisions for layout in LAYOUTS for kind in ("dwconv", "dwconv-train")]
 
 
+def _layers(dry: bool) -> list[dict]:
+    """Whole layers run as one library call (their own queue): an LSTM (steps, batch, hidden,
+    layers) and SDPA given a learned bias (batch, heads, tokens, head dim)."""
+    if dry:
+        lstms, biased, precisions, halves = [(4, 2, 16, 1)], [(1, 2, 16, 8)], ("fp32",), ("fp32",)
+    else:
+        lstms = [(64, 64, 1024, 2), (256, 64, 1024, 2), (128, 32, 512, 1), (512, 16, 256, 2)]
+        biased = [(64, 12, 197, 64), (32, 16, 577, 64), (16, 8, 512, 64), (4, 16, 1024, 64),
+                  (4, 16, 2048, 64), (4, 16, 1024, 128)]
+        precisions, halves = (ARITHMETIC[0], *HALF), HALF
+    return [dict(kind="lstm-train", precision=p, dims=d) for d in lstms for p in precisions] + [
+        dict(kind="sdpa-biased", precision=p, dims=d) for d in biased for p in halves]
+
+
 def twin(vocab: int) -> int:
     """The aligned twin of a vocabulary (`ALIGN_TWIN`)."""
     return -(-vocab // ALIGN_TWIN) * ALIGN_TWIN
@@ -184,10 +205,15 @@ def _work(row: dict) -> tuple[float, float]:
     if kind == "linear-train":  # y = x w^T, dx = dy w, dw = dy^T x
         t, v, d = dims
         return 6.0 * t * v * d, width * 3.0 * (t * d + v * d + t * v)
-    if kind.startswith("sdpa"):  # fwd + bwd; causal: half the keys, a mask: every key
+    if kind == "lstm-train":  # 4 gates' GEMMs of the input and the state, fwd + 2 grads
+        t, b, h, layers = dims
+        return 3 * layers * 16.0 * t * b * h * h, width * layers * (12.0 * t * b * h + 8 * h * h)
+    if kind.startswith("sdpa"):  # fwd + bwd; causal: half the keys; a mask or a bias: every key
         b, h, s, d = dims
-        return (3.5 * 4.0 * b * h * s * s * d / (1 if kind == "sdpa-masked" else 2),
-                width * 8.0 * b * h * s * d)
+        every = kind in ("sdpa-masked", "sdpa-biased")
+        bias = 2.0 * b * h * s * s if kind == "sdpa-biased" else 0.0  # read, its gradient written
+        return 3.5 * 4.0 * b * h * s * s * d / (1 if every else 2), width * (8.0 * b * h * s * d
+                                                                             + bias)
     if kind.startswith("dwconv"):  # c filters of r x r, one per channel
         n, c, h, r, stride = dims
         out = n * c * (-(-h // stride)) ** 2  # padding r // 2: ceil(h / stride) a side
@@ -253,16 +279,27 @@ def _kernel(row: dict, device: str):
         backend = SDPBackend.FLASH_ATTENTION if kind.endswith("flash") else \
             SDPBackend.EFFICIENT_ATTENTION
         mask = None
-        if kind == "sdpa-masked":  # a sliding window of s / 2 keys, causal within it
+        if kind == "sdpa-biased":  # a parameter of the block, the same for every sample
+            bias = new(1, h, s, s, grad=True)
+        elif kind == "sdpa-masked":  # a sliding window of s / 2 keys, causal within it
             i = torch.arange(s, device=device)
             near = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < max(s // 2, 1))
             mask = near.expand(b, 1, s, s).contiguous()
 
         def run():
+            m = bias.expand(b, h, s, s) if kind == "sdpa-biased" else mask
             with sdpa_kernel(backend):
-                F.scaled_dot_product_attention(q, kk, v, attn_mask=mask,
-                                               is_causal=mask is None).sum().backward()
+                F.scaled_dot_product_attention(q, kk, v, attn_mask=m,
+                                               is_causal=kind.endswith(("flash", "efficient"))
+                                               ).sum().backward()
         return run
+    if kind == "lstm-train":
+        torch.backends.cudnn.allow_tf32 = True  # PyTorch's default: cuDNN's fp32 in TF32
+        t, b, h, layers = dims
+        lstm = torch.nn.LSTM(h, h, layers).to(device, dtype)
+        x, dy = new(t, b, h, grad=True), new(t, b, h)
+        inputs = (x, *lstm.parameters())
+        return lambda: torch.autograd.grad(lstm(x)[0], inputs, dy)
     if kind.startswith(("conv", "dwconv", "batch_norm")):
         return _cnn_kernel(row, device, dtype)
     if kind.startswith("adamw"):
