@@ -3,16 +3,17 @@ the errors a graph exported at other dims gives."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 
 from converters.errors import ConversionError
-from converters.sequence import data_input_names
+from converters.sequence import BATCH_KEY, OperatorSequence, data_input_names
 from converters.tensors import TOKEN_TYPES
 
 MAX_DIM = 2 ** 31 - 1
@@ -30,12 +31,25 @@ def check_dims(**dims: Any) -> None:
             raise ConversionError(f"{name} {v!r}: expected a positive integer")
 
 
-def batch_of(shapes: Iterable[Sequence[int]]) -> int:
-    """The batch of data inputs of `shapes`: the dim 0 most of them share, the smaller on a
-    tie (an input of every bag's ids is longer, `torch_inputs.batch_axes`); 1 where none has
-    a dim."""
-    counts = Counter(int(s[0]) for s in shapes if len(s) and s[0])
-    return min(counts, key=lambda d: (-counts[d], d)) if counts else 1
+def batch_of(inputs: Mapping[str, Sequence[int]], integer: Collection[str] = (),
+             marked: Sequence[str] = ()) -> int:
+    """The batch of data inputs (name -> shape): dim 0 of the first input `marked` as the
+    batch (`concretise` records them: exported with the symbol `batch`); else the dim 0 most of them
+    share, on a tie a float input's (the data computed on) before an `integer` one's (indices:
+    a graph's edges [2, E]), then the smaller (every bag's ids are longer than their offsets);
+    1 where none has a dim."""
+    shapes = {n: s for n, s in inputs.items() if len(s) and s[0]}
+    if first := next((n for n in marked if n in shapes), None):
+        return int(shapes[first][0])
+    counts = Counter(int(s[0]) for s in shapes.values())
+    floats = {int(s[0]) for n, s in shapes.items() if n not in integer}
+    return min(counts, key=lambda d: (-counts[d], d not in floats, d)) if counts else 1
+
+
+def converted_batch(seq: OperatorSequence) -> int:
+    """The batch a sequence was converted at (`batch_of` of its data inputs)."""
+    m = seq.meta
+    return batch_of(m.get("inputs", {}), m.get("integer_inputs", ()), m.get("batch_inputs", ()))
 
 
 def scaled(symbol: str, batch: int) -> int:
@@ -81,6 +95,14 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
     """Sets the data inputs' dims; returns the fixed dims of data inputs this changed, as
     exported (name -> dim -> size)."""
     data = data_input_names(model)
+    marked = [vi.name for vi in model.graph.input if vi.name in data and
+              vi.type.tensor_type.shape.dim and
+              vi.type.tensor_type.shape.dim[0].dim_param == BATCH]
+    if marked:  # what the batch is, once the dims are numbers
+        kept = [p for p in model.metadata_props if p.key != BATCH_KEY]
+        del model.metadata_props[:]
+        model.metadata_props.extend(kept)
+        model.metadata_props.add(key=BATCH_KEY, value=json.dumps(marked))
     changed: dict[str, dict[int, int]] = {}
     sized = {"image": False, "tokens": False}  # whether --image-size / --seq-len applied
     unknown = set(input_shapes) - set(data)

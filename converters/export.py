@@ -53,7 +53,7 @@ from converters.torch_inputs import (
     example_args,
     is_array,
     positional_forward,
-    seq_first,
+    probe,
     to_meta,
     unwrapped,
 )
@@ -197,7 +197,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     if on_meta:  # a model built under `torch.device("meta")`: trace it there, allocating nothing
         args = to_meta(args)
     names = data_input_names(args, keywords, input_names)
-    given, transposed = args, seq_first(module, args, keywords, names)
+    given, (batch, transposed) = args, probe(module, args, keywords, names)
     args = batch_first(args, keywords, transposed)  # the graph takes every batch at dim 0
     buf = io.BytesIO()
     was_training, retry, fused = module.training, False, []
@@ -224,7 +224,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 dynamo=False, export_params=False,
                 training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                 input_names=names, opset_version=opset, custom_opsets={DOMAIN: 1},
-                dynamic_axes=batch_axes(args, keywords, names) if dynamic_batch else None)
+                dynamic_axes=batch_axes(args, keywords, names, batch) if dynamic_batch else None)
     except Exception as e:  # exporter errors are many and untyped; keep the first line
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)

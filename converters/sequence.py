@@ -64,8 +64,10 @@ SPARSE_KEY = "mdot.sparse_attention"  # model metadata: keys a query keeps (Deep
 SLIDING_KEY = "mdot.sliding_window"  # model metadata: each layer's sliding window (JSON; 0 none)
 CHECKPOINTED_KEY = "mdot.checkpointed"  # model metadata: its code checkpoints activations
 UNREAD_KEY = "mdot.unread"  # model metadata: parameters the traced step never reads (JSON)
+BATCH_KEY = "mdot.batch_inputs"  # model metadata: the data inputs whose dim 0 is the batch
 JSON_KEYS = dict(experts=EXPERTS_KEY, defaulted=DEFAULTED_KEY, sliding_window=SLIDING_KEY,
-                 state_space=STATE_SPACE_KEY, unread=UNREAD_KEY)  # meta field: JSON metadata
+                 state_space=STATE_SPACE_KEY, unread=UNREAD_KEY,
+                 batch_inputs=BATCH_KEY)  # meta field: JSON metadata
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: the Softmax nodes (ordinals, in graph order)
 # of scaled_dot_product_attention calls; the others the model's code computes itself

@@ -110,55 +110,77 @@ def data_input_names(args: tuple, keywords: Sequence[str] | None,
     return list(given) if given is not None else names
 
 
-def seq_first(module: Any, args: tuple, keywords: Sequence[str] | None,
-              names: Sequence[str]) -> frozenset[int]:
-    """The data tensors (indices in `_walk`'s order) whose batch is dim 1: inputs of a model
-    whose modules read [sequence, batch, ...] (`batch_first=False`, PyTorch's default for
-    `nn.LSTM`, `GRU`, `RNN`, `MultiheadAttention` and the `nn.Transformer` layers; its tutorial's
-    language model takes [sequence, batch] ids). The batch is the dim 1 those modules see (one
-    forward, hooked); an input of rank >= 2 with it at dim 1 has its batch there. Such an input
-    with the same size at dim 0 says nothing of which is which: refused."""
+def _seq_first(_m: Any, args: tuple, kw: dict) -> tuple[int, bool] | None:
+    """A `batch_first=False` module's input [S, B, E]: its batch, at dim 1 (2-D: unbatched)."""
+    t = next((x for x in (*args, *kw.values()) if is_array(x)), None)
+    return (int(t.shape[1]), True) if t is not None and len(t.shape) == 3 else None
+
+
+def _bags(m: Any, args: tuple, kw: dict) -> tuple[int, bool] | None:
+    """`nn.EmbeddingBag`'s bags are the samples: its offsets' count (less the last offset
+    where given), or the rows of a 2-D input."""
+    x = args[0] if args else kw.get("input")
+    offsets = args[1] if len(args) > 1 else kw.get("offsets")
+    if offsets is not None:
+        return int(offsets.shape[0]) - int(m.include_last_offset), False
+    return (int(x.shape[0]), False) if x is not None and len(x.shape) == 2 else None
+
+
+# modules that know the batch they read: (which, the batch and whether it is at dim 1)
+BATCH_READERS = ((lambda m: getattr(m, "batch_first", None) is False, _seq_first),
+                 (lambda m: type(m).__name__ == "EmbeddingBag", _bags))
+
+
+def probe(module: Any, args: tuple, keywords: Sequence[str] | None,
+          names: Sequence[str]) -> tuple[int | None, frozenset[int]]:
+    """The batch the model's modules read, where one says (`BATCH_READERS`: PyTorch's
+    recurrent and attention modules at their default `batch_first=False` read [sequence,
+    batch, ...], as its tutorial's language model takes [35, 20] ids; `nn.EmbeddingBag`'s bags),
+    from one forward, hooked; and the data tensors (indices in `_walk`'s order) whose batch is
+    dim 1 (an input of rank >= 2 with that batch there). Such an input with the same size at
+    dim 0 says nothing of which is which: refused. (None, none) where no module says."""
     import torch
 
-    marked = [m for m in module.modules() if getattr(m, "batch_first", None) is False]
-    if not marked:
-        return frozenset()
-    seen: set[int] = set()
+    readers = [(m, read) for m in module.modules() for which, read in BATCH_READERS if which(m)]
+    if not readers:
+        return None, frozenset()
+    seen: set[tuple[int, bool]] = set()
 
-    def hook(_m, a, kw):  # [S, B, E] (a 2-D input is unbatched)
-        t = next((x for x in (*a, *kw.values()) if isinstance(x, torch.Tensor)), None)
-        if t is not None and t.dim() == 3:
-            seen.add(int(t.shape[1]))
+    def hooked(read):
+        def hook(m, a, kw):
+            if (got := read(m, a, kw)) is not None:
+                seen.add(got)
+        return hook
 
-    hooks = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in marked]
+    hooks = [m.register_forward_pre_hook(hooked(read), with_kwargs=True) for m, read in readers]
     was = module.training
     try:  # eval: no running statistics move
         module.eval()
         with torch.no_grad():
             module(**dict(zip(keywords, args))) if keywords else module(*args)
     except Exception:  # noqa: BLE001 (the export says what fails): as exported
-        return frozenset()
+        return None, frozenset()
     finally:
         module.train(was)
         for h in hooks:
             h.remove()
-    if len(seen) != 1:
-        return frozenset()
-    (batch,) = seen
+    if len({b for b, _ in seen}) != 1:
+        return None, frozenset()
+    batch = next(iter(seen))[0]
     found = set()
     for i, (name, t) in enumerate(zip(names, (t for _, t in _tensors(args, keywords)))):
-        if len(t.shape) >= 2 and t.shape[1] == batch:
+        if any(dim1 for _, dim1 in seen) and len(t.shape) >= 2 and t.shape[1] == batch:
             if t.shape[0] == batch:
                 raise ConversionError(
-                    f"input '{name}' {list(t.shape)}: the model's {type(marked[0]).__name__} "
-                    f"(batch_first=False) reads a batch of {batch} at dim 1, as large as dim 0; "
-                    "give example inputs whose batch differs from their sequence length")
+                    f"input '{name}' {list(t.shape)}: the model's {type(readers[0][0]).__name__}"
+                    f" (batch_first=False) reads a batch of {batch} at dim 1, as large as dim "
+                    "0; give example inputs whose batch differs from their sequence length")
             found.add(i)
-    return frozenset(found)
+    return batch, frozenset(found)
 
 
 def batch_first(args: tuple, keywords: Sequence[str] | None, which: frozenset[int]) -> tuple:
-    """`args` with the tensors `which` (`seq_first`) transposed to [batch, sequence, ...]."""
+    """`args` with the tensors `which` (`probe`'s) transposed to [batch, sequence, ...]."""
     flat = [t.transpose(0, 1).contiguous() if i in which else t
             for i, (_, t) in enumerate(_tensors(args, keywords))]
     return tuple(_rebuilt(list(args), iter(flat)))
@@ -195,23 +217,24 @@ def positional_forward(module: Any, args: tuple, keywords: Sequence[str] | None 
             module.forward = had
 
 
-def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str]
-               ) -> dict[str, dict[int, str]]:
+def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str],
+               batch: int | None = None) -> dict[str, dict[int, str]]:
     """Dim 0 of each data input (`names`, one per tensor of `args`) as exported: `batch` where
-    it is the batch (the dim 0 most inputs share, the smaller on a tie); `batch*R` for a flat
-    integer input R times as long (`nn.EmbeddingBag`'s ids of every bag beside their offsets),
-    which keeps its length to the batch at any batch; `fixed:N` for any other (Flux's position
-    ids), which keeps its N (`dims.scaled`)."""
+    it is the batch (`batch`, where the model's modules say it (`probe`), else
+    `dims.batch_of`); `batch*R` for a flat input R times as long (`nn.EmbeddingBag`'s ids of
+    every bag beside their offsets, and their weights), which keeps its length to the batch at
+    any batch; `fixed:N` for any other (Flux's position ids, a graph's edges [2, E]), which
+    keeps its N (`dims.scaled`)."""
     from converters.dims import BATCH, FIXED, batch_of
 
     tensors = [t for _, t in _tensors(args, keywords)]
     sizes = [int(t.shape[0]) if len(t.shape) else 0 for t in tensors]
-    batch = batch_of([s] for s in sizes)
+    integer = {n for n, t in zip(names, tensors) if "int" in str(t.dtype)}  # any array's dtype
+    batch = batch or batch_of({n: [s] for n, s in zip(names, sizes)}, integer)
 
     def symbol(t: Any, s: int) -> str:
         if s == batch:
             return BATCH
-        flat = len(t.shape) == 1 and "int" in str(t.dtype)  # torch's, or another array's
-        return f"{BATCH}*{s / batch:g}" if flat and s > batch else f"{FIXED}{s}"
+        return f"{BATCH}*{s / batch:g}" if len(t.shape) == 1 and s > batch else f"{FIXED}{s}"
 
     return {n: {0: symbol(t, s)} for n, t, s in zip(names, tensors, sizes) if s}

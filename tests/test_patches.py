@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from converters import CONFIG_FIELDS, ConversionError, convert, from_torch
-from converters.dims import scaled
+from converters.dims import batch_of, converted_batch, scaled
 from mdot_jax.serving.predict import check_converted
 
 torch = pytest.importorskip("torch")
@@ -77,6 +77,46 @@ def test_a_flat_input_keeps_its_length_to_the_batch_at_any_batch():
         check_converted(seq, batch)  # the sequence's batch: the bags', not the ids'
     with pytest.raises(ConversionError, match=r"pass --batch-size N \(its dim 0 is 40 times"):
         convert(graph)
+
+
+def test_weighted_bags_keep_their_ids_and_weights_to_the_batch():
+    """Per-sample weights beside the ids: the ids were two inputs of three, so they were the
+    batch, and at batch 64 the model was 8 bags of 64 ids in all."""
+    class Weighted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bags = torch.nn.EmbeddingBag(1000, 16, mode="sum")
+
+        def forward(self, ids, offsets, weights):  # [N], [B], [N] -> [B, 16]
+            return self.bags(ids, offsets, per_sample_weights=weights)
+
+    graph = from_torch(Weighted(), (torch.randint(0, 1000, (320,)), torch.arange(8) * 40,
+                                    torch.rand(320)))
+    seq = convert(graph, batch_size=64)
+    assert seq.meta["inputs"] == {"input0": [2560], "input1": [64], "input2": [2560]}
+    assert converted_batch(seq) == 64
+    check_converted(seq, 64)
+
+
+def test_a_graphs_nodes_are_its_batch_and_its_edges_keep_their_rows():
+    """A graph network's nodes [N, F] beside its edges [2, E]: the tie went to the smaller dim
+    0, so the edges' 2 was the batch and the model failed to convert ("Mismatch between the
+    sum of 'split' (2) and the split dimension of the input (64)")."""
+    class Gcn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, x, edges):  # [N, 16], [2, E] -> [N, 16]
+            src, dst = edges
+            h = self.lin(x)
+            return torch.zeros_like(h).index_add(0, dst, h[src])
+
+    graph = from_torch(Gcn(), (torch.randn(100, 16), torch.randint(0, 100, (2, 400))))
+    seq = convert(graph, batch_size=64)
+    assert seq.meta["inputs"] == {"input0": [64, 16], "input1": [2, 400]}
+    assert converted_batch(seq) == 64
+    assert batch_of({"x": [100, 16], "e": [2, 400]}, integer={"e"}) == 100  # before: 2
 
 
 @pytest.mark.parametrize("symbol,batch,size", [

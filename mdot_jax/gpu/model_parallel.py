@@ -57,8 +57,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from converters import dims
 from converters.attention import Block, in_layers, layer_ids, layer_starts, sublayers
+from converters.dims import converted_batch
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 from converters.traits import LOSSES
@@ -104,11 +104,6 @@ def width(seq: OperatorSequence) -> int:
     return int(values[np.argmax(counts)])
 
 
-def batch_of(seq: OperatorSequence) -> int:
-    """The batch (`dims.batch_of` of its data inputs; 1 where the sequence says none)."""
-    return dims.batch_of(seq.meta.get("inputs", {}).values())
-
-
 def heads(seq: OperatorSequence, block: Block) -> tuple[int, int, int]:
     """A block's attention heads, key-value heads and head size. The key-value heads from
     the width of the projections its scores read (walking back through views, rotary and
@@ -117,7 +112,7 @@ def heads(seq: OperatorSequence, block: Block) -> tuple[int, int, int]:
     wide as heads + 2 x key-value heads. Where the graph says nothing clearer, as many as the
     heads."""
     c = seq.config[block.scores]
-    n_heads, size = int(c[_C["mm_batch"]]) // batch_of(seq), int(c[_C["mm_k"]])
+    n_heads, size = int(c[_C["mm_batch"]]) // converted_batch(seq), int(c[_C["mm_k"]])
     preds, _ = seq.neighbours()
     widths, todo, seen = [], [(j, 0) for j in preds.get(block.scores, [])], set()
     kinds = classified(seq)
@@ -143,7 +138,7 @@ def tokens_of(seq: OperatorSequence, blocks: Sequence[Block]) -> int:
     if kind == "tokens":
         return int(np.prod(shape))
     positions = int(seq.config[blocks[0].scores][_C["mm_m"]]) if blocks else 1
-    return batch_of(seq) * positions
+    return converted_batch(seq) * positions
 
 
 def layer_input(seq: OperatorSequence, blocks: Sequence[Block]) -> float:

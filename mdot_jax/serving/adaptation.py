@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from converters import ConversionError, OperatorSequence
-from converters.dims import batch_of
+from converters.dims import converted_batch
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.options import ATTENTION, PRECISIONS, SPEC_SHEET_OPTIMIZERS
@@ -272,7 +272,7 @@ def _sequence(row: Row) -> OperatorSequence | Path:
     if row.model.suffix != ".npz":
         return row.model
     seq = OperatorSequence.load_npz(row.model)
-    if (batch := batch_of(seq.meta.get("inputs", {}).values())) != row.batch_size:
+    if (batch := converted_batch(seq)) != row.batch_size:
         raise UsageError(f"{row.model}: a sequence converted at batch {batch}, but the row "
                          f"says batch_size {row.batch_size}")
     return seq

@@ -18,7 +18,7 @@ import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
-from converters.dims import batch_of, check_dims
+from converters.dims import check_dims, converted_batch
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
@@ -451,7 +451,7 @@ def check_converted(seq: OperatorSequence, batch_size: int, image_size: int | No
     (`input_size_of`) in its shapes: it predicts at those only (a sequence length may be `cp`
     times its own: the piece of a sequence one GPU of a context-parallel group runs)."""
     shapes = [s for s in seq.meta.get("inputs", {}).values() if s]
-    if shapes and (batch := batch_of(shapes)) != batch_size:
+    if shapes and (batch := converted_batch(seq)) != batch_size:
         raise RequestError(f"batch_size {batch_size}: the operator sequence {seq.name!r} was "
                            f"converted at batch {batch}; convert the model at batch "
                            f"{batch_size} instead", "batch_size")
