@@ -31,12 +31,13 @@ import onnx
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.gradients import checkpoint_calls, checkpoints, unreached, unread
-from converters.patches import patched
+from converters.patches import PACKED, patched
 from converters.sequence import (
     CHECKPOINTED_KEY,
     DATA_INPUTS_KEY,
     FROZEN_KEY,
     LINEAR_KEY,
+    PACKED_KEY,
     PARAMS_KEY,
     SDPA_KEY,
     STATE_SPACE_KEY,
@@ -273,6 +274,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     if fused:
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
+    if PACKED:  # run padded (`patches.packed_sequences`)
+        model.metadata_props.add(key=PACKED_KEY, value=json.dumps(len(PACKED)))
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
         model.metadata_props.add(key=STATE_SPACE_KEY, value=json.dumps(shape))
     return model

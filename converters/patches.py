@@ -142,9 +142,43 @@ def constant_ignore_index(torch):
         yield
 
 
+PACKED: list[str] = []  # the recurrent layers given packed sequences in the last export
+
+
+@contextlib.contextmanager
+def packed_sequences(torch):
+    """A recurrent layer given a `PackedSequence` (`pack_padded_sequence`: variable-length
+    batches, as NLP tutorials batch them) does not export (the exporter fails inside it:
+    "vector::_M_range_check"); packing and unpacking do. Such a layer reads the sequences
+    unpacked to their padded batch (`pad_packed_sequence`, in its layout) and packs its output
+    again (by the same lengths): every padded step runs, where cuDNN runs each sequence's own
+    (`PACKED` names the layers, for the prediction to say)."""
+    from torch.nn.utils import rnn
+
+    layers = (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)
+    forwards = {cls: cls.forward for cls in layers}
+    PACKED.clear()
+
+    def layer(cls):
+        def forward(self, input, hx=None):
+            if not isinstance(input, rnn.PackedSequence):
+                return forwards[cls](self, input, hx)
+            PACKED.append(type(self).__name__)
+            padded, lengths = rnn.pad_packed_sequence(input, batch_first=self.batch_first)
+            out, h = forwards[cls](self, padded, hx)
+            return rnn.pack_padded_sequence(out, lengths, batch_first=self.batch_first,
+                                            enforce_sorted=False), h
+        return forward
+
+    with contextlib.ExitStack() as stack:
+        for cls in layers:
+            stack.enter_context(_replaced(cls, forward=layer(cls)))
+        yield
+
+
 @contextlib.contextmanager
 def patched(torch):
     """Every patch of this module, while a model is exported."""
     with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
-            positive_unfolds(torch), constant_ignore_index(torch):
+            positive_unfolds(torch), constant_ignore_index(torch), packed_sequences(torch):
         yield

@@ -42,8 +42,7 @@ CONFIG_FIELDS = (
     "dilation_h", "dilation_w", "groups", "in_channels", "out_channels",
     "mm_batch", "mm_m", "mm_k", "mm_n", "axis", "elem_bytes", "n_param_inputs", "training_mode",
 )
-LOAD_FIELDS = ("fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "params",
-               "intensity")
+LOAD_FIELDS = ("fwd_flops", "bwd_flops", "bytes_read", "bytes_written", "params", "intensity")
 _CFG = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _LOAD = {name: i for i, name in enumerate(LOAD_FIELDS)}
 _DEFAULTS = np.zeros(len(CONFIG_FIELDS), np.float32)
@@ -65,8 +64,9 @@ SLIDING_KEY = "mdot.sliding_window"  # model metadata: each layer's sliding wind
 CHECKPOINTED_KEY = "mdot.checkpointed"  # model metadata: its code checkpoints activations
 UNREAD_KEY = "mdot.unread"  # model metadata: parameters the traced step never reads (JSON)
 BATCH_KEY = "mdot.batch_inputs"  # model metadata: the data inputs whose dim 0 is the batch
+PACKED_KEY = "mdot.packed"  # model metadata: recurrent layers given packed sequences (JSON)
 JSON_KEYS = dict(experts=EXPERTS_KEY, defaulted=DEFAULTED_KEY, sliding_window=SLIDING_KEY,
-                 state_space=STATE_SPACE_KEY, unread=UNREAD_KEY,
+                 state_space=STATE_SPACE_KEY, unread=UNREAD_KEY, packed=PACKED_KEY,
                  batch_inputs=BATCH_KEY)  # meta field: JSON metadata
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: the Softmax nodes (ordinals, in graph order)

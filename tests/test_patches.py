@@ -119,6 +119,35 @@ def test_a_graphs_nodes_are_its_batch_and_its_edges_keep_their_rows():
     assert batch_of({"x": [100, 16], "e": [2, 400]}, integer={"e"}) == 100  # before: 2
 
 
+def test_a_recurrent_layer_given_packed_sequences_exports_padded_and_says_so():
+    """NLP tutorials batch sequences of several lengths packed (`pack_padded_sequence`); a
+    recurrent layer given them failed to export ("vector::_M_range_check: __n (which is 0)")."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    class Packed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.lstm = torch.nn.Embedding(100, 16), torch.nn.LSTM(16, 32)
+            self.fc = torch.nn.Linear(32, 2)
+
+        def forward(self, ids, lengths):  # [B, T], [B] -> [B, T, 2]
+            x = pack_padded_sequence(self.emb(ids), lengths, batch_first=True,
+                                     enforce_sorted=False)
+            return self.fc(pad_packed_sequence(self.lstm(x)[0], batch_first=True)[0])
+
+    forward = torch.nn.LSTM.forward
+    graph = from_torch(Packed(), (torch.randint(0, 100, (8, 30)), torch.tensor([30] + [9] * 7)))
+    assert torch.nn.LSTM.forward is forward  # as it was
+    seq = convert(graph, batch_size=32, fuse=True)
+    assert seq.meta["packed"] == 1 and seq.meta["inputs"] == {"input0": [32, 30], "input1": [32]}
+    c = seq.config[seq.op_names == "LSTM"][0]
+    assert [int(c[CONFIG_FIELDS.index(f"in_d{k}")]) for k in (1, 2)] == [30, 32]  # steps, batch
+    from mdot_jax import TrainingJob, predict
+
+    p = predict(TrainingJob(model=seq, batch_size=32, device="h100-sxm"))
+    assert any("packed sequences (1): priced at every padded step" in w for w in p.warnings)
+
+
 @pytest.mark.parametrize("symbol,batch,size", [
     ("batch", 6, 6), ("batch*40", 3, 120), ("batch*0.5", 1, 1), ("batch*1.25", 8, 10),
     ("batch*x", 5, 5), ("batch*inf", 5, 5), ("N", 4, 4), ("fixed:64", 8, 64),

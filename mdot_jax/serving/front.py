@@ -144,6 +144,9 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                      f"{', '.join(unread['in'])}) are read by none of the exported step's "
                      "operators (its inputs never reach them: a vision-language model given "
                      "tokens alone): neither their work nor their weights' memory is priced")
+    if packed := seq.meta.get("packed"):
+        about.append(f"recurrent layers given packed sequences ({packed}): priced at every "
+                     "padded step, cuDNN runs each sequence's own (up to max / mean length less)")
     if seq.meta.get("checkpointed") and not job.activation_checkpointing:
         about.append("the model checkpoints activations in its own code (torch.utils.checkpoint"
                      ", or its library's flag): priced without the forward it runs again and "
