@@ -242,7 +242,12 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                     "config with the same layer shapes on the CPU") if on_meta else ""
             if isinstance(example_inputs, list) and "missing" in msg:  # one argument, a list
                 hint += "; several inputs go as a tuple (or a dict by name), not a list"
-            if type(e).__name__ == "UnsupportedOperatorError":  # ctc_loss, lgamma, fft_rfft
+            if any(isinstance(m, torch.ao.quantization.FakeQuantizeBase)
+                   for m in module.modules()):
+                hint += ("; quantization-aware training's fake quantization does not export "
+                         "as a training step: export the float model (before prepare_qat), "
+                         "priced without its fake quantization's elementwise passes")
+            elif type(e).__name__ == "UnsupportedOperatorError":  # ctc_loss, lgamma, fft_rfft
                 hint += ("; ONNX has no form of it: export a forward without it (a loss: no "
                          "labels given, so that the model returns its outputs)")
             raise ConversionError(f"torch export of {type(module).__name__} failed: "

@@ -142,6 +142,36 @@ def constant_ignore_index(torch):
         yield
 
 
+@contextlib.contextmanager
+def spectral_norms(torch):
+    """Spectral norm's power iteration in training mode (GAN discriminators; both of PyTorch's
+    APIs) does not export: `F.normalize(..., out=buffer)` fails ("Expected node type
+    'onnx::Constant' for argument 'rounding_mode'") and `Tensor.H` has no symbolic. Normalizing
+    runs out of place, the same values, which both assign where `out` was; `.H` is the
+    conjugate transpose and `torch.vdot` the conjugate's products summed, as they compute."""
+    import torch.nn.functional as F
+
+    normalize, vdot = F.normalize, torch.vdot
+    had = vars(torch.Tensor).get("H")
+
+    def out_of_place(input, p=2.0, dim=1, eps=1e-12, out=None):
+        return normalize(input, p, dim, eps)
+
+    def summed(a, b, *, out=None):
+        return vdot(a, b, out=out) if out is not None else (a.conj() * b).sum()
+
+    torch.Tensor.H = property(lambda t: t.transpose(-2, -1).conj() if t.is_complex()
+                              else t.transpose(-2, -1))
+    try:
+        with _replaced(F, normalize=out_of_place), _replaced(torch, vdot=summed):
+            yield
+    finally:
+        if had is None:
+            del torch.Tensor.H
+        else:
+            torch.Tensor.H = had
+
+
 PACKED: list[str] = []  # the recurrent layers given packed sequences in the last export
 
 
@@ -180,5 +210,6 @@ def packed_sequences(torch):
 def patched(torch):
     """Every patch of this module, while a model is exported."""
     with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
-            positive_unfolds(torch), constant_ignore_index(torch), packed_sequences(torch):
+            positive_unfolds(torch), constant_ignore_index(torch), packed_sequences(torch), \
+            spectral_norms(torch):
         yield

@@ -148,6 +148,42 @@ def test_a_recurrent_layer_given_packed_sequences_exports_padded_and_says_so():
     assert any("packed sequences (1): priced at every padded step" in w for w in p.warnings)
 
 
+@pytest.mark.parametrize("api", ["parametrizations", "hook"])
+def test_spectral_norm_in_training_exports_its_power_iteration(api):
+    """GAN discriminators' spectral norm failed to export in training mode ("Expected node type
+    'onnx::Constant' for argument 'rounding_mode'", then `aten::matrix_H`, `aten::vdot`); the
+    graph computes what PyTorch's training forward does, from the same vectors."""
+    from onnx.reference import ReferenceEvaluator
+    from torch.nn.utils import parametrizations, spectral_norm
+
+    wrap = parametrizations.spectral_norm if api == "parametrizations" else spectral_norm
+    module, x = wrap(torch.nn.Linear(32, 8)), torch.randn(4, 32)
+    normalize, vdot = torch.nn.functional.normalize, torch.vdot
+    graph = from_torch(module, x)
+    assert torch.nn.functional.normalize is normalize and torch.vdot is vdot
+    assert "H" not in vars(torch.Tensor)  # as it was
+    names = {i.name for i in graph.graph.input}
+    feeds = {n: t.detach().numpy().copy() for n, t in (*module.named_parameters(),
+                                                        *module.named_buffers()) if n in names}
+    got = ReferenceEvaluator(graph).run(None, {"input0": x.numpy(), **feeds})[0]
+    np.testing.assert_allclose(got, module.train()(x).detach().numpy(), atol=1e-5)
+    assert convert(graph, batch_size=8).params == 32 * 8 + 8  # its vectors are no parameters
+
+
+def test_quantization_aware_training_says_to_export_the_float_model():
+    class Qat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.fake = torch.nn.Linear(8, 8), torch.ao.quantization.FakeQuantize()
+
+        def forward(self, x):
+            return self.lin(self.fake(x))
+
+    with pytest.raises(ConversionError, match="export the float model") as e:
+        from_torch(Qat(), torch.randn(2, 8))
+    assert "no labels given" not in str(e.value) and "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("symbol,batch,size", [
     ("batch", 6, 6), ("batch*40", 3, 120), ("batch*0.5", 1, 1), ("batch*1.25", 8, 10),
     ("batch*x", 5, 5), ("batch*inf", 5, 5), ("N", 4, 4), ("fixed:64", 8, 64),
