@@ -24,29 +24,46 @@ def _replaced(owner: Any, **new: Any):
 @contextlib.contextmanager
 def uneven_pools(torch):
     """ONNX has no adaptive pooling whose output does not divide its input (GoogLeNet's
-    auxiliary heads pool 14 x 14 to 4 x 4; the exporter refuses it): such a pooling exports as
-    the input padded to a multiple of the output and pooled in windows of that ratio, the same
-    shape, the same reads (Pad, then AveragePool or MaxPool)."""
+    auxiliary heads pool 14 x 14 to 4 x 4, a 1-D head 38 steps to 5; the exporter refuses it):
+    such a pooling exports as the input padded to a multiple of the output and pooled in windows
+    of that ratio, the same shape, the same reads (Pad, then AveragePool or MaxPool)."""
     import torch.nn.functional as F
 
-    originals = {name: getattr(F, name) for name in ("adaptive_avg_pool2d",
-                                                     "adaptive_max_pool2d")}
+    kinds = [(f"adaptive_{kind}_pool{d}d", getattr(F, f"{kind}_pool{d}d"), d)
+             for kind in ("avg", "max") for d in (1, 2)]
+    originals = {name: getattr(F, name) for name, _, _ in kinds}
 
-    def uneven(name: str, pool: Any):
+    def uneven(name: str, pool: Any, rank: int):
         def adaptive(x, output_size, return_indices=False):
-            size = (output_size,) * 2 if isinstance(output_size, int) else tuple(output_size)
-            have = [int(n) for n in x.shape[-2:]]
+            size = (output_size,) * rank if isinstance(output_size, int) else tuple(output_size)
+            have = [int(n) for n in x.shape[-rank:]]
             out = [have[i] if s is None else int(s) for i, s in enumerate(size)]
             if all(n % o == 0 for n, o in zip(have, out)) or return_indices:
                 indices = (return_indices,) if "max" in name else ()
                 return originals[name](x, output_size, *indices)
             k = [-(-n // o) for n, o in zip(have, out)]  # each window: ceil(in / out)
-            padded = F.pad(x, (0, k[1] * out[1] - have[1], 0, k[0] * out[0] - have[0]))
-            return pool(padded, k, k)
+            pads = [p for i in reversed(range(rank)) for p in (0, k[i] * out[i] - have[i])]
+            return pool(F.pad(x, pads), k, k)
         return adaptive
 
-    with _replaced(F, adaptive_avg_pool2d=uneven("adaptive_avg_pool2d", F.avg_pool2d),
-                   adaptive_max_pool2d=uneven("adaptive_max_pool2d", F.max_pool2d)):
+    with _replaced(F, **{name: uneven(name, pool, d) for name, pool, d in kinds}):
+        yield
+
+
+@contextlib.contextmanager
+def bilinear_forms(torch):
+    """`F.bilinear` (`nn.Bilinear`: y_o = x1^T W_o x2 + b_o) has no ONNX form: it exports as
+    x1 times W laid out [in1, out x in2] (one GEMM), times x2 and summed over in2, the same
+    values."""
+    import torch.nn.functional as F
+
+    def bilinear(x1, x2, weight, bias=None):  # [..., I], [..., J], [O, I, J] -> [..., O]
+        o, i, j = weight.shape
+        y = (x1 @ weight.permute(1, 0, 2).reshape(i, o * j)).unflatten(-1, (o, j))
+        y = (y * x2.unsqueeze(-2)).sum(-1)
+        return y if bias is None else y + bias
+
+    with _replaced(F, bilinear=bilinear):
         yield
 
 
@@ -210,6 +227,6 @@ def packed_sequences(torch):
 def patched(torch):
     """Every patch of this module, while a model is exported."""
     with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
-            positive_unfolds(torch), constant_ignore_index(torch), packed_sequences(torch), \
-            spectral_norms(torch):
+            bilinear_forms(torch), positive_unfolds(torch), constant_ignore_index(torch), \
+            packed_sequences(torch), spectral_norms(torch):
         yield

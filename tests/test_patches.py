@@ -282,6 +282,31 @@ def test_an_adaptive_pooling_whose_output_does_not_divide_its_input_exports():
     assert torch.nn.functional.adaptive_avg_pool2d.__module__ == "torch.nn.functional"
 
 
+def test_a_one_dimensional_uneven_adaptive_pooling_exports():
+    """A 1-D head pooling 38 steps to 5 was refused ("output size that are not factor of input
+    size")."""
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.pool = torch.nn.Conv1d(16, 8, 3), torch.nn.AdaptiveMaxPool1d(5)
+
+        def forward(self, x):  # [B, 16, 40] -> [B, 8, 38] -> [B, 8, 5]
+            return self.pool(self.conv(x))
+
+    seq = convert(from_torch(Head(), torch.randn(2, 16, 40)), batch_size=4)
+    assert seq.op_type_counts() == {"Conv": 1, "Pad": 1, "MaxPool": 1}
+    c = seq.config[-1]
+    assert [c[CONFIG_FIELDS.index(f"out_d{k}")] for k in (1, 2, 3)] == [4, 8, 5]  # rank 3
+
+
+def test_a_bilinear_layer_exports_as_a_gemm_and_its_products():
+    """`nn.Bilinear` had no ONNX form ("Exporting the operator 'aten::bilinear'")."""
+    module, x = torch.nn.Bilinear(16, 12, 8), (torch.randn(3, 5, 16), torch.randn(3, 5, 12))
+    graph, got = _computed(module, x)
+    np.testing.assert_allclose(got, module(*x).detach().numpy(), atol=1e-5)
+    assert convert(graph, batch_size=3).params == 16 * 12 * 8 + 8
+
+
 @pytest.mark.parametrize("dim", [1, -2, -1])
 def test_an_unfold_over_a_dim_counted_from_the_end_exports_its_windows(dim):
     """PatchTST's `unfold(dimension=-2, ...)`: the exporter put the windows' axis in the wrong
