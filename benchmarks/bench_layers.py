@@ -6,13 +6,14 @@ layer exported from PyTorch.
         --out benchmarks/results/layers-<gpu slug>
 
 Pre-registered (docs/studies/whole-layers.md), before any such row was measured. Each row's
-layer is exported by `converters.from_torch` at the row's dims, its input scaled by a
-parameter first so that its gradient is made, as the sweep makes it (one elementwise pass
-more than the sweep times, under 1% of these layers), and priced by the front door on the GPU
-the row names, `step fwd-bwd`, SGD (no update), the forward and backward phases only: the
-sweep times bursts of launches, the host's issue time hidden. Precision: the sweep's fp32 as
-`fp32` (and, for the LSTM, `tf32`: cuDNN runs an fp32 RNN in TF32 by PyTorch's default, the
-candidate of the study), fp16 and bf16 as `amp-fp16` and `amp-bf16`.
+layer is exported by `converters.from_torch` at the row's dims (an LSTM batch first: a copy
+of its input and output more than the sweep's), its inputs scaled by a parameter first so
+that their gradients are made, as the sweep makes them (one elementwise pass more, under 1% of
+these layers), and priced by the front door on the GPU the row names, `step fwd-bwd`, SGD
+(no update), the forward and backward phases only: the sweep times bursts of launches, the
+host's issue time hidden. Precision: the sweep's fp32 as `fp32` (and, for the LSTM, `tf32`:
+cuDNN runs an fp32 RNN in TF32 by PyTorch's default, the candidate of the study), fp16 and
+bf16 as `amp-fp16` and `amp-bf16`.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ def layer(row: dict):
         def __init__(self, hidden: int, layers: int):
             super().__init__()
             self.scale = torch.nn.Parameter(torch.ones(hidden))
-            self.lstm = torch.nn.LSTM(hidden, hidden, layers)
+            self.lstm = torch.nn.LSTM(hidden, hidden, layers, batch_first=True)
 
-        def forward(self, x):  # [T, B, H] -> [T, B, H]
+        def forward(self, x):  # [B, T, H] -> [B, T, H]
             return self.lstm(x * self.scale)[0]
 
     class Biased(torch.nn.Module):
@@ -55,24 +56,28 @@ def layer(row: dict):
                 q, k, v, attn_mask=self.bias.expand(q.shape[0], -1, -1, -1))
 
     if row["kind"] == "lstm-train":
-        t, b, h, layers = row["dims"]
-        return Lstm(h, layers), torch.randn(t, b, h)
+        t, b, h, layers = row["dims"]  # batch first: steps and batch may be equal
+        return Lstm(h, layers), torch.randn(b, t, h)
     b, h, s, d = row["dims"]
     x = torch.randn(b, h, s, d)
     return Biased(h, s, d), (x, x, x)
 
 
-def priced(row: dict, precision: str) -> float:
-    """The forward and backward phases' ms of a row's layer on its GPU at `precision`."""
+def prices(row: dict) -> dict[str, float]:
+    """The forward and backward phases' ms of a row's layer on its GPU at each precision its
+    sweep precision is priced at (`PRECISIONS`)."""
     from converters import convert, from_torch
     from mdot_jax import TrainingJob, predict
 
     module, example = layer(row)
     batch = row["dims"][1] if row["kind"] == "lstm-train" else row["dims"][0]
     seq = convert(from_torch(module, example), batch_size=batch, fuse=True)
-    p = predict(TrainingJob(model=seq, batch_size=batch, device=row["device"],
-                            precision=precision, step="fwd-bwd", optimizer="sgd"))
-    return p.phases["forward"] + p.phases["backward"]
+    out = {}
+    for precision in PRECISIONS[row["precision"]]:
+        p = predict(TrainingJob(model=seq, batch_size=batch, device=row["device"],
+                                precision=precision, step="fwd-bwd", optimizer="sgd"))
+        out[precision] = p.phases["forward"] + p.phases["backward"]
+    return out
 
 
 def summarize(pairs: list[tuple[float, float]]) -> dict:
@@ -92,11 +97,11 @@ def run(rows: list[dict]) -> dict:
         if not row.get("ms"):
             skipped[row.get("error", "not measured")].append(row["key"])
             continue
-        prices = {p: priced(row, p) for p in PRECISIONS[row["precision"]]}
-        for p, ms in prices.items():
+        priced = prices(row)
+        for p, ms in priced.items():
             groups[f"{row['kind']}/{row['precision']} as {p}"].append((ms, row["ms"]))
         out.append(dict(key=row["key"], device=row["device"], measured_ms=row["ms"],
-                        priced_ms=prices))
+                        priced_ms=priced))
     return dict(summary={k: summarize(v) for k, v in sorted(groups.items())}, rows=out,
                 skipped=dict(skipped))
 

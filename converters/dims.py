@@ -34,10 +34,10 @@ def check_dims(**dims: Any) -> None:
 def batch_of(inputs: Mapping[str, Sequence[int]], integer: Collection[str] = (),
              marked: Sequence[str] = ()) -> int:
     """The batch of data inputs (name -> shape): dim 0 of the first input `marked` as the
-    batch (`concretise` records them: exported with the symbol `batch`); else the dim 0 most of them
-    share, on a tie a float input's (the data computed on) before an `integer` one's (indices:
-    a graph's edges [2, E]), then the smaller (every bag's ids are longer than their offsets);
-    1 where none has a dim."""
+    batch (exported with the symbol `batch`, as `concretise` records); else the dim 0 most of
+    them share, on a tie a float input's (the data computed on) before an `integer` one's
+    (indices: a graph's edges [2, E]), then the smaller (every bag's ids are longer than their
+    offsets); 1 where none has a dim."""
     shapes = {n: s for n, s in inputs.items() if len(s) and s[0]}
     if first := next((n for n in marked if n in shapes), None):
         return int(shapes[first][0])

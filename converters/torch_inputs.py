@@ -171,10 +171,11 @@ def probe(module: Any, args: tuple, keywords: Sequence[str] | None,
     for i, (name, t) in enumerate(zip(names, (t for _, t in _tensors(args, keywords)))):
         if any(dim1 for _, dim1 in seen) and len(t.shape) >= 2 and t.shape[1] == batch:
             if t.shape[0] == batch:
+                first = next(type(m).__name__ for m, read in readers if read is _seq_first)
                 raise ConversionError(
-                    f"input '{name}' {list(t.shape)}: the model's {type(readers[0][0]).__name__}"
-                    f" (batch_first=False) reads a batch of {batch} at dim 1, as large as dim "
-                    "0; give example inputs whose batch differs from their sequence length")
+                    f"input '{name}' {list(t.shape)}: the model's {first} (batch_first=False) "
+                    f"reads a batch of {batch} at dim 1, as large as dim 0; give example "
+                    "inputs whose batch differs from their sequence length")
             found.add(i)
     return batch, frozenset(found)
 
@@ -221,20 +222,22 @@ def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str]
                batch: int | None = None) -> dict[str, dict[int, str]]:
     """Dim 0 of each data input (`names`, one per tensor of `args`) as exported: `batch` where
     it is the batch (`batch`, where the model's modules say it (`probe`), else
-    `dims.batch_of`); `batch*R` for a flat input R times as long (`nn.EmbeddingBag`'s ids of
-    every bag beside their offsets, and their weights), which keeps its length to the batch at
-    any batch; `fixed:N` for any other (Flux's position ids, a graph's edges [2, E]), which
-    keeps its N (`dims.scaled`)."""
+    `dims.batch_of`); `batch*R` for a flat integer input R times as long (`nn.EmbeddingBag`'s
+    ids of every bag beside their offsets; their weights too where a module said the batch),
+    which keeps its length to the batch at any batch; `fixed:N` for any other (Flux's position
+    ids, a graph's edges [2, E]), which keeps its N (`dims.scaled`)."""
     from converters.dims import BATCH, FIXED, batch_of
 
     tensors = [t for _, t in _tensors(args, keywords)]
     sizes = [int(t.shape[0]) if len(t.shape) else 0 for t in tensors]
     integer = {n for n, t in zip(names, tensors) if "int" in str(t.dtype)}  # any array's dtype
+    said = batch is not None
     batch = batch or batch_of({n: [s] for n, s in zip(names, sizes)}, integer)
 
-    def symbol(t: Any, s: int) -> str:
+    def symbol(n: str, t: Any, s: int) -> str:
         if s == batch:
             return BATCH
-        return f"{BATCH}*{s / batch:g}" if len(t.shape) == 1 and s > batch else f"{FIXED}{s}"
+        flat = len(t.shape) == 1 and (n in integer or said)  # ids; weights beside bags' ids
+        return f"{BATCH}*{s / batch:g}" if flat and s > batch else f"{FIXED}{s}"
 
-    return {n: {0: symbol(t, s)} for n, t, s in zip(names, tensors, sizes) if s}
+    return {n: {0: symbol(n, t, s)} for n, t, s in zip(names, tensors, sizes) if s}
