@@ -89,6 +89,13 @@ def _sides(shape: Sequence[int]) -> tuple[int, int]:
     return (1, 2) if shape[3] in (1, 3) and shape[1] not in (1, 3) else (2, 3)
 
 
+def drop_metadata(model: onnx.ModelProto, key: str) -> None:
+    """`model` without its metadata `key`, in place."""
+    kept = [p for p in model.metadata_props if p.key != key]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+
+
 def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
                 batch_size: int | None, image_size: int | None, seq_len: int | None,
                 label: str) -> dict[str, dict[int, int]]:
@@ -99,9 +106,7 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
               vi.type.tensor_type.shape.dim and
               vi.type.tensor_type.shape.dim[0].dim_param == BATCH]
     if marked:  # what the batch is, once the dims are numbers
-        kept = [p for p in model.metadata_props if p.key != BATCH_KEY]
-        del model.metadata_props[:]
-        model.metadata_props.extend(kept)
+        drop_metadata(model, BATCH_KEY)
         model.metadata_props.add(key=BATCH_KEY, value=json.dumps(marked))
     changed: dict[str, dict[int, int]] = {}
     sized = {"image": False, "tokens": False}  # whether --image-size / --seq-len applied

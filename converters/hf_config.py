@@ -16,7 +16,7 @@ from typing import Any
 
 import onnx
 
-from converters.dims import check_dims
+from converters.dims import check_dims, drop_metadata
 from converters.errors import ConversionError
 from converters.experts import balanced, describe
 from converters.export import from_torch
@@ -143,7 +143,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                 f"{field} in the config to train longer sequences") from None
         # the class says whether it calls SDPA (EAGER_KEY), and the layers copied in the
         # graph have no export's record of their Softmax nodes
-        _drop(onnx_model, SDPA_KEY)
+        drop_metadata(onnx_model, SDPA_KEY)
         for key, value in said.items():
             if value:
                 onnx_model.metadata_props.add(key=key, value=value)
@@ -170,17 +170,10 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         for meta in onnx_model.metadata_props:
             if meta.key == key:
                 meta.value = ",".join(names)
-    _drop(onnx_model, UNREAD_KEY)  # of the first layers
+    drop_metadata(onnx_model, UNREAD_KEY)  # of the first layers
     if missed := unread(model, {i.name for i in onnx_model.graph.input}):  # of them all
         onnx_model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     return onnx_model
-
-
-def _drop(model: onnx.ModelProto, key: str) -> None:
-    """`model` without its metadata `key`, in place."""
-    kept = [p for p in model.metadata_props if p.key != key]
-    del model.metadata_props[:]
-    model.metadata_props.extend(kept)
 
 
 def _language_model(transformers: Any, cfg: Any) -> Any:

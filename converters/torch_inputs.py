@@ -167,9 +167,11 @@ def probe(module: Any, args: tuple, keywords: Sequence[str] | None,
     if len({b for b, _ in seen}) != 1:
         return None, frozenset()
     batch = next(iter(seen))[0]
+    if not any(dim1 for _, dim1 in seen):
+        return batch, frozenset()
     found = set()
     for i, (name, t) in enumerate(zip(names, (t for _, t in _tensors(args, keywords)))):
-        if any(dim1 for _, dim1 in seen) and len(t.shape) >= 2 and t.shape[1] == batch:
+        if len(t.shape) >= 2 and t.shape[1] == batch:
             if t.shape[0] == batch:
                 first = next(type(m).__name__ for m, read in readers if read is _seq_first)
                 raise ConversionError(
