@@ -189,6 +189,35 @@ def spectral_norms(torch):
             torch.Tensor.H = had
 
 
+@contextlib.contextmanager
+def max_unpools(torch):
+    """`F.max_unpool1d/2d/3d` (SegNet's decoder) does not trace (PyTorch checks its output
+    size with a traced tensor: "cond must be a bool") and has no exporter form: it exports as
+    what it computes, each value scattered to its index in a zero output plane
+    (ScatterElements), the output size as PyTorch derives it."""
+    import math
+
+    import torch.nn.functional as F
+
+    def unpool(rank: int):
+        def max_unpool(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+            def each(v):  # an int or a sequence of `rank`
+                return [int(n) for n in v] if isinstance(v, (list, tuple)) else [int(v)] * rank
+            k, p = each(kernel_size), each(padding)
+            s = k if stride is None else each(stride)
+            have = [int(n) for n in input.shape[-rank:]]
+            out = [(h - 1) * s_ + k_ - 2 * p_ for h, s_, k_, p_ in zip(have, s, k, p)]
+            if output_size is not None:
+                out = [int(n) for n in list(output_size)[-rank:]]
+            plane = input.flatten(-rank)  # [N, C, prod(have)]
+            zeros = plane.new_zeros((*plane.shape[:-1], math.prod(out)))
+            return zeros.scatter(-1, indices.flatten(-rank), plane).unflatten(-1, out)
+        return max_unpool
+
+    with _replaced(F, **{f"max_unpool{d}d": unpool(d) for d in (1, 2, 3)}):
+        yield
+
+
 PACKED: list[str] = []  # the recurrent layers given packed sequences in the last export
 
 
@@ -228,5 +257,5 @@ def patched(torch):
     """Every patch of this module, while a model is exported."""
     with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
             bilinear_forms(torch), positive_unfolds(torch), constant_ignore_index(torch), \
-            packed_sequences(torch), spectral_norms(torch):
+            packed_sequences(torch), spectral_norms(torch), max_unpools(torch):
         yield

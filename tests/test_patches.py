@@ -361,3 +361,35 @@ def test_an_operator_onnx_has_no_form_of_says_to_leave_it_out():
 def test_an_array_that_is_no_tensor_is_the_exporters_one_line_not_ours():
     with pytest.raises(ConversionError, match="unsupported type: numpy.ndarray"):
         from_torch(torch.nn.Linear(4, 2), (torch.zeros(2, 4), np.zeros(3, np.int64)))
+
+
+@pytest.mark.parametrize("rank,shape,size", [
+    (1, (2, 3, 9), True), (2, (2, 3, 9, 8), True), (2, (2, 3, 8, 8), False),
+    (3, (2, 3, 4, 6, 8), False)])
+def test_max_unpooling_exports_as_a_scatter(rank, shape, size):
+    """SegNet's decoder (`nn.MaxUnpool2d`, given `output_size=x.size()` or not) failed to export
+    ("cond must be a bool, but got a Tensor")."""
+    from onnx.reference import ReferenceEvaluator
+
+    pool = getattr(torch.nn, f"MaxPool{rank}d")(2, 2, return_indices=True)
+    unpool = getattr(torch.nn, f"MaxUnpool{rank}d")(2, 2)
+
+    class Unpool(torch.nn.Module):  # the indices an input: the reference MaxPool's differ
+        def forward(self, y, at, x):
+            return unpool(y, at, output_size=x.size() if size else None)
+
+    x = torch.randn(*shape)
+    y, at = pool(x)
+    inputs = (y, at, x)
+    graph = from_torch(Unpool(), inputs)
+    feeds = {f"input{i}": t.numpy() for i, t in enumerate(inputs)}
+    got = ReferenceEvaluator(graph).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, Unpool()(*inputs).numpy())
+
+    class SegNet(torch.nn.Module):
+        def forward(self, x):
+            return unpool(*pool(x), output_size=x.size() if size else None)
+
+    seq = convert(from_torch(SegNet(), x), batch_size=6)
+    assert seq.op_type_counts().get("ScatterElements") == 1 and converted_batch(seq) == 6
+    assert torch.nn.functional.max_unpool2d.__name__ == "max_unpool2d"  # restored
