@@ -51,11 +51,11 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) `target_len` targets
     (default: as many as its inputs), its decoder fed them shifted right (`from_torch`;
     `convert(..., seq_len=...)` predicts at other lengths up to the model's positions).
-    `overrides` change config fields (e.g. `num_hidden_layers=2`). Any size exports without
-    allocating weights; with `repeat`, a stack of identical layers is traced with two and
-    repeated in the graph (`converters.repeat`: a 70B Llama in seconds). `lora_rank`: fine-tuned
-    with LoRA adapters of that rank on the linear layers `lora_targets` names, every other
-    parameter frozen (`converters.lora`)."""
+    `overrides` change config fields (e.g. `num_hidden_layers=2`, per-layer lists cut to
+    it). Any size exports without allocating weights; with `repeat`, a stack of identical
+    layers is traced with two and repeated in the graph (`converters.repeat`: a 70B Llama in
+    seconds). `lora_rank`: fine-tuned with LoRA adapters of that rank on the linear layers
+    `lora_targets` names, every other parameter frozen (`converters.lora`)."""
     import torch
     import transformers
 
@@ -69,7 +69,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             raise ConversionError(f"{path}: not a readable config.json ({e})") from None
     if not isinstance(fields, dict) or "model_type" not in fields:
         raise ConversionError(f"{where}: no 'model_type' (a Hugging Face config.json has one)")
-    fields.update(overrides)
+    fields.update(_per_layer(fields, overrides))
     kind = fields.pop("model_type")
     for key in ("torch_dtype", "dtype", "quantization_config"):  # how the checkpoint is stored,
         fields.pop(key, None)  # not how it trains: `--precision` says that
@@ -259,6 +259,22 @@ LENGTH_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "n_ctx
 MAX_LAYERS = 2048  # a stack deeper than this is refused (`_check_shape`)
 DEPTH_FIELDS = ("num_hidden_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")
 SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def _per_layer(fields: dict, overrides: dict) -> dict:
+    """`overrides`, and where they set a stack's depth (`DEPTH_FIELDS`, GPT-2's `n_layer`),
+    each field of `fields` listing one value a layer at the old depth (Qwen3's, Gemma 3's
+    `layer_types`, SmolLM3's `no_rope_layers`) cut to the new depth or its pattern repeated:
+    transformers refuses a depth its lists do not match."""
+    new = dict(overrides)
+    for f in (*DEPTH_FIELDS, "n_layer", "num_layers", "n_layers"):
+        was, now = fields.get(f), overrides.get(f)
+        if not (isinstance(was, int) and isinstance(now, int) and 0 < was != now > 0):
+            continue
+        for k, v in fields.items():
+            if k not in overrides and isinstance(v, list) and len(v) == was:
+                new[k] = [v[i % was] for i in range(now)]
+    return new
 
 
 def _check_shape(cfg: Any, given: dict, where: str) -> None:

@@ -681,6 +681,27 @@ def test_llama_4s_complex_rotary_config_converts_with_every_parameter():
     assert seq.params == sum(p.numel() for p in model.parameters())
 
 
+def test_a_shallower_override_of_a_config_listing_its_layers_cuts_the_list():
+    """`num_hidden_layers=3` over a config listing each layer's kind (every Qwen3, Gemma 3,
+    Llama 4 config.json has `layer_types`) was refused by transformers: "`num_hidden_layers`
+    (3) must be equal to the number of `layer_types` (6)"; the list's pattern is kept."""
+    import transformers
+
+    from converters import convert, from_hf_config
+
+    kinds = ["sliding_attention"] * 2 + ["full_attention"]
+    fields = dict(DECODER, model_type="qwen3", intermediate_size=128, head_dim=16,
+                  num_hidden_layers=6, layer_types=kinds * 2, sliding_window=8,
+                  use_sliding_window=True)
+    seq = convert(from_hf_config(fields, seq_len=32, num_hidden_layers=4), batch_size=2)
+    cfg = transformers.AutoConfig.for_model(**dict(fields, num_hidden_layers=4,
+                                                   layer_types=kinds + kinds[:1]))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    assert seq.params == sum(p.numel() for p in model.parameters())
+    assert fields["layer_types"] == kinds * 2  # the caller's config is left as it was
+
+
 @pytest.mark.slow  # a DeepSeek-V3.2 config converted through the CLI
 def test_deepseeks_sparse_attention_exports_dense_and_masked_and_says_so(capsys, tmp_path):
     """DeepSeek-V3.2's indexer masks each query to its top-k keys with a scatter of a Python
