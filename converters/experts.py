@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 NAME = "mdot_balanced"
+ROUTED: list[int] = []  # each token's experts (k), as each experts layer traced reads them
 
 
 def balanced_forward(self: Any, hidden: Any, top_k_index: Any, top_k_weights: Any) -> Any:
@@ -29,6 +30,7 @@ def balanced_forward(self: Any, hidden: Any, top_k_index: Any, top_k_weights: An
     import torch
 
     tokens, k = top_k_index.shape
+    ROUTED.append(int(k))
     experts, d = self.num_experts, hidden.shape[-1]
     routed = tokens * k
     rows = (routed + experts - 1) // experts  # per expert (a traced // exports as ONNX's

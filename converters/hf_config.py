@@ -18,7 +18,7 @@ import onnx
 
 from converters.dims import check_dims, drop_metadata
 from converters.errors import ConversionError
-from converters.experts import balanced, describe
+from converters.experts import ROUTED, balanced, describe
 from converters.export import from_torch
 from converters.gradients import unread
 from converters.lora import ALL_LINEAR, add_adapters
@@ -37,7 +37,8 @@ from converters.sequence import (
 
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
                  "moe_num_experts")
-TOP_K_FIELDS = ("num_experts_per_tok", "moe_topk", "moe_k")  # the experts a token goes to
+TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k")  # the
+# experts a token goes to, where no experts layer traced says it
 
 
 def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
@@ -121,13 +122,13 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     defaulted = _defaulted(cfg, fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
         (v for k, v in settings.items() if k in TOP_K_FIELDS and isinstance(v, int)), 1))
-    said = {EXPERTS_KEY: moe and moe["layers"] and json.dumps(moe),  # the export's metadata
-            DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
+    said = {DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
             SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA
             SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows)}
 
     def export() -> onnx.ModelProto:
+        ROUTED.clear()
         try:
             onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
                                     input_names=["input_ids"])
@@ -144,6 +145,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         # the class says whether it calls SDPA (EAGER_KEY), and the layers copied in the
         # graph have no export's record of their Softmax nodes
         drop_metadata(onnx_model, SDPA_KEY)
+        if moe and moe["layers"]:  # the top k the router gave, as traced
+            said[EXPERTS_KEY] = json.dumps(dict(moe, top_k=max(ROUTED, default=moe["top_k"])))
         for key, value in said.items():
             if value:
                 onnx_model.metadata_props.add(key=key, value=value)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 FUNCTION = "torch_chunk_gated_delta_rule"  # transformers' name, in each model's module
+PER_CHANNEL = "chunk_kimi_delta_attention"  # Kimi Linear's (its reference loop, without fla)
 CHUNK = 64  # flash-linear-attention's chunk
 
 
@@ -71,3 +72,20 @@ def chunked(query: Any, key: Any, value: Any, g: Any, beta: Any, chunk_size: int
     out = out.reshape(-1, h, n * c, dv)[:, :, :t].transpose(1, 2).contiguous()  # [B, T, H, dv]
     last = (state[:, :, -1] + step[:, :, -1]) if output_final_state else None
     return out.to(value.dtype), last
+
+
+def per_channel(query: Any, key: Any, value: Any, g: Any, beta: Any, chunk_size: int = CHUNK,
+                initial_state: Any = None, output_final_state: bool = False,
+                use_qk_l2norm_in_kernel: bool = False, **kwargs: Any) -> tuple[Any, Any]:
+    """Kimi delta attention: the rule with a decay per key channel, `g` [B, T, H, dk].
+    flash-linear-attention's `chunk_kda` folds each channel's decay into the queries and keys
+    its matmuls read; here they are applied to them (elementwise over [B, T, H, dk]) and the
+    rule's chunks (`chunked`) run on the channels' mean decay: the same matmuls, shapes and
+    outputs."""
+    import torch.nn.functional as F
+
+    if use_qk_l2norm_in_kernel:
+        query, key = (F.normalize(x, dim=-1, eps=1e-6) for x in (query, key))
+    decay = g.exp()  # [B, T, H, dk]
+    return chunked(query * decay, key * decay, value, g.mean(-1), beta, chunk_size,
+                   initial_state, output_final_state)

@@ -2,6 +2,7 @@
 as those kernels' work while `from_torch` traces a model (a registry: name -> substitute).
 
 - `torch_chunk_gated_delta_rule` (Qwen3-Next, Qwen3.5, OLMo-hybrid): `linear_attention.chunked`;
+- `chunk_kimi_delta_attention` (Kimi Linear): `linear_attention.per_channel`;
 - `mamba2_split_conv1d_scan_combined` (Mamba-2 and its hybrids): `state_space.combined`;
 - `mamba_selective_scan` (Mamba-1 and its hybrids): `state_space.selective_scan`.
 """
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from converters.linear_attention import FUNCTION as GATED_DELTA_RULE
-from converters.linear_attention import chunked
+from converters.linear_attention import PER_CHANNEL, chunked, per_channel
 from converters.state_space import FUNCTION as MAMBA2_SCAN
 from converters.state_space import SCAN, combined, heads_and_groups, selective_scan
 
@@ -30,6 +31,8 @@ class Substitute(NamedTuple):
 SUBSTITUTES = {
     GATED_DELTA_RULE: Substitute(chunked, "gated delta rule",
                                  "flash-linear-attention's chunked kernels"),
+    PER_CHANNEL: Substitute(per_channel, "Kimi delta attention",
+                            "flash-linear-attention's chunked KDA kernels"),
     MAMBA2_SCAN: Substitute(combined, "Mamba-2 state space layers",
                             "mamba_ssm's fused conv1d, chunked scan and gated norm",
                             heads_and_groups),

@@ -300,13 +300,22 @@ def test_experts_that_do_not_divide_the_routed_tokens_take_a_padded_share_at_any
 
 @pytest.mark.parametrize("kind, fields", [
     ("ernie4_5_moe", dict(moe_num_experts=8, moe_k=2, moe_intermediate_size=64)),
-    ("aria_text", dict(moe_num_experts=8, moe_topk=2, moe_num_shared_experts=1))])
-def test_experts_counted_under_other_field_names_route_balanced(kind, fields):
+    ("aria_text", dict(moe_num_experts=8, moe_topk=2, moe_num_shared_experts=1)),
+    ("kimi_linear", dict(num_experts=8, num_experts_per_token=2, moe_intermediate_size=64,
+                         layer_types=["full_attention"] * 3, pad_token_id=0, kv_lora_rank=16,
+                         qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                         num_key_value_heads=4))])
+def test_experts_counted_under_other_field_names_route_balanced(kind, fields, monkeypatch):
     """ERNIE 4.5's and Aria's configs count their experts as `moe_num_experts`: left to
-    transformers' grouped-GEMM path, which no exporter takes (`aten::_grouped_mm`)."""
+    transformers' grouped-GEMM path, which no exporter takes (`aten::_grouped_mm`). Kimi
+    Linear's top k (`num_experts_per_token`) was read as 1, its experts' exchange over expert
+    parallel GPUs priced at a k-th of its bytes: the top k is what the routers traced give."""
+    import converters.hf_config as hf_config
     from converters import convert, from_hf_config
 
-    graph = from_hf_config(dict(model_type=kind, intermediate_size=128, **fields, **DECODER),
+    monkeypatch.setattr(hf_config, "TOP_K_FIELDS", ())  # whatever a config names it
+
+    graph = from_hf_config(dict(DECODER, model_type=kind, intermediate_size=128, **fields),
                            seq_len=32)
     experts = convert(graph, batch_size=2, fuse=True).meta["experts"]
     assert experts["experts"] == 8 and experts["top_k"] == 2 and experts["layers"] >= 2
