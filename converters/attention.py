@@ -40,7 +40,8 @@ from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 
 _BETWEEN = {"Add", "Sub", "Mul", "Div", "Where", "IsNaN", "Cast", "Dropout", "Neg", "Max", "Tanh",
-            "Reshape"}  # (Swin regroups its shifted windows to add their mask)
+            "Reshape",  # (Swin regroups its shifted windows to add their mask)
+            "Concat", "Slice"}  # (gpt-oss's sinks: a logit a head joins to its scores, cut off)
 _HOPS = 6  # elementwise operators between the scores' MatMul and the Softmax, or after it
 _D = {f: CONFIG_FIELDS.index(f) for f in ("out_rank", "out_d2", "out_d3", "out_numel", "in_rank",
                                           "in_d2", "in_d3", "in_numel", "elem_bytes",

@@ -194,6 +194,26 @@ def test_a_sliding_window_is_read_from_the_config_and_priced_as_the_mask_runs():
     assert kept[local.output] == 2 * 128 * 128 * 2 and not np.delete(kept, local.output).any()
 
 
+def test_attention_with_sinks_is_a_block_each_layer_whose_heads_split():
+    """gpt-oss joins each head's learned sink logit to its scores before the softmax and cuts
+    it off after (Concat, Slice): no block was found, so `--tp` was refused ("the model has no
+    attention blocks ... whose heads to split") and its attention priced as loose GEMMs."""
+    from converters import from_hf_config
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    oss = dict(model_type="gpt_oss", hidden_size=64, intermediate_size=64, head_dim=16,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               vocab_size=256, num_local_experts=4, num_experts_per_tok=2, sliding_window=32,
+               layer_types=["sliding_attention", "full_attention"])
+    seq = convert(from_hf_config(oss, seq_len=64), batch_size=2, fuse=True)
+    blocks = attention_blocks(seq)
+    assert [b.window for b in blocks] == [32, 0] and all(b.causal for b in blocks)
+    p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16",
+                            gpus=2, tp=2))
+    assert any("2-way tensor parallel" in w for w in p.warnings)
+
+
 def test_the_flash_attn_package_takes_the_window_itself():
     """`attention="flash_attention_2"` (the flash-attn package): a windowed layer is priced as
     FlashAttention over its window's keys alone, holds no mask and says so; a layer without a
