@@ -100,7 +100,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"{where}: model_type {kind!r} builds no language model here: "
-                              f"{msg}") from None
+                              f"{msg}{_known_as(transformers, kind, fields)}") from None
     if routed:
         raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts, "
                               "which this transformers has no experts interface to export as "
@@ -278,6 +278,20 @@ def _per_layer(fields: dict, overrides: dict) -> dict:
             if k not in overrides and isinstance(v, list) and len(v) == was:
                 new[k] = [v[i % was] for i in range(now)]
     return new
+
+
+def _known_as(transformers: Any, kind: str, fields: dict) -> str:
+    """Where `kind` is no model type of transformers' (a model's own code, `auto_map`: Kimi
+    K2's `kimi_k2`) but the class its `architectures` names is: what to set it to."""
+    from transformers import CONFIG_MAPPING
+
+    archs = fields.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    known = getattr(getattr(transformers, str(arch), None), "config_class", None)
+    if kind in CONFIG_MAPPING or known is None:
+        return ""
+    return (f"; its architectures name {arch}, transformers' own for model_type "
+            f"{known.model_type!r}: set that to build it")
 
 
 def _check_shape(cfg: Any, given: dict, where: str) -> None:

@@ -186,6 +186,13 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
                                               r"num_key_value_heads \(3\)"):
         from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,
                         "num_key_value_heads": 3})
+    # a model's own code (Kimi K2's `kimi_k2`) whose class transformers has: what to set
+    with pytest.raises(ConversionError, match="Unrecognized model identifier: kimi_k2; its "
+                                              "architectures name DeepseekV3ForCausalLM, "
+                                              "transformers' own for model_type 'deepseek_v3'"):
+        from_hf_config({"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]})
+    with pytest.raises(ConversionError, match="Unrecognized model identifier: mine$"):
+        from_hf_config({"model_type": "mine", "architectures": ["MineForCausalLM"]})
     with pytest.raises(ConversionError, match="config: n_head is 0"):
         from_hf_config({"model_type": "gpt2", "n_head": 0})
     # a typo's depth (32,000 for 32) is refused before its layers are built, not hours later
