@@ -272,7 +272,7 @@ def _per_layer(fields: dict, overrides: dict) -> dict:
     new = dict(overrides)
     for f in (*DEPTH_FIELDS, "n_layer", "num_layers", "n_layers"):
         was, now = fields.get(f), overrides.get(f)
-        if not (isinstance(was, int) and isinstance(now, int) and 0 < was != now > 0):
+        if not (isinstance(was, int) and isinstance(now, int) and was > 0 and now > 0):
             continue
         for k, v in fields.items():
             if k not in overrides and isinstance(v, list) and len(v) == was:

@@ -1,5 +1,6 @@
 """A gated delta rule (the linear attention of Qwen3-Next, Qwen3.5, OLMo-hybrid) exported as the
-chunked kernels training runs, not as transformers' reference loop.
+chunked kernels training runs, not as transformers' reference loop; Kimi Linear's, decaying
+each key channel (`chunk_kimi_delta_attention`), too (`per_channel`).
 
 transformers computes it with flash-linear-attention's `chunk_gated_delta_rule` where that is
 installed (what training runs) and otherwise with `torch_chunk_gated_delta_rule`, a Python loop

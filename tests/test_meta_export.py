@@ -698,9 +698,9 @@ def test_llama_4s_complex_rotary_config_converts_with_every_parameter():
 
 
 def test_a_shallower_override_of_a_config_listing_its_layers_cuts_the_list():
-    """`num_hidden_layers=3` over a config listing each layer's kind (every Qwen3, Gemma 3,
+    """`num_hidden_layers=4` over a config listing each layer's kind (every Qwen3, Gemma 3,
     Llama 4 config.json has `layer_types`) was refused by transformers: "`num_hidden_layers`
-    (3) must be equal to the number of `layer_types` (6)"; the list's pattern is kept."""
+    (4) must be equal to the number of `layer_types` (6)"; the list's pattern is kept."""
     import transformers
 
     from converters import convert, from_hf_config
