@@ -54,9 +54,10 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     `convert(..., seq_len=...)` predicts at other lengths up to the model's positions).
     `overrides` change config fields (e.g. `num_hidden_layers=2`, per-layer lists cut to
     it). Any size exports without allocating weights; with `repeat`, a stack of identical
-    layers is traced with two and repeated in the graph (`converters.repeat`: a 70B Llama in
-    seconds). `lora_rank`: fine-tuned with LoRA adapters of that rank on the linear layers
-    `lora_targets` names, every other parameter frozen (`converters.lora`)."""
+    layers (or of a pattern of kinds) is traced with two (two periods) and repeated in the
+    graph (`converters.repeat`: a 70B Llama in seconds). `lora_rank`: fine-tuned with LoRA
+    adapters of that rank on the linear layers `lora_targets` names, every other parameter
+    frozen (`converters.lora`)."""
     import torch
     import transformers
 
@@ -161,18 +162,25 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     t = template(stack[1], cfg) if stack and repeat else None
     if stack is None or t is None:
         return export()
+    src, period = t
     params = [n for n, _ in model.named_parameters()]
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
-    try:
-        with _first_layers(model, stack, t + 1):  # up to layer t, the rest copied in the graph
+    try:  # up to layer src, the rest copied in the graph
+        with _first_layers(model, stack, src + 1):
             onnx_model = export()
-        repeat_layer(onnx_model, stack[0], len(stack[1]), t)
+        sources = repeat_layer(onnx_model, stack[0], len(stack[1]), src, period)
     except ConversionError:  # a layer that reads more than its predecessor: trace them all
         return export()
+    traced: list[str] = next((m.value.split(",") for m in onnx_model.metadata_props
+                              if m.key == FROZEN_KEY), [])  # frozen, or no gradient reaches
+    for k, j in sources.items():  # a copy's parameters as its layer's
+        at, to = f"{stack[0]}.{j}.", f"{stack[0]}.{k}."
+        frozen += [to + n[len(at):] for n in traced if n.startswith(at)]
+    frozen = list(dict.fromkeys(frozen + traced))
     for key, names in ((PARAMS_KEY, params), (FROZEN_KEY, frozen)):  # the copied layers' too
-        for meta in onnx_model.metadata_props:
-            if meta.key == key:
-                meta.value = ",".join(names)
+        drop_metadata(onnx_model, key)  # (the traced layers may hold none frozen)
+        if names:
+            onnx_model.metadata_props.add(key=key, value=",".join(names))
     drop_metadata(onnx_model, UNREAD_KEY)  # of the first layers
     if missed := unread(model, {i.name for i in onnx_model.graph.input}):  # of them all
         onnx_model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))

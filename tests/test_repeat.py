@@ -54,7 +54,7 @@ def test_the_stack_is_the_list_of_the_configs_layers_not_a_longer_one():
     model = torch.nn.Module()
     model.layers = torch.nn.ModuleList(Layer() for _ in range(3))
     name, layers = layer_stack(model, 3)
-    assert name == "layers" and template(layers, None) == 1
+    assert name == "layers" and template(layers, None) == (1, 1)
     assert layer_stack(model, 2) is None  # two layers: nothing to repeat
     layers[2].experts.append(torch.nn.Linear(4, 4))
     assert template(layers, None) is None
