@@ -80,6 +80,9 @@ def repeat_layer(model: onnx.ModelProto, stack: str, count: int, src: int = 1,
     src a multiple of `period`). In place; returns {copy: the layer it copies}; a
     ConversionError if layer src does not hand on what layer src - period does (the stream
     the block's first layer reads)."""
+    if (count - 1 - src) % period:
+        raise ConversionError(f"{stack}: {count} layers do not end on layer {src}'s kind, "
+                              f"repeating layers {src - period + 1}..{src}")
     graph = model.graph
     scope = "/" + stack.replace(".", "/")  # the exporter's node scopes: /model/layers.1/...
 

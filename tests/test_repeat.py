@@ -58,3 +58,23 @@ def test_the_stack_is_the_list_of_the_configs_layers_not_a_longer_one():
     assert layer_stack(model, 2) is None  # two layers: nothing to repeat
     layers[2].experts.append(torch.nn.Linear(4, 4))
     assert template(layers, None) is None
+
+
+def test_a_pattern_of_two_kinds_is_copied_in_turn():
+    """layers.0, .2 multiply, layers.1, .3 add: traced to layer 3, layers 2 and 3 copied in
+    turn, each copy reading the copy before it and its own weights."""
+    t = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    out = lambda k: f"/m/layers.{k}/Op_output_0"  # noqa: E731
+    kinds = ["Mul", "Add"] * 2
+    nodes = [helper.make_node(op, [out(k - 1) if k else "x", f"m.layers.{k}.w"], [out(k)],
+                              name=f"/m/layers.{k}/Op") for k, op in enumerate(kinds)]
+    nodes.append(helper.make_node("Relu", [out(3)], ["y"], name="/m/Relu"))
+    weights = [t(f"m.layers.{k}.w") for k in range(4)]
+    model = helper.make_model(helper.make_graph(nodes, "g", [t("x"), *weights], [t("y")]))
+    assert repeat_layer(model, "m.layers", 6, src=3, period=2) == {4: 2, 5: 3}
+    got = [(n.op_type, list(n.input)) for n in model.graph.node]
+    assert got[4:] == [("Mul", [out(3), "m.layers.4.w"]), ("Add", [out(4), "m.layers.5.w"]),
+                       ("Relu", [out(5)])]
+    assert [i.name for i in model.graph.input][-2:] == ["m.layers.4.w", "m.layers.5.w"]
+    with pytest.raises(ConversionError, match="7 layers do not end on layer 3's kind"):
+        repeat_layer(model, "m.layers", 7, src=3, period=2)
