@@ -253,9 +253,37 @@ def packed_sequences(torch):
 
 
 @contextlib.contextmanager
+def index_splits(torch):
+    """`tensor_split` exports as a SplitToSequence: at indices a shape gives (transformers'
+    Mamba, Mamba-2, gated delta rule and Kimi layers split their sequence where the cached
+    tokens begin) with split sizes tiled from a scalar, which shape inference refuses ("'Repeats'
+    input must be 1D"); into sections, as a sequence the converter cannot size. It exports as
+    one slice per part, the same parts."""
+    split = torch.Tensor.tensor_split
+
+    def sliced(self, *args, **kwargs):
+        at = args[0] if args else kwargs.get("indices", kwargs.get("sections"))
+        if not isinstance(at, (int, list, tuple)) or isinstance(at, bool):
+            return split(self, *args, **kwargs)  # a tensor of indices or sections
+        dim = (args[1] if len(args) > 1 else kwargs.get("dim", 0)) % max(self.dim(), 1)
+        if isinstance(at, int):  # sections: the first (size % n) one longer
+            size = self.shape[dim]  # a tensor while traced
+            step, longer = size // at, size % at
+            at = [i * step + (longer.clamp(max=i) if isinstance(longer, torch.Tensor)
+                              else min(i, longer)) for i in range(1, at)]
+        bounds = [None, *at, None]
+        return tuple(self[(slice(None),) * dim + (slice(start, end),)]
+                     for start, end in zip(bounds, bounds[1:]))
+
+    with _replaced(torch.Tensor, tensor_split=sliced), _replaced(torch, tensor_split=sliced):
+        yield
+
+
+@contextlib.contextmanager
 def patched(torch):
     """Every patch of this module, while a model is exported."""
     with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
             bilinear_forms(torch), positive_unfolds(torch), constant_ignore_index(torch), \
-            packed_sequences(torch), spectral_norms(torch), max_unpools(torch):
+            packed_sequences(torch), spectral_norms(torch), max_unpools(torch), \
+            index_splits(torch):
         yield

@@ -393,3 +393,28 @@ def test_max_unpooling_exports_as_a_scatter(rank, shape, size):
     seq = convert(from_torch(SegNet(), x), batch_size=6)
     assert seq.op_type_counts().get("ScatterElements") == 1 and converted_batch(seq) == 6
     assert torch.nn.functional.max_unpool2d.__name__ == "max_unpool2d"  # restored
+
+
+def test_a_split_at_indices_a_shape_gives_exports_as_slices():
+    """transformers' state space and linear attention layers (Mamba's `mamba_scan_forward`)
+    split the sequence where the cached tokens begin, `tensor_split(x, [L - cached], dim=2)`:
+    the exporter tiled its split sizes from a scalar and shape inference refused the graph
+    ("'Repeats' input must be 1D")."""
+    from onnx.reference import ReferenceEvaluator
+
+    class Split(torch.nn.Module):
+        def forward(self, x):
+            head, rest = torch.tensor_split(x, [x.shape[1] - 2], dim=1)  # a function
+            a, b, c = x.tensor_split([1, 3], dim=-1)  # a method, from the end, three parts
+            half = x.tensor_split(2, dim=2)[0]  # sections: PyTorch's own
+            return (head.sum(1) * rest.sum(1)).sum(-1) + (a * c + b).sum((1, 2)) + half.sum((1, 2))
+
+    x = torch.randn(4, 6, 5)
+    graph = from_torch(Split(), x)
+    got = ReferenceEvaluator(graph).run(None, {"input0": x.numpy()})[0]
+    np.testing.assert_allclose(got, Split()(x).numpy(), rtol=1e-5)
+    y = torch.randn(4, 9, 5)  # another length: the split moves with it
+    np.testing.assert_allclose(ReferenceEvaluator(graph).run(None, {"input0": y.numpy()})[0],
+                               Split()(y).numpy(), rtol=1e-5)
+    assert convert(graph, batch_size=8).op_type_counts().get("Slice")
+    assert torch.Tensor.tensor_split.__name__ == "tensor_split"  # restored
