@@ -280,10 +280,27 @@ def index_splits(torch):
 
 
 @contextlib.contextmanager
+def constant_norm_shapes(torch):
+    """`F.rms_norm(x, self.weight.shape, ...)` (transformers' Ergo) traces the shape as values,
+    which the exporter's RMS norm symbolic refuses ("expected a constant value of the
+    'normalized_shape' argument"): the shape is the weight's, a constant."""
+    import torch.nn.functional as F
+
+    rms_norm = F.rms_norm
+
+    def constant(x, normalized_shape, *args, **kwargs):
+        shape = [normalized_shape] if isinstance(normalized_shape, int) else normalized_shape
+        return rms_norm(x, tuple(int(n) for n in shape), *args, **kwargs)
+
+    with _replaced(F, rms_norm=constant):
+        yield
+
+
+@contextlib.contextmanager
 def patched(torch):
     """Every patch of this module, while a model is exported."""
     with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
             bilinear_forms(torch), positive_unfolds(torch), constant_ignore_index(torch), \
             packed_sequences(torch), spectral_norms(torch), max_unpools(torch), \
-            index_splits(torch):
+            index_splits(torch), constant_norm_shapes(torch):
         yield

@@ -418,3 +418,22 @@ def test_a_split_at_indices_a_shape_gives_exports_as_slices():
                                Split()(y).numpy(), rtol=1e-5)
     assert convert(graph, batch_size=8).op_type_counts().get("Slice")
     assert torch.Tensor.tensor_split.__name__ == "tensor_split"  # restored
+
+
+def test_an_rms_norm_given_its_weights_shape_exports():
+    """`F.rms_norm(x, self.weight.shape, self.weight, eps)` (transformers' Ergo) failed to
+    export ("ONNX symbolic expected a constant value of the 'normalized_shape' argument")."""
+
+    class Norm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+
+        def forward(self, x):
+            return torch.nn.functional.rms_norm(x, self.weight.shape, self.weight, 1e-6)
+
+    x, norm = torch.randn(2, 4, 8), Norm()
+    graph, got = _computed(norm, (x,))
+    np.testing.assert_allclose(got, norm(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert convert(graph, batch_size=8).op_type_counts().get("ReduceMean") == 1
+    assert torch.nn.functional.rms_norm.__name__ == "rms_norm"  # restored
