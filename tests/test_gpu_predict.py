@@ -668,6 +668,26 @@ def test_an_operator_the_converter_does_not_know_is_named_where_it_is_priced(ste
     assert not any("<unk>" in w for w in said)
 
 
+def test_an_empty_tensor_costs_nothing(step_model):
+    """A shifted window's slice of none of the frames (torchvision's Swin3D at 8 frames) has an
+    empty output: its price was a log of zero work ("math domain error")."""
+    from onnx import TensorProto, helper
+
+    at = [helper.make_tensor(n, TensorProto.INT64, [1], [v])
+          for n, v in (("start", 8), ("end", 8), ("axis", 1))]
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "start", "end", "axis"], ["none"], name="none"),
+         helper.make_node("Relu", ["none"], ["shifted"], name="shifted"),
+         helper.make_node("Concat", ["x", "shifted"], ["joined"], name="join", axis=1),
+         helper.make_node("Relu", ["joined"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], at)
+    seq = _seq(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    p = price(seq, gpus.find("h100-sxm"), step_model)
+    by_name = {o["name"]: o["ms"] for o in p.operators}
+    assert by_name.get("shifted", 0) == 0 and by_name["relu"] > 0 and np.isfinite(p.iteration_ms)
+
+
 def _lstm(steps, batch, bidirectional=False):
     import torch
 

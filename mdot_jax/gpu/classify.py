@@ -52,8 +52,11 @@ def classified(seq: OperatorSequence) -> list[tuple[str, str, tuple]]:
 
 def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, tuple]:
     """(node kind, measured operator, dims) of one operator; kind "free" costs nothing,
-    "other" is priced as a copy and warned about."""
-    out_n = max(int(c[_C["out_numel"]]), 1)
+    "other" is priced as a copy and warned about. An empty output (a shifted window's slice
+    of none of the frames) is free: PyTorch launches no kernel for it."""
+    if int(c[_C["out_numel"]]) == 0:
+        return "free", "", ()
+    out_n = int(c[_C["out_numel"]])
     cls = _GEMM.get(op_type)
     if cls == "conv":  # groups fold into the output channels: the same FLOPs and bytes
         g = int(c[_C["groups"]])
