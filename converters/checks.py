@@ -75,6 +75,10 @@ def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],
         cause = ("control flow, whose body's shapes depend on run-time values: export the "
                  "model with the loop unrolled or the branch taken (torch.onnx traces them so; "
                  "jax2onnx: without lax.while_loop / lax.scan / lax.cond)")
+    elif node.op_type == "NonZero":
+        cause = ("a size the data decides (`x[mask]`, `torch.nonzero`, `torch.where(cond)`), "
+                 "which `converters.from_torch` records on its example; from another exporter, "
+                 "select by positions (`x[:, -1]`, `torch.gather`) or export without it")
     elif bad := [t for t in node.inputs if t in valueless]:
         cause = (f"its input '{bad[0]}' holds values that are not in the file (external data "
                  "or a graph input), so the shape they set cannot be read")

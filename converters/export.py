@@ -32,6 +32,7 @@ from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.gradients import checkpoint_calls, checkpoints, unreached, unread
 from converters.patches import PACKED, patched
+from converters.selected import SELECTED_KEY, recorded
 from converters.sequence import (
     CHECKPOINTED_KEY,
     DATA_INPUTS_KEY,
@@ -226,6 +227,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                 input_names=names, opset_version=opset, custom_opsets={DOMAIN: 1},
                 dynamic_axes=batch_axes(args, keywords, names, batch) if dynamic_batch else None)
+        selected = _selected(torch, module, given, keywords) \
+            if b"NonZero" in buf.getvalue() and not on_meta else []
     except Exception as e:  # exporter errors are many and untyped; keep the first line
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)
@@ -279,11 +282,27 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     if fused:
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
+    if selected:  # sizes the data decides (`converters.selected`)
+        model.metadata_props.add(key=SELECTED_KEY, value=",".join(map(repr, selected)))
     if PACKED:  # run padded (`patches.packed_sequences`)
         model.metadata_props.add(key=PACKED_KEY, value=json.dumps(len(PACKED)))
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
         model.metadata_props.add(key=STATE_SPACE_KEY, value=json.dumps(shape))
     return model
+
+
+def _selected(torch, module: Any, given: tuple, keywords: list[str] | None) -> list[float]:
+    """Each selection's share of its mask on the example (`selected.recorded`), the forward run
+    as exported; none where it does not run again."""
+    def run() -> None:
+        module(*given) if keywords is None else module(**dict(zip(keywords, given)))
+
+    try:
+        with warnings.catch_warnings(), torch.no_grad(), patched(torch), substituted(module):
+            warnings.simplefilter("ignore")
+            return recorded(torch, run)
+    except Exception:  # its NonZeros stay unsized: the converter says where
+        return []
 
 
 def _state_bytes(module: Any) -> int:

@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from converters.dims import baked, check_dims, concretise
 from converters.errors import ConversionError
 from converters.masks import FILLS_KEY, PADDING_KEY, folded
+from converters.selected import sized
 from converters.sequence import (
     DATA_INPUTS_KEY,
     JSON_KEYS,
@@ -243,8 +244,10 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
             if culprit and _infers(exported, label, input_shapes, **given):
                 raise ConversionError(baked(label, culprit, exported)) from None
         raise
-    for _ in range(MAX_FOLD_ROUNDS):  # fold what data propagation could not resolve
-        if not _unknown_shapes(model) or not _fold_shape_computations(model):
+    for _ in range(MAX_FOLD_ROUNDS):  # fold what data propagation could not resolve, size
+        if not _unknown_shapes(model) or not (  # what the data decides
+                _fold_shape_computations(model)
+                or sized(model, _concrete_shapes(model.graph), label)):
             break
         model = _infer(model, label)
     return model

@@ -1,0 +1,81 @@
+"""Sizes the data decides (`converters.selected`): a boolean mask's selection exports with its
+share of the example's elements and grows with the batch as the example's did."""
+
+import pytest
+from onnx import TensorProto, helper
+
+from converters import CONFIG_FIELDS, ConversionError, convert, from_torch
+from converters.selected import SELECTED_KEY
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+NUMEL = CONFIG_FIELDS.index("out_numel")
+
+
+class MaskedLM(torch.nn.Module):  # the loss over the masked tokens alone, as MLM scripts do
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(100, 16), torch.nn.Linear(16, 100)
+
+    def forward(self, ids, labels):
+        logits, kept = self.head(self.embed(ids)), labels != -100
+        return F.cross_entropy(logits[kept], labels[kept])
+
+
+class LastEos(torch.nn.Module):  # BART's classification head reads each row's last </s>
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(100, 16), torch.nn.Linear(16, 3)
+
+    def forward(self, ids):
+        hidden = self.embed(ids)
+        eos = hidden[ids.eq(2), :].view(hidden.size(0), -1, hidden.size(-1))[:, -1, :]
+        picked = torch.masked_select(hidden, hidden > 0).sum() + torch.nonzero(ids).sum()
+        return self.head(eos).sum() + picked * 0
+
+
+def _numel(seq, op):
+    return [int(c[NUMEL]) for n, c in zip(seq.op_names, seq.config) if n == op]
+
+
+def test_a_masked_loss_selects_the_examples_share_at_every_batch():
+    """`logits[labels != -100]` (a masked LM's loss) exported a NonZero no shape sizes: the
+    converter refused it ("output shape unknown")."""
+    ids = torch.randint(0, 100, (4, 10))
+    labels = torch.full_like(ids, -100)
+    labels[:, :3] = ids[:, :3]  # 30% of the tokens
+    graph = from_torch(MaskedLM(), (ids, labels))
+    said = next(p.value for p in graph.metadata_props if p.key == SELECTED_KEY)
+    assert [float(s) for s in said.split(",")] == pytest.approx([0.3, 0.3])
+    for batch in (4, 16):
+        seq = convert(graph, batch_size=batch)
+        kept = round(0.3 * batch * 10)
+        assert _numel(seq, "GatherND") == [kept * 100, kept]  # the logits' rows, the labels
+
+
+def test_a_selection_read_back_into_the_batch_keeps_its_shape():
+    ids = torch.randint(3, 100, (4, 12))
+    ids[:, -1] = 2  # one </s> a row
+    graph = from_torch(LastEos(), ids)
+    said = [float(s) for s in next(p.value for p in graph.metadata_props
+                                   if p.key == SELECTED_KEY).split(",")]
+    assert len(said) == 3 and said[0] == pytest.approx(1 / 12)
+    seq = convert(graph, batch_size=8)
+    assert _numel(seq, "GatherND")[0] == 8 * 16  # a row each: [8, 16] into the head
+
+
+def test_a_selection_no_exporter_recorded_says_what_to_do():
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["at"], name="where"),
+         helper.make_node("Transpose", ["at"], ["rows"], name="t"),
+         helper.make_node("GatherND", ["x", "rows"], ["y"], name="pick")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ConversionError, match=r"node 'where' \(NonZero\).*size the data decides"):
+        convert(model, batch_size=2)
+    model.metadata_props.add(key=SELECTED_KEY, value="0.25")
+    assert _numel(convert(model, batch_size=4), "GatherND") == [8]
+    model.metadata_props[-1].value = "a quarter"
+    with pytest.raises(ConversionError, match="is not a list of fractions"):
+        convert(model, batch_size=4)
