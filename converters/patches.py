@@ -297,10 +297,34 @@ def constant_norm_shapes(torch):
 
 
 @contextlib.contextmanager
+def mask_assignments(torch):
+    """`x[mask] = value` with a mask over x's leading dims (`logits[padding] = -inf`) exports as a
+    Where broadcasting the mask from the right, against the wrong dims, which shape inference
+    refuses ("Incompatible dimensions"): a scalar value is filled in as `masked_fill_` of the
+    mask with trailing dims of one, the same elements set."""
+    setitem = torch.Tensor.__setitem__
+
+    def assign(self, index, value):
+        scalar = isinstance(value, (int, float)) or (
+            isinstance(value, torch.Tensor) and value.numel() == 1)
+        if isinstance(index, torch.Tensor) and index.dtype == torch.bool and scalar and \
+                0 < index.dim() < self.dim():
+            mask = index.reshape(*index.shape, *[1] * (self.dim() - index.dim()))
+            self.masked_fill_(mask, value.reshape(()) if isinstance(value, torch.Tensor)
+                              else value)
+            return
+        setitem(self, index, value)
+
+    with _replaced(torch.Tensor, __setitem__=assign):
+        yield
+
+
+@contextlib.contextmanager
 def patched(torch):
     """Every patch of this module, while a model is exported."""
     with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
             bilinear_forms(torch), positive_unfolds(torch), constant_ignore_index(torch), \
             packed_sequences(torch), spectral_norms(torch), max_unpools(torch), \
-            index_splits(torch), constant_norm_shapes(torch):
+            index_splits(torch), constant_norm_shapes(torch), \
+            mask_assignments(torch):
         yield

@@ -437,3 +437,24 @@ def test_an_rms_norm_given_its_weights_shape_exports():
     np.testing.assert_allclose(got, norm(x).detach().numpy(), rtol=1e-5, atol=1e-6)
     assert convert(graph, batch_size=8).op_type_counts().get("ReduceMean") == 1
     assert torch.nn.functional.rms_norm.__name__ == "rms_norm"  # restored
+
+
+def test_a_scalar_set_through_a_mask_of_leading_dims_exports():
+    """`x[mask] = 0` with a mask over x's leading dims ([B, T] of [B, T, D]: padding zeroed)
+    exported as a Where broadcasting the mask against the wrong dims: "Incompatible
+    dimensions"."""
+    from onnx.reference import ReferenceEvaluator
+
+    class Zeroed(torch.nn.Module):
+        def forward(self, x, pad):
+            y = x * 2
+            y[pad] = 0.0  # a scalar: filled in
+            y[pad.unsqueeze(-1).expand_as(y)] = torch.tensor(-1.0)  # a mask of every dim
+            return y
+
+    x, pad, setitem = torch.randn(4, 10, 16), torch.rand(4, 10) < 0.3, torch.Tensor.__setitem__
+    graph = from_torch(Zeroed(), (x, pad))
+    got = ReferenceEvaluator(graph).run(None, {"input0": x.numpy(), "input1": pad.numpy()})[0]
+    np.testing.assert_array_equal(got, Zeroed()(x, pad).numpy())
+    assert convert(graph, batch_size=8).op_type_counts().get("Where") == 2
+    assert torch.Tensor.__setitem__ is setitem  # restored
