@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from converters.losses import formulas
+
 
 @contextlib.contextmanager
 def _replaced(owner: Any, **new: Any):
@@ -321,8 +323,8 @@ def mask_assignments(torch):
 
 @contextlib.contextmanager
 def patched(torch):
-    """Every patch of this module, while a model is exported."""
-    with scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
+    """Every patch of this module and `losses` formulas, while a model is exported."""
+    with formulas(torch), scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
             bilinear_forms(torch), positive_unfolds(torch), constant_ignore_index(torch), \
             packed_sequences(torch), spectral_norms(torch), max_unpools(torch), \
             index_splits(torch), constant_norm_shapes(torch), \

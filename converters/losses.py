@@ -1,0 +1,126 @@
+"""Losses PyTorch's exporter has no form of, exported as their formulas while a model is
+exported (a patch of `torch.nn.functional`, each the value PyTorch computes): label smoothing
+in a cross entropy (timm's and transformers' default recipes), the smooth L1 and Huber losses
+(detection's boxes, reinforcement learning's values), the triplet margin and cosine embedding
+losses (metric learning)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def formulas(torch: Any) -> Iterator[None]:
+    """`torch.nn.functional`'s losses of `FORMULAS` as their formulas inside, as before after."""
+    import torch.nn.functional as F
+
+    originals = {name: getattr(F, name) for name in FORMULAS}
+    for name, formula in FORMULAS.items():
+        setattr(F, name, _bound(originals[name], formula(torch, originals[name])))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(F, name, original)
+
+
+def _bound(original: Callable, formula: Callable) -> Callable:
+    """`formula` called with `original`'s arguments by name, the legacy `size_average` /
+    `reduce` read as the `reduction` they mean."""
+    signature = inspect.signature(original)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        given = signature.bind(*args, **kwargs)
+        given.apply_defaults()
+        a = dict(given.arguments)
+        legacy = a.pop("size_average", None), a.pop("reduce", None)
+        if legacy != (None, None):
+            from torch.nn import _reduction
+
+            a["reduction"] = _reduction.legacy_get_string(*legacy)
+        return formula(**a)
+    return call
+
+
+def _reduced(loss: Any, reduction: str) -> Any:
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+def _cross_entropy(torch: Any, original: Callable) -> Callable:
+    """Label smoothing: (1 - e) x the cross entropy + e x the mean over classes of -log p, over
+    the targets not ignored (weighted as PyTorch weighs them)."""
+    import torch.nn.functional as F
+
+    def loss(input, target, weight, ignore_index, reduction, label_smoothing):
+        plain = dict(weight=weight, ignore_index=ignore_index, reduction=reduction)
+        if not label_smoothing:
+            return original(input, target, **plain)
+        classes = input.shape[1] if input.dim() > 1 else input.shape[0]
+        if target.is_floating_point():  # class probabilities: smoothed towards uniform
+            target = target * (1 - label_smoothing) + label_smoothing / classes
+            return original(input, target, **plain)
+        logp = F.log_softmax(input, dim=1 if input.dim() > 1 else 0)
+        if weight is not None:
+            shape = [1] * logp.dim()
+            shape[1 if logp.dim() > 1 else 0] = classes
+            logp = logp * weight.reshape(shape)
+        smooth = -logp.sum(dim=1 if logp.dim() > 1 else 0)  # shaped as the target
+        kept = target != ignore_index
+        smooth = smooth * kept
+        if reduction == "mean":
+            counted = kept.sum() if weight is None else \
+                (weight[target.clamp(0, classes - 1)] * kept).sum()
+            smooth = smooth.sum() / counted
+        else:
+            smooth = _reduced(smooth, reduction)
+        return (1 - label_smoothing) * original(input, target, **plain) + \
+            label_smoothing / classes * smooth
+    return loss
+
+
+def _smooth_l1(torch: Any, original: Callable) -> Callable:
+    def loss(input, target, reduction, beta):
+        d = (input - target).abs()
+        if beta == 0:
+            return _reduced(d, reduction)
+        return _reduced(torch.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
+    return loss
+
+
+def _huber(torch: Any, original: Callable) -> Callable:
+    def loss(input, target, reduction, delta, weight=None):
+        d = (input - target).abs()
+        out = torch.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
+        return _reduced(out if weight is None else out * weight, reduction)
+    return loss
+
+
+def _triplet(torch: Any, original: Callable) -> Callable:
+    def distance(x, y, p, eps):  # F.pairwise_distance
+        return torch.linalg.vector_norm(x - y + eps, ord=p, dim=-1)
+
+    def loss(anchor, positive, negative, margin, p, eps, swap, reduction):
+        near, far = distance(anchor, positive, p, eps), distance(anchor, negative, p, eps)
+        if swap:
+            far = torch.minimum(far, distance(positive, negative, p, eps))
+        return _reduced((margin + near - far).clamp_min(0), reduction)
+    return loss
+
+
+def _cosine_embedding(torch: Any, original: Callable) -> Callable:
+    def loss(input1, input2, target, margin, reduction):
+        eps = 1e-12  # PyTorch's
+        cos = (input1 * input2).sum(-1) / ((input1 * input1).sum(-1) + eps).mul(
+            (input2 * input2).sum(-1) + eps).sqrt()
+        zero = torch.zeros_like(cos)
+        return _reduced(torch.where(target == 1, 1 - cos, zero)
+                        + torch.where(target == -1, (cos - margin).clamp_min(0), zero), reduction)
+    return loss
+
+
+FORMULAS = {"cross_entropy": _cross_entropy, "smooth_l1_loss": _smooth_l1,
+            "huber_loss": _huber, "triplet_margin_loss": _triplet,
+            "cosine_embedding_loss": _cosine_embedding}
