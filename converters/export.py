@@ -31,8 +31,9 @@ import onnx
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.gradients import checkpoint_calls, checkpoints, unreached, unread
+from converters.loader import concrete_shapes, load_model
 from converters.patches import PACKED, patched
-from converters.selected import SELECTED_KEY, recorded
+from converters.selected import SELECTED_KEY, reads, recorded
 from converters.sequence import (
     CHECKPOINTED_KEY,
     DATA_INPUTS_KEY,
@@ -282,8 +283,9 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     if fused:
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
-    if selected:  # sizes the data decides (`converters.selected`)
-        model.metadata_props.add(key=SELECTED_KEY, value=",".join(map(repr, selected)))
+    if selected and (shares := _shares(model, selected, batch if batch is not None else next(
+            (a.shape[0] for a in args if hasattr(a, "shape") and a.dim()), None))):
+        model.metadata_props.add(key=SELECTED_KEY, value=",".join(map(repr, shares)))
     if PACKED:  # run padded (`patches.packed_sequences`)
         model.metadata_props.add(key=PACKED_KEY, value=json.dumps(len(PACKED)))
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
@@ -291,7 +293,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     return model
 
 
-def _selected(torch, module: Any, given: tuple, keywords: list[str] | None) -> list[float]:
+def _selected(torch, module: Any, given: tuple,
+              keywords: list[str] | None) -> list[tuple[float, int]]:
     """Each selection's share of its mask on the example (`selected.recorded`), the forward run
     as exported; none where it does not run again."""
     def run() -> None:
@@ -303,6 +306,25 @@ def _selected(torch, module: Any, given: tuple, keywords: list[str] | None) -> l
             return recorded(torch, run)
     except Exception:  # its NonZeros stay unsized: the converter says where
         return []
+
+
+def _shares(model: onnx.ModelProto, selected: list[tuple[float, int]],
+            batch: int | None) -> list[float] | None:
+    """Each NonZero's share of its input (graph order): the mean of the example's selections
+    from masks of its size (which selection a NonZero is cannot always be told: the exporter
+    merges some, writes others as masked fills), so the elements selected from masks of each
+    size add up as the example's did; None where a NonZero's size was selected from by none."""
+    try:
+        loaded = load_model(model, batch_size=batch)
+    except ConversionError:
+        return None
+    by_size: dict[int, list[float]] = {}
+    for share, size in selected:
+        by_size.setdefault(size, []).append(share)
+    sizes = reads(loaded, concrete_shapes(loaded.graph))
+    if not all(size in by_size for size in sizes):
+        return None
+    return [sum(by_size[s]) / len(by_size[s]) for s in sizes if s is not None]
 
 
 def _state_bytes(module: Any) -> int:

@@ -247,7 +247,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     for _ in range(MAX_FOLD_ROUNDS):  # fold what data propagation could not resolve, size
         if not _unknown_shapes(model) or not (  # what the data decides
                 _fold_shape_computations(model)
-                or sized(model, _concrete_shapes(model.graph), label)):
+                or sized(model, concrete_shapes(model.graph), label)):
             break
         model = _infer(model, label)
     return model
@@ -271,7 +271,7 @@ def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
         raise ConversionError(f"{label}: shape inference failed: {first}") from None
 
 
-def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
+def concrete_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
     out = {}
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
         t = vi.type.tensor_type
@@ -281,7 +281,7 @@ def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, list[int]]:
 
 
 def _unknown_shapes(model: onnx.ModelProto) -> bool:
-    shapes = _concrete_shapes(model.graph)
+    shapes = concrete_shapes(model.graph)
     return any(t and t not in shapes for n in model.graph.node for t in n.output)
 
 
@@ -290,7 +290,7 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
     constants and concrete shapes (Shape -> Gather -> Div -> Concat -> ...), and replaces those
     nodes by initializers holding their results. Returns whether anything was folded."""
     graph = model.graph
-    shapes = _concrete_shapes(graph)
+    shapes = concrete_shapes(graph)
     known = {i.name for i in graph.initializer}
     foldable: list[onnx.NodeProto] = []
     outputs: list[str] = []

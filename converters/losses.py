@@ -1,8 +1,8 @@
 """Losses PyTorch's exporter has no form of, exported as their formulas while a model is
 exported (a patch of `torch.nn.functional`, each the value PyTorch computes): label smoothing
-in a cross entropy (timm's and transformers' default recipes), the smooth L1 and Huber losses
-(detection's boxes, reinforcement learning's values), the triplet margin and cosine embedding
-losses (metric learning)."""
+in a cross entropy (timm's and transformers' default recipes), the L1, smooth L1 and Huber
+losses (detection's boxes, reinforcement learning's values), the triplet margin and cosine
+embedding losses (metric learning)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,13 @@ def _smooth_l1(torch: Any, original: Callable) -> Callable:
     return loss
 
 
+def _l1(torch: Any, original: Callable) -> Callable:
+    def loss(input, target, reduction, weight=None):
+        d = (input - target).abs()
+        return _reduced(d if weight is None else d * weight, reduction)
+    return loss
+
+
 def _huber(torch: Any, original: Callable) -> Callable:
     def loss(input, target, reduction, delta, weight=None):
         d = (input - target).abs()
@@ -121,6 +128,6 @@ def _cosine_embedding(torch: Any, original: Callable) -> Callable:
     return loss
 
 
-FORMULAS = {"cross_entropy": _cross_entropy, "smooth_l1_loss": _smooth_l1,
+FORMULAS = {"cross_entropy": _cross_entropy, "l1_loss": _l1, "smooth_l1_loss": _smooth_l1,
             "huber_loss": _huber, "triplet_margin_loss": _triplet,
             "cosine_embedding_loss": _cosine_embedding}

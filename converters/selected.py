@@ -8,6 +8,7 @@ did."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import onnx
@@ -16,32 +17,47 @@ from onnx import helper
 from converters.errors import ConversionError
 
 SELECTED_KEY = "mdot.selected"  # model metadata: each NonZero's share of its input (graph order)
+FILLS = ("index_put", "index_put_", "_index_put_impl_")  # PyTorch's `x[mask] = value`
+INDEXING = ("index", "_unsafe_index", *FILLS)  # its `x[mask]`, then those
 
 
-def recorded(torch: Any, run: Any) -> list[float]:
-    """Each selection's share of its mask's elements while `run()` runs, in the order run."""
+def recorded(torch: Any, run: Any) -> list[tuple[float, int]]:
+    """(share of its mask's elements, the elements its NonZero reads) of each selection while
+    `run()` runs, in the order run."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    shares: list[float] = []
+    out: list[tuple[float, int]] = []
+
+    def selects(mask: Any, read: int) -> None:
+        out.append((float((mask != 0).sum()) / max(mask.numel(), 1), read))
 
     class Selections(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
             name = func.overloadpacket.__name__
-            if name in ("nonzero", "masked_select"):
-                mask = args[0] if name == "nonzero" else args[1]
-                count = out.shape[0] if name == "nonzero" else out.numel()
-                shares.append(count / max(torch.broadcast_shapes(
-                    args[0].shape, mask.shape).numel() if name == "masked_select"
-                    else mask.numel(), 1))
-            elif name in ("index", "_unsafe_index"):
-                shares.extend(float(i.sum()) / max(i.numel(), 1) for i in args[1]
-                              if i is not None and i.dtype in (torch.bool, torch.uint8))
-            return out
+            masks = [i for i in (args[1] if name in INDEXING else ())
+                     if i is not None and i.dtype in (torch.bool, torch.uint8)]
+            if name == "nonzero":
+                selects(args[0], args[0].numel())
+            elif name == "masked_select":  # the mask as broadcast to the input
+                selects(args[1], torch.broadcast_shapes(args[0].shape, args[1].shape).numel())
+            elif masks and not (name in FILLS and len(args[1]) == 1 and args[2].numel() == 1):
+                for mask in masks:  # a scalar set through one mask: a masked fill, no NonZero
+                    selects(mask, mask.numel())
+            return func(*args, **(kwargs or {}))
 
     with Selections():
         run()
-    return shares
+    return out
+
+
+def reads(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> list[int | None]:
+    """The elements each NonZero of `model` reads (None where its input's shape is unknown)."""
+    out: list[int | None] = []
+    for node in model.graph.node:
+        if node.op_type == "NonZero":
+            have = shapes.get(node.input[0])
+            out.append(None if have is None else math.prod(have))
+    return out
 
 
 def sized(model: onnx.ModelProto, shapes: dict[str, list[int]], label: str) -> bool:
@@ -63,9 +79,7 @@ def sized(model: onnx.ModelProto, shapes: dict[str, list[int]], label: str) -> b
         have = shapes.get(node.input[0])
         if have is None or node.output[0] in shapes:
             continue
-        n = 1
-        for d in have:
-            n *= d
+        n = math.prod(have)
         count = max(round(share * n), 1) if share > 0 else 0
         model.graph.value_info.append(helper.make_tensor_value_info(
             node.output[0], onnx.TensorProto.INT64, [max(len(have), 1), count]))

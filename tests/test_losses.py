@@ -26,6 +26,7 @@ CALLS = [
     ("smooth_l1_loss", (X, Y), {}), ("smooth_l1_loss", (X, Y), dict(beta=0.5, reduction="sum")),
     ("smooth_l1_loss", (X, Y), dict(beta=0.0)),
     ("smooth_l1_loss", (X, Y), dict(size_average=False)),  # the legacy form of "sum"
+    ("l1_loss", (X, Y), {}), ("l1_loss", (X, Y), dict(reduction="none")),
     ("huber_loss", (X, Y), dict(delta=0.7)), ("huber_loss", (X, Y), dict(reduction="none")),
     ("triplet_margin_loss", (X, Y, X * 0.5), {}),
     ("triplet_margin_loss", (X, Y, X * 0.5), dict(margin=0.3, p=1, swap=True, reduction="none")),
@@ -54,7 +55,8 @@ class Step(torch.nn.Module):  # one linear layer, then the loss
 
 @pytest.mark.parametrize("loss,rest", [
     (torch.nn.CrossEntropyLoss(label_smoothing=0.1), (T,)),
-    (torch.nn.SmoothL1Loss(), (Y,)), (torch.nn.HuberLoss(delta=0.5), (Y,)),
+    (torch.nn.SmoothL1Loss(), (Y,)), (torch.nn.L1Loss(), (Y,)),
+    (torch.nn.HuberLoss(delta=0.5), (Y,)),
     (torch.nn.TripletMarginLoss(), (Y, X * 0.5)), (torch.nn.CosineEmbeddingLoss(), (Y, SIGN))])
 def test_a_step_ending_in_the_loss_exports_its_value(loss, rest):
     """Each failed to export: "ONNX does not support label_smoothing", "Exporting the operator

@@ -30,7 +30,7 @@ class LastEos(torch.nn.Module):  # BART's classification head reads each row's l
     def forward(self, ids):
         hidden = self.embed(ids)
         eos = hidden[ids.eq(2), :].view(hidden.size(0), -1, hidden.size(-1))[:, -1, :]
-        picked = torch.masked_select(hidden, hidden > 0).sum() + torch.nonzero(ids).sum()
+        picked = torch.masked_select(hidden, hidden > 0).sum()  # a mask of another size
         return self.head(eos).sum() + picked * 0
 
 
@@ -59,9 +59,32 @@ def test_a_selection_read_back_into_the_batch_keeps_its_shape():
     graph = from_torch(LastEos(), ids)
     said = [float(s) for s in next(p.value for p in graph.metadata_props
                                    if p.key == SELECTED_KEY).split(",")]
-    assert len(said) == 3 and said[0] == pytest.approx(1 / 12)
+    assert len(said) == 2 and said[0] == pytest.approx(1 / 12)
     seq = convert(graph, batch_size=8)
     assert _numel(seq, "GatherND")[0] == 8 * 16  # a row each: [8, 16] into the head
+
+
+def test_selections_from_masks_of_one_size_share_their_mean():
+    """Which selection a NonZero is cannot always be told (the exporter merges some, writes
+    others as masked fills): masks of one size share the mean of their selections, so the
+    elements selected add up as the example's did (a mixture's experts: balanced)."""
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x, a, b):
+            y = self.linear(x)
+            return y[a].sum() + y[b].sum() + torch.nonzero(y > 0).sum() * 0
+
+    a = torch.zeros(2, 8, dtype=torch.bool)
+    a[:, :2] = True  # a quarter
+    graph = from_torch(Two(), (torch.randn(2, 8, 4), a, ~a))  # and three quarters
+    said = [float(s) for s in next(p.value for p in graph.metadata_props
+                                   if p.key == SELECTED_KEY).split(",")]
+    assert said[:2] == [0.5, 0.5] and len(said) == 3  # [2, 8, 4] selected from apart
+    assert _numel(convert(graph, batch_size=6), "GatherND")[:2] == [0.5 * 6 * 8 * 4] * 2
 
 
 def test_a_selection_no_exporter_recorded_says_what_to_do():

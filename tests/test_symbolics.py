@@ -25,13 +25,22 @@ class Fn(torch.nn.Module):
         return self.fn(*xs)
 
 
+def _masked(x):
+    m = x > 0
+    m &= x < 1
+    m |= x < -1
+    m ^= x > 0.5
+    return m
+
+
 X = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
 
 
 @pytest.mark.parametrize("fn", [
     lambda x: torch.expm1(x),  # xIELU (Apertus)
     lambda x: x.permute(0, -2, -1, 1),  # negative axes (Mamba-2's chunked scan)
-    lambda x: torch.repeat_interleave(x, 2, dim=-1).flatten(-2)])
+    lambda x: torch.repeat_interleave(x, 2, dim=-1).flatten(-2),
+    lambda x: x * _masked(x)])  # a mask's in-place &=, |=, ^= (torchvision's FCOS)
 def test_a_symbolic_computes_what_torch_does(fn):
     np.testing.assert_allclose(_run(Fn(fn), X), fn(torch.from_numpy(X)).numpy(), rtol=1e-5,
                                atol=1e-6)
