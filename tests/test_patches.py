@@ -412,10 +412,10 @@ def test_a_split_at_indices_a_shape_gives_exports_as_slices():
     x = torch.randn(4, 6, 5)
     graph = from_torch(Split(), x)
     got = ReferenceEvaluator(graph).run(None, {"input0": x.numpy()})[0]
-    np.testing.assert_allclose(got, Split()(x).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got, Split()(x).numpy(), rtol=1e-4, atol=1e-5)
     y = torch.randn(4, 9, 5)  # another length: the split moves with it
     np.testing.assert_allclose(ReferenceEvaluator(graph).run(None, {"input0": y.numpy()})[0],
-                               Split()(y).numpy(), rtol=1e-5)
+                               Split()(y).numpy(), rtol=1e-4, atol=1e-5)
     assert convert(graph, batch_size=8).op_type_counts().get("Slice")
     assert torch.Tensor.tensor_split.__name__ == "tensor_split"  # restored
 
