@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import sys
 import tempfile
@@ -314,17 +315,25 @@ def _shares(model: onnx.ModelProto, selected: list[tuple[float, int]],
     from masks of its size (which selection a NonZero is cannot always be told: the exporter
     merges some, writes others as masked fills), so the elements selected from masks of each
     size add up as the example's did; None where a NonZero's size was selected from by none."""
-    try:
-        loaded = load_model(model, batch_size=batch)
-    except ConversionError:
-        return None
     by_size: dict[int, list[float]] = {}
     for share, size in selected:
         by_size.setdefault(size, []).append(share)
-    sizes = reads(loaded, concrete_shapes(loaded.graph))
-    if not all(size in by_size for size in sizes):
-        return None
-    return [sum(by_size[s]) / len(by_size[s]) for s in sizes if s is not None]
+    shares = [math.nan] * sum(n.op_type == "NonZero" for n in model.graph.node)
+    trial = onnx.ModelProto()
+    trial.CopyFrom(model)
+    said = trial.metadata_props.add(key=SELECTED_KEY)
+    while True:  # a selection from what another selected: sized once that one is
+        said.value = ",".join(map(repr, shares))
+        try:
+            loaded = load_model(trial, batch_size=batch)
+        except ConversionError:
+            return None
+        new = {i: by_size[size] for i, size in enumerate(reads(loaded, concrete_shapes(
+            loaded.graph))) if math.isnan(shares[i]) and size is not None and size in by_size}
+        if not new:
+            return None if any(map(math.isnan, shares)) else shares
+        for i, seen in new.items():
+            shares[i] = sum(seen) / len(seen)
 
 
 def _state_bytes(module: Any) -> int:

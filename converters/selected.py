@@ -72,12 +72,12 @@ def sized(model: onnx.ModelProto, shapes: dict[str, list[int]], label: str) -> b
     except ValueError:
         raise ConversionError(f"{label}: metadata {SELECTED_KEY!r} is not a list of "
                               f"fractions: {said!r:.40}") from None
-    if len(shares) != len(nodes) or not all(0 <= s <= 1 for s in shares):
+    if len(shares) != len(nodes) or not all(0 <= s <= 1 or math.isnan(s) for s in shares):
         return False  # not what this graph selects: its NonZeros stay unsized
     given = False
     for node, share in zip(nodes, shares):
         have = shapes.get(node.input[0])
-        if have is None or node.output[0] in shapes:
+        if have is None or node.output[0] in shapes or math.isnan(share):  # nan: not known
             continue
         n = math.prod(have)
         count = max(round(share * n), 1) if share > 0 else 0
