@@ -102,3 +102,22 @@ def test_a_selection_no_exporter_recorded_says_what_to_do():
     model.metadata_props[-1].value = "a quarter"
     with pytest.raises(ConversionError, match="is not a list of fractions"):
         convert(model, batch_size=4)
+
+
+def test_a_selection_from_what_another_selected_is_sized_after_it():
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x, keep):
+            rows = self.linear(x)[keep]  # [kept, 4]
+            return rows[rows[:, 0] > rows[:, 1]].sum()  # a mask over the kept rows
+
+    x, keep = torch.randn(2, 8, 4), torch.zeros(2, 8, dtype=torch.bool)
+    keep[:, :4] = True
+    graph = from_torch(Twice(), (x, keep))
+    said = [float(s) for s in next(p.value for p in graph.metadata_props
+                                   if p.key == SELECTED_KEY).split(",")]
+    assert len(said) == 2 and said[0] == 0.5
+    assert len(_numel(convert(graph, batch_size=6), "GatherND")) == 2
