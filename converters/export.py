@@ -34,7 +34,7 @@ from converters.errors import ConversionError
 from converters.gradients import checkpoint_calls, checkpoints, unreached, unread
 from converters.loader import concrete_shapes, load_model
 from converters.patches import PACKED, patched
-from converters.selected import SELECTED_KEY, reads, recorded
+from converters.selected import SELECTED_KEY, on_example, reads
 from converters.sequence import (
     CHECKPOINTED_KEY,
     DATA_INPUTS_KEY,
@@ -229,7 +229,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                 input_names=names, opset_version=opset, custom_opsets={DOMAIN: 1},
                 dynamic_axes=batch_axes(args, keywords, names, batch) if dynamic_batch else None)
-        selected = _selected(torch, module, given, keywords) \
+        selected = on_example(torch, module, given, keywords) \
             if b"NonZero" in buf.getvalue() and not on_meta else []
     except Exception as e:  # exporter errors are many and untyped; keep the first line
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
@@ -292,21 +292,6 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
         model.metadata_props.add(key=STATE_SPACE_KEY, value=json.dumps(shape))
     return model
-
-
-def _selected(torch, module: Any, given: tuple,
-              keywords: list[str] | None) -> list[tuple[float, int]]:
-    """Each selection's share of its mask on the example (`selected.recorded`), the forward run
-    as exported; none where it does not run again."""
-    def run() -> None:
-        module(*given) if keywords is None else module(**dict(zip(keywords, given)))
-
-    try:
-        with warnings.catch_warnings(), torch.no_grad(), patched(torch), substituted(module):
-            warnings.simplefilter("ignore")
-            return recorded(torch, run)
-    except Exception:  # its NonZeros stay unsized: the converter says where
-        return []
 
 
 def _shares(model: onnx.ModelProto, selected: list[tuple[float, int]],

@@ -9,12 +9,15 @@ did."""
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import onnx
 from onnx import helper
 
 from converters.errors import ConversionError
+from converters.patches import patched
+from converters.substitutes import substituted
 
 SELECTED_KEY = "mdot.selected"  # model metadata: each NonZero's share of its input (graph order)
 FILLS = ("index_put", "index_put_", "_index_put_impl_")  # PyTorch's `x[mask] = value`
@@ -48,6 +51,21 @@ def recorded(torch: Any, run: Any) -> list[tuple[float, int]]:
     with Selections():
         run()
     return out
+
+
+def on_example(torch: Any, module: Any, given: tuple,
+               keywords: list[str] | None) -> list[tuple[float, int]]:
+    """`recorded` of the module's forward on the example, as exported (its patches and
+    substitutes); none where it does not run again."""
+    def run() -> None:
+        module(*given) if keywords is None else module(**dict(zip(keywords, given)))
+
+    try:
+        with warnings.catch_warnings(), torch.no_grad(), patched(torch), substituted(module):
+            warnings.simplefilter("ignore")
+            return recorded(torch, run)
+    except Exception:  # its NonZeros stay unsized: the converter says where
+        return []
 
 
 def reads(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> list[int | None]:
