@@ -1,10 +1,10 @@
 """Sizes that the data decides: boolean-mask indexing (`logits[labels != -100]`, BART's
 end-of-sentence tokens `hidden[eos_mask]`), `torch.nonzero`, `torch.where(cond)`,
 `masked_select`. Each exports as an ONNX NonZero, whose count no shape gives. `from_torch`
-runs the forward once more on the example, recording each selection's share of its mask's
-elements (`SELECTED_KEY`, in graph order); `sized` gives each NonZero that share of its input
-at the shapes asked, so the selection grows with the batch and the sequence as the example's
-did."""
+runs the forward once more on the example (`on_example`), recording each selection's share of
+its mask's elements; each NonZero takes the mean share of the selections from masks of its
+size (`SELECTED_KEY`, in graph order), and `sized` gives it that share of its input at the
+shapes asked, so the selection grows with the batch and the sequence as the example's did."""
 
 from __future__ import annotations
 
@@ -79,8 +79,9 @@ def reads(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> list[int | No
 
 
 def sized(model: onnx.ModelProto, shapes: dict[str, list[int]], label: str) -> bool:
-    """Gives each NonZero whose input's shape is known and whose count is not its recorded
-    share of the input's elements (`value_info`). Returns whether any was given."""
+    """Gives each NonZero whose input's shape is known and whose count is not yet its recorded
+    share of the input's elements (a `value_info`; a share of nan: none). Returns whether any
+    was given."""
     said = next((p.value for p in model.metadata_props if p.key == SELECTED_KEY), None)
     nodes = [n for n in model.graph.node if n.op_type == "NonZero"]
     if said is None or not nodes:

@@ -157,16 +157,12 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
     def uniform(g, x, low, high, generator):  # in-place noise, e.g. Switch routers' jitter
         return g.op("RandomUniformLike", x, low_f=low, high_f=high)
 
-    def in_place(name: str):  # `mask &= other`: as `mask & other` (bool masks: And)
-        def fn(g, x, y):
-            from torch.onnx import symbolic_opset9
-
-            return getattr(symbolic_opset9, name)(g, x, y)
-        return fn
+    from torch.onnx import symbolic_opset9
 
     torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, fallback_opset)
-    for name in ("__and_", "__or_", "__xor_"):
-        torch.onnx.register_custom_op_symbolic(f"aten::__i{name[2:]}", in_place(name), opset)
+    for name in ("__and_", "__or_", "__xor_"):  # `mask &= other`: as `mask & other`
+        torch.onnx.register_custom_op_symbolic(f"aten::__i{name[2:]}",
+                                               getattr(symbolic_opset9, name), opset)
     for name, fn in (("rms_norm", rms_norm), ("feature_dropout", feature_dropout),
                      ("diff", diff), ("cumsum", cumsum), ("repeat_interleave", repeat_interleave),
                      ("expm1", expm1), ("exponential", exponential), ("uniform", uniform),
