@@ -34,7 +34,7 @@ from converters.errors import ConversionError
 from converters.gradients import checkpoint_calls, checkpoints, unreached, unread
 from converters.loader import concrete_shapes, load_model
 from converters.patches import PACKED, patched
-from converters.selected import SELECTED_KEY, on_example, reads
+from converters.selected import on_example, reads
 from converters.sequence import (
     CHECKPOINTED_KEY,
     DATA_INPUTS_KEY,
@@ -43,6 +43,7 @@ from converters.sequence import (
     PACKED_KEY,
     PARAMS_KEY,
     SDPA_KEY,
+    SELECTED_KEY,
     STATE_SPACE_KEY,
     UNREAD_KEY,
 )
@@ -286,7 +287,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
     if selected and (shares := _shares(model, selected, batch if batch is not None else next(
             (a.shape[0] for a in args if hasattr(a, "shape") and a.dim()), None))):
-        model.metadata_props.add(key=SELECTED_KEY, value=",".join(map(repr, shares)))
+        model.metadata_props.add(key=SELECTED_KEY, value=json.dumps(shares))
     if PACKED:  # run padded (`patches.packed_sequences`)
         model.metadata_props.add(key=PACKED_KEY, value=json.dumps(len(PACKED)))
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
@@ -308,7 +309,7 @@ def _shares(model: onnx.ModelProto, selected: list[tuple[float, int]],
     trial.CopyFrom(model)
     said = trial.metadata_props.add(key=SELECTED_KEY)
     while True:  # a selection from what another selected: sized once that one is
-        said.value = ",".join(map(repr, shares))
+        said.value = json.dumps(shares)  # NaN: not yet known
         try:
             loaded = load_model(trial, batch_size=batch)
         except ConversionError:

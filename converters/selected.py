@@ -8,6 +8,7 @@ shapes asked, so the selection grows with the batch and the sequence as the exam
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from typing import Any
@@ -17,9 +18,9 @@ from onnx import helper
 
 from converters.errors import ConversionError
 from converters.patches import patched
+from converters.sequence import SELECTED_KEY
 from converters.substitutes import substituted
 
-SELECTED_KEY = "mdot.selected"  # model metadata: each NonZero's share of its input (graph order)
 FILLS = ("index_put", "index_put_", "_index_put_impl_")  # PyTorch's `x[mask] = value`
 INDEXING = ("index", "_unsafe_index", *FILLS)  # its `x[mask]`, then those
 
@@ -87,10 +88,12 @@ def sized(model: onnx.ModelProto, shapes: dict[str, list[int]], label: str) -> b
     if said is None or not nodes:
         return False
     try:
-        shares = [float(s) for s in said.split(",")]
+        shares = json.loads(said)
     except ValueError:
+        shares = None
+    if not isinstance(shares, list) or not all(isinstance(s, (int, float)) for s in shares):
         raise ConversionError(f"{label}: metadata {SELECTED_KEY!r} is not a list of "
-                              f"fractions: {said!r:.40}") from None
+                              f"fractions: {said!r:.40}")
     if len(shares) != len(nodes) or not all(0 <= s <= 1 or math.isnan(s) for s in shares):
         return False  # not what this graph selects: its NonZeros stay unsized
     given = False

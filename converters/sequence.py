@@ -56,8 +56,8 @@ FROZEN_KEY = "mdot.frozen"  # model metadata: those of them frozen (requires_gra
 EXPERTS_KEY = "mdot.experts"  # model metadata: a mixture of experts exported as balanced routing
 DEFAULTED_KEY = "mdot.defaulted"  # model metadata: shape fields a config.json left to defaults
 EAGER_KEY = "mdot.eager_attention"  # model metadata: a config class computing attention itself
-LINEAR_KEY = "mdot.linear_attention"  # model metadata: functions exported as fused kernels
-# (comma-separated names of `converters.substitutes`: a gated delta rule, Mamba-2's scan)
+LINEAR_KEY = "mdot.linear_attention"  # model metadata: `converters.substitutes` names used
+SELECTED_KEY = "mdot.selected"  # model metadata: each NonZero's share of its input (JSON list)
 STATE_SPACE_KEY = "mdot.state_space"  # model metadata: its Mamba-2 heads and groups (JSON)
 SPARSE_KEY = "mdot.sparse_attention"  # model metadata: keys a query keeps (DeepSeek's indexer)
 SLIDING_KEY = "mdot.sliding_window"  # model metadata: each layer's sliding window (JSON; 0 none)
@@ -67,7 +67,7 @@ BATCH_KEY = "mdot.batch_inputs"  # model metadata: the data inputs whose dim 0 i
 PACKED_KEY = "mdot.packed"  # model metadata: recurrent layers given packed sequences (JSON)
 JSON_KEYS = dict(experts=EXPERTS_KEY, defaulted=DEFAULTED_KEY, sliding_window=SLIDING_KEY,
                  state_space=STATE_SPACE_KEY, unread=UNREAD_KEY, packed=PACKED_KEY,
-                 batch_inputs=BATCH_KEY)  # meta field: JSON metadata
+                 batch_inputs=BATCH_KEY, selected=SELECTED_KEY)  # meta field: JSON metadata
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: the Softmax nodes (ordinals, in graph order)
 # of scaled_dot_product_attention calls; the others the model's code computes itself

@@ -1,11 +1,15 @@
 """Sizes the data decides (`converters.selected`): a boolean mask's selection exports with its
 share of the example's elements and grows with the batch as the example's did."""
 
+import json
+
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from converters import CONFIG_FIELDS, ConversionError, convert, from_torch
-from converters.selected import SELECTED_KEY
+from converters.sequence import SELECTED_KEY
+from mdot_jax import TrainingJob, predict
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -38,7 +42,7 @@ def _numel(seq, op):
     return [int(c[NUMEL]) for n, c in zip(seq.op_names, seq.config) if n == op]
 
 
-def test_a_masked_loss_selects_the_examples_share_at_every_batch():
+def test_a_masked_loss_selects_the_examples_share_at_every_batch(tmp_path):
     """`logits[labels != -100]` (a masked LM's loss) exported a NonZero no shape sizes: the
     converter refused it ("output shape unknown")."""
     ids = torch.randint(0, 100, (4, 10))
@@ -46,19 +50,24 @@ def test_a_masked_loss_selects_the_examples_share_at_every_batch():
     labels[:, :3] = ids[:, :3]  # 30% of the tokens
     graph = from_torch(MaskedLM(), (ids, labels))
     said = next(p.value for p in graph.metadata_props if p.key == SELECTED_KEY)
-    assert [float(s) for s in said.split(",")] == pytest.approx([0.3, 0.3])
+    assert json.loads(said) == pytest.approx([0.3, 0.3])
     for batch in (4, 16):
         seq = convert(graph, batch_size=batch)
         kept = round(0.3 * batch * 10)
         assert _numel(seq, "GatherND") == [kept * 100, kept]  # the logits' rows, the labels
+    path = tmp_path / "mlm.onnx"
+    onnx.save(graph, path)
+    said = predict(TrainingJob(model=str(path), batch_size=8, device="h100-sxm")).warnings
+    assert "2 selections by a mask (x[mask], torch.nonzero): each the share of its mask the " \
+        "example selected (30.0%-30.0%), grown with the batch and the sequence" in said
 
 
 def test_a_selection_read_back_into_the_batch_keeps_its_shape():
     ids = torch.randint(3, 100, (4, 12))
     ids[:, -1] = 2  # one </s> a row
     graph = from_torch(LastEos(), ids)
-    said = [float(s) for s in next(p.value for p in graph.metadata_props
-                                   if p.key == SELECTED_KEY).split(",")]
+    said = json.loads(next(p.value for p in graph.metadata_props
+                               if p.key == SELECTED_KEY))
     assert len(said) == 2 and said[0] == pytest.approx(1 / 12)
     seq = convert(graph, batch_size=8)
     assert _numel(seq, "GatherND")[0] == 8 * 16  # a row each: [8, 16] into the head
@@ -81,8 +90,8 @@ def test_selections_from_masks_of_one_size_share_their_mean():
     a = torch.zeros(2, 8, dtype=torch.bool)
     a[:, :2] = True  # a quarter
     graph = from_torch(Two(), (torch.randn(2, 8, 4), a, ~a))  # and three quarters
-    said = [float(s) for s in next(p.value for p in graph.metadata_props
-                                   if p.key == SELECTED_KEY).split(",")]
+    said = json.loads(next(p.value for p in graph.metadata_props
+                               if p.key == SELECTED_KEY))
     assert said[:2] == [0.5, 0.5] and len(said) == 3  # [2, 8, 4] selected from apart
     assert _numel(convert(graph, batch_size=6), "GatherND")[:2] == [0.5 * 6 * 8 * 4] * 2
 
@@ -97,11 +106,12 @@ def test_a_selection_no_exporter_recorded_says_what_to_do():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ConversionError, match=r"node 'where' \(NonZero\).*size the data decides"):
         convert(model, batch_size=2)
-    model.metadata_props.add(key=SELECTED_KEY, value="0.25")
+    model.metadata_props.add(key=SELECTED_KEY, value="[0.25]")
     assert _numel(convert(model, batch_size=4), "GatherND") == [8]
-    model.metadata_props[-1].value = "a quarter"
-    with pytest.raises(ConversionError, match="is not a list of fractions"):
-        convert(model, batch_size=4)
+    for said in ("a quarter", '{"x": 1}', '["a"]'):
+        model.metadata_props[-1].value = said
+        with pytest.raises(ConversionError, match="is not a list of fractions"):
+            convert(model, batch_size=4)
 
 
 def test_a_selection_from_what_another_selected_is_sized_after_it():
@@ -117,7 +127,7 @@ def test_a_selection_from_what_another_selected_is_sized_after_it():
     x, keep = torch.randn(2, 8, 4), torch.zeros(2, 8, dtype=torch.bool)
     keep[:, :4] = True
     graph = from_torch(Twice(), (x, keep))
-    said = [float(s) for s in next(p.value for p in graph.metadata_props
-                                   if p.key == SELECTED_KEY).split(",")]
+    said = json.loads(next(p.value for p in graph.metadata_props
+                               if p.key == SELECTED_KEY))
     assert len(said) == 2 and said[0] == 0.5
     assert len(_numel(convert(graph, batch_size=6), "GatherND")) == 2

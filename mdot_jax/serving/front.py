@@ -95,8 +95,7 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
         return "gpus", ("data-parallel steps are priced for a GPU priced from its spec sheet "
                         "(device=NAME, or checkpoint gpu-spec-sheet)")
     if job.precision == "fp8":
-        return "precision", ("fp8 is priced for a GPU priced from its spec sheet "
-                             "(device=NAME)")
+        return "precision", "fp8 is priced for a GPU priced from its spec sheet (device=NAME)"
     if job.activation_checkpointing:
         return "activation_checkpointing", ("priced for a GPU priced from its spec sheet "
                                             "(device=NAME)")
@@ -105,9 +104,8 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
                              "(device=NAME); a checkpoint predicts the optimizers it was "
                              "trained on")
     if job.compile:
-        return "compile", ("a checkpoint predicts the eager steps it was trained on; a "
-                           "compiled step is priced for a GPU priced from its spec sheet "
-                           "(device=NAME)")
+        return "compile", ("a checkpoint predicts the eager steps it was trained on; a compiled "
+                           "step is priced for a GPU priced from its spec sheet (device=NAME)")
     for name in ("fused_optimizer", "clip_grad_norm"):
         if getattr(job, name):
             return name, ("a checkpoint predicts the steps it was trained on (torch.optim's "
@@ -144,6 +142,10 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                      f"{', '.join(unread['in'])}) are read by none of the exported step's "
                      "operators (its inputs never reach them: a vision-language model given "
                      "tokens alone): neither their work nor their weights' memory is priced")
+    if shares := seq.meta.get("selected"):  # `converters.selected`
+        about.append(f"{len(shares)} selections by a mask (x[mask], torch.nonzero): each the "
+                     f"share of its mask the example selected ({min(shares):.1%}-"
+                     f"{max(shares):.1%}), grown with the batch and the sequence")
     if packed := seq.meta.get("packed"):
         about.append(f"recurrent layers given packed sequences ({packed}): priced at every "
                      "padded step, cuDNN runs each sequence's own (up to max / mean length less)")
@@ -170,10 +172,8 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                             trained_parameters=trained,
                             tokens=input_size_of(seq) * job.cp if seq.input_kind == "tokens"
                             else 0)
-    if job.operators:
-        p.operators, p.operators_from = pricer.operators(seq, p, b)
-    else:
-        p.operators = None
+    p.operators, p.operators_from = (pricer.operators(seq, p, b) if job.operators
+                                     else (None, p.operators_from))
     epochs, dataset = job.epochs, job.dataset_size
     if job.train_tokens is not None:  # one pass over a dataset of that many tokens
         if not p.tokens:
