@@ -322,11 +322,29 @@ def mask_assignments(torch):
 
 
 @contextlib.contextmanager
+def counted_classes(torch):
+    """`F.one_hot(t)` without `num_classes` counts the classes from the data (the largest
+    plus one), which the exporter writes as a depth shape inference cannot read ("'depth' must
+    be non-negative"): the example's count, a constant, as PyTorch counts it for that batch."""
+    import torch.nn.functional as F
+
+    one_hot = F.one_hot
+
+    def counted(tensor, num_classes=-1):
+        if num_classes == -1 and tensor.numel() and not tensor.is_meta:
+            num_classes = int(tensor.max()) + 1
+        return one_hot(tensor, num_classes)
+
+    with _replaced(F, one_hot=counted):
+        yield
+
+
+@contextlib.contextmanager
 def patched(torch):
     """Every patch of this module and `losses` formulas, while a model is exported."""
     with formulas(torch), scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
             bilinear_forms(torch), positive_unfolds(torch), constant_ignore_index(torch), \
             packed_sequences(torch), spectral_norms(torch), max_unpools(torch), \
             index_splits(torch), constant_norm_shapes(torch), \
-            mask_assignments(torch):
+            mask_assignments(torch), counted_classes(torch):
         yield

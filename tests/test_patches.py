@@ -458,3 +458,21 @@ def test_a_scalar_set_through_a_mask_of_leading_dims_exports():
     np.testing.assert_array_equal(got, Zeroed()(x, pad).numpy())
     assert convert(graph, batch_size=8).op_type_counts().get("Where") == 2
     assert torch.Tensor.__setitem__ is setitem  # restored
+
+
+def test_one_hot_without_a_class_count_exports_the_examples():
+    """`F.one_hot(labels)` (no `num_classes`) failed to convert: "'depth' must be
+    non-negative"."""
+    from onnx.reference import ReferenceEvaluator
+
+    class Soft(torch.nn.Module):
+        def forward(self, logits, labels):
+            return -(torch.nn.functional.one_hot(labels) * logits.log_softmax(-1)).sum()
+
+    logits, labels = torch.randn(4, 5), torch.tensor([0, 4, 2, 1])
+    graph = from_torch(Soft(), (logits, labels))
+    got = ReferenceEvaluator(graph).run(None, {"input0": logits.numpy(),
+                                               "input1": labels.numpy()})[0]
+    np.testing.assert_allclose(got, Soft()(logits, labels).numpy(), rtol=1e-5)
+    assert convert(graph, batch_size=16).op_type_counts().get("OneHot") == 1
+    assert torch.nn.functional.one_hot.__name__ != "counted"  # restored
