@@ -1,33 +1,18 @@
-"""Losses PyTorch's exporter has no form of, exported as their formulas while a model is
-exported (a patch of `torch.nn.functional`, each the value PyTorch computes): label smoothing
-in a cross entropy (timm's and transformers' default recipes), the L1, smooth L1 and Huber
-losses (detection's boxes, reinforcement learning's values), the triplet margin and cosine
-embedding losses (metric learning)."""
+"""Losses PyTorch's exporter has no form of, as their formulas, each the value PyTorch
+computes (`FORMULAS`: a name in `torch.nn.functional` -> the maker of its formula from torch
+and the original; `patches.loss_formulas` puts them in place while a model is exported):
+label smoothing in a cross entropy (timm's and transformers' default recipes), the L1, smooth
+L1 and Huber losses (detection's boxes, reinforcement learning's values), the triplet margin
+and cosine embedding losses (metric learning)."""
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 
-@contextlib.contextmanager
-def formulas(torch: Any) -> Iterator[None]:
-    """`torch.nn.functional`'s losses of `FORMULAS` as their formulas inside, as before after."""
-    import torch.nn.functional as F
-
-    originals = {name: getattr(F, name) for name in FORMULAS}
-    for name, formula in FORMULAS.items():
-        setattr(F, name, _bound(originals[name], formula(torch, originals[name])))
-    try:
-        yield
-    finally:
-        for name, original in originals.items():
-            setattr(F, name, original)
-
-
-def _bound(original: Callable, formula: Callable) -> Callable:
+def bound(original: Callable, formula: Callable) -> Callable:
     """`formula` called with `original`'s arguments by name, the legacy `size_average` /
     `reduce` read as the `reduction` they mean."""
     signature = inspect.signature(original)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from converters.losses import formulas
+from converters.losses import FORMULAS, bound
 
 
 @contextlib.contextmanager
@@ -340,9 +340,19 @@ def counted_classes(torch):
 
 
 @contextlib.contextmanager
+def loss_formulas(torch):
+    """The losses the exporter has no form of as their formulas (`converters.losses`)."""
+    import torch.nn.functional as F
+
+    with _replaced(F, **{name: bound(getattr(F, name), make(torch, getattr(F, name)))
+                         for name, make in FORMULAS.items()}):
+        yield
+
+
+@contextlib.contextmanager
 def patched(torch):
-    """Every patch of this module and `losses` formulas, while a model is exported."""
-    with formulas(torch), scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
+    """Every patch of this module, while a model is exported."""
+    with loss_formulas(torch), scalar_scatters(torch), uneven_pools(torch), embedding_bags(torch), \
             bilinear_forms(torch), positive_unfolds(torch), constant_ignore_index(torch), \
             packed_sequences(torch), spectral_norms(torch), max_unpools(torch), \
             index_splits(torch), constant_norm_shapes(torch), \

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from converters import convert, from_torch
-from converters.losses import formulas
+from converters.patches import loss_formulas
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -38,7 +38,7 @@ CALLS = [
 @pytest.mark.parametrize("name,args,kw", CALLS)
 def test_each_formula_is_pytorchs_value(name, args, kw):
     expected = getattr(F, name)(*args, **kw)
-    with formulas(torch):
+    with loss_formulas(torch):
         got = getattr(F, name)(*args, **kw)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     assert getattr(F, name).__name__ == name  # restored
