@@ -246,7 +246,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
         raise
     for _ in range(MAX_FOLD_ROUNDS):  # fold what data propagation could not resolve, size
         if not _unknown_shapes(model) or not (  # what the data decides
-                _fold_shape_computations(model)
+                _fold_shape_computations(model) or _decided_branches(model)
                 or sized(model, concrete_shapes(model.graph), label)):
             break
         model = _infer(model, label)
@@ -336,6 +336,40 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
                              for t in first.values())
     del graph.value_info[:]  # stale partial shapes would override the folded values' shapes
     return True
+
+
+def _decided_branches(model: onnx.ModelProto) -> bool:
+    """Replaces each `If` whose condition folded to a constant by the branch it takes (the
+    exporter's `squeeze(dim)` of a dim whose size it could not tell: Zamba's Mamba), whose
+    outputs become the If's. Returns whether any was replaced."""
+    graph = model.graph
+    consts = {i.name: i for i in graph.initializer}
+    names = {t for n in graph.node for t in n.output} | {t.name for t in graph.input} | set(consts)
+    nodes: list[onnx.NodeProto] = []
+    decided = False
+    for node in graph.node:
+        cond = consts.get(node.input[0]) if node.op_type == "If" else None
+        if cond is None or numpy_helper.to_array(cond).size != 1:
+            nodes.append(node)
+            continue
+        taken = "then_branch" if numpy_helper.to_array(cond).item() else "else_branch"
+        branch = next(helper.get_attribute_value(a) for a in node.attribute if a.name == taken)
+        made = {t for n in branch.node for t in n.output if t}
+        renamed = {t: f"{node.output[0]}/{t}" for t in made if t in names}  # unique names
+        for inner in branch.node:
+            inlined = onnx.NodeProto()
+            inlined.CopyFrom(inner)
+            for field in (inlined.input, inlined.output):
+                field[:] = [renamed.get(t, t) for t in field]
+            nodes.append(inlined)
+        nodes.extend(helper.make_node("Identity", [renamed.get(o.name, o.name)], [out])
+                     for o, out in zip(branch.output, node.output) if out)
+        names |= made | set(renamed.values())
+        decided = True
+    if decided:
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return decided
 
 
 # Ops whose reference implementation fails on ordinary inputs (GatherElements: np.choose

@@ -219,6 +219,34 @@ def test_control_flow_says_what_to_do():
         convert(model, batch_size=2)
 
 
+@pytest.mark.parametrize("size,kept", [(1, [4, 8]), (3, [4, 3, 8])])
+def test_a_branch_the_shapes_decide_is_the_branch_taken(size, kept):
+    """The exporter's `squeeze(dim)` of a dim whose size it could not tell (Zamba's Mamba): an
+    If on the dim's size, which shape inference cannot see past ("cannot compute its cost from
+    input shapes [None, ...]"). At concrete shapes the condition folds, and the branch it takes
+    is the graph."""
+    I64, F = TensorProto.INT64, TensorProto.FLOAT
+
+    def branch(name, nodes, out):
+        return helper.make_graph(nodes, name, [], [helper.make_value_info(out, helper
+                                                  .make_tensor_type_proto(F, None))])
+
+    squeeze = branch("then", [helper.make_node("Squeeze", ["x", "axes"], ["sq"])], "sq")
+    same = branch("else", [helper.make_node("Identity", ["x"], ["x2"])], "x2")
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "one"], ["d"], name="dim"),
+             helper.make_node("Equal", ["d", "one"], ["c"], name="is_one"),
+             helper.make_node("If", ["c"], ["y"], name="if", then_branch=squeeze,
+                              else_branch=same),
+             helper.make_node("Relu", ["y"], ["z"], name="relu")]
+    inits = [helper.make_tensor("one", I64, [], [1]), helper.make_tensor("axes", I64, [1], [1])]
+    seq = convert(model(nodes, [value("x", ["N", size, 8])], [value("z", None)], inits),
+                  batch_size=4)
+    assert "If" not in seq.op_type_counts()
+    relu = seq.node_names.tolist().index("relu")
+    assert seq.load[relu, 0] == np.prod(kept)
+
+
 def test_graph_totals_are_read_by_name():
     from converters import LOAD_FIELDS
 
