@@ -18,6 +18,8 @@ implementation, chosen per config (`config._experts_implementation`).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 NAME = "mdot_balanced"
@@ -27,11 +29,26 @@ ROUTED: list[int] = []  # each token's experts (k), as each experts layer traced
 def balanced_forward(self: Any, hidden: Any, top_k_index: Any, top_k_weights: Any) -> Any:
     """The experts of `self` (a transformers experts module) on `hidden` [T, d], each token
     routed to `top_k_index` [T, k] with `top_k_weights` [T, k], as balanced routing."""
+
+    def compute(x: Any) -> Any:  # [E, rows, d] -> [E, rows, d]
+        h = _linear(self, x, "gate_up_proj" if self.has_gate else "up_proj")  # [E, rows, 2I | I]
+        h = self._apply_gate(h) if self.has_gate else self.act_fn(h)  # [E, rows, I]
+        y = _linear(self, h, "down_proj")
+        return self.post_expert_norm(y) if getattr(self, "has_post_expert_norm", False) else y
+
+    return dispatched(hidden, top_k_index, top_k_weights, self.num_experts, compute)
+
+
+def dispatched(hidden: Any, top_k_index: Any, top_k_weights: Any, experts: int,
+               compute: Callable[[Any], Any]) -> Any:
+    """`hidden` [T, d] routed to `top_k_index` [T, k] with `top_k_weights` [T, k] through
+    `experts` experts, `compute` ([E, rows, d] -> [E, rows, d]: every expert on its rows), as
+    balanced routing: [T, d]."""
     import torch
 
     tokens, k = top_k_index.shape
     ROUTED.append(int(k))
-    experts, d = self.num_experts, hidden.shape[-1]
+    d = hidden.shape[-1]
     routed = tokens * k
     rows = (routed + experts - 1) // experts  # per expert (a traced // exports as ONNX's
     # truncating Div: the ceiling by negation came out one row short, a negative padding)
@@ -39,12 +56,7 @@ def balanced_forward(self: Any, hidden: Any, top_k_index: Any, top_k_weights: An
     x = hidden.repeat_interleave(k, dim=0)[order]  # [T k, d]
     if rows * experts > routed:
         x = torch.cat([x, x.new_zeros(rows * experts - routed, d)])
-    x = x.view(experts, rows, d)  # [E, rows, d]
-    h = _linear(self, x, "gate_up_proj" if self.has_gate else "up_proj")  # [E, rows, 2I | I]
-    h = self._apply_gate(h) if self.has_gate else self.act_fn(h)  # [E, rows, I]
-    y = _linear(self, h, "down_proj")  # [E, rows, d]
-    if getattr(self, "has_post_expert_norm", False):
-        y = self.post_expert_norm(y)
+    y = compute(x.view(experts, rows, d))  # [E, rows, d]
     y = y.reshape(rows * experts, d)[:routed][torch.argsort(order)]  # [T k, d] token order
     y = y * top_k_weights.reshape(-1, 1).to(y.dtype)
     return y.view(tokens, k, d).sum(dim=1).to(hidden.dtype)  # [T, d]
@@ -60,13 +72,89 @@ def _linear(self: Any, x: Any, name: str) -> Any:
     return y
 
 
+def _dbrx(self: Any, hidden: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+    """DBRX's experts (`DbrxExperts`: each expert's w1, v1, w2 rows of [E F, d] weights) on
+    `hidden` [B, S, d], as balanced routing: [B, S, d]."""
+    e, f, d = self.num_experts, self.ffn_hidden_size, self.hidden_size
+    w1, v1, w2 = (getattr(self.mlp, n).view(e, f, d) for n in ("w1", "v1", "w2"))
+
+    def compute(x: Any) -> Any:  # [E, rows, d]
+        h = self.mlp.activation_fn(x @ w1.transpose(1, 2)) * (x @ v1.transpose(1, 2))
+        return h @ w2  # [E, rows, F] @ [E, F, d]
+
+    out = dispatched(hidden.reshape(-1, d), top_k_index, top_k_weights, e, compute)
+    return out.view(hidden.shape[0], -1, d)
+
+
+def _switch(self: Any, hidden: Any, selected: Any, weights: Any) -> Any:
+    """Switch Transformers' experts (a module each) on `hidden` [T, d], each token's expert
+    one-hot in `selected` [T, 1, E] with its weight [T, 1], as balanced routing: [T, d]."""
+    import torch
+
+    def compute(x: Any) -> Any:  # [E, rows, d]: each expert's FFN on its rows
+        return torch.stack([self[f"expert_{i}"](x[i]) for i in range(self.num_experts)])
+
+    return dispatched(hidden, selected.argmax(-1), weights, self.num_experts, compute)
+
+
+def _grouped(self: Any, inputs: Any, expert_size: Any) -> Any:
+    """JetMoE's experts (`JetMoeParallelExperts`: weight [E, out, in]) on `inputs` [R, in],
+    the routed rows sorted by expert, as balanced routing: an equal share each. [R, out]"""
+    import torch
+
+    routed, experts = inputs.shape[0], self.num_experts
+    rows = (routed + experts - 1) // experts
+    if rows * experts > routed:
+        inputs = torch.cat([inputs, inputs.new_zeros(rows * experts - routed, inputs.shape[1])])
+    y = inputs.view(experts, rows, -1) @ self.weight.transpose(1, 2)  # [E, rows, out]
+    return y.reshape(rows * experts, -1)[:routed]
+
+
+def _top_k_gating(self: Any, hidden: Any) -> Any:
+    """JetMoE's router (`JetMoeTopKGating`) on `hidden` [T, d], without the count of rows each
+    expert gets (data, which `_grouped` takes as equal): the routed rows' order by expert,
+    their tokens and weights [T k], and the logits [T, E]."""
+    import torch
+
+    logits = self.layer(hidden).float()  # [T, E]
+    top, index = logits.topk(self.top_k, dim=1)  # [T, k]
+    ROUTED.append(int(self.top_k))
+    order = index.flatten().argsort()  # [T k]
+    gates = torch.softmax(top, dim=1).type_as(hidden).flatten()[order]
+    return order, torch.div(order, self.top_k, rounding_mode="trunc"), gates, None, logits
+
+
+# experts of transformers' models outside its experts interface, whose own forward sizes each
+# expert's rows by the data (`nonzero`, `.tolist()`): class name -> its balanced forward
+ADAPTED = {"DbrxExperts": _dbrx, "SwitchTransformersExperts": _switch,
+           "JetMoeParallelExperts": _grouped, "JetMoeTopKGating": _top_k_gating}
+HOLDERS = ("DbrxExperts", "SwitchTransformersExperts", "JetMoeMoE")  # a layer's experts, each
+
+
+@contextlib.contextmanager
+def adapted(model: Any) -> Iterator[None]:
+    """`model` (a torch model) with the forward of every `ADAPTED` class it holds replaced by
+    balanced routing, restored after."""
+    classes = {type(m) for m in model.modules() if type(m).__name__ in ADAPTED}
+    original = {c: c.forward for c in classes}
+    for c in classes:
+        c.forward = ADAPTED[c.__name__]
+    try:
+        yield
+    finally:
+        for c, forward in original.items():
+            c.forward = forward
+
+
 def describe(model: Any, experts: int, top_k: int) -> dict:
     """The mixture in `model` (built with `balanced`): its experts, each token's top k, the
     layers holding experts and the experts' parameters (their routers' apart)."""
-    held = [m for m in model.modules() if hasattr(m, "num_experts") and hasattr(m, "down_proj")
-            and not hasattr(m.down_proj, "weight")]  # the experts' stacked [E, out, in] weights
+    held = [m for m in model.modules() if type(m).__name__ in HOLDERS or (
+        hasattr(m, "num_experts") and hasattr(m, "down_proj")
+        and not hasattr(m.down_proj, "weight"))]  # the experts' stacked [E, out, in] weights
     return dict(experts=experts, top_k=top_k, layers=len(held),
-                params=sum(p.numel() for m in held for p in m.parameters()))
+                params=sum(p.numel() for m in held for name, p in m.named_parameters()
+                           if not name.startswith("router") and name != "bias"))
 
 
 def balanced(config: Any) -> bool:

@@ -18,7 +18,7 @@ import onnx
 
 from converters.dims import check_dims, drop_metadata
 from converters.errors import ConversionError
-from converters.experts import ROUTED, balanced, describe
+from converters.experts import ROUTED, adapted, balanced, describe
 from converters.export import from_torch
 from converters.gradients import unread
 from converters.lora import ALL_LINEAR, add_adapters
@@ -37,7 +37,8 @@ from converters.sequence import (
 
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
                  "moe_num_experts")
-TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k")  # the
+TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k",
+                "moe_top_k")  # the
 # experts a token goes to, where no experts layer traced says it
 
 
@@ -79,6 +80,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         cfg = transformers.AutoConfig.for_model(kind, **fields)
         _check_shape(cfg, fields, where)
         settings = cfg.to_dict()
+        settings.update({k: v for k, v in (settings.get("ffn_config") or {}).items()
+                         if k in EXPERT_COUNTS + TOP_K_FIELDS})  # DBRX counts its experts there
         experts = max((v for k, v in settings.items()
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
         routed = not balanced(cfg) and experts > 1  # experts: as balanced routing
@@ -131,8 +134,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     def export() -> onnx.ModelProto:
         ROUTED.clear()
         try:
-            onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
-                                    input_names=["input_ids"])
+            with adapted(model):
+                onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
+                                        input_names=["input_ids"])
         except ConversionError:  # a table or bias built for fewer positions: say which
             tokens = max(seq_len, target_len or 0)
             short = [(k, v) for k, v in settings.items() if k in LENGTH_FIELDS
@@ -154,7 +158,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         return onnx_model
 
     stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0))
-    if _unrolls_tokens(model, stack):
+    with adapted(model):  # as exported
+        unrolls = _unrolls_tokens(model, stack)
+    if unrolls:
         raise ConversionError(
             f"{where}: model_type {kind!r} exports as a loop over its tokens (a recurrence, such "
             "as RWKV's or xLSTM's scan, that the exporter unrolls where training runs one fused "

@@ -328,6 +328,39 @@ def test_experts_counted_under_other_field_names_route_balanced(kind, fields, mo
     assert experts["experts"] == 8 and experts["top_k"] == 2 and experts["layers"] >= 2
 
 
+@pytest.mark.parametrize("kind, fields, top_k, layers", [
+    ("dbrx", dict(d_model=64, n_heads=4, n_layers=3, max_seq_len=512, vocab_size=256,
+                  attn_config=dict(kv_n_heads=2, clip_qkv=8.0, rope_theta=1e4),
+                  ffn_config=dict(ffn_hidden_size=128, moe_num_experts=8, moe_top_k=2)), 2, 3),
+    ("switch_transformers", dict(d_model=64, d_ff=128, d_kv=16, num_heads=4, num_layers=4,
+                                 num_decoder_layers=4, num_experts=8, vocab_size=256,
+                                 encoder_sparse_step=2, decoder_sparse_step=2), 1, 4),
+    ("jetmoe", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, kv_channels=16,
+                    num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2,
+                    vocab_size=256), 2, 3)])
+def test_experts_outside_transformers_interface_route_balanced(kind, fields, top_k, layers):
+    """DBRX's, Switch Transformers' and JetMoE's experts size each expert's rows by the data
+    (`nonzero`, `.tolist()`), which no meta tensor has: DBRX (132B) was refused, a Switch
+    Transformer too ("NonZero: output shape unknown"), JetMoE traced on the CPU with its
+    example's row counts baked in, which no other batch matched ("Mismatch between the sum of
+    'split' (128) and the split dimension of the input (256)")."""
+    import torch
+    import transformers
+
+    from converters import convert, from_hf_config
+
+    graph = from_hf_config(dict(model_type=kind, **fields), seq_len=32)
+    seqs = [convert(graph, batch_size=b, fuse=True) for b in (1, 2, 3)]
+    cfg = transformers.AutoConfig.for_model(kind, **fields)
+    with torch.device("meta"):
+        model = (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
+                 else transformers.AutoModelForCausalLM).from_config(cfg)
+    assert seqs[0].params == sum(p.numel() for p in model.parameters())
+    assert seqs[2].flops == pytest.approx(3 * seqs[0].flops, rel=0.02)
+    said = seqs[1].meta["experts"]
+    assert (said["experts"], said["top_k"], said["layers"]) == (8, top_k, layers)
+
+
 def test_a_dense_model_whose_config_counts_experts_has_none():
     """A Llama config carrying `num_experts` (a leftover of another model's) was said to be a
     mixture "of 8 experts in 0 layers", and `ep` was priced for it."""
