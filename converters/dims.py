@@ -70,8 +70,8 @@ def scaled(symbol: str, batch: int) -> int:
 def _dim_hint(name: str, shape: list[int], k: int, t, symbol: str) -> str:
     """The flag that sets symbolic dim `k` (named `symbol`) of data input `name` (-1 marks
     symbolic dims)."""
-    if k == 0 and symbol.startswith(BATCH + "*"):
-        return f"--batch-size N (its dim 0 is {symbol[len(BATCH) + 1:]} times the batch)"
+    if symbol.startswith(BATCH + "*"):
+        return f"--batch-size N (its dim {k} is {symbol[len(BATCH) + 1:]} times the batch)"
     if k == 0:
         example = ",".join(str(d if d >= 0 else 1) for d in shape)
         return f"--input-shape {name}={example} (or --batch-size N for dim 0)"
@@ -143,11 +143,15 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
                 was = list(shape)
                 if shape and (batch_size is not None or names[0].startswith(FIXED)):
                     shape[0] = scaled(names[0], batch_size or 1)
+                for k in range(1, len(shape)):
+                    if batch_size is not None and names[k].startswith(BATCH + "*"):
+                        shape[k] = scaled(names[k], batch_size)  # a graph's edges: its nodes
                 if image_size is not None and len(shape) == 4:
                     for k in _sides(shape):
                         shape[k] = image_size
                     sized["image"] = True
-                if seq_len is not None and len(shape) == 2 and t.elem_type in TOKEN_TYPES:
+                if seq_len is not None and len(shape) == 2 and t.elem_type in TOKEN_TYPES \
+                        and not names[1].startswith(BATCH + "*"):
                     shape[1] = seq_len
                     sized["tokens"] = True
                 if moved := {k: d for k, d in enumerate(was) if 0 < d != shape[k]}:

@@ -227,7 +227,8 @@ def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str]
     `dims.batch_of`); `batch*R` for a flat integer input R times as long (`nn.EmbeddingBag`'s
     ids of every bag beside their offsets; their weights too where a module said the batch),
     which keeps its length to the batch at any batch; `fixed:N` for any other (Flux's position
-    ids, a graph's edges [2, E]), which keeps its N (`dims.scaled`)."""
+    ids), which keeps its N (`dims.scaled`). A graph network's edges (`edge_index` [2, E]:
+    integers indexing the batch's nodes) keep their count to the nodes: dim 1 `batch*E/N`."""
     from converters.dims import BATCH, FIXED, batch_of
 
     tensors = [t for _, t in _tensors(args, keywords)]
@@ -242,4 +243,10 @@ def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str]
         flat = len(t.shape) == 1 and (n in integer or said)  # ids; weights beside bags' ids
         return f"{BATCH}*{s / batch:g}" if flat and s > batch else f"{FIXED}{s}"
 
-    return {n: {0: symbol(n, t, s)} for n, t, s in zip(names, tensors, sizes) if s}
+    def edges(n: str, t: Any) -> bool:  # a graph network's edge_index [2, E] into the batch's
+        return (n in integer and len(t.shape) == 2 and t.shape[0] == 2 != batch  # nodes
+                and t.device.type != "meta" and t.numel() > 0
+                and 0 <= int(t.min()) and int(t.max()) < batch)
+
+    return {n: {0: f"{FIXED}2", 1: f"{BATCH}*{t.shape[1] / batch:g}"} if edges(n, t)
+            else {0: symbol(n, t, s)} for n, t, s in zip(names, tensors, sizes) if s}

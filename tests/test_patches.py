@@ -101,7 +101,8 @@ def test_weighted_bags_keep_their_ids_and_weights_to_the_batch():
 def test_a_graphs_nodes_are_its_batch_and_its_edges_keep_their_rows():
     """A graph network's nodes [N, F] beside its edges [2, E]: the tie went to the smaller dim
     0, so the edges' 2 was the batch and the model failed to convert ("Mismatch between the
-    sum of 'split' (2) and the split dimension of the input (64)")."""
+    sum of 'split' (2) and the split dimension of the input (64)"). The edges keep their
+    count to the nodes."""
     class Gcn(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -114,7 +115,7 @@ def test_a_graphs_nodes_are_its_batch_and_its_edges_keep_their_rows():
 
     graph = from_torch(Gcn(), (torch.randn(100, 16), torch.randint(0, 100, (2, 400))))
     seq = convert(graph, batch_size=64)
-    assert seq.meta["inputs"] == {"input0": [64, 16], "input1": [2, 400]}
+    assert seq.meta["inputs"] == {"input0": [64, 16], "input1": [2, 256]}
     assert converted_batch(seq) == 64
     assert batch_of({"x": [100, 16], "e": [2, 400]}, integer={"e"}) == 100  # before: 2
 
@@ -182,6 +183,35 @@ def test_quantization_aware_training_says_to_export_the_float_model():
     with pytest.raises(ConversionError, match="export the float model") as e:
         from_torch(Qat(), torch.randn(2, 8))
     assert "no labels given" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_graphs_edges_keep_their_count_to_its_nodes_at_any_batch():
+    """A graph network given its nodes' features [N, F] and its edges (`edge_index` [2, E]):
+    the edges stayed at the example's E whatever --batch-size (the nodes) asked, so a batch of
+    twice the nodes was priced with half the messages each."""
+    class Gcn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 16)
+
+        def forward(self, x, edges):  # [N, 8], [2, E] -> [N, 16]
+            h = self.lin(x)
+            return torch.zeros_like(h).index_add(0, edges[1], h[edges[0]])  # the messages
+
+    graph = from_torch(Gcn(), (torch.randn(10, 8), torch.randint(0, 10, (2, 30))))
+    dims = [[d.dim_param for d in i.type.tensor_type.shape.dim] for i in graph.graph.input[:2]]
+    assert dims == [["batch", ""], ["fixed:2", "batch*3"]]
+    for nodes in (10, 64):
+        seq = convert(graph, batch_size=nodes)
+        assert seq.meta["inputs"] == {"input0": [nodes, 8], "input1": [2, 3 * nodes]}
+        gathers = [i for i, op in enumerate(seq.op_names.tolist()) if op == "Gather"]
+        rows = seq.config[gathers, CONFIG_FIELDS.index("out_numel")].max()
+        assert rows == 3 * nodes * 16  # every edge's message gathered
+        check_converted(seq, nodes)
+    with pytest.raises(ConversionError, match=r"or --batch-size N for dim 0"):
+        convert(graph)
+    ids = from_torch(torch.nn.Embedding(10, 4), torch.randint(0, 10, (2, 30)))  # tokens [2, T]
+    assert [d.dim_param for d in ids.graph.input[0].type.tensor_type.shape.dim] == ["batch", ""]
 
 
 @pytest.mark.parametrize("symbol,batch,size", [
