@@ -318,9 +318,9 @@ def loss(node: NodeView) -> Cost:
     return Cost(per * _in(node), 1.0, dict(axis=1))
 
 
-@register("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
-          "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin", "CumSum", "TopK",
-          testcases=(
+@register("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+          "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin",
+          "CumSum", "TopK", testcases=(
     (dict(op_type="ReduceMean", attrs=dict(axes=[1]), in_shapes=[(4, 6)],
           out_shapes=[(4, 1)]), 24),
 ))

@@ -5,8 +5,8 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 7  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
-# 6: ChunkScan; 7: CausalConv1d, GatedRMSNorm
+VOCAB_VERSION = 8  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
+# 6: ChunkScan; 7: CausalConv1d, GatedRMSNorm; 8: ReduceL1, ReduceLogSum
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -52,6 +52,8 @@ _OP_TYPES = (
     "ChunkScan",
     # appended in version 7: not ONNX ops; Mamba-2's causal conv1d and gated RMSNorm
     "CausalConv1d", "GatedRMSNorm",
+    # appended in version 8: `x.norm(p=1)` (DBRX's router), log of a sum
+    "ReduceL1", "ReduceLogSum",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES

@@ -73,3 +73,24 @@ def test_every_operator_trait_is_of_a_known_type_and_kernel():
     repo = Path(__file__).resolve().parents[1]
     for f in ("mdot_jax/gpu/spec_sheet.py", "mdot_jax/serving/memory.py"):
         assert not re.search(r"\{\s*\"(Relu|Softmax|Add|Concat|Conv)\"", (repo / f).read_text())
+
+
+def test_an_l1_norm_is_a_known_reduction():
+    """`x.norm(p=1, dim=-1)` (DBRX's router normalising its top-k weights) exports as
+    ReduceL1, which the converter did not know: its FLOPs not counted, a warning per layer."""
+    torch = pytest.importorskip("torch")
+    from converters import from_torch
+
+    class Normed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 4)
+
+        def forward(self, x):  # [B, 8] -> [B, 4]
+            y = self.lin(x)
+            return y / y.norm(p=1, dim=-1, keepdim=True)
+
+    seq = convert(from_torch(Normed(), torch.randn(2, 8)), batch_size=3)
+    assert seq.unknown_ops == {}
+    at = seq.op_names.tolist().index("ReduceL1")
+    assert seq.load[at, LOAD_FIELDS.index("fwd_flops")] == 3 * 4  # one op per element
