@@ -115,14 +115,25 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if target_len is not None and not cfg.is_encoder_decoder:
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is a "
                               "causal LM, whose targets are its inputs (--seq-len)")
+    audio = _audio(transformers, model, where, kind)
+    if audio and target_len is not None:
+        raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} "
+                              f"transcribes its {audio[1]} frames of audio into --seq-len "
+                              "tokens: give seq_len alone")
     step = type(model).forward  # what a language model trains on: the loss of its own tokens
 
     def loss(self: Any, input_ids: Any) -> Any:
         return step(self, input_ids=input_ids, labels=input_ids if target_len is None
                     else input_ids.new_zeros((input_ids.shape[0], target_len))).loss
 
-    model.forward = types.MethodType(loss, model)  # bound: a copy of the model (the exporter's
-    # CPU fallback) calls its own
+    def transcribed(self: Any, input_features: Any, labels: Any) -> Any:
+        return step(self, input_features=input_features, labels=labels).loss
+
+    # bound: a copy of the model (the exporter's CPU fallback) calls its own
+    model.forward = types.MethodType(transcribed if audio else loss, model)
+    tokens = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
+    example, names = ((torch.zeros(1, *audio), tokens), ["input_features", "labels"]) if audio \
+        else (tokens, ["input_ids"])
     defaulted = _defaulted(cfg, fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
         (v for k, v in settings.items() if k in TOP_K_FIELDS and isinstance(v, int)), 1))
@@ -135,8 +146,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         ROUTED.clear()
         try:
             with adapted(model):
-                onnx_model = from_torch(model, torch.zeros(1, seq_len, dtype=torch.long),
-                                        input_names=["input_ids"])
+                onnx_model = from_torch(model, example, input_names=names)
         except ConversionError:  # a table or bias built for fewer positions: say which
             tokens = max(seq_len, target_len or 0)
             short = [(k, v) for k, v in settings.items() if k in LENGTH_FIELDS
@@ -159,7 +169,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
 
     stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0))
     with adapted(model):  # as exported
-        unrolls = _unrolls_tokens(model, stack)
+        unrolls = not audio and _unrolls_tokens(model, stack)
     if unrolls:
         raise ConversionError(
             f"{where}: model_type {kind!r} exports as a loop over its tokens (a recurrence, such "
@@ -194,16 +204,34 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
 
 
 def _language_model(transformers: Any, cfg: Any) -> Any:
-    """The auto class that builds `cfg`'s language model: an encoder-decoder's, else a causal
-    LM's, else (an encoder alone: ModernBERT, DistilBERT, ALBERT) a masked LM's; None where
-    transformers has none of them."""
+    """The auto class that builds `cfg`'s language model: an encoder-decoder's (a speech
+    recogniser's: Whisper), else a causal LM's, else (an encoder alone: ModernBERT,
+    DistilBERT, ALBERT) a masked LM's; None where transformers has none of them."""
     from transformers.models.auto import modeling_auto as auto
 
-    options = [(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING, transformers.AutoModelForSeq2SeqLM)
+    options = [(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING, transformers.AutoModelForSeq2SeqLM),
+               (auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING, transformers.AutoModelForSpeechSeq2Seq)
                ] if cfg.is_encoder_decoder else [
         (auto.MODEL_FOR_CAUSAL_LM_MAPPING, transformers.AutoModelForCausalLM),
         (auto.MODEL_FOR_MASKED_LM_MAPPING, transformers.AutoModelForMaskedLM)]
     return next((cls for mapping, cls in options if type(cfg) in mapping), None)
+
+
+def _audio(transformers: Any, model: Any, where: str, kind: str) -> tuple[int, int] | None:
+    """One sample's audio features [mel bins, frames] where `model` is a speech recogniser
+    (Whisper: every clip padded to its encoder's 2 x `max_source_positions` frames); None for
+    a language model."""
+    from transformers.models.auto import modeling_auto as auto
+
+    if type(model.config) not in auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING:
+        return None
+    cfg = model.config
+    bins, positions = (getattr(cfg, f, None) for f in ("num_mel_bins", "max_source_positions"))
+    if model.main_input_name != "input_features" or not isinstance(bins, int) or \
+            not isinstance(positions, int):
+        raise ConversionError(f"{where}: model_type {kind!r} takes audio its config does not "
+                              "size: export the model itself with converters.from_torch")
+    return bins, 2 * positions
 
 
 # a graph two nodes a token or more larger at the second length unrolls a loop over the tokens
@@ -270,7 +298,7 @@ def _windows(model: Any, cfg: Any) -> list[int]:
 
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)
 LENGTH_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "n_ctx",
-                 "seq_length", "max_sequence_length")
+                 "seq_length", "max_sequence_length", "max_target_positions")
 # the fields that set a causal LM's size: left out of a config.json, transformers' defaults
 # (a 7B Llama's, a 124M GPT-2's) build the model, which the user should hear
 MAX_LAYERS = 2048  # a stack deeper than this is refused (`_check_shape`)

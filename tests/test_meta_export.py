@@ -721,6 +721,44 @@ def test_an_encoder_decoders_targets_may_be_shorter_than_its_inputs(tmp_path, ca
     assert "--target-len: an encoder-decoder's config.json takes it" in capsys.readouterr().err
 
 
+def test_a_speech_recognisers_config_exports_its_transcription_step(tmp_path):
+    """Whisper's config.json was refused ("has no causal, masked or sequence-to-sequence
+    language model"): it trains on its audio features [B, mel bins, 2 x max_source_positions
+    frames] (every clip padded to 30 s) and --seq-len target tokens."""
+    import torch
+    import transformers
+
+    from converters import convert, from_hf_config
+    from mdot_jax import TrainingJob, predict
+
+    whisper = dict(model_type="whisper", d_model=64, encoder_layers=2, decoder_layers=2,
+                   encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                   decoder_ffn_dim=128, vocab_size=512, num_mel_bins=80, pad_token_id=0,
+                   bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+                   max_source_positions=100, max_target_positions=64)
+    graph = from_hf_config(whisper, seq_len=16)
+    short, long = (convert(graph, batch_size=2, seq_len=t, fuse=True) for t in (16, 48))
+    assert long.meta["inputs"] == {"input_features": [2, 80, 200], "labels": [2, 48]}
+    with torch.device("meta"):
+        model = transformers.AutoModelForSpeechSeq2Seq.from_config(
+            transformers.AutoConfig.for_model(**whisper))
+    assert short.params == sum(p.numel() for p in model.parameters())
+    assert short.flops < long.flops < 3 * short.flops  # the encoder's work stays
+    with pytest.raises(ConversionError, match="transcribes its 200 frames of audio into "
+                                              "--seq-len tokens"):
+        from_hf_config(whisper, seq_len=16, target_len=8)
+    with pytest.raises(ConversionError, match="65 tokens are more than its "
+                                              "max_target_positions"):
+        from_hf_config(whisper, seq_len=65)
+    (tmp_path / "config.json").write_text(json.dumps(whisper))
+    for device in (None, "h100-sxm"):  # --seq-len is its targets' length, not its audio's
+        assert predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=16,
+                                   batch_size=2, device=device)).iteration_ms > 0
+    with pytest.raises(ConversionError, match="'moonshine' takes audio its config does not "
+                                              "size: export the model itself"):
+        from_hf_config(dict(model_type="moonshine", num_hidden_layers=2), seq_len=16)
+
+
 def test_a_cohere_config_converts():
     """torch's repeat_interleave symbolic normalised a negative dim in the constant the graph
     pools, so every later -1 took its value: Cohere's interleaved rotary made its rotate_half's

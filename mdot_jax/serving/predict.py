@@ -456,11 +456,14 @@ def check_converted(seq: OperatorSequence, batch_size: int, image_size: int | No
                            f"converted at batch {batch}; convert the model at batch "
                            f"{batch_size} instead", "batch_size")
     have = input_size_of(seq)
+    ints = seq.meta.get("integer_inputs", ())  # token ids beside audio (Whisper's targets)
+    tokens = next((s[-1] for n, s in seq.meta.get("inputs", {}).items()
+                   if n in ints and len(s) == 2), have)
     for field, size, fits in (("image_size", image_size, (have,)),
-                              ("seq_len", seq_len, (have, have * cp))):
+                              ("seq_len", seq_len, (tokens, tokens * cp))):
         if size and size not in fits:
             raise RequestError(f"{field} {size}: the operator sequence {seq.name!r} was "
-                               f"converted at input size {have}; convert the model at "
+                               f"converted at input size {fits[0]}; convert the model at "
                                f"{size} instead", field)
 
 
