@@ -6,6 +6,7 @@ weights allocated, nothing fetched), exported as its training step (`converters.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import sys
@@ -265,8 +266,9 @@ def _unrolls_tokens(model: Any, stack: tuple[str, Any] | None) -> bool:
     with _first_layers(model, stack, 1):
         key = frozenset(type(m).__qualname__ for m in model.modules())
         if key not in _UNROLLS:
-            try:
-                short, long = (len(from_torch(model, torch.zeros(1, n, dtype=torch.long))
+            probe = copy.deepcopy(model)  # a forward may change its model: BigBird's sets
+            try:  # its attention dense below its blocks' size, on the layers it then holds
+                short, long = (len(from_torch(probe, torch.zeros(1, n, dtype=torch.long))
                                    .graph.node) for n in PROBE_TOKENS)
             except ConversionError:
                 return False

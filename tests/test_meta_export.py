@@ -759,6 +759,21 @@ def test_a_speech_recognisers_config_exports_its_transcription_step(tmp_path):
         from_hf_config(dict(model_type="moonshine", num_hidden_layers=2), seq_len=16)
 
 
+def test_a_model_whose_forward_changes_it_is_probed_on_a_copy():
+    """BigBird sets its attention dense when a sequence is shorter than its sparse blocks: the
+    probe for recurrences (8 and 24 tokens, its first layer alone) switched the model and that
+    layer, the other layers stayed sparse, and no BigBird of more than two layers exported at
+    any length ("gather(): argument 'input' (position 1) must be Tensor, not NoneType")."""
+    from converters import convert, from_hf_config
+
+    bird = dict(model_type="big_bird", is_decoder=True, hidden_size=64, num_hidden_layers=4,
+                num_attention_heads=4, intermediate_size=128, vocab_size=512, block_size=16,
+                num_random_blocks=2, max_position_embeddings=1024)
+    dense, sparse = (convert(from_hf_config(bird, seq_len=t), batch_size=2, fuse=True)
+                     for t in (64, 512))
+    assert dense.params == sparse.params and sparse.flops > dense.flops
+
+
 def test_a_cohere_config_converts():
     """torch's repeat_interleave symbolic normalised a negative dim in the constant the graph
     pools, so every later -1 took its value: Cohere's interleaved rotary made its rotate_half's
