@@ -29,6 +29,7 @@ from converters.sequence import (
     EAGER_KEY,
     EXPERTS_KEY,
     FROZEN_KEY,
+    HEAD_KEY,
     PARAMS_KEY,
     SDPA_KEY,
     SLIDING_KEY,
@@ -88,7 +89,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         routed = not balanced(cfg) and experts > 1  # experts: as balanced routing
         if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
-        auto = _language_model(transformers, cfg)
+        head = None if cfg.is_encoder_decoder else _head(transformers, cfg)
+        auto = head[0] if head else _language_model(transformers, cfg)
         if auto is None:
             raise ConversionError(
                 f"{where}: model_type {kind!r} has no causal, masked or sequence-to-sequence "
@@ -123,9 +125,12 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                               "tokens: give seq_len alone")
     step = type(model).forward  # what a language model trains on: the loss of its own tokens
 
+    rank = head[1] if head else 0  # a classifier's labels: [B], or [B, T] a token each
+
     def loss(self: Any, input_ids: Any) -> Any:
-        return step(self, input_ids=input_ids, labels=input_ids if target_len is None
-                    else input_ids.new_zeros((input_ids.shape[0], target_len))).loss
+        labels = input_ids.new_zeros(input_ids.shape[:rank]) if rank else input_ids \
+            if target_len is None else input_ids.new_zeros((input_ids.shape[0], target_len))
+        return step(self, input_ids=input_ids, labels=labels).loss
 
     def transcribed(self: Any, input_features: Any, labels: Any) -> Any:
         return step(self, input_features=input_features, labels=labels).loss
@@ -141,7 +146,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     said = {DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
             SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA
-            SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows)}
+            SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows),
+            HEAD_KEY: head and json.dumps(dict(head=type(model).__name__, labels=cfg.num_labels))}
 
     def export() -> onnx.ModelProto:
         ROUTED.clear()
@@ -202,6 +208,27 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if missed := unread(model, {i.name for i in onnx_model.graph.input}):  # of them all
         onnx_model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     return onnx_model
+
+
+# a config's `architectures` naming a classifier: what it trains, its labels' rank (one a
+# sequence, one a token) and transformers' mapping of the configs that build it
+HEADS = (("ForSequenceClassification", 1, "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
+          "AutoModelForSequenceClassification"),
+         ("ForTokenClassification", 2, "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
+          "AutoModelForTokenClassification"))
+
+
+def _head(transformers: Any, cfg: Any) -> tuple[Any, int] | None:
+    """The auto class of the classifier `cfg.architectures` names (a Llama or BERT fine-tuned
+    to classify: its head and loss, not a language model's) and its labels' rank; None where
+    it names none that transformers builds for `cfg`."""
+    from transformers.models.auto import modeling_auto as auto
+
+    for arch in getattr(cfg, "architectures", None) or ():
+        for suffix, rank, mapping, cls in HEADS:
+            if arch.endswith(suffix) and type(cfg) in getattr(auto, mapping):
+                return getattr(transformers, cls), rank
+    return None
 
 
 def _language_model(transformers: Any, cfg: Any) -> Any:

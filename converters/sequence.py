@@ -65,12 +65,12 @@ CHECKPOINTED_KEY = "mdot.checkpointed"  # model metadata: its code checkpoints a
 UNREAD_KEY = "mdot.unread"  # model metadata: parameters the traced step never reads (JSON)
 BATCH_KEY = "mdot.batch_inputs"  # model metadata: the data inputs whose dim 0 is the batch
 PACKED_KEY = "mdot.packed"  # model metadata: recurrent layers given packed sequences (JSON)
+HEAD_KEY = "mdot.head"  # model metadata: the classifier a config.json's architectures named
 JSON_KEYS = dict(experts=EXPERTS_KEY, defaulted=DEFAULTED_KEY, sliding_window=SLIDING_KEY,
-                 state_space=STATE_SPACE_KEY, unread=UNREAD_KEY, packed=PACKED_KEY,
+                 state_space=STATE_SPACE_KEY, unread=UNREAD_KEY, packed=PACKED_KEY, head=HEAD_KEY,
                  batch_inputs=BATCH_KEY, selected=SELECTED_KEY)  # meta field: JSON metadata
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
-SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: the Softmax nodes (ordinals, in graph order)
-# of scaled_dot_product_attention calls; the others the model's code computes itself
+SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: scaled_dot_product_attention's Softmax ordinals
 FORMAT_VERSION = 1
 INPUT_KINDS = ((4, "image"), (3, "signal"), (2, "tokens"))  # data input rank -> kind, in order
 

@@ -45,7 +45,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         check_lora,
         config_graph,
         config_name,
-        defaults_said,
+        config_said,
         is_config,
     )
 
@@ -72,7 +72,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
                    unknown_ops=seq.unknown_ops,
                    dropped_nodes=seq.meta["dropped_nodes"], graph=seq.meta["graph"],
                    output=args.output, **{k: seq.meta[k] for k in (
-                       "experts", "defaulted", "linear_attention", "sparse_attention")
+                       "experts", "defaulted", "head", "linear_attention", "sparse_attention")
                        if k in seq.meta})
     if args.json:
         print(json.dumps(summary))
@@ -84,7 +84,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
              if summary["trained_params"] < seq.params else ""))
     print(f"inputs: {', '.join(f'{k}={v}' for k, v in seq.meta['inputs'].items())}; "
           f"{seq.meta['dropped_nodes']} shape/constant nodes dropped")
-    if said := defaults_said(seq):
+    for said in config_said(seq):
         print(said)
     if moe := seq.meta.get("experts"):
         print(f"experts: {moe['experts']}, top {moe['top_k']}, in "

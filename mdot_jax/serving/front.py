@@ -25,7 +25,7 @@ from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.by_checkpoint import Checkpoint
 from mdot_jax.serving.memory import OPTIMIZER_STATE, held_optimizer
-from mdot_jax.serving.model_source import cut, defaults_said, is_config, sequence
+from mdot_jax.serving.model_source import config_said, cut, is_config, sequence
 from mdot_jax.serving.predict import input_size_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import FIELDS, TrainingJob
@@ -135,8 +135,7 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                      "masked, the indexer's per-head scores in fp32 kept for a backward "
                      "(DeepSeek's sparse and FP8 kernels do neither): slower and larger than "
                      "those at long sequences")
-    if said := defaults_said(seq):
-        about.append(said)
+    about += config_said(seq)
     if unread := seq.meta.get("unread"):
         about.append(f"{unread['params']:,} more of the model's parameters (in "
                      f"{', '.join(unread['in'])}) are read by none of the exported step's "

@@ -29,13 +29,19 @@ from mdot_jax.serving.predict import check_converted, input_size_of
 from mdot_jax.serving.request import TrainingJob
 
 
-def defaults_said(seq: OperatorSequence) -> str | None:
-    """What transformers' defaults filled in where a config.json is short of the model's
-    shape, in one line; None where it gave every field."""
-    defaulted = seq.meta.get("defaulted")
-    return ("the config gives no " + ", ".join(defaulted) + ": transformers' defaults built "
-            "the model (" + ", ".join(f"{k} {v:,}" for k, v in defaulted.items()) + ")"
-            ) if defaulted else None
+def config_said(seq: OperatorSequence) -> list[str]:
+    """What a config.json decided beyond the model's shape, a line each: the classifier its
+    architectures named, and what transformers' defaults filled in where it is short of the
+    shape."""
+    said = []
+    if head := seq.meta.get("head"):
+        said.append(f"trained as {head['head']} (the config's architectures), {head['labels']} "
+                    "labels: its classification head and loss, not a language model's")
+    if defaulted := seq.meta.get("defaulted"):
+        said.append("the config gives no " + ", ".join(defaulted) + ": transformers' defaults "
+                    "built the model (" + ", ".join(f"{k} {v:,}" for k, v in defaulted.items())
+                    + ")")
+    return said
 
 
 def cut(job: TrainingJob) -> TrainingJob:
