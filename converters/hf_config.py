@@ -39,9 +39,9 @@ from converters.sequence import (
 
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
                  "moe_num_experts")
+# the experts a token goes to, where no experts layer traced says it
 TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k",
-                "moe_top_k")  # the
-# experts a token goes to, where no experts layer traced says it
+                "moe_top_k")
 
 
 def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
