@@ -53,8 +53,11 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     graph at `seq_len` tokens with the loss of its own tokens as labels: a causal LM's next
     tokens, an encoder alone's (DistilBERT's, ModernBERT's) masked-LM loss over every position,
     an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) `target_len` targets
-    (default: as many as its inputs), its decoder fed them shifted right (`from_torch`;
-    `convert(..., seq_len=...)` predicts at other lengths up to the model's positions).
+    (default: as many as its inputs), its decoder fed them shifted right; a speech
+    recogniser's (Whisper's) `seq_len` target tokens from its audio features; a classifier's
+    that its `architectures` names (`...ForSequenceClassification`), its labels' loss
+    (`from_torch`; `convert(..., seq_len=...)` predicts at other lengths up to the model's
+    positions).
     `overrides` change config fields (e.g. `num_hidden_layers=2`, per-layer lists cut to
     it). Any size exports without allocating weights; with `repeat`, a stack of identical
     layers (or of a pattern of kinds) is traced with two (two periods) and repeated in the
