@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     tokens, an encoder alone's (DistilBERT's, ModernBERT's) masked-LM loss over every position,
     an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) `target_len` targets
     (default: as many as its inputs), its decoder fed them shifted right; a speech
-    recogniser's (Whisper's) `seq_len` target tokens from its audio features; a classifier's
+    recogniser's (Whisper's) `seq_len` target tokens from its audio features; a task head's
     that its `architectures` names (`...ForSequenceClassification`), its labels' loss
     (`from_torch`; `convert(..., seq_len=...)` predicts at other lengths up to the model's
     positions).
@@ -128,12 +128,11 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                               "tokens: give seq_len alone")
     step = type(model).forward  # what a language model trains on: the loss of its own tokens
 
-    rank = head[1] if head else 0  # a classifier's labels: [B], or [B, T] a token each
-
     def loss(self: Any, input_ids: Any) -> Any:
-        labels = input_ids.new_zeros(input_ids.shape[:rank]) if rank else input_ids \
-            if target_len is None else input_ids.new_zeros((input_ids.shape[0], target_len))
-        return step(self, input_ids=input_ids, labels=labels).loss
+        if head:
+            return step(self, input_ids=input_ids, **head[1](input_ids)).loss
+        return step(self, input_ids=input_ids, labels=input_ids if target_len is None
+                    else input_ids.new_zeros((input_ids.shape[0], target_len))).loss
 
     def transcribed(self: Any, input_features: Any, labels: Any) -> Any:
         return step(self, input_features=input_features, labels=labels).loss
@@ -150,7 +149,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
             SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA
             SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows),
-            HEAD_KEY: head and json.dumps(dict(head=type(model).__name__, labels=cfg.num_labels))}
+            HEAD_KEY: head and json.dumps(dict(head=(name := type(model).__name__), labels=None
+                                               if name.endswith("Answering") else cfg.num_labels))}
 
     def export() -> onnx.ModelProto:
         ROUTED.clear()
@@ -213,24 +213,29 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     return onnx_model
 
 
-# a config's `architectures` naming a classifier: what it trains, its labels' rank (one a
-# sequence, one a token) and transformers' mapping of the configs that build it
-HEADS = (("ForSequenceClassification", 1, "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
-          "AutoModelForSequenceClassification"),
-         ("ForTokenClassification", 2, "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
-          "AutoModelForTokenClassification"))
+# a config's `architectures` naming a task head: transformers' mapping of the configs that
+# build it, its auto class and its labels for token ids [B, T] (a class a sequence, a token,
+# or where an answer starts and ends)
+HEADS = (
+    ("ForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
+     "AutoModelForSequenceClassification", lambda ids: dict(labels=ids.new_zeros(ids.shape[:1]))),
+    ("ForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
+     "AutoModelForTokenClassification", lambda ids: dict(labels=ids.new_zeros(ids.shape))),
+    ("ForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING",
+     "AutoModelForQuestionAnswering", lambda ids: dict(start_positions=ids.new_zeros(
+         ids.shape[:1]), end_positions=ids.new_zeros(ids.shape[:1]))))
 
 
-def _head(transformers: Any, cfg: Any) -> tuple[Any, int] | None:
-    """The auto class of the classifier `cfg.architectures` names (a Llama or BERT fine-tuned
-    to classify: its head and loss, not a language model's) and its labels' rank; None where
-    it names none that transformers builds for `cfg`."""
+def _head(transformers: Any, cfg: Any) -> tuple[Any, Callable[[Any], dict]] | None:
+    """The auto class of the task head `cfg.architectures` names (a Llama or BERT fine-tuned
+    to classify or to answer: its head and loss, not a language model's) and its labels; None
+    where it names none that transformers builds for `cfg`."""
     from transformers.models.auto import modeling_auto as auto
 
     for arch in getattr(cfg, "architectures", None) or ():
-        for suffix, rank, mapping, cls in HEADS:
+        for suffix, mapping, cls, labels in HEADS:
             if arch.endswith(suffix) and type(cfg) in getattr(auto, mapping):
-                return getattr(transformers, cls), rank
+                return getattr(transformers, cls), labels
     return None
 
 

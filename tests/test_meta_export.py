@@ -774,32 +774,36 @@ def test_a_model_whose_forward_changes_it_is_probed_on_a_copy():
     assert dense.params == sparse.params and sparse.flops > dense.flops
 
 
-@pytest.mark.parametrize("kind, arch, fields", [
-    ("llama", "LlamaForSequenceClassification", DECODER),
-    ("bert", "BertForTokenClassification", dict(hidden_size=64, num_hidden_layers=2,
-                                                num_attention_heads=4, vocab_size=256))])
-def test_a_classifiers_config_trains_its_head_not_a_language_models(kind, arch, fields):
+BERT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=256)
+
+
+@pytest.mark.parametrize("kind, arch, fields, labels", [
+    ("llama", "LlamaForSequenceClassification", DECODER, ", 3 labels"),
+    ("bert", "BertForTokenClassification", BERT, ", 3 labels"),
+    ("bert", "BertForQuestionAnswering", BERT, "")])
+def test_a_classifiers_config_trains_its_head_not_a_language_models(kind, arch, fields, labels):
     """A fine-tuned classifier's config.json names it in `architectures` (a reward model, a
-    BERT classifier): it was priced as its language model, the vocabulary's logits and their
-    loss in place of a few labels' (Llama 7B: 131M parameters of head, a fifth of a short
-    sequence's work)."""
+    BERT classifier, SQuAD's answer spans): it was priced as its language model, the
+    vocabulary's logits and their loss in place of a few labels' (Llama 7B: 131M parameters of
+    head, a fifth of a short sequence's work)."""
     import torch
     import transformers
 
     from converters import convert, from_hf_config
     from mdot_jax import TrainingJob, predict
 
-    config = dict(fields, model_type=kind, intermediate_size=128, num_labels=3)
+    config = dict(fields, model_type=kind, intermediate_size=128, num_labels=3 if labels else 2)
     lm, classifier = (convert(from_hf_config(dict(config, **named), seq_len=32), batch_size=2,
                               fuse=True) for named in ({}, dict(architectures=[arch])))
     cfg = transformers.AutoConfig.for_model(**config)
     with torch.device("meta"):
         model = getattr(transformers, arch)._from_config(cfg)
     assert classifier.params == sum(p.numel() for p in model.parameters()) < lm.params
-    assert classifier.meta["head"] == dict(head=arch, labels=3) and "head" not in lm.meta
-    assert classifier.flops < lm.flops
+    assert classifier.meta["head"] == dict(head=arch, labels=3 if labels else None)
+    assert classifier.flops < lm.flops and "head" not in lm.meta
     p = predict(TrainingJob(model=classifier, batch_size=2, device="h100-sxm"))
-    assert f"trained as {arch} (the config's architectures), 3 labels" in " ".join(p.warnings)
+    assert f"trained as {arch} (the config's architectures){labels}: its head and loss" in \
+        " ".join(p.warnings)
 
 
 def test_a_cohere_config_converts():

@@ -35,8 +35,9 @@ def config_said(seq: OperatorSequence) -> list[str]:
     shape."""
     said = []
     if head := seq.meta.get("head"):
-        said.append(f"trained as {head['head']} (the config's architectures), {head['labels']} "
-                    "labels: its classification head and loss, not a language model's")
+        labels = f", {head['labels']} labels" if head["labels"] else ""
+        said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
+                    "head and loss, not a language model's")
     if defaulted := seq.meta.get("defaulted"):
         said.append("the config gives no " + ", ".join(defaulted) + ": transformers' defaults "
                     "built the model (" + ", ".join(f"{k} {v:,}" for k, v in defaulted.items())
