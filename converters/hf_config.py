@@ -98,7 +98,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             raise ConversionError(
                 f"{where}: model_type {kind!r} has no causal, masked or sequence-to-sequence "
                 "language model in transformers (an image, audio or vision-language model's "
-                "config): export the model itself with converters.from_torch")
+                "config; an image classifier's names its `...ForImageClassification` in "
+                "architectures): export the model itself with converters.from_torch")
         if not routed:
             with torch.device("meta"):
                 model = auto.from_config(cfg)
@@ -127,21 +128,19 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                               f"transcribes its {audio[1]} frames of audio into --seq-len "
                               "tokens: give seq_len alone")
     step = type(model).forward  # what a language model trains on: the loss of its own tokens
+    main = model.main_input_name  # input_ids; pixel_values (an image classifier's); Whisper's
 
-    def loss(self: Any, input_ids: Any) -> Any:
-        if head:
-            return step(self, input_ids=input_ids, **head[1](input_ids)).loss
-        return step(self, input_ids=input_ids, labels=input_ids if target_len is None
-                    else input_ids.new_zeros((input_ids.shape[0], target_len))).loss
+    def loss(self: Any, x: Any, *targets: Any) -> Any:  # x: the main input [1, ...]
+        labels = dict(labels=targets[0]) if targets else head[1](x) if head else dict(
+            labels=x if target_len is None else x.new_zeros((x.shape[0], target_len)))
+        return step(self, **{main: x}, **labels).loss
 
-    def transcribed(self: Any, input_features: Any, labels: Any) -> Any:
-        return step(self, input_features=input_features, labels=labels).loss
-
-    # bound: a copy of the model (the exporter's CPU fallback) calls its own
-    model.forward = types.MethodType(transcribed if audio else loss, model)
+    model.forward = types.MethodType(loss, model)  # bound: a copy of the model (the exporter's
+    # CPU fallback) calls its own
     tokens = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
-    example, names = ((torch.zeros(1, *audio), tokens), ["input_features", "labels"]) if audio \
-        else (tokens, ["input_ids"])
+    example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
+        (torch.zeros(1, *_image(cfg, where, kind)), [main]) if main == "pixel_values"
+        else (tokens, [main]))
     defaulted = _defaulted(cfg, fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
         (v for k, v in settings.items() if k in TOP_K_FIELDS and isinstance(v, int)), 1))
@@ -160,7 +159,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         except ConversionError:  # a table or bias built for fewer positions: say which
             tokens = max(seq_len, target_len or 0)
             short = [(k, v) for k, v in settings.items() if k in LENGTH_FIELDS
-                     and isinstance(v, int) and 0 < v < tokens]
+                     and isinstance(v, int) and 0 < v < tokens and main != "pixel_values"]
             if not short:
                 raise
             field, most = short[0]
@@ -179,7 +178,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
 
     stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0))
     with adapted(model):  # as exported
-        unrolls = not audio and _unrolls_tokens(model, stack)
+        unrolls = main == "input_ids" and _unrolls_tokens(model, stack)
     if unrolls:
         raise ConversionError(
             f"{where}: model_type {kind!r} exports as a loop over its tokens (a recurrence, such "
@@ -213,6 +212,25 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     return onnx_model
 
 
+IMAGE_HEAD = "ForImageClassification"  # an image classifier's config: no tokens, its image's
+
+
+def reads_images(config: dict) -> bool:
+    """Whether a config.json's fields (`config`) name an image classifier (ViT, Swin,
+    ConvNeXt fine-tuned: `architectures`), trained on its images, not on tokens."""
+    return any(str(a).endswith(IMAGE_HEAD) for a in config.get("architectures") or ())
+
+
+def _image(cfg: Any, where: str, kind: str) -> tuple[int, int, int]:
+    """An image classifier's input image [channels, height, width], as its config builds it."""
+    side, channels = getattr(cfg, "image_size", None), getattr(cfg, "num_channels", 3)
+    sides = [side] * 2 if isinstance(side, int) else list(side or ())
+    if len(sides) != 2 or not all(isinstance(d, int) and d > 0 for d in sides + [channels]):
+        raise ConversionError(f"{where}: model_type {kind!r} gives no image_size: set "
+                              "image_size in the config (the side its images train at)")
+    return channels, sides[0], sides[1]
+
+
 # a config's `architectures` naming a task head: transformers' mapping of the configs that
 # build it, its auto class and its labels for token ids [B, T] (a class a sequence, a token,
 # or where an answer starts and ends)
@@ -223,7 +241,9 @@ HEADS = (
      "AutoModelForTokenClassification", lambda ids: dict(labels=ids.new_zeros(ids.shape))),
     ("ForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING",
      "AutoModelForQuestionAnswering", lambda ids: dict(start_positions=ids.new_zeros(
-         ids.shape[:1]), end_positions=ids.new_zeros(ids.shape[:1]))))
+         ids.shape[:1]), end_positions=ids.new_zeros(ids.shape[:1]))),
+    (IMAGE_HEAD, "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING", "AutoModelForImageClassification",
+     lambda pixels: dict(labels=pixels.new_zeros(pixels.shape[:1]).long())))
 
 
 def _head(transformers: Any, cfg: Any) -> tuple[Any, Callable[[Any], dict]] | None:

@@ -182,7 +182,7 @@ def _infers(model: onnx.ModelProto, label: str, input_shapes=None, batch_size=No
     copy.CopyFrom(model)
     try:
         concretise(copy, input_shapes or {}, batch_size, image_size, seq_len, label)
-        _infer(copy, label)
+        _shaped(copy, label)
     except ConversionError:
         return False
     return True
@@ -234,7 +234,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
     try:
-        model = _infer(model, label)
+        model = _shaped(model, label)
     except ConversionError:
         batches = {name: {0: dims[0]} for name, dims in changed.items() if 0 in dims}
         sizes = {name: moved for name, dims in changed.items()
@@ -244,8 +244,15 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
             if culprit and _infers(exported, label, input_shapes, **given):
                 raise ConversionError(baked(label, culprit, exported)) from None
         raise
-    for _ in range(MAX_FOLD_ROUNDS):  # fold what data propagation could not resolve, size
-        if not _unknown_shapes(model) or not (  # what the data decides
+    return model
+
+
+def _shaped(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """`model` with every shape inferred: what data propagation could not resolve folded, and
+    sized what the data decides."""
+    model = _infer(model, label)
+    for _ in range(MAX_FOLD_ROUNDS):
+        if not _unknown_shapes(model) or not (
                 _fold_shape_computations(model) or _decided_branches(model)
                 or sized(model, concrete_shapes(model.graph), label)):
             break

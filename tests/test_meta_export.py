@@ -806,6 +806,41 @@ def test_a_classifiers_config_trains_its_head_not_a_language_models(kind, arch, 
         " ".join(p.warnings)
 
 
+def test_an_image_classifiers_config_trains_on_its_images(tmp_path):
+    """A ViT fine-tuned to classify (`architectures`: `ViTForImageClassification`) was refused
+    ("has no causal, masked or sequence-to-sequence language model"), and any config wanted
+    --seq-len: it trains on images of its config's size, its labels' loss."""
+    import torch
+    import transformers
+
+    from converters import convert, from_hf_config
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    vit = dict(model_type="vit", architectures=["ViTForImageClassification"], hidden_size=64,
+               num_hidden_layers=3, num_attention_heads=4, intermediate_size=128,
+               image_size=64, patch_size=16, num_labels=10)
+    graph = from_hf_config(vit)
+    small, large = (convert(graph, batch_size=b, fuse=True) for b in (2, 6))
+    assert large.meta["inputs"] == {"pixel_values": [6, 3, 64, 64]}
+    assert large.flops == pytest.approx(3 * small.flops, rel=0.01)
+    with torch.device("meta"):
+        model = transformers.ViTForImageClassification._from_config(
+            transformers.AutoConfig.for_model(**vit))
+    assert small.params == sum(p.numel() for p in model.parameters())
+    assert small.meta["head"] == dict(head="ViTForImageClassification", labels=10)
+    with pytest.raises(ConversionError, match=r"depends on the size it was exported at .*"
+                                              r"predict at --image-size 64"):
+        convert(graph, batch_size=2, image_size=96)  # its position table's size
+    (tmp_path / "config.json").write_text(json.dumps(vit))
+    job = dict(model=str(tmp_path / "config.json"), batch_size=2, device="h100-sxm")
+    assert predict(TrainingJob(**job)).iteration_ms > 0  # no --seq-len wanted
+    with pytest.raises((RequestError, ConversionError), match="--seq-len 16 does not apply"):
+        predict(TrainingJob(seq_len=16, **job))
+    (tmp_path / "config.json").write_text(json.dumps(dict(vit, architectures=["ViTModel"])))
+    with pytest.raises(RequestError, match="seq_len: required"):
+        predict(TrainingJob(**job))
+
+
 def test_a_cohere_config_converts():
     """torch's repeat_interleave symbolic normalised a negative dim in the constant the graph
     pools, so every later -1 took its value: Cohere's interleaved rotary made its rotate_half's

@@ -25,7 +25,7 @@ from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.by_checkpoint import Checkpoint
 from mdot_jax.serving.memory import OPTIMIZER_STATE, held_optimizer
-from mdot_jax.serving.model_source import config_said, cut, is_config, sequence
+from mdot_jax.serving.model_source import config_input, config_said, cut, is_config, sequence
 from mdot_jax.serving.predict import input_size_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import FIELDS, TrainingJob
@@ -73,7 +73,7 @@ def _spec(job: TrainingJob) -> tuple[TrainingJob, tuple | None]:
     elif job.precision and job.layout == "nchw" and seen and job.precision not in seen:
         field, why = "precision", f"was trained at {', '.join(seen)} only"
     elif job.layout == "nchw" and (kinds := checkpoint_trained(None, "input_kinds")) and (
-            kind := "tokens" if is_config(job.model)  # a language model: not exported twice
+            kind := config_input(job.model) if is_config(job.model)  # not exported twice
             else sequence(job, job.batch_sizes[0], fusion_version(True)).input_kind
     ) not in kinds:
         field, why = "model", f"was trained on {' and '.join(kinds)} models only, not {kind}"

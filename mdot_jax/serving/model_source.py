@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import numpy as np
 import onnx
 
 from converters import ConversionError, OperatorSequence, convert, converts_the_same
+from converters.hf_config import reads_images
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import writers
@@ -209,16 +211,32 @@ def is_config(model: Any) -> bool:
 def config_graph(path: str | Path, seq_len: int | None, target_len: int | None = None,
                  lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None
                  ) -> onnx.ModelProto:
-    """The training graph of the language model a config.json describes, at `seq_len` tokens
-    (an encoder-decoder's targets: `target_len`, default as many), with LoRA adapters of
-    `lora_rank` on `lora_targets` where given (`converters.lora`)."""
-    if seq_len is None:
+    """The training graph of the model a config.json describes, at `seq_len` tokens (an
+    encoder-decoder's targets: `target_len`, default as many; an image classifier's: none,
+    its config's image), with LoRA adapters of `lora_rank` on `lora_targets` where given
+    (`converters.lora`)."""
+    file = config_file(path)
+    if seq_len is None and not reads_images(_fields(file)):
         raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                            "sample to export the model at)", "seq_len")
-    file = config_file(path)
     stat = file.stat() if file.is_file() else None  # the child says what is wrong with it
-    return _from_config(str(path), stat and (stat.st_mtime_ns, stat.st_size), seq_len,
+    return _from_config(str(path), stat and (stat.st_mtime_ns, stat.st_size), seq_len or 0,
                         target_len, lora_rank, lora_targets)
+
+
+def config_input(path: str | Path) -> str:
+    """The kind of input a config.json's model trains on, without exporting it: an image
+    classifier's images, else tokens."""
+    return "image" if reads_images(_fields(config_file(path))) else "tokens"
+
+
+def _fields(file: Path) -> dict:
+    """A config.json's fields; none where it cannot be read (the export says why)."""
+    try:
+        fields = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return fields if isinstance(fields, dict) else {}
 
 
 @functools.lru_cache(maxsize=2)
