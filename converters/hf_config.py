@@ -120,8 +120,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if lora_rank is not None:
         add_adapters(model, lora_rank, lora_targets)
     if target_len is not None and not cfg.is_encoder_decoder:
-        raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is a "
-                              "causal LM, whose targets are its inputs (--seq-len)")
+        raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is " + (
+            f"a {type(model).__name__}, trained on its labels" if head else
+            "a causal LM, whose targets are its inputs (--seq-len)"))
     audio = _audio(transformers, model, where, kind)
     if audio and target_len is not None:
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} "

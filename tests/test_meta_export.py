@@ -836,6 +836,9 @@ def test_an_image_classifiers_config_trains_on_its_images(tmp_path):
     assert predict(TrainingJob(**job)).iteration_ms > 0  # no --seq-len wanted
     with pytest.raises((RequestError, ConversionError), match="--seq-len 16 does not apply"):
         predict(TrainingJob(seq_len=16, **job))
+    with pytest.raises(ConversionError, match="'vit' is a ViTForImageClassification, trained on "
+                                              "its labels$"):
+        from_hf_config(vit, target_len=4)
     (tmp_path / "config.json").write_text(json.dumps(dict(vit, architectures=["ViTModel"])))
     with pytest.raises(RequestError, match="seq_len: required"):
         predict(TrainingJob(**job))
