@@ -13,7 +13,7 @@ import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 
@@ -93,7 +93,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
         head = None if cfg.is_encoder_decoder else _head(transformers, cfg)
-        auto = head[0] if head else _language_model(transformers, cfg)
+        auto = getattr(transformers, head.auto) if head else _language_model(transformers, cfg)
         if auto is None:
             raise ConversionError(
                 f"{where}: model_type {kind!r} has no causal, masked or sequence-to-sequence "
@@ -132,7 +132,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     main = model.main_input_name  # input_ids; pixel_values (an image classifier's); Whisper's
 
     def loss(self: Any, x: Any, *targets: Any) -> Any:  # x: the main input [1, ...]
-        labels = dict(labels=targets[0]) if targets else head[1](x) if head else dict(
+        labels = dict(labels=targets[0]) if targets else head.labels(x) if head else dict(
             labels=x if target_len is None else x.new_zeros((x.shape[0], target_len)))
         return step(self, **{main: x}, **labels).loss
 
@@ -149,8 +149,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
             SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA
             SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows),
-            HEAD_KEY: head and json.dumps(dict(head=(name := type(model).__name__), labels=None
-                                               if name.endswith("Answering") else cfg.num_labels))}
+            HEAD_KEY: head and json.dumps(dict(head=type(model).__name__,
+                                               labels=cfg.num_labels if head.classes else None))}
 
     def export() -> onnx.ModelProto:
         ROUTED.clear()
@@ -232,32 +232,40 @@ def _image(cfg: Any, where: str, kind: str) -> tuple[int, int, int]:
     return channels, sides[0], sides[1]
 
 
-# a config's `architectures` naming a task head: transformers' mapping of the configs that
-# build it, its auto class and its labels for token ids [B, T] (a class a sequence, a token,
-# or where an answer starts and ends)
+class Head(NamedTuple):
+    """A task head a config's `architectures` names (`suffix`): transformers' `mapping` of the
+    configs that build it, its `auto` class, its `labels` for the main input [B, ...] (a class
+    a sequence or a token, where an answer starts and ends), and whether `num_labels` counts
+    classes."""
+
+    suffix: str
+    mapping: str
+    auto: str
+    labels: Callable[[Any], dict]
+    classes: bool = True
+
+
 HEADS = (
-    ("ForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
-     "AutoModelForSequenceClassification", lambda ids: dict(labels=ids.new_zeros(ids.shape[:1]))),
-    ("ForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
-     "AutoModelForTokenClassification", lambda ids: dict(labels=ids.new_zeros(ids.shape))),
-    ("ForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING",
-     "AutoModelForQuestionAnswering", lambda ids: dict(start_positions=ids.new_zeros(
-         ids.shape[:1]), end_positions=ids.new_zeros(ids.shape[:1]))),
-    (IMAGE_HEAD, "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING", "AutoModelForImageClassification",
-     lambda pixels: dict(labels=pixels.new_zeros(pixels.shape[:1]).long())))
+    Head("ForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
+         "AutoModelForSequenceClassification", lambda x: dict(labels=x.new_zeros(x.shape[:1]))),
+    Head("ForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
+         "AutoModelForTokenClassification", lambda x: dict(labels=x.new_zeros(x.shape))),
+    Head("ForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING",
+         "AutoModelForQuestionAnswering", lambda x: dict(
+             start_positions=x.new_zeros(x.shape[:1]), end_positions=x.new_zeros(x.shape[:1])),
+         classes=False),
+    Head(IMAGE_HEAD, "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING", "AutoModelForImageClassification",
+         lambda x: dict(labels=x.new_zeros(x.shape[:1]).long())))
 
 
-def _head(transformers: Any, cfg: Any) -> tuple[Any, Callable[[Any], dict]] | None:
-    """The auto class of the task head `cfg.architectures` names (a Llama or BERT fine-tuned
-    to classify or to answer: its head and loss, not a language model's) and its labels; None
-    where it names none that transformers builds for `cfg`."""
+def _head(transformers: Any, cfg: Any) -> Head | None:
+    """The task head `cfg.architectures` names (a Llama or BERT fine-tuned to classify or to
+    answer: its head and loss, not a language model's); None where it names none that
+    transformers builds for `cfg`."""
     from transformers.models.auto import modeling_auto as auto
 
-    for arch in getattr(cfg, "architectures", None) or ():
-        for suffix, mapping, cls, labels in HEADS:
-            if arch.endswith(suffix) and type(cfg) in getattr(auto, mapping):
-                return getattr(transformers, cls), labels
-    return None
+    return next((h for arch in getattr(cfg, "architectures", None) or () for h in HEADS
+                 if arch.endswith(h.suffix) and type(cfg) in getattr(auto, h.mapping)), None)
 
 
 def _language_model(transformers: Any, cfg: Any) -> Any:
