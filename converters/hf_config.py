@@ -117,8 +117,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                               "which this transformers has no experts interface to export as "
                               "balanced routing (transformers 5 has)")
     check_dims(target_len=target_len)
-    if lora_rank is not None:
-        add_adapters(model, lora_rank, lora_targets)
+    if lora_rank is not None:  # a task head trained in full beside the adapters, as peft does
+        add_adapters(model, lora_rank, lora_targets, trained=HEAD_MODULES if head else ())
     if target_len is not None and not cfg.is_encoder_decoder:
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is " + (
             f"a {type(model).__name__}, trained on its labels" if head else
@@ -230,6 +230,9 @@ def _image(cfg: Any, where: str, kind: str) -> tuple[int, int, int]:
         raise ConversionError(f"{where}: model_type {kind!r} gives no image_size: set "
                               "image_size in the config (the side its images train at)")
     return channels, sides[0], sides[1]
+
+
+HEAD_MODULES = ("classifier", "score", "qa_outputs")  # peft's task models' `modules_to_save`
 
 
 class Head(NamedTuple):

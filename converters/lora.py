@@ -21,14 +21,16 @@ ALL_LINEAR = "all-linear"  # peft's name: every linear layer but the output head
 
 
 def add_adapters(model: Any, rank: int, targets: Sequence[str] = (ALL_LINEAR,),
-                 alpha: float | None = None) -> list[str]:
+                 alpha: float | None = None, trained: Sequence[str] = ()) -> list[str]:
     """`model` (a torch module, on any device) with LoRA adapters of `rank` on the linear
     layers `targets` names (their last name component, e.g. `q_proj`; `all-linear`: every
-    linear layer but the output embeddings), every other parameter frozen. Returns the names
-    of the layers adapted. A target naming no linear layer is a `ConversionError`."""
+    linear layer but the output embeddings), every other parameter frozen but those of the
+    modules `trained` names (its children: peft's `modules_to_save`, a classifier's head,
+    trained in full and not adapted). Returns the names of the layers adapted. A target
+    naming no linear layer is a `ConversionError`."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank <= 0:
         raise ConversionError(f"--lora-rank {rank!r}: expected a positive integer")
-    linear = _linear_layers(model)
+    linear = {n: m for n, m in _linear_layers(model).items() if n.split(".")[0] not in trained}
     if ALL_LINEAR in targets:
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         chosen = [n for n, m in linear.items() if m is not head]
@@ -43,8 +45,8 @@ def add_adapters(model: Any, rank: int, targets: Sequence[str] = (ALL_LINEAR,),
                                       f"; or {ALL_LINEAR})")
     if not chosen:
         raise ConversionError(f"--lora-rank: {type(model).__name__} has no linear layer to adapt")
-    for p in model.parameters():
-        p.requires_grad_(False)
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.split(".")[0] in trained)
     for name in chosen:
         parent, _, attr = name.rpartition(".")
         owner = model.get_submodule(parent) if parent else model

@@ -806,6 +806,19 @@ def test_a_classifiers_config_trains_its_head_not_a_language_models(kind, arch, 
         " ".join(p.warnings)
 
 
+def test_lora_on_a_classifier_trains_its_head_in_full():
+    """peft's task models train their head in full beside the adapters (`modules_to_save`:
+    `score`, `classifier`): it was frozen with the base, and adapted under all-linear."""
+    from converters import convert, from_hf_config
+    from mdot_jax import autograd
+
+    config = dict(DECODER, model_type="llama", intermediate_size=128, num_labels=3)
+    lm, classifier = (convert(from_hf_config(dict(config, architectures=[arch]), seq_len=32,
+                                             lora_rank=4), batch_size=2, fuse=True)
+                      for arch in ("LlamaForCausalLM", "LlamaForSequenceClassification"))
+    assert autograd.trainable(classifier) == autograd.trainable(lm) + 64 * 3  # score [3, 64]
+
+
 def test_an_image_classifiers_config_trains_on_its_images(tmp_path):
     """A ViT fine-tuned to classify (`architectures`: `ViTForImageClassification`) was refused
     ("has no causal, masked or sequence-to-sequence language model"), and any config wanted
