@@ -48,18 +48,24 @@ def dispatched(hidden: Any, top_k_index: Any, top_k_weights: Any, experts: int,
 
     tokens, k = top_k_index.shape
     ROUTED.append(int(k))
-    d = hidden.shape[-1]
-    routed = tokens * k
+    order = torch.argsort(top_k_index.reshape(-1))  # [T k] the dispatch: copies by expert
+    y = _shared(hidden.repeat_interleave(k, dim=0)[order], experts, compute)  # [T k, d]
+    y = y[torch.argsort(order)] * top_k_weights.reshape(-1, 1).to(y.dtype)  # token order
+    return y.view(tokens, k, -1).sum(dim=1).to(hidden.dtype)  # [T, d]
+
+
+def _shared(x: Any, experts: int, compute: Callable[[Any], Any]) -> Any:
+    """`x` [R, in], rows sorted by expert, cut into `experts` equal shares (the last padded)
+    through `compute` ([E, rows, in] -> [E, rows, out]): [R, out]."""
+    import torch
+
+    routed = x.shape[0]
     rows = (routed + experts - 1) // experts  # per expert (a traced // exports as ONNX's
     # truncating Div: the ceiling by negation came out one row short, a negative padding)
-    order = torch.argsort(top_k_index.reshape(-1))  # [T k] the dispatch: copies by expert
-    x = hidden.repeat_interleave(k, dim=0)[order]  # [T k, d]
     if rows * experts > routed:
-        x = torch.cat([x, x.new_zeros(rows * experts - routed, d)])
-    y = compute(x.view(experts, rows, d))  # [E, rows, d]
-    y = y.reshape(rows * experts, d)[:routed][torch.argsort(order)]  # [T k, d] token order
-    y = y * top_k_weights.reshape(-1, 1).to(y.dtype)
-    return y.view(tokens, k, d).sum(dim=1).to(hidden.dtype)  # [T, d]
+        x = torch.cat([x, x.new_zeros(rows * experts - routed, x.shape[1])])
+    y = compute(x.view(experts, rows, -1))
+    return y.reshape(rows * experts, -1)[:routed]
 
 
 def _linear(self: Any, x: Any, name: str) -> Any:
@@ -100,14 +106,7 @@ def _switch(self: Any, hidden: Any, selected: Any, weights: Any) -> Any:
 def _grouped(self: Any, inputs: Any, expert_size: Any) -> Any:
     """JetMoE's experts (`JetMoeParallelExperts`: weight [E, out, in]) on `inputs` [R, in],
     the routed rows sorted by expert, as balanced routing: an equal share each. [R, out]"""
-    import torch
-
-    routed, experts = inputs.shape[0], self.num_experts
-    rows = (routed + experts - 1) // experts
-    if rows * experts > routed:
-        inputs = torch.cat([inputs, inputs.new_zeros(rows * experts - routed, inputs.shape[1])])
-    y = inputs.view(experts, rows, -1) @ self.weight.transpose(1, 2)  # [E, rows, out]
-    return y.reshape(rows * experts, -1)[:routed]
+    return _shared(inputs, self.num_experts, lambda x: x @ self.weight.transpose(1, 2))
 
 
 def _top_k_gating(self: Any, hidden: Any) -> Any:

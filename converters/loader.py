@@ -356,10 +356,11 @@ def _decided_branches(model: onnx.ModelProto) -> bool:
     decided = False
     for node in graph.node:
         cond = consts.get(node.input[0]) if node.op_type == "If" else None
-        if cond is None or numpy_helper.to_array(cond).size != 1:
+        value = None if cond is None else numpy_helper.to_array(cond)
+        if value is None or value.size != 1:
             nodes.append(node)
             continue
-        taken = "then_branch" if numpy_helper.to_array(cond).item() else "else_branch"
+        taken = "then_branch" if value.item() else "else_branch"
         branch = next(helper.get_attribute_value(a) for a in node.attribute if a.name == taken)
         made = {t for n in branch.node for t in n.output if t}
         renamed = {t: f"{node.output[0]}/{t}" for t in made if t in names}  # unique names
