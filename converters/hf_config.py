@@ -36,6 +36,13 @@ from converters.sequence import (
     SPARSE_KEY,
     UNREAD_KEY,
 )
+from converters.vision_language import (
+    example_image,
+    image_text_model,
+    image_text_step,
+    image_tokens,
+    placed,
+)
 
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
                  "moe_num_experts")
@@ -55,7 +62,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) `target_len` targets
     (default: as many as its inputs), its decoder fed them shifted right; a speech
     recogniser's (Whisper's) `seq_len` target tokens from its audio features; a task head's
-    that its `architectures` names (`...ForSequenceClassification`), its labels' loss
+    that its `architectures` names (`...ForSequenceClassification`), its labels' loss; a
+    vision-language model's (PaliGemma's, InternVL's) `seq_len` tokens, one image's features
+    the first of them (`converters.vision_language`)
     (`from_torch`; `convert(..., seq_len=...)` predicts at other lengths up to the model's
     positions).
     `overrides` change config fields (e.g. `num_hidden_layers=2`, per-layer lists cut to
@@ -94,10 +103,12 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
         head = None if cfg.is_encoder_decoder else _head(transformers, cfg)
         auto = getattr(transformers, head.auto) if head else _language_model(transformers, cfg)
+        if images := auto is None:  # an image and text in, text out: a vision-language model
+            auto = image_text_model(transformers, cfg)
         if auto is None:
             raise ConversionError(
-                f"{where}: model_type {kind!r} has no causal, masked or sequence-to-sequence "
-                "language model in transformers (an image, audio or vision-language model's "
+                f"{where}: model_type {kind!r} has no causal, masked, sequence-to-sequence or "
+                "image-text-to-text language model in transformers (an image or audio model's "
                 "config; an image classifier's names its `...ForImageClassification` in "
                 "architectures): export the model itself with converters.from_torch")
         if not routed:
@@ -139,23 +150,37 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     model.forward = types.MethodType(loss, model)  # bound: a copy of the model (the exporter's
     # CPU fallback) calls its own
     tokens = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
-    example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
-        (torch.zeros(1, *_image(cfg, where, kind)), [main]) if main == "pixel_values"
-        else (tokens, [main]))
-    defaulted = _defaulted(cfg, fields)
+    trained_as: dict | None = head and dict(head=type(model).__name__,
+                               labels=cfg.num_labels if head.classes else None)
+    if not images:
+        example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
+            (torch.zeros(1, *_image(cfg, where, kind)), [main]) if main == "pixel_values"
+            else (tokens, [main]))
+    else:  # one image a sample, its features the first of the seq_len tokens
+        pixels = example_image(model, where, kind)  # [1, C, H, W]
+        placeholders = image_tokens(model, pixels, where)
+        if seq_len <= placeholders:
+            raise ConversionError(f"{where}: seq_len {seq_len}: a sample's image takes "
+                                  f"{placeholders} of its tokens: give more")
+        model.forward, texts, names = image_text_step(model, placeholders, seq_len)
+        example, names = (pixels, *texts), ["pixel_values", *names]
+        trained_as = dict(head=type(model).__name__, labels=None,
+                          image=list(pixels.shape[2:]), image_tokens=placeholders)
+    text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
+    defaulted = _defaulted(text, fields.get("text_config") or {} if text is not cfg else fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
         (v for k, v in settings.items() if k in TOP_K_FIELDS and isinstance(v, int)), 1))
     said = {DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
             SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA
             SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows),
-            HEAD_KEY: head and json.dumps(dict(head=type(model).__name__,
-                                               labels=cfg.num_labels if head.classes else None))}
+            HEAD_KEY: trained_as and json.dumps(trained_as)}
 
     def export() -> onnx.ModelProto:
         ROUTED.clear()
         try:
-            with adapted(model):
+            with adapted(model), placed(model) if images else \
+                    contextlib.nullcontext():
                 onnx_model = from_torch(model, example, input_names=names)
         except ConversionError:  # a table or bias built for fewer positions: say which
             tokens = max(seq_len, target_len or 0)
@@ -177,15 +202,15 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                 onnx_model.metadata_props.add(key=key, value=value)
         return onnx_model
 
-    stack = layer_stack(model, getattr(cfg, "num_hidden_layers", 0))
+    stack = layer_stack(model, getattr(text, "num_hidden_layers", 0))
     with adapted(model):  # as exported
-        unrolls = main == "input_ids" and _unrolls_tokens(model, stack)
+        unrolls = main == "input_ids" and not images and _unrolls_tokens(model, stack)
     if unrolls:
         raise ConversionError(
             f"{where}: model_type {kind!r} exports as a loop over its tokens (a recurrence, such "
             "as RWKV's or xLSTM's scan, that the exporter unrolls where training runs one fused "
             "kernel): not priced")
-    t = template(stack[1], cfg) if stack and repeat else None
+    t = template(stack[1], text) if stack and repeat else None
     if stack is None or t is None:
         return export()
     src, period = t

@@ -26,7 +26,7 @@ from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.by_checkpoint import Checkpoint
 from mdot_jax.serving.memory import OPTIMIZER_STATE, held_optimizer
 from mdot_jax.serving.model_source import config_input, config_said, cut, is_config, sequence
-from mdot_jax.serving.predict import input_size_of
+from mdot_jax.serving.predict import tokens_of
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import FIELDS, TrainingJob
 
@@ -139,8 +139,9 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
     if unread := seq.meta.get("unread"):
         about.append(f"{unread['params']:,} more of the model's parameters (in "
                      f"{', '.join(unread['in'])}) are read by none of the exported step's "
-                     "operators (its inputs never reach them: a vision-language model given "
-                     "tokens alone): neither their work nor their weights' memory is priced")
+                     "operators (its forward never uses them: a vision-language model given "
+                     "tokens alone, an encoder's unused head): neither their work nor their "
+                     "weights' memory is priced")
     if shares := seq.meta.get("selected"):  # `converters.selected`
         about.append(f"{len(shares)} selections by a mask (x[mask], torch.nonzero): each the "
                      f"share of its mask the example selected ({min(shares):.1%}-"
@@ -169,8 +170,7 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                             warnings=[*p.warnings, *pricer.notes, *about],
                             mfu=pricer.mfu(seq, p), parameters=seq.params,
                             trained_parameters=trained,
-                            tokens=input_size_of(seq) * job.cp if seq.input_kind == "tokens"
-                            else 0)
+                            tokens=tokens_of(seq) * job.cp)
     p.operators, p.operators_from = (pricer.operators(seq, p, b) if job.operators
                                      else (None, p.operators_from))
     epochs, dataset = job.epochs, job.dataset_size

@@ -36,7 +36,12 @@ def config_said(seq: OperatorSequence) -> list[str]:
     architectures named, and what transformers' defaults filled in where it is short of the
     shape."""
     said = []
-    if head := seq.meta.get("head"):
+    head = seq.meta.get("head")
+    if head and head.get("image"):  # a vision-language model (`converters.vision_language`)
+        said.append(f"trained as {head['head']} on one {' x '.join(map(str, head['image']))}"
+                    f" image a sample, its features the first {head['image_tokens']:,} of the "
+                    "tokens, and every token's loss")
+    elif head:
         labels = f", {head['labels']} labels" if head["labels"] else ""
         said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")

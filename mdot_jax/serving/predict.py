@@ -475,3 +475,13 @@ def input_size_of(seq: OperatorSequence) -> int:
     if kind == "image":  # NCHW, or NHWC when the channels are last
         return int(shape[1] if shape[3] in (1, 3) and shape[1] not in (1, 3) else shape[3])
     return int(shape[-1])
+
+
+def tokens_of(seq: OperatorSequence) -> int:
+    """Tokens a sample: the length of its token ids (an integer [B, T] input, beside an image
+    or audio where the model reads one), 0 where it has none."""
+    if seq.input_kind == "tokens":
+        return input_size_of(seq)
+    ints = seq.meta.get("integer_inputs") or ()
+    return next((int(s[-1]) for n, s in seq.meta.get("inputs", {}).items()
+                 if len(s) == 2 and n in ints), 0)

@@ -1,0 +1,107 @@
+"""A vision-language model's config.json exported as its fine-tuning step on an image and text
+(`converters.vision_language`)."""
+
+import json
+
+import pytest
+import torch
+
+from converters import ConversionError, convert, from_hf_config
+
+GEMMA = dict(model_type="gemma", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=512)
+SIGLIP = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
+              num_hidden_layers=2, num_attention_heads=4, image_size=56, patch_size=14,
+              projection_dim=64)
+PALIGEMMA = dict(model_type="paligemma", text_config=GEMMA, vision_config=SIGLIP,
+                 projection_dim=64, hidden_size=64, image_token_index=500)
+INTERNVL = dict(model_type="internvl", downsample_ratio=0.5, image_token_id=500,
+                text_config=dict(model_type="qwen2", hidden_size=64, intermediate_size=128,
+                                 num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=512),
+                vision_config=dict(model_type="internvl_vision", hidden_size=32,
+                                   intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, image_size=[56, 56],
+                                   patch_size=[14, 14]))
+
+
+def _model(config: dict):
+    import transformers
+
+    with torch.device("meta"):
+        return transformers.AutoModelForImageTextToText.from_config(
+            transformers.AutoConfig.for_model(**config))
+
+
+@pytest.mark.parametrize("config, tokens, typed", [(PALIGEMMA, 16, True), (INTERNVL, 4, False)])
+def test_a_vision_language_config_trains_on_an_image_and_its_text(config, tokens, typed):
+    """PaliGemma's and InternVL's configs were refused ("no causal, masked or
+    sequence-to-sequence language model"): each sample is one image at its vision config's side
+    and --seq-len tokens, the image's features the first of them, every token's loss."""
+    graph = from_hf_config(config, seq_len=32)
+    one, two, longer = (convert(graph, batch_size=b, seq_len=t) for b, t in
+                        ((1, 32), (2, 32), (1, 64)))
+    side = config["vision_config"]["image_size"]
+    side = side[0] if isinstance(side, list) else side
+    assert two.meta["inputs"] == dict(pixel_values=[2, 3, side, side], input_ids=[2, 32],
+                                      **(dict(token_type_ids=[2, 32]) if typed else {}))
+    assert two.flops == pytest.approx(2 * one.flops, rel=2e-3)  # an image and text a sample
+    assert one.flops < longer.flops < 2.2 * one.flops  # the image's work stays
+    model = _model(config)
+    unread = one.meta.get("unread", {}).get("params", 0)  # SigLIP's pooling head
+    assert one.params + unread == sum(p.numel() for p in model.parameters())
+    assert one.meta["head"] == dict(head=type(model).__name__, labels=None, image=[side, side],
+                                    image_tokens=tokens)
+
+
+def test_token_types_give_the_language_model_a_mask_as_pytorchs_attention_is_given():
+    """Gemma's image tokens attend to each other (token_type_ids): transformers hands SDPA a
+    mask tensor, which runs its memory-efficient kernel over every key, not causal flash."""
+    from converters.attention import attention_blocks
+
+    seq = convert(from_hf_config(PALIGEMMA, seq_len=32), batch_size=2)
+    text = [b for b in attention_blocks(seq) if "language_model" in seq.node_names[b.scores]]
+    assert len(text) == GEMMA["num_hidden_layers"] and all(b.padded for b in text)
+    # InternVL reads no token types: its language model's attention stays causal
+    assert not any(b.padded for b in attention_blocks(
+        convert(from_hf_config(INTERNVL, seq_len=32), batch_size=2)))
+
+
+def test_the_prediction_says_what_a_sample_is_and_counts_its_tokens(tmp_path):
+    from mdot_jax import TrainingJob, predict
+
+    (tmp_path / "config.json").write_text(json.dumps(PALIGEMMA))
+    p = predict(TrainingJob(model=str(tmp_path), seq_len=32, batch_size=2, device="h100-sxm",
+                            precision="amp-bf16"))
+    assert p.tokens == 32 and p.tokens_per_s == pytest.approx(p.samples_per_s * 32)
+    said = [w for w in p.warnings if w.startswith("trained as")]
+    assert said == ["trained as PaliGemmaForConditionalGeneration on one 56 x 56 image a "
+                    "sample, its features the first 16 of the tokens, and every token's loss"]
+
+
+def test_a_sequence_no_longer_than_its_image_is_refused():
+    with pytest.raises(ConversionError, match=r"^config: seq_len 16: a sample's image takes "
+                                              r"16 of its tokens: give more$"):
+        from_hf_config(PALIGEMMA, seq_len=16)
+
+
+def test_a_projector_that_does_not_fit_the_language_model_is_named():
+    wide = dict(PALIGEMMA, projection_dim=96, vision_config=dict(SIGLIP, projection_dim=96))
+    with pytest.raises(ConversionError, match=r"its image features are 96 wide, its text's "
+                                              r"embeddings 64: its config's projector"):
+        from_hf_config(wide, seq_len=32)
+
+
+@pytest.mark.parametrize("config, why", [
+    (dict(model_type="qwen2_vl", text_config=dict(num_hidden_layers=1),
+          vision_config=dict(depth=1)), "encodes an image by its image_grid_thw"),
+    (dict(model_type="llava", text_config=dict(num_hidden_layers=1),
+          vision_config=dict(num_hidden_layers=1)), "keeps each image's features apart"),
+])
+def test_models_whose_graph_would_fix_one_image_are_refused_in_one_line(config, why):
+    """Qwen2-VL indexes its patches by the grid's sizes, LLaVA splits its features into a list
+    an image: traced, either holds one image at any batch."""
+    with pytest.raises(ConversionError, match=f"^config: model_type '{config['model_type']}' "
+                                              f"{why}.*export the model itself") as e:
+        from_hf_config(config, seq_len=32)
+    assert "\n" not in str(e.value)
