@@ -37,7 +37,7 @@ from converters.sequence import (
     UNREAD_KEY,
 )
 from converters.vision_language import (
-    example_image,
+    example_images,
     image_text_model,
     image_text_step,
     image_tokens,
@@ -54,6 +54,7 @@ TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe
 def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                    target_len: int | None = None, repeat: bool = True,
                    lora_rank: int | None = None, lora_targets: Sequence[str] = (ALL_LINEAR,),
+                   images: int = 1, image_size: int | None = None,
                    **overrides: Any) -> onnx.ModelProto:
     """A Hugging Face language model built from its configuration alone (a `config.json`, its
     folder, or the dict; nothing is fetched), on the meta device, exported as its training
@@ -63,8 +64,10 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     (default: as many as its inputs), its decoder fed them shifted right; a speech
     recogniser's (Whisper's) `seq_len` target tokens from its audio features; a task head's
     that its `architectures` names (`...ForSequenceClassification`), its labels' loss; a
-    vision-language model's (PaliGemma's, InternVL's) `seq_len` tokens, one image's features
-    the first of them (`converters.vision_language`)
+    vision-language model's (PaliGemma's, InternVL's, Qwen-VL's) `seq_len` tokens, one
+    image's features the first of them (`converters.vision_language`; a grid encoder's
+    (Qwen-VL's) images of `image_size` pixels a side, the graph holding `images` of them:
+    the batch it is converted at, `meta["head"]["images"]`)
     (`from_torch`; `convert(..., seq_len=...)` predicts at other lengths up to the model's
     positions).
     `overrides` change config fields (e.g. `num_hidden_layers=2`, per-layer lists cut to
@@ -103,7 +106,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
         head = None if cfg.is_encoder_decoder else _head(transformers, cfg)
         auto = getattr(transformers, head.auto) if head else _language_model(transformers, cfg)
-        if images := auto is None:  # an image and text in, text out: a vision-language model
+        if vlm := auto is None:  # an image and text in, text out: a vision-language model
             auto = image_text_model(transformers, cfg)
         if auto is None:
             raise ConversionError(
@@ -152,20 +155,20 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     tokens = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
     trained_as: dict | None = head and dict(head=type(model).__name__,
                                labels=cfg.num_labels if head.classes else None)
-    if not images:
+    if not vlm:
         example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
             (torch.zeros(1, *_image(cfg, where, kind)), [main]) if main == "pixel_values"
             else (tokens, [main]))
     else:  # one image a sample, its features the first of the seq_len tokens
-        pixels = example_image(model, where, kind)  # [1, C, H, W]
-        placeholders = image_tokens(model, pixels, where)
+        pictures = example_images(model, where, kind, images, image_size)
+        placeholders = image_tokens(model, pictures, where)
         if seq_len <= placeholders:
             raise ConversionError(f"{where}: seq_len {seq_len}: a sample's image takes "
                                   f"{placeholders} of its tokens: give more")
-        model.forward, texts, names = image_text_step(model, placeholders, seq_len)
-        example, names = (pixels, *texts), ["pixel_values", *names]
-        trained_as = dict(head=type(model).__name__, labels=None,
-                          image=list(pixels.shape[2:]), image_tokens=placeholders)
+        model.forward, example, names = image_text_step(model, pictures, placeholders, seq_len)
+        trained_as = dict(head=type(model).__name__, labels=None, image=pictures.size,
+                          image_tokens=placeholders,
+                          **({"images": images} if pictures.fixed else {}))
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
     defaulted = _defaulted(text, fields.get("text_config") or {} if text is not cfg else fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
@@ -179,7 +182,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     def export() -> onnx.ModelProto:
         ROUTED.clear()
         try:
-            with adapted(model), placed(model) if images else \
+            with adapted(model), placed(model, pictures, placeholders) if vlm else \
                     contextlib.nullcontext():
                 onnx_model = from_torch(model, example, input_names=names)
         except ConversionError:  # a table or bias built for fewer positions: say which
@@ -204,7 +207,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
 
     stack = layer_stack(model, getattr(text, "num_hidden_layers", 0))
     with adapted(model):  # as exported
-        unrolls = main == "input_ids" and not images and _unrolls_tokens(model, stack)
+        unrolls = main == "input_ids" and not vlm and _unrolls_tokens(model, stack)
     if unrolls:
         raise ConversionError(
             f"{where}: model_type {kind!r} exports as a loop over its tokens (a recurrence, such "
@@ -469,15 +472,18 @@ def _defaulted(cfg: Any, given: dict) -> dict[str, Any]:
 
 
 def _main(argv: list[str]) -> int:
-    """`CONFIG SEQ_LEN OUT.onnx [TARGET_LEN [LORA_RANK LORA_TARGETS]]` (0: none; targets
-    comma-separated): `from_hf_config` in a process of its own (PyTorch and transformers stay
-    out of the caller's memory); a ConversionError is one line on stderr and exit status 2."""
-    config, seq_len, out, target, rank, targets = (argv + ["0", "0", ""])[:6]
+    """`CONFIG SEQ_LEN OUT.onnx [TARGET_LEN [LORA_RANK LORA_TARGETS [IMAGES IMAGE_SIZE]]]`
+    (0: none; targets comma-separated): `from_hf_config` in a process of its own (PyTorch and
+    transformers stay out of the caller's memory); a ConversionError is one line on stderr and
+    exit status 2."""
+    config, seq_len, out, target, rank, targets, images, side = (
+        argv + ["0", "0", "", "1", "0"])[:8]
     try:
         onnx.save(from_hf_config(config, seq_len=int(seq_len), target_len=int(target) or None,
                                  lora_rank=int(rank) or None,
                                  lora_targets=tuple(targets.split(",")) if targets
-                                 else (ALL_LINEAR,)), out)
+                                 else (ALL_LINEAR,), images=int(images),
+                                 image_size=int(side) or None), out)
     except ConversionError as e:
         print(e, file=sys.stderr, flush=True)  # the caller may `os._exit` after
         return 2

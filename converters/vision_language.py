@@ -12,10 +12,16 @@ its place (`placed`), each sample's features take its first N positions: the sam
 and one copy into the embeddings, the text after them, no check. N is counted by running the
 forward on the meta device up to there (`image_tokens`).
 
-Models whose vision encoder takes a grid of patches it indexes by the grid's sizes (Qwen2-VL,
-Qwen2.5-VL, GLM-4V: `image_grid_thw`), several tiles an image (LLaVA-NeXT's `image_sizes`,
-Idefics3's) or splits its features into a list an image (LLaVA's) fix one image in the
-graph's shapes: refused (`example_image`), export the model itself.
+An encoder of a grid of patches (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V: `image_grid_thw`)
+takes any image size (`side`, default `DEFAULT_SIDE`); it indexes the patches by the grid's
+sizes (windows, rotary positions, one attention per image), values computed on the CPU while
+the model's tensors stay on the meta device (`_meta_joins`), so that the graph holds the
+example's images: it is exported at the batch it is priced at (`Images.fixed`). Its model's
+positions (M-RoPE, from where the placeholders are) count the tokens in order, and Qwen3-VL's
+features added to the first layers' hidden states (`_deepstack_process`) are added to the
+first N positions. Encoders of several tiles an image (LLaVA-NeXT's `image_sizes`, Idefics3's)
+or a list of features an image (LLaVA's) are refused (`example_images`): export the model
+itself.
 """
 
 from __future__ import annotations
@@ -23,14 +29,26 @@ from __future__ import annotations
 import contextlib
 import inspect
 import types
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from converters.errors import ConversionError
 
 AUTO = "AutoModelForImageTextToText"  # transformers' auto class of these models
-# get_image_features' inputs that size an image's grid or tiles: the graph holds one image
-GRID_INPUTS = ("image_grid_thw", "image_sizes", "pixel_attention_mask", "spatial_shapes")
+GRID = "image_grid_thw"  # get_image_features' input of a grid encoder: each image's [t, h, w]
+# its inputs that tile an image (an image's sizes, its tiles' masks): refused
+TILES = ("image_sizes", "pixel_attention_mask", "spatial_shapes")
+DEFAULT_SIDE = 448  # a grid encoder's image side where none is asked (256 tokens at 28 px)
+
+
+class Images(NamedTuple):
+    """One image a sample, as the example gives them: `pixels` [B, C, H, W] (a grid
+    encoder's: its patches [B, P, C t p p]), the encoder's `fixed` inputs (a grid's sizes,
+    [B, 3]: the graph holds B images; none: any batch) and the image's `size` [H, W]."""
+
+    pixels: Any
+    fixed: dict
+    size: list[int]
 
 
 class _Counted(Exception):
@@ -46,33 +64,50 @@ def image_text_model(transformers: Any, cfg: Any) -> Any:
     return getattr(transformers, AUTO) if type(cfg) in mapping else None
 
 
-def example_image(model: Any, where: str, kind: str) -> Any:
-    """One sample's image [1, channels, height, width] at the size `model`'s vision config
-    gives; a ConversionError where its encoder takes more than whole images (`GRID_INPUTS`)
-    or its config gives no side."""
+def example_images(model: Any, where: str, kind: str, images: int = 1,
+                   side: int | None = None) -> Images:
+    """`images` samples' images at the size `model`'s vision config gives (a grid encoder's:
+    `side`, default `DEFAULT_SIDE`); a ConversionError where its encoder tiles images or keeps
+    a list an image, its config gives no size, or `side` is not one it takes."""
     import torch
 
     inner = getattr(model, "model", model)
     encode = getattr(inner, "get_image_features", None)
     takes = inspect.signature(encode).parameters if encode else {}
-    grid = [p for p in GRID_INPUTS if p in takes and (  # LLaVA's optional image_sizes: none
+    tiles = [p for p in TILES if p in takes and (  # LLaVA's optional image_sizes: none
         p != "image_sizes" or takes[p].default is inspect.Parameter.empty)]
-    if encode is None or grid or _splits_per_image(inner):
+    if encode is None or tiles or _splits_per_image(inner):
         raise ConversionError(
             f"{where}: model_type {kind!r} " + (
-                f"encodes an image by its {grid[0]} (its sizes fixed in the graph at one "
-                "image)" if grid else "keeps each image's features apart (a list an image, "
-                "fixed in the graph at one image)" if encode else
+                f"tiles an image by its {tiles[0]} (fixed in the graph at one image)" if tiles
+                else "keeps each image's features apart (a list an image, fixed in the graph "
+                "at one image)" if encode else
                 "reads its images other than through image features in its text") +
             ": not priced from its config; export the model itself with converters.from_torch")
-    vision = getattr(model.config, "vision_config", None)
-    side, channels = getattr(vision, "image_size", None), getattr(vision, "num_channels", 3)
-    sides = [d for d in (side if isinstance(side, (list, tuple)) else [side, side])
+    vision = model.config.vision_config
+    if GRID in takes:  # patches of p x p pixels, merged m x m into a token
+        p, m = vision.patch_size, getattr(vision, "spatial_merge_size", 1)
+        t = getattr(vision, "temporal_patch_size", 1)
+        c = next((v for f in ("in_channels", "in_chans", "num_channels")
+                  if isinstance(v := getattr(vision, f, None), int)), 3)
+        side = side or DEFAULT_SIDE
+        if side % (p * m):
+            raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} cuts "
+                                  f"images into cells of {p * m} pixels: give a multiple")
+        g = side // p
+        return Images(torch.zeros(images, g * g, c * t * p * p),
+                      {GRID: torch.tensor([[1, g, g]] * images)}, [side, side])
+    size, channels = getattr(vision, "image_size", None), getattr(vision, "num_channels", 3)
+    sides = [d for d in (size if isinstance(size, (list, tuple)) else [size, size])
              if isinstance(d, int) and d > 0]
     if len(sides) != 2 or not isinstance(channels, int):
         raise ConversionError(f"{where}: model_type {kind!r} gives no vision_config."
                               "image_size: set it (the side its images train at)")
-    return torch.zeros(1, channels, *sides)
+    if side and [side, side] != sides:
+        raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} encodes "
+                              f"images of {sides[0]} x {sides[1]} (its position table's): "
+                              f"give {sides[0]}")
+    return Images(torch.zeros(1, channels, *sides), {}, sides)
 
 
 def _splits_per_image(inner: Any) -> bool:
@@ -85,16 +120,16 @@ def _splits_per_image(inner: Any) -> bool:
     return "list(image_features)" in code
 
 
-def image_tokens(model: Any, pixels: Any, where: str) -> int:
+def image_tokens(model: Any, images: Images, where: str) -> int:
     """How many token positions one image's features take in `model` (built on the meta
     device): its forward run until they are placed."""
     import torch
 
     found: list[int] = []
+    ids = torch.zeros(images.pixels.shape[0], 1, dtype=torch.long)  # [B, 1]
     try:
-        with placed(model, found, where), contextlib.suppress(_Counted):
-            type(model).forward(model, pixel_values=pixels.to("meta"),
-                                input_ids=torch.zeros(1, 1, dtype=torch.long))
+        with placed(model, images, found=found, where=where), contextlib.suppress(_Counted):
+            type(model).forward(model, **_inputs(model, images, images.pixels.to("meta"), ids, 0))
     except ConversionError:
         raise
     except Exception as e:  # its code needs values: the meta device has none
@@ -109,41 +144,64 @@ def image_tokens(model: Any, pixels: Any, where: str) -> int:
     return found[0]
 
 
-def image_text_step(model: Any, tokens: int, seq_len: int) -> tuple[Any, tuple, list[str]]:
-    """`model`'s training step on (pixel_values [B, C, H, W], input_ids [B, T]): the loss of
-    every token, the image's features on the first `tokens` positions (`placed`); and where
-    its forward reads token types (Gemma's: the image's tokens attend to each other, a mask
-    PyTorch's attention is given), those [B, T] too, 1 the image's. The example's token
-    inputs at `seq_len` and their names."""
+def _inputs(model: Any, images: Images, pixels: Any, ids: Any, tokens: int,
+            token_types: Any = None) -> dict:
+    """The forward's keyword inputs: the pixels (a grid encoder's patches flattened to
+    [B P, ...] beside the grid's sizes), the token ids as their labels, the token types, and
+    where its forward wants them, multimodal token types (Qwen-VL's: 1 an image's token)."""
+    import torch
+
+    kw = dict(images.fixed, pixel_values=pixels.flatten(0, 1) if images.fixed else pixels,
+              input_ids=ids, labels=ids)
+    if token_types is not None:
+        kw["token_type_ids"] = token_types
+    if "mm_token_type_ids" in inspect.signature(type(model).forward).parameters:
+        image = torch.arange(ids.shape[1], device=ids.device) < tokens  # [T]
+        kw["mm_token_type_ids"] = image.long().expand_as(ids)
+    return kw
+
+
+def image_text_step(model: Any, images: Images, tokens: int, seq_len: int
+                    ) -> tuple[Any, tuple, list[str]]:
+    """`model`'s training step on (pixel_values, input_ids [B, T]): the loss of every token,
+    the image's features on the first `tokens` positions (`placed`); and where its forward
+    reads token types (Gemma's: the image's tokens attend to each other, a mask PyTorch's
+    attention is given), those [B, T] too, 1 the image's. The example's inputs (the images,
+    the tokens at `seq_len`) and their names."""
     import torch
 
     forward = type(model).forward
-    ids = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
-    if "token_type_ids" not in inspect.signature(forward).parameters:
-        def loss(self: Any, pixel_values: Any, input_ids: Any) -> Any:
-            return forward(self, pixel_values=pixel_values, input_ids=input_ids,
-                           labels=input_ids).loss
+    ids = torch.zeros(images.pixels.shape[0], seq_len, dtype=torch.long)  # [B, T]
+    example: tuple = (images.pixels, ids)
+    names = ["pixel_values", "input_ids"]
+    if "token_type_ids" in inspect.signature(forward).parameters:
+        kinds = (torch.arange(seq_len) < tokens).long().expand_as(ids)  # [B, T]
+        example, names = (*example, kinds), [*names, "token_type_ids"]
 
-        return types.MethodType(loss, model), (ids,), ["input_ids"]
+    def loss(self: Any, pixel_values: Any, input_ids: Any, *token_types: Any) -> Any:
+        return forward(self, **_inputs(self, images, pixel_values, input_ids, tokens,
+                                       *token_types)).loss
 
-    def typed(self: Any, pixel_values: Any, input_ids: Any, token_type_ids: Any) -> Any:
-        return forward(self, pixel_values=pixel_values, input_ids=input_ids,
-                       token_type_ids=token_type_ids, labels=input_ids).loss
-
-    kinds = (torch.arange(seq_len) < tokens).long()[None]  # [1, T]
-    return types.MethodType(typed, model), (ids, kinds), ["input_ids", "token_type_ids"]
+    return types.MethodType(loss, model), example, names
 
 
 @contextlib.contextmanager
-def placed(model: Any, found: list[int] | None = None, where: str = "") -> Iterator[None]:
+def placed(model: Any, images: Images, tokens: int | None = None,
+           found: list[int] | None = None, where: str = "") -> Iterator[None]:
     """`model` (a torch vision-language model) with the image features written into each
-    sample's first positions: `masked_scatter` of [B, N, d] or [B N, d] features into the
-    [B, T, d] embeddings becomes a concatenation before the text's last T - N, and the
-    placeholder mask it is given one of the embeddings' shape, counted from no values. With
-    `found`, the forward stops there and N is appended to it. Restored after."""
+    sample's first `tokens` positions: `masked_scatter` of [B, N, d] or [B N, d] features into
+    the [B, T, d] embeddings becomes a concatenation before the text's last T - N, the
+    placeholder mask it is given one of the embeddings' shape, counted from no values;
+    positions counted in order; Qwen3-VL's deepstack features added to the first N positions.
+    With `found`, the forward stops there and N (of one image) is appended to it. A grid
+    encoder's CPU values join the meta tensors on the meta device. Restored after."""
     import torch
 
     original = torch.Tensor.masked_scatter
+
+    def features(source: Any, width: int) -> Any:  # [B, N, d]: B from the features
+        return source.reshape(-1, tokens, width) if tokens else source.reshape(
+            images.pixels.shape[0], -1, width)
 
     def scatter(self: Any, mask: Any, source: Any) -> Any:
         if found is not None and self.dim() == 3 and source.shape[-1] != self.shape[-1]:
@@ -153,23 +211,60 @@ def placed(model: Any, found: list[int] | None = None, where: str = "") -> Itera
                                   "its language model")
         if self.dim() != 3 or source.shape[-1] != self.shape[-1]:
             return original(self, mask, source)  # not the features into the embeddings
-        features = source.reshape(self.shape[0], -1, self.shape[-1])  # [B, N, d]
+        x = features(source, self.shape[-1])
         if found is not None:
-            found.append(int(features.shape[1]))
+            found.append(int(x.shape[1]))
             raise _Counted
-        return torch.cat([features.to(self.dtype), self[:, features.shape[1]:]], dim=1)
+        return torch.cat([x.to(self.dtype), self[:, x.shape[1]:]], dim=1)
 
     def mask(self: Any, input_ids: Any = None, inputs_embeds: Any = None, *args: Any,
-             **kwargs: Any) -> Any:
-        return torch.ones_like(inputs_embeds, dtype=torch.bool)  # what masked_scatter ignores
+             **kwargs: Any) -> Any:  # what masked_scatter ignores; Qwen's: images', videos'
+        ones = torch.ones_like(inputs_embeds, dtype=torch.bool)
+        return (ones, ones) if "video_features" in inspect.signature(
+            type(self).get_placeholder_mask).parameters else ones
 
-    holders = [m for m in model.modules() if hasattr(type(m), "get_placeholder_mask")]
-    for m in holders:
-        m.get_placeholder_mask = types.MethodType(mask, m)
+    def positions(self: Any, input_ids: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        b, t = input_ids.shape  # M-RoPE's three position ids [3, B, T], and no deltas
+        return torch.arange(t).view(1, 1, t).expand(3, b, t), torch.zeros(b, 1, dtype=torch.long)
+
+    def deepstack(self: Any, hidden: Any, masks: Any, visual: Any) -> Any:
+        x = features(visual, hidden.shape[-1]).to(hidden.dtype)  # [B, N, d]
+        return torch.cat([hidden[:, :x.shape[1]] + x, hidden[:, x.shape[1]:]], dim=1)
+
+    patches: dict[str, Callable[..., Any]] = dict(
+        get_placeholder_mask=mask, get_rope_index=positions, _deepstack_process=deepstack)
+    held = [(m, name) for m in model.modules() for name in patches if hasattr(type(m), name)]
+    for m, name in held:
+        setattr(m, name, types.MethodType(patches[name], m))
     torch.Tensor.masked_scatter = scatter  # type: ignore[method-assign]
     try:
-        yield
+        with _meta_joins() if images.fixed else contextlib.nullcontext():
+            yield
     finally:
         torch.Tensor.masked_scatter = original  # type: ignore[method-assign]
-        for m in holders:
-            m.__dict__.pop("get_placeholder_mask", None)
+        for m, name in held:
+            m.__dict__.pop(name, None)
+
+
+def _meta_joins() -> Any:
+    """A mode in which a grid encoder's indices, computed on the CPU from the grid's sizes,
+    keep their values; where an operator joins them with the model's meta tensors, they join
+    on the meta device."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    def on_meta(t: Any) -> Any:
+        return t.to("meta") if isinstance(t, torch.Tensor) and t.device.type == "cpu" and \
+            t.dim() else t
+
+    class MetaJoins(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                               kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            if any(t.is_meta for t in tensors) and any(on_meta(t) is not t for t in tensors):
+                args, kwargs = tree_map(on_meta, (args, kwargs))
+            return func(*args, **kwargs)
+
+    return MetaJoins()

@@ -1,6 +1,7 @@
 """A vision-language model's config.json exported as its fine-tuning step on an image and text
 (`converters.vision_language`)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -93,15 +94,57 @@ def test_a_projector_that_does_not_fit_the_language_model_is_named():
 
 
 @pytest.mark.parametrize("config, why", [
-    (dict(model_type="qwen2_vl", text_config=dict(num_hidden_layers=1),
-          vision_config=dict(depth=1)), "encodes an image by its image_grid_thw"),
+    (dict(model_type="llava_next", text_config=dict(num_hidden_layers=1),
+          vision_config=dict(num_hidden_layers=1)), "tiles an image by its image_sizes"),
     (dict(model_type="llava", text_config=dict(num_hidden_layers=1),
           vision_config=dict(num_hidden_layers=1)), "keeps each image's features apart"),
 ])
 def test_models_whose_graph_would_fix_one_image_are_refused_in_one_line(config, why):
-    """Qwen2-VL indexes its patches by the grid's sizes, LLaVA splits its features into a list
-    an image: traced, either holds one image at any batch."""
+    """LLaVA-NeXT tiles each image by its size, LLaVA splits its features into a list an
+    image: traced, either holds one image at any batch."""
     with pytest.raises(ConversionError, match=f"^config: model_type '{config['model_type']}' "
                                               f"{why}.*export the model itself") as e:
         from_hf_config(config, seq_len=32)
     assert "\n" not in str(e.value)
+
+
+QWEN = dict(model_type="qwen2_5_vl", image_token_id=500, video_token_id=501,
+            vision_start_token_id=502,
+            text_config=dict(model_type="qwen2_5_vl_text", hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             vocab_size=512, rope_scaling=dict(type="mrope",
+                                                               mrope_section=[2, 3, 3])),
+            vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=4,
+                               out_hidden_size=64, patch_size=14, spatial_merge_size=2,
+                               temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1],
+                               in_chans=3))
+
+
+def test_a_grid_encoders_graph_holds_the_batchs_images_and_converts_at_that_batch_alone():
+    """Qwen2.5-VL's encoder indexes its patches by each image's grid (windows, rotary
+    positions): it was refused; the graph now holds the images it is exported with, at any
+    image side that is a whole number of its 28-pixel cells, and another batch is refused."""
+    one, two = (from_hf_config(QWEN, seq_len=32, images=n, image_size=112) for n in (1, 2))
+    a, b = convert(one, batch_size=1), convert(two, batch_size=2)
+    assert b.meta["inputs"] == dict(pixel_values=[2, 64, 1176], input_ids=[2, 32])
+    assert b.meta["head"]["images"] == 2 and b.meta["head"]["image_tokens"] == 16
+    assert b.flops == pytest.approx(2 * a.flops, rel=2e-3)
+    assert a.params == sum(p.numel() for p in _model(QWEN).parameters())
+    with pytest.raises(ConversionError):  # its windows hold two images' patches
+        convert(two, batch_size=3)
+    with pytest.raises(ConversionError, match=r"^config: image_size 120: model_type "
+                                              r"'qwen2_5_vl' cuts images into cells of 28 "
+                                              r"pixels: give a multiple$"):
+        from_hf_config(QWEN, seq_len=32, image_size=120)
+
+
+def test_a_grid_encoders_config_is_priced_at_the_batch_asked(tmp_path):
+    from mdot_jax import TrainingJob, predict
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN))
+    job = TrainingJob(model=str(tmp_path), seq_len=32, batch_size=1, device="h100-sxm",
+                      image_size=112, precision="amp-bf16")
+    one, three = predict(job), predict(dataclasses.replace(job, batch_size=3))
+    assert one.tokens == three.tokens == 32
+    assert 1 < three.iteration_ms / one.iteration_ms < 3.5
+    assert any("a kernel an image or window" in w for w in three.warnings)

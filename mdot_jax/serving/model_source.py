@@ -23,7 +23,7 @@ import onnx
 from converters import ConversionError, OperatorSequence, convert, converts_the_same
 from converters.hf_config import reads_images
 from converters.kept import KEPT
-from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
+from converters.sequence import CONFIG_FIELDS, HEAD_KEY, LOAD_FIELDS
 from mdot_jax import writers
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu import compiled
@@ -40,7 +40,10 @@ def config_said(seq: OperatorSequence) -> list[str]:
     if head and head.get("image"):  # a vision-language model (`converters.vision_language`)
         said.append(f"trained as {head['head']} on one {' x '.join(map(str, head['image']))}"
                     f" image a sample, its features the first {head['image_tokens']:,} of the "
-                    "tokens, and every token's loss")
+                    "tokens, and every token's loss" + (
+                        "; its encoder's attention as transformers' SDPA path runs it, a kernel "
+                        "an image or window (flash_attention_2 runs one a layer, varlen)"
+                        if head.get("images") else ""))
     elif head:
         labels = f", {head['labels']} labels" if head["labels"] else ""
         said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
@@ -79,9 +82,15 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
         model = OperatorSequence.load_npz(model)
     check_lora(model, job.lora_rank, job.lora_targets)
-    if config:
-        model = config_graph(model, job.seq_len, job.target_len, job.lora_rank,
-                             job.lora_targets)
+    if config:  # a grid encoder's graph holds the images it was exported with: the batch's
+        def graph(images: int) -> onnx.ModelProto:
+            return config_graph(job.model, job.seq_len, job.target_len, job.lora_rank,
+                                job.lora_targets, images=images, image_size=job.image_size)
+
+        model = graph(b if _grid_encoder(_fields(config_file(job.model))) else 1)
+        if (images := fixed_images(model)) and images != b:
+            model = graph(b)
+        job = dataclasses.replace(job, image_size=None) if fixed_images(model) else job
     if job.target_len is not None and not config:
         raise RequestError("target_len: an encoder-decoder's config.json takes it (an ONNX "
                            "file's targets are an input: give its shape)", "target_len")
@@ -214,19 +223,34 @@ def is_config(model: Any) -> bool:
 
 
 def config_graph(path: str | Path, seq_len: int | None, target_len: int | None = None,
-                 lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None
-                 ) -> onnx.ModelProto:
+                 lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None,
+                 images: int = 1, image_size: int | None = None) -> onnx.ModelProto:
     """The training graph of the model a config.json describes, at `seq_len` tokens (an
     encoder-decoder's targets: `target_len`, default as many; an image classifier's: none,
     its config's image), with LoRA adapters of `lora_rank` on `lora_targets` where given
-    (`converters.lora`)."""
+    (`converters.lora`); a vision-language model's images of `image_size` pixels a side, a
+    grid encoder's graph holding `images` of them (`fixed_images`)."""
     file = config_file(path)
     if seq_len is None and not reads_images(_fields(file)):
         raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                            "sample to export the model at)", "seq_len")
     stat = file.stat() if file.is_file() else None  # the child says what is wrong with it
     return _from_config(str(path), stat and (stat.st_mtime_ns, stat.st_size), seq_len or 0,
-                        target_len, lora_rank, lora_targets)
+                        target_len, lora_rank, lora_targets, images, image_size)
+
+
+def _grid_encoder(fields: dict) -> bool:
+    """Whether a config.json's vision encoder cuts images into a grid of patches that its
+    graph holds (Qwen-VL's, GLM-4V's: patches over time as well), without building it."""
+    vision = fields.get("vision_config")
+    return isinstance(vision, dict) and "temporal_patch_size" in vision
+
+
+def fixed_images(graph: onnx.ModelProto) -> int | None:
+    """The images a vision-language model's graph holds where its encoder fixes them (a grid
+    encoder's, Qwen-VL's: it converts at that batch alone), else None."""
+    said = next((m.value for m in graph.metadata_props if m.key == HEAD_KEY), "")
+    return json.loads(said).get("images") if said else None
 
 
 def config_input(path: str | Path) -> str:
@@ -246,8 +270,8 @@ def _fields(file: Path) -> dict:
 
 @functools.lru_cache(maxsize=2)
 def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int | None,
-                 lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None
-                 ) -> onnx.ModelProto:
+                 lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None,
+                 images: int = 1, image_size: int | None = None) -> onnx.ModelProto:
     """A Hugging Face language model's training graph from its config.json alone, on the meta
     device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
     one's memory; `os._exit` skips its teardown, which would take 0.1 GB more), once for every
@@ -255,7 +279,8 @@ def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int |
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "model.onnx"
         code, stderr = _export_child([path, str(seq_len), str(out), str(target_len or 0),
-                                      str(lora_rank or 0), ",".join(lora_targets or ())])
+                                      str(lora_rank or 0), ",".join(lora_targets or ()),
+                                      str(images), str(image_size or 0)])
         if code:  # 2: a ConversionError's line; else the export died
             lines = stderr.strip().splitlines() or [f"exit status {code}"]
             raise ConversionError(lines[-1] if code == 2 else
