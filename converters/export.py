@@ -235,10 +235,13 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     except Exception as e:  # exporter errors are many and untyped; keep the first line
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)
-        if not retry and on_meta and _state_bytes(module) <= CPU_FALLBACK_BYTES:
+        cpu = _on_cpu(torch, module) if not retry and on_meta and \
+            _state_bytes(module) <= CPU_FALLBACK_BYTES else None
+        if cpu is not None and not any(p.is_meta for p in cpu.parameters()):  # (a mode that
+            # keeps tensors on the meta device copies none to the CPU: no second try)
             zeros = tuple(torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor)
                           else a for a in given)
-            return from_torch(_on_cpu(torch, module),
+            return from_torch(cpu,
                               zeros if keywords is None else dict(zip(keywords, zeros)),
                               input_names=input_names, dynamic_batch=dynamic_batch, opset=opset)
         if not retry:

@@ -168,7 +168,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         model.forward, example, names = image_text_step(model, pictures, placeholders, seq_len)
         trained_as = dict(head=type(model).__name__, labels=None, image=pictures.size,
                           image_tokens=placeholders,
-                          **({"images": images} if pictures.fixed else {}))
+                          **({"images": images} if pictures.held else {}))
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
     defaulted = _defaulted(text, fields.get("text_config") or {} if text is not cfg else fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts

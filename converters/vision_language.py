@@ -49,6 +49,7 @@ class Images(NamedTuple):
     pixels: Any
     fixed: dict
     size: list[int]
+    held: bool = False  # the graph holds the example's images: it converts at that batch alone
 
 
 class _Counted(Exception):
@@ -67,8 +68,9 @@ def image_text_model(transformers: Any, cfg: Any) -> Any:
 def example_images(model: Any, where: str, kind: str, images: int = 1,
                    side: int | None = None) -> Images:
     """`images` samples' images at the size `model`'s vision config gives (a grid encoder's:
-    `side`, default `DEFAULT_SIDE`); a ConversionError where its encoder tiles images or keeps
-    a list an image, its config gives no size, or `side` is not one it takes."""
+    `side`, default `DEFAULT_SIDE`), held in the graph where its encoder indexes them by a
+    grid or keeps a list an image; a ConversionError where it tiles images, its config gives
+    no size, or `side` is not one it takes."""
     import torch
 
     inner = getattr(model, "model", model)
@@ -76,13 +78,12 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     takes = inspect.signature(encode).parameters if encode else {}
     tiles = [p for p in TILES if p in takes and (  # LLaVA's optional image_sizes: none
         p != "image_sizes" or takes[p].default is inspect.Parameter.empty)]
-    if encode is None or tiles or _splits_per_image(inner):
+    if encode is None or tiles:
         raise ConversionError(
             f"{where}: model_type {kind!r} " + (
-                f"tiles an image by its {tiles[0]} (fixed in the graph at one image)" if tiles
-                else "keeps each image's features apart (a list an image, fixed in the graph "
-                "at one image)" if encode else
-                "reads its images other than through image features in its text") +
+                f"tiles an image by its {tiles[0]} (its count of tiles the image's data)"
+                if tiles else "reads its images other than through image features in its "
+                "text") +
             ": not priced from its config; export the model itself with converters.from_torch")
     vision = model.config.vision_config
     if GRID in takes:  # patches of p x p pixels, merged m x m into a token
@@ -96,7 +97,7 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
                                   f"images into cells of {p * m} pixels: give a multiple")
         g = side // p
         return Images(torch.zeros(images, g * g, c * t * p * p),
-                      {GRID: torch.tensor([[1, g, g]] * images)}, [side, side])
+                      {GRID: torch.tensor([[1, g, g]] * images)}, [side, side], True)
     size, channels = getattr(vision, "image_size", None), getattr(vision, "num_channels", 3)
     sides = [d for d in (size if isinstance(size, (list, tuple)) else [size, size])
              if isinstance(d, int) and d > 0]
@@ -107,7 +108,8 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
         raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} encodes "
                               f"images of {sides[0]} x {sides[1]} (its position table's): "
                               f"give {sides[0]}")
-    return Images(torch.zeros(1, channels, *sides), {}, sides)
+    held = _splits_per_image(inner)  # LLaVA's list an image: the graph holds the batch's
+    return Images(torch.zeros(images if held else 1, channels, *sides), {}, sides, held)
 
 
 def _splits_per_image(inner: Any) -> bool:
@@ -151,7 +153,7 @@ def _inputs(model: Any, images: Images, pixels: Any, ids: Any, tokens: int,
     where its forward wants them, multimodal token types (Qwen-VL's: 1 an image's token)."""
     import torch
 
-    kw = dict(images.fixed, pixel_values=pixels.flatten(0, 1) if images.fixed else pixels,
+    kw = dict(images.fixed, pixel_values=pixels.flatten(0, 1) if GRID in images.fixed else pixels,
               input_ids=ids, labels=ids)
     if token_types is not None:
         kw["token_type_ids"] = token_types

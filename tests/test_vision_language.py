@@ -96,12 +96,12 @@ def test_a_projector_that_does_not_fit_the_language_model_is_named():
 @pytest.mark.parametrize("config, why", [
     (dict(model_type="llava_next", text_config=dict(num_hidden_layers=1),
           vision_config=dict(num_hidden_layers=1)), "tiles an image by its image_sizes"),
-    (dict(model_type="llava", text_config=dict(num_hidden_layers=1),
-          vision_config=dict(num_hidden_layers=1)), "keeps each image's features apart"),
+    (dict(model_type="idefics3", text_config=dict(num_hidden_layers=1),
+          vision_config=dict(num_hidden_layers=1)), "tiles an image by its pixel_attention_mask"),
 ])
-def test_models_whose_graph_would_fix_one_image_are_refused_in_one_line(config, why):
-    """LLaVA-NeXT tiles each image by its size, LLaVA splits its features into a list an
-    image: traced, either holds one image at any batch."""
+def test_models_that_tile_their_images_are_refused_in_one_line(config, why):
+    """LLaVA-NeXT tiles each image by its size, Idefics3 masks its tiles: how many tiles an
+    image has is the data's."""
     with pytest.raises(ConversionError, match=f"^config: model_type '{config['model_type']}' "
                                               f"{why}.*export the model itself") as e:
         from_hf_config(config, seq_len=32)
@@ -148,3 +148,23 @@ def test_a_grid_encoders_config_is_priced_at_the_batch_asked(tmp_path):
     assert one.tokens == three.tokens == 32
     assert 1 < three.iteration_ms / one.iteration_ms < 3.5
     assert any("a kernel an image or window" in w for w in three.warnings)
+
+
+LLAVA = dict(model_type="llava", image_token_index=500, vision_feature_layer=-1,
+             text_config=dict(GEMMA, model_type="llama"),
+             vision_config=dict(model_type="clip_vision_model", hidden_size=32,
+                                intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                image_size=56, patch_size=14, projection_dim=32))
+
+
+def test_an_encoder_that_keeps_a_list_an_image_holds_the_batchs_images():
+    """LLaVA splits its features into a list an image (`list(image_features)`): it was
+    refused; its graph now holds the images it is exported with, like a grid encoder's."""
+    graph = from_hf_config(LLAVA, seq_len=32, images=2)
+    seq = convert(graph, batch_size=2)
+    assert seq.meta["head"]["images"] == 2 and seq.meta["head"]["image_tokens"] == 16
+    unread = seq.meta["unread"]  # CLIP's last norm: LLaVA reads a layer's hidden states
+    assert unread["in"] == ["model.vision_tower.post_layernorm"]
+    assert seq.params + unread["params"] == sum(p.numel() for p in _model(LLAVA).parameters())
+    with pytest.raises(ConversionError):
+        convert(graph, batch_size=3)
