@@ -170,7 +170,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                           image_tokens=placeholders,
                           **({"images": images} if pictures.held else {}))
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
-    defaulted = _defaulted(text, fields.get("text_config") or {} if text is not cfg else fields)
+    defaulted = _defaulted(text, (fields.get("text_config") or {}) if text is not cfg
+                           else fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
         (v for k, v in settings.items() if k in TOP_K_FIELDS and isinstance(v, int)), 1))
     said = {DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
