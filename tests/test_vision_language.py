@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from converters import ConversionError, convert, from_hf_config
+from mdot_jax import RequestError
+from mdot_jax.serving.predict import check_converted
 
 GEMMA = dict(model_type="gemma", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=512)
@@ -132,6 +134,9 @@ def test_a_grid_encoders_graph_holds_the_batchs_images_and_converts_at_that_batc
     assert a.params == sum(p.numel() for p in _model(QWEN).parameters())
     with pytest.raises(ConversionError):  # its windows hold two images' patches
         convert(two, batch_size=3)
+    check_converted(b, 2, image_size=112, seq_len=32)  # a plan's sequence: its image's side
+    with pytest.raises(RequestError, match="image_size 120"):
+        check_converted(b, 2, image_size=120)
     with pytest.raises(ConversionError, match=r"^config: image_size 120: model_type "
                                               r"'qwen2_5_vl' cuts images into cells of 28 "
                                               r"pixels: give a multiple$"):

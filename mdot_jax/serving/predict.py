@@ -459,7 +459,8 @@ def check_converted(seq: OperatorSequence, batch_size: int, image_size: int | No
     ints = seq.meta.get("integer_inputs", ())  # token ids beside audio (Whisper's targets)
     tokens = next((s[-1] for n, s in seq.meta.get("inputs", {}).items()
                    if n in ints and len(s) == 2), have)
-    for field, size, fits in (("image_size", image_size, (have,)),
+    image = (seq.meta.get("head") or {}).get("image") or []  # a vision-language model's
+    for field, size, fits in (("image_size", image_size, (have, *image)),
                               ("seq_len", seq_len, (tokens, tokens * cp))):
         if size and size not in fits:
             raise RequestError(f"{field} {size}: the operator sequence {seq.name!r} was "
