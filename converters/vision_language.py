@@ -43,8 +43,8 @@ DEFAULT_SIDE = 448  # a grid encoder's image side where none is asked (256 token
 
 class Images(NamedTuple):
     """One image a sample, as the example gives them: `pixels` [B, C, H, W] (a grid
-    encoder's: its patches [B, P, C t p p]), the encoder's `fixed` inputs (a grid's sizes,
-    [B, 3]: the graph holds B images; none: any batch) and the image's `size` [H, W]."""
+    encoder's: its patches [B, P, C t p p]), the encoder's `fixed` inputs (a grid's sizes
+    [B, 3], values on the CPU) and the image's `size` [H, W]."""
 
     pixels: Any
     fixed: dict

@@ -88,9 +88,9 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
                                 job.lora_targets, images=images, image_size=job.image_size)
 
         model = graph(b if _grid_encoder(_fields(config_file(job.model))) else 1)
-        if (images := fixed_images(model)) and images != b:
-            model = graph(b)
-        job = dataclasses.replace(job, image_size=None) if fixed_images(model) else job
+        if images := fixed_images(model):  # its image's size is in the graph already
+            model = model if images == b else graph(b)
+            job = dataclasses.replace(job, image_size=None)
     if job.target_len is not None and not config:
         raise RequestError("target_len: an encoder-decoder's config.json takes it (an ONNX "
                            "file's targets are an input: give its shape)", "target_len")

@@ -456,9 +456,7 @@ def check_converted(seq: OperatorSequence, batch_size: int, image_size: int | No
                            f"converted at batch {batch}; convert the model at batch "
                            f"{batch_size} instead", "batch_size")
     have = input_size_of(seq)
-    ints = seq.meta.get("integer_inputs", ())  # token ids beside audio (Whisper's targets)
-    tokens = next((s[-1] for n, s in seq.meta.get("inputs", {}).items()
-                   if n in ints and len(s) == 2), have)
+    tokens = tokens_of(seq) or have  # token ids beside audio (Whisper's targets), an image
     image = (seq.meta.get("head") or {}).get("image") or []  # a vision-language model's
     for field, size, fits in (("image_size", image_size, (have, *image)),
                               ("seq_len", seq_len, (tokens, tokens * cp))):
