@@ -93,6 +93,30 @@ def calling_sdpa(seq: OperatorSequence, blocks: list[Block]) -> list[Block]:
     return list(blocks) if called is None else [b for b in blocks if b.softmax in set(called)]
 
 
+def decomposed(seq: OperatorSequence, block: Block) -> tuple[int, ...]:
+    """The exporter's work of a `scaled_dot_product_attention` call outside `block`'s path,
+    which a fused kernel does on chip: the scale of the queries and of the transposed keys (each
+    a `Mul` of one tensor of the step that the scores alone read), and for a causal block given
+    no mask tensor (no sliding window, no padding, no bias) the mask built from the shapes
+    (operators fed by no tensor of the step that the block alone reads)."""
+    preds, succs = seq.neighbours()
+    scaled = [j for j in preds.get(block.scores, []) if seq.op_names[j] == "Mul"
+              and len(preds.get(j, [])) == 1 and succs.get(j) == [block.scores]]
+    out = scaled if len(scaled) == 2 else []  # a model's own scale is of its queries alone
+    if block.causal and not (block.window or block.padded or block.biased):
+        inner = set(block.inner)
+        src, dst = (seq.edges[:, 0], seq.edges[:, 1]) if len(seq.edges) else ([], [])
+        entering = np.isin(dst, block.inner) & (dst != block.scores)
+        for j in set(np.asarray(src)[entering].tolist()) - inner:
+            built, frontier = {j}, [j]
+            while frontier and len(built) <= _HOPS:
+                frontier = [k for i in frontier for k in preds.get(i, []) if k not in built]
+                built.update(frontier)
+            if not frontier and all(set(succs.get(i, [])) <= built | inner for i in built):
+                out += sorted(built)
+    return tuple(out)
+
+
 def _blocks(seq: OperatorSequence) -> list[Block]:
     names = seq.op_names
     padding = set(seq.meta.get("padding_masks", ()))  # what applies the batch's masks

@@ -73,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 from converters import OperatorSequence
-from converters.attention import Block, attention_blocks
+from converters.attention import Block, attention_blocks, decomposed
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.vocab import UNK
 from mdot_jax import autograd
@@ -314,12 +314,14 @@ def _fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
                  blocks: list[Block] | None) -> tuple[list[Block], set[int]]:
     """(the attention blocks priced as fused kernels, the nodes fused kernels hold): a
     FlashAttention block whole; Megatron's fused scale-mask-softmax all of an eager block but
-    its two GEMMs, its softmax and its dropout; the pieces our fused kernels read in place."""
+    its two GEMMs, its softmax and its dropout; the pieces our fused kernels read in place.
+    A FlashAttention block also holds what the exporter wrote of the SDPA call outside its
+    path (`decomposed`: the scale, a causal mask built from the shapes)."""
     if blocks is None and (attention == "flash" or megatron):
         blocks = attention_blocks(seq)
     found = blocks or []
     blocks = found if attention == "flash" else []
-    inside = {i for b in blocks for i in b.inner}
+    inside = {i for b in blocks for i in (*b.inner, *decomposed(seq, b))}
     if megatron and attention != "flash":
         inside = {i for b in found for i in b.inner
                   if i not in (b.scores, b.softmax, b.output) and seq.op_names[i] != "Dropout"}
