@@ -42,6 +42,7 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 _BETWEEN = {"Add", "Sub", "Mul", "Div", "Where", "IsNaN", "Cast", "Dropout", "Neg", "Max", "Tanh",
             "Reshape",  # (Swin regroups its shifted windows to add their mask)
             "Concat", "Slice"}  # (gpt-oss's sinks: a logit a head joins to its scores, cut off)
+_VIEWS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"}
 _HOPS = 6  # elementwise operators between the scores' MatMul and the Softmax, or after it
 _D = {f: CONFIG_FIELDS.index(f) for f in ("out_rank", "out_d2", "out_d3", "out_numel", "in_rank",
                                           "in_d2", "in_d3", "in_numel", "elem_bytes",
@@ -62,6 +63,8 @@ class Block(NamedTuple):
     local: bool = False  # the kernel visits the window's keys alone (the flash-attn package's)
     padded: bool = False  # a mask made of the batch (its attention mask) enters the scores
     biased: bool = False  # a learned S x S bias enters them (BEiT's, T5's positions)
+    call: int = -1  # the first block's scores of the one call (the flash-attn package's
+    # varlen kernel, `varlen`) that runs this block with others; -1: a call of its own
 
 
 def _walk(start: int, step: dict[int, list[int]], names: np.ndarray
@@ -93,28 +96,39 @@ def calling_sdpa(seq: OperatorSequence, blocks: list[Block]) -> list[Block]:
     return list(blocks) if called is None else [b for b in blocks if b.softmax in set(called)]
 
 
-def decomposed(seq: OperatorSequence, block: Block) -> tuple[int, ...]:
-    """The exporter's work of a `scaled_dot_product_attention` call outside `block`'s path,
-    which a fused kernel does on chip: the scale of the queries and of the transposed keys (each
-    a `Mul` of one tensor of the step that the scores alone read), and for a causal block given
-    no mask tensor (no sliding window, no padding, no bias) the mask built from the shapes
-    (operators fed by no tensor of the step that the block alone reads)."""
+def varlen(seq: OperatorSequence, blocks: list[Block]) -> tuple[list[Block], set[int]]:
+    """`blocks` with those one call of the flash-attn package's varlen kernel runs marked
+    (`Block.call`), and the operators that call leaves out: where transformers' SDPA path loops
+    over the pieces of a split (Qwen-VL's encoder: `torch.split` of the queries, keys and values
+    by each window's or image's length, attention a piece, `torch.cat` of the outputs), its
+    flash_attention_2 path runs the whole in one call (`cu_seqlens`). Such a loop is two or more
+    blocks whose outputs one Concat joins (through views); left out: that Concat and the
+    Splits that cut the blocks' inputs."""
+    names = seq.op_names
     preds, succs = seq.neighbours()
-    scaled = [j for j in preds.get(block.scores, []) if seq.op_names[j] == "Mul"
-              and len(preds.get(j, [])) == 1 and succs.get(j) == [block.scores]]
-    out = scaled if len(scaled) == 2 else []  # a model's own scale is of its queries alone
-    if block.causal and not (block.window or block.padded or block.biased):
-        inner = set(block.inner)
-        src, dst = (seq.edges[:, 0], seq.edges[:, 1]) if len(seq.edges) else ([], [])
-        entering = np.isin(dst, block.inner) & (dst != block.scores)
-        for j in set(np.asarray(src)[entering].tolist()) - inner:
-            built, frontier = {j}, [j]
-            while frontier and len(built) <= _HOPS:
-                frontier = [k for i in frontier for k in preds.get(i, []) if k not in built]
-                built.update(frontier)
-            if not frontier and all(set(succs.get(i, [])) <= built | inner for i in built):
-                out += sorted(built)
-    return tuple(out)
+    joined: dict[int, list[int]] = {}
+    for k, b in enumerate(blocks):
+        j = b.output
+        for _ in range(_HOPS):
+            if len(succs.get(j, [])) != 1 or names[succs[j][0]] not in _VIEWS:
+                break
+            j = succs[j][0]
+        if len(after := succs.get(j, [])) == 1 and names[after[0]] == "Concat":
+            joined.setdefault(after[0], []).append(k)
+    out, left = list(blocks), set()
+    for concat, group in joined.items():
+        if len(group) < 2:
+            continue
+        left.add(concat)
+        for k in group:
+            b = blocks[k]
+            out[k] = b._replace(call=blocks[group[0]].scores)
+            frontier = [*preds.get(b.scores, []), *preds.get(b.output, [])]
+            for _ in range(_HOPS):  # up through views and the scale to the Splits
+                left.update(j for j in frontier if names[j] == "Split")
+                frontier = [i for j in frontier if names[j] in _VIEWS | {"Mul"}
+                            for i in preds.get(j, [])]
+    return out, left
 
 
 def _blocks(seq: OperatorSequence) -> list[Block]:

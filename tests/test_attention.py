@@ -366,3 +366,56 @@ def test_a_learned_bias_given_to_sdpa_runs_its_memory_efficient_kernel():
     assert not any("given a mask" in w for w in plain.warnings)
     assert biased.iteration_ms > plain.iteration_ms
     assert any("; 1 given a mask" in w for w in expanded.warnings)
+
+
+class _Attention(torch.nn.Module):
+    """Self-attention over [B, 64, 32] (4 heads of 8): PyTorch's SDPA over the whole sequence,
+    or over `pieces` of it in turn and concatenated, as transformers' SDPA path runs Qwen-VL's
+    windows."""
+
+    def __init__(self, pieces=1):
+        super().__init__()
+        self.qkv, self.pieces = torch.nn.Linear(32, 96), pieces
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(x.shape[0], 64, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        return torch.cat([sdpa(*p) for p in zip(
+            *(t.split(64 // self.pieces, dim=2) for t in (q, k, v)))], dim=2)
+
+
+def _priced(seq, attention):
+    from mdot_jax import TrainingJob, predict
+
+    return predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", precision="amp-bf16",
+                               attention=attention, operators=True))
+
+
+def test_a_loop_over_a_splits_pieces_is_one_varlen_call_of_the_flash_attn_package():
+    """Qwen-VL's encoder under transformers' SDPA path: the queries, keys and values split by
+    window, SDPA a window, the outputs concatenated. Its flash_attention_2 path runs one varlen
+    call: priced as one fused kernel of the pieces' work, without the splits and the
+    concatenation, and said; SDPA a kernel a piece. Blocks no Concat joins are calls of their
+    own."""
+    from converters.attention import varlen
+    from mdot_jax.gpu.fused import fused_attention
+    from mdot_jax.gpu.spec_sheet import FUSED
+
+    seq = convert(from_torch(_Attention(pieces=4), torch.randn(2, 64, 32)), batch_size=2,
+                  fuse=True)
+    blocks, left = varlen(seq, attention_blocks(seq))
+    assert len(blocks) == 4 and {b.call for b in blocks} == {blocks[0].scores}
+    assert sorted(str(seq.op_names[i]) for i in left) == ["Concat"] + ["Split"] * 3
+
+    def work(*bs):
+        return sum(np.prod(g) for g in fused_attention(seq, *bs)["fw"])
+
+    assert work(*blocks) == pytest.approx(sum(work(b) for b in blocks), rel=0.05)  # cubes
+    sdpa, package = _priced(seq, "flash"), _priced(seq, "flash_attention_2")
+    assert [sum(o["type"] == FUSED for o in p.operators) for p in (sdpa, package)] == [4, 1]
+    ran = {o["index"] for o in package.operators if "index" in o}
+    assert not ran & left and package.iteration_ms < sdpa.iteration_ms
+    assert any("4 looped over a split's pieces (windows, images) as 1 varlen calls" in w
+               for w in package.warnings)
+    whole = convert(from_torch(_Attention(), torch.randn(2, 64, 32)), batch_size=2, fuse=True)
+    assert [b.call for b in varlen(whole, attention_blocks(whole))[0]] == [-1]

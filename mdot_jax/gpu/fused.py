@@ -34,16 +34,20 @@ _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _WRITTEN = LOAD_FIELDS.index("bytes_written")
 
 
-def fused_attention(seq: OperatorSequence, block: Block) -> dict[str, list[tuple]]:
+def fused_attention(seq: OperatorSequence, block: Block, *others: Block
+                    ) -> dict[str, list[tuple]]:
     """The GEMMs (b, m, n, k) that price `block`'s fused attention kernel, by phase (module
-    docstring)."""
-    c = seq.config[block.scores]
-    b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
-    keys = n
-    if block.causal and not masked(block, n):  # the causal half, or the window's keys
-        keys = max(int(n * needed(block, n)) if block.local else n // 2, 1)
-    one = tensor_cores.cube(b * m * keys * k)  # 2 b m keys k FLOPs a GEMM
-    return {"fw": [one] * 2, "bw": [one] * 5}
+    docstring); with `others`, the one kernel that runs them all (`attention.varlen`)."""
+    work = 0
+    for one in (block, *others):
+        c = seq.config[one.scores]
+        b, m, k, n = (max(int(c[_C[f]]), 1) for f in ("mm_batch", "mm_m", "mm_k", "mm_n"))
+        keys = n
+        if one.causal and not masked(one, n):  # the causal half, or the window's keys
+            keys = max(int(n * needed(one, n)) if one.local else n // 2, 1)
+        work += b * m * keys * k
+    gemm = tensor_cores.cube(work)  # 2 work FLOPs a GEMM
+    return {"fw": [gemm] * 2, "bw": [gemm] * 5}
 
 
 def masked(block: Block, keys: int) -> bool:

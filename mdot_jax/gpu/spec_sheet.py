@@ -73,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 from converters import OperatorSequence
-from converters.attention import Block, attention_blocks, decomposed
+from converters.attention import Block, attention_blocks, varlen
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.vocab import UNK
 from mdot_jax import autograd
@@ -314,14 +314,14 @@ def _fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
                  blocks: list[Block] | None) -> tuple[list[Block], set[int]]:
     """(the attention blocks priced as fused kernels, the nodes fused kernels hold): a
     FlashAttention block whole; Megatron's fused scale-mask-softmax all of an eager block but
-    its two GEMMs, its softmax and its dropout; the pieces our fused kernels read in place.
-    A FlashAttention block also holds what the exporter wrote of the SDPA call outside its
-    path (`decomposed`: the scale, a causal mask built from the shapes)."""
+    its two GEMMs, its softmax and its dropout; the pieces our fused kernels read in place;
+    what a varlen call's loop split and joined (`attention.varlen`)."""
     if blocks is None and (attention == "flash" or megatron):
         blocks = attention_blocks(seq)
     found = blocks or []
     blocks = found if attention == "flash" else []
-    inside = {i for b in blocks for i in (*b.inner, *decomposed(seq, b))}
+    inside = {i for b in blocks for i in b.inner}
+    inside |= varlen(seq, [b for b in blocks if b.call >= 0])[1]  # what its loop split, joined
     if megatron and attention != "flash":
         inside = {i for b in found for i in b.inner
                   if i not in (b.scores, b.softmax, b.output) and seq.op_names[i] != "Dropout"}
@@ -339,10 +339,13 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
     work = found.work
     unaligned = model.info.get("unaligned_gemms")
     flops = seq.total("fwd_flops")
+    calls: dict[int, list[Block]] = {}  # a kernel's blocks (several: one varlen call)
     for b in blocks:
+        calls.setdefault(b.scores if b.call < 0 else b.call, []).append(b)
+    for b, *others in calls.values():
         found.classes.add("gemm")
         s = slower[masked(b, int(seq.config[b.scores, _C["mm_n"]]))]
-        for phase, gemms in fused_attention(seq, b).items():
+        for phase, gemms in fused_attention(seq, b, *others).items():
             if phase == "fw" or grads.runs[b.output]:
                 work.extend((b.output, phase, "linear", dims, at["gemm"], s) for dims in gemms)
     outputs = {b.output for b in blocks}
@@ -483,7 +486,11 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
                         f"over every key, {efficient} (attention flash_attention_2 takes the "
                         "window and the padding itself)" if given else "") + (
                         f"; {local} with a sliding window, the flash-attn package's: over the "
-                        "window's keys alone" if local else ""))
+                        "window's keys alone" if local else "") + (
+                        f"; {len(joined)} looped over a split's pieces (windows, images) as "
+                        f"{len({b.call for b in joined})} varlen calls of the flash-attn "
+                        "package, one a loop" if (joined := [b for b in blocks if b.call >= 0])
+                        else ""))
     return said
 
 

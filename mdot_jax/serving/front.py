@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from converters import ConversionError, OperatorSequence
-from converters.attention import attention_blocks, calling_sdpa, layer_starts
+from converters.attention import attention_blocks, calling_sdpa, layer_starts, varlen
 from converters.fusion import fusion_version
 from converters.substitutes import described
 from mdot_jax import autograd
@@ -275,8 +275,9 @@ class _SpecSheet:
         calls = blocks if job.attention else calling_sdpa(seq, blocks)  # those fused
         attention = self._attention(blocks, precision, seq.meta.get("eager_attention"),
                                     len(calls))
-        if attention == FLASH_ATTN:  # the flash-attn package takes each window itself
-            blocks = calls = [b._replace(local=True) for b in blocks]
+        if attention == FLASH_ATTN:  # the flash-attn package takes each window itself, and
+            # a loop over a split's pieces in one varlen call
+            blocks = calls = varlen(seq, [b._replace(local=True) for b in blocks])[0]
         # what the step depends on: the model and step model themselves (held, and compared
         # by identity), the GPU and the job's fields that reach the pricing
         if job.ep > 1 and not seq.meta.get("experts"):

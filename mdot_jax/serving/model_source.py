@@ -42,7 +42,7 @@ def config_said(seq: OperatorSequence) -> list[str]:
                     f" image a sample, its features the first {head['image_tokens']:,} of the "
                     "tokens, and every token's loss" + (
                         "; its encoder's attention as transformers' SDPA path runs it, a kernel "
-                        "an image or window (flash_attention_2 runs one a layer, varlen)"
+                        "an image or window (attention flash_attention_2: one varlen call a layer)"
                         if head.get("images") else ""))
     elif head:
         labels = f", {head['labels']} labels" if head["labels"] else ""
