@@ -96,6 +96,26 @@ def calling_sdpa(seq: OperatorSequence, blocks: list[Block]) -> list[Block]:
     return list(blocks) if called is None else [b for b in blocks if b.softmax in set(called)]
 
 
+def causal_mask(seq: OperatorSequence, block: Block) -> tuple[int, ...]:
+    """The causal mask the exporter builds for `block` from the shapes alone (operators fed by
+    no tensor of the step that the block alone reads), where the block is causal and given no
+    mask tensor (no sliding window, no padding, no bias): PyTorch's SDPA called with
+    `is_causal`, whose fused kernels mask on chip and make no S x S tensor."""
+    if not block.causal or block.window or block.padded or block.biased or not len(seq.edges):
+        return ()
+    preds, succs = seq.neighbours()
+    inner, out = set(block.inner), []
+    src, dst = seq.edges[:, 0], seq.edges[:, 1]
+    for j in set(src[np.isin(dst, block.inner) & (dst != block.scores)].tolist()) - inner:
+        built, frontier = {j}, [j]
+        while frontier and len(built) <= _HOPS:  # back to operators fed by no tensor
+            frontier = [k for i in frontier for k in preds.get(i, []) if k not in built]
+            built.update(frontier)
+        if not frontier and all(set(succs.get(i, [])) <= built | inner for i in built):
+            out += sorted(built)
+    return tuple(out)
+
+
 def varlen(seq: OperatorSequence, blocks: list[Block]) -> tuple[list[Block], set[int]]:
     """`blocks` with those one call of the flash-attn package's varlen kernel runs marked
     (`Block.call`), and the operators that call leaves out: where transformers' SDPA path loops

@@ -321,16 +321,26 @@ def test_fused_attention_is_causal_cheaper_and_keeps_no_scores(gpt):
     assert any("fused kernels (8 causal)" in w for w in flash.warnings)
 
 
-def test_fused_attention_has_no_scores_in_its_working_set_either():
+@pytest.mark.parametrize("config,tokens", [
+    (dict(CONFIG, n_layer=2, n_embd=64, n_head=4, n_positions=1024, vocab_size=256), 1024),
+    # SDPA's is_causal, which the exporter writes as a mask built from the shapes a layer
+    # (past the size the conversion folds into a constant)
+    (dict(model_type="llama", hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+          num_attention_heads=4, num_key_value_heads=4, vocab_size=256,
+          max_position_embeddings=2048), 1100)])
+def test_fused_attention_has_no_scores_in_its_working_set_either(config, tokens):
+    """Nor the causal mask an export builds for SDPA's `is_causal` (`causal_mask`)."""
     from converters import from_hf_config
+    from converters.attention import causal_mask
     from mdot_jax.serving.memory import step_memory
 
-    long = dict(CONFIG, n_layer=2, n_embd=64, n_head=4, n_positions=1024, vocab_size=256)
-    seq = convert(from_hf_config(long, seq_len=1024), batch_size=1, fuse=True)
-    head = 1024 * 1024 * 2  # one head's S x S at bf16
+    seq = convert(from_hf_config(config, seq_len=tokens), batch_size=1, fuse=True)
+    head = tokens * tokens * 2  # one head's S x S at bf16
     eager = step_memory(seq, "amp-bf16", "adamw")
     flash = step_memory(seq, "amp-bf16", "adamw", fused=attention_blocks(seq))
     assert eager.working >= 2 * 4 * head and flash.working < head  # the backward's transients
+    masks = [causal_mask(seq, b) for b in attention_blocks(seq)]
+    assert all(masks) == (config["model_type"] == "llama")
 
 
 def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):

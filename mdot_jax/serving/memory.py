@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from converters import OperatorSequence
+from converters.attention import causal_mask
 from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import LOSSES, keeping
@@ -155,7 +156,8 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     under `framework`, on a CPU (at the step's live peak, `live_bytes`) or a GPU (the sum
     form). `fused`: attention blocks (`converters.attention`) run as fused kernels, which keep
     their inputs, output and one fp32 log-sum-exp per query row instead of the S x S tensors
-    between (but for an additive mask a block is given: `gpu.fused.mask_bytes`). Frozen
+    between and the causal mask an export builds (`attention.causal_mask`; but for an
+    additive mask a block is given: `gpu.fused.mask_bytes`). Frozen
     parameters (`autograd`) hold no gradient or optimizer state, and nothing before the first
     trained one keeps an activation."""
     held = param_bytes(precision, optimizer, framework)
@@ -175,8 +177,8 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
                                    working=live.working + CPU_FIXED
                                    + (CPU_RETENTION - 1) * total)
     outputs = np.array(seq.load[:, _WRITTEN], np.float64)
-    for b in fused:  # a fused kernel's S x S tensors exist in no pass
-        outputs[list(b.inner)] = 0.0
+    for b in fused:  # a fused kernel's S x S tensors exist in no pass, nor its causal mask
+        outputs[[*b.inner, *causal_mask(seq, b)]] = 0.0
     working = scale * float(np.sort(outputs)[-2:].sum())
     return StepMemory(autograd.held_bytes(seq, held.model) + held.master * trained,
                       held.gradients * trained,
