@@ -10,7 +10,7 @@ import math
 import os
 
 from mdot_jax.errors import UsageError
-from mdot_jax.options import MAX_INT
+from mdot_jax.options import MAX_INT, MAX_TOKENS
 
 
 def _positive(kind, zero: bool = False):
@@ -34,6 +34,15 @@ POSITIVE_INT = _positive(int)
 
 
 POSITIVE_FLOAT = _positive(float)
+
+
+def tokens(text: str) -> int:
+    """A sequence's length: a positive integer up to `options.MAX_TOKENS`."""
+    value = POSITIVE_INT(text)
+    if value > MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"{value:,} tokens: at most {MAX_TOKENS:,} (the "
+                                         "conversion holds each position)")
+    return value
 
 
 def port(text: str) -> int:

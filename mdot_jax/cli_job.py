@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list
+from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, tokens
 from mdot_jax.errors import UsageError
 from mdot_jax.options import (
     ATTENTION,
@@ -69,8 +69,8 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
                    help="concrete shape of a data input (repeatable)")
     p.add_argument("--batch-size", type=POSITIVE_INT, help="dim 0 of every data input")
     p.add_argument("--image-size", type=POSITIVE_INT, help="spatial size of rank-4 image inputs")
-    p.add_argument("--seq-len", type=POSITIVE_INT, help="dim 1 of rank-2 token-id inputs")
-    p.add_argument("--target-len", type=POSITIVE_INT,
+    p.add_argument("--seq-len", type=tokens, help="dim 1 of rank-2 token-id inputs")
+    p.add_argument("--target-len", type=tokens,
                    help="an encoder-decoder's config.json: targets per sample (default: seq-len)")
     p.add_argument("--lora-rank", type=POSITIVE_INT, metavar="R",
                    help="a config.json's model fine-tuned with LoRA adapters of rank R, the rest "

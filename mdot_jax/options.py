@@ -23,6 +23,9 @@ SPEC_SHEET_OPTIMIZERS = (*OPTIMIZERS, "muon")  # what the spec sheet prices
 ARITHMETIC = ("fp32", "tf32", "fp16", "bf16", "fp8")  # the formats a GPU's peaks are given for
 
 MAX_INT = 2 ** 31 - 1  # the largest dim or count a request may name (ONNX and numpy use int32)
+# the longest sequence a request may name: the converter's shape inference holds each position
+# (about 1 KB a token; 100M tokens ran this machine out of memory)
+MAX_TOKENS = 2 ** 22
 
 LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-last reads nhwc)
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update

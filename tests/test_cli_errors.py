@@ -362,3 +362,14 @@ def test_a_value_in_another_tools_words_is_told_ours(capsys, flag, value, needle
     field = flag[2:].replace("-", "_")
     with pytest.raises(RequestError, match=re.escape(needle)):
         TrainingJob(model="model.onnx", batch_size=2, **{field: value})
+
+
+@pytest.mark.parametrize("command", ["convert", "predict", "plan"])
+def test_a_sequence_too_long_to_convert_is_refused_before_it_runs_out_of_memory(capsys,
+                                                                              command):
+    """100 million tokens a sequence ran the conversion's shape inference out of memory (the
+    process killed, nothing said): every command refuses it in one line."""
+    code, _, err = run(capsys, command, "model.onnx", "--seq-len", "99999999",
+                       "--batch-size", "2")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "99,999,999 tokens: at most 4,194,304 (the conversion holds each position)" in err

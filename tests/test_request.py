@@ -159,6 +159,7 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(network_gbs=math.inf, nodes=2), "network_gbs"), (dict(nodes=0), "nodes"),
     (dict(gpus=(1, 8), batch_size=(2, 4)), "gpus"), (dict(epochs=3), "epochs"),
     (dict(epochs=-1, dataset_size=10), "epochs"), (dict(seq_len=0), "seq_len"),
+    (dict(seq_len=99_999_999), "seq_len"), (dict(target_len=2 ** 23), "target_len"),
     (dict(model=""), "model"), (dict(grad_accum=0), "grad_accum"),
     (dict(train_tokens=10, epochs=1, dataset_size=5), "train_tokens"),
     (dict(train_tokens=1e9), "train_tokens"), (dict(train_tokens=100), "train_tokens"),

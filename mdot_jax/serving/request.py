@@ -28,6 +28,7 @@ from mdot_jax.options import (
     INTERCONNECTS,
     LAYOUTS,
     MAX_INT,
+    MAX_TOKENS,
     PRECISIONS,
     SCHEDULES,
     SPEC_SHEET_OPTIMIZERS,
@@ -36,6 +37,8 @@ from mdot_jax.options import (
 )
 
 MODEL_TYPES = (str, Path, bytes, onnx.ModelProto, OperatorSequence)  # what `model` may be
+_TOKENS = (MAX_TOKENS, " tokens, the longest sequence priced (the conversion holds each "
+                       "position)")
 
 
 def _short(value: Any) -> str:
@@ -67,15 +70,18 @@ def _plain_fields(request: Any, skip: int = 1) -> None:
         object.__setattr__(request, f.name, _plain(getattr(request, f.name)))
 
 
-def _ints(name: str, value: Any, limit: float = MAX_INT) -> tuple[int, ...]:
-    """A positive int up to `limit`, or a non-empty sequence of them, as a tuple."""
+def _ints(name: str, value: Any, limit: float = MAX_INT, why: str = "") -> tuple[int, ...]:
+    """A positive int up to `limit` (`why`: its reason), or a non-empty sequence of them, as a
+    tuple."""
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
     field = name.split("[")[0]
     if not values:
         raise RequestError(f"{name}: empty; give at least one value", field)
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= limit:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise RequestError(f"{name} {v!r}: expected a positive integer", field)
+        if v > limit:
+            raise RequestError(f"{name} {v:,}: more than {limit:,}{why}", field)
     return values
 
 
@@ -244,7 +250,7 @@ class TrainingJob:
             raise RequestError("gpus: several GPU counts take one batch_size (per GPU)", "gpus")
         for name in ("image_size", "seq_len", "target_len"):
             if getattr(self, name) is not None:
-                _ints(name, getattr(self, name))
+                _ints(name, getattr(self, name), *_TOKENS if name != "image_size" else ())
         self._check_lora()
         _ints("nodes", self.nodes)
         _ints("grad_accum", self.grad_accum)
