@@ -26,6 +26,7 @@ MAX_INT = 2 ** 31 - 1  # the largest dim or count a request may name (ONNX and n
 # the longest sequence a request may name: the converter's shape inference holds each position
 # (about 1 KB a token; 100M tokens ran this machine out of memory)
 MAX_TOKENS = 2 ** 22
+MAX_BATCH_TOKENS = 2 ** 25  # a micro-batch's tokens (batch x seq_len): about 150 bytes each
 
 LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-last reads nhwc)
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update

@@ -365,11 +365,13 @@ def test_a_value_in_another_tools_words_is_told_ours(capsys, flag, value, needle
 
 
 @pytest.mark.parametrize("command", ["convert", "predict", "plan"])
-def test_a_sequence_too_long_to_convert_is_refused_before_it_runs_out_of_memory(capsys,
-                                                                              command):
-    """100 million tokens a sequence ran the conversion's shape inference out of memory (the
-    process killed, nothing said): every command refuses it in one line."""
-    code, _, err = run(capsys, command, "model.onnx", "--seq-len", "99999999",
-                       "--batch-size", "2")
-    assert code == 2 and err.count("\n") == 1, err
-    assert "99,999,999 tokens: at most 4,194,304 (the conversion holds each position)" in err
+@pytest.mark.parametrize("seq_len,batch,needle", [
+    ("99999999", "2", "99,999,999 tokens: at most 4,194,304 (the conversion holds each position)"),
+    ("64", "99999999", "--batch-size 99,999,999 x --seq-len 64: 6,399,999,936 tokens a "
+     "micro-batch, more than 33,554,432 (the conversion holds each)")])
+def test_a_sequence_too_long_to_convert_is_refused_before_it_runs_out_of_memory(
+        capsys, command, seq_len, batch, needle):
+    """100 million tokens a sequence, or a micro-batch, ran the conversion's shape inference
+    out of memory (the process killed, nothing said): every command refuses it in one line."""
+    code, _, err = run(capsys, command, "model.onnx", "--seq-len", seq_len, "--batch-size", batch)
+    assert code == 2 and err.count("\n") == 1 and needle in err, err

@@ -27,6 +27,7 @@ from mdot_jax.options import (
     FROZEN_WEIGHTS,
     INTERCONNECTS,
     LAYOUTS,
+    MAX_BATCH_TOKENS,
     MAX_INT,
     MAX_TOKENS,
     PRECISIONS,
@@ -83,6 +84,15 @@ def _ints(name: str, value: Any, limit: float = MAX_INT, why: str = "") -> tuple
         if v > limit:
             raise RequestError(f"{name} {v:,}: more than {limit:,}{why}", field)
     return values
+
+
+def too_many_tokens(batch: int | None, seq_len: int | None) -> str | None:
+    """Why a micro-batch of `batch` sequences of `seq_len` tokens cannot be converted (more
+    than `options.MAX_BATCH_TOKENS`), or None."""
+    if batch and seq_len and batch * seq_len > MAX_BATCH_TOKENS:
+        return (f"batch_size {batch:,} x seq_len {seq_len:,}: {batch * seq_len:,} tokens a "
+                f"micro-batch, more than {MAX_BATCH_TOKENS:,} (the conversion holds each)")
+    return None
 
 
 def _distinct(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
@@ -251,6 +261,8 @@ class TrainingJob:
         for name in ("image_size", "seq_len", "target_len"):
             if getattr(self, name) is not None:
                 _ints(name, getattr(self, name), *_TOKENS if name != "image_size" else ())
+        if why := too_many_tokens(max(sizes), self.seq_len):
+            raise RequestError(why, "batch_size")
         self._check_lora()
         _ints("nodes", self.nodes)
         _ints("grad_accum", self.grad_accum)
