@@ -153,6 +153,12 @@ def test_a_grid_encoders_config_is_priced_at_the_batch_asked(tmp_path):
     assert one.tokens == three.tokens == 32
     assert 1 < three.iteration_ms / one.iteration_ms < 3.5
     assert any("a kernel an image or window" in w for w in three.warnings)
+    # the flash-attn package: a layer's 12 windows (3 images of 4) one varlen call, and the
+    # full-attention layer's 3 images another
+    package = predict(dataclasses.replace(job, batch_size=3, attention="flash_attention_2"))
+    assert package.iteration_ms < three.iteration_ms
+    assert any("15 looped over a split's pieces (windows, images) as 2 varlen calls" in w
+               for w in package.warnings)
 
 
 LLAVA = dict(model_type="llava", image_token_index=500, vision_feature_layer=-1,
