@@ -159,6 +159,13 @@ def test_a_grid_encoders_config_is_priced_at_the_batch_asked(tmp_path):
     assert package.iteration_ms < three.iteration_ms
     assert any("15 looped over a split's pieces (windows, images) as 2 varlen calls" in w
                for w in package.warnings)
+    # context parallelism cuts a sample's tokens, its image's features among them: refused,
+    # where it priced a whole image a GPU (or blamed --seq-len for the piece's length)
+    for seq_len in (32, 256):
+        with pytest.raises(RequestError, match="^cp 2: a vision-language model's image "
+                                               "features lie in its sequences") as e:
+            predict(dataclasses.replace(job, seq_len=seq_len, gpus=2, cp=2))
+        assert e.value.field == "cp"
 
 
 LLAVA = dict(model_type="llava", image_token_index=500, vision_feature_layer=-1,

@@ -87,7 +87,14 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
             return config_graph(job.model, job.seq_len, job.target_len, job.lora_rank,
                                 job.lora_targets, images=images, image_size=job.image_size)
 
-        model = graph(b if _grid_encoder(_fields(config_file(job.model))) else 1)
+        try:
+            model = graph(b if _grid_encoder(_fields(config_file(job.model))) else 1)
+        except ConversionError as e:  # a piece of a sample: its image, not its tokens, errs
+            if job.cp > 1 and "a sample's image takes" in str(e):
+                raise _image_cut(job) from None
+            raise
+        if job.cp > 1 and _head(model).get("image"):
+            raise _image_cut(job)
         if images := fixed_images(model):  # its image's size is in the graph already
             model = model if images == b else graph(b)
             job = dataclasses.replace(job, image_size=None)
@@ -249,8 +256,19 @@ def _grid_encoder(fields: dict) -> bool:
 def fixed_images(graph: onnx.ModelProto) -> int | None:
     """The images a vision-language model's graph holds where its encoder fixes them (a grid
     encoder's, Qwen-VL's: it converts at that batch alone), else None."""
+    return _head(graph).get("images")
+
+
+def _head(graph: onnx.ModelProto) -> dict:
+    """What a config's graph says of the head it trains (`converters.hf_config`), or {}."""
     said = next((m.value for m in graph.metadata_props if m.key == HEAD_KEY), "")
-    return json.loads(said).get("images") if said else None
+    return json.loads(said) if said else {}
+
+
+def _image_cut(job: TrainingJob) -> RequestError:
+    return RequestError(f"cp {job.cp}: a vision-language model's image features lie in its "
+                        "sequences; context parallelism is priced for language models alone",
+                        "cp")
 
 
 def config_input(path: str | Path) -> str:
