@@ -36,13 +36,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from converters.fusion import VIEWS
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
 
 _BETWEEN = {"Add", "Sub", "Mul", "Div", "Where", "IsNaN", "Cast", "Dropout", "Neg", "Max", "Tanh",
             "Reshape",  # (Swin regroups its shifted windows to add their mask)
             "Concat", "Slice"}  # (gpt-oss's sinks: a logit a head joins to its scores, cut off)
-_VIEWS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"}
 _HOPS = 6  # elementwise operators between the scores' MatMul and the Softmax, or after it
 _D = {f: CONFIG_FIELDS.index(f) for f in ("out_rank", "out_d2", "out_d3", "out_numel", "in_rank",
                                           "in_d2", "in_d3", "in_numel", "elem_bytes",
@@ -130,7 +130,7 @@ def varlen(seq: OperatorSequence, blocks: list[Block]) -> tuple[list[Block], set
     for k, b in enumerate(blocks):
         j = b.output
         for _ in range(_HOPS):
-            if len(succs.get(j, [])) != 1 or names[succs[j][0]] not in _VIEWS:
+            if len(succs.get(j, [])) != 1 or names[succs[j][0]] not in VIEWS:
                 break
             j = succs[j][0]
         if len(after := succs.get(j, [])) == 1 and names[after[0]] == "Concat":
@@ -146,7 +146,7 @@ def varlen(seq: OperatorSequence, blocks: list[Block]) -> tuple[list[Block], set
             frontier = [*preds.get(b.scores, []), *preds.get(b.output, [])]
             for _ in range(_HOPS):  # up through views and the scale to the Splits
                 left.update(j for j in frontier if names[j] == "Split")
-                frontier = [i for j in frontier if names[j] in _VIEWS | {"Mul"}
+                frontier = [i for j in frontier if names[j] in VIEWS | {"Mul"}
                             for i in preds.get(j, [])]
     return out, left
 
