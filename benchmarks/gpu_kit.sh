@@ -21,8 +21,9 @@
 #   fp32-samples.jsonl           the GPU set at fp32, then as much of the core set as time allows
 #   llm-steps.jsonl              a GEMM-bound 1.3B GPT-2 step (2,048 tokens x 4), two
 #                                mixtures of experts (Mixtral 8 x top 2, Qwen3-MoE 64 x top 8),
-#                                the 1.3B and the 124M fine-tuned with LoRA (rank 16), then
-#                                GPT-2 124M / 350M training steps at 1,024-4,096 tokens,
+#                                the 1.3B and the 124M fine-tuned with LoRA (rank 16), the
+#                                124M with Muon, a Qwen2.5-VL-shaped step (one 448 px image a
+#                                sample), then GPT-2 124M / 350M steps at 1,024-4,096 tokens,
 #                                bf16 autocast, flash and eager attention, with and without
 #                                activation checkpointing (`mdot_jax.measure.llm_steps`);
 #                                after the fp32 GPU set, the 124M and the 1.3B compiled

@@ -14,16 +14,17 @@ from mdot_jax.measure.profiler import BUSIEST
 @pytest.mark.parametrize("dry", [False, True])
 def test_every_planned_step_is_a_valid_job(tmp_path, dry):
     rows = llm_steps.plan(dry)
-    assert len({r["key"] for r in rows}) == len(rows) == (8 if dry else 32)
-    (tmp_path / "config.json").write_text(json.dumps(rows[0]["config"]))
+    assert len({r["key"] for r in rows}) == len(rows) == (9 if dry else 33)
     for r in rows:
+        (tmp_path / "config.json").write_text(json.dumps(r["config"]))
         TrainingJob(model=str(tmp_path / "config.json"), device="h100-sxm", **r["job"])
     if not dry:  # 8,192 tokens a micro-batch; flash and eager, with and without checkpointing;
         # the GEMM-bound step first (a lease's budget may end before the last)
         assert rows[0]["key"] == "gpt2-1.3b/t2048/flash/none"
         assert [r["config"]["model_type"] for r in rows[1:3]] == ["mixtral", "qwen3_moe"]
         assert [r["job"].get("lora_rank") for r in rows[3:6]] == [16, 16, None]  # then LoRA,
-        assert rows[5]["key"].endswith("/muon")  # then Muon
+        assert rows[5]["key"].endswith("/muon")  # then Muon, then a vision-language model
+        assert rows[6]["job"]["image_size"] == 448 and "vision_config" in rows[6]["config"]
         assert {r["job"]["batch_size"] * r["job"]["seq_len"] for r in rows} == {8192}
         assert {(r["job"]["attention"], r["job"]["activation_checkpointing"])
                 for r in rows} == {("flash", None), ("flash", "full"), ("eager", None),
@@ -124,3 +125,18 @@ def test_a_compilation_that_fails_is_said_in_its_row(monkeypatch):
     got = llm_steps.measure(row, "cpu")
     assert got["error"] == "torch.compile (aot_eager): RuntimeError: no C compiler"
     assert "ms" not in got and got["key"] == row["key"]
+
+
+def test_a_vision_language_step_is_measured_and_priced_with_its_image(tmp_path):
+    """The kit's Qwen2.5-VL row: one image a sample (its patches, its grid, its placeholders
+    after the token that opens it) runs a training step here, and the analysis prices it with
+    the image its job names."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "llm.jsonl"
+    assert llm_steps.main([str(out), "--dry-run", "--keys-with", "qwen2.5-vl"]) == 0
+    (row,) = [json.loads(x) for x in out.read_text().splitlines()]
+    assert row["key"] == "qwen2.5-vl-tiny/t64/flash/none" and row["ms"] > 0
+    assert row["job"]["image_size"] == 112
+    bench = benches.bench("bench_llm_steps")
+    (priced,), skipped = bench.price([dict(row, device="NVIDIA H100 80GB HBM3")])
+    assert not skipped and priced["predicted_ms"] > 0

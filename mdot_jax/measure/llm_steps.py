@@ -13,7 +13,11 @@ FlashAttention) and `eager`, with and without full activation checkpointing
 (`gradient_checkpointing_enable`); after the mixtures, the 1.3B and the 124M fine-tuned with
 LoRA (`converters.lora`: rank 16 on every linear layer but the head, the rest frozen; at 2,048
 and 1,024 tokens, flash) and the 124M trained with torch.optim.Muon over its weight matrices
-(AdamW over the embeddings, norms and biases); last, the 124M (1,024 tokens) and the 1.3B
+(AdamW over the embeddings, norms and biases), then a vision-language model fine-tuned
+on one 448 x 448 image a sample (`VLM`: Qwen2.5-VL's 32-block encoder, whose windows
+transformers' SDPA path runs as a loop of calls, before a 24-layer text model of 896; 1,024
+tokens a sample, the image's 256 among them, as its processor lays them out: `_image_text`);
+last, the 124M (1,024 tokens) and the 1.3B
 compiled with `torch.compile` (Inductor, its default mode; the kit measures them in a step of
 its own, `--keys-with /compiled`), each beside its eager twin; micro-batches of 8,192 tokens,
 autocast to bf16, AdamW (torch.optim's default implementation, over the trained parameters).
@@ -26,7 +30,8 @@ summed) and its `BUSIEST` kernels by time (name, launches, ms; on a CPU the ATen
 their own host time), or why it could not run (out of memory, a failed compilation). Rows
 are appended as they are measured and a second run skips what is there; no step starts after
 `--seconds`. On a CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32 (compiled
-by AOTAutograd alone: no code generated).
+by AOTAutograd alone: no code generated; the vision-language model's 2 blocks on 112 x 112
+images).
 """
 
 from __future__ import annotations
@@ -60,7 +65,28 @@ LORA_RANK = 16
 COMPILED = (("gpt2-124m", SIZES["gpt2-124m"], 1024), GEMM_BOUND[:3])
 # torch.optim.Muon over the weight matrices, AdamW over the rest (`gpu.muon`)
 MUON = ("gpt2-124m", SIZES["gpt2-124m"], 1024)
+# a vision-language model fine-tuned on one image a sample (`converters.vision_language`):
+# Qwen2.5-VL's encoder (its windows a loop of SDPA calls) before a Qwen2.5-0.5B-shaped text
+VLM = ("qwen2.5-vl-1.2b", dict(
+    model_type="qwen2_5_vl", image_token_id=151655, video_token_id=151656,
+    vision_start_token_id=151652,
+    text_config=dict(model_type="qwen2_5_vl_text", hidden_size=896, intermediate_size=4864,
+                     num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                     vocab_size=151936, tie_word_embeddings=True,
+                     rope_scaling=dict(type="mrope", mrope_section=[8, 12, 12])),
+    vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16,
+                       out_hidden_size=896, patch_size=14, spatial_merge_size=2,
+                       temporal_patch_size=2, window_size=112, in_chans=3,
+                       fullatt_block_indexes=[7, 15, 23, 31])), 1024, 448)
 DRY = {"gpt2-tiny": dict(n_layer=2, n_embd=64, n_head=4)}
+DRY_VLM = ("qwen2.5-vl-tiny", dict(
+    VLM[1], image_token_id=500, video_token_id=501, vision_start_token_id=502,
+    text_config=dict(model_type="qwen2_5_vl_text", hidden_size=64, intermediate_size=128,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     vocab_size=512, rope_scaling=dict(type="mrope", mrope_section=[2, 3, 3])),
+    vision_config=dict(VLM[1]["vision_config"], depth=2, hidden_size=32, intermediate_size=64,
+                       num_heads=4, out_hidden_size=64, window_size=56,
+                       fullatt_block_indexes=[1])), 64, 112)
 DRY_MOE = {"mixtral-tiny": dict(model_type="mixtral", hidden_size=64, intermediate_size=128,
                                 num_hidden_layers=2, num_attention_heads=4,
                                 num_key_value_heads=2, num_local_experts=4,
@@ -81,13 +107,16 @@ def plan(dry: bool) -> list[dict]:
     steps += [(name, config, 64 if dry else 2048, "flash", None, {})
               for name, config in (DRY_MOE if dry else MOE).items()]
     steps += twins(LORA, {"lora_rank": LORA_RANK}) + twins([MUON], {"optimizer": "muon"})
+    name, config, tokens, side = DRY_VLM if dry else VLM
+    steps.append((name, config, tokens, "flash", None, {"image_size": side}))
     steps += [(name, dict(gpt2, **size), tokens, attention, ckpt, {})
               for name, size in (DRY if dry else SIZES).items()
               for tokens in ((64,) if dry else TOKENS)
               for attention in ("flash", "eager") for ckpt in (None, "full")]
     steps += twins(COMPILED, {"compile": True})
     return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}{_mark(how)}",
-                 config=dict(config, **{_POSITIONS[config["model_type"]]: tokens}),
+                 config=dict(config, **{_POSITIONS[k]: tokens for k in [config["model_type"]]
+                                        if k in _POSITIONS}),
                  job={**dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
                              precision="fp32" if dry else "amp-bf16", optimizer="adamw",
                              attention=attention, activation_checkpointing=ckpt), **how})
@@ -115,8 +144,10 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
     impl = "sdpa" if job["attention"] == "flash" else "eager"
     torch.manual_seed(0)
     config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg, use_cache=False)
+    auto = transformers.AutoModelForImageTextToText if job.get("image_size") else \
+        transformers.AutoModelForCausalLM
     with torch.device(device):  # built where it trains: a 1.3B model in a second, not a minute
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=impl)
+        model = auto.from_config(config, attn_implementation=impl)
     experts = getattr(model.config, "_experts_implementation", None) if any(
         k in cfg for k in EXPERT_COUNTS) else None  # what routed the tokens
     if job["activation_checkpointing"]:  # the newer name where the installed version has it
@@ -137,13 +168,15 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
                 torch.optim.AdamW([p for p, m in zip(trained, matrix) if not m], lr=1e-4)]
     else:
         opts = [torch.optim.AdamW(trained, lr=1e-4)]
-    ids = torch.randint(0, cfg["vocab_size"], (job["batch_size"], job["seq_len"]), device=device)
+    inputs = _image_text(config, job, device) if job.get("image_size") else dict(
+        input_ids=torch.randint(0, cfg["vocab_size"], (job["batch_size"], job["seq_len"]),
+                                device=device))
     half = job["precision"] == "amp-bf16"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def step():
         with torch.autocast(device, dtype=torch.bfloat16, enabled=half):
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = model(**inputs, labels=inputs["input_ids"]).loss
         loss.backward()
         for opt in opts:
             opt.step()
@@ -171,6 +204,26 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
         if not compiled:
             raise
         return dict(row, error=f"torch.compile ({compiled}): {type(e).__name__}: {e}"[:500])
+
+
+def _image_text(config, job: dict, device: str) -> dict:
+    """A Qwen-VL batch as its processor makes it: each sample one image of `image_size`
+    pixels a side (its patches [t h w, C t p p] in a row, its grid [1, h, w]) and `seq_len`
+    tokens, of which the first opens the image and the next N are its placeholders (N: the
+    grid's cells over the merge), the rest text; the ids drawn below the special ones."""
+    import torch
+
+    vision, b = config.vision_config, job["batch_size"]
+    side = job["image_size"] // vision.patch_size
+    cells = side * side // vision.spatial_merge_size ** 2
+    text = min(config.image_token_id, config.vision_start_token_id)
+    ids = torch.randint(0, text, (b, job["seq_len"]), device=device)
+    ids[:, 0] = config.vision_start_token_id
+    ids[:, 1:1 + cells] = config.image_token_id
+    pixels = torch.randn(b * side * side, vision.in_chans * vision.temporal_patch_size
+                         * vision.patch_size ** 2, device=device)
+    grid = torch.tensor([[1, side, side]] * b, device=device)
+    return dict(input_ids=ids, pixel_values=pixels, image_grid_thw=grid)
 
 
 def main(argv: list[str] | None = None) -> int:
