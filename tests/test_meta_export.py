@@ -937,18 +937,30 @@ def test_deepseeks_sparse_attention_exports_dense_and_masked_and_says_so(capsys,
 
 @pytest.mark.slow  # two children, each importing PyTorch and transformers
 @pytest.mark.child_export
-def test_a_config_exports_in_a_child_process_and_its_error_is_one_line(tmp_path):
+def test_a_config_exports_in_a_child_process_and_its_error_is_one_line(tmp_path, monkeypatch):
     """The library exports a config.json in a process of its own (the other tests do it in
     theirs): the graph comes back, and a ConversionError as its own line; a config.json edited
-    since is exported again (a service had kept its first graph, cached by the path alone)."""
+    since is exported again (a service had kept its first graph, cached by the path alone).
+    On a terminal a line says the export runs, and for how long (a 70B's takes half a
+    minute); it is cleared when it ends."""
+    import io
+    import sys
+
     pytest.importorskip("transformers")
     from mdot_jax.serving.model_source import config_graph
 
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
     path = tmp_path / "config.json"
     path.write_text(json.dumps(dict(model_type="llama", hidden_size=32, intermediate_size=64,
                                     num_hidden_layers=1, num_attention_heads=2,
                                     vocab_size=100)))
     seq = to_sequence(load_model(config_graph(path, 8), batch_size=2))
+    shown = sys.stderr.getvalue()
+    assert "\rexporting config.json on the meta device: 00:0" in shown and shown.endswith("\r")
     assert seq.params == 100 * 32 * 2 + 4 * 32 * 32 + 3 * 32 * 64 + 3 * 32  # tied: no
     path.write_text(json.dumps(dict(hidden_size=32)))
     with pytest.raises(ConversionError, match=r"config.json: no 'model_type'") as e:

@@ -307,8 +307,18 @@ def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int |
 
 
 def _export_child(argv: list[str]) -> tuple[int, str]:
-    """`converters.hf_config._main(argv)` in a child process: its exit status and stderr."""
-    done = subprocess.run([sys.executable, "-c", "import os, sys; from converters.hf_config "
+    """`converters.hf_config._main(argv)` in a child process: its exit status and stderr;
+    on a terminal, a line says it runs and for how long (a large model's takes minutes)."""
+    from tqdm import tqdm
+
+    with subprocess.Popen([sys.executable, "-c", "import os, sys; from converters.hf_config "
                            "import _main; os._exit(_main(sys.argv[1:]))", *argv],
-                          capture_output=True, text=True)
-    return done.returncode, done.stderr
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as child, \
+            tqdm(desc=f"exporting {Path(argv[0]).name} on the meta device", leave=False,
+                 bar_format="{desc}: {elapsed}", disable=not sys.stderr.isatty()) as shown:
+        while True:
+            try:
+                stderr = child.communicate(timeout=0.5)[1]
+                return child.returncode, stderr
+            except subprocess.TimeoutExpired:  # still exporting (its stderr read meanwhile)
+                shown.refresh()
