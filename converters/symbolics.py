@@ -102,7 +102,9 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
             times = g.op("Constant", value_t=torch.tensor(heads[-3] // kv[-3]))
             k, v = (repeat_interleave(g, t, times, g.op("Constant", value_t=torch.tensor(-3)))
                     for t in (k, v))
-        SDPA_SOFTMAX.append(sum(n.kind() == "onnx::Softmax" for n in g.graph.nodes()))
+        # the Softmax nodes before this call's (counted in C++: a scan in Python each call
+        # made an encoder of thousands of window calls quadratic)
+        SDPA_SOFTMAX.append(len(g.graph.findAllNodes("onnx::Softmax", False)))
         return symbolic_opset14.scaled_dot_product_attention(g, q, k, v, mask, p, causal,
                                                              scale, False)
 
