@@ -12,6 +12,23 @@ _REGISTERED = False
 # each scaled_dot_product_attention an export emits: how many Softmax nodes its graph held
 # before this call's (its own Softmax's ordinal among the graph's Softmax nodes, in order)
 SDPA_SOFTMAX: list[int] = []
+_COUNTED: list = []  # this export's graph's last node counted, and its Softmax nodes up to it
+
+
+def softmax_nodes(graph: Any) -> int:
+    """The Softmax nodes `graph` holds, counted from where this export's last count ended
+    (walking back from the graph's end; all of them at its first call, or where that node is
+    gone): an encoder's thousands of window calls would count the whole graph each."""
+    if not SDPA_SOFTMAX:  # a new export
+        _COUNTED.clear()
+    last, count = _COUNTED or (None, 0)
+    node, new = graph.return_node().prev(), 0
+    while node is not last and node.kind() != "prim::Param":
+        new += node.kind() == "onnx::Softmax"
+        node = node.prev()
+    count = (count if node is last else 0) + new
+    _COUNTED[:] = [graph.return_node().prev(), count]
+    return count
 
 
 def register(torch: Any, opset: int, fallback_opset: int) -> None:
@@ -102,9 +119,7 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
             times = g.op("Constant", value_t=torch.tensor(heads[-3] // kv[-3]))
             k, v = (repeat_interleave(g, t, times, g.op("Constant", value_t=torch.tensor(-3)))
                     for t in (k, v))
-        # the Softmax nodes before this call's (counted in C++: a scan in Python each call
-        # made an encoder of thousands of window calls quadratic)
-        SDPA_SOFTMAX.append(len(g.graph.findAllNodes("onnx::Softmax", False)))
+        SDPA_SOFTMAX.append(softmax_nodes(g.graph))  # the Softmax nodes before this call's
         return symbolic_opset14.scaled_dot_product_attention(g, q, k, v, mask, p, causal,
                                                              scale, False)
 
