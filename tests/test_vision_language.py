@@ -159,6 +159,10 @@ def test_a_grid_encoders_config_is_priced_at_the_batch_asked(tmp_path):
     assert package.iteration_ms < three.iteration_ms
     assert any("15 looped over a split's pieces (windows, images) as 2 varlen calls" in w
                for w in package.warnings)
+    # tensor parallelism is checked against its language model's heads (4, of 2 key-value
+    # heads), not its encoder's first window's (4 over the batch: 0 heads at batch 8 passed)
+    with pytest.raises(RequestError, match="^tp 4: does not divide the model's 2 key-value"):
+        predict(dataclasses.replace(job, batch_size=8, gpus=4, tp=4))
     # context parallelism cuts a sample's tokens, its image's features among them: refused,
     # where it priced a whole image a GPU (or blamed --seq-len for the piece's length)
     for seq_len in (32, 256):

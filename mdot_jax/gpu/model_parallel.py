@@ -203,7 +203,9 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
         raise RequestError("pp: the model has no transformer layers (attention blocks) or "
                            "stack of layers to split", "pp")
     if tp > 1:
-        n_heads, kv, _ = heads(seq, blocks[0]) if blocks else (0, 0, 0)
+        # the last block's: a vision-language model's language model (its encoder's blocks
+        # hold every image's patches in one row: no batch to read its heads from)
+        n_heads, kv, _ = heads(seq, blocks[-1]) if blocks else (0, 0, 0)
         counts = [(n_heads, "attention heads"), (kv, "key-value heads (grouped-query attention)")]
         if ssm:
             counts += [(ssm["heads"], "state space heads"),
