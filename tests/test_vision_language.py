@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from converters import ConversionError, convert, from_hf_config
+from converters.attention import attention_blocks
 from mdot_jax import RequestError
+from mdot_jax.gpu.model_parallel import layer_input
 from mdot_jax.serving.predict import check_converted
 
 GEMMA = dict(model_type="gemma", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -129,6 +131,9 @@ def test_a_grid_encoders_graph_holds_the_batchs_images_and_converts_at_that_batc
     one, two = (from_hf_config(QWEN, seq_len=32, images=n, image_size=112) for n in (1, 2))
     a, b = convert(one, batch_size=1), convert(two, batch_size=2)
     assert b.meta["inputs"] == dict(pixel_values=[2, 64, 1176], input_ids=[2, 32])
+    # what a checkpointed layer keeps: a layer's input (2 images' 64 patches of 32, 2 x 32
+    # tokens of 64), its windows' attention together (a window's alone was read as a layer's)
+    assert layer_input(b, attention_blocks(b)) == 2 * 64 * 32 == 2 * 32 * 64
     assert b.meta["head"]["images"] == 2 and b.meta["head"]["image_tokens"] == 16
     assert b.flops == pytest.approx(2 * a.flops, rel=2e-3)
     assert a.params == sum(p.numel() for p in _model(QWEN).parameters())

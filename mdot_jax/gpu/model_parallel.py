@@ -142,11 +142,17 @@ def tokens_of(seq: OperatorSequence, blocks: Sequence[Block]) -> int:
 
 
 def layer_input(seq: OperatorSequence, blocks: Sequence[Block]) -> float:
-    """Elements of a layer's input (what a checkpointed layer keeps): its self-attention's
-    output, or a model without attention blocks [tokens, width]."""
+    """Elements of a layer's input (what a checkpointed layer keeps), on average: its
+    self-attention's output (a layer's blocks together where the exporter's scopes say which
+    layer holds them: Qwen-VL's encoder attends a window a block), or a model without
+    attention blocks [tokens, width]."""
     own = [b.output for b in blocks if not b.cross]
-    return float(seq.config[own, _C["out_numel"]].mean()) if own else \
-        float(tokens_of(seq, blocks) * width(seq))
+    if not own:
+        return float(tokens_of(seq, blocks) * width(seq))
+    sizes, ids = seq.config[own, _C["out_numel"]], layer_ids(seq, list(blocks))[own]
+    if (ids < 0).any():  # no scope says
+        return float(sizes.mean())
+    return float(np.bincount(ids, sizes)[np.unique(ids)].mean())
 
 
 def checkpointed(seq: OperatorSequence, blocks: list[Block]) -> tuple[np.ndarray, list[int]]:
