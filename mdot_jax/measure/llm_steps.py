@@ -115,8 +115,8 @@ def plan(dry: bool) -> list[dict]:
               for attention in ("flash", "eager") for ckpt in (None, "full")]
     steps += twins(COMPILED, {"compile": True})
     return [dict(key=f"{name}/t{tokens}/{attention}/{ckpt or 'none'}{_mark(how)}",
-                 config=dict(config, **{_POSITIONS[k]: tokens for k in [config["model_type"]]
-                                        if k in _POSITIONS}),
+                 config=dict(config, **({_POSITIONS[config["model_type"]]: tokens}
+                                        if config["model_type"] in _POSITIONS else {})),
                  job={**dict(seq_len=tokens, batch_size=2 if dry else BATCH_TOKENS // tokens,
                              precision="fp32" if dry else "amp-bf16", optimizer="adamw",
                              attention=attention, activation_checkpointing=ckpt), **how})
@@ -131,6 +131,7 @@ def _mark(how: dict) -> str:
         (f"/{how['optimizer']}" if "optimizer" in how else "")
 
 
+# a config's positions, set to the row's tokens (a vision-language model keeps its own)
 _POSITIONS = {"gpt2": "n_positions", "mixtral": "max_position_embeddings",
               "qwen3_moe": "max_position_embeddings"}
 
