@@ -15,7 +15,7 @@ from mdot_jax.options import (
     FROZEN_WEIGHTS,
     INTERCONNECTS,
     LAYOUTS,
-    MAX_INT,
+    MAX_TOKENS,
     PRECISIONS,
     SCHEDULES,
     SPEC_SHEET_OPTIMIZERS,
@@ -36,8 +36,9 @@ def input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
         except ValueError:
             raise UsageError(f"--input-shape {spec!r}: expected NAME=D1,D2,... "
                              "(e.g. x=1,3,224,224)") from None
-        if max(shapes[name], default=0) > MAX_INT:
-            raise UsageError(f"--input-shape {spec!r}: a dim is too large (at most {MAX_INT})")
+        if max(shapes[name], default=0) > MAX_TOKENS:
+            raise UsageError(f"--input-shape {spec!r}: a dim of {max(shapes[name]):,}: at most "
+                             f"{MAX_TOKENS:,} (the conversion holds each position)")
     return shapes
 
 

@@ -161,6 +161,7 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(epochs=-1, dataset_size=10), "epochs"), (dict(seq_len=0), "seq_len"),
     (dict(seq_len=99_999_999), "seq_len"), (dict(target_len=2 ** 23), "target_len"),
     (dict(batch_size=2 ** 20, seq_len=64), "batch_size"),  # 67M tokens a micro-batch
+    (dict(input_shapes={"x": [2, 99_999_999]}), "input_shapes['x']"),
     (dict(model=""), "model"), (dict(grad_accum=0), "grad_accum"),
     (dict(train_tokens=10, epochs=1, dataset_size=5), "train_tokens"),
     (dict(train_tokens=1e9), "train_tokens"), (dict(train_tokens=100), "train_tokens"),

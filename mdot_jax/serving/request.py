@@ -251,7 +251,8 @@ class TrainingJob:
                     "; export a PyTorch module first: converters.from_torch(module, "
                     "example_input)" if module else ""), "model")
         for name, shape in (self.input_shapes or {}).items():
-            _ints(f"input_shapes[{name!r}]", list(shape))
+            _ints(f"input_shapes[{name!r}]", list(shape), MAX_TOKENS,
+                  " (a dim the conversion holds position by position)")
         if self.batch_size is None and not self.input_shapes:
             raise RequestError("batch_size: required (the batch per device)", "batch_size")
         sizes = _distinct("batch_size", self.batch_sizes)
