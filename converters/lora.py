@@ -45,6 +45,11 @@ def add_adapters(model: Any, rank: int, targets: Sequence[str] = (ALL_LINEAR,),
                                       f"; or {ALL_LINEAR})")
     if not chosen:
         raise ConversionError(f"--lora-rank: {type(model).__name__} has no linear layer to adapt")
+    side = max(min(linear[n].weight.shape) for n in chosen)  # the widest layer's smaller side
+    if rank > side:  # a typo's extra digits: adapters larger than the weights they adapt
+        raise ConversionError(f"--lora-rank {rank:,}: more than the smaller side of every layer "
+                              f"it adapts (at most {side:,}): such adapters hold more than the "
+                              "weights they adapt (ranks of 8-256 are usual)")
     for name, p in model.named_parameters():
         p.requires_grad_(name.split(".")[0] in trained)
     for name in chosen:

@@ -66,6 +66,12 @@ def test_a_lora_target_that_names_no_linear_layer_says_which_there_are():
     assert in_fields(str(bad.value))[1] == "lora_targets"
     with pytest.raises(ConversionError, match="^--lora-rank 0"):
         from_hf_config(LLAMA, seq_len=16, lora_rank=0)
+    # a typo's extra digits: adapters larger than every layer they adapt (its widest 128 x 344)
+    with pytest.raises(ConversionError, match=r"^--lora-rank 1,000: more than the smaller side "
+                                              r"of every layer it adapts \(at most 128\)") as big:
+        from_hf_config(LLAMA, seq_len=16, lora_rank=1000)
+    assert in_fields(str(big.value))[1] == "lora_rank"
+    from_hf_config(LLAMA, seq_len=16, lora_rank=128)  # as wide as a layer: taken
 
 
 class _Distilled(torch.nn.Module):
