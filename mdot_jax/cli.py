@@ -53,7 +53,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)
     if why := too_many_tokens(args.batch_size, args.seq_len):
-        raise UsageError(why.replace("batch_size", "--batch-size").replace("seq_len", "--seq-len"))
+        raise RequestError(why, "batch_size")  # said with the flags' names (`_as_flags`)
     if args.target_len and not is_config(args.model):
         raise UsageError("--target-len: an encoder-decoder's config.json takes it (an ONNX "
                          "file's targets are an input: give its --input-shape)")
