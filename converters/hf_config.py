@@ -38,6 +38,7 @@ from converters.sequence import (
 )
 from converters.vision_language import (
     example_images,
+    image_side,
     image_text_model,
     image_text_step,
     image_tokens,
@@ -67,7 +68,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     vision-language model's (PaliGemma's, InternVL's, Qwen-VL's) `seq_len` tokens, one
     image's features the first of them (`converters.vision_language`; a grid encoder's
     (Qwen-VL's) images of `image_size` pixels a side, the graph holding `images` of them:
-    the batch it is converted at, `meta["head"]["images"]`)
+    the batch it is converted at, `meta["head"]["images"]`; one that is a causal LM too,
+    Gemma 3's or Qwen3.5's, on its text unless `image_size` asks for images)
     (`from_torch`; `convert(..., seq_len=...)` predicts at other lengths up to the model's
     positions).
     `overrides` change config fields (e.g. `num_hidden_layers=2`, per-layer lists cut to
@@ -106,8 +108,10 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
         head = None if cfg.is_encoder_decoder else _head(transformers, cfg)
         auto = getattr(transformers, head.auto) if head else _language_model(transformers, cfg)
-        if vlm := auto is None:  # an image and text in, text out: a vision-language model
-            auto = image_text_model(transformers, cfg)
+        pictured = None if head else image_text_model(transformers, cfg)  # image, text in
+        if vlm := pictured is not None and (auto is None or image_size is not None):
+            auto = pictured  # a vision-language model (one that is a causal LM too, Gemma
+            # 3's or Qwen3.5's, where an image_size asks for images)
         if auto is None:
             raise ConversionError(
                 f"{where}: model_type {kind!r} has no causal, masked, sequence-to-sequence or "
@@ -155,6 +159,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     tokens = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
     trained_as: dict | None = head and dict(head=type(model).__name__,
                                labels=cfg.num_labels if head.classes else None)
+    if pictured and not vlm:  # trained on its text alone: what asks for an image
+        trained_as = dict(head=type(model).__name__, labels=None,
+                          text_alone=image_side(cfg))
     if not vlm:
         example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
             (torch.zeros(1, *_image(cfg, where, kind)), [main]) if main == "pixel_values"

@@ -11,7 +11,7 @@ from converters.losses import FORMULAS, bound
 
 
 @contextlib.contextmanager
-def _replaced(owner: Any, **new: Any):
+def replaced(owner: Any, **new: Any):
     """`owner`'s attributes set to `new` inside, the old ones after."""
     old = {name: getattr(owner, name) for name in new}
     for name, value in new.items():
@@ -48,7 +48,7 @@ def uneven_pools(torch):
             return pool(F.pad(x, pads), k, k)
         return adaptive
 
-    with _replaced(F, **{name: uneven(name, pool, d) for name, pool, d in kinds}):
+    with replaced(F, **{name: uneven(name, pool, d) for name, pool, d in kinds}):
         yield
 
 
@@ -65,7 +65,7 @@ def bilinear_forms(torch):
         y = (y * x2.unsqueeze(-2)).sum(-1)
         return y if bias is None else y + bias
 
-    with _replaced(F, bilinear=bilinear):
+    with replaced(F, bilinear=bilinear):
         yield
 
 
@@ -85,7 +85,7 @@ def scalar_scatters(torch):
         return scatter(self, dim, index, torch.full(index.shape, fill, device=self.device)
                        .to(self.dtype))
 
-    with _replaced(torch.Tensor, scatter=tensor_src):
+    with replaced(torch.Tensor, scatter=tensor_src):
         yield
 
 
@@ -123,7 +123,7 @@ def embedding_bags(torch):
             out = out / sizes.clamp(min=1).unsqueeze(-1)
         return out
 
-    with _replaced(F, embedding_bag=bags):
+    with replaced(F, embedding_bag=bags):
         yield
 
 
@@ -138,7 +138,7 @@ def positive_unfolds(torch):
     def counted(self, dimension, size, step):
         return unfold(self, dimension % max(self.dim(), 1), size, step)
 
-    with _replaced(torch.Tensor, unfold=counted):
+    with replaced(torch.Tensor, unfold=counted):
         yield
 
 
@@ -157,7 +157,7 @@ def constant_ignore_index(torch):
             return loss(*args, **kwargs)
         return call
 
-    with _replaced(F, cross_entropy=constant(F.cross_entropy), nll_loss=constant(F.nll_loss)):
+    with replaced(F, cross_entropy=constant(F.cross_entropy), nll_loss=constant(F.nll_loss)):
         yield
 
 
@@ -182,7 +182,7 @@ def spectral_norms(torch):
     torch.Tensor.H = property(lambda t: t.transpose(-2, -1).conj() if t.is_complex()
                               else t.transpose(-2, -1))
     try:
-        with _replaced(F, normalize=out_of_place), _replaced(torch, vdot=summed):
+        with replaced(F, normalize=out_of_place), replaced(torch, vdot=summed):
             yield
     finally:
         if had is None:
@@ -216,7 +216,7 @@ def max_unpools(torch):
             return zeros.scatter(-1, indices.flatten(-rank), plane).unflatten(-1, out)
         return max_unpool
 
-    with _replaced(F, **{f"max_unpool{d}d": unpool(d) for d in (1, 2, 3)}):
+    with replaced(F, **{f"max_unpool{d}d": unpool(d) for d in (1, 2, 3)}):
         yield
 
 
@@ -250,7 +250,7 @@ def packed_sequences(torch):
 
     with contextlib.ExitStack() as stack:
         for cls in layers:
-            stack.enter_context(_replaced(cls, forward=layer(cls)))
+            stack.enter_context(replaced(cls, forward=layer(cls)))
         yield
 
 
@@ -277,7 +277,7 @@ def index_splits(torch):
         return tuple(self[(slice(None),) * dim + (slice(start, end),)]
                      for start, end in zip(bounds, bounds[1:]))
 
-    with _replaced(torch.Tensor, tensor_split=sliced), _replaced(torch, tensor_split=sliced):
+    with replaced(torch.Tensor, tensor_split=sliced), replaced(torch, tensor_split=sliced):
         yield
 
 
@@ -294,7 +294,7 @@ def constant_norm_shapes(torch):
         shape = [normalized_shape] if isinstance(normalized_shape, int) else normalized_shape
         return rms_norm(x, tuple(int(n) for n in shape), *args, **kwargs)
 
-    with _replaced(F, rms_norm=constant):
+    with replaced(F, rms_norm=constant):
         yield
 
 
@@ -317,7 +317,7 @@ def mask_assignments(torch):
             return
         setitem(self, index, value)
 
-    with _replaced(torch.Tensor, __setitem__=assign):
+    with replaced(torch.Tensor, __setitem__=assign):
         yield
 
 
@@ -335,7 +335,7 @@ def counted_classes(torch):
             num_classes = int(tensor.max()) + 1
         return one_hot(tensor, num_classes)
 
-    with _replaced(F, one_hot=counted):
+    with replaced(F, one_hot=counted):
         yield
 
 
@@ -344,7 +344,7 @@ def loss_formulas(torch):
     """The losses the exporter has no form of as their formulas (`converters.losses`)."""
     import torch.nn.functional as F
 
-    with _replaced(F, **{name: bound(getattr(F, name), make(torch, getattr(F, name)))
+    with replaced(F, **{name: bound(getattr(F, name), make(torch, getattr(F, name)))
                          for name, make in FORMULAS.items()}):
         yield
 

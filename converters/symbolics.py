@@ -107,18 +107,35 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         rate = g.op("CastLike", g.op("Constant", value_t=torch.tensor(lambd)), x)
         return g.op("Div", g.op("Neg", g.op("Log", g.op("Sub", one, u))), rate)
 
+    def repeat_heads(g, t, q):  # t [B, Hkv, S, D] to q's heads [B, Hq, S, D], each kv head
+        # Hq / Hkv times in turn (transformers' repeat_kv), by the graph's own shapes where
+        # the trace left the counts unknown (Qwen3.5's images: positions joined on meta)
+        def dims(shape, start, end):
+            return sh._slice_helper(g, shape, axes=[0], starts=[start], ends=[end])
+
+        have, want = g.op("Shape", t), g.op("Shape", q)
+        b, kv, rest, heads = dims(have, 0, 1), dims(have, 1, 2), dims(have, 2, 4), \
+            dims(want, 1, 2)
+        x = g.op("Expand", sh._unsqueeze_helper(g, t, [2]),  # [B, Hkv, Hq / Hkv, S, D]
+                 g.op("Concat", b, kv, g.op("Div", heads, kv), rest, axis_i=0))
+        return g.op("Reshape", x, g.op("Concat", b, heads, rest, axis_i=0))
+
     @sh.parse_args("v", "v", "v", "v", "f", "b", "v", "b")
     def sdpa(g, q, k, v, mask, p, causal, scale, gqa):  # grouped-query: K and V repeated
         from torch.onnx import symbolic_opset14
 
         if gqa:
             heads, kv = (sh._get_tensor_sizes(t) for t in (q, k))
-            if not heads or not kv or not heads[-3] or not kv[-3]:
+            if heads and kv and heads[-3] and kv[-3]:
+                times = g.op("Constant", value_t=torch.tensor(heads[-3] // kv[-3]))
+                k, v = (repeat_interleave(g, t, times, g.op("Constant",
+                                                            value_t=torch.tensor(-3)))
+                        for t in (k, v))
+            elif sh._get_tensor_rank(q) == 4 and sh._get_tensor_rank(k) == 4:
+                k, v = (repeat_heads(g, t, q) for t in (k, v))
+            else:
                 return sh._unimplemented("scaled_dot_product_attention",
                                          "enable_gqa with heads of unknown count", q)
-            times = g.op("Constant", value_t=torch.tensor(heads[-3] // kv[-3]))
-            k, v = (repeat_interleave(g, t, times, g.op("Constant", value_t=torch.tensor(-3)))
-                    for t in (k, v))
         SDPA_SOFTMAX.append(softmax_nodes(g.graph))  # the Softmax nodes before this call's
         return symbolic_opset14.scaled_dot_product_attention(g, q, k, v, mask, p, causal,
                                                              scale, False)

@@ -33,11 +33,13 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from converters.errors import ConversionError
+from converters.patches import replaced
 
 AUTO = "AutoModelForImageTextToText"  # transformers' auto class of these models
 GRID = "image_grid_thw"  # get_image_features' input of a grid encoder: each image's [t, h, w]
 # its inputs that tile an image (an image's sizes, its tiles' masks): refused
 TILES = ("image_sizes", "pixel_attention_mask", "spatial_shapes")
+PATCH_LISTS = ("image_position_ids",)  # an image as a list of patches at positions: refused
 DEFAULT_SIDE = 448  # a grid encoder's image side where none is asked (256 tokens at 28 px)
 
 
@@ -65,6 +67,17 @@ def image_text_model(transformers: Any, cfg: Any) -> Any:
     return getattr(transformers, AUTO) if type(cfg) in mapping else None
 
 
+def image_side(cfg: Any) -> int | None:
+    """The image side `example_images` takes for `cfg` where none is asked: its vision
+    config's, a grid encoder's `DEFAULT_SIDE`; None where its config gives none."""
+    vision = getattr(cfg, "vision_config", None)
+    if hasattr(vision, "temporal_patch_size"):  # a grid's (Qwen-VL's)
+        return DEFAULT_SIDE
+    size = getattr(vision, "image_size", None)
+    size = size[0] if isinstance(size, (list, tuple)) and size else size
+    return size if isinstance(size, int) and size > 0 else None
+
+
 def example_images(model: Any, where: str, kind: str, images: int = 1,
                    side: int | None = None) -> Images:
     """`images` samples' images at the size `model`'s vision config gives (a grid encoder's:
@@ -78,12 +91,14 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     takes = inspect.signature(encode).parameters if encode else {}
     tiles = [p for p in TILES if p in takes and (  # LLaVA's optional image_sizes: none
         p != "image_sizes" or takes[p].default is inspect.Parameter.empty)]
-    if encode is None or tiles:
+    listed = [p for p in PATCH_LISTS if p in takes]  # Gemma 4's: any size, patches listed
+    if encode is None or tiles or listed:
         raise ConversionError(
             f"{where}: model_type {kind!r} " + (
                 f"tiles an image by its {tiles[0]} (its count of tiles the image's data)"
-                if tiles else "reads its images other than through image features in its "
-                "text") +
+                if tiles else f"takes an image as a list of its patches by their "
+                f"{listed[0]} (their count the processor's)" if listed else "reads its "
+                "images other than through image features in its text") +
             ": not priced from its config; export the model itself with converters.from_torch")
     vision = model.config.vision_config
     if GRID in takes:  # patches of p x p pixels, merged m x m into a token
@@ -240,12 +255,29 @@ def placed(model: Any, images: Images, tokens: int | None = None,
         setattr(m, name, types.MethodType(patches[name], m))
     torch.Tensor.masked_scatter = scatter  # type: ignore[method-assign]
     try:
-        with _meta_joins() if images.fixed else contextlib.nullcontext():
+        with _meta_joins() if images.fixed else contextlib.nullcontext(), _broadcast_masks():
             yield
     finally:
         torch.Tensor.masked_scatter = original  # type: ignore[method-assign]
         for m, name in held:
             m.__dict__.pop(name, None)
+
+
+@contextlib.contextmanager
+def _broadcast_masks() -> Iterator[None]:
+    """transformers' attention masks built by broadcasting their index tensors where it would
+    vmap the mask's function (Gemma 3's image blocks in its sliding-window layers): the same
+    mask, in operators the TorchScript exporter traces (vmap's indexing mode it cannot)."""
+    from transformers import masking_utils as masks
+
+    broadcast = dict(  # what vmaps a mask's function -> the same, broadcast
+        _vmap_expansion_sdpa=lambda f: lambda *at: f(*masks._non_vmap_expansion_sdpa(*at)),
+        TransformGetItemToIndex=contextlib.nullcontext)
+    if all(hasattr(masks, n) for n in [*broadcast, "_non_vmap_expansion_sdpa"]):
+        with replaced(masks, **broadcast):
+            yield
+    else:  # another transformers: as it is
+        yield
 
 
 def _meta_joins() -> Any:

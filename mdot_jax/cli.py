@@ -360,7 +360,7 @@ def _as_flags(message: str, field: str) -> str:
     if field and message.startswith(field):
         message = flag(field) + message[len(field):]
     words = r"[a-z]+(?:_[a-z]+)+|epochs|tp|pp|cp|ep"  # the single words that mean only the field
-    return re.sub(rf"(?<![-\w'\"])({words})\b(?!['\"])",
+    return re.sub(rf"(?<![-\w'\".])({words})\b(?!['\"])",
                   lambda m: flag(m[1]) if m[1] in fields else m[1], message)
 
 

@@ -305,6 +305,9 @@ def test_gpu_fit_names_the_bad_row_of_a_gemm_table_before_fitting(capsys, tmp_pa
      "--attention 'flash_x': choose from ['flash', 'eager']"),
     ("model 'm.onnx': the model's 4 attention heads, one_line", "model",
      "MODEL 'm.onnx': the model's 4 attention heads, one_line"),
+    # a config's field, dotted, is the config's (it read "vision_config.--image-size")
+    ("m.json: gives no vision_config.image_size: set it", "", "m.json: gives no "
+     "vision_config.image_size: set it"),
 ])
 def test_a_library_error_names_flags_on_the_command_line(message, field, said):
     from mdot_jax.cli import _as_flags

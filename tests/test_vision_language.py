@@ -195,3 +195,74 @@ def test_an_encoder_that_keeps_a_list_an_image_holds_the_batchs_images():
     assert seq.params + unread["params"] == sum(p.numel() for p in _model(LLAVA).parameters())
     with pytest.raises(ConversionError):
         convert(graph, batch_size=3)
+
+
+GEMMA3 = dict(model_type="gemma3", mm_tokens_per_image=4,
+              text_config=dict(GEMMA, model_type="gemma3_text", sliding_window=4,
+                               layer_types=["sliding_attention", "full_attention"]),
+              vision_config=dict(SIGLIP, num_hidden_layers=1))
+
+
+def test_a_causal_lm_that_reads_images_too_trains_on_them_when_an_image_size_is_asked(tmp_path):
+    """Gemma 3 is a causal LM in transformers and a vision-language model: it was priced on
+    its text alone whatever was asked (`--image-size 56` "does not apply"). Asked, a sample is
+    an image and its text, the image's tokens attending to each other in its sliding-window
+    layers too (a mask transformers built by vmap, which did not export)."""
+    from mdot_jax import TrainingJob, predict
+
+    text = convert(from_hf_config(GEMMA3, seq_len=32), batch_size=2)
+    assert text.meta["inputs"] == dict(input_ids=[2, 32])
+    assert text.meta["head"] == dict(head="Gemma3ForConditionalGeneration", labels=None,
+                                     text_alone=56)
+    seq = convert(from_hf_config(GEMMA3, seq_len=32, image_size=56), batch_size=2)
+    assert seq.meta["inputs"] == dict(pixel_values=[2, 3, 56, 56], input_ids=[2, 32],
+                                      token_type_ids=[2, 32])
+    assert seq.meta["head"] == dict(head="Gemma3ForConditionalGeneration", labels=None,
+                                    image=[56, 56], image_tokens=4)
+    model = _model(GEMMA3)
+    unread = seq.meta.get("unread", {}).get("params", 0)  # SigLIP's pooling head
+    assert seq.params + unread == sum(p.numel() for p in model.parameters()) > \
+        text.params + text.meta["unread"]["params"] - 1
+    blocks = [b for b in attention_blocks(seq) if "language_model" in seq.node_names[b.scores]]
+    assert len(blocks) == 2 and all(b.padded for b in blocks)  # both layers given the mask
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA3))
+    p = predict(TrainingJob(model=str(tmp_path), seq_len=32, batch_size=2, device="h100-sxm"))
+    assert "trained as Gemma3ForConditionalGeneration on its text alone; image_size 56 trains " \
+           "it on an image a sample too" in p.warnings
+
+
+QWEN35 = dict(model_type="qwen3_5", text_config=dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=1, head_dim=16, vocab_size=512,
+    layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+    linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16),
+    vision_config=dict(hidden_size=32, intermediate_size=64, depth=1, num_heads=4,
+                       patch_size=16, temporal_patch_size=2, out_hidden_size=64,
+                       spatial_merge_size=2))
+
+
+def test_qwen35_trains_on_its_grid_of_patches_when_an_image_size_is_asked():
+    """Qwen3.5's language model is a causal LM of its own (priced on text, nothing said of
+    images); asked for 64 px images, its grid encoder's, whose positions leave the query's
+    heads unknown to the exporter's grouped-query attention (it refused)."""
+    assert from_hf_config(QWEN35, seq_len=32).metadata_props  # text: its causal LM
+    seq = convert(from_hf_config(QWEN35, seq_len=32, images=2, image_size=64), batch_size=2)
+    assert seq.meta["inputs"] == dict(pixel_values=[2, 16, 3 * 2 * 16 * 16], input_ids=[2, 32])
+    assert seq.meta["head"]["image_tokens"] == 4 and seq.meta["head"]["images"] == 2
+
+
+def test_an_encoder_of_listed_patches_is_refused_in_one_line():
+    """Gemma 4's encoder takes an image as patches at positions, as many as its processor
+    chose: asked for an image, it said "set vision_config.image_size", which did not help."""
+    gemma4 = dict(model_type="gemma4", text_config=dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=32, vocab_size=512, layer_types=["full_attention"]),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                           image_size=64))
+    assert json.loads(dict((m.key, m.value) for m in from_hf_config(
+        gemma4, seq_len=32).metadata_props)["mdot.head"])["text_alone"] == 64
+    with pytest.raises(ConversionError, match=r"^config: model_type 'gemma4' takes an image "
+                                              r"as a list of its patches by their "
+                                              r"image_position_ids .*from_torch$"):
+        from_hf_config(gemma4, seq_len=32, image_size=64)

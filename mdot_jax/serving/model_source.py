@@ -37,7 +37,11 @@ def config_said(seq: OperatorSequence) -> list[str]:
     shape."""
     said = []
     head = seq.meta.get("head")
-    if head and head.get("image"):  # a vision-language model (`converters.vision_language`)
+    if head and "text_alone" in head:  # a vision-language model that is a causal LM too
+        side = head["text_alone"]  # None: its images' size is not the config's to say
+        said.append(f"trained as {head['head']} on its text alone" + (
+            f"; image_size {side} trains it on an image a sample too" if side else ""))
+    elif head and head.get("image"):  # a vision-language model (`converters.vision_language`)
         said.append(f"trained as {head['head']} on one {' x '.join(map(str, head['image']))}"
                     f" image a sample, its features the first {head['image_tokens']:,} of the "
                     "tokens, and every token's loss" + (
