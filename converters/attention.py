@@ -250,13 +250,26 @@ def sublayers(seq: OperatorSequence, starts: list[int]) -> list[int]:
     own scope (`/model/layers.3/Add`, `Add_1`: attention then the MLP; one in a layer of a
     single mixer, Nemotron-H's or Mamba-2's; three in a decoder's with cross-attention); two
     where the scopes say nothing."""
-    counts, names = [], seq.op_names
+    return [len(adds) or 2 for adds in _residual_adds(seq, starts)]
+
+
+def residuals(seq: OperatorSequence, starts: list[int]) -> list[int]:
+    """Elements of each layer's residual stream (its first residual add's output: a
+    vision-language model's encoder layers [patches, its width], its text's [tokens, theirs]);
+    0 where the scopes say nothing."""
+    return [int(seq.config[adds[0], _D["out_numel"]]) if adds else 0
+            for adds in _residual_adds(seq, starts)]
+
+
+def _residual_adds(seq: OperatorSequence, starts: list[int]) -> list[list[int]]:
+    """Each layer's residual adds in its own scope (`sublayers`)."""
+    found, names = [], seq.op_names
     for start, end in zip(starts, [*starts[1:], seq.num_ops]):
         scope = _LAYER.search(str(seq.node_names[start]))
         own = re.compile(re.escape(scope.group(0)) + r"Add(_\d+)?$") if scope else None
-        counts.append(sum(1 for i in range(start, end) if own and names[i] == "Add"
-                          and own.match(str(seq.node_names[i]))) or 2)
-    return counts
+        found.append([i for i in range(start, end) if own and names[i] == "Add"
+                      and own.match(str(seq.node_names[i]))])
+    return found
 
 
 def _cross(scores: int, preds: dict[int, list[int]], names: np.ndarray) -> bool:

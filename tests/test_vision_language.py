@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from converters import ConversionError, convert, from_hf_config
-from converters.attention import attention_blocks
+from converters.attention import attention_blocks, layer_starts, residuals
 from mdot_jax import RequestError
 from mdot_jax.gpu.model_parallel import layer_input
 from mdot_jax.serving.predict import check_converted
@@ -266,3 +266,12 @@ def test_an_encoder_of_listed_patches_is_refused_in_one_line():
                                               r"as a list of its patches by their "
                                               r"image_position_ids .*from_torch$"):
         from_hf_config(gemma4, seq_len=32, image_size=64)
+
+
+def test_a_tensor_parallel_layer_all_reduces_its_own_residual_stream():
+    """Tensor parallelism all-reduced every layer's [text tokens, the commonest width]:
+    InternVL's encoder layers ([2 images x 17 patches, 32]) as its language model's
+    ([2 x 32 tokens, 64])."""
+    seq = convert(from_hf_config(INTERNVL, seq_len=32), batch_size=2)
+    first = layer_starts(seq, attention_blocks(seq))
+    assert residuals(seq, first) == [2 * 17 * 32] * 2 + [2 * 32 * 64] * 2

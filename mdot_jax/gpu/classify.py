@@ -76,7 +76,8 @@ def classify(op_type: str, c: np.ndarray, load: np.ndarray) -> tuple[str, str, t
         return "bmm", "bmm", (b, m, n, k)
     if op_type in _ROWWISE:
         return _ROWWISE[op_type], _ROWWISE[op_type], _rowwise(op_type, c)
-    rows = (out_n // max(int(c[_C["out_d3"]]), 1), max(int(c[_C["out_d3"]]), 1))
+    last = max(min(int(c[_C["out_d3"]]), out_n), 1)  # a tensor sharded below its last dim
+    rows = (max(out_n // last, 1), last)  # (sequence parallelism's cut of [1, S] token ids)
     if op_type in _BINARY:  # both operands full size, or one broadcast (a bias, a scalar)
         full = load[_L["bytes_read"]] >= 1.9 * out_n * c[_C["elem_bytes"]]
         return "elementwise", _BINARY[op_type] + ("" if full else "u"), rows

@@ -7,10 +7,11 @@ the model's width; the vocabulary-parallel head by its vocabulary), the attentio
 everything between a column- and a row-parallel GEMM (scores, softmax, the MLP's activations,
 the logits and the loss over them) T ways; the residual stream (tensors as wide as the model:
 norms, residual adds, dropout on it) replicated, or cut T ways along the sequence with sequence
-parallelism. A layer all-reduces its [tokens, width] activations once a sublayer in the forward
-and once in the backward (`converters.attention.sublayers`: attention and MLP, twice in a
-transformer's layer; once in a layer of one mixer, Nemotron-H's; with sequence parallelism an
-all-gather and a reduce-scatter each: the same bytes), and once each the vocabulary-parallel
+parallelism. A layer all-reduces its residual stream ([tokens, width]; a vision-language
+model's encoder layers' [patches, theirs], `converters.attention.residuals`) once a sublayer in
+the forward and once in the backward (`sublayers`: attention and MLP, twice in a transformer's
+layer; once in one of a mixer, Nemotron-H's; with sequence parallelism an all-gather and a
+reduce-scatter each: the same bytes), and once each the vocabulary-parallel
 embedding's output in the forward (first stage) and the head's input gradient in the backward
 (last stage); nothing hides them. T must divide the heads and the key-value heads
 (grouped-query attention, `heads`), and a Mamba-2 mixer's heads and groups of B and C
@@ -57,7 +58,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from converters.attention import Block, in_layers, layer_ids, layer_starts, sublayers
+from converters.attention import Block, in_layers, layer_ids, layer_starts, residuals, sublayers
 from converters.dims import converted_batch
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS, OperatorSequence
@@ -90,7 +91,7 @@ class Layout:
     sequence_parallel: bool = False
 
     @property
-    def replicas(self) -> int:
+    def replicas(self) -> int:  # data-parallel
         return self.gpus // (self.tp * self.pp)
 
 
@@ -192,8 +193,7 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
     """The one-line errors of a layout the model cannot take."""
     tp, pp, v = layout.tp, layout.pp, layout.virtual
     if cp > 1 and not blocks:
-        raise RequestError("cp: the model has no attention blocks to run over a cut sequence",
-                           "cp")
+        raise RequestError("cp: the model has no attention blocks to run over a cut sequence", "cp")
     cross = sum(b.cross for b in blocks)
     if (pp > 1 or cp > 1) and cross:
         flag = "pp" if pp > 1 else "cp"
@@ -329,8 +329,7 @@ def shard_experts(seq: OperatorSequence, ep: int) -> OperatorSequence:
     if ep == 1 or not moe:
         return seq
     if moe["experts"] % ep:
-        raise RequestError(f"ep {ep}: does not divide the model's {moe['experts']} experts",
-                           "ep")
+        raise RequestError(f"ep {ep}: does not divide the model's {moe['experts']} experts", "ep")
     config, load, kinds = seq.config.copy(), seq.load.copy(), classified(seq)
     for i in np.flatnonzero(_experts(seq)):
         c, ld = seq.config[i], seq.load[i]
@@ -385,10 +384,12 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     passes = 2 + (checkpointing == "full")  # forward, backward, the forward again
     link = group_link(gpu, layout.gpus_per_node, layout.gpus // layout.gpus_per_node,
                       interconnect, network_gbs, tp, 1)
-    reduces = np.bincount(stage[first], sublayers(seq, first), pp)  # [pp] one a sublayer
+    whole = bytes_ * (tp if layout.sequence_parallel else 1)  # `shard` cut the stream so
+    each = [k * allreduce_ms(n * whole or act, tp, link, 1)  # [layers] its sublayers' (0: no scope)
+            for k, n in zip(sublayers(seq, first), residuals(seq, first))]
     edges = np.eye(pp)[0] + np.eye(pp)[-1]  # the embedding's forward, the head's backward
-    tp_ms = (reduces * passes + edges) * allreduce_ms(act, tp, link, 1) if tp > 1 else \
-        np.zeros(pp)
+    tp_ms = np.bincount(stage[first], each, pp) * passes + edges * allreduce_ms(
+        act, tp, link, 1) if tp > 1 else np.zeros(pp)
     p2p = _p2p_ms(act / tp, layout, gpu, network_gbs, interconnect) * 2 * v if pp > 1 else 0.0
     ring = share * one.phases.get("communication", 0.0)  # [pp] context parallelism's, exposed
     t = share * sum(compute.values()) + ring + tp_ms + p2p  # [pp] ms a micro-batch
