@@ -37,8 +37,9 @@ from converters.sequence import (
     UNREAD_KEY,
 )
 from converters.vision_language import (
+    GRID,
     example_images,
-    image_side,
+    image_sizes,
     image_text_model,
     image_text_step,
     image_tokens,
@@ -161,7 +162,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                                labels=cfg.num_labels if head.classes else None)
     if pictured and not vlm:  # trained on its text alone: what asks for an image
         trained_as = dict(head=type(model).__name__, labels=None,
-                          text_alone=image_side(cfg))
+                          text_alone=image_sizes(cfg))
     if not vlm:
         example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
             (torch.zeros(1, *_image(cfg, where, kind)), [main]) if main == "pixel_values"
@@ -175,7 +176,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         model.forward, example, names = image_text_step(model, pictures, placeholders, seq_len)
         trained_as = dict(head=type(model).__name__, labels=None, image=pictures.size,
                           image_tokens=placeholders,
-                          **({"images": images} if pictures.held else {}))
+                          **({"images": images} if pictures.held else {}),
+                          **({"looped": True} if GRID in pictures.fixed else {}))  # Qwen-VL's
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
     defaulted = _defaulted(text, (fields.get("text_config") or {}) if text is not cfg
                            else fields)

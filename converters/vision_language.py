@@ -1,5 +1,6 @@
 """A vision-language model from its config.json (PaliGemma, InternVL, Aya Vision, Command A
-Vision, DeepSeek-VL: those transformers builds no causal LM of): built by transformers'
+Vision, DeepSeek-VL: those transformers builds no causal LM of; Gemma 3, Gemma 4, Qwen3.5,
+causal LMs too, where an image size is asked): built by transformers'
 `AutoModelForImageTextToText` on the meta device and exported as its fine-tuning step on one
 image a sample, at the size its vision config gives, and `seq_len` tokens of text around it,
 of which the image's features take the first N (the placeholder tokens a processor writes);
@@ -19,15 +20,17 @@ the model's tensors stay on the meta device (`_meta_joins`), so that the graph h
 example's images: it is exported at the batch it is priced at (`Images.fixed`). Its model's
 positions (M-RoPE, from where the placeholders are) count the tokens in order, and Qwen3-VL's
 features added to the first layers' hidden states (`_deepstack_process`) are added to the
-first N positions. Encoders of several tiles an image (LLaVA-NeXT's `image_sizes`, Idefics3's)
-or a list of features an image (LLaVA's) are refused (`example_images`): export the model
-itself.
+first N positions. An encoder of listed patches (Gemma 4's: each patch's place, pooled k x k)
+takes the side asked, a whole number of pooled cells, its places held the same way; LLaVA's
+list of features an image too. Encoders of several tiles an image (LLaVA-NeXT's
+`image_sizes`, Idefics3's) are refused (`example_images`): export the model itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -39,7 +42,7 @@ AUTO = "AutoModelForImageTextToText"  # transformers' auto class of these models
 GRID = "image_grid_thw"  # get_image_features' input of a grid encoder: each image's [t, h, w]
 # its inputs that tile an image (an image's sizes, its tiles' masks): refused
 TILES = ("image_sizes", "pixel_attention_mask", "spatial_shapes")
-PATCH_LISTS = ("image_position_ids",)  # an image as a list of patches at positions: refused
+LISTED = "image_position_ids"  # an encoder of listed patches' inputs: each patch's [x, y]
 DEFAULT_SIDE = 448  # a grid encoder's image side where none is asked (256 tokens at 28 px)
 
 
@@ -67,15 +70,18 @@ def image_text_model(transformers: Any, cfg: Any) -> Any:
     return getattr(transformers, AUTO) if type(cfg) in mapping else None
 
 
-def image_side(cfg: Any) -> int | None:
-    """The image side `example_images` takes for `cfg` where none is asked: its vision
-    config's, a grid encoder's `DEFAULT_SIDE`; None where its config gives none."""
-    vision = getattr(cfg, "vision_config", None)
+def image_sizes(cfg: Any) -> str | None:
+    """The image sizes `example_images` takes for `cfg`, in words: its vision config's side, a
+    grid encoder's default, a listed-patch encoder's multiple (Gemma 4's); None where its config
+    says nothing of them."""
+    vision: Any = getattr(cfg, "vision_config", None)
     if hasattr(vision, "temporal_patch_size"):  # a grid's (Qwen-VL's)
-        return DEFAULT_SIDE
+        return str(DEFAULT_SIDE)
+    if isinstance(k := getattr(vision, "pooling_kernel_size", None), int):  # listed patches
+        return f"a multiple of {vision.patch_size * k}"
     size = getattr(vision, "image_size", None)
     size = size[0] if isinstance(size, (list, tuple)) and size else size
-    return size if isinstance(size, int) and size > 0 else None
+    return str(size) if isinstance(size, int) and size > 0 else None
 
 
 def example_images(model: Any, where: str, kind: str, images: int = 1,
@@ -91,14 +97,12 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     takes = inspect.signature(encode).parameters if encode else {}
     tiles = [p for p in TILES if p in takes and (  # LLaVA's optional image_sizes: none
         p != "image_sizes" or takes[p].default is inspect.Parameter.empty)]
-    listed = [p for p in PATCH_LISTS if p in takes]  # Gemma 4's: any size, patches listed
-    if encode is None or tiles or listed:
+    if encode is None or tiles:
         raise ConversionError(
             f"{where}: model_type {kind!r} " + (
                 f"tiles an image by its {tiles[0]} (its count of tiles the image's data)"
-                if tiles else f"takes an image as a list of its patches by their "
-                f"{listed[0]} (their count the processor's)" if listed else "reads its "
-                "images other than through image features in its text") +
+                if tiles else "reads its images other than through image features in its "
+                "text") +
             ": not priced from its config; export the model itself with converters.from_torch")
     vision = model.config.vision_config
     if GRID in takes:  # patches of p x p pixels, merged m x m into a token
@@ -113,6 +117,17 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
         g = side // p
         return Images(torch.zeros(images, g * g, c * t * p * p),
                       {GRID: torch.tensor([[1, g, g]] * images)}, [side, side], True)
+    if LISTED in takes:  # patches of p x p pixels listed at their places, pooled k x k
+        p, k = vision.patch_size, getattr(vision, "pooling_kernel_size", 1)
+        if not side or side % (p * k):
+            raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} pools "
+                                  f"its {p}-pixel patches {k} x {k}: give a multiple of "
+                                  f"{p * k}")
+        g = side // p
+        ys, xs = torch.meshgrid(torch.arange(g), torch.arange(g), indexing="ij")
+        places = torch.stack([xs, ys], -1).reshape(1, g * g, 2).expand(images, -1, -1)
+        return Images(torch.zeros(images, g * g, 3 * p * p), {LISTED: places},
+                      [side, side], True)
     size, channels = getattr(vision, "image_size", None), getattr(vision, "num_channels", 3)
     sides = [d for d in (size if isinstance(size, (list, tuple)) else [size, size])
              if isinstance(d, int) and d > 0]
@@ -236,6 +251,10 @@ def placed(model: Any, images: Images, tokens: int | None = None,
 
     def mask(self: Any, input_ids: Any = None, inputs_embeds: Any = None, *args: Any,
              **kwargs: Any) -> Any:  # what masked_scatter ignores; Qwen's: images', videos'
+        if inputs_embeds is None:  # Gemma 4's, of the ids: images', videos', audio's [B, T]
+            b, t = input_ids.shape
+            image = (torch.arange(t) < (tokens or t)).expand(b, t)  # values, on the CPU
+            return image, torch.zeros_like(image), torch.zeros_like(image)
         ones = torch.ones_like(inputs_embeds, dtype=torch.bool)
         return (ones, ones) if "video_features" in inspect.signature(
             type(self).get_placeholder_mask).parameters else ones
@@ -255,12 +274,21 @@ def placed(model: Any, images: Images, tokens: int | None = None,
         setattr(m, name, types.MethodType(patches[name], m))
     torch.Tensor.masked_scatter = scatter  # type: ignore[method-assign]
     try:
-        with _meta_joins() if images.fixed else contextlib.nullcontext(), _broadcast_masks():
+        with _meta_joins() if images.fixed else contextlib.nullcontext(), _broadcast_masks(), \
+                _unchecked(model):
             yield
     finally:
         torch.Tensor.masked_scatter = original  # type: ignore[method-assign]
         for m, name in held:
             m.__dict__.pop(name, None)
+
+
+def _unchecked(model: Any) -> Any:
+    """`model`'s module without its check that the placeholders count its features (Gemma
+    4's, of its placeholder mask's values: the features go first, `placed`)."""
+    code = sys.modules[type(model).__module__]
+    return replaced(code, torch_compilable_check=lambda *a, **k: None) if hasattr(
+        code, "torch_compilable_check") else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -281,9 +309,12 @@ def _broadcast_masks() -> Iterator[None]:
 
 
 def _meta_joins() -> Any:
-    """A mode in which a grid encoder's indices, computed on the CPU from the grid's sizes,
-    keep their values; where an operator joins them with the model's meta tensors, they join
-    on the meta device."""
+    """A mode in which an encoder's indices and masks, computed on the CPU from the images'
+    sizes and places (Qwen-VL's grid, Gemma 4's listed patches), keep their values: where an
+    operator joins them with the model's meta tensors, they join on the meta device; a mask
+    moved there or expanded to a meta tensor's shape stays on the CPU (code branches on its
+    values: Gemma 4 skips a padding mask that masks nothing), and the rows a CPU mask selects
+    of a meta tensor are indexed by their places."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_flatten, tree_map
@@ -292,10 +323,34 @@ def _meta_joins() -> Any:
         return t.to("meta") if isinstance(t, torch.Tensor) and t.device.type == "cpu" and \
             t.dim() else t
 
+    def mask(t: Any) -> bool:  # a CPU mask, values known
+        return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype == torch.bool
+
+    def to_meta(*args: Any, device: Any = None, **kwargs: Any) -> bool:  # `Tensor.to`'s
+        target = device or next((a for a in args if isinstance(a, (str, torch.device))), None)
+        return target is not None and torch.device(target).type == "meta"
+
+    def untraced(f: Callable[[], Any]) -> Any:  # computed, its values the graph's constants
+        set_state = torch._C._set_tracing_state  # type: ignore[attr-defined]
+        state = torch._C._get_tracing_state()
+        set_state(None)
+        try:
+            return f()
+        finally:
+            set_state(state)
+
     class MetaJoins(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                                kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
+            if func is torch.Tensor.to and mask(args[0]) and to_meta(*args[1:], **kwargs):
+                return args[0]
+            if func is torch.Tensor.expand_as and mask(args[0]):
+                return args[0].expand(args[1].shape)
+            if func is torch.Tensor.__getitem__ and len(args) == 2 and mask(args[1]) and \
+                    getattr(args[0], "is_meta", False):  # x[mask]: x[places]
+                args = (args[0], untraced(lambda: tuple(  # constants, not NonZero's
+                    i.to("meta") for i in args[1].nonzero(as_tuple=True))))
             tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             if any(t.is_meta for t in tensors) and any(on_meta(t) is not t for t in tensors):
                 args, kwargs = tree_map(on_meta, (args, kwargs))

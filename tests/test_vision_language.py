@@ -213,7 +213,7 @@ def test_a_causal_lm_that_reads_images_too_trains_on_them_when_an_image_size_is_
     text = convert(from_hf_config(GEMMA3, seq_len=32), batch_size=2)
     assert text.meta["inputs"] == dict(input_ids=[2, 32])
     assert text.meta["head"] == dict(head="Gemma3ForConditionalGeneration", labels=None,
-                                     text_alone=56)
+                                     text_alone="56")
     seq = convert(from_hf_config(GEMMA3, seq_len=32, image_size=56), batch_size=2)
     assert seq.meta["inputs"] == dict(pixel_values=[2, 3, 56, 56], input_ids=[2, 32],
                                       token_type_ids=[2, 32])
@@ -227,8 +227,8 @@ def test_a_causal_lm_that_reads_images_too_trains_on_them_when_an_image_size_is_
     assert len(blocks) == 2 and all(b.padded for b in blocks)  # both layers given the mask
     (tmp_path / "config.json").write_text(json.dumps(GEMMA3))
     p = predict(TrainingJob(model=str(tmp_path), seq_len=32, batch_size=2, device="h100-sxm"))
-    assert "trained as Gemma3ForConditionalGeneration on its text alone; image_size 56 trains " \
-           "it on an image a sample too" in p.warnings
+    assert "trained as Gemma3ForConditionalGeneration on its text alone; an image_size (56) " \
+           "trains it on an image a sample too" in p.warnings
 
 
 QWEN35 = dict(model_type="qwen3_5", text_config=dict(
@@ -251,21 +251,35 @@ def test_qwen35_trains_on_its_grid_of_patches_when_an_image_size_is_asked():
     assert seq.meta["head"]["image_tokens"] == 4 and seq.meta["head"]["images"] == 2
 
 
-def test_an_encoder_of_listed_patches_is_refused_in_one_line():
-    """Gemma 4's encoder takes an image as patches at positions, as many as its processor
-    chose: asked for an image, it said "set vision_config.image_size", which did not help."""
-    gemma4 = dict(model_type="gemma4", text_config=dict(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=32, vocab_size=512, layer_types=["full_attention"]),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                           num_attention_heads=2, num_key_value_heads=2, head_dim=16,
-                           image_size=64))
-    assert json.loads(dict((m.key, m.value) for m in from_hf_config(
-        gemma4, seq_len=32).metadata_props)["mdot.head"])["text_alone"] == 64
-    with pytest.raises(ConversionError, match=r"^config: model_type 'gemma4' takes an image "
-                                              r"as a list of its patches by their "
-                                              r"image_position_ids .*from_torch$"):
-        from_hf_config(gemma4, seq_len=32, image_size=64)
+GEMMA4 = dict(model_type="gemma4", text_config=dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+    num_key_value_heads=1, head_dim=32, vocab_size=512, layer_types=["full_attention"]),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=2, head_dim=16))
+
+
+def test_an_encoder_of_listed_patches_trains_on_the_image_size_asked(tmp_path):
+    """Gemma 4's encoder takes an image as its 16-pixel patches listed with their places,
+    pooled 3 x 3 into tokens: asked for an image, it said "set vision_config.image_size",
+    which would not have helped. A 96-pixel image is 36 patches, 4 tokens; the pooling is a
+    GEMM by the places' weights, as transformers runs it."""
+    from mdot_jax import TrainingJob, predict
+
+    text = dict((m.key, m.value) for m in from_hf_config(GEMMA4, seq_len=32).metadata_props)
+    assert json.loads(text["mdot.head"])["text_alone"] == "a multiple of 48"  # any, pooled
+    seq = convert(from_hf_config(GEMMA4, seq_len=32, images=2, image_size=96), batch_size=2)
+    assert seq.meta["inputs"] == dict(input_ids=[2, 32], pixel_values=[2, 36, 3 * 16 * 16])
+    assert seq.meta["head"]["image_tokens"] == 4 and "unread" not in seq.meta
+    assert seq.params == sum(p.numel() for p in _model(GEMMA4).parameters())
+    with pytest.raises(ConversionError, match=r"^config: image_size 100: model_type 'gemma4' "
+                                              r"pools its 16-pixel patches 3 x 3: give a "
+                                              r"multiple of 48$"):
+        from_hf_config(GEMMA4, seq_len=32, image_size=100)
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA4))
+    p = predict(TrainingJob(model=str(tmp_path), seq_len=32, batch_size=2, device="h100-sxm",
+                            image_size=96, precision="amp-bf16"))
+    assert any(w.startswith("trained as Gemma4ForConditionalGeneration on one 96 x 96 image")
+               and "a kernel an image" not in w for w in p.warnings)  # one call: the batch's
 
 
 def test_a_tensor_parallel_layer_all_reduces_its_own_residual_stream():

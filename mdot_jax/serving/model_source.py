@@ -38,16 +38,16 @@ def config_said(seq: OperatorSequence) -> list[str]:
     said = []
     head = seq.meta.get("head")
     if head and "text_alone" in head:  # a vision-language model that is a causal LM too
-        side = head["text_alone"]  # None: its images' size is not the config's to say
+        sizes = head["text_alone"]  # None: its images' size is not the config's to say
         said.append(f"trained as {head['head']} on its text alone" + (
-            f"; image_size {side} trains it on an image a sample too" if side else ""))
+            f"; an image_size ({sizes}) trains it on an image a sample too" if sizes else ""))
     elif head and head.get("image"):  # a vision-language model (`converters.vision_language`)
         said.append(f"trained as {head['head']} on one {' x '.join(map(str, head['image']))}"
                     f" image a sample, its features the first {head['image_tokens']:,} of the "
                     "tokens, and every token's loss" + (
                         "; its encoder's attention as transformers' SDPA path runs it, a kernel "
                         "an image or window (attention flash_attention_2: one varlen call a layer)"
-                        if head.get("images") else ""))
+                        if head.get("looped") else ""))
     elif head:
         labels = f", {head['labels']} labels" if head["labels"] else ""
         said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
