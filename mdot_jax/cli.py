@@ -46,6 +46,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         config_graph,
         config_name,
         config_said,
+        fixed_images,
         is_config,
     )
     from mdot_jax.serving.request import too_many_tokens
@@ -60,10 +61,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     targets = cli_job.lora_targets(args.lora_targets)
     check_lora(args.model, args.lora_rank, targets)
     config = is_config(args.model)
-    model = config_graph(args.model, args.seq_len, args.target_len, args.lora_rank, targets) \
+    model = config_graph(args.model, args.seq_len, args.target_len, args.lora_rank, targets,
+                         images=args.batch_size or 1, image_size=args.image_size) \
         if config else args.model
+    shape = _shape_kwargs(args)
+    if config and fixed_images(model):  # the graph holds its images, at their size
+        shape["image_size"] = None
     seq = convert(model, name=config_name(args.model) if config else Path(args.model).stem,
-                  **_shape_kwargs(args),
+                  **shape,
                   fuse=True if args.fuse is None else args.fuse, label=args.model)
     if args.output:
         writers.write_file(args.output, seq.save)

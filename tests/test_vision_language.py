@@ -289,3 +289,21 @@ def test_a_tensor_parallel_layer_all_reduces_its_own_residual_stream():
     seq = convert(from_hf_config(INTERNVL, seq_len=32), batch_size=2)
     first = layer_starts(seq, attention_blocks(seq))
     assert residuals(seq, first) == [2 * 17 * 32] * 2 + [2 * 32 * 64] * 2
+
+
+@pytest.mark.parametrize("config, side, pixels", [
+    (GEMMA3, 56, [3, 56, 56]),  # a causal LM too: the image asked for
+    (QWEN, 112, [64, 1176]),  # a grid's: its graph holds the batch's images
+])
+def test_mdot_convert_takes_a_configs_images_as_predict_does(tmp_path, capsys, config, side,
+                                                             pixels):
+    """`mdot convert` exported a config at one image and its default size: Gemma 3's
+    --image-size "did not apply", a grid encoder's batch of 2 did not convert."""
+    from mdot_jax.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["convert", str(tmp_path / "config.json"), "--seq-len", "32", "--batch-size",
+                 "2", "--image-size", str(side), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["inputs"]["pixel_values"] == [2, *pixels]
+    assert summary["head"]["image"] == [side, side]
