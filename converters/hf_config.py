@@ -30,6 +30,7 @@ from converters.sequence import (
     EXPERTS_KEY,
     FROZEN_KEY,
     HEAD_KEY,
+    NO_FLASH_KEY,
     PARAMS_KEY,
     SDPA_KEY,
     SLIDING_KEY,
@@ -49,8 +50,7 @@ from converters.vision_language import (
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
                  "moe_num_experts")
 # the experts a token goes to, where no experts layer traced says it
-TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k",
-                "moe_top_k")
+TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k", "moe_top_k")
 
 
 def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
@@ -161,8 +161,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     trained_as: dict | None = head and dict(head=type(model).__name__,
                                labels=cfg.num_labels if head.classes else None)
     if pictured and not vlm:  # trained on its text alone: what asks for an image
-        trained_as = dict(head=type(model).__name__, labels=None,
-                          text_alone=image_sizes(cfg))
+        trained_as = dict(head=type(model).__name__, labels=None, text_alone=image_sizes(cfg))
     if not vlm:
         example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
             (torch.zeros(1, *_image(cfg, where, kind)), [main]) if main == "pixel_values"
@@ -187,7 +186,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
             SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA
             SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows),
-            HEAD_KEY: trained_as and json.dumps(trained_as)}
+            HEAD_KEY: trained_as and json.dumps(trained_as),  # transformers refuses FA2 for:
+            NO_FLASH_KEY: not type(model)._supports_flash_attn and json.dumps(type(model).__name__)}
 
     def export() -> onnx.ModelProto:
         ROUTED.clear()

@@ -66,9 +66,10 @@ UNREAD_KEY = "mdot.unread"  # model metadata: parameters the traced step never r
 BATCH_KEY = "mdot.batch_inputs"  # model metadata: the data inputs whose dim 0 is the batch
 PACKED_KEY = "mdot.packed"  # model metadata: recurrent layers given packed sequences (JSON)
 HEAD_KEY = "mdot.head"  # model metadata: the classifier a config.json's architectures named
+NO_FLASH_KEY = "mdot.no_flash_attn"  # model metadata: a config class FA2 is refused for (JSON)
 JSON_KEYS = dict(experts=EXPERTS_KEY, defaulted=DEFAULTED_KEY, sliding_window=SLIDING_KEY,
                  state_space=STATE_SPACE_KEY, unread=UNREAD_KEY, packed=PACKED_KEY, head=HEAD_KEY,
-                 batch_inputs=BATCH_KEY, selected=SELECTED_KEY)  # meta field: JSON metadata
+                 batch_inputs=BATCH_KEY, selected=SELECTED_KEY, no_flash_attn=NO_FLASH_KEY)
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: scaled_dot_product_attention's Softmax ordinals
 FORMAT_VERSION = 1
@@ -434,8 +435,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
         **({"fill_operands": filled} if filled else {}),
-        **({"half_type": h} if (h := half_of(types, used_params)) else {}),
-        **masks.readers,
+        **({"half_type": h} if (h := half_of(types, used_params)) else {}), **masks.readers,
         **{k: json.loads(said[key]) for k, key in JSON_KEYS.items() if said.get(key)},
         **({"eager_attention": a} if (a := said.get(EAGER_KEY)) else {}),
         **({"checkpointed": True} if said.get(CHECKPOINTED_KEY) else {}),

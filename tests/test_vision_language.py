@@ -229,6 +229,12 @@ def test_a_causal_lm_that_reads_images_too_trains_on_them_when_an_image_size_is_
     p = predict(TrainingJob(model=str(tmp_path), seq_len=32, batch_size=2, device="h100-sxm"))
     assert "trained as Gemma3ForConditionalGeneration on its text alone; an image_size (56) " \
            "trains it on an image a sample too" in p.warnings
+    # transformers will not run its class with the flash-attn package: it was priced
+    with pytest.raises(RequestError, match=r"^attention flash_attention_2: transformers refuses "
+                                           r"it for Gemma3ForConditionalGeneration") as e:
+        predict(TrainingJob(model=str(tmp_path), seq_len=32, batch_size=2, device="h100-sxm",
+                            precision="amp-bf16", attention="flash_attention_2"))
+    assert e.value.field == "attention"
 
 
 QWEN35 = dict(model_type="qwen3_5", text_config=dict(

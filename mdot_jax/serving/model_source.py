@@ -27,6 +27,7 @@ from converters.sequence import CONFIG_FIELDS, HEAD_KEY, LOAD_FIELDS
 from mdot_jax import writers
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu import compiled
+from mdot_jax.options import FLASH_ATTN
 from mdot_jax.serving.predict import check_converted, input_size_of
 from mdot_jax.serving.request import TrainingJob
 
@@ -165,6 +166,10 @@ def run_as(seq: OperatorSequence, job: TrainingJob) -> OperatorSequence:
     """`seq` as `job` runs it, in its metadata (a copy: a converted sequence is kept and
     shared), at fp32 width (`at_fp32_width`): its frozen parameters held as `frozen_weights`
     says, compiled if `compile`."""
+    if job.attention == FLASH_ATTN and (name := seq.meta.get("no_flash_attn")):
+        raise RequestError(f"attention {FLASH_ATTN}: transformers refuses it for {name} (its "
+                           "class does not support Flash Attention 2): give flash (PyTorch's "
+                           "SDPA) or eager", "attention")
     seq = at_fp32_width(seq)
     how: dict = {}
     if job.frozen_weights is not None and seq.meta.get("frozen_weights") != job.frozen_weights:
