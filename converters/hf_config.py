@@ -186,7 +186,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
             SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA
             SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows),
-            HEAD_KEY: trained_as and json.dumps(trained_as),  # transformers refuses FA2 for:
+            HEAD_KEY: trained_as and json.dumps(trained_as),  # next: a class FA2 is refused for
             NO_FLASH_KEY: not type(model)._supports_flash_attn and json.dumps(type(model).__name__)}
 
     def export() -> onnx.ModelProto:

@@ -70,10 +70,25 @@ def image_text_model(transformers: Any, cfg: Any) -> Any:
     return getattr(transformers, AUTO) if type(cfg) in mapping else None
 
 
+def _encoder(owner: Any) -> tuple[Any, Any, list[str]]:
+    """`owner`'s (a model's or its class's) image encoder, `get_image_features` (None: it has
+    none), its parameters and those of them that tile an image."""
+    encode = getattr(owner, "get_image_features", None)
+    takes = inspect.signature(encode).parameters if encode else {}
+    return encode, takes, [p for p in TILES if p in takes and (  # LLaVA's optional
+        p != "image_sizes" or takes[p].default is inspect.Parameter.empty)]  # image_sizes: none
+
+
 def image_sizes(cfg: Any) -> str | None:
     """The image sizes `example_images` takes for `cfg`, in words: its vision config's side, a
     grid encoder's default, a listed-patch encoder's multiple (Gemma 4's); None where its config
-    says nothing of them."""
+    says nothing of them or its class encodes none of them (Llama 3.2 Vision's tiles)."""
+    from transformers.models.auto import modeling_auto as auto
+
+    model = getattr(auto, "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING", {}).get(type(cfg), None)
+    encode, _, tiles = _encoder(model)
+    if encode is None or tiles:
+        return None
     vision: Any = getattr(cfg, "vision_config", None)
     if hasattr(vision, "temporal_patch_size"):  # a grid's (Qwen-VL's)
         return str(DEFAULT_SIDE)
@@ -93,10 +108,7 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     import torch
 
     inner = getattr(model, "model", model)
-    encode = getattr(inner, "get_image_features", None)
-    takes = inspect.signature(encode).parameters if encode else {}
-    tiles = [p for p in TILES if p in takes and (  # LLaVA's optional image_sizes: none
-        p != "image_sizes" or takes[p].default is inspect.Parameter.empty)]
+    encode, takes, tiles = _encoder(inner)
     if encode is None or tiles:
         raise ConversionError(
             f"{where}: model_type {kind!r} " + (

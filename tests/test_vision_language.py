@@ -313,3 +313,17 @@ def test_mdot_convert_takes_a_configs_images_as_predict_does(tmp_path, capsys, c
     summary = json.loads(capsys.readouterr().out)
     assert summary["inputs"]["pixel_values"] == [2, *pixels]
     assert summary["head"]["image"] == [side, side]
+
+
+def test_a_text_alone_model_whose_images_are_tiles_is_not_told_to_ask_for_them():
+    """Llama 3.2 Vision's text is a causal LM of its own; its images are tiles with cross-
+    attention, which `image_size` cannot price: the note said it could."""
+    mllama = dict(model_type="mllama", text_config=dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=128256, cross_attention_layers=[1]),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_global_layers=1, attention_heads=4, image_size=56,
+                           patch_size=14, vision_output_dim=64))
+    said = dict((m.key, m.value) for m in from_hf_config(mllama, seq_len=32).metadata_props)
+    assert json.loads(said["mdot.head"]) == dict(head="MllamaForCausalLM", labels=None,
+                                                 text_alone=None)
