@@ -10,8 +10,8 @@ norms, residual adds, dropout on it) replicated, or cut T ways along the sequenc
 parallelism. A layer all-reduces its residual stream ([tokens, width]; a vision-language
 model's encoder layers' [patches, theirs], `converters.attention.residuals`) once a sublayer in
 the forward and once in the backward (`sublayers`: attention and MLP, twice in a transformer's
-layer; once in one of a mixer, Nemotron-H's; with sequence parallelism an all-gather and a
-reduce-scatter each: the same bytes), and once each the vocabulary-parallel
+layer; once in a layer of one mixer, Nemotron-H's; with sequence parallelism an all-gather and
+a reduce-scatter each: the same bytes), and once each the vocabulary-parallel
 embedding's output in the forward (first stage) and the head's input gradient in the backward
 (last stage); nothing hides them. T must divide the heads and the key-value heads
 (grouped-query attention, `heads`), and a Mamba-2 mixer's heads and groups of B and C
