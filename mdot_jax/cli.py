@@ -43,10 +43,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from mdot_jax import autograd
     from mdot_jax.serving.model_source import (
         check_lora,
-        config_graph,
+        config_graph_at,
         config_name,
         config_said,
-        fixed_images,
         is_config,
     )
     from mdot_jax.serving.request import too_many_tokens
@@ -61,12 +60,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
     targets = cli_job.lora_targets(args.lora_targets)
     check_lora(args.model, args.lora_rank, targets)
     config = is_config(args.model)
-    model = config_graph(args.model, args.seq_len, args.target_len, args.lora_rank, targets,
-                         images=args.batch_size or 1, image_size=args.image_size) \
-        if config else args.model
     shape = _shape_kwargs(args)
-    if config and fixed_images(model):  # the graph holds its images, at their size
-        shape["image_size"] = None
+    model, shape["image_size"] = config_graph_at(  # at the batch: its images, if it holds them
+        args.model, args.batch_size or 1, args.seq_len, args.target_len, args.lora_rank,
+        targets, args.image_size) if config else (args.model, args.image_size)
     seq = convert(model, name=config_name(args.model) if config else Path(args.model).stem,
                   **shape,
                   fuse=True if args.fuse is None else args.fuse, label=args.model)

@@ -87,22 +87,17 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
         model = OperatorSequence.load_npz(model)
     check_lora(model, job.lora_rank, job.lora_targets)
-    if config:  # a grid encoder's graph holds the images it was exported with: the batch's
-        def graph(images: int) -> onnx.ModelProto:
-            return config_graph(job.model, job.seq_len, job.target_len, job.lora_rank,
-                                job.lora_targets, images=images, image_size=job.image_size)
-
+    if config:
         try:
-            model = graph(b if _grid_encoder(_fields(config_file(job.model))) else 1)
+            model, size = config_graph_at(job.model, b, job.seq_len, job.target_len,
+                                          job.lora_rank, job.lora_targets, job.image_size)
         except ConversionError as e:  # a piece of a sample: its image, not its tokens, errs
             if job.cp > 1 and "a sample's image takes" in str(e):
                 raise _image_cut(job) from None
             raise
         if job.cp > 1 and _head(model).get("image"):
             raise _image_cut(job)
-        if images := fixed_images(model):  # its image's size is in the graph already
-            model = model if images == b else graph(b)
-            job = dataclasses.replace(job, image_size=None)
+        job = dataclasses.replace(job, image_size=size)
     if job.target_len is not None and not config:
         raise RequestError("target_len: an encoder-decoder's config.json takes it (an ONNX "
                            "file's targets are an input: give its shape)", "target_len")
@@ -253,6 +248,23 @@ def config_graph(path: str | Path, seq_len: int | None, target_len: int | None =
     stat = file.stat() if file.is_file() else None  # the child says what is wrong with it
     return _from_config(str(path), stat and (stat.st_mtime_ns, stat.st_size), seq_len or 0,
                         target_len, lora_rank, lora_targets, images, image_size)
+
+
+def config_graph_at(path: str | Path, b: int, seq_len: int | None,
+                    target_len: int | None = None, lora_rank: int | None = None,
+                    lora_targets: tuple[str, ...] | None = None,
+                    image_size: int | None = None) -> tuple[onnx.ModelProto, int | None]:
+    """`config_graph` at batch `b`, and the image size left to convert at: None where the
+    graph holds its images (a grid encoder's, exported at the batch at once; another's that
+    says so, again at `b`)."""
+    def graph(images: int) -> onnx.ModelProto:
+        return config_graph(path, seq_len, target_len, lora_rank, lora_targets, images=images,
+                            image_size=image_size)
+
+    model = graph(b if _grid_encoder(_fields(config_file(path))) else 1)
+    if images := fixed_images(model):  # its image's size is in the graph already
+        return (model if images == b else graph(b)), None
+    return model, image_size
 
 
 def _grid_encoder(fields: dict) -> bool:
