@@ -123,10 +123,29 @@ def _top_k_gating(self: Any, hidden: Any) -> Any:
     return order, torch.div(order, self.top_k, rounding_mode="trunc"), gates, None, logits
 
 
+def _every_expert(self: Any, hidden: Any) -> tuple[Any, Any]:
+    """Llama 4's mixture (`Llama4TextMoe`, whose forward runs every expert on every token, the
+    router's scores zeroing all but the top k) on `hidden` [B, S, d], as balanced routing (what
+    routed training code runs), its shared expert beside: [B S, d], and the logits [B S, E]."""
+    import torch
+
+    hidden = hidden.reshape(-1, self.hidden_dim)
+    logits = torch.nn.Linear.forward(self.router, hidden)  # [T, E]
+    top, index = torch.topk(logits, self.top_k, dim=1)  # [T, k]
+    weights = torch.sigmoid(top.float()).to(hidden.dtype)
+    d = self.hidden_dim
+    routed = dispatched(hidden, index, weights, self.num_experts,
+                        lambda x: self.experts(x.reshape(-1, d)).view(*x.shape[:2], d))
+    return self.shared_expert(hidden) + routed, logits
+
+
 # experts of transformers' models outside its experts interface, whose own forward sizes each
-# expert's rows by the data (`nonzero`, `.tolist()`): class name -> its balanced forward
+# expert's rows by the data (`nonzero`, `.tolist()`) or runs every expert on every token
+# (`EVERY`): class name -> its balanced forward
 ADAPTED = {"DbrxExperts": _dbrx, "SwitchTransformersExperts": _switch,
-           "JetMoeParallelExperts": _grouped, "JetMoeTopKGating": _top_k_gating}
+           "JetMoeParallelExperts": _grouped, "JetMoeTopKGating": _top_k_gating,
+           "Llama4TextMoe": _every_expert}
+EVERY = ("Llama4TextMoe",)
 HOLDERS = ("DbrxExperts", "SwitchTransformersExperts", "JetMoeMoE")  # a layer's experts, each
 
 
@@ -151,9 +170,11 @@ def describe(model: Any, experts: int, top_k: int) -> dict:
     held = [m for m in model.modules() if type(m).__name__ in HOLDERS or (
         hasattr(m, "num_experts") and hasattr(m, "down_proj")
         and not hasattr(m.down_proj, "weight"))]  # the experts' stacked [E, out, in] weights
+    every = {type(m).__name__ for m in model.modules() if type(m).__name__ in EVERY}
     return dict(experts=experts, top_k=top_k, layers=len(held),
                 params=sum(p.numel() for m in held for name, p in m.named_parameters()
-                           if not name.startswith("router") and name != "bias"))
+                           if not name.startswith("router") and name != "bias"),
+                **({"every": every.pop()} if every else {}))
 
 
 def balanced(config: Any) -> bool:

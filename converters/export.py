@@ -33,7 +33,7 @@ from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.gradients import checkpoint_calls, checkpoints, unreached, unread
 from converters.loader import concrete_shapes, load_model
-from converters.patches import PACKED, patched
+from converters.patches import PACKED, complex_buffers, patched
 from converters.selected import on_example, reads
 from converters.sequence import (
     CHECKPOINTED_KEY,
@@ -220,7 +220,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 _meta_convolutions(torch, on_meta), patched(torch), \
                 positional_forward(module, args, keywords, transposed) as traced, \
                 torch.no_grad(), \
-                substituted(module) as fused, checkpoint_calls() as checkpointed:
+                substituted(module) as fused, checkpoint_calls() as checkpointed, \
+                complex_buffers(torch, module):
             # torch.no_grad(): no graph for a backward, a third the memory
             warnings.simplefilter("ignore")
             SDPA_SOFTMAX.clear()

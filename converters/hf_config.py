@@ -100,8 +100,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         cfg = transformers.AutoConfig.for_model(kind, **fields)
         _check_shape(cfg, fields, where)
         settings = cfg.to_dict()
-        settings.update({k: v for k, v in (settings.get("ffn_config") or {}).items()
-                         if k in EXPERT_COUNTS + TOP_K_FIELDS})  # DBRX counts its experts there
+        settings.update({k: v for c in ("ffn_config", "text_config") for k, v in (  # DBRX's,
+            settings.get(c) or {}).items() if k in EXPERT_COUNTS + TOP_K_FIELDS})  # a VLM's
         experts = max((v for k, v in settings.items()
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
         routed = not balanced(cfg) and experts > 1  # experts: as balanced routing

@@ -340,6 +340,32 @@ def counted_classes(torch):
 
 
 @contextlib.contextmanager
+def complex_buffers(torch, module):
+    """`module`'s complex buffers (Llama 4's vision rotary) as graph inputs of real pairs [..., 2]
+    (what view_as_real shows): the exporter takes no complex input; the module reads each as
+    the complex view of its pairs, which the complex symbolics (`converters.symbolics`) render
+    as those pairs again."""
+    owners = [(m, name, b) for m in module.modules() for name, b in list(m._buffers.items())
+              if b is not None and b.is_complex()]
+    classes = {id(m): (m, type(m)) for m, _, _ in owners}
+    for m, name, b in owners:
+        del m._buffers[name]
+        m.register_buffer(f"{name}_pairs", torch.view_as_real(b))
+    for m, cls in classes.values():
+        names = [n for o, n, _ in owners if o is m]
+        m.__class__ = type(cls.__name__, (cls,), {n: property(
+            lambda self, n=n: torch.view_as_complex(self._buffers[f"{n}_pairs"])) for n in names})
+    try:
+        yield
+    finally:
+        for m, cls in classes.values():
+            m.__class__ = cls
+        for m, name, b in owners:
+            del m._buffers[f"{name}_pairs"]
+            m._buffers[name] = b
+
+
+@contextlib.contextmanager
 def loss_formulas(torch):
     """The losses the exporter has no form of as their formulas (`converters.losses`)."""
     import torch.nn.functional as F

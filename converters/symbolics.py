@@ -181,6 +181,15 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         return pair(g, g.op("Sub", g.op("Mul", a, c), g.op("Mul", b, d)),
                     g.op("Add", g.op("Mul", a, d), g.op("Mul", b, c)))
 
+    def view(g, x, size):  # a complex tensor's view: its pairs' shape ends in 2
+        from torch.onnx import symbolic_opset9
+
+        if complex_at(g, 0):
+            size = sh._maybe_get_const(size, "is")
+            size = g.op("Concat", size, g.op("Constant", value_t=torch.tensor([2])), axis_i=0) \
+                if sh._is_value(size) else g.op("Constant", value_t=torch.tensor([*size, 2]))
+        return symbolic_opset9.view(g, x, size)
+
     @sh.parse_args("v", "is")
     def permute(g, x, dims):  # ONNX's perm takes no negative axes (Mamba-2's permute(0, -2, ...))
         rank = len(dims)  # a permutation names every axis
@@ -202,6 +211,6 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
                      ("expm1", expm1), ("exponential", exponential), ("uniform", uniform),
                      ("scaled_dot_product_attention", sdpa), ("permute", permute),
                      ("polar", polar), ("view_as_complex", as_is), ("view_as_real", as_is),
-                     ("mul", mul), ("to", to)):
+                     ("mul", mul), ("to", to), ("view", view)):
         torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
     _REGISTERED = True

@@ -984,3 +984,31 @@ def test_a_config_jsons_model_is_named_by_its_folder(tmp_path):
                        match=r"model 'tiny-gpt2': node .* longer than the 64 positions"):
         predict(TrainingJob(model=str(folder / "config.json"), batch_size=2, seq_len=128,
                             device="h100-sxm"))
+
+
+def test_llama4s_experts_route_balanced_not_every_token_through_every_expert():
+    """transformers' Llama4TextMoe runs every expert on every token (its router's scores zero
+    the rest): Llama 4 Scout was priced at 16x its experts' work, and said to be no mixture of
+    experts at all (`ep` refused). Now balanced routing, as its training code runs it, and the
+    prediction says what transformers' own class does."""
+    import torch
+    import transformers
+
+    from converters import convert, from_hf_config
+    from mdot_jax.serving.model_source import config_said
+
+    fields = dict(model_type="llama4_text", hidden_size=64, intermediate_size=128,
+                  intermediate_size_mlp=256, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, vocab_size=256, num_local_experts=8,
+                  num_experts_per_tok=1, interleave_moe_layer_step=1)
+    seq = convert(from_hf_config(fields, seq_len=32), batch_size=2, fuse=True)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**fields))
+    assert seq.params == sum(p.numel() for p in model.parameters())
+    assert seq.meta["experts"] == dict(experts=8, top_k=1, layers=2, params=2 * 8 * 3 * 64 * 128,
+                                       every="Llama4TextMoe")
+    gemms = [i for i, n in enumerate(seq.node_names)
+             if "experts" in n and seq.op_names[i] == "MatMul"]
+    assert gemms and all(seq.config[i][4:6].tolist() == [8, 8] for i in gemms)  # 64 tokens / 8
+    assert any("runs every expert on every token (8x" in s for s in config_said(seq))

@@ -327,3 +327,45 @@ def test_a_text_alone_model_whose_images_are_tiles_is_not_told_to_ask_for_them()
     said = dict((m.key, m.value) for m in from_hf_config(mllama, seq_len=32).metadata_props)
     assert json.loads(said["mdot.head"]) == dict(head="MllamaForCausalLM", labels=None,
                                                  text_alone=None)
+
+
+LLAMA4 = dict(model_type="llama4", text_config=dict(
+    model_type="llama4_text", hidden_size=64, intermediate_size=128, intermediate_size_mlp=256,
+    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    vocab_size=512, num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2),
+    vision_config=dict(hidden_size=32, intermediate_size=128, num_hidden_layers=1,
+                       num_attention_heads=4, image_size=56, patch_size=14,
+                       vision_output_dim=64, projector_input_dim=64, projector_output_dim=64))
+
+
+def test_llama4s_images_export_its_complex_rotary_as_pairs():
+    """Llama 4's vision rotary is a complex buffer, which the exporter takes as no input
+    ("ScalarType ComplexFloat is an unexpected tensor scalar type"): its images did not
+    export, and its text-alone note offered an image size. Its experts are the language
+    model's, in the text config (`num_local_experts`): the image path did not see them."""
+    seq = convert(from_hf_config(LLAMA4, seq_len=32, image_size=56), batch_size=2, fuse=True)
+    assert seq.params == sum(p.numel() for p in _model(LLAMA4).parameters())
+    assert seq.meta["head"]["image_tokens"] == 4  # 4 x 4 patches, shuffled 2 x 2
+    assert seq.meta["experts"]["experts"] == 4 and seq.meta["experts"]["layers"] == 1
+    rotary = [i for i, n in enumerate(seq.node_names) if "vision_model" in n
+              and seq.op_names[i] == "Sub"]  # the complex product's real part, per q and k
+    assert len(rotary) == 2
+    pairs = seq.config[rotary[0]]  # [B, patches + CLS, heads, head_dim / 2]
+    assert pairs[3:7].tolist() == [2, 17, 4, 4]
+
+
+def test_a_vision_language_models_experts_are_its_language_models():
+    """Qwen3.5-MoE counts its experts in its text config: asked an image size, the prediction
+    said nothing of them and refused `ep` ("the model has no experts to split")."""
+    q35 = dict(model_type="qwen3_5_moe", text_config=dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, vocab_size=512,
+        layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+        linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32), vision_config=dict(
+        hidden_size=32, intermediate_size=64, depth=1, num_heads=4, patch_size=16,
+        temporal_patch_size=2, out_hidden_size=64, spatial_merge_size=2))
+    seq = convert(from_hf_config(q35, seq_len=64, image_size=64), batch_size=1, fuse=True)
+    said = seq.meta["experts"]
+    assert (said["experts"], said["top_k"], said["layers"]) == (4, 2, 2)

@@ -53,6 +53,10 @@ def config_said(seq: OperatorSequence) -> list[str]:
         labels = f", {head['labels']} labels" if head["labels"] else ""
         said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
+    if every := (moe := seq.meta.get("experts") or {}).get("every"):
+        said.append(f"transformers' own {every} runs every expert on every token "
+                    f"({moe['experts'] // moe['top_k']}x the routed experts' work); priced as "
+                    "routed training code runs it (Megatron-LM's, torchtitan's)")
     if defaulted := seq.meta.get("defaulted"):
         said.append("the config gives no " + ", ".join(defaulted) + ": transformers' defaults "
                     "built the model (" + ", ".join(f"{k} {v:,}" for k, v in defaulted.items())
