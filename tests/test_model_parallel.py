@@ -522,3 +522,19 @@ def test_a_forward_and_backward_alone_has_no_update_and_no_optimizer_state(gpt, 
     states = train.memory_parts["model_states"], fwd_bwd.memory_parts["model_states"]
     assert states[1] == pytest.approx(states[0] / 2, rel=0.02)
     assert any("no adamw update, so no optimizer state" in w for w in fwd_bwd.warnings)
+
+
+def test_a_sharded_graph_of_billions_holds_no_weight_twice_that_it_did_not():
+    """A GPU's share of a 10B graph's parameters was summed in float32, which misses thousands:
+    the shortfall read as a weight two pipeline stages hold, and Qwen3-235B (untied) was said
+    to sum "the gradients of the tied embedding's copies" over its first and last stage."""
+    from converters import from_hf_config
+    from mdot_jax.gpu.model_parallel import shard_experts
+
+    moe = dict(model_type="qwen3_moe", hidden_size=4096, intermediate_size=12288,
+               moe_intermediate_size=1536, num_hidden_layers=2, num_attention_heads=64,
+               num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+               vocab_size=151936, tie_word_embeddings=False)  # 5.7B parameters
+    seq = convert(from_hf_config(moe, seq_len=32), batch_size=1, fuse=True)
+    for held in (shard(seq, 4), shard_experts(shard(seq, 4), 8)):
+        assert held.total("params") == held.params

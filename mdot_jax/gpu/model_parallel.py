@@ -20,20 +20,19 @@ embedding's output in the forward (first stage) and the head's input gradient in
 Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
 chunks of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved
 schedule; where P V does not divide L, chunk c starts at layer floor(c L / (P V)), as uneven
-splits give chunks one layer more or less), each chunk starting at its first layer's
-attention scores; stage s runs chunks s,
-s + P, ...; the embedding goes with the first stage, the head and the loss with the last. An
-iteration runs the accumulation's m micro-batches; with stages taking t_s a micro-batch
-(forward, backward, recomputation, their tensor-parallel all-reduces, and sending activations
-forward and gradients back, 1/T of them per GPU as Megatron's scatter-gather does), 1F1B and
-GPipe take sum_s t_s + (m - 1) max t, the interleaved schedule m max t + (sum t - max t) / V;
-beyond m max t is the bubble. A weight two stages hold (a tied embedding and head) has its fp32
-gradient all-reduced between them once an iteration, after the flush (Megatron-LM's embedding
-group). Memory is the fullest stage's: its share of the parameters, gradients and optimizer
-state, and the activations of the micro-batches in flight (1F1B: min(P - s, m) on stage s;
-GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the first), with full checkpointing
-the layers' inputs of those and one layer's whole (what lies outside the layers, the
-embedding's, the head's and the loss's, as without).
+splits give chunks one layer more or less), each chunk starting at its first layer's attention
+scores; stage s runs chunks s, s + P, ...; the embedding goes with the first stage, the head
+and the loss with the last. An iteration runs the accumulation's m micro-batches; with stages
+taking t_s a micro-batch (forward, backward, recomputation, their tensor-parallel all-reduces,
+and sending activations forward and gradients back, 1/T of them per GPU as Megatron's
+scatter-gather does), 1F1B and GPipe take sum_s t_s + (m - 1) max t, the interleaved schedule m
+max t + (sum t - max t) / V; beyond m max t is the bubble. A weight two stages hold (a tied
+embedding and head) has its fp32 gradient all-reduced between them once an iteration, after the
+flush (Megatron-LM's embedding group). Memory is the fullest stage's: its share of the
+parameters, gradients and optimizer state, and the activations of the micro-batches in flight
+(1F1B: min(P - s, m) on stage s; GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the
+first), with full checkpointing the layers' inputs of those and one layer's whole (what lies
+outside the layers, the embedding's, the head's and the loss's, as without).
 
 Context parallel over C GPUs (ring attention, as Megatron-LM's context parallelism runs it):
 each sequence of S tokens cut into C pieces of S / C, each GPU running every operator over its
@@ -53,6 +52,7 @@ context-parallel ones, then the data-parallel replicas, then the stages.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from collections.abc import Sequence
 
@@ -269,7 +269,7 @@ def _shard(seq: OperatorSequence, tp: int, sequence_parallel: bool,
         elif sequence_parallel and last == d and rank >= 2 and n % tp == 0:
             load[i, _ALL_LOAD] /= tp  # the residual stream, cut along the sequence
             config[i, [_C["out_numel"], _C["in_numel"]]] /= tp
-    params = seq.params * float(load[:, _L["params"]].sum()) / max(seq.total("params"), 1.0)
+    params = seq.params * math.fsum(load[:, _L["params"]]) / max(seq.total("params"), 1.0)
     return dataclasses.replace(seq, config=config, load=load,
                                meta=dict(seq.meta, params=int(round(params)), tp=tp,
                                          **autograd.sharded(seq, load[:, _L["params"]])))
@@ -339,7 +339,7 @@ def shard_experts(seq: OperatorSequence, ep: int) -> OperatorSequence:
             config[i, _C["mm_m"]] *= ep
             load[i, _L["bytes_read"]] = ld[_L["bytes_read"]] - weights * (1 - 1 / ep)
         load[i, _L["params"]] /= ep
-    params = seq.params * float(load[:, _L["params"]].sum()) / max(seq.total("params"), 1.0)
+    params = seq.params * math.fsum(load[:, _L["params"]]) / max(seq.total("params"), 1.0)
     return dataclasses.replace(seq, config=config, load=load,
                                meta=dict(seq.meta, params=int(round(params)), ep=ep,
                                          **autograd.sharded(seq, load[:, _L["params"]])))
@@ -347,7 +347,7 @@ def shard_experts(seq: OperatorSequence, ep: int) -> OperatorSequence:
 
 def expert_params(seq: OperatorSequence) -> int:
     """Of `seq.params`, the experts'."""
-    held = float(seq.load[_experts(seq), _L["params"]].sum())
+    held = math.fsum(seq.load[_experts(seq), _L["params"]])
     return int(round(seq.params * held / max(seq.total("params"), 1.0)))
 
 
