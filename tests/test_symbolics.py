@@ -90,6 +90,34 @@ def test_a_complex_rotary_computes_what_torch_does():
 
 
 
+def test_a_complex_buffer_exports_as_pairs_and_computes_what_torch_does():
+    """Llama 4's vision rotary is a complex buffer, viewed and multiplied: the exporter took no
+    complex input ("ScalarType ComplexFloat is an unexpected tensor scalar type"). It is a graph
+    input of real pairs during the export; the module keeps its own buffers."""
+    class BufferedRotary(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            angles = torch.rand(5, 1, 4)  # [S, 1, 4]
+            self.register_buffer("cis", torch.polar(torch.ones_like(angles), angles),
+                                 persistent=False)
+
+        def forward(self, x):  # x [B, S, H, 8]
+            xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+            return torch.view_as_real(xc * self.cis.view(1, 5, 1, 4)).flatten(3)
+
+    from onnx.reference import ReferenceEvaluator
+
+    module = BufferedRotary()
+    cis = module.cis
+    x = np.random.default_rng(4).standard_normal((2, 5, 3, 8)).astype(np.float32)
+    graph = from_torch(module, torch.from_numpy(x))
+    assert module.cis is cis and list(module.state_dict()) == [] and \
+        type(module) is BufferedRotary
+    got = ReferenceEvaluator(graph).run(
+        None, {"input0": x, "cis_pairs": torch.view_as_real(cis).numpy()})[0]
+    np.testing.assert_allclose(got, module(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("fill", [False, 0.5, 3])
 def test_a_scatter_of_a_python_scalar_exports_and_computes_what_torch_does(fill):
     """DeepSeek-V3.2's sparse attention mask, `ones.scatter(-1, topk, False)`, failed the
