@@ -38,7 +38,6 @@ from converters.sequence import (
     UNREAD_KEY,
 )
 from converters.vision_language import (
-    GRID,
     example_images,
     image_sizes,
     image_text_model,
@@ -174,9 +173,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                                   f"{placeholders} of its tokens: give more")
         model.forward, example, names = image_text_step(model, pictures, placeholders, seq_len)
         trained_as = dict(head=type(model).__name__, labels=None, image=pictures.size,
-                          image_tokens=placeholders,
-                          **({"images": images} if pictures.held else {}),
-                          **({"looped": True} if GRID in pictures.fixed else {}))  # Qwen-VL's
+                          image_tokens=placeholders, **pictures.said(images))
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
     defaulted = _defaulted(text, (fields.get("text_config") or {}) if text is not cfg
                            else fields)

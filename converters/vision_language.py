@@ -24,6 +24,12 @@ first N positions. An encoder of listed patches (Gemma 4's: each patch's place, 
 takes the side asked, a whole number of pooled cells, its places held the same way; LLaVA's
 list of features an image too. Encoders of several tiles an image (LLaVA-NeXT's
 `image_sizes`, Idefics3's) are refused (`example_images`): export the model itself.
+
+Llama 3.2 Vision's text reads its image by cross-attention layers, not features in its
+tokens (`CROSS` in its forward): its processor pads every image to `max_num_tiles` tiles of
+the vision config's side, all of which its encoder runs; the step takes those tiles, their
+aspect ratio's id and mask and a cross-attention mask of every token over every tile, the
+image's token first (`_cross_step`).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ GRID = "image_grid_thw"  # get_image_features' input of a grid encoder: each ima
 # its inputs that tile an image (an image's sizes, its tiles' masks): refused
 TILES = ("image_sizes", "pixel_attention_mask", "spatial_shapes")
 LISTED = "image_position_ids"  # an encoder of listed patches' inputs: each patch's [x, y]
+CROSS = "aspect_ratio_ids"  # the forward's input of tiles its text reads by cross-attention
 DEFAULT_SIDE = 448  # a grid encoder's image side where none is asked (256 tokens at 28 px)
 
 
@@ -55,6 +62,14 @@ class Images(NamedTuple):
     fixed: dict
     size: list[int]
     held: bool = False  # the graph holds the example's images: it converts at that batch alone
+    tiles: int = 0  # tiles an image, its text attending to them (Llama 3.2 Vision's); 0: none
+
+    def said(self, images: int) -> dict:
+        """What the prediction says of them beyond their size: the images a sample the graph
+        holds, a grid encoder's loop (Qwen-VL's), the tiles."""
+        return {**({"images": images} if self.held else {}),
+                **({"looped": True} if GRID in self.fixed else {}),
+                **({"tiles": self.tiles} if self.tiles else {})}
 
 
 class _Counted(Exception):
@@ -87,9 +102,11 @@ def image_sizes(cfg: Any) -> str | None:
 
     model = getattr(auto, "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING", {}).get(type(cfg), None)
     encode, _, tiles = _encoder(model)
+    vision: Any = getattr(cfg, "vision_config", None)
+    if _crosses(model):
+        return str(vision.image_size)
     if encode is None or tiles:
         return None
-    vision: Any = getattr(cfg, "vision_config", None)
     if hasattr(vision, "temporal_patch_size"):  # a grid's (Qwen-VL's)
         return str(DEFAULT_SIDE)
     if isinstance(k := getattr(vision, "pooling_kernel_size", None), int):  # listed patches
@@ -107,6 +124,8 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     no size, or `side` is not one it takes."""
     import torch
 
+    if _crosses(type(model)):
+        return _tiles(model, where, kind, side)
     inner = getattr(model, "model", model)
     encode, takes, tiles = _encoder(inner)
     if encode is None or tiles:
@@ -154,6 +173,25 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     return Images(torch.zeros(images if held else 1, channels, *sides), {}, sides, held)
 
 
+def _crosses(model: Any) -> bool:
+    """Whether `model` (a class) reads its images as tiles by cross-attention."""
+    return model is not None and CROSS in inspect.signature(model.forward).parameters
+
+
+def _tiles(model: Any, where: str, kind: str, side: int | None) -> Images:
+    """A cross-attention model's image: its processor cuts it into tiles of the vision
+    config's side and pads it to `max_num_tiles` of them, which the encoder runs all of."""
+    import torch
+
+    vision = model.config.vision_config
+    s, tiles = vision.image_size, vision.max_num_tiles
+    if side and side != s:
+        raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} encodes "
+                              f"tiles of {s} x {s}, an image padded to {tiles} of them: give "
+                              f"{s}")
+    return Images(torch.zeros(1, 1, tiles, vision.num_channels, s, s), {}, [s, s], tiles=tiles)
+
+
 def _splits_per_image(inner: Any) -> bool:
     """Whether `inner`'s get_image_features turns its features into a list an image (LLaVA's
     `list(image_features)`): the export fixes that list's length."""
@@ -169,6 +207,8 @@ def image_tokens(model: Any, images: Images, where: str) -> int:
     device): its forward run until they are placed."""
     import torch
 
+    if images.tiles:  # its image token, and the tiles read by cross-attention
+        return 1
     found: list[int] = []
     ids = torch.zeros(images.pixels.shape[0], 1, dtype=torch.long)  # [B, 1]
     try:
@@ -216,6 +256,8 @@ def image_text_step(model: Any, images: Images, tokens: int, seq_len: int
 
     forward = type(model).forward
     ids = torch.zeros(images.pixels.shape[0], seq_len, dtype=torch.long)  # [B, T]
+    if images.tiles:
+        return _cross_step(model, images, ids)
     example: tuple = (images.pixels, ids)
     names = ["pixel_values", "input_ids"]
     if "token_type_ids" in inspect.signature(forward).parameters:
@@ -225,6 +267,26 @@ def image_text_step(model: Any, images: Images, tokens: int, seq_len: int
     def loss(self: Any, pixel_values: Any, input_ids: Any, *token_types: Any) -> Any:
         return forward(self, **_inputs(self, images, pixel_values, input_ids, tokens,
                                        *token_types)).loss
+
+    return types.MethodType(loss, model), example, names
+
+
+def _cross_step(model: Any, images: Images, ids: Any) -> tuple[Any, tuple, list[str]]:
+    """`image_text_step` of a cross-attention model: the image token first, every token
+    attending to every tile (an aspect ratio's id, its tiles' mask, the cross-attention
+    mask [B, T, 1, tiles] as inputs)."""
+    import torch
+
+    forward, (b, t), n = type(model).forward, ids.shape, images.tiles
+    ids[:, 0] = model.config.image_token_index
+    example = tuple(torch.ones(*shape, dtype=torch.long) for shape in ((b, 1, 1), (b, 1, n),
+                    (b, t, 1, n)))  # the ratio's id [B, 1] given as [B, 1, 1]:
+    example = (images.pixels, *example, ids)
+    names = ["pixel_values", CROSS, "aspect_ratio_mask", "cross_attention_mask", "input_ids"]
+
+    def loss(self: Any, pixels: Any, ratio: Any, *inputs: Any) -> Any:  # no token ids' rank
+        return forward(self, **dict(zip(names, (pixels, ratio[..., 0], *inputs))),
+                       labels=inputs[-1]).loss
 
     return types.MethodType(loss, model), example, names
 

@@ -315,18 +315,39 @@ def test_mdot_convert_takes_a_configs_images_as_predict_does(tmp_path, capsys, c
     assert summary["head"]["image"] == [side, side]
 
 
-def test_a_text_alone_model_whose_images_are_tiles_is_not_told_to_ask_for_them():
-    """Llama 3.2 Vision's text is a causal LM of its own; its images are tiles with cross-
-    attention, which `image_size` cannot price: the note said it could."""
-    mllama = dict(model_type="mllama", text_config=dict(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=128256, cross_attention_layers=[1]),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                           num_global_layers=1, attention_heads=4, image_size=56,
-                           patch_size=14, vision_output_dim=64))
-    said = dict((m.key, m.value) for m in from_hf_config(mllama, seq_len=32).metadata_props)
-    assert json.loads(said["mdot.head"]) == dict(head="MllamaForCausalLM", labels=None,
-                                                 text_alone=None)
+MLLAMA = dict(model_type="mllama", text_config=dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, vocab_size=128256, cross_attention_layers=[1, 3]),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_global_layers=1, attention_heads=4, image_size=56, patch_size=14,
+                       vision_output_dim=64, max_num_tiles=4, intermediate_layers_indices=[0]))
+
+
+def test_llama_3_2_vision_trains_on_its_tiles_read_by_cross_attention(tmp_path):
+    """Llama 3.2 Vision's text reads an image's tiles through cross-attention layers, not
+    features in its tokens: it was priced on its text alone, `image_size` refused. Its
+    processor pads every image to `max_num_tiles` tiles, which the encoder runs all of."""
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving.model_source import config_said
+
+    said = dict((m.key, m.value) for m in from_hf_config(MLLAMA, seq_len=32).metadata_props)
+    assert json.loads(said["mdot.head"])["text_alone"] == "56"  # offered, as the note says
+    graph = from_hf_config(MLLAMA, seq_len=32, image_size=56)
+    seqs = [convert(graph, batch_size=b, fuse=True) for b in (1, 2)]
+    assert seqs[1].meta["inputs"] == dict(
+        pixel_values=[2, 1, 4, 3, 56, 56], aspect_ratio_ids=[2, 1, 1], aspect_ratio_mask=[2, 1, 4],
+        cross_attention_mask=[2, 32, 1, 4], input_ids=[2, 32])
+    assert seqs[0].params == sum(p.numel() for p in _model(MLLAMA).parameters())
+    assert seqs[1].flops == pytest.approx(2 * seqs[0].flops, rel=0.01)
+    assert "4 tiles of 56 x 56" in " ".join(config_said(seqs[0]))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MLLAMA))
+    p = predict(TrainingJob(model=str(path), seq_len=32, batch_size=2, image_size=56,
+                            device="h100-sxm", gpus=2, tp=2, precision="amp-bf16"))
+    assert p.iteration_ms > 0 and any("cross-attention layers read" in w for w in p.warnings)
+    with pytest.raises(ConversionError, match="encodes tiles of 56 x 56, an image padded to 4"):
+        predict(TrainingJob(model=str(path), seq_len=32, batch_size=2, image_size=112,
+                            device="h100-sxm"))
 
 
 LLAMA4 = dict(model_type="llama4", text_config=dict(

@@ -42,6 +42,11 @@ def config_said(seq: OperatorSequence) -> list[str]:
         sizes = head["text_alone"]  # None: its images' size is not the config's to say
         said.append(f"trained as {head['head']} on its text alone" + (
             f"; an image_size ({sizes}) trains it on an image a sample too" if sizes else ""))
+    elif head and head.get("tiles"):  # its text reads the tiles by cross-attention
+        said.append(f"trained as {head['head']} on one image a sample, {head['tiles']} tiles "
+                    f"of {' x '.join(map(str, head['image']))} (its processor pads every image "
+                    "to them), which its cross-attention layers read, the image's token first, "
+                    "and every token's loss")
     elif head and head.get("image"):  # a vision-language model (`converters.vision_language`)
         said.append(f"trained as {head['head']} on one {' x '.join(map(str, head['image']))}"
                     f" image a sample, its features the first {head['image_tokens']:,} of the "
@@ -260,7 +265,7 @@ def config_graph_at(path: str | Path, b: int, seq_len: int | None,
                     image_size: int | None = None) -> tuple[onnx.ModelProto, int | None]:
     """`config_graph` at batch `b`, and the image size left to convert at: None where the
     graph holds its images (a grid encoder's, exported at the batch at once; another's that
-    says so, again at `b`)."""
+    says so, again at `b`) or tiles them (no image input of rank 4 to size)."""
     def graph(images: int) -> onnx.ModelProto:
         return config_graph(path, seq_len, target_len, lora_rank, lora_targets, images=images,
                             image_size=image_size)
@@ -268,7 +273,7 @@ def config_graph_at(path: str | Path, b: int, seq_len: int | None,
     model = graph(b if _grid_encoder(_fields(config_file(path))) else 1)
     if images := fixed_images(model):  # its image's size is in the graph already
         return (model if images == b else graph(b)), None
-    return model, image_size
+    return model, None if _head(model).get("tiles") else image_size
 
 
 def _grid_encoder(fields: dict) -> bool:
