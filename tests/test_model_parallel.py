@@ -266,7 +266,7 @@ def test_an_encoder_decoder_is_not_split_into_stages_or_sequence_pieces(fields, 
                       device="h100-sxm", gpus=4, precision="amp-bf16")
     with pytest.raises(RequestError) as e:
         predict(dataclasses.replace(job, **fields))
-    assert e.value.field == field and "2 of its 6 attention blocks attend to the encoder" \
+    assert e.value.field == field and "2 of its 6 attention blocks attend to an encoder's states" \
         in str(e.value) and words in str(e.value)
     assert predict(dataclasses.replace(job, tp=2)).iteration_ms > 0
     # its layers are 2 + 2 (a decoder layer's two blocks are one layer): checkpointed, and

@@ -194,11 +194,11 @@ def check(seq: OperatorSequence, blocks: list[Block], layout: Layout, micro_batc
     tp, pp, v = layout.tp, layout.pp, layout.virtual
     if cp > 1 and not blocks:
         raise RequestError("cp: the model has no attention blocks to run over a cut sequence", "cp")
-    cross = sum(b.cross for b in blocks)
-    if (pp > 1 or cp > 1) and cross:
+    if (pp > 1 or cp > 1) and (cross := sum(b.cross for b in blocks)):
         flag = "pp" if pp > 1 else "cp"
-        raise RequestError(f"{flag}: an encoder-decoder ({cross} of its {len(blocks)} attention "
-                           f"blocks attend to the encoder) is priced with tp, ddp or fsdp, not "
+        raise RequestError(f"{flag}: cross-attention ({cross} of its {len(blocks)} attention "
+                           "blocks attend to an encoder's states: an encoder-decoder's, an image "
+                           f"read by text) is priced with tp, ddp or fsdp, not "
                            f"{'pipeline' if pp > 1 else 'context'} parallel", flag)
     ssm = seq.meta.get("state_space")
     if tp > 1 and not blocks and not ssm:
