@@ -22,8 +22,10 @@ positions (M-RoPE, from where the placeholders are) count the tokens in order, a
 features added to the first layers' hidden states (`_deepstack_process`) are added to the
 first N positions. An encoder of listed patches (Gemma 4's: each patch's place, pooled k x k)
 takes the side asked, a whole number of pooled cells, its places held the same way; LLaVA's
-list of features an image too. Encoders of several tiles an image (LLaVA-NeXT's
-`image_sizes`, Idefics3's) are refused (`example_images`): export the model itself.
+list of features an image too. Pixtral's encoder (Mistral 3's) takes an image of any size up
+to its config's, cut to it by the `image_sizes` its code reads (held as a grid's sizes are).
+Encoders of several tiles an image (LLaVA-NeXT's `image_sizes`, Idefics3's) are refused
+(`example_images`): export the model itself.
 
 Llama 3.2 Vision's text reads its image by cross-attention layers, not features in its
 tokens (`CROSS` in its forward): its processor pads every image to `max_num_tiles` tiles of
@@ -105,6 +107,8 @@ def image_sizes(cfg: Any) -> str | None:
     vision: Any = getattr(cfg, "vision_config", None)
     if _crosses(model):
         return str(vision.image_size)
+    if _sized(vision):
+        return f"a multiple of {vision.patch_size * getattr(cfg, 'spatial_merge_size', 1)}"
     if encode is None or tiles:
         return None
     if hasattr(vision, "temporal_patch_size"):  # a grid's (Qwen-VL's)
@@ -128,6 +132,16 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
         return _tiles(model, where, kind, side)
     inner = getattr(model, "model", model)
     encode, takes, tiles = _encoder(inner)
+    vision = model.config.vision_config
+    if _sized(vision):  # Pixtral's patches of the image's own size, cut by its image_sizes
+        p, side = vision.patch_size * getattr(model.config, "spatial_merge_size", 1), \
+            side or vision.image_size  # its largest by default
+        if side % p or side > vision.image_size:
+            raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} takes "
+                                  f"images of any size up to {vision.image_size}, cut into "
+                                  f"cells of {p} pixels: give a multiple of {p}")
+        return Images(torch.zeros(images, vision.num_channels, side, side),
+                      {"image_sizes": torch.tensor([[side, side]] * images)}, [side, side], True)
     if encode is None or tiles:
         raise ConversionError(
             f"{where}: model_type {kind!r} " + (
@@ -135,7 +149,6 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
                 if tiles else "reads its images other than through image features in its "
                 "text") +
             ": not priced from its config; export the model itself with converters.from_torch")
-    vision = model.config.vision_config
     if GRID in takes:  # patches of p x p pixels, merged m x m into a token
         p, m = vision.patch_size, getattr(vision, "spatial_merge_size", 1)
         t = getattr(vision, "temporal_patch_size", 1)
@@ -171,6 +184,19 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
                               f"give {sides[0]}")
     held = _splits_per_image(inner)  # LLaVA's list an image: the graph holds the batch's
     return Images(torch.zeros(images if held else 1, channels, *sides), {}, sides, held)
+
+
+def _sized(vision: Any) -> bool:
+    """Whether `vision` (a vision config) builds an encoder of images of any size, each cut to
+    its own by the image_sizes it is given (Pixtral's, Mistral 3's)."""
+    from transformers.models.auto import modeling_auto as auto
+
+    try:
+        towers = auto.MODEL_MAPPING[type(vision)]
+    except (KeyError, ValueError):
+        return False
+    return any("image_sizes" in inspect.signature(t.forward).parameters
+               for t in (towers if isinstance(towers, tuple) else (towers,)) if t)
 
 
 def _crosses(model: Any) -> bool:
@@ -400,6 +426,10 @@ def _meta_joins() -> Any:
     def mask(t: Any) -> bool:  # a CPU mask, values known
         return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype == torch.bool
 
+    def known(t: Any) -> bool:  # a CPU mask, sizes or indices
+        return isinstance(t, torch.Tensor) and t.device.type == "cpu" and (
+            t.dtype == torch.bool or not t.is_floating_point())
+
     def to_meta(*args: Any, device: Any = None, **kwargs: Any) -> bool:  # `Tensor.to`'s
         target = device or next((a for a in args if isinstance(a, (str, torch.device))), None)
         return target is not None and torch.device(target).type == "meta"
@@ -417,7 +447,8 @@ def _meta_joins() -> Any:
         def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                                kwargs: dict | None = None) -> Any:
             kwargs = kwargs or {}
-            if func is torch.Tensor.to and mask(args[0]) and to_meta(*args[1:], **kwargs):
+            if func in (torch.Tensor.to, torch.as_tensor) and args and known(args[0]) and \
+                    to_meta(*args[1:], **kwargs):  # values kept: code reads them
                 return args[0]
             if func is torch.Tensor.expand_as and mask(args[0]):
                 return args[0].expand(args[1].shape)

@@ -390,3 +390,33 @@ def test_a_vision_language_models_experts_are_its_language_models():
     seq = convert(from_hf_config(q35, seq_len=64, image_size=64), batch_size=1, fuse=True)
     said = seq.meta["experts"]
     assert (said["experts"], said["top_k"], said["layers"]) == (4, 2, 2)
+
+
+MISTRAL3 = dict(model_type="mistral3", image_token_index=10, spatial_merge_size=2,
+                text_config=dict(model_type="mistral", hidden_size=64, intermediate_size=128,
+                                 num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, head_dim=16, vocab_size=512),
+                vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4, head_dim=8,
+                                   image_size=224, patch_size=14))
+
+
+def test_a_pixtral_encoder_takes_an_image_of_the_size_asked(tmp_path):
+    """Mistral 3's Pixtral encoder cuts each image to its own size by `image_sizes` (values its
+    code reads: `.tolist()`), and was refused as a tiling encoder. Its sizes are held in the
+    graph (on the CPU, as a grid's), which converts at the batch it was exported at."""
+    from mdot_jax import TrainingJob, predict
+
+    graph = from_hf_config(MISTRAL3, seq_len=64, image_size=112)
+    seq = convert(graph, batch_size=1, fuse=True)
+    assert seq.params == sum(p.numel() for p in _model(MISTRAL3).parameters())
+    assert seq.meta["head"]["image_tokens"] == 16 and seq.meta["head"]["images"] == 1  # 8 x 8 / 4
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MISTRAL3))
+    job = TrainingJob(model=str(path), seq_len=64, batch_size=2, image_size=112,
+                      device="h100-sxm")
+    assert predict(job).iteration_ms > 0  # exported again at its batch of two images
+    with pytest.raises(ConversionError, match="any size up to 224, cut into cells of 28"):
+        predict(dataclasses.replace(job, image_size=100))
+    said = dict((m.key, m.value) for m in from_hf_config(MISTRAL3, seq_len=128).metadata_props)
+    assert json.loads(said["mdot.head"])["image"] == [224, 224]  # the largest by default
