@@ -3,8 +3,7 @@ Vision, DeepSeek-VL: those transformers builds no causal LM of; Gemma 3, Gemma 4
 causal LMs too, where an image size is asked): built by transformers'
 `AutoModelForImageTextToText` on the meta device and exported as its fine-tuning step on one
 image a sample, at the size its vision config gives, and `seq_len` tokens of text around it,
-of which the image's features take the first N (the placeholder tokens a processor writes);
-every token's loss as labels.
+the image's features the first N (the placeholders a processor writes); every token's loss.
 
 Such a model encodes the images, then writes their features into the token embeddings at the
 placeholder tokens: `masked_scatter` at a mask the token ids give, after checking the count of
@@ -23,15 +22,16 @@ features added to the first layers' hidden states (`_deepstack_process`) are add
 first N positions. An encoder of listed patches (Gemma 4's: each patch's place, pooled k x k)
 takes the side asked, a whole number of pooled cells, its places held the same way; LLaVA's
 list of features an image too. Pixtral's encoder (Mistral 3's) takes an image of any size up
-to its config's, cut to it by the `image_sizes` its code reads (held as a grid's sizes are).
-Encoders of several tiles an image (LLaVA-NeXT's `image_sizes`, Idefics3's) are refused
-(`example_images`): export the model itself.
+to its config's, cut to it by the `image_sizes` its code reads (held as a grid's sizes are);
+LLaVA-NeXT's and LLaVA-OneVision's the grid of tiles transformers cuts an image of the size
+asked into, beside the whole resized (`_any_resolution`, its `image_sizes` held so too).
+Encoders whose padding tiles are read from the pixels' values (Idefics3's, SmolVLM's) are
+refused (`example_images`): export the model itself.
 
-Llama 3.2 Vision's text reads its image by cross-attention layers, not features in its
-tokens (`CROSS` in its forward): its processor pads every image to `max_num_tiles` tiles of
-the vision config's side, all of which its encoder runs; the step takes those tiles, their
-aspect ratio's id and mask and a cross-attention mask of every token over every tile, the
-image's token first (`_cross_step`).
+Llama 3.2 Vision's text reads its image by cross-attention layers (`CROSS` in its forward):
+its processor pads every image to `max_num_tiles` tiles of the vision config's side, all of
+which its encoder runs; the step takes those tiles, their aspect ratio's id and mask and a
+cross-attention mask of every token over every tile, the image's token first (`_cross_step`).
 """
 
 from __future__ import annotations
@@ -64,14 +64,16 @@ class Images(NamedTuple):
     fixed: dict
     size: list[int]
     held: bool = False  # the graph holds the example's images: it converts at that batch alone
-    tiles: int = 0  # tiles an image, its text attending to them (Llama 3.2 Vision's); 0: none
+    tiles: int = 0  # tiles an image is cut into (LLaVA-NeXT's, Llama 3.2 Vision's); 0: none
+    cross: bool = False  # its text reads them by cross-attention (Llama 3.2 Vision's)
 
     def said(self, images: int) -> dict:
         """What the prediction says of them beyond their size: the images a sample the graph
-        holds, a grid encoder's loop (Qwen-VL's), the tiles."""
+        holds, a grid encoder's loop (Qwen-VL's), the tiles and their side, cross-attention."""
         return {**({"images": images} if self.held else {}),
                 **({"looped": True} if GRID in self.fixed else {}),
-                **({"tiles": self.tiles} if self.tiles else {})}
+                **({"tiles": self.tiles, "tile": self.pixels.shape[-1]} if self.tiles else {}),
+                **({"cross": True} if self.cross else {})}
 
 
 class _Counted(Exception):
@@ -133,6 +135,8 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     inner = getattr(model, "model", model)
     encode, takes, tiles = _encoder(inner)
     vision = model.config.vision_config
+    if "image_sizes" in takes and hasattr(model.config, "image_grid_pinpoints"):  # any-res
+        return _any_resolution(model, images, side)
     if _sized(vision):  # Pixtral's patches of the image's own size, cut by its image_sizes
         p, side = vision.patch_size * getattr(model.config, "spatial_merge_size", 1), \
             side or vision.image_size  # its largest by default
@@ -186,6 +190,22 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     return Images(torch.zeros(images if held else 1, channels, *sides), {}, sides, held)
 
 
+def _any_resolution(model: Any, images: int, side: int | None) -> Images:
+    """LLaVA-NeXT's images (LLaVA-OneVision's): an image of `side` (default the vision
+    config's) as the grid of tiles of the vision config's side its processor cuts it into
+    beside the whole image resized, as many as transformers counts (`image_size_to_num_patches`
+    of its grid pinpoints), its `image_sizes` held in the graph."""
+    import torch
+
+    vision, code = model.config.vision_config, sys.modules[type(model).__module__]
+    s = vision.image_size
+    side = side or s
+    n = code.image_size_to_num_patches(image_size=(side, side), patch_size=s,
+                                       grid_pinpoints=model.config.image_grid_pinpoints)
+    return Images(torch.zeros(images, n, vision.num_channels, s, s),
+                  {"image_sizes": torch.tensor([[side, side]] * images)}, [side, side], True, n)
+
+
 def _sized(vision: Any) -> bool:
     """Whether `vision` (a vision config) builds an encoder of images of any size, each cut to
     its own by the image_sizes it is given (Pixtral's, Mistral 3's)."""
@@ -215,7 +235,8 @@ def _tiles(model: Any, where: str, kind: str, side: int | None) -> Images:
         raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} encodes "
                               f"tiles of {s} x {s}, an image padded to {tiles} of them: give "
                               f"{s}")
-    return Images(torch.zeros(1, 1, tiles, vision.num_channels, s, s), {}, [s, s], tiles=tiles)
+    return Images(torch.zeros(1, 1, tiles, vision.num_channels, s, s), {}, [s, s], tiles=tiles,
+                  cross=True)
 
 
 def _splits_per_image(inner: Any) -> bool:
@@ -233,7 +254,7 @@ def image_tokens(model: Any, images: Images, where: str) -> int:
     device): its forward run until they are placed."""
     import torch
 
-    if images.tiles:  # its image token, and the tiles read by cross-attention
+    if images.cross:  # its image token, and the tiles read by cross-attention
         return 1
     found: list[int] = []
     ids = torch.zeros(images.pixels.shape[0], 1, dtype=torch.long)  # [B, 1]
@@ -282,7 +303,7 @@ def image_text_step(model: Any, images: Images, tokens: int, seq_len: int
 
     forward = type(model).forward
     ids = torch.zeros(images.pixels.shape[0], seq_len, dtype=torch.long)  # [B, T]
-    if images.tiles:
+    if images.cross:
         return _cross_step(model, images, ids)
     example: tuple = (images.pixels, ids)
     names = ["pixel_values", "input_ids"]
@@ -385,10 +406,24 @@ def placed(model: Any, images: Images, tokens: int | None = None,
 
 def _unchecked(model: Any) -> Any:
     """`model`'s module without its check that the placeholders count its features (Gemma
-    4's, of its placeholder mask's values: the features go first, `placed`)."""
+    4's, of its placeholder mask's values: the features go first, `placed`), and with
+    `unpad_image` (LLaVA-NeXT's) in Python's numbers, which the tracer gives as tensors."""
     code = sys.modules[type(model).__module__]
-    return replaced(code, torch_compilable_check=lambda *a, **k: None) if hasattr(
-        code, "torch_compilable_check") else contextlib.nullcontext()
+    return replaced(code, **{name: new for name, new in (
+        ("torch_compilable_check", lambda *a, **k: None), ("unpad_image", _unpadded))
+        if hasattr(code, name)})
+
+
+def _unpadded(features: Any, size: Any) -> Any:
+    """`features` [C, H, W] of an image of `size` (H, W) resized into them, its padding cut:
+    the rows (or columns) beyond its own aspect ratio, half each side."""
+    h0, w0 = (int(v) for v in (size.tolist() if hasattr(size, "tolist") else size))
+    h, w = (int(d) for d in features.shape[1:])
+    if w0 * h > h0 * w:  # wider than the canvas: rows of padding above and below
+        cut = (h - int(round(h0 * w / w0, 7))) // 2
+        return features[:, cut:h - cut, :]
+    cut = (w - int(round(w0 * h / h0, 7))) // 2
+    return features[:, :, cut:w - cut]
 
 
 @contextlib.contextmanager

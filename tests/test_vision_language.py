@@ -98,14 +98,12 @@ def test_a_projector_that_does_not_fit_the_language_model_is_named():
 
 
 @pytest.mark.parametrize("config, why", [
-    (dict(model_type="llava_next", text_config=dict(num_hidden_layers=1),
-          vision_config=dict(num_hidden_layers=1)), "tiles an image by its image_sizes"),
-    (dict(model_type="idefics3", text_config=dict(num_hidden_layers=1),
-          vision_config=dict(num_hidden_layers=1)), "tiles an image by its pixel_attention_mask"),
-])
+    (dict(model_type=kind, text_config=dict(num_hidden_layers=1),
+          vision_config=dict(num_hidden_layers=1)), "tiles an image by its pixel_attention_mask")
+    for kind in ("idefics3", "smolvlm")])
 def test_models_that_tile_their_images_are_refused_in_one_line(config, why):
-    """LLaVA-NeXT tiles each image by its size, Idefics3 masks its tiles: how many tiles an
-    image has is the data's."""
+    """Idefics3 and SmolVLM mask their tiles, which tiles are padding read from the pixels'
+    values: how many tiles an image has is the data's."""
     with pytest.raises(ConversionError, match=f"^config: model_type '{config['model_type']}' "
                                               f"{why}.*export the model itself") as e:
         from_hf_config(config, seq_len=32)
@@ -420,3 +418,30 @@ def test_a_pixtral_encoder_takes_an_image_of_the_size_asked(tmp_path):
         predict(dataclasses.replace(job, image_size=100))
     said = dict((m.key, m.value) for m in from_hf_config(MISTRAL3, seq_len=128).metadata_props)
     assert json.loads(said["mdot.head"])["image"] == [224, 224]  # the largest by default
+
+
+LLAVA_NEXT = dict(model_type="llava_next", image_token_index=10,
+                  image_grid_pinpoints=[[56, 56], [56, 112], [112, 56], [112, 112]],
+                  text_config=dict(model_type="qwen2", hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=512),
+                  vision_config=dict(model_type="clip_vision_model", hidden_size=32,
+                                     intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, image_size=56, patch_size=14))
+
+
+@pytest.mark.parametrize("kind, vision", [("llava_next", "clip_vision_model"),
+                                          ("llava_onevision", "siglip_vision_model")])
+def test_an_any_resolution_model_trains_on_the_tiles_of_the_image_size_asked(kind, vision):
+    """LLaVA-NeXT and LLaVA-OneVision cut an image into a grid of tiles by its size (their
+    `image_sizes`, values their code reads) beside the whole image resized: they were refused
+    as tiling encoders. A 112-pixel image is a 2 x 2 grid of 56-pixel tiles and the whole,
+    whose features (4 x 4 a tile, each row of the grid's ended by a newline) take 88 tokens."""
+    config = dict(LLAVA_NEXT, model_type=kind,  # OneVision keeps every feature: no CLS
+                  vision_config=dict(LLAVA_NEXT["vision_config"], model_type=vision))
+    seq = convert(from_hf_config(config, seq_len=128, image_size=112), batch_size=1, fuse=True)
+    head = seq.meta["head"]
+    assert (head["tiles"], head["tile"], head["image_tokens"]) == (5, 56, 88)
+    assert seq.meta["inputs"]["pixel_values"] == [1, 5, 3, 56, 56]
+    unread = seq.meta.get("unread", {}).get("params", 0)  # past the layer its features leave
+    assert seq.params + unread == sum(p.numel() for p in _model(config).parameters())

@@ -42,14 +42,17 @@ def config_said(seq: OperatorSequence) -> list[str]:
         sizes = head["text_alone"]  # None: its images' size is not the config's to say
         said.append(f"trained as {head['head']} on its text alone" + (
             f"; an image_size ({sizes}) trains it on an image a sample too" if sizes else ""))
-    elif head and head.get("tiles"):  # its text reads the tiles by cross-attention
+    elif head and head.get("cross"):  # its text reads the tiles by cross-attention
         said.append(f"trained as {head['head']} on one image a sample, {head['tiles']} tiles "
-                    f"of {' x '.join(map(str, head['image']))} (its processor pads every image "
-                    "to them), which its cross-attention layers read, the image's token first, "
+                    f"of {head['tile']} x {head['tile']} (its processor pads every image to "
+                    "them), which its cross-attention layers read, the image's token first, "
                     "and every token's loss")
     elif head and head.get("image"):  # a vision-language model (`converters.vision_language`)
         said.append(f"trained as {head['head']} on one {' x '.join(map(str, head['image']))}"
-                    f" image a sample, its features the first {head['image_tokens']:,} of the "
+                    " image a sample" + (f" ({head['tiles']} tiles of {head['tile']} x "
+                                         f"{head['tile']}: its grid and the whole resized)"
+                                         if head.get("tiles") else "") +
+                    f", its features the first {head['image_tokens']:,} of the "
                     "tokens, and every token's loss" + (
                         "; its encoder's attention as transformers' SDPA path runs it, a kernel "
                         "an image or window (attention flash_attention_2: one varlen call a layer)"
@@ -273,7 +276,7 @@ def config_graph_at(path: str | Path, b: int, seq_len: int | None,
     model = graph(b if _grid_encoder(_fields(config_file(path))) else 1)
     if images := fixed_images(model):  # its image's size is in the graph already
         return (model if images == b else graph(b)), None
-    return model, None if _head(model).get("tiles") else image_size
+    return model, None if _head(model).get("cross") else image_size
 
 
 def _grid_encoder(fields: dict) -> bool:
