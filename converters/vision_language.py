@@ -326,12 +326,12 @@ def _cross_step(model: Any, images: Images, ids: Any) -> tuple[Any, tuple, list[
 
     forward, (b, t), n = type(model).forward, ids.shape, images.tiles
     ids[:, 0] = model.config.image_token_index
-    example = tuple(torch.ones(*shape, dtype=torch.long) for shape in ((b, 1, 1), (b, 1, n),
-                    (b, t, 1, n)))  # the ratio's id [B, 1] given as [B, 1, 1]:
-    example = (images.pixels, *example, ids)
+    # the ratio's id [B, 1] goes as [B, 1, 1]: not a rank-2 integer input, as token ids are
+    ones = (torch.ones(*shape, dtype=torch.long) for shape in ((b, 1, 1), (b, 1, n), (b, t, 1, n)))
+    example = (images.pixels, *ones, ids)
     names = ["pixel_values", CROSS, "aspect_ratio_mask", "cross_attention_mask", "input_ids"]
 
-    def loss(self: Any, pixels: Any, ratio: Any, *inputs: Any) -> Any:  # no token ids' rank
+    def loss(self: Any, pixels: Any, ratio: Any, *inputs: Any) -> Any:
         return forward(self, **dict(zip(names, (pixels, ratio[..., 0], *inputs))),
                        labels=inputs[-1]).loss
 
@@ -462,8 +462,7 @@ def _meta_joins() -> Any:
         return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype == torch.bool
 
     def known(t: Any) -> bool:  # a CPU mask, sizes or indices
-        return isinstance(t, torch.Tensor) and t.device.type == "cpu" and (
-            t.dtype == torch.bool or not t.is_floating_point())
+        return isinstance(t, torch.Tensor) and t.device.type == "cpu" and not t.is_floating_point()
 
     def to_meta(*args: Any, device: Any = None, **kwargs: Any) -> bool:  # `Tensor.to`'s
         target = device or next((a for a in args if isinstance(a, (str, torch.device))), None)

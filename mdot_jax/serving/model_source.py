@@ -268,7 +268,7 @@ def config_graph_at(path: str | Path, b: int, seq_len: int | None,
                     image_size: int | None = None) -> tuple[onnx.ModelProto, int | None]:
     """`config_graph` at batch `b`, and the image size left to convert at: None where the
     graph holds its images (a grid encoder's, exported at the batch at once; another's that
-    says so, again at `b`) or tiles them (no image input of rank 4 to size)."""
+    says so, again at `b`) or reads them by cross-attention (tiles: no rank-4 input to size)."""
     def graph(images: int) -> onnx.ModelProto:
         return config_graph(path, seq_len, target_len, lora_rank, lora_targets, images=images,
                             image_size=image_size)
