@@ -196,6 +196,20 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         perm = [d % rank for d in dims]
         return x if perm == list(range(rank)) else g.op("Transpose", x, perm_i=perm)
 
+    @sh.parse_args("v", "i", "v")
+    def unflatten(g, x, dim, sizes):  # torch's computes a negative dim in the graph (Add, Mod),
+        # where the exporter's shape inference loses the output's rank and falls back to the
+        # traced shapes: every size read downstream was a constant, the batch's too (Qwen4's
+        # hyper-connections' unflatten(-1, ...))
+        rank = sh._get_tensor_rank(x)
+        if rank is None:
+            return sh._unimplemented("unflatten", "an input of unknown rank", x)
+        dim %= rank
+        shape = g.op("Shape", x)
+        head = sh._slice_helper(g, shape, axes=[0], starts=[0], ends=[dim])
+        tail = sh._slice_helper(g, shape, axes=[0], starts=[dim + 1], ends=[rank])
+        return sh._reshape_helper(g, x, g.op("Concat", head, sizes, tail, axis_i=0))
+
     @sh.parse_args("v", "f", "f", "v")
     def uniform(g, x, low, high, generator):  # in-place noise, e.g. Switch routers' jitter
         return g.op("RandomUniformLike", x, low_f=low, high_f=high)
@@ -211,6 +225,6 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
                      ("expm1", expm1), ("exponential", exponential), ("uniform", uniform),
                      ("scaled_dot_product_attention", sdpa), ("permute", permute),
                      ("polar", polar), ("view_as_complex", as_is), ("view_as_real", as_is),
-                     ("mul", mul), ("to", to), ("view", view)):
+                     ("mul", mul), ("to", to), ("view", view), ("unflatten", unflatten)):
         torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
     _REGISTERED = True

@@ -46,6 +46,23 @@ def test_a_symbolic_computes_what_torch_does(fn):
                                atol=1e-6)
 
 
+def test_sizes_read_after_an_unflatten_follow_the_batch():
+    """torch's unflatten computes a negative dim in the graph, where the exporter lost the
+    output's rank and froze every size read after it at the traced example's (Qwen4's
+    hyper-connections): exported at batch 1, the graph must run at batch 3."""
+    from onnx.reference import ReferenceEvaluator
+
+    def mix(x):  # [B, T, 4 x 5] -> [B, T, 5]
+        y = x.unflatten(-1, (4, 5)).mean(-2)
+        b, t, _ = y.shape
+        return y.reshape(b, t, -1)
+
+    x = np.random.default_rng(3).standard_normal((3, 6, 20)).astype(np.float32)
+    graph = from_torch(Fn(mix), torch.from_numpy(x[:1]))
+    got = ReferenceEvaluator(graph).run(None, {"input0": x})[0]
+    np.testing.assert_allclose(got, mix(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_grouped_query_attention_repeats_the_key_and_value_heads():
     q = np.random.default_rng(1).standard_normal((2, 4, 6, 8)).astype(np.float32)
     kv = np.random.default_rng(2).standard_normal((2, 2, 6, 8)).astype(np.float32)
