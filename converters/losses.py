@@ -2,12 +2,15 @@
 computes (`FORMULAS`: a name in `torch.nn.functional` -> the maker of its formula from torch
 and the original; `patches.loss_formulas` puts them in place while a model is exported):
 label smoothing in a cross entropy (timm's and transformers' default recipes), the L1, smooth
-L1 and Huber losses (detection's boxes, reinforcement learning's values), the triplet margin
-and cosine embedding losses (metric learning)."""
+L1 and Huber losses (detection's boxes, reinforcement learning's values), the binary cross
+entropy of probabilities (`nn.BCELoss`), the triplet margin, cosine embedding, margin ranking,
+hinge embedding and multi-class / multi-label margin losses (metric learning, ranking), the
+soft margin and Poisson likelihood losses."""
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -113,6 +116,78 @@ def _cosine_embedding(torch: Any, original: Callable) -> Callable:
     return loss
 
 
+def _binary_cross_entropy(torch: Any, original: Callable) -> Callable:
+    def loss(input, target, weight, reduction):  # each log clamped at -100, as PyTorch does
+        out = -(target * input.log().clamp_min(-100)
+                + (1 - target) * (1 - input).log().clamp_min(-100))
+        return _reduced(out if weight is None else out * weight, reduction)
+    return loss
+
+
+def _margin_ranking(torch: Any, original: Callable) -> Callable:
+    def loss(input1, input2, target, margin, reduction):
+        return _reduced((margin - target * (input1 - input2)).clamp_min(0), reduction)
+    return loss
+
+
+def _hinge_embedding(torch: Any, original: Callable) -> Callable:
+    def loss(input, target, margin, reduction):
+        zero = torch.zeros_like(input)
+        return _reduced(torch.where(target != -1, input, zero)
+                        + torch.where(target != 1, (margin - input).clamp_min(0), zero), reduction)
+    return loss
+
+
+def _soft_margin(torch: Any, original: Callable) -> Callable:
+    def loss(input, target, reduction):
+        return _reduced(torch.log1p((-target * input).exp()), reduction)
+    return loss
+
+
+def _poisson_nll(torch: Any, original: Callable) -> Callable:
+    def loss(input, target, log_input, full, eps, reduction):
+        out = input.exp() - target * input if log_input else input - target * (input + eps).log()
+        if full:  # Stirling's approximation of log(target!), where target > 1
+            stirling = target * target.log() - target + 0.5 * (2 * math.pi * target).log()
+            out = out + stirling.masked_fill(target <= 1, 0)
+        return _reduced(out, reduction)
+    return loss
+
+
+def _multi_margin(torch: Any, original: Callable) -> Callable:
+    import torch.nn.functional as F
+
+    def loss(input, target, p, margin, weight, reduction):  # [N, C] scores, [N] classes
+        if input.dim() == 1:
+            return loss(input[None], target.reshape(1), p, margin, weight, reduction).squeeze(0)
+        c = input.shape[-1]
+        out = (margin - input.gather(1, target.unsqueeze(-1)) + input).clamp_min(0) ** p
+        if weight is not None:
+            out = out * weight[target].unsqueeze(-1)
+        out = out.masked_fill(F.one_hot(target, c).bool(), 0)  # over the other classes
+        return _reduced(out.sum(-1) / c, reduction)
+    return loss
+
+
+def _multilabel_margin(torch: Any, original: Callable) -> Callable:
+    import torch.nn.functional as F
+
+    def loss(input, target, reduction):  # [N, C] scores; [N, C] classes, ended by a -1
+        c = input.shape[-1]
+        listed = (target < 0).cumsum(-1) == 0  # [N, J] the classes before the first -1
+        index = target.clamp_min(0)
+        chosen = (F.one_hot(index, c) * listed.unsqueeze(-1)).amax(-2).bool()  # [N, C]
+        out = (1 - input.gather(input.dim() - 1, index).unsqueeze(-1)  # ONNX's axis
+               + input.unsqueeze(-2)).clamp_min(0)
+        out = out * listed.unsqueeze(-1) * (~chosen).unsqueeze(-2)  # [N, J, C]
+        return _reduced(out.sum((-1, -2)) / c, reduction)
+    return loss
+
+
 FORMULAS = {"cross_entropy": _cross_entropy, "l1_loss": _l1, "smooth_l1_loss": _smooth_l1,
             "huber_loss": _huber, "triplet_margin_loss": _triplet,
-            "cosine_embedding_loss": _cosine_embedding}
+            "cosine_embedding_loss": _cosine_embedding,
+            "binary_cross_entropy": _binary_cross_entropy,
+            "margin_ranking_loss": _margin_ranking, "hinge_embedding_loss": _hinge_embedding,
+            "soft_margin_loss": _soft_margin, "poisson_nll_loss": _poisson_nll,
+            "multi_margin_loss": _multi_margin, "multilabel_margin_loss": _multilabel_margin}

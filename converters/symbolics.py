@@ -34,7 +34,8 @@ def softmax_nodes(graph: Any) -> int:
 def register(torch: Any, opset: int, fallback_opset: int) -> None:
     """Registers, once, the symbolics the TorchScript exporter lacks at `opset` (rms_norm,
     training-mode feature_dropout, diff, cumsum of a bool tensor, uniform and exponential noise,
-    expm1, grouped-query SDPA, complex rotary embeddings, a mask's `&=`, `|=`, `^=`) or gets
+    expm1, grouped-query SDPA, complex rotary embeddings, a mask's `&=`, `|=`, `^=`, `.mT`,
+    elementwise formulas: logaddexp, xlogy, cumprod, isin, take_along_dim, ...) or gets
     wrong: with a dynamic batch (col2im, at `fallback_opset`), negative axes (permute), or for
     the rest of the graph (repeat_interleave)."""
     global _REGISTERED
@@ -196,6 +197,81 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         perm = [d % rank for d in dims]
         return x if perm == list(range(rank)) else g.op("Transpose", x, perm_i=perm)
 
+    # what ONNX has no operator of, as the formula of operators it has (each the value torch
+    # computes, but at -0.0 and infinities)
+    def like(g, v, x):  # a constant of x's type
+        return g.op("CastLike", g.op("Constant", value_t=torch.tensor(v)), x)
+
+    def logaddexp(g, a, b):  # max + log(1 + e^-|a - b|)
+        return g.op("Add", g.op("Max", a, b), g.op("Log", g.op("Add", like(g, 1.0, a), g.op(
+            "Exp", g.op("Neg", g.op("Abs", g.op("Sub", a, b)))))))
+
+    def hypot(g, a, b):
+        return g.op("Sqrt", g.op("Add", g.op("Mul", a, a), g.op("Mul", b, b)))
+
+    def xlogy(g, x, y):  # 0 where x is 0
+        return g.op("Where", g.op("Equal", x, like(g, 0.0, x)), like(g, 0.0, x),
+                    g.op("Mul", x, g.op("Log", y)))
+
+    def copysign(g, a, b):
+        return g.op("Mul", g.op("Abs", a), g.op("Where", g.op("Less", b, like(g, 0.0, b)),
+                                                like(g, -1.0, a), like(g, 1.0, a)))
+
+    def trunc(g, x):
+        return g.op("Where", g.op("Less", x, like(g, 0.0, x)), g.op("Ceil", x), g.op("Floor", x))
+
+    def frac(g, x):
+        return g.op("Sub", x, trunc(g, x))
+
+    def sinc(g, x):  # sin(pi x) / (pi x), 1 at 0
+        px = g.op("Mul", x, like(g, 3.141592653589793, x))
+        return g.op("Where", g.op("Equal", x, like(g, 0.0, x)), like(g, 1.0, x),
+                    g.op("Div", g.op("Sin", px), px))
+
+    @sh.parse_args("v", "v", "v", "f")
+    def addcdiv(g, x, a, b, value):
+        q = g.op("Div", a, b)
+        return g.op("Add", x, q if value == 1 else g.op("Mul", q, like(g, float(value), q)))
+
+    @sh.parse_args("v", "v", "b", "b")
+    def isin(g, x, test, unique, invert):  # any of x == test's elements, over them
+        hit = g.op("Equal", sh._unsqueeze_helper(g, x, [-1]), sh._reshape_helper(
+            g, test, g.op("Constant", value_t=torch.tensor([-1]))))
+        found = g.op("Cast", g.op("ReduceMax", g.op("Cast", hit, to_i=onnx.TensorProto.INT32),
+                                  axes_i=[-1], keepdims_i=0), to_i=onnx.TensorProto.BOOL)
+        return g.op("Not", found) if invert else found
+
+    @sh.parse_args("v", "v", "i")
+    def take_along_dim(g, x, index, dim):
+        if sh._get_tensor_rank(x) != sh._get_tensor_rank(index) or dim is None:
+            return sh._unimplemented("take_along_dim", "an index of another rank, or no dim", x)
+        return g.op("GatherElements", x, index, axis_i=dim)
+
+    @sh.parse_args("v", "i", "v")
+    def cumprod(g, x, dim, dtype):  # e^(cumsum log|x|), its sign by the negatives so far
+        axis = g.op("Constant", value_t=torch.tensor(dim))
+        real = x.type().scalarType() in ("Float", "Double", "Half", "BFloat16")
+        size = g.op("Exp", g.op("CumSum", g.op("Log", g.op("Abs", x if real else g.op(
+            "Cast", x, to_i=onnx.TensorProto.DOUBLE))), axis))
+        size = size if real else g.op("CastLike", g.op("Round", size), x)
+        negatives = g.op("CumSum", g.op("Cast", g.op("Less", x, like(g, 0.0, x)),
+                                        to_i=onnx.TensorProto.INT64), axis)
+        odd = g.op("Equal", g.op("Mod", negatives, g.op("Constant", value_t=torch.tensor(2))),
+                   g.op("Constant", value_t=torch.tensor(1)))
+        return g.op("Where", odd, g.op("Neg", size), size)
+
+    @sh.parse_args("v", "i")
+    def logcumsumexp(g, x, dim):  # the max + log cumsum e^(x - max)
+        top = g.op("ReduceMax", x, axes_i=[dim], keepdims_i=1)
+        return g.op("Add", top, g.op("Log", g.op("CumSum", g.op("Exp", g.op("Sub", x, top)),
+                                                 g.op("Constant", value_t=torch.tensor(dim)))))
+
+    def swapped(g, x):  # x.mT, x.mH, x.adjoint() (of real tensors): the last two axes swapped
+        rank = sh._get_tensor_rank(x)
+        if rank is None or rank < 2:
+            return sh._unimplemented("mT", "an input of unknown rank or fewer than 2 axes", x)
+        return g.op("Transpose", x, perm_i=[*range(rank - 2), rank - 1, rank - 2])
+
     @sh.parse_args("v", "i", "v")
     def unflatten(g, x, dim, sizes):  # torch's computes a negative dim in the graph (Add, Mod),
         # where the exporter's shape inference loses the output's rank and falls back to the
@@ -225,6 +301,12 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
                      ("expm1", expm1), ("exponential", exponential), ("uniform", uniform),
                      ("scaled_dot_product_attention", sdpa), ("permute", permute),
                      ("polar", polar), ("view_as_complex", as_is), ("view_as_real", as_is),
-                     ("mul", mul), ("to", to), ("view", view), ("unflatten", unflatten)):
+                     ("mul", mul), ("to", to), ("view", view), ("unflatten", unflatten),
+                     ("mT", swapped), ("mH", swapped), ("adjoint", swapped),
+                     ("logaddexp", logaddexp),
+                     ("hypot", hypot), ("xlogy", xlogy), ("copysign", copysign), ("trunc", trunc),
+                     ("frac", frac), ("sinc", sinc), ("addcdiv", addcdiv), ("isin", isin),
+                     ("take_along_dim", take_along_dim), ("cumprod", cumprod),
+                     ("logcumsumexp", logcumsumexp)):
         torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
     _REGISTERED = True

@@ -32,6 +32,18 @@ CALLS = [
     ("triplet_margin_loss", (X, Y, X * 0.5), dict(margin=0.3, p=1, swap=True, reduction="none")),
     ("cosine_embedding_loss", (X, Y, SIGN), dict(margin=0.2)),
     ("cosine_embedding_loss", (X, Y, SIGN), dict(reduction="none")),
+    ("binary_cross_entropy", (X.sigmoid(), Y.sigmoid()), {}),
+    ("binary_cross_entropy", (X.sigmoid(), (Y > 0).float()), dict(weight=W, reduction="sum")),
+    ("margin_ranking_loss", (X[:, 0], Y[:, 0], SIGN), dict(margin=0.3)),
+    ("hinge_embedding_loss", (X, SIGN[:, None].expand(6, 5)), dict(margin=0.5)),
+    ("soft_margin_loss", (X, SIGN[:, None].expand(6, 5)), dict(reduction="none")),
+    ("poisson_nll_loss", (X, Y.abs() * 3), {}),
+    ("poisson_nll_loss", (X.abs(), Y.abs() * 3), dict(log_input=False, full=True)),
+    ("multi_margin_loss", (X, T.clamp(0)), {}),
+    ("multi_margin_loss", (X, T.clamp(0)), dict(p=2, margin=0.5, weight=W, reduction="none")),
+    ("multi_margin_loss", (X[0], T[0]), {}),
+    ("multilabel_margin_loss", (X, torch.tensor([[3, 0, -1, 1, 2]] * 3 + [[4, 2, 1, 0, 3]]
+                                                + [[-1, 1, 1, 1, 1]] * 2)), {}),
 ]
 
 
@@ -57,7 +69,10 @@ class Step(torch.nn.Module):  # one linear layer, then the loss
     (torch.nn.CrossEntropyLoss(label_smoothing=0.1), (T,)),
     (torch.nn.SmoothL1Loss(), (Y,)), (torch.nn.L1Loss(), (Y,)),
     (torch.nn.HuberLoss(delta=0.5), (Y,)),
-    (torch.nn.TripletMarginLoss(), (Y, X * 0.5)), (torch.nn.CosineEmbeddingLoss(), (Y, SIGN))])
+    (torch.nn.TripletMarginLoss(), (Y, X * 0.5)), (torch.nn.CosineEmbeddingLoss(), (Y, SIGN)),
+    (lambda x, t: torch.nn.BCELoss()(x.sigmoid(), t), (Y.sigmoid(),)),
+    (torch.nn.MultiMarginLoss(), (T.clamp(0),)),
+    (torch.nn.MultiLabelMarginLoss(), (torch.tensor([[3, 0, -1, 1, 2]] * 6),))])
 def test_a_step_ending_in_the_loss_exports_its_value(loss, rest):
     """Each failed to export: "ONNX does not support label_smoothing", "Exporting the operator
     'aten::smooth_l1_loss' ... is not supported", and so on."""

@@ -40,7 +40,15 @@ X = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
     lambda x: torch.expm1(x),  # xIELU (Apertus)
     lambda x: x.permute(0, -2, -1, 1),  # negative axes (Mamba-2's chunked scan)
     lambda x: torch.repeat_interleave(x, 2, dim=-1).flatten(-2),
-    lambda x: x * _masked(x)])  # a mask's in-place &=, |=, ^= (torchvision's FCOS)
+    lambda x: x * _masked(x),  # a mask's in-place &=, |=, ^= (torchvision's FCOS)
+    lambda x: x @ x.mT + x.adjoint().mT @ x.mH,  # attention written with .mT
+    lambda x: torch.logaddexp(x, 2 * x) + torch.hypot(x, x) + torch.xlogy(x.relu(), x.abs())
+    + torch.copysign(x, -x) + torch.trunc(3 * x) + torch.frac(3 * x) + torch.sinc(x)
+    + torch.addcdiv(x, x, x.abs() + 1, value=0.5),
+    lambda x: torch.isin(x.round(), torch.tensor([0.0, 1.0])) ^ torch.isin(
+        x.round(), torch.tensor([-1.0]), invert=True),  # token masks (Grounding DINO's)
+    lambda x: torch.take_along_dim(x, x.argsort(-1), -1),  # ESMFold's
+    lambda x: x.cumprod(-1) + torch.logcumsumexp(x, 1) + (x * 3).long().cumprod(2)])
 def test_a_symbolic_computes_what_torch_does(fn):
     np.testing.assert_allclose(_run(Fn(fn), X), fn(torch.from_numpy(X)).numpy(), rtol=1e-5,
                                atol=1e-6)
