@@ -266,6 +266,19 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         return g.op("Add", top, g.op("Log", g.op("CumSum", g.op("Exp", g.op("Sub", x, top)),
                                                  g.op("Constant", value_t=torch.tensor(dim)))))
 
+    def full(g, sizes, value, dtype, *rest):  # torch.full(size, 0) without a dtype is the
+        # fill's type (int64), which torch's symbolic makes float (SmolVLM's position ids)
+        from torch.onnx import symbolic_opset9
+
+        kind = getattr(g.original_node.output().type(), "dtype", lambda: None)()
+        fill = sh._maybe_get_const(value, "t")
+        if not sh._is_none(dtype) or kind is None or kind.is_floating_point or \
+                sh._is_value(fill):
+            return symbolic_opset9.full(g, sizes, value, dtype, *rest)
+        if sh._maybe_get_const(sizes, "is") == []:
+            sizes = g.op("Constant", value_t=torch.tensor([], dtype=torch.int64))
+        return g.op("ConstantOfShape", sizes, value_t=fill.view(1).to(kind))
+
     def swapped(g, x):  # x.mT, x.mH, x.adjoint() (of real tensors): the last two axes swapped
         rank = sh._get_tensor_rank(x)
         if rank is None or rank < 2:
@@ -307,6 +320,6 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
                      ("hypot", hypot), ("xlogy", xlogy), ("copysign", copysign), ("trunc", trunc),
                      ("frac", frac), ("sinc", sinc), ("addcdiv", addcdiv), ("isin", isin),
                      ("take_along_dim", take_along_dim), ("cumprod", cumprod),
-                     ("logcumsumexp", logcumsumexp)):
+                     ("logcumsumexp", logcumsumexp), ("full", full)):
         torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
     _REGISTERED = True

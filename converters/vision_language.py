@@ -15,7 +15,7 @@ forward on the meta device up to there (`image_tokens`).
 An encoder of a grid of patches (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V: `image_grid_thw`)
 takes any image size (`side`, default `DEFAULT_SIDE`); it indexes the patches by the grid's
 sizes (windows, rotary positions, one attention per image), values computed on the CPU while
-the model's tensors stay on the meta device (`_meta_joins`), so that the graph holds the
+the model's tensors stay on the meta device (`meta_joins`), so that the graph holds the
 example's images: it is exported at the batch it is priced at (`Images.fixed`). Its model's
 positions (M-RoPE, from where the placeholders are) count the tokens in order, and Qwen3-VL's
 features added to the first layers' hidden states (`_deepstack_process`) are added to the
@@ -25,8 +25,9 @@ list of features an image too. Pixtral's encoder (Mistral 3's) takes an image of
 to its config's, cut to it by the `image_sizes` its code reads (held as a grid's sizes are);
 LLaVA-NeXT's and LLaVA-OneVision's the grid of tiles transformers cuts an image of the size
 asked into, beside the whole resized (`_any_resolution`, its `image_sizes` held so too).
-Encoders whose padding tiles are read from the pixels' values (Idefics3's, SmolVLM's) are
-refused (`example_images`): export the model itself.
+Idefics3's and SmolVLM's processors resize an image to a side and cut it into tiles beside
+the whole (`_split_image`); their encoder drops a batch's padding tiles by their values, every
+tile is an image's here (`_every_tile`).
 
 Llama 3.2 Vision's text reads its image by cross-attention layers (`CROSS` in its forward):
 its processor pads every image to `max_num_tiles` tiles of the vision config's side, all of
@@ -44,6 +45,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from converters.errors import ConversionError
+from converters.meta_joins import meta_joins
 from converters.patches import replaced
 
 AUTO = "AutoModelForImageTextToText"  # transformers' auto class of these models
@@ -137,6 +139,8 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     vision = model.config.vision_config
     if "image_sizes" in takes and hasattr(model.config, "image_grid_pinpoints"):  # any-res
         return _any_resolution(model, images, side)
+    if _splits(inner):  # Idefics3's, SmolVLM's tiles and the whole
+        return _split_image(model, images, where, kind, side)
     if _sized(vision):  # Pixtral's patches of the image's own size, cut by its image_sizes
         p, side = vision.patch_size * getattr(model.config, "spatial_merge_size", 1), \
             side or vision.image_size  # its largest by default
@@ -206,6 +210,56 @@ def _any_resolution(model: Any, images: int, side: int | None) -> Images:
                   {"image_sizes": torch.tensor([[side, side]] * images)}, [side, side], True, n)
 
 
+def _splits(inner: Any) -> bool:
+    """Whether `inner` (a vision-language model's inner model) takes an image as tiles of its
+    vision config's side beside the whole resized, padding a batch's images by all-zero tiles
+    its get_image_features drops by their values (Idefics3's, SmolVLM's)."""
+    try:
+        code = inspect.getsource(type(inner).get_image_features)
+    except (OSError, TypeError, AttributeError):  # Llama 3.2 Vision's: none
+        return False
+    return "real_images_inds" in code and hasattr(getattr(inner, "connector", None),
+                                                  "pixel_shuffle")
+
+
+def _split_image(model: Any, images: int, where: str, kind: str, side: int | None
+                 ) -> Images:
+    """Idefics3's and SmolVLM's images: its processor resizes an image to `side` (its
+    `size.longest_edge`; default 4 tiles a side, as its processors'), then up to a whole number
+    of tiles of the vision config's side, cuts it into them and, where there are several, adds
+    the whole resized to one."""
+    import torch
+
+    vision, shuffle = model.config.vision_config, model.config.scale_factor
+    s = vision.image_size
+    if (s // vision.patch_size) % shuffle:
+        raise ConversionError(f"{where}: model_type {kind!r}: a tile of {s} pixels is "
+                              f"{s // vision.patch_size} patches of {vision.patch_size} a side, "
+                              f"which its connector cannot shuffle {shuffle} x {shuffle}: give "
+                              "vision_config.image_size and patch_size of its checkpoint")
+    k = -(-(side or 4 * s) // s)  # tiles a side
+    side, n = k * s, k * k + 1 if k > 1 else 1
+    return Images(torch.zeros(images, n, vision.num_channels, s, s), {}, [side, side], True,
+                  tiles=n if k > 1 else 0)
+
+
+def _every_tile(self: Any, pixel_values: Any, pixel_attention_mask: Any = None,
+                **kwargs: Any) -> Any:
+    """Idefics3's get_image_features without its search of the tiles' values for padding:
+    one image a sample at one size pads none. Its encoder's and connector's work on every tile
+    [B N, C, s, s], the features [B N, tokens, d]."""
+    import torch
+
+    x = pixel_values.to(self.dtype).flatten(0, 1)
+    g = x.shape[-1] // self.config.vision_config.patch_size
+    mask = torch.ones(*map(int, (x.shape[0], g, g)), dtype=torch.bool)  # every patch: values
+    # on the CPU (its encoder reads them), the graph at the example's batch (`Images.held`)
+    out = self.vision_model(pixel_values=x, patch_attention_mask=mask,
+                            **{**kwargs, "return_dict": True})
+    out.pooler_output = self.connector(out.last_hidden_state)
+    return out
+
+
 def _sized(vision: Any) -> bool:
     """Whether `vision` (a vision config) builds an encoder of images of any size, each cut to
     its own by the image_sizes it is given (Pixtral's, Mistral 3's)."""
@@ -257,7 +311,7 @@ def image_tokens(model: Any, images: Images, where: str) -> int:
     if images.cross:  # its image token, and the tiles read by cross-attention
         return 1
     found: list[int] = []
-    ids = torch.zeros(images.pixels.shape[0], 1, dtype=torch.long)  # [B, 1]
+    ids = torch.zeros(images.pixels.shape[0], 1, dtype=torch.long, device="meta")  # [B, 1]
     try:
         with placed(model, images, found=found, where=where), contextlib.suppress(_Counted):
             type(model).forward(model, **_inputs(model, images, images.pixels.to("meta"), ids, 0))
@@ -391,12 +445,15 @@ def placed(model: Any, images: Images, tokens: int | None = None,
     patches: dict[str, Callable[..., Any]] = dict(
         get_placeholder_mask=mask, get_rope_index=positions, _deepstack_process=deepstack)
     held = [(m, name) for m in model.modules() for name in patches if hasattr(type(m), name)]
+    if splits := _splits(inner := getattr(model, "model", model)):
+        held.append((inner, "get_image_features"))
+        patches["get_image_features"] = _every_tile
     for m, name in held:
         setattr(m, name, types.MethodType(patches[name], m))
     torch.Tensor.masked_scatter = scatter  # type: ignore[method-assign]
     try:
-        with _meta_joins() if images.fixed else contextlib.nullcontext(), _broadcast_masks(), \
-                _unchecked(model):
+        with meta_joins() if images.fixed or splits else contextlib.nullcontext(), \
+                _broadcast_masks(), _unchecked(model):
             yield
     finally:
         torch.Tensor.masked_scatter = original  # type: ignore[method-assign]
@@ -441,58 +498,3 @@ def _broadcast_masks() -> Iterator[None]:
             yield
     else:  # another transformers: as it is
         yield
-
-
-def _meta_joins() -> Any:
-    """A mode in which an encoder's indices and masks, computed on the CPU from the images'
-    sizes and places (Qwen-VL's grid, Gemma 4's listed patches), keep their values: where an
-    operator joins them with the model's meta tensors, they join on the meta device; a mask
-    moved there or expanded to a meta tensor's shape stays on the CPU (code branches on its
-    values: Gemma 4 skips a padding mask that masks nothing), and the rows a CPU mask selects
-    of a meta tensor are indexed by their places."""
-    import torch
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._pytree import tree_flatten, tree_map
-
-    def on_meta(t: Any) -> Any:
-        return t.to("meta") if isinstance(t, torch.Tensor) and t.device.type == "cpu" and \
-            t.dim() else t
-
-    def mask(t: Any) -> bool:  # a CPU mask, values known
-        return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype == torch.bool
-
-    def known(t: Any) -> bool:  # a CPU mask, sizes or indices
-        return isinstance(t, torch.Tensor) and t.device.type == "cpu" and not t.is_floating_point()
-
-    def to_meta(*args: Any, device: Any = None, **kwargs: Any) -> bool:  # `Tensor.to`'s
-        target = device or next((a for a in args if isinstance(a, (str, torch.device))), None)
-        return target is not None and torch.device(target).type == "meta"
-
-    def untraced(f: Callable[[], Any]) -> Any:  # computed, its values the graph's constants
-        set_state = torch._C._set_tracing_state  # type: ignore[attr-defined]
-        state = torch._C._get_tracing_state()
-        set_state(None)
-        try:
-            return f()
-        finally:
-            set_state(state)
-
-    class MetaJoins(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: tuple = (),
-                               kwargs: dict | None = None) -> Any:
-            kwargs = kwargs or {}
-            if func in (torch.Tensor.to, torch.as_tensor) and args and known(args[0]) and \
-                    to_meta(*args[1:], **kwargs):  # values kept: code reads them
-                return args[0]
-            if func is torch.Tensor.expand_as and mask(args[0]):
-                return args[0].expand(args[1].shape)
-            if func is torch.Tensor.__getitem__ and len(args) == 2 and mask(args[1]) and \
-                    getattr(args[0], "is_meta", False):  # x[mask]: x[places]
-                args = (args[0], untraced(lambda: tuple(  # constants, not NonZero's
-                    i.to("meta") for i in args[1].nonzero(as_tuple=True))))
-            tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-            if any(t.is_meta for t in tensors) and any(on_meta(t) is not t for t in tensors):
-                args, kwargs = tree_map(on_meta, (args, kwargs))
-            return func(*args, **kwargs)
-
-    return MetaJoins()

@@ -48,10 +48,18 @@ X = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
     lambda x: torch.isin(x.round(), torch.tensor([0.0, 1.0])) ^ torch.isin(
         x.round(), torch.tensor([-1.0]), invert=True),  # token masks (Grounding DINO's)
     lambda x: torch.take_along_dim(x, x.argsort(-1), -1),  # ESMFold's
-    lambda x: x.cumprod(-1) + torch.logcumsumexp(x, 1) + (x * 3).long().cumprod(2)])
+    lambda x: x.cumprod(-1) + torch.logcumsumexp(x, 1) + (x * 3).long().cumprod(2),
+])
 def test_a_symbolic_computes_what_torch_does(fn):
     np.testing.assert_allclose(_run(Fn(fn), X), fn(torch.from_numpy(X)).numpy(), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_a_full_without_a_dtype_has_its_fills_type():
+    """torch's symbolic made `torch.full(size, 1)` float: SmolVLM's position ids indexed its
+    table by floats ("Gather ... indices ... unsupported type: tensor(float)")."""
+    out = _run(Fn(lambda x: torch.full(x.shape[:2], 7)), X)
+    assert out.dtype == np.int64 and out.shape == X.shape[:2] and (out == 7).all()
 
 
 def test_sizes_read_after_an_unflatten_follow_the_batch():

@@ -97,17 +97,54 @@ def test_a_projector_that_does_not_fit_the_language_model_is_named():
         from_hf_config(wide, seq_len=32)
 
 
-@pytest.mark.parametrize("config, why", [
-    (dict(model_type=kind, text_config=dict(num_hidden_layers=1),
-          vision_config=dict(num_hidden_layers=1)), "tiles an image by its pixel_attention_mask")
-    for kind in ("idefics3", "smolvlm")])
-def test_models_that_tile_their_images_are_refused_in_one_line(config, why):
-    """Idefics3 and SmolVLM mask their tiles, which tiles are padding read from the pixels'
-    values: how many tiles an image has is the data's."""
-    with pytest.raises(ConversionError, match=f"^config: model_type '{config['model_type']}' "
-                                              f"{why}.*export the model itself") as e:
+@pytest.mark.parametrize("kind", ["idefics2", "lfm2_vl"])
+def test_models_that_tile_their_images_by_the_data_are_refused_in_one_line(kind):
+    """Idefics2 and LFM2-VL mask their tiles' pixels, images of sizes of the data's."""
+    config = dict(model_type=kind, text_config=dict(num_hidden_layers=1),
+                  vision_config=dict(num_hidden_layers=1))
+    with pytest.raises(ConversionError, match=f"^config: model_type '{kind}' tiles an image by "
+                                              "its pixel_attention_mask.*export the model itself"
+                       ) as e:
         from_hf_config(config, seq_len=32)
     assert "\n" not in str(e.value)
+
+
+SMOLVLM = dict(model_type="smolvlm", scale_factor=2, image_token_id=5,
+               vision_config=dict(model_type="smolvlm_vision", hidden_size=32,
+                                  intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=2, image_size=64, patch_size=16),
+               text_config=dict(model_type="llama", hidden_size=64, intermediate_size=128,
+                                num_hidden_layers=2, num_attention_heads=2,
+                                num_key_value_heads=1, vocab_size=256))
+
+
+@pytest.mark.parametrize("kind", ["smolvlm", "idefics3"])
+def test_smolvlm_trains_on_the_tiles_of_an_image_resized_to_the_size_asked(tmp_path, kind):
+    """Idefics3 and SmolVLM were refused as tiling encoders (a batch's padding tiles dropped
+    by their pixels' values). Their processors resize an image to a side (default 4 tiles), up
+    to a whole number of tiles, and add the whole resized where there are several: at 100
+    pixels, 2 x 2 tiles of 64 and the whole, each 4 x 4 patches shuffled 2 x 2 into 4 tokens."""
+    from mdot_jax import TrainingJob, predict
+
+    config = dict(SMOLVLM, model_type=kind, vision_config=dict(
+        SMOLVLM["vision_config"], model_type=f"{kind}_vision"))
+    seq = convert(from_hf_config(config, seq_len=64, image_size=100), batch_size=1, fuse=True)
+    head = seq.meta["head"]
+    assert (head["image"], head["tiles"], head["tile"], head["image_tokens"]) == \
+        ([128, 128], 5, 64, 20)
+    assert seq.meta["inputs"]["pixel_values"] == [1, 5, 3, 64, 64]
+    assert seq.params == sum(p.numel() for p in _model(config).parameters())
+    said = dict((m.key, m.value) for m in from_hf_config(config, seq_len=128).metadata_props)
+    assert json.loads(said["mdot.head"])["tiles"] == 17  # 4 x 4 and the whole by default
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    job = TrainingJob(model=str(path), seq_len=64, batch_size=3, image_size=64,
+                      device="h100-sxm")
+    assert predict(job).iteration_ms > 0  # one tile, exported again at its batch of three
+    odd = dict(config, vision_config=dict(config["vision_config"], image_size=48))
+    with pytest.raises(ConversionError, match="a tile of 48 pixels is 3 patches of 16 a side, "
+                                              "which its connector cannot shuffle 2 x 2"):
+        from_hf_config(odd, seq_len=64)
 
 
 QWEN = dict(model_type="qwen2_5_vl", image_token_id=500, video_token_id=501,
