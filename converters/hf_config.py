@@ -56,7 +56,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                    target_len: int | None = None, repeat: bool = True,
                    lora_rank: int | None = None, lora_targets: Sequence[str] = (ALL_LINEAR,),
                    images: int = 1, image_size: int | None = None,
-                   **overrides: Any) -> onnx.ModelProto:
+                   video_frames: int | None = None, **overrides: Any) -> onnx.ModelProto:
     """A Hugging Face language model built from its configuration alone (a `config.json`, its
     folder, or the dict; nothing is fetched), on the meta device, exported as its training
     graph at `seq_len` tokens with the loss of its own tokens as labels: a causal LM's next
@@ -68,8 +68,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     vision-language model's (PaliGemma's, InternVL's, Qwen-VL's) `seq_len` tokens, one
     image's features the first of them (`converters.vision_language`; a grid encoder's
     (Qwen-VL's) images of `image_size` pixels a side, the graph holding `images` of them:
-    the batch it is converted at, `meta["head"]["images"]`; one that is a causal LM too,
-    Gemma 3's or Qwen3.5's, on its text unless `image_size` asks for images)
+    the batch it is converted at, `meta["head"]["images"]`; with `video_frames`, a video of
+    so many frames a sample; one that is a causal LM too, Gemma 3's or Qwen3.5's, on its text
+    unless `image_size` or `video_frames` asks for images)
     (`from_torch`; `convert(..., seq_len=...)` predicts at other lengths up to the model's
     positions).
     `overrides` change config fields (e.g. `num_hidden_layers=2`, per-layer lists cut to
@@ -109,15 +110,17 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         head = None if cfg.is_encoder_decoder else _head(transformers, cfg)
         auto = getattr(transformers, head.auto) if head else _language_model(transformers, cfg)
         pictured = None if head else image_text_model(transformers, cfg)  # image, text in
-        if vlm := pictured is not None and (auto is None or image_size is not None):
-            auto = pictured  # a vision-language model (one that is a causal LM too, Gemma
-            # 3's or Qwen3.5's, where an image_size asks for images)
+        if vlm := pictured is not None and (auto is None or bool(image_size or video_frames)):
+            auto = pictured  # a vision-language model (Gemma 3, a causal LM too: if asked)
         if auto is None:
             raise ConversionError(
                 f"{where}: model_type {kind!r} has no causal, masked, sequence-to-sequence or "
                 "image-text-to-text language model in transformers (an image or audio model's "
                 "config; an image classifier's names its `...ForImageClassification` in "
                 "architectures): export the model itself with converters.from_torch")
+        if video_frames and not vlm:
+            raise ConversionError(f"{where}: video_frames {video_frames}: model_type {kind!r} "
+                                  "reads no images or videos")
         if not routed:
             with torch.device("meta"):
                 model = auto.from_config(cfg)
@@ -166,7 +169,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             (torch.zeros(1, *_image(cfg, where, kind)), [main]) if main == "pixel_values"
             else (tokens, [main]))
     else:  # one image a sample, its features the first of the seq_len tokens
-        pictures = example_images(model, where, kind, images, image_size)
+        pictures = example_images(model, where, kind, images, image_size, video_frames)
         placeholders = image_tokens(model, pictures, where)
         if seq_len <= placeholders:
             raise ConversionError(f"{where}: seq_len {seq_len}: a sample's image takes "
@@ -479,18 +482,18 @@ def _defaulted(cfg: Any, given: dict) -> dict[str, Any]:
 
 
 def _main(argv: list[str]) -> int:
-    """`CONFIG SEQ_LEN OUT.onnx [TARGET_LEN [LORA_RANK LORA_TARGETS [IMAGES IMAGE_SIZE]]]`
-    (0: none; targets comma-separated): `from_hf_config` in a process of its own (PyTorch and
-    transformers stay out of the caller's memory); a ConversionError is one line on stderr and
-    exit status 2."""
-    config, seq_len, out, target, rank, targets, images, side = (
-        argv + ["0", "0", "", "1", "0"])[:8]
+    """`CONFIG SEQ_LEN OUT.onnx [TARGET_LEN [LORA_RANK LORA_TARGETS [IMAGES IMAGE_SIZE
+    [FRAMES]]]]` (0: none; targets comma-separated): `from_hf_config` in a process of its own
+    (PyTorch, transformers out of the caller's memory); a ConversionError: a line, status 2."""
+    config, seq_len, out, target, rank, targets, images, side, frames = (
+        argv + ["0", "0", "", "1", "0", "0"])[:9]
     try:
         onnx.save(from_hf_config(config, seq_len=int(seq_len), target_len=int(target) or None,
                                  lora_rank=int(rank) or None,
                                  lora_targets=tuple(targets.split(",")) if targets
                                  else (ALL_LINEAR,), images=int(images),
-                                 image_size=int(side) or None), out)
+                                 image_size=int(side) or None,
+                                 video_frames=int(frames) or None), out)
     except ConversionError as e:
         print(e, file=sys.stderr, flush=True)  # the caller may `os._exit` after
         return 2

@@ -16,7 +16,9 @@ An encoder of a grid of patches (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V: `image_
 takes any image size (`side`, default `DEFAULT_SIDE`); it indexes the patches by the grid's
 sizes (windows, rotary positions, one attention per image), values computed on the CPU while
 the model's tensors stay on the meta device (`meta_joins`), so that the graph holds the
-example's images: it is exported at the batch it is priced at (`Images.fixed`). Its model's
+example's images: it is exported at the batch it is priced at (`Images.fixed`); a video of F
+frames is its grid over time, F / `temporal_patch_size` patches deep (its tokens so many times
+an image's: what its video path encodes, by the same encoder). Its model's
 positions (M-RoPE, from where the placeholders are) count the tokens in order, and Qwen3-VL's
 features added to the first layers' hidden states (`_deepstack_process`) are added to the
 first N positions. An encoder of listed patches (Gemma 4's: each patch's place, pooled k x k)
@@ -24,10 +26,10 @@ takes the side asked, a whole number of pooled cells, its places held the same w
 list of features an image too. Pixtral's encoder (Mistral 3's) takes an image of any size up
 to its config's, cut to it by the `image_sizes` its code reads (held as a grid's sizes are);
 LLaVA-NeXT's and LLaVA-OneVision's the grid of tiles transformers cuts an image of the size
-asked into, beside the whole resized (`_any_resolution`, its `image_sizes` held so too).
+asked into, beside the whole resized (`any_resolution`, its `image_sizes` held so too).
 Idefics3's and SmolVLM's processors resize an image to a side and cut it into tiles beside
-the whole (`_split_image`); their encoder drops a batch's padding tiles by their values, every
-tile is an image's here (`_every_tile`).
+the whole (`split_image`); their encoder drops a batch's padding tiles by their values, every
+tile is an image's here (`every_tile`).
 
 Llama 3.2 Vision's text reads its image by cross-attention layers (`CROSS` in its forward):
 its processor pads every image to `max_num_tiles` tiles of the vision config's side, all of
@@ -42,40 +44,28 @@ import inspect
 import sys
 import types
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from converters.errors import ConversionError
+from converters.image_tiles import (
+    GRID,
+    Images,
+    any_resolution,
+    cross_tiles,
+    every_tile,
+    split_image,
+    splits,
+    unpadded,
+)
 from converters.meta_joins import meta_joins
 from converters.patches import replaced
 
 AUTO = "AutoModelForImageTextToText"  # transformers' auto class of these models
-GRID = "image_grid_thw"  # get_image_features' input of a grid encoder: each image's [t, h, w]
 # its inputs that tile an image (an image's sizes, its tiles' masks): refused
 TILES = ("image_sizes", "pixel_attention_mask", "spatial_shapes")
 LISTED = "image_position_ids"  # an encoder of listed patches' inputs: each patch's [x, y]
 CROSS = "aspect_ratio_ids"  # the forward's input of tiles its text reads by cross-attention
 DEFAULT_SIDE = 448  # a grid encoder's image side where none is asked (256 tokens at 28 px)
-
-
-class Images(NamedTuple):
-    """One image a sample, as the example gives them: `pixels` [B, C, H, W] (a grid
-    encoder's: its patches [B, P, C t p p]), the encoder's `fixed` inputs (a grid's sizes
-    [B, 3], values on the CPU) and the image's `size` [H, W]."""
-
-    pixels: Any
-    fixed: dict
-    size: list[int]
-    held: bool = False  # the graph holds the example's images: it converts at that batch alone
-    tiles: int = 0  # tiles an image is cut into (LLaVA-NeXT's, Llama 3.2 Vision's); 0: none
-    cross: bool = False  # its text reads them by cross-attention (Llama 3.2 Vision's)
-
-    def said(self, images: int) -> dict:
-        """What the prediction says of them beyond their size: the images a sample the graph
-        holds, a grid encoder's loop (Qwen-VL's), the tiles and their side, cross-attention."""
-        return {**({"images": images} if self.held else {}),
-                **({"looped": True} if GRID in self.fixed else {}),
-                **({"tiles": self.tiles, "tile": self.pixels.shape[-1]} if self.tiles else {}),
-                **({"cross": True} if self.cross else {})}
 
 
 class _Counted(Exception):
@@ -125,22 +115,26 @@ def image_sizes(cfg: Any) -> str | None:
 
 
 def example_images(model: Any, where: str, kind: str, images: int = 1,
-                   side: int | None = None) -> Images:
+                   side: int | None = None, frames: int | None = None) -> Images:
     """`images` samples' images at the size `model`'s vision config gives (a grid encoder's:
-    `side`, default `DEFAULT_SIDE`), held in the graph where its encoder indexes them by a
-    grid or keeps a list an image; a ConversionError where it tiles images, its config gives
-    no size, or `side` is not one it takes."""
+    `side`, default `DEFAULT_SIDE`; a video of `frames` frames where given), held in the graph
+    where its encoder indexes them by a grid or keeps a list an image; a ConversionError where
+    it tiles images by their data, its config gives no size, or `side` (`frames`) is not one
+    it takes."""
     import torch
 
-    if _crosses(type(model)):
-        return _tiles(model, where, kind, side)
     inner = getattr(model, "model", model)
     encode, takes, tiles = _encoder(inner)
+    if frames and GRID not in takes:
+        raise ConversionError(f"{where}: video_frames {frames}: model_type {kind!r} encodes "
+                              "images, not videos over time (Qwen-VL's grid encoders do)")
+    if _crosses(type(model)):
+        return cross_tiles(model, where, kind, side)
     vision = model.config.vision_config
     if "image_sizes" in takes and hasattr(model.config, "image_grid_pinpoints"):  # any-res
-        return _any_resolution(model, images, side)
-    if _splits(inner):  # Idefics3's, SmolVLM's tiles and the whole
-        return _split_image(model, images, where, kind, side)
+        return any_resolution(model, images, side)
+    if splits(inner):  # Idefics3's, SmolVLM's tiles and the whole
+        return split_image(model, images, where, kind, side)
     if _sized(vision):  # Pixtral's patches of the image's own size, cut by its image_sizes
         p, side = vision.patch_size * getattr(model.config, "spatial_merge_size", 1), \
             side or vision.image_size  # its largest by default
@@ -166,9 +160,13 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
         if side % (p * m):
             raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} cuts "
                                   f"images into cells of {p * m} pixels: give a multiple")
-        g = side // p
-        return Images(torch.zeros(images, g * g, c * t * p * p),
-                      {GRID: torch.tensor([[1, g, g]] * images)}, [side, side], True)
+        if (frames or t) % t:
+            raise ConversionError(f"{where}: video_frames {frames}: model_type {kind!r} "
+                                  f"encodes a video {t} frames a patch: give a multiple of {t}")
+        g, n = side // p, (frames or t) // t  # an image: its frame t times, one patch deep
+        return Images(torch.zeros(images, n * g * g, c * t * p * p),
+                      {GRID: torch.tensor([[n, g, g]] * images)}, [side, side], True,
+                      frames=frames or 0)
     if LISTED in takes:  # patches of p x p pixels listed at their places, pooled k x k
         p, k = vision.patch_size, getattr(vision, "pooling_kernel_size", 1)
         if not side or side % (p * k):
@@ -194,72 +192,6 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     return Images(torch.zeros(images if held else 1, channels, *sides), {}, sides, held)
 
 
-def _any_resolution(model: Any, images: int, side: int | None) -> Images:
-    """LLaVA-NeXT's images (LLaVA-OneVision's): an image of `side` (default the vision
-    config's) as the grid of tiles of the vision config's side its processor cuts it into
-    beside the whole image resized, as many as transformers counts (`image_size_to_num_patches`
-    of its grid pinpoints), its `image_sizes` held in the graph."""
-    import torch
-
-    vision, code = model.config.vision_config, sys.modules[type(model).__module__]
-    s = vision.image_size
-    side = side or s
-    n = code.image_size_to_num_patches(image_size=(side, side), patch_size=s,
-                                       grid_pinpoints=model.config.image_grid_pinpoints)
-    return Images(torch.zeros(images, n, vision.num_channels, s, s),
-                  {"image_sizes": torch.tensor([[side, side]] * images)}, [side, side], True, n)
-
-
-def _splits(inner: Any) -> bool:
-    """Whether `inner` (a vision-language model's inner model) takes an image as tiles of its
-    vision config's side beside the whole resized, padding a batch's images by all-zero tiles
-    its get_image_features drops by their values (Idefics3's, SmolVLM's)."""
-    try:
-        code = inspect.getsource(type(inner).get_image_features)
-    except (OSError, TypeError, AttributeError):  # Llama 3.2 Vision's: none
-        return False
-    return "real_images_inds" in code and hasattr(getattr(inner, "connector", None),
-                                                  "pixel_shuffle")
-
-
-def _split_image(model: Any, images: int, where: str, kind: str, side: int | None
-                 ) -> Images:
-    """Idefics3's and SmolVLM's images: its processor resizes an image to `side` (its
-    `size.longest_edge`; default 4 tiles a side, as its processors'), then up to a whole number
-    of tiles of the vision config's side, cuts it into them and, where there are several, adds
-    the whole resized to one."""
-    import torch
-
-    vision, shuffle = model.config.vision_config, model.config.scale_factor
-    s = vision.image_size
-    if (s // vision.patch_size) % shuffle:
-        raise ConversionError(f"{where}: model_type {kind!r}: a tile of {s} pixels is "
-                              f"{s // vision.patch_size} patches of {vision.patch_size} a side, "
-                              f"which its connector cannot shuffle {shuffle} x {shuffle}: give "
-                              "vision_config.image_size and patch_size of its checkpoint")
-    k = -(-(side or 4 * s) // s)  # tiles a side
-    side, n = k * s, k * k + 1 if k > 1 else 1
-    return Images(torch.zeros(images, n, vision.num_channels, s, s), {}, [side, side], True,
-                  tiles=n if k > 1 else 0)
-
-
-def _every_tile(self: Any, pixel_values: Any, pixel_attention_mask: Any = None,
-                **kwargs: Any) -> Any:
-    """Idefics3's get_image_features without its search of the tiles' values for padding:
-    one image a sample at one size pads none. Its encoder's and connector's work on every tile
-    [B N, C, s, s], the features [B N, tokens, d]."""
-    import torch
-
-    x = pixel_values.to(self.dtype).flatten(0, 1)
-    g = x.shape[-1] // self.config.vision_config.patch_size
-    mask = torch.ones(*map(int, (x.shape[0], g, g)), dtype=torch.bool)  # every patch: values
-    # on the CPU (its encoder reads them), the graph at the example's batch (`Images.held`)
-    out = self.vision_model(pixel_values=x, patch_attention_mask=mask,
-                            **{**kwargs, "return_dict": True})
-    out.pooler_output = self.connector(out.last_hidden_state)
-    return out
-
-
 def _sized(vision: Any) -> bool:
     """Whether `vision` (a vision config) builds an encoder of images of any size, each cut to
     its own by the image_sizes it is given (Pixtral's, Mistral 3's)."""
@@ -276,21 +208,6 @@ def _sized(vision: Any) -> bool:
 def _crosses(model: Any) -> bool:
     """Whether `model` (a class) reads its images as tiles by cross-attention."""
     return model is not None and CROSS in inspect.signature(model.forward).parameters
-
-
-def _tiles(model: Any, where: str, kind: str, side: int | None) -> Images:
-    """A cross-attention model's image: its processor cuts it into tiles of the vision
-    config's side and pads it to `max_num_tiles` of them, which the encoder runs all of."""
-    import torch
-
-    vision = model.config.vision_config
-    s, tiles = vision.image_size, vision.max_num_tiles
-    if side and side != s:
-        raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} encodes "
-                              f"tiles of {s} x {s}, an image padded to {tiles} of them: give "
-                              f"{s}")
-    return Images(torch.zeros(1, 1, tiles, vision.num_channels, s, s), {}, [s, s], tiles=tiles,
-                  cross=True)
 
 
 def _splits_per_image(inner: Any) -> bool:
@@ -445,14 +362,14 @@ def placed(model: Any, images: Images, tokens: int | None = None,
     patches: dict[str, Callable[..., Any]] = dict(
         get_placeholder_mask=mask, get_rope_index=positions, _deepstack_process=deepstack)
     held = [(m, name) for m in model.modules() for name in patches if hasattr(type(m), name)]
-    if splits := _splits(inner := getattr(model, "model", model)):
+    if tiled := splits(inner := getattr(model, "model", model)):
         held.append((inner, "get_image_features"))
-        patches["get_image_features"] = _every_tile
+        patches["get_image_features"] = every_tile
     for m, name in held:
         setattr(m, name, types.MethodType(patches[name], m))
     torch.Tensor.masked_scatter = scatter  # type: ignore[method-assign]
     try:
-        with meta_joins() if images.fixed or splits else contextlib.nullcontext(), \
+        with meta_joins() if images.fixed or tiled else contextlib.nullcontext(), \
                 _broadcast_masks(), _unchecked(model):
             yield
     finally:
@@ -467,20 +384,8 @@ def _unchecked(model: Any) -> Any:
     `unpad_image` (LLaVA-NeXT's) in Python's numbers, which the tracer gives as tensors."""
     code = sys.modules[type(model).__module__]
     return replaced(code, **{name: new for name, new in (
-        ("torch_compilable_check", lambda *a, **k: None), ("unpad_image", _unpadded))
+        ("torch_compilable_check", lambda *a, **k: None), ("unpad_image", unpadded))
         if hasattr(code, name)})
-
-
-def _unpadded(features: Any, size: Any) -> Any:
-    """`features` [C, H, W] of an image of `size` (H, W) resized into them, its padding cut:
-    the rows (or columns) beyond its own aspect ratio, half each side."""
-    h0, w0 = (int(v) for v in (size.tolist() if hasattr(size, "tolist") else size))
-    h, w = (int(d) for d in features.shape[1:])
-    if w0 * h > h0 * w:  # wider than the canvas: rows of padding above and below
-        cut = (h - int(round(h0 * w / w0, 7))) // 2
-        return features[:, cut:h - cut, :]
-    cut = (w - int(round(w0 * h / h0, 7))) // 2
-    return features[:, :, cut:w - cut]
 
 
 @contextlib.contextmanager

@@ -70,6 +70,9 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
                    help="concrete shape of a data input (repeatable)")
     p.add_argument("--batch-size", type=POSITIVE_INT, help="dim 0 of every data input")
     p.add_argument("--image-size", type=POSITIVE_INT, help="spatial size of rank-4 image inputs")
+    p.add_argument("--video-frames", type=POSITIVE_INT, metavar="F",
+                   help="a vision-language config.json's sample: a video of F frames of "
+                        "--image-size (an encoder over time: Qwen2-VL, Qwen2.5-VL, Qwen3-VL)")
     p.add_argument("--seq-len", type=tokens, help="dim 1 of rank-2 token-id inputs")
     p.add_argument("--target-len", type=tokens,
                    help="an encoder-decoder's config.json: targets per sample (default: seq-len)")
@@ -160,7 +163,8 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
 def job_fields(args: argparse.Namespace) -> dict:
     """The `TrainingJob` fields of `add_job_args`' flags and the shape flags."""
     return dict(
-        image_size=args.image_size, seq_len=args.seq_len, target_len=args.target_len,
+        image_size=args.image_size, video_frames=args.video_frames, seq_len=args.seq_len,
+        target_len=args.target_len,
         lora_rank=args.lora_rank,
         lora_targets=lora_targets(args.lora_targets), frozen_weights=args.frozen_weights,
         input_shapes=input_shapes(args.input_shape) or None,

@@ -136,6 +136,29 @@ def test_convolutions_trace_on_the_meta_device_as_on_a_cpu(build, x, monkeypatch
     assert meta.params == cpu.params > 0 and meta.flops == cpu.flops
 
 
+def test_a_small_model_that_cannot_be_copied_to_the_cpu_is_not_said_to_be_large():
+    """Under a mode that keeps tensors on the meta device (a vision-language model's export),
+    a model that reads a value has no CPU copy to trace: it was said to hold more than 4 GB."""
+    from converters import ConversionError
+    from converters.meta_joins import meta_joins
+
+    class Reads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.linear(x)
+            return y * float(y.sum().item() > 0)
+
+    with torch.device("meta"):
+        model = Reads()
+    with pytest.raises(ConversionError, match=r"\.item\(\).*no CPU copy of it can be made") as e, \
+            meta_joins():
+        from_torch(model, torch.zeros(2, 4))
+    assert "4 GB" not in str(e.value)
+
+
 def test_weights_tied_on_meta_stay_tied_on_the_cpu_copy():
     """`to_empty` gives every module its own tensor: a tied head counted its vocabulary twice
     (XLM's and LFM's configs, which trace on the CPU copy)."""

@@ -183,6 +183,39 @@ def test_a_grid_encoders_graph_holds_the_batchs_images_and_converts_at_that_batc
         from_hf_config(QWEN, seq_len=32, image_size=120)
 
 
+def test_a_grid_encoder_trains_on_a_video_of_the_frames_asked(tmp_path):
+    """A video of F frames is a grid encoder's grid over time, F / 2 patches deep (Qwen2.5-VL
+    encodes 2 frames a patch, an image as its one frame twice): 8 frames at 56 pixels are
+    4 x 4 x 4 patches, 16 tokens after its 2 x 2 merge, where the image took 4."""
+    from mdot_jax import TrainingJob, predict
+
+    image, video = (convert(from_hf_config(QWEN, seq_len=64, image_size=56, video_frames=f),
+                            batch_size=1) for f in (None, 8))
+    assert video.meta["inputs"]["pixel_values"] == [1, 4 * 16, 1176]
+    assert (video.meta["head"]["image_tokens"], video.meta["head"]["frames"]) == (16, 8)
+    assert image.meta["head"]["image_tokens"] == 4 and "frames" not in image.meta["head"]
+    assert video.flops > image.flops and video.params == image.params
+    with pytest.raises(ConversionError, match="video_frames 3: model_type 'qwen2_5_vl' "
+                                              "encodes a video 2 frames a patch"):
+        from_hf_config(QWEN, seq_len=64, video_frames=3)
+    with pytest.raises(ConversionError, match="video_frames 4: model_type 'smolvlm' encodes "
+                                              "images, not videos"):
+        from_hf_config(SMOLVLM, seq_len=64, video_frames=4)
+    with pytest.raises(ConversionError, match="video_frames 4: model_type 'gemma' reads no "
+                                              "images or videos"):
+        from_hf_config(GEMMA, seq_len=64, video_frames=4)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN))
+    job = TrainingJob(model=str(path), seq_len=64, batch_size=2, image_size=56,
+                      video_frames=8, device="h100-sxm")
+    said = predict(job)
+    assert any("on one video of 8 frames of 56 x 56 a sample, its features the first 16 of "
+               "the tokens" in w for w in said.warnings)
+    assert said.iteration_ms > predict(dataclasses.replace(job, video_frames=None)).iteration_ms
+    with pytest.raises(RequestError, match="video_frames"):
+        TrainingJob(model=str(path), seq_len=64, batch_size=2, video_frames=0)
+
+
 def test_a_grid_encoders_config_is_priced_at_the_batch_asked(tmp_path):
     from mdot_jax import TrainingJob, predict
 

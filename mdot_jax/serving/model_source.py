@@ -48,12 +48,13 @@ def config_said(seq: OperatorSequence) -> list[str]:
                     "them), which its cross-attention layers read, the image's token first, "
                     "and every token's loss")
     elif head and head.get("image"):  # a vision-language model (`converters.vision_language`)
-        said.append(f"trained as {head['head']} on one {' x '.join(map(str, head['image']))}"
-                    " image a sample" + (f" ({head['tiles']} tiles of {head['tile']} x "
-                                         f"{head['tile']}: its grid and the whole resized)"
-                                         if head.get("tiles") else "") +
-                    f", its features the first {head['image_tokens']:,} of the "
-                    "tokens, and every token's loss" + (
+        size = " x ".join(map(str, head["image"]))
+        sample = f"video of {head['frames']} frames of {size}" if head.get("frames") else \
+            f"{size} image"
+        tiles = f" ({head['tiles']} tiles of {head['tile']} x {head['tile']}: its grid and " \
+            "the whole resized)" if head.get("tiles") else ""
+        said.append(f"trained as {head['head']} on one {sample} a sample{tiles}, its features "
+                    f"the first {head['image_tokens']:,} of the tokens, and every token's loss" + (
                         "; its encoder's attention as transformers' SDPA path runs it, a kernel "
                         "an image or window (attention flash_attention_2: one varlen call a layer)"
                         if head.get("looped") else ""))
@@ -102,7 +103,8 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if config:
         try:
             model, size = config_graph_at(job.model, b, job.seq_len, job.target_len,
-                                          job.lora_rank, job.lora_targets, job.image_size)
+                                          job.lora_rank, job.lora_targets, job.image_size,
+                                          job.video_frames)
         except ConversionError as e:  # a piece of a sample: its image, not its tokens, errs
             if job.cp > 1 and "a sample's image takes" in str(e):
                 raise _image_cut(job) from None
@@ -113,6 +115,9 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if job.target_len is not None and not config:
         raise RequestError("target_len: an encoder-decoder's config.json takes it (an ONNX "
                            "file's targets are an input: give its shape)", "target_len")
+    if job.video_frames and not config:
+        raise RequestError("video_frames: a vision-language model's config.json takes it (an "
+                           "ONNX file's frames are its input's: give its shape)", "video_frames")
     shapes = tuple((k, tuple(v)) for k, v in (job.input_shapes or {}).items())
     if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
         stat = Path(model).stat()
@@ -247,31 +252,34 @@ def is_config(model: Any) -> bool:
 
 def config_graph(path: str | Path, seq_len: int | None, target_len: int | None = None,
                  lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None,
-                 images: int = 1, image_size: int | None = None) -> onnx.ModelProto:
+                 images: int = 1, image_size: int | None = None,
+                 video_frames: int | None = None) -> onnx.ModelProto:
     """The training graph of the model a config.json describes, at `seq_len` tokens (an
     encoder-decoder's targets: `target_len`, default as many; an image classifier's: none,
     its config's image), with LoRA adapters of `lora_rank` on `lora_targets` where given
-    (`converters.lora`); a vision-language model's images of `image_size` pixels a side, a
-    grid encoder's graph holding `images` of them (`fixed_images`)."""
+    (`converters.lora`); a vision-language model's images of `image_size` pixels a side (a
+    video of `video_frames` frames), a grid encoder's graph holding `images` of them
+    (`fixed_images`)."""
     file = config_file(path)
     if seq_len is None and not reads_images(_fields(file)):
         raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                            "sample to export the model at)", "seq_len")
     stat = file.stat() if file.is_file() else None  # the child says what is wrong with it
     return _from_config(str(path), stat and (stat.st_mtime_ns, stat.st_size), seq_len or 0,
-                        target_len, lora_rank, lora_targets, images, image_size)
+                        target_len, lora_rank, lora_targets, images, image_size, video_frames)
 
 
 def config_graph_at(path: str | Path, b: int, seq_len: int | None,
                     target_len: int | None = None, lora_rank: int | None = None,
                     lora_targets: tuple[str, ...] | None = None,
-                    image_size: int | None = None) -> tuple[onnx.ModelProto, int | None]:
+                    image_size: int | None = None, video_frames: int | None = None
+                    ) -> tuple[onnx.ModelProto, int | None]:
     """`config_graph` at batch `b`, and the image size left to convert at: None where the
     graph holds its images (a grid encoder's, exported at the batch at once; another's that
     says so, again at `b`) or reads them by cross-attention (tiles: no rank-4 input to size)."""
     def graph(images: int) -> onnx.ModelProto:
         return config_graph(path, seq_len, target_len, lora_rank, lora_targets, images=images,
-                            image_size=image_size)
+                            image_size=image_size, video_frames=video_frames)
 
     model = graph(b if _grid_encoder(_fields(config_file(path))) else 1)
     if images := fixed_images(model):  # its image's size is in the graph already
@@ -322,7 +330,8 @@ def _fields(file: Path) -> dict:
 @functools.lru_cache(maxsize=2)
 def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int | None,
                  lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None,
-                 images: int = 1, image_size: int | None = None) -> onnx.ModelProto:
+                 images: int = 1, image_size: int | None = None,
+                 video_frames: int | None = None) -> onnx.ModelProto:
     """A Hugging Face language model's training graph from its config.json alone, on the meta
     device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
     one's memory; `os._exit` skips its teardown, which would take 0.1 GB more), once for every
@@ -331,7 +340,8 @@ def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int |
         out = Path(tmp) / "model.onnx"
         code, stderr = _export_child([path, str(seq_len), str(out), str(target_len or 0),
                                       str(lora_rank or 0), ",".join(lora_targets or ()),
-                                      str(images), str(image_size or 0)])
+                                      str(images), str(image_size or 0),
+                                      str(video_frames or 0)])
         if code:  # 2: a ConversionError's line; else the export died
             lines = stderr.strip().splitlines() or [f"exit status {code}"]
             raise ConversionError(lines[-1] if code == 2 else

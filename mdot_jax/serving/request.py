@@ -147,6 +147,8 @@ class TrainingJob:
         usual (fp32 on CPUs and GPUs priced from their spec sheet, amp-fp16 on a GPU
         checkpoint); step: spec-sheet pricing only.
       image_size, seq_len, input_shapes: the input's size (default: the model's own).
+      video_frames: a vision-language config.json's sample a video of that many frames (of
+        image_size a side) where its encoder takes one (Qwen-VL's grid over time).
       target_len: the targets per sample of an encoder-decoder's config.json (default:
         seq_len).
       lora_rank, lora_targets: a config.json's model fine-tuned with LoRA adapters of that rank
@@ -210,6 +212,7 @@ class TrainingJob:
     layout: str = "nchw"
     step: str | None = None
     image_size: int | None = None
+    video_frames: int | None = None
     seq_len: int | None = None
     target_len: int | None = None
     lora_rank: int | None = None
@@ -259,9 +262,9 @@ class TrainingJob:
         counts = _distinct("gpus", self.gpu_counts)
         if len(sizes) > 1 and len(counts) > 1:
             raise RequestError("gpus: several GPU counts take one batch_size (per GPU)", "gpus")
-        for name in ("image_size", "seq_len", "target_len"):
+        for name in ("image_size", "video_frames", "seq_len", "target_len"):
             if getattr(self, name) is not None:
-                _ints(name, getattr(self, name), *_TOKENS if name != "image_size" else ())
+                _ints(name, getattr(self, name), *_TOKENS if "_len" in name else ())
         if why := too_many_tokens(max(sizes), self.seq_len):
             raise RequestError(why, "batch_size")
         self._check_lora()
@@ -420,7 +423,8 @@ FIELDS = frozenset(f.name for f in fields(TrainingJob))  # what a request may na
 
 # the converter's words for a model's sizes (the CLI's flags) -> the request's fields
 _FLAGS = {"--input-shape": "input_shapes", "--batch-size": "batch_size",
-          "--image-size": "image_size", "--seq-len": "seq_len", "--target-len": "target_len",
+          "--image-size": "image_size", "--video-frames": "video_frames", "--seq-len": "seq_len",
+          "--target-len": "target_len",
           "--lora-rank": "lora_rank", "--lora-targets": "lora_targets"}
 
 
