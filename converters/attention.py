@@ -197,16 +197,21 @@ def layers(blocks: list[Block]) -> list[Block]:
 def layer_starts(seq: OperatorSequence, blocks: list[Block]) -> list[int]:
     """The first operator of each layer (`layers`): where the exporter's scopes show more layers
     in the stacks holding `blocks` than blocks (a hybrid: Qwen3.5's linear attention or Jamba's
-    Mamba layers beside softmax attention), each scoped layer's first operator
+    Mamba layers beside softmax attention), or a scoped layer holding several blocks (Qwen-VL's
+    encoder looping over its windows and images), each scoped layer's first operator
     (`/model/layers.3/...`); otherwise each layer's attention scores. A language model without
     attention (token ids in: Mamba-2's state space layers) has the layers of its longest
     scoped stack (`/backbone/layers.k/`)."""
     def compute() -> list[int]:
         own = [b.scores for b in layers(blocks)]
         first: dict[tuple[str, str], int] = {}
+        at: dict[int, tuple[str, str]] = {}  # an operator's scoped layer
         for stack, layer, i in _scoped(seq, blocks):
             first.setdefault((stack, layer), i)
-        return sorted(first.values()) if len(first) > max(len(own), 1) else own
+            at[i] = (stack, layer)
+        held = [at[i] for i in own if i in at]  # the scoped layer of each block's scores
+        shared = len(set(held)) < len(held)
+        return sorted(first.values()) if len(first) > max(len(own), 1) or shared else own
     return list(KEPT.get(("layer_starts", seq, *blocks), compute))
 
 

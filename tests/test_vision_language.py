@@ -170,6 +170,10 @@ def test_a_grid_encoders_graph_holds_the_batchs_images_and_converts_at_that_batc
     # tokens of 64), its windows' attention together (a window's alone was read as a layer's)
     assert layer_input(b, attention_blocks(b)) == 2 * 64 * 32 == 2 * 32 * 64
     assert b.meta["head"]["images"] == 2 and b.meta["head"]["image_tokens"] == 16
+    # its layers (FSDP's units, checkpointing's, a pipeline's) are its encoder's 2 blocks and
+    # its text's 2, not the attention of each of 2 x 4 windows and of each image
+    assert len(attention_blocks(b)) == 2 * 4 + 2 + 2 and len(layer_starts(b,
+                                                                       attention_blocks(b))) == 4
     assert b.flops == pytest.approx(2 * a.flops, rel=2e-3)
     assert a.params == sum(p.numel() for p in _model(QWEN).parameters())
     with pytest.raises(ConversionError):  # its windows hold two images' patches
