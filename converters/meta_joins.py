@@ -13,7 +13,9 @@ def meta_joins() -> Any:
     sizes and places (Qwen-VL's grid, Gemma 4's listed patches), keep their values: where an
     operator joins them with the model's meta tensors, they join on the meta device; a mask
     moved there or expanded to a meta tensor's shape stays on the CPU (code branches on its
-    values: Gemma 4 skips a padding mask that masks nothing), a meta tensor moved to the CPU
+    values: Gemma 4 skips a padding mask that masks nothing), sizes or indices moved there
+    stay on the CPU in the type asked, positions asked for on the meta device (`arange`) are
+    made on the CPU (GLM-4V indexes its images' sizes by them), a meta tensor moved to the CPU
     (to a kept tensor's device: SmolVLM's embeddings to its token ids') stays on the meta
     device, and the rows a CPU mask selects of a meta tensor are indexed by their places."""
     import torch
@@ -49,10 +51,14 @@ def meta_joins() -> Any:
             kwargs = kwargs or {}
             if func in (torch.Tensor.to, torch.as_tensor) and args and known(args[0]) and \
                     moved("meta", *args[1:], **kwargs):  # values kept: code reads them
-                return args[0]
+                dtype = kwargs.get("dtype") or next(
+                    (a for a in args[1:] if isinstance(a, torch.dtype)), None)
+                return args[0] if dtype is None else args[0].to(dtype)  # in the type asked
             if func is torch.Tensor.to and args and getattr(args[0], "is_meta", False) and \
                     moved("cpu", *args[1:], **kwargs):  # to a kept tensor's device: stays
                 return args[0]
+            if func is torch.arange and moved("meta", **kwargs):  # positions: values known
+                return func(*args, **{**kwargs, "device": "cpu"})
             if func is torch.Tensor.expand_as and mask(args[0]):
                 return args[0].expand(args[1].shape)
             if func is torch.Tensor.__getitem__ and len(args) == 2 and mask(args[1]) and \

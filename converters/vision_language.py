@@ -17,8 +17,9 @@ takes any image size (`side`, default `DEFAULT_SIDE`); it indexes the patches by
 sizes (windows, rotary positions, one attention per image), values computed on the CPU while
 the model's tensors stay on the meta device (`meta_joins`), so that the graph holds the
 example's images: it is exported at the batch it is priced at (`Images.fixed`); a video of F
-frames is its grid over time, F / `temporal_patch_size` patches deep (its tokens so many times
-an image's: what its video path encodes, by the same encoder). Its model's
+frames is its grid over time, F / `temporal_patch_size` patches deep, given as so many images
+(its tokens so many times an image's: what its video path encodes, by the same encoder, each
+patch of frames attended to alone). Its model's
 positions (M-RoPE, from where the placeholders are) count the tokens in order, and Qwen3-VL's
 features added to the first layers' hidden states (`_deepstack_process`) are added to the
 first N positions. An encoder of listed patches (Gemma 4's: each patch's place, pooled k x k)
@@ -164,8 +165,10 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
             raise ConversionError(f"{where}: video_frames {frames}: model_type {kind!r} "
                                   f"encodes a video {t} frames a patch: give a multiple of {t}")
         g, n = side // p, (frames or t) // t  # an image: its frame t times, one patch deep
+        # a video's n patches over time as n images (GLM-4V's video path; Qwen-VL's encoder
+        # attends within each of them alike)
         return Images(torch.zeros(images, n * g * g, c * t * p * p),
-                      {GRID: torch.tensor([[n, g, g]] * images)}, [side, side], True,
+                      {GRID: torch.tensor([[1, g, g]] * (images * n))}, [side, side], True,
                       frames=frames or 0)
     if LISTED in takes:  # patches of p x p pixels listed at their places, pooled k x k
         p, k = vision.patch_size, getattr(vision, "pooling_kernel_size", 1)

@@ -220,6 +220,36 @@ def test_a_grid_encoder_trains_on_a_video_of_the_frames_asked(tmp_path):
         TrainingJob(model=str(path), seq_len=64, batch_size=2, video_frames=0)
 
 
+TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=512, head_dim=16)
+GRID_VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=4,
+                   out_hidden_size=64, spatial_merge_size=2, temporal_patch_size=2)
+GLM4V = dict(model_type="glm4v", image_token_id=500, video_token_id=501,
+             image_start_token_id=502, video_start_token_id=503,
+             text_config=dict(model_type="glm4v_text", **TEXT, rope_parameters=dict(
+                 rope_type="default", mrope_section=[1, 1, 2], partial_rotary_factor=0.5)),
+             vision_config=dict(GRID_VISION, patch_size=14, image_size=112))
+QWEN3 = dict(model_type="qwen3_vl", image_token_id=500, video_token_id=501,
+             vision_start_token_id=502,
+             text_config=dict(model_type="qwen3_vl_text", **TEXT, rope_scaling=dict(
+                 rope_type="default", mrope_section=[2, 3, 3], mrope_interleaved=True)),
+             vision_config=dict(GRID_VISION, patch_size=16, deepstack_visual_indexes=[0],
+                                num_position_embeddings=64))
+
+
+@pytest.mark.parametrize("config, side", [(GLM4V, 112), (QWEN3, 128)])
+def test_glm4v_and_qwen3_vl_train_on_an_image_or_a_video(config, side):
+    """GLM-4V's images did not export (its positions' table indexed by values the meta device
+    zeroed: "Gather ... indices must be in [-rank, rank-1]"); its video path encodes a video as
+    images of its patches over time, which Qwen3-VL's encoder attends to alike. An image of 8 x
+    8 patches is 16 tokens, a video of 4 frames 2 such patches deep 32."""
+    image, video = (convert(from_hf_config(config, seq_len=64, image_size=side,
+                                           video_frames=f), batch_size=1) for f in (None, 4))
+    assert (image.meta["head"]["image_tokens"], video.meta["head"]["image_tokens"]) == (16, 32)
+    assert video.meta["inputs"]["pixel_values"][:2] == [1, 128]
+    assert image.params == video.params == sum(p.numel() for p in _model(config).parameters())
+
+
 def test_a_grid_encoders_config_is_priced_at_the_batch_asked(tmp_path):
     from mdot_jax import TrainingJob, predict
 
