@@ -247,11 +247,10 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                               input_names=input_names, dynamic_batch=dynamic_batch, opset=opset)
         if not retry:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            hint = "" if not on_meta else (
-                f"; it does not trace on the meta device and holds more than "
-                f"{CPU_FALLBACK_BYTES / 1e9:g} GB to trace on the CPU: build a smaller config "
-                "with the same layer shapes on the CPU") if cpu is None else \
-                "; it does not trace on the meta device, and no CPU copy of it can be made here"
+            hint = "" if not on_meta else "; it does not trace on the meta device" + (
+                f" and holds more than {CPU_FALLBACK_BYTES / 1e9:g} GB to trace on the CPU: "
+                "build a smaller config with the same layer shapes on the CPU" if cpu is None
+                else ", and no CPU copy of it can be made here")
             if isinstance(example_inputs, list) and "missing" in msg:  # one argument, a list
                 hint += "; several inputs go as a tuple (or a dict by name), not a list"
             if any(isinstance(m, torch.ao.quantization.FakeQuantizeBase)

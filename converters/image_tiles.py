@@ -17,9 +17,9 @@ GRID = "image_grid_thw"  # get_image_features' input of a grid encoder: each ima
 
 
 class Images(NamedTuple):
-    """One image a sample, as the example gives them: `pixels` [B, C, H, W] (a grid
+    """One image (or video) a sample, as the example gives them: `pixels` [B, C, H, W] (a grid
     encoder's: its patches [B, P, C t p p]), the encoder's `fixed` inputs (a grid's sizes
-    [B, 3], values on the CPU) and the image's `size` [H, W]."""
+    [B n, 3], n a video's patches over time, values on the CPU) and the image's `size` [H, W]."""
 
     pixels: Any
     fixed: dict
@@ -68,8 +68,8 @@ def splits(inner: Any) -> bool:
                                                   "pixel_shuffle")
 
 
-def split_image(model: Any, images: int, where: str, kind: str, side: int | None
-                 ) -> Images:
+def split_image(model: Any, images: int, where: str, kind: str,
+                side: int | None) -> Images:
     """Idefics3's and SmolVLM's images: its processor resizes an image to `side` (its
     `size.longest_edge`; default 4 tiles a side, as its processors'), then up to a whole number
     of tiles of the vision config's side, cuts it into them and, where there are several, adds

@@ -72,7 +72,7 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=POSITIVE_INT, help="spatial size of rank-4 image inputs")
     p.add_argument("--video-frames", type=POSITIVE_INT, metavar="F",
                    help="a vision-language config.json's sample: a video of F frames of "
-                        "--image-size (an encoder over time: Qwen2-VL, Qwen2.5-VL, Qwen3-VL)")
+                        "--image-size (an encoder over time: Qwen2/2.5/3-VL, GLM-4V)")
     p.add_argument("--seq-len", type=tokens, help="dim 1 of rank-2 token-id inputs")
     p.add_argument("--target-len", type=tokens,
                    help="an encoder-decoder's config.json: targets per sample (default: seq-len)")
