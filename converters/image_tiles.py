@@ -2,8 +2,8 @@
 encoders that take an image as tiles: LLaVA-NeXT's and LLaVA-OneVision's grid of tiles beside
 the whole resized (`any_resolution`, transformers' `unpad_image` as `unpadded`), Idefics3's
 and SmolVLM's tiles of an image resized to a side (`split_image`, their padding tiles' search
-by value left out: `every_tile`), Llama 3.2 Vision's tiles padded to its most
-(`cross_tiles`)."""
+by value left out: `every_tile`), LFM2-VL's lists of patches as its image processor makes them
+(`processed`), Llama 3.2 Vision's tiles padded to its most (`cross_tiles`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from converters.errors import ConversionError
 
 GRID = "image_grid_thw"  # get_image_features' input of a grid encoder: each image's [t, h, w]
+LISTS = "spatial_shapes"  # a patch-list encoder's (Siglip2's, LFM2-VL's): each tile's [h, w]
 
 
 class Images(NamedTuple):
@@ -28,6 +29,7 @@ class Images(NamedTuple):
     tiles: int = 0  # tiles an image is cut into (LLaVA-NeXT's, Llama 3.2 Vision's); 0: none
     cross: bool = False  # its text reads them by cross-attention (Llama 3.2 Vision's)
     frames: int = 0  # a video's frames (a grid encoder's over time); 0: an image
+    tile: int = 0  # a tile's side where the pixels do not say it (patch lists); 0: they do
 
     def said(self, images: int) -> dict:
         """What the prediction says of them beyond their size: the images a sample the graph
@@ -36,7 +38,8 @@ class Images(NamedTuple):
         return {**({"images": images} if self.held else {}),
                 **({"frames": self.frames} if self.frames else {}),
                 **({"looped": True} if GRID in self.fixed else {}),
-                **({"tiles": self.tiles, "tile": self.pixels.shape[-1]} if self.tiles else {}),
+                **({"tiles": self.tiles, "tile": self.tile or self.pixels.shape[-1]}
+                   if self.tiles else {}),
                 **({"cross": True} if self.cross else {})}
 
 
@@ -54,6 +57,26 @@ def any_resolution(model: Any, images: int, side: int | None) -> Images:
                                        grid_pinpoints=model.config.image_grid_pinpoints)
     return Images(torch.zeros(images, n, vision.num_channels, s, s),
                   {"image_sizes": torch.tensor([[side, side]] * images)}, [side, side], True, n)
+
+
+def processed(model: Any, images: int, side: int | None) -> Images:
+    """LFM2-VL's images: what transformers' image processor of its kind (at its defaults)
+    makes of an image of `side` a side (default its tile's): lists of patches padded to its
+    most, a tile's or the image's own, beside the whole where it tiles, their sizes and masks
+    held in the graph."""
+    import numpy as np
+    import torch
+    from transformers.models.auto import image_processing_auto as auto
+
+    names = auto.IMAGE_PROCESSOR_MAPPING_NAMES[model.config.model_type]
+    processor = auto.get_image_processor_class_from_name(
+        names.get("torchvision") or next(iter(names.values())))()
+    side = side or processor.tile_size
+    out = processor(images=[np.zeros((side, side, 3), np.uint8)], return_tensors="pt")
+    n = out["pixel_values"].shape[0]  # [N, patches, 3 p p]: tiles and the whole, or the image
+    return Images(torch.zeros(images, *out["pixel_values"].shape),
+                  {k: out[k].repeat(images, 1) for k in (LISTS, "pixel_attention_mask")},
+                  [side, side], True, tiles=n if n > 1 else 0, tile=processor.tile_size)
 
 
 def splits(inner: Any) -> bool:

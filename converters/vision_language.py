@@ -30,7 +30,8 @@ LLaVA-NeXT's and LLaVA-OneVision's the grid of tiles transformers cuts an image 
 asked into, beside the whole resized (`any_resolution`, its `image_sizes` held so too).
 Idefics3's and SmolVLM's processors resize an image to a side and cut it into tiles beside
 the whole (`split_image`); their encoder drops a batch's padding tiles by their values, every
-tile is an image's here (`every_tile`).
+tile is an image's here (`every_tile`). LFM2-VL's lists of patches are what its image
+processor makes of an image of the size asked (`processed`), held as a grid's sizes are.
 
 Llama 3.2 Vision's text reads its image by cross-attention layers (`CROSS` in its forward):
 its processor pads every image to `max_num_tiles` tiles of the vision config's side, all of
@@ -50,10 +51,12 @@ from typing import Any
 from converters.errors import ConversionError
 from converters.image_tiles import (
     GRID,
+    LISTS,
     Images,
     any_resolution,
     cross_tiles,
     every_tile,
+    processed,
     split_image,
     splits,
     unpadded,
@@ -134,6 +137,8 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     vision = model.config.vision_config
     if "image_sizes" in takes and hasattr(model.config, "image_grid_pinpoints"):  # any-res
         return any_resolution(model, images, side)
+    if LISTS in takes:  # LFM2-VL's lists of patches
+        return processed(model, images, side)
     if splits(inner):  # Idefics3's, SmolVLM's tiles and the whole
         return split_image(model, images, where, kind, side)
     if _sized(vision):  # Pixtral's patches of the image's own size, cut by its image_sizes
@@ -256,8 +261,8 @@ def _inputs(model: Any, images: Images, pixels: Any, ids: Any, tokens: int,
     where its forward wants them, multimodal token types (Qwen-VL's: 1 an image's token)."""
     import torch
 
-    kw = dict(images.fixed, pixel_values=pixels.flatten(0, 1) if GRID in images.fixed else pixels,
-              input_ids=ids, labels=ids)
+    kw = dict(images.fixed, input_ids=ids, labels=ids, pixel_values=pixels.flatten(0, 1)
+              if GRID in images.fixed or LISTS in images.fixed else pixels)
     if token_types is not None:
         kw["token_type_ids"] = token_types
     if "mm_token_type_ids" in inspect.signature(type(model).forward).parameters:

@@ -97,16 +97,48 @@ def test_a_projector_that_does_not_fit_the_language_model_is_named():
         from_hf_config(wide, seq_len=32)
 
 
-@pytest.mark.parametrize("kind", ["idefics2", "lfm2_vl"])
-def test_models_that_tile_their_images_by_the_data_are_refused_in_one_line(kind):
-    """Idefics2 and LFM2-VL mask their tiles' pixels, images of sizes of the data's."""
-    config = dict(model_type=kind, text_config=dict(num_hidden_layers=1),
+def test_a_model_that_tiles_its_images_by_the_data_is_refused_in_one_line():
+    """Idefics2 masks its images' pixels, of sizes of the data's."""
+    config = dict(model_type="idefics2", text_config=dict(num_hidden_layers=1),
                   vision_config=dict(num_hidden_layers=1))
-    with pytest.raises(ConversionError, match=f"^config: model_type '{kind}' tiles an image by "
+    with pytest.raises(ConversionError, match="^config: model_type 'idefics2' tiles an image by "
                                               "its pixel_attention_mask.*export the model itself"
                        ) as e:
         from_hf_config(config, seq_len=32)
     assert "\n" not in str(e.value)
+
+
+LFM2_VL = dict(model_type="lfm2_vl", image_token_id=396, downsample_factor=2,
+               projector_hidden_size=64,
+               vision_config=dict(model_type="siglip2_vision_model", hidden_size=32,
+                                  intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=2, num_patches=256, patch_size=16),
+               text_config=dict(model_type="lfm2", hidden_size=64, intermediate_size=128,
+                                num_hidden_layers=2, num_attention_heads=2,
+                                num_key_value_heads=1, vocab_size=512,
+                                layer_types=["conv", "full_attention"]))
+
+
+def test_lfm2_vl_trains_on_the_patches_its_image_processor_makes(tmp_path):
+    """LFM2-VL was refused as a tiling encoder: its image processor lists an image's patches
+    padded to 1,024 (a 448-pixel image: 28 x 28 of 16 pixels, 196 tokens after its 2 x 2
+    shuffle), or cuts a larger one into 512-pixel tiles beside the whole (1,024 pixels: 2 x 2
+    and the whole, 5 x 256 tokens)."""
+    from mdot_jax import TrainingJob, predict
+
+    small, large = (convert(from_hf_config(LFM2_VL, seq_len=2048, image_size=side),
+                            batch_size=1) for side in (448, 1024))
+    assert small.meta["inputs"]["pixel_values"] == [1, 1, 1024, 768]
+    assert small.meta["head"]["image_tokens"] == 196 and "tiles" not in small.meta["head"]
+    head = large.meta["head"]
+    assert (head["tiles"], head["tile"], head["image_tokens"]) == (5, 512, 1280)
+    unread = small.meta.get("unread", {}).get("params", 0)  # its encoder's pooling head
+    assert small.params + unread == sum(p.numel() for p in _model(LFM2_VL).parameters())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LFM2_VL))
+    job = TrainingJob(model=str(path), seq_len=2048, batch_size=2, image_size=448,
+                      device="h100-sxm")
+    assert predict(job).iteration_ms > 0  # exported again at its batch of two images
 
 
 SMOLVLM = dict(model_type="smolvlm", scale_factor=2, image_token_id=5,
