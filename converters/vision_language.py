@@ -70,6 +70,7 @@ TILES = ("image_sizes", "pixel_attention_mask", "spatial_shapes")
 LISTED = "image_position_ids"  # an encoder of listed patches' inputs: each patch's [x, y]
 CROSS = "aspect_ratio_ids"  # the forward's input of tiles its text reads by cross-attention
 DEFAULT_SIDE = 448  # a grid encoder's image side where none is asked (256 tokens at 28 px)
+MOST = dict(image_size=16384, video_frames=4096)  # the largest image side and video priced
 
 
 class _Counted(Exception):
@@ -127,6 +128,10 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     it takes."""
     import torch
 
+    for name, value in (("image_size", side), ("video_frames", frames)):
+        if value and value > MOST[name]:  # an example of it would not fit in memory
+            raise ConversionError(f"{where}: {name} {value:,}: more than {MOST[name]:,}, the "
+                                  "most priced")
     inner = getattr(model, "model", model)
     encode, takes, tiles = _encoder(inner)
     if frames and GRID not in takes:

@@ -250,6 +250,9 @@ def test_a_grid_encoder_trains_on_a_video_of_the_frames_asked(tmp_path):
     assert said.iteration_ms > predict(dataclasses.replace(job, video_frames=None)).iteration_ms
     with pytest.raises(RequestError, match="video_frames"):
         TrainingJob(model=str(path), seq_len=64, batch_size=2, video_frames=0)
+    for name, huge in (("image_size", 100_000), ("video_frames", 10_000)):  # no example that big
+        with pytest.raises(ConversionError, match=f"{name} {huge:,}: more than"):
+            from_hf_config(QWEN, seq_len=64, **{name: huge})
 
 
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
