@@ -79,16 +79,21 @@ def processed(model: Any, images: int, side: int | None) -> Images:
                   [side, side], True, tiles=n if n > 1 else 0, tile=processor.tile_size)
 
 
+def features_code(inner: Any) -> str:
+    """The source of `inner`'s get_image_features; "" where it has none to read (Llama 3.2
+    Vision's)."""
+    try:
+        return inspect.getsource(type(inner).get_image_features)
+    except (OSError, TypeError, AttributeError):
+        return ""
+
+
 def splits(inner: Any) -> bool:
     """Whether `inner` (a vision-language model's inner model) takes an image as tiles of its
     vision config's side beside the whole resized, padding a batch's images by all-zero tiles
     its get_image_features drops by their values (Idefics3's, SmolVLM's)."""
-    try:
-        code = inspect.getsource(type(inner).get_image_features)
-    except (OSError, TypeError, AttributeError):  # Llama 3.2 Vision's: none
-        return False
-    return "real_images_inds" in code and hasattr(getattr(inner, "connector", None),
-                                                  "pixel_shuffle")
+    return "real_images_inds" in features_code(inner) and hasattr(
+        getattr(inner, "connector", None), "pixel_shuffle")
 
 
 def split_image(model: Any, images: int, where: str, kind: str,

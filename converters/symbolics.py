@@ -43,6 +43,9 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         return
     from torch.onnx import symbolic_helper as sh
 
+    def like(g, v, x):  # a constant of x's type
+        return g.op("CastLike", g.op("Constant", value_t=torch.tensor(v)), x)
+
     def rms_norm(g, x, normalized_shape, weight, eps):
         axes = list(range(-len(sh._get_const(normalized_shape, "is", "normalized_shape")), 0))
         eps = 1e-6 if sh._is_none(eps) else sh._get_const(eps, "f", "eps")
@@ -50,8 +53,7 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         mean_sq = (g.op("ReduceMean", sq, axes_i=axes, keepdims_i=1) if g.opset < 18 else
                    g.op("ReduceMean", sq, g.op("Constant", value_t=torch.tensor(axes)),
                         keepdims_i=1))
-        eps_t = g.op("Constant", value_t=torch.tensor(eps, dtype=torch.float32))
-        y = g.op("Div", x, g.op("Sqrt", g.op("Add", mean_sq, g.op("CastLike", eps_t, x))))
+        y = g.op("Div", x, g.op("Sqrt", g.op("Add", mean_sq, like(g, eps, x))))
         return y if sh._is_none(weight) else g.op("Mul", y, weight)
 
     def feature_dropout(g, x, p, train):  # Dropout2d/3d: costed like Dropout
@@ -98,15 +100,13 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         return symbolic_opset13.repeat_interleave(g, x, repeats, dim, output_size)
 
     def expm1(g, x):  # xIELU's activation (Apertus)
-        return g.op("Sub", g.op("Exp", x), g.op("CastLike", g.op(
-            "Constant", value_t=torch.tensor(1.0)), x))
+        return g.op("Sub", g.op("Exp", x), like(g, 1.0, x))
 
     @sh.parse_args("v", "f", "v")
     def exponential(g, x, lambd, generator):  # in-place noise: a router's jitter (PhiMoE)
         u = g.op("RandomUniformLike", x)
-        one = g.op("CastLike", g.op("Constant", value_t=torch.tensor(1.0)), x)
-        rate = g.op("CastLike", g.op("Constant", value_t=torch.tensor(lambd)), x)
-        return g.op("Div", g.op("Neg", g.op("Log", g.op("Sub", one, u))), rate)
+        return g.op("Div", g.op("Neg", g.op("Log", g.op("Sub", like(g, 1.0, x), u))),
+                    like(g, lambd, x))
 
     def repeat_heads(g, t, q):  # t [B, Hkv, S, D] to q's heads [B, Hq, S, D], each kv head
         # Hq / Hkv times in turn (transformers' repeat_kv), by the graph's own shapes where
@@ -199,9 +199,6 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
 
     # what ONNX has no operator of, as the formula of operators it has (each the value torch
     # computes, but at -0.0 and infinities)
-    def like(g, v, x):  # a constant of x's type
-        return g.op("CastLike", g.op("Constant", value_t=torch.tensor(v)), x)
-
     def logaddexp(g, a, b):  # max + log(1 + e^-|a - b|)
         return g.op("Add", g.op("Max", a, b), g.op("Log", g.op("Add", like(g, 1.0, a), g.op(
             "Exp", g.op("Neg", g.op("Abs", g.op("Sub", a, b)))))))

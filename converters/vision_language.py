@@ -56,6 +56,7 @@ from converters.image_tiles import (
     any_resolution,
     cross_tiles,
     every_tile,
+    features_code,
     processed,
     split_image,
     splits,
@@ -226,11 +227,7 @@ def _crosses(model: Any) -> bool:
 def _splits_per_image(inner: Any) -> bool:
     """Whether `inner`'s get_image_features turns its features into a list an image (LLaVA's
     `list(image_features)`): the export fixes that list's length."""
-    try:
-        code = inspect.getsource(type(inner).get_image_features)
-    except (OSError, TypeError):
-        return False
-    return "list(image_features)" in code
+    return "list(image_features)" in features_code(inner)
 
 
 def image_tokens(model: Any, images: Images, where: str) -> int:
