@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from converters.errors import ConversionError
-from converters.sequence import BATCH_KEY, OperatorSequence, data_input_names
+from converters.sequence import BATCH_KEY, LISTED_KEY, OperatorSequence, data_input_names
 from converters.tensors import TOKEN_TYPES
 
 MAX_DIM = 2 ** 31 - 1
@@ -47,8 +47,11 @@ def batch_of(inputs: Mapping[str, Sequence[int]], integer: Collection[str] = (),
 
 
 def converted_batch(seq: OperatorSequence) -> int:
-    """The batch a sequence was converted at (`batch_of` of its data inputs)."""
+    """The batch a sequence was converted at (`batch_of` of its data inputs; a list's
+    length where its samples came as one)."""
     m = seq.meta
+    if isinstance(listed := m.get("listed"), dict) and isinstance(listed.get("size"), int):
+        return listed["size"]
     return batch_of(m.get("inputs", {}), m.get("integer_inputs", ()), m.get("batch_inputs", ()))
 
 
@@ -96,12 +99,30 @@ def drop_metadata(model: onnx.ModelProto, key: str) -> None:
     model.metadata_props.extend(kept)
 
 
+def _listed_batch(said: str, batch_size: int, label: str) -> None:
+    """Refuses a batch other than the list of samples `said` (`LISTED_KEY`) the graph holds."""
+    try:
+        listed = json.loads(said)
+        size, inputs = int(listed["size"]), [str(n) for n in listed["inputs"]]
+    except (ValueError, TypeError, KeyError):
+        raise ConversionError(f"{label}: metadata {LISTED_KEY!r} is not a list's size and "
+                              f"inputs: {said!r:.40}") from None
+    if size != batch_size:
+        raise ConversionError(
+            f"{label}: its batch is a list of {size} samples ({', '.join(inputs[:3])}"
+            f"{', ...' if len(inputs) > 3 else ''}), each its own input: the graph holds "
+            f"{size}; export a list of {batch_size} to predict --batch-size {batch_size}")
+
+
 def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
                 batch_size: int | None, image_size: int | None, seq_len: int | None,
                 label: str) -> dict[str, dict[int, int]]:
     """Sets the data inputs' dims; returns the fixed dims of data inputs this changed, as
     exported (name -> dim -> size)."""
     data = data_input_names(model)
+    listed = next((p.value for p in model.metadata_props if p.key == LISTED_KEY), None)
+    if listed is not None and batch_size is not None:
+        _listed_batch(listed, batch_size, label)
     marked = [vi.name for vi in model.graph.input if vi.name in data and
               vi.type.tensor_type.shape.dim and
               vi.type.tensor_type.shape.dim[0].dim_param == BATCH]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
 import os
 import sys
 import tempfile
@@ -32,14 +31,15 @@ import onnx
 from converters.checks import merged_aliases
 from converters.errors import ConversionError
 from converters.gradients import checkpoint_calls, checkpoints, unreached, unread
-from converters.loader import concrete_shapes, load_model
 from converters.patches import PACKED, complex_buffers, patched
-from converters.selected import on_example, reads
+from converters.recording import on_example, shares
+from converters.selected import SUPPRESSED_KEY, unpacked
 from converters.sequence import (
     CHECKPOINTED_KEY,
     DATA_INPUTS_KEY,
     FROZEN_KEY,
     LINEAR_KEY,
+    LISTED_KEY,
     PACKED_KEY,
     PARAMS_KEY,
     SDPA_KEY,
@@ -57,6 +57,7 @@ from converters.torch_inputs import (
     data_input_names,
     example_args,
     is_array,
+    listed,
     positional_forward,
     probe,
     to_meta,
@@ -203,6 +204,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         args = to_meta(args)
     names = data_input_names(args, keywords, input_names)
     given, (batch, transposed) = args, probe(module, args, keywords, names)
+    if samples := listed(module, args, keywords, names):  # torchvision's detection models'
+        batch = samples["size"]  # images, each [C, H, W]
     args = batch_first(args, keywords, transposed)  # the graph takes every batch at dim 0
     buf = io.BytesIO()
     was_training, retry, fused = module.training, False, []
@@ -225,14 +228,17 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             # torch.no_grad(): no graph for a backward, a third the memory
             warnings.simplefilter("ignore")
             SDPA_SOFTMAX.clear()
+            drawn = torch.random.get_rng_state()  # the example runs again on these draws
             torch.onnx.export(  # a BytesIO works as the file
                 module, traced, buf,  # type: ignore[arg-type]
                 dynamo=False, export_params=False,
                 training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                 input_names=names, opset_version=opset, custom_opsets={DOMAIN: 1},
-                dynamic_axes=batch_axes(args, keywords, names, batch) if dynamic_batch else None)
-        selected = on_example(torch, module, given, keywords) \
-            if b"NonZero" in buf.getvalue() and not on_meta else []
+                dynamic_axes=batch_axes(args, keywords, names, batch, bool(samples))
+                if dynamic_batch else None)
+        sized = any(op in buf.getvalue() for op in (b"NonZero", b"NonMaxSuppression"))
+        selected = on_example(torch, module, given, keywords, drawn) if sized and not on_meta \
+            else []
     except Exception as e:  # exporter errors are many and untyped; keep the first line
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)
@@ -276,7 +282,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     if retry:
         return from_torch(module, example_inputs, input_names=input_names,
                           dynamic_batch=dynamic_batch, opset=FALLBACK_OPSET)
-    model = _mark_data_inputs(onnx.load_from_string(buf.getvalue()), names)
+    model = unpacked(_mark_data_inputs(onnx.load_from_string(buf.getvalue()), names))
     params = [name for name, _ in module.named_parameters()]
     _unmerge(model, set(params) | {name for name, _ in module.named_buffers()})
     model.metadata_props.add(key=PARAMS_KEY, value=",".join(params))
@@ -290,41 +296,18 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     if fused:
         model.metadata_props.add(key=LINEAR_KEY, value=",".join(fused))
-    if selected and (shares := _shares(model, selected, batch if batch is not None else next(
+    if samples:  # its batch: a list of samples, each its own input
+        model.metadata_props.add(key=LISTED_KEY, value=json.dumps(samples))
+    if selected and (found := shares(model, selected, batch if batch is not None else next(
             (a.shape[0] for a in args if hasattr(a, "shape") and a.dim()), None))):
-        model.metadata_props.add(key=SELECTED_KEY, value=json.dumps(shares))
+        model.metadata_props.add(key=SELECTED_KEY, value=json.dumps(found[0]))
+        if found[1]:  # what a detector's non-maximum suppressions kept
+            model.metadata_props.add(key=SUPPRESSED_KEY, value=json.dumps(found[1]))
     if PACKED:  # run padded (`patches.packed_sequences`)
         model.metadata_props.add(key=PACKED_KEY, value=json.dumps(len(PACKED)))
     for shape in filter(None, (SUBSTITUTES[name].state_space(module) for name in fused)):
         model.metadata_props.add(key=STATE_SPACE_KEY, value=json.dumps(shape))
     return model
-
-
-def _shares(model: onnx.ModelProto, selected: list[tuple[float, int]],
-            batch: int | None) -> list[float] | None:
-    """Each NonZero's share of its input (graph order): the mean of the example's selections
-    from masks of its size (which selection a NonZero is cannot always be told: the exporter
-    merges some, writes others as masked fills), so the elements selected from masks of each
-    size add up as the example's did; None where a NonZero's size was selected from by none."""
-    by_size: dict[int, list[float]] = {}
-    for share, size in selected:
-        by_size.setdefault(size, []).append(share)
-    shares = [math.nan] * sum(n.op_type == "NonZero" for n in model.graph.node)
-    trial = onnx.ModelProto()
-    trial.CopyFrom(model)
-    said = trial.metadata_props.add(key=SELECTED_KEY)
-    while True:  # a selection from what another selected: sized once that one is
-        said.value = json.dumps(shares)  # NaN: not yet known
-        try:
-            loaded = load_model(trial, batch_size=batch)
-        except ConversionError:
-            return None
-        new = {i: by_size[size] for i, size in enumerate(reads(loaded, concrete_shapes(
-            loaded.graph))) if math.isnan(shares[i]) and size is not None and size in by_size}
-        if not new:
-            return None if any(map(math.isnan, shares)) else shares
-        for i, seen in new.items():
-            shares[i] = sum(seen) / len(seen)
 
 
 def _state_bytes(module: Any) -> int:

@@ -8,6 +8,7 @@ resolve).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -182,7 +183,7 @@ def _infers(model: onnx.ModelProto, label: str, input_shapes=None, batch_size=No
     copy.CopyFrom(model)
     try:
         concretise(copy, input_shapes or {}, batch_size, image_size, seq_len, label)
-        _shaped(copy, label)
+        shaped(copy, label)
     except ConversionError:
         return False
     return True
@@ -234,7 +235,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     for out in model.graph.output:
         out.type.tensor_type.ClearField("shape")
     try:
-        model = _shaped(model, label)
+        model = shaped(model, label)
     except ConversionError:
         batches = {name: {0: dims[0]} for name, dims in changed.items() if 0 in dims}
         sizes = {name: moved for name, dims in changed.items()
@@ -247,7 +248,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     return model
 
 
-def _shaped(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+def shaped(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
     """`model` with every shape inferred: what data propagation could not resolve folded, and
     sized what the data decides."""
     model = _infer(model, label)
@@ -270,10 +271,16 @@ _NEVER_FOLD = {"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNorm
 
 
 def _infer(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """`model` with its shapes inferred; without data propagation where that fails and the
+    shapes hold (it read a detector's [2] and [2002] box areas as shape values): the folding
+    rounds give what it would."""
+    failed = (onnx.shape_inference.InferenceError, onnx.checker.ValidationError)
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                  data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
+    except failed as e:
+        with contextlib.suppress(*failed):
+            return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConversionError(f"{label}: shape inference failed: {first}") from None
 

@@ -339,7 +339,7 @@ _UNARY_COST = {
     "HardSigmoid": 3, "HardSwish": 4, "Silu": 5, "Tanh": 1, "Gelu": 8, "Erf": 1, "Softplus": 3,
     "Softsign": 3, "Mish": 5, "Exp": 1, "Log": 1, "Sqrt": 1, "Reciprocal": 1, "Neg": 1,
     "Abs": 1, "Floor": 1, "Ceil": 1, "Round": 1, "Sign": 1, "Clip": 2, "Sin": 1, "Cos": 1,
-    "Not": 1, "IsNaN": 1, "IsInf": 1,
+    "Not": 1, "IsNaN": 1, "IsInf": 1, "BitwiseNot": 1,
 }
 
 
@@ -358,7 +358,7 @@ _NO_GRAD = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", 
 
 @register("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where",
           "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor",
-          "PRelu", testcases=(
+          "PRelu", "BitwiseAnd", "BitwiseOr", "BitwiseXor", testcases=(
     # broadcast [4,1,3] + [5,1] -> [4,5,3]: one add per output
     (dict(op_type="Add", in_shapes=[(4, 1, 3), (5, 1)], out_shapes=[(4, 5, 3)]), 60),
     # variadic Sum of 3 inputs: 2 adds per output
@@ -368,7 +368,7 @@ def binary(node: NodeView) -> Cost:
     """Binary / variadic elementwise: (inputs - 1) ops per output element (Where: 1)."""
     n_in = sum(1 for s in node.in_shapes if s is not None)
     per_out = 1 if node.op_type in ("Where", "PRelu") else max(n_in - 1, 1)
-    bwd = 0.0 if node.op_type in _NO_GRAD else 1.0
+    bwd = 0.0 if node.op_type in _NO_GRAD or node.op_type.startswith("Bitwise") else 1.0
     return Cost(float(per_out * _out(node)), bwd)
 
 

@@ -1,6 +1,5 @@
-"""ONNX graph (shapes inferred) -> `OperatorSequence`: the work that runs, in topological order.
-
-Host-side numpy with data-dependent shapes (one graph at a time); nothing here is jitted.
+"""ONNX graph (shapes inferred) -> `OperatorSequence`: the work that runs, in topological order
+(host-side numpy with data-dependent shapes, one graph at a time; nothing here is jitted).
 
 What is dropped: nodes that only compute shapes or constants (Constant, Shape, Size and every
 node all of whose inputs are such values, e.g. the Gather/Concat arithmetic feeding a Reshape)
@@ -67,9 +66,11 @@ BATCH_KEY = "mdot.batch_inputs"  # model metadata: the data inputs whose dim 0 i
 PACKED_KEY = "mdot.packed"  # model metadata: recurrent layers given packed sequences (JSON)
 HEAD_KEY = "mdot.head"  # model metadata: the classifier a config.json's architectures named
 NO_FLASH_KEY = "mdot.no_flash_attn"  # model metadata: a config class FA2 is refused for (JSON)
+LISTED_KEY = "mdot.listed"  # model metadata: a batch given as a list of samples (JSON)
 JSON_KEYS = dict(experts=EXPERTS_KEY, defaulted=DEFAULTED_KEY, sliding_window=SLIDING_KEY,
                  state_space=STATE_SPACE_KEY, unread=UNREAD_KEY, packed=PACKED_KEY, head=HEAD_KEY,
-                 batch_inputs=BATCH_KEY, selected=SELECTED_KEY, no_flash_attn=NO_FLASH_KEY)
+                 batch_inputs=BATCH_KEY, selected=SELECTED_KEY, no_flash_attn=NO_FLASH_KEY,
+                 listed=LISTED_KEY)
 TIED_KEY = "mdot.tied"  # model metadata: parameters that repeat another's values (counted once)
 SDPA_KEY = "mdot.sdpa_softmax"  # model metadata: scaled_dot_product_attention's Softmax ordinals
 FORMAT_VERSION = 1
@@ -493,8 +494,7 @@ def _operator_features(node: _Node, inputs: list[str], types: dict[str, _Tensor]
     if extra:
         for key, value in extra.items():
             row[_CFG[key]] = value
-    read = float(sum(x.nbytes for x in ins))
-    written = float(sum(x.nbytes for x in outs))
+    read, written = float(sum(x.nbytes for x in ins)), float(sum(x.nbytes for x in outs))
     n_params = float(sum(x.numel for x, p in zip(ins, is_param) if p))
     intensity = flops / max(read + written, 1.0)
     return row, [flops, bwd_factor * flops, read, written, n_params, intensity], node_params

@@ -35,7 +35,7 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
     """Registers, once, the symbolics the TorchScript exporter lacks at `opset` (rms_norm,
     training-mode feature_dropout, diff, cumsum of a bool tensor, uniform and exponential noise,
     expm1, grouped-query SDPA, complex rotary embeddings, a mask's `&=`, `|=`, `^=`, `.mT`,
-    elementwise formulas: logaddexp, xlogy, cumprod, isin, take_along_dim, ...) or gets
+    elementwise formulas: logaddexp, xlogy, cumprod, isin, take_along_dim, randperm, ...) or gets
     wrong: with a dynamic batch (col2im, at `fallback_opset`), negative axes (permute), or for
     the rest of the graph (repeat_interleave)."""
     global _REGISTERED
@@ -300,12 +300,59 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
     def uniform(g, x, low, high, generator):  # in-place noise, e.g. Switch routers' jitter
         return g.op("RandomUniformLike", x, low_f=low, high_f=high)
 
-    from torch.onnx import symbolic_opset9
+    def randperm(g, n, *_):  # detection's samplers: the order of n uniform draws
+        size = sh._reshape_helper(g, n if sh._is_value(n) else g.op(
+            "Constant", value_t=torch.tensor(n)), g.op("Constant", value_t=torch.tensor([1])))
+        draws = g.op("RandomUniformLike", g.op("ConstantOfShape", size))
+        return g.op("TopK", draws, size, axis_i=0, outputs=2)[1]
+
+    from torch.onnx import symbolic_opset9, symbolic_opset13
+
+    @sh.parse_args("v", "i", "i")
+    def unbind(g, x, dim=0, _outputs=None):  # torch's gives SplitToSequence a split of 1,
+        if _outputs is not None:  # which keeps the dim (ONNX reads keepdims only without one)
+            return symbolic_opset13.unbind(g, x, dim, _outputs)
+        sizes = sh._get_tensor_sizes(x) or []
+        if dim >= len(sizes) or sizes[dim] is None:
+            return g.op("SplitToSequence", x, axis_i=dim, keepdims_i=0)
+        return g.op("SequenceConstruct", *(g.op("Gather", x, g.op(
+            "Constant", value_t=torch.tensor(k)), axis_i=dim) for k in range(sizes[dim])))
+
+    def nonzero_numpy(g, x, _outputs=None):  # `torch.nonzero(mask, as_tuple=True)`: each
+        rank = sh._get_tensor_rank(x)  # dim's indices [N]
+        if rank is None:
+            return unbind(g, symbolic_opset9.nonzero(g, x), 1, _outputs)
+        indices = g.op("NonZero", x)  # [rank, N]
+        return unbind(g, indices, 0, _outputs) if _outputs is not None else g.op(
+            "SequenceConstruct", *(g.op("Gather", indices, g.op(
+                "Constant", value_t=torch.tensor(k)), axis_i=0) for k in range(rank)))
+
+    @sh.parse_args("v", "v", "v", "i")
+    def where(g, condition, x=None, other=None, _outputs=None):  # `torch.where(mask)`: [N]s
+        if x is not None:
+            return symbolic_opset13.where(g, condition, x, other, _outputs)
+        if not sh._is_bool(condition):
+            condition = g.op("Cast", condition, to_i=onnx.TensorProto.BOOL)
+        return nonzero_numpy(g, condition, _outputs)
+
+    def bitwise(name, boolean):  # of integers (torchvision's uint8 sampling masks): ONNX's
+        def fn(g, *xs):  # from opset 18 on, where the export is tried again
+            if all(sh._is_bool(x) for x in xs):
+                return g.op(boolean, *xs)
+            if g.opset < fallback_opset:
+                raise ValueError(f"an integer {name} exists in ONNX from version "
+                                 f"{fallback_opset} on")
+            kind = next(x for x in xs if not sh._is_bool(x))  # a bool with an int: as the int
+            return g.op(f"Bitwise{boolean}", *(x if x.type().scalarType() == kind.type(
+            ).scalarType() else g.op("CastLike", x, kind) for x in xs))
+        return fn
 
     torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, fallback_opset)
-    for name in ("__and_", "__or_", "__xor_"):  # `mask &= other`: as `mask & other`
-        torch.onnx.register_custom_op_symbolic(f"aten::__i{name[2:]}",
-                                               getattr(symbolic_opset9, name), opset)
+    for op in ("And", "Or", "Xor", "Not"):  # `mask & other`, `mask &= other`, `~mask`
+        fn = bitwise(f"bitwise {op.lower()}", op)
+        for name in ({"Not": ("bitwise_not",)}.get(op) or (
+                f"__{op.lower()}_", f"__i{op.lower()}_", f"bitwise_{op.lower()}")):
+            torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
     for name, fn in (("rms_norm", rms_norm), ("feature_dropout", feature_dropout),
                      ("diff", diff), ("cumsum", cumsum), ("repeat_interleave", repeat_interleave),
                      ("expm1", expm1), ("exponential", exponential), ("uniform", uniform),
@@ -317,6 +364,7 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
                      ("hypot", hypot), ("xlogy", xlogy), ("copysign", copysign), ("trunc", trunc),
                      ("frac", frac), ("sinc", sinc), ("addcdiv", addcdiv), ("isin", isin),
                      ("take_along_dim", take_along_dim), ("cumprod", cumprod),
-                     ("logcumsumexp", logcumsumexp), ("full", full)):
+                     ("logcumsumexp", logcumsumexp), ("full", full), ("randperm", randperm),
+                     ("unbind", unbind), ("nonzero_numpy", nonzero_numpy), ("where", where)):
         torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
     _REGISTERED = True

@@ -131,6 +131,28 @@ BATCH_READERS = ((lambda m: getattr(m, "batch_first", None) is False, _seq_first
                  (lambda m: type(m).__name__ == "EmbeddingBag", _bags))
 
 
+def _hooked_forward(module: Any, args: tuple, keywords: Sequence[str] | None,
+                    hooks: list[tuple[Any, Any]]) -> bool:
+    """Whether one forward ran, in eval mode (no running statistics move) without gradients,
+    with each (module, pre-hook taking keywords) of `hooks` registered for it (a forward that
+    fails is the export's to say)."""
+    import torch
+
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m, hook in hooks]
+    was = module.training
+    try:
+        module.eval()
+        with torch.no_grad():
+            module(**dict(zip(keywords, args))) if keywords else module(*args)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        module.train(was)
+        for h in handles:
+            h.remove()
+
+
 def probe(module: Any, args: tuple, keywords: Sequence[str] | None,
           names: Sequence[str]) -> tuple[int | None, frozenset[int]]:
     """The batch the model's modules read, where one says (`BATCH_READERS`: PyTorch's
@@ -139,7 +161,6 @@ def probe(module: Any, args: tuple, keywords: Sequence[str] | None,
     from one forward, hooked; and the data tensors (indices in `_walk`'s order) whose batch is
     dim 1 (an input of rank >= 2 with that batch there). Such an input with the same size at
     dim 0 says nothing of which is which: refused. (None, none) where no module says."""
-    import torch
 
     readers = [(m, read) for m in module.modules() for which, read in BATCH_READERS if which(m)]
     if not readers:
@@ -152,19 +173,8 @@ def probe(module: Any, args: tuple, keywords: Sequence[str] | None,
                 seen.add(got)
         return hook
 
-    hooks = [m.register_forward_pre_hook(hooked(read), with_kwargs=True) for m, read in readers]
-    was = module.training
-    try:  # eval: no running statistics move
-        module.eval()
-        with torch.no_grad():
-            module(**dict(zip(keywords, args))) if keywords else module(*args)
-    except Exception:  # noqa: BLE001 (the export says what fails): as exported
-        return None, frozenset()
-    finally:
-        module.train(was)
-        for h in hooks:
-            h.remove()
-    if len({b for b, _ in seen}) != 1:
+    if not _hooked_forward(module, args, keywords, [(m, hooked(read)) for m, read in readers]) \
+            or len({b for b, _ in seen}) != 1:
         return None, frozenset()
     batch = next(iter(seen))[0]
     if not any(dim1 for _, dim1 in seen):
@@ -220,15 +230,43 @@ def positional_forward(module: Any, args: tuple, keywords: Sequence[str] | None 
             module.forward = had
 
 
+def listed(module: Any, args: tuple, keywords: Sequence[str] | None,
+           names: Sequence[str]) -> dict | None:
+    """A batch given as a list of samples, each its own tensor (torchvision's detection
+    models take their images so, each [C, H, W], and stack them): {"size": the list's length,
+    "inputs": its tensors' names}, where the first module without children that reads a
+    tensor reads one a dim longer than the list's tensors with the list's length at dim 0
+    (from one forward, hooked): a list of inputs each [B, ...] (feature maps, a pair) is
+    read as it is. None where no argument is a list of tensors."""
+    lists = [a for a in args if isinstance(a, list) and a and all(map(is_array, a))]
+    if not lists:
+        return None
+    read: list[tuple[int, int]] = []  # (dim 0, rank) of the first tensor read
+
+    def hook(_m, a, kw):
+        t = next((x for x in (*a, *kw.values()) if is_array(x) and len(x.shape)), None)
+        if t is not None and not read:
+            read.append((int(t.shape[0]), len(t.shape)))
+
+    if not _hooked_forward(module, args, keywords, [
+            (m, hook) for m in module.modules() if not next(m.children(), None)]):
+        return None
+    flat = [t for _, t in _tensors(args, keywords)]
+    samples = next((a for a in lists if read == [(len(a), len(a[0].shape) + 1)]), None)
+    return None if samples is None else {"size": len(samples), "inputs": [
+        names[i] for i, t in enumerate(flat) if any(t is x for x in samples)]}
+
+
 def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str],
-               batch: int | None = None) -> dict[str, dict[int, str]]:
+               batch: int | None = None, listed: bool = False) -> dict[str, dict[int, str]]:
     """Dim 0 of each data input (`names`, one per tensor of `args`) as exported: `batch` where
     it is the batch (`batch`, where the model's modules say it (`probe`), else
     `dims.batch_of`); `batch*R` for a flat integer input R times as long (`nn.EmbeddingBag`'s
     ids of every bag beside their offsets; their weights too where a module said the batch),
     which keeps its length to the batch at any batch; `fixed:N` for any other (Flux's position
     ids), which keeps its N (`dims.scaled`). A graph network's edges (`edge_index` [2, E]:
-    integers indexing the batch's nodes) keep their count to the nodes: dim 1 `batch*E/N`."""
+    integers indexing the batch's nodes) keep their count to the nodes: dim 1 `batch*E/N`.
+    A batch `listed` as samples is no input's dim: every dim 0 is `fixed:N`."""
     from converters.dims import BATCH, FIXED, batch_of
 
     tensors = [t for _, t in _tensors(args, keywords)]
@@ -238,6 +276,8 @@ def batch_axes(args: tuple, keywords: Sequence[str] | None, names: Sequence[str]
     batch = batch or batch_of({n: [s] for n, s in zip(names, sizes)}, integer)
 
     def symbol(n: str, t: Any, s: int) -> str:
+        if listed:
+            return f"{FIXED}{s}"
         if s == batch:
             return BATCH
         flat = len(t.shape) == 1 and (n in integer or said)  # ids; weights beside bags' ids

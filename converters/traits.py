@@ -46,7 +46,8 @@ LOSSES = frozenset({"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"})
 _register("rowwise", "ln", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
           "BatchNormalization", keeps="input")
 _register("rowwise", "ln", "RMSNormalization", "LpNormalization")
-_register("binary", "add", "Add", "Sub", "Equal", "Less", "Greater", "And", "Or", "Sum", "Mean")
+_register("binary", "add", "Add", "Sub", "Equal", "Less", "Greater", "And", "Or", "Sum", "Mean",
+          "BitwiseAnd", "BitwiseOr", "BitwiseXor")
 _register("binary", "add", "Max", "Min", "Where", keeps="input")
 _register("binary", "mul", "Mul", "PRelu", keeps="input")
 _register("binary", "div", "Div", keeps="input")
@@ -60,7 +61,7 @@ _register("unary", "tanh", "Celu")
 _register("unary", "relu", "Relu", keeps="output")
 _register("unary", "relu", "LeakyRelu", "Clip", "Abs", keeps="input")
 _register("unary", "relu", "Neg", "Floor", "Ceil", "Round", "Sign", "Not", "IsNaN", "IsInf",
-          "Softsign")
+          "Softsign", "BitwiseNot")
 _register("copy", "addu", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND",
           "ScatterND", "ScatterElements", "Expand", "Tile", "Pad", "DepthToSpace",
           "SpaceToDepth", "Cast", "CastLike", "Trilu", "OneHot")

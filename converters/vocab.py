@@ -5,8 +5,8 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 8  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
-# 6: ChunkScan; 7: CausalConv1d, GatedRMSNorm; 8: ReduceL1, ReduceLogSum
+VOCAB_VERSION = 9  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
+# 6: ChunkScan; 7: CausalConv1d, GatedRMSNorm; 8: ReduceL1, ReduceLogSum; 9: detectors' ops
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -54,6 +54,9 @@ _OP_TYPES = (
     "CausalConv1d", "GatedRMSNorm",
     # appended in version 8: `x.norm(p=1)` (DBRX's router), log of a sum
     "ReduceL1", "ReduceLogSum",
+    # appended in version 9: torchvision's detectors: integer masks' `|`, `&`, `^`, `~`, RoIs
+    # pooled, proposals suppressed
+    "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "RoiAlign", "NonMaxSuppression",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES
