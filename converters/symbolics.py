@@ -308,6 +308,10 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
 
     from torch.onnx import symbolic_opset9, symbolic_opset13
 
+    def pieces(g, x, dim, n):  # x's n slices along dim, as the list torch's code indexes
+        return g.op("SequenceConstruct", *(g.op("Gather", x, g.op(
+            "Constant", value_t=torch.tensor(k)), axis_i=dim) for k in range(n)))
+
     @sh.parse_args("v", "i", "i")
     def unbind(g, x, dim=0, _outputs=None):  # torch's gives SplitToSequence a split of 1,
         if _outputs is not None:  # which keeps the dim (ONNX reads keepdims only without one)
@@ -315,17 +319,13 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         sizes = sh._get_tensor_sizes(x) or []
         if dim >= len(sizes) or sizes[dim] is None:
             return g.op("SplitToSequence", x, axis_i=dim, keepdims_i=0)
-        return g.op("SequenceConstruct", *(g.op("Gather", x, g.op(
-            "Constant", value_t=torch.tensor(k)), axis_i=dim) for k in range(sizes[dim])))
+        return pieces(g, x, dim, sizes[dim])
 
     def nonzero_numpy(g, x, _outputs=None):  # `torch.nonzero(mask, as_tuple=True)`: each
         rank = sh._get_tensor_rank(x)  # dim's indices [N]
-        if rank is None:
+        if rank is None or _outputs is not None:
             return unbind(g, symbolic_opset9.nonzero(g, x), 1, _outputs)
-        indices = g.op("NonZero", x)  # [rank, N]
-        return unbind(g, indices, 0, _outputs) if _outputs is not None else g.op(
-            "SequenceConstruct", *(g.op("Gather", indices, g.op(
-                "Constant", value_t=torch.tensor(k)), axis_i=0) for k in range(rank)))
+        return pieces(g, g.op("NonZero", x), 0, rank)  # of [rank, N]
 
     @sh.parse_args("v", "v", "v", "i")
     def where(g, condition, x=None, other=None, _outputs=None):  # `torch.where(mask)`: [N]s
@@ -335,24 +335,24 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
             condition = g.op("Cast", condition, to_i=onnx.TensorProto.BOOL)
         return nonzero_numpy(g, condition, _outputs)
 
-    def bitwise(name, boolean):  # of integers (torchvision's uint8 sampling masks): ONNX's
-        def fn(g, *xs):  # from opset 18 on, where the export is tried again
+    def bitwise(op):  # of integers (torchvision's uint8 sampling masks): ONNX's from opset
+        def fn(g, *xs):  # 18 on, where the export is tried again
             if all(sh._is_bool(x) for x in xs):
-                return g.op(boolean, *xs)
+                return g.op(op, *xs)
             if g.opset < fallback_opset:
-                raise ValueError(f"an integer {name} exists in ONNX from version "
+                raise ValueError(f"an integer bitwise {op.lower()} exists in ONNX from version "
                                  f"{fallback_opset} on")
             kind = next(x for x in xs if not sh._is_bool(x))  # a bool with an int: as the int
-            return g.op(f"Bitwise{boolean}", *(x if x.type().scalarType() == kind.type(
+            return g.op(f"Bitwise{op}", *(x if x.type().scalarType() == kind.type(
             ).scalarType() else g.op("CastLike", x, kind) for x in xs))
         return fn
 
     torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, fallback_opset)
-    for op in ("And", "Or", "Xor", "Not"):  # `mask & other`, `mask &= other`, `~mask`
-        fn = bitwise(f"bitwise {op.lower()}", op)
-        for name in ({"Not": ("bitwise_not",)}.get(op) or (
-                f"__{op.lower()}_", f"__i{op.lower()}_", f"bitwise_{op.lower()}")):
-            torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
+    for op, names in (("And", ("__and_", "__iand_", "bitwise_and")),  # `mask &= other`
+                      ("Or", ("__or_", "__ior_", "bitwise_or")),
+                      ("Xor", ("__xor_", "__ixor_", "bitwise_xor")), ("Not", ("bitwise_not",))):
+        for name in names:
+            torch.onnx.register_custom_op_symbolic(f"aten::{name}", bitwise(op), opset)
     for name, fn in (("rms_norm", rms_norm), ("feature_dropout", feature_dropout),
                      ("diff", diff), ("cumsum", cumsum), ("repeat_interleave", repeat_interleave),
                      ("expm1", expm1), ("exponential", exponential), ("uniform", uniform),
