@@ -123,49 +123,46 @@ def _shares(model: onnx.ModelProto, selected: list[tuple[float, int, str]],
     by_size: dict[tuple[int, str], list[float]] = {}
     for fraction, size, kind in selected:
         by_size.setdefault((size, kind), []).append(fraction)
-    out = [math.nan] * sum(n.op_type == "NonZero" for n in model.graph.node)
-    kept: dict[str, float] = {}
+    nonzeros = [n.name for n in model.graph.node if n.op_type == "NonZero"]
+    found: dict[str, float] = {}  # each node's share, by name (the export names them all)
     matched: dict[str, int] = {}  # in order: each node's selection
+    suppressions: set[str] = set()
     loaded = onnx.ModelProto()
     loaded.CopyFrom(model)
     said = loaded.metadata_props.add(key=SELECTED_KEY)
     suppressed = loaded.metadata_props.add(key=SUPPRESSED_KEY)
     first = True
     while True:  # a selection from what another selected: sized once that one is
-        said.value, suppressed.value = json.dumps(out), json.dumps(kept)  # NaN: not yet known
+        out = [found.get(n, math.nan) for n in nonzeros]  # NaN: not yet known
+        kept = {n: found[n] for n in suppressions}
+        said.value, suppressed.value = json.dumps(out), json.dumps(kept)
         try:  # the graph as shaped so far, shaped on
             loaded = load_model(loaded, batch_size=batch) if first else shaped(loaded, "")
         except ConversionError:
             return None
         said, suppressed = (next(p for p in loaded.metadata_props if p.key == key)
                             for key in (SELECTED_KEY, SUPPRESSED_KEY))
-        first = False
-        after, given, nonzero = 0, False, -1
+        first, after, given = False, 0, False
         for node, size in _selecting(loaded, concrete_shapes(loaded.graph)):
-            nonzero += node.op_type == "NonZero"
-            known = out[nonzero] if node.op_type == "NonZero" else kept.get(node.name, math.nan)
-            key = node.name if node.op_type != "NonZero" else str(nonzero)
-            if not math.isnan(known):
-                after = max(after, matched.get(key, -1) + 1)
+            if node.name in found:
+                after = max(after, matched.get(node.name, -1) + 1)
                 continue
             if size is None:
                 if in_order:  # its predecessors first
                     break
                 continue
-            share: float | None = None
             if not in_order:
-                seen = by_size.get((size, node.op_type))
-                share = None if seen is None else sum(seen) / len(seen)
-            elif (j := next((j for j in range(after, len(selected)) if selected[j][1:] == (
-                    size, node.op_type)), None)) is not None:
-                share, matched[key], after = selected[j][0], j, j + 1
+                if (seen := by_size.get((size, node.op_type))) is None:
+                    continue
+                found[node.name] = sum(seen) / len(seen)
             else:
-                return None
-            if share is not None:
-                if node.op_type == "NonZero":
-                    out[nonzero] = share
-                else:
-                    kept[node.name] = share
-                given = True
+                j = next((j for j in range(after, len(selected))
+                          if selected[j][1:] == (size, node.op_type)), None)
+                if j is None:
+                    return None
+                found[node.name], matched[node.name], after = selected[j][0], j, j + 1
+            if node.op_type != "NonZero":
+                suppressions.add(node.name)
+            given = True
         if not given:
             return None if any(map(math.isnan, out)) else (out, kept)
