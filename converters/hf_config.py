@@ -11,9 +11,9 @@ import json
 import os
 import sys
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import onnx
 
@@ -22,6 +22,7 @@ from converters.errors import ConversionError
 from converters.experts import ROUTED, adapted, balanced, describe
 from converters.export import from_torch
 from converters.gradients import unread
+from converters.hf_heads import HEAD_MODULES, IMAGE_HEAD, IMAGES, image, task_head, unsized
 from converters.lora import ALL_LINEAR, add_adapters
 from converters.repeat import layer_stack, repeat_layer, template
 from converters.sequence import (
@@ -107,7 +108,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         routed = not balanced(cfg) and experts > 1  # experts: as balanced routing
         if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
-        head = None if cfg.is_encoder_decoder else _head(transformers, cfg)
+        head = None if cfg.is_encoder_decoder else task_head(cfg)
+        picture = image(cfg, image_size, where) if head and head.suffix == IMAGE_HEAD \
+            else None  # [C, H, W], set in the config before the model is built
         auto = getattr(transformers, head.auto) if head else _language_model(transformers, cfg)
         pictured = None if head else image_text_model(transformers, cfg)  # image, text in
         if vlm := pictured is not None and (auto is None or bool(image_size or video_frames)):
@@ -161,12 +164,16 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     # CPU fallback) calls its own
     tokens = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
     trained_as: dict | None = head and dict(head=type(model).__name__,
-                               labels=cfg.num_labels if head.classes else None)
+                               labels=cfg.num_labels if head.classes else None,
+                               **(dict(pixels=picture[1:]) if picture else {}))
     if pictured and not vlm:  # trained on its text alone: what asks for an image
         trained_as = dict(head=type(model).__name__, labels=None, text_alone=image_sizes(cfg))
+    if main == "pixel_values" and not picture:
+        raise unsized(where, kind)
     if not vlm:
         example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
-            (torch.zeros(1, *_image(cfg, where, kind)), [main]) if main == "pixel_values"
+            (torch.zeros(IMAGES, *(picture or ())), [main])
+            if main == "pixel_values"
             else (tokens, [main]))
     else:  # one image a sample, its features the first of the seq_len tokens
         pictures = example_images(model, where, kind, images, image_size, video_frames)
@@ -249,64 +256,6 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if missed := unread(model, {i.name for i in onnx_model.graph.input}):  # of them all
         onnx_model.metadata_props.add(key=UNREAD_KEY, value=json.dumps(missed))
     return onnx_model
-
-
-IMAGE_HEAD = "ForImageClassification"  # an image classifier's config: no tokens, its image's
-
-
-def reads_images(config: dict) -> bool:
-    """Whether a config.json's fields (`config`) name an image classifier (ViT, Swin,
-    ConvNeXt fine-tuned: `architectures`), trained on its images, not on tokens."""
-    return any(str(a).endswith(IMAGE_HEAD) for a in config.get("architectures") or ())
-
-
-def _image(cfg: Any, where: str, kind: str) -> tuple[int, int, int]:
-    """An image classifier's input image [channels, height, width], as its config builds it."""
-    side, channels = getattr(cfg, "image_size", None), getattr(cfg, "num_channels", 3)
-    sides = [side] * 2 if isinstance(side, int) else list(side or ())
-    if len(sides) != 2 or not all(isinstance(d, int) and d > 0 for d in sides + [channels]):
-        raise ConversionError(f"{where}: model_type {kind!r} gives no image_size: set "
-                              "image_size in the config (the side its images train at)")
-    return channels, sides[0], sides[1]
-
-
-HEAD_MODULES = ("classifier", "score", "qa_outputs")  # peft's task models' `modules_to_save`
-
-
-class Head(NamedTuple):
-    """A task head a config's `architectures` names (`suffix`): transformers' `mapping` of the
-    configs that build it, its `auto` class, its `labels` for the main input [B, ...] (a class
-    a sequence or a token, where an answer starts and ends), and whether `num_labels` counts
-    classes."""
-
-    suffix: str
-    mapping: str
-    auto: str
-    labels: Callable[[Any], dict]
-    classes: bool = True
-
-
-HEADS = (
-    Head("ForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
-         "AutoModelForSequenceClassification", lambda x: dict(labels=x.new_zeros(x.shape[:1]))),
-    Head("ForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
-         "AutoModelForTokenClassification", lambda x: dict(labels=x.new_zeros(x.shape))),
-    Head("ForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING",
-         "AutoModelForQuestionAnswering", lambda x: dict(
-             start_positions=x.new_zeros(x.shape[:1]), end_positions=x.new_zeros(x.shape[:1])),
-         classes=False),
-    Head(IMAGE_HEAD, "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING", "AutoModelForImageClassification",
-         lambda x: dict(labels=x.new_zeros(x.shape[:1]).long())))
-
-
-def _head(transformers: Any, cfg: Any) -> Head | None:
-    """The task head `cfg.architectures` names (a Llama or BERT fine-tuned to classify or to
-    answer: its head and loss, not a language model's); None where it names none that
-    transformers builds for `cfg`."""
-    from transformers.models.auto import modeling_auto as auto
-
-    return next((h for arch in getattr(cfg, "architectures", None) or () for h in HEADS
-                 if arch.endswith(h.suffix) and type(cfg) in getattr(auto, h.mapping)), None)
 
 
 def _language_model(transformers: Any, cfg: Any) -> Any:

@@ -347,7 +347,19 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
             ).scalarType() else g.op("CastLike", x, kind) for x in xs))
         return fn
 
+    def antialiased(name, mode):  # `interpolate(..., antialias=True)` (DINOv2's, SigLIP2's
+        def fn(g, x, size, align_corners, scales):  # position tables): PIL's filters (cubic's
+            if g.opset < fallback_opset:  # a = -0.5, weights renormalised at the borders),
+                raise ValueError(f"an antialiased resize exists in ONNX from version "  # ONNX's
+                                 f"{fallback_opset} on")  # from opset 18 on
+            out = sh._interpolate_helper(name, 4, mode)(g, x, size, align_corners, scales)
+            out.node().i_("antialias", 1).i_("exclude_outside", 1).f_("cubic_coeff_a", -0.5)
+            return out
+        return fn
+
     torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, fallback_opset)
+    for name, mode in (("_upsample_bilinear2d_aa", "linear"), ("_upsample_bicubic2d_aa", "cubic")):
+        torch.onnx.register_custom_op_symbolic(f"aten::{name}", antialiased(name, mode), opset)
     for op, names in (("And", ("__and_", "__iand_", "bitwise_and")),  # `mask &= other`
                       ("Or", ("__or_", "__ior_", "bitwise_or")),
                       ("Xor", ("__xor_", "__ixor_", "bitwise_xor")), ("Not", ("bitwise_not",))):

@@ -864,7 +864,8 @@ def test_an_image_classifiers_config_trains_on_its_images(tmp_path):
         model = transformers.ViTForImageClassification._from_config(
             transformers.AutoConfig.for_model(**vit))
     assert small.params == sum(p.numel() for p in model.parameters())
-    assert small.meta["head"] == dict(head="ViTForImageClassification", labels=10)
+    assert small.meta["head"] == dict(head="ViTForImageClassification", labels=10,
+                                      pixels=[64, 64])
     with pytest.raises(ConversionError, match=r"depends on the size it was exported at .*"
                                               r"predict at --image-size 64"):
         convert(graph, batch_size=2, image_size=96)  # its position table's size

@@ -79,6 +79,19 @@ def test_sizes_read_after_an_unflatten_follow_the_batch():
     np.testing.assert_allclose(got, mix(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("size", [(7, 5), (20, 24)])
+def test_an_antialiased_resize_computes_what_torch_does(mode, size):
+    """`interpolate(..., antialias=True)` (DINOv2-with-registers' and SigLIP2's position
+    tables) had no ONNX form: ONNX's antialiased Resize, exported at opset 18, down and up."""
+    def resize(x):
+        return torch.nn.functional.interpolate(x, size=size, mode=mode, antialias=True)
+
+    x = np.random.default_rng(4).standard_normal((2, 3, 13, 11)).astype(np.float32)
+    np.testing.assert_allclose(_run(Fn(resize), x), resize(torch.from_numpy(x)).numpy(),
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_grouped_query_attention_repeats_the_key_and_value_heads():
     q = np.random.default_rng(1).standard_normal((2, 4, 6, 8)).astype(np.float32)
     kv = np.random.default_rng(2).standard_normal((2, 2, 6, 8)).astype(np.float32)

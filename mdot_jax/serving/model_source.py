@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from converters import ConversionError, OperatorSequence, convert, converts_the_same
-from converters.hf_config import reads_images
+from converters.hf_heads import reads_images
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, HEAD_KEY, LOAD_FIELDS
 from mdot_jax import writers
@@ -60,6 +60,8 @@ def config_said(seq: OperatorSequence) -> list[str]:
                         if head.get("looped") else ""))
     elif head:
         labels = f", {head['labels']} labels" if head["labels"] else ""
+        if pixels := head.get("pixels"):  # an image classifier's (the config's, or asked)
+            labels += f", at {pixels[0]} x {pixels[1]} pixels"
         said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
     if every := (moe := seq.meta.get("experts") or {}).get("every"):
@@ -67,9 +69,10 @@ def config_said(seq: OperatorSequence) -> list[str]:
                     f"({moe['experts'] // moe['top_k']}x the routed experts' work); priced as "
                     "routed training code runs it (Megatron-LM's, torchtitan's)")
     if defaulted := seq.meta.get("defaulted"):
+        values = (f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}"  # Swin's heads: a list
+                  for k, v in defaulted.items())
         said.append("the config gives no " + ", ".join(defaulted) + ": transformers' defaults "
-                    "built the model (" + ", ".join(f"{k} {v:,}" for k, v in defaulted.items())
-                    + ")")
+                    "built the model (" + ", ".join(values) + ")")
     return said
 
 

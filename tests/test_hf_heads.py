@@ -1,0 +1,92 @@
+"""An image classifier's config trains at the image size asked (`converters.hf_heads`)."""
+
+import json
+
+import pytest
+
+from converters import ConversionError, convert, from_hf_config
+
+VIT = dict(model_type="vit", architectures=["ViTForImageClassification"], hidden_size=64,
+           num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=64,
+           patch_size=16, num_labels=10)
+RESNET = dict(model_type="resnet", architectures=["ResNetForImageClassification"],
+              embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic",
+              num_labels=5)
+
+
+def test_a_vit_config_trains_at_the_image_size_asked(tmp_path):
+    """`--image-size 96` for a ViT's config was refused ("a shape in the graph depends on the
+    size it was exported at ... export again"): the config is ours to export, its position
+    table built for the size asked, as fine-tuning at another resolution does."""
+    from mdot_jax import TrainingJob, predict
+
+    at64, at96 = (convert(from_hf_config(VIT, image_size=side), batch_size=2, fuse=True)
+                  for side in (None, 96))
+    assert at96.meta["inputs"] == {"pixel_values": [2, 3, 96, 96]}
+    assert at96.meta["head"]["pixels"] == [96, 96]
+    assert at96.params - at64.params == (36 - 16) * 64  # 20 more positions of 64
+    assert at96.flops > 2 * at64.flops  # 37 tokens for 17
+    (tmp_path / "config.json").write_text(json.dumps(VIT))
+    job = dict(model=str(tmp_path / "config.json"), batch_size=2, device="h100-sxm")
+    ms = [predict(TrainingJob(image_size=side, **job)) for side in (64, 96)]
+    assert ms[1].iteration_ms > ms[0].iteration_ms
+    assert any("at 96 x 96 pixels" in line for line in ms[1].warnings)
+
+
+def test_a_cnn_config_that_sizes_no_image_asks_for_one(tmp_path):
+    """A ResNet's config gives no image size (it trains at any): it was refused with "set
+    image_size in the config"; `--image-size` now sizes it, and without one the error names
+    the flag."""
+    from mdot_jax import TrainingJob, predict
+
+    with pytest.raises(ConversionError, match="'resnet' trains on images of any size, which its "
+                                              "config does not give: give image_size"):
+        from_hf_config(RESNET)
+    small, large = (convert(from_hf_config(RESNET, image_size=side), batch_size=2, fuse=True)
+                    for side in (32, 64))
+    assert large.meta["inputs"] == {"pixel_values": [2, 3, 64, 64]}
+    assert large.params == small.params and large.flops > 3.5 * small.flops
+    with pytest.raises(ConversionError, match="image_size 100,000: give a side of 1 to 16,384"):
+        from_hf_config(RESNET, image_size=100_000)
+    (tmp_path / "config.json").write_text(json.dumps(RESNET))
+    assert predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=4,
+                               device="a100-sxm4-80gb", image_size=64)).iteration_ms > 0
+
+
+def test_an_image_classifier_with_batch_statistics_of_one_dim_exports():
+    """LeViT's head normalises [B, C] with BatchNorm1d, which refuses a batch of one image in
+    training ("Expected more than 1 value per channel"): the example holds two."""
+    levit = dict(model_type="levit", architectures=["LevitForImageClassification"],
+                 image_size=64, hidden_sizes=[32, 48, 64], num_attention_heads=[2, 3, 4],
+                 depths=[1, 1, 1], key_dim=[8, 8, 8], num_labels=5)
+    seqs = [convert(from_hf_config(levit), batch_size=b, fuse=True) for b in (2, 8)]
+    assert seqs[1].meta["inputs"] == {"pixel_values": [8, 3, 64, 64]}
+    assert seqs[1].flops == pytest.approx(4 * seqs[0].flops, rel=0.02)
+
+
+def test_a_clip_classifier_reads_its_vision_configs_image_size():
+    """CLIP's and SigLIP's image classifiers size their images in their vision config: they
+    were refused ("gives no image_size")."""
+    clip = dict(model_type="clip", architectures=["CLIPForImageClassification"],
+                vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=2, image_size=32, patch_size=8),
+                text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, vocab_size=64), num_labels=3)
+    seq = convert(from_hf_config(clip), batch_size=2, fuse=True)
+    assert seq.meta["inputs"] == {"pixel_values": [2, 3, 32, 32]}
+    big = convert(from_hf_config(clip, image_size=64), batch_size=2, fuse=True)
+    assert big.meta["head"]["pixels"] == [64, 64] and big.flops > 3 * seq.flops
+
+
+def test_defaults_said_of_a_config_short_of_its_shape_name_lists_too():
+    """A Swin's config that leaves its heads to transformers' defaults crashed the note
+    ("unsupported format string passed to list.__format__"): its heads are a list a stage."""
+    from types import SimpleNamespace
+
+    from mdot_jax.serving.model_source import config_said
+
+    seq = SimpleNamespace(meta=dict(defaulted={"hidden_size": 768,
+                                               "num_attention_heads": [3, 6, 12, 24]}))
+    assert config_said(seq) == ["the config gives no hidden_size, num_attention_heads: "
+                                "transformers' defaults built the model (hidden_size 768, "
+                                "num_attention_heads [3, 6, 12, 24])"]
