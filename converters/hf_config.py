@@ -22,7 +22,15 @@ from converters.errors import ConversionError
 from converters.experts import ROUTED, adapted, balanced, describe
 from converters.export import from_torch
 from converters.gradients import unread
-from converters.hf_heads import HEAD_MODULES, IMAGE_HEAD, IMAGES, image, task_head, unsized
+from converters.hf_heads import (
+    HEAD_MODULES,
+    IMAGES,
+    PICTURED,
+    VIDEO_HEAD,
+    image,
+    task_head,
+    unsized,
+)
 from converters.lora import ALL_LINEAR, add_adapters
 from converters.repeat import layer_stack, repeat_layer, template
 from converters.sequence import (
@@ -109,8 +117,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
         head = None if cfg.is_encoder_decoder else task_head(cfg)
-        picture = image(cfg, image_size, where) if head and head.suffix == IMAGE_HEAD \
-            else None  # [C, H, W], set in the config before the model is built
+        video = head is not None and head.suffix == VIDEO_HEAD  # its sizes set before it is built
+        picture = image(cfg, image_size, where, video_frames, video) if head and \
+            head.suffix in PICTURED else None  # [C, H, W]; a video's [T, C, H, W]
         auto = getattr(transformers, head.auto) if head else _language_model(transformers, cfg)
         pictured = None if head else image_text_model(transformers, cfg)  # image, text in
         if vlm := pictured is not None and (auto is None or bool(image_size or video_frames)):
@@ -121,9 +130,10 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                 "image-text-to-text language model in transformers (an image or audio model's "
                 "config; an image classifier's names its `...ForImageClassification` in "
                 "architectures): export the model itself with converters.from_torch")
-        if video_frames and not vlm:
+        if video_frames and not vlm and not video:
             raise ConversionError(f"{where}: video_frames {video_frames}: model_type {kind!r} "
-                                  "reads no images or videos")
+                                  + ("classifies images, not videos" if picture else
+                                     "reads no images or videos"))
         if not routed:
             with torch.device("meta"):
                 model = auto.from_config(cfg)
@@ -165,15 +175,16 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     tokens = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
     trained_as: dict | None = head and dict(head=type(model).__name__,
                                labels=cfg.num_labels if head.classes else None,
-                               **(dict(pixels=picture[1:]) if picture else {}))
+                               **(dict(pixels=picture[-2:]) if picture else {}),
+                               **(dict(frames=picture[0]) if video and picture else {}))
     if pictured and not vlm:  # trained on its text alone: what asks for an image
         trained_as = dict(head=type(model).__name__, labels=None, text_alone=image_sizes(cfg))
-    if main == "pixel_values" and not picture:
+    if main.startswith("pixel_values") and not picture:  # (V-JEPA 2's pixel_values_videos)
         raise unsized(where, kind)
     if not vlm:
         example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
             (torch.zeros(IMAGES, *(picture or ())), [main])
-            if main == "pixel_values"
+            if main.startswith("pixel_values")
             else (tokens, [main]))
     else:  # one image a sample, its features the first of the seq_len tokens
         pictures = example_images(model, where, kind, images, image_size, video_frames)
@@ -205,7 +216,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         except ConversionError:  # a table or bias built for fewer positions: say which
             tokens = max(seq_len, target_len or 0)
             short = [(k, v) for k, v in settings.items() if k in LENGTH_FIELDS
-                     and isinstance(v, int) and 0 < v < tokens and main != "pixel_values"]
+                     and isinstance(v, int) and 0 < v < tokens and not picture]
             if not short:
                 raise
             field, most = short[0]
@@ -336,14 +347,19 @@ def _windows(model: Any, cfg: Any) -> list[int]:
     `layer_types` calls `sliding_attention`, on every layer where it names none."""
     import inspect
 
-    window, n = getattr(cfg, "sliding_window", None), getattr(cfg, "num_hidden_layers", None)
-    if not (isinstance(window, int) and window > 0 and isinstance(n, int) and n > 0):
-        return []
     try:
         code = inspect.getsource(sys.modules[type(model).__module__])
     except (KeyError, OSError, TypeError):  # no source to read: no window said
         return []
     if "create_sliding_window_causal_mask" not in code:
+        return []
+    n = getattr(cfg, "num_hidden_layers", None)
+    try:
+        window = getattr(cfg, "sliding_window", None)
+    except RuntimeError:  # a heterogeneous config's field (NeoMME's): a layer's each
+        windows = [getattr(c, "sliding_window", None) or 0 for c in cfg.per_layer_config]
+        return windows if any(windows) and len(windows) == n else []
+    if not (isinstance(window, int) and window > 0 and isinstance(n, int) and n > 0):
         return []
     kinds = getattr(cfg, "layer_types", None)
     if isinstance(kinds, (list, tuple)) and len(kinds) == n:

@@ -90,3 +90,34 @@ def test_defaults_said_of_a_config_short_of_its_shape_name_lists_too():
     assert config_said(seq) == ["the config gives no hidden_size, num_attention_heads: "
                                 "transformers' defaults built the model (hidden_size 768, "
                                 "num_attention_heads [3, 6, 12, 24])"]
+
+
+VIDEOMAE = dict(model_type="videomae", architectures=["VideoMAEForVideoClassification"],
+                hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                image_size=32, patch_size=16, num_frames=4, tubelet_size=2, num_labels=7)
+
+
+def test_a_video_classifiers_config_trains_on_clips_of_the_frames_asked(tmp_path):
+    """VideoMAE, TimeSformer, ViViT and V-JEPA 2 fine-tuned to classify clips
+    (`...ForVideoClassification`) were refused ("has no causal, masked ... language model"):
+    a clip of its config's frames and size a sample, or of `--video-frames` and
+    `--image-size`, no `--seq-len`."""
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving.model_source import config_said
+
+    seq = convert(from_hf_config(VIDEOMAE), batch_size=2, fuse=True)
+    assert seq.meta["inputs"] == {"pixel_values": [2, 4, 3, 32, 32]}
+    longer = convert(from_hf_config(VIDEOMAE, video_frames=8, image_size=64), batch_size=2,
+                     fuse=True)
+    assert longer.meta["inputs"] == {"pixel_values": [2, 8, 3, 64, 64]}
+    assert longer.flops > 6 * seq.flops  # 64 tubelets for 8
+    assert "at 64 x 64 pixels, 8 frames a clip" in config_said(longer)[0]
+    with pytest.raises(ConversionError, match="video_frames 10,000: give 1 to 4,096 frames"):
+        from_hf_config(VIDEOMAE, video_frames=10_000)
+    (tmp_path / "config.json").write_text(json.dumps(VIDEOMAE))
+    p = predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=2,
+                            device="h100-sxm", video_frames=8, image_size=64))
+    assert p.iteration_ms > 0  # no --seq-len wanted; --image-size sized in the graph
+    with pytest.raises(ConversionError, match="'vit' classifies images, not videos"):
+        from_hf_config(dict(model_type="vit", architectures=["ViTForImageClassification"]),
+                       video_frames=8)

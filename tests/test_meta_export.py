@@ -1036,3 +1036,29 @@ def test_llama4s_experts_route_balanced_not_every_token_through_every_expert():
              if "experts" in n and seq.op_names[i] == "MatMul"]
     assert gemms and all(seq.config[i][4:6].tolist() == [8, 8] for i in gemms)  # 64 tokens / 8
     assert any("runs every expert on every token (8x" in s for s in config_said(seq))
+
+
+def test_a_heterogeneous_configs_windows_are_its_layers():
+    """transformers' heterogeneous configs (NeoMME's, Dots3's) refuse to read a per-layer field
+    on the whole config (`AmbiguousGlobalPerLayerAttributeError`, a RuntimeError): reading
+    `sliding_window` crashed NeoMME's export. A model whose code builds no causal
+    sliding-window mask (create_sliding_window_causal_mask: this file names it) says none;
+    one that does, each layer's."""
+    from types import SimpleNamespace
+
+    from converters.hf_config import _windows
+
+    class Heterogeneous:
+        num_hidden_layers = 3
+        per_layer_config = [SimpleNamespace(sliding_window=w) for w in (8, None, 8)]
+
+        @property
+        def sliding_window(self):
+            raise RuntimeError("'sliding_window' is a per-layer attribute")
+
+    class Model:  # its code (this file) builds sliding-window masks
+        pass
+
+    assert _windows(Model(), Heterogeneous()) == [8, 0, 8]
+    Model.__module__ = "json"  # code that builds none: nothing read
+    assert _windows(Model(), Heterogeneous()) == []

@@ -61,7 +61,8 @@ def config_said(seq: OperatorSequence) -> list[str]:
     elif head:
         labels = f", {head['labels']} labels" if head["labels"] else ""
         if pixels := head.get("pixels"):  # an image classifier's (the config's, or asked)
-            labels += f", at {pixels[0]} x {pixels[1]} pixels"
+            labels += f", at {pixels[0]} x {pixels[1]} pixels" + (
+                f", {head['frames']} frames a clip" if head.get("frames") else "")
         said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
     if every := (moe := seq.meta.get("experts") or {}).get("every"):
@@ -287,7 +288,8 @@ def config_graph_at(path: str | Path, b: int, seq_len: int | None,
     model = graph(b if _grid_encoder(_fields(config_file(path))) else 1)
     if images := fixed_images(model):  # its image's size is in the graph already
         return (model if images == b else graph(b)), None
-    return model, None if _head(model).get("cross") else image_size
+    head = _head(model)  # a classifier's pictures sized in the graph, as a cross-attended
+    return model, None if head.get("cross") or head.get("pixels") else image_size  # image's
 
 
 def _grid_encoder(fields: dict) -> bool:
