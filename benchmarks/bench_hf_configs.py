@@ -1,18 +1,26 @@
-"""Every causal-LM model type of the installed transformers, from a small config to a price.
+"""Every model type of the installed transformers for a task, from a config to a price.
 
     python benchmarks/bench_hf_configs.py --out benchmarks/results/hf-configs
+    python benchmarks/bench_hf_configs.py --task image-classification \
+        --out benchmarks/results/hf-configs-image-classification
 
-Each type's config is transformers' defaults with one small shape (`SMALL`: the fields a type
-does not know are dropped by its class or refused), exported by `converters.from_hf_config`
-at 64 tokens, converted at batch 2 and priced on 8 H100s (FSDP, amp-bf16, AdamW). Recorded per
-type: priced (parameters, against the meta-device model's own count; ms; MFU) or the one-line
-refusal. A refusal may be the small config's (a type whose fields must agree otherwise), so the
-count of priced types is a floor. Anything but a one-line `ConversionError` / `MdotError` is
-a bug; so is a parameter count off the model's by more than 2% outside multimodal models and
-cross-attention decoders (TrOCR's): their towers and cross-attention are not in a text step, so
-they take no gradient there. A type whose export fails on tensors of unequal sizes is tried
-once more without `LATENT` (latent attention wants as many key-value heads as heads, and head
-widths of its own). Resumable: one line a type in `types.jsonl`.
+`--task` (`TASKS`) picks transformers' auto mapping of the types swept: causal LMs (the
+default), sequence-to-sequence LMs, masked LMs, or a task head (sequence, token, image or video
+classification: the config's `architectures` names the mapping's class). A text type's config
+is transformers' defaults with one small shape (`SMALL`: the fields a type does not know are
+dropped by its class or refused); an image or video type's is transformers' defaults (built on
+the meta device: no size costs memory), at 224 pixels where its config sizes no image (a
+ResNet's: `--image-size`, as a user gives it). Each is exported by
+`converters.from_hf_config` (text at 64 tokens), converted at batch 2 and priced on 8 H100s
+(FSDP, amp-bf16, AdamW). Recorded per type: priced (parameters, against the meta-device
+model's own count; ms; MFU) or the one-line refusal. A refusal may be the small config's (a
+type whose fields must agree otherwise), so the count of priced types is a floor. Anything but
+a one-line `ConversionError` / `MdotError` is a bug; so is a parameter count off the model's
+by more than 2% outside multimodal models and cross-attention decoders (TrOCR's): their towers
+and cross-attention are not in a text step, so they take no gradient there. A type whose
+export fails on tensors of unequal sizes is tried once more without `LATENT` (latent attention
+wants as many key-value heads as heads, and head widths of its own). Resumable: one line a
+type in `types.jsonl`.
 """
 
 from __future__ import annotations
@@ -32,34 +40,58 @@ SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_at
 LATENT = ("num_key_value_heads", "head_dim")  # DeepSeek's, MiniCPM3's, GLM-4.7-Flash's shapes
 
 
-def price(kind: str) -> dict:
-    """The type priced from `SMALL`, or from `SMALL` without `LATENT` where that config's
-    tensors do not fit together."""
-    r = _price(kind, SMALL)
+# task: (transformers' mapping of the types swept, whether its class is named in
+# `architectures` (a task head), whether it reads pictures: images or clips)
+TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, False),
+         "seq2seq-lm": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", False, False),
+         "masked-lm": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", False, False),
+         "sequence-classification": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", True,
+                                     False),
+         "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", True, False),
+         "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", True, True),
+         "video-classification": ("MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES", True, True)}
+SIDE = 224  # an image type's side where its config sizes none
+
+
+def price(kind: str, task: str = "causal-lm") -> dict:
+    """The type priced from `SMALL` (a picture type: from its defaults, at `SIDE` where they
+    size no image), or from `SMALL` without `LATENT` where that config's tensors do not fit
+    together."""
+    r = _price(kind, task, {} if TASKS[task][2] else SMALL)
     if "must match the size of tensor" in r.get("refused", ""):
-        r = _price(kind, {k: v for k, v in SMALL.items() if k not in LATENT})
+        r = _price(kind, task, {k: v for k, v in SMALL.items() if k not in LATENT})
+    if "give image_size" in r.get("refused", ""):
+        r = _price(kind, task, {}, SIDE)
     return r
 
 
-def _price(kind: str, small: dict) -> dict:
+def _price(kind: str, task: str, small: dict, side: int | None = None) -> dict:
     import torch
     import transformers
+    from transformers.models.auto import modeling_auto
 
     from converters import ConversionError, convert, from_hf_config
     from mdot_jax.errors import MdotError
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
-    r: dict = dict(type=kind)
+    mapping, named, pictured = TASKS[task]
+    cls = getattr(modeling_auto, mapping)[kind]
+    cls = cls if isinstance(cls, str) else cls[0]  # (a type of several classes: the first)
+    fields = dict(model_type=kind, **small, **(dict(architectures=[cls]) if named else {}))
+    tokens = {} if pictured else dict(seq_len=64)
+    r: dict = dict(type=kind, **(dict(image_size=side) if side else {}))
     try:
-        seq = convert(from_hf_config(dict(model_type=kind, **small), seq_len=64), batch_size=2,
-                      seq_len=64, fuse=True)
+        seq = convert(from_hf_config(fields, image_size=side, **tokens), batch_size=2,
+                      fuse=True, **tokens)
         p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", gpus=8,
                                 strategy="fsdp", precision="amp-bf16", optimizer="adamw"))
         cfg = transformers.AutoConfig.for_model(kind, **small)
         with torch.device("meta"):
-            model = (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
-                     else transformers.AutoModelForCausalLM).from_config(cfg)
+            model = (getattr(transformers, cls)._from_config(cfg) if named else
+                     (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
+                      else transformers.AutoModelForMaskedLM if task == "masked-lm"
+                      else transformers.AutoModelForCausalLM).from_config(cfg))
         r.update(params=int(seq.params), model_params=sum(t.numel() for t in model.parameters()),
                  ms=round(p.iteration_ms, 3), mfu=round(p.mfu, 4))
     except (ConversionError, MdotError) as e:
@@ -72,27 +104,29 @@ def _price(kind: str, small: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--task", choices=sorted(TASKS), default="causal-lm")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto import modeling_auto
 
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "types.jsonl"
     done = {json.loads(line)["type"]: json.loads(line) for line in
             path.read_text().splitlines()} if path.exists() else {}
-    kinds = sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    kinds = sorted(getattr(modeling_auto, TASKS[args.task][0]))
     t0 = time.time()
     with open(path, "a") as out:
         for n, kind in enumerate(k for k in kinds if k not in done):
-            done[kind] = price(kind)
+            done[kind] = price(kind, args.task)
             out.write(json.dumps(done[kind]) + "\n")
             out.flush()
             print(f"{n + 1} {kind}: {'priced' if 'ms' in done[kind] else 'refused'} "
                   f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     rows = [done[k] for k in kinds]
     priced = [r for r in rows if "ms" in r]
-    summary = dict(transformers=transformers.__version__, types=len(rows), priced=len(priced),
+    summary = dict(transformers=transformers.__version__, task=args.task, types=len(rows),
+                   priced=len(priced),
                    refused=sum("refused" in r for r in rows),
                    uncaught=[r["type"] for r in rows if "uncaught" in r],
                    params_off_2pct=[r["type"] for r in priced

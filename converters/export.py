@@ -200,6 +200,7 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     module = unwrapped(module)
     args, keywords = example_args(module, example_inputs)
     on_meta = any(p.is_meta for p in module.parameters())
+    real = args  # as given: a CPU copy's export (below) reads its values
     if on_meta:  # a model built under `torch.device("meta")`: trace it there, allocating nothing
         args = to_meta(args)
     names = data_input_names(args, keywords, input_names)
@@ -247,7 +248,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
         if cpu is not None and not any(p.is_meta for p in cpu.parameters()):  # (a mode that
             # keeps tensors on the meta device copies none to the CPU: no second try)
             zeros = tuple(torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor)
-                          else a for a in given)
+                          and a.is_meta else a for a in real)  # a CPU example's values kept
+            # (the end tokens T5's and BART's classifiers select)
             return from_torch(cpu,
                               zeros if keywords is None else dict(zip(keywords, zeros)),
                               input_names=input_names, dynamic_batch=dynamic_batch, opset=opset)

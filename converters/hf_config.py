@@ -116,7 +116,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         routed = not balanced(cfg) and experts > 1  # experts: as balanced routing
         if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
             cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
-        head = None if cfg.is_encoder_decoder else task_head(cfg)
+        head = task_head(cfg)  # (T5's and BART's classifiers: not their LMs)
         video = head is not None and head.suffix == VIDEO_HEAD  # its sizes set before it is built
         picture = image(cfg, image_size, where, video_frames, video) if head and \
             head.suffix in PICTURED else None  # [C, H, W]; a video's [T, C, H, W]
@@ -153,7 +153,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     check_dims(target_len=target_len)
     if lora_rank is not None:  # a task head trained in full beside the adapters, as peft does
         add_adapters(model, lora_rank, lora_targets, trained=HEAD_MODULES if head else ())
-    if target_len is not None and not cfg.is_encoder_decoder:
+    if target_len is not None and (head or not cfg.is_encoder_decoder):
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is " + (
             f"a {type(model).__name__}, trained on its labels" if head else
             "a causal LM, whose targets are its inputs (--seq-len)"))
@@ -173,6 +173,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     model.forward = types.MethodType(loss, model)  # bound: a copy of the model (the exporter's
     # CPU fallback) calls its own
     tokens = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
+    if head and cfg.is_encoder_decoder and isinstance(cfg.eos_token_id, int):  # T5's, BART's
+        tokens[:, -1] = cfg.eos_token_id  # classifiers read the sequence's end token
     trained_as: dict | None = head and dict(head=type(model).__name__,
                                labels=cfg.num_labels if head.classes else None,
                                **(dict(pixels=picture[-2:]) if picture else {}),

@@ -121,3 +121,31 @@ def test_a_video_classifiers_config_trains_on_clips_of_the_frames_asked(tmp_path
     with pytest.raises(ConversionError, match="'vit' classifies images, not videos"):
         from_hf_config(dict(model_type="vit", architectures=["ViTForImageClassification"]),
                        video_frames=8)
+
+
+@pytest.mark.parametrize("kind, arch", [
+    ("t5", "T5ForTokenClassification"), ("t5", "T5ForSequenceClassification"),
+    ("bart", "BartForSequenceClassification"), ("t5", "T5ForQuestionAnswering")])
+def test_an_encoder_decoders_task_head_is_priced_not_its_language_model(kind, arch):
+    """A T5's or BART's classifier config was priced as its language model (the vocabulary's
+    projection and loss over every target token; T5's token classifier, an encoder alone, with
+    a decoder too): silently. Its head is exported, its parameters transformers' own; the
+    sequence classifiers read each sequence's end token, which the example ends with."""
+    import torch
+    import transformers
+
+    config = dict(model_type=kind, d_model=64, d_ff=128, num_layers=2,
+                  num_heads=2, d_kv=32, vocab_size=32000, encoder_layers=2, decoder_layers=2,
+                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128,
+                  decoder_ffn_dim=128, architectures=[arch])
+    seq = convert(from_hf_config(config, seq_len=64), batch_size=2, seq_len=64)
+    with torch.device("meta"):
+        model = getattr(transformers, arch)._from_config(
+            transformers.AutoConfig.for_model(**config))
+    assert seq.params == sum(p.numel() for p in model.parameters())
+    assert seq.meta["head"]["head"] == arch
+    lm = convert(from_hf_config(dict(config, architectures=[]), seq_len=64), batch_size=2,
+                 seq_len=64)
+    assert seq.flops < lm.flops / 5  # no 32,000-word projection of every token
+    with pytest.raises(ConversionError, match=f"is a {arch}, trained on its labels"):
+        from_hf_config(config, seq_len=64, target_len=8)
