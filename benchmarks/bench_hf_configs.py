@@ -5,22 +5,23 @@
         --out benchmarks/results/hf-configs-image-classification
 
 `--task` (`TASKS`) picks transformers' auto mapping of the types swept: causal LMs (the
-default), sequence-to-sequence LMs, masked LMs, or a task head (sequence, token, image or video
-classification: the config's `architectures` names the mapping's class). A text type's config
-is transformers' defaults with one small shape (`SMALL`: the fields a type does not know are
-dropped by its class or refused); an image or video type's is transformers' defaults (built on
-the meta device: no size costs memory), at 224 pixels where its config sizes no image (a
-ResNet's: `--image-size`, as a user gives it). Each is exported by
-`converters.from_hf_config` (text at 64 tokens), converted at batch 2 and priced on 8 H100s
-(FSDP, amp-bf16, AdamW). Recorded per type: priced (parameters, against the meta-device
-model's own count; ms; MFU) or the one-line refusal. A refusal may be the small config's (a
-type whose fields must agree otherwise), so the count of priced types is a floor. Anything but
-a one-line `ConversionError` / `MdotError` is a bug; so is a parameter count off the model's
-by more than 2% outside multimodal models and cross-attention decoders (TrOCR's): their towers
-and cross-attention are not in a text step, so they take no gradient there. A type whose
-export fails on tensors of unequal sizes is tried once more without `LATENT` (latent attention
-wants as many key-value heads as heads, and head widths of its own). Resumable: one line a
-type in `types.jsonl`.
+default), sequence-to-sequence LMs, masked LMs, or a task head (sequence, token, image, video
+or audio classification, speech recognisers' CTC: the config's `architectures` names the
+mapping's class). A text type's config is transformers' defaults with one small shape (`SMALL`:
+the fields a type does not know are dropped by its class or refused); an image, video or audio
+type's is transformers' defaults (built on the meta device: no size costs memory), at 224
+pixels where its config sizes no image (a ResNet's: `--image-size`, as a user gives it), on 10
+s of audio where it takes a waveform of any length (wav2vec 2.0's: `--audio-seconds`; a CTC's
+transcript 64 tokens). Each is exported by `converters.from_hf_config` (text at 64 tokens),
+converted at batch 2 and priced on 8 H100s (FSDP, amp-bf16, AdamW). Recorded per type: priced
+(parameters, against the meta-device model's own count; ms; MFU) or the one-line refusal. A
+refusal may be the small config's (a type whose fields must agree otherwise), so the count of
+priced types is a floor. Anything but a one-line `ConversionError` / `MdotError` is a bug; so
+is a parameter count off the model's by more than 2% outside multimodal models and cross-
+attention decoders (TrOCR's): their towers and cross-attention are not in a text step, so they
+take no gradient there. A type whose export fails on tensors of unequal sizes is tried once
+more without `LATENT` (latent attention wants as many key-value heads as heads, and head widths
+of its own). Resumable: one line a type in `types.jsonl`.
 """
 
 from __future__ import annotations
@@ -41,31 +42,39 @@ LATENT = ("num_key_value_heads", "head_dim")  # DeepSeek's, MiniCPM3's, GLM-4.7-
 
 
 # task: (transformers' mapping of the types swept, whether its class is named in
-# `architectures` (a task head), whether it reads pictures: images or clips)
-TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, False),
-         "seq2seq-lm": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", False, False),
-         "masked-lm": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", False, False),
+# `architectures` (a task head), what it reads: text, pictures (images or clips) or audio)
+TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, "text"),
+         "seq2seq-lm": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", False, "text"),
+         "masked-lm": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", False, "text"),
          "sequence-classification": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", True,
-                                     False),
-         "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", True, False),
-         "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", True, True),
-         "video-classification": ("MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES", True, True)}
+                                     "text"),
+         "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", True, "text"),
+         "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", True,
+                                  "picture"),
+         "video-classification": ("MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES", True,
+                                  "picture"),
+         "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", True, "audio"),
+         "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", True, "audio")}
 SIDE = 224  # an image type's side where its config sizes none
+SECONDS = 10.0  # a waveform's length, an audio type's sample
 
 
 def price(kind: str, task: str = "causal-lm") -> dict:
     """The type priced from `SMALL` (a picture type: from its defaults, at `SIDE` where they
     size no image), or from `SMALL` without `LATENT` where that config's tensors do not fit
     together."""
-    r = _price(kind, task, {} if TASKS[task][2] else SMALL)
+    r = _price(kind, task, SMALL if TASKS[task][2] == "text" else {})
     if "must match the size of tensor" in r.get("refused", ""):
         r = _price(kind, task, {k: v for k, v in SMALL.items() if k not in LATENT})
     if "give image_size" in r.get("refused", ""):
-        r = _price(kind, task, {}, SIDE)
+        r = _price(kind, task, {}, side=SIDE)
+    if "give audio_seconds" in r.get("refused", ""):
+        r = _price(kind, task, {}, seconds=SECONDS)
     return r
 
 
-def _price(kind: str, task: str, small: dict, side: int | None = None) -> dict:
+def _price(kind: str, task: str, small: dict, side: int | None = None,
+           seconds: float | None = None) -> dict:
     import torch
     import transformers
     from transformers.models.auto import modeling_auto
@@ -75,15 +84,16 @@ def _price(kind: str, task: str, small: dict, side: int | None = None) -> dict:
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
-    mapping, named, pictured = TASKS[task]
+    mapping, named, reads = TASKS[task]
     cls = getattr(modeling_auto, mapping)[kind]
     cls = cls if isinstance(cls, str) else cls[0]  # (a type of several classes: the first)
     fields = dict(model_type=kind, **small, **(dict(architectures=[cls]) if named else {}))
-    tokens = {} if pictured else dict(seq_len=64)
-    r: dict = dict(type=kind, **(dict(image_size=side) if side else {}))
+    tokens = dict(seq_len=64) if reads == "text" or task == "ctc" else {}  # (a transcript's)
+    r: dict = dict(type=kind, **(dict(image_size=side) if side else {}),
+                   **(dict(audio_seconds=seconds) if seconds else {}))
     try:
-        seq = convert(from_hf_config(fields, image_size=side, **tokens), batch_size=2,
-                      fuse=True, **tokens)
+        seq = convert(from_hf_config(fields, image_size=side, audio_seconds=seconds, **tokens),
+                      batch_size=2, fuse=True, **tokens)
         p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", gpus=8,
                                 strategy="fsdp", precision="amp-bf16", optimizer="adamw"))
         cfg = transformers.AutoConfig.for_model(kind, **small)

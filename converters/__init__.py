@@ -1,5 +1,6 @@
 """Framework -> ONNX -> operator sequence. Knows nothing of `mdot_jax` (one-way imports)."""
 
+import converters.ctc  # noqa: F401 (registers its operator's handler)
 import converters.detection_ops  # noqa: F401 (registers its operators' handlers)
 from converters.errors import ConversionError
 from converters.export import from_flax, from_keras, from_torch, inference_export

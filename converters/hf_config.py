@@ -17,18 +17,24 @@ from typing import Any
 
 import onnx
 
+from converters.ctc import ctc_loss
 from converters.dims import check_dims, drop_metadata
 from converters.errors import ConversionError
 from converters.experts import ROUTED, adapted, balanced, describe
 from converters.export import from_torch
 from converters.gradients import unread
 from converters.hf_heads import (
+    AUDIO_MAPPINGS,
+    CTC_HEAD,
     HEAD_MODULES,
     IMAGES,
     PICTURED,
     VIDEO_HEAD,
+    features,
     image,
+    sound,
     task_head,
+    transcript,
     unsized,
 )
 from converters.lora import ALL_LINEAR, add_adapters
@@ -65,7 +71,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                    target_len: int | None = None, repeat: bool = True,
                    lora_rank: int | None = None, lora_targets: Sequence[str] = (ALL_LINEAR,),
                    images: int = 1, image_size: int | None = None,
-                   video_frames: int | None = None, **overrides: Any) -> onnx.ModelProto:
+                   video_frames: int | None = None, audio_seconds: float | None = None,
+                   **overrides: Any) -> onnx.ModelProto:
     """A Hugging Face language model built from its configuration alone (a `config.json`, its
     folder, or the dict; nothing is fetched), on the meta device, exported as its training
     graph at `seq_len` tokens with the loss of its own tokens as labels: a causal LM's next
@@ -130,6 +137,10 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                 "image-text-to-text language model in transformers (an image or audio model's "
                 "config; an image classifier's names its `...ForImageClassification` in "
                 "architectures): export the model itself with converters.from_torch")
+        masked = bool(getattr(cfg, "apply_spec_augment", False)) and any(
+            getattr(cfg, f, 0) for f in ("mask_time_prob", "mask_feature_prob"))
+        if masked:  # SpecAugment's masks drawn in NumPy, written in place: not exported
+            cfg.apply_spec_augment = False  # (an elementwise pass; `trained_as` says so)
         if video_frames and not vlm and not video:
             raise ConversionError(f"{where}: video_frames {video_frames}: model_type {kind!r} "
                                   + ("classifies images, not videos" if picture else
@@ -157,7 +168,13 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} is " + (
             f"a {type(model).__name__}, trained on its labels" if head else
             "a causal LM, whose targets are its inputs (--seq-len)"))
-    audio = _audio(transformers, model, where, kind)
+    heard = head is not None and head.mapping in AUDIO_MAPPINGS  # a CTC's, a classifier's
+    audio = None if heard else features(model, where, kind)  # a speech recogniser's (Whisper's)
+    ctc = heard and head is not None and head.suffix == CTC_HEAD
+    if audio_seconds is not None and not heard:
+        raise ConversionError(f"{where}: audio_seconds {audio_seconds:g}: model_type {kind!r} "
+                              + ("pads every clip to its 30 s" if audio else
+                                 "trains on no waveform"))
     if audio and target_len is not None:
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} "
                               f"transcribes its {audio[1]} frames of audio into --seq-len "
@@ -166,6 +183,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     main = model.main_input_name  # input_ids; pixel_values (an image classifier's); Whisper's
 
     def loss(self: Any, x: Any, *targets: Any) -> Any:  # x: the main input [1, ...]
+        if ctc:  # its logits [1, frames, vocabulary], the transcript's CTC loss
+            return ctc_loss(step(self, **{main: x}).logits, targets[0], self.config)
         labels = dict(labels=targets[0]) if targets else head.labels(x) if head else dict(
             labels=x if target_len is None else x.new_zeros((x.shape[0], target_len)))
         return step(self, **{main: x}, **labels).loss
@@ -183,11 +202,23 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         trained_as = dict(head=type(model).__name__, labels=None, text_alone=image_sizes(cfg))
     if main.startswith("pixel_values") and not picture:  # (V-JEPA 2's pixel_values_videos)
         raise unsized(where, kind)
-    if not vlm:
-        example, names = ((torch.zeros(1, *audio), tokens), [main, "labels"]) if audio else (
-            (torch.zeros(IMAGES, *(picture or ())), [main])
-            if main.startswith("pixel_values")
-            else (tokens, [main]))
+    if heard:  # a sample's audio: a waveform of audio_seconds, or the features its config fixes
+        clip = torch.zeros(1, *sound(cfg, main, audio_seconds, where, kind))
+        assert trained_as is not None
+        trained_as.update(audio=list(clip.shape[1:]), seconds=audio_seconds,
+                          spec_augment=bool(masked))
+        if ctc:
+            tokens = transcript(model, cfg, clip, seq_len, where)
+    example: Any
+    if ctc or audio:  # a transcript of seq_len tokens: an input (Whisper's, a CTC's)
+        example, names = (clip if ctc else torch.zeros(1, *(audio or ())), tokens), [
+            main, "labels"]
+    elif heard:
+        example, names = clip, [main]
+    elif main.startswith("pixel_values"):
+        example, names = torch.zeros(IMAGES, *(picture or ())), [main]
+    elif not vlm:
+        example, names = tokens, [main]
     else:  # one image a sample, its features the first of the seq_len tokens
         pictures = example_images(model, where, kind, images, image_size, video_frames)
         placeholders = image_tokens(model, pictures, where)
@@ -283,23 +314,6 @@ def _language_model(transformers: Any, cfg: Any) -> Any:
         (auto.MODEL_FOR_CAUSAL_LM_MAPPING, transformers.AutoModelForCausalLM),
         (auto.MODEL_FOR_MASKED_LM_MAPPING, transformers.AutoModelForMaskedLM)]
     return next((cls for mapping, cls in options if type(cfg) in mapping), None)
-
-
-def _audio(transformers: Any, model: Any, where: str, kind: str) -> tuple[int, int] | None:
-    """One sample's audio features [mel bins, frames] where `model` is a speech recogniser
-    (Whisper: every clip padded to its encoder's 2 x `max_source_positions` frames); None for
-    a language model."""
-    from transformers.models.auto import modeling_auto as auto
-
-    if type(model.config) not in auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING:
-        return None
-    cfg = model.config
-    bins, positions = (getattr(cfg, f, None) for f in ("num_mel_bins", "max_source_positions"))
-    if model.main_input_name != "input_features" or not isinstance(bins, int) or \
-            not isinstance(positions, int):
-        raise ConversionError(f"{where}: model_type {kind!r} takes audio its config does not "
-                              "size: export the model itself with converters.from_torch")
-    return bins, 2 * positions
 
 
 # a graph two nodes a token or more larger at the second length unrolls a loop over the tokens
@@ -450,17 +464,19 @@ def _defaulted(cfg: Any, given: dict) -> dict[str, Any]:
 
 def _main(argv: list[str]) -> int:
     """`CONFIG SEQ_LEN OUT.onnx [TARGET_LEN [LORA_RANK LORA_TARGETS [IMAGES IMAGE_SIZE
-    [FRAMES]]]]` (0: none; targets comma-separated): `from_hf_config` in a process of its own
-    (PyTorch, transformers out of the caller's memory); a ConversionError: a line, status 2."""
-    config, seq_len, out, target, rank, targets, images, side, frames = (
-        argv + ["0", "0", "", "1", "0", "0"])[:9]
+    [FRAMES [SECONDS]]]]]` (0: none; targets comma-separated): `from_hf_config` in a process of
+    its own (PyTorch, transformers out of the caller's memory); a ConversionError: a line,
+    status 2."""
+    config, seq_len, out, target, rank, targets, images, side, frames, seconds = (
+        argv + ["0", "0", "", "1", "0", "0", "0"])[:10]
     try:
         onnx.save(from_hf_config(config, seq_len=int(seq_len), target_len=int(target) or None,
                                  lora_rank=int(rank) or None,
                                  lora_targets=tuple(targets.split(",")) if targets
                                  else (ALL_LINEAR,), images=int(images),
                                  image_size=int(side) or None,
-                                 video_frames=int(frames) or None), out)
+                                 video_frames=int(frames) or None,
+                                 audio_seconds=float(seconds) or None), out)
     except ConversionError as e:
         print(e, file=sys.stderr, flush=True)  # the caller may `os._exit` after
         return 2

@@ -1,6 +1,7 @@
 """The task heads a Hugging Face config's `architectures` names (a classifier's, a question
-answerer's: its head and loss, not a language model's), and an image or video classifier's
-input: the size (and frames) it trains at, set in its config where the config holds them."""
+answerer's, a speech recogniser's CTC: its head and loss, not a language model's), and an
+image or video classifier's input, the size (and frames) it trains at, set in its config where
+the config holds them; an audio model's, the seconds of audio a sample."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from converters.vision_language import MOST
 IMAGE_HEAD = "ForImageClassification"  # an image classifier's config: no tokens, its image's
 VIDEO_HEAD = "ForVideoClassification"  # a video classifier's: a clip of frames a sample
 PICTURED = (IMAGE_HEAD, VIDEO_HEAD)
+CTC_HEAD = "ForCTC"  # a speech recogniser's (wav2vec 2.0's): audio in, a transcript's loss
+AUDIO_MAPPINGS = ("MODEL_FOR_CTC_MAPPING", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING")
+AUDIO_FIELDS = ("conv_dim", "num_mel_bins", "feature_projection_input_dim")  # an audio config's
+RATE = 16_000  # a waveform's samples a second (wav2vec 2.0's feature extractors')
+MOST_SECONDS = 3600.0  # the longest audio a sample priced
 SIDES = ("image_size", "crop_size")  # a config's image side (V-JEPA 2's crop)
 FRAMES = ("num_frames", "frames_per_clip")  # a video classifier's clip length
 HEAD_MODULES = ("classifier", "score", "qa_outputs")  # peft's task models' `modules_to_save`
@@ -44,7 +50,11 @@ HEADS = (
          classes=False),
     *(Head(h, f"MODEL_FOR_{kind}_CLASSIFICATION_MAPPING", f"AutoModelFor{h[3:]}",
            lambda x: dict(labels=x.new_zeros(x.shape[:1]).long()))
-      for h, kind in ((IMAGE_HEAD, "IMAGE"), (VIDEO_HEAD, "VIDEO"))))
+      for h, kind in ((IMAGE_HEAD, "IMAGE"), (VIDEO_HEAD, "VIDEO"))),
+    Head(CTC_HEAD, "MODEL_FOR_CTC_MAPPING", "AutoModelForCTC", lambda x: {}, classes=False),
+    *(Head(h, "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING", "AutoModelForAudioClassification",
+           lambda x: dict(labels=x.new_zeros(x.shape[:1]).long()))  # (wav2vec 2.0's
+      for h in ("ForSequenceClassification", "ForAudioClassification")))  # are the first)
 
 
 def task_head(cfg: Any) -> Head | None:
@@ -57,10 +67,52 @@ def task_head(cfg: Any) -> Head | None:
                  if arch.endswith(h.suffix) and type(cfg) in getattr(auto, h.mapping)), None)
 
 
-def reads_images(config: dict) -> bool:
-    """Whether a config.json's fields (`config`) name an image or video classifier (ViT, Swin,
-    ConvNeXt, VideoMAE fine-tuned: `architectures`), trained on pictures, not on tokens."""
-    return any(str(a).endswith(PICTURED) for a in config.get("architectures") or ())
+def input_kind(config: dict) -> str:
+    """What a config.json's fields (`config`) train on, without building the model: "image"
+    where they name an image or video classifier (ViT, VideoMAE fine-tuned: `architectures`),
+    "audio" where a speech recogniser's CTC or an audio classifier (wav2vec 2.0's, AST's),
+    else "tokens"."""
+    names = [str(a) for a in config.get("architectures") or ()]
+    if any(a.endswith(PICTURED) for a in names):
+        return "image"
+    if any(a.endswith((CTC_HEAD, "ForAudioClassification")) or a.endswith(
+            "ForSequenceClassification") and any(f in config for f in AUDIO_FIELDS)
+           for a in names):
+        return "audio"
+    return "tokens"
+
+
+def needs_tokens(config: dict) -> bool:
+    """Whether a config.json's model is sized by its tokens (`seq_len`): a language model's,
+    a text classifier's, a speech recogniser's transcript; not a picture's or an audio
+    classifier's."""
+    return input_kind(config) == "tokens" or any(
+        str(a).endswith(CTC_HEAD) for a in config.get("architectures") or ())
+
+
+def sound(cfg: Any, main: str, seconds: float | None, where: str, kind: str) -> tuple[int, ...]:
+    """A sample's audio input for an audio head: a waveform [samples] of `seconds` at `RATE`
+    (wav2vec 2.0's, HuBERT's, WavLM's), or the spectrogram its config fixes (AST's
+    [max_length, num_mel_bins]; Whisper's [num_mel_bins, 2 x max_source_positions], its 30 s);
+    a ConversionError where `seconds` is missing or does not apply."""
+    bins = getattr(cfg, "num_mel_bins", None)
+    fixed = (getattr(cfg, "max_length", None), bins) if main == "input_values" else (
+        bins, 2 * getattr(cfg, "max_source_positions", 0) or None)
+    if bins is not None and all(isinstance(d, int) for d in fixed):
+        if seconds is not None:
+            raise ConversionError(f"{where}: audio_seconds {seconds:g}: model_type {kind!r} "
+                                  f"pads every clip to its {fixed} features")
+        return fixed  # type: ignore[return-value]
+    if main != "input_values":
+        raise ConversionError(f"{where}: model_type {kind!r} takes audio features its config "
+                              "does not size: export the model itself with converters.from_torch")
+    if seconds is None:
+        raise ConversionError(f"{where}: model_type {kind!r} trains on a waveform of any "
+                              "length: give audio_seconds (a sample's seconds of audio)")
+    if not 0.025 <= seconds <= MOST_SECONDS:  # a frame of wav2vec 2.0's features at least
+        raise ConversionError(f"{where}: audio_seconds {seconds:g}: give 0.025 to "
+                              f"{MOST_SECONDS:,.0f} seconds")
+    return (round(seconds * RATE),)
 
 
 def image(cfg: Any, side: int | None, where: str, frames: int | None = None,
@@ -113,3 +165,35 @@ def unsized(where: str, kind: str) -> ConversionError:
     return ConversionError(f"{where}: model_type {kind!r} trains on images of any size, which "
                            "its config does not give: give image_size (the side its images "
                            "train at, its image processor's crop: 224 for most)")
+
+
+def transcript(model: Any, cfg: Any, clip: Any, seq_len: int, where: str) -> Any:
+    """A CTC head's transcript [1, seq_len] of `clip` [1, ...]: token ids other than its blank
+    (its pad token); a ConversionError where its frames are fewer than the tokens."""
+    import torch
+
+    frames = getattr(model, "_get_feat_extract_output_lengths", None)
+    n = int(frames(torch.tensor(clip.shape[1]))) if frames and clip.dim() == 2 else None
+    if n is not None and n < seq_len:
+        raise ConversionError(f"{where}: seq_len {seq_len}: {clip.shape[1] / RATE:g} s of audio "
+                              f"make {n} frames of features, fewer than the transcript's tokens")
+    blank, vocab = int(cfg.pad_token_id or 0), int(cfg.vocab_size)
+    ids = torch.arange(seq_len) % max(vocab - 1, 1)
+    return (ids + (ids >= blank).long())[None]  # [1, T]
+
+
+def features(model: Any, where: str, kind: str) -> tuple[int, int] | None:
+    """One sample's audio features [mel bins, frames] where `model` is a speech recogniser
+    (Whisper: every clip padded to its encoder's 2 x `max_source_positions` frames); None for
+    a language model."""
+    from transformers.models.auto import modeling_auto as auto
+
+    if type(model.config) not in auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING:
+        return None
+    cfg = model.config
+    bins, positions = (getattr(cfg, f, None) for f in ("num_mel_bins", "max_source_positions"))
+    if model.main_input_name != "input_features" or not isinstance(bins, int) or \
+            not isinstance(positions, int):
+        raise ConversionError(f"{where}: model_type {kind!r} takes audio its config does not "
+                              "size: export the model itself with converters.from_torch")
+    return bins, 2 * positions

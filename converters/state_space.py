@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 FUNCTION = "mamba2_split_conv1d_scan_combined"  # transformers' name, in each model's module
@@ -47,23 +48,33 @@ DOMAIN, SCAN_OP = "mdot", "SelectiveScan"  # the node `selective_scan` exports
 CHUNK_OP = "ChunkScan"  # the node of Mamba-2's chunked scan (`combined`)
 CONV_OP, NORM_OP = "CausalConv1d", "GatedRMSNorm"  # its causal conv1d and gated norm
 OWN_OPS = (SCAN_OP, CHUNK_OP, CONV_OP, NORM_OP)
-SAME_SHAPE = {(DOMAIN, op): 0 for op in OWN_OPS}  # our nodes' outputs: this input's
+
+
+def _same_shape(inputs: list[str]) -> list[Any]:
+    """A node whose output is its first input's shape, for inference: that input passed on."""
+    from onnx import helper
+
+    return [helper.make_node("Identity", [inputs[0]], ["y"])]
+
+
+# our nodes' bodies for shape inference, from their inputs' names (`converters.ctc` adds its)
+OWN_SHAPES: dict[tuple[str, str], Callable[[list[str]], list[Any]]] = {
+    (DOMAIN, op): _same_shape for op in OWN_OPS}
 
 
 def define_own_ops(model: Any) -> None:
-    """Defines our exporter's own nodes in the ONNX `model` (`SAME_SHAPE`) as model-local
-    functions that pass that input through, so that shape inference carries shapes past them."""
+    """Defines our exporter's own nodes in the ONNX `model` (`OWN_SHAPES`) as model-local
+    functions of their output's shape, so that shape inference carries shapes past them."""
     from onnx import helper
 
     defined = {(f.domain, f.name) for f in model.functions}
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
     for node in model.graph.node:
         key = (node.domain, node.op_type)
-        if key in SAME_SHAPE and key not in defined:
+        if key in OWN_SHAPES and key not in defined:
             inputs = [f"x{k}" for k in range(len(node.input))]
             model.functions.append(helper.make_function(
-                node.domain, node.op_type, inputs, ["y"],
-                [helper.make_node("Identity", [inputs[SAME_SHAPE[key]]], ["y"])],
+                node.domain, node.op_type, inputs, ["y"], OWN_SHAPES[key](inputs),
                 [helper.make_opsetid("", opset)], [a.name for a in node.attribute]))
             defined.add(key)
             if all(o.domain != node.domain for o in model.opset_import):
@@ -213,7 +224,7 @@ def _scan(u: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, bias: Any,  #
 
 @functools.cache
 def _node(op: str) -> Any:
-    """The autograd Function whose trace is one `op` node of our domain (`SAME_SHAPE`): its
+    """The autograd Function whose trace is one `op` node of our domain (`OWN_SHAPES`): its
     tensors, then the arguments `_NODES` names as the node's attributes (a float's a float,
     else an integer); traced on the meta device, an empty tensor shaped as its first input,
     else `_NODES`' computation (torch imported late)."""

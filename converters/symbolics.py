@@ -370,6 +370,7 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
                      ("expm1", expm1), ("exponential", exponential), ("uniform", uniform),
                      ("scaled_dot_product_attention", sdpa), ("permute", permute),
                      ("polar", polar), ("view_as_complex", as_is), ("view_as_real", as_is),
+                     ("lift_fresh", as_is),
                      ("mul", mul), ("to", to), ("view", view), ("unflatten", unflatten),
                      ("mT", swapped), ("mH", swapped), ("adjoint", swapped),
                      ("logaddexp", logaddexp),

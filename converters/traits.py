@@ -43,6 +43,8 @@ _register("rowwise", "softmax", "Softmax", "LogSoftmax", keeps="output")
 _register("rowwise", "softmax", "SoftmaxCrossEntropyLoss", keeps="input")
 _register("copy", "addu", "NegativeLogLikelihoodLoss")  # a pick of one score a row
 LOSSES = frozenset({"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"})
+# CTC's recursions read the log-probabilities [T, B, V] by rows; its backward keeps them
+_register("rowwise", "softmax", "CTCLoss", keeps="input")
 _register("rowwise", "ln", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
           "BatchNormalization", keeps="input")
 _register("rowwise", "ln", "RMSNormalization", "LpNormalization")

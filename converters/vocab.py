@@ -5,8 +5,9 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 9  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
-# 6: ChunkScan; 7: CausalConv1d, GatedRMSNorm; 8: ReduceL1, ReduceLogSum; 9: detectors' ops
+VOCAB_VERSION = 10  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
+# 6: ChunkScan; 7: CausalConv1d, GatedRMSNorm; 8: ReduceL1, ReduceLogSum; 9: detectors' ops;
+# 10: CTCLoss
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -57,6 +58,8 @@ _OP_TYPES = (
     # appended in version 9: torchvision's detectors: integer masks' `|`, `&`, `^`, `~`, RoIs
     # pooled, proposals suppressed
     "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "RoiAlign", "NonMaxSuppression",
+    # appended in version 10: not an ONNX op; speech recognisers' CTC loss (converters.ctc)
+    "CTCLoss",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES

@@ -60,13 +60,17 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.video_frames and not is_config(args.model):
         raise UsageError("--video-frames: a vision-language model's config.json takes it (an "
                          "ONNX file's frames are an input: give its --input-shape)")
+    if args.audio_seconds and not is_config(args.model):
+        raise UsageError("--audio-seconds: an audio model's config.json takes it (an ONNX "
+                         "file's audio is an input: give its --input-shape)")
     targets = cli_job.lora_targets(args.lora_targets)
     check_lora(args.model, args.lora_rank, targets)
     config = is_config(args.model)
     shape = _shape_kwargs(args)
     model, shape["image_size"] = config_graph_at(  # at the batch: its images, if it holds them
         args.model, args.batch_size or 1, args.seq_len, args.target_len, args.lora_rank,
-        targets, args.image_size, args.video_frames) if config else (args.model, args.image_size)
+        targets, args.image_size, args.video_frames, args.audio_seconds) if config else (
+        args.model, args.image_size)
     seq = convert(model, name=config_name(args.model) if config else Path(args.model).stem,
                   **shape,
                   fuse=True if args.fuse is None else args.fuse, label=args.model)

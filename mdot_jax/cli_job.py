@@ -73,6 +73,9 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--video-frames", type=POSITIVE_INT, metavar="F",
                    help="a vision-language config.json's sample: a video of F frames of "
                         "--image-size (an encoder over time: Qwen2/2.5/3-VL, GLM-4V)")
+    p.add_argument("--audio-seconds", type=POSITIVE_FLOAT, metavar="S",
+                   help="an audio model's config.json's sample: S seconds of waveform "
+                        "(wav2vec 2.0's, HuBERT's, WavLM's CTC or classifier)")
     p.add_argument("--seq-len", type=tokens, help="dim 1 of rank-2 token-id inputs")
     p.add_argument("--target-len", type=tokens,
                    help="an encoder-decoder's config.json: targets per sample (default: seq-len)")
@@ -163,7 +166,8 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
 def job_fields(args: argparse.Namespace) -> dict:
     """The `TrainingJob` fields of `add_job_args`' flags and the shape flags."""
     return dict(
-        image_size=args.image_size, video_frames=args.video_frames, seq_len=args.seq_len,
+        image_size=args.image_size, video_frames=args.video_frames,
+        audio_seconds=args.audio_seconds, seq_len=args.seq_len,
         target_len=args.target_len,
         lora_rank=args.lora_rank,
         lora_targets=lora_targets(args.lora_targets), frozen_weights=args.frozen_weights,

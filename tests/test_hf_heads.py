@@ -149,3 +149,62 @@ def test_an_encoder_decoders_task_head_is_priced_not_its_language_model(kind, ar
     assert seq.flops < lm.flops / 5  # no 32,000-word projection of every token
     with pytest.raises(ConversionError, match=f"is a {arch}, trained on its labels"):
         from_hf_config(config, seq_len=64, target_len=8)
+
+
+WAV2VEC2 = dict(model_type="wav2vec2", architectures=["Wav2Vec2ForCTC"], hidden_size=32,
+                num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                conv_dim=[32] * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2,
+                vocab_size=32)
+
+
+def test_a_speech_recognisers_ctc_config_trains_on_the_seconds_of_audio_asked(tmp_path):
+    """wav2vec 2.0's, HuBERT's and WavLM's CTC configs were refused ("has no causal, masked
+    ... language model"): a waveform of `--audio-seconds` a sample, a transcript of
+    `--seq-len` tokens, its CTC loss one node."""
+    from mdot_jax import RequestError, TrainingJob, predict
+    from mdot_jax.serving.model_source import config_said
+
+    with pytest.raises(ConversionError, match="trains on a waveform of any length: give "
+                                              "audio_seconds"):
+        from_hf_config(WAV2VEC2, seq_len=10)
+    short, long = (convert(from_hf_config(WAV2VEC2, seq_len=10, audio_seconds=s), batch_size=2,
+                           seq_len=10) for s in (1, 4))
+    assert long.meta["inputs"] == {"input_values": [2, 64000], "labels": [2, 10]}
+    assert "CTCLoss" in long.op_names and not long.unknown_ops
+    assert long.flops == pytest.approx(4 * short.flops, rel=0.1)
+    said = config_said(long)[0]
+    assert "on 4 s of audio a sample (64,000 samples) (SpecAugment's masking" in said
+    with pytest.raises(ConversionError, match="seq_len 100: 1 s of audio make 49 frames"):
+        from_hf_config(WAV2VEC2, seq_len=100, audio_seconds=1)
+    (tmp_path / "config.json").write_text(json.dumps(WAV2VEC2))
+    job = dict(model=str(tmp_path / "config.json"), batch_size=2, device="h100-sxm")
+    assert predict(TrainingJob(seq_len=10, audio_seconds=2, **job)).iteration_ms > 0
+    with pytest.raises(RequestError, match="seq_len: required"):  # the transcript's tokens
+        predict(TrainingJob(audio_seconds=2, **job))
+    with pytest.raises(RequestError, match="audio_seconds -1: expected a positive number"):
+        TrainingJob(seq_len=10, audio_seconds=-1, **job)
+
+
+def test_an_audio_classifiers_config_needs_no_tokens_and_fixed_features_take_no_seconds(
+        tmp_path):
+    """An audio classifier (wav2vec 2.0's `...ForSequenceClassification`, AST's) trains on
+    its audio and labels, no `--seq-len`; a spectrogram its config fixes (AST's 1,024 frames,
+    Whisper's 30 s) takes no `--audio-seconds`, nor does a text model."""
+    from mdot_jax import TrainingJob, predict
+
+    classifier = dict(WAV2VEC2, architectures=["Wav2Vec2ForSequenceClassification"],
+                      num_labels=5)
+    (tmp_path / "config.json").write_text(json.dumps(classifier))
+    p = predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=2,
+                            device="h100-sxm", audio_seconds=1))
+    assert p.iteration_ms > 0
+    ast = dict(model_type="audio-spectrogram-transformer",
+               architectures=["ASTForAudioClassification"], hidden_size=32,
+               num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_length=128,
+               num_mel_bins=32)
+    seq = convert(from_hf_config(ast), batch_size=2)
+    assert seq.meta["inputs"] == {"input_values": [2, 128, 32]}
+    with pytest.raises(ConversionError, match="pads every clip to its \\(128, 32\\) features"):
+        from_hf_config(ast, audio_seconds=10)
+    with pytest.raises(ConversionError, match="'vit' trains on no waveform"):
+        from_hf_config(VIT, audio_seconds=10)

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from converters import ConversionError, OperatorSequence, convert, converts_the_same
-from converters.hf_heads import reads_images
+from converters.hf_heads import input_kind, needs_tokens
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, HEAD_KEY, LOAD_FIELDS
 from mdot_jax import writers
@@ -63,6 +63,12 @@ def config_said(seq: OperatorSequence) -> list[str]:
         if pixels := head.get("pixels"):  # an image classifier's (the config's, or asked)
             labels += f", at {pixels[0]} x {pixels[1]} pixels" + (
                 f", {head['frames']} frames a clip" if head.get("frames") else "")
+        if audio := head.get("audio"):  # a waveform's samples, or the features its config fixes
+            labels += f", on {head['seconds']:g} s of audio a sample ({audio[0]:,} samples)" \
+                if head.get("seconds") else f", on {' x '.join(map(str, audio))} audio " \
+                "features a sample"
+            if head.get("spec_augment"):
+                labels += " (SpecAugment's masking, an elementwise pass, not priced)"
         said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
     if every := (moe := seq.meta.get("experts") or {}).get("every"):
@@ -108,7 +114,7 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
         try:
             model, size = config_graph_at(job.model, b, job.seq_len, job.target_len,
                                           job.lora_rank, job.lora_targets, job.image_size,
-                                          job.video_frames)
+                                          job.video_frames, job.audio_seconds)
         except ConversionError as e:  # a piece of a sample: its image, not its tokens, errs
             if job.cp > 1 and "a sample's image takes" in str(e):
                 raise _image_cut(job) from None
@@ -122,6 +128,9 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if job.video_frames and not config:
         raise RequestError("video_frames: a vision-language model's config.json takes it (an "
                            "ONNX file's frames are its input's: give its shape)", "video_frames")
+    if job.audio_seconds and not config:
+        raise RequestError("audio_seconds: an audio model's config.json takes it (an ONNX "
+                           "file's audio is its input's: give its shape)", "audio_seconds")
     shapes = tuple((k, tuple(v)) for k, v in (job.input_shapes or {}).items())
     if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
         stat = Path(model).stat()
@@ -257,33 +266,36 @@ def is_config(model: Any) -> bool:
 def config_graph(path: str | Path, seq_len: int | None, target_len: int | None = None,
                  lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None,
                  images: int = 1, image_size: int | None = None,
-                 video_frames: int | None = None) -> onnx.ModelProto:
+                 video_frames: int | None = None, audio_seconds: float | None = None
+                 ) -> onnx.ModelProto:
     """The training graph of the model a config.json describes, at `seq_len` tokens (an
     encoder-decoder's targets: `target_len`, default as many; an image classifier's: none,
     its config's image), with LoRA adapters of `lora_rank` on `lora_targets` where given
     (`converters.lora`); a vision-language model's images of `image_size` pixels a side (a
     video of `video_frames` frames), a grid encoder's graph holding `images` of them
-    (`fixed_images`)."""
+    (`fixed_images`); an audio model's `audio_seconds` of audio a sample."""
     file = config_file(path)
-    if seq_len is None and not reads_images(_fields(file)):
+    if seq_len is None and needs_tokens(_fields(file)):
         raise RequestError("seq_len: required with a Hugging Face config (the tokens per "
                            "sample to export the model at)", "seq_len")
     stat = file.stat() if file.is_file() else None  # the child says what is wrong with it
     return _from_config(str(path), stat and (stat.st_mtime_ns, stat.st_size), seq_len or 0,
-                        target_len, lora_rank, lora_targets, images, image_size, video_frames)
+                        target_len, lora_rank, lora_targets, images, image_size, video_frames,
+                        audio_seconds)
 
 
 def config_graph_at(path: str | Path, b: int, seq_len: int | None,
                     target_len: int | None = None, lora_rank: int | None = None,
                     lora_targets: tuple[str, ...] | None = None,
-                    image_size: int | None = None, video_frames: int | None = None
-                    ) -> tuple[onnx.ModelProto, int | None]:
+                    image_size: int | None = None, video_frames: int | None = None,
+                    audio_seconds: float | None = None) -> tuple[onnx.ModelProto, int | None]:
     """`config_graph` at batch `b`, and the image size left to convert at: None where the
     graph holds its images (a grid encoder's, exported at the batch at once; another's that
     says so, again at `b`) or reads them by cross-attention (tiles: no rank-4 input to size)."""
     def graph(images: int) -> onnx.ModelProto:
         return config_graph(path, seq_len, target_len, lora_rank, lora_targets, images=images,
-                            image_size=image_size, video_frames=video_frames)
+                            image_size=image_size, video_frames=video_frames,
+                            audio_seconds=audio_seconds)
 
     model = graph(b if _grid_encoder(_fields(config_file(path))) else 1)
     if images := fixed_images(model):  # its image's size is in the graph already
@@ -319,8 +331,8 @@ def _image_cut(job: TrainingJob) -> RequestError:
 
 def config_input(path: str | Path) -> str:
     """The kind of input a config.json's model trains on, without exporting it: an image
-    classifier's images, else tokens."""
-    return "image" if reads_images(_fields(config_file(path))) else "tokens"
+    or video classifier's images, an audio model's audio, else tokens."""
+    return input_kind(_fields(config_file(path)))
 
 
 def _fields(file: Path) -> dict:
@@ -336,7 +348,8 @@ def _fields(file: Path) -> dict:
 def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int | None,
                  lora_rank: int | None = None, lora_targets: tuple[str, ...] | None = None,
                  images: int = 1, image_size: int | None = None,
-                 video_frames: int | None = None) -> onnx.ModelProto:
+                 video_frames: int | None = None, audio_seconds: float | None = None
+                 ) -> onnx.ModelProto:
     """A Hugging Face language model's training graph from its config.json alone, on the meta
     device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
     one's memory; `os._exit` skips its teardown, which would take 0.1 GB more), once for every
@@ -346,7 +359,7 @@ def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int |
         code, stderr = _export_child([path, str(seq_len), str(out), str(target_len or 0),
                                       str(lora_rank or 0), ",".join(lora_targets or ()),
                                       str(images), str(image_size or 0),
-                                      str(video_frames or 0)])
+                                      str(video_frames or 0), str(audio_seconds or 0)])
         if code:  # 2: a ConversionError's line; else the export died
             lines = stderr.strip().splitlines() or [f"exit status {code}"]
             raise ConversionError(lines[-1] if code == 2 else

@@ -148,7 +148,10 @@ class TrainingJob:
         checkpoint); step: spec-sheet pricing only.
       image_size, seq_len, input_shapes: the input's size (default: the model's own).
       video_frames: a vision-language config.json's sample a video of that many frames (of
-        image_size a side) where its encoder takes one (Qwen-VL's grid over time).
+        image_size a side) where its encoder takes one (Qwen-VL's grid over time); a video
+        classifier's clip.
+      audio_seconds: an audio model's config.json's sample (wav2vec 2.0's CTC or classifier):
+        that many seconds of waveform.
       target_len: the targets per sample of an encoder-decoder's config.json (default:
         seq_len).
       lora_rank, lora_targets: a config.json's model fine-tuned with LoRA adapters of that rank
@@ -213,6 +216,7 @@ class TrainingJob:
     step: str | None = None
     image_size: int | None = None
     video_frames: int | None = None
+    audio_seconds: float | None = None
     seq_len: int | None = None
     target_len: int | None = None
     lora_rank: int | None = None
@@ -265,6 +269,8 @@ class TrainingJob:
         for name in ("image_size", "video_frames", "seq_len", "target_len"):
             if getattr(self, name) is not None:
                 _ints(name, getattr(self, name), *_TOKENS if "_len" in name else ())
+        if self.audio_seconds is not None:
+            _positive("audio_seconds", self.audio_seconds)
         if why := too_many_tokens(max(sizes), self.seq_len):
             raise RequestError(why, "batch_size")
         self._check_lora()
@@ -424,6 +430,7 @@ FIELDS = frozenset(f.name for f in fields(TrainingJob))  # what a request may na
 # the converter's words for a model's sizes (the CLI's flags) -> the request's fields
 _FLAGS = {"--input-shape": "input_shapes", "--batch-size": "batch_size",
           "--image-size": "image_size", "--video-frames": "video_frames", "--seq-len": "seq_len",
+          "--audio-seconds": "audio_seconds",
           "--target-len": "target_len",
           "--lora-rank": "lora_rank", "--lora-targets": "lora_targets"}
 
