@@ -141,6 +141,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             getattr(cfg, f, 0) for f in ("mask_time_prob", "mask_feature_prob"))
         if masked:  # SpecAugment's masks drawn in NumPy, written in place: not exported
             cfg.apply_spec_augment = False  # (an elementwise pass; `trained_as` says so)
+        dropped = {f: p for f in LAYERDROP if isinstance(p := getattr(cfg, f, 0), float) and p}
+        for f in dropped:  # a draw a layer a step, which a trace would freeze: every layer
+            setattr(cfg, f, 0.0)
         if video_frames and not vlm and not video:
             raise ConversionError(f"{where}: video_frames {video_frames}: model_type {kind!r} "
                                   + ("classifies images, not videos" if picture else
@@ -207,6 +210,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         assert trained_as is not None
         trained_as.update(audio=list(clip.shape[1:]), seconds=audio_seconds,
                           spec_augment=bool(masked))
+    if trained_as is not None and dropped:
+        trained_as["layerdrop"] = dropped
         if ctc:
             tokens = transcript(model, cfg, clip, seq_len, where)
     example: Any
@@ -384,6 +389,7 @@ def _windows(model: Any, cfg: Any) -> list[int]:
     return [window] * n
 
 
+LAYERDROP = ("layerdrop", "encoder_layerdrop", "decoder_layerdrop")  # a layer's chance to skip
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)
 LENGTH_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "n_ctx",
                  "seq_length", "max_sequence_length", "max_target_positions")

@@ -19,6 +19,10 @@ AUDIO_MAPPINGS = ("MODEL_FOR_CTC_MAPPING", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPI
 AUDIO_FIELDS = ("conv_dim", "num_mel_bins", "feature_projection_input_dim")  # an audio config's
 RATE = 16_000  # a waveform's samples a second (wav2vec 2.0's feature extractors')
 MOST_SECONDS = 3600.0  # the longest audio a sample priced
+# a feature-input recogniser's frame width and frames a second, by its config's field:
+# Wav2Vec2-BERT's pairs of 80 mel bins stacked (50 a second), Parakeet's and LASR's mel bins
+# at their extractors' 10 ms hop
+FEATURES = (("feature_projection_input_dim", 50), ("num_mel_bins", 100))
 SIDES = ("image_size", "crop_size")  # a config's image side (V-JEPA 2's crop)
 FRAMES = ("num_frames", "frames_per_clip")  # a video classifier's clip length
 HEAD_MODULES = ("classifier", "score", "qa_outputs")  # peft's task models' `modules_to_save`
@@ -92,9 +96,11 @@ def needs_tokens(config: dict) -> bool:
 
 def sound(cfg: Any, main: str, seconds: float | None, where: str, kind: str) -> tuple[int, ...]:
     """A sample's audio input for an audio head: a waveform [samples] of `seconds` at `RATE`
-    (wav2vec 2.0's, HuBERT's, WavLM's), or the spectrogram its config fixes (AST's
-    [max_length, num_mel_bins]; Whisper's [num_mel_bins, 2 x max_source_positions], its 30 s);
-    a ConversionError where `seconds` is missing or does not apply."""
+    (wav2vec 2.0's, HuBERT's, WavLM's), features [frames, width] of `seconds` at the rate its
+    feature extractor gives them (`FEATURES`: Parakeet's, Wav2Vec2-BERT's), or the spectrogram
+    its config fixes (AST's [max_length, num_mel_bins]; Whisper's [num_mel_bins, 2 x
+    max_source_positions], its 30 s); a ConversionError where `seconds` is missing or does
+    not apply."""
     bins = getattr(cfg, "num_mel_bins", None)
     fixed = (getattr(cfg, "max_length", None), bins) if main == "input_values" else (
         bins, 2 * getattr(cfg, "max_source_positions", 0) or None)
@@ -103,16 +109,21 @@ def sound(cfg: Any, main: str, seconds: float | None, where: str, kind: str) -> 
             raise ConversionError(f"{where}: audio_seconds {seconds:g}: model_type {kind!r} "
                                   f"pads every clip to its {fixed} features")
         return fixed  # type: ignore[return-value]
-    if main != "input_values":
+    holders = (cfg, getattr(cfg, "encoder_config", None))
+    width, rate = next(((getattr(c, f), r) for c in holders for f, r in FEATURES
+                        if isinstance(getattr(c, f, None), int)), (None, RATE))
+    if main != "input_values" and width is None:
         raise ConversionError(f"{where}: model_type {kind!r} takes audio features its config "
                               "does not size: export the model itself with converters.from_torch")
     if seconds is None:
-        raise ConversionError(f"{where}: model_type {kind!r} trains on a waveform of any "
-                              "length: give audio_seconds (a sample's seconds of audio)")
+        raise ConversionError(f"{where}: model_type {kind!r} trains on audio of any length: "
+                              "give audio_seconds (a sample's seconds of audio)")
     if not 0.025 <= seconds <= MOST_SECONDS:  # a frame of wav2vec 2.0's features at least
         raise ConversionError(f"{where}: audio_seconds {seconds:g}: give 0.025 to "
                               f"{MOST_SECONDS:,.0f} seconds")
-    return (round(seconds * RATE),)
+    if main == "input_values":
+        return (round(seconds * RATE),)
+    return max(round(seconds * rate), 1), int(width or 0)
 
 
 def image(cfg: Any, side: int | None, where: str, frames: int | None = None,

@@ -164,7 +164,7 @@ def test_a_speech_recognisers_ctc_config_trains_on_the_seconds_of_audio_asked(tm
     from mdot_jax import RequestError, TrainingJob, predict
     from mdot_jax.serving.model_source import config_said
 
-    with pytest.raises(ConversionError, match="trains on a waveform of any length: give "
+    with pytest.raises(ConversionError, match="trains on audio of any length: give "
                                               "audio_seconds"):
         from_hf_config(WAV2VEC2, seq_len=10)
     short, long = (convert(from_hf_config(WAV2VEC2, seq_len=10, audio_seconds=s), batch_size=2,
@@ -208,3 +208,38 @@ def test_an_audio_classifiers_config_needs_no_tokens_and_fixed_features_take_no_
         from_hf_config(ast, audio_seconds=10)
     with pytest.raises(ConversionError, match="'vit' trains on no waveform"):
         from_hf_config(VIT, audio_seconds=10)
+
+
+def test_a_feature_input_recogniser_trains_on_the_frames_of_the_seconds_asked():
+    """Wav2Vec2-BERT's CTC reads stacked mel features (160 a frame, 50 frames a second), not a
+    waveform: it was refused ("takes audio features its config does not size")."""
+    from mdot_jax.serving.model_source import config_said
+
+    bert = dict(model_type="wav2vec2-bert", architectures=["Wav2Vec2BertForCTC"],
+                hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, output_hidden_size=32, vocab_size=32)
+    seq = convert(from_hf_config(bert, seq_len=10, audio_seconds=3), batch_size=2, seq_len=10)
+    assert seq.meta["inputs"] == {"input_features": [2, 150, 160], "labels": [2, 10]}
+    assert "on 3 s of audio a sample (150 frames of 160 features)" in config_said(seq)[0]
+
+
+def test_layerdrop_skips_no_layer_of_the_graph():
+    """wav2vec 2.0's configs skip each layer with a chance a step in training (`layerdrop`,
+    0.1 by default): the trace froze one draw, so a config priced one layer fewer than another
+    export of it, at random. Every layer is exported, the note says why."""
+    import torch
+    import transformers
+
+    from mdot_jax.serving.model_source import config_said
+
+    config = dict(WAV2VEC2, num_hidden_layers=4, layerdrop=0.9, mask_time_prob=0.0,
+                  do_stable_layer_norm=True)
+    with torch.device("meta"):
+        model = transformers.Wav2Vec2ForCTC._from_config(
+            transformers.AutoConfig.for_model(**config))
+    want = sum(p.numel() for p in model.parameters())
+    for _ in range(3):
+        seq = convert(from_hf_config(config, seq_len=10, audio_seconds=1), batch_size=2,
+                      seq_len=10)
+        assert seq.params == want
+    assert "layerdrop 0.9: every layer run, none skipped" in config_said(seq)[0]

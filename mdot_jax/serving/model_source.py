@@ -64,11 +64,15 @@ def config_said(seq: OperatorSequence) -> list[str]:
             labels += f", at {pixels[0]} x {pixels[1]} pixels" + (
                 f", {head['frames']} frames a clip" if head.get("frames") else "")
         if audio := head.get("audio"):  # a waveform's samples, or the features its config fixes
-            labels += f", on {head['seconds']:g} s of audio a sample ({audio[0]:,} samples)" \
+            form = f"{audio[0]:,} samples" if len(audio) == 1 else \
+                f"{audio[0]:,} frames of {audio[1]} features"  # a waveform's, or features'
+            labels += f", on {head['seconds']:g} s of audio a sample ({form})" \
                 if head.get("seconds") else f", on {' x '.join(map(str, audio))} audio " \
                 "features a sample"
             if head.get("spec_augment"):
                 labels += " (SpecAugment's masking, an elementwise pass, not priced)"
+        for field, p in (head.get("layerdrop") or {}).items():  # every layer priced
+            labels += f"; {field} {p:g}: every layer run, none skipped"
         said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
     if every := (moe := seq.meta.get("experts") or {}).get("every"):
