@@ -141,9 +141,13 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             getattr(cfg, f, 0) for f in ("mask_time_prob", "mask_feature_prob"))
         if masked:  # SpecAugment's masks drawn in NumPy, written in place: not exported
             cfg.apply_spec_augment = False  # (an elementwise pass; `trained_as` says so)
-        dropped = {f: p for f in LAYERDROP if isinstance(p := getattr(cfg, f, 0), float) and p}
-        for f in dropped:  # a draw a layer a step, which a trace would freeze: every layer
-            setattr(cfg, f, 0.0)
+        dropped = {}  # a draw a layer a step, which a trace would freeze: every layer
+        for sub in [cfg, *(v for v in vars(cfg).values() if isinstance(  # (Parakeet's encoder
+                v, transformers.PretrainedConfig))]:  # config's)
+            for f in LAYERDROP:
+                if isinstance(p := getattr(sub, f, 0), float) and p:
+                    dropped[f] = p
+                    setattr(sub, f, 0.0)
         if video_frames and not vlm and not video:
             raise ConversionError(f"{where}: video_frames {video_frames}: model_type {kind!r} "
                                   + ("classifies images, not videos" if picture else
@@ -210,8 +214,6 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         assert trained_as is not None
         trained_as.update(audio=list(clip.shape[1:]), seconds=audio_seconds,
                           spec_augment=bool(masked))
-    if trained_as is not None and dropped:
-        trained_as["layerdrop"] = dropped
         if ctc:
             tokens = transcript(model, cfg, clip, seq_len, where)
     example: Any
@@ -233,6 +235,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         model.forward, example, names = image_text_step(model, pictures, placeholders, seq_len)
         trained_as = dict(head=type(model).__name__, labels=None, image=pictures.size,
                           image_tokens=placeholders, **pictures.said(images))
+    if dropped:  # said whatever the model
+        trained_as = dict(trained_as or {}, layerdrop=dropped)
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
     defaulted = _defaulted(text, (fields.get("text_config") or {}) if text is not cfg
                            else fields)

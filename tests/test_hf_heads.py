@@ -242,4 +242,20 @@ def test_layerdrop_skips_no_layer_of_the_graph():
         seq = convert(from_hf_config(config, seq_len=10, audio_seconds=1), batch_size=2,
                       seq_len=10)
         assert seq.params == want
-    assert "layerdrop 0.9: every layer run, none skipped" in config_said(seq)[0]
+    assert "layerdrop 0.9: every layer priced, none skipped (training skips 90% of them a " \
+        "step on average)" in config_said(seq)
+    m2m = dict(model_type="m2m_100", d_model=32, encoder_layers=2, decoder_layers=2,
+               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+               decoder_ffn_dim=64, vocab_size=128, encoder_layerdrop=0.5)
+    seq = convert(from_hf_config(m2m, seq_len=8), batch_size=2, seq_len=8)  # no head: said
+    assert any(line.startswith("encoder_layerdrop 0.5: every layer") for line in config_said(seq))
+    parakeet = dict(model_type="parakeet_ctc", architectures=["ParakeetForCTC"], vocab_size=32,
+                    encoder_config=dict(hidden_size=32, num_hidden_layers=4,
+                                        num_attention_heads=2, intermediate_size=64,
+                                        subsampling_conv_channels=8, layerdrop=0.9))
+    with torch.device("meta"):  # its encoder config's layerdrop
+        model = transformers.ParakeetForCTC._from_config(
+            transformers.AutoConfig.for_model(**parakeet))
+    seq = convert(from_hf_config(parakeet, seq_len=10, audio_seconds=1), batch_size=2,
+                  seq_len=10)
+    assert seq.params == sum(p.numel() for p in model.parameters())

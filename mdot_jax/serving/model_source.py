@@ -58,7 +58,7 @@ def config_said(seq: OperatorSequence) -> list[str]:
                         "; its encoder's attention as transformers' SDPA path runs it, a kernel "
                         "an image or window (attention flash_attention_2: one varlen call a layer)"
                         if head.get("looped") else ""))
-    elif head:
+    elif head and "head" in head:
         labels = f", {head['labels']} labels" if head["labels"] else ""
         if pixels := head.get("pixels"):  # an image classifier's (the config's, or asked)
             labels += f", at {pixels[0]} x {pixels[1]} pixels" + (
@@ -71,10 +71,12 @@ def config_said(seq: OperatorSequence) -> list[str]:
                 "features a sample"
             if head.get("spec_augment"):
                 labels += " (SpecAugment's masking, an elementwise pass, not priced)"
-        for field, p in (head.get("layerdrop") or {}).items():  # every layer priced
-            labels += f"; {field} {p:g}: every layer run, none skipped"
+
         said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
+    for field, p in ((head or {}).get("layerdrop") or {}).items():  # a draw a layer a step
+        said.append(f"{field} {p:g}: every layer priced, none skipped (training skips "
+                    f"{p:.0%} of them a step on average)")
     if every := (moe := seq.meta.get("experts") or {}).get("every"):
         said.append(f"transformers' own {every} runs every expert on every token "
                     f"({moe['experts'] // moe['top_k']}x the routed experts' work); priced as "
