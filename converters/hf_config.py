@@ -80,7 +80,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) `target_len` targets
     (default: as many as its inputs), its decoder fed them shifted right; a speech
     recogniser's (Whisper's) `seq_len` target tokens from its audio features; a task head's
-    that its `architectures` names (`...ForSequenceClassification`), its labels' loss; a
+    that its `architectures` names (`...ForSequenceClassification`), its labels' loss (an
+    image or video classifier's at `image_size` and `video_frames` where given, a CTC's or
+    audio classifier's on `audio_seconds` of audio: `converters.hf_heads`); a
     vision-language model's (PaliGemma's, InternVL's, Qwen-VL's) `seq_len` tokens, one
     image's features the first of them (`converters.vision_language`; a grid encoder's
     (Qwen-VL's) images of `image_size` pixels a side, the graph holding `images` of them:
@@ -134,9 +136,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         if auto is None:
             raise ConversionError(
                 f"{where}: model_type {kind!r} has no causal, masked, sequence-to-sequence or "
-                "image-text-to-text language model in transformers (an image or audio model's "
-                "config; an image classifier's names its `...ForImageClassification` in "
-                "architectures): export the model itself with converters.from_torch")
+                "image-text-to-text language model in transformers (an image, video or audio "
+                "model's config names its task head in architectures: ...ForImageClassification, "
+                "...ForCTC): export the model itself with converters.from_torch")
         masked = bool(getattr(cfg, "apply_spec_augment", False)) and any(
             getattr(cfg, f, 0) for f in ("mask_time_prob", "mask_feature_prob"))
         if masked:  # SpecAugment's masks drawn in NumPy, written in place: not exported
