@@ -81,8 +81,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     (default: as many as its inputs), its decoder fed them shifted right; a speech
     recogniser's (Whisper's) `seq_len` target tokens from its audio features; a task head's
     that its `architectures` names (`...ForSequenceClassification`), its labels' loss (an
-    image or video classifier's at `image_size` and `video_frames` where given, a CTC's or
-    audio classifier's on `audio_seconds` of audio: `converters.hf_heads`); a
+    image or video classifier's or segmenter's at `image_size` and `video_frames` where
+    given, a CTC's or audio classifier's on `audio_seconds` of audio: `converters.hf_heads`); a
     vision-language model's (PaliGemma's, InternVL's, Qwen-VL's) `seq_len` tokens, one
     image's features the first of them (`converters.vision_language`; a grid encoder's
     (Qwen-VL's) images of `image_size` pixels a side, the graph holding `images` of them:

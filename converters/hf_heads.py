@@ -13,7 +13,8 @@ from converters.vision_language import MOST
 
 IMAGE_HEAD = "ForImageClassification"  # an image classifier's config: no tokens, its image's
 VIDEO_HEAD = "ForVideoClassification"  # a video classifier's: a clip of frames a sample
-PICTURED = (IMAGE_HEAD, VIDEO_HEAD)
+SEGMENT_HEAD = "ForSemanticSegmentation"  # a segmenter's: a class a pixel
+PICTURED = (IMAGE_HEAD, VIDEO_HEAD, SEGMENT_HEAD)
 CTC_HEAD = "ForCTC"  # a speech recogniser's (wav2vec 2.0's): audio in, a transcript's loss
 AUDIO_MAPPINGS = ("MODEL_FOR_CTC_MAPPING", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING")
 AUDIO_FIELDS = ("conv_dim", "num_mel_bins", "feature_projection_input_dim")  # an audio config's
@@ -55,6 +56,9 @@ HEADS = (
     *(Head(h, f"MODEL_FOR_{kind}_CLASSIFICATION_MAPPING", f"AutoModelFor{h[3:]}",
            lambda x: dict(labels=x.new_zeros(x.shape[:1]).long()))
       for h, kind in ((IMAGE_HEAD, "IMAGE"), (VIDEO_HEAD, "VIDEO"))),
+    Head(SEGMENT_HEAD, "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING",
+         "AutoModelForSemanticSegmentation",  # a class a pixel [B, H, W] of images [B, C, H, W]
+         lambda x: dict(labels=x.new_zeros((x.shape[0], *x.shape[2:])).long())),
     Head(CTC_HEAD, "MODEL_FOR_CTC_MAPPING", "AutoModelForCTC", lambda x: {}, classes=False),
     *(Head(h, "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING", "AutoModelForAudioClassification",
            lambda x: dict(labels=x.new_zeros(x.shape[:1]).long()))  # (wav2vec 2.0's

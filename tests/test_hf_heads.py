@@ -259,3 +259,20 @@ def test_layerdrop_skips_no_layer_of_the_graph():
     seq = convert(from_hf_config(parakeet, seq_len=10, audio_seconds=1), batch_size=2,
                   seq_len=10)
     assert seq.params == sum(p.numel() for p in model.parameters())
+
+
+def test_a_segmenters_config_trains_on_a_class_a_pixel(tmp_path):
+    """SegFormer, UperNet, MobileViT fine-tuned to segment (`...ForSemanticSegmentation`) were
+    refused ("has no causal, masked ... language model"): images of `--image-size` (a
+    SegFormer's config sizes none), their loss over a class a pixel."""
+    from mdot_jax import TrainingJob, predict
+
+    segformer = dict(model_type="segformer", architectures=["SegformerForSemanticSegmentation"],
+                     hidden_sizes=[8, 16, 24, 32], decoder_hidden_size=32, num_labels=5)
+    small, large = (convert(from_hf_config(segformer, image_size=side), batch_size=2, fuse=True)
+                    for side in (64, 128))
+    assert large.meta["inputs"] == {"pixel_values": [2, 3, 128, 128]}
+    assert large.meta["head"]["pixels"] == [128, 128] and large.flops > 3.5 * small.flops
+    (tmp_path / "config.json").write_text(json.dumps(segformer))
+    assert predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=2,
+                               device="h100-sxm", image_size=64)).iteration_ms > 0
