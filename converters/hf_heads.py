@@ -1,7 +1,7 @@
 """The task heads a Hugging Face config's `architectures` names (a classifier's, a question
-answerer's, a speech recogniser's CTC: its head and loss, not a language model's), and an
-image or video classifier's input, the size (and frames) it trains at, set in its config where
-the config holds them; an audio model's, the seconds of audio a sample."""
+answerer's, a segmenter's, a speech recogniser's CTC: its head and loss, not a language
+model's), and their inputs: a picture head's size (and frames) it trains at, set in its config
+where the config holds them; an audio head's seconds of audio a sample."""
 
 from __future__ import annotations
 
@@ -27,15 +27,15 @@ FEATURES = (("feature_projection_input_dim", 50), ("num_mel_bins", 100))
 SIDES = ("image_size", "crop_size")  # a config's image side (V-JEPA 2's crop)
 FRAMES = ("num_frames", "frames_per_clip")  # a video classifier's clip length
 HEAD_MODULES = ("classifier", "score", "qa_outputs")  # peft's task models' `modules_to_save`
-IMAGES = 2  # an image classifier's example batch: one image has no batch statistics
+IMAGES = 2  # a picture head's example batch: one image has no batch statistics
 # (LeViT's BatchNorm1d refuses it in training)
 
 
 class Head(NamedTuple):
     """A task head a config's `architectures` names (`suffix`): transformers' `mapping` of the
     configs that build it, its `auto` class, its `labels` for the main input [B, ...] (a class
-    a sequence or a token, where an answer starts and ends), and whether `num_labels` counts
-    classes."""
+    a sequence, a token or a pixel, where an answer starts and ends), and whether `num_labels`
+    counts classes."""
 
     suffix: str
     mapping: str
@@ -44,25 +44,35 @@ class Head(NamedTuple):
     classes: bool = True
 
 
+def _a_class(x: Any) -> dict:
+    """A class a sample of the main input [B, ...]."""
+    return dict(labels=x.new_zeros(x.shape[:1]).long())
+
+
 HEADS = (
     Head("ForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
-         "AutoModelForSequenceClassification", lambda x: dict(labels=x.new_zeros(x.shape[:1]))),
+         "AutoModelForSequenceClassification", _a_class),
     Head("ForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
          "AutoModelForTokenClassification", lambda x: dict(labels=x.new_zeros(x.shape))),
     Head("ForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING",
          "AutoModelForQuestionAnswering", lambda x: dict(
              start_positions=x.new_zeros(x.shape[:1]), end_positions=x.new_zeros(x.shape[:1])),
          classes=False),
-    *(Head(h, f"MODEL_FOR_{kind}_CLASSIFICATION_MAPPING", f"AutoModelFor{h[3:]}",
-           lambda x: dict(labels=x.new_zeros(x.shape[:1]).long()))
-      for h, kind in ((IMAGE_HEAD, "IMAGE"), (VIDEO_HEAD, "VIDEO"))),
+    Head(IMAGE_HEAD, "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING", "AutoModelForImageClassification",
+         _a_class),
+    Head(VIDEO_HEAD, "MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING", "AutoModelForVideoClassification",
+         _a_class),
     Head(SEGMENT_HEAD, "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING",
          "AutoModelForSemanticSegmentation",  # a class a pixel [B, H, W] of images [B, C, H, W]
          lambda x: dict(labels=x.new_zeros((x.shape[0], *x.shape[2:])).long())),
-    Head(CTC_HEAD, "MODEL_FOR_CTC_MAPPING", "AutoModelForCTC", lambda x: {}, classes=False),
-    *(Head(h, "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING", "AutoModelForAudioClassification",
-           lambda x: dict(labels=x.new_zeros(x.shape[:1]).long()))  # (wav2vec 2.0's
-      for h in ("ForSequenceClassification", "ForAudioClassification")))  # are the first)
+    Head(CTC_HEAD, "MODEL_FOR_CTC_MAPPING", "AutoModelForCTC", lambda x: {},  # its transcript:
+         classes=False),  # an input
+    # an audio classifier's (wav2vec 2.0's are `...ForSequenceClassification`: the text
+    # head's mapping builds no audio config, so this one is found)
+    Head("ForSequenceClassification", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING",
+         "AutoModelForAudioClassification", _a_class),
+    Head("ForAudioClassification", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING",
+         "AutoModelForAudioClassification", _a_class))
 
 
 def task_head(cfg: Any) -> Head | None:
