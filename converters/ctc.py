@@ -38,11 +38,10 @@ def ctc_loss(logits: Any, labels: Any, config: Any) -> Any:
     if reduction not in REDUCTIONS:
         reduction = "mean"
     log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32).transpose(0, 1)
-    frames = torch.full(labels.shape[:1], logits.shape[1], dtype=torch.long)  # [B]
-    targets = torch.full(labels.shape[:1], labels.shape[1], dtype=torch.long)  # [B]
-    return _node().apply(log_probs, labels, frames.to(labels.device), targets.to(labels.device),
-                         int(config.pad_token_id or 0), reduction,
-                         bool(getattr(config, "ctc_zero_infinity", False)))
+    frames, targets = (torch.full(labels.shape[:1], n, dtype=torch.long, device=labels.device)
+                       for n in (logits.shape[1], labels.shape[1]))  # [B] each
+    return _node().apply(log_probs, labels, frames, targets, int(config.pad_token_id or 0),
+                         reduction, bool(getattr(config, "ctc_zero_infinity", False)))
 
 
 @functools.cache

@@ -115,14 +115,11 @@ def sound(cfg: Any, main: str, seconds: float | None, where: str, kind: str) -> 
     its config fixes (AST's [max_length, num_mel_bins]; Whisper's [num_mel_bins, 2 x
     max_source_positions], its 30 s); a ConversionError where `seconds` is missing or does
     not apply."""
-    bins = getattr(cfg, "num_mel_bins", None)
-    fixed = (getattr(cfg, "max_length", None), bins) if main == "input_values" else (
-        bins, 2 * getattr(cfg, "max_source_positions", 0) or None)
-    if bins is not None and all(isinstance(d, int) for d in fixed):
+    if fixed := _spectrogram(cfg, main):
         if seconds is not None:
             raise ConversionError(f"{where}: audio_seconds {seconds:g}: model_type {kind!r} "
                                   f"pads every clip to its {fixed} features")
-        return fixed  # type: ignore[return-value]
+        return fixed
     holders = (cfg, getattr(cfg, "encoder_config", None))
     width, rate = next(((getattr(c, f), r) for c in holders for f, r in FEATURES
                         if isinstance(getattr(c, f, None), int)), (None, RATE))
@@ -215,10 +212,18 @@ def features(model: Any, where: str, kind: str) -> tuple[int, int] | None:
 
     if type(model.config) not in auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING:
         return None
-    cfg = model.config
-    bins, positions = (getattr(cfg, f, None) for f in ("num_mel_bins", "max_source_positions"))
-    if model.main_input_name != "input_features" or not isinstance(bins, int) or \
-            not isinstance(positions, int):
+    if model.main_input_name != "input_features" or not (
+            fixed := _spectrogram(model.config, model.main_input_name)):
         raise ConversionError(f"{where}: model_type {kind!r} takes audio its config does not "
                               "size: export the model itself with converters.from_torch")
-    return bins, 2 * positions
+    return fixed
+
+
+def _spectrogram(cfg: Any, main: str) -> tuple[int, int] | None:
+    """The features a sample that `cfg` fixes, every clip padded to them: AST's
+    [max_length, num_mel_bins] (`input_values`), Whisper's [num_mel_bins, 2 x
+    max_source_positions] (`input_features`); None where it fixes none."""
+    bins = getattr(cfg, "num_mel_bins", None)
+    fixed = (getattr(cfg, "max_length", None), bins) if main == "input_values" else (
+        bins, 2 * getattr(cfg, "max_source_positions", 0) or None)
+    return fixed if all(isinstance(d, int) for d in fixed) else None  # type: ignore[return-value]
