@@ -6,23 +6,23 @@
 
 `--task` (`TASKS`) picks transformers' auto mapping of the types swept: causal LMs (the
 default), sequence-to-sequence LMs, masked LMs, or a task head (sequence, token, image, video
-or audio classification, semantic segmentation, speech recognisers' CTC: the config's
-`architectures` names the mapping's class). A text type's config is transformers' defaults with
-one small shape (`SMALL`: the fields a type does not know are dropped by its class or refused);
-an image, video or audio type's is transformers' defaults (built on the meta device: no size
-costs memory), at 224 pixels where its config sizes no image (a ResNet's: `--image-size`, as a
-user gives it), on 10 s of audio where it takes a waveform of any length (wav2vec 2.0's:
-`--audio-seconds`; a CTC's transcript 64 tokens). Each is exported by
-`converters.from_hf_config` (text at 64 tokens), converted at batch 2 and priced on 8 H100s
-(FSDP, amp-bf16, AdamW). Recorded per type: priced (parameters, against the meta-device model's
-own count; ms; MFU) or the one-line refusal. A refusal may be the small config's (a type whose
-fields must agree otherwise), so the count of priced types is a floor. Anything but a one-line
-`ConversionError` / `MdotError` is a bug; so is a parameter count off the model's by more than
-2% outside multimodal models and cross- attention decoders (TrOCR's): their towers and cross-
-attention are not in a text step, so they take no gradient there. A type whose export fails on
-tensors of unequal sizes is tried once more without `LATENT` (latent attention wants as many
-key-value heads as heads, and head widths of its own). Resumable: one line a type in
-`types.jsonl`.
+or audio classification, question answering, semantic segmentation, speech recognisers' CTC,
+speech-to-text models: the config's `architectures` names the mapping's class). A text type's
+config is transformers' defaults with one small shape (`SMALL`: the fields a type does not know
+are dropped by its class or refused); an image, video or audio type's is transformers' defaults
+(built on the meta device: no size costs memory), at 224 pixels where its config sizes no image
+(a ResNet's: `--image-size`, as a user gives it), on 10 s of audio where it takes a waveform of
+any length (wav2vec 2.0's: `--audio-seconds`; a CTC's or a speech-to-text model's transcript 64
+tokens). Each is exported by `converters.from_hf_config` (text at 64 tokens), converted at
+batch 2 and priced on 8 H100s (FSDP, amp-bf16, AdamW). Recorded per type: priced (parameters,
+against the meta-device model's own count; ms; MFU) or the one-line refusal. A refusal may be
+the small config's (a type whose fields must agree otherwise), so the count of priced types is
+a floor. Anything but a one-line `ConversionError` / `MdotError` is a bug; so is a parameter
+count off the model's by more than 2% outside multimodal models and cross-attention decoders
+(TrOCR's): their towers and cross-attention are not in a text step, so they take no gradient
+there. A type whose export fails on tensors of unequal sizes is tried once more without
+`LATENT` (latent attention wants as many key-value heads as heads, and head widths of its own).
+Resumable: one line a type in `types.jsonl`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, "text"),
          "sequence-classification": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", True,
                                      "text"),
          "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", True, "text"),
+         "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", True, "text"),
          "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", True,
                                   "picture"),
          "video-classification": ("MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES", True,
@@ -57,7 +58,9 @@ TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, "text"),
          "semantic-segmentation": ("MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES", True,
                                    "picture"),
          "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", True, "audio"),
-         "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", True, "audio")}
+         "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", True, "audio"),
+         "speech-seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", True, "audio")}
+TRANSCRIBED = ("ctc", "speech-seq2seq")  # audio tasks trained on a transcript's tokens
 SIDE = 224  # an image type's side where its config sizes none
 SECONDS = 10.0  # a waveform's length, an audio type's sample
 
@@ -91,7 +94,7 @@ def _price(kind: str, task: str, small: dict, side: int | None = None,
     cls = getattr(modeling_auto, mapping)[kind]
     cls = cls if isinstance(cls, str) else cls[0]  # (a type of several classes: the first)
     fields = dict(model_type=kind, **small, **(dict(architectures=[cls]) if named else {}))
-    tokens = dict(seq_len=64) if reads == "text" or task == "ctc" else {}  # (a transcript's)
+    tokens = dict(seq_len=64) if reads == "text" or task in TRANSCRIBED else {}
     r: dict = dict(type=kind, **(dict(image_size=side) if side else {}),
                    **(dict(audio_seconds=seconds) if seconds else {}))
     try:

@@ -30,8 +30,10 @@ from converters.hf_heads import (
     IMAGES,
     PICTURED,
     VIDEO_HEAD,
-    features,
+    every_layer,
     image,
+    language_model,
+    recognised,
     sound,
     task_head,
     transcript,
@@ -79,7 +81,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     tokens, an encoder alone's (DistilBERT's, ModernBERT's) masked-LM loss over every position,
     an encoder-decoder's (T5's, BART's: `is_encoder_decoder`) `target_len` targets
     (default: as many as its inputs), its decoder fed them shifted right; a speech
-    recogniser's (Whisper's) `seq_len` target tokens from its audio features; a task head's
+    recogniser's (Whisper's, Moonshine's) `seq_len` target tokens from its audio (a sample's
+    `audio_seconds` where its config pads no clip to a length: `hf_heads.recognised`); a task head's
     that its `architectures` names (`...ForSequenceClassification`), its labels' loss (an
     image or video classifier's or segmenter's at `image_size` and `video_frames` where
     given, a CTC's or audio classifier's on `audio_seconds` of audio: `converters.hf_heads`); a
@@ -99,6 +102,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     frozen (`converters.lora`)."""
     import torch
     import transformers
+    from transformers.models.auto import modeling_auto
 
     if isinstance(config, dict):
         fields, where = dict(config), "config"
@@ -123,13 +127,17 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         experts = max((v for k, v in settings.items()
                        if k in EXPERT_COUNTS and isinstance(v, int)), default=0)
         routed = not balanced(cfg) and experts > 1  # experts: as balanced routing
-        if cfg.is_encoder_decoder and getattr(cfg, "decoder_start_token_id", None) is None:
-            cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # no work
+        if cfg.is_encoder_decoder:  # ids its targets are shifted right with: no work
+            if getattr(cfg, "decoder_start_token_id", None) is None:
+                cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0
+            if getattr(cfg, "pad_token_id", None) is None:  # (Moonshine's)
+                cfg.pad_token_id = 0
         head = task_head(cfg)  # (T5's and BART's classifiers: not their LMs)
         video = head is not None and head.suffix == VIDEO_HEAD  # its sizes set before it is built
         picture = image(cfg, image_size, where, video_frames, video) if head and \
             head.suffix in PICTURED else None  # [C, H, W]; a video's [T, C, H, W]
-        auto = getattr(transformers, head.auto) if head else _language_model(transformers, cfg)
+        auto = getattr(transformers, head.auto) if head else language_model(
+            transformers, cfg, audio_seconds is not None)
         pictured = None if head else image_text_model(transformers, cfg)  # image, text in
         if vlm := pictured is not None and (auto is None or bool(image_size or video_frames)):
             auto = pictured  # a vision-language model (Gemma 3, a causal LM too: if asked)
@@ -143,13 +151,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             getattr(cfg, f, 0) for f in ("mask_time_prob", "mask_feature_prob"))
         if masked:  # SpecAugment's masks drawn in NumPy, written in place: not exported
             cfg.apply_spec_augment = False  # (an elementwise pass; `trained_as` says so)
-        dropped = {}  # a draw a layer a step, which a trace would freeze: every layer
-        for sub in [cfg, *(v for v in vars(cfg).values() if isinstance(  # (Parakeet's encoder
-                v, transformers.PretrainedConfig))]:  # config's)
-            for f in LAYERDROP:
-                if isinstance(p := getattr(sub, f, 0), float) and p:
-                    dropped[f] = p
-                    setattr(sub, f, 0.0)
+        dropped = every_layer(cfg)  # a draw a layer a step, which a trace would freeze
         if video_frames and not vlm and not video:
             raise ConversionError(f"{where}: video_frames {video_frames}: model_type {kind!r} "
                                   + ("classifies images, not videos" if picture else
@@ -178,16 +180,15 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             f"a {type(model).__name__}, trained on its labels" if head else
             "a causal LM, whose targets are its inputs (--seq-len)"))
     heard = head is not None and head.mapping in AUDIO_MAPPINGS  # a CTC's, a classifier's
-    audio = None if heard else features(model, where, kind)  # a speech recogniser's (Whisper's)
+    speech = modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING
+    audio = None if heard else recognised(model, audio_seconds, where, kind)  # Whisper's
     ctc = heard and head is not None and head.suffix == CTC_HEAD
-    if audio_seconds is not None and not heard:
+    if audio_seconds is not None and not heard and not audio:
         raise ConversionError(f"{where}: audio_seconds {audio_seconds:g}: model_type {kind!r} "
-                              + ("pads every clip to its 30 s" if audio else
-                                 "trains on no waveform"))
+                              "trains on no waveform")
     if audio and target_len is not None:
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} "
-                              f"transcribes its {audio[1]} frames of audio into --seq-len "
-                              "tokens: give seq_len alone")
+                              "transcribes its audio into --seq-len tokens: give seq_len alone")
     step = type(model).forward  # what a language model trains on: the loss of its own tokens
     main = model.main_input_name  # input_ids; pixel_values (an image classifier's); Whisper's
 
@@ -207,6 +208,12 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                                labels=cfg.num_labels if head.classes else None,
                                **(dict(pixels=picture[-2:]) if picture else {}),
                                **(dict(frames=picture[0]) if video and picture else {}))
+    if audio:  # a speech recogniser's audio, transcribed into its seq_len tokens
+        trained_as = dict(head=type(model).__name__, labels=None, audio=list(audio),
+                          seconds=audio_seconds, spec_augment=bool(masked), transcribed=True)
+    elif not head and cfg.is_encoder_decoder and type(cfg) in speech:  # (Seamless M4T's)
+        trained_as = dict(head=type(model).__name__, labels=None, text_alone=None,
+                          recogniser=getattr(speech[type(cfg)], "__name__", ""))
     if pictured and not vlm:  # trained on its text alone: what asks for an image
         trained_as = dict(head=type(model).__name__, labels=None, text_alone=image_sizes(cfg))
     if main.startswith("pixel_values") and not picture:  # (V-JEPA 2's pixel_values_videos)
@@ -313,20 +320,6 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     return onnx_model
 
 
-def _language_model(transformers: Any, cfg: Any) -> Any:
-    """The auto class that builds `cfg`'s language model: an encoder-decoder's (a speech
-    recogniser's: Whisper), else a causal LM's, else (an encoder alone: ModernBERT,
-    DistilBERT, ALBERT) a masked LM's; None where transformers has none of them."""
-    from transformers.models.auto import modeling_auto as auto
-
-    options = [(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING, transformers.AutoModelForSeq2SeqLM),
-               (auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING, transformers.AutoModelForSpeechSeq2Seq)
-               ] if cfg.is_encoder_decoder else [
-        (auto.MODEL_FOR_CAUSAL_LM_MAPPING, transformers.AutoModelForCausalLM),
-        (auto.MODEL_FOR_MASKED_LM_MAPPING, transformers.AutoModelForMaskedLM)]
-    return next((cls for mapping, cls in options if type(cfg) in mapping), None)
-
-
 # a graph two nodes a token or more larger at the second length unrolls a loop over the tokens
 # (a Mamba scan's step is a dozen; masks' code may differ by a few nodes between lengths)
 PROBE_TOKENS = (8, 24)
@@ -395,7 +388,6 @@ def _windows(model: Any, cfg: Any) -> list[int]:
     return [window] * n
 
 
-LAYERDROP = ("layerdrop", "encoder_layerdrop", "decoder_layerdrop")  # a layer's chance to skip
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)
 LENGTH_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "n_ctx",
                  "seq_length", "max_sequence_length", "max_target_positions")

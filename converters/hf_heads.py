@@ -22,11 +22,14 @@ RATE = 16_000  # a waveform's samples a second (wav2vec 2.0's feature extractors
 MOST_SECONDS = 3600.0  # the longest audio a sample priced
 # a feature-input recogniser's frame width and frames a second, by its config's field:
 # Wav2Vec2-BERT's pairs of 80 mel bins stacked (50 a second), Parakeet's and LASR's mel bins
-# at their extractors' 10 ms hop
-FEATURES = (("feature_projection_input_dim", 50), ("num_mel_bins", 100))
+# at their extractors' 10 ms hop, Speech2Text's filter banks (its input channels of them) too
+FEATURES = (("feature_projection_input_dim", 50), ("num_mel_bins", 100),
+            ("input_feat_per_channel", 100))
 SIDES = ("image_size", "crop_size")  # a config's image side (V-JEPA 2's crop)
 FRAMES = ("num_frames", "frames_per_clip")  # a video classifier's clip length
 HEAD_MODULES = ("classifier", "score", "qa_outputs")  # peft's task models' `modules_to_save`
+LAYERDROP = "layerdrop"  # how a field of a layer's chance to skip ends (Seamless M4T's
+# speech_encoder_layerdrop)
 IMAGES = 2  # a picture head's example batch: one image has no batch statistics
 # (LeViT's BatchNorm1d refuses it in training)
 
@@ -85,6 +88,41 @@ def task_head(cfg: Any) -> Head | None:
                  if arch.endswith(h.suffix) and type(cfg) in getattr(auto, h.mapping)), None)
 
 
+def language_model(transformers: Any, cfg: Any, heard: bool) -> Any:
+    """The auto class that builds `cfg`'s language model: an encoder-decoder's (a speech
+    recogniser's, Whisper's; a type that is both, Seamless M4T: the recogniser where `heard`,
+    audio asked or its `architectures` naming it), else a causal LM's, else (an encoder alone:
+    ModernBERT, DistilBERT, ALBERT) a masked LM's; None where transformers has none of them."""
+    from transformers.models.auto import modeling_auto as auto
+
+    speech = auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING
+    heard = heard or type(cfg) in speech and getattr(speech[type(cfg)], "__name__", "") in (
+        getattr(cfg, "architectures", None) or ())
+    options = [(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING, transformers.AutoModelForSeq2SeqLM),
+               (speech, transformers.AutoModelForSpeechSeq2Seq)
+               ][::-1 if heard else 1] if cfg.is_encoder_decoder else [
+        (auto.MODEL_FOR_CAUSAL_LM_MAPPING, transformers.AutoModelForCausalLM),
+        (auto.MODEL_FOR_MASKED_LM_MAPPING, transformers.AutoModelForMaskedLM)]
+    return next((cls for mapping, cls in options if type(cfg) in mapping), None)
+
+
+def every_layer(cfg: Any) -> dict[str, float]:
+    """Every layer of `cfg`'s model trained: its fields of a layer's chance to skip a step
+    (LayerDrop: wav2vec 2.0's `layerdrop`, M2M-100's `encoder_layerdrop`, Seamless M4T's
+    `speech_encoder_layerdrop`, Parakeet's in its encoder config), which a trace would freeze
+    one draw of, set to 0; those that were not, by field."""
+    import transformers
+
+    dropped = {}
+    for sub in [cfg, *(v for v in vars(cfg).values()
+                       if isinstance(v, transformers.PretrainedConfig))]:
+        for f in [f for f in vars(sub) if f.endswith(LAYERDROP)]:
+            if isinstance(p := getattr(sub, f), float) and p:
+                dropped[f] = p
+                setattr(sub, f, 0.0)
+    return dropped
+
+
 def input_kind(config: dict) -> str:
     """What a config.json's fields (`config`) train on, without building the model: "image"
     where they name an image or video classifier (ViT, VideoMAE fine-tuned: `architectures`),
@@ -120,9 +158,10 @@ def sound(cfg: Any, main: str, seconds: float | None, where: str, kind: str) -> 
             raise ConversionError(f"{where}: audio_seconds {seconds:g}: model_type {kind!r} "
                                   f"pads every clip to its {fixed} features")
         return fixed
-    holders = (cfg, getattr(cfg, "encoder_config", None))
-    width, rate = next(((getattr(c, f), r) for c in holders for f, r in FEATURES
-                        if isinstance(getattr(c, f, None), int)), (None, RATE))
+    holders = (cfg, getattr(cfg, "encoder_config", None), getattr(cfg, "encoder", None))
+    width, rate = next(((getattr(c, f) * getattr(c, "input_channels", 1), r) for c in holders
+                        for f, r in FEATURES if isinstance(getattr(c, f, None), int)),
+                       (None, RATE))
     if main != "input_values" and width is None:
         raise ConversionError(f"{where}: model_type {kind!r} takes audio features its config "
                               "does not size: export the model itself with converters.from_torch")
@@ -204,19 +243,20 @@ def transcript(model: Any, cfg: Any, clip: Any, seq_len: int, where: str) -> Any
     return (ids + (ids >= blank).long())[None]  # [1, T]
 
 
-def features(model: Any, where: str, kind: str) -> tuple[int, int] | None:
-    """One sample's audio features [mel bins, frames] where `model` is a speech recogniser
-    (Whisper: every clip padded to its encoder's 2 x `max_source_positions` frames); None for
-    a language model."""
+def recognised(model: Any, seconds: float | None, where: str, kind: str
+               ) -> tuple[int, ...] | None:
+    """One sample's audio input where `model` is an encoder-decoder speech recogniser
+    (transformers' speech-to-text models: Whisper's features, every clip padded to its 30 s;
+    Moonshine's, SpeechT5's or a wav2vec 2.0 encoder's waveform, Speech2Text's, Seamless
+    M4T's, Canary's features, of `seconds`: `sound`); None for a language model."""
     from transformers.models.auto import modeling_auto as auto
 
-    if type(model.config) not in auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING:
-        return None
-    if model.main_input_name != "input_features" or not (
-            fixed := _spectrogram(model.config, model.main_input_name)):
-        raise ConversionError(f"{where}: model_type {kind!r} takes audio its config does not "
-                              "size: export the model itself with converters.from_torch")
-    return fixed
+    if type(model) is not auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING.get(type(model.config), None):
+        return None  # (Seamless M4T's text-to-text model: its speech recogniser's config)
+    main = model.main_input_name
+    if main == "inputs":  # a SpeechEncoderDecoderModel's: its encoder's
+        main = model.get_encoder().main_input_name
+    return sound(model.config, main, seconds, where, kind)
 
 
 def _spectrogram(cfg: Any, main: str) -> tuple[int, int] | None:

@@ -276,3 +276,85 @@ def test_a_segmenters_config_trains_on_a_class_a_pixel(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(segformer))
     assert predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=2,
                                device="h100-sxm", image_size=64)).iteration_ms > 0
+
+
+SEAMLESS = dict(model_type="seamless_m4t", hidden_size=32, encoder_layers=2, decoder_layers=2,
+                speech_encoder_layers=4, encoder_attention_heads=2, decoder_attention_heads=2,
+                speech_encoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                speech_encoder_intermediate_size=64, vocab_size=128, t2u_vocab_size=32,
+                speech_encoder_layerdrop=0.9)
+
+
+@pytest.mark.parametrize("kind, fields, inputs", [
+    ("moonshine", dict(hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                       num_key_value_heads=2, encoder_num_hidden_layers=2,
+                       decoder_num_hidden_layers=2, vocab_size=128),
+     {"input_values": [2, 32000], "labels": [2, 12]}),
+    ("speech_to_text", dict(d_model=32, encoder_layers=2, decoder_layers=2,
+                            encoder_attention_heads=2, decoder_attention_heads=2,
+                            encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128),
+     {"input_features": [2, 200, 80], "labels": [2, 12]})])
+def test_a_speech_recogniser_of_any_length_trains_on_the_seconds_asked(kind, fields, inputs):
+    """Transformers' speech-to-text models other than Whisper (Moonshine on a waveform,
+    Speech2Text on filter banks; Canary, Seamless M4T, SpeechT5) were refused ("takes audio
+    its config does not size"): they transcribe `--audio-seconds` of audio into `--seq-len`
+    tokens; without the seconds the error names them."""
+    import torch
+    import transformers
+
+    from mdot_jax.serving.model_source import config_said
+
+    config = dict(model_type=kind, **fields)
+    seq = convert(from_hf_config(config, seq_len=12, audio_seconds=2), batch_size=2, seq_len=12)
+    assert seq.meta["inputs"] == inputs
+    with torch.device("meta"):
+        model = transformers.AutoModelForSpeechSeq2Seq.from_config(
+            transformers.AutoConfig.for_model(**config))
+    assert seq.params == sum(p.numel() for p in model.parameters())
+    assert config_said(seq)[0].endswith("on 2 s of audio a sample (" + (
+        "32,000 samples" if kind == "moonshine" else "200 frames of 80 features") +
+        "), transcribed into its tokens: every token's loss")
+    with pytest.raises(ConversionError, match=f"'{kind}' trains on audio of any length: give "
+                                              "audio_seconds"):
+        from_hf_config(config, seq_len=12)
+    longer = convert(from_hf_config(config, seq_len=12, audio_seconds=4), batch_size=2,
+                     seq_len=12)
+    assert longer.flops > 1.5 * seq.flops
+
+
+def test_a_speech_and_text_model_trains_as_its_config_or_the_audio_asked_says():
+    """Seamless M4T's config builds a text-to-text model and a speech recogniser: text, said,
+    unless the audio or its architectures ask for speech; its speech encoder's own layerdrop
+    (`speech_encoder_layerdrop`) froze a draw of its layers into the graph."""
+    import torch
+    import transformers
+
+    from mdot_jax.serving.model_source import config_said
+
+    text = convert(from_hf_config(SEAMLESS, seq_len=8), batch_size=2, seq_len=8)
+    assert text.meta["inputs"] == {"input_ids": [2, 8]}
+    assert config_said(text)[0] == ("trained as SeamlessM4TForTextToText on its text alone; "
+                                    "audio_seconds trains SeamlessM4TForSpeechToText on audio "
+                                    "a sample")
+    with torch.device("meta"):
+        model = transformers.SeamlessM4TForSpeechToText._from_config(
+            transformers.AutoConfig.for_model(**SEAMLESS))
+    for config, seconds in ((SEAMLESS, 1), (dict(SEAMLESS, architectures=[
+            "SeamlessM4TForSpeechToText"]), None)):
+        if seconds is None:  # its architectures ask for speech: then for the seconds
+            with pytest.raises(ConversionError, match="give audio_seconds"):
+                from_hf_config(config, seq_len=8)
+            seconds = 1
+        seq = convert(from_hf_config(config, seq_len=8, audio_seconds=seconds), batch_size=2,
+                      seq_len=8)
+        assert seq.meta["inputs"] == {"input_features": [2, 50, 160], "labels": [2, 8]}
+        assert seq.params == sum(p.numel() for p in model.parameters())
+        assert "speech_encoder_layerdrop 0.9: every layer priced, none skipped (training " \
+            "skips 90% of them a step on average)" in config_said(seq)
+    whisper = dict(model_type="whisper", architectures=["WhisperForAudioClassification"],
+                   d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                   decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                   vocab_size=128, num_mel_bins=80, max_source_positions=100, num_labels=4)
+    seq = convert(from_hf_config(whisper), batch_size=2)  # a recogniser's head: its own note
+    assert config_said(seq)[0].startswith("trained as WhisperForAudioClassification (the "
+                                          "config's architectures), 4 labels, on 80 x 200")

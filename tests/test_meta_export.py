@@ -754,6 +754,7 @@ def test_a_speech_recognisers_config_exports_its_transcription_step(tmp_path):
 
     from converters import convert, from_hf_config
     from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving.model_source import config_said
 
     whisper = dict(model_type="whisper", d_model=64, encoder_layers=2, decoder_layers=2,
                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
@@ -768,8 +769,7 @@ def test_a_speech_recognisers_config_exports_its_transcription_step(tmp_path):
             transformers.AutoConfig.for_model(**whisper))
     assert short.params == sum(p.numel() for p in model.parameters())
     assert short.flops < long.flops < 3 * short.flops  # the encoder's work stays
-    with pytest.raises(ConversionError, match="transcribes its 200 frames of audio into "
-                                              "--seq-len tokens"):
+    with pytest.raises(ConversionError, match="transcribes its audio into --seq-len tokens"):
         from_hf_config(whisper, seq_len=16, target_len=8)
     with pytest.raises(ConversionError, match="65 tokens are more than its "
                                               "max_target_positions"):
@@ -778,9 +778,12 @@ def test_a_speech_recognisers_config_exports_its_transcription_step(tmp_path):
     for device in (None, "h100-sxm"):  # --seq-len is its targets' length, not its audio's
         assert predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=16,
                                    batch_size=2, device=device)).iteration_ms > 0
-    with pytest.raises(ConversionError, match="'moonshine' takes audio its config does not "
-                                              "size: export the model itself"):
-        from_hf_config(dict(model_type="moonshine", num_hidden_layers=2), seq_len=16)
+    with pytest.raises(ConversionError, match="audio_seconds 30: model_type 'whisper' pads "
+                                              "every clip to its \\(80, 200\\) features"):
+        from_hf_config(whisper, seq_len=16, audio_seconds=30)
+    assert config_said(short) == ["trained as WhisperForConditionalGeneration, on 80 x 200 "
+                                  "audio features a sample, transcribed into its tokens: every "
+                                  "token's loss"]
 
 
 def test_a_model_whose_forward_changes_it_is_probed_on_a_copy():

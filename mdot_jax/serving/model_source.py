@@ -41,7 +41,9 @@ def config_said(seq: OperatorSequence) -> list[str]:
     if head and "text_alone" in head:  # a vision-language model that is a causal LM too
         sizes = head["text_alone"]  # None: its images' size is not the config's to say
         said.append(f"trained as {head['head']} on its text alone" + (
-            f"; an image_size ({sizes}) trains it on an image a sample too" if sizes else ""))
+            f"; an image_size ({sizes}) trains it on an image a sample too" if sizes else "") + (
+            f"; audio_seconds trains {head['recogniser']} on audio a sample"
+            if head.get("recogniser") else ""))
     elif head and head.get("cross"):  # its text reads the tiles by cross-attention
         said.append(f"trained as {head['head']} on one image a sample, {head['tiles']} tiles "
                     f"of {head['tile']} x {head['tile']} (its processor pads every image to "
@@ -72,7 +74,9 @@ def config_said(seq: OperatorSequence) -> list[str]:
             if head.get("spec_augment"):
                 labels += " (SpecAugment's masking, an elementwise pass, not priced)"
 
-        said.append(f"trained as {head['head']} (the config's architectures){labels}: its "
+        said.append(f"trained as {head['head']}{labels}, transcribed into its tokens: every "
+                    "token's loss" if head.get("transcribed") else  # a speech recogniser
+                    f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
     for field, p in ((head or {}).get("layerdrop") or {}).items():  # a draw a layer a step
         said.append(f"{field} {p:g}: every layer priced, none skipped (training skips "
