@@ -95,12 +95,23 @@ def _dbrx(self: Any, hidden: Any, top_k_index: Any, top_k_weights: Any) -> Any:
 def _switch(self: Any, hidden: Any, selected: Any, weights: Any) -> Any:
     """Switch Transformers' experts (a module each) on `hidden` [T, d], each token's expert
     one-hot in `selected` [T, 1, E] with its weight [T, 1], as balanced routing: [T, d]."""
+    return dispatched(hidden, selected.argmax(-1), weights, self.num_experts, _each(self))
+
+
+def _top_two(self: Any, hidden: Any, selected: Any, gates: Any) -> Any:
+    """NLLB-MoE's experts (a module each) on `hidden` [T, d], each token routed to the two
+    experts its `gates` [T, E] weigh (zero elsewhere; `selected`, the first of them within
+    capacity, is not read), as balanced routing: [T, d]."""
+    weights, index = gates.topk(2, dim=-1)  # [T, 2]
+    return dispatched(hidden, index, weights, self.num_experts, _each(self))
+
+
+def _each(self: Any) -> Callable[[Any], Any]:
+    """Each expert of `self` (a module dict of `expert_{i}`) on its rows: [E, rows, d] ->
+    [E, rows, d]."""
     import torch
 
-    def compute(x: Any) -> Any:  # [E, rows, d]: each expert's FFN on its rows
-        return torch.stack([self[f"expert_{i}"](x[i]) for i in range(self.num_experts)])
-
-    return dispatched(hidden, selected.argmax(-1), weights, self.num_experts, compute)
+    return lambda x: torch.stack([self[f"expert_{i}"](x[i]) for i in range(self.num_experts)])
 
 
 def _grouped(self: Any, inputs: Any, expert_size: Any) -> Any:
@@ -142,11 +153,12 @@ def _every_expert(self: Any, hidden: Any) -> tuple[Any, Any]:
 # experts of transformers' models outside its experts interface, whose own forward sizes each
 # expert's rows by the data (`nonzero`, `.tolist()`) or runs every expert on every token
 # (`EVERY`): class name -> its balanced forward
-ADAPTED = {"DbrxExperts": _dbrx, "SwitchTransformersExperts": _switch,
+ADAPTED = {"DbrxExperts": _dbrx, "SwitchTransformersExperts": _switch, "NllbMoeExperts": _top_two,
            "JetMoeParallelExperts": _grouped, "JetMoeTopKGating": _top_k_gating,
            "Llama4TextMoe": _every_expert}
 EVERY = ("Llama4TextMoe",)
-HOLDERS = ("DbrxExperts", "SwitchTransformersExperts", "JetMoeMoE")  # a layer's experts, each
+# the modules holding a layer's experts, each
+HOLDERS = ("DbrxExperts", "SwitchTransformersExperts", "NllbMoeExperts", "JetMoeMoE")
 
 
 @contextlib.contextmanager

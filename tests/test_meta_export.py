@@ -359,15 +359,21 @@ def test_experts_counted_under_other_field_names_route_balanced(kind, fields, mo
     ("switch_transformers", dict(d_model=64, d_ff=128, d_kv=16, num_heads=4, num_layers=4,
                                  num_decoder_layers=4, num_experts=8, vocab_size=256,
                                  encoder_sparse_step=2, decoder_sparse_step=2), 1, 4),
+    ("nllb-moe", dict(d_model=32, encoder_layers=4, decoder_layers=4, encoder_attention_heads=2,
+                      decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                      vocab_size=128, num_experts=8, encoder_sparse_step=2,
+                      decoder_sparse_step=2), 2, 4),
     ("jetmoe", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, kv_channels=16,
                     num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2,
                     vocab_size=256), 2, 3)])
 def test_experts_outside_transformers_interface_route_balanced(kind, fields, top_k, layers):
-    """DBRX's, Switch Transformers' and JetMoE's experts size each expert's rows by the data
-    (`nonzero`, `.tolist()`), which no meta tensor has: DBRX (132B) was refused, a Switch
-    Transformer too ("NonZero: output shape unknown"), JetMoE traced on the CPU with its
+    """DBRX's, Switch Transformers', NLLB-MoE's and JetMoE's experts size each expert's rows
+    by the data (`nonzero`, `.tolist()`), which no meta tensor has: DBRX (132B) was refused, a
+    Switch Transformer too ("NonZero: output shape unknown"), JetMoE traced on the CPU with its
     example's row counts baked in, which no other batch matched ("Mismatch between the sum of
-    'split' (128) and the split dimension of the input (256)")."""
+    'split' (128) and the split dimension of the input (256)"), NLLB-MoE on the CPU with the
+    experts its example's tokens reached alone (20.9M of its small config's 418.9M parameters
+    priced, silently)."""
     import torch
     import transformers
 
