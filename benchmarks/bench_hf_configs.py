@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 import warnings
@@ -63,6 +64,7 @@ TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, "text"),
 TRANSCRIBED = ("ctc", "speech-seq2seq")  # audio tasks trained on a transcript's tokens
 SIDE = 224  # an image type's side where its config sizes none
 SECONDS = 10.0  # a waveform's length, an audio type's sample
+TOKENS = 64  # a text's (a transcript's); an audio-language model's: its audio's tokens and 64
 
 
 def price(kind: str, task: str = "causal-lm") -> dict:
@@ -76,11 +78,13 @@ def price(kind: str, task: str = "causal-lm") -> dict:
         r = _price(kind, task, {}, side=SIDE)
     if "give audio_seconds" in r.get("refused", ""):
         r = _price(kind, task, {}, seconds=SECONDS)
+    if heard := re.search(r"a sample's audio takes (\d+)", r.get("refused", "")):
+        r = _price(kind, task, {}, seconds=SECONDS, tokens=int(heard[1]) + TOKENS)
     return r
 
 
 def _price(kind: str, task: str, small: dict, side: int | None = None,
-           seconds: float | None = None) -> dict:
+           seconds: float | None = None, tokens: int = TOKENS) -> dict:
     import torch
     import transformers
     from transformers.models.auto import modeling_auto
@@ -94,20 +98,22 @@ def _price(kind: str, task: str, small: dict, side: int | None = None,
     cls = getattr(modeling_auto, mapping)[kind]
     cls = cls if isinstance(cls, str) else cls[0]  # (a type of several classes: the first)
     fields = dict(model_type=kind, **small, **(dict(architectures=[cls]) if named else {}))
-    tokens = dict(seq_len=64) if reads == "text" or task in TRANSCRIBED else {}
+    length = dict(seq_len=tokens) if reads == "text" or task in TRANSCRIBED else {}
     r: dict = dict(type=kind, **(dict(image_size=side) if side else {}),
-                   **(dict(audio_seconds=seconds) if seconds else {}))
+                   **(dict(audio_seconds=seconds) if seconds else {}),
+                   **(dict(seq_len=tokens) if tokens != TOKENS else {}))
     try:
-        seq = convert(from_hf_config(fields, image_size=side, audio_seconds=seconds, **tokens),
-                      batch_size=2, fuse=True, **tokens)
+        seq = convert(from_hf_config(fields, image_size=side, audio_seconds=seconds, images=2,
+                                     **length), batch_size=2, fuse=True, **length)
         p = predict(TrainingJob(model=seq, batch_size=2, device="h100-sxm", gpus=8,
                                 strategy="fsdp", precision="amp-bf16", optimizer="adamw"))
         cfg = transformers.AutoConfig.for_model(kind, **small)
         with torch.device("meta"):
-            model = (getattr(transformers, cls)._from_config(cfg) if named else
-                     (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
-                      else transformers.AutoModelForMaskedLM if task == "masked-lm"
-                      else transformers.AutoModelForCausalLM).from_config(cfg))
+            built = (seq.meta.get("head") or {}).get("head")  # the class trained, where said
+            model = (getattr(transformers, built or cls)._from_config(cfg) if built or named
+                     else (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
+                           else transformers.AutoModelForMaskedLM if task == "masked-lm"
+                           else transformers.AutoModelForCausalLM).from_config(cfg))
         r.update(params=int(seq.params), model_params=sum(t.numel() for t in model.parameters()),
                  ms=round(p.iteration_ms, 3), mfu=round(p.mfu, 4))
     except (ConversionError, MdotError) as e:

@@ -17,6 +17,7 @@ from typing import Any
 
 import onnx
 
+from converters.audio_language import audio_text_model, audio_text_step
 from converters.ctc import ctc_loss
 from converters.dims import check_dims, drop_metadata
 from converters.errors import ConversionError
@@ -141,12 +142,16 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         pictured = None if head else image_text_model(transformers, cfg)  # image, text in
         if vlm := pictured is not None and (auto is None or bool(image_size or video_frames)):
             auto = pictured  # a vision-language model (Gemma 3, a causal LM too: if asked)
+        listener = None if head or vlm else audio_text_model(transformers, cfg)  # Voxtral's
+        if listened := listener is not None and (auto is None or audio_seconds is not None):
+            auto = listener[0]  # an audio-language model (a causal LM too: if audio is asked)
         if auto is None:
             raise ConversionError(
-                f"{where}: model_type {kind!r} has no causal, masked, sequence-to-sequence or "
-                "image-text-to-text language model in transformers (an image, video or audio "
-                "model's config names its task head in architectures: ...ForImageClassification, "
-                "...ForCTC): export the model itself with converters.from_torch")
+                f"{where}: model_type {kind!r} has no causal, masked, sequence-to-sequence, "
+                "image-text-to-text or audio-text language model in transformers (an image, "
+                "video or audio model's config names its task head in architectures: "
+                "...ForImageClassification, ...ForCTC): export the model itself with "
+                "converters.from_torch")
         masked = bool(getattr(cfg, "apply_spec_augment", False)) and any(
             getattr(cfg, f, 0) for f in ("mask_time_prob", "mask_feature_prob"))
         if masked:  # SpecAugment's masks drawn in NumPy, written in place: not exported
@@ -183,9 +188,11 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     speech = modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING
     audio = None if heard else recognised(model, audio_seconds, where, kind)  # Whisper's
     ctc = heard and head is not None and head.suffix == CTC_HEAD
-    if audio_seconds is not None and not heard and not audio:
+    if audio_seconds is not None and not (heard or audio or listened):
         raise ConversionError(f"{where}: audio_seconds {audio_seconds:g}: model_type {kind!r} "
-                              "trains on no waveform")
+                              + ("is priced on images and text: audio beside them is not" if
+                                 vlm and audio_text_model(transformers, cfg) else
+                                 "trains on no waveform"))
     if audio and target_len is not None:
         raise ConversionError(f"{where}: target_len {target_len}: model_type {kind!r} "
                               "transcribes its audio into --seq-len tokens: give seq_len alone")
@@ -214,6 +221,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     elif not head and cfg.is_encoder_decoder and type(cfg) in speech:  # (Seamless M4T's)
         trained_as = dict(head=type(model).__name__, labels=None, text_alone=None,
                           recogniser=getattr(speech[type(cfg)], "__name__", ""))
+    elif listener and not listened:  # a causal LM that hears too, on its text
+        trained_as = dict(head=type(model).__name__, labels=None, text_alone=None,
+                          recogniser=listener[1])
     if pictured and not vlm:  # trained on its text alone: what asks for an image
         trained_as = dict(head=type(model).__name__, labels=None, text_alone=image_sizes(cfg))
     if main.startswith("pixel_values") and not picture:  # (V-JEPA 2's pixel_values_videos)
@@ -233,6 +243,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         example, names = clip, [main]
     elif main.startswith("pixel_values"):
         example, names = torch.zeros(IMAGES, *(picture or ())), [main]
+    elif listened:  # a sample's audio, its features the first of the seq_len tokens
+        pictures, placeholders, example, names, trained_as = audio_text_step(
+            model, audio_seconds, images, seq_len, where, kind)
     elif not vlm:
         example, names = tokens, [main]
     else:  # one image a sample, its features the first of the seq_len tokens
@@ -261,7 +274,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     def export() -> onnx.ModelProto:
         ROUTED.clear()
         try:
-            with adapted(model), placed(model, pictures, placeholders) if vlm else \
+            with adapted(model), placed(model, pictures, placeholders) if vlm or listened else \
                     contextlib.nullcontext():
                 onnx_model = from_torch(model, example, input_names=names)
         except ConversionError:  # a table or bias built for fewer positions: say which
@@ -286,7 +299,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
 
     stack = layer_stack(model, getattr(text, "num_hidden_layers", 0))
     with adapted(model):  # as exported
-        unrolls = main == "input_ids" and not vlm and _unrolls_tokens(model, stack)
+        unrolls = main == "input_ids" and not (vlm or listened) and _unrolls_tokens(model, stack)
     if unrolls:
         raise ConversionError(
             f"{where}: model_type {kind!r} exports as a loop over its tokens (a recurrence, such "

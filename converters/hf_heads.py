@@ -251,7 +251,8 @@ def recognised(model: Any, seconds: float | None, where: str, kind: str
     M4T's, Canary's features, of `seconds`: `sound`); None for a language model."""
     from transformers.models.auto import modeling_auto as auto
 
-    if type(model) is not auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING.get(type(model.config), None):
+    if not model.config.is_encoder_decoder or type(model) is not \
+            auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING.get(type(model.config), None):
         return None  # (Seamless M4T's text-to-text model: its speech recogniser's config)
     main = model.main_input_name
     if main == "inputs":  # a SpeechEncoderDecoderModel's: its encoder's

@@ -30,6 +30,8 @@ class Images(NamedTuple):
     cross: bool = False  # its text reads them by cross-attention (Llama 3.2 Vision's)
     frames: int = 0  # a video's frames (a grid encoder's over time); 0: an image
     tile: int = 0  # a tile's side where the pixels do not say it (patch lists); 0: they do
+    key: str = "pixel_values"  # the forward's input they are (an audio model's features)
+    chunks: int = 0  # an audio's chunks a sample ([B, chunks, ...], flattened for the encoder)
 
     def said(self, images: int) -> dict:
         """What the prediction says of them beyond their size: the images a sample the graph

@@ -26,6 +26,7 @@ from converters.masks import FILLS_KEY, PADDING_KEY, folded
 from converters.selected import sized
 from converters.sequence import (
     DATA_INPUTS_KEY,
+    HEAD_KEY,
     JSON_KEYS,
     PARAMS_KEY,
     SDPA_KEY,
@@ -218,6 +219,13 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     data = data_input_names(model)
     _set_meta(model, DATA_INPUTS_KEY, ",".join(data))
     meta = {p.key for p in model.metadata_props}
+    held = json.loads(next((p.value for p in model.metadata_props if p.key == HEAD_KEY),
+                           "{}")).get("images")  # a grid encoder's, an audio's chunks
+    if held and batch_size and batch_size != held:
+        raise ConversionError(f"{label}: the graph holds the images or audio of a batch of "
+                              f"{held} (their sizes are in it): convert it at batch {held}, or "
+                              f"export it again at batch {batch_size} (from_hf_config(..., "
+                              f"images={batch_size}))")
     base = None if isinstance(source, (bytes, onnx.ModelProto)) else Path(source).parent
     masks = {t.name: kind for t in model.graph.initializer if (kind := folded(t, base))}
     for kind, key in (("fill", FILLS_KEY), ("padding", PADDING_KEY)):

@@ -237,6 +237,7 @@ def image_tokens(model: Any, images: Images, where: str) -> int:
 
     if images.cross:  # its image token, and the tiles read by cross-attention
         return 1
+    noun = "image" if images.key == "pixel_values" else "audio"  # (an audio-language model's)
     found: list[int] = []
     ids = torch.zeros(images.pixels.shape[0], 1, dtype=torch.long, device="meta")  # [B, 1]
     try:
@@ -246,11 +247,11 @@ def image_tokens(model: Any, images: Images, where: str) -> int:
         raise
     except Exception as e:  # its code needs values: the meta device has none
         raise ConversionError(
-            f"{where}: {type(model).__name__}: its images do not trace on the meta device "
+            f"{where}: {type(model).__name__}: its {noun} does not trace on the meta device "
             f"({type(e).__name__}: {str(e).splitlines()[0][:200]}): export the model itself "
             "with converters.from_torch") from None
     if not found:
-        raise ConversionError(f"{where}: {type(model).__name__}: its image's features never "
+        raise ConversionError(f"{where}: {type(model).__name__}: its {noun}'s features never "
                               "reach its text: export the model itself with "
                               "converters.from_torch")
     return found[0]
@@ -263,8 +264,9 @@ def _inputs(model: Any, images: Images, pixels: Any, ids: Any, tokens: int,
     where its forward wants them, multimodal token types (Qwen-VL's: 1 an image's token)."""
     import torch
 
-    kw = dict(images.fixed, input_ids=ids, labels=ids, pixel_values=pixels.flatten(0, 1)
-              if GRID in images.fixed or LISTS in images.fixed else pixels)
+    flat = GRID in images.fixed or LISTS in images.fixed or images.chunks > 1
+    kw = dict(images.fixed, input_ids=ids, labels=ids,
+              **{images.key: pixels.flatten(0, 1) if flat else pixels})
     if token_types is not None:
         kw["token_type_ids"] = token_types
     if "mm_token_type_ids" in inspect.signature(type(model).forward).parameters:
@@ -287,7 +289,7 @@ def image_text_step(model: Any, images: Images, tokens: int, seq_len: int
     if images.cross:
         return _cross_step(model, images, ids)
     example: tuple = (images.pixels, ids)
-    names = ["pixel_values", "input_ids"]
+    names = [images.key, "input_ids"]
     if "token_type_ids" in inspect.signature(forward).parameters:
         kinds = (torch.arange(seq_len) < tokens).long().expand_as(ids)  # [B, T]
         example, names = (*example, kinds), [*names, "token_type_ids"]

@@ -245,7 +245,7 @@ def test_an_encoder_alone_trains_as_a_masked_lm_and_a_config_of_no_language_mode
     seq = convert(from_hf_config(small, seq_len=32), batch_size=2)
     assert seq.params == sum(p.numel() for p in mlm.parameters())
     with pytest.raises(ConversionError, match=r"^config: model_type 'vit' has no causal, masked, "
-                       r"sequence-to-sequence or image-text-to-text language model .*"
+                       r"sequence-to-sequence, image-text-to-text or audio-text language model .*"
                        r"converters.from_torch$"):
         from_hf_config({"model_type": "vit"})
 

@@ -308,8 +308,8 @@ def test_a_grid_encoders_config_is_priced_at_the_batch_asked(tmp_path):
     # context parallelism cuts a sample's tokens, its image's features among them: refused,
     # where it priced a whole image a GPU (or blamed --seq-len for the piece's length)
     for seq_len in (32, 256):
-        with pytest.raises(RequestError, match="^cp 2: a vision-language model's image "
-                                               "features lie in its sequences") as e:
+        with pytest.raises(RequestError, match="^cp 2: an image's or audio's features lie "
+                                               "in its sequences") as e:
             predict(dataclasses.replace(job, seq_len=seq_len, gpus=2, cp=2))
         assert e.value.field == "cp"
 

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,12 @@ def config_said(seq: OperatorSequence) -> list[str]:
                     f"of {head['tile']} x {head['tile']} (its processor pads every image to "
                     "them), which its cross-attention layers read, the image's token first, "
                     "and every token's loss")
+    elif head and head.get("audio_tokens"):  # an audio-language model's
+        chunks = f"{head['chunks']} chunks" if head["chunks"] > 1 else "a chunk"
+        said.append(f"trained as {head['head']} on {head['seconds']:g} s of audio a sample "
+                    f"({chunks} of {' x '.join(map(str, head['audio']))} features: its "
+                    f"processor pads it to whole chunks), its features the first "
+                    f"{head['audio_tokens']:,} of the tokens, and every token's loss")
     elif head and head.get("image"):  # a vision-language model (`converters.vision_language`)
         size = " x ".join(map(str, head["image"]))
         sample = f"video of {head['frames']} frames of {size}" if head.get("frames") else \
@@ -126,10 +133,10 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
                                           job.lora_rank, job.lora_targets, job.image_size,
                                           job.video_frames, job.audio_seconds)
         except ConversionError as e:  # a piece of a sample: its image, not its tokens, errs
-            if job.cp > 1 and "a sample's image takes" in str(e):
+            if job.cp > 1 and re.search("a sample's (image|audio) takes", str(e)):
                 raise _image_cut(job) from None
             raise
-        if job.cp > 1 and _head(model).get("image"):
+        if job.cp > 1 and (_head(model).get("image") or _head(model).get("audio_tokens")):
             raise _image_cut(job)
         job = dataclasses.replace(job, image_size=size)
     if job.target_len is not None and not config:
@@ -334,9 +341,8 @@ def _head(graph: onnx.ModelProto) -> dict:
 
 
 def _image_cut(job: TrainingJob) -> RequestError:
-    return RequestError(f"cp {job.cp}: a vision-language model's image features lie in its "
-                        "sequences; context parallelism is priced for language models alone",
-                        "cp")
+    return RequestError(f"cp {job.cp}: an image's or audio's features lie in its sequences; "
+                        "context parallelism is priced for language models alone", "cp")
 
 
 def config_input(path: str | Path) -> str:
