@@ -7,22 +7,25 @@
 `--task` (`TASKS`) picks transformers' auto mapping of the types swept: causal LMs (the
 default), sequence-to-sequence LMs, masked LMs, or a task head (sequence, token, image, video
 or audio classification, question answering, semantic segmentation, speech recognisers' CTC,
-speech-to-text models: the config's `architectures` names the mapping's class). A text type's
-config is transformers' defaults with one small shape (`SMALL`: the fields a type does not know
-are dropped by its class or refused); an image, video or audio type's is transformers' defaults
-(built on the meta device: no size costs memory), at 224 pixels where its config sizes no image
-(a ResNet's: `--image-size`, as a user gives it), on 10 s of audio where it takes a waveform of
-any length (wav2vec 2.0's: `--audio-seconds`; a CTC's or a speech-to-text model's transcript 64
-tokens). Each is exported by `converters.from_hf_config` (text at 64 tokens), converted at
-batch 2 and priced on 8 H100s (FSDP, amp-bf16, AdamW). Recorded per type: priced (parameters,
-against the meta-device model's own count; ms; MFU) or the one-line refusal. A refusal may be
-the small config's (a type whose fields must agree otherwise), so the count of priced types is
-a floor. Anything but a one-line `ConversionError` / `MdotError` is a bug; so is a parameter
-count off the model's by more than 2% outside multimodal models and cross-attention decoders
-(TrOCR's): their towers and cross-attention are not in a text step, so they take no gradient
-there. A type whose export fails on tensors of unequal sizes is tried once more without
-`LATENT` (latent attention wants as many key-value heads as heads, and head widths of its own).
-Resumable: one line a type in `types.jsonl`.
+speech-to-text models: the config's `architectures` names the mapping's class), or
+vision-language models (image-text-to-text: transformers' defaults at 4,096 tokens, on an image
+of its config's size, or of the size its refusal or its note of training on text alone names,
+224 where it asks for one). A text type's config is transformers' defaults with one small shape
+(`SMALL`: the fields a type does not know are dropped by its class or refused); an image, video
+or audio type's is transformers' defaults (built on the meta device: no size costs memory), at
+224 pixels where its config sizes no image (a ResNet's: `--image-size`, as a user gives it), on
+10 s of audio where it takes a waveform of any length (wav2vec 2.0's: `--audio-seconds`; a
+CTC's or a speech-to-text model's transcript 64 tokens). Each is exported by
+`converters.from_hf_config` (text at 64 tokens), converted at batch 2 and priced on 8 H100s
+(FSDP, amp-bf16, AdamW). Recorded per type: priced (parameters, against the meta-device model's
+own count; ms; MFU) or the one-line refusal. A refusal may be the small config's (a type whose
+fields must agree otherwise), so the count of priced types is a floor. Anything but a one-line
+`ConversionError` / `MdotError` is a bug; so is a parameter count off the model's by more than
+2% outside multimodal models and cross-attention decoders (TrOCR's): their towers and
+cross-attention are not in a text step, so they take no gradient there. A type whose export
+fails on tensors of unequal sizes is tried once more without `LATENT` (latent attention wants
+as many key-value heads as heads, and head widths of its own). Resumable: one line a type in
+`types.jsonl`.
 """
 
 from __future__ import annotations
@@ -60,17 +63,27 @@ TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, "text"),
                                    "picture"),
          "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", True, "audio"),
          "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", True, "audio"),
-         "speech-seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", True, "audio")}
+         "speech-seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", True, "audio"),
+         "image-text-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", False, "image-text")}
 TRANSCRIBED = ("ctc", "speech-seq2seq")  # audio tasks trained on a transcript's tokens
 SIDE = 224  # an image type's side where its config sizes none
 SECONDS = 10.0  # a waveform's length, an audio type's sample
 TOKENS = 64  # a text's (a transcript's); an audio-language model's: its audio's tokens and 64
+IMAGE_TEXT_TOKENS = 4096  # a vision-language model's text, its image's tokens among them
 
 
 def price(kind: str, task: str = "causal-lm") -> dict:
     """The type priced from `SMALL` (a picture type: from its defaults, at `SIDE` where they
     size no image), or from `SMALL` without `LATENT` where that config's tensors do not fit
-    together."""
+    together. A vision-language type's, on an image: of its config's size, or of the size its
+    refusal or its note of training its text alone names."""
+    if TASKS[task][2] == "image-text":
+        r = _price(kind, task, {}, tokens=IMAGE_TEXT_TOKENS)
+        named = r.get("refused") or str(r.get("text_alone") or "")
+        if side := re.search(r"give (?:a multiple of )?(\d+)|^(\d+)$|give (image_size)", named):
+            r = _price(kind, task, {}, side=int(side[1] or side[2] or SIDE),
+                       tokens=IMAGE_TEXT_TOKENS)
+        return r
     r = _price(kind, task, SMALL if TASKS[task][2] == "text" else {})
     if "must match the size of tensor" in r.get("refused", ""):
         r = _price(kind, task, {k: v for k, v in SMALL.items() if k not in LATENT})
@@ -98,7 +111,8 @@ def _price(kind: str, task: str, small: dict, side: int | None = None,
     cls = getattr(modeling_auto, mapping)[kind]
     cls = cls if isinstance(cls, str) else cls[0]  # (a type of several classes: the first)
     fields = dict(model_type=kind, **small, **(dict(architectures=[cls]) if named else {}))
-    length = dict(seq_len=tokens) if reads == "text" or task in TRANSCRIBED else {}
+    length = dict(seq_len=tokens) if reads in ("text", "image-text") or task in TRANSCRIBED \
+        else {}
     r: dict = dict(type=kind, **(dict(image_size=side) if side else {}),
                    **(dict(audio_seconds=seconds) if seconds else {}),
                    **(dict(seq_len=tokens) if tokens != TOKENS else {}))
@@ -109,13 +123,16 @@ def _price(kind: str, task: str, small: dict, side: int | None = None,
                                 strategy="fsdp", precision="amp-bf16", optimizer="adamw"))
         cfg = transformers.AutoConfig.for_model(kind, **small)
         with torch.device("meta"):
-            built = (seq.meta.get("head") or {}).get("head")  # the class trained, where said
+            head = seq.meta.get("head") or {}  # the class trained, where said (its text
+            built = None if "text_alone" in head else head.get("head")  # alone: as its LM)
             model = (getattr(transformers, built or cls)._from_config(cfg) if built or named
                      else (transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder
                            else transformers.AutoModelForMaskedLM if task == "masked-lm"
                            else transformers.AutoModelForCausalLM).from_config(cfg))
         r.update(params=int(seq.params), model_params=sum(t.numel() for t in model.parameters()),
                  ms=round(p.iteration_ms, 3), mfu=round(p.mfu, 4))
+        if "text_alone" in (seq.meta.get("head") or {}):  # what would train it on images too
+            r["text_alone"] = seq.meta["head"]["text_alone"]
     except (ConversionError, MdotError) as e:
         r["refused"] = str(e)
     except Exception as e:  # a bug: reported, not raised, so the sweep goes on

@@ -150,12 +150,34 @@ def _every_expert(self: Any, hidden: Any) -> tuple[Any, Any]:
     return self.shared_expert(hidden) + routed, logits
 
 
+def _by_modality(self: Any, hidden: Any, moe_mm_token_type_ids: Any = None) -> tuple[Any, Any]:
+    """ERNIE 4.5 VL's mixture (`Ernie4_5_VLMoeMoeBlock`: experts of text and of images apart,
+    each token's by a mask of the data) on `hidden` [B, S, d], a sample's image tokens its
+    first n (`moe_mm_token_type_ids` [B, S], values on the CPU: `vision_language.placed` puts
+    them first): the image experts on those, the text experts on the rest, the shared expert
+    on every token. [B, S, d], the logits [B S, E]"""
+    import torch
+
+    b, _, d = hidden.shape
+    n = 0 if moe_mm_token_type_ids is None else int(moe_mm_token_type_ids[0].sum())
+    outs, logits = [], []
+    for moe, x in ((self.vision_moe, hidden[:, :n]), (self.text_moe, hidden[:, n:])):
+        if x.shape[1]:
+            y, r = moe(x.contiguous())  # flattened: [b s d], [b s E]
+            outs.append(y.view(b, -1, d))
+            logits.append(r.view(b, -1, self.num_experts))
+    out = torch.cat(outs, dim=1)
+    if self.shared_experts is not None:
+        out = out + self.shared_experts(hidden)
+    return out, torch.cat(logits, dim=1).view(-1, self.num_experts)
+
+
 # experts of transformers' models outside its experts interface, whose own forward sizes each
 # expert's rows by the data (`nonzero`, `.tolist()`) or runs every expert on every token
 # (`EVERY`): class name -> its balanced forward
 ADAPTED = {"DbrxExperts": _dbrx, "SwitchTransformersExperts": _switch, "NllbMoeExperts": _top_two,
            "JetMoeParallelExperts": _grouped, "JetMoeTopKGating": _top_k_gating,
-           "Llama4TextMoe": _every_expert}
+           "Llama4TextMoe": _every_expert, "Ernie4_5_VLMoeMoeBlock": _by_modality}
 EVERY = ("Llama4TextMoe",)
 # the modules holding a layer's experts, each
 HOLDERS = ("DbrxExperts", "SwitchTransformersExperts", "NllbMoeExperts", "JetMoeMoE")

@@ -243,7 +243,8 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
     except Exception as e:  # exporter errors are many and untyped; keep the first line
         # e.g. aten::col2im (VOLO) exists from opset 18 on: export again there
         retry = opset < FALLBACK_OPSET and f"version {FALLBACK_OPSET}" in str(e)
-        cpu = _on_cpu(torch, module) if not retry and on_meta and \
+        big = "2GiB limit" in str(e)  # constants it holds (a mask over a batch's image patches)
+        cpu = _on_cpu(torch, module) if not (retry or big) and on_meta and \
             _state_bytes(module) <= CPU_FALLBACK_BYTES else None
         if cpu is not None and not any(p.is_meta for p in cpu.parameters()):  # (a mode that
             # keeps tensors on the meta device copies none to the CPU: no second try)
@@ -255,7 +256,10 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                               input_names=input_names, dynamic_batch=dynamic_batch, opset=opset)
         if not retry:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            hint = "" if not on_meta else "; it does not trace on the meta device" + (
+            msg = msg.split(". Therefore")[0]  # (not where to write it: a file is no help)
+            hint = "; the values its graph holds (a mask over the example's image patches) " \
+                "pass protobuf's 2 GB: a smaller image_size or batch exports" if big else \
+                "" if not on_meta else "; it does not trace on the meta device" + (
                 f" and holds more than {CPU_FALLBACK_BYTES / 1e9:g} GB to trace on the CPU: "
                 "build a smaller config with the same layer shapes on the CPU" if cpu is None
                 else ", and no CPU copy of it can be made here")

@@ -24,6 +24,7 @@ from converters.errors import ConversionError
 from converters.experts import ROUTED, adapted, balanced, describe
 from converters.export import from_torch
 from converters.gradients import unread
+from converters.hf_fields import check_shape, defaulted, known_as, per_layer
 from converters.hf_heads import (
     AUDIO_MAPPINGS,
     CTC_HEAD,
@@ -115,13 +116,13 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             raise ConversionError(f"{path}: not a readable config.json ({e})") from None
     if not isinstance(fields, dict) or "model_type" not in fields:
         raise ConversionError(f"{where}: no 'model_type' (a Hugging Face config.json has one)")
-    fields.update(_per_layer(fields, overrides))
+    fields.update(per_layer(fields, overrides))
     kind = fields.pop("model_type")
     for key in ("torch_dtype", "dtype", "quantization_config"):  # how the checkpoint is stored,
         fields.pop(key, None)  # not how it trains: `--precision` says that
     try:
         cfg = transformers.AutoConfig.for_model(kind, **fields)
-        _check_shape(cfg, fields, where)
+        check_shape(cfg, fields, where)
         settings = cfg.to_dict()
         settings.update({k: v for c in ("ffn_config", "text_config") for k, v in (  # DBRX's,
             settings.get(c) or {}).items() if k in EXPERT_COUNTS + TOP_K_FIELDS})  # a VLM's
@@ -172,7 +173,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         raise ConversionError(f"{where}: model_type {kind!r} builds no language model here: "
-                              f"{msg}{_known_as(transformers, kind, fields)}") from None
+                              f"{msg}{known_as(transformers, kind, fields)}") from None
     if routed:
         raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts, "
                               "which this transformers has no experts interface to export as "
@@ -226,7 +227,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                           recogniser=listener[1])
     if pictured and not vlm:  # trained on its text alone: what asks for an image
         trained_as = dict(head=type(model).__name__, labels=None, text_alone=image_sizes(cfg))
-    if main.startswith("pixel_values") and not picture:  # (V-JEPA 2's pixel_values_videos)
+    if main.startswith("pixel_values") and not (picture or vlm):  # (V-JEPA 2's videos)
         raise unsized(where, kind)
     if heard:  # a sample's audio: a waveform of audio_seconds, or the features its config fixes
         clip = torch.zeros(1, *sound(cfg, main, audio_seconds, where, kind))
@@ -241,7 +242,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             main, "labels"]
     elif heard:
         example, names = clip, [main]
-    elif main.startswith("pixel_values"):
+    elif main.startswith("pixel_values") and not vlm:
         example, names = torch.zeros(IMAGES, *(picture or ())), [main]
     elif listened:  # a sample's audio, its features the first of the seq_len tokens
         pictures, placeholders, example, names, trained_as = audio_text_step(
@@ -260,11 +261,10 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if dropped:  # said whatever the model
         trained_as = dict(trained_as or {}, layerdrop=dropped)
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
-    defaulted = _defaulted(text, (fields.get("text_config") or {}) if text is not cfg
-                           else fields)
+    filled = defaulted(text, (fields.get("text_config") or {}) if text is not cfg else fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
         (v for k, v in settings.items() if k in TOP_K_FIELDS and isinstance(v, int)), 1))
-    said = {DEFAULTED_KEY: defaulted and json.dumps(defaulted),  # a class never calling SDPA:
+    said = {DEFAULTED_KEY: filled and json.dumps(filled),  # a class never calling SDPA:
             EAGER_KEY: model.config._attn_implementation == "eager" and type(model).__name__,
             SPARSE_KEY: isinstance(k := settings.get("index_topk"), int) and str(k),  # DSA
             SLIDING_KEY: (windows := _windows(model, cfg)) and json.dumps(windows),
@@ -404,81 +404,6 @@ def _windows(model: Any, cfg: Any) -> list[int]:
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)
 LENGTH_FIELDS = ("max_seq_len", "n_positions", "max_position_embeddings", "n_ctx",
                  "seq_length", "max_sequence_length", "max_target_positions")
-# the fields that set a causal LM's size: left out of a config.json, transformers' defaults
-# (a 7B Llama's, a 124M GPT-2's) build the model, which the user should hear
-MAX_LAYERS = 2048  # a stack deeper than this is refused (`_check_shape`)
-DEPTH_FIELDS = ("num_hidden_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")
-SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
-
-
-def _per_layer(fields: dict, overrides: dict) -> dict:
-    """`overrides`, and where they set a stack's depth (`DEPTH_FIELDS`, GPT-2's `n_layer`),
-    each field of `fields` listing one value a layer at the old depth (Qwen3's, Gemma 3's
-    `layer_types`, SmolLM3's `no_rope_layers`) cut to the new depth or its pattern repeated:
-    transformers refuses a depth its lists do not match."""
-    new = dict(overrides)
-    for f in (*DEPTH_FIELDS, "n_layer", "num_layers", "n_layers"):
-        was, now = fields.get(f), overrides.get(f)
-        if not (isinstance(was, int) and isinstance(now, int) and was > 0 and now > 0):
-            continue
-        for k, v in fields.items():
-            if k not in overrides and isinstance(v, list) and len(v) == was:
-                new[k] = [v[i % was] for i in range(now)]
-    return new
-
-
-def _known_as(transformers: Any, kind: str, fields: dict) -> str:
-    """Where `kind` is no model type of transformers' (a model's own code, `auto_map`: Kimi
-    K2's `kimi_k2`) but the class its `architectures` names is: what to set it to."""
-    from transformers import CONFIG_MAPPING
-
-    archs = fields.get("architectures")
-    arch = archs[0] if isinstance(archs, list) and archs else None
-    known = getattr(getattr(transformers, str(arch), None), "config_class", None)
-    if kind in CONFIG_MAPPING or known is None:
-        return ""
-    return (f"; its architectures name {arch}, transformers' own for model_type "
-            f"{known.model_type!r}: set that to build it")
-
-
-def _check_shape(cfg: Any, given: dict, where: str) -> None:
-    """One error naming the field (as `given`, the config.json's fields, names it) where the
-    stack is deeper than `MAX_LAYERS`, or the attention heads cannot be built: no query head,
-    or key/value heads that do not share the query heads out evenly (grouped-query attention
-    gives each a whole number of them)."""
-    names = getattr(cfg, "attribute_map", {})
-
-    def said(f: str) -> str:
-        return names.get(f, f) if names.get(f, f) in given else f
-
-    for f in DEPTH_FIELDS:
-        if isinstance(n := getattr(cfg, f, None), int) and n > MAX_LAYERS:
-            raise ConversionError(f"{where}: {said(f)} is {n:,}, over {MAX_LAYERS:,} layers (a "
-                                  "typo?): a graph that deep takes hours and tens of GB to "
-                                  "build")
-    heads, kv = (getattr(cfg, f, None) for f in ("num_attention_heads", "num_key_value_heads"))
-    if not isinstance(heads, int) or isinstance(heads, bool):
-        return
-    if heads < 1:
-        raise ConversionError(f"{where}: {said('num_attention_heads')} is {heads}; a model "
-                              "attends with one head or more")
-    kv_given = names.get("num_key_value_heads", "num_key_value_heads") in given  # not the
-    # class's default (DeepSeek's latent attention keeps 128 whatever its heads)
-    if kv_given and isinstance(kv, int) and not isinstance(kv, bool) and (kv < 1 or heads % kv):
-        raise ConversionError(
-            f"{where}: {said('num_attention_heads')} ({heads}) is not a multiple of "
-            f"{said('num_key_value_heads')} ({kv}): grouped-query attention shares each "
-            "key/value head among a whole number of query heads")
-
-
-def _defaulted(cfg: Any, given: dict) -> dict[str, Any]:
-    """{field: the default taken} of `SHAPE_FIELDS` that `given` (the config.json's fields)
-    does not set under the name the model's config uses (GPT-2's `n_embd`, MPT's `d_model`)."""
-    names = getattr(cfg, "attribute_map", {})
-    return {f: getattr(cfg, f) for f in SHAPE_FIELDS if hasattr(cfg, f)
-            and f not in given and names.get(f, f) not in given}
-
-
 def _main(argv: list[str]) -> int:
     """`CONFIG SEQ_LEN OUT.onnx [TARGET_LEN [LORA_RANK LORA_TARGETS [IMAGES IMAGE_SIZE
     [FRAMES [SECONDS]]]]]` (0: none; targets comma-separated): `from_hf_config` in a process of

@@ -140,7 +140,10 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
                               "images, not videos over time (Qwen-VL's grid encoders do)")
     if _crosses(type(model)):
         return cross_tiles(model, where, kind, side)
-    vision = model.config.vision_config
+    if (vision := getattr(model.config, "vision_config", None)) is None:  # (Mistral 4's, UDOP's)
+        raise ConversionError(f"{where}: model_type {kind!r} gives no vision_config: its "
+                              "images are not priced from its config; export the model itself "
+                              "with converters.from_torch")
     if "image_sizes" in takes and hasattr(model.config, "image_grid_pinpoints"):  # any-res
         return any_resolution(model, images, side)
     if LISTS in takes:  # LFM2-VL's lists of patches
@@ -195,9 +198,11 @@ def example_images(model: Any, where: str, kind: str, images: int = 1,
     size, channels = getattr(vision, "image_size", None), getattr(vision, "num_channels", 3)
     sides = [d for d in (size if isinstance(size, (list, tuple)) else [size, size])
              if isinstance(d, int) and d > 0]
+    if len(sides) != 2 and side:  # an encoder of any size (FastVLM's, Florence-2's)
+        sides = [side, side]
     if len(sides) != 2 or not isinstance(channels, int):
         raise ConversionError(f"{where}: model_type {kind!r} gives no vision_config."
-                              "image_size: set it (the side its images train at)")
+                              "image_size: give image_size (the side its images train at)")
     if side and [side, side] != sides:
         raise ConversionError(f"{where}: image_size {side}: model_type {kind!r} encodes "
                               f"images of {sides[0]} x {sides[1]} (its position table's): "
@@ -269,9 +274,13 @@ def _inputs(model: Any, images: Images, pixels: Any, ids: Any, tokens: int,
               **{images.key: pixels.flatten(0, 1) if flat else pixels})
     if token_types is not None:
         kw["token_type_ids"] = token_types
-    if "mm_token_type_ids" in inspect.signature(type(model).forward).parameters:
+    takes = inspect.signature(type(model).forward).parameters
+    if "mm_token_type_ids" in takes:
         image = torch.arange(ids.shape[1], device=ids.device) < tokens  # [T]
         kw["mm_token_type_ids"] = image.long().expand_as(ids)
+    if "moe_mm_token_type_ids" in takes:  # ERNIE 4.5 VL's image tokens' own experts: values
+        kw["moe_mm_token_type_ids"] = (torch.arange(ids.shape[1]) < tokens).long().expand(
+            ids.shape[0], -1)  # [B, T], on the CPU: the experts' rows are the data's
     return kw
 
 
@@ -404,14 +413,18 @@ def _unchecked(model: Any) -> Any:
 def _broadcast_masks() -> Iterator[None]:
     """transformers' attention masks built by broadcasting their index tensors where it would
     vmap the mask's function (Gemma 3's image blocks in its sliding-window layers): the same
-    mask, in operators the TorchScript exporter traces (vmap's indexing mode it cannot)."""
+    mask, in operators the TorchScript exporter traces (vmap's indexing mode it cannot); a
+    padding mask on the meta device read as a traced one, whose values are not looked at
+    (BLIP-2's Q-Former's mask of the image's patches, outside a trace: `image_tokens`)."""
     from transformers import masking_utils as masks
 
     broadcast = dict(  # what vmaps a mask's function -> the same, broadcast
         _vmap_expansion_sdpa=lambda f: lambda *at: f(*masks._non_vmap_expansion_sdpa(*at)),
         TransformGetItemToIndex=contextlib.nullcontext)
     if all(hasattr(masks, n) for n in [*broadcast, "_non_vmap_expansion_sdpa"]):
-        with replaced(masks, **broadcast):
+        traced = masks.is_tracing
+        with replaced(masks, **broadcast, is_tracing=lambda t: traced(t) or getattr(
+                getattr(t, "device", None), "type", "") == "meta"):
             yield
     else:  # another transformers: as it is
         yield

@@ -1071,3 +1071,21 @@ def test_a_heterogeneous_configs_windows_are_its_layers():
     assert _windows(Model(), Heterogeneous()) == [8, 0, 8]
     Model.__module__ = "json"  # code that builds none: nothing read
     assert _windows(Model(), Heterogeneous()) == []
+
+
+def test_the_defaults_said_of_a_heterogeneous_config_skip_its_per_layer_fields():
+    """Dots3's default config crashed its export with a traceback
+    (`AmbiguousGlobalPerLayerAttributeError`) reading `num_attention_heads` for the note of
+    the shape fields transformers' defaults filled in: a per-layer field is its layers', not
+    said."""
+    from converters.hf_fields import defaulted
+
+    class Heterogeneous:
+        hidden_size, num_hidden_layers, vocab_size = 64, 3, 512
+
+        @property
+        def num_attention_heads(self):
+            raise RuntimeError("'num_attention_heads' is a per-layer attribute")
+
+    assert defaulted(Heterogeneous(), {"hidden_size": 64}) == dict(num_hidden_layers=3,
+                                                                   vocab_size=512)

@@ -106,6 +106,11 @@ def test_a_model_that_tiles_its_images_by_the_data_is_refused_in_one_line():
                        ) as e:
         from_hf_config(config, seq_len=32)
     assert "\n" not in str(e.value)
+    # UDOP's (Mistral 4's, pi0's) config names an image-text model but no vision config: it
+    # crashed with "'UdopConfig' object has no attribute 'vision_config'"
+    with pytest.raises(ConversionError, match="^config: model_type 'udop' gives no "
+                                              "vision_config: its images are not priced"):
+        from_hf_config(dict(model_type="udop", num_layers=1, num_decoder_layers=1), seq_len=32)
 
 
 LFM2_VL = dict(model_type="lfm2_vl", image_token_id=396, downsample_factor=2,
@@ -584,3 +589,94 @@ def test_an_any_resolution_model_trains_on_the_tiles_of_the_image_size_asked(kin
     assert seq.meta["inputs"]["pixel_values"] == [1, 5, 3, 56, 56]
     unread = seq.meta.get("unread", {}).get("params", 0)  # past the layer its features leave
     assert seq.params + unread == sum(p.numel() for p in _model(config).parameters())
+
+
+def test_a_models_image_experts_train_on_its_image_tokens():
+    """ERNIE 4.5 VL routes its image's tokens to experts of their own (`vision_moe`, by a
+    mask of the data): the export sent every token to the text experts, the image experts'
+    parameters (6.8B of the default 29.4B) unpriced, silently. The mask is values: the image
+    tokens, first, go to the image experts."""
+    import torch
+    import transformers
+
+    ernie = dict(model_type="ernie4_5_vl_moe",
+                 text_config=dict(hidden_size=256, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=2, num_key_value_heads=1, vocab_size=512,
+                                  moe_num_experts=4, moe_k=2, moe_intermediate_size=[32, 16],
+                                  moe_num_shared_experts=1, mlp_layer_types=["dense", "sparse"]),
+                 vision_config=dict(depth=2, hidden_size=32, num_heads=2, intermediate_size=64))
+    graph = from_hf_config(ernie, seq_len=128, image_size=112, images=2)
+    seq = convert(graph, batch_size=2, fuse=True)
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(
+            transformers.AutoConfig.for_model(**ernie))
+    assert seq.params == sum(p.numel() for p in model.parameters())
+    assert "unread" not in seq.meta
+
+
+def test_a_model_whose_main_input_is_its_images_trains_on_an_image_and_text():
+    """BLIP-2's (InstructBLIP's, Kosmos-2's) main input is its pixels: its config was refused
+    with "trains on images of any size ... give image_size", and again with an image size
+    given. Its Q-Former's mask of the image's patches, read outside a trace (counting its
+    image tokens), no longer asks the meta device for values."""
+    import torch
+    import transformers
+
+    blip2 = dict(model_type="blip-2", num_query_tokens=8,
+                 vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=2, patch_size=16),
+                 qformer_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=2, encoder_hidden_size=32),
+                 text_config=dict(model_type="opt", hidden_size=64, ffn_dim=128,
+                                  num_hidden_layers=2, num_attention_heads=4, vocab_size=512,
+                                  word_embed_proj_dim=64))
+    seq = convert(from_hf_config(blip2, seq_len=32), batch_size=2, fuse=True)
+    assert seq.meta["inputs"] == {"input_ids": [2, 32], "pixel_values": [2, 3, 224, 224]}
+    assert seq.meta["head"]["image_tokens"] == 8  # its queries
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(
+            transformers.AutoConfig.for_model(**blip2))
+    assert seq.params == sum(p.numel() for p in model.parameters())
+
+
+def test_an_encoder_of_any_image_size_trains_at_the_size_asked():
+    """Florence-2's (FastVLM's) vision config sizes no image: "set vision_config.image_size"
+    was the error, and an image size given was refused the same way."""
+    florence = dict(model_type="florence2",
+                    vision_config=dict(depths=[1, 1, 1, 1], embed_dim=[16, 32, 32, 64],
+                                       num_heads=[1, 2, 2, 4], num_groups=[1, 2, 2, 4],
+                                       window_size=4, projection_dim=64),
+                    text_config=dict(d_model=64, encoder_layers=1, decoder_layers=1,
+                                     encoder_ffn_dim=128, decoder_ffn_dim=128,
+                                     encoder_attention_heads=4, decoder_attention_heads=4,
+                                     vocab_size=512))
+    with pytest.raises(ConversionError, match="'florence2' gives no vision_config.image_size: "
+                                              "give image_size"):
+        from_hf_config(florence, seq_len=64)
+    small, large = (convert(from_hf_config(florence, seq_len=64, image_size=side),
+                            batch_size=2, fuse=True) for side in (128, 192))
+    assert small.meta["inputs"]["pixel_values"] == [2, 3, 128, 128]
+    assert (small.meta["head"]["image_tokens"], large.meta["head"]["image_tokens"]) == (17, 37)
+    assert large.flops > small.flops
+
+
+def test_a_graph_past_protobufs_limit_asks_for_a_smaller_image(monkeypatch):
+    """Mistral 3's default config (Pixtral's 1,540-pixel images, 12,100 patches an image)
+    holds a mask over a batch's patches past protobuf's 2 GB: the error said where the
+    exporter wanted a file written and that the model "holds more than 4 GB to trace on the
+    CPU", neither of which helps."""
+    import torch
+
+    from converters import from_torch
+
+    def export(*args, **kwargs):
+        raise RuntimeError("The serialized model is larger than the 2GiB limit imposed by the "
+                           "protobuf library. Therefore the output file must be a file path")
+
+    monkeypatch.setattr(torch.onnx, "export", export)
+    with torch.device("meta"):
+        model = torch.nn.Linear(4, 4)
+    with pytest.raises(ConversionError, match=r"the 2GiB limit imposed by the protobuf "
+                                              r"library; the values its graph holds .* a "
+                                              r"smaller image_size or batch exports$"):
+        from_torch(model, torch.zeros(2, 4, device="meta"))

@@ -1,0 +1,89 @@
+"""A Hugging Face config.json's fields as `converters.hf_config` reads them: per-layer lists
+cut to a new depth (`per_layer`), the shape checked before a model is built (`check_shape`),
+the shape fields transformers' defaults filled in (`defaulted`), a model type known by
+another name (`known_as`)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from converters.errors import ConversionError
+
+# the fields that set a causal LM's size: left out of a config.json, transformers' defaults
+# (a 7B Llama's, a 124M GPT-2's) build the model, which the user should hear
+MAX_LAYERS = 2048  # a stack deeper than this is refused (`check_shape`)
+DEPTH_FIELDS = ("num_hidden_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")
+SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def per_layer(fields: dict, overrides: dict) -> dict:
+    """`overrides`, and where they set a stack's depth (`DEPTH_FIELDS`, GPT-2's `n_layer`),
+    each field of `fields` listing one value a layer at the old depth (Qwen3's, Gemma 3's
+    `layer_types`, SmolLM3's `no_rope_layers`) cut to the new depth or its pattern repeated:
+    transformers refuses a depth its lists do not match."""
+    new = dict(overrides)
+    for f in (*DEPTH_FIELDS, "n_layer", "num_layers", "n_layers"):
+        was, now = fields.get(f), overrides.get(f)
+        if not (isinstance(was, int) and isinstance(now, int) and was > 0 and now > 0):
+            continue
+        for k, v in fields.items():
+            if k not in overrides and isinstance(v, list) and len(v) == was:
+                new[k] = [v[i % was] for i in range(now)]
+    return new
+
+
+def known_as(transformers: Any, kind: str, fields: dict) -> str:
+    """Where `kind` is no model type of transformers' (a model's own code, `auto_map`: Kimi
+    K2's `kimi_k2`) but the class its `architectures` names is: what to set it to."""
+    from transformers import CONFIG_MAPPING
+
+    archs = fields.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    known = getattr(getattr(transformers, str(arch), None), "config_class", None)
+    if kind in CONFIG_MAPPING or known is None:
+        return ""
+    return (f"; its architectures name {arch}, transformers' own for model_type "
+            f"{known.model_type!r}: set that to build it")
+
+
+def check_shape(cfg: Any, given: dict, where: str) -> None:
+    """One error naming the field (as `given`, the config.json's fields, names it) where the
+    stack is deeper than `MAX_LAYERS`, or the attention heads cannot be built: no query head,
+    or key/value heads that do not share the query heads out evenly (grouped-query attention
+    gives each a whole number of them)."""
+    names = getattr(cfg, "attribute_map", {})
+
+    def said(f: str) -> str:
+        return names.get(f, f) if names.get(f, f) in given else f
+
+    for f in DEPTH_FIELDS:
+        if isinstance(n := getattr(cfg, f, None), int) and n > MAX_LAYERS:
+            raise ConversionError(f"{where}: {said(f)} is {n:,}, over {MAX_LAYERS:,} layers (a "
+                                  "typo?): a graph that deep takes hours and tens of GB to "
+                                  "build")
+    heads, kv = (getattr(cfg, f, None) for f in ("num_attention_heads", "num_key_value_heads"))
+    if not isinstance(heads, int) or isinstance(heads, bool):
+        return
+    if heads < 1:
+        raise ConversionError(f"{where}: {said('num_attention_heads')} is {heads}; a model "
+                              "attends with one head or more")
+    kv_given = names.get("num_key_value_heads", "num_key_value_heads") in given  # not the
+    # class's default (DeepSeek's latent attention keeps 128 whatever its heads)
+    if kv_given and isinstance(kv, int) and not isinstance(kv, bool) and (kv < 1 or heads % kv):
+        raise ConversionError(
+            f"{where}: {said('num_attention_heads')} ({heads}) is not a multiple of "
+            f"{said('num_key_value_heads')} ({kv}): grouped-query attention shares each "
+            "key/value head among a whole number of query heads")
+
+
+def defaulted(cfg: Any, given: dict) -> dict[str, Any]:
+    """{field: the default taken} of `SHAPE_FIELDS` that `given` (the config.json's fields)
+    does not set under the name the model's config uses (GPT-2's `n_embd`, MPT's `d_model`);
+    none of a heterogeneous config's per-layer fields (its layers' own, no whole config's)."""
+    names, taken = getattr(cfg, "attribute_map", {}), {}
+    for f in SHAPE_FIELDS:
+        if f not in given and names.get(f, f) not in given:
+            with contextlib.suppress(Exception):  # (transformers' per-layer refusal: its own
+                taken[f] = getattr(cfg, f)  # type, no AttributeError)
+    return taken
