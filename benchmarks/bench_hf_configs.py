@@ -10,13 +10,14 @@ or audio classification, question answering, semantic segmentation, speech recog
 speech-to-text models: the config's `architectures` names the mapping's class), or
 vision-language models (image-text-to-text: transformers' defaults at 4,096 tokens, on an image
 of its config's size, or of the size its refusal or its note of training on text alone names,
-224 where it asks for one). A text type's config is transformers' defaults with one small shape
-(`SMALL`: the fields a type does not know are dropped by its class or refused); an image, video
-or audio type's is transformers' defaults (built on the meta device: no size costs memory), at
-224 pixels where its config sizes no image (a ResNet's: `--image-size`, as a user gives it), on
-10 s of audio where it takes a waveform of any length (wav2vec 2.0's: `--audio-seconds`; a
-CTC's or a speech-to-text model's transcript 64 tokens). Each is exported by
-`converters.from_hf_config` (text at 64 tokens), converted at batch 2 and priced on 8 H100s
+224 where it asks for one), or dual encoders (zero-shot-image-classification: CLIP's, on
+image-text pairs, 64 tokens). A text type's config is transformers' defaults with one small
+shape (`SMALL`: the fields a type does not know are dropped by its class or refused); an image,
+video or audio type's is transformers' defaults (built on the meta device: no size costs
+memory), at 224 pixels where its config sizes no image (a ResNet's: `--image-size`, as a user
+gives it), on 10 s of audio where it takes a waveform of any length (wav2vec 2.0's:
+`--audio-seconds`; a CTC's or a speech-to-text model's transcript 64 tokens). Each is exported
+by `converters.from_hf_config` (text at 64 tokens), converted at batch 2 and priced on 8 H100s
 (FSDP, amp-bf16, AdamW). Recorded per type: priced (parameters, against the meta-device model's
 own count; ms; MFU) or the one-line refusal. A refusal may be the small config's (a type whose
 fields must agree otherwise), so the count of priced types is a floor. Anything but a one-line
@@ -64,7 +65,9 @@ TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, "text"),
          "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", True, "audio"),
          "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", True, "audio"),
          "speech-seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", True, "audio"),
-         "image-text-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", False, "image-text")}
+         "image-text-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", False, "image-text"),
+         "zero-shot-image-classification": (
+             "MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES", False, "image-text")}
 TRANSCRIBED = ("ctc", "speech-seq2seq")  # audio tasks trained on a transcript's tokens
 SIDE = 224  # an image type's side where its config sizes none
 SECONDS = 10.0  # a waveform's length, an audio type's sample
@@ -77,12 +80,12 @@ def price(kind: str, task: str = "causal-lm") -> dict:
     size no image), or from `SMALL` without `LATENT` where that config's tensors do not fit
     together. A vision-language type's, on an image: of its config's size, or of the size its
     refusal or its note of training its text alone names."""
-    if TASKS[task][2] == "image-text":
-        r = _price(kind, task, {}, tokens=IMAGE_TEXT_TOKENS)
+    if TASKS[task][2] == "image-text":  # (a dual encoder's text: a caption's tokens)
+        tokens = IMAGE_TEXT_TOKENS if task == "image-text-to-text" else TOKENS
+        r = _price(kind, task, {}, tokens=tokens)
         named = r.get("refused") or str(r.get("text_alone") or "")
         if side := re.search(r"give (?:a multiple of )?(\d+)|^(\d+)$|give (image_size)", named):
-            r = _price(kind, task, {}, side=int(side[1] or side[2] or SIDE),
-                       tokens=IMAGE_TEXT_TOKENS)
+            r = _price(kind, task, {}, side=int(side[1] or side[2] or SIDE), tokens=tokens)
         return r
     r = _price(kind, task, SMALL if TASKS[task][2] == "text" else {})
     if "must match the size of tensor" in r.get("refused", ""):

@@ -32,6 +32,8 @@ from converters.hf_heads import (
     IMAGES,
     PICTURED,
     VIDEO_HEAD,
+    contrastive_model,
+    contrastive_step,
     every_layer,
     image,
     language_model,
@@ -146,6 +148,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         listener = None if head or vlm else audio_text_model(transformers, cfg)  # Voxtral's
         if listened := listener is not None and (auto is None or audio_seconds is not None):
             auto = listener[0]  # an audio-language model (a causal LM too: if audio is asked)
+        if paired := auto is None and contrastive_model(transformers, cfg):  # CLIP's
+            auto, picture = paired, image(cfg, image_size, where)  # its images' sizes set
         if auto is None:
             raise ConversionError(
                 f"{where}: model_type {kind!r} has no causal, masked, sequence-to-sequence, "
@@ -244,6 +248,13 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         example, names = clip, [main]
     elif main.startswith("pixel_values") and not vlm:
         example, names = torch.zeros(IMAGES, *(picture or ())), [main]
+    elif paired:  # the batch's image-text pairs, each contrasted with the others
+        if picture is None:
+            raise unsized(where, kind)
+        model.forward, example, names = contrastive_step(model, picture, images, seq_len,
+                                                         where, kind)
+        trained_as = dict(head=type(model).__name__, labels=None, pixels=picture[-2:],
+                          images=images, pairs=True)
     elif listened:  # a sample's audio, its features the first of the seq_len tokens
         pictures, placeholders, example, names, trained_as = audio_text_step(
             model, audio_seconds, images, seq_len, where, kind)

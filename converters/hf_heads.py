@@ -5,6 +5,8 @@ where the config holds them; an audio head's seconds of audio a sample."""
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -268,3 +270,39 @@ def _spectrogram(cfg: Any, main: str) -> tuple[int, int] | None:
     fixed = (getattr(cfg, "max_length", None), bins) if main == "input_values" else (
         bins, 2 * getattr(cfg, "max_source_positions", 0) or None)
     return fixed if all(isinstance(d, int) for d in fixed) else None  # type: ignore[return-value]
+
+
+def contrastive_model(transformers: Any, cfg: Any) -> Any:
+    """transformers' auto class for `cfg` where it is a dual encoder trained on image-text
+    pairs (CLIP's, SigLIP's, ALIGN's: its forward returns their contrastive loss), else None."""
+    from transformers.models.auto import modeling_auto as auto
+
+    mapping = auto.MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING
+    cls: Any = mapping[type(cfg)] if type(cfg) in mapping else None
+    if getattr(cls, "main_input_name", "") != "input_ids" or "return_loss" not in \
+            inspect.signature(cls.forward).parameters:  # (VideoPrism's clips: not priced)
+        return None
+    return transformers.AutoModelForZeroShotImageClassification
+
+
+def contrastive_step(model: Any, picture: tuple[int, ...], pairs: int, seq_len: int,
+                     where: str, kind: str) -> tuple[Any, tuple, list[str]]:
+    """A dual encoder's training step on `pairs` image-text pairs, images [B, C, H, W] and
+    tokens [B, T]: its loss contrasting each pair with the batch's others (a B x B matrix of
+    their similarities, its size in the graph: exported at the batch). Its forward, the
+    example's inputs and their names; a ConversionError where it takes its images as lists
+    of patches (SigLIP2's)."""
+    import torch
+
+    forward = type(model).forward
+    if "spatial_shapes" in inspect.signature(forward).parameters:
+        raise ConversionError(f"{where}: model_type {kind!r} takes its images as lists of "
+                              "patches (spatial_shapes): not priced from its config; export "
+                              "the model itself with converters.from_torch")
+
+    def loss(self: Any, pixel_values: Any, input_ids: Any) -> Any:
+        return forward(self, input_ids=input_ids, pixel_values=pixel_values,
+                       return_loss=True).loss
+
+    return types.MethodType(loss, model), (torch.zeros(pairs, *picture), torch.zeros(
+        pairs, seq_len, dtype=torch.long)), ["pixel_values", "input_ids"]

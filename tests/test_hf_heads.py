@@ -358,3 +358,39 @@ def test_a_speech_and_text_model_trains_as_its_config_or_the_audio_asked_says():
     seq = convert(from_hf_config(whisper), batch_size=2)  # a recogniser's head: its own note
     assert config_said(seq)[0].startswith("trained as WhisperForAudioClassification (the "
                                           "config's architectures), 4 labels, on 80 x 200")
+
+
+def test_a_dual_encoders_config_trains_on_image_text_pairs(tmp_path):
+    """CLIP's, SigLIP's, ALIGN's configs were refused ("has no causal, masked ... language
+    model"): they train on image-text pairs, the loss contrasting each pair with the batch's
+    others (a B x B matrix of similarities, exported at the batch), at their vision configs'
+    image size or `--image-size`."""
+    import torch
+    import transformers
+
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving.model_source import config_said
+
+    clip = dict(model_type="clip", projection_dim=16,
+                text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=2, vocab_size=512,
+                                 max_position_embeddings=77),
+                vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=2, image_size=64, patch_size=16))
+    two, four = (convert(from_hf_config(clip, seq_len=16, images=b), batch_size=b, fuse=True)
+                 for b in (2, 4))
+    assert four.meta["inputs"] == {"input_ids": [4, 16], "pixel_values": [4, 3, 64, 64]}
+    with torch.device("meta"):
+        model = transformers.AutoModelForZeroShotImageClassification.from_config(
+            transformers.AutoConfig.for_model(**clip))
+    assert two.params == sum(p.numel() for p in model.parameters())
+    assert four.flops == pytest.approx(2 * two.flops, rel=0.01)
+    assert config_said(two) == ["trained as CLIPModel on image-text pairs, 64 x 64 pixels and "
+                                "the tokens asked, its loss contrasting each pair with the "
+                                "batch's others"]
+    (tmp_path / "config.json").write_text(json.dumps(clip))
+    p = predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=16, batch_size=4,
+                            image_size=96, device="h100-sxm"))  # exported again at the batch
+    assert any("on image-text pairs, 96 x 96 pixels" in w for w in p.warnings)
+    with pytest.raises(ConversionError, match="'siglip2' takes its images as lists of patches"):
+        from_hf_config(dict(model_type="siglip2"), seq_len=16, image_size=224)

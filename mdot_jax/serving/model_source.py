@@ -50,6 +50,10 @@ def config_said(seq: OperatorSequence) -> list[str]:
                     f"of {head['tile']} x {head['tile']} (its processor pads every image to "
                     "them), which its cross-attention layers read, the image's token first, "
                     "and every token's loss")
+    elif head and head.get("pairs"):  # a dual encoder's (CLIP's)
+        said.append(f"trained as {head['head']} on image-text pairs, {head['pixels'][0]} x "
+                    f"{head['pixels'][1]} pixels and the tokens asked, its loss contrasting "
+                    "each pair with the batch's others")
     elif head and head.get("audio_tokens"):  # an audio-language model's
         chunks = f"{head['chunks']} chunks" if head["chunks"] > 1 else "a chunk"
         said.append(f"trained as {head['head']} on {head['seconds']:g} s of audio a sample "
