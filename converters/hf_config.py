@@ -269,6 +269,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         model.forward, example, names = image_text_step(model, pictures, placeholders, seq_len)
         trained_as = dict(head=type(model).__name__, labels=None, image=pictures.size,
                           image_tokens=placeholders, **pictures.said(images))
+    if trained_as is None and (other := next((a for a in cfg.architectures or () if a != type(
+            model).__name__ and hasattr(transformers, a)), None)):  # (BertForMultipleChoice)
+        trained_as = dict(head=type(model).__name__, labels=None, instead=other)
     if dropped:  # said whatever the model
         trained_as = dict(trained_as or {}, layerdrop=dropped)
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg

@@ -91,21 +91,22 @@ def task_head(cfg: Any) -> Head | None:
 
 
 def language_model(transformers: Any, cfg: Any, heard: bool) -> Any:
-    """The auto class that builds `cfg`'s language model: an encoder-decoder's (a speech
-    recogniser's, Whisper's; a type that is both, Seamless M4T: the recogniser where `heard`,
-    audio asked or its `architectures` naming it), else a causal LM's, else (an encoder alone:
-    ModernBERT, DistilBERT, ALBERT) a masked LM's; None where transformers has none of them."""
+    """The auto class that builds `cfg`'s language model: the one whose class its
+    `architectures` names (BERT's masked LM, Seamless M4T's speech recogniser), else an
+    encoder-decoder's (a speech recogniser's where `heard`, audio asked: Whisper), else a
+    causal LM's, else (an encoder alone: ModernBERT, DistilBERT, ALBERT) a masked LM's; None
+    where transformers has none of them."""
     from transformers.models.auto import modeling_auto as auto
 
-    speech = auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING
-    heard = heard or type(cfg) in speech and getattr(speech[type(cfg)], "__name__", "") in (
-        getattr(cfg, "architectures", None) or ())
     options = [(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING, transformers.AutoModelForSeq2SeqLM),
-               (speech, transformers.AutoModelForSpeechSeq2Seq)
+               (auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING, transformers.AutoModelForSpeechSeq2Seq)
                ][::-1 if heard else 1] if cfg.is_encoder_decoder else [
         (auto.MODEL_FOR_CAUSAL_LM_MAPPING, transformers.AutoModelForCausalLM),
         (auto.MODEL_FOR_MASKED_LM_MAPPING, transformers.AutoModelForMaskedLM)]
-    return next((cls for mapping, cls in options if type(cfg) in mapping), None)
+    built = [(getattr(mapping[type(cfg)], "__name__", ""), cls) for mapping, cls in options
+             if type(cfg) in mapping]
+    named = getattr(cfg, "architectures", None) or ()
+    return next((cls for name, cls in built if name in named), built[0][1] if built else None)
 
 
 def every_layer(cfg: Any) -> dict[str, float]:

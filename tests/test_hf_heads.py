@@ -394,3 +394,20 @@ def test_a_dual_encoders_config_trains_on_image_text_pairs(tmp_path):
     assert any("on image-text pairs, 96 x 96 pixels" in w for w in p.warnings)
     with pytest.raises(ConversionError, match="'siglip2' takes its images as lists of patches"):
         from_hf_config(dict(model_type="siglip2"), seq_len=16, image_size=224)
+
+
+def test_a_class_the_architectures_name_is_built_or_its_substitute_said():
+    """A BERT config naming `BertForMaskedLM` was built as BERT's causal LM, the first of its
+    language models; one naming a head not priced from a config (`BertForMultipleChoice`:
+    its choices a sample are the data's) was priced as that language model, unsaid."""
+    from mdot_jax.serving.model_source import config_said
+
+    bert = dict(model_type="bert", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=128, vocab_size=512)
+    said = {arch: config_said(convert(from_hf_config(dict(bert, architectures=[arch]),
+                                                     seq_len=32), batch_size=2))
+            for arch in ("BertForMaskedLM", "BertLMHeadModel", "BertForMultipleChoice")}
+    assert said["BertForMaskedLM"] == said["BertLMHeadModel"] == []  # each built as named
+    assert said["BertForMultipleChoice"] == [
+        "its architectures name BertForMultipleChoice, which is not priced from a config: "
+        "trained as BertLMHeadModel, its language model"]

@@ -39,7 +39,10 @@ def config_said(seq: OperatorSequence) -> list[str]:
     shape."""
     said = []
     head = seq.meta.get("head")
-    if head and "text_alone" in head:  # a vision-language model that is a causal LM too
+    if head and head.get("instead"):  # a class its architectures name, not priced from a config
+        said.append(f"its architectures name {head['instead']}, which is not priced from a "
+                    f"config: trained as {head['head']}, its language model")
+    elif head and "text_alone" in head:  # a vision-language model that is a causal LM too
         sizes = head["text_alone"]  # None: its images' size is not the config's to say
         said.append(f"trained as {head['head']} on its text alone" + (
             f"; an image_size ({sizes}) trains it on an image a sample too" if sizes else "") + (
