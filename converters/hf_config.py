@@ -38,6 +38,7 @@ from converters.hf_heads import (
     image,
     language_model,
     recognised,
+    recogniser,
     sound,
     task_head,
     transcript,
@@ -106,7 +107,6 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     frozen (`converters.lora`)."""
     import torch
     import transformers
-    from transformers.models.auto import modeling_auto
 
     if isinstance(config, dict):
         fields, where = dict(config), "config"
@@ -190,7 +190,6 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             f"a {type(model).__name__}, trained on its labels" if head else
             "a causal LM, whose targets are its inputs (--seq-len)"))
     heard = head is not None and head.mapping in AUDIO_MAPPINGS  # a CTC's, a classifier's
-    speech = modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING
     audio = None if heard else recognised(model, audio_seconds, where, kind)  # Whisper's
     ctc = heard and head is not None and head.suffix == CTC_HEAD
     if audio_seconds is not None and not (heard or audio or listened):
@@ -223,12 +222,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if audio:  # a speech recogniser's audio, transcribed into its seq_len tokens
         trained_as = dict(head=type(model).__name__, labels=None, audio=list(audio),
                           seconds=audio_seconds, spec_augment=bool(masked), transcribed=True)
-    elif not head and cfg.is_encoder_decoder and type(cfg) in speech:  # (Seamless M4T's)
+    elif not head and (other := listener[1] if listener and not listened else recogniser(cfg)):
         trained_as = dict(head=type(model).__name__, labels=None, text_alone=None,
-                          recogniser=getattr(speech[type(cfg)], "__name__", ""))
-    elif listener and not listened:  # a causal LM that hears too, on its text
-        trained_as = dict(head=type(model).__name__, labels=None, text_alone=None,
-                          recogniser=listener[1])
+                          recogniser=other)  # on its text, though it hears (Seamless M4T)
     if pictured and not vlm:  # trained on its text alone: what asks for an image
         trained_as = dict(head=type(model).__name__, labels=None, text_alone=image_sizes(cfg))
     if main.startswith("pixel_values") and not (picture or vlm):  # (V-JEPA 2's videos)

@@ -263,6 +263,16 @@ def recognised(model: Any, seconds: float | None, where: str, kind: str
     return sound(model.config, main, seconds, where, kind)
 
 
+def recogniser(cfg: Any) -> str | None:
+    """The speech recogniser transformers builds of `cfg`'s type where it is an
+    encoder-decoder's (Seamless M4T's, beside its text-to-text model): its class's name."""
+    from transformers.models.auto import modeling_auto as auto
+
+    speech = auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING
+    return getattr(speech[type(cfg)], "__name__", None) if cfg.is_encoder_decoder and \
+        type(cfg) in speech else None
+
+
 def _spectrogram(cfg: Any, main: str) -> tuple[int, int] | None:
     """The features a sample that `cfg` fixes, every clip padded to them: AST's
     [max_length, num_mel_bins] (`input_values`), Whisper's [num_mel_bins, 2 x
