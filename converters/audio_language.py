@@ -1,6 +1,6 @@
-"""An audio-language model from its config.json (Voxtral, GLM-ASR, Audio Flamingo 3: a speech
-encoder whose features a causal LM reads in its text): built by transformers'
-`AutoModelForSpeechSeq2Seq` on the meta device and exported as its fine-tuning step on
+"""An audio-language model from its config.json (Voxtral, Audio Flamingo 3: a speech encoder
+whose features a causal LM reads in its text): built by its transformers auto class (`MAPPINGS`)
+on the meta device and exported as its fine-tuning step on
 `audio_seconds` of audio a sample and `seq_len` tokens of text, the audio's features the first
 N of them (the placeholders its processor writes), every token's loss.
 
@@ -19,9 +19,9 @@ import math
 from typing import Any
 
 from converters.errors import ConversionError
-from converters.hf_heads import MOST_SECONDS
+from converters.hf_heads import asked_seconds
 from converters.image_tiles import Images
-from converters.vision_language import image_text_step, image_tokens
+from converters.vision_language import placed_step
 
 # transformers' mappings of these models' configs (Voxtral's, Audio Flamingo 3's, GLM-ASR's),
 # and the auto class of each
@@ -54,8 +54,8 @@ def example_audio(model: Any, seconds: float | None, samples: int, where: str,
     """`samples` samples' audio of `seconds` each, as whole chunks of its encoder's features
     ([B, mel bins, frames]; several chunks: [B, chunks, mel bins, frames]), with a mask of the
     audio's frames where its forward takes one (its last chunk's padding left out; the graph
-    holds the batch, `samples`); a ConversionError
-    where its config sizes no chunk or `seconds` is missing or out of range."""
+    holds the batch, `samples`); a ConversionError where its config sizes no chunk or
+    `seconds` is missing or out of range."""
     import torch
 
     audio = getattr(model.config, "audio_config", None)
@@ -66,13 +66,8 @@ def example_audio(model: Any, seconds: float | None, samples: int, where: str,
                               "): export the model itself with converters.from_torch")
     frames = 2 * positions  # a chunk's: its stride-2 convolution halves them into positions
     chunk = frames / FRAMES_A_SECOND
-    if seconds is None:
-        raise ConversionError(f"{where}: model_type {kind!r} trains on audio of any length: "
-                              f"give audio_seconds (a sample's seconds of audio: its processor "
-                              f"pads them to chunks of {chunk:g} s)")
-    if not 0.025 <= seconds <= MOST_SECONDS:
-        raise ConversionError(f"{where}: audio_seconds {seconds:g}: give 0.025 to "
-                              f"{MOST_SECONDS:,.0f} seconds")
+    seconds = asked_seconds(seconds, where, kind, f": its processor pads them to chunks of "
+                            f"{chunk:g} s")
     chunks = math.ceil(seconds / chunk - 1e-9)
     takes = inspect.signature(type(model).forward).parameters
     mask = next((m for m in MASKS if m in takes), None)
@@ -93,11 +88,7 @@ def audio_text_step(model: Any, seconds: float | None, samples: int, seq_len: in
     example's inputs and their names, and what it is trained as; a ConversionError where the
     audio takes the tokens."""
     audio = example_audio(model, seconds, samples, where, kind)
-    tokens = image_tokens(model, audio, where)
-    if seq_len <= tokens:
-        raise ConversionError(f"{where}: seq_len {seq_len}: a sample's audio takes {tokens} of "
-                              "its tokens: give more")
-    model.forward, example, names = image_text_step(model, audio, tokens, seq_len)
+    tokens, model.forward, example, names = placed_step(model, audio, seq_len, where)
     return audio, tokens, example, names, dict(
         head=type(model).__name__, labels=None, audio=audio.size, chunks=audio.chunks,
         seconds=seconds, audio_tokens=tokens, **audio.said(samples))

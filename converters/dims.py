@@ -13,7 +13,13 @@ import numpy as np
 import onnx
 
 from converters.errors import ConversionError
-from converters.sequence import BATCH_KEY, LISTED_KEY, OperatorSequence, data_input_names
+from converters.sequence import (
+    BATCH_KEY,
+    HEAD_KEY,
+    LISTED_KEY,
+    OperatorSequence,
+    data_input_names,
+)
 from converters.tensors import TOKEN_TYPES
 
 MAX_DIM = 2 ** 31 - 1
@@ -97,6 +103,12 @@ def drop_metadata(model: onnx.ModelProto, key: str) -> None:
     kept = [p for p in model.metadata_props if p.key != key]
     del model.metadata_props[:]
     model.metadata_props.extend(kept)
+
+
+def head_of(model: onnx.ModelProto) -> dict:
+    """What a config's graph says of what it trains (`converters.hf_config`), or {}."""
+    said = next((p.value for p in model.metadata_props if p.key == HEAD_KEY), "")
+    return json.loads(said) if said else {}
 
 
 def _listed_batch(said: str, batch_size: int, label: str) -> None:

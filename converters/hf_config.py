@@ -63,9 +63,8 @@ from converters.vision_language import (
     example_images,
     image_sizes,
     image_text_model,
-    image_text_step,
-    image_tokens,
     placed,
+    placed_step,
 )
 
 EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts",  # config fields
@@ -258,11 +257,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         example, names = tokens, [main]
     else:  # one image a sample, its features the first of the seq_len tokens
         pictures = example_images(model, where, kind, images, image_size, video_frames)
-        placeholders = image_tokens(model, pictures, where)
-        if seq_len <= placeholders:
-            raise ConversionError(f"{where}: seq_len {seq_len}: a sample's image takes "
-                                  f"{placeholders} of its tokens: give more")
-        model.forward, example, names = image_text_step(model, pictures, placeholders, seq_len)
+        placeholders, model.forward, example, names = placed_step(model, pictures, seq_len,
+                                                                  where)
         trained_as = dict(head=type(model).__name__, labels=None, image=pictures.size,
                           image_tokens=placeholders, **pictures.said(images))
     if trained_as is None and (other := next((a for a in cfg.architectures or () if a != type(

@@ -168,15 +168,22 @@ def sound(cfg: Any, main: str, seconds: float | None, where: str, kind: str) -> 
     if main != "input_values" and width is None:
         raise ConversionError(f"{where}: model_type {kind!r} takes audio features its config "
                               "does not size: export the model itself with converters.from_torch")
-    if seconds is None:
-        raise ConversionError(f"{where}: model_type {kind!r} trains on audio of any length: "
-                              "give audio_seconds (a sample's seconds of audio)")
-    if not 0.025 <= seconds <= MOST_SECONDS:  # a frame of wav2vec 2.0's features at least
-        raise ConversionError(f"{where}: audio_seconds {seconds:g}: give 0.025 to "
-                              f"{MOST_SECONDS:,.0f} seconds")
+    seconds = asked_seconds(seconds, where, kind)
     if main == "input_values":
         return (round(seconds * RATE),)
     return max(round(seconds * rate), 1), int(width or 0)
+
+
+def asked_seconds(seconds: float | None, where: str, kind: str, padded: str = "") -> float:
+    """A sample's `seconds` of audio, given and in range (a frame of wav2vec 2.0's features
+    to `MOST_SECONDS`); else a ConversionError (`padded`: what its processor pads them to)."""
+    if seconds is None:
+        raise ConversionError(f"{where}: model_type {kind!r} trains on audio of any length: "
+                              f"give audio_seconds (a sample's seconds of audio{padded})")
+    if not 0.025 <= seconds <= MOST_SECONDS:
+        raise ConversionError(f"{where}: audio_seconds {seconds:g}: give 0.025 to "
+                              f"{MOST_SECONDS:,.0f} seconds")
+    return seconds
 
 
 def image(cfg: Any, side: int | None, where: str, frames: int | None = None,

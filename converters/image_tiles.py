@@ -33,6 +33,11 @@ class Images(NamedTuple):
     key: str = "pixel_values"  # the forward's input they are (an audio model's features)
     chunks: int = 0  # an audio's chunks a sample ([B, chunks, ...], flattened for the encoder)
 
+    @property
+    def noun(self) -> str:
+        """What they are in words: an image, or an audio-language model's audio."""
+        return "image" if self.key == "pixel_values" else "audio"
+
     def said(self, images: int) -> dict:
         """What the prediction says of them beyond their size: the images a sample the graph
         holds, a grid encoder's loop (Qwen-VL's), the tiles and their side, cross-attention,

@@ -20,13 +20,12 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
-from converters.dims import baked, check_dims, concretise
+from converters.dims import baked, check_dims, concretise, head_of
 from converters.errors import ConversionError
 from converters.masks import FILLS_KEY, PADDING_KEY, folded
 from converters.selected import sized
 from converters.sequence import (
     DATA_INPUTS_KEY,
-    HEAD_KEY,
     JSON_KEYS,
     PARAMS_KEY,
     SDPA_KEY,
@@ -219,8 +218,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     data = data_input_names(model)
     _set_meta(model, DATA_INPUTS_KEY, ",".join(data))
     meta = {p.key for p in model.metadata_props}
-    held = json.loads(next((p.value for p in model.metadata_props if p.key == HEAD_KEY),
-                           "{}")).get("images")  # a grid encoder's, an audio's chunks
+    held = head_of(model).get("images")  # a grid encoder's, an audio's masked frames
     if held and batch_size and batch_size != held:
         raise ConversionError(f"{label}: the graph holds the images or audio of a batch of "
                               f"{held} (their sizes are in it): convert it at batch {held}, or "

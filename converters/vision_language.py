@@ -242,7 +242,6 @@ def image_tokens(model: Any, images: Images, where: str) -> int:
 
     if images.cross:  # its image token, and the tiles read by cross-attention
         return 1
-    noun = "image" if images.key == "pixel_values" else "audio"  # (an audio-language model's)
     found: list[int] = []
     ids = torch.zeros(images.pixels.shape[0], 1, dtype=torch.long, device="meta")  # [B, 1]
     try:
@@ -252,14 +251,26 @@ def image_tokens(model: Any, images: Images, where: str) -> int:
         raise
     except Exception as e:  # its code needs values: the meta device has none
         raise ConversionError(
-            f"{where}: {type(model).__name__}: its {noun} does not trace on the meta device "
+            f"{where}: {type(model).__name__}: its {images.noun} does not trace on the meta device "
             f"({type(e).__name__}: {str(e).splitlines()[0][:200]}): export the model itself "
             "with converters.from_torch") from None
     if not found:
-        raise ConversionError(f"{where}: {type(model).__name__}: its {noun}'s features never "
-                              "reach its text: export the model itself with "
+        raise ConversionError(f"{where}: {type(model).__name__}: its {images.noun}'s features "
+                              "never reach its text: export the model itself with "
                               "converters.from_torch")
     return found[0]
+
+
+def placed_step(model: Any, images: Images, seq_len: int, where: str
+                ) -> tuple[int, Any, tuple, list[str]]:
+    """The tokens a sample's image (or audio) takes (`image_tokens`), and `model`'s training
+    step with its features the first of `seq_len` tokens (`image_text_step`); a
+    ConversionError where they take them all."""
+    tokens = image_tokens(model, images, where)
+    if seq_len <= tokens:
+        raise ConversionError(f"{where}: seq_len {seq_len}: a sample's {images.noun} takes "
+                              f"{tokens} of its tokens: give more")
+    return tokens, *image_text_step(model, images, tokens, seq_len)
 
 
 def _inputs(model: Any, images: Images, pixels: Any, ids: Any, tokens: int,

@@ -22,9 +22,10 @@ import numpy as np
 import onnx
 
 from converters import ConversionError, OperatorSequence, convert, converts_the_same
+from converters.dims import head_of
 from converters.hf_heads import input_kind, needs_tokens
 from converters.kept import KEPT
-from converters.sequence import CONFIG_FIELDS, HEAD_KEY, LOAD_FIELDS
+from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import writers
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu import compiled
@@ -143,7 +144,7 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
             if job.cp > 1 and re.search("a sample's (image|audio) takes", str(e)):
                 raise _image_cut(job) from None
             raise
-        if job.cp > 1 and (_head(model).get("image") or _head(model).get("audio_tokens")):
+        if job.cp > 1 and {"image", "audio_tokens"} & set(head_of(model)):
             raise _image_cut(job)
         job = dataclasses.replace(job, image_size=size)
     if job.target_len is not None and not config:
@@ -324,7 +325,7 @@ def config_graph_at(path: str | Path, b: int, seq_len: int | None,
     model = graph(b if _grid_encoder(_fields(config_file(path))) else 1)
     if images := fixed_images(model):  # its image's size is in the graph already
         return (model if images == b else graph(b)), None
-    head = _head(model)  # a classifier's pictures sized in the graph, as a cross-attended
+    head = head_of(model)  # a classifier's pictures sized in the graph, as a cross-attended
     return model, None if head.get("cross") or head.get("pixels") else image_size  # image's
 
 
@@ -338,13 +339,7 @@ def _grid_encoder(fields: dict) -> bool:
 def fixed_images(graph: onnx.ModelProto) -> int | None:
     """The images a vision-language model's graph holds where its encoder fixes them (a grid
     encoder's, Qwen-VL's: it converts at that batch alone), else None."""
-    return _head(graph).get("images")
-
-
-def _head(graph: onnx.ModelProto) -> dict:
-    """What a config's graph says of the head it trains (`converters.hf_config`), or {}."""
-    said = next((m.value for m in graph.metadata_props if m.key == HEAD_KEY), "")
-    return json.loads(said) if said else {}
+    return head_of(graph).get("images")
 
 
 def _image_cut(job: TrainingJob) -> RequestError:
