@@ -248,7 +248,7 @@ def test_an_adapted_checkpoint_records_its_fit_in_json(tmp_path):
 
 def test_predict_says_when_this_machine_is_another_cpu(monkeypatch):
     from mdot_jax.measure import device
-    from mdot_jax.serving.predict import machine_note
+    from mdot_jax.serving.by_checkpoint import machine_note
 
     zen5 = dict(device_model="AMD EPYC", cpu_family=26, cpu_model_id=2)
     monkeypatch.setattr(device, "cpu_info", lambda: dict(zen5, cpu_model_id=17, cpu_family=25))

@@ -150,3 +150,35 @@ def test_a_sequence_converted_at_another_batch_is_refused(tmp_path):
     assert at_8 == predictor.predict(tmp_path / "m.onnx", batch_size=8).iteration_ms
     with pytest.raises(RequestError, match=r"batch_size 512.*converted at batch 8"):
         predictor.predict(seq, batch_size=512)
+
+
+def test_a_batch_past_the_trained_ones_grows_as_its_last_doubling(tmp_path):
+    """Past the largest trained batch E, a step is priced at E and grown by (b / E) ** e, e the
+    growth of its doubling from E / 2 to E in [0, 1] (not flat trees); the members alike, the
+    memory the asked batch's; a sequence converted at the batch, which cannot be converted at
+    E, is extrapolated and said so."""
+    import math
+
+    import onnx
+
+    from mdot_jax.serving.batch_edge import edge, growth
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_block(), path)
+    predictor = Predictor.load("cpu-amd-epyc-f26m2-2t")
+    assert predictor.trained.info["batch_sizes"][-1] == 64
+    half, top = (predictor.predict(path, batch_size=b, image_size=64) for b in (32, 64))
+    p = predictor.predict(path, batch_size=256, image_size=64)
+    e = min(1.0, max(0.0, math.log2(top.iteration_ms / half.iteration_ms)))
+    assert p.iteration_ms == pytest.approx(top.iteration_ms * 4 ** e, rel=1e-6)
+    assert 0 < e < 1 and p.iteration_ms > top.iteration_ms
+    assert p.parts == pytest.approx({m: v * 4 ** e for m, v in top.parts.items()}, rel=1e-6)
+    assert p.warnings[0] == (f"batch size 256 is past the trained range 2-64: priced at batch "
+                             f"64 and grown {4 ** e:.3g}x, as the step grew from batch 32 to 64: "
+                             "extrapolation")
+    fixed = predictor.predict(predictor.sequence(path, batch_size=256, image_size=64),
+                              batch_size=256, image_size=64)
+    assert "batch size 256 is outside the trained range 2-64: extrapolation" in fixed.warnings
+    assert p.memory_gb == fixed.memory_gb > 2 * top.memory_gb  # the batch asked for's
+    assert edge([2, 64], 64) is None and edge([2, 64], 65) == 64 and edge([1], 8) is None
+    assert growth(10.0, 5.0, 4.0) == 1.0 and growth(1.0, 4.0, 4.0) == 4.0  # e clamped to [0, 1]

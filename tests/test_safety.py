@@ -597,7 +597,8 @@ def test_a_batch_far_beyond_training_says_so(capsys, model):
     assert code == 0
     warnings = json.loads(out)["warnings"]
     [warning] = [w for w in warnings if "trained range" in w]
-    assert "far (over 10x) outside the trained range 2-64" in warning and "a guess" in warning
+    assert "far (over 10x) past the trained range 2-64: priced at batch 64" in warning
+    assert "a guess" in warning
     assert any("it will not fit at this batch size" in w for w in warnings)  # nor in RAM
 
 

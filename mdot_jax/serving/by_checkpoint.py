@@ -4,6 +4,7 @@ chooses it and checks the job asks nothing only a GPU's spec sheet prices)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 from converters import OperatorSequence
@@ -18,8 +19,6 @@ class Checkpoint:
               "so (a GPU priced from its spec sheet prices the frozen ones)")
 
     def __init__(self, job: TrainingJob):
-        from mdot_jax.serving.predict import machine_note
-
         self.job, self.predictor = job, _predictor(job.checkpoint)
         members = self.predictor.member_labels
         name = self.predictor.path.name if self.predictor.path else "in memory"
@@ -30,12 +29,14 @@ class Checkpoint:
         self.notes = [note] if note else []
 
     def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
-        job = self.job
-        seq = sequence(job, b, int(self.predictor.trained.feature_cfg.fused))
+        job, fuse = self.job, int(self.predictor.trained.feature_cfg.fused)
+        seq = sequence(job, b, fuse)
+        fixed = isinstance(job.model, OperatorSequence) or str(job.model).endswith(".npz")
         return seq, self.predictor.predict(
             seq, batch_size=b, image_size=job.image_size, seq_len=job.seq_len,
             precision=job.precision, layout=job.layout, device=job.device,
-            optimizer=job.optimizer)
+            optimizer=job.optimizer,  # a batch past the trained ones: from the model at others
+            at_batch=None if fixed else lambda n: sequence(job, n, fuse))
 
     def parallel(self, one: Prediction, seq, n: int) -> Prediction:
         return one
@@ -62,3 +63,21 @@ def _loaded(path: str, stamp: tuple):
     from mdot_jax.serving.predict import Predictor
 
     return Predictor.load(path)
+
+
+def machine_note(devices: Sequence[str]) -> str | None:
+    """When this machine is a CPU and a CPU checkpoint's devices are other CPUs (family, model
+    or vector extensions of another generation: per-model times differ 1.1-3x), what to say:
+    the prediction is for those devices, and `mdot adapt` makes one for this machine."""
+    from mdot_jax.measure.device import cpu_info, device_slug, is_cpu
+
+    cpus = [d for d in devices if is_cpu(d)]
+    info = cpu_info()
+    if not cpus or "cpu_family" not in info:
+        return None
+    here = device_slug(dict(info, device_kind="cpu", threads=0)).removesuffix("-0t")
+    if any(d.rsplit("-", 1)[0] == here for d in cpus):
+        return None
+    return (f"this machine is {here}, the checkpoint predicts for {', '.join(cpus)}: another "
+            "CPU (models run 1.1-3x faster or slower, not by one factor); for this machine, "
+            "run `mdot adapt` (docs: README, Predict for your machine)")

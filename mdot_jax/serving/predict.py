@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Union
@@ -28,6 +28,7 @@ from mdot_jax.kernels.cost_model import COST_MODEL, CostModel, OpSumLine, attach
 from mdot_jax.models.ensemble import combine, spread
 from mdot_jax.models.trained import Trained, predict_samples
 from mdot_jax.models.trees import TreeModel
+from mdot_jax.serving import batch_edge
 from mdot_jax.serving.memory import check_fit, machine_memory, step_memory
 from mdot_jax.serving.prediction import Adaptation, Prediction
 from mdot_jax.storage.calibration import Calibration
@@ -205,9 +206,12 @@ class Predictor:
     def predict(self, model: ModelLike, *, batch_size: int, image_size: int | None = None,
                 seq_len: int | None = None, input_shapes: dict | None = None,
                 precision: str | None = None, layout: str = "nchw", device: str | None = None,
-                optimizer: str = "sgd") -> Prediction:
+                optimizer: str = "sgd",
+                at_batch: Callable[[int], OperatorSequence] | None = None) -> Prediction:
         """Milliseconds per training iteration of `model` (an `.onnx` path, ModelProto or
-        OperatorSequence already at `batch_size`)."""
+        OperatorSequence already at `batch_size`). A batch past the largest trained one is
+        priced from the model at that batch and its half (`batch_edge`): converted here, or
+        by `at_batch` (a sequence's own model at another batch), else extrapolated."""
         if batch_size is None:
             raise RequestError("batch_size: required (the batch per device)", "batch_size")
         check_dims(batch_size=batch_size, image_size=image_size, seq_len=seq_len)
@@ -215,12 +219,28 @@ class Predictor:
                             seq_len=seq_len, input_shapes=input_shapes)
         size = image_size or seq_len or input_size_of(seq)
         w = self._workload(batch_size, size, precision, layout, device, optimizer)
-        return self.predict_many([(seq, w)])[0]
+        if at_batch is None and not isinstance(model, OperatorSequence):
+            def at_batch(n: int) -> OperatorSequence:
+                return self.sequence(model, batch_size=n, image_size=image_size,
+                                     seq_len=seq_len, input_shapes=input_shapes)
+        edge = batch_edge.edge(self.trained.info.get("batch_sizes"), batch_size)
+        pair = edge and at_batch and (at_batch(edge // 2), at_batch(edge))
+        return self.predict_many([(seq, w)], [pair or None])[0]
 
-    def predict_many(self, items: Sequence[tuple[OperatorSequence, Workload]]
+    def predict_many(self, items: Sequence[tuple[OperatorSequence, Workload]],
+                     grow: Sequence[tuple[OperatorSequence, OperatorSequence] | None] = ()
                      ) -> list[Prediction]:
         """Batch prediction for many (sequence, workload) pairs at once. The caller's
-        sequences are not changed: operator times go on this call's copies."""
+        sequences are not changed: operator times go on this call's copies. `grow[i]`: item
+        i's model at the half of the largest trained batch and at it, where its batch is past
+        that (`batch_edge`): the item is priced from them, grown as their doubling did."""
+        asked = len(items)
+        edges = [batch_edge.edge(self.trained.info.get("batch_sizes"), w.batch_size) or 0
+                 for _, w in items]
+        extra = [(i, asked + 2 * k) for k, i in enumerate(
+            i for i, g in enumerate(grow) if g and edges[i])]
+        items = [*items, *((s, replace(items[i][1], batch_size=edges[i] // n))
+                           for i, _ in extra for s, n in zip(grow[i] or (), (2, 1)))]
         fc = self.trained.feature_cfg
         own: dict[int, OperatorSequence] = {}  # id -> a copy without another model's times
         for seq, _ in items:
@@ -252,13 +272,18 @@ class Predictor:
             parts = [{m: float(v) for m, v in zip(self.members, vs)} for vs in zip(*members)]
             disagreement = [float(d) for d in spread(*members)]
             out = combine(*members)
-        adapted, base = self.adaptation, out
-        if adapted:
-            out = adapted.apply(out)
+        adapted, base = self.adaptation, np.array(out, dtype=float)
+        growth: dict[int, float] = {}
+        for i, h in extra:  # from the model at the edge's half (h) and at the edge (h + 1)
+            growth[i] = batch_edge.growth(base[h], base[h + 1], items[i][1].batch_size / edges[i])
+            base[i], parts[i], disagreement[i] = base[h + 1] * growth[i], {
+                m: v * growth[i] for m, v in parts[h + 1].items()}, disagreement[h + 1]
+        out = adapted.apply(base) if adapted else base
         preds = []
-        for ms, base_ms, part, d, (seq, w) in zip(out, base, parts, disagreement, items):
+        for i, (ms, part, d, (seq, w)) in enumerate(zip(out, parts, disagreement, items[:asked])):
+            edge_ms = float(base[i] / growth[i]) if i in growth else float(base[i])
             p = Prediction(float(ms), adapted.device if adapted else w.device, seq.num_ops,
-                           self.warnings(seq, w) + self._outside_labels(float(base_ms), w),
+                           self.warnings(seq, w, growth.get(i)) + self._outside_labels(edge_ms, w),
                            part, input_size=w.input_size)
             cal = self.calibration
             band = cal.band(w.layout, d) if cal else None
@@ -333,14 +358,18 @@ class Predictor:
         return [dict(type=VOCAB[t], name=str(n), ms=float(m * scale))
                 for t, n, m in zip(seq.op_type, seq.node_names, ms)], source
 
-    def warnings(self, seq: OperatorSequence, w: Workload) -> list[str]:
+    def warnings(self, seq: OperatorSequence, w: Workload, growth: float | None = None
+                 ) -> list[str]:
         """What makes a prediction less trustworthy (and leaves it without a band): a batch or
-        input size outside the range the checkpoint was trained on, a layout, precision,
-        optimizer or operator type it never saw, operators the converter does not know."""
+        input size outside the range the checkpoint was trained on (a batch past it priced at
+        its edge, times `growth`), a layout, precision, optimizer or operator type it never
+        saw, operators the converter does not know."""
         info, out = self.trained.info, []
         for what, value in (("batch size", w.batch_size), ("input size", w.input_size)):
             seen = info.get(what.replace(" ", "_") + "s")
-            if seen and not min(seen) <= value <= max(seen):
+            if seen and growth and what == "batch size":
+                out.append(batch_edge.said(w.batch_size, seen, growth))
+            elif seen and not min(seen) <= value <= max(seen):
                 far = value > 10 * max(seen) or value < min(seen) / 10
                 out.append(f"{what} {value} is {'far (over 10x) ' if far else ''}outside the "
                            f"trained range {min(seen)}-{max(seen)}: "
@@ -392,24 +421,6 @@ def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
     path = (own or shipped)[0]
     what = "" if own else f"; none of {device} is shipped, so the shares are {name[path]}'s"
     return CostModel.load(path), f"the kernel cost model of {name[path]}{what}"
-
-
-def machine_note(devices: Sequence[str]) -> str | None:
-    """When this machine is a CPU and a CPU checkpoint's devices are other CPUs (family, model
-    or vector extensions of another generation: per-model times differ 1.1-3x), what to say:
-    the prediction is for those devices, and `mdot adapt` makes one for this machine."""
-    from mdot_jax.measure.device import cpu_info, device_slug, is_cpu
-
-    cpus = [d for d in devices if is_cpu(d)]
-    info = cpu_info()
-    if not cpus or "cpu_family" not in info:
-        return None
-    here = device_slug(dict(info, device_kind="cpu", threads=0)).removesuffix("-0t")
-    if any(d.rsplit("-", 1)[0] == here for d in cpus):
-        return None
-    return (f"this machine is {here}, the checkpoint predicts for {', '.join(cpus)}: another "
-            "CPU (models run 1.1-3x faster or slower, not by one factor); for this machine, "
-            "run `mdot adapt` (docs: README, Predict for your machine)")
 
 
 def graph_warnings(g: dict, precision: str | None = None) -> list[str]:
