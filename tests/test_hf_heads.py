@@ -181,6 +181,9 @@ def test_a_speech_recognisers_ctc_config_trains_on_the_seconds_of_audio_asked(tm
     assert predict(TrainingJob(seq_len=10, audio_seconds=2, **job)).iteration_ms > 0
     with pytest.raises(RequestError, match="seq_len: required"):  # the transcript's tokens
         predict(TrainingJob(audio_seconds=2, **job))
+    with pytest.raises(RequestError, match="cp 2: the model trains on images or audio"):
+        predict(TrainingJob(seq_len=20, audio_seconds=2, gpus=2, cp=2, **job))  # (its transcript
+        # was cut over two GPUs, its audio not)
     with pytest.raises(RequestError, match="audio_seconds -1: expected a positive number"):
         TrainingJob(seq_len=10, audio_seconds=-1, **job)
 
@@ -368,7 +371,7 @@ def test_a_dual_encoders_config_trains_on_image_text_pairs(tmp_path):
     import torch
     import transformers
 
-    from mdot_jax import TrainingJob, predict
+    from mdot_jax import RequestError, TrainingJob, predict
     from mdot_jax.serving.model_source import config_said
 
     clip = dict(model_type="clip", projection_dim=16,
@@ -392,6 +395,10 @@ def test_a_dual_encoders_config_trains_on_image_text_pairs(tmp_path):
     p = predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=16, batch_size=4,
                             image_size=96, device="h100-sxm"))  # exported again at the batch
     assert any("on image-text pairs, 96 x 96 pixels" in w for w in p.warnings)
+    with pytest.raises(RequestError, match="^cp 2: the model trains on images or audio, which "
+                       "no ring cuts; context parallelism is priced for language models alone"):
+        predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=16, batch_size=4,
+                            device="h100-sxm", gpus=2, cp=2))  # its text alone was cut, unsaid
     with pytest.raises(ConversionError, match="'siglip2' takes its images as lists of patches"):
         from_hf_config(dict(model_type="siglip2"), seq_len=16, image_size=224)
 

@@ -144,8 +144,9 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
             if job.cp > 1 and re.search("a sample's (image|audio) takes", str(e)):
                 raise _image_cut(job) from None
             raise
-        if job.cp > 1 and {"image", "audio_tokens"} & set(head_of(model)):
-            raise _image_cut(job)
+        if job.cp > 1 and (read := set(head_of(model)) & {"image", "audio_tokens", "pixels",
+                                                           "audio"}):
+            raise _image_cut(job, placed=bool(read & {"image", "audio_tokens"}))
         job = dataclasses.replace(job, image_size=size)
     if job.target_len is not None and not config:
         raise RequestError("target_len: an encoder-decoder's config.json takes it (an ONNX "
@@ -342,9 +343,14 @@ def fixed_images(graph: onnx.ModelProto) -> int | None:
     return head_of(graph).get("images")
 
 
-def _image_cut(job: TrainingJob) -> RequestError:
-    return RequestError(f"cp {job.cp}: an image's or audio's features lie in its sequences; "
-                        "context parallelism is priced for language models alone", "cp")
+def _image_cut(job: TrainingJob, placed: bool = True) -> RequestError:
+    """Context parallelism refused a model that reads images or audio: their features `placed`
+    among its tokens (a vision- or audio-language model's), or read apart (a CLIP's pixels, a
+    CTC's or Whisper's audio)."""
+    return RequestError(f"cp {job.cp}: " + (
+        "an image's or audio's features lie in its sequences" if placed else
+        "the model trains on images or audio, which no ring cuts") +
+        "; context parallelism is priced for language models alone", "cp")
 
 
 def config_input(path: str | Path) -> str:
