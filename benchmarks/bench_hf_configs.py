@@ -6,8 +6,9 @@
 
 `--task` (`TASKS`) picks transformers' auto mapping of the types swept: causal LMs (the
 default), sequence-to-sequence LMs, masked LMs, or a task head (sequence, token, image, video
-or audio classification, question answering, semantic segmentation, speech recognisers' CTC,
-speech-to-text models: the config's `architectures` names the mapping's class), or
+or audio classification, question answering, semantic segmentation, SimMIM's masked image
+modeling, speech recognisers' CTC, speech-to-text models: the config's `architectures` names
+the mapping's class), or
 vision-language models (image-text-to-text: transformers' defaults at 4,096 tokens, on an image
 of its config's size, or of the size its refusal or its note of training on text alone names,
 224 where it asks for one), or dual encoders (zero-shot-image-classification: CLIP's, on
@@ -61,6 +62,8 @@ TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, "text"),
          "video-classification": ("MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES", True,
                                   "picture"),
          "semantic-segmentation": ("MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES", True,
+                                   "picture"),
+         "masked-image-modeling": ("MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES", True,
                                    "picture"),
          "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", True, "audio"),
          "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", True, "audio"),

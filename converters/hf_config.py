@@ -30,6 +30,8 @@ from converters.hf_heads import (
     CTC_HEAD,
     HEAD_MODULES,
     IMAGES,
+    MAE_HEAD,
+    MIM_HEAD,
     PICTURED,
     VIDEO_HEAD,
     contrastive_model,
@@ -205,8 +207,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     def loss(self: Any, x: Any, *targets: Any) -> Any:  # x: the main input [1, ...]
         if ctc:  # its logits [1, frames, vocabulary], the transcript's CTC loss
             return ctc_loss(step(self, **{main: x}).logits, targets[0], self.config)
-        labels = dict(labels=targets[0]) if targets else head.labels(x) if head else dict(
-            labels=x if target_len is None else x.new_zeros((x.shape[0], target_len)))
+        labels = dict(labels=targets[0]) if targets else head.labels(x, self.config) if head \
+            else dict(labels=x if target_len is None else x.new_zeros((x.shape[0], target_len)))
         return step(self, **{main: x}, **labels).loss
 
     model.forward = types.MethodType(loss, model)  # bound: a copy of the model (the exporter's
@@ -217,7 +219,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     trained_as: dict | None = head and dict(head=type(model).__name__,
                                labels=cfg.num_labels if head.classes else None,
                                **(dict(pixels=picture[-2:]) if picture else {}),
-                               **(dict(frames=picture[0]) if video and picture else {}))
+                               **(dict(frames=picture[0]) if video and picture else {}),
+                               **(dict(masked=getattr(cfg, "mask_ratio", 0.0)) if head.suffix
+                                  in (MAE_HEAD, MIM_HEAD) else {}))
     if audio:  # a speech recogniser's audio, transcribed into its seq_len tokens
         trained_as = dict(head=type(model).__name__, labels=None, audio=list(audio),
                           seconds=audio_seconds, spec_augment=bool(masked), transcribed=True)

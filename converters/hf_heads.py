@@ -16,7 +16,9 @@ from converters.vision_language import MOST
 IMAGE_HEAD = "ForImageClassification"  # an image classifier's config: no tokens, its image's
 VIDEO_HEAD = "ForVideoClassification"  # a video classifier's: a clip of frames a sample
 SEGMENT_HEAD = "ForSemanticSegmentation"  # a segmenter's: a class a pixel
-PICTURED = (IMAGE_HEAD, VIDEO_HEAD, SEGMENT_HEAD)
+MAE_HEAD = "ViTMAEForPreTraining"  # self-supervised: the patches its random mask leaves
+MIM_HEAD = "ForMaskedImageModeling"  # SimMIM's: masked patches' pixels reconstructed
+PICTURED = (IMAGE_HEAD, VIDEO_HEAD, SEGMENT_HEAD, MAE_HEAD, MIM_HEAD)
 CTC_HEAD = "ForCTC"  # a speech recogniser's (wav2vec 2.0's): audio in, a transcript's loss
 AUDIO_MAPPINGS = ("MODEL_FOR_CTC_MAPPING", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING")
 AUDIO_FIELDS = ("conv_dim", "num_mel_bins", "feature_projection_input_dim")  # an audio config's
@@ -38,29 +40,37 @@ IMAGES = 2  # a picture head's example batch: one image has no batch statistics
 
 class Head(NamedTuple):
     """A task head a config's `architectures` names (`suffix`): transformers' `mapping` of the
-    configs that build it, its `auto` class, its `labels` for the main input [B, ...] (a class
-    a sequence, a token or a pixel, where an answer starts and ends), and whether `num_labels`
-    counts classes."""
+    configs that build it, its `auto` class, its `labels` for the main input [B, ...] and the
+    model's config (a class a sequence, a token or a pixel, where an answer starts and ends,
+    the patches masked; none where its loss needs none), and whether `num_labels` counts
+    classes."""
 
     suffix: str
     mapping: str
     auto: str
-    labels: Callable[[Any], dict]
+    labels: Callable[[Any, Any], dict]
     classes: bool = True
 
 
-def _a_class(x: Any) -> dict:
+def _a_class(x: Any, cfg: Any) -> dict:
     """A class a sample of the main input [B, ...]."""
     return dict(labels=x.new_zeros(x.shape[:1]).long())
+
+
+def _masked_patches(x: Any, cfg: Any) -> dict:
+    """SimMIM's mask over the patches of images x [B, C, H, W] (which are masked changes no
+    work: the masked ones are replaced by its mask token, every pixel's loss weighted)."""
+    return dict(bool_masked_pos=x.new_zeros(
+        (x.shape[0], (x.shape[-2] // cfg.patch_size) * (x.shape[-1] // cfg.patch_size))).bool())
 
 
 HEADS = (
     Head("ForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
          "AutoModelForSequenceClassification", _a_class),
     Head("ForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
-         "AutoModelForTokenClassification", lambda x: dict(labels=x.new_zeros(x.shape))),
+         "AutoModelForTokenClassification", lambda x, _: dict(labels=x.new_zeros(x.shape))),
     Head("ForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING",
-         "AutoModelForQuestionAnswering", lambda x: dict(
+         "AutoModelForQuestionAnswering", lambda x, _: dict(
              start_positions=x.new_zeros(x.shape[:1]), end_positions=x.new_zeros(x.shape[:1])),
          classes=False),
     Head(IMAGE_HEAD, "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING", "AutoModelForImageClassification",
@@ -69,9 +79,13 @@ HEADS = (
          _a_class),
     Head(SEGMENT_HEAD, "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING",
          "AutoModelForSemanticSegmentation",  # a class a pixel [B, H, W] of images [B, C, H, W]
-         lambda x: dict(labels=x.new_zeros((x.shape[0], *x.shape[2:])).long())),
-    Head(CTC_HEAD, "MODEL_FOR_CTC_MAPPING", "AutoModelForCTC", lambda x: {},  # its transcript:
-         classes=False),  # an input
+         lambda x, _: dict(labels=x.new_zeros((x.shape[0], *x.shape[2:])).long())),
+    Head(MAE_HEAD, "MODEL_FOR_PRETRAINING_MAPPING", "AutoModelForPreTraining",  # its mask drawn
+         lambda x, _: {}, classes=False),  # in its forward
+    Head(MIM_HEAD, "MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING",
+         "AutoModelForMaskedImageModeling", _masked_patches, classes=False),
+    Head(CTC_HEAD, "MODEL_FOR_CTC_MAPPING", "AutoModelForCTC", lambda x, _: {},  # its
+         classes=False),  # transcript: an input
     # an audio classifier's (wav2vec 2.0's are `...ForSequenceClassification`: the text
     # head's mapping builds no audio config, so this one is found)
     Head("ForSequenceClassification", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING",
@@ -128,7 +142,8 @@ def every_layer(cfg: Any) -> dict[str, float]:
 
 def input_kind(config: dict) -> str:
     """What a config.json's fields (`config`) train on, without building the model: "image"
-    where they name an image or video classifier (ViT, VideoMAE fine-tuned: `architectures`),
+    where they name an image or video classifier (ViT, VideoMAE fine-tuned: `architectures`) or
+    a self-supervised image model (MAE, SimMIM),
     "audio" where a speech recogniser's CTC or an audio classifier (wav2vec 2.0's, AST's),
     else "tokens"."""
     names = [str(a) for a in config.get("architectures") or ()]

@@ -418,3 +418,38 @@ def test_a_class_the_architectures_name_is_built_or_its_substitute_said():
     assert said["BertForMultipleChoice"] == [
         "its architectures name BertForMultipleChoice, which is not priced from a config: "
         "trained as BertLMHeadModel, its language model"]
+
+
+def test_self_supervised_image_pretraining_trains_on_the_patches_its_mask_leaves(tmp_path):
+    """ViT-MAE's and SimMIM's (ViT, DeiT, Swin, FocalNet `...ForMaskedImageModeling`) configs
+    were refused ("has no causal, masked ... language model"): MAE's encoder runs on the
+    patches its random mask leaves (`mask_ratio`: a quarter at 0.75), its decoder on all;
+    SimMIM's on every patch, the masked ones its mask token."""
+    import torch
+    import transformers
+
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving.model_source import config_said
+
+    vit = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               image_size=64, patch_size=8)
+    mae = dict(vit, model_type="vit_mae", architectures=["ViTMAEForPreTraining"],
+               decoder_hidden_size=32, decoder_intermediate_size=64, decoder_num_hidden_layers=1,
+               decoder_num_attention_heads=4)
+    quarter, half = (convert(from_hf_config(dict(mae, mask_ratio=r)), batch_size=2, fuse=True)
+                     for r in (0.75, 0.5))
+    with torch.device("meta"):
+        model = transformers.ViTMAEForPreTraining(transformers.AutoConfig.for_model(**mae))
+    assert quarter.params == sum(p.numel() for p in model.parameters())
+    assert quarter.meta["inputs"] == {"pixel_values": [2, 3, 64, 64]}
+    assert half.flops > 1.3 * quarter.flops  # twice the encoder's patches
+    assert "its encoder on the patches its random mask (mask_ratio 0.75) leaves" in \
+        config_said(quarter)[0]
+    mim = dict(vit, model_type="vit", architectures=["ViTForMaskedImageModeling"], encoder_stride=8)
+    seq = convert(from_hf_config(mim, image_size=96), batch_size=2, fuse=True)
+    assert seq.meta["inputs"] == {"pixel_values": [2, 3, 96, 96]} and not seq.unknown_ops
+    assert "its masked patches replaced by its mask token" in config_said(seq)[0]
+    (tmp_path / "config.json").write_text(json.dumps(mae))
+    p = predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=64,
+                            device="h100-sxm", precision="amp-bf16"))  # no seq_len asked
+    assert p.parameters == quarter.params and p.iteration_ms > 0

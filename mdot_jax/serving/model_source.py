@@ -80,6 +80,11 @@ def config_said(seq: OperatorSequence) -> list[str]:
         if pixels := head.get("pixels"):  # an image classifier's (the config's, or asked)
             labels += f", at {pixels[0]} x {pixels[1]} pixels" + (
                 f", {head['frames']} frames a clip" if head.get("frames") else "")
+        if "masked" in head:  # self-supervised: MAE's, SimMIM's
+            labels += (f", its encoder on the patches its random mask (mask_ratio "
+                       f"{head['masked']:g}) leaves, its decoder on every patch" if
+                       head["masked"] else ", its masked patches replaced by its mask token "
+                       "(which are masked changes no work), their pixels reconstructed")
         if audio := head.get("audio"):  # a waveform's samples, or the features its config fixes
             form = f"{audio[0]:,} samples" if len(audio) == 1 else \
                 f"{audio[0]:,} frames of {audio[1]} features"  # a waveform's, or features'
