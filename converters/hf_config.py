@@ -27,13 +27,13 @@ from converters.gradients import unread
 from converters.hf_fields import check_shape, defaulted, known_as, per_layer
 from converters.hf_heads import (
     AUDIO_MAPPINGS,
+    CLIPS,
     CTC_HEAD,
     HEAD_MODULES,
     IMAGES,
-    MAE_HEAD,
-    MIM_HEAD,
     PICTURED,
-    VIDEO_HEAD,
+    SELF_SUPERVISED,
+    TUBES_MASKED,
     contrastive_model,
     contrastive_step,
     every_layer,
@@ -138,7 +138,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             if getattr(cfg, "pad_token_id", None) is None:  # (Moonshine's)
                 cfg.pad_token_id = 0
         head = task_head(cfg)  # (T5's and BART's classifiers: not their LMs)
-        video = head is not None and head.suffix == VIDEO_HEAD  # its sizes set before it is built
+        video = head is not None and head.suffix in CLIPS  # its sizes set before it is built
         picture = image(cfg, image_size, where, video_frames, video) if head and \
             head.suffix in PICTURED else None  # [C, H, W]; a video's [T, C, H, W]
         auto = getattr(transformers, head.auto) if head else language_model(
@@ -220,8 +220,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                                labels=cfg.num_labels if head.classes else None,
                                **(dict(pixels=picture[-2:]) if picture else {}),
                                **(dict(frames=picture[0]) if video and picture else {}),
-                               **(dict(masked=getattr(cfg, "mask_ratio", 0.0)) if head.suffix
-                                  in (MAE_HEAD, MIM_HEAD) else {}))
+                               **(dict(masked=getattr(cfg, "mask_ratio", TUBES_MASKED if
+                                                      video else 0.0)) if head.suffix
+                                  in SELF_SUPERVISED else {}))
     if audio:  # a speech recogniser's audio, transcribed into its seq_len tokens
         trained_as = dict(head=type(model).__name__, labels=None, audio=list(audio),
                           seconds=audio_seconds, spec_augment=bool(masked), transcribed=True)

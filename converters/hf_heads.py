@@ -17,8 +17,12 @@ IMAGE_HEAD = "ForImageClassification"  # an image classifier's config: no tokens
 VIDEO_HEAD = "ForVideoClassification"  # a video classifier's: a clip of frames a sample
 SEGMENT_HEAD = "ForSemanticSegmentation"  # a segmenter's: a class a pixel
 MAE_HEAD = "ViTMAEForPreTraining"  # self-supervised: the patches its random mask leaves
+VIDEO_MAE_HEAD = "VideoMAEForPreTraining"  # the tubes of a clip its mask leaves
 MIM_HEAD = "ForMaskedImageModeling"  # SimMIM's: masked patches' pixels reconstructed
-PICTURED = (IMAGE_HEAD, VIDEO_HEAD, SEGMENT_HEAD, MAE_HEAD, MIM_HEAD)
+PICTURED = (IMAGE_HEAD, VIDEO_HEAD, SEGMENT_HEAD, MAE_HEAD, VIDEO_MAE_HEAD, MIM_HEAD)
+CLIPS = (VIDEO_HEAD, VIDEO_MAE_HEAD)  # a sample a clip of frames
+SELF_SUPERVISED = (MAE_HEAD, VIDEO_MAE_HEAD, MIM_HEAD)  # their images' pixels their labels
+TUBES_MASKED = 0.9  # VideoMAE's pretraining ratio (its paper's; its config gives none)
 CTC_HEAD = "ForCTC"  # a speech recogniser's (wav2vec 2.0's): audio in, a transcript's loss
 AUDIO_MAPPINGS = ("MODEL_FOR_CTC_MAPPING", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING")
 AUDIO_FIELDS = ("conv_dim", "num_mel_bins", "feature_projection_input_dim")  # an audio config's
@@ -57,6 +61,18 @@ def _a_class(x: Any, cfg: Any) -> dict:
     return dict(labels=x.new_zeros(x.shape[:1]).long())
 
 
+def _masked_tubes(x: Any, cfg: Any) -> dict:
+    """VideoMAE's mask over the tubes of clips x [B, T, C, H, W], `TUBES_MASKED` of them: the
+    last ones, as CPU values (it picks the visible ones by boolean indexing: a random draw
+    would be the data's; which ones changes no work)."""
+    import torch
+
+    tubes = x.shape[1] // cfg.tubelet_size * (x.shape[-2] // cfg.patch_size) * (
+        x.shape[-1] // cfg.patch_size)
+    seen = tubes - int(TUBES_MASKED * tubes)
+    return dict(bool_masked_pos=(torch.arange(tubes) >= seen).expand(x.shape[0], -1))
+
+
 def _masked_patches(x: Any, cfg: Any) -> dict:
     """SimMIM's mask over the patches of images x [B, C, H, W] (which are masked changes no
     work: the masked ones are replaced by its mask token, every pixel's loss weighted)."""
@@ -82,6 +98,8 @@ HEADS = (
          lambda x, _: dict(labels=x.new_zeros((x.shape[0], *x.shape[2:])).long())),
     Head(MAE_HEAD, "MODEL_FOR_PRETRAINING_MAPPING", "AutoModelForPreTraining",  # its mask drawn
          lambda x, _: {}, classes=False),  # in its forward
+    Head(VIDEO_MAE_HEAD, "MODEL_FOR_PRETRAINING_MAPPING", "AutoModelForPreTraining",
+         _masked_tubes, classes=False),
     Head(MIM_HEAD, "MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING",
          "AutoModelForMaskedImageModeling", _masked_patches, classes=False),
     Head(CTC_HEAD, "MODEL_FOR_CTC_MAPPING", "AutoModelForCTC", lambda x, _: {},  # its

@@ -421,10 +421,11 @@ def test_a_class_the_architectures_name_is_built_or_its_substitute_said():
 
 
 def test_self_supervised_image_pretraining_trains_on_the_patches_its_mask_leaves(tmp_path):
-    """ViT-MAE's and SimMIM's (ViT, DeiT, Swin, FocalNet `...ForMaskedImageModeling`) configs
-    were refused ("has no causal, masked ... language model"): MAE's encoder runs on the
-    patches its random mask leaves (`mask_ratio`: a quarter at 0.75), its decoder on all;
-    SimMIM's on every patch, the masked ones its mask token."""
+    """ViT-MAE's, VideoMAE's and SimMIM's (ViT, DeiT, Swin, FocalNet
+    `...ForMaskedImageModeling`) configs were refused ("has no causal, masked ... language
+    model"): MAE's encoder runs on the patches its random mask leaves (`mask_ratio`: a quarter
+    at 0.75), its decoder on all; VideoMAE's on a tenth of its clip's tubes; SimMIM's on every
+    patch, the masked ones its mask token."""
     import torch
     import transformers
 
@@ -449,6 +450,14 @@ def test_self_supervised_image_pretraining_trains_on_the_patches_its_mask_leaves
     seq = convert(from_hf_config(mim, image_size=96), batch_size=2, fuse=True)
     assert seq.meta["inputs"] == {"pixel_values": [2, 3, 96, 96]} and not seq.unknown_ops
     assert "its masked patches replaced by its mask token" in config_said(seq)[0]
+    video = dict(vit, model_type="videomae", architectures=["VideoMAEForPreTraining"],
+                 num_frames=4, decoder_hidden_size=32, decoder_intermediate_size=64,
+                 decoder_num_hidden_layers=1, decoder_num_attention_heads=4)
+    clips = [convert(from_hf_config(video, video_frames=n), batch_size=2, fuse=True)
+             for n in (4, 8)]  # its visible tubes picked by boolean indexing: CPU values
+    assert clips[1].meta["inputs"] == {"pixel_values": [2, 8, 3, 64, 64]}
+    assert clips[1].flops > 1.1 * clips[0].flops
+    assert "its encoder on the tubes its mask leaves (0.9 masked" in config_said(clips[0])[0]
     (tmp_path / "config.json").write_text(json.dumps(mae))
     p = predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=64,
                             device="h100-sxm", precision="amp-bf16"))  # no seq_len asked

@@ -81,7 +81,10 @@ def config_said(seq: OperatorSequence) -> list[str]:
             labels += f", at {pixels[0]} x {pixels[1]} pixels" + (
                 f", {head['frames']} frames a clip" if head.get("frames") else "")
         if "masked" in head:  # self-supervised: MAE's, SimMIM's
-            labels += (f", its encoder on the patches its random mask (mask_ratio "
+            labels += (f", its encoder on the tubes its mask leaves ({head['masked']:g} "
+                       "masked, the VideoMAE paper's ratio: the config gives none), its decoder "
+                       "on every tube" if head["masked"] and head.get("frames") else
+                       f", its encoder on the patches its random mask (mask_ratio "
                        f"{head['masked']:g}) leaves, its decoder on every patch" if
                        head["masked"] else ", its masked patches replaced by its mask token "
                        "(which are masked changes no work), their pixels reconstructed")
