@@ -19,6 +19,7 @@ import onnx
 
 from converters.audio_language import audio_text_model, audio_text_step
 from converters.ctc import ctc_loss
+from converters.detection import OBJECTS, matched
 from converters.dims import check_dims, drop_metadata
 from converters.errors import ConversionError
 from converters.experts import ROUTED, adapted, balanced, describe
@@ -29,6 +30,7 @@ from converters.hf_heads import (
     AUDIO_MAPPINGS,
     CLIPS,
     CTC_HEAD,
+    DETECT_HEAD,
     HEAD_MODULES,
     IMAGES,
     PICTURED,
@@ -193,6 +195,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     heard = head is not None and head.mapping in AUDIO_MAPPINGS  # a CTC's, a classifier's
     audio = None if heard else recognised(model, audio_seconds, where, kind)  # Whisper's
     ctc = heard and head is not None and head.suffix == CTC_HEAD
+    detecting = head is not None and head.suffix == DETECT_HEAD
     if audio_seconds is not None and not (heard or audio or listened):
         raise ConversionError(f"{where}: audio_seconds {audio_seconds:g}: model_type {kind!r} "
                               + ("is priced on images and text: audio beside them is not" if
@@ -214,8 +217,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     model.forward = types.MethodType(loss, model)  # bound: a copy of the model (the exporter's
     # CPU fallback) calls its own
     tokens = torch.zeros(1, seq_len, dtype=torch.long)  # [1, T]
-    if head and cfg.is_encoder_decoder and isinstance(cfg.eos_token_id, int):  # T5's, BART's
-        tokens[:, -1] = cfg.eos_token_id  # classifiers read the sequence's end token
+    end = getattr(cfg, "eos_token_id", None)  # (none of DETR's, an encoder-decoder too)
+    if head and cfg.is_encoder_decoder and isinstance(end, int):  # T5's, BART's classifiers
+        tokens[:, -1] = end  # read the sequence's end token
     trained_as: dict | None = head and dict(head=type(model).__name__,
                                labels=cfg.num_labels if head.classes else None,
                                **(dict(pixels=picture[-2:]) if picture else {}),
@@ -246,6 +250,10 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             main, "labels"]
     elif heard:
         example, names = clip, [main]
+    elif detecting:  # each image's boxes a list the loss walks: the graph holds the batch
+        example, names = torch.zeros(images, *(picture or ())), [main]
+        assert trained_as is not None
+        trained_as.update(images=images, objects=OBJECTS)
     elif main.startswith("pixel_values") and not vlm:
         example, names = torch.zeros(IMAGES, *(picture or ())), [main]
     elif paired:  # the batch's image-text pairs, each contrasted with the others
@@ -286,7 +294,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         ROUTED.clear()
         try:
             with adapted(model), placed(model, pictures, placeholders) if vlm or listened else \
-                    contextlib.nullcontext():
+                    contextlib.nullcontext(), matched() if detecting else contextlib.nullcontext():
                 onnx_model = from_torch(model, example, input_names=names)
         except ConversionError:  # a table or bias built for fewer positions: say which
             tokens = max(seq_len, target_len or 0)

@@ -10,6 +10,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from converters.detection import boxes
 from converters.errors import ConversionError
 from converters.vision_language import MOST
 
@@ -19,7 +20,9 @@ SEGMENT_HEAD = "ForSemanticSegmentation"  # a segmenter's: a class a pixel
 MAE_HEAD = "ViTMAEForPreTraining"  # self-supervised: the patches its random mask leaves
 VIDEO_MAE_HEAD = "VideoMAEForPreTraining"  # the tubes of a clip its mask leaves
 MIM_HEAD = "ForMaskedImageModeling"  # SimMIM's: masked patches' pixels reconstructed
-PICTURED = (IMAGE_HEAD, VIDEO_HEAD, SEGMENT_HEAD, MAE_HEAD, VIDEO_MAE_HEAD, MIM_HEAD)
+DETECT_HEAD = "ForObjectDetection"  # DETR's: boxes an image, matched to its queries
+PICTURED = (IMAGE_HEAD, VIDEO_HEAD, SEGMENT_HEAD, MAE_HEAD, VIDEO_MAE_HEAD, MIM_HEAD,
+            DETECT_HEAD)
 CLIPS = (VIDEO_HEAD, VIDEO_MAE_HEAD)  # a sample a clip of frames
 SELF_SUPERVISED = (MAE_HEAD, VIDEO_MAE_HEAD, MIM_HEAD)  # their images' pixels their labels
 TUBES_MASKED = 0.9  # VideoMAE's pretraining ratio (its paper's; its config gives none)
@@ -102,6 +105,8 @@ HEADS = (
          _masked_tubes, classes=False),
     Head(MIM_HEAD, "MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING",
          "AutoModelForMaskedImageModeling", _masked_patches, classes=False),
+    Head(DETECT_HEAD, "MODEL_FOR_OBJECT_DETECTION_MAPPING", "AutoModelForObjectDetection",
+         boxes),
     Head(CTC_HEAD, "MODEL_FOR_CTC_MAPPING", "AutoModelForCTC", lambda x, _: {},  # its
          classes=False),  # transcript: an input
     # an audio classifier's (wav2vec 2.0's are `...ForSequenceClassification`: the text

@@ -462,3 +462,41 @@ def test_self_supervised_image_pretraining_trains_on_the_patches_its_mask_leaves
     p = predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=64,
                             device="h100-sxm", precision="amp-bf16"))  # no seq_len asked
     assert p.parameters == quarter.params and p.iteration_ms > 0
+
+
+def test_a_detectors_config_trains_on_boxes_matched_to_its_queries(tmp_path):
+    """DETR's and its kin's configs (`...ForObjectDetection`) were refused ("has no causal,
+    masked ... language model"): they train on `OBJECTS` boxes an image, matched to their
+    queries (the matching, scipy's, on the CPU: the first queries here, the cost matrix still
+    computed), each image's targets a list the loss walks: the graph holds its batch."""
+    import scipy.optimize
+    import torch
+    import transformers
+    from transformers.loss import loss_for_object_detection as detr_loss
+
+    from converters.detection import OBJECTS, matched
+    from mdot_jax import TrainingJob, predict
+
+    detr = dict(model_type="detr", architectures=["DetrForObjectDetection"],
+                backbone="resnet18", num_queries=10, d_model=32, encoder_layers=1,
+                decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                encoder_ffn_dim=64, decoder_ffn_dim=64)
+    two, four = (convert(from_hf_config(detr, image_size=64, images=b), batch_size=b, fuse=True)
+                 for b in (2, 4))
+    with torch.device("meta"):
+        model = transformers.DetrForObjectDetection(transformers.AutoConfig.for_model(**detr))
+    assert two.params == sum(p.numel() for p in model.parameters()) and not two.unknown_ops
+    assert two.meta["inputs"] == {"pixel_values": [2, 3, 64, 64]}
+    assert four.flops == pytest.approx(2 * two.flops, rel=0.05)
+    with pytest.raises(ConversionError, match="holds the images or audio of a batch of 2"):
+        convert(from_hf_config(detr, image_size=64, images=2), batch_size=4)
+    with matched():
+        assert torch.diag(torch.eye(3)).tolist() == [1.0, 1.0, 1.0]
+    assert torch.diag(torch.ones(2)).shape == (2, 2)  # restored, as the solver is:
+    assert detr_loss.linear_sum_assignment is scipy.optimize.linear_sum_assignment
+    (tmp_path / "config.json").write_text(json.dumps(detr))
+    p = predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=3, image_size=64,
+                            device="h100-sxm"))  # exported again at the batch
+    assert any(f"{OBJECTS} boxes an image, matched to its queries" in w for w in p.warnings)
+    with pytest.raises(ConversionError, match="give image_size"):  # its config sizes none
+        from_hf_config(detr)
