@@ -6,9 +6,9 @@
 
 `--task` (`TASKS`) picks transformers' auto mapping of the types swept: causal LMs (the
 default), sequence-to-sequence LMs, masked LMs, or a task head (sequence, token, image, video
-or audio classification, question answering, semantic segmentation, SimMIM's masked image
-modeling, DETR's object detection, speech recognisers' CTC, speech-to-text models: the
-config's `architectures` names the mapping's class), or vision-language models
+or audio classification, question answering, multiple choice, semantic segmentation, SimMIM's
+masked image modeling, DETR's object detection, speech recognisers' CTC, speech-to-text
+models: the config's `architectures` names the mapping's class), or vision-language models
 (image-text-to-text: transformers' defaults at 4,096 tokens, on an image of its config's size,
 or of the size its refusal or its note of training on text alone names, 224 where it asks for
 one), or dual encoders (zero-shot-image-classification: CLIP's, on
@@ -57,6 +57,7 @@ TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, "text"),
                                      "text"),
          "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", True, "text"),
          "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", True, "text"),
+         "multiple-choice": ("MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES", True, "text"),
          "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", True,
                                   "picture"),
          "video-classification": ("MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES", True,

@@ -36,6 +36,7 @@ from converters.hf_heads import (
     PICTURED,
     SELF_SUPERVISED,
     TUBES_MASKED,
+    choices,
     contrastive_model,
     contrastive_step,
     every_layer,
@@ -210,6 +211,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     def loss(self: Any, x: Any, *targets: Any) -> Any:  # x: the main input [1, ...]
         if ctc:  # its logits [1, frames, vocabulary], the transcript's CTC loss
             return ctc_loss(step(self, **{main: x}).logits, targets[0], self.config)
+        if head and head.shaped:  # (a multiple-choice head's [B, choices, T])
+            x = head.shaped(x, self.config)
         labels = dict(labels=targets[0]) if targets else head.labels(x, self.config) if head \
             else dict(labels=x if target_len is None else x.new_zeros((x.shape[0], target_len)))
         return step(self, **{main: x}, **labels).loss
@@ -224,6 +227,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                                labels=cfg.num_labels if head.classes else None,
                                **(dict(pixels=picture[-2:]) if picture else {}),
                                **(dict(frames=picture[0]) if video and picture else {}),
+                               **(dict(choices=choices(cfg)) if head.shaped else {}),
                                **(dict(masked=getattr(cfg, "mask_ratio", TUBES_MASKED if
                                                       video else 0.0)) if head.suffix
                                   in SELF_SUPERVISED else {}))

@@ -20,6 +20,9 @@ SEGMENT_HEAD = "ForSemanticSegmentation"  # a segmenter's: a class a pixel
 MAE_HEAD = "ViTMAEForPreTraining"  # self-supervised: the patches its random mask leaves
 VIDEO_MAE_HEAD = "VideoMAEForPreTraining"  # the tubes of a clip its mask leaves
 MIM_HEAD = "ForMaskedImageModeling"  # SimMIM's: masked patches' pixels reconstructed
+CHOICE_HEAD = "ForMultipleChoice"  # SWAG's, RACE's: a sequence a choice, a class a sample
+CHOICES, CHOICES_FIELD = 4, "num_choices"  # SWAG's and RACE's count; the config field that
+# gives another (not transformers': a user's)
 DETECT_HEAD = "ForObjectDetection"  # DETR's: boxes an image, matched to its queries
 PICTURED = (IMAGE_HEAD, VIDEO_HEAD, SEGMENT_HEAD, MAE_HEAD, VIDEO_MAE_HEAD, MIM_HEAD,
             DETECT_HEAD)
@@ -57,6 +60,22 @@ class Head(NamedTuple):
     auto: str
     labels: Callable[[Any, Any], dict]
     classes: bool = True
+    shaped: Callable[[Any, Any], Any] | None = None  # the main input as the head reads it
+
+
+def _choices(x: Any, cfg: Any) -> Any:
+    """Token ids x [B, T] as a multiple-choice head reads them, [B, choices, T]: each choice
+    its own sequence (their ids are the data's; their count the config's `CHOICES_FIELD`)."""
+    return x.unsqueeze(1).expand(-1, choices(cfg), -1)
+
+
+def choices(cfg: Any) -> int:
+    """A multiple-choice model's choices a sample: its config's `num_choices`, else
+    `CHOICES`."""
+    n = getattr(cfg, CHOICES_FIELD, CHOICES)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 < n <= 64:
+        raise ConversionError(f"{CHOICES_FIELD} {n!r}: give 2 to 64 choices a sample")
+    return n
 
 
 def _a_class(x: Any, cfg: Any) -> dict:
@@ -88,6 +107,8 @@ HEADS = (
          "AutoModelForSequenceClassification", _a_class),
     Head("ForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
          "AutoModelForTokenClassification", lambda x, _: dict(labels=x.new_zeros(x.shape))),
+    Head(CHOICE_HEAD, "MODEL_FOR_MULTIPLE_CHOICE_MAPPING", "AutoModelForMultipleChoice",
+         _a_class, classes=False, shaped=_choices),
     Head("ForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING",
          "AutoModelForQuestionAnswering", lambda x, _: dict(
              start_positions=x.new_zeros(x.shape[:1]), end_positions=x.new_zeros(x.shape[:1])),

@@ -405,19 +405,51 @@ def test_a_dual_encoders_config_trains_on_image_text_pairs(tmp_path):
 
 def test_a_class_the_architectures_name_is_built_or_its_substitute_said():
     """A BERT config naming `BertForMaskedLM` was built as BERT's causal LM, the first of its
-    language models; one naming a head not priced from a config (`BertForMultipleChoice`:
-    its choices a sample are the data's) was priced as that language model, unsaid."""
+    language models; one naming a head not priced from a config
+    (`BertForNextSentencePrediction`) was priced as that language model, unsaid."""
     from mdot_jax.serving.model_source import config_said
 
     bert = dict(model_type="bert", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 intermediate_size=128, vocab_size=512)
     said = {arch: config_said(convert(from_hf_config(dict(bert, architectures=[arch]),
                                                      seq_len=32), batch_size=2))
-            for arch in ("BertForMaskedLM", "BertLMHeadModel", "BertForMultipleChoice")}
+            for arch in ("BertForMaskedLM", "BertLMHeadModel", "BertForNextSentencePrediction")}
     assert said["BertForMaskedLM"] == said["BertLMHeadModel"] == []  # each built as named
-    assert said["BertForMultipleChoice"] == [
-        "its architectures name BertForMultipleChoice, which is not priced from a config: "
-        "trained as BertLMHeadModel, its language model"]
+    assert said["BertForNextSentencePrediction"] == [
+        "its architectures name BertForNextSentencePrediction, which is not priced from a "
+        "config: trained as BertLMHeadModel, its language model"]
+
+
+def test_a_multiple_choice_config_reads_each_choice_as_its_own_sequence(tmp_path):
+    """A `...ForMultipleChoice` config (SWAG's, RACE's fine-tuning) was priced as its language
+    model (a head over the vocabulary, one sequence a sample): it reads 4 choices a sample
+    (`num_choices` in the config gives another count), each its own sequence of the tokens
+    asked, and its loss a class a sample; tokens/s counts every choice's tokens."""
+    import torch
+    import transformers
+
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving.model_source import config_said
+
+    bert = dict(model_type="bert", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=128, vocab_size=512, architectures=["BertForMultipleChoice"])
+    four, two = (convert(from_hf_config(dict(bert, **extra), seq_len=32), batch_size=2,
+                         fuse=True) for extra in ({}, dict(num_choices=2)))
+    assert four.meta["inputs"] == {"input_ids": [2, 32]}  # [B, T], each choice's the same
+    assert four.flops == pytest.approx(2 * two.flops, rel=0.01)
+    with torch.device("meta"):
+        model = transformers.BertForMultipleChoice(transformers.AutoConfig.for_model(**bert))
+    assert four.params == sum(p.numel() for p in model.parameters())
+    assert config_said(four) == [
+        "trained as BertForMultipleChoice (the config's architectures), 4 choices a sample, "
+        "each its own sequence of the tokens asked (num_choices in the config gives another "
+        "count): its head and loss, not a language model's"]
+    with pytest.raises(ConversionError, match="num_choices 1: give 2 to 64 choices a sample"):
+        from_hf_config(dict(bert, num_choices=1), seq_len=32)
+    (tmp_path / "config.json").write_text(json.dumps(bert))
+    p = predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=32, batch_size=2,
+                            device="h100-sxm"))
+    assert p.tokens_per_s == pytest.approx(p.samples_per_s * 4 * 32)
 
 
 def test_self_supervised_image_pretraining_trains_on_the_patches_its_mask_leaves(tmp_path):

@@ -80,6 +80,9 @@ def config_said(seq: OperatorSequence) -> list[str]:
         if pixels := head.get("pixels"):  # an image classifier's (the config's, or asked)
             labels += f", at {pixels[0]} x {pixels[1]} pixels" + (
                 f", {head['frames']} frames a clip" if head.get("frames") else "")
+        if n := head.get("choices"):  # a multiple-choice model's
+            labels += (f", {n} choices a sample, each its own sequence of the tokens asked "
+                       "(num_choices in the config gives another count)")
         if objects := head.get("objects"):  # a detector's (DETR's)
             labels += (f", {objects} boxes an image, matched to its queries (the matching, "
                        "scipy's on the CPU, not priced)")

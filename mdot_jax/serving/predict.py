@@ -489,9 +489,10 @@ def input_size_of(seq: OperatorSequence) -> int:
 
 def tokens_of(seq: OperatorSequence) -> int:
     """Tokens a sample: the length of its token ids (an integer [B, T] input, beside an image
-    or audio where the model reads one), 0 where it has none."""
+    or audio where the model reads one; a multiple-choice model's, times its choices), 0
+    where it has none."""
     if seq.input_kind == "tokens":
-        return input_size_of(seq)
+        return input_size_of(seq) * ((seq.meta.get("head") or {}).get("choices") or 1)
     ints = seq.meta.get("integer_inputs") or ()
     return next((int(s[-1]) for n, s in seq.meta.get("inputs", {}).items()
                  if len(s) == 2 and n in ints), 0)
