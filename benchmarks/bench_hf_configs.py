@@ -7,11 +7,11 @@
 `--task` (`TASKS`) picks transformers' auto mapping of the types swept: causal LMs (the
 default), sequence-to-sequence LMs, masked LMs, or a task head (sequence, token, image, video
 or audio classification, question answering, multiple choice, semantic segmentation, SimMIM's
-masked image modeling, DETR's object detection, speech recognisers' CTC, speech-to-text
-models: the config's `architectures` names the mapping's class), or vision-language models
-(image-text-to-text: transformers' defaults at 4,096 tokens, on an image of its config's size,
-or of the size its refusal or its note of training on text alone names, 224 where it asks for
-one), or dual encoders (zero-shot-image-classification: CLIP's, on
+masked image modeling, DETR's object detection, Mask2Former's segmentation, speech recognisers'
+CTC, speech-to-text models: the config's `architectures` names the mapping's class), or
+vision-language models (image-text-to-text: transformers' defaults at 4,096 tokens, on an
+image of its config's size, or of the size its refusal or its note of training on text alone
+names, 224 where it asks for one), or dual encoders (zero-shot-image-classification: CLIP's, on
 image-text pairs, 64 tokens). A text type's config is transformers' defaults with one small
 shape (`SMALL`: the fields a type does not know are dropped by its class or refused); an image,
 video or audio type's is transformers' defaults (built on the meta device: no size costs
@@ -67,6 +67,8 @@ TASKS = {"causal-lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", False, "text"),
          "masked-image-modeling": ("MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES", True,
                                    "picture"),
          "object-detection": ("MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES", True, "picture"),
+         "universal-segmentation": ("MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES", True,
+                                    "picture"),
          "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", True, "audio"),
          "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", True, "audio"),
          "speech-seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", True, "audio"),

@@ -33,6 +33,7 @@ from converters.hf_heads import (
     DETECT_HEAD,
     HEAD_MODULES,
     IMAGES,
+    MATCHED,
     PICTURED,
     SELF_SUPERVISED,
     TUBES_MASKED,
@@ -196,7 +197,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     heard = head is not None and head.mapping in AUDIO_MAPPINGS  # a CTC's, a classifier's
     audio = None if heard else recognised(model, audio_seconds, where, kind)  # Whisper's
     ctc = heard and head is not None and head.suffix == CTC_HEAD
-    detecting = head is not None and head.suffix == DETECT_HEAD
+    detecting = head is not None and head.suffix in MATCHED  # a detector's, a segmenter's
     if audio_seconds is not None and not (heard or audio or listened):
         raise ConversionError(f"{where}: audio_seconds {audio_seconds:g}: model_type {kind!r} "
                               + ("is priced on images and text: audio beside them is not" if
@@ -207,6 +208,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                               "transcribes its audio into --seq-len tokens: give seq_len alone")
     step = type(model).forward  # what a language model trains on: the loss of its own tokens
     main = model.main_input_name  # input_ids; pixel_values (an image classifier's); Whisper's
+    if not isinstance(main, str):  # OneFormer's: its images and its task's text
+        raise ConversionError(f"{where}: model_type {kind!r} trains on {' and '.join(main)} "
+                              "together: not priced from a config")
 
     def loss(self: Any, x: Any, *targets: Any) -> Any:  # x: the main input [1, ...]
         if ctc:  # its logits [1, frames, vocabulary], the transcript's CTC loss
@@ -257,7 +261,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     elif detecting:  # each image's boxes a list the loss walks: the graph holds the batch
         example, names = torch.zeros(images, *(picture or ())), [main]
         assert trained_as is not None
-        trained_as.update(images=images, objects=OBJECTS)
+        trained_as.update(images=images, objects=OBJECTS,
+                          **(dict(masks=True) if head and head.suffix != DETECT_HEAD else {}))
     elif main.startswith("pixel_values") and not vlm:
         example, names = torch.zeros(IMAGES, *(picture or ())), [main]
     elif paired:  # the batch's image-text pairs, each contrasted with the others

@@ -10,7 +10,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from converters.detection import boxes
+from converters.detection import boxes, masks
 from converters.errors import ConversionError
 from converters.vision_language import MOST
 
@@ -24,8 +24,11 @@ CHOICE_HEAD = "ForMultipleChoice"  # SWAG's, RACE's: a sequence a choice, a clas
 CHOICES, CHOICES_FIELD = 4, "num_choices"  # SWAG's and RACE's count; the config field that
 # gives another (not transformers': a user's)
 DETECT_HEAD = "ForObjectDetection"  # DETR's: boxes an image, matched to its queries
+MASK_HEADS = ("ForUniversalSegmentation", "ForInstanceSegmentation")  # Mask2Former's,
+# MaskFormer's: masks an image, matched to its queries
 PICTURED = (IMAGE_HEAD, VIDEO_HEAD, SEGMENT_HEAD, MAE_HEAD, VIDEO_MAE_HEAD, MIM_HEAD,
-            DETECT_HEAD)
+            DETECT_HEAD, *MASK_HEADS)
+MATCHED = (DETECT_HEAD, *MASK_HEADS)  # each image's targets a list: the graph holds its batch
 CLIPS = (VIDEO_HEAD, VIDEO_MAE_HEAD)  # a sample a clip of frames
 SELF_SUPERVISED = (MAE_HEAD, VIDEO_MAE_HEAD, MIM_HEAD)  # their images' pixels their labels
 TUBES_MASKED = 0.9  # VideoMAE's pretraining ratio (its paper's; its config gives none)
@@ -128,6 +131,8 @@ HEADS = (
          "AutoModelForMaskedImageModeling", _masked_patches, classes=False),
     Head(DETECT_HEAD, "MODEL_FOR_OBJECT_DETECTION_MAPPING", "AutoModelForObjectDetection",
          boxes),
+    *(Head(suffix, "MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING",
+           "AutoModelForUniversalSegmentation", masks) for suffix in MASK_HEADS),
     Head(CTC_HEAD, "MODEL_FOR_CTC_MAPPING", "AutoModelForCTC", lambda x, _: {},  # its
          classes=False),  # transcript: an input
     # an audio classifier's (wav2vec 2.0's are `...ForSequenceClassification`: the text

@@ -532,3 +532,34 @@ def test_a_detectors_config_trains_on_boxes_matched_to_its_queries(tmp_path):
     assert any(f"{OBJECTS} boxes an image, matched to its queries" in w for w in p.warnings)
     with pytest.raises(ConversionError, match="give image_size"):  # its config sizes none
         from_hf_config(detr)
+
+
+def test_a_mask_segmenters_config_trains_on_masks_matched_to_its_queries():
+    """Mask2Former's and MaskFormer's configs (`...ForUniversalSegmentation`,
+    `...ForInstanceSegmentation`) were refused: they train on `OBJECTS` masks an image,
+    matched to their queries as a detector's boxes are (their own matcher's scipy patched
+    too), the graph holding its batch; OneFormer's, which reads its task's text beside its
+    images, raised an AttributeError: one line now."""
+    import torch
+    import transformers
+
+    from mdot_jax.serving.model_source import config_said
+
+    m2f = dict(model_type="mask2former", architectures=["Mask2FormerForUniversalSegmentation"],
+               backbone_config=dict(model_type="swin", embed_dim=16, depths=[1, 1, 1, 1],
+                                    num_heads=[1, 1, 2, 2], image_size=64,
+                                    out_features=["stage1", "stage2", "stage3", "stage4"]),
+               hidden_dim=32, mask_feature_size=32, feature_size=32, num_queries=10,
+               decoder_layers=2, encoder_layers=1, dim_feedforward=64, num_attention_heads=2,
+               encoder_feedforward_dim=64)
+    seq = convert(from_hf_config(m2f, image_size=64, images=2), batch_size=2, fuse=True)
+    with torch.device("meta"):
+        model = transformers.Mask2FormerForUniversalSegmentation(
+            transformers.AutoConfig.for_model(**m2f))
+    assert seq.params == pytest.approx(sum(p.numel() for p in model.parameters()), rel=0.01)
+    assert seq.meta["inputs"] == {"pixel_values": [2, 3, 64, 64]}
+    assert "8 masks an image, matched to its queries" in config_said(seq)[0]
+    with pytest.raises(ConversionError, match="'oneformer' trains on pixel_values and "
+                       "task_inputs together: not priced from a config"):
+        from_hf_config(dict(model_type="oneformer",
+                            architectures=["OneFormerForUniversalSegmentation"]), image_size=64)

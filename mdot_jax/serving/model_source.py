@@ -84,8 +84,8 @@ def config_said(seq: OperatorSequence) -> list[str]:
             labels += (f", {n} choices a sample, each its own sequence of the tokens asked "
                        "(num_choices in the config gives another count)")
         if objects := head.get("objects"):  # a detector's (DETR's)
-            labels += (f", {objects} boxes an image, matched to its queries (the matching, "
-                       "scipy's on the CPU, not priced)")
+            labels += (f", {objects} {'masks' if head.get('masks') else 'boxes'} an image, "
+                       "matched to its queries (the matching, scipy's on the CPU, not priced)")
         if "masked" in head:  # self-supervised: MAE's, SimMIM's
             labels += (f", its encoder on the tubes its mask leaves ({head['masked']:g} "
                        "masked, the VideoMAE paper's ratio: the config gives none), its decoder "
