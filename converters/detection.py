@@ -1,5 +1,5 @@
-"""An object detector's or a mask segmenter's training step from its config (DETR and its
-kin: transformers' `...ForObjectDetection`; Mask2Former, MaskFormer: `...ForUniversalSegmentation`):
+"""An object detector's or a mask segmenter's training step from its config (DETR and its kin:
+transformers' `...ForObjectDetection`; Mask2Former, MaskFormer: `...ForUniversalSegmentation`):
 `OBJECTS` boxes or masks an image, matched to the queries as its loss does, the graph exported
 at the batch (each image's targets are a list the loss walks)."""
 
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-OBJECTS = 8  # boxes an image (COCO's training images hold 7.3 on average)
+OBJECTS = 8  # boxes or masks an image (COCO's training images hold 7.3 objects on average)
 
 
 def boxes(x: Any, cfg: Any) -> dict:
@@ -45,10 +45,11 @@ def _first_k(cost: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
 
 @contextlib.contextmanager
 def matched() -> Iterator[None]:
-    """transformers' detection and mask losses, traceable: the Hungarian matching (scipy's, on the
-    CPU, on the cost matrix's values) assigns the first queries to the targets (the cost
-    matrix is still computed on the GPU; the assignment is the CPU's), and a matrix's `diag`
-    (the boxes' GIoU; ONNX has none) is its `diagonal`. Restored after."""
+    """transformers' detection and mask losses, traceable: the Hungarian matching (scipy's, on
+    the CPU, on the cost matrix's values; transformers' losses' and a model's own) assigns the
+    first queries to the targets (the cost matrix is still computed on the GPU; the assignment
+    is the CPU's), and a matrix's `diag` (the boxes' GIoU; ONNX has none) is its `diagonal`.
+    Restored after."""
     import torch
     import transformers.loss as losses
 

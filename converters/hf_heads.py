@@ -191,8 +191,8 @@ def every_layer(cfg: Any) -> dict[str, float]:
 
 def input_kind(config: dict) -> str:
     """What a config.json's fields (`config`) train on, without building the model: "image"
-    where they name an image or video classifier (ViT, VideoMAE fine-tuned: `architectures`) or
-    a self-supervised image model (MAE, SimMIM),
+    where they name an image or video classifier (ViT, VideoMAE fine-tuned: `architectures`),
+    a detector, a mask segmenter or a self-supervised image model (MAE, SimMIM),
     "audio" where a speech recogniser's CTC or an audio classifier (wav2vec 2.0's, AST's),
     else "tokens"."""
     names = [str(a) for a in config.get("architectures") or ()]

@@ -476,7 +476,7 @@ def test_self_supervised_image_pretraining_trains_on_the_patches_its_mask_leaves
     assert quarter.params == sum(p.numel() for p in model.parameters())
     assert quarter.meta["inputs"] == {"pixel_values": [2, 3, 64, 64]}
     assert half.flops > 1.3 * quarter.flops  # twice the encoder's patches
-    assert "its encoder on the patches its random mask (mask_ratio 0.75) leaves" in \
+    assert "its encoder on the patches its random mask leaves (0.75 masked, its mask_ratio)" in \
         config_said(quarter)[0]
     mim = dict(vit, model_type="vit", architectures=["ViTForMaskedImageModeling"], encoder_stride=8)
     seq = convert(from_hf_config(mim, image_size=96), batch_size=2, fuse=True)
@@ -489,7 +489,8 @@ def test_self_supervised_image_pretraining_trains_on_the_patches_its_mask_leaves
              for n in (4, 8)]  # its visible tubes picked by boolean indexing: CPU values
     assert clips[1].meta["inputs"] == {"pixel_values": [2, 8, 3, 64, 64]}
     assert clips[1].flops > 1.1 * clips[0].flops
-    assert "its encoder on the tubes its mask leaves (0.9 masked" in config_said(clips[0])[0]
+    assert "on the tubes its random mask leaves (0.9 masked, the VideoMAE paper's" in \
+        config_said(clips[0])[0]
     (tmp_path / "config.json").write_text(json.dumps(mae))
     p = predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=64,
                             device="h100-sxm", precision="amp-bf16"))  # no seq_len asked

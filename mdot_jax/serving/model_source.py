@@ -86,14 +86,14 @@ def config_said(seq: OperatorSequence) -> list[str]:
         if objects := head.get("objects"):  # a detector's (DETR's)
             labels += (f", {objects} {'masks' if head.get('masks') else 'boxes'} an image, "
                        "matched to its queries (the matching, scipy's on the CPU, not priced)")
-        if "masked" in head:  # self-supervised: MAE's, SimMIM's
-            labels += (f", its encoder on the tubes its mask leaves ({head['masked']:g} "
-                       "masked, the VideoMAE paper's ratio: the config gives none), its decoder "
-                       "on every tube" if head["masked"] and head.get("frames") else
-                       f", its encoder on the patches its random mask (mask_ratio "
-                       f"{head['masked']:g}) leaves, its decoder on every patch" if
-                       head["masked"] else ", its masked patches replaced by its mask token "
-                       "(which are masked changes no work), their pixels reconstructed")
+        if ratio := head.get("masked"):  # self-supervised: MAE's, VideoMAE's
+            unit, whose = ("tubes", "the VideoMAE paper's: the config gives none") if \
+                head.get("frames") else ("patches", "its mask_ratio")
+            labels += (f", its encoder on the {unit} its random mask leaves ({ratio:g} masked, "
+                       f"{whose}), its decoder on all")
+        elif "masked" in head:  # SimMIM's
+            labels += (", its masked patches replaced by its mask token (which are masked "
+                       "changes no work), their pixels reconstructed")
         if audio := head.get("audio"):  # a waveform's samples, or the features its config fixes
             form = f"{audio[0]:,} samples" if len(audio) == 1 else \
                 f"{audio[0]:,} frames of {audio[1]} features"  # a waveform's, or features'
