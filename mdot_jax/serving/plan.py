@@ -26,7 +26,8 @@ or GPU count with replicas to shard over is priced under each data-parallel stra
 ZeRO, FSDP, HSDP: `options.STRATEGIES`; one the job cannot take is left out) and the best kept.
 Splits the model cannot take (tensor parallelism not dividing the
 heads or the key-value heads, a pipeline deeper than the layers) are left out; a GPU no split
-could be priced on is kept once, infeasible, with the reason.
+could be priced on is kept once, infeasible, with the reason, as is a context-parallel degree
+of `cps` the model takes on none of a GPU's layouts (a model that reads images).
 """
 
 from __future__ import annotations
@@ -296,6 +297,7 @@ def _search(request: Plan, progress: bool) -> list[Option]:
     job = request.job
     seqs: dict = {}  # the model converted at each micro-batch and cut
     refused: dict[str, tuple[int, str]] = {}  # GPU -> a split the model refused, why
+    cuts: dict[tuple[str, int], tuple[int, str]] = {}  # (GPU, a cp asked) -> refused, why
     out: dict[str, tuple[int, str]] = {}  # GPU -> why it cannot run the job at all
     # each GPU in turn for a count and layout, the layouts of a step (its depths) in a row:
     # what is computed of the model at a micro-batch and split is used again while it is kept
@@ -328,10 +330,15 @@ def _search(request: Plan, progress: bool) -> list[Option]:
                            f"micro-batches of 1-{job.batch_sizes[0]} over {n * job.nodes} "
                            f"data-parallel replicas, and {why}")
                 (refused if split else out)[gpu.name] = (n * job.nodes, why)  # rules it out
+                if split and e.field == "cp" and lay.cp > 1:  # (a cp asked of cps)
+                    cuts.setdefault((gpu.name, lay.cp), (n * job.nodes, str(e)))
     priced = {o.device for o in options if o.device not in out}
     options = [o for o in options if o.device in priced]
     options += [Option(d, n, None, reasons=[e]) for d, (n, e) in {**refused, **out}.items()
                 if d not in priced]  # why, once per GPU
+    options += [Option(d, n, None, reasons=[e]) for (d, cp), (n, e) in cuts.items()
+                if d in priced and not any(o.device == d and o.layout and o.layout.cp == cp
+                                           for o in options)]  # a cp asked, not taken: why
     return sorted(options, key=_rank)
 
 
