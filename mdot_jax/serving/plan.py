@@ -330,7 +330,7 @@ def _search(request: Plan, progress: bool) -> list[Option]:
                            f"micro-batches of 1-{job.batch_sizes[0]} over {n * job.nodes} "
                            f"data-parallel replicas, and {why}")
                 (refused if split else out)[gpu.name] = (n * job.nodes, why)  # rules it out
-                if split and e.field == "cp" and lay.cp > 1:  # (a cp asked of cps)
+                if isinstance(e, RequestError) and e.field == "cp" and lay.cp > 1:  # (of cps)
                     cuts.setdefault((gpu.name, lay.cp), (n * job.nodes, str(e)))
     priced = {o.device for o in options if o.device not in out}
     options = [o for o in options if o.device in priced]
