@@ -19,7 +19,7 @@ import onnx
 
 from converters.audio_language import audio_text_model, audio_text_step
 from converters.ctc import ctc_loss
-from converters.detection import OBJECTS, matched
+from converters.detection import OBJECTS
 from converters.dims import check_dims, drop_metadata
 from converters.errors import ConversionError
 from converters.experts import ROUTED, adapted, balanced, describe
@@ -303,7 +303,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         ROUTED.clear()
         try:
             with adapted(model), placed(model, pictures, placeholders) if vlm or listened else \
-                    contextlib.nullcontext(), matched() if detecting else contextlib.nullcontext():
+                    contextlib.nullcontext():
                 onnx_model = from_torch(model, example, input_names=names)
         except ConversionError:  # a table or bias built for fewer positions: say which
             tokens = max(seq_len, target_len or 0)

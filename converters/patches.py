@@ -5,6 +5,9 @@ takes."""
 from __future__ import annotations
 
 import contextlib
+import importlib
+import pkgutil
+import sys
 from typing import Any
 
 from converters.losses import FORMULAS, bound
@@ -375,6 +378,48 @@ def loss_formulas(torch):
         yield
 
 
+def _first_k(cost: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """An assignment of as many queries as targets, read from the cost matrix's shape alone."""
+    import numpy as np
+
+    k = min(cost.shape[-2], cost.shape[-1])
+    return np.arange(k), np.arange(k)
+
+
+@contextlib.contextmanager
+def matched_queries(torch):
+    """transformers' detection and mask losses (DETR's, Mask2Former's), traceable: the
+    Hungarian matching (scipy's, on the CPU, on the cost matrix's values; transformers' losses'
+    and a model's own) assigns the first queries to the targets (the cost matrix is still
+    computed on the GPU; the assignment is the CPU's), and a matrix's `diag` (the boxes' GIoU;
+    ONNX has none) is its `diagonal`. Nothing where transformers is not loaded."""
+    if "transformers" not in sys.modules:
+        yield
+        return
+    import transformers.loss as losses
+
+    modules = [importlib.import_module(f"{losses.__name__}.{m.name}")
+               for m in pkgutil.iter_modules(losses.__path__)]
+    modules += [m for name, m in list(sys.modules.items())  # a model's own matcher's
+                if name.startswith("transformers.models.") and m is not None]
+    diag = torch.diag
+
+    def diagonal(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return torch.diagonal(x) if x.dim() == 2 and not args and not kwargs else \
+            diag(x, *args, **kwargs)
+
+    patches = [(m, "linear_sum_assignment", _first_k) for m in modules
+               if hasattr(m, "linear_sum_assignment")] + [(torch, "diag", diagonal)]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
 @contextlib.contextmanager
 def patched(torch):
     """Every patch of this module, while a model is exported."""
@@ -382,5 +427,5 @@ def patched(torch):
             bilinear_forms(torch), positive_unfolds(torch), constant_ignore_index(torch), \
             packed_sequences(torch), spectral_norms(torch), max_unpools(torch), \
             index_splits(torch), constant_norm_shapes(torch), \
-            mask_assignments(torch), counted_classes(torch):
+            mask_assignments(torch), counted_classes(torch), matched_queries(torch):
         yield

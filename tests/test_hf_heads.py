@@ -507,7 +507,9 @@ def test_a_detectors_config_trains_on_boxes_matched_to_its_queries(tmp_path):
     import transformers
     from transformers.loss import loss_for_object_detection as detr_loss
 
-    from converters.detection import OBJECTS, matched
+    from converters import from_torch
+    from converters.detection import OBJECTS
+    from converters.patches import matched_queries
     from mdot_jax import TrainingJob, predict
 
     detr = dict(model_type="detr", architectures=["DetrForObjectDetection"],
@@ -523,13 +525,28 @@ def test_a_detectors_config_trains_on_boxes_matched_to_its_queries(tmp_path):
     assert four.flops == pytest.approx(2 * two.flops, rel=0.05)
     with pytest.raises(ConversionError, match="holds the images or audio of a batch of 2"):
         convert(from_hf_config(detr, image_size=64, images=2), batch_size=4)
-    with matched():
+    with matched_queries(torch):
         assert torch.diag(torch.eye(3)).tolist() == [1.0, 1.0, 1.0]
     assert torch.diag(torch.ones(2)).shape == (2, 2)  # restored, as the solver is:
     assert detr_loss.linear_sum_assignment is scipy.optimize.linear_sum_assignment
     (tmp_path / "config.json").write_text(json.dumps(detr))
     p = predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=3, image_size=64,
                             device="h100-sxm"))  # exported again at the batch
+    yours = transformers.DetrForObjectDetection(transformers.AutoConfig.for_model(
+        **detr, use_pretrained_backbone=False))  # a user's own, exported with its labels: the
+    targets = [dict(class_labels=torch.tensor([1, 0]), boxes=torch.full((2, 4), 0.5))
+               for _ in range(2)]  # GIoU's `diag` had no ONNX form
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.detr = yours
+
+        def forward(self, pixel_values, labels):
+            return self.detr(pixel_values=pixel_values, labels=labels).loss
+
+    mine = convert(from_torch(Step(), (torch.randn(2, 3, 64, 64), targets)), batch_size=2)
+    assert mine.params == two.params and not mine.unknown_ops
     assert any(f"{OBJECTS} boxes an image, matched to its queries" in w for w in p.warnings)
     with pytest.raises(ConversionError, match="give image_size"):  # its config sizes none
         from_hf_config(detr)

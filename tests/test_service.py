@@ -103,7 +103,9 @@ def test_plan_ranks_the_devices(server):
         "model": sha, "batch_size": 4, "epochs": 1, "dataset_size": 10000,
         "devices": ["h100-sxm"], "gpus": [2], "global_batch": 8, "cps": [1, 2]})
     assert r.status_code == 200, r.text
-    assert {row["layout"]["cp"] for row in r.json()} == {1}
+    assert {row["layout"]["cp"] for row in r.json() if "layout" in row} == {1}
+    [said] = [row for row in r.json() if "layout" not in row]  # cp 2, said, not dropped
+    assert not said["feasible"] and said["reasons"][0].startswith("cp")
     r = client.post("/v1/plan", json={"model": sha, "batch_size": 4, "epochs": 1,
                                       "dataset_size": 10000, "cps": [1, 2]})
     assert r.status_code == 422 and r.json()["field"] == "cps", r.text
