@@ -363,6 +363,14 @@ def test_a_speech_and_text_model_trains_as_its_config_or_the_audio_asked_says():
                                           "config's architectures), 4 labels, on 80 x 200")
 
 
+# a dual encoder's small config (CLIP's: 64-pixel images, 77 positions)
+CLIP = dict(model_type="clip", projection_dim=16,
+            text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=2, vocab_size=512, max_position_embeddings=77),
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=2, image_size=64, patch_size=16))
+
+
 def test_a_dual_encoders_config_trains_on_image_text_pairs(tmp_path):
     """CLIP's, SigLIP's, ALIGN's configs were refused ("has no causal, masked ... language
     model"): they train on image-text pairs, the loss contrasting each pair with the batch's
@@ -374,12 +382,7 @@ def test_a_dual_encoders_config_trains_on_image_text_pairs(tmp_path):
     from mdot_jax import RequestError, TrainingJob, predict
     from mdot_jax.serving.model_source import config_said
 
-    clip = dict(model_type="clip", projection_dim=16,
-                text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=2, vocab_size=512,
-                                 max_position_embeddings=77),
-                vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=2, image_size=64, patch_size=16))
+    clip = CLIP
     two, four = (convert(from_hf_config(clip, seq_len=16, images=b), batch_size=b, fuse=True)
                  for b in (2, 4))
     assert four.meta["inputs"] == {"input_ids": [4, 16], "pixel_values": [4, 3, 64, 64]}

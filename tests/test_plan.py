@@ -289,13 +289,9 @@ def test_the_layout_search_tries_each_context_parallel_degree_asked(decoder, cap
 def test_a_context_parallel_degree_the_model_refuses_is_said_not_dropped(tmp_path):
     """`--cp 1,2` on a CLIP (its images are cut by no ring): the cp 2 layouts were left out
     without a word, the plan reading as if cp 2 had been priced and lost; a row says why."""
-    clip = dict(model_type="clip", projection_dim=16,
-                text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=2, vocab_size=512,
-                                 max_position_embeddings=77),
-                vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=2, image_size=32, patch_size=16))
-    (tmp_path / "config.json").write_text(json.dumps(clip))
+    from test_hf_heads import CLIP
+
+    (tmp_path / "config.json").write_text(json.dumps(CLIP))
     job = job_for_plan(model=str(tmp_path / "config.json"), batch_size=2, seq_len=16,
                        train_tokens=10**4)
     options = plan(Plan(job, devices="h100-sxm", gpus=(2,), global_batch=4, cps=(1, 2)))
