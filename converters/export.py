@@ -251,9 +251,17 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
             zeros = tuple(torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor)
                           and a.is_meta else a for a in real)  # a CPU example's values kept
             # (the end tokens T5's and BART's classifiers select)
-            return from_torch(cpu,
-                              zeros if keywords is None else dict(zip(keywords, zeros)),
-                              input_names=input_names, dynamic_batch=dynamic_batch, opset=opset)
+            example = zeros if keywords is None else dict(zip(keywords, zeros))
+            try:
+                return from_torch(cpu, example, input_names=input_names,
+                                  dynamic_batch=dynamic_batch, opset=opset)
+            except ConversionError:  # a weight divided by (D-FINE's box scale): NaN boxes the
+                if not callable(getattr(cpu, "init_weights", None)):  # loss refuses; once more
+                    raise  # with the model's own initial weights (a Hugging Face model's)
+                with torch.no_grad():
+                    cpu.init_weights()
+                return from_torch(cpu, example, input_names=input_names,
+                                  dynamic_batch=dynamic_batch, opset=opset)
         if not retry:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             msg = msg.split(". Therefore")[0]  # (not where to write it: a file is no help)

@@ -279,6 +279,11 @@ def image(cfg: Any, side: int | None, where: str, frames: int | None = None,
         if not 0 < side <= MOST["image_size"]:
             raise ConversionError(f"{where}: image_size {side:,}: give a side of 1 to "
                                   f"{MOST['image_size']:,} pixels")
+        if (cell := windowed(cfg)) and side % cell:
+            patch = cfg.backbone_config.patch_size
+            raise ConversionError(f"{where}: image_size {side:,}: its backbone cuts the image's "
+                                  f"{patch}-pixel patches into {cell // patch} x {cell // patch} "
+                                  f"windows: give a multiple of {cell}")
         if holder is not None:
             size = getattr(holder, field)
             setattr(holder, field, side if isinstance(size, int) else [side, side])
@@ -293,6 +298,16 @@ def image(cfg: Any, side: int | None, where: str, frames: int | None = None,
         raise ConversionError(f"{where}: {field} {size} is no side or [height, width] of "
                               "pixels: give image_size")
     return *clip, channels, sides[0], sides[1]
+
+
+def windowed(cfg: Any) -> int:
+    """The pixels a side of the cells a windowed ViT backbone's image is a whole number of
+    (RF-DETR's, LW-DETR's: patches times windows a side); 0 where it has none."""
+    backbone = getattr(cfg, "backbone_config", None)
+    windows = getattr(backbone, "num_windows_side", None) or getattr(backbone, "num_windows", 0)
+    patch = getattr(backbone, "patch_size", None)
+    return patch * windows if isinstance(patch, int) and isinstance(windows, int) and \
+        windows > 1 else 0
 
 
 def unsized(where: str, kind: str) -> ConversionError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from converters.dims import baked, check_dims, concretise, head_of
 from converters.errors import ConversionError
 from converters.masks import FILLS_KEY, PADDING_KEY, folded
-from converters.selected import sized
+from converters.selected import folding, sized
 from converters.sequence import (
     DATA_INPUTS_KEY,
     JSON_KEYS,
@@ -343,10 +343,11 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
     if not values:
         return False
     folded = {id(n) for n, node in zip(foldable, sub_nodes) if node.output[0] in values}
+    folding(model, folded)
     keep = [n for n in graph.node if id(n) not in folded]
     first: dict[int, str] = {}  # a result `_evaluate` shares (each layer's same index or shape
     alias = {t: first.setdefault(id(v), t) for t, v in values.items()}  # arithmetic): one copy
-    for n in keep:
+    for n in _nodes_within(keep):  # (an If's branch reads a folded value by its name too)
         for j, t in enumerate(n.input):
             if alias.get(t, t) != t:
                 n.input[j] = alias[t]
@@ -356,6 +357,15 @@ def _fold_shape_computations(model: onnx.ModelProto) -> bool:
                              for t in first.values())
     del graph.value_info[:]  # stale partial shapes would override the folded values' shapes
     return True
+
+
+def _nodes_within(nodes: Sequence[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
+    """`nodes` and every node of their subgraphs (an If's branches, a Loop's body), nested."""
+    for node in nodes:
+        yield node
+        for a in node.attribute:
+            for g in [a.g] * a.HasField("g") + list(a.graphs):
+                yield from _nodes_within(g.node)
 
 
 def _decided_branches(model: onnx.ModelProto) -> bool:

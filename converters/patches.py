@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import pkgutil
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from converters.losses import FORMULAS, bound
@@ -301,15 +302,28 @@ def constant_norm_shapes(torch):
         yield
 
 
+def _empty_slices(shape: Sequence[int], index: Any) -> bool:
+    """Whether `x[index]` for x of `shape` selects nothing by its ints and slices alone."""
+    index = index if isinstance(index, tuple) else (index,)
+    if len(index) > len(shape) or not all(isinstance(i, (int, slice)) for i in index):
+        return False
+    return any(isinstance(i, slice) and not len(range(*i.indices(int(n))))
+               for i, n in zip(index, shape))
+
+
 @contextlib.contextmanager
 def mask_assignments(torch):
     """`x[mask] = value` with a mask over x's leading dims (`logits[padding] = -inf`) exports as a
     Where broadcasting the mask from the right, against the wrong dims, which shape inference
     refuses ("Incompatible dimensions"): a scalar value is filled in as `masked_fill_` of the
-    mask with trailing dims of one, the same elements set."""
+    mask with trailing dims of one, the same elements set. An assignment to an empty run of
+    slices (RT-DETR's denoising mask, `mask[a:b, :0] = -inf` for its first group) sets nothing
+    and is left out: its zero-size Slice fails shape inference ("shape_has_zero")."""
     setitem = torch.Tensor.__setitem__
 
     def assign(self, index, value):
+        if _empty_slices(self.shape, index):
+            return
         scalar = isinstance(value, (int, float)) or (
             isinstance(value, torch.Tensor) and value.numel() == 1)
         if isinstance(index, torch.Tensor) and index.dtype == torch.bool and scalar and \
@@ -379,11 +393,13 @@ def loss_formulas(torch):
 
 
 def _first_k(cost: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-    """An assignment of as many queries as targets, read from the cost matrix's shape alone."""
-    import numpy as np
+    """An assignment of as many queries as targets, read from the cost matrix's shape alone: as
+    tensors (LW-DETR's matcher offsets each group's by a size the tracer holds as a tensor,
+    which a NumPy array cannot be added to; NumPy reads the tensors where a matcher joins them)."""
+    import torch
 
-    k = min(cost.shape[-2], cost.shape[-1])
-    return np.arange(k), np.arange(k)
+    k = min(int(cost.shape[-2]), int(cost.shape[-1]))
+    return torch.arange(k), torch.arange(k)
 
 
 @contextlib.contextmanager

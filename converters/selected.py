@@ -42,6 +42,19 @@ def sized(model: onnx.ModelProto, shapes: dict[str, list[int]], label: str) -> b
     return given
 
 
+def folding(model: onnx.ModelProto, folded: set[int]) -> None:
+    """Drops from `model`'s recorded shares those of the NonZeros about to be folded away
+    (ids in `folded`: a selection from constants alone, D-FINE's denoising groups'), so that
+    the shares still line up with the NonZeros left, in order."""
+    nodes = [n for n in model.graph.node if n.op_type == "NonZero"]
+    said = next((p for p in model.metadata_props if p.key == SELECTED_KEY), None)
+    if said is None or not any(id(n) in folded for n in nodes):
+        return
+    shares = _fractions({said.key: said.value}, SELECTED_KEY, list, "")
+    if len(shares) == len(nodes):
+        said.value = json.dumps([s for n, s in zip(nodes, shares) if id(n) not in folded])
+
+
 def _fractions(said: dict[str, str], key: str, kind: type, label: str) -> Any:
     """Metadata `key`'s fractions (a list, or a dict by node name); empty where not said."""
     if key not in said:

@@ -13,6 +13,11 @@ _REGISTERED = False
 # before this call's (its own Softmax's ordinal among the graph's Softmax nodes, in order)
 SDPA_SOFTMAX: list[int] = []
 _COUNTED: list = []  # this export's graph's last node counted, and its Softmax nodes up to it
+# torch's scalar types (`c10::ScalarType`'s numbers) an integer draw may ask for
+SCALAR_TYPES = {0: onnx.TensorProto.UINT8, 1: onnx.TensorProto.INT8, 2: onnx.TensorProto.INT16,
+                3: onnx.TensorProto.INT32, 4: onnx.TensorProto.INT64, 5: onnx.TensorProto.FLOAT16,
+                6: onnx.TensorProto.FLOAT, 7: onnx.TensorProto.DOUBLE, 11: onnx.TensorProto.BOOL,
+                15: onnx.TensorProto.BFLOAT16}
 
 
 def softmax_nodes(graph: Any) -> int:
@@ -300,6 +305,16 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
     def uniform(g, x, low, high, generator):  # in-place noise, e.g. Switch routers' jitter
         return g.op("RandomUniformLike", x, low_f=low, high_f=high)
 
+    def randint_like(g, x, low, high, dtype, *_):  # integers drawn in [low, high) shaped as
+        # x, which may be a mask (RT-DETR's noised labels): drawn as floats, then cast (torch's
+        # symbolic draws x's own type: ONNX draws floats alone)
+        lo, hi = (sh._get_const(v, "i", "bound") for v in (low, high))
+        kind = sh._get_const(dtype, "i", "dtype")  # torch's scalar type, None for x's own
+        draws = g.op("Floor", g.op("RandomUniformLike", x, low_f=lo, high_f=hi,
+                                   dtype_i=onnx.TensorProto.FLOAT))
+        return g.op("CastLike", draws, x) if kind is None else g.op(
+            "Cast", draws, to_i=SCALAR_TYPES.get(kind, onnx.TensorProto.INT64))
+
     def randperm(g, n, *_):  # detection's samplers: the order of n uniform draws
         size = sh._reshape_helper(g, n if sh._is_value(n) else g.op(
             "Constant", value_t=torch.tensor(n)), g.op("Constant", value_t=torch.tensor([1])))
@@ -378,6 +393,7 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
                      ("frac", frac), ("sinc", sinc), ("addcdiv", addcdiv), ("isin", isin),
                      ("take_along_dim", take_along_dim), ("cumprod", cumprod),
                      ("logcumsumexp", logcumsumexp), ("full", full), ("randperm", randperm),
+                     ("randint_like", randint_like),
                      ("unbind", unbind), ("nonzero_numpy", nonzero_numpy), ("where", where)):
         torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, opset)
     _REGISTERED = True

@@ -555,6 +555,65 @@ def test_a_detectors_config_trains_on_boxes_matched_to_its_queries(tmp_path):
         from_hf_config(detr)
 
 
+RT_DETR = dict(model_type="rt_detr", architectures=["RTDetrForObjectDetection"],
+               backbone_config=dict(model_type="rt_detr_resnet", embedding_size=16,
+                                    hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                                    layer_type="basic",
+                                    out_features=["stage2", "stage3", "stage4"]),
+               encoder_in_channels=[32, 64, 128], d_model=32, encoder_hidden_dim=32,
+               encoder_ffn_dim=64, decoder_ffn_dim=64, decoder_layers=2, num_queries=10,
+               num_denoising=16, encoder_attention_heads=2, decoder_attention_heads=2,
+               decoder_in_channels=[32, 32, 32])
+
+
+def test_a_real_time_detectors_config_trains_with_its_denoising_queries():
+    """RT-DETR's config (and v2's, D-FINE's, DEIM's, which share its denoising groups) was
+    refused: its groups' attention mask assigns empty runs, its noised labels draw integers
+    shaped as a mask, its noised boxes' branches read folded sizes. RF-DETR's windowed
+    backbone at a side its windows do not divide: one line naming the multiple."""
+    import torch
+    import transformers
+
+    seq = convert(from_hf_config(RT_DETR, image_size=64, images=2), batch_size=2, fuse=True)
+    with torch.device("meta"):
+        model = transformers.RTDetrForObjectDetection(transformers.AutoConfig.for_model(
+            **RT_DETR))
+    assert seq.params == sum(p.numel() for p in model.parameters())
+    assert seq.meta["inputs"] == {"pixel_values": [2, 3, 64, 64]}
+    assert seq.op_type_counts().get("GridSample") == 2 * 3  # deformable attention: a layer,
+    # a feature level
+    rf = dict(model_type="rf_detr", architectures=["RfDetrForObjectDetection"])
+    with pytest.raises(ConversionError, match=r"image_size 640: its backbone cuts the image's "
+                       r"14-pixel patches into 4 x 4 windows: give a multiple of 56"):
+        from_hf_config(rf, image_size=640)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,fields", [
+    ("DFine", dict(model_type="d_fine")),  # its zero weights' NaN boxes: its own initial ones
+    ("Deimv2", dict(model_type="deimv2")),
+    ("LwDetr", dict(model_type="lw_detr", projector_scale_factors=[1.0],  # its matcher offsets
+                    num_feature_levels=1)),  # each group's queries by a traced size
+])
+def test_the_real_time_detectors_kin_train_from_their_configs(kind, fields):
+    """D-FINE's, DEIMv2's and LW-DETR's defaults (2 decoder layers, 10 queries), each at the
+    parameters its model trains (LW-DETR's default backbone feeds its neck from its ninth of
+    ten layers: the last takes no gradient)."""
+    import torch
+    import transformers
+
+    cfg = dict(fields, architectures=[f"{kind}ForObjectDetection"], decoder_layers=2,
+               num_queries=10)
+    seq = convert(from_hf_config(cfg, image_size=128, images=2), batch_size=2, fuse=True)
+    with torch.device("meta"):
+        model = getattr(transformers, f"{kind}ForObjectDetection")(
+            transformers.AutoConfig.for_model(**cfg))
+    last = (f"layer.{model.config.backbone_config.num_hidden_layers - 1}."
+            if kind == "LwDetr" else "-")
+    assert seq.params == sum(p.numel() for n, p in model.named_parameters() if last not in n)
+    assert seq.meta["inputs"] == {"pixel_values": [2, 3, 128, 128]}
+
+
 def test_a_mask_segmenters_config_trains_on_masks_matched_to_its_queries():
     """Mask2Former's and MaskFormer's configs (`...ForUniversalSegmentation`,
     `...ForInstanceSegmentation`) were refused: they train on `OBJECTS` masks an image,

@@ -1089,3 +1089,34 @@ def test_the_defaults_said_of_a_heterogeneous_config_skip_its_per_layer_fields()
 
     assert defaulted(Heterogeneous(), {"hidden_size": 64}) == dict(num_hidden_layers=3,
                                                                    vocab_size=512)
+
+
+def test_a_model_whose_zero_weights_fail_its_forward_traces_with_its_own_initial_weights():
+    """The CPU copy of a model that does not trace on the meta device held zeros, which
+    D-FINE divides by (its boxes' scale: NaN boxes its loss refuses): a Hugging Face model's
+    copy is traced once more with its own initial weights (`init_weights`)."""
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.scale = torch.nn.Parameter(torch.ones(1), requires_grad=False)
+
+        def init_weights(self):
+            self.scale.fill_(4.0)
+
+        def forward(self, x):
+            boxes = self.linear(x) / self.scale
+            if not torch.isfinite(boxes).all():  # `.item()`: not on the meta device
+                raise ValueError("boxes must be finite")
+            return boxes.sum()
+
+    with torch.device("meta"):
+        net = Scaled()
+    graph = from_torch(net, torch.zeros(2, 4))
+    assert "Div" in {n.op_type for n in graph.graph.node}
+    assert next(net.parameters()).is_meta
+    del Scaled.init_weights  # a model without one says what failed, in one line
+    with torch.device("meta"):
+        plain = Scaled()
+    with pytest.raises(ConversionError, match="boxes must be finite"):
+        from_torch(plain, torch.zeros(2, 4))

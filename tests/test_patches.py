@@ -506,3 +506,23 @@ def test_one_hot_without_a_class_count_exports_the_examples():
     np.testing.assert_allclose(got, Soft()(logits, labels).numpy(), rtol=1e-5)
     assert convert(graph, batch_size=16).op_type_counts().get("OneHot") == 1
     assert torch.nn.functional.one_hot.__name__ != "counted"  # restored
+
+
+def test_an_assignment_to_an_empty_run_of_slices_sets_nothing_and_exports():
+    """RT-DETR's denoising groups each hide the others (`mask[a:b, :a] = -inf`): the first
+    group's run is empty, a zero-size Slice that failed the export ("shape_has_zero")."""
+    from onnx.reference import ReferenceEvaluator
+
+    class Groups(torch.nn.Module):
+        def forward(self, x):  # x [B, 6, 6]
+            mask = torch.zeros(6, 6)
+            for a in range(0, 6, 2):
+                mask[a:a + 2, :a] = -torch.inf
+                mask[a:a + 2, a + 2:6] = -torch.inf
+            return (x + mask).softmax(-1)
+
+    x, setitem = torch.randn(2, 6, 6), torch.Tensor.__setitem__
+    graph = from_torch(Groups(), (x,))
+    got = ReferenceEvaluator(graph).run(None, {"input0": x.numpy()})[0]
+    np.testing.assert_allclose(got, Groups()(x).numpy(), rtol=1e-6)
+    assert torch.Tensor.__setitem__ is setitem  # restored

@@ -131,3 +131,24 @@ def test_a_selection_from_what_another_selected_is_sized_after_it():
                                if p.key == SELECTED_KEY))
     assert len(said) == 2 and said[0] == 0.5
     assert len(_numel(convert(graph, batch_size=6), "GatherND")) == 2
+
+
+def test_a_selection_of_constants_alone_is_folded_and_the_datas_keep_their_shares():
+    """D-FINE's denoising groups select from a mask of constants alone (folded away when
+    converted) before its loss selects from the data: the export recorded both, the folded
+    one could not be matched (nan), and every share after it was read against the wrong
+    node ("output shape unknown")."""
+    class Grouped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            groups = torch.nonzero(torch.arange(x.shape[1]) % 3 == 0)  # of sizes alone
+            y = self.linear(x)
+            return y[y > 0].sum() + groups.sum()
+
+    graph = from_torch(Grouped(), torch.randn(2, 8, 4))
+    assert len(json.loads(next(p.value for p in graph.metadata_props
+                               if p.key == SELECTED_KEY))) == 2
+    assert len(_numel(convert(graph, batch_size=4), "NonZero")) == 1

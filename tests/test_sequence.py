@@ -353,3 +353,32 @@ def test_a_dynamo_exports_nodes_are_named_by_their_module_scopes():
     stacked = by_layer([dict(type="MatMul", name=n, ms=1.0) for n in names[:2] + names[3:5]])
     assert [(g["name"], g["count"]) for g in stacked] == [("/model/layers.*/mlp/MatMul", 2),
                                                           ("/model/layers.*/mlp/MatMul_1", 2)]
+
+
+def test_a_branch_reading_a_folded_size_reads_it_where_folding_kept_it():
+    """Folding keeps one copy of a value computed twice (each layer's same shape arithmetic)
+    and renamed the graph's readers of the other, but not a branch's (RT-DETR's): shape
+    inference then failed inside the If ("expected to have type but instead is null")."""
+    I64, F = TensorProto.INT64, TensorProto.FLOAT
+
+    def branch(name, nodes, out):
+        return helper.make_graph(nodes, name, [], [helper.make_value_info(out, helper
+                                                  .make_tensor_type_proto(F, None))])
+
+    tiled = branch("then", [helper.make_node("Unsqueeze", ["d2", "axes"], ["r"]),
+                            helper.make_node("Concat", ["ones", "r", "ones"], ["reps"], axis=0),
+                            helper.make_node("Tile", ["x", "reps"], ["xs"])], "xs")
+    same = branch("else", [helper.make_node("Identity", ["x"], ["x2"])], "x2")
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "one"], ["d"], name="dim"),
+             helper.make_node("Gather", ["s", "one"], ["d2"], name="dim_again"),
+             helper.make_node("Greater", ["d", "one"], ["c"], name="wide"),
+             helper.make_node("If", ["c"], ["y"], name="if", then_branch=tiled,
+                              else_branch=same),  # shapes the branches differ on: unknown
+             helper.make_node("Relu", ["y"], ["z"], name="relu")]
+    inits = [helper.make_tensor("one", I64, [], [1]), helper.make_tensor("ones", I64, [1], [1]),
+             helper.make_tensor("axes", I64, [1], [0])]
+    seq = convert(model(nodes, [value("x", ["N", 3, 8])], [value("z", None)], inits),
+                  batch_size=4)
+    relu = seq.node_names.tolist().index("relu")
+    assert "If" not in seq.op_type_counts() and seq.load[relu, 0] == 4 * 9 * 8

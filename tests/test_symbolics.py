@@ -209,3 +209,21 @@ def test_the_export_says_which_softmax_each_sdpa_call_made(kinds):
         softmax = [i for i, n in enumerate(seq.op_names) if n == "Softmax"]
         assert len(softmax) == len(kinds)
         assert seq.meta["sdpa_softmax"] == [i for i, k in zip(softmax, kinds) if k == "sdpa"]
+
+
+def test_integers_drawn_in_the_shape_of_a_mask_are_integers_in_range():
+    """RT-DETR's noised labels draw new classes shaped as a mask (`randint_like(mask, 0, C,
+    dtype=long)`): torch's symbolic drew a bool tensor's uniform noise, which shape inference
+    refused ("output has unsupported type tensor(bool)")."""
+    from converters import convert
+
+    def noised(labels):
+        mask = torch.rand_like(labels, dtype=torch.float) < 0.5
+        drawn = torch.randint_like(mask, 0, 5, dtype=labels.dtype)
+        return torch.where(mask, drawn, labels) + torch.randint_like(labels, 10, 12)
+
+    labels = np.zeros((4, 8), np.int64)
+    got = _run(Fn(noised), labels)
+    assert got.dtype == np.int64 and got.shape == (4, 8)
+    assert set(np.unique(got)) <= set(range(10, 17)) and len(np.unique(got)) > 2
+    convert(from_torch(Fn(noised), (torch.as_tensor(labels),)), batch_size=8)
