@@ -4,8 +4,9 @@
 # amp-bf16/ and fp32/ samples xz-compressed, kernels.jsonl.xz, llm-steps.jsonl, env.json,
 # kit.log); their operator sequences are rebuilt from the zoo (data/derived/<name>-*-fused,
 # packed); the GPU's steps are priced (benchmarks/results/<name>-measured); then the
-# pre-registered studies run (llm-steps, unaligned-gemms, cnn-kernels, whole-layers: each
-# decides by the rule its study page wrote). Nothing is overwritten: an existing DEST or output stops it (name
+# pre-registered studies run (llm-steps, unaligned-gemms, cnn-kernels, whole-layers and
+# deformable-sampling: each decides by the rule its study page wrote). Nothing is
+# overwritten: an existing DEST or output stops it (name
 # another DEST for a second lease of the same GPU). A precision without samples, or a study
 # without its measurements, is said and left out; a study that fails does not stop the others.
 # The README under DEST is yours to write.
@@ -70,7 +71,7 @@ brought() {  # the kit brought $1, or say which studies wait for it
 }
 steps=0 sweep=0
 brought llm-steps.jsonl "the llm-steps and unaligned-gemms studies" && steps=1
-brought kernels.jsonl "the unaligned-gemms, cnn-kernels and whole-layers studies" && sweep=1
+brought kernels.jsonl "the unaligned-gemms, cnn-kernels, whole-layers and deformable-sampling studies" && sweep=1
 if [ $steps = 1 ]; then
   study "$PY" benchmarks/bench_llm_steps.py "$DEST/llm-steps.jsonl" --loss-memory \
     --out "benchmarks/results/llm-steps-$NAME"

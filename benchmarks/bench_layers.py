@@ -1,11 +1,12 @@
 """Whole layers one library call runs, measured by a lent GPU's sweep (`lstm-train`,
-`sdpa-biased`, `mdot_jax.measure.kernel_sweep`), against the spec sheet's price of the same
-layer exported from PyTorch.
+`sdpa-biased`, `grid_sample-train`: `mdot_jax.measure.kernel_sweep`), against the spec sheet's
+price of the same layer exported from PyTorch.
 
     python benchmarks/bench_layers.py data/<gpu slug>/kernels.jsonl.xz \
         --out benchmarks/results/layers-<gpu slug>
 
-Pre-registered (docs/studies/whole-layers.md), before any such row was measured. Each row's
+Pre-registered (docs/studies/whole-layers.md; deformable attention's sampling:
+docs/studies/deformable-sampling.md), before any such row was measured. Each row's
 layer is exported by `converters.from_torch` at the row's dims (an LSTM batch first: a copy
 of its input and output more than the sweep's), its inputs scaled by a parameter first so
 that their gradients are made, as the sweep makes them (one elementwise pass more, under 1% of
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-KINDS = ("lstm-train", "sdpa-biased")
+KINDS = ("lstm-train", "sdpa-biased", "grid_sample-train")
 PRECISIONS = {"fp32": ("fp32", "tf32"), "fp16": ("amp-fp16",), "bf16": ("amp-bf16",)}
 
 
@@ -55,9 +56,21 @@ def layer(row: dict):
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=self.bias.expand(q.shape[0], -1, -1, -1))
 
+    class Sampled(torch.nn.Module):
+        def __init__(self, width: int):
+            super().__init__()
+            self.scale, self.shift = (torch.nn.Parameter(torch.ones(n)) for n in (width, 2))
+
+        def forward(self, level, grid):  # [BH, C, S, S], [BH, Q, P, 2] -> [BH, C, Q, P]
+            return F.grid_sample(level * self.scale[:, None, None], grid * self.shift,
+                                 mode="bilinear", padding_mode="zeros", align_corners=False)
+
     if row["kind"] == "lstm-train":
         t, b, h, layers = row["dims"]  # batch first: steps and batch may be equal
         return Lstm(h, layers), torch.randn(b, t, h)
+    if row["kind"] == "grid_sample-train":
+        bh, c, side, q, points = row["dims"]
+        return Sampled(c), (torch.randn(bh, c, side, side), torch.rand(bh, q, points, 2) * 2 - 1)
     b, h, s, d = row["dims"]
     x = torch.randn(b, h, s, d)
     return Biased(h, s, d), (x, x, x)
@@ -73,7 +86,7 @@ def prices(row: dict) -> dict[str, float]:
     batch = row["dims"][1] if row["kind"] == "lstm-train" else row["dims"][0]
     seq = convert(from_torch(module, example), batch_size=batch, fuse=True)
     out = {}
-    for precision in PRECISIONS[row["precision"]]:
+    for precision in PRECISIONS[row["precision"]][:None if row["kind"] == "lstm-train" else 1]:
         p = predict(TrainingJob(model=seq, batch_size=batch, device=row["device"],
                                 precision=precision, step="fwd-bwd", optimizer="sgd"))
         out[precision] = p.phases["forward"] + p.phases["backward"]

@@ -74,6 +74,7 @@ _register("stream", "add", "SelectiveScan", "ChunkScan", "CausalConv1d", "GatedR
           keeps="input")
 _register("free", "", *sorted(set(VIEWS) - set(TRAITS)), "Identity", "Constant", "Shape", "Size")
 _register("other", "", "MaxPool", keeps="input")
+_register("other", "", "GridSample", keeps="input")  # its backward reads the values and grid
 _register("other", "", "ReduceMax", "ReduceMin", keeps="input")
 
 

@@ -5,9 +5,9 @@ bumped), so a checkpoint trained on version N keeps its meaning. Id 0 is padding
 `<unk>` for op types outside the vocabulary (counted in `OperatorSequence.unknown_ops`).
 """
 
-VOCAB_VERSION = 10  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
+VOCAB_VERSION = 11  # 2: Col2Im; 3: Silu (converters.fusion); 4: the losses; 5: SelectiveScan;
 # 6: ChunkScan; 7: CausalConv1d, GatedRMSNorm; 8: ReduceL1, ReduceLogSum; 9: detectors' ops;
-# 10: CTCLoss
+# 10: CTCLoss; 11: GridSample
 PAD, UNK = "<pad>", "<unk>"
 
 _OP_TYPES = (
@@ -60,6 +60,8 @@ _OP_TYPES = (
     "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "RoiAlign", "NonMaxSuppression",
     # appended in version 10: not an ONNX op; speech recognisers' CTC loss (converters.ctc)
     "CTCLoss",
+    # appended in version 11: deformable attention's samples (DETR's kin, Mask2Former's)
+    "GridSample",
 )
 
 VOCAB: tuple[str, ...] = (PAD, UNK) + _OP_TYPES

@@ -652,19 +652,19 @@ def test_each_class_says_what_backs_it_once(step_model):
 
 
 def test_an_operator_the_converter_does_not_know_is_named_where_it_is_priced(step_model):
-    """A type outside the vocabulary (Mask2Former's GridSample) was said as "<unk>"."""
+    """A type outside the vocabulary (Hardmax; Mask2Former's GridSample was one) was said as
+    "<unk>"."""
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("GridSample", ["x", "grid"], ["y"], name="sample"),
+        [helper.make_node("Hardmax", ["x"], ["y"], name="hard"),
          helper.make_node("Relu", ["y"], ["z"], name="relu")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 16, 16]),
-         helper.make_tensor_value_info("grid", TensorProto.FLOAT, ["batch", 16, 16, 2])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 16, 16])],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
     seq = _seq(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     said = price(seq, gpus.find("h100-sxm"), step_model).warnings
-    assert "no GPU measurements of GridSample (1): priced as copies" in said
-    assert "operators unknown to the converter (their FLOPs not counted): GridSample (1)" in said
+    assert "no GPU measurements of Hardmax (1): priced as copies" in said
+    assert "operators unknown to the converter (their FLOPs not counted): Hardmax (1)" in said
     assert not any("<unk>" in w for w in said)
 
 

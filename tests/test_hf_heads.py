@@ -581,7 +581,7 @@ def test_a_real_time_detectors_config_trains_with_its_denoising_queries():
     assert seq.params == sum(p.numel() for p in model.parameters())
     assert seq.meta["inputs"] == {"pixel_values": [2, 3, 64, 64]}
     assert seq.op_type_counts().get("GridSample") == 2 * 3  # deformable attention: a layer,
-    # a feature level
+    assert not seq.unknown_ops  # a feature level, its samples counted
     rf = dict(model_type="rf_detr", architectures=["RfDetrForObjectDetection"])
     with pytest.raises(ConversionError, match=r"image_size 640: its backbone cuts the image's "
                        r"14-pixel patches into 4 x 4 windows: give a multiple of 56"):

@@ -104,8 +104,9 @@ def test_a_kit_step_interrupted_in_a_row_keeps_what_it_wrote_and_resumes(tmp_pat
 
 
 def test_whole_layers_priced_by_structure_are_measured_at_their_precisions():
-    """An LSTM (cuDNN's steps) and SDPA given a learned bias: priced by structure, so the
-    sweep times them; BEiT's token counts (197, 577: no multiple of 8) among the biased."""
+    """An LSTM (cuDNN's steps), SDPA given a learned bias and deformable attention's sampling:
+    priced by structure (the sampling as copies), so the sweep times them; BEiT's token counts
+    (197, 577: no multiple of 8) among the biased."""
     rows = kernel_sweep.plan(False)
     lstm = [r for r in rows if r["kind"] == "lstm-train"]
     biased = [r for r in rows if r["kind"] == "sdpa-biased"]
@@ -119,12 +120,17 @@ def test_whole_layers_priced_by_structure_are_measured_at_their_precisions():
     biased_work = kernel_sweep._work(dict(biased[0], dims=(1, 1, 2, 1)))
     masked_work = kernel_sweep._work(dict(biased[0], kind="sdpa-masked", dims=(1, 1, 2, 1)))
     assert biased_work[0] == masked_work[0] and biased_work[1] == masked_work[1] + 2 * 2 * 4
+    sampled = [r for r in rows if r["kind"] == "grid_sample-train"]  # deformable attention's
+    assert {r["precision"] for r in sampled} == {"fp32", "bf16"} and \
+        {300, 13294} == {r["dims"][3] for r in sampled}  # a decoder's queries, an encoder's
+    flops, nbytes = kernel_sweep._work(dict(sampled[0], dims=(1, 1, 2, 1, 1)))
+    assert flops == 24 and nbytes == 4 * (3 + 2 * 4 + 3 * 2)  # out, level, grid: fwd + bwd
 
 
 def test_the_layers_study_prices_each_measured_layer_as_exported_from_pytorch():
-    """`benchmarks/bench_layers.py` (docs/studies/whole-layers.md): every measured row priced,
-    an fp32 LSTM at fp32 and at TF32 too; an LSTM over more steps costs more; unmeasured rows
-    are listed with why."""
+    """`benchmarks/bench_layers.py` (docs/studies/whole-layers.md, deformable-sampling.md):
+    every measured row priced, an fp32 LSTM at fp32 and at TF32 too; an LSTM over more steps
+    costs more, a sampling of more queries too; unmeasured rows are listed with why."""
     import sys
     from pathlib import Path
 
@@ -137,9 +143,14 @@ def test_the_layers_study_prices_each_measured_layer_as_exported_from_pytorch():
                   device="nvidia-h100-sxm", ms=0.5),
              dict(kind="sdpa-biased", precision="fp16", dims=(2, 2, 64, 16), key="e",
                   error="no kernel"), dict(kind="add", precision="fp32", dims=(4, 4), key="a")]
+    rows += [dict(kind="grid_sample-train", precision="fp32", dims=(4, 8, 16, q, 4),
+                  key=f"g{q}", device="nvidia-h100-sxm", ms=0.1) for q in (16, 4096)]
     got = bench_layers.run(rows)
     assert set(got["summary"]) == {"lstm-train/fp32 as fp32", "lstm-train/fp32 as tf32",
-                                   "sdpa-biased/bf16 as amp-bf16"}
+                                   "sdpa-biased/bf16 as amp-bf16",
+                                   "grid_sample-train/fp32 as fp32"}
     short, long = (r["priced_ms"] for r in got["rows"][:2])
     assert long["fp32"] > 4 * short["fp32"] and long["tf32"] < long["fp32"]
-    assert got["skipped"] == {"no kernel": ["e"]} and len(got["rows"]) == 3
+    few, many = (r["priced_ms"] for r in got["rows"][3:])
+    assert set(few) == {"fp32"} and many["fp32"] > few["fp32"]
+    assert got["skipped"] == {"no kernel": ["e"]} and len(got["rows"]) == 5

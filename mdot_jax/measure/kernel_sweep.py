@@ -166,16 +166,25 @@ def _depthwise(dry: bool) -> list[dict]:
 
 def _layers(dry: bool) -> list[dict]:
     """Whole layers run as one library call (their own queue): an LSTM (steps, batch, hidden,
-    layers) and SDPA given a learned bias (batch, heads, tokens, head dim)."""
+    layers), SDPA given a learned bias (batch, heads, tokens, head dim) and deformable
+    attention's sampling of one feature level (images x heads, head width, the level's side,
+    queries, points a query: `grid_sample-train`)."""
     if dry:
         lstms, biased, precisions, halves = [(4, 2, 16, 1)], [(1, 2, 16, 8)], ("fp32",), ("fp32",)
+        sampled, rowwise = [(2, 4, 8, 16, 2)], ("fp32",)
     else:
         lstms = [(64, 64, 1024, 2), (256, 64, 1024, 2), (128, 32, 512, 1), (512, 16, 256, 2)]
         biased = [(64, 12, 197, 64), (32, 16, 577, 64), (16, 8, 512, 64), (4, 16, 1024, 64),
                   (4, 16, 2048, 64), (4, 16, 1024, 128)]
-        precisions, halves = (ARITHMETIC[0], *HALF), HALF
+        # Deformable DETR's encoder at 800 px (2 images, 8 heads of 32; every token of four
+        # levels a query) on its first two levels; RT-DETR's decoder at 640 px (8 images, 300
+        # queries) on its three
+        sampled = [(16, 32, 100, 13294, 4), (16, 32, 50, 13294, 4), (64, 32, 80, 300, 4),
+                   (64, 32, 40, 300, 4), (64, 32, 20, 300, 4), (128, 32, 80, 300, 4)]
+        precisions, halves, rowwise = (ARITHMETIC[0], *HALF), HALF, ROWWISE
     return [dict(kind="lstm-train", precision=p, dims=d) for d in lstms for p in precisions] + [
-        dict(kind="sdpa-biased", precision=p, dims=d) for d in biased for p in halves]
+        dict(kind="sdpa-biased", precision=p, dims=d) for d in biased for p in halves] + [
+        dict(kind="grid_sample-train", precision=p, dims=d) for d in sampled for p in rowwise]
 
 
 def twin(vocab: int) -> int:
@@ -214,6 +223,10 @@ def _work(row: dict) -> tuple[float, float]:
         bias = 2.0 * b * h * s * s if kind == "sdpa-biased" else 0.0  # read, its gradient written
         return 3.5 * 4.0 * b * h * s * s * d / (1 if every else 2), width * (8.0 * b * h * s * d
                                                                              + bias)
+    if kind == "grid_sample-train":  # 4 taps an output, fwd; bwd scatters into the level
+        bh, c, side, q, points = dims
+        out, level, grid = bh * c * q * points, bh * c * side * side, bh * q * points * 2
+        return 3 * 8.0 * out, width * (3.0 * out + 2 * level + 3 * grid)
     if kind.startswith("dwconv"):  # c filters of r x r, one per channel
         n, c, h, r, stride = dims
         out = n * c * (-(-h // stride)) ** 2  # padding r // 2: ceil(h / stride) a side
@@ -300,6 +313,15 @@ def _kernel(row: dict, device: str):
         x, dy = new(t, b, h, grad=True), new(t, b, h)
         inputs = (x, *lstm.parameters())
         return lambda: torch.autograd.grad(lstm(x)[0], inputs, dy)
+    if kind == "grid_sample-train":
+        bh, c, side, q, points = dims
+        level = new(bh, c, side, side, grad=True)
+        grid = (torch.rand(bh, q, points, 2, device=device, dtype=dtype) * 2 - 1
+                ).requires_grad_(True)  # in [-1, 1], as a sigmoid's offsets place them
+        dy = new(bh, c, q, points)
+        return lambda: torch.autograd.grad(F.grid_sample(
+            level, grid, mode="bilinear", padding_mode="zeros", align_corners=False),
+            (level, grid), dy)
     if kind.startswith(("conv", "dwconv", "batch_norm")):
         return _cnn_kernel(row, device, dtype)
     if kind.startswith("adamw"):
