@@ -271,6 +271,9 @@ def from_torch(module: Any, example_inputs: Any, *, input_names: Sequence[str] |
                 f" and holds more than {CPU_FALLBACK_BYTES / 1e9:g} GB to trace on the CPU: "
                 "build a smaller config with the same layer shapes on the CPU" if cpu is None
                 else ", and no CPU copy of it can be made here")
+            if "selected index k out of range" in msg:  # torch.topk of more than there is
+                hint += ("; a top-k asks for more than its tensor holds (a two-stage detector's "
+                         "num_queries outnumbering its image's tokens: a larger image_size)")
             if isinstance(example_inputs, list) and "missing" in msg:  # one argument, a list
                 hint += "; several inputs go as a tuple (or a dict by name), not a list"
             if any(isinstance(m, torch.ao.quantization.FakeQuantizeBase)

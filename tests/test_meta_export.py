@@ -1120,3 +1120,19 @@ def test_a_model_whose_zero_weights_fail_its_forward_traces_with_its_own_initial
         plain = Scaled()
     with pytest.raises(ConversionError, match="boxes must be finite"):
         from_torch(plain, torch.zeros(2, 4))
+
+
+def test_a_top_k_of_more_than_its_tensor_holds_says_what_to_change():
+    """RF-DETR's config at 224 px: its 300 queries are a top-k of the image's 256 tokens,
+    refused by torch as "selected index k out of range" alone."""
+    class Proposals(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.score = torch.nn.Linear(4, 1)
+
+        def forward(self, tokens):  # [B, T, 4] -> the 8 best tokens' scores
+            return self.score(tokens).squeeze(-1).topk(8, dim=1).values.sum()
+
+    with pytest.raises(ConversionError, match="selected index k out of range; a top-k asks "
+                       "for more than its tensor holds .* a larger image_size"):
+        from_torch(Proposals(), torch.randn(2, 5, 4))
