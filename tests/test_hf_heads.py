@@ -566,6 +566,7 @@ RT_DETR = dict(model_type="rt_detr", architectures=["RTDetrForObjectDetection"],
                decoder_in_channels=[32, 32, 32])
 
 
+@pytest.mark.slow
 def test_a_real_time_detectors_config_trains_with_its_denoising_queries():
     """RT-DETR's config (and v2's, D-FINE's, DEIM's, which share its denoising groups) was
     refused: its groups' attention mask assigns empty runs, its noised labels draw integers
