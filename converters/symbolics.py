@@ -13,11 +13,6 @@ _REGISTERED = False
 # before this call's (its own Softmax's ordinal among the graph's Softmax nodes, in order)
 SDPA_SOFTMAX: list[int] = []
 _COUNTED: list = []  # this export's graph's last node counted, and its Softmax nodes up to it
-# torch's scalar types (`c10::ScalarType`'s numbers) an integer draw may ask for
-SCALAR_TYPES = {0: onnx.TensorProto.UINT8, 1: onnx.TensorProto.INT8, 2: onnx.TensorProto.INT16,
-                3: onnx.TensorProto.INT32, 4: onnx.TensorProto.INT64, 5: onnx.TensorProto.FLOAT16,
-                6: onnx.TensorProto.FLOAT, 7: onnx.TensorProto.DOUBLE, 11: onnx.TensorProto.BOOL,
-                15: onnx.TensorProto.BFLOAT16}
 
 
 def softmax_nodes(graph: Any) -> int:
@@ -313,7 +308,7 @@ def register(torch: Any, opset: int, fallback_opset: int) -> None:
         draws = g.op("Floor", g.op("RandomUniformLike", x, low_f=lo, high_f=hi,
                                    dtype_i=onnx.TensorProto.FLOAT))
         return g.op("CastLike", draws, x) if kind is None else g.op(
-            "Cast", draws, to_i=SCALAR_TYPES.get(kind, onnx.TensorProto.INT64))
+            "Cast", draws, to_i=int(sh.scalar_type_to_onnx[kind]))
 
     def randperm(g, n, *_):  # detection's samplers: the order of n uniform draws
         size = sh._reshape_helper(g, n if sh._is_value(n) else g.op(
