@@ -205,6 +205,16 @@ def input_kind(config: dict) -> str:
     return "tokens"
 
 
+def holds_images(config: dict) -> bool:
+    """Whether a config.json's training graph holds its batch's images, without building the
+    model: a detector's or mask segmenter's (each image's targets a list the loss walks:
+    `MATCHED`, by `architectures`), a grid encoder's (Qwen-VL's, GLM-4V's: patches over time
+    too). Such a graph converts at the batch it was exported at alone."""
+    vision = config.get("vision_config")
+    return any(str(a).endswith(MATCHED) for a in config.get("architectures") or ()) or (
+        isinstance(vision, dict) and "temporal_patch_size" in vision)
+
+
 def needs_tokens(config: dict) -> bool:
     """Whether a config.json's model is sized by its tokens (`seq_len`): a language model's,
     a text classifier's, a speech recogniser's transcript; not a picture's or an audio

@@ -1,7 +1,9 @@
 """The GPU operator model: the work of an operator, the roofline, the split of NeuSight's
 public measurements (the unseen GPUs never fitted), and a fit that carries to another GPU."""
 
+import dataclasses
 import json
+import lzma
 import math
 from pathlib import Path
 
@@ -89,7 +91,14 @@ def test_a_fit_on_two_gpus_prices_a_third_and_round_trips(tmp_path):
     assert np.isfinite(pred).all() and (pred > 0).all()
     assert np.median(np.abs(pred / np.asarray(ms) - 1)) < 0.5  # within 2x for most rows
     model.save(tmp_path / "m.json.xz")
-    np.testing.assert_allclose(GpuOpModel.load(tmp_path / "m.json.xz").predict(o, d, g), pred)
+    read = GpuOpModel.load(tmp_path / "m.json.xz")
+    np.testing.assert_allclose(read.predict(o, d, g), pred)
+    fast = lzma.compress(lzma.decompress((tmp_path / "m.json.xz").read_bytes()), preset=0)
+    (tmp_path / "fast.json.xz").write_bytes(fast)  # what a model read from a file writes: the
+    GpuOpModel.load(tmp_path / "fast.json.xz").save(tmp_path / "again.json.xz")  # bytes read
+    assert (tmp_path / "again.json.xz").read_bytes() == fast  # (compressing takes seconds)
+    dataclasses.replace(read, samples=1).save(tmp_path / "new.json.xz")  # another: its own
+    assert GpuOpModel.load(tmp_path / "new.json.xz").samples == 1
 
 
 def _node(name, kind, op, dims, params=0, fw=0.0, bw=0.0):

@@ -500,7 +500,7 @@ def test_self_supervised_image_pretraining_trains_on_the_patches_its_mask_leaves
     assert p.parameters == quarter.params and p.iteration_ms > 0
 
 
-def test_a_detectors_config_trains_on_boxes_matched_to_its_queries(tmp_path):
+def test_a_detectors_config_trains_on_boxes_matched_to_its_queries(tmp_path, monkeypatch):
     """DETR's and its kin's configs (`...ForObjectDetection`) were refused ("has no causal,
     masked ... language model"): they train on `OBJECTS` boxes an image, matched to their
     queries (the matching, scipy's, on the CPU: the first queries here, the cost matrix still
@@ -514,6 +514,7 @@ def test_a_detectors_config_trains_on_boxes_matched_to_its_queries(tmp_path):
     from converters.detection import OBJECTS
     from converters.patches import matched_queries
     from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving import model_source
 
     detr = dict(model_type="detr", architectures=["DetrForObjectDetection"],
                 backbone="resnet18", num_queries=10, d_model=32, encoder_layers=1,
@@ -533,8 +534,13 @@ def test_a_detectors_config_trains_on_boxes_matched_to_its_queries(tmp_path):
     assert torch.diag(torch.ones(2)).shape == (2, 2)  # restored, as the solver is:
     assert detr_loss.linear_sum_assignment is scipy.optimize.linear_sum_assignment
     (tmp_path / "config.json").write_text(json.dumps(detr))
+    exported = model_source._export_child
+    asked: list[str] = []  # the images each export's graph holds (its argv's 7th)
+    monkeypatch.setattr(model_source, "_export_child",
+                        lambda argv: asked.append(argv[6]) or exported(argv))
     p = predict(TrainingJob(model=str(tmp_path / "config.json"), batch_size=3, image_size=64,
-                            device="h100-sxm"))  # exported again at the batch
+                            device="h100-sxm"))
+    assert asked == ["3"]  # exported once, at the batch (not at one image first)
     yours = transformers.DetrForObjectDetection(transformers.AutoConfig.for_model(
         **detr, use_pretrained_backbone=False))  # a user's own, exported with its labels: the
     targets = [dict(class_labels=torch.tensor([1, 0]), boxes=torch.full((2, 4), 0.5))

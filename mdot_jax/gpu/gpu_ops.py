@@ -77,6 +77,7 @@ class GpuOpModel:
     version: int = VERSION
     _boosters: list = field(default=None, repr=False, compare=False)
     _known: dict = field(default_factory=dict, repr=False, compare=False)  # row bytes -> log
+    _packed: bytes | None = field(default=None, init=False, repr=False, compare=False)  # as read
 
     @classmethod
     def fit(cls, ops: Sequence[str], dims: Sequence[Sequence[int]], gpus: Sequence[GPU],
@@ -114,19 +115,24 @@ class GpuOpModel:
         return ms[back.reshape(-1)]
 
     def save(self, path: str | Path) -> None:
-        """xz-compressed JSON, the booster's text `compact`."""
-        Path(path).write_bytes(lzma.compress(json.dumps(dict(
+        """xz-compressed JSON, the booster's text `compact`; a model read from a file (a
+        checkpoint adapted from it) writes the bytes it was read from (compressing takes
+        seconds)."""
+        Path(path).write_bytes(self._packed or lzma.compress(json.dumps(dict(
             text=compact(self.text), gpus=list(self.gpus), samples=self.samples,
             absolute=self.absolute, version=self.version)).encode(),
             preset=9 | lzma.PRESET_EXTREME))
 
     @classmethod
     def load(cls, path: str | Path) -> GpuOpModel:
-        d = json.loads(lzma.decompress(Path(path).read_bytes()))
+        packed = Path(path).read_bytes()
+        d = json.loads(lzma.decompress(packed))
         if d.get("version") != VERSION:
             raise ValueError(f"{path}: GPU operator model version {d.get('version')} != "
                              f"{VERSION}")
-        return cls(d["text"], tuple(d["gpus"]), d["samples"], d["absolute"], d["version"])
+        model = cls(d["text"], tuple(d["gpus"]), d["samples"], d["absolute"], d["version"])
+        model._packed = packed
+        return model
 
 
 # what a LightGBM model's text holds only for inspection (and the byte sizes of its trees,

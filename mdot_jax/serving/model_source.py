@@ -23,7 +23,7 @@ import onnx
 
 from converters import ConversionError, OperatorSequence, convert, converts_the_same
 from converters.dims import head_of
-from converters.hf_heads import input_kind, needs_tokens
+from converters.hf_heads import holds_images, input_kind, needs_tokens
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import writers
@@ -330,25 +330,19 @@ def config_graph_at(path: str | Path, b: int, seq_len: int | None,
                     image_size: int | None = None, video_frames: int | None = None,
                     audio_seconds: float | None = None) -> tuple[onnx.ModelProto, int | None]:
     """`config_graph` at batch `b`, and the image size left to convert at: None where the
-    graph holds its images (a grid encoder's, exported at the batch at once; another's that
-    says so, again at `b`) or reads them by cross-attention (tiles: no rank-4 input to size)."""
+    graph holds its images (a detector's, a grid encoder's: exported at the batch at once,
+    `holds_images`; another's that says so, again at `b`) or reads them by cross-attention
+    (tiles: no rank-4 input to size)."""
     def graph(images: int) -> onnx.ModelProto:
         return config_graph(path, seq_len, target_len, lora_rank, lora_targets, images=images,
                             image_size=image_size, video_frames=video_frames,
                             audio_seconds=audio_seconds)
 
-    model = graph(b if _grid_encoder(_fields(config_file(path))) else 1)
+    model = graph(b if holds_images(_fields(config_file(path))) else 1)  # once, at b
     if images := fixed_images(model):  # its image's size is in the graph already
         return (model if images == b else graph(b)), None
     head = head_of(model)  # a classifier's pictures sized in the graph, as a cross-attended
     return model, None if head.get("cross") or head.get("pixels") else image_size  # image's
-
-
-def _grid_encoder(fields: dict) -> bool:
-    """Whether a config.json's vision encoder cuts images into a grid of patches that its
-    graph holds (Qwen-VL's, GLM-4V's: patches over time as well), without building it."""
-    vision = fields.get("vision_config")
-    return isinstance(vision, dict) and "temporal_patch_size" in vision
 
 
 def fixed_images(graph: onnx.ModelProto) -> int | None:
