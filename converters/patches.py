@@ -316,22 +316,28 @@ def mask_assignments(torch):
     """`x[mask] = value` with a mask over x's leading dims (`logits[padding] = -inf`) exports as a
     Where broadcasting the mask from the right, against the wrong dims, which shape inference
     refuses ("Incompatible dimensions"): a scalar value is filled in as `masked_fill_` of the
-    mask with trailing dims of one, the same elements set. An assignment to an empty run of
-    slices (RT-DETR's denoising mask, `mask[a:b, :0] = -inf` for its first group) sets nothing
-    and is left out: its zero-size Slice fails shape inference ("shape_has_zero")."""
+    mask with trailing dims of one, the same elements set; a row set so (T5Gemma 2's end-of-image
+    embedding, `embeds[ids == eoi] = row`) as a Where of the mask, the row and x: a selection
+    whose size the data decides, which a model on the meta device cannot record ("output shape
+    unknown"). An assignment to an empty run of slices (RT-DETR's denoising mask,
+    `mask[a:b, :0] = -inf` for its first group) sets nothing and is left out: its zero-size
+    Slice fails shape inference ("shape_has_zero")."""
     setitem = torch.Tensor.__setitem__
 
     def assign(self, index, value):
         if _empty_slices(self.shape, index):
             return
-        scalar = isinstance(value, (int, float)) or (
-            isinstance(value, torch.Tensor) and value.numel() == 1)
-        if isinstance(index, torch.Tensor) and index.dtype == torch.bool and scalar and \
+        if isinstance(index, torch.Tensor) and index.dtype == torch.bool and \
                 0 < index.dim() < self.dim():
             mask = index.reshape(*index.shape, *[1] * (self.dim() - index.dim()))
-            self.masked_fill_(mask, value.reshape(()) if isinstance(value, torch.Tensor)
-                              else value)
-            return
+            if isinstance(value, (int, float)) or (
+                    isinstance(value, torch.Tensor) and value.numel() == 1):
+                self.masked_fill_(mask, value.reshape(()) if isinstance(value, torch.Tensor)
+                                  else value)
+                return
+            if isinstance(value, torch.Tensor) and value.dim() <= self.dim() - index.dim():
+                self.copy_(torch.where(mask, value.to(self.dtype), self))  # a row, broadcast
+                return
         setitem(self, index, value)
 
     with replaced(torch.Tensor, __setitem__=assign):

@@ -490,6 +490,33 @@ def test_a_scalar_set_through_a_mask_of_leading_dims_exports():
     assert torch.Tensor.__setitem__ is setitem  # restored
 
 
+def test_a_row_set_through_a_mask_of_leading_dims_exports_on_the_meta_device():
+    """T5Gemma 2's embedding sets its end-of-image row where the tokens are that token
+    (`embeds[ids == eoi] = row`): a selection whose size the data decides, which a model on
+    the meta device cannot record ("output shape unknown"); a Where sets the same rows."""
+    from onnx.reference import ReferenceEvaluator
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table, self.row = torch.nn.Embedding(10, 4), torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, ids):
+            x = self.table(ids)
+            x[ids == 3] = self.row
+            return x
+
+    ids, model = torch.tensor([[1, 3, 3, 0], [3, 2, 5, 3]]), Embed()
+    graph = from_torch(model, (ids,), input_names=["ids"])
+    got = ReferenceEvaluator(graph).run(None, {"ids": ids.numpy(), **{
+        n: p.detach().numpy() for n, p in model.named_parameters()}})[0]
+    np.testing.assert_array_equal(got, model(ids).detach().numpy())
+    with torch.device("meta"):
+        meta = Embed()
+    seq = convert(from_torch(meta, (ids,), input_names=["ids"]), batch_size=4)
+    assert "NonZero" not in seq.op_type_counts() and seq.params == 44
+
+
 def test_one_hot_without_a_class_count_exports_the_examples():
     """`F.one_hot(labels)` (no `num_classes`) failed to convert: "'depth' must be
     non-negative"."""
