@@ -58,6 +58,7 @@ def test_an_audio_language_models_config_trains_on_its_audio_and_text(tmp_path):
         predict(TrainingJob(audio_seconds=1, cp=2, gpus=2, **job))
 
 
+@pytest.mark.slow  # one family's case (the fast tier keeps its kin's): 3 minutes
 def test_an_encoder_that_masks_padding_places_the_audios_features_alone(tmp_path):
     """Audio Flamingo 3's encoder takes a mask of each chunk's frames and keeps the features of
     the audio's, not of its last chunk's padding: 3 s in chunks of 2 s are 75 tokens (4 s: 100).

@@ -124,8 +124,9 @@ def test_a_video_classifiers_config_trains_on_clips_of_the_frames_asked(tmp_path
 
 
 @pytest.mark.parametrize("kind, arch", [
-    ("t5", "T5ForTokenClassification"), ("t5", "T5ForSequenceClassification"),
-    ("bart", "BartForSequenceClassification"), ("t5", "T5ForQuestionAnswering")])
+    pytest.param("t5", "T5ForTokenClassification", marks=pytest.mark.slow),
+    ("t5", "T5ForSequenceClassification"), ("bart", "BartForSequenceClassification"),
+    pytest.param("t5", "T5ForQuestionAnswering", marks=pytest.mark.slow)])
 def test_an_encoder_decoders_task_head_is_priced_not_its_language_model(kind, arch):
     """A T5's or BART's classifier config was priced as its language model (the vocabulary's
     projection and loss over every target token; T5's token classifier, an encoder alone, with
@@ -325,6 +326,7 @@ def test_a_speech_recogniser_of_any_length_trains_on_the_seconds_asked(kind, fie
     assert longer.flops > 1.5 * seq.flops
 
 
+@pytest.mark.slow  # one family's case (the fast tier keeps its kin's): 3 minutes
 def test_a_speech_and_text_model_trains_as_its_config_or_the_audio_asked_says():
     """Seamless M4T's config builds a text-to-text model and a speech recogniser: text, said,
     unless the audio or its architectures ask for speech; its speech encoder's own layerdrop

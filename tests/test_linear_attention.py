@@ -102,6 +102,7 @@ KIMI = dict(model_type="kimi_linear", linear_num_heads=4, linear_head_dim=16, nu
             **dict(SHAPE, num_key_value_heads=4))
 
 
+@pytest.mark.slow  # one family's case (the fast tier keeps its kin's): 3 minutes
 def test_kimi_delta_attention_exports_as_chunked_kernels_whatever_the_sequence():
     """Kimi Linear's attention (a delta rule decaying each key channel) exported as
     transformers' reference loop over its chunks: 4,539 operators for a four-layer 6B model at

@@ -359,10 +359,11 @@ def test_experts_counted_under_other_field_names_route_balanced(kind, fields, mo
     ("switch_transformers", dict(d_model=64, d_ff=128, d_kv=16, num_heads=4, num_layers=4,
                                  num_decoder_layers=4, num_experts=8, vocab_size=256,
                                  encoder_sparse_step=2, decoder_sparse_step=2), 1, 4),
-    ("nllb-moe", dict(d_model=32, encoder_layers=4, decoder_layers=4, encoder_attention_heads=2,
-                      decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                      vocab_size=128, num_experts=8, encoder_sparse_step=2,
-                      decoder_sparse_step=2), 2, 4),
+    pytest.param("nllb-moe", dict(
+        d_model=32, encoder_layers=4, decoder_layers=4, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128,
+        num_experts=8, encoder_sparse_step=2, decoder_sparse_step=2), 2, 4,
+        marks=pytest.mark.slow),  # an encoder-decoder's experts, as Switch's (fast tier)
     ("jetmoe", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, kv_channels=16,
                     num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2,
                     vocab_size=256), 2, 3)])
@@ -526,8 +527,9 @@ def test_a_config_json_exports_every_layer_tracing_two(name, tmp_path, monkeypat
 @pytest.mark.parametrize("kind, fields, t", [
     ("gpt_oss", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
                      layer_types=["sliding_attention", "full_attention"] * 4), 3),
-    ("qwen3", dict(use_sliding_window=True, sliding_window=8, layer_types=(
-        ["sliding_attention"] * 2 + ["full_attention"]) * 2 + ["sliding_attention"] * 2), 4)])
+    pytest.param("qwen3", dict(use_sliding_window=True, sliding_window=8, layer_types=(
+        ["sliding_attention"] * 2 + ["full_attention"]) * 2 + ["sliding_attention"] * 2), 4,
+        marks=pytest.mark.slow)])  # (gpt-oss's alternation in the fast tier)
 def test_a_stack_alternating_kinds_of_layers_repeats_its_pattern(kind, fields, t, monkeypatch):
     """gpt-oss alternates sliding-window and full attention, Gemma 3 and Qwen3 configs repeat
     patterns of them: every layer was traced (gpt-oss-120b's 36 in 20 s, Qwen3-Next's 48 in

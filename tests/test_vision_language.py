@@ -124,6 +124,7 @@ LFM2_VL = dict(model_type="lfm2_vl", image_token_id=396, downsample_factor=2,
                                 layer_types=["conv", "full_attention"]))
 
 
+@pytest.mark.slow  # one family's case (the fast tier keeps its kin's): 3 minutes
 def test_lfm2_vl_trains_on_the_patches_its_image_processor_makes(tmp_path):
     """LFM2-VL was refused as a tiling encoder: its image processor lists an image's patches
     padded to 1,024 (a 448-pixel image: 28 x 28 of 16 pixels, 196 tokens after its 2 x 2
@@ -155,7 +156,7 @@ SMOLVLM = dict(model_type="smolvlm", scale_factor=2, image_token_id=5,
                                 num_key_value_heads=1, vocab_size=256))
 
 
-@pytest.mark.parametrize("kind", ["smolvlm", "idefics3"])
+@pytest.mark.parametrize("kind", ["smolvlm", pytest.param("idefics3", marks=pytest.mark.slow)])
 def test_smolvlm_trains_on_the_tiles_of_an_image_resized_to_the_size_asked(tmp_path, kind):
     """Idefics3 and SmolVLM were refused as tiling encoders (a batch's padding tiles dropped
     by their pixels' values). Their processors resize an image to a side (default 4 tiles), up
@@ -224,6 +225,7 @@ def test_a_grid_encoders_graph_holds_the_batchs_images_and_converts_at_that_batc
         from_hf_config(QWEN, seq_len=32, image_size=120)
 
 
+@pytest.mark.slow  # one family's case (the fast tier keeps its kin's): 3 minutes
 def test_a_grid_encoder_trains_on_a_video_of_the_frames_asked(tmp_path):
     """A video of F frames is a grid encoder's grid over time, F / 2 patches deep (Qwen2.5-VL
     encodes 2 frames a patch, an image as its one frame twice): 8 frames at 56 pixels are
@@ -277,7 +279,8 @@ QWEN3 = dict(model_type="qwen3_vl", image_token_id=500, video_token_id=501,
                                 num_position_embeddings=64))
 
 
-@pytest.mark.parametrize("config, side", [(GLM4V, 112), (QWEN3, 128)])
+@pytest.mark.parametrize("config, side", [(GLM4V, 112),
+                                          pytest.param(QWEN3, 128, marks=pytest.mark.slow)])
 def test_glm4v_and_qwen3_vl_train_on_an_image_or_a_video(config, side):
     """GLM-4V's images did not export (its positions' table indexed by values the meta device
     zeroed: "Gather ... indices must be in [-rank, rank-1]"); its video path encodes a video as
@@ -543,6 +546,7 @@ MISTRAL3 = dict(model_type="mistral3", image_token_index=10, spatial_merge_size=
                                    image_size=224, patch_size=14))
 
 
+@pytest.mark.slow  # one family's case (the fast tier keeps its kin's): 3 minutes
 def test_a_pixtral_encoder_takes_an_image_of_the_size_asked(tmp_path):
     """Mistral 3's Pixtral encoder cuts each image to its own size by `image_sizes` (values its
     code reads: `.tolist()`), and was refused as a tiling encoder. Its sizes are held in the
