@@ -16,7 +16,7 @@ from mdot_jax.gpu import catalog as gpus
 REQUIRED = ("p4", "p100", "v100-pcie", "v100-sxm2", "t4", "a10", "a10g", "l4", "l40s",
             "a100-pcie-40gb", "a100-sxm-40gb", "a100-pcie-80gb", "a100-sxm-80gb", "h100-pcie",
             "h100-sxm", "h100-nvl", "h200", "rtx3090", "rtx4090", "a6000", "rtx-6000-ada",
-            "rtx-8000", "rtx5090")
+            "rtx-8000", "rtx5090", "h800", "a800", "h200-nvl")
 
 
 def run(capsys, *argv):
@@ -51,8 +51,9 @@ def test_every_row_is_sourced_and_consistent(gpu):
         assert gpu.tflops["tf32"] is None and gpu.tflops["bf16"] is None
     # the board's power: published for every GPU but the A10G (AWS's, said in its note)
     assert gpu.power_w >= 70 or (gpu.name == "nvidia-a10g" and "power" in gpu.note)
-    # a DGX's network between nodes: only on boards of NVSwitch (SXM) parts, its source named
-    assert not gpu.network_gbs or (gpu.nvswitch and "network: DGX" in gpu.source)
+    # a reference system's network between nodes: only on boards of NVSwitch (SXM) parts, the
+    # system named (a DGX, or the H800's nodes as DeepSeek published them)
+    assert not gpu.network_gbs or (gpu.nvswitch and "network" in gpu.source)
 
 
 def test_boards_of_one_chip_differ_by_their_power():
@@ -62,11 +63,32 @@ def test_boards_of_one_chip_differ_by_their_power():
     assert gpus.find("h100-sxm").power_w == 2 * gpus.find("h100-pcie").power_w
 
 
+def test_export_boards_are_their_siblings_with_less_nvlink():
+    """The A800 and H800 are the A100 SXM and H100 SXM with NVLink cut to 400 GB/s: the same
+    kernels, slower collectives inside a node (a ring at 400 / 900 of the H100's)."""
+    from mdot_jax.gpu import parallel
+
+    for board, sibling in (("h800", "h100-sxm"), ("a800", "a100-sxm-80gb")):
+        b, s = gpus.find(board), gpus.find(sibling)
+        assert (b.tflops, b.memory_gbs, b.sms, b.boost_mhz) == (s.tflops, s.memory_gbs, s.sms,
+                                                               s.boost_mhz)
+        assert b.nvlink_gbs == 400 < s.nvlink_gbs and b.nvswitch
+        ring = [parallel.ring_link(g, 8, 1, None) for g in (b, s)]
+        assert [r.name for r in ring] == ["nvlink"] * 2
+        ms = [parallel.allreduce_ms(13e9, 8, r, 1) for r in ring]
+        assert ms[0] / ms[1] == pytest.approx(s.nvlink_gbs / 400, rel=0.01)
+    # DeepSeek's H800 nodes: eight 400 Gb/s NICs, the H100's DGX's; the A800's: none published
+    assert gpus.find("h800").network_gbs == gpus.find("h100-sxm").network_gbs == 400
+    assert gpus.find("a800").network_gbs == 0 and "--network-gbs" in gpus.find("a800").note
+
+
 @pytest.mark.parametrize("name,found", [
     ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"),  # what torch.cuda.get_device_name says
     ("H100 SXM", "nvidia-h100-sxm"), ("Tesla T4", "nvidia-t4"), ("rtx3090", "nvidia-rtx-3090"),
     ("nvidia-l4", "nvidia-l4"), ("NVIDIA A100-SXM4-40GB", "nvidia-a100-sxm-40gb"),
     ("NVIDIA B200", "nvidia-b200-sxm"), ("l40", "nvidia-l40"), ("L40S", "nvidia-l40s"),
+    ("NVIDIA H800", "nvidia-h800-sxm"), ("h200", "nvidia-h200-sxm"),
+    ("H200 NVL", "nvidia-h200-nvl"),
     ("NVIDIA GeForce RTX 3080", "nvidia-rtx-3080"), ("NVIDIA A40", "nvidia-a40"),
 ])
 def test_names_resolve(name, found):

@@ -7,8 +7,9 @@ are dense (no structured sparsity): `fp32` on the CUDA cores; `tf32`, `fp16`, `b
 tensor cores, null where the GPU has none for that precision. `power_w`: the board's maximum
 power on the same datasheet (what caps its clocks under a long kernel: the two A100 PCIe cards
 share a spec sheet but not a power limit). `network_gbs`: what joins a node of the GPU's
-reference 8-GPU system (DGX) to the others, its compute NICs together, per direction (0: no
-such system), the default between nodes (`--network-gbs` says otherwise).
+reference 8-GPU system (its DGX, else one its source names) to the others, its compute NICs
+together, per direction (0: no such system), the default between nodes (`--network-gbs`
+says otherwise).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class GPU:
     tflops: dict  # precision -> dense peak TFLOP/s, or None
     nvlink_gbs: float = 0.0  # per GPU, both directions
     pcie_gbs: float = 0.0  # x16 link, both directions
-    network_gbs: float = 0.0  # a node of its DGX to the others, per direction (0: no DGX)
+    network_gbs: float = 0.0  # a node of its reference system to the others, per direction
     nvswitch: bool = False  # every GPU of a board reaches the others by NVLink (SXM boards)
     power_w: float = 0.0  # the board's maximum power on its datasheet (0: not published)
     aliases: tuple[str, ...] = ()

@@ -241,13 +241,14 @@ class _SpecSheet:
             self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; HGX boards and "
                               f"DGX systems hold {NODE_GPUS}: give gpus {NODE_GPUS} and nodes "
                               f"{math.ceil(most * job.nodes / NODE_GPUS)} for such nodes")
-        # between nodes: what the user said, else the GPU's DGX's NICs, else one 200 Gb/s NIC
+        # between nodes: what the user said, else its reference system's NICs, else one 200 Gb/s NIC
         self.network_gbs = job.network_gbs or gpu.network_gbs or NETWORK_GBS
         if job.nodes > 1 and not job.network_gbs:
             self.notes.append(
                 f"network: {self.network_gbs:g} GB/s a node per direction between nodes, " + (
-                    f"the compute NICs of the {gpu.name}'s DGX system (its catalog row)"
-                    if gpu.network_gbs else f"one 200 Gb/s NIC (the {gpu.name} has no DGX "
+                    f"the compute NICs of the {gpu.name}'s reference system (a DGX, or as "
+                    "its catalog row's source says)"
+                    if gpu.network_gbs else f"one 200 Gb/s NIC (the {gpu.name} has no reference "
                     "system in the catalog)") + "; give network_gbs for your cluster's")
 
     def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
