@@ -61,7 +61,7 @@ def _integers(zero: bool):
     """An argparse type: comma-separated positive (or, with `zero`, non-negative) integers."""
     def parse(text: str) -> list[int]:
         try:
-            values = [int(v) for v in text.split(",") if v]
+            values = [int(v) for v in text.split(",")]  # an empty item ("2,,4") is no integer
         except ValueError:
             values = []
         if not values or min(values) < (0 if zero else 1):

@@ -520,6 +520,7 @@ def model(tmp_path):
     (["--batch-size", "0"], "argument --batch-size: expected a positive integer, got '0'"),
     (["--batch-size", "-4"], "argument --batch-size: expected a positive integer, got '-4'"),
     (["--batch-sizes", "8,0"], "argument --batch-sizes: expected comma-separated positive"),
+    (["--batch-sizes", "2,,4"], "expected comma-separated positive integers, got '2,,4'"),
     (["--batch-size", "4", "--epochs", "-5", "--dataset-size", "10"],
      "argument --epochs: expected a positive number, got '-5'"),
     (["--batch-size", "4", "--epochs", "nan", "--dataset-size", "10"],
