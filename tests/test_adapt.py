@@ -215,6 +215,17 @@ def test_times_in_seconds_or_microseconds_are_one_line(tmp_path, capsys, base):
             assert not out.exists() or not any(out.iterdir())
         else:
             assert code == 0, err
+    # one row in microseconds among milliseconds: its line named (it was fitted, the band
+    # stretched to x1e6)
+    with open(tmp_path / "mine.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["model", "batch_size", "ms"]] + [
+            ["c.onnx", b, ms * (1e3 if b == 16 else 1)] for b, ms in priced.items()])
+    out = tmp_path / "out-one"
+    code = main(["adapt", "--from-measurements", str(tmp_path / "mine.csv"), "--base", base,
+                 "--out", str(out)] + (["--device-name", device] if device else []))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "mine.csv line 3: column 'ms' is" in err, err
+    assert "1e+03x what the other rows measure" in err and not out.exists()
 
 
 def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):

@@ -260,12 +260,20 @@ def read_measurements(path: str | Path) -> list[Row]:
 
 
 def _check_units(pred: list[float], rows: list[Row], measurements: str | Path, base: str):
-    """Refuses seconds or microseconds: a median row `UNITS_APART` times its price, either way."""
-    ratio = float(np.exp(np.median(np.log([r.ms for r in rows]) - np.log(pred))))
+    """Refuses seconds or microseconds: a median row `UNITS_APART` times its price, either way;
+    then one row `UNITS_APART` times off the median row's ratio to the price."""
+    ratios = np.asarray([r.ms for r in rows]) / np.asarray(pred)
+    ratio = float(np.exp(np.median(np.log(ratios))))
     if not 1 / UNITS_APART < ratio < UNITS_APART:
         raise UsageError(f"{measurements}: column 'ms' measures {ratio:.3g}x what {base} "
                          "predicts for the same jobs (the median row): milliseconds expected; "
                          "seconds are 1000x fewer, microseconds 1000x more")
+    for n, r in enumerate(rows):
+        if not 1 / UNITS_APART < ratios[n] / ratio < UNITS_APART:
+            raise UsageError(f"{measurements} line {n + 2}: column 'ms' is {r.ms:g}, "
+                             f"{ratios[n] / ratio:.3g}x what the other rows measure against "
+                             f"{base}'s price (their median): another unit or device; correct "
+                             "or drop it")
 
 
 def _sequence(row: Row) -> OperatorSequence | Path:
