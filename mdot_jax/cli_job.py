@@ -103,7 +103,9 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="the training step's optimizer; sgd: with momentum (memory; time "
                         "where the checkpoint was trained on it or the GPU is priced from its "
                         "spec sheet); muon: torch.optim.Muon over the weight matrices, AdamW "
-                        "over the rest (a GPU priced from its spec sheet, DDP)")
+                        "over the rest (a GPU priced from its spec sheet, DDP); adamw-8bit: "
+                        "bitsandbytes' AdamW8bit, one-byte states (a GPU priced from its spec "
+                        "sheet)")
     p.add_argument("--fused-optimizer", action="store_true",
                    help="torch.optim's fused update kernel (fused=True; transformers' "
                         "Trainer's default), not its foreach kernels (a GPU priced from its "

@@ -18,7 +18,7 @@ FEATURE_PRECISION_OF = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "amp-fp16",
 # the optimizer of the step: SGD with momentum 0.9, nesterov (timm's benchmark), Adam, AdamW
 OPTIMIZERS = ("sgd", "adam", "adamw")
 MEASURED_OPTIMIZERS = ("sgd", "adamw")  # what the profilers train with
-SPEC_SHEET_OPTIMIZERS = (*OPTIMIZERS, "muon")  # what the spec sheet prices
+SPEC_SHEET_OPTIMIZERS = (*OPTIMIZERS, "muon", "adamw-8bit")  # what the spec sheet prices
 
 ARITHMETIC = ("fp32", "tf32", "fp16", "bf16", "fp8")  # the formats a GPU's peaks are given for
 

@@ -160,7 +160,7 @@ def test_a_bad_measurements_file_is_one_line(tmp_path, capsys, header, row, need
 def test_one_job_measured_far_apart_is_one_line(tmp_path, capsys):
     """Repeats of one job agree to their noise; 3x apart, one is of another GPU or setting
     (it was fitted as if both were right)."""
-    from mdot_jax.serving.adaptation import read_measurements
+    from mdot_jax.serving.measurements import read_measurements
 
     (tmp_path / "m.npz").write_bytes(b"")
     for times, refused in (("10", False), ("12", False), ("30", True)):
@@ -231,7 +231,7 @@ def test_times_in_seconds_or_microseconds_are_one_line(tmp_path, capsys, base):
 def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):
     """A byte-order mark and semicolons (a European spreadsheet's export) read as commas do;
     mixed precisions are refused."""
-    from mdot_jax.serving.adaptation import read_measurements
+    from mdot_jax.serving.measurements import read_measurements
 
     rows, _ = _image_samples()
     _write_csv(tmp_path / "plain.csv", rows[:3])

@@ -128,7 +128,7 @@ def test_measured_compiled_steps_are_rows_a_gpu_step_model_adapts_to(tmp_path):
     """`mdot adapt --from-measurements`: a `compile` column (true or false) says how each
     row's step ran; anything else is one named error."""
     from mdot_jax.errors import UsageError
-    from mdot_jax.serving.adaptation import read_measurements
+    from mdot_jax.serving.measurements import read_measurements
 
     (tmp_path / "m.onnx").write_bytes(b"")
     (tmp_path / "mine.csv").write_text("model,batch_size,seq_len,ms,compile\n"

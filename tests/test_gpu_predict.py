@@ -134,6 +134,32 @@ def test_a_fused_update_moves_the_bytes_of_one_kernel_not_eight(step_model, caps
     _a_gpus_flag(capsys, tmp_path, "--fused-optimizer", "fused kernel", "yes")
 
 
+def test_an_8bit_adamw_holds_a_quarter_of_the_state_in_a_kernel_a_tensor(step_model):
+    """bitsandbytes' AdamW8bit: two one-byte states a parameter (and a scale a block of 256),
+    not AdamW's eight bytes; 16 bytes a parameter moved (4 / 3 of a pass) in one kernel a
+    parameter tensor, each issued by the host; not fused, not Megatron's."""
+    from mdot_jax.serving.memory import step_memory
+
+    h100 = gpus.find("h100-sxm")
+    seq = _seq(attention(seq=256, dim=512), batch=8)
+    tensors = int((seq.column("params") > 0).sum())
+    state = {o: step_memory(seq, "amp-bf16", o).optimizer for o in ("adamw", "adamw-8bit")}
+    assert state["adamw-8bit"] == pytest.approx(state["adamw"] * (1 + 4 / 256) / 4)
+    full, eight = (price(seq, h100, step_model, optimizer=o, precision="amp-bf16", host_ms=0)
+                   for o in ("adamw", "adamw-8bit"))
+    assert eight.phases["forward"] == full.phases["forward"]
+    # a sixth of the bytes, each small kernel's fixed cost besides
+    assert 0.9 * (4 / 3) / 8 < eight.phases["update"] / full.phases["update"] < 1
+    assert any("bitsandbytes' blockwise kernel a parameter tensor" in w for w in eight.warnings)
+    slow = [price(seq, h100, step_model, optimizer=o, precision="amp-bf16", host_ms=1.0
+                  ).iteration_ms for o in ("adamw", "adamw-8bit")]
+    assert slow[1] - slow[0] == pytest.approx(tensors - 8, rel=0.05)  # launches, 1 ms each
+    for field, value in (("fused_optimizer", True), ("framework", "megatron")):
+        with pytest.raises(RequestError, match=f"^{field}: optimizer adamw-8bit runs"):
+            TrainingJob(model="m.onnx", batch_size=4, device="h100-sxm",
+                        optimizer="adamw-8bit", precision="amp-bf16", **{field: value})
+
+
 def _a_gpus_flag(capsys, tmp_path, flag, said, bad):
     """`flag` is refused for a checkpoint, said on a GPU (a warning holding `said`), and a
     request's field given `bad` (not a bool) is an error naming it."""

@@ -16,7 +16,7 @@ from mdot_jax.cli import main
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.data.store import check_dataset
 from mdot_jax.errors import MdotError
-from mdot_jax.serving.adaptation import read_measurements
+from mdot_jax.serving.measurements import read_measurements
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

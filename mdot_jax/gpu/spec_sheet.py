@@ -262,8 +262,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if step == "train" and params:
         shapes = muon.matrices(seq) if optimizer == "muon" else []  # the rest: AdamW
         rest = params - sum(a * b for a, b in shapes)
+        held = int(((seq.column("params") > 0) & ~autograd.frozen_nodes(seq)).sum())
         ks = update_kernels(u, rest, params, lambda n: float(
-            model.kernel_ms(["add"], [(1, n)], [at["fp32"]], apart)[0]))
+            model.kernel_ms(["add"], [(1, n)], [at["fp32"]], apart)[0]), held)
         ks += muon.kernels_ms(shapes, gpu, model, apart)
         phases["update"] = t = sum(ks) * speed
         order.extend(k * speed for k in ks)

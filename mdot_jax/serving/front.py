@@ -244,12 +244,11 @@ class _SpecSheet:
         # between nodes: what the user said, else its reference system's NICs, else one 200 Gb/s NIC
         self.network_gbs = job.network_gbs or gpu.network_gbs or NETWORK_GBS
         if job.nodes > 1 and not job.network_gbs:
-            self.notes.append(
-                f"network: {self.network_gbs:g} GB/s a node per direction between nodes, " + (
-                    f"the compute NICs of the {gpu.name}'s reference system (a DGX, or as "
-                    "its catalog row's source says)"
-                    if gpu.network_gbs else f"one 200 Gb/s NIC (the {gpu.name} has no reference "
-                    "system in the catalog)") + "; give network_gbs for your cluster's")
+            why = (f"the compute NICs of the {gpu.name}'s reference system (its DGX's, or its "
+                   "source's)" if gpu.network_gbs else f"one 200 Gb/s NIC (the {gpu.name} has "
+                   "no reference system in the catalog)")
+            self.notes.append(f"network: {self.network_gbs:g} GB/s a node per direction between "
+                              f"nodes, {why}; give network_gbs for your cluster's")
 
     def step(self, b: int) -> tuple[OperatorSequence, Prediction]:
         """The model at batch `b`, and one GPU's step of one micro-batch of it (its share

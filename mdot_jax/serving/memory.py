@@ -50,9 +50,12 @@ from mdot_jax.options import AUTOCAST
 from mdot_jax.readable import number
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
-# and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none
+# and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none; bitsandbytes'
+# AdamW8bit two of one byte, each with an fp32 scale a block of 256 (its blockwise default;
+# tensors under 4,096 elements keep fp32 state, not counted)
 OPTIMIZER_STATE = {"sgd": 1, "sgd-plain": 0, "momentum": 1, "adam": 2, "adamw": 2,
-                   "muon": 2}  # muon: AdamW's, less one for each matrix it takes (`gpu.muon`)
+                   "muon": 2,  # muon: AdamW's, less one for each matrix it takes (`gpu.muon`)
+                   "adamw-8bit": 2 * (1 + 4 / 256) / 4}
 HALF = {*AUTOCAST, "bf16"}
 
 

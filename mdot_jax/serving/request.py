@@ -187,7 +187,10 @@ class TrainingJob:
         total norm before the update (`torch.nn.utils.clip_grad_norm_`, the Trainer's
         default: a pass over them; GPUs priced from their spec sheets).
       optimizer muon: torch.optim.Muon over the hidden weight matrices, AdamW over the rest
-        (`gpu.muon`; GPUs priced from their spec sheets, DDP only).
+        (`gpu.muon`; GPUs priced from their spec sheets, DDP only). adamw-8bit:
+        bitsandbytes' AdamW8bit (transformers' `adamw_bnb_8bit`): two one-byte states a
+        parameter, a kernel a parameter tensor (`gpu.update`; GPUs priced from their spec
+        sheets).
       compile: the model compiled with `torch.compile` (TorchInductor, its default mode):
         memory-bound operators fused into generated kernels (`gpu.compiled`; eager PyTorch's
         framework, GPUs priced from their spec sheets).
@@ -307,6 +310,12 @@ class TrainingJob:
                                "(torch.optim.Muon) orthogonalises each whole weight matrix on "
                                "every GPU: priced with DDP under eager PyTorch (no tp, pp, ep, "
                                "FSDP or ZeRO)", sharded[0][0])
+        if self.optimizer == "adamw-8bit" and (self.fused_optimizer
+                                               or self.framework != "pytorch"):
+            field = "fused_optimizer" if self.fused_optimizer else "framework"
+            raise RequestError(f"{field}: optimizer adamw-8bit runs bitsandbytes' own kernels "
+                               "under eager PyTorch (no fused_optimizer, no framework "
+                               "megatron)", field)
         if self.strategy == "hsdp" and self.ep > 1:
             raise RequestError(f"ep {self.ep}: expert parallelism is priced with strategy ddp, "
                                "zero1, zero2 or fsdp, not hsdp", "ep")
