@@ -225,7 +225,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         return 0
     print(f"{'name':<24} {'SMs':>4} {'MHz':>5} {'GB':>4} {'GB/s':>5} {'L2 MB':>5} "
           f"{'fp32':>6} {'tf32':>6} {'fp16':>6} {'bf16':>6} {'fp8':>6} {'NVLink':>6} "
-          f"{'net':>4} {'max W':>5}  (TFLOP/s dense; net: GB/s a node of its DGX)")
+          f"{'net':>4} {'max W':>5}  (TFLOP/s dense; net: GB/s a node of its DGX or rack)")
 
     def num(x) -> str:
         return "-" if not x else f"{x:g}"

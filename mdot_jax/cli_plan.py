@@ -50,6 +50,7 @@ def _check_plot_format(path: str) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from mdot_jax.serving import plan as planning
+    from mdot_jax.serving import plan_plot
     if args.batch_size is None:
         raise UsageError("--batch-size is required (per data-parallel replica; with "
                          "--global-batch, the largest micro-batch tried)")
@@ -75,7 +76,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         options = planning.plan(request, progress=not args.json and sys.stderr.isatty())
         _print(args, options)
         if args.plot:  # after the table: a plot with nothing to draw leaves the table said
-            writers.write_file(args.plot, lambda path: planning.plot(options, path, request),
+            writers.write_file(args.plot, lambda path: plan_plot.plot(options, path, request),
                                flag="--plot")
             print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
     finally:

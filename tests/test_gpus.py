@@ -16,7 +16,7 @@ from mdot_jax.gpu import catalog as gpus
 REQUIRED = ("p4", "p100", "v100-pcie", "v100-sxm2", "t4", "a10", "a10g", "l4", "l40s",
             "a100-pcie-40gb", "a100-sxm-40gb", "a100-pcie-80gb", "a100-sxm-80gb", "h100-pcie",
             "h100-sxm", "h100-nvl", "h200", "rtx3090", "rtx4090", "a6000", "rtx-6000-ada",
-            "rtx-8000", "rtx5090", "h800", "a800", "h200-nvl")
+            "rtx-8000", "rtx5090", "h800", "a800", "h200-nvl", "gb200")
 
 
 def run(capsys, *argv):
@@ -49,8 +49,10 @@ def test_every_row_is_sourced_and_consistent(gpu):
         assert all(t and t >= gpu.tflops["fp32"] for t in tensor)
     else:  # TF32 and bf16 came with Ampere
         assert gpu.tflops["tf32"] is None and gpu.tflops["bf16"] is None
-    # the board's power: published for every GPU but the A10G (AWS's, said in its note)
-    assert gpu.power_w >= 70 or (gpu.name == "nvidia-a10g" and "power" in gpu.note)
+    # the board's power: published for every GPU but the A10G (AWS's) and the GB200 (its
+    # superchip's), each said in its note
+    assert gpu.power_w >= 70 or (gpu.name in ("nvidia-a10g", "nvidia-gb200")
+                                 and "power" in gpu.note)
     # a reference system's network between nodes: only on boards of NVSwitch (SXM) parts, the
     # system named (a DGX, or the H800's nodes as DeepSeek published them)
     assert not gpu.network_gbs or (gpu.nvswitch and "network" in gpu.source)
@@ -80,6 +82,26 @@ def test_export_boards_are_their_siblings_with_less_nvlink():
     # DeepSeek's H800 nodes: eight 400 Gb/s NICs, the H100's DGX's; the A800's: none published
     assert gpus.find("h800").network_gbs == gpus.find("h100-sxm").network_gbs == 400
     assert gpus.find("a800").network_gbs == 0 and "--network-gbs" in gpus.find("a800").note
+
+
+def test_an_nvl72_racks_gpus_share_one_nvlink_fabric():
+    """A GB200 NVL72 joins its 72 GPUs by NVLink: a ring over them stays on NVLink; past 72 in
+    one node the note says its fabric's size (not a board's 8); racks are the nodes."""
+    from onnx_builders import attention
+
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.gpu import parallel
+
+    gb200 = gpus.find("gb200")
+    assert gb200.nvlink_gpus == 72 and gpus.find("b200").nvlink_gpus == 0
+    assert parallel.ring_link(gb200, 72, 1, None).name == "nvlink"
+    job = dict(model=attention(seq=64, dim=256), batch_size=4, device="gb200")
+    notes = {n: [w for w in predict(TrainingJob(**job, gpus=n)).warnings
+                 if w.startswith(f"gpus {n}:")] for n in (72, 144)}
+    assert notes[72] == [] and len(notes[144]) == 1
+    assert "its NVLink joins 72: give gpus 72 and nodes 2" in notes[144][0]
+    eight = predict(TrainingJob(**dict(job, device="b200"), gpus=16)).warnings
+    assert any("DGX systems hold 8: give gpus 8 and nodes 2" in w for w in eight)
 
 
 @pytest.mark.parametrize("name,found", [
@@ -174,6 +196,7 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     ("power_w", -300, "'power_w' is -300"),
     ("power_w", "700 W", "'power_w' is '700 W'"),
     ("network_gbs", -400, "'network_gbs' is -400"),
+    ("nvlink_gpus", 1, "'nvlink_gpus' is 1; expected 2 to 1000 GPUs (0: none)"),
     ("architecture", "hoper", "did you mean 'hopper'"),  # else no Hopper measurement applies
     ("architecture", "", "'architecture' is ''"),
     ("architecture", 9.0, "'architecture' is 9.0"),

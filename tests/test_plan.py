@@ -52,6 +52,41 @@ def test_plans_are_ranked_by_cost_and_judged(model):
     assert [o.cost_usd for o in front] == sorted((o.cost_usd for o in front), reverse=True)
 
 
+def test_counts_past_a_node_are_whole_nodes(model):
+    """16 H100s are two nodes of eight (NVLink in each, the network between), not one node of
+    16 all on NVLink, as they were priced; 12 fill no whole nodes and say so; a GB200 NVL72
+    rack's NVLink joins 72. Each path: the counts, a strategy each, the layout search."""
+    from mdot_jax.serving.front import predict
+
+    job = _job(model, strategy="fsdp", gpus=8)
+    options = {(o.device, o.gpus): o for o in plan(Plan(
+        job, devices=("h100-sxm", "gb200"), gpus=(8, 12, 16)))}
+    two_nodes = predict(dataclasses.replace(job, device="h100-sxm", gpus=8, nodes=2))
+    assert options["nvidia-h100-sxm", 16].hours * 3600 == pytest.approx(two_nodes.job_s)
+    one_node = predict(dataclasses.replace(job, device="h100-sxm", gpus=16))
+    assert two_nodes.phases["communication"] > one_node.phases["communication"]
+    assert options["nvidia-h100-sxm", 12].reasons == [
+        "12 GPUs: 12 a node do not fill whole nodes of the nvidia-h100-sxm's 8 (an HGX board "
+        "holds 8)"]
+    assert options["nvidia-gb200", 12].feasible and options["nvidia-gb200", 16].feasible
+    assert not any("in one node" in w for w in options["nvidia-gb200", 16].prediction.warnings)
+    by_strategy = plan(Plan(_job(model), devices=("h100-sxm",), gpus=(16,),
+                            strategies=("ddp", "fsdp")))
+    assert by_strategy[0].gpus == 16 and by_strategy[0].prediction.gpus == 16
+    assert not any("in one node" in w for w in by_strategy[0].prediction.warnings)
+    searched = plan(Plan(_job(model, batch_size=4), devices=("h100-sxm",), gpus=(12, 16),
+                         global_batch=64))
+    assert {o.gpus for o in searched} == {12, 16}
+    assert all(not any("in one node" in w for w in o.prediction.warnings)
+               for o in searched if o.gpus == 16)
+    assert [o.reasons for o in searched if o.gpus == 12] == [[
+        "12 GPUs: 12 a node do not fill whole nodes of the nvidia-h100-sxm's 8 (an HGX board "
+        "holds 8)"]]
+    alone = plan(Plan(_job(model, batch_size=4), devices=("h100-sxm",), gpus=(12,),
+                      global_batch=64))
+    assert [o.reasons for o in alone] == [o.reasons for o in searched if o.gpus == 12]
+
+
 def test_a_budget_and_a_plan_the_counts_cannot_take(model):
     options = plan(Plan(_job(model), devices=("h100-sxm",), gpus=(1, 2), prices=PRICES,
                         budget_usd=1e-6))

@@ -40,6 +40,7 @@ RANGES = {"sms": ("streaming multiprocessors (not CUDA cores)", 1, 1_000),
           "memory_gbs": ("GB/s", 50, 100_000), "l2_mb": ("MB", 0.25, 1_024),
           "nvlink_gbs": ("GB/s", 10, 20_000), "pcie_gbs": ("GB/s", 1, 1_000),
           "network_gbs": ("GB/s", 1, 10_000), "power_w": ("W", 10, 5_000),
+          "nvlink_gpus": ("GPUs", 2, 1_000),
           "tflops": ("TFLOP/s", 0.1, 100_000)}
 # a datasheet's peak with structured sparsity is twice the dense one: a tensor peak an SM a
 # clock this far above every catalogued GPU of its architecture is taken for it
@@ -63,6 +64,7 @@ class GPU:
     pcie_gbs: float = 0.0  # x16 link, both directions
     network_gbs: float = 0.0  # a node of its reference system to the others, per direction
     nvswitch: bool = False  # every GPU of a board reaches the others by NVLink (SXM boards)
+    nvlink_gpus: int = 0  # GPUs one NVLink fabric joins past a board's 8 (an NVL72 rack's 72)
     power_w: float = 0.0  # the board's maximum power on its datasheet (0: not published)
     aliases: tuple[str, ...] = ()
     compute_capability: str = ""
@@ -109,7 +111,7 @@ def _from_json(d: dict, where: str) -> GPU:
     if missing:
         raise ValueError(f"{where}: missing field(s) {missing}")
     for k in ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_gbs", "pcie_gbs",
-              "network_gbs", "power_w"):
+              "network_gbs", "power_w", "nvlink_gpus"):
         v = d.get(k, 0)
         unit, low, high = RANGES[k]
         if not (_number(v) and (low <= v <= high or (v == 0 and k not in required))):

@@ -237,11 +237,11 @@ class _SpecSheet:
         self.model = spec_sheet.load_step_model(folder)
         self.source = f"priced from its spec sheet by {folder.name}" + (
             ", adapted to measured steps" if self.model.info.get("adaptation") else "")
-        if (most := max(job.gpu_counts)) > NODE_GPUS:
-            self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; HGX boards and "
-                              f"DGX systems hold {NODE_GPUS}: give gpus {NODE_GPUS} and nodes "
-                              f"{math.ceil(most * job.nodes / NODE_GPUS)} for such nodes")
-        # between nodes: what the user said, else its reference system's NICs, else one 200 Gb/s NIC
+        if (most := max(job.gpu_counts)) > (node := gpu.nvlink_gpus or NODE_GPUS):
+            held = "its NVLink joins" if gpu.nvlink_gpus else "HGX boards and DGX systems hold"
+            self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; {held} {node}: "
+                              f"give gpus {node} and nodes {math.ceil(most * job.nodes / node)} "
+                              "for such nodes")
         self.network_gbs = job.network_gbs or gpu.network_gbs or NETWORK_GBS
         if job.nodes > 1 and not job.network_gbs:
             why = (f"the compute NICs of the {gpu.name}'s reference system (its DGX's, or its "

@@ -3,7 +3,9 @@
 
 The rules:
 - a candidate is a catalogued GPU and a count of them per node (`Plan.gpus`, `job.nodes`
-  nodes); the job's model is converted once, every candidate priced by the front door
+  nodes); a count past what one of its nodes holds (its NVLink fabric's GPUs, else an HGX
+  board's 8: `whole_nodes`) is that many whole nodes, a count that fills none refused; the
+  job's model is converted once, every candidate priced by the front door
   (`front.predict`) with the job's own fields (precision, parallel plan, batch, ...);
 - it is feasible when it fits (no "may not fit" / "will not fit" warning), finishes by the
   deadline (`deadline_h`, the whole job's time) and costs at most the budget (`budget_usd`:
@@ -34,14 +36,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tqdm import tqdm
 
-from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number
@@ -166,6 +165,22 @@ class Layout:
                 + (f" ckpt-{self.checkpointing}" if self.checkpointing else ""))
 
 
+def whole_nodes(gpu, n: int, nodes: int) -> tuple[int, int] | str:
+    """`n` GPUs a node over `nodes` as `gpu`'s nodes hold them: (GPUs a node, nodes), up to
+    its node's GPUs in one (its NVLink fabric's, else an HGX board's), past them whole nodes;
+    or why not (a count past a node that fills no whole ones)."""
+    from mdot_jax.gpu.parallel import NODE_GPUS
+
+    node = gpu.nvlink_gpus or NODE_GPUS
+    if n <= node:
+        return n, nodes
+    if n % node:
+        return (f"{n * nodes} GPUs: {n} a node do not fill whole nodes of the {gpu.name}'s "
+                f"{node} ({'its NVLink joins' if gpu.nvlink_gpus else 'an HGX board holds'} "
+                f"{node})")
+    return node, nodes * n // node
+
+
 def layouts(gpus_per_node: int, nodes: int, global_batch: int, micro_batch: int, cp: int = 1
             ) -> list[Layout]:
     """Every split of `gpus_per_node` x `nodes` GPUs the search prices (module docstring),
@@ -250,16 +265,26 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
     for gpu in tqdm(gpus, desc="plan", unit="GPU", disable=not progress, leave=False):
         options += [Option(gpu.name, n * job.nodes, None, reasons=[why])
                     for n, why in odd.items()]
+        split_as = {n: whole_nodes(gpu, n, job.nodes) for n in counts}
+        options += [Option(gpu.name, n * job.nodes, None, reasons=[s])
+                    for n, s in split_as.items() if isinstance(s, str)]
+        by_nodes: dict[int, list[int]] = {}  # the counts a node of each number of nodes
+        for s in split_as.values():
+            if not isinstance(s, str):
+                by_nodes.setdefault(s[1], []).append(s[0])
         if request.strategies:
-            options += [_best_strategy(request, dataclasses.replace(base, device=gpu.name),
-                                       gpu, n) for n in counts]
+            options += [_best_strategy(request, dataclasses.replace(
+                base, device=gpu.name, nodes=k), gpu, n) for k, ns in by_nodes.items()
+                for n in ns]
             continue
-        rows: list[tuple[int, Prediction | None, str | None]]
-        try:
-            got = predict(dataclasses.replace(base, device=gpu.name)) if counts else []
-            rows = [(p.gpus, p, None) for p in (got if isinstance(got, list) else [got])]
-        except MdotError as e:
-            rows = [(n * job.nodes, None, str(e)) for n in counts]
+        rows: list[tuple[int, Prediction | None, str | None]] = []
+        for k, ns in by_nodes.items():
+            try:
+                got = predict(dataclasses.replace(base, device=gpu.name, gpus=tuple(ns),
+                                                  nodes=k))
+                rows += [(p.gpus, p, None) for p in (got if isinstance(got, list) else [got])]
+            except MdotError as e:
+                rows += [(n * k, None, str(e)) for n in ns]
         options += [_judge(Option(gpu.name, n, p, reasons=[error] if error else []), request,
                            gpu) for n, p, error in rows]
     return sorted(options, key=_rank)
@@ -301,11 +326,18 @@ def _search(request: Plan, progress: bool) -> list[Option]:
     out: dict[str, tuple[int, str]] = {}  # GPU -> why it cannot run the job at all
     # each GPU in turn for a count and layout, the layouts of a step (its depths) in a row:
     # what is computed of the model at a micro-batch and split is used again while it is kept
-    work = [(gpu, n, lay) for n in request.gpus
-            for lay in sorted((x for cp in request.cps or (job.cp,) for x in layouts(
-                n, job.nodes, request.global_batch, job.batch_sizes[0], cp)),  # type: ignore
-                key=lambda x: (x.cp, x.tp, x.micro_batch, x.pp))
-            for gpu in request.candidates()]
+    keyed, unfilled = [], []  # (order, gpu, GPUs a node, nodes, layout); counts no nodes take
+    for i, n in enumerate(request.gpus):
+        for g, gpu in enumerate(request.candidates()):
+            if isinstance(s := whole_nodes(gpu, n, job.nodes), str):
+                unfilled.append(Option(gpu.name, n * job.nodes, None, reasons=[s]))
+                continue
+            keyed += [((i, lay.cp, lay.tp, lay.micro_batch, lay.pp, g), gpu, *s, lay)
+                      for cp in request.cps or (job.cp,) for lay in layouts(
+                          *s, request.global_batch, job.batch_sizes[0], cp)]  # type: ignore
+    work = [(gpu, n, k, lay) for _, gpu, n, k, lay in sorted(keyed, key=lambda w: w[0])]
+    if not work and unfilled:  # no count asked fills whole nodes: each said
+        return unfilled
     if not work:
         cps = request.cps or ((job.cp,) if job.cp > 1 else ())
         raise RequestError(f"global_batch {request.global_batch}: no count of GPUs asked "
@@ -313,25 +345,25 @@ def _search(request: Plan, progress: bool) -> list[Option]:
                            f"into whole micro-batches of 1-{job.batch_sizes[0]} per "
                            "data-parallel replica" + (f" with context parallelism over "
                            f"{' or '.join(map(str, cps))} GPUs" if cps else ""), "global_batch")
-    splits = {(n, lay.tp, lay.pp) for _, n, lay in work}
+    splits = {(n * k, lay.tp, lay.pp) for _, n, k, lay in work}
     options: list[Option] = []
     with keeping_steps():  # a step priced once for the pipeline depths built on it
-        for gpu, n, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
-                                leave=False):
+        for gpu, n, k, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
+                                   leave=False):
             if gpu.name in out:
                 continue
             try:
-                options += _price_layout(request, gpu, n, lay, seqs)
+                options += _price_layout(request, gpu, n, k, lay, seqs)
             except MdotError as e:  # a split the model refuses is left out; anything else
                 split = isinstance(e, RequestError) and e.field in SPLIT_FIELDS
                 why = str(e)
-                if split and (n, 1, 1) not in splits:  # say why data parallelism alone is not
+                if split and (n * k, 1, 1) not in splits:  # why data parallelism alone is not
                     why = (f"a global batch of {request.global_batch} does not split into whole "
-                           f"micro-batches of 1-{job.batch_sizes[0]} over {n * job.nodes} "
+                           f"micro-batches of 1-{job.batch_sizes[0]} over {n * k} "
                            f"data-parallel replicas, and {why}")
-                (refused if split else out)[gpu.name] = (n * job.nodes, why)  # rules it out
+                (refused if split else out)[gpu.name] = (n * k, why)  # rules it out
                 if isinstance(e, RequestError) and e.field == "cp" and lay.cp > 1:  # (of cps)
-                    cuts.setdefault((gpu.name, lay.cp), (n * job.nodes, str(e)))
+                    cuts.setdefault((gpu.name, lay.cp), (n * k, str(e)))
     priced = {o.device for o in options if o.device not in out}
     options = [o for o in options if o.device in priced]
     options += [Option(d, n, None, reasons=[e]) for d, (n, e) in {**refused, **out}.items()
@@ -339,17 +371,19 @@ def _search(request: Plan, progress: bool) -> list[Option]:
     options += [Option(d, n, None, reasons=[e]) for (d, cp), (n, e) in cuts.items()
                 if d in priced and not any(o.device == d and o.layout and o.layout.cp == cp
                                            for o in options)]  # a cp asked, not taken: why
-    return sorted(options, key=_rank)
+    return sorted(options + unfilled, key=_rank)
 
 
-def _price_layout(request: Plan, gpu, n: int, lay: Layout, seqs: dict) -> list[Option]:
-    """`lay` of `n` GPUs per node priced, again with full checkpointing where it would not fit
-    without (unless the job asks a checkpointing); `seqs`: the model by micro-batch and cut."""
+def _price_layout(request: Plan, gpu, n: int, nodes: int, lay: Layout, seqs: dict
+                  ) -> list[Option]:
+    """`lay` of `n` GPUs per node over `nodes` priced, again with full checkpointing where it
+    would not fit without (unless the job asks a checkpointing); `seqs`: the model by
+    micro-batch and cut."""
     from converters.fusion import fusion_version
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.model_source import cut, sequence
 
-    job = dataclasses.replace(request.job, cp=lay.cp, gpus=n)  # a count that takes the cut
+    job = dataclasses.replace(request.job, cp=lay.cp, gpus=n, nodes=nodes)  # takes the cut
     key = (lay.micro_batch, lay.cp)
     if key not in seqs:  # converted once per micro-batch and cut
         seqs[key] = sequence(cut(job), lay.micro_batch, fusion_version(True))
@@ -428,47 +462,3 @@ def pareto(options: Sequence[Option]) -> list[Option]:
         if not front or o.cost_usd < front[-1].cost_usd:  # type: ignore[operator]
             front.append(o)
     return front
-
-
-def plot(options: Sequence[Option], path: str, request: Plan | None = None) -> None:
-    """Hours against cost of every priced option that fits (feasible ones in colour), the
-    Pareto front joined, the deadline and the budget drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fits = [o for o in options if o.cost_usd is not None and o.hours is not None
-            and not any("does not fit" in r for r in o.reasons)]
-    if not fits:
-        raise RequestError("prices: no plan that fits has a price to plot", "prices")
-    front, feasible = pareto(fits), [o for o in fits if o.feasible]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    late = [o for o in fits if not o.feasible]
-    ax.scatter(*_xy(late), s=14, color="0.7", label="past the deadline or the budget")
-    ax.scatter(*_xy(feasible), s=18, color="C0", label="feasible")
-    if front:
-        ax.plot(*_xy(front), "o-", color="C3", label="Pareto front")
-    for o, x, y in zip(front or feasible[:5], *_xy(front or feasible[:5])):
-        ax.annotate(f"{o.gpus} x {o.device.removeprefix('nvidia-')}", (x, y), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
-    if request and request.deadline_h:
-        ax.axvline(request.deadline_h, ls="--", color="0.4", lw=1)
-    if request and request.budget_usd:
-        ax.axhline(request.budget_usd, ls="--", color="0.4", lw=1)
-    ax.set(xscale="log", yscale="log", xlabel="job time (h)", ylabel="cost (USD)",
-           title="plans that fit: time against cost")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = writers.temporary(path, Path(path).suffix)  # the format by its name; then renamed
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
-
-
-def _xy(options: Sequence[Option]) -> tuple[list[float], list[float]]:
-    """Hours and costs of priced options."""
-    return [float(o.hours or 0.0) for o in options], [float(o.cost_usd or 0.0) for o in options]
