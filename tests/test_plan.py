@@ -319,6 +319,11 @@ def test_the_layout_search_tries_each_context_parallel_degree_asked(decoder, cap
     assert " cp2 " in capsys.readouterr().out
     with pytest.raises(RequestError, match="with context parallelism over 3 or 5 GPUs$"):
         plan(Plan(job, devices="h100-sxm", gpus=(4,), global_batch=4, cps=(3, 5)))
+    # a degree no count asked divides, beside one that does: a row says so (it was dropped)
+    options = plan(Plan(job, devices="h100-sxm", gpus=(4,), global_batch=4, cps=(1, 3)))
+    assert [o.reasons for o in options if o.prediction is None] == [[
+        "cp 3: no count asked (4) splits into whole micro-batches of 1-2 per data-parallel "
+        "replica with context parallelism over 3 GPUs"]]
 
 
 def test_a_context_parallel_degree_the_model_refuses_is_said_not_dropped(tmp_path):

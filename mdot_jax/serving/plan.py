@@ -346,6 +346,12 @@ def _search(request: Plan, progress: bool) -> list[Option]:
                            "data-parallel replica" + (f" with context parallelism over "
                            f"{' or '.join(map(str, cps))} GPUs" if cps else ""), "global_batch")
     splits = {(n * k, lay.tp, lay.pp) for _, n, k, lay in work}
+    for cp in (c for c in request.cps if all(w[3].cp != c for w in work)):  # no count takes
+        for name in dict.fromkeys(w[0].name for w in work):
+            cuts[name, cp] = (max(n * k for g, n, k, _ in work if g.name == name), (
+                f"cp {cp}: no count asked ({', '.join(str(n * job.nodes) for n in request.gpus)})"
+                f" splits into whole micro-batches of 1-{job.batch_sizes[0]} per data-parallel "
+                f"replica with context parallelism over {cp} GPUs"))
     options: list[Option] = []
     with keeping_steps():  # a step priced once for the pipeline depths built on it
         for gpu, n, k, lay in tqdm(work, desc="plan", unit="layout", disable=not progress,
