@@ -69,15 +69,18 @@ def test_counts_past_a_node_are_whole_nodes(model):
         "12 GPUs: 12 a node do not fill whole nodes of the nvidia-h100-sxm's 8 (an HGX board "
         "holds 8)"]
     assert options["nvidia-gb200", 12].feasible and options["nvidia-gb200", 16].feasible
+    assert [options[d, 16].to_json()["nodes"] for d in ("nvidia-h100-sxm", "nvidia-gb200")] \
+        == [2, 1]
     assert not any("in one node" in w for w in options["nvidia-gb200", 16].prediction.warnings)
     by_strategy = plan(Plan(_job(model), devices=("h100-sxm",), gpus=(16,),
                             strategies=("ddp", "fsdp")))
-    assert by_strategy[0].gpus == 16 and by_strategy[0].prediction.gpus == 16
+    assert (by_strategy[0].gpus, by_strategy[0].nodes, by_strategy[0].prediction.gpus) == \
+        (16, 2, 16)
     assert not any("in one node" in w for w in by_strategy[0].prediction.warnings)
     searched = plan(Plan(_job(model, batch_size=4), devices=("h100-sxm",), gpus=(12, 16),
                          global_batch=64))
     assert {o.gpus for o in searched} == {12, 16}
-    assert all(not any("in one node" in w for w in o.prediction.warnings)
+    assert all(not any("in one node" in w for w in o.prediction.warnings) and o.nodes == 2
                for o in searched if o.gpus == 16)
     assert [o.reasons for o in searched if o.gpus == 12] == [[
         "12 GPUs: 12 a node do not fill whole nodes of the nvidia-h100-sxm's 8 (an HGX board "

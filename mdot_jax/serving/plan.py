@@ -209,6 +209,7 @@ class Option:
     cost_usd: float | None = None
     reasons: list[str] = field(default_factory=list)
     layout: Layout | None = None  # with `Plan.global_batch` or `Plan.strategies`
+    nodes: int | None = None  # the nodes `gpus` fill, where priced (`whole_nodes`)
 
     @property
     def feasible(self) -> bool:
@@ -216,7 +217,7 @@ class Option:
 
     def to_json(self) -> dict:
         p = self.prediction
-        d = dict(device=self.device, gpus=self.gpus, feasible=self.feasible,
+        d = dict(device=self.device, gpus=self.gpus, nodes=self.nodes, feasible=self.feasible,
                  reasons=self.reasons, hours=self.hours, cost_usd=self.cost_usd)
         if self.layout is not None:
             d.update(layout=dataclasses.asdict(self.layout))
@@ -277,16 +278,17 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
                 base, device=gpu.name, nodes=k), gpu, n) for k, ns in by_nodes.items()
                 for n in ns]
             continue
-        rows: list[tuple[int, Prediction | None, str | None]] = []
+        rows: list[tuple[int, int, Prediction | None, str | None]] = []
         for k, ns in by_nodes.items():
             try:
                 got = predict(dataclasses.replace(base, device=gpu.name, gpus=tuple(ns),
                                                   nodes=k))
-                rows += [(p.gpus, p, None) for p in (got if isinstance(got, list) else [got])]
+                rows += [(p.gpus, k, p, None) for p in (got if isinstance(got, list) else [got])]
             except MdotError as e:
-                rows += [(n * k, None, str(e)) for n in ns]
-        options += [_judge(Option(gpu.name, n, p, reasons=[error] if error else []), request,
-                           gpu) for n, p, error in rows]
+                rows += [(n * k, k, None, str(e)) for n in ns]
+        options += [_judge(Option(gpu.name, n, p, reasons=[error] if error else [],
+                                  nodes=k if p else None), request, gpu)
+                    for n, k, p, error in rows]
     return sorted(options, key=_rank)
 
 
@@ -304,7 +306,7 @@ def _best_strategy(request: Plan, job: TrainingJob, gpu, n: int) -> Option:
             continue
         found.append(_judge(Option(gpu.name, n * job.nodes, p, layout=Layout(  # type: ignore[arg-type]
             job.tp, job.pp, job.batch_sizes[0], job.grad_accum, job.activation_checkpointing,
-            job.ep, job.cp, strategy)), request, gpu))
+            job.ep, job.cp, strategy), nodes=job.nodes), request, gpu))
     return min(found, key=_rank) if found else Option(gpu.name, n * job.nodes, None,
                                                       reasons=[why])
 
@@ -416,7 +418,8 @@ def _price_layout(request: Plan, gpu, n: int, nodes: int, lay: Layout, seqs: dic
                 break
             o = _judge(Option(gpu.name, n * job.nodes, p,  # type: ignore[arg-type]
                               layout=dataclasses.replace(lay, checkpointing=ckpt, ep=ep,
-                                                         strategy=strategy)), request, gpu)
+                                                         strategy=strategy),
+                              nodes=job.nodes), request, gpu)
             if o.feasible or ckpt == ckpts[-1] or not any("fit" in r for r in o.reasons):
                 found.append(o)
                 break
