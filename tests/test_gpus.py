@@ -196,7 +196,10 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     ("power_w", -300, "'power_w' is -300"),
     ("power_w", "700 W", "'power_w' is '700 W'"),
     ("network_gbs", -400, "'network_gbs' is -400"),
-    ("nvlink_gpus", 1, "'nvlink_gpus' is 1; expected 2 to 1000 GPUs (0: none)"),
+    ("nvlink_gpus", 1, "'nvlink_gpus' is 1; expected 2 to 1000 GPUs, a whole number (0: none)"),
+    ("nvlink_gpus", 72.5, "'nvlink_gpus' is 72.5; expected 2 to 1000 GPUs, a whole number"),
+    ("sms", 131.5, "'sms' is 131.5; expected 1 to 1000 streaming multiprocessors (not CUDA "
+                   "cores), a whole number"),
     ("architecture", "hoper", "did you mean 'hopper'"),  # else no Hopper measurement applies
     ("architecture", "", "'architecture' is ''"),
     ("architecture", 9.0, "'architecture' is 9.0"),

@@ -42,6 +42,7 @@ RANGES = {"sms": ("streaming multiprocessors (not CUDA cores)", 1, 1_000),
           "network_gbs": ("GB/s", 1, 10_000), "power_w": ("W", 10, 5_000),
           "nvlink_gpus": ("GPUs", 2, 1_000),
           "tflops": ("TFLOP/s", 0.1, 100_000)}
+COUNTS = ("sms", "nvlink_gpus")  # whole numbers
 # a datasheet's peak with structured sparsity is twice the dense one: a tensor peak an SM a
 # clock this far above every catalogued GPU of its architecture is taken for it
 SPARSE = 1.5
@@ -114,8 +115,10 @@ def _from_json(d: dict, where: str) -> GPU:
               "network_gbs", "power_w", "nvlink_gpus"):
         v = d.get(k, 0)
         unit, low, high = RANGES[k]
-        if not (_number(v) and (low <= v <= high or (v == 0 and k not in required))):
+        if not (_number(v) and (low <= v <= high or (v == 0 and k not in required))
+                and (v == int(v) or k not in COUNTS)):
             raise ValueError(f"{where}: '{k}' is {v!r}; expected {low:g} to {high:g} {unit}"
+                             + (", a whole number" if k in COUNTS else "")
                              + ("" if k in required else " (0: none)"))
     if d.get("nvlink_gbs", 0) > 0 and not isinstance(d.get("nvswitch"), bool):
         raise ValueError(f"{where}: 'nvswitch' is {d.get('nvswitch')!r}; with 'nvlink_gbs' "
