@@ -93,7 +93,7 @@ def test_an_nvl72_racks_gpus_share_one_nvlink_fabric():
     from mdot_jax.gpu import parallel
 
     gb200 = gpus.find("gb200")
-    assert gb200.nvlink_gpus == 72 and gpus.find("b200").nvlink_gpus == 0
+    assert (gb200.node_gpus, gpus.find("b200").node_gpus, gpus.find("l4").node_gpus) == (72, 8, 8)
     assert parallel.ring_link(gb200, 72, 1, None).name == "nvlink"
     job = dict(model=attention(seq=64, dim=256), batch_size=4, device="gb200")
     notes = {n: [w for w in predict(TrainingJob(**job, gpus=n)).warnings

@@ -6,10 +6,11 @@ Every row names its public source (a datasheet or an architecture whitepaper). P
 are dense (no structured sparsity): `fp32` on the CUDA cores; `tf32`, `fp16`, `bf16`, `fp8` on the
 tensor cores, null where the GPU has none for that precision. `power_w`: the board's maximum
 power on the same datasheet (what caps its clocks under a long kernel: the two A100 PCIe cards
-share a spec sheet but not a power limit). `network_gbs`: what joins a node of the GPU's
-reference 8-GPU system (its DGX, else one its source names) to the others, its compute NICs
-together, per direction (0: no such system), the default between nodes (`--network-gbs`
-says otherwise).
+share a spec sheet but not a power limit). A node holds `node_gpus`: an HGX board's 8, or
+the GPUs one NVLink fabric joins past them (`nvlink_gpus`: an NVL72 rack's 72).
+`network_gbs`: what joins a node of the GPU's reference system (its DGX, else one its source
+names) to the others, its compute NICs together, per direction (0: no such system), the
+default between nodes (`--network-gbs` says otherwise).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ RANGES = {"sms": ("streaming multiprocessors (not CUDA cores)", 1, 1_000),
           "nvlink_gpus": ("GPUs", 2, 1_000),
           "tflops": ("TFLOP/s", 0.1, 100_000)}
 COUNTS = ("sms", "nvlink_gpus")  # whole numbers
+NODE_GPUS = 8  # GPUs an HGX board or DGX system holds (A100, H100, H200, B200; DGX-1)
 # a datasheet's peak with structured sparsity is twice the dense one: a tensor peak an SM a
 # clock this far above every catalogued GPU of its architecture is taken for it
 SPARSE = 1.5
@@ -78,6 +80,11 @@ class GPU:
     def capability(self) -> float:
         """Its compute capability, else its architecture's first (0: neither known)."""
         return float(self.compute_capability or ARCHITECTURES.get(self.architecture, 0))
+
+    @property
+    def node_gpus(self) -> int:
+        """GPUs a node of it holds (the module docstring)."""
+        return self.nvlink_gpus or NODE_GPUS
 
     @property
     def cores_per_sm(self) -> int | None:

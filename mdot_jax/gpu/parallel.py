@@ -64,7 +64,6 @@ from mdot_jax.serving.prediction import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
 NETWORK_GBS = 25.0  # between nodes, per direction, unless told: a 200 Gb/s NIC
-NODE_GPUS = 8  # GPUs an HGX board or DGX system holds (A100, H100, H200, B200; DGX-1)
 # per ring step, one way; NVLink's, and the share of its bandwidth a ring achieves, fitted on
 # XLA's measured H100 collectives (`benchmarks/bench_collectives.py`); PCIe's and the
 # network's: their datasheet figures, nothing of them measured

@@ -223,7 +223,7 @@ class _SpecSheet:
 
     def __init__(self, job: TrainingJob, gpu, folder: Path, note: str | None = None):
         from mdot_jax.gpu import spec_sheet
-        from mdot_jax.gpu.parallel import NETWORK_GBS, NODE_GPUS
+        from mdot_jax.gpu.parallel import NETWORK_GBS
 
         if job.layout != "nchw":
             raise RequestError("layout: a GPU priced from its spec sheet has none (NCHW data)",
@@ -237,7 +237,7 @@ class _SpecSheet:
         self.model = spec_sheet.load_step_model(folder)
         self.source = f"priced from its spec sheet by {folder.name}" + (
             ", adapted to measured steps" if self.model.info.get("adaptation") else "")
-        if (most := max(job.gpu_counts)) > (node := gpu.nvlink_gpus or NODE_GPUS):
+        if (most := max(job.gpu_counts)) > (node := gpu.node_gpus):
             held = "its NVLink joins" if gpu.nvlink_gpus else "HGX boards and DGX systems hold"
             self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; {held} {node}: "
                               f"give gpus {node} and nodes {math.ceil(most * job.nodes / node)} "

@@ -169,9 +169,7 @@ def whole_nodes(gpu, n: int, nodes: int) -> tuple[int, int] | str:
     """`n` GPUs a node over `nodes` as `gpu`'s nodes hold them: (GPUs a node, nodes), up to
     its node's GPUs in one (its NVLink fabric's, else an HGX board's), past them whole nodes;
     or why not (a count past a node that fills no whole ones)."""
-    from mdot_jax.gpu.parallel import NODE_GPUS
-
-    node = gpu.nvlink_gpus or NODE_GPUS
+    node = gpu.node_gpus
     if n <= node:
         return n, nodes
     if n % node:
