@@ -102,6 +102,9 @@ def test_an_nvl72_racks_gpus_share_one_nvlink_fabric():
     assert "its NVLink joins 72: give gpus 72 and nodes 2" in notes[144][0]
     eight = predict(TrainingJob(**dict(job, device="b200"), gpus=16)).warnings
     assert any("DGX systems hold 8: give gpus 8 and nodes 2" in w for w in eight)
+    bridged = dict(gb200.to_json(), name="my-gb200", nvswitch=False)  # a fabric is switched
+    with pytest.raises(ValueError, match="'nvlink_gpus' is 72: an NVLink fabric joining"):
+        gpus._from_json(bridged, "my-gb200.json")
 
 
 @pytest.mark.parametrize("name,found", [

@@ -131,6 +131,9 @@ def _from_json(d: dict, where: str) -> GPU:
         raise ValueError(f"{where}: 'nvswitch' is {d.get('nvswitch')!r}; with 'nvlink_gbs' "
                          "say true where every GPU of a board reaches the others by NVLink "
                          "(SXM boards), false where bridges join pairs of cards")
+    if d.get("nvlink_gpus", 0) and not (d.get("nvlink_gbs", 0) > 0 and d.get("nvswitch")):
+        raise ValueError(f"{where}: 'nvlink_gpus' is {d['nvlink_gpus']!r}: an NVLink fabric "
+                         "joining that many GPUs needs 'nvlink_gbs' and 'nvswitch' true")
     arch = d["architecture"]
     if not isinstance(arch, str) or not arch.strip():
         raise ValueError(f"{where}: 'architecture' is {arch!r}; expected a name such as "
