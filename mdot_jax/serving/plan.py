@@ -264,12 +264,11 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
     for gpu in tqdm(gpus, desc="plan", unit="GPU", disable=not progress, leave=False):
         options += [Option(gpu.name, n * job.nodes, None, reasons=[why])
                     for n, why in odd.items()]
-        split_as = {n: whole_nodes(gpu, n, job.nodes) for n in counts}
-        options += [Option(gpu.name, n * job.nodes, None, reasons=[s])
-                    for n, s in split_as.items() if isinstance(s, str)]
-        by_nodes: dict[int, list[int]] = {}  # the counts a node of each number of nodes
-        for s in split_as.values():
-            if not isinstance(s, str):
+        by_nodes: dict[int, list[int]] = {}  # GPUs a node, by the nodes they fill
+        for n in counts:
+            if isinstance(s := whole_nodes(gpu, n, job.nodes), str):
+                options.append(Option(gpu.name, n * job.nodes, None, reasons=[s]))
+            else:
                 by_nodes.setdefault(s[1], []).append(s[0])
         if request.strategies:
             options += [_best_strategy(request, dataclasses.replace(
