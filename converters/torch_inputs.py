@@ -17,6 +17,9 @@ def unwrapped(module: Any) -> Any:
     """The model a data-parallel wrapper holds (one replica's graph: the wrapper's
     communication is the parallel plan's); a torch.compile'd module is refused, saying what
     to export instead."""
+    if not callable(getattr(module, "named_parameters", None)):
+        raise ConversionError(f"torch export: module is a {type(module).__name__}, not a "
+                              "torch.nn.Module (wrap a function in one to export it)")
     if hasattr(module, "_orig_mod"):  # torch._dynamo's OptimizedModule
         raise ConversionError(
             f"torch export of a torch.compile'd {type(module._orig_mod).__name__}: the exporter "

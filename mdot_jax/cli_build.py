@@ -123,7 +123,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_fit(args: argparse.Namespace) -> int:
-    from mdot_jax.gpu import gpu_fit, streaming, tensor_cores
+    from mdot_jax.gpu import gpu_fit, neusight, streaming, tensor_cores
     from mdot_jax.gpu.tensor_cores import TensorCoreGemms
     from mdot_jax.measure import kernel_sweep
     from mdot_jax.storage import checkpoint
@@ -131,6 +131,10 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     if bool(args.host_steps) != bool(args.host_device):
         raise UsageError("--host-steps and --host-device go together: the steps, and the GPU "
                          "they ran on")
+    try:  # before --out: a wrong folder leaves nothing behind
+        neusight.folders(args.neusight)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
     out = checkpoint.prepare_out(args.out, force=args.force, shipped=True)  # its default
     try:  # the tables first: a bad one fails before the long fit
         gemms = TensorCoreGemms.fit(args.tensor_core_gemms) if args.tensor_core_gemms else None

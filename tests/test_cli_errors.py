@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import onnx
 import pytest
@@ -255,13 +256,30 @@ def test_gpu_fit_refuses_host_steps_without_their_gpu(capsys, tmp_path):
     assert code == 2 and "--pricer" in err
 
 
+def neusight_folder(root: Path) -> str:
+    """A folder laid out as NeuSight's, with no rows: what `gpu-fit` checks before its --out."""
+    for sub in ("ops/train/collect", "ops/test"):
+        (root / "neusight" / sub).mkdir(parents=True)
+    return str(root / "neusight")
+
+
+def test_gpu_fit_on_a_wrong_folder_leaves_nothing_behind(capsys, tmp_path, monkeypatch):
+    """Its --out defaults to checkpoints/gpu-spec-sheet: a folder that is not NeuSight's was
+    refused after that folder's parent had been made where the user stood."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "gpu-fit", str(tmp_path / "nowhere"))
+    assert code == 2 and err.count("\n") == 1 and "not NeuSight's folder" in err
+    assert not list(tmp_path.iterdir())
+
+
 def test_gpu_fit_never_replaces_a_folder_that_is_not_a_step_model(capsys, tmp_path):
     """`--force` replaced "the step model in" any non-empty folder: it wrote its files among
     the folder's own, and a kill left half a step model."""
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
-    code, _, err = run(capsys, "gpu-fit", str(tmp_path), "--out", str(mine), "--force")
+    code, _, err = run(capsys, "gpu-fit", neusight_folder(tmp_path), "--out", str(mine),
+                       "--force")
     assert code == 2 and err.count("\n") == 1 and "not empty and not a checkpoint" in err
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
@@ -288,8 +306,8 @@ def test_a_refitted_step_model_replaces_the_old_one_whole(tmp_path):
 def test_gpu_fit_names_the_bad_row_of_a_gemm_table_before_fitting(capsys, tmp_path, row,
                                                                   needle):
     (tmp_path / "matmul.csv").write_text(f"gpu_key,b,m,n,k,dtype,flops_per_s\n{row}\n")
-    code, out, err = run(capsys, "gpu-fit", str(tmp_path), "--out", str(tmp_path / "m"),
-                         "--tensor-core-gemms", str(tmp_path))
+    code, out, err = run(capsys, "gpu-fit", neusight_folder(tmp_path), "--out",
+                         str(tmp_path / "m"), "--tensor-core-gemms", str(tmp_path))
     assert code == 2 and needle in err and err.count("\n") == 1 and not out
 
 

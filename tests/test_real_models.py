@@ -196,3 +196,6 @@ def test_a_data_parallel_wrapper_exports_its_model_and_a_compiled_one_says_what_
     assert names[0] == names[1] and names[0].startswith("conv1.weight,bn1.weight")
     with pytest.raises(ConversionError, match=r"compile'd ResNet: .*from_torch\(model\._orig"):
         from_torch(torch.compile(model), torch.randn(2, 3, 64, 64))
+    for not_a_module in (lambda x: 2 * x, None):  # an AttributeError deep in the exporter
+        with pytest.raises(ConversionError, match="not a torch.nn.Module"):
+            from_torch(not_a_module, torch.randn(2, 3, 64, 64))

@@ -77,16 +77,22 @@ def _rows(path: Path, split: str) -> Iterator[OpRow]:
             yield OpRow(op, gpu, dims, float(r[at["Latency"]]), split)
 
 
+def folders(root: str | Path) -> tuple[Path, Path]:
+    """The NeuSight folder `root`'s training collections and test set, or a one-line error."""
+    root = Path(root)
+    train, test = root / "ops" / "train" / "collect", root / "ops" / "test"
+    if not train.is_dir() or not test.is_dir():
+        raise FileNotFoundError(f"{root}: not NeuSight's folder (no ops/train/collect, ops/test)")
+    return train, test
+
+
 def read(root: str | Path) -> list[OpRow]:
     """Every operator row of the NeuSight folder `root` (`.../datasets/neusight`): the
     training GPUs' collections and the test set of every GPU. NeuSight measured its
     convolutions (3x3, stride 1, padding 1 only) on the A100 80 GB in place of its fifth
     training GPU; a GPU with no GEMM collection is one of its test GPUs, and its convolutions
     are left out so that it stays unseen."""
-    root = Path(root)
-    train, test = root / "ops" / "train" / "collect", root / "ops" / "test"
-    if not train.is_dir() or not test.is_dir():
-        raise FileNotFoundError(f"{root}: not NeuSight's folder (no ops/train/collect, ops/test)")
+    train, test = folders(root)
     rows: list[OpRow] = []
     for op in OPS:
         for path in sorted((train / op).glob("*/*.csv*")):
