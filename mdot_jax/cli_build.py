@@ -131,18 +131,15 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     if bool(args.host_steps) != bool(args.host_device):
         raise UsageError("--host-steps and --host-device go together: the steps, and the GPU "
                          "they ran on")
-    try:  # before --out: a wrong folder leaves nothing behind
+    try:  # the folder and tables first: a bad one fails before --out is made and the long fit
         neusight.folders(args.neusight)
-    except FileNotFoundError as e:
-        raise UsageError(str(e)) from None
-    out = checkpoint.prepare_out(args.out, force=args.force, shipped=True)  # its default
-    try:  # the tables first: a bad one fails before the long fit
         gemms = TensorCoreGemms.fit(args.tensor_core_gemms) if args.tensor_core_gemms else None
         attention = dict(tensor_cores.fit_attention(kernel_sweep.read(
             args.fused_attention)), source=args.fused_attention) if args.fused_attention else None
         stream = streaming.fit_sweep(args.streaming_kernels) if args.streaming_kernels else None
         fp8 = dict(tensor_cores.fit_sweep_gemms(kernel_sweep.read(args.fp8_gemms), "fp8"),
                    source=args.fp8_gemms) if args.fp8_gemms else None
+        out = checkpoint.prepare_out(args.out, force=args.force, shipped=True)  # its default
         model = gpu_fit.fit(args.neusight, tables=args.tables, pricer=args.pricer,
                             seed=args.seed, progress=print)
         if gemms:

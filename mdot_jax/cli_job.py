@@ -16,6 +16,7 @@ from mdot_jax.options import (
     INTERCONNECTS,
     LAYOUTS,
     MAX_TOKENS,
+    OFFLOADS,
     PRECISIONS,
     SCHEDULES,
     SPEC_SHEET_OPTIMIZERS,
@@ -153,6 +154,14 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
     p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")
     p.add_argument("--network-gbs", type=POSITIVE_FLOAT,
                    help="GB/s between nodes, per direction (default: the GPU's DGX NICs, else 25)")
+    p.add_argument("--offload", choices=OFFLOADS,
+                   help="DeepSpeed's ZeRO-Offload: the Adam optimizer (its state, fp32 master "
+                        "weights and update) in the host's memory, on its CPUs; params: the "
+                        "weights too, copied in layer by layer (with --strategy fsdp on several "
+                        "GPUs; a GPU priced from its spec sheet)")
+    p.add_argument("--host-gbs", type=POSITIVE_FLOAT,
+                   help="with --offload: the host's memory bandwidth a node, GB/s (default: the "
+                        "GPU's DGX CPUs')")
     p.add_argument("--step", choices=STEPS,
                    help="a GPU priced from its spec sheet: the whole step (train, default) or "
                         "forward and backward without the optimizer update")
@@ -184,4 +193,5 @@ def job_fields(args: argparse.Namespace) -> dict:
         attention=args.attention, compile=args.compile,
         framework=args.framework,
         strategy=args.strategy, interconnect=args.interconnect, network_gbs=args.network_gbs,
+        offload=args.offload, host_gbs=args.host_gbs,
         epochs=args.epochs, dataset_size=args.dataset_size, train_tokens=args.tokens)

@@ -36,6 +36,10 @@ STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without 
 STRATEGIES = ("ddp", "zero1", "zero2", "fsdp", "hsdp")
 SHARDED_WEIGHTS = ("fsdp", "hsdp")  # the strategies that shard (and gather) the weights
 INTERCONNECTS = ("nvlink", "pcie")  # between the GPUs of a node
+# what a step keeps in the host's memory (DeepSpeed's ZeRO-Offload): the optimizer (its state,
+# the fp32 master weights and the update, on the CPU), or the parameters too (ZeRO-3's
+# offload_param: each layer's weights copied in for its forward and backward)
+OFFLOADS = ("optimizer", "params")
 CHECKPOINTING = ("full", "selective")  # activation checkpointing: every layer, or attention's core
 # the kernels a step runs: eager PyTorch's (autocast, torch.optim's foreach), or Megatron-LM's
 # (the model in the half type with fp32 master weights, fused softmax, fused Adam)

@@ -10,7 +10,9 @@ share a spec sheet but not a power limit). A node holds `node_gpus`: an HGX boar
 the GPUs one NVLink fabric joins past them (`nvlink_gpus`: an NVL72 rack's 72).
 `network_gbs`: what joins a node of the GPU's reference system (its DGX, else one its source
 names) to the others, its compute NICs together, per direction (0: no such system), the
-default between nodes (`--network-gbs` says otherwise).
+default between nodes (`--network-gbs` says otherwise). `host_gbs`: the memory bandwidth of that
+system's host CPUs (their DDR channels at their rated transfer rate), where a step offloads
+the optimizer to the host (`gpu.offload`; `--host-gbs` says otherwise).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ RANGES = {"sms": ("streaming multiprocessors (not CUDA cores)", 1, 1_000),
           "boost_mhz": ("MHz", 300, 5_000), "memory_gb": ("GB", 0.1, 4_096),
           "memory_gbs": ("GB/s", 50, 100_000), "l2_mb": ("MB", 0.25, 1_024),
           "nvlink_gbs": ("GB/s", 10, 20_000), "pcie_gbs": ("GB/s", 1, 1_000),
-          "network_gbs": ("GB/s", 1, 10_000), "power_w": ("W", 10, 5_000),
+          "network_gbs": ("GB/s", 1, 10_000), "host_gbs": ("GB/s", 1, 100_000),
+          "power_w": ("W", 10, 5_000),
           "nvlink_gpus": ("GPUs", 2, 1_000),
           "tflops": ("TFLOP/s", 0.1, 100_000)}
 COUNTS = ("sms", "nvlink_gpus")  # whole numbers
@@ -66,6 +69,7 @@ class GPU:
     nvlink_gbs: float = 0.0  # per GPU, both directions
     pcie_gbs: float = 0.0  # x16 link, both directions
     network_gbs: float = 0.0  # a node of its reference system to the others, per direction
+    host_gbs: float = 0.0  # its reference system's host memory bandwidth, a node
     nvswitch: bool = False  # every GPU of a board reaches the others by NVLink (SXM boards)
     nvlink_gpus: int = 0  # GPUs one NVLink fabric joins past a board's 8 (an NVL72 rack's 72)
     power_w: float = 0.0  # the board's maximum power on its datasheet (0: not published)
@@ -119,7 +123,7 @@ def _from_json(d: dict, where: str) -> GPU:
     if missing:
         raise ValueError(f"{where}: missing field(s) {missing}")
     for k in ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_gbs", "pcie_gbs",
-              "network_gbs", "power_w", "nvlink_gpus"):
+              "network_gbs", "host_gbs", "power_w", "nvlink_gpus"):
         v = d.get(k, 0)
         unit, low, high = RANGES[k]
         if not (_number(v) and (low <= v <= high or (v == 0 and k not in required))

@@ -175,7 +175,7 @@ def updating(operators: list[dict] | None, share: float, what: str) -> list[dict
             if o["type"] == "optimizer" else o for o in operators]
 
 
-def _hidden(comm: float, compute: float, units: int) -> float:
+def hidden(comm: float, compute: float, units: int) -> float:
     """What of `comm` ms in `units` pieces, each ready as 1/units of `compute` is done, shows."""
     return max(comm / units, comm - compute * (units - 1) / units)
 
@@ -243,7 +243,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     if strategy == "ddp":
         pieces = max(1, math.ceil(trained * buckets))  # the trained parameters' gradients
         total = rings(held.gradients / 4 * trained, pieces)  # in the type they are reduced in
-        shown = total if after_flush else _hidden(total, bw, pieces)
+        shown = total if after_flush else hidden(total, bw, pieces)
         # PyTorch DDP's buckets: a copy of the gradients; Megatron-LM's (`after_flush`)
         # contiguous buffer is the gradients themselves
         memory = dict(model_states=0.0 if after_flush else trained * nbytes / 1e9)
@@ -261,14 +261,14 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                     gpu, gpus_per_node, nodes, interconnect, network_gbs, n // shards,
                     stride * shards), pieces)
             total = ((2 + trained) * half + across) * k
-            shown = k * (_hidden(half, fw, pieces)
-                         + _hidden((1 + trained) * half + across, bw, pieces))
+            shown = k * (hidden(half, fw, pieces)
+                         + hidden((1 + trained) * half + across, bw, pieces))
             if units:  # a unit's weights, the next one's, the unit's gradients
                 in_flight = (2 + trained) * width * nbytes / units / 1e9
         else:  # reduce-scattered behind the backward (zero2: each micro-batch), gathered after
             times = k if strategy == "zero2" else 1  # the gradients' width, the weights'
             rs, ag = (trained * rings(b / 4, buckets) / 2 for b in (held.gradients, held.model))
-            scatter = rs if after_flush else _hidden(rs, bw, buckets)
+            scatter = rs if after_flush else hidden(rs, bw, buckets)
             total, shown = rs * times + ag, scatter * times + ag
         shard = sum(b / r for b, r, _ in groups) / nbytes  # of a GPU's parameters, its shard
         if "update" in phases:  # a step with one

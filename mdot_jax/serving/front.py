@@ -24,7 +24,7 @@ from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.by_checkpoint import Checkpoint
-from mdot_jax.serving.memory import OPTIMIZER_STATE, held_optimizer
+from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, held_optimizer, param_bytes
 from mdot_jax.serving.model_source import config_input, config_said, cut, is_config, sequence
 from mdot_jax.serving.predict import tokens_of
 from mdot_jax.serving.prediction import Prediction
@@ -111,7 +111,7 @@ def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
             return name, ("a checkpoint predicts the steps it was trained on (torch.optim's "
                           "default kernels, unclipped); this is priced for a GPU priced from "
                           "its spec sheet (device=NAME)")
-    for name in ("grad_accum", "tp", "pp", "ep", "cp", "attention", "framework"):
+    for name in ("grad_accum", "tp", "pp", "ep", "cp", "attention", "framework", "offload"):
         if getattr(job, name) not in (1, None, "pytorch"):
             return name, ("a checkpoint predicts the whole steps it was trained on; this is "
                           "priced for a GPU priced from its spec sheet (device=NAME)")
@@ -388,6 +388,7 @@ class _SpecSheet:
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
         from mdot_jax.gpu import model_parallel
+        from mdot_jax.gpu.offload import offload
         from mdot_jax.gpu.parallel import accumulate, data_parallel
         from mdot_jax.serving.memory import check_fit, loss_note
 
@@ -408,15 +409,19 @@ class _SpecSheet:
             one, experts = self._experts(one, n)
             experts = round(experts * params / self.seq.params)
         starts = layer_starts(self.seq, self.blocks)  # FSDP's units: its layers and the root
+        shape = dict(optimizer=self.optimizer, grad_accum=job.grad_accum,
+                     precision=job.precision or "fp32", units=len(starts) + 1 if starts else 0,
+                     trained=autograd.trainable(self.seq) / max(self.seq.params, 1),
+                     weight_bytes=self._weight_bytes())
         # Megatron-LM reduces the gradients after the backward (overlap_grad_reduce off)
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
-                          job.strategy, self.optimizer, job.grad_accum, job.tp * job.pp,
+                          job.strategy, model_parallel=job.tp * job.pp,
                           after_flush=job.model_parallel or job.framework == "megatron",
-                          precision=job.precision or "fp32", framework=job.framework,
-                          units=len(starts) + 1 if starts else 0, experts=experts,
-                          ep=job.ep, stride=job.tp,  # Megatron's order: tp, dp, pp
-                          trained=autograd.trainable(self.seq) / max(self.seq.params, 1),
-                          weight_bytes=self._weight_bytes())
+                          framework=job.framework, experts=experts, ep=job.ep,
+                          stride=job.tp, **shape)  # Megatron's order: tp, dp, pp
+        if job.offload:
+            p = offload(p, job.offload, params, self.gpu, gpus_per_node=n, nodes=job.nodes,
+                        strategy=job.strategy, host=job.host_gbs, **shape)
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
         if note := loss_note(seq, p.memory_gb, job.tp):
             p.warnings.append(note)
@@ -426,13 +431,10 @@ class _SpecSheet:
     def _weight_bytes(self) -> float | None:
         """A weight's bytes on average where the frozen ones are held otherwise (None: as the
         precision holds every weight)."""
-        from mdot_jax.serving.memory import param_bytes
-
         if self.seq.meta.get("frozen_weights") is None:
             return None
-        job = self.job
-        held = param_bytes(job.precision or "fp32", job.optimizer, job.framework).model
-        return autograd.held_bytes(self.seq, held) / max(self.seq.params, 1)
+        held = param_bytes(self.job.precision or "fp32", self.job.optimizer, self.job.framework)
+        return autograd.held_bytes(self.seq, held.model) / max(self.seq.params, 1)
 
     def _context(self, one: Prediction, n: int) -> Prediction:
         """`one` with context parallelism's ring sends (`model_parallel.context_exchange`):
@@ -464,8 +466,6 @@ class _SpecSheet:
     def _activations(self) -> tuple[int, int]:
         """Bytes of an activation's element at the job's precision, and the passes over the
         layers a micro-batch makes (forward, backward, a recomputed forward)."""
-        from mdot_jax.serving.memory import HALF
-
         job = self.job
         return (2 if (job.precision or "fp32") in HALF else 4,
                 2 + (job.activation_checkpointing == "full"))

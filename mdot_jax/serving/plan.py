@@ -241,7 +241,6 @@ def job_for_plan(**fields) -> TrainingJob:
 def plan(request: Plan, progress: bool = False) -> list[Option]:
     """Every candidate of `request`, ranked (module docstring)."""
     from converters.fusion import fusion_version
-    from mdot_jax.serving.front import predict
     from mdot_jax.serving.model_source import cut, sequence
 
     job = request.job
@@ -275,18 +274,28 @@ def plan(request: Plan, progress: bool = False) -> list[Option]:
                 base, device=gpu.name, nodes=k), gpu, n) for k, ns in by_nodes.items()
                 for n in ns]
             continue
-        rows: list[tuple[int, int, Prediction | None, str | None]] = []
-        for k, ns in by_nodes.items():
-            try:
-                got = predict(dataclasses.replace(base, device=gpu.name, gpus=tuple(ns),
-                                                  nodes=k))
-                rows += [(p.gpus, k, p, None) for p in (got if isinstance(got, list) else [got])]
-            except MdotError as e:
-                rows += [(n * k, k, None, str(e)) for n in ns]
+        rows = [row for k, ns in by_nodes.items()
+                for row in _counts(dataclasses.replace(base, device=gpu.name), ns, k)]
         options += [_judge(Option(gpu.name, n, p, reasons=[error] if error else [],
                                   nodes=k if p else None), request, gpu)
                     for n, k, p, error in rows]
     return sorted(options, key=_rank)
+
+
+def _counts(job: TrainingJob, ns: list[int], k: int
+            ) -> list[tuple[int, int, Prediction | None, str | None]]:
+    """(GPUs, nodes, prediction or None, error or None) of `job` on each of `ns` GPUs a node
+    over `k` nodes, priced together; where that fails, each count alone (the error may be one
+    count's: an offloaded optimizer's strategy over several GPUs)."""
+    from mdot_jax.serving.front import predict
+
+    try:
+        got = predict(dataclasses.replace(job, gpus=tuple(ns), nodes=k))
+    except MdotError as e:
+        if len(ns) == 1:
+            return [(ns[0] * k, k, None, str(e))]
+        return [row for n in ns for row in _counts(job, [n], k)]
+    return [(p.gpus, k, p, None) for p in (got if isinstance(got, list) else [got])]
 
 
 def _best_strategy(request: Plan, job: TrainingJob, gpu, n: int) -> Option:

@@ -30,6 +30,7 @@ from mdot_jax.options import (
     MAX_BATCH_TOKENS,
     MAX_INT,
     MAX_TOKENS,
+    OFFLOADS,
     PRECISIONS,
     SCHEDULES,
     SPEC_SHEET_OPTIMIZERS,
@@ -201,6 +202,10 @@ class TrainingJob:
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
         others by it). network_gbs: between nodes, GB/s a node per direction (default: the
         catalog's `network_gbs` of the GPU, its DGX's NICs, else `parallel.NETWORK_GBS`).
+      offload: `optimizer` (DeepSpeed's ZeRO-Offload: Adam's state, the fp32 master weights and
+        the update in the host's memory, on its CPUs) or `params` (ZeRO-3's parameter offload
+        too); `gpu.offload`. host_gbs: the host's memory bandwidth a node, GB/s, the update's
+        (default: the catalog's `host_gbs`, its DGX's CPUs).
       epochs, dataset_size: together, the whole job's time; or train_tokens: the time to
         train a token model on that many tokens.
       operators: also where the time goes (`Prediction.operators`).
@@ -243,6 +248,8 @@ class TrainingJob:
     strategy: str = "ddp"
     interconnect: str | None = None
     network_gbs: float | None = None
+    offload: str | None = None
+    host_gbs: float | None = None
     epochs: float | None = None
     dataset_size: int | None = None
     train_tokens: int | None = None
@@ -334,6 +341,7 @@ class TrainingJob:
             if self.nodes == 1:
                 raise RequestError("network_gbs: the link between nodes; give nodes > 1",
                                    "network_gbs")
+        self._check_offload()
         if self.strategy != "ddp" and max(counts) * self.nodes == self.tp * self.pp:
             raise RequestError(f"strategy {self.strategy!r}: shards over data-parallel "
                                "replicas; give more gpus (or nodes) than tp x pp", "strategy")
@@ -347,6 +355,24 @@ class TrainingJob:
             if self.epochs is not None:
                 raise RequestError("train_tokens: the job is epochs x dataset_size or a number "
                                    "of tokens, not both", "train_tokens")
+
+    def _check_offload(self) -> None:
+        _choice("offload", self.offload, OFFLOADS)
+        if self.host_gbs is not None:
+            _positive("host_gbs", self.host_gbs)
+            if not self.offload:
+                raise RequestError("host_gbs: the host's memory, where an offloaded optimizer "
+                                   "updates; give offload", "host_gbs")
+        if not self.offload:
+            return
+        if self.optimizer not in ("adam", "adamw"):
+            raise RequestError(f"offload: priced for DeepSpeed's CPU Adam; give optimizer adam "
+                               f"or adamw (this is {self.optimizer})", "offload")
+        for name, plain in (("tp", 1), ("pp", 1), ("ep", 1), ("framework", "pytorch"),
+                            ("step", None), ("fused_optimizer", False)):
+            if getattr(self, name) not in (plain, "train"):
+                raise RequestError(f"{name}: offload is priced under DeepSpeed's ZeRO over data "
+                                   f"parallelism alone (no {name})", name)
 
     def _check_lora(self) -> None:
         if self.lora_rank is not None:
