@@ -52,6 +52,7 @@ def test_an_offloaded_optimizer_leaves_the_gpu_and_updates_at_the_hosts_bandwidt
     assert off.iteration_ms == pytest.approx(sum(off.phases.values()))
     said = next(w for w in off.warnings if w.startswith("offload optimizer"))
     assert "100 GB/s (as given" in said and "not measured" in said
+    assert f"at 64 GB/s a direction ({2 * back:.3g} ms" in said  # the gradients out, weights in
     assert not any(w.startswith("the adamw update priced") for w in off.warnings)
     update = [o for o in off.operators or [] if o["type"] == "optimizer"]
     assert all("on the host" in o["name"] for o in update)

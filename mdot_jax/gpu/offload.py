@@ -85,43 +85,45 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
         return nbytes / rate / 1e6
 
     k = grad_accum
-    fw, bw = (p.phases.get(ph, 0.0) / k for ph in ("forward", "backward"))
+    fw, bw = (sum(p.phases.get(ph, 0.0) for ph in pass_) / k
+              for pass_ in (("forward",), ("backward", "recomputation")))
     pieces = units or max(1, math.ceil(width * mine / (BUCKET_MB * 2 ** 20)))
-    grads = ms(width * mine * trained, pcie)  # a micro-batch's copy out
-    shown = k * hidden(grads, bw, pieces)
+    copy = ms(width * mine * trained, pcie)  # the gradients out (a micro-batch's), or back in
+    shown = k * hidden(copy, bw, pieces)
     update = ms((2 * state + HOST_PASS + width) * mine * trained * gpus_per_node, gbs)
-    back = ms(width * mine * trained, pcie)  # the updated weights, in
     # what the GPU held of the weights and gradients (the strategy's), and holds now
     weights = mine if strategy in SHARDED_WEIGHTS else params
     grads = trained * (mine if strategy in ("zero2", *SHARDED_WEIGHTS) else params)
     before = weight_bytes or held.model
-    gpu_gb = ((held.optimizer + held.master) * trained * mine + held.gradients * grads
+    gpu_bytes = ((held.optimizer + held.master) * trained * mine + held.gradients * grads
               + (before - min(width, before)) * weights)
-    host_gb = (state + 4 + 4) * trained * mine  # state, master weights, fp32 gradients
+    host_bytes = (state + 4 + 4) * trained * mine  # state, master weights, fp32 gradients
     moved = 2 * k * ms(width * mine, pcie) if what == "params" else 0.0
     if what == "params":  # each layer's weights in for its forward and its backward
         shown += k * (hidden(moved / 2 / k, fw, pieces) + hidden(moved / 2 / k, bw, pieces))
-        gpu_gb += min(width, before) * weights
-        host_gb += width * mine
+        gpu_bytes += min(width, before) * weights
+        host_bytes += width * mine
     phases = {**p.phases, "update": update,
-              "host copies": p.phases.get("host copies", 0.0) + shown + back}
+              "host copies": shown + copy}
     operators = p.operators and [
         dict(o, ms=update, name=f"{optimizer} update on the host's CPUs") if o["type"] ==
         "optimizer" else o for o in p.operators]
-    # the gradients in flight (and one GPU's units of weights, as FSDP's sharded ones are)
-    in_flight = trained * width * (params / units if units else BUCKET_MB * 2 ** 20)
-    if what == "params" and shards == 1 and units:
-        in_flight += 2 * width * params / units
+    # in flight: on several GPUs, the strategy's (`parallel.data_parallel`); on one, a unit's
+    # gradients (or a bucket's), with `params` its weights and the next unit's, as FSDP's
+    in_flight = 0.0
+    if replicas == 1:
+        in_flight = trained * width * (params / units if units else BUCKET_MB * 2 ** 20)
+        in_flight += 2 * width * params / units if what == "params" and units else 0.0
     said = (f"offload {what}: {optimizer}'s state, fp32 master weights and gradients"
             + (" and the weights" if what == "params" else "") + f" on the host "
-            f"({gpus_per_node * host_gb / 1e9:.3g} GB of a node's memory); the update on its "
+            f"({gpus_per_node * host_bytes / 1e9:.3g} GB of a node's memory); the update on its "
             f"CPUs at {gbs:g} GB/s ({source}; its peak, so at least {update:.3g} ms), "
             f"gradients out and weights in over PCIe at {pcie:g} GB/s a direction "
-            f"({k * grads + back + moved:.3g} ms, {shown + back:.3g} ms of it not hidden "
+            f"({(k + 1) * copy + moved:.3g} ms, {shown + copy:.3g} ms of it not hidden "
             "behind compute): not measured")
     warnings = [w for w in p.warnings if not w.startswith(f"the {optimizer} update priced")]
     return dataclasses.replace(
-        p.with_memory(model_states=-min(gpu_gb / 1e9, p.memory_parts.get("model_states", 0.0)),
+        p.with_memory(model_states=-min(gpu_bytes / 1e9, p.memory_parts.get("model_states", 0.0)),
                       working=in_flight / 1e9), phases=phases,
         operators=operators, iteration_ms=sum(phases.values()), interval_ms=None,
         warnings=[*warnings, said])
