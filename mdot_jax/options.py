@@ -40,6 +40,7 @@ INTERCONNECTS = ("nvlink", "pcie")  # between the GPUs of a node
 # the fp32 master weights and the update, on the CPU), or the parameters too (ZeRO-3's
 # offload_param: each layer's weights copied in for its forward and backward)
 OFFLOADS = ("optimizer", "params")
+OFFLOAD_OPTIMIZERS = ("adam", "adamw")  # DeepSpeed's CPU Adam (others: torch.optim on the CPU)
 CHECKPOINTING = ("full", "selective")  # activation checkpointing: every layer, or attention's core
 # the kernels a step runs: eager PyTorch's (autocast, torch.optim's foreach), or Megatron-LM's
 # (the model in the half type with fp32 master weights, fused softmax, fused Adam)

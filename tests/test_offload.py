@@ -85,6 +85,7 @@ def test_a_nodes_cpus_update_every_shard_of_it(config):
     (dict(gpus=8, strategy="zero2", offload="params"), "strategy"),  # ZeRO-3's alone
     (dict(device="rtx-4090"), "host_gbs"),  # no reference system's host
     (dict(device="gb200"), "offload"),  # a Grace CPU over NVLink-C2C
+    (dict(device="gb200", host_gbs=500.0), "offload"),
     (dict(offload=None, host_gbs=500.0), "host_gbs"),
     (dict(host_gbs=-1.0), "host_gbs"),
     (dict(offload="cpu"), "offload")])

@@ -37,20 +37,19 @@ from mdot_jax.options import SHARDED_WEIGHTS
 from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, param_bytes
 from mdot_jax.serving.prediction import Prediction
 
-OPTIMIZERS = ("adam", "adamw")  # DeepSpeed's CPU Adam; the others run torch.optim on the CPU
-# bytes a parameter the host's update moves, beside the state's read and written: the fp32
-# master weights read and written, the fp32 gradient read, the weights' copy for the GPU
-# written (at its width)
+# bytes a parameter the host's update moves beside the state (read and written) and the
+# weights' copy for the GPU (written at their width): the fp32 master weights read and
+# written, the fp32 gradient read
 HOST_PASS = 2 * 4 + 4
 
 
 def host_gbs(gpu: GPU, asked: float | None) -> tuple[float, str]:
     """The host memory bandwidth a node (GB/s) the update runs at, and where it is from."""
-    if asked:
-        return asked, "as given"
     if gpu.nvlink_gpus:  # a Grace CPU beside each pair, joined by NVLink-C2C, not PCIe
         raise RequestError(f"offload: the {gpu.name}'s host is a Grace CPU joined by "
                            "NVLink-C2C, not priced here", "offload")
+    if asked:
+        return asked, "as given"
     if not gpu.host_gbs:
         raise RequestError(f"host_gbs: offload updates on the host's CPUs at its memory "
                            f"bandwidth, and the {gpu.name} has no reference system in the "

@@ -30,6 +30,7 @@ from mdot_jax.options import (
     MAX_BATCH_TOKENS,
     MAX_INT,
     MAX_TOKENS,
+    OFFLOAD_OPTIMIZERS,
     OFFLOADS,
     PRECISIONS,
     SCHEDULES,
@@ -365,9 +366,10 @@ class TrainingJob:
                                    "updates; give offload", "host_gbs")
         if not self.offload:
             return
-        if self.optimizer not in ("adam", "adamw"):
-            raise RequestError(f"offload: priced for DeepSpeed's CPU Adam; give optimizer adam "
-                               f"or adamw (this is {self.optimizer})", "offload")
+        if self.optimizer not in OFFLOAD_OPTIMIZERS:
+            raise RequestError(f"offload: priced for DeepSpeed's CPU Adam; give optimizer "
+                               f"{' or '.join(OFFLOAD_OPTIMIZERS)} (this is {self.optimizer})",
+                               "offload")
         for name, plain in (("tp", 1), ("pp", 1), ("ep", 1), ("framework", "pytorch"),
                             ("step", None), ("fused_optimizer", False)):
             if getattr(self, name) not in (plain, "train"):
