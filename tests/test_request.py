@@ -173,6 +173,7 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(strategy="fsdp", tp=2, gpus=2), "strategy"),
     (dict(batch_size=(8, 4, 8)), "batch_size"), (dict(gpus=(8, 8), device="l4"), "gpus"),
     (dict(device="v100-sxm2-32gb", precision="amp-bf16"), "precision"),  # no bf16 peak
+    (dict(precision=["fp32"]), "precision"), (dict(strategy={"ddp": 1}), "strategy"),
 ])
 def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     onnx.save(conv_bn_relu(), tmp_path / "m.onnx")
@@ -235,6 +236,8 @@ FIELDS = dict(
     attention=st.sampled_from([None, "flash", "eager"]),
     interconnect=st.sampled_from([None, "nvlink", "pcie", "ib"]),
     network_gbs=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+    offload=st.sampled_from([None, "optimizer", "params", "cpu", ["optimizer"]]),
+    host_gbs=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
     epochs=st.one_of(st.none(), st.floats(-1, 10)),
     dataset_size=st.one_of(st.none(), st.integers(-5, 10_000)),
 )

@@ -124,10 +124,10 @@ def _flag(name: str, value: Any) -> None:
 
 
 def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True) -> None:
-    if (value is None and optional) or value in choices:
+    if (value is None and optional) or (isinstance(value, str) and value in choices):
         return
-    raise RequestError(f"{name} {value!r}: choose from {list(choices)}"
-                       f"{CHOICE_HINTS.get((name, value), '')}", name)
+    hint = CHOICE_HINTS.get((name, value), "") if isinstance(value, str) else ""
+    raise RequestError(f"{name} {value!r}: choose from {list(choices)}{hint}", name)
 
 
 @dataclass(frozen=True)
