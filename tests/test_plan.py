@@ -107,6 +107,7 @@ def test_a_budget_and_a_plan_the_counts_cannot_take(model):
     (dict(budget_usd=float("nan")), "budget_usd"), (dict(prices={"h100-sxm": -2}), "prices"),
     (dict(prices={"tpu-v5": 2.0}), "prices"), (dict(prices={"a100": 2.0}), "prices"),
     (dict(budget_usd=10.0), "budget_usd"),  # no prices: every plan was "no price", said late
+    (dict(gpus=2.5), "gpus"), (dict(gpus=None), "gpus"),  # a TypeError: not iterable
 ])
 def test_a_bad_plan_is_one_named_error(model, fields, field):
     with pytest.raises(RequestError) as e:
@@ -114,6 +115,11 @@ def test_a_bad_plan_is_one_named_error(model, fields, field):
     assert e.value.field.startswith(field) and "\n" not in str(e.value)
     if fields == dict(budget_usd=10.0):
         assert "give prices too" in str(e.value)  # the field that holds them
+
+
+def test_one_gpu_count_is_a_plan_of_it(model):
+    one, listed = (plan(Plan(_job(model), devices="l4", gpus=g)) for g in (8, [8]))
+    assert [o.to_json() for o in one] == [o.to_json() for o in listed]
 
 
 def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model):

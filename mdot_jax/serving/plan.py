@@ -82,6 +82,10 @@ class Plan:
         if not self.devices or not all(isinstance(d, str) and d for d in self.devices):
             raise RequestError(f"devices {self.devices!r}: name catalogued GPUs, or 'all'",
                                "devices")
+        for name in ("gpus", "cps"):  # one count, or several
+            if isinstance(value := getattr(self, name), (str, bytes)) or not hasattr(
+                    value, "__len__"):
+                object.__setattr__(self, name, (value,))
         _ints("gpus", list(self.gpus))
         for name in ("deadline_h", "budget_usd"):
             if getattr(self, name) is not None:
