@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import numbers
 import os
 import sys
 import types
@@ -113,8 +114,14 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     import torch
     import transformers
 
+    if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 0:
+        raise ConversionError(f"seq_len {seq_len!r}: expected a positive integer (0: a model "
+                              "of images or audio, which takes no tokens)")
     if isinstance(config, dict):
         fields, where = dict(config), "config"
+    elif not isinstance(config, (str, os.PathLike)):
+        raise ConversionError(f"config: a {type(config).__name__}; expected a config.json's "
+                              "path, its folder, or its fields as a dict")
     else:
         path = Path(config) / "config.json" if Path(config).is_dir() else Path(config)
         try:

@@ -48,8 +48,9 @@ def known_as(transformers: Any, kind: str, fields: dict) -> str:
 
 
 def check_shape(cfg: Any, given: dict, where: str) -> None:
-    """One error naming the field (as `given`, the config.json's fields, names it) where the
-    stack is deeper than `MAX_LAYERS`, or the attention heads cannot be built: no query head,
+    """One error naming the field (as `given`, the config.json's fields, names it) where a
+    stack, the width or the vocabulary is given as none (0 or less), the stack is deeper than
+    `MAX_LAYERS`, or the attention heads cannot be built: no query head,
     or key/value heads that do not share the query heads out evenly (grouped-query attention
     gives each a whole number of them)."""
     names = getattr(cfg, "attribute_map", {})
@@ -57,6 +58,10 @@ def check_shape(cfg: Any, given: dict, where: str) -> None:
     def said(f: str) -> str:
         return names.get(f, f) if names.get(f, f) in given else f
 
+    for f in (*DEPTH_FIELDS, "hidden_size", "vocab_size"):  # as given: a typo, not a default
+        n = getattr(cfg, f, None)
+        if isinstance(n, int) and not isinstance(n, bool) and n < 1 and said(f) in given:
+            raise ConversionError(f"{where}: {said(f)} is {n}; a model has at least one")
     for f in DEPTH_FIELDS:
         if isinstance(n := getattr(cfg, f, None), int) and n > MAX_LAYERS:
             raise ConversionError(f"{where}: {said(f)} is {n:,}, over {MAX_LAYERS:,} layers (a "

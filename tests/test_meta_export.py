@@ -223,6 +223,17 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
         from_hf_config({"model_type": "gpt2", "n_layer": 32000})
     with pytest.raises(ConversionError, match=r"config: decoder_layers is 9,999, over 2,048"):
         from_hf_config({"model_type": "bart", "decoder_layers": 9999})
+    # none of a stack, a width or a vocabulary: an export of nothing, or torch's words
+    for fields, needle in ((dict(n_layer=0), "n_layer is 0"),
+                           (dict(n_layer=-1), "n_layer is -1"), (dict(n_embd=0), "n_embd is 0"),
+                           (dict(vocab_size=0), "vocab_size is 0")):
+        with pytest.raises(ConversionError, match=f"config: {needle}; a model has at least one"):
+            from_hf_config({"model_type": "gpt2", "n_head": 1, **fields})
+    for seq_len in (-1, 64.0, True):  # torch's reshape error, a TypeError, a one-token model
+        with pytest.raises(ConversionError, match=f"seq_len {seq_len!r}: expected a positive"):
+            from_hf_config({"model_type": "gpt2"}, seq_len=seq_len)
+    with pytest.raises(ConversionError, match="config: a list; expected a config.json's path"):
+        from_hf_config([{"model_type": "gpt2"}])
     # longer than the positions its ALiBi bias was built for: the field to change
     mpt = dict(model_type="mpt", d_model=32, n_layers=1, n_heads=2, max_seq_len=64,
                vocab_size=64, attn_config=dict(alibi=True))
