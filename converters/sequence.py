@@ -421,9 +421,10 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
                 p = seq_index.get(p)
                 if p is not None:
                     edges.append((p, j))
-    if not ids:
-        raise ConversionError(f"model '{name or graph.name}': no operator depends on the "
-                              "inputs (only constants and shape computations)")
+    if sum(unknown.values()) == len(ids):  # none, or only unknown ones: nothing to price
+        raise ConversionError(f"model '{name or graph.name}': no operator " + (
+            f"the converter knows depends on the inputs (only {', '.join(unknown)})" if ids
+            else "depends on the inputs (only constants and shape computations)"))
     said = _metadata(model)
     meta = dict(
         format_version=FORMAT_VERSION, vocab_version=VOCAB_VERSION, graph=graph_kind(model),
@@ -446,8 +447,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         **({"sparse_attention": int(top)} if (top := said.get(SPARSE_KEY)) else {}),
     )
     edge_array = np.unique(np.asarray(edges, np.int32).reshape(-1, 2), axis=0)
-    return OperatorSequence(
-        name=name or graph.name, op_type=np.asarray(ids, np.int32),
+    return OperatorSequence(name=name or graph.name, op_type=np.asarray(ids, np.int32),
         config=np.asarray(rows, np.float32), load=np.asarray(loads, np.float32),
         edges=edge_array.reshape(-1, 2), node_names=np.asarray(names), meta=meta)
 

@@ -239,6 +239,19 @@ def test_input_shape_and_image_size_that_disagree_are_an_error(capsys, tmp_path,
         assert code == 0, err
 
 
+def test_a_graph_of_operators_the_converter_does_not_know_is_named(capsys, tmp_path):
+    """Every operator unknown and unshaped (a custom domain's): the step priced at 0 ms, and
+    its MFU divided by it (a ZeroDivisionError's traceback)."""
+    graph = model([helper.make_node("FancyOp", ["x"], ["y"], domain="com.me")],
+                  [value("x", ["N", 8])], [value("y", ["N", 8])])
+    graph.opset_import.append(helper.make_opsetid("com.me", 1))
+    onnx.save(graph, tmp_path / "m.onnx")
+    code, _, err = run(capsys, "predict", str(tmp_path / "m.onnx"), "--batch-size", "4",
+                       "--device", "h100-sxm")
+    assert code == 2 and err.count("\n") == 1
+    assert "no operator the converter knows depends on the inputs (only FancyOp)" in err
+
+
 def test_an_input_shape_whose_channels_the_graph_cannot_take_is_named(capsys, tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(), path)

@@ -470,7 +470,7 @@ class _SpecSheet:
         return (2 if (job.precision or "fp32") in HALF else 4,
                 2 + (job.activation_checkpointing == "full"))
 
-    def mfu(self, seq: OperatorSequence, p: Prediction) -> float:
+    def mfu(self, seq: OperatorSequence, p: Prediction) -> float | None:
         """The time the model's forward and backward FLOPs an iteration (not the
         recomputation's; causal attention at the keys it needs) take at its GPUs' peaks at the
         precision, over the iteration's time (convolutions at theirs: TF32 under PyTorch's fp32
@@ -479,7 +479,7 @@ class _SpecSheet:
 
         ideal = peak_ms(seq, self.gpu, self.job.precision or "fp32", self.blocks) \
             * self.job.grad_accum
-        return ideal / (p.iteration_ms * p.tp * p.pp)
+        return ideal / (p.iteration_ms * p.tp * p.pp) if p.iteration_ms > 0 else None
 
     def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
         return p.operators or [], f"the GPU operator model on the {p.device}"
