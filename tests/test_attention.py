@@ -419,3 +419,26 @@ def test_a_loop_over_a_splits_pieces_is_one_varlen_call_of_the_flash_attn_packag
                for w in package.warnings)
     whole = convert(from_torch(_Attention(), torch.randn(2, 64, 32)), batch_size=2, fuse=True)
     assert [b.call for b in varlen(whole, attention_blocks(whole))[0]] == [-1]
+
+
+@pytest.mark.parametrize("asked", [None, "flash", "eager", "flash_attention_2"])
+@pytest.mark.parametrize("precision,cc", [("fp32", 9.0), ("amp-bf16", 8.0), ("amp-fp16", 7.5),
+                                          ("fp8", 9.0)])
+def test_the_attention_chosen_is_one_a_gpu_runs_and_says_why(asked, precision, cc):
+    """`serving.attention_choice.choose`: FlashAttention only at half precision from compute
+    capability 8.0 (else the flash-attn package is refused), PyTorch's choice said in a note."""
+    from mdot_jax.errors import RequestError
+    from mdot_jax.options import ATTENTION
+    from mdot_jax.serving.attention_choice import choose
+
+    blocks = attention_blocks(convert(attention(), batch_size=2))
+    half = precision != "fp32" and cc >= 8
+    try:
+        kernel, note = choose(asked, cc, precision, blocks, len(blocks), None)
+    except RequestError as e:
+        assert asked == "flash_attention_2" and not half and e.field == "attention"
+        return
+    assert kernel in ATTENTION and (kernel == asked if asked else kernel == (
+        "flash" if half else "eager"))
+    assert (note is None) == (asked == "eager" or (asked == "flash" and half))
+    assert choose(None, cc, precision, [], 0, None) == ("eager", None)  # nothing to fuse

@@ -23,6 +23,7 @@ from converters.substitutes import described
 from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
+from mdot_jax.serving.attention_choice import choose
 from mdot_jax.serving.by_checkpoint import Checkpoint
 from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, held_optimizer, param_bytes
 from mdot_jax.serving.model_source import config_input, config_said, cut, is_config, sequence
@@ -273,8 +274,9 @@ class _SpecSheet:
         model_parallel.check(seq, blocks, self.layout, job.grad_accum, job.cp)
         seq = model_parallel.whole_keys(seq, blocks, job.cp)
         calls = blocks if job.attention else calling_sdpa(seq, blocks)  # those fused
-        attention = self._attention(blocks, precision, seq.meta.get("eager_attention"),
-                                    len(calls))
+        attention, said = choose(job.attention, self.gpu.capability, precision, blocks,
+                                 len(calls), seq.meta.get("eager_attention"))
+        self.notes += [said] if said else []
         if attention == FLASH_ATTN:  # the flash-attn package takes each window itself, and
             # a loop over a split's pieces in one varlen call
             blocks = calls = varlen(seq, [b._replace(local=True) for b in blocks])[0]
@@ -334,57 +336,6 @@ class _SpecSheet:
             return asked
         self.notes += [note] * (note not in self.notes)
         return precision
-
-    def _attention(self, blocks: list, precision: str, eager_class: str | None, calls: int
-                   ) -> str:
-        """The job's attention, or where it says none, PyTorch's choice (with a note, which
-        names `eager_class`: a config's model class that never calls PyTorch's SDPA) for the
-        `calls` blocks that call SDPA; the others run as the graph shows them."""
-        job = self.job
-        if not blocks:
-            if job.attention in ("flash", FLASH_ATTN):
-                raise RequestError("attention: the model has no attention blocks (MatMul, "
-                                   "Softmax, MatMul) to fuse", "attention")
-            return "eager"
-        cc = self.gpu.capability
-        runs_flash = precision in AUTOCAST and cc >= 8
-        if job.attention == FLASH_ATTN:
-            if not runs_flash:
-                raise RequestError(f"attention: the flash-attn package ({FLASH_ATTN}) runs at "
-                                   "half precision on compute capability 8.0 and later (this "
-                                   f"is {precision} on {cc:g})", "attention")
-            self.notes.append(f"attention: {FLASH_ATTN} (the flash-attn package) priced as "
-                              "FlashAttention" + ("; each sliding window over its own keys, no "
-                                                  "mask" if any(b.window for b in blocks) else ""))
-            return FLASH_ATTN
-        if job.attention:
-            if job.attention == "flash" and not runs_flash:
-                self.notes.append(f"attention: flash as asked, but PyTorch runs FlashAttention "
-                                  f"only at half precision on compute capability 8.0 and later "
-                                  f"(this is {precision} on {cc:g}): its memory-efficient "
-                                  "kernel runs instead, priced as FlashAttention, not measured")
-            return job.attention
-        if runs_flash and not calls:
-            self.notes.append("attention: eager (the model computes softmax(Q K^T) V itself: "
-                              "its export calls no scaled_dot_product_attention)")
-            return "eager"
-        if runs_flash and calls < len(blocks):
-            self.notes.append(f"attention: flash for the {calls} of {len(blocks)} attention "
-                              "blocks that call scaled_dot_product_attention; the others as "
-                              "the model computes them (eager)")
-            return "flash"
-        if runs_flash:
-            at = "bf16, fp8's attention" if precision == "fp8" else precision
-            self.notes.append(f"attention: flash (PyTorch's scaled_dot_product_attention runs "
-                              f"FlashAttention at {at} on compute capability {cc:g}); "
-                              "give attention eager for a model that computes softmax(Q K^T) V "
-                              "itself" + (f", as transformers' {eager_class} does (fused "
-                                          "training code does not)" if eager_class else ""))
-            return "flash"
-        self.notes.append(f"attention: eager (as the graph shows it: PyTorch runs "
-                          f"FlashAttention only at half precision on compute capability 8.0 "
-                          f"and later; this is {precision} on {cc:g})")
-        return "eager"
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
         from mdot_jax.gpu import model_parallel
