@@ -39,7 +39,9 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
         print(f"{at}of which " + ", ".join(f"{k} {number(v, 4)} ms" for k, v in r.phases.items()))
     if r.memory_parts:
         print(f"{at}memory: " + ", ".join(f"{MEMORY_SAID[k]} {number(v)} GB"
-                                          for k, v in r.memory_parts.items()))
+                                          for k, v in r.memory_parts.items())
+              + (f"; the host's, a node: {number(r.host_memory_gb)} GB" if r.host_memory_gb
+                 else ""))
     for said in dict.fromkeys(r.band_from for r in rows if r.interval_ms):
         print(f"80% band: where 80% of the measured times fell, for predictions like these, on "
               f"{said}")

@@ -50,6 +50,9 @@ def test_an_offloaded_optimizer_leaves_the_gpu_and_updates_at_the_hosts_bandwidt
     back = 2 * params / 64e9 * 1e3  # the updated weights in over PCIe gen5 (64 GB/s a way)
     assert off.phases["host copies"] >= back * (1 - 1e-9)
     assert off.iteration_ms == pytest.approx(sum(off.phases.values()))
+    # the host: the state, fp32 master weights and gradients (with `params`, the weights too)
+    assert plain.host_memory_gb is None and "host_memory_gb" not in plain.to_json()
+    assert off.to_json()["host_memory_gb"] == pytest.approx(16 * params / 1e9, rel=1e-6)
     said = next(w for w in off.warnings if w.startswith("offload optimizer"))
     assert "100 GB/s (as given" in said and "not measured" in said
     assert f"at 64 GB/s a direction ({2 * back:.3g} ms" in said  # the gradients out, weights in
@@ -59,6 +62,7 @@ def test_an_offloaded_optimizer_leaves_the_gpu_and_updates_at_the_hosts_bandwidt
     whole = predict(_job(config, offload="params", host_gbs=100.0))
     assert whole.memory_parts["model_states"] == 0.0  # the weights too, but in flight
     assert whole.memory_parts["working"] > off.memory_parts["working"]
+    assert whole.host_memory_gb == pytest.approx(18 * params / 1e9, rel=1e-6)
 
 
 def test_a_nodes_cpus_update_every_shard_of_it(config):
@@ -101,6 +105,7 @@ def test_the_cli_and_a_plan_offload(config, capsys):
                  "--offload", "optimizer"]) == 0
     out, err = capsys.readouterr()
     assert "host copies" in out and "offload optimizer: adamw's state" in err
+    assert "; the host's, a node: " in out
     # a count a plan cannot offload (DDP over 8) is its own row; the one GPU is still priced
     options = plan(Plan(_job(config, offload="optimizer", train_tokens=10 ** 8), gpus=(1, 8),
                         devices=("h100-sxm",)))

@@ -125,4 +125,4 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
         p.with_memory(model_states=-min(gpu_bytes / 1e9, p.memory_parts.get("model_states", 0.0)),
                       working=in_flight / 1e9), phases=phases,
         operators=operators, iteration_ms=sum(phases.values()), interval_ms=None,
-        warnings=[*warnings, said])
+        warnings=[*warnings, said], host_memory_gb=gpus_per_node * host_bytes / 1e9)

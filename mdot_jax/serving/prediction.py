@@ -92,6 +92,7 @@ class Prediction:
     memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
     # of it, GB by what holds it (`serving.memory.MEMORY_PARTS`); empty where not known
     memory_parts: dict[str, float] = field(default_factory=dict)
+    host_memory_gb: float | None = None  # what a node's host holds for it (`gpu.offload`)
     # priced from a GPU's spec sheet (`gpu.spec_sheet`): ms of forward, backward, update (and
     # recomputation, the communication that shows, a pipeline's bubble: `gpu.parallel`,
     # `gpu.model_parallel`)
