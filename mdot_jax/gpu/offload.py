@@ -95,15 +95,15 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
     grads = trained * (mine if strategy in ("zero2", *SHARDED_WEIGHTS) else params)
     before = weight_bytes or held.model
     gpu_bytes = ((held.optimizer + held.master) * trained * mine + held.gradients * grads
-              + (before - min(width, before)) * weights)
+                 + (before - min(width, before)) * weights)
     host_bytes = (state + 4 + 4) * trained * mine  # state, master weights, fp32 gradients
     moved = 2 * k * ms(width * mine, pcie) if what == "params" else 0.0
     if what == "params":  # each layer's weights in for its forward and its backward
         shown += k * (hidden(moved / 2 / k, fw, pieces) + hidden(moved / 2 / k, bw, pieces))
         gpu_bytes += min(width, before) * weights
         host_bytes += width * mine
-    phases = {**p.phases, "update": update,
-              "host copies": shown + copy}
+    phases = {**p.phases, "update": update, "host copies": shown + copy}
+    node_gb = gpus_per_node * host_bytes / 1e9  # the host's memory a node
     operators = p.operators and [
         dict(o, ms=update, name=f"{optimizer} update on the host's CPUs") if o["type"] ==
         "optimizer" else o for o in p.operators]
@@ -115,7 +115,7 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
         in_flight += 2 * width * params / units if what == "params" and units else 0.0
     said = (f"offload {what}: {optimizer}'s state, fp32 master weights and gradients"
             + (" and the weights" if what == "params" else "") + f" on the host "
-            f"({gpus_per_node * host_bytes / 1e9:.3g} GB of a node's memory); the update on its "
+            f"({node_gb:.3g} GB of a node's memory); the update on its "
             f"CPUs at {gbs:g} GB/s ({source}; its peak, so at least {update:.3g} ms), "
             f"gradients out and weights in over PCIe at {pcie:g} GB/s a direction "
             f"({(k + 1) * copy + moved:.3g} ms, {shown + copy:.3g} ms of it not hidden "
@@ -125,4 +125,4 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
         p.with_memory(model_states=-min(gpu_bytes / 1e9, p.memory_parts.get("model_states", 0.0)),
                       working=in_flight / 1e9), phases=phases,
         operators=operators, iteration_ms=sum(phases.values()), interval_ms=None,
-        warnings=[*warnings, said], host_memory_gb=gpus_per_node * host_bytes / 1e9)
+        warnings=[*warnings, said], host_memory_gb=node_gb)
