@@ -56,6 +56,9 @@ def test_every_row_is_sourced_and_consistent(gpu):
     # a reference system's network between nodes: only on boards of NVSwitch (SXM) parts, the
     # system named (a DGX, or the H800's nodes as DeepSeek published them)
     assert not gpu.network_gbs or (gpu.nvswitch and "network" in gpu.source)
+    # a reference system's host (an offloaded optimizer's): its CPUs named in the source
+    assert not gpu.host_gbs or ("host: DGX" in gpu.source
+                                and ("Xeon" in gpu.source or "EPYC" in gpu.source))
 
 
 def test_boards_of_one_chip_differ_by_their_power():
@@ -199,6 +202,7 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     ("power_w", -300, "'power_w' is -300"),
     ("power_w", "700 W", "'power_w' is '700 W'"),
     ("network_gbs", -400, "'network_gbs' is -400"),
+    ("host_gbs", 614e3 * 1e3, "'host_gbs' is 614000000.0; expected 1 to 100000 GB/s"),
     ("nvlink_gpus", 1, "'nvlink_gpus' is 1; expected 2 to 1000 GPUs, a whole number (0: none)"),
     ("nvlink_gpus", 72.5, "'nvlink_gpus' is 72.5; expected 2 to 1000 GPUs, a whole number"),
     ("sms", 131.5, "'sms' is 131.5; expected 1 to 1000 streaming multiprocessors (not CUDA "
