@@ -97,9 +97,9 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
     gpu_bytes = ((held.optimizer + held.master) * trained * mine + held.gradients * grads
                  + (before - min(width, before)) * weights)
     host_bytes = (state + 4 + 4) * trained * mine  # state, master weights, fp32 gradients
-    moved = 2 * k * ms(width * mine, pcie) if what == "params" else 0.0
+    fetch = ms(width * mine, pcie) if what == "params" else 0.0  # the weights in, a pass
     if what == "params":  # each layer's weights in for its forward and its backward
-        shown += k * (hidden(moved / 2 / k, fw, pieces) + hidden(moved / 2 / k, bw, pieces))
+        shown += k * (hidden(fetch, fw, pieces) + hidden(fetch, bw, pieces))
         gpu_bytes += min(width, before) * weights
         host_bytes += width * mine
     phases = {**p.phases, "update": update, "host copies": shown + copy}
@@ -118,7 +118,7 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
             f"({node_gb:.3g} GB of a node's memory); the update on its "
             f"CPUs at {gbs:g} GB/s ({source}; its peak, so at least {update:.3g} ms), "
             f"gradients out and weights in over PCIe at {pcie:g} GB/s a direction "
-            f"({(k + 1) * copy + moved:.3g} ms, {shown + copy:.3g} ms of it not hidden "
+            f"({(k + 1) * copy + 2 * k * fetch:.3g} ms, {shown + copy:.3g} ms of it not hidden "
             "behind compute): not measured")
     warnings = [w for w in p.warnings if not w.startswith(f"the {optimizer} update priced")]
     return dataclasses.replace(

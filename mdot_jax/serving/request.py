@@ -370,9 +370,9 @@ class TrainingJob:
             raise RequestError(f"offload: priced for DeepSpeed's CPU Adam; give optimizer "
                                f"{' or '.join(OFFLOAD_OPTIMIZERS)} (this is {self.optimizer})",
                                "offload")
-        for name, plain in (("tp", 1), ("pp", 1), ("ep", 1), ("framework", "pytorch"),
-                            ("step", None), ("fused_optimizer", False)):
-            if getattr(self, name) not in (plain, "train"):
+        for name, plain in (("tp", (1,)), ("pp", (1,)), ("ep", (1,)), ("framework", ("pytorch",)),
+                            ("step", (None, "train")), ("fused_optimizer", (False,))):
+            if getattr(self, name) not in plain:
                 raise RequestError(f"{name}: offload is priced under DeepSpeed's ZeRO over data "
                                    f"parallelism alone (no {name})", name)
 
