@@ -23,6 +23,7 @@ from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, RequestError, UsageError
 from mdot_jax.options import CHOICE_HINTS, MEASURED_PRECISIONS
 from mdot_jax.readable import count, plural
+from mdot_jax.serving import named_models
 
 USER_COMMANDS = {  # name -> one line for `mdot --help`
     "predict": "predict the training iteration (and job) time of a model",
@@ -30,6 +31,7 @@ USER_COMMANDS = {  # name -> one line for `mdot --help`
     "adapt": "a checkpoint for another device: from this machine's probe, or step times",
     "probe": "measure the probe (12 samples, a few minutes) that describes this device",
     "devices": "the GPU catalog: spec sheets of the GPUs --device can name",
+    "models": "well-known models a MODEL argument can name instead of a file (llama-3.1-8b)",
 }
 
 
@@ -50,6 +52,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     )
     from mdot_jax.serving.request import too_many_tokens
 
+    args.model = named_models.resolve(args.model)  # a name of `mdot models`: its config.json
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)
     if why := too_many_tokens(args.batch_size, args.seq_len):
@@ -240,6 +243,23 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from mdot_jax.serving.named_models import named
+
+    models = named().values()
+    if args.json:
+        print(json.dumps([dict(name=m.name, repo=m.repo, parameters=m.parameters, kind=m.kind,
+                               config=str(m.config), source=m.source) for m in models]))
+        return 0
+    width = max(len(m.name) for m in models)
+    print(f"{'name':<{width}}  {'parameters':>10}  {'kind':<20}  Hugging Face repository")
+    for m in models:
+        print(f"{m.name:<{width}}  {count(m.parameters):>10}  {m.kind:<20}  {m.repo}")
+    print(f"{plural(len(models), 'model')}: each its repository's config.json, shipped "
+          "(`--json`: the file); a repository's name or its -Instruct variant names it too")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one line (`mdot: error: argument --x: ...`), exit 2."""
 
@@ -268,8 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 help=argparse.SUPPRESS, prog="mdot")
 
     p = sub.add_parser("convert", description=USER_COMMANDS["convert"])
-    p.add_argument("model", help="an .onnx file, or a language model's config.json (with"
-                   " --seq-len)")
+    p.add_argument("model", help="an .onnx file, a Hugging Face model's config.json (with"
+                   " --seq-len), or a name of `mdot models`")
     cli_job.add_shape_args(p)
     p.add_argument("-o", "--output", help="write the operator sequence to this .npz")
     p.add_argument("--fuse", type=int, metavar="V", help="kernel fusion version (default: the "
@@ -294,9 +314,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="every field, with its source")
     p.set_defaults(func=cmd_devices)
 
+    p = sub.add_parser("models", description=USER_COMMANDS["models"])
+    p.add_argument("--json", action="store_true", help="every field, with its config.json")
+    p.set_defaults(func=cmd_models)
+
     p = sub.add_parser("predict", description=USER_COMMANDS["predict"])
     p.add_argument("model", help="path to an .onnx file (export it with converters.from_*), "
-                                 "or a Hugging Face language model's config.json (with --seq-len)")
+                                 "a Hugging Face model's config.json (with --seq-len), or a name "
+                                 "of `mdot models` (llama-3.1-8b)")
     cli_job.add_shape_args(p)
     p.add_argument("--checkpoint", help="shipped checkpoint name or directory (default: "
                                         "timm-rtx3090; gpu-spec-sheet: price the --device GPU "

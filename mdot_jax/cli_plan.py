@@ -120,7 +120,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     p = sub.add_parser("plan", description=COMMANDS["plan"])
-    p.add_argument("model", help="an .onnx file, an .npz, or a language model's config.json")
+    p.add_argument("model", help="an .onnx file, an .npz, a Hugging Face model's config.json, "
+                   "or a name of `mdot models`")
     cli_job.add_shape_args(p)
     cli_job.add_job_args(p, plan=True)
     p.add_argument("--devices", default="all",

@@ -118,8 +118,9 @@ def test_no_code_line_cites_a_study_section_or_a_date():
 
 @pytest.mark.slow
 def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
-    """`pip install .` (not editable) in a fresh venv ships the checkpoints as package data,
-    and `mdot predict` finds them from any working directory."""
+    """`pip install .` (not editable) in a fresh venv ships the checkpoints (and the named
+    models' configs) as package data, and `mdot predict` finds them from any working
+    directory."""
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(dist), str(REPO)], check=True, cwd=tmp_path)
@@ -141,6 +142,8 @@ def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
         print(",".join(shipped_checkpoints()))
         from mdot_jax.measure import core_set
         print(len(core_set.load()["probe"]))
+        from mdot_jax.serving.named_models import named
+        print(sum(m.config.is_file() for m in named().values()), len(named()))
     """)
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -150,6 +153,8 @@ def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
     assert out[0].startswith(str(venv)) and out[1].startswith(str(venv))
     assert {"timm-rtx3090", "cpu-amd-epyc-f26m2-2t"} <= set(out[2].split(","))
     assert out[3] == "12"  # the probe ships as package data: `mdot probe` works anywhere
+    files, names = out[4].split()  # the named models' config.json files ship too
+    assert files == names and int(names) > 0
     pred = subprocess.run([venv / "bin" / "mdot", "predict", "m.onnx", "--batch-size", "8",
                            "--json"], cwd=work, env=env, capture_output=True, text=True)
     assert pred.returncode == 0, pred.stderr

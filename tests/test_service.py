@@ -213,6 +213,20 @@ def test_a_config_json_is_a_model_at_the_requests_tokens(server):
     assert r.status_code == 200 and r.json()["tokens_per_s"] > 0, r.text
     r = client.post("/v1/predict", json=job)
     assert r.status_code == 422 and r.json()["field"] == "seq_len"
+    r = client.post("/v1/predict", json=dict(job, model="gpt2", seq_len=64))  # a named one
+    assert r.status_code == 200 and r.json()["parameters"] == 124_439_808, r.text
+
+
+def test_a_named_model_needs_no_upload(server):
+    """GET /v1/models lists the shipped configs; "model" takes a name as it takes a SHA."""
+    client, _ = server
+    names = [m["name"] for m in client.get("/v1/models").json()]
+    assert "llama-3.1-8b" in names
+    job = {"model": "meta-llama/Llama-3.1-8B", "batch_size": 1, "device": "h100-sxm"}
+    r = client.post("/v1/predict", json=job)  # priced at seq_len tokens: none given
+    assert r.status_code == 422 and r.json()["field"] == "seq_len", r.text
+    r = client.post("/v1/predict", json=dict(job, model="llama-9"))
+    assert r.status_code == 422 and "a name GET /v1/models lists" in r.json()["error"]
 
 
 def test_concurrent_clients_get_the_same_answers(server):

@@ -38,6 +38,7 @@ from mdot_jax.options import (
     STEPS,
     STRATEGIES,
 )
+from mdot_jax.serving import named_models
 
 MODEL_TYPES = (str, Path, bytes, onnx.ModelProto, OperatorSequence)  # what `model` may be
 _TOKENS = (MAX_TOKENS, " tokens, the longest sequence priced (the conversion holds each "
@@ -136,9 +137,9 @@ class TrainingJob:
 
     Attributes:
       model: an `.onnx` file, its bytes or ModelProto, an `.npz` or `OperatorSequence` from
-        `convert` (at its own batch and input size), or a Hugging Face language model's
-        `config.json` (causal or encoder-decoder; or its folder; built on the meta device at
-        `seq_len` tokens).
+        `convert` (at its own batch and input size), a Hugging Face model's `config.json` (or
+        its folder; built on the meta device at `seq_len` tokens), or the name of one that
+        ships with the package (`named_models`: `llama-3.1-8b`, `Qwen/Qwen3-8B`).
       batch_size: per device; a tuple gives one prediction each; None: dim 0 of
         `input_shapes`.
       device: a GPU of the catalog (`mdot devices`: priced from its spec sheet), or the
@@ -268,6 +269,7 @@ class TrainingJob:
                 "bytes or ModelProto, or an OperatorSequence" + (
                     "; export a PyTorch module first: converters.from_torch(module, "
                     "example_input)" if module else ""), "model")
+        object.__setattr__(self, "model", named_models.resolve(self.model))  # a name: its file
         for name, shape in (self.input_shapes or {}).items():
             _ints(f"input_shapes[{name!r}]", list(shape), MAX_TOKENS,
                   " (a dim the conversion holds position by position)")

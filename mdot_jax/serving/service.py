@@ -2,6 +2,7 @@
 
     POST /v1/models    an ONNX file's or a language model's config.json's bytes -> {"model": its
                        SHA-256}; kept on disk
+    GET  /v1/models    the named models (`named_models`): "model" takes a name as a SHA
     POST /v1/predict   {"model": SHA, <TrainingJob fields>} -> a prediction (a list for several)
     POST /v1/plan      {"model": SHA, "devices", "gpus", "prices", "deadline_h", "budget_usd",
                         "global_batch", "cps", "strategies", <TrainingJob fields>} -> the
@@ -39,6 +40,7 @@ from typing import Any
 
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.serving import named_models
 from mdot_jax.serving.request import TrainingJob, in_fields
 
 MAX_JSON_KB = 256
@@ -93,14 +95,18 @@ class ModelStore:
         for kind in KINDS:
             message = re.sub(re.escape(f"{self.folder}{os.sep}") + "([0-9a-f]{64})"
                              + re.escape(kind), r"model \1", message)
+        message = re.sub(re.escape(f"{named_models.HOME}{os.sep}") + r"([^/\\]+)"
+                         + re.escape(f"{os.sep}config.json"), r"model \1", message)
         return re.sub("--device-spec " + re.escape(f"{self.specs}{os.sep}") + "[0-9a-f]{64}"
                       + re.escape(".json"), "device_spec", message)
 
     def get(self, sha: Any) -> Path:
+        if isinstance(sha, str) and (found := named_models.find(sha)) is not None:
+            return found.config  # a named model's config.json: the package's, not a user's
         if not isinstance(sha, str) or len(sha) != 64 or not all(
                 c in "0123456789abcdef" for c in sha):
             raise _Answer(422, f"model {sha!r}: expected the SHA-256 that POST /v1/models "
-                          "answered", "model")
+                          "answered, or a name GET /v1/models lists", "model")
         path = next((p for p in (self.folder / f"{sha}{k}" for k in KINDS) if p.exists()), None)
         if path is None:
             raise _Answer(404, f"model {sha}: not uploaded here (POST /v1/models)", "model")
@@ -254,6 +260,11 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
     @app.get("/v1/devices")
     def devices() -> list:
         return [g.to_json() for g in catalog.catalog().values()]
+
+    @app.get("/v1/models")
+    def models() -> list:
+        return [dict(name=m.name, repo=m.repo, parameters=m.parameters, kind=m.kind)
+                for m in named_models.named().values()]
 
     @app.post("/v1/models", openapi_extra={"requestBody": {"content": {
         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})

@@ -1,0 +1,99 @@
+"""Well-known models by name: each one's Hugging Face `config.json` ships with the package
+(`configs/<name>/config.json`: the architecture's fields as its Hub repository has them), so a
+job can name `llama-3.1-8b` where it would give a config.json's path.
+
+The rules:
+- a path that exists is a path, always: a folder or file of the user's shadows a name;
+- a name matches case-insensitively, as listed, or as its Hub repository (`meta-llama/
+  Llama-3.1-8B`); of a repository's name only the part after its owner counts, and the
+  fine-tuned variants' suffixes that change no weight's shape (`-Instruct`, `-chat`, `-hf`)
+  and Meta's old `Meta-` prefix are dropped, so `Meta-Llama-3.1-8B-Instruct` is
+  `llama-3.1-8b`;
+- a string that is neither a file nor a name, and is not a file's name (no `.onnx`, `.npz` or
+  `.json`), is one error naming the closest names.
+`configs/index.json` holds each name's repository and its parameter count as transformers
+counts them (the tests export every one and compare)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from mdot_jax.errors import RequestError
+
+HOME = Path(__file__).parent / "configs"
+FILE_SUFFIXES = (".onnx", ".npz", ".json")  # a string ending so names a file, not a model
+_VARIANTS = re.compile(r"(-instruct|-chat|-hf|-it)+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedModel:
+    name: str
+    repo: str  # its Hugging Face Hub repository, where its config.json is from
+    parameters: int  # as transformers counts them (tied weights once)
+
+    @property
+    def config(self) -> Path:
+        return HOME / self.name / "config.json"
+
+    @property
+    def source(self) -> str:
+        return f"https://huggingface.co/{self.repo}/blob/main/config.json"
+
+    @property
+    def kind(self) -> str:
+        """What it is, in words, read from its config.json."""
+        fields = json.loads(self.config.read_text())
+        head = (fields.get("architectures") or [""])[0]
+        experts = next((fields[k] for k in ("num_local_experts", "num_experts",
+                                            "n_routed_experts") if fields.get(k)), 0)
+        if head.endswith("ForImageClassification"):
+            return "image classifier"
+        if head.endswith("ForMaskedLM"):
+            return "encoder (masked LM)"
+        if head.endswith("ForConditionalGeneration"):
+            return "encoder-decoder"
+        return f"decoder, {experts} experts" if experts else "decoder"
+
+
+def _key(name: str) -> str:
+    """How a name or repository is matched (module docstring)."""
+    key = _VARIANTS.sub("", name.strip().lower().rsplit("/", 1)[-1])
+    return key.removeprefix("meta-") if key.startswith("meta-llama-") else key
+
+
+@functools.lru_cache(maxsize=1)
+def named() -> dict[str, NamedModel]:
+    """Every named model, by name."""
+    index = json.loads((HOME / "index.json").read_text())
+    return {name: NamedModel(name, **fields) for name, fields in index.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _by_key() -> dict[str, NamedModel]:
+    return {_key(k): m for m in named().values() for k in (m.name, m.repo)}
+
+
+def find(name: str) -> NamedModel | None:
+    """The named model `name` means (module docstring), or None."""
+    return _by_key().get(_key(name))
+
+
+def resolve(model: Any) -> Any:
+    """`model`, or the config.json of the named model it names (module docstring's rules)."""
+    if not isinstance(model, str) or Path(model).exists():
+        return model
+    if (found := find(model)) is not None:
+        return str(found.config)
+    if model.lower().endswith(FILE_SUFFIXES):
+        return model  # a file's name: its reader says it is not there
+    close = difflib.get_close_matches(_key(model), list(_by_key()), n=3, cutoff=0.6)
+    names = list(dict.fromkeys(_by_key()[k].name for k in close))  # a repo's and its name's
+    raise RequestError(f"model {model!r}: no such file, nor a named model" + (
+        f" (did you mean {' or '.join(names)}?)" if names else "")
+        + "; `mdot models` lists the names", "model")

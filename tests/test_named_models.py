@@ -1,0 +1,75 @@
+"""Models by name (`serving.named_models`): a name, its Hub repository or a fine-tuned
+variant's name means the shipped config.json; a path that exists wins; an unknown name is one
+error naming the close ones; every shipped config exports at the parameter count its index
+records (slow: all of them, up to DeepSeek-V3's 671B)."""
+
+import json
+
+import pytest
+
+from mdot_jax import RequestError, TrainingJob
+from mdot_jax.cli import main
+from mdot_jax.serving.named_models import HOME, find, named, resolve
+
+
+@pytest.mark.parametrize("asked, name", [
+    ("llama-3.1-8b", "llama-3.1-8b"), ("LLAMA-3.1-8B", "llama-3.1-8b"),
+    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),  # the old name, a variant
+    ("meta-llama/Meta-Llama-3-8B", "llama-3-8b"), ("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b"),
+    ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"), ("openai-community/gpt2", "gpt2"),
+    ("google-bert/bert-base-uncased", "bert-base-uncased")])
+def test_a_name_a_repository_or_a_variant_means_the_shipped_config(asked, name):
+    assert resolve(asked) == str(HOME / name / "config.json")
+    assert TrainingJob(model=asked, batch_size=1).model == str(HOME / name / "config.json")
+
+
+def test_a_path_that_exists_is_a_path_and_a_files_name_is_its_readers(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").mkdir()  # the user's own folder shadows the name
+    assert resolve("gpt2") == "gpt2"
+    assert resolve("missing.onnx") == "missing.onnx"  # the loader says it is not there
+    assert resolve(b"onnx bytes") == b"onnx bytes"
+
+
+def test_an_unknown_name_is_one_error_naming_the_close_ones():
+    with pytest.raises(RequestError, match=r"model 'llama-3-7b': no such file, nor a named "
+                       r"model \(did you mean .*llama-3-8b") as e:
+        TrainingJob(model="llama-3-7b", batch_size=1)
+    assert e.value.field == "model" and "\n" not in str(e.value)
+    with pytest.raises(RequestError, match=r"'xyzzy': no such file, nor a named model; "):
+        resolve("xyzzy")
+
+
+def test_the_index_and_the_config_files_agree():
+    folders = {p.parent.name for p in HOME.glob("*/config.json")}
+    assert folders == set(named())
+    for m in named().values():
+        fields = json.loads(m.config.read_text())
+        assert fields["model_type"] and fields["architectures"], m.name
+        assert find(m.repo) is m and find(m.name) is m  # no name or repository means two
+        assert m.source.startswith("https://huggingface.co/") and m.parameters > 0
+
+
+def test_mdot_models_lists_them_and_predict_and_convert_take_a_name(capsys):
+    assert main(["models", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in listed] == list(named())
+    assert main(["models"]) == 0
+    assert "llama-3.1-8b" in capsys.readouterr().out
+    assert main(["predict", "lama-3.1-8b", "--batch-size", "1", "--seq-len", "64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mdot: error: MODEL 'lama-3.1-8b'") and "llama-3.1-8b" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(named()))
+def test_each_named_model_exports_at_its_published_parameter_count(name):
+    """The config's fields and the count its model card publishes agree: a wrong width,
+    depth, vocabulary or expert count would not."""
+    from converters import convert, from_hf_config
+
+    m = named()[name]
+    image = json.loads(m.config.read_text())["model_type"] == "vit"
+    graph = from_hf_config(m.config, seq_len=0 if image else 64)
+    assert convert(graph, batch_size=1, seq_len=None if image else 64).params == m.parameters
