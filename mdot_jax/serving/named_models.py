@@ -1,6 +1,7 @@
 """Well-known models by name: each one's Hugging Face `config.json` ships with the package
-(`configs/<name>/config.json`: the architecture's fields as its Hub repository has them), so a
-job can name `llama-3.1-8b` where it would give a config.json's path.
+(`configs/<name>/config.json`: the architecture's fields as its Hub repository has them; an
+image model's `image_size` its image processor's crop where the config has none), so a job
+can name `llama-3.1-8b` where it would give a config.json's path.
 
 The rules:
 - a path that exists is a path, always: a folder or file of the user's shadows a name;
