@@ -406,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConversionError, MdotError) as e:
-        print(f"mdot: error: {_as_flags(str(e), getattr(e, 'field', ''))}", file=sys.stderr)
+        message = named_models.said(str(e))  # a named model by its name, not the package's file
+        print(f"mdot: error: {_as_flags(message, getattr(e, 'field', ''))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("mdot: interrupted", file=sys.stderr)

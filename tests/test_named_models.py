@@ -9,7 +9,7 @@ import pytest
 
 from mdot_jax import RequestError, TrainingJob
 from mdot_jax.cli import main
-from mdot_jax.serving.named_models import HOME, find, named, resolve
+from mdot_jax.serving.named_models import HOME, find, named, resolve, said
 
 
 @pytest.mark.parametrize("asked, name", [
@@ -39,6 +39,11 @@ def test_an_unknown_name_is_one_error_naming_the_close_ones():
     assert e.value.field == "model" and "\n" not in str(e.value)
     with pytest.raises(RequestError, match=r"'xyzzy': no such file, nor a named model; "):
         resolve("xyzzy")
+
+
+def test_an_error_about_a_named_models_config_names_the_model_not_the_packages_file():
+    message = f"{find('gpt2').config}: 2048 tokens are more than its n_positions (1024) allows"
+    assert said(message) == "gpt2: 2048 tokens are more than its n_positions (1024) allows"
 
 
 def test_the_index_and_the_config_files_agree():

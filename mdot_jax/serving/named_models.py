@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import functools
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,10 @@ def resolve(model: Any) -> Any:
     raise RequestError(f"model {model!r}: no such file, nor a named model" + (
         f" (did you mean {' or '.join(names)}?)" if names else "")
         + "; `mdot models` lists the names", "model")
+
+
+def said(message: str) -> str:
+    """`message` with each named model's config.json path said as its name (the package's
+    folders are not the user's)."""
+    path = re.escape(f"{HOME}{os.sep}") + r"([^/\\\s]+)" + re.escape(f"{os.sep}config.json")
+    return re.sub(path, r"\1", message)

@@ -95,8 +95,7 @@ class ModelStore:
         for kind in KINDS:
             message = re.sub(re.escape(f"{self.folder}{os.sep}") + "([0-9a-f]{64})"
                              + re.escape(kind), r"model \1", message)
-        message = re.sub(re.escape(f"{named_models.HOME}{os.sep}") + r"([^/\\]+)"
-                         + re.escape(f"{os.sep}config.json"), r"model \1", message)
+        message = named_models.said(message)
         return re.sub("--device-spec " + re.escape(f"{self.specs}{os.sep}") + "[0-9a-f]{64}"
                       + re.escape(".json"), "device_spec", message)
 
