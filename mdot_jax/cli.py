@@ -249,12 +249,15 @@ def cmd_models(args: argparse.Namespace) -> int:
     models = named().values()
     if args.json:
         print(json.dumps([dict(name=m.name, repo=m.repo, parameters=m.parameters, kind=m.kind,
-                               config=str(m.config), source=m.source) for m in models]))
+                               positions=m.positions, config=str(m.config), source=m.source)
+                          for m in models]))
         return 0
     width = max(len(m.name) for m in models)
-    print(f"{'name':<{width}}  {'parameters':>10}  {'kind':<20}  Hugging Face repository")
+    print(f"{'name':<{width}}  {'parameters':>10}  {'kind':<20}  {'positions':>9}  "
+          "Hugging Face repository")
     for m in models:
-        print(f"{m.name:<{width}}  {count(m.parameters):>10}  {m.kind:<20}  {m.repo}")
+        print(f"{m.name:<{width}}  {count(m.parameters):>10}  {m.kind:<20}  "
+              f"{m.positions or '-':>9}  {m.repo}")
     print(f"{plural(len(models), 'model')}: each its repository's config.json, shipped "
           "(`--json`: the file); a repository's name or its -Instruct variant names it too")
     return 0

@@ -60,6 +60,9 @@ def test_mdot_models_lists_them_and_predict_and_convert_take_a_name(capsys):
     assert main(["models", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [m["name"] for m in listed] == list(named())
+    by_name = {m["name"]: m for m in listed}
+    assert by_name["llama-3.1-8b"]["positions"] == 131072 and by_name["gpt2"]["positions"] == 1024
+    assert by_name["resnet-50"]["positions"] is None  # images
     assert main(["models"]) == 0
     assert "llama-3.1-8b" in capsys.readouterr().out
     assert main(["predict", "lama-3.1-8b", "--batch-size", "1", "--seq-len", "64"]) == 2

@@ -48,6 +48,13 @@ class NamedModel:
         return f"https://huggingface.co/{self.repo}/blob/main/config.json"
 
     @property
+    def positions(self) -> int | None:
+        """The longest sequence its position table or rotary scaling was made for (None: a
+        model of images)."""
+        fields = json.loads(self.config.read_text())
+        return fields.get("max_position_embeddings") or fields.get("n_positions")
+
+    @property
     def kind(self) -> str:
         """What it is, in words, read from its config.json."""
         fields = json.loads(self.config.read_text())
