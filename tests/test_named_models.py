@@ -17,7 +17,9 @@ from mdot_jax.serving.named_models import HOME, find, named, resolve, said
     ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
     ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),  # the old name, a variant
     ("meta-llama/Meta-Llama-3-8B", "llama-3-8b"), ("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b"),
-    ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"), ("openai-community/gpt2", "gpt2"),
+    ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"), ("mistralai/Mixtral-8x7B-Instruct-v0.1",
+                                                  "mixtral-8x7b"),
+    ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b-v0.3"), ("openai-community/gpt2", "gpt2"),
     ("google-bert/bert-base-uncased", "bert-base-uncased")])
 def test_a_name_a_repository_or_a_variant_means_the_shipped_config(asked, name):
     assert resolve(asked) == str(HOME / name / "config.json")

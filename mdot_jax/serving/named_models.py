@@ -7,9 +7,9 @@ The rules:
 - a path that exists is a path, always: a folder or file of the user's shadows a name;
 - a name matches case-insensitively, as listed, or as its Hub repository (`meta-llama/
   Llama-3.1-8B`); of a repository's name only the part after its owner counts, and the
-  fine-tuned variants' suffixes that change no weight's shape (`-Instruct`, `-chat`, `-hf`)
-  and Meta's old `Meta-` prefix are dropped, so `Meta-Llama-3.1-8B-Instruct` is
-  `llama-3.1-8b`;
+  fine-tuned variants' words that change no weight's shape (`-Instruct`, `-chat`, `-hf`,
+  `-it`, wherever they stand) and Meta's old `Meta-` prefix are dropped, so
+  `Meta-Llama-3.1-8B-Instruct` is `llama-3.1-8b`, `Mixtral-8x7B-Instruct-v0.1` `mixtral-8x7b`;
 - a string that is neither a file nor a name, and is not a file's name (no `.onnx`, `.npz` or
   `.json`), is one error naming the closest names.
 `configs/index.json` holds each name's repository and its parameter count as transformers
@@ -30,7 +30,7 @@ from mdot_jax.errors import RequestError
 
 HOME = Path(__file__).parent / "configs"
 FILE_SUFFIXES = (".onnx", ".npz", ".json")  # a string ending so names a file, not a model
-_VARIANTS = re.compile(r"(-instruct|-chat|-hf|-it)+$")
+_VARIANTS = re.compile(r"-(instruct|chat|hf|it)(?=-|$)")  # a fine-tune's tokens of its name
 
 
 @dataclasses.dataclass(frozen=True)
