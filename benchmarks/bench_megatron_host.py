@@ -31,15 +31,6 @@ chosen on changed again. The first run's numbers stay in docs/studies/host-per-m
 Run again, by the same rule, once full activation checkpointing ran again only the layers'
 operators (a fault: the embedding, the final norm, the head and the loss were run again too;
 every vTrain row is checkpointed), written before that run.
-
-Run again, by the same rule, once each pipeline stage's GPU waited on its own host (a fault:
-the one-GPU step's launch gaps were shared by the stages by their GPU time, so a stage of much
-GPU time in few kernels, the head's, waited for the other stages' hosts, and a launch-bound
-pipeline's iteration could shrink as its micro-batch grew; now by how much more each stage's
-host issues than its GPU runs, `host.stage_gaps`), written before that run. Declared: the fix
-was first priced over all rows at the shipped 54.2 us (`bench_vtrain.py --framework megatron`):
-single node 8.96% -> 9.37% (pipeline-only rows 10.2% -> 12.0%, median 0.91 -> 0.89; mixed 8.4%
--> 8.0%), multi-node unchanged; so the held-out rows are not blind to it.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from converters.attention import attention_blocks
 from mdot_jax import RequestError, TrainingJob, predict
 from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu.host import stage_gaps
 from mdot_jax.gpu.model_parallel import shard, width
 from mdot_jax.gpu.spec_sheet import load_step_model, price
 
@@ -446,26 +445,6 @@ def test_a_plan_keeps_the_hosts_launch_gaps(gpt, tmp_path):
     gaps = [predict(_job(gpt, gpus=2, checkpoint=str(tmp_path), **plan)).phases
             .get("launch gaps", 0.0) for plan in ({}, {"tp": 2})]
     assert gaps[0] > 100 and gaps[1] > 100  # hundreds of kernels, each waiting on the host
-
-
-def test_each_pipeline_stage_waits_on_its_own_host(tmp_path):
-    """Each stage's process issues its own kernels: a one-GPU step's launch gaps go to the
-    stages whose host issues more than their GPU runs (not by GPU time: the head's stage, much
-    GPU time in few kernels, waited for the others' hosts), so a launch-bound pipeline's
-    iteration never shrinks as its micro-batch grows."""
-    ops = [dict(type="MatMul", index=0, ms=1.0, kernels=10),  # stage 0: many small kernels
-           dict(type="MatMul", index=1, ms=5.0, kernels=2),  # stage 1: a few large ones
-           dict(type="launch gaps", ms=6.0, host_ms=0.5)]
-    assert stage_gaps(ops, np.array([0, 1]), 2).tolist() == [6.0, 0.0]
-    assert stage_gaps(ops[:2], np.array([0, 1]), 2).tolist() == [0.0, 0.0]  # none waited
-    config = dict(model_type="llama", hidden_size=256, intermediate_size=688, vocab_size=1024,
-                  num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
-                  max_position_embeddings=128)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    ms = [predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=128, batch_size=b,
-                              device="h100-sxm", precision="tf32", gpus=2, pp=2,
-                              grad_accum=4)).iteration_ms for b in (4, 8)]
-    assert ms[1] >= ms[0]
 
 
 @pytest.mark.parametrize("gpu,precision,chosen", [("h100-sxm", "amp-bf16", "flash"),

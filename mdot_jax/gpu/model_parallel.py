@@ -17,22 +17,22 @@ embedding's output in the forward (first stage) and the head's input gradient in
 (grouped-query attention, `heads`), and a Mamba-2 mixer's heads and groups of B and C
 (`state_space` in the sequence's metadata), as Megatron-LM asserts.
 
-Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V chunks
-of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved schedule; where P
-V does not divide L, chunk c starts at layer floor(c L / (P V)), as uneven splits give chunks one
-layer more or less), each chunk starting at its first layer's attention scores; stage s runs chunks
-s, s + P, ...; the embedding goes with the first stage, the head and the loss with the last. An
-iteration runs the accumulation's m micro-batches; with stages taking t_s a micro-batch (forward,
-backward, recomputation, the GPU's waits on the stage's own host issuing its kernels
-(`host.stage_gaps`), their tensor-parallel all-reduces, and sending activations forward and
-gradients back, 1/T of them per GPU as Megatron's scatter-gather does), 1F1B and GPipe take sum_s
-t_s + (m - 1) max t, the interleaved schedule m max t + (sum t - max t) / V; beyond m max t is the
-bubble. A weight two stages hold (a tied embedding and head) has its fp32 gradient all-reduced
-between them once an iteration, after the flush (Megatron-LM's embedding group). Memory is the
-fullest stage's: its share of the parameters, gradients and optimizer state, and the activations of
-the micro-batches in flight (1F1B: min(P - s, m) on stage s; GPipe: m; interleaved: min(P, m) (1 +
-(P - 1) / (P V)) on the first), with full checkpointing the layers' inputs of those and one layer's
-whole (what lies outside the layers, the embedding's, the head's and the loss's, as without).
+Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
+chunks of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved
+schedule; where P V does not divide L, chunk c starts at layer floor(c L / (P V)), as uneven
+splits give chunks one layer more or less), each chunk starting at its first layer's attention
+scores; stage s runs chunks s, s + P, ...; the embedding goes with the first stage, the head
+and the loss with the last. An iteration runs the accumulation's m micro-batches; with stages
+taking t_s a micro-batch (forward, backward, recomputation, their tensor-parallel all-reduces,
+and sending activations forward and gradients back, 1/T of them per GPU as Megatron's
+scatter-gather does), 1F1B and GPipe take sum_s t_s + (m - 1) max t, the interleaved schedule m
+max t + (sum t - max t) / V; beyond m max t is the bubble. A weight two stages hold (a tied
+embedding and head) has its fp32 gradient all-reduced between them once an iteration, after the
+flush (Megatron-LM's embedding group). Memory is the fullest stage's: its share of the
+parameters, gradients and optimizer state, and the activations of the micro-batches in flight
+(1F1B: min(P - s, m) on stage s; GPipe: m; interleaved: min(P, m) (1 + (P - 1) / (P V)) on the
+first), with full checkpointing the layers' inputs of those and one layer's whole (what lies
+outside the layers, the embedding's, the head's and the loss's, as without).
 
 Context parallel over C GPUs (ring attention, as Megatron-LM's context parallelism runs it):
 each sequence of S tokens cut into C pieces of S / C, each GPU running every operator over its
@@ -67,7 +67,6 @@ from mdot_jax import autograd
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classes_field, classified
-from mdot_jax.gpu.host import stage_gaps
 from mdot_jax.gpu.parallel import LATENCY_US, Link, allreduce_ms, group_link, updating
 from mdot_jax.serving.memory import HALF, activation_scale, param_bytes, saved, step_memory
 from mdot_jax.serving.prediction import Prediction
@@ -380,8 +379,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     layers = np.bincount(stage[first], minlength=pp)  # [pp]
     bytes_ = 2.0 if precision in HALF else 4.0
     act = tokens_of(seq, blocks) * width(seq) * bytes_  # one [tokens, width] activation
-    compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation")}
-    gaps = stage_gaps(one.operators or [], stage, pp)  # [pp] each stage's host's
+    compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation",
+                                                    "launch gaps")}  # gaps: the host's
     passes = 2 + (checkpointing == "full")  # forward, backward, the forward again
     link = group_link(gpu, layout.gpus_per_node, layout.gpus // layout.gpus_per_node,
                       interconnect, network_gbs, tp, 1)
@@ -393,9 +392,10 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
         act, tp, link, 1) if tp > 1 else np.zeros(pp)
     p2p = _p2p_ms(act / tp, layout, gpu, network_gbs, interconnect) * 2 * v if pp > 1 else 0.0
     ring = share * one.phases.get("communication", 0.0)  # [pp] context parallelism's, exposed
-    t = share * sum(compute.values()) + gaps + ring + tp_ms + p2p  # [pp] ms a micro-batch
+    t = share * sum(compute.values()) + ring + tp_ms + p2p  # [pp] ms a micro-batch
     m, slow = micro_batches, int(np.argmax(t))
-    iteration = m * t[slow] + (t.sum() - t[slow]) / (v if layout.schedule == "interleaved" else 1)
+    fill = t.sum() - t[slow]
+    iteration = m * t[slow] + (fill / v if layout.schedule == "interleaved" else fill)
     tied = _tied_ms(seq, layout, gpu, network_gbs, interconnect) if pp > 1 else 0.0
     held = param_bytes(precision, optimizer, framework)  # bytes a parameter
     every, trained, weights = _stage_params(seq, stage, pp, held.model)  # [pp] each
@@ -406,8 +406,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     update = one.phases.get("update", 0.0) * updates
     one = dataclasses.replace(one, operators=updating(one.operators, updates,
                                                       "the slowest stage's"))
-    phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c} | (
-        {"launch gaps": float(m * gaps[slow])} if gaps[slow] else {})
+    phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
     phases.update(**{"update": float(update)} if "update" in one.phases else {},
                   communication=float(m * (ring[slow] + tp_ms[slow] + p2p) + tied))
     split, tail = [], []  # what the note says: a pipeline's parts only where there is one
@@ -443,10 +442,11 @@ def _p2p_ms(nbytes: float, layout: Layout, gpu: GPU, network_gbs: float,
     tp x replicas GPUs leave room for the next in the node, else over the network, whose
     bandwidth every GPU of the node shares."""
     group = layout.tp * layout.replicas
-    link = (group_link(gpu, layout.gpus_per_node, 1, interconnect, network_gbs, 2, group)
-            if group < layout.gpus_per_node else
-            Link("network", network_gbs / layout.gpus_per_node, LATENCY_US["network"] * 1e-6))
-    return 1e3 * (nbytes / (link.gbs * 1e9) + link.latency_s)
+    if group < layout.gpus_per_node:
+        link = group_link(gpu, layout.gpus_per_node, 1, interconnect, network_gbs, 2, group)
+        return 1e3 * (nbytes / (link.gbs * 1e9) + link.latency_s)
+    net = Link("network", network_gbs / layout.gpus_per_node, LATENCY_US["network"] * 1e-6)
+    return 1e3 * (nbytes / (net.gbs * 1e9) + net.latency_s)
 
 
 def _tied_ms(seq: OperatorSequence, layout: Layout, gpu: GPU, network_gbs: float,

@@ -84,7 +84,7 @@ from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
 from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, masked, read_in_place, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
-from mdot_jax.gpu.host import in_order, launch_bound, record
+from mdot_jax.gpu.host import launch_bound, record
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
 from mdot_jax.gpu.update import update, update_kernels
 from mdot_jax.options import AUTOCAST, STEPS
@@ -251,14 +251,13 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         if not found.unmeasured:
             found.classes.discard("conv")
     speed = math.exp(machine.a) if machine else 1.0  # the machine's kernels' factor
-    order, per_op, issued, phases = in_order(work, ms * speed, recompute, seq.num_ops)
+    order, per_op, phases = _in_order(work, ms * speed, recompute, seq.num_ops)
     if step != "train":
         del phases["update"]
     fused = {b.output for b in blocks}  # the node each fused kernel's time is kept on
     operators: list[dict] = [dict(type=FUSED if i in fused else n, name=str(nm), ms=float(t),
-                                  index=i, kernels=int(k)) for i, (n, nm, t, k) in enumerate(zip(
-                                      seq.op_names.tolist(), seq.node_names, per_op, issued))
-                             if t > 0]
+                                  index=i) for i, (n, nm, t) in enumerate(zip(
+                                      seq.op_names.tolist(), seq.node_names, per_op)) if t > 0]
     params = autograd.trainable(seq)  # the frozen ones are not updated
     if step == "train" and params:
         shapes = muon.matrices(seq) if optimizer == "muon" else []  # the rest: AdamW
@@ -285,8 +284,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     gaps = (end := launch_bound(order, host)) - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
-        operators.append(dict(type="launch gaps", name="the GPU waiting on the host", ms=gaps,
-                              host_ms=host))
+        operators.append(dict(type="launch gaps", name="the GPU waiting on the host", ms=gaps))
         if gaps > LAUNCH_BOUND * end:
             warnings.append(f"launch-bound: {gaps / end:.0%} of the step waits on the host "
                             f"({1e3 * host:.0f} us a kernel under {framework}, a machine's own: "
@@ -423,6 +421,27 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
 def _accumulated(i: int, n: int, grads: autograd.Backward, at: dict) -> list[Kernel]:
     """The gradient accumulation of `n` of node `i`'s parameters, if they train."""
     return [(i, "bw", "add", (1, n), at["fp32"], 1.0)] if n > 0 and grads.weights[i] else []
+
+
+def _in_order(work: list[Kernel], ms: np.ndarray, recompute: Collection[int], nodes: int
+              ) -> tuple[list[float], np.ndarray, dict[str, float]]:
+    """(the kernels' times as they run: the forward in node order, then the backward in
+    reverse, a recomputed node's forward kernels just before its backward ones; `[nodes]` ms
+    per node; ms per phase)."""
+    timed = [(w[0], w[1], float(t) * w[5]) for w, t in zip(work, ms)]
+    rerun = frozenset(recompute)
+    again = [(i, "re", t) for i, phase, t in timed if phase == "fw" and i in rerun]
+    order = [t for *_, t in sorted((x for x in timed if x[1] == "fw"), key=lambda x: x[0])
+             + sorted([x for x in timed if x[1] == "bw"] + again,
+                      key=lambda x: (-x[0], x[1] == "bw"))]
+    per_op = np.zeros(nodes)
+    phases = dict(forward=0.0, backward=0.0, update=0.0)
+    for i, phase, t in timed:
+        per_op[i] += t
+        phases["forward" if phase == "fw" else "backward"] += t
+    if again:
+        phases["recomputation"] = sum(t for *_, t in again)
+    return order, per_op, phases
 
 
 def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: list[Block],
