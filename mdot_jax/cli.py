@@ -246,7 +246,11 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from mdot_jax.serving.named_models import named
 
-    models = named().values()
+    models = [m for m in named().values() if not args.names or any(
+        k.lower() in f"{m.name} {m.repo}".lower() for k in args.names)]
+    if not models:
+        raise UsageError(f"no named model matches {' or '.join(map(repr, args.names))} "
+                         "(`mdot models` lists them all)")
     if args.json:
         print(json.dumps([dict(name=m.name, repo=m.repo, parameters=m.parameters, kind=m.kind,
                                positions=m.positions, config=str(m.config), source=m.source)
@@ -318,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_devices)
 
     p = sub.add_parser("models", description=USER_COMMANDS["models"])
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="only those whose name or repository holds it (qwen3, meta-llama)")
     p.add_argument("--json", action="store_true", help="every field, with its config.json")
     p.set_defaults(func=cmd_models)
 

@@ -67,6 +67,10 @@ def test_mdot_models_lists_them_and_predict_and_convert_take_a_name(capsys):
     assert by_name["resnet-50"]["positions"] is None  # images
     assert main(["models"]) == 0
     assert "llama-3.1-8b" in capsys.readouterr().out
+    assert main(["models", "QWEN3", "--json"]) == 0  # the names holding it, either case
+    assert {m["name"][:5] for m in json.loads(capsys.readouterr().out)} == {"qwen3"}
+    assert main(["models", "nosuch"]) == 2
+    assert capsys.readouterr().err.startswith("mdot: error: no named model matches 'nosuch'")
     assert main(["predict", "lama-3.1-8b", "--batch-size", "1", "--seq-len", "64"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("mdot: error: MODEL 'lama-3.1-8b'") and "llama-3.1-8b" in err
