@@ -52,8 +52,7 @@ def test_the_index_and_the_config_files_agree():
     folders = {p.parent.name for p in HOME.glob("*/config.json")}
     assert folders == set(named())
     for m in named().values():
-        fields = json.loads(m.config.read_text())
-        assert fields["model_type"] and fields["architectures"], m.name
+        assert m.fields["model_type"] and m.fields["architectures"], m.name
         assert find(m.repo) is m and find(m.name) is m  # no name or repository means two
         assert m.source.startswith("https://huggingface.co/") and m.parameters > 0
 
@@ -85,6 +84,6 @@ def test_each_named_model_exports_at_its_published_parameter_count(name):
     from converters.hf_heads import input_kind
 
     m = named()[name]
-    image = input_kind(json.loads(m.config.read_text())) != "tokens"
+    image = input_kind(m.fields) != "tokens"
     graph = from_hf_config(m.config, seq_len=0 if image else 64)
     assert convert(graph, batch_size=1, seq_len=None if image else 64).params == m.parameters

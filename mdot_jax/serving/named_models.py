@@ -47,20 +47,23 @@ class NamedModel:
     def source(self) -> str:
         return f"https://huggingface.co/{self.repo}/blob/main/config.json"
 
+    @functools.cached_property
+    def fields(self) -> dict:
+        """Its config.json's."""
+        return json.loads(self.config.read_text())
+
     @property
     def positions(self) -> int | None:
         """The longest sequence its position table or rotary scaling was made for (None: a
         model of images)."""
-        fields = json.loads(self.config.read_text())
-        return fields.get("max_position_embeddings") or fields.get("n_positions")
+        return self.fields.get("max_position_embeddings") or self.fields.get("n_positions")
 
     @property
     def kind(self) -> str:
         """What it is, in words, read from its config.json."""
-        fields = json.loads(self.config.read_text())
-        head = (fields.get("architectures") or [""])[0]
-        experts = next((fields[k] for k in ("num_local_experts", "num_experts",
-                                            "n_routed_experts") if fields.get(k)), 0)
+        head = (self.fields.get("architectures") or [""])[0]
+        experts = next((self.fields[k] for k in ("num_local_experts", "num_experts",
+                                                 "n_routed_experts") if self.fields.get(k)), 0)
         if head.endswith("ForImageClassification"):
             return "image classifier"
         if head.endswith("ForMaskedLM"):
