@@ -41,6 +41,8 @@ def test_an_unknown_name_is_one_error_naming_the_close_ones():
     assert e.value.field == "model" and "\n" not in str(e.value)
     with pytest.raises(RequestError, match=r"'xyzzy': no such file, nor a named model; "):
         resolve("xyzzy")
+    with pytest.raises(RequestError, match=r"model 'x{60}\.\.\.': no such file"):
+        resolve("x" * 5000)  # too long for a path: the file system is not asked to fail
 
 
 def test_an_error_about_a_named_models_config_names_the_model_not_the_packages_file():

@@ -98,7 +98,7 @@ def find(name: str) -> NamedModel | None:
 
 def resolve(model: Any) -> Any:
     """`model`, or the config.json of the named model it names (module docstring's rules)."""
-    if not isinstance(model, str) or Path(model).exists():
+    if not isinstance(model, str) or _exists(model):
         return model
     if (found := find(model)) is not None:
         return str(found.config)
@@ -106,9 +106,17 @@ def resolve(model: Any) -> Any:
         return model  # a file's name: its reader says it is not there
     close = difflib.get_close_matches(_key(model), list(_by_key()), n=3, cutoff=0.6)
     names = list(dict.fromkeys(_by_key()[k].name for k in close))  # a repo's and its name's
-    raise RequestError(f"model {model!r}: no such file, nor a named model" + (
+    shown = model if len(model) <= 80 else model[:60] + "..."
+    raise RequestError(f"model {shown!r}: no such file, nor a named model" + (
         f" (did you mean {' or '.join(names)}?)" if names else "")
         + "; `mdot models` lists the names", "model")
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):  # a string no file system takes for a path (too long)
+        return False
 
 
 def said(message: str) -> str:
