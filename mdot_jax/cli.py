@@ -252,9 +252,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         raise UsageError(f"no named model matches {' or '.join(map(repr, args.names))} "
                          "(`mdot models` lists them all)")
     if args.json:
-        print(json.dumps([dict(name=m.name, repo=m.repo, parameters=m.parameters, kind=m.kind,
-                               positions=m.positions, config=str(m.config), source=m.source)
-                          for m in models]))
+        print(json.dumps([dict(m.to_json(), config=str(m.config)) for m in models]))
         return 0
     width = max(len(m.name) for m in models)
     print(f"{'name':<{width}}  {'parameters':>10}  {'kind':<20}  {'positions':>9}  "

@@ -47,6 +47,11 @@ class NamedModel:
     def source(self) -> str:
         return f"https://huggingface.co/{self.repo}/blob/main/config.json"
 
+    def to_json(self) -> dict:
+        """What a listing shows of it (not its file: the service's clients never see it)."""
+        return dict(name=self.name, repo=self.repo, parameters=self.parameters, kind=self.kind,
+                    positions=self.positions, source=self.source)
+
     @functools.cached_property
     def fields(self) -> dict:
         """Its config.json's."""

@@ -262,8 +262,7 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
 
     @app.get("/v1/models")
     def models() -> list:
-        return [dict(name=m.name, repo=m.repo, parameters=m.parameters, kind=m.kind)
-                for m in named_models.named().values()]
+        return [m.to_json() for m in named_models.named().values()]
 
     @app.post("/v1/models", openapi_extra={"requestBody": {"content": {
         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
