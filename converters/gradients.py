@@ -81,6 +81,11 @@ def unread(module: Any, read: set[str]) -> dict | None:
             "in": list(said)[:3]}
 
 
+# `torch.utils.checkpoint.checkpoint`'s own keywords (the rest are the function's)
+CHECKPOINT_OPTIONS = ("use_reentrant", "context_fn", "determinism_check", "debug",
+                      "preserve_rng_state")
+
+
 @contextlib.contextmanager
 def checkpoint_calls():
     """Within it, `torch.utils.checkpoint.checkpoint` runs its function plainly (the same
@@ -91,17 +96,24 @@ def checkpoint_calls():
     import torch.utils.checkpoint as module
 
     calls: list[int] = []
-    original = module._checkpoint_impl
+    # torch >= 2.12 routes both through `_checkpoint_impl`; before, only the module's name
+    name = "_checkpoint_impl" if hasattr(module, "_checkpoint_impl") else "checkpoint"
+    original = getattr(module, name)
 
-    def plainly(function: Any, args: tuple, kwargs: dict, **options: Any) -> Any:
+    def impl(function: Any, args: tuple, kwargs: dict, **options: Any) -> Any:
         calls.append(1)
         return function(*args, **kwargs)
 
-    module._checkpoint_impl = plainly
+    def checkpoint(function: Any, *args: Any, **kwargs: Any) -> Any:
+        for option in CHECKPOINT_OPTIONS:
+            kwargs.pop(option, None)
+        return impl(function, args, kwargs)
+
+    setattr(module, name, impl if name == "_checkpoint_impl" else checkpoint)
     try:
         yield calls
     finally:
-        module._checkpoint_impl = original
+        setattr(module, name, original)
 
 
 def checkpoints(module: Any) -> bool:

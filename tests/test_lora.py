@@ -206,6 +206,25 @@ def test_a_model_that_checkpoints_itself_says_so(tmp_path):
     assert "checkpointed" not in plain.meta
 
 
+def test_every_export_runs_on_a_torch_without_the_inner_checkpoint_function(monkeypatch):
+    """torch before 2.12 has no `torch.utils.checkpoint._checkpoint_impl`: every export failed
+    on a lent GPU's torch 2.11 (an AttributeError), checkpointed or not."""
+    monkeypatch.delattr(torch.utils.checkpoint, "_checkpoint_impl")
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.fc2(torch.utils.checkpoint.checkpoint(self.fc1, x, use_reentrant=True))
+
+    assert convert(from_torch(Checkpointed(), torch.randn(4, 16)), batch_size=2).meta[
+        "checkpointed"]
+    assert "checkpointed" not in convert(
+        from_torch(torch.nn.Linear(16, 4), torch.randn(4, 16)), batch_size=2).meta
+    assert not hasattr(torch.utils.checkpoint, "_checkpoint_impl")  # given back as it was
+
 def test_a_frozen_backbone_exported_from_torch_runs_no_backward_before_its_head():
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(),
                               torch.nn.Conv2d(16, 16, 3), torch.nn.ReLU(),
