@@ -130,11 +130,14 @@ def class_ratios(trace: dict) -> dict[str, float]:
 
 def loss_memory_gb(config: Path, job: dict) -> float:
     """GB the pre-registered candidate adds to the estimate (module docstring)."""
-    from converters import convert, from_hf_config
+    from converters import convert
     from mdot_jax.serving.memory import HALF, saved
+    from mdot_jax.serving.model_source import config_graph_at
 
-    seq = convert(from_hf_config(config, seq_len=job["seq_len"]), batch_size=job["batch_size"],
-                  fuse=True)
+    b = job["batch_size"]  # a vision-language model's graph may hold its batch's images
+    graph, image_size = config_graph_at(config, b, job["seq_len"], image_size=job.get(
+        "image_size"))
+    seq = convert(graph, batch_size=b, image_size=image_size, fuse=True)
     half = job["precision"] in HALF
     kept = saved(seq, (), 0.5 if half else 1.0)  # [N] bytes the estimate keeps
     numel = seq.config[:, CONFIG_FIELDS.index("in_numel")]

@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     from mdot_jax.gpu import catalog, streaming
     from mdot_jax.gpu.gpu_ops import StepModel
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
+    from mdot_jax.measure.kernel_sweep import read
 
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.json"
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     w = args.work
     ckpts = {"shipped": STEP_MODEL_DIR}
     if "streaming_kernels" not in r:
-        r["streaming_kernels"] = streaming.fit_sweep(SWEEP)
+        r["streaming_kernels"] = dict(streaming.fit_sweep_rows(read(SWEEP)), source=str(SWEEP))
         save()
     bases = {"shipped_hosts": STEP_MODEL_DIR,
              "candidate": checkpoint(STEP_MODEL_DIR, w / "streaming",

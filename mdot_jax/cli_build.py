@@ -134,11 +134,13 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     try:  # the folder and tables first: a bad one fails before --out is made and the long fit
         neusight.folders(args.neusight)
         gemms = TensorCoreGemms.fit(args.tensor_core_gemms) if args.tensor_core_gemms else None
-        attention = dict(tensor_cores.fit_attention(kernel_sweep.read(
-            args.fused_attention)), source=args.fused_attention) if args.fused_attention else None
-        stream = streaming.fit_sweep(args.streaming_kernels) if args.streaming_kernels else None
-        fp8 = dict(tensor_cores.fit_sweep_gemms(kernel_sweep.read(args.fp8_gemms), "fp8"),
-                   source=args.fp8_gemms) if args.fp8_gemms else None
+        fits = {  # a step model's key <- a lent GPU's kernel sweep, by the flag of its name
+            "fused_attention": tensor_cores.fit_attention,
+            "fp8_gemms": lambda rows: tensor_cores.fit_sweep_gemms(rows, "fp8"),
+            "unaligned_gemms": tensor_cores.fit_unaligned,
+            "streaming_kernels": streaming.fit_sweep_rows}
+        swept = {k: dict(fit(kernel_sweep.read(path)), source=path)
+                 for k, fit in fits.items() if (path := getattr(args, k))}
         out = checkpoint.prepare_out(args.out, force=args.force, shipped=True)  # its default
         model = gpu_fit.fit(args.neusight, tables=args.tables, pricer=args.pricer,
                             seed=args.seed, progress=print)
@@ -148,12 +150,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
                 f"{k} {c.share_compute:.0%} of the peak, {1e3 * c.fixed_ms:.1f} us fixed "
                 f"({c.mape:.1f}% MAPE over {c.rows} GEMMs of the {gemms.gpu})"
                 for k, c in gemms.constants.items()))
-        if attention:
-            model.info["fused_attention"] = attention
-        if fp8:
-            model.info["fp8_gemms"] = fp8
-        if stream:  # before the host: its fit prices kernels with them
-            model.info["streaming_kernels"] = stream
+        model.info.update(swept)  # before the host: its fit prices kernels with them
         if args.host_steps:
             model.info["host_ms_per_kernel"] = gpu_fit.fit_host(
                 model, args.host_steps, args.host_device, progress=print)
@@ -163,9 +160,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
     model.info["command"] = f"mdot gpu-fit {args.neusight} --out {args.out}" + (
         f" --tables {args.tables}" if args.tables else "") + f" --pricer {args.pricer}" + (
         f" --tensor-core-gemms {args.tensor_core_gemms}" if args.tensor_core_gemms else "") + (
-        f" --fused-attention {args.fused_attention}" if args.fused_attention else "") + (
-        f" --streaming-kernels {args.streaming_kernels}" if args.streaming_kernels else "") + (
-        f" --fp8-gemms {args.fp8_gemms}" if args.fp8_gemms else "") + (
+        "".join(f" --{k.replace('_', '-')} {v['source']}" for k, v in swept.items())) + (
         f" --host-steps {' '.join(args.host_steps)} --host-device '{args.host_device}'"
         if args.host_steps else "")
     checkpoint.save_step_model(model, out)
@@ -453,6 +448,9 @@ def add_commands(sub) -> None:
                    "norm and softmax kernels reach")
     p.add_argument("--fp8-gemms", metavar="SWEEP", help="a lent GPU's kernel sweep: the share "
                    "of the FP8 peak its fp8 GEMMs reach (--precision fp8's linear layers)")
+    p.add_argument("--unaligned-gemms", metavar="SWEEP", help="a lent GPU's kernel sweep: "
+                   "the slowdown of its GEMMs whose features are not 16-byte aligned (a "
+                   "vocabulary of 50,257), for GPUs of its architecture")
     p.add_argument("--host-steps", metavar="DATASET", nargs="+", help="measured whole "
                    "steps (fused datasets) that fit the host's time to issue a kernel")
     p.add_argument("--host-device", help="the catalog's GPU --host-steps ran on")

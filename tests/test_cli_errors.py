@@ -297,6 +297,22 @@ def test_gpu_fit_never_replaces_a_folder_that_is_not_a_step_model(capsys, tmp_pa
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
+@pytest.mark.parametrize("flag", ["--unaligned-gemms", "--fused-attention", "--fp8-gemms",
+                                  "--streaming-kernels"])
+def test_gpu_fit_says_a_sweep_that_cannot_fit_its_key_before_fitting(capsys, tmp_path, flag):
+    """Each sweep-fitted key of the step model: no sweep, or one without its kernels."""
+    other = tmp_path / "other.jsonl"  # a sweep of none of those kernels
+    other.write_text(json.dumps(dict(kind="lstm-train", precision="bf16", dims=[1, 1, 1, 1],
+                                     ms=1.0, flops=1.0, device="NVIDIA H100 80GB HBM3")) + "\n")
+    neusight = neusight_folder(tmp_path)
+    for sweep, needle in ((tmp_path / "none.jsonl", "none.jsonl: no kernel sweep"),
+                          (other, "")):
+        code, out, err = run(capsys, "gpu-fit", neusight, "--out",
+                             str(tmp_path / "m"), flag, str(sweep))
+        assert code == 2 and err.count("\n") == 1 and needle in err and not out
+        assert not (tmp_path / "m").exists()
+
+
 def test_a_refitted_step_model_replaces_the_old_one_whole(tmp_path):
     from mdot_jax.errors import MdotError
     from mdot_jax.gpu import spec_sheet

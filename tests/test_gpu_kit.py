@@ -102,3 +102,19 @@ def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(
     assert any("bench_llm_steps.py" in ln for ln in said)
     assert not any("bench_cnn_kernels.py" in ln or "unaligned" in ln or "bench_layers" in ln
                    for ln in said)
+    # a kit whose GPU set failed (no samples at all) still lays out its sweep and LLM steps
+    (kit / "amp-bf16-samples.jsonl").unlink()
+    (kit / "kernels.jsonl").write_text("{}\n")
+    done = subprocess.run(["bash", *script, str(tmp_path / "gpu-nvidia-b200-lease-3")],
+                          env=dict(os.environ, DRY="1"), capture_output=True, text=True,
+                          timeout=60)
+    said = [ln for ln in done.stdout.splitlines() if ln.startswith("+ ")]
+    assert done.returncode == 0 and "cnn-kernels study waits" in done.stdout
+    assert said[0].startswith("+ mkdir -p") and said[1].startswith("+ xz")  # into its folder
+    assert not any("resequence" in ln or "bench_cnn_kernels.py" in ln for ln in said)
+    assert any("bench_unaligned_gemms.py" in ln for ln in said)
+    (kit / "kernels.jsonl").unlink()
+    (kit / "llm-steps.jsonl").unlink()
+    nothing = subprocess.run(["bash", *script, str(tmp_path / "gpu-nvidia-b200-lease-4")],
+                             capture_output=True, text=True, timeout=60)
+    assert nothing.returncode == 2 and "no samples, no kernel sweep" in nothing.stderr

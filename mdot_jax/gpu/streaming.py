@@ -13,7 +13,6 @@ host that issues kernels (`spec_sheet.launch_bound`) a kernel's GPU part is its 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -49,13 +48,10 @@ def fit(rows: Sequence[dict]) -> dict:
     return {c: vars(_fit(*map(list, zip(*v)))) for c, v in sorted(by.items())}
 
 
-def fit_sweep(path: str | Path) -> dict:
-    """A step model's `streaming_kernels`: the constants fitted on the kernel sweep at `path`
-    (`measure.kernel_sweep`), the GPU it ran on and the file."""
-    from mdot_jax.measure import kernel_sweep
-
-    rows = kernel_sweep.read(path)
-    return dict(constants=fit(rows), gpu=catalog.find(rows[0]["device"]).name, source=str(path))
+def fit_sweep_rows(rows: Sequence[dict]) -> dict:
+    """A step model's `streaming_kernels` (less its `source`): the constants fitted on a
+    kernel sweep's rows (`measure.kernel_sweep`) and the GPU they ran on."""
+    return dict(constants=fit(rows), gpu=catalog.find(rows[0]["device"]).name)
 
 
 def ms(constants: dict, ops: Sequence[str], dims: Sequence[Sequence[int]],
