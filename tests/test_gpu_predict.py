@@ -735,7 +735,8 @@ def test_a_recurrent_layer_runs_its_steps_one_after_another(step_model):
     from mdot_jax.gpu.recurrent import kept_bytes, kernels
 
     h100 = gpus.find("h100-sxm")
-    short, long = (price(_lstm(t, 1024 // t), h100, step_model) for t in (8, 128))
+    v100 = gpus.find("v100-sxm")  # no TF32: its fp32 GEMMs on CUDA cores, a step's each
+    short, long = (price(_lstm(t, 1024 // t), v100, step_model) for t in (8, 128))
     assert long.iteration_ms > 4 * short.iteration_ms  # as many tokens, 16x the steps
     assert long.interval_ms is None  # not measured: no band
     said = next(w for w in long.warnings if w.startswith("recurrent layers (1 LSTM)"))
@@ -751,3 +752,20 @@ def test_a_recurrent_layer_runs_its_steps_one_after_another(step_model):
     gates = kept_bytes("LSTM", seq.config[i])
     assert gates == 4.0 * 16 * 4 * 2 * 4 * 64
     assert price(seq, h100, step_model).memory_parts["activations"] >= gates / 1e9
+
+
+def test_an_fp32_recurrent_layers_gemms_run_in_tf32_where_the_gpu_has_it(step_model):
+    """cuDNN runs an fp32 LSTM's GEMMs in TF32 by PyTorch's default: priced at fp32 on CUDA
+    cores, an H100's measured LSTMs were 2.9x slower than priced (docs/studies/whole-layers.md)."""
+    import dataclasses
+
+    seq = _lstm(64, 16)
+    cuda_cores = dataclasses.replace(step_model, info={  # no tensor-core GEMMs to price them
+        k: v for k, v in step_model.info.items() if k != "tensor_core_gemms"})
+
+    def lstm_ms(precision, model=step_model):
+        p = price(seq, gpus.find("h100-sxm"), model, precision=precision)
+        return sum(o["ms"] for o in p.operators if o["type"] == "LSTM")
+
+    assert lstm_ms("fp32") == pytest.approx(lstm_ms("tf32"))
+    assert lstm_ms("fp32", cuda_cores) > 1.5 * lstm_ms("fp32")

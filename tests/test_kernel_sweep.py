@@ -6,6 +6,7 @@ import json
 import time
 
 import numpy as np
+import pytest
 
 from mdot_jax.measure import kernel_sweep
 
@@ -150,7 +151,8 @@ def test_the_layers_study_prices_each_measured_layer_as_exported_from_pytorch():
                                    "sdpa-biased/bf16 as amp-bf16",
                                    "grid_sample-train/fp32 as fp32"}
     short, long = (r["priced_ms"] for r in got["rows"][:2])
-    assert long["fp32"] > 4 * short["fp32"] and long["tf32"] < long["fp32"]
+    # the study's candidate, adopted: an fp32 LSTM's GEMMs run in TF32 on an H100
+    assert long["fp32"] > 4 * short["fp32"] and long["tf32"] == pytest.approx(long["fp32"])
     few, many = (r["priced_ms"] for r in got["rows"][3:])
     assert set(few) == {"fp32"} and many["fp32"] > few["fp32"]
     assert got["skipped"] == {"no kernel": ["e"]} and len(got["rows"]) == 5

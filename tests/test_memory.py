@@ -75,30 +75,37 @@ def test_a_parameter_heavy_step_peaks_in_the_update():
     assert adamw.optimizer == 2 * w and adamw.total > step_memory(seq, cpu=True).total
 
 
-def test_a_wide_losss_fp32_tensors_are_said_where_they_matter():
-    """A language model's cross-entropy keeps fp32 tensors the size of its scores that the
-    GPU estimate does not count: said, with their bytes (a GPU's vocabulary share under tensor
-    parallelism); a classifier's 1,000 classes are not worth a line."""
+def test_a_wide_losss_fp32_tensors_are_counted_or_said():
+    """A language model's cross-entropy keeps fp32 tensors the size of its scores: one GPU's
+    estimate (and data parallel's) counts them in place of what it kept of the loss's input;
+    a tensor-parallel estimate, which leaves them out, says them with their bytes (a GPU's
+    vocabulary share); a classifier's 1,000 classes are not worth a line."""
     pytest.importorskip("transformers")
     from onnx_builders import conv_bn_relu
 
     from converters import from_hf_config
     from mdot_jax import TrainingJob, predict
-    from mdot_jax.serving.memory import loss_note
+    from mdot_jax.serving.memory import loss_bytes, loss_note, saved, step_memory
 
     graph = from_hf_config(dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=2,
                                 vocab_size=50257, n_positions=256), seq_len=256)
     seq = convert(graph, batch_size=8, seq_len=256, fuse=True)
-    p = predict(TrainingJob(model=seq, batch_size=8, device="h100-sxm", precision="amp-bf16"))
     scores = 8 * 256 * 50257
-    said = [w for w in p.warnings if w.startswith("memory: the loss's fp32")]
-    assert len(said) == 1 and f"{scores:,} scores" in said[0], p.warnings
-    assert f"up to {8 * scores / 1e9:.3g} GB more" in said[0]
+    kept = saved(seq, (), 1.0)
+    assert 0 < 8.0 * scores - loss_bytes(seq, kept) <= 4.0 * scores  # the scores kept, at most
+    fp32 = step_memory(seq)
+    assert fp32.activations == pytest.approx(kept.sum() + loss_bytes(seq, kept))
+    job = dict(model=seq, batch_size=8, device="h100-sxm", precision="amp-bf16")
+    one = predict(TrainingJob(**job))
+    assert not any(w.startswith("memory: the loss's fp32") for w in one.warnings)
+    assert one.memory_parts["activations"] > 8 * scores / 1e9
+    tp = predict(TrainingJob(**job, gpus=2, tp=2))
+    said = [w for w in tp.warnings if w.startswith("memory: the loss's fp32")]
+    assert len(said) == 1 and f"{scores // 2:,} scores" in said[0], tp.warnings
     assert "up to 0.206 GB" in loss_note(seq, 0.1, tp=4)  # a quarter of the vocabulary
     assert loss_note(seq, 100.0) is None  # under LOSS_SAID of the estimate
-    cnn = predict(TrainingJob(model=conv_bn_relu(training=True, size=64), batch_size=8,
-                              device="h100-sxm"))
-    assert not any(w.startswith("memory: the loss") for w in cnn.warnings)
+    cnn = convert(conv_bn_relu(training=True, size=64), batch_size=8, fuse=True)
+    assert loss_note(cnn, 1e-6) is None
 
 
 def test_a_predictions_memory_is_said_by_what_holds_it(tmp_path, capsys):
@@ -134,3 +141,26 @@ def test_a_predictions_memory_is_said_by_what_holds_it(tmp_path, capsys):
     assert main(["predict", str(path), "--seq-len", "64", "--batch-size", "2", "--device",
                  "h100-sxm"]) == 0
     assert "\nmemory: weights, gradients and optimizer state " in capsys.readouterr().out
+
+
+def test_autocast_keeps_a_half_copy_of_each_weight_but_fsdps_mixed_precision_does_not():
+    """Under AMP autograd keeps autocast's bf16 copy of every weight for the backward (the
+    H100's measured LLM steps); FSDP's mixed precision gathers half-type weights a unit at a
+    time and frees them, so it keeps none; Megatron-LM's half model is counted as its own."""
+    pytest.importorskip("transformers")
+    from converters import from_hf_config
+    from mdot_jax import TrainingJob, predict
+
+    seq = convert(from_hf_config(dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=2,
+                                      vocab_size=512, n_positions=64), seq_len=64),
+                  batch_size=4, seq_len=64, fuse=True)
+    acts = {(precision, strategy): predict(TrainingJob(
+        model=seq, batch_size=4, device="h100-sxm", precision=precision, gpus=8,
+        strategy=strategy)).memory_parts["activations"] * 1e9
+        for precision in ("fp32", "amp-bf16") for strategy in ("ddp", "fsdp")}
+    copies = 2.0 * seq.params
+    assert acts["amp-bf16", "ddp"] - acts["amp-bf16", "fsdp"] == pytest.approx(copies)
+    assert acts["fp32", "ddp"] == pytest.approx(acts["fp32", "fsdp"])
+    one = step_memory(seq, "amp-bf16")
+    assert one.activations - step_memory(seq, "amp-bf16", framework="megatron"
+                                         ).activations == pytest.approx(copies)

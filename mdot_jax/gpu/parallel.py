@@ -59,7 +59,7 @@ import math
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.options import INTERCONNECTS, SHARDED_WEIGHTS, STRATEGIES
-from mdot_jax.serving.memory import HALF, param_bytes
+from mdot_jax.serving.memory import HALF, autocast_copies, param_bytes
 from mdot_jax.serving.prediction import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
@@ -276,6 +276,9 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         p = dataclasses.replace(p, operators=updating(p.operators, shard, "its shard"))
         memory = dict(model_states=-held.sharded(strategy, trained, weight_bytes) / 4
                       * unsharded / 1e9, working=in_flight)
+        if strategy in SHARDED_WEIGHTS and model_parallel == 1:  # half-type units gathered
+            # and freed: no autocast copy (a stage's activations count none either)
+            memory["activations"] = -autocast_copies(nbytes / 4, precision, framework) / 1e9
     what = "gradient reduce-scatter and all-gather of the updated weights"  # ZeRO-1, -2
     if strategy == "ddp":
         what = "gradient all-reduce"

@@ -4,7 +4,9 @@ its gates' pointwise kernel in turn (each direction's steps one after the other)
 backward the same in reverse (the gates' gradients, then the hidden state's GEMM, each step),
 then the input's and both weights' gradients as single GEMMs over every step. cuDNN issues a
 step's kernels itself, so the host issues one launch for a layer's steps, not one a kernel.
-Structure, not measured."""
+At fp32 cuDNN runs the GEMMs in TF32 (PyTorch's default, `torch.backends.cudnn.allow_tf32`)
+where the GPU has it: priced so (`cudnn_gemms`; docs/studies/whole-layers.md, adopted by its
+rule on the H100's measured LSTMs). Structure, not measured at half precision."""
 
 from __future__ import annotations
 
@@ -39,6 +41,18 @@ def kernels(op_type: str, c: np.ndarray, data: bool, weights: bool
     if weights:  # dW [D G, I] and dR [D G, H], each summed over every step
         out += [("bw", "linear", (1, d * g, n, t * b), 1) for n in (i, h)]
     return out
+
+
+def cudnn_gemms(info: dict, gpu, precision: str):
+    """(the GPU as an fp32 recurrent layer's GEMMs see it, their pricer) where cuDNN runs them
+    in TF32 (`gpu` has TF32 and the step model `info` its tensor-core GEMMs); else None."""
+    from mdot_jax.gpu import catalog, peaks
+
+    tc = peaks.tensor_core_gemms(info, gpu, "tf32") if precision == "fp32" else None
+    if tc is None:
+        return None
+    return catalog.as_seen(gpu, gpu.tflops["tf32"], 4), lambda ops, dims, seen: tc[1].ms(
+        "tf32", ops, dims, seen)
 
 
 def kept_bytes(op_type: str, c: np.ndarray) -> float:

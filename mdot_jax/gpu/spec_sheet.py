@@ -215,7 +215,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     blocks, inside = _fused_nodes(seq, attention, megatron, blocks)
     (flash, note), (efficient, masked_note) = (tensor_cores.fused_attention_share(
         model.info.get("fused_attention"), gpu, tc, k) for k in ("flash", "efficient"))
-    cnn = cnn_kernels.applying(model.info, gpu, precision)
+    cnn, rnn = cnn_kernels.applying(model.info, gpu, precision), recurrent.cudnn_gemms(
+        model.info, gpu, precision)
+    at = dict(at, rnn=rnn[0] if rnn else at["gemm"])  # a recurrent layer's GEMMs
     fusion = compiled.fusing(seq, blocks)
     found = _kernels(seq, model, gpu, precision, at, blocks, inside, (flash, efficient),
                      megatron, cnn, {i for g in fusion for i in g.members})
@@ -237,14 +239,11 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     apart = host > 0 or machine is not None  # kernels without the host's part (as fitted)
     ms = model.kernel_ms([w[2] for w in work], [w[3] for w in work], [w[4] for w in work],
                          apart)
-    if tc:  # GEMMs on the tensor cores: at the share of the peak measured GEMMs reach
-        on = [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is at["gemm"]]
-        if on:
-            ms[on] = tc[1].ms(tc[0], [work[j][2] for j in on], [work[j][3] for j in on],
-                              [work[j][4] for j in on])
-    if lin:  # the linear layers' GEMMs at their own peak
-        on = [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is at["linear"]]
-        ms[on] = [lin[0].ms(*work[j][2:5]) for j in on]
+    for pricer, seen in ((tc and functools.partial(tc[1].ms, tc[0]), at["gemm"]),  # tensor
+                         (rnn and rnn[1], at["rnn"]),  # cores; cuDNN's TF32; fp8's linears
+                         (lin and (lambda *a: [lin[0].ms(*w) for w in zip(*a)]), at["linear"])):
+        if pricer and (on := [j for j, w in enumerate(work) if w[2] in GEMM_OPS and w[4] is seen]):
+            ms[on] = pricer(*zip(*(work[j][2:5] for j in on)))  # ops, dims, seen: measured
     if found.measured and cnn:
         ms[list(found.measured)] = list(found.measured.values())
         warnings.append(cnn.note)
@@ -359,7 +358,7 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
             work.extend(_accumulated(i, int(load[_L["params"]]), grads, at))  # its parameters'
             continue
         if name in recurrent.GATES:  # its steps in turn, issued by cuDNN (`gpu.recurrent`)
-            work.extend((i, phase, op, dims, at["gemm"] if op == "linear" else at["memory"], n)
+            work.extend((i, phase, op, dims, at["rnn"] if op == "linear" else at["memory"], n)
                         for phase, op, dims, n in recurrent.kernels(
                             name, c, bool(grads.data[i]), bool(grads.weights[i]))
                         if phase == "fw" or grads.runs[i])
@@ -485,7 +484,8 @@ def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: 
                         f"; {given} given a mask (a sliding window the sequence reaches, "
                         "the batch's padding, a learned bias): SDPA's memory-efficient kernel "
                         f"over every key, {efficient} (attention flash_attention_2 takes the "
-                        "window and the padding itself)" if given else "") + (
+                        "window and the padding itself; given a learned bias, measured on an "
+                        "H100: docs/studies/whole-layers.md)" if given else "") + (
                         f"; {local} with a sliding window, the flash-attn package's: over the "
                         "window's keys alone" if local else "") + (
                         f"; {len(joined)} looped over a split's pieces (windows, images) as "

@@ -374,7 +374,8 @@ class _SpecSheet:
             p = offload(p, job.offload, params, self.gpu, gpus_per_node=n, nodes=job.nodes,
                         strategy=job.strategy, host=job.host_gbs, **shape)
         p = dataclasses.replace(p, warnings=list(p.warnings), tp=job.tp, pp=job.pp, cp=job.cp)
-        if note := loss_note(seq, p.memory_gb, job.tp):
+        if job.model_parallel and (note := loss_note(seq, p.memory_gb, job.tp)):  # a stage's
+            # activations leave the loss out; one GPU's and data parallel's count it
             p.warnings.append(note)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
         return p

@@ -10,7 +10,9 @@ consumer's backward needs its input (Conv, MatMul, normalisations, Mul, GELU, po
 each once, at the precision's width (half under AMP); an output only added, reshaped or
 concatenated onward is freed, and views write nothing. Frozen parameters (`mdot_jax.autograd`)
 hold no gradient or optimizer state, and an operator keeps an input only for a gradient that
-reads it.
+reads it. On a GPU a wide loss keeps more than its input (`loss_bytes`: cross-entropy's fp32
+log-softmax and gradient), and under PyTorch's autocast autograd keeps the half copy of every
+weight (2 bytes a parameter) (docs/studies/llm-step-memory.md, cause 3).
 
 A step compiled with torch.compile keeps at most each fusion group's inputs from outside it
 (`gpu.compiled.kept_bytes`). On a GPU the estimate is the sum of all of these plus a working
@@ -183,9 +185,30 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     for b in fused:  # a fused kernel's S x S tensors exist in no pass, nor its causal mask
         outputs[[*b.inner, *causal_mask(seq, b)]] = 0.0
     working = scale * float(np.sort(outputs)[-2:].sum())
+    kept = saved(seq, fused, scale, grads)
     return StepMemory(autograd.held_bytes(seq, held.model) + held.master * trained,
-                      held.gradients * trained,
-                      state, float(saved(seq, fused, scale, grads).sum()), inputs, working)
+                      held.gradients * trained, state, float(kept.sum()) + loss_bytes(seq, kept)
+                      + autocast_copies(seq.params, precision, framework), inputs, working)
+
+
+def autocast_copies(params: float, precision: str, framework: str = "pytorch") -> float:
+    """Bytes of autocast's half copy of every weight, which autograd keeps for the backward
+    (PyTorch's AMP; Megatron-LM's half model is its own, and FSDP's mixed precision gathers
+    half-type weights a unit at a time instead: `gpu.parallel`)."""
+    return 2.0 * params if precision in AUTOCAST and framework == "pytorch" else 0.0
+
+
+def loss_bytes(seq: OperatorSequence, kept: np.ndarray) -> float:
+    """What a wide loss keeps beyond `kept` (`[N]` bytes `saved` counts): PyTorch's
+    cross-entropy, in fp32 under autocast too, keeps the log-softmax of its scores and makes
+    their gradient, `LOSS_BYTES` a score, in place of what is counted of its input."""
+    losses = np.flatnonzero(np.isin(seq.op_names, sorted(LOSSES)))
+    if not len(losses) or not len(seq.edges):
+        return 0.0
+    src, dst = seq.edges[:, 0], seq.edges[:, 1]
+    scores = seq.config[losses, _CFG["in_numel"]].astype(np.float64)
+    counted = sum(float(kept[src[dst == i]].sum()) for i in losses)
+    return max(LOSS_BYTES * float(scores.sum()) - counted, 0.0)
 
 
 def activation_scale(precision: str) -> float:
@@ -300,7 +323,8 @@ LOSS_SAID = 0.05  # of the estimate: what the loss may add beyond it is said fro
 
 
 def loss_note(seq: OperatorSequence, memory_gb: float, tp: int = 1) -> str | None:
-    """What a GPU estimate leaves out of a wide loss (a language model's vocabulary): PyTorch's
+    """What a pipeline's or tensor-parallel estimate leaves out of a wide loss (a language
+    model's vocabulary; `step_memory` counts it, `loss_bytes`): PyTorch's
     cross-entropy keeps the fp32 log-softmax of the scores and makes their fp32 gradient, not
     counted beside the scores themselves (a GPU's share of them under `tp`-way tensor
     parallelism: the vocabulary-parallel loss); said where it may add `LOSS_SAID` of the
