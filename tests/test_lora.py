@@ -168,19 +168,24 @@ def test_parameters_the_step_never_reads_are_said_not_priced(tmp_path):
     assert p.parameters + unread == sum(t.numel() for t in whole.parameters())
 
 
+class Checkpointed(torch.nn.Module):
+    """Two linear layers, the first under `torch.utils.checkpoint.checkpoint`."""
+
+    def __init__(self, reentrant: bool = False):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        return self.fc2(torch.utils.checkpoint.checkpoint(self.fc1, x,
+                                                          use_reentrant=self.reentrant))
+
+
 def test_a_model_that_checkpoints_itself_says_so(tmp_path):
     """torch.utils.checkpoint in a module's code, or transformers' flag, was priced as a step
     that keeps every activation and runs no forward again, with nothing said."""
     import onnx
     import transformers
-
-    class Checkpointed(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
-
-        def forward(self, x):
-            return self.fc2(torch.utils.checkpoint.checkpoint(self.fc1, x, use_reentrant=False))
 
     class ByName(Checkpointed):  # `from torch.utils.checkpoint import checkpoint`, done before
         def forward(self, x):
@@ -210,16 +215,7 @@ def test_every_export_runs_on_a_torch_without_the_inner_checkpoint_function(monk
     """torch before 2.12 has no `torch.utils.checkpoint._checkpoint_impl`: every export failed
     on a lent GPU's torch 2.11 (an AttributeError), checkpointed or not."""
     monkeypatch.delattr(torch.utils.checkpoint, "_checkpoint_impl")
-
-    class Checkpointed(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
-
-        def forward(self, x):
-            return self.fc2(torch.utils.checkpoint.checkpoint(self.fc1, x, use_reentrant=True))
-
-    assert convert(from_torch(Checkpointed(), torch.randn(4, 16)), batch_size=2).meta[
+    assert convert(from_torch(Checkpointed(True), torch.randn(4, 16)), batch_size=2).meta[
         "checkpointed"]
     assert "checkpointed" not in convert(
         from_torch(torch.nn.Linear(16, 4), torch.randn(4, 16)), batch_size=2).meta

@@ -10,9 +10,15 @@ rule on the H100's measured LSTMs). Structure, not measured at half precision.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from converters.sequence import CONFIG_FIELDS
+
+if TYPE_CHECKING:
+    from mdot_jax.gpu.catalog import GPU
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
@@ -43,7 +49,7 @@ def kernels(op_type: str, c: np.ndarray, data: bool, weights: bool
     return out
 
 
-def cudnn_gemms(info: dict, gpu, precision: str):
+def cudnn_gemms(info: dict, gpu: GPU, precision: str) -> tuple[GPU, Callable] | None:
     """(the GPU as an fp32 recurrent layer's GEMMs see it, their pricer) where cuDNN runs them
     in TF32 (`gpu` has TF32 and the step model `info` its tensor-core GEMMs); else None."""
     from mdot_jax.gpu import catalog, peaks
