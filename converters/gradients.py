@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from converters.torch_inputs import tensors_in, to_meta
@@ -87,7 +87,7 @@ CHECKPOINT_OPTIONS = ("use_reentrant", "context_fn", "determinism_check", "debug
 
 
 @contextlib.contextmanager
-def checkpoint_calls():
+def checkpoint_calls() -> Iterator[list[int]]:
     """Within it, `torch.utils.checkpoint.checkpoint` runs its function plainly (the same
     values, and gradients reach the same parameters; the tracer fails on the reentrant form's
     autograd.Function and `torch.autograd.grad` refuses it) and appends to the list yielded,
