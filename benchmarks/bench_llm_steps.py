@@ -97,12 +97,27 @@ def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = F
             if loss_memory:
                 out[-1]["memory_gb_candidate"] = p.memory_gb + loss_memory_gb(config, r["job"])
             if r.get("gpu_ms"):  # traced on a GPU: the GPU's busy time against the priced
+                gpu_ms, by_class = kernels_only(r)
                 out[-1]["trace"] = dict(
-                    gpu_ms=r["gpu_ms"], kernels=r["kernels"], launches=r["launches"],
+                    gpu_ms=gpu_ms, kernels=r["kernels"], launches=r["launches"],
                     predicted_gpu_ms=p.iteration_ms - p.phases.get("launch gaps", 0.0),
-                    phases=p.phases, by_class={c: t for c, (_, t) in r.get("by_class", {}).items()},
+                    phases=p.phases, by_class=by_class,
                     priced_by_class=priced_by_class(p.operators or []))
     return out, skipped
+
+
+def kernels_only(row: dict) -> tuple[float, dict[str, float]]:
+    """A traced row's GPU busy time and ms by kernel class without the ranges the code marked
+    (`profiler.is_annotation`: torch.optim's `Optimizer.step#...`), which traces before the
+    profiler left them out counted as kernels: taken off where the row's busiest list names
+    them (the optimizer's span always is, being as long as its kernels)."""
+    from mdot_jax.measure.profiler import is_annotation, kernel_class
+
+    by_class = {c: t for c, (_, t) in row.get("by_class", {}).items()}
+    spans = [(name, t) for name, _, t in row.get("busiest", []) if is_annotation(name)]
+    for name, t in spans:
+        by_class[kernel_class(name)] = by_class.get(kernel_class(name), 0.0) - t
+    return row["gpu_ms"] - sum(t for _, t in spans), by_class
 
 
 # the priced operators' types by the trace's kernel class (`measure.profiler.KERNEL_CLASSES`);

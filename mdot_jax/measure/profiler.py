@@ -59,6 +59,14 @@ KERNEL_CLASSES = (
 )
 
 
+def is_annotation(name: str) -> bool:
+    """Whether a GPU event of a trace is a range the code marked (`record_function`: torch.optim's
+    `Optimizer.step#AdamW.step`, `ProfilerStep#3`), which spans kernels, not a kernel: the GPU's
+    busy time and its classes counted such a span beside its kernels (every kit trace to the
+    H100's third lease: a step's optimizer twice)."""
+    return "#" in name
+
+
 def kernel_class(name: str) -> str:
     """The class of a CUDA kernel by its name (`KERNEL_CLASSES`), else "other"."""
     low = name.lower()
@@ -185,7 +193,8 @@ def profiled(step: Callable[[], None], device: str) -> dict:
     the `BUSIEST` kernels by time (name, count, ms; on a CPU the ATen operators by their own
     host time); on a GPU `by_class`, every kernel summed by its class (`kernel_class`: count,
     ms). A profiler that fails (no CUPTI in a container, memory) says so in
-    `trace_error`, never losing the step measured before it. CUPTI is torn down after each
+    `trace_error`, never losing the step measured before it. Ranges the code marks on the GPU
+    (`is_annotation`) are not kernels: left out. CUPTI is torn down after each
     trace (`TEARDOWN_CUPTI`, unless set otherwise): left attached it slows every later kernel
     launch (pytorch/pytorch#144455), the steps timed after a trace too."""
     import os
@@ -204,9 +213,10 @@ def profiled(step: Callable[[], None], device: str) -> dict:
         events = prof.key_averages()
     except Exception as e:  # noqa: BLE001 - the trace is extra; the timed step stands
         return dict(trace_error=f"{type(e).__name__}: {str(e)[:200]}")
-    if cuda:  # the kernels, by their own GPU time
+    if cuda:  # the kernels, by their own GPU time (not the ranges code marked on the GPU)
         timed = [(e.key, e.count, e.self_device_time_total / 1e3) for e in events
-                 if e.device_type == torch.autograd.DeviceType.CUDA]
+                 if e.device_type == torch.autograd.DeviceType.CUDA
+                 and not (getattr(e, "is_user_annotation", False) or is_annotation(e.key))]
     else:  # the ATen operators, by their own host time
         timed = [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in events
                  if e.key.startswith("aten::")]
