@@ -77,7 +77,7 @@ steps=0 sweep=0
 brought llm-steps.jsonl "the llm-steps and unaligned-gemms studies" && steps=1
 brought kernels.jsonl "the unaligned-gemms, cnn-kernels, whole-layers and deformable-sampling studies" && sweep=1
 if [ $steps = 1 ]; then
-  study "$PY" benchmarks/bench_llm_steps.py "$DEST/llm-steps.jsonl" --loss-memory \
+  study "$PY" benchmarks/bench_llm_steps.py "$DEST/llm-steps.jsonl" --experts-fp32 \
     --out "benchmarks/results/llm-steps-$NAME"
 fi
 if [ $steps$sweep = 11 ]; then

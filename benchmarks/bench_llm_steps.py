@@ -38,16 +38,15 @@ For traced rows, priced over traced GPU time by kernel class (`priced_over_trace
 the readings of docs/studies/gemm-bound-step.md, whose rule was written before any traced LLM
 step existed.
 
-Pre-registered, before the next lease's rows exist (`--loss-memory`; cause 3 of
-docs/studies/llm-step-memory.md, alone): the step memory estimate plus what the sum form
-leaves out of a language model's loss and autocast. Cross-entropy, which autocast runs in
-fp32, keeps the fp32 log-softmax of the scores for its backward and makes their fp32
-gradient: 2 x 4 bytes a score, in place of what the estimate keeps of the loss's input; under
-AMP every weight's half copy, made by autocast, is kept by autograd for the backward (2 bytes a
-parameter). Rule: adopted into `serving.memory` if, over the LLM rows of a lease committed
-after this rule (none of them looked at before), it has more rows within 20% of the peak
-allocated than the status quo and a lower median |error|; reported whatever it shows, with
-the H200 lease's 17 rows (development: looked at) apart.
+The step memory's loss and autocast's weight copies (cause 3 of
+docs/studies/llm-step-memory.md) were a candidate here, adopted on the H100's third lease: the
+shipped estimate holds them (`serving.memory`).
+
+Pre-registered, before the next lease's rows exist (`--experts-fp32`;
+docs/studies/moe-experts-amp.md): a mixture of experts' step with its experts' GEMMs at fp32,
+as transformers' experts run under autocast: the row's AMP price, less what its expert nodes
+(`.../experts/...`, `converters.experts`) cost there, plus what they cost in the same job at
+fp32 (`candidate_ms`; rows without experts keep their price). The rule is the page's.
 """
 
 from __future__ import annotations
@@ -60,14 +59,11 @@ from pathlib import Path
 
 import numpy as np
 
-from converters.sequence import CONFIG_FIELDS
-from converters.traits import LOSSES
 
-
-def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = False
+def price(rows: list[dict], checkpoint: str | None = None, experts_fp32: bool = False
           ) -> tuple[list[dict], list[str]]:
-    """Each measured row with `predicted_ms` and `memory_gb` (and the candidate's,
-    `loss_memory`); the skipped rows' reasons."""
+    """Each measured row with `predicted_ms` and `memory_gb` (and the candidate's
+    `candidate_ms`, `experts_fp32`); the skipped rows' reasons."""
     from mdot_jax.errors import MdotError
     from mdot_jax.gpu import catalog
     from mdot_jax.serving.front import predict
@@ -94,8 +90,10 @@ def price(rows: list[dict], checkpoint: str | None = None, loss_memory: bool = F
                             checkpointing=r["job"]["activation_checkpointing"] or "none",
                             lora=r["job"].get("lora_rank"), compiled=r["job"].get("compile"),
                             optimizer=r["job"]["optimizer"]))
-            if loss_memory:
-                out[-1]["memory_gb_candidate"] = p.memory_gb + loss_memory_gb(config, r["job"])
+            if experts_fp32:
+                out[-1]["candidate_ms"] = p.iteration_ms + experts_at_fp32(
+                    p, TrainingJob(model=str(config), device=gpu.name, checkpoint=checkpoint,
+                                   operators=True, **dict(r["job"], precision="fp32")))
             if r.get("gpu_ms"):  # traced on a GPU: the GPU's busy time against the priced
                 gpu_ms, by_class = kernels_only(r)
                 out[-1]["trace"] = dict(
@@ -143,24 +141,17 @@ def class_ratios(trace: dict) -> dict[str, float]:
     return {c: trace["priced_by_class"][c] / t for c, t in traced.items() if t > 0}
 
 
-def loss_memory_gb(config: Path, job: dict) -> float:
-    """GB the pre-registered candidate adds to the estimate (module docstring)."""
-    from converters import convert
-    from mdot_jax.serving.memory import HALF, saved
-    from mdot_jax.serving.model_source import config_graph_at
+def experts_at_fp32(p, fp32_job) -> float:
+    """ms the candidate adds to `p` (an AMP step's prediction, with its operators): its expert
+    nodes' time priced in `fp32_job` (the same job at fp32) less theirs in `p`; 0 without
+    experts."""
+    from mdot_jax.serving.front import predict
 
-    b = job["batch_size"]  # a vision-language model's graph may hold its batch's images
-    graph, image_size = config_graph_at(config, b, job["seq_len"], image_size=job.get(
-        "image_size"))
-    seq = convert(graph, batch_size=b, image_size=image_size, fuse=True)
-    half = job["precision"] in HALF
-    kept = saved(seq, (), 0.5 if half else 1.0)  # [N] bytes the estimate keeps
-    numel = seq.config[:, CONFIG_FIELDS.index("in_numel")]
-    extra = 2.0 * seq.params if half else 0.0
-    for i in np.flatnonzero(np.isin(seq.op_names, list(LOSSES))):
-        inputs = seq.edges[seq.edges[:, 1] == i, 0]
-        extra += 8.0 * float(numel[i]) - float(kept[inputs].sum())
-    return extra / 1e9
+    def experts_ms(q) -> float:
+        return sum(o["ms"] for o in q.operators or [] if "/experts/" in o["name"])
+
+    amp = experts_ms(p)
+    return experts_ms(predict(fp32_job)) - amp if amp else 0.0
 
 
 # results' readings: each row whose key carries the mark over its twin's (the same model and
@@ -193,12 +184,12 @@ def summarize(priced: list[dict]) -> dict:
         ratio = np.asarray([r["predicted_ms"] / r["measured_ms"] for r in rows])
         summary[name] = dict(rows=len(rows), mape=float(100 * np.mean(np.abs(ratio - 1))),
                              median_ratio=float(np.median(ratio)))
-        for field, label in (("memory_gb", "memory"), ("memory_gb_candidate", "candidate")):
-            mem = np.asarray([r[field] / r["peak_gb"] for r in rows
-                              if r.get("peak_gb") and field in r])
-            if len(mem):
-                summary[name][f"{label}_within_20pct"] = float(np.mean(np.abs(mem - 1) <= 0.2))
-                summary[name][f"{label}_median_abs_error"] = float(np.median(np.abs(mem - 1)))
+        mem = np.asarray([r["memory_gb"] / r["peak_gb"] for r in rows if r.get("peak_gb")])
+        if len(mem):
+            summary[name]["memory_within_20pct"] = float(np.mean(np.abs(mem - 1) <= 0.2))
+            summary[name]["memory_median_abs_error"] = float(np.median(np.abs(mem - 1)))
+        if cand := [r["candidate_ms"] / r["measured_ms"] for r in rows if "candidate_ms" in r]:
+            summary[name]["candidate_mape"] = float(100 * np.mean(np.abs(np.subtract(cand, 1))))
         traced = [(r["trace"], r["measured_ms"]) for r in rows if "trace" in r]
         if traced:  # where the time went: the GPU busy (by kernel class) or waiting on the host
             classes = sorted({c for t, _ in traced for c in t["by_class"]})
@@ -226,11 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("steps", type=Path)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--loss-memory", action="store_true",
-                    help="also the pre-registered candidate's memory (module docstring)")
+    ap.add_argument("--experts-fp32", action="store_true",
+                    help="also the pre-registered candidate's price (module docstring)")
     args = ap.parse_args(argv)
     rows = [json.loads(x) for x in args.steps.read_text().splitlines() if x.strip()]
-    priced, skipped = price(rows, loss_memory=args.loss_memory)
+    priced, skipped = price(rows, experts_fp32=args.experts_fp32)
     summary = summarize(priced) if priced else {}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(dict(

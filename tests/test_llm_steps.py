@@ -71,7 +71,7 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
                by_class={"gemm": [300, cpu["ms"] / 4], "elementwise": [600, cpu["ms"] / 4]})
     out.write_text("\n".join(json.dumps(r) for r in (cpu, gpu)) + "\n")
     bench = benches.bench("bench_llm_steps")
-    assert bench.main([str(out), "--out", str(tmp_path / "res"), "--loss-memory"]) == 0
+    assert bench.main([str(out), "--out", str(tmp_path / "res"), "--experts-fp32"]) == 0
     res = json.loads((tmp_path / "res" / "results.json").read_text())
     assert [r["key"] for r in res["rows"]] == [gpu["key"]]
     assert res["rows"][0]["predicted_ms"] > 0 and "'cpu'" in res["skipped"][0]
@@ -83,9 +83,9 @@ def test_measured_rows_are_priced_on_the_gpu_they_name(tmp_path):
     assert priced["gemm"] > 0 and traced["priced_over_traced_by_class"]["gemm"] == \
         pytest.approx(priced["gemm"] / (cpu["ms"] / 4))
     assert set(traced["priced_over_traced_by_class"]) == {"gemm", "rest"}  # none traced else
-    # the pre-registered candidate: the loss's fp32 tensors over a vocabulary of 1,000 (fp32)
+    # the pre-registered candidate moves a mixture of experts' step alone
     row = res["rows"][0]
-    assert row["memory_gb_candidate"] - row["memory_gb"] >= 8 * 2 * 64 * 1000 / 1e9 * 0.5
+    assert row["candidate_ms"] == row["predicted_ms"]  # no experts
 
 
 def test_lora_and_compiled_steps_are_read_over_their_twins():
@@ -155,3 +155,20 @@ def test_a_vision_language_step_is_measured_and_priced_with_its_image(tmp_path):
     bench = benches.bench("bench_llm_steps")
     (priced,), skipped = bench.price([dict(row, device="NVIDIA H100 80GB HBM3")])
     assert not skipped and priced["predicted_ms"] > 0
+
+
+@pytest.mark.slow
+def test_the_experts_candidate_prices_a_mixtures_experts_at_fp32():
+    """docs/studies/moe-experts-amp.md's candidate (`--experts-fp32`): under autocast the
+    experts' GEMMs as fp32 ones, the rest of the step as priced."""
+    pytest.importorskip("transformers")
+    bench = benches.bench("bench_llm_steps")
+    config = dict(model_type="mixtral", hidden_size=256, intermediate_size=512,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  num_local_experts=4, num_experts_per_tok=2, vocab_size=512,
+                  max_position_embeddings=256)
+    job = dict(seq_len=256, batch_size=4, precision="amp-bf16", optimizer="adamw",
+               attention="flash", activation_checkpointing=None)
+    row = dict(key="moe", config=config, job=job, ms=10.0, device="NVIDIA H100 80GB HBM3")
+    (priced,), skipped = bench.price([row], experts_fp32=True)
+    assert not skipped and priced["candidate_ms"] > priced["predicted_ms"] > 0
