@@ -60,10 +60,8 @@ KERNEL_CLASSES = (
 
 
 def is_annotation(name: str) -> bool:
-    """Whether a GPU event of a trace is a range the code marked (`record_function`: torch.optim's
-    `Optimizer.step#AdamW.step`, `ProfilerStep#3`), which spans kernels, not a kernel: the GPU's
-    busy time and its classes counted such a span beside its kernels (every kit trace to the
-    H100's third lease: a step's optimizer twice)."""
+    """Whether a GPU event is a range the code marked (`Optimizer.step#AdamW.step`), not a
+    kernel: kit traces to the H100's third lease counted such spans as kernels too."""
     return "#" in name
 
 
@@ -214,9 +212,8 @@ def profiled(step: Callable[[], None], device: str) -> dict:
     except Exception as e:  # noqa: BLE001 - the trace is extra; the timed step stands
         return dict(trace_error=f"{type(e).__name__}: {str(e)[:200]}")
     if cuda:  # the kernels, by their own GPU time (not the ranges code marked on the GPU)
-        timed = [(e.key, e.count, e.self_device_time_total / 1e3) for e in events
-                 if e.device_type == torch.autograd.DeviceType.CUDA
-                 and not (getattr(e, "is_user_annotation", False) or is_annotation(e.key))]
+        timed = [(e.key, e.count, e.self_device_time_total / 1e3) for e in events if e.device_type
+                 == torch.autograd.DeviceType.CUDA and not is_annotation(e.key)]
     else:  # the ATen operators, by their own host time
         timed = [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in events
                  if e.key.startswith("aten::")]
