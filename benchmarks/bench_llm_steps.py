@@ -52,6 +52,7 @@ fp32 (`candidate_ms`; rows without experts keep their price). The rule is the pa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -78,9 +79,10 @@ def price(rows: list[dict], checkpoint: str | None = None, experts_fp32: bool = 
                 continue
             config = Path(tmp) / f"{abs(hash(json.dumps(r['config'], sort_keys=True)))}.json"
             config.write_text(json.dumps(r["config"]))
-            try:
-                p = predict(TrainingJob(model=str(config), device=gpu.name, checkpoint=checkpoint,
-                                        operators=True, **r["job"]))
+            try:  # a job the request refuses is skipped with its reason, as one pricing fails
+                job = TrainingJob(model=str(config), device=gpu.name, checkpoint=checkpoint,
+                                  operators=True, **r["job"])
+                p = predict(job)
             except MdotError as e:
                 skipped.append(f"{r['key']}: {e}")
                 continue
@@ -92,8 +94,7 @@ def price(rows: list[dict], checkpoint: str | None = None, experts_fp32: bool = 
                             optimizer=r["job"]["optimizer"]))
             if experts_fp32:
                 out[-1]["candidate_ms"] = p.iteration_ms + experts_at_fp32(
-                    p, TrainingJob(model=str(config), device=gpu.name, checkpoint=checkpoint,
-                                   operators=True, **dict(r["job"], precision="fp32")))
+                    p, dataclasses.replace(job, precision="fp32"))
             if r.get("gpu_ms"):  # traced on a GPU: the GPU's busy time against the priced
                 gpu_ms, by_class = kernels_only(r)
                 out[-1]["trace"] = dict(
@@ -113,8 +114,8 @@ def kernels_only(row: dict) -> tuple[float, dict[str, float]]:
 
     by_class = {c: t for c, (_, t) in row.get("by_class", {}).items()}
     spans = [(name, t) for name, _, t in row.get("busiest", []) if is_annotation(name)]
-    for name, t in spans:
-        by_class[kernel_class(name)] = by_class.get(kernel_class(name), 0.0) - t
+    for c, t in ((kernel_class(name), t) for name, t in spans):
+        by_class[c] = by_class.get(c, 0.0) - t
     return row["gpu_ms"] - sum(t for _, t in spans), by_class
 
 

@@ -10,6 +10,7 @@ rule on the H100's measured LSTMs). Structure, not measured at half precision.""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -57,8 +58,7 @@ def cudnn_gemms(info: dict, gpu: GPU, precision: str) -> tuple[GPU, Callable] | 
     tc = peaks.tensor_core_gemms(info, gpu, "tf32") if precision == "fp32" else None
     if tc is None:
         return None
-    return catalog.as_seen(gpu, gpu.tflops["tf32"], 4), lambda ops, dims, seen: tc[1].ms(
-        "tf32", ops, dims, seen)
+    return catalog.as_seen(gpu, gpu.tflops["tf32"], 4), functools.partial(tc[1].ms, "tf32")
 
 
 def kept_bytes(op_type: str, c: np.ndarray) -> float:
