@@ -101,7 +101,8 @@ def price(rows: list[dict], checkpoint: str | None = None, experts_fp32: bool = 
                     gpu_ms=gpu_ms, kernels=r["kernels"], launches=r["launches"],
                     predicted_gpu_ms=p.iteration_ms - p.phases.get("launch gaps", 0.0),
                     phases=p.phases, by_class=by_class,
-                    priced_by_class=priced_by_class(p.operators or []))
+                    priced_by_class=priced_by_class(p.operators or []),
+                    callers=r.get("callers"))  # who ran the time (newer kit traces)
     return out, skipped
 
 

@@ -107,9 +107,10 @@ def test_profile_refuses_a_generic_cpu_name_of_another_generation(tmp_path, thei
 
 def test_a_traced_protocol_profiles_one_more_step():
     """`mdot profile --trace`: after the timed repeats, one step under PyTorch's profiler
-    (on a CPU: the ATen operators it dispatched, busiest first); untraced, nothing."""
+    (on a CPU: the ATen operators it dispatched, busiest first, and who called them); untraced,
+    nothing."""
     torch = pytest.importorskip("torch")
-    from mdot_jax.measure.profiler import BUSIEST, measure_step
+    from mdot_jax.measure.profiler import BUSIEST, CALLERS, measure_step
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     x, target = torch.randn(4, 8), torch.randint(0, 4, (4,))
@@ -121,6 +122,10 @@ def test_a_traced_protocol_profiles_one_more_step():
     assert "aten::addmm" in names and len(names) <= BUSIEST and traced["aten_ops"] > len(names)
     ms = [t for *_, t in traced["busiest"]]
     assert ms == sorted(ms, reverse=True)
+    # who ran it: the backward functions and ATen operators by what they ran, nested included
+    callers = {name: t for name, _, t in traced["callers"]}
+    assert len(callers) <= CALLERS and "AddmmBackward0" in callers
+    assert callers["aten::linear"] >= callers["aten::addmm"] > 0  # a linear runs its addmm
     untraced: dict = {}
     measure_step(model, x, target, Protocol(warmup=1, repeats=3), "cpu", trace=untraced)
     assert untraced == {}

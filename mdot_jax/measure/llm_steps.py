@@ -26,8 +26,9 @@ synchronised; 2 untimed (a compiled model compiles in them), then the median of 
 carries the config and the fields of a `TrainingJob` that prices it, the peak memory
 allocated, what the host issued in one more step under the profiler (kernel launches on a
 GPU, ATen operators), the GPU's busy time in that step (`gpu_ms`: its kernels' own times
-summed) and its `BUSIEST` kernels by time (name, launches, ms; on a CPU the ATen operators by
-their own host time), or why it could not run (out of memory, a failed compilation). Rows
+summed), its `BUSIEST` kernels by time (name, launches, ms; on a CPU the ATen operators by
+their own host time) and who ran the time (`callers`: ATen operators and backward functions,
+`profiler.CALLERS`), or why it could not run (out of memory, a failed compilation). Rows
 are appended as they are measured and a second run skips what is there; no step starts after
 `--seconds`. On a CPU (`--dry-run`) a 2-layer model of width 64 at 64 tokens, fp32 (compiled
 by AOTAutograd alone: no code generated; the vision-language model's 2 blocks on 112 x 112

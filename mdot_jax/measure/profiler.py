@@ -1,19 +1,15 @@
 """`mdot profile`: measure real training iterations of zoo models on the machine at hand.
 
-Measurement protocol (also in the README):
-- one training iteration = forward (train mode) + cross-entropy loss + backward + SGD step
-  (momentum 0.9, nesterov, like timm's benchmark), fp32, synthetic inputs already in place;
-- `torch.set_num_threads(threads)` fixed and recorded; CUDA synchronised around each step;
-- `warmup` untimed iterations, then `repeats` timed ones; the label is the median, the
-  spread is stored as IQR and CV (std / mean, percent) with every raw time;
-- time budget: if one warm-up iteration takes longer than `max_iter_s` the sample is skipped
-  as `too_slow` (and so are the larger batch sizes of that architecture and size); if the
-  repeats would exceed `budget_s`, fewer are taken (never fewer than 3);
-- configurations that cannot train (BatchNorm at batch 1, an input too small for the
-  architecture, out of memory) are recorded in `report.json` with the reason, not raised;
-- every sample carries the device fingerprint (CPU/GPU model, cores, threads, torch version,
-  precision, optimizer). A dataset folder holds one device: appending from a machine with a
-  different CPU/GPU model is refused (start a new folder).
+Measurement protocol:
+- one iteration = forward (train mode) + cross-entropy + backward + SGD step (momentum 0.9,
+  nesterov, as timm's benchmark), fp32, inputs in place; threads fixed; CUDA synchronised;
+- `warmup` untimed iterations, then `repeats` timed: the label is the median, the spread
+  IQR and CV (std / mean, %) with every raw time; a warm-up slower than `max_iter_s` skips
+  the sample as `too_slow` (and the larger batches of that model and size); repeats past
+  `budget_s` are fewer (never under 3); what cannot train (BatchNorm at batch 1, an input
+  too small, out of memory) goes to `report.json` with the reason, not raised;
+- every sample carries the device fingerprint; a dataset folder holds one device: appending
+  from another CPU/GPU model is refused (start a new folder).
 """
 
 from __future__ import annotations
@@ -41,6 +37,7 @@ from mdot_jax.options import MEASURED_OPTIMIZERS as OPTIMIZERS
 
 # ---------------------------------------------------------------------------- measurement
 BUSIEST = 30  # kernels (ATen operators on a CPU) of a profiled step kept, by time
+CALLERS = 40  # ATen operators and autograd's backward functions kept, by what they ran
 # a CUDA kernel's class by its name, first match (cuBLAS, cuDNN, FlashAttention, PyTorch's own)
 KERNEL_CLASSES = (
     ("generated", r"^triton_"),  # torch.compile's (Inductor's Triton kernels)
@@ -110,9 +107,8 @@ def precision_context(precision: str, device: str, torch) -> Callable:
 
 def training_step(model, x, target, optimizer: str, precision: str, device: str, torch,
                   layout: str = "nchw") -> Callable[[], None]:
-    """One training iteration of `model` as a callable: forward (autocast at an AMP
-    precision), cross-entropy loss, backward (scaled for fp16), the optimizer's step. Sets
-    TF32 as `precision` says, explicitly; `nhwc`: the model and an image batch channels-last."""
+    """One training iteration of `model` as a callable: forward (`precision_context`), cross-
+    entropy loss, backward (scaled for fp16), the optimizer's step; `nhwc`: channels-last."""
     autocast = precision_context(precision, device, torch)
     if layout == "nhwc" and x.dim() == 4:
         model.to(memory_format=torch.channels_last)
@@ -149,8 +145,7 @@ def measure_step(model, x, target, protocol: Protocol, device: str,
 
     Raises `TooSlow` when a warm-up iteration past the first exceeds `protocol.max_iter_s`
     (the first, which pays for allocation and kernel set-up, only beyond `first_iter_slack`
-    times that, or when it is the only warm-up).
-    """
+    times that, or when it is the only warm-up)."""
     import torch
 
     step = training_step(model, x, target, protocol.optimizer, protocol.precision, device,
@@ -189,12 +184,13 @@ def profiled(step: Callable[[], None], device: str) -> dict:
     (kernels, copies and sets); `aten_ops`, the ATen operators dispatched, nested ones
     included; `gpu_ms`, the GPU's busy time (its kernels' own times summed); and `busiest`,
     the `BUSIEST` kernels by time (name, count, ms; on a CPU the ATen operators by their own
-    host time); on a GPU `by_class`, every kernel summed by its class (`kernel_class`: count,
-    ms). A profiler that fails (no CUPTI in a container, memory) says so in
-    `trace_error`, never losing the step measured before it. Ranges the code marks on the GPU
-    (`is_annotation`) are not kernels: left out. CUPTI is torn down after each
-    trace (`TEARDOWN_CUPTI`, unless set otherwise): left attached it slows every later kernel
-    launch (pytorch/pytorch#144455), the steps timed after a trace too."""
+    host time); `callers`, the `CALLERS` ATen operators and backward functions by the time
+    of what they ran, nested calls included (name, count, ms: the GPU's, on a CPU the host's);
+    on a GPU `by_class`, every kernel summed by its class (`kernel_class`: count, ms). A
+    profiler that fails (no CUPTI in a container, memory) says so in `trace_error`, never
+    losing the step measured before it. Ranges the code marks on the GPU (`is_annotation`)
+    are not kernels: left out. CUPTI is torn down after each trace (`TEARDOWN_CUPTI`, unless
+    set otherwise): left attached it slows every later launch (pytorch/pytorch#144455)."""
     import os
 
     import torch
@@ -203,8 +199,7 @@ def profiled(step: Callable[[], None], device: str) -> dict:
     cuda = device == "cuda"
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
     try:
-        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda
-                                                          else [])) as prof:
+        with profile(activities=[ProfilerActivity.CPU, *[ProfilerActivity.CUDA][:cuda]]) as prof:
             step()
             if cuda:
                 torch.cuda.synchronize()
@@ -218,6 +213,9 @@ def profiled(step: Callable[[], None], device: str) -> dict:
         timed = [(e.key, e.count, e.self_cpu_time_total / 1e3) for e in events
                  if e.key.startswith("aten::")]
     timed.sort(key=lambda x: -x[2])
+    calls = sorted(((e.key.removeprefix("autograd::engine::evaluate_function: ")[:100], e.count,
+                     (e.device_time_total if cuda else e.cpu_time_total) / 1e3) for e in events
+                    if e.key.startswith(("aten::", "autograd::engine"))), key=lambda x: -x[2])
     by_class: dict[str, list] = {}
     for name, n, t in timed if cuda else ():
         c = by_class.setdefault(kernel_class(name), [0, 0.0])
@@ -227,6 +225,7 @@ def profiled(step: Callable[[], None], device: str) -> dict:
                 aten_ops=sum(e.count for e in events if e.key.startswith("aten::")),
                 gpu_ms=sum(t for *_, t in timed) if cuda else None,
                 busiest=[[name[:100], n, round(t, 4)] for name, n, t in timed[:BUSIEST]],
+                callers=[[name, n, round(t, 4)] for name, n, t in calls[:CALLERS]],
                 **({"by_class": {k: [n, round(t, 4)] for k, (n, t) in by_class.items()}}
                    if cuda else {}))
 
