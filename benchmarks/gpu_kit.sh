@@ -86,8 +86,8 @@ step 60 0 "$PY" - "$OUT/env.json" <<'EOF'
 import importlib.metadata as md, json, sys
 from mdot_jax.measure.device import device_slug, fingerprint
 fp = fingerprint(1, precision="amp-bf16")
-names = ("torch", "torchvision", "timm", "transformers", "onnx", "onnxscript", "jax", "flax",
-         "optax", "orbax-checkpoint", "lightgbm", "numpy", "scipy", "tqdm")
+names = ("torch", "torchvision", "timm", "transformers", "huggingface-hub", "onnx", "onnxscript",
+         "jax", "flax", "optax", "orbax-checkpoint", "lightgbm", "numpy", "scipy", "tqdm")
 have = {}
 for n in names:
     try:

@@ -60,6 +60,11 @@ def test_the_kits_gpu_set_names_zoo_models():
     names = ",".join(re.findall(r"^\s*GPU_MODELS\+?=,?(\S+)", kit, re.M)).split(",")
     assert len(names) >= 12
     assert all(find_model(n).name == n for n in names)
+    # the pre-lease check on the lease image's versions (`kit_versions.sh`) reads the same set
+    check = (REPO / "benchmarks" / "kit_versions.sh").read_text()
+    pipeline = re.search(r"^GPU_SET=\$\((.*)\)$", check, re.M).group(1)
+    read = subprocess.run(["bash", "-c", pipeline], cwd=REPO, capture_output=True, text=True)
+    assert read.stdout.strip().split(",") == names
 
 
 def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(tmp_path):
