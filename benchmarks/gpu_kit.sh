@@ -8,8 +8,9 @@
 #                                at fp32, tf32, fp16, bf16 and fp8; dense and depthwise
 #                                convolutions and batch norm (NCHW and channels-last),
 #                                cross-entropy over a vocabulary, AdamW,
-#                                language-model heads at unaligned vocabularies beside aligned
-#                                twins, an LSTM's training pass, SDPA given a learned bias
+#                                language-model heads at unaligned vocabularies and attention's
+#                                batched GEMMs at unaligned token counts beside aligned twins,
+#                                an LSTM's training pass, SDPA given a learned bias
 #                                (`mdot_jax.measure.kernel_sweep`)
 #   amp-bf16-samples.jsonl       the probe; the GPU set (GPU_MODELS at 224 px or 256 tokens,
 #                                batch 32 and 128: steps that occupy the GPU; each traced:

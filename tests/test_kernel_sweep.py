@@ -62,6 +62,19 @@ def test_unaligned_heads_come_early_each_beside_its_aligned_twin():
     assert all(kernel_sweep._work(r)[0] <= 2 * kernel_sweep.MAX_FLOPS for r in heads)
 
 
+def test_unaligned_batched_gemms_each_beside_a_twin_aligned_to_8():
+    """Eager attention's products at Swin's 49 and a ViT's 197 tokens, each beside the same
+    batch of GEMMs at the next multiple of 8, at every GEMM arithmetic but fp8, early."""
+    rows = kernel_sweep.plan(False)
+    pairs = [r for r in rows if r["kind"] == "bmm-unaligned"]
+    dims = {tuple(r["dims"]) for r in pairs}
+    assert set(kernel_sweep.WINDOWS) <= dims and len(dims) == 2 * len(kernel_sweep.WINDOWS)
+    assert (6144, 56, 56, 32) in dims and (384, 200, 64, 200) in dims  # the batch kept
+    assert {r["precision"] for r in pairs} == {"fp32", "tf32", "fp16", "bf16"}
+    assert rows.index(pairs[-1]) < 7 * 60  # in the heads' queue, measured early
+    assert kernel_sweep._work(pairs[0]) == kernel_sweep._work(dict(pairs[0], kind="bmm"))
+
+
 def test_a_dry_run_times_kernels_and_resumes(tmp_path):
     out = tmp_path / "k.jsonl"
     assert kernel_sweep.main([str(out), "--dry-run", "--seconds", "0"]) == 0

@@ -28,7 +28,9 @@ The kernels:
   30,522, a Llama's 32,000 plus a padding token) beside its twin rounded up to one
   (`ALIGN_TWIN`): the rows of logits then start at addresses no vector load can use, and the
   pairs say what that costs each arithmetic (`tensor_cores.fit_unaligned`); the loss over the
-  same logits too (`cross_entropy-train`, fp32 and bf16);
+  same logits too (`cross_entropy-train`, fp32 and bf16); and `bmm-unaligned`, eager
+  attention's two batched products at token counts not a multiple of 8 (`WINDOWS`: Swin's
+  7 x 7 windows, a ViT-B/16's 197 tokens), each beside its twin at the next multiple of 8;
 - whole layers one library call runs, priced by their structure until measured:
   `lstm-train` (`nn.LSTM` of `layers` x `hidden` units over [steps, batch, hidden], forward and
   every gradient: cuDNN's steps in turn) at fp32 (cuDNN's default, TF32), fp16 and bf16; and
@@ -66,6 +68,8 @@ MAX_FLOPS = 2e12  # per GEMM: a few ms on any GPU we price
 MAX_BYTES = 2e9  # per fp32 operand
 ALIGN_TWIN = 64  # an unaligned vocabulary's twin: rounded up to a multiple of this
 HEADS = ((8192, 50257, 768), (8192, 30522, 1024), (4096, 32001, 4096))  # tokens, vocab, d
+# (b, m, n, k) of Q K^T and P V at batch 32: Swin-T's first stage (64 windows x 3 heads), ViT-B/16
+WINDOWS = ((6144, 49, 49, 32), (6144, 49, 32, 49), (384, 197, 197, 64), (384, 197, 64, 197))
 
 
 def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
@@ -193,11 +197,15 @@ def twin(vocab: int) -> int:
 
 
 def _heads(dry: bool) -> list[dict]:
-    """Language-model heads at unaligned vocabularies, each beside its aligned twin, and the
-    loss over their logits (`cross_entropy-train`, the same pairs)."""
+    """Language-model heads at unaligned vocabularies, each beside its aligned twin, the loss
+    over their logits (`cross_entropy-train`, the same pairs), and attention's batched GEMMs
+    at unaligned token counts beside twins at the next multiple of 8 (`bmm-unaligned`)."""
     heads, precisions = (((64, 1001, 32),), ("fp32",)) if dry else (HEADS, GEMM_PRECISIONS[:4])
+    windows = ((2, 9, 9, 8),) if dry else WINDOWS
     return [dict(kind="linear-train", precision=p, dims=(t, v, d))
             for t, vocab, d in heads for v in (vocab, twin(vocab)) for p in precisions] + [
+        dict(kind="bmm-unaligned", precision=p, dims=d) for w in windows
+        for d in (w, (w[0], *(-(-x // 8) * 8 for x in w[1:]))) for p in precisions] + [
         dict(kind="cross_entropy-train", precision=p, dims=(t, v))
         for t, vocab, _ in heads for v in (vocab, twin(vocab))
         for p in (ROWWISE if not dry else ROWWISE[:1])]
@@ -207,9 +215,9 @@ def _work(row: dict) -> tuple[float, float]:
     """(FLOPs, bytes) the kernel must do at least."""
     dims, kind = row["dims"], row["kind"]
     width = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}[row["precision"]]
-    if kind in ("gemm", "bmm"):
+    if kind in ("gemm", "bmm", "bmm-unaligned"):
         b, m, n, k = dims
-        weights = (b if kind == "bmm" else 1) * k * n
+        weights = (1 if kind == "gemm" else b) * k * n
         return 2.0 * b * m * n * k, width * (b * m * k + weights + b * m * n)
     if kind == "linear-train":  # y = x w^T, dx = dy w, dw = dy^T x
         t, v, d = dims
@@ -275,7 +283,7 @@ def _kernel(row: dict, device: str):
         b, m, n, k = dims
         a, w = new(b, m, k), new(k, n)
         return lambda: torch.matmul(a, w)
-    if kind == "bmm":
+    if kind in ("bmm", "bmm-unaligned"):
         b, m, n, k = dims
         a, w = new(b, m, k), new(b, k, n)
         return lambda: torch.bmm(a, w)
