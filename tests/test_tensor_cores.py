@@ -212,6 +212,23 @@ def test_unaligned_heads_fit_their_slowdown_per_arithmetic():
         tensor_cores.fit_unaligned(_heads(1.8) + _heads(1.8, "NVIDIA A100-SXM4-80GB"))
 
 
+def test_unaligned_batched_gemms_fit_their_slowdown_beside_twins_aligned_to_8():
+    """The sweep's `bmm-unaligned` pairs (attention's products at 49 tokens beside 56), per
+    arithmetic; the heads' rows are not theirs."""
+    rows = []
+    for dims in ((64, 49, 49, 32), (64, 56, 56, 32), (64, 49, 32, 49), (64, 56, 32, 56)):
+        for p, factor in (("bf16", 2.5), ("fp32", 1.0)):
+            flops = 2.0 * np.prod(dims)
+            rows.append(dict(kind="bmm-unaligned", precision=p, dims=list(dims), flops=flops,
+                             device="NVIDIA H100 80GB HBM3",
+                             ms=flops * 1e-9 * (factor if dims[1] == 49 else 1.0)))
+    fitted = tensor_cores.fit_unaligned(rows + _heads(1.8), "bmm-unaligned")
+    assert fitted["ratio"] == pytest.approx({"bf16": 2.5, "fp32": 1.0})
+    assert fitted["pairs"] == {"bf16": 2, "fp32": 2}
+    with pytest.raises(ValueError, match="no measured unaligned batched GEMMs"):
+        tensor_cores.fit_unaligned(_heads(1.8), "bmm-unaligned")
+
+
 def test_a_linear_layer_of_unaligned_features_is_priced_at_the_measured_slowdown():
     from onnx import helper
     from onnx_builders import model as graph

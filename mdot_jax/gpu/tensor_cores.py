@@ -163,25 +163,26 @@ GEMM_ARITHMETIC = {"fp32": ("fp32", 4), "tf32": ("tf32", 4), "amp-fp16": ("fp16"
                    "amp-bf16": ("bf16", 8)}
 
 
-def fit_unaligned(rows: Sequence[dict]) -> dict:
-    """A lent GPU's measured language-model heads (a kernel sweep's `linear-train` rows,
-    `measure.kernel_sweep`) at vocabularies not a multiple of 64 against their aligned twins:
-    per arithmetic, the median over the pairs of the time per FLOP unaligned over aligned
-    (`ratio`), the pairs (`pairs`), the GPU and its architecture."""
-    from mdot_jax.measure.kernel_sweep import twin
+def fit_unaligned(rows: Sequence[dict], kind: str = "linear-train") -> dict:
+    """A lent GPU's measured unaligned GEMMs against their aligned twins (a kernel sweep's
+    `kind` rows, `measure.kernel_sweep.aligned_twin`: `linear-train`, language-model heads at
+    vocabularies not a multiple of 64; `bmm-unaligned`, attention's batched GEMMs at token
+    counts not a multiple of 8): per arithmetic, the median over the pairs of the time per
+    FLOP unaligned over aligned (`ratio`), the pairs (`pairs`), the GPU and its architecture."""
+    from mdot_jax.measure.kernel_sweep import aligned_twin
 
     timed = {(r["device"], r["precision"], tuple(r["dims"])): r for r in rows
-             if r.get("kind") == "linear-train" and r.get("ms")}
+             if r.get("kind") == kind and r.get("ms")}
     ratios: dict[str, list[float]] = {}
     devices = set()
-    for (device, precision, (t, v, d)), r in timed.items():
-        other = timed.get((device, precision, (t, twin(v), d)))
-        if v % 64 and other:
+    for (device, precision, dims), r in timed.items():
+        other = timed.get((device, precision, aligned_twin(kind, dims)))
+        if other:
             devices.add(device)
             ratios.setdefault(precision, []).append(
                 (r["ms"] / r["flops"]) / (other["ms"] / other["flops"]))
-    gpu = catalog.find(one_gpu(devices, "unaligned heads with their aligned twins",
-                               "kind linear-train"))
+    what = "unaligned heads" if kind == "linear-train" else "unaligned batched GEMMs"
+    gpu = catalog.find(one_gpu(devices, f"{what} with their aligned twins", f"kind {kind}"))
     return dict(ratio={p: float(np.median(x)) for p, x in sorted(ratios.items())},
                 pairs={p: len(x) for p, x in sorted(ratios.items())}, gpu=gpu.name,
                 architecture=gpu.architecture)

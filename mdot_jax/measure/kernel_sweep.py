@@ -196,6 +196,17 @@ def twin(vocab: int) -> int:
     return -(-vocab // ALIGN_TWIN) * ALIGN_TWIN
 
 
+def aligned_twin(kind: str, dims) -> tuple | None:
+    """The dims of an unaligned kernel's aligned twin (`linear-train`: the vocabulary `twin`;
+    `bmm-unaligned`: m, n and k at the next multiple of 8, the batch kept), or None where
+    `dims` are aligned."""
+    if kind == "linear-train":
+        t, v, d = dims
+        return (t, twin(v), d) if v % ALIGN_TWIN else None
+    b, *mnk = dims
+    return (b, *(-(-x // 8) * 8 for x in mnk)) if any(x % 8 for x in mnk) else None
+
+
 def _heads(dry: bool) -> list[dict]:
     """Language-model heads at unaligned vocabularies, each beside its aligned twin, the loss
     over their logits (`cross_entropy-train`, the same pairs), and attention's batched GEMMs
@@ -205,7 +216,7 @@ def _heads(dry: bool) -> list[dict]:
     return [dict(kind="linear-train", precision=p, dims=(t, v, d))
             for t, vocab, d in heads for v in (vocab, twin(vocab)) for p in precisions] + [
         dict(kind="bmm-unaligned", precision=p, dims=d) for w in windows
-        for d in (w, (w[0], *(-(-x // 8) * 8 for x in w[1:]))) for p in precisions] + [
+        for d in (w, aligned_twin("bmm-unaligned", w)) for p in precisions] + [
         dict(kind="cross_entropy-train", precision=p, dims=(t, v))
         for t, vocab, _ in heads for v in (vocab, twin(vocab))
         for p in (ROWWISE if not dry else ROWWISE[:1])]
