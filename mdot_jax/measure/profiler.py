@@ -199,7 +199,7 @@ def profiled(step: Callable[[], None], device: str) -> dict:
     cuda = device == "cuda"
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
     try:
-        with profile(activities=[ProfilerActivity.CPU, *[ProfilerActivity.CUDA][:cuda]]) as prof:
+        with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
             step()
             if cuda:
                 torch.cuda.synchronize()
