@@ -202,13 +202,18 @@ def loss_bytes(seq: OperatorSequence, kept: np.ndarray) -> float:
     """What a wide loss keeps beyond `kept` (`[N]` bytes `saved` counts): PyTorch's
     cross-entropy, in fp32 under autocast too, keeps the log-softmax of its scores and makes
     their gradient, `LOSS_BYTES` a score, in place of what is counted of its input."""
-    losses = np.flatnonzero(np.isin(seq.op_names, sorted(LOSSES)))
+    losses, scores = loss_scores(seq)
     if not len(losses) or not len(seq.edges):
         return 0.0
     src, dst = seq.edges[:, 0], seq.edges[:, 1]
-    scores = seq.config[losses, _CFG["in_numel"]].astype(np.float64)
     counted = sum(float(kept[src[dst == i]].sum()) for i in losses)
     return max(LOSS_BYTES * float(scores.sum()) - counted, 0.0)
+
+
+def loss_scores(seq: OperatorSequence) -> tuple[np.ndarray, np.ndarray]:
+    """(the nodes of `seq`'s losses, `[L]` the scores each reads)."""
+    losses = np.flatnonzero(np.isin(seq.op_names, sorted(LOSSES)))
+    return losses, seq.config[losses, _CFG["in_numel"]].astype(np.float64)
 
 
 def activation_scale(precision: str) -> float:
@@ -329,8 +334,8 @@ def loss_note(seq: OperatorSequence, memory_gb: float, tp: int = 1) -> str | Non
     counted beside the scores themselves (a GPU's share of them under `tp`-way tensor
     parallelism: the vocabulary-parallel loss); said where it may add `LOSS_SAID` of the
     estimate."""
-    scores = seq.config[np.isin(seq.op_names, sorted(LOSSES)), _CFG["in_numel"]]
-    scores = float(np.where(scores % tp == 0, scores / tp, scores).sum())
+    each = loss_scores(seq)[1]
+    scores = float(np.where(each % tp == 0, each / tp, each).sum())
     extra = LOSS_BYTES * scores / 1e9
     if extra < LOSS_SAID * memory_gb:
         return None
