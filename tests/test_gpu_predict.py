@@ -234,7 +234,8 @@ def test_a_linear_weight_read_directly_or_through_a_view_costs_the_same(step_mod
         assert len(kernels[True, first]) == len(kernels[False, first])
         np.testing.assert_allclose(sum(kernels[True, first]), sum(kernels[False, first]),
                                    rtol=1e-9)
-    assert len(kernels[False, True]) == len(kernels[False, False]) - 1  # no data gradient
+    # no data gradient, and no fp32 Relu output cast for the GEMM, forward and backward
+    assert len(kernels[False, True]) == len(kernels[False, False]) - 3
 
 
 def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
@@ -455,13 +456,14 @@ def test_autocast_adds_its_casts_and_the_host_its_gaps(step_model):
     price(seq, h100, step_model, host_ms=0.0, kernels=kernels32)
     p = price(seq, h100, step_model, precision="amp-bf16", host_ms=0.0, kernels=kernels16)
     # both weights (one transposed on the way) cast forward and their gradients back; the
-    # softmax's fp32 output cast where the second batched GEMM reads it, forward and backward
-    assert len(kernels16) - len(kernels32) == 2 * 2 + 2
+    # softmax's fp32 output cast where the second batched GEMM reads it, and the half scores
+    # and mix softmax and layer norm read cast up, each forward and backward (`gpu.autocast`)
+    assert len(kernels16) - len(kernels32) == 2 * 2 + 3 * 2
     assert "launch gaps" not in p.phases
-    fsdp: list[float] = []  # FSDP gathers the weights in the half type: only the softmax's
+    fsdp: list[float] = []  # FSDP gathers the weights in the half type: the activations' alone
     price(seq, h100, step_model, precision="amp-bf16", host_ms=0.0, kernels=fsdp,
           half_weights=True)
-    assert len(fsdp) - len(kernels32) == 2
+    assert len(fsdp) - len(kernels32) == 3 * 2
     slow = price(seq, h100, step_model, precision="amp-bf16", host_ms=0.05)
     assert slow.phases["launch gaps"] > 0
     assert slow.iteration_ms == pytest.approx(sum(o["ms"] for o in slow.operators))

@@ -1,9 +1,11 @@
 """The cast kernels PyTorch's autocast (`amp-*` precisions) adds to a training step
-(`gpu.spec_sheet` prices them): each weight a GEMM or convolution reads, cast to the half type
-in the forward and its gradient back; each fp32 output of autocast's fp32 operators (softmax
-and the normalisations but batch norm) a GEMM or convolution reads, cast again, forward and
-backward. Frozen weights held in the half type need none; QLoRA's 4-bit ones are dequantised
-for each GEMM instead (`dequantised`).
+(`gpu.spec_sheet` prices them), found by following each tensor's type through the step
+(`types`): each weight and bias a GEMM or convolution reads, cast to the half type in the
+forward and its gradient back; each fp32 activation such a node reads, likewise; each half
+tensor an autocast fp32 operator reads, cast up and its gradient back; and the gradient of a
+half tensor another operator promoted to fp32 (a half branch added to an fp32 residual), cast
+back. Frozen weights held in the half type need none; QLoRA's 4-bit ones are dequantised for
+each GEMM instead (`dequantised`).
 """
 
 from __future__ import annotations
@@ -12,48 +14,113 @@ import numpy as np
 
 from converters import OperatorSequence
 from converters.sequence import CONFIG_FIELDS
-from converters.traits import of_kind
 from mdot_jax.autograd import NF4_BYTES, Backward, frozen_nodes, quantized
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.serving.memory import HALF
 
-FP32_OPS = set(of_kind("rowwise")) - {"BatchNormalization"}
+# autocast's fp32 operators (a half input cast up, an fp32 output) and explicit casts
+FP32_LIST = frozenset({"Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "LayerNormalization",
+                       "GroupNormalization", "Pow", "Exp", "Log", "Reciprocal", "Cast"})
+READ_IN_PLACE = frozenset({"Softmax", "LogSoftmax"})  # at fp16 PyTorch's half_to_float
+# kernels read the half input: no cast (at bf16 one; cross-entropy casts at both)
+KEEPS_TYPE = frozenset({"Dropout", "BatchNormalization"})  # a half input gives a half output
+GEMMS = ("linear", "bmm", "conv")  # autocast's half operators
 HALF_TYPE = {"amp-fp16": "fp16", "amp-bf16": "bf16", "fp8": "bf16"}  # autocast's, a precision
+NO_TYPE, HALF_OUT, FP32_OUT = 0, 1, 2  # `types`' codes
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
+
+
+def types(seq: OperatorSequence, kinds: list[str]) -> np.ndarray:
+    """`[N] int8`: each node's output type under autocast (`HALF_OUT`, `FP32_OUT`; `NO_TYPE`:
+    integers and booleans). GEMMs and convolutions write the half type; autocast's fp32
+    operators and casts fp32; views, dropout and batch norm their input's; any other float
+    operator the half type where it reads half nodes alone, else fp32 (an fp32 node or a
+    parameter, a dimensioned fp32 tensor, promotes; reading no node, graph inputs: fp32)."""
+    reads, _ = seq.neighbours()
+    names, held = seq.op_names, seq.column("params")
+    width = seq.config[:, _C["elem_bytes"]]
+    out = np.zeros(seq.num_ops, np.int8)
+    for i, kind in enumerate(kinds):
+        if width[i] not in (2, 4):  # integers, booleans
+            continue
+        half = {int(out[j]) for j in reads.get(i, [])} - {NO_TYPE} == {HALF_OUT}
+        if kind in GEMMS:
+            out[i] = HALF_OUT
+        elif names[i] in FP32_LIST:
+            out[i] = FP32_OUT
+        else:
+            keeps = kind == "free" or names[i] in KEEPS_TYPE
+            out[i] = HALF_OUT if half and (keeps or held[i] == 0) else FP32_OUT
+    return out
 
 
 def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
           half_weights: bool, grads: Backward, precision: str, activations: bool = True
           ) -> list[tuple[int, str, str, tuple, GPU, float]]:
-    """The cast kernels autocast at `precision` adds, as `spec_sheet.price` lists work: (node,
-    phase, operator, dims, GPU, 1.0); with `half_weights`, no weight's; `grads`: the backward
-    autograd runs (`autograd.backward`), a frozen weight's gradient never cast back; without
-    `activations`, no activation's (a compiled step stores them cast: `gpu.compiled`)."""
+    """The cast kernels autocast at `precision` adds (the module docstring's), as
+    `spec_sheet.price` lists work: (node, phase, operator, dims, GPU, 1.0); with
+    `half_weights`, no weight's; `grads`: the backward autograd runs (`autograd.backward`), a
+    frozen weight's gradient never cast back; without `activations`, no activation's (a
+    compiled step stores them cast: `gpu.compiled`). `skip`: nodes fused kernels run."""
     weights = 0 if half_weights else 1
-    reads, _ = seq.neighbours()  # node -> the nodes whose outputs it reads
-    out, names, held = [], seq.op_names, seq.column("params")
+    reads, _ = seq.neighbours()
+    names, held = seq.op_names, seq.column("params")
     if seq.meta.get("frozen_weights") in ("nf4", HALF_TYPE.get(precision)):  # frozen weights
         held = np.where(frozen_nodes(seq), 0.0, held)  # in (or dequantised to) the half type
         # autocast computes in: it casts none of them (fp16 ones under bf16 autocast it does)
-    for i, kind in enumerate(kinds):
-        if kind not in ("linear", "bmm", "conv") or i in skip:
-            continue
-        both = ("fw", "bw") if grads.runs[i] else ("fw",)  # a weight's gradient: if trained
-        sizes = [(weights * int(held[i]), both if grads.weights[i] else ("fw",))]
-        todo, seen = list(reads.get(i, [])), set()
-        while todo:  # through views to the tensors it reads
+    of = types(seq, kinds)
+    numel = seq.config[:, _C["out_numel"]]
+    out: list[tuple[int, str, str, tuple, GPU, float]] = []
+
+    def cast(i: int, n: float, phases: tuple[str, ...]) -> None:
+        out.extend((i, phase, "addu", (1, int(n)), gpu, 1.0) for phase in phases if n > 0)
+
+    def read(i: int) -> tuple[list[int], list[int]]:  # (weight views, producers), via views
+        views, producers, todo, seen = [], [], list(reads.get(i, [])), set()
+        while todo:
             j = todo.pop()
             if j in seen:
                 continue
             seen.add(j)
             if kinds[j] == "free":  # a view, of a weight perhaps (transposed on the way)
-                sizes.append((weights * int(held[j]), both if grads.weights[j] else ("fw",)))
+                views += [j] if held[j] > 0 else []
                 todo.extend(reads.get(j, []))
-            elif names[j] in FP32_OPS and j not in skip and activations:
-                sizes.append((int(seq.config[j, _C["out_numel"]]), both))
-        out += [(i, phase, "addu", (1, n), gpu, 1.0) for n, phases in sizes if n > 0
-                for phase in phases]
+            else:
+                producers.append(j)
+        return views, producers
+
+    for i, kind in enumerate(kinds):
+        if i in skip or kinds[i] == "free":
+            continue
+        back = ("fw", "bw") if grads.data[i] else ("fw",)  # its input's gradient, cast back
+        views, producers = read(i)
+        if kind in GEMMS:
+            trained = ("fw", "bw") if grads.runs[i] and grads.weights[i] else ("fw",)
+            bias = _bias(seq, i, kind) if held[i] > 0 else 0
+            cast(i, weights * (held[i] - bias), trained)  # weight and bias, apart
+            cast(i, weights * bias, trained)
+            for j in views:
+                cast(i, weights * held[j], ("fw", "bw") if grads.weights[j] else ("fw",))
+            if activations:  # the fp32 activations it reads
+                for j in producers:
+                    if of[j] == FP32_OUT and j not in skip:
+                        cast(i, numel[j], back)
+        elif activations and of[i] == FP32_OUT and names[i] != "Cast":
+            listed = names[i] in FP32_LIST  # autocast casts a half input up, its gradient back
+            if listed and HALF_TYPE.get(precision) == "fp16" and names[i] in READ_IN_PLACE:
+                continue  # PyTorch's half_to_float kernels read it, write its gradient: none
+            for j in producers:  # a half input: cast up, or promoted (its gradient cast back)
+                if of[j] == HALF_OUT:
+                    cast(i, numel[j], back if listed else back[1:])
     return out
+
+
+def _bias(seq: OperatorSequence, i: int, kind: str) -> int:
+    """The elements of GEMM or convolution `i`'s bias (0: none), a tensor of its own."""
+    if seq.config[i, _C["n_param_inputs"]] < 2:
+        return 0
+    n = int(seq.config[i, _C["out_channels" if kind == "conv" else "mm_n"]])
+    return n if n < seq.column("params")[i] else 0
 
 
 def dequantised(seq: OperatorSequence, grads: Backward, gpu: GPU, precision: str

@@ -37,12 +37,12 @@ The rules, per operator of the sequence:
   more than `LAUNCH_BOUND` of the step.
 - convolutions (dense, depthwise) and batch norms at the shares a lent GPU's sweep measured,
   on GPUs of its architecture, where the step model holds `cnn_kernels` (`gpu.cnn_kernels`).
-- autocast's casts (`amp-*`), one kernel each: every weight of a GEMM or convolution cast to
-  the half type in the forward and its gradient back in the backward, and every fp32 output
-  of a softmax or normalisation but batch norm cast again where a GEMM or convolution reads
-  it (forward and backward); under FSDP no weight is cast (its mixed precision, as LLM
-  trainers configure it, gathers them in the half type). Small steps are launch-bound: their
-  number counts, not their bytes.
+- autocast's casts (`amp-*`), one kernel each, where each tensor's type changes as it flows
+  (`gpu.autocast`): a GEMM's or convolution's weight and bias, an fp32 activation it reads,
+  a half tensor an autocast fp32 operator reads, forward and gradient back; a half tensor
+  promoted to fp32 (added to an fp32 residual), its gradient; under FSDP no weight is cast
+  (its mixed precision, as LLM trainers configure it, gathers them in the half type). Small
+  steps are launch-bound: their number counts, not their bytes.
 - precision: GEMMs and convolutions at the peaks `gpu.peaks` gives them; under autocast
   (`amp-*`, `fp8`) elementwise operators on 2-byte tensors, softmax, normalisations and the
   optimizer in fp32 (autocast's lists). GEMMs on tensor cores are priced at the share of the
