@@ -90,13 +90,13 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
         return views, producers
 
     for i, kind in enumerate(kinds):
-        if i in skip or kinds[i] == "free":
+        if i in skip or kind == "free":
             continue
         back = ("fw", "bw") if grads.data[i] else ("fw",)  # its input's gradient, cast back
         views, producers = read(i)
         if kind in GEMMS:
             trained = ("fw", "bw") if grads.runs[i] and grads.weights[i] else ("fw",)
-            bias = _bias(seq, i, kind) if held[i] > 0 else 0
+            bias = _bias(seq, i, kind, held[i])
             cast(i, weights * (held[i] - bias), trained)  # weight and bias, apart
             cast(i, weights * bias, trained)
             for j in views:
@@ -115,12 +115,12 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
     return out
 
 
-def _bias(seq: OperatorSequence, i: int, kind: str) -> int:
-    """The elements of GEMM or convolution `i`'s bias (0: none), a tensor of its own."""
+def _bias(seq: OperatorSequence, i: int, kind: str, params: float) -> int:
+    """The elements of the bias among GEMM or convolution `i`'s `params` (0: none)."""
     if seq.config[i, _C["n_param_inputs"]] < 2:
         return 0
     n = int(seq.config[i, _C["out_channels" if kind == "conv" else "mm_n"]])
-    return n if n < seq.column("params")[i] else 0
+    return n if n < params else 0
 
 
 def dequantised(seq: OperatorSequence, grads: Backward, gpu: GPU, precision: str
