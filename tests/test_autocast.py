@@ -30,11 +30,10 @@ def _block():
     return convert(m, batch_size=2, fuse=True)
 
 
-def _casts(seq, precision="amp-bf16", **kw):
+def _casts(seq, precision="amp-bf16", half_weights=False, activations=True):
     kinds = [k for k, _, _ in classified(seq)]
-    args = dict(half_weights=False, activations=True) | kw
-    return autocast.casts(seq, kinds, set(), gpus.find("h100-sxm"), args["half_weights"],
-                          backward(seq), precision, args["activations"])
+    return autocast.casts(seq, kinds, set(), gpus.find("h100-sxm"), half_weights,
+                          backward(seq), precision, activations)
 
 
 def test_types_follow_autocast_and_promotion():
