@@ -93,8 +93,8 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
         if i in skip or kind == "free":
             continue
         back = ("fw", "bw") if grads.data[i] else ("fw",)  # its input's gradient, cast back
-        views, producers = read(i)
         if kind in GEMMS:
+            views, producers = read(i)
             trained = ("fw", "bw") if grads.runs[i] and grads.weights[i] else ("fw",)
             bias = _bias(seq, i, kind, held[i])
             cast(i, weights * (held[i] - bias), trained)  # weight and bias, apart
@@ -109,7 +109,7 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
             listed = names[i] in FP32_LIST  # autocast casts a half input up, its gradient back
             if listed and HALF_TYPE.get(precision) == "fp16" and names[i] in READ_IN_PLACE:
                 continue  # PyTorch's half_to_float kernels read it, write its gradient: none
-            for j in producers:  # a half input: cast up, or promoted (its gradient cast back)
+            for j in read(i)[1]:  # a half input: cast up, or promoted (its gradient cast back)
                 if of[j] == HALF_OUT:
                     cast(i, numel[j], back if listed else back[1:])
     return out
