@@ -15,10 +15,7 @@ bf16, NCHW (the layout a GPU priced from its spec sheet trains in). Each kernel 
 constants of a convolution are fitted so that its three kernels (`conv_kernels`: the forward,
 the data gradient, the weight gradient) sum to the measured `-train` time; batch norm's forward
 on the forward rows, its backward on each shape's train time less its forward (where that is
-not lost in the two times' noise: `BN_BACKWARD_LEAST`). The sweep's small rows wait on the host
-(autograd issuing three kernels and more: a `-train` row's `ms_alone` up to 3.5x its `ms`), so
-`fixed` holds the host's issue time, as in `gpu.streaming`: in a step, whose host is priced
-apart (`spec_sheet.launch_bound`), a kernel's GPU part is its time less `fixed`.
+not lost in the two times' noise: `BN_BACKWARD_LEAST`).
 """
 
 from __future__ import annotations
@@ -123,18 +120,18 @@ class CnnKernels:
 
     def conv_ms(self, depthwise: bool, kernels: Sequence[tuple[str, tuple]]
                 ) -> list[float] | None:
-        """GPU ms of each of a convolution's kernels (`conv_kernels`), or None where its kind
-        was not measured."""
+        """ms of each of a convolution's kernels (`conv_kernels`), or None where its kind was
+        not measured."""
         c = self.constants.get(f"{'depthwise' if depthwise else 'dense'}/{self.swept}")
         at = seen(self.gpu, self.swept, True)
-        return None if c is None else [c.ms(o, d, at) - c.fixed_ms for o, d in kernels]
+        return None if c is None else [c.ms(o, d, at) for o, d in kernels]
 
     def bn_ms(self, dims: Sequence[int]) -> tuple[float, float] | None:
-        """GPU ms of a batch norm's forward and backward kernels (dims: its rows, row length),
-        or None where either was not measured."""
+        """ms of a batch norm's forward and backward kernels (dims: its rows, row length), or
+        None where either was not measured."""
         c = [self.constants.get(f"bn-{phase}/{self.swept}") for phase in ("forward", "backward")]
         at = seen(self.gpu, self.swept, False)
-        return None if None in c else tuple(k.ms(BN_OP, dims, at) - k.fixed_ms for k in c)
+        return None if None in c else (c[0].ms(BN_OP, dims, at), c[1].ms(BN_OP, dims, at))
 
 
 def applying(info: dict, gpu: GPU, precision: str) -> CnnKernels | None:
