@@ -53,7 +53,7 @@ NODE_GPUS = 8  # GPUs an HGX board or DGX system holds (A100, H100, H200, B200; 
 SPARSE = 1.5
 # FP32 CUDA cores per SM by compute capability (the architecture whitepapers)
 CORES_PER_SM = {"6.0": 64, "6.1": 128, "7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.9": 128,
-                "9.0": 128, "10.0": 128, "12.0": 128}
+                "9.0": 128, "10.0": 128, "10.3": 128, "12.0": 128}
 
 
 @dataclass(frozen=True)
