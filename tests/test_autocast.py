@@ -74,3 +74,21 @@ def test_a_bias_is_cast_apart_from_its_weight(bias):
     sizes = [w[3][1] for w in _casts(seq) if w[1] == "fw"]
     assert sizes == ([32 * 16, 32] if bias else [32 * 16])
     assert np.sum(sizes) == seq.params
+
+
+def test_a_price_shows_the_casts_apart_from_the_nodes_they_surround():
+    from mdot_jax.gpu import spec_sheet
+
+    seq, model = _block(), spec_sheet.load_step_model()
+    gpu = gpus.find("h100-sxm")
+    amp, fp32 = (spec_sheet.price(seq, gpu, model, precision=p, fit=False)
+                 for p in ("amp-bf16", "fp32"))
+    casts = [o for o in amp.operators if o["type"] == spec_sheet.CASTS]
+    # each beside its node (its index and name): both GEMMs', softmax's, the residual's
+    assert {o["name"] for o in casts} == {"q", "mix", "softmax", "residual"}
+    for o in casts:
+        assert seq.node_names[o["index"]] == o["name"] and o["ms"] > 0
+    assert not [o for o in fp32.operators if o["type"] == spec_sheet.CASTS]
+    per_node = [o for o in amp.operators if "index" in o]  # the step's time is unchanged
+    assert sum(o["ms"] for o in per_node) == pytest.approx(
+        amp.phases["forward"] + amp.phases["backward"])

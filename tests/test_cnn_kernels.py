@@ -83,7 +83,7 @@ def test_a_step_model_holding_them_prices_convolutions_and_batch_norms_on_their_
                                           ("a100-sxm-80gb", "amp-bf16", False)):
             a, b = (spec_sheet.price(seq, gpus.find(device), m, precision=precision, fit=False)
                     for m in (shipped, model))
-            ms = [{o["name"]: o["ms"] for o in p.operators} for p in (a, b)]
+            ms = [dict(zip(seq.node_names, p.node_ms(seq.num_ops))) for p in (a, b)]
             changed = {n for n in ("dense", "bn", "depthwise") if ms[1][n] != ms[0][n]}
             assert changed == (measured if hopper else set())
             said = any("measured bf16 NCHW" in w or "measured fp32 NCHW" in w
@@ -97,6 +97,6 @@ def test_a_step_model_holding_them_prices_convolutions_and_batch_norms_on_their_
     assert [o for o, _ in kernels] == ["conv", "bmm"]  # the graph's input: no data gradient
     model = dataclasses.replace(shipped, info=dict(shipped.info, cnn_kernels=dense_only))
     p = spec_sheet.price(seq, gpus.find("h100 sxm"), model, precision="amp-bf16", fit=False)
-    dense = {o["name"]: o["ms"] for o in p.operators}["dense"]
+    dense = dict(zip(seq.node_names, p.node_ms(seq.num_ops)))["dense"]
     c = Constants(**dense_only["constants"]["dense/bf16"])
     assert dense >= sum(c.ms(o, d, at) for o, d in kernels) > 0  # and its weight's add, cast

@@ -362,7 +362,8 @@ def test_megatron_runs_no_casts_a_fused_softmax_and_a_fused_update(gpt):
     rest = [sum(v for k, v in d.items() if k not in ("Gemm", "MatMul", "optimizer"))
             for d in ms]
     assert rest[1] < rest[0]
-    assert ms[1]["Gemm"] < ms[0]["Gemm"]  # no weight is cast
+    assert ms[0]["casts"] > 0 and "casts" not in ms[1]  # no weight is cast
+    assert ms[1]["Gemm"] == pytest.approx(ms[0]["Gemm"])  # the GEMMs themselves alike
     assert megatron.phases["update"] == pytest.approx(eager.phases["update"] * 4 / 8)
     assert any("Megatron-LM's fused optimizer" in w for w in megatron.warnings)
     with pytest.raises(RequestError) as e:

@@ -256,7 +256,7 @@ def test_a_linear_layer_of_unaligned_features_is_priced_at_the_measured_slowdown
             a, b = (spec_sheet.price(seq, gpus.find(device), m, precision=precision,
                                      fit=False) for m in (unmeasured, model))
             said = [w for w in b.warnings if "measured slowdown" in w]
-            ms = [{o["name"]: o["ms"] for o in p.operators} for p in (a, b)]
+            ms = [dict(zip(seq.node_names, p.node_ms(seq.num_ops))) for p in (a, b)]
             # its three GEMMs twice as long (its gradient's accumulation, a cast: as they were)
             assert ms[1]["head"] / ms[0]["head"] == (pytest.approx(1.95, abs=0.05) if expect
                                                      else 1.0)

@@ -305,8 +305,8 @@ def context_exchange(p: Prediction, seq: OperatorSequence, blocks: Sequence[Bloc
     kv = 2.0 * tokens_of(seq, blocks) * kv_heads * size / tp * act_bytes
     sends = (cp - 1) * (passes + 1)  # forward, backward twice, a recomputed forward
     ring = sends * 1e3 * (kv / (link.gbs * 1e9) + link.latency_s)  # ms a layer
-    by_node = {o["index"]: o["ms"] for o in p.operators or [] if "index" in o}
-    exposed = sum(max(0.0, ring - sum(by_node.get(i, 0.0) for i in {*b.inner, b.output}))
+    by_node = p.node_ms(seq.num_ops)
+    exposed = sum(max(0.0, ring - sum(by_node[i] for i in {*b.inner, b.output}))
                   for b in blocks)
     phases = dict(p.phases, communication=p.phases.get("communication", 0.0) + exposed)
     note = (f"context parallel over {cp} GPUs (ring attention): {sends} sends a layer of its "
@@ -371,10 +371,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     tp, pp, v = layout.tp, layout.pp, layout.virtual
     first = layer_starts(seq, blocks)
     stage = _chunks(seq, first, layout) if pp > 1 else np.zeros(seq.num_ops, int)
-    ms = np.zeros(seq.num_ops)
-    for o in one.operators or []:
-        if "index" in o:  # the update has none: it follows the stages' parameters
-            ms[o["index"]] += o["ms"]
+    ms = one.node_ms(seq.num_ops)  # the update is on no node: it follows the stages' parameters
     share = np.bincount(stage, ms, pp) / max(ms.sum(), 1e-30)  # [pp] of the compute
     layers = np.bincount(stage[first], minlength=pp)  # [pp]
     bytes_ = 2.0 if precision in HALF else 4.0

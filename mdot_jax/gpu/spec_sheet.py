@@ -75,7 +75,6 @@ import numpy as np
 from converters import OperatorSequence
 from converters.attention import Block, attention_blocks, varlen
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
-from converters.vocab import UNK
 from mdot_jax import autograd
 from mdot_jax.errors import RequestError, UsageError
 from mdot_jax.gpu import autocast, cnn_kernels, compiled, muon, peaks, recurrent, tensor_cores
@@ -86,6 +85,7 @@ from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, masked, read_in_p
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.host import launch_bound, record
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
+from mdot_jax.gpu.unmeasured import unmeasured
 from mdot_jax.gpu.update import update, update_kernels
 from mdot_jax.options import AUTOCAST, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
@@ -95,6 +95,7 @@ from mdot_jax.serving.prediction import Prediction
 from mdot_jax.storage.checkpoint import STEP_MODEL_DIR
 
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
+CASTS = "casts"  # the type of the cast kernels added around a node (its name's), kept apart
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
 _L = {name: i for i, name in enumerate(LOAD_FIELDS)}
 
@@ -223,6 +224,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                      megatron, cnn, {i for g in fusion for i in g.members})
     work = found.work
     work.extend(compiled.kernels(fusion, found.grads.runs, at["fp32"], at["memory"]))
+    first_cast = len(work)  # the casts autocast, QLoRA and fp8 add: shown apart (`CASTS`)
     if precision in AUTOCAST and not megatron:
         work.extend(autocast.casts(seq, found.kinds, inside | {b.output for b in blocks},
                                    at["fp32"], half_weights, found.grads, precision,
@@ -232,6 +234,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         work.extend(autocast.fp8_casts([(w[0], w[3]) for w in work if w[1] == "fw"
                                         and w[2] == "linear" and w[4] is at["linear"]],
                                        at["memory"]))
+    casts = slice(first_cast, len(work))
     adapted = model.adaptation(gpu, warnings)
     machine = adapted if adapted and adapted.fit == "machine" else None
     host = host_ms if host_ms is not None else float(machine.host_ms or 0.0) if machine \
@@ -253,10 +256,11 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     order, per_op, phases = _in_order(work, ms * speed, recompute, seq.num_ops)
     if step != "train":
         del phases["update"]
+    cast_ms = _in_order(work[casts], ms[casts] * speed, recompute, seq.num_ops)[1]
     fused = {b.output for b in blocks}  # the node each fused kernel's time is kept on
-    operators: list[dict] = [dict(type=FUSED if i in fused else n, name=str(nm), ms=float(t),
-                                  index=i) for i, (n, nm, t) in enumerate(zip(
-                                      seq.op_names.tolist(), seq.node_names, per_op)) if t > 0]
+    operators: list[dict] = [dict(type=kind, name=str(nm), ms=float(t), index=i) for i, (
+        n, nm, own, c) in enumerate(zip(seq.op_names.tolist(), seq.node_names, per_op, cast_ms))
+        for kind, t in ((FUSED if i in fused else n, own - c), (CASTS, c)) if t > 1e-12]
     params = autograd.trainable(seq)  # the frozen ones are not updated
     if step == "train" and params:
         shapes = muon.matrices(seq) if optimizer == "muon" else []  # the rest: AdamW
@@ -276,7 +280,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                         + (f" of a {tp}-way tensor-parallel rank" if (tp := seq.meta.get("tp"))
                            else "") + f" ({u.what}): not measured")
     warnings += sorted({extrapolated[c] for c in found.classes if c in extrapolated})
-    warnings += _said(seq, found, model.info.get("unaligned_gemms"), blocks, note, masked_note)
+    warnings += unmeasured(seq, found, model.info.get("unaligned_gemms"), blocks, note, masked_note)
     warnings += graph_warnings(seq.meta.get("graph") or {})
     if fusion:
         warnings.append(compiled.said(fusion, host, framework))
@@ -441,58 +445,6 @@ def _in_order(work: list[Kernel], ms: np.ndarray, recompute: Collection[int], no
     if again:
         phases["recomputation"] = sum(t for *_, t in again)
     return order, per_op, phases
-
-
-def _said(seq: OperatorSequence, found: _Found, unaligned: dict | None, blocks: list[Block],
-          note: str, efficient: str) -> list[str]:
-    """The warnings of what `found` priced without a measurement of its like (`note`,
-    `efficient`: what backs the flash and the memory-efficient attention kernels' price)."""
-    said = []
-    if found.other:  # the converter's unknown types by their names
-        other = {k: v for k, v in found.other.items() if k != UNK} | (
-            seq.unknown_ops if UNK in found.other else {})
-        said.append("no GPU measurements of " + ", ".join(
-            f"{k} ({v})" for k, v in sorted(other.items())) + ": priced as copies")
-    if found.recurrent:
-        said.append(recurrent.said(found.recurrent))
-    if found.odd_convs:
-        said.append(f"{found.odd_convs} convolutions are not 3x3 stride-1 dense ones (the only "
-                    "ones measured): extrapolated")
-    if seq.unknown_ops:
-        said.append("operators unknown to the converter (their FLOPs not counted): "
-                    + ", ".join(f"{k} ({v})" for k, v in seq.unknown_ops.items()))
-    odd = found.odd_layers
-    if found.slowed and unaligned:
-        said.append(f"{found.slowed} linear layers with features not a multiple of 16 bytes "
-                    f"(e.g. a vocabulary of 50,257): at the {unaligned['gpu']}'s measured "
-                    "slowdown of such GEMMs")
-    elif odd:
-        said.append(f"{len(odd)} large linear layer{'s' * (len(odd) > 1)} with features not a "
-                    f"multiple of 16 bytes ({max(odd):,}): cuBLAS runs their GEMMs with "
-                    "narrower loads, slower than priced here (not measured yet); features "
-                    "padded to a multiple of 64 avoid it")
-    scans = int(np.isin(seq.op_names, list(ON_CHIP_SCANS)).sum())
-    if scans:
-        said.append(f"{scans} chunked scans priced as fused kernels: GEMMs of their FLOPs "
-                    f"(the backward twice the forward's), {note}")
-    if blocks:
-        given, local = (sum(masked(b, int(seq.config[b.scores, _C["mm_n"]])) for b in blocks),
-                        sum(b.local and b.window > 0 for b in blocks))
-        said.append(f"{len(blocks)} attention blocks priced as fused kernels "
-                    f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
-                    f"FlashAttention's forward and backward, {note}" + (
-                        f"; {given} given a mask (a sliding window the sequence reaches, "
-                        "the batch's padding, a learned bias): SDPA's memory-efficient kernel "
-                        f"over every key, {efficient} (attention flash_attention_2 takes the "
-                        "window and the padding itself; given a learned bias, measured on an "
-                        "H100: docs/studies/whole-layers.md)" if given else "") + (
-                        f"; {local} with a sliding window, the flash-attn package's: over the "
-                        "window's keys alone" if local else "") + (
-                        f"; {len(joined)} looped over a split's pieces (windows, images) as "
-                        f"{len({b.call for b in joined})} varlen calls of the flash-attn "
-                        "package, one a loop" if (joined := [b for b in blocks if b.call >= 0])
-                        else ""))
-    return said
 
 
 def _ratio_kind(kind: str) -> str:

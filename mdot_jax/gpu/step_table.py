@@ -53,10 +53,7 @@ def priced(seq: OperatorSequence, gpu: gpus.GPU, model: StepModel, **how
            ) -> tuple[OperatorSequence, Prediction]:
     """`seq` with each operator's spec-sheet ms on `gpu` as `meta["op_ms"]`, and the price."""
     p = price(seq, gpu, model, fit=False, **how)
-    ms = [0.0] * seq.num_ops
-    for o in p.operators or []:
-        if "index" in o:
-            ms[o["index"]] += float(o["ms"])
+    ms = p.node_ms(seq.num_ops).tolist()
     return dataclasses.replace(seq, meta={**seq.meta, OP_MS: ms}), p
 
 

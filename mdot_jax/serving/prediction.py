@@ -140,6 +140,15 @@ class Prediction:
         idle = self.phases.get("communication", 0.0) + self.phases.get("bubble", 0.0)
         return 1.0 - idle / self.iteration_ms
 
+    def node_ms(self, nodes: int) -> np.ndarray:
+        """`[nodes]` ms of each node of the priced sequence, the casts around it included (the
+        operators with an `index`; the update and the host's gaps are on no node)."""
+        ms = np.zeros(nodes)
+        for o in self.operators or []:
+            if "index" in o:
+                ms[o["index"]] += o["ms"]
+        return ms
+
     def with_phases(self, phases: dict[str, float], **changes) -> Prediction:
         """`self` with other phases: the time is their sum and the band, a relative one,
         scales with it."""
