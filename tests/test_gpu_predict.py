@@ -488,6 +488,10 @@ def test_recomputed_nodes_run_their_forward_again_before_their_backward(step_mod
     assert n_fw > 0 and everything.phases["recomputation"] == pytest.approx(p.phases["forward"])
     assert sorted(again) == pytest.approx(sorted(plain + plain[:n_fw]))
     assert again[:n_fw] == plain[:n_fw]  # the forward first, then the backward
+    # each node's time holds its forward's second run: the operators sum to the step
+    assert sum(o["ms"] for o in everything.operators) == pytest.approx(everything.iteration_ms)
+    assert everything.node_ms(seq.num_ops).sum() == pytest.approx(
+        p.node_ms(seq.num_ops).sum() + p.phases["forward"])
     first = min(o["index"] for o in p.operators if "index" in o)
     some = price(seq, h100, step_model, host_ms=0.0, recompute={first})
     assert 0 < some.phases["recomputation"] < p.phases["forward"]

@@ -444,6 +444,7 @@ def _in_order(work: list[Kernel], ms: np.ndarray, recompute: Collection[int], no
         phases["forward" if phase == "fw" else "backward"] += t
     if again:
         phases["recomputation"] = sum(t for *_, t in again)
+        np.add.at(per_op, [i for i, *_ in again], [t for *_, t in again])  # a node's, run twice
     return order, per_op, phases
 
 
