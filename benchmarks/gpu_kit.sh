@@ -10,7 +10,8 @@
 #                                cross-entropy over a vocabulary, AdamW,
 #                                language-model heads at unaligned vocabularies and attention's
 #                                batched GEMMs at unaligned token counts beside aligned twins,
-#                                an LSTM's training pass, SDPA given a learned bias
+#                                an LSTM's training pass, SDPA given a learned bias, binary
+#                                kernels with a broadcast operand (a mask, a rotary table)
 #                                (`mdot_jax.measure.kernel_sweep`)
 #   amp-bf16-samples.jsonl       the probe; the GPU set (GPU_MODELS at 224 px or 256 tokens,
 #                                batch 32 and 128: steps that occupy the GPU; each traced:

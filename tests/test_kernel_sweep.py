@@ -58,7 +58,7 @@ def test_unaligned_heads_come_early_each_beside_its_aligned_twin():
     assert {50257, 50304, 30522, 30528} <= vocabs
     assert {kernel_sweep.twin(v) for v in vocabs} <= vocabs and any(v % 8 for v in vocabs)
     assert {r["precision"] for r in heads} == {"fp32", "tf32", "fp16", "bf16"}
-    assert rows.index(heads[-1]) < 7 * len(heads)  # a queue of its own (of 7), measured early
+    assert rows.index(heads[-1]) < 8 * len(heads)  # a queue of its own (of 8), measured early
     assert all(kernel_sweep._work(r)[0] <= 2 * kernel_sweep.MAX_FLOPS for r in heads)
 
 
@@ -71,8 +71,22 @@ def test_unaligned_batched_gemms_each_beside_a_twin_aligned_to_8():
     assert set(kernel_sweep.WINDOWS) <= dims and len(dims) == 2 * len(kernel_sweep.WINDOWS)
     assert (6144, 56, 56, 32) in dims and (384, 200, 64, 200) in dims  # the batch kept
     assert {r["precision"] for r in pairs} == {"fp32", "tf32", "fp16", "bf16"}
-    assert rows.index(pairs[-1]) < 7 * 60  # in the heads' queue, measured early
+    assert rows.index(pairs[-1]) < 8 * 60  # in the heads' queue, measured early
     assert kernel_sweep._work(pairs[0]) == kernel_sweep._work(dict(pairs[0], kind="bmm"))
+
+
+def test_broadcast_operands_a_mask_promoted_to_fp32_and_a_rotary_table():
+    rows = [r for r in kernel_sweep.plan(False) if r["kind"].endswith("-bcast")]
+    assert {(r["kind"], r["precision"]) for r in rows} == {
+        (k, p) for k in ("add-bcast", "mul-bcast") for p in ("fp32", "bf16")}
+    assert ("add-bcast", "bf16", (8, 12, 1024)) in {(r["kind"], r["precision"], tuple(r["dims"]))
+                                                    for r in rows}  # GPT-2's eager scores
+    mask = kernel_sweep._work(dict(kind="add-bcast", precision="bf16", dims=(8, 12, 1024)))
+    assert mask == (8 * 12 * 1024 ** 2, 6.0 * 8 * 12 * 1024 ** 2 + 4 * 8 * 1024)  # fp32 out
+    assert all(kernel_sweep._work(r)[1] <= 1.1 * kernel_sweep.MAX_BYTES for r in rows)
+    small = [r for r in kernel_sweep.plan(True) if r["kind"].endswith("-bcast")]
+    out = [kernel_sweep._kernel(r, "cpu")() for r in small]
+    assert [tuple(o.shape) for o in out] == [(2, 2, 16, 16), (2, 16, 2, 8)]
 
 
 def test_a_dry_run_times_kernels_and_resumes(tmp_path):

@@ -13,7 +13,10 @@ The kernels:
   given a boolean sliding-window mask of half the keys ([b, 1, s, s], as transformers builds
   one for a window the sequence reaches), over every key;
 - `elementwise` (add, mul, gelu), `layer_norm` and `softmax` over [rows, cols] at fp32 and
-  bf16;
+  bf16; and binary kernels with a broadcast operand, which PyTorch runs without its vectorized
+  path: `add-bcast` (eager attention's mask: scores [b, h, s, s] plus an fp32 mask
+  [b, 1, 1, s], the sum promoted to fp32) and `mul-bcast` (rotary positions: [b, s, h, d]
+  times [1, s, 1, d]);
 - a CNN's kernels at fp32 (cuDNN's default: TF32 convolutions) and bf16, in NCHW and
   channels-last (`layout`): `conv` (`F.conv2d` of [n, c, h, h] by [k, c, r, r] at a stride,
   padding r // 2), `dwconv` (a depthwise one, MobileNet's and EfficientNet's: [n, c, h, h] by
@@ -94,7 +97,7 @@ def plan(dry: bool, n_gemm: int = 120) -> list[dict]:
                    for _ in range(24)]
         precisions, halves = GEMM_PRECISIONS, HALF
     rows: list[list[dict]] = [[], [], [], _network_kernels(dry), _heads(dry), _depthwise(dry),
-                              _layers(dry)]
+                              _layers(dry), _broadcast(dry)]
     for kind, dims in gemms:
         rows[0] += [dict(kind=kind, precision=p, dims=dims) for p in precisions]
     for dims in sdpa:
@@ -191,6 +194,20 @@ def _layers(dry: bool) -> list[dict]:
         dict(kind="grid_sample-train", precision=p, dims=d) for d in sampled for p in rowwise]
 
 
+def _broadcast(dry: bool) -> list[dict]:
+    """Binary kernels with a broadcast operand (their own queue): `add-bcast` (b, h, s), an
+    attention mask's add (GPT-2's eager attention at 8 x 1,024 tokens among them), and
+    `mul-bcast` (b, s, h, d), rotary positions' multiply (a Llama's heads of 128)."""
+    if dry:
+        masks, ropes, precisions = [(2, 2, 16)], [(2, 16, 2, 8)], ("fp32",)
+    else:
+        masks = [(8, 12, 1024), (16, 12, 512), (4, 16, 2048), (1, 16, 4096), (32, 12, 256)]
+        ropes = [(1, 4096, 32, 128), (8, 2048, 32, 128), (16, 2048, 8, 128), (8, 1024, 12, 64)]
+        precisions = ROWWISE
+    return [dict(kind="add-bcast", precision=p, dims=d) for d in masks for p in precisions] + [
+        dict(kind="mul-bcast", precision=p, dims=d) for d in ropes for p in precisions]
+
+
 def twin(vocab: int) -> int:
     """The aligned twin of a vocabulary (`ALIGN_TWIN`)."""
     return -(-vocab // ALIGN_TWIN) * ALIGN_TWIN
@@ -264,6 +281,12 @@ def _work(row: dict) -> tuple[float, float]:
     if kind.startswith("adamw"):  # read p, g, m, v; write p, m, v
         tensors, numel = dims
         return 12.0 * tensors * numel, 4.0 * 7 * tensors * numel
+    if kind == "add-bcast":  # read the scores and the mask, write the fp32 sum
+        b, h, s = dims
+        return float(b * h * s * s), (width + 4.0) * b * h * s * s + 4.0 * b * s
+    if kind == "mul-bcast":  # read x and the table, write the product
+        b, s, h, d = dims
+        return float(b * s * h * d), width * (2.0 * b * s * h * d + s * d)
     rows, cols = dims
     if kind == "cross_entropy-train":  # read the logits, write their gradient
         return 8.0 * rows * cols, width * 2.0 * rows * cols
@@ -350,6 +373,14 @@ def _kernel(row: dict, device: str):
             q.grad = torch.randn_like(q)
         opt = torch.optim.AdamW(params, lr=1e-4, fused=kind == "adamw-fused")
         return opt.step
+    if kind == "add-bcast":
+        b, h, s = dims
+        scores, mask = new(b, h, s, s), torch.zeros(b, 1, 1, s, device=device)
+        return lambda: scores + mask
+    if kind == "mul-bcast":
+        b, s, h, d = dims
+        x, table = new(b, s, h, d), new(1, s, 1, d)
+        return lambda: x * table
     rows, cols = dims
     if kind == "cross_entropy-train":
         logits = new(rows, cols, grad=True)
