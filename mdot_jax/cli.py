@@ -226,7 +226,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([g.to_json() for g in catalog.values()]))
         return 0
-    print(f"{'name':<24} {'SMs':>4} {'MHz':>5} {'GB':>4} {'GB/s':>5} {'L2 MB':>5} "
+    w = max(len(g.name) for g in catalog.values())
+    print(f"{'name':<{w}} {'SMs':>4} {'MHz':>5} {'GB':>4} {'GB/s':>5} {'L2 MB':>5} "
           f"{'fp32':>6} {'tf32':>6} {'fp16':>6} {'bf16':>6} {'fp8':>6} {'NVLink':>6} "
           f"{'net':>4} {'max W':>5}  (TFLOP/s dense; net: GB/s a node of its DGX or rack)")
 
@@ -235,7 +236,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
     for g in catalog.values():
         t = g.tflops
-        print(f"{g.name:<24} {g.sms:>4} {g.boost_mhz:>5g} {g.memory_gb:>4g} "
+        print(f"{g.name:<{w}} {g.sms:>4} {g.boost_mhz:>5g} {g.memory_gb:>4g} "
               f"{g.memory_gbs:>5g} {g.l2_mb:>5g} {num(t['fp32']):>6} {num(t['tf32']):>6} "
               f"{num(t['fp16']):>6} {num(t['bf16']):>6} {num(t['fp8']):>6} "
               f"{num(g.nvlink_gbs):>6} {num(g.network_gbs):>4} {num(g.power_w):>5}")
