@@ -96,14 +96,15 @@ def _print(args: argparse.Namespace, options: list) -> None:
     print(f"{args.model}: {len(feasible)} of {len(options)} plans feasible"
           + (" (* on the time / cost Pareto front)" if front else ""))
     split = args.global_batch is not None or bool(args.strategies)  # say how each count runs
-    print(f"{'device':<22} {'GPUs':>5} " + (f"{'layout':<24} " if split else "")
+    w = max([22] + [len(o.device) + 1 for o in options])  # a name and the front's `*`
+    print(f"{'device':<{w}} {'GPUs':>5} " + (f"{'layout':<24} " if split else "")
           + f"{'job h':>8} {'80% band h':>13} {'cost USD':>10} {'memory GB':>9} {'MFU':>5}"
           "  why not")
     for o in options[:args.top] if args.top else options:
         p = o.prediction
         band = p and p.job_interval_s and "-".join(hours(s / 3600) for s in p.job_interval_s)
         mfu = percent(p.mfu) if p and p.mfu is not None else "-"
-        print(f"{o.device + ('*' if id(o) in front else ''):<22} {o.gpus:>5} "
+        print(f"{o.device + ('*' if id(o) in front else ''):<{w}} {o.gpus:>5} "
               + (f"{str(o.layout or '-'):<24} " if split else "")
               + f"{'-' if o.hours is None else hours(o.hours):>8} {band or '-':>13} "
               f"{'-' if o.cost_usd is None else number(o.cost_usd):>10} "
