@@ -75,7 +75,7 @@ brought() {  # the kit brought $1, or say which studies wait for it
 }
 steps=0 sweep=0
 brought llm-steps.jsonl "the llm-steps and unaligned-gemms studies" && steps=1
-brought kernels.jsonl "the unaligned-gemms, cnn-kernels, whole-layers and deformable-sampling studies" && sweep=1
+brought kernels.jsonl "the unaligned-gemms, cnn-kernels, whole-layers, deformable-sampling and broadcast-operands studies" && sweep=1
 if [ $steps = 1 ]; then
   study "$PY" benchmarks/bench_llm_steps.py "$DEST/llm-steps.jsonl" --experts-fp32 \
     --out "benchmarks/results/llm-steps-$NAME"
@@ -93,6 +93,8 @@ if [ $sweep = 1 ]; then
   fi
   study "$PY" benchmarks/bench_layers.py "$DEST/kernels.jsonl.xz" \
     --out "benchmarks/results/layers-$NAME"
+  study "$PY" benchmarks/bench_broadcast.py --sweep "$DEST/kernels.jsonl.xz" \
+    --out "benchmarks/results/broadcast-$NAME"
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "after_lease: failed: ${failed[*]} (its output above); the rest is done" >&2

@@ -86,7 +86,7 @@ def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(
     steps = [next(i for i, ln in enumerate(lines) if needle in ln) for needle in (
         "amp-bf16/samples.jsonl.xz", "dataset resequence", "dataset pack", "bench_gpu_ops.py",
         "bench_llm_steps.py", "bench_unaligned_gemms.py", "bench_cnn_kernels.py",
-        "bench_layers.py")]
+        "bench_layers.py", "bench_broadcast.py")]
     assert steps == sorted(steps)
     assert r"--device b200\ sxm" in lines[steps[3]]
     dest.mkdir()
@@ -106,7 +106,7 @@ def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(
     assert not any("fp32-" in ln or "fp32/" in ln or "kernels.jsonl" in ln for ln in said)
     assert any("bench_llm_steps.py" in ln for ln in said)
     assert not any("bench_cnn_kernels.py" in ln or "unaligned" in ln or "bench_layers" in ln
-                   for ln in said)
+                   or "bench_broadcast" in ln for ln in said)
     # a kit whose GPU set failed (no samples at all) still lays out its sweep and LLM steps
     (kit / "amp-bf16-samples.jsonl").unlink()
     (kit / "kernels.jsonl").write_text("{}\n")

@@ -183,3 +183,37 @@ def test_the_layers_study_prices_each_measured_layer_as_exported_from_pytorch():
     few, many = (r["priced_ms"] for r in got["rows"][3:])
     assert set(few) == {"fp32"} and many["fp32"] > few["fp32"]
     assert got["skipped"] == {"no kernel": ["e"]} and len(got["rows"]) == 5
+
+
+def test_the_broadcast_premise_is_decided_on_a_sweep(tmp_path):
+    """`benchmarks/bench_broadcast.py` on a made-up sweep (shares chosen, not measured): the
+    broadcast kinds at 0.3 of the bandwidth against contiguous twins at 0.9 hold the premise;
+    at 0.8 they do not; small contiguous rows are not twins; a sweep without them is refused."""
+    from benches import bench
+
+    b = bench("bench_broadcast")
+    bw = 3350e9  # the H100 SXM's bytes a second
+
+    def row(kind, p, nbytes, share):
+        return dict(kind=kind, precision=p, bytes=nbytes, ms=1e3 * nbytes / (share * bw),
+                    device="NVIDIA H100 80GB HBM3")
+
+    def sweep(bcast):
+        return [row("add-bcast", p, 6e8, bcast) for p in ("fp32", "bf16")] + [
+            row("mul-bcast", p, 2e8, bcast) for p in ("fp32", "bf16")] + [
+            row("add", p, 3e8, 0.9) for p in ("fp32", "bf16")] + [
+            row("mul", p, 1e6, 0.05) for p in ("fp32", "bf16")]  # small: not a twin
+
+    def run(rows):
+        path = tmp_path / "k.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert b.main(["--sweep", str(path), "--out", str(tmp_path / "out")]) == 0
+        return json.loads((tmp_path / "out" / "results.json").read_text())
+
+    held = run(sweep(0.3))
+    assert held["premise_holds"] and set(held["by_precision"]) == {"fp32", "bf16"}
+    assert held["by_precision"]["bf16"]["ratio"] == pytest.approx(0.3 / 0.9)
+    assert held["by_precision"]["bf16"]["twins"] == 1  # the small mul left out
+    assert not run(sweep(0.8))["premise_holds"]
+    with pytest.raises(SystemExit, match="older than these kinds"):
+        run([r for r in sweep(0.3) if r["kind"] in ("add", "mul")])
