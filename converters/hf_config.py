@@ -295,6 +295,10 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         trained_as = dict(head=type(model).__name__, labels=None, instead=other)
     if dropped:  # said whatever the model
         trained_as = dict(trained_as or {}, layerdrop=dropped)
+    tokens = max(seq_len, target_len or 0)  # past its positions: exported (rotary, relative),
+    if past := [[k, v, tokens] for k, v in settings.items() if k in LENGTH_FIELDS  # said
+                and isinstance(v, int) and 0 < v < tokens and not picture]:
+        trained_as = dict(trained_as or {}, positions=past[0])
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
     filled = defaulted(text, (fields.get("text_config") or {}) if text is not cfg else fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts

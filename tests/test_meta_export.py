@@ -239,6 +239,15 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
                vocab_size=64, attn_config=dict(alibi=True))
     with pytest.raises(ConversionError, match=r"128 tokens are more than its max_seq_len \(64\)"):
         from_hf_config(mpt, seq_len=128)
+    # rotary positions extend past the config's: exported, and said
+    from mdot_jax.serving.model_source import config_said
+
+    llama = dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                 num_attention_heads=2, vocab_size=64, max_position_embeddings=64)
+    for seq_len, past in ((64, False), (128, True)):
+        said = config_said(convert(from_hf_config(llama, seq_len=seq_len), batch_size=1))
+        assert ("128 tokens a sample are past its max_position_embeddings (64)" in " ".join(said)
+                ) == past
 
 
 def test_an_encoder_alone_trains_as_a_masked_lm_and_a_config_of_no_language_model_is_named():

@@ -107,6 +107,10 @@ def config_said(seq: OperatorSequence) -> list[str]:
                     "token's loss" if head.get("transcribed") else  # a speech recogniser
                     f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
+    if past := (head or {}).get("positions"):  # a learned table's would not have exported
+        field, most, tokens = past
+        said.append(f"{tokens:,} tokens a sample are past its {field} ({most:,}), the positions "
+                    "it was trained for (rotary or relative ones extend): priced as asked")
     for field, p in ((head or {}).get("layerdrop") or {}).items():  # a draw a layer a step
         said.append(f"{field} {p:g}: every layer priced, none skipped (training skips "
                     f"{p:.0%} of them a step on average)")
