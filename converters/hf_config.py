@@ -317,12 +317,9 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
                     contextlib.nullcontext():
                 onnx_model = from_torch(model, example, input_names=names)
         except ConversionError:  # a table or bias built for fewer positions: say which
-            tokens = max(seq_len, target_len or 0)
-            short = [(k, v) for k, v in settings.items() if k in LENGTH_FIELDS
-                     and isinstance(v, int) and 0 < v < tokens and not picture]
-            if not short:
+            if not past:
                 raise
-            field, most = short[0]
+            field, most, tokens = past[0]
             raise ConversionError(
                 f"{where}: {tokens} tokens are more than its {field} ({most}) allows: set "
                 f"{field} in the config to train longer sequences") from None
