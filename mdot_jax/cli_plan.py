@@ -12,7 +12,7 @@ from mdot_jax import cli_job, writers
 from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, port
 from mdot_jax.errors import UsageError
 from mdot_jax.options import STRATEGIES
-from mdot_jax.readable import hours, number, percent
+from mdot_jax.readable import hours, number, percent, span
 
 COMMANDS = {
     "plan": "rank GPU types and counts for a training job by cost, under a deadline",
@@ -102,7 +102,7 @@ def _print(args: argparse.Namespace, options: list) -> None:
           "  why not")
     for o in options[:args.top] if args.top else options:
         p = o.prediction
-        band = p and p.job_interval_s and "-".join(hours(s / 3600) for s in p.job_interval_s)
+        band = p and p.job_interval_s and span(*(s / 3600 for s in p.job_interval_s), hours)
         mfu = percent(p.mfu) if p and p.mfu is not None else "-"
         print(f"{o.device + ('*' if id(o) in front else ''):<{w}} {o.gpus:>5} "
               + (f"{str(o.layout or '-'):<24} " if split else "")

@@ -3,7 +3,7 @@ goes."""
 
 from __future__ import annotations
 
-from mdot_jax.readable import count, hours, number, percent, plural
+from mdot_jax.readable import count, hours, number, percent, plural, span
 
 MEMORY_SAID = {"model_states": "weights, gradients and optimizer state",  # `MEMORY_PARTS`
                "activations": "activations kept for the backward", "working": "working"}
@@ -70,4 +70,4 @@ def top_operators(p, n: int) -> None:
 
 
 def _range(pair, scale: float = 1.0, num=number) -> str:
-    return f"{num(pair[0] * scale)}-{num(pair[1] * scale)}" if pair else "-"
+    return span(pair[0] * scale, pair[1] * scale, num) if pair else "-"

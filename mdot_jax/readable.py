@@ -27,6 +27,12 @@ def hours(x: float) -> str:
     return ">10,000,000" if x > 1e7 else number(x) if x >= 1e-3 else "<0.001"
 
 
+def span(lo: float, hi: float, num=number) -> str:
+    """A band as `num` writes its ends: 544-708; one end where both read alike (>10,000,000)."""
+    a, b = num(lo), num(hi)
+    return a if a == b else f"{a}-{b}"
+
+
 def percent(x: float) -> str:
     """A share: whole percents from 10%, else two figures (a launch-bound step's MFU is 0.34%,
     not 0%)."""

@@ -10,7 +10,7 @@ from onnx import helper
 from onnx_builders import conv_bn_relu, model, value
 
 from mdot_jax.cli import main
-from mdot_jax.readable import hours, number, percent
+from mdot_jax.readable import hours, number, percent, span
 from mdot_jax.serving.predict import CHECKPOINT_DIR as CHECKPOINTS
 
 
@@ -139,6 +139,11 @@ def test_a_small_share_is_shown_to_two_figures_not_as_none(share, shown):
 def test_numbers_are_never_in_scientific_notation(x, figures, shown):
     assert number(x, figures) == shown
     assert "e+" not in hours(x) and hours(2e7) == ">10,000,000" and hours(1e-4) == "<0.001"
+
+
+def test_a_band_whose_ends_read_alike_is_written_once():
+    assert span(2e7, 3e7, hours) == ">10,000,000" and span(1e-4, 2e-3, hours) == "<0.001-0.002"
+    assert span(544.2, 708.4) == "544-708"
 
 
 def test_predict_several_batch_sizes(capsys, tmp_path):

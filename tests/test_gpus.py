@@ -4,6 +4,7 @@ resolve (or say what is close); `mdot devices`; `--device` naming the checkpoint
 import json
 import math
 import re
+from pathlib import Path
 
 import onnx
 import pytest
@@ -118,6 +119,8 @@ def test_an_nvl72_racks_gpus_share_one_nvlink_fabric():
     ("NVIDIA H800", "nvidia-h800-sxm"), ("h200", "nvidia-h200-sxm"),
     ("H200 NVL", "nvidia-h200-nvl"),
     ("NVIDIA GeForce RTX 3080", "nvidia-rtx-3080"), ("NVIDIA A40", "nvidia-a40"),
+    ("H100-SXM5-80GB", "nvidia-h100-sxm"), ("H100 PCIe 80GB", "nvidia-h100-pcie"),  # words
+    ("H100 NVL 94GB", "nvidia-h100-nvl"), ("RTX 3090 24GB", "nvidia-rtx-3090"),
 ])
 def test_names_resolve(name, found):
     assert gpus.find(name).name == found
@@ -127,6 +130,9 @@ def test_names_resolve(name, found):
     ("h100", "ambiguous: nvidia-h100-pcie, nvidia-h100-sxm, nvidia-h100-nvl"),
     ("h10O-sxm", "did you mean nvidia-h100-sxm"),
     ("tpu-v5e", "no GPU 'tpu-v5e' in the catalog"),
+    ("H100 80GB", "ambiguous: nvidia-h100-pcie, nvidia-h100-sxm$"),
+    # a size the catalog lacks is not another board's; the close ones share its model number
+    ("Tesla V100-SXM2-16GB", "did you mean nvidia-v100-pcie-32gb or nvidia-v100-sxm2-32gb\\?"),
 ])
 def test_unknown_names_say_what_is_close(name, needle):
     with pytest.raises(ValueError, match=needle):
@@ -291,3 +297,10 @@ def test_any_spec_file_is_a_gpu_with_finite_numbers_or_one_named_error(tmp_path,
                gpu.nvlink_gbs, gpu.pcie_gbs, *(v for v in gpu.tflops.values() if v is not None)]
     assert all(math.isfinite(v) and v >= 0 for v in numbers) and gpu.tflops["fp32"] > 0
     assert isinstance(gpu.nvswitch, bool)
+
+
+def test_the_readme_counts_the_catalog():
+    """Each count of catalogued GPUs the README gives is the catalog's (it read 37 for 39)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    counts = {int(n) for n in re.findall(r"(\d+) NVIDIA GPUs", readme)}
+    assert counts == {len(gpus.catalog())}

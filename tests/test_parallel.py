@@ -319,6 +319,26 @@ def test_a_spec_without_the_link_its_gpus_need_is_one_named_error(tmp_path, link
     assert e.value.field == "device_spec"
 
 
+def test_a_device_spec_from_python_is_the_object_its_file_holds(tmp_path):
+    """`TrainingJob(device_spec=...)` takes the JSON object itself (the service's form) and
+    prices it as the file; an empty or bad one is refused by the field, never ignored."""
+    from onnx_builders import attention
+
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    onnx.save(attention(seq=16, dim=32), tmp_path / "m.onnx")
+    spec = dict(gpus.find("l4").to_json(), name="mine", aliases=[])
+    (tmp_path / "g.json").write_text(json.dumps(spec))
+    job = dict(model=str(tmp_path / "m.onnx"), batch_size=2)
+    by_file = predict(TrainingJob(**job, device_spec=str(tmp_path / "g.json")))
+    by_object = predict(TrainingJob(**job, device_spec=spec))
+    assert by_object.device == "mine" and by_object.iteration_ms == by_file.iteration_ms
+    for bad, needle in (({}, "missing field"), (dict(spec, sms=0), "'sms' is 0")):
+        with pytest.raises(RequestError, match=f"^device_spec: .*{needle}") as e:
+            predict(TrainingJob(**job, device_spec=bad))
+        assert e.value.field == "device_spec"
+
+
 def test_the_nvlink_constants_are_the_fit_of_xlas_measured_collectives(tmp_path):
     """`bench_collectives.py` fits them on XLA's H100 table; the shipped ones round the fit."""
     from pathlib import Path

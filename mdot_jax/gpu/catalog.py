@@ -23,7 +23,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -234,11 +234,37 @@ def _names() -> dict[str, str]:
 
 def matching(name: str) -> list[GPU]:
     """The catalogued GPUs `name` may mean: the one it names (its name or an alias), else
-    every one whose name starts with it (`a100`: four), in the catalog's order."""
+    every one whose name starts with it (`a100`: four), else every one holding each of its
+    words (`_words`: "H100 SXM5 80GB", the memory its size), in the catalog's order."""
     gpus, key = catalog(), _key(name)
     if key in _names():
         return [gpus[_names()[key]]]
-    return [g for g in gpus.values() if key and _key(g.name).startswith(key)]
+    return [g for g in gpus.values() if key and _key(g.name).startswith(key)] or _by_words(name)
+
+
+# words a GPU's name may carry that name no part: the vendor, its brands, its memory's kind
+_NO_PART = {"nvidia", "tesla", "geforce", "hbm2", "hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x",
+            "gddr7"}
+
+
+def _words(text: str) -> tuple[set[str], float | None]:
+    """(the words of a GPU's name, its board's generation dropped: sxm5 is sxm; the memory
+    a word like 80gb gives, in GB, or None)."""
+    words, memory = set(), None
+    for w in re.findall(r"[a-z0-9]+", text.lower()):
+        if m := re.fullmatch(r"(\d+)gb?", w):
+            memory = float(m[1])
+        elif w not in _NO_PART:
+            words.add(re.sub(r"^sxm\d$", "sxm", w))
+    return words, memory
+
+
+def _by_words(name: str) -> list[GPU]:
+    """The GPUs whose name or an alias holds each of `name`'s words, and whose memory is the
+    size it names (a V100 of 16 GB is not the catalog's 32 GB one)."""
+    want, memory = _words(name)
+    return [g for g in catalog().values() if want and memory in (None, g.memory_gb) and any(
+        want <= _words(t)[0] for t in (g.name, *g.aliases))]
 
 
 def named(names: Sequence[str]) -> dict[str, GPU]:
@@ -256,7 +282,9 @@ def find(name: str) -> GPU:
         return several[0]
     if several:
         raise ValueError(f"GPU {name!r} is ambiguous: {', '.join(g.name for g in several)}")
-    close = difflib.get_close_matches(name.lower(), list(catalog()), n=3, cutoff=0.5)
+    parts = {w for w in _words(name)[0] if re.search(r"\d", w)}  # its model number: h100
+    close = [g.name for g in catalog().values() if parts & _words(g.name)[0]] or \
+        difflib.get_close_matches(name.lower(), list(catalog()), n=3, cutoff=0.5)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     raise ValueError(f"no GPU {name!r} in the catalog{hint} (`mdot devices` lists them; "
                      "--device-spec FILE.json describes another)")
@@ -278,8 +306,13 @@ def lookup(name: str) -> GPU | None:
         return None
 
 
-def from_spec_file(path: str | Path) -> GPU:
-    """A GPU the catalog lacks, described in a JSON file with the catalog's fields."""
+def from_spec_file(path: str | Path | Mapping) -> GPU:
+    """A GPU the catalog lacks, described in a JSON file with the catalog's fields (or by
+    that object itself: a `device_spec` from Python)."""
+    if isinstance(path, Mapping):
+        gpu = _from_json(dict(path), "device_spec")
+        _check_dense(gpu, "device_spec")
+        return gpu
     try:
         d = json.loads(Path(path).read_text())
     except OSError as e:

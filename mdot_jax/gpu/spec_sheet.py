@@ -66,7 +66,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,7 +110,7 @@ def step_model_dir(checkpoint: str | Path | None) -> Path | None:
     return Path(checkpoint) if (Path(checkpoint) / StepModel.META).is_file() else None
 
 
-def spec_gpu(device: str | None, device_spec: str | None, checkpoint: str | None
+def spec_gpu(device: str | None, device_spec: str | Mapping | None, checkpoint: str | None
              ) -> tuple[GPU, Path] | None:
     """The GPU `mdot predict` prices from its spec sheet, and the step model's folder:
     `device_spec`'s GPU; the catalogued GPU `device` names with a step model as checkpoint (an
@@ -118,7 +118,7 @@ def spec_gpu(device: str | None, device_spec: str | None, checkpoint: str | None
     not predict for it. None: a checkpoint predicts. A bad request: a RequestError naming the
     field, or the catalog's ValueError for an unknown GPU."""
     folder = step_model_dir(checkpoint)
-    if device_spec:
+    if device_spec is not None:
         if device or (checkpoint and folder is None):
             raise RequestError("device_spec: describes the device itself; drop device, and a "
                                "checkpoint that is not a GPU step model", "device_spec")

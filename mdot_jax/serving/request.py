@@ -144,7 +144,8 @@ class TrainingJob:
         `input_shapes`.
       device: a GPU of the catalog (`mdot devices`: priced from its spec sheet), or the
         device a checkpoint predicts for; None: the checkpoint's.
-      device_spec: a JSON file describing a GPU the catalog lacks.
+      device_spec: a JSON file describing a GPU the catalog lacks, or its object (a dict of
+        the catalog's fields: `mdot devices --json NAME` writes one to start from).
       checkpoint: a shipped checkpoint's name or a folder; None: chosen from the device.
       precision, optimizer, layout, step: `mdot_jax.options`; precision None: the device's
         usual (fp32 on CPUs and GPUs priced from their spec sheet, amp-fp16 on a GPU
@@ -216,7 +217,7 @@ class TrainingJob:
     model: Any
     batch_size: int | tuple[int, ...] | None = None
     device: str | None = None
-    device_spec: str | None = None
+    device_spec: str | Mapping | None = field(default=None, hash=False)
     checkpoint: str | None = None
     precision: str | None = None
     optimizer: str = "sgd"
@@ -292,9 +293,10 @@ class TrainingJob:
         self._check_model_parallel(counts)
         for name in ("device", "device_spec", "checkpoint"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, (str, Path)) or not str(value)):
+            if value is not None and not (name == "device_spec" and isinstance(value, Mapping)) \
+                    and (not isinstance(value, (str, Path)) or not str(value)):
                 raise RequestError(f"{name} {value!r}: name one (or leave it out)", name)
-        if self.device_spec and self.device:
+        if self.device_spec is not None and self.device:
             raise RequestError("device_spec: describes the device itself; drop device",
                                "device_spec")
         _choice("precision", self.precision, PRECISIONS)
