@@ -306,21 +306,21 @@ def lookup(name: str) -> GPU | None:
         return None
 
 
-def from_spec_file(path: str | Path | Mapping) -> GPU:
+def from_spec_file(spec: str | Path | Mapping) -> GPU:
     """A GPU the catalog lacks, described in a JSON file with the catalog's fields (or by
     that object itself: a `device_spec` from Python)."""
-    if isinstance(path, Mapping):
-        gpu = _from_json(dict(path), "device_spec")
+    if isinstance(spec, Mapping):
+        gpu = _from_json(dict(spec), "device_spec")
         _check_dense(gpu, "device_spec")
         return gpu
     try:
-        d = json.loads(Path(path).read_text())
+        d = json.loads(Path(spec).read_text())
     except OSError as e:
-        raise ValueError(f"--device-spec {path}: {e.strerror or e}") from None
+        raise ValueError(f"--device-spec {spec}: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"--device-spec {path}: not JSON ({e})") from None
+        raise ValueError(f"--device-spec {spec}: not JSON ({e})") from None
     if isinstance(d, list) and len(d) == 1:  # what `mdot devices --json NAME` writes
         d = d[0]
-    gpu = _from_json(d, f"--device-spec {path}")
-    _check_dense(gpu, f"--device-spec {path}")
-    return dataclasses.replace(gpu, spec_file=str(path))
+    gpu = _from_json(d, f"--device-spec {spec}")
+    _check_dense(gpu, f"--device-spec {spec}")
+    return dataclasses.replace(gpu, spec_file=str(spec))
