@@ -475,6 +475,32 @@ def test_autocast_adds_its_casts_and_the_host_its_gaps(step_model):
     assert not any(w.startswith("launch-bound") for w in p.warnings)
 
 
+def test_a_launch_bound_step_says_its_time_on_each_machine_measured(step_model):
+    """The shipped host pools three lease machines; a launch-bound price also says the step
+    at the fastest and the slowest machine's own host (`host_range_ms_per_kernel`), each the
+    price at that host; a host given (an adapted machine's, a study's) says none."""
+    import dataclasses
+    import re
+
+    lo, hi = step_model.host_range("pytorch")
+    assert lo < step_model.host_ms("pytorch") < hi and step_model.host_range("megatron") is None
+    h100 = gpus.find("h100-sxm")
+    seq = _seq(attention(seq=8, dim=64), batch=2)
+    p = price(seq, h100, step_model, precision="amp-bf16")
+    said = next(w for w in p.warnings if w.startswith("launch-bound: "))
+    ends = re.search(r"issue kernels at (\d+)-(\d+) us: one GPU's step ([\d.]+)-([\d.]+) ms", said)
+    assert ends and (int(ends[1]), int(ends[2])) == (round(1e3 * lo), round(1e3 * hi))
+    for at, h in ((ends[3], lo), (ends[4], hi)):
+        assert float(at) == pytest.approx(price(seq, h100, step_model, precision="amp-bf16",
+                                                host_ms=h).iteration_ms, rel=0.01)
+    given = price(seq, h100, step_model, precision="amp-bf16", host_ms=0.05)
+    assert not any("machines we measured" in w for w in given.warnings)
+    bare = dataclasses.replace(step_model, info={
+        k: v for k, v in step_model.info.items() if k != "host_range_ms_per_kernel"})
+    assert not any("machines we measured" in w
+                   for w in price(seq, h100, bare, precision="amp-bf16").warnings)
+
+
 def test_recomputed_nodes_run_their_forward_again_before_their_backward(step_model):
     """Checkpointing's nodes: their forward kernels priced once more in the backward, each
     just before its node's backward kernels, and issued by the host like the rest."""

@@ -321,6 +321,12 @@ class StepModel:
         h = self.info.get("host_ms_per_kernel", 0.0)
         return float(h.get(framework, 0.0) if isinstance(h, dict) else h)
 
+    def host_range(self, framework: str) -> tuple[float, float] | None:
+        """The least and the most ms a kernel the machines measured under `framework` issue
+        kernels at, each machine fitted alone (`host_range_ms_per_kernel`), where known."""
+        r = self.info.get("host_range_ms_per_kernel", {}).get(framework)
+        return (float(r[0]), float(r[1])) if r else None
+
     def adaptation(self, gpu: GPU, warnings: list[str]) -> Adaptation | None:
         """The adaptation this model holds to measured steps of `gpu`, if any (one of another
         GPU is said in `warnings`)."""

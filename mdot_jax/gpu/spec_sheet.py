@@ -89,6 +89,7 @@ from mdot_jax.gpu.unmeasured import unmeasured
 from mdot_jax.gpu.update import update, update_kernels
 from mdot_jax.options import AUTOCAST, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
+from mdot_jax.readable import number
 from mdot_jax.serving.memory import check_fit, held_optimizer, step_memory
 from mdot_jax.serving.predict import checkpoint_devices, graph_warnings, input_size_of
 from mdot_jax.serving.prediction import Prediction
@@ -289,10 +290,14 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         phases["launch gaps"] = gaps
         operators.append(dict(type="launch gaps", name="the GPU waiting on the host", ms=gaps))
         if gaps > LAUNCH_BOUND * end:
+            hosts = model.host_range(framework) if host_ms is None and adapted is None else None
+            machines = "; the machines we measured issue kernels at {:.0f}-{:.0f} us: one " \
+                "GPU's step {}-{} ms on them".format(*(1e3 * h for h in hosts), *(
+                    number(launch_bound(order, h)) for h in hosts)) if hosts else ""
             warnings.append(f"launch-bound: {gaps / end:.0%} of the step waits on the host "
-                            f"({1e3 * host:.0f} us a kernel under {framework}, a machine's own: "
-                            "`mdot adapt --from-measurements CSV --base gpu-spec-sheet "
-                            f"--device-name {gpu.name}` fits your steps)")
+                            f"({1e3 * host:.0f} us a kernel under {framework}{machines}; a "
+                            "machine's own: `mdot adapt --from-measurements CSV --base "
+                            f"gpu-spec-sheet --device-name {gpu.name}` fits your steps)")
     if kernels is not None:
         kernels.extend(order)
     record(order)
