@@ -290,10 +290,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         phases["launch gaps"] = gaps
         operators.append(dict(type="launch gaps", name="the GPU waiting on the host", ms=gaps))
         if gaps > LAUNCH_BOUND * end:
-            hosts = model.host_range(framework) if host_ms is None and adapted is None else None
-            machines = "; the machines we measured issue kernels at {:.0f}-{:.0f} us: one " \
-                "GPU's step {}-{} ms on them".format(*(1e3 * h for h in hosts), *(
-                    number(launch_bound(order, h)) for h in hosts)) if hosts else ""
+            machines = _on_machines(order, model.host_range(framework)) \
+                if host_ms is None and adapted is None else ""
             warnings.append(f"launch-bound: {gaps / end:.0%} of the step waits on the host "
                             f"({1e3 * host:.0f} us a kernel under {framework}{machines}; a "
                             "machine's own: `mdot adapt --from-measurements CSV --base "
@@ -424,6 +422,16 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
         weight = dims[2] * dims[3] if op == "linear" and load[_L["params"]] > 0 else 0
         work.extend(_accumulated(i, int(load[_L["params"]]) - weight, grads, at))
     return found
+
+
+def _on_machines(order: list[float], hosts: tuple[float, float] | None) -> str:
+    """The step (`order`: its kernels as they run) behind the fastest and the slowest host of
+    the machines measured (`StepModel.host_range`), said; "" where they are not known."""
+    if not hosts:
+        return ""
+    fast, slow = (number(launch_bound(order, h)) for h in hosts)
+    return (f"; the machines we measured issue kernels at {1e3 * hosts[0]:.0f}-"
+            f"{1e3 * hosts[1]:.0f} us: one GPU's step {fast}-{slow} ms on them")
 
 
 def _accumulated(i: int, n: int, grads: autograd.Backward, at: dict) -> list[Kernel]:

@@ -291,10 +291,10 @@ class TrainingJob:
         _ints("nodes", self.nodes)
         _ints("grad_accum", self.grad_accum)
         self._check_model_parallel(counts)
-        for name in ("device", "device_spec", "checkpoint"):
+        for name, kinds in (("device", (str, Path)), ("device_spec", (str, Path, Mapping)),
+                            ("checkpoint", (str, Path))):
             value = getattr(self, name)
-            if value is not None and not (name == "device_spec" and isinstance(value, Mapping)) \
-                    and (not isinstance(value, (str, Path)) or not str(value)):
+            if value is not None and (not isinstance(value, kinds) or not str(value)):
                 raise RequestError(f"{name} {value!r}: name one (or leave it out)", name)
         if self.device_spec is not None and self.device:
             raise RequestError("device_spec: describes the device itself; drop device",
