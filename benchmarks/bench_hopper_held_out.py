@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_machine_host import LEASES, checkpoint, core  # noqa: E402
+from bench_machine_host import LEASES, checkpoint, core, core_kernels  # noqa: E402
 from bench_tensor_cores import steps  # noqa: E402
 
 SWEEPS = {"h100 sxm": "data/gpu-nvidia-h100-80gb-hbm3-lease-3/kernels.jsonl.xz",
@@ -67,13 +67,10 @@ def held_out_info(held: str, sweep_rows: list[dict]) -> dict:
 def fitted_host(model, held: str, data: Path) -> float:
     """The PyTorch host (ms a kernel) `model` best explains the other GPU's lease machines'
     launch-bound steps with (`gpu_fit.best_host`)."""
-    from mdot_jax.data.dataset import load_dataset
-    from mdot_jax.gpu import catalog, gpu_fit
+    from mdot_jax.gpu import gpu_fit
 
-    pooled = [k for sets, device in LEASES.values() if device == OTHER[held]
-              for k in gpu_fit.step_kernels(model, [s for d in sets for s in load_dataset(
-                  str(data / d)).samples if core(s)], catalog.find(device))]
-    return gpu_fit.best_host(pooled)[0]
+    return gpu_fit.best_host([k for m, (_, device) in LEASES.items() if device == OTHER[held]
+                              for k in core_kernels(model, m, data)])[0]
 
 
 def held_out_models(held: str, data: Path, work: Path) -> tuple[dict[str, Path], dict]:

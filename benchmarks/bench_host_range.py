@@ -20,19 +20,16 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_machine_host import LEASES, core  # noqa: E402
+from bench_machine_host import LEASES, core_kernels  # noqa: E402
 
 
 def machine_hosts(data: Path) -> dict[str, list[float]]:
     """{machine: (its host's ms a kernel, MAPE %, MAPE at the grid's fastest)}."""
-    from mdot_jax.data.dataset import load_dataset
-    from mdot_jax.gpu import catalog, gpu_fit
+    from mdot_jax.gpu import gpu_fit
     from mdot_jax.gpu.spec_sheet import load_step_model
 
     model = load_step_model()
-    return {m: list(gpu_fit.best_host(gpu_fit.step_kernels(model, [
-        s for d in sets for s in load_dataset(str(data / d)).samples if core(s)],
-        catalog.find(device)))) for m, (sets, device) in LEASES.items()}
+    return {m: list(gpu_fit.best_host(core_kernels(model, m, data))) for m in LEASES}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,6 +80,17 @@ def core(s) -> bool:
     return s.workload.input_size < 128
 
 
+def core_kernels(model, machine: str, data: Path) -> list[tuple[list[float], float]]:
+    """`gpu_fit.step_kernels` of a lease machine's (`LEASES`) launch-bound steps, priced by
+    `model`: what its host is fitted on (`gpu_fit.best_host`)."""
+    from mdot_jax.data.dataset import load_dataset
+    from mdot_jax.gpu import catalog
+
+    sets, device = LEASES[machine]
+    return gpu_fit.step_kernels(model, [s for d in sets for s in load_dataset(
+        str(data / d)).samples if core(s)], catalog.find(device))
+
+
 def checkpoint(base: Path, folder: Path, **info) -> Path:
     """A copy of the step model `base` with `info` in its meta."""
     from mdot_jax.gpu.gpu_ops import StepModel
@@ -149,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/machine-host"),
                     help="checkpoints and per-row predictions (not results)")
     args = ap.parse_args(argv)
-    from mdot_jax.data.dataset import load_dataset
-    from mdot_jax.gpu import catalog, streaming
+    from mdot_jax.gpu import streaming
     from mdot_jax.gpu.gpu_ops import StepModel
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
     from mdot_jax.measure.kernel_sweep import read
@@ -174,11 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         key = f"{name}/host_pytorch"
         if key not in r:
             model = StepModel.load(base)
-            pooled = [k for lease, (sets, device) in LEASES.items()
-                      for k in gpu_fit.step_kernels(
-                          model, [s for d in sets for s in load_dataset(str(args.data / d))
-                                  .samples if core(s)], catalog.find(device))]
-            r[key] = gpu_fit.best_host(pooled)
+            r[key] = gpu_fit.best_host([k for m in LEASES for k in core_kernels(
+                model, m, args.data)])
             save()
         print(f"{name}: pytorch host {1e3 * r[key][0]:.1f} us", file=sys.stderr)
     if not all(f"{n}/host_megatron" in r for n in bases):  # 2. the megatron host
