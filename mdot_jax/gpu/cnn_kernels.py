@@ -16,6 +16,12 @@ constants of a convolution are fitted so that its three kernels (`conv_kernels`:
 the data gradient, the weight gradient) sum to the measured `-train` time; batch norm's forward
 on the forward rows, its backward on each shape's train time less its forward (where that is
 not lost in the two times' noise: `BN_BACKWARD_LEAST`).
+
+Channels-last (`fit_layout`, a step model's `channels_last`; docs/studies/channels-last.md): a
+step in NHWC is priced as in NCHW, each convolution's and batch norm's forward kernel times the
+sweep's forward ratio (the sum of its NHWC forward times over the sum of its NCHW ones, so that
+the large kernels a step is made of weigh most), its backward kernels times the backward ratio
+(the same of the `-train` times less the forward ones), per kind and arithmetic.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ SWEPT = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "bf16", "amp-bf16": "bf16",
          "bf16": "bf16", "fp8": "bf16"}
 WIDTH = {"fp32": 4, "bf16": 2}
 LAYOUT = "nchw"
+LAYOUT_KINDS = {"dense": ("conv", "conv-train"), "depthwise": ("dwconv", "dwconv-train"),
+                "batch norm": ("batch_norm", "batch_norm-train")}  # the sweep's kinds of each
 MIN_ROWS = 4  # measured kernels a set of constants needs (three are fitted)
 BN_OP = "ln"  # the measured operator `classify.classify` gives a batch norm
 BN_BACKWARD_LEAST = 0.25  # of a batch norm's train time, the least its backward can be (it
@@ -145,3 +153,63 @@ def applying(info: dict, gpu: GPU, precision: str) -> CnnKernels | None:
     return CnnKernels(constants, swept, gpu,
                       f"convolutions and batch norms priced at the shares the "
                       f"{fitted['gpu']}'s measured {swept} NCHW kernels reach{where}")
+
+
+def fit_layout(rows: Sequence[dict]) -> dict:
+    """The channels-last ratios (module docstring) of a sweep's convolutions and batch norms
+    measured in both layouts, keyed `dense/bf16`, `depthwise/fp32`, `batch norm/bf16`, ...
+    (those with at least `MIN_ROWS` shapes), with the GPU, as a step model's `channels_last`
+    holds them."""
+    kinds = {k for pair in LAYOUT_KINDS.values() for k in pair}
+    rows = [r for r in rows if r.get("ms") and r["kind"] in kinds and r.get("precision") in WIDTH
+            and r.get("layout") in ("nchw", "nhwc")]
+    gpu = catalog.find(one_gpu({r["device"] for r in rows}, "convolutions or batch norms",
+                               "kinds conv, dwconv, batch_norm and their -train rows"))
+    ms = {(r["kind"], r["precision"], tuple(r["dims"]), r["layout"]): r["ms"] for r in rows}
+    ratios = {}
+    for name, (fw, train) in LAYOUT_KINDS.items():
+        for p in WIDTH:
+            shapes = [d for k, q, d, lay in ms if (k, q, lay) == (train, p, "nchw")
+                      and all((x, p, d, y) in ms for x in (fw, train) for y in ("nchw", "nhwc"))]
+            if len(shapes) < MIN_ROWS:
+                continue
+            fwd, whole = ({y: sum(ms[k, p, d, y] for d in shapes) for y in ("nchw", "nhwc")}
+                          for k in (fw, train))
+            back = {y: whole[y] - fwd[y] for y in whole}
+            if min(back.values()) <= 0:
+                raise ValueError(f"{train} at {p}: the train times sum to no more than the "
+                                 "forward ones; no backward to compare")
+            ratios[f"{name}/{p}"] = dict(forward=fwd["nhwc"] / fwd["nchw"],
+                                         backward=back["nhwc"] / back["nchw"], shapes=len(shapes))
+    if not ratios:
+        raise ValueError(f"fewer than {MIN_ROWS} shapes of each kind measured in both layouts")
+    return dict(ratios=ratios, gpu=gpu.name)
+
+
+@dataclass(frozen=True)
+class ChannelsLast:
+    """A channels-last step's layout ratios (`channels_last`)."""
+
+    ratios: dict[str, tuple[float, float]]  # kind -> (forward, backward)
+    note: str
+
+    def of(self, kind: str) -> tuple[float, float]:
+        """(forward, backward) ratios of a kind (`LAYOUT_KINDS`); 1 where not measured."""
+        return self.ratios.get(kind, (1.0, 1.0))
+
+
+def channels_last(info: dict, precision: str) -> ChannelsLast | None:
+    """The layout ratios (a step model's `channels_last`) for a channels-last step at
+    `precision`, or None where the step model has none."""
+    fitted, swept = info.get("channels_last"), SWEPT.get(precision, "fp32")
+    if not fitted:
+        return None
+    ratios = {k.split("/")[0]: (v["forward"], v["backward"])
+              for k, v in fitted["ratios"].items() if k.endswith(f"/{swept}")}
+    said = ", ".join(f"{k} {f:.2f} / {b:.2f}" for k, (f, b) in ratios.items())
+    missing = [k for k in LAYOUT_KINDS if k not in ratios]
+    return ChannelsLast(ratios, (
+        f"channels-last: convolutions and batch norms priced as in NCHW times the ratios the "
+        f"{fitted['gpu']}'s {swept} kernels measured between the layouts ({said}: forward / "
+        "backward)" + (f"; {', '.join(missing)} as NCHW" if missing else "")
+        + "; no channels-last step measured, no band"))

@@ -186,7 +186,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
           host_ms: float | None = None, kernels: list[float] | None = None,
           half_weights: bool = False, framework: str = "pytorch",
           recompute: Collection[int] = (), fused_optimizer: bool = False,
-          clip_grad_norm: bool = False) -> Prediction:
+          clip_grad_norm: bool = False, layout: str = "nchw") -> Prediction:
     """ms of one training step of `seq` (fused, at its batch size) on `gpu`, with per-operator
     times (`operators`, each with its `index` in `seq`), warnings for whatever is
     extrapolated, and an 80% band when nothing is (the band of whole steps on GPUs left out of
@@ -198,13 +198,19 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     weights reach the step in the half type already (FSDP's mixed precision gathers them so):
     autocast casts none of them. `framework`: whose kernels (the module docstring's rule).
     `recompute`: the nodes whose forward kernels run again in the backward (checkpointing).
-    `fused_optimizer`, `clip_grad_norm`: the update's kernels and clipping's (`gpu.update`)."""
+    `fused_optimizer`, `clip_grad_norm`: the update's kernels and clipping's (`gpu.update`).
+    `layout` nhwc: channels-last, at the model's measured layout ratios (`cnn_kernels`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} on a GPU: choose from {list(PRECISIONS)}")
     if step not in STEPS:
         raise ValueError(f"step {step!r}: choose from {list(STEPS)}")
     u = update(optimizer, precision, framework, fused_optimizer, clip_grad_norm)  # checks it
     megatron = framework == "megatron"
+    cl = cnn_kernels.channels_last(model.info, precision) if layout == "nhwc" else None
+    if layout not in ("nchw", "nhwc") or (layout == "nhwc" and cl is None):
+        raise ValueError(f"layout {layout!r}: this step model prices nchw" + (
+            " and nhwc" if model.info.get("channels_last") else " only (channels-last: "
+            "`mdot gpu-fit --channels-last SWEEP`)"))
     if megatron and precision not in AUTOCAST:
         raise ValueError(f"framework megatron trains at {', '.join(AUTOCAST)}, not {precision}")
     at, extrapolated = peaks.seen_by_class(
@@ -222,7 +228,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     at = dict(at, rnn=rnn[0] if rnn else at["gemm"])  # a recurrent layer's GEMMs
     fusion = compiled.fusing(seq, blocks)
     found = _kernels(seq, model, gpu, precision, at, blocks, inside, (flash, efficient),
-                     megatron, cnn, {i for g in fusion for i in g.members})
+                     megatron, cnn, {i for g in fusion for i in g.members}, cl)
     work = found.work
     work.extend(compiled.kernels(fusion, found.grads.runs, at["fp32"], at["memory"]))
     first_cast = len(work)  # the casts autocast, QLoRA and fp8 add: shown apart (`CASTS`)
@@ -296,13 +302,15 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                             f"({1e3 * host:.0f} us a kernel under {framework}{machines}; a "
                             "machine's own: `mdot adapt --from-measurements CSV --base "
                             f"gpu-spec-sheet --device-name {gpu.name}` fits your steps)")
+    if cl:
+        warnings.append(cl.note)
     if kernels is not None:
         kernels.extend(order)
     record(order)
     total = sum(phases.values())
     banded = not (found.classes & set(extrapolated) or found.other or found.recurrent
                   or found.odd_convs or seq.unknown_ops or blocks
-                  or fusion)  # fused kernels: priced, not measured
+                  or fusion or cl)  # fused kernels: priced, not measured
     scale, band, band_from = model.banded(adapted, precision, total, banded, warnings)
     p = Prediction(iteration_ms=total * scale, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq), warnings=warnings,
@@ -337,10 +345,11 @@ def _fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
 
 def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, at: dict,
              blocks: list[Block], inside: set[int], slower: tuple[float, float],
-             megatron: bool, cnn, fused: set[int]) -> _Found:
+             megatron: bool, cnn, fused: set[int], cl: cnn_kernels.ChannelsLast | None
+             ) -> _Found:
     """The forward and backward kernels of `seq`'s nodes (the module docstring's rules), each
     priced on the GPU as its class sees it (`at`, `peaks.seen_by_class`); `fused`: the nodes
-    a compiled step's generated kernels run instead."""
+    a compiled step's generated kernels run instead; `cl`: a channels-last step's ratios."""
     grads = autograd.backward(seq)  # what autograd runs (frozen parameters have no gradient)
     found = _Found(kinds=[""] * seq.num_ops, grads=grads)
     work = found.work
@@ -391,13 +400,16 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
         odd = tensor_cores.unaligned(precision, dims) if op == "linear" else []
         if odd and precision != "fp32" and 2.0 * math.prod(dims) >= ODD_SHARE * flops:
             found.odd_layers.append(max(odd))
-        work.append((i, "fw", op, dims, seen, factor))
+        g, c_in = int(c[_C["groups"]]), max(int(c[_C["in_channels"]]), 1)
+        fw, bw = cl.of("batch norm" if name == "BatchNormalization" else "depthwise" if
+                       cnn_kernels.is_depthwise(g, c_in, dims[2]) else "dense") \
+            if cl and (kind == "conv" or name == "BatchNormalization") else (1.0, 1.0)
+        work.append((i, "fw", op, dims, seen, factor * fw))
         if kind == "conv":  # its forward, data gradient (not of the graph's input), weights'
-            g, c_in = int(c[_C["groups"]]), max(int(c[_C["in_channels"]]), 1)
             convs = cnn_kernels.conv_kernels(dims, g, c_in, int(c[_C["kernel_h"]] * c[
                 _C["kernel_w"]]), int(c[_C["out_numel"]]), bool(grads.data[i]))
             kept = convs[1:-1] + convs[-1:] * bool(grads.weights[i])  # the weights' is last
-            work.extend((i, "bw", o, d, seen, 1.0) for o, d in kept)
+            work.extend((i, "bw", o, d, seen, bw) for o, d in kept)
             measured = cnn.conv_ms(cnn_kernels.is_depthwise(g, c_in, dims[2]), convs) \
                 if cnn else None
             if measured:  # the forward's and those kept
@@ -414,7 +426,7 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
         elif grads.runs[i]:  # the forward again, times its kind's measured backward / forward
             bn = cnn.bn_ms(dims) if cnn and name == "BatchNormalization" else None
             work.append((i, "bw", op, dims, seen,
-                         1.0 if bn else model.ratios.get(_ratio_kind(kind), 1.0)))
+                         bw * (1.0 if bn else model.ratios.get(_ratio_kind(kind), 1.0))))
             if bn:
                 found.measured.update({len(work) - 2: bn[0], len(work) - 1: bn[1]})
         elif cnn and name == "BatchNormalization" and (bn := cnn.bn_ms(dims)):
