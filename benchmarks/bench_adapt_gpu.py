@@ -51,7 +51,7 @@ def priced(dataset: str, device: str, layout: str | None) -> list[dict]:
             continue
         ks: list[float] = []
         p = price(s.seq, gpu, model, precision=s.workload.precision, step="train",
-                  optimizer="sgd", fit=False, kernels=ks)
+                  optimizer="sgd", fit=False, kernels=ks, layout=s.workload.layout)
         rows.append(dict(model=s.arch, batch=s.workload.batch_size, measured_ms=s.label_ms,
                          predicted_ms=p.iteration_ms, kernels=ks))
     return rows

@@ -210,7 +210,7 @@ def measured_gpu(args, dataset: str, device: str, name: str) -> None:
     for s in load_dataset(dataset).samples:
         ks: list[float] = []
         p = price(s.seq, gpu, model, precision=s.workload.precision, step="train",
-                  optimizer="sgd", kernels=ks)
+                  optimizer="sgd", kernels=ks, layout=s.workload.layout)
         rows.append(dict(model=s.arch, batch=s.workload.batch_size,
                          image_size=s.workload.input_size, measured_ms=s.label_ms,
                          predicted_ms=p.iteration_ms, memory_gb=p.memory_gb,

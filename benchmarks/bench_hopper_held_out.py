@@ -53,7 +53,7 @@ def held_out_info(held: str, sweep_rows: list[dict]) -> dict:
             fused_attention=dict(tensor_cores.fit_attention(sweep_rows), source=source),
             streaming_kernels=dict(streaming.fit_sweep_rows(sweep_rows), source=source),
             fp8_gemms=dict(tensor_cores.fit_sweep_gemms(sweep_rows, "fp8"), source=source))
-    # the H100's: tensor-core GEMMs (XLA's H100 table) and the unaligned slowdown
+    # the H100's: tensor-core GEMMs (XLA's H100 table), the unaligned slowdown, channels-last
     constants = {}
     for arithmetic, precision in (("half", "bf16"), ("tf32", "tf32")):
         f = tensor_cores.fit_sweep_gemms(sweep_rows, precision)
@@ -61,7 +61,7 @@ def held_out_info(held: str, sweep_rows: list[dict]) -> dict:
                                      share_memory=f["share_memory"], fixed_ms=0.0,
                                      rows=f["rows"], mape=f["mape"])
     return dict(tensor_core_gemms=dict(constants=constants, gpu=f["gpu"], source=source),
-                unaligned_gemms=None)
+                unaligned_gemms=None, channels_last=None)  # the H200 swept neither
 
 
 def fitted_host(model, held: str, data: Path) -> float:

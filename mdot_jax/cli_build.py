@@ -123,7 +123,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_fit(args: argparse.Namespace) -> int:
-    from mdot_jax.gpu import gpu_fit, neusight, streaming, tensor_cores
+    from mdot_jax.gpu import cnn_kernels, gpu_fit, neusight, streaming, tensor_cores
     from mdot_jax.gpu.tensor_cores import TensorCoreGemms
     from mdot_jax.measure import kernel_sweep
     from mdot_jax.storage import checkpoint
@@ -138,6 +138,7 @@ def cmd_gpu_fit(args: argparse.Namespace) -> int:
             "fused_attention": tensor_cores.fit_attention,
             "fp8_gemms": lambda rows: tensor_cores.fit_sweep_gemms(rows, "fp8"),
             "unaligned_gemms": tensor_cores.fit_unaligned,
+            "channels_last": cnn_kernels.fit_layout,
             "streaming_kernels": streaming.fit_sweep_rows}
         swept = {k: dict(fit(kernel_sweep.read(path)), source=path)
                  for k, fit in fits.items() if (path := getattr(args, k))}
@@ -448,9 +449,10 @@ def add_commands(sub) -> None:
                    "norm and softmax kernels reach")
     p.add_argument("--fp8-gemms", metavar="SWEEP", help="a lent GPU's kernel sweep: the share "
                    "of the FP8 peak its fp8 GEMMs reach (--precision fp8's linear layers)")
-    p.add_argument("--unaligned-gemms", metavar="SWEEP", help="a lent GPU's kernel sweep: "
-                   "the slowdown of its GEMMs whose features are not 16-byte aligned (a "
-                   "vocabulary of 50,257), for GPUs of its architecture")
+    p.add_argument("--unaligned-gemms", metavar="SWEEP", help="a lent GPU's kernel sweep: its "
+                   "GEMMs' slowdown at features not 16-byte aligned, for GPUs of its kind")
+    p.add_argument("--channels-last", metavar="SWEEP", help="a lent GPU's kernel sweep: "
+                   "its convolutions' and batch norms' NHWC / NCHW time ratios (--layout nhwc)")
     p.add_argument("--host-steps", metavar="DATASET", nargs="+", help="measured whole "
                    "steps (fused datasets) that fit the host's time to issue a kernel")
     p.add_argument("--host-device", help="the catalog's GPU --host-steps ran on")

@@ -28,7 +28,7 @@ MAX_INT = 2 ** 31 - 1  # the largest dim or count a request may name (ONNX and n
 MAX_TOKENS = 2 ** 22
 MAX_BATCH_TOKENS = 2 ** 25  # a micro-batch's tokens (batch x seq_len): about 150 bytes each
 
-LAYOUTS = ("nchw", "nhwc")  # of image data (a checkpoint trained on channels-last reads nhwc)
+LAYOUTS = ("nchw", "nhwc")  # of image data (nhwc: channels-last; `gpu.cnn_kernels`)
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update
 # of the data parallelism (tensor and pipeline: their degrees): DDP; ZeRO stage 1 (optimizer
 # state sharded), 2 (and gradients), FSDP / ZeRO-3 (and weights), HSDP (FSDP over a node's

@@ -1,9 +1,11 @@
 """Convolutions and batch norms at the shares a lent GPU's sweep measured (`gpu.cnn_kernels`,
 pre-registered): the fit recovers the constants a sweep was made with, and a step model holding
-them prices a CNN's convolutions and batch norms, on GPUs of the sweep's architecture only."""
+them prices a CNN's convolutions and batch norms, on GPUs of the sweep's architecture only.
+Channels-last (adopted): the layout ratios are the sweep's, and scale those kernels alone."""
 
 import dataclasses
 
+import numpy as np
 import pytest
 from onnx import helper
 from onnx_builders import model as graph
@@ -100,3 +102,66 @@ def test_a_step_model_holding_them_prices_convolutions_and_batch_norms_on_their_
     dense = dict(zip(seq.node_names, p.node_ms(seq.num_ops)))["dense"]
     c = Constants(**dense_only["constants"]["dense/bf16"])
     assert dense >= sum(c.ms(o, d, at) for o, d in kernels) > 0  # and its weight's add, cast
+
+
+RATIOS = {"dense": (0.5, 0.8), "depthwise": (0.25, 0.3), "batch norm": (0.6, 0.45)}
+
+
+def _both_layouts(device="NVIDIA H100 80GB HBM3"):
+    """The kit's CNN rows in both layouts: NCHW at 1 ms forward, 3 ms with the backward; NHWC
+    at `RATIOS` of those."""
+    rows = []
+    for r in kernel_sweep.plan(False):
+        kind = next((k for k, pair in cnn_kernels.LAYOUT_KINDS.items() if r["kind"] in pair),
+                    None)
+        if kind and r.get("layout") in ("nchw", "nhwc") and r["precision"] in ("fp32", "bf16"):
+            fw, bw = RATIOS[kind] if r["layout"] == "nhwc" else (1.0, 1.0)
+            rows.append(dict(r, device=device, ms=fw + (2 * bw if r["kind"].endswith(
+                "-train") else 0.0)))
+    return rows
+
+
+def test_the_layout_ratios_are_what_the_sweep_measured_in_each_layout():
+    fitted = cnn_kernels.fit_layout(_both_layouts())
+    assert fitted["gpu"] == "nvidia-h100-sxm"
+    assert set(fitted["ratios"]) == {f"{k}/{p}" for k in RATIOS for p in ("fp32", "bf16")}
+    for key, r in fitted["ratios"].items():
+        assert (r["forward"], r["backward"]) == pytest.approx(RATIOS[key.split("/")[0]])
+    with pytest.raises(ValueError, match="fewer than 4 shapes"):  # one layout alone
+        cnn_kernels.fit_layout([r for r in _both_layouts() if r["layout"] == "nchw"])
+    with pytest.raises(ValueError, match="several GPUs"):
+        cnn_kernels.fit_layout(_both_layouts() + _both_layouts("NVIDIA H200"))
+
+
+def test_a_channels_last_step_scales_each_convolution_and_batch_norm_by_its_ratios():
+    seq = convert(_mobile_block(), batch_size=64, fuse=True)
+    shipped = spec_sheet.load_step_model()
+    model = dataclasses.replace(shipped, info=dict(
+        shipped.info, channels_last=cnn_kernels.fit_layout(_both_layouts())))
+    gpu = gpus.find("a100-sxm-80gb")  # not the sweep's GPU: the ratios apply on every one
+    times = {}
+    for m, layout in ((shipped, "nchw"), (model, "nchw"), (model, "nhwc")):
+        times[m is model, layout] = ks = []
+        p = spec_sheet.price(seq, gpu, m, precision="amp-bf16", fit=False, kernels=ks,
+                             layout=layout)
+        assert any("channels-last" in w for w in p.warnings) == (layout == "nhwc")
+    assert times[True, "nchw"] == times[False, "nchw"]  # an NCHW step is not changed
+    ratios = np.round(np.asarray(times[True, "nhwc"]) / times[False, "nchw"], 6)
+    # dense: its forward and its weights' gradient (its input is the graph's: no data
+    # gradient); batch norm: forward and backward; depthwise: forward and both gradients
+    expected = {0.5: 1, 0.8: 1, 0.6: 1, 0.45: 1, 0.25: 1, 0.3: 2}
+    assert {r: int((ratios == r).sum()) for r in expected} == expected
+    assert set(ratios) - set(expected) == {1.0}
+    with pytest.raises(ValueError, match="prices nchw only"):
+        spec_sheet.price(seq, gpu, dataclasses.replace(shipped, info={
+            k: v for k, v in shipped.info.items() if k != "channels_last"}), layout="nhwc")
+    with pytest.raises(ValueError, match="layout 'chw'"):
+        spec_sheet.price(seq, gpu, model, layout="chw")
+
+
+def test_the_shipped_ratios_were_measured_on_another_gpu_than_the_steps_that_chose_them():
+    # docs/studies/channels-last.md: decided on timm's RTX 3090 channels-last steps
+    fitted = spec_sheet.load_step_model().info["channels_last"]
+    assert fitted["gpu"] != gpus.find("rtx 3090").name
+    devices = {r["device"] for r in kernel_sweep.read(fitted["source"]) if "layout" in r}
+    assert devices and all(gpus.find(d).name == fitted["gpu"] for d in devices)

@@ -5,6 +5,7 @@ is extrapolated is said, and bad requests get one-line errors."""
 import dataclasses
 import json
 import re
+import shutil
 
 import numpy as np
 import onnx
@@ -18,6 +19,7 @@ from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.classify import classify
 from mdot_jax.gpu.spec_sheet import PRECISIONS, load_step_model, price
+from mdot_jax.storage.checkpoint import STEP_MODEL_DIR
 
 UNSEEN = {"nvidia-h100-sxm", "nvidia-l4", "nvidia-a100-pcie-80gb"}
 
@@ -284,7 +286,6 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
     assert code == 0 and json.loads(out)["device"] == "mine"
     for extra, needle in [(("--device", "v100-sxm2-32gb", "--precision", "amp-bf16"),
                            "error: --precision 'amp-bf16': the nvidia-v100-sxm2-32gb has no bf16"),
-                          (("--device", "h100-sxm", "--layout", "nhwc"), "--layout"),
                           (("--device", "rtx3090", "--checkpoint", "timm-rtx3090", "--step",
                             "fwd-bwd"), "--step"),
                           (("--device", "h100-sxm", "--precision", "bf16"), "precision"),
@@ -293,6 +294,25 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
                           (("--checkpoint", "gpu-spec-sheet",), "--device")]:
         code, _, err = run(capsys, *args, *extra)
         assert code == 2 and needle in err and err.count("\n") == 1, (extra, err)
+
+
+def test_channels_last_is_priced_where_the_step_model_measured_the_layouts(capsys, tmp_path):
+    model = tmp_path / "c.onnx"
+    onnx.save(conv_bn_relu(), model)
+    args = ["predict", model, "--batch-size", "64", "--device", "a100-sxm-80gb",
+            "--precision", "amp-bf16", "--json"]
+    rows = {lay: json.loads(run(capsys, *args, "--layout", lay)[1]) for lay in ("nchw", "nhwc")}
+    # its kernels (the step itself waits on the host: a small model)
+    assert rows["nhwc"]["phases"]["forward"] < rows["nchw"]["phases"]["forward"]
+    assert [any("channels-last" in w for w in r["warnings"]) for r in rows.values()] == [
+        False, True]
+    bare = tmp_path / "no-layouts"  # a step model fitted without `--channels-last`
+    shutil.copytree(STEP_MODEL_DIR, bare)
+    meta = json.loads((bare / "step_model.json").read_text())
+    del meta["channels_last"]
+    (bare / "step_model.json").write_text(json.dumps(meta))
+    code, _, err = run(capsys, *args, "--layout", "nhwc", "--checkpoint", bare)
+    assert code == 2 and "--layout" in err and "NCHW only" in err and err.count("\n") == 1
 
 
 @pytest.mark.slow
@@ -438,7 +458,7 @@ def test_the_host_is_the_frameworks_and_its_fit_prices_as_a_step_does(step_model
     h100 = gpus.find("h100-sxm")
     seqs = [_seq(attention(seq=s, dim=64), batch=2) for s in (8, 256)]
     samples = [type("S", (), dict(seq=q, label_ms=1.0, workload=type("W", (), dict(
-        precision="amp-bf16"))))() for q in seqs]
+        precision="amp-bf16", layout="nchw"))))() for q in seqs]
     # the fit sees the kernels a step priced behind a host runs: any host gives the step's time
     for (kernels, _), q in zip(gpu_fit.step_kernels(one, samples, h100), seqs):
         for h in (0.005, 0.03, 0.2):

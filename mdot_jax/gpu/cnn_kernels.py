@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from mdot_jax.gpu import catalog, peaks
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.tensor_cores import Constants, fit_sums, one_gpu
+from mdot_jax.options import LAYOUTS
 
 # a step's precision -> the sweep's rows that price its convolutions and batch norms
 SWEPT = {"fp32": "fp32", "tf32": "fp32", "amp-fp16": "bf16", "amp-bf16": "bf16",
@@ -162,7 +163,7 @@ def fit_layout(rows: Sequence[dict]) -> dict:
     holds them."""
     kinds = {k for pair in LAYOUT_KINDS.values() for k in pair}
     rows = [r for r in rows if r.get("ms") and r["kind"] in kinds and r.get("precision") in WIDTH
-            and r.get("layout") in ("nchw", "nhwc")]
+            and r.get("layout") in LAYOUTS]
     gpu = catalog.find(one_gpu({r["device"] for r in rows}, "convolutions or batch norms",
                                "kinds conv, dwconv, batch_norm and their -train rows"))
     ms = {(r["kind"], r["precision"], tuple(r["dims"]), r["layout"]): r["ms"] for r in rows}
@@ -170,10 +171,10 @@ def fit_layout(rows: Sequence[dict]) -> dict:
     for name, (fw, train) in LAYOUT_KINDS.items():
         for p in WIDTH:
             shapes = [d for k, q, d, lay in ms if (k, q, lay) == (train, p, "nchw")
-                      and all((x, p, d, y) in ms for x in (fw, train) for y in ("nchw", "nhwc"))]
+                      and all((x, p, d, y) in ms for x in (fw, train) for y in LAYOUTS)]
             if len(shapes) < MIN_ROWS:
                 continue
-            fwd, whole = ({y: sum(ms[k, p, d, y] for d in shapes) for y in ("nchw", "nhwc")}
+            fwd, whole = ({y: sum(ms[k, p, d, y] for d in shapes) for y in LAYOUTS}
                           for k in (fw, train))
             back = {y: whole[y] - fwd[y] for y in whole}
             if min(back.values()) <= 0:

@@ -94,7 +94,8 @@ def step_kernels(model: StepModel, samples: Sequence, gpu: gpus.GPU
     for s in samples:
         kernels: list[float] = []
         price(s.seq, gpu, model, precision=s.workload.precision, step="train",
-              optimizer="sgd", fit=False, host_ms=float(HOST_GRID[0]), kernels=kernels)
+              optimizer="sgd", fit=False, host_ms=float(HOST_GRID[0]), kernels=kernels,
+              layout=s.workload.layout)
         out.append((kernels, s.label_ms))
     return out
 

@@ -87,7 +87,7 @@ from mdot_jax.gpu.host import launch_bound, record
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
 from mdot_jax.gpu.unmeasured import unmeasured
 from mdot_jax.gpu.update import update, update_kernels
-from mdot_jax.options import AUTOCAST, STEPS
+from mdot_jax.options import AUTOCAST, LAYOUTS, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.readable import number
 from mdot_jax.serving.memory import check_fit, held_optimizer, step_memory
@@ -207,7 +207,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     u = update(optimizer, precision, framework, fused_optimizer, clip_grad_norm)  # checks it
     megatron = framework == "megatron"
     cl = cnn_kernels.channels_last(model.info, precision) if layout == "nhwc" else None
-    if layout not in ("nchw", "nhwc") or (layout == "nhwc" and cl is None):
+    if layout not in LAYOUTS or (layout == "nhwc" and cl is None):
         raise ValueError(f"layout {layout!r}: this step model prices nchw" + (
             " and nhwc" if model.info.get("channels_last") else " only (channels-last: "
             "`mdot gpu-fit --channels-last SWEEP`)"))
@@ -303,7 +303,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                             "machine's own: `mdot adapt --from-measurements CSV --base "
                             f"gpu-spec-sheet --device-name {gpu.name}` fits your steps)")
     if cl:
-        warnings.append(cl.note)
+        warnings.append(cl.note if "conv" in found.kinds or "BatchNormalization" in seq.op_names
+                        else "layout nhwc: no convolution or batch norm to lay out; the step "
+                        "is NCHW's")
     if kernels is not None:
         kernels.extend(order)
     record(order)

@@ -64,7 +64,7 @@ def from_dataset(root: str | Path, device: str, model: StepModel, source: str
     rows = []
     for s in load_dataset(root).samples:
         seq, p = priced(s.seq, gpu, model, precision=s.workload.precision, step="train",
-                        optimizer="sgd")
+                        optimizer="sgd", layout=s.workload.layout)
         rows.append(GpuStep(source, s.arch, gpu.name, s.workload.precision,
                             s.workload.batch_size, s.workload.input_size, seq,
                             dict(p.phases), float(s.label_ms)))

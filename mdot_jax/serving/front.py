@@ -226,9 +226,6 @@ class _SpecSheet:
         from mdot_jax.gpu import spec_sheet
         from mdot_jax.gpu.parallel import NETWORK_GBS
 
-        if job.layout != "nchw":
-            raise RequestError("layout: a GPU priced from its spec sheet has none (NCHW data)",
-                               "layout")
         self.notes: list[str] = [note] if note else []
         self.optimizer = held_optimizer(job.optimizer, job.step)  # whose state memory holds
         if OPTIMIZER_STATE[job.optimizer] and not OPTIMIZER_STATE[self.optimizer]:
@@ -236,6 +233,9 @@ class _SpecSheet:
                               "state in memory")
         self.job, self.gpu = job, gpu
         self.model = spec_sheet.load_step_model(folder)
+        if job.layout != "nchw" and not self.model.info.get("channels_last"):
+            raise RequestError(f"layout: {folder.name} prices NCHW only (no channels-last "
+                               "ratios measured: `mdot gpu-fit --channels-last SWEEP`)", "layout")
         self.source = f"priced from its spec sheet by {folder.name}" + (
             ", adapted to measured steps" if self.model.info.get("adaptation") else "")
         if (most := max(job.gpu_counts)) > (node := gpu.node_gpus):
@@ -288,7 +288,7 @@ class _SpecSheet:
         gathered = job.strategy in SHARDED_WEIGHTS  # in the half type by FSDP's mixed precision
         key = (seq, self.model, self.gpu, job.tp, job.sequence_parallel, job.ep, precision,
                job.step, job.optimizer, job.fused_optimizer, job.clip_grad_norm, attention,
-               gathered, job.framework, job.activation_checkpointing, job.compile)
+               gathered, job.framework, job.activation_checkpointing, job.compile, job.layout)
         steps = _KEPT.get()
         for kept, priced in steps or ():
             if kept[0] is seq and kept[1] is self.model and kept[2:] == key[2:]:
@@ -307,7 +307,8 @@ class _SpecSheet:
                     blocks=self.fused or blocks,
                     half_weights=gathered,
                     framework=job.framework, recompute=again,
-                    fused_optimizer=job.fused_optimizer, clip_grad_norm=job.clip_grad_norm)
+                    fused_optimizer=job.fused_optimizer, clip_grad_norm=job.clip_grad_norm,
+                    layout=job.layout)
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision,
                                     job.activation_checkpointing, self.fused, blocks)
