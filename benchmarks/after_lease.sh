@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # After a GPU lease, on this machine: the standing order's steps, in order. The kit's files (the
 # folder `run` brought back) go to DEST (default data/<slug>/, laid out as data/gpu-nvidia-h200/:
-# amp-bf16/ and fp32/ samples xz-compressed, kernels.jsonl.xz, llm-steps.jsonl, env.json,
+# amp-bf16/, amp-bf16-nhwc/ and fp32/ samples xz-compressed, kernels.jsonl.xz, llm-steps.jsonl, env.json,
 # kit.log); their operator sequences are rebuilt from the zoo (data/derived/<name>-*-fused,
 # packed); the GPU's steps are priced (benchmarks/results/<name>-measured); then the
-# pre-registered studies run (llm-steps, unaligned-gemms, cnn-kernels, whole-layers and
-# deformable-sampling: each decides by the rule its study page wrote). Nothing is
+# pre-registered studies run (llm-steps, unaligned-gemms, cnn-kernels, whole-layers,
+# broadcast-operands: each decides by the rule its study page wrote; channels-last: reported). Nothing is
 # overwritten: an existing DEST or output stops it (name
 # another DEST for a second lease of the same GPU). A precision without samples, or a study
 # without its measurements, is said and left out; a study that fails does not stop the others.
@@ -30,7 +30,7 @@ study() {  # a pre-registered study: one that fails is said at the end; the othe
 compress() { echo "+ xz -c $1 > $2"; [ -n "${DRY:-}" ] || xz -c "$1" > "$2"; }
 # the precisions the kit brought samples of (a step cut off, or all its samples noisy: none)
 PRECS=()
-for p in amp-bf16 fp32; do
+for p in amp-bf16 amp-bf16-nhwc fp32; do
   if [ -f "$KIT/$p-samples.jsonl" ]; then PRECS+=("$p"); else echo "after_lease: no $p samples"; fi
 done
 # a kit whose GPU set failed can still have brought its sweep and its LLM steps
@@ -40,7 +40,8 @@ fi
 for f in "$DEST" "data/derived/$NAME-amp-bf16-fused" "data/derived/$NAME-fp32-fused" \
          "benchmarks/results/$NAME-measured" "benchmarks/results/llm-steps-$NAME" \
          "benchmarks/results/unaligned-gemms-$NAME" "benchmarks/results/cnn-kernels-$NAME" \
-         "benchmarks/results/layers-$NAME"; do
+         "benchmarks/results/layers-$NAME" "data/derived/$NAME-amp-bf16-nhwc-fused" \
+         "benchmarks/results/channels-last-$NAME"; do
   [ -e "$f" ] && { echo "after_lease: $f exists; name another DEST" >&2; exit 2; }
 done
 
@@ -61,7 +62,7 @@ done
 # 2. operator sequences, rebuilt from the zoo; 3. the steps priced from the spec sheet
 LEASES=()
 for p in "${PRECS[@]}"; do
-  LEASES+=(--lease "data/derived/$NAME-$p-fused=$DEVICE")
+  [ "$p" = amp-bf16-nhwc ] || LEASES+=(--lease "data/derived/$NAME-$p-fused=$DEVICE")
   run mdot dataset resequence "$DEST/$p" --out "data/derived/$NAME-$p-fused"
   run mdot dataset pack "data/derived/$NAME-$p-fused"
   run "$PY" benchmarks/bench_gpu_ops.py "$NEUSIGHT" --measured "data/derived/$NAME-$p-fused" \
@@ -95,6 +96,11 @@ if [ $sweep = 1 ]; then
     --out "benchmarks/results/layers-$NAME"
   study "$PY" benchmarks/bench_broadcast.py --sweep "$DEST/kernels.jsonl.xz" \
     --out "benchmarks/results/broadcast-$NAME"
+  if [ -f "$KIT/amp-bf16-nhwc-samples.jsonl" ]; then  # the lease's own channels-last steps
+    study "$PY" benchmarks/bench_channels_last.py --sweep "$DEST/kernels.jsonl.xz" \
+      --dataset "data/derived/$NAME-amp-bf16-nhwc-fused" --device "$DEVICE" \
+      --out "benchmarks/results/channels-last-$NAME"
+  fi
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "after_lease: failed: ${failed[*]} (its output above); the rest is done" >&2

@@ -15,6 +15,10 @@ priced with the ratios too, to show them unchanged.
         --sweep data/gpu-nvidia-h100-80gb-hbm3-lease-3/kernels.jsonl.xz \\
         --out benchmarks/results/channels-last
 
+A lease's own channels-last steps (the kit measures its GPU set's CNNs so; `after_lease.sh`):
+`--dataset data/derived/<name>-amp-bf16-fused --device NAME --sweep <its sweep>`, the same
+table, reported (the page's confirmation; the rule above decided the adoption).
+
 Resumable: each priced row is appended to `--out`/rows.jsonl (its prices; the measured times
 stay in the dataset). `--ship` (once adopted) writes the ratios into the shipped step model.
 """
@@ -25,6 +29,7 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sweep", required=True, help="a lent GPU's kernels.jsonl[.xz]")
     p.add_argument("--dataset", default=DATASET)
+    p.add_argument("--device", default="rtx 3090", help="the catalog's GPU the steps ran on")
     p.add_argument("--out", required=True)
     p.add_argument("--ship", action="store_true", help="write the ratios into the shipped "
                    "step model (`channels_last`)")
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     shipped = load_step_model(None)
     ratios = cnn_kernels.fit_layout(kernel_sweep.read(args.sweep))
     model = dataclasses.replace(shipped, info={**shipped.info, "channels_last": ratios})
-    gpu = catalog.find("rtx 3090")
+    gpu = catalog.find(args.device)
     done_path = out / "rows.jsonl"
     done = {(r["arch"], r["batch"], r["layout"]): r for r in map(
         json.loads, done_path.read_text().splitlines())} if done_path.exists() else {}
@@ -114,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [dict(r, measured_ms=measured[k]) for k, r in done.items()]
     nhwc = [r for r in rows if r["layout"] == "nhwc"]
     nchw = [r for r in rows if r["layout"] == "nchw"]
+    if not nhwc:
+        print(f"{args.dataset}: no channels-last steps", file=sys.stderr)
+        return 2
     parts = {"all": nhwc, "with a depthwise convolution": [r for r in nhwc if r["depthwise"]],
              "without": [r for r in nhwc if not r["depthwise"]],
              "with self-attention (reported)": [r for r in nhwc if r["attention"]],
@@ -124,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
              for k in ("with a depthwise convolution", "without") if k in scored}
     result = dict(
         command="python benchmarks/bench_channels_last.py --sweep " + args.sweep
-                + f" --out {args.out}",
+                + f" --dataset {args.dataset} --device '{args.device}' --out {args.out}",
         ratios=ratios, channels_last=scored,
         nchw_unchanged=max((abs(r["after"] / r["before"] - 1) for r in nchw), default=None),
         rule=dict(fall_points=fall, rises_points=rises,

@@ -47,7 +47,7 @@ HOPPER = (("data/derived/gpu-nvidia-h100-80gb-hbm3-lease-2-amp-bf16-fused", "h10
 
 
 def scored(dataset: str, device: str, models: dict) -> dict:
-    """MAPE and median ratio of every step of `dataset` priced by each of `models`, over all
+    """MAPE and median ratio of every NCHW step of `dataset` priced by each of `models`, over all
     rows, the rows whose model has a convolution (`cnn`) and those of them at 224 px and up
     (`cnn_gpu_set`); the set's precisions."""
     from mdot_jax.data.dataset import load_dataset
@@ -56,6 +56,8 @@ def scored(dataset: str, device: str, models: dict) -> dict:
 
     gpu, rows = catalog.find(device), []
     for s in load_dataset(dataset).samples:
+        if s.workload.layout != "nchw":  # the candidate's rows are NCHW (the page's rule)
+            continue
         pred = {name: price(s.seq, gpu, m, precision=s.workload.precision, optimizer="sgd",
                             fit=False).iteration_ms for name, m in models.items()}
         rows.append((s.label_ms, pred, bool(np.isin(s.seq.op_names, ["Conv"]).any()),

@@ -70,7 +70,7 @@ def steps(datasets: list[Path], device: str, models: dict, layout: str | None = 
             continue
         rows.append(dict(arch=s.arch, kind=_kind(s.seq), measured_ms=s.label_ms, **{
             name: price(s.seq, gpu, m, precision=s.workload.precision, step="train",
-                        optimizer="sgd", fit=False).iteration_ms
+                        optimizer="sgd", fit=False, layout=s.workload.layout).iteration_ms
             for name, m in models.items()}))
     out: dict = {}
     for scope in ("all", "transformer", "cnn"):

@@ -18,8 +18,10 @@
 #                                kernels, GPU busy time, the busiest kernels); then the device
 #                                core set (64 px, 32 tokens: launch-bound on a big GPU);
 #                                autocast to bf16; on a GPU each sample's peak memory too
-#   amp-bf16-noisy.jsonl         samples measured, but too noisy to train on
-#   amp-bf16-report.json         what was skipped and why
+#   amp-bf16-noisy.jsonl         samples measured, but too noisy to train on (what was skipped
+#                                and why: kit.log)
+#   amp-bf16-nhwc-samples.jsonl  the GPU set's CNNs (CNN_MODELS, batch 128) in channels-last,
+#                                autocast to bf16, traced (docs/studies/channels-last.md)
 #   fp32-samples.jsonl           the GPU set at fp32, then as much of the core set as time allows
 #   llm-steps.jsonl              a GEMM-bound 1.3B GPT-2 step (2,048 tokens x 4), two
 #                                mixtures of experts (Mixtral 8 x top 2, Qwen3-MoE 64 x top 8),
@@ -71,12 +73,12 @@ step() {
   echo "== exit ${PIPESTATUS[0]}" >> "$LOG"
 }
 collect() {  # what comes back: at most 8 files, directly under OUT
-  for p in amp-bf16 fp32; do
-    for f in samples.jsonl noisy.jsonl report.json; do
+  for p in amp-bf16 amp-bf16-nhwc fp32; do
+    for f in samples.jsonl noisy.jsonl; do
       [ -f "$WORK/$p/$f" ] && cp "$WORK/$p/$f" "$OUT/$p-$f"
     done
   done
-  rm -f "$OUT/fp32-noisy.jsonl" "$OUT/fp32-report.json"  # the eight: the fp32 samples only
+  rm -f "$OUT/amp-bf16-nhwc-noisy.jsonl" "$OUT/fp32-noisy.jsonl"  # the eight
   for f in kernels.jsonl llm-steps.jsonl; do
     [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/$f"
   done
@@ -104,6 +106,8 @@ if [ "$DRY" = 1 ]; then
   KEYS=resnet18/i32/b2,mobilenet_v3_small/i32/b2
   step 20 140 "$PY" -m mdot_jax.measure.kernel_sweep "$WORK/kernels.jsonl" --dry-run --seconds 10
   step 60 60 mdot probe --precision amp-bf16 --threads 2 --out "$WORK/amp-bf16" --keys "$KEYS"
+  step 30 50 mdot profile --precision amp-bf16 --layout nhwc --zoo torchvision \
+    --models resnet18 --batch-sizes 2 --image-sizes 32 --threads 2 --out "$WORK/amp-bf16-nhwc"
   step 40 25 mdot profile --precision fp32 --zoo torchvision --models resnet18 \
     --batch-sizes 2 --image-sizes 32 --threads 2 --trace --out "$WORK/fp32"
   step 30 20 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" --dry-run --seconds 15
@@ -114,6 +118,7 @@ else
   GPU_MODELS=resnet50,resnet101,convnext_tiny,efficientnet_b0,densenet121,mobilenet_v3_large
   GPU_MODELS+=,vit_b_16,swin_t,regnet_y_8gf,efficientnet_b3,bert-base,gpt2-small
   GPU_MODELS+=,distilbert-base,llama-small
+  CNN_MODELS=resnet50,convnext_tiny,efficientnet_b0,mobilenet_v3_large,regnet_y_8gf,densenet121
   # each sample traced: one more step under the profiler (its kernels, the GPU's busy time)
   GPU_SET=(--zoo torchvision,timm,hf --models "$GPU_MODELS" --image-sizes 224 --seq-lens 256
            --batch-sizes 32,128 --threads 8 --trace)
@@ -127,6 +132,12 @@ else
   # compiled steps (torch.compile: the first step compiles, up to a minute)
   step 120 45 "$PY" -m mdot_jax.measure.llm_steps "$WORK/llm-steps.jsonl" \
     --keys-with /compiled --seconds 45
+  # the CNNs in channels-last (their sequences are the NCHW ones: no second export)
+  mkdir -p "$WORK/amp-bf16-nhwc/seqs" && cp -n "$WORK"/amp-bf16/seqs/*.npz \
+    "$WORK/amp-bf16-nhwc/seqs/" 2>/dev/null
+  step 50 70 mdot profile --zoo torchvision,timm --models "$CNN_MODELS" --image-sizes 224 \
+    --batch-sizes 128 --threads 8 --trace --precision amp-bf16 --layout nhwc \
+    --out "$WORK/amp-bf16-nhwc"
   # the core sets take what is left of the budget
   step 400 60 mdot profile --core-set --precision amp-bf16 --threads 8 --out "$WORK/amp-bf16"
   step 400 0 mdot profile --core-set --precision fp32 --threads 8 --out "$WORK/fp32"

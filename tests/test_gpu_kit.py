@@ -36,6 +36,10 @@ def test_the_kits_dry_run_makes_what_comes_back(tmp_path):
     kernels = [json.loads(x) for x in (out / "kernels.jsonl").read_text().splitlines()]
     assert len(kernels) == len({d["key"] for d in kernels}) >= 5  # resumed, nothing twice
     assert {d["kind"] for d in kernels} >= {"gemm", "add"} and kernels[0]["ms"] > 0
+    nhwc = [json.loads(x) for name in ("samples.jsonl", "noisy.jsonl")  # noisy: not sent back
+            if (work / "amp-bf16-nhwc" / name).exists()
+            for x in (work / "amp-bf16-nhwc" / name).read_text().splitlines()]
+    assert [d["workload"]["layout"] for d in nhwc] == ["nhwc"]  # channels-last, once
     fp32 = [json.loads(x) for name in ("samples.jsonl", "noisy.jsonl")  # noisy: not sent back
             if (work / "fp32" / name).exists()
             for x in (work / "fp32" / name).read_text().splitlines()]
@@ -60,6 +64,8 @@ def test_the_kits_gpu_set_names_zoo_models():
     names = ",".join(re.findall(r"^\s*GPU_MODELS\+?=,?(\S+)", kit, re.M)).split(",")
     assert len(names) >= 12
     assert all(find_model(n).name == n for n in names)
+    cnns = re.search(r"^\s*CNN_MODELS=(\S+)", kit, re.M).group(1).split(",")
+    assert cnns and set(cnns) <= set(names)  # channels-last: the GPU set's own CNNs
     # the pre-lease check on the lease image's versions (`kit_versions.sh`) reads the same set
     check = (REPO / "benchmarks" / "kit_versions.sh").read_text()
     pipeline = re.search(r"^GPU_SET=\$\((.*)\)$", check, re.M).group(1)
@@ -69,13 +75,13 @@ def test_the_kits_gpu_set_names_zoo_models():
 
 def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(tmp_path):
     """`benchmarks/after_lease.sh`: the kit's files under data/<slug>/ as the loader reads them,
-    then resequence, pack, the priced steps and the four pre-registered studies, in that
+    then resequence, pack, the priced steps and the pre-registered studies, in that
     order; a folder that exists stops it before anything is written."""
     kit = tmp_path / "kit"
     kit.mkdir()
     (kit / "env.json").write_text(json.dumps({"slug": "gpu-nvidia-b200"}))
-    for f in ("amp-bf16-samples.jsonl", "fp32-samples.jsonl", "kernels.jsonl",
-              "llm-steps.jsonl", "kit.log"):
+    for f in ("amp-bf16-samples.jsonl", "amp-bf16-nhwc-samples.jsonl", "fp32-samples.jsonl",
+              "kernels.jsonl", "llm-steps.jsonl", "kit.log"):
         (kit / f).write_text("{}\n")
     script = [str(REPO / "benchmarks" / "after_lease.sh"), str(kit), "b200 sxm"]
     dest = tmp_path / "gpu-nvidia-b200-lease-1"
@@ -86,8 +92,9 @@ def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(
     steps = [next(i for i, ln in enumerate(lines) if needle in ln) for needle in (
         "amp-bf16/samples.jsonl.xz", "dataset resequence", "dataset pack", "bench_gpu_ops.py",
         "bench_llm_steps.py", "bench_unaligned_gemms.py", "bench_cnn_kernels.py",
-        "bench_layers.py", "bench_broadcast.py")]
+        "bench_layers.py", "bench_broadcast.py", "bench_channels_last.py")]
     assert steps == sorted(steps)
+    assert not any("amp-bf16-nhwc-fused=" in ln for ln in lines)  # cnn-kernels: NCHW steps
     assert r"--device b200\ sxm" in lines[steps[3]]
     dest.mkdir()
     refused = subprocess.run(["bash", *script, str(dest)], capture_output=True, text=True,
@@ -109,6 +116,7 @@ def test_after_a_lease_the_kits_files_are_laid_out_and_the_studies_run_in_order(
                    or "bench_broadcast" in ln for ln in said)
     # a kit whose GPU set failed (no samples at all) still lays out its sweep and LLM steps
     (kit / "amp-bf16-samples.jsonl").unlink()
+    (kit / "amp-bf16-nhwc-samples.jsonl").unlink()
     (kit / "kernels.jsonl").write_text("{}\n")
     done = subprocess.run(["bash", *script, str(tmp_path / "gpu-nvidia-b200-lease-3")],
                           env=dict(os.environ, DRY="1"), capture_output=True, text=True,
