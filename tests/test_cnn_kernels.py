@@ -152,6 +152,10 @@ def test_a_channels_last_step_scales_each_convolution_and_batch_norm_by_its_rati
     expected = {0.5: 1, 0.8: 1, 0.6: 1, 0.45: 1, 0.25: 1, 0.3: 2}
     assert {r: int((ratios == r).sum()) for r in expected} == expected
     assert set(ratios) - set(expected) == {1.0}
+    said = [w for d, p in (("a100-sxm-80gb", "amp-bf16"), ("p100", "amp-fp16"), ("t4", "fp32"))
+            for w in spec_sheet.price(seq, gpus.find(d), model, precision=p, fit=False,
+                                      layout="nhwc").warnings if "channels-last" in w]
+    assert ["without the tensor cores" in w for w in said] == [False, True, True]
     with pytest.raises(ValueError, match="prices nchw only"):
         spec_sheet.price(seq, gpu, dataclasses.replace(shipped, info={
             k: v for k, v in shipped.info.items() if k != "channels_last"}), layout="nhwc")

@@ -199,9 +199,9 @@ class ChannelsLast:
         return self.ratios.get(kind, (1.0, 1.0))
 
 
-def channels_last(info: dict, precision: str) -> ChannelsLast | None:
+def channels_last(info: dict, gpu: GPU, precision: str) -> ChannelsLast | None:
     """The layout ratios (a step model's `channels_last`) for a channels-last step at
-    `precision`, or None where the step model has none."""
+    `precision` on `gpu`, or None where the step model has none."""
     fitted, swept = info.get("channels_last"), SWEPT.get(precision, "fp32")
     if not fitted:
         return None
@@ -209,8 +209,11 @@ def channels_last(info: dict, precision: str) -> ChannelsLast | None:
               for k, v in fitted["ratios"].items() if k.endswith(f"/{swept}")}
     said = ", ".join(f"{k} {f:.2f} / {b:.2f}" for k, (f, b) in ratios.items())
     missing = [k for k in LAYOUT_KINDS if k not in ratios]
+    cores = gpu.capability >= 7.0 if swept == "bf16" else bool(gpu.tflops.get("tf32"))
     return ChannelsLast(ratios, (
         f"channels-last: convolutions and batch norms priced as in NCHW times the ratios the "
         f"{fitted['gpu']}'s {swept} kernels measured between the layouts ({said}: forward / "
         "backward)" + (f"; {', '.join(missing)} as NCHW" if missing else "")
-        + "; no channels-last step measured, no band"))
+        + ("" if cores else f"; the {gpu.name} runs {precision} convolutions without the "
+               "tensor cores those kernels used")
+        + "; not banded (docs/studies/channels-last.md)"))

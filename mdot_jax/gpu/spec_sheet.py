@@ -206,7 +206,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         raise ValueError(f"step {step!r}: choose from {list(STEPS)}")
     u = update(optimizer, precision, framework, fused_optimizer, clip_grad_norm)  # checks it
     megatron = framework == "megatron"
-    cl = cnn_kernels.channels_last(model.info, precision) if layout == "nhwc" else None
+    cl = cnn_kernels.channels_last(model.info, gpu, precision) if layout == "nhwc" else None
     if layout not in LAYOUTS or (layout == "nhwc" and cl is None):
         raise ValueError(f"layout {layout!r}: this step model prices nchw" + (
             " and nhwc" if model.info.get("channels_last") else " only (channels-last: "
