@@ -7,7 +7,7 @@ choices, the profilers, the spec sheet and the features all read them from here)
 # (Transformer Engine's or torchao's float8 training, scaled per tensor)
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp8")
 MEASURED_PRECISIONS = PRECISIONS[:4]  # what the profilers measure
-SPEC_SHEET_PRECISIONS = (*MEASURED_PRECISIONS, "fp8")  # what the spec sheet prices
+SPEC_SHEET_PRECISIONS = (*MEASURED_PRECISIONS, "bf16", "fp8")  # what the spec sheet prices
 AUTOCAST = ("amp-fp16", "amp-bf16", "fp8")  # the precisions autocast runs
 # the one-hot of the workload features of checkpoint format 2 (widths fixed by the weights):
 # each precision reads as the one of these it runs like

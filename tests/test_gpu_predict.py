@@ -53,7 +53,7 @@ def test_every_catalogued_gpu_prices_every_precision(step_model):
     for gpu in gpus.catalog().values():
         for precision in PRECISIONS:
             for seq in seqs:
-                if precision == "amp-bf16" and not gpu.tflops["bf16"]:
+                if precision in ("amp-bf16", "bf16") and not gpu.tflops["bf16"]:
                     with pytest.raises(ValueError, match="no bf16 arithmetic"):
                         price(seq, gpu, step_model, precision=precision)
                     continue
@@ -288,7 +288,7 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
                            "error: --precision 'amp-bf16': the nvidia-v100-sxm2-32gb has no bf16"),
                           (("--device", "rtx3090", "--checkpoint", "timm-rtx3090", "--step",
                             "fwd-bwd"), "--step"),
-                          (("--device", "h100-sxm", "--precision", "bf16"), "precision"),
+                          (("--device", "t4", "--precision", "bf16"), "no bf16 arithmetic"),
                           (("--device-spec", tmp_path / "gpu.json", "--device", "l4"),
                            "--device-spec"),
                           (("--checkpoint", "gpu-spec-sheet",), "--device")]:
@@ -493,6 +493,29 @@ def test_autocast_adds_its_casts_and_the_host_its_gaps(step_model):
                and "--base gpu-spec-sheet --device-name nvidia-h100-sxm" in w
                for w in slow.warnings)
     assert not any(w.startswith("launch-bound") for w in p.warnings)
+
+
+def test_bf16_trains_the_whole_model_in_it_without_casts_at_two_bytes_an_element(step_model):
+    from mdot_jax.gpu.spec_sheet import CASTS
+    from mdot_jax.serving.attention_choice import choose
+    from mdot_jax.serving.memory import ParamBytes, param_bytes
+
+    h100, seq = gpus.find("h100-sxm"), _seq(attention(seq=64, dim=64), batch=8)
+    amp, whole = (price(seq, h100, step_model, precision=p, optimizer="adamw", host_ms=0.0)
+                  for p in ("amp-bf16", "bf16"))
+    assert any(o["type"] == CASTS for o in amp.operators)
+    assert not any(o["type"] == CASTS for o in whole.operators)
+    # softmax and layer norm read and write bf16, not fp32; the update's passes two bytes
+    assert whole.phases["forward"] < amp.phases["forward"]
+    assert whole.phases["update"] < amp.phases["update"]
+    assert any(w.startswith("bf16: the whole model") for w in whole.warnings)
+    assert not any(w.startswith("bf16: the whole model") for w in amp.warnings)
+    # torch.optim's state in the parameters' type; bitsandbytes' a byte whatever they are
+    assert param_bytes("bf16", "adamw") == ParamBytes(2.0, 0.0, 2.0, 4.0)  # 8 bytes in all
+    eight_bit = (param_bytes(p, "adamw-8bit").optimizer for p in ("bf16", "fp32"))
+    assert len(set(eight_bit)) == 1
+    assert choose(None, 8.0, "bf16", [None], 1, None)[0] == "flash"  # SDPA's flash runs
+    assert choose(None, 7.0, "bf16", [None], 1, None)[0] == "eager"
 
 
 def test_a_launch_bound_step_says_its_time_on_each_machine_measured(step_model):

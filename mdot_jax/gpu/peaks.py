@@ -4,7 +4,9 @@ and what backs the price of the tensor-core GEMMs (`spec_sheet.price` reads them
 The rules:
 - `fp32` is PyTorch's default: matmuls on the fp32 CUDA cores, convolutions in TF32 where the
   GPU has TF32 tensor cores (cuDNN's default); `tf32`: both in TF32; `amp-fp16`, `amp-bf16`,
-  `bf16`: matmuls and convolutions at that 16-bit tensor-core peak.
+  `bf16`: matmuls and convolutions at that 16-bit tensor-core peak; under autocast the
+  kernels it keeps in fp32 (softmax, norms, the update) read and write fp32, at `bf16` (the
+  whole model in bfloat16) every kernel reads and writes two bytes an element.
 - `fp8` (Transformer Engine's or torchao's float8 training): as `amp-bf16`, but the linear
   layers' GEMMs (forward, data and weight gradients; weights of sides that are multiples of
   16, as FP8 GEMMs take them) at the FP8 peak, priced at the share of
@@ -77,12 +79,13 @@ def conv_peak(gpu: GPU, precision: str) -> float:
 
 def seen_by_class(gpu: GPU, precision: str, measured: Sequence[str] = ()
                   ) -> tuple[dict[str, GPU], dict[str, str]]:
-    """The GPU as seen by each class of operator (`gemm`, `linear`, `conv`, `memory`, `fp32`)
-    at `precision`, and per class (`gemm`, `conv`) the warning that says what is not measured
-    (`measured`: the tensor-core arithmetic whose GEMMs of this GPU the model was fitted on)."""
+    """The GPU as seen by each class of operator (`gemm`, `linear`, `conv`, `memory`, `fp32`:
+    what autocast keeps in fp32, in bfloat16 at `bf16`) at `precision`, and per class (`gemm`,
+    `conv`) the warning that says what is not measured (`measured`: the tensor-core arithmetic
+    whose GEMMs of this GPU the model was fitted on)."""
     fp32, warnings, linear = gpu.tflops["fp32"], {}, linear_peak(gpu, precision)
     tc = TENSOR_CORE_PEAK.get(precision)
-    half = tc if precision.startswith("amp") or precision in LINEAR_PEAK else None
+    half = tc if precision.startswith("amp") or precision in (*LINEAR_PEAK, "bf16") else None
     if tc and not gpu.tflops.get(tc):
         if half == "bf16":
             raise ValueError(f"precision {precision!r}: the {gpu.name} has no bf16 arithmetic "
@@ -104,10 +107,10 @@ def seen_by_class(gpu: GPU, precision: str, measured: Sequence[str] = ()
                             f"{gpu.name}: priced from its TF32 peak ({conv:g} TFLOP/s), "
                             "not measured yet")
     width = 2 if half else 4
-    gemm = gpus.as_seen(gpu, gemm_peak, width)
+    gemm, memory = gpus.as_seen(gpu, gemm_peak, width), gpus.as_seen(gpu, fp32, width)
     return dict(gemm=gemm, linear=gpus.as_seen(gpu, linear, 1) if precision in LINEAR_PEAK
-                else gemm, conv=gpus.as_seen(gpu, conv, width),
-                memory=gpus.as_seen(gpu, fp32, width), fp32=gpu), warnings
+                else gemm, conv=gpus.as_seen(gpu, conv, width), memory=memory,
+                fp32=memory if precision == "bf16" else gpu), warnings
 
 
 def tensor_core_gemms(info: dict, gpu: GPU, precision: str

@@ -220,6 +220,9 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         extrapolated["gemm"] = tc[2]
     lin = peaks.linear_gemms(model.info, gpu, precision)  # fp8's linear layers
     warnings: list[str] = [lin[1]] if lin else []
+    if precision == "bf16":
+        warnings.append("bf16: the whole model, its gradients and optimizer state in bfloat16 "
+                        "(model.to(torch.bfloat16)), no autocast: priced, not measured")
     blocks, inside = _fused_nodes(seq, attention, megatron, blocks)
     (flash, note), (efficient, masked_note) = (tensor_cores.fused_attention_share(
         model.info.get("fused_attention"), gpu, tc, k) for k in ("flash", "efficient"))

@@ -5,7 +5,8 @@ precision on compute capability 8.0 and later), with a note saying which and why
 from __future__ import annotations
 
 from mdot_jax.errors import RequestError
-from mdot_jax.options import AUTOCAST, FLASH_ATTN
+from mdot_jax.options import FLASH_ATTN
+from mdot_jax.serving.memory import HALF
 
 _NO_FLASH = "PyTorch runs FlashAttention only at half precision on compute capability 8.0 and later"
 
@@ -22,7 +23,7 @@ def choose(asked: str | None, cc: float, precision: str, blocks: list, calls: in
             raise RequestError("attention: the model has no attention blocks (MatMul, "
                                "Softmax, MatMul) to fuse", "attention")
         return "eager", None
-    runs_flash = precision in AUTOCAST and cc >= 8
+    runs_flash = precision in HALF and cc >= 8
     if asked == FLASH_ATTN:
         if not runs_flash:
             raise RequestError(f"attention: the flash-attn package ({FLASH_ATTN}) runs at "

@@ -328,11 +328,12 @@ class _SpecSheet:
                     "GEMMs in it, weights, gradients and optimizer state in fp32; a model "
                     "trained in it throughout holds half those bytes)" if autocast else
                     "precision: fp32, the default (no autocast; PyTorch's matmuls off TF32)"
-                    ) + "; give precision amp-bf16, amp-fp16 or tf32 for how you train"
-        elif autocast and asked not in (autocast, "fp8"):  # fp32, tf32, the other half type
+                    ) + ("; give precision amp-bf16, amp-fp16, bf16 (the whole model in it) or "
+                         "tf32 for how you train")
+        elif autocast and asked not in (autocast, "fp8", half):  # fp32, tf32, the other half
             precision, note = asked, (
                 f"precision: {asked} as asked, though the model was exported in {half}"
-                + ("" if asked in AUTOCAST else ": priced with every tensor in fp32"))
+                + ("" if asked in HALF else ": priced with every tensor in fp32"))
         else:
             return asked
         self.notes += [note] * (note not in self.notes)

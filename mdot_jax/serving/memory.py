@@ -111,12 +111,15 @@ def param_bytes(precision: str = "fp32", optimizer: str = "sgd",
     gradients in fp32 at bf16 and fp8 (`main_grad`, accumulated and reduced in fp32) and in
     the half type at fp16 (18 and 16 bytes a parameter with Adam: the distributed optimizer's
     guide counts 20 at fp16, of which the fp32 copies of the gradients it makes for the update,
-    freed before the next forward, are not there at a step's peak)."""
+    freed before the next forward, are not there at a step's peak); at bf16 the whole model in
+    bfloat16, torch.optim's state in its parameters' type (8 bytes a parameter with Adam)."""
     if optimizer not in OPTIMIZER_STATE:
         raise ValueError(f"optimizer {optimizer!r}: choose from {sorted(OPTIMIZER_STATE)}")
     state = 4.0 * OPTIMIZER_STATE[optimizer]
     if framework == "megatron" and precision in AUTOCAST:
         return ParamBytes(2.0, 4.0, 2.0 if precision == "amp-fp16" else 4.0, state)
+    if precision == "bf16":  # bitsandbytes' 8-bit states are a byte whatever the weights
+        return ParamBytes(2.0, 0.0, 2.0, state if optimizer == "adamw-8bit" else state / 2)
     return ParamBytes(4.0, 0.0, 4.0, state)
 
 
