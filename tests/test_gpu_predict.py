@@ -498,7 +498,7 @@ def test_autocast_adds_its_casts_and_the_host_its_gaps(step_model):
 def test_bf16_trains_the_whole_model_in_it_without_casts_at_two_bytes_an_element(step_model):
     from mdot_jax.gpu.spec_sheet import CASTS
     from mdot_jax.serving.attention_choice import choose
-    from mdot_jax.serving.memory import ParamBytes, param_bytes
+    from mdot_jax.serving.memory import ParamBytes, param_bytes, step_memory
 
     h100, seq = gpus.find("h100-sxm"), _seq(attention(seq=64, dim=64), batch=8)
     amp, whole = (price(seq, h100, step_model, precision=p, optimizer="adamw", host_ms=0.0)
@@ -512,6 +512,10 @@ def test_bf16_trains_the_whole_model_in_it_without_casts_at_two_bytes_an_element
     assert not any(w.startswith("bf16: the whole model") for w in amp.warnings)
     # torch.optim's state in the parameters' type; bitsandbytes' a byte whatever they are
     assert param_bytes("bf16", "adamw") == ParamBytes(2.0, 0.0, 2.0, 4.0)  # 8 bytes in all
+    held = [(m.parameters + m.gradients + m.optimizer, m.activations) for m in (
+        step_memory(seq, p, "adamw") for p in ("amp-bf16", "bf16"))]
+    assert held[1][0] == pytest.approx(held[0][0] / 2)  # 8 bytes a parameter, not 16
+    assert held[1][1] < held[0][1]  # no half copy of each weight, as autocast keeps
     eight_bit = (param_bytes(p, "adamw-8bit").optimizer for p in ("bf16", "fp32"))
     assert len(set(eight_bit)) == 1
     assert choose(None, 8.0, "bf16", [None], 1, None)[0] == "flash"  # SDPA's flash runs

@@ -176,7 +176,7 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     if optimizer == "muon":  # a momentum buffer a matrix parameter, not AdamW's two
         from mdot_jax.gpu.muon import matrices
 
-        state -= 4.0 * sum(a * b for a, b in matrices(seq))
+        state -= held.optimizer / 2 * sum(a * b for a, b in matrices(seq))
     grads = autograd.backward(seq)
     if cpu:
         live = live_bytes(seq, scale, optimizer, grads)
@@ -190,7 +190,8 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     working = scale * float(np.sort(outputs)[-2:].sum())
     kept = saved(seq, fused, scale, grads)
     return StepMemory(autograd.held_bytes(seq, held.model) + held.master * trained,
-                      held.gradients * trained, state, float(kept.sum()) + loss_bytes(seq, kept)
+                      held.gradients * trained, state, float(kept.sum())
+                      + loss_bytes(seq, kept, precision)
                       + autocast_copies(seq.params, precision, framework), inputs, working)
 
 
@@ -201,16 +202,18 @@ def autocast_copies(params: float, precision: str, framework: str = "pytorch") -
     return 2.0 * params if precision in AUTOCAST and framework == "pytorch" else 0.0
 
 
-def loss_bytes(seq: OperatorSequence, kept: np.ndarray) -> float:
+def loss_bytes(seq: OperatorSequence, kept: np.ndarray, precision: str = "fp32") -> float:
     """What a wide loss keeps beyond `kept` (`[N]` bytes `saved` counts): PyTorch's
     cross-entropy, in fp32 under autocast too, keeps the log-softmax of its scores and makes
-    their gradient, `LOSS_BYTES` a score, in place of what is counted of its input."""
+    their gradient, `LOSS_BYTES` a score (half that where the whole model is bf16), in place of
+    what is counted of its input."""
     losses, scores = loss_scores(seq)
     if not len(losses) or not len(seq.edges):
         return 0.0
     src, dst = seq.edges[:, 0], seq.edges[:, 1]
     counted = sum(float(kept[src[dst == i]].sum()) for i in losses)
-    return max(LOSS_BYTES * float(scores.sum()) - counted, 0.0)
+    each = LOSS_BYTES / 2 if precision == "bf16" else LOSS_BYTES
+    return max(each * float(scores.sum()) - counted, 0.0)
 
 
 def loss_scores(seq: OperatorSequence) -> tuple[np.ndarray, np.ndarray]:
