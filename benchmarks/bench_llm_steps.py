@@ -34,6 +34,13 @@ exists (docs/studies/muon.md): the pricing of Muon's update (`mdot_jax.gpu.muon`
 is if the priced ratio lies within 15% of the measured one; otherwise the trace (the update's
 GEMMs against its launches) names the next study.
 
+The pure bf16 rows (keys ending `/bf16`: the 124M and the 1.3B with `model.to(torch.bfloat16)`,
+no autocast) likewise over their autocast twins (`bf16_over_amp`). Pre-registered, before any
+such row exists: the pricing of `precision bf16` (no casts, two bytes an element, torch.optim's
+state in bf16) stays as it is if, for both rows of a lease, the priced ratio lies within 15% of
+the measured one and the memory estimate within 20% of the peak; otherwise the traces say
+which kernels it misses, the next study's rule written before it is priced.
+
 For traced rows, priced over traced GPU time by kernel class (`priced_over_traced_by_class`):
 the readings of docs/studies/gemm-bound-step.md, whose rule was written before any traced LLM
 step existed.
@@ -91,7 +98,7 @@ def price(rows: list[dict], checkpoint: str | None = None, experts_fp32: bool = 
                             attention=r["job"]["attention"],
                             checkpointing=r["job"]["activation_checkpointing"] or "none",
                             lora=r["job"].get("lora_rank"), compiled=r["job"].get("compile"),
-                            optimizer=r["job"]["optimizer"]))
+                            optimizer=r["job"]["optimizer"], precision=r["job"]["precision"]))
             if experts_fp32:
                 out[-1]["candidate_ms"] = p.iteration_ms + experts_at_fp32(
                     p, dataclasses.replace(job, precision="fp32"))
@@ -159,7 +166,7 @@ def experts_at_fp32(p, fp32_job) -> float:
 # results' readings: each row whose key carries the mark over its twin's (the same model and
 # tokens, measured in the same run, the key without the mark), measured and priced
 TWINS = {"lora_over_full": "/lora", "compiled_over_eager": "/compiled",
-         "muon_over_adamw": "/muon"}
+         "muon_over_adamw": "/muon", "bf16_over_amp": "/bf16"}
 
 
 def over_twin(priced: list[dict], mark: str) -> dict[str, dict]:
@@ -180,7 +187,8 @@ def summarize(priced: list[dict]) -> dict:
         groups.setdefault(f"{r['attention']}/{r['checkpointing']}"
                           + ("/lora" if r.get("lora") else "")
                           + ("/compiled" if r.get("compiled") else "")
-                          + ("/muon" if r.get("optimizer") == "muon" else ""), []).append(r)
+                          + ("/muon" if r.get("optimizer") == "muon" else "")
+                          + ("/bf16" if r.get("precision") == "bf16" else ""), []).append(r)
     summary = {}
     for name, rows in groups.items():
         ratio = np.asarray([r["predicted_ms"] / r["measured_ms"] for r in rows])

@@ -14,7 +14,7 @@ from mdot_jax.measure.profiler import BUSIEST
 @pytest.mark.parametrize("dry", [False, True])
 def test_every_planned_step_is_a_valid_job(tmp_path, dry):
     rows = llm_steps.plan(dry)
-    assert len({r["key"] for r in rows}) == len(rows) == (9 if dry else 33)
+    assert len({r["key"] for r in rows}) == len(rows) == (10 if dry else 35)
     for r in rows:
         (tmp_path / "config.json").write_text(json.dumps(r["config"]))
         TrainingJob(model=str(tmp_path / "config.json"), device="h100-sxm", **r["job"])
@@ -31,11 +31,13 @@ def test_every_planned_step_is_a_valid_job(tmp_path, dry):
                                    ("eager", "full")}
     # the compiled steps last (the kit measures them in a step of their own), each beside its
     # eager twin (the key without the mark), the same job but compile
+    assert sum(r["key"].endswith("/bf16") for r in rows) == (1 if dry else 2)  # pure bf16
     compiled = [r for r in rows if r["job"].get("compile")]
     assert compiled == rows[-len(compiled):] and len(compiled) == (1 if dry else 2)
     twins = {r["key"]: r for r in rows}
     for r, mark, field in [(r, "/compiled", dict(compile=True)) for r in compiled] + [
-            (r, "/muon", dict(optimizer="muon")) for r in rows if r["key"].endswith("/muon")]:
+            (r, "/muon", dict(optimizer="muon")) for r in rows if r["key"].endswith("/muon")] + [
+            (r, "/bf16", dict(precision="bf16")) for r in rows if r["key"].endswith("/bf16")]:
         twin = twins[r["key"].removesuffix(mark)]
         assert dict(twin["job"], **field) == r["job"] and twin["config"] == r["config"]
 

@@ -16,7 +16,9 @@ and 1,024 tokens, flash) and the 124M trained with torch.optim.Muon over its wei
 (AdamW over the embeddings, norms and biases), then a vision-language model fine-tuned
 on one 448 x 448 image a sample (`VLM`: Qwen2.5-VL's 32-block encoder, whose windows
 transformers' SDPA path runs as a loop of calls, before a 24-layer text model of 896; 1,024
-tokens a sample, the image's 256 among them, as its processor lays them out: `_image_text`);
+tokens a sample, the image's 256 among them, as its processor lays them out: `_image_text`),
+the 124M and the 1.3B trained in bf16 throughout (`model.to(torch.bfloat16)`, no autocast:
+`BF16`, beside their autocast twins);
 last, the 124M (1,024 tokens) and the 1.3B
 compiled with `torch.compile` (Inductor, its default mode; the kit measures them in a step of
 its own, `--keys-with /compiled`), each beside its eager twin; micro-batches of 8,192 tokens,
@@ -66,6 +68,8 @@ LORA_RANK = 16
 COMPILED = (("gpt2-124m", SIZES["gpt2-124m"], 1024), GEMM_BOUND[:3])
 # torch.optim.Muon over the weight matrices, AdamW over the rest (`gpu.muon`)
 MUON = ("gpt2-124m", SIZES["gpt2-124m"], 1024)
+# the whole model in bfloat16 (weights, gradients, AdamW's state), beside autocast twins
+BF16 = (("gpt2-124m", SIZES["gpt2-124m"], 1024), GEMM_BOUND[:3])
 # a vision-language model fine-tuned on one image a sample (`converters.vision_language`):
 # Qwen2.5-VL's encoder (its windows a loop of SDPA calls) before a Qwen2.5-0.5B-shaped text
 VLM = ("qwen2.5-vl-1.2b", dict(
@@ -110,6 +114,7 @@ def plan(dry: bool) -> list[dict]:
     steps += twins(LORA, {"lora_rank": LORA_RANK}) + twins([MUON], {"optimizer": "muon"})
     name, config, tokens, side = DRY_VLM if dry else VLM
     steps.append((name, config, tokens, "flash", None, {"image_size": side}))
+    steps += twins(BF16, {"precision": "bf16"})
     steps += [(name, dict(gpt2, **size), tokens, attention, ckpt, {})
               for name, size in (DRY if dry else SIZES).items()
               for tokens in ((64,) if dry else TOKENS)
@@ -126,10 +131,11 @@ def plan(dry: bool) -> list[dict]:
 
 def _mark(how: dict) -> str:
     """The end of a row's key for the job's fields beside the plan's own (`/lora16`,
-    `/compiled`, `/muon`): its twin's key is the rest."""
+    `/compiled`, `/muon`, `/bf16`): its twin's key is the rest."""
     return (f"/lora{how['lora_rank']}" if "lora_rank" in how else "") + \
         ("/compiled" if how.get("compile") else "") + \
-        (f"/{how['optimizer']}" if "optimizer" in how else "")
+        (f"/{how['optimizer']}" if "optimizer" in how else "") + \
+        (f"/{how['precision']}" if "precision" in how else "")
 
 
 # a config's positions, set to the row's tokens (a vision-language model keeps its own)
@@ -156,6 +162,8 @@ def measure(row: dict, device: str, warmup: int = 2, repeats: int = 5) -> dict:
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
     if job.get("lora_rank"):
         add_adapters(model, job["lora_rank"])
+    if job["precision"] == "bf16":  # the whole model: its gradients and AdamW's state follow
+        model.to(torch.bfloat16)
     model.train()
     compiled = None
     if job.get("compile"):  # compiled in the untimed steps
