@@ -121,6 +121,7 @@ def test_an_nvl72_racks_gpus_share_one_nvlink_fabric():
     ("NVIDIA GeForce RTX 3080", "nvidia-rtx-3080"), ("NVIDIA A40", "nvidia-a40"),
     ("H100-SXM5-80GB", "nvidia-h100-sxm"), ("H100 PCIe 80GB", "nvidia-h100-pcie"),  # words
     ("H100 NVL 94GB", "nvidia-h100-nvl"), ("RTX 3090 24GB", "nvidia-rtx-3090"),
+    ("Tesla V100-SXM2-16GB", "nvidia-v100-sxm2-16gb"), ("v100", "nvidia-v100-sxm2-32gb"),
 ])
 def test_names_resolve(name, found):
     assert gpus.find(name).name == found
@@ -132,7 +133,7 @@ def test_names_resolve(name, found):
     ("tpu-v5e", "no GPU 'tpu-v5e' in the catalog"),
     ("H100 80GB", "ambiguous: nvidia-h100-pcie, nvidia-h100-sxm$"),
     # a size the catalog lacks is not another board's; the close ones share its model number
-    ("Tesla V100-SXM2-16GB", "did you mean nvidia-v100-pcie-32gb or nvidia-v100-sxm2-32gb\\?"),
+    ("Tesla P100-PCIE-12GB", "did you mean nvidia-p100-pcie-16gb\\?"),
 ])
 def test_unknown_names_say_what_is_close(name, needle):
     with pytest.raises(ValueError, match=needle):
