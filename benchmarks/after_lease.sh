@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # After a GPU lease, on this machine: the standing order's steps, in order. The kit's files (the
 # folder `run` brought back) go to DEST (default data/<slug>/, laid out as data/gpu-nvidia-h200/:
-# amp-bf16/, amp-bf16-nhwc/ and fp32/ samples xz-compressed, kernels.jsonl.xz, llm-steps.jsonl, env.json,
-# kit.log); their operator sequences are rebuilt from the zoo (data/derived/<name>-*-fused,
-# packed); the GPU's steps are priced (benchmarks/results/<name>-measured); then the
-# pre-registered studies run (llm-steps, unaligned-gemms, cnn-kernels, whole-layers,
-# broadcast-operands: each decides by the rule its study page wrote; channels-last: reported). Nothing is
-# overwritten: an existing DEST or output stops it (name
-# another DEST for a second lease of the same GPU). A precision without samples, or a study
+# amp-bf16/, amp-bf16-nhwc/ and fp32/ samples xz-compressed, kernels.jsonl.xz, llm-steps.jsonl,
+# env.json, kit.log); their operator sequences are rebuilt from the zoo
+# (data/derived/<name>-*-fused, packed); the GPU's steps are priced
+# (benchmarks/results/<name>-measured); then the pre-registered studies run (llm-steps,
+# unaligned-gemms, cnn-kernels, whole-layers, broadcast-operands: each decides by the rule its
+# study page wrote; channels-last: reported). Nothing is overwritten: an existing DEST or
+# output stops it (name another DEST for a second lease of the same GPU). A precision without samples, or a study
 # without its measurements, is said and left out; a study that fails does not stop the others.
 # The README under DEST is yours to write.
 #   bash benchmarks/after_lease.sh KIT_OUT "CATALOG NAME" [DEST]   # e.g. "h100 sxm"

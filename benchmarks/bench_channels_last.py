@@ -45,11 +45,10 @@ def _part(seq) -> dict:
     from converters.sequence import CONFIG_FIELDS
     from mdot_jax.gpu.cnn_kernels import is_depthwise
 
-    C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
-
+    at = {name: i for i, name in enumerate(CONFIG_FIELDS)}
     convs = [c for n, c in zip(seq.op_names.tolist(), seq.config) if n == "Conv"]
-    return dict(depthwise=any(is_depthwise(int(c[C["groups"]]), int(c[C["in_channels"]]),
-                                           int(c[C["out_channels"]])) for c in convs),
+    return dict(depthwise=any(is_depthwise(int(c[at["groups"]]), int(c[at["in_channels"]]),
+                                           int(c[at["out_channels"]])) for c in convs),
                 attention=bool(attention_blocks(seq)))
 
 
