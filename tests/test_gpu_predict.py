@@ -414,6 +414,16 @@ def test_adapting_prices_the_rows_as_predict_will(capsys, tmp_path):
                                   checkpoint=str(tmp_path / "mine")))
     plain = predict(TrainingJob(**job, batch_size=16))
     assert adapted.iteration_ms == pytest.approx(2 * plain.iteration_ms, rel=1e-6)
+    # a CNN's rows measured in channels-last, priced so (a `layout` column)
+    onnx.save(conv_bn_relu(size=64), tmp_path / "c.onnx")
+    cnn = dict(model=str(tmp_path / "c.onnx"), device="h100-sxm", precision="amp-bf16",
+               layout="nhwc")
+    ms = {b: predict(TrainingJob(**cnn, batch_size=b)).iteration_ms for b in (64, 256)}
+    rows = [f"c.onnx,{b},amp-bf16,nhwc,{2 * t}" for b, t in ms.items()]
+    (tmp_path / "nhwc.csv").write_text("model,batch_size,precision,layout,ms\n" + "\n".join(rows))
+    code, out, _ = run(capsys, "adapt", "--from-measurements", tmp_path / "nhwc.csv", "--base",
+                       "gpu-spec-sheet", "--out", tmp_path / "nhwc", "--device-name", "h100-sxm")
+    assert code == 0 and "expected error: 0.0%" in out, out
 
 
 def test_a_host_slower_than_the_kernels_leaves_the_gpu_waiting():

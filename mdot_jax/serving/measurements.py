@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from mdot_jax.errors import UsageError
-from mdot_jax.options import ATTENTION, PRECISIONS, SPEC_SHEET_OPTIMIZERS
+from mdot_jax.options import ATTENTION, LAYOUTS, PRECISIONS, SPEC_SHEET_OPTIMIZERS
 from mdot_jax.serving.request import FIELDS
 
 REQUIRED = ("model", "batch_size", "ms")
@@ -19,7 +19,8 @@ REPEATS_APART = 2.0  # one job's measured times further apart than this: not the
 UNITS_APART = 100.0  # rows this many times the base's prices (median): not milliseconds
 FLAG = ("true", "false")
 # optional: how a GPU's rows ran (a flag's column: true or false)
-JOB_COLUMNS = {"optimizer": SPEC_SHEET_OPTIMIZERS, "attention": ATTENTION, "compile": FLAG}
+JOB_COLUMNS = {"optimizer": SPEC_SHEET_OPTIMIZERS, "attention": ATTENTION, "compile": FLAG,
+               "layout": LAYOUTS}
 
 
 @dataclass(frozen=True)
