@@ -8,10 +8,10 @@ The CSV has one row per measured job: `model` (an `.onnx` file, or an operator s
 `.npz` written by `mdot convert -o`, relative to the CSV), `batch_size`, `image_size` or
 `seq_len` (optional where the file fixes them), `precision` (recorded, not used: the fit
 absorbs it) and `ms` (milliseconds per training iteration); for a GPU step model also
-`optimizer`, `attention`, `compile` and `layout` (optional: `mdot predict`'s defaults), as its rows are priced by
-the front door exactly as `mdot predict` will price the user's jobs. The base predicts each
-row, `serving.adaptation.fit` maps its predictions onto the measurements, and the adapted
-checkpoint is the base one with that fit in its metadata.
+`optimizer`, `attention`, `compile` and `layout` (optional: `mdot predict`'s defaults), as its
+rows are priced by the front door exactly as `mdot predict` will price the user's jobs. The
+base predicts each row, `serving.adaptation.fit` maps its predictions onto the measurements,
+and the adapted checkpoint is the base one with that fit in its metadata.
 
 The fit: a base checkpoint predicts `t` for its own device; the adapted one predicts
 `exp(a + b * log t)` for the new device, fitted on rows the user measured there (their own
