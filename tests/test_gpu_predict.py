@@ -824,7 +824,7 @@ def test_a_recurrent_layer_runs_its_steps_one_after_another(step_model):
     from mdot_jax.gpu.recurrent import kept_bytes, kernels
 
     h100 = gpus.find("h100-sxm")
-    v100 = gpus.find("v100-sxm")  # no TF32: its fp32 GEMMs on CUDA cores, a step's each
+    v100 = gpus.find("v100-sxm2-32gb")  # no TF32: its fp32 GEMMs on CUDA cores, a step's each
     short, long = (price(_lstm(t, 1024 // t), v100, step_model) for t in (8, 128))
     assert long.iteration_ms > 4 * short.iteration_ms  # as many tokens, 16x the steps
     assert long.interval_ms is None  # not measured: no band
