@@ -505,7 +505,9 @@ def test_autocast_adds_its_casts_and_the_host_its_gaps(step_model):
     assert not any(w.startswith("launch-bound") for w in p.warnings)
 
 
-def test_bf16_trains_the_whole_model_in_it_without_casts_at_two_bytes_an_element(step_model):
+def test_bf16_trains_the_whole_model_in_it_without_casts_at_two_bytes_an_element(step_model,
+                                                                                  tmp_path):
+    from mdot_jax import predict
     from mdot_jax.gpu.spec_sheet import CASTS
     from mdot_jax.serving.attention_choice import choose
     from mdot_jax.serving.memory import ParamBytes, param_bytes, step_memory
@@ -526,6 +528,12 @@ def test_bf16_trains_the_whole_model_in_it_without_casts_at_two_bytes_an_element
         step_memory(seq, p, "adamw") for p in ("amp-bf16", "bf16"))]
     assert held[1][0] == pytest.approx(held[0][0] / 2)  # 8 bytes a parameter, not 16
     assert held[1][1] < held[0][1]  # no half copy of each weight, as autocast keeps
+    onnx.save(attention(seq=64, dim=64), tmp_path / "a.onnx")  # DDP's buckets: in their type
+    grown = [(two[1].memory_parts["model_states"] - two[0].memory_parts["model_states"])
+             for two in (predict(TrainingJob(model=str(tmp_path / "a.onnx"), batch_size=8,
+                                             device="h100-sxm", precision=p, optimizer="adamw",
+                                             gpus=[1, 2])) for p in ("amp-bf16", "bf16"))]
+    assert grown[1] == pytest.approx(grown[0] / 2)
     eight_bit = (param_bytes(p, "adamw-8bit").optimizer for p in ("bf16", "fp32"))
     assert len(set(eight_bit)) == 1
     assert choose(None, 8.0, "bf16", [None], 1, None)[0] == "flash"  # SDPA's flash runs

@@ -246,7 +246,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         shown = total if after_flush else hidden(total, bw, pieces)
         # PyTorch DDP's buckets: a copy of the gradients; Megatron-LM's (`after_flush`)
         # contiguous buffer is the gradients themselves
-        memory = dict(model_states=0.0 if after_flush else trained * nbytes / 1e9)
+        memory = dict(model_states=0.0 if after_flush  # in the gradients' type (bf16: half)
+                      else trained * nbytes * held.gradients / 4 / 1e9)
     else:
         in_flight = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors
         if strategy in SHARDED_WEIGHTS:  # gathered for each micro-batch's passes, both
