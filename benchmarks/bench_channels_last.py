@@ -64,18 +64,14 @@ def summary(rows: list[dict]) -> dict:
 
 def ship(ratios: dict, sweep: str) -> None:
     """The shipped step model's meta gains `channels_last` (and its command says how)."""
-    from mdot_jax.gpu.gpu_ops import StepModel
-    from mdot_jax.storage.checkpoint import STEP_MODEL_DIR
-    from mdot_jax.writers import temporary
+    from mdot_jax.storage.checkpoint import STEP_MODEL_DIR, amend_step_model
 
-    path = STEP_MODEL_DIR / StepModel.META
-    meta = json.loads(path.read_text())
-    meta["channels_last"] = dict(ratios, source=sweep)
-    how = f"; channels-last: python benchmarks/bench_channels_last.py --sweep {sweep} --ship"
-    meta["command"] = meta["command"].split("; channels-last:")[0] + how
-    tmp = temporary(path)
-    tmp.write_text(json.dumps(meta, indent=1) + "\n")
-    os.replace(tmp, path)
+    def change(meta: dict) -> None:
+        meta["channels_last"] = dict(ratios, source=sweep)
+        meta["command"] = meta["command"].split("; channels-last:")[0] + (
+            f"; channels-last: python benchmarks/bench_channels_last.py --sweep {sweep} --ship")
+
+    amend_step_model(STEP_MODEL_DIR, change)
 
 
 def main(argv: list[str] | None = None) -> int:

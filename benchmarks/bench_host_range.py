@@ -39,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ship", action="store_true", help="write the range into the shipped "
                     "step model's meta")
     args = ap.parse_args(argv)
-    from mdot_jax.gpu.gpu_ops import StepModel
-    from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
+    from mdot_jax.storage.checkpoint import STEP_MODEL_DIR, amend_step_model
 
     hosts = machine_hosts(args.data)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -48,15 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     for m, (h, mape, _) in hosts.items():
         print(f"{m:<14} {1e3 * h:5.1f} us a kernel (MAPE {mape:.1f}%)")
     if args.ship:
-        path = STEP_MODEL_DIR / StepModel.META
-        meta = json.loads(path.read_text())
         ms = [h for h, *_ in hosts.values()]
-        meta["host_range_ms_per_kernel"] = dict(pytorch=[min(ms), max(ms)])
-        meta["host_range_source"] = (
-            "pytorch: gpu_fit.best_host over each lease machine's launch-bound steps alone ("
-            + ", ".join(f"{m} {1e3 * h:.1f} us" for m, (h, *_) in hosts.items())
-            + "), benchmarks/bench_host_range.py --ship")
-        path.write_text(json.dumps(meta, indent=1) + "\n")
+        amend_step_model(STEP_MODEL_DIR, lambda meta: meta.update(
+            host_range_ms_per_kernel=dict(pytorch=[min(ms), max(ms)]),
+            host_range_source="pytorch: gpu_fit.best_host over each lease machine's "
+            "launch-bound steps alone (" + ", ".join(
+                f"{m} {1e3 * h:.1f} us" for m, (h, *_) in hosts.items())
+            + "), benchmarks/bench_host_range.py --ship"))
     return 0
 
 

@@ -310,17 +310,17 @@ def from_spec_file(spec: str | Path | Mapping) -> GPU:
     """A GPU the catalog lacks, described in a JSON file with the catalog's fields (or by
     that object itself: a `device_spec` from Python)."""
     if isinstance(spec, Mapping):
-        gpu = _from_json(dict(spec), "device_spec")
-        _check_dense(gpu, "device_spec")
-        return gpu
-    try:
-        d = json.loads(Path(spec).read_text())
-    except OSError as e:
-        raise ValueError(f"--device-spec {spec}: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"--device-spec {spec}: not JSON ({e})") from None
-    if isinstance(d, list) and len(d) == 1:  # what `mdot devices --json NAME` writes
-        d = d[0]
-    gpu = _from_json(d, f"--device-spec {spec}")
-    _check_dense(gpu, f"--device-spec {spec}")
-    return dataclasses.replace(gpu, spec_file=str(spec))
+        d, where = dict(spec), "device_spec"
+    else:
+        where = f"--device-spec {spec}"
+        try:
+            d = json.loads(Path(spec).read_text())
+        except OSError as e:
+            raise ValueError(f"{where}: {e.strerror or e}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{where}: not JSON ({e})") from None
+        if isinstance(d, list) and len(d) == 1:  # what `mdot devices --json NAME` writes
+            d = d[0]
+    gpu = _from_json(d, where)
+    _check_dense(gpu, where)
+    return gpu if isinstance(spec, Mapping) else dataclasses.replace(gpu, spec_file=str(spec))

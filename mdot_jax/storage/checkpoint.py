@@ -24,7 +24,9 @@ import hashlib
 import json
 import lzma
 import math
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,17 @@ def prepare_out(path: str | Path, *, force: bool = False, shipped: bool = False)
     except OSError as e:
         raise CheckpointError(f"--out {path}: cannot write there ({e.strerror or e})") from None
     return path
+
+
+def amend_step_model(folder: Path, change: Callable[[dict], None]) -> None:
+    """Applies `change` (in place, to the metadata's dict) to the GPU step model in `folder`:
+    the metadata written beside it, then swapped in whole (what a study's `--ship` adopts)."""
+    path = Path(folder) / STEP_MODEL
+    meta = json.loads(path.read_text())
+    change(meta)
+    tmp = writers.temporary(path)
+    tmp.write_text(json.dumps(meta, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def save_step_model(model: Any, path: Path) -> None:
