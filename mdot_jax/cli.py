@@ -144,6 +144,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from mdot_jax.serving import fits
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.request import TrainingJob
 
@@ -163,6 +164,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise
         raise RequestError("batch_sizes" + str(e)[len("batch_size"):], "batch_sizes") from None
     result = predict(job)
+    if not job.several:  # where it does not fit: what would
+        result = fits.suggest(job, result, progress=sys.stderr.isatty())
     rows = result if isinstance(result, list) else [result]
     for warning in dict.fromkeys(w for r in rows for w in r.warnings):
         shared = all(warning in r.warnings for r in rows)

@@ -42,11 +42,31 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
                                           for k, v in r.memory_parts.items())
               + (f"; the host's, a node: {number(r.host_memory_gb)} GB" if r.host_memory_gb
                  else ""))
+    if r.fits_with is not None:
+        fits_with(r)
     for said in dict.fromkeys(r.band_from for r in rows if r.interval_ms):
         print(f"80% band: where 80% of the measured times fell, for predictions like these, on "
               f"{said}")
     if top:
         top_operators(rows[-1], top)
+
+
+def fits_with(p) -> None:
+    """What would fit the GPU's memory (`serving.fits.suggest`), as the flags that ask it."""
+    where = f"the {p.device}'s {number(p.memory_limit_gb)} GB"
+    if not p.fits_with:
+        print(f"\nnothing priced fits {where} on {plural(p.gpus, 'GPU')} (checkpointing, smaller "
+              "micro-batches, sharding, 8-bit state, pure bf16): more GPUs or splits, "
+              "`mdot plan --global-batch N` searches them")
+        return
+    one = len(p.fits_with[0]["change"]) == 1 or set(p.fits_with[0]["change"]) == {
+        "batch_size", "grad_accum"}
+    print(f"\nfits {where} with {'one change' if one else 'these changes together'} "
+          "(each priced):")
+    for f in p.fits_with:
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in f["change"].items())
+        print(f"  {flags:<58} {number(f['memory_gb']):>7} GB {number(f['iteration_ms'], 4):>9} "
+              "ms/iteration")
 
 
 def top_operators(p, n: int) -> None:

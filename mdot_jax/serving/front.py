@@ -28,7 +28,7 @@ from mdot_jax.serving.by_checkpoint import Checkpoint
 from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, held_optimizer, param_bytes
 from mdot_jax.serving.model_source import config_input, config_said, cut, is_config, sequence
 from mdot_jax.serving.predict import tokens_of
-from mdot_jax.serving.prediction import Prediction
+from mdot_jax.serving.prediction import SPEC_SHEET, Prediction
 from mdot_jax.serving.request import FIELDS, TrainingJob
 
 
@@ -236,7 +236,7 @@ class _SpecSheet:
         if job.layout != "nchw" and not self.model.info.get("channels_last"):
             raise RequestError(f"layout: {folder.name} prices NCHW only (no channels-last "
                                "ratios measured: `mdot gpu-fit --channels-last SWEEP`)", "layout")
-        self.source = f"priced from its spec sheet by {folder.name}" + (
+        self.source = f"{SPEC_SHEET} by {folder.name}" + (
             ", adapted to measured steps" if self.model.info.get("adaptation") else "")
         if (most := max(job.gpu_counts)) > (node := gpu.node_gpus):
             held = "its NVLink joins" if gpu.nvlink_gpus else "HGX boards and DGX systems hold"

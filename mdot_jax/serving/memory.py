@@ -356,6 +356,7 @@ def check_fit(p, limit_gb: float | None, what: str) -> None:
     over `NO_FIT` times it, that it will not, and no band. Every timm RTX 3090 run (each of
     which fitted its 24 GB) is estimated below 1.7 times it."""
     need = p.memory_gb
+    p.memory_limit_gb = limit_gb or None
     if not limit_gb or need <= limit_gb:
         return
     surely = need > NO_FIT * limit_gb

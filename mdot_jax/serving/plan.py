@@ -7,7 +7,7 @@ The rules:
   board's 8: `whole_nodes`) is that many whole nodes, a count that fills none refused; the
   job's model is converted once, every candidate priced by the front door
   (`front.predict`) with the job's own fields (precision, parallel plan, batch, ...);
-- it is feasible when it fits (no "may not fit" / "will not fit" warning), finishes by the
+- it is feasible when it fits (`Prediction.fits`: its memory within the GPU's), finishes by the
   deadline (`deadline_h`, the whole job's time) and costs at most the budget (`budget_usd`:
   the job's hours x GPUs x the device's USD per GPU-hour in `prices`);
 - feasible plans first, by cost (by time where no price is known), then the others with
@@ -47,7 +47,6 @@ from mdot_jax.readable import hours, number
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob, _choice, _ints, _plain_fields, _positive
 
-NOT_FIT = ("may not fit", "will not fit")
 SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
 
 
@@ -445,7 +444,7 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
     o.hours = p.job_s / 3600 if p.job_s is not None else None
     usd = request.price_of(gpu)
     o.cost_usd = o.hours * o.gpus * usd if usd is not None and o.hours is not None else None
-    if any(w for w in p.warnings if any(n in w for n in NOT_FIT)):
+    if not p.fits:
         search = "" if request.global_batch is not None else (
             "; global_batch searches smaller micro-batches, tensor and pipeline splits, "
             "checkpointing")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+SPEC_SHEET = "priced from its spec sheet"  # how `Prediction.source` of a spec sheet's begins
 _LAYER_INDEX = re.compile(r"(?<=\.)\d+(?=/)")  # an exporter's scope: /model/layers.3/...
 
 
@@ -92,6 +93,9 @@ class Prediction:
     memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
     # of it, GB by what holds it (`serving.memory.MEMORY_PARTS`); empty where not known
     memory_parts: dict[str, float] = field(default_factory=dict)
+    memory_limit_gb: float | None = None  # the device's memory it was held to (`check_fit`)
+    # where it does not fit: the job's changes that would (`serving.fits.suggest`)
+    fits_with: list[dict] | None = None
     host_memory_gb: float | None = None  # what a node's host holds for it (`gpu.offload`)
     # priced from a GPU's spec sheet (`gpu.spec_sheet`): ms of forward, backward, update (and
     # recomputation, the communication that shows, a pipeline's bubble: `gpu.parallel`,
@@ -118,6 +122,11 @@ class Prediction:
         """Data-parallel replicas: the GPUs over the tensor-, pipeline- and context-parallel
         ones."""
         return max(self.gpus // (self.tp * self.pp * self.cp), 1)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the step's estimated memory is within its device's (unknown: it fits)."""
+        return self.memory_limit_gb is None or self.memory_gb <= self.memory_limit_gb
 
     @property
     def global_batch(self) -> int:

@@ -23,6 +23,7 @@ The schema is at /openapi.json (and /docs). The rules:
   requests) a 413, a list field of more than `MAX_LIST` values a 422; nothing answers with a
   traceback;
 - answers are the `to_json` of `Prediction` and `plan.Option`, numbers as the CLI prints them;
+  a single prediction that does not fit carries what would (`fits.suggest`, `fits_with`);
   the last `ANSWERS` are kept by request body (a repeated request is not priced again), the
   checkpoints and step models stay loaded.
 """
@@ -199,6 +200,7 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
     from converters import ConversionError
     from mdot_jax import __version__
     from mdot_jax.gpu import catalog
+    from mdot_jax.serving import fits
     from mdot_jax.serving import plan as planning
     from mdot_jax.serving.front import predict
     from mdot_jax.serving.model_source import keep_sequences
@@ -278,7 +280,9 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         if kind == "predict":
             job, _ = _job(store, body)
             got = predict(job)
-            return [p.to_json() for p in got] if isinstance(got, list) else got.to_json()
+            if isinstance(got, list):
+                return [p.to_json() for p in got]
+            return fits.suggest(job, got).to_json()  # where it does not fit: what would
         job, extra = _job(store, body, PLAN_FIELDS, planning.job_for_plan)
         fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                                   for k, v in extra.items()}

@@ -1,0 +1,159 @@
+"""What would make a step that does not fit its GPUs' memory fit: the job priced again with one
+of its memory levers moved (`LEVERS`), each lever's smallest move that fits.
+
+The rules:
+- only a single prediction priced from a GPU's spec sheet (a checkpoint prices none of the
+  levers) that does not fit (`Prediction.fits`) is looked at;
+- a lever is a field of the job and its moves, least change first; where memory falls with
+  every move (`monotone`), the largest move is priced first (not fitting: the lever cannot)
+  and the smallest that fits is found by bisection; otherwise each move in turn;
+- the micro-batch lever keeps the global batch: `batch_size` a divisor of the job's, the
+  accumulation grown to make up the rest;
+- where no lever fits alone, the levers' largest moves are taken together in `LEVERS`' order
+  until they fit, then each dropped that the rest fit without (the fewest levers together);
+- a move the job cannot take (a precision the GPU lacks, a strategy the optimizer refuses) is
+  passed over, never an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+from mdot_jax.errors import MdotError
+from mdot_jax.serving.prediction import SPEC_SHEET, Prediction
+from mdot_jax.serving.request import TrainingJob
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One field of a job that moves its memory: `moves(job, p)` -> changes of the job
+    (field -> value), least change first."""
+
+    moves: Callable[[TrainingJob, Prediction], list[dict[str, Any]]]
+    monotone: bool = True  # memory falls with every move: bisect
+
+
+def _checkpointing(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
+    after = {None: ["selective", "full"], "selective": ["full"]}.get(
+        job.activation_checkpointing, [])
+    return [dict(activation_checkpointing=c) for c in after]
+
+
+def _micro_batch(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
+    b = p.batch_size
+    if job.batch_size is None:  # the batch is the input shapes' own
+        return []
+    small = [d for d in range(1, math.isqrt(b) + 1) if b % d == 0]
+    divisors = sorted({*small, *(b // d for d in small)} - {b}, reverse=True)
+    return [dict(batch_size=d, grad_accum=job.grad_accum * (b // d)) for d in divisors]
+
+
+def _optimizer(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
+    return [dict(optimizer="adamw-8bit")] if job.optimizer in ("adam", "adamw") else []
+
+
+def _precision(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
+    after = {None: ["amp-bf16", "bf16"], "fp32": ["amp-bf16", "bf16"],
+             "tf32": ["amp-bf16", "bf16"], "amp-bf16": ["bf16"], "amp-fp16": ["bf16"]}
+    return [dict(precision=c) for c in after.get(job.precision, [])]
+
+
+def _strategy(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
+    if p.replicas < 2:  # nothing to shard over
+        return []
+    after = {"ddp": ["zero1", "zero2", "fsdp"], "zero1": ["zero2", "fsdp"], "zero2": ["fsdp"],
+             "hsdp": ["fsdp"]}
+    return [dict(strategy=s) for s in after.get(job.strategy, [])]
+
+
+# field -> lever, in the order they are said
+LEVERS: dict[str, Lever] = {
+    "activation_checkpointing": Lever(_checkpointing),
+    "batch_size": Lever(_micro_batch),
+    "strategy": Lever(_strategy),
+    "optimizer": Lever(_optimizer),
+    "precision": Lever(_precision, monotone=False),
+}
+
+
+def _together(moves: list[dict[str, Any]], fits: Callable[[dict], bool]
+              ) -> list[dict[str, Any]]:
+    """The fewest of `moves` that fit together: added in their order until they fit, then each
+    dropped that the rest fit without; none where all of them do not fit."""
+    taken: list[dict[str, Any]] = []
+    for move in moves:
+        taken.append(move)
+        if fits(_merged(taken)):
+            break
+    else:
+        return []
+    for move in taken[:-1]:  # the last was needed to fit
+        rest = [m for m in taken if m is not move]
+        if fits(_merged(rest)):
+            taken = rest
+    return [_merged(taken)]
+
+
+def _merged(moves: list[dict[str, Any]]) -> dict[str, Any]:
+    return {k: v for m in moves for k, v in m.items()}
+
+
+def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
+            progress: bool = False) -> Prediction:
+    """`p` (the prediction of `job`) with `fits_with`: where it does not fit, each lever's
+    smallest move that fits ({"change", "memory_gb", "iteration_ms"}), or the fewest levers'
+    largest moves together, or nothing (empty: none fits); `p` as it is where it fits or is
+    not a spec sheet's."""
+    if p.fits or not p.source.startswith(SPEC_SHEET) or job.several:
+        return p
+    from mdot_jax.serving import front
+
+    pricer: Callable = predict or front.predict
+    priced: dict[tuple, Prediction | None] = {}
+    bar = tqdm(desc="what would fit", unit="price", disable=not progress, leave=False)
+
+    def price(change: dict[str, Any]) -> Prediction | None:
+        key = tuple(sorted(change.items()))
+        if key not in priced:
+            bar.update()
+            try:
+                priced[key] = pricer(dataclasses.replace(job, **change))
+            except MdotError:  # a move this job cannot take
+                priced[key] = None
+        return priced[key]
+
+    def fits(change: dict[str, Any]) -> bool:
+        q = price(change)
+        return q is not None and q.fits
+
+    found, largest = [], []  # each lever's largest move
+    for lever in LEVERS.values():
+        moves = lever.moves(job, p)
+        if not moves:
+            continue
+        largest.append(moves[-1])
+        if lever.monotone:
+            if not fits(moves[-1]):
+                continue
+            lo, hi = 0, len(moves) - 1  # moves[hi] fits
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if fits(moves[mid]) else (mid + 1, hi)
+            found.append(moves[hi])
+        elif move := next((m for m in moves if fits(m)), None):
+            found.append(move)
+    if not found and len(largest) > 1:
+        found += _together(largest, fits)
+    bar.close()
+    out = []
+    for change in found:
+        q = price(change)
+        assert q is not None
+        out.append(dict(change=change, memory_gb=q.memory_gb, iteration_ms=q.iteration_ms))
+    return dataclasses.replace(p, fits_with=out)
