@@ -15,15 +15,18 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
     print(f"{model} on {r.device} ({count(r.parameters)} parameters{trained}, {r.num_ops:,} "
           f"operators; {r.source})")
     job, tokens, mfu = r.job_s is not None, bool(r.tokens), r.mfu is not None
+    each = tokens and any(r.gpus > 1 for r in rows)  # tokens/s a GPU, as LLM runs report
     print(f"{'batch':>7} " * by_batch + f"{'GPUs':>5} " * by_gpus
           + f"{'ms/iteration':>13} {'80% band ms':>15} {'samples/s':>10} {'memory GB':>9}"
-          + f" {'tokens/s':>10}" * tokens + "   MFU" * mfu + " scaling" * by_gpus
+          + f" {'tokens/s':>10}" * tokens + f" {'tok/s/GPU':>9}" * each + "   MFU" * mfu
+          + " scaling" * by_gpus
           + (f" {'job h':>7} {'80% band h':>13}" if job else ""))
     for r in rows:
         print(f"{r.batch_size:>7} " * by_batch + f"{r.gpus:>5} " * by_gpus
               + f"{number(r.iteration_ms, 4):>13} {_range(r.interval_ms):>15} "
               f"{number(r.samples_per_s, 4):>10} {number(r.memory_gb):>9}"
               + f" {number(r.tokens_per_s or 0, 4):>10}" * tokens
+              + f" {number(r.tokens_per_s_per_gpu or 0, 4):>9}" * each
               + f" {percent(r.mfu or 0):>5}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
               + (f" {hours(r.job_s / 3600):>7} {_range(r.job_interval_s, 1 / 3600, hours):>13}"
                  if job else ""))

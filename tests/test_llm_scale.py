@@ -46,8 +46,11 @@ def test_a_70b_llama_in_3d_parallel_from_its_config(tmp_path):
                             precision="amp-bf16", optimizer="adamw"))
     assert time.perf_counter() - t < 120  # export and pricing; about 23 s on 2 cores
     assert p.gpus == 64 and p.replicas == 1 and p.tokens_per_s > 0 and 0 < p.mfu < 1
+    # what LLM runs report: 32 x 2,048 tokens an iteration over its time, a GPU's share
+    assert p.tokens_per_s_per_gpu == pytest.approx(32 * 2048 / (p.iteration_ms / 1e3) / 64)
+    assert p.to_json()["tokens_per_s_per_gpu"] == p.tokens_per_s_per_gpu
     assert p.memory_gb < 80 and p.phases["bubble"] > 0
-    assert not any("not fit" in w for w in p.warnings)
+    assert p.fits and p.memory_limit_gb == 80 and not any("not fit" in w for w in p.warnings)
 
 
 def test_a_7b_llama_fine_tuned_with_lora_and_qlora_on_one_h100(tmp_path):

@@ -105,7 +105,15 @@ def test_predict_tables_gpus(capsys, tmp_path):
     out = capsys.readouterr().out
     assert " GPUs " in out and re.search(r"\n +2 +[0-9.]+ ", out) and "scaling" in out
     assert main([str(a) for a in args + ["--gpus", "1,2,8"]]) == 0
-    assert "\nat 8 GPUs, of which " in capsys.readouterr().out  # the breakdown is the last row's
+    out = capsys.readouterr().out
+    assert "\nat 8 GPUs, of which " in out  # the breakdown is the last row's
+    assert "tok/s/GPU" not in out  # no tokens
+    onnx.save(token_embedding(seq=32), tmp_path / "t.onnx")
+    assert main([str(a) for a in ["predict", tmp_path / "t.onnx", *args[2:], "--gpus", "8"]]) == 0
+    header, row = capsys.readouterr().out.splitlines()[1:3]
+    assert header.split()[8:10] == ["tokens/s", "tok/s/GPU"]  # after "80% band ms", "memory GB"
+    every, each = (float(v.replace(",", "")) for v in row.split()[5:7])
+    assert each == pytest.approx(every / 8, rel=1e-3)
     for extra, needle in [(["--gpus", "2", "--device", "rtx3090", "--checkpoint", "timm-rtx3090"],
                            "--gpus: data-parallel"),
                           (["--gpus", "2,4", "--batch-sizes", "2,4"], "give one"),
@@ -142,6 +150,9 @@ def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
     onnx.save(token_embedding(seq=32), tmp_path / "t.onnx")
     ids = predict(TrainingJob(**dict(job, model=str(tmp_path / "t.onnx")), grad_accum=4))
     assert ids.tokens == 32 and ids.tokens_per_s == pytest.approx(ids.samples_per_s * 32)
+    assert ids.tokens_per_s_per_gpu == ids.tokens_per_s  # one GPU
+    eight = predict(TrainingJob(**dict(job, model=str(tmp_path / "t.onnx")), gpus=8))
+    assert eight.tokens_per_s_per_gpu == pytest.approx(eight.tokens_per_s / 8)
     for strategy, times in (("ddp", 1), ("fsdp", 4)):
         a, b = (predict(TrainingJob(**job, gpus=8, strategy=strategy, grad_accum=k))
                 for k in (1, 4))

@@ -141,6 +141,11 @@ class Prediction:
         return self.samples_per_s * self.tokens if self.tokens else None
 
     @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        """What LLM runs report: the tokens an iteration trains over its time, a GPU's share."""
+        return self.tokens_per_s / self.gpus if self.tokens else None
+
+    @property
     def scaling_efficiency(self) -> float:
         """The share of a parallel step not waiting on communication or a pipeline's bubble,
         in (0, 1]: for DDP the one-GPU step over the N-GPU one. A throughput ratio would pass
@@ -187,7 +192,8 @@ class Prediction:
             d.pop("job_interval_s", None)
         return dict(d, replicas=self.replicas, global_batch=self.global_batch,
                     samples_per_s=self.samples_per_s,
-                    tokens_per_s=self.tokens_per_s, scaling_efficiency=self.scaling_efficiency)
+                    tokens_per_s=self.tokens_per_s, tokens_per_s_per_gpu=self.tokens_per_s_per_gpu,
+                    scaling_efficiency=self.scaling_efficiency)
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
