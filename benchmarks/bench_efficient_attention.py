@@ -74,23 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    from mdot_jax.gpu.gpu_ops import StepModel
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
     from mdot_jax.gpu.tensor_cores import fit_attention
     from mdot_jax.measure.kernel_sweep import read
+    from mdot_jax.storage.checkpoint import step_model_copy
 
     rows = read(SWEEP)
     results = dict(source=str(SWEEP), held_out=held_out(rows))
     args.out.mkdir(parents=True, exist_ok=True)
-    candidate = args.out / "candidate"  # the shipped model, its attention fitted as gpu-fit does
-    shutil.rmtree(candidate, ignore_errors=True)
-    shutil.copytree(STEP_MODEL_DIR, candidate, ignore=shutil.ignore_patterns("README.md"))
-    meta = json.loads((candidate / StepModel.META).read_text())
-    meta["fused_attention"] = dict(fit_attention(rows), source=str(SWEEP))
-    (candidate / StepModel.META).write_text(json.dumps(meta, indent=1) + "\n")
+    fitted = dict(fit_attention(rows), source=str(SWEEP))  # as gpu-fit fits it
+    candidate = step_model_copy(STEP_MODEL_DIR, args.out / "candidate", fused_attention=fitted)
     results["mistral_7b_v01_8xh100"] = {m: mistral(c) for m, c in (
         ("status_quo", None), ("candidate", str(candidate)))}
-    results["fused_attention"] = meta["fused_attention"]
+    results["fused_attention"] = fitted
     shutil.rmtree(candidate)
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     print(json.dumps(results, indent=1))

@@ -47,20 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    from mdot_jax.gpu.gpu_ops import StepModel
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
     from mdot_jax.gpu.tensor_cores import fit_fused_attention
     from mdot_jax.measure.kernel_sweep import read
+    from mdot_jax.storage.checkpoint import step_model_copy
 
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict = dict(fused_attention=dict(fit_fused_attention(read(SWEEP)),
                                               source=str(SWEEP)))
-    candidate = args.out / "candidate"
-    shutil.rmtree(candidate, ignore_errors=True)
-    shutil.copytree(STEP_MODEL_DIR, candidate, ignore=shutil.ignore_patterns("README.md"))
-    meta = json.loads((candidate / StepModel.META).read_text())
-    meta["fused_attention"] = results["fused_attention"]
-    (candidate / StepModel.META).write_text(json.dumps(meta, indent=1) + "\n")
+    candidate = step_model_copy(STEP_MODEL_DIR, args.out / "candidate",
+                                fused_attention=results["fused_attention"])
     steps = [json.loads(x) for x in STEPS.read_text().splitlines() if x.strip()]
     priced = {m: price(steps, c)[0] for m, c in (("status_quo", None),
                                                   ("candidate", str(candidate)))}

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_machine_host import LEASES, checkpoint, core, core_kernels  # noqa: E402
+from bench_machine_host import LEASES, core, core_kernels  # noqa: E402
 from bench_tensor_cores import steps  # noqa: E402
 
 SWEEPS = {"h100 sxm": "data/gpu-nvidia-h100-80gb-hbm3-lease-3/kernels.jsonl.xz",
@@ -80,15 +80,17 @@ def held_out_models(held: str, data: Path, work: Path) -> tuple[dict[str, Path],
     from mdot_jax.gpu.gpu_ops import StepModel
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
     from mdot_jax.measure import kernel_sweep
+    from mdot_jax.storage.checkpoint import step_model_copy
 
     info = held_out_info(held, kernel_sweep.read(SWEEPS[OTHER[held]]))
     w = work / held.replace(" ", "-")
-    constants = checkpoint(STEP_MODEL_DIR, w / "constants_only", **info)
+    constants = step_model_copy(STEP_MODEL_DIR, w / "constants_only", **info)
     host = fitted_host(StepModel.load(constants), held, data)
     hosts = dict(shipped_info()["host_ms_per_kernel"], pytorch=host)
-    return dict(held_out=checkpoint(constants, w / "held_out", host_ms_per_kernel=hosts),
+    return dict(held_out=step_model_copy(constants, w / "held_out", host_ms_per_kernel=hosts),
                 constants_only=constants,
-                host_only=checkpoint(STEP_MODEL_DIR, w / "host_only", host_ms_per_kernel=hosts)
+                host_only=step_model_copy(STEP_MODEL_DIR, w / "host_only",
+                                          host_ms_per_kernel=hosts)
                 ), dict(info, pytorch_host_ms=host)
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from mdot_jax.gpu import gpu_fit
+from mdot_jax.storage.checkpoint import step_model_copy
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tensor_cores import TIMM, steps  # noqa: E402
@@ -89,19 +89,6 @@ def core_kernels(model, machine: str, data: Path) -> list[tuple[list[float], flo
     sets, device = LEASES[machine]
     return gpu_fit.step_kernels(model, [s for d in sets for s in load_dataset(
         str(data / d)).samples if core(s)], catalog.find(device))
-
-
-def checkpoint(base: Path, folder: Path, **info) -> Path:
-    """A copy of the step model `base` with `info` in its meta."""
-    from mdot_jax.gpu.gpu_ops import StepModel
-
-    if folder.exists():
-        shutil.rmtree(folder)
-    shutil.copytree(base, folder, ignore=shutil.ignore_patterns("README.md"))
-    meta = json.loads((folder / StepModel.META).read_text())
-    meta.update(info)
-    (folder / StepModel.META).write_text(json.dumps(meta, indent=1) + "\n")
-    return folder
 
 
 def vtrain(data: Path, jobs: dict, scope: str, models: list[str] = ()) -> dict:
@@ -178,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         r["streaming_kernels"] = dict(streaming.fit_sweep_rows(read(SWEEP)), source=str(SWEEP))
         save()
     bases = {"shipped_hosts": STEP_MODEL_DIR,
-             "candidate": checkpoint(STEP_MODEL_DIR, w / "streaming",
-                                     streaming_kernels=r["streaming_kernels"])}
+             "candidate": step_model_copy(STEP_MODEL_DIR, w / "streaming",
+                                          streaming_kernels=r["streaming_kernels"])}
     for name, base in bases.items():  # 1. the pytorch host, pooled over the three machines
         key = f"{name}/host_pytorch"
         if key not in r:
@@ -192,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         grid: dict = {n: {} for n in bases}
         for h in MEGATRON_GRID:
             us = f"{1e3 * h:.1f}"
-            jobs = {n: (checkpoint(b, w / f"{n}-{us}us", host_ms_per_kernel=dict(megatron=h)),
+            jobs = {n: (step_model_copy(b, w / f"{n}-{us}us",
+                                        host_ms_per_kernel=dict(megatron=h)),
                         w / f"vtrain-{n}-{us}us") for n, b in bases.items()}
             ratios = vtrain(args.vtrain, jobs, "single",
                             [f"{hd}:{ly}" for hd, ly in sorted(CALIBRATION)])
@@ -206,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                                            grid=g)
         save()
     for n, b in bases.items():
-        ckpts[n] = checkpoint(b, w / n, host_ms_per_kernel=dict(
+        ckpts[n] = step_model_copy(b, w / n, host_ms_per_kernel=dict(
             pytorch=r[f"{n}/host_pytorch"][0], megatron=r[f"{n}/host_megatron"]["ms"]))
     models = {n: StepModel.load(c) for n, c in ckpts.items()}
     for name, sets, device, keep, layout in (

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_machine_host import CALIBRATION, MEGATRON_GRID, checkpoint, mape, vtrain  # noqa: E402
+from bench_machine_host import CALIBRATION, MEGATRON_GRID, mape, vtrain  # noqa: E402
 from bench_vtrain import _rows, kind  # noqa: E402
 
 COMMITTED = Path(__file__).parent / "results" / "vtrain-megatron" / "predictions.jsonl"
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from mdot_jax.gpu.gpu_ops import StepModel
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
+    from mdot_jax.storage.checkpoint import amend_step_model, step_model_copy
 
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.json"
@@ -93,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     meta = json.loads((STEP_MODEL_DIR / StepModel.META).read_text())
     hosts = meta["host_ms_per_kernel"]
     if "grid" not in r:  # 1. the calibration rows at every host of the grid
-        jobs = {f"{1e3 * h:.1f}": (checkpoint(STEP_MODEL_DIR, args.work / f"{1e3 * h:.1f}us",
-                                              host_ms_per_kernel=dict(hosts, megatron=h)),
-                                   args.work / f"vtrain-{1e3 * h:.1f}us")
-                for h in MEGATRON_GRID}
+        jobs = {f"{1e3 * h:.1f}": (
+            step_model_copy(STEP_MODEL_DIR, args.work / f"{1e3 * h:.1f}us",
+                            host_ms_per_kernel=dict(hosts, megatron=h)),
+            args.work / f"vtrain-{1e3 * h:.1f}us") for h in MEGATRON_GRID}
         calibration = [f"{hd}:{ly}" for hd, ly in sorted(CALIBRATION)]
         r["grid"] = {us: mape(v.values()) for us, v in vtrain(
             args.vtrain, jobs, "single", calibration).items()}
@@ -106,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"megatron host {best} us: {r['grid'][best]:.1f}% over the calibration rows",
           file=sys.stderr)
     if "after" not in r:  # 2. every row with the chosen host
-        ckpt = checkpoint(STEP_MODEL_DIR, args.work / "chosen",
-                          host_ms_per_kernel=dict(hosts, megatron=r["host_megatron_ms"]))
+        ckpt = step_model_copy(STEP_MODEL_DIR, args.work / "chosen",
+                               host_ms_per_kernel=dict(hosts, megatron=r["host_megatron_ms"]))
         ratios: dict = {}
         for scope in ("single", "multi"):
             ratios |= vtrain(args.vtrain, {"chosen": (ckpt, args.work / f"after-{scope}")},
@@ -119,13 +120,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{part:<14} {a['rows']:>5} rows  MAPE {b['mape']:5.1f}% -> {a['mape']:5.1f}%  "
               f"median ratio {b['median_ratio']:.2f} -> {a['median_ratio']:.2f}")
     if args.ship:
-        meta["host_ms_per_kernel"] = dict(hosts, megatron=r["host_megatron_ms"])
-        meta["host_source"] = meta["host_source"] if "megatron_host" in meta[
-            "host_source"] else meta["host_source"].replace(
-            "benchmarks/bench_machine_host.py", "benchmarks/bench_machine_host.py, chosen "
-            "again by benchmarks/bench_megatron_host.py once the host issued every micro-batch "
-            "and recomputation")
-        (STEP_MODEL_DIR / StepModel.META).write_text(json.dumps(meta, indent=1) + "\n")
+        def ship(m: dict) -> None:
+            m["host_ms_per_kernel"] = dict(hosts, megatron=r["host_megatron_ms"])
+            m["host_source"] = m["host_source"] if "megatron_host" in m[
+                "host_source"] else m["host_source"].replace(
+                "benchmarks/bench_machine_host.py", "benchmarks/bench_machine_host.py, chosen "
+                "again by benchmarks/bench_megatron_host.py once the host issued every "
+                "micro-batch and recomputation")
+
+        amend_step_model(STEP_MODEL_DIR, ship)
     return 0
 
 

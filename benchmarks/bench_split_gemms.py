@@ -38,17 +38,14 @@ import numpy as np
 from mdot_jax.gpu import catalog, neusight
 from mdot_jax.gpu.gpu_ops import SPLIT_DEPTH
 from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, load_step_model
+from mdot_jax.storage.checkpoint import step_model_copy
 
 DEPTH = SPLIT_DEPTH
 
 
 def candidate(folder: Path) -> Path:
     """A copy of the shipped step model with `split_gemms` set."""
-    shutil.copytree(STEP_MODEL_DIR, folder, dirs_exist_ok=True)
-    meta = json.loads((folder / "step_model.json").read_text())
-    meta["split_gemms"] = DEPTH
-    (folder / "step_model.json").write_text(json.dumps(meta, indent=1) + "\n")
-    return folder
+    return step_model_copy(STEP_MODEL_DIR, folder, split_gemms=DEPTH)
 
 
 def ops_mape(root: Path, folder: Path | None) -> dict:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     from mdot_jax.gpu import tensor_cores, xla_tables
     from mdot_jax.gpu.gpu_ops import StepModel
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
+    from mdot_jax.storage.checkpoint import step_model_copy
 
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.json"
@@ -141,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
     candidate = args.out / "candidate"
     if not candidate.exists():
-        shutil.copytree(STEP_MODEL_DIR, candidate, ignore=shutil.ignore_patterns("README.md"))
-        meta = json.loads((candidate / StepModel.META).read_text())
-        meta["tensor_core_gemms"] = gemms.to_json()
-        (candidate / StepModel.META).write_text(json.dumps(meta, indent=1) + "\n")
+        step_model_copy(STEP_MODEL_DIR, candidate, tensor_core_gemms=gemms.to_json())
     models = {"status_quo": StepModel.load(STEP_MODEL_DIR), "candidate": StepModel.load(candidate)}
 
     for name, datasets, device, layout in (

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -44,20 +43,11 @@ def write_candidate(out: Path, key: str, fitted: dict) -> Path:
     """OUT/candidate: the shipped step model with `fitted` as its `key` (a candidate a
     pre-registered study prices with); one this function wrote before is replaced, nothing
     else."""
-    from mdot_jax.gpu.gpu_ops import StepModel
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR
+    from mdot_jax.storage.checkpoint import step_model_copy
 
-    candidate = out / "candidate"
     out.mkdir(parents=True, exist_ok=True)
-    if candidate.exists():
-        if not (candidate / StepModel.META).is_file():
-            raise SystemExit(f"{candidate}: exists and is no step model; move it away")
-        shutil.rmtree(candidate)
-    shutil.copytree(STEP_MODEL_DIR, candidate, ignore=shutil.ignore_patterns("README.md"))
-    meta = json.loads((candidate / StepModel.META).read_text())
-    meta[key] = fitted
-    (candidate / StepModel.META).write_text(json.dumps(meta, indent=1) + "\n")
-    return candidate
+    return step_model_copy(STEP_MODEL_DIR, out / "candidate", **{key: fitted})
 
 
 def main(argv: list[str] | None = None) -> int:

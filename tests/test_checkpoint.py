@@ -129,3 +129,26 @@ def test_refit_companion_replaces_it_and_drops_stale_bands(trained, tiny_real_da
     (tmp_path / "other").mkdir()
     with pytest.raises(ValueError, match="dataset version"):
         refit_companion(path, type(ds)(tmp_path / "other", ds.samples[:3]))
+
+
+def test_a_step_models_copy_has_its_meta_changed_and_replaces_only_a_step_model(tmp_path):
+    """A study's candidate (`step_model_copy`) and a ship (`amend_step_model`): the copy has
+    the metadata asked, the base is untouched, a folder that is no step model is refused."""
+    from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, load_step_model
+
+    base = json.loads((STEP_MODEL_DIR / checkpoint.STEP_MODEL).read_text())
+    copy = checkpoint.step_model_copy(STEP_MODEL_DIR, tmp_path / "c", split_gemms=7)
+    assert load_step_model(copy).info["split_gemms"] == 7
+    assert not (copy / "README.md").exists() and not list(tmp_path.glob(".*tmp*"))
+    assert json.loads((STEP_MODEL_DIR / checkpoint.STEP_MODEL).read_text()) == base
+    again = checkpoint.step_model_copy(copy, copy.with_name("d"), host_source="x")
+    assert load_step_model(again).info["split_gemms"] == 7  # copied from the copy
+    checkpoint.step_model_copy(STEP_MODEL_DIR, copy)  # a step model is replaced
+    assert load_step_model(copy).info.get("split_gemms") == base.get("split_gemms")
+    checkpoint.amend_step_model(copy, lambda m: m.update(host_source="y"))
+    assert load_step_model(copy).info["host_source"] == "y"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(CheckpointError, match="no GPU step model; refusing to replace it"):
+        checkpoint.step_model_copy(STEP_MODEL_DIR, tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"

@@ -143,7 +143,8 @@ class Prediction:
     @property
     def tokens_per_s_per_gpu(self) -> float | None:
         """What LLM runs report: the tokens an iteration trains over its time, a GPU's share."""
-        return self.tokens_per_s / self.gpus if self.tokens else None
+        every = self.tokens_per_s
+        return every / self.gpus if every is not None else None
 
     @property
     def scaling_efficiency(self) -> float:

@@ -130,6 +130,22 @@ def amend_step_model(folder: Path, change: Callable[[dict], None]) -> None:
     os.replace(tmp, path)
 
 
+def step_model_copy(base: Path, folder: Path, **meta: Any) -> Path:
+    """A copy of the GPU step model `base` (its README left out) at `folder` with `meta` set in
+    its metadata (a study's candidate), built beside it and swapped in; what `folder` held is
+    replaced only if it is a step model."""
+    import shutil
+
+    folder = Path(folder)
+    if folder.exists() and not (folder / STEP_MODEL).is_file():
+        raise CheckpointError(f"{folder}: exists and is no GPU step model; refusing to replace it")
+    tmp = writers.temporary(folder)
+    shutil.copytree(base, tmp, ignore=shutil.ignore_patterns("README.md"))
+    amend_step_model(tmp, lambda m: m.update(meta))
+    writers.replace_dir(tmp, folder)
+    return folder
+
+
 def save_step_model(model: Any, path: Path) -> None:
     """Writes a GPU step model (`gpu.gpu_ops.StepModel`) beside `path`, then swaps it in."""
     tmp = writers.temporary(path)
