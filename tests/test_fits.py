@@ -105,3 +105,16 @@ def test_a_real_step_that_does_not_fit_gets_a_micro_batch_that_does(model, capsy
     out = capsys.readouterr().out
     assert "fits the nvidia-l4's 24 GB with one change" in out
     assert "--batch-size 65536 --grad-accum 2" in out
+
+
+@pytest.mark.parametrize("device, precision, moves", [
+    ("nvidia-h100-sxm", "fp32", ["amp-bf16", "bf16"]),
+    ("nvidia-v100-sxm2-32gb", "tf32", ["amp-fp16"]),  # no bf16 on a V100
+    ("nvidia-h100-sxm", "amp-fp16", ["bf16"]),
+    ("nvidia-v100-sxm2-32gb", "amp-fp16", []),
+    ("nvidia-h100-sxm", "fp8", []),
+])
+def test_precision_moves_to_the_gpus_half_type_then_pure_bf16(device, precision, moves):
+    p = Prediction(iteration_ms=1.0, device=device, num_ops=1)
+    job = dataclasses.replace(BASE, precision=precision)
+    assert [m["precision"] for m in fits.LEVERS["precision"].moves(job, p)] == moves

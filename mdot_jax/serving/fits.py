@@ -59,9 +59,19 @@ def _optimizer(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
 
 
 def _precision(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
-    after = {None: ["amp-bf16", "bf16"], "fp32": ["amp-bf16", "bf16"],
-             "tf32": ["amp-bf16", "bf16"], "amp-bf16": ["bf16"], "amp-fp16": ["bf16"]}
-    return [dict(precision=c) for c in after.get(job.precision, [])]
+    """Autocast to the GPU's half type (from fp32 or TF32), then the whole model in bf16 where
+    the GPU has it."""
+    from mdot_jax.gpu import catalog
+
+    gpu = catalog.lookup(p.device)
+    bf16 = gpu is None or bool(gpu.tflops.get("bf16"))  # a described GPU: said when priced
+    if job.precision in (None, "fp32", "tf32"):
+        after = ["amp-bf16" if bf16 else "amp-fp16"] + ["bf16"] * bf16
+    elif job.precision in ("amp-bf16", "amp-fp16"):
+        after = ["bf16"] * bf16
+    else:  # bf16 and fp8 hold no less
+        after = []
+    return [dict(precision=c) for c in after]
 
 
 def _strategy(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
@@ -116,44 +126,43 @@ def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
 
     pricer: Callable = predict or front.predict
     priced: dict[tuple, Prediction | None] = {}
-    bar = tqdm(desc="what would fit", unit="price", disable=not progress, leave=False)
+    with tqdm(desc="what would fit", unit="price", disable=not progress, leave=False) as bar:
 
-    def price(change: dict[str, Any]) -> Prediction | None:
-        key = tuple(sorted(change.items()))
-        if key not in priced:
-            bar.update()
-            try:
-                priced[key] = pricer(dataclasses.replace(job, **change))
-            except MdotError:  # a move this job cannot take
-                priced[key] = None
-        return priced[key]
+        def price(change: dict[str, Any]) -> Prediction | None:
+            key = tuple(sorted(change.items()))
+            if key not in priced:
+                bar.update()
+                try:
+                    priced[key] = pricer(dataclasses.replace(job, **change))
+                except MdotError:  # a move this job cannot take
+                    priced[key] = None
+            return priced[key]
 
-    def fits(change: dict[str, Any]) -> bool:
-        q = price(change)
-        return q is not None and q.fits
+        def fits(change: dict[str, Any]) -> bool:
+            q = price(change)
+            return q is not None and q.fits
 
-    found, largest = [], []  # each lever's largest move
-    for lever in LEVERS.values():
-        moves = lever.moves(job, p)
-        if not moves:
-            continue
-        largest.append(moves[-1])
-        if lever.monotone:
-            if not fits(moves[-1]):
+        found, largest = [], []  # each lever's largest move
+        for lever in LEVERS.values():
+            moves = lever.moves(job, p)
+            if not moves:
                 continue
-            lo, hi = 0, len(moves) - 1  # moves[hi] fits
-            while lo < hi:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if fits(moves[mid]) else (mid + 1, hi)
-            found.append(moves[hi])
-        elif move := next((m for m in moves if fits(m)), None):
-            found.append(move)
-    if not found and len(largest) > 1:
-        found += _together(largest, fits)
-    bar.close()
+            largest.append(moves[-1])
+            if lever.monotone:
+                if not fits(moves[-1]):
+                    continue
+                lo, hi = 0, len(moves) - 1  # moves[hi] fits
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    lo, hi = (lo, mid) if fits(moves[mid]) else (mid + 1, hi)
+                found.append(moves[hi])
+            elif move := next((m for m in moves if fits(m)), None):
+                found.append(move)
+        if not found and len(largest) > 1:
+            found += _together(largest, fits)
     out = []
     for change in found:
-        q = price(change)
+        q = priced[tuple(sorted(change.items()))]
         assert q is not None
         out.append(dict(change=change, memory_gb=q.memory_gb, iteration_ms=q.iteration_ms))
     return dataclasses.replace(p, fits_with=out)
