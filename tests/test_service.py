@@ -78,6 +78,16 @@ def test_predict_answers_as_the_cli(server, capsys):
     cli = json.loads(capsys.readouterr().out)
     assert [r["iteration_ms"] for r in got.json()] == [r["iteration_ms"] for r in cli]
     assert [r["memory_gb"] for r in got.json()] == [r["memory_gb"] for r in cli]
+    # one prediction that does not fit: what would, as the CLI says it
+    big = dict(job, batch_size=1 << 19, gpus=2, device="l4")
+    got = client.post("/v1/predict", json=big)
+    assert got.status_code == 200, got.text
+    assert main(["predict", str(root / "attn.onnx"), "--batch-size", str(1 << 19), "--device",
+                 "l4", "--precision", "amp-bf16", "--gpus", "2", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert got.json()["fits_with"] == cli["fits_with"] and cli["fits_with"]
+    assert all(f["memory_gb"] <= cli["memory_limit_gb"] < cli["memory_gb"]
+               for f in cli["fits_with"])
 
 
 def test_plan_ranks_the_devices(server):
