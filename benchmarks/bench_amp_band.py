@@ -1,4 +1,4 @@
-"""An 80% band for AMP steps, leave one GPU type out: adopted or not (the third design; the
+"""An 80% band for AMP steps, leave one GPU type out: adopted or not (the fourth design; the
 first, leave one Hopper lease machine out, is `docs/studies/amp-band.md`'s, not adopted).
 
     python benchmarks/bench_amp_band.py --out benchmarks/results/amp-band-gpus [--ship]
@@ -18,10 +18,12 @@ The rule, written before any step is priced for it:
    Each priced by the shipped step model at its own precision, SGD with momentum as measured,
    with an `amp_band` of zero width added: a step counts where `spec_sheet.price`'s gate gives
    it that band (autocast on a GPU whose tensor-core GEMMs the model prices from measured
-   ones; eager PyTorch; no recurrent layer, odd convolution, unknown operator, compiled kernel
-   or channels-last). Operators priced as copies (pooling, reductions) are admitted: the
-   second design's gate, which excluded them as the fp32 band does, admitted none of the RTX
-   3090's steps (every CNN pools; counted before any residual was read) and is void.
+   ones; eager PyTorch; no recurrent layer, unknown operator, compiled kernel or
+   channels-last). Operators priced as copies (pooling, reductions) and convolutions of every
+   shape are admitted: the second and third designs' gates, which excluded the first (as the
+   fp32 band does) and then the second, admitted none of the RTX 3090's steps (every timm CNN
+   pools and has convolutions other than 3x3 stride-1, every ViT a 16x16 patch convolution;
+   counted before any residual was read) and are void.
 2. Leave one GPU type out: the band is the 10th and 90th weighted percentiles of
    log(measured / predicted) of the other two types' steps, each type weighing the same (a
    step 1 / its type's count); its coverage, the share of the held-out type's steps whose

@@ -54,8 +54,8 @@ The rules, per operator of the sequence:
 - the 80% band: at fp32 where nothing is extrapolated (`StepModel.band`); under autocast on a
   GPU whose tensor-core GEMMs the model prices from measured ones, where the model holds an
   `amp_band` (measured on AMP whole steps of GPUs, each held out in turn), for eager PyTorch
-  steps without recurrent layers, odd convolutions, unknown operators, compiled kernels or
-  channels-last (operators priced as copies, a CNN's pooling, are in its steps).
+  steps without recurrent layers, unknown operators, compiled kernels or channels-last (a
+  CNN's pooling and its convolutions of every shape are in the steps it was measured on).
 - a step model adapted to a GPU's measured steps (`mdot adapt`, `serving.adaptation`): the
   step's time mapped by its fit, or (its `machine` form) every kernel at the fitted factor of
   its price and the host at the fitted time a kernel.
@@ -322,7 +322,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
                   or found.odd_convs or seq.unknown_ops or blocks
                   or fusion or cl)  # fused kernels: priced, not measured
     amp = precision in AUTOCAST and tc is not None and not (  # tensor cores measured
-        megatron or found.recurrent or found.odd_convs or seq.unknown_ops or fusion or cl)
+        megatron or found.recurrent or seq.unknown_ops or fusion or cl)
     scale, band, band_from = model.banded(adapted, precision, total, banded, warnings, amp)
     p = Prediction(iteration_ms=total * scale, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq), warnings=warnings,
