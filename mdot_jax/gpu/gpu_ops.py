@@ -338,17 +338,11 @@ class StepModel:
         return Adaptation.from_json(adapted) if adapted else None
 
     def banded(self, adapted: Adaptation | None, precision: str, total: float, banded: bool,
-               warnings: list[str], amp: bool = False
-               ) -> tuple[float, tuple[float, float] | None, str]:
+               warnings: list[str]) -> tuple[float, tuple[float, float] | None, str]:
         """(the factor an adaptation of the affine forms puts on `total` ms, else 1; the band
-        of the step's time, or None; what the band was measured on). `banded`: the fp32 band
-        holds for the step; `amp`: an autocast step the AMP band (`amp_band`, where the model
-        holds one) holds for. Says in `warnings` where an adaptation's rows were of another
-        precision."""
+        of the step's time, or None; what the band was measured on). Says in `warnings` where
+        an adaptation's rows were of another precision."""
         if adapted is None:
-            if not banded and amp and (a := self.info.get("amp_band")):
-                lo, hi = a["band"]
-                return 1.0, (total * math.exp(lo), total * math.exp(hi)), a["said"]
             lo, hi = self.band
             return 1.0, (total * math.exp(lo), total * math.exp(hi)) if banded else None, \
                 "whole steps on GPUs the predictor had not seen"

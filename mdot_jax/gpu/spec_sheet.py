@@ -51,11 +51,6 @@ The rules, per operator of the sequence:
   GPU's: the public operator data is fp32 only, so every non-fp32 price comes with a warning.
   `fp8`: the linear layers' GEMMs at the FP8 peak, and each one's input, weight and output
   gradient scaled and cast (`autocast.fp8_casts`).
-- the 80% band: at fp32 where nothing is extrapolated (`StepModel.band`); under autocast on a
-  GPU whose tensor-core GEMMs the model prices from measured ones, where the model holds an
-  `amp_band` (measured on AMP whole steps of GPUs, each held out in turn), for eager PyTorch
-  steps without recurrent layers, unknown operators, compiled kernels or channels-last (a
-  CNN's pooling and its convolutions of every shape are in the steps it was measured on).
 - a step model adapted to a GPU's measured steps (`mdot adapt`, `serving.adaptation`): the
   step's time mapped by its fit, or (its `machine` form) every kernel at the fitted factor of
   its price and the host at the fitted time a kernel.
@@ -321,9 +316,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     banded = not (found.classes & set(extrapolated) or found.other or found.recurrent
                   or found.odd_convs or seq.unknown_ops or blocks
                   or fusion or cl)  # fused kernels: priced, not measured
-    amp = precision in AUTOCAST and tc is not None and not (  # tensor cores measured
-        megatron or found.recurrent or seq.unknown_ops or fusion or cl)
-    scale, band, band_from = model.banded(adapted, precision, total, banded, warnings, amp)
+    scale, band, band_from = model.banded(adapted, precision, total, banded, warnings)
     p = Prediction(iteration_ms=total * scale, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq), warnings=warnings,
                    operators=[dict(o, ms=float(o["ms"]) * scale) for o in operators],
