@@ -24,12 +24,16 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
     for r in rows:
         print(f"{r.batch_size:>7} " * by_batch + f"{r.gpus:>5} " * by_gpus
               + f"{number(r.iteration_ms, 4):>13} {_range(r.interval_ms):>15} "
-              f"{number(r.samples_per_s, 4):>10} {number(r.memory_gb):>9}"
+              f"{number(r.samples_per_s, 4):>10} {number(r.memory_gb) + '*' * (not r.fits):>9}"
               + f" {number(r.tokens_per_s or 0, 4):>10}" * tokens
               + f" {number(r.tokens_per_s_per_gpu or 0, 4):>9}" * each
               + f" {percent(r.mfu or 0):>5}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
               + (f" {hours(r.job_s / 3600):>7} {_range(r.job_interval_s, 1 / 3600, hours):>13}"
                  if job else ""))
+    if over := [r for r in rows if not r.fits]:
+        print(f"* more than the {r.device}'s {number(over[0].memory_limit_gb)} GB: may not fit"
+              + (" (asked for one batch size and GPU count, the changes that would fit are "
+                 "priced)" if len(rows) > 1 else ""))
     # the lines below describe the last row
     at = "" if len(rows) == 1 else f"at {plural(r.gpus, 'GPU')}, " if by_gpus else \
         f"at batch {r.batch_size}, "

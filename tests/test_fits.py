@@ -105,6 +105,11 @@ def test_a_real_step_that_does_not_fit_gets_a_micro_batch_that_does(model, capsy
     out = capsys.readouterr().out
     assert "fits the nvidia-l4's 24 GB with one change" in out
     assert "--batch-size 65536 --grad-accum 2" in out
+    assert "* more than the nvidia-l4's 24 GB: may not fit\n" in out  # its row marked
+    assert main(["predict", model, "--device", "l4", "--batch-sizes", f"{1 << 16},{1 << 17}",
+                 "--gpus", "2", "--precision", "amp-bf16", "--optimizer", "adamw"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:4]
+    assert not rows[0].split()[5].endswith("*") and rows[1].split()[5].endswith("*")  # memory
 
 
 @pytest.mark.parametrize("device, precision, moves", [
