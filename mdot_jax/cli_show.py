@@ -63,7 +63,7 @@ def fits_with(p) -> None:
     where = f"the {p.device}'s {number(p.memory_limit_gb)} GB"
     if not p.fits_with:
         print(f"\nnothing priced fits {where} on {plural(p.gpus, 'GPU')} (checkpointing, smaller "
-              "micro-batches, sharding, 8-bit state, pure bf16): more GPUs or splits, "
+              "micro-batches, sharding, 8-bit state, offloading, pure bf16): more GPUs or splits, "
               "`mdot plan --global-batch N` searches them")
         return
     one = len(p.fits_with[0]["change"]) == 1 or set(p.fits_with[0]["change"]) == {

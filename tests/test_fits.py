@@ -23,7 +23,8 @@ def model(tmp_path_factory):
 
 
 def _fake(limit=80.0, refuse=()):
-    """A predictor whose memory is 10 GB of state a GPU (8-bit state: 5; sharded: / replicas)
+    """A predictor whose memory is 10 GB of state a GPU (8-bit state: 5; offloaded Adam 2, and
+    its parameters 0.5; sharded: / replicas)
     plus 1 GB a sample (checkpointed: selective 0.6, full 0.25; bf16 halves both); each job
     priced recorded; a field in `refuse` refused."""
     asked = []
@@ -34,6 +35,7 @@ def _fake(limit=80.0, refuse=()):
             if getattr(job, name) != getattr(BASE, name):
                 raise RequestError(f"{name}: refused", name)
         state = 5.0 if job.optimizer == "adamw-8bit" else 10.0
+        state = {None: state, "optimizer": 2.0, "params": 0.5}[job.offload]  # on the host
         state /= job.gpus if job.strategy in ("zero1", "zero2", "fsdp") else 1
         kept = {None: 1.0, "selective": 0.6, "full": 0.25}[job.activation_checkpointing]
         gb = (state + kept * job.batch_size) * (0.5 if job.precision == "bf16" else 1.0)
@@ -76,11 +78,19 @@ def test_where_none_fits_alone_the_fewest_together():
         dict(batch_size=1, grad_accum=96, strategy="fsdp")]
     predict, _ = _fake(limit=0.1)
     assert fits.suggest(job, predict(job), predict).fits_with == []  # nothing fits at all
+    # one GPU, 3 GB: checkpointing, micro-batches of 1, 8-bit state (5.25) taken; offloading
+    # Adam is ruled out by 8-bit state (TrainingJob refuses both), passed over; bf16 fits
+    # (2.625); checkpointing dropped (3.0 fits), the rest needed
+    predict, _ = _fake(limit=3.0)
+    got = fits.suggest(BASE, predict(BASE), predict)
+    assert [f["change"] for f in got.fits_with] == [
+        dict(batch_size=1, grad_accum=96, optimizer="adamw-8bit", precision="bf16")]
 
 
 def test_moves_a_job_cannot_take_are_passed_over_and_fitting_steps_left_alone():
     predict, _ = _fake(refuse=("precision", "activation_checkpointing"))
     got = fits.suggest(BASE, predict(BASE), predict)
+    # offloading does not fit either (96.5 GB at most): the micro-batch alone
     assert [f["change"] for f in got.fits_with] == [dict(batch_size=48, grad_accum=2)]
     predict, asked = _fake(limit=500.0)
     p = predict(BASE)

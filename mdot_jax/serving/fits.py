@@ -10,7 +10,8 @@ The rules:
 - the micro-batch lever keeps the global batch: `batch_size` a divisor of the job's, the
   accumulation grown to make up the rest;
 - where no lever fits alone, the levers' largest moves are taken together in `LEVERS`' order
-  until they fit, then each dropped that the rest fit without (the fewest levers together);
+  (one the moves taken rule out passed over) until they fit, then each dropped that the rest
+  fit without (the fewest levers together);
 - a move the job cannot take (a precision the GPU lacks, a strategy the optimizer refuses) is
   passed over, never an error.
 """
@@ -58,6 +59,12 @@ def _optimizer(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
     return [dict(optimizer="adamw-8bit")] if job.optimizer in ("adam", "adamw") else []
 
 
+def _offload(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
+    """DeepSpeed's ZeRO-Offload: Adam's state on the host, then the parameters too."""
+    after = {None: ["optimizer", "params"], "optimizer": ["params"]}.get(job.offload, [])
+    return [dict(offload=o) for o in after] if job.optimizer in ("adam", "adamw") else []
+
+
 def _precision(job: TrainingJob, p: Prediction) -> list[dict[str, Any]]:
     """Autocast to the GPU's half type (from fp32 or TF32), then the whole model in bf16 where
     the GPU has it."""
@@ -88,24 +95,32 @@ LEVERS: dict[str, Lever] = {
     "batch_size": Lever(_micro_batch),
     "strategy": Lever(_strategy),
     "optimizer": Lever(_optimizer),
+    "offload": Lever(_offload),
     "precision": Lever(_precision, monotone=False),
 }
 
 
-def _together(moves: list[dict[str, Any]], fits: Callable[[dict], bool]
+def _together(moves: list[dict[str, Any]], price: Callable[[dict], Prediction | None]
               ) -> list[dict[str, Any]]:
-    """The fewest of `moves` that fit together: added in their order until they fit, then each
-    dropped that the rest fit without; none where all of them do not fit."""
+    """The fewest of `moves` that fit together: added in their order (one the others rule out
+    passed over) until they fit, then each dropped that the rest fit without; none where all
+    of them do not fit."""
+    def fits(taken: list[dict[str, Any]]) -> bool:
+        q = price(_merged(taken))
+        return q is not None and q.fits
+
     taken: list[dict[str, Any]] = []
     for move in moves:
+        if (q := price(_merged([*taken, move]))) is None:
+            continue  # a move the ones taken rule out (8-bit state and an offloaded Adam)
         taken.append(move)
-        if fits(_merged(taken)):
+        if q.fits:
             break
     else:
         return []
     for move in taken[:-1]:  # the last was needed to fit
         rest = [m for m in taken if m is not move]
-        if fits(_merged(rest)):
+        if fits(rest):
             taken = rest
     return [_merged(taken)]
 
@@ -159,7 +174,7 @@ def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
             elif move := next((m for m in moves if fits(m)), None):
                 found.append(move)
         if not found and len(largest) > 1:
-            found += _together(largest, fits)
+            found += _together(largest, price)
     out = []
     for change in found:
         q = priced[tuple(sorted(change.items()))]
