@@ -97,9 +97,10 @@ def _print(args: argparse.Namespace, options: list) -> None:
           + (" (* on the time / cost Pareto front)" if front else ""))
     split = args.global_batch is not None or bool(args.strategies)  # say how each count runs
     w = max([22] + [len(o.device) + 1 for o in options])  # a name and the front's `*`
+    tokens = any(o.prediction and o.prediction.tokens for o in options)  # a token model's
     print(f"{'device':<{w}} {'GPUs':>5} " + (f"{'layout':<24} " if split else "")
-          + f"{'job h':>8} {'80% band h':>13} {'cost USD':>10} {'memory GB':>9} {'MFU':>5}"
-          "  why not")
+          + f"{'job h':>8} {'80% band h':>13} {'cost USD':>10} {'memory GB':>9}"
+          + f" {'tok/s/GPU':>9}" * tokens + f" {'MFU':>5}  why not")
     for o in options[:args.top] if args.top else options:
         p = o.prediction
         band = p and p.job_interval_s and span(*(s / 3600 for s in p.job_interval_s), hours)
@@ -108,7 +109,9 @@ def _print(args: argparse.Namespace, options: list) -> None:
               + (f"{str(o.layout or '-'):<24} " if split else "")
               + f"{'-' if o.hours is None else hours(o.hours):>8} {band or '-':>13} "
               f"{'-' if o.cost_usd is None else number(o.cost_usd):>10} "
-              f"{number(p.memory_gb) if p else '-':>9} {mfu:>5}  {'; '.join(o.reasons)}")
+              f"{number(p.memory_gb) if p else '-':>9}"
+              + f" {number(p.tokens_per_s_per_gpu, 4) if p and p.tokens else '-':>9}" * tokens
+              + f" {mfu:>5}  {'; '.join(o.reasons)}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

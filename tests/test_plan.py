@@ -134,9 +134,13 @@ def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model):
     assert "strategy fsdp" not in alone.reasons[0]
 
 
-def test_devices_as_one_string_as_on_the_command_line(model):
+def test_devices_as_one_string_as_on_the_command_line(model, capsys):
     assert Plan(_job(model), devices="all").devices == ("all",)
     assert len(plan(Plan(_job(model), devices="h100-sxm,l4", gpus=(1,)))) == 2
+    assert main(["plan", model, "--batch-size", "32", "--epochs", "1", "--dataset-size", "1000",
+                 "--devices", "h100-sxm,l4", "--gpus", "1"]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "memory GB" in header and "tok/s/GPU" not in header  # no tokens: no column
 
 
 def test_every_gpu_of_a_plan_is_priced_at_one_precision(model):
@@ -252,6 +256,11 @@ def test_a_global_batch_splits_each_count_every_way_the_model_takes(decoder, mon
                  "--devices", "h100-sxm", "--gpus", "2", "--global-batch", "4", "--top", "2"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert "layout" in table[1] and re.search(r"tp\d pp\d \dx\d", table[2])
+    assert "tok/s/GPU" in table[1]  # a token model's plans give tokens/s a GPU
+    assert main(["plan", decoder, "--batch-size", "2", "--seq-len", "32", "--tokens", "1e9",
+                 "--devices", "h100-sxm", "--gpus", "2", "--global-batch", "4", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)[0]
+    assert first["tokens_per_s_per_gpu"] == pytest.approx(first["tokens_per_s"] / 2)
     with pytest.raises(RequestError, match="global_batch 2: no count of GPUs asked .3.*1-8 "):
         plan(Plan(job, devices="h100-sxm", gpus=(3,), global_batch=2))  # 3 replicas at least
     with pytest.raises(RequestError, match="global_batch: searches the layouts; give no tp"):
