@@ -105,10 +105,6 @@ def _together(moves: list[dict[str, Any]], price: Callable[[dict], Prediction | 
     """The fewest of `moves` that fit together: added in their order (one the others rule out
     passed over) until they fit, then each dropped that the rest fit without; none where all
     of them do not fit."""
-    def fits(taken: list[dict[str, Any]]) -> bool:
-        q = price(_merged(taken))
-        return q is not None and q.fits
-
     taken: list[dict[str, Any]] = []
     for move in moves:
         if (q := price(_merged([*taken, move]))) is None:
@@ -120,13 +116,22 @@ def _together(moves: list[dict[str, Any]], price: Callable[[dict], Prediction | 
         return []
     for move in taken[:-1]:  # the last was needed to fit
         rest = [m for m in taken if m is not move]
-        if fits(rest):
+        if _fitting(price(_merged(rest))):
             taken = rest
     return [_merged(taken)]
 
 
 def _merged(moves: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: v for m in moves for k, v in m.items()}
+
+
+def _key(change: dict[str, Any]) -> tuple:
+    return tuple(sorted(change.items()))
+
+
+def _fitting(q: Prediction | None) -> bool:
+    """Priced (the job could take the change) and fitting."""
+    return q is not None and q.fits
 
 
 def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
@@ -144,8 +149,7 @@ def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
     with tqdm(desc="what would fit", unit="price", disable=not progress, leave=False) as bar:
 
         def price(change: dict[str, Any]) -> Prediction | None:
-            key = tuple(sorted(change.items()))
-            if key not in priced:
+            if (key := _key(change)) not in priced:
                 bar.update()
                 try:
                     priced[key] = pricer(dataclasses.replace(job, **change))
@@ -154,8 +158,7 @@ def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
             return priced[key]
 
         def fits(change: dict[str, Any]) -> bool:
-            q = price(change)
-            return q is not None and q.fits
+            return _fitting(price(change))
 
         found, largest = [], []  # each lever's largest move
         for lever in LEVERS.values():
@@ -177,7 +180,7 @@ def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
             found += _together(largest, price)
     out = []
     for change in found:
-        q = priced[tuple(sorted(change.items()))]
+        q = priced[_key(change)]
         assert q is not None
         out.append(dict(change=change, memory_gb=q.memory_gb, iteration_ms=q.iteration_ms))
     return dataclasses.replace(p, fits_with=out)

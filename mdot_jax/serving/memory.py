@@ -357,7 +357,7 @@ def check_fit(p, limit_gb: float | None, what: str) -> None:
     which fitted its 24 GB) is estimated below 1.7 times it."""
     need = p.memory_gb
     p.memory_limit_gb = limit_gb or None
-    if not limit_gb or need <= limit_gb:
+    if not limit_gb or p.fits:
         return
     surely = need > NO_FIT * limit_gb
     p.warnings.append(f"the step needs about {number(need)} GB (parameters, gradients, optimizer "

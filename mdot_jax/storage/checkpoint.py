@@ -25,6 +25,7 @@ import json
 import lzma
 import math
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -134,8 +135,6 @@ def step_model_copy(base: Path, folder: Path, **meta: Any) -> Path:
     """A copy of the GPU step model `base` (its README left out) at `folder` with `meta` set in
     its metadata (a study's candidate), built beside it and swapped in; what `folder` held is
     replaced only if it is a step model."""
-    import shutil
-
     folder = Path(folder)
     if folder.exists() and not (folder / STEP_MODEL).is_file():
         raise CheckpointError(f"{folder}: exists and is no GPU step model; refusing to replace it")
