@@ -1023,6 +1023,34 @@ def test_a_config_exports_in_a_child_process_and_its_error_is_one_line(tmp_path,
     assert "\n" not in str(e.value)
 
 
+def test_a_config_jsons_model_is_converted_once_a_batch_while_the_file_is_unchanged(
+        tmp_path, monkeypatch):
+    """Pricing one config.json at many settings (what would fit, a service's requests)
+    converts its graph once at each batch; an edited file is converted again."""
+    pytest.importorskip("transformers")
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving import model_source
+
+    calls = []
+    real = model_source.convert
+    monkeypatch.setattr(model_source, "convert", lambda *a, **k: calls.append(k) or real(*a, **k))
+    path = tmp_path / "config.json"
+    fields = dict(model_type="llama", hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=1, num_attention_heads=2, vocab_size=100)
+    path.write_text(json.dumps(fields))
+    job = TrainingJob(model=str(path), seq_len=16, batch_size=2, device="h100-sxm")
+    first = predict(job).iteration_ms
+    for change in (dict(precision="amp-bf16"), dict(activation_checkpointing="full"),
+                   dict(optimizer="adamw")):
+        predict(dataclasses.replace(job, **change))
+    assert [k["batch_size"] for k in calls] == [2]
+    predict(dataclasses.replace(job, batch_size=1))
+    assert [k["batch_size"] for k in calls] == [2, 1]
+    path.write_text(json.dumps(dict(fields, num_hidden_layers=2, intermediate_size=128)))
+    assert predict(job).iteration_ms > first
+    assert [k["batch_size"] for k in calls] == [2, 1, 2]
+
+
 def test_a_config_jsons_model_is_named_by_its_folder(tmp_path):
     """`gpt2/config.json` at more tokens than its learned positions: refused naming `gpt2`,
     not the file's stem every such file shares."""

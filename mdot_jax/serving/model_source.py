@@ -165,6 +165,8 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
         if job.cp > 1 and (read := set(head_of(model)) & {"image", "audio_tokens", "pixels",
                                                            "audio"}):
             raise _image_cut(job, placed=bool(read & {"image", "audio_tokens"}))
+        asked = (job.seq_len, job.target_len, job.lora_rank, job.lora_targets, job.image_size,
+                 job.video_frames, job.audio_seconds)
         job = dataclasses.replace(job, image_size=size)
     if job.target_len is not None and not config:
         raise RequestError("target_len: an encoder-decoder's config.json takes it (an ONNX "
@@ -180,11 +182,14 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
         stat = Path(model).stat()
         return run_as(_converted(str(model), (stat.st_mtime_ns, stat.st_size), b,
                                  job.image_size, job.seq_len, shapes, fuse), job)
+    if config:  # converted once at each batch while the file is unchanged
+        stat = config_file(job.model).stat()
+        return run_as(_config_converted(str(job.model), (stat.st_mtime_ns, stat.st_size), b,
+                                        asked, shapes, fuse), job)
     if not isinstance(model, OperatorSequence):
         return run_as(convert(model, batch_size=b, image_size=job.image_size,
                               seq_len=job.seq_len, input_shapes={k: list(v) for k, v in shapes},
-                              fuse=fuse, name=config_name(job.model) if config else "",
-                              label=str(job.model) if config else None), job)
+                              fuse=fuse), job)
     check_converted(model, b, job.image_size, job.seq_len, job.cp)
     if model.fusion != fuse:
         if not converts_the_same(model, fuse):
@@ -287,6 +292,19 @@ def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len:
     return seq
 
 
+
+
+@functools.lru_cache(maxsize=8)
+def _config_converted(path: str, stamp: tuple, b: int, asked: tuple, shapes: tuple, fuse: int
+                      ) -> OperatorSequence:
+    """A config.json's model converted at batch `b` for the job's fields that shape it
+    (`asked`: seq_len, target_len, lora_rank, lora_targets, image_size, video_frames,
+    audio_seconds), kept while the file is unchanged (`stamp`): what would fit prices one
+    model at many settings, a plan at many GPUs."""
+    model, size = config_graph_at(path, b, *asked)  # exported once (`_from_config`)
+    return convert(model, batch_size=b, image_size=size, seq_len=asked[0],
+                   input_shapes={k: list(v) for k, v in shapes}, fuse=fuse,
+                   name=config_name(path), label=path)
 
 
 def config_file(path: str | Path) -> Path:
