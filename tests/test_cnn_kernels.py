@@ -91,7 +91,7 @@ def test_a_step_model_holding_them_prices_convolutions_and_batch_norms_on_their_
             said = any("measured bf16 NCHW" in w or "measured fp32 NCHW" in w
                        for w in b.warnings)
             assert said == hopper
-            unmeasured = any("convolutions are not 3x3" in w for w in b.warnings)
+            unmeasured = any("not 3x3 stride-1 dense" in w for w in b.warnings)
             assert unmeasured == (not hopper or "depthwise" not in measured)
     at = cnn_kernels.seen(gpus.find("h100 sxm"), "bf16", True)
     kernels = cnn_kernels.conv_kernels((1, 64 * 28 * 28, 64, 32 * 9, 64 * 32 * 28 * 28), 1, 32,

@@ -261,6 +261,8 @@ def test_a_linear_layer_of_unaligned_features_is_priced_at_the_measured_slowdown
             assert ms[1]["head"] / ms[0]["head"] == (pytest.approx(1.95, abs=0.05) if expect
                                                      else 1.0)
             assert ms[1]["hidden"] == ms[0]["hidden"] and bool(said) == expect
+            assert all(w.startswith("1 linear layer with features not a multiple of 16 bytes "
+                                    "(1,001): at the") for w in said)  # its own, named
             # unpriced, on tensor cores: said as not measured (a model without the sweep's)
             unpriced = (slower and precision != "fp32", slower and precision != "fp32"
                         and not expect)

@@ -176,7 +176,7 @@ class _Found:
     recurrent: dict[str, int] = field(default_factory=dict)  # LSTM, GRU, RNN layers: how many
     odd_convs: int = 0  # convolutions unlike the measured ones (3x3, stride 1, dense)
     unmeasured: int = 0  # convolutions without a measured kernel of their kind
-    slowed: int = 0  # linear layers at the measured slowdown of unaligned features
+    slowed: list[int] = field(default_factory=list)  # unaligned features of layers slowed
     odd_layers: list[int] = field(default_factory=list)  # large unaligned layers' features
 
 
@@ -401,8 +401,9 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
             at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
         factor = tensor_cores.unaligned_slowdown(unaligned, gpu, precision, dims) \
             if op == "linear" else 1.0
-        found.slowed += factor > 1
         odd = tensor_cores.unaligned(precision, dims) if op == "linear" else []
+        if factor > 1:
+            found.slowed.append(max(odd))
         if odd and precision != "fp32" and 2.0 * math.prod(dims) >= ODD_SHARE * flops:
             found.odd_layers.append(max(odd))
         g, c_in = int(c[_C["groups"]]), max(int(c[_C["in_channels"]]), 1)

@@ -24,7 +24,7 @@ class Found(Protocol):
     other: dict[str, int]  # types priced as copies: how many
     recurrent: dict[str, int]  # LSTM, GRU, RNN layers: how many
     odd_convs: int  # convolutions unlike the measured ones
-    slowed: int  # linear layers at the measured slowdown of unaligned features
+    slowed: list[int]  # the unaligned features of each layer at the measured slowdown
     odd_layers: list[int]  # large unaligned layers' features
 
 
@@ -41,16 +41,18 @@ def unmeasured(seq: OperatorSequence, found: Found, unaligned: dict | None, bloc
     if found.recurrent:
         said.append(recurrent.said(found.recurrent))
     if found.odd_convs:
-        said.append(f"{found.odd_convs} convolutions are not 3x3 stride-1 dense ones (the only "
-                    "ones measured): extrapolated")
+        n = found.odd_convs
+        said.append(f"{n} convolution{'s are' if n > 1 else ' is'} not 3x3 stride-1 dense "
+                    "(the only ones measured): extrapolated")
     if seq.unknown_ops:
         said.append("operators unknown to the converter (their FLOPs not counted): "
                     + ", ".join(f"{k} ({v})" for k, v in seq.unknown_ops.items()))
     odd = found.odd_layers
-    if found.slowed and unaligned:
-        said.append(f"{found.slowed} linear layers with features not a multiple of 16 bytes "
-                    f"(e.g. a vocabulary of 50,257): at the {unaligned['gpu']}'s measured "
-                    "slowdown of such GEMMs")
+    if (slowed := found.slowed) and unaligned:
+        said.append(f"{len(slowed)} linear layer{'s' * (len(slowed) > 1)} with features not a "
+                    "multiple of 16 bytes (" + ", ".join(
+                        f"{n:,}" for n in sorted(set(slowed), reverse=True)[:3]) +
+                    f"): at the {unaligned['gpu']}'s measured slowdown of such GEMMs")
     elif odd:
         said.append(f"{len(odd)} large linear layer{'s' * (len(odd) > 1)} with features not a "
                     f"multiple of 16 bytes ({max(odd):,}): cuBLAS runs their GEMMs with "
@@ -63,7 +65,8 @@ def unmeasured(seq: OperatorSequence, found: Found, unaligned: dict | None, bloc
     if blocks:
         given, local = (sum(masked(b, int(seq.config[b.scores, _C["mm_n"]])) for b in blocks),
                         sum(b.local and b.window > 0 for b in blocks))
-        said.append(f"{len(blocks)} attention blocks priced as fused kernels "
+        said.append(f"{len(blocks)} attention block{'s' * (len(blocks) > 1)} priced as "
+                    "fused kernels "
                     f"({sum(b.causal for b in blocks)} causal): the batched GEMMs of "
                     f"FlashAttention's forward and backward, {note}" + (
                         f"; {given} given a mask (a sliding window the sequence reaches, "
