@@ -177,8 +177,10 @@ def test_every_export_reads_as_the_framework_counts_it(capsys, corpus, kind, nam
     warned = [line for line in err.splitlines() if line]
     assert all(line.startswith("mdot: warning: ") for line in warned), err
     assert any("an inference graph" in line for line in warned) == (expected == "inference")
-    if name in ("gpt2", "bert"):  # the default checkpoint never saw a text model
-        assert any("tokens input" in line for line in warned)
+    if name in ("gpt2", "bert"):  # the default checkpoint never saw a text model: its GPU's
+        assert any("priced from the nvidia-rtx-3090's spec sheet" in line and  # spec sheet
+                   "not tokens" in line for line in warned)
+        assert json.loads(out)["source"].startswith("priced from its spec sheet")
 
 
 @pytest.mark.slow

@@ -275,6 +275,14 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
     row = json.loads(out)
     assert "spec sheet" in row["source"] and any(
         "the checkpoint measured on it was trained at amp-fp16 only" in w for w in row["warnings"])
+    # no device named: the default checkpoint's GPU, routed as if named (a multi-GPU step
+    # asks for a device)
+    for extra in ((), ("--precision", "fp32")):
+        named = run(capsys, *args, "--device", "rtx3090", *extra, "--json")[1]
+        code, out, _ = run(capsys, *args, *extra, "--json")
+        assert code == 0 and json.loads(out) == json.loads(named)
+    code, _, err = run(capsys, *args, "--gpus", "2")
+    assert code == 2 and "gpus: data-parallel steps are priced for a GPU" in err
     code, out, _ = run(capsys, *args, "--device", "rtx3090", "--checkpoint", "timm-rtx3090",
                        "--precision", "fp32", "--json")
     row = json.loads(out)

@@ -59,13 +59,17 @@ def _spec(job: TrainingJob) -> tuple[TrainingJob, tuple | None]:
     spec sheet where the job asks what only the spec sheet prices (`_spec_only`), or, in NCHW
     (what the spec sheet prices), a precision or a kind of input (a language model's tokens)
     the checkpoint never trained on, with a note; at the checkpoint's precision (the device's
-    usual) where the job names none."""
+    usual) where the job names none. No device and no checkpoint named: the default
+    checkpoint's GPU, but for what only a spec sheet prices (which asks for a device)."""
     from mdot_jax.gpu import catalog
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, spec_gpu
-    from mdot_jax.serving.predict import checkpoint_trained
+    from mdot_jax.serving.predict import checkpoint_devices, checkpoint_trained
 
     spec = spec_gpu(job.device, job.device_spec, job.checkpoint)
-    gpu = catalog.lookup(job.device) if job.device and not job.checkpoint else None
+    device = job.device  # none named: the default checkpoint's GPU, where it takes the job
+    if device is None and job.checkpoint is None and not spec and not _spec_only(job):
+        device = next(iter(checkpoint_devices(None)), None)
+    gpu = catalog.lookup(device) if device and not job.checkpoint else None
     if spec or gpu is None:
         return job, spec
     seen = checkpoint_trained(None, "precisions")
