@@ -163,22 +163,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if e.field != "batch_size" or not args.batch_sizes:
             raise
         raise RequestError("batch_sizes" + str(e)[len("batch_size"):], "batch_sizes") from None
-    result = predict(job)
-    if not job.several:  # where it does not fit: what would
-        result = fits.suggest(job, result, progress=sys.stderr.isatty())
-    rows = result if isinstance(result, list) else [result]
-    for warning in dict.fromkeys(w for r in rows for w in r.warnings):
-        shared = all(warning in r.warnings for r in rows)
-        where = [f"batch size {r.batch_size} x {r.gpus} GPUs: " for r in rows
-                 if warning in r.warnings]
-        print(f"mdot: warning: {'' if shared else where[0]}{warning}", file=sys.stderr)
-    if args.json:
-        out = [dict(r.to_json(), model=args.model) for r in rows]
-        print(json.dumps(out if job.several else out[0]))
-    else:
-        by_gpus = args.gpus is not None or (args.nodes or 1) > 1  # a GPU count asked
-        cli_show.table(args.model, rows, by_batch=len(job.batch_sizes) > 1 or not by_gpus,
-                       by_gpus=by_gpus, top=args.top)
+    if args.plot:  # said before any pricing, as a plot that cannot be written
+        cli_show.claim_plot(args.plot, args.force, job.several)
+    try:
+        result = predict(job)
+        if not job.several:  # where it does not fit: what would
+            result = fits.suggest(job, result, progress=sys.stderr.isatty())
+        cli_show.predictions(args, job, result if isinstance(result, list) else [result])
+    finally:
+        if args.plot:
+            writers.release(args.plot)
     return 0
 
 
@@ -351,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=POSITIVE_INT, metavar="N",
                    help="also show the N most expensive operators (with --json: every "
                         "operator's share of the time, in graph order)")
+    p.add_argument("--plot", metavar="FILE.png", help="throughput and memory per GPU against "
+                   "the --batch-sizes or --gpus asked, the GPU's memory drawn")
+    p.add_argument("--force", action="store_true", help="replace an existing --plot file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
 

@@ -117,3 +117,14 @@ def default_data_dir(name: str) -> str:
     """Datasets built from public tables live outside git, under the user's cache."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "mdot", "datasets", name)
+
+
+def check_plot_format(path: str) -> None:
+    """A `--plot` file of a format matplotlib writes, said before any pricing."""
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in formats:
+        said = f"matplotlib writes no .{suffix} files" if suffix else "no suffix to say its format"
+        raise UsageError(f"--plot {path}: {said} (it writes {', '.join(sorted(formats))})")

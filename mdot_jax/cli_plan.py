@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from mdot_jax import cli_job, writers
-from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, port
+from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, check_plot_format, port
 from mdot_jax.errors import UsageError
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number, percent, span
@@ -37,17 +36,6 @@ def read_prices(path: str | None) -> dict[str, float] | None:
     return {str(k): float(v) for k, v in prices.items()}
 
 
-def _check_plot_format(path: str) -> None:
-    """A `--plot` file of a format matplotlib writes, said before any pricing."""
-    from matplotlib.figure import Figure
-
-    formats = Figure().canvas.get_supported_filetypes()
-    suffix = Path(path).suffix.lstrip(".").lower()
-    if suffix not in formats:
-        said = f"matplotlib writes no .{suffix} files" if suffix else "no suffix to say its format"
-        raise UsageError(f"--plot {path}: {said} (it writes {', '.join(sorted(formats))})")
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from mdot_jax.serving import plan as planning
     from mdot_jax.serving import plan_plot
@@ -57,7 +45,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.plot and not args.prices:
         raise UsageError("--plot: draws the plans' cost against their time; give --prices")
     if args.plot:
-        _check_plot_format(args.plot)
+        check_plot_format(args.plot)
     cps = args.cp  # several: the layout search's (`Plan.cps`), the job's own cp 1
     if len(cps) > 1 and args.global_batch is None:
         raise UsageError(f"--cp {','.join(map(str, cps))}: several context-parallel degrees are "

@@ -1,12 +1,56 @@
-"""How `mdot predict` shows its predictions: the table, the lines under it, where the time
-goes."""
+"""How `mdot predict` shows its predictions: warnings, the table (or JSON), the lines under
+it, where the time goes, the plot."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from mdot_jax import writers
+from mdot_jax.cli_args import check_plot_format
+from mdot_jax.errors import UsageError
 from mdot_jax.readable import count, hours, number, percent, plural, span
+
+if TYPE_CHECKING:
+    from mdot_jax.serving.prediction import Prediction
+    from mdot_jax.serving.request import TrainingJob
 
 MEMORY_SAID = {"model_states": "weights, gradients and optimizer state",  # `MEMORY_PARTS`
                "activations": "activations kept for the backward", "working": "working"}
+
+
+def claim_plot(path: str, force: bool, several: bool) -> None:
+    """A `--plot` file that can be drawn and written, claimed before any pricing."""
+    if not several:
+        raise UsageError("--plot: draws several batch sizes or GPU counts; give "
+                         "--batch-sizes N,M or --gpus N,M")
+    check_plot_format(path)
+    writers.prepare_file(path, force=force, flag="--plot")
+
+
+def predictions(args: argparse.Namespace, job: TrainingJob, rows: list[Prediction]) -> None:
+    """`mdot predict`'s predictions of `job`: warnings first (each once, said of the rows it
+    is about), a table or JSON, then the plot asked for."""
+    for warning in dict.fromkeys(w for r in rows for w in r.warnings):
+        shared = all(warning in r.warnings for r in rows)
+        where = [f"batch size {r.batch_size} x {r.gpus} GPUs: " for r in rows
+                 if warning in r.warnings]
+        print(f"mdot: warning: {'' if shared else where[0]}{warning}", file=sys.stderr)
+    if args.json:
+        out = [dict(r.to_json(), model=args.model) for r in rows]
+        print(json.dumps(out if job.several else out[0]))
+    else:
+        by_gpus = args.gpus is not None or (args.nodes or 1) > 1  # a GPU count asked
+        table(args.model, rows, by_batch=len(job.batch_sizes) > 1 or not by_gpus,
+              by_gpus=by_gpus, top=args.top)
+    if args.plot:  # after the table: it is said whatever the plot does
+        from mdot_jax.serving import figures
+
+        writers.write_file(args.plot, lambda path: figures.predictions(rows, path, args.model),
+                           flag="--plot")
+        print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
 
 
 def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None):

@@ -874,3 +874,40 @@ def test_an_fp32_recurrent_layers_gemms_run_in_tf32_where_the_gpu_has_it(step_mo
 
     assert lstm_ms("fp32") == pytest.approx(lstm_ms("tf32"))
     assert lstm_ms("fp32", cuda_cores) > 1.5 * lstm_ms("fp32")
+
+
+def test_predict_plots_throughput_and_memory_over_the_sizes_asked(capsys, tmp_path,
+                                                                   monkeypatch):
+    """`--plot` draws samples/s (tokens/s for a token model) and memory a GPU against the
+    batch sizes or GPU counts asked, the GPU's memory and the steps past it; a single
+    prediction, a format matplotlib does not write, an existing file: one line, said before
+    any pricing, nothing written."""
+    from mdot_jax.serving import figures
+
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu(), model)
+    args = ["predict", model, "--device", "t4", "--batch-sizes", "8,4194304"]
+    drawn = []
+    real = figures.save
+    monkeypatch.setattr(figures, "save", lambda fig, path: drawn.append(fig) or real(fig, path))
+    code, out, _ = run(capsys, *args, "--plot", tmp_path / "b.png", "--json")
+    rows = json.loads(out)
+    speed, memory = drawn[0].axes
+    assert code == 0 and (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+    assert list(speed.lines[0].get_xdata()) == [8, 4194304]
+    assert list(speed.lines[0].get_ydata()) == pytest.approx([r["samples_per_s"] for r in rows])
+    assert list(memory.lines[0].get_ydata()) == pytest.approx([r["memory_gb"] for r in rows])
+    assert memory.lines[1].get_ydata()[0] == 16  # the T4's memory, and the step past it marked
+    assert [r["memory_gb"] > 16 for r in rows] == [False, True] and memory.collections
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.png", "m.onnx"]
+    for extra, needle in ((["--plot", tmp_path / "b.png"], "exists; --force"),
+                          (["--plot", tmp_path / "c.txt"], "matplotlib writes no .txt"),
+                          (["--batch-size", "8", "--plot", tmp_path / "c.png"],
+                           "--plot: draws several batch sizes or GPU counts")):
+        code, out, err = run(capsys, *(args[:-2] if "--batch-size" in extra else args), *extra)
+        assert code == 2 and needle in err and err.count("\n") == 1 and not out, err
+    code, out, _ = run(capsys, "predict", model, "--device", "h100-sxm", "--batch-size", "8",
+                       "--gpus", "1,2,4", "--plot", tmp_path / "b.png", "--force")
+    assert code == 0 and f"wrote {tmp_path / 'b.png'}" in out
+    assert list(drawn[1].axes[0].lines[0].get_xdata()) == [1, 2, 4]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.png", "m.onnx"]

@@ -3,29 +3,22 @@ Pareto front joined, the deadline and the budget."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
-from mdot_jax import writers
 from mdot_jax.errors import RequestError
+from mdot_jax.serving import figures
 from mdot_jax.serving.plan import Option, Plan, pareto
 
 
 def plot(options: Sequence[Option], path: str, request: Plan | None = None) -> None:
     """Hours against cost of every priced option that fits (feasible ones in colour), the
     Pareto front joined, the deadline and the budget drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fits = [o for o in options if o.cost_usd is not None and o.hours is not None
             and not any("does not fit" in r for r in o.reasons)]
     if not fits:
         raise RequestError("prices: no plan that fits has a price to plot", "prices")
     front, feasible = pareto(fits), [o for o in fits if o.feasible]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = figures.pyplot().subplots(figsize=(7, 4.5))
     late = [o for o in fits if not o.feasible]
     ax.scatter(*_xy(late), s=14, color="0.7", label="past the deadline or the budget")
     ax.scatter(*_xy(feasible), s=18, color="C0", label="feasible")
@@ -42,13 +35,7 @@ def plot(options: Sequence[Option], path: str, request: Plan | None = None) -> N
            title="plans that fit: time against cost")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = writers.temporary(path, Path(path).suffix)  # the format by its name; then renamed
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
+    figures.save(fig, path)
 
 
 def _xy(options: Sequence[Option]) -> tuple[list[float], list[float]]:

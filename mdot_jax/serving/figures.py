@@ -1,0 +1,81 @@
+"""Figures a user would rather look at than read, each written atomically (a temporary file
+beside the target, then a rename): one job's predictions over batch sizes or GPU counts
+(`predictions`); the plans' time against cost is `serving.plan_plot`'s, saved here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mdot_jax import writers
+from mdot_jax.serving.prediction import Prediction
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing off screen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig: Any, path: str | Path) -> None:
+    """`fig` written to `path` in the format its suffix names, replacing it in one step."""
+    tmp = writers.temporary(path, Path(path).suffix)  # the format by its name; then renamed
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        pyplot().close(fig)
+        tmp.unlink(missing_ok=True)
+
+
+def predictions(rows: Sequence[Prediction], path: str | Path, model: str = "") -> None:
+    """Throughput and memory a GPU of one job's predictions over its batch sizes, or its GPU
+    counts where those vary (each count's scaling efficiency written by it): the 80% band
+    where the predictions carry one, the device's memory drawn and the steps past it
+    marked."""
+    over = "gpus" if len({r.gpus for r in rows}) > 1 else "batch_size"
+    rows = sorted(rows, key=lambda r: getattr(r, over))
+    xs = [getattr(r, over) for r in rows]
+    tokens = all(r.tokens for r in rows)
+    per = [r.tokens if tokens else 1 for r in rows]  # what a sample counts
+    rate = [r.samples_per_s * k for r, k in zip(rows, per)]
+    plt = pyplot()
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    speed.plot(xs, rate, "o-", color="C0", label="predicted")
+    if all(r.interval_ms for r in rows):  # a slower step is a lower rate
+        speed.fill_between(xs, *([1e3 * r.global_batch * k / r.interval_ms[end]  # type: ignore
+                                  for r, k in zip(rows, per)] for end in (1, 0)),
+                           color="C0", alpha=0.2, label="80% band")
+    for x, y, r in zip(xs, rate, rows):
+        if over == "gpus":  # the share not waiting on communication or a bubble
+            speed.annotate(f"{r.scaling_efficiency:.0%}", (x, y), fontsize=7,
+                           xytext=(0, 6), textcoords="offset points", ha="center")
+    late = [(x, r) for x, r in zip(xs, rows) if not r.fits]
+    if late:
+        speed.scatter([x for x, _ in late], [rate[xs.index(x)] for x, _ in late], marker="x",
+                      s=60, color="C3", zorder=3, label="does not fit")
+    what = "GPUs" if over == "gpus" else "batch size (per GPU)"
+    speed.set(xscale="log", xlabel=what, ylabel="tokens/s" if tokens else "samples/s",
+              title="throughput")
+    memory.plot(xs, [r.memory_gb for r in rows], "o-", color="C1", label="predicted peak")
+    if late:
+        memory.scatter([x for x, _ in late], [r.memory_gb for _, r in late], marker="x", s=60,
+                       color="C3", zorder=3, label="does not fit")
+    if (limit := rows[0].memory_limit_gb) is not None:
+        memory.axhline(limit, ls="--", color="C3", lw=1, label=f"the GPU's {limit:g} GB")
+    memory.set(xscale="log", xlabel=what, ylabel="GB per GPU", title="memory")
+    if over == "gpus":  # linear scaling a straight line
+        speed.set_yscale("log")
+    for ax in (speed, memory):
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.minorticks_off()
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{model or 'the model'} on {rows[0].device}", fontsize=10)
+    fig.tight_layout()
+    save(fig, path)
