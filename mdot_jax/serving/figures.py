@@ -45,34 +45,31 @@ def predictions(rows: Sequence[Prediction], path: str | Path, model: str = "") -
     tokens = all(r.tokens for r in rows)
     per = [r.tokens if tokens else 1 for r in rows]  # what a sample counts
     rate = [r.samples_per_s * k for r, k in zip(rows, per)]
-    plt = pyplot()
-    fig, (speed, memory) = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    what = "GPUs" if over == "gpus" else "batch size (per GPU)"
+    fig, (speed, memory) = pyplot().subplots(1, 2, figsize=(9.5, 3.8))
     speed.plot(xs, rate, "o-", color="C0", label="predicted")
-    if all(r.interval_ms for r in rows):  # a slower step is a lower rate
-        speed.fill_between(xs, *([1e3 * r.global_batch * k / r.interval_ms[end]  # type: ignore
-                                  for r, k in zip(rows, per)] for end in (1, 0)),
-                           color="C0", alpha=0.2, label="80% band")
-    for x, y, r in zip(xs, rate, rows):
-        if over == "gpus":  # the share not waiting on communication or a bubble
+    bands = [r.interval_ms for r in rows]
+    if all(bands):  # a slower step is a lower rate
+        speed.fill_between(xs, *([1e3 * r.global_batch * k / band[end]
+                                  for r, k, band in zip(rows, per, bands) if band]
+                                 for end in (1, 0)), color="C0", alpha=0.2, label="80% band")
+    if over == "gpus":  # the share not waiting on communication or a bubble; log-log, linear
+        for x, y, r in zip(xs, rate, rows):  # scaling a straight line
             speed.annotate(f"{r.scaling_efficiency:.0%}", (x, y), fontsize=7,
                            xytext=(0, 6), textcoords="offset points", ha="center")
-    late = [(x, r) for x, r in zip(xs, rows) if not r.fits]
-    if late:
-        speed.scatter([x for x, _ in late], [rate[xs.index(x)] for x, _ in late], marker="x",
-                      s=60, color="C3", zorder=3, label="does not fit")
-    what = "GPUs" if over == "gpus" else "batch size (per GPU)"
-    speed.set(xscale="log", xlabel=what, ylabel="tokens/s" if tokens else "samples/s",
-              title="throughput")
+        speed.set_yscale("log")
     memory.plot(xs, [r.memory_gb for r in rows], "o-", color="C1", label="predicted peak")
-    if late:
-        memory.scatter([x for x, _ in late], [r.memory_gb for _, r in late], marker="x", s=60,
+    late = [i for i, r in enumerate(rows) if not r.fits]
+    for ax, ys in ((speed, rate), (memory, [r.memory_gb for r in rows])):
+        if late:
+            ax.scatter([xs[i] for i in late], [ys[i] for i in late], marker="x", s=60,
                        color="C3", zorder=3, label="does not fit")
     if (limit := rows[0].memory_limit_gb) is not None:
         memory.axhline(limit, ls="--", color="C3", lw=1, label=f"the GPU's {limit:g} GB")
-    memory.set(xscale="log", xlabel=what, ylabel="GB per GPU", title="memory")
-    if over == "gpus":  # linear scaling a straight line
-        speed.set_yscale("log")
+    speed.set(xlabel=what, ylabel="tokens/s" if tokens else "samples/s", title="throughput")
+    memory.set(xlabel=what, ylabel="GB per GPU", title="memory")
     for ax in (speed, memory):
+        ax.set_xscale("log")
         ax.set_xticks(xs, [str(x) for x in xs])
         ax.minorticks_off()
         ax.legend(fontsize=8)
