@@ -1,5 +1,5 @@
 """Argument types and helpers both command modules share: positive numbers with a one-line
-error, lists of integers, JSON options, the dataset a flag names."""
+error, lists of integers, JSON options, the dataset a flag names, a `--plot` file."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import dataclasses
 import json
 import math
 import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 from mdot_jax.errors import UsageError
 from mdot_jax.options import MAX_INT, MAX_TOKENS
@@ -128,3 +131,12 @@ def check_plot_format(path: str) -> None:
     if suffix not in formats:
         said = f"matplotlib writes no .{suffix} files" if suffix else "no suffix to say its format"
         raise UsageError(f"--plot {path}: {said} (it writes {', '.join(sorted(formats))})")
+
+
+def write_plot(path: str, draw: Callable[[Path], None], json_out: bool) -> None:
+    """`draw(path)` under the `--plot` file's claim, then "wrote PATH" (on stderr beside
+    JSON, which stdout carries alone)."""
+    from mdot_jax import writers
+
+    writers.write_file(path, draw, flag="--plot")
+    print(f"wrote {path}", file=sys.stderr if json_out else sys.stdout)

@@ -8,7 +8,14 @@ import json
 import sys
 
 from mdot_jax import cli_job, writers
-from mdot_jax.cli_args import POSITIVE_FLOAT, POSITIVE_INT, _int_list, check_plot_format, port
+from mdot_jax.cli_args import (
+    POSITIVE_FLOAT,
+    POSITIVE_INT,
+    _int_list,
+    check_plot_format,
+    port,
+    write_plot,
+)
 from mdot_jax.errors import UsageError
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number, percent, span
@@ -64,9 +71,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         options = planning.plan(request, progress=not args.json and sys.stderr.isatty())
         _print(args, options)
         if args.plot:  # after the table: a plot with nothing to draw leaves the table said
-            writers.write_file(args.plot, lambda path: plan_plot.plot(options, path, request),
-                               flag="--plot")
-            print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
+            write_plot(args.plot, lambda path: plan_plot.plot(options, path, request),
+                       args.json)
     finally:
         if args.plot:
             writers.release(args.plot)

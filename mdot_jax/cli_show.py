@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from mdot_jax import writers
-from mdot_jax.cli_args import check_plot_format
+from mdot_jax.cli_args import check_plot_format, write_plot
 from mdot_jax.errors import UsageError
 from mdot_jax.readable import count, hours, number, percent, plural, span
 
@@ -48,9 +48,7 @@ def predictions(args: argparse.Namespace, job: TrainingJob, rows: list[Predictio
     if args.plot:  # after the table: it is said whatever the plot does
         from mdot_jax.serving import figures
 
-        writers.write_file(args.plot, lambda path: figures.predictions(rows, path, args.model),
-                           flag="--plot")
-        print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
+        write_plot(args.plot, lambda path: figures.predictions(rows, path, args.model), args.json)
 
 
 def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None):

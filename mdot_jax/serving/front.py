@@ -65,15 +65,15 @@ def _spec(job: TrainingJob) -> tuple[TrainingJob, tuple | None]:
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, spec_gpu
     from mdot_jax.serving.predict import checkpoint_devices, checkpoint_trained
 
-    spec = spec_gpu(job.device, job.device_spec, job.checkpoint)
+    spec, only = spec_gpu(job.device, job.device_spec, job.checkpoint), _spec_only(job)
     device = job.device  # none named: the default checkpoint's GPU, where it takes the job
-    if device is None and job.checkpoint is None and not spec and not _spec_only(job):
+    if device is None and job.checkpoint is None and not spec and not only:
         device = next(iter(checkpoint_devices(None)), None)
     gpu = catalog.lookup(device) if device and not job.checkpoint else None
     if spec or gpu is None:
         return job, spec
     seen = checkpoint_trained(None, "precisions")
-    if only := _spec_only(job):
+    if only:
         field, why = only[0], "predicts single-GPU steps only"
     elif job.precision and job.layout == "nchw" and seen and job.precision not in seen:
         field, why = "precision", f"was trained at {', '.join(seen)} only"
