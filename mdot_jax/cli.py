@@ -18,7 +18,7 @@ from pathlib import Path
 
 from converters.errors import ConversionError
 from converters.substitutes import described
-from mdot_jax import __version__, cli_build, cli_job, cli_plan, cli_show, writers
+from mdot_jax import __version__, cli_args, cli_build, cli_job, cli_plan, cli_show, writers
 from mdot_jax.cli_args import NON_NEGATIVE_FLOAT, POSITIVE_INT, _int_list
 from mdot_jax.errors import MdotError, RequestError, UsageError
 from mdot_jax.options import CHOICE_HINTS, MEASURED_PRECISIONS
@@ -56,7 +56,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if args.output:
         writers.prepare_file(args.output, source=args.model, force=args.force)
     if why := too_many_tokens(args.batch_size, args.seq_len):
-        raise RequestError(why, "batch_size")  # said with the flags' names (`_as_flags`)
+        raise RequestError(why, "batch_size")  # said with the flags' names (`cli_args.as_flags`)
     if args.target_len and not is_config(args.model):
         raise UsageError("--target-len: an encoder-decoder's config.json takes it (an ONNX "
                          "file's targets are an input: give its --input-shape)")
@@ -381,31 +381,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# a request's fields whose flag is not --field-name
-FLAGS = {"model": "MODEL", "operators": "--top", "input_shapes": "--input-shape",
-         "train_tokens": "--tokens", "deadline_h": "--deadline", "budget_usd": "--budget"}
-
-
-def _as_flags(message: str, field: str) -> str:
-    """A library error as the command line says it: the field it starts with, and the fields
-    named in it, spelled as flags."""
-    import dataclasses
-
-    from mdot_jax.serving.plan import Plan
-    from mdot_jax.serving.request import FIELDS
-
-    fields = FIELDS | {f.name for f in dataclasses.fields(Plan)}
-
-    def flag(name: str) -> str:
-        return FLAGS.get(name, "--" + name.replace("_", "-"))
-
-    if field and message.startswith(field):
-        message = flag(field) + message[len(field):]
-    words = r"[a-z]+(?:_[a-z]+)+|epochs|tp|pp|cp|ep"  # the single words that mean only the field
-    return re.sub(rf"(?<![-\w'\".])({words})\b(?!['\"])",
-                  lambda m: flag(m[1]) if m[1] in fields else m[1], message)
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -415,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ConversionError, MdotError) as e:
         message = named_models.said(str(e))  # a named model by its name, not the package's file
-        print(f"mdot: error: {_as_flags(message, getattr(e, 'field', ''))}", file=sys.stderr)
+        said = cli_args.as_flags(message, getattr(e, 'field', ''))
+        print(f"mdot: error: {said}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("mdot: interrupted", file=sys.stderr)

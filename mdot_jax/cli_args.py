@@ -1,5 +1,6 @@
 """Argument types and helpers both command modules share: positive numbers with a one-line
-error, lists of integers, JSON options, the dataset a flag names, a `--plot` file."""
+error, lists of integers, JSON options, the dataset a flag names, a `--plot` file, a library's
+message said with the flags' names."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from mdot_jax.errors import UsageError
-from mdot_jax.options import MAX_INT, MAX_TOKENS
+from mdot_jax.options import MAX_INT, MAX_TOKENS, STRATEGIES
 
 
 def _positive(kind, zero: bool = False):
@@ -140,3 +142,27 @@ def write_plot(path: str, draw: Callable[[Path], None], json_out: bool) -> None:
 
     writers.write_file(path, draw, flag="--plot")
     print(f"wrote {path}", file=sys.stderr if json_out else sys.stdout)
+
+
+# a request's fields whose flag is not --field-name
+FLAGS = {"model": "MODEL", "operators": "--top", "input_shapes": "--input-shape",
+         "train_tokens": "--tokens", "deadline_h": "--deadline", "budget_usd": "--budget"}
+
+
+def as_flags(message: str, field: str) -> str:
+    """A library's message as the command line says it: the field it starts with (`field`), and
+    the fields named in it (and `strategy` before a strategy's name), spelled as flags."""
+    from mdot_jax.serving.plan import Plan
+    from mdot_jax.serving.request import FIELDS
+
+    fields = FIELDS | {f.name for f in dataclasses.fields(Plan)}
+
+    def flag(name: str) -> str:
+        return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+    if field and message.startswith(field):
+        message = flag(field) + message[len(field):]
+    words = (r"[a-z]+(?:_[a-z]+)+|epochs|tp|pp|cp|ep"  # the single words that mean only the field
+             rf"|strategy(?= (?:{'|'.join(STRATEGIES)})\b)")
+    return re.sub(rf"(?<![-\w'\".])({words})\b(?!['\"])",
+                  lambda m: flag(m[1]) if m[1] in fields else m[1], message)

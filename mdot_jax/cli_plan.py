@@ -12,6 +12,7 @@ from mdot_jax.cli_args import (
     POSITIVE_FLOAT,
     POSITIVE_INT,
     _int_list,
+    as_flags,
     check_plot_format,
     port,
     write_plot,
@@ -105,7 +106,7 @@ def _print(args: argparse.Namespace, options: list) -> None:
               f"{'-' if o.cost_usd is None else number(o.cost_usd):>10} "
               f"{number(p.memory_gb) if p else '-':>9}"
               + f" {number(p.tokens_per_s_per_gpu, 4) if p and p.tokens else '-':>9}" * tokens
-              + f" {mfu:>5}  {'; '.join(o.reasons)}")
+              + f" {mfu:>5}  {as_flags('; '.join(o.reasons), '')}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -362,9 +362,9 @@ def test_gpu_fit_names_the_bad_row_of_a_gemm_table_before_fitting(capsys, tmp_pa
      "vision_config.image_size: set it"),
 ])
 def test_a_library_error_names_flags_on_the_command_line(message, field, said):
-    from mdot_jax.cli import _as_flags
+    from mdot_jax.cli_args import as_flags
 
-    assert _as_flags(message, field).startswith(said)
+    assert as_flags(message, field).startswith(said)
 
 
 def test_a_port_out_of_range_is_one_line_and_the_version_is_said(capsys):

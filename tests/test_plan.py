@@ -122,7 +122,7 @@ def test_one_gpu_count_is_a_plan_of_it(model):
     assert [o.to_json() for o in one] == [o.to_json() for o in listed]
 
 
-def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model):
+def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model, capsys):
     big = _job(model, batch_size=1 << 17)  # activations far beyond any GPU
     alone, searched = (plan(Plan(big, devices=("l4",), gpus=(1,), **kw))[0]
                        for kw in ({}, dict(global_batch=1 << 17)))
@@ -132,6 +132,13 @@ def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model):
     two = plan(Plan(big, devices=("l4",), gpus=(2,)))[0]
     assert "strategy fsdp shards" in two.reasons[0]
     assert "strategy fsdp" not in alone.reasons[0]
+    # already sharded: nothing to say of it; the command line says each field as its flag
+    sharded = plan(Plan(big, devices=("l4",), gpus=(2,), strategies="fsdp"))[0]
+    assert sharded.layout.strategy == "fsdp" and "strategy fsdp" not in sharded.reasons[0]
+    assert main(["plan", model, "--batch-size", str(1 << 17), "--epochs", "1", "--dataset-size",
+                 "1000", "--devices", "l4", "--gpus", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "; --global-batch searches" in out and "; --strategy fsdp shards" in out
 
 
 def test_devices_as_one_string_as_on_the_command_line(model, capsys):
@@ -288,7 +295,7 @@ def test_a_split_some_counts_cannot_take_lists_them_infeasible(decoder, capsys):
                  "--strategy", "fsdp"]) == 0
     rows = {int(line.split()[1]): line for line in capsys.readouterr().out.splitlines()[2:]}
     assert set(rows) == {1, 2, 4}
-    assert "tp x pp (2 x 1) does not divide 1 GPUs" in rows[1]
+    assert "--tp x --pp (2 x 1) does not divide 1 GPUs" in rows[1]  # said as flags
     assert "<0.001" in rows[4]  # a seconds-long job in hours, not 8.1e-05
 
     job = job_for_plan(model=decoder, batch_size=2, seq_len=32, train_tokens=10**4, tp=2, ep=1)

@@ -151,6 +151,9 @@ def test_plan_ranks_the_devices(server):
     ({"batch_size": "8"}, 422, "batch_size", "expected a positive integer"),
     ({"batch_size": 8, "device": "h1000"}, 422, "", "h1000"),
     ({"batch_size": 8, "colour": "blue"}, 422, "colour", "not a field"),
+    # a field the request does not take is said before a model it lacks (a plan's nested job)
+    ('{"job": {"model": "gpt2"}}', 422, "job", "job: not a field"),
+    ('{"batch_size": 8}', 422, "model", "model: missing"),
     ({"batch_size": 8, "tp": 3, "gpus": 4, "device": "h100-sxm"}, 422, "tp", "does not divide"),
     # the server's own files and folders are never read by a name a request gives
     ({"batch_size": 8, "device_spec": "/etc/passwd"}, 422, "device_spec", "a JSON object"),

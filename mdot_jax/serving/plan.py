@@ -449,7 +449,8 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
         search = "" if request.global_batch is not None else (
             "; global_batch searches smaller micro-batches, tensor and pipeline splits, "
             "checkpointing")
-        if request.job.strategy == "ddp" and p.replicas > 1:  # each replica keeps all state
+        strategy = o.layout.strategy if o.layout is not None else request.job.strategy
+        if strategy == "ddp" and p.replicas > 1:  # each replica keeps all state
             search += "; strategy fsdp shards the weights, gradients and optimizer state" + (
                 " (hsdp: within each node)" if request.job.nodes > 1 else "")
         o.reasons.append(f"does not fit in the {gpu.name}'s {gpu.memory_gb:g} GB "

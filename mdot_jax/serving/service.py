@@ -165,16 +165,24 @@ def _once(pairs: list) -> dict:
     return seen
 
 
+def _known(body: dict, extra: tuple = ()) -> None:
+    """Every field of `body` one the request takes, its model given."""
+    unknown = sorted(set(body) - {"model", *JOB_FIELDS, *extra})
+    if unknown:
+        raise _Answer(422, f"{unknown[0]}: not a field (the fields: model, "
+                      f"{', '.join([*JOB_FIELDS, *extra])})", unknown[0])
+    if "model" not in body:
+        raise _Answer(422, "model: missing (the SHA-256 that POST /v1/models answered, or a "
+                      "name GET /v1/models lists)", "model")
+
+
 def _job(store: ModelStore, body: dict, extra: tuple = (),
          build: Callable[..., TrainingJob] = TrainingJob) -> tuple[TrainingJob, dict]:
     """The request's `TrainingJob` (its model from the store; `build` it from the fields) and
     its other fields."""
     from mdot_jax.storage.checkpoint import shipped_names
 
-    unknown = sorted(set(body) - {"model", *JOB_FIELDS, *extra})
-    if unknown:
-        raise _Answer(422, f"{unknown[0]}: not a field (the fields: {', '.join(JOB_FIELDS)})",
-                      unknown[0])
+    _known(body, extra)
     for name, value in body.items():  # each value of a list is priced: a bounded request
         if isinstance(value, list) and len(value) > MAX_LIST:
             raise _Answer(422, f"{name}: {len(value):,} values; at most {MAX_LIST} a request",
@@ -291,7 +299,8 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
 
     async def answered(kind: str, request: Request) -> Any:
         body = await body_of(request)
-        store.get(body.get("model"))  # a model evicted since is not answered from the cache
+        _known(body, PLAN_FIELDS if kind == "plan" else ())
+        store.get(body["model"])  # a model evicted since is not answered from the cache
         text = json.dumps(body, sort_keys=True)
         return await _threaded(priced, lambda: answer_for(kind, text))
 
