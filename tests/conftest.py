@@ -11,6 +11,7 @@ for var in ("HOME", "XDG_CACHE_HOME", "TORCH_HOME", "HF_HOME", "MPLCONFIGDIR"):
     os.environ[var] = os.path.join(_TMP, var.lower())
     os.makedirs(os.environ[var], exist_ok=True)
 os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["MDOT_EXPORTS"] = "off"  # each test exports what it asks (a test of the cache: its own)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # a step compiled once is not compiled again by the next test that trains the same shapes
 os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(_TMP, "jax-cache")

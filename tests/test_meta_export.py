@@ -1051,6 +1051,51 @@ def test_a_config_jsons_model_is_converted_once_a_batch_while_the_file_is_unchan
     assert [k["batch_size"] for k in calls] == [2, 1, 2]
 
 
+def test_a_config_jsons_export_is_kept_on_disk_for_the_next_command(tmp_path, monkeypatch):
+    """A later process asking the same of the same file answers without exporting; an edited
+    file, another length or a kept file that does not read are exported again; `off` keeps
+    nothing; a folder it cannot write still answers."""
+    pytest.importorskip("transformers")
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving import exports, model_source
+
+    asked = []
+    exported = model_source._export_child  # the test's in-process one (conftest)
+    monkeypatch.setattr(model_source, "_export_child",
+                        lambda argv: asked.append(argv[1]) or exported(argv))
+    monkeypatch.setenv("MDOT_EXPORTS", str(tmp_path / "kept"))
+    path = tmp_path / "config.json"
+    fields = dict(model_type="llama", hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=1, num_attention_heads=2, vocab_size=100)
+    path.write_text(json.dumps(fields))
+    job = TrainingJob(model=str(path), seq_len=16, batch_size=2, device="h100-sxm")
+
+    def command(**change) -> float:  # a new process: nothing kept in memory
+        model_source._from_config.cache_clear()
+        model_source._config_converted.cache_clear()
+        return predict(dataclasses.replace(job, **change)).iteration_ms
+
+    first = command()
+    assert command() == first and asked == ["16"]
+    kept = list((tmp_path / "kept").glob("*.onnx"))
+    assert len(kept) == 1 and not list((tmp_path / "kept").glob(".*"))
+    command(seq_len=32)
+    assert asked == ["16", "32"]
+    path.write_text(json.dumps(dict(fields, num_hidden_layers=2)))
+    assert command() > first and asked == ["16", "32", "16"]
+    path.write_text(json.dumps(fields))
+    assert command() == first and len(asked) == 3  # the first file's export, kept
+    kept[0].write_bytes(b"not onnx")
+    assert command() == first and len(asked) == 4  # exported again, and kept again
+    assert exports.load(path, ["16", "0", "0", "", "1", "0", "0", "0"]) is not None
+    monkeypatch.setenv("MDOT_EXPORTS", "off")
+    assert command() == first and len(asked) == 5 and exports.folder() is None
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the folder would be: nothing kept, still answered
+    monkeypatch.setenv("MDOT_EXPORTS", str(blocked / "kept"))
+    assert command() == first and command() == first and len(asked) == 7
+
+
 def test_a_config_jsons_model_is_named_by_its_folder(tmp_path):
     """`gpt2/config.json` at more tokens than its learned positions: refused naming `gpt2`,
     not the file's stem every such file shares."""

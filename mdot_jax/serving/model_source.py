@@ -30,6 +30,7 @@ from mdot_jax import writers
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu import compiled
 from mdot_jax.options import FLASH_ATTN
+from mdot_jax.serving import exports
 from mdot_jax.serving.predict import check_converted, input_size_of
 from mdot_jax.serving.request import TrainingJob
 
@@ -408,16 +409,18 @@ def _from_config(path: str, stamp: tuple | None, seq_len: int, target_len: int |
     device (`converters.from_hf_config`), in a process of its own (PyTorch stays out of this
     one's memory; `os._exit` skips its teardown, which would take 0.1 GB more), once for every
     batch size asked while the file is unchanged (`stamp`: its modification time and size)."""
+    asked = [str(seq_len), str(target_len or 0), str(lora_rank or 0), ",".join(lora_targets or ()),
+             str(images), str(image_size or 0), str(video_frames or 0), str(audio_seconds or 0)]
+    if (kept := exports.load(config_file(path), asked)) is not None:
+        return kept  # exported by an earlier command
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "model.onnx"
-        code, stderr = _export_child([path, str(seq_len), str(out), str(target_len or 0),
-                                      str(lora_rank or 0), ",".join(lora_targets or ()),
-                                      str(images), str(image_size or 0),
-                                      str(video_frames or 0), str(audio_seconds or 0)])
+        code, stderr = _export_child([path, asked[0], str(out), *asked[1:]])
         if code:  # 2: a ConversionError's line; else the export died
             lines = stderr.strip().splitlines() or [f"exit status {code}"]
             raise ConversionError(lines[-1] if code == 2 else
                                   f"{path}: the export failed: {lines[-1]}")
+        exports.keep(config_file(path), asked, out)
         return onnx.load(out)
 
 
