@@ -134,7 +134,8 @@ def test_adapting_an_adapted_checkpoint_composes_the_fits(tmp_path):
 
 @pytest.mark.parametrize("header,row,needle", [
     (["model", "batch_size"], ["m.npz", "8"], "missing column(s) ['ms']"),
-    (["model", "batch_size", "ms"], ["nope.onnx", "8", "10"], "line 2: model file 'nope.onnx'"),
+    (["model", "batch_size", "ms"], ["nope.onnx", "8", "10"],
+     "line 2: model 'nope.onnx': no such file beside bad.csv, nor a name of `mdot models`"),
     (["model", "batch_size", "ms"], ["m.npz", "8", "-3"], "line 2: column 'ms' is '-3'"),
     (["model", "batch_size", "ms"], ["m.npz", "0", "3"], "column 'batch_size' is '0'"),
     (["model", "batch_size", "ms"], None, "a header and no rows"),
@@ -226,6 +227,34 @@ def test_times_in_seconds_or_microseconds_are_one_line(tmp_path, capsys, base):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "mine.csv line 3: column 'ms' is" in err, err
     assert "1e+03x what the other rows measure" in err and not out.exists()
+
+
+@pytest.mark.parametrize("base", [BASE, "gpu-spec-sheet"])
+def test_a_rows_model_is_a_file_beside_the_csv_or_a_named_model(tmp_path, base):
+    """A config.json beside the CSV, or a name of `mdot models` (as `mdot predict` takes
+    them): each row priced as predict prices it."""
+    pytest.importorskip("transformers")
+    from mdot_jax import TrainingJob, predict
+    from mdot_jax.serving import named_models
+    from mdot_jax.serving.measurements import read_measurements
+
+    (tmp_path / "tiny.json").write_text(json.dumps(dict(
+        model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, vocab_size=256)))
+    device = "h100-sxm" if base == "gpu-spec-sheet" else None
+    jobs = [("tiny.json", 2, 64), ("tiny.json", 4, 64), ("gpt2", 2, 32)]
+    priced = [predict(TrainingJob(model=named_models.resolve(str(tmp_path / m)) if m != "gpt2"
+                                  else "gpt2", batch_size=b, seq_len=s, device=device,
+                                  checkpoint=base)).iteration_ms for m, b, s in jobs]
+    with open(tmp_path / "mine.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["model", "batch_size", "seq_len", "ms"]] + [
+            [m, b, s, 2 * ms] for (m, b, s), ms in zip(jobs, priced)])
+    rows = read_measurements(tmp_path / "mine.csv")
+    assert [r.model for r in rows] == [tmp_path / "tiny.json"] * 2 + [
+        named_models.find("gpt2").config]
+    fit = adapt_from_measurements(tmp_path / "mine.csv", base, tmp_path / "out",
+                                  device=device)
+    assert fit.n_rows == 3 and fit.loo_mape < 1.0  # every row twice its price: a fit holds
 
 
 def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):

@@ -4,8 +4,9 @@ measured) or from this machine's probe (`--probe`: the 12 reference samples of
 `measure.core_set`, measured here in a few minutes, adapting the shipped checkpoint whose device
 ran its probe most alike).
 
-The CSV has one row per measured job: `model` (an `.onnx` file, or an operator sequence
-`.npz` written by `mdot convert -o`, relative to the CSV), `batch_size`, `image_size` or
+The CSV has one row per measured job: `model` (an `.onnx` file, an operator sequence
+`.npz` written by `mdot convert -o` or a config.json, relative to the CSV; or a name of
+`mdot models`), `batch_size`, `image_size` or
 `seq_len` (optional where the file fixes them), `precision` (recorded, not used: the fit
 absorbs it) and `ms` (milliseconds per training iteration); for a GPU step model also
 `optimizer`, `attention`, `compile` and `layout` (optional: `mdot predict`'s defaults), as its
@@ -40,11 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from converters import ConversionError, OperatorSequence
 from converters.dims import converted_batch
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, UsageError
+from mdot_jax.serving import model_source
 from mdot_jax.serving.measurements import FLAG, JOB_COLUMNS, Row, check_units, read_measurements
 from mdot_jax.serving.predict import Predictor, resolve_checkpoint
 from mdot_jax.serving.prediction import Adaptation, Prediction
@@ -154,7 +157,12 @@ def compose(outer: Adaptation, inner: Adaptation | None) -> Adaptation:
                                       f"{inner.device} ({inner.source})")
 
 
-def _sequence(row: Row) -> OperatorSequence | Path:
+def _sequence(row: Row, checkpoint: bool = False) -> OperatorSequence | Path | onnx.ModelProto:
+    """A row's model as the pricer takes it: a checkpoint's takes a config.json's as its
+    exported graph (the GPU step model's front door exports it itself)."""
+    if checkpoint and model_source.is_config(row.model):
+        return model_source.config_graph_at(row.model, row.batch_size, row.seq_len,
+                                            image_size=row.image_size)[0]
     if row.model.suffix != ".npz":
         return row.model
     seq = OperatorSequence.load_npz(row.model)
@@ -193,7 +201,7 @@ def adapt_from_measurements(measurements: str | Path, base: str | Path | None, o
     out = checkpoint.prepare_out(out, force=force)
     predictor = Predictor.load(base_path)
     pred = [_priced(measurements, n, lambda r=r: predictor.predict(
-        _sequence(r), batch_size=r.batch_size, image_size=r.image_size,
+        _sequence(r, checkpoint=True), batch_size=r.batch_size, image_size=r.image_size,
         seq_len=r.seq_len).iteration_ms) for n, r in enumerate(rows)]
     check_units(pred, rows, measurements, base_path.name)
     device = device or f"{predictor.devices[0]}-adapted-{Path(out).name}"

@@ -12,6 +12,7 @@ import numpy as np
 
 from mdot_jax.errors import UsageError
 from mdot_jax.options import ATTENTION, LAYOUTS, PRECISIONS, SPEC_SHEET_OPTIMIZERS
+from mdot_jax.serving import named_models
 from mdot_jax.serving.request import FIELDS
 
 REQUIRED = ("model", "batch_size", "ms")
@@ -47,6 +48,18 @@ def _positive(text: str, kind, where: str, column: str):
         said = f"is {text!r}" if text else "is empty"
         raise UsageError(f"{where}: column '{column}' {said}, not a positive number")
     return value
+
+
+def _model(csv_path: Path, cell: str, where: str) -> Path:
+    """A row's model: a file beside the CSV (ONNX, `.npz`, config.json), or a name of
+    `mdot models` (its config.json)."""
+    model = csv_path.parent / cell.strip()
+    if cell.strip() and model.is_file():
+        return model
+    if (found := named_models.find(cell.strip())) is not None:
+        return found.config
+    raise UsageError(f"{where}: model {cell!r}: no such file beside {csv_path.name}, nor a "
+                     "name of `mdot models`")
 
 
 def read_measurements(path: str | Path) -> list[Row]:
@@ -95,9 +108,7 @@ def read_measurements(path: str | Path) -> list[Row]:
     rows = []
     for n, d in enumerate(lines, 2):
         where = f"{path} line {n}"
-        model = path.parent / (d.get("model") or "")
-        if not model.is_file():
-            raise UsageError(f"{where}: model file {d.get('model')!r} not found")
+        model = _model(path, d.get("model") or "", where)
         sizes = {c: _positive(d[c], int, where, c) if d.get(c) else None
                  for c in ("image_size", "seq_len")}
         job = tuple((c, d[c].strip().lower()) for c in JOB_COLUMNS if d.get(c))
