@@ -124,7 +124,8 @@ def add_commands(sub) -> None:
     cli_job.add_shape_args(p)
     cli_job.add_job_args(p, plan=True)
     p.add_argument("--devices", default="all",
-                   help="comma-separated GPUs of `mdot devices`, or all (default)")
+                   help="comma-separated GPUs of `mdot devices` (h100: each H100), or all "
+                        "(default)")
     p.add_argument("--gpus", type=_int_list, default=[1, 2, 4, 8], metavar="N[,M,...]",
                    help="GPU counts per node to try (default 1,2,4,8)")
     p.add_argument("--prices", metavar="FILE.json",

@@ -148,6 +148,12 @@ def test_devices_as_one_string_as_on_the_command_line(model, capsys):
                  "--devices", "h100-sxm,l4", "--gpus", "1"]) == 0
     header = capsys.readouterr().out.splitlines()[1]
     assert "memory GB" in header and "tok/s/GPU" not in header  # no tokens: no column
+    # a name several boards share: each of them, as `mdot devices h100` lists them (a plan
+    # compares GPUs; it was refused as ambiguous); one the catalog lacks: its line
+    assert {o.device for o in plan(Plan(_job(model), devices="h100,l4", gpus=(1,)))} == {
+        "nvidia-h100-pcie", "nvidia-h100-sxm", "nvidia-h100-nvl", "nvidia-l4"}
+    with pytest.raises(RequestError, match="devices: no GPU 'h1000'"):
+        plan(Plan(_job(model), devices="h1000", gpus=(1,)))
 
 
 def test_every_gpu_of_a_plan_is_priced_at_one_precision(model):

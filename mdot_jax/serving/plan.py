@@ -53,7 +53,8 @@ SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parall
 @dataclass(frozen=True)
 class Plan:
     """A planning request: the job (with epochs and dataset_size, or train_tokens) priced on
-    `devices` (catalog names, or one string of them with commas; "all": every catalogued GPU)
+    `devices` (catalog names, a name several boards share each of them, or one string of them
+    with commas; "all": every catalogued GPU)
     x `gpus` per node (the job's own device and gpus are not read), every GPU at the job's
     precision (none named: fp32, the spec sheets' default)."""
 
@@ -125,16 +126,16 @@ class Plan:
                 raise RequestError(f"prices[{device!r}]: {e}", "prices") from None
 
     def candidates(self) -> list:
-        """The catalogued GPUs asked, each once (an unknown name: its one-line error)."""
+        """The catalogued GPUs asked, each once: a name several boards share (`h100`, `a100`)
+        each of them, as `mdot devices` lists them (an unknown name: its one-line error)."""
         from mdot_jax.gpu import catalog
 
         if list(self.devices) == ["all"]:
             return list(catalog.catalog().values())
         try:
-            found = [catalog.find(d) for d in self.devices]
+            return list(catalog.named(self.devices).values())
         except ValueError as e:
             raise RequestError(f"devices: {e}", "devices") from None
-        return list({g.name: g for g in found}.values())
 
     def price_of(self, gpu) -> float | None:
         """USD per GPU-hour of `gpu` from `prices`, by any of its names."""
