@@ -9,6 +9,7 @@ PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp8")
 MEASURED_PRECISIONS = PRECISIONS[:4]  # what the profilers measure
 SPEC_SHEET_PRECISIONS = (*MEASURED_PRECISIONS, "bf16", "fp8")  # what the spec sheet prices
 AUTOCAST = ("amp-fp16", "amp-bf16", "fp8")  # the precisions autocast runs
+HALF = frozenset({*AUTOCAST, "bf16"})  # activations in a half type: under autocast, or pure bf16
 # the one-hot of the workload features of checkpoint format 2 (widths fixed by the weights):
 # each precision reads as the one of these it runs like
 FEATURE_PRECISIONS = ("fp32", "amp-fp16", "bf16")

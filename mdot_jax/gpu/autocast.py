@@ -16,7 +16,7 @@ from converters import OperatorSequence
 from converters.sequence import CONFIG_FIELDS
 from mdot_jax.autograd import NF4_BYTES, Backward, frozen_nodes, quantized
 from mdot_jax.gpu.catalog import GPU
-from mdot_jax.serving.memory import HALF
+from mdot_jax.options import HALF
 
 # autocast's fp32 operators (a half input cast up, an fp32 output) and explicit casts
 FP32_LIST = frozenset({"Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "LayerNormalization",
@@ -63,11 +63,7 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
     frozen weight's gradient never cast back; without `activations`, no activation's (a
     compiled step stores them cast: `gpu.compiled`). `skip`: nodes fused kernels run."""
     weights = 0 if half_weights else 1
-    reads, _ = seq.neighbours()
-    names, held = seq.op_names, seq.column("params")
-    if seq.meta.get("frozen_weights") in ("nf4", HALF_TYPE.get(precision)):  # frozen weights
-        held = np.where(frozen_nodes(seq), 0.0, held)  # in (or dequantised to) the half type
-        # autocast computes in: it casts none of them (fp16 ones under bf16 autocast it does)
+    names, held = seq.op_names, _cast_held(seq, precision)
     of = types(seq, kinds)
     numel = seq.config[:, _C["out_numel"]]
     out: list[tuple[int, str, str, tuple, GPU, float]] = []
@@ -75,19 +71,8 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
     def cast(i: int, n: float, phases: tuple[str, ...]) -> None:
         out.extend((i, phase, "addu", (1, int(n)), gpu, 1.0) for phase in phases if n > 0)
 
-    def read(i: int) -> tuple[list[int], list[int]]:  # (weight views, producers), via views
-        views, producers, todo, seen = [], [], list(reads.get(i, [])), set()
-        while todo:
-            j = todo.pop()
-            if j in seen:
-                continue
-            seen.add(j)
-            if kinds[j] == "free":  # a view, of a weight perhaps (transposed on the way)
-                views += [j] if held[j] > 0 else []
-                todo.extend(reads.get(j, []))
-            else:
-                producers.append(j)
-        return views, producers
+    def read(i: int) -> tuple[list[int], list[int]]:
+        return _read(seq, kinds, held, i)
 
     for i, kind in enumerate(kinds):
         if i in skip or kind == "free":
@@ -113,6 +98,59 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
                 if of[j] == HALF_OUT:
                     cast(i, numel[j], back if listed else back[1:])
     return out
+
+
+def _cast_held(seq: OperatorSequence, precision: str) -> np.ndarray:
+    """`[N]` parameters each node holds that autocast casts when a GEMM reads them: frozen
+    weights in (or dequantised to) the half type it computes in are not (fp16 ones under bf16
+    autocast are)."""
+    held = seq.column("params")
+    if seq.meta.get("frozen_weights") in ("nf4", HALF_TYPE.get(precision)):
+        held = np.where(frozen_nodes(seq), 0.0, held)
+    return held
+
+
+def _read(seq: OperatorSequence, kinds: list[str], held: np.ndarray, i: int
+          ) -> tuple[list[int], list[int]]:
+    """What node `i` reads through views: (the views holding a weight (transposed on the way),
+    the operators producing its other inputs)."""
+    reads = seq.neighbours()[0]
+    views, producers, todo, seen = [], [], list(reads.get(i, [])), set()
+    while todo:
+        j = todo.pop()
+        if j in seen:
+            continue
+        seen.add(j)
+        if kinds[j] == "free":  # a view, of a weight perhaps
+            views += [j] if held[j] > 0 else []
+            todo.extend(reads.get(j, []))
+        else:
+            producers.append(j)
+    return views, producers
+
+
+def copied_weights(seq: OperatorSequence, precision: str, grads: Backward,
+                   rerun: np.ndarray | None = None) -> float:
+    """Elements of the half copies autocast makes of the weights GEMMs and convolutions read
+    that live at a step's peak: a trained fp32 weight's is kept in autocast's cache through the
+    whole forward (checkpointed or not); a frozen fp32 weight's is made for each GEMM and kept
+    only where autograd saves it for the input's gradient, in a node not run again (`rerun`:
+    `[N] bool` those full checkpointing recomputes); frozen weights held in the half type or
+    in 4 bits have none (`_cast_held`), nor embeddings (a gather is no autocast operator)."""
+    from mdot_jax.gpu.classify import classified
+
+    kinds = [k for k, _, _ in classified(seq)]
+    held = _cast_held(seq, precision)
+    again = rerun if rerun is not None else np.zeros(seq.num_ops, bool)
+    total = 0.0
+    for i, kind in enumerate(kinds):
+        if kind not in GEMMS:
+            continue
+        saved = grads.data[i] and not again[i]  # a frozen weight's copy: for dgrad
+        for j in (i, *_read(seq, kinds, held, i)[0]):
+            if grads.weights[j] or saved:
+                total += held[j]
+    return float(total)
 
 
 def _bias(seq: OperatorSequence, i: int, kind: str, params: float) -> int:

@@ -59,7 +59,7 @@ import math
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.options import INTERCONNECTS, SHARDED_WEIGHTS, STRATEGIES
-from mdot_jax.serving.memory import HALF, autocast_copies, param_bytes
+from mdot_jax.serving.memory import HALF, param_bytes
 from mdot_jax.serving.prediction import Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
@@ -186,7 +186,8 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                   model_parallel: int = 1, after_flush: bool = False,
                   precision: str = "fp32", units: int = 0, experts: int = 0,
                   ep: int = 1, stride: int = 0, framework: str = "pytorch",
-                  trained: float = 1.0, weight_bytes: float | None = None) -> Prediction:
+                  trained: float = 1.0, weight_bytes: float | None = None,
+                  copies: float = 0.0) -> Prediction:
     """`p` (one GPU's iteration of `grad_accum` micro-batches, with its phases, over
     `params` parameters) as a data-parallel iteration over the replicas of nodes x
     gpus_per_node GPUs, `model_parallel` GPUs each, replicas `stride` ranks apart (default
@@ -205,8 +206,9 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     in fp16; its distributed optimizer shards the master weights too). `trained`: the share of
     the parameters trained (the rest frozen: no gradient to reduce, no state, never gathered
     again after an update); `weight_bytes`: a weight's bytes on average where the frozen ones
-    are held otherwise (`TrainingJob.frozen_weights`; FSDP gathers them so). One replica: `p`
-    itself."""
+    are held otherwise (`TrainingJob.frozen_weights`; FSDP gathers them so); `copies`: bytes
+    of autocast's weight copies `p` counts (`memory.autocast_copies`), which FSDP's half-type
+    gathers make unneeded. One replica: `p` itself."""
     if strategy not in STRATEGIES:
         raise RequestError(f"strategy {strategy!r}: choose from {list(STRATEGIES)}", "strategy")
     n = gpus_per_node * nodes // model_parallel
@@ -279,7 +281,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
                       * unsharded / 1e9, working=in_flight)
         if strategy in SHARDED_WEIGHTS and model_parallel == 1:  # half-type units gathered
             # and freed: no autocast copy (a stage's activations count none either)
-            memory["activations"] = -autocast_copies(nbytes / 4, precision, framework) / 1e9
+            memory["activations"] = -copies / 1e9
     what = "gradient reduce-scatter and all-gather of the updated weights"  # ZeRO-1, -2
     if strategy == "ddp":
         what = "gradient all-reduce"

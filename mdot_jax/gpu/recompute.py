@@ -30,7 +30,7 @@ from converters.attention import Block, layer_starts
 from converters.sequence import OperatorSequence
 from mdot_jax.errors import RequestError
 from mdot_jax.gpu.model_parallel import checkpointed, full_checkpoint_bytes
-from mdot_jax.serving.memory import activation_scale, saved
+from mdot_jax.serving.memory import activation_scale, autocast_copies, saved
 from mdot_jax.serving.prediction import Prediction
 
 
@@ -57,7 +57,8 @@ def _cores(blocks: list[Block]) -> set[int]:
 
 
 def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
-                      granularity: str, fused: list[Block], blocks: list[Block]) -> Prediction:
+                      granularity: str, fused: list[Block], blocks: list[Block],
+                      framework: str = "pytorch") -> Prediction:
     """`p` (one GPU's step of `seq` priced with `rerun`'s nodes recomputed; `fused`: its
     attention blocks priced as fused kernels) with the memory of every layer (`blocks`)
     checkpointed at `granularity`, and a note."""
@@ -79,7 +80,10 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
     each = saved(seq, fused, scale)  # [N] bytes kept of each operator's output
     held, layer, count = full_checkpoint_bytes(seq, blocks, each, scale,
                                                np.zeros(seq.num_ops, int), 1)
-    activations, kept = float(each.sum()), float(held[0] + layer[0])
+    # frozen fp32 weights' autocast copies kept for a layer's backward are not kept either
+    copies = autocast_copies(seq, precision, framework) - autocast_copies(
+        seq, precision, framework, checkpointed(seq, blocks)[0])
+    activations, kept = float(each.sum()) + copies, float(held[0] + layer[0])
     note = (f"activation checkpointing over {count[0]} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"
             f" -> {kept / 1e9:.3g} GB (PyTorch's rules, not measured)")

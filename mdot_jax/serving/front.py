@@ -315,7 +315,8 @@ class _SpecSheet:
                     layout=job.layout)
         if job.activation_checkpointing:
             one = checkpoint_layers(one, self.seq, precision,
-                                    job.activation_checkpointing, self.fused, blocks)
+                                    job.activation_checkpointing, self.fused, blocks,
+                                    job.framework)
         if steps is not None:
             steps[:] = [*steps[1 - KEEP:], (key, (self.seq, blocks, self.fused, one))]
         return seq, one
@@ -345,9 +346,10 @@ class _SpecSheet:
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
         from mdot_jax.gpu import model_parallel
+        from mdot_jax.gpu.model_parallel import checkpointed
         from mdot_jax.gpu.offload import offload
         from mdot_jax.gpu.parallel import accumulate, data_parallel
-        from mdot_jax.serving.memory import check_fit, loss_note
+        from mdot_jax.serving.memory import autocast_copies, check_fit, loss_note
 
         job, network = self.job, self.network_gbs
         params = self.seq.params
@@ -370,12 +372,15 @@ class _SpecSheet:
                      precision=job.precision or "fp32", units=len(starts) + 1 if starts else 0,
                      trained=autograd.trainable(self.seq) / max(self.seq.params, 1),
                      weight_bytes=self._weight_bytes())
+        rerun = checkpointed(self.seq, self.blocks)[0] \
+            if job.activation_checkpointing == "full" else None
+        copies = autocast_copies(self.seq, job.precision or "fp32", job.framework, rerun)
         # Megatron-LM reduces the gradients after the backward (overlap_grad_reduce off)
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, model_parallel=job.tp * job.pp,
                           after_flush=job.model_parallel or job.framework == "megatron",
                           framework=job.framework, experts=experts, ep=job.ep,
-                          stride=job.tp, **shape)  # Megatron's order: tp, dp, pp
+                          stride=job.tp, copies=copies, **shape)  # Megatron's order: tp, dp, pp
         if job.offload:
             p = offload(p, job.offload, params, self.gpu, gpus_per_node=n, nodes=job.nodes,
                         strategy=job.strategy, host=job.host_gbs, **shape)

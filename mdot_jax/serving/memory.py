@@ -48,7 +48,7 @@ from converters.fusion import VIEWS
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import LOSSES, keeping
 from mdot_jax import autograd
-from mdot_jax.options import AUTOCAST
+from mdot_jax.options import AUTOCAST, HALF
 from mdot_jax.readable import number
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
@@ -58,7 +58,6 @@ from mdot_jax.readable import number
 OPTIMIZER_STATE = {"sgd": 1, "sgd-plain": 0, "momentum": 1, "adam": 2, "adamw": 2,
                    "muon": 2,  # muon: AdamW's, less one for each matrix it takes (`gpu.muon`)
                    "adamw-8bit": 2 * (1 + 4 / 256) / 4}
-HALF = {*AUTOCAST, "bf16"}
 
 
 def held_optimizer(optimizer: str, step: str | None) -> str:
@@ -192,14 +191,21 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     return StepMemory(autograd.held_bytes(seq, held.model) + held.master * trained,
                       held.gradients * trained, state, float(kept.sum())
                       + loss_bytes(seq, kept, precision)
-                      + autocast_copies(seq.params, precision, framework), inputs, working)
+                      + autocast_copies(seq, precision, framework), inputs, working)
 
 
-def autocast_copies(params: float, precision: str, framework: str = "pytorch") -> float:
-    """Bytes of autocast's half copy of every weight, which autograd keeps for the backward
-    (PyTorch's AMP; Megatron-LM's half model is its own, and FSDP's mixed precision gathers
-    half-type weights a unit at a time instead: `gpu.parallel`)."""
-    return 2.0 * params if precision in AUTOCAST and framework == "pytorch" else 0.0
+def autocast_copies(seq: OperatorSequence, precision: str, framework: str = "pytorch",
+                    rerun: np.ndarray | None = None) -> float:
+    """Bytes of autocast's half copies of the weights at the step's peak
+    (`gpu.autocast.copied_weights`: a trained weight's, cached through the forward; a frozen
+    fp32 one's where autograd keeps it, in no node `rerun` by full checkpointing) under
+    PyTorch's AMP; Megatron-LM's half model is its own, and FSDP's mixed precision gathers
+    half-type weights a unit at a time instead (`gpu.parallel`)."""
+    if precision not in AUTOCAST or framework != "pytorch":
+        return 0.0
+    from mdot_jax.gpu.autocast import copied_weights  # (the GPU package reads this module)
+
+    return 2.0 * copied_weights(seq, precision, autograd.backward(seq), rerun)
 
 
 def loss_bytes(seq: OperatorSequence, kept: np.ndarray, precision: str = "fp32") -> float:
