@@ -71,15 +71,12 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
     def cast(i: int, n: float, phases: tuple[str, ...]) -> None:
         out.extend((i, phase, "addu", (1, int(n)), gpu, 1.0) for phase in phases if n > 0)
 
-    def read(i: int) -> tuple[list[int], list[int]]:
-        return _read(seq, kinds, held, i)
-
     for i, kind in enumerate(kinds):
         if i in skip or kind == "free":
             continue
         back = ("fw", "bw") if grads.data[i] else ("fw",)  # its input's gradient, cast back
         if kind in GEMMS:
-            views, producers = read(i)
+            views, producers = _read(seq, kinds, held, i)
             trained = ("fw", "bw") if grads.runs[i] and grads.weights[i] else ("fw",)
             bias = _bias(seq, i, kind, held[i])
             cast(i, weights * (held[i] - bias), trained)  # weight and bias, apart
@@ -94,7 +91,8 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
             listed = names[i] in FP32_LIST  # autocast casts a half input up, its gradient back
             if listed and HALF_TYPE.get(precision) == "fp16" and names[i] in READ_IN_PLACE:
                 continue  # PyTorch's half_to_float kernels read it, write its gradient: none
-            for j in read(i)[1]:  # a half input: cast up, or promoted (its gradient cast back)
+            # a half input: cast up, or promoted (its gradient cast back)
+            for j in _read(seq, kinds, held, i)[1]:
                 if of[j] == HALF_OUT:
                     cast(i, numel[j], back if listed else back[1:])
     return out

@@ -179,10 +179,9 @@ def _known(body: dict, extra: tuple = ()) -> None:
 def _job(store: ModelStore, body: dict, extra: tuple = (),
          build: Callable[..., TrainingJob] = TrainingJob) -> tuple[TrainingJob, dict]:
     """The request's `TrainingJob` (its model from the store; `build` it from the fields) and
-    its other fields."""
+    its other fields (each one the request takes: `_known`)."""
     from mdot_jax.storage.checkpoint import shipped_names
 
-    _known(body, extra)
     for name, value in body.items():  # each value of a list is priced: a bounded request
         if isinstance(value, list) and len(value) > MAX_LIST:
             raise _Answer(422, f"{name}: {len(value):,} values; at most {MAX_LIST} a request",
