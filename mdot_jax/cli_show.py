@@ -87,8 +87,9 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
     if r.phases:
         print(f"{at}of which " + ", ".join(f"{k} {number(v, 4)} ms" for k, v in r.phases.items()))
     if r.memory_parts:
-        print(f"{at}memory: " + ", ".join(f"{MEMORY_SAID[k]} {number(v)} GB"
-                                          for k, v in r.memory_parts.items())
+        said = dict(MEMORY_SAID, activations="activations") if r.memory_peak else MEMORY_SAID
+        print(f"{at}memory" + (f" at its peak (in {r.memory_peak})" if r.memory_peak else "")
+              + ": " + ", ".join(f"{said[k]} {number(v)} GB" for k, v in r.memory_parts.items())
               + (f"; the host's, a node: {number(r.host_memory_gb)} GB" if r.host_memory_gb
                  else ""))
     if r.fits_with is not None:

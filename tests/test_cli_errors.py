@@ -158,7 +158,8 @@ def test_predict_several_batch_sizes(capsys, tmp_path):
                for r in rows)
     code, out, err = run(capsys, *args)
     assert code == 0 and len(out.splitlines()) == 6 and "samples/s" in out
-    assert out.splitlines()[-1].startswith("at batch 32, memory: weights, gradients")
+    assert out.splitlines()[-1].startswith("at batch 32, memory at its peak (in the backward): "
+                                           "weights, gradients")
     # one conv block: faster than any step the checkpoint trained on, each batch said, unbanded
     said = [line for line in err.splitlines() if "faster than every step" in line]
     assert [line.split(":")[2] for line in said] == [f" batch size {b} x 1 GPUs" for b in

@@ -1,5 +1,7 @@
 """The step-memory estimate (`serving.memory`): what a CPU step holds, followed in time."""
 
+import re
+
 import pytest
 from onnx import helper
 from onnx_builders import model, value
@@ -73,6 +75,7 @@ def test_a_parameter_heavy_step_peaks_in_the_update():
     assert live_bytes(seq, optimizer="sgd-plain").total == pytest.approx(w, rel=0.01)
     adamw = step_memory(seq, optimizer="adamw", cpu=True)
     assert adamw.optimizer == 2 * w and adamw.total > step_memory(seq, cpu=True).total
+    assert adamw.peak == "the update" and adamw.activations == 0  # said so: none is live then
 
 
 def test_a_wide_losss_fp32_tensors_are_counted_or_said():
@@ -141,6 +144,13 @@ def test_a_predictions_memory_is_said_by_what_holds_it(tmp_path, capsys):
     assert main(["predict", str(path), "--seq-len", "64", "--batch-size", "2", "--device",
                  "h100-sxm"]) == 0
     assert "\nmemory: weights, gradients and optimizer state " in capsys.readouterr().out
+    # a CPU's estimate follows the step's live bytes: the moment of its peak is said (at the
+    # update no activation is live, which "kept for the backward 1e-06 GB" left to guess)
+    assert main(["predict", str(path), "--seq-len", "64", "--batch-size", "2", "--checkpoint",
+                 "cpu-amd-epyc-f26m2-2t"]) == 0
+    said = capsys.readouterr().out
+    assert re.search(r"\nmemory at its peak \(in the (forward|backward|update)\): weights, "
+                     r"gradients and optimizer state [\d.]+ GB, activations [\d.e+-]+ GB", said)
 
 
 def test_autocast_keeps_a_half_copy_of_each_weight_but_fsdps_mixed_precision_does_not():

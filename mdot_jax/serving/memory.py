@@ -138,6 +138,7 @@ class StepMemory:
     activations: float
     inputs: float
     working: float = 0.0
+    peak: str = ""  # the moment they are counted at, where the step's live bytes are followed
 
     @property
     def total(self) -> float:
@@ -307,10 +308,10 @@ def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd"
     weights = 4.0 * autograd.trainable(seq)  # the gradients the update reads
     update = weights * (1 + (OPTIMIZER_STATE[optimizer] > 0))  # gradients + one temporary
     t = int(np.argmax(backward)) if n else 0
-    phases = [StepMemory(0, 0, 0, float(forward.max(initial=0)), 0),
+    phases = [StepMemory(0, 0, 0, float(forward.max(initial=0)), 0, peak="the forward"),
               StepMemory(0, float(live_grad[t] + param_grads[t]) if n else 0, 0,
-                         float(kept_alive[t]) if n else 0, 0),
-              StepMemory(0, weights, 0, 0, 0, update - weights)]
+                         float(kept_alive[t]) if n else 0, 0, peak="the backward"),
+              StepMemory(0, weights, 0, 0, 0, update - weights, peak="the update")]
     return max(phases, key=lambda m: m.total)
 
 

@@ -340,6 +340,7 @@ class Predictor:
             limit, what = (ram / 1e9 if ram else None), "this machine's RAM"
         memory = step_memory(seq, w.precision, w.optimizer, cpu=what == "this machine's RAM")
         p.memory_gb, p.memory_parts = memory.total / 1e9, memory.parts()
+        p.memory_peak = memory.peak or None
         check_fit(p, limit, what)
 
     def operators(self, seq: OperatorSequence, p: Prediction, batch_size: int

@@ -93,6 +93,9 @@ class Prediction:
     memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
     # of it, GB by what holds it (`serving.memory.MEMORY_PARTS`); empty where not known
     memory_parts: dict[str, float] = field(default_factory=dict)
+    # the moment of the step they are at, where its live bytes are followed (a CPU's: "the
+    # forward", "the backward" or "the update", when activations are freed); None: the peak
+    memory_peak: str | None = None
     memory_limit_gb: float | None = None  # the device's memory it was held to (`check_fit`)
     # where it does not fit: the job's changes that would (`serving.fits.suggest`)
     fits_with: list[dict] | None = None
