@@ -64,7 +64,8 @@ def summary(rows: list[dict]) -> dict:
 
 def ship(ratios: dict, sweep: str) -> None:
     """The shipped step model's meta gains `channels_last` (and its command says how)."""
-    from mdot_jax.storage.checkpoint import STEP_MODEL_DIR, amend_step_model
+    from mdot_jax.storage.checkpoint import amend_step_model
+    from mdot_jax.storage.shipped import STEP_MODEL_DIR
 
     def change(meta: dict) -> None:
         meta["channels_last"] = dict(ratios, source=sweep)

@@ -105,7 +105,8 @@ def _shipped(target: Device) -> tuple[Path, np.ndarray]:
     """The shipped checkpoint whose device's probe is nearest the target's (its own left
     out): what `mdot adapt --probe` adapts; and its predictions `[N]` ms of `target`."""
     from mdot_jax.serving.adaptation import nearest_checkpoint
-    from mdot_jax.serving.predict import Predictor, resolve_checkpoint
+    from mdot_jax.serving.predict import Predictor
+    from mdot_jax.storage.shipped import resolve_checkpoint
 
     mine = {s.key: s.label_ms for s in target.samples}
     path = resolve_checkpoint(nearest_checkpoint(mine, exclude=(target.slug,))[0])

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ship", action="store_true", help="write the range into the shipped "
                     "step model's meta")
     args = ap.parse_args(argv)
-    from mdot_jax.storage.checkpoint import STEP_MODEL_DIR, amend_step_model
+    from mdot_jax.storage.checkpoint import amend_step_model
+    from mdot_jax.storage.shipped import STEP_MODEL_DIR
 
     hosts = machine_hosts(args.data)
     args.out.mkdir(parents=True, exist_ok=True)

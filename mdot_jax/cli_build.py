@@ -210,7 +210,7 @@ def _cost_model(path: str | None):
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from mdot_jax.evaluation.evaluate import calibrate
-    from mdot_jax.serving.predict import resolve_checkpoint
+    from mdot_jax.storage.shipped import resolve_checkpoint
 
     path = resolve_checkpoint(args.checkpoint)
     ds = _dataset(args.dataset)

@@ -16,8 +16,9 @@ from mdot_jax.cli import main
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.errors import UsageError
 from mdot_jax.serving.adaptation import adapt_from_measurements, fit
-from mdot_jax.serving.predict import Predictor, resolve_checkpoint
+from mdot_jax.serving.predict import Predictor
 from mdot_jax.storage import checkpoint
+from mdot_jax.storage.shipped import resolve_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 OTHER_CPU = REPO / "data" / "derived" / "cpu-amd-epyc-f26m2-2t-fused"  # Zen 5

@@ -19,7 +19,7 @@ from mdot_jax.cli import main
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.classify import classify
 from mdot_jax.gpu.spec_sheet import PRECISIONS, load_step_model, price
-from mdot_jax.storage.checkpoint import STEP_MODEL_DIR
+from mdot_jax.storage.shipped import STEP_MODEL_DIR
 
 UNSEEN = {"nvidia-h100-sxm", "nvidia-l4", "nvidia-a100-pcie-80gb"}
 

@@ -11,7 +11,7 @@ from onnx_builders import conv_bn_relu, model, value
 from converters import convert
 from converters.kind import graph_kind
 from converters.training_view import as_training
-from mdot_jax.serving.predict import graph_warnings
+from mdot_jax.serving.model_facts import graph_warnings
 
 
 def test_batchnorm_mode_tells_training_from_inference_exports():

@@ -74,6 +74,26 @@ def test_no_import_cycles_and_only_the_cli_imports_the_cli():
         assert m == "mdot_jax.cli" or "mdot_jax.cli_build" not in graph[m], m
 
 
+def test_a_spec_sheets_prediction_imports_no_jax(tmp_path):
+    """JAX, Flax and Orbax serve the checkpoints' networks: a GPU priced from its spec sheet
+    loads none of them (they were half a second of every such command)."""
+    import onnx
+    from onnx_builders import conv_bn_relu
+
+    onnx.save(conv_bn_relu(), tmp_path / "m.onnx")
+    code = textwrap.dedent(f"""
+        import sys
+        from mdot_jax import TrainingJob, predict
+        p = predict(TrainingJob(model={str(tmp_path / "m.onnx")!r}, batch_size=4,
+                                device="h100-sxm", precision="amp-bf16"))
+        assert p.iteration_ms > 0
+        print(sorted(m for m in ("jax", "flax", "optax", "orbax") if m in sys.modules))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+
+
 def test_the_cli_is_thin():
     """Parsing and printing: a short entry module, no subprocesses, and `mdot --help` shows
     the commands for predicting apart from those that build data and models."""
@@ -133,7 +153,7 @@ def test_a_wheel_install_predicts_with_its_shipped_checkpoints(tmp_path):
     subprocess.run([py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True)
     script = textwrap.dedent("""
         import sys, onnx, mdot_jax
-        from mdot_jax.serving.predict import resolve_checkpoint, shipped_checkpoints
+        from mdot_jax.storage.shipped import resolve_checkpoint, shipped_checkpoints
         sys.path.insert(0, sys.argv[1])
         from onnx_builders import conv_bn_relu
         onnx.save(conv_bn_relu(), "m.onnx")

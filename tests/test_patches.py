@@ -6,7 +6,7 @@ import pytest
 
 from converters import CONFIG_FIELDS, ConversionError, convert, from_torch
 from converters.dims import batch_of, converted_batch, scaled
-from mdot_jax.serving.predict import check_converted
+from mdot_jax.serving.model_facts import check_converted
 
 torch = pytest.importorskip("torch")
 

@@ -16,8 +16,9 @@ from mdot_jax.cli import main
 from mdot_jax.data.dataset import NOISY, REJECTED, load_dataset
 from mdot_jax.data.store import DatasetWriter, check_dataset, writer_lock
 from mdot_jax.errors import CheckpointError, DatasetError, RequestError
-from mdot_jax.serving.predict import CHECKPOINT_DIR, resolve_checkpoint
+from mdot_jax.serving.predict import CHECKPOINT_DIR
 from mdot_jax.storage import checkpoint
+from mdot_jax.storage.shipped import resolve_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 

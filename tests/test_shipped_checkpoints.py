@@ -12,8 +12,9 @@ import pytest
 
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.metrics import regression_metrics
-from mdot_jax.serving.predict import CHECKPOINT_DIR, DEFAULT_CHECKPOINT, Predictor
+from mdot_jax.serving.predict import CHECKPOINT_DIR, Predictor
 from mdot_jax.storage import checkpoint
+from mdot_jax.storage.shipped import DEFAULT_CHECKPOINT
 from mdot_jax.training.train import label_range
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

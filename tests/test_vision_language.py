@@ -11,7 +11,7 @@ from converters import ConversionError, convert, from_hf_config
 from converters.attention import attention_blocks, layer_starts, residuals
 from mdot_jax import RequestError
 from mdot_jax.gpu.model_parallel import layer_input
-from mdot_jax.serving.predict import check_converted
+from mdot_jax.serving.model_facts import check_converted
 
 GEMMA = dict(model_type="gemma", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=512)

@@ -24,17 +24,19 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mdot_jax.gpu import streaming
 from mdot_jax.gpu.catalog import GPU
-from mdot_jax.gpu.kernel_model import META as KERNEL_META
-from mdot_jax.gpu.kernel_model import KernelModel
 from mdot_jax.gpu.neusight import CONV, GEMMS, OPS, ROWWISE
 from mdot_jax.gpu.work import roofline_ms, waves, work
 from mdot_jax.models.trees import PREDICTING, fit_boosters, parse_boosters
 from mdot_jax.serving.prediction import Adaptation
+
+if TYPE_CHECKING:  # a Flax model, imported where a step model holds one
+    from mdot_jax.gpu.kernel_model import KernelModel
 
 VERSION = 2
 GRID = ((63, 0.05),)
@@ -399,6 +401,10 @@ class StepModel:
         folder = Path(folder)
         meta = json.loads((folder / cls.META).read_text())
         ratios, band = meta.pop("ratios"), tuple(meta.pop("band"))
-        ops = KernelModel.load(folder) if (folder / KERNEL_META).is_file() \
-            else GpuOpModel.load(folder / cls.MODEL)
+        if meta.get("pricer") == "kernel":  # a Flax kernel model (`gpu-fit --pricer kernel`)
+            from mdot_jax.gpu.kernel_model import KernelModel
+
+            ops: GpuOpModel | KernelModel = KernelModel.load(folder)
+        else:
+            ops = GpuOpModel.load(folder / cls.MODEL)
         return cls(ops, ratios, band, meta)

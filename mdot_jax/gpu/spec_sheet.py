@@ -91,9 +91,9 @@ from mdot_jax.options import AUTOCAST, LAYOUTS, STEPS
 from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.readable import number
 from mdot_jax.serving.memory import check_fit, held_optimizer, step_memory
-from mdot_jax.serving.predict import checkpoint_devices, graph_warnings, input_size_of
+from mdot_jax.serving.model_facts import graph_warnings, input_size_of
 from mdot_jax.serving.prediction import Prediction
-from mdot_jax.storage.checkpoint import STEP_MODEL_DIR
+from mdot_jax.storage.shipped import STEP_MODEL_DIR, checkpoint_devices
 
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
 CASTS = "casts"  # the type of the cast kernels added around a node (its name's), kept apart

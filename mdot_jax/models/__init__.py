@@ -6,20 +6,19 @@ All are trained by the same `mdot_jax.training.train` with the same features, bu
 splits; `ModelConfig.arch` picks one.
 """
 
-from flax import nnx
+from typing import Any
 
 from mdot_jax.models.config import PAPER_PE, PE_KINDS, ModelConfig, tiny_config
-from mdot_jax.models.gnn import GNN
-from mdot_jax.models.lstm import LSTM
-from mdot_jax.models.mdot import MDOT
-from mdot_jax.models.per_op import PerOp
 
-ARCHS = {"mdot": MDOT, "gnn": GNN, "lstm": LSTM, "per_op": PerOp}
-__all__ = ["ARCHS", "GNN", "LSTM", "MDOT", "PAPER_PE", "PE_KINDS", "ModelConfig", "PerOp",
-           "build_model", "tiny_config"]
+NETWORKS = ("ARCHS", "GNN", "LSTM", "MDOT", "PerOp", "build_model")  # `models.networks`' names
+__all__ = [*NETWORKS, "PAPER_PE", "PE_KINDS", "ModelConfig", "tiny_config"]
 
 
-def build_model(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
-    if cfg.arch not in ARCHS:
-        raise ValueError(f"unknown architecture {cfg.arch!r}: choose from {sorted(ARCHS)}")
-    return ARCHS[cfg.arch](cfg, rngs=rngs)
+def __getattr__(name: str) -> Any:
+    """The networks (Flax modules), imported when first asked for: the tree model and a
+    spec sheet's prediction need none of them, nor JAX."""
+    if name in NETWORKS:
+        import mdot_jax.models.networks as networks
+
+        return getattr(networks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -49,11 +49,12 @@ from mdot_jax import writers
 from mdot_jax.errors import MdotError, UsageError
 from mdot_jax.serving import model_source
 from mdot_jax.serving.measurements import FLAG, JOB_COLUMNS, Row, check_units, read_measurements
-from mdot_jax.serving.predict import Predictor, resolve_checkpoint
+from mdot_jax.serving.predict import Predictor
 from mdot_jax.serving.prediction import Adaptation, Prediction
 from mdot_jax.serving.request import in_fields
 from mdot_jax.storage import checkpoint
 from mdot_jax.storage.calibration import COVER
+from mdot_jax.storage.shipped import resolve_checkpoint
 
 MIN_AFFINE_ROWS = 6
 MIN_AFFINE_SPREAD = float(np.log(2.0))  # of log predicted times, max - min
@@ -278,7 +279,7 @@ def nearest_checkpoint(probe: dict[str, float], exclude: tuple[str, ...] = (),
     the kind, at distance infinity."""
     from mdot_jax.measure.core_set import probe_distance
     from mdot_jax.measure.device import is_cpu
-    from mdot_jax.serving.predict import shipped_checkpoints
+    from mdot_jax.storage.shipped import shipped_checkpoints
 
     scored = []
     for name in shipped_checkpoints():
@@ -298,7 +299,7 @@ def _check_base_kind(base: str | Path, on_cpu: bool) -> None:
     """`base` exists and predicts for the kind of device the probe runs on (a CPU's times say
     little of a GPU's)."""
     from mdot_jax.measure.device import is_cpu
-    from mdot_jax.serving.predict import checkpoint_devices
+    from mdot_jax.storage.shipped import checkpoint_devices
 
     resolve_checkpoint(base)
     devices = checkpoint_devices(base)

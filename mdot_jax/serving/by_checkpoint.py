@@ -51,7 +51,7 @@ class Checkpoint:
 def _predictor(checkpoint: str | None):
     """The checkpoint's `Predictor`, loaded (and its networks compiled) once while its
     folder is unchanged."""
-    from mdot_jax.serving.predict import resolve_checkpoint
+    from mdot_jax.storage.shipped import resolve_checkpoint
 
     path = resolve_checkpoint(checkpoint)
     stat = Path(path).stat()

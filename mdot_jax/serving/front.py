@@ -15,6 +15,7 @@ import contextvars
 import dataclasses
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from converters import ConversionError, OperatorSequence
 from converters.attention import attention_blocks, calling_sdpa, layer_starts, varlen
@@ -24,12 +25,14 @@ from mdot_jax import autograd
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.attention_choice import choose
-from mdot_jax.serving.by_checkpoint import Checkpoint
 from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, held_optimizer, param_bytes
+from mdot_jax.serving.model_facts import tokens_of
 from mdot_jax.serving.model_source import config_input, config_said, cut, is_config, sequence
-from mdot_jax.serving.predict import tokens_of
 from mdot_jax.serving.prediction import SPEC_SHEET, Prediction
 from mdot_jax.serving.request import FIELDS, TrainingJob
+
+if TYPE_CHECKING:  # a checkpoint's network (JAX's), imported where one prices
+    from mdot_jax.serving.by_checkpoint import Checkpoint
 
 
 def predict(job: TrainingJob) -> Prediction | list[Prediction]:
@@ -63,7 +66,7 @@ def _spec(job: TrainingJob) -> tuple[TrainingJob, tuple | None]:
     checkpoint's GPU, but for what only a spec sheet prices (which asks for a device)."""
     from mdot_jax.gpu import catalog
     from mdot_jax.gpu.spec_sheet import STEP_MODEL_DIR, spec_gpu
-    from mdot_jax.serving.predict import checkpoint_devices, checkpoint_trained
+    from mdot_jax.storage.shipped import checkpoint_devices, checkpoint_trained
 
     spec, only = spec_gpu(job.device, job.device_spec, job.checkpoint), _spec_only(job)
     device = job.device  # none named: the default checkpoint's GPU, where it takes the job
@@ -449,7 +452,10 @@ class _SpecSheet:
 
 
 def _checkpoint(job: TrainingJob) -> Checkpoint:
-    """The checkpoint's pricer for `job`, which asks nothing only a spec sheet prices."""
+    """The checkpoint's pricer for `job`, which asks nothing only a spec sheet prices (its
+    network, JAX's, imported only here: a spec sheet's prediction needs none)."""
+    from mdot_jax.serving.by_checkpoint import Checkpoint
+
     if job.device and not job.checkpoint:  # a GPU's name that matched no one row
         from mdot_jax.gpu import catalog
 

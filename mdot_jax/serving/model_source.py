@@ -31,7 +31,7 @@ from mdot_jax.errors import RequestError
 from mdot_jax.gpu import compiled
 from mdot_jax.options import FLASH_ATTN
 from mdot_jax.serving import exports
-from mdot_jax.serving.predict import check_converted, input_size_of
+from mdot_jax.serving.model_facts import check_converted, input_size_of
 from mdot_jax.serving.request import TrainingJob
 
 

@@ -5,7 +5,6 @@ Compiled once per sequence-length bucket (fixed prediction batch size), then fas
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -18,7 +17,7 @@ import onnx
 from flax import nnx
 
 from converters import OperatorSequence, convert
-from converters.dims import check_dims, converted_batch
+from converters.dims import check_dims
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
@@ -30,66 +29,21 @@ from mdot_jax.models.trained import Trained, predict_samples
 from mdot_jax.models.trees import TreeModel
 from mdot_jax.serving import batch_edge
 from mdot_jax.serving.memory import check_fit, machine_memory, step_memory
+from mdot_jax.serving.model_facts import check_converted, graph_warnings, input_size_of
 from mdot_jax.serving.prediction import Adaptation, Prediction
 from mdot_jax.storage.calibration import Calibration
-from mdot_jax.storage.checkpoint import (
-    METADATA,
+from mdot_jax.storage.checkpoint import CheckpointError, load, load_companion
+from mdot_jax.storage.shipped import (
     SHIPPED_DIR,
     STEP_MODEL_DIR,
-    CheckpointError,
-    load,
-    load_companion,
-    shipped_names,
+    resolve_checkpoint,
+    shipped_checkpoints,
 )
 
 CHECKPOINT_DIR = SHIPPED_DIR
-DEFAULT_CHECKPOINT = "timm-rtx3090"
 PREDICT_TOKENS = 4096
 
 ModelLike = Union[str, Path, bytes, onnx.ModelProto, OperatorSequence]
-
-
-def shipped_checkpoints() -> list[str]:
-    """Names of the checkpoints of trained networks that come with the package."""
-    return [n for n in shipped_names() if (CHECKPOINT_DIR / n / METADATA).exists()]
-
-
-def resolve_checkpoint(name_or_dir: str | Path | None) -> Path:
-    """A shipped checkpoint's name, or a directory. A bare shipped name always means the
-    shipped checkpoint, whatever the working directory holds (`./NAME` for a local one)."""
-    name_or_dir = name_or_dir or DEFAULT_CHECKPOINT
-    if str(name_or_dir) in shipped_checkpoints():
-        return CHECKPOINT_DIR / str(name_or_dir)
-    if str(name_or_dir) in shipped_names():  # a GPU step model
-        raise CheckpointError(f"{name_or_dir!r} prices GPUs from their spec sheets and is no "
-                              "checkpoint a Predictor loads: predict(TrainingJob(..., "
-                              "device=GPU)) (`mdot predict --device GPU`) uses it")
-    path = Path(name_or_dir)
-    if path.is_dir():
-        return path
-    raise CheckpointError(f"no checkpoint {str(name_or_dir)!r}: give a directory or one of "
-                          f"the shipped ones {shipped_checkpoints()}")
-
-
-def checkpoint_devices(name_or_dir: str | Path | None) -> list[str]:
-    """The devices a checkpoint predicts for, from its metadata alone (nothing loaded)."""
-    path = resolve_checkpoint(name_or_dir) / "metadata.json"
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    adapted = (meta.get("adaptation") or {}).get("device")
-    return [adapted] if adapted else list(meta.get("stats", {}).get("devices", []))
-
-
-def checkpoint_trained(name_or_dir: str | Path | None, what: str) -> list:
-    """What a checkpoint was trained on (`what`: "precisions", "optimizers", "layouts", ...),
-    from its metadata alone; [] where it does not say."""
-    path = resolve_checkpoint(name_or_dir) / "metadata.json"
-    try:
-        return list(json.loads(path.read_text()).get("train", {}).get(what) or [])
-    except (OSError, ValueError):
-        return []
 
 
 class Predictor:
@@ -422,78 +376,3 @@ def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
     path = (own or shipped)[0]
     what = "" if own else f"; none of {device} is shipped, so the shares are {name[path]}'s"
     return CostModel.load(path), f"the kernel cost model of {name[path]}{what}"
-
-
-def graph_warnings(g: dict, precision: str | None = None) -> list[str]:
-    """What the kind of graph (`converters.kind.graph_kind`) says about a prediction of its
-    training step: another framework's export, an inference one, uncosted control flow; with
-    the `precision` a checkpoint's device was measured at, weights in another (a GPU's pricer
-    says its own)."""
-    out = []
-    only = next((p for p in ("tf2onnx", "jax2onnx") if g.get("producer", "").startswith(p)),
-                None)  # exporters of other frameworks, which write inference graphs only
-    if only:
-        out.append(f"exported by {only}: priced as eager PyTorch trains the graph (its kernels "
-                   "one by one, torch.optim's update); the fusion of a compiled step (XLA's) is "
-                   "not priced")
-    if g.get("kind") == "inference":
-        evidence = " and ".join(
-            f"{n} BatchNormalization {how}" for n, how in (
-                (g["batchnorm_inference"], "in inference mode"),
-                (g.get("batchnorm_folded", 0), "folded into Conv")) if n)
-        exact = (f"export the model from PyTorch in training mode, if there is one: {only} "
-                 "exports inference graphs only" if only else "export the training graph "
-                 "(converters.from_torch, or torch.onnx.export(..., "
-                 "training=TrainingMode.TRAINING))")
-        out.append(f"an inference graph ({evidence}): priced with its BatchNormalization in "
-                   "training mode, but Dropout that the exporter removed is not priced; for "
-                   f"the exact step {exact}")
-    if g.get("control_flow"):
-        out.append(f"control flow {g['control_flow']}: the bodies of these operators are not "
-                   "costed")
-    if precision and g.get("precision", "fp32") != "fp32":
-        out.append(f"the graph's weights are {g['precision']}; the prediction is for "
-                   f"{precision} training as the checkpoint's device was measured")
-    return out
-
-
-def check_converted(seq: OperatorSequence, batch_size: int, image_size: int | None = None,
-                    seq_len: int | None = None, cp: int = 1) -> None:
-    """A converted sequence carries its batch (dim 0 of its data inputs) and its input size
-    (`input_size_of`) in its shapes: it predicts at those only (a sequence length may be `cp`
-    times its own: the piece of a sequence one GPU of a context-parallel group runs)."""
-    shapes = [s for s in seq.meta.get("inputs", {}).values() if s]
-    if shapes and (batch := converted_batch(seq)) != batch_size:
-        raise RequestError(f"batch_size {batch_size}: the operator sequence {seq.name!r} was "
-                           f"converted at batch {batch}; convert the model at batch "
-                           f"{batch_size} instead", "batch_size")
-    have = input_size_of(seq)
-    tokens = tokens_of(seq) or have  # token ids beside audio (Whisper's targets), an image
-    image = (seq.meta.get("head") or {}).get("image") or []  # a vision-language model's
-    for field, size, fits in (("image_size", image_size, (have, *image)),
-                              ("seq_len", seq_len, (tokens, tokens * cp))):
-        if size and size not in fits:
-            raise RequestError(f"{field} {size}: the operator sequence {seq.name!r} was "
-                               f"converted at input size {fits[0]}; convert the model at "
-                               f"{size} instead", field)
-
-
-def input_size_of(seq: OperatorSequence) -> int:
-    """Image side or sequence length, from the data input of `seq.input_kind`."""
-    kind, shape = seq.kind_input
-    if not shape:
-        return 1
-    if kind == "image":  # NCHW, or NHWC when the channels are last
-        return int(shape[1] if shape[3] in (1, 3) and shape[1] not in (1, 3) else shape[3])
-    return int(shape[-1])
-
-
-def tokens_of(seq: OperatorSequence) -> int:
-    """Tokens a sample: the length of its token ids (an integer [B, T] input, beside an image
-    or audio where the model reads one; a multiple-choice model's, times its choices), 0
-    where it has none."""
-    if seq.input_kind == "tokens":
-        return input_size_of(seq) * ((seq.meta.get("head") or {}).get("choices") or 1)
-    ints = seq.meta.get("integer_inputs") or ()
-    return next((int(s[-1]) for n, s in seq.meta.get("inputs", {}).items()
-                 if len(s) == 2 and n in ints), 0)

@@ -180,7 +180,7 @@ def _job(store: ModelStore, body: dict, extra: tuple = (),
          build: Callable[..., TrainingJob] = TrainingJob) -> tuple[TrainingJob, dict]:
     """The request's `TrainingJob` (its model from the store; `build` it from the fields) and
     its other fields (each one the request takes: `_known`)."""
-    from mdot_jax.storage.checkpoint import shipped_names
+    from mdot_jax.storage.shipped import shipped_names
 
     for name, value in body.items():  # each value of a list is priced: a bounded request
         if isinstance(value, list) and len(value) > MAX_LIST:

@@ -44,27 +44,12 @@ from mdot_jax.models import ModelConfig, build_model
 from mdot_jax.models.trained import Trained
 from mdot_jax.models.trees import TreeModel
 from mdot_jax.storage.calibration import Calibration
+from mdot_jax.storage.shipped import METADATA, SHIPPED_DIR, STEP_MODEL, shipped_names
 
 # 2: derived convolution-kind features (features.CONV_KINDS, GRAPH_TOTALS); format-1 weights
 # expect other input widths
 FORMAT_VERSION = 2
-METADATA = "metadata.json"
-STEP_MODEL = "step_model.json"  # a GPU step model's metadata (`gpu.gpu_ops.StepModel.META`)
-_PACKAGE = Path(__file__).resolve().parent.parent
-# An installed wheel carries the shipped checkpoints as package data (`mdot_jax/checkpoints`);
-# a source checkout (editable install) has them at the top of the repository.
-SHIPPED_DIR = next((d for d in (_PACKAGE / "checkpoints", _PACKAGE.parent / "checkpoints")
-                    if d.is_dir()), _PACKAGE / "checkpoints")
 COMPANION = "companion.txt.xz"
-STEP_MODEL_DIR = SHIPPED_DIR / "gpu-spec-sheet"  # the shipped step model: any GPU's spec sheet
-
-
-def shipped_names() -> list[str]:
-    """Names of the checkpoints that come with the package (GPU step models included)."""
-    if not SHIPPED_DIR.is_dir():
-        return []
-    return sorted(p.name for p in SHIPPED_DIR.iterdir() if (p / METADATA).exists()
-                  or (p / STEP_MODEL).exists())
 
 
 def _checkpointer():
