@@ -29,7 +29,10 @@ def folder() -> Path | None:
     where = os.environ.get("MDOT_EXPORTS", "")
     if where == OFF:
         return None
-    return Path(where) if where else Path.home() / ".cache" / "mdot" / "exports"
+    try:
+        return Path(where) if where else Path.home() / ".cache" / "mdot" / "exports"
+    except RuntimeError:  # no home directory to be found: nothing kept
+        return None
 
 
 @functools.cache
