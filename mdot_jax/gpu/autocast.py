@@ -14,7 +14,7 @@ import numpy as np
 
 from converters import OperatorSequence
 from converters.sequence import CONFIG_FIELDS
-from mdot_jax.autograd import NF4_BYTES, Backward, frozen_nodes, quantized
+from mdot_jax.autograd import NF4_BYTES, Backward, frozen_nodes, quantized, trainable
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.options import HALF
 
@@ -140,15 +140,19 @@ def copied_weights(seq: OperatorSequence, precision: str, grads: Backward,
     kinds = [k for k, _, _ in classified(seq)]
     held = _cast_held(seq, precision)
     again = rerun if rerun is not None else np.zeros(seq.num_ops, bool)
-    total = 0.0
+    trained = frozen = 0.0
     for i, kind in enumerate(kinds):
         if kind not in GEMMS:
             continue
         saved = grads.data[i] and not again[i]  # a frozen weight's copy: for dgrad
         for j in (i, *_read(seq, kinds, held, i)[0]):
-            if grads.weights[j] or saved:
-                total += held[j]
-    return float(total)
+            if grads.weights[j]:
+                trained += held[j]
+            elif saved:
+                frozen += held[j]
+    # a trained weight several GEMMs read (ALBERT's layers share theirs) is cached once: at
+    # most the trained parameters (the sequence counts a shared weight at each reader)
+    return float(min(trained, trainable(seq)) + frozen)
 
 
 def _bias(seq: OperatorSequence, i: int, kind: str, params: float) -> int:
