@@ -258,8 +258,7 @@ def _metadata(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def _sdpa_softmax(nodes: list, seq_index: dict[int, int], ordinals: str) -> list[int]:
-    """The sequence's indices of the Softmax nodes `SDPA_KEY` names by ordinal (fusion keeps
-    every Softmax, in order)."""
+    """Sequence indices of the Softmax nodes `SDPA_KEY` names by ordinal (fusion keeps each)."""
     softmax = [i for i, n in enumerate(nodes) if n.op_type == "Softmax"]
     return [seq_index[softmax[int(k)]] for k in ordinals.split(",")
             if k and int(k) < len(softmax) and softmax[int(k)] in seq_index]
@@ -328,9 +327,7 @@ _DEFAULT_ROW = _DEFAULTS.tolist()
 
 def _shape_fields(shape: tuple[int, ...]) -> list[int]:
     """Rank and the last 4 dims, right-aligned; leading dims fold into the first slot."""
-    dims = list(shape)
-    if len(dims) > 4:
-        dims = [math.prod(dims[:-3])] + dims[-3:]
+    dims = list(shape) if len(shape) <= 4 else [math.prod(shape[:-3]), *shape[-3:]]
     return [len(shape)] + [1] * (4 - len(dims)) + dims
 
 
@@ -379,7 +376,7 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
     names: list[str] = []
     edges: list[tuple[int, int]] = []
     unknown: dict[str, int] = {}
-    used_params: set[str] = set()
+    readers: dict[str, list[int]] = {}  # each parameter used: the operators reading it
     dropped = 0
     for i in order:
         node = nodes[i]
@@ -412,7 +409,8 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         masks.record(names[-1], reads)
         if node.op_type == "Add" and masks.fill.intersection(inputs):
             filled.append(names[-1])
-        used_params.update(node_params)
+        for t in node_params:
+            readers.setdefault(t, []).append(j)
         if node_params and frozen.issuperset(node_params):
             frozen_nodes.append(j)
         for t in inputs:
@@ -431,13 +429,15 @@ def to_sequence(model: onnx.ModelProto, name: str = "", *, fuse: bool | int = Fa
         inputs={t: list(types[t].shape or []) for t in sorted(data_inputs) if t in types},
         integer_inputs=sorted(t for t in data_inputs
                               if t in types and types[t].elem_type not in FLOAT_TYPES),
-        params=int(sum(types[t].numel for t in used_params - tied)),
-        **({"frozen": int(sum(types[t].numel for t in (used_params & frozen) - tied)),
-            "frozen_nodes": frozen_nodes} if used_params & frozen else {}),
+        params=int(sum(types[t].numel for t in readers.keys() - tied)),
+        **({"frozen": int(sum(types[t].numel for t in (readers.keys() & frozen) - tied)),
+            "frozen_nodes": frozen_nodes} if readers.keys() & frozen else {}),
         unknown_ops=dict(sorted(unknown.items())), dropped_nodes=dropped,
+        **({"shared_params": r} if (r := sorted({tuple(js) for js in readers.values()
+                                                 if len(js) > 1})) else {}),  # ALBERT's layers
         **({} if fused is None else {"fused": fused, "fusion_version": version}),
         **({"fill_operands": filled} if filled else {}),
-        **({"half_type": h} if (h := half_of(types, used_params)) else {}), **masks.readers,
+        **({"half_type": h} if (h := half_of(types, readers.keys())) else {}), **masks.readers,
         **{k: json.loads(said[key]) for k, key in JSON_KEYS.items() if said.get(key)},
         **({"eager_attention": a} if (a := said.get(EAGER_KEY)) else {}),
         **({"checkpointed": True} if said.get(CHECKPOINTED_KEY) else {}),

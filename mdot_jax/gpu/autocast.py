@@ -140,19 +140,24 @@ def copied_weights(seq: OperatorSequence, precision: str, grads: Backward,
     kinds = [k for k, _, _ in classified(seq)]
     held = _cast_held(seq, precision)
     again = rerun if rerun is not None else np.zeros(seq.num_ops, bool)
-    trained = frozen = 0.0
+    trained: dict[int, float] = {}  # a holder's weights, cached once a tensor
+    frozen = 0.0
     for i, kind in enumerate(kinds):
         if kind not in GEMMS:
             continue
         saved = grads.data[i] and not again[i]  # a frozen weight's copy: for dgrad
         for j in (i, *_read(seq, kinds, held, i)[0]):
             if grads.weights[j]:
-                trained += held[j]
+                trained[j] = held[j]
             elif saved:
                 frozen += held[j]
-    # a trained weight several GEMMs read (ALBERT's layers share theirs) is cached once: at
-    # most the trained parameters (the sequence counts a shared weight at each reader)
-    return float(min(trained, trainable(seq)) + frozen)
+    # a trained weight several operators read (ALBERT's shared layers) is one tensor, copied
+    # once: each holder but one of those sharing a parameter taken off (`shared_params`)
+    # (a sequence converted before it was recorded: at most the trained parameters)
+    for readers in seq.meta.get("shared_params") or ():
+        if counted := [trained.pop(j) for j in readers if j in trained]:
+            trained[readers[0]] = max(counted)
+    return float(min(sum(trained.values()), trainable(seq)) + frozen)
 
 
 def _bias(seq: OperatorSequence, i: int, kind: str, params: float) -> int:
