@@ -56,6 +56,15 @@ def _cores(blocks: list[Block]) -> set[int]:
     return {i for b in blocks for i in b.inner if i != b.output}
 
 
+def copies_kept(seq: OperatorSequence, precision: str, framework: str,
+                granularity: str | None, blocks: list[Block]) -> float:
+    """Bytes of autocast's weight copies a step keeps at its peak checkpointed at
+    `granularity` (None: not checkpointed; full: none of a frozen weight's in the layers it
+    runs again)."""
+    rerun = checkpointed(seq, blocks)[0] if granularity == "full" else None
+    return autocast_copies(seq, precision, framework, rerun)
+
+
 def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
                       granularity: str, fused: list[Block], blocks: list[Block],
                       framework: str = "pytorch") -> Prediction:
@@ -81,8 +90,8 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
     held, layer, count = full_checkpoint_bytes(seq, blocks, each, scale,
                                                np.zeros(seq.num_ops, int), 1)
     # frozen fp32 weights' autocast copies kept for a layer's backward are not kept either
-    copies = autocast_copies(seq, precision, framework) - autocast_copies(
-        seq, precision, framework, checkpointed(seq, blocks)[0])
+    copies = autocast_copies(seq, precision, framework) - copies_kept(
+        seq, precision, framework, granularity, blocks)
     activations, kept = float(each.sum()) + copies, float(held[0] + layer[0])
     note = (f"activation checkpointing over {count[0]} layers: the forward run again in the "
             f"backward ({again:.3g} ms), activations {activations / 1e9:.3g}"

@@ -349,10 +349,10 @@ class _SpecSheet:
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
         from mdot_jax.gpu import model_parallel
-        from mdot_jax.gpu.model_parallel import checkpointed
         from mdot_jax.gpu.offload import offload
         from mdot_jax.gpu.parallel import accumulate, data_parallel
-        from mdot_jax.serving.memory import autocast_copies, check_fit, loss_note
+        from mdot_jax.gpu.recompute import copies_kept
+        from mdot_jax.serving.memory import check_fit, loss_note
 
         job, network = self.job, self.network_gbs
         params = self.seq.params
@@ -375,9 +375,8 @@ class _SpecSheet:
                      precision=job.precision or "fp32", units=len(starts) + 1 if starts else 0,
                      trained=autograd.trainable(self.seq) / max(self.seq.params, 1),
                      weight_bytes=self._weight_bytes())
-        rerun = checkpointed(self.seq, self.blocks)[0] \
-            if job.activation_checkpointing == "full" else None
-        copies = autocast_copies(self.seq, job.precision or "fp32", job.framework, rerun)
+        copies = copies_kept(self.seq, job.precision or "fp32", job.framework,
+                             job.activation_checkpointing, self.blocks)
         # Megatron-LM reduces the gradients after the backward (overlap_grad_reduce off)
         p = data_parallel(one, params, self.gpu, n, job.nodes, job.interconnect, network,
                           job.strategy, model_parallel=job.tp * job.pp,

@@ -53,10 +53,10 @@ def _positive(text: str, kind, where: str, column: str):
 def _model(csv_path: Path, cell: str, where: str) -> Path:
     """A row's model: a file beside the CSV (ONNX, `.npz`, config.json), or a name of
     `mdot models` (its config.json)."""
-    model = csv_path.parent / cell.strip()
-    if cell.strip() and model.is_file():
+    name = cell.strip()
+    if name and (model := csv_path.parent / name).is_file():
         return model
-    if (found := named_models.find(cell.strip())) is not None:
+    if (found := named_models.find(name)) is not None:
         return found.config
     raise UsageError(f"{where}: model {cell!r}: no such file beside {csv_path.name}, nor a "
                      "name of `mdot models`")
