@@ -356,8 +356,9 @@ def test_the_step_model_adapts_to_a_gpus_measured_steps(capsys, tmp_path):
     # adapted at fp32: at another precision its fit is not measured, nor its band
     code, out, err = run(capsys, *args, "--checkpoint", tmp_path / "my-l4", "--precision", "tf32")
     assert code == 0 and json.loads(out)["interval_ms"] is None and "no band" in err
-    code, _, err = run(capsys, *args, "--checkpoint", tmp_path / "my-l4", "--device", "t4")
+    code, out, err = run(capsys, *args, "--checkpoint", tmp_path / "my-l4", "--device", "t4")
     assert code == 0 and "priced unadapted" in err
+    assert json.loads(out)["source"].endswith("unadapted (adapted to the nvidia-l4's steps)")
     code, _, err = run(capsys, *adapt, "--device-name", "l4")  # never replaced unasked
     assert code == 2 and "--force" in err
 

@@ -117,6 +117,14 @@ def test_a_bad_plan_is_one_named_error(model, fields, field):
         assert "give prices too" in str(e.value)  # the field that holds them
 
 
+def test_a_model_that_cannot_be_read_is_an_mdot_error(tmp_path):
+    from mdot_jax import MdotError, ModelError
+
+    with pytest.raises(MdotError, match="no such file") as e:
+        plan(Plan(_job(str(tmp_path / "missing.onnx")), devices="l4", gpus=1))
+    assert isinstance(e.value, ModelError)
+
+
 def test_one_gpu_count_is_a_plan_of_it(model):
     one, listed = (plan(Plan(_job(model), devices="l4", gpus=g)) for g in (8, [8]))
     assert [o.to_json() for o in one] == [o.to_json() for o in listed]
@@ -279,6 +287,19 @@ def test_a_global_batch_splits_each_count_every_way_the_model_takes(decoder, mon
     with pytest.raises(RequestError, match="global_batch: searches the layouts; give no tp"):
         Plan(TrainingJob(model=decoder, batch_size=1, seq_len=32, tp=2, gpus=8,
                          train_tokens=10**9), global_batch=64)
+
+
+def test_the_search_tries_the_largest_micro_batch_a_replicas_share_takes():
+    """A global batch of 7 on one GPU was searched at micro-batches of 1 alone (powers of two
+    and the batch size, 8, divide none of it): 7 steps an update where one would do."""
+    from mdot_jax.serving.plan import layouts
+
+    one = layouts(1, 1, global_batch=7, micro_batch=8)
+    assert {(lay.micro_batch, lay.grad_accum) for lay in one} == {(1, 7), (7, 1)}
+    for lay in layouts(8, 1, global_batch=96, micro_batch=8):
+        assert lay.micro_batch * lay.grad_accum * 8 // (lay.tp * lay.pp) == 96
+    dp8 = {lay.micro_batch for lay in layouts(8, 1, 96, 8) if lay.tp * lay.pp == 1}
+    assert dp8 == {1, 2, 4, 6}  # a share of 12: 6 its largest under 8
 
 
 def test_a_global_batch_no_replicas_share_says_so_beside_the_split_refused(tmp_path):

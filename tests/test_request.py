@@ -272,6 +272,19 @@ def test_a_model_of_the_wrong_type_is_refused_by_name(model):
     assert e.value.field == "model" and "expected a path" in str(e.value)
 
 
+@pytest.mark.parametrize("device", ["h100-sxm", None])  # a spec sheet, the default checkpoint
+def test_a_model_that_cannot_be_read_is_an_mdot_error(tmp_path, device):
+    """`except MdotError` holds every failure of a request, as the README says: a missing file
+    was the converters' `ConversionError` alone, past such a handler."""
+    from converters import ConversionError
+    from mdot_jax import ModelError
+
+    missing = tmp_path / "missing.onnx"
+    with pytest.raises(MdotError, match=r"missing.onnx: no such file$") as e:
+        predict(TrainingJob(model=str(missing), batch_size=4, device=device))
+    assert isinstance(e.value, ModelError) and isinstance(e.value, ConversionError)
+
+
 def test_a_pytorch_module_is_told_to_export_first():
     torch = pytest.importorskip("torch")
     with pytest.raises(RequestError, match=r"^model \(a Sequential\): .* export a PyTorch "

@@ -125,8 +125,11 @@ def tensor_core_gemms(info: dict, gpu: GPU, precision: str
     gemms = TensorCoreGemms.from_json(d)
     c = gemms.constants[ARITHMETIC[peak]]
     where = "measured on this GPU" if gpu.name == gemms.gpu else "not measured on this GPU"
+    what = (f"{precision}: the matmuls not in {LINEAR_PEAK[precision]} (attention's, linear layers "
+             f"with sides not multiples of {MULTIPLE}), at {peak},"
+            if precision in LINEAR_PEAK else f"{precision} matmuls")
     return peak, gemms, (
-        f"{precision} matmuls priced at {c.share_compute:.0%} of the {gpu.name}'s {peak} peak "
+        f"{what} priced at {c.share_compute:.0%} of the {gpu.name}'s {peak} peak "
         f"and a {1e3 * c.fixed_ms:.0f} us fixed cost, what the {gemms.gpu}'s measured GEMMs "
         f"reach ({c.mape:.0f}% MAPE over {c.rows}): {where}")
 

@@ -29,7 +29,7 @@ from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, held_optimizer, param
 from mdot_jax.serving.model_facts import tokens_of
 from mdot_jax.serving.model_source import config_input, config_said, cut, is_config, sequence
 from mdot_jax.serving.prediction import SPEC_SHEET, Prediction
-from mdot_jax.serving.request import FIELDS, TrainingJob
+from mdot_jax.serving.request import FIELDS, ModelError, TrainingJob
 
 if TYPE_CHECKING:  # a checkpoint's network (JAX's), imported where one prices
     from mdot_jax.serving.by_checkpoint import Checkpoint
@@ -37,8 +37,8 @@ if TYPE_CHECKING:  # a checkpoint's network (JAX's), imported where one prices
 
 def predict(job: TrainingJob) -> Prediction | list[Prediction]:
     """The job's prediction; a list, one per batch size or GPU count, where the job asks for
-    several (`TrainingJob.several`). Raises `MdotError`s (a `RequestError` names the field) and
-    `ConversionError`s for the model."""
+    several (`TrainingJob.several`). Raises `MdotError`s: a `RequestError` names the field,
+    a `ModelError` the model's problem."""
     try:
         job, spec = _spec(job)
         pricer = _SpecSheet(job, *spec) if spec else _checkpoint(job)
@@ -49,8 +49,10 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
                 out.append(_complete(pricer.parallel(one, seq, n), pricer.job, pricer, seq,
                                      b, n))
     except ValueError as e:  # a bad value met deep in the pricing: said as the request's
-        if isinstance(e, (MdotError, ConversionError)):
+        if isinstance(e, MdotError):
             raise
+        if isinstance(e, ConversionError):
+            raise ModelError(str(e)) from None
         first = str(e).split(" ", 1)[0].rstrip(":").removeprefix("--").replace("-", "_")
         raise RequestError(str(e), first if first in FIELDS else "") from None
     return out if job.several else out[0]
@@ -243,8 +245,10 @@ class _SpecSheet:
         if job.layout != "nchw" and not self.model.info.get("channels_last"):
             raise RequestError(f"layout: {folder.name} prices NCHW only (no channels-last "
                                "ratios measured: `mdot gpu-fit --channels-last SWEEP`)", "layout")
+        adapted = self.model.info.get("adaptation") and self.model.info["gpu"]["name"]
         self.source = f"{SPEC_SHEET} by {folder.name}" + (
-            ", adapted to measured steps" if self.model.info.get("adaptation") else "")
+            "" if not adapted else ", adapted to measured steps" if adapted == gpu.name
+            else f", unadapted (adapted to the {adapted}'s steps)")
         if (most := max(job.gpu_counts)) > (node := gpu.node_gpus):
             held = "its NVLink joins" if gpu.nvlink_gpus else "HGX boards and DGX systems hold"
             self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; {held} {node}: "

@@ -19,7 +19,8 @@ With `global_batch` (samples an iteration, held fixed), each GPU count is also s
 (`layouts`): tensor parallelism within a node (powers of two), pipeline stages (powers of two),
 the job's context parallelism as it gives it (or each of `cps`, the model converted at each's
 cut sequence), the data-parallel replicas the rest,
-micro-batches of 1, 2, 4, ... up to the job's batch size accumulated to the global batch;
+micro-batches of 1, 2, 4, ... up to the job's batch size, it and the largest dividing a
+replica's share, accumulated to the global batch;
 without a checkpointing asked, a layout that does not fit is priced again with full activation
 checkpointing; a mixture of experts (unless the job gives
 `ep`) is priced at every expert-parallel degree (powers of two dividing the replicas and the
@@ -41,11 +42,19 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
+from converters.errors import ConversionError
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number
 from mdot_jax.serving.prediction import Prediction
-from mdot_jax.serving.request import TrainingJob, _choice, _ints, _plain_fields, _positive
+from mdot_jax.serving.request import (
+    ModelError,
+    TrainingJob,
+    _choice,
+    _ints,
+    _plain_fields,
+    _positive,
+)
 
 SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
 
@@ -186,16 +195,21 @@ def whole_nodes(gpu, n: int, nodes: int) -> tuple[int, int] | str:
 def layouts(gpus_per_node: int, nodes: int, global_batch: int, micro_batch: int, cp: int = 1
             ) -> list[Layout]:
     """Every split of `gpus_per_node` x `nodes` GPUs the search prices (module docstring),
-    before the model says which it takes; micro-batches up to `micro_batch`; `cp`: the job's
-    context-parallel GPUs a replica spans beside its tensor and pipeline ones."""
+    before the model says which it takes; micro-batches of powers of two up to `micro_batch`,
+    it and the largest dividing a replica's share of the batch (a global batch of 7 on one
+    GPU: 7, not only 1); `cp`: the job's context-parallel GPUs a replica spans beside its
+    tensor and pipeline ones."""
     total, out = gpus_per_node * nodes, []
-    sizes = sorted({1 << i for i in range(micro_batch.bit_length())} | {micro_batch})
+    sizes = {1 << i for i in range(micro_batch.bit_length())} | {micro_batch}
     for tp in (t for t in (1, 2, 4, 8, 16) if gpus_per_node % t == 0):
         for pp in (p for p in (1, 2, 4, 8, 16, 32) if total % (tp * p * cp) == 0):
             dp = total // (tp * pp * cp)
-            for b in sizes:
-                if global_batch % (b * dp) == 0:
-                    out.append(Layout(tp, pp, b, global_batch // (b * dp), cp=cp))
+            if global_batch % dp:
+                continue
+            share = global_batch // dp
+            largest = max(b for b in range(1, min(micro_batch, share) + 1) if share % b == 0)
+            out += [Layout(tp, pp, b, share // b, cp=cp)
+                    for b in sorted(sizes | {largest}) if share % b == 0]
     return out
 
 
@@ -244,7 +258,17 @@ def job_for_plan(**fields) -> TrainingJob:
 
 
 def plan(request: Plan, progress: bool = False) -> list[Option]:
-    """Every candidate of `request`, ranked (module docstring)."""
+    """Every candidate of `request`, ranked (module docstring); a model that cannot be read
+    or priced as asked raises a `ModelError`."""
+    try:
+        return _plan(request, progress)
+    except ConversionError as e:
+        if isinstance(e, MdotError):
+            raise
+        raise ModelError(str(e)) from None
+
+
+def _plan(request: Plan, progress: bool) -> list[Option]:
     from converters.fusion import fusion_version
     from mdot_jax.serving.model_source import cut, sequence
 
