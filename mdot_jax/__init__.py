@@ -9,7 +9,7 @@ The public API (imported lazily, so `mdot convert` does not pay for JAX start-up
   ModelConfig                                  (mdot_jax.models)
   RECIPES                                      (mdot_jax.recipes: shipped, paper, mdot, tiny)
   MdotError, RequestError                      (mdot_jax.errors: what every failure raises)
-  ModelError                                   (mdot_jax.serving.request: a model unread, both)
+  ModelError                                   (mdot_jax.serving.model_source: the model's)
 
 Subpackages: `data` (datasets, features, aggregates), `measure` (profiling here: devices,
 zoo models, operators, the core set), `models` (the networks, the tree model, the kernel cost
@@ -24,7 +24,7 @@ _EXPORTS = {
     "convert": "converters", "OperatorSequence": "converters", "ConversionError": "converters",
     "TrainingJob": "mdot_jax.serving.request", "predict": "mdot_jax.serving.front",
     "MdotError": "mdot_jax.errors", "RequestError": "mdot_jax.errors",
-    "ModelError": "mdot_jax.serving.request",
+    "ModelError": "mdot_jax.serving.model_source",
     "Predictor": "mdot_jax.serving.predict", "load_dataset": "mdot_jax.data.dataset",
     "train": "mdot_jax.training.train", "TrainConfig": "mdot_jax.training.train",
     "ModelConfig": "mdot_jax.models", "RECIPES": "mdot_jax.recipes",

@@ -1,9 +1,9 @@
 """Errors the CLI prints as one line (kept free of JAX so `mdot convert` starts fast).
 
 Every expected failure raises an `MdotError` (or, below the front door, the converters'
-`ConversionError`, which `predict` and `plan` raise as `serving.request.ModelError`, both) with a
-one-line message naming the file, line, flag or node; anything else is a bug and may show a
-traceback.
+`ConversionError`, which `predict` and `plan` raise as `serving.model_source.ModelError`, both)
+with a one-line message naming the file, line, flag or node; anything else is a bug and may
+show a traceback.
 """
 
 

@@ -27,14 +27,22 @@ from mdot_jax.options import AUTOCAST, FLASH_ATTN, OPTIMIZERS, SHARDED_WEIGHTS
 from mdot_jax.serving.attention_choice import choose
 from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, held_optimizer, param_bytes
 from mdot_jax.serving.model_facts import tokens_of
-from mdot_jax.serving.model_source import config_input, config_said, cut, is_config, sequence
+from mdot_jax.serving.model_source import (
+    config_input,
+    config_said,
+    cut,
+    is_config,
+    model_errors,
+    sequence,
+)
 from mdot_jax.serving.prediction import SPEC_SHEET, Prediction
-from mdot_jax.serving.request import FIELDS, ModelError, TrainingJob
+from mdot_jax.serving.request import FIELDS, TrainingJob
 
 if TYPE_CHECKING:  # a checkpoint's network (JAX's), imported where one prices
     from mdot_jax.serving.by_checkpoint import Checkpoint
 
 
+@model_errors
 def predict(job: TrainingJob) -> Prediction | list[Prediction]:
     """The job's prediction; a list, one per batch size or GPU count, where the job asks for
     several (`TrainingJob.several`). Raises `MdotError`s: a `RequestError` names the field,
@@ -49,10 +57,8 @@ def predict(job: TrainingJob) -> Prediction | list[Prediction]:
                 out.append(_complete(pricer.parallel(one, seq, n), pricer.job, pricer, seq,
                                      b, n))
     except ValueError as e:  # a bad value met deep in the pricing: said as the request's
-        if isinstance(e, MdotError):
+        if isinstance(e, (MdotError, ConversionError)):
             raise
-        if isinstance(e, ConversionError):
-            raise ModelError(str(e)) from None
         first = str(e).split(" ", 1)[0].rstrip(":").removeprefix("--").replace("-", "_")
         raise RequestError(str(e), first if first in FIELDS else "") from None
     return out if job.several else out[0]

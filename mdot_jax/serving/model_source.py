@@ -15,8 +15,9 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import onnx
@@ -27,12 +28,34 @@ from converters.hf_heads import holds_images, input_kind, needs_tokens
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import writers
-from mdot_jax.errors import RequestError
+from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.gpu import compiled
 from mdot_jax.options import FLASH_ATTN
 from mdot_jax.serving import exports
 from mdot_jax.serving.model_facts import check_converted, input_size_of
 from mdot_jax.serving.request import TrainingJob
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ModelError(MdotError, ConversionError):
+    """The model a job names cannot be read or priced as asked (no such file, an input past
+    its positions): the converters' `ConversionError`, raised by `predict` and `plan` as an
+    `MdotError` too, so that one `except MdotError` holds every failure of a request."""
+
+
+def model_errors(f: Callable[P, R]) -> Callable[P, R]:
+    """`f` raising the converters' errors as `ModelError`s."""
+    @functools.wraps(f)
+    def said(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return f(*args, **kwargs)
+        except ConversionError as e:
+            if isinstance(e, MdotError):
+                raise
+            raise ModelError(str(e)) from None
+    return said
 
 
 def config_said(seq: OperatorSequence) -> list[str]:

@@ -42,19 +42,12 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from converters.errors import ConversionError
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number
+from mdot_jax.serving.model_source import model_errors
 from mdot_jax.serving.prediction import Prediction
-from mdot_jax.serving.request import (
-    ModelError,
-    TrainingJob,
-    _choice,
-    _ints,
-    _plain_fields,
-    _positive,
-)
+from mdot_jax.serving.request import TrainingJob, _choice, _ints, _plain_fields, _positive
 
 SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
 
@@ -257,18 +250,9 @@ def job_for_plan(**fields) -> TrainingJob:
     return TrainingJob(**fields)
 
 
+@model_errors
 def plan(request: Plan, progress: bool = False) -> list[Option]:
-    """Every candidate of `request`, ranked (module docstring); a model that cannot be read
-    or priced as asked raises a `ModelError`."""
-    try:
-        return _plan(request, progress)
-    except ConversionError as e:
-        if isinstance(e, MdotError):
-            raise
-        raise ModelError(str(e)) from None
-
-
-def _plan(request: Plan, progress: bool) -> list[Option]:
+    """Every candidate of `request`, ranked (module docstring)."""
     from converters.fusion import fusion_version
     from mdot_jax.serving.model_source import cut, sequence
 

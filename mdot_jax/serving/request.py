@@ -16,8 +16,8 @@ from typing import Any
 
 import onnx
 
-from converters import ConversionError, OperatorSequence
-from mdot_jax.errors import MdotError, RequestError
+from converters import OperatorSequence
+from mdot_jax.errors import RequestError
 from mdot_jax.options import (
     ATTENTION,
     AUTOCAST,
@@ -39,13 +39,6 @@ from mdot_jax.options import (
     STRATEGIES,
 )
 from mdot_jax.serving import named_models
-
-
-class ModelError(MdotError, ConversionError):
-    """The model a job names cannot be read or priced as asked (no such file, an input past
-    its positions): the converters' `ConversionError`, raised by `predict` and `plan` as an
-    `MdotError` too, so that one `except MdotError` holds every failure of a request."""
-
 
 MODEL_TYPES = (str, Path, bytes, onnx.ModelProto, OperatorSequence)  # what `model` may be
 _TOKENS = (MAX_TOKENS, " tokens, the longest sequence priced (the conversion holds each "
