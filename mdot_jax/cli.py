@@ -327,28 +327,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="path to an .onnx file (export it with converters.from_*), "
                                  "a Hugging Face model's config.json (with --seq-len), or a name "
                                  "of `mdot models` (llama-3.1-8b)")
-    cli_job.add_shape_args(p)
-    p.add_argument("--checkpoint", help="shipped checkpoint name or directory (default: "
+    cli_job.add_shape_args(p).add_argument(
+        "--batch-sizes", type=_int_list,
+        help="several batch sizes at once (a table; JSON: a list, as for several --gpus), "
+             "e.g. 16,32,64")
+    g = p.add_argument_group("the device")
+    g.add_argument("--checkpoint", help="shipped checkpoint name or directory (default: "
                                         "timm-rtx3090; gpu-spec-sheet: price the --device GPU "
                                         "from its spec sheet)")
-    p.add_argument("--device", help="device to predict for: the checkpoint's (default), or a "
+    g.add_argument("--device", help="device to predict for: the checkpoint's (default), or a "
                                     "GPU of `mdot devices` (priced from its spec sheet)")
-    p.add_argument("--device-spec", metavar="FILE.json",
+    g.add_argument("--device-spec", metavar="FILE.json",
                    help="a GPU the catalog lacks, described with its fields")
-    p.add_argument("--batch-sizes", type=_int_list,
-                   help="several batch sizes at once (a table; JSON: a list, as for several "
-                        "--gpus), e.g. 16,32,64")
-    cli_job.add_job_args(p)
-    p.add_argument("--gpus", type=_int_list, metavar="N[,M,...]",
-                   help="data-parallel (DDP) over N GPUs per node, --batch-size per GPU; "
-                        "several: a table with the scaling efficiency")
-    p.add_argument("--top", type=POSITIVE_INT, metavar="N",
+    cli_job.add_job_args(p)["parallel"].add_argument(
+        "--gpus", type=_int_list, metavar="N[,M,...]",
+        help="data-parallel (DDP) over N GPUs per node, --batch-size per GPU; several: a "
+             "table with the scaling efficiency")
+    g = p.add_argument_group("output")
+    g.add_argument("--top", type=POSITIVE_INT, metavar="N",
                    help="also show the N most expensive operators (with --json: every "
                         "operator's share of the time, in graph order)")
-    p.add_argument("--plot", metavar="FILE.png", help="throughput and memory per GPU against "
+    g.add_argument("--plot", metavar="FILE.png", help="throughput and memory per GPU against "
                    "the --batch-sizes or --gpus asked, the GPU's memory drawn")
-    p.add_argument("--force", action="store_true", help="replace an existing --plot file")
-    p.add_argument("--json", action="store_true")
+    g.add_argument("--force", action="store_true", help="replace an existing --plot file")
+    g.add_argument("--json", action="store_true", help="every field, as the library's "
+                                                       "Prediction holds it")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("adapt", description=USER_COMMANDS["adapt"])

@@ -66,7 +66,10 @@ def count(text: str) -> int:
     return int(value)
 
 
-def add_shape_args(p: argparse.ArgumentParser) -> None:
+def add_shape_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The flags that size the model's inputs (and adapt it), a group of `--help` of their
+    own."""
+    p = parser.add_argument_group("the model and its inputs")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
                    help="concrete shape of a data input (repeatable)")
     p.add_argument("--batch-size", type=POSITIVE_INT, help="dim 0 of every data input")
@@ -86,11 +89,18 @@ def add_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-targets", metavar="NAME[,NAME...]",
                    help="with --lora-rank: the linear layers adapted, by name (e.g. q_proj,v_proj; "
                         "default all-linear: every one but the output head)")
+    return p
 
 
-def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
-    """The job's flags, besides the model, its shapes and where it runs; `plan`: a plan's (--cp
+def add_job_args(parser: argparse.ArgumentParser, plan: bool = False
+                 ) -> dict[str, argparse._ArgumentGroup]:
+    """The job's flags, besides the model, its shapes and where it runs, in `--help`'s groups
+    (returned by name: step, parallel, job, for a command's own flags); `plan`: a plan's (--cp
     takes several degrees, which its layout search tries; one precision on every GPU)."""
+    groups = {name: parser.add_argument_group(title) for name, title in (
+        ("step", "the training step"), ("parallel", "parallelism and the cluster"),
+        ("job", "the whole job"))}
+    p = groups["step"]
     p.add_argument("--precision", choices=PRECISIONS,
                    help="default: fp32 on every GPU of a plan" if plan else
                    "default: the device's usual (fp32 on CPUs and GPUs priced from their "
@@ -99,7 +109,8 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="how a model's frozen parameters are held (LoRA's base): in the half "
                         "type (loaded so), or nf4 (QLoRA's 4 bits); default as --precision "
                         "holds weights (fp32 under autocast)")
-    p.add_argument("--layout", default="nchw", choices=LAYOUTS)
+    p.add_argument("--layout", default="nchw", choices=LAYOUTS,
+                   help="an image model's tensors: nchw (default) or nhwc, channels-last")
     p.add_argument("--optimizer", default="sgd", choices=SPEC_SHEET_OPTIMIZERS,
                    help="the training step's optimizer; sgd: with momentum (memory; time "
                         "where the checkpoint was trained on it or the GPU is priced from its "
@@ -115,10 +126,28 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="gradients clipped by their total norm before the update "
                         "(clip_grad_norm_; transformers' Trainer's default; a GPU priced from "
                         "its spec sheet)")
-    p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
     p.add_argument("--grad-accum", type=POSITIVE_INT, default=1, metavar="K",
                    help="micro-batches of --batch-size per GPU an iteration runs before its "
                         "update (gradient accumulation; a GPU priced from its spec sheet)")
+    p.add_argument("--activation-checkpointing", choices=CHECKPOINTING,
+                   help="full: every transformer layer's forward run again in its backward; "
+                        "selective: the attention core's (a GPU priced from its spec sheet)")
+    p.add_argument("--attention", choices=ATTENTION,
+                   help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
+                        "it; flash_attention_2: the flash-attn package (transformers' "
+                        "attn_implementation), which takes sliding windows itself (default: "
+                        "what PyTorch runs on the GPU at the precision)")
+    p.add_argument("--compile", action="store_true",
+                   help="the model compiled with torch.compile (Inductor: memory-bound "
+                        "operators fused; a GPU priced from its spec sheet)")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="pytorch",
+                   help="whose kernels: eager PyTorch's, or Megatron-LM's (the model in the "
+                        "half type, fused softmax and Adam; with --precision amp-fp16|amp-bf16)")
+    p.add_argument("--step", choices=STEPS,
+                   help="a GPU priced from its spec sheet: the whole step (train, default) or "
+                        "forward and backward without the optimizer update")
+    p = groups["parallel"]
+    p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="nodes of --gpus GPUs each")
     p.add_argument("--strategy", default="ddp", choices=STRATEGIES,
                    help="of the data parallelism: DDP, ZeRO-1, ZeRO-2, FSDP (ZeRO-3) or HSDP "
                         "(FSDP within each node, replicated across nodes: HYBRID_SHARD)")
@@ -140,17 +169,6 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="context parallel (ring attention): each sequence cut over this many "
                         "GPUs; the data-parallel replicas are --gpus x --nodes / (--tp x --pp x "
                         "--cp)" + ("; with --global-batch, several: each tried" if plan else ""))
-    p.add_argument("--attention", choices=ATTENTION,
-                   help="flash: fused scaled_dot_product_attention; eager: as the graph shows "
-                        "it; flash_attention_2: the flash-attn package (transformers' "
-                        "attn_implementation), which takes sliding windows itself (default: "
-                        "what PyTorch runs on the GPU at the precision)")
-    p.add_argument("--compile", action="store_true",
-                   help="the model compiled with torch.compile (Inductor: memory-bound "
-                        "operators fused; a GPU priced from its spec sheet)")
-    p.add_argument("--framework", choices=FRAMEWORKS, default="pytorch",
-                   help="whose kernels: eager PyTorch's, or Megatron-LM's (the model in the "
-                        "half type, fused softmax and Adam; with --precision amp-fp16|amp-bf16)")
     p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")
     p.add_argument("--network-gbs", type=POSITIVE_FLOAT,
                    help="GB/s between nodes, per direction (default: the GPU's DGX NICs, else 25)")
@@ -162,16 +180,12 @@ def add_job_args(p: argparse.ArgumentParser, plan: bool = False) -> None:
     p.add_argument("--host-gbs", type=POSITIVE_FLOAT,
                    help="with --offload: the host's memory bandwidth a node, GB/s (default: the "
                         "GPU's DGX CPUs')")
-    p.add_argument("--step", choices=STEPS,
-                   help="a GPU priced from its spec sheet: the whole step (train, default) or "
-                        "forward and backward without the optimizer update")
+    p = groups["job"]
     p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
     p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
-    p.add_argument("--activation-checkpointing", choices=CHECKPOINTING,
-                   help="full: every transformer layer's forward run again in its backward; "
-                        "selective: the attention core's (a GPU priced from its spec sheet)")
     p.add_argument("--tokens", type=count, metavar="N",
                    help="a token model: the time to train on N tokens (e.g. 2e12)")
+    return groups
 
 
 def job_fields(args: argparse.Namespace) -> dict:

@@ -123,28 +123,29 @@ def add_commands(sub) -> None:
                    "or a name of `mdot models`")
     cli_job.add_shape_args(p)
     cli_job.add_job_args(p, plan=True)
-    p.add_argument("--devices", default="all",
+    g, out = p.add_argument_group("the plan"), p.add_argument_group("output")
+    g.add_argument("--devices", default="all",
                    help="comma-separated GPUs of `mdot devices` (h100: each H100), or all "
                         "(default)")
-    p.add_argument("--gpus", type=_int_list, default=[1, 2, 4, 8], metavar="N[,M,...]",
+    g.add_argument("--gpus", type=_int_list, default=[1, 2, 4, 8], metavar="N[,M,...]",
                    help="GPU counts per node to try (default 1,2,4,8)")
-    p.add_argument("--prices", metavar="FILE.json",
+    g.add_argument("--prices", metavar="FILE.json",
                    help="USD per GPU-hour by device (an example: docs/prices.json)")
-    p.add_argument("--deadline", type=POSITIVE_FLOAT, metavar="HOURS")
-    p.add_argument("--budget", type=POSITIVE_FLOAT, metavar="USD")
-    p.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front "
-                   "(with --prices)")
-    p.add_argument("--force", action="store_true", help="replace an existing --plot file")
-    p.add_argument("--global-batch", type=POSITIVE_INT, metavar="G",
+    g.add_argument("--deadline", type=POSITIVE_FLOAT, metavar="HOURS")
+    g.add_argument("--budget", type=POSITIVE_FLOAT, metavar="USD")
+    out.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front "
+                     "(with --prices)")
+    out.add_argument("--force", action="store_true", help="replace an existing --plot file")
+    g.add_argument("--global-batch", type=POSITIVE_INT, metavar="G",
                    help="samples an iteration, held fixed: split each GPU count every way "
                         "(tensor, pipeline, data parallel, each --cp; micro-batches up to "
                         "--batch-size x accumulation; checkpointing where it would not fit)")
-    p.add_argument("--strategies", metavar="S[,S,...]",
+    g.add_argument("--strategies", metavar="S[,S,...]",
                    help="the data-parallel strategies each GPU count (each layout, with "
                         f"--global-batch) is priced with, the best kept ({', '.join(STRATEGIES)};"
                         " e.g. ddp,fsdp,hsdp)")
-    p.add_argument("--top", type=POSITIVE_INT, metavar="N", help="print the N best only")
-    p.add_argument("--json", action="store_true")
+    out.add_argument("--top", type=POSITIVE_INT, metavar="N", help="print the N best only")
+    out.add_argument("--json", action="store_true", help="every plan, with its reasons")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("serve", description=COMMANDS["serve"])

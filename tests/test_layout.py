@@ -109,6 +109,26 @@ def test_the_cli_is_thin():
     assert build < text.index("  profile ") and build < text.index("  train ")
 
 
+@pytest.mark.parametrize("command", ["predict", "plan"])
+def test_a_commands_flags_are_in_help_groups(command):
+    """`mdot predict --help` lists 50 flags: each under a heading (the model and its inputs,
+    the device, the training step, parallelism, the whole job, output), none loose under
+    "options" but --help."""
+    import argparse
+
+    from mdot_jax.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = sub.choices[command]
+    loose = [a.option_strings for g in parser._action_groups if g.title == "options"
+             for a in g._group_actions]
+    assert loose == [["-h", "--help"]]
+    titles = [g.title for g in parser._action_groups]
+    order = ["the model and its inputs", "the training step", "parallelism and the cluster",
+             "the whole job", "output"]
+    assert [t for t in titles if t in order] == order
+
+
 def test_the_graph_sees_lazy_imports():
     """The check above is only as good as the graph: a function-level import counts."""
     graph = import_graph()
