@@ -8,6 +8,7 @@ with exit code 2; tracebacks are for bugs only.
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import json
 import math
@@ -273,6 +274,19 @@ class _Parser(argparse.ArgumentParser):
         print(f"mdot: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """Arguments no flag takes are said by the command's parser, with the flag a
+        misspelt one is nearest (`--batchsize`: `--batch-size`)."""
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = getattr(self, "commands", {}).get(getattr(ns, "command", None), self)
+            flags = [o for a in command._actions for o in a.option_strings]
+            near = [m for t in extra if t.startswith("--")
+                    for m in difflib.get_close_matches(t.split("=")[0], flags, 1, 0.7)]
+            command.error(f"unrecognized arguments: {' '.join(extra)}"
+                          + (f"; did you mean {', '.join(near)}?" if near else ""))
+        return ns
+
 
 @functools.lru_cache(maxsize=1)
 def build_parser() -> argparse.ArgumentParser:
@@ -289,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mdot {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help=argparse.SUPPRESS, prog="mdot")
+    parser.commands = sub.choices  # type: ignore[attr-defined]
 
     p = sub.add_parser("convert", description=USER_COMMANDS["convert"])
     p.add_argument("model", help="an .onnx file, a Hugging Face model's config.json (with"

@@ -431,3 +431,17 @@ def test_a_sequence_too_long_to_convert_is_refused_before_it_runs_out_of_memory(
     out of memory (the process killed, nothing said): every command refuses it in one line."""
     code, _, err = run(capsys, command, "model.onnx", "--seq-len", seq_len, "--batch-size", batch)
     assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["predict", "m.onnx", "--batchsize", "4"],
+     "unrecognized arguments: --batchsize 4; did you mean --batch-size? (see `mdot predict "
+     "--help`)"),
+    (["plan", "m.onnx", "--deadline-h=3"], "did you mean --deadline? (see `mdot plan --help`)"),
+    (["predict", "m.onnx", "extra"], "unrecognized arguments: extra (see `mdot predict --help`)"),
+])
+def test_a_misspelt_flag_is_said_by_its_command_with_the_nearest(capsys, argv, said):
+    """An argument no flag takes was said by `mdot`'s own parser (`see mdot --help`, which
+    lists commands, not flags), with no hint of the flag meant."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and said in err
