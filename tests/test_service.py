@@ -150,7 +150,9 @@ def test_plan_ranks_the_devices(server):
     ({"batch_size": 8, "model": "0" * 64}, 404, "model", "not uploaded here"),
     ({"batch_size": "8"}, 422, "batch_size", "expected a positive integer"),
     ({"batch_size": 8, "device": "h1000"}, 422, "", "h1000"),
-    ({"batch_size": 8, "colour": "blue"}, 422, "colour", "not a field"),
+    ({"batch_size": 8, "colour": "blue"}, 422, "colour", "not a field (the fields: model, "),
+    ({"batch_size": 8, "tokens": 10**9}, 422, "tokens",  # the CLI's --tokens
+     "tokens: not a field; did you mean train_tokens?"),
     # a field the request does not take is said before a model it lacks (a plan's nested job)
     ('{"job": {"model": "gpt2"}}', 422, "job", "job: not a field"),
     ('{"batch_size": 8}', 422, "model", "model: missing"),

@@ -29,6 +29,7 @@ The schema is at /openapi.json (and /docs). The rules:
 """
 
 import dataclasses
+import difflib
 import functools
 import hashlib
 import json
@@ -167,10 +168,13 @@ def _once(pairs: list) -> dict:
 
 def _known(body: dict, extra: tuple = ()) -> None:
     """Every field of `body` one the request takes, its model given."""
-    unknown = sorted(set(body) - {"model", *JOB_FIELDS, *extra})
+    fields = ["model", *JOB_FIELDS, *extra]
+    unknown = sorted(set(body) - set(fields))
     if unknown:
-        raise _Answer(422, f"{unknown[0]}: not a field (the fields: model, "
-                      f"{', '.join([*JOB_FIELDS, *extra])})", unknown[0])
+        near = difflib.get_close_matches(str(unknown[0]), fields, 1, 0.6)
+        raise _Answer(422, f"{unknown[0]}: not a field"
+                      + (f"; did you mean {near[0]}?" if near else "")
+                      + f" (the fields: {', '.join(fields)})", unknown[0])
     if "model" not in body:
         raise _Answer(422, "model: missing (the SHA-256 that POST /v1/models answered, or a "
                       "name GET /v1/models lists)", "model")
