@@ -99,6 +99,24 @@ def test_the_time_to_train_on_n_tokens(capsys, tmp_path):
             TrainingJob(model=str(tmp_path / "t.onnx"), batch_size=8, train_tokens=bad)
 
 
+def test_a_job_smaller_than_one_iteration_says_so(tmp_path, models):
+    """A dataset of 10 samples at batch 64 was priced as one iteration an epoch without a
+    word; so are 100 tokens at 8 x 32 a step."""
+    from onnx_builders import token_embedding
+
+    base = dict(model=str(models / "cnn.onnx"), batch_size=64, device="h100-sxm", epochs=2)
+    small = predict(TrainingJob(**base, dataset_size=10))
+    assert small.job_s == pytest.approx(2 * small.iteration_ms / 1e3)
+    assert "dataset_size 10: fewer than one iteration's 64 samples; priced as one whole " \
+        "iteration an epoch" in small.warnings
+    assert not any("fewer than one iteration" in w
+                   for w in predict(TrainingJob(**base, dataset_size=64)).warnings)
+    onnx.save(token_embedding(seq=32), tmp_path / "t.onnx")
+    p = predict(TrainingJob(model=str(tmp_path / "t.onnx"), batch_size=8, device="h100-sxm",
+                            train_tokens=100))
+    assert "train_tokens 100: fewer than one iteration's 256 tokens" in " ".join(p.warnings)
+
+
 def test_a_matrix_of_features_is_not_tokens(tmp_path):
     """A float [batch, 16] input is a row of features (a tabular MLP), not 16 token ids: no
     tokens/s, and no job in tokens; beside token ids, the ids' length is the sequence."""

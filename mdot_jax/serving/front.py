@@ -196,6 +196,12 @@ def _complete(p: Prediction, job: TrainingJob, pricer, seq: OperatorSequence, b:
                                "input); give epochs and dataset_size", "train_tokens")
         epochs, dataset = 1, math.ceil(job.train_tokens / p.tokens)
     if epochs is not None and dataset is not None:
+        if dataset < p.global_batch:  # a partial batch an epoch, priced as a whole one
+            short = (f"train_tokens {job.train_tokens:,}: fewer than one iteration's "
+                     f"{p.global_batch * p.tokens:,} tokens" if job.train_tokens is not None
+                     else f"dataset_size {dataset:,}: fewer than one iteration's "
+                     f"{p.global_batch:,} samples")
+            p.warnings.append(f"{short}; priced as one whole iteration an epoch")
         p.job_s = p.job_seconds(epochs, dataset, p.global_batch)
         p.job_interval_s = p.job_interval_seconds(epochs, dataset, p.global_batch)
     return p
