@@ -134,6 +134,8 @@ def test_names_resolve(name, found):
     ("H100 80GB", "ambiguous: nvidia-h100-pcie, nvidia-h100-sxm$"),
     # a size the catalog lacks is not another board's; the close ones share its model number
     ("Tesla P100-PCIE-12GB", "did you mean nvidia-p100-pcie-16gb\\?"),
+    # several GPUs where one goes: a plan compares them (it listed every A100 and H100)
+    ("h100-sxm, a100", "one GPU here; `mdot plan MODEL --devices h100-sxm,a100 --gpus 1`"),
 ])
 def test_unknown_names_say_what_is_close(name, needle):
     with pytest.raises(ValueError, match=needle):

@@ -121,7 +121,9 @@ def test_predict_tables_gpus(capsys, tmp_path):
                            "no NVLink"), (["--gpus", "4", "--strategy", "pp"], "invalid choice"),
                           (["--gpus", "4", "--tp", "3"], "--tp 3: --tp x --pp (3 x 1)"),
                           (["--gpus", "8", "--device", "h100"], "--device: GPU 'h100' is "
-                           "ambiguous: nvidia-h100-pcie")]:  # said first: the name is the fault
+                           "ambiguous: nvidia-h100-pcie"),  # said first: the name is the fault
+                          (["--device", "h100-sxm,l4"], "--device: GPU 'h100-sxm,l4': one GPU "
+                           "here")]:
         assert main([str(a) for a in args + extra]) == 2
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1, (extra, err)

@@ -277,6 +277,9 @@ def find(name: str) -> GPU:
     """The catalogued GPU called `name` (its name or an alias, e.g. the name PyTorch reports;
     case, spaces and dashes do not matter). A name matching several (`a100`) or none is a
     ValueError listing the close ones."""
+    if "," in name:
+        raise ValueError(f"GPU {name!r}: one GPU here; `mdot plan MODEL --devices "
+                         f"{name.replace(' ', '')} --gpus 1` compares several")
     several = matching(name)
     if len(several) == 1:
         return several[0]
