@@ -273,24 +273,34 @@ def named(names: Sequence[str]) -> dict[str, GPU]:
     return {g.name: g for name in names for g in matching(name) or [find(name)]}
 
 
+class UnknownGPU(ValueError):
+    """A name `find` cannot take; `meant` where it was surely meant as a GPU (ambiguous, close
+    to catalogued ones, or several of them), not another device's name (a CPU's)."""
+
+    def __init__(self, message: str, meant: bool):
+        super().__init__(message)
+        self.meant = meant
+
+
 def find(name: str) -> GPU:
     """The catalogued GPU called `name` (its name or an alias, e.g. the name PyTorch reports;
-    case, spaces and dashes do not matter). A name matching several (`a100`) or none is a
-    ValueError listing the close ones."""
+    case, spaces and dashes do not matter). A name matching several (`a100`) or none is an
+    `UnknownGPU` listing the close ones."""
     if "," in name:
-        raise ValueError(f"GPU {name!r}: one GPU here; `mdot plan MODEL --devices "
-                         f"{name.replace(' ', '')} --gpus 1` compares several")
+        raise UnknownGPU(f"GPU {name!r}: one GPU here; `mdot plan MODEL --devices "
+                         f"{name.replace(' ', '')} --gpus 1` compares several", True)
     several = matching(name)
     if len(several) == 1:
         return several[0]
     if several:
-        raise ValueError(f"GPU {name!r} is ambiguous: {', '.join(g.name for g in several)}")
+        raise UnknownGPU(f"GPU {name!r} is ambiguous: {', '.join(g.name for g in several)}",
+                         True)
     parts = {w for w in _words(name)[0] if re.search(r"\d", w)}  # its model number: h100
     close = [g.name for g in catalog().values() if parts & _words(g.name)[0]] or \
         difflib.get_close_matches(name.lower(), list(catalog()), n=3, cutoff=0.5)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    raise ValueError(f"no GPU {name!r} in the catalog{hint} (`mdot devices` lists them; "
-                     "--device-spec FILE.json describes another)")
+    raise UnknownGPU(f"no GPU {name!r} in the catalog{hint} (`mdot devices` lists them; "
+                     "--device-spec FILE.json describes another)", bool(close))
 
 
 def as_seen(gpu: GPU, peak: float, width: int) -> GPU:

@@ -476,8 +476,8 @@ def _checkpoint(job: TrainingJob) -> Checkpoint:
 
         try:
             catalog.find(job.device)
-        except ValueError as e:  # said first where the name is close to catalogued ones
-            if "ambiguous" in str(e) or "did you mean" in str(e) or "," in job.device:
+        except catalog.UnknownGPU as e:  # said first where the name was meant as a GPU
+            if e.meant:
                 raise RequestError(f"device: {e}", "device") from None
     if refused := _spec_only(job):
         raise RequestError(f"{refused[0]}: {refused[1]}", refused[0])
