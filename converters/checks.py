@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import onnx
 
-from converters.errors import ConversionError
+from converters.errors import ConversionError, PastPositions
 from converters.fusion import Node as _Node
 from converters.tensors import _NO_SHAPE, _Tensor
 
@@ -45,10 +45,11 @@ def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
         shape = list(types[node.input[0]].shape or [])
         index = numpy_helper.to_array(inits[node.input[1]])
         if shape and index.size and int(index.max()) >= shape[axis]:
-            raise ConversionError(
+            raise PastPositions(
                 f"model '{label}': node '{node.name}' reads row {int(index.max())} of "
                 f"'{node.input[0]}', which has {shape[axis]} (shape {list(shape)}): the input "
-                f"is longer than the {shape[axis]} positions the model has")
+                f"is longer than the {shape[axis]} positions the model has",
+                label, shape[axis], node.name)
 
 
 def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],

@@ -1108,10 +1108,11 @@ def test_a_config_jsons_model_is_named_by_its_folder(tmp_path):
         model_type="gpt2", n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=64)))
     assert config_name(folder / "config.json") == config_name(folder) == "tiny-gpt2"
     assert config_name(tmp_path / "gpt2-small.json") == "gpt2-small"
-    with pytest.raises((ConversionError, RequestError),
-                       match=r"model 'tiny-gpt2': node .* longer than the 64 positions"):
+    with pytest.raises(RequestError, match=r"^seq_len 128: past the 64 positions model "
+                       r"'tiny-gpt2' has \(a table of them, read by node '.*Gather'\)") as e:
         predict(TrainingJob(model=str(folder / "config.json"), batch_size=2, seq_len=128,
                             device="h100-sxm"))
+    assert e.value.field == "seq_len"  # the service's answer names the field to change
 
 
 def test_llama4s_experts_route_balanced_not_every_token_through_every_expert():

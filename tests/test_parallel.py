@@ -409,6 +409,20 @@ def test_the_network_between_nodes_defaults_to_the_gpus_dgx_and_says_so():
     assert not any(w.startswith("network: ") for w in one_node.warnings)
 
 
+def test_a_network_no_system_has_is_priced_as_given_and_said():
+    """`network_gbs 1e-9` (a unit slipped) prices a step of years: a note says the value lies
+    outside what any system has; one inside it says nothing."""
+    from mdot_jax import TrainingJob, predict
+
+    job = dict(model=attention(seq=64, dim=1024), batch_size=8, gpus=8, nodes=4,
+               device="h100-sxm")
+    slipped, real = (predict(TrainingJob(**job, network_gbs=n)) for n in (1e-9, 50.0))
+    said = [w for w in slipped.warnings if w.startswith("network_gbs 1e-09: outside")]
+    assert len(said) == 1 and "400 Gb/s NIC is 50" in said[0]
+    assert slipped.iteration_ms > 1e6 * real.iteration_ms  # priced as given
+    assert not any(w.startswith("network_gbs") for w in real.warnings)
+
+
 def test_zero_stages_shard_more_and_move_what_they_must():
     """DDP keeps everything on every GPU; ZeRO-1 shards the optimizer state, ZeRO-2 the
     gradients too, FSDP the weights too: memory falls stage by stage; ZeRO-1/2 move an

@@ -244,7 +244,7 @@ class _SpecSheet:
               "before the first trained one (autograd's rules; not measured)")
 
     def __init__(self, job: TrainingJob, gpu, folder: Path, note: str | None = None):
-        from mdot_jax.gpu import spec_sheet
+        from mdot_jax.gpu import catalog, spec_sheet
         from mdot_jax.gpu.parallel import NETWORK_GBS
 
         self.notes: list[str] = [note] if note else []
@@ -266,6 +266,11 @@ class _SpecSheet:
             self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; {held} {node}: "
                               f"give gpus {node} and nodes {math.ceil(most * job.nodes / node)} "
                               "for such nodes")
+        for field in ("network_gbs", "host_gbs"):  # a unit slipped: Gb/s, MB/s, TB/s
+            _, low, high = catalog.RANGES[field]
+            if (given := getattr(job, field)) and not low <= given <= high:
+                self.notes.append(f"{field} {given:g}: outside the {low:g}-{high:,} GB/s of any "
+                                  "real system; priced as given (GB/s: a 400 Gb/s NIC is 50)")
         self.network_gbs = job.network_gbs or gpu.network_gbs or NETWORK_GBS
         if job.nodes > 1 and not job.network_gbs:
             why = (f"the compute NICs of the {gpu.name}'s reference system (its DGX's, or its "

@@ -24,6 +24,7 @@ import onnx
 
 from converters import ConversionError, OperatorSequence, convert, converts_the_same
 from converters.dims import head_of
+from converters.errors import PastPositions
 from converters.hf_heads import holds_images, input_kind, needs_tokens
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
@@ -171,7 +172,20 @@ def cut(job: TrainingJob) -> TrainingJob:
 def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     """The job's model at batch `b`: converted from ONNX, or a converted sequence as it is
     (`.npz` or in memory), whose batch, input size and fusion must be the job's (or of
-    a fusion version that converts it the same)."""
+    a fusion version that converts it the same). An input past the model's positions is
+    said by the field that made it that long."""
+    try:
+        return _sequence(job, b, fuse)
+    except PastPositions as e:
+        field = "seq_len" if job.seq_len else "input_shapes" if job.input_shapes else ""
+        if not field:
+            raise
+        asked = job.seq_len if job.seq_len else job.input_shapes
+        raise RequestError(f"{field} {asked}: past the {e.rows:,} positions model '{e.label}' "
+                           f"has (a table of them, read by node '{e.node}')", field) from None
+
+
+def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     model: Any = job.model
     config = is_config(model)  # its graph is named by its file
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
