@@ -903,7 +903,7 @@ def test_an_image_classifiers_config_trains_on_its_images(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(vit))
     job = dict(model=str(tmp_path / "config.json"), batch_size=2, device="h100-sxm")
     assert predict(TrainingJob(**job)).iteration_ms > 0  # no --seq-len wanted
-    with pytest.raises((RequestError, ConversionError), match="--seq-len 16 does not apply"):
+    with pytest.raises((RequestError, ConversionError), match="seq_len 16 does not apply"):
         predict(TrainingJob(seq_len=16, **job))
     with pytest.raises(ConversionError, match="'vit' is a ViTForImageClassification, trained on "
                                               "its labels$"):

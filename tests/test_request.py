@@ -202,6 +202,15 @@ def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("field,value,meant", [
+    ("optimizer", "Adam", "adam"), ("precision", "AMP-BF16", "amp-bf16"),
+    ("strategy", "fsd", "fsdp"), ("precision", "zzz", None)])
+def test_a_choice_miscased_or_misspelt_is_told_the_one_meant(field, value, meant):
+    with pytest.raises(RequestError, match=f"^{field} '{value}': choose from ") as e:
+        TrainingJob(model="m.onnx", batch_size=8, **{field: value})
+    assert str(e.value).endswith(f"; did you mean '{meant}'?" if meant else "]")
+
+
 @pytest.mark.parametrize("flags,needle", [
     (["--batch-size", "32", "--batch-sizes", "64,128"], "--batch-size and --batch-sizes"),
     (["--batch-size", "8", "--network-gbs", "100"], "--network-gbs: the link between nodes"),
@@ -301,6 +310,20 @@ def test_a_model_that_cannot_be_read_is_an_mdot_error(tmp_path, device):
     with pytest.raises(MdotError, match=r"missing.onnx: no such file$") as e:
         predict(TrainingJob(model=str(missing), batch_size=4, device=device))
     assert isinstance(e.value, ModelError) and isinstance(e.value, ConversionError)
+
+
+def test_a_models_error_is_said_in_the_requests_words(tmp_path):
+    """The converters say `--image-size`, their command line's flag; a Python caller gave
+    `image_size`, and reads the field it names from the error, as from a `RequestError`."""
+    from mdot_jax import ModelError
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(dict(model_type="gpt2", n_embd=32, n_layer=1, n_head=2,
+                                      vocab_size=64, n_positions=64)))
+    with pytest.raises(ModelError, match=r"image_size 224 does not apply") as e:
+        predict(TrainingJob(model=str(config), batch_size=2, seq_len=16, image_size=224,
+                            device="h100-sxm"))
+    assert e.value.field == "image_size" and "--image-size" not in str(e.value)
 
 
 def test_a_pytorch_module_is_told_to_export_first():

@@ -34,7 +34,7 @@ from mdot_jax.gpu import compiled
 from mdot_jax.options import FLASH_ATTN
 from mdot_jax.serving import exports
 from mdot_jax.serving.model_facts import check_converted, input_size_of
-from mdot_jax.serving.request import TrainingJob
+from mdot_jax.serving.request import TrainingJob, in_fields
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,7 +43,13 @@ R = TypeVar("R")
 class ModelError(MdotError, ConversionError):
     """The model a job names cannot be read or priced as asked (no such file, an input past
     its positions): the converters' `ConversionError`, raised by `predict` and `plan` as an
-    `MdotError` too, so that one `except MdotError` holds every failure of a request."""
+    `MdotError` too, so that one `except MdotError` holds every failure of a request; said in
+    the request's words (`image_size`, not the converters' `--image-size`), `field` the first
+    of its fields it names, if any."""
+
+    def __init__(self, message: str, field: str = ""):
+        super().__init__(message)
+        self.field = field
 
 
 def model_errors(f: Callable[P, R]) -> Callable[P, R]:
@@ -55,7 +61,7 @@ def model_errors(f: Callable[P, R]) -> Callable[P, R]:
         except ConversionError as e:
             if isinstance(e, MdotError):
                 raise
-            raise ModelError(str(e)) from None
+            raise ModelError(*in_fields(str(e))) from None
     return said
 
 

@@ -7,6 +7,7 @@ combination that would mean nothing is a `RequestError` naming the field, never 
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -128,6 +129,9 @@ def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True
     if (value is None and optional) or (isinstance(value, str) and value in choices):
         return
     hint = CHOICE_HINTS.get((name, value), "") if isinstance(value, str) else ""
+    if isinstance(value, str) and not hint and \
+            (near := difflib.get_close_matches(value.lower(), choices, n=1)):
+        hint = f"; did you mean {near[0]!r}?"  # 'Adam', 'AMP-BF16', 'fsd'
     raise RequestError(f"{name} {value!r}: choose from {list(choices)}{hint}", name)
 
 
