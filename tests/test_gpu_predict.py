@@ -912,3 +912,19 @@ def test_predict_plots_throughput_and_memory_over_the_sizes_asked(capsys, tmp_pa
     assert code == 0 and f"wrote {tmp_path / 'b.png'}" in out
     assert list(drawn[1].axes[0].lines[0].get_xdata()) == [1, 2, 4]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.png", "m.onnx"]
+
+
+@pytest.mark.parametrize("lo,hi,ticks", [
+    (15_600, 207_000, [20_000, 50_000, 100_000, 200_000]),  # 1, 2, 5 a decade
+    (8.9, 23.0, [10, 15, 20]),  # less than a decade: finer
+    (67.1, 71.1, [67, 68, 70, 71])])  # narrower still: four steps across, two figures
+def test_a_log_axis_is_ticked_in_plain_numbers_within_its_range(lo, hi, ticks):
+    """A log axis spanning under a decade read "10^5" alone, or "7.1 x 10^1" on each tick."""
+    from mdot_jax.serving import figures
+
+    fig, ax = figures.pyplot().subplots()
+    ax.plot([1, 2], [lo, hi])
+    figures.plain_log(ax.yaxis, [lo, hi])
+    assert ax.get_yscale() == "log" and list(ax.get_yticks()) == pytest.approx(ticks)
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"{t:,}" for t in ticks]
+    figures.pyplot().close(fig)

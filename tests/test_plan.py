@@ -178,7 +178,9 @@ def test_a_plan_needs_the_jobs_size(model):
         Plan(TrainingJob(model=model, batch_size=8))
 
 
-def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys):
+def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys, monkeypatch):
+    from mdot_jax.serving import figures
+
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"prices": PRICES}))
     args = ["plan", model, "--batch-size", "32", "--epochs", "3", "--dataset-size", "1000000",
@@ -199,6 +201,15 @@ def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys):
     assert (tmp_path / "front.png").read_bytes() == before
     assert main(args + ["--plot", str(tmp_path / "front.png"), "--force"]) == 0
     assert "wrote" in capsys.readouterr().out
+    # none within the deadline: the nearest trade-offs named, not anonymous grey dots
+    drawn = []
+    monkeypatch.setattr(figures, "save", lambda fig, path: drawn.append(fig))
+    assert main([*args[:-1], "0.001", "--plot", str(tmp_path / "late.png")]) == 0
+    (ax,) = drawn[0].axes
+    late = capsys.readouterr().out
+    assert "0 of " in late and [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "past the deadline or the budget"]
+    assert ax.texts and all(" x " in t.get_text() for t in ax.texts)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["front.png", "prices.json"]
     assert main(args + ["--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

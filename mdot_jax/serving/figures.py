@@ -4,6 +4,7 @@ beside the target, then a rename): one job's predictions over batch sizes or GPU
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,27 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def plain_log(axis: Any, values: Sequence[float]) -> None:
+    """`axis` on a log scale, ticked in plain numbers within `values`' range: at 1, 2 and 5
+    times the powers of ten it spans, finer where that gives fewer than three (an axis
+    spanning less than a decade read "10^5" alone)."""
+    from matplotlib import ticker
+
+    lo, hi = min(values), max(values)
+    ticks: list[float] = []
+    for subs in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7)):
+        ticks = [s * 10.0 ** e for e in range(math.floor(math.log10(lo)),
+                                              math.ceil(math.log10(hi)) + 1)
+                 for s in subs if lo <= s * 10.0 ** e <= hi]
+        if len(ticks) >= 3:
+            break
+    else:  # a narrow range: four steps across it, to two figures
+        ticks = sorted({float(f"{lo * (hi / lo) ** (i / 3):.2g}") for i in range(4)})
+    axis.axes.set(**{f"{axis.axis_name}scale": "log"})
+    axis.set_ticks(ticks, [f"{t:,.6g}" for t in ticks])
+    axis.set_minor_locator(ticker.NullLocator())
 
 
 def save(fig: Any, path: str | Path) -> None:
@@ -57,7 +79,7 @@ def predictions(rows: Sequence[Prediction], path: str | Path, model: str = "") -
         for x, y, r in zip(xs, rate, rows):  # scaling a straight line
             speed.annotate(f"{r.scaling_efficiency:.0%}", (x, y), fontsize=7,
                            xytext=(0, 6), textcoords="offset points", ha="center")
-        speed.set_yscale("log")
+        plain_log(speed.yaxis, rate)
     memory.plot(xs, [r.memory_gb for r in rows], "o-", color="C1", label="predicted peak")
     late = [i for i, r in enumerate(rows) if not r.fits]
     for ax, ys in ((speed, rate), (memory, [r.memory_gb for r in rows])):

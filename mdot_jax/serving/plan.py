@@ -482,10 +482,11 @@ def _rank(o: Option) -> tuple:
             o.hours if o.hours is not None else math.inf)
 
 
-def pareto(options: Sequence[Option]) -> list[Option]:
-    """The feasible options with a cost that no other beats on both time and cost, by time."""
-    priced = sorted((o for o in options if o.feasible and o.cost_usd is not None
-                     and o.hours is not None), key=lambda o: (o.hours, o.cost_usd))
+def pareto(options: Sequence[Option], feasible: bool = True) -> list[Option]:
+    """The (`feasible`) options with a cost that no other beats on both time and cost, by
+    time."""
+    priced = sorted((o for o in options if (o.feasible or not feasible) and o.cost_usd is not
+                     None and o.hours is not None), key=lambda o: (o.hours, o.cost_usd))
     front: list[Option] = []
     for o in priced:
         if not front or o.cost_usd < front[-1].cost_usd:  # type: ignore[operator]

@@ -20,19 +20,26 @@ def plot(options: Sequence[Option], path: str, request: Plan | None = None) -> N
     front, feasible = pareto(fits), [o for o in fits if o.feasible]
     fig, ax = figures.pyplot().subplots(figsize=(7, 4.5))
     late = [o for o in fits if not o.feasible]
-    ax.scatter(*_xy(late), s=14, color="0.7", label="past the deadline or the budget")
-    ax.scatter(*_xy(feasible), s=18, color="C0", label="feasible")
+    if late:
+        ax.scatter(*_xy(late), s=14, color="0.7", label="past the deadline or the budget")
+    if feasible:
+        ax.scatter(*_xy(feasible), s=18, color="C0", label="feasible")
     if front:
         ax.plot(*_xy(front), "o-", color="C3", label="Pareto front")
-    for o, x, y in zip(front or feasible[:5], *_xy(front or feasible[:5])):
+    named = front or pareto(fits, feasible=False)  # none feasible: the nearest trade-offs
+    for o, x, y in zip(named, *_xy(named)):
         ax.annotate(f"{o.gpus} x {o.device.removeprefix('nvidia-')}", (x, y), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")
     if request and request.deadline_h:
         ax.axvline(request.deadline_h, ls="--", color="0.4", lw=1)
     if request and request.budget_usd:
         ax.axhline(request.budget_usd, ls="--", color="0.4", lw=1)
-    ax.set(xscale="log", yscale="log", xlabel="job time (h)", ylabel="cost (USD)",
-           title="plans that fit: time against cost")
+    hours, costs = _xy(fits)
+    figures.plain_log(ax.xaxis, hours + ([request.deadline_h] if request and
+                                         request.deadline_h else []))
+    figures.plain_log(ax.yaxis, costs + ([request.budget_usd] if request and
+                                         request.budget_usd else []))
+    ax.set(xlabel="job time (h)", ylabel="cost (USD)", title="plans that fit: time against cost")
     ax.legend(fontsize=8)
     fig.tight_layout()
     figures.save(fig, path)
