@@ -271,6 +271,9 @@ class _Parser(argparse.ArgumentParser):
         bad = re.match(r"argument --([\w-]+): invalid choice: '([^']*)'", message)
         if bad:  # a value another tool's vocabulary gives the flag: what it is called here
             message += CHOICE_HINTS.get((bad[1].replace("-", "_"), bad[2]), "")
+        listed = re.match(r"argument (--[\w-]+): expected .*, got '([^']*,[^']*)'", message)
+        if listed and any(f"{listed[1]}s" in a.option_strings for a in self._actions):
+            message += f"; several: {listed[1]}s {listed[2]}"  # --batch-size 1,2
         print(f"mdot: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
 

@@ -439,6 +439,9 @@ def test_a_sequence_too_long_to_convert_is_refused_before_it_runs_out_of_memory(
      "--help`)"),
     (["plan", "m.onnx", "--deadline-h=3"], "did you mean --deadline? (see `mdot plan --help`)"),
     (["predict", "m.onnx", "extra"], "unrecognized arguments: extra (see `mdot predict --help`)"),
+    (["predict", "m.onnx", "--batch-size", "1,2"],
+     "got '1,2'; several: --batch-sizes 1,2 (see `mdot predict --help`)"),
+    (["predict", "m.onnx", "--seq-len", "1,2"], "got '1,2' (see `mdot predict --help`)"),
 ])
 def test_a_misspelt_flag_is_said_by_its_command_with_the_nearest(capsys, argv, said):
     """An argument no flag takes was said by `mdot`'s own parser (`see mdot --help`, which
