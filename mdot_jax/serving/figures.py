@@ -31,6 +31,8 @@ def plain_log(axis: Any, values: Sequence[float]) -> None:
     from matplotlib import ticker
 
     lo, hi = min(values), max(values)
+    if lo <= 0:  # nothing to draw on a log scale: left linear
+        return
     ticks: list[float] = []
     for subs in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7)):
         ticks = [s * 10.0 ** e for e in range(math.floor(math.log10(lo)),

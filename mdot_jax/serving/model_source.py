@@ -186,9 +186,9 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
         field = "seq_len" if job.seq_len else "input_shapes" if job.input_shapes else ""
         if not field:
             raise
-        asked = job.seq_len if job.seq_len else job.input_shapes
-        raise RequestError(f"{field} {asked}: past the {e.rows:,} positions model '{e.label}' "
-                           f"has (a table of them, read by node '{e.node}')", field) from None
+        raise RequestError(f"{field} {getattr(job, field)}: past the {e.rows:,} positions "
+                           f"model '{e.label}' has (a table of them, read by node '{e.node}')",
+                           field) from None
 
 
 def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:

@@ -30,15 +30,15 @@ def plot(options: Sequence[Option], path: str, request: Plan | None = None) -> N
     for o, x, y in zip(named, *_xy(named)):
         ax.annotate(f"{o.gpus} x {o.device.removeprefix('nvidia-')}", (x, y), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")
+    hours, costs = _xy(fits)  # the axes' ranges, the deadline's and budget's lines in them
     if request and request.deadline_h:
         ax.axvline(request.deadline_h, ls="--", color="0.4", lw=1)
+        hours.append(request.deadline_h)
     if request and request.budget_usd:
         ax.axhline(request.budget_usd, ls="--", color="0.4", lw=1)
-    hours, costs = _xy(fits)
-    figures.plain_log(ax.xaxis, hours + ([request.deadline_h] if request and
-                                         request.deadline_h else []))
-    figures.plain_log(ax.yaxis, costs + ([request.budget_usd] if request and
-                                         request.budget_usd else []))
+        costs.append(request.budget_usd)
+    figures.plain_log(ax.xaxis, hours)
+    figures.plain_log(ax.yaxis, costs)
     ax.set(xlabel="job time (h)", ylabel="cost (USD)", title="plans that fit: time against cost")
     ax.legend(fontsize=8)
     fig.tight_layout()
