@@ -6,6 +6,16 @@ with a one-line message naming the file, line, flag or node; anything else is a 
 show a traceback.
 """
 
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class MdotError(ValueError):
     """An expected failure: bad input, named in one line."""
@@ -30,3 +40,24 @@ class RequestError(MdotError):
     def __init__(self, message: str, field: str = ""):
         super().__init__(message)
         self.field = field
+
+
+def not_a_field(name: str, fields: Sequence[str]) -> RequestError:
+    """`name` asked of a request that has no such field: the nearest one, and every one."""
+    near = difflib.get_close_matches(str(name), fields, 1, 0.6)
+    return RequestError(f"{name}: not a field" + (f"; did you mean {near[0]}?" if near else "")
+                        + f" (the fields: {', '.join(fields)})", str(name))
+
+
+def fields_named(cls: type[T]) -> type[T]:
+    """A dataclass whose constructor refuses a keyword it has no field of (`seq_length=`) as
+    a `RequestError` naming the field meant, not Python's TypeError past `except MdotError`."""
+    init, names = cls.__init__, [f.name for f in dataclasses.fields(cls)]
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs) -> None:
+        if unknown := [k for k in kwargs if k not in names]:
+            raise not_a_field(unknown[0], names)
+        init(self, *args, **kwargs)
+    cls.__init__ = checked
+    return cls

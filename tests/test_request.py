@@ -2,6 +2,7 @@
 predictor itself, and every field (alone or in any combination) is valid or one `RequestError`
 naming it."""
 
+import dataclasses
 import json
 import math
 import re
@@ -200,6 +201,20 @@ def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     field = field or "device_spec"
     assert e.value.field == field.split("[")[0] and str(e.value).startswith(field)
     assert "\n" not in str(e.value)
+
+
+def test_a_misspelt_keyword_is_a_request_error_naming_the_field_meant():
+    """`TrainingJob(seq_length=...)` was Python's TypeError, past `except MdotError`."""
+    from mdot_jax.serving.plan import Plan
+
+    with pytest.raises(RequestError, match=r"^seq_length: not a field; did you mean seq_len\? "
+                                           r"\(the fields: model, batch_size, ") as e:
+        TrainingJob(model="m.onnx", batch_size=8, seq_length=128)
+    assert e.value.field == "seq_length"
+    job = TrainingJob(model="m.onnx", batch_size=8, epochs=1, dataset_size=64)
+    with pytest.raises(RequestError, match="^deadline: not a field; did you mean deadline_h"):
+        Plan(job, deadline=3)
+    assert dataclasses.replace(job, batch_size=4).batch_size == 4  # the fields as before
 
 
 @pytest.mark.parametrize("field,value,meant", [

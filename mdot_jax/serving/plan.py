@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.errors import MdotError, RequestError, fields_named
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number
 from mdot_jax.serving.model_source import model_errors
@@ -52,6 +52,7 @@ from mdot_jax.serving.request import TrainingJob, _choice, _ints, _plain_fields,
 SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
 
 
+@fields_named
 @dataclass(frozen=True)
 class Plan:
     """A planning request: the job (with epochs and dataset_size, or train_tokens) priced on

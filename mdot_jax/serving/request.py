@@ -18,7 +18,7 @@ from typing import Any
 import onnx
 
 from converters import OperatorSequence
-from mdot_jax.errors import RequestError
+from mdot_jax.errors import RequestError, fields_named
 from mdot_jax.options import (
     ATTENTION,
     AUTOCAST,
@@ -135,6 +135,7 @@ def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True
     raise RequestError(f"{name} {value!r}: choose from {list(choices)}{hint}", name)
 
 
+@fields_named
 @dataclass(frozen=True)
 class TrainingJob:
     """One training job to predict.

@@ -29,7 +29,6 @@ The schema is at /openapi.json (and /docs). The rules:
 """
 
 import dataclasses
-import difflib
 import functools
 import hashlib
 import json
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from mdot_jax import writers
-from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.errors import MdotError, RequestError, not_a_field
 from mdot_jax.serving import named_models
 from mdot_jax.serving.request import TrainingJob, in_fields
 
@@ -169,12 +168,9 @@ def _once(pairs: list) -> dict:
 def _known(body: dict, extra: tuple = ()) -> None:
     """Every field of `body` one the request takes, its model given."""
     fields = ["model", *JOB_FIELDS, *extra]
-    unknown = sorted(set(body) - set(fields))
-    if unknown:
-        near = difflib.get_close_matches(str(unknown[0]), fields, 1, 0.6)
-        raise _Answer(422, f"{unknown[0]}: not a field"
-                      + (f"; did you mean {near[0]}?" if near else "")
-                      + f" (the fields: {', '.join(fields)})", unknown[0])
+    if unknown := sorted(set(body) - set(fields)):
+        e = not_a_field(unknown[0], fields)
+        raise _Answer(422, str(e), e.field)
     if "model" not in body:
         raise _Answer(422, "model: missing (the SHA-256 that POST /v1/models answered, or a "
                       "name GET /v1/models lists)", "model")
