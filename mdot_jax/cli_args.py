@@ -151,7 +151,8 @@ FLAGS = {"model": "MODEL", "operators": "--top", "input_shapes": "--input-shape"
 
 def as_flags(message: str, field: str) -> str:
     """A library's message as the command line says it: the field it starts with (`field`), and
-    the fields named in it (and `strategy` before a strategy's name), spelled as flags."""
+    the fields named in it (and `strategy` before a strategy's name, `device=NAME`), spelled as
+    flags."""
     from mdot_jax.serving.plan import Plan
     from mdot_jax.serving.request import FIELDS
 
@@ -162,6 +163,8 @@ def as_flags(message: str, field: str) -> str:
 
     if field and message.startswith(field):
         message = flag(field) + message[len(field):]
+    message = re.sub(r"(?<![-\w])([a-z][a-z_]*)=([A-Z]+)\b",  # Python's device=NAME
+                     lambda m: f"{flag(m[1])} {m[2]}" if m[1] in fields else m[0], message)
     words = (r"[a-z]+(?:_[a-z]+)+|epochs|tp|pp|cp|ep"  # the single words that mean only the field
              rf"|strategy(?= (?:{'|'.join(STRATEGIES)})\b)")
     return re.sub(rf"(?<![-\w'\".])({words})\b(?!['\"])",

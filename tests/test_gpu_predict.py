@@ -169,7 +169,8 @@ def _a_gpus_flag(capsys, tmp_path, flag, said, bad):
     onnx.save(conv_bn_relu(training=True), path)
     code, _, err = run(capsys, "predict", path, "--batch-size", 4, "--checkpoint",
                        "cpu-amd-epyc-f26m2-2t", flag)
-    assert code == 2 and f"{flag}: a checkpoint predicts" in err
+    assert code == 2 and f"{flag}: priced for a GPU from its spec sheet" in err
+    assert "(--device NAME, no checkpoint); checkpoint cpu-amd-epyc-f26m2-2t predicts" in err
     code, out, _ = run(capsys, "predict", path, "--batch-size", 4, "--device", "h100-sxm",
                        "--optimizer", "adamw", flag, "--json")
     assert code == 0 and any(said in w for w in json.loads(out)["warnings"])
@@ -282,7 +283,8 @@ def test_predict_prices_a_catalogued_gpu_from_its_spec_sheet(capsys, tmp_path):
         code, out, _ = run(capsys, *args, *extra, "--json")
         assert code == 0 and json.loads(out) == json.loads(named)
     code, _, err = run(capsys, *args, "--gpus", "2")
-    assert code == 2 and "gpus: data-parallel steps are priced for a GPU" in err
+    assert code == 2 and "--gpus 2: priced for a GPU from its spec sheet (name one: --device " \
+        "NAME" in err
     code, out, _ = run(capsys, *args, "--device", "rtx3090", "--checkpoint", "timm-rtx3090",
                        "--precision", "fp32", "--json")
     row = json.loads(out)

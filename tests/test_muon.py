@@ -63,7 +63,7 @@ def test_muon_is_refused_where_its_matrices_are_sharded_or_not_priced(tmp_path):
         with pytest.raises(RequestError, match=f"^{field} .*: optimizer muon ") as e:
             TrainingJob(**job, **bad)
         assert e.value.field == field
-    with pytest.raises(RequestError, match="^optimizer: muon is priced for a GPU"):
+    with pytest.raises(RequestError, match="^optimizer 'muon': priced for a GPU"):
         predict(TrainingJob(**dict(job, device=None)))  # a CPU's checkpoint
 
 

@@ -115,7 +115,8 @@ def test_predict_tables_gpus(capsys, tmp_path):
     every, each = (float(v.replace(",", "")) for v in row.split()[5:7])
     assert each == pytest.approx(every / 8, rel=1e-3)
     for extra, needle in [(["--gpus", "2", "--device", "rtx3090", "--checkpoint", "timm-rtx3090"],
-                           "--gpus: data-parallel"),
+                           "--gpus 2: priced for a GPU from its spec sheet (--device NAME, no "
+                           "checkpoint); checkpoint timm-rtx3090 predicts the one-GPU steps"),
                           (["--gpus", "2,4", "--batch-sizes", "2,4"], "give one"),
                           (["--gpus", "4", "--device", "l4", "--interconnect", "nvlink"],
                            "no NVLink"), (["--gpus", "4", "--strategy", "pp"], "invalid choice"),
@@ -159,7 +160,8 @@ def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
         a, b = (predict(TrainingJob(**job, gpus=8, strategy=strategy, grad_accum=k))
                 for k in (1, 4))
         assert b.phases["communication"] == pytest.approx(times * a.phases["communication"])
-    with pytest.raises(RequestError, match="grad_accum: a checkpoint predicts the whole steps"):
+    with pytest.raises(RequestError, match=r"^grad_accum 2: priced for a GPU from its spec sheet "
+                       r"\(name one: device=NAME, `mdot devices`\); the default checkpoint"):
         predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=8, grad_accum=2))
 
 
@@ -180,7 +182,8 @@ def test_a_gpu_with_a_measured_checkpoint_prices_what_only_the_spec_sheet_can(tm
         assert "spec sheet" in p.source, extra
         assert any(w.startswith(f"{field}: priced from the nvidia-rtx-3090's spec sheet")
                    for w in p.warnings), (extra, p.warnings)
-        with pytest.raises(RequestError, match=f"{field}: "):
+        with pytest.raises(RequestError, match=f"^{field} 2: priced for a GPU from its spec "
+                           r"sheet \(device=NAME, no checkpoint\); checkpoint timm-rtx3090"):
             predict(TrainingJob(**job, **extra, checkpoint="timm-rtx3090"))
 
 
@@ -215,7 +218,7 @@ def test_activation_checkpointing_runs_the_forward_again_and_keeps_layer_inputs(
     four = predict(TrainingJob(**job, activation_checkpointing="full", grad_accum=4))
     assert four.phases["recomputation"] == pytest.approx(4 * ckpt.phases["recomputation"])
     onnx.save(attention(seq=64, dim=64), tmp_path / "a.onnx")
-    with pytest.raises(RequestError, match="activation_checkpointing: priced for a GPU"):
+    with pytest.raises(RequestError, match="activation_checkpointing 'full': priced for a GPU"):
         predict(TrainingJob(model=str(tmp_path / "a.onnx"), batch_size=8,
                             activation_checkpointing="full"))
     onnx.save(conv_bn_relu(training=True), tmp_path / "c.onnx")

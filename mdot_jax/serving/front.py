@@ -85,7 +85,7 @@ def _spec(job: TrainingJob) -> tuple[TrainingJob, tuple | None]:
         return job, spec
     seen = checkpoint_trained(None, "precisions")
     if only:
-        field, why = only[0], "predicts single-GPU steps only"
+        field, why = only, "predicts the one-GPU steps it was measured on"
     elif job.precision and job.layout == "nchw" and seen and job.precision not in seen:
         field, why = "precision", f"was trained at {', '.join(seen)} only"
     elif job.layout == "nchw" and (kinds := checkpoint_trained(None, "input_kinds")) and (
@@ -102,35 +102,22 @@ def _spec(job: TrainingJob) -> tuple[TrainingJob, tuple | None]:
                                       f"checkpoint measured on it {why}")
 
 
-def _spec_only(job: TrainingJob) -> tuple[str, str] | None:
-    """The first field `job` sets that only a GPU priced from its spec sheet prices, and why."""
+def _spec_only(job: TrainingJob) -> str | None:
+    """The first field `job` sets that only a GPU priced from its spec sheet prices: a
+    checkpoint predicts the one-GPU eager steps it was measured on (torch.optim's default
+    update, unclipped, no accumulation or checkpointing, its attention as exported)."""
     if job.step:
-        return "step", ("a checkpoint predicts the step it was trained on; step is for a GPU "
-                        "priced from its spec sheet (device=NAME)")
+        return "step"
     if job.data_parallel:
-        return "gpus", ("data-parallel steps are priced for a GPU priced from its spec sheet "
-                        "(device=NAME, or checkpoint gpu-spec-sheet)")
-    if job.precision == "fp8":
-        return "precision", "fp8 is priced for a GPU priced from its spec sheet (device=NAME)"
-    if job.activation_checkpointing:
-        return "activation_checkpointing", ("priced for a GPU priced from its spec sheet "
-                                            "(device=NAME)")
-    if job.optimizer not in OPTIMIZERS:
-        return "optimizer", (f"{job.optimizer} is priced for a GPU priced from its spec sheet "
-                             "(device=NAME); a checkpoint predicts the optimizers it was "
-                             "trained on")
-    if job.compile:
-        return "compile", ("a checkpoint predicts the eager steps it was trained on; a compiled "
-                           "step is priced for a GPU priced from its spec sheet (device=NAME)")
-    for name in ("fused_optimizer", "clip_grad_norm"):
+        return "gpus"
+    if job.precision == "fp8" or job.optimizer not in OPTIMIZERS:
+        return "precision" if job.precision == "fp8" else "optimizer"
+    for name in ("activation_checkpointing", "compile", "fused_optimizer", "clip_grad_norm"):
         if getattr(job, name):
-            return name, ("a checkpoint predicts the steps it was trained on (torch.optim's "
-                          "default kernels, unclipped); this is priced for a GPU priced from "
-                          "its spec sheet (device=NAME)")
+            return name
     for name in ("grad_accum", "tp", "pp", "ep", "cp", "attention", "framework", "offload"):
         if getattr(job, name) not in (1, None, "pytorch"):
-            return name, ("a checkpoint predicts the whole steps it was trained on; this is "
-                          "priced for a GPU priced from its spec sheet (device=NAME)")
+            return name
     return None
 
 
@@ -484,6 +471,13 @@ def _checkpoint(job: TrainingJob) -> Checkpoint:
         except catalog.UnknownGPU as e:  # said first where the name was meant as a GPU
             if e.meant:
                 raise RequestError(f"device: {e}", "device") from None
-    if refused := _spec_only(job):
-        raise RequestError(f"{refused[0]}: {refused[1]}", refused[0])
+    if field := _spec_only(job):
+        which = f"checkpoint {job.checkpoint}" if job.checkpoint else f"device {job.device}'s " \
+            "checkpoint" if job.device else "the default checkpoint (no device named)"
+        name = "device=NAME, no checkpoint" if job.checkpoint else \
+            "name one: device=NAME, `mdot devices`"
+        value = getattr(job, field)
+        said = field if isinstance(value, (bool, tuple)) else f"{field} {value!r}"
+        raise RequestError(f"{said}: priced for a GPU from its spec sheet ({name}); {which} "
+                           "predicts the one-GPU steps it was measured on", field)
     return Checkpoint(job)
