@@ -107,7 +107,7 @@ def test_a_budget_and_a_plan_the_counts_cannot_take(model):
     (dict(budget_usd=float("nan")), "budget_usd"), (dict(prices={"h100-sxm": -2}), "prices"),
     (dict(prices={"tpu-v5": 2.0}), "prices"), (dict(prices={"a100": 2.0}), "prices"),
     (dict(budget_usd=10.0), "budget_usd"),  # no prices: every plan was "no price", said late
-    (dict(gpus=2.5), "gpus"), (dict(gpus=None), "gpus"),  # a TypeError: not iterable
+    (dict(gpus=2.5), "gpus"),
 ])
 def test_a_bad_plan_is_one_named_error(model, fields, field):
     with pytest.raises(RequestError) as e:
@@ -171,6 +171,17 @@ def test_every_gpu_of_a_plan_is_priced_at_one_precision(model):
     assert request.job.precision == "fp32"
     ours = {o.device: o.prediction for o in plan(request)}
     assert all("spec sheet" in p.source for p in ours.values())
+
+
+def test_a_sequence_field_given_none_is_its_default(model):
+    """JSON's null for `strategies` with a global batch raised Python's TypeError from deep in
+    the search; None is each sequence field's default, as an omitted field."""
+    job = _job(model)
+    none = Plan(job, devices=None, gpus=None, cps=None, strategies=None, global_batch=16)
+    assert (none.devices, none.gpus, none.cps, none.strategies) == (("all",), (1, 2, 4, 8), (), ())
+    asked = dict(devices="h100-sxm", gpus=(1,), global_batch=16)
+    assert [o.hours for o in plan(Plan(job, strategies=None, **asked))] == \
+        [o.hours for o in plan(Plan(job, **asked))]
 
 
 def test_a_plan_needs_the_jobs_size(model):

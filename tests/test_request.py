@@ -215,6 +215,9 @@ def test_a_misspelt_keyword_is_a_request_error_naming_the_field_meant():
     with pytest.raises(RequestError, match="^deadline: not a field; did you mean deadline_h"):
         Plan(job, deadline=3)
     assert dataclasses.replace(job, batch_size=4).batch_size == 4  # the fields as before
+    # None (JSON's null) is a field's default; batch_size has none, so it is required
+    assert TrainingJob(model="m.onnx", batch_size=8, optimizer=None, gpus=None) == \
+        TrainingJob(model="m.onnx", batch_size=8)
 
 
 @pytest.mark.parametrize("field,value,meant", [

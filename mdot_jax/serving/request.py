@@ -11,7 +11,7 @@ import difflib
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +70,11 @@ def _plain(value: Any) -> Any:
 
 def _plain_fields(request: Any, skip: int = 1) -> None:
     """Every field of a frozen dataclass request but its first `skip` (the model, the job)
-    made `_plain`, in place."""
+    made `_plain`, in place; None (JSON's null) where the field has a default: the default."""
     for f in fields(request)[skip:]:
-        object.__setattr__(request, f.name, _plain(getattr(request, f.name)))
+        value = getattr(request, f.name)
+        default = None if value is not None or f.default is MISSING else f.default
+        object.__setattr__(request, f.name, _plain(value if default is None else default))
 
 
 def _ints(name: str, value: Any, limit: float = MAX_INT, why: str = "") -> tuple[int, ...]:
