@@ -108,6 +108,9 @@ def test_a_budget_and_a_plan_the_counts_cannot_take(model):
     (dict(prices={"tpu-v5": 2.0}), "prices"), (dict(prices={"a100": 2.0}), "prices"),
     (dict(budget_usd=10.0), "budget_usd"),  # no prices: every plan was "no price", said late
     (dict(gpus=2.5), "gpus"),
+    # JSON of another type than the field's: Python's TypeError or AttributeError, a 500
+    (dict(devices=1), "devices"), (dict(prices=-1), "prices"), (dict(strategies=2), "strategies"),
+    (dict(global_batch=[16]), "global_batch"),
 ])
 def test_a_bad_plan_is_one_named_error(model, fields, field):
     with pytest.raises(RequestError) as e:

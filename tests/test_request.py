@@ -193,6 +193,10 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(batch_size=(8, 4, 8)), "batch_size"), (dict(gpus=(8, 8), device="l4"), "gpus"),
     (dict(device="v100-sxm2-32gb", precision="amp-bf16"), "precision"),  # no bf16 peak
     (dict(precision=["fp32"]), "precision"), (dict(strategy={"ddp": 1}), "strategy"),
+    # a list where one value is meant, a number where a mapping is: Python's errors, a 500
+    (dict(tp=[1, 8]), "tp"), (dict(nodes=[2]), "nodes"), (dict(seq_len=[64]), "seq_len"),
+    (dict(image_size=[1, 8]), "image_size"), (dict(input_shapes=5), "input_shapes"),
+    (dict(input_shapes={"x": 5}), "input_shapes"),
 ])
 def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     onnx.save(conv_bn_relu(), tmp_path / "m.onnx")

@@ -45,9 +45,10 @@ from tqdm import tqdm
 from mdot_jax.errors import MdotError, RequestError, fields_named
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number
+from mdot_jax.serving.fields import _choice, _int, _ints, _plain_fields, _positive
 from mdot_jax.serving.model_source import model_errors
 from mdot_jax.serving.prediction import Prediction
-from mdot_jax.serving.request import TrainingJob, _choice, _ints, _plain_fields, _positive
+from mdot_jax.serving.request import TrainingJob
 
 SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
 
@@ -80,19 +81,23 @@ class Plan:
                                "dataset_size, or train_tokens", "epochs")
         if self.job.precision is None:  # every GPU at one precision, the spec sheets' default
             object.__setattr__(self, "job", dataclasses.replace(self.job, precision="fp32"))
-        if isinstance(self.devices, str):  # "all", or names with commas, as on the command line
-            object.__setattr__(self, "devices", tuple(self.devices.split(",")))
+        for name in ("devices", "strategies"):  # names with commas, as on the command line
+            if isinstance(value := getattr(self, name), str):
+                object.__setattr__(self, name, tuple(value.split(",")))
+        for name in ("devices", "gpus", "cps", "strategies"):  # one, or several
+            if isinstance(value := getattr(self, name), (str, bytes, Mapping)) or not hasattr(
+                    value, "__len__"):
+                object.__setattr__(self, name, (value,))
         if not self.devices or not all(isinstance(d, str) and d for d in self.devices):
             raise RequestError(f"devices {self.devices!r}: name catalogued GPUs, or 'all'",
                                "devices")
-        for name in ("gpus", "cps"):  # one count, or several
-            if isinstance(value := getattr(self, name), (str, bytes)) or not hasattr(
-                    value, "__len__"):
-                object.__setattr__(self, name, (value,))
         _ints("gpus", list(self.gpus))
         for name in ("deadline_h", "budget_usd"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
+        if not isinstance(self.prices, (Mapping, type(None))):
+            raise RequestError(f"prices {self.prices!r}: expected USD per GPU-hour by device "
+                               "({'h100-sxm': 3.99})", "prices")
         if self.budget_usd is not None and not self.prices:  # every plan would be "no price"
             raise RequestError("budget_usd: holds the plans to a cost; give prices too (USD "
                                "per GPU-hour by device)", "budget_usd")
@@ -103,8 +108,6 @@ class Plan:
                 raise RequestError("cps: context-parallel degrees the layout search tries; "
                                    "give global_batch, and no cp of the job's", "cps")
         if self.strategies:
-            if isinstance(self.strategies, str):  # names with commas, as on the command line
-                object.__setattr__(self, "strategies", tuple(self.strategies.split(",")))
             for s in self.strategies:
                 _choice("strategies", s, STRATEGIES, optional=False)
             object.__setattr__(self, "strategies", tuple(dict.fromkeys(self.strategies)))
@@ -112,7 +115,7 @@ class Plan:
                 raise RequestError("strategies: data-parallel strategies the plan tries; give "
                                    "no strategy of the job's", "strategies")
         if self.global_batch is not None:
-            _ints("global_batch", self.global_batch)
+            _int("global_batch", self.global_batch)
             job = self.job
             fixed = [f for f in ("schedule", "sequence_parallel") if getattr(job, f)] + \
                 [f for f in ("tp", "pp", "grad_accum") if getattr(job, f) != 1]

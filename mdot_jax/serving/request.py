@@ -7,11 +7,8 @@ combination that would mean nothing is a `RequestError` naming the field, never 
 
 from __future__ import annotations
 
-import difflib
-import math
-import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +20,11 @@ from mdot_jax.options import (
     ATTENTION,
     AUTOCAST,
     CHECKPOINTING,
-    CHOICE_HINTS,
     FRAMEWORKS,
     FROZEN_WEIGHTS,
     INTERCONNECTS,
     LAYOUTS,
     MAX_BATCH_TOKENS,
-    MAX_INT,
     MAX_TOKENS,
     OFFLOAD_OPTIMIZERS,
     OFFLOADS,
@@ -40,56 +35,21 @@ from mdot_jax.options import (
     STRATEGIES,
 )
 from mdot_jax.serving import named_models
+from mdot_jax.serving.fields import (
+    _choice,
+    _count,
+    _distinct,
+    _flag,
+    _int,
+    _ints,
+    _plain_fields,
+    _positive,
+    _short,
+)
 
 MODEL_TYPES = (str, Path, bytes, onnx.ModelProto, OperatorSequence)  # what `model` may be
 _TOKENS = (MAX_TOKENS, " tokens, the longest sequence priced (the conversion holds each "
                        "position)")
-
-
-def _short(value: Any) -> str:
-    """`value`'s repr, or its type's name where that is long (a module, an array)."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"(a {type(value).__name__})"
-
-
-def _plain(value: Any) -> Any:
-    """NumPy's numbers and 1-D arrays (a scheduler's arithmetic) as Python's ints, floats and
-    tuples, inside lists, tuples and mappings too; anything else as it is."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
-        return int(value)
-    if isinstance(value, numbers.Real) and not isinstance(value, (bool, int, float)):
-        return float(value)
-    if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):
-        return tuple(value.tolist())
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(v) for v in value)
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-def _plain_fields(request: Any, skip: int = 1) -> None:
-    """Every field of a frozen dataclass request but its first `skip` (the model, the job)
-    made `_plain`, in place; None (JSON's null) where the field has a default: the default."""
-    for f in fields(request)[skip:]:
-        value = getattr(request, f.name)
-        default = None if value is not None or f.default is MISSING else f.default
-        object.__setattr__(request, f.name, _plain(value if default is None else default))
-
-
-def _ints(name: str, value: Any, limit: float = MAX_INT, why: str = "") -> tuple[int, ...]:
-    """A positive int up to `limit` (`why`: its reason), or a non-empty sequence of them, as a
-    tuple."""
-    values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
-    field = name.split("[")[0]
-    if not values:
-        raise RequestError(f"{name}: empty; give at least one value", field)
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise RequestError(f"{name} {v!r}: expected a positive integer", field)
-        if v > limit:
-            raise RequestError(f"{name} {v:,}: more than {limit:,}{why}", field)
-    return values
 
 
 def too_many_tokens(batch: int | None, seq_len: int | None) -> str | None:
@@ -99,42 +59,6 @@ def too_many_tokens(batch: int | None, seq_len: int | None) -> str | None:
         return (f"batch_size {batch:,} x seq_len {seq_len:,}: {batch * seq_len:,} tokens a "
                 f"micro-batch, more than {MAX_BATCH_TOKENS:,} (the conversion holds each)")
     return None
-
-
-def _distinct(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
-    """`values`, refused where one is listed twice (each would be priced twice)."""
-    twice = sorted({v for v in values if values.count(v) > 1})
-    if twice:
-        raise RequestError(f"{name} {list(values)}: {twice[0]} is listed twice", name)
-    return values
-
-
-def _count(name: str, value: Any) -> int:
-    """A positive whole number of any size: an int, or a float that is one (JSON's 1e12)."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    return _ints(name, value, limit=math.inf)[0]
-
-
-def _positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value <= 0:
-        raise RequestError(f"{name} {value!r}: expected a positive number", name)
-
-
-def _flag(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise RequestError(f"{name} {value!r}: true or false", name)
-
-
-def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True) -> None:
-    if (value is None and optional) or (isinstance(value, str) and value in choices):
-        return
-    hint = CHOICE_HINTS.get((name, value), "") if isinstance(value, str) else ""
-    if isinstance(value, str) and not hint and \
-            (near := difflib.get_close_matches(value.lower(), choices, n=1)):
-        hint = f"; did you mean {near[0]!r}?"  # 'Adam', 'AMP-BF16', 'fsd'
-    raise RequestError(f"{name} {value!r}: choose from {list(choices)}{hint}", name)
 
 
 @fields_named
@@ -278,7 +202,12 @@ class TrainingJob:
                     "; export a PyTorch module first: converters.from_torch(module, "
                     "example_input)" if module else ""), "model")
         object.__setattr__(self, "model", named_models.resolve(self.model))  # a name: its file
-        for name, shape in (self.input_shapes or {}).items():
+        shapes = self.input_shapes or {}
+        if not isinstance(shapes, Mapping) or not all(isinstance(v, (list, tuple))
+                                                      for v in shapes.values()):
+            raise RequestError(f"input_shapes {shapes!r}: expected input names and their shapes "
+                               "({'x': [8, 3, 224, 224]})", "input_shapes")
+        for name, shape in shapes.items():
             _ints(f"input_shapes[{name!r}]", list(shape), MAX_TOKENS,
                   " (a dim the conversion holds position by position)")
         if self.batch_size is None and not self.input_shapes:
@@ -289,14 +218,14 @@ class TrainingJob:
             raise RequestError("gpus: several GPU counts take one batch_size (per GPU)", "gpus")
         for name in ("image_size", "video_frames", "seq_len", "target_len"):
             if getattr(self, name) is not None:
-                _ints(name, getattr(self, name), *_TOKENS if "_len" in name else ())
+                _int(name, getattr(self, name), *_TOKENS if "_len" in name else ())
         if self.audio_seconds is not None:
             _positive("audio_seconds", self.audio_seconds)
         if why := too_many_tokens(max(sizes), self.seq_len):
             raise RequestError(why, "batch_size")
         self._check_lora()
-        _ints("nodes", self.nodes)
-        _ints("grad_accum", self.grad_accum)
+        _int("nodes", self.nodes)
+        _int("grad_accum", self.grad_accum)
         self._check_model_parallel(counts)
         for name, kinds in (("device", (str, Path)), ("device_spec", (str, Path, Mapping)),
                             ("checkpoint", (str, Path))):
@@ -389,7 +318,7 @@ class TrainingJob:
 
     def _check_lora(self) -> None:
         if self.lora_rank is not None:
-            _ints("lora_rank", self.lora_rank)
+            _int("lora_rank", self.lora_rank)
         if self.lora_targets is None:
             return
         if self.lora_rank is None:
@@ -403,22 +332,22 @@ class TrainingJob:
         object.__setattr__(self, "lora_targets", tuple(t.strip() for t in targets))
 
     def _check_model_parallel(self, counts: tuple[int, ...]) -> None:
-        _ints("tp", self.tp)
-        _ints("pp", self.pp)
+        _int("tp", self.tp)
+        _int("pp", self.pp)
         _choice("schedule", self.schedule, SCHEDULES)
         _flag("sequence_parallel", self.sequence_parallel)
         if self.schedule and self.pp == 1:
             raise RequestError("schedule: the pipeline's; give pp > 1", "schedule")
         if self.virtual_stages is not None:
-            _ints("virtual_stages", self.virtual_stages)
+            _int("virtual_stages", self.virtual_stages)
             if self.schedule != "interleaved":
                 raise RequestError("virtual_stages: chunks of the interleaved schedule; give "
                                    "schedule 'interleaved'", "virtual_stages")
         if self.sequence_parallel and self.tp == 1:
             raise RequestError("sequence_parallel: cuts the sequence over the tensor-parallel "
                                "GPUs; give tp > 1", "sequence_parallel")
-        _ints("ep", self.ep)
-        _ints("cp", self.cp)
+        _int("ep", self.ep)
+        _int("cp", self.cp)
         if self.cp > 1 and self.ep > 1:
             raise RequestError("cp: with ep (a mixture of experts' expert parallelism) is not "
                                "priced; give one of them", "cp")
