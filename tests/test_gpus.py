@@ -230,6 +230,10 @@ SPEC_FIELDS = ("sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb", "nvlink_g
     # the datasheet's peaks with sparsity (1,979 bf16 TFLOP/s on the H100 SXM's)
     ("tflops", {"fp32": 66.9, "bf16": 1979}, "'tflops.bf16' is 1979, 2.0x the bf16 FLOPs"),
     ("tflops", {"fp32": 66.9, "fp8": 3958}, "the datasheet's figure with sparsity"),
+    # another JSON type than the field's: Python's TypeError from deep in pricing, before
+    ("aliases", 1, "'aliases' is 1; expected a list of names"), ("name", {"a": 1}, "'name' is"),
+    ("nvswitch", "yes", "'nvswitch' is 'yes'"),
+    ("note", 5, "'note' is 5; expected text"),
 ])
 def test_a_spec_value_no_gpu_has_is_named(tmp_path, field, value, needle):
     """JSON's NaN and Infinity parse as floats: a 3.7x faster GPU, or a math error, before;
@@ -240,6 +244,14 @@ def test_a_spec_value_no_gpu_has_is_named(tmp_path, field, value, needle):
     (tmp_path / "g.json").write_text(json.dumps(row))
     with pytest.raises(ValueError, match=re.escape(needle)):
         gpus.from_spec_file(tmp_path / "g.json")
+    row[field] = None  # null: as if not given (a required field then missing)
+    (tmp_path / "g.json").write_text(json.dumps(row))
+    if field in ("name", "architecture", "sms", "boost_mhz", "memory_gb", "memory_gbs", "l2_mb",
+                 "tflops"):
+        with pytest.raises(ValueError, match=f"missing field\\(s\\) \\['{field}'\\]"):
+            gpus.from_spec_file(tmp_path / "g.json")
+    elif field != "nvswitch":  # the H100's NVLink asks for it
+        assert gpus.from_spec_file(tmp_path / "g.json").name == "my-gpu"
 
 
 @pytest.mark.parametrize("change", [

@@ -114,6 +114,7 @@ def _from_json(d: dict, where: str) -> GPU:
     if not isinstance(d, dict):
         raise ValueError(f"{where}: expected a JSON object describing one GPU")
     known = {f.name for f in fields(GPU)} - {"spec_file"}
+    d = {k: v for k, v in d.items() if v is not None}  # null: as if not given
     unknown = sorted(set(d) - known)
     if unknown:
         raise ValueError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
@@ -138,6 +139,17 @@ def _from_json(d: dict, where: str) -> GPU:
     if d.get("nvlink_gpus", 0) and not (d.get("nvlink_gbs", 0) > 0 and d.get("nvswitch")):
         raise ValueError(f"{where}: 'nvlink_gpus' is {d['nvlink_gpus']!r}: an NVLink fabric "
                          "joining that many GPUs needs 'nvlink_gbs' and 'nvswitch' true")
+    if not (isinstance(d["name"], str) and d["name"].strip()):
+        raise ValueError(f"{where}: 'name' is {d['name']!r}; expected the GPU's name")
+    for k in ("memory_type", "note", "source"):
+        if not isinstance(d.get(k, ""), str):
+            raise ValueError(f"{where}: '{k}' is {d[k]!r}; expected text")
+    aliases = d.get("aliases", [])
+    if not (isinstance(aliases, (list, tuple)) and all(isinstance(a, str) and a.strip()
+                                                       for a in aliases)):
+        raise ValueError(f"{where}: 'aliases' is {aliases!r}; expected a list of names")
+    if not isinstance(d.get("nvswitch", False), bool):
+        raise ValueError(f"{where}: 'nvswitch' is {d['nvswitch']!r}; expected true or false")
     arch = d["architecture"]
     if not isinstance(arch, str) or not arch.strip():
         raise ValueError(f"{where}: 'architecture' is {arch!r}; expected a name such as "
