@@ -110,8 +110,10 @@ def _spec_only(job: TrainingJob) -> str | None:
         return "step"
     if job.data_parallel:
         return "gpus"
-    if job.precision == "fp8" or job.optimizer not in OPTIMIZERS:
-        return "precision" if job.precision == "fp8" else "optimizer"
+    if job.precision == "fp8":
+        return "precision"
+    if job.optimizer not in OPTIMIZERS:
+        return "optimizer"
     for name in ("activation_checkpointing", "compile", "fused_optimizer", "clip_grad_norm"):
         if getattr(job, name):
             return name
