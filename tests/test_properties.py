@@ -2,6 +2,7 @@
 CLI answer with a result or one error naming the problem, never a traceback."""
 
 import contextlib
+import dataclasses
 import io
 import json
 
@@ -12,11 +13,15 @@ from hypothesis import strategies as st
 from onnx_builders import conv_bn_relu
 
 from converters import ConversionError
+from mdot_jax import TrainingJob, predict
 from mdot_jax.cli import main
 from mdot_jax.data.dataset import load_dataset
 from mdot_jax.data.store import check_dataset
-from mdot_jax.errors import MdotError
+from mdot_jax.errors import MdotError, RequestError
+from mdot_jax.gpu.catalog import GPU, find
 from mdot_jax.serving.measurements import read_measurements
+from mdot_jax.serving.plan import Plan, plan
+from mdot_jax.serving.request import FIELDS
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -114,3 +119,61 @@ def test_any_predict_flags_predict_or_are_one_usage_error(tmp_path_factory, flag
 def test_a_conversion_error_is_an_mdot_answer():
     """What the CLI catches: every reader's failure is one of these two."""
     assert issubclass(MdotError, ValueError) and issubclass(ConversionError, Exception)
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    path = tmp_path_factory.mktemp("job") / "m.onnx"
+    onnx.save(conv_bn_relu(), path)
+    return str(path)
+
+
+JOB_FIELDS = sorted(FIELDS - {"model", "device_spec", "checkpoint"})  # no files read by name
+PLAN_FIELDS = ["devices", "gpus", "prices", "deadline_h", "budget_usd", "global_batch", "cps",
+               "strategies"]
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(JOB_FIELDS), JSON, max_size=3))
+def test_any_json_for_a_jobs_fields_predicts_or_is_one_named_error(cnn, fields):
+    """Every field given a value of any JSON type (the service's body): a prediction, or one
+    line naming the field; a list where one integer goes raised Python's TypeError (a 500)."""
+    try:
+        job = TrainingJob(model=cnn, **{"batch_size": 4, "device": "h100-sxm", **fields})
+    except RequestError as e:
+        _one_line(e)
+        assert e.field and str(e).startswith(e.field), str(e)
+        return
+    try:
+        predict(job)
+    except MdotError as e:
+        _one_line(e)
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(PLAN_FIELDS), JSON, max_size=2))
+def test_any_json_for_a_plans_fields_plans_or_is_one_named_error(cnn, fields):
+    job = TrainingJob(model=cnn, batch_size=4, epochs=1, dataset_size=1000)
+    try:
+        request = Plan(job, **{"devices": "h100-sxm", "gpus": (1, 2), **fields})
+    except RequestError as e:
+        _one_line(e)
+        assert e.field and str(e).startswith(e.field), str(e)
+        return
+    try:
+        plan(request)
+    except MdotError as e:
+        _one_line(e)
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(sorted(f.name for f in dataclasses.fields(GPU))), JSON,
+                       max_size=2))
+def test_any_json_in_a_device_spec_prices_or_is_one_named_error(cnn, change):
+    """A spec's field of another JSON type (aliases a number, a name an object) raised
+    Python's TypeError while pricing."""
+    spec = {**find("h100-sxm").to_json(), "name": "my-gpu", **change}
+    try:
+        predict(TrainingJob(model=cnn, batch_size=4, device_spec=spec))
+    except MdotError as e:
+        _one_line(e)
