@@ -133,37 +133,34 @@ PLAN_FIELDS = ["devices", "gpus", "prices", "deadline_h", "budget_usd", "global_
                "strategies"]
 
 
-@SETTINGS
-@given(st.dictionaries(st.sampled_from(JOB_FIELDS), JSON, max_size=3))
-def test_any_json_for_a_jobs_fields_predicts_or_is_one_named_error(cnn, fields):
-    """Every field given a value of any JSON type (the service's body): a prediction, or one
-    line naming the field; a list where one integer goes raised Python's TypeError (a 500)."""
+def _named_or_run(make, run) -> None:
+    """`make()` a request: one line naming its field; or `run` it: a result or one line."""
     try:
-        job = TrainingJob(model=cnn, **{"batch_size": 4, "device": "h100-sxm", **fields})
+        request = make()
     except RequestError as e:
         _one_line(e)
         assert e.field and str(e).startswith(e.field), str(e)
         return
     try:
-        predict(job)
+        run(request)
     except MdotError as e:
         _one_line(e)
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(JOB_FIELDS), JSON, max_size=3))
+def test_any_json_for_a_jobs_fields_predicts_or_is_one_named_error(cnn, fields):
+    """Every field given a value of any JSON type (the service's body): a prediction, or one
+    line naming the field; a list where one integer goes raised Python's TypeError (a 500)."""
+    _named_or_run(lambda: TrainingJob(model=cnn, **{"batch_size": 4, "device": "h100-sxm",
+                                                    **fields}), predict)
 
 
 @SETTINGS
 @given(st.dictionaries(st.sampled_from(PLAN_FIELDS), JSON, max_size=2))
 def test_any_json_for_a_plans_fields_plans_or_is_one_named_error(cnn, fields):
     job = TrainingJob(model=cnn, batch_size=4, epochs=1, dataset_size=1000)
-    try:
-        request = Plan(job, **{"devices": "h100-sxm", "gpus": (1, 2), **fields})
-    except RequestError as e:
-        _one_line(e)
-        assert e.field and str(e).startswith(e.field), str(e)
-        return
-    try:
-        plan(request)
-    except MdotError as e:
-        _one_line(e)
+    _named_or_run(lambda: Plan(job, **{"devices": "h100-sxm", "gpus": (1, 2), **fields}), plan)
 
 
 @SETTINGS
