@@ -14,13 +14,13 @@ from mdot_jax.errors import RequestError
 from mdot_jax.options import CHOICE_HINTS, MAX_INT
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
     """`value`'s repr, or its type's name where that is long (a module, an array)."""
     text = repr(value)
     return text if len(text) <= 60 else f"(a {type(value).__name__})"
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """NumPy's numbers and 1-D arrays (a scheduler's arithmetic) as Python's ints, floats and
     tuples, inside lists, tuples and mappings too; anything else as it is."""
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
@@ -30,22 +30,22 @@ def _plain(value: Any) -> Any:
     if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):
         return tuple(value.tolist())
     if isinstance(value, (list, tuple)):
-        return type(value)(_plain(v) for v in value)
+        return type(value)(plain(v) for v in value)
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     return value
 
 
-def _plain_fields(request: Any, skip: int = 1) -> None:
+def plain_fields(request: Any, skip: int = 1) -> None:
     """Every field of a frozen dataclass request but its first `skip` (the model, the job)
-    made `_plain`, in place; None (JSON's null) where the field has a default: the default."""
+    made `plain`, in place; None (JSON's null) where the field has a default: the default."""
     for f in fields(request)[skip:]:
         value = getattr(request, f.name)
         default = None if value is not None or f.default is MISSING else f.default
-        object.__setattr__(request, f.name, _plain(value if default is None else default))
+        object.__setattr__(request, f.name, plain(value if default is None else default))
 
 
-def _ints(name: str, value: Any, limit: float = MAX_INT, why: str = "") -> tuple[int, ...]:
+def positive_ints(name: str, value: Any, limit: float = MAX_INT, why: str = "") -> tuple[int, ...]:
     """A positive int up to `limit` (`why`: its reason), or a non-empty sequence of them, as a
     tuple."""
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
@@ -60,7 +60,7 @@ def _ints(name: str, value: Any, limit: float = MAX_INT, why: str = "") -> tuple
     return values
 
 
-def _distinct(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
+def distinct(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
     """`values`, refused where one is listed twice (each would be priced twice)."""
     twice = sorted({v for v in values if values.count(v) > 1})
     if twice:
@@ -68,32 +68,32 @@ def _distinct(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
     return values
 
 
-def _int(name: str, value: Any, *limits: Any) -> int:
-    """One positive int (`_ints`' limits): a list where one is meant is refused by name."""
-    if isinstance(value, (list, tuple)):  # `_ints` would read it as several
+def positive_int(name: str, value: Any, *limits: Any) -> int:
+    """One positive int (`positive_ints`' limits): a list where one is meant is refused by name."""
+    if isinstance(value, (list, tuple)):  # `positive_ints` would read it as several
         raise RequestError(f"{name} {list(value)}: expected one positive integer", name)
-    return _ints(name, value, *limits)[0]
+    return positive_ints(name, value, *limits)[0]
 
 
-def _count(name: str, value: Any) -> int:
+def whole_count(name: str, value: Any) -> int:
     """A positive whole number of any size: an int, or a float that is one (JSON's 1e12)."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    return _ints(name, value, limit=math.inf)[0]
+    return positive_ints(name, value, limit=math.inf)[0]
 
 
-def _positive(name: str, value: Any) -> None:
+def positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or value <= 0:
         raise RequestError(f"{name} {value!r}: expected a positive number", name)
 
 
-def _flag(name: str, value: Any) -> None:
+def boolean(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise RequestError(f"{name} {value!r}: true or false", name)
 
 
-def _choice(name: str, value: Any, choices: Sequence[str], optional: bool = True) -> None:
+def choice(name: str, value: Any, choices: Sequence[str], optional: bool = True) -> None:
     if (value is None and optional) or (isinstance(value, str) and value in choices):
         return
     hint = CHOICE_HINTS.get((name, value), "") if isinstance(value, str) else ""

@@ -474,10 +474,12 @@ def _checkpoint(job: TrainingJob) -> Checkpoint:
             if e.meant:
                 raise RequestError(f"device: {e}", "device") from None
     if field := _spec_only(job):
-        which = f"checkpoint {job.checkpoint}" if job.checkpoint else f"device {job.device}'s " \
-            "checkpoint" if job.device else "the default checkpoint (no device named)"
-        name = "device=NAME, no checkpoint" if job.checkpoint else \
-            "name one: device=NAME, `mdot devices`"
+        if job.checkpoint:
+            which, name = f"checkpoint {job.checkpoint}", "device=NAME, no checkpoint"
+        else:
+            which = f"device {job.device}'s checkpoint" if job.device else \
+                "the default checkpoint (no device named)"
+            name = "name one: device=NAME, `mdot devices`"
         value = getattr(job, field)
         said = field if isinstance(value, (bool, tuple)) else f"{field} {value!r}"
         raise RequestError(f"{said}: priced for a GPU from its spec sheet ({name}); {which} "

@@ -42,11 +42,12 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
+from converters.fusion import fusion_version
 from mdot_jax.errors import MdotError, RequestError, fields_named
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number
-from mdot_jax.serving.fields import _choice, _int, _ints, _plain_fields, _positive
-from mdot_jax.serving.model_source import model_errors
+from mdot_jax.serving.fields import choice, plain_fields, positive, positive_int, positive_ints
+from mdot_jax.serving.model_source import cut, model_errors, sequence
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob
 
@@ -75,7 +76,7 @@ class Plan:
     def __post_init__(self):
         if not isinstance(self.job, TrainingJob):
             raise RequestError("job: a TrainingJob", "job")
-        _plain_fields(self)  # every field but the job
+        plain_fields(self)  # every field but the job
         if self.job.train_tokens is None and self.job.epochs is None:
             raise RequestError("epochs: a plan prices the whole job; give epochs and "
                                "dataset_size, or train_tokens", "epochs")
@@ -91,10 +92,10 @@ class Plan:
         if not self.devices or not all(isinstance(d, str) and d for d in self.devices):
             raise RequestError(f"devices {self.devices!r}: name catalogued GPUs, or 'all'",
                                "devices")
-        _ints("gpus", list(self.gpus))
+        positive_ints("gpus", list(self.gpus))
         for name in ("deadline_h", "budget_usd"):
             if getattr(self, name) is not None:
-                _positive(name, getattr(self, name))
+                positive(name, getattr(self, name))
         if not isinstance(self.prices, (Mapping, type(None))):
             raise RequestError(f"prices {self.prices!r}: expected USD per GPU-hour by device "
                                "({'h100-sxm': 3.99})", "prices")
@@ -102,20 +103,20 @@ class Plan:
             raise RequestError("budget_usd: holds the plans to a cost; give prices too (USD "
                                "per GPU-hour by device)", "budget_usd")
         if self.cps:
-            _ints("cps", list(self.cps))
+            positive_ints("cps", list(self.cps))
             object.__setattr__(self, "cps", tuple(dict.fromkeys(self.cps)))  # each once
             if self.global_batch is None or self.job.cp != 1:
                 raise RequestError("cps: context-parallel degrees the layout search tries; "
                                    "give global_batch, and no cp of the job's", "cps")
         if self.strategies:
             for s in self.strategies:
-                _choice("strategies", s, STRATEGIES, optional=False)
+                choice("strategies", s, STRATEGIES, optional=False)
             object.__setattr__(self, "strategies", tuple(dict.fromkeys(self.strategies)))
             if self.job.strategy != "ddp":
                 raise RequestError("strategies: data-parallel strategies the plan tries; give "
                                    "no strategy of the job's", "strategies")
         if self.global_batch is not None:
-            _int("global_batch", self.global_batch)
+            positive_int("global_batch", self.global_batch)
             job = self.job
             fixed = [f for f in ("schedule", "sequence_parallel") if getattr(job, f)] + \
                 [f for f in ("tp", "pp", "grad_accum") if getattr(job, f) != 1]
@@ -125,7 +126,7 @@ class Plan:
         from mdot_jax.gpu import catalog
 
         for device, price in (self.prices or {}).items():
-            _positive(f"prices[{device!r}]", price)
+            positive(f"prices[{device!r}]", price)
             try:  # a typo would price nothing, silently
                 catalog.find(str(device))
             except ValueError as e:  # none, or several (`a100`): the catalog's line says
@@ -257,8 +258,6 @@ def job_for_plan(**fields) -> TrainingJob:
 @model_errors
 def plan(request: Plan, progress: bool = False) -> list[Option]:
     """Every candidate of `request`, ranked (module docstring)."""
-    from converters.fusion import fusion_version
-    from mdot_jax.serving.model_source import cut, sequence
 
     job = request.job
     if len(job.batch_sizes) > 1:
@@ -410,9 +409,7 @@ def _price_layout(request: Plan, gpu, n: int, nodes: int, lay: Layout, seqs: dic
     """`lay` of `n` GPUs per node over `nodes` priced, again with full checkpointing where it
     would not fit without (unless the job asks a checkpointing); `seqs`: the model by
     micro-batch and cut."""
-    from converters.fusion import fusion_version
     from mdot_jax.serving.front import predict
-    from mdot_jax.serving.model_source import cut, sequence
 
     job = dataclasses.replace(request.job, cp=lay.cp, gpus=n, nodes=nodes)  # takes the cut
     key = (lay.micro_batch, lay.cp)

@@ -36,15 +36,15 @@ from mdot_jax.options import (
 )
 from mdot_jax.serving import named_models
 from mdot_jax.serving.fields import (
-    _choice,
-    _count,
-    _distinct,
-    _flag,
-    _int,
-    _ints,
-    _plain_fields,
-    _positive,
-    _short,
+    boolean,
+    choice,
+    distinct,
+    plain_fields,
+    positive,
+    positive_int,
+    positive_ints,
+    short,
+    whole_count,
 )
 
 MODEL_TYPES = (str, Path, bytes, onnx.ModelProto, OperatorSequence)  # what `model` may be
@@ -190,14 +190,14 @@ class TrainingJob:
     operators: bool = False
 
     def __post_init__(self):
-        _plain_fields(self)  # every field but the model
+        plain_fields(self)  # every field but the model
         if self.model is None or (isinstance(self.model, (str, Path)) and not str(self.model)):
             raise RequestError("model: required (an .onnx file, or a converted sequence)",
                                "model")
         if not isinstance(self.model, MODEL_TYPES):
             module = callable(getattr(self.model, "parameters", None))  # torch.nn.Module's
             raise RequestError(
-                f"model {_short(self.model)}: expected a path (.onnx, .npz, config.json), ONNX "
+                f"model {short(self.model)}: expected a path (.onnx, .npz, config.json), ONNX "
                 "bytes or ModelProto, or an OperatorSequence" + (
                     "; export a PyTorch module first: converters.from_torch(module, "
                     "example_input)" if module else ""), "model")
@@ -208,24 +208,24 @@ class TrainingJob:
             raise RequestError(f"input_shapes {shapes!r}: expected input names and their shapes "
                                "({'x': [8, 3, 224, 224]})", "input_shapes")
         for name, shape in shapes.items():
-            _ints(f"input_shapes[{name!r}]", list(shape), MAX_TOKENS,
+            positive_ints(f"input_shapes[{name!r}]", list(shape), MAX_TOKENS,
                   " (a dim the conversion holds position by position)")
         if self.batch_size is None and not self.input_shapes:
             raise RequestError("batch_size: required (the batch per device)", "batch_size")
-        sizes = _distinct("batch_size", self.batch_sizes)
-        counts = _distinct("gpus", self.gpu_counts)
+        sizes = distinct("batch_size", self.batch_sizes)
+        counts = distinct("gpus", self.gpu_counts)
         if len(sizes) > 1 and len(counts) > 1:
             raise RequestError("gpus: several GPU counts take one batch_size (per GPU)", "gpus")
         for name in ("image_size", "video_frames", "seq_len", "target_len"):
             if getattr(self, name) is not None:
-                _int(name, getattr(self, name), *_TOKENS if "_len" in name else ())
+                positive_int(name, getattr(self, name), *_TOKENS if "_len" in name else ())
         if self.audio_seconds is not None:
-            _positive("audio_seconds", self.audio_seconds)
+            positive("audio_seconds", self.audio_seconds)
         if why := too_many_tokens(max(sizes), self.seq_len):
             raise RequestError(why, "batch_size")
         self._check_lora()
-        _int("nodes", self.nodes)
-        _int("grad_accum", self.grad_accum)
+        positive_int("nodes", self.nodes)
+        positive_int("grad_accum", self.grad_accum)
         self._check_model_parallel(counts)
         for name, kinds in (("device", (str, Path)), ("device_spec", (str, Path, Mapping)),
                             ("checkpoint", (str, Path))):
@@ -235,19 +235,19 @@ class TrainingJob:
         if self.device_spec is not None and self.device:
             raise RequestError("device_spec: describes the device itself; drop device",
                                "device_spec")
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("frozen_weights", self.frozen_weights, FROZEN_WEIGHTS)
-        _choice("optimizer", self.optimizer, SPEC_SHEET_OPTIMIZERS, optional=False)
-        _flag("fused_optimizer", self.fused_optimizer)
-        _flag("clip_grad_norm", self.clip_grad_norm)
-        _choice("layout", self.layout, LAYOUTS, optional=False)
-        _choice("step", self.step, STEPS)
-        _choice("strategy", self.strategy, STRATEGIES, optional=False)
-        _choice("interconnect", self.interconnect, INTERCONNECTS)
-        _choice("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
-        _choice("attention", self.attention, ATTENTION)
-        _choice("framework", self.framework, FRAMEWORKS, optional=False)
-        _flag("compile", self.compile)
+        choice("precision", self.precision, PRECISIONS)
+        choice("frozen_weights", self.frozen_weights, FROZEN_WEIGHTS)
+        choice("optimizer", self.optimizer, SPEC_SHEET_OPTIMIZERS, optional=False)
+        boolean("fused_optimizer", self.fused_optimizer)
+        boolean("clip_grad_norm", self.clip_grad_norm)
+        choice("layout", self.layout, LAYOUTS, optional=False)
+        choice("step", self.step, STEPS)
+        choice("strategy", self.strategy, STRATEGIES, optional=False)
+        choice("interconnect", self.interconnect, INTERCONNECTS)
+        choice("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
+        choice("attention", self.attention, ATTENTION)
+        choice("framework", self.framework, FRAMEWORKS, optional=False)
+        boolean("compile", self.compile)
         sharded = [(f, v) for f, v, plain in (("strategy", self.strategy, "ddp"),
                                               ("tp", self.tp, 1), ("pp", self.pp, 1),
                                               ("ep", self.ep, 1),
@@ -278,7 +278,7 @@ class TrainingJob:
             raise RequestError("interconnect: the link between a node's GPUs; give gpus > 1",
                                "interconnect")
         if self.network_gbs is not None:
-            _positive("network_gbs", self.network_gbs)
+            positive("network_gbs", self.network_gbs)
             if self.nodes == 1:
                 raise RequestError("network_gbs: the link between nodes; give nodes > 1",
                                    "network_gbs")
@@ -289,18 +289,18 @@ class TrainingJob:
         if (self.epochs is None) != (self.dataset_size is None):
             raise RequestError("epochs and dataset_size go together", "epochs")
         if self.epochs is not None:
-            _positive("epochs", self.epochs)
-            object.__setattr__(self, "dataset_size", _count("dataset_size", self.dataset_size))
+            positive("epochs", self.epochs)
+            object.__setattr__(self, "dataset_size", whole_count("dataset_size", self.dataset_size))
         if self.train_tokens is not None:
-            object.__setattr__(self, "train_tokens", _count("train_tokens", self.train_tokens))
+            object.__setattr__(self, "train_tokens", whole_count("train_tokens", self.train_tokens))
             if self.epochs is not None:
                 raise RequestError("train_tokens: the job is epochs x dataset_size or a number "
                                    "of tokens, not both", "train_tokens")
 
     def _check_offload(self) -> None:
-        _choice("offload", self.offload, OFFLOADS)
+        choice("offload", self.offload, OFFLOADS)
         if self.host_gbs is not None:
-            _positive("host_gbs", self.host_gbs)
+            positive("host_gbs", self.host_gbs)
             if not self.offload:
                 raise RequestError("host_gbs: the host's memory, where an offloaded optimizer "
                                    "updates; give offload", "host_gbs")
@@ -318,7 +318,7 @@ class TrainingJob:
 
     def _check_lora(self) -> None:
         if self.lora_rank is not None:
-            _int("lora_rank", self.lora_rank)
+            positive_int("lora_rank", self.lora_rank)
         if self.lora_targets is None:
             return
         if self.lora_rank is None:
@@ -332,22 +332,22 @@ class TrainingJob:
         object.__setattr__(self, "lora_targets", tuple(t.strip() for t in targets))
 
     def _check_model_parallel(self, counts: tuple[int, ...]) -> None:
-        _int("tp", self.tp)
-        _int("pp", self.pp)
-        _choice("schedule", self.schedule, SCHEDULES)
-        _flag("sequence_parallel", self.sequence_parallel)
+        positive_int("tp", self.tp)
+        positive_int("pp", self.pp)
+        choice("schedule", self.schedule, SCHEDULES)
+        boolean("sequence_parallel", self.sequence_parallel)
         if self.schedule and self.pp == 1:
             raise RequestError("schedule: the pipeline's; give pp > 1", "schedule")
         if self.virtual_stages is not None:
-            _int("virtual_stages", self.virtual_stages)
+            positive_int("virtual_stages", self.virtual_stages)
             if self.schedule != "interleaved":
                 raise RequestError("virtual_stages: chunks of the interleaved schedule; give "
                                    "schedule 'interleaved'", "virtual_stages")
         if self.sequence_parallel and self.tp == 1:
             raise RequestError("sequence_parallel: cuts the sequence over the tensor-parallel "
                                "GPUs; give tp > 1", "sequence_parallel")
-        _int("ep", self.ep)
-        _int("cp", self.cp)
+        positive_int("ep", self.ep)
+        positive_int("cp", self.cp)
         if self.cp > 1 and self.ep > 1:
             raise RequestError("cp: with ep (a mixture of experts' expert parallelism) is not "
                                "priced; give one of them", "cp")
@@ -380,12 +380,13 @@ class TrainingJob:
     def batch_sizes(self) -> tuple[int, ...]:
         """Per device; without `batch_size`, dim 0 of the first of `input_shapes`."""
         if self.batch_size is None:
-            return _ints("batch_size", next(iter(dict(self.input_shapes or {}).values()))[0])
-        return _ints("batch_size", self.batch_size)
+            first = next(iter(dict(self.input_shapes or {}).values()))
+            return positive_ints("batch_size", first[0])
+        return positive_ints("batch_size", self.batch_size)
 
     @property
     def gpu_counts(self) -> tuple[int, ...]:
-        return _ints("gpus", self.gpus)
+        return positive_ints("gpus", self.gpus)
 
     @property
     def several(self) -> bool:
