@@ -4,6 +4,8 @@ the node and what to do."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import onnx
 
 from converters.errors import ConversionError, PastPositions
@@ -31,22 +33,60 @@ def _refuse_merged(graph: onnx.GraphProto, floats: set[str], declared: set[str],
             "converters.from_torch, which keeps each layer's weights")
 
 
+# operators whose output holds their first input's values, rearranged or repeated
+_SAME_VALUES = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Expand", "Cast", "Identity",
+                          "Flatten", "Transpose", "Tile"})
+
+
+def _largest_index(graph: onnx.GraphProto) -> Callable[[str], int | None]:
+    """The largest value a tensor of `graph` holds where constants decide it: folded indices,
+    or a Range of constant bounds (too long to fold: 2M positions) rearranged (`_SAME_VALUES`)
+    or shifted by a constant; None where anything else decides it."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in graph.initializer}
+    made = {o: n for n in graph.node for o in n.output}
+
+    def const(t: str) -> list[int] | None:
+        if t not in inits:
+            return None
+        values = numpy_helper.to_array(inits[t])
+        return [int(values.min()), int(values.max())] if values.size else None
+
+    def largest(t: str, depth: int = 0) -> int | None:
+        if (c := const(t)) is not None or t not in made or depth > 16:
+            return None if c is None else c[1]
+        node = made[t]
+        if node.op_type in _SAME_VALUES:
+            return largest(node.input[0], depth + 1)
+        if node.op_type == "Range" and all(const(i) for i in node.input):
+            start, limit, delta = (const(i)[0] for i in node.input)  # type: ignore[index]
+            count = max(-(-(limit - start) // delta), 0) if delta else 0
+            return None if not count else max(start, start + (count - 1) * delta)
+        if node.op_type == "Add" and len(node.input) == 2:
+            for a, b in (node.input, node.input[::-1]):
+                if (c := const(b)) is not None and c[0] == c[1]:  # shifted by one constant
+                    top = largest(a, depth + 1)
+                    return None if top is None else top + c[1]
+        return None
+
+    return largest
+
+
 def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
                                 types: dict[str, _Tensor], label: str) -> None:
     """A Gather of a weight table at constant indices past its rows: a sequence longer than
     the positions a model has (GPT-2's 1,024 at --seq-len 4096) would run off its table."""
-    from onnx import numpy_helper
-
-    inits = {i.name: i for i in graph.initializer}
+    largest = _largest_index(graph)
     for node in graph.node:
-        if node.op_type != "Gather" or node.input[0] not in weights or node.input[1] not in inits:
+        if node.op_type != "Gather" or node.input[0] not in weights:
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
         shape = list(types[node.input[0]].shape or [])
-        index = numpy_helper.to_array(inits[node.input[1]])
-        if shape and index.size and int(index.max()) >= shape[axis]:
+        top = largest(node.input[1])
+        if shape and top is not None and top >= shape[axis]:
             raise PastPositions(
-                f"model '{label}': node '{node.name}' reads row {int(index.max())} of "
+                f"model '{label}': node '{node.name}' reads row {top} of "
                 f"'{node.input[0]}', which has {shape[axis]} (shape {list(shape)}): the input "
                 f"is longer than the {shape[axis]} positions the model has",
                 label, shape[axis], node.name)

@@ -23,6 +23,10 @@ from converters.sequence import (
 from converters.tensors import TOKEN_TYPES
 
 MAX_DIM = 2 ** 31 - 1
+# the longest data input (a sequence's tokens) converted: shape inference holds each position
+# of its arithmetic (about 1 KB each; an input of 10**8 ran a 24 GB machine out of memory)
+MAX_LENGTH = 2 ** 22
+MAX_BATCH_TOKENS = 2 ** 25  # a token input's elements (batch x length): about 150 bytes each
 BATCH = "batch"  # dim 0's symbol in our exports (`torch_inputs.batch_axes`)
 FIXED = "fixed:"  # an input's dim 0 that is not the batch: its size follows
 
@@ -197,6 +201,14 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
         if any(d <= 0 for d in shape):
             raise ConversionError(f"{label}: input '{vi.name}' shape {shape} has a "
                                   "non-positive dim")
+        if vi.name in data and (long := [k for k, d in enumerate(shape) if k and d > MAX_LENGTH]):
+            raise ConversionError(f"{label}: input '{vi.name}' dim {long[0]} is "
+                                  f"{shape[long[0]]:,}: at most {MAX_LENGTH:,} (the conversion "
+                                  "holds each position)")
+        if vi.name in data and t.elem_type in TOKEN_TYPES and math.prod(shape) > MAX_BATCH_TOKENS:
+            raise ConversionError(f"{label}: input '{vi.name}' shape {shape}: "
+                                  f"{math.prod(shape):,} tokens a micro-batch, more than "
+                                  f"{MAX_BATCH_TOKENS:,} (the conversion holds each)")
         del dims[:]
         for d in shape:
             t.shape.dim.add().dim_value = d

@@ -26,7 +26,7 @@ from converters.errors import ConversionError
 from converters.experts import ROUTED, adapted, balanced, describe
 from converters.export import from_torch
 from converters.gradients import unread
-from converters.hf_fields import check_shape, defaulted, known_as, per_layer
+from converters.hf_fields import check_shape, defaulted, holding, known_as, per_layer
 from converters.hf_heads import (
     AUDIO_MAPPINGS,
     CLIPS,
@@ -188,6 +188,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             e = e.__cause__  # type: ignore[assignment]
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
+        if isinstance(e, KeyError) and (f := holding(fields, e.args[0] if e.args else None)):
+            msg = f"{f} {e.args[0]!r} is none of the names transformers knows for it"
         raise ConversionError(f"{where}: model_type {kind!r} builds no language model here: "
                               f"{msg}{known_as(transformers, kind, fields)}") from None
     if routed:

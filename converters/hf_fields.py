@@ -1,7 +1,7 @@
 """A Hugging Face config.json's fields as `converters.hf_config` reads them: per-layer lists
 cut to a new depth (`per_layer`), the shape checked before a model is built (`check_shape`),
 the shape fields transformers' defaults filled in (`defaulted`), a model type known by
-another name (`known_as`)."""
+another name (`known_as`), the field whose value transformers found no entry for (`holding`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from converters.errors import ConversionError
 MAX_LAYERS = 2048  # a stack deeper than this is refused (`check_shape`)
 DEPTH_FIELDS = ("num_hidden_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")
 SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+WIDTH_FIELDS = ("hidden_size", "vocab_size", "intermediate_size")  # none (0 or less): refused
 
 
 def per_layer(fields: dict, overrides: dict) -> dict:
@@ -47,6 +48,19 @@ def known_as(transformers: Any, kind: str, fields: dict) -> str:
             f"{known.model_type!r}: set that to build it")
 
 
+def holding(fields: dict, value: Any) -> str | None:
+    """The field of `fields` (or of a dict in it, as `rope_scaling.rope_type`) set to the
+    string `value`: where transformers looked a name up and found none (`hidden_act`)."""
+    if not isinstance(value, str):
+        return None
+    for k, v in fields.items():
+        if v == value:
+            return k
+        if isinstance(v, dict) and (inner := holding(v, value)):
+            return f"{k}.{inner}"
+    return None
+
+
 def check_shape(cfg: Any, given: dict, where: str) -> None:
     """One error naming the field (as `given`, the config.json's fields, names it) where a
     stack, the width or the vocabulary is given as none (0 or less), the stack is deeper than
@@ -58,7 +72,7 @@ def check_shape(cfg: Any, given: dict, where: str) -> None:
     def said(f: str) -> str:
         return names.get(f, f) if names.get(f, f) in given else f
 
-    for f in (*DEPTH_FIELDS, "hidden_size", "vocab_size"):  # as given: a typo, not a default
+    for f in (*DEPTH_FIELDS, *WIDTH_FIELDS):  # as given: a typo, not a default
         n = getattr(cfg, f, None)
         if isinstance(n, int) and not isinstance(n, bool) and n < 1 and said(f) in given:
             raise ConversionError(f"{where}: {said(f)} is {n}; a model has at least one")

@@ -1,6 +1,9 @@
 """The words a training job may use, each vocabulary defined once (the request, the CLI's
 choices, the profilers, the spec sheet and the features all read them from here)."""
 
+from converters.dims import MAX_BATCH_TOKENS as MAX_BATCH_TOKENS  # a micro-batch's tokens
+from converters.dims import MAX_LENGTH
+
 # what a workload may name: fp32 (PyTorch's defaults: cuDNN convolutions may use TF32,
 # matmuls do not), tf32 (both do), amp-*: autocast to that half type (fp16 with a scaler),
 # bf16: the whole model in bfloat16, fp8: amp-bf16 with the linear layers' GEMMs in FP8
@@ -24,10 +27,7 @@ SPEC_SHEET_OPTIMIZERS = (*OPTIMIZERS, "muon", "adamw-8bit")  # what the spec she
 ARITHMETIC = ("fp32", "tf32", "fp16", "bf16", "fp8")  # the formats a GPU's peaks are given for
 
 MAX_INT = 2 ** 31 - 1  # the largest dim or count a request may name (ONNX and numpy use int32)
-# the longest sequence a request may name: the converter's shape inference holds each position
-# (about 1 KB a token; 100M tokens ran this machine out of memory)
-MAX_TOKENS = 2 ** 22
-MAX_BATCH_TOKENS = 2 ** 25  # a micro-batch's tokens (batch x seq_len): about 150 bytes each
+MAX_TOKENS = MAX_LENGTH  # the longest sequence a request may name (`converters.dims`)
 
 LAYOUTS = ("nchw", "nhwc")  # of image data (nhwc: channels-last; `gpu.cnn_kernels`)
 STEPS = ("train", "fwd-bwd")  # the whole step, or forward and backward without the update

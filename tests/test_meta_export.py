@@ -229,6 +229,16 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
                            (dict(vocab_size=0), "vocab_size is 0")):
         with pytest.raises(ConversionError, match=f"config: {needle}; a model has at least one"):
             from_hf_config({"model_type": "gpt2", "n_head": 1, **fields})
+    with pytest.raises(ConversionError, match="config: intermediate_size is 0; a model has"):
+        from_hf_config({"model_type": "llama", "intermediate_size": 0})
+    # a name transformers looks up and has not (its KeyError said the name alone): the field
+    for fields, needle in ((dict(hidden_act="sigmoidish"), "hidden_act 'sigmoidish'"),
+                           (dict(rope_scaling=dict(rope_type="nope", factor=2.0)),
+                            "rope_scaling.rope_type 'nope'")):
+        with pytest.raises(ConversionError, match=f"here: {needle} is none of the names"):
+            from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                            "num_hidden_layers": 1, "intermediate_size": 128, **fields},
+                           seq_len=8)
     for seq_len in (-1, 64.0, True):  # torch's reshape error, a TypeError, a one-token model
         with pytest.raises(ConversionError, match=f"seq_len {seq_len!r}: expected a positive"):
             from_hf_config({"model_type": "gpt2"}, seq_len=seq_len)

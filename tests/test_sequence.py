@@ -177,6 +177,32 @@ def test_a_sequence_longer_than_the_models_positions_is_refused():
         convert(_gpt2(positions=64), batch_size=2, seq_len=128)
 
 
+def test_positions_too_many_to_fold_are_still_refused(monkeypatch):
+    """Past `FOLD_MAX_ELEMENTS` (2M tokens) the positions' Range stays in the graph: its
+    bounds still say the rows read (a 1,024-position GPT-2 was priced at 2M tokens)."""
+    import converters.loader
+
+    monkeypatch.setattr(converters.loader, "FOLD_MAX_ELEMENTS", 100)
+    convert(_gpt2(positions=64), batch_size=2, seq_len=64)
+    with pytest.raises(ConversionError, match=r"reads row 127 of 'transformer\.wpe\.weight'"):
+        convert(_gpt2(positions=64), batch_size=2, seq_len=128)
+
+
+def test_an_input_longer_than_the_conversion_holds_is_refused_naming_it(monkeypatch):
+    """A file's own dim (2**40 tokens) ran shape inference out of memory (killed, no word)."""
+    import converters.dims
+
+    monkeypatch.setattr(converters.dims, "MAX_LENGTH", 100)
+    with pytest.raises(ConversionError, match=r"input 'input0' dim 1 is 128: at most 100 "
+                                              r"\(the conversion holds each position\)"):
+        convert(_gpt2(positions=256), batch_size=2, seq_len=128)
+    convert(_gpt2(positions=256), batch_size=200, seq_len=16)  # the batch is not a position
+    monkeypatch.setattr(converters.dims, "MAX_BATCH_TOKENS", 3000)  # but its tokens are held
+    with pytest.raises(ConversionError, match=r"input 'input0' shape \[200, 16\]: 3,200 tokens "
+                                              r"a micro-batch, more than 3,000"):
+        convert(_gpt2(positions=256), batch_size=200, seq_len=16)
+
+
 def test_folding_a_long_sequences_shapes_never_builds_its_masks(monkeypatch):
     """At 4,096 tokens a causal mask has 16.8M elements: folding evaluated it on the host
     (GPT-2 125M at 32,768 tokens needed 8.6 GB) only to leave it in the graph."""
