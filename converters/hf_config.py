@@ -26,7 +26,14 @@ from converters.errors import ConversionError
 from converters.experts import ROUTED, adapted, balanced, describe
 from converters.export import from_torch
 from converters.gradients import unread
-from converters.hf_fields import check_shape, defaulted, holding, known_as, per_layer
+from converters.hf_fields import (
+    check_names,
+    check_shape,
+    defaulted,
+    holding,
+    known_as,
+    per_layer,
+)
 from converters.hf_heads import (
     AUDIO_MAPPINGS,
     CLIPS,
@@ -130,6 +137,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
             raise ConversionError(f"{path}: not a readable config.json ({e})") from None
     if not isinstance(fields, dict) or "model_type" not in fields:
         raise ConversionError(f"{where}: no 'model_type' (a Hugging Face config.json has one)")
+    check_names(fields, where)
     fields.update(per_layer(fields, overrides))
     kind = fields.pop("model_type")
     for key in ("torch_dtype", "dtype", "quantization_config"):  # how the checkpoint is stored,
@@ -190,7 +198,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         if isinstance(e, KeyError) and (f := holding(fields, e.args[0] if e.args else None)):
             msg = f"{f} {e.args[0]!r} is none of the names transformers knows for it"
-        raise ConversionError(f"{where}: model_type {kind!r} builds no language model here: "
+        raise ConversionError(f"{where}: model_type {kind!r} builds no model here: "
                               f"{msg}{known_as(transformers, kind, fields)}") from None
     if routed:
         raise ConversionError(f"{where}: model_type {kind!r} is a mixture of {experts} experts, "

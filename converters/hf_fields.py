@@ -18,6 +18,18 @@ SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "voca
 WIDTH_FIELDS = ("hidden_size", "vocab_size", "intermediate_size")  # none (0 or less): refused
 
 
+def check_names(fields: dict, where: str) -> None:
+    """One error where `model_type` is no name or `architectures` no list of class names
+    (other code reads them before transformers does)."""
+    kind, archs = fields.get("model_type"), fields.get("architectures")
+    if not isinstance(kind, str) or not kind:
+        raise ConversionError(f"{where}: model_type {kind!r}: expected a name (\"llama\")")
+    if archs is not None and not (isinstance(archs, list) and all(
+            isinstance(a, str) for a in archs)):
+        raise ConversionError(f"{where}: architectures {archs!r:.60}: expected a list of class "
+                              "names ([\"LlamaForCausalLM\"])")
+
+
 def per_layer(fields: dict, overrides: dict) -> dict:
     """`overrides`, and where they set a stack's depth (`DEPTH_FIELDS`, GPT-2's `n_layer`),
     each field of `fields` listing one value a layer at the old depth (Qwen3's, Gemma 3's

@@ -259,8 +259,8 @@ def test_a_rows_model_is_a_file_beside_the_csv_or_a_named_model(tmp_path, base):
 
 
 def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):
-    """A byte-order mark and semicolons (a European spreadsheet's export) read as commas do;
-    mixed precisions are refused."""
+    """A byte-order mark and semicolons (a European spreadsheet's export) or tabs read as commas
+    do; mixed precisions are refused."""
     from mdot_jax.serving.measurements import read_measurements
 
     rows, _ = _image_samples()
@@ -268,6 +268,8 @@ def test_a_spreadsheets_csv_reads_as_a_plain_one(tmp_path):
     plain = (tmp_path / "plain.csv").read_text()
     (tmp_path / "excel.csv").write_bytes(b"\xef\xbb\xbf" + plain.replace(",", ";").encode())
     assert read_measurements(tmp_path / "excel.csv") == read_measurements(tmp_path / "plain.csv")
+    (tmp_path / "tabs.tsv").write_text(plain.replace(",", "\t"))  # a tab-separated export
+    assert read_measurements(tmp_path / "tabs.tsv") == read_measurements(tmp_path / "plain.csv")
     header, rest = plain.split("\n", 1)  # as typed by hand: " MS", "FP32"
     (tmp_path / "typed.csv").write_text(header.upper().replace(",", ", ") + "\n"
                                         + rest.replace("fp32", "FP32"))

@@ -198,10 +198,10 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
     with pytest.raises(ConversionError, match="bad.json: no 'model_type'"):
         from_hf_config(tmp_path / "bad.json")
     # a field the config class will not take: its own words, no traceback
-    with pytest.raises(ConversionError, match="'falcon' builds no language model here: .*head_dim"):
+    with pytest.raises(ConversionError, match="'falcon' builds no model here: .*head_dim"):
         from_hf_config({"model_type": "falcon", "head_dim": 16})
     # a config its class's validator refuses: the reason, not the validator's wrapper
-    with pytest.raises(ConversionError, match="'llama' builds no language model here: The hidden "
+    with pytest.raises(ConversionError, match="'llama' builds no model here: The hidden "
                                               "size .64. is not a multiple .* heads .3."):
         from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3})
     # heads that cannot be built: the fields as the file names them, before any export
@@ -214,6 +214,12 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
                                               "architectures name DeepseekV3ForCausalLM, "
                                               "transformers' own for model_type 'deepseek_v3'"):
         from_hf_config({"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]})
+    for kind in ([1, 2], 1e-30, ""):  # an unhashable list raised from deep in transformers
+        with pytest.raises(ConversionError, match=r"config: model_type .*: expected a name"):
+            from_hf_config({"model_type": kind})
+    for archs in (1, "GPT2LMHeadModel", [1]):  # read as a list of class names before this
+        with pytest.raises(ConversionError, match=r"config: architectures .*: expected a list"):
+            from_hf_config({"model_type": "gpt2", "architectures": archs})
     with pytest.raises(ConversionError, match="Unrecognized model identifier: mine$"):
         from_hf_config({"model_type": "mine", "architectures": ["MineForCausalLM"]})
     with pytest.raises(ConversionError, match="config: n_head is 0"):
@@ -1242,3 +1248,13 @@ def test_a_top_k_of_more_than_its_tensor_holds_says_what_to_change():
     with pytest.raises(ConversionError, match="selected index k out of range; a top-k asks "
                        "for more than its tensor holds .* a larger image_size"):
         from_torch(Proposals(), torch.randn(2, 5, 4))
+
+
+def test_a_config_json_naming_its_classes_by_a_number_is_one_error_through_predict(tmp_path):
+    """`"architectures": 1` was read as a list before the export (a TypeError's traceback)."""
+    from mdot_jax import MdotError, TrainingJob, predict
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": 1}))
+    with pytest.raises(MdotError, match=r"config.json: architectures 1: expected a list"):
+        predict(TrainingJob(model=str(tmp_path / "config.json"), seq_len=16, batch_size=2,
+                            device="h100-sxm"))

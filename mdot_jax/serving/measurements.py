@@ -72,7 +72,8 @@ def read_measurements(path: str | Path) -> list[Row]:
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not a text (UTF-8) CSV file") from None
     first = text.split("\n", 1)[0]
-    delimiter = ";" if ";" in first and "," not in first else ","  # a European spreadsheet's
+    # a European spreadsheet's semicolons, a tab-separated export's tabs, else commas
+    delimiter = next((d for d in ";\t" if d in first and "," not in first), ",")
     reader = csv.DictReader(text.splitlines(), delimiter=delimiter)
     reader.fieldnames = [c.strip().lower() for c in reader.fieldnames or []]  # "MS ", "ms"
     lines = list(reader)

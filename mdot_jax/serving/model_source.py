@@ -25,6 +25,7 @@ import onnx
 from converters import ConversionError, OperatorSequence, convert, converts_the_same
 from converters.dims import head_of
 from converters.errors import PastPositions
+from converters.hf_fields import check_names
 from converters.hf_heads import holds_images, input_kind, needs_tokens
 from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
@@ -434,12 +435,13 @@ def config_input(path: str | Path) -> str:
 
 
 def _fields(file: Path) -> dict:
-    """A config.json's fields; none where it cannot be read (the export says why)."""
+    """A config.json's fields; none where they cannot be read (the export says why)."""
     try:
         fields = json.loads(file.read_text())
-    except (OSError, ValueError):
+        check_names(fields, str(file))
+    except (OSError, ValueError, TypeError, ConversionError):
         return {}
-    return fields if isinstance(fields, dict) else {}
+    return fields
 
 
 @functools.lru_cache(maxsize=2)
