@@ -4,8 +4,9 @@ the node and what to do."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+import numpy as np
 import onnx
 
 from converters.errors import ConversionError, PastPositions
@@ -90,6 +91,35 @@ def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
                 f"'{node.input[0]}', which has {shape[axis]} (shape {list(shape)}): the input "
                 f"is longer than the {shape[axis]} positions the model has",
                 label, shape[axis], node.name)
+
+
+def stored_arrays(path: object, z: Mapping, meta: object, widths: tuple[int, int],
+                  version: int) -> None:
+    """Refuses an operator sequence's stored arrays (`OperatorSequence.save`'s, read back from
+    `path`) of another format `version`, or not what it writes (`widths`: the config's and the
+    load's columns): each node's type, config, load and name, edges between its nodes in order,
+    finite numbers, a metadata object."""
+    kinds, names, edges = (np.asarray(z[k]) for k in ("op_type", "node_names", "edges"))
+    n = len(kinds) if kinds.ndim == 1 else -1
+    rows = {k: np.asarray(z[k]) for k in ("config", "load")}
+    wrong = next((f"{k} {a.dtype}{list(a.shape)}: expected [{n}, {w}] finite numbers (a row a "
+                  "node)" for (k, a), w in zip(rows.items(), widths) if a.shape != (n, w)
+                  or a.dtype.kind != "f" or not np.isfinite(a).all()), None)
+    if not isinstance(meta, dict):
+        wrong = f"its metadata is a {type(meta).__name__}, not an object"
+    elif meta.get("format_version") != version:
+        raise ConversionError(f"{path}: operator sequence format {meta.get('format_version')} "
+                              f"!= {version}")
+    elif n < 0 or kinds.dtype.kind not in "iu" or (n and kinds.min() < 0):
+        wrong = f"op_type {kinds.dtype}{list(kinds.shape)}: expected one type id a node"
+    elif names.shape != (n,) or names.dtype.kind != "U":
+        wrong = f"node_names {names.dtype}{list(names.shape)}: expected {n} names"
+    elif edges.ndim != 2 or edges.shape[1:] != (2,) or edges.dtype.kind not in "iu" or (
+            edges.size and not ((0 <= edges[:, 0]) & (edges[:, 0] < edges[:, 1])
+                                & (edges[:, 1] < n)).all()):
+        wrong = f"edges {edges.dtype}{list(edges.shape)}: expected [E, 2] of nodes 0-{n - 1}"
+    if wrong:
+        raise ConversionError(f"{path}: not a readable operator sequence ({wrong})")
 
 
 def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],

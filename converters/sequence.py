@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+import converters.checks as checks
 from converters.checks import _lost_shape, _refuse_merged, _refuse_rows_past_the_table
 from converters.errors import ConversionError
 from converters.fusion import VIEWS, constants, fusion_version
@@ -218,12 +219,10 @@ class OperatorSequence:
         try:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta_json"]))
-                if meta.get("format_version") != FORMAT_VERSION:
-                    raise ConversionError(f"{path}: operator sequence format "
-                                          f"{meta.get('format_version')} != {FORMAT_VERSION}")
-                return cls(name=meta.pop("name", ""), op_type=z["op_type"],
-                           config=z["config"], load=z["load"], edges=z["edges"],
-                           node_names=z["node_names"], meta=meta)
+                checks.stored_arrays(path, z, meta, (len(CONFIG_FIELDS), len(LOAD_FIELDS)),
+                                     FORMAT_VERSION)
+                return cls(name=meta.pop("name", ""), op_type=z["op_type"], config=z["config"],
+                           load=z["load"], edges=z["edges"], node_names=z["node_names"], meta=meta)
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
             if isinstance(e, ConversionError):
                 raise

@@ -147,6 +147,20 @@ def test_npz_round_trip(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"nope")
     with pytest.raises(ConversionError, match="bad.npz"):
         OperatorSequence.load_npz(tmp_path / "bad.npz")
+    # arrays that are not the ones it writes: named, where they raised from deep in pricing
+    arrays = dict(np.load(tmp_path / "toy.npz"))
+    n = len(seq.op_type)
+    for key, bad, needle in (
+            ("config", arrays["config"][:-1], rf"config float32\[{n - 1}, 33\]: expected \[{n},"),
+            ("load", np.where(arrays["load"] > 0, np.nan, arrays["load"]), "load .*finite"),
+            ("node_names", arrays["node_names"][None], rf"node_names <U\d+\[1, {n}\]"),
+            ("edges", arrays["edges"][:, ::-1], r"edges int\d+\[\d+, 2\]: expected \[E, 2\]"),
+            ("op_type", arrays["op_type"].astype(np.float32), "op_type float32"),
+            ("meta_json", np.asarray("[]"), "its metadata is a list, not an object")):
+        np.savez(tmp_path / "tampered.npz", **dict(arrays, **{key: bad}))
+        with pytest.raises(ConversionError, match=f"tampered.npz: not a readable operator "
+                                                  f"sequence \\({needle}"):
+            OperatorSequence.load_npz(tmp_path / "tampered.npz")
 
 
 def test_positional_encodings_have_sequence_shape():
