@@ -37,10 +37,13 @@ def read_prices(path: str | None) -> dict[str, float] | None:
     except (OSError, ValueError) as e:
         raise UsageError(f"--prices {path}: not a readable JSON file ({e})") from None
     prices = data.get("prices", data) if isinstance(data, dict) else None
-    if not isinstance(prices, dict) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in prices.values()):
+    if not isinstance(prices, dict):
         raise UsageError(f"--prices {path}: expected {{\"prices\": {{\"h100-sxm\": 2.99, ...}}}}"
                          " (USD per GPU-hour)")
+    for k, v in prices.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise UsageError(f"--prices {path}: {k!r} is {json.dumps(v)}: expected a number "
+                             "(USD per GPU-hour)")
     return {str(k): float(v) for k, v in prices.items()}
 
 

@@ -111,6 +111,8 @@ def test_a_budget_and_a_plan_the_counts_cannot_take(model):
     # JSON of another type than the field's: Python's TypeError or AttributeError, a 500
     (dict(devices=1), "devices"), (dict(prices=-1), "prices"), (dict(strategies=2), "strategies"),
     (dict(global_batch=[16]), "global_batch"),
+    # one GPU priced under two of its names: one price would be ignored
+    (dict(prices={"h100-sxm": 3.99, "NVIDIA H100 80GB HBM3": 2.0}), "prices"),
 ])
 def test_a_bad_plan_is_one_named_error(model, fields, field):
     with pytest.raises(RequestError) as e:
@@ -231,6 +233,9 @@ def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys, monkeypatch
     prices.write_text("[1, 2]")
     assert main(args) == 2
     assert "--prices" in capsys.readouterr().err
+    prices.write_text(json.dumps({"prices": {"h100-sxm": "3.99"}}))  # the entry, by name
+    assert main(args) == 2
+    assert "'h100-sxm' is \"3.99\": expected a number" in capsys.readouterr().err
 
 
 def test_the_shipped_example_prices_name_catalogued_gpus():

@@ -125,12 +125,16 @@ class Plan:
                                    "of your own", "global_batch")
         from mdot_jax.gpu import catalog
 
+        named: dict[str, str] = {}  # GPU -> the name its price was given under
         for device, price in (self.prices or {}).items():
             positive(f"prices[{device!r}]", price)
             try:  # a typo would price nothing, silently
-                catalog.find(str(device))
+                gpu = catalog.find(str(device)).name
             except ValueError as e:  # none, or several (`a100`): the catalog's line says
                 raise RequestError(f"prices[{device!r}]: {e}", "prices") from None
+            if (was := named.setdefault(gpu, str(device))) != device:  # one would be ignored
+                raise RequestError(f"prices[{device!r}]: {was!r} is the same GPU ({gpu}); "
+                                   "give it one price", "prices")
 
     def candidates(self) -> list:
         """The catalogued GPUs asked, each once: a name several boards share (`h100`, `a100`)
