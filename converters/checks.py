@@ -96,30 +96,36 @@ def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
 def stored_arrays(path: object, z: Mapping, meta: object, widths: tuple[int, int],
                   version: int) -> None:
     """Refuses an operator sequence's stored arrays (`OperatorSequence.save`'s, read back from
-    `path`) of another format `version`, or not what it writes (`widths`: the config's and the
-    load's columns): each node's type, config, load and name, edges between its nodes in order,
-    finite numbers, a metadata object."""
-    kinds, names, edges = (np.asarray(z[k]) for k in ("op_type", "node_names", "edges"))
-    n = len(kinds) if kinds.ndim == 1 else -1
-    rows = {k: np.asarray(z[k]) for k in ("config", "load")}
-    wrong = next((f"{k} {a.dtype}{list(a.shape)}: expected [{n}, {w}] finite numbers (a row a "
-                  "node)" for (k, a), w in zip(rows.items(), widths) if a.shape != (n, w)
-                  or a.dtype.kind != "f" or not np.isfinite(a).all()), None)
-    if not isinstance(meta, dict):
-        wrong = f"its metadata is a {type(meta).__name__}, not an object"
-    elif meta.get("format_version") != version:
+    `path`) of another format `version`, or not what it writes (`_stored_problem`)."""
+    if isinstance(meta, dict) and meta.get("format_version") != version:
         raise ConversionError(f"{path}: operator sequence format {meta.get('format_version')} "
                               f"!= {version}")
-    elif n < 0 or kinds.dtype.kind not in "iu" or (n and kinds.min() < 0):
-        wrong = f"op_type {kinds.dtype}{list(kinds.shape)}: expected one type id a node"
-    elif names.shape != (n,) or names.dtype.kind != "U":
-        wrong = f"node_names {names.dtype}{list(names.shape)}: expected {n} names"
-    elif edges.ndim != 2 or edges.shape[1:] != (2,) or edges.dtype.kind not in "iu" or (
-            edges.size and not ((0 <= edges[:, 0]) & (edges[:, 0] < edges[:, 1])
-                                & (edges[:, 1] < n)).all()):
-        wrong = f"edges {edges.dtype}{list(edges.shape)}: expected [E, 2] of nodes 0-{n - 1}"
+    wrong = (f"its metadata is a {type(meta).__name__}, not an object" if not isinstance(
+        meta, dict) else _stored_problem(z, widths))
     if wrong:
         raise ConversionError(f"{path}: not a readable operator sequence ({wrong})")
+
+
+def _stored_problem(z: Mapping, widths: tuple[int, int]) -> str | None:
+    """What is not as `OperatorSequence.save` writes it (`widths`: the config's and the load's
+    columns): a type id, a config row, a load row and a name a node, finite numbers, edges
+    between its nodes in order."""
+    kinds = np.asarray(z["op_type"])
+    if kinds.ndim != 1 or kinds.dtype.kind not in "iu" or (kinds.size and kinds.min() < 0):
+        return f"op_type {kinds.dtype}{list(kinds.shape)}: expected one type id a node"
+    n = len(kinds)
+    for key, width in zip(("config", "load"), widths):
+        a = np.asarray(z[key])
+        if a.shape != (n, width) or a.dtype.kind != "f" or not np.isfinite(a).all():
+            return f"{key} {a.dtype}{list(a.shape)}: expected [{n}, {width}] finite numbers"
+    names, edges = np.asarray(z["node_names"]), np.asarray(z["edges"])
+    if names.shape != (n,) or names.dtype.kind != "U":
+        return f"node_names {names.dtype}{list(names.shape)}: expected {n} names"
+    if edges.ndim != 2 or edges.shape[1] != 2 or edges.dtype.kind not in "iu" or (
+            edges.size and not ((0 <= edges[:, 0]) & (edges[:, 0] < edges[:, 1])
+                                & (edges[:, 1] < n)).all()):
+        return f"edges {edges.dtype}{list(edges.shape)}: expected [E, 2] of nodes 0-{n - 1}"
+    return None
 
 
 def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],
