@@ -17,9 +17,11 @@ from mdot_jax.cli_args import (
     port,
     write_plot,
 )
+from mdot_jax.cli_show import memory_cell
 from mdot_jax.errors import UsageError
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number, percent, span
+from mdot_jax.serving.prediction import TIGHT
 
 COMMANDS = {
     "plan": "rank GPU types and counts for a training job by cost, under a deadline",
@@ -107,9 +109,12 @@ def _print(args: argparse.Namespace, options: list) -> None:
               + (f"{str(o.layout or '-'):<24} " if split else "")
               + f"{'-' if o.hours is None else hours(o.hours):>8} {band or '-':>13} "
               f"{'-' if o.cost_usd is None else number(o.cost_usd):>10} "
-              f"{number(p.memory_gb) if p else '-':>9}"
+              f"{memory_cell(p) if p else '-':>9}"
               + f" {number(p.tokens_per_s_per_gpu, 4) if p and p.tokens else '-':>9}" * tokens
               + f" {mfu:>5}  {as_flags('; '.join(o.reasons), '')}")
+    if any(o.prediction and o.prediction.tight and o.feasible for o in options):
+        print(f"! within {percent(1 - TIGHT)} of the GPU's memory, which estimates of measured "
+              "peaks can miss by a fifth: may not fit")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from mdot_jax import writers
 from mdot_jax.cli_args import check_plot_format, write_plot
 from mdot_jax.errors import UsageError
 from mdot_jax.readable import count, hours, number, percent, plural, span
+from mdot_jax.serving.prediction import TIGHT
 
 if TYPE_CHECKING:
     from mdot_jax.serving.prediction import Prediction
@@ -51,6 +52,11 @@ def predictions(args: argparse.Namespace, job: TrainingJob, rows: list[Predictio
         write_plot(args.plot, lambda path: figures.predictions(rows, path, args.model), args.json)
 
 
+def memory_cell(p) -> str:
+    """A prediction's GB, marked `*` over its device's memory, `!` within `TIGHT` of it."""
+    return number(p.memory_gb) + ("*" if not p.fits else "!" if p.tight else "")
+
+
 def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None):
     r = rows[0]
     trained = f", {count(r.trained_parameters)} trained" * (r.trained_parameters < r.parameters)
@@ -66,7 +72,7 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
     for r in rows:
         print(f"{r.batch_size:>7} " * by_batch + f"{r.gpus:>5} " * by_gpus
               + f"{number(r.iteration_ms, 4):>13} {_range(r.interval_ms):>15} "
-              f"{number(r.samples_per_s, 4):>10} {number(r.memory_gb) + '*' * (not r.fits):>9}"
+              f"{number(r.samples_per_s, 4):>10} {memory_cell(r):>9}"
               + f" {number(r.tokens_per_s or 0, 4):>10}" * tokens
               + f" {number(r.tokens_per_s_per_gpu or 0, 4):>9}" * each
               + f" {percent(r.mfu or 0):>5}" * mfu + f" {r.scaling_efficiency:>7.0%}" * by_gpus
@@ -76,6 +82,10 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
         print(f"* more than the {r.device}'s {number(over[0].memory_limit_gb)} GB: may not fit"
               + (" (asked for one batch size and GPU count, the changes that would fit are "
                  "priced)" if len(rows) > 1 else ""))
+    if tight := [r for r in rows if r.tight]:
+        print(f"! within {percent(1 - TIGHT)} of the {r.device}'s "
+              f"{number(tight[0].memory_limit_gb)} GB, which estimates of measured peaks can "
+              "miss by a fifth: may not fit")
     # the lines below describe the last row
     at = "" if len(rows) == 1 else f"at {plural(r.gpus, 'GPU')}, " if by_gpus else \
         f"at batch {r.batch_size}, "

@@ -133,3 +133,24 @@ def test_precision_moves_to_the_gpus_half_type_then_pure_bf16(device, precision,
     p = Prediction(iteration_ms=1.0, device=device, num_ops=1)
     job = dataclasses.replace(BASE, precision=precision)
     assert [m["precision"] for m in fits.LEVERS["precision"].moves(job, p)] == moves
+
+
+def test_a_step_within_a_tenth_of_the_memory_is_said_to_be_tight(model, capsys):
+    """Estimates of measured peaks err by up to a fifth: a plan's first row at 179 of a
+    B200's 180 GB was shown as plainly as one at half of it."""
+    from mdot_jax.cli_show import table
+    from mdot_jax.serving.memory import check_fit
+
+    p = front.predict(TrainingJob(model=model, batch_size=8, device="l4"))
+    assert p.fits and not p.tight and not any("tight" in w for w in p.warnings)
+    near = dataclasses.replace(p, memory_gb=0.95 * 24, warnings=[])
+    check_fit(near, 24, "the nvidia-l4's memory")
+    assert near.fits and near.tight
+    assert any("95% of the nvidia-l4's memory (24 GB): tight" in w for w in near.warnings)
+    over = dataclasses.replace(p, memory_gb=25.0, warnings=[])
+    check_fit(over, 24, "the nvidia-l4's memory")
+    assert not over.tight and not any("tight" in w for w in over.warnings)  # said as over
+    table("m", [p, near, over], by_batch=True, by_gpus=False, top=None)
+    rows = capsys.readouterr().out.splitlines()
+    assert [r.split()[4][-1] for r in rows[2:5]] == [rows[2].split()[4][-1], "!", "*"]
+    assert any(r.startswith("! within 10% of the nvidia-l4's 24 GB") for r in rows)

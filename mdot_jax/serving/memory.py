@@ -49,7 +49,7 @@ from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.traits import LOSSES, keeping
 from mdot_jax import autograd
 from mdot_jax.options import AUTOCAST, HALF
-from mdot_jax.readable import number
+from mdot_jax.readable import number, percent
 
 # fp32 tensors of optimizer state per parameter tensor: SGD with momentum (what `mdot profile`
 # and timm's benchmark train with) keeps one, Adam and AdamW two, plain SGD none; bitsandbytes'
@@ -359,11 +359,16 @@ def loss_note(seq: OperatorSequence, memory_gb: float, tp: int = 1) -> str | Non
 
 def check_fit(p, limit_gb: float | None, what: str) -> None:
     """The one memory-fit rule, applied in place to the prediction `p` of a step estimated at
-    `p.memory_gb` on `what` holding `limit_gb`: over it, a warning that the step may not fit;
+    `p.memory_gb` on `what` holding `limit_gb`: within `prediction.TIGHT` of it, a warning
+    that it is tight; over it, a warning that the step may not fit;
     over `NO_FIT` times it, that it will not, and no band. Every timm RTX 3090 run (each of
     which fitted its 24 GB) is estimated below 1.7 times it."""
     need = p.memory_gb
     p.memory_limit_gb = limit_gb or None
+    if p.tight:
+        p.warnings.append(f"the step needs about {number(need)} GB, {percent(need / limit_gb)} "
+                          f"of {what} ({number(limit_gb)} GB): tight; estimates of measured "
+                          "peaks err by up to a fifth, so it may not fit")
     if not limit_gb or p.fits:
         return
     surely = need > NO_FIT * limit_gb

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 SPEC_SHEET = "priced from its spec sheet"  # how `Prediction.source` of a spec sheet's begins
+# a step estimated within this share of its device's memory is tight: estimates of measured
+# peaks err by up to about a fifth, either way
+TIGHT = 0.9
 _LAYER_INDEX = re.compile(r"(?<=\.)\d+(?=/)")  # an exporter's scope: /model/layers.3/...
 
 
@@ -130,6 +133,12 @@ class Prediction:
     def fits(self) -> bool:
         """Whether the step's estimated memory is within its device's (unknown: it fits)."""
         return self.memory_limit_gb is None or self.memory_gb <= self.memory_limit_gb
+
+    @property
+    def tight(self) -> bool:
+        """Whether the step fits its device's memory with less than `1 - TIGHT` of it spare."""
+        return self.fits and self.memory_limit_gb is not None and \
+            self.memory_gb > TIGHT * self.memory_limit_gb
 
     @property
     def global_batch(self) -> int:
