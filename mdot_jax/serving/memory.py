@@ -360,12 +360,12 @@ def loss_note(seq: OperatorSequence, memory_gb: float, tp: int = 1) -> str | Non
 def check_fit(p, limit_gb: float | None, what: str) -> None:
     """The one memory-fit rule, applied in place to the prediction `p` of a step estimated at
     `p.memory_gb` on `what` holding `limit_gb`: within `prediction.TIGHT` of it, a warning
-    that it is tight; over it, a warning that the step may not fit;
-    over `NO_FIT` times it, that it will not, and no band. Every timm RTX 3090 run (each of
+    that it is tight; over it, a warning that the step may not fit; over `NO_FIT` times it,
+    that it will not, and no band. Every timm RTX 3090 run (each of
     which fitted its 24 GB) is estimated below 1.7 times it."""
     need = p.memory_gb
     p.memory_limit_gb = limit_gb or None
-    if p.tight:
+    if limit_gb and p.tight:
         p.warnings.append(f"the step needs about {number(need)} GB, {percent(need / limit_gb)} "
                           f"of {what} ({number(limit_gb)} GB): tight; estimates of measured "
                           "peaks err by up to a fifth, so it may not fit")
