@@ -33,6 +33,7 @@ from converters.hf_fields import (
     holding,
     known_as,
     per_layer,
+    suspects,
 )
 from converters.hf_heads import (
     AUDIO_MAPPINGS,
@@ -198,6 +199,8 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
         msg = msg.split(". Should contain")[0]  # not the hundreds of model types known
         if isinstance(e, KeyError) and (f := holding(fields, e.args[0] if e.args else None)):
             msg = f"{f} {e.args[0]!r} is none of the names transformers knows for it"
+        elif isinstance(e, (TypeError, ArithmeticError, IndexError, MemoryError, RuntimeError)):
+            msg += suspects(transformers, kind, fields)  # Python's words: which field?
         raise ConversionError(f"{where}: model_type {kind!r} builds no model here: "
                               f"{msg}{known_as(transformers, kind, fields)}") from None
     if routed:

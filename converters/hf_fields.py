@@ -6,6 +6,7 @@ another name (`known_as`), the field whose value transformers found no entry for
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any
 
 from converters.errors import ConversionError
@@ -71,6 +72,40 @@ def holding(fields: dict, value: Any) -> str | None:
         if isinstance(v, dict) and (inner := holding(v, value)):
             return f"{k}.{inner}"
     return None
+
+
+def suspects(transformers: Any, kind: str, fields: dict) -> str:
+    """Where transformers failed in its own code (a division by zero, a string where a count
+    goes): the given fields whose value differs in kind from the model type's default (another
+    JSON type, or none, 0 or less, where the default is a positive number), as a hint."""
+    try:
+        default = transformers.AutoConfig.for_model(kind).to_dict()
+    except Exception:  # (a model type transformers does not know: said already)
+        return ""
+    def numeric(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    odd = []
+    for k, v in fields.items():
+        d = default.get(k)
+        if k in ("architectures", "model_type") or v is None:
+            continue
+        if d is None:  # no default to compare: none, 0 or less, or a number written as text
+            if numeric(v) and v <= 0 or isinstance(v, str) and _number(v):
+                odd.append(f"{k} {json.dumps(v)[:20]}")
+        elif (isinstance(d, bool) != isinstance(v, bool) or isinstance(d, str) != isinstance(
+                v, str) or numeric(d) and not numeric(v) or numeric(d) and d > 0 and v <= 0
+              or isinstance(d, int) and isinstance(v, float)):
+            odd.append(f"{k} {json.dumps(v)[:20]} (its default {json.dumps(d)[:20]})")
+    return f"; a value to check: {', '.join(odd[:3])}" if odd else ""
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_shape(cfg: Any, given: dict, where: str) -> None:

@@ -245,6 +245,13 @@ def test_a_config_json_that_is_not_one_is_refused_naming_it(tmp_path):
             from_hf_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
                             "num_hidden_layers": 1, "intermediate_size": 128, **fields},
                            seq_len=8)
+    # Python's own words from transformers' code: the odd value named beside them
+    small = dict(model_type="llama", hidden_size=64, num_attention_heads=4, num_hidden_layers=1,
+                 intermediate_size=128)
+    for fields, needle in ((dict(head_dim=0), r"a value to check: head_dim 0 \(its default"),
+                           (dict(rope_theta="16"), r"a value to check: rope_theta \"16\"")):
+        with pytest.raises(ConversionError, match=needle):
+            from_hf_config({**small, **fields}, seq_len=8)
     for seq_len in (-1, 64.0, True):  # torch's reshape error, a TypeError, a one-token model
         with pytest.raises(ConversionError, match=f"seq_len {seq_len!r}: expected a positive"):
             from_hf_config({"model_type": "gpt2"}, seq_len=seq_len)
