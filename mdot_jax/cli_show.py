@@ -125,8 +125,11 @@ def fits_with(p) -> None:
           "(each priced):")
     for f in p.fits_with:
         flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in f["change"].items())
-        print(f"  {flags:<58} {number(f['memory_gb']):>7} GB {number(f['iteration_ms'], 4):>9} "
-              "ms/iteration")
+        gb = number(f["memory_gb"]) + "!" * f["tight"]
+        print(f"  {flags:<58} {gb:>7} GB {number(f['iteration_ms'], 4):>9} ms/iteration")
+    if any(f["tight"] for f in p.fits_with):
+        print(f"! within {percent(1 - TIGHT)} of {where}, which estimates of measured peaks can "
+              "miss by a fifth: may not fit")
 
 
 def top_operators(p, n: int) -> None:

@@ -154,3 +154,9 @@ def test_a_step_within_a_tenth_of_the_memory_is_said_to_be_tight(model, capsys):
     rows = capsys.readouterr().out.splitlines()
     assert [r.split()[4][-1] for r in rows[2:5]] == [rows[2].split()[4][-1], "!", "*"]
     assert any(r.startswith("! within 10% of the nvidia-l4's 24 GB") for r in rows)
+    from mdot_jax.cli_show import fits_with  # a suggested change that is tight: marked too
+
+    fits_with(dataclasses.replace(over, fits_with=[dict(
+        change=dict(batch_size=4), memory_gb=23.0, iteration_ms=1.0, tight=True)]))
+    said = capsys.readouterr().out
+    assert "23! GB" in said and "! within 10% of the nvidia-l4's 24 GB" in said

@@ -137,8 +137,8 @@ def _fitting(q: Prediction | None) -> bool:
 def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
             progress: bool = False) -> Prediction:
     """`p` (the prediction of `job`) with `fits_with`: where it does not fit, each lever's
-    smallest move that fits ({"change", "memory_gb", "iteration_ms"}), or the fewest levers'
-    largest moves together, or nothing (empty: none fits); `p` as it is where it fits or is
+    smallest move that fits ({"change", "memory_gb", "iteration_ms", "tight":
+    `Prediction.tight`}), or the fewest levers' largest moves together, or nothing (empty: none fits); `p` as it is where it fits or is
     not a spec sheet's."""
     if p.fits or not p.source.startswith(SPEC_SHEET) or job.several:
         return p
@@ -182,5 +182,6 @@ def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
     for change in found:
         q = priced[_key(change)]
         assert q is not None
-        out.append(dict(change=change, memory_gb=q.memory_gb, iteration_ms=q.iteration_ms))
+        out.append(dict(change=change, memory_gb=q.memory_gb, iteration_ms=q.iteration_ms,
+                        tight=q.tight))
     return dataclasses.replace(p, fits_with=out)
