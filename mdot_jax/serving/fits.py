@@ -138,8 +138,8 @@ def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
             progress: bool = False) -> Prediction:
     """`p` (the prediction of `job`) with `fits_with`: where it does not fit, each lever's
     smallest move that fits ({"change", "memory_gb", "iteration_ms", "tight":
-    `Prediction.tight`}), or the fewest levers' largest moves together, or nothing (empty: none fits); `p` as it is where it fits or is
-    not a spec sheet's."""
+    `Prediction.tight`}), or the fewest levers' largest moves together, or nothing (empty:
+    none fits); `p` as it is where it fits or is not a spec sheet's."""
     if p.fits or not p.source.startswith(SPEC_SHEET) or job.several:
         return p
     from mdot_jax.serving import front
