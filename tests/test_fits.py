@@ -145,7 +145,7 @@ def test_a_step_within_a_tenth_of_the_memory_is_said_to_be_tight(model, capsys):
     assert p.fits and not p.tight and not any("tight" in w for w in p.warnings)
     near = dataclasses.replace(p, memory_gb=0.95 * 24, warnings=[])
     check_fit(near, 24, "the nvidia-l4's memory")
-    assert near.fits and near.tight
+    assert near.fits and near.tight and near.to_json()["memory_tight"] is True
     assert any("95% of the nvidia-l4's memory (24 GB): tight" in w for w in near.warnings)
     over = dataclasses.replace(p, memory_gb=25.0, warnings=[])
     check_fit(over, 24, "the nvidia-l4's memory")

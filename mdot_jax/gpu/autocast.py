@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from converters import OperatorSequence
+from converters.kept import KEPT
 from converters.sequence import CONFIG_FIELDS
 from mdot_jax.autograd import NF4_BYTES, Backward, frozen_nodes, quantized, trainable
 from mdot_jax.gpu.catalog import GPU
@@ -112,6 +113,12 @@ def _read(seq: OperatorSequence, kinds: list[str], held: np.ndarray, i: int
           ) -> tuple[list[int], list[int]]:
     """What node `i` reads through views: (the views holding a weight (transposed on the way),
     the operators producing its other inputs)."""
+    views, producers = _walk(seq, kinds, i)
+    return [j for j in views if held[j] > 0], producers
+
+
+def _walk(seq: OperatorSequence, kinds: list[str], i: int) -> tuple[list[int], list[int]]:
+    """(the views node `i` reads through, the operators producing what they show)."""
     reads = seq.neighbours()[0]
     views, producers, todo, seen = [], [], list(reads.get(i, [])), set()
     while todo:
@@ -120,11 +127,22 @@ def _read(seq: OperatorSequence, kinds: list[str], held: np.ndarray, i: int
             continue
         seen.add(j)
         if kinds[j] == "free":  # a view, of a weight perhaps
-            views += [j] if held[j] > 0 else []
+            views.append(j)
             todo.extend(reads.get(j, []))
         else:
             producers.append(j)
     return views, producers
+
+
+def _gemm_views(seq: OperatorSequence) -> dict[int, list[int]]:
+    """The views each GEMM or convolution of `seq` reads through (`_walk`), kept while `seq`
+    is (a plan prices its weights' copies under every layout)."""
+    from mdot_jax.gpu.classify import classified
+
+    def walked() -> dict[int, list[int]]:
+        kinds = [k for k, _, _ in classified(seq)]
+        return {i: _walk(seq, kinds, i)[0] for i, k in enumerate(kinds) if k in GEMMS}
+    return KEPT.get(("gemm views", seq), walked)
 
 
 def copied_weights(seq: OperatorSequence, precision: str, grads: Backward,
@@ -135,18 +153,13 @@ def copied_weights(seq: OperatorSequence, precision: str, grads: Backward,
     only where autograd saves it for the input's gradient, in a node not run again (`rerun`:
     `[N] bool` those full checkpointing recomputes); frozen weights held in the half type or
     in 4 bits have none (`_cast_held`), nor embeddings (a gather is no autocast operator)."""
-    from mdot_jax.gpu.classify import classified
-
-    kinds = [k for k, _, _ in classified(seq)]
     held = _cast_held(seq, precision)
     again = rerun if rerun is not None else np.zeros(seq.num_ops, bool)
     trained: dict[int, float] = {}  # a holder's weights, cached once a tensor
     frozen = 0.0
-    for i, kind in enumerate(kinds):
-        if kind not in GEMMS:
-            continue
+    for i, views in _gemm_views(seq).items():
         saved = grads.data[i] and not again[i]  # a frozen weight's copy: for dgrad
-        for j in (i, *_read(seq, kinds, held, i)[0]):
+        for j in (i, *(v for v in views if held[v] > 0)):
             if grads.weights[j]:
                 trained[j] = held[j]
             elif saved:

@@ -243,7 +243,7 @@ class Option:
             band = p.job_interval_s and [s / 3600 for s in p.job_interval_s]
             d.update(iteration_ms=p.iteration_ms, hours_band=band, memory_gb=p.memory_gb,
                      mfu=p.mfu, samples_per_s=p.samples_per_s, tokens_per_s=p.tokens_per_s,
-                     tokens_per_s_per_gpu=p.tokens_per_s_per_gpu,
+                     tokens_per_s_per_gpu=p.tokens_per_s_per_gpu, memory_tight=p.tight,
                      scaling_efficiency=p.scaling_efficiency)
         return d
 

@@ -206,7 +206,7 @@ class Prediction:
         return dict(d, replicas=self.replicas, global_batch=self.global_batch,
                     samples_per_s=self.samples_per_s,
                     tokens_per_s=self.tokens_per_s, tokens_per_s_per_gpu=self.tokens_per_s_per_gpu,
-                    scaling_efficiency=self.scaling_efficiency)
+                    scaling_efficiency=self.scaling_efficiency, memory_tight=self.tight)
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
