@@ -311,7 +311,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     tokens = max(seq_len, target_len or 0)  # past its positions: exported (rotary, relative),
     if past := [[k, v, tokens] for k, v in settings.items() if k in LENGTH_FIELDS  # said
                 and isinstance(v, int) and 0 < v < tokens and not picture]:
-        trained_as = dict(trained_as or {}, positions=past[0])
+        trained_as = dict(trained_as or {}, positions=past[0] + _position_table(model, past[0][1]))
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
     filled = defaulted(text, (fields.get("text_config") or {}) if text is not cfg else fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
@@ -448,6 +448,17 @@ def _windows(model: Any, cfg: Any) -> list[int]:
         windows = [window if k == "sliding_attention" else 0 for k in kinds]
         return windows if any(windows) else []
     return [window] * n
+
+
+def _position_table(model: Any, most: int) -> list[str]:
+    """[the name of `model`'s learned table of `most` positions (two more rows: RoBERTa's and
+    BART's offset)], or [] (rotary, relative or ALiBi positions, which extend): indices past
+    it would run off the table, though computed from the input (RoBERTa's) they export."""
+    import torch
+
+    return [name for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding)
+            and ("position" in name or name.endswith("wpe"))
+            and most <= m.num_embeddings <= most + 2][:1]
 
 
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)

@@ -1138,6 +1138,28 @@ def test_a_config_jsons_model_is_named_by_its_folder(tmp_path):
     assert e.value.field == "seq_len"  # the service's answer names the field to change
 
 
+def test_positions_computed_from_the_input_past_a_learned_table_are_refused(tmp_path):
+    """RoBERTa's positions are a cumulative sum of its input's mask: past its table they
+    export, and 600 tokens of roberta-base were priced (PyTorch's index error when run).
+    A rotary model past its max_position_embeddings is priced, said."""
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    tiny = dict(model_type="roberta", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                intermediate_size=64, vocab_size=64, max_position_embeddings=34)
+    (tmp_path / "roberta.json").write_text(json.dumps(tiny))
+    job = TrainingJob(model=str(tmp_path / "roberta.json"), batch_size=2, seq_len=32,
+                      device="h100-sxm")
+    assert predict(job).iteration_ms > 0  # within its 32 positions (two rows of offset)
+    with pytest.raises(RequestError, match=r"^seq_len 64: past the 34 positions model "
+                       r"'roberta' has \(a table of them, read by node '.*position_embeddings'"):
+        predict(dataclasses.replace(job, seq_len=64))
+    (tmp_path / "llama.json").write_text(json.dumps(dict(
+        model_type="llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, vocab_size=64, max_position_embeddings=32)))
+    p = predict(dataclasses.replace(job, model=str(tmp_path / "llama.json"), seq_len=64))
+    assert any("past its max_position_embeddings (32)" in w for w in p.warnings)
+
+
 def test_llama4s_experts_route_balanced_not_every_token_through_every_expert():
     """transformers' Llama4TextMoe runs every expert on every token (its router's scores zero
     the rest): Llama 4 Scout was priced at 16x its experts' work, and said to be no mixture of

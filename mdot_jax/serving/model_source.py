@@ -139,8 +139,8 @@ def config_said(seq: OperatorSequence) -> list[str]:
                     "token's loss" if head.get("transcribed") else  # a speech recogniser
                     f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
-    if past := (head or {}).get("positions"):  # a learned table's would not have exported
-        field, most, tokens = past
+    if past := (head or {}).get("positions"):  # (a learned table's is refused: `_sequence`)
+        field, most, tokens = past[:3]
         said.append(f"{tokens:,} tokens a sample are past its {field} ({most:,}), the positions "
                     "it was trained for (rotary or relative ones extend): priced as asked")
     for field, p in ((head or {}).get("layerdrop") or {}).items():  # a draw a layer a step
@@ -229,8 +229,12 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
                                  job.image_size, job.seq_len, shapes, fuse), job)
     if config:  # converted once at each batch while the file is unchanged
         stat = config_file(job.model).stat()
-        return run_as(_config_converted(str(job.model), (stat.st_mtime_ns, stat.st_size), b,
-                                        asked, shapes, fuse), job)
+        seq = _config_converted(str(job.model), (stat.st_mtime_ns, stat.st_size), b, asked,
+                                shapes, fuse)
+        past: list = (seq.meta.get("head") or {}).get("positions") or []
+        if len(past) > 3:  # a learned table's index, computed from the input
+            raise PastPositions("", seq.name, past[1], past[3])
+        return run_as(seq, job)
     if not isinstance(model, OperatorSequence):
         return run_as(convert(model, batch_size=b, image_size=job.image_size,
                               seq_len=job.seq_len, input_shapes={k: list(v) for k, v in shapes},
