@@ -17,11 +17,10 @@ from mdot_jax.cli_args import (
     port,
     write_plot,
 )
-from mdot_jax.cli_show import memory_cell
+from mdot_jax.cli_show import memory_cell, tight_note
 from mdot_jax.errors import UsageError
 from mdot_jax.options import STRATEGIES
 from mdot_jax.readable import hours, number, percent, span
-from mdot_jax.serving.prediction import TIGHT
 
 COMMANDS = {
     "plan": "rank GPU types and counts for a training job by cost, under a deadline",
@@ -112,9 +111,8 @@ def _print(args: argparse.Namespace, options: list) -> None:
               f"{memory_cell(p) if p else '-':>9}"
               + f" {number(p.tokens_per_s_per_gpu, 4) if p and p.tokens else '-':>9}" * tokens
               + f" {mfu:>5}  {as_flags('; '.join(o.reasons), '')}")
-    if any(o.prediction and o.prediction.tight and o.feasible for o in options):
-        print(f"! within {percent(1 - TIGHT)} of the GPU's memory, which estimates of measured "
-              "peaks can miss by a fifth: may not fit")
+    if any(o.prediction and o.prediction.tight for o in options):
+        print(tight_note("the GPU's memory"))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

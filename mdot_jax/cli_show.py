@@ -57,6 +57,12 @@ def memory_cell(p) -> str:
     return number(p.memory_gb) + ("*" if not p.fits else "!" if p.tight else "")
 
 
+def tight_note(where: str) -> str:
+    """The footnote of `memory_cell`'s `!`: `where` is the memory."""
+    return (f"! within {percent(1 - TIGHT)} of {where}, which estimates of measured peaks can "
+            "miss by a fifth: may not fit")
+
+
 def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None):
     r = rows[0]
     trained = f", {count(r.trained_parameters)} trained" * (r.trained_parameters < r.parameters)
@@ -83,9 +89,7 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
               + (" (asked for one batch size and GPU count, the changes that would fit are "
                  "priced)" if len(rows) > 1 else ""))
     if tight := [r for r in rows if r.tight]:
-        print(f"! within {percent(1 - TIGHT)} of the {r.device}'s "
-              f"{number(tight[0].memory_limit_gb)} GB, which estimates of measured peaks can "
-              "miss by a fifth: may not fit")
+        print(tight_note(f"the {r.device}'s {number(tight[0].memory_limit_gb)} GB"))
     # the lines below describe the last row
     at = "" if len(rows) == 1 else f"at {plural(r.gpus, 'GPU')}, " if by_gpus else \
         f"at batch {r.batch_size}, "
@@ -128,8 +132,7 @@ def fits_with(p) -> None:
         gb = number(f["memory_gb"]) + "!" * f["tight"]
         print(f"  {flags:<58} {gb:>7} GB {number(f['iteration_ms'], 4):>9} ms/iteration")
     if any(f["tight"] for f in p.fits_with):
-        print(f"! within {percent(1 - TIGHT)} of {where}, which estimates of measured peaks can "
-              "miss by a fifth: may not fit")
+        print(tight_note(where))
 
 
 def top_operators(p, n: int) -> None:
