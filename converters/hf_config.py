@@ -309,9 +309,13 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     if dropped:  # said whatever the model
         trained_as = dict(trained_as or {}, layerdrop=dropped)
     tokens = max(seq_len, target_len or 0)  # past its positions: exported (rotary, relative),
-    if past := [[k, v, tokens] for k, v in settings.items() if k in LENGTH_FIELDS  # said
-                and isinstance(v, int) and 0 < v < tokens and not picture]:
-        trained_as = dict(trained_as or {}, positions=past[0] + _position_table(model, past[0][1]))
+    lengths = {k: v for k, v in settings.items() if k in LENGTH_FIELDS and isinstance(v, int)
+               and v > 0 and not picture}
+    past = [[k, v, tokens] for k, v in lengths.items() if v < tokens]  # said
+    if table := _position_table(model, lengths, tokens):  # refused (`model_source`)
+        trained_as = dict(trained_as or {}, positions=table)
+    elif past:
+        trained_as = dict(trained_as or {}, positions=past[0])
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
     filled = defaulted(text, (fields.get("text_config") or {}) if text is not cfg else fields)
     moe = experts > 1 and describe(model, experts, next(  # none where no layer holds experts
@@ -450,15 +454,23 @@ def _windows(model: Any, cfg: Any) -> list[int]:
     return [window] * n
 
 
-def _position_table(model: Any, most: int) -> list[str]:
-    """[the name of `model`'s learned table of `most` positions (two more rows: RoBERTa's and
-    BART's offset)], or [] (rotary, relative or ALiBi positions, which extend): indices past
-    it would run off the table, though computed from the input (RoBERTa's) they export."""
+def _position_table(model: Any, lengths: dict[str, int], tokens: int) -> list:
+    """[field, positions, tokens, table] where `model` holds a learned table of positions (an
+    `nn.Embedding` named for them, sized by a `lengths` field or two more) that `tokens` run
+    past: its rows, less the offset of the first (RoBERTa's padding index and one, BART's 2).
+    Computed from the input (RoBERTa's), such indices export; they fail when run."""
     import torch
 
-    return [name for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding)
-            and ("position" in name or name.endswith("wpe"))
-            and most <= m.num_embeddings <= most + 2][:1]
+    for name, m in model.named_modules():
+        if not (isinstance(m, torch.nn.Embedding) and ("position" in name or name.endswith(
+                "wpe"))):
+            continue
+        for field, v in lengths.items():
+            if v <= m.num_embeddings <= v + 2:
+                most = m.num_embeddings - (1 + m.padding_idx if m.padding_idx is not None
+                                           else m.num_embeddings - v)
+                return [field, most, tokens, name] if tokens > most else []
+    return []
 
 
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)

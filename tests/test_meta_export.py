@@ -1139,8 +1139,9 @@ def test_a_config_jsons_model_is_named_by_its_folder(tmp_path):
 
 
 def test_positions_computed_from_the_input_past_a_learned_table_are_refused(tmp_path):
-    """RoBERTa's positions are a cumulative sum of its input's mask: past its table they
-    export, and 600 tokens of roberta-base were priced (PyTorch's index error when run).
+    """RoBERTa's positions are a cumulative sum of its input's mask, from its padding index
+    on: past its table they export, and 600 tokens of roberta-base were priced (PyTorch's
+    index error when run), 513 with no word (its 514 rows hold 512 positions).
     A rotary model past its max_position_embeddings is priced, said."""
     from mdot_jax import RequestError, TrainingJob, predict
 
@@ -1149,10 +1150,12 @@ def test_positions_computed_from_the_input_past_a_learned_table_are_refused(tmp_
     (tmp_path / "roberta.json").write_text(json.dumps(tiny))
     job = TrainingJob(model=str(tmp_path / "roberta.json"), batch_size=2, seq_len=32,
                       device="h100-sxm")
-    assert predict(job).iteration_ms > 0  # within its 32 positions (two rows of offset)
-    with pytest.raises(RequestError, match=r"^seq_len 64: past the 34 positions model "
-                       r"'roberta' has \(a table of them, read by node '.*position_embeddings'"):
-        predict(dataclasses.replace(job, seq_len=64))
+    assert predict(job).iteration_ms > 0  # its 34 rows hold 32 positions (padding index 1)
+    for seq_len in (33, 64):  # 33: within max_position_embeddings, past the table
+        with pytest.raises(RequestError, match=rf"^seq_len {seq_len}: past the 32 positions "
+                           r"model 'roberta' has \(a table of them, read by node "
+                           r"'.*position_embeddings'"):
+            predict(dataclasses.replace(job, seq_len=seq_len))
     (tmp_path / "llama.json").write_text(json.dumps(dict(
         model_type="llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=64, vocab_size=64, max_position_embeddings=32)))
