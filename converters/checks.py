@@ -60,8 +60,8 @@ def _largest_index(graph: onnx.GraphProto) -> Callable[[str], int | None]:
         node = made[t]
         if node.op_type in _SAME_VALUES:
             return largest(node.input[0], depth + 1)
-        if node.op_type == "Range" and all(const(i) for i in node.input):
-            start, limit, delta = (const(i)[0] for i in node.input)  # type: ignore[index]
+        if node.op_type == "Range" and all(bounds := [const(i) for i in node.input]):
+            start, limit, delta = (b[0] for b in bounds)  # type: ignore[index]
             count = max(-(-(limit - start) // delta), 0) if delta else 0
             return None if not count else max(start, start + (count - 1) * delta)
         if node.op_type == "Add" and len(node.input) == 2:

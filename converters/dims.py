@@ -205,10 +205,11 @@ def concretise(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
             raise ConversionError(f"{label}: input '{vi.name}' dim {long[0]} is "
                                   f"{shape[long[0]]:,}: at most {MAX_LENGTH:,} (the conversion "
                                   "holds each position)")
-        if vi.name in data and t.elem_type in TOKEN_TYPES and math.prod(shape) > MAX_BATCH_TOKENS:
-            raise ConversionError(f"{label}: input '{vi.name}' shape {shape}: "
-                                  f"{math.prod(shape):,} tokens a micro-batch, more than "
-                                  f"{MAX_BATCH_TOKENS:,} (the conversion holds each)")
+        held = math.prod(shape) if t.elem_type in TOKEN_TYPES else 0  # token ids
+        if vi.name in data and held > MAX_BATCH_TOKENS:
+            raise ConversionError(f"{label}: input '{vi.name}' shape {shape}: {held:,} tokens "
+                                  f"a micro-batch, more than {MAX_BATCH_TOKENS:,} (the "
+                                  "conversion holds each)")
         del dims[:]
         for d in shape:
             t.shape.dim.add().dim_value = d

@@ -1,7 +1,9 @@
 """A Hugging Face config.json's fields as `converters.hf_config` reads them: per-layer lists
 cut to a new depth (`per_layer`), the shape checked before a model is built (`check_shape`),
 the shape fields transformers' defaults filled in (`defaulted`), a model type known by
-another name (`known_as`), the field whose value transformers found no entry for (`holding`)."""
+another name (`known_as`), the names it is built by checked (`check_names`), the field whose
+value transformers found no entry for (`holding`), the odd values where transformers failed in
+its own code (`suspects`)."""
 
 from __future__ import annotations
 
@@ -76,28 +78,34 @@ def holding(fields: dict, value: Any) -> str | None:
 
 def suspects(transformers: Any, kind: str, fields: dict) -> str:
     """Where transformers failed in its own code (a division by zero, a string where a count
-    goes): the given fields whose value differs in kind from the model type's default (another
-    JSON type, or none, 0 or less, where the default is a positive number), as a hint."""
+    goes): the given fields whose value differs in kind from the model type's default
+    (`_odd`), as a hint."""
     try:
         default = transformers.AutoConfig.for_model(kind).to_dict()
     except Exception:  # (a model type transformers does not know: said already)
         return ""
-    def numeric(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-    odd = []
-    for k, v in fields.items():
-        d = default.get(k)
-        if k in ("architectures", "model_type") or v is None:
-            continue
-        if d is None:  # no default to compare: none, 0 or less, or a number written as text
-            if numeric(v) and v <= 0 or isinstance(v, str) and _number(v):
-                odd.append(f"{k} {json.dumps(v)[:20]}")
-        elif (isinstance(d, bool) != isinstance(v, bool) or isinstance(d, str) != isinstance(
-                v, str) or numeric(d) and not numeric(v) or numeric(d) and d > 0 and v <= 0
-              or isinstance(d, int) and isinstance(v, float)):
-            odd.append(f"{k} {json.dumps(v)[:20]} (its default {json.dumps(d)[:20]})")
+    odd = [f"{k} {json.dumps(v)[:20]}" + ("" if default.get(k) is None else
+                                          f" (its default {json.dumps(default[k])[:20]})")
+           for k, v in fields.items() if k not in ("architectures", "model_type")
+           and v is not None and _odd(v, default.get(k))]
     return f"; a value to check: {', '.join(odd[:3])}" if odd else ""
+
+
+def _odd(v: Any, default: Any) -> bool:
+    """Whether a given value differs in kind from its default: another JSON type, or none, 0
+    or less, where the default is a positive number; without a default (None), none, 0 or
+    less, or a number written as text."""
+    if default is None:
+        return _numeric(v) and v <= 0 or isinstance(v, str) and _number(v)
+    if isinstance(default, bool) != isinstance(v, bool) or isinstance(default, str) != \
+            isinstance(v, str):
+        return True
+    return _numeric(default) and (not _numeric(v) or default > 0 and v <= 0
+                                  or isinstance(default, int) and isinstance(v, float))
+
+
+def _numeric(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _number(text: str) -> bool:

@@ -361,8 +361,8 @@ def check_fit(p, limit_gb: float | None, what: str) -> None:
     """The one memory-fit rule, applied in place to the prediction `p` of a step estimated at
     `p.memory_gb` on `what` holding `limit_gb`: within `prediction.TIGHT` of it, a warning
     that it is tight; over it, a warning that the step may not fit; over `NO_FIT` times it,
-    that it will not, and no band. Every timm RTX 3090 run (each of
-    which fitted its 24 GB) is estimated below 1.7 times it."""
+    that it will not, and no band. Every timm RTX 3090 run (each of which fitted its 24 GB) is
+    estimated below 1.7 times it."""
     need = p.memory_gb
     p.memory_limit_gb = limit_gb or None
     if limit_gb and p.tight:
