@@ -4,7 +4,9 @@ the node and what to do."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
+from typing import cast
 
 import numpy as np
 import onnx
@@ -34,63 +36,103 @@ def _refuse_merged(graph: onnx.GraphProto, floats: set[str], declared: set[str],
             "converters.from_torch, which keeps each layer's weights")
 
 
-# operators whose output holds their first input's values, rearranged or repeated
+# operators whose output holds some of their first input's values, rearranged or repeated
 _SAME_VALUES = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Expand", "Cast", "Identity",
-                          "Flatten", "Transpose", "Tile"})
+                          "Flatten", "Transpose", "Tile", "Slice", "Gather", "GatherElements"})
 
 
-def _largest_index(graph: onnx.GraphProto) -> Callable[[str], int | None]:
-    """The largest value a tensor of `graph` holds where constants decide it: folded indices,
-    or a Range of constant bounds (too long to fold: 2M positions) rearranged (`_SAME_VALUES`)
-    or shifted by a constant; None where anything else decides it."""
+_MOST_CONSTANT = 1 << 22  # elements of a constant read for its values (folded positions)
+# operators whose output is true or false (0 or 1 once cast)
+_TRUTHS = frozenset({"Equal", "Not", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
+                     "Or", "Xor", "IsNaN", "IsInf"})
+
+
+def _index_bounds(graph: onnx.GraphProto, types: Mapping[str, _Tensor], weights: set[str]
+                  ) -> Callable[[str], tuple[int, int] | None]:
+    """The least and largest values a tensor of `graph` can hold where its graph decides them:
+    constants (folded indices), a Range of constant bounds (too long to fold: 2M positions),
+    truths (a padding mask), their running sum along a dim (RoBERTa's and OPT's positions from
+    the mask: at most its length, and at most a data input's longest dim: Longformer pads its
+    tokens to its window, the pads no positions), some of the values of others
+    (`_SAME_VALUES`, Concat, Where, Min, Max), sums, differences and products; None where
+    anything else decides them (an input's values)."""
     from onnx import numpy_helper
 
-    inits = {i.name: i for i in graph.initializer}
+    consts = {i.name: i for i in graph.initializer}  # read when asked: weights may be large
+    consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
     made = {o: n for n in graph.node for o in n.output}
+    known: dict[str, tuple[int, int] | None] = {}
+    longest = max((d for i in graph.input if i.name not in consts and i.name not in weights
+                   for d in types.get(i.name, _NO_SHAPE).shape or ()), default=None)
 
-    def const(t: str) -> list[int] | None:
-        if t not in inits:
+    def interval(values: np.ndarray) -> tuple[int, int] | None:
+        return (math.floor(values.min()), math.ceil(values.max())) if values.size and \
+            np.isfinite(values).all() else None
+
+    def bounds(t: str, depth: int = 0) -> tuple[int, int] | None:
+        if t not in known:
+            known[t] = _bounds(t, depth)
+        return known[t]
+
+    def _bounds(t: str, depth: int) -> tuple[int, int] | None:
+        if t in consts:
+            small = math.prod(consts[t].dims) <= _MOST_CONSTANT
+            return interval(numpy_helper.to_array(consts[t])) if small else None
+        node = made.get(t)
+        if node is None or depth > 32:
             return None
-        values = numpy_helper.to_array(inits[t])
-        return [int(values.min()), int(values.max())] if values.size else None
-
-    def largest(t: str, depth: int = 0) -> int | None:
-        if (c := const(t)) is not None or t not in made or depth > 16:
-            return None if c is None else c[1]
-        node = made[t]
-        if node.op_type in _SAME_VALUES:
-            return largest(node.input[0], depth + 1)
-        if node.op_type == "Range" and all(bounds := [const(i) for i in node.input]):
-            start, limit, delta = (b[0] for b in bounds)  # type: ignore[index]
+        kind, attrs = node.op_type, {a.name: a for a in node.attribute}
+        if kind in _TRUTHS or (kind == "Cast" and attrs["to"].i == onnx.TensorProto.BOOL):
+            return 0, 1
+        if kind == "ConstantOfShape":
+            return interval(numpy_helper.to_array(attrs["value"].t)) if "value" in attrs \
+                else (0, 0)
+        read = node.input[:1] if kind in _SAME_VALUES else node.input[kind == "Where":]
+        found = [bounds(i, depth + 1) for i in read]
+        if not read or None in found:
+            return None
+        inputs = cast(list[tuple[int, int]], found)
+        if kind in _SAME_VALUES or kind in ("Concat", "Where", "Min", "Max"):
+            return min(r[0] for r in inputs), max(r[1] for r in inputs)
+        if kind == "Range" and len(inputs) == 3 and all(r[0] == r[1] for r in inputs):
+            start, limit, delta = (r[0] for r in inputs)
             count = max(-(-(limit - start) // delta), 0) if delta else 0
-            return None if not count else max(start, start + (count - 1) * delta)
-        if node.op_type == "Add" and len(node.input) == 2:
-            for a, b in (node.input, node.input[::-1]):
-                if (c := const(b)) is not None and c[0] == c[1]:  # shifted by one constant
-                    top = largest(a, depth + 1)
-                    return None if top is None else top + c[1]
+            return None if not count else (min(start, end := start + (count - 1) * delta),
+                                           max(start, end))
+        if kind in ("Add", "Sub", "Mul") and len(inputs) == 2:
+            (a, b), (c, d) = inputs
+            if kind != "Mul":
+                return (a + c, b + d) if kind == "Add" else (a - d, b - c)
+            corners = (a * c, a * d, b * c, b * d)
+            return min(corners), max(corners)
+        shape = types.get(node.input[0], _NO_SHAPE).shape
+        if kind == "CumSum" and shape and inputs[1][0] == inputs[1][1] and (
+                -len(shape) <= (axis := inputs[1][0]) < len(shape)):
+            n, (low, high) = min(shape[axis], longest or shape[axis]), inputs[0]
+            return min(0, low, n * low), max(0, high, n * high)
         return None
 
-    return largest
+    return bounds
 
 
 def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
                                 types: dict[str, _Tensor], label: str) -> None:
     """A Gather of a weight table at constant indices past its rows: a sequence longer than
     the positions a model has (GPT-2's 1,024 at --seq-len 4096) would run off its table."""
-    largest = _largest_index(graph)
+    bounds = _index_bounds(graph, types, weights)
     for node in graph.node:
         if node.op_type != "Gather" or node.input[0] not in weights:
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
         shape = list(types[node.input[0]].shape or [])
-        top = largest(node.input[1])
+        top = (bounds(node.input[1]) or (0, None))[1]
         if shape and top is not None and top >= shape[axis]:
             raise PastPositions(
                 f"model '{label}': node '{node.name}' reads row {top} of "
                 f"'{node.input[0]}', which has {shape[axis]} (shape {list(shape)}): the input "
                 f"is longer than the {shape[axis]} positions the model has",
-                label, shape[axis], node.name)
+                label, shape[axis], node.name, top)
 
 
 def stored_arrays(path: object, z: Mapping, meta: object, widths: tuple[int, int],
@@ -145,7 +187,13 @@ def _lost_shape(tensor: str, nodes: list[_Node], producer: dict[str, int],
     domain = node.proto.domain
     label = f"node '{node.name or node.outputs[0]}' ({f'{domain} ' if domain else ''}" \
             f"{node.op_type})"
-    if domain not in ("", "ai.onnx"):
+    grads = [n for n in nodes if n.proto.domain == "com.microsoft" and (
+        n.op_type.endswith("Grad") or n.op_type.startswith("InPlaceAccumulator"))]
+    if domain not in ("", "ai.onnx") and grads:
+        cause = ("the graph holds its backward already (onnxruntime-training's gradient "
+                 f"operators: {', '.join(sorted({n.op_type for n in grads}))}); give the "
+                 "forward graph it was built from: its backward and update are priced from it")
+    elif domain not in ("", "ai.onnx"):
         cause = ("an operator outside the ONNX standard, which shape inference does not know; "
                  "export with standard operators (without runtime-specific fusions)")
     elif node.op_type in ("Loop", "Scan", "If"):

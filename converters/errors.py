@@ -13,9 +13,9 @@ class ConversionError(ValueError):
 
 class PastPositions(ConversionError):
     """An input longer than model `label`'s learned position table has rows (`rows`, read by
-    `node`): GPT-2's 1,024 asked for 4,096 tokens. The caller knows which of its settings made
-    the input that long."""
+    `node`, the largest row it would read `top`): GPT-2's 1,024 asked for 4,096 tokens. The
+    caller knows which of its settings made the input that long."""
 
-    def __init__(self, message: str, label: str, rows: int, node: str):
+    def __init__(self, message: str, label: str, rows: int, node: str, top: int):
         super().__init__(message)
-        self.label, self.rows, self.node = label, rows, node
+        self.label, self.rows, self.node, self.top = label, rows, node, top

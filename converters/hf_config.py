@@ -312,9 +312,7 @@ def from_hf_config(config: str | os.PathLike | dict, *, seq_len: int = 128,
     lengths = {k: v for k, v in settings.items() if k in LENGTH_FIELDS and isinstance(v, int)
                and v > 0 and not picture}
     past = [[k, v, tokens] for k, v in lengths.items() if v < tokens]  # said
-    if table := _position_table(model, lengths, tokens):  # refused (`model_source`)
-        trained_as = dict(trained_as or {}, positions=table)
-    elif past:
+    if past:  # (a learned table's: refused as its graph is converted, `converters.checks`)
         trained_as = dict(trained_as or {}, positions=past[0])
     text = cfg.get_text_config()  # a vision-language model's language model's; else cfg
     filled = defaulted(text, (fields.get("text_config") or {}) if text is not cfg else fields)
@@ -452,25 +450,6 @@ def _windows(model: Any, cfg: Any) -> list[int]:
         windows = [window if k == "sliding_attention" else 0 for k in kinds]
         return windows if any(windows) else []
     return [window] * n
-
-
-def _position_table(model: Any, lengths: dict[str, int], tokens: int) -> list:
-    """[field, positions, tokens, table] where `model` holds a learned table of positions (an
-    `nn.Embedding` named for them, sized by a `lengths` field or two more) that `tokens` run
-    past: its rows, less the offset of the first (RoBERTa's padding index and one, BART's 2).
-    Computed from the input (RoBERTa's), such indices export; they fail when run."""
-    import torch
-
-    for name, m in model.named_modules():
-        if not (isinstance(m, torch.nn.Embedding) and ("position" in name or name.endswith(
-                "wpe"))):
-            continue
-        for field, v in lengths.items():
-            if v <= m.num_embeddings <= v + 2:
-                most = m.num_embeddings - (1 + m.padding_idx if m.padding_idx is not None
-                                           else m.num_embeddings - v)
-                return [field, most, tokens, name] if tokens > most else []
-    return []
 
 
 # the fields that bound a model's positions (a learned table, an ALiBi bias built to length)

@@ -258,6 +258,26 @@ def test_a_graph_of_operators_the_converter_does_not_know_is_named(capsys, tmp_p
     assert "no operator the converter knows depends on the inputs (only FancyOp)" in err
 
 
+def test_a_graph_holding_its_backward_already_is_named_so(capsys, tmp_path):
+    """onnxruntime-training's training_model.onnx (gradient operators, accumulators) priced as a
+    forward would count its backward twice; it is refused saying what to give instead."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("Relu", ["h"], ["y"], name="relu"),
+             helper.make_node("ReluGrad", ["y", "y"], ["dh"], name="relu_Grad/ReluGrad_0",
+                              domain="com.microsoft"),
+             helper.make_node("Transpose", ["x"], ["xt"], name="fc_Grad/Transpose_0"),
+             helper.make_node("MatMul", ["xt", "dh"], ["w_grad"], name="fc_Grad/MatMul_1")]
+    graph = model(nodes, [value("x", ["N", 16]), value("w", [16, 8])],
+                  [value("y", ["N", 8]), value("w_grad", [16, 8])])
+    graph.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    onnx.save(graph, tmp_path / "training_model.onnx")
+    code, _, err = run(capsys, "predict", str(tmp_path / "training_model.onnx"),
+                       "--batch-size", "4", "--device", "h100-sxm")
+    assert code == 2 and err.count("\n") == 1
+    assert "the graph holds its backward already (onnxruntime-training's gradient operators: " \
+           "ReluGrad); give the forward graph it was built from" in err
+
+
 def test_an_input_shape_whose_channels_the_graph_cannot_take_is_named(capsys, tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(conv_bn_relu(), path)

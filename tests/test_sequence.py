@@ -8,6 +8,7 @@ from onnx import TensorProto, helper
 from onnx_builders import conv_bn_relu, model, value
 
 from converters import VOCAB, ConversionError, OperatorSequence, convert, load_model
+from converters.errors import PastPositions
 from converters.vocab import UNK_ID
 
 
@@ -189,6 +190,62 @@ def test_a_sequence_longer_than_the_models_positions_is_refused():
     with pytest.raises(ConversionError, match=r"reads row 127 of 'transformer\.wpe\.weight', "
                                               r"which has 64 .* longer than the 64 positions"):
         convert(_gpt2(positions=64), batch_size=2, seq_len=128)
+
+
+def test_positions_computed_from_a_files_input_past_its_table_are_refused():
+    """RoBERTa's positions are a running sum of its input's padding mask from row 2 on: an
+    ONNX file of it at 600 tokens was priced (PyTorch's index error when run). The rows read
+    are bounded through the mask's truths, its running sum and the shift."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from converters import from_torch
+
+    cfg = transformers.RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     max_position_embeddings=34)  # 32 positions, from row 2
+    with torch.device("meta"):
+        model = transformers.RobertaForMaskedLM(cfg)
+    graph = from_torch(model, torch.zeros(1, 16, dtype=torch.long))
+    convert(graph, batch_size=2, seq_len=32)
+    with pytest.raises(PastPositions, match=r"reads row 34 of "
+                       r"'roberta\.embeddings\.position_embeddings\.weight', which has 34") as e:
+        convert(graph, batch_size=2, seq_len=33)
+    assert (e.value.rows, e.value.top) == (34, 34)
+
+
+def test_index_bounds_follow_truths_sums_and_selections():
+    """Intervals through the ops positions are computed with; None where an input decides.
+    A running sum counts at most a data input's positions (a padded tiny Longformer was
+    refused at 64 tokens: its mask's sum bounded by the 512 its window pads to)."""
+    from converters.checks import _index_bounds
+    from converters.tensors import _tensor
+
+    c = lambda name, v: helper.make_node("Constant", [], [name], value=helper.make_tensor(  # noqa: E731
+        name, TensorProto.INT64, [len(v)], v))
+    nodes = [c("k", [1]), c("ax", [1]), c("lo", [3]), c("ten", [10]),
+             helper.make_node("Equal", ["ids", "k"], ["eq"]),
+             helper.make_node("Not", ["eq"], ["mask"]),
+             helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.INT64),
+             helper.make_node("CumSum", ["m", "ax"], ["run"]),
+             helper.make_node("Mul", ["run", "m"], ["kept"]),
+             helper.make_node("Sub", ["kept", "k"], ["less"]),
+             helper.make_node("Where", ["eq", "lo", "less"], ["picked"]),
+             helper.make_node("Range", ["lo", "ten", "k"], ["r"]),
+             helper.make_node("Concat", ["r", "ten"], ["both"], axis=0),
+             helper.make_node("Add", ["ids", "k"], ["free"]),
+             c("pads", [0, 0, 0, 14]), helper.make_node("Pad", ["ids", "pads", "k"], ["padded"]),
+             helper.make_node("Equal", ["padded", "k"], ["pad"]),
+             helper.make_node("CumSum", ["pad", "ax"], ["counted"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "ids", TensorProto.INT64, [2, 50])], [])
+    shapes = {"m": _tensor((2, 50), TensorProto.INT64), "ids": _tensor((2, 50), TensorProto.INT64),
+              "pad": _tensor((2, 64), TensorProto.INT64)}
+    bounds = _index_bounds(graph, shapes, set())
+    assert bounds("m") == (0, 1) and bounds("run") == (0, 50) and bounds("kept") == (0, 50)
+    assert bounds("less") == (-1, 49) and bounds("picked") == (-1, 49)
+    assert bounds("r") == (3, 9) and bounds("both") == (3, 10)
+    assert bounds("free") is None and bounds("ids") is None
+    assert bounds("counted") == (0, 50)  # padded to 64 (Longformer's window): no pad counted
 
 
 def test_positions_too_many_to_fold_are_still_refused(monkeypatch):

@@ -139,7 +139,7 @@ def config_said(seq: OperatorSequence) -> list[str]:
                     "token's loss" if head.get("transcribed") else  # a speech recogniser
                     f"trained as {head['head']} (the config's architectures){labels}: its "
                     "head and loss, not a language model's")
-    if past := (head or {}).get("positions"):  # (a learned table's is refused: `_sequence`)
+    if past := (head or {}).get("positions"):
         field, most, tokens = past[:3]
         said.append(f"{tokens:,} tokens a sample are past its {field} ({most:,}), the positions "
                     "it was trained for (rotary or relative ones extend): priced as asked")
@@ -187,7 +187,9 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
         field = "seq_len" if job.seq_len else "input_shapes" if job.input_shapes else ""
         if not field:
             raise
-        raise RequestError(f"{field} {getattr(job, field)}: past the {e.rows:,} positions "
+        held = e.rows - (e.top + 1 - job.seq_len) if job.seq_len else 0  # less an offset
+        raise RequestError(f"{field} {getattr(job, field)}: past the "
+                           f"{held if 0 < held <= e.rows else e.rows:,} positions "
                            f"model '{e.label}' has (a table of them, read by node '{e.node}')",
                            field) from None
 
@@ -231,9 +233,6 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
         stat = config_file(job.model).stat()
         seq = _config_converted(str(job.model), (stat.st_mtime_ns, stat.st_size), b, asked,
                                 shapes, fuse)
-        past: list = (seq.meta.get("head") or {}).get("positions") or []
-        if len(past) > 3:  # a learned table's index, computed from the input
-            raise PastPositions("", seq.name, past[1], past[3])
         return run_as(seq, job)
     if not isinstance(model, OperatorSequence):
         return run_as(convert(model, batch_size=b, image_size=job.image_size,
