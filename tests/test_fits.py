@@ -64,6 +64,18 @@ def test_each_lever_says_its_smallest_move_that_fits():
     assert p.fits_with is None  # the prediction given is not changed
 
 
+def test_a_tight_move_is_followed_by_the_smallest_with_room():
+    """A suggestion within a tenth of the memory may not fit (estimates miss by a fifth): the
+    lever's smallest move that leaves room is said after it."""
+    predict, _ = _fake(limit=60.0)
+    got = fits.suggest(BASE, predict(BASE), predict)  # 106 GB
+    assert [(f["change"], f["tight"]) for f in got.fits_with] == [
+        (dict(activation_checkpointing="full"), False),  # 34 (selective 67.6: no)
+        (dict(batch_size=48, grad_accum=2), True),  # 58 of 60
+        (dict(batch_size=32, grad_accum=3), False),  # 42
+        (dict(precision="bf16"), False)]  # 53
+
+
 def test_where_none_fits_alone_the_fewest_together():
     predict, _ = _fake(limit=20.0)
     job = dataclasses.replace(BASE, gpus=8)

@@ -6,7 +6,8 @@ The rules:
   levers) that does not fit (`Prediction.fits`) is looked at;
 - a lever is a field of the job and its moves, least change first; where memory falls with
   every move (`monotone`), the largest move is priced first (not fitting: the lever cannot)
-  and the smallest that fits is found by bisection; otherwise each move in turn;
+  and the smallest that fits is found by bisection; otherwise each move in turn; where that
+  move is tight (`Prediction.tight`), the smallest that leaves room is said after it;
 - the micro-batch lever keeps the global batch: `batch_size` a divisor of the job's, the
   accumulation grown to make up the rest;
 - where no lever fits alone, the levers' largest moves are taken together in `LEVERS`' order
@@ -121,6 +122,21 @@ def _together(moves: list[dict[str, Any]], price: Callable[[dict], Prediction | 
     return [_merged(taken)]
 
 
+def _smallest(moves: list[dict[str, Any]], ok: Callable[[dict], bool], monotone: bool
+              ) -> dict[str, Any] | None:
+    """The first of `moves` that is `ok`: bisected where `monotone` (the last priced first:
+    not ok, none is), else each in turn."""
+    if not monotone:
+        return next((m for m in moves if ok(m)), None)
+    if not ok(moves[-1]):
+        return None
+    lo, hi = 0, len(moves) - 1  # moves[hi] is ok
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(moves[mid]) else (mid + 1, hi)
+    return moves[hi]
+
+
 def _merged(moves: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: v for m in moves for k, v in m.items()}
 
@@ -160,22 +176,22 @@ def suggest(job: TrainingJob, p: Prediction, predict: Callable | None = None,
         def fits(change: dict[str, Any]) -> bool:
             return _fitting(price(change))
 
+        def roomy(change: dict[str, Any]) -> bool:
+            return fits(change) and not price(change).tight  # type: ignore[union-attr]
+
         found, largest = [], []  # each lever's largest move
         for lever in LEVERS.values():
             moves = lever.moves(job, p)
             if not moves:
                 continue
             largest.append(moves[-1])
-            if lever.monotone:
-                if not fits(moves[-1]):
-                    continue
-                lo, hi = 0, len(moves) - 1  # moves[hi] fits
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    lo, hi = (lo, mid) if fits(moves[mid]) else (mid + 1, hi)
-                found.append(moves[hi])
-            elif move := next((m for m in moves if fits(m)), None):
-                found.append(move)
+            for ok in (fits, roomy):  # the smallest move that fits; if tight, one with room
+                if (move := _smallest(moves, ok, lever.monotone)) is None:
+                    break
+                if move not in found:
+                    found.append(move)
+                if not price(move).tight:  # type: ignore[union-attr]
+                    break
         if not found and len(largest) > 1:
             found += _together(largest, price)
     out = []
