@@ -51,7 +51,9 @@ than NeuSight's traces. Its rule, written before any of it was priced:
 2. Each model built from that config (`from_config`, eager attention, random weights), with 2
    and with 4 of its layers (Switch-XL alternates dense and sparse layers: pairs repeat),
    exported by `converters.from_torch` at the label's sequence length (an encoder-decoder
-   reads the tokens on both sides), converted at the label's batch (fused), priced at fp32,
+   reads the tokens on both sides), converted at the label's batch (fused; the logits given
+   their loss, as `mdot predict` gives them: NeuSight times its cross-entropy's backward, not
+   its forward), priced at fp32,
    `fwd-bwd` by the shipped step model; the step of L layers is T(2) + (L - 2) / 2 (T(4) -
    T(2)), exact for a price that is a sum over operators (L: the label's `num_layer`, else the
    config's). Nothing is tuned on these labels.
@@ -361,7 +363,7 @@ def onnx_steps(args) -> None:
                         m.config.use_cache = False
                         m = _EncoderDecoder(m)
                     onnx.save(from_torch(m, torch.randint(0, 1000, (1, seq_len))), file)
-                seq = convert(file, batch_size=batch, fuse=True)
+                seq = convert(file, batch_size=batch, fuse=True, loss=True)
                 ms[layers] = price(seq, gpu, model, step="fwd-bwd").iteration_ms
         except ConversionError as e:
             failed[f"{gpu.name} {stem}"] = str(e)
@@ -404,7 +406,8 @@ def _step_of(name: str, seq_len: int, batch: int, gpu, model, cache: Path, layer
 
     ps, params = {}, {}
     for k in (2, 4):
-        seq = convert(cache / f"{name}-{seq_len}-{k}.onnx", batch_size=batch, fuse=True)
+        seq = convert(cache / f"{name}-{seq_len}-{k}.onnx", batch_size=batch, fuse=True,
+                      loss=True)
         ps[k], params[k] = price(seq, gpu, model, step="fwd-bwd"), seq.params
     f = (layers - 2) / 2
 
@@ -514,7 +517,7 @@ def scaling(args) -> None:
                   "sequences")}
     counts, rows = (1, 2, 4, 8, 16), []
     for name, (proto, batch, precision, optimizer, unit) in workloads.items():
-        seq = convert(proto, batch_size=batch, fuse=True)
+        seq = convert(proto, batch_size=batch, fuse=True, loss=True)
         for gpu in (gpus.find("a100-sxm-80gb"), gpus.find("h100-sxm")):
             one = price(seq, gpu, model, precision=precision, optimizer=optimizer)
             for n in counts:

@@ -28,6 +28,8 @@ import onnx
 
 KINDS = ("training", "inference", "unknown")
 RESTORED_KEY = "mdot.restored"  # model metadata: what `converters.training_view` put back
+LOSS_KEY = "mdot.loss_added"  # model metadata: the loss `training_view.with_loss` gave logits
+LOSSES = ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "CTCLoss")  # loss operators
 CONTROL_FLOW = ("Loop", "If", "Scan")
 WEIGHT_MIN = 64  # elements: smaller float tensors are constants, not weights
 QUANTIZED = ("QLinearConv", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear",
@@ -110,6 +112,7 @@ def graph_kind(model: onnx.ModelProto) -> dict:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     restored = next((json.loads(p.value) for p in model.metadata_props
                      if p.key == RESTORED_KEY), None)
+    loss = next((json.loads(p.value) for p in model.metadata_props if p.key == LOSS_KEY), None)
     if restored:  # `converters.training_view` read an inference export as a training one
         kind = restored.pop("exported")
         bn_train -= restored["batchnorm_to_training"] + restored["batchnorm_unfolded"]
@@ -122,4 +125,5 @@ def graph_kind(model: onnx.ModelProto) -> dict:
                     p for p in (model.producer_name, model.producer_version) if p),
                 opset=int(opset), precision=precision,
                 control_flow={op: ops[op] for op in CONTROL_FLOW if ops[op]},
-                **({"restored": restored} if restored else {}))
+                **({"restored": restored} if restored else {}),
+                **({"loss_added": loss} if loss else {}))

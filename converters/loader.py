@@ -37,7 +37,7 @@ from converters.sequence import (
 )
 from converters.state_space import define_own_ops
 from converters.tensors import FLOAT_TYPES
-from converters.training_view import as_training
+from converters.training_view import as_training, with_loss
 
 ModelSource = Union[str, Path, bytes, onnx.ModelProto]
 KEEP_INITIALIZER_MAX = 64  # keep values of small initializers (shape constants for Reshape)
@@ -191,7 +191,8 @@ def _infers(model: onnx.ModelProto, label: str, input_shapes=None, batch_size=No
 
 def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
                batch_size: int | None = None, image_size: int | None = None,
-               seq_len: int | None = None, label: str | None = None) -> onnx.ModelProto:
+               seq_len: int | None = None, label: str | None = None,
+               loss: bool = False) -> onnx.ModelProto:
     """Reads `source`, strips weights, sets concrete input dims and re-infers all shapes.
 
     Args:
@@ -201,6 +202,9 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
       image_size: the two spatial dims of rank-4 data inputs (NCHW or NHWC).
       seq_len: dim 1 of rank-2 integer data inputs (token ids).
       label: what errors call the model (default: its path, or "<model>").
+      loss: a language model's logits given their loss where the graph has none
+        (`training_view.with_loss`: what a spec sheet prices; a checkpoint was trained on
+        graphs as exported).
     Returns:
       A new ModelProto with every tensor shape concrete (`value_info` filled).
     Raises:
@@ -215,6 +219,7 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     if len(model.graph.node) == 0:
         raise ConversionError(f"{label}: the graph is empty (no nodes)")
     model = as_training(model)  # an inference export, read as its training step
+    model = with_loss(model) if loss else model
     data = data_input_names(model)
     _set_meta(model, DATA_INPUTS_KEY, ",".join(data))
     meta = {p.key for p in model.metadata_props}

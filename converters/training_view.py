@@ -15,6 +15,13 @@ back from the graph itself is, by rule:
   and neither can folding that leaves no trace (a model without BatchNormalization).
 What was restored is recorded in the model metadata (`RESTORED_KEY`, JSON) and reported by
 `converters.kind.graph_kind` with the graph's kind as exported.
+
+A language model exported without its labels ends at its logits: a graph with no loss (no
+loss operator, no output of rank 0 or 1) one of whose outputs is [B, T, V], V the rows of the
+table its token input (a rank-2 integer data input) is looked up in, is given the loss a
+language model trains on (`with_loss`): the logits in fp32, a cross-entropy over the V classes
+of every position, its mean, as transformers computes it (the loss of a config.json's model);
+the labels' values are not read. Recorded as `LOSS_KEY` (the logits' output and V).
 """
 
 from __future__ import annotations
@@ -25,7 +32,14 @@ import math
 import onnx
 from onnx import helper
 
-from converters.kind import RESTORED_KEY, folded_convs, graph_kind, lowered_batchnorms
+from converters.kind import (
+    LOSS_KEY,
+    LOSSES,
+    RESTORED_KEY,
+    folded_convs,
+    graph_kind,
+    lowered_batchnorms,
+)
 from converters.sequence import PARAMS_KEY
 
 
@@ -140,4 +154,53 @@ def as_training(model: onnx.ModelProto) -> onnx.ModelProto:
     out.metadata_props.add(key=RESTORED_KEY, value=json.dumps(dict(
         exported=before["kind"], batchnorm_to_training=len(inference) + unlowered,
         batchnorm_unfolded=len(restored) // 4 - unlowered)))
+    return out
+
+
+_VIEWS = ("Reshape", "Cast", "Identity", "Unsqueeze", "Squeeze", "Flatten")  # of tokens
+
+
+def with_loss(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` itself where it has a loss or no language model's logits; otherwise a copy
+    whose logits output is replaced by their loss (module docs)."""
+    graph = model.graph
+    if _opset(model) < 13 or any(n.op_type in LOSSES for n in graph.node) or any(
+            len(o.type.tensor_type.shape.dim) < 2 for o in graph.output):
+        return model
+    made = {o: n for n in graph.node for o in n.output}
+    tokens = {i.name for i in graph.input if len(i.type.tensor_type.shape.dim) == 2 and
+              i.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)}
+
+    def token(t: str) -> bool:  # the token input, or a view of it
+        while t not in tokens and t in made and made[t].op_type in _VIEWS:
+            t = made[t].input[0]
+        return t in tokens
+
+    looked_up = {n.input[0] for n in graph.node
+                 if n.op_type == "Gather" and len(n.input) > 1 and token(n.input[1])}
+    rows = {d[0] for w in looked_up if (d := _dims(graph, w)) and len(d) == 2}
+    logits = next((o for o in graph.output if len(dims := o.type.tensor_type.shape.dim) == 3
+                   and dims[2].HasField("dim_value") and dims[2].dim_value in rows), None)
+    if logits is None:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph, x, vocabulary = out.graph, logits.name, logits.type.tensor_type.shape.dim[2].dim_value
+    const = lambda name, v: helper.make_node("Constant", [], [name], value=(  # noqa: E731
+        helper.make_tensor(name, onnx.TensorProto.INT64, [len(v)], v)))
+    graph.node.extend([
+        helper.make_node("Shape", [x], [f"{x}__shape"], end=2),  # [B, T]: the labels' shape
+        helper.make_node("ConstantOfShape", [f"{x}__shape"], [f"{x}__labels"],
+                         value=helper.make_tensor("zero", onnx.TensorProto.INT64, [1], [0])),
+        const(f"{x}__rows", [-1]), const(f"{x}__classes", [-1, vocabulary]),
+        helper.make_node("Reshape", [f"{x}__labels", f"{x}__rows"], [f"{x}__flat_labels"]),
+        helper.make_node("Cast", [x], [f"{x}__fp32"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Reshape", [f"{x}__fp32", f"{x}__classes"], [f"{x}__flat"]),
+        helper.make_node("SoftmaxCrossEntropyLoss", [f"{x}__flat", f"{x}__flat_labels"],
+                         [f"{x}__loss"], name="added_loss", reduction="mean")])
+    at = list(graph.output).index(logits)
+    graph.output.remove(graph.output[at])
+    graph.output.insert(at, helper.make_tensor_value_info(f"{x}__loss", onnx.TensorProto.FLOAT,
+                                                          []))
+    out.metadata_props.add(key=LOSS_KEY, value=json.dumps(dict(logits=x, classes=vocabulary)))
     return out

@@ -277,7 +277,7 @@ class _SpecSheet:
 
         job = self.job
         try:
-            seq = sequence(cut(job), b, fusion_version(True))  # a GPU's piece of a sequence
+            seq = sequence(cut(job), b, fusion_version(True), loss=True)  # a GPU's piece
         except ConversionError as e:  # said of the cut seq_len: say it of cp
             if job.cp > 1 and "--seq-len" in str(e):
                 raise RequestError("cp: the model has no token-id input (a rank-2 integer data "

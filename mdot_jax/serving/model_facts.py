@@ -75,6 +75,12 @@ def graph_warnings(g: dict, precision: str | None = None) -> list[str]:
         out.append(f"an inference graph ({evidence}): priced with its BatchNormalization in "
                    "training mode, but Dropout that the exporter removed is not priced; for "
                    f"the exact step {exact}")
+    if loss := g.get("loss_added"):
+        out.append(f"the graph ends at logits of {loss['classes']:,} classes a position (output "
+                   f"'{loss['logits']}') with no loss: priced with the loss a language model "
+                   "trains on (cross-entropy over them in fp32, as transformers computes it); "
+                   "export with labels (from_torch(model, {'input_ids': ids, 'labels': ids})) "
+                   "to price your own")
     if g.get("control_flow"):
         out.append(f"control flow {g['control_flow']}: the bodies of these operators are not "
                    "costed")

@@ -176,13 +176,14 @@ def cut(job: TrainingJob) -> TrainingJob:
     return dataclasses.replace(job, seq_len=job.seq_len // job.cp)
 
 
-def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
+def sequence(job: TrainingJob, b: int, fuse: int, loss: bool = False) -> OperatorSequence:
     """The job's model at batch `b`: converted from ONNX, or a converted sequence as it is
     (`.npz` or in memory), whose batch, input size and fusion must be the job's (or of
     a fusion version that converts it the same). An input past the model's positions is
-    said by the field that made it that long."""
+    said by the field that made it that long. `loss`: an ONNX model's logits given their loss
+    where it has none (`converters.load_model`)."""
     try:
-        return _sequence(job, b, fuse)
+        return _sequence(job, b, fuse, loss)
     except PastPositions as e:
         field = "seq_len" if job.seq_len else "input_shapes" if job.input_shapes else ""
         if not field:
@@ -194,7 +195,7 @@ def sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
                            field) from None
 
 
-def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
+def _sequence(job: TrainingJob, b: int, fuse: int, loss: bool) -> OperatorSequence:
     model: Any = job.model
     config = is_config(model)  # its graph is named by its file
     if isinstance(model, (str, Path)) and str(model).endswith(".npz"):
@@ -228,7 +229,7 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if isinstance(model, (str, Path)) and Path(model).is_file():  # converted once, kept
         stat = Path(model).stat()
         return run_as(_converted(str(model), (stat.st_mtime_ns, stat.st_size), b,
-                                 job.image_size, job.seq_len, shapes, fuse), job)
+                                 job.image_size, job.seq_len, shapes, fuse, loss), job)
     if config:  # converted once at each batch while the file is unchanged
         stat = config_file(job.model).stat()
         seq = _config_converted(str(job.model), (stat.st_mtime_ns, stat.st_size), b, asked,
@@ -237,7 +238,7 @@ def _sequence(job: TrainingJob, b: int, fuse: int) -> OperatorSequence:
     if not isinstance(model, OperatorSequence):
         return run_as(convert(model, batch_size=b, image_size=job.image_size,
                               seq_len=job.seq_len, input_shapes={k: list(v) for k, v in shapes},
-                              fuse=fuse), job)
+                              fuse=fuse, loss=loss), job)
     check_converted(model, b, job.image_size, job.seq_len, job.cp)
     if model.fusion != fuse:
         if not converts_the_same(model, fuse):
@@ -323,17 +324,18 @@ def keep_sequences(folder: str | Path, limit: int = 256) -> None:
 
 @functools.lru_cache(maxsize=32)
 def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len: int | None,
-               shapes: tuple, fuse: int) -> OperatorSequence:
+               shapes: tuple, fuse: int, loss: bool) -> OperatorSequence:
     """An ONNX file converted at these sizes, kept while the file is unchanged (`stamp`: its
     modification time and size): a service or a plan prices one model many times."""
     folder = SEQUENCE_CACHE.get("folder")
-    key = hashlib.sha256(repr((path, stamp, b, image_size, seq_len, shapes, fuse)).encode())
+    key = hashlib.sha256(repr((path, stamp, b, image_size, seq_len, shapes, fuse, loss)
+                              ).encode())
     kept = folder / f"{key.hexdigest()[:32]}.npz" if folder else None
     if kept is not None and kept.exists():
         os.utime(kept)
         return OperatorSequence.load_npz(kept)
     seq = convert(path, batch_size=b, image_size=image_size, seq_len=seq_len,
-                  input_shapes={k: list(v) for k, v in shapes}, fuse=fuse)
+                  input_shapes={k: list(v) for k, v in shapes}, fuse=fuse, loss=loss)
     if folder is not None and kept is not None:
         seq.save(kept)  # a temporary name, then a rename: safe beside other writers
         writers.evict(folder, "*.npz", SEQUENCE_CACHE["limit"])

@@ -418,7 +418,7 @@ def _price_layout(request: Plan, gpu, n: int, nodes: int, lay: Layout, seqs: dic
     job = dataclasses.replace(request.job, cp=lay.cp, gpus=n, nodes=nodes)  # takes the cut
     key = (lay.micro_batch, lay.cp)
     if key not in seqs:  # converted once per micro-batch and cut
-        seqs[key] = sequence(cut(job), lay.micro_batch, fusion_version(True))
+        seqs[key] = sequence(cut(job), lay.micro_batch, fusion_version(True), loss=True)
     seq, moe = seqs[key], seqs[key].meta.get("experts")
     replicas = n * job.nodes // (lay.tp * lay.pp * job.cp)
     eps = [job.ep] if job.ep > 1 or not moe else [
