@@ -135,6 +135,43 @@ def _refuse_rows_past_the_table(graph: onnx.GraphProto, weights: set[str],
                 label, shape[axis], node.name, top)
 
 
+def refuse_sliced_positions(model: onnx.ModelProto, label: str) -> None:
+    """A sequence longer than the position ids a model holds as a constant (BERT's buffer of
+    `max_position_embeddings`, sliced to the input's length: PyTorch's slice stops at its
+    end, so a longer input meets too few positions and the shapes disagree): refused naming
+    them, where shape inference failed (not a shape fixed at export). `model`: its data inputs
+    concrete."""
+    long = max((i.type.tensor_type.shape.dim[1].dim_value for i in model.graph.input
+                if len(i.type.tensor_type.shape.dim) == 2
+                and i.type.tensor_type.elem_type in (onnx.TensorProto.INT64,
+                                                     onnx.TensorProto.INT32)), default=0)
+    graph = model.graph
+    consts = {i.name: i for i in graph.initializer}
+    consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
+    read_by: dict[str, list[onnx.NodeProto]] = {}
+    for n in graph.node:
+        for t in n.input:
+            read_by.setdefault(t, []).append(n)
+
+    def indexes(t: str, depth: int = 0) -> bool:  # a table's rows, through views and shifts
+        return depth < 8 and any(
+            (n.op_type == "Gather" and n.input[1] == t) or (n.op_type in _SAME_VALUES | {
+                "Add"} and indexes(n.output[0], depth + 1)) for n in read_by.get(t, ()))
+
+    for node in graph.node:
+        if node.op_type != "Slice" or node.input[0] not in consts:
+            continue
+        ids = consts[node.input[0]]  # a meta-device export's holds zeros: its shape tells
+        if ids.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and len(
+                ids.dims) in (1, 2) and 1 < (n := ids.dims[-1]) < long and indexes(
+                node.output[0]):
+            raise PastPositions(
+                f"model '{label}': node '{node.name}' slices the {n} position ids the model "
+                f"holds (constant '{node.input[0]}') for an input of {long}: the input is "
+                f"longer than the {n} positions the model has", label, n, node.name, long - 1)
+
+
 def stored_arrays(path: object, z: Mapping, meta: object, widths: tuple[int, int],
                   version: int) -> None:
     """Refuses an operator sequence's stored arrays (`OperatorSequence.save`'s, read back from

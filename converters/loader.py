@@ -20,6 +20,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
+from converters.checks import refuse_sliced_positions
 from converters.dims import baked, check_dims, concretise, head_of
 from converters.errors import ConversionError
 from converters.masks import FILLS_KEY, PADDING_KEY, folded
@@ -254,6 +255,8 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
         for culprit, given in ((batches, dict(image_size=image_size, seq_len=seq_len)),
                                (sizes, dict(batch_size=batch_size)), (changed, {})):
             if culprit and _infers(exported, label, input_shapes, **given):
+                refuse_sliced_positions(model, Path(label).stem if base else label)  # not
+                # the size it was exported at: too few positions
                 raise ConversionError(baked(label, culprit, exported)) from None
         raise
     return model

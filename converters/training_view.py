@@ -21,7 +21,9 @@ loss operator, no output of rank 0 or 1) one of whose outputs is [B, T, V], V th
 table its token input (a rank-2 integer data input) is looked up in, is given the loss a
 language model trains on (`with_loss`): the logits in fp32, a cross-entropy over the V classes
 of every position, its mean, as transformers computes it (the loss of a config.json's model);
-the labels' values are not read. Recorded as `LOSS_KEY` (the logits' output and V).
+the labels' values are not read. Recorded as `LOSS_KEY` (the logits' output and V; and the
+tokens a sequence has where the logits are of one position of them: an inference forward,
+nanoGPT's without targets, whose head is the last position's alone).
 """
 
 from __future__ import annotations
@@ -183,6 +185,9 @@ def with_loss(model: onnx.ModelProto) -> onnx.ModelProto:
                    and dims[2].HasField("dim_value") and dims[2].dim_value in rows), None)
     if logits is None:
         return model
+    length = max((i.type.tensor_type.shape.dim[1].dim_value for i in graph.input
+                  if i.name in tokens), default=0)  # a sequence's tokens, where fixed
+    last = logits.type.tensor_type.shape.dim[1].dim_value == 1 < length  # one position's
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph, x, vocabulary = out.graph, logits.name, logits.type.tensor_type.shape.dim[2].dim_value
@@ -202,5 +207,6 @@ def with_loss(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.output.remove(graph.output[at])
     graph.output.insert(at, helper.make_tensor_value_info(f"{x}__loss", onnx.TensorProto.FLOAT,
                                                           []))
-    out.metadata_props.add(key=LOSS_KEY, value=json.dumps(dict(logits=x, classes=vocabulary)))
+    out.metadata_props.add(key=LOSS_KEY, value=json.dumps(dict(
+        logits=x, classes=vocabulary, **({"one_of": length} if last else {}))))
     return out

@@ -224,3 +224,25 @@ def test_a_language_model_exported_without_labels_is_priced_with_its_loss(tmp_pa
     assert with_loss(labelled) is labelled
     image = conv_bn_relu()
     assert with_loss(image) is image
+
+
+def test_logits_of_the_last_position_alone_are_said_to_be_an_inference_forward(tmp_path):
+    """nanoGPT's forward without targets computes the head at the last position alone: priced
+    as exported, with its loss, and said."""
+    torch = pytest.importorskip("torch")
+    from converters import from_torch
+    from mdot_jax import TrainingJob, predict
+
+    class Last(torch.nn.Module):  # nanoGPT's inference path
+        def __init__(self):
+            super().__init__()
+            self.wte, self.mix = torch.nn.Embedding(100, 16), torch.nn.Linear(16, 16)
+
+        def forward(self, idx):
+            x = self.mix(self.wte(idx))
+            return x[:, [-1], :] @ self.wte.weight.T
+
+    onnx.save(from_torch(Last(), torch.zeros(1, 24, dtype=torch.long)), tmp_path / "last.onnx")
+    p = predict(TrainingJob(model=str(tmp_path / "last.onnx"), batch_size=2, device="h100-sxm"))
+    assert any("logits are of one position of each sequence of 24 tokens" in w
+               for w in p.warnings)

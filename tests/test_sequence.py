@@ -3,6 +3,7 @@
 import dataclasses
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx_builders import conv_bn_relu, model, value
@@ -211,6 +212,29 @@ def test_positions_computed_from_a_files_input_past_its_table_are_refused():
                        r"'roberta\.embeddings\.position_embeddings\.weight', which has 34") as e:
         convert(graph, batch_size=2, seq_len=33)
     assert (e.value.rows, e.value.top) == (34, 34)
+
+
+def test_position_ids_held_as_a_constant_are_said_to_run_out_not_the_exported_size(tmp_path):
+    """BERT slices its buffer of max_position_embeddings ids to the input's length: past it the
+    slice stops and the shapes disagree, which was said as a shape "depends on the size it was
+    exported at (input dim 1 = 16); predict at --seq-len 16"."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from converters import from_torch
+    from mdot_jax import RequestError, TrainingJob, predict
+
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=64,
+                                  max_position_embeddings=64)
+    with torch.device("meta"):
+        model = transformers.BertForMaskedLM(cfg)
+    onnx_path = tmp_path / "bert.onnx"
+    onnx.save(from_torch(model, torch.zeros(1, 16, dtype=torch.long)), onnx_path)
+    convert(str(onnx_path), batch_size=2, seq_len=64)
+    with pytest.raises(PastPositions, match=r"slices the 64 position ids the model holds"):
+        convert(str(onnx_path), batch_size=2, seq_len=65)
+    with pytest.raises(RequestError, match=r"^seq_len 200: past the 64 positions model 'bert' "):
+        predict(TrainingJob(model=str(onnx_path), batch_size=2, seq_len=200, device="l4"))
 
 
 def test_index_bounds_follow_truths_sums_and_selections():

@@ -81,6 +81,11 @@ def graph_warnings(g: dict, precision: str | None = None) -> list[str]:
                    "trains on (cross-entropy over them in fp32, as transformers computes it); "
                    "export with labels (from_torch(model, {'input_ids': ids, 'labels': ids})) "
                    "to price your own")
+        if tokens := loss.get("one_of"):
+            out.append(f"the graph's logits are of one position of each sequence of {tokens:,} "
+                       "tokens (an inference forward: nanoGPT's without targets): its head and "
+                       "loss priced over that one; export the forward with its targets (labels) "
+                       "to price the training step")
     if g.get("control_flow"):
         out.append(f"control flow {g['control_flow']}: the bodies of these operators are not "
                    "costed")
