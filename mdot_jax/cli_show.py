@@ -93,11 +93,13 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
     # the lines below describe the last row
     at = "" if len(rows) == 1 else f"at {plural(r.gpus, 'GPU')}, " if by_gpus else \
         f"at batch {r.batch_size}, "
-    if r.tp * r.pp * r.cp > 1:
+    if r.gpus > 1 or r.grad_accum > 1:  # the batch a GPU, an iteration's
         split = [f"{r.tp}-way tensor parallel"] * (r.tp > 1) + [plural(r.pp, "pipeline stage")] * (
             r.pp > 1) + [f"{r.cp}-way context parallel"] * (r.cp > 1)
-        print(f"{at}each of {plural(r.replicas, 'data-parallel replica')}: {' x '.join(split)}, "
-              f"{plural(r.grad_accum, 'micro-batch')} of {r.batch_size}; memory per GPU")
+        print(f"{at}each of {plural(r.replicas, 'data-parallel replica')}: "
+              + "".join(f"{s} x " for s in split[:-1]) + "".join(f"{s}, " for s in split[-1:])
+              + f"{plural(r.grad_accum, 'micro-batch')} of {r.batch_size}, "
+              f"{plural(r.global_batch, 'sample')} an iteration; memory per GPU")
     if r.phases:
         print(f"{at}of which " + ", ".join(f"{k} {number(v, 4)} ms" for k, v in r.phases.items()))
     if r.memory_parts:

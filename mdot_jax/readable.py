@@ -11,7 +11,7 @@ def number(x: float, figures: int = 3) -> str:
 
 def plural(n: int, thing: str) -> str:
     """`n` `thing`s, in English: 1 micro-batch, 4 micro-batches."""
-    return f"{n} {thing}" + ("" if n == 1 else "es" if thing.endswith("h") else "s")
+    return f"{n:,} {thing}" + ("" if n == 1 else "es" if thing.endswith("h") else "s")
 
 
 def count(n: int) -> str:

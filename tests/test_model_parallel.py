@@ -496,7 +496,8 @@ def test_a_hugging_face_config_is_a_model(gpt, capsys):
                  "h100-sxm", "--gpus", "8", "--tp", "2", "--pp", "2", "--grad-accum", "8",
                  "--precision", "amp-bf16"]) == 0
     out = capsys.readouterr().out
-    assert "2 data-parallel replicas: 2-way tensor parallel x 2 pipeline stages" in out
+    assert "each of 2 data-parallel replicas: 2-way tensor parallel x 2 pipeline stages, 8 " \
+        "micro-batches of 2, 32 samples an iteration; memory per GPU" in out
     assert "bubble" in out
 
 

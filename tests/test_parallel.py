@@ -101,6 +101,8 @@ def test_predict_tables_gpus(capsys, tmp_path):
     assert main([str(a) for a in args + ["--gpus", "4", "--nodes", "2"]]) == 0
     out = capsys.readouterr().out
     assert "scaling" in out and "communication" in out and "\nof which " in out
+    assert "\neach of 8 data-parallel replicas: 1 micro-batch of 8, 64 samples an iteration; " \
+        "memory per GPU\n" in out  # the batch a GPU, not the iteration's
     assert main([str(a) for a in args + ["--nodes", "2"]]) == 0  # a GPU each: 2, said so
     out = capsys.readouterr().out
     assert " GPUs " in out and re.search(r"\n +2 +[0-9.]+ ", out) and "scaling" in out
