@@ -141,11 +141,11 @@ def refuse_sliced_positions(model: onnx.ModelProto, label: str) -> None:
     end, so a longer input meets too few positions and the shapes disagree): refused naming
     them, where shape inference failed (not a shape fixed at export). `model`: its data inputs
     concrete."""
-    long = max((i.type.tensor_type.shape.dim[1].dim_value for i in model.graph.input
+    graph = model.graph
+    long = max((i.type.tensor_type.shape.dim[1].dim_value for i in graph.input
                 if len(i.type.tensor_type.shape.dim) == 2
                 and i.type.tensor_type.elem_type in (onnx.TensorProto.INT64,
                                                      onnx.TensorProto.INT32)), default=0)
-    graph = model.graph
     consts = {i.name: i for i in graph.initializer}
     consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
                    for a in n.attribute if a.name == "value"})
