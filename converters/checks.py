@@ -4,6 +4,7 @@ the node and what to do."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import cast
@@ -172,6 +173,11 @@ def refuse_sliced_positions(model: onnx.ModelProto, label: str) -> None:
                 f"longer than the {n} positions the model has", label, n, node.name, long - 1)
 
 
+# the metadata every operator sequence's `save` writes, and its JSON types
+_STORED_META = dict(graph=dict, inputs=dict, integer_inputs=list, params=int, unknown_ops=dict,
+                    dropped_nodes=int, fused=dict, fusion_version=int, vocab_version=int)
+
+
 def stored_arrays(path: object, z: Mapping, meta: object, widths: tuple[int, int],
                   version: int) -> None:
     """Refuses an operator sequence's stored arrays (`OperatorSequence.save`'s, read back from
@@ -180,7 +186,10 @@ def stored_arrays(path: object, z: Mapping, meta: object, widths: tuple[int, int
         raise ConversionError(f"{path}: operator sequence format {meta.get('format_version')} "
                               f"!= {version}")
     wrong = (f"its metadata is a {type(meta).__name__}, not an object" if not isinstance(
-        meta, dict) else _stored_problem(z, widths))
+        meta, dict) else next((f"its metadata's {k} is {json.dumps(meta[k])[:40]}: expected "
+                               f"{'an object' if kind is dict else f'a {kind.__name__}'}"
+                               for k, kind in _STORED_META.items() if k in meta
+                               and type(meta[k]) is not kind), None) or _stored_problem(z, widths))
     if wrong:
         raise ConversionError(f"{path}: not a readable operator sequence ({wrong})")
 

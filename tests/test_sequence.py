@@ -158,7 +158,10 @@ def test_npz_round_trip(tmp_path):
             ("node_names", arrays["node_names"][None], rf"node_names <U\d+\[1, {n}\]"),
             ("edges", arrays["edges"][:, ::-1], r"edges int\d+\[\d+, 2\]: expected \[E, 2\]"),
             ("op_type", arrays["op_type"].astype(np.float32), "op_type float32"),
-            ("meta_json", np.asarray("[]"), "its metadata is a list, not an object")):
+            ("meta_json", np.asarray("[]"), "its metadata is a list, not an object"),
+            ("meta_json", np.asarray(str(arrays["meta_json"]).replace(
+                '"unknown_ops": {}', '"unknown_ops": null')),
+             "its metadata's unknown_ops is null: expected an object")):
         np.savez(tmp_path / "tampered.npz", **dict(arrays, **{key: bad}))
         with pytest.raises(ConversionError, match=f"tampered.npz: not a readable operator "
                                                   f"sequence \\({needle}"):
