@@ -28,7 +28,8 @@ import onnx
 
 KINDS = ("training", "inference", "unknown")
 RESTORED_KEY = "mdot.restored"  # model metadata: what `converters.training_view` put back
-LOSS_KEY = "mdot.loss_added"  # model metadata: the loss `training_view.with_loss` gave logits
+LOSS_KEY = "mdot.no_loss"  # model metadata: a language model's logits without a loss, and
+# whether `training_view.with_loss` gave them one
 LOSSES = ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "CTCLoss")  # loss operators
 CONTROL_FLOW = ("Loop", "If", "Scan")
 WEIGHT_MIN = 64  # elements: smaller float tensors are constants, not weights
@@ -126,4 +127,4 @@ def graph_kind(model: onnx.ModelProto) -> dict:
                 opset=int(opset), precision=precision,
                 control_flow={op: ops[op] for op in CONTROL_FLOW if ops[op]},
                 **({"restored": restored} if restored else {}),
-                **({"loss_added": loss} if loss else {}))
+                **({"no_loss": loss} if loss else {}))

@@ -38,7 +38,7 @@ from converters.sequence import (
 )
 from converters.state_space import define_own_ops
 from converters.tensors import FLOAT_TYPES
-from converters.training_view import as_training, with_loss
+from converters.training_view import as_training, lm_logits, with_loss
 
 ModelSource = Union[str, Path, bytes, onnx.ModelProto]
 KEEP_INITIALIZER_MAX = 64  # keep values of small initializers (shape constants for Reshape)
@@ -220,7 +220,8 @@ def load_model(source: ModelSource, *, input_shapes: Mapping[str, Sequence[int]]
     if len(model.graph.node) == 0:
         raise ConversionError(f"{label}: the graph is empty (no nodes)")
     model = as_training(model)  # an inference export, read as its training step
-    model = with_loss(model) if loss else model
+    if logits := lm_logits(model):  # a language model's logits, no loss: given it, or said
+        model = with_loss(model, logits, add=loss)
     data = data_input_names(model)
     _set_meta(model, DATA_INPUTS_KEY, ",".join(data))
     meta = {p.key for p in model.metadata_props}

@@ -19,11 +19,12 @@ What was restored is recorded in the model metadata (`RESTORED_KEY`, JSON) and r
 A language model exported without its labels ends at its logits: a graph with no loss (no
 loss operator, no output of rank 0 or 1) one of whose outputs is [B, T, V], V the rows of the
 table its token input (a rank-2 integer data input) is looked up in, is given the loss a
-language model trains on (`with_loss`): the logits in fp32, a cross-entropy over the V classes
-of every position, its mean, as transformers computes it (the loss of a config.json's model);
-the labels' values are not read. Recorded as `LOSS_KEY` (the logits' output and V; and the
-tokens a sequence has where the logits are of one position of them: an inference forward,
-nanoGPT's without targets, whose head is the last position's alone).
+language model trains on (`lm_logits` finds them, `with_loss` adds it): the logits in fp32,
+a cross-entropy over the V classes of every position, its mean, as transformers computes it
+(the loss of a config.json's model); the labels' values are not read. The loader records what
+it found as `LOSS_KEY` (the logits' output and V, whether the loss was added; and the tokens a
+sequence has where the logits are of one position of them: an inference forward, nanoGPT's
+without targets, whose head is the last position's alone).
 """
 
 from __future__ import annotations
@@ -162,13 +163,14 @@ def as_training(model: onnx.ModelProto) -> onnx.ModelProto:
 _VIEWS = ("Reshape", "Cast", "Identity", "Unsqueeze", "Squeeze", "Flatten")  # of tokens
 
 
-def with_loss(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` itself where it has a loss or no language model's logits; otherwise a copy
-    whose logits output is replaced by their loss (module docs)."""
+def lm_logits(model: onnx.ModelProto) -> dict | None:
+    """Where `model` has no loss and ends at a language model's logits (module docs): their
+    output (`logits`), classes (V) and, where they are of one position of each sequence, its
+    tokens (`one_of`); else None."""
     graph = model.graph
     if _opset(model) < 13 or any(n.op_type in LOSSES for n in graph.node) or any(
             len(o.type.tensor_type.shape.dim) < 2 for o in graph.output):
-        return model
+        return None
     made = {o: n for n in graph.node for o in n.output}
     tokens = {i.name for i in graph.input if len(i.type.tensor_type.shape.dim) == 2 and
               i.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)}
@@ -184,13 +186,26 @@ def with_loss(model: onnx.ModelProto) -> onnx.ModelProto:
     logits = next((o for o in graph.output if len(dims := o.type.tensor_type.shape.dim) == 3
                    and dims[2].HasField("dim_value") and dims[2].dim_value in rows), None)
     if logits is None:
-        return model
+        return None
     length = max((i.type.tensor_type.shape.dim[1].dim_value for i in graph.input
                   if i.name in tokens), default=0)  # a sequence's tokens, where fixed
-    last = logits.type.tensor_type.shape.dim[1].dim_value == 1 < length  # one position's
+    dims = logits.type.tensor_type.shape.dim
+    return dict(logits=logits.name, classes=dims[2].dim_value,
+                **({"one_of": length} if dims[1].dim_value == 1 < length else {}))
+
+
+def with_loss(model: onnx.ModelProto, found: dict, add: bool = True) -> onnx.ModelProto:
+    """A copy of `model` whose logits output (`found`: `lm_logits`') is replaced by their
+    loss (module docs); not `add`: `model` itself. Either records `found` (`LOSS_KEY`, in
+    place where not added: the loader's own copy)."""
+    said = onnx.StringStringEntryProto(key=LOSS_KEY, value=json.dumps(dict(found, added=add)))
+    if not add:
+        model.metadata_props.append(said)
+        return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    graph, x, vocabulary = out.graph, logits.name, logits.type.tensor_type.shape.dim[2].dim_value
+    out.metadata_props.append(said)
+    graph, x, vocabulary = out.graph, found["logits"], found["classes"]
     const = lambda name, v: helper.make_node("Constant", [], [name], value=(  # noqa: E731
         helper.make_tensor(name, onnx.TensorProto.INT64, [len(v)], v)))
     graph.node.extend([
@@ -203,10 +218,8 @@ def with_loss(model: onnx.ModelProto) -> onnx.ModelProto:
         helper.make_node("Reshape", [f"{x}__fp32", f"{x}__classes"], [f"{x}__flat"]),
         helper.make_node("SoftmaxCrossEntropyLoss", [f"{x}__flat", f"{x}__flat_labels"],
                          [f"{x}__loss"], name="added_loss", reduction="mean")])
-    at = list(graph.output).index(logits)
+    at = next(i for i, o in enumerate(graph.output) if o.name == x)
     graph.output.remove(graph.output[at])
     graph.output.insert(at, helper.make_tensor_value_info(f"{x}__loss", onnx.TensorProto.FLOAT,
                                                           []))
-    out.metadata_props.add(key=LOSS_KEY, value=json.dumps(dict(
-        logits=x, classes=vocabulary, **({"one_of": length} if last else {}))))
     return out

@@ -198,7 +198,7 @@ def test_a_language_model_exported_without_labels_is_priced_with_its_loss(tmp_pa
     import json
 
     from converters import from_torch
-    from converters.training_view import with_loss
+    from converters.training_view import lm_logits
     from mdot_jax import TrainingJob, predict
 
     fields = dict(model_type="gpt2", n_layer=2, n_embd=64, n_head=4, vocab_size=500,
@@ -217,13 +217,15 @@ def test_a_language_model_exported_without_labels_is_priced_with_its_loss(tmp_pa
     # small kernels that shift the config's labels (Pad, Slice, Reshape, Cast)
     bare = predict(TrainingJob(model=from_torch(lm, ids), **job))  # not from the file: in
     assert bare.iteration_ms == pytest.approx(file.iteration_ms)  # memory, the same
-    assert any("ends at logits of 500 classes a position" in w for w in file.warnings)
+    assert any("ends at logits of 500 classes a position" in w and "priced with the loss" in w
+               for w in file.warnings)
+    cpu = predict(TrainingJob(model=str(tmp_path / "lm.onnx"), batch_size=4, seq_len=64,
+                              checkpoint="cpu-amd-epyc-f26m2-2t"))  # trained on graphs as
+    assert any("with no loss: priced as exported" in w for w in cpu.warnings)  # exported
     assert "SoftmaxCrossEntropyLoss" not in convert(  # as exported: a checkpoint's graphs
         str(tmp_path / "lm.onnx"), batch_size=4).op_names.tolist()
-    labelled = from_torch(lm, {"input_ids": ids, "labels": ids})
-    assert with_loss(labelled) is labelled
-    image = conv_bn_relu()
-    assert with_loss(image) is image
+    assert lm_logits(from_torch(lm, {"input_ids": ids, "labels": ids})) is None  # a loss
+    assert lm_logits(conv_bn_relu()) is None  # no language model's logits
 
 
 def test_logits_of_the_last_position_alone_are_said_to_be_an_inference_forward(tmp_path):

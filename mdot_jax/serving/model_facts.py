@@ -75,17 +75,19 @@ def graph_warnings(g: dict, precision: str | None = None) -> list[str]:
         out.append(f"an inference graph ({evidence}): priced with its BatchNormalization in "
                    "training mode, but Dropout that the exporter removed is not priced; for "
                    f"the exact step {exact}")
-    if loss := g.get("loss_added"):
+    if loss := g.get("no_loss"):
         out.append(f"the graph ends at logits of {loss['classes']:,} classes a position (output "
-                   f"'{loss['logits']}') with no loss: priced with the loss a language model "
-                   "trains on (cross-entropy over them in fp32, as transformers computes it); "
-                   "export with labels (from_torch(model, {'input_ids': ids, 'labels': ids})) "
-                   "to price your own")
+                   f"'{loss['logits']}') with no loss: " + (
+                       "priced with the loss a language model trains on (cross-entropy over "
+                       "them in fp32, as transformers computes it)" if loss["added"] else
+                       "priced as exported, without the loss a language model trains on (a "
+                       "GPU's spec sheet adds it: --device)") + "; export with labels "
+                   "(from_torch(model, {'input_ids': ids, 'labels': ids})) to price your own")
         if tokens := loss.get("one_of"):
             out.append(f"the graph's logits are of one position of each sequence of {tokens:,} "
-                       "tokens (an inference forward: nanoGPT's without targets): its head and "
-                       "loss priced over that one; export the forward with its targets (labels) "
-                       "to price the training step")
+                       "tokens (an inference forward: nanoGPT's without targets): its head"
+                       + " and loss" * loss["added"] + " priced over that one; export the "
+                       "forward with its targets (labels) to price the training step")
     if g.get("control_flow"):
         out.append(f"control flow {g['control_flow']}: the bodies of these operators are not "
                    "costed")
