@@ -221,7 +221,7 @@ def test_a_language_model_exported_without_labels_is_priced_with_its_loss(tmp_pa
                for w in file.warnings)
     cpu = predict(TrainingJob(model=str(tmp_path / "lm.onnx"), batch_size=4, seq_len=64,
                               checkpoint="cpu-amd-epyc-f26m2-2t"))  # trained on graphs as
-    assert any("with no loss: priced as exported" in w for w in cpu.warnings)  # exported
+    assert any("with no loss: priced as converted" in w for w in cpu.warnings)  # exported
     assert "SoftmaxCrossEntropyLoss" not in convert(  # as exported: a checkpoint's graphs
         str(tmp_path / "lm.onnx"), batch_size=4).op_names.tolist()
     assert lm_logits(from_torch(lm, {"input_ids": ids, "labels": ids})) is None  # a loss

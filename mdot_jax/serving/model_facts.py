@@ -80,8 +80,9 @@ def graph_warnings(g: dict, precision: str | None = None) -> list[str]:
                    f"'{loss['logits']}') with no loss: " + (
                        "priced with the loss a language model trains on (cross-entropy over "
                        "them in fp32, as transformers computes it)" if loss["added"] else
-                       "priced as exported, without the loss a language model trains on (a "
-                       "GPU's spec sheet adds it: --device)") + "; export with labels "
+                       "priced as converted, without the loss a language model trains on "
+                       "(a GPU's spec sheet adds it: --device; convert(..., loss=True))")
+                   + "; export with labels "
                    "(from_torch(model, {'input_ids': ids, 'labels': ids})) to price your own")
         if tokens := loss.get("one_of"):
             out.append(f"the graph's logits are of one position of each sequence of {tokens:,} "
