@@ -84,7 +84,8 @@ def _index_bounds(graph: onnx.GraphProto, types: Mapping[str, _Tensor], weights:
         if node is None or depth > 32:
             return None
         kind, attrs = node.op_type, {a.name: a for a in node.attribute}
-        if kind in _TRUTHS or (kind == "Cast" and attrs["to"].i == onnx.TensorProto.BOOL):
+        if kind in _TRUTHS or (kind == "Cast" and "to" in attrs
+                               and attrs["to"].i == onnx.TensorProto.BOOL):
             return 0, 1
         if kind == "ConstantOfShape":
             return interval(numpy_helper.to_array(attrs["value"].t)) if "value" in attrs \

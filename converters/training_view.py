@@ -176,7 +176,10 @@ def lm_logits(model: onnx.ModelProto) -> dict | None:
               i.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)}
 
     def token(t: str) -> bool:  # the token input, or a view of it
-        while t not in tokens and t in made and made[t].op_type in _VIEWS:
+        for _ in range(8):
+            if t in tokens or t not in made or made[t].op_type not in _VIEWS or \
+                    not made[t].input:
+                break
             t = made[t].input[0]
         return t in tokens
 

@@ -225,6 +225,9 @@ def test_a_language_model_exported_without_labels_is_priced_with_its_loss(tmp_pa
     assert "SoftmaxCrossEntropyLoss" not in convert(  # as exported: a checkpoint's graphs
         str(tmp_path / "lm.onnx"), batch_size=4).op_names.tolist()
     assert lm_logits(from_torch(lm, {"input_ids": ids, "labels": ids})) is None  # a loss
+    cut = onnx.load(tmp_path / "lm.onnx")  # a view of the tokens with no input (a mutated
+    next(n for n in cut.graph.node if n.op_type == "Reshape").ClearField("input")  # file's)
+    assert lm_logits(cut) is None  # raised IndexError
     assert lm_logits(conv_bn_relu()) is None  # no language model's logits
 
 
