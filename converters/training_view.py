@@ -212,8 +212,10 @@ def with_loss(model: onnx.ModelProto, found: dict, add: bool = True) -> onnx.Mod
     const = lambda name, v: helper.make_node("Constant", [], [name], value=(  # noqa: E731
         helper.make_tensor(name, onnx.TensorProto.INT64, [len(v)], v)))
     graph.node.extend([
-        helper.make_node("Shape", [x], [f"{x}__shape"], end=2),  # [B, T]: the labels' shape
-        helper.make_node("ConstantOfShape", [f"{x}__shape"], [f"{x}__labels"],
+        helper.make_node("Shape", [x], [f"{x}__shape"]), const(f"{x}__0", [0]),
+        const(f"{x}__2", [2]),  # [B, T]: the labels' shape (Slice: Shape's end is opset 15's)
+        helper.make_node("Slice", [f"{x}__shape", f"{x}__0", f"{x}__2"], [f"{x}__bt"]),
+        helper.make_node("ConstantOfShape", [f"{x}__bt"], [f"{x}__labels"],
                          value=helper.make_tensor("zero", onnx.TensorProto.INT64, [1], [0])),
         const(f"{x}__rows", [-1]), const(f"{x}__classes", [-1, vocabulary]),
         helper.make_node("Reshape", [f"{x}__labels", f"{x}__rows"], [f"{x}__flat_labels"]),
