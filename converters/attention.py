@@ -103,6 +103,13 @@ def causal_mask(seq: OperatorSequence, block: Block) -> tuple[int, ...]:
     `is_causal`, whose fused kernels mask on chip and make no S x S tensor."""
     if not block.causal or block.window or block.padded or block.biased or not len(seq.edges):
         return ()
+    masks = KEPT.get(("causal masks", seq), dict)  # a plan asks for them at every layout
+    if block not in masks:
+        masks[block] = _causal_mask(seq, block)
+    return masks[block]
+
+
+def _causal_mask(seq: OperatorSequence, block: Block) -> tuple[int, ...]:
     preds, succs = seq.neighbours()
     inner, out = set(block.inner), []
     src, dst = seq.edges[:, 0], seq.edges[:, 1]
@@ -226,7 +233,15 @@ def in_layers(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
 
 def layer_ids(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
     """`[N] int`: each operator's layer in the stacks of `in_layers` (numbered in the order of
-    their first operators), -1 outside them or where no scope says."""
+    their first operators), -1 outside them or where no scope says. Read-only: kept."""
+    kept = KEPT.get(("layer ids", seq), dict)
+    if (key := tuple(blocks)) not in kept:
+        kept[key] = _layer_ids(seq, blocks)
+        kept[key].setflags(write=False)
+    return kept[key]
+
+
+def _layer_ids(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
     ids = np.full(seq.num_ops, -1, np.int64)
     number: dict[tuple[str, str], int] = {}
     for stack, layer, i in _scoped(seq, blocks):
@@ -268,6 +283,13 @@ def residuals(seq: OperatorSequence, starts: list[int]) -> list[int]:
 
 def _residual_adds(seq: OperatorSequence, starts: list[int]) -> list[list[int]]:
     """Each layer's residual adds in its own scope (`sublayers`)."""
+    kept = KEPT.get(("residual adds", seq), dict)
+    if (key := tuple(starts)) not in kept:
+        kept[key] = _scoped_adds(seq, starts)
+    return kept[key]
+
+
+def _scoped_adds(seq: OperatorSequence, starts: list[int]) -> list[list[int]]:
     found, names = [], seq.op_names
     for start, end in zip(starts, [*starts[1:], seq.num_ops]):
         scope = _LAYER.search(str(seq.node_names[start]))
