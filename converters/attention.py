@@ -103,10 +103,8 @@ def causal_mask(seq: OperatorSequence, block: Block) -> tuple[int, ...]:
     `is_causal`, whose fused kernels mask on chip and make no S x S tensor."""
     if not block.causal or block.window or block.padded or block.biased or not len(seq.edges):
         return ()
-    masks = KEPT.get(("causal masks", seq), dict)  # a plan asks for them at every layout
-    if block not in masks:
-        masks[block] = _causal_mask(seq, block)
-    return masks[block]
+    return KEPT.each(("causal masks", seq), block,  # a plan asks at every layout
+                     lambda: _causal_mask(seq, block))
 
 
 def _causal_mask(seq: OperatorSequence, block: Block) -> tuple[int, ...]:
@@ -234,11 +232,7 @@ def in_layers(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
 def layer_ids(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
     """`[N] int`: each operator's layer in the stacks of `in_layers` (numbered in the order of
     their first operators), -1 outside them or where no scope says. Read-only: kept."""
-    kept = KEPT.get(("layer ids", seq), dict)
-    if (key := tuple(blocks)) not in kept:
-        kept[key] = _layer_ids(seq, blocks)
-        kept[key].setflags(write=False)
-    return kept[key]
+    return KEPT.each(("layer ids", seq), tuple(blocks), lambda: _layer_ids(seq, blocks))
 
 
 def _layer_ids(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
@@ -246,6 +240,7 @@ def _layer_ids(seq: OperatorSequence, blocks: list[Block]) -> np.ndarray:
     number: dict[tuple[str, str], int] = {}
     for stack, layer, i in _scoped(seq, blocks):
         ids[i] = number.setdefault((stack, layer), len(number))
+    ids.setflags(write=False)
     return ids
 
 
@@ -283,10 +278,7 @@ def residuals(seq: OperatorSequence, starts: list[int]) -> list[int]:
 
 def _residual_adds(seq: OperatorSequence, starts: list[int]) -> list[list[int]]:
     """Each layer's residual adds in its own scope (`sublayers`)."""
-    kept = KEPT.get(("residual adds", seq), dict)
-    if (key := tuple(starts)) not in kept:
-        kept[key] = _scoped_adds(seq, starts)
-    return kept[key]
+    return KEPT.each(("residual adds", seq), tuple(starts), lambda: _scoped_adds(seq, starts))
 
 
 def _scoped_adds(seq: OperatorSequence, starts: list[int]) -> list[list[int]]:

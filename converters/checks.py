@@ -14,7 +14,7 @@ import onnx
 
 from converters.errors import ConversionError, PastPositions
 from converters.fusion import Node as _Node
-from converters.tensors import _NO_SHAPE, _Tensor
+from converters.tensors import _NO_SHAPE, TOKEN_TYPES, _Tensor
 
 
 def merged_aliases(graph: onnx.GraphProto, weights: set[str], declared: set[str]
@@ -48,6 +48,14 @@ _TRUTHS = frozenset({"Equal", "Not", "Less", "Greater", "LessOrEqual", "GreaterO
                      "Or", "Xor", "IsNaN", "IsInf"})
 
 
+def _constant_protos(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """Initializers and Constant nodes' values by name, unread (weights may be large)."""
+    consts = {i.name: i for i in graph.initializer}
+    consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
+    return consts
+
+
 def _index_bounds(graph: onnx.GraphProto, types: Mapping[str, _Tensor], weights: set[str]
                   ) -> Callable[[str], tuple[int, int] | None]:
     """The least and largest values a tensor of `graph` can hold where its graph decides them:
@@ -59,9 +67,7 @@ def _index_bounds(graph: onnx.GraphProto, types: Mapping[str, _Tensor], weights:
     anything else decides them (an input's values)."""
     from onnx import numpy_helper
 
-    consts = {i.name: i for i in graph.initializer}  # read when asked: weights may be large
-    consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
-                   for a in n.attribute if a.name == "value"})
+    consts = _constant_protos(graph)  # read when asked: weights may be large
     made = {o: n for n in graph.node for o in n.output}
     known: dict[str, tuple[int, int] | None] = {}
     longest = max((d for i in graph.input if i.name not in consts and i.name not in weights
@@ -146,11 +152,8 @@ def refuse_sliced_positions(model: onnx.ModelProto, label: str) -> None:
     graph = model.graph
     long = max((i.type.tensor_type.shape.dim[1].dim_value for i in graph.input
                 if len(i.type.tensor_type.shape.dim) == 2
-                and i.type.tensor_type.elem_type in (onnx.TensorProto.INT64,
-                                                     onnx.TensorProto.INT32)), default=0)
-    consts = {i.name: i for i in graph.initializer}
-    consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant"
-                   for a in n.attribute if a.name == "value"})
+                and i.type.tensor_type.elem_type in TOKEN_TYPES), default=0)
+    consts = _constant_protos(graph)
     read_by: dict[str, list[onnx.NodeProto]] = {}
     for n in graph.node:
         for t in n.input:
@@ -165,7 +168,7 @@ def refuse_sliced_positions(model: onnx.ModelProto, label: str) -> None:
         if node.op_type != "Slice" or node.input[0] not in consts:
             continue
         ids = consts[node.input[0]]  # a meta-device export's holds zeros: its shape tells
-        if ids.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and len(
+        if ids.data_type in TOKEN_TYPES and len(
                 ids.dims) in (1, 2) and 1 < (n := ids.dims[-1]) < long and indexes(
                 node.output[0]):
             raise PastPositions(
@@ -187,12 +190,18 @@ def stored_arrays(path: object, z: Mapping, meta: object, widths: tuple[int, int
         raise ConversionError(f"{path}: operator sequence format {meta.get('format_version')} "
                               f"!= {version}")
     wrong = (f"its metadata is a {type(meta).__name__}, not an object" if not isinstance(
-        meta, dict) else next((f"its metadata's {k} is {json.dumps(meta[k])[:40]}: expected "
-                               f"{'an object' if kind is dict else f'a {kind.__name__}'}"
-                               for k, kind in _STORED_META.items() if k in meta
-                               and type(meta[k]) is not kind), None) or _stored_problem(z, widths))
+        meta, dict) else _meta_problem(meta) or _stored_problem(z, widths))
     if wrong:
         raise ConversionError(f"{path}: not a readable operator sequence ({wrong})")
+
+
+def _meta_problem(meta: dict) -> str | None:
+    """The first field every `save` writes (`_STORED_META`) that holds another JSON type."""
+    for k, kind in _STORED_META.items():
+        if k in meta and type(meta[k]) is not kind:
+            return (f"its metadata's {k} is {json.dumps(meta[k])[:40]}: expected "
+                    + ("an object" if kind is dict else f"a {kind.__name__}"))
+    return None
 
 
 def _stored_problem(z: Mapping, widths: tuple[int, int]) -> str | None:

@@ -32,4 +32,13 @@ class Kept:
         return value
 
 
+    def each(self, key: tuple, part: Any, compute: Callable[[], Any]) -> Any:
+        """`compute()` for `part` (hashable) of what `key` holds (a sequence's blocks, its
+        layers), kept with `key`'s other parts."""
+        parts = self.get(key, dict)
+        if part not in parts:
+            parts[part] = compute()
+        return parts[part]
+
+
 KEPT = Kept()

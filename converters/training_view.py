@@ -44,6 +44,7 @@ from converters.kind import (
     lowered_batchnorms,
 )
 from converters.sequence import PARAMS_KEY
+from converters.tensors import TOKEN_TYPES
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -173,7 +174,7 @@ def lm_logits(model: onnx.ModelProto) -> dict | None:
         return None
     made = {o: n for n in graph.node for o in n.output}
     tokens = {i.name for i in graph.input if len(i.type.tensor_type.shape.dim) == 2 and
-              i.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)}
+              i.type.tensor_type.elem_type in TOKEN_TYPES}
 
     def token(t: str) -> bool:  # the token input, or a view of it
         for _ in range(8):

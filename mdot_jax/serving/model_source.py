@@ -232,9 +232,8 @@ def _sequence(job: TrainingJob, b: int, fuse: int, loss: bool) -> OperatorSequen
                                  job.image_size, job.seq_len, shapes, fuse, loss), job)
     if config:  # converted once at each batch while the file is unchanged
         stat = config_file(job.model).stat()
-        seq = _config_converted(str(job.model), (stat.st_mtime_ns, stat.st_size), b, asked,
-                                shapes, fuse)
-        return run_as(seq, job)
+        return run_as(_config_converted(str(job.model), (stat.st_mtime_ns, stat.st_size), b,
+                                        asked, shapes, fuse), job)
     if not isinstance(model, OperatorSequence):
         return run_as(convert(model, batch_size=b, image_size=job.image_size,
                               seq_len=job.seq_len, input_shapes={k: list(v) for k, v in shapes},
