@@ -13,6 +13,8 @@ import pytest
 from onnx_builders import attention
 
 from mdot_jax.cli import main
+from mdot_jax.options import PRECISIONS, STRATEGIES
+from mdot_jax.serving.service import JOB_FIELDS, PLAN_FIELDS
 
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
@@ -63,6 +65,18 @@ def test_health_devices_and_schema(server):
     assert "nvidia-h100-sxm" in names and len(names) >= 20
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/v1/models", "/v1/predict", "/v1/plan", "/v1/devices", "/healthz"} <= set(paths)
+    body = {k: paths[f"/v1/{k}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+            for k in ("predict", "plan")}
+    job, plan = (body[k]["properties"] for k in ("predict", "plan"))
+    # every field the service takes is typed and described, its values listed where chosen
+    assert set(job) == {"model", *JOB_FIELDS} and set(plan) == {"model", *JOB_FIELDS, *PLAN_FIELDS}
+    assert all(v["description"] for v in plan.values())
+    assert job["precision"]["anyOf"] == [{"type": "string", "enum": list(PRECISIONS)},
+                                         {"type": "null"}]
+    assert job["grad_accum"] == dict(job["grad_accum"], type="integer", default=1)
+    assert plan["strategies"]["items"]["enum"] == list(STRATEGIES)
+    assert job["gpus"]["default"] == 1 and plan["gpus"]["default"] == [1, 2, 4, 8]  # the plan's
+    assert {"type": "string"} not in job["device_spec"]["anyOf"]  # no file of the server's
 
 
 def test_predict_answers_as_the_cli(server, capsys):

@@ -37,125 +37,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
 from converters.fusion import fusion_version
-from mdot_jax.errors import MdotError, RequestError, fields_named
-from mdot_jax.options import STRATEGIES
+from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.readable import hours, number
-from mdot_jax.serving.fields import choice, plain_fields, positive, positive_int, positive_ints
 from mdot_jax.serving.model_source import cut, model_errors, sequence
+from mdot_jax.serving.plan_request import Plan as Plan  # the request, where callers find it
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob
 
 SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
-
-
-@fields_named
-@dataclass(frozen=True)
-class Plan:
-    """A planning request: the job (with epochs and dataset_size, or train_tokens) priced on
-    `devices` (catalog names, a name several boards share each of them, or one string of them
-    with commas; "all": every catalogued GPU)
-    x `gpus` per node (the job's own device and gpus are not read), every GPU at the job's
-    precision (none named: fp32, the spec sheets' default)."""
-
-    job: TrainingJob
-    devices: Sequence[str] = ("all",)
-    gpus: Sequence[int] = (1, 2, 4, 8)
-    prices: Mapping[str, float] | None = field(default=None, hash=False)  # USD / GPU-hour
-    deadline_h: float | None = None
-    budget_usd: float | None = None
-    global_batch: int | None = None  # samples an iteration: search the layouts (docstring)
-    cps: Sequence[int] = ()  # with global_batch: the context-parallel degrees to try
-    strategies: Sequence[str] = ()  # the data-parallel strategies to try (docstring)
-
-    def __post_init__(self):
-        if not isinstance(self.job, TrainingJob):
-            raise RequestError("job: a TrainingJob", "job")
-        plain_fields(self)  # every field but the job
-        if self.job.train_tokens is None and self.job.epochs is None:
-            raise RequestError("epochs: a plan prices the whole job; give epochs and "
-                               "dataset_size, or train_tokens", "epochs")
-        if self.job.precision is None:  # every GPU at one precision, the spec sheets' default
-            object.__setattr__(self, "job", dataclasses.replace(self.job, precision="fp32"))
-        for name in ("devices", "strategies"):  # names with commas, as on the command line
-            if isinstance(value := getattr(self, name), str):
-                object.__setattr__(self, name, tuple(value.split(",")))
-        for name in ("devices", "gpus", "cps", "strategies"):  # one, or several
-            if isinstance(value := getattr(self, name), (str, bytes, Mapping)) or not hasattr(
-                    value, "__len__"):
-                object.__setattr__(self, name, (value,))
-        if not self.devices or not all(isinstance(d, str) and d for d in self.devices):
-            raise RequestError(f"devices {self.devices!r}: name catalogued GPUs, or 'all'",
-                               "devices")
-        positive_ints("gpus", list(self.gpus))
-        for name in ("deadline_h", "budget_usd"):
-            if getattr(self, name) is not None:
-                positive(name, getattr(self, name))
-        if not isinstance(self.prices, (Mapping, type(None))):
-            raise RequestError(f"prices {self.prices!r}: expected USD per GPU-hour by device "
-                               "({'h100-sxm': 3.99})", "prices")
-        if self.budget_usd is not None and not self.prices:  # every plan would be "no price"
-            raise RequestError("budget_usd: holds the plans to a cost; give prices too (USD "
-                               "per GPU-hour by device)", "budget_usd")
-        if self.cps:
-            positive_ints("cps", list(self.cps))
-            object.__setattr__(self, "cps", tuple(dict.fromkeys(self.cps)))  # each once
-            if self.global_batch is None or self.job.cp != 1:
-                raise RequestError("cps: context-parallel degrees the layout search tries; "
-                                   "give global_batch, and no cp of the job's", "cps")
-        if self.strategies:
-            for s in self.strategies:
-                choice("strategies", s, STRATEGIES, optional=False)
-            object.__setattr__(self, "strategies", tuple(dict.fromkeys(self.strategies)))
-            if self.job.strategy != "ddp":
-                raise RequestError("strategies: data-parallel strategies the plan tries; give "
-                                   "no strategy of the job's", "strategies")
-        if self.global_batch is not None:
-            positive_int("global_batch", self.global_batch)
-            job = self.job
-            fixed = [f for f in ("schedule", "sequence_parallel") if getattr(job, f)] + \
-                [f for f in ("tp", "pp", "grad_accum") if getattr(job, f) != 1]
-            if fixed:
-                raise RequestError(f"global_batch: searches the layouts; give no {fixed[0]} "
-                                   "of your own", "global_batch")
-        from mdot_jax.gpu import catalog
-
-        named: dict[str, str] = {}  # GPU -> the name its price was given under
-        for device, price in (self.prices or {}).items():
-            positive(f"prices[{device!r}]", price)
-            try:  # a typo would price nothing, silently
-                gpu = catalog.find(str(device)).name
-            except ValueError as e:  # none, or several (`a100`): the catalog's line says
-                raise RequestError(f"prices[{device!r}]: {e}", "prices") from None
-            if (was := named.setdefault(gpu, str(device))) != device:  # one would be ignored
-                raise RequestError(f"prices[{device!r}]: {was!r} is the same GPU ({gpu}); "
-                                   "give it one price", "prices")
-
-    def candidates(self) -> list:
-        """The catalogued GPUs asked, each once: a name several boards share (`h100`, `a100`)
-        each of them, as `mdot devices` lists them (an unknown name: its one-line error)."""
-        from mdot_jax.gpu import catalog
-
-        if list(self.devices) == ["all"]:
-            return list(catalog.catalog().values())
-        try:
-            return list(catalog.named(self.devices).values())
-        except ValueError as e:
-            raise RequestError(f"devices: {e}", "devices") from None
-
-    def price_of(self, gpu) -> float | None:
-        """USD per GPU-hour of `gpu` from `prices`, by any of its names."""
-        from mdot_jax.gpu import catalog
-
-        for name, usd in (self.prices or {}).items():
-            if catalog.lookup(name) == gpu:
-                return float(usd)
-        return None
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,12 @@ from mdot_jax.serving.fields import (
 )
 
 MODEL_TYPES = (str, Path, bytes, onnx.ModelProto, OperatorSequence)  # what `model` may be
+# a field's values, by field (`mdot_jax.options`): checked where made, and the service's schema
+CHOICES = {"precision": PRECISIONS, "frozen_weights": FROZEN_WEIGHTS,
+           "optimizer": SPEC_SHEET_OPTIMIZERS, "layout": LAYOUTS, "step": STEPS,
+           "strategy": STRATEGIES, "interconnect": INTERCONNECTS,
+           "activation_checkpointing": CHECKPOINTING, "attention": ATTENTION,
+           "framework": FRAMEWORKS, "offload": OFFLOADS, "schedule": SCHEDULES}
 _TOKENS = (MAX_TOKENS, " tokens, the longest sequence priced (the conversion holds each "
                        "position)")
 
@@ -78,9 +84,11 @@ class TrainingJob:
       device_spec: a JSON file describing a GPU the catalog lacks, or its object (a dict of
         the catalog's fields: `mdot devices --json NAME` writes one to start from).
       checkpoint: a shipped checkpoint's name or a folder; None: chosen from the device.
-      precision, optimizer, layout, step: `mdot_jax.options`; precision None: the device's
-        usual (fp32 on CPUs and GPUs priced from their spec sheet, amp-fp16 on a GPU
-        checkpoint); step: spec-sheet pricing only.
+      precision: `options.PRECISIONS`; None: the device's usual (fp32 on CPUs and GPUs
+        priced from their spec sheet, amp-fp16 on a GPU checkpoint).
+      optimizer, layout: `mdot_jax.options`.
+      step: the whole step or forward and backward alone (`options.STEPS`; GPUs priced from
+        their spec sheets only).
       image_size, seq_len, input_shapes: the input's size (default: the model's own).
       video_frames: a vision-language config.json's sample a video of that many frames (of
         image_size a side) where its encoder takes one (Qwen-VL's grid over time); a video
@@ -92,16 +100,20 @@ class TrainingJob:
       lora_rank, lora_targets: a config.json's model fine-tuned with LoRA adapters of that rank
         on the linear layers `lora_targets` names (default: every one but the output head),
         every other parameter frozen (`converters.lora`); an ONNX export records the
-        parameters its model froze itself. frozen_weights: how the frozen ones are held
-        (`options.FROZEN_WEIGHTS`): in the half type (a base model loaded so) or QLoRA's 4-bit
-        NormalFloat; default as the precision holds weights (fp32 under autocast).
+        parameters its model froze itself.
+      frozen_weights: how the frozen ones are held (`options.FROZEN_WEIGHTS`): in the half
+        type (a base model loaded so) or QLoRA's 4-bit NormalFloat; default as the precision
+        holds weights (fp32 under autocast).
       gpus: GPUs per node, `batch_size` each data-parallel replica; a tuple gives one
-        prediction each. nodes: of `gpus` GPUs each. strategy: of the data parallelism,
-        `options.STRATEGIES` (hsdp: FSDP over a node's replicas, replicated across nodes).
+        prediction each.
+      nodes: of `gpus` GPUs each.
+      strategy: of the data parallelism, `options.STRATEGIES` (hsdp: FSDP over a node's
+        replicas, replicated across nodes).
       tp, pp: tensor- and pipeline-parallel degrees (Megatron-LM's); the data-parallel
-        replicas are gpus x nodes / (tp x pp). schedule: the pipeline's (`options.SCHEDULES`;
-        default 1f1b), virtual_stages: chunks per stage of the interleaved one (default 2).
-        sequence_parallel: the residual stream cut along the sequence over the tp GPUs.
+        replicas are gpus x nodes / (tp x pp).
+      schedule: the pipeline's (`options.SCHEDULES`; default 1f1b).
+      virtual_stages: chunks per stage of the interleaved schedule (default 2).
+      sequence_parallel: the residual stream cut along the sequence over the tp GPUs.
       ep: expert-parallel degree of a mixture of experts: its experts split over ep of the
         data-parallel replicas, tokens exchanged all-to-all.
       cp: context-parallel degree (Megatron-LM's, ring attention): each sequence cut over cp
@@ -118,11 +130,12 @@ class TrainingJob:
         later), a note says which.
       fused_optimizer: torch.optim's fused update kernel (`fused=True`; transformers'
         Trainer's default, `adamw_torch_fused`), not its default foreach kernels (GPUs priced
-        from their spec sheets; `gpu.update`). clip_grad_norm: gradients clipped by their
-        total norm before the update (`torch.nn.utils.clip_grad_norm_`, the Trainer's
-        default: a pass over them; GPUs priced from their spec sheets).
-      optimizer muon: torch.optim.Muon over the hidden weight matrices, AdamW over the rest
-        (`gpu.muon`; GPUs priced from their spec sheets, DDP only). adamw-8bit:
+        from their spec sheets; `gpu.update`).
+      clip_grad_norm: gradients clipped by their total norm before the update
+        (`torch.nn.utils.clip_grad_norm_`, the Trainer's default: a pass over them; GPUs
+        priced from their spec sheets).
+      optimizer: muon is torch.optim.Muon over the hidden weight matrices, AdamW over the
+        rest (`gpu.muon`; GPUs priced from their spec sheets, DDP only); adamw-8bit is
         bitsandbytes' AdamW8bit (transformers' `adamw_bnb_8bit`): two one-byte states a
         parameter, a kernel a parameter tensor (`gpu.update`; GPUs priced from their spec
         sheets).
@@ -134,14 +147,16 @@ class TrainingJob:
         the model in the half type, fp32 master weights, fused softmax and Adam; the
         data-parallel gradients all-reduced after the backward, in fp16 at amp-fp16).
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
-        others by it). network_gbs: between nodes, GB/s a node per direction (default: the
-        catalog's `network_gbs` of the GPU, its DGX's NICs, else `parallel.NETWORK_GBS`).
+        others by it).
+      network_gbs: between nodes, GB/s a node per direction (default: the catalog's
+        `network_gbs` of the GPU, its DGX's NICs, else `parallel.NETWORK_GBS`).
       offload: `optimizer` (DeepSpeed's ZeRO-Offload: Adam's state, the fp32 master weights and
         the update in the host's memory, on its CPUs) or `params` (ZeRO-3's parameter offload
-        too); `gpu.offload`. host_gbs: the host's memory bandwidth a node, GB/s, the update's
-        (default: the catalog's `host_gbs`, its DGX's CPUs).
-      epochs, dataset_size: together, the whole job's time; or train_tokens: the time to
-        train a token model on that many tokens.
+        too); `gpu.offload`.
+      host_gbs: the host's memory bandwidth a node, GB/s, the update's (default: the
+        catalog's `host_gbs`, its DGX's CPUs).
+      epochs, dataset_size: together, the whole job's time.
+      train_tokens: or the time to train a token model on that many tokens.
       operators: also where the time goes (`Prediction.operators`).
     """
 
@@ -235,19 +250,11 @@ class TrainingJob:
         if self.device_spec is not None and self.device:
             raise RequestError("device_spec: describes the device itself; drop device",
                                "device_spec")
-        choice("precision", self.precision, PRECISIONS)
-        choice("frozen_weights", self.frozen_weights, FROZEN_WEIGHTS)
-        choice("optimizer", self.optimizer, SPEC_SHEET_OPTIMIZERS, optional=False)
-        boolean("fused_optimizer", self.fused_optimizer)
-        boolean("clip_grad_norm", self.clip_grad_norm)
-        choice("layout", self.layout, LAYOUTS, optional=False)
-        choice("step", self.step, STEPS)
-        choice("strategy", self.strategy, STRATEGIES, optional=False)
-        choice("interconnect", self.interconnect, INTERCONNECTS)
-        choice("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
-        choice("attention", self.attention, ATTENTION)
-        choice("framework", self.framework, FRAMEWORKS, optional=False)
-        boolean("compile", self.compile)
+        for name in ("precision", "frozen_weights", "optimizer", "layout", "step", "strategy",
+                     "interconnect", "activation_checkpointing", "attention", "framework"):
+            choice(name, getattr(self, name), CHOICES[name])  # None: the default, given
+        for name in ("fused_optimizer", "clip_grad_norm", "compile"):
+            boolean(name, getattr(self, name))
         sharded = [(f, v) for f, v, plain in (("strategy", self.strategy, "ddp"),
                                               ("tp", self.tp, 1), ("pp", self.pp, 1),
                                               ("ep", self.ep, 1),
@@ -298,7 +305,7 @@ class TrainingJob:
                                    "of tokens, not both", "train_tokens")
 
     def _check_offload(self) -> None:
-        choice("offload", self.offload, OFFLOADS)
+        choice("offload", self.offload, CHOICES["offload"])
         if self.host_gbs is not None:
             positive("host_gbs", self.host_gbs)
             if not self.offload:
@@ -334,7 +341,7 @@ class TrainingJob:
     def _check_model_parallel(self, counts: tuple[int, ...]) -> None:
         positive_int("tp", self.tp)
         positive_int("pp", self.pp)
-        choice("schedule", self.schedule, SCHEDULES)
+        choice("schedule", self.schedule, CHOICES["schedule"])
         boolean("sequence_parallel", self.sequence_parallel)
         if self.schedule and self.pp == 1:
             raise RequestError("schedule: the pipeline's; give pp > 1", "schedule")

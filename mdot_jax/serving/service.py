@@ -9,7 +9,8 @@
                        ranked plans
     GET  /v1/devices   the GPU catalog
     GET  /healthz      {"status": "ok", "version"}
-The schema is at /openapi.json (and /docs). The rules:
+The schema is at /openapi.json (and /docs): every field typed, its values and default, and
+its description from the request types (`schema`). The rules:
 - a model is uploaded once and named by the SHA-256 of its bytes afterwards; the files live in
   `cache_dir/models` (written to a temporary name and renamed, so concurrent uploads of one
   model are safe), at most `max_models` of them (the least recently used go first); its
@@ -41,21 +42,33 @@ from typing import Any
 
 from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError, not_a_field
-from mdot_jax.serving import named_models
-from mdot_jax.serving.request import TrainingJob, in_fields
+from mdot_jax.serving import named_models, schema
+from mdot_jax.serving.plan_request import CHOICES as PLAN_CHOICES
+from mdot_jax.serving.plan_request import Plan
+from mdot_jax.serving.request import CHOICES, TrainingJob, in_fields
 
 MAX_JSON_KB = 256
 MAX_LIST = 64  # values of a list field a request may give (each is priced)
 ANSWERS = 4096  # answers kept (an LRU of request bodies)
 JOB_FIELDS = [f.name for f in dataclasses.fields(TrainingJob) if f.name != "model"]
-PLAN_FIELDS = ("devices", "gpus", "prices", "deadline_h", "budget_usd", "global_batch",
-               "cps", "strategies")
+PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))[1:]  # but the job
 
 
-def _schema(fields) -> dict:
-    """The OpenAPI request body of a JSON object of these fields besides the model."""
-    props = {"model": {"type": "string", "description": "the SHA-256 POST /v1/models gave"}}
-    props.update({f: {"description": f"TrainingJob.{f} (see its docstring)"} for f in fields})
+def _schema(plan: bool = False) -> dict:
+    """The OpenAPI request body of a prediction's JSON object (`plan`: a plan's), each field
+    as `schema.field_schemas` reads it from the request types, the service's own rules said
+    where they differ (module docs)."""
+    props: dict[str, dict] = {"model": {
+        "type": "string", "description": "the SHA-256 POST /v1/models gave, or a name GET "
+                                         "/v1/models lists"}}
+    props.update(schema.field_schemas(TrainingJob, CHOICES))
+    props["device_spec"] = dict(props["device_spec"], anyOf=[{"type": "object"}, {
+        "type": "null"}], description="the spec of a GPU the catalog lacks, as a JSON object "
+                                      "of the catalog's fields (GET /v1/devices lists them)")
+    props["checkpoint"] = dict(props["checkpoint"], description="a shipped checkpoint's "
+                               "name; null: chosen from the device")
+    if plan:  # its gpus are the plan's
+        props.update(schema.field_schemas(Plan, PLAN_CHOICES))
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
         "type": "object", "required": ["model"], "properties": props}}}}}
 
@@ -293,7 +306,7 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         job, extra = _job(store, body, PLAN_FIELDS, planning.job_for_plan)
         fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                                   for k, v in extra.items()}
-        asked = planning.Plan(job, **fields)
+        asked = Plan(job, **fields)
         return [o.to_json() for o in planning.plan(asked)]
 
     async def answered(kind: str, request: Request) -> Any:
@@ -303,11 +316,11 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         text = json.dumps(body, sort_keys=True)
         return await _threaded(priced, lambda: answer_for(kind, text))
 
-    @app.post("/v1/predict", openapi_extra=_schema(JOB_FIELDS))
+    @app.post("/v1/predict", openapi_extra=_schema())
     async def predict_(request: Request) -> Any:
         return await answered("predict", request)
 
-    @app.post("/v1/plan", openapi_extra=_schema([*JOB_FIELDS, *PLAN_FIELDS]))
+    @app.post("/v1/plan", openapi_extra=_schema(plan=True))
     async def plan_(request: Request) -> Any:
         return await answered("plan", request)
 
