@@ -10,6 +10,8 @@ each GEMM instead (`dequantised`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from converters import OperatorSequence
@@ -65,7 +67,8 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
     compiled step stores them cast: `gpu.compiled`). `skip`: nodes fused kernels run."""
     weights = 0 if half_weights else 1
     names, held = seq.op_names, _cast_held(seq, precision)
-    of = types(seq, kinds)
+    of = KEPT.get(("autocast types", seq), lambda: types(seq, kinds))  # as `_walks`' kinds
+    walked = _walks(seq, kinds)
     numel = seq.config[:, _C["out_numel"]]
     out: list[tuple[int, str, str, tuple, GPU, float]] = []
 
@@ -77,7 +80,8 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
             continue
         back = ("fw", "bw") if grads.data[i] else ("fw",)  # its input's gradient, cast back
         if kind in GEMMS:
-            views, producers = _read(seq, kinds, held, i)
+            views, producers = walked(i)  # the views holding a weight, the producers
+            views = [j for j in views if held[j] > 0]
             trained = ("fw", "bw") if grads.runs[i] and grads.weights[i] else ("fw",)
             bias = _bias(seq, i, kind, held[i])
             cast(i, weights * (held[i] - bias), trained)  # weight and bias, apart
@@ -93,7 +97,7 @@ def casts(seq: OperatorSequence, kinds: list[str], skip: set[int], gpu: GPU,
             if listed and HALF_TYPE.get(precision) == "fp16" and names[i] in READ_IN_PLACE:
                 continue  # PyTorch's half_to_float kernels read it, write its gradient: none
             # a half input: cast up, or promoted (its gradient cast back)
-            for j in _read(seq, kinds, held, i)[1]:
+            for j in walked(i)[1]:
                 if of[j] == HALF_OUT:
                     cast(i, numel[j], back if listed else back[1:])
     return out
@@ -109,12 +113,18 @@ def _cast_held(seq: OperatorSequence, precision: str) -> np.ndarray:
     return held
 
 
-def _read(seq: OperatorSequence, kinds: list[str], held: np.ndarray, i: int
-          ) -> tuple[list[int], list[int]]:
-    """What node `i` reads through views: (the views holding a weight (transposed on the way),
-    the operators producing its other inputs)."""
-    views, producers = _walk(seq, kinds, i)
-    return [j for j in views if held[j] > 0], producers
+def _walks(seq: OperatorSequence, kinds: list[str]
+           ) -> Callable[[int], tuple[list[int], list[int]]]:
+    """`_walk` of `seq`'s nodes, each walked once while `seq` is kept (a plan prices one
+    sequence under many layouts and GPUs); `kinds`: `classify.classified(seq)`'s, as
+    everywhere here."""
+    kept = KEPT.get(("walks", seq), dict)
+
+    def walked(i: int) -> tuple[list[int], list[int]]:
+        if i not in kept:
+            kept[i] = _walk(seq, kinds, i)
+        return kept[i]
+    return walked
 
 
 def _walk(seq: OperatorSequence, kinds: list[str], i: int) -> tuple[list[int], list[int]]:
@@ -141,7 +151,8 @@ def _gemm_views(seq: OperatorSequence) -> dict[int, list[int]]:
 
     def walked() -> dict[int, list[int]]:
         kinds = [k for k, _, _ in classified(seq)]
-        return {i: _walk(seq, kinds, i)[0] for i, k in enumerate(kinds) if k in GEMMS}
+        walked = _walks(seq, kinds)
+        return {i: walked(i)[0] for i, k in enumerate(kinds) if k in GEMMS}
     return KEPT.get(("gemm views", seq), walked)
 
 
