@@ -13,6 +13,7 @@ from onnx_builders import attention, conv_bn_relu
 
 from mdot_jax import RequestError, TrainingJob
 from mdot_jax.cli import main
+from mdot_jax.readable import hours, number, percent
 from mdot_jax.serving.plan import Plan, job_for_plan, pareto, plan
 
 PRICES = {"h100-sxm": 3.99, "a100-sxm-80gb": 2.79, "nvidia-l4": 0.8}
@@ -50,6 +51,12 @@ def test_plans_are_ranked_by_cost_and_judged(model):
     front = pareto(options)
     assert front and [o.hours for o in front] == sorted(o.hours for o in front)
     assert [o.cost_usd for o in front] == sorted((o.cost_usd for o in front), reverse=True)
+    # each option printed as one line: the GPUs, hours, cost, memory, MFU; why not
+    o = feasible[0]
+    assert str(o) == (f"{o.gpus} x {o.device}: {hours(o.hours)} h, ${number(o.cost_usd)}, "
+                      f"{number(o.prediction.memory_gb)} GB a GPU, MFU {percent(o.prediction.mfu)}")
+    assert str(v100[0]).startswith(f"{v100[0].gpus} x nvidia-v100-sxm2-32gb: ")
+    assert str(v100[0]).endswith(v100[0].reasons[-1]) and "GB a GPU" not in str(v100[0])
 
 
 def test_counts_past_a_node_are_whole_nodes(model):

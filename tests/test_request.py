@@ -17,6 +17,7 @@ from onnx_builders import attention, conv_bn_relu
 
 from mdot_jax import MdotError, RequestError, TrainingJob, predict
 from mdot_jax.cli import main
+from mdot_jax.readable import number
 from mdot_jax.serving.prediction import Prediction
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,6 +77,7 @@ def test_the_readme_example_is_the_cli_line_beside_it(capsys, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
     exec(code, scope)
+    assert capsys.readouterr().out.startswith(f"{number(scope['p'].iteration_ms)} ms an iteration")
     cli = _cli_json(capsys, *shlex.split(line)[1:])
     assert cli["iteration_ms"] == scope["p"].iteration_ms and cli["job_s"] == scope["p"].job_s
 

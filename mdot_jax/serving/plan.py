@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from converters.fusion import fusion_version
 from mdot_jax.errors import MdotError, RequestError
-from mdot_jax.readable import hours, number
+from mdot_jax.readable import hours, number, percent, plural
 from mdot_jax.serving.model_source import cut, model_errors, sequence
 from mdot_jax.serving.plan_request import Plan as Plan  # the request, where callers find it
 from mdot_jax.serving.prediction import Prediction
@@ -127,6 +127,18 @@ class Option:
     @property
     def feasible(self) -> bool:
         return not self.reasons
+
+    def __str__(self) -> str:
+        """One line, as a plan's table row reads: the GPUs, the layout, the job's hours and
+        cost, memory and MFU, and why not where it is not feasible."""
+        p, where = self.prediction, f"{self.gpus} x {self.device}" + (
+            f" ({plural(self.nodes, 'node')})" if self.nodes and self.nodes > 1 else "")
+        said = [f"{hours(self.hours)} h" if self.hours is not None else "",
+                f"${number(self.cost_usd)}" if self.cost_usd is not None else "",
+                f"{number(p.memory_gb)} GB a GPU" + " (tight: may not fit)" * p.tight if p else "",
+                f"MFU {percent(p.mfu)}" if p and p.mfu is not None else ""]
+        return where + (f" [{self.layout}]" if self.layout else "") + ": " + "; ".join(
+            filter(None, [", ".join(filter(None, said)), *self.reasons]))
 
     def to_json(self) -> dict:
         p = self.prediction

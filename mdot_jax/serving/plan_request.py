@@ -22,8 +22,9 @@ class Plan:
 
     Attributes:
       job: the training job, with epochs and dataset_size, or train_tokens (its own device
-        and gpus are not read); every GPU at its precision (none named: fp32, the spec
-        sheets' default).
+        and gpus are not read: `plan.job_for_plan(**fields)` builds one that names a split or
+        a sharded strategy); every GPU at its precision (none named: fp32, the spec sheets'
+        default).
       devices: catalogued GPUs (a name several boards share: each of them; one string of
         names with commas); "all": every catalogued GPU.
       gpus: the counts of GPUs per node to price each device at (a count past what a node

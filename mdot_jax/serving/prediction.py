@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mdot_jax.readable import hours, number, percent, plural, span
+
 SPEC_SHEET = "priced from its spec sheet"  # how `Prediction.source` of a spec sheet's begins
 # a step estimated within this share of its device's memory is tight: estimates of measured
 # peaks err by up to about a fifth, either way
@@ -166,6 +168,38 @@ class Prediction:
         them all."""
         idle = self.phases.get("communication", 0.0) + self.phases.get("bubble", 0.0)
         return 1.0 - idle / self.iteration_ms
+
+    def __str__(self) -> str:
+        """What `print(prediction)` shows (a notebook's): the iteration and its band, memory
+        against the device's, the rates, where the time goes, the job; the warnings counted
+        (`warnings` holds them; `repr` every field)."""
+        band = f" (80% band {span(*self.interval_ms)} ms)" if self.interval_ms else ""
+        on = f"{plural(self.gpus, 'GPU')} of " * (self.gpus > 1) + self.device
+        limit = self.memory_limit_gb
+        room = "" if limit is None else f" of {number(limit)} GB" + (
+            ": does not fit" if not self.fits else ": tight, may not fit" if self.tight else "")
+        rates = [f"{number(self.samples_per_s)} samples/s"] + [
+            f"{number(t)} tokens/s a GPU" for t in (self.tokens_per_s_per_gpu,) if t] + [
+            f"MFU {percent(self.mfu)}" for _ in (self.mfu,) if self.mfu is not None]
+        lines = [f"{number(self.iteration_ms)} ms an iteration{band} on {on}",
+                 f"memory {number(self.memory_gb)} GB a GPU{room}", ", ".join(rates)]
+        if not self.fits:
+            lines.append("fits with " + "; or ".join(
+                ", ".join(f"{k} {v}" for k, v in f["change"].items())
+                + f" ({number(f['memory_gb'])} GB, {number(f['iteration_ms'])} ms)"
+                for f in self.fits_with) if self.fits_with else "nothing priced fits"
+                if self.fits_with is not None else
+                "what would fit: `serving.fits.suggest(job, prediction)`")
+        if self.phases:
+            lines.append("of which " + ", ".join(f"{k} {number(v)} ms"
+                                                 for k, v in self.phases.items()))
+        if self.job_s is not None:
+            lo, hi = self.job_interval_s or (0.0, 0.0)
+            lines.append(f"the job: {hours(self.job_s / 3600)} h" + (
+                f" (80% band {span(lo / 3600, hi / 3600, hours)} h)" if hi else ""))
+        if self.warnings:
+            lines.append(f"{plural(len(self.warnings), 'warning')} (.warnings)")
+        return "\n".join(lines)
 
     def node_ms(self, nodes: int) -> np.ndarray:
         """`[nodes]` ms of each node of the priced sequence, the casts around it included (the
