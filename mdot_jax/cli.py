@@ -165,7 +165,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise
         raise RequestError("batch_sizes" + str(e)[len("batch_size"):], "batch_sizes") from None
     if args.plot:  # said before any pricing, as a plot that cannot be written
-        cli_show.claim_plot(args.plot, args.force, job.several)
+        cli_show.claim_plot(args.plot, args.force)
     try:
         result = predict(job)
         if not job.several:  # where it does not fit: what would
@@ -366,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also show the N most expensive operators (with --json: every "
                         "operator's share of the time, in graph order)")
     g.add_argument("--plot", metavar="FILE.png", help="throughput and memory per GPU against "
-                   "the --batch-sizes or --gpus asked, the GPU's memory drawn")
+                   "the --batch-sizes or --gpus asked, the GPU's memory drawn; one prediction: "
+                   "where its time and memory go (with --top: its costliest operators)")
     g.add_argument("--force", action="store_true", help="replace an existing --plot file")
     g.add_argument("--json", action="store_true", help="every field, as the library's "
                                                        "Prediction holds it")

@@ -10,23 +10,17 @@ from typing import TYPE_CHECKING
 
 from mdot_jax import writers
 from mdot_jax.cli_args import check_plot_format, write_plot
-from mdot_jax.errors import UsageError
 from mdot_jax.readable import count, hours, number, percent, plural, span
+from mdot_jax.serving.memory import MEMORY_SAID
 from mdot_jax.serving.prediction import TIGHT
 
 if TYPE_CHECKING:
     from mdot_jax.serving.prediction import Prediction
     from mdot_jax.serving.request import TrainingJob
 
-MEMORY_SAID = {"model_states": "weights, gradients and optimizer state",  # `MEMORY_PARTS`
-               "activations": "activations kept for the backward", "working": "working"}
 
-
-def claim_plot(path: str, force: bool, several: bool) -> None:
+def claim_plot(path: str, force: bool) -> None:
     """A `--plot` file that can be drawn and written, claimed before any pricing."""
-    if not several:
-        raise UsageError("--plot: draws several batch sizes or GPU counts; give "
-                         "--batch-sizes N,M or --gpus N,M")
     check_plot_format(path)
     writers.prepare_file(path, force=force, flag="--plot")
 
@@ -49,7 +43,9 @@ def predictions(args: argparse.Namespace, job: TrainingJob, rows: list[Predictio
     if args.plot:  # after the table: it is said whatever the plot does
         from mdot_jax.serving import figures
 
-        write_plot(args.plot, lambda path: figures.predictions(rows, path, args.model), args.json)
+        write_plot(args.plot, lambda path: figures.predictions(rows, path, args.model) if
+                   job.several else figures.step(rows[0], path, args.model, args.top or 0),
+                   args.json)
 
 
 def memory_cell(p) -> str:

@@ -883,8 +883,8 @@ def test_predict_plots_throughput_and_memory_over_the_sizes_asked(capsys, tmp_pa
                                                                    monkeypatch):
     """`--plot` draws samples/s (tokens/s for a token model) and memory a GPU against the
     batch sizes or GPU counts asked, the GPU's memory and the steps past it; a single
-    prediction, a format matplotlib does not write, an existing file: one line, said before
-    any pricing, nothing written."""
+    prediction, where its time and memory go; a format matplotlib does not write, an existing
+    file: one line, said before any pricing, nothing written."""
     from mdot_jax.serving import figures
 
     model = tmp_path / "m.onnx"
@@ -904,16 +904,42 @@ def test_predict_plots_throughput_and_memory_over_the_sizes_asked(capsys, tmp_pa
     assert [r["memory_gb"] > 16 for r in rows] == [False, True] and memory.collections
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.png", "m.onnx"]
     for extra, needle in ((["--plot", tmp_path / "b.png"], "exists; --force"),
-                          (["--plot", tmp_path / "c.txt"], "matplotlib writes no .txt"),
-                          (["--batch-size", "8", "--plot", tmp_path / "c.png"],
-                           "--plot: draws several batch sizes or GPU counts")):
-        code, out, err = run(capsys, *(args[:-2] if "--batch-size" in extra else args), *extra)
+                          (["--plot", tmp_path / "c.txt"], "matplotlib writes no .txt")):
+        code, out, err = run(capsys, *args, *extra)
         assert code == 2 and needle in err and err.count("\n") == 1 and not out, err
     code, out, _ = run(capsys, "predict", model, "--device", "h100-sxm", "--batch-size", "8",
                        "--gpus", "1,2,4", "--plot", tmp_path / "b.png", "--force")
     assert code == 0 and f"wrote {tmp_path / 'b.png'}" in out
     assert list(drawn[1].axes[0].lines[0].get_xdata()) == [1, 2, 4]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.png", "m.onnx"]
+    # one prediction: where its iteration and its memory go, its costliest operators with --top
+    code, out, _ = run(capsys, "predict", model, "--device", "t4", "--batch-size", "4194304",
+                       "--top", "3", "--plot", tmp_path / "b.png", "--force", "--json")
+    p = json.loads(out)
+    time, memory, ops = drawn[2].axes
+    assert [b.get_width() for b in time.patches] == pytest.approx(list(p["phases"].values()))
+    assert sum(b.get_width() for b in memory.patches) == pytest.approx(p["memory_gb"])
+    assert memory.lines[0].get_xdata()[0] == 16 and "does not fit" in memory.get_title()
+    assert len(ops.patches) == 3 and ops.patches[0].get_width() == max(
+        b.get_width() for b in ops.patches)
+
+
+def test_one_prediction_without_phases_is_drawn_as_its_iteration_and_band(tmp_path, monkeypatch):
+    """A checkpoint's prediction has no phases: one bar, its 80% band, memory by part."""
+    from mdot_jax.serving import figures
+    from mdot_jax.serving.prediction import Prediction
+
+    drawn = []
+    monkeypatch.setattr(figures, "save", lambda fig, path: drawn.append(fig))
+    p = Prediction(iteration_ms=165.0, device="rtx3090", num_ops=1, interval_ms=(138.0, 188.0),
+                   memory_gb=6.2, memory_limit_gb=24.0, batch_size=128,
+                   memory_parts={"model_states": 0.3, "activations": 5.5, "working": 0.4})
+    figures.step(p, tmp_path / "s.png", "resnet50", top=10)  # no operators: no third panel
+    time, memory = drawn[0].axes
+    assert [b.get_width() for b in time.patches] == [165.0] and time.containers[-1].has_xerr
+    assert [b.get_width() for b in memory.patches] == pytest.approx([0.3, 5.5, 0.4])
+    assert "does not fit" not in memory.get_title()
+    figures.pyplot().close(drawn[0])
 
 
 @pytest.mark.parametrize("lo,hi,ticks", [

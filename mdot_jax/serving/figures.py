@@ -1,6 +1,7 @@
 """Figures a user would rather look at than read, each written atomically (a temporary file
 beside the target, then a rename): one job's predictions over batch sizes or GPU counts
-(`predictions`); the plans' time against cost is `serving.plan_plot`'s, saved here."""
+(`predictions`); where one prediction's time and memory go (`step`); the plans' time against
+cost is `serving.plan_plot`'s, saved here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from mdot_jax import writers
-from mdot_jax.serving.prediction import Prediction
+from mdot_jax.readable import number
+from mdot_jax.serving.memory import MEMORY_PARTS, MEMORY_SAID
+from mdot_jax.serving.prediction import Prediction, by_layer
 
 
 def pyplot() -> Any:
@@ -51,7 +54,7 @@ def save(fig: Any, path: str | Path) -> None:
     """`fig` written to `path` in the format its suffix names, replacing it in one step."""
     tmp = writers.temporary(path, Path(path).suffix)  # the format by its name; then renamed
     try:
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")  # legends outside the axes too
         os.replace(tmp, path)
     finally:
         pyplot().close(fig)
@@ -100,3 +103,64 @@ def predictions(rows: Sequence[Prediction], path: str | Path, model: str = "") -
     fig.suptitle(f"{model or 'the model'} on {rows[0].device}", fontsize=10)
     fig.tight_layout()
     save(fig, path)
+
+
+def step(p: Prediction, path: str | Path, model: str = "", top: int = 0) -> None:
+    """Where one prediction's iteration goes by phase (forward, backward, update,
+    communication, ...; one bar with its 80% band where it has no phases) and its memory a
+    GPU by what holds it against the device's; with `top`, its `top` costliest operators
+    summed over the layers of a stack (`by_layer`)."""
+    ops = by_layer(p.operators)[:top] if top and p.operators else []
+    fig, axes = pyplot().subplots(1, 3 if ops else 2, figsize=(13 if ops else 9.5, 3.8),
+                                  gridspec_kw={"width_ratios": [1, 1, 1.3][:3 if ops else 2]})
+    time, memory = axes[0], axes[1]
+    _stacked(time, p.phases or {"iteration": p.iteration_ms}, "ms")
+    if not p.phases and p.interval_ms:
+        lo, hi = p.interval_ms
+        time.errorbar([p.iteration_ms], [0], xerr=[[p.iteration_ms - lo], [hi - p.iteration_ms]],
+                      color="k", capsize=4, label="80% band")
+        time.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28),
+                    frameon=False)
+    time.set(title=f"an iteration: {number(p.iteration_ms)} ms", xlabel="ms")
+    parts = {MEMORY_SAID[k]: v for k in MEMORY_PARTS if (v := p.memory_parts.get(k, 0)) > 0} \
+        or {"memory": p.memory_gb}
+    _stacked(memory, parts, "GB")
+    if (limit := p.memory_limit_gb) is not None:
+        memory.axvline(limit, ls="--", color="C3", lw=1)
+        memory.annotate(f"the GPU's {limit:g} GB", (limit, 0.4), fontsize=7, color="C3",
+                        ha="right", xytext=(-3, 0), textcoords="offset points")
+        memory.set_xlim(0, 1.08 * max(limit, p.memory_gb))
+    memory.set(title=f"memory a GPU: {number(p.memory_gb)} GB" + (
+        ": does not fit" if not p.fits else ": tight" if p.tight else ""), xlabel="GB")
+    if ops:
+        names = [_short(o["name"]) + (f" (x{o['count']})" if o["count"] > 1 else "")
+                 for o in ops]
+        axes[2].barh(range(len(ops)), [o["ms"] for o in ops], color="C0")
+        axes[2].set_yticks(range(len(ops)), names, fontsize=6)
+        axes[2].invert_yaxis()
+        axes[2].set(title=f"the {len(ops)} costliest operators", xlabel="ms a micro-batch")
+    fig.suptitle(f"{model or 'the model'} on {p.device}" + (
+        f", {p.gpus} GPUs" if p.gpus > 1 else "") + f", batch {p.batch_size}", fontsize=10)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def _stacked(ax: Any, parts: dict[str, float], unit: str) -> None:
+    """`parts` as one horizontal bar of segments, each named with its amount in the legend."""
+    left = 0.0
+    for i, (name, v) in enumerate(parts.items()):
+        ax.barh([0], [v], left=left, height=0.5, color=f"C{i}",
+                label=f"{name} {number(v)} {unit}")
+        left += v
+    ax.set_yticks([])
+    ax.set_ylim(-0.6, 0.6)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2,
+              frameon=False)
+
+
+def _short(name: str, width: int = 36) -> str:
+    """An operator's name within `width` characters: a graph path's end (its layer's part),
+    words' start."""
+    if len(name) <= width:
+        return name
+    return "..." + name[3 - width:] if "/" in name else name[:width - 3] + "..."

@@ -126,6 +126,8 @@ def param_bytes(precision: str = "fp32", optimizer: str = "sgd",
 # state (and DDP's gradient buckets); what the forward keeps for the backward, the batch with
 # it; temporaries (the largest outputs in flight, weights gathered or unsharded a piece at once)
 MEMORY_PARTS = ("model_states", "activations", "working")
+MEMORY_SAID = {"model_states": "weights, gradients and optimizer state",  # in words
+               "activations": "activations kept for the backward", "working": "working"}
 
 
 @dataclass(frozen=True)
