@@ -43,6 +43,10 @@ def test_an_unknown_name_is_one_error_naming_the_close_ones():
         resolve("xyzzy")
     with pytest.raises(RequestError, match=r"model 'x{60}\.\.\.': no such file"):
         resolve("x" * 5000)  # too long for a path: the file system is not asked to fail
+    assert "huggingface.co" not in str(e.value)
+    with pytest.raises(RequestError, match=r"'org/Some-Model-8B': .*; any Hugging Face model: "
+                       r"give its config.json \(https://huggingface.co/org/Some-Model-8B/blob/"):
+        resolve("org/Some-Model-8B")  # a Hub repository's id: where its config is
 
 
 def test_an_error_about_a_named_models_config_names_the_model_not_the_packages_file():

@@ -112,9 +112,12 @@ def resolve(model: Any) -> Any:
     close = difflib.get_close_matches(_key(model), list(_by_key()), n=3, cutoff=0.6)
     names = list(dict.fromkeys(_by_key()[k].name for k in close))  # a repo's and its name's
     shown = model if len(model) <= 80 else model[:60] + "..."
+    hub = re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not _exists(model.split("/")[0])
     raise RequestError(f"model {shown!r}: no such file, nor a named model" + (
         f" (did you mean {' or '.join(names)}?)" if names else "")
-        + "; `mdot models` lists the names", "model")
+        + "; `mdot models` lists the names" + (  # a Hub repository's id: its config is a file
+            f"; any Hugging Face model: give its config.json (https://huggingface.co/{model}"
+            "/blob/main/config.json, nothing is downloaded)" if hub else ""), "model")
 
 
 def _exists(path: str) -> bool:
