@@ -462,20 +462,23 @@ def _in_order(work: list[Kernel], ms: np.ndarray, recompute: Collection[int], no
     """(the kernels' times as they run: the forward in node order, then the backward in
     reverse, a recomputed node's forward kernels just before its backward ones; `[nodes]` ms
     per node; ms per phase)."""
-    timed = [(w[0], w[1], float(t) * w[5]) for w, t in zip(work, ms)]
-    rerun = frozenset(recompute)
-    again = [(i, "re", t) for i, phase, t in timed if phase == "fw" and i in rerun]
-    order = [t for *_, t in sorted((x for x in timed if x[1] == "fw"), key=lambda x: x[0])
-             + sorted([x for x in timed if x[1] == "bw"] + again,
-                      key=lambda x: (-x[0], x[1] == "bw"))]
-    per_op = np.zeros(nodes)
-    phases = dict(forward=0.0, backward=0.0, update=0.0)
-    for i, phase, t in timed:
-        per_op[i] += t
-        phases["forward" if phase == "fw" else "backward"] += t
-    if again:
-        phases["recomputation"] = sum(t for *_, t in again)
-        np.add.at(per_op, [i for i, *_ in again], [t for *_, t in again])  # a node's, run twice
+    n = len(work)
+    node = np.fromiter((w[0] for w in work), np.int64, n)
+    fw = np.fromiter((w[1] == "fw" for w in work), bool, n)
+    t = np.asarray(ms, np.float64) * np.fromiter((w[5] for w in work), np.float64, n)
+    again = np.flatnonzero(fw & np.isin(node, list(recompute))) if recompute else \
+        np.zeros(0, np.int64)
+    forward = np.flatnonzero(fw)
+    forward = forward[np.argsort(node[forward], kind="stable")]
+    back = np.concatenate([np.flatnonzero(~fw), again])  # a rerun forward before its backward
+    rank = np.lexsort((np.arange(len(back)), np.arange(len(back)) < n - len(forward),
+                       -node[back]))  # by node, last first; reruns first; then as listed
+    order = np.concatenate([t[forward], t[back[rank]]]).tolist()
+    per_op = np.bincount(node, weights=t, minlength=nodes) + np.bincount(
+        node[again], weights=t[again], minlength=nodes)  # a node's, run twice
+    phases = dict(forward=float(t[fw].sum()), backward=float(t[~fw].sum()), update=0.0)
+    if len(again):
+        phases["recomputation"] = float(t[again].sum())
     return order, per_op, phases
 
 
