@@ -34,3 +34,9 @@ def test_a_step_that_does_not_fit_says_so_and_what_would():
     assert one.splitlines()[:3] == ["1,575 ms an iteration on nvidia-h100-sxm",
                                     "memory 29.7 GB a GPU", "2.54 samples/s"]
     assert one.endswith("1 warning (.warnings)")
+
+
+def test_ipython_shows_the_printed_lines_and_repr_keeps_every_field():
+    p, shown = _p(), []
+    p._repr_pretty_(type("Printer", (), {"text": lambda self, t: shown.append(t)})(), False)
+    assert shown == [str(p)] and repr(p).startswith("Prediction(iteration_ms=1575.4, ")

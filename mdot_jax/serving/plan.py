@@ -39,6 +39,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tqdm import tqdm
 
@@ -139,6 +140,9 @@ class Option:
                 f"MFU {percent(p.mfu)}" if p and p.mfu is not None else ""]
         return where + (f" [{self.layout}]" if self.layout else "") + ": " + "; ".join(
             filter(None, [", ".join(filter(None, said)), *self.reasons]))
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's, Jupyter's
+        printer.text(str(self))
 
     def to_json(self) -> dict:
         p = self.prediction

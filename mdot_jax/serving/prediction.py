@@ -7,6 +7,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -200,6 +201,11 @@ class Prediction:
         if self.warnings:
             lines.append(f"{plural(len(self.warnings), 'warning')} (.warnings)")
         return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's and Jupyter's display of a cell's value: `str`'s lines (`repr` keeps
+        every field)."""
+        printer.text(str(self))
 
     def node_ms(self, nodes: int) -> np.ndarray:
         """`[nodes]` ms of each node of the priced sequence, the casts around it included (the
