@@ -326,6 +326,20 @@ def test_a_global_batch_splits_each_count_every_way_the_model_takes(decoder, mon
                          train_tokens=10**9), global_batch=64)
 
 
+def test_a_limit_on_the_work_refuses_a_plan_before_pricing_it(decoder, monkeypatch):
+    import mdot_jax.serving.front as front
+
+    monkeypatch.setattr(front, "predict", lambda *a, **k: pytest.fail("priced"))
+    job = job_for_plan(model=decoder, seq_len=32, batch_size=4, epochs=1, dataset_size=1000,
+                       precision="amp-bf16")
+    with pytest.raises(RequestError, match=r"devices: \d+ layouts to price, more than the 3 a "
+                       r"request may; .*, or a smaller batch_size") as e:
+        plan(Plan(job, devices=("h100-sxm",), gpus=(8,), global_batch=32), limit=3)
+    assert e.value.field == "devices"
+    with pytest.raises(RequestError, match=r"devices: 4 candidates to price"):
+        plan(Plan(job, devices=("h100-sxm", "l4"), gpus=(1, 2)), limit=3)
+
+
 def test_the_search_tries_the_largest_micro_batch_a_replicas_share_takes():
     """A global batch of 7 on one GPU was searched at micro-batches of 1 alone (powers of two
     and the batch size, 8, divide none of it): 7 steps an update where one would do."""

@@ -14,7 +14,7 @@ from onnx_builders import attention
 
 from mdot_jax.cli import main
 from mdot_jax.options import PRECISIONS, STRATEGIES
-from mdot_jax.serving.service import JOB_FIELDS, PLAN_FIELDS
+from mdot_jax.serving.service import JOB_FIELDS, MAX_PLAN, PLAN_FIELDS
 
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
@@ -155,6 +155,13 @@ def test_plan_ranks_the_devices(server):
     reasons = {row["gpus"]: row["reasons"][0] for row in r.json()}
     assert "tp x pp (2 x 1) does not divide 1 GPUs" in reasons[1]
     assert "1 attention heads" in reasons[2]  # the model's own refusal
+    r = client.post("/v1/plan", json={  # a request's work is bounded: said before pricing
+        "model": sha, "batch_size": 4, "epochs": 1, "dataset_size": 10000, "devices": "all",
+        "gpus": list(range(1, 33)), "strategies": ["ddp", "zero1"]})
+    assert r.status_code == 422 and r.json()["field"] == "devices", r.text
+    n = len(client.get("/v1/devices").json()) * 32 * 2
+    assert r.json()["error"].startswith(f"devices: {n:,} candidates to price, more than the "
+                                        f"{MAX_PLAN:,} a request may; name fewer"), r.text
 
 
 @pytest.mark.parametrize("body,status,field,needle", [

@@ -171,26 +171,29 @@ def job_for_plan(**fields) -> TrainingJob:
 
 
 @model_errors
-def plan(request: Plan, progress: bool = False) -> list[Option]:
-    """Every candidate of `request`, ranked (module docstring)."""
+def plan(request: Plan, progress: bool = False, limit: int | None = None) -> list[Option]:
+    """Every candidate of `request`, ranked (module docstring); `limit`: the most candidates
+    (GPU x count, or with `global_batch` layouts, each strategy asked apart) it may price, more
+    refused before any is (a service's bound on one request's work)."""
 
     job = request.job
     if len(job.batch_sizes) > 1:
         raise RequestError("batch_size: a plan takes one batch size (per data-parallel "
                            "replica; with global_batch, the largest micro-batch)", "batch_size")
     if request.global_batch is not None:
-        return _search(request, progress)
+        return _search(request, progress, limit)
     split = job.tp * job.pp * job.cp
     odd = {n: f"{job.split} does not divide {n * job.nodes} GPUs"
            for n in request.gpus if n * job.nodes % split}
     odd |= {n: f"ep {job.ep} does not divide the {n * job.nodes // split} data-parallel "
             "replicas" for n in request.gpus if n not in odd and n * job.nodes // split % job.ep}
     counts = [n for n in request.gpus if n not in odd]
+    gpus = request.candidates()
+    _bounded(len(gpus) * len(counts) * max(1, len(request.strategies)), limit, "candidates")
     seq = sequence(cut(job), job.batch_sizes[0], fusion_version(True))  # once for every GPU
     base = dataclasses.replace(job, model=seq, gpus=tuple(counts or [split * job.ep]),
                                device_spec=None, checkpoint=None, target_len=None)
     options = []
-    gpus = request.candidates()
     for gpu in tqdm(gpus, desc="plan", unit="GPU", disable=not progress, leave=False):
         options += [Option(gpu.name, n * job.nodes, None, reasons=[why])
                     for n, why in odd.items()]
@@ -254,7 +257,16 @@ def _strategies(request: Plan, job: TrainingJob, replicas: int) -> list[str]:
     return [s for s in request.strategies if s == "ddp" or replicas > 1] or [job.strategy]
 
 
-def _search(request: Plan, progress: bool) -> list[Option]:
+def _bounded(n: int, limit: int | None, what: str) -> None:
+    """Refused where `n` `what` (each a step priced) are more than `limit`."""
+    if limit is not None and n > limit:
+        raise RequestError(f"devices: {n:,} {what} to price, more than the {limit:,} a "
+                           "request may; name fewer devices, gpus or strategies" + (
+                               ", or a smaller batch_size (fewer micro-batches to try)"
+                               if what == "layouts" else ""), "devices")
+
+
+def _search(request: Plan, progress: bool, limit: int | None = None) -> list[Option]:
     """Every GPU x count x layout the model takes (`Plan.global_batch`), ranked."""
     from mdot_jax.serving.front import keeping_steps
 
@@ -275,6 +287,7 @@ def _search(request: Plan, progress: bool) -> list[Option]:
                       for cp in request.cps or (job.cp,) for lay in layouts(
                           *s, request.global_batch, job.batch_sizes[0], cp)]  # type: ignore
     work = [(gpu, n, k, lay) for _, gpu, n, k, lay in sorted(keyed, key=lambda w: w[0])]
+    _bounded(len(work) * max(1, len(request.strategies)), limit, "layouts")
     if not work and unfilled:  # no count asked fills whole nodes: each said
         return unfilled
     if not work:

@@ -21,8 +21,9 @@ its description from the request types (`schema`). The rules:
   spec as a JSON object (kept in `cache_dir/specs`), `checkpoint` a shipped one's name; a bad
   field is a 422 whose body is `{"error": one line, "field": its name}`; malformed JSON a 400; an
   unknown model a 404; a body over the limit (`max_upload_mb` for models, `MAX_JSON_KB` for
-  requests) a 413, a list field of more than `MAX_LIST` values a 422; nothing answers with a
-  traceback;
+  requests) a 413, a list field of more than `MAX_LIST` values or a plan of more than
+  `MAX_PLAN` candidates or layouts to price a 422 (a request's work bounded); nothing answers
+  with a traceback;
 - answers are the `to_json` of `Prediction` and `plan.Option`, numbers as the CLI prints them;
   a single prediction that does not fit carries what would (`fits.suggest`, `fits_with`);
   the last `ANSWERS` are kept by request body (a repeated request is not priced again), the
@@ -49,6 +50,7 @@ from mdot_jax.serving.request import CHOICES, TrainingJob, in_fields
 
 MAX_JSON_KB = 256
 MAX_LIST = 64  # values of a list field a request may give (each is priced)
+MAX_PLAN = 1_000  # candidates or layouts a plan may price (each a step; about 10-90 ms)
 ANSWERS = 4096  # answers kept (an LRU of request bodies)
 JOB_FIELDS = [f.name for f in dataclasses.fields(TrainingJob) if f.name != "model"]
 PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))[1:]  # but the job
@@ -307,7 +309,7 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                                   for k, v in extra.items()}
         asked = Plan(job, **fields)
-        return [o.to_json() for o in planning.plan(asked)]
+        return [o.to_json() for o in planning.plan(asked, limit=MAX_PLAN)]
 
     async def answered(kind: str, request: Request) -> Any:
         body = await body_of(request)
