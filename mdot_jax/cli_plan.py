@@ -108,7 +108,7 @@ def _print(args: argparse.Namespace, options: list) -> None:
               + (f"{str(o.layout or '-'):<24} " if split else "")
               + f"{'-' if o.hours is None else hours(o.hours):>8} {band or '-':>13} "
               f"{'-' if o.cost_usd is None else number(o.cost_usd):>10} "
-              f"{memory_cell(p) if p else '-':>9}"
+              f"{memory_cell(p, over='') if p else '-':>9}"  # why not says it; `*`: the front
               + f" {number(p.tokens_per_s_per_gpu, 4) if p and p.tokens else '-':>9}" * tokens
               + f" {mfu:>5}  {as_flags('; '.join(o.reasons), '')}")
     if any(o.prediction and o.prediction.tight for o in options):

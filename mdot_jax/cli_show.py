@@ -48,9 +48,9 @@ def predictions(args: argparse.Namespace, job: TrainingJob, rows: list[Predictio
                    args.json)
 
 
-def memory_cell(p) -> str:
-    """A prediction's GB, marked `*` over its device's memory, `!` within `TIGHT` of it."""
-    return number(p.memory_gb) + ("*" if not p.fits else "!" if p.tight else "")
+def memory_cell(p, over: str = "*") -> str:
+    """A prediction's GB, marked `over` past its device's memory, `!` within `TIGHT` of it."""
+    return number(p.memory_gb) + (over if not p.fits else "!" if p.tight else "")
 
 
 def tight_note(where: str) -> str:

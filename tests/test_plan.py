@@ -159,6 +159,9 @@ def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model, ca
                  "1000", "--devices", "l4", "--gpus", "2"]) == 0
     out = capsys.readouterr().out
     assert "; --global-batch searches" in out and "; --strategy fsdp shards" in out
+    # `*` marks the Pareto front alone: a step past the memory is said in why not
+    row = out.splitlines()[2]
+    assert row.startswith("nvidia-l4 ") and "does not fit" in row and "*" not in row
 
 
 def test_devices_as_one_string_as_on_the_command_line(model, capsys):
