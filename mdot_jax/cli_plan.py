@@ -113,6 +113,10 @@ def _print(args: argparse.Namespace, options: list) -> None:
               + f" {mfu:>5}  {as_flags('; '.join(o.reasons), '')}")
     if any(o.prediction and o.prediction.tight for o in options):
         print(tight_note("the GPU's memory"))
+    if split:
+        print("layout: tensor- and pipeline-parallel degrees (cp: context, ep: expert), a "
+              "micro-batch x micro-batches an iteration, the data-parallel strategy (none: "
+              "ddp), ckpt-: activation checkpointing")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
