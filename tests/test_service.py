@@ -77,6 +77,10 @@ def test_health_devices_and_schema(server):
     assert plan["strategies"]["items"]["enum"] == list(STRATEGIES)
     assert job["gpus"]["default"] == 1 and plan["gpus"]["default"] == [1, 2, 4, 8]  # the plan's
     assert {"type": "string"} not in job["device_spec"]["anyOf"]  # no file of the server's
+    answer = paths["/v1/predict"]["post"]["responses"]["200"]["content"]["application/json"]
+    one, several = answer["schema"]["anyOf"]
+    assert several["items"] == one and {"iteration_ms", "mfu", "memory_tight"} <= set(
+        one["properties"])
 
 
 def test_predict_answers_as_the_cli(server, capsys):

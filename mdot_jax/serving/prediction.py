@@ -78,52 +78,90 @@ class Adaptation:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
+# the JSON's keys beyond the fields (`to_json`), each a property's (its docstring says it)
+DERIVED = {"replicas": "replicas", "global_batch": "global_batch",
+           "samples_per_s": "samples_per_s", "tokens_per_s": "tokens_per_s",
+           "tokens_per_s_per_gpu": "tokens_per_s_per_gpu",
+           "scaling_efficiency": "scaling_efficiency", "memory_tight": "tight"}
+
+
 @dataclass
 class Prediction:
+    """One training iteration (and job) predicted, as `predict` answers a `TrainingJob`.
+
+    Attributes:
+      iteration_ms: one iteration: `grad_accum` micro-batches of `batch_size` on each
+        data-parallel replica and one update, ms.
+      device: the device predicted for (a catalogued GPU's name, or a checkpoint's device).
+      num_ops: operators of the converted model priced.
+      warnings: what is extrapolated, assumed or unmeasured, one line each.
+      parts: with a companion, each member's own prediction by its architecture ({"gnn": ms,
+        "lightgbm": ms}; "mdot" for an MDOT checkpoint; "op-sum" where op-grounded).
+      interval_ms: where 80% of the measured times fell, on held-out families, for
+        predictions like this one (the checkpoint's calibration); null without one, or where
+        a warning says this prediction is unlike those.
+      band_from: what the band was measured on, in words (with `interval_ms` only).
+      operators: where the time goes, with `operators` asked: [{"type", "name", "ms"}] in graph
+        order.
+      input_size: the workload's image side or sequence length, as predicted for.
+      memory_gb: the step's estimated peak memory a GPU, GB (`serving.memory.step_memory`).
+      memory_parts: of it, GB by what holds it (`memory.MEMORY_PARTS`: model_states,
+        activations, working); empty where not known.
+      memory_peak: where its live bytes are followed (a CPU's), the moment of the step they
+        are at ("the forward", "the backward", "the update"); null: the sum form's peak.
+      memory_limit_gb: the device's memory it was held to.
+      fits_with: where it does not fit, the job's changes that would, each priced
+        (`serving.fits.suggest`: {"change", "memory_gb", "iteration_ms", "tight"}).
+      host_memory_gb: what a node's host holds for it (an offloaded optimizer's).
+      phases: priced from a GPU's spec sheet, ms of the forward, backward, update, and where
+        they apply recomputation, launch gaps, the communication that shows, a pipeline's
+        bubble; they sum to `iteration_ms`.
+      batch_size: per data-parallel replica and micro-batch.
+      gpus: in all, over every node.
+      tp: tensor-parallel GPUs of a replica.
+      pp: pipeline stages of a replica.
+      cp: GPUs a replica's sequences are cut over (context parallelism).
+      grad_accum: micro-batches an iteration accumulates before its update.
+      tokens: per sample, for a token model (its sequence length); 0 otherwise.
+      parameters: the model's, every layer counted (tied weights once).
+      trained_parameters: of those, the ones the update trains (not frozen).
+      mfu: model FLOPs utilisation: the model's FLOPs' time at the GPUs' peaks over the
+        iteration's.
+      source: which predictor: a checkpoint's name, or a spec sheet's step model.
+      operators_from: what priced `operators`.
+      job_s: the whole job (epochs x dataset size, or the tokens asked), s.
+      job_interval_s: the whole job's 80% band, s (with `interval_ms` only).
+    """
+
     iteration_ms: float
     device: str
     num_ops: int
-    warnings: list[str] = field(default_factory=list)  # extrapolation, unknown operators
-    # with a companion: each member's own prediction, keyed by the network's architecture
-    # ({"gnn": ms, "lightgbm": ms}; "mdot" for an MDOT checkpoint; "op-sum" too when the
-    # checkpoint is op-grounded)
+    warnings: list[str] = field(default_factory=list)
     parts: dict[str, float] = field(default_factory=dict)
-    # where 80% of the measured times fell, on held-out families, for predictions like this
-    # one (the checkpoint's `calibration`); None without one, or when a warning says this
-    # prediction is unlike those (extrapolation, unknown operators)
     interval_ms: tuple[float, float] | None = None
-    band_from: str = ""  # what the band was measured on, in words (with `interval_ms` only)
-    # where the time goes (`Predictor.operators`): [{"type", "name", "ms"}] in graph order
+    band_from: str = ""
     operators: list[dict] | None = None
-    input_size: int = 0  # the workload's image side or sequence length, as predicted for
-    memory_gb: float = 0.0  # the step's estimated peak memory (`serving.memory.step_memory`)
-    # of it, GB by what holds it (`serving.memory.MEMORY_PARTS`); empty where not known
+    input_size: int = 0
+    memory_gb: float = 0.0
     memory_parts: dict[str, float] = field(default_factory=dict)
-    # the moment of the step they are at, where its live bytes are followed (a CPU's: "the
-    # forward", "the backward" or "the update", when activations are freed); None: the peak
     memory_peak: str | None = None
-    memory_limit_gb: float | None = None  # the device's memory it was held to (`check_fit`)
-    # where it does not fit: the job's changes that would (`serving.fits.suggest`)
+    memory_limit_gb: float | None = None
     fits_with: list[dict] | None = None
-    host_memory_gb: float | None = None  # what a node's host holds for it (`gpu.offload`)
-    # priced from a GPU's spec sheet (`gpu.spec_sheet`): ms of forward, backward, update (and
-    # recomputation, the communication that shows, a pipeline's bubble: `gpu.parallel`,
-    # `gpu.model_parallel`)
+    host_memory_gb: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
-    # what the request (`serving.request.TrainingJob`) asked, as `serving.front.predict` says
-    batch_size: int = 0  # per data-parallel replica and micro-batch
-    gpus: int = 1  # in all, over every node
-    tp: int = 1  # tensor-parallel GPUs of a replica
-    pp: int = 1  # pipeline stages of a replica
-    cp: int = 1  # GPUs a replica's sequences are cut over (context parallelism)
-    grad_accum: int = 1  # micro-batches an iteration accumulates before its update
-    tokens: int = 0  # per sample, for a token model (its sequence length); 0 otherwise
-    parameters: int = 0  # the model's, every layer counted (tied weights once)
-    trained_parameters: int = 0  # of those, the ones the update trains (not frozen)
-    mfu: float | None = None  # the model's FLOPs' time at the GPUs' peaks / the iteration's
-    source: str = ""  # which predictor: a checkpoint's name, or a spec sheet's step model
-    operators_from: str = ""  # what priced `operators`
-    job_s: float | None = None  # the whole job (epochs x dataset size), s
+    batch_size: int = 0
+    gpus: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    grad_accum: int = 1
+    tokens: int = 0
+    parameters: int = 0
+    trained_parameters: int = 0
+    mfu: float | None = None
+    source: str = ""
+    operators_from: str = ""
+    job_s: float | None = None
     job_interval_s: tuple[float, float] | None = None
 
     @property
@@ -145,14 +183,17 @@ class Prediction:
 
     @property
     def global_batch(self) -> int:
+        """Samples an iteration trains on: the batch x the replicas x the micro-batches."""
         return self.batch_size * self.replicas * self.grad_accum
 
     @property
     def samples_per_s(self) -> float:
+        """Samples trained a second, over every GPU."""
         return 1e3 * self.global_batch / self.iteration_ms
 
     @property
     def tokens_per_s(self) -> float | None:
+        """Tokens trained a second, over every GPU (a token model's; else null)."""
         return self.samples_per_s * self.tokens if self.tokens else None
 
     @property
@@ -243,10 +284,7 @@ class Prediction:
             d.pop("band_from")
         if self.job_s is None:
             d.pop("job_interval_s", None)
-        return dict(d, replicas=self.replicas, global_batch=self.global_batch,
-                    samples_per_s=self.samples_per_s,
-                    tokens_per_s=self.tokens_per_s, tokens_per_s_per_gpu=self.tokens_per_s_per_gpu,
-                    scaling_efficiency=self.scaling_efficiency, memory_tight=self.tight)
+        return dict(d, **{k: getattr(self, name) for k, name in DERIVED.items()})
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
         """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""

@@ -1,8 +1,9 @@
-"""The JSON schema of a request's fields (`request.TrainingJob`, `plan_request.Plan`), for the
-service's OpenAPI page: each field's JSON type read from its annotation, its values (a
-`CHOICES` registry), its default, and its description from the class docstring's
-`Attributes:` section, where each entry heads with the fields it describes (`tp, pp: ...`; a
-field several entries head gets each of their texts)."""
+"""The JSON schema of a request's fields (`request.TrainingJob`, `plan_request.Plan`) and of
+an answer (`prediction.Prediction`), for the service's OpenAPI page: each field's JSON type
+read from its annotation, its values (a `CHOICES` registry), its default, and its description
+from the class docstring's `Attributes:` section, where each entry heads with the fields it
+describes (`tp, pp: ...`; a field several entries head gets each of their texts); an answer's
+keys beyond its fields are properties', described by their docstrings."""
 
 from __future__ import annotations
 
@@ -75,3 +76,15 @@ def field_schemas(cls: type, choices: Mapping[str, Sequence[str]], skip: int = 1
         out[f.name] = dict(schema, description=said.get(f.name, ""))
     return out
 
+
+
+def answer_schema(cls: type, derived: Mapping[str, str]) -> dict:
+    """The JSON object `cls.to_json` writes: its fields and its `derived` keys, each the
+    value of a property of `cls` (key -> the property's name), typed from what it returns."""
+    props = {k: {kk: vv for kk, vv in v.items() if kk != "default"}
+             for k, v in field_schemas(cls, {}, skip=0).items()}
+    for key, name in derived.items():
+        got = getattr(cls, name)
+        props[key] = dict(json_type(typing.get_type_hints(got.fget).get("return")),
+                          description=" ".join((inspect.getdoc(got) or "").split()))
+    return {"type": "object", "properties": props}

@@ -46,6 +46,7 @@ from mdot_jax.errors import MdotError, RequestError, not_a_field
 from mdot_jax.serving import named_models, schema
 from mdot_jax.serving.plan_request import CHOICES as PLAN_CHOICES
 from mdot_jax.serving.plan_request import Plan
+from mdot_jax.serving.prediction import DERIVED, Prediction
 from mdot_jax.serving.request import CHOICES, TrainingJob, in_fields
 
 MAX_JSON_KB = 256
@@ -318,7 +319,12 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         text = json.dumps(body, sort_keys=True)
         return await _threaded(priced, lambda: answer_for(kind, text))
 
-    @app.post("/v1/predict", openapi_extra=_schema())
+    one = schema.answer_schema(Prediction, DERIVED)  # one, or a list for several
+
+    @app.post("/v1/predict", openapi_extra=dict(_schema(), responses={"200": {
+        "description": "the prediction (a list where batch_size or gpus gives several)",
+        "content": {"application/json": {"schema": {"anyOf": [
+            one, {"type": "array", "items": one}]}}}}}))
     async def predict_(request: Request) -> Any:
         return await answered("predict", request)
 
