@@ -77,10 +77,14 @@ def test_health_devices_and_schema(server):
     assert plan["strategies"]["items"]["enum"] == list(STRATEGIES)
     assert job["gpus"]["default"] == 1 and plan["gpus"]["default"] == [1, 2, 4, 8]  # the plan's
     assert {"type": "string"} not in job["device_spec"]["anyOf"]  # no file of the server's
-    answer = paths["/v1/predict"]["post"]["responses"]["200"]["content"]["application/json"]
-    one, several = answer["schema"]["anyOf"]
+    answer, planned = (paths[f"/v1/{k}"]["post"]["responses"]["200"]["content"][
+        "application/json"]["schema"] for k in ("predict", "plan"))
+    one, several = answer["anyOf"]
     assert several["items"] == one and {"iteration_ms", "mfu", "memory_tight"} <= set(
         one["properties"])
+    option = planned["items"]["properties"]
+    assert all(v.get("description") for v in option.values()) and "prediction" not in option
+    assert set(option["layout"]["anyOf"][0]["properties"]) >= {"tp", "pp", "micro_batch"}
 
 
 def test_predict_answers_as_the_cli(server, capsys):
@@ -117,6 +121,9 @@ def test_plan_ranks_the_devices(server):
         "prices": {"h100-sxm": 3.99, "a100-sxm-80gb": 2.79}, "budget_usd": 1e6})
     assert r.status_code == 200, r.text
     rows = r.json()
+    described = client.get("/openapi.json").json()["paths"]["/v1/plan"]["post"]["responses"]
+    keys = described["200"]["content"]["application/json"]["schema"]["items"]["properties"]
+    assert all(set(row) <= set(keys) for row in rows)  # every key the answer has, described
     assert len(rows) == 6 and rows[0]["feasible"] and rows[0]["cost_usd"] is not None
     assert not rows[-1]["feasible"] and "no price" in rows[-1]["reasons"][0]  # the L4's
     r = client.post("/v1/plan", json={  # every split of 2 GPUs into a global batch of 8
@@ -124,6 +131,7 @@ def test_plan_ranks_the_devices(server):
         "devices": ["h100-sxm"], "gpus": [2], "global_batch": 8})
     assert r.status_code == 200, r.text
     layouts = [row["layout"] for row in r.json()]
+    assert all(set(row) <= set(keys) for row in r.json())
     assert layouts and all(x["pp"] == 1 for x in layouts)  # one block: no pipeline
     assert all(x["micro_batch"] * x["grad_accum"] * 2 // (x["tp"] * x["pp"]) == 8
                for x in layouts)

@@ -57,16 +57,26 @@ SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parall
 @dataclass(frozen=True)
 class Layout:
     """How a count of GPUs is split: `tp` x `pp` x data-parallel replicas, each running
-    `grad_accum` micro-batches of `micro_batch` an iteration."""
+    `grad_accum` micro-batches of `micro_batch` an iteration.
+
+    Attributes:
+      tp, pp: tensor- and pipeline-parallel degrees.
+      micro_batch: samples a micro-batch, per data-parallel replica.
+      grad_accum: micro-batches an iteration (the pipeline's).
+      checkpointing: the activation checkpointing priced (null: none).
+      ep: a mixture of experts' experts split over this many replicas.
+      cp: GPUs each sequence is cut over (context parallelism).
+      strategy: of the data-parallel replicas.
+    """
 
     tp: int
     pp: int
     micro_batch: int
     grad_accum: int
     checkpointing: str | None = None
-    ep: int = 1  # a mixture of experts' experts split over this many replicas
-    cp: int = 1  # GPUs each sequence is cut over (the job's)
-    strategy: str = "ddp"  # of the data-parallel replicas
+    ep: int = 1
+    cp: int = 1
+    strategy: str = "ddp"
 
     def __str__(self) -> str:
         return (f"tp{self.tp} pp{self.pp}" + (f" cp{self.cp}" if self.cp > 1 else "")
@@ -111,23 +121,47 @@ def layouts(gpus_per_node: int, nodes: int, global_batch: int, micro_batch: int,
     return out
 
 
+# of a priced option's prediction, the keys its JSON carries (`Prediction.to_json`'s)
+ANSWERED = ("iteration_ms", "memory_gb", "mfu", "samples_per_s", "tokens_per_s",
+            "tokens_per_s_per_gpu", "memory_tight", "scaling_efficiency")
+
+
 @dataclass
 class Option:
     """One candidate: its prediction (None where it could not be priced), the whole job's
-    hours and cost, and whether it is feasible (`reasons` say why not)."""
+    hours and cost, and whether it is feasible (`reasons` say why not).
+
+    Attributes:
+      device: the catalogued GPU.
+      gpus: in all, over every node.
+      prediction: its iteration priced (`Prediction`; its JSON's keys `ANSWERED` are the
+        option's own); null where it could not be priced.
+      hours: the whole job's hours.
+      cost_usd: the whole job's cost: hours x GPUs x the device's price (null: no price).
+      reasons: why it is not feasible, one line each (empty: feasible).
+      layout: how each count is split (with `global_batch` or `strategies`).
+      nodes: the nodes `gpus` fill, where priced (`whole_nodes`).
+    """
 
     device: str
-    gpus: int  # in all
+    gpus: int
     prediction: Prediction | None
     hours: float | None = None
     cost_usd: float | None = None
     reasons: list[str] = field(default_factory=list)
-    layout: Layout | None = None  # with `Plan.global_batch` or `Plan.strategies`
-    nodes: int | None = None  # the nodes `gpus` fill, where priced (`whole_nodes`)
+    layout: Layout | None = None
+    nodes: int | None = None
 
     @property
     def feasible(self) -> bool:
+        """Whether it fits, meets the deadline and the budget (no `reasons`)."""
         return not self.reasons
+
+    @property
+    def hours_band(self) -> list[float] | None:
+        """The whole job's 80% band, hours (with the prediction's band only)."""
+        p = self.prediction
+        return [s / 3600 for s in p.job_interval_s] if p and p.job_interval_s else None
 
     def __str__(self) -> str:
         """One line, as a plan's table row reads: the GPUs, the layout, the job's hours and
@@ -151,11 +185,8 @@ class Option:
         if self.layout is not None:
             d.update(layout=dataclasses.asdict(self.layout))
         if p is not None:
-            band = p.job_interval_s and [s / 3600 for s in p.job_interval_s]
-            d.update(iteration_ms=p.iteration_ms, hours_band=band, memory_gb=p.memory_gb,
-                     mfu=p.mfu, samples_per_s=p.samples_per_s, tokens_per_s=p.tokens_per_s,
-                     tokens_per_s_per_gpu=p.tokens_per_s_per_gpu, memory_tight=p.tight,
-                     scaling_efficiency=p.scaling_efficiency)
+            said = p.to_json()
+            d.update(hours_band=self.hours_band, **{k: said.get(k) for k in ANSWERED})
         return d
 
 

@@ -76,6 +76,26 @@ def _schema(plan: bool = False) -> dict:
         "type": "object", "required": ["model"], "properties": props}}}}}
 
 
+def _option(predicted: dict) -> dict:
+    """The JSON schema of a plan's candidate (`plan.Option.to_json`): its fields, the keys of
+    its prediction it carries (`plan.ANSWERED`, as `predicted` describes them) and its
+    layout's."""
+    from mdot_jax.serving import plan
+
+    option = schema.answer_schema(plan.Option, {k: k for k in ("feasible", "hours_band")})
+    props = option["properties"]
+    said = props.pop("prediction")["description"]
+    props.update({k: predicted["properties"][k] for k in plan.ANSWERED}, layout={
+        "anyOf": [schema.answer_schema(plan.Layout, {}), {"type": "null"}],
+        "description": props["layout"]["description"]})
+    return dict(option, description=f"a candidate; its prediction: {said}")
+
+
+def _answers(said: str, body: dict) -> dict:
+    """The OpenAPI responses of a route whose 200 answers JSON `body`, said so."""
+    return {"200": {"description": said, "content": {"application/json": {"schema": body}}}}
+
+
 class _Answer(Exception):
     """A 4xx answer: its status and one line."""
 
@@ -321,14 +341,15 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
 
     one = schema.answer_schema(Prediction, DERIVED)  # one, or a list for several
 
-    @app.post("/v1/predict", openapi_extra=dict(_schema(), responses={"200": {
-        "description": "the prediction (a list where batch_size or gpus gives several)",
-        "content": {"application/json": {"schema": {"anyOf": [
-            one, {"type": "array", "items": one}]}}}}}))
+    @app.post("/v1/predict", openapi_extra=dict(_schema(), responses=_answers(
+        "the prediction (a list where batch_size or gpus gives several)",
+        {"anyOf": [one, {"type": "array", "items": one}]})))
     async def predict_(request: Request) -> Any:
         return await answered("predict", request)
 
-    @app.post("/v1/plan", openapi_extra=_schema(plan=True))
+    @app.post("/v1/plan", openapi_extra=dict(_schema(plan=True), responses=_answers(
+        "the candidates, ranked: feasible first by cost (by time where no price is known)",
+        {"type": "array", "items": _option(one)})))
     async def plan_(request: Request) -> Any:
         return await answered("plan", request)
 
