@@ -61,28 +61,26 @@ def _valued(schema: dict, values: Sequence[str]) -> dict:
     return schema
 
 
-def field_schemas(cls: type, choices: Mapping[str, Sequence[str]], skip: int = 1
-                  ) -> dict[str, dict]:
+def field_schemas(cls: type, choices: Mapping[str, Sequence[str]], skip: int = 1,
+                  defaults: bool = True) -> dict[str, dict]:
     """Field -> its JSON schema (module docs), for every field of the dataclass `cls` but its
-    first `skip` (the model, the job)."""
+    first `skip` (the model, the job); `defaults`: a request's (an answer has none)."""
     hints, said = typing.get_type_hints(cls), descriptions(cls)
     out = {}
     for f in dataclasses.fields(cls)[skip:]:
         schema = json_type(hints[f.name])
         if f.name in choices:
             schema = _valued(schema, choices[f.name])
-        if f.default is not dataclasses.MISSING:
+        if defaults and f.default is not dataclasses.MISSING:
             schema["default"] = list(f.default) if isinstance(f.default, tuple) else f.default
         out[f.name] = dict(schema, description=said.get(f.name, ""))
     return out
 
 
-
 def answer_schema(cls: type, derived: Mapping[str, str]) -> dict:
     """The JSON object `cls.to_json` writes: its fields and its `derived` keys, each the
     value of a property of `cls` (key -> the property's name), typed from what it returns."""
-    props = {k: {kk: vv for kk, vv in v.items() if kk != "default"}
-             for k, v in field_schemas(cls, {}, skip=0).items()}
+    props = field_schemas(cls, {}, skip=0, defaults=False)
     for key, name in derived.items():
         got = getattr(cls, name)
         props[key] = dict(json_type(typing.get_type_hints(got.fget).get("return")),

@@ -9,8 +9,8 @@
                        ranked plans
     GET  /v1/devices   the GPU catalog
     GET  /healthz      {"status": "ok", "version"}
-The schema is at /openapi.json (and /docs): every field typed, its values and default, and
-its description from the request types (`schema`). The rules:
+The schema is at /openapi.json (and /docs): every field of a request and of an answer typed
+and described from the request and answer types (`schema`). The rules:
 - a model is uploaded once and named by the SHA-256 of its bytes afterwards; the files live in
   `cache_dir/models` (written to a temporary name and renamed, so concurrent uploads of one
   model are safe), at most `max_models` of them (the least recently used go first); its
