@@ -14,7 +14,7 @@ import onnx
 
 from converters.errors import ConversionError, PastPositions
 from converters.fusion import Node as _Node
-from converters.tensors import _NO_SHAPE, TOKEN_TYPES, _Tensor
+from converters.tensors import _NO_SHAPE, TOKEN_TYPES, _Tensor, token_inputs
 
 
 def merged_aliases(graph: onnx.GraphProto, weights: set[str], declared: set[str]
@@ -150,9 +150,8 @@ def refuse_sliced_positions(model: onnx.ModelProto, label: str) -> None:
     them, where shape inference failed (not a shape fixed at export). `model`: its data inputs
     concrete."""
     graph = model.graph
-    long = max((i.type.tensor_type.shape.dim[1].dim_value for i in graph.input
-                if len(i.type.tensor_type.shape.dim) == 2
-                and i.type.tensor_type.elem_type in TOKEN_TYPES), default=0)
+    long = max((i.type.tensor_type.shape.dim[1].dim_value for i in token_inputs(graph)),
+               default=0)
     consts = _constant_protos(graph)
     read_by: dict[str, list[onnx.NodeProto]] = {}
     for n in graph.node:

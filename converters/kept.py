@@ -31,7 +31,6 @@ class Kept:
             self.kept[ids] = (key, value)
         return value
 
-
     def each(self, key: tuple, part: Any, compute: Callable[[], Any]) -> Any:
         """`compute()` for `part` (hashable) of what `key` holds (a sequence's blocks, its
         layers), kept with `key`'s other parts."""

@@ -44,7 +44,7 @@ from converters.kind import (
     lowered_batchnorms,
 )
 from converters.sequence import PARAMS_KEY
-from converters.tensors import TOKEN_TYPES
+from converters.tensors import token_inputs
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -173,8 +173,7 @@ def lm_logits(model: onnx.ModelProto) -> dict | None:
             len(o.type.tensor_type.shape.dim) < 2 for o in graph.output):
         return None
     made = {o: n for n in graph.node for o in n.output}
-    tokens = {i.name for i in graph.input if len(i.type.tensor_type.shape.dim) == 2 and
-              i.type.tensor_type.elem_type in TOKEN_TYPES}
+    tokens = {i.name for i in token_inputs(graph)}
 
     def token(t: str) -> bool:  # the token input, or a view of it
         for _ in range(8):
@@ -191,8 +190,8 @@ def lm_logits(model: onnx.ModelProto) -> dict | None:
                    and dims[2].HasField("dim_value") and dims[2].dim_value in rows), None)
     if logits is None:
         return None
-    length = max((i.type.tensor_type.shape.dim[1].dim_value for i in graph.input
-                  if i.name in tokens), default=0)  # a sequence's tokens, where fixed
+    length = max((i.type.tensor_type.shape.dim[1].dim_value for i in token_inputs(graph)),
+                 default=0)  # a sequence's tokens, where fixed
     dims = logits.type.tensor_type.shape.dim
     return dict(logits=logits.name, classes=dims[2].dim_value,
                 **({"one_of": length} if dims[1].dim_value == 1 < length else {}))

@@ -102,7 +102,7 @@ def _print(args: argparse.Namespace, options: list) -> None:
           + f" {'tok/s/GPU':>9}" * tokens + f" {'MFU':>5}  why not")
     for o in options[:args.top] if args.top else options:
         p = o.prediction
-        band = p and p.job_interval_s and span(*(s / 3600 for s in p.job_interval_s), hours)
+        band = o.hours_band and span(*o.hours_band, hours)
         mfu = percent(p.mfu) if p and p.mfu is not None else "-"
         print(f"{o.device + ('*' if id(o) in front else ''):<{w}} {o.gpus:>5} "
               + (f"{str(o.layout or '-'):<24} " if split else "")

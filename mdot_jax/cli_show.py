@@ -97,7 +97,7 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
               + f"{plural(r.grad_accum, 'micro-batch')} of {r.batch_size}, "
               f"{plural(r.global_batch, 'sample')} an iteration; memory per GPU")
     if r.phases:
-        print(f"{at}of which " + ", ".join(f"{k} {number(v, 4)} ms" for k, v in r.phases.items()))
+        print(at + r.phases_said(figures=4))
     if r.memory_parts:
         said = dict(MEMORY_SAID, activations="activations") if r.memory_peak else MEMORY_SAID
         print(f"{at}memory" + (f" at its peak (in {r.memory_peak})" if r.memory_peak else "")

@@ -233,8 +233,7 @@ class Prediction:
                 if self.fits_with is not None else
                 "what would fit: `serving.fits.suggest(job, prediction)`")
         if self.phases:
-            lines.append("of which " + ", ".join(f"{k} {number(v)} ms"
-                                                 for k, v in self.phases.items()))
+            lines.append(self.phases_said())
         if self.job_s is not None:
             lo, hi = self.job_interval_s or (0.0, 0.0)
             lines.append(f"the job: {hours(self.job_s / 3600)} h" + (
@@ -242,6 +241,11 @@ class Prediction:
         if self.warnings:
             lines.append(f"{plural(len(self.warnings), 'warning')} (.warnings)")
         return "\n".join(lines)
+
+    def phases_said(self, figures: int = 3) -> str:
+        """Where the time goes, in words: `of which forward 261 ms, backward 490 ms, ...`."""
+        return "of which " + ", ".join(f"{k} {number(v, figures)} ms"
+                                       for k, v in self.phases.items())
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """IPython's and Jupyter's display of a cell's value: `str`'s lines (`repr` keeps
