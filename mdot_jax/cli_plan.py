@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from mdot_jax import cli_job, writers
@@ -29,14 +30,20 @@ COMMANDS = {
 
 
 def read_prices(path: str | None) -> dict[str, float] | None:
-    """`{"prices": {device: USD per GPU-hour}}` (the example in docs/prices.json), or a
-    plain mapping."""
+    """`{"prices": {device: USD per GPU-hour}}` (the example in docs/prices.json), a plain
+    mapping, or given inline: `h100-sxm=2.99,a100-sxm-80gb=1.79` (not a file's name)."""
     if path is None:
         return None
+    if "=" in path and not os.path.exists(path):
+        pairs = [_inline_price(path, part) for part in path.split(",")]
+        if len({k for k, _ in pairs}) < len(pairs):
+            raise UsageError(f"--prices {path}: a device priced twice")
+        return dict(pairs)
     try:
         data = json.loads(open(path).read())
     except (OSError, ValueError) as e:
-        raise UsageError(f"--prices {path}: not a readable JSON file ({e})") from None
+        raise UsageError(f"--prices {path}: not a readable JSON file ({e}); or inline, "
+                         "h100-sxm=2.99,l40s=0.99") from None
     prices = data.get("prices", data) if isinstance(data, dict) else None
     if not isinstance(prices, dict):
         raise UsageError(f"--prices {path}: expected {{\"prices\": {{\"h100-sxm\": 2.99, ...}}}}"
@@ -46,6 +53,16 @@ def read_prices(path: str | None) -> dict[str, float] | None:
             raise UsageError(f"--prices {path}: {k!r} is {json.dumps(v)}: expected a number "
                              "(USD per GPU-hour)")
     return {str(k): float(v) for k, v in prices.items()}
+
+
+def _inline_price(given: str, part: str) -> tuple[str, float]:
+    """One `NAME=USD` of an inline --prices."""
+    name, _, usd = part.partition("=")
+    try:
+        return name.strip(), float(usd)
+    except ValueError:
+        raise UsageError(f"--prices {given}: {part!r}: expected NAME=USD per GPU-hour "
+                         "(h100-sxm=2.99)") from None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -140,7 +157,8 @@ def add_commands(sub) -> None:
     g.add_argument("--gpus", type=_int_list, default=[1, 2, 4, 8], metavar="N[,M,...]",
                    help="GPU counts per node to try (default 1,2,4,8)")
     g.add_argument("--prices", metavar="FILE.json",
-                   help="USD per GPU-hour by device (an example: docs/prices.json)")
+                   help="USD per GPU-hour by device (an example: docs/prices.json), or "
+                   "inline: h100-sxm=2.99,l40s=0.99")
     g.add_argument("--deadline", type=POSITIVE_FLOAT, metavar="HOURS")
     g.add_argument("--budget", type=POSITIVE_FLOAT, metavar="USD")
     out.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front "

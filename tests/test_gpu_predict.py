@@ -942,6 +942,24 @@ def test_one_prediction_without_phases_is_drawn_as_its_iteration_and_band(tmp_pa
     figures.pyplot().close(drawn[0])
 
 
+def test_one_prediction_draws_at_most_the_operators_a_figure_names_legibly(tmp_path,
+                                                                            monkeypatch):
+    """`--top 70` listed 70 operators and drew 70 names over each other in 3.8 inches."""
+    from mdot_jax.serving import figures
+    from mdot_jax.serving.prediction import Prediction
+
+    drawn = []
+    monkeypatch.setattr(figures, "save", lambda fig, path: drawn.append(fig))
+    ops = [dict(type="Add", name=f"/add_{i}", ms=100.0 - i, index=i) for i in range(40)]
+    p = Prediction(iteration_ms=sum(o["ms"] for o in ops), device="nvidia-h100-sxm", num_ops=40,
+                   operators=ops, phases={"forward": 3000.0, "backward": 1000.0 - 780.0})
+    figures.step(p, tmp_path / "s.png", top=35)
+    bars = drawn[0].axes[2]
+    assert len(bars.patches) == figures.DRAWN < 35 and "(of 35 listed)" in bars.get_title()
+    assert bars.patches[0].get_width() == 100.0 and drawn[0].get_figheight() > 3.8
+    figures.pyplot().close(drawn[0])
+
+
 @pytest.mark.parametrize("lo,hi,ticks", [
     (15_600, 207_000, [20_000, 50_000, 100_000, 200_000]),  # 1, 2, 5 a decade
     (8.9, 23.0, [10, 15, 20]),  # less than a decade: finer

@@ -246,6 +246,14 @@ def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys, monkeypatch
     prices.write_text(json.dumps({"prices": {"h100-sxm": "3.99"}}))  # the entry, by name
     assert main(args) == 2
     assert "'h100-sxm' is \"3.99\": expected a number" in capsys.readouterr().err
+    # or inline, as a scheduler's script would write them: the same plan as the file's
+    inline = ",".join(f"{k}={v}" for k, v in PRICES.items())
+    assert main([*args[:-4], "--prices", inline, *args[-2:], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == rows
+    for given, needle in (("h100-sxm=abc", "'h100-sxm=abc': expected NAME=USD"),
+                          ("l4=1,l4=2", "a device priced twice")):
+        assert main([*args[:-4], "--prices", given]) == 2
+        assert needle in capsys.readouterr().err
 
 
 def test_the_shipped_example_prices_name_catalogued_gpus():

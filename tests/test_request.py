@@ -199,6 +199,7 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(tp=[1, 8]), "tp"), (dict(nodes=[2]), "nodes"), (dict(seq_len=[64]), "seq_len"),
     (dict(image_size=[1, 8]), "image_size"), (dict(input_shapes=5), "input_shapes"),
     (dict(input_shapes={"x": 5}), "input_shapes"),
+    (dict(operators="no"), "operators"),  # a truthy string asked for the operators
 ])
 def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     onnx.save(conv_bn_relu(), tmp_path / "m.onnx")

@@ -105,13 +105,18 @@ def predictions(rows: Sequence[Prediction], path: str | Path, model: str = "") -
     save(fig, path)
 
 
+DRAWN = 30  # operators a figure names legibly; more are listed, not drawn
+
+
 def step(p: Prediction, path: str | Path, model: str = "", top: int = 0) -> None:
     """Where one prediction's iteration goes by phase (forward, backward, update,
     communication, ...; one bar with its 80% band where it has no phases) and its memory a
     GPU by what holds it against the device's; with `top`, its `top` costliest operators
-    summed over the layers of a stack (`by_layer`)."""
+    summed over the layers of a stack (`by_layer`), at most `DRAWN`."""
     ops = by_layer(p.operators)[:top] if top and p.operators else []
-    fig, axes = pyplot().subplots(1, 3 if ops else 2, figsize=(13 if ops else 9.5, 3.8),
+    listed, ops = len(ops), ops[:DRAWN]
+    fig, axes = pyplot().subplots(1, 3 if ops else 2, figsize=(
+        13 if ops else 9.5, max(3.8, 1.6 + 0.11 * len(ops))),
                                   gridspec_kw={"width_ratios": [1, 1, 1.3][:3 if ops else 2]})
     time, memory = axes[0], axes[1]
     _stacked(time, p.phases or {"iteration": p.iteration_ms}, "ms")
@@ -138,7 +143,8 @@ def step(p: Prediction, path: str | Path, model: str = "", top: int = 0) -> None
         axes[2].barh(range(len(ops)), [o["ms"] for o in ops], color="C0")
         axes[2].set_yticks(range(len(ops)), names, fontsize=6)
         axes[2].invert_yaxis()
-        axes[2].set(title=f"the {len(ops)} costliest operators", xlabel="ms a micro-batch")
+        axes[2].set(title=f"the {len(ops)} costliest operators" + (
+            f" (of {listed} listed)" if listed > len(ops) else ""), xlabel="ms a micro-batch")
     fig.suptitle(f"{model or 'the model'} on {p.device}" + (
         f", {p.gpus} GPUs" if p.gpus > 1 else "") + f", batch {p.batch_size}", fontsize=10)
     fig.tight_layout()

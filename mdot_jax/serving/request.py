@@ -253,7 +253,7 @@ class TrainingJob:
         for name in ("precision", "frozen_weights", "optimizer", "layout", "step", "strategy",
                      "interconnect", "activation_checkpointing", "attention", "framework"):
             choice(name, getattr(self, name), CHOICES[name])  # None: the default, given
-        for name in ("fused_optimizer", "clip_grad_norm", "compile"):
+        for name in ("fused_optimizer", "clip_grad_norm", "compile", "operators"):
             boolean(name, getattr(self, name))
         sharded = [(f, v) for f, v, plain in (("strategy", self.strategy, "ddp"),
                                               ("tp", self.tp, 1), ("pp", self.pp, 1),

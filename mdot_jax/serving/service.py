@@ -203,7 +203,7 @@ def _once(pairs: list) -> dict:
 
 def _known(body: dict, extra: tuple = ()) -> None:
     """Every field of `body` one the request takes, its model given."""
-    fields = ["model", *JOB_FIELDS, *extra]
+    fields = list(dict.fromkeys(["model", *JOB_FIELDS, *extra]))  # a plan's gpus once
     if unknown := sorted(set(body) - set(fields)):
         e = not_a_field(unknown[0], fields)
         raise _Answer(422, str(e), e.field)
