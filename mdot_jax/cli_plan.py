@@ -86,7 +86,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                             prices=read_prices(args.prices), deadline_h=args.deadline,
                             budget_usd=args.budget, global_batch=args.global_batch,
                             cps=tuple(cps) if len(cps) > 1 else (),
-                            strategies=args.strategies or ())
+                            strategies=args.strategies or (), roomy=args.roomy)
     if args.plot:  # before the search: a plot that cannot be written is said at once
         writers.prepare_file(args.plot, force=args.force, flag="--plot")
     try:
@@ -168,6 +168,9 @@ def add_commands(sub) -> None:
                    help="samples an iteration, held fixed: split each GPU count every way "
                         "(tensor, pipeline, data parallel, each --cp; micro-batches up to "
                         "--batch-size x accumulation; checkpointing where it would not fit)")
+    g.add_argument("--roomy", action="store_true",
+                   help="a feasible plan leaves a tenth of the GPU's memory free (a tight one, "
+                   "!, may not fit: listed with why)")
     g.add_argument("--strategies", metavar="S[,S,...]",
                    help="the data-parallel strategies each GPU count (each layout, with "
                         f"--global-batch) is priced with, the best kept ({', '.join(STRATEGIES)};"

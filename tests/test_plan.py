@@ -164,6 +164,25 @@ def test_a_plan_that_does_not_fit_says_what_searches_for_one_that_does(model, ca
     assert row.startswith("nvidia-l4 ") and "does not fit" in row and "*" not in row
 
 
+def test_a_roomy_plan_lists_a_tight_step_infeasible(model, monkeypatch, capsys):
+    """A scheduler that cannot afford a run that dies of memory asks for a tenth free."""
+    from mdot_jax.serving import prediction
+
+    monkeypatch.setattr(prediction, "TIGHT", 0.0)  # every step that fits is tight
+    kept, roomy = (plan(Plan(_job(model), devices="l4", gpus=(1, 2), roomy=r))
+                   for r in (False, True))
+    assert all(o.feasible and o.prediction.tight for o in kept)
+    assert [o.to_json()["iteration_ms"] for o in roomy] == [
+        o.to_json()["iteration_ms"] for o in kept]  # priced alike, judged apart
+    assert all(o.reasons == [f"{number(o.prediction.memory_gb)} GB per GPU may not fit in the "
+                             "nvidia-l4's 24 GB (roomy: a tenth kept free)"] for o in roomy)
+    with pytest.raises(RequestError, match="^roomy 'yes': true or false"):
+        Plan(_job(model), roomy="yes")
+    assert main(["plan", model, "--batch-size", "32", "--epochs", "1", "--dataset-size", "1000",
+                 "--devices", "l4", "--gpus", "1", "--roomy"]) == 0
+    assert "0 of 1 plans feasible" in capsys.readouterr().out
+
+
 def test_devices_as_one_string_as_on_the_command_line(model, capsys):
     assert Plan(_job(model), devices="all").devices == ("all",)
     assert len(plan(Plan(_job(model), devices="h100-sxm,l4", gpus=(1,)))) == 2

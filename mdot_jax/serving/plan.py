@@ -7,7 +7,8 @@ The rules:
   board's 8: `whole_nodes`) is that many whole nodes, a count that fills none refused; the
   job's model is converted once, every candidate priced by the front door
   (`front.predict`) with the job's own fields (precision, parallel plan, batch, ...);
-- it is feasible when it fits (`Prediction.fits`: its memory within the GPU's), finishes by the
+- it is feasible when it fits (`Prediction.fits`: its memory within the GPU's; `roomy`: not
+  `Prediction.tight` either), finishes by the
   deadline (`deadline_h`, the whole job's time) and costs at most the budget (`budget_usd`:
   the job's hours x GPUs x the device's USD per GPU-hour in `prices`);
 - feasible plans first, by cost (by time where no price is known), then the others with
@@ -424,6 +425,9 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
                 " (hsdp: within each node)" if request.job.nodes > 1 else "")
         o.reasons.append(f"does not fit in the {gpu.name}'s {gpu.memory_gb:g} GB "
                          f"({number(p.memory_gb)} GB per GPU{search})")
+    elif request.roomy and p.tight:
+        o.reasons.append(f"{number(p.memory_gb)} GB per GPU may not fit in the {gpu.name}'s "
+                         f"{gpu.memory_gb:g} GB (roomy: a tenth kept free)")
     if request.deadline_h is not None and o.hours is not None and o.hours > request.deadline_h:
         o.reasons.append(f"{hours(o.hours)} h: past the deadline ({request.deadline_h:g} h)")
     if request.budget_usd is not None:

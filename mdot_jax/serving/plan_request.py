@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 
 from mdot_jax.errors import RequestError, fields_named
 from mdot_jax.options import STRATEGIES
-from mdot_jax.serving.fields import choice, plain_fields, positive, positive_int, positive_ints
+from mdot_jax.serving.fields import (
+    boolean,
+    choice,
+    plain_fields,
+    positive,
+    positive_int,
+    positive_ints,
+)
 from mdot_jax.serving.request import TrainingJob
 
 CHOICES = {"strategies": STRATEGIES}  # a field's values (each of a list's), by field
@@ -36,6 +43,8 @@ class Plan:
         (tensor, pipeline, data parallel, micro-batches; `plan` module docs).
       cps: with global_batch, the context-parallel degrees to try.
       strategies: the data-parallel strategies to try (`options.STRATEGIES`), the best kept.
+      roomy: a feasible plan leaves a tenth of each GPU's memory free (`Prediction.tight`:
+        estimates of measured peaks err by up to a fifth); a tight one is listed infeasible.
     """
 
     job: TrainingJob
@@ -47,11 +56,13 @@ class Plan:
     global_batch: int | None = None
     cps: Sequence[int] = ()
     strategies: Sequence[str] = ()
+    roomy: bool = False
 
     def __post_init__(self):
         if not isinstance(self.job, TrainingJob):
             raise RequestError("job: a TrainingJob", "job")
         plain_fields(self)  # every field but the job
+        boolean("roomy", self.roomy)
         if self.job.train_tokens is None and self.job.epochs is None:
             raise RequestError("epochs: a plan prices the whole job; give epochs and "
                                "dataset_size, or train_tokens", "epochs")
