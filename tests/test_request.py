@@ -210,6 +210,16 @@ def test_a_field_that_means_nothing_is_refused_by_name(tmp_path, fields, field):
     assert "\n" not in str(e.value)
 
 
+def test_a_spec_sheet_listed_as_one_is_read_as_it_and_a_list_of_two_said_short():
+    from mdot_jax.gpu import catalog
+
+    spec = dict(catalog.find("l4").to_json(), name="my-l4", aliases=[])
+    job = TrainingJob(model="m.onnx", batch_size=8, device_spec=[spec])
+    assert job.device_spec == spec  # as `mdot devices --json NAME` writes it
+    with pytest.raises(RequestError, match=r"^device_spec \[\{\.\.\.\}, \{\.\.\.\}\]: name one"):
+        TrainingJob(model="m.onnx", batch_size=8, device_spec=[spec, spec])  # not both sheets
+
+
 def test_a_misspelt_keyword_is_a_request_error_naming_the_field_meant():
     """`TrainingJob(seq_length=...)` was Python's TypeError, past `except MdotError`."""
     from mdot_jax.serving.plan import Plan

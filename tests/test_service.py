@@ -227,6 +227,13 @@ def test_a_gpu_the_catalog_lacks_is_described_in_the_request(server):
     same = client.post("/v1/predict", json={"model": sha, "batch_size": 2,
                                             "device": "h100-sxm"}).json()
     assert r.json()["iteration_ms"] == pytest.approx(same["iteration_ms"])
+    # `mdot devices --json NAME` writes a list of one: pasted as it is, read as its one
+    listed = client.post("/v1/predict", json={"model": sha, "batch_size": 2,
+                                              "device_spec": [spec]})
+    assert listed.status_code == 200 and listed.json() == r.json(), listed.text
+    two = client.post("/v1/predict", json={"model": sha, "batch_size": 2,
+                                           "device_spec": [spec, spec]})
+    assert two.status_code == 422 and len(two.json()["error"]) < 200, two.text
 
 
 def test_a_conversion_error_names_the_model_not_the_servers_file(server):

@@ -7,6 +7,7 @@ combination that would mean nothing is a `RequestError` naming the field, never 
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -49,6 +50,8 @@ from mdot_jax.serving.fields import (
 
 MODEL_TYPES = (str, Path, bytes, onnx.ModelProto, OperatorSequence)  # what `model` may be
 # a field's values, by field (`mdot_jax.options`): checked where made, and the service's schema
+_SHORT = reprlib.Repr()  # a value said back: a list of mappings as `[{...}, {...}]`
+_SHORT.maxlevel = 1
 CHOICES = {"precision": PRECISIONS, "frozen_weights": FROZEN_WEIGHTS,
            "optimizer": SPEC_SHEET_OPTIMIZERS, "layout": LAYOUTS, "step": STEPS,
            "strategy": STRATEGIES, "interconnect": INTERCONNECTS,
@@ -82,7 +85,8 @@ class TrainingJob:
       device: a GPU of the catalog (`mdot devices`: priced from its spec sheet), or the
         device a checkpoint predicts for; None: the checkpoint's.
       device_spec: a JSON file describing a GPU the catalog lacks, or its object (a dict of
-        the catalog's fields: `mdot devices --json NAME` writes one to start from).
+        the catalog's fields: `mdot devices --json NAME` writes one to start from, a list of
+        one, read as its one).
       checkpoint: a shipped checkpoint's name or a folder; None: chosen from the device.
       precision: `options.PRECISIONS`; None: the device's usual (fp32 on CPUs and GPUs
         priced from their spec sheet, amp-fp16 on a GPU checkpoint).
@@ -242,11 +246,15 @@ class TrainingJob:
         positive_int("nodes", self.nodes)
         positive_int("grad_accum", self.grad_accum)
         self._check_model_parallel(counts)
+        spec = self.device_spec  # `mdot devices --json NAME`'s list of one, as its file reads
+        if isinstance(spec, (list, tuple)) and len(spec) == 1 and isinstance(spec[0], Mapping):
+            object.__setattr__(self, "device_spec", spec[0])
         for name, kinds in (("device", (str, Path)), ("device_spec", (str, Path, Mapping)),
                             ("checkpoint", (str, Path))):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, kinds) or not str(value)):
-                raise RequestError(f"{name} {value!r}: name one (or leave it out)", name)
+                raise RequestError(f"{name} {_SHORT.repr(value)}: name one (or leave it "
+                                   "out)", name)
         if self.device_spec is not None and self.device:
             raise RequestError("device_spec: describes the device itself; drop device",
                                "device_spec")

@@ -119,6 +119,8 @@ class ModelStore:
     def put_spec(self, spec: Any) -> str:
         """A request's `device_spec`, a JSON object, as the file `TrainingJob` reads: a name is
         refused (the service reads no file of its own that a request names)."""
+        if isinstance(spec, list) and len(spec) == 1:  # `mdot devices --json NAME`'s list of one
+            spec = spec[0]
         if not isinstance(spec, dict):
             raise _Answer(422, "device_spec: the GPU's spec sheet as a JSON object of the "
                           "catalog's fields (GET /v1/devices shows them), not a file's name",
