@@ -97,8 +97,8 @@ class Layout:
 
 def width(seq: OperatorSequence) -> int:
     """The model's width: the most common inner dimension of its weight GEMMs."""
-    ks = [int(c[_C["mm_k"]]) for c, (_, op, _) in zip(seq.config, classified(seq))
-          if op == "linear"]
+    ks = KEPT.get(("linear ks", seq), lambda: [int(c[_C["mm_k"]]) for c, (_, op, _) in zip(
+        seq.config, classified(seq)) if op == "linear"])
     if not ks:
         raise RequestError("tp: the model has no weight GEMMs to split", "tp")
     values, counts = np.unique(ks, return_counts=True)

@@ -319,7 +319,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     scale, band, band_from = model.banded(adapted, precision, total, banded, warnings)
     p = Prediction(iteration_ms=total * scale, device=gpu.name, num_ops=seq.num_ops,
                    input_size=input_size_of(seq), warnings=warnings,
-                   operators=[dict(o, ms=float(o["ms"]) * scale) for o in operators],
+                   operators=operators if scale == 1.0 else [
+                       dict(o, ms=float(o["ms"]) * scale) for o in operators],
                    phases={k: v * scale for k, v in phases.items()}, interval_ms=band,
                    band_from=band_from)
     memory = step_memory(seq, precision, held_optimizer(optimizer, step), fused=blocks,

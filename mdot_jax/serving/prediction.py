@@ -255,11 +255,9 @@ class Prediction:
     def node_ms(self, nodes: int) -> np.ndarray:
         """`[nodes]` ms of each node of the priced sequence, the casts around it included (the
         operators with an `index`; the update and the host's gaps are on no node)."""
-        ms = np.zeros(nodes)
-        for o in self.operators or []:
-            if "index" in o:
-                ms[o["index"]] += o["ms"]
-        return ms
+        on = [(o["index"], o["ms"]) for o in self.operators or [] if "index" in o]
+        index, ms = zip(*on) if on else ((), ())
+        return np.bincount(np.asarray(index, np.int64), np.asarray(ms, np.float64), nodes)
 
     def with_phases(self, phases: dict[str, float], **changes) -> Prediction:
         """`self` with other phases: the time is their sum and the band, a relative one,
