@@ -171,7 +171,8 @@ def add_job_args(parser: argparse.ArgumentParser, plan: bool = False
                         "--cp)" + ("; with --global-batch, several: each tried" if plan else ""))
     p.add_argument("--interconnect", choices=INTERCONNECTS, help="within a node")
     p.add_argument("--network-gbs", type=POSITIVE_FLOAT,
-                   help="GB/s between nodes, per direction (default: the GPU's DGX NICs, else 25)")
+                   help="gigabytes/s a node sends to the others, per direction: its NICs' "
+                   "gigabits / 8 (eight 400 Gb/s NICs: 400; default: the GPU's DGX NICs, else 25)")
     p.add_argument("--offload", choices=OFFLOADS,
                    help="DeepSpeed's ZeRO-Offload: the Adam optimizer (its state, fp32 master "
                         "weights and update) in the host's memory, on its CPUs; params: the "

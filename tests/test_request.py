@@ -93,6 +93,11 @@ def test_the_time_to_train_on_n_tokens(capsys, tmp_path):
     cli = _cli_json(capsys, "predict", tmp_path / "t.onnx", "--batch-size", 8, "--device",
                     "h100-sxm", "--gpus", 8, "--grad-accum", 2, "--tokens", "1e9")
     assert cli["job_s"] == p.job_s and cli["tokens_per_s"] == p.tokens_per_s
+    # the table says what the job was read as: a dataset of tokens given as samples shows
+    assert main(["predict", str(tmp_path / "t.onnx"), "--batch-size", "8", "--device",
+                 "h100-sxm", "--gpus", "8", "--grad-accum", "2", "--tokens", "1e9"]) == 0
+    assert f"the job: {iterations:,} iterations of 128 samples, 1B tokens" in \
+        capsys.readouterr().out  # 1e9 asked, whole iterations of 128 x 32 tokens run
     # JSON's 1e9 is a float: a whole one is the count, as on the command line
     job = TrainingJob(model=str(tmp_path / "t.onnx"), batch_size=8, train_tokens=1e9,
                       epochs=None)

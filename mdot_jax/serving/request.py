@@ -152,8 +152,9 @@ class TrainingJob:
         data-parallel gradients all-reduced after the backward, in fp16 at amp-fp16).
       interconnect: between a node's GPUs (default: NVLink where every GPU reaches the
         others by it).
-      network_gbs: between nodes, GB/s a node per direction (default: the catalog's
-        `network_gbs` of the GPU, its DGX's NICs, else `parallel.NETWORK_GBS`).
+      network_gbs: between nodes, gigabytes/s a node per direction: its NICs' gigabits / 8
+        (eight 400 Gb/s NICs: 400; default: the catalog's `network_gbs` of the GPU, its DGX's
+        NICs, else `parallel.NETWORK_GBS`).
       offload: `optimizer` (DeepSpeed's ZeRO-Offload: Adam's state, the fp32 master weights and
         the update in the host's memory, on its CPUs) or `params` (ZeRO-3's parameter offload
         too); `gpu.offload`.
