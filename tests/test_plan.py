@@ -218,6 +218,19 @@ def test_a_sequence_field_given_none_is_its_default(model):
         [o.hours for o in plan(Plan(job, **asked))]
 
 
+@pytest.mark.parametrize("field,value", [
+    ("device", "h100-sxm"), ("device_spec", {"name": "my-gpu"}), ("checkpoint", "timm-rtx3090")])
+def test_a_device_of_the_jobs_is_refused_not_ignored(model, field, value):
+    """A plan prices its devices: the job's own device (or spec sheet, or checkpoint) was
+    silently dropped, every catalogued GPU priced in its place."""
+    for devices in ("l4", "all"):  # a device the plan names is its own (a job reused)
+        with pytest.raises(RequestError, match=f"^{field}: a plan prices ") as e:
+            Plan(_job(model, **{field: value}), devices=devices)
+        assert e.value.field == field
+    if field == "device":
+        assert Plan(_job(model, device="h100-sxm"), devices="h100-sxm,l4").job.device
+
+
 def test_a_plan_needs_the_jobs_size(model):
     with pytest.raises(RequestError, match="epochs: a plan prices the whole job"):
         Plan(TrainingJob(model=model, batch_size=8))

@@ -157,6 +157,10 @@ def test_plan_ranks_the_devices(server):
     assert r.status_code == 200 and [row["layout"]["strategy"] for row in sorted(
         r.json(), key=lambda row: row["gpus"])] == ["ddp", "fsdp"], r.text  # one GPU: DDP
     r = client.post("/v1/plan", json={"model": sha, "batch_size": 4, "deadline_hours": 3})
+    for field, value in (("device", "h100-sxm"), ("device_spec", {"name": "my-gpu"})):
+        r2 = client.post("/v1/plan", json={"model": sha, "batch_size": 4, "epochs": 1,
+                                           "dataset_size": 10000, field: value})
+        assert r2.status_code == 422 and r2.json()["field"] == field, r2.text  # not ignored
     said = r.json()["error"]  # the fields a plan takes, each once (gpus: the job and the plan)
     assert r.status_code == 422 and "did you mean deadline_h?" in said and said.count(" gpus,") == 1
     r = client.post("/v1/plan", json={"model": sha, "batch_size": 4, "epochs": 1,

@@ -28,10 +28,11 @@ class Plan:
     """A planning request: the job priced on every candidate (`plan.plan`).
 
     Attributes:
-      job: the training job, with epochs and dataset_size, or train_tokens (its own device
-        and gpus are not read: `plan.job_for_plan(**fields)` builds one that names a split or
-        a sharded strategy); every GPU at its precision (none named: fp32, the spec sheets'
-        default).
+      job: the training job, with epochs and dataset_size, or train_tokens; no device_spec
+        or checkpoint, and a device only among devices (refused: the plan's devices are
+        priced, a job's own would be ignored); its gpus are not read
+        (`plan.job_for_plan(**fields)` builds one that names a split or a sharded strategy);
+        every GPU at its precision (none named: fp32, the spec sheets' default).
       devices: catalogued GPUs (a name several boards share: each of them; one string of
         names with commas); "all": every catalogued GPU.
       gpus: the counts of GPUs per node to price each device at (a count past what a node
@@ -63,6 +64,12 @@ class Plan:
             raise RequestError("job: a TrainingJob", "job")
         plain_fields(self)  # every field but the job
         boolean("roomy", self.roomy)
+        for name, instead in (("device_spec", "catalogued GPUs (devices); one it lacks: "
+                               "predict the job on it at each count"),
+                              ("checkpoint", "GPUs from their spec sheets")):
+            if getattr(self.job, name) is not None:  # read by no candidate: said, not ignored
+                raise RequestError(f"{name}: a plan prices {instead}, not the job's {name}",
+                                   name)
         if self.job.train_tokens is None and self.job.epochs is None:
             raise RequestError("epochs: a plan prices the whole job; give epochs and "
                                "dataset_size, or train_tokens", "epochs")
@@ -79,6 +86,9 @@ class Plan:
             raise RequestError(f"devices {self.devices!r}: name catalogued GPUs, or 'all'",
                                "devices")
         positive_ints("gpus", list(self.gpus))
+        if (device := self.job.device) is not None and not self._names(str(device)):
+            raise RequestError(f"device: a plan prices each GPU of devices, not the job's "
+                               f"device; give devices=[{str(device)!r}] (or no device)", "device")
         for name in ("deadline_h", "budget_usd"):
             if getattr(self, name) is not None:
                 positive(name, getattr(self, name))
@@ -133,6 +143,16 @@ class Plan:
             return list(catalog.named(self.devices).values())
         except ValueError as e:
             raise RequestError(f"devices: {e}", "devices") from None
+
+    def _names(self, device: str) -> bool:
+        """Whether `devices`, named (not "all"), holds the catalogued GPU `device`."""
+        from mdot_jax.gpu import catalog
+
+        try:
+            return list(self.devices) != ["all"] and catalog.find(device).name in {
+                g.name for g in self.candidates()}
+        except (ValueError, RequestError):  # no such GPU, or several: not one named
+            return False
 
     def price_of(self, gpu) -> float | None:
         """USD per GPU-hour of `gpu` from `prices`, by any of its names."""
