@@ -52,6 +52,15 @@ def test_an_unknown_name_is_one_error_naming_the_close_ones():
 def test_an_error_about_a_named_models_config_names_the_model_not_the_packages_file():
     message = f"{find('gpt2').config}: 2048 tokens are more than its n_positions (1024) allows"
     assert said(message) == "gpt2: 2048 tokens are more than its n_positions (1024) allows"
+    # from Python too (the CLI and the service said it so; `predict` and `plan` named the file)
+    from mdot_jax import MdotError, predict
+    from mdot_jax.serving.plan import Plan, plan
+
+    job = TrainingJob(model="gpt2", seq_len=128, batch_size=4, target_len=64, train_tokens=10**6)
+    for call in (lambda: predict(job), lambda: plan(Plan(job, devices="h100-sxm"))):
+        with pytest.raises(MdotError, match="^gpt2: target_len 64: ") as e:
+            call()
+        assert e.value.field == "target_len" and str(HOME) not in str(e.value)
 
 
 def test_the_index_and_the_config_files_agree():

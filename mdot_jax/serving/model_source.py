@@ -33,7 +33,7 @@ from mdot_jax import writers
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.gpu import compiled
 from mdot_jax.options import FLASH_ATTN
-from mdot_jax.serving import exports
+from mdot_jax.serving import exports, named_models
 from mdot_jax.serving.model_facts import check_converted, input_size_of
 from mdot_jax.serving.request import TrainingJob, in_fields
 
@@ -54,15 +54,17 @@ class ModelError(MdotError, ConversionError):
 
 
 def model_errors(f: Callable[P, R]) -> Callable[P, R]:
-    """`f` raising the converters' errors as `ModelError`s."""
+    """`f` raising the converters' errors as `ModelError`s, a named model's config.json said
+    by its name (`named_models.said`: the package's folders are not the user's)."""
     @functools.wraps(f)
     def said(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return f(*args, **kwargs)
+        except MdotError as e:
+            e.args = (named_models.said(str(e)), *e.args[1:])
+            raise
         except ConversionError as e:
-            if isinstance(e, MdotError):
-                raise
-            raise ModelError(*in_fields(str(e))) from None
+            raise ModelError(*in_fields(named_models.said(str(e)))) from None
     return said
 
 
