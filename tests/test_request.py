@@ -394,5 +394,5 @@ def test_numpys_numbers_are_the_same_request(models):
     with pytest.raises(RequestError, match="batch_size"):
         TrainingJob(**base, batch_size=np.bool_(True))
     plan = Plan(TrainingJob(**base, batch_size=8, epochs=1, dataset_size=1000),
-                gpus=np.array([1, 2]), deadline_h=np.float64(3))
+                devices="h100-sxm", gpus=np.array([1, 2]), deadline_h=np.float64(3))
     assert plan.gpus == (1, 2) and json.dumps([plan.gpus, plan.deadline_h])
