@@ -58,12 +58,16 @@ def lora_targets(text: str | None) -> tuple[str, ...] | None:
 def count(text: str) -> int:
     """A positive whole count, also written as a float (`2e12`)."""
     try:
-        value = float(text)
+        value = int(text)  # exactly, however long
     except ValueError:
-        value = 0.0
-    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        try:
+            f = float(text)
+            value = int(f) if math.isfinite(f) and f == int(f) else 0
+        except ValueError:
+            value = 0
+    if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return int(value)
+    return value
 
 
 def add_shape_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
@@ -183,7 +187,7 @@ def add_job_args(parser: argparse.ArgumentParser, plan: bool = False
                         "GPU's DGX CPUs')")
     p = groups["job"]
     p.add_argument("--epochs", type=POSITIVE_FLOAT, help="with --dataset-size: whole-job time")
-    p.add_argument("--dataset-size", type=POSITIVE_INT, help="samples per epoch")
+    p.add_argument("--dataset-size", type=count, help="samples per epoch (1281167 or 1.28e6)")
     p.add_argument("--tokens", type=count, metavar="N",
                    help="a token model: the time to train on N tokens (e.g. 2e12)")
     return groups

@@ -124,6 +124,13 @@ def test_predict_json_with_job_time_and_warnings(capsys, tmp_path):
     assert any("input size 8 is outside" in w for w in result["warnings"])
     assert "mdot: warning: input size 8" in err
     assert result["interval_ms"] is None  # no band for an extrapolation
+    # a dataset's size as a count is typed: 1.28e6 as --tokens takes 2e12; a fraction is none
+    args = ["predict", str(path), "--batch-size", "4", "--checkpoint", "cpu-amd-epyc-f26m2-2t",
+            "--epochs", "2", "--json", "--dataset-size"]
+    assert json.loads(run(capsys, *args, "1.28e6")[1])["job_s"] == pytest.approx(
+        json.loads(run(capsys, *args, "1280000")[1])["job_s"])
+    code, _, err = run(capsys, *args, "1.5e0")
+    assert code == 2 and "--dataset-size: expected a positive whole number, got '1.5e0'" in err
 
 
 @pytest.mark.parametrize("share, shown", [(0.706, "71%"), (0.1, "10%"), (0.0934, "9.3%"),
