@@ -98,10 +98,8 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
               f"{plural(r.global_batch, 'sample')} an iteration; memory per GPU")
     if r.phases:
         print(at + r.phases_said(figures=4))
-    if r.job_s is not None:  # what the job was read as: a dataset of tokens given as samples
-        n = round(r.job_s * 1e3 / r.iteration_ms)
-        print(f"{at}the job: {n:,} iterations of {plural(r.global_batch, 'sample')}" + (
-            f", {count(n * r.global_batch * r.tokens)} tokens" if r.tokens else ""))
+    if r.job_s is not None:
+        print(f"{at}the job: {r.job_said()}")
     if r.memory_parts:
         said = dict(MEMORY_SAID, activations="activations") if r.memory_peak else MEMORY_SAID
         print(f"{at}memory" + (f" at its peak (in {r.memory_peak})" if r.memory_peak else "")

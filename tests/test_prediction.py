@@ -17,7 +17,7 @@ def test_printing_says_the_step_memory_rates_and_warnings():
         "memory 29.7 GB a GPU of 80 GB",
         "20.3 samples/s, 5,200 tokens/s a GPU, MFU 41%",  # 32 samples of 2,048 tokens / 8 GPUs
         "of which forward 500 ms, backward 1,075 ms",
-        "the job: 2 h (80% band 1.78-2.17 h)",
+        "the job: 2 h (80% band 1.78-2.17 h), 4,570 iterations of 32 samples, 299M tokens",
         "2 warnings (.warnings)"]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mdot_jax.readable import hours, number, percent, plural, span
+from mdot_jax.readable import count, hours, number, percent, plural, span
 
 SPEC_SHEET = "priced from its spec sheet"  # how `Prediction.source` of a spec sheet's begins
 # a step estimated within this share of its device's memory is tight: estimates of measured
@@ -237,10 +237,18 @@ class Prediction:
         if self.job_s is not None:
             lo, hi = self.job_interval_s or (0.0, 0.0)
             lines.append(f"the job: {hours(self.job_s / 3600)} h" + (
-                f" (80% band {span(lo / 3600, hi / 3600, hours)} h)" if hi else ""))
+                f" (80% band {span(lo / 3600, hi / 3600, hours)} h)" if hi else "")
+                + f", {self.job_said()}")
         if self.warnings:
             lines.append(f"{plural(len(self.warnings), 'warning')} (.warnings)")
         return "\n".join(lines)
+
+    def job_said(self) -> str:
+        """What the job was read as: `62,500,000 iterations of 16 samples, 1.02T tokens` (a
+        dataset of tokens given as samples shows)."""
+        n = round((self.job_s or 0.0) * 1e3 / self.iteration_ms)
+        return f"{n:,} iterations of {plural(self.global_batch, 'sample')}" + (
+            f", {count(n * self.global_batch * self.tokens)} tokens" if self.tokens else "")
 
     def phases_said(self, figures: int = 3) -> str:
         """Where the time goes, in words: `of which forward 261 ms, backward 490 ms, ...`."""
