@@ -5,8 +5,8 @@
     GET  /v1/models    the named models (`named_models`): "model" takes a name as a SHA
     POST /v1/predict   {"model": SHA, <TrainingJob fields>} -> a prediction (a list for several)
     POST /v1/plan      {"model": SHA, "devices", "gpus", "prices", "deadline_h", "budget_usd",
-                        "global_batch", "cps", "strategies", <TrainingJob fields>} -> the
-                       ranked plans
+                        "global_batch", "cps", "strategies", "roomy", <TrainingJob fields>}
+                       -> the ranked plans
     GET  /v1/devices   the GPU catalog
     GET  /healthz      {"status": "ok", "version"}
 The schema is at /openapi.json (and /docs): every field of a request and of an answer typed
