@@ -13,13 +13,14 @@ FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.
                          onnx.TensorProto.BFLOAT16})  # the element types of weights
 TOKEN_TYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64})  # of token ids
 
+_ELEM_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
+               14: 8, 15: 16, 16: 2}
+
 
 def token_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     """The graph's inputs of token ids: rank 2 ([batch, tokens]), of an integer type."""
     return [i for i in graph.input if len(i.type.tensor_type.shape.dim) == 2
             and i.type.tensor_type.elem_type in TOKEN_TYPES]
-_ELEM_BYTES = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8,
-               14: 8, 15: 16, 16: 2}
 
 
 class _Tensor(NamedTuple):

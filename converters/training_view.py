@@ -173,7 +173,8 @@ def lm_logits(model: onnx.ModelProto) -> dict | None:
             len(o.type.tensor_type.shape.dim) < 2 for o in graph.output):
         return None
     made = {o: n for n in graph.node for o in n.output}
-    tokens = {i.name for i in token_inputs(graph)}
+    inputs = token_inputs(graph)
+    tokens = {i.name for i in inputs}
 
     def token(t: str) -> bool:  # the token input, or a view of it
         for _ in range(8):
@@ -190,7 +191,7 @@ def lm_logits(model: onnx.ModelProto) -> dict | None:
                    and dims[2].HasField("dim_value") and dims[2].dim_value in rows), None)
     if logits is None:
         return None
-    length = max((i.type.tensor_type.shape.dim[1].dim_value for i in token_inputs(graph)),
+    length = max((i.type.tensor_type.shape.dim[1].dim_value for i in inputs),
                  default=0)  # a sequence's tokens, where fixed
     dims = logits.type.tensor_type.shape.dim
     return dict(logits=logits.name, classes=dims[2].dim_value,

@@ -149,11 +149,11 @@ def _gemm_views(seq: OperatorSequence) -> dict[int, list[int]]:
     is (a plan prices its weights' copies under every layout)."""
     from mdot_jax.gpu.classify import classified
 
-    def walked() -> dict[int, list[int]]:
+    def views() -> dict[int, list[int]]:
         kinds = [k for k, _, _ in classified(seq)]
         walked = _walks(seq, kinds)
         return {i: walked(i)[0] for i, k in enumerate(kinds) if k in GEMMS}
-    return KEPT.get(("gemm views", seq), walked)
+    return KEPT.get(("gemm views", seq), views)
 
 
 def copied_weights(seq: OperatorSequence, precision: str, grads: Backward,

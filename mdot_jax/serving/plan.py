@@ -49,7 +49,7 @@ from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.readable import hours, number, percent, plural
 from mdot_jax.serving.model_source import cut, model_errors, sequence
 from mdot_jax.serving.plan_request import Plan as Plan  # the request, where callers find it
-from mdot_jax.serving.prediction import Prediction
+from mdot_jax.serving.prediction import DERIVED, Prediction
 from mdot_jax.serving.request import TrainingJob
 
 SPLIT_FIELDS = ("tp", "pp", "ep", "cp", "schedule", "strategy", "sequence_parallel")  # refused
@@ -185,9 +185,9 @@ class Option:
                  reasons=self.reasons, hours=self.hours, cost_usd=self.cost_usd)
         if self.layout is not None:
             d.update(layout=dataclasses.asdict(self.layout))
-        if p is not None:
-            said = p.to_json()
-            d.update(hours_band=self.hours_band, **{k: said.get(k) for k in ANSWERED})
+        if p is not None:  # as `Prediction.to_json` says them
+            d.update(hours_band=self.hours_band,
+                     **{k: getattr(p, DERIVED.get(k, k)) for k in ANSWERED})
         return d
 
 

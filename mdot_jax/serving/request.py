@@ -49,9 +49,9 @@ from mdot_jax.serving.fields import (
 )
 
 MODEL_TYPES = (str, Path, bytes, onnx.ModelProto, OperatorSequence)  # what `model` may be
-# a field's values, by field (`mdot_jax.options`): checked where made, and the service's schema
 _SHORT = reprlib.Repr()  # a value said back: a list of mappings as `[{...}, {...}]`
 _SHORT.maxlevel = 1
+# a field's values, by field (`mdot_jax.options`): checked where made, and the service's schema
 CHOICES = {"precision": PRECISIONS, "frozen_weights": FROZEN_WEIGHTS,
            "optimizer": SPEC_SHEET_OPTIMIZERS, "layout": LAYOUTS, "step": STEPS,
            "strategy": STRATEGIES, "interconnect": INTERCONNECTS,
@@ -247,9 +247,7 @@ class TrainingJob:
         positive_int("nodes", self.nodes)
         positive_int("grad_accum", self.grad_accum)
         self._check_model_parallel(counts)
-        spec = self.device_spec  # `mdot devices --json NAME`'s list of one, as its file reads
-        if isinstance(spec, (list, tuple)) and len(spec) == 1 and isinstance(spec[0], Mapping):
-            object.__setattr__(self, "device_spec", spec[0])
+        object.__setattr__(self, "device_spec", one_spec(self.device_spec))
         for name, kinds in (("device", (str, Path)), ("device_spec", (str, Path, Mapping)),
                             ("checkpoint", (str, Path))):
             value = getattr(self, name)
@@ -427,6 +425,13 @@ _FLAGS = {"--input-shape": "input_shapes", "--batch-size": "batch_size",
           "--audio-seconds": "audio_seconds",
           "--target-len": "target_len",
           "--lora-rank": "lora_rank", "--lora-targets": "lora_targets"}
+
+
+def one_spec(spec: Any) -> Any:
+    """A `device_spec` as given, but `mdot devices --json NAME`'s list of one GPU read as its
+    one (as its file is)."""
+    one = isinstance(spec, (list, tuple)) and len(spec) == 1 and isinstance(spec[0], Mapping)
+    return spec[0] if one else spec
 
 
 def in_fields(text: str) -> tuple[str, str]:

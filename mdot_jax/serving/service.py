@@ -47,7 +47,7 @@ from mdot_jax.serving import named_models, schema
 from mdot_jax.serving.plan_request import CHOICES as PLAN_CHOICES
 from mdot_jax.serving.plan_request import Plan
 from mdot_jax.serving.prediction import DERIVED, Prediction
-from mdot_jax.serving.request import CHOICES, TrainingJob, in_fields
+from mdot_jax.serving.request import CHOICES, TrainingJob, in_fields, one_spec
 
 MAX_JSON_KB = 256
 MAX_LIST = 64  # values of a list field a request may give (each is priced)
@@ -119,8 +119,7 @@ class ModelStore:
     def put_spec(self, spec: Any) -> str:
         """A request's `device_spec`, a JSON object, as the file `TrainingJob` reads: a name is
         refused (the service reads no file of its own that a request names)."""
-        if isinstance(spec, list) and len(spec) == 1:  # `mdot devices --json NAME`'s list of one
-            spec = spec[0]
+        spec = one_spec(spec)
         if not isinstance(spec, dict):
             raise _Answer(422, "device_spec: the GPU's spec sheet as a JSON object of the "
                           "catalog's fields (GET /v1/devices shows them), not a file's name",
