@@ -185,6 +185,36 @@ def replace_dir(tmp: Path, path: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def replace_text(path: Path, text: str) -> None:
+    """Writes `text` to `path` in one step: a temporary beside it, then a rename (a kill
+    leaves the old file whole)."""
+    tmp = temporary(path)
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def refuse_others(root: Path, marks: tuple[str, ...], what: str,
+                  error: type[MdotError] = MdotError) -> None:
+    """Refuses an existing folder `root` whose entries (hidden ones aside) are none of the
+    writer's (`marks`), nor folders holding one: the writer of `what` would add its files
+    among the user's and replace one that shares a name with its own."""
+    def ours(path: Path, depth: int = 1) -> bool:
+        if path.name in marks:
+            return True
+        try:
+            return depth > 0 and path.is_dir() and any(ours(p, 0) for p in path.iterdir())
+        except OSError:  # a folder this user cannot read
+            return False
+
+    if not root.is_dir():
+        return
+    entries = sorted(p for p in root.iterdir() if not p.name.startswith("."))
+    if entries and not any(ours(p) for p in entries):
+        names = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise error(f"{root}: a folder of other files ({names}), not {what}: name a new or "
+                    "empty folder")
+
+
 _EVICTING = threading.Lock()
 
 

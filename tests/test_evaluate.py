@@ -242,3 +242,23 @@ def test_another_fold_seed_draws_other_folds_and_never_mixes(tiny_real_dataset, 
     with pytest.raises(ValueError, match="fold seed"):
         run(tiny_real_dataset, tmp_path / "b", folds=3, methods=["roofline"], budget=budget,
             fold_seed=0, progress=False)
+
+
+def test_results_go_only_into_a_new_or_own_folder_one_run_at_a_time(tiny_real_dataset,
+                                                                    tmp_path):
+    from mdot_jax.errors import MdotError
+    from mdot_jax.writers import Busy, acquire
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "table.md").write_text("my notes\n")  # a name the summary writes
+    with pytest.raises(MdotError, match="a folder of other files .table.md., not an eval"):
+        run(tiny_real_dataset, theirs, folds=3, methods=["roofline"], progress=False)
+    assert [p.name for p in theirs.iterdir()] == ["table.md"]
+    ours = tmp_path / "ours"
+    run(tiny_real_dataset, ours, folds=3, methods=["roofline"], only_folds=[0],
+        progress=False)
+    with acquire(ours / ".lock", str(ours)), pytest.raises(Busy):
+        run(tiny_real_dataset, ours, folds=3, methods=["roofline"], progress=False)
+    assert len(run(tiny_real_dataset, ours, folds=3, methods=["roofline"],
+                   progress=False)) == 3  # resumed after the other run's end

@@ -139,6 +139,26 @@ def test_dataset_check_fix_takes_the_writer_lock(capsys, tmp_path):
     assert (tmp_path / "samples.jsonl").read_bytes() == before
 
 
+def test_a_dataset_is_never_written_among_other_files(capsys, tmp_path):
+    theirs = tmp_path / "project"
+    theirs.mkdir()
+    (theirs / "report.json").write_text("{}")  # a name the profiler writes
+    (theirs / "notes.txt").write_text("mine")
+    with pytest.raises(DatasetError, match=r"project: a folder of other files \(notes.txt, "
+                       r"report.json\), not a dataset"):
+        with writer_lock(theirs):
+            pass
+    assert (theirs / "report.json").read_text() == "{}" and len(list(theirs.iterdir())) == 2
+    device = tmp_path / "device"  # a device's folder holding only its operator dataset
+    (device / "ops").mkdir(parents=True)
+    (device / "ops" / "plan.jsonl").write_text("")
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / ".DS_Store").write_text("")
+    for root in (device, tmp_path / "hidden", tmp_path / "new"):
+        with writer_lock(root):
+            pass
+
+
 def test_dataset_check_fix_on_a_read_only_dataset_is_one_line(capsys, tmp_path, monkeypatch):
     _with_bad_line(tmp_path, "nan")
     before = (tmp_path / "samples.jsonl").read_bytes()

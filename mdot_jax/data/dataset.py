@@ -42,6 +42,7 @@ PACKED_SEQS = "seqs.tar.xz"  # the sequences as one solid xz archive of uncompre
 LOCK = ".lock"  # held by the writing process (`writer_lock`)
 NOISY = "noisy.jsonl"  # measured, but too noisy to train on (`mdot profile --retry-noisy`)
 OP_MS = "op_ms"  # sequence meta: `[N]` predicted ms per operator (`kernels.cost_model.attach`)
+PLAN = "plan.jsonl"  # an operator dataset's rows to measure (`kernels.op_profile`)
 REJECTED = "rejected.jsonl"  # lines moved aside by `mdot dataset check --fix`
 PACKED = ".xz"  # a closed JSON-lines file may be committed xz-compressed: `samples.jsonl.xz`
 # weight sources and training recipes that timm and torchvision put before the architecture

@@ -21,6 +21,7 @@ from mdot_jax.data.dataset import (
     NOISY,
     PACKED,
     PACKED_SEQS,
+    PLAN,
     REJECTED,
     REPORT,
     SAMPLES,
@@ -113,13 +114,19 @@ def unpack_for_writing(path: Path) -> None:
         tmp.replace(path)
 
 
+# a dataset folder's own entries (a folder holding none of them is not written into)
+_MARKS = (SAMPLES, SAMPLES + PACKED, NOISY, NOISY + PACKED, SEQS, PACKED_SEQS, REJECTED, PLAN)
+
+
 @contextlib.contextmanager
 def writer_lock(root: str | Path):
     """Holds `root/.lock` while a process writes the dataset: a second writer is refused with
-    the holder's pid. The kernel releases the lock when its holder exits, even on kill -9."""
-    from mdot_jax.writers import Busy, acquire
+    the holder's pid. The kernel releases the lock when its holder exits, even on kill -9.
+    A folder of other files is refused."""
+    from mdot_jax.writers import Busy, acquire, refuse_others
 
     root = Path(root)
+    refuse_others(root, _MARKS, "a dataset", DatasetError)
     root.mkdir(parents=True, exist_ok=True)
     try:
         f = acquire(root / LOCK, str(root))

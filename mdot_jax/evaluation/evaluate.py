@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mdot_jax import writers
 from mdot_jax.data.dataset import Dataset
 from mdot_jax.data.features import FeatureConfig
 from mdot_jax.data.splits import make_splits, with_novel
@@ -57,12 +58,24 @@ def run(ds: Dataset, out: str | Path, *, split: str = "family", folds: int = 5,
     samples from each view, as rows of method `<method>@<name>` on the samples the view has.
 
     `fold_seed` draws another partition into folds (0: the one every table so far uses), to
-    confirm on folds that a decision was not tuned on.
+    confirm on folds that a decision was not tuned on. A second run into `out` at once is
+    refused, as is a folder of other files.
     """
+    out = Path(out)
+    writers.refuse_others(out, (RESULTS,), "an evaluation's results")
+    out.mkdir(parents=True, exist_ok=True)
+    with writers.acquire(out / ".lock", str(out)):
+        return _run(ds, out, split, folds, seeds, methods, budget, only_folds, op_samples,
+                    views, fold_seed, progress)
+
+
+def _run(ds: Dataset, out: Path, split: str, folds: int, seeds: int, methods: Sequence[str],
+         budget: TrainConfig, only_folds: Sequence[int] | None,
+         op_samples: Sequence[dict] | None, views: Mapping[str, Dataset] | None,
+         fold_seed: int, progress: bool) -> list[dict]:
+    """`run`'s work, under its lock."""
     from tqdm import tqdm
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / RESULTS
     rows = _read(path)
     stale = {r["dataset"] for r in rows} - {ds.fingerprint()}

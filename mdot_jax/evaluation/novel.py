@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mdot_jax import writers
 from mdot_jax.data.dataset import Dataset
 from mdot_jax.data.novelty import DistanceBand, Novelty
 from mdot_jax.data.splits import is_random_zoo, make_splits
@@ -97,7 +98,7 @@ def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str =
                   distance=dict(far=far, novel_median=float(np.median(novel_d)),
                                 novel_beyond_far=float(np.mean(novel_d > far))))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    writers.replace_text(out / "results.json", json.dumps(result, indent=1) + "\n")
     order = sorted(methods, key=lambda m: methods[m]["mape"])
     lines = [f"Split `{result['split']}`: trained on {len(train)} samples; command `{command}`.",
              "", "| method | novel MAPE % | 80% band holds (distance / constant) | "
@@ -118,7 +119,7 @@ def novel_summary(rows: list[dict], ds: Dataset, out: str | Path, command: str =
                   f"{100 * r['coverage_shipped_band']:.0f}% of the novel samples"
                   + ("" if near is None else f", {100 * near:.0f}% of those not far from "
                      "the training data")]
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+    writers.replace_text(out / "table.md", "\n".join(lines) + "\n")
     _plot(plot, order[:3], out / "error_vs_distance.png")
     return "\n".join(lines)
 
@@ -151,6 +152,8 @@ def _plot(plot: dict, methods: list[str], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from mdot_jax.serving import figures
+
     fig, axes = plt.subplots(1, len(methods), figsize=(5 * len(methods), 4), squeeze=False)
     for ax, m in zip(axes.flat, methods):
         d, e, part = plot[m]
@@ -164,5 +167,4 @@ def _plot(plot: dict, methods: list[str], path: Path) -> None:
         ax.set_title(m)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    figures.save(fig, path)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from converters.vocab import VOCAB
+from mdot_jax import writers
 from mdot_jax.data.dataset import Dataset
 from mdot_jax.evaluation.methods import ALL_METHODS, DEFAULT_METHOD, OP_METHODS, VIEW
 from mdot_jax.metrics import regression_metrics
@@ -118,14 +119,14 @@ def summarize(rows: list[dict], ds: Dataset, out: str | Path, command: str = "",
                 if m in summary]
     for a in analyses:
         lines += _analysis_md(a)
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+    writers.replace_text(out / "table.md", "\n".join(lines) + "\n")
     result = dict(dataset=dict(path=str(ds.root), fingerprint=ds.fingerprint(),
                                samples=len(ds)), command=command, commit=commit,
                   neural_budget=rows[0].get("budget") if rows else None, ensembles=ensembles,
                   methods=summary,
                   per_fold={shipped: folds}, ablations=ablations, views=gaps,
                   error_analysis=analyses)
-    (out / "results.json").write_text(json.dumps(result, indent=1))
+    writers.replace_text(out / "results.json", json.dumps(result, indent=1))
     _plots(rows, ds, out, order)
     return result
 
@@ -283,6 +284,8 @@ def _plots(rows, ds: Dataset, out: Path, order: list[str]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from mdot_jax.serving import figures
+
     label = {s.key: s.label_ms for s in ds.samples}
     family = {s.key: s.family for s in ds.samples}
     n = len(order)
@@ -305,8 +308,7 @@ def _plots(rows, ds: Dataset, out: Path, order: list[str]) -> None:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(out / "pred_vs_measured.png", dpi=90)
-    plt.close(fig)
+    figures.save(fig, out / "pred_vs_measured.png")
 
     best = order[:3]
     fams = sorted({family[k] for r in rows for k in r["test_keys"]})
@@ -326,5 +328,4 @@ def _plots(rows, ds: Dataset, out: Path, order: list[str]) -> None:
     ax.set_yscale("log")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "error_by_family.png", dpi=90)
-    plt.close(fig)
+    figures.save(fig, out / "error_by_family.png")

@@ -35,6 +35,7 @@ import numpy as np
 
 from mdot_jax.data.dataset import (
     NOISY,
+    PLAN,
     REJECTED,
     SAMPLES,
     has_samples,
@@ -57,8 +58,6 @@ from mdot_jax.kernels.specs import (
 )
 from mdot_jax.measure.device import DEVICE_KEYS, device_slug, fingerprint, others_running
 from mdot_jax.measure.profiler import check_precision, precision_context, stats_of
-
-PLAN = "plan.jsonl"
 
 
 @dataclass(frozen=True)
