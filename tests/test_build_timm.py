@@ -60,6 +60,20 @@ def test_building_some_models_reports_on_every_row(csv_path, tmp_path):
     assert report["built"] == 1 and report["rows"] == 5  # the others are simply not done
 
 
+def test_the_build_takes_the_writer_lock_and_no_folder_of_other_files(csv_path, tmp_path):
+    from mdot_jax.data.store import writer_lock
+    from mdot_jax.errors import DatasetError
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.json").write_text("{}")
+    with pytest.raises(DatasetError, match="a folder of other files"):
+        bt.build_timm([csv_path], mine, models=["tinynet_e"], progress=False)
+    assert (mine / "report.json").read_text() == "{}"
+    with writer_lock(tmp_path / "ds"), pytest.raises(DatasetError, match="another process"):
+        bt.build_timm([csv_path], tmp_path / "ds", models=["tinynet_e"], progress=False)
+
+
 def test_resume_after_crash_keeps_each_sample_once(csv_path, tmp_path, monkeypatch):
     real_convert, calls = bt.convert, []
 

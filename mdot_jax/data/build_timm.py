@@ -33,7 +33,7 @@ from converters import ConversionError, convert, from_torch, inference_export
 from mdot_jax.data import dataset as data
 from mdot_jax.data import resequence as copies
 from mdot_jax.data.dataset import Dataset, Sample, Workload
-from mdot_jax.data.store import DatasetWriter, SkipLog
+from mdot_jax.data.store import DatasetWriter, SkipLog, writer_lock
 
 PARAM_TOLERANCE = 0.05
 
@@ -98,43 +98,44 @@ def build_timm(csv_paths: list[str | Path], out: str | Path, *, limit: int | Non
     # cannot trace timm's fused path, and PyTorch 1.12 (the benchmark's) had no fused kernel.
     timm.layers.set_fused_attn(False)
     root = Path(out)
-    writer = DatasetWriter(root)
-    report = SkipLog(root)
-    all_rows = [r for p in csv_paths for r in read_rows(p)]  # the report covers all of them
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for r in all_rows:
-        if models is None or r["model"] in models:
-            groups[r["model"]].append(r)
-    archs = list(groups)[:limit] if limit else list(groups)
-    rows = [r for a in archs for r in groups[a]]
-    onnx_dir = root / "onnx"
-    onnx_dir.mkdir(parents=True, exist_ok=True)
+    with writer_lock(root):  # one writer a folder, never among the user's files
+        writer = DatasetWriter(root)
+        report = SkipLog(root)
+        all_rows = [r for p in csv_paths for r in read_rows(p)]  # the report covers all of them
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for r in all_rows:
+            if models is None or r["model"] in models:
+                groups[r["model"]].append(r)
+        archs = list(groups)[:limit] if limit else list(groups)
+        rows = [r for a in archs for r in groups[a]]
+        onnx_dir = root / "onnx"
+        onnx_dir.mkdir(parents=True, exist_ok=True)
 
-    def todo(r):
-        return _key(r) not in writer.done and (retry_skipped or _key(r) not in report.skipped)
+        def todo(r):
+            return _key(r) not in writer.done and (retry_skipped or _key(r) not in report.skipped)
 
-    bar = tqdm(total=sum(map(todo, rows)), unit="row", disable=not progress,
-               desc="timm dataset", smoothing=0.05)
-    for arch in archs:
-        pending = [r for r in groups[arch] if todo(r)]
-        if not pending:
-            continue
-        # Recorded before the attempt: a process killed while building (out of memory on
-        # the largest models) leaves the reason behind, so a resumed build moves past it.
-        for r in pending:
-            report.skip(_key(r), "killed_while_building", "the build process died on this "
-                        "architecture (out of memory?); --retry-skipped tries again")
-        report.write(**_layout_report(all_rows, writer.done))
-        try:
-            _build_arch(arch, pending, writer, report, onnx_dir, timm, torch, fuse)
-        finally:  # built rows, and rows an exception interrupted, lose the mark
+        bar = tqdm(total=sum(map(todo, rows)), unit="row", disable=not progress,
+                   desc="timm dataset", smoothing=0.05)
+        for arch in archs:
+            pending = [r for r in groups[arch] if todo(r)]
+            if not pending:
+                continue
+            # Recorded before the attempt: a process killed while building (out of memory on
+            # the largest models) leaves the reason behind, so a resumed build moves past it.
             for r in pending:
-                if report.skipped[_key(r)]["reason"] == "killed_while_building":
-                    del report.skipped[_key(r)]
+                report.skip(_key(r), "killed_while_building", "the build process died on this "
+                            "architecture (out of memory?); --retry-skipped tries again")
             report.write(**_layout_report(all_rows, writer.done))
-        bar.update(len(pending))
-    bar.close()
-    return report.write(**_layout_report(all_rows, writer.done))
+            try:
+                _build_arch(arch, pending, writer, report, onnx_dir, timm, torch, fuse)
+            finally:  # built rows, and rows an exception interrupted, lose the mark
+                for r in pending:
+                    if report.skipped[_key(r)]["reason"] == "killed_while_building":
+                        del report.skipped[_key(r)]
+                report.write(**_layout_report(all_rows, writer.done))
+            bar.update(len(pending))
+        bar.close()
+        return report.write(**_layout_report(all_rows, writer.done))
 
 
 def build_timm_supervised(csv_paths: list[str | Path], out: str | Path, *,
