@@ -3,6 +3,7 @@
 The public API (imported lazily, so `mdot convert` does not pay for JAX start-up):
   convert, OperatorSequence, ConversionError   (from converters)
   TrainingJob, predict                         (mdot_jax.serving: the request and its answer)
+  Plan, plan                                   (mdot_jax.serving.plan: GPUs ranked for a job)
   Predictor                                    (mdot_jax.serving.predict)
   load_dataset                                 (mdot_jax.data.dataset)
   train, TrainConfig                           (mdot_jax.training.train)
@@ -23,6 +24,7 @@ __version__ = "0.2.0"  # the one version source (pyproject reads it)
 _EXPORTS = {
     "convert": "converters", "OperatorSequence": "converters", "ConversionError": "converters",
     "TrainingJob": "mdot_jax.serving.request", "predict": "mdot_jax.serving.front",
+    "Plan": "mdot_jax.serving.plan", "plan": "mdot_jax.serving.plan",
     "MdotError": "mdot_jax.errors", "RequestError": "mdot_jax.errors",
     "ModelError": "mdot_jax.serving.model_source",
     "Predictor": "mdot_jax.serving.predict", "load_dataset": "mdot_jax.data.dataset",

@@ -545,3 +545,11 @@ def test_a_plan_without_the_search_tries_each_strategy_on_each_count(decoder, ca
                  "--devices", "h100-sxm", "--gpus", "4", "--strategies", "ddp,fsdp"]) == 0
     out = capsys.readouterr().out
     assert "layout" in out and f"tp1 pp1 2x1{'' if s == 'ddp' else ' ' + s}" in out
+
+
+def test_a_scheduler_plans_from_the_package_top():
+    import mdot_jax
+    from mdot_jax.serving import plan as planning
+
+    assert (mdot_jax.Plan, mdot_jax.plan) == (planning.Plan, planning.plan)
+    assert all(getattr(mdot_jax, name) is not None for name in mdot_jax.__all__)
