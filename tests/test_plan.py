@@ -553,3 +553,18 @@ def test_a_scheduler_plans_from_the_package_top():
 
     assert (mdot_jax.Plan, mdot_jax.plan) == (planning.Plan, planning.plan)
     assert all(getattr(mdot_jax, name) is not None for name in mdot_jax.__all__)
+
+
+def test_times_no_prediction_tells_apart_rank_the_fewer_gpus_first():
+    from mdot_jax.serving.plan import SAME_TIME, Option, ranked
+
+    def option(gpus, hours, cost=None, reasons=()):
+        return Option("g", gpus, object(), hours, cost, list(reasons))  # a prediction stands in
+
+    near = 3.26 * (1 + SAME_TIME / 2)
+    got = ranked([option(4, 3.26), option(8, 3.26), option(1, near), option(2, 3.4),
+                  option(1, 0.5, reasons=["over the deadline"]), option(8, 2.0, cost=9.0)])
+    assert [(o.gpus, o.hours) for o in got] == [(8, 2.0), (1, near), (4, 3.26), (8, 3.26),
+                                               (2, 3.4), (1, 0.5)]
+    far = ranked([option(4, 3.0), option(1, 3.0 * (1 + 2 * SAME_TIME))])
+    assert [o.gpus for o in far] == [4, 1]  # a time a prediction can tell: the faster first

@@ -11,8 +11,9 @@ The rules:
   `Prediction.tight` either), finishes by the
   deadline (`deadline_h`, the whole job's time) and costs at most the budget (`budget_usd`:
   the job's hours x GPUs x the device's USD per GPU-hour in `prices`);
-- feasible plans first, by cost (by time where no price is known), then the others with
-  their reasons; the Pareto front of time against cost is what no other plan beats on both.
+- feasible plans first, by cost (by time where no price is known, times within `SAME_TIME`
+  by the fewer GPUs), then the others with their reasons; the Pareto front of time against
+  cost is what no other plan beats on both.
 A candidate that cannot be priced (a precision the GPU lacks, a parallel plan that does not
 divide its GPUs) is kept, infeasible, with the one-line reason.
 
@@ -245,7 +246,7 @@ def plan(request: Plan, progress: bool = False, limit: int | None = None) -> lis
         options += [_judge(Option(gpu.name, n, p, reasons=[error] if error else [],
                                   nodes=k if p else None), request, gpu)
                     for n, k, p, error in rows]
-    return sorted(options, key=_rank)
+    return ranked(options)
 
 
 def _counts(job: TrainingJob, ns: list[int], k: int
@@ -361,7 +362,7 @@ def _search(request: Plan, progress: bool, limit: int | None = None) -> list[Opt
     options += [Option(d, n, None, reasons=[e]) for (d, cp), (n, e) in cuts.items()
                 if d in priced and not any(o.device == d and o.layout and o.layout.cp == cp
                                            for o in options)]  # a cp asked, not taken: why
-    return sorted(options + unfilled, key=_rank)
+    return ranked(options + unfilled)
 
 
 def _price_layout(request: Plan, gpu, n: int, nodes: int, lay: Layout, seqs: dict
@@ -439,11 +440,30 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
     return o
 
 
+SAME_TIME = 0.01  # jobs' times closer than this share are not told apart by a prediction
+
+
 def _rank(o: Option) -> tuple:
     """Feasible first; then by cost (unknown: after the priced), then by time."""
     return (not o.feasible, o.prediction is None,
             o.cost_usd if o.cost_usd is not None else math.inf,
             o.hours if o.hours is not None else math.inf)
+
+
+def ranked(options: Sequence[Option]) -> list[Option]:
+    """`options` by `_rank`; then each run of equal rank but the time, whose times lie within
+    `SAME_TIME` of its fastest, by the fewer GPUs: four GPUs are not ranked above one (no
+    price known) for a faster time no prediction can tell."""
+    out = sorted(options, key=_rank)
+    i = 0
+    while i < len(out):
+        first, j = out[i], i + 1
+        while (j < len(out) and first.hours is not None and _rank(out[j])[:3] == _rank(first)[:3]
+               and out[j].hours <= first.hours * (1 + SAME_TIME)):  # type: ignore[operator]
+            j += 1
+        out[i:j] = sorted(out[i:j], key=lambda o: o.gpus)  # stable: by time within a count
+        i = j
+    return out
 
 
 def pareto(options: Sequence[Option], feasible: bool = True) -> list[Option]:
