@@ -555,16 +555,22 @@ def test_a_scheduler_plans_from_the_package_top():
     assert all(getattr(mdot_jax, name) is not None for name in mdot_jax.__all__)
 
 
-def test_times_no_prediction_tells_apart_rank_the_fewer_gpus_first():
-    from mdot_jax.serving.plan import SAME_TIME, Option, ranked
+def test_costs_or_times_no_prediction_tells_apart_rank_by_the_other():
+    from mdot_jax.serving.plan import Option, _rank
+
+    def ranked(*options):
+        return [(o.gpus, o.hours) for o in sorted(options, key=_rank)]
 
     def option(gpus, hours, cost=None, reasons=()):
         return Option("g", gpus, object(), hours, cost, list(reasons))  # a prediction stands in
 
-    near = 3.26 * (1 + SAME_TIME / 2)
-    got = ranked([option(4, 3.26), option(8, 3.26), option(1, near), option(2, 3.4),
-                  option(1, 0.5, reasons=["over the deadline"]), option(8, 2.0, cost=9.0)])
-    assert [(o.gpus, o.hours) for o in got] == [(8, 2.0), (1, near), (4, 3.26), (8, 3.26),
-                                               (2, 3.4), (1, 0.5)]
-    far = ranked([option(4, 3.0), option(1, 3.0 * (1 + 2 * SAME_TIME))])
-    assert [o.gpus for o in far] == [4, 1]  # a time a prediction can tell: the faster first
+    # no prices: 4 pipeline stages of one micro-batch take what 1 GPU does
+    assert ranked(option(4, 3.26), option(8, 3.26), option(1, 3.27), option(2, 3.4),
+                  option(1, 0.5, reasons=["over the deadline"]),
+                  option(2, None, reasons=["tp 3 does not divide 2 GPUs"])) == [
+        (1, 3.27), (4, 3.26), (8, 3.26), (2, 3.4), (1, 0.5), (2, None)]
+    assert ranked(option(4, 3.0), option(1, 3.1)) == [(4, 3.0), (1, 3.1)]  # 3% sooner
+    # 8 GPUs scaling all but perfectly cost what 1 does: the sooner first; priced before not
+    assert ranked(option(1, 2.86, 8.55), option(8, 0.36, 8.61), option(4, 0.1)) == [
+        (8, 0.36), (1, 2.86), (4, 0.1)]
+    assert ranked(option(1, 2.86, 8.55), option(8, 0.36, 9.0)) == [(1, 2.86), (8, 0.36)]

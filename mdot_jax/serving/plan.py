@@ -11,9 +11,10 @@ The rules:
   `Prediction.tight` either), finishes by the
   deadline (`deadline_h`, the whole job's time) and costs at most the budget (`budget_usd`:
   the job's hours x GPUs x the device's USD per GPU-hour in `prices`);
-- feasible plans first, by cost (by time where no price is known, times within `SAME_TIME`
-  by the fewer GPUs), then the others with their reasons; the Pareto front of time against
-  cost is what no other plan beats on both.
+- feasible plans first, by cost (by time where no price is known), a job twice as soon worth
+  1% more cost and twice the GPUs needing 1% less time (`WORTH`: closer than that, no
+  prediction tells two apart), then the others with their reasons; the Pareto front of time
+  against cost is what no other plan beats on both.
 A candidate that cannot be priced (a precision the GPU lacks, a parallel plan that does not
 divide its GPUs) is kept, infeasible, with the one-line reason.
 
@@ -246,7 +247,7 @@ def plan(request: Plan, progress: bool = False, limit: int | None = None) -> lis
         options += [_judge(Option(gpu.name, n, p, reasons=[error] if error else [],
                                   nodes=k if p else None), request, gpu)
                     for n, k, p, error in rows]
-    return ranked(options)
+    return sorted(options, key=_rank)
 
 
 def _counts(job: TrainingJob, ns: list[int], k: int
@@ -362,7 +363,7 @@ def _search(request: Plan, progress: bool, limit: int | None = None) -> list[Opt
     options += [Option(d, n, None, reasons=[e]) for (d, cp), (n, e) in cuts.items()
                 if d in priced and not any(o.device == d and o.layout and o.layout.cp == cp
                                            for o in options)]  # a cp asked, not taken: why
-    return ranked(options + unfilled)
+    return sorted(options + unfilled, key=_rank)
 
 
 def _price_layout(request: Plan, gpu, n: int, nodes: int, lay: Layout, seqs: dict
@@ -440,30 +441,19 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
     return o
 
 
-SAME_TIME = 0.01  # jobs' times closer than this share are not told apart by a prediction
+# a job twice as soon is worth 1% more cost, and twice the GPUs must be 1% sooner: below what a
+# prediction tells apart, the other measure decides
+WORTH = math.log(1.01) / math.log(2)
 
 
 def _rank(o: Option) -> tuple:
-    """Feasible first; then by cost (unknown: after the priced), then by time."""
-    return (not o.feasible, o.prediction is None,
-            o.cost_usd if o.cost_usd is not None else math.inf,
-            o.hours if o.hours is not None else math.inf)
-
-
-def ranked(options: Sequence[Option]) -> list[Option]:
-    """`options` by `_rank`; then each run of equal rank but the time, whose times lie within
-    `SAME_TIME` of its fastest, by the fewer GPUs: four GPUs are not ranked above one (no
-    price known) for a faster time no prediction can tell."""
-    out = sorted(options, key=_rank)
-    i = 0
-    while i < len(out):
-        first, j = out[i], i + 1
-        while (j < len(out) and first.hours is not None and _rank(out[j])[:3] == _rank(first)[:3]
-               and out[j].hours <= first.hours * (1 + SAME_TIME)):  # type: ignore[operator]
-            j += 1
-        out[i:j] = sorted(out[i:j], key=lambda o: o.gpus)  # stable: by time within a count
-        i = j
-    return out
+    """Feasible first; then by cost, time weighing `WORTH` (unknown: after the priced, by
+    time, GPUs weighing `WORTH`); the unpriced last."""
+    if o.prediction is None or o.hours is None:
+        return (not o.feasible, 2, 0.0)
+    if o.cost_usd is not None:
+        return (not o.feasible, 0, math.log(o.cost_usd) + WORTH * math.log(o.hours))
+    return (not o.feasible, 1, math.log(o.hours) + WORTH * math.log(o.gpus))
 
 
 def pareto(options: Sequence[Option], feasible: bool = True) -> list[Option]:

@@ -349,8 +349,8 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         return await answered("predict", request)
 
     @app.post("/v1/plan", openapi_extra=dict(_schema(plan=True), responses=_answers(
-        "the candidates, ranked: feasible first by cost (by time where no price is known; "
-        "within 1%, the fewer GPUs first)",
+        "the candidates, ranked: feasible first by cost (by time where no price is known; a "
+        "job twice as soon worth 1% more cost, twice the GPUs needing 1% less time)",
         {"type": "array", "items": _option(one)})))
     async def plan_(request: Request) -> Any:
         return await answered("plan", request)
