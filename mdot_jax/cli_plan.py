@@ -35,10 +35,7 @@ def read_prices(path: str | None) -> dict[str, float] | None:
     if path is None:
         return None
     if "=" in path and not os.path.exists(path):
-        pairs = [_inline_price(path, part) for part in path.split(",")]
-        if len({k for k, _ in pairs}) < len(pairs):
-            raise UsageError(f"--prices {path}: a device priced twice")
-        return dict(pairs)
+        return inline("--prices", path, float, "NAME=USD per GPU-hour (h100-sxm=2.99)")
     try:
         data = json.loads(open(path).read())
     except (OSError, ValueError) as e:
@@ -55,14 +52,18 @@ def read_prices(path: str | None) -> dict[str, float] | None:
     return {str(k): float(v) for k, v in prices.items()}
 
 
-def _inline_price(given: str, part: str) -> tuple[str, float]:
-    """One `NAME=USD` of an inline --prices."""
-    name, _, usd = part.partition("=")
-    try:
-        return name.strip(), float(usd)
-    except ValueError:
-        raise UsageError(f"--prices {given}: {part!r}: expected NAME=USD per GPU-hour "
-                         "(h100-sxm=2.99)") from None
+def inline(flag: str, given: str, value: type, expected: str) -> dict:
+    """`NAME=VALUE,NAME=VALUE` given as `flag`, each value read as `value`."""
+    pairs = []
+    for part in given.split(","):
+        name, _, v = part.partition("=")
+        try:
+            pairs.append((name.strip(), value(v)))
+        except ValueError:
+            raise UsageError(f"{flag} {given}: {part!r}: expected {expected}") from None
+    if len({k for k, _ in pairs}) < len(pairs):
+        raise UsageError(f"{flag} {given}: a device given twice")
+    return dict(pairs)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -86,7 +87,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                             prices=read_prices(args.prices), deadline_h=args.deadline,
                             budget_usd=args.budget, global_batch=args.global_batch,
                             cps=tuple(cps) if len(cps) > 1 else (),
-                            strategies=args.strategies or (), roomy=args.roomy)
+                            strategies=args.strategies or (), roomy=args.roomy,
+                            available=args.available and inline(
+                                "--available", args.available, int, "NAME=GPUs (l40s=16)"))
     if args.plot:  # before the search: a plot that cannot be written is said at once
         writers.prepare_file(args.plot, force=args.force, flag="--plot")
     try:
@@ -159,6 +162,8 @@ def add_commands(sub) -> None:
     g.add_argument("--prices", metavar="FILE.json",
                    help="USD per GPU-hour by device (an example: docs/prices.json), or "
                    "inline: h100-sxm=2.99,l40s=0.99")
+    g.add_argument("--available", metavar="NAME=N[,...]", help="GPUs free by device, in "
+                   "all (l40s=16,h100-sxm=8): plans needing more listed infeasible")
     g.add_argument("--deadline", type=POSITIVE_FLOAT, metavar="HOURS")
     g.add_argument("--budget", type=POSITIVE_FLOAT, metavar="USD")
     out.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front "

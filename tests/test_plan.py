@@ -283,8 +283,20 @@ def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys, monkeypatch
     assert main([*args[:-4], "--prices", inline, *args[-2:], "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == rows
     for given, needle in (("h100-sxm=abc", "'h100-sxm=abc': expected NAME=USD"),
-                          ("l4=1,l4=2", "a device priced twice")):
+                          ("l4=1,l4=2", "a device given twice")):
         assert main([*args[:-4], "--prices", given]) == 2
+        assert needle in capsys.readouterr().err
+    # the GPUs a scheduler has free: plans needing more listed, priced, with why
+    args = [*args[:-4], "--prices", inline, *args[-2:]]
+    assert main([*args, "--available", "h100-sxm=1,l4=0", "--json"]) == 0
+    free = json.loads(capsys.readouterr().out)
+    said = {(r["device"], r["gpus"]): r["reasons"] for r in free}
+    assert said[("nvidia-h100-sxm", 8)] == ["8 GPUs: 1 free (available)"]
+    assert said[("nvidia-l4", 1)][-1] == "1 GPUs: 0 free (available)"
+    assert not said[("nvidia-h100-sxm", 1)] and all(r["hours"] for r in free)
+    for given, needle in (("h100-sxm=1.5", "expected NAME=GPUs"),
+                          ("a100=2", "available['a100']: GPU 'a100' is ambiguous")):
+        assert main([*args, "--available", given]) == 2
         assert needle in capsys.readouterr().err
 
 

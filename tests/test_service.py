@@ -118,9 +118,14 @@ def test_plan_ranks_the_devices(server):
     r = client.post("/v1/plan", json={
         "model": sha, "batch_size": 8, "epochs": 1, "dataset_size": 10000,
         "devices": ["h100-sxm", "a100-sxm-80gb", "l4"], "gpus": [1, 2],
-        "prices": {"h100-sxm": 3.99, "a100-sxm-80gb": 2.79}, "budget_usd": 1e6})
+        "prices": {"h100-sxm": 3.99, "a100-sxm-80gb": 2.79}, "budget_usd": 1e6,
+        "available": {"h100-sxm": 1}})
     assert r.status_code == 200, r.text
     rows = r.json()
+    assert [row["reasons"] for row in rows if row["device"] == "nvidia-h100-sxm"
+            and row["gpus"] == 2] == [["2 GPUs: 1 free (available)"]]
+    body = client.get("/openapi.json").json()["paths"]["/v1/plan"]["post"]["requestBody"]
+    assert "GPUs free by device" in json.dumps(body)
     described = client.get("/openapi.json").json()["paths"]["/v1/plan"]["post"]["responses"]
     keys = described["200"]["content"]["application/json"]["schema"]["items"]["properties"]
     assert all(set(row) <= set(keys) for row in rows)  # every key the answer has, described

@@ -46,6 +46,8 @@ class Plan:
       strategies: the data-parallel strategies to try (`options.STRATEGIES`), the best kept.
       roomy: a feasible plan leaves a tenth of each GPU's memory free (`Prediction.tight`:
         estimates of measured peaks err by up to a fifth); a tight one is listed infeasible.
+      available: GPUs free by device name (in all, over every node; 0: none): a plan needing
+        more of a device is listed infeasible, priced; a device it does not name, no limit.
     """
 
     job: TrainingJob
@@ -58,6 +60,7 @@ class Plan:
     cps: Sequence[int] = ()
     strategies: Sequence[str] = ()
     roomy: bool = False
+    available: Mapping[str, int] | None = field(default=None, hash=False)
 
     def __post_init__(self):
         if not isinstance(self.job, TrainingJob):
@@ -92,9 +95,10 @@ class Plan:
         for name in ("deadline_h", "budget_usd"):
             if getattr(self, name) is not None:
                 positive(name, getattr(self, name))
-        if not isinstance(self.prices, (Mapping, type(None))):
-            raise RequestError(f"prices {self.prices!r}: expected USD per GPU-hour by device "
-                               "({'h100-sxm': 3.99})", "prices")
+        for name, example in (("prices", "USD per GPU-hour by device ({'h100-sxm': 3.99})"),
+                              ("available", "GPUs free by device ({'h100-sxm': 16})")):
+            if not isinstance(getattr(self, name), (Mapping, type(None))):
+                raise RequestError(f"{name} {getattr(self, name)!r}: expected {example}", name)
         if self.budget_usd is not None and not self.prices:  # every plan would be "no price"
             raise RequestError("budget_usd: holds the plans to a cost; give prices too (USD "
                                "per GPU-hour by device)", "budget_usd")
@@ -119,18 +123,14 @@ class Plan:
             if fixed:
                 raise RequestError(f"global_batch: searches the layouts; give no {fixed[0]} "
                                    "of your own", "global_batch")
-        from mdot_jax.gpu import catalog
-
-        named: dict[str, str] = {}  # GPU -> the name its price was given under
         for device, price in (self.prices or {}).items():
             positive(f"prices[{device!r}]", price)
-            try:  # a typo would price nothing, silently
-                gpu = catalog.find(str(device)).name
-            except ValueError as e:  # none, or several (`a100`): the catalog's line says
-                raise RequestError(f"prices[{device!r}]: {e}", "prices") from None
-            if (was := named.setdefault(gpu, str(device))) != device:  # one would be ignored
-                raise RequestError(f"prices[{device!r}]: {was!r} is the same GPU ({gpu}); "
-                                   "give it one price", "prices")
+        for device, free in (self.available or {}).items():
+            if type(free) is not int or free < 0:  # 0: none free, every count over it
+                raise RequestError(f"available[{device!r}] {free!r}: expected a count of GPUs "
+                                   "(0 or more)", "available")
+        _by_gpu("prices", self.prices, "price")
+        _by_gpu("available", self.available, "count")
 
     def candidates(self) -> list:
         """The catalogued GPUs asked, each once: a name several boards share (`h100`, `a100`)
@@ -156,9 +156,28 @@ class Plan:
 
     def price_of(self, gpu) -> float | None:
         """USD per GPU-hour of `gpu` from `prices`, by any of its names."""
-        from mdot_jax.gpu import catalog
+        usd = _by_gpu("prices", self.prices, "price").get(gpu.name)
+        return None if usd is None else float(usd)
 
-        for name, usd in (self.prices or {}).items():
-            if catalog.lookup(name) == gpu:
-                return float(usd)
-        return None
+    def free_of(self, gpu) -> int | None:
+        """How many of `gpu` are free (`available`), by any of its names; None: no limit."""
+        return _by_gpu("available", self.available, "count").get(gpu.name)
+
+
+def _by_gpu(field: str, given: Mapping | None, what: str) -> dict:
+    """`given` (device name -> value) by catalogued GPU name; a name that is no GPU, several
+    (`a100`), or a GPU given twice under two names is a `RequestError` naming the field."""
+    from mdot_jax.gpu import catalog
+
+    out: dict = {}  # GPU -> its value
+    named: dict[str, str] = {}  # GPU -> the name its value was given under
+    for device, value in (given or {}).items():
+        try:  # a typo would apply to nothing, silently
+            gpu = catalog.find(str(device)).name
+        except ValueError as e:  # none, or several (`a100`): the catalog's line says
+            raise RequestError(f"{field}[{device!r}]: {e}", field) from None
+        if (was := named.setdefault(gpu, str(device))) != device:  # one would be ignored
+            raise RequestError(f"{field}[{device!r}]: {was!r} is the same GPU ({gpu}); give "
+                               f"it one {what}", field)
+        out[gpu] = value
+    return out
