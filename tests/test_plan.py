@@ -292,7 +292,7 @@ def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys, monkeypatch
     free = json.loads(capsys.readouterr().out)
     said = {(r["device"], r["gpus"]): r["reasons"] for r in free}
     assert said[("nvidia-h100-sxm", 8)] == ["8 GPUs: 1 free (available)"]
-    assert said[("nvidia-l4", 1)][-1] == "1 GPUs: 0 free (available)"
+    assert said[("nvidia-l4", 1)][-1] == "1 GPU: 0 free (available)"
     assert not said[("nvidia-h100-sxm", 1)] and all(r["hours"] for r in free)
     for given, needle in (("h100-sxm=1.5", "expected NAME=GPUs"),
                           ("a100=2", "available['a100']: GPU 'a100' is ambiguous")):

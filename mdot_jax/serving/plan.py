@@ -431,7 +431,7 @@ def _judge(o: Option, request: Plan, gpu) -> Option:
         o.reasons.append(f"{number(p.memory_gb)} GB per GPU may not fit in the {gpu.name}'s "
                          f"{gpu.memory_gb:g} GB (roomy: a tenth kept free)")
     if (free := request.free_of(gpu)) is not None and o.gpus > free:
-        o.reasons.append(f"{o.gpus} GPUs: {free} free (available)")
+        o.reasons.append(f"{plural(o.gpus, 'GPU')}: {free} free (available)")
     if request.deadline_h is not None and o.hours is not None and o.hours > request.deadline_h:
         o.reasons.append(f"{hours(o.hours)} h: past the deadline ({request.deadline_h:g} h)")
     if request.budget_usd is not None:
