@@ -189,8 +189,11 @@ def replace_text(path: Path, text: str) -> None:
     """Writes `text` to `path` in one step: a temporary beside it, then a rename (a kill
     leaves the old file whole)."""
     tmp = temporary(path)
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # written, it is `path` now
 
 
 def refuse_others(root: Path, marks: tuple[str, ...], what: str,
