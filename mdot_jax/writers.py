@@ -18,6 +18,7 @@ import atexit
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import sys
 import threading
@@ -221,14 +222,18 @@ def refuse_others(root: Path, marks: tuple[str, ...], what: str,
 _EVICTING = threading.Lock()
 
 
-def evict(folder: Path, pattern: str, limit: int) -> None:
-    """Removes the least recently used files of `folder` matching `pattern` beyond `limit`;
-    hidden ones (a writer's temporary files) are never touched."""
+_KEPT = re.compile(r"[0-9a-f]{32}(?:[0-9a-f]{32})?\.[a-z]+")  # a cache's file: its key's hash
+
+
+def evict(folder: Path, suffixes: str | tuple[str, ...], limit: int) -> None:
+    """Removes the least recently used of the files a cache keeps in `folder` (named by a
+    hash of 32 or 64 hex digits, then one of `suffixes`) beyond `limit`; no other file is
+    touched (a user's in a folder given as the cache, a writer's hidden temporary)."""
     with _EVICTING:
         files = []
-        for f in folder.glob(pattern):
+        for f in folder.iterdir():
             try:
-                if not f.name.startswith("."):
+                if _KEPT.fullmatch(f.name) and f.name.endswith(suffixes):
                     files.append((f.stat().st_mtime, f))
             except FileNotFoundError:  # gone since listed (another process)
                 continue

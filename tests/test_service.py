@@ -342,13 +342,26 @@ def test_converted_sequences_outlive_the_process_on_disk(tmp_path):
         model_source._converted.cache_clear()
 
 
-def test_eviction_never_takes_a_writers_temporary_file(tmp_path):
+def test_eviction_takes_only_the_caches_own_files(tmp_path):
+    from mdot_jax.serving.service import ModelStore
     from mdot_jax.writers import evict as _evict
 
-    for name in ("a.npz", "b.npz", ".c.npz.tmp-1234.npz"):
+    kept = ["0" * 32 + ".npz", "1" * 32 + ".npz"]
+    theirs = ["a.npz", "model.onnx", ".c.npz.tmp-1234.npz", "2" * 32 + ".npz.bak"]
+    for name in kept + theirs:
         (tmp_path / name).write_bytes(b"x")
-    _evict(tmp_path, "*.npz", 0)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".c.npz.tmp-1234.npz"]
+    _evict(tmp_path, ".npz", 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(theirs)
+    # `mdot serve --cache-dir .` beside a user's models/: uploads never evict theirs
+    (tmp_path / "models").mkdir()
+    for i in range(3):
+        (tmp_path / "models" / f"mine-{i}.onnx").write_bytes(b"x")
+    store = ModelStore(tmp_path / "models", limit=1)
+    first = store.put(attention(seq=8, dim=8).SerializeToString())
+    second = store.put(b'{"model_type": "gpt2"}')
+    assert {p.name for p in (tmp_path / "models").iterdir()} == {
+        f"mine-{i}.onnx" for i in range(3)} | {f"{second}.json"}  # one limit for both kinds
+    assert first != second
 
 
 def test_concurrent_clients_of_new_sizes_all_answered(server):

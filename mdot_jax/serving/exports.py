@@ -88,7 +88,7 @@ def keep(config: Path, asked: list[str], exported: Path) -> None:
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(exported, tmp)
         os.replace(tmp, kept)
-        writers.evict(kept.parent, "*.onnx", LIMIT)
+        writers.evict(kept.parent, ".onnx", LIMIT)
     except OSError:  # a read-only or full disk: the export is still answered
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)

@@ -339,7 +339,7 @@ def _converted(path: str, stamp: tuple, b: int, image_size: int | None, seq_len:
                   input_shapes={k: list(v) for k, v in shapes}, fuse=fuse, loss=loss)
     if folder is not None and kept is not None:
         seq.save(kept)  # a temporary name, then a rename: safe beside other writers
-        writers.evict(folder, "*.npz", SEQUENCE_CACHE["limit"])
+        writers.evict(folder, ".npz", SEQUENCE_CACHE["limit"])
     return seq
 
 

@@ -164,7 +164,7 @@ def _keep(folder: Path, data: bytes, suffix: str, limit: int) -> str:
         tmp.write_bytes(data)
         os.replace(tmp, path)
     os.utime(path)
-    writers.evict(folder, "*.*", limit)
+    writers.evict(folder, KINDS if suffix in KINDS else suffix, limit)  # models: one limit
     return sha
 
 
