@@ -5,7 +5,8 @@
     GET  /v1/models    the named models (`named_models`): "model" takes a name as a SHA
     POST /v1/predict   {"model": SHA, <TrainingJob fields>} -> a prediction (a list for several)
     POST /v1/plan      {"model": SHA, "devices", "gpus", "prices", "deadline_h", "budget_usd",
-                        "global_batch", "cps", "strategies", "roomy", <TrainingJob fields>}
+                        "global_batch", "cps", "strategies", "roomy", "available",
+                        <TrainingJob fields>}
                        -> the ranked plans
     GET  /v1/devices   the GPU catalog
     GET  /healthz      {"status": "ok", "version"}
@@ -13,7 +14,8 @@ The schema is at /openapi.json (and /docs): every field of a request and of an a
 and described from the request and answer types (`schema`). The rules:
 - a model is uploaded once and named by the SHA-256 of its bytes afterwards; the files live in
   `cache_dir/models` (written to a temporary name and renamed, so concurrent uploads of one
-  model are safe), at most `max_models` of them (the least recently used go first); its
+  model are safe), at most `max_models` of them (the least recently used go first; no file
+  the store did not name by a hash is ever removed); its
   converted sequences, per size, in memory and in `cache_dir/sequences`
   (`front.keep_sequences`, bounded the same way);
 - a request is the same `TrainingJob` as the Python API, with the same checks, but the
