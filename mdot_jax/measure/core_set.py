@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mdot_jax import writers
 from mdot_jax.data.dataset import Sample
 
 CORE_SET_VERSION = 1
@@ -147,10 +148,7 @@ def write_probe(root: str | Path, keys: Sequence[str], fingerprint: dict) -> dic
     ms = {s.key: s.label_ms for s in held}
     probe = dict(version=CORE_SET_VERSION, fingerprint=fingerprint,
                  ms={k: ms[k] for k in keys if k in ms})
-    path = Path(root) / PROBE_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(probe, indent=1) + "\n")
-    tmp.replace(path)
+    writers.replace_text(Path(root) / PROBE_FILE, json.dumps(probe, indent=1) + "\n")
     return probe
 
 
