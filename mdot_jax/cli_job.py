@@ -62,9 +62,9 @@ def count(text: str) -> int:
     except ValueError:
         try:
             f = float(text)
-            value = int(f) if math.isfinite(f) and f == int(f) else 0
         except ValueError:
-            value = 0
+            f = 0.0
+        value = int(f) if math.isfinite(f) and f.is_integer() else 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
     return value

@@ -4,7 +4,8 @@ it over (`plan.plan`), checked when made: a bad value is a `RequestError` naming
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mdot_jax.errors import RequestError, fields_named
@@ -123,14 +124,7 @@ class Plan:
             if fixed:
                 raise RequestError(f"global_batch: searches the layouts; give no {fixed[0]} "
                                    "of your own", "global_batch")
-        for device, price in (self.prices or {}).items():
-            positive(f"prices[{device!r}]", price)
-        for device, free in (self.available or {}).items():
-            if type(free) is not int or free < 0:  # 0: none free, every count over it
-                raise RequestError(f"available[{device!r}] {free!r}: expected a count of GPUs "
-                                   "(0 or more)", "available")
-        _by_gpu("prices", self.prices, "price")
-        _by_gpu("available", self.available, "count")
+        _ = self._prices, self._free  # checked here, each read once for every option
 
     def candidates(self) -> list:
         """The catalogued GPUs asked, each once: a name several boards share (`h100`, `a100`)
@@ -154,24 +148,41 @@ class Plan:
         except (ValueError, RequestError):  # no such GPU, or several: not one named
             return False
 
+    @functools.cached_property
+    def _prices(self) -> dict:
+        return _by_gpu("prices", self.prices, "price", positive)
+
+    @functools.cached_property
+    def _free(self) -> dict:
+        return _by_gpu("available", self.available, "count", _gpus_free)
+
     def price_of(self, gpu) -> float | None:
         """USD per GPU-hour of `gpu` from `prices`, by any of its names."""
-        usd = _by_gpu("prices", self.prices, "price").get(gpu.name)
+        usd = self._prices.get(gpu.name)
         return None if usd is None else float(usd)
 
     def free_of(self, gpu) -> int | None:
         """How many of `gpu` are free (`available`), by any of its names; None: no limit."""
-        return _by_gpu("available", self.available, "count").get(gpu.name)
+        return self._free.get(gpu.name)
 
 
-def _by_gpu(field: str, given: Mapping | None, what: str) -> dict:
-    """`given` (device name -> value) by catalogued GPU name; a name that is no GPU, several
-    (`a100`), or a GPU given twice under two names is a `RequestError` naming the field."""
+def _gpus_free(name: str, value: object) -> None:
+    if type(value) is not int or value < 0:  # 0: none free, every count over it
+        raise RequestError(f"{name} {value!r}: expected a count of GPUs (0 or more)",
+                           name.split("[")[0])
+
+
+def _by_gpu(field: str, given: Mapping | None, what: str,
+            check: Callable[[str, object], None]) -> dict:
+    """`given` (device name -> value, each `check`ed) by catalogued GPU name; a name that is
+    no GPU, several (`a100`), or a GPU given twice under two names is a `RequestError` naming
+    the field."""
     from mdot_jax.gpu import catalog
 
     out: dict = {}  # GPU -> its value
     named: dict[str, str] = {}  # GPU -> the name its value was given under
     for device, value in (given or {}).items():
+        check(f"{field}[{device!r}]", value)
         try:  # a typo would apply to nothing, silently
             gpu = catalog.find(str(device)).name
         except ValueError as e:  # none, or several (`a100`): the catalog's line says

@@ -116,7 +116,7 @@ class ModelStore:
             f.mkdir(parents=True, exist_ok=True)
 
     def put(self, data: bytes) -> str:
-        return _keep(self.folder, data, _kind(data), self.limit)
+        return _keep(self.folder, data, _kind(data), self.limit, KINDS)
 
     def put_spec(self, spec: Any) -> str:
         """A request's `device_spec`, a JSON object, as the file `TrainingJob` reads: a name is
@@ -126,7 +126,8 @@ class ModelStore:
             raise _Answer(422, "device_spec: the GPU's spec sheet as a JSON object of the "
                           "catalog's fields (GET /v1/devices shows them), not a file's name",
                           "device_spec")
-        sha = _keep(self.specs, json.dumps(spec, sort_keys=True).encode(), ".json", self.limit)
+        sha = _keep(self.specs, json.dumps(spec, sort_keys=True).encode(), ".json",
+                    self.limit, (".json",))
         return str(self.specs / f"{sha}.json")
 
     def said(self, message: str) -> str:
@@ -156,7 +157,7 @@ class ModelStore:
 KINDS = (".onnx", ".json")  # what an uploaded model is kept as
 
 
-def _keep(folder: Path, data: bytes, suffix: str, limit: int) -> str:
+def _keep(folder: Path, data: bytes, suffix: str, limit: int, kinds: tuple[str, ...]) -> str:
     """`data` in `folder` as SHA-256 + `suffix` (written to a temporary name and renamed: a
     reader sees all of it or nothing), at most `limit` files (the least recently used go)."""
     sha = hashlib.sha256(data).hexdigest()
@@ -166,7 +167,7 @@ def _keep(folder: Path, data: bytes, suffix: str, limit: int) -> str:
         tmp.write_bytes(data)
         os.replace(tmp, path)
     os.utime(path)
-    writers.evict(folder, KINDS if suffix in KINDS else suffix, limit)  # models: one limit
+    writers.evict(folder, kinds, limit)  # one limit for the folder's kinds
     return sha
 
 
