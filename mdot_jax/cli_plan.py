@@ -107,6 +107,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _print(args: argparse.Namespace, options: list) -> None:
     from mdot_jax.serving import plan as planning
 
+    for warning in planning.said(options):  # each option's own: in its JSON
+        print(f"mdot: warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps([o.to_json() for o in options]))
         return

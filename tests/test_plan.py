@@ -202,9 +202,28 @@ def test_every_gpu_of_a_plan_is_priced_at_one_precision(model):
     """None named: fp32 on every GPU, the RTX 3090 too (whose checkpoint alone would answer at
     amp-fp16)."""
     request = Plan(_job(model, precision=None), devices="h100-sxm,rtx3090", gpus=(1,))
-    assert request.job.precision == "fp32"
+    assert request.priced.precision == "fp32"
     ours = {o.device: o.prediction for o in plan(request)}
     assert all("spec sheet" in p.source for p in ours.values())
+
+
+def test_a_plan_says_what_it_assumed_once_and_each_option_its_own(model, capsys):
+    """A plan said nothing of the precision it chose (fp32, a default LLM users read as a 7x
+    slower answer) nor of any prediction's warnings: the warnings every option shares are said
+    once, each option's own ride in its JSON, and a precision named is not said."""
+    for precision in (None, "amp-bf16"):
+        assert main(["plan", model, "--batch-size", "32", "--epochs", "3", "--dataset-size",
+                     "1000", "--devices", "h100-sxm,l4", "--gpus", "1,2", "--json"]
+                    + ["--precision", precision] * bool(precision)) == 0
+        out, err = capsys.readouterr()
+        options = json.loads(out)
+        said = [line for line in err.splitlines() if line.startswith("mdot: warning: ")]
+        default = [w for w in said if w.startswith("mdot: warning: precision: fp32, the default")]
+        assert len(default) == (precision is None)
+        assert all(any(w.startswith("precision: fp32, the default") for w in o["warnings"])
+                   == (precision is None) for o in options)
+        for line in said:  # shared by every option
+            assert all(line.removeprefix("mdot: warning: ") in o["warnings"] for o in options)
 
 
 def test_a_sequence_field_given_none_is_its_default(model):

@@ -227,6 +227,11 @@ def keeping_steps():
         _KEPT.reset(token)
 
 
+FP32_DEFAULT = "precision: fp32, the default (no autocast; PyTorch's matmuls off TF32)"
+GIVE_PRECISION = ("; give precision amp-bf16, amp-fp16, bf16 (the whole model in it) or tf32 for "
+                  "how you train")
+
+
 class _SpecSheet:
     """A GPU priced from its spec sheet, data parallel over N GPUs."""
     FROZEN = ("no gradient, gradient communication or optimizer state for those, no backward "
@@ -345,9 +350,7 @@ class _SpecSheet:
             note = (f"precision: {autocast}, as the model was exported in {half} (autocast: "
                     "GEMMs in it, weights, gradients and optimizer state in fp32; a model "
                     "trained in it throughout holds half those bytes)" if autocast else
-                    "precision: fp32, the default (no autocast; PyTorch's matmuls off TF32)"
-                    ) + ("; give precision amp-bf16, amp-fp16, bf16 (the whole model in it) or "
-                         "tf32 for how you train")
+                    FP32_DEFAULT) + GIVE_PRECISION
         elif autocast and asked not in (autocast, "fp8", half):  # fp32, tf32, the other half
             precision, note = asked, (
                 f"precision: {asked} as asked, though the model was exported in {half}"

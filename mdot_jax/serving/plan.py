@@ -49,6 +49,7 @@ from tqdm import tqdm
 from converters.fusion import fusion_version
 from mdot_jax.errors import MdotError, RequestError
 from mdot_jax.readable import hours, number, percent, plural
+from mdot_jax.serving.front import FP32_DEFAULT, GIVE_PRECISION
 from mdot_jax.serving.model_source import cut, model_errors, sequence
 from mdot_jax.serving.plan_request import Plan as Plan  # the request, where callers find it
 from mdot_jax.serving.prediction import DERIVED, Prediction
@@ -126,7 +127,7 @@ def layouts(gpus_per_node: int, nodes: int, global_batch: int, micro_batch: int,
 
 # of a priced option's prediction, the keys its JSON carries (`Prediction.to_json`'s)
 ANSWERED = ("iteration_ms", "memory_gb", "mfu", "samples_per_s", "tokens_per_s",
-            "tokens_per_s_per_gpu", "memory_tight", "scaling_efficiency")
+            "tokens_per_s_per_gpu", "memory_tight", "scaling_efficiency", "warnings")
 
 
 @dataclass
@@ -210,12 +211,29 @@ def plan(request: Plan, progress: bool = False, limit: int | None = None) -> lis
     (GPU x count, or with `global_batch` layouts, each strategy asked apart) it may price, more
     refused before any is (a service's bound on one request's work)."""
 
-    job = request.job
-    if len(job.batch_sizes) > 1:
+    if len(request.job.batch_sizes) > 1:
         raise RequestError("batch_size: a plan takes one batch size (per data-parallel "
                            "replica; with global_batch, the largest micro-batch)", "batch_size")
-    if request.global_batch is not None:
-        return _search(request, progress, limit)
+    options = (_grid if request.global_batch is None else _search)(request, progress, limit)
+    if request.job.precision is None:  # said of each, as `front.predict` says it of a job
+        for o in options:
+            if o.prediction is not None:
+                o.prediction = dataclasses.replace(o.prediction, warnings=[
+                    FP32_DEFAULT + GIVE_PRECISION, *o.prediction.warnings])
+    return options
+
+
+def said(options: Sequence[Option]) -> list[str]:
+    """The warnings every priced option's prediction says (each once, in their order): the
+    job's assumptions and what its pricing did not measure, said once for the plan."""
+    ps = [o.prediction for o in options if o.prediction is not None]
+    return [w for w in dict.fromkeys(ps[0].warnings) if all(w in p.warnings for p in ps)
+            ] if ps else []
+
+
+def _grid(request: Plan, progress: bool, limit: int | None) -> list[Option]:
+    """Every GPU x count asked (no `global_batch`), ranked."""
+    job = request.priced
     split = job.tp * job.pp * job.cp
     odd = {n: f"{job.split} does not divide {n * job.nodes} GPUs"
            for n in request.gpus if n * job.nodes % split}
@@ -304,7 +322,7 @@ def _search(request: Plan, progress: bool, limit: int | None = None) -> list[Opt
     """Every GPU x count x layout the model takes (`Plan.global_batch`), ranked."""
     from mdot_jax.serving.front import keeping_steps
 
-    job = request.job
+    job = request.priced
     seqs: dict = {}  # the model converted at each micro-batch and cut
     refused: dict[str, tuple[int, str]] = {}  # GPU -> a split the model refused, why
     cuts: dict[tuple[str, int], tuple[int, str]] = {}  # (GPU, a cp asked) -> refused, why
@@ -373,7 +391,7 @@ def _price_layout(request: Plan, gpu, n: int, nodes: int, lay: Layout, seqs: dic
     micro-batch and cut."""
     from mdot_jax.serving.front import predict
 
-    job = dataclasses.replace(request.job, cp=lay.cp, gpus=n, nodes=nodes)  # takes the cut
+    job = dataclasses.replace(request.priced, cp=lay.cp, gpus=n, nodes=nodes)  # takes the cut
     key = (lay.micro_batch, lay.cp)
     if key not in seqs:  # converted once per micro-batch and cut
         seqs[key] = sequence(cut(job), lay.micro_batch, fusion_version(True), loss=True)

@@ -33,7 +33,7 @@ class Plan:
         or checkpoint, and a device only among devices (refused: the plan's devices are
         priced, a job's own would be ignored); its gpus are not read
         (`plan.job_for_plan(**fields)` builds one that names a split or a sharded strategy);
-        every GPU at its precision (none named: fp32, the spec sheets' default).
+        every GPU at its precision (none named: fp32, the spec sheets' default: `priced`).
       devices: catalogued GPUs (a name several boards share: each of them; one string of
         names with commas); "all": every catalogued GPU.
       gpus: the counts of GPUs per node to price each device at (a count past what a node
@@ -77,8 +77,6 @@ class Plan:
         if self.job.train_tokens is None and self.job.epochs is None:
             raise RequestError("epochs: a plan prices the whole job; give epochs and "
                                "dataset_size, or train_tokens", "epochs")
-        if self.job.precision is None:  # every GPU at one precision, the spec sheets' default
-            object.__setattr__(self, "job", dataclasses.replace(self.job, precision="fp32"))
         for name in ("devices", "strategies"):  # names with commas, as on the command line
             if isinstance(value := getattr(self, name), str):
                 object.__setattr__(self, name, tuple(value.split(",")))
@@ -147,6 +145,12 @@ class Plan:
                 g.name for g in self.candidates()}
         except (ValueError, RequestError):  # no such GPU, or several: not one named
             return False
+
+    @functools.cached_property
+    def priced(self) -> TrainingJob:
+        """The job every candidate is priced as: at fp32 where it names no precision (every GPU
+        at one precision; a GPU's own checkpoint would answer at its own)."""
+        return self.job if self.job.precision else dataclasses.replace(self.job, precision="fp32")
 
     @functools.cached_property
     def _prices(self) -> dict:
