@@ -420,6 +420,9 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
                      + (f", {v} virtual stages each" if v > 1 else "")
                      + f", {m} micro-batch{'es' if m > 1 else ''}): {int(layers[slow])} layers "
                      f"on the slowest stage, bubble {phases['bubble']:.3g} ms")
+        if "update" in one.phases:  # the update's own note counts a tensor-parallel rank's
+            tail.append(f"the update over the slowest stage's {int(trained[slow]):,} "
+                        "parameters")
     note = ", ".join([" x ".join(split), *tail]) + " (Megatron-LM's rules; not measured)"
     working = step_memory(seq, precision, optimizer, fused=fused).working
     params = int(round(every[full]))
