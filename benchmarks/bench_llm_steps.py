@@ -98,7 +98,9 @@ def price(rows: list[dict], checkpoint: str | None = None, experts_fp32: bool = 
                             attention=r["job"]["attention"],
                             checkpointing=r["job"]["activation_checkpointing"] or "none",
                             lora=r["job"].get("lora_rank"), compiled=r["job"].get("compile"),
-                            optimizer=r["job"]["optimizer"], precision=r["job"]["precision"]))
+                            optimizer=r["job"]["optimizer"], precision=r["job"]["precision"],
+                            mfu=p.mfu,  # measured: the same model FLOPs over the measured time
+                            measured_mfu=p.mfu and p.mfu * p.iteration_ms / r["ms"]))
             if experts_fp32:
                 out[-1]["candidate_ms"] = p.iteration_ms + experts_at_fp32(
                     p, dataclasses.replace(job, precision="fp32"))
@@ -194,6 +196,8 @@ def summarize(priced: list[dict]) -> dict:
         ratio = np.asarray([r["predicted_ms"] / r["measured_ms"] for r in rows])
         summary[name] = dict(rows=len(rows), mape=float(100 * np.mean(np.abs(ratio - 1))),
                              median_ratio=float(np.median(ratio)))
+        if mfu := [r["measured_mfu"] for r in rows if r.get("measured_mfu")]:
+            summary[name]["measured_mfu"] = [float(min(mfu)), float(max(mfu))]
         mem = np.asarray([r["memory_gb"] / r["peak_gb"] for r in rows if r.get("peak_gb")])
         if len(mem):
             summary[name]["memory_within_20pct"] = float(np.mean(np.abs(mem - 1) <= 0.2))
