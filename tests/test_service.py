@@ -14,7 +14,7 @@ from onnx_builders import attention
 
 from mdot_jax.cli import main
 from mdot_jax.options import PRECISIONS, STRATEGIES
-from mdot_jax.serving.service import JOB_FIELDS, MAX_PLAN, PLAN_FIELDS
+from mdot_jax.serving.service import JOB_FIELDS, MAX_PLAN, PLAN_FIELDS, Answers
 
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
@@ -375,3 +375,22 @@ def test_concurrent_clients_of_new_sizes_all_answered(server):
         return r.status_code
     with ThreadPoolExecutor(8) as pool:
         assert set(pool.map(ask, range(24))) == {200}
+
+
+def test_answers_kept_are_bounded_by_count_and_by_bytes():
+    """Answers were kept 4,096 deep whatever their size: a plan's JSON is up to a megabyte,
+    gigabytes in all for a scheduler asking many plans. Now by count and by bytes, least
+    recently used first out; one answer larger than the bound is not kept."""
+    kept = Answers(count=3, nbytes=10)
+    for k in "abc":
+        kept.put(k, b"xx")
+    assert kept.get("a") == b"xx"  # now the most recently used
+    kept.put("d", b"xx")  # a fourth: the least recently used (b) goes
+    assert kept.get("b") is None and all(kept.get(k) for k in "acd")
+    kept.put("e", b"xxxxxx")  # 12 bytes: the oldest go until 10 hold
+    assert kept.held <= 10 and kept.get("e") == b"xxxxxx" and kept.get("a") is None
+    kept.put("f", b"x" * 11)  # over the bound alone: not kept, nothing else lost
+    assert kept.get("f") is None and kept.get("e") == b"xxxxxx"
+    kept.put("e", b"y")  # replaced: its old bytes no longer counted
+    assert kept.held == sum(len(kept.get(k) or b"") for k in "abcdef")
+

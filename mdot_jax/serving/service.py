@@ -28,17 +28,19 @@ and described from the request and answer types (`schema`). The rules:
   with a traceback;
 - answers are the `to_json` of `Prediction` and `plan.Option`, numbers as the CLI prints them;
   a single prediction that does not fit carries what would (`fits.suggest`, `fits_with`);
-  the last `ANSWERS` are kept by request body (a repeated request is not priced again), the
-  checkpoints and step models stay loaded.
+  the last `ANSWERS` are kept by request body, as JSON, at most `ANSWER_MB` of them (a
+  repeated request is not priced again; a plan's answer can be a megabyte), the checkpoints
+  and step models stay loaded.
 """
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
 import re
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ MAX_JSON_KB = 256
 MAX_LIST = 64  # values of a list field a request may give (each is priced)
 MAX_PLAN = 1_000  # candidates or layouts a plan may price (each a step; about 10-90 ms)
 ANSWERS = 4096  # answers kept (an LRU of request bodies)
+ANSWER_MB = 256  # and the most JSON they hold together
 JOB_FIELDS = [f.name for f in dataclasses.fields(TrainingJob) if f.name != "model"]
 PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(Plan))[1:]  # but the job
 
@@ -242,7 +245,7 @@ def _job(store: ModelStore, body: dict, extra: tuple = (),
 def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: int = 64):
     """The FastAPI application (module docstring)."""
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
 
     from converters import ConversionError
     from mdot_jax import __version__
@@ -319,10 +322,18 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         data = await read(request, max_upload_mb * 2 ** 20)
         return {"model": store.put(data), "bytes": len(data)}
 
-    @functools.lru_cache(maxsize=ANSWERS)
-    def answer_for(kind: str, text: str) -> Any:
-        """The answer to a request body (canonical JSON), priced once: predictions depend on
-        nothing else (the model is named by its content)."""
+    kept = Answers(ANSWERS, ANSWER_MB * 2 ** 20)
+
+    def answer_for(kind: str, text: str) -> bytes:
+        """The answer to a request body (canonical JSON) as JSON, priced once: predictions
+        depend on nothing else (the model is named by its content)."""
+        if (known := kept.get((kind, text))) is None:
+            known = json.dumps(priced_answer(kind, text), ensure_ascii=False, allow_nan=False,
+                               separators=(",", ":")).encode()
+            kept.put((kind, text), known)
+        return known
+
+    def priced_answer(kind: str, text: str) -> Any:
         body = json.loads(text)
         if kind == "predict":
             job, _ = _job(store, body)
@@ -341,7 +352,8 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         _known(body, PLAN_FIELDS if kind == "plan" else ())
         store.get(body["model"])  # a model evicted since is not answered from the cache
         text = json.dumps(body, sort_keys=True)
-        return await _threaded(priced, lambda: answer_for(kind, text))
+        return Response(await _threaded(priced, lambda: answer_for(kind, text)),
+                        media_type="application/json")
 
     one = schema.answer_schema(Prediction, DERIVED)  # one, or a list for several
 
@@ -359,6 +371,32 @@ def create_app(cache_dir: str | Path, max_upload_mb: float = 64.0, max_models: i
         return await answered("plan", request)
 
     return app
+
+
+class Answers:
+    """Answers by key, least recently used first out: at most `count` of them and `nbytes`
+    together (one larger is not kept); safe across the service's worker threads."""
+
+    def __init__(self, count: int, nbytes: int):
+        self.count, self.nbytes, self.held = count, nbytes, 0
+        self._kept: OrderedDict[Any, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key) -> bytes | None:
+        with self._lock:
+            if (value := self._kept.get(key)) is not None:
+                self._kept.move_to_end(key)
+            return value
+
+    def put(self, key, value: bytes) -> None:
+        with self._lock:
+            if (old := self._kept.pop(key, None)) is not None:
+                self.held -= len(old)
+            if len(value) > self.nbytes:
+                return
+            self._kept[key], self.held = value, self.held + len(value)
+            while len(self._kept) > self.count or self.held > self.nbytes:
+                self.held -= len(self._kept.popitem(last=False)[1])
 
 
 async def _threaded(fn, *args):
