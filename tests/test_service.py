@@ -393,4 +393,3 @@ def test_answers_kept_are_bounded_by_count_and_by_bytes():
     assert kept.get("f") is None and kept.get("e") == b"xxxxxx"
     kept.put("e", b"y")  # replaced: its old bytes no longer counted
     assert kept.held == sum(len(kept.get(k) or b"") for k in "abcdef")
-
