@@ -90,6 +90,29 @@ def test_mdot_models_lists_them_and_predict_and_convert_take_a_name(capsys):
     assert err.startswith("mdot: error: MODEL 'lama-3.1-8b'") and "llama-3.1-8b" in err
 
 
+def test_a_checkpoint_that_read_no_loss_prices_a_configs_model_without_its_loss():
+    """A config.json's classifier exports its loss; the default checkpoint read graphs that end
+    at their outputs (its measured steps took their loss), so the loss was an operator it never
+    trained on: ResNet-50 by name was unbanded, "extrapolation", where the same network's
+    export without a loss is banded. The loss is left out, said; the rest priced as before."""
+    from mdot_jax import predict
+    from mdot_jax.serving.by_checkpoint import prefix
+    from mdot_jax.serving.model_source import sequence
+
+    p = predict(TrainingJob(model="resnet-50", batch_size=32))
+    assert p.interval_ms and not any("never trained on" in w for w in p.warnings)
+    assert any(w.startswith("the model's loss (SoftmaxCrossEntropyLoss) left out") for w in
+               p.warnings)
+    whole = sequence(TrainingJob(model="resnet-50", batch_size=32), 32, 2)
+    assert whole.op_names[-1] == "SoftmaxCrossEntropyLoss"  # the export keeps it
+    head = prefix(whole, k := whole.num_ops - 1)  # the first k operators, the edges among them
+    assert (head.op_type == whole.op_type[:k]).all() and (head.load == whole.load[:k]).all()
+    assert len(head.edges) == int((whole.edges[:, 1] < k).sum()) and (head.edges < k).all()
+    cut = predict(TrainingJob(model=head, batch_size=32))
+    assert cut.iteration_ms == pytest.approx(p.iteration_ms, rel=1e-6)
+    assert not any("loss" in w and "left out" in w for w in cut.warnings)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(named()))
 def test_each_named_model_exports_at_its_published_parameter_count(name):
