@@ -79,11 +79,11 @@ def graph_warnings(g: dict, precision: str | None = None) -> list[str]:
         out.append(f"the graph ends at logits of {loss['classes']:,} classes a position (output "
                    f"'{loss['logits']}') with no loss: " + (
                        "priced with the loss a language model trains on (cross-entropy over "
-                       "them in fp32, as transformers computes it)" if loss["added"] else
-                       "priced as converted, without the loss a language model trains on "
-                       "(a GPU's spec sheet adds it: --device; convert(..., loss=True))")
-                   + "; export with labels "
-                   "(from_torch(model, {'input_ids': ids, 'labels': ids})) to price your own")
+                       "them in fp32, as transformers computes it); export with labels "
+                       "(from_torch(model, {'input_ids': ids, 'labels': ids})) to price your "
+                       "own" if loss["added"] else "priced as converted, as a checkpoint's "
+                       "steps were measured: their loss taken over the outputs, outside the "
+                       "graphs it read"))
         if tokens := loss.get("one_of"):
             out.append(f"the graph's logits are of one position of each sequence of {tokens:,} "
                        "tokens (an inference forward: nanoGPT's without targets): its head"
