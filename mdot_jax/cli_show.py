@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from mdot_jax import writers
 from mdot_jax.cli_args import check_plot_format, write_plot
-from mdot_jax.readable import count, hours, number, percent, plural, span
+from mdot_jax.readable import count, gigabytes, hours, number, percent, plural, span
 from mdot_jax.serving.memory import MEMORY_SAID
 from mdot_jax.serving.prediction import TIGHT
 
@@ -103,7 +103,7 @@ def table(model: str, rows: list, by_batch: bool, by_gpus: bool, top: int | None
     if r.memory_parts:
         said = dict(MEMORY_SAID, activations="activations") if r.memory_peak else MEMORY_SAID
         print(f"{at}memory" + (f" at its peak (in {r.memory_peak})" if r.memory_peak else "")
-              + ": " + ", ".join(f"{said[k]} {number(v)} GB" for k, v in r.memory_parts.items())
+              + ": " + ", ".join(f"{said[k]} {gigabytes(v)} GB" for k, v in r.memory_parts.items())
               + (f"; the host's, a node: {number(r.host_memory_gb)} GB" if r.host_memory_gb
                  else ""))
     if r.fits_with is not None:

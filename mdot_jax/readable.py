@@ -9,6 +9,11 @@ def number(x: float, figures: int = 3) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.{figures}g}"
 
 
+def gigabytes(x: float) -> str:
+    """GB as `number` says them, a few kilobytes `<0.001` (activations freed by the update)."""
+    return "<0.001" if 0 < x < 1e-3 else number(x)
+
+
 def plural(n: int, thing: str) -> str:
     """`n` `thing`s, in English: 1 micro-batch, 4 micro-batches."""
     return f"{n:,} {thing}" + ("" if n == 1 else "es" if thing.endswith("h") else "s")

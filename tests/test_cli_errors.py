@@ -10,7 +10,7 @@ from onnx import helper
 from onnx_builders import conv_bn_relu, model, value
 
 from mdot_jax.cli import main
-from mdot_jax.readable import hours, number, percent, span
+from mdot_jax.readable import gigabytes, hours, number, percent, span
 from mdot_jax.serving.predict import CHECKPOINT_DIR as CHECKPOINTS
 
 
@@ -146,6 +146,8 @@ def test_a_small_share_is_shown_to_two_figures_not_as_none(share, shown):
 def test_numbers_are_never_in_scientific_notation(x, figures, shown):
     assert number(x, figures) == shown
     assert "e+" not in hours(x) and hours(2e7) == ">10,000,000" and hours(1e-4) == "<0.001"
+    # activations freed by the update: a few kilobytes read "2.05e-06 GB"
+    assert gigabytes(2.05e-6) == "<0.001" and gigabytes(0.0) == "0" and gigabytes(x) == number(x)
 
 
 def test_a_band_whose_ends_read_alike_is_written_once():
