@@ -316,8 +316,11 @@ def test_a_port_in_use_is_one_line(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        with pytest.raises(MdotError, match="cannot listen on 127.0.0.1"):
+        with pytest.raises(MdotError, match="^--port .*cannot listen on 127.0.0.1"):
             run(port=s.getsockname()[1], cache_dir=str(tmp_path))
+    # a host no interface has is the host's fault, not the port's
+    with pytest.raises(MdotError, match="^--host 999.1.1.1: cannot listen"):
+        run(host="999.1.1.1", port=8000, cache_dir=str(tmp_path))
 
 
 def test_converted_sequences_outlive_the_process_on_disk(tmp_path):

@@ -414,13 +414,15 @@ def run(host: str = "127.0.0.1", port: int = 8000, cache_dir: str | None = None,
     except ImportError:
         raise MdotError("mdot serve needs FastAPI and uvicorn: pip install 'mdot-jax[serve]'"
                         ) from None
+    import errno
     import socket
 
     with socket.socket() as probe:  # a port in use is one line, not a server's log
         try:
             probe.bind((host, port))
-        except OSError as e:
-            raise MdotError(f"--port {port}: cannot listen on {host}:{port} ({e.strerror})"
-                            ) from None
+        except OSError as e:  # a name no interface has (gaierror, EADDRNOTAVAIL): the host's
+            flag = f"--host {host}" if isinstance(e, socket.gaierror) or e.errno == \
+                errno.EADDRNOTAVAIL else f"--port {port}"
+            raise MdotError(f"{flag}: cannot listen on {host}:{port} ({e.strerror})") from None
     folder = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "mdot" / "serve"
     uvicorn.run(create_app(folder, max_upload_mb), host=host, port=port, log_level="warning")
