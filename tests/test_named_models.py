@@ -96,8 +96,9 @@ def test_a_checkpoint_that_read_no_loss_prices_a_configs_model_without_its_loss(
     trained on: ResNet-50 by name was unbanded, "extrapolation", where the same network's
     export without a loss is banded. The loss is left out, said; the rest priced as before."""
     from mdot_jax import predict
-    from mdot_jax.serving.by_checkpoint import prefix
     from mdot_jax.serving.model_source import sequence
+    from mdot_jax.serving.predict import Predictor, prefix
+    from mdot_jax.storage.shipped import resolve_checkpoint
 
     p = predict(TrainingJob(model="resnet-50", batch_size=32))
     assert p.interval_ms and not any("never trained on" in w for w in p.warnings)
@@ -111,6 +112,10 @@ def test_a_checkpoint_that_read_no_loss_prices_a_configs_model_without_its_loss(
     cut = predict(TrainingJob(model=head, batch_size=32))
     assert cut.iteration_ms == pytest.approx(p.iteration_ms, rel=1e-6)
     assert not any("loss" in w and "left out" in w for w in cut.warnings)
+    # the checkpoint's own predictor reads it alike (`mdot adapt` prices rows through it)
+    direct = Predictor.load(resolve_checkpoint("timm-rtx3090")).predict(whole, batch_size=32)
+    assert direct.iteration_ms == pytest.approx(p.iteration_ms, rel=1e-6)
+    assert any("left out of its graph" in w for w in direct.warnings) and direct.interval_ms
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from converters import OperatorSequence
-from converters.kind import LOSSES
 from mdot_jax.serving.model_source import sequence
 from mdot_jax.serving.prediction import Prediction
 from mdot_jax.serving.request import TrainingJob
@@ -40,20 +39,12 @@ class Checkpoint:
             at_batch=None if fixed else self._sequence)
 
     def _sequence(self, b: int) -> OperatorSequence:
-        """The job's model at batch `b`, less the loss that ends it where the checkpoint read
-        no loss operator: its graphs ended at their outputs, and the steps it learned were
-        measured with their loss (a Hugging Face classifier's config exports its loss)."""
-        seq = sequence(self.job, b, int(self.predictor.trained.feature_cfg.fused))
-        seen, names, k = self.predictor.trained.info.get("op_types"), seq.op_names, seq.num_ops
-        while seen and k > 1 and names[k - 1] in LOSSES and names[k - 1] not in seen:
-            k -= 1
-        if k == seq.num_ops:
-            return seq
-        note = (f"the model's loss ({', '.join(dict.fromkeys(names[k:]))}) left out of its graph: "
-                "this checkpoint read graphs that end at their outputs, and learned steps "
-                "measured with their loss")
-        self.notes += [note] * (note not in self.notes)
-        return prefix(seq, k)
+        """The job's model at batch `b` as the checkpoint reads it (`Predictor.read`: less a
+        loss it never read, said)."""
+        seq, said = self.predictor.read(
+            sequence(self.job, b, int(self.predictor.trained.feature_cfg.fused)))
+        self.notes += [said] * bool(said and said not in self.notes)
+        return seq
 
     def parallel(self, one: Prediction, seq, n: int) -> Prediction:
         return one
@@ -63,13 +54,6 @@ class Checkpoint:
 
     def operators(self, seq, p: Prediction, b: int) -> tuple[list[dict], str]:
         return self.predictor.operators(seq, p, b)
-
-
-def prefix(seq: OperatorSequence, k: int) -> OperatorSequence:
-    """`seq`'s first `k` operators and the edges between them; its `meta` as it is."""
-    keep = seq.edges[:, 1] < k  # [E] (src < dst: both kept)
-    return OperatorSequence(seq.name, seq.op_type[:k], seq.config[:k], seq.load[:k],
-                            seq.edges[keep], seq.node_names[:k], seq.meta)
 
 
 def _predictor(checkpoint: str | None):

@@ -18,6 +18,7 @@ from flax import nnx
 
 from converters import OperatorSequence, convert
 from converters.dims import check_dims
+from converters.kind import LOSSES
 from converters.vocab import VOCAB
 from mdot_jax.data.dataset import OP_MS, Sample, Workload
 from mdot_jax.data.features import FeatureCache, bucket_length
@@ -157,6 +158,21 @@ class Predictor:
         return convert(model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                        input_shapes=input_shapes, fuse=int(self.trained.feature_cfg.fused))
 
+    def read(self, seq: OperatorSequence) -> tuple[OperatorSequence, str | None]:
+        """`seq` less the loss that ends it where this checkpoint read no loss operator: the
+        graphs it read ended at their outputs, and the steps it learned were measured with
+        their loss (a Hugging Face classifier's config exports its loss); what was left out,
+        in words (None: nothing)."""
+        seen, names, k = self.trained.info.get("op_types"), seq.op_names, seq.num_ops
+        while seen and k > 1 and names[k - 1] in LOSSES and names[k - 1] not in seen:
+            k -= 1
+        if k == seq.num_ops:
+            return seq, None
+        return prefix(seq, k), (
+            f"the model's loss ({', '.join(dict.fromkeys(names[k:]))}) left out of its graph: "
+            "this checkpoint read graphs that end at their outputs, and learned steps "
+            "measured with their loss")
+
     def predict(self, model: ModelLike, *, batch_size: int, image_size: int | None = None,
                 seq_len: int | None = None, input_shapes: dict | None = None,
                 precision: str | None = None, layout: str = "nchw", device: str | None = None,
@@ -169,8 +185,9 @@ class Predictor:
         if batch_size is None:
             raise RequestError("batch_size: required (the batch per device)", "batch_size")
         check_dims(batch_size=batch_size, image_size=image_size, seq_len=seq_len)
-        seq = self.sequence(model, batch_size=batch_size, image_size=image_size,
-                            seq_len=seq_len, input_shapes=input_shapes)
+        seq, said = self.read(self.sequence(model, batch_size=batch_size,
+                                            image_size=image_size, seq_len=seq_len,
+                                            input_shapes=input_shapes))
         size = image_size or seq_len or input_size_of(seq)
         w = self._workload(batch_size, size, precision, layout, device, optimizer)
         if at_batch is None and not isinstance(model, OperatorSequence):
@@ -178,8 +195,11 @@ class Predictor:
                 return self.sequence(model, batch_size=n, image_size=image_size,
                                      seq_len=seq_len, input_shapes=input_shapes)
         edge = batch_edge.edge(self.trained.info.get("batch_sizes"), batch_size)
-        pair = edge and at_batch and (at_batch(edge // 2), at_batch(edge))
-        return self.predict_many([(seq, w)], [pair or None])[0]
+        pair = edge and at_batch and (self.read(at_batch(edge // 2))[0],
+                                      self.read(at_batch(edge))[0])
+        p = self.predict_many([(seq, w)], [pair or None])[0]
+        p.warnings += [said] if said else []  # not one that withholds the band
+        return p
 
     def predict_many(self, items: Sequence[tuple[OperatorSequence, Workload]],
                      grow: Sequence[tuple[OperatorSequence, OperatorSequence] | None] = ()
@@ -376,3 +396,10 @@ def nearest_kernel_model(device: str) -> tuple[CostModel | None, str]:
     path = (own or shipped)[0]
     what = "" if own else f"; none of {device} is shipped, so the shares are {name[path]}'s"
     return CostModel.load(path), f"the kernel cost model of {name[path]}{what}"
+
+
+def prefix(seq: OperatorSequence, k: int) -> OperatorSequence:
+    """`seq`'s first `k` operators and the edges between them; its `meta` as it is."""
+    keep = seq.edges[:, 1] < k  # [E] (src < dst: both kept)
+    return OperatorSequence(seq.name, seq.op_type[:k], seq.config[:k], seq.load[:k],
+                            seq.edges[keep], seq.node_names[:k], seq.meta)
