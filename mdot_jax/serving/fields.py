@@ -85,7 +85,7 @@ def whole_count(name: str, value: Any) -> int:
 def positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or value <= 0:
-        raise RequestError(f"{name} {value!r}: expected a positive number", name)
+        raise RequestError(f"{name} {value!r}: expected a positive number", name.split("[")[0])
 
 
 def boolean(name: str, value: Any) -> None:
