@@ -165,7 +165,8 @@ def add_commands(sub) -> None:
                    help="USD per GPU-hour by device (an example: docs/prices.json), or "
                    "inline: h100-sxm=2.99,l40s=0.99")
     g.add_argument("--available", metavar="NAME=N[,...]", help="GPUs free by device, in "
-                   "all (l40s=16,h100-sxm=8): plans needing more listed infeasible")
+                   "all (l40s=16,h100-sxm=8): plans needing more listed infeasible, the GPUs free "
+                   "priced too")
     g.add_argument("--deadline", type=POSITIVE_FLOAT, metavar="HOURS")
     g.add_argument("--budget", type=POSITIVE_FLOAT, metavar="USD")
     out.add_argument("--plot", metavar="FILE.png", help="time against cost, the Pareto front "

@@ -313,6 +313,16 @@ def test_the_cli_tables_plots_and_says_json(model, tmp_path, capsys, monkeypatch
     assert said[("nvidia-h100-sxm", 8)] == ["8 GPUs: 1 free (available)"]
     assert said[("nvidia-l4", 1)][-1] == "1 GPU: 0 free (available)"
     assert not said[("nvidia-h100-sxm", 1)] and all(r["hours"] for r in free)
+    # fewer free than the most asked: what is free priced too, as a scheduler would start it
+    assert main([*args, "--available", "h100-sxm=6,l4=12", "--json"]) == 0
+    free = json.loads(capsys.readouterr().out)
+    counts = {d: sorted(r["gpus"] for r in free if r["device"] == d)
+              for d in ("nvidia-h100-sxm", "nvidia-a100-sxm-80gb", "nvidia-l4")}
+    assert counts == {"nvidia-h100-sxm": [1, 6, 8], "nvidia-a100-sxm-80gb": [1, 8],
+                      "nvidia-l4": [1, 8]}
+    six = next(r for r in free if r["gpus"] == 6)
+    assert six["nodes"] == 1 and not six["reasons"] and six["hours"] < next(
+        r["hours"] for r in free if r["device"] == "nvidia-h100-sxm" and r["gpus"] == 1)
     for given, needle in (("h100-sxm=1.5", "expected NAME=GPUs"),
                           ("a100=2", "available['a100']: GPU 'a100' is ambiguous")):
         assert main([*args, "--available", given]) == 2

@@ -4,7 +4,9 @@
 The rules:
 - a candidate is a catalogued GPU and a count of them per node (`Plan.gpus`, `job.nodes`
   nodes); a count past what one of its nodes holds (its NVLink fabric's GPUs, else an HGX
-  board's 8: `whole_nodes`) is that many whole nodes, a count that fills none refused; the
+  board's 8: `whole_nodes`) is that many whole nodes, a count that fills none refused; a GPU
+  with fewer free (`Plan.available`) than the most asked is priced at what is free too
+  (`counts`); the
   job's model is converted once, every candidate priced by the front door
   (`front.predict`) with the job's own fields (precision, parallel plan, batch, ...);
 - it is feasible when it fits (`Prediction.fits`: its memory within the GPU's; `roomy`: not
@@ -235,22 +237,29 @@ def _grid(request: Plan, progress: bool, limit: int | None) -> list[Option]:
     """Every GPU x count asked (no `global_batch`), ranked."""
     job = request.priced
     split = job.tp * job.pp * job.cp
-    odd = {n: f"{job.split} does not divide {n * job.nodes} GPUs"
-           for n in request.gpus if n * job.nodes % split}
-    odd |= {n: f"ep {job.ep} does not divide the {n * job.nodes // split} data-parallel "
-            "replicas" for n in request.gpus if n not in odd and n * job.nodes // split % job.ep}
-    counts = [n for n in request.gpus if n not in odd]
+
+    def odd(n: int) -> str | None:  # why `n` GPUs a node cannot take the job's split
+        if n * job.nodes % split:
+            return f"{job.split} does not divide {n * job.nodes} GPUs"
+        if n * job.nodes // split % job.ep:
+            return (f"ep {job.ep} does not divide the {n * job.nodes // split} data-parallel "
+                    "replicas")
+        return None
+
     gpus = request.candidates()
-    _bounded(len(gpus) * len(counts) * max(1, len(request.strategies)), limit, "candidates")
+    asked = {gpu.name: counts(request, gpu) for gpu in gpus}
+    _bounded(sum(len([n for n in ns if not odd(n)]) for ns in asked.values())
+             * max(1, len(request.strategies)), limit, "candidates")
     seq = sequence(cut(job), job.batch_sizes[0], fusion_version(True))  # once for every GPU
-    base = dataclasses.replace(job, model=seq, gpus=tuple(counts or [split * job.ep]),
+    base = dataclasses.replace(job, model=seq, gpus=tuple(
+                                   [n for n in request.gpus if not odd(n)] or [split * job.ep]),
                                device_spec=None, checkpoint=None, target_len=None)
     options = []
     for gpu in tqdm(gpus, desc="plan", unit="GPU", disable=not progress, leave=False):
         options += [Option(gpu.name, n * job.nodes, None, reasons=[why])
-                    for n, why in odd.items()]
+                    for n in asked[gpu.name] if (why := odd(n))]
         by_nodes: dict[int, list[int]] = {}  # GPUs a node, by the nodes they fill
-        for n in counts:
+        for n in (n for n in asked[gpu.name] if not odd(n)):
             if isinstance(s := whole_nodes(gpu, n, job.nodes), str):
                 options.append(Option(gpu.name, n * job.nodes, None, reasons=[s]))
             else:
@@ -266,6 +275,18 @@ def _grid(request: Plan, progress: bool, limit: int | None) -> list[Option]:
                                   nodes=k if p else None), request, gpu)
                     for n, k, p, error in rows]
     return sorted(options, key=_rank)
+
+
+def counts(request: Plan, gpu) -> list[int]:
+    """The GPUs a node `gpu` is priced at: the counts asked and, where fewer of it are free
+    (`available`) than the most asked, the most that are (past a node's GPUs, whole nodes):
+    what a scheduler could start now."""
+    asked, nodes = list(request.gpus), request.job.nodes
+    if (free := request.free_of(gpu)) is None or free >= max(asked) * nodes:
+        return asked
+    n = free // nodes
+    n -= n % gpu.node_gpus if n > gpu.node_gpus else 0
+    return asked + [n] if n and n not in asked else asked
 
 
 def _counts(job: TrainingJob, ns: list[int], k: int
@@ -330,12 +351,12 @@ def _search(request: Plan, progress: bool, limit: int | None = None) -> list[Opt
     # each GPU in turn for a count and layout, the layouts of a step (its depths) in a row:
     # what is computed of the model at a micro-batch and split is used again while it is kept
     keyed, unfilled = [], []  # (order, gpu, GPUs a node, nodes, layout); counts no nodes take
-    for i, n in enumerate(request.gpus):
-        for g, gpu in enumerate(request.candidates()):
+    for g, gpu in enumerate(request.candidates()):
+        for n in counts(request, gpu):
             if isinstance(s := whole_nodes(gpu, n, job.nodes), str):
                 unfilled.append(Option(gpu.name, n * job.nodes, None, reasons=[s]))
                 continue
-            keyed += [((i, lay.cp, lay.tp, lay.micro_batch, lay.pp, g), gpu, *s, lay)
+            keyed += [((n, lay.cp, lay.tp, lay.micro_batch, lay.pp, g), gpu, *s, lay)
                       for cp in request.cps or (job.cp,) for lay in layouts(
                           *s, request.global_batch, job.batch_sizes[0], cp)]  # type: ignore
     work = [(gpu, n, k, lay) for _, gpu, n, k, lay in sorted(keyed, key=lambda w: w[0])]

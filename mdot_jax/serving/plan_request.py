@@ -48,7 +48,8 @@ class Plan:
       roomy: a feasible plan leaves a tenth of each GPU's memory free (`Prediction.tight`:
         estimates of measured peaks err by up to a fifth); a tight one is listed infeasible.
       available: GPUs free by device name (in all, over every node; 0: none): a plan needing
-        more of a device is listed infeasible, priced; a device it does not name, no limit.
+        more of a device is listed infeasible, priced, and the device priced at what is free
+        (`plan.counts`); a device it does not name, no limit.
     """
 
     job: TrainingJob
