@@ -85,7 +85,7 @@ def op_types() -> list[str]:
                                       n_positions=128, vocab_size=VOCAB,
                                       activation_function="gelu"), seq_len=128),
                   batch_size=2, seq_len=128, fuse=True)
-    return sorted(set(seq.op_names))
+    return sorted(map(str, set(seq.op_names)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     band = dict(lo=lo, hi=hi, rows=sum(map(len, by_model.values())), models=len(by_model),
                 mean_coverage=result["mean_coverage"], gpus=list(GPUS),
                 precisions=list(PRECISIONS), op_types=op_types(),
-                source="vTrain's measured Megatron-DeepSpeed iterations of GPT models on A100s "
-                       "(Bang et al., MICRO 2024, VIA-Research/vTrain)")
+                source="vTrain: Bang et al., MICRO 2024, VIA-Research/vTrain")
     result.update(band=[float(np.exp(lo)), float(np.exp(hi))], rows=band["rows"],
                   rule=dict(quantiles=QUANTILES, mean_coverage=COVERAGE, least=LEAST,
                             calibration_left_out=sorted(map(list, CALIBRATION))))

@@ -361,7 +361,7 @@ class _SpecSheet:
         return precision
 
     def parallel(self, one: Prediction, seq: OperatorSequence, n: int) -> Prediction:
-        from mdot_jax.gpu import model_parallel
+        from mdot_jax.gpu import bands, model_parallel
         from mdot_jax.gpu.offload import offload
         from mdot_jax.gpu.parallel import accumulate, data_parallel
         from mdot_jax.gpu.recompute import copies_kept
@@ -404,7 +404,8 @@ class _SpecSheet:
             # activations leave the loss out; one GPU's and data parallel's count it
             p.warnings.append(note)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
-        return p
+        return bands.megatron(p, self.model.info, self.gpu, job, self.seq, bool(self.fused),
+                              autograd.trainable(self.seq))
 
     def _weight_bytes(self) -> float | None:
         """A weight's bytes on average where the frozen ones are held otherwise (None: as the

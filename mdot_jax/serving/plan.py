@@ -6,7 +6,7 @@ The rules:
   nodes); a count past what one of its nodes holds (its NVLink fabric's GPUs, else an HGX
   board's 8: `whole_nodes`) is that many whole nodes, a count that fills none refused; a GPU
   with fewer free (`Plan.available`) than the most asked is priced at what is free too
-  (`counts`); the
+  (`Plan.counts`); the
   job's model is converted once, every candidate priced by the front door
   (`front.predict`) with the job's own fields (precision, parallel plan, batch, ...);
 - it is feasible when it fits (`Prediction.fits`: its memory within the GPU's; `roomy`: not
@@ -247,7 +247,7 @@ def _grid(request: Plan, progress: bool, limit: int | None) -> list[Option]:
         return None
 
     gpus = request.candidates()
-    asked = {gpu.name: counts(request, gpu) for gpu in gpus}
+    asked = {gpu.name: request.counts(gpu) for gpu in gpus}
     _bounded(sum(len([n for n in ns if not odd(n)]) for ns in asked.values())
              * max(1, len(request.strategies)), limit, "candidates")
     seq = sequence(cut(job), job.batch_sizes[0], fusion_version(True))  # once for every GPU
@@ -275,18 +275,6 @@ def _grid(request: Plan, progress: bool, limit: int | None) -> list[Option]:
                                   nodes=k if p else None), request, gpu)
                     for n, k, p, error in rows]
     return sorted(options, key=_rank)
-
-
-def counts(request: Plan, gpu) -> list[int]:
-    """The GPUs a node `gpu` is priced at: the counts asked and, where fewer of it are free
-    (`available`) than the most asked, the most that are (past a node's GPUs, whole nodes):
-    what a scheduler could start now."""
-    asked, nodes = list(request.gpus), request.job.nodes
-    if (free := request.free_of(gpu)) is None or free >= max(asked) * nodes:
-        return asked
-    n = free // nodes
-    n -= n % gpu.node_gpus if n > gpu.node_gpus else 0
-    return asked + [n] if n and n not in asked else asked
 
 
 def _counts(job: TrainingJob, ns: list[int], k: int
@@ -352,7 +340,7 @@ def _search(request: Plan, progress: bool, limit: int | None = None) -> list[Opt
     # what is computed of the model at a micro-batch and split is used again while it is kept
     keyed, unfilled = [], []  # (order, gpu, GPUs a node, nodes, layout); counts no nodes take
     for g, gpu in enumerate(request.candidates()):
-        for n in counts(request, gpu):
+        for n in request.counts(gpu):
             if isinstance(s := whole_nodes(gpu, n, job.nodes), str):
                 unfilled.append(Option(gpu.name, n * job.nodes, None, reasons=[s]))
                 continue

@@ -49,7 +49,7 @@ class Plan:
         estimates of measured peaks err by up to a fifth); a tight one is listed infeasible.
       available: GPUs free by device name (in all, over every node; 0: none): a plan needing
         more of a device is listed infeasible, priced, and the device priced at what is free
-        (`plan.counts`); a device it does not name, no limit.
+        (`counts`); a device it does not name, no limit.
     """
 
     job: TrainingJob
@@ -169,6 +169,17 @@ class Plan:
     def free_of(self, gpu) -> int | None:
         """How many of `gpu` are free (`available`), by any of its names; None: no limit."""
         return self._free.get(gpu.name)
+
+    def counts(self, gpu) -> list[int]:
+        """The GPUs a node `gpu` is priced at: the counts asked and, where fewer of it are
+        free than the most asked, the most that are (past a node's GPUs, whole nodes): what a
+        scheduler could start now."""
+        asked, nodes = list(self.gpus), self.job.nodes
+        if (free := self.free_of(gpu)) is None or free >= max(asked) * nodes:
+            return asked
+        n = free // nodes
+        n -= n % gpu.node_gpus if n > gpu.node_gpus else 0
+        return asked + [n] if n and n not in asked else asked
 
 
 def _gpus_free(name: str, value: object) -> None:
