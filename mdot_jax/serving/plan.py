@@ -248,7 +248,7 @@ def _grid(request: Plan, progress: bool, limit: int | None) -> list[Option]:
 
     gpus = request.candidates()
     asked = {gpu.name: request.counts(gpu) for gpu in gpus}
-    _bounded(sum(len([n for n in ns if not odd(n)]) for ns in asked.values())
+    _bounded(sum(not odd(n) for ns in asked.values() for n in ns)
              * max(1, len(request.strategies)), limit, "candidates")
     seq = sequence(cut(job), job.batch_sizes[0], fusion_version(True))  # once for every GPU
     base = dataclasses.replace(job, model=seq, gpus=tuple(
