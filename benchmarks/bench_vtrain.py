@@ -70,6 +70,37 @@ def kind(r: dict) -> str:
     return "mixed" if tp and pp else "tp" if tp else "pp" if pp else "dp"
 
 
+def price(r: dict, framework: str = "pytorch", checkpoint: str | None = None,
+          cache: dict | None = None) -> dict:
+    """The rule's prediction of row `r` (its key, ms, memory and phases); `cache` keeps the
+    last model exported and its sequences by micro-batch across calls."""
+    from converters import convert, from_hf_config
+    from mdot_jax.serving.front import predict
+    from mdot_jax.serving.request import TrainingJob
+
+    cache = {} if cache is None else cache
+    arch = (r["hidden"], r["heads"], r["layers"], r["seq"])
+    if cache.get("arch") != arch:
+        cache.update(arch=arch, seqs={}, model=from_hf_config(dict(
+            model_type="gpt2", n_embd=r["hidden"], n_head=r["heads"], n_layer=r["layers"],
+            n_positions=r["seq"], vocab_size=VOCAB, activation_function="gelu"),
+            seq_len=r["seq"]))
+    seqs = cache["seqs"]
+    if r["mb"] not in seqs:
+        seqs[r["mb"]] = convert(cache["model"], batch_size=r["mb"], seq_len=r["seq"], fuse=True)
+    gpn = min(r["gpus"], 8)
+    p = predict(TrainingJob(
+        model=seqs[r["mb"]], batch_size=r["mb"], device=DEVICE, precision="amp-fp16",
+        optimizer="adam", attention="eager", activation_checkpointing="full",
+        tp=r["tp"], pp=r["pp"], schedule="1f1b" if r["pp"] > 1 else None,
+        grad_accum=r["global_batch"] // (r["mb"] * r["dp"]), gpus=gpn,
+        nodes=r["gpus"] // gpn, checkpoint=checkpoint, framework=framework,
+        network_gbs=NETWORK_GBS if r["gpus"] > gpn else None))
+    return dict(key=r["key"], predicted_ms=float(f"{p.iteration_ms:.6g}"),
+                memory_gb=float(f"{p.memory_gb:.4g}"),
+                phases={k: float(f"{v:.4g}") for k, v in p.phases.items()})
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", type=Path)
@@ -82,12 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--framework", choices=("pytorch", "megatron"), default="pytorch",
                     help="whose kernels the rows are priced with (the docstring)")
     args = ap.parse_args(argv)
-
-    import onnx
-
-    from converters import convert, from_hf_config
-    from mdot_jax.serving.front import predict
-    from mdot_jax.serving.request import TrainingJob
 
     rows = _rows(args.data)
     if args.limit:
@@ -103,36 +128,14 @@ def main(argv: list[str] | None = None) -> int:
         for line in done_path.read_text().splitlines():
             d = json.loads(line)
             done[d["key"]] = d
-    models: dict[tuple, onnx.ModelProto] = {}
-    seqs: dict[tuple, object] = {}
+    cache: dict = {}
     t0 = time.time()
     with open(done_path, "a") as out:
         # a model exported once for all its rows (the files interleave them)
         todo = sorted((r for r in rows if r["key"] not in done),
                       key=lambda r: (r["hidden"], r["heads"], r["layers"], r["seq"], r["mb"]))
         for n, r in enumerate(todo):
-            arch = (r["hidden"], r["heads"], r["layers"], r["seq"])
-            if arch not in models:
-                models = {arch: from_hf_config(dict(
-                    model_type="gpt2", n_embd=r["hidden"], n_head=r["heads"],
-                    n_layer=r["layers"], n_positions=r["seq"], vocab_size=VOCAB,
-                    activation_function="gelu"), seq_len=r["seq"])}
-                seqs = {}
-            if r["mb"] not in seqs:
-                seqs[r["mb"]] = convert(models[arch], batch_size=r["mb"], seq_len=r["seq"],
-                                        fuse=True)
-            gpn = min(r["gpus"], 8)
-            m = r["global_batch"] // (r["mb"] * r["dp"])
-            p = predict(TrainingJob(
-                model=seqs[r["mb"]], batch_size=r["mb"], device=DEVICE, precision="amp-fp16",
-                optimizer="adam", attention="eager", activation_checkpointing="full",
-                tp=r["tp"], pp=r["pp"], schedule="1f1b" if r["pp"] > 1 else None,
-                grad_accum=m, gpus=gpn, nodes=r["gpus"] // gpn, checkpoint=args.checkpoint,
-                framework=args.framework,
-                network_gbs=NETWORK_GBS if r["gpus"] > gpn else None))
-            d = dict(key=r["key"], predicted_ms=float(f"{p.iteration_ms:.6g}"),
-                     memory_gb=float(f"{p.memory_gb:.4g}"),
-                     phases={k: float(f"{v:.4g}") for k, v in p.phases.items()})
+            d = price(r, args.framework, args.checkpoint, cache)
             done[r["key"]] = d
             out.write(json.dumps(d) + "\n")
             out.flush()

@@ -72,3 +72,35 @@ def test_the_band_is_decided_on_models_left_out_and_never_on_the_calibration_one
     # each model weighs the same, whatever its rows
     lo, hi = b.weighted_quantiles([np.zeros(100), np.ones(1)], qs=(0.25, 0.75))
     assert lo == pytest.approx(0.0) and hi == pytest.approx(1.0)
+
+
+# vTrain rows' configurations (not their measured times), one of each split kind and scope
+VTRAIN_ROWS = [
+    dict(key="single-0", gpus=2, global_batch=16, mb=8, hidden=1024, heads=16, layers=24,
+         seq=1024, tp=1, dp=1, pp=2),
+    dict(key="single-1", gpus=8, global_batch=32, mb=4, hidden=1024, heads=16, layers=24,
+         seq=1024, tp=2, dp=2, pp=2),
+    dict(key="single-6", gpus=4, global_batch=32, mb=2, hidden=2048, heads=16, layers=16,
+         seq=1024, tp=1, dp=4, pp=1),
+    dict(key="single-7", gpus=8, global_batch=32, mb=2, hidden=1024, heads=16, layers=16,
+         seq=1024, tp=4, dp=2, pp=1),
+    dict(key="multi-11", gpus=64, global_batch=512, mb=4, hidden=3072, heads=32, layers=30,
+         seq=2048, tp=1, dp=32, pp=2)]
+
+
+@pytest.mark.slow
+def test_the_committed_vtrain_predictions_are_the_shipped_pricings():
+    """The Megatron band and the README's vTrain numbers were measured on the committed
+    predictions: a change of the pricing that moves them re-runs `bench_vtrain.py --framework
+    megatron` and the band's script (`docs/studies/megatron-band.md`)."""
+    import json
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / \
+        "vtrain-megatron" / "predictions.jsonl"
+    kept = {d["key"]: d["predicted_ms"] for d in map(json.loads, committed.read_text().split(
+        "\n")[:-1])}
+    price, cache = bench("bench_vtrain").price, {}
+    for r in VTRAIN_ROWS:
+        assert price(r, "megatron", None, cache)["predicted_ms"] == pytest.approx(
+            kept[r["key"]], rel=1e-4), r["key"]
