@@ -110,6 +110,16 @@ PRICERS = {"calibrated roofline": CalibratedRoofline.fit, "binned roofline": Bin
            "operator model": GpuOpModel.fit}
 
 
+
+# NeuSight's measured times and its own (and its roofline's) predictions: read in its folder,
+# never written here (its README); the MAPEs computed from them are
+THEIRS = ("measured_ms", "neusight_ms", "roofline_ms")
+
+
+def ours(rows: list[dict]) -> list[dict]:
+    """`rows` as committed: our predictions and each row's key, without NeuSight's numbers."""
+    return [{k: v for k, v in r.items() if k not in THEIRS} for r in rows]
+
 def _columns(rows):
     return ([r.op for r in rows], [r.dims for r in rows], [gpus.find(r.gpu) for r in rows],
             np.asarray([r.ms for r in rows]))
@@ -185,7 +195,8 @@ def steps(args, rows, seen) -> None:
         command="python benchmarks/bench_gpu_ops.py " + " ".join(
             [args.neusight, "--steps", "--out", args.out]), fitted_gpus=seen,
         backward_ratios=ratios, leave_one_gpu_out_mape=logo, chosen=chosen, mape=table_rows,
-        not_priced=dict(labels=untraced, why="no layer trace in the folder"), rows=out_rows),
+        not_priced=dict(labels=untraced, why="no layer trace in the folder"),
+        rows=ours(out_rows)),
         indent=1))
     lines = ["| GPU | mode | labels | ours MAPE | NeuSight | roofline |",
              "|---|---|---|---|---|---|"]
@@ -393,7 +404,7 @@ def onnx_steps(args) -> None:
     (out / "onnx.json").write_text(json.dumps(dict(
         command=f"python benchmarks/bench_gpu_ops.py {args.neusight} --onnx {args.onnx} "
                 f"--out {args.out}", fitted_gpus=model.info["fitted_gpus"], mape=mape,
-        not_priced=failed, rows=rows), indent=1) + "\n")
+        not_priced=failed, rows=ours(rows)), indent=1) + "\n")
     print(json.dumps(mape, indent=1))
 
 
@@ -489,7 +500,7 @@ def data_parallel_runs(args) -> None:
                 f"--out {args.out}", fitted_gpus=model.info["fitted_gpus"],
         mape=float(np.mean([100 * abs(r["predicted_ms"] / r["measured_ms"] - 1) for r in rows])),
         neusight_mape=float(np.mean([100 * abs(r["neusight_ms"] / r["measured_ms"] - 1)
-                                     for r in rows])), rows=rows), indent=1) + "\n")
+                                     for r in rows])), rows=ours(rows)), indent=1) + "\n")
 
 
 def scaling(args) -> None:

@@ -167,15 +167,33 @@ def test_every_traced_label_is_read_and_its_compute_is_priced():
 
 def test_the_committed_whole_model_evaluation_fitted_no_unseen_gpu():
     """`benchmarks/results/gpu-neusight`: fitted on the five training GPUs, every row a label
-    of the three unseen ones, each next to NeuSight's own prediction."""
+    of the three unseen ones, with our prediction alone (NeuSight's measured times and its own
+    predictions stay in its folder: the MAPEs beside them are computed from them there)."""
     import json
 
     r = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" /
                     "gpu-neusight" / "results.json").read_text())
     assert len(r["fitted_gpus"]) == 5 and not UNSEEN & set(r["fitted_gpus"])
     assert {x["gpu"] for x in r["rows"]} == UNSEEN and len(r["rows"]) >= 30
-    assert all(x["measured_ms"] > 0 and x["predicted_ms"] > 0 and x["neusight_ms"]
-               for x in r["rows"])
+    assert all(x["predicted_ms"] > 0 for x in r["rows"])
+    assert r["mape"]["(all) train"]["neusight"] > 0
+
+
+def test_no_committed_result_copies_a_public_tables_numbers():
+    """NeuSight's measured times and predictions, and timm's inference tables, are read in
+    `../shared/datasets/` and never written into the repository (their READMEs)."""
+    import json
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    for f in [*results.rglob("*.json"), *results.rglob("*.jsonl")]:
+        text = f.read_text()
+        assert "neusight_ms" not in text and "roofline_ms" not in text, f
+    for f in [*results.glob("**/ns-*/onnx.json"), *results.glob("gpu-neusight/*.json")]:
+        if f.name != "rtx3090.json":  # timm's training rows, which the repository holds
+            assert all("measured_ms" not in r for r in json.loads(f.read_text())["rows"]), f
+    for f in results.glob("timm-inference-*/rows.jsonl"):
+        assert all("measured_ms" not in json.loads(line) for line in f.read_text().split(
+            "\n") if line), f
 
 
 def test_the_committed_evaluations_fitted_nothing_of_the_gpus_they_score():
