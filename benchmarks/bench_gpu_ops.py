@@ -346,13 +346,37 @@ def _EncoderDecoder(model):
     return Wrapped()
 
 
-def onnx_steps(args) -> None:
-    """The product's path on NeuSight's training labels (`--onnx`; the rule in the docstring)."""
+def onnx_price(lab: dict, root: Path, cache: Path, model) -> float:
+    """A NeuSight training label (`neusight.train_labels`) priced from ONNX on its GPU: the
+    model's config exported at 2 and 4 layers (kept in `cache`), the step extended linearly
+    to the label's layers (a ConversionError raises)."""
     import onnx
     import torch
 
-    from converters import ConversionError, convert, from_torch
-    from mdot_jax.gpu.spec_sheet import load_step_model, price
+    from converters import convert, from_torch
+    from mdot_jax.gpu.spec_sheet import price
+
+    name, seq_len, gpu = lab["model"], lab["seq_len"], gpus.find(lab["gpu"])
+    config = json.loads((root / "model_configs" / f"{name}.json").read_text())
+    ms = {}
+    for layers in (2, 4):
+        file = cache / f"{name}-{seq_len}-{layers}.onnx"
+        if not file.exists():
+            torch.manual_seed(0)
+            m = _hf_model(config, layers)
+            if m.config.is_encoder_decoder:  # the decoder reads the same tokens
+                m.config.use_cache = False
+                m = _EncoderDecoder(m)
+            onnx.save(from_torch(m, torch.randint(0, 1000, (1, seq_len))), file)
+        seq = convert(file, batch_size=lab["batch"], fuse=True, loss=True)
+        ms[layers] = price(seq, gpu, model, step="fwd-bwd").iteration_ms
+    return ms[2] + (lab["layers"] - 2) / 2 * (ms[4] - ms[2])
+
+
+def onnx_steps(args) -> None:
+    """The product's path on NeuSight's training labels (`--onnx`; the rule in the docstring)."""
+    from converters import ConversionError
+    from mdot_jax.gpu.spec_sheet import load_step_model
 
     model = load_step_model(args.model)
     root, cache = Path(args.neusight), Path(args.onnx)
@@ -362,25 +386,12 @@ def onnx_steps(args) -> None:
     for lab in neusight.train_labels(root):
         name, seq_len, batch = lab["model"], lab["seq_len"], lab["batch"]
         gpu, stem = gpus.find(lab["gpu"]), f"{name}-train-{seq_len}-{batch}"
-        ms = {}
-        config = json.loads((root / "model_configs" / f"{name}.json").read_text())
         try:
-            for layers in (2, 4):
-                file = cache / f"{name}-{seq_len}-{layers}.onnx"
-                if not file.exists():
-                    torch.manual_seed(0)
-                    m = _hf_model(config, layers)
-                    if m.config.is_encoder_decoder:  # the decoder reads the same tokens
-                        m.config.use_cache = False
-                        m = _EncoderDecoder(m)
-                    onnx.save(from_torch(m, torch.randint(0, 1000, (1, seq_len))), file)
-                seq = convert(file, batch_size=batch, fuse=True, loss=True)
-                ms[layers] = price(seq, gpu, model, step="fwd-bwd").iteration_ms
+            predicted = onnx_price(lab, root, cache, model)
         except ConversionError as e:
             failed[f"{gpu.name} {stem}"] = str(e)
             print(f"{gpu.name} {stem}: not priced: {e}", flush=True)
             continue
-        predicted = ms[2] + (lab["layers"] - 2) / 2 * (ms[4] - ms[2])
         t = theirs.get((gpu.name, name, "train", seq_len, batch), {})
         rows.append(dict(gpu=gpu.name, model=name, batch=batch, seq_len=seq_len, mode="train",
                          measured_ms=lab["ms"], predicted_ms=predicted,

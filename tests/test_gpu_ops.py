@@ -179,6 +179,30 @@ def test_the_committed_whole_model_evaluation_fitted_no_unseen_gpu():
     assert r["mape"]["(all) train"]["neusight"] > 0
 
 
+@pytest.mark.slow
+@needs_neusight
+def test_the_committed_neusight_protocol_is_the_shipped_pricings(tmp_path):
+    """The README's NeuSight protocol numbers come from `gpu-neusight/onnx.json`: a change of
+    the pricing that moves its predictions re-runs `bench_gpu_ops.py --onnx` (three labels, one
+    of each unseen GPU, priced again from their configs)."""
+    from benches import bench
+
+    from mdot_jax.gpu.spec_sheet import load_step_model
+
+    committed = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" /
+                            "gpu-neusight" / "onnx.json").read_text())
+    kept = {(r["gpu"], r["model"], r["batch"], r["seq_len"]): r["predicted_ms"]
+            for r in committed["rows"]}
+    labels = {lab["gpu"]: lab for lab in sorted(
+        neusight.train_labels(NEUSIGHT), key=lambda x: (x["seq_len"] * x["batch"], x["model"]))
+        if lab["gpu"] in UNSEEN and lab["model"] != "switchxl4"}  # the smallest of each GPU
+    onnx_price, model = bench("bench_gpu_ops").onnx_price, load_step_model()
+    for gpu, lab in sorted(labels.items()):
+        key = (gpu, lab["model"], lab["batch"], lab["seq_len"])
+        assert onnx_price(lab, NEUSIGHT, tmp_path, model) == pytest.approx(kept[key],
+                                                                          rel=1e-4), key
+
+
 def test_no_committed_result_copies_a_public_tables_numbers():
     """NeuSight's measured times and predictions, and timm's inference tables, are read in
     `../shared/datasets/` and never written into the repository (their READMEs)."""
