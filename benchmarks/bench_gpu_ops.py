@@ -112,7 +112,7 @@ PRICERS = {"calibrated roofline": CalibratedRoofline.fit, "binned roofline": Bin
 
 
 # NeuSight's measured times and its own (and its roofline's) predictions: read in its folder,
-# never written here (its README); the MAPEs computed from them are
+# never written here (its README); the MAPEs computed from them are written
 THEIRS = ("measured_ms", "neusight_ms", "roofline_ms")
 
 

@@ -6,8 +6,9 @@ iterations of GPT models on A100s, each model weighing the same. A prediction ca
 where those iterations back it (`admits`): framework megatron on one of the band's GPUs at
 one of its precisions, Megatron's fused softmax (no fused attention), full activation
 checkpointing, the 1F1B schedule or no pipeline, no sequence, context or expert parallelism,
-no offload, every parameter trained, Adam or AdamW with DDP, the whole step, and a model made
-only of the operator types of the decoders those iterations were priced as.
+no offload, Adam or AdamW with DDP, the whole step, and a model made only of the operator
+types of the decoders those iterations were priced as (a model with frozen parameters loses
+every band at the front door).
 """
 
 from __future__ import annotations
@@ -19,26 +20,25 @@ from converters.sequence import OperatorSequence
 from mdot_jax.serving.prediction import Prediction
 
 
-def admits(band: dict, gpu, job, seq: OperatorSequence, fused: bool, trained: int) -> bool:
-    """Whether `job` on `gpu` (its model `seq`, `fused` attention kernels or not, `trained`
-    of its parameters trained) is what the band's iterations measured (module docstring)."""
+def admits(band: dict, gpu, job, seq: OperatorSequence, fused: bool) -> bool:
+    """Whether `job` on `gpu` (its model `seq`, `fused` attention kernels or not) is what the
+    band's iterations measured (module docstring)."""
     return (job.framework == "megatron" and gpu.name in band["gpus"]
             and job.precision in band["precisions"] and not fused
             and job.activation_checkpointing == "full"
             and job.schedule in (None, "1f1b") and job.virtual_stages is None
             and not job.sequence_parallel and job.cp == 1 and job.ep == 1
-            and job.offload is None and trained == seq.params
-            and job.strategy == "ddp" and job.optimizer in ("adam", "adamw")
+            and job.offload is None and job.strategy == "ddp" and job.optimizer in ("adam", "adamw")
             and job.step in (None, "train") and not seq.meta.get("experts")
             and set(map(str, seq.op_names)) <= set(band["op_types"]))
 
 
-def megatron(p: Prediction, info: dict, gpu, job, seq: OperatorSequence, fused: bool,
-             trained: int) -> Prediction:
+def megatron(p: Prediction, info: dict, gpu, job, seq: OperatorSequence,
+             fused: bool) -> Prediction:
     """`p` with the step model's `megatron_band` where it `admits` the job, else as it is
     (a step model adapted to a user's steps: their band, where it has one)."""
     band = info.get("megatron_band")
-    if band is None or info.get("adaptation") or not admits(band, gpu, job, seq, fused, trained):
+    if band is None or info.get("adaptation") or not admits(band, gpu, job, seq, fused):
         return p
     return dataclasses.replace(
         p, interval_ms=(p.iteration_ms * math.exp(band["lo"]),

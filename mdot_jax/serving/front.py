@@ -404,8 +404,7 @@ class _SpecSheet:
             # activations leave the loss out; one GPU's and data parallel's count it
             p.warnings.append(note)
         check_fit(p, self.gpu.memory_gb, f"the {self.gpu.name}'s memory")  # as finally priced
-        return bands.megatron(p, self.model.info, self.gpu, job, self.seq, bool(self.fused),
-                              autograd.trainable(self.seq))
+        return bands.megatron(p, self.model.info, self.gpu, job, self.seq, bool(self.fused))
 
     def _weight_bytes(self) -> float | None:
         """A weight's bytes on average where the frozen ones are held otherwise (None: as the
