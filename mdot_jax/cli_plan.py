@@ -119,14 +119,16 @@ def _print(args: argparse.Namespace, options: list) -> None:
     split = args.global_batch is not None or bool(args.strategies)  # say how each count runs
     w = max([22] + [len(o.device) + 1 for o in options])  # a name and the front's `*`
     tokens = any(o.prediction and o.prediction.tokens for o in options)  # a token model's
-    print(f"{'device':<{w}} {'GPUs':>5} " + (f"{'layout':<24} " if split else "")
+    rows = _unpriced_together(options[:args.top] if args.top else options)
+    g = max([5] + [len(counts) for _, counts in rows])
+    print(f"{'device':<{w}} {'GPUs':>{g}} " + (f"{'layout':<24} " if split else "")
           + f"{'job h':>8} {'80% band h':>13} {'cost USD':>10} {'memory GB':>9}"
           + f" {'tok/s/GPU':>9}" * tokens + f" {'MFU':>5}  why not")
-    for o in options[:args.top] if args.top else options:
+    for o, counts in rows:
         p = o.prediction
         band = o.hours_band and span(*o.hours_band, hours)
         mfu = percent(p.mfu) if p and p.mfu is not None else "-"
-        print(f"{o.device + ('*' if id(o) in front else ''):<{w}} {o.gpus:>5} "
+        print(f"{o.device + ('*' if id(o) in front else ''):<{w}} {counts:>{g}} "
               + (f"{str(o.layout or '-'):<24} " if split else "")
               + f"{'-' if o.hours is None else hours(o.hours):>8} {band or '-':>13} "
               f"{'-' if o.cost_usd is None else number(o.cost_usd):>10} "
@@ -139,6 +141,20 @@ def _print(args: argparse.Namespace, options: list) -> None:
         print("layout: tensor- and pipeline-parallel degrees (cp: context, ep: expert), a "
               "micro-batch x micro-batches an iteration, the data-parallel strategy (none: "
               "ddp), ckpt-: activation checkpointing")
+
+
+def _unpriced_together(options: list) -> list[tuple]:
+    """(option, its GPU counts as printed): a GPU's counts that were not priced for one reason
+    (no bf16 on the board: every count) share one row, `2,4,8`."""
+    rows: list[tuple] = []
+    for o in options:
+        last = rows[-1][0] if rows else None
+        if (o.prediction is None and last is not None and last.prediction is None
+                and (last.device, last.reasons) == (o.device, o.reasons)):
+            rows[-1] = (last, f"{rows[-1][1]},{o.gpus}")
+        else:
+            rows.append((o, str(o.gpus)))
+    return rows
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
