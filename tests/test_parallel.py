@@ -394,6 +394,41 @@ def test_a_ring_that_leaves_the_node_shares_its_network():
     assert eight.latency_s == pytest.approx(LATENCY_US["network"] * 1e-6)  # one GPU a node
 
 
+def test_an_allreduce_across_many_nodes_is_nccls_tree_where_it_is_faster():
+    """NCCL picks its ring or its tree per call: a group in one node has no tree (vTrain's
+    single-node rows unchanged), a small bucket over 512 nodes is the tree's (latency
+    2 (7 NVLink hops + log2 512 tree hops)), a large all-reduce over two nodes the ring's, and
+    a gather or reduce-scatter (`tree=False`) is always the ring's."""
+    from mdot_jax.gpu.parallel import LATENCY_US, TREE_HOP, TREE_SHARE, group_link
+
+    h100 = gpus.find("h100-sxm")
+
+    def ring(nbytes, n, link, buckets):
+        return 1e3 * (2 * (n - 1) / n * nbytes / (link.gbs * 1e9)
+                      + 2 * (n - 1) * link.latency_s * buckets)
+
+    inside = group_link(h100, 8, 4, None, 400.0, 8, 1)
+    assert inside.tree_latency_s is None
+    assert allreduce_ms(1e9, 8, inside, 40) == pytest.approx(ring(1e9, 8, inside, 40))
+    wide = group_link(h100, 8, 512, None, 400.0, 4096, 1)
+    tree_s = 2 * (7 * LATENCY_US["nvlink"] + 9 * TREE_HOP * LATENCY_US["network"]) * 1e-6
+    assert wide.tree_latency_s == pytest.approx(tree_s)
+    bucket = BUCKET_MB * 2 ** 20
+    assert allreduce_ms(bucket, 4096, wide, 1) == pytest.approx(
+        1e3 * (2 * bucket / (TREE_SHARE * wide.gbs * 1e9) + tree_s))
+    assert allreduce_ms(bucket, 4096, wide, 1) < ring(bucket, 4096, wide, 1) / 10
+    assert allreduce_ms(bucket, 4096, wide, 1, tree=False) == pytest.approx(
+        ring(bucket, 4096, wide, 1))
+    two = group_link(h100, 8, 2, None, 400.0, 16, 1)
+    assert allreduce_ms(4e9, 16, two, 1) == pytest.approx(ring(4e9, 16, two, 1))
+    # DDP over 512 nodes: its buckets' all-reduces hide behind the backward again; FSDP's
+    # gathers and reduce-scatters stay rings, latency-bound there
+    one = _one(backward=50.0)
+    ddp = data_parallel(one, 10 ** 8, h100, 8, 512, network_gbs=400.0)
+    fsdp = data_parallel(one, 10 ** 8, h100, 8, 512, network_gbs=400.0, strategy="fsdp")
+    assert ddp.iteration_ms < 1.1 * one.iteration_ms < fsdp.iteration_ms
+
+
 def test_the_network_between_nodes_defaults_to_the_gpus_dgx_and_says_so():
     """Unless told, an H100's nodes are joined as a DGX H100's (eight 400 Gb/s NICs: 400 GB/s a
     node), a GPU of no DGX by one 200 Gb/s NIC (25 GB/s); a note says which; told, as told."""

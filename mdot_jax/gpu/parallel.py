@@ -6,7 +6,11 @@ The rules:
 - the gradients (fp32: also under AMP, whose master weights are fp32; Megatron-LM's at fp16 in
   fp16, `memory.param_bytes`) are all-reduced in DDP's buckets of `BUCKET_MB`, by a ring: each
   GPU sends and receives 2 (N - 1) / N of the bytes over the slowest link of the ring, plus
-  2 (N - 1) steps of the link's latency per bucket;
+  2 (N - 1) steps of the link's latency per bucket; or, where the GPUs span nodes and it is
+  faster, by NCCL's tree (a chain through each node's GPUs, a binary tree over the nodes:
+  2 ((GPUs a node - 1) x the node link's latency + log2(nodes) x the tree's network hop) a
+  bucket, the bytes twice at `TREE_SHARE` of the ring's bandwidth), as NCCL chooses per call;
+  all-gathers and reduce-scatters are rings (NCCL has no tree for them);
 - the links: NVLink where the GPU has it and every GPU of the ring reaches the others by it
   (`GPU.nvswitch`: SXM parts on their boards; PCIe cards only pairwise, by a bridge), at the
   share of its bandwidth rings achieve (`NVLINK_EFFICIENCY`), else PCIe; between nodes, the
@@ -69,6 +73,11 @@ NETWORK_GBS = 25.0  # between nodes, per direction, unless told: a 200 Gb/s NIC
 # network's: their datasheet figures, nothing of them measured
 LATENCY_US = {"nvlink": 3.5, "pcie": 5.0, "network": 10.0}
 NVLINK_EFFICIENCY = 0.74
+# NCCL's tree all-reduce, from its tuning model (NVIDIA/nccl src/graph/tuning.cc), not fitted:
+# the least of its corrections of the tree's bandwidth (Simple protocol, medium sizes), and its
+# tree's network hop against its ring's step; both leave the tree to where it clearly wins
+TREE_SHARE = 0.5
+TREE_HOP = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +85,7 @@ class Link:
     name: str  # nvlink | pcie | network
     gbs: float  # GB/s per direction
     latency_s: float
+    tree_latency_s: float | None = None  # an all-reduce's by NCCL's tree; None: in one node
 
 
 def ring_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | None,
@@ -113,16 +123,27 @@ def group_link(gpu: GPU, gpus_per_node: int, nodes: int, interconnect: str | Non
         return link
     rings = max(gpus_per_node // inside, 1)  # rings through one node's network
     net = ring_link(gpu, inside, 2, interconnect, network_gbs / rings)
-    hop = ((inside - 1) * link.latency_s + LATENCY_US["network"] * 1e-6) / inside
-    return dataclasses.replace(net if net.gbs < link.gbs else link, latency_s=hop)
+    network = LATENCY_US["network"] * 1e-6
+    hop = ((inside - 1) * link.latency_s + network) / inside
+    tree = 2 * ((inside - 1) * link.latency_s
+                + math.ceil(math.log2(math.ceil(size / inside))) * TREE_HOP * network)
+    return dataclasses.replace(net if net.gbs < link.gbs else link, latency_s=hop,
+                               tree_latency_s=tree)
 
 
-def allreduce_ms(nbytes: float, gpus: int, link: Link, buckets: int) -> float:
-    """A ring all-reduce of `nbytes` over `gpus` GPUs in `buckets` buckets, ms."""
+def allreduce_ms(nbytes: float, gpus: int, link: Link, buckets: int, tree: bool = True
+                 ) -> float:
+    """An all-reduce of `nbytes` over `gpus` GPUs in `buckets` buckets, ms: a ring, or NCCL's
+    tree where the link spans nodes and it is faster (`tree`: an all-reduce, not the ring an
+    all-gather or reduce-scatter is half of)."""
     if gpus <= 1:
         return 0.0
     steps = 2 * (gpus - 1)
-    return 1e3 * (steps / gpus * nbytes / (link.gbs * 1e9) + steps * link.latency_s * buckets)
+    ring = steps / gpus * nbytes / (link.gbs * 1e9) + steps * link.latency_s * buckets
+    if tree and link.tree_latency_s is not None:
+        ring = min(ring, 2 * nbytes / (TREE_SHARE * link.gbs * 1e9)
+                   + link.tree_latency_s * buckets)
+    return 1e3 * ring
 
 
 def all_to_all_ms(nbytes: float, gpus: int, link: Link, inside: int | None = None,
@@ -227,8 +248,9 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     nbytes = sum(b for b, _, _ in groups)
     buckets = max(1, math.ceil(nbytes / (BUCKET_MB * 2 ** 20)))
 
-    def rings(width: float, pieces: int) -> float:  # the groups' all-reduces of `pieces`
-        return sum(allreduce_ms(width * b, r, lk, max(1, round(pieces * b / nbytes)))
+    def rings(width: float, pieces: int, tree: bool = False) -> float:  # the groups'
+        # all-reduces of `pieces` (`tree`: NCCL's choice; else rings, gathers' and scatters')
+        return sum(allreduce_ms(width * b, r, lk, max(1, round(pieces * b / nbytes)), tree)
                    for b, r, lk in groups)
 
     unsharded = sum(b * (r - 1) / r for b, r, _ in groups)  # what sharding takes off a GPU
@@ -244,7 +266,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
     phases = dict(p.phases)
     if strategy == "ddp":
         pieces = max(1, math.ceil(trained * buckets))  # the trained parameters' gradients
-        total = rings(held.gradients / 4 * trained, pieces)  # in the type they are reduced in
+        total = rings(held.gradients / 4 * trained, pieces, tree=True)  # in their type
         shown = total if after_flush else hidden(total, bw, pieces)
         # PyTorch DDP's buckets: a copy of the gradients; Megatron-LM's (`after_flush`)
         # contiguous buffer is the gradients themselves
