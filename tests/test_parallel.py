@@ -464,6 +464,18 @@ def test_a_network_no_system_has_is_priced_as_given_and_said():
     assert not any(w.startswith("network_gbs") for w in real.warnings)
 
 
+def test_more_gpus_than_any_cluster_holds_are_priced_as_given_and_said():
+    """`nodes 100000000` (GPUs given as nodes, zeros too many) prices 800 million GPUs: a note
+    says no cluster holds them; 8 x 16,384 nodes says nothing."""
+    from mdot_jax import TrainingJob, predict
+
+    job = dict(model=attention(seq=64, dim=1024), batch_size=8, gpus=8, device="h100-sxm")
+    slipped, real = (predict(TrainingJob(**job, nodes=n)) for n in (10 ** 8, 16_384))
+    said = [w for w in slipped.warnings if w.startswith("gpus x nodes 800,000,000: more GPUs")]
+    assert len(said) == 1 and slipped.gpus == 8 * 10 ** 8
+    assert not any(w.startswith("gpus x nodes") for w in real.warnings)
+
+
 def test_zero_stages_shard_more_and_move_what_they_must():
     """DDP keeps everything on every GPU; ZeRO-1 shards the optimizer state, ZeRO-2 the
     gradients too, FSDP the weights too: memory falls stage by stage; ZeRO-1/2 move an
