@@ -139,11 +139,10 @@ def allreduce_ms(nbytes: float, gpus: int, link: Link, buckets: int, tree: bool 
     if gpus <= 1:
         return 0.0
     steps = 2 * (gpus - 1)
-    ring = steps / gpus * nbytes / (link.gbs * 1e9) + steps * link.latency_s * buckets
+    s = steps / gpus * nbytes / (link.gbs * 1e9) + steps * link.latency_s * buckets  # ring
     if tree and link.tree_latency_s is not None:
-        ring = min(ring, 2 * nbytes / (TREE_SHARE * link.gbs * 1e9)
-                   + link.tree_latency_s * buckets)
-    return 1e3 * ring
+        s = min(s, 2 * nbytes / (TREE_SHARE * link.gbs * 1e9) + link.tree_latency_s * buckets)
+    return 1e3 * s
 
 
 def all_to_all_ms(nbytes: float, gpus: int, link: Link, inside: int | None = None,
