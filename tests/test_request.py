@@ -107,6 +107,20 @@ def test_the_time_to_train_on_n_tokens(capsys, tmp_path):
             TrainingJob(model=str(tmp_path / "t.onnx"), batch_size=8, train_tokens=bad)
 
 
+def test_a_fraction_of_an_epoch_runs_whole_iterations(models, capsys):
+    """0.1 epochs of 240 samples at batch 8 are 3 iterations (not 3.0000000000000004 rounded
+    up to 4); 0.001 epochs of 10 are 1, as transformers' Trainer counts its steps, where the
+    job had been priced at a five-hundredth of an iteration and said `0 iterations`."""
+    base = dict(model=str(models / "cnn.onnx"), batch_size=8, device="h100-sxm")
+    tenth = predict(TrainingJob(**base, epochs=0.1, dataset_size=240))
+    assert tenth.job_s == pytest.approx(3 * tenth.iteration_ms / 1e3)
+    bit = predict(TrainingJob(**base, epochs=0.001, dataset_size=10))
+    assert bit.job_s == pytest.approx(bit.iteration_ms / 1e3) and bit.job_s > 0
+    assert main(["predict", str(models / "cnn.onnx"), "--batch-size", "8", "--device",
+                 "h100-sxm", "--epochs", "0.001", "--dataset-size", "10"]) == 0
+    assert "1 iteration of 8 samples" in capsys.readouterr().out
+
+
 def test_a_job_smaller_than_one_iteration_says_so(tmp_path, models):
     """A dataset of 10 samples at batch 64 was priced as one iteration an epoch without a
     word; so are 100 tokens at 8 x 32 a step."""

@@ -247,7 +247,7 @@ class Prediction:
         """What the job was read as: `62,500,000 iterations of 16 samples, 1.02T tokens` (a
         dataset of tokens given as samples shows)."""
         n = round((self.job_s or 0.0) * 1e3 / self.iteration_ms)
-        return f"{n:,} iterations of {plural(self.global_batch, 'sample')}" + (
+        return f"{plural(n, 'iteration')} of {plural(self.global_batch, 'sample')}" + (
             f", {count(n * self.global_batch * self.tokens)} tokens" if self.tokens else "")
 
     def phases_said(self, figures: int = 3) -> str:
@@ -297,23 +297,24 @@ class Prediction:
         return dict(d, **{k: getattr(self, name) for k, name in DERIVED.items()})
 
     def job_seconds(self, epochs: float, dataset_size: int, batch_size: int) -> float:
-        """Whole job: iterations per epoch (ceil(dataset / batch)) * epochs * iteration."""
-        _check_job(epochs, dataset_size, batch_size)
-        return self.iteration_ms * math.ceil(dataset_size / batch_size) * epochs / 1e3
+        """Whole job: its iterations (`iterations`) * an iteration."""
+        return self.iteration_ms * iterations(epochs, dataset_size, batch_size) / 1e3
 
     def job_interval_seconds(self, epochs: float, dataset_size: int, batch_size: int
                              ) -> tuple[float, float] | None:
         """The whole job's 80% band (`interval_ms` scaled like `job_seconds`), if any."""
-        _check_job(epochs, dataset_size, batch_size)
+        n = iterations(epochs, dataset_size, batch_size)
         if self.interval_ms is None:
             return None
-        iterations = math.ceil(dataset_size / batch_size) * epochs
-        return self.interval_ms[0] * iterations / 1e3, self.interval_ms[1] * iterations / 1e3
+        return self.interval_ms[0] * n / 1e3, self.interval_ms[1] * n / 1e3
 
 
-def _check_job(epochs: float, dataset_size: int, batch_size: int) -> None:
+def iterations(epochs: float, dataset_size: int, batch_size: int) -> int:
+    """A job's iterations: ceil(dataset / batch) an epoch (the last batch partial), a fraction
+    of epochs rounded up to whole iterations (as transformers' Trainer counts its steps)."""
     for name, v in (("epochs", epochs), ("dataset_size", dataset_size),
                     ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                 or v <= 0:
             raise ValueError(f"{name} {v!r}: a job needs a positive number")
+    return math.ceil(round(math.ceil(dataset_size / batch_size) * epochs, 6))
