@@ -212,7 +212,6 @@ def _held(job: TrainingJob) -> str:
 
 # while `keeping_steps` holds (in this thread): the latest steps priced, with their keys
 _KEPT: contextvars.ContextVar[list | None] = contextvars.ContextVar("kept", default=None)
-MOST_GPUS = 1_000_000  # GPUs in one job past which no cluster built holds them (a slip)
 KEEP = 16  # steps kept: a plan tries each one's pipeline depths and checkpointings on each GPU
 
 
@@ -229,6 +228,7 @@ def keeping_steps():
 
 
 FP32_DEFAULT = "precision: fp32, the default (no autocast; PyTorch's matmuls off TF32)"
+MOST_GPUS = 1_000_000  # GPUs in one job past which no cluster built holds them (a slip)
 GIVE_PRECISION = ("; give precision amp-bf16, amp-fp16, bf16 (the whole model in it) or tf32 for "
                   "how you train")
 
@@ -261,8 +261,8 @@ class _SpecSheet:
             self.notes.append(f"gpus {most}: priced as {most} GPUs in one node; {held} {node}: "
                               f"give gpus {node} and nodes {math.ceil(most * job.nodes / node)} "
                               "for such nodes")
-        if (most * job.nodes) > MOST_GPUS:  # nodes given as GPUs, a zero too many
-            self.notes.append(f"gpus x nodes {most * job.nodes:,}: more GPUs than any cluster "
+        if (total := most * job.nodes) > MOST_GPUS:  # nodes given as GPUs, a zero too many
+            self.notes.append(f"gpus x nodes {total:,}: more GPUs than any cluster "
                               f"holds (past {MOST_GPUS:,}); priced as given")
         for field in ("network_gbs", "host_gbs"):  # a unit slipped: Gb/s, MB/s, TB/s
             _, low, high = catalog.RANGES[field]
