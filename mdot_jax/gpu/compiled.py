@@ -3,7 +3,7 @@
 memory-bound operators, which Inductor fuses into generated kernels.
 
 - fusion groups (`groups`): in the graph's order, a memory-bound operator (elementwise,
-  dropout, copies, softmax, normalisations, losses) joins the group of an operator it reads,
+  dropout, copies, softmax, normalisations, a row's mean, losses) joins the group of an operator it reads,
   directly or through views, unless it also reads an operator that ran after that group began
   (a GEMM's output between them: one kernel cannot hold both); otherwise it starts a group.
   GEMMs, convolutions, attention (SDPA's kernels), embeddings and our exporter's own fused
@@ -46,6 +46,7 @@ KEY = "compiled"  # a sequence's metadata: its step runs under torch.compile
 
 FUSIBLE = frozenset({"elementwise", "dropout", "softmax", "ln"})  # `classify` kinds
 REDUCTIONS = frozenset({"softmax", "ln"})
+ROW_MEANS = frozenset({"ReduceMean"})  # a row's mean, as a norm written out in code takes it
 _OWN = frozenset(of_kind("stream"))  # our exporter's fused kernels: not Inductor's to fuse
 _KEEPING = keeping("input") | keeping("output")  # a backward that reads its forward's tensors
 _C = {name: i for i, name in enumerate(CONFIG_FIELDS)}
@@ -97,26 +98,34 @@ def groups(seq: OperatorSequence, skip: frozenset[int] = frozenset()) -> list[Gr
     return kept[skip]
 
 
+def through_views(i: int, step: dict[int, list[int]], kinds: list[str]) -> list[int]:
+    """The operators `i` reads (`step`: the producers) or feeds (the consumers), views passed
+    through."""
+    out, todo, seen = [], list(step.get(i, ())), set()
+    while todo:
+        j = todo.pop()
+        if j in seen:
+            continue
+        seen.add(j)
+        if kinds[j] == "free":
+            todo.extend(step.get(j, ()))
+        else:
+            out.append(j)
+    return out
+
+
+def reduces(name: str, kind: str) -> bool:
+    """Whether an operator is a row-wise reduction a fused kernel runs (a mean over a row,
+    as a normalisation written out in a model's code takes, among them)."""
+    return kind in REDUCTIONS or name in ROW_MEANS
+
+
 def _groups(seq: OperatorSequence, skip: frozenset[int]) -> list[Group]:
     kinds = [k for k, _, _ in classified(seq)]
     names = seq.op_names
-    preds, succs = seq.neighbours()
-    fusible = [k in FUSIBLE and i not in skip and names[i] not in _OWN
-               for i, k in enumerate(kinds)]
-
-    def through_views(i: int, step: dict[int, list[int]]) -> list[int]:
-        out, todo, seen = [], list(step.get(i, ())), set()
-        while todo:
-            j = todo.pop()
-            if j in seen:
-                continue
-            seen.add(j)
-            if kinds[j] == "free":
-                todo.extend(step.get(j, ()))
-            else:
-                out.append(j)
-        return out
-
+    preds, _ = seq.neighbours()
+    fusible = [(k in FUSIBLE or names[i] in ROW_MEANS) and i not in skip
+               and names[i] not in _OWN for i, k in enumerate(kinds)]
     group = np.full(seq.num_ops, -1)
     members: dict[int, list[int]] = {}  # group -> its nodes
     outside: dict[int, set[int]] = {}  # group -> the nodes outside it its nodes read
@@ -129,7 +138,7 @@ def _groups(seq: OperatorSequence, skip: frozenset[int]) -> list[Group]:
     for i in range(seq.num_ops):
         if not fusible[i]:
             continue
-        sources = through_views(i, preds)
+        sources = through_views(i, preds, kinds)
         near = [int(group[j]) for j in sources if group[j] >= 0]
         tries = [set(near)] + [{g} for g in sorted(set(near), key=lambda g: -members[g][0])]
         into = next((gs for gs in tries if gs and legal(gs, sources)), None)
@@ -144,28 +153,43 @@ def _groups(seq: OperatorSequence, skip: frozenset[int]) -> list[Group]:
         group[i] = g
         members[g].append(i)
         outside[g] = {k for k in outside[g] | set(sources) if group[k] != g}
+    return made(seq, [ms for _, ms in sorted(members.items())])
+
+
+def made(seq: OperatorSequence, members: Sequence[Sequence[int]]) -> list[Group]:
+    """The groups of `members` (each a fused kernel pass's nodes, none in two): what each reads
+    from outside it and writes that leaves it (module docstring)."""
+    kinds = [k for k, _, _ in classified(seq)]
+    names = seq.op_names
+    preds, succs = seq.neighbours()
+    group = np.full(seq.num_ops, -1)
+    for g, ms in enumerate(members):
+        group[list(ms)] = g
     c, load = seq.config, seq.load
     out = []
-    for g, ms in sorted(members.items()):
-        ms.sort()
+    for g, ms in enumerate(sorted(m) for m in members):
         other = left = 0.0  # parameters, inputs, constants: read; outputs leaving
         seen: dict[int, float] = {}  # an operator's output read from outside: once
         for i in ms:
             width = max(float(c[i, _C["elem_bytes"]]), 1.0)
             reads = float(load[i, _L["bytes_read"]]) / width
-            sources = through_views(i, preds)
+            sources = through_views(i, preds, kinds)
             other += max(reads - sum(float(c[j, _C["out_numel"]]) for j in sources), 0.0)
             for j in sources:
                 if group[j] != g:
                     seen[j] = max(seen.get(j, 0.0), min(float(c[j, _C["out_numel"]]), reads))
-            users = through_views(i, succs)
+            users = through_views(i, succs, kinds)
             if not users or any(group[j] != g for j in users):
                 left += float(c[i, _C["out_numel"]])
         activations = sum(seen.values())
-        reductions = [i for i in ms if kinds[i] in REDUCTIONS]
-        out.append(Group(tuple(ms), len(reductions),
-                         classified(seq)[reductions[0]][2][0] if reductions else 1,
-                         activations + other, activations, left, int(load[ms, _L["params"]].sum()),
+        reductions = [i for i in ms if reduces(names[i], kinds[i])]
+        rows = 1
+        if reductions:  # a mean's rows are its outputs, one a row
+            r = reductions[0]
+            rows = int(c[r, _C["out_numel"]]) if names[r] in ROW_MEANS \
+                else classified(seq)[r][2][0]
+        out.append(Group(tuple(ms), len(reductions), max(rows, 1), activations + other,
+                         activations, left, int(load[ms, _L["params"]].sum()),
                          any(names[i] in _KEEPING for i in ms)))
     return out
 
@@ -191,13 +215,12 @@ def kernels(fused: list[Group], runs: np.ndarray, rowwise: GPU, elementwise: GPU
     return out
 
 
-def kept_bytes(seq: OperatorSequence, saved: np.ndarray, scale: float,
-               blocks: Sequence[Block]) -> np.ndarray:
-    """`saved` (`[N]` bytes eager keeps of each output) as a compiled step keeps them (`fusing`:
-    unchanged if it is not): each group's at most its outside inputs' bytes (`scale` times
-    fp32), on its last member."""
+def kept_bytes(saved: np.ndarray, scale: float, fused: Sequence[Group]) -> np.ndarray:
+    """`saved` (`[N]` bytes eager keeps of each output) as a step running `fused` groups
+    (`fusing`'s, or Megatron-LM's) keeps them: each group's at most its outside inputs' bytes
+    (`scale` times fp32), on its last member."""
     out = saved.copy()
-    for g in fusing(seq, blocks):
+    for g in fused:
         ms = list(g.members)
         eager = float(out[ms].sum())
         out[ms] = 0.0

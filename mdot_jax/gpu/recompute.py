@@ -86,7 +86,7 @@ def checkpoint_layers(p: Prediction, seq: OperatorSequence, precision: str,
                 f"{freed / 1e9:.3g} GB of its tensors not kept (Megatron's rules, not measured)")
         return dataclasses.replace(p.with_memory(activations=-freed / 1e9),
                                    warnings=[*p.warnings, note])
-    each = saved(seq, fused, scale)  # [N] bytes kept of each operator's output
+    each = saved(seq, fused, scale, framework=framework)  # [N] bytes kept of each output
     held, layer, count = full_checkpoint_bytes(seq, blocks, each, scale,
                                                np.zeros(seq.num_ops, int), 1)
     # frozen fp32 weights' autocast copies kept for a layer's backward are not kept either

@@ -77,7 +77,8 @@ from converters.attention import Block, attention_blocks, varlen
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import autograd
 from mdot_jax.errors import RequestError, UsageError
-from mdot_jax.gpu import autocast, cnn_kernels, compiled, muon, peaks, recurrent, tensor_cores
+from mdot_jax.gpu import autocast, cnn_kernels, compiled, megatron_fusions, muon, peaks, recurrent
+from mdot_jax.gpu import tensor_cores
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
@@ -224,16 +225,18 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append("bf16: the whole model, its gradients and optimizer state in bfloat16 "
                         "(model.to(torch.bfloat16)), no autocast: priced, not measured")
     blocks, inside = _fused_nodes(seq, attention, megatron, blocks)
+    inside |= megatron_fusions.repeated(seq, blocks, framework)
     (flash, note), (efficient, masked_note) = (tensor_cores.fused_attention_share(
         model.info.get("fused_attention"), gpu, tc, k) for k in ("flash", "efficient"))
     cnn, rnn = cnn_kernels.applying(model.info, gpu, precision), recurrent.cudnn_gemms(
         model.info, gpu, precision)
     at = dict(at, rnn=rnn[0] if rnn else at["gemm"])  # a recurrent layer's GEMMs
-    fusion = compiled.fusing(seq, blocks)
+    fusion = compiled.fusing(seq, blocks) or megatron_fusions.fusing(seq, blocks, framework)
     found = _kernels(seq, model, gpu, precision, at, blocks, inside, (flash, efficient),
                      megatron, cnn, {i for g in fusion for i in g.members}, cl)
     work = found.work
-    work.extend(compiled.kernels(fusion, found.grads.runs, at["fp32"], at["memory"]))
+    work.extend(compiled.kernels(fusion, found.grads.runs, at["memory" if megatron else "fp32"],
+                                 at["memory"]))  # row-wise in fp32 but Megatron's half type
     first_cast = len(work)  # the casts autocast, QLoRA and fp8 add: shown apart (`CASTS`)
     if precision in AUTOCAST and not megatron:
         work.extend(autocast.casts(seq, found.kinds, inside | {b.output for b in blocks},
@@ -293,7 +296,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     warnings += unmeasured(seq, found, model.info.get("unaligned_gemms"), blocks, note, masked_note)
     warnings += graph_warnings(seq.meta.get("graph") or {})
     if fusion:
-        warnings.append(compiled.said(fusion, host, framework))
+        warnings.append(megatron_fusions.said(fusion) if megatron
+                        else compiled.said(fusion, host, framework))
     gaps = (end := launch_bound(order, host)) - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps

@@ -190,7 +190,7 @@ def step_memory(seq: OperatorSequence, precision: str = "fp32", optimizer: str =
     for b in fused:  # a fused kernel's S x S tensors exist in no pass, nor its causal mask
         outputs[[*b.inner, *causal_mask(seq, b)]] = 0.0
     working = scale * float(np.sort(outputs)[-2:].sum())
-    kept = saved(seq, fused, scale, grads)
+    kept = saved(seq, fused, scale, grads, framework)
     return StepMemory(autograd.held_bytes(seq, held.model) + held.master * trained,
                       held.gradients * trained, state, float(kept.sum())
                       + loss_bytes(seq, kept, precision)
@@ -238,10 +238,12 @@ def activation_scale(precision: str) -> float:
 
 
 def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,
-          grads: autograd.Backward | None = None) -> np.ndarray:
+          grads: autograd.Backward | None = None, framework: str = "pytorch") -> np.ndarray:
     """`[N]` bytes of each operator's output that autograd keeps for the backward pass, at
     `scale` times fp32; a fused attention block's in place of its output (module docstring of
-    `step_memory`). `grads`: the backward autograd runs (default: `autograd.backward`'s)."""
+    `step_memory`), a fused kernel's (`gpu.compiled`, `gpu.megatron_fusions` under
+    `framework`) its inputs'. `grads`: the backward autograd runs (default:
+    `autograd.backward`'s)."""
     names = seq.op_names
     grads = grads or autograd.backward(seq)
     kept = np.isin(names, list(NEEDS_OUTPUT)) & grads.runs
@@ -250,7 +252,8 @@ def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,
         kept[src[np.isin(names[dst], list(NEEDS_INPUT)) & autograd.keeps(seq, grads, src,
                                                                          dst)]] = True
     out = np.where(kept, scale * np.asarray(seq.load[:, _WRITTEN], np.float64), 0.0)
-    from mdot_jax.gpu import compiled, recurrent  # (the GPU package reads this module)
+    from mdot_jax.gpu import compiled, megatron_fusions, recurrent  # (the GPU package reads
+    # this module)
     from mdot_jax.gpu.fused import mask_bytes
 
     for i in np.flatnonzero(np.isin(names, list(recurrent.GATES)) & grads.runs):
@@ -262,7 +265,9 @@ def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,
         out[b.output] += 4.0 * float(c[_CFG["mm_batch"]] * c[_CFG["mm_m"]])  # log-sum-exp
         out[b.output] += scale * mask_bytes(seq, b)  # an additive mask, if given one
 
-    return compiled.kept_bytes(seq, out, scale, fused)
+    if groups := megatron_fusions.fusing(seq, fused, framework):
+        return megatron_fusions.kept_bytes(seq, out, scale, groups)
+    return compiled.kept_bytes(out, scale, compiled.fusing(seq, fused))
 
 
 def live_bytes(seq: OperatorSequence, scale: float = 1.0, optimizer: str = "sgd",
