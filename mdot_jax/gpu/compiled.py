@@ -3,9 +3,10 @@
 memory-bound operators, which Inductor fuses into generated kernels.
 
 - fusion groups (`groups`): in the graph's order, a memory-bound operator (elementwise,
-  dropout, copies, softmax, normalisations, a row's mean, losses) joins the group of an operator it reads,
-  directly or through views, unless it also reads an operator that ran after that group began
-  (a GEMM's output between them: one kernel cannot hold both); otherwise it starts a group.
+  dropout, copies, softmax, normalisations, a row's mean, losses) joins the group of an
+  operator it reads, directly or through views, unless it also reads an operator that ran
+  after that group began (a GEMM's output between them: one kernel cannot hold both);
+  otherwise it starts a group.
   GEMMs, convolutions, attention (SDPA's kernels), embeddings and our exporter's own fused
   kernels stay as eager runs them: Inductor's default mode calls the same libraries.
 - each group's forward is one kernel per reduction it holds (at least one); they read what its

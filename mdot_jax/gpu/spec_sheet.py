@@ -77,8 +77,16 @@ from converters.attention import Block, attention_blocks, varlen
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import autograd
 from mdot_jax.errors import RequestError, UsageError
-from mdot_jax.gpu import autocast, cnn_kernels, compiled, megatron_fusions, muon, peaks, recurrent
-from mdot_jax.gpu import tensor_cores
+from mdot_jax.gpu import (
+    autocast,
+    cnn_kernels,
+    compiled,
+    megatron_fusions,
+    muon,
+    peaks,
+    recurrent,
+    tensor_cores,
+)
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified

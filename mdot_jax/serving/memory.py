@@ -253,6 +253,7 @@ def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,
                                                                          dst)]] = True
     out = np.where(kept, scale * np.asarray(seq.load[:, _WRITTEN], np.float64), 0.0)
     from mdot_jax.gpu import compiled, megatron_fusions, recurrent  # (the GPU package reads
+
     # this module)
     from mdot_jax.gpu.fused import mask_bytes
 
