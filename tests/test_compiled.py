@@ -47,7 +47,8 @@ def test_the_operators_between_gemms_are_fused_where_one_kernel_can_hold_them(gp
     for n, g in enumerate(groups):  # nothing read from outside that ran after the group began
         assert all(j < g.members[0] for i in g.members for j in sources(i)
                    if members.get(j) != n)
-        assert {kinds[i] for i in g.members} <= compiled.FUSIBLE
+        assert all(kinds[i] in compiled.FUSIBLE or names[i] in compiled.ROW_MEANS
+                   for i in g.members)
     gelu = [members[i] for i in np.flatnonzero(np.isin(names, ["Pow", "Tanh"]))]
     assert len(gelu) == 4 and len(set(gelu)) == 2  # each layer's GELU in one kernel
     tanh = int(np.flatnonzero(names == "Tanh")[0])
@@ -56,6 +57,21 @@ def test_the_operators_between_gemms_are_fused_where_one_kernel_can_hold_them(gp
     for ln in np.flatnonzero(names == "LayerNormalization")[1:]:
         assert any(names[j] == "Add" and members.get(j) == members[ln] for j in sources(ln))
     assert not any(kinds[i] in ("linear", "bmm", "embedding") for i in members)
+
+
+def test_a_norm_written_out_in_code_is_one_reduction_kernel():
+    """A Llama's RMSNorm (the upcast, square, mean, root, scaling, weight) fuses whole, its
+    mean the one reduction, over a row a token."""
+    llama = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, vocab_size=500,
+                 max_position_embeddings=128)
+    seq = convert(from_hf_config(llama, seq_len=64), batch_size=2, fuse=True)
+    seq = dataclasses.replace(seq, meta=dict(seq.meta, **{compiled.KEY: True}))
+    groups = [g for g in compiled.fusing(seq, []) if "ReduceMean" in seq.op_names[list(g.members)]]
+    assert len(groups) == 5
+    for g in groups:
+        assert {"Pow", "Sqrt", "Div", "Cast"} <= set(seq.op_names[list(g.members)])
+        assert g.reductions == 1 and g.rows == 2 * 64
 
 
 def test_a_compiled_step_runs_fewer_kernels_that_move_fewer_bytes(gpt2):

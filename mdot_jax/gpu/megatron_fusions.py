@@ -59,10 +59,9 @@ def fusing(seq: OperatorSequence, blocks: Sequence[Block], framework: str) -> li
     return kept[skip]
 
 
-def repeated(seq: OperatorSequence, blocks: Sequence[Block], framework: str) -> set[int]:
-    """Under megatron, the Expands that repeat grouped keys and values for `blocks`' products."""
-    if framework != "megatron" or not blocks:
-        return set()
+def repeated(seq: OperatorSequence, blocks: Sequence[Block]) -> set[int]:
+    """The Expands that repeat grouped keys and values for `blocks`' products (Megatron's
+    attention reads them in place)."""
     kinds = [k for k, _, _ in classified(seq)]
     preds, _ = seq.neighbours()
     names, out = seq.op_names, set()

@@ -397,8 +397,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     held = param_bytes(precision, optimizer, framework)  # bytes a parameter
     every, trained, weights = _stage_params(seq, stage, pp, held.model)  # [pp] each
     state = weights + trained * (held.total - held.model)  # frozen: weights alone
-    kept = _activation_bytes(seq, stage, blocks, layout, m, precision, checkpointing, fused,
-                             framework)
+    kept = _activation_bytes(seq, stage, blocks, layout, m, precision, checkpointing,
+                             fused, framework)
     full = int(np.argmax(state + kept))  # the stage of most memory
     updates = float(trained[slow] / max(trained.sum(), 1.0))  # of those updated, the slowest's
     update = one.phases.get("update", 0.0) * updates
@@ -482,12 +482,10 @@ def _stage_params(seq: OperatorSequence, stage: np.ndarray, pp: int, each: float
 
 
 def _activation_bytes(seq: OperatorSequence, stage: np.ndarray, blocks: list[Block],
-                      layout: Layout, m: int, precision: str,
-                      checkpointing: str | None, fused: list[Block], framework: str
-                      ) -> np.ndarray:
+                      layout: Layout, m: int, precision: str, checkpointing: str | None,
+                      fused: list[Block], framework: str) -> np.ndarray:
     """`[pp]` bytes of activations a stage's GPU keeps at its fullest (module docstring)."""
-    pp, v = layout.pp, layout.virtual
-    scale = activation_scale(precision)
+    pp, v, scale = layout.pp, layout.virtual, activation_scale(precision)
     core = blocks if checkpointing == "selective" else fused  # no S x S kept either way
     each = saved(seq, core, scale, framework=framework)  # [N] bytes kept of each output
     kept = np.bincount(stage, each, pp)  # one micro-batch's

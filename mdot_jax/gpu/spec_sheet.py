@@ -58,7 +58,8 @@ The rules, per operator of the sequence:
   operators between GEMMs fused into generated kernels priced by the bytes they move.
 - framework `megatron` (Megatron-LM at amp-*): the model in the half type, so no casts and
   softmax and normalisations on half tensors; each eager attention block's scale, mask and
-  guards fused into its softmax kernel; its own update (`gpu.update`).
+  guards fused into its softmax kernel; a model's written-out norms, rotary embeddings and
+  gated activations as its fused kernels (`gpu.megatron_fusions`); its update (`gpu.update`).
 """
 
 from __future__ import annotations
@@ -233,18 +234,16 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append("bf16: the whole model, its gradients and optimizer state in bfloat16 "
                         "(model.to(torch.bfloat16)), no autocast: priced, not measured")
     blocks, inside = _fused_nodes(seq, attention, megatron, blocks)
-    inside |= megatron_fusions.repeated(seq, blocks, framework)
     (flash, note), (efficient, masked_note) = (tensor_cores.fused_attention_share(
         model.info.get("fused_attention"), gpu, tc, k) for k in ("flash", "efficient"))
     cnn, rnn = cnn_kernels.applying(model.info, gpu, precision), recurrent.cudnn_gemms(
         model.info, gpu, precision)
-    at = dict(at, rnn=rnn[0] if rnn else at["gemm"])  # a recurrent layer's GEMMs
+    at = dict(at, rnn=rnn[0] if rnn else at["gemm"], rowwise=at["memory" if megatron else "fp32"])
     fusion = compiled.fusing(seq, blocks) or megatron_fusions.fusing(seq, blocks, framework)
     found = _kernels(seq, model, gpu, precision, at, blocks, inside, (flash, efficient),
-                     megatron, cnn, {i for g in fusion for i in g.members}, cl)
+                     cnn, {i for g in fusion for i in g.members}, cl)
     work = found.work
-    work.extend(compiled.kernels(fusion, found.grads.runs, at["memory" if megatron else "fp32"],
-                                 at["memory"]))  # row-wise in fp32 but Megatron's half type
+    work.extend(compiled.kernels(fusion, found.grads.runs, at["rowwise"], at["memory"]))
     first_cast = len(work)  # the casts autocast, QLoRA and fp8 add: shown apart (`CASTS`)
     if precision in AUTOCAST and not megatron:
         work.extend(autocast.casts(seq, found.kinds, inside | {b.output for b in blocks},
@@ -347,8 +346,9 @@ def _fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
                  blocks: list[Block] | None) -> tuple[list[Block], set[int]]:
     """(the attention blocks priced as fused kernels, the nodes fused kernels hold): a
     FlashAttention block whole; Megatron's fused scale-mask-softmax all of an eager block but
-    its two GEMMs, its softmax and its dropout; the pieces our fused kernels read in place;
-    what a varlen call's loop split and joined (`attention.varlen`)."""
+    its two GEMMs, its softmax and its dropout, and a fused block's copies of grouped keys
+    (`megatron_fusions.repeated`); the pieces our fused kernels read in place; what a varlen
+    call's loop split and joined (`attention.varlen`)."""
     if blocks is None and (attention == "flash" or megatron):
         blocks = attention_blocks(seq)
     found = blocks or []
@@ -358,16 +358,16 @@ def _fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
     if megatron and attention != "flash":
         inside = {i for b in found for i in b.inner
                   if i not in (b.scores, b.softmax, b.output) and seq.op_names[i] != "Dropout"}
-    return blocks, inside | read_in_place(seq)
+    kv = megatron_fusions.repeated(seq, blocks) if megatron else set()  # read in place
+    return blocks, inside | read_in_place(seq) | kv
 
 
 def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, at: dict,
-             blocks: list[Block], inside: set[int], slower: tuple[float, float],
-             megatron: bool, cnn, fused: set[int], cl: cnn_kernels.ChannelsLast | None
-             ) -> _Found:
+             blocks: list[Block], inside: set[int], slower: tuple[float, float], cnn,
+             fused: set[int], cl: cnn_kernels.ChannelsLast | None) -> _Found:
     """The forward and backward kernels of `seq`'s nodes (the module docstring's rules), each
     priced on the GPU as its class sees it (`at`, `peaks.seen_by_class`); `fused`: the nodes
-    a compiled step's generated kernels run instead; `cl`: a channels-last step's ratios."""
+    fused kernels run instead (`compiled`'s, Megatron's); `cl`: a channels-last step's ratios."""
     grads = autograd.backward(seq)  # what autograd runs (frozen parameters have no gradient)
     found = _Found(kinds=[""] * seq.num_ops, grads=grads)
     work = found.work
@@ -411,7 +411,7 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
                           else "")
         seen = at["conv"] if kind == "conv" else at["linear"] if op == "linear" and \
             peaks.takes_linear_peak(dims) else at["gemm"] if op in ("bmm", "linear") else \
-            at["fp32"] if kind in ("softmax", "ln") and not megatron else at["memory"]
+            at["rowwise"] if kind in ("softmax", "ln") else at["memory"]
         factor = tensor_cores.unaligned_slowdown(unaligned, gpu, precision, dims) \
             if op == "linear" else 1.0
         odd = tensor_cores.unaligned(precision, dims) if op == "linear" else []
