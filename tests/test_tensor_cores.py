@@ -10,7 +10,7 @@ from onnx_builders import attention
 
 from converters import convert
 from mdot_jax.gpu import catalog as gpus
-from mdot_jax.gpu import spec_sheet, tensor_cores
+from mdot_jax.gpu import peaks, spec_sheet, tensor_cores
 from mdot_jax.gpu.work import roofline_ms, work
 
 SHARE, MEMORY_SHARE, FIXED_MS = 0.7, 0.8, 0.006
@@ -90,6 +90,37 @@ def test_the_shipped_step_model_holds_the_h100_tables_constants_alone():
     for c in gemms.constants.values():
         assert 0.3 < c.share_compute <= 1 and 0.3 < c.share_memory <= 1
         assert 0 < c.fixed_ms < 0.05 and c.rows == 375
+
+
+def test_a_blackwell_gpu_is_priced_by_the_constants_of_its_architecture(tmp_path):
+    """A table of the B200's GEMMs (XLA's key sm_100_B200) fits the B200's constants; the
+    B200 and the GPUs of its architecture take them, other GPUs the step model's own."""
+    (tmp_path / "matmul.csv").write_text(
+        _table(tmp_path).joinpath("matmul.csv").read_text().replace("sm_90,", "sm_100_B200,"))
+    b200 = tensor_cores.TensorCoreGemms.fit(tmp_path, source="a test")
+    assert b200.gpu == "nvidia-b200-sxm" and b200.source == "a test"
+    shipped = spec_sheet.load_step_model()
+    info = dict(shipped.info, tensor_core_gemms_of={b200.gpu: b200.to_json()})
+    for name, measured_on in (("b200", "nvidia-b200-sxm"), ("gb200", "nvidia-b200-sxm"),
+                              ("b300", "nvidia-b200-sxm"), ("h100-sxm", "nvidia-h100-sxm"),
+                              ("rtx5090", "nvidia-h100-sxm"), ("a100-sxm-80gb", "nvidia-h100-sxm")):
+        gpu = gpus.find(name)
+        _, gemms, note = peaks.tensor_core_gemms(info, gpu, "amp-bf16")
+        assert gemms.gpu == measured_on, name
+        assert (f"what the {measured_on}'s measured GEMMs reach" in note
+                and ("measured on this GPU" in note) and (
+                    "not measured" in note) == (gpu.name != measured_on)), note
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    rows = (tmp_path / "matmul.csv").read_text().splitlines()
+    (mixed / "matmul.csv").write_text("\n".join([rows[0], rows[1], rows[2].replace(
+        "sm_100_B200", "sm_90")]) + "\n")
+    with pytest.raises(ValueError, match="several GPUs"):
+        tensor_cores.TensorCoreGemms.fit(mixed)
+    (mixed / "matmul.csv").write_text(rows[0] + "\n" + rows[1].replace("sm_100_B200", "sm_80")
+                                      + "\n")
+    with pytest.raises(ValueError, match=r"matmul.csv:2: gpu_key 'sm_80'"):
+        tensor_cores.TensorCoreGemms.fit(mixed)
 
 
 def _sdpa_rows(share: float, kind: str = "sdpa-flash") -> list[dict]:

@@ -113,6 +113,16 @@ def seen_by_class(gpu: GPU, precision: str, measured: Sequence[str] = ()
                 fp32=memory if precision == "bf16" else gpu), warnings
 
 
+def nearest_gemms(info: dict, gpu: GPU) -> dict | None:
+    """Of a step model's tensor-core constants measured on other GPUs (`tensor_core_gemms_of`:
+    a GPU's name -> its `TensorCoreGemms`), those of `gpu` itself, else of a GPU of its
+    architecture (the same tensor cores), else None: the step model's own (`tensor_core_gemms`,
+    the H100's) price it."""
+    of = info.get("tensor_core_gemms_of") or {}
+    return of.get(gpu.name) or next((d for name, d in sorted(of.items())
+                                     if gpus.find(name).architecture == gpu.architecture), None)
+
+
 def tensor_core_gemms(info: dict, gpu: GPU, precision: str
                       ) -> tuple[str, TensorCoreGemms, str] | None:
     """(the spec sheet's peak, the tensor-core GEMMs of a step model's `info`, the warning that
@@ -122,7 +132,7 @@ def tensor_core_gemms(info: dict, gpu: GPU, precision: str
     d = info.get("tensor_core_gemms")
     if not (peak and d and gpu.tflops.get(peak)):
         return None
-    gemms = TensorCoreGemms.from_json(d)
+    gemms = TensorCoreGemms.from_json(nearest_gemms(info, gpu) or d)
     c = gemms.constants[ARITHMETIC[peak]]
     where = "measured on this GPU" if gpu.name == gemms.gpu else "not measured on this GPU"
     what = (f"{precision}: the matmuls not in {LINEAR_PEAK[precision]} (attention's, linear layers "

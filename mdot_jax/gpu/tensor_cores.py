@@ -75,16 +75,18 @@ class TensorCoreGemms:
                    d["source"])
 
     @classmethod
-    def fit(cls, tables: str | Path) -> TensorCoreGemms:
-        """Fitted on XLA's H100 table in `tables` (the xla-h100-tables folder)."""
+    def fit(cls, tables: str | Path, source: str = xla_tables.SOURCE) -> TensorCoreGemms:
+        """Fitted on an XLA table of one GPU's GEMMs in `tables` (the xla-h100-tables folder,
+        or a folder of the same `matmul.csv` columns); `source`: where its rows come from."""
         ops, dims, seen, ms, peaks = xla_tables.matmuls(tables, with_peaks=True)
+        one_gpu({g.name for g in seen}, "GEMMs of an XLA table", "one gpu_key")
         constants = {}
         for arithmetic in sorted(set(ARITHMETIC.values())):
             at = [i for i, p in enumerate(peaks) if ARITHMETIC[p] == arithmetic]
             if at:
                 constants[arithmetic] = _fit([ops[i] for i in at], [dims[i] for i in at],
                                              [seen[i] for i in at], [ms[i] for i in at])
-        return cls(constants, xla_tables.GPU_NAME, xla_tables.SOURCE)
+        return cls(constants, seen[0].name, source)
 
 
 def cube(mnk: float) -> tuple[int, int, int, int]:
