@@ -623,6 +623,7 @@ def test_the_real_time_detectors_kin_train_from_their_configs(kind, fields):
     assert seq.meta["inputs"] == {"pixel_values": [2, 3, 128, 128]}
 
 
+@pytest.mark.slow  # one family's case (the fast tier keeps its kin's): 5-9 s
 def test_a_mask_segmenters_config_trains_on_masks_matched_to_its_queries():
     """Mask2Former's and MaskFormer's configs (`...ForUniversalSegmentation`,
     `...ForInstanceSegmentation`) were refused: they train on `OBJECTS` masks an image,

@@ -293,6 +293,7 @@ def test_glm4v_and_qwen3_vl_train_on_an_image_or_a_video(config, side):
     assert image.params == video.params == sum(p.numel() for p in _model(config).parameters())
 
 
+@pytest.mark.slow  # one family's case (the fast tier keeps its kin's): 5-9 s
 def test_a_grid_encoders_config_is_priced_at_the_batch_asked(tmp_path):
     from mdot_jax import TrainingJob, predict
 
