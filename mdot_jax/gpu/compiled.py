@@ -115,12 +115,6 @@ def through_views(i: int, step: dict[int, list[int]], kinds: list[str]) -> list[
     return out
 
 
-def reduces(name: str, kind: str) -> bool:
-    """Whether an operator is a row-wise reduction a fused kernel runs (a mean over a row,
-    as a normalisation written out in a model's code takes, among them)."""
-    return kind in REDUCTIONS or name in ROW_MEANS
-
-
 def _groups(seq: OperatorSequence, skip: frozenset[int]) -> list[Group]:
     kinds = [k for k, _, _ in classified(seq)]
     names = seq.op_names
@@ -183,7 +177,7 @@ def made(seq: OperatorSequence, members: Sequence[Sequence[int]]) -> list[Group]
             if not users or any(group[j] != g for j in users):
                 left += float(c[i, _C["out_numel"]])
         activations = sum(seen.values())
-        reductions = [i for i in ms if reduces(names[i], kinds[i])]
+        reductions = [i for i in ms if kinds[i] in REDUCTIONS or names[i] in ROW_MEANS]
         rows = 1
         if reductions:  # a mean's rows are its outputs, one a row
             r = reductions[0]

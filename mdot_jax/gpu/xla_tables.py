@@ -6,9 +6,9 @@ the tensor-core constants (`tensor_cores`).
 of one batched dot `[b, m, k] x [b, k, n]` on an sm_90 GPU, b in {1, 2, 4} and m, n, k in
 {256, ..., 4096}, in bf16 and in f32 (a dot without a precision config: TF32 on Hopper and
 Blackwell), the median of 5 traced kernel times. The table does not name the H100 variant; it
-is read as the catalog's SXM part. Each row's `gpu_key` (XLA's key: `GPUS`; sm_90 where the
-column is absent) names its GPU: the same header holds a B200's rows (`sm_100_B200`), read
-from XLA's source, which a table of the same columns may hold. Never copied into this
+is read as the catalog's SXM part. Each row's `gpu_key` (XLA's key, `GPUS`; sm_90 where the
+column is absent) names its GPU: XLA's source measures a B200 too (`sm_100_B200`), whose rows a
+table of these columns may hold (`benchmarks/bench_blackwell_gemms.py`). Never copied into this
 repository.
 """
 

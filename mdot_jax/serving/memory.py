@@ -252,9 +252,8 @@ def saved(seq: OperatorSequence, fused: Sequence = (), scale: float = 1.0,
         kept[src[np.isin(names[dst], list(NEEDS_INPUT)) & autograd.keeps(seq, grads, src,
                                                                          dst)]] = True
     out = np.where(kept, scale * np.asarray(seq.load[:, _WRITTEN], np.float64), 0.0)
-    from mdot_jax.gpu import compiled, megatron_fusions, recurrent  # (the GPU package reads
-
-    # this module)
+    # imported here: the GPU package reads this module
+    from mdot_jax.gpu import compiled, megatron_fusions, recurrent
     from mdot_jax.gpu.fused import mask_bytes
 
     for i in np.flatnonzero(np.isin(names, list(recurrent.GATES)) & grads.runs):
