@@ -49,8 +49,16 @@ def test_a_llamas_written_out_kernels_are_found_and_a_gpts_are_not(llama):
     expands = megatron_fusions.repeated(seq, blocks)
     assert len(expands) == 4 and set(names[list(expands)]) == {"Expand"}  # keys', values'
 
+    # queries, keys and values (64 + 32 + 32 features); gate and up (128 + 128): one GEMM each
+    merged = megatron_fusions.projections(seq)
+    assert sorted(n for n in merged.values() if n) == [128, 128, 256, 256]
+    assert sum(1 for n in merged.values() if not n) == 6
+    assert {str(seq.node_names[i]).split("/")[-2] for i, n in merged.items() if n} == {
+        "q_proj", "gate_proj"}
+
     gpt = convert(from_hf_config(GPT2, seq_len=64), batch_size=2, fuse=True)
     assert megatron_fusions.fusing(gpt, attention_blocks(gpt), "megatron") == []
+    assert megatron_fusions.projections(gpt) == {}  # its queries, keys and values one GEMM
 
 
 def test_megatron_runs_a_llama_in_fewer_kernels_keeping_what_its_gemms_read(llama,
@@ -69,9 +77,13 @@ def test_megatron_runs_a_llama_in_fewer_kernels_keeping_what_its_gemms_read(llam
     with monkeypatch.context() as m:  # each operator its own kernel, as before
         m.setattr(megatron_fusions, "fusing", lambda *a: [])
         m.setattr(megatron_fusions, "repeated", lambda *a: set())
+        m.setattr(megatron_fusions, "projections", lambda *a: {})
         written, n_written = priced()
     saved = sum(len(g.members) for g in groups)
     assert n < n_written - saved  # a group's kernels: fewer than its operators' forwards
+    gemms = [o for o in fused.operators if o["type"] == "MatMul"]  # a layer's 7 -> 4
+    assert len(gemms) == 2 * 4 + 1 and len([o for o in written.operators
+                                            if o["type"] == "MatMul"]) == 2 * 7 + 1
     assert fused.phases["forward"] + fused.phases["backward"] < \
         written.phases["forward"] + written.phases["backward"]
     assert fused.iteration_ms < written.iteration_ms

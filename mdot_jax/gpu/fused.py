@@ -16,6 +16,8 @@ nothing large (`tensor_cores.cube`), at the share of the peak fused attention re
   `converters.state_space`): the forward once, the backward twice (`scan_gemms`).
 - the pieces of a tensor our exporter's fused kernels read where they lie (`read_in_place`:
   the splits of Mamba-2's projected input), views, no copy.
+
+`fused_nodes`: which blocks a step prices as fused kernels, and the nodes those kernels hold.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from converters import OperatorSequence
-from converters.attention import Block, needed
+from converters.attention import Block, attention_blocks, needed, varlen
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from converters.state_space import OWN_OPS
 from mdot_jax.gpu import tensor_cores
@@ -87,3 +89,21 @@ def read_in_place(seq: OperatorSequence) -> set[int]:
     by_other[src[~own[dst]]] = True
     piece = np.isin(seq.op_names, ("Slice", "Split"))
     return {int(i) for i in np.flatnonzero(piece & by_own & ~by_other)}
+
+
+def fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
+                blocks: list[Block] | None) -> tuple[list[Block], set[int]]:
+    """(the attention blocks priced as fused kernels, the nodes fused kernels hold): a
+    FlashAttention block whole; Megatron's fused scale-mask-softmax all of an eager block but
+    its two GEMMs, its softmax and its dropout; the pieces our fused kernels read in place;
+    what a varlen call's loop split and joined (`attention.varlen`)."""
+    if blocks is None and (attention == "flash" or megatron):
+        blocks = attention_blocks(seq)
+    found = blocks or []
+    blocks = found if attention == "flash" else []
+    inside = {i for b in blocks for i in b.inner}
+    inside |= varlen(seq, [b for b in blocks if b.call >= 0])[1]  # what its loop split, joined
+    if megatron and attention != "flash":
+        inside = {i for b in found for i in b.inner
+                  if i not in (b.scores, b.softmax, b.output) and seq.op_names[i] != "Dropout"}
+    return blocks, inside | read_in_place(seq)

@@ -14,7 +14,10 @@ eager's are.
   bias-SwiGLU kernel (unless `--no-bias-swiglu-fusion`);
 - the keys and values a grouped-query model repeats for each query head (`repeated`: the
   Expands feeding an attention block's two products): Megatron's attention reads each group's
-  in place, no copy.
+  in place, no copy;
+- linear layers that read one tensor (`projections`: the queries', keys' and values', a gated
+  MLP's gate and up): one GEMM of their outputs side by side (Megatron's `linear_qkv`,
+  `linear_fc1`), forward and backward, priced on the first of them.
 
 A GPT graph as vTrain's rows export it (a LayerNorm one operator, GELU one, no rotary, no
 gate, keys and values a head) holds none of these, so its pricing, on which the Megatron host
@@ -30,6 +33,7 @@ import numpy as np
 from converters import OperatorSequence
 from converters.attention import Block
 from converters.kept import KEPT
+from mdot_jax import autograd
 from mdot_jax.gpu import compiled
 from mdot_jax.gpu.classify import classified
 from mdot_jax.gpu.compiled import Group, made, through_views
@@ -76,6 +80,32 @@ def repeated(seq: OperatorSequence, blocks: Sequence[Block]) -> set[int]:
     return out
 
 
+def projections(seq: OperatorSequence) -> dict[int, int]:
+    """Linear layers of `seq` that read one tensor and run as one GEMM (module docstring): the
+    first of each -> the GEMM's output features (their sum); the others -> 0 (no GEMM of its
+    own). Only layers of the same rows and inputs, trained alike."""
+    def build() -> dict[int, int]:
+        found = classified(seq)
+        kinds = [k for k, _, _ in found]
+        _, succs = seq.neighbours()
+        grads = autograd.backward(seq)
+        out: dict[int, int] = {}
+        for x in range(seq.num_ops):
+            readers: dict[tuple, list[int]] = {}
+            for j in through_views(x, succs, kinds):
+                if found[j][1] == "linear" and j not in out:
+                    _, m, _, k = found[j][2]
+                    readers.setdefault((m, k, bool(grads.data[j]), bool(grads.weights[j])),
+                                       []).append(j)
+            for js in readers.values():
+                if len(js) > 1:
+                    first, *rest = sorted(js)
+                    out[first] = sum(found[j][2][2] for j in js)
+                    out.update((j, 0) for j in rest)
+        return out
+    return KEPT.get(("projections", seq), build)
+
+
 def kept_bytes(seq: OperatorSequence, saved: np.ndarray, scale: float, groups: list[Group]
                ) -> np.ndarray:
     """`saved` (`[N]` bytes eager keeps of each output) as Megatron-LM's fused kernels keep
@@ -96,7 +126,8 @@ def said(groups: list[Group]) -> str:
     n = sum(len(g.members) for g in groups)
     return (f"framework megatron: {n:,} operators the model's code writes out (RMSNorm, rotary "
             f"embedding, gated activation) run as {len(groups):,} fused kernels, each priced "
-            "by the bytes it moves (not measured)")
+            "by the bytes it moves, and linear layers reading one tensor as one GEMM (queries, "
+            "keys and values; gate and up), priced on the first (not measured)")
 
 
 def _norms(seq: OperatorSequence, kinds: list[str], preds: dict, succs: dict) -> list[set]:

@@ -59,7 +59,8 @@ The rules, per operator of the sequence:
 - framework `megatron` (Megatron-LM at amp-*): the model in the half type, so no casts and
   softmax and normalisations on half tensors; each eager attention block's scale, mask and
   guards fused into its softmax kernel; a model's written-out norms, rotary embeddings and
-  gated activations as its fused kernels (`gpu.megatron_fusions`); its update (`gpu.update`).
+  gated activations as its fused kernels, linear layers reading one tensor as one GEMM
+  (`gpu.megatron_fusions`); its update (`gpu.update`).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ from pathlib import Path
 import numpy as np
 
 from converters import OperatorSequence
-from converters.attention import Block, attention_blocks, varlen
+from converters.attention import Block
 from converters.sequence import CONFIG_FIELDS, LOAD_FIELDS
 from mdot_jax import autograd
 from mdot_jax.errors import RequestError, UsageError
@@ -91,7 +92,7 @@ from mdot_jax.gpu import (
 from mdot_jax.gpu import catalog as gpus
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
-from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, masked, read_in_place, scan_gemms
+from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, fused_nodes, masked, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
 from mdot_jax.gpu.host import launch_bound, record
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
@@ -233,7 +234,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     if precision == "bf16":
         warnings.append("bf16: the whole model, its gradients and optimizer state in bfloat16 "
                         "(model.to(torch.bfloat16)), no autocast: priced, not measured")
-    blocks, inside = _fused_nodes(seq, attention, megatron, blocks)
+    blocks, inside = fused_nodes(seq, attention, megatron, blocks)
+    inside |= megatron_fusions.repeated(seq, blocks) if megatron else set()  # keys in place
     (flash, note), (efficient, masked_note) = (tensor_cores.fused_attention_share(
         model.info.get("fused_attention"), gpu, tc, k) for k in ("flash", "efficient"))
     cnn, rnn = cnn_kernels.applying(model.info, gpu, precision), recurrent.cudnn_gemms(
@@ -241,7 +243,8 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     at = dict(at, rnn=rnn[0] if rnn else at["gemm"], rowwise=at["memory" if megatron else "fp32"])
     fusion = compiled.fusing(seq, blocks) or megatron_fusions.fusing(seq, blocks, framework)
     found = _kernels(seq, model, gpu, precision, at, blocks, inside, (flash, efficient),
-                     cnn, {i for g in fusion for i in g.members}, cl)
+                     cnn, {i for g in fusion for i in g.members}, cl,
+                     megatron_fusions.projections(seq) if megatron else {})
     work = found.work
     work.extend(compiled.kernels(fusion, found.grads.runs, at["rowwise"], at["memory"]))
     first_cast = len(work)  # the casts autocast, QLoRA and fp8 add: shown apart (`CASTS`)
@@ -342,32 +345,14 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     return p
 
 
-def _fused_nodes(seq: OperatorSequence, attention: str, megatron: bool,
-                 blocks: list[Block] | None) -> tuple[list[Block], set[int]]:
-    """(the attention blocks priced as fused kernels, the nodes fused kernels hold): a
-    FlashAttention block whole; Megatron's fused scale-mask-softmax all of an eager block but
-    its two GEMMs, its softmax and its dropout, and a fused block's copies of grouped keys
-    (`megatron_fusions.repeated`); the pieces our fused kernels read in place; what a varlen
-    call's loop split and joined (`attention.varlen`)."""
-    if blocks is None and (attention == "flash" or megatron):
-        blocks = attention_blocks(seq)
-    found = blocks or []
-    blocks = found if attention == "flash" else []
-    inside = {i for b in blocks for i in b.inner}
-    inside |= varlen(seq, [b for b in blocks if b.call >= 0])[1]  # what its loop split, joined
-    if megatron and attention != "flash":
-        inside = {i for b in found for i in b.inner
-                  if i not in (b.scores, b.softmax, b.output) and seq.op_names[i] != "Dropout"}
-    kv = megatron_fusions.repeated(seq, blocks) if megatron else set()  # read in place
-    return blocks, inside | read_in_place(seq) | kv
-
-
 def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, at: dict,
              blocks: list[Block], inside: set[int], slower: tuple[float, float], cnn,
-             fused: set[int], cl: cnn_kernels.ChannelsLast | None) -> _Found:
+             fused: set[int], cl: cnn_kernels.ChannelsLast | None, merged: dict[int, int]
+             ) -> _Found:
     """The forward and backward kernels of `seq`'s nodes (the module docstring's rules), each
     priced on the GPU as its class sees it (`at`, `peaks.seen_by_class`); `fused`: the nodes
-    fused kernels run instead (`compiled`'s, Megatron's); `cl`: a channels-last step's ratios."""
+    fused kernels run instead (`compiled`'s, Megatron's); `cl`: a channels-last step's ratios;
+    `merged`: linear layers run as one GEMM (`megatron_fusions.projections`)."""
     grads = autograd.backward(seq)  # what autograd runs (frozen parameters have no gradient)
     found = _Found(kinds=[""] * seq.num_ops, grads=grads)
     work = found.work
@@ -391,6 +376,12 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
         if i in fused:  # a compiled step's generated kernels run it (`gpu.compiled`), but
             work.extend(_accumulated(i, int(load[_L["params"]]), grads, at))  # its parameters'
             continue
+        weight = dims[2] * dims[3] if op == "linear" and load[_L["params"]] > 0 else 0
+        if (n := merged.get(i)) is not None:  # one GEMM with its siblings (Megatron's)
+            if not n:  # the first's runs it
+                work.extend(_accumulated(i, int(load[_L["params"]]) - weight, grads, at))
+                continue
+            dims = (dims[0], dims[1], n, dims[3])
         if name in recurrent.GATES:  # its steps in turn, issued by cuDNN (`gpu.recurrent`)
             work.extend((i, phase, op, dims, at["rnn"] if op == "linear" else at["memory"], n)
                         for phase, op, dims, n in recurrent.kernels(
@@ -450,7 +441,6 @@ def _kernels(seq: OperatorSequence, model: StepModel, gpu: GPU, precision: str, 
                 found.measured.update({len(work) - 2: bn[0], len(work) - 1: bn[1]})
         elif cnn and name == "BatchNormalization" and (bn := cnn.bn_ms(dims)):
             found.measured[len(work) - 1] = bn[0]  # its forward alone
-        weight = dims[2] * dims[3] if op == "linear" and load[_L["params"]] > 0 else 0
         work.extend(_accumulated(i, int(load[_L["params"]]) - weight, grads, at))
     return found
 
