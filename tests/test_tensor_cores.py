@@ -3,6 +3,7 @@ table written in XLA's format, a step at AMP prices its GEMMs by them (never fas
 roofline, warned as not measured on the GPU), fp32 and convolutions are untouched."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -121,6 +122,28 @@ def test_a_blackwell_gpu_is_priced_by_the_constants_of_its_architecture(tmp_path
                                       + "\n")
     with pytest.raises(ValueError, match=r"matmul.csv:2: gpu_key 'sm_80'"):
         tensor_cores.TensorCoreGemms.fit(mixed)
+
+
+def test_the_blackwell_study_fits_a_b200_table_and_prices_steps_both_ways(tmp_path,
+                                                                        monkeypatch):
+    from benches import bench
+
+    study = bench("bench_blackwell_gemms")
+    h100, b200 = tmp_path / "h100", tmp_path / "b200"
+    h100.mkdir()
+    b200.mkdir()
+    text = _table(h100).joinpath("matmul.csv").read_text()
+    (b200 / "matmul.csv").write_text(text.replace("sm_90,", "sm_100_B200,"))
+    monkeypatch.setattr(study, "STEPS", (("gpt2", dict(seq_len=128, batch_size=2)),))
+    assert study.main(["--table", str(b200), "--h100", str(h100), "--out",
+                       str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(report["constants"]) == {"nvidia-b200-sxm", "nvidia-h100-sxm",
+                                        "nvidia-h100-sxm (the B200's shapes alone)"}
+    for part in ("h100_constants_on_b200_rows", "b200_constants_on_b200_rows"):
+        assert set(report[part]) == {"bf16", "tf32"}
+    steps = report["steps_ms"]["gpt2"]  # the shipped model and it with the constants
+    assert steps["shipped"] > 0 and steps["candidate"] > 0
 
 
 def _sdpa_rows(share: float, kind: str = "sdpa-flash") -> list[dict]:
