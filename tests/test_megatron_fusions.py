@@ -46,8 +46,11 @@ def test_a_llamas_written_out_kernels_are_found_and_a_gpts_are_not(llama):
     members = [i for g in groups for i in g.members]
     assert len(members) == len(set(members))  # no operator in two kernels
     assert not {i for b in blocks for i in b.inner} & set(members)
-    expands = megatron_fusions.repeated(seq, blocks)
-    assert len(expands) == 4 and set(names[list(expands)]) == {"Expand"}  # keys', values'
+    on_chip = megatron_fusions.in_attention(seq, blocks)  # a layer's: keys' and values'
+    # copies, the queries' and keys' scale, the causal mask made of the shapes
+    assert sorted(str(names[i]) for i in on_chip) == ["Expand"] * 4 + ["Mul"] * 4 + ["Where"] * 2
+    assert all(seq.op_names[j] != "Mul" or not (set(seq.neighbours()[1].get(j, [])) - {
+        b.scores for b in blocks}) for j in on_chip)
 
     # queries, keys and values (64 + 32 + 32 features); gate and up (128 + 128): one GEMM each
     merged = megatron_fusions.projections(seq)
@@ -76,7 +79,7 @@ def test_megatron_runs_a_llama_in_fewer_kernels_keeping_what_its_gemms_read(llam
     (fused, n), groups = priced(), megatron_fusions.fusing(seq, blocks, "megatron")
     with monkeypatch.context() as m:  # each operator its own kernel, as before
         m.setattr(megatron_fusions, "fusing", lambda *a: [])
-        m.setattr(megatron_fusions, "repeated", lambda *a: set())
+        m.setattr(megatron_fusions, "in_attention", lambda *a: set())
         m.setattr(megatron_fusions, "projections", lambda *a: {})
         written, n_written = priced()
     saved = sum(len(g.members) for g in groups)

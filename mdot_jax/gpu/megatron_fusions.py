@@ -12,9 +12,12 @@ eager's are.
   (Megatron-LM's arguments fuse it unless `--no-rope-fusion`);
 - a gated activation act(a) x b (`_gated`: SwiGLU's SiLU, GeGLU's GELU): the fused
   bias-SwiGLU kernel (unless `--no-bias-swiglu-fusion`);
-- the keys and values a grouped-query model repeats for each query head (`repeated`: the
-  Expands feeding an attention block's two products): Megatron's attention reads each group's
-  in place, no copy;
+- what a fused attention block's call does on chip but an export writes outside it
+  (`in_attention`): the keys and values a grouped-query model repeats for each query head (the
+  Expands feeding the block's two products), the scale of the queries and keys (a `Mul` of one
+  tensor that the scores alone read), a causal mask built from the shapes (operators fed by no
+  tensor of the step that the block alone reads): Transformer Engine's attention reads grouped
+  keys in place and scales and masks on chip;
 - linear layers that read one tensor (`projections`: the queries', keys' and values', a gated
   MLP's gate and up): one GEMM of their outputs side by side (Megatron's `linear_qkv`,
   `linear_fc1`), forward and backward, priced on the first of them.
@@ -41,6 +44,7 @@ from mdot_jax.gpu.compiled import Group, made, through_views
 NORM_OPS = frozenset({"Cast", "Add", "Sub", "Mul", "Div", "Sqrt", "Reciprocal"})
 GATES = frozenset({"Silu", "Gelu"})
 PIECES = frozenset({"Split", "Slice"})
+MASK_OPS = 6  # the most operators a causal mask made of the shapes takes (a Where, its inputs)
 
 
 def fusing(seq: OperatorSequence, blocks: Sequence[Block], framework: str) -> list[Group]:
@@ -63,22 +67,34 @@ def fusing(seq: OperatorSequence, blocks: Sequence[Block], framework: str) -> li
     return kept[skip]
 
 
-def repeated(seq: OperatorSequence, blocks: Sequence[Block]) -> set[int]:
-    """The Expands that repeat grouped keys and values for `blocks`' products (Megatron's
-    attention reads them in place)."""
+def in_attention(seq: OperatorSequence, blocks: Sequence[Block]) -> set[int]:
+    """The nodes outside `blocks` (fused attention) that their calls run on chip under
+    Megatron-LM (module docstring): grouped keys' and values' copies, the scores' scale, a
+    causal mask made of the shapes."""
     kinds = [k for k, _, _ in classified(seq)]
-    preds, _ = seq.neighbours()
+    preds, succs = seq.neighbours()
     names, out = seq.op_names, set()
     for b in blocks:
+        inner = set(b.inner)
         todo = [*through_views(b.scores, preds, kinds), *through_views(b.output, preds, kinds)]
         while todo:  # back through the scale an export multiplies keys by
             j = todo.pop()
             if names[j] == "Expand":
                 out.add(j)
-            elif names[j] == "Mul" and j not in b.inner:
-                todo.extend(k for k in through_views(j, preds, kinds) if k not in b.inner)
+            elif names[j] == "Mul" and j not in inner:
+                if through_views(j, succs, kinds) == [b.scores] \
+                        and len(through_views(j, preds, kinds)) == 1:
+                    out.add(j)  # the scale
+                todo.extend(k for k in through_views(j, preds, kinds) if k not in inner)
+        if b.causal and not (b.window or b.padded or b.biased):  # is_causal: no mask tensor
+            for j in {i for k in inner for i in preds.get(k, ()) if i not in inner}:
+                built, frontier = {j}, [j]
+                while frontier and len(built) <= MASK_OPS:
+                    frontier = [k for i in frontier for k in preds.get(i, ()) if k not in built]
+                    built.update(frontier)
+                if not frontier and all(set(succs.get(i, ())) <= built | inner for i in built):
+                    out |= built  # made of the shapes alone, read by the block alone
     return out
-
 
 def projections(seq: OperatorSequence) -> dict[int, int]:
     """Linear layers of `seq` that read one tensor and run as one GEMM (module docstring): the

@@ -235,7 +235,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         warnings.append("bf16: the whole model, its gradients and optimizer state in bfloat16 "
                         "(model.to(torch.bfloat16)), no autocast: priced, not measured")
     blocks, inside = fused_nodes(seq, attention, megatron, blocks)
-    inside |= megatron_fusions.repeated(seq, blocks) if megatron else set()  # keys in place
+    inside |= megatron_fusions.in_attention(seq, blocks) if megatron else set()  # on chip
     (flash, note), (efficient, masked_note) = (tensor_cores.fused_attention_share(
         model.info.get("fused_attention"), gpu, tc, k) for k in ("flash", "efficient"))
     cnn, rnn = cnn_kernels.applying(model.info, gpu, precision), recurrent.cudnn_gemms(
