@@ -59,8 +59,9 @@ The rules, per operator of the sequence:
 - framework `megatron` (Megatron-LM at amp-*): the model in the half type, so no casts and
   softmax and normalisations on half tensors; each eager attention block's scale, mask and
   guards fused into its softmax kernel; a model's written-out norms, rotary embeddings and
-  gated activations as its fused kernels, linear layers reading one tensor as one GEMM
-  (`gpu.megatron_fusions`); its update (`gpu.update`).
+  gated activations as its fused kernels, linear layers reading one tensor as one GEMM, a
+  fused attention call's scale, mask and grouped keys on chip (`gpu.megatron_fusions`); its
+  update (`gpu.update`).
 """
 
 from __future__ import annotations
