@@ -142,8 +142,9 @@ def said(groups: list[Group]) -> str:
     n = sum(len(g.members) for g in groups)
     return (f"framework megatron: {n:,} operators the model's code writes out (RMSNorm, rotary "
             f"embedding, gated activation) run as {len(groups):,} fused kernels, each priced "
-            "by the bytes it moves, and linear layers reading one tensor as one GEMM (queries, "
-            "keys and values; gate and up), priced on the first (not measured)")
+            "by the bytes it moves; linear layers reading one tensor as one GEMM (queries, "
+            "keys and values; gate and up), priced on the first; attention's scale, causal "
+            "mask and grouped keys on chip (not measured)")
 
 
 def _norms(seq: OperatorSequence, kinds: list[str], preds: dict, succs: dict) -> list[set]:
