@@ -96,6 +96,7 @@ def in_attention(seq: OperatorSequence, blocks: Sequence[Block]) -> set[int]:
                     out |= built  # made of the shapes alone, read by the block alone
     return out
 
+
 def projections(seq: OperatorSequence) -> dict[int, int]:
     """Linear layers of `seq` that read one tensor and run as one GEMM (module docstring): the
     first of each -> the GEMM's output features (their sum); the others -> 0 (no GEMM of its
