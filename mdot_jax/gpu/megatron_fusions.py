@@ -71,6 +71,13 @@ def in_attention(seq: OperatorSequence, blocks: Sequence[Block]) -> set[int]:
     """The nodes outside `blocks` (fused attention) that their calls run on chip under
     Megatron-LM (module docstring): grouped keys' and values' copies, the scores' scale, a
     causal mask made of the shapes."""
+    kept = KEPT.get(("in_attention", seq), dict)  # blocks -> their nodes, while `seq` is kept
+    if (key := tuple(blocks)) not in kept:
+        kept[key] = frozenset(_in_attention(seq, blocks))
+    return set(kept[key])
+
+
+def _in_attention(seq: OperatorSequence, blocks: Sequence[Block]) -> set[int]:
     kinds = [k for k, _, _ in classified(seq)]
     preds, succs = seq.neighbours()
     names, out = seq.op_names, set()
