@@ -211,6 +211,7 @@ def test_a_converted_sequence_predicts_at_its_own_batch_only(capsys, models, tmp
     (dict(virtual_stages=2, pp=2, gpus=2), "virtual_stages"),
     (dict(sequence_parallel=True), "sequence_parallel"), (dict(attention="sdpa"), "attention"),
     (dict(strategy="fsdp", tp=2, gpus=2), "strategy"),
+    (dict(strategy="zero2", pp=2, gpus=4), "strategy"),  # DeepSpeed refuses ZeRO-2 with PP
     (dict(batch_size=(8, 4, 8)), "batch_size"), (dict(gpus=(8, 8), device="l4"), "gpus"),
     (dict(device="v100-sxm2-32gb", precision="amp-bf16"), "precision"),  # no bf16 peak
     (dict(precision=["fp32"]), "precision"), (dict(strategy={"ddp": 1}), "strategy"),

@@ -297,6 +297,10 @@ class TrainingJob:
                 raise RequestError("network_gbs: the link between nodes; give nodes > 1",
                                    "network_gbs")
         self._check_offload()
+        if self.strategy == "zero2" and self.pp > 1:  # DeepSpeed's pipeline engine asserts it
+            raise RequestError(f"strategy 'zero2': DeepSpeed runs no ZeRO-2 under a pipeline "
+                               f"(pp {self.pp}: it accumulates whole gradients over the "
+                               "micro-batches); give zero1 or fsdp", "strategy")
         if self.strategy != "ddp" and max(counts) * self.nodes == self.tp * self.pp:
             raise RequestError(f"strategy {self.strategy!r}: shards over data-parallel "
                                "replicas; give more gpus (or nodes) than tp x pp", "strategy")
