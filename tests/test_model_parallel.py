@@ -421,7 +421,8 @@ def test_megatron_keeps_a_half_model_beside_fp32_master_weights(gpt):
                 4e-9 * params + 2e-9 * copied)
         d = 8 // pp  # the distributed optimizer: 12 of 18 bytes sharded over d replicas
         assert bf16 - mem["megatron", "amp-bf16", "zero1", pp] == pytest.approx(
-            12e-9 * held * (d - 1) / d - 25 * 2 ** 20 / 1e9, rel=1e-6)  # a bucket in flight
+            12e-9 * held * (d - 1) / d - min(25 * 2 ** 20, 4 * held) / 1e9, rel=1e-6)  # a
+        # bucket in flight, or all of a GPU's parameters where they fill none
 
 
 def test_megatrons_distributed_optimizer_gathers_its_half_type_model(gpt):

@@ -24,7 +24,7 @@ from mdot_jax.gpu.parallel import (
     expert_exchange,
     ring_link,
 )
-from mdot_jax.serving.prediction import Prediction
+from mdot_jax.serving.prediction import UPDATE_GAPS, Prediction
 
 
 def _one(backward=10.0):
@@ -143,10 +143,12 @@ def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
     onnx.save(attention(seq=64, dim=256), tmp_path / "m.onnx")
     job = dict(model=str(tmp_path / "m.onnx"), batch_size=8, device="h100-sxm",
                precision="amp-bf16")
-    one, four = (predict(TrainingJob(**job, grad_accum=k)) for k in (1, 4))
+    one, four = (predict(TrainingJob(**job, grad_accum=k, operators=True)) for k in (1, 4))
     assert one.phases["launch gaps"] > 0  # each micro-batch's kernels issued by the host
-    for phase in ("forward", "backward", "launch gaps"):
+    for phase in ("forward", "backward"):
         assert four.phases[phase] == pytest.approx(4 * one.phases[phase])
+    once = one.update_gaps()  # what the update's kernels add: paid once
+    assert four.phases["launch gaps"] == pytest.approx(4 * one.phases["launch gaps"] - 3 * once)
     assert four.phases["update"] == pytest.approx(one.phases["update"])
     assert four.global_batch == 4 * one.global_batch == 32
     assert four.memory_gb == one.memory_gb  # one micro-batch's activations at a time
@@ -165,6 +167,25 @@ def test_gradient_accumulation_runs_k_micro_batches_and_one_update(tmp_path):
     with pytest.raises(RequestError, match=r"^grad_accum 2: priced for a GPU from its spec sheet "
                        r"\(name one: device=NAME, `mdot devices`\); the default checkpoint"):
         predict(TrainingJob(model=str(tmp_path / "m.onnx"), batch_size=8, grad_accum=2))
+
+
+def test_the_host_issues_an_update_once_an_iteration_however_many_micro_batches():
+    """The launch gaps an update's kernels add (Muon's many small ones) are paid once an
+    iteration, each micro-batch paying its passes' own: so a faster GPU never takes longer
+    (an H200 priced 2% slower than an H100 at 8 micro-batches when every micro-batch paid
+    the update's gaps again)."""
+    from mdot_jax import TrainingJob, predict
+
+    job = dict(model="gpt2", seq_len=256, batch_size=4, optimizer="muon", operators=True)
+    one, eight = (predict(TrainingJob(**job, device="h100-sxm", grad_accum=k)) for k in (1, 8))
+    gaps = {o["name"]: o["ms"] for o in one.operators if o["type"] == "launch gaps"}
+    once = gaps.pop(UPDATE_GAPS)
+    assert once > 0 and one.update_gaps() == once  # Muon's update waits on the host
+    assert one.phases["launch gaps"] == pytest.approx(once + sum(gaps.values()))
+    assert eight.phases["launch gaps"] == pytest.approx(once + 8 * sum(gaps.values()))
+    assert eight.phases["update"] == one.phases["update"]
+    h200 = predict(TrainingJob(**job, device="h200-sxm", grad_accum=8))
+    assert h200.iteration_ms <= eight.iteration_ms
 
 
 def test_a_gpu_with_a_measured_checkpoint_prices_what_only_the_spec_sheet_can(tmp_path):
@@ -502,6 +523,19 @@ def test_zero_stages_shard_more_and_move_what_they_must():
     z1, z2 = (data_parallel(four, params, h100, 8, strategy=s, grad_accum=4) for s in
               ("zero1", "zero2"))
     assert z2.phases["communication"] > z1.phases["communication"]
+
+
+def test_a_zero_bucket_holds_no_more_than_the_trained_parameters():
+    """ZeRO's reduce and gather buffers fill with the trained parameters: a LoRA fine-tune's
+    few (0.1% of 10^8 here) never need a whole 25 MB bucket, so ZeRO-1 holds no more than
+    DDP (it held 26 MB more, the state it frees being smaller than a bucket)."""
+    h100, params, trained = gpus.find("h100-sxm"), 10 ** 8, 1e-3
+    one = dataclasses.replace(_one(backward=50.0), memory_gb=3.0)
+    ddp, zero1 = (data_parallel(one, params, h100, 8, strategy=s, optimizer="sgd",
+                                trained=trained) for s in ("ddp", "zero1"))
+    assert zero1.memory_gb <= ddp.memory_gb
+    assert zero1.memory_parts["working"] - one.memory_parts.get("working", 0.0) \
+        == pytest.approx(trained * 4 * params / 1e9)
 
 
 def test_fsdp_at_amp_moves_the_half_types_bytes():

@@ -2,20 +2,19 @@
 GPU's step on its spec sheet (`spec_sheet.price`).
 
 Tensor parallel over T GPUs (`shard`, the sequence one GPU runs): every weight GEMM split T ways
-(column-parallel by its output features, row-parallel by its input features: whichever is not
-the model's width; the vocabulary-parallel head by its vocabulary), the attention heads and
-everything between a column- and a row-parallel GEMM (scores, softmax, the MLP's activations,
-the logits and the loss over them) T ways; the residual stream (tensors as wide as the model:
-norms, residual adds, dropout on it) replicated, or cut T ways along the sequence with sequence
-parallelism. A layer all-reduces its residual stream ([tokens, width]; a vision-language
-model's encoder layers' [patches, theirs], `converters.attention.residuals`) once a sublayer in
-the forward and once in the backward (`sublayers`: attention and MLP, twice in a transformer's
-layer; once in a layer of one mixer, Nemotron-H's; with sequence parallelism an all-gather and
-a reduce-scatter each: the same bytes), and once each the vocabulary-parallel
-embedding's output in the forward (first stage) and the head's input gradient in the backward
-(last stage); nothing hides them. T must divide the heads and the key-value heads
-(grouped-query attention, `heads`), and a Mamba-2 mixer's heads and groups of B and C
-(`state_space` in the sequence's metadata), as Megatron-LM asserts.
+(column-parallel by its output features, row-parallel by its input features: whichever is not the
+model's width; the vocabulary-parallel head by its vocabulary), the attention heads and everything
+between a column- and a row-parallel GEMM (scores, softmax, the MLP's activations, the logits and
+the loss over them) T ways; the residual stream (tensors as wide as the model: norms, residual
+adds, dropout on it) replicated, or cut T ways along the sequence with sequence parallelism. A
+layer all-reduces its residual stream ([tokens, width]; a vision-language model's encoder layers'
+[patches, theirs], `converters.attention.residuals`) once a sublayer in the forward and once in the
+backward (`sublayers`: attention and MLP, twice in a transformer's layer; once in a layer of one
+mixer, Nemotron-H's; with sequence parallelism an all-gather and a reduce-scatter each: the same
+bytes), and once each the vocabulary-parallel embedding's output in the forward (first stage) and
+the head's input gradient in the backward (last stage); nothing hides them. T must divide the heads
+and the key-value heads (grouped-query attention, `heads`), and a Mamba-2 mixer's heads and groups
+of B and C (`state_space` in the sequence's metadata), as Megatron-LM asserts.
 
 Pipeline parallel over P stages (`pipeline`): the L layers (attention blocks) cut into P x V
 chunks of L / (P V) consecutive layers (V = 1, or the virtual stages of the interleaved
@@ -376,8 +375,8 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     layers = np.bincount(stage[first], minlength=pp)  # [pp]
     bytes_ = 2.0 if precision in HALF else 4.0
     act = tokens_of(seq, blocks) * width(seq) * bytes_  # one [tokens, width] activation
-    compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation",
-                                                    "launch gaps")}  # gaps: the host's
+    compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation")}
+    compute["launch gaps"] = one.phases.get("launch gaps", 0.0) - one.update_gaps()  # passes'
     passes = 2 + (checkpointing == "full")  # forward, backward, the forward again
     link = group_link(gpu, layout.gpus_per_node, layout.gpus // layout.gpus_per_node,
                       interconnect, network_gbs, tp, 1)
@@ -401,11 +400,12 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
                              fused, framework)
     full = int(np.argmax(state + kept))  # the stage of most memory
     updates = float(trained[slow] / max(trained.sum(), 1.0))  # of those updated, the slowest's
-    update = one.phases.get("update", 0.0) * updates
     one = dataclasses.replace(one, operators=updating(one.operators, updates,
                                                       "the slowest stage's"))
     phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
-    phases.update(**{"update": float(update)} if "update" in one.phases else {},
+    if once := one.update_gaps():  # the host's gaps of the update: the slowest stage's, once
+        phases["launch gaps"] = phases.get("launch gaps", 0.0) + once * updates
+    phases.update(**{"update": one.phases["update"] * updates} if "update" in one.phases else {},
                   communication=float(m * (ring[slow] + tp_ms[slow] + p2p) + tied))
     split, tail = [], []  # what the note says: a pipeline's parts only where there is one
     if tp > 1:

@@ -272,7 +272,10 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         memory = dict(model_states=0.0 if after_flush  # in the gradients' type (bf16: half)
                       else trained * nbytes * held.gradients / 4 / 1e9)
     else:
-        in_flight = BUCKET_MB * 2 ** 20 / 1e9  # GB of gathered or unsharded tensors
+        # GB of gathered or unsharded tensors: a bucket, or what there is to fill one (ZeRO
+        # reduces and gathers the trained parameters alone; FSDP gathers the frozen too)
+        moved = nbytes if strategy in SHARDED_WEIGHTS else trained * nbytes
+        in_flight = min(BUCKET_MB * 2 ** 20, moved) / 1e9
         if strategy in SHARDED_WEIGHTS:  # gathered for each micro-batch's passes, both
             width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
             if weight_bytes is not None:  # frozen weights held in fewer bytes, gathered so
@@ -325,11 +328,14 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
 
 def accumulate(p: Prediction, micro_batches: int) -> Prediction:
     """`p` (one micro-batch's step, with its phases) as an iteration of `micro_batches`
-    forward and backward passes, each issued by the host (its launch gaps) with its own
-    communication (context parallelism's), and one optimizer update (gradient accumulation);
-    its band, a relative one, scales with it. One micro-batch: `p` itself."""
+    forward and backward passes, each issued by the host (its launch gaps, but those its
+    update adds: `Prediction.update_gaps`) with its own communication (context
+    parallelism's), and one optimizer update (gradient accumulation); its band, a relative
+    one, scales with it. One micro-batch: `p` itself."""
     if micro_batches == 1:
         return p
     repeated = ("forward", "backward", "recomputation", "launch gaps", "communication")
     phases = {k: v * micro_batches if k in repeated else v for k, v in p.phases.items()}
+    if "launch gaps" in phases:
+        phases["launch gaps"] -= (micro_batches - 1) * p.update_gaps()
     return p.with_phases(phases, grad_accum=micro_batches)

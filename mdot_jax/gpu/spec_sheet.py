@@ -104,7 +104,7 @@ from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.readable import number
 from mdot_jax.serving.memory import check_fit, held_optimizer, step_memory
 from mdot_jax.serving.model_facts import graph_warnings, input_size_of
-from mdot_jax.serving.prediction import Prediction
+from mdot_jax.serving.prediction import UPDATE_GAPS, Prediction
 from mdot_jax.storage.shipped import STEP_MODEL_DIR, checkpoint_devices
 
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
@@ -286,6 +286,7 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         n, nm, own, c) in enumerate(zip(seq.op_names.tolist(), seq.node_names, per_op, cast_ms))
         for kind, t in ((FUSED if i in fused else n, own - c), (CASTS, c)) if t > 1e-12]
     params = autograd.trainable(seq)  # the frozen ones are not updated
+    ks: list[float] = []  # the update's kernels, ms
     if step == "train" and params:
         shapes = muon.matrices(seq) if optimizer == "muon" else []  # the rest: AdamW
         rest = params - sum(a * b for a, b in shapes)
@@ -312,7 +313,12 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     gaps = (end := launch_bound(order, host)) - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
-        operators.append(dict(type="launch gaps", name="the GPU waiting on the host", ms=gaps))
+        # the forward and backward's own, which each micro-batch pays again, and what the
+        # update's kernels add once an iteration (`parallel.accumulate`)
+        passes = order[:len(order) - len(ks)]
+        once = gaps - (launch_bound(passes, host) - sum(passes))
+        operators += [dict(type="launch gaps", name=name, ms=t) for name, t in (
+            ("the GPU waiting on the host", gaps - once), (UPDATE_GAPS, once)) if t > 1e-9]
         if gaps > LAUNCH_BOUND * end:
             machines = _on_machines(order, model.host_range(framework)) \
                 if host_ms is None and adapted is None else ""

@@ -14,6 +14,9 @@ import numpy as np
 from mdot_jax.readable import count, hours, number, percent, plural, span
 
 SPEC_SHEET = "priced from its spec sheet"  # how `Prediction.source` of a spec sheet's begins
+# the name of the operator (type `launch gaps`) of the host's gaps that an update's kernels add
+# to a step, once an iteration however many micro-batches it accumulates
+UPDATE_GAPS = "the GPU waiting on the host to issue the update"
 # a step estimated within this share of its device's memory is tight: estimates of measured
 # peaks err by up to about a fifth, either way
 TIGHT = 0.9
@@ -266,6 +269,11 @@ class Prediction:
         on = [(o["index"], o["ms"]) for o in self.operators or [] if "index" in o]
         index, ms = zip(*on) if on else ((), ())
         return np.bincount(np.asarray(index, np.int64), np.asarray(ms, np.float64), nodes)
+
+    def update_gaps(self) -> float:
+        """ms of the phase `launch gaps` that the update's kernels add, paid once an iteration
+        (`UPDATE_GAPS`; the rest, the passes', each micro-batch)."""
+        return sum(o["ms"] for o in self.operators or [] if o["name"] == UPDATE_GAPS)
 
     def with_phases(self, phases: dict[str, float], **changes) -> Prediction:
         """`self` with other phases: the time is their sum and the band, a relative one,
