@@ -272,9 +272,11 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
         memory = dict(model_states=0.0 if after_flush  # in the gradients' type (bf16: half)
                       else trained * nbytes * held.gradients / 4 / 1e9)
     else:
-        # GB of gathered or unsharded tensors: a bucket, or what there is to fill one (ZeRO
-        # reduces and gathers the trained parameters alone; FSDP gathers the frozen too)
-        moved = nbytes if strategy in SHARDED_WEIGHTS else trained * nbytes
+        # GB of gathered or unsharded tensors: a bucket, or what there is to fill one (ZeRO's:
+        # the trained parameters' gradients and updated weights, in their types; FSDP
+        # gathers the frozen too)
+        moved = nbytes if strategy in SHARDED_WEIGHTS else \
+            trained * nbytes * max(held.gradients, held.model) / 4
         in_flight = min(BUCKET_MB * 2 ** 20, moved) / 1e9
         if strategy in SHARDED_WEIGHTS:  # gathered for each micro-batch's passes, both
             width = 0.5 if precision in HALF else 1.0  # the weights' and gradients' half type
