@@ -73,6 +73,15 @@ def test_tensor_parallel_splits_the_gemms_heads_and_weights_not_the_residual_str
     # one split of one model is made once (a plan prices it on every GPU asked)
     assert shard(seq, 2) is half and shard(seq, 4) is not half
     assert shard(seq, 2, sequence_parallel=True) is not half
+    # a block's scores, mask and softmax hold its heads: split, though their rows are as long
+    # as the model is wide here (256 keys, 256 features), which once kept them whole
+    from converters.attention import attention_blocks
+
+    blocks = attention_blocks(seq)
+    inner = [i for b in blocks for i in b.inner if names[i] == "Softmax"]
+    assert len(inner) == 8
+    by_heads = shard(seq, 2, blocks=blocks).column("fwd_flops")
+    assert by_heads[inner].sum() == pytest.approx(flops[inner].sum() / 2)
 
 
 def test_a_config_exports_its_loss_priced_over_the_vocabulary_and_split_by_tp(gpt):

@@ -238,7 +238,7 @@ def shard(seq: OperatorSequence, tp: int, sequence_parallel: bool = False,
 
 def _shard(seq: OperatorSequence, tp: int, sequence_parallel: bool,
            blocks: Sequence[Block]) -> OperatorSequence:
-    d, tokens = width(seq), tokens_of(seq, blocks)
+    d, tokens, heads = width(seq), tokens_of(seq, blocks), {i for b in blocks for i in b.inner}
     config, load = seq.config.copy(), seq.load.copy()
     for i, (name, c, ld, (_, op, _)) in enumerate(zip(seq.op_names, seq.config, seq.load,
                                                       classified(seq))):
@@ -258,8 +258,8 @@ def _shard(seq: OperatorSequence, tp: int, sequence_parallel: bool,
             config[i, [_C["in_numel"], _C[classes_field(c)]]] /= tp
         elif ld[_L["params"]] > 2 * d:  # a weight matrix (however it reaches its GEMM), or
             load[i, _L["params"]] /= tp  # the vocabulary-parallel embedding: its rows split
-        elif op == "bmm" or (last != d and n >= tokens * d / 64 and n % tp == 0):
-            load[i, _ALL_LOAD] /= tp  # heads, or the features between the split GEMMs
+        elif op == "bmm" or ((last != d or i in heads) and n >= tokens * d / 64 and n % tp == 0):
+            load[i, _ALL_LOAD] /= tp  # heads (S keys = d too), or features between split GEMMs
             config[i, [_C["out_numel"], _C["in_numel"]]] /= tp
             if op == "bmm":
                 config[i, _C["mm_batch"]] /= tp
