@@ -89,10 +89,10 @@ def _in_attention(seq: OperatorSequence, blocks: Sequence[Block]) -> set[int]:
             if names[j] == "Expand":
                 out.add(j)
             elif names[j] == "Mul" and j not in inner:
-                if through_views(j, succs, kinds) == [b.scores] \
-                        and len(through_views(j, preds, kinds)) == 1:
+                feeds = through_views(j, preds, kinds)
+                if through_views(j, succs, kinds) == [b.scores] and len(feeds) == 1:
                     out.add(j)  # the scale
-                todo.extend(k for k in through_views(j, preds, kinds) if k not in inner)
+                todo.extend(k for k in feeds if k not in inner)
         if b.causal and not (b.window or b.padded or b.biased):  # is_causal: no mask tensor
             for j in {i for k in inner for i in preds.get(k, ()) if i not in inner}:
                 built, frontier = {j}, [j]
