@@ -46,6 +46,20 @@ def test_more_work_on_one_gpu_never_takes_less_time(job):
 
 @pytest.mark.slow
 @SETTINGS
+@given(job=JOBS.map(lambda j: dataclasses.replace(j, device="l4", seq_len=32)),
+       strategy=st.sampled_from(["ddp", "zero1", "fsdp"]), nodes=st.sampled_from([1, 4]))
+def test_more_work_on_many_gpus_never_takes_less_time(job, strategy, nodes):
+    """The communication a pass hides is the pass's time on the GPU's timeline: where the
+    host sets the pace, a larger batch lengthens the kernels, not the backward (a larger batch
+    was priced faster when its kernels' share stretched the window)."""
+    base = _priced(job, gpus=8, nodes=nodes, strategy=strategy)
+    for change in (dict(batch_size=2 * job.batch_size), dict(seq_len=2 * job.seq_len)):
+        more = _priced(job, gpus=8, nodes=nodes, strategy=strategy, **change)
+        assert more.iteration_ms >= base.iteration_ms * (1 - EPS), change
+
+
+@pytest.mark.slow
+@SETTINGS
 @given(job=JOBS, gpus=st.sampled_from([2, 8]), nodes=st.sampled_from([1, 2]),
        lora=st.sampled_from([None, 4]))
 def test_each_zero_stage_holds_no_more_than_the_one_before(job, gpus, nodes, lora):

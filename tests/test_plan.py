@@ -250,10 +250,13 @@ def test_a_device_of_the_jobs_is_refused_not_ignored(model, field, value):
         assert Plan(_job(model, device="h100-sxm"), devices="h100-sxm,l4").job.device
 
 
-def test_counts_a_gpu_cannot_run_for_one_reason_share_a_row(model, capsys):
-    """No bf16 on a T4: its four counts are one row, `1,2,4,8`, not four alike."""
+@pytest.mark.parametrize("strategy", [[], ["--strategy", "fsdp"]])
+def test_counts_a_gpu_cannot_run_for_one_reason_share_a_row(model, capsys, strategy):
+    """No bf16 on a T4: its four counts are one row, `1,2,4,8`, not four alike (under FSDP
+    too, its one GPU a replica with nothing to shard, not refused for the strategy)."""
     assert main(["plan", model, "--batch-size", "32", "--epochs", "1", "--dataset-size", "1000",
-                 "--precision", "amp-bf16", "--devices", "t4,l4", "--gpus", "1,2,4,8"]) == 0
+                 "--precision", "amp-bf16", "--devices", "t4,l4", "--gpus", "1,2,4,8",
+                 *strategy]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
     t4 = [r for r in rows if r.startswith("nvidia-t4 ")]
     assert len(t4) == 1 and t4[0].split()[1] == "1,2,4,8" and "no bf16" in t4[0]

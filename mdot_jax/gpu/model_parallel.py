@@ -376,7 +376,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     bytes_ = 2.0 if precision in HALF else 4.0
     act = tokens_of(seq, blocks) * width(seq) * bytes_  # one [tokens, width] activation
     compute = {k: one.phases.get(k, 0.0) for k in ("forward", "backward", "recomputation")}
-    compute["launch gaps"] = one.phases.get("launch gaps", 0.0) - (once := one.update_gaps())
+    compute["launch gaps"] = one.phases.get("launch gaps", 0.0) - (once := one.gaps("update"))
     passes = 2 + (checkpointing == "full")  # forward, backward, the forward again
     link = group_link(gpu, layout.gpus_per_node, layout.gpus // layout.gpus_per_node,
                       interconnect, network_gbs, tp, 1)
@@ -401,7 +401,7 @@ def pipeline(one: Prediction, seq: OperatorSequence, blocks: list[Block], layout
     full = int(np.argmax(state + kept))  # the stage of most memory
     updates = float(trained[slow] / max(trained.sum(), 1.0))  # of those updated, the slowest's
     one = dataclasses.replace(one, operators=updating(one.operators, updates,
-                                                      "the slowest stage's"))
+                                                      "the slowest stage's", gaps=True))
     phases = {k: float(m * share[slow] * c) for k, c in compute.items() if c}
     if once:  # the host's gaps of the update (the passes' in `compute`): the slowest stage's
         phases["launch gaps"] = phases.get("launch gaps", 0.0) + once * updates

@@ -35,7 +35,7 @@ from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.parallel import BUCKET_MB, hidden
 from mdot_jax.options import SHARDED_WEIGHTS
 from mdot_jax.serving.memory import HALF, OPTIMIZER_STATE, param_bytes
-from mdot_jax.serving.prediction import UPDATE_GAPS, Prediction
+from mdot_jax.serving.prediction import GAPS, Prediction
 
 # bytes a parameter the host's update moves beside the state (read and written) and the
 # weights' copy for the GPU (written at their width): the fp32 master weights read and
@@ -84,8 +84,7 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
         return nbytes / rate / 1e6
 
     k = grad_accum
-    fw, bw = (sum(p.phases.get(ph, 0.0) for ph in pass_) / k
-              for pass_ in (("forward",), ("backward", "recomputation")))
+    fw, bw = p.passes_ms(k)
     pieces = units or max(1, math.ceil(width * mine / (BUCKET_MB * 2 ** 20)))
     copy = ms(width * mine * trained, pcie)  # the gradients out (a micro-batch's), or back in
     shown = k * hidden(copy, bw, pieces)
@@ -104,11 +103,11 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
         host_bytes += width * mine
     phases = {**p.phases, "update": update, "host copies": shown + copy}
     if "launch gaps" in phases:  # the GPU issues no update kernels
-        phases["launch gaps"] -= p.update_gaps()
+        phases["launch gaps"] -= p.gaps("update")
     node_gb = gpus_per_node * host_bytes / 1e9  # the host's memory a node
     operators = p.operators and [
         dict(o, ms=update, name=f"{optimizer} update on the host's CPUs") if o["type"] ==
-        "optimizer" else o for o in p.operators if o["name"] != UPDATE_GAPS]
+        "optimizer" else o for o in p.operators if o["name"] != GAPS["update"]]
     # in flight: on several GPUs, the strategy's (`parallel.data_parallel`); on one, a unit's
     # gradients (or a bucket's), with `params` its weights and the next unit's, as FSDP's
     in_flight = 0.0

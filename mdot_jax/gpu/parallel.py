@@ -64,7 +64,7 @@ from mdot_jax.errors import RequestError
 from mdot_jax.gpu.catalog import GPU
 from mdot_jax.options import INTERCONNECTS, SHARDED_WEIGHTS, STRATEGIES
 from mdot_jax.serving.memory import HALF, param_bytes
-from mdot_jax.serving.prediction import Prediction
+from mdot_jax.serving.prediction import GAPS, Prediction
 
 BUCKET_MB = 25  # DDP's default bucket_cap_mb
 NETWORK_GBS = 25.0  # between nodes, per direction, unless told: a 200 Gb/s NIC
@@ -187,12 +187,15 @@ def expert_exchange(p: Prediction, moe: dict, ep: int, tokens: int, width: int, 
     return p.with_phases(phases, warnings=[*p.warnings, note])
 
 
-def updating(operators: list[dict] | None, share: float, what: str) -> list[dict] | None:
-    """`operators` with the optimizer's update over `share` of the parameters (`what`)."""
+def updating(operators: list[dict] | None, share: float, what: str, gaps: bool = False
+             ) -> list[dict] | None:
+    """`operators` with the optimizer's update over `share` of the parameters (`what`);
+    `gaps`: the host's gaps issuing it too (`GAPS`: its kernels as many as its tensors)."""
     if operators is None or share == 1.0:
         return operators
     return [dict(o, ms=o["ms"] * share, name=f"{o['name']}, {what}: {share:.3g} of them")
-            if o["type"] == "optimizer" else o for o in operators]
+            if o["type"] == "optimizer" else dict(o, ms=o["ms"] * share)
+            if gaps and o["name"] == GAPS["update"] else o for o in operators]
 
 
 def hidden(comm: float, compute: float, units: int) -> float:
@@ -254,14 +257,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
 
     unsharded = sum(b * (r - 1) / r for b, r, _ in groups)  # what sharding takes off a GPU
     k = grad_accum  # the phases are of k micro-batches: the pieces compute hides behind, one
-    # a pass lasts its kernels and the host's gaps between them (the passes' by their kernels'
-    # time; the update's few foreach kernels wait on none), the backward its recomputation
-    # too: a collective, on its own stream, runs through all of it
-    fw, bw, again = (p.phases.get(ph, 0.0) / k for ph in ("forward", "backward",
-                                                           "recomputation"))
-    busy = fw + bw + again
-    wall = 1.0 + p.phases.get("launch gaps", 0.0) / k / busy if busy > 0 else 1.0
-    fw, bw = wall * fw, wall * (bw + again)
+    fw, bw = p.passes_ms(k)  # a collective, on its own stream, runs through all of a pass
     phases = dict(p.phases)
     if strategy == "ddp":
         pieces = max(1, math.ceil(trained * buckets))  # the trained parameters' gradients
@@ -331,7 +327,7 @@ def data_parallel(p: Prediction, params: int, gpu: GPU, gpus_per_node: int, node
 def accumulate(p: Prediction, micro_batches: int) -> Prediction:
     """`p` (one micro-batch's step, with its phases) as an iteration of `micro_batches`
     forward and backward passes, each issued by the host (its launch gaps, but those its
-    update adds: `Prediction.update_gaps`) with its own communication (context
+    update adds: `Prediction.gaps`) with its own communication (context
     parallelism's), and one optimizer update (gradient accumulation); its band, a relative
     one, scales with it. One micro-batch: `p` itself."""
     if micro_batches == 1:
@@ -339,5 +335,5 @@ def accumulate(p: Prediction, micro_batches: int) -> Prediction:
     repeated = ("forward", "backward", "recomputation", "launch gaps", "communication")
     phases = {k: v * micro_batches if k in repeated else v for k, v in p.phases.items()}
     if "launch gaps" in phases:
-        phases["launch gaps"] -= (micro_batches - 1) * p.update_gaps()
+        phases["launch gaps"] -= (micro_batches - 1) * p.gaps("update")
     return p.with_phases(phases, grad_accum=micro_batches)

@@ -104,7 +104,7 @@ from mdot_jax.options import SPEC_SHEET_PRECISIONS as PRECISIONS
 from mdot_jax.readable import number
 from mdot_jax.serving.memory import check_fit, held_optimizer, step_memory
 from mdot_jax.serving.model_facts import graph_warnings, input_size_of
-from mdot_jax.serving.prediction import UPDATE_GAPS, Prediction
+from mdot_jax.serving.prediction import GAPS, Prediction
 from mdot_jax.storage.shipped import STEP_MODEL_DIR, checkpoint_devices
 
 FUSED = "attention (fused)"  # the type of the operator a fused attention kernel is kept on
@@ -313,12 +313,13 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
     gaps = (end := launch_bound(order, host)) - sum(order)
     if gaps > 1e-9:
         phases["launch gaps"] = gaps
-        # the forward and backward's own, which each micro-batch pays again, and what the
+        # where they fall: the forward's and the backward's, which each micro-batch pays
+        # again (and communication hides behind: `parallel.data_parallel`), and what the
         # update's kernels add once an iteration (`parallel.accumulate`)
-        passes = order[:len(order) - len(ks)]
-        once = gaps - (launch_bound(passes, host) - sum(passes))
-        operators += [dict(type="launch gaps", name=name, ms=t) for name, t in (
-            ("the GPU waiting on the host", gaps - once), (UPDATE_GAPS, once)) if t > 1e-9]
+        ends = [launch_bound(order[:n], host) - sum(order[:n])
+                for n in (sum(w[1] == "fw" for w in work), len(order) - len(ks))]
+        operators += [dict(type="launch gaps", name=GAPS[part], ms=t) for part, t in zip(
+            GAPS, (ends[0], ends[1] - ends[0], gaps - ends[1])) if t > 1e-9]
         if gaps > LAUNCH_BOUND * end:
             machines = _on_machines(order, model.host_range(framework)) \
                 if host_ms is None and adapted is None else ""

@@ -281,7 +281,8 @@ def _counts(job: TrainingJob, ns: list[int], k: int
             ) -> list[tuple[int, int, Prediction | None, str | None]]:
     """(GPUs, nodes, prediction or None, error or None) of `job` on each of `ns` GPUs a node
     over `k` nodes, priced together; where that fails, each count alone (the error may be one
-    count's: an offloaded optimizer's strategy over several GPUs)."""
+    count's: an offloaded optimizer's strategy over several GPUs; one replica alone as DDP, as
+    it is priced among others: nothing to shard)."""
     from mdot_jax.serving.front import predict
 
     try:
@@ -289,7 +290,9 @@ def _counts(job: TrainingJob, ns: list[int], k: int
     except MdotError as e:
         if len(ns) == 1:
             return [(ns[0] * k, k, None, str(e))]
-        return [row for n in ns for row in _counts(job, [n], k)]
+        return [row for n in ns for row in _counts(job if n * k > job.tp * job.pp * job.cp
+                                                   else dataclasses.replace(job, strategy="ddp"),
+                                                   [n], k)]
     return [(p.gpus, k, p, None) for p in (got if isinstance(got, list) else [got])]
 
 

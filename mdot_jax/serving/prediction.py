@@ -14,9 +14,11 @@ import numpy as np
 from mdot_jax.readable import count, hours, number, percent, plural, span
 
 SPEC_SHEET = "priced from its spec sheet"  # how `Prediction.source` of a spec sheet's begins
-# the name of the operator (type `launch gaps`) of the host's gaps that an update's kernels add
-# to a step, once an iteration however many micro-batches it accumulates
-UPDATE_GAPS = "the GPU waiting on the host to issue the update"
+# the operators (type `launch gaps`) of a step's host gaps by where they fall on its timeline:
+# the forward's and the backward's (each micro-batch's), and what the update's kernels add (once
+# an iteration however many micro-batches it accumulates)
+GAPS = {part: f"the GPU waiting on the host to issue the {part}"
+        for part in ("forward", "backward", "update")}
 # a step estimated within this share of its device's memory is tight: estimates of measured
 # peaks err by up to about a fifth, either way
 TIGHT = 0.9
@@ -270,10 +272,22 @@ class Prediction:
         index, ms = zip(*on) if on else ((), ())
         return np.bincount(np.asarray(index, np.int64), np.asarray(ms, np.float64), nodes)
 
-    def update_gaps(self) -> float:
-        """ms of the phase `launch gaps` that the update's kernels add, paid once an iteration
-        (`UPDATE_GAPS`; the rest, the passes', each micro-batch)."""
-        return sum(o["ms"] for o in self.operators or [] if o["name"] == UPDATE_GAPS)
+    def gaps(self, part: str) -> float:
+        """ms of the phase `launch gaps` that fall in `part` (`GAPS`: the forward, the backward,
+        each micro-batch; the update, once an iteration)."""
+        return sum(o["ms"] for o in self.operators or [] if o["name"] == GAPS[part])
+
+    def passes_ms(self, micro_batches: int = 1) -> tuple[float, float]:
+        """ms of a micro-batch's forward and backward (its recomputation too) on the GPU's
+        timeline, of an iteration of `micro_batches`: their kernels and the host's gaps where
+        they fall (`gaps`; where the operators do not say, in the share of the kernels' time),
+        the update's gaps in neither."""
+        fw, bw = (sum(self.phases.get(ph, 0.0) for ph in pass_) / micro_batches
+                  for pass_ in (("forward",), ("backward", "recomputation")))
+        waits = max(0.0, self.phases.get("launch gaps", 0.0) - self.gaps("update"))
+        first, then = self.gaps("forward"), self.gaps("backward")
+        share = first / (first + then) if first + then > 0 else fw / max(fw + bw, 1e-30)
+        return (fw + share * waits / micro_batches, bw + (1 - share) * waits / micro_batches)
 
     def with_phases(self, phases: dict[str, float], **changes) -> Prediction:
         """`self` with other phases: the time is their sum and the band, a relative one,
