@@ -57,6 +57,9 @@ def test_an_offloaded_optimizer_leaves_the_gpu_and_updates_at_the_hosts_bandwidt
     assert "100 GB/s (as given" in said and "not measured" in said
     assert f"at 64 GB/s a direction ({2 * back:.3g} ms" in said  # the gradients out, weights in
     assert not any(w.startswith("the adamw update priced") for w in off.warnings)
+    # in flight: the gradients going out, a unit's (its 2 layers and the root)
+    assert off.memory_parts["working"] - plain.memory_parts["working"] == pytest.approx(
+        2 * params / 3 / 1e9, rel=1e-6)
     update = [o for o in off.operators or [] if o["type"] == "optimizer"]
     assert all("on the host" in o["name"] for o in update)
     whole = predict(_job(config, offload="params", host_gbs=100.0))
@@ -112,3 +115,20 @@ def test_the_cli_and_a_plan_offload(config, capsys):
     rows = {o.gpus: o for o in options}
     assert rows[1].prediction is not None and rows[8].prediction is None
     assert "strategy 'ddp': offload optimizer over 8 GPUs" in rows[8].reasons[0]
+
+
+def test_a_model_without_layers_offloads_a_bucket_or_all_its_gradients_where_fewer(tmp_path):
+    """No layers to go unit by unit: a 25 MB bucket of gradients in flight, no more than all
+    of them (a small CNN held 100 MB, four buckets' worth at fp32, where it had 0.1 MB)."""
+    import onnx
+    from onnx_builders import conv_bn_relu
+
+    onnx.save(conv_bn_relu(), tmp_path / "c.onnx")
+    job = dict(model=str(tmp_path / "c.onnx"), batch_size=2, device="h100-sxm",
+               optimizer="adamw")
+    plain, off = (predict(TrainingJob(**job, **extra))
+                  for extra in ({}, dict(offload="optimizer")))
+    grads = 4 * convert(str(tmp_path / "c.onnx"), batch_size=2).params  # fp32
+    assert grads < 25 * 2 ** 20
+    assert off.memory_parts["working"] - plain.memory_parts["working"] == pytest.approx(
+        grads / 1e9, rel=1e-6)

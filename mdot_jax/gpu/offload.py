@@ -109,10 +109,12 @@ def offload(p: Prediction, what: str, params: int, gpu: GPU, *, gpus_per_node: i
         dict(o, ms=update, name=f"{optimizer} update on the host's CPUs") if o["type"] ==
         "optimizer" else o for o in p.operators if o["name"] != GAPS["update"]]
     # in flight: on several GPUs, the strategy's (`parallel.data_parallel`); on one, a unit's
-    # gradients (or a bucket's), with `params` its weights and the next unit's, as FSDP's
+    # gradients (or a bucket's, of no more than there are), with `params` its weights and the
+    # next unit's, as FSDP's
     in_flight = 0.0
     if replicas == 1:
-        in_flight = trained * width * (params / units if units else BUCKET_MB * 2 ** 20)
+        in_flight = trained * width * params / units if units else min(
+            width * BUCKET_MB * 2 ** 20, trained * width * params)
         in_flight += 2 * width * params / units if what == "params" and units else 0.0
     said = (f"offload {what}: {optimizer}'s state, fp32 master weights and gradients"
             + (" and the weights" if what == "params" else "") + f" on the host "
