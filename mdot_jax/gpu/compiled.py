@@ -21,14 +21,19 @@ memory-bound operators, which Inductor fuses into generated kernels.
   elementwise ones; each moving its share of the group's elements (`gpu.work`'s counts).
 - autocast's casts of activations become the stores of those kernels; a weight's cast stays
   a kernel (`autocast.casts`).
-- memory (`kept_bytes`): a group keeps for the backward what its operators would, or its
-  inputs from outside it where those are fewer (the partitioner's cut), never more than eager.
+- memory (`kept_bytes`): a group keeps for the backward what its operators would, or the
+  fewest elements it can recompute those from (AOTAutograd's partitioner: the least vertex cut
+  between what it reads from outside and what its backward reads, `least_cut`), never more
+  than eager.
 - the host: each kernel issued at the framework's fitted time (torch.compile's own host is not
   measured: `spec_sheet.price` says so).
 """
 
 from __future__ import annotations
 
+import collections
+import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,6 +71,8 @@ class Group:
     left: float  # elements its forward writes that leave it
     params: int  # parameters its members hold
     keeping: bool  # a member's backward reads its forward's tensors
+    reads: tuple[tuple[int, ...], ...] = ()  # each member's: the operators it reads (views passed)
+    numel: tuple[tuple[int, float], ...] = ()  # (operator, elements) of members and what they read
 
     @property
     def last(self) -> int:
@@ -165,10 +172,12 @@ def made(seq: OperatorSequence, members: Sequence[Sequence[int]]) -> list[Group]
     for g, ms in enumerate(sorted(m) for m in members):
         other = left = 0.0  # parameters, inputs, constants: read; outputs leaving
         seen: dict[int, float] = {}  # an operator's output read from outside: once
+        reads_of = []
         for i in ms:
             width = max(float(c[i, _C["elem_bytes"]]), 1.0)
             reads = float(load[i, _L["bytes_read"]]) / width
             sources = through_views(i, preds, kinds)
+            reads_of.append(tuple(sources))
             other += max(reads - sum(float(c[j, _C["out_numel"]]) for j in sources), 0.0)
             for j in sources:
                 if group[j] != g:
@@ -185,7 +194,9 @@ def made(seq: OperatorSequence, members: Sequence[Sequence[int]]) -> list[Group]
                 else classified(seq)[r][2][0]
         out.append(Group(tuple(ms), len(reductions), max(rows, 1), activations + other,
                          activations, left, int(load[ms, _L["params"]].sum()),
-                         any(names[i] in _KEEPING for i in ms)))
+                         any(names[i] in _KEEPING for i in ms), tuple(reads_of),
+                         tuple({**{i: float(c[i, _C["out_numel"]]) for i in ms},
+                                **seen}.items())))
     return out
 
 
@@ -210,14 +221,62 @@ def kernels(fused: list[Group], runs: np.ndarray, rowwise: GPU, elementwise: GPU
     return out
 
 
-def kept_bytes(saved: np.ndarray, scale: float, fused: Sequence[Group]) -> np.ndarray:
+def kept_bytes(saved: np.ndarray, scale: float, fused: Sequence[Group], cut: bool = True
+               ) -> np.ndarray:
     """`saved` (`[N]` bytes eager keeps of each output) as a step running `fused` groups
-    (`fusing`'s, or Megatron-LM's) keeps them: each group's at most its outside inputs' bytes
-    (`scale` times fp32), on its last member."""
+    (`fusing`'s, or Megatron-LM's) keeps them: each group's at most what its backward can
+    recompute them from (`cut`: the partitioner's least cut; else its inputs from outside, as a
+    hand-written kernel keeps them), `scale` times fp32 bytes, on its last member."""
     out = saved.copy()
     for g in fused:
         ms = list(g.members)
         eager = float(out[ms].sum())
         out[ms] = 0.0
-        out[g.last] = min(eager, 4.0 * scale * g.activations)
+        needed = frozenset(int(i) for i in ms if saved[i] > 0)
+        out[g.last] = min(eager, 4.0 * scale * (least_cut(g, needed) if cut and needed
+                                                else g.activations))
     return out
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def least_cut(g: Group, needed: frozenset[int]) -> float:
+    """The fewest elements of tensors (the activations `g` reads from outside, its members'
+    outputs) that every member of `needed` can be recomputed from inside `g`: the least vertex
+    cut between them (max flow over each tensor split in two, its elements between)."""
+    inner = {(v, 0): {(v, 1): n} for v, n in g.numel}  # [tensor in] -> [tensor out]: elements
+    graph: dict = {"source": {}, **inner}
+    for m, sources in zip(g.members, g.reads):
+        for j in sources:
+            graph.setdefault((j, 1), {})[(m, 0)] = math.inf
+            if (j, 0) in graph and j not in g.members:  # read from outside
+                graph["source"][(j, 0)] = math.inf
+    for m in needed:
+        graph.setdefault((m, 1), {})["sink"] = math.inf
+    flow = 0.0
+    while path := _augmenting(graph):
+        push = min(graph[u][v] for u, v in path)
+        for u, v in path:
+            graph[u][v] -= push
+            back = graph.setdefault(v, {})
+            back[u] = back.get(u, 0.0) + push
+        flow += push
+    return flow
+
+
+def _augmenting(graph: dict) -> list[tuple] | None:
+    """The shortest path of edges with capacity left from "source" to "sink", if any."""
+    before: dict = {"source": None}
+    todo = collections.deque(["source"])
+    while todo:
+        u = todo.popleft()
+        for v, left in graph.get(u, {}).items():
+            if left > 1e-9 and v not in before:
+                before[v] = u
+                if v == "sink":
+                    path = []
+                    while before[v] is not None:
+                        path.append((before[v], v))
+                        v = before[v]
+                    return path[::-1]
+                todo.append(v)
+    return None

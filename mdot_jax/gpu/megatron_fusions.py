@@ -135,7 +135,7 @@ def kept_bytes(seq: OperatorSequence, saved: np.ndarray, scale: float, groups: l
     """`saved` (`[N]` bytes eager keeps of each output) as Megatron-LM's fused kernels keep
     them: a group its inputs from outside (`compiled.kept_bytes`), and what leaves it for a
     GEMM, which keeps its input (a norm's output, for the weights' gradient)."""
-    out = compiled.kept_bytes(saved, scale, groups)
+    out = compiled.kept_bytes(saved, scale, groups, cut=False)
     kinds = [k for k, _, _ in classified(seq)]
     _, succs = seq.neighbours()
     for g in groups:
