@@ -21,6 +21,16 @@ def launch_bound(kernels: Sequence[float], host_ms: float) -> float:
     return float(launch_bound_grid([kernels], np.ones(1), np.asarray([host_ms]))[0, 0, 0])
 
 
+def waits(kernels: Sequence[float], host_ms: float, counts: Sequence[int]) -> list[float]:
+    """ms the GPU has waited on the host when it ends the first n of `kernels` (ms each, in
+    order), for each n of `counts`: `launch_bound`'s gaps of each prefix, in one pass."""
+    t = np.asarray(kernels, np.float64)
+    before = np.concatenate([[0.0], np.cumsum(t)[:-1]])  # [K] the GPU's work before each
+    wait = np.maximum.accumulate(np.arange(1, len(t) + 1) * host_ms - before) if len(t) \
+        else np.zeros(0)  # [K] the most a kernel so far was issued after the GPU was free
+    return [max(float(wait[n - 1]), 0.0) if n else 0.0 for n in counts]
+
+
 def launch_bound_grid(kernels: Sequence[Sequence[float]], speeds: np.ndarray,
                       hosts: np.ndarray) -> np.ndarray:
     """`[N, S, H]` `launch_bound` of each step's kernels (ms, in order) at every factor of

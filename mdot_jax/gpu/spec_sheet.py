@@ -95,7 +95,7 @@ from mdot_jax.gpu.catalog import GPU
 from mdot_jax.gpu.classify import classified
 from mdot_jax.gpu.fused import ON_CHIP_SCANS, fused_attention, fused_nodes, masked, scan_gemms
 from mdot_jax.gpu.gpu_ops import StepModel, backward_gemms
-from mdot_jax.gpu.host import launch_bound, record
+from mdot_jax.gpu.host import launch_bound, record, waits
 from mdot_jax.gpu.tensor_cores import GEMM_OPS
 from mdot_jax.gpu.unmeasured import unmeasured
 from mdot_jax.gpu.update import update, update_kernels
@@ -316,10 +316,10 @@ def price(seq: OperatorSequence, gpu: GPU, model: StepModel, *, precision: str =
         # where they fall: the forward's and the backward's, which each micro-batch pays
         # again (and communication hides behind: `parallel.data_parallel`), and what the
         # update's kernels add once an iteration (`parallel.accumulate`)
-        ends = [launch_bound(order[:n], host) - sum(order[:n])
-                for n in (sum(w[1] == "fw" for w in work), len(order) - len(ks))]
+        first, passes = waits(order, host, (sum(w[1] == "fw" for w in work),
+                                            len(order) - len(ks)))
         operators += [dict(type="launch gaps", name=GAPS[part], ms=t) for part, t in zip(
-            GAPS, (ends[0], ends[1] - ends[0], gaps - ends[1])) if t > 1e-9]
+            GAPS, (first, passes - first, gaps - passes)) if t > 1e-9]
         if gaps > LAUNCH_BOUND * end:
             machines = _on_machines(order, model.host_range(framework)) \
                 if host_ms is None and adapted is None else ""
